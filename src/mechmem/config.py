@@ -1,0 +1,65 @@
+"""Serialisable frozen dataclass configs.
+
+Every config in mechmem is a frozen stdlib dataclass with a docstring per field. `ConfigMixin` gives it a
+JSON-safe `to_dict` and a strict `from_dict` that rejects unknown keys (a checkpoint from a newer version, a
+typo in a preset) with a one-line `MechmemError`.
+"""
+
+import dataclasses
+import typing
+from typing import Any, TypeVar
+
+from mechmem.errors import MechmemError
+
+C = TypeVar("C", bound="ConfigMixin")
+
+
+def _to_jsonable(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_to_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _to_jsonable(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value):
+        return value.to_dict()  # type: ignore[union-attr]
+    return value
+
+
+def _coerce(tp: Any, value: Any) -> Any:
+    """Turn JSON lists back into tuples where the field type asks for one."""
+    origin = typing.get_origin(tp)
+    if origin is tuple and isinstance(value, list):
+        args = typing.get_args(tp)
+        inner = args[0] if args else Any
+        return tuple(_coerce(inner, v) for v in value)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        for arg in typing.get_args(tp):
+            if arg is type(None):
+                continue
+            if typing.get_origin(arg) is tuple and isinstance(value, list):
+                return _coerce(arg, value)
+    return value
+
+
+class ConfigMixin:
+    """Mixin for frozen dataclass configs: `to_dict`, strict `from_dict`, `replace`."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls: type[C], data: dict[str, Any]) -> C:
+        if not isinstance(data, dict):
+            raise MechmemError(f"{cls.__name__}: expected a mapping, got {type(data).__name__}")
+        hints = typing.get_type_hints(cls)
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise MechmemError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}")
+        kwargs = {k: _coerce(hints.get(k, Any), v) for k, v in data.items()}
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise MechmemError(f"{cls.__name__}: {exc}") from None
+
+    def replace(self: C, **changes: Any) -> C:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]

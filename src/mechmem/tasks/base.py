@@ -1,0 +1,167 @@
+"""The task contract every synthetic task implements.
+
+A task turns a config into batches and knows how to score a model on itself:
+
+    train_batch(n, generator=g) -> Batch          fresh training data (tokens, targets, loss mask)
+    eval_batch(n, generator=g)  -> Batch          held-out evaluation data
+    loss(logits, batch)         -> scalar         masked cross-entropy by default
+    train_metrics(model, batch, logits) -> dict   metrics on a training batch, computed before the step
+    evaluate(model, generator=g) -> dict          the task's default evaluation
+    patching_pair(n, generator=g) -> PatchingPair clean/corrupted inputs with answers, for activation patching
+
+Every method that draws random numbers takes an explicit `torch.Generator`; nothing seeds globally.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from mechmem.errors import MechmemError
+
+
+@dataclass
+class Batch:
+    """Inputs, next-token targets and a loss mask, all [batch pos]; `info` holds task-specific extras."""
+
+    tokens: Int[Tensor, "batch pos"]
+    targets: Int[Tensor, "batch pos"]
+    loss_mask: Float[Tensor, "batch pos"]
+    info: dict[str, Tensor] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.tokens.shape != self.targets.shape or self.tokens.shape != self.loss_mask.shape:
+            raise ValueError(
+                f"tokens {tuple(self.tokens.shape)}, targets {tuple(self.targets.shape)} and loss_mask "
+                f"{tuple(self.loss_mask.shape)} must share the shape [batch pos]"
+            )
+
+    def to(self, device: str | torch.device) -> "Batch":
+        return Batch(
+            self.tokens.to(device),
+            self.targets.to(device),
+            self.loss_mask.to(device),
+            {k: v.to(device) for k, v in self.info.items()},
+        )
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+
+@dataclass
+class PatchingPair:
+    """Clean and corrupted inputs of equal shape, with the answer read at `answer_pos`.
+
+    `correct` is the clean run's answer and `incorrect` the corrupted run's; the default metric is the logit
+    difference `logit[correct] - logit[incorrect]` at the answer position, averaged over the batch.
+    """
+
+    clean: Int[Tensor, "batch pos"]
+    corrupted: Int[Tensor, "batch pos"]
+    answer_pos: Int[Tensor, " batch"]
+    correct: Int[Tensor, " batch"]
+    incorrect: Int[Tensor, " batch"]
+
+    def __post_init__(self) -> None:
+        if self.clean.shape != self.corrupted.shape:
+            raise ValueError("clean and corrupted inputs must have the same shape")
+        n = self.clean.shape[0]
+        for name in ("answer_pos", "correct", "incorrect"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"{name} must have shape [batch] = ({n},)")
+
+    def to(self, device: str | torch.device) -> "PatchingPair":
+        return PatchingPair(*(getattr(self, n).to(device) for n in self.__dataclass_fields__))
+
+    def logit_diff(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Float[Tensor, ""]:
+        """Mean over the batch of logit[correct] - logit[incorrect] at the answer position."""
+        rows = torch.arange(logits.shape[0], device=logits.device)
+        at = logits[rows, self.answer_pos.to(logits.device)]
+        return (at[rows, self.correct.to(logits.device)] - at[rows, self.incorrect.to(logits.device)]).mean()
+
+    def logit_diff_per_prompt(self, logits: Float[Tensor, "... batch pos d_vocab"]) -> Float[Tensor, "... batch"]:
+        """The logit difference per prompt; leading axes (e.g. a batch of patches) are kept."""
+        idx = self.answer_pos.to(logits.device)
+        rows = torch.arange(logits.shape[-3], device=logits.device)
+        at = logits[..., rows, idx, :]
+        good = at.gather(-1, self.correct.to(logits.device).expand(at.shape[:-1]).unsqueeze(-1)).squeeze(-1)
+        bad = at.gather(-1, self.incorrect.to(logits.device).expand(at.shape[:-1]).unsqueeze(-1)).squeeze(-1)
+        return good - bad
+
+
+def masked_cross_entropy(
+    logits: Float[Tensor, "batch pos d_vocab"], targets: Int[Tensor, "batch pos"], mask: Float[Tensor, "batch pos"]
+) -> Float[Tensor, ""]:
+    """Cross-entropy per position times the mask, divided by the mask sum."""
+    per_pos = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
+    mask = mask.flatten().to(per_pos.dtype)
+    return (per_pos * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def masked_accuracy(
+    logits: Float[Tensor, "batch pos d_vocab"], targets: Int[Tensor, "batch pos"], mask: Float[Tensor, "batch pos"]
+) -> float:
+    """Fraction of masked positions whose argmax is the target."""
+    hit = (logits.argmax(-1) == targets).float() * mask
+    return float(hit.sum() / mask.sum().clamp_min(1.0))
+
+
+class Task:
+    """Base class: subclasses set `name`, `config_cls`, `presets` and implement the data methods."""
+
+    name: ClassVar[str] = ""
+    config_cls: ClassVar[type] = type(None)
+    presets: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, config: Any) -> None:
+        if isinstance(config, dict):
+            config = self.config_cls.from_dict(config)
+        if not isinstance(config, self.config_cls):
+            raise MechmemError(f"{self.name}: expected a {self.config_cls.__name__}")
+        self.config = config
+
+    # -- data -------------------------------------------------------------------------------------------
+    @property
+    def d_vocab(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def seq_len(self) -> int:
+        """Length of the model inputs (tokens), i.e. the context the model needs."""
+        raise NotImplementedError
+
+    def train_batch(self, n: int, *, generator: torch.Generator) -> Batch:
+        raise NotImplementedError
+
+    def eval_batch(self, n: int, *, generator: torch.Generator) -> Batch:
+        return self.train_batch(n, generator=generator)
+
+    def patching_pair(self, n: int, *, generator: torch.Generator) -> PatchingPair:
+        raise NotImplementedError(f"task {self.name!r} defines no clean/corrupted pairs")
+
+    # -- scoring ----------------------------------------------------------------------------------------
+    def loss(self, logits: Float[Tensor, "batch pos d_vocab"], batch: Batch) -> Float[Tensor, ""]:
+        return masked_cross_entropy(logits, batch.targets, batch.loss_mask)
+
+    def train_metrics(self, model: torch.nn.Module, batch: Batch, logits: Tensor) -> dict[str, float]:
+        """Metrics on the current training batch (before the optimiser step)."""
+        return {"train_acc": masked_accuracy(logits, batch.targets, batch.loss_mask)}
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 2048) -> dict[str, float]:
+        """Default evaluation: masked loss and accuracy on a held-out batch."""
+        device = next(model.parameters()).device
+        batch = self.eval_batch(n, generator=generator).to(device)
+        logits = model(batch.tokens)
+        return {
+            "eval_loss": float(self.loss(logits, batch)),
+            "eval_acc": masked_accuracy(logits, batch.targets, batch.loss_mask),
+        }
+
+    def headline(self, metrics: dict[str, Any]) -> str:
+        """A one-line summary of a model's metrics for reports and indexes."""
+        keys = [k for k in ("eval_loss", "eval_acc") if k in metrics]
+        return ", ".join(f"{k} {metrics[k]:.4g}" for k in keys)

@@ -1,0 +1,240 @@
+"""The training loop shared by every task.
+
+Each step draws a fresh batch from the task with an explicit generator, computes the task's loss, and takes an
+optimiser step on the trainable parameters. Every `eval_every` steps it records the training-batch metrics
+(computed before the step) and the task's evaluation to `metrics.jsonl`, one JSON object per line.
+
+Determinism: model init, training data and evaluation data come from three generators seeded from
+`TrainConfig.seed`, so the same seed gives identical weights on CPU. `--resume` restores the weights, the
+optimiser state and the data generator's state, so an interrupted run resumed from step s matches the
+uninterrupted run exactly.
+"""
+
+import fnmatch
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from mechmem.checkpoint import read_payload, save_checkpoint
+from mechmem.errors import MechmemError, TrainingDiverged
+from mechmem.tasks.base import Task
+from mechmem.training.config import TrainConfig
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' picks CUDA when available; 'cuda' without a GPU is a user error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise MechmemError("--device cuda requested but no CUDA device is available")
+    if device not in ("cpu",) and not device.startswith("cuda"):
+        raise MechmemError(f"unknown device {device!r} (use auto, cpu or cuda)")
+    return torch.device(device)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate at `step` for the config's warm-up and schedule."""
+    if cfg.warmup_steps and step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return cfg.lr
+    span = max(1, cfg.steps - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    floor = cfg.lr * cfg.min_lr_ratio
+    if cfg.schedule == "cosine":
+        return floor + (cfg.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    return cfg.lr + (floor - cfg.lr) * progress
+
+
+def make_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+
+
+@dataclass
+class TrainResult:
+    """What `train` returns: the trained model, the evaluation history and a summary."""
+
+    model: torch.nn.Module
+    history: list[dict[str, Any]]
+    summary: dict[str, Any]
+    checkpoint: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _trainable(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def _find_resume_point(out_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    candidates = [out_dir / "resume.pt", out_dir / "ckpt.pt", *sorted((out_dir / "checkpoints").glob("step_*.pt"))]
+    best: tuple[Path, dict[str, Any]] | None = None
+    for path in candidates:
+        if not path.exists():
+            continue
+        payload = read_payload(path)
+        trainer = payload.get("extra", {}).get("trainer")
+        if trainer is None:
+            continue
+        if best is None or trainer["step"] > best[1]["extra"]["trainer"]["step"]:
+            best = (path, payload)
+    return best
+
+
+def _truncate_metrics(path: Path, step: int) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    kept = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    kept = [rec for rec in kept if rec["step"] < step]
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in kept))
+    return kept
+
+
+def train(
+    model: torch.nn.Module,
+    task: Task,
+    cfg: TrainConfig,
+    *,
+    model_config: Any,
+    out_dir: str | Path | None = None,
+    device: str | torch.device = "cpu",
+    resume: bool = False,
+    progress: bool = True,
+) -> TrainResult:
+    """Train `model` on `task` and, if `out_dir` is given, write metrics.jsonl and ckpt.pt there.
+
+    Args:
+        model: a freshly built model (its initial weights define the run).
+        task: the task that supplies batches, loss and metrics.
+        cfg: optimiser, schedule, length, logging.
+        model_config: the model's config, stored in checkpoints so the model can be rebuilt.
+        out_dir: where to write `metrics.jsonl`, `ckpt.pt`, `resume.pt` and `checkpoints/step_*.pt`.
+        device: torch device for the model and batches.
+        resume: continue from the latest checkpoint in `out_dir` with trainer state.
+        progress: show a tqdm progress bar.
+    """
+    device = torch.device(device)
+    model.to(device)
+    out = Path(out_dir) if out_dir is not None else None
+    params = _trainable(model)
+    if not params:
+        raise MechmemError("the model has no trainable parameters")
+    optimizer = make_optimizer([p for _, p in params], cfg)
+    data_gen = torch.Generator().manual_seed(cfg.seed + 1)
+    held: list[torch.nn.Parameter] = []
+    hold_steps: list[int] = []
+    for pattern, until in cfg.frozen_until:
+        hits = [p for n, p in params if fnmatch.fnmatch(n, pattern)]
+        if not hits:
+            raise MechmemError(f"frozen_until pattern {pattern!r} matches no trainable parameter")
+        held.extend(hits)
+        hold_steps.extend([until] * len(hits))
+
+    start = 0
+    history: list[dict[str, Any]] = []
+    if resume:
+        if out is None:
+            raise MechmemError("--resume needs an output directory")
+        found = _find_resume_point(out)
+        if found is None:
+            raise MechmemError(f"--resume: no checkpoint with trainer state in {out}")
+        path, payload = found
+        if payload["model_config"] != model_config.to_dict() or payload["task_config"] != task.config.to_dict():
+            raise MechmemError(f"--resume: {path} was trained with a different model or task config")
+        model.load_state_dict(payload["state_dict"])
+        state = payload["extra"]["trainer"]
+        optimizer.load_state_dict(state["optimizer"])
+        data_gen.set_state(state["data_rng"])
+        start = int(state["step"])
+        history = _truncate_metrics(out / "metrics.jsonl", start)
+    elif out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.jsonl").write_text("")
+
+    def checkpoint(path: Path, step: int, summary: dict[str, Any]) -> None:
+        save_checkpoint(
+            path,
+            model=model,
+            model_config=model_config,
+            task_name=task.name,
+            task_config=task.config,
+            train_config=cfg,
+            metrics=summary,
+            extra={
+                "trainer": {
+                    "step": step,
+                    "optimizer": optimizer.state_dict(),
+                    "data_rng": data_gen.get_state(),
+                }
+            },
+        )
+
+    def evaluate(step: int, record: dict[str, Any]) -> dict[str, Any]:
+        model.eval()
+        record.update(task.evaluate(model, generator=torch.Generator().manual_seed(cfg.seed + 2), n=cfg.eval_samples))
+        model.train()
+        history.append(record)
+        if out is not None:
+            with open(out / "metrics.jsonl", "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+        return record
+
+    t0 = time.perf_counter()
+    recent: list[float] = []
+    model.train()
+    bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc=f"train {task.name}", leave=False)
+    for step in range(start, cfg.steps):
+        lr = lr_at(step, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batch = task.train_batch(cfg.batch_size, generator=data_gen).to(device)
+        logits = model(batch.tokens)
+        loss = task.loss(logits, batch)
+        if not torch.isfinite(loss):
+            bar.close()
+            raise TrainingDiverged(
+                f"loss became {float(loss)} at step {step}; lower the learning rate or enable grad_clip"
+            )
+        recent = (recent + [float(loss)])[-100:]
+        if step % cfg.eval_every == 0:
+            with torch.no_grad():
+                record = {"step": step, "lr": lr, "loss": float(loss)}
+                record.update(task.train_metrics(model, batch, logits.detach()))
+            evaluate(step, record)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        for p, until in zip(held, hold_steps):
+            if step < until:
+                p.grad = None
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_([p for _, p in params], cfg.grad_clip)
+        optimizer.step()
+        bar.update(1)
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{float(loss):.4f}")
+        done = step + 1
+        if out is not None and cfg.save_every and done % cfg.save_every == 0:
+            checkpoint(out / "checkpoints" / f"step_{done:07d}.pt", done, {"step": done})
+        elif out is not None and done % cfg.eval_every == 0:
+            checkpoint(out / "resume.pt", done, {"step": done})
+    bar.close()
+
+    final = evaluate(cfg.steps, {"step": cfg.steps, "loss": sum(recent) / len(recent) if recent else None})
+    summary = {k: v for k, v in final.items() if k != "lr"}
+    summary["train_loss_last100"] = summary.pop("loss")
+    summary["wall_time_s"] = round(time.perf_counter() - t0, 2)
+    ckpt_path = None
+    if out is not None:
+        ckpt_path = out / "ckpt.pt"
+        checkpoint(ckpt_path, cfg.steps, summary)
+        (out / "resume.pt").unlink(missing_ok=True)
+    return TrainResult(model=model, history=history, summary=summary, checkpoint=ckpt_path)
