@@ -1,0 +1,1 @@
+"""Analyses that run on any mechmem checkpoint: patching, ablation, logit lens, head detection, memory probes."""
