@@ -59,7 +59,7 @@ def _digest(payload: dict[str, Any]) -> str:
         h.update(name.encode())
         h.update(str(tuple(tensor.shape)).encode())
         h.update(str(tensor.dtype).encode())
-        h.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        h.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
     return h.hexdigest()
 
 
@@ -214,7 +214,9 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
                 f"{path}: {name} has shape {tuple(tensor.shape)}, config expects {tuple(expected[name].shape)}"
             )
     model.load_state_dict(state)
-    model.to(device)
+    from mechmem.models.adapter import move_model
+
+    move_model(model, device)
     model.eval()
     from mechmem.tasks import task_names
 

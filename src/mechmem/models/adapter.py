@@ -186,6 +186,13 @@ def is_hooked_transformer(model: Any) -> bool:
     return isinstance(model, HookedTransformer)
 
 
+def move_model(model: torch.nn.Module, device: str | torch.device) -> torch.nn.Module:
+    """Move a model to `device`, keeping a HookedTransformer's cfg.device in sync and without its print."""
+    if isinstance(model, HookedTransformer):
+        return model.to(device, print_details=False)
+    return model.to(device)
+
+
 def hooked_transformer_config(**kwargs: Any) -> "HookedTransformerConfig":
     """A raw `HookedTransformerConfig`, for tests and planted circuits that set weights by hand."""
     with warnings.catch_warnings():
@@ -214,5 +221,6 @@ __all__ = [
     "hooked_transformer_config",
     "initialise",
     "is_hooked_transformer",
+    "move_model",
     "raw_hooked_transformer",
 ]

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from mechmem.checkpoint import read_payload, save_checkpoint
 from mechmem.errors import MechmemError, TrainingDiverged
+from mechmem.models.adapter import move_model
 from mechmem.tasks.base import Task
 from mechmem.training.config import TrainConfig
 
@@ -123,7 +124,7 @@ def train(
         progress: show a tqdm progress bar.
     """
     device = torch.device(device)
-    model.to(device)
+    move_model(model, device)
     out = Path(out_dir) if out_dir is not None else None
     params = _trainable(model)
     if not params:
@@ -202,12 +203,12 @@ def train(
         if not torch.isfinite(loss):
             bar.close()
             raise TrainingDiverged(
-                f"loss became {float(loss)} at step {step}; lower the learning rate or enable grad_clip"
+                f"loss became {loss.item()} at step {step}; lower the learning rate or enable grad_clip"
             )
-        recent = (recent + [float(loss)])[-100:]
+        recent = (recent + [loss.item()])[-100:]
         if step % cfg.eval_every == 0:
             with torch.no_grad():
-                record = {"step": step, "lr": lr, "loss": float(loss)}
+                record = {"step": step, "lr": lr, "loss": loss.item()}
                 record.update(task.train_metrics(model, batch, logits.detach()))
             evaluate(step, record)
         optimizer.zero_grad(set_to_none=True)
@@ -220,7 +221,7 @@ def train(
         optimizer.step()
         bar.update(1)
         if step % 20 == 0:
-            bar.set_postfix(loss=f"{float(loss):.4f}")
+            bar.set_postfix(loss=f"{recent[-1]:.4f}")
         done = step + 1
         if out is not None and cfg.save_every and done % cfg.save_every == 0:
             checkpoint(out / "checkpoints" / f"step_{done:07d}.pt", done, {"step": done})

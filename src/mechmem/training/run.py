@@ -1,0 +1,56 @@
+"""Train a preset end to end: build the task and model from configs, train, and write the run directory."""
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mechmem.errors import MechmemError
+from mechmem.models import build_model
+from mechmem.tasks import build_task, get_preset
+from mechmem.training.config import Preset, TrainConfig
+from mechmem.training.trainer import TrainResult, resolve_device, train
+
+
+def train_preset(
+    task_name: str,
+    preset: str | Preset,
+    *,
+    out_dir: str | Path | None = None,
+    seed: int | None = None,
+    steps: int | None = None,
+    save_every: int | None = None,
+    device: str = "cpu",
+    resume: bool = False,
+    progress: bool = True,
+    **train_overrides: Any,
+) -> TrainResult:
+    """Train `task_name` with a named preset (or a `Preset`), applying command-line style overrides.
+
+    The model's initial weights come from `torch.Generator().manual_seed(seed)`, so the same seed gives the same run.
+    """
+    spec = get_preset(task_name, preset) if isinstance(preset, str) else preset
+    changes: dict[str, Any] = dict(train_overrides)
+    if seed is not None:
+        changes["seed"] = seed
+    if steps is not None:
+        if steps < 0:
+            raise MechmemError("--steps must be >= 0")
+        changes["steps"] = steps
+    if save_every is not None:
+        if save_every < 0:
+            raise MechmemError("--save-every must be >= 0")
+        changes["save_every"] = save_every
+    cfg: TrainConfig = spec.train.replace(**changes) if changes else spec.train
+    task = build_task(task_name, spec.task)
+    model = build_model(spec.model, generator=torch.Generator().manual_seed(cfg.seed))
+    return train(
+        model,
+        task,
+        cfg,
+        model_config=spec.model,
+        out_dir=out_dir,
+        device=resolve_device(device),
+        resume=resume,
+        progress=progress,
+    )
