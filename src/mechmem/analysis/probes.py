@@ -9,29 +9,219 @@ i is (u_i W) . v_j, and the recall R is the fraction of inputs whose best-scorin
 Intuition: if W = sum_k v_{t(k)}^T u_k (a sum of outer products, written transposed for row vectors) and the
 embeddings are near-orthogonal, each input recalls its partner and R = 1; a random W gives R near 1 / #outputs.
 Caveat: R only looks at the argmax; a memory that is right but barely (small margin) still counts.
+
+Built-in probes read a HookedTransformer's weights (`builtin_probes`): token copying through each head's OV
+circuit, previous-position keys and earlier-head token keys through QK circuits, and MLP next-token memories
+against bigram statistics (KL divergence, as in Bietti et al.). TL's `FactoredMatrix` keeps the low-rank products
+(W_V W_O, W_Q W_K^T) factored.
 """
+
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.models.adapter import FactoredMatrix
+
 
 def recall_scores(
-    inputs: Float[Tensor, "n_in d_in"], matrix: Float[Tensor, "d_in d_out"], outputs: Float[Tensor, "n_out d_out"]
+    inputs: Float[Tensor, "n_in d_in"],
+    matrix: Float[Tensor, "d_in d_out"] | FactoredMatrix,
+    outputs: Float[Tensor, "n_out d_out"],
 ) -> Float[Tensor, "n_in n_out"]:
     """Scores (u_i W) . v_j for every input i and output j. `matrix` may be a TL `FactoredMatrix`."""
     mapped = inputs @ matrix
-    if not isinstance(mapped, Tensor):  # FactoredMatrix @ tensor returns a tensor; keep both paths explicit
+    if not isinstance(mapped, Tensor):  # tensor @ FactoredMatrix stays factored
         mapped = mapped.AB
     return mapped @ outputs.T
 
 
 def recall_rate(
     inputs: Float[Tensor, "n_in d_in"],
-    matrix: Float[Tensor, "d_in d_out"],
+    matrix: Float[Tensor, "d_in d_out"] | FactoredMatrix,
     outputs: Float[Tensor, "n_out d_out"],
     targets: Int[Tensor, " n_in"],
 ) -> float:
     """Fraction of inputs whose highest-scoring output is their target."""
     scores = recall_scores(inputs, matrix, outputs)
     return float((scores.argmax(-1) == targets.to(scores.device)).float().mean())
+
+
+# -- built-in probes on a HookedTransformer's weights ----------------------------------------------------------
+# Each probe reads one weight product as an associative memory. Norms and biases are left out (the probes describe
+# the matrices, as in Bietti et al., whose model has neither); on models with LayerNorm they are approximate.
+
+
+@dataclass
+class ProbeResult:
+    """One probe: its name, the matrix product it reads, its recall and the chance level 1 / #outputs."""
+
+    name: str
+    matrix: str
+    recall: float
+    n_inputs: int
+    n_outputs: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def chance(self) -> float:
+        return 1.0 / self.n_outputs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "matrix": self.matrix, "recall": self.recall, "chance": self.chance,
+                "n_inputs": self.n_inputs, "n_outputs": self.n_outputs, **self.extra}
+
+
+@dataclass
+class MemoryProbes:
+    """A list of probe results; `to_dict` is the `memory_probes.json` schema."""
+
+    probes: list[ProbeResult]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": "recall: fraction of inputs whose highest-scoring output is their target",
+            "axes": {"probes": ["probe"]},
+            "probes": [p.to_dict() for p in self.probes],
+            **self.info,
+        }
+
+
+def _probe(name: str, matrix: str, inputs: Tensor, product: Any, outputs: Tensor, targets: Tensor) -> ProbeResult:
+    rate = recall_rate(inputs.detach(), product, outputs.detach(), targets)
+    return ProbeResult(name, matrix, rate, inputs.shape[0], outputs.shape[0])
+
+
+def _token_ids(model: torch.nn.Module, tokens: Int[Tensor, " n"] | None) -> Tensor:
+    return torch.arange(model.cfg.d_vocab) if tokens is None else tokens.cpu()
+
+
+@torch.no_grad()
+def ov_copy_probe(
+    model: torch.nn.Module, layer: int, head: int, tokens: Int[Tensor, " n"] | None = None
+) -> ProbeResult:
+    """Does head (layer, head)'s OV circuit copy tokens? argmax_j [W_E(k) W_V W_O W_U]_j == k."""
+    ids = _token_ids(model, tokens)
+    dev = model.W_E.device
+    return _probe(
+        f"ov_copy.L{layer}H{head}", f"W_E W_V^{layer}.{head} W_O^{layer}.{head} W_U",
+        model.W_E[ids.to(dev)], model.OV[layer, head], model.W_U.T[ids.to(dev)], torch.arange(len(ids)),
+    )
+
+
+@torch.no_grad()
+def qk_previous_position_probe(
+    model: torch.nn.Module, layer: int, head: int, n_positions: int | None = None
+) -> ProbeResult:
+    """Do positional keys point back one step? For queries p_t (t >= 1): argmax_s p_t W_Q W_K^T p_s^T == t - 1."""
+    n = model.cfg.n_ctx if n_positions is None else min(n_positions, model.cfg.n_ctx)
+    suffix = "" if n == model.cfg.n_ctx else f".first{n}"
+    return _probe(
+        f"qk_prev_pos.L{layer}H{head}{suffix}", f"W_pos W_Q^{layer}.{head} W_K^{layer}.{head}T W_pos^T",
+        model.W_pos[1:n], model.QK[layer, head], model.W_pos[: n - 1], torch.arange(n - 1),
+    )
+
+
+@torch.no_grad()
+def qk_token_probe(
+    model: torch.nn.Module,
+    layer: int,
+    head: int,
+    source: tuple[int, int],
+    tokens: Int[Tensor, " n"] | None = None,
+) -> ProbeResult:
+    """Keys written by an earlier head's OV: argmax_k' [W_E(k) W_Q W_K^T (W_E(k') OV_source)^T] == k.
+
+    This is the induction head's key memory: the source (previous-token) head writes the previous token into the
+    residual, and the query (the current token) must match it.
+    """
+    ids = _token_ids(model, tokens).to(model.W_E.device)
+    sl, sh = source
+    keys = (model.W_E[ids] @ model.OV[sl, sh]).AB
+    return _probe(
+        f"qk_token.L{layer}H{head}<-L{sl}H{sh}",
+        f"W_E W_Q^{layer}.{head} W_K^{layer}.{head}T (W_E W_V^{sl}.{sh} W_O^{sl}.{sh})^T",
+        model.W_E[ids], model.QK[layer, head], keys, torch.arange(len(ids)),
+    )
+
+
+@torch.no_grad()
+def ffn_bigram_probe(
+    model: torch.nn.Module,
+    layer: int,
+    bigram: Float[Tensor, "d_vocab d_vocab_out"],
+    tokens: Int[Tensor, " n"] | None = None,
+) -> ProbeResult:
+    """Does MLP `layer` store next-token statistics? Compares softmax(MLP(W_E(k)) W_U) with bigram(. | k).
+
+    Recall is the fraction of tokens k whose top prediction is the bigram's most likely successor; `kl` (in
+    `extra`) is the mean over k of KL(bigram(. | k) || softmax(MLP(W_E(k)) W_U)), as in Bietti et al.
+    """
+    ids = _token_ids(model, tokens).to(model.W_E.device)
+    hidden = model.blocks[layer].mlp(model.W_E[ids].unsqueeze(0)).squeeze(0)
+    logp = (hidden @ model.W_U).float().log_softmax(-1)
+    target = bigram.to(logp.device)[ids].float()
+    target = target / target.sum(-1, keepdim=True).clamp_min(1e-12)
+    kl = (target * (target.clamp_min(1e-12).log() - logp)).sum(-1)
+    recall = float((logp.argmax(-1) == target.argmax(-1)).float().mean())
+    return ProbeResult(f"ffn_bigram.L{layer}", f"W_E MLP^{layer} W_U vs bigram", recall, len(ids),
+                       logp.shape[-1], {"kl": float(kl.mean())})
+
+
+def empirical_bigram(
+    tokens: Int[Tensor, "batch pos"], targets: Int[Tensor, "batch pos"], d_vocab: int, d_vocab_out: int
+) -> Float[Tensor, "d_vocab d_vocab_out"]:
+    """Next-token distribution given the current token, counted over all positions (uniform for unseen tokens)."""
+    counts = torch.zeros(d_vocab * d_vocab_out)
+    counts.index_add_(0, (tokens.flatten() * d_vocab_out + targets.flatten()).cpu(), torch.ones(tokens.numel()))
+    counts = counts.view(d_vocab, d_vocab_out)
+    seen = counts.sum(-1, keepdim=True)
+    return torch.where(seen > 0, counts / seen.clamp_min(1), torch.full_like(counts, 1.0 / d_vocab_out))
+
+
+def builtin_probes(
+    model: torch.nn.Module,
+    *,
+    bigram: Float[Tensor, "d_vocab d_vocab_out"] | None = None,
+    tokens: Int[Tensor, " n"] | None = None,
+) -> MemoryProbes:
+    """Every built-in probe that applies to `model`: OV copying and previous-position keys for each head, token
+    keys through each earlier head's OV for heads after layer 0, and (given `bigram`) each MLP against it."""
+    cfg = model.cfg
+    probes: list[ProbeResult] = []
+    skipped: list[str] = []
+    for layer in range(cfg.n_layers):
+        for head in range(cfg.n_heads):
+            if cfg.d_vocab_out == cfg.d_vocab:
+                probes.append(ov_copy_probe(model, layer, head, tokens))
+            if cfg.positional_embedding_type == "standard" and cfg.n_ctx > 1:
+                probes.append(qk_previous_position_probe(model, layer, head))
+            for src in range(layer):
+                for src_head in range(cfg.n_heads):
+                    probes.append(qk_token_probe(model, layer, head, (src, src_head), tokens))
+        if not cfg.attn_only:
+            if bigram is not None:
+                probes.append(ffn_bigram_probe(model, layer, bigram, tokens))
+            else:
+                skipped.append(f"ffn_bigram.L{layer} (no bigram statistics)")
+    if cfg.d_vocab_out != cfg.d_vocab:
+        skipped.append("ov_copy (input and output vocabularies differ)")
+    return MemoryProbes(probes, {"skipped": skipped} if skipped else {})
+
+
+def plot_probes(result: MemoryProbes) -> Any:
+    """Horizontal bars of recall per probe, with each probe's chance level marked; returns the Figure."""
+    from mechmem.plotting import plt
+
+    names = [p.name for p in result.probes]
+    fig, ax = plt.subplots(figsize=(6, 0.28 * len(names) + 1.2))
+    y = list(range(len(names)))
+    ax.barh(y, [p.recall for p in result.probes], color="tab:blue", label="recall")
+    ax.scatter([p.chance for p in result.probes], y, color="k", marker="|", s=80, label="chance", zorder=3)
+    ax.set(yticks=y, yticklabels=names, xlim=(0, 1.02), xlabel="recall")
+    ax.invert_yaxis()
+    ax.legend(loc="lower right", fontsize=8)
+    return fig

@@ -1,0 +1,229 @@
+"""Attention-head detection on token tensors, and attention heatmaps.
+
+A detection pattern marks, for every query position, the key positions a head of some kind should attend to:
+a previous-token head attends to q - 1, a duplicate-token head to earlier positions holding the same token, an
+induction head to the position just after an earlier occurrence of the current token. A head's score for a
+pattern is the attention mass it puts on the marked keys, averaged over the query rows where the pattern marks at
+least one key (rows with nothing to find are skipped, so a perfect head scores 1 whatever the data). Scores lie in
+[0, 1].
+
+This works on raw token tensors, so no tokenizer is needed (TransformerLens's `detect_head` needs one, and
+`evals.induction_loss` assumes a large vocabulary). Repeated random sequences [r, r] drawn from the model's own
+vocabulary are the standard probe for induction heads; a task's own data shows what the heads do in practice.
+
+Caveats: a score says where a head looks, not what it moves (see the OV probes in `probes.py`); with a small
+vocabulary, random sequences hold chance duplicates, so an attend-to-self head and a duplicate-token head can
+overlap on the duplicate-token pattern.
+"""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from mechmem.models.adapter import is_hooked_transformer
+from mechmem.plotting import plt
+
+PatternFn = Callable[[Tensor], Tensor]
+"""tokens [batch pos] -> bool [batch query_pos key_pos]: which keys a head of this kind attends to."""
+
+
+def no_attention_reason(model: torch.nn.Module) -> str | None:
+    """Why head analyses do not apply to `model` (None when they do)."""
+    if not is_hooked_transformer(model):
+        return f"{type(model).__name__} is not a HookedTransformer, so it has no attention heads to analyse"
+    if model.cfg.n_heads < 1:
+        return "the model has no attention heads"
+    return None
+
+
+def previous_token_pattern(tokens: Int[Tensor, "batch pos"]) -> Bool[Tensor, "batch query_pos key_pos"]:
+    """Key q - 1 for every query q >= 1."""
+    n = tokens.shape[1]
+    mask = torch.zeros(n, n, dtype=torch.bool, device=tokens.device)
+    mask[torch.arange(1, n), torch.arange(n - 1)] = True
+    return mask.unsqueeze(0).expand(tokens.shape[0], n, n)
+
+
+def duplicate_token_pattern(tokens: Int[Tensor, "batch pos"]) -> Bool[Tensor, "batch query_pos key_pos"]:
+    """Earlier keys k < q holding the query's token."""
+    same = tokens[:, :, None] == tokens[:, None, :]
+    earlier = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool, device=tokens.device).tril(-1)
+    return same & earlier
+
+
+def induction_pattern(tokens: Int[Tensor, "batch pos"]) -> Bool[Tensor, "batch query_pos key_pos"]:
+    """Keys k with 1 <= k < q whose previous token equals the query's token."""
+    batch, n = tokens.shape
+    out = torch.zeros(batch, n, n, dtype=torch.bool, device=tokens.device)
+    out[:, :, 1:] = tokens[:, :, None] == tokens[:, None, :-1]
+    return out & torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril(-1)
+
+
+BUILTIN_PATTERNS: dict[str, PatternFn] = {
+    "previous_token": previous_token_pattern,
+    "duplicate_token": duplicate_token_pattern,
+    "induction": induction_pattern,
+}
+
+
+def repeated_random_tokens(
+    n: int, half: int, d_vocab: int, *, generator: torch.Generator, distinct: bool = True
+) -> Int[Tensor, "batch pos"]:
+    """n sequences [r, r] of length 2 * half; r holds no repeated token when `distinct` and half <= d_vocab."""
+    if distinct and half <= d_vocab:
+        first = torch.rand(n, d_vocab, generator=generator).argsort(-1)[:, :half]
+    else:
+        first = torch.randint(d_vocab, (n, half), generator=generator)
+    return torch.cat([first, first], dim=1)
+
+
+@dataclass
+class HeadScores:
+    """Detection scores per pattern, each [layer head], measured on the data described by `data`."""
+
+    scores: dict[str, Tensor]
+    data: str = ""
+    axes: tuple[str, ...] = ("layer", "head")
+    metric: str = "mean attention on the pattern's keys over query rows with at least one such key"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        shapes = {tuple(v.shape) for v in self.scores.values()}
+        if len(shapes) > 1 or any(len(s) != 2 for s in shapes):
+            raise ValueError(f"every score must be [layer head] with one shape, got {sorted(shapes)}")
+
+    def ranking(self, name: str) -> list[tuple[int, int, float]]:
+        """(layer, head, score) for pattern `name`, best first."""
+        s = self.scores[name]
+        order = s.flatten().argsort(descending=True).tolist()
+        return [(i // s.shape[1], i % s.shape[1], float(s.flatten()[i])) for i in order]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "axes": list(self.axes),
+            "metric": self.metric,
+            "data": self.data,
+            "scores": {k: v.tolist() for k, v in self.scores.items()},
+            **self.extra,
+        }
+
+
+def _as_pattern(spec: PatternFn | Tensor, tokens: Tensor) -> Tensor:
+    if isinstance(spec, Tensor):  # a fixed [query_pos key_pos] pattern for every sequence
+        n = tokens.shape[1]
+        return spec[:n, :n].to(tokens.device).bool().unsqueeze(0).expand(tokens.shape[0], n, n)
+    return spec(tokens)
+
+
+@torch.no_grad()
+def detect_heads(
+    model: torch.nn.Module,
+    tokens: Int[Tensor, "batch pos"],
+    patterns: Mapping[str, PatternFn | Tensor] | None = None,
+    *,
+    data: str = "",
+    chunk: int = 256,
+) -> HeadScores:
+    """Score every head against each detection pattern (default: previous-token, duplicate-token, induction).
+
+    Args:
+        model: a HookedTransformer.
+        tokens: input sequences; patterns are computed from them.
+        patterns: name -> a function of the tokens returning bool [batch query_pos key_pos], or a fixed
+            bool [query_pos key_pos] tensor.
+        data: a description of `tokens`, stored with the result.
+        chunk: sequences per forward pass (attention patterns are reduced inside the hooks, never stored).
+    """
+    patterns = dict(BUILTIN_PATTERNS if patterns is None else patterns)
+    cfg = model.cfg
+    mass = {k: torch.zeros(cfg.n_layers, cfg.n_heads, dtype=torch.float64) for k in patterns}
+    rows = {k: torch.zeros((), dtype=torch.float64) for k in patterns}
+    tokens = tokens.to(cfg.device)
+    for start in range(0, tokens.shape[0], chunk):
+        part = tokens[start : start + chunk]
+        masks = {k: _as_pattern(spec, part) for k, spec in patterns.items()}
+
+        def reduce(pattern: Tensor, hook: Any) -> None:
+            for name, mask in masks.items():
+                valid = mask.any(-1)  # [batch query_pos]
+                on = (pattern * mask[:, None].to(pattern.dtype)).sum(-1)  # [batch head query_pos]
+                mass[name][hook.layer()] += (on * valid[:, None]).sum((0, 2)).double().cpu()
+
+        with model.hooks(fwd_hooks=[(lambda n: n.endswith("attn.hook_pattern"), reduce)]):
+            model(part)
+        for name, mask in masks.items():
+            rows[name] += mask.any(-1).sum().double().cpu()
+    scores = {k: (mass[k] / rows[k]).float() if rows[k] > 0 else torch.full_like(mass[k], float("nan")).float()
+              for k in patterns}
+    return HeadScores(scores, data=data, extra={"rows": {k: int(v) for k, v in rows.items()}})
+
+
+@torch.no_grad()
+def attention_patterns(
+    model: torch.nn.Module, tokens: Int[Tensor, "batch pos"]
+) -> Float[Tensor, "layer batch head query_pos key_pos"]:
+    """Every layer's attention pattern on `tokens` (keep the batch small: this is stored in full)."""
+    _, cache = model.run_with_cache(tokens.to(model.cfg.device), names_filter=lambda n: n.endswith("hook_pattern"))
+    return torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"] for layer in range(model.cfg.n_layers)])
+
+
+def attention_from_weights(
+    model: torch.nn.Module, x: Float[Tensor, "batch pos d_model"], layer: int
+) -> Float[Tensor, "batch head query_pos key_pos"]:
+    """The attention pattern rebuilt from W_Q, W_K, biases and the causal mask.
+
+    `x` is the attention layer's input: the normalised residual (`blocks.L.ln1.hook_normalized`) when the model
+    has a norm, else `blocks.L.hook_resid_pre`.
+    """
+    attn = model.blocks[layer].attn
+    q = torch.einsum("bpd,hde->bphe", x, attn.W_Q) + attn.b_Q
+    k = torch.einsum("bpd,hde->bphe", x, attn.W_K) + attn.b_K
+    scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / attn.attn_scale
+    n = x.shape[1]
+    causal = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()
+    return scores.masked_fill(~causal, float("-inf")).softmax(-1)
+
+
+def plot_head_scores(result: HeadScores, *, title: str = "") -> Any:
+    """One layer x head heatmap per pattern; returns the Figure."""
+    names = list(result.scores)
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 2.8), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        s = result.scores[name].numpy()
+        im = ax.imshow(s, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        ax.set(title=name, xlabel="head", ylabel="layer", xticks=range(s.shape[1]), yticks=range(s.shape[0]))
+        for (i, j), v in np.ndenumerate(s):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w" if v < 0.6 else "k", fontsize=7)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_attention(
+    patterns: Float[Tensor, "layer head query_pos key_pos"], tokens: Int[Tensor, " pos"] | None = None
+) -> Any:
+    """A grid of attention heatmaps (rows: layers, columns: heads) for one sequence; returns the Figure."""
+    n_layers, n_heads, n, _ = patterns.shape
+    fig, axes = plt.subplots(n_layers, n_heads, figsize=(2.6 * n_heads, 2.4 * n_layers), squeeze=False)
+    labels = [str(t) for t in tokens.tolist()] if tokens is not None else None
+    step = max(1, n // 16)
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            ax = axes[layer][head]
+            ax.imshow(patterns[layer, head].detach().cpu().numpy(), vmin=0, vmax=1, cmap="Blues")
+            ax.set_title(f"L{layer}H{head}", fontsize=9)
+            ticks = list(range(0, n, step))
+            ax.set_xticks(ticks)
+            ax.set_yticks(ticks)
+            if labels is not None:
+                ax.set_xticklabels([labels[i] for i in ticks], fontsize=6)
+                ax.set_yticklabels([labels[i] for i in ticks], fontsize=6)
+    fig.supxlabel("key position")
+    fig.supylabel("query position")
+    return fig

@@ -1,0 +1,174 @@
+"""Logit lens before and after each sub-layer: what would the model predict if it stopped here?
+
+The residual stream is read at every stage, in order
+
+    resid_pre.L   input of block L (the embeddings for L = 0)
+    resid_mid.L   after block L's attention, before its MLP (absent in attention-only models)
+    resid_post.L  output of block L (equal to resid_pre.L+1)
+
+and decoded exactly as the model decodes its last residual: the final norm (if any), then the unembedding. The
+norm's statistics are recomputed from the residual at that stage (`model.ln_final` applied to it). Reusing the
+final layer's cached scale for every stage, as `ActivationCache.apply_ln_to_stack` does by default, mis-scales
+early stages whose norm differs from the final one (TransformerLens issue 1076). The last stage therefore equals
+the model's logits exactly (tested).
+
+Comparing resid_mid.L with resid_post.L isolates what block L's MLP adds to the answer (the pre/post-FFN
+comparison of the permutation paper): a target whose probability jumps between the two is written by the MLP.
+
+Caveat: early residuals were never trained to be read by the unembedding; a low lens probability says the answer
+is not yet linearly decodable in the output basis, not that the information is absent.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from mechmem.plotting import plt
+
+
+def lens_stages(model: torch.nn.Module) -> list[tuple[str, str]]:
+    """(stage name, hook name) for every residual stage, in forward order."""
+    out = []
+    for layer in range(model.cfg.n_layers):
+        out.append((f"resid_pre.{layer}", f"blocks.{layer}.hook_resid_pre"))
+        if not model.cfg.attn_only:
+            out.append((f"resid_mid.{layer}", f"blocks.{layer}.hook_resid_mid"))
+        out.append((f"resid_post.{layer}", f"blocks.{layer}.hook_resid_post"))
+    return out
+
+
+def decode_residual(
+    model: torch.nn.Module, resid: Float[Tensor, "batch pos d_model"]
+) -> Float[Tensor, "batch pos d_vocab_out"]:
+    """Logits of a residual stream read as if it were the last one: final norm (recomputed), then unembedding."""
+    if model.cfg.normalization_type is not None:
+        resid = model.ln_final(resid)
+    return model.unembed(resid)
+
+
+@dataclass
+class LogitLensResult:
+    """Target probability and rank (1 = top) per stage, sequence and position, plus the top-k tokens."""
+
+    stages: tuple[str, ...]
+    target_prob: Float[Tensor, "stage batch pos"]
+    target_rank: Int[Tensor, "stage batch pos"]
+    top_tokens: Int[Tensor, "stage batch pos k"]
+    top_probs: Float[Tensor, "stage batch pos k"]
+    mask: Float[Tensor, "batch pos"]
+
+    def __post_init__(self) -> None:
+        shape = (len(self.stages), *self.mask.shape)
+        for name in ("target_prob", "target_rank"):
+            if tuple(getattr(self, name).shape) != shape:
+                raise ValueError(f"{name} must be [stage batch pos] = {shape}, got {tuple(getattr(self, name).shape)}")
+        for name in ("top_tokens", "top_probs"):
+            if tuple(getattr(self, name).shape[:3]) != shape:
+                raise ValueError(f"{name} must be [stage batch pos k], got {tuple(getattr(self, name).shape)}")
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per stage, over the masked positions: mean target probability, mean rank and top-1 accuracy."""
+        w = self.mask.double()
+        total = w.sum().clamp_min(1.0)
+        out = {}
+        for i, stage in enumerate(self.stages):
+            out[stage] = {
+                "target_prob": float((self.target_prob[i].double() * w).sum() / total),
+                "target_rank": float((self.target_rank[i].double() * w).sum() / total),
+                "top1_acc": float(((self.target_rank[i] == 1).double() * w).sum() / total),
+            }
+        return out
+
+    def by_position(self) -> dict[str, Tensor]:
+        """Mean target probability and rank per [stage pos] over the batch (NaN where no position counts)."""
+        w = self.mask.double()
+        count = w.sum(0)
+        prob = (self.target_prob.double() * w).sum(1) / count
+        rank = (self.target_rank.double() * w).sum(1) / count
+        return {"target_prob": prob.float(), "target_rank": rank.float()}
+
+    def to_dict(self, *, example: int = 0) -> dict[str, Any]:
+        def clean(values: list[float]) -> list[float | None]:
+            return [None if v != v else v for v in values]
+
+        per_pos = self.by_position()
+        summary = self.summary()
+        stages = {}
+        for i, stage in enumerate(self.stages):
+            stages[stage] = {
+                **summary[stage],
+                "target_prob_by_pos": clean(per_pos["target_prob"][i].tolist()),
+                "target_rank_by_pos": clean(per_pos["target_rank"][i].tolist()),
+                "example_top_tokens": self.top_tokens[i, example].tolist(),
+                "example_top_probs": self.top_probs[i, example].tolist(),
+            }
+        return {
+            "metric": "probability and rank (1 = top) of the target token, mean over the masked positions",
+            "axes": {"stages": ["stage"], "by_pos": ["stage", "pos"], "example_top": ["pos", "k"]},
+            "stage_order": list(self.stages),
+            "stages": stages,
+        }
+
+
+@torch.no_grad()
+def logit_lens(
+    model: torch.nn.Module,
+    tokens: Int[Tensor, "batch pos"],
+    targets: Int[Tensor, "batch pos"],
+    mask: Float[Tensor, "batch pos"] | None = None,
+    *,
+    k: int = 5,
+) -> LogitLensResult:
+    """Decode every residual stage and score the targets.
+
+    Args:
+        model: a HookedTransformer.
+        tokens: inputs.
+        targets: the token each position should predict.
+        mask: which positions count in summaries (default: all).
+        k: number of top tokens kept per stage and position.
+    """
+    stages = lens_stages(model)
+    tokens = tokens.to(model.cfg.device)
+    targets = targets.to(model.cfg.device)
+    wanted = {hook for _, hook in stages}
+    _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in wanted)
+    probs_t, ranks, top_t, top_p = [], [], [], []
+    for _, hook in stages:
+        logits = decode_residual(model, cache[hook]).float()
+        target_logit = logits.gather(-1, targets.unsqueeze(-1))
+        ranks.append((logits > target_logit).sum(-1) + 1)
+        probs = logits.softmax(-1)
+        probs_t.append(probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1))
+        p, t = probs.topk(min(k, probs.shape[-1]), dim=-1)
+        top_p.append(p)
+        top_t.append(t)
+    mask = torch.ones(tokens.shape) if mask is None else mask
+    return LogitLensResult(
+        tuple(name for name, _ in stages),
+        torch.stack(probs_t).cpu(),
+        torch.stack(ranks).cpu(),
+        torch.stack(top_t).cpu(),
+        torch.stack(top_p).cpu(),
+        mask.float().cpu(),
+    )
+
+
+def plot_logit_lens(result: LogitLensResult) -> Any:
+    """Left: mean target probability per stage and position. Right: mean over masked positions per stage."""
+    per_pos = result.by_position()["target_prob"].numpy()
+    summary = result.summary()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.35 * len(result.stages) + 2))
+    im = left.imshow(per_pos, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    left.set(yticks=range(len(result.stages)), yticklabels=result.stages, xlabel="position",
+             title="target probability by position")
+    fig.colorbar(im, ax=left, shrink=0.8)
+    y = range(len(result.stages))
+    right.barh(list(y), [summary[s]["target_prob"] for s in result.stages], color="tab:blue")
+    right.set(yticks=list(y), yticklabels=result.stages, xlim=(0, 1), xlabel="mean target probability",
+              title="pre/post-FFN logit lens")
+    right.invert_yaxis()
+    return fig

@@ -1,0 +1,119 @@
+"""Hand-set models with a known circuit, for tests and demos of the analysis toolkit.
+
+`planted_induction_model` builds a 2-layer attention-only transformer whose weights are written by hand so that
+one head is a previous-token head and one head is an induction head, among distractor heads with other attention
+patterns. The residual stream is split into four orthogonal blocks of one-hot coordinates:
+
+    TOK  [0, V)            the current token (W_E is the identity into this block)
+    POS  [V, V+T)          the position (W_pos is the identity into this block)
+    PREV [V+T, 2V+T)       the previous token, written by the previous-token head
+    OUT  [2V+T, 3V+T)      the predicted token, written by the induction head; W_U reads only this block
+
+Layer 0: head 0 attends to itself, head 1 to the first position, head 2 (the previous-token head) to position
+t-1 and copies that token into PREV. Layer 1: head 0 attends uniformly, head 1 (the induction head) matches its
+current token (TOK) against the keys' PREV block, i.e. attends to the position after an earlier occurrence of the
+current token, and copies that position's token into OUT (position 0, which has no previous token, is
+scored down); head 2 attends to itself. Distractor heads have a zero OV
+circuit, so ablating them changes nothing. On a repeated random sequence [r, r] the model predicts the second half
+perfectly.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from mechmem.models.adapter import TransformerConfig, build_transformer
+
+PREVIOUS_TOKEN_HEAD = (0, 2)
+"""(layer, head) of the planted previous-token head."""
+INDUCTION_HEAD = (1, 1)
+"""(layer, head) of the planted induction head."""
+
+
+@dataclass(frozen=True)
+class PlantedLayout:
+    """Where each block of the planted model's residual stream lives."""
+
+    d_vocab: int
+    """V: number of tokens."""
+    n_ctx: int
+    """T: number of positions."""
+
+    @property
+    def tok(self) -> slice:
+        return slice(0, self.d_vocab)
+
+    @property
+    def pos(self) -> slice:
+        return slice(self.d_vocab, self.d_vocab + self.n_ctx)
+
+    @property
+    def prev(self) -> slice:
+        return slice(self.d_vocab + self.n_ctx, 2 * self.d_vocab + self.n_ctx)
+
+    @property
+    def out(self) -> slice:
+        return slice(2 * self.d_vocab + self.n_ctx, 3 * self.d_vocab + self.n_ctx)
+
+    @property
+    def d_model(self) -> int:
+        return 3 * self.d_vocab + self.n_ctx
+
+    @property
+    def d_head(self) -> int:
+        return max(self.d_vocab + 1, self.n_ctx)
+
+
+def planted_config(d_vocab: int = 12, n_ctx: int = 24) -> TransformerConfig:
+    """The `TransformerConfig` of the planted model (so it can be checkpointed like any mechmem model)."""
+    layout = PlantedLayout(d_vocab, n_ctx)
+    return TransformerConfig(
+        n_layers=2, d_model=layout.d_model, n_heads=3, d_head=layout.d_head, d_vocab=d_vocab, n_ctx=n_ctx
+    )
+
+
+def planted_induction_model(d_vocab: int = 12, n_ctx: int = 24, *, strength: float = 10.0) -> torch.nn.Module:
+    """A `HookedTransformer` with a planted previous-token head (L0H2) and induction head (L1H1).
+
+    Args:
+        d_vocab: number of tokens V.
+        n_ctx: number of positions T.
+        strength: scale of the query and key maps (the attention logit of a match is strength^2 / sqrt(d_head))
+            and of the unembedding (the logit of a copied token).
+    """
+    layout = PlantedLayout(d_vocab, n_ctx)
+    model = build_transformer(planted_config(d_vocab, n_ctx), generator=torch.Generator().manual_seed(0))
+    eye_v, eye_t = torch.eye(d_vocab), torch.eye(n_ctx)
+    c = strength
+    with torch.no_grad():
+        for param in model.parameters():
+            param.zero_()
+        model.embed.W_E[:, layout.tok] = eye_v
+        model.pos_embed.W_pos[:, layout.pos] = eye_t
+        model.unembed.W_U[layout.out, :] = c * eye_v
+        a0, a1 = model.blocks[0].attn, model.blocks[1].attn
+        # L0H0: attend to self (query position t matches key position t).
+        a0.W_Q[0, layout.pos, :n_ctx] = c * eye_t
+        a0.W_K[0, layout.pos, :n_ctx] = c * eye_t
+        # L0H1: attend to the first position (every query matches key position 0 only).
+        a0.W_Q[1, layout.pos, 0] = c
+        a0.W_K[1, layout.pos.start, 0] = c
+        # L0H2: previous-token head; query t matches key s when s + 1 == t; copies TOK into PREV.
+        a0.W_Q[2, layout.pos, :n_ctx] = c * eye_t
+        a0.W_K[2, layout.pos.start : layout.pos.stop - 1, 1:n_ctx] = c * eye_t[:-1, :-1]
+        a0.W_V[2, layout.tok, :d_vocab] = eye_v
+        a0.W_O[2, :d_vocab, layout.prev] = eye_v
+        # L1H0: zero QK, i.e. uniform attention over the causal prefix.
+        # L1H1: induction head; current token (TOK) against the key's previous token (PREV); copies TOK into OUT.
+        a1.W_Q[1, layout.tok, :d_vocab] = c * eye_v
+        a1.W_K[1, layout.prev, :d_vocab] = c * eye_v
+        # Position 0 has no previous token (its PREV block holds its own token): every query scores it -c^2.
+        a1.W_Q[1, layout.tok, d_vocab] = c
+        a1.W_K[1, layout.pos.start, d_vocab] = -c
+        a1.W_V[1, layout.tok, :d_vocab] = eye_v
+        a1.W_O[1, :d_vocab, layout.out] = eye_v
+        # L1H2: attend to self.
+        a1.W_Q[2, layout.pos, :n_ctx] = c * eye_t
+        a1.W_K[2, layout.pos, :n_ctx] = c * eye_t
+    return model
+
