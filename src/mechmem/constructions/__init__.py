@@ -1,0 +1,22 @@
+"""Hand-coded memorisation in the fact-challenge model of Linsefors & Bushnaq.
+
+`model` (the hookable two-embedding ReLU model, registered as "challenge_mlp"), `assignment` and `published`
+(their construction), `appendix_a` (the d_mlp = n_in + 1 lookup table), `keyvalue` (our challenge entry),
+`training` (the four modes), `capacity` (binary search, fits), `experiments` and `report`.
+"""
+
+from mechmem.constructions.appendix_a import appendix_a
+from mechmem.constructions.assignment import assign_neurons, max_overlap
+from mechmem.constructions.keyvalue import keyvalue_construction
+from mechmem.constructions.model import ChallengeConfig, ChallengeMLP
+from mechmem.constructions.published import published_construction
+
+__all__ = [
+    "ChallengeConfig",
+    "ChallengeMLP",
+    "appendix_a",
+    "assign_neurons",
+    "keyvalue_construction",
+    "max_overlap",
+    "published_construction",
+]
