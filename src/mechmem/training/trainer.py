@@ -141,6 +141,7 @@ def train(
         hold_steps.extend([until] * len(hits))
 
     start = 0
+    recent: list[float] = []
     history: list[dict[str, Any]] = []
     if resume:
         if out is None:
@@ -156,6 +157,7 @@ def train(
         optimizer.load_state_dict(state["optimizer"])
         data_gen.set_state(state["data_rng"])
         start = int(state["step"])
+        recent = [float(x) for x in state.get("recent_losses", [])]
         history = _truncate_metrics(out / "metrics.jsonl", start)
     elif out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -175,6 +177,7 @@ def train(
                     "step": step,
                     "optimizer": optimizer.state_dict(),
                     "data_rng": data_gen.get_state(),
+                    "recent_losses": list(recent),
                 }
             },
         )
@@ -190,7 +193,6 @@ def train(
         return record
 
     t0 = time.perf_counter()
-    recent: list[float] = []
     model.train()
     bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc=f"train {task.name}", leave=False)
     for step in range(start, cfg.steps):
