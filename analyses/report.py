@@ -1,0 +1,50 @@
+"""Write an automated circuit report for a checkpoint: report.md, a self-contained report.html and report.json.
+
+    python analyses/train.py permutation --preset task2-quick --out runs/task2    # about 2 minutes on CPU
+    python analyses/report.py runs/task2/ckpt.pt --out runs/task2/report         # about 10 seconds on CPU
+
+Runs the analyses that fit the checkpoint's task and architecture (head detection, elimination/recall roles,
+MLP direct effects, OV memory probes, ablation, patching, closeness to the task's optimum), names each head's role
+from the measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
+"""
+
+import argparse
+
+from mechmem.cli import add_analysis_args, load_for_analysis, print_table, run_script
+from mechmem.report import build_report, write_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_analysis_args(parser, n_samples=512)
+    parser.add_argument("--title", default=None, help="report title (default: the run directory's name)")
+    args = parser.parse_args(argv)
+    ckpt, out = load_for_analysis(args)
+    if args.out is None:
+        out = out / "report"
+    title = args.title or f"{ckpt.path.parent.name}: {ckpt.task_name}"
+    meta = {
+        "checkpoint": str(ckpt.path),
+        "task": f"{ckpt.task_name} {ckpt.task_config}",
+        "model": type(ckpt.model).__name__,
+        "versions": ", ".join(f"{k} {v}" for k, v in ckpt.versions.items()),
+        "seed / samples": f"{args.seed} / {args.n_samples}",
+    }
+    report = build_report(ckpt.model, ckpt.task, title=title, meta=meta, n_samples=args.n_samples, seed=args.seed)
+    paths = write_report(report, out)
+    circuit = report.section("circuit")
+    rows = [[h["layer"], h["head"], h["role"]] for h in circuit.findings["heads"]]
+    if rows:
+        print_table(rows, ["layer", "head", "role"])
+    print(f"circuit: {circuit.findings['summary']}")
+    if report.headline:
+        print(f"headline: {report.headline}")
+    skipped = [f"{s.key} ({s.skipped})" for s in report.sections if s.skipped]
+    if skipped:
+        print("skipped: " + "; ".join(skipped))
+    print(f"wrote {paths['md']}, {paths['html']} and {paths['json']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_script(main))

@@ -1,0 +1,199 @@
+"""The report as data, and its three writers: markdown, self-contained html, and json.
+
+A `Report` is a title, a headline and a list of `Section`s. Each section holds findings in words (`lines`),
+tables, PNG figures and a JSON-able `findings` dict; a section that does not apply says why in `skipped`.
+The markdown and html are rendered from the same structure, so they always agree; the html embeds every figure
+as a base64 `data:` URI and loads nothing from anywhere else, so it opens offline from any folder.
+"""
+
+import base64
+import html
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mechmem.cli import write_json
+
+
+@dataclass
+class Table:
+    """A small table: a header row and rows of cells (numbers are formatted with `floatfmt`)."""
+
+    headers: list[str]
+    rows: list[list[Any]]
+    caption: str = ""
+    floatfmt: str = ".3f"
+
+    def __post_init__(self) -> None:
+        for row in self.rows:
+            if len(row) != len(self.headers):
+                raise ValueError(f"row {row!r} has {len(row)} cells, the table has {len(self.headers)} columns")
+
+    def cells(self) -> list[list[str]]:
+        def fmt(v: Any) -> str:
+            return format(v, self.floatfmt) if isinstance(v, float) else str(v)
+
+        return [[fmt(v) for v in row] for row in self.rows]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"caption": self.caption, "headers": self.headers, "rows": self.rows}
+
+
+@dataclass
+class Section:
+    """One analysis in the report. `skipped` holds the reason when the analysis does not apply."""
+
+    key: str
+    title: str
+    lines: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    figures: dict[str, bytes] = field(default_factory=dict)
+    findings: dict[str, Any] = field(default_factory=dict)
+    skipped: str | None = None
+
+    def add_figure(self, name: str, fig: Any) -> None:
+        """Store a matplotlib figure as PNG bytes (and close it)."""
+        from mechmem.plotting import plt
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+        plt.close(fig)
+        self.figures[name] = buf.getvalue()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "title": self.title,
+            "skipped": self.skipped,
+            "summary": self.lines,
+            "findings": self.findings,
+            "tables": [t.to_dict() for t in self.tables],
+            "figures": sorted(self.figures),
+        }
+
+
+@dataclass
+class Report:
+    """A circuit report: what was analysed, the headline, and one section per analysis."""
+
+    title: str
+    headline: str
+    meta: dict[str, Any]
+    sections: list[Section]
+
+    def section(self, key: str) -> Section:
+        for s in self.sections:
+            if s.key == key:
+                return s
+        raise KeyError(key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "headline": self.headline,
+            "meta": self.meta,
+            "sections": {s.key: s.to_dict() for s in self.sections},
+        }
+
+
+def to_markdown(report: Report, *, figure_dir: str | None = "figures") -> str:
+    """Markdown with figures linked from `figure_dir` (None leaves them out)."""
+    out = [f"# {report.title}", "", f"**{report.headline}**" if report.headline else "", ""]
+    out += [f"- {k}: {v}" for k, v in report.meta.items()] + [""]
+    for s in report.sections:
+        out += [f"## {s.title}", ""]
+        if s.skipped:
+            out += [f"_Skipped: {s.skipped}_", ""]
+            continue
+        out += [f"- {line}" for line in s.lines] + ([""] if s.lines else [])
+        for t in s.tables:
+            if t.caption:
+                out += [t.caption, ""]
+            out += ["| " + " | ".join(t.headers) + " |", "|" + "---|" * len(t.headers)]
+            out += ["| " + " | ".join(row) + " |" for row in t.cells()] + [""]
+        if figure_dir is not None:
+            out += [f"![{name}]({figure_dir}/{s.key}-{name}.png)" for name in s.figures] + [""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+_CSS = (
+    "body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}"
+    "table{border-collapse:collapse;margin:.5em 0 1em}td,th{border:1px solid #bbb;padding:2px 8px;text-align:right}"
+    "th{background:#eee}caption{text-align:left;font-style:italic}img{max-width:100%}"
+    ".skip{color:#777;font-style:italic}.headline{font-size:1.1em;font-weight:bold}"
+)
+
+
+def to_html(report: Report) -> str:
+    """One self-contained html page: inline CSS, figures as base64 data URIs, no scripts, no links out."""
+    e = html.escape
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{e(report.title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{e(report.title)}</h1>",
+        f'<p class="headline">{e(report.headline)}</p>',
+        "<ul>" + "".join(f"<li>{e(str(k))}: {e(str(v))}</li>" for k, v in report.meta.items()) + "</ul>",
+    ]
+    for s in report.sections:
+        parts.append(f'<h2 id="{e(s.key)}">{e(s.title)}</h2>')
+        if s.skipped:
+            parts.append(f'<p class="skip">Skipped: {e(s.skipped)}</p>')
+            continue
+        if s.lines:
+            parts.append("<ul>" + "".join(f"<li>{e(line)}</li>" for line in s.lines) + "</ul>")
+        for t in s.tables:
+            head = "".join(f"<th>{e(h)}</th>" for h in t.headers)
+            body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in t.cells())
+            caption = f"<caption>{e(t.caption)}</caption>" if t.caption else ""
+            parts.append(f"<table>{caption}<tr>{head}</tr>{body}</table>")
+        for name, png in s.figures.items():
+            data = base64.b64encode(png).decode("ascii")
+            parts.append(f'<figure><img alt="{e(name)}" src="data:image/png;base64,{data}"></figure>')
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
+    """Write report.md (+ figures/*.png), report.html and report.json into `out_dir`; returns their paths."""
+    out = Path(out_dir)
+    figures = out / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    for s in report.sections:
+        for name, png in s.figures.items():
+            (figures / f"{s.key}-{name}.png").write_bytes(png)
+    paths = {"md": out / "report.md", "html": out / "report.html", "json": out / "report.json"}
+    paths["md"].write_text(to_markdown(report))
+    paths["html"].write_text(to_html(report))
+    write_json(paths["json"], json.loads(json.dumps(report.to_dict(), default=_jsonable)))
+    return paths
+
+
+def _jsonable(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    return str(obj)
+
+
+def write_index(entries: list[dict[str, str]], path: str | Path, *, title: str = "mechmem demo reports") -> Path:
+    """An html index linking each report: entries hold "name", "href" (relative), "headline" and "roles"."""
+    e = html.escape
+    rows = "".join(
+        f'<tr><td style="text-align:left"><a href="{e(x["href"])}">{e(x["name"])}</a></td>'
+        f'<td style="text-align:left">{e(x.get("headline", ""))}</td>'
+        f'<td style="text-align:left">{e(x.get("roles", ""))}</td></tr>'
+        for x in entries
+    )
+    page = (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
+        f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>"
+        f"<table><tr><th>model</th><th>headline</th><th>circuit</th></tr>{rows}</table></body></html>\n"
+    )
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page)
+    return path

@@ -1,0 +1,152 @@
+"""Circuit reports name exactly the planted roles, none on a random model, and write self-contained html."""
+
+import json
+import re
+
+import pytest
+import torch
+
+from mechmem.report import RoleThresholds, build_report, name_head_roles, to_html, write_report
+
+
+def roles_of(report):
+    return {(h["layer"], h["head"]): h["role"] for h in report.section("circuit").findings["heads"]}
+
+
+@pytest.fixture(scope="module")
+def induction_report():
+    from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
+
+    report = build_report(planted_induction_model(), None, title="planted induction", n_samples=64)
+    return report, {PREVIOUS_TOKEN_HEAD: "previous-token", INDUCTION_HEAD: "induction"}
+
+
+@pytest.fixture(scope="module")
+def permutation_task():
+    from mechmem.tasks import build_task
+
+    return build_task("permutation", {"repeat_ratio": 0.3})
+
+
+@pytest.fixture(scope="module")
+def pair_report(permutation_task):
+    from mechmem.report import planted
+
+    model = planted.planted_permutation_model()
+    report = build_report(model, permutation_task, title="planted elimination/recall", n_samples=128)
+    expected = {planted.PREVIOUS_TOKEN_HEAD: "previous-token", planted.ELIMINATION_HEAD: "elimination",
+                planted.RECALL_HEAD: "recall"}
+    return report, expected
+
+
+@pytest.fixture(scope="module")
+def random_report(permutation_task):
+    from mechmem.models import build_model
+    from mechmem.tasks import get_preset
+
+    model = build_model(get_preset("permutation", "task2-quick").model, generator=torch.Generator().manual_seed(3))
+    model.eval()
+    return build_report(model, permutation_task, title="random init", n_samples=128)
+
+
+def test_planted_induction_roles_named_exactly(induction_report):
+    report, expected = induction_report
+    got = {head: role for head, role in roles_of(report).items() if role != "none"}
+    assert got == expected
+    assert report.section("optimum").skipped  # a bare model has no task
+
+
+def test_planted_elimination_recall_roles_named_exactly(pair_report):
+    report, expected = pair_report
+    got = {head: role for head, role in roles_of(report).items() if role != "none"}
+    assert got == expected
+    # The planted model answers the final step perfectly, by elimination and by recall.
+    metrics = report.section("optimum").findings["metrics"]
+    assert metrics["test_final_acc"] == pytest.approx(1.0)
+    assert metrics["probe_recall_p"] > 0.99
+
+
+def test_random_model_names_no_roles(random_report):
+    assert set(roles_of(random_report).values()) == {"none"}
+    assert random_report.section("mlp").findings["role"] == "none"
+    assert "no head roles" in random_report.section("circuit").findings["summary"]
+
+
+def test_roles_follow_the_thresholds():
+    scores = {"previous_token": torch.tensor([[0.49, 0.51]]), "induction": torch.tensor([[0.0, 0.7]])}
+    roles = name_head_roles(scores, RoleThresholds(attention=0.5))
+    assert [r.role for r in roles] == ["none", "induction"]  # the highest passing pattern names the role
+    assert [r.role for r in name_head_roles(scores, RoleThresholds(attention=0.8))] == ["none", "none"]
+
+
+def test_task_roles_take_precedence_and_need_attention():
+    ev = {
+        "induction": torch.tensor([[0.9, 0.0, 0.0]]),
+        "recall_damage": torch.tensor([[0.8, 0.8, 0.0]]),
+        "elimination_damage": torch.tensor([[0.0, 0.0, 0.0]]),
+        "attention_match_bound": torch.tensor([[0.9, 0.1, 0.0]]),
+        "attention_used_y": torch.tensor([[0.0, 0.9, 0.0]]),
+    }
+    roles = name_head_roles(ev)
+    assert [r.role for r in roles] == ["recall", "none", "none"]
+    assert any("induction" in note for note in roles[0].notes)
+
+
+def test_task_labels_agree_with_the_role_classifier():
+    from mechmem.analysis.roles import RoleEvidence, classify_roles
+    from mechmem.analysis.roles import RoleThresholds as ClassifierThresholds
+
+    gen = torch.Generator().manual_seed(0)
+    rec, eli = torch.rand(4, 6, generator=gen) * 0.5, torch.rand(4, 6, generator=gen) * 0.5
+    t = RoleThresholds()
+    labels = classify_roles(RoleEvidence(rec, eli), ClassifierThresholds(t.ablation_drop, t.ablation_margin)).labels
+    ours = name_head_roles({"recall_damage": rec, "elimination_damage": eli,
+                            "attention_match_bound": torch.ones(4, 6), "attention_used_y": torch.ones(4, 6)}, t)
+    for r in ours:
+        want = labels[r.layer][r.head]
+        assert r.role == (want if want in ("recall", "elimination") else "none")
+
+
+def test_sections_skip_with_a_reason(induction_report):
+    report, _ = induction_report
+    for key in ("optimum", "task_roles", "mlp", "ablation", "patching"):
+        assert report.section(key).skipped and "task" in report.section(key).skipped
+
+
+def test_written_report_is_self_contained(pair_report, tmp_path):
+    report, _ = pair_report
+    paths = write_report(report, tmp_path)
+    page = paths["html"].read_text()
+    assert "<img" in page and page.count('src="data:image/png;base64,') == page.count("<img")
+    # Nothing is loaded from outside: no scripts, stylesheets links or URLs of any scheme outside data: URIs.
+    text = re.sub(r'src="data:image/png;base64,[A-Za-z0-9+/=]+"', "", page)
+    assert not re.search(r"(https?:|ftp:|file:|//[a-z])", text, re.I)
+    assert "<script" not in page.lower() and "<link" not in page.lower() and "@import" not in page
+    assert re.findall(r'(?:src|href)="([^"]*)"', text) == []
+    data = json.loads(paths["json"].read_text())
+    assert data["sections"]["circuit"]["findings"]["thresholds"] == RoleThresholds().to_dict()
+    roles = {(h["layer"], h["head"]): h["role"] for h in data["sections"]["circuit"]["findings"]["heads"]}
+    assert roles == roles_of(report)
+    md = paths["md"].read_text()
+    assert "elimination" in md and "recall" in md
+    for line in md.splitlines():
+        if line.startswith("!["):
+            assert (tmp_path / line.split("(")[1].rstrip(")")).exists()
+
+
+def test_html_escapes_text(pair_report):
+    report, _ = pair_report
+    report.meta["evil"] = "<script>alert(1)</script>"
+    try:
+        assert "<script>" not in to_html(report)
+    finally:
+        del report.meta["evil"]
+
+
+def test_no_hooks_left_behind(permutation_task):
+    from mechmem.report import planted
+
+    model = planted.planted_permutation_model()
+    build_report(model, permutation_task, n_samples=32)
+    for hp in model.hook_dict.values():
+        assert not hp.fwd_hooks and not hp.bwd_hooks
