@@ -229,7 +229,8 @@ class PermutationTask(Task):
 def answer_stats(logits: Float[Tensor, "batch pos d_vocab"], batch: Batch, vocab_size: int) -> dict[str, Tensor]:
     """Accuracy, mass on already-used answers and Bayes error at each answer step.
 
-    Bayes error: for each answer position, |p_model(t) - p_bayes(t)| over all d_vocab tokens t; `bayes_mae` is the
+    Used mass: probability the model puts on y values the posterior rules out (already used, and not a recalled
+    answer), averaged over sequences per step; `test_used_mass_max` is its maximum over steps. Bayes error: for each answer position, |p_model(t) - p_bayes(t)| over all d_vocab tokens t; `bayes_mae` is the
     mean over sequences, steps and tokens, `bayes_max_err` the maximum.
     """
     probs = logits[:, 0::2].float().softmax(-1)
@@ -243,10 +244,10 @@ def answer_stats(logits: Float[Tensor, "batch pos d_vocab"], batch: Batch, vocab
     err = (probs - post).abs()
     return {
         "step_acc": acc,
-        "step_used_mass_max": used_mass.max(0).values,
+        "step_used_mass": used_mass.mean(0),
         "step_bayes_mae": err.mean((0, 2)),
         "test_final_acc": acc[-1],
-        "test_used_mass_max": used_mass.max(),
+        "test_used_mass_max": used_mass.mean(0).max(),
         "bayes_mae": err.mean(),
         "bayes_max_err": err.max(),
     }
