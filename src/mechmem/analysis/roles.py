@@ -1,0 +1,191 @@
+"""Head roles from measured evidence: which head eliminates and which recalls.
+
+Technique. Sequences are split into two groups by what answering them needs: a *recall* group (the answer is
+bound to an earlier occurrence of the query, e.g. a repeated x whose y was shown before) and an *elimination*
+group (the answer is whatever has not been used yet). For every head we measure
+
+    ablation damage  drop in mean p(correct answer) at the answer position when the head's output is replaced by
+                     its mean over all sequences (mean ablation), separately on each group;
+    attention mass   from the answer query onto named key sets, e.g. "bound" (the y that followed the matching
+                     x), "match" (the matching x itself) and "used" (all earlier y's).
+
+A head is labelled from the ablation damage, the causal evidence: "recall" when it damages the recall group by at
+least `min_damage` and by `margin` more than the elimination group, "elimination" for the mirror case, "shared"
+when both groups lose at least `min_damage` without a clear winner, and "unused" otherwise. The attention numbers
+are reported next to the labels as a cross-check (an elimination head should spread its mass over the used keys).
+
+Intuition: heads are symmetric at initialisation, so which head takes which job is decided by the seed; labels
+have to come from measured behaviour, not from the head index. Caveats: mean ablation removes the head's
+sequence-specific information but keeps its average output, so a head the rest of the network compensates for
+looks unimportant; damage is measured on the given sequences only.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+ROLES = ("recall", "elimination", "shared", "unused")
+
+
+@dataclass(frozen=True)
+class RoleThresholds:
+    """Decision thresholds of the head-role classifier, in units of p(correct answer)."""
+
+    min_damage: float = 0.1
+    """Ablation must lower mean p(correct) by at least this much on a group for the head to matter there."""
+    margin: float = 0.1
+    """A single role needs its group's damage to exceed the other group's damage by at least this much."""
+
+    def to_dict(self) -> dict[str, float]:
+        return {"min_damage": self.min_damage, "margin": self.margin}
+
+
+@dataclass
+class RoleEvidence:
+    """Measured evidence per head: ablation damage on each group and attention mass on named key sets."""
+
+    damage_recall: Float[Tensor, "layer head"]
+    """Drop of mean p(correct) on the recall group when the head is mean-ablated."""
+    damage_elimination: Float[Tensor, "layer head"]
+    """Drop of mean p(correct) on the elimination group when the head is mean-ablated."""
+    attention: dict[str, Float[Tensor, "layer head"]] = field(default_factory=dict)
+    """Mean attention from the answer query onto each named key set (averaged over the recall group)."""
+    baseline_recall: float = float("nan")
+    """Mean p(correct) on the recall group without ablation."""
+    baseline_elimination: float = float("nan")
+    """Mean p(correct) on the elimination group without ablation."""
+
+    def __post_init__(self) -> None:
+        shape = self.damage_recall.shape
+        if self.damage_recall.ndim != 2 or self.damage_elimination.shape != shape:
+            raise ValueError("damage_recall and damage_elimination must share the shape [layer head]")
+        for name, mass in self.attention.items():
+            if mass.shape != shape:
+                raise ValueError(f"attention[{name!r}] has shape {tuple(mass.shape)}, expected {tuple(shape)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "axes": ["layer", "head"],
+            "damage_recall": self.damage_recall.tolist(),
+            "damage_elimination": self.damage_elimination.tolist(),
+            "attention": {k: v.tolist() for k, v in self.attention.items()},
+            "baseline_recall": self.baseline_recall,
+            "baseline_elimination": self.baseline_elimination,
+        }
+
+
+@dataclass
+class RoleResult:
+    """Role label of every head, with the evidence and thresholds that produced it."""
+
+    labels: list[list[str]]
+    """labels[layer][head], one of ROLES."""
+    evidence: RoleEvidence
+    thresholds: RoleThresholds
+
+    def __post_init__(self) -> None:
+        n_layers, n_heads = self.evidence.damage_recall.shape
+        if len(self.labels) != n_layers or any(len(row) != n_heads for row in self.labels):
+            raise ValueError("labels must be [layer][head] like the evidence")
+        if any(label not in ROLES for row in self.labels for label in row):
+            raise ValueError(f"labels must be among {ROLES}")
+
+    def heads_with(self, role: str) -> list[tuple[int, int]]:
+        """(layer, head) of every head carrying `role`."""
+        return [(l, h) for l, row in enumerate(self.labels) for h, label in enumerate(row) if label == role]
+
+    @property
+    def split_found(self) -> bool:
+        """True when exactly one head recalls and exactly one eliminates."""
+        return len(self.heads_with("recall")) == 1 and len(self.heads_with("elimination")) == 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"labels": self.labels, "evidence": self.evidence.to_dict(), "thresholds": self.thresholds.to_dict()}
+
+
+def classify_roles(evidence: RoleEvidence, thresholds: RoleThresholds = RoleThresholds()) -> RoleResult:
+    """Label every head from its ablation damage on the recall and elimination groups (rule in module docstring)."""
+    labels: list[list[str]] = []
+    for rec_row, eli_row in zip(evidence.damage_recall.tolist(), evidence.damage_elimination.tolist()):
+        row = []
+        for rec, eli in zip(rec_row, eli_row):
+            if rec >= thresholds.min_damage and rec - eli >= thresholds.margin:
+                row.append("recall")
+            elif eli >= thresholds.min_damage and eli - rec >= thresholds.margin:
+                row.append("elimination")
+            elif rec >= thresholds.min_damage and eli >= thresholds.min_damage:
+                row.append("shared")
+            else:
+                row.append("unused")
+        labels.append(row)
+    return RoleResult(labels, evidence, thresholds)
+
+
+def _p_correct(logits: Float[Tensor, "batch pos d_vocab"], pos: Tensor, target: Tensor) -> Tensor:
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    return logits[rows, pos].float().softmax(-1)[rows, target]
+
+
+@torch.no_grad()
+def measure_role_evidence(
+    model: Any,
+    tokens: Int[Tensor, "batch pos"],
+    answer_pos: Int[Tensor, " batch"],
+    targets: Int[Tensor, " batch"],
+    recall_group: Bool[Tensor, " batch"],
+    key_sets: Mapping[str, Bool[Tensor, "batch key_pos"]] | None = None,
+) -> RoleEvidence:
+    """Mean-ablate each head in turn and record the damage per group, plus attention mass on `key_sets`.
+
+    Args:
+        model: a HookedTransformer.
+        tokens: input sequences.
+        answer_pos: position whose prediction is scored, per sequence.
+        targets: the correct answer token, per sequence.
+        recall_group: True for sequences that need recall, False for those answered by elimination.
+        key_sets: named boolean masks over key positions; attention from `answer_pos` onto each set is averaged
+            over the recall group.
+    """
+    device = tokens.device
+    answer_pos, targets, recall_group = answer_pos.to(device), targets.to(device), recall_group.to(device)
+    if not recall_group.any() or recall_group.all():
+        raise ValueError("recall_group must contain both recall and elimination sequences")
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    names = [f"blocks.{l}.attn.hook_z" for l in range(n_layers)] + [
+        f"blocks.{l}.attn.hook_pattern" for l in range(n_layers)
+    ]
+    logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
+    base = _p_correct(logits, answer_pos, targets)
+    damage = torch.zeros(2, n_layers, n_heads)
+    for layer in range(n_layers):
+        mean_z = cache[f"blocks.{layer}.attn.hook_z"].mean(0, keepdim=True)
+        for head in range(n_heads):
+
+            def ablate(z: Tensor, hook: Any, head: int = head, mean_z: Tensor = mean_z) -> Tensor:
+                z[:, :, head] = mean_z[:, :, head]
+                return z
+
+            ablated = model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{layer}.attn.hook_z", ablate)])
+            drop = base - _p_correct(ablated, answer_pos, targets)
+            damage[0, layer, head] = drop[recall_group].mean()
+            damage[1, layer, head] = drop[~recall_group].mean()
+    attention: dict[str, Tensor] = {}
+    rows = torch.arange(tokens.shape[0], device=device)
+    for name, keys in (key_sets or {}).items():
+        mass = torch.zeros(n_layers, n_heads)
+        for layer in range(n_layers):
+            pattern = cache[f"blocks.{layer}.attn.hook_pattern"][rows, :, answer_pos]  # [batch head key_pos]
+            per_seq = (pattern * keys.to(device)[:, None, :].float()).sum(-1)
+            mass[layer] = per_seq[recall_group].mean(0).cpu()
+        attention[name] = mass
+    return RoleEvidence(
+        damage[0],
+        damage[1],
+        attention,
+        baseline_recall=float(base[recall_group].mean()),
+        baseline_elimination=float(base[~recall_group].mean()),
+    )
