@@ -25,13 +25,14 @@ def overlap_feasible(d_mlp: int, n_out: int, s: int) -> bool:
 
 
 def _score(conn: np.ndarray) -> tuple[int, int]:
+    """(excess pairwise overlap, sum of squared loads): both minimal for a balanced, overlap-<=1 code."""
     ov = conn.T @ conn
     np.fill_diagonal(ov, 0)
     loads = conn.sum(axis=1)
-    return int(np.maximum(ov - 1, 0).sum()) // 2, int(loads.max() - loads.min())
+    return int(np.maximum(ov - 1, 0).sum()) // 2, int((loads**2).sum())
 
 
-def assign_neurons(d_mlp: int, n_out: int, s: int, *, generator: torch.Generator, steps: int = 4000) -> Int[Tensor, "d_mlp n_out"]:
+def assign_neurons(d_mlp: int, n_out: int, s: int, *, generator: torch.Generator, steps: int = 8000) -> Int[Tensor, "d_mlp n_out"]:
     """A 0/1 matrix conn[neuron, label] with exactly `s` ones per label, balanced loads, small overlaps.
 
     Args:
@@ -59,19 +60,28 @@ def assign_neurons(d_mlp: int, n_out: int, s: int, *, generator: torch.Generator
             for j in chosen:
                 if i != j:
                     pair_used[i, j] += 1
-    best = _score(conn)
-    for _ in range(steps):
-        if best == (0, 0) or s == d_mlp:
+    loads = conn.sum(axis=1)
+    ov = conn.T @ conn
+    np.fill_diagonal(ov, 0)
+    for _ in range(steps if s < d_mlp else 0):
+        if loads.max() - loads.min() <= 1 and (ov.max(initial=0) <= 1 or not overlap_feasible(d_mlp, n_out, s)):
             break
         label = int(rng.integers(n_out))
-        out_n = int(rng.choice(np.flatnonzero(conn[:, label])))
-        in_n = int(rng.choice(np.flatnonzero(conn[:, label] == 0)))
-        conn[out_n, label], conn[in_n, label] = 0, 1
-        new = _score(conn)
-        if new <= best:
-            best = new
+        ones, zeros = np.flatnonzero(conn[:, label]), np.flatnonzero(conn[:, label] == 0)
+        if rng.random() < 0.5:  # targeted: move the label off its busiest neuron onto a least-busy one
+            out_n = int(ones[np.argmax(loads[ones] + rng.uniform(0, 0.5, ones.size))])
+            in_n = int(zeros[np.argmin(loads[zeros] + rng.uniform(0, 0.5, zeros.size))])
         else:
-            conn[out_n, label], conn[in_n, label] = 1, 0
+            out_n, in_n = int(rng.choice(ones)), int(rng.choice(zeros))
+        new_row = ov[label] + conn[in_n] - conn[out_n]
+        new_row[label] = 0
+        d_viol = int(np.maximum(new_row - 1, 0).sum() - np.maximum(ov[label] - 1, 0).sum())
+        d_load = 2 * (int(loads[in_n]) - int(loads[out_n]) + 1)
+        if d_viol < 0 or (d_viol == 0 and (d_load <= 0 or rng.random() < 0.05)):  # rare uphill load moves
+            conn[out_n, label], conn[in_n, label] = 0, 1
+            loads[out_n] -= 1
+            loads[in_n] += 1
+            ov[label], ov[:, label] = new_row, new_row
     return torch.from_numpy(conn)
 
 

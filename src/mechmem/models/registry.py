@@ -29,6 +29,10 @@ def _ensure_builtin() -> None:
         import mechmem.facts.models  # noqa: F401
     except ImportError:
         pass
+    try:
+        import mechmem.constructions.model  # noqa: F401
+    except ImportError:
+        pass
 
 
 def model_config_from_dict(data: dict[str, Any]) -> Any:

@@ -1,0 +1,241 @@
+"""The challenge model, the published construction, Appendix A, our key-value table and the capacity search."""
+
+import math
+
+import pytest
+import torch
+
+from mechmem.checkpoint import load_checkpoint, save_checkpoint
+from mechmem.constructions.appendix_a import appendix_a
+from mechmem.constructions.assignment import assign_neurons, max_overlap, overlap_feasible
+from mechmem.constructions.capacity import fixed_exponent_fit, free_exponent_fit, max_facts, memoised
+from mechmem.constructions.keyvalue import keyvalue_construction
+from mechmem.constructions.model import ChallengeConfig, ChallengeMLP
+from mechmem.constructions.published import published_construction, published_embeddings
+from mechmem.constructions.training import (
+    ChallengeTrainConfig,
+    hidden_activations,
+    stacked_accuracy,
+    train_full,
+    train_unembedding,
+)
+from mechmem.errors import MechmemError
+from mechmem.facts.data import generate_facts
+
+
+def naive_logits(E1, E2, U, inputs):
+    """One fact at a time, one neuron at a time."""
+    out = torch.zeros(len(inputs), U.shape[1])
+    for f, (a, b) in enumerate(inputs.tolist()):
+        for i in range(E1.shape[1]):
+            h = max(0.0, float(E1[a, i] + E2[b, i]))
+            out[f] += h * U[i]
+    return out
+
+
+def naive_accuracy(E1, E2, U, inputs, labels):
+    logits = naive_logits(E1, E2, U, inputs)
+    correct = 0
+    for row, y in zip(logits.tolist(), labels.tolist()):
+        correct += row.index(max(row)) == y  # first maximum, as torch.argmax
+    return correct / len(labels)
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def test_model_forward_matches_naive_loop_and_hooks():
+    cfg = ChallengeConfig(n_in=6, d_mlp=5, n_out=4, n_models=3)
+    model = ChallengeMLP(cfg, generator=torch.Generator().manual_seed(1))
+    inputs = torch.tensor([[0, 1], [5, 5], [3, 2]])
+    logits, cache = model.run_with_cache(inputs)
+    assert logits.shape == (3, 3, 4)
+    for m in range(3):
+        torch.testing.assert_close(logits[m], naive_logits(model.E1[m], model.E2[m], model.U[m], inputs))
+    assert set(cache.keys()) == {"hook_embed1", "hook_embed2", "mlp.hook_pre", "mlp.hook_post", "hook_logits"}
+    torch.testing.assert_close(cache["mlp.hook_post"], torch.relu(cache["hook_embed1"] + cache["hook_embed2"]))
+    assert all(not hp.fwd_hooks for hp in model.hook_dict.values())
+
+
+def test_checkpoint_round_trip(tmp_path):
+    cfg = ChallengeConfig(n_in=8, d_mlp=9, n_out=8, output_bias=True)
+    inputs, labels = generate_facts(64, 8, 8)
+    E1, E2, U, _ = appendix_a(inputs, labels, 8, 8)
+    model = ChallengeMLP(cfg).set_weights(E1[None, :, :9], E2[None, :, :9], U[None, :9], torch.arange(8.0)[None])
+    path = save_checkpoint(tmp_path / "ckpt.pt", model=model, model_config=cfg, task_name="facts",
+                           task_config={"n_facts": 64, "n_in": 8, "n_out": 8, "seed": 42})
+    ckpt = load_checkpoint(path)
+    assert ckpt.model_config == cfg and isinstance(ckpt.model, ChallengeMLP)
+    torch.testing.assert_close(ckpt.model(inputs), model(inputs))
+
+
+def test_bad_config_and_input_raise():
+    with pytest.raises(MechmemError):
+        ChallengeConfig(n_in=0, d_mlp=4, n_out=4)
+    with pytest.raises((MechmemError, TypeError)):  # jaxtyping's check fires first under pytest
+        ChallengeMLP(ChallengeConfig(4, 4, 4))(torch.zeros(3, 3, dtype=torch.long))
+
+
+# ----------------------------------------------------------------------------- published construction
+
+
+@pytest.mark.parametrize("d_mlp,n_out,s,strict", [(16, 16, 3, True), (16, 16, 4, True), (8, 8, 2, True),
+                                                   (32, 32, 5, False), (16, 16, 7, False), (8, 8, 8, False)])
+def test_assignment_invariants(d_mlp, n_out, s, strict):
+    conn = assign_neurons(d_mlp, n_out, s, generator=torch.Generator().manual_seed(0))
+    assert conn.shape == (d_mlp, n_out)
+    assert (conn.sum(0) == s).all()
+    loads = conn.sum(1)
+    # Strict cases are far from the pair-packing bound: perfectly balanced and overlap <= 1. Near or past the
+    # bound the local search may leave a load spread of 2 or an overlap of 2 (the authors' code also "ideally").
+    assert int(loads.max() - loads.min()) <= (1 if strict else 2)
+    assert overlap_feasible(d_mlp, n_out, s) or not strict
+    assert max_overlap(conn) <= (1 if strict else max(2, s * s // d_mlp + 2))
+
+
+def test_published_embedding_rule():
+    """Guard neurons are silent on their labels' facts, so the true logit is exactly 0 and all logits <= 0."""
+    inputs, labels = generate_facts(96, 32, 16)
+    E1, E2, U = published_construction(inputs, labels, 32, 16, 16, 3, 0.2, generator=torch.Generator().manual_seed(0))
+    assert set(E1.unique().tolist()) <= {-1.0, 0.0, 1.0} and set(E2.unique().tolist()) <= {-1.0, 0.0, 1.0}
+    assert set(U.unique().tolist()) == {-2.0, 0.0} and ((U == -2).sum(0) == 3).all()
+    logits = hidden_activations(E1[None], E2[None], inputs)[0] @ U
+    assert (logits.gather(1, labels[:, None]) == 0).all() and (logits <= 0).all()
+
+
+def test_published_top_fraction_counts():
+    """k = max(1, int(n_unique * top_fraction)) tokens per position get -1 on each guard neuron."""
+    inputs, labels = generate_facts(200, 32, 16)
+    conn = torch.zeros(4, 16, dtype=torch.long)
+    conn[0, :4] = 1  # neuron 0 guards labels 0..3; other neurons guard nothing
+    E1, E2 = published_embeddings(inputs, labels, conn, 32, 0.25, generator=torch.Generator().manual_seed(0))
+    guarded = labels < 4
+    for E, pos in ((E1, 0), (E2, 1)):
+        n_unique = inputs[guarded, pos].unique().numel()
+        assert int((E[:, 0] == -1).sum()) == max(1, int(n_unique * 0.25))
+        assert (E[:, 1:] == 1).all()
+    pre = E1[inputs[guarded, 0], 0] + E2[inputs[guarded, 1], 0]
+    assert (pre <= 0).all()
+
+
+def test_stacked_accuracy_matches_naive_loop():
+    inputs, labels = generate_facts(80, 32, 16)
+    built = [published_construction(inputs, labels, 32, 16, 16, s, 0.1, generator=torch.Generator().manual_seed(s))
+             for s in (2, 3)]
+    E1, E2, U = (torch.stack(t) for t in zip(*built))
+    fast = stacked_accuracy(hidden_activations(E1, E2, inputs) @ U, labels)
+    for m in range(2):
+        assert fast[m].item() == pytest.approx(naive_accuracy(E1[m], E2[m], U[m], inputs, labels))
+
+
+# ----------------------------------------------------------------------------- Appendix A and key-value table
+
+
+@pytest.mark.parametrize("n_in", [8, 16, 32])
+@pytest.mark.parametrize("output_bias", [False, True])
+def test_appendix_a_stores_all_facts(n_in, output_bias):
+    n_out = n_in
+    inputs, labels = generate_facts(n_in * n_in, n_in, n_out)
+    E1, E2, U, b = appendix_a(inputs, labels, n_in, n_out, output_bias=output_bias)
+    assert E1.shape[1] == (n_in if output_bias else n_in + 1)
+    cfg = ChallengeConfig(n_in, E1.shape[1], n_out, output_bias=output_bias)
+    model = ChallengeMLP(cfg).set_weights(E1[None], E2[None], U[None], None if b is None else b[None])
+    with torch.no_grad():
+        assert stacked_accuracy(model(inputs), labels).item() == 1.0
+    # Exactly two neurons (selector and bias) fire per fact without the output bias.
+    if not output_bias:
+        active = (hidden_activations(E1[None], E2[None], inputs)[0] > 0).sum(1)
+        assert (active <= 2).all()
+
+
+def test_appendix_a_naive_check_small():
+    inputs, labels = generate_facts(16, 4, 3)
+    E1, E2, U, _ = appendix_a(inputs, labels, 4, 3)
+    assert naive_accuracy(E1, E2, U, inputs, labels) == 1.0
+
+
+def test_keyvalue_exact_below_rank_limit():
+    """Every value token in at most d - 1 facts: the per-token linear systems are solved exactly -> 100%."""
+    d = 16
+    inputs, labels = generate_facts(200, 2 * d, d)
+    assert int(torch.bincount(inputs[:, 1]).max()) <= d - 3
+    E1, E2, U = keyvalue_construction(inputs, labels, 2 * d, d, d, 7, generator=torch.Generator().manual_seed(0),
+                                      transpose=False)
+    h = hidden_activations(E1[None], E2[None], inputs)[0]
+    assert stacked_accuracy((h @ U)[None], labels).item() == 1.0
+    # Each fact opens exactly its first token's key (7 selectors) plus the always-on neuron.
+    assert ((h > 0).sum(1) == 8).all()
+    # The summed selector activation minus k*C is the label + 1, up to float error.
+    on = float(E1[:, :-1].max())
+    torch.testing.assert_close(h[:, :-1].sum(1) - 7 * on, labels.float() + 1, atol=1e-3, rtol=0)
+
+
+def test_keyvalue_transpose_matches_naive():
+    d = 8
+    inputs, labels = generate_facts(60, 2 * d, d)
+    E1, E2, U = keyvalue_construction(inputs, labels, 2 * d, d, d, 3, generator=torch.Generator().manual_seed(1),
+                                      transpose=True)
+    fast = stacked_accuracy(hidden_activations(E1[None], E2[None], inputs) @ U, labels).item()
+    assert fast == pytest.approx(naive_accuracy(E1, E2, U, inputs, labels))
+
+
+# ----------------------------------------------------------------------------- training and capacity
+
+
+def test_stacked_training_equals_separate_runs():
+    """Adam is elementwise, so training two models stacked equals training each alone."""
+    inputs, labels = generate_facts(40, 8, 4)
+    cfg = ChallengeTrainConfig(max_epochs=60, patience=1000)
+    model = ChallengeMLP(ChallengeConfig(8, 4, 4, n_models=2), generator=torch.Generator().manual_seed(3))
+    best, (E1, _, _) = train_full(model.E1, model.E2, model.U, inputs, labels, cfg)
+    for m in range(2):
+        b1, (e1, _, _) = train_full(model.E1[m:m + 1], model.E2[m:m + 1], model.U[m:m + 1], inputs, labels, cfg)
+        assert b1.item() == best[m].item()
+        torch.testing.assert_close(e1[0], E1[m], atol=1e-5, rtol=1e-4)
+
+
+def test_hybrid_learns_appendix_features():
+    """Hybrid mode: with Appendix A features a linear readout exists; the trained U reaches high accuracy."""
+    inputs, labels = generate_facts(16, 4, 2)
+    E1, E2, _, _ = appendix_a(inputs, labels, 4, 2)
+    best, U = train_unembedding(hidden_activations(E1[None], E2[None], inputs), labels, 2, ChallengeTrainConfig(),
+                                generator=torch.Generator().manual_seed(0))
+    assert best.item() == 1.0
+    assert stacked_accuracy(hidden_activations(E1[None], E2[None], inputs) @ U, labels).item() >= 0.9
+
+
+def test_max_facts_binary_search():
+    calls = []
+
+    def evaluate(n):
+        calls.append(n)
+        return 1.0 if n <= 203 else 0.5
+
+    cached = memoised(evaluate)
+    assert 203 - 8 < max_facts(cached, 1.0, start=16, limit=1024, precision=8) <= 203
+    assert max_facts(cached, 1.0, start=16, limit=1024, precision=1) == 203
+    assert len(calls) == len(set(calls))  # memoised
+    assert max_facts(lambda n: 0.0, 0.9, start=16, limit=1024, precision=8) == 0
+    assert max_facts(lambda n: 1.0, 0.9, start=16, limit=100, precision=1) == 100
+
+
+def test_fits():
+    ds = [16, 32, 64]
+    caps = [3 * d * d / math.log(d) for d in ds]
+    assert fixed_exponent_fit(ds, caps) == pytest.approx(3.0)
+    a, b = free_exponent_fit(ds, [2 * d**1.5 for d in ds])
+    assert (a, b) == (pytest.approx(2.0), pytest.approx(1.5))
+
+
+def test_script_rejects_bad_mode(capsys):
+    from mechmem.cli import run_script
+    import importlib.util
+    import pathlib
+
+    spec = importlib.util.spec_from_file_location(
+        "reproduce_constructions", pathlib.Path(__file__).parents[1] / "analyses" / "reproduce_constructions.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert run_script(module.main, ["--modes", "nonsense"]) == 2
+    assert "error:" in capsys.readouterr().err
