@@ -208,22 +208,21 @@ def plot_head_scores(result: HeadScores, *, title: str = "") -> Any:
 def plot_attention(
     patterns: Float[Tensor, "layer head query_pos key_pos"], tokens: Int[Tensor, " pos"] | None = None
 ) -> Any:
-    """A grid of attention heatmaps (rows: layers, columns: heads) for one sequence; returns the Figure."""
+    """A grid of attention heatmaps (rows: layers, columns: heads) for one sequence; returns the Figure.
+
+    Ticks show positions, with the token id after a colon when `tokens` is given.
+    """
     n_layers, n_heads, n, _ = patterns.shape
     fig, axes = plt.subplots(n_layers, n_heads, figsize=(2.6 * n_heads, 2.4 * n_layers), squeeze=False)
-    labels = [str(t) for t in tokens.tolist()] if tokens is not None else None
-    step = max(1, n // 16)
+    ticks = list(range(0, n, max(1, n // 16)))
+    labels = [f"{i}:{int(tokens[i])}" if tokens is not None else str(i) for i in ticks]
     for layer in range(n_layers):
         for head in range(n_heads):
             ax = axes[layer][head]
             ax.imshow(patterns[layer, head].detach().cpu().numpy(), vmin=0, vmax=1, cmap="Blues")
             ax.set_title(f"L{layer}H{head}", fontsize=9)
-            ticks = list(range(0, n, step))
-            ax.set_xticks(ticks)
-            ax.set_yticks(ticks)
-            if labels is not None:
-                ax.set_xticklabels([labels[i] for i in ticks], fontsize=6)
-                ax.set_yticklabels([labels[i] for i in ticks], fontsize=6)
-    fig.supxlabel("key position")
-    fig.supylabel("query position")
+            ax.set_xticks(ticks, labels, fontsize=6, rotation=90)
+            ax.set_yticks(ticks, labels, fontsize=6)
+    fig.supxlabel("key position" + (":token" if tokens is not None else ""))
+    fig.supylabel("query position" + (":token" if tokens is not None else ""))
     return fig

@@ -26,7 +26,15 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.models.adapter import is_hooked_transformer
 from mechmem.plotting import plt
+
+
+def unsupported_reason(model: torch.nn.Module) -> str | None:
+    """Why the lens does not apply to `model` (None when it does)."""
+    if not is_hooked_transformer(model):
+        return f"{type(model).__name__} is not a HookedTransformer, so it has no residual stages to decode"
+    return None
 
 
 def lens_stages(model: torch.nn.Module) -> list[tuple[str, str]]:

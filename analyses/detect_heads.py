@@ -1,0 +1,54 @@
+"""Score every attention head as previous-token, duplicate-token and induction head; draw attention heatmaps.
+
+    python analyses/detect_heads.py runs/task2/ckpt.pt --n-samples 128          # a second on CPU
+    python analyses/detect_heads.py runs/birth --out reports/birth
+
+Scores (attention mass on the pattern's keys) are measured on repeated random sequences [r, r] drawn from the
+checkpoint's own vocabulary ("scores") and on the task's evaluation data ("task_scores"). Writes
+DIR/detect_heads.json, DIR/detect_heads.png (score heatmaps) and DIR/attention.png (one task sequence).
+"""
+
+import argparse
+
+import torch
+
+from mechmem.analysis.heads import (attention_patterns, detect_heads, no_attention_reason, plot_attention,
+                                    plot_head_scores, repeated_random_tokens)
+from mechmem.cli import add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_analysis_args(parser, n_samples=256)
+    args = parser.parse_args(argv)
+    ckpt, out = load_for_analysis(args)
+    reason = no_attention_reason(ckpt.model)
+    if reason:
+        print(f"skipped: {reason}")
+        write_json(out / "detect_heads.json", {"skipped": reason, "scores": {}})
+        return 0
+    model, gen = ckpt.model, torch.Generator().manual_seed(args.seed)
+    half = model.cfg.n_ctx // 2
+    repeated = repeated_random_tokens(args.n_samples, half, model.cfg.d_vocab, generator=gen)
+    random_scores = detect_heads(model, repeated, data=f"repeated random sequences, 2 x {half} tokens")
+    batch = ckpt.task.eval_batch(args.n_samples, generator=gen)
+    task_scores = detect_heads(model, batch.tokens, data=f"{ckpt.task_name} evaluation data")
+
+    names = list(random_scores.scores)
+    rows = [(layer, head, *(float(random_scores.scores[n][layer, head]) for n in names),
+             *(float(task_scores.scores[n][layer, head]) for n in names))
+            for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
+    print_table(rows, ["layer", "head", *(f"{n} (rep)" for n in names), *(f"{n} (task)" for n in names)])
+    payload = {**random_scores.to_dict(), "task_scores": task_scores.to_dict()["scores"],
+               "task_data": task_scores.data, "task": ckpt.task_name, "n_samples": args.n_samples, "seed": args.seed}
+    write_json(out / "detect_heads.json", payload)
+    save_figure(plot_head_scores(random_scores, title=random_scores.data), out / "detect_heads.png")
+    save_figure(plot_head_scores(task_scores, title=task_scores.data), out / "detect_heads_task.png")
+    example = batch.tokens[:1]
+    save_figure(plot_attention(attention_patterns(model, example)[:, 0], example[0]), out / "attention.png")
+    print(f"wrote {out / 'detect_heads.json'}, detect_heads.png, detect_heads_task.png and attention.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_script(main))

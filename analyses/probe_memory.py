@@ -1,0 +1,51 @@
+"""Read a checkpoint's weights as associative memories and report each probe's recall.
+
+    python analyses/probe_memory.py runs/birth/ckpt.pt                           # a second on CPU
+    python analyses/probe_memory.py runs/task2 --n-samples 4096 --out reports/task2
+
+Probes (see mechmem.analysis.probes): token copying through each head's OV circuit, previous-position keys
+through each QK circuit, token keys written by each earlier head's OV, and each MLP against bigram statistics
+(the task's own `bigram` table when it has one, else counted on --n-samples training sequences). Writes
+DIR/memory_probes.json ("probes": name, matrix, recall, chance) and DIR/memory_probes.png.
+"""
+
+import argparse
+
+import torch
+
+from mechmem.analysis.heads import no_attention_reason
+from mechmem.analysis.probes import builtin_probes, empirical_bigram, plot_probes
+from mechmem.cli import add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_analysis_args(parser, n_samples=1024)
+    args = parser.parse_args(argv)
+    ckpt, out = load_for_analysis(args)
+    reason = no_attention_reason(ckpt.model)
+    if reason:
+        print(f"skipped: {reason}")
+        write_json(out / "memory_probes.json", {"skipped": reason, "probes": []})
+        return 0
+    model, task = ckpt.model, ckpt.task
+    bigram, source = getattr(task, "bigram", None), "task"
+    if not isinstance(bigram, torch.Tensor):
+        batch = task.train_batch(args.n_samples, generator=torch.Generator().manual_seed(args.seed))
+        bigram = empirical_bigram(batch.tokens, batch.targets, model.cfg.d_vocab, model.cfg.d_vocab_out)
+        source = f"counted on {args.n_samples} training sequences"
+    result = builtin_probes(model, bigram=bigram)
+    result.info.update({"bigram_source": source, "task": ckpt.task_name})
+
+    rows = [(p.name, p.recall, p.chance, p.extra.get("kl", "")) for p in result.probes]
+    print_table(rows, ["probe", "recall", "chance", "kl"])
+    for line in result.info.get("skipped", []):
+        print(f"skipped: {line}")
+    write_json(out / "memory_probes.json", result.to_dict())
+    save_figure(plot_probes(result), out / "memory_probes.png")
+    print(f"wrote {out / 'memory_probes.json'} and {out / 'memory_probes.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_script(main))

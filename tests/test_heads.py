@@ -1,0 +1,101 @@
+"""Head detection: planted heads ranked first, patterns by hand, weights rebuild the cached attention."""
+
+import pytest
+import torch
+
+from mechmem.analysis.heads import (
+    BUILTIN_PATTERNS,
+    HeadScores,
+    attention_from_weights,
+    attention_patterns,
+    detect_heads,
+    duplicate_token_pattern,
+    induction_pattern,
+    no_attention_reason,
+    plot_attention,
+    plot_head_scores,
+    previous_token_pattern,
+    repeated_random_tokens,
+)
+from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
+from mechmem.models.adapter import HookedRootModule, build_transformer
+from conftest import build_transformer_cfg
+
+
+def hooks_left(model):
+    return sum(len(hp._forward_hooks) + len(hp._backward_hooks) for hp in model.hook_dict.values())
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return planted_induction_model()
+
+
+@pytest.fixture(scope="module")
+def repeated():
+    return repeated_random_tokens(48, 10, 12, generator=torch.Generator().manual_seed(0))
+
+
+def test_planted_heads_ranked_first(planted, repeated):
+    result = detect_heads(planted, repeated)
+    prev, ind = result.ranking("previous_token"), result.ranking("induction")
+    assert prev[0][:2] == PREVIOUS_TOKEN_HEAD and prev[0][2] > 0.99 and prev[1][2] < 0.5
+    assert ind[0][:2] == INDUCTION_HEAD and ind[0][2] > 0.99 and ind[1][2] < 0.5
+    assert hooks_left(planted) == 0
+
+
+def test_patterns_by_hand():
+    tokens = torch.tensor([[5, 7, 5, 7]])
+    assert previous_token_pattern(tokens)[0].nonzero().tolist() == [[1, 0], [2, 1], [3, 2]]
+    assert duplicate_token_pattern(tokens)[0].nonzero().tolist() == [[2, 0], [3, 1]]
+    # query 2 (token 5): key 1 follows the earlier 5; query 3 (token 7): key 2 follows the earlier 7
+    assert induction_pattern(tokens)[0].nonzero().tolist() == [[2, 1], [3, 2]]
+
+
+def test_scores_equal_naive_average_and_chunking(planted, repeated):
+    patterns = attention_patterns(planted, repeated)  # [layer batch head q k]
+    mask = induction_pattern(repeated)
+    valid = mask.any(-1)
+    on = (patterns * mask[None, :, None]).sum(-1)  # [layer batch head q]
+    naive = (on * valid[None, :, None]).sum((1, 3)) / valid.sum()
+    fast = detect_heads(planted, repeated, {"induction": induction_pattern}, chunk=7).scores["induction"]
+    torch.testing.assert_close(fast, naive.float(), atol=1e-5, rtol=0)
+
+
+def test_custom_fixed_pattern_finds_first_token_head(planted, repeated):
+    first = torch.zeros(24, 24, dtype=torch.bool)
+    first[1:, 0] = True
+    result = detect_heads(planted, repeated, {"first_token": first})
+    assert result.ranking("first_token")[0][:2] == (0, 1)
+
+
+def test_attention_rebuilt_from_weights_equals_cache():
+    model = build_transformer(build_transformer_cfg(normalization_type="LN"), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for block in model.blocks:  # non-zero biases so they are exercised too
+            block.attn.b_Q.normal_(generator=torch.Generator().manual_seed(2))
+            block.attn.b_K.normal_(generator=torch.Generator().manual_seed(3))
+    tokens = torch.randint(6, (4, 9), generator=torch.Generator().manual_seed(4))
+    _, cache = model.run_with_cache(tokens)
+    for layer in range(2):
+        rebuilt = attention_from_weights(model, cache[f"blocks.{layer}.ln1.hook_normalized"], layer)
+        torch.testing.assert_close(rebuilt, cache[f"blocks.{layer}.attn.hook_pattern"], atol=1e-5, rtol=0)
+
+
+def test_result_validation_serialisation_and_plots(planted, repeated):
+    with pytest.raises(ValueError):
+        HeadScores({"a": torch.zeros(2, 3), "b": torch.zeros(3, 2)})
+    result = detect_heads(planted, repeated[:4])
+    d = result.to_dict()
+    assert set(d["scores"]) == set(BUILTIN_PATTERNS) and d["axes"] == ["layer", "head"]
+    assert len(d["scores"]["induction"]) == 2 and len(d["scores"]["induction"][0]) == 3
+    assert type(plot_head_scores(result)).__name__ == "Figure"
+    fig = plot_attention(attention_patterns(planted, repeated[:1])[:, 0], repeated[0])
+    assert type(fig).__name__ == "Figure"
+    assert hooks_left(planted) == 0
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_models_without_attention_are_named():
+    assert no_attention_reason(HookedRootModule()) is not None
+    assert no_attention_reason(planted_induction_model(4, 6)) is None
