@@ -21,7 +21,8 @@ the sequence, so an induction head can copy it. Counter == 1 outputs are unpredi
 Vectorisation: triggers (Gumbel top-k), outputs, all uniforms and the occurrence counter (a cumulative sum over
 one-hot trigger indices) are drawn or computed for the whole [batch, position] grid in single tensor operations.
 The Markov recursion itself (token t+1 depends on token t) runs as T steps, each one alias-method draw for
-the whole batch (three gathers and two `where`s on [batch] vectors); there is no per-token Python loop. `reference_sequences` is a per-token loop written like the
+the whole batch (three gathers and two `where`s on [batch] vectors, in numpy on views of the torch draws);
+there is no per-token Python loop. `reference_sequences` is a per-token loop written like the
 authors' generator, for tests and the benchmark.
 """
 
@@ -73,6 +74,8 @@ class TriggerSampler:
     ) -> None:
         if outputs not in OUTPUT_MODES:
             raise ValueError(f"outputs must be one of {OUTPUT_MODES}")
+        if not 2 <= seq_len < 2**15:
+            raise ValueError("seq_len must be in 2..32767")
         if not 1 <= n_triggers <= stats.n_tokens:
             raise ValueError(f"n_triggers must be in 1..{stats.n_tokens}")
         self.n_tokens = stats.n_tokens
@@ -126,19 +129,23 @@ class TriggerSampler:
         first = torch.rand(n, 1, generator=generator, dtype=torch.float64)
         column = torch.randint(0, self.n_tokens, (self.seq_len, n), generator=generator)
         coin = torch.rand(self.seq_len, n, generator=generator, dtype=torch.float64)
-        seq = torch.empty(self.seq_len + 1, n, dtype=torch.long)
         cur = torch.searchsorted(self.unigram_cdf.expand(n, -1).contiguous(), first, right=True)
-        cur = cur.squeeze(1).clamp_max(self.n_tokens - 1)
-        seq[0] = cur
-        forced_flat = next_of.flatten()
-        row_offset = torch.arange(n) * self.n_tokens
-        for t in range(self.seq_len):  # the Markov recursion: one batch-wide step per position
-            cell = cur * self.n_tokens + column[t]
-            sampled = torch.where(coin[t] < self.alias_prob[cell], column[t], self.alias_index[cell])
+        cur = cur.squeeze(1).clamp_max(self.n_tokens - 1).numpy()
+        # The Markov recursion: one batch-wide step per position, on numpy views of the torch draws (numpy's
+        # per-call overhead on [batch] vectors is a few times lower than torch's).
+        col, flip = column.numpy(), coin.numpy()
+        keep_prob, alias = self.alias_prob.numpy(), self.alias_index.numpy()
+        forced_flat = next_of.flatten().numpy()
+        row_offset = np.arange(n) * self.n_tokens
+        seq_np = np.empty((self.seq_len + 1, n), dtype=np.int64)
+        seq_np[0] = cur
+        for t in range(self.seq_len):
+            cell = cur * self.n_tokens + col[t]
+            sampled = np.where(flip[t] < keep_prob[cell], col[t], alias[cell])
             forced = forced_flat[row_offset + cur]
-            cur = torch.where(forced >= 0, forced, sampled)
-            seq[t + 1] = cur
-        seq = seq.T.contiguous()
+            cur = np.where(forced >= 0, forced, sampled)
+            seq_np[t + 1] = cur
+        seq = torch.from_numpy(seq_np.T.copy())
         counter = occurrence_counter(seq[:, :-1], triggers)
         return TriggerSequences(seq=seq, counter=counter, triggers=triggers, outputs=outputs)
 
@@ -169,9 +176,9 @@ def occurrence_counter(
 ) -> Int[Tensor, "batch pos"]:
     """0 where tokens[b, t] is not one of the sequence's triggers, else how many times that trigger has
     occurred at positions <= t."""
-    match = tokens.unsqueeze(-1) == triggers.unsqueeze(1)  # [batch pos n_triggers]
-    seen = match.long().cumsum(1)
-    return (seen * match).sum(-1)
+    match = tokens.unsqueeze(1) == triggers.unsqueeze(2)  # [batch n_triggers pos]
+    seen = match.to(torch.int16).cumsum(-1, dtype=torch.int16)  # counts fit: pos < 32768 is checked below
+    return seen.masked_fill_(~match, 0).sum(1).long()
 
 
 def reference_sequences(
