@@ -6,7 +6,7 @@ import torch
 
 from mechmem.analysis.roles import RoleEvidence, RoleThresholds, classify_roles, measure_role_evidence
 from mechmem.models.adapter import TransformerConfig, build_transformer
-from mechmem.reproductions.permutation import last_step_groups
+from mechmem.reproductions.permutation import last_step_groups, role_pairs
 from mechmem.tasks.permutation import PermutationConfig, PermutationTask
 
 
@@ -26,10 +26,22 @@ def test_labels_from_synthetic_evidence():
 def test_thresholds_are_used_and_reported():
     ev = evidence([[0.15, 0.0]], [[0.0, 0.0]])
     assert classify_roles(ev).labels == [["recall", "unused"]]
-    strict = RoleThresholds(min_damage=0.2, margin=0.1)
+    strict = RoleThresholds(min_score=0.2, margin=0.1)
     result = classify_roles(ev, strict)
     assert result.labels == [["unused", "unused"]]
-    assert result.to_dict()["thresholds"] == {"min_damage": 0.2, "margin": 0.1}
+    assert result.to_dict()["thresholds"] == {"min_score": 0.2, "margin": 0.1}
+    assert result.to_dict()["basis"] == "ablation damage"
+
+
+def test_transfer_scores_take_precedence_over_damage():
+    # Damage says both heads matter for both groups (a shared MLP downstream); transfer separates them.
+    ev = RoleEvidence(torch.tensor([[0.8, 0.8]]), torch.tensor([[0.7, 0.6]]),
+                      transfer_recall=torch.tensor([[0.02, 0.9]]), transfer_elimination=torch.tensor([[0.7, 0.0]]))
+    result = classify_roles(ev)
+    assert ev.basis == "patching transfer"
+    assert result.labels == [["elimination", "recall"]]
+    with pytest.raises((ValueError, TypeError)):
+        RoleEvidence(torch.zeros(1, 2), torch.zeros(1, 2), transfer_recall=torch.zeros(1, 2))
 
 
 def test_evidence_shapes_are_validated():
@@ -80,12 +92,13 @@ def planted_permutation_model(v: int, *, recall_head: int, c: float = 10.0, e: f
 @pytest.fixture(scope="module")
 def groups():
     task = PermutationTask(PermutationConfig(vocab_size=4))
-    return task, last_step_groups(task, 400, generator=torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(1)
+    return task, last_step_groups(task, 200, generator=g), role_pairs(task, 200, generator=g)
 
 
 @pytest.mark.parametrize("recall_head", [1, 0])
 def test_planted_roles_are_found_in_either_head_order(groups, recall_head):
-    task, g = groups
+    task, g, (recall_pair, elimination_pair) = groups
     model = planted_permutation_model(4, recall_head=recall_head)
     logits = model(g["tokens"])[:, -1]
     assert (logits.argmax(-1) == g["targets"]).float().mean() > 0.99  # the planted model solves both groups
@@ -101,4 +114,11 @@ def test_planted_roles_are_found_in_either_head_order(groups, recall_head):
     elim = 1 - recall_head
     assert ev.attention["other_y"][1, elim] == pytest.approx(2 / 3, abs=1e-3)  # uniform over the 3 earlier y's
     assert ev.baseline_recall > 0.99 and ev.baseline_elimination > 0.99
+    # Patching transfer: only the heads that carry each kind of information move the answer; the previous-token
+    # head's output is the same in both runs of each pair, so it is no longer counted as a recall head.
+    ev = measure_role_evidence(model, g["tokens"], pos, g["targets"], g["repeat"], keys,
+                               recall_pair=recall_pair, elimination_pair=elimination_pair)
+    assert classify_roles(ev).labels == [["unused", "unused"], layer1]
+    assert classify_roles(ev).split_found
+    assert ev.transfer_recall[1, recall_head] > 0.9 and ev.transfer_elimination[1, elim] > 0.9
     assert not any(hp.fwd_hooks for hp in model.hook_dict.values())
