@@ -42,6 +42,18 @@ SECTIONS: tuple[Callable[[ReportContext], Section], ...] = (
 """The analyses a report runs, in order (the circuit summary is added in front)."""
 
 
+EVIDENCE_COLUMNS = {
+    "previous_token": "prev-token",
+    "induction": "induction",
+    "duplicate_token": "dup-token",
+    "elimination_damage": "damage no-repeat",
+    "recall_damage": "damage repeat",
+    "attention_used_y": "attn used y's",
+    "attention_match_bound": "attn match+its y",
+}
+"""Evidence shown in the circuit table, with its column header."""
+
+
 def circuit_section(roles: list[HeadRole], thresholds: RoleThresholds, mlp: Section | None = None) -> Section:
     """The named circuit: one row per head with its role and the numbers behind it, and the thresholds."""
     s = Section("circuit", "Circuit: named roles")
@@ -57,10 +69,10 @@ def circuit_section(roles: list[HeadRole], thresholds: RoleThresholds, mlp: Sect
         m = s.findings["mlp"]
         s.lines.append(f"MLP (layer {m['layer']}): {m['role']}; key neurons {m['key_neurons'] or 'none'}.")
     s.lines.append("Thresholds: " + ", ".join(f"{k} = {v}" for k, v in thresholds.to_dict().items()) + ".")
-    keys = [k for k in ("previous_token", "induction", "duplicate_token", "elimination_damage", "recall_damage",
-                        "attention_used_y", "attention_match_bound") if roles and k in roles[0].evidence]
-    rows = [[r.name, r.role, *(r.evidence[k] for k in keys), "; ".join(r.notes)] for r in roles]
-    s.tables.append(Table(["head", "role", *keys, "why"], rows, "Head roles and their evidence"))
+    keys = [k for k in EVIDENCE_COLUMNS if roles and k in roles[0].evidence]
+    rows = [[r.name, r.role, *(r.evidence[k] for k in keys)] for r in roles]
+    s.tables.append(Table(["head", "role", *(EVIDENCE_COLUMNS[k] for k in keys)], rows, "Head roles and evidence"))
+    s.lines += [f"{r.name} {r.role}: " + "; ".join(r.notes) for r in roles if r.notes]
     return s
 
 

@@ -120,7 +120,7 @@ def to_markdown(report: Report, *, figure_dir: str | None = "figures") -> str:
 
 _CSS = (
     "body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}"
-    "table{border-collapse:collapse;margin:.5em 0 1em}td,th{border:1px solid #bbb;padding:2px 8px;text-align:right}"
+    "table{border-collapse:collapse;margin:.5em 0 1em;font-size:.9em}td,th{border:1px solid #bbb;padding:2px 8px;text-align:right}"
     "th{background:#eee}caption{text-align:left;font-style:italic}img{max-width:100%}"
     ".skip{color:#777;font-style:italic}.headline{font-size:1.1em;font-weight:bold}"
 )

@@ -95,7 +95,12 @@ def optimum_section(ctx: ReportContext) -> Section:
 
 # -- attention-pattern evidence --------------------------------------------------------------------------------
 def heads_section(ctx: ReportContext) -> Section:
-    """Previous-token, duplicate-token and induction scores on repeated random sequences; attention heatmaps."""
+    """Previous-token, duplicate-token and induction scores on repeated random sequences and on the task's data.
+
+    On the task's data the duplicate-token and induction patterns count only the answer queries (loss-masked
+    positions), where a task's heads do their work; the previous-token pattern counts every query. A head's
+    evidence for a pattern is the higher of its two scores.
+    """
     s = Section("heads", "Attention patterns: previous-token, duplicate-token, induction")
     why = _no_heads(ctx)
     if why:
@@ -109,15 +114,25 @@ def heads_section(ctx: ReportContext) -> Section:
         s.skipped = f"context n_ctx={cfg.n_ctx} is too short for repeated sequences"
         return s
     tokens = heads.repeated_random_tokens(ctx.n_samples, half, cfg.d_vocab, generator=ctx.generator(2))
-    result = heads.detect_heads(ctx.model, tokens, data=f"{ctx.n_samples} repeated random sequences [r, r], |r|={half}")
-    for name, score in result.scores.items():
-        ctx.evidence[name] = score
-    s.findings = result.to_dict()
-    s.lines.append(f"Scores are attention mass on the pattern's keys, on {result.data}; 1 = a perfect head.")
-    rows = [[f"L{l}H{h}", *(float(result.scores[k][l, h]) for k in result.scores)]
-            for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
-    s.tables.append(Table(["head", *result.scores], rows, "Detection scores"))
-    s.add_figure("scores", heads.plot_head_scores(result))
+    results = [heads.detect_heads(ctx.model, tokens, data=f"repeated random sequences [r, r], |r|={half}")]
+    if ctx.task is not None:
+        batch = ctx.task.eval_batch(ctx.n_samples, generator=ctx.generator(3))
+        answers = (batch.loss_mask > 0).to(ctx.device)
+        patterns = {"previous_token": heads.previous_token_pattern,
+                    "duplicate_token": lambda t: heads.duplicate_token_pattern(t) & answers[:, :, None],
+                    "induction": lambda t: heads.induction_pattern(t) & answers[:, :, None]}
+        results.append(heads.detect_heads(ctx.model, batch.tokens.to(ctx.device), patterns,
+                                          data="the task's evaluation data (answer queries)", chunk=len(batch)))
+    for name in results[0].scores:
+        ctx.evidence[name] = torch.stack([r.scores[name].nan_to_num(0.0) for r in results]).amax(0)
+    s.findings = {"data": [r.to_dict() for r in results]}
+    s.lines.append(f"Scores are attention mass on the pattern's keys ({ctx.n_samples} sequences each); "
+                   "1 = a perfect head. The role evidence is the higher of the two scores.")
+    for r in results:
+        rows = [[f"L{l}H{h}", *(float(r.scores[k][l, h]) for k in r.scores)]
+                for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
+        s.tables.append(Table(["head", *r.scores], rows, f"Detection scores on {r.data}"))
+    s.add_figure("scores", heads.plot_head_scores(results[-1]))
     example = ctx.task.eval_batch(1, generator=ctx.generator(3)).tokens if ctx.task is not None else tokens[:1]
     patterns = heads.attention_patterns(ctx.model, example)[:, 0]
     s.add_figure("attention", heads.plot_attention(patterns, example[0]))
@@ -130,7 +145,8 @@ def task_roles_section(ctx: ReportContext) -> Section:
     s = Section("task_roles", "Task roles: elimination vs recall")
     why = _no_heads(ctx)
     if why is None and not _is_permutation(ctx.task):
-        why = f"task {getattr(ctx.task, 'name', None)!r} has no repeat / no-repeat answer groups"
+        why = ("no task: no answer groups" if ctx.task is None
+               else f"task {ctx.task.name!r} has no repeat / no-repeat answer groups")
     roles, why_roles = _module("mechmem.analysis.roles")
     perm, why_perm = _module("mechmem.reproductions.permutation")
     why = why or why_roles or why_perm
