@@ -1,0 +1,51 @@
+"""Per-init training time: 11 inits as one batched model versus the per-init loop, in one run.
+
+    python benchmarks/facts_training.py                      # d=16, 256 facts, 300 epochs, attn and 2Emb
+    python benchmarks/facts_training.py --epochs 100 --mixing 2emb
+
+Both sides run the same fixed number of epochs (one lr phase, no early stop) from the same seeds. "sequential"
+is `train_reference` (a hooked model and torch.optim.Adam per init); "batched" is `train_batched` on all inits.
+The ratio is sequential per-init time over batched per-init time (the ideal is the number of inits).
+"""
+
+import argparse
+import time
+
+import torch
+
+from mechmem.cli import print_table, run_script
+from mechmem.facts import generate_facts
+from mechmem.facts.batched import Schedule, train_batched, train_reference
+from mechmem.facts.models import FactsModelConfig
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--d", type=int, default=16, help="d_model = d_mlp = n_out; n_in = 2d")
+    parser.add_argument("--n-facts", type=int, default=256, help="facts to train on")
+    parser.add_argument("--epochs", type=int, default=300, help="epochs per run (fixed, no early stop)")
+    parser.add_argument("--inits", type=int, default=11, help="initialisations")
+    parser.add_argument("--mixing", nargs="+", default=["attn", "2emb"], help="variants to time (MLP + norms on)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    inputs, labels = generate_facts(args.n_facts, 2 * args.d, args.d)
+    schedule = Schedule(lrs=(1e-2,), max_epochs=args.epochs, patience=args.epochs + 1, target_acc=1.0)
+    seeds = list(range(args.inits))
+    rows = []
+    for mixing in args.mixing:
+        cfg = FactsModelConfig(n_in=2 * args.d, n_out=args.d, d_model=args.d, d_mlp=args.d, mixing=mixing)
+        t0 = time.perf_counter()
+        train_reference(cfg, inputs, labels, seeds, schedule)
+        seq = (time.perf_counter() - t0) / args.inits
+        t0 = time.perf_counter()
+        train_batched(cfg, inputs, labels, seeds, schedule)
+        bat = (time.perf_counter() - t0) / args.inits
+        rows.append([cfg.name, f"{seq * 1e3 / args.epochs:.3f}", f"{bat * 1e3 / args.epochs:.3f}", f"{seq / bat:.1f}x"])
+    print(f"{args.inits} inits, d={args.d}, {args.n_facts} facts, {args.epochs} epochs; ms per init-epoch:")
+    print_table(rows, ["variant", "sequential", "batched", "speed-up"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_script(main))
