@@ -21,9 +21,15 @@ from mechmem.errors import MechmemError
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_analysis_args(parser, n_samples=256)
-    parser.add_argument("--metric", default="loss", choices=["loss", "accuracy", "logit_diff"],
-                        help="task loss or masked accuracy on eval data, or logit difference on the patching pair")
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS, help="ablation methods")
+    parser.add_argument(
+        "--metric",
+        default="loss",
+        choices=["loss", "accuracy", "logit_diff"],
+        help="task loss or masked accuracy on eval data, or logit difference on the patching pair",
+    )
+    parser.add_argument(
+        "--methods", nargs="+", default=list(METHODS), choices=METHODS, help="ablation methods"
+    )
     args = parser.parse_args(argv)
     ckpt, out = load_for_analysis(args)
     reason = no_attention_reason(ckpt.model)
@@ -37,8 +43,15 @@ def main(argv: list[str] | None = None) -> int:
         reference, _, _ = task_metric(ckpt.task, args.metric, args.n_samples, generator=gen)
     except NotImplementedError as exc:
         raise MechmemError(f"--metric {args.metric}: {exc}") from None
-    result = ablate_heads(ckpt.model, tokens, metric, methods=tuple(args.methods), reference=reference,
-                          generator=gen, metric_name=f"{args.metric}: {description}")
+    result = ablate_heads(
+        ckpt.model,
+        tokens,
+        metric,
+        methods=tuple(args.methods),
+        reference=reference,
+        generator=gen,
+        metric_name=f"{args.metric}: {description}",
+    )
     result.info.update({"task": ckpt.task_name, "n_samples": args.n_samples, "seed": args.seed})
 
     print(f"{args.metric} baseline {result.baseline:.4f}; delta after ablation (layer x head):")
@@ -46,12 +59,17 @@ def main(argv: list[str] | None = None) -> int:
     for i, method in enumerate(result.methods):
         rows = []
         for layer in range(result.heads.shape[1]):
-            row = [layer, *(result.heads[i, layer] - result.baseline).tolist(),
-                   float(result.attn_layers[i, layer]) - result.baseline]
+            row = [
+                layer,
+                *(result.heads[i, layer] - result.baseline).tolist(),
+                float(result.attn_layers[i, layer]) - result.baseline,
+            ]
             if result.mlp_layers is not None:
                 row.append(float(result.mlp_layers[i, layer]) - result.baseline)
             rows.append(row)
-        headers = ["layer", *(f"H{h}" for h in range(n_heads)), "attn"] + (["mlp"] if result.mlp_layers is not None else [])
+        headers = ["layer", *(f"H{h}" for h in range(n_heads)), "attn"] + (
+            ["mlp"] if result.mlp_layers is not None else []
+        )
         print(f"\n{method} ablation")
         print_table(rows, headers)
     write_json(out / "ablate_heads.json", result.to_dict())

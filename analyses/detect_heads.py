@@ -12,8 +12,14 @@ import argparse
 
 import torch
 
-from mechmem.analysis.heads import (attention_patterns, detect_heads, no_attention_reason, plot_attention,
-                                    plot_head_scores, repeated_random_tokens)
+from mechmem.analysis.heads import (
+    attention_patterns,
+    detect_heads,
+    no_attention_reason,
+    plot_attention,
+    plot_head_scores,
+    repeated_random_tokens,
+)
 from mechmem.cli import add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
 
 
@@ -35,12 +41,25 @@ def main(argv: list[str] | None = None) -> int:
     task_scores = detect_heads(model, batch.tokens, data=f"{ckpt.task_name} evaluation data")
 
     names = list(random_scores.scores)
-    rows = [(layer, head, *(float(random_scores.scores[n][layer, head]) for n in names),
-             *(float(task_scores.scores[n][layer, head]) for n in names))
-            for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
+    rows = [
+        (
+            layer,
+            head,
+            *(float(random_scores.scores[n][layer, head]) for n in names),
+            *(float(task_scores.scores[n][layer, head]) for n in names),
+        )
+        for layer in range(model.cfg.n_layers)
+        for head in range(model.cfg.n_heads)
+    ]
     print_table(rows, ["layer", "head", *(f"{n} (rep)" for n in names), *(f"{n} (task)" for n in names)])
-    payload = {**random_scores.to_dict(), "task_scores": task_scores.to_dict()["scores"],
-               "task_data": task_scores.data, "task": ckpt.task_name, "n_samples": args.n_samples, "seed": args.seed}
+    payload = {
+        **random_scores.to_dict(),
+        "task_scores": task_scores.to_dict()["scores"],
+        "task_data": task_scores.data,
+        "task": ckpt.task_name,
+        "n_samples": args.n_samples,
+        "seed": args.seed,
+    }
     write_json(out / "detect_heads.json", payload)
     save_figure(plot_head_scores(random_scores, title=random_scores.data), out / "detect_heads.png")
     save_figure(plot_head_scores(task_scores, title=task_scores.data), out / "detect_heads_task.png")

@@ -1,10 +1,11 @@
 """Logit lens before and after every sub-layer: the target's probability and rank at each residual stage.
 
     python analyses/logit_lens.py runs/task1/ckpt.pt --n-samples 256             # a second on CPU
-    python analyses/logit_lens.py runs/task2 --top-k 3 --out reports/task2
+    python analyses/logit_lens.py runs/task2 --data pair --out reports/task2   # the recall probe's answer
 
 Decodes resid_pre.L, resid_mid.L (models with MLPs) and resid_post.L through the final norm (recomputed at each
-stage) and the unembedding, on an eval batch of the checkpoint's task, scoring the masked target positions.
+stage) and the unembedding, on an eval batch of the checkpoint's task, scoring the masked target positions
+(--data pair: the clean prompts of the task's patching pair, scoring the correct answer at the answer position).
 Writes DIR/logit_lens.json ("stages": per-stage target probability and rank) and DIR/logit_lens.png.
 """
 
@@ -14,12 +15,22 @@ import torch
 
 from mechmem.analysis.logit_lens import logit_lens, plot_logit_lens, unsupported_reason
 from mechmem.cli import add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
+from mechmem.errors import MechmemError
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_analysis_args(parser, n_samples=256)
-    parser.add_argument("--top-k", type=int, default=5, help="top tokens kept per stage and position (default 5)")
+    parser.add_argument(
+        "--data",
+        default="eval",
+        choices=["eval", "pair"],
+        help="eval: the task's eval batch at its masked positions; pair: the clean prompts of its "
+        "patching pair, scoring the correct answer at the answer position",
+    )
+    parser.add_argument(
+        "--top-k", type=int, default=5, help="top tokens kept per stage and position (default 5)"
+    )
     args = parser.parse_args(argv)
     ckpt, out = load_for_analysis(args)
     reason = unsupported_reason(ckpt.model)
@@ -27,14 +38,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped: {reason}")
         write_json(out / "logit_lens.json", {"skipped": reason, "stages": {}})
         return 0
-    batch = ckpt.task.eval_batch(args.n_samples, generator=torch.Generator().manual_seed(args.seed))
-    result = logit_lens(ckpt.model, batch.tokens, batch.targets, batch.loss_mask, k=max(1, args.top_k))
+    gen = torch.Generator().manual_seed(args.seed)
+    if args.data == "pair":
+        try:
+            pair = ckpt.task.patching_pair(args.n_samples, generator=gen)
+        except NotImplementedError as exc:
+            raise MechmemError(f"--data pair: {exc}") from None
+        tokens, targets = pair.clean, pair.correct[:, None].expand_as(pair.clean)
+        mask = torch.zeros(tokens.shape).scatter_(1, pair.answer_pos[:, None], 1.0)
+    else:
+        batch = ckpt.task.eval_batch(args.n_samples, generator=gen)
+        tokens, targets, mask = batch.tokens, batch.targets, batch.loss_mask
+    result = logit_lens(ckpt.model, tokens, targets, mask, k=max(1, args.top_k))
 
     summary = result.summary()
     rows = [(s, v["target_prob"], v["target_rank"], v["top1_acc"]) for s, v in summary.items()]
     print_table(rows, ["stage", "target p", "mean rank", "top-1 acc"])
-    payload = {**result.to_dict(), "task": ckpt.task_name, "n_samples": args.n_samples, "seed": args.seed,
-               "example_tokens": batch.tokens[0].tolist(), "example_targets": batch.targets[0].tolist()}
+    payload = {
+        **result.to_dict(),
+        "task": ckpt.task_name,
+        "n_samples": args.n_samples,
+        "seed": args.seed,
+        "data": args.data,
+        "example_tokens": tokens[0].tolist(),
+        "example_targets": targets[0].tolist(),
+    }
     write_json(out / "logit_lens.json", payload)
     save_figure(plot_logit_lens(result), out / "logit_lens.png")
     print(f"wrote {out / 'logit_lens.json'} and {out / 'logit_lens.png'}")

@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import build_transformer_cfg
 from jaxtyping import TypeCheckError
 
 from mechmem.analysis.ablation import (
@@ -16,7 +17,6 @@ from mechmem.analysis.ablation import (
 from mechmem.analysis.heads import repeated_random_tokens
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
 from mechmem.models.adapter import build_transformer
-from conftest import build_transformer_cfg
 
 
 def hooks_left(model):
@@ -25,7 +25,9 @@ def hooks_left(model):
 
 @pytest.fixture(scope="module")
 def model():
-    return build_transformer(build_transformer_cfg(normalization_type="LN"), generator=torch.Generator().manual_seed(0))
+    return build_transformer(
+        build_transformer_cfg(normalization_type="LN"), generator=torch.Generator().manual_seed(0)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +42,17 @@ def last_logprob(logits):
 @pytest.mark.parametrize("method", METHODS)
 def test_batched_engine_equals_naive_loop(model, tokens, method):
     reference = torch.randint(6, (20, 9), generator=torch.Generator().manual_seed(2))
-    result = ablate_heads(model, tokens, last_logprob, methods=(method,), reference=reference,
-                          generator=torch.Generator().manual_seed(3))
-    values = ablation_values(model, tokens, method, reference=reference, generator=torch.Generator().manual_seed(3))
+    result = ablate_heads(
+        model,
+        tokens,
+        last_logprob,
+        methods=(method,),
+        reference=reference,
+        generator=torch.Generator().manual_seed(3),
+    )
+    values = ablation_values(
+        model, tokens, method, reference=reference, generator=torch.Generator().manual_seed(3)
+    )
     naive = naive_head_ablation(model, tokens, last_logprob, values)
     torch.testing.assert_close(result.heads[0], naive, atol=1e-5, rtol=0)
     with torch.no_grad():
@@ -53,6 +63,7 @@ def test_batched_engine_equals_naive_loop(model, tokens, method):
 def test_layer_ablations_equal_naive_runs(model, tokens):
     result = ablate_heads(model, tokens, last_logprob, methods=("zero",))
     for layer in range(2):
+
         def zero_z(z, hook):
             return torch.zeros_like(z)
 
@@ -69,7 +80,9 @@ def test_layer_ablations_equal_naive_runs(model, tokens):
 def test_identical_sequences_make_mean_and_resample_no_ops(model):
     same = torch.arange(9).remainder(6).expand(5, 9).contiguous()
     result = ablate_heads(model, same, last_logprob, methods=("mean", "resample"))
-    torch.testing.assert_close(result.heads, torch.full_like(result.heads, result.baseline), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        result.heads, torch.full_like(result.heads, result.baseline), atol=1e-5, rtol=0
+    )
 
 
 def test_planted_heads_matter_and_distractors_do_not():

@@ -11,7 +11,12 @@ import pytest
 import torch
 
 from mechmem.analysis.heads import repeated_random_tokens
-from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_config, planted_induction_model
+from mechmem.analysis.planted import (
+    INDUCTION_HEAD,
+    PREVIOUS_TOKEN_HEAD,
+    planted_config,
+    planted_induction_model,
+)
 from mechmem.checkpoint import save_checkpoint
 from mechmem.cli import run_script
 from mechmem.config import ConfigMixin
@@ -19,8 +24,12 @@ from mechmem.models import build_model
 from mechmem.tasks import Batch, PatchingPair, Task, get_preset, register_task
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = {"ablate_heads": "ablate_heads.json", "logit_lens": "logit_lens.json",
-           "detect_heads": "detect_heads.json", "probe_memory": "memory_probes.json"}
+SCRIPTS = {
+    "ablate_heads": "ablate_heads.json",
+    "logit_lens": "logit_lens.json",
+    "detect_heads": "detect_heads.json",
+    "probe_memory": "memory_probes.json",
+}
 
 
 def load_main(name):
@@ -64,18 +73,30 @@ class RepeatTask(Task):
     def patching_pair(self, n, *, generator):
         clean, corrupted = self.train_batch(n, generator=generator), self.train_batch(n, generator=generator)
         last = torch.full((n,), self.seq_len - 1)
-        return PatchingPair(clean.tokens, corrupted.tokens, last, clean.targets[:, -1], corrupted.targets[:, -1])
+        return PatchingPair(
+            clean.tokens, corrupted.tokens, last, clean.targets[:, -1], corrupted.targets[:, -1]
+        )
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpts")
-    planted = save_checkpoint(root / "planted" / "ckpt.pt", model=planted_induction_model(), model_config=planted_config(),
-                              task_name="test_repeat", task_config=RepeatConfig())
+    planted = save_checkpoint(
+        root / "planted" / "ckpt.pt",
+        model=planted_induction_model(),
+        model_config=planted_config(),
+        task_name="test_repeat",
+        task_config=RepeatConfig(),
+    )
     preset = get_preset("permutation", "task2-quick")
     perm_model = build_model(preset.model, generator=torch.Generator().manual_seed(0))
-    perm = save_checkpoint(root / "perm" / "ckpt.pt", model=perm_model, model_config=preset.model,
-                           task_name="permutation", task_config=preset.task)
+    perm = save_checkpoint(
+        root / "perm" / "ckpt.pt",
+        model=perm_model,
+        model_config=preset.model,
+        task_name="permutation",
+        task_config=preset.task,
+    )
     return {"planted": planted, "permutation": perm}
 
 
@@ -96,15 +117,22 @@ def test_scripts_write_json_png_and_table(checkpoints, tmp_path, capsys, script,
         assert set(data["scores"]) == {"previous_token", "duplicate_token", "induction"}
         assert all(len(s) == n_layers and len(s[0]) == n_heads for s in data["scores"].values())
     elif script == "logit_lens":
-        assert f"resid_post.{n_layers - 1}" in data["stages"] and "target_prob" in data["stages"]["resid_pre.0"]
+        assert (
+            f"resid_post.{n_layers - 1}" in data["stages"] and "target_prob" in data["stages"]["resid_pre.0"]
+        )
         assert ("resid_mid.0" in data["stages"]) == (kind == "permutation")
     else:
         assert {"name", "matrix", "recall"} <= set(data["probes"][0])
 
 
 def test_detect_heads_script_finds_the_planted_heads(checkpoints, tmp_path, capsys):
-    assert run_script(load_main("detect_heads"), [str(checkpoints["planted"]), "--out", str(tmp_path),
-                                                  "--n-samples", "16"]) == 0
+    assert (
+        run_script(
+            load_main("detect_heads"),
+            [str(checkpoints["planted"]), "--out", str(tmp_path), "--n-samples", "16"],
+        )
+        == 0
+    )
     scores = json.loads((tmp_path / "detect_heads.json").read_text())["scores"]
     for name, (layer, head) in (("previous_token", PREVIOUS_TOKEN_HEAD), ("induction", INDUCTION_HEAD)):
         flat = torch.tensor(scores[name]).flatten()
@@ -138,7 +166,9 @@ def bad_file(kind, good, path):
     return bad
 
 
-@pytest.mark.parametrize("kind", ["missing", "empty", "truncated", "not_checkpoint", "wrong_version", "tampered"])
+@pytest.mark.parametrize(
+    "kind", ["missing", "empty", "truncated", "not_checkpoint", "wrong_version", "tampered"]
+)
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(checkpoints, tmp_path, capsys, kind):
     ckpt = bad_file(kind, checkpoints["planted"], tmp_path)
     out_dir = tmp_path / "out"
@@ -160,8 +190,13 @@ def test_bad_flags_exit_2(checkpoints, capsys):
 
 
 def test_command_line_error_is_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "analyses" / "ablate_heads.py"), str(tmp_path / "nope.pt")],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "analyses" / "ablate_heads.py"), str(tmp_path / "nope.pt")],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("error: ")
 
@@ -171,9 +206,21 @@ def test_models_without_attention_are_skipped(tmp_path, capsys):
     task = pytest.importorskip("mechmem.facts.task")
     cfg = facts.FactsModelConfig(n_in=4, n_out=2, d_model=4, d_mlp=4, mixing="2emb", mlp=False, norms=False)
     model = build_model(cfg, generator=torch.Generator().manual_seed(0))
-    ckpt = save_checkpoint(tmp_path / "ckpt.pt", model=model, model_config=cfg, task_name="facts",
-                           task_config=task.FactsTaskConfig(n_facts=8, n_in=4, n_out=2))
+    ckpt = save_checkpoint(
+        tmp_path / "ckpt.pt",
+        model=model,
+        model_config=cfg,
+        task_name="facts",
+        task_config=task.FactsTaskConfig(n_facts=8, n_in=4, n_out=2),
+    )
     for script, json_name in SCRIPTS.items():
         assert run_script(load_main(script), [str(ckpt), "--n-samples", "4"]) == 0
         assert capsys.readouterr().out.startswith("skipped: ")
         assert "skipped" in json.loads((tmp_path / json_name).read_text())
+
+
+def test_logit_lens_on_the_patching_pair_sees_the_planted_answer_late(checkpoints, tmp_path, capsys):
+    argv = [str(checkpoints["planted"]), "--out", str(tmp_path), "--n-samples", "8", "--data", "pair"]
+    assert run_script(load_main("logit_lens"), argv) == 0
+    stages = json.loads((tmp_path / "logit_lens.json").read_text())["stages"]
+    assert stages["resid_post.1"]["target_prob"] > 0.99 and stages["resid_post.0"]["target_prob"] < 0.1

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import build_transformer_cfg
 
 from mechmem.analysis.heads import (
     BUILTIN_PATTERNS,
@@ -19,7 +20,6 @@ from mechmem.analysis.heads import (
 )
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
 from mechmem.models.adapter import HookedRootModule, build_transformer
-from conftest import build_transformer_cfg
 
 
 def hooks_left(model):
@@ -70,7 +70,9 @@ def test_custom_fixed_pattern_finds_first_token_head(planted, repeated):
 
 
 def test_attention_rebuilt_from_weights_equals_cache():
-    model = build_transformer(build_transformer_cfg(normalization_type="LN"), generator=torch.Generator().manual_seed(1))
+    model = build_transformer(
+        build_transformer_cfg(normalization_type="LN"), generator=torch.Generator().manual_seed(1)
+    )
     with torch.no_grad():
         for block in model.blocks:  # non-zero biases so they are exercised too
             block.attn.b_Q.normal_(generator=torch.Generator().manual_seed(2))

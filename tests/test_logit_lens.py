@@ -2,12 +2,12 @@
 
 import pytest
 import torch
+from conftest import build_transformer_cfg
 
 from mechmem.analysis.heads import repeated_random_tokens
 from mechmem.analysis.logit_lens import decode_residual, lens_stages, logit_lens, plot_logit_lens
 from mechmem.analysis.planted import planted_induction_model
 from mechmem.models.adapter import build_transformer
-from conftest import build_transformer_cfg
 
 
 def hooks_left(model):
@@ -15,7 +15,9 @@ def hooks_left(model):
 
 
 def tiny(norm, **kw):
-    return build_transformer(build_transformer_cfg(normalization_type=norm, **kw), generator=torch.Generator().manual_seed(0))
+    return build_transformer(
+        build_transformer_cfg(normalization_type=norm, **kw), generator=torch.Generator().manual_seed(0)
+    )
 
 
 TOKENS = torch.randint(6, (8, 9), generator=torch.Generator().manual_seed(1))
@@ -29,8 +31,12 @@ def test_last_stage_equals_model_logits(norm):
     with torch.no_grad():
         probs = model(TOKENS).softmax(-1)
     assert result.stages[-1] == "resid_post.1"
-    torch.testing.assert_close(result.target_prob[-1], probs.gather(-1, TARGETS[..., None])[..., 0], atol=1e-6, rtol=0)
-    torch.testing.assert_close(result.top_probs[-1], probs.sort(-1, descending=True).values, atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        result.target_prob[-1], probs.gather(-1, TARGETS[..., None])[..., 0], atol=1e-6, rtol=0
+    )
+    torch.testing.assert_close(
+        result.top_probs[-1], probs.sort(-1, descending=True).values, atol=1e-6, rtol=0
+    )
     assert hooks_left(model) == 0
 
 
@@ -58,9 +64,19 @@ def test_norm_is_recomputed_at_every_stage():
 
 def test_stages_pre_mid_post():
     assert [s for s, _ in lens_stages(tiny(None))] == [
-        "resid_pre.0", "resid_mid.0", "resid_post.0", "resid_pre.1", "resid_mid.1", "resid_post.1"]
+        "resid_pre.0",
+        "resid_mid.0",
+        "resid_post.0",
+        "resid_pre.1",
+        "resid_mid.1",
+        "resid_post.1",
+    ]
     assert [s for s, _ in lens_stages(tiny(None, d_mlp=None))] == [
-        "resid_pre.0", "resid_post.0", "resid_pre.1", "resid_post.1"]
+        "resid_pre.0",
+        "resid_post.0",
+        "resid_pre.1",
+        "resid_post.1",
+    ]
 
 
 def test_rank_and_prob_invariants():

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import build_transformer_cfg
 
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
 from mechmem.analysis.probes import (
@@ -14,7 +15,6 @@ from mechmem.analysis.probes import (
     recall_scores,
 )
 from mechmem.models.adapter import FactoredMatrix, build_transformer
-from conftest import build_transformer_cfg
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +47,11 @@ def test_planted_memories_found_exactly(planted):
     assert recall[f"ov_copy.L{il}H{ih}"] == 1.0
     assert recall[f"qk_token.L{il}H{ih}<-L{pl}H{ph}"] == 1.0
     assert recall["qk_prev_pos.L0H0"] == 0.0  # the attend-to-self distractor points at t, never t - 1
-    others = [r for name, r in recall.items() if name not in
-              {f"qk_prev_pos.L{pl}H{ph}", f"ov_copy.L{il}H{ih}", f"qk_token.L{il}H{ih}<-L{pl}H{ph}"}]
+    others = [
+        r
+        for name, r in recall.items()
+        if name not in {f"qk_prev_pos.L{pl}H{ph}", f"ov_copy.L{il}H{ih}", f"qk_token.L{il}H{ih}<-L{pl}H{ph}"}
+    ]
     assert max(others) < 0.1
 
 
@@ -62,8 +65,10 @@ def test_ov_probe_equals_dense_product():
 
 def test_ffn_storing_log_bigrams_has_zero_kl():
     v = 6
-    model = build_transformer(build_transformer_cfg(n_layers=1, d_model=v, n_heads=1, d_vocab=v, d_mlp=v,
-                                                    act_fn="linear"), generator=torch.Generator().manual_seed(3))
+    model = build_transformer(
+        build_transformer_cfg(n_layers=1, d_model=v, n_heads=1, d_vocab=v, d_mlp=v, act_fn="linear"),
+        generator=torch.Generator().manual_seed(3),
+    )
     bigram = torch.rand(v, v, generator=torch.Generator().manual_seed(4)).softmax(-1)
     with torch.no_grad():
         for p in model.parameters():

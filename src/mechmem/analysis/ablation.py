@@ -49,7 +49,9 @@ class AblationResult:
     def __post_init__(self) -> None:
         m, n_layers = len(self.methods), self.heads.shape[1]
         if self.heads.ndim != 3 or self.heads.shape[0] != m:
-            raise ValueError(f"heads must be [method layer head] with {m} methods, got {tuple(self.heads.shape)}")
+            raise ValueError(
+                f"heads must be [method layer head] with {m} methods, got {tuple(self.heads.shape)}"
+            )
         for name in ("attn_layers", "mlp_layers"):
             value = getattr(self, name)
             if value is not None and tuple(value.shape) != (m, n_layers):
@@ -67,10 +69,18 @@ class AblationResult:
                     out.append(self._row(layer, None, "mlp", method, self.mlp_layers[i, layer]))
         return out
 
-    def _row(self, layer: int, head: int | None, component: str, method: str, value: Tensor) -> dict[str, Any]:
+    def _row(
+        self, layer: int, head: int | None, component: str, method: str, value: Tensor
+    ) -> dict[str, Any]:
         v = float(value)
-        return {"layer": layer, "head": head, "component": component, "method": method, "metric": v,
-                "delta": v - self.baseline}
+        return {
+            "layer": layer,
+            "head": head,
+            "component": component,
+            "method": method,
+            "metric": v,
+            "delta": v - self.baseline,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,7 +103,11 @@ def task_metric(task: Any, name: str, n: int, *, generator: torch.Generator) -> 
         return pair.clean, pair.logit_diff, "logit difference (correct - incorrect) at the answer position"
     batch = task.eval_batch(n, generator=generator)
     if name == "loss":
-        return batch.tokens, lambda logits: task.loss(logits, batch.to(logits.device)), "task loss on an eval batch"
+        return (
+            batch.tokens,
+            lambda logits: task.loss(logits, batch.to(logits.device)),
+            "task loss on an eval batch",
+        )
     if name == "accuracy":
 
         def accuracy(logits: Tensor) -> Tensor:
@@ -120,8 +134,9 @@ def ablation_values(
     if method not in METHODS:
         raise ValueError(f"unknown ablation method {method!r} ({', '.join(METHODS)})")
     reference = tokens if reference is None else reference
-    names = lambda n: n.endswith("attn.hook_z") or n.endswith("hook_mlp_out")  # noqa: E731
-    _, cache = model.run_with_cache(reference.to(model.cfg.device), names_filter=names)
+    _, cache = model.run_with_cache(
+        reference.to(model.cfg.device), names_filter=lambda n: n.endswith(("attn.hook_z", "hook_mlp_out"))
+    )
     batch, n_ref = tokens.shape[0], reference.shape[0]
     if method == "resample":
         gen = generator if generator is not None else torch.Generator().manual_seed(0)
@@ -168,7 +183,7 @@ def ablate_layer_components(
     for lo in range(0, n_copies, step):
         copies = list(range(lo, min(n_copies, lo + step)))
 
-        def patch_z(z: Tensor, hook: Any) -> Tensor:
+        def patch_z(z: Tensor, hook: Any, copies: list[int] = copies) -> Tensor:
             z = z.view(len(copies), batch, *z.shape[1:]).clone()
             for i, c in enumerate(copies):
                 if c < cfg.n_heads:
@@ -177,7 +192,7 @@ def ablate_layer_components(
                     z[i] = values[z_name]
             return z.flatten(0, 1)
 
-        def patch_mlp(out: Tensor, hook: Any) -> Tensor:
+        def patch_mlp(out: Tensor, hook: Any, copies: list[int] = copies) -> Tensor:
             out = out.view(len(copies), batch, *out.shape[1:]).clone()
             for i, c in enumerate(copies):
                 if c == cfg.n_heads + 1:
@@ -219,8 +234,7 @@ def ablate_heads(
     """
     cfg = model.cfg
     tokens = tokens.to(cfg.device)
-    names = lambda n: n.endswith("hook_resid_pre")  # noqa: E731
-    logits, cache = model.run_with_cache(tokens, names_filter=names)
+    logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_resid_pre"))
     baseline = float(metric(logits))
     heads = torch.zeros(len(methods), cfg.n_layers, cfg.n_heads)
     attn = torch.zeros(len(methods), cfg.n_layers)
@@ -265,7 +279,12 @@ def plot_ablation(result: AblationResult) -> Any:
     fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 2.8), squeeze=False)
     for ax, method, d in zip(axes[0], result.methods, deltas):
         im = ax.imshow(d.numpy(), cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
-        ax.set(title=f"{method} ablation", xlabel="head", ylabel="layer",
-               xticks=range(d.shape[1]), yticks=range(d.shape[0]))
+        ax.set(
+            title=f"{method} ablation",
+            xlabel="head",
+            ylabel="layer",
+            xticks=range(d.shape[1]),
+            yticks=range(d.shape[0]),
+        )
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label=f"delta {result.metric_name}")
     return fig

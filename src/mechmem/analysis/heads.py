@@ -16,6 +16,7 @@ vocabulary, random sequences hold chance duplicates, so an attend-to-self head a
 overlap on the duplicate-token pattern.
 """
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,7 +109,10 @@ class HeadScores:
             "axes": list(self.axes),
             "metric": self.metric,
             "data": self.data,
-            "scores": {k: v.tolist() for k, v in self.scores.items()},
+            "scores": {
+                k: [[None if math.isnan(x) else x for x in row] for row in v.tolist()]
+                for k, v in self.scores.items()
+            },
             **self.extra,
         }
 
@@ -148,7 +152,7 @@ def detect_heads(
         part = tokens[start : start + chunk]
         masks = {k: _as_pattern(spec, part) for k, spec in patterns.items()}
 
-        def reduce(pattern: Tensor, hook: Any) -> None:
+        def reduce(pattern: Tensor, hook: Any, masks: dict[str, Tensor] = masks) -> None:
             for name, mask in masks.items():
                 valid = mask.any(-1)  # [batch query_pos]
                 on = (pattern * mask[:, None].to(pattern.dtype)).sum(-1)  # [batch head query_pos]
@@ -158,8 +162,10 @@ def detect_heads(
             model(part)
         for name, mask in masks.items():
             rows[name] += mask.any(-1).sum().double().cpu()
-    scores = {k: (mass[k] / rows[k]).float() if rows[k] > 0 else torch.full_like(mass[k], float("nan")).float()
-              for k in patterns}
+    scores = {
+        k: (mass[k] / rows[k]).float() if rows[k] > 0 else torch.full_like(mass[k], float("nan")).float()
+        for k in patterns
+    }
     return HeadScores(scores, data=data, extra={"rows": {k: int(v) for k, v in rows.items()}})
 
 
@@ -168,7 +174,9 @@ def attention_patterns(
     model: torch.nn.Module, tokens: Int[Tensor, "batch pos"]
 ) -> Float[Tensor, "layer batch head query_pos key_pos"]:
     """Every layer's attention pattern on `tokens` (keep the batch small: this is stored in full)."""
-    _, cache = model.run_with_cache(tokens.to(model.cfg.device), names_filter=lambda n: n.endswith("hook_pattern"))
+    _, cache = model.run_with_cache(
+        tokens.to(model.cfg.device), names_filter=lambda n: n.endswith("hook_pattern")
+    )
     return torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"] for layer in range(model.cfg.n_layers)])
 
 

@@ -19,6 +19,7 @@ Caveat: early residuals were never trained to be read by the unembedding; a low 
 is not yet linearly decodable in the output basis, not that the information is absent.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,10 +73,14 @@ class LogitLensResult:
         shape = (len(self.stages), *self.mask.shape)
         for name in ("target_prob", "target_rank"):
             if tuple(getattr(self, name).shape) != shape:
-                raise ValueError(f"{name} must be [stage batch pos] = {shape}, got {tuple(getattr(self, name).shape)}")
+                raise ValueError(
+                    f"{name} must be [stage batch pos] = {shape}, got {tuple(getattr(self, name).shape)}"
+                )
         for name in ("top_tokens", "top_probs"):
             if tuple(getattr(self, name).shape[:3]) != shape:
-                raise ValueError(f"{name} must be [stage batch pos k], got {tuple(getattr(self, name).shape)}")
+                raise ValueError(
+                    f"{name} must be [stage batch pos k], got {tuple(getattr(self, name).shape)}"
+                )
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per stage, over the masked positions: mean target probability, mean rank and top-1 accuracy."""
@@ -100,7 +105,7 @@ class LogitLensResult:
 
     def to_dict(self, *, example: int = 0) -> dict[str, Any]:
         def clean(values: list[float]) -> list[float | None]:
-            return [None if v != v else v for v in values]
+            return [None if math.isnan(v) else v for v in values]
 
         per_pos = self.by_position()
         summary = self.summary()
@@ -171,12 +176,21 @@ def plot_logit_lens(result: LogitLensResult) -> Any:
     summary = result.summary()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.35 * len(result.stages) + 2))
     im = left.imshow(per_pos, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-    left.set(yticks=range(len(result.stages)), yticklabels=result.stages, xlabel="position",
-             title="target probability by position")
+    left.set(
+        yticks=range(len(result.stages)),
+        yticklabels=result.stages,
+        xlabel="position",
+        title="target probability by position",
+    )
     fig.colorbar(im, ax=left, shrink=0.8)
     y = range(len(result.stages))
     right.barh(list(y), [summary[s]["target_prob"] for s in result.stages], color="tab:blue")
-    right.set(yticks=list(y), yticklabels=result.stages, xlim=(0, 1), xlabel="mean target probability",
-              title="pre/post-FFN logit lens")
+    right.set(
+        yticks=list(y),
+        yticklabels=result.stages,
+        xlim=(0, 1),
+        xlabel="mean target probability",
+        title="pre/post-FFN logit lens",
+    )
     right.invert_yaxis()
     return fig

@@ -116,4 +116,3 @@ def planted_induction_model(d_vocab: int = 12, n_ctx: int = 24, *, strength: flo
         a1.W_Q[2, layout.pos, :n_ctx] = c * eye_t
         a1.W_K[2, layout.pos, :n_ctx] = c * eye_t
     return model
-

@@ -70,8 +70,15 @@ class ProbeResult:
         return 1.0 / self.n_outputs
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "matrix": self.matrix, "recall": self.recall, "chance": self.chance,
-                "n_inputs": self.n_inputs, "n_outputs": self.n_outputs, **self.extra}
+        return {
+            "name": self.name,
+            "matrix": self.matrix,
+            "recall": self.recall,
+            "chance": self.chance,
+            "n_inputs": self.n_inputs,
+            "n_outputs": self.n_outputs,
+            **self.extra,
+        }
 
 
 @dataclass
@@ -90,7 +97,9 @@ class MemoryProbes:
         }
 
 
-def _probe(name: str, matrix: str, inputs: Tensor, product: Any, outputs: Tensor, targets: Tensor) -> ProbeResult:
+def _probe(
+    name: str, matrix: str, inputs: Tensor, product: Any, outputs: Tensor, targets: Tensor
+) -> ProbeResult:
     rate = recall_rate(inputs.detach(), product, outputs.detach(), targets)
     return ProbeResult(name, matrix, rate, inputs.shape[0], outputs.shape[0])
 
@@ -107,8 +116,12 @@ def ov_copy_probe(
     ids = _token_ids(model, tokens)
     dev = model.W_E.device
     return _probe(
-        f"ov_copy.L{layer}H{head}", f"W_E W_V^{layer}.{head} W_O^{layer}.{head} W_U",
-        model.W_E[ids.to(dev)], model.OV[layer, head], model.W_U.T[ids.to(dev)], torch.arange(len(ids)),
+        f"ov_copy.L{layer}H{head}",
+        f"W_E W_V^{layer}.{head} W_O^{layer}.{head} W_U",
+        model.W_E[ids.to(dev)],
+        model.OV[layer, head],
+        model.W_U.T[ids.to(dev)],
+        torch.arange(len(ids)),
     )
 
 
@@ -120,8 +133,12 @@ def qk_previous_position_probe(
     n = model.cfg.n_ctx if n_positions is None else min(n_positions, model.cfg.n_ctx)
     suffix = "" if n == model.cfg.n_ctx else f".first{n}"
     return _probe(
-        f"qk_prev_pos.L{layer}H{head}{suffix}", f"W_pos W_Q^{layer}.{head} W_K^{layer}.{head}T W_pos^T",
-        model.W_pos[1:n], model.QK[layer, head], model.W_pos[: n - 1], torch.arange(n - 1),
+        f"qk_prev_pos.L{layer}H{head}{suffix}",
+        f"W_pos W_Q^{layer}.{head} W_K^{layer}.{head}T W_pos^T",
+        model.W_pos[1:n],
+        model.QK[layer, head],
+        model.W_pos[: n - 1],
+        torch.arange(n - 1),
     )
 
 
@@ -144,7 +161,10 @@ def qk_token_probe(
     return _probe(
         f"qk_token.L{layer}H{head}<-L{sl}H{sh}",
         f"W_E W_Q^{layer}.{head} W_K^{layer}.{head}T (W_E W_V^{sl}.{sh} W_O^{sl}.{sh})^T",
-        model.W_E[ids], model.QK[layer, head], keys, torch.arange(len(ids)),
+        model.W_E[ids],
+        model.QK[layer, head],
+        keys,
+        torch.arange(len(ids)),
     )
 
 
@@ -167,8 +187,14 @@ def ffn_bigram_probe(
     target = target / target.sum(-1, keepdim=True).clamp_min(1e-12)
     kl = (target * (target.clamp_min(1e-12).log() - logp)).sum(-1)
     recall = float((logp.argmax(-1) == target.argmax(-1)).float().mean())
-    return ProbeResult(f"ffn_bigram.L{layer}", f"W_E MLP^{layer} W_U vs bigram", recall, len(ids),
-                       logp.shape[-1], {"kl": float(kl.mean())})
+    return ProbeResult(
+        f"ffn_bigram.L{layer}",
+        f"W_E MLP^{layer} W_U vs bigram",
+        recall,
+        len(ids),
+        logp.shape[-1],
+        {"kl": float(kl.mean())},
+    )
 
 
 def empirical_bigram(
@@ -176,7 +202,9 @@ def empirical_bigram(
 ) -> Float[Tensor, "d_vocab d_vocab_out"]:
     """Next-token distribution given the current token, counted over all positions (uniform for unseen tokens)."""
     counts = torch.zeros(d_vocab * d_vocab_out)
-    counts.index_add_(0, (tokens.flatten() * d_vocab_out + targets.flatten()).cpu(), torch.ones(tokens.numel()))
+    counts.index_add_(
+        0, (tokens.flatten() * d_vocab_out + targets.flatten()).cpu(), torch.ones(tokens.numel())
+    )
     counts = counts.view(d_vocab, d_vocab_out)
     seen = counts.sum(-1, keepdim=True)
     return torch.where(seen > 0, counts / seen.clamp_min(1), torch.full_like(counts, 1.0 / d_vocab_out))
