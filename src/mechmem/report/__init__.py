@@ -46,6 +46,8 @@ EVIDENCE_COLUMNS = {
     "previous_token": "prev-token",
     "induction": "induction",
     "duplicate_token": "dup-token",
+    "elimination_transfer": "transfer elim",
+    "recall_transfer": "transfer recall",
     "elimination_damage": "damage no-repeat",
     "recall_damage": "damage repeat",
     "attention_used_y": "attn used y's",

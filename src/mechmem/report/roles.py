@@ -3,13 +3,17 @@
 Each head gets at most one role. Two kinds of evidence are used:
 
 - **Task roles** (elimination, recall), measured on the task's own data with causal evidence
-  (`mechmem.analysis.roles`). A head is an *elimination* head when mean-ablating it lowers the probability of the
-  answer on sequences without a repeat by at least `ablation_drop`, and by `ablation_margin` more than on repeats,
-  and, at the answer, it puts at least `task_attention` of its attention on the earlier y's. A *recall* head is the mirror image: ablation hurts the repeat sequences and the head
-  attends to the earlier occurrence of the current x or the y that followed it.
+  (`mechmem.analysis.roles`). The score of a role is its *patching transfer* (how much copying the head's output
+  from a counterfactual run that changes only that role's information moves the answer) when counterfactual pairs
+  exist, else its *ablation damage* (drop in p(answer) under mean ablation, on repeat vs no-repeat sequences).
+  A head is an *elimination* head when its elimination score is at least `ablation_drop` and `ablation_margin`
+  above its recall score, and, at the answer, it puts at least `task_attention` of its attention on the earlier
+  y's. A *recall* head is the mirror image, and attends to the earlier occurrence of the current x or the y that
+  followed it.
 - **Attention-pattern roles** (previous-token, induction, duplicate-token), measured on repeated random sequences
-  drawn from the model's own vocabulary: the head's detection score (attention mass on the pattern's keys) is at
-  least `attention`. When several patterns pass, the highest score names the role.
+  drawn from the model's own vocabulary and on the task's data: the head's detection score (attention mass on the
+  pattern's keys, the higher of the two) is at least `attention`. When several patterns pass, the highest names
+  the role.
 
 A task role, being causal and on-distribution, takes precedence; the patterns a task head also matches are kept in
 its notes. A head with no evidence above threshold is named "none". Caveat: thresholds are fixed fractions, not
@@ -34,7 +38,7 @@ class RoleThresholds(ConfigMixin):
     attention: float = 0.5
     """Min detection score (attention mass on the pattern's keys) for previous-token, induction, duplicate-token."""
     ablation_drop: float = 0.1
-    """Min drop in mean p(answer) under mean ablation of the head, for elimination (no-repeat) and recall (repeat)."""
+    """Min score (in p(answer)) for elimination / recall: patching transfer when measured, else ablation damage."""
     ablation_margin: float = 0.1
     """The role's group must lose at least this much more than the other group."""
     task_attention: float = 0.4
@@ -67,18 +71,20 @@ class HeadRole:
 
 
 def _task_role(ev: dict[str, float], t: RoleThresholds) -> tuple[str, str] | None:
-    eli, rec = ev.get("elimination_damage"), ev.get("recall_damage")
+    kind = "transfer" if "recall_transfer" in ev else "damage"
+    eli, rec = ev.get(f"elimination_{kind}"), ev.get(f"recall_{kind}")
     if eli is None or rec is None:
         return None
+    what = "patching transfer" if kind == "transfer" else "ablation damage"
     att_used, att_match = ev.get("attention_used_y", 0.0), ev.get("attention_match_bound", 0.0)
     if eli >= t.ablation_drop and eli - rec >= t.ablation_margin and att_used >= t.task_attention:
         return "elimination", (
-            f"ablation damage {eli:.2f} without repeat (>= {t.ablation_drop}), {rec:.2f} on repeats "
+            f"{what} {eli:.2f} for elimination (>= {t.ablation_drop}), {rec:.2f} for recall "
             f"(margin >= {t.ablation_margin}); attention on earlier y's {att_used:.2f} (>= {t.task_attention})"
         )
     if rec >= t.ablation_drop and rec - eli >= t.ablation_margin and att_match >= t.task_attention:
         return "recall", (
-            f"ablation damage {rec:.2f} on repeats (>= {t.ablation_drop}), {eli:.2f} without "
+            f"{what} {rec:.2f} for recall (>= {t.ablation_drop}), {eli:.2f} for elimination "
             f"(margin >= {t.ablation_margin}); attention on the matching x and its y {att_match:.2f} "
             f"(>= {t.task_attention})"
         )
@@ -88,8 +94,8 @@ def _task_role(ev: dict[str, float], t: RoleThresholds) -> tuple[str, str] | Non
 def name_head_roles(evidence: dict[str, Tensor], thresholds: RoleThresholds | None = None) -> list[HeadRole]:
     """One `HeadRole` per head from evidence tensors, each [layer head], keyed by measurement name.
 
-    Recognised keys: previous_token, induction, duplicate_token (detection scores); elimination_damage,
-    recall_damage, attention_used_y, attention_match_bound (task evidence). Missing keys are simply not used.
+    Recognised keys: previous_token, induction, duplicate_token (detection scores); elimination_transfer,
+    recall_transfer, elimination_damage, recall_damage, attention_used_y, attention_match_bound (task evidence). Missing keys are simply not used.
     """
     t = thresholds or RoleThresholds()
     if not evidence:

@@ -158,10 +158,17 @@ def task_roles_section(ctx: ReportContext) -> Section:
     dev = ctx.device
     answer_pos = torch.full((n,), ctx.task.seq_len - 1, dtype=torch.long, device=dev)
     keys = {k: g[k].to(dev) for k in ("bound", "match", "other_y")}
+    pairs = {}
+    if hasattr(perm, "role_pairs"):  # counterfactual pairs: patching transfer decides the roles when available
+        rec_pair, eli_pair = perm.role_pairs(ctx.task, n, generator=ctx.generator(9))
+        pairs = {"recall_pair": rec_pair.to(dev), "elimination_pair": eli_pair.to(dev)}
     ev = roles.measure_role_evidence(ctx.model, g["tokens"].to(dev), answer_pos, g["targets"].to(dev),
-                                     g["repeat"].to(dev), keys)
+                                     g["repeat"].to(dev), keys, **pairs)
     ctx.evidence["recall_damage"] = ev.damage_recall
     ctx.evidence["elimination_damage"] = ev.damage_elimination
+    if getattr(ev, "transfer_recall", None) is not None:
+        ctx.evidence["recall_transfer"] = ev.transfer_recall
+        ctx.evidence["elimination_transfer"] = ev.transfer_elimination
     ctx.evidence["attention_match_bound"] = ev.attention["match"] + ev.attention["bound"]
     ctx.evidence["attention_used_y"] = ev.attention["bound"] + ev.attention["other_y"]
     s.findings = ev.to_dict()
@@ -171,12 +178,23 @@ def task_roles_section(ctx: ReportContext) -> Section:
     )
     s.lines.append("Damage = drop in mean p(correct) when the head's output is replaced by its mean (mean ablation); "
                    "attention from the last x, averaged over repeat sequences.")
+    transfer = "recall_transfer" in ctx.evidence
+    if transfer:
+        s.lines.append("Transfer = rise in p(counterfactual answer) when the head's output is copied from a "
+                       "counterfactual run that changes only the recalled pair (recall) or only the used y's "
+                       "(elimination); when measured, transfer rather than damage decides the role.")
     n_layers, n_heads = ev.damage_recall.shape
-    rows = [[f"L{l}H{h}", float(ev.damage_elimination[l, h]), float(ev.damage_recall[l, h]),
-             float(ev.attention["match"][l, h]), float(ev.attention["bound"][l, h]),
-             float(ev.attention["other_y"][l, h])] for l in range(n_layers) for h in range(n_heads)]
-    s.tables.append(Table(["head", "damage no-repeat", "damage repeat", "attn matching x", "attn its y",
-                           "attn other y's"], rows, "Ablation damage and attention per head"))
+    cols = ["head", "damage no-repeat", "damage repeat"] + (["transfer elim", "transfer recall"] if transfer else [])
+    cols += ["attn matching x", "attn its y", "attn other y's"]
+    rows = []
+    for l in range(n_layers):
+        for h in range(n_heads):
+            row = [f"L{l}H{h}", float(ev.damage_elimination[l, h]), float(ev.damage_recall[l, h])]
+            if transfer:
+                row += [float(ev.transfer_elimination[l, h]), float(ev.transfer_recall[l, h])]
+            row += [float(ev.attention[k][l, h]) for k in ("match", "bound", "other_y")]
+            rows.append(row)
+    s.tables.append(Table(cols, rows, "Per head: ablation damage, patching transfer and attention"))
     return s
 
 

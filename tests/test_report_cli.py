@@ -1,0 +1,80 @@
+"""analyses/report.py and analyses/demo.py: outputs, one-line errors, index page."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from mechmem.cli import run_script
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "analyses" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def planted_ckpt(tmp_path_factory):
+    from mechmem.checkpoint import save_checkpoint
+    from mechmem.report import planted
+    from mechmem.tasks.permutation import PermutationConfig
+
+    path = tmp_path_factory.mktemp("planted") / "ckpt.pt"
+    save_checkpoint(path, model=planted.planted_permutation_model(), model_config=planted.planted_permutation_config(),
+                    task_name="permutation", task_config=PermutationConfig(repeat_ratio=0.3))
+    return path
+
+
+def test_report_script_writes_three_files(planted_ckpt, tmp_path, capsys):
+    out = tmp_path / "rep"
+    assert run_script(load_script("report").main, [str(planted_ckpt), "--out", str(out), "--n-samples", "64"]) == 0
+    printed = capsys.readouterr().out
+    assert "L1H0 elimination" in printed and "L1H1 recall" in printed
+    assert {p.name for p in out.iterdir()} >= {"report.md", "report.html", "report.json", "figures"}
+    data = json.loads((out / "report.json").read_text())
+    roles = {(h["layer"], h["head"]): h["role"] for h in data["sections"]["circuit"]["findings"]["heads"]}
+    assert roles == {(0, 0): "previous-token", (0, 1): "none", (1, 0): "elimination", (1, 1): "recall"}
+
+
+@pytest.mark.parametrize("argv", [["/no/such/ckpt.pt"], ["{ckpt}", "--n-samples", "0"], ["{ckpt}", "--device", "tpu"]])
+def test_report_script_bad_input_is_one_line(argv, planted_ckpt, tmp_path, capsys):
+    argv = [a.format(ckpt=planted_ckpt) for a in argv] + ["--out", str(tmp_path)]
+    assert run_script(load_script("report").main, argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+
+
+def test_demo_writes_index_and_reuses_checkpoints(planted_ckpt, tmp_path, monkeypatch):
+    """The demo with its training stubbed by an existing checkpoint: reports, index links, skip-if-trained."""
+    from mechmem.report import demo
+
+    runs, reports = tmp_path / "runs", tmp_path / "reports"
+    (runs / "planted").mkdir(parents=True)
+    (runs / "planted" / "ckpt.pt").write_bytes(planted_ckpt.read_bytes())
+    model = demo.DemoModel("planted", "permutation", "task2-quick")
+    calls = []
+    real = demo.run_logged
+    monkeypatch.setattr(demo, "run_logged", lambda cmd, log: (calls.append(cmd[1]), real(cmd, log))[1])
+    rows = demo.run_demo(runs, reports, models=[model], jobs=1, n_samples=32)
+    assert calls == ["analyses/report.py"]  # the checkpoint exists, so nothing was trained
+    assert rows[0]["report_rc"] == 0 and "recall" in rows[0]["circuit"]
+    index = (reports / "index.html").read_text()
+    assert 'href="planted/report.html"' in index and "probe p(recall)" in index
+    assert (reports / "planted" / "report.html").exists()
+
+
+def test_demo_rejects_unknown_models(capsys):
+    assert run_script(load_script("demo").main, ["--models", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("error: unknown demo model")
+
+
+def test_demo_lists_installed_presets():
+    from mechmem.report.demo import available
+
+    names = [m.name for m in available()]
+    assert names[:2] == ["permutation-task1", "permutation-task2"]
