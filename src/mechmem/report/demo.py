@@ -30,13 +30,15 @@ class DemoModel:
     """Task registry name."""
     preset: str
     """Preset of that task."""
+    minutes: float = 1.0
+    """Rough single-thread training time; the longest trainings start first so the parallel jobs finish together."""
 
 
 DEMO_MODELS = (
-    DemoModel("permutation-task1", "permutation", "task1-quick"),
-    DemoModel("permutation-task2", "permutation", "task2-quick"),
-    DemoModel("birth", "birth", "quick"),
-    DemoModel("facts", "facts", "quick"),
+    DemoModel("permutation-task1", "permutation", "task1-quick", 1.5),
+    DemoModel("permutation-task2", "permutation", "task2-quick", 2.0),
+    DemoModel("birth", "birth", "quick", 3.0),
+    DemoModel("facts", "facts", "quick", 0.5),
 )
 
 
@@ -78,7 +80,7 @@ def run_demo(
     """Train (unless a checkpoint exists), report, and write `reports/index.html`; returns one row per model."""
     py = sys.executable
     rows: dict[str, dict[str, object]] = {m.name: {"model": m.name, "preset": f"{m.task}/{m.preset}"} for m in models}
-    todo = [m for m in models if retrain or not (runs / m.name / "ckpt.pt").exists()]
+    todo = sorted((m for m in models if retrain or not (runs / m.name / "ckpt.pt").exists()), key=lambda m: -m.minutes)
     train_cmds = []
     for m in todo:
         cmd = [py, "analyses/train.py", m.task, "--preset", m.preset, "--out", str(runs / m.name), "--no-progress"]
