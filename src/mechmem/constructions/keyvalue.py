@@ -11,8 +11,10 @@ and every other selector off:
 so a fact (a, b) makes the summed selector activation  sum_{i in K(a)} (C + x[b, i]) = kC + <1_K(a), x[b]>.
 Demanding that this equal L(a, b) + 1 is, for each second token b separately, a linear system with one row
 1_K(a) per fact containing b and d_mlp - 1 unknowns x[b]; random binary keys make it full rank, so it is solved
-exactly (minimum-norm least squares, i.e. the ridge limit) whenever b occurs in at most d_mlp - 1 facts, and in
-the least-squares sense beyond that. C and M are then set just large enough that key neurons stay on and the
+exactly (minimum-norm least squares, i.e. the ridge limit) whenever b occurs in at most d_mlp - 1 facts. Beyond
+that the least-squares fit over all of b's facts is kept if it still lands every one within its +-1/2 window;
+otherwise a random d_mlp - 1 of them are stored exactly and the rest are right only by chance (always using
+the least-squares compromise loses more facts: at d = 16, 480 facts, 64% instead of 92%). C and M are then set just large enough that key neurons stay on and the
 others stay off. The readout is Appendix A's: U[i, c] = c + 1 on selectors and
 U[bias, c] = -(c + 1)^2 / 2 - kC(c + 1), whose argmax is the integer nearest to the stored value minus one,
 so each fact tolerates an error of +-1/2.
@@ -74,9 +76,13 @@ def keyvalue_construction(
     values = torch.zeros(n_in, n_sel, dtype=torch.float64)
     target = labels.double() + 1
     for b in torch.unique(val_tok).tolist():
-        rows = val_tok == b
-        A = keys[key_tok[rows]]
-        values[b] = torch.linalg.lstsq(A, target[rows, None], driver="gelsd").solution[:, 0]
+        rows = torch.nonzero(val_tok == b)[:, 0]
+        x = torch.linalg.lstsq(keys[key_tok[rows]], target[rows, None], driver="gelsd").solution[:, 0]
+        missed = (keys[key_tok[rows]] @ x - target[rows]).abs() >= 0.45
+        if rows.numel() > n_sel and bool(missed.any()):  # over-full: store a random n_sel exactly instead
+            rows = rows[torch.randperm(rows.numel(), generator=generator)[:n_sel]]
+            x = torch.linalg.lstsq(keys[key_tok[rows]], target[rows, None], driver="gelsd").solution[:, 0]
+        values[b] = x
     on = 1.0 - min(0.0, float(values.min()))  # key neurons: pre-activation C + x >= 1
     off = -(1.0 + max(0.0, float(values.max())))  # other selectors: pre-activation <= -1
     key_emb = torch.where(keys.bool(), on, off)

@@ -35,6 +35,7 @@ QUICK_GRID = SweepGrid(
     hybrid_s_values=(2, 3, 4),
     hybrid_top_fractions=(0.1, 0.2, 0.3),
     retries=1,
+    key_retries=2,
 )
 
 
