@@ -1,0 +1,1 @@
+"""End-to-end reproductions of published experiments, built on mechmem's tasks, trainer and analyses."""

@@ -1,0 +1,380 @@
+"""Experiments reproducing "Can a Tiny Transformer Learn to Remember?" (permutation memory, methods.md §1).
+
+Each function takes a trained model and the task, draws its own sequences from an explicit generator, and returns
+a small result (plain dicts of floats or dataclasses with `to_dict`). `run_reproduction` trains what is missing
+(in parallel worker processes), runs every experiment on every seed and returns one JSON-able dict; the report
+module turns that dict into the markdown page and figures.
+
+Importing this module registers extra presets in `PermutationTask.presets`: `v10-quick`, `v15-quick` (CPU) and
+`v10-paper`, `v15-paper` (GPU-sized), all trained on repeat data (repeat_ratio 0.3), see `SCALE_PRESETS`.
+"""
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from mechmem.analysis.neurons import ablate_neurons, neuron_direct_effect, rank_neurons
+from mechmem.analysis.roles import RoleThresholds, classify_roles, measure_role_evidence
+from mechmem.models.adapter import TransformerConfig
+from mechmem.tasks.base import PatchingPair
+from mechmem.tasks.permutation import PermutationConfig, PermutationTask, bayes_posterior, elimination_floor
+from mechmem.training.config import Preset, TrainConfig
+
+PUBLISHED = {
+    "elimination_floor": 0.957,
+    "task1_plateau": 0.959,
+    "task2_plateau": 0.956,
+    "task1_probe_elimination_p": 0.999,
+    "task2_probe_recall_p": 0.998,
+    "final_step_acc": 1.0,
+}
+"""Numbers the page states (the floor is (ln5+ln4+ln3+ln2)/5; plateaus are training losses)."""
+
+
+def _scale_model(vocab_size: int, d_model: int, n_heads: int, n_layers: int) -> TransformerConfig:
+    return TransformerConfig(n_layers=n_layers, d_model=d_model, n_heads=n_heads, d_mlp=2 * d_model,
+                             d_vocab=vocab_size + 1, n_ctx=2 * vocab_size - 1, act_fn="relu")
+
+
+def _scale_preset(v: int, d: int, heads: int, layers: int, steps: int, lr: float, note: str) -> Preset:
+    train = TrainConfig(steps=steps, batch_size=128, lr=lr, eval_every=max(steps // 10, 1), eval_samples=2000)
+    return Preset(_scale_model(v, d, heads, layers), PermutationConfig(vocab_size=v, repeat_ratio=0.3), train, note)
+
+
+SCALE_PRESETS: dict[str, Preset] = {
+    "v10-quick": _scale_preset(10, 64, 4, 2, 12_000, 3e-3, "V=10 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
+    "v15-quick": _scale_preset(15, 64, 4, 2, 12_000, 3e-3, "V=15 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
+    "v10-paper": _scale_preset(10, 128, 4, 2, 50 * 100_000 // 128, 1e-3,
+                               "V=10, GPU-sized: d=128, 4 heads, 2 layers, 50 epochs of 100k, Adam 1e-3"),
+    "v15-paper": _scale_preset(15, 256, 8, 2, 50 * 100_000 // 128, 1e-3,
+                               "V=15, GPU-sized: d=256, 8 heads, 2 layers, 50 epochs of 100k, Adam 1e-3"),
+}
+PermutationTask.presets.update(SCALE_PRESETS)
+
+
+# -- training -----------------------------------------------------------------------------------------------
+def run_dir(runs: str | Path, preset: str, seed: int) -> Path:
+    """Where the run of `preset` with `seed` lives."""
+    return Path(runs) / preset / f"seed{seed}"
+
+
+def _is_done(runs: Path, preset: str, seed: int) -> bool:
+    from mechmem.checkpoint import read_payload
+    from mechmem.errors import CheckpointError
+    from mechmem.tasks import get_preset
+
+    path = run_dir(runs, preset, seed) / "ckpt.pt"
+    if not path.exists():
+        return False
+    try:
+        train = read_payload(path)["train_config"]
+    except CheckpointError:
+        return False
+    want = get_preset("permutation", preset)
+    return train.get("steps") == want.train.steps and train.get("seed") == seed
+
+
+def _train_job(job: tuple[str, int, str, str]) -> str:
+    preset, seed, runs, device = job
+    torch.set_num_threads(1)
+    from mechmem.training.run import train_preset
+
+    train_preset("permutation", preset, out_dir=run_dir(runs, preset, seed), seed=seed, device=device, progress=False)
+    return f"{preset} seed {seed}"
+
+
+def ensure_trained(jobs: list[tuple[str, int]], runs: str | Path, *, workers: int = 2, device: str = "cpu",
+                   log: Any = print) -> None:
+    """Train every (preset, seed) whose checkpoint is missing or stale, `workers` runs at a time (one thread each)."""
+    todo = [(p, s, str(runs), device) for p, s in jobs if not _is_done(Path(runs), p, s)]
+    if not todo:
+        return
+    log(f"training {len(todo)} run(s) with {workers} worker(s): " + ", ".join(f"{j[0]}/seed{j[1]}" for j in todo))
+    if workers <= 1:
+        for job in todo:
+            log("  done " + _train_job(job))
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for done in pool.map(_train_job, todo):
+            log("  done " + done)
+
+
+# -- 1. Bayesian evaluation ---------------------------------------------------------------------------------
+@torch.no_grad()
+def bayes_table(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator) -> list[dict[str, Any]]:
+    """Per answer step on n test sequences (the task's own repeat ratio): accuracy, Bayes target, Bayes error.
+
+    Columns: `acc` (argmax == target), `bayes_acc` (mean of 1 / #candidates: the accuracy of the Bayes-optimal
+    predictor), `p_target` (mean model probability of the target) and `bayes_p_target`, `mae` (mean over sequences
+    and the V+1 vocabulary entries of |p_model - p_bayes|, as in `answer_stats`), `max_err` (largest such entry),
+    `loss` and `bayes_loss` (cross-entropy of the target under the model and under the posterior). The last step
+    is also split into `elimination` (no repeat) and `memorisation` (repeat) rows.
+    """
+    seq, repeat = task.sequences(n, generator=generator, split="test")
+    tokens, targets = seq[:, :-1], seq[:, 1::2]
+    device = next(model.parameters()).device
+    probs = model(tokens.to(device))[:, 0::2].float().softmax(-1).cpu()
+    post = bayes_posterior(tokens, task.config.vocab_size)
+    v = task.config.vocab_size
+    rows = []
+
+    def row(label: str, step: int, keep: Tensor) -> dict[str, Any]:
+        p, b, t = probs[keep, step], post[keep, step], targets[keep, step]
+        idx = torch.arange(len(t))
+        err = (p - b).abs()
+        return {
+            "step": label, "n": int(keep.sum()), "acc": float((p.argmax(-1) == t).float().mean()),
+            "bayes_acc": float(b.max(-1).values.mean()), "p_target": float(p[idx, t].mean()),
+            "bayes_p_target": float(b[idx, t].mean()), "mae": float(err.mean()), "max_err": float(err.max()),
+            "loss": float(-p[idx, t].clamp_min(1e-12).log().mean()), "bayes_loss": float(-b[idx, t].log().mean()) + 0.0,
+        }
+
+    everyone = torch.ones(n, dtype=torch.bool)
+    for k in range(v):
+        rows.append(row(str(k + 1), k, everyone))
+    if repeat.any():
+        rows.append(row(f"{v} elimination", v - 1, ~repeat))
+        rows.append(row(f"{v} memorisation", v - 1, repeat))
+    return rows
+
+
+# -- 2. the probe -------------------------------------------------------------------------------------------
+@torch.no_grad()
+def probe_stats(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator) -> dict[str, float]:
+    """Mean p(recall answer) and p(elimination answer) on n probes, and how often each is the argmax."""
+    probe = task.probe(n, generator=generator)
+    device = next(model.parameters()).device
+    probs = model(probe["tokens"].to(device))[:, -1].float().softmax(-1).cpu()
+    rows = torch.arange(n)
+    top = probs.argmax(-1)
+    return {
+        "p_recall": float(probs[rows, probe["recall"]].mean()),
+        "p_elimination": float(probs[rows, probe["elimination"]].mean()),
+        "argmax_recall": float((top == probe["recall"]).float().mean()),
+        "argmax_elimination": float((top == probe["elimination"]).float().mean()),
+    }
+
+
+# -- 3. head roles and attention ----------------------------------------------------------------------------
+def last_step_groups(task: PermutationTask, n: int, *, generator: torch.Generator) -> dict[str, Tensor]:
+    """Test sequences, half with a repeated last x, with the last answer's target and key sets over positions.
+
+    Key sets (masks over the 2V-1 input positions, for the query at the last x): `match` = the earlier x equal to
+    the last x, `bound` = the y that followed it, `other_y` = every other earlier y, `other_x` = every other
+    earlier x, `self` = the query position. On repeat sequences they partition the positions.
+    """
+    seq, repeat = task.sequences(n, generator=generator, split="test", repeat_ratio=0.5)
+    tokens = seq[:, :-1]
+    pos = tokens.shape[1]
+    xs = seq[:, 0:-2:2]  # the V-1 earlier x's
+    match_pair = xs == seq[:, -2:-1]
+    sets = {name: torch.zeros(n, pos, dtype=torch.bool) for name in ("match", "bound", "other_y", "other_x", "self")}
+    sets["match"][:, 0:-1:2] = match_pair
+    sets["bound"][:, 1::2] = match_pair
+    sets["other_y"][:, 1::2] = ~match_pair
+    sets["other_x"][:, 0:-1:2] = ~match_pair
+    sets["self"][:, -1] = True
+    return {"tokens": tokens, "targets": seq[:, -1], "repeat": repeat, **sets}
+
+
+def role_pairs(task: PermutationTask, n: int, *, generator: torch.Generator) -> tuple[PatchingPair, PatchingPair]:
+    """Counterfactual pairs that change only the information one role needs, answered at the last x.
+
+    Recall pair: the last x repeats x_j (answer y_j); its counterfactual repeats another earlier x_i (answer y_i);
+    the used y's are the same in both. Elimination pair: a sequence without repeat (answer: the unused y u); its
+    counterfactual writes u in place of one earlier y_j, so y_j becomes the unused one (the answer); the last x and
+    the positions of the x's are the same in both. Both counterfactuals are valid sequences of some permutation.
+    """
+    v = task.config.vocab_size
+    seq, _ = task.sequences(n, generator=generator, split="test", repeat_ratio=0.0)
+    rows = torch.arange(n)
+    j = torch.randint(v - 1, (n,), generator=generator)
+    i = (j + 1 + torch.randint(v - 2, (n,), generator=generator)) % (v - 1)  # another earlier pair, i != j
+    tokens = seq[:, :-1]
+    clean, counter = tokens.clone(), tokens.clone()
+    clean[:, -1], counter[:, -1] = seq[rows, 2 * j], seq[rows, 2 * i]
+    pos = torch.full((n,), task.seq_len - 1, dtype=torch.long)
+    recall = PatchingPair(clean, counter, pos, seq[rows, 2 * j + 1], seq[rows, 2 * i + 1])
+    swapped = tokens.clone()
+    swapped[rows, 2 * j + 1] = seq[:, -1]
+    elimination = PatchingPair(tokens.clone(), swapped, pos, seq[:, -1], seq[rows, 2 * j + 1])
+    return recall, elimination
+
+
+def head_roles(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator,
+               thresholds: RoleThresholds = RoleThresholds()) -> Any:
+    """Label every head recall / elimination / shared / unused from patching transfer on `role_pairs`, with mean-
+    ablation damage on repeat vs no-repeat answers and attention on the key sets of `last_step_groups` reported."""
+    g = last_step_groups(task, n, generator=generator)
+    recall_pair, elimination_pair = role_pairs(task, n, generator=generator)
+    answer_pos = torch.full((n,), task.seq_len - 1, dtype=torch.long)
+    keys = {k: g[k] for k in ("bound", "match", "other_y", "other_x", "self")}
+    evidence = measure_role_evidence(model, g["tokens"], answer_pos, g["targets"], g["repeat"], keys,
+                                     recall_pair=recall_pair, elimination_pair=elimination_pair)
+    return classify_roles(evidence, thresholds)
+
+
+@torch.no_grad()
+def attention_rows(model: Any, tokens: Int[Tensor, "batch pos"], layer: int = 0) -> Float[Tensor, "head query key"]:
+    """Attention of the x positions (query rows x1..xV) over all key positions, averaged over the batch."""
+    _, cache = model.run_with_cache(tokens, names_filter=lambda n: n == f"blocks.{layer}.attn.hook_pattern")
+    return cache[f"blocks.{layer}.attn.hook_pattern"][:, :, 0::2].mean(0).cpu()
+
+
+# -- 4. the FFN rescue ---------------------------------------------------------------------------------------
+@dataclass
+class RescueResult:
+    """Logit lens before/after the last MLP and the neurons that write the correct answer, with ablations."""
+
+    lens: dict[str, dict[str, float]]
+    """{"pre_ffn"|"post_ffn": {"recall_acc", "recall_p", "elimination_acc", "elimination_p"}} at the last answer."""
+    ranking: Any
+    """NeuronRanking of the last MLP by direct effect on the correct logit over recall cases."""
+    ranking_elimination: Any
+    """The same ranking over elimination cases."""
+    ablation: list[dict[str, Any]]
+    """Rows: ablating the top-k neurons (and k random neurons, mean of draws) -> accuracy per group."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lens": self.lens, "ranking": self.ranking.to_dict(),
+                "ranking_elimination": self.ranking_elimination.to_dict(), "ablation": self.ablation}
+
+
+def _group_scores(logits: Tensor, targets: Tensor, repeat: Tensor) -> dict[str, float]:
+    probs = logits[:, -1].float().softmax(-1).cpu()
+    rows = torch.arange(len(targets))
+    hit = (probs.argmax(-1) == targets).float()
+    p = probs[rows, targets]
+    return {"recall_acc": float(hit[repeat].mean()), "recall_p": float(p[repeat].mean()),
+            "elimination_acc": float(hit[~repeat].mean()), "elimination_p": float(p[~repeat].mean())}
+
+
+@torch.no_grad()
+def ffn_rescue(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator,
+               ks: tuple[int, ...] = (1, 2, 4, 8), random_draws: int = 5) -> RescueResult:
+    """Pre- vs post-FFN lens at the last answer, top neurons by direct effect, and their ablation."""
+    g = last_step_groups(task, n, generator=generator)
+    tokens, targets, repeat = g["tokens"], g["targets"], g["repeat"]
+    layer = model.cfg.n_layers - 1
+    name = f"blocks.{layer}.hook_resid_mid"
+    logits, cache = model.run_with_cache(tokens, names_filter=lambda x: x == name)
+    resid = cache[name]
+    pre = model.unembed(model.ln_final(resid) if model.cfg.normalization_type else resid)
+    lens = {"pre_ffn": _group_scores(pre, targets, repeat), "post_ffn": _group_scores(logits, targets, repeat)}
+    pos = torch.full((n,), task.seq_len - 1, dtype=torch.long)
+    effect = neuron_direct_effect(model, tokens, layer, pos, targets)
+    ranking, ranking_elim = rank_neurons(effect[repeat], layer), rank_neurons(effect[~repeat], layer)
+    rows = [{"ablated": "none", "k": 0, **lens["post_ffn"]}]
+    d_mlp = model.cfg.d_mlp
+    for k in ks:
+        top = ranking.top(k)
+        rows.append({"ablated": f"top-{k} {top}", "k": k,
+                     **_group_scores(ablate_neurons(model, tokens, layer, top), targets, repeat)})
+        draws = [_group_scores(ablate_neurons(model, tokens, layer, torch.randperm(d_mlp, generator=generator)[:k]
+                                              .tolist()), targets, repeat) for _ in range(random_draws)]
+        rows.append({"ablated": f"random {k} (mean of {random_draws})", "k": k,
+                     **{key: sum(d[key] for d in draws) / len(draws) for key in draws[0]}})
+    return RescueResult(lens, ranking, ranking_elim, rows)
+
+
+def floor(vocab_size: int) -> float:
+    """The elimination floor of the masked loss (re-exported for the report)."""
+    return elimination_floor(vocab_size)
+
+
+# -- everything -----------------------------------------------------------------------------------------------
+@torch.no_grad()
+def masked_losses(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator) -> dict[str, float]:
+    """Masked loss on n train-mapping and n test-mapping sequences, and the Bayes-optimal loss on the test ones."""
+    from mechmem.tasks.base import masked_cross_entropy
+
+    out = {}
+    device = next(model.parameters()).device
+    for split in ("train", "test"):
+        batch = task.eval_batch(n, generator=generator, split=split)
+        out[split] = float(masked_cross_entropy(model(batch.tokens.to(device)).cpu(), batch.targets, batch.loss_mask))
+    post = bayes_posterior(batch.tokens, task.config.vocab_size)
+    p = post.gather(-1, batch.targets[:, 0::2, None]).squeeze(-1)
+    out["bayes_test"] = float(-p.log().mean()) + 0.0
+    return out
+
+
+@dataclass(frozen=True)
+class ReproConfig:
+    """What `run_reproduction` trains and measures."""
+
+    task1_preset: str = "task1-quick"
+    """Preset of the 1-head model trained without repeats."""
+    task2_preset: str = "task2-quick"
+    """Preset of the 2-head model trained with repeats."""
+    task1_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    """Seeds of the Task 1 model."""
+    task2_seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    """Seeds of the Task 2 model."""
+    scale_presets: tuple[str, ...] = ("v10-quick", "v15-quick")
+    """Presets of the larger-vocabulary experiments (seed 0 each)."""
+    n_eval: int = 5000
+    """Test sequences for the Bayesian evaluation, the probe and the losses."""
+    n_analysis: int = 2000
+    """Sequences for head roles and the FFN rescue."""
+    runs: str = "runs/permutation"
+    """Directory holding one run directory per preset and seed (reused when complete)."""
+    workers: int = 2
+    """Training processes run in parallel (one thread each)."""
+    device: str = "cpu"
+    """Device for training (measurements run on the CPU)."""
+    eval_seed: int = 1234
+    """Seed of every evaluation generator, so all models see the same sequences."""
+
+
+def _history(path: Path) -> list[dict[str, Any]]:
+    import json
+
+    return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _measure(preset: str, seed: int, cfg: ReproConfig, *, roles: bool) -> dict[str, Any]:
+    from mechmem.checkpoint import load_checkpoint
+
+    path = run_dir(cfg.runs, preset, seed)
+    ckpt = load_checkpoint(path / "ckpt.pt")
+    model, task = ckpt.model.eval(), ckpt.task
+
+    def gen() -> torch.Generator:
+        return torch.Generator().manual_seed(cfg.eval_seed)
+
+    out: dict[str, Any] = {
+        "preset": preset, "seed": seed, "run": str(path), "vocab_size": task.config.vocab_size,
+        "model": ckpt.model_config.to_dict(), "history": _history(path),
+        "losses": masked_losses(model, task, cfg.n_eval, generator=gen()),
+        "bayes": bayes_table(model, task, cfg.n_eval, generator=gen()),
+        "probe": probe_stats(model, task, cfg.n_eval, generator=gen()),
+    }
+    if roles:
+        out["roles"] = head_roles(model, task, cfg.n_analysis, generator=gen()).to_dict()
+        example = task.probe(1, generator=gen())["tokens"]
+        out["attention_example"] = {"tokens": example[0].tolist(), "rows": attention_rows(model, example).tolist()}
+        out["rescue"] = ffn_rescue(model, task, cfg.n_analysis, generator=gen()).to_dict()
+    return out
+
+
+def run_reproduction(cfg: ReproConfig, *, log: Any = print) -> dict[str, Any]:
+    """Train what is missing, then measure every experiment on every run; returns a JSON-able dict."""
+    jobs = [(cfg.task2_preset, s) for s in cfg.task2_seeds] + [(cfg.task1_preset, s) for s in cfg.task1_seeds]
+    jobs += [(p, 0) for p in cfg.scale_presets]
+    ensure_trained(jobs, cfg.runs, workers=cfg.workers, device=cfg.device, log=log)
+    log("measuring")
+    return {
+        "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
+        "published": PUBLISHED,
+        "floor": elimination_floor(5),
+        "task1": [_measure(cfg.task1_preset, s, cfg, roles=False) for s in cfg.task1_seeds],
+        "task2": [_measure(cfg.task2_preset, s, cfg, roles=True) for s in cfg.task2_seeds],
+        "scale": [_measure(p, 0, cfg, roles=False) for p in cfg.scale_presets],
+    }
