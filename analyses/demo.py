@@ -19,14 +19,22 @@ from mechmem.report.demo import DEMO_MODELS, available, run_demo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="runs/demo", help="directory for the trained runs (default: runs/demo)")
+    parser.add_argument(
+        "--out", default="runs/demo", help="directory for the trained runs (default: runs/demo)"
+    )
     parser.add_argument("--reports", default="reports", help="directory for the reports and index.html")
     parser.add_argument("--retrain", action="store_true", help="train again even if a checkpoint exists")
     parser.add_argument("--jobs", type=int, default=2, help="subprocesses at a time (default: 2)")
     parser.add_argument("--steps", type=int, default=None, help="override every preset's steps (smoke runs)")
-    parser.add_argument("--n-samples", type=int, default=512, help="sequences per report analysis (default: 512)")
-    parser.add_argument("--models", nargs="*", default=None,
-                        help=f"subset of the demo models (default: all of {', '.join(m.name for m in DEMO_MODELS)})")
+    parser.add_argument(
+        "--n-samples", type=int, default=512, help="sequences per report analysis (default: 512)"
+    )
+    parser.add_argument(
+        "--models",
+        nargs="*",
+        default=None,
+        help=f"subset of the demo models (default: all of {', '.join(m.name for m in DEMO_MODELS)})",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1 or (args.steps is not None and args.steps < 1) or args.n_samples < 1:
         raise MechmemError("--jobs, --steps and --n-samples must be at least 1")
@@ -34,17 +42,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.models is not None:
         unknown = sorted(set(args.models) - {m.name for m in models})
         if unknown:
-            raise MechmemError(f"unknown demo model(s) {', '.join(unknown)} (have: {', '.join(m.name for m in models)})")
+            raise MechmemError(
+                f"unknown demo model(s) {', '.join(unknown)} (have: {', '.join(m.name for m in models)})"
+            )
         models = [m for m in models if m.name in args.models]
     t0 = time.perf_counter()
-    rows = run_demo(Path(args.out), Path(args.reports), models=models, jobs=args.jobs, retrain=args.retrain,
-                    steps=args.steps, n_samples=args.n_samples)
+    rows = run_demo(
+        Path(args.out),
+        Path(args.reports),
+        models=models,
+        jobs=args.jobs,
+        retrain=args.retrain,
+        steps=args.steps,
+        n_samples=args.n_samples,
+    )
     keys = ["model", "preset", "train_s", "report_s", "headline", "circuit"]
     print_table([[r.get(k, "") for k in keys] for r in rows], keys, floatfmt=".1f")
     print(f"wrote {Path(args.reports) / 'index.html'} in {time.perf_counter() - t0:.0f} s")
     failed = [r["model"] for r in rows if r.get("train_rc", 0) or r.get("report_rc", 1)]
     if failed:
-        raise MechmemError(f"demo model(s) failed: {', '.join(map(str, failed))} (see their train.log / report.log)")
+        raise MechmemError(
+            f"demo model(s) failed: {', '.join(map(str, failed))} (see their train.log / report.log)"
+        )
     return 0
 
 

@@ -30,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
         "versions": ", ".join(f"{k} {v}" for k, v in ckpt.versions.items()),
         "seed / samples": f"{args.seed} / {args.n_samples}",
     }
-    report = build_report(ckpt.model, ckpt.task, title=title, meta=meta, n_samples=args.n_samples, seed=args.seed)
+    report = build_report(
+        ckpt.model, ckpt.task, title=title, meta=meta, n_samples=args.n_samples, seed=args.seed
+    )
     paths = write_report(report, out)
     circuit = report.section("circuit")
     rows = [[h["layer"], h["head"], h["role"]] for h in circuit.findings["heads"]]

@@ -22,7 +22,7 @@ if not (OUT / "ckpt.pt").exists():
     train_preset("permutation", "task2-quick", out_dir=OUT, steps=STEPS, progress=False)
 ckpt = load_checkpoint(OUT / "ckpt.pt")
 model, task = ckpt.model, ckpt.task
-gen = lambda seed=0: torch.Generator().manual_seed(seed)  # noqa: E731
+gen = lambda seed=0: torch.Generator().manual_seed(seed)
 print(task.headline(ckpt.metrics))
 
 # %% [markdown]

@@ -34,8 +34,11 @@ def pair_report(permutation_task):
 
     model = planted.planted_permutation_model()
     report = build_report(model, permutation_task, title="planted elimination/recall", n_samples=128)
-    expected = {planted.PREVIOUS_TOKEN_HEAD: "previous-token", planted.ELIMINATION_HEAD: "elimination",
-                planted.RECALL_HEAD: "recall"}
+    expected = {
+        planted.PREVIOUS_TOKEN_HEAD: "previous-token",
+        planted.ELIMINATION_HEAD: "elimination",
+        planted.RECALL_HEAD: "recall",
+    }
     return report, expected
 
 
@@ -44,7 +47,9 @@ def random_report(permutation_task):
     from mechmem.models import build_model
     from mechmem.tasks import get_preset
 
-    model = build_model(get_preset("permutation", "task2-quick").model, generator=torch.Generator().manual_seed(3))
+    model = build_model(
+        get_preset("permutation", "task2-quick").model, generator=torch.Generator().manual_seed(3)
+    )
     model.eval()
     return build_report(model, permutation_task, title="random init", n_samples=128)
 
@@ -99,9 +104,18 @@ def test_task_labels_agree_with_the_role_classifier():
     gen = torch.Generator().manual_seed(0)
     rec, eli = torch.rand(4, 6, generator=gen) * 0.5, torch.rand(4, 6, generator=gen) * 0.5
     t = RoleThresholds()
-    labels = classify_roles(RoleEvidence(rec, eli), ClassifierThresholds(t.ablation_drop, t.ablation_margin)).labels
-    ours = name_head_roles({"recall_damage": rec, "elimination_damage": eli,
-                            "attention_match_bound": torch.ones(4, 6), "attention_used_y": torch.ones(4, 6)}, t)
+    labels = classify_roles(
+        RoleEvidence(rec, eli), ClassifierThresholds(t.ablation_drop, t.ablation_margin)
+    ).labels
+    ours = name_head_roles(
+        {
+            "recall_damage": rec,
+            "elimination_damage": eli,
+            "attention_match_bound": torch.ones(4, 6),
+            "attention_used_y": torch.ones(4, 6),
+        },
+        t,
+    )
     for r in ours:
         want = labels[r.layer][r.head]
         assert r.role == (want if want in ("recall", "elimination") else "none")
@@ -120,7 +134,7 @@ def test_written_report_is_self_contained(pair_report, tmp_path):
     assert "<img" in page and page.count('src="data:image/png;base64,') == page.count("<img")
     # Nothing is loaded from outside: no scripts, stylesheets links or URLs of any scheme outside data: URIs.
     text = re.sub(r'src="data:image/png;base64,[A-Za-z0-9+/=]+"', "", page)
-    assert not re.search(r"(https?:|ftp:|file:|//[a-z])", text, re.I)
+    assert not re.search(r"(https?:|ftp:|file:|//[a-z])", text, re.IGNORECASE)
     assert "<script" not in page.lower() and "<link" not in page.lower() and "@import" not in page
     assert re.findall(r'(?:src|href)="([^"]*)"', text) == []
     data = json.loads(paths["json"].read_text())

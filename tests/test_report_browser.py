@@ -12,7 +12,9 @@ import subprocess
 import numpy as np
 import pytest
 
-CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+CHROMIUM = next(
+    (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None
+)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
@@ -21,16 +23,29 @@ def test_report_html_renders_offline(tmp_path):
     from mechmem.report import build_report, planted, write_report
     from mechmem.tasks import build_task
 
-    report = build_report(planted.planted_permutation_model(), build_task("permutation", {"repeat_ratio": 0.3}),
-                          title="browser check", n_samples=32)
+    report = build_report(
+        planted.planted_permutation_model(),
+        build_task("permutation", {"repeat_ratio": 0.3}),
+        title="browser check",
+        n_samples=32,
+    )
     page = write_report(report, tmp_path / "report")["html"]
     # Move the html away from its figures/ folder: a self-contained page must not need them.
     alone = tmp_path / "alone.html"
     alone.write_text(page.read_text())
     shot = tmp_path / "shot.png"
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--hide-scrollbars", "--window-size=1000,3000", f"--screenshot={shot}", alone.as_uri()]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--hide-scrollbars",
+        "--window-size=1000,3000",
+        f"--screenshot={shot}",
+        alone.as_uri(),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
     assert shot.exists(), done.stderr[-2000:]
     pixels = plt.imread(shot)[..., :3]
     assert pixels.shape[:2] == (3000, 1000)

@@ -25,14 +25,22 @@ def planted_ckpt(tmp_path_factory):
     from mechmem.tasks.permutation import PermutationConfig
 
     path = tmp_path_factory.mktemp("planted") / "ckpt.pt"
-    save_checkpoint(path, model=planted.planted_permutation_model(), model_config=planted.planted_permutation_config(),
-                    task_name="permutation", task_config=PermutationConfig(repeat_ratio=0.3))
+    save_checkpoint(
+        path,
+        model=planted.planted_permutation_model(),
+        model_config=planted.planted_permutation_config(),
+        task_name="permutation",
+        task_config=PermutationConfig(repeat_ratio=0.3),
+    )
     return path
 
 
 def test_report_script_writes_three_files(planted_ckpt, tmp_path, capsys):
     out = tmp_path / "rep"
-    assert run_script(load_script("report").main, [str(planted_ckpt), "--out", str(out), "--n-samples", "64"]) == 0
+    assert (
+        run_script(load_script("report").main, [str(planted_ckpt), "--out", str(out), "--n-samples", "64"])
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "L1H0 elimination" in printed and "L1H1 recall" in printed
     assert {p.name for p in out.iterdir()} >= {"report.md", "report.html", "report.json", "figures"}
@@ -41,7 +49,9 @@ def test_report_script_writes_three_files(planted_ckpt, tmp_path, capsys):
     assert roles == {(0, 0): "previous-token", (0, 1): "none", (1, 0): "elimination", (1, 1): "recall"}
 
 
-@pytest.mark.parametrize("argv", [["/no/such/ckpt.pt"], ["{ckpt}", "--n-samples", "0"], ["{ckpt}", "--device", "tpu"]])
+@pytest.mark.parametrize(
+    "argv", [["/no/such/ckpt.pt"], ["{ckpt}", "--n-samples", "0"], ["{ckpt}", "--device", "tpu"]]
+)
 def test_report_script_bad_input_is_one_line(argv, planted_ckpt, tmp_path, capsys):
     argv = [a.format(ckpt=planted_ckpt) for a in argv] + ["--out", str(tmp_path)]
     assert run_script(load_script("report").main, argv) == 2

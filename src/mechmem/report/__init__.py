@@ -59,10 +59,15 @@ EVIDENCE_COLUMNS = {
 def circuit_section(roles: list[HeadRole], thresholds: RoleThresholds, mlp: Section | None = None) -> Section:
     """The named circuit: one row per head with its role and the numbers behind it, and the thresholds."""
     s = Section("circuit", "Circuit: named roles")
-    s.findings = {"summary": circuit_summary(roles), "heads": [r.to_dict() for r in roles],
-                  "thresholds": thresholds.to_dict()}
+    s.findings = {
+        "summary": circuit_summary(roles),
+        "heads": [r.to_dict() for r in roles],
+        "thresholds": thresholds.to_dict(),
+    }
     if mlp is not None and not mlp.skipped:
-        s.findings["mlp"] = {k: mlp.findings[k] for k in ("layer", "role", "key_neurons", "mean_ablation_drop")}
+        s.findings["mlp"] = {
+            k: mlp.findings[k] for k in ("layer", "role", "key_neurons", "mean_ablation_drop")
+        }
     if not roles:
         s.lines.append("No attention heads were analysed.")
     else:
@@ -73,7 +78,9 @@ def circuit_section(roles: list[HeadRole], thresholds: RoleThresholds, mlp: Sect
     s.lines.append("Thresholds: " + ", ".join(f"{k} = {v}" for k, v in thresholds.to_dict().items()) + ".")
     keys = [k for k in EVIDENCE_COLUMNS if roles and k in roles[0].evidence]
     rows = [[r.name, r.role, *(r.evidence[k] for k in keys)] for r in roles]
-    s.tables.append(Table(["head", "role", *(EVIDENCE_COLUMNS[k] for k in keys)], rows, "Head roles and evidence"))
+    s.tables.append(
+        Table(["head", "role", *(EVIDENCE_COLUMNS[k] for k in keys)], rows, "Head roles and evidence")
+    )
     s.lines += [f"{r.name} {r.role}: " + "; ".join(r.notes) for r in roles if r.notes]
     return s
 
@@ -91,7 +98,9 @@ def build_report(
     sections: Sequence[Callable[[ReportContext], Section]] = SECTIONS,
 ) -> Report:
     """Run every section on `model` (and `task`, if any), name the circuit, and return the `Report`."""
-    ctx = ReportContext(model, task, n_samples=n_samples, seed=seed, thresholds=thresholds or RoleThresholds())
+    ctx = ReportContext(
+        model, task, n_samples=n_samples, seed=seed, thresholds=thresholds or RoleThresholds()
+    )
     done = [fn(ctx) for fn in sections]
     roles = name_head_roles(ctx.evidence, ctx.thresholds)
     mlp = next((s for s in done if s.key == "mlp"), None)

@@ -63,7 +63,9 @@ def run_logged(cmd: list[str], log: Path) -> tuple[int, float]:
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with open(log, "w") as fh:
-        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(
+            cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False
+        ).returncode
     return rc, time.perf_counter() - t0
 
 
@@ -74,25 +76,62 @@ def parallel(tasks: list[tuple[list[str], Path]], jobs: int) -> list[tuple[int, 
 
 
 def run_demo(
-    runs: Path, reports: Path, *, models: list[DemoModel], jobs: int = 2, retrain: bool = False,
-    steps: int | None = None, n_samples: int = 512,
+    runs: Path,
+    reports: Path,
+    *,
+    models: list[DemoModel],
+    jobs: int = 2,
+    retrain: bool = False,
+    steps: int | None = None,
+    n_samples: int = 512,
 ) -> list[dict[str, object]]:
     """Train (unless a checkpoint exists), report, and write `reports/index.html`; returns one row per model."""
     py = sys.executable
-    rows: dict[str, dict[str, object]] = {m.name: {"model": m.name, "preset": f"{m.task}/{m.preset}"} for m in models}
-    todo = sorted((m for m in models if retrain or not (runs / m.name / "ckpt.pt").exists()), key=lambda m: -m.minutes)
+    rows: dict[str, dict[str, object]] = {
+        m.name: {"model": m.name, "preset": f"{m.task}/{m.preset}"} for m in models
+    }
+    todo = sorted(
+        (m for m in models if retrain or not (runs / m.name / "ckpt.pt").exists()), key=lambda m: -m.minutes
+    )
     train_cmds = []
     for m in todo:
-        cmd = [py, "analyses/train.py", m.task, "--preset", m.preset, "--out", str(runs / m.name), "--no-progress"]
-        train_cmds.append((cmd + (["--steps", str(steps)] if steps is not None else []), runs / m.name / "train.log"))
+        cmd = [
+            py,
+            "analyses/train.py",
+            m.task,
+            "--preset",
+            m.preset,
+            "--out",
+            str(runs / m.name),
+            "--no-progress",
+        ]
+        train_cmds.append(
+            (cmd + (["--steps", str(steps)] if steps is not None else []), runs / m.name / "train.log")
+        )
     for m, (rc, secs) in zip(todo, parallel(train_cmds, jobs)):
         rows[m.name].update(train_s=round(secs, 1), train_rc=rc)
     for m in models:
         rows[m.name].setdefault("train_s", "cached")
-    trained = [m for m in models if (runs / m.name / "ckpt.pt").exists() and rows[m.name].get("train_rc", 0) == 0]
-    report_cmds = [([py, "analyses/report.py", str(runs / m.name / "ckpt.pt"), "--out", str(reports / m.name),
-                     "--n-samples", str(n_samples), "--title", f"{m.name} ({m.task}/{m.preset})"],
-                    reports / m.name / "report.log") for m in trained]
+    trained = [
+        m for m in models if (runs / m.name / "ckpt.pt").exists() and rows[m.name].get("train_rc", 0) == 0
+    ]
+    report_cmds = [
+        (
+            [
+                py,
+                "analyses/report.py",
+                str(runs / m.name / "ckpt.pt"),
+                "--out",
+                str(reports / m.name),
+                "--n-samples",
+                str(n_samples),
+                "--title",
+                f"{m.name} ({m.task}/{m.preset})",
+            ],
+            reports / m.name / "report.log",
+        )
+        for m in trained
+    ]
     for m, (rc, secs) in zip(trained, parallel(report_cmds, jobs)):
         rows[m.name].update(report_s=round(secs, 1), report_rc=rc)
     entries = []
@@ -102,10 +141,18 @@ def run_demo(
             data = json.loads(path.read_text())
             circuit = data["sections"]["circuit"]["findings"]["summary"]
             rows[m.name].update(headline=data["headline"], circuit=circuit)
-            entries.append({"name": m.name, "href": f"{m.name}/report.html", "headline": data["headline"],
-                            "roles": circuit})
+            entries.append(
+                {
+                    "name": m.name,
+                    "href": f"{m.name}/report.html",
+                    "headline": data["headline"],
+                    "roles": circuit,
+                }
+            )
         else:
             rows[m.name].update(headline="failed: see the log", circuit="")
-            entries.append({"name": m.name, "href": f"{m.name}/report.log", "headline": "failed (log)", "roles": ""})
+            entries.append(
+                {"name": m.name, "href": f"{m.name}/report.log", "headline": "failed (log)", "roles": ""}
+            )
     write_index(entries, reports / "index.html")
     return list(rows.values())

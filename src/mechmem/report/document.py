@@ -29,7 +29,9 @@ class Table:
     def __post_init__(self) -> None:
         for row in self.rows:
             if len(row) != len(self.headers):
-                raise ValueError(f"row {row!r} has {len(row)} cells, the table has {len(self.headers)} columns")
+                raise ValueError(
+                    f"row {row!r} has {len(row)} cells, the table has {len(self.headers)} columns"
+                )
 
     def cells(self) -> list[list[str]]:
         def fmt(v: Any) -> str:
@@ -179,7 +181,9 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def write_index(entries: list[dict[str, str]], path: str | Path, *, title: str = "mechmem demo reports") -> Path:
+def write_index(
+    entries: list[dict[str, str]], path: str | Path, *, title: str = "mechmem demo reports"
+) -> Path:
     """An html index linking each report: entries hold "name", "href" (relative), "headline" and "roles"."""
     e = html.escape
     rows = "".join(

@@ -34,8 +34,13 @@ def planted_permutation_config(vocab_size: int = 5) -> TransformerConfig:
     """The config of the planted model (d_model = 3 (V + 1) + 2V - 1, attention-only)."""
     d_vocab, n_ctx = vocab_size + 1, 2 * vocab_size - 1
     return TransformerConfig(
-        n_layers=2, d_model=3 * d_vocab + n_ctx, n_heads=2, d_head=max(d_vocab + 1, n_ctx + 1),
-        d_vocab=d_vocab, n_ctx=n_ctx, d_mlp=None,
+        n_layers=2,
+        d_model=3 * d_vocab + n_ctx,
+        n_heads=2,
+        d_head=max(d_vocab + 1, n_ctx + 1),
+        d_vocab=d_vocab,
+        n_ctx=n_ctx,
+        d_mlp=None,
     )
 
 

@@ -27,7 +27,11 @@ from torch import Tensor
 
 from mechmem.config import ConfigMixin
 
-PATTERN_ROLES = {"previous_token": "previous-token", "induction": "induction", "duplicate_token": "duplicate-token"}
+PATTERN_ROLES = {
+    "previous_token": "previous-token",
+    "induction": "induction",
+    "duplicate_token": "duplicate-token",
+}
 TASK_ROLES = ("elimination", "recall")
 
 
@@ -66,8 +70,13 @@ class HeadRole:
         return f"L{self.layer}H{self.head}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"layer": self.layer, "head": self.head, "role": self.role, "evidence": self.evidence,
-                "notes": self.notes}
+        return {
+            "layer": self.layer,
+            "head": self.head,
+            "role": self.role,
+            "evidence": self.evidence,
+            "notes": self.notes,
+        }
 
 
 def _task_role(ev: dict[str, float], t: RoleThresholds) -> tuple[str, str] | None:

@@ -118,22 +118,38 @@ def heads_section(ctx: ReportContext) -> Section:
     if ctx.task is not None:
         batch = ctx.task.eval_batch(ctx.n_samples, generator=ctx.generator(3))
         answers = (batch.loss_mask > 0).to(ctx.device)
-        patterns = {"previous_token": heads.previous_token_pattern,
-                    "duplicate_token": lambda t: heads.duplicate_token_pattern(t) & answers[:, :, None],
-                    "induction": lambda t: heads.induction_pattern(t) & answers[:, :, None]}
-        results.append(heads.detect_heads(ctx.model, batch.tokens.to(ctx.device), patterns,
-                                          data="the task's evaluation data (answer queries)", chunk=len(batch)))
+        patterns = {
+            "previous_token": heads.previous_token_pattern,
+            "duplicate_token": lambda t: heads.duplicate_token_pattern(t) & answers[:, :, None],
+            "induction": lambda t: heads.induction_pattern(t) & answers[:, :, None],
+        }
+        results.append(
+            heads.detect_heads(
+                ctx.model,
+                batch.tokens.to(ctx.device),
+                patterns,
+                data="the task's evaluation data (answer queries)",
+                chunk=len(batch),
+            )
+        )
     for name in results[0].scores:
         ctx.evidence[name] = torch.stack([r.scores[name].nan_to_num(0.0) for r in results]).amax(0)
     s.findings = {"data": [r.to_dict() for r in results]}
-    s.lines.append(f"Scores are attention mass on the pattern's keys ({ctx.n_samples} sequences each); "
-                   "1 = a perfect head. The role evidence is the higher of the two scores.")
+    s.lines.append(
+        f"Scores are attention mass on the pattern's keys ({ctx.n_samples} sequences each); "
+        "1 = a perfect head. The role evidence is the higher of the two scores."
+    )
     for r in results:
-        rows = [[f"L{l}H{h}", *(float(r.scores[k][l, h]) for k in r.scores)]
-                for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
+        rows = [
+            [f"L{l}H{h}", *(float(r.scores[k][l, h]) for k in r.scores)]
+            for l in range(cfg.n_layers)
+            for h in range(cfg.n_heads)
+        ]
         s.tables.append(Table(["head", *r.scores], rows, f"Detection scores on {r.data}"))
     s.add_figure("scores", heads.plot_head_scores(results[-1]))
-    example = ctx.task.eval_batch(1, generator=ctx.generator(3)).tokens if ctx.task is not None else tokens[:1]
+    example = (
+        ctx.task.eval_batch(1, generator=ctx.generator(3)).tokens if ctx.task is not None else tokens[:1]
+    )
     patterns = heads.attention_patterns(ctx.model, example)[:, 0]
     s.add_figure("attention", heads.plot_attention(patterns, example[0]))
     return s
@@ -145,8 +161,11 @@ def task_roles_section(ctx: ReportContext) -> Section:
     s = Section("task_roles", "Task roles: elimination vs recall")
     why = _no_heads(ctx)
     if why is None and not _is_permutation(ctx.task):
-        why = ("no task: no answer groups" if ctx.task is None
-               else f"task {ctx.task.name!r} has no repeat / no-repeat answer groups")
+        why = (
+            "no task: no answer groups"
+            if ctx.task is None
+            else f"task {ctx.task.name!r} has no repeat / no-repeat answer groups"
+        )
     roles, why_roles = _module("mechmem.analysis.roles")
     perm, why_perm = _module("mechmem.reproductions.permutation")
     why = why or why_roles or why_perm
@@ -159,11 +178,14 @@ def task_roles_section(ctx: ReportContext) -> Section:
     answer_pos = torch.full((n,), ctx.task.seq_len - 1, dtype=torch.long, device=dev)
     keys = {k: g[k].to(dev) for k in ("bound", "match", "other_y")}
     pairs = {}
-    if hasattr(perm, "role_pairs"):  # counterfactual pairs: patching transfer decides the roles when available
+    if hasattr(
+        perm, "role_pairs"
+    ):  # counterfactual pairs: patching transfer decides the roles when available
         rec_pair, eli_pair = perm.role_pairs(ctx.task, n, generator=ctx.generator(9))
         pairs = {"recall_pair": rec_pair.to(dev), "elimination_pair": eli_pair.to(dev)}
-    ev = roles.measure_role_evidence(ctx.model, g["tokens"].to(dev), answer_pos, g["targets"].to(dev),
-                                     g["repeat"].to(dev), keys, **pairs)
+    ev = roles.measure_role_evidence(
+        ctx.model, g["tokens"].to(dev), answer_pos, g["targets"].to(dev), g["repeat"].to(dev), keys, **pairs
+    )
     ctx.evidence["recall_damage"] = ev.damage_recall
     ctx.evidence["elimination_damage"] = ev.damage_elimination
     if getattr(ev, "transfer_recall", None) is not None:
@@ -176,15 +198,21 @@ def task_roles_section(ctx: ReportContext) -> Section:
         f"Final answer of {n} test sequences (half with the last x repeated). p(correct) without ablation: "
         f"{ev.baseline_recall:.3f} on repeats, {ev.baseline_elimination:.3f} without."
     )
-    s.lines.append("Damage = drop in mean p(correct) when the head's output is replaced by its mean (mean ablation); "
-                   "attention from the last x, averaged over repeat sequences.")
+    s.lines.append(
+        "Damage = drop in mean p(correct) when the head's output is replaced by its mean (mean ablation); "
+        "attention from the last x, averaged over repeat sequences."
+    )
     transfer = "recall_transfer" in ctx.evidence
     if transfer:
-        s.lines.append("Transfer = rise in p(counterfactual answer) when the head's output is copied from a "
-                       "counterfactual run that changes only the recalled pair (recall) or only the used y's "
-                       "(elimination); when measured, transfer rather than damage decides the role.")
+        s.lines.append(
+            "Transfer = rise in p(counterfactual answer) when the head's output is copied from a "
+            "counterfactual run that changes only the recalled pair (recall) or only the used y's "
+            "(elimination); when measured, transfer rather than damage decides the role."
+        )
     n_layers, n_heads = ev.damage_recall.shape
-    cols = ["head", "damage no-repeat", "damage repeat"] + (["transfer elim", "transfer recall"] if transfer else [])
+    cols = ["head", "damage no-repeat", "damage repeat"] + (
+        ["transfer elim", "transfer recall"] if transfer else []
+    )
     cols += ["attn matching x", "attn its y", "attn other y's"]
     rows = []
     for l in range(n_layers):
@@ -236,23 +264,44 @@ def mlp_section(ctx: ReportContext) -> Section:
     k = next((k for k in range(1, t.max_key_neurons + 1) if ranking.share(k) >= t.neuron_share), None)
     key = ranking.top(k) if k else []
     role = "contributes to the answer" if drop >= t.mlp_drop else "none"
-    s.findings = {"layer": layer, "p_answer": float(base.mean()), "mean_ablation_drop": drop,
-                  "direct_effect_total": total, "key_neurons": key, "role": role,
-                  "thresholds": {"mlp_drop": t.mlp_drop, "neuron_share": t.neuron_share,
-                                 "max_key_neurons": t.max_key_neurons}, "ranking": ranking.to_dict()}
+    s.findings = {
+        "layer": layer,
+        "p_answer": float(base.mean()),
+        "mean_ablation_drop": drop,
+        "direct_effect_total": total,
+        "key_neurons": key,
+        "role": role,
+        "thresholds": {
+            "mlp_drop": t.mlp_drop,
+            "neuron_share": t.neuron_share,
+            "max_key_neurons": t.max_key_neurons,
+        },
+        "ranking": ranking.to_dict(),
+    }
     s.lines.append(f"Measured at {where}; MLP of layer {layer}.")
-    s.lines.append(f"Role: {role}: mean-ablating the MLP lowers mean p(answer) from {float(base.mean()):.3f} by "
-                   f"{drop:.3f} (threshold {t.mlp_drop}); its neurons' total direct effect on the answer logit is "
-                   f"{total:+.3f}.")
+    s.lines.append(
+        f"Role: {role}: mean-ablating the MLP lowers mean p(answer) from {float(base.mean()):.3f} by "
+        f"{drop:.3f} (threshold {t.mlp_drop}); its neurons' total direct effect on the answer logit is "
+        f"{total:+.3f}."
+    )
     if key:
-        s.lines.append(f"Key neurons {key}: together {ranking.share(len(key)):.0%} of the positive direct effect "
-                       f"(>= {t.neuron_share:.0%}, at most {t.max_key_neurons} neurons).")
+        s.lines.append(
+            f"Key neurons {key}: together {ranking.share(len(key)):.0%} of the positive direct effect "
+            f"(>= {t.neuron_share:.0%}, at most {t.max_key_neurons} neurons)."
+        )
     else:
-        s.lines.append(f"No key neurons: the top {t.max_key_neurons} carry {ranking.share(t.max_key_neurons):.0%} "
-                       f"of the positive direct effect (< {t.neuron_share:.0%}); the effect is distributed.")
+        s.lines.append(
+            f"No key neurons: the top {t.max_key_neurons} carry {ranking.share(t.max_key_neurons):.0%} "
+            f"of the positive direct effect (< {t.neuron_share:.0%}); the effect is distributed."
+        )
     top = ranking.top(min(8, len(ranking.order)))
-    s.tables.append(Table(["neuron", "mean direct effect"], [[i, float(ranking.mean_effect[i])] for i in top],
-                          "Top neurons by mean direct effect on the answer logit"))
+    s.tables.append(
+        Table(
+            ["neuron", "mean direct effect"],
+            [[i, float(ranking.mean_effect[i])] for i in top],
+            "Top neurons by mean direct effect on the answer logit",
+        )
+    )
     return s
 
 
@@ -284,12 +333,20 @@ def probes_section(ctx: ReportContext) -> Section:
             copy = float((scores.argmax(-1) == tokens).float().mean())
             suppress = float((scores.argmin(-1) == tokens).float().mean())
             rows.append([f"L{layer}H{head}", copy, suppress])
-            findings.append({"name": f"L{layer}H{head}.OV", "matrix": f"blocks.{layer}.attn.OV[{head}]",
-                             "copy_recall": copy, "suppress_recall": suppress})
+            findings.append(
+                {
+                    "name": f"L{layer}H{head}.OV",
+                    "matrix": f"blocks.{layer}.attn.OV[{head}]",
+                    "copy_recall": copy,
+                    "suppress_recall": suppress,
+                }
+            )
     s.findings = {"probes": findings, "chance": 1.0 / len(tokens)}
-    s.lines.append(f"Copy recall: fraction of tokens t whose own logit is the highest in W_E[t] OV W_U; suppress "
-                   f"recall: the lowest. Chance is about {1.0 / len(tokens):.2f}. Direct path only (layer-0 "
-                   f"embeddings), so later-layer heads that read other heads' outputs can score low.")
+    s.lines.append(
+        f"Copy recall: fraction of tokens t whose own logit is the highest in W_E[t] OV W_U; suppress "
+        f"recall: the lowest. Chance is about {1.0 / len(tokens):.2f}. Direct path only (layer-0 "
+        f"embeddings), so later-layer heads that read other heads' outputs can score low."
+    )
     s.tables.append(Table(["head", "copy recall", "suppress recall"], rows, "OV token memories"))
     return s
 
@@ -305,15 +362,35 @@ def ablation_section(ctx: ReportContext) -> Section:
         return s
     tokens, metric, desc = ablation.task_metric(ctx.task, "loss", ctx.n_samples, generator=ctx.generator(6))
     reference = ctx.task.eval_batch(ctx.n_samples, generator=ctx.generator(7)).tokens
-    result = ablation.ablate_heads(ctx.model, tokens.to(ctx.device), metric, methods=("mean",),
-                                   reference=reference.to(ctx.device), metric_name=desc)
+    result = ablation.ablate_heads(
+        ctx.model,
+        tokens.to(ctx.device),
+        metric,
+        methods=("mean",),
+        reference=reference.to(ctx.device),
+        metric_name=desc,
+    )
     s.findings = result.to_dict()
-    rows = [[("MLP" if r["component"] == "mlp" else "attn" if r["head"] is None else f"L{r['layer']}H{r['head']}")
-             + ("" if r["head"] is not None else f" L{r['layer']}"), r["metric"], r["delta"]]
-            for r in result.rows()]
+    rows = [
+        [
+            (
+                "MLP"
+                if r["component"] == "mlp"
+                else "attn"
+                if r["head"] is None
+                else f"L{r['layer']}H{r['head']}"
+            )
+            + ("" if r["head"] is not None else f" L{r['layer']}"),
+            r["metric"],
+            r["delta"],
+        ]
+        for r in result.rows()
+    ]
     rows.sort(key=lambda r: -abs(r[2]))
     s.lines.append(f"Metric: {desc}; baseline {result.baseline:.4f}. Largest change first.")
-    s.tables.append(Table(["ablated", "loss", "delta"], rows[:10], "Mean ablation (reference: a second eval batch)"))
+    s.tables.append(
+        Table(["ablated", "loss", "delta"], rows[:10], "Mean ablation (reference: a second eval batch)")
+    )
     return s
 
 
@@ -330,7 +407,9 @@ def patching_section(ctx: ReportContext) -> Section:
     except NotImplementedError as exc:
         s.skipped = str(exc)
         return s
-    results = patching.run_sweeps(ctx.model, pair, ("attn_head_out_all_pos", "resid_pre"), direction="denoising")
+    results = patching.run_sweeps(
+        ctx.model, pair, ("attn_head_out_all_pos", "resid_pre"), direction="denoising"
+    )
     heads, resid = results["attn_head_out_all_pos"], results["resid_pre"]
     restored = heads.normalised()
     s.findings = {name: r.to_dict() for name, r in results.items()}
@@ -339,9 +418,14 @@ def patching_section(ctx: ReportContext) -> Section:
         f"patched from the clean run into the corrupted one; 'restored' = (patched - corrupted) / (clean - corrupted), "
         f"1 = the clean answer is fully restored."
     )
-    rows = [[f"L{l}H{h}", float(heads.values[l, h]), float(restored[l, h])]
-            for l in range(restored.shape[0]) for h in range(restored.shape[1])]
+    rows = [
+        [f"L{l}H{h}", float(heads.values[l, h]), float(restored[l, h])]
+        for l in range(restored.shape[0])
+        for h in range(restored.shape[1])
+    ]
     rows.sort(key=lambda r: -abs(r[2]) if r[2] == r[2] else 0.0)
-    s.tables.append(Table(["head", "metric", "restored"], rows[:10], "Head outputs (all positions), denoising"))
+    s.tables.append(
+        Table(["head", "metric", "restored"], rows[:10], "Head outputs (all positions), denoising")
+    )
     s.add_figure("resid_pre", patching.plot_patching(resid))
     return s
