@@ -1,0 +1,238 @@
+"""A hook-free replay of a `HookedTransformer` forward pass that can resume at any activation.
+
+Activation patching needs one forward pass per patch, but every patched run is identical to the unpatched run up
+to the patched activation. `Replay` therefore (1) runs a model once and keeps every activation a patch may replace
+(`resid_pre`, `pattern`, `z`, `attn_out`, `resid_mid`, `mlp_out`, `resid_post` per layer), and (2) resumes a
+forward pass from a replaced activation, with a leading *patch* axis so that many patched runs share one pass.
+
+Two shortcuts make the resumed pass cheaper while leaving its result unchanged:
+    - causal attention: logits at the read-out positions depend only on earlier positions, so inputs may be
+      truncated after the last read-out position;
+    - everything after the last layer's attention is position-wise, so the last layer computes queries, MLP,
+      final norm and unembedding only at the read-out positions (`readout`, one row of positions per prompt).
+
+The replay mirrors TransformerLens's own arithmetic (same `F.linear` projections, causal mask with the module's
+`IGNORE` value, softmax, NaN clean-up), calling the model's own norm, MLP and unembedding modules; results equal
+TransformerLens's forward up to float rounding. It bypasses hook points, so hooks attached to the model are ignored
+(and none are ever added). Supported: decoder-only `HookedTransformer`s with standard positional embeddings and
+sequential attention/MLP (every model mechmem builds); other configurations raise `MechmemError`.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from mechmem.errors import MechmemError
+
+# Activations a patch may replace, in forward order within a block.
+STAGES = ("resid_pre", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")
+# (batch axis, position axis) of each stage's activation, counted from the end so a leading patch axis is allowed.
+STAGE_AXES = {"pattern": (-4, -2), "z": (-4, -3)} | {s: (-3, -2) for s in STAGES if s not in ("pattern", "z")}
+
+_UNSUPPORTED = {
+    "parallel_attn_mlp": False,
+    "use_attn_in": False,
+    "use_split_qkv_input": False,
+    "use_normalization_before_and_after": False,
+    "post_embedding_ln": False,
+    "use_local_attn": False,
+    "use_qk_norm": False,
+    "use_attention_sinks": False,
+    "use_logn_attn": False,
+    "n_key_value_heads": None,
+    "attn_scores_soft_cap": -1.0,
+    "output_logits_soft_cap": -1.0,
+    "clip_qkv": None,
+}
+
+
+def take_pos(x: Tensor, readout: Int[Tensor, "batch read"], batch_dim: int, pos_dim: int) -> Tensor:
+    """Select, for each prompt b, the positions `readout[b]` along `pos_dim` (prompts along `batch_dim`)."""
+    if x.shape[pos_dim] == 1:
+        return x
+    shape = [1] * x.ndim
+    shape[batch_dim], shape[pos_dim] = readout.shape
+    if x.shape[batch_dim] == 1:
+        x = x.expand(*[readout.shape[0] if d == x.ndim + batch_dim else -1 for d in range(x.ndim)])
+    size = list(x.shape)
+    size[pos_dim] = readout.shape[1]
+    return x.gather(pos_dim, readout.reshape(shape).expand(size))
+
+
+@dataclass
+class RunActs:
+    """Every patchable activation of one run, `acts[stage][layer]` (inputs truncated after the last read-out)."""
+
+    acts: dict[str, list[Tensor]]
+    v: list[Float[Tensor, "batch pos head_index d_head"]]
+    logits: Float[Tensor, "batch read d_vocab"]
+
+
+class Replay:
+    """Run and resume a `HookedTransformer`'s forward pass outside its hooks (see the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        cfg = getattr(model, "cfg", None)
+        if cfg is None or not hasattr(model, "blocks"):
+            raise MechmemError("patching needs a TransformerLens HookedTransformer")
+        bad = [k for k, default in _UNSUPPORTED.items() if getattr(cfg, k, default) != default]
+        if cfg.positional_embedding_type != "standard" or cfg.attention_dir != "causal":
+            bad.append("positional_embedding_type/attention_dir")
+        if getattr(cfg, "original_architecture", None) in ("Olmo2ForCausalLM", "Olmo3ForCausalLM", "OlmoeForCausalLM"):
+            bad.append("post-norm architecture")
+        if bad:
+            raise MechmemError(f"patching does not support this model configuration ({', '.join(bad)})")
+        self.model, self.cfg = model, cfg
+        self.n_layers, self.attn_only = cfg.n_layers, bool(cfg.attn_only)
+        self.has_final_norm = cfg.normalization_type is not None
+        self.weights = []
+        for block in model.blocks:
+            a = block.attn
+            flat = [w.detach().permute(0, 2, 1).reshape(-1, cfg.d_model) for w in (a.W_Q, a.W_K, a.W_V)]
+            biases = [b.detach().reshape(-1) for b in (a.b_Q, a.b_K, a.b_V)]
+            w_o = a.W_O.detach().reshape(-1, cfg.d_model).T.contiguous()
+            self.weights.append((*flat, *biases, w_o, a.b_O.detach()))
+
+    # -- pieces of a block ------------------------------------------------------------------------------
+    def attend(
+        self, layer: int, h: Float[Tensor, "... pos d_model"], readout: Int[Tensor, "batch read"] | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Attention on normalised input `h`; queries at all positions, or only at `readout` (keys at all).
+
+        Returns (pattern [... head q k], v [... pos head d_head], z [... q head d_head]).
+        """
+        w_q, w_k, w_v, b_q, b_k, b_v, _, _ = self.weights[layer]
+        n_heads, d_head = self.cfg.n_heads, self.cfg.d_head
+        attn = self.model.blocks[layer].attn
+        k = F.linear(h, w_k, b_k).unflatten(-1, (n_heads, d_head))
+        v = F.linear(h, w_v, b_v).unflatten(-1, (n_heads, d_head))
+        n = h.shape[-2]
+        keys = torch.arange(n, device=h.device)
+        if readout is None:
+            hq, mask = h, keys[:, None] >= keys[None, :]
+        else:
+            hq, mask = take_pos(h, readout, -3, -2), (readout[..., None] >= keys).unsqueeze(-3)
+        q = F.linear(hq, w_q, b_q).unflatten(-1, (n_heads, d_head))
+        scores = q.movedim(-2, -3) @ k.movedim(-3, -1) / attn.attn_scale
+        scores = torch.where(mask, scores, attn.IGNORE.to(scores.device))
+        pattern = F.softmax(scores, dim=-1)
+        pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
+        return pattern, v, self.z_from_pattern(pattern, v)
+
+    @staticmethod
+    def z_from_pattern(
+        pattern: Float[Tensor, "*pb head_index q k"], v: Float[Tensor, "*vb k head_index d_head"]
+    ) -> Float[Tensor, "*pb q head_index d_head"]:
+        return (pattern.to(v.dtype) @ v.movedim(-3, -2)).movedim(-3, -2)
+
+    def attn_out(self, layer: int, z: Float[Tensor, "... pos head_index d_head"]) -> Float[Tensor, "... pos d_model"]:
+        w_o, b_o = self.weights[layer][6:]
+        return F.linear(z.flatten(-2), w_o, b_o)
+
+    def mlp_out(self, layer: int, resid_mid: Float[Tensor, "... pos d_model"]) -> Float[Tensor, "... pos d_model"]:
+        block = self.model.blocks[layer]
+        flat = resid_mid.reshape(-1, *resid_mid.shape[-2:])
+        return block.mlp(block.ln2(flat)).reshape(resid_mid.shape)
+
+    def unembed(self, resid: Float[Tensor, "... pos d_model"]) -> Float[Tensor, "... pos d_vocab"]:
+        flat = resid.reshape(-1, *resid.shape[-2:])
+        if self.has_final_norm:
+            flat = self.model.ln_final(flat)
+        out = self.model.unembed(flat)
+        return out.reshape(*resid.shape[:-1], out.shape[-1])
+
+    def ln1(self, layer: int, resid: Float[Tensor, "... pos d_model"]) -> Float[Tensor, "... pos d_model"]:
+        flat = resid.reshape(-1, *resid.shape[-2:])
+        return self.model.blocks[layer].ln1(flat).reshape(resid.shape)
+
+    # -- whole runs -------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def run(self, tokens: Int[Tensor, "batch pos"], readout: Int[Tensor, "batch read"]) -> RunActs:
+        """Run the model on `tokens`, keeping every patchable activation and the logits at `readout`."""
+        model = self.model
+        resid = model.embed(tokens) + model.pos_embed(tokens)
+        acts: dict[str, list[Tensor]] = {s: [] for s in STAGES}
+        vs = []
+        for layer in range(self.n_layers):
+            acts["resid_pre"].append(resid)
+            pattern, v, z = self.attend(layer, self.ln1(layer, resid))
+            attn_out = self.attn_out(layer, z)
+            resid = resid + attn_out
+            vs.append(v)
+            for name, act in (("pattern", pattern), ("z", z), ("attn_out", attn_out)):
+                acts[name].append(act)
+            if not self.attn_only:
+                acts["resid_mid"].append(resid)
+                mlp_out = self.mlp_out(layer, resid)
+                acts["mlp_out"].append(mlp_out)
+                resid = resid + mlp_out
+            acts["resid_post"].append(resid)
+        logits = self.unembed(take_pos(resid, readout, -3, -2))
+        return RunActs(acts, vs, logits)
+
+    @torch.no_grad()
+    def resume(
+        self, layer: int, stage: str, act: Tensor, base: RunActs, readout: Int[Tensor, "batch read"]
+    ) -> Float[Tensor, "patch batch read d_vocab"]:
+        """Logits at `readout` after replacing activation `stage` of `layer` by `act` (leading patch axis).
+
+        In the last layer `act` holds only the read-out positions (see `effective`), except for `resid_pre`,
+        whose keys and values are needed at every position.
+        """
+        last = self.n_layers - 1
+        if stage == "resid_pre":
+            resid, start = act, layer
+        else:
+            pieces = {n: base.acts[n][layer] for n in ("resid_pre", "resid_mid") if base.acts[n]}
+            if layer == last:
+                pieces = {n: take_pos(x, readout, -3, -2) for n, x in pieces.items()}
+            resid = self.finish_block(layer, stage, act, v=base.v[layer], **pieces)
+            if layer == last:
+                return self.unembed(resid)
+            start = layer + 1
+        for l in range(start, last):
+            _, _, z = self.attend(l, self.ln1(l, resid))
+            resid = self.finish_block(l, "z", z, resid_pre=resid)
+        _, _, z = self.attend(last, self.ln1(last, resid), readout)
+        return self.unembed(self.finish_block(last, "z", z, resid_pre=take_pos(resid, readout, -3, -2)))
+
+    def effective(self, layer: int, stage: str, act: Tensor, readout: Int[Tensor, "batch read"]) -> Tensor:
+        """The part of an activation a resumed run reads: after the last attention, the read-out positions only."""
+        if layer == self.n_layers - 1 and stage != "resid_pre":
+            return take_pos(act, readout, *STAGE_AXES[stage])
+        return act
+
+    def finish_block(
+        self,
+        layer: int,
+        stage: str,
+        act: Tensor,
+        *,
+        resid_pre: Tensor | None = None,
+        resid_mid: Tensor | None = None,
+        v: Tensor | None = None,
+    ) -> Float[Tensor, "... pos d_model"]:
+        """The rest of block `layer` after `stage` holds `act`, with the unpatched inputs the rest reads.
+
+        `v` is needed after `pattern`, `resid_pre` after `pattern`/`z`/`attn_out`, `resid_mid` after `mlp_out`.
+        """
+        x = act
+        if stage == "pattern":
+            x = self.z_from_pattern(x, v)
+        if stage in ("pattern", "z"):
+            x = self.attn_out(layer, x)
+        if stage in ("pattern", "z", "attn_out"):
+            x = resid_pre + x
+        if self.attn_only:
+            return x
+        if stage == "mlp_out":
+            return resid_mid + x
+        if stage != "resid_post":
+            x = x + self.mlp_out(layer, x)
+        return x
+
+
+__all__ = ["STAGES", "STAGE_AXES", "Replay", "RunActs", "take_pos"]

@@ -1,0 +1,200 @@
+"""Activation patching equals TransformerLens's own `get_act_patch_*`, on random and trained models."""
+
+import dataclasses
+import json
+import warnings
+from functools import partial
+
+import pytest
+import torch
+
+from mechmem.analysis.patching import (
+    SWEEPS,
+    Patcher,
+    PatchingMetric,
+    PatchingResult,
+    patch_resid_pre,
+    plot_patching,
+    run_sweeps,
+)
+from mechmem.models.adapter import build_transformer
+from mechmem.tasks.base import PatchingPair
+from conftest import build_transformer_cfg
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import transformer_lens.patching as tlp
+
+TL = {
+    "resid_pre": tlp.get_act_patch_resid_pre,
+    "resid_mid": tlp.get_act_patch_resid_mid,
+    "resid_post": partial(
+        tlp.generic_activation_patch,
+        patch_setter=tlp.layer_pos_patch_setter,
+        activation_name="resid_post",
+        index_axis_names=("layer", "pos"),
+    ),
+    "attn_out": tlp.get_act_patch_attn_out,
+    "mlp_out": tlp.get_act_patch_mlp_out,
+    "attn_head_out_all_pos": tlp.get_act_patch_attn_head_out_all_pos,
+    "attn_head_out_by_pos": tlp.get_act_patch_attn_head_out_by_pos,
+    "attn_head_pattern_all_pos": tlp.get_act_patch_attn_head_pattern_all_pos,
+    "attn_head_pattern_by_pos": tlp.get_act_patch_attn_head_pattern_by_pos,
+}
+assert set(TL) == set(SWEEPS)
+
+MODELS = {
+    "mlp-ln": dict(n_layers=3, d_model=16, n_heads=3, d_head=5, d_vocab=11, n_ctx=8, d_mlp=32, normalization_type="LN"),
+    "attn-only": dict(n_layers=2, d_model=12, n_heads=3, d_vocab=11, n_ctx=8, d_mlp=None),
+    "rms-gelu": dict(n_layers=2, d_model=16, n_heads=2, d_vocab=11, n_ctx=8, d_mlp=24, act_fn="gelu",
+                     normalization_type="RMS"),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run far faster on one intra-op thread when the cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def random_pair(n: int, pos: int, vocab: int, generator: torch.Generator, first_diff: int = 3) -> PatchingPair:
+    """Inputs that agree before `first_diff`; answers read at varying positions."""
+    clean = torch.randint(vocab, (n, pos), generator=generator)
+    corrupted = clean.clone()
+    corrupted[:, first_diff:] = torch.randint(vocab, (n, pos - first_diff), generator=generator)
+    answer_pos = torch.randint(first_diff, pos - 1, (n,), generator=generator)  # never the last: skips happen
+    answers = torch.randint(vocab, (2, n), generator=generator)
+    return PatchingPair(clean, corrupted, answer_pos, answers[0], answers[1])
+
+
+def tl_sweep(model, name, pair, direction, metric):
+    base, source = (pair.corrupted, pair.clean) if direction == "denoising" else (pair.clean, pair.corrupted)
+    _, cache = model.run_with_cache(source)
+    return TL[name](model, base, cache, metric)
+
+
+def assert_no_hooks(model):
+    for name, hp in model.hook_dict.items():
+        assert not hp._forward_hooks and not hp._backward_hooks, name
+        assert not hp.fwd_hooks and not hp.bwd_hooks, name
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def random_case(request):
+    g = torch.Generator().manual_seed(1)
+    model = build_transformer(build_transformer_cfg(**MODELS[request.param]), generator=g)
+    return model, random_pair(5, 6, 11, g)
+
+
+@pytest.mark.parametrize("direction", ["denoising", "noising"])
+def test_equals_transformer_lens_random(random_case, direction):
+    model, pair = random_case
+    patcher = Patcher(model, pair.clean, pair.corrupted, pair=pair)
+    for name in SWEEPS:
+        if model.cfg.attn_only and SWEEPS[name].stage in ("resid_mid", "mlp_out"):
+            continue
+        ours = patcher.sweep(name, direction)
+        ref = tl_sweep(model, name, pair, direction, pair.logit_diff)
+        assert ours.values.shape == ref.shape, name
+        torch.testing.assert_close(ours.values, ref.cpu(), atol=1e-5, rtol=0, msg=name)
+    assert_no_hooks(model)
+
+
+def test_generic_callable_metric_equals_transformer_lens(random_case):
+    """Any metric(logits) -> scalar works; here one that reads every position (no skips by read-out)."""
+    model, pair = random_case
+
+    def mean_logprob(logits):
+        return logits.log_softmax(-1)[:, :, 0].mean()
+
+    if model.cfg.n_layers > 2:
+        pytest.skip("one model is enough for the callable path")
+    patcher = Patcher(model, pair.clean, pair.corrupted, mean_logprob)
+    for name in ("resid_pre", "attn_head_out_by_pos", "attn_head_pattern_all_pos"):
+        ref = tl_sweep(model, name, pair, "denoising", mean_logprob)
+        torch.testing.assert_close(patcher.sweep(name).values, ref.cpu(), atol=1e-5, rtol=0, msg=name)
+    assert patcher.metric.name == "mean_logprob"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A permutation Task 2 model after a short training run, saved as a checkpoint."""
+    from mechmem.checkpoint import load_checkpoint
+    from mechmem.models import build_model
+    from mechmem.tasks import build_task, get_preset
+    from mechmem.training import train
+
+    preset = get_preset("permutation", "task2-quick")
+    cfg = dataclasses.replace(preset.train, steps=300, eval_every=300, eval_samples=256)
+    out = tmp_path_factory.mktemp("perm")
+    model = build_model(preset.model, generator=torch.Generator().manual_seed(0))
+    task = build_task("permutation", preset.task)
+    train(model, task, cfg, model_config=preset.model, out_dir=out, progress=False)
+    return load_checkpoint(out / "ckpt.pt")
+
+
+@pytest.mark.parametrize("direction", ["denoising", "noising"])
+def test_equals_transformer_lens_trained(trained, direction):
+    pair = trained.task.patching_pair(64, generator=torch.Generator().manual_seed(3))
+    results = run_sweeps(trained.model, pair, direction=direction)
+    for name, res in results.items():
+        ref = tl_sweep(trained.model, name, pair, direction, pair.logit_diff)
+        torch.testing.assert_close(res.values, ref.cpu(), atol=1e-5, rtol=0, msg=name)
+    assert_no_hooks(trained.model)
+
+
+def test_invariants(random_case):
+    model, pair = random_case
+    # Patching a run into itself changes nothing.
+    same = Patcher(model, pair.clean, pair.clean, pair=pair).sweep("resid_pre")
+    assert torch.all(same.values == same.clean)
+    # Positions before the first difference and after the last read-out keep the unpatched metric.
+    res = patch_resid_pre(model, pair)
+    assert torch.all(res.values[:, :3] == res.corrupted)
+    assert torch.all(res.values[:, int(pair.answer_pos.max()) + 1 :] == res.corrupted)
+    # Chunking (one patch per pass) does not change the numbers.
+    small = Patcher(model, pair.clean, pair.corrupted, pair=pair, memory_mb=1e-6).sweep("attn_head_out_by_pos")
+    torch.testing.assert_close(small.values, Patcher(model, pair.clean, pair.corrupted, pair=pair)
+                               .sweep("attn_head_out_by_pos").values, atol=1e-6, rtol=0)
+    # The batched logit difference equals the pair's own metric on the unpatched runs.
+    torch.testing.assert_close(torch.tensor(res.clean), pair.logit_diff(model(pair.clean)), atol=1e-5, rtol=0)
+    # Denoising layer-0 resid_pre at every differing position at once would give the clean run; the last
+    # layer's resid_post at the read-out position alone does (nothing after it).
+    last = model.cfg.n_layers - 1
+    if bool((pair.answer_pos == pair.answer_pos[0]).all()):
+        post = Patcher(model, pair.clean, pair.corrupted, pair=pair).sweep("resid_post")
+        assert abs(float(post.values[last, pair.answer_pos[0]]) - post.clean) < 1e-5
+
+
+def test_result_contract_and_plot(random_case):
+    model, pair = random_case
+    res = Patcher(model, pair.clean, pair.corrupted, pair=pair).sweep("attn_head_out_by_pos", "noising")
+    d = res.to_dict()
+    assert d["axes"] == ["layer", "pos", "head"] and d["direction"] == "noising" and d["metric"] == "logit_diff"
+    assert torch.tensor(d["values"]).shape == res.values.shape
+    json.dumps(d)
+    with pytest.raises(ValueError):
+        PatchingResult("x", ("layer",), torch.zeros(2, 2), "denoising", "m", 0.0, 1.0)
+    fig = plot_patching(res)
+    assert type(fig).__name__ == "Figure"
+    fig2 = plot_patching(Patcher(model, pair.clean, pair.corrupted, pair=pair).sweep("resid_pre"))
+    assert type(fig2).__name__ == "Figure"
+    metric = PatchingMetric.logit_diff(pair)
+    assert metric.readout.shape == (len(pair.clean), 1)
+
+
+def test_bad_input_raises(random_case):
+    from mechmem.errors import MechmemError
+
+    model, pair = random_case
+    patcher = Patcher(model, pair.clean, pair.corrupted, pair=pair)
+    with pytest.raises(MechmemError):
+        patcher.sweep("nonsense")
+    with pytest.raises(MechmemError):
+        patcher.sweep("resid_pre", "sideways")
+    if model.cfg.attn_only:
+        with pytest.raises(MechmemError):
+            patcher.sweep("mlp_out")
