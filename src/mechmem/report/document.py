@@ -195,7 +195,8 @@ def write_index(
     page = (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
         f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>"
-        f"<table><tr><th>model</th><th>headline</th><th>circuit</th></tr>{rows}</table></body></html>\n"
+        f'<table><tr><th style="text-align:left">model</th><th style="text-align:left">headline</th>'
+        f'<th style="text-align:left">circuit</th></tr>{rows}</table></body></html>\n'
     )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -133,5 +133,7 @@ def name_head_roles(evidence: dict[str, Tensor], thresholds: RoleThresholds | No
 
 def circuit_summary(roles: list[HeadRole]) -> str:
     """A one-line description such as "L0H2 previous-token, L1H1 induction" (or "no head roles found")."""
+    if not roles:
+        return "no attention heads analysed"
     named = [f"{r.name} {r.role}" for r in roles if r.role != "none"]
     return ", ".join(named) if named else "no head roles found"

@@ -255,9 +255,14 @@ def mlp_section(ctx: ReportContext) -> Section:
     effect = neurons.neuron_direct_effect(model, tokens, layer, pos, targets)
     ranking = neurons.rank_neurons(effect, layer)
     base = _p_answer(model(tokens), pos, targets)
-    name = f"blocks.{layer}.hook_mlp_out"
-    _, cache = model.run_with_cache(tokens, names_filter=lambda x: x == name)
+    name, mid = f"blocks.{layer}.hook_mlp_out", f"blocks.{layer}.hook_resid_mid"
+    _, cache = model.run_with_cache(tokens, names_filter=lambda x: x in (name, mid))
     mean_out = cache[name].mean(0, keepdim=True)
+    # Logit lens just before the MLP: the final norm (if any) recomputed on resid_mid, then the unembedding.
+    resid = cache[mid]
+    pre = _p_answer(
+        model.unembed(model.ln_final(resid) if model.cfg.normalization_type else resid), pos, targets
+    )
     ablated = model.run_with_hooks(tokens, fwd_hooks=[(name, lambda a, hook: mean_out.expand_as(a).clone())])
     drop = float((base - _p_answer(ablated, pos, targets)).mean())
     total = float(effect.sum(-1).mean())
@@ -268,6 +273,7 @@ def mlp_section(ctx: ReportContext) -> Section:
         "layer": layer,
         "p_answer": float(base.mean()),
         "mean_ablation_drop": drop,
+        "p_answer_before_mlp": float(pre.mean()),
         "direct_effect_total": total,
         "key_neurons": key,
         "role": role,
@@ -279,6 +285,10 @@ def mlp_section(ctx: ReportContext) -> Section:
         "ranking": ranking.to_dict(),
     }
     s.lines.append(f"Measured at {where}; MLP of layer {layer}.")
+    s.lines.append(
+        f"Logit lens: mean p(answer) {float(pre.mean()):.3f} read just before the MLP (resid_mid), "
+        f"{float(base.mean()):.3f} after it (the model's output)."
+    )
     s.lines.append(
         f"Role: {role}: mean-ablating the MLP lowers mean p(answer) from {float(base.mean()):.3f} by "
         f"{drop:.3f} (threshold {t.mlp_drop}); its neurons' total direct effect on the answer logit is "
