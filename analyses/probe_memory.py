@@ -5,7 +5,8 @@
 
 Probes (see mechmem.analysis.probes): token copying through each head's OV circuit, previous-position keys
 through each QK circuit, token keys written by each earlier head's OV, and each MLP against bigram statistics
-(the task's own `bigram` table when it has one, else counted on --n-samples training sequences). Writes
+(the task's own bigram table when it has one, else counted on --n-samples training sequences), over the token
+sets a task names in `probe_tokens()` (the birth task: outputs, triggers, non-triggers). Writes
 DIR/memory_probes.json ("probes": name, matrix, recall, chance) and DIR/memory_probes.png.
 """
 
@@ -29,12 +30,25 @@ def main(argv: list[str] | None = None) -> int:
         write_json(out / "memory_probes.json", {"skipped": reason, "probes": []})
         return 0
     model, task = ckpt.model, ckpt.task
-    bigram, source = getattr(task, "bigram", None), "task"
+    # Optional task protocol: `bigram` [d_vocab d_vocab_out] (the birth task keeps it on its sampler) and
+    # `probe_tokens()` -> {"output_tokens", "trigger_tokens", "non_trigger_tokens"}.
+    bigram = getattr(task, "bigram", None)
+    if bigram is None:
+        bigram = getattr(getattr(task, "sampler", None), "bigram", None)
+    source = "task"
     if not isinstance(bigram, torch.Tensor):
         batch = task.train_batch(args.n_samples, generator=torch.Generator().manual_seed(args.seed))
         bigram = empirical_bigram(batch.tokens, batch.targets, model.cfg.d_vocab, model.cfg.d_vocab_out)
         source = f"counted on {args.n_samples} training sequences"
-    result = builtin_probes(model, bigram=bigram)
+    sets = task.probe_tokens() if hasattr(task, "probe_tokens") else {}
+    result = builtin_probes(
+        model,
+        bigram=bigram.float(),
+        tokens=sets.get("output_tokens"),
+        key_tokens=sets.get("trigger_tokens"),
+        ffn_tokens=sets.get("non_trigger_tokens"),
+        first_positions=(64,),
+    )
     result.info.update({"bigram_source": source, "task": ckpt.task_name})
 
     rows = [(p.name, p.recall, p.chance, p.extra.get("kl", "")) for p in result.probes]

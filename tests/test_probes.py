@@ -99,3 +99,33 @@ def test_serialisation_and_plot(planted):
     assert {"name", "matrix", "recall"} <= set(d["probes"][0])
     assert len(d["probes"]) == 2 * 3 * 2 + 3 * 3  # ov + qk_prev_pos per head, qk_token per (L1 head, L0 head)
     assert type(plot_probes(result)).__name__ == "Figure"
+
+
+@pytest.mark.parametrize("preset", ["quick", "quick_ffn"])
+def test_builtin_probes_equal_the_birth_task_probes(preset):
+    from mechmem.models import build_model
+    from mechmem.tasks import build_task, get_preset
+
+    spec = get_preset("birth", preset)
+    task = build_task("birth", spec.task)
+    model = build_model(spec.model, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():  # plant the previous-position memory in W_K^1 (W_Q^1 is the identity)
+        pos = model.W_pos
+        model.blocks[0].attn.W_K[0] = 5.0 * torch.linalg.lstsq(pos[:-1], pos[1:]).solution
+    sets = task.probe_tokens()
+    ours = builtin_probes(
+        model,
+        bigram=task.sampler.bigram.float(),
+        tokens=sets["output_tokens"],
+        key_tokens=sets["trigger_tokens"],
+        ffn_tokens=sets["non_trigger_tokens"],
+        first_positions=(64,),
+    )
+    by_name = {p.name: p for p in ours.probes}
+    theirs = task.probes(model)
+    assert theirs["wk1_recall"] == by_name["qk_prev_pos.L0H0"].recall == 1.0
+    assert theirs["wk1_recall_64"] == by_name["qk_prev_pos.L0H0.first64"].recall
+    assert theirs["wo2_recall"] == by_name["ov_copy.L1H0"].recall
+    assert theirs["wk2_recall"] == by_name["qk_token.L1H0<-L0H0"].recall
+    if "wf_kl" in theirs:
+        assert theirs["wf_kl"] == pytest.approx(by_name["ffn_bigram.L1"].extra["kl"], rel=1e-4)

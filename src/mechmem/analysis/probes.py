@@ -215,10 +215,24 @@ def builtin_probes(
     *,
     bigram: Float[Tensor, "d_vocab d_vocab_out"] | None = None,
     tokens: Int[Tensor, " n"] | None = None,
+    key_tokens: Int[Tensor, " n_keys"] | None = None,
+    ffn_tokens: Int[Tensor, " n_ffn"] | None = None,
+    first_positions: tuple[int, ...] = (),
 ) -> MemoryProbes:
     """Every built-in probe that applies to `model`: OV copying and previous-position keys for each head, token
-    keys through each earlier head's OV for heads after layer 0, and (given `bigram`) each MLP against it."""
+    keys through each earlier head's OV for heads after layer 0, and (given `bigram`) each MLP against it.
+
+    Args:
+        model: a HookedTransformer.
+        bigram: next-token statistics [d_vocab d_vocab_out] for the MLP probes (skipped when None).
+        tokens: tokens the OV copying probes range over (default: all).
+        key_tokens: tokens of the QK token-key probes (default: `tokens`); e.g. the triggers of the birth task.
+        ffn_tokens: tokens of the MLP probes (default: `tokens`); e.g. the non-trigger tokens.
+        first_positions: extra previous-position probes restricted to the first n positions (e.g. 64).
+    """
     cfg = model.cfg
+    key_tokens = tokens if key_tokens is None else key_tokens
+    ffn_tokens = tokens if ffn_tokens is None else ffn_tokens
     probes: list[ProbeResult] = []
     skipped: list[str] = []
     for layer in range(cfg.n_layers):
@@ -227,12 +241,15 @@ def builtin_probes(
                 probes.append(ov_copy_probe(model, layer, head, tokens))
             if cfg.positional_embedding_type == "standard" and cfg.n_ctx > 1:
                 probes.append(qk_previous_position_probe(model, layer, head))
+                for n in first_positions:
+                    if 1 < n < cfg.n_ctx:
+                        probes.append(qk_previous_position_probe(model, layer, head, n))
             for src in range(layer):
                 for src_head in range(cfg.n_heads):
-                    probes.append(qk_token_probe(model, layer, head, (src, src_head), tokens))
+                    probes.append(qk_token_probe(model, layer, head, (src, src_head), key_tokens))
         if not cfg.attn_only:
             if bigram is not None:
-                probes.append(ffn_bigram_probe(model, layer, bigram, tokens))
+                probes.append(ffn_bigram_probe(model, layer, bigram, ffn_tokens))
             else:
                 skipped.append(f"ffn_bigram.L{layer} (no bigram statistics)")
     if cfg.d_vocab_out != cfg.d_vocab:
