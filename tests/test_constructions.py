@@ -25,6 +25,7 @@ from mechmem.facts.data import generate_facts
 
 def naive_logits(E1, E2, U, inputs):
     """One fact at a time, one neuron at a time."""
+    E1, E2, U = E1.detach(), E2.detach(), U.detach()
     out = torch.zeros(len(inputs), U.shape[1])
     for f, (a, b) in enumerate(inputs.tolist()):
         for i in range(E1.shape[1]):
@@ -185,7 +186,7 @@ def test_keyvalue_transpose_matches_naive():
 def test_stacked_training_equals_separate_runs():
     """Adam is elementwise, so training two models stacked equals training each alone."""
     inputs, labels = generate_facts(40, 8, 4)
-    cfg = ChallengeTrainConfig(max_epochs=60, patience=1000)
+    cfg = ChallengeTrainConfig(max_epochs=25, patience=1000)
     model = ChallengeMLP(ChallengeConfig(8, 4, 4, n_models=2), generator=torch.Generator().manual_seed(3))
     best, (E1, _, _) = train_full(model.E1, model.E2, model.U, inputs, labels, cfg)
     for m in range(2):

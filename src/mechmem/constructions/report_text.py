@@ -46,10 +46,14 @@ Headline (fixed-exponent fits a d^2 / ln d over d = {ds}; published values in br
   the hybrid goal (within 2x) is **not** met.
 - Appendix A stores all n_in^2 facts at 100% for n_in = {', '.join(map(str, check.n_in))}, with the bias neuron
   and with an output bias instead.{quick_note}"""),
-        ("Command", f"""```
+        ("Command", f"""This file was written by
+```
 {command}
 ```
-Ran in {minutes:.1f} min on CPU (1 thread). Data: `data/constructions_capacity_{'quick' if quick else 'full'}.json`
+({minutes:.1f} min on CPU, 1 thread, on 2 cores shared with other jobs). The whole table from scratch is
+`python analyses/reproduce_constructions.py --ds 16 32` (about an hour on a free core, most of it the trained
+d = 32 searches); with `--reuse` only the `--modes` given are recomputed and the rest is read from the data file.
+Per-mode search times are in the data file (`seconds`). Data: `data/constructions_capacity_{'quick' if quick else 'full'}.json`
 (every evaluation of the binary searches: mode -> d -> fact count -> best accuracy), `data/constructions_misc_*.json`.
 Tests: `.venv/bin/pytest tests/test_constructions.py -q`."""),
         ("Setup", f"""- **Model** (`mechmem.constructions.model.ChallengeMLP`, registered as `challenge_mlp`):
@@ -120,7 +124,10 @@ architecture can hold this many facts, not how trained models do it. (2) It need
 d = 8 (7 selectors) it is weak, since each value token holds at most 7 facts. (4) **It is useless as a hybrid:**
 with U trained by Adam for at most 5,000 epochs and patience 100 the parabola readout (curvature and offset fixed
 to within 1/(2kC)) is not found, whatever the activation scale (we tried scales 0.03..1 on d = 16: accuracy
-<= 0.62 at 128 facts). A hybrid within 2x would need embeddings whose labels are readable by a *large-margin*
+<= 0.62 at 128 facts), nor with ridge-shrunk values that bring C down to 2-5 (<= 0.70 at 128 facts, while the
+same features with the constructed U are 98-100% right). Heuristically, unless the embeddings already make the
+label readable with a large margin, the hybrid is capped by what a d x d linear readout can fit on generic
+features (of order d^2 points up to log factors), which is roughly where the published hybrid sits. A hybrid within 2x would need embeddings whose labels are readable by a *large-margin*
 linear classifier that Adam finds quickly; we did not find one in the time available."""),
         ("Weights and activations: constructed vs trained (their Figures 6-8)", f"""![histograms]({figures['histograms']})
 
