@@ -198,3 +198,28 @@ def test_bad_input_raises(random_case):
     if model.cfg.attn_only:
         with pytest.raises(MechmemError):
             patcher.sweep("mlp_out")
+
+
+def test_script_writes_patching_json(trained, tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    from mechmem.cli import run_script
+
+    path = Path(__file__).resolve().parents[1] / "analyses" / "patch.py"
+    spec = importlib.util.spec_from_file_location("patch_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = [str(trained.path), "--out", str(tmp_path), "--n-samples", "16", "--sweeps", "resid_pre",
+            "attn_head_out_by_pos", "--direction", "noising"]
+    assert run_script(script.main, argv) == 0
+    data = json.loads((tmp_path / "patching.json").read_text())
+    assert data["metric"] == "logit_diff" and data["direction"] == "noising"
+    assert data["sweeps"]["attn_head_out_by_pos"]["axes"] == ["layer", "pos", "head"]
+    assert torch.tensor(data["sweeps"]["resid_pre"]["values"]).shape == (1, 9)
+    assert (tmp_path / "patching_resid_pre.png").exists()
+    assert "resid_pre" in capsys.readouterr().out
+    for bad in ([str(tmp_path / "missing.pt")], [str(trained.path), "--n-samples", "0", "--out", str(tmp_path)]):
+        assert run_script(script.main, bad) == 2
+        assert capsys.readouterr().err.startswith("error: ")
+    assert_no_hooks(trained.model)

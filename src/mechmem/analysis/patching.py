@@ -309,6 +309,8 @@ patch_attn_head_pattern_by_pos = _one(
 
 def plot_patching(result: PatchingResult) -> Any:
     """Heatmap(s) of a sweep, centred on the unpatched run's metric; one panel per layer for 3-axis sweeps."""
+    from matplotlib.ticker import MaxNLocator
+
     from mechmem.plotting import plt
 
     values = result.values.detach().cpu().float().numpy()
@@ -318,6 +320,8 @@ def plot_patching(result: PatchingResult) -> Any:
     fig, axs = plt.subplots(1, len(panels), figsize=(1 + 3.2 * len(panels), 3), squeeze=False)
     for i, (ax, panel) in enumerate(zip(axs[0], panels)):
         im = ax.imshow(panel, cmap="RdBu", vmin=result.baseline - span, vmax=result.baseline + span, aspect="auto")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(cols)
         ax.set_ylabel(rows)
         ax.set_title(result.sweep if values.ndim == 2 else f"{result.sweep} layer {i}", fontsize=9)
