@@ -48,8 +48,8 @@ def _scale_preset(v: int, d: int, heads: int, layers: int, steps: int, lr: float
 
 
 SCALE_PRESETS: dict[str, Preset] = {
-    "v10-quick": _scale_preset(10, 64, 4, 2, 12_000, 3e-3, "V=10 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
-    "v15-quick": _scale_preset(15, 64, 4, 2, 12_000, 3e-3, "V=15 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
+    "v10-quick": _scale_preset(10, 64, 4, 2, 6_000, 3e-3, "V=10 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
+    "v15-quick": _scale_preset(15, 64, 4, 2, 6_000, 3e-3, "V=15 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
     "v10-paper": _scale_preset(10, 128, 4, 2, 50 * 100_000 // 128, 1e-3,
                                "V=10, GPU-sized: d=128, 4 heads, 2 layers, 50 epochs of 100k, Adam 1e-3"),
     "v15-paper": _scale_preset(15, 256, 8, 2, 50 * 100_000 // 128, 1e-3,

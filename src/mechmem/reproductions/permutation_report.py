@@ -396,7 +396,7 @@ def _scale_section(res: dict[str, Any], rel: str) -> list[str]:
         "at both sizes: with V-1 earlier pairs a 1-layer model must decode the bound y in its MLP from a sum over "
         "all earlier pairs (section 4), which gets harder as V grows, while 2 layers allow the standard induction "
         "route (layer 0 writes each x into the next position, layer 1 matches the repeated x there). The CPU "
-        "presets (`v10-quick`, `v15-quick`: d=64, 4 heads, 2 layers, 12,000 steps, lr 3e-3) are what this page "
+        "presets (`v10-quick`, `v15-quick`: d=64, 4 heads, 2 layers, 6,000 steps, lr 3e-3) are what this page "
         "ran; `v10-paper` (d=128, 4 heads) and `v15-paper` (d=256, 8 heads), 2 layers, 50 epochs at lr 1e-3, are "
         "GPU-sized (`--paper`). All are trained with repeats (ratio 0.3). For V > 8 the train/test split of the "
         "V! permutations is decided by a fixed hash (80/20).", "",
