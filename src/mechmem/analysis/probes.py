@@ -239,10 +239,10 @@ def builtin_probes(
         for head in range(cfg.n_heads):
             if cfg.d_vocab_out == cfg.d_vocab:
                 probes.append(ov_copy_probe(model, layer, head, tokens))
-            if cfg.positional_embedding_type == "standard" and cfg.n_ctx > 1:
+            if cfg.positional_embedding_type == "standard" and cfg.n_ctx > 2:  # >= 2 candidate keys
                 probes.append(qk_previous_position_probe(model, layer, head))
                 for n in first_positions:
-                    if 1 < n < cfg.n_ctx:
+                    if 2 < n < cfg.n_ctx:
                         probes.append(qk_previous_position_probe(model, layer, head, n))
             for src in range(layer):
                 for src_head in range(cfg.n_heads):
