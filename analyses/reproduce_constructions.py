@@ -4,7 +4,8 @@
     python analyses/reproduce_constructions.py --ds 16 32       # the full comparison (about an hour on 2 cores)
     python analyses/reproduce_constructions.py --ds 64 --modes published_hand keyvalue_hand --reuse
 
-Writes docs/reproductions/constructions.md (or --out), with data in docs/reproductions/data/constructions_* and
+Writes docs/reproductions/constructions.md (--quick: constructions_quick.md, so a smoke run never overwrites the
+full report; or --out), with data in docs/reproductions/data/constructions_* and
 figures in docs/reproductions/figures/constructions_*. --reuse keeps the capacities already in the data file and recomputes only --modes at --ds.
 """
 
@@ -28,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", default=list(EVALUATORS), help=f"modes among {', '.join(EVALUATORS)}")
     parser.add_argument("--precision", type=int, default=None, help="binary-search precision in facts (default 8, quick 16)")
     parser.add_argument("--reuse", action="store_true", help="load earlier capacities; recompute only --modes at --ds")
-    parser.add_argument("--out", type=Path, default=Path("docs/reproductions/constructions.md"), help="report path")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="report path (default docs/reproductions/constructions.md, or constructions_quick.md)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args(argv)
     ds = tuple(args.ds or ((8, 16) if args.quick else (16, 32)))
@@ -39,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         raise MechmemError(f"unknown mode(s) {', '.join(unknown)} (known: {', '.join(EVALUATORS)})")
     torch.set_num_threads(args.threads)
     command = "python analyses/reproduce_constructions.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    out = args.out or Path(f"docs/reproductions/constructions{'_quick' if args.quick else ''}.md")
     path = run_reproduction(
-        args.out,
+        out,
         quick=args.quick,
         ds=ds,
         modes=tuple(args.modes),

@@ -240,3 +240,22 @@ def test_script_rejects_bad_mode(capsys):
     spec.loader.exec_module(module)
     assert run_script(module.main, ["--modes", "nonsense"]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_quick_script_end_to_end(tmp_path):
+    """The --quick reproduction runs and writes its report, data and figures (minutes: slow)."""
+    import importlib.util
+    import pathlib
+
+    spec = importlib.util.spec_from_file_location(
+        "reproduce_constructions", pathlib.Path(__file__).parents[1] / "analyses" / "reproduce_constructions.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "constructions.md"
+    assert module.main(["--quick", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "Appendix A" in text and "| trained |" in text
+    assert (tmp_path / "figures" / "constructions_capacity_quick.png").exists()
+    assert (tmp_path / "data" / "constructions_capacity_quick.json").exists()
