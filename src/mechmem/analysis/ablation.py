@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -276,15 +277,20 @@ def plot_ablation(result: AblationResult) -> Any:
     deltas = result.heads - result.baseline
     lim = float(deltas.abs().max()) or 1.0
     n = len(result.methods)
-    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 2.8), squeeze=False)
+    n_layers, n_heads = deltas.shape[1:]
+    fig, axes = plt.subplots(
+        1,
+        n,
+        figsize=(1.0 + (1.2 + 0.7 * n_heads) * n, 1.2 + 0.6 * n_layers),
+        squeeze=False,
+        layout="constrained",
+    )
     for ax, method, d in zip(axes[0], result.methods, deltas):
         im = ax.imshow(d.numpy(), cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
-        ax.set(
-            title=f"{method} ablation",
-            xlabel="head",
-            ylabel="layer",
-            xticks=range(d.shape[1]),
-            yticks=range(d.shape[0]),
-        )
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label=f"delta {result.metric_name}")
+        ax.set(title=f"{method} ablation", xlabel="head", xticks=range(n_heads), yticks=range(n_layers))
+        for (i, j), v in np.ndenumerate(d.numpy()):
+            color = "w" if abs(v) > 0.6 * lim else "k"
+            ax.text(j, i, f"{v:+.2f}", ha="center", va="center", fontsize=7, color=color)
+    axes[0][0].set_ylabel("layer")
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label=f"delta {result.metric_name.split(':')[0]}")
     return fig

@@ -218,12 +218,20 @@ def plot_attention(
 ) -> Any:
     """A grid of attention heatmaps (rows: layers, columns: heads) for one sequence; returns the Figure.
 
-    Ticks show positions, with the token id after a colon when `tokens` is given.
+    Ticks show positions, with the token id after a colon when `tokens` is given and the sequence is short.
     """
     n_layers, n_heads, n, _ = patterns.shape
-    fig, axes = plt.subplots(n_layers, n_heads, figsize=(2.6 * n_heads, 2.4 * n_layers), squeeze=False)
-    ticks = list(range(0, n, max(1, n // 16)))
-    labels = [f"{i}:{int(tokens[i])}" if tokens is not None else str(i) for i in ticks]
+    side = 3.0 if n <= 32 else 4.5
+    fig, axes = plt.subplots(
+        n_layers,
+        n_heads,
+        figsize=(side * n_heads + 0.6, side * n_layers),
+        squeeze=False,
+        layout="constrained",
+    )
+    ticks = list(range(0, n, max(1, n // 12)))
+    show_tokens = tokens is not None and n <= 48
+    labels = [f"{i}:{int(tokens[i])}" if show_tokens else str(i) for i in ticks]
     for layer in range(n_layers):
         for head in range(n_heads):
             ax = axes[layer][head]
@@ -231,6 +239,6 @@ def plot_attention(
             ax.set_title(f"L{layer}H{head}", fontsize=9)
             ax.set_xticks(ticks, labels, fontsize=6, rotation=90)
             ax.set_yticks(ticks, labels, fontsize=6)
-    fig.supxlabel("key position" + (":token" if tokens is not None else ""))
-    fig.supylabel("query position" + (":token" if tokens is not None else ""))
+    fig.supxlabel("key position" + (":token" if show_tokens else ""), fontsize=9)
+    fig.supylabel("query position" + (":token" if show_tokens else ""), fontsize=9)
     return fig
