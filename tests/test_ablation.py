@@ -10,6 +10,7 @@ from mechmem.analysis.ablation import (
     METHODS,
     AblationResult,
     ablate_heads,
+    ablate_layer_components,
     ablation_values,
     naive_head_ablation,
     plot_ablation,
@@ -114,3 +115,10 @@ def test_result_shapes_are_validated():
         AblationResult("m", 0.0, ("zero",), torch.zeros(2, 2, 2), torch.zeros(1, 2))
     with pytest.raises((ValueError, TypeCheckError)):
         AblationResult("m", 0.0, ("zero",), torch.zeros(1, 2, 2), torch.zeros(1, 3))
+
+
+def test_no_hooks_left_when_a_hook_fails(model, tokens):
+    resid = model.run_with_cache(tokens)[1]["blocks.0.hook_resid_pre"]
+    with pytest.raises(KeyError):  # no replacement values: the hook itself raises inside the forward pass
+        ablate_layer_components(model, tokens, last_logprob, {}, 0, resid)
+    assert hooks_left(model) == 0

@@ -88,19 +88,28 @@ def checkpoints(tmp_path_factory):
         task_name="test_repeat",
         task_config=RepeatConfig(),
     )
-    preset = get_preset("permutation", "task2-quick")
-    perm_model = build_model(preset.model, generator=torch.Generator().manual_seed(0))
-    perm = save_checkpoint(
-        root / "perm" / "ckpt.pt",
-        model=perm_model,
-        model_config=preset.model,
-        task_name="permutation",
-        task_config=preset.task,
-    )
-    return {"planted": planted, "permutation": perm}
+    out = {"planted": planted}
+    for kind, task, preset in (
+        ("permutation", "permutation", "task2-quick"),
+        ("birth", "birth", "quick_ffn"),
+    ):
+        spec = get_preset(task, preset)
+        model = build_model(spec.model, generator=torch.Generator().manual_seed(0))
+        out[kind] = save_checkpoint(
+            root / kind / "ckpt.pt",
+            model=model,
+            model_config=spec.model,
+            task_name=task,
+            task_config=spec.task,
+        )
+    return out
 
 
-@pytest.mark.parametrize("kind", ["planted", "permutation"])
+# (n_layers, n_heads, has MLPs) of each checkpoint above
+SHAPES = {"planted": (2, 3, False), "permutation": (1, 2, True), "birth": (2, 1, True)}
+
+
+@pytest.mark.parametrize("kind", sorted(SHAPES))
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_scripts_write_json_png_and_table(checkpoints, tmp_path, capsys, script, kind):
     rc = run_script(load_main(script), [str(checkpoints[kind]), "--out", str(tmp_path), "--n-samples", "16"])
@@ -109,7 +118,7 @@ def test_scripts_write_json_png_and_table(checkpoints, tmp_path, capsys, script,
     data = json.loads((tmp_path / SCRIPTS[script]).read_text())
     assert "metric" in data and "axes" in data
     assert list(tmp_path.glob("*.png"))
-    n_layers, n_heads = (2, 3) if kind == "planted" else (1, 2)
+    n_layers, n_heads, has_mlp = SHAPES[kind]
     if script == "ablate_heads":
         assert {"layer", "head", "method", "metric", "delta"} <= set(data["results"][0])
         assert {r["method"] for r in data["results"]} == {"zero", "mean", "resample"}
@@ -120,7 +129,7 @@ def test_scripts_write_json_png_and_table(checkpoints, tmp_path, capsys, script,
         assert (
             f"resid_post.{n_layers - 1}" in data["stages"] and "target_prob" in data["stages"]["resid_pre.0"]
         )
-        assert ("resid_mid.0" in data["stages"]) == (kind == "permutation")
+        assert ("resid_mid.0" in data["stages"]) == has_mlp
     else:
         assert {"name", "matrix", "recall"} <= set(data["probes"][0])
 
