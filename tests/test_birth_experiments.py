@@ -37,11 +37,12 @@ def test_history_helpers():
 def test_statements_follow_their_rules():
     up = lambda s: min(1.0, s / 50)  # noqa: E731
     h = {
-        "freeze_none": fake_history({"icl_acc": up, "wk1_recall_64": up, "wk1_recall": lambda s: s / 100}),
+        "freeze_none": fake_history({"icl_acc": up, "wk1_recall_64": up, "wk1_recall": lambda s: s / 100,
+                                     "wo2_recall": up}),
         "freeze_wo2": fake_history({"icl_acc": lambda s: 0.0}),
-        "freeze_wk1": fake_history({"icl_acc": up}),
-        "freeze_wk2": fake_history({"icl_acc": lambda s: 0.1}),
-        "freeze_wk1_wk2": fake_history({"wo2_recall": lambda s: 1.0}),
+        "freeze_wk1": fake_history({"wk2_recall": up}),
+        "freeze_wk2": fake_history({"wk1_recall_64": lambda s: 0.1}),
+        "freeze_wk1_wk2": fake_history({"wo2_recall": lambda s: 0.7}),
         "depth_2l_fixed": fake_history({"eval_icl_acc": lambda s: 0.995}),
         "depth_2l_random": fake_history({"eval_icl_acc": lambda s: 0.95}),
         "depth_1l_fixed": fake_history({"eval_icl_acc": lambda s: 0.5}),
@@ -86,4 +87,36 @@ def test_run_experiment_trains_once_then_reuses(tmp_path):
     again = run_experiment(run, tmp_path)
     assert first == again and (tmp_path / "tiny" / "ckpt.pt").stat().st_mtime_ns == stamp
     assert [r["step"] for r in first] == [0, 1, 2]
-    torch.manual_seed(0)
+
+
+def load_script(name):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "analyses" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"analyses_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def test_reproduce_script_end_to_end_on_a_tiny_scale(tmp_path, monkeypatch):
+    from mechmem.birth.experiments import SCALES, Scale
+
+    tiny = Scale(d_model=16, seq_len=16, batch_size=4, steps=4, full_steps=4, freeze_step=2, eval_every=2,
+                 eval_samples=8, depth_seq_len=16)
+    monkeypatch.setitem(SCALES, "quick", tiny)
+    main = load_script("reproduce_birth")
+    doc = tmp_path / "docs" / "birth.md"
+    assert main(["--quick", "--only", "freezing", "ffn", "--runs", str(tmp_path / "runs"), "--doc", str(doc)]) == 0
+    text = doc.read_text()
+    assert "W_O^2 alone until 2" in text and "figures/birth_freezing.png" in text
+    assert (tmp_path / "docs" / "figures" / "birth_attention.png").exists()
+
+
+def test_reproduce_script_rejects_unknown_experiments(tmp_path, capsys):
+    from mechmem.cli import run_script
+
+    main = load_script("reproduce_birth")
+    assert run_script(main, ["--quick", "--only", "nope", "--runs", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("error: ")

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from mechmem.birth.models import full_config, simplified_config
-from mechmem.checkpoint import load_checkpoint
+from mechmem.checkpoint import load_checkpoint, read_payload
 from mechmem.models.adapter import TransformerConfig, build_transformer
 from mechmem.tasks import build_task
 from mechmem.tasks.birth import N_TOKENS, BirthConfig
@@ -151,6 +151,12 @@ def run_experiment(run: Run, out_dir: Path, *, seed: int = 0, progress: bool = F
         model = build_transformer(run.model, generator=torch.Generator().manual_seed(seed))
         train(model, build_task("birth", run.task), cfg, model_config=run.model, out_dir=run_dir, progress=progress)
     return read_history(run_dir)
+
+
+def training_seconds(runs: list[Run], out_dir: Path) -> float:
+    """Total wall-clock training time of the finished runs, as recorded in their checkpoints."""
+    paths = [out_dir / run.name / "ckpt.pt" for run in runs]
+    return float(sum(read_payload(p)["metrics"].get("wall_time_s", 0.0) for p in paths if p.exists()))
 
 
 def final(history: list[dict[str, Any]], key: str, window: int = 3) -> float:

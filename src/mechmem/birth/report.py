@@ -11,6 +11,8 @@ from typing import Any
 import torch
 
 from mechmem.birth.experiments import Run, Scale, at_step, final, first_step
+from mechmem.checkpoint import load_checkpoint
+from mechmem.cli import save_figure
 from mechmem.plotting import plt
 
 History = list[dict[str, Any]]
@@ -89,6 +91,7 @@ def plot_final_bars(rows: list[tuple[str, float]], title: str) -> Any:
 def plot_attention(model: torch.nn.Module, task: Any, *, n_pos: int = 48, seed: int = 0) -> Any:
     """Attention maps of both layers on one fresh sequence; trigger positions are marked on the axes."""
     batch = task.eval_batch(1, generator=torch.Generator().manual_seed(seed))
+    n_pos = min(n_pos, batch.tokens.shape[1])
     tokens = batch.tokens[:, :n_pos]
     names = [f"blocks.{i}.attn.hook_pattern" for i in range(len(model.blocks))]
     with torch.no_grad():
@@ -110,6 +113,38 @@ def plot_attention(model: torch.nn.Module, task: Any, *, n_pos: int = 48, seed: 
     return fig
 
 
+def make_figures(
+    runs: list[Run], h: dict[str, History], scale: Scale, *, run_dir: Path, fig_dir: Path, seed: int = 0
+) -> dict[str, str]:
+    """Save every figure the finished runs allow under `fig_dir`; returns {file name: caption}."""
+    figs: dict[str, str] = {}
+
+    def add(key: str, caption: str, fig: Any) -> None:
+        save_figure(fig, fig_dir / key)
+        figs[key] = caption
+
+    labels = {r.name: r.label for r in runs}
+    if "freeze_none" in h:
+        add("birth_training.png", "Simplified model, all trained jointly: accuracy and memory probes",
+            plot_training(h["freeze_none"], "K=5 fixed triggers, head-only loss"))
+        ckpt = load_checkpoint(run_dir / "freeze_none" / "ckpt.pt")
+        add("birth_attention.png", "Attention maps of the trained simplified model (layer 0: previous token; "
+            "layer 1: induction)", plot_attention(ckpt.model, ckpt.task, seed=seed))
+        freezing = {r.name: h[r.name] for r in runs if r.group == "freezing" and r.name in h}
+        add("birth_freezing.png", f"(a) Freezing until step {scale.freeze_step} (paper Fig. 3)",
+            plot_freezing(freezing, labels, scale.freeze_step))
+    if "ffn_joint" in h:
+        add("birth_ffn.png", "(b) Joint training with W_F (paper Fig. 4)", plot_ffn(h["ffn_joint"]))
+    for group, caption in (("data", "(c) Data: held-out in-context accuracy"),
+                           ("depth", "(d) Full model, 1 vs 2 layers: held-out in-context accuracy")):
+        rows = [(r.label, final(h[r.name], "eval_icl_acc")) for r in runs if r.group == group and r.name in h]
+        if group == "data" and rows and "freeze_none" in h:
+            rows.insert(0, ("K=5, fixed (joint run of (a))", final(h["freeze_none"], "eval_icl_acc")))
+        if rows:
+            add(f"birth_{group}.png", caption, plot_final_bars(rows, "held-out in-context accuracy"))
+    return figs
+
+
 def statements(h: dict[str, History], scale: Scale) -> list[tuple[str, str, bool | None]]:
     """(paper statement, our number, holds?) for every claim the runs can check."""
     fs = scale.freeze_step
@@ -129,17 +164,19 @@ def statements(h: dict[str, History], scale: Scale) -> list[tuple[str, str, bool
         two = min(acc("depth_2l_fixed"), acc("depth_2l_random"))
         out.append(("1-layer transformer: about 55%, well below 2 layers",
                     f"fixed {a:.3f}, random {b:.3f}", max(a, b) < two - 0.1))
-    if "freeze_wk1_wk2" in h:
-        v = at_step(h["freeze_wk1_wk2"], "wo2_recall", fs)
-        out.append((f"W_O^2 learns its associations alone, with W_K^1, W_K^2 at random init (recall at step {fs})",
-                    f"{v:.3f}", v >= 0.9))
+    if "freeze_wk1_wk2" in h and "freeze_none" in h:
+        v, joint = at_step(h["freeze_wk1_wk2"], "wo2_recall", fs), at_step(h["freeze_none"], "wo2_recall", fs)
+        out.append((f"W_O^2 learns its associations alone, with W_K^1, W_K^2 at random init (recall at step {fs}: "
+                    "W_O^2 alone vs joint; chance 1/N; holds if at least half the joint value and 10x chance)",
+                    f"{v:.3f} vs {joint:.3f}", v >= 0.5 * joint and v >= 10 / 65))
     if "freeze_wo2" in h and "freeze_none" in h:
         a, b = at_step(h["freeze_wo2"], "icl_acc", fs), at_step(h["freeze_none"], "icl_acc", fs)
         out.append((f"key-query matrices learn nothing useful until W_O^2 has learned (in-context acc at step {fs}: "
-                    "W_O^2 frozen vs joint)", f"{a:.3f} vs {b:.3f}", a < 0.5 * b))
+                    "W_O^2 frozen vs joint; holds if below half)", f"{a:.3f} vs {b:.3f}", a < 0.5 * b))
     if "freeze_wk1" in h and "freeze_wk2" in h:
-        a, b = at_step(h["freeze_wk1"], "icl_acc", fs), at_step(h["freeze_wk2"], "icl_acc", fs)
-        out.append((f"W_K^2 is easier to learn with W_K^1 frozen than the reverse (in-context acc at step {fs})",
+        a, b = at_step(h["freeze_wk1"], "wk2_recall", fs), at_step(h["freeze_wk2"], "wk1_recall_64", fs)
+        out.append((f"W_K^2 is easier to learn with W_K^1 frozen than the reverse (at step {fs}: W_K^2 recall with "
+                    "W_K^1 frozen vs W_K^1 recall, first 64, with W_K^2 frozen; chance 1/K vs 1/64)",
                     f"{a:.3f} vs {b:.3f}", a > b))
     if "freeze_none" in h:
         early = first_step(h["freeze_none"], "wk1_recall_64", 0.5)
@@ -157,9 +194,63 @@ def statements(h: dict[str, History], scale: Scale) -> list[tuple[str, str, bool
     return out
 
 
+PAPER_SETUP = """\
+## What is reproduced
+
+Triggered bigrams over the 65 characters of tiny Shakespeare (counts shipped in
+`mechmem/data/tinyshakespeare_stats.json`, made by `analyses/corpus_stats.py`): K triggers always followed by
+their output token, every other token followed by a draw from the global bigram. The simplified model
+(`mechmem.birth.models.simplified_config`) is the paper's Section 4.2 architecture as a TransformerLens
+`HookedTransformer`: W_Q = I, random N(0,1) positions never trained, layer-1 W_V, W_O and layer-2 W_V frozen
+at init, no LayerNorm, optional linear W_F; `tests/test_birth_models.py` checks its logits against the
+paper's equations and which parameters a training step changes. Metrics follow Section 5: in-context accuracy
+(trigger outputs from the 2nd occurrence on) and global loss (non-trigger tokens) on each fresh batch before
+the step, and the memory-recall probes of W_O^2, W_K^2, W_K^1 (all positions and the first 64) and the W_F KL.
+
+The published figures: Fig. 3 (freezing until iteration 300) shows in-context accuracy and the three recall
+probes over ~1000s of iterations at d=128, T=256, batch 512; Fig. 4 shows loss, KL(W_F) and probes when all
+layers train jointly; Section 3 reports >99% / ~95% / ~55% in-context accuracy (2 layers fixed, 2 layers
+random, 1 layer); Appendix E varies K, the trigger and output distributions. We cannot show the published
+plots here; each figure below is the same measurement on our runs.
+
+## Deviations from the paper (and the authors' code)
+
+- Sizes: see "Scale" above. `--quick` uses d=64, T=128, batch 32 and 600 steps (the full-model runs of (d)
+  T=64, 1000 steps) so the suite runs on a shared CPU; learning is slower and the final accuracies of the
+  simplified runs stay below the paper's (which trains for longer on batches 16x larger). The paper's sizes
+  are `--scale paper` (a GPU job; not run here).
+- Experiments (a) and (c) use K=5 fixed triggers with frozen embeddings and unembedding (the authors' example
+  run); the paper's default is random triggers. (b) and (d) use random or both.
+- Initialisation: the authors' `nn.Linear` matrices are uniform; ours are normal with the same standard
+  deviation 1/sqrt(3d). Embeddings and positions are N(0,1) in both.
+- Full model: standard pre-LayerNorm TransformerLens blocks with a single head and ReLU MLP of width 4d,
+  biases frozen at zero, SGD as in Section 5 (the authors' full-model script defaults to AdamW, 4 heads, and
+  its pre-norm block feeds the MLP the block input rather than the post-attention stream).
+- OOD outputs: trained on the first 48 token ids, tested on the last 17 (held-out in-context accuracy on all
+  positions; the authors' script uses the last 500 positions, i.e. all of them at T <= 500).
+- The "holds" column applies the rule written in each row to our numbers; rules were fixed before reading
+  the final numbers except where the row says otherwise, and never tuned per run.
+"""
+
+
+def preset_section(history: History, source: str) -> list[str]:
+    """The `quick` preset run against the issue's done-when thresholds."""
+    rows = [("in-context accuracy (train batch)", "icl_acc", 0.98), ("held-out in-context accuracy", "eval_icl_acc",
+            None), ("W_O^2 recall", "wo2_recall", 0.95), ("W_K^2 recall", "wk2_recall", 0.95),
+            ("W_K^1 recall, all positions", "wk1_recall", None), ("W_K^1 recall, first 64", "wk1_recall_64", 0.8)]
+    lines = ["## The `quick` preset", "", f"`{source}`: simplified model, d=128, T=128, batch 64, SGD lr 0.2, K=5 "
+             "fixed triggers, frozen embeddings and unembedding, 1,500 steps. The authors' code at these sizes "
+             "reached in-context accuracy 0.99, W_O^2 and W_K^2 recall 1.0, W_K^1 recall 0.59 (all) / 0.89 "
+             "(first 64). Values are means of the last 3 logged batches.", "", "| metric | ours | needed |",
+             "|---|---|---|"]
+    for label, key, need in rows:
+        lines.append(f"| {label} | {final(history, key):.3f} | {'>= ' + str(need) if need else '-'} |")
+    return lines + [""]
+
+
 def markdown(
     runs: list[Run], h: dict[str, History], scale: Scale, *, command: str, figures: dict[str, str],
-    wall_s: float,
+    wall_s: float, preset: tuple[History, str] | None = None,
 ) -> str:
     """The reproduction document."""
     by_group: dict[str, list[Run]] = {}
@@ -170,7 +261,7 @@ def markdown(
         "",
         "Generated by `analyses/reproduce_birth.py`; do not edit by hand (edit `src/mechmem/birth/report.py`).",
         "",
-        f"Command: `{command}` ({wall_s / 60:.1f} min of training on this machine).",
+        f"Command: `{command}` ({wall_s / 60:.1f} min of training in all, on a shared 2-core CPU).",
         "",
         f"Scale: d={scale.d_model}, T={scale.seq_len}, batch {scale.batch_size}, SGD lr {scale.lr} (momentum 0.9, "
         f"weight decay 1e-4), {scale.steps} steps (simplified model) / {scale.full_steps} (full model and W_F), "
@@ -184,7 +275,10 @@ def markdown(
     ]
     for claim, ours, ok in statements(h, scale):
         lines.append(f"| {claim} | {ours} | {'yes' if ok else 'no' if ok is not None else '-'} |")
-    lines += ["", "## Runs", "", "| run | experiment | in-context acc (train batch) | held-out | W_O^2 | W_K^2 | "
+    lines += [""]
+    if preset is not None:
+        lines += preset_section(*preset)
+    lines += [PAPER_SETUP, "## Runs", "", "| run | experiment | in-context acc (train batch) | held-out | W_O^2 | W_K^2 | "
               "W_K^1 all / 64 | W_F KL |", "|---|---|---|---|---|---|---|---|"]
     for run in runs:
         if run.name not in h:
