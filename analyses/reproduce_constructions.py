@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="load earlier capacities; recompute only --modes at --ds")
     parser.add_argument("--out", type=Path, default=None,
                         help="report path (default docs/reproductions/constructions.md, or constructions_quick.md)")
+    parser.add_argument("--spot-d", type=int, default=0, help="size d for single trained spot checks")
+    parser.add_argument("--spot-n", type=int, nargs="*", default=[], help="fact counts to train at --spot-d")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args(argv)
     ds = tuple(args.ds or ((8, 16) if args.quick else (16, 32)))
@@ -50,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         precision=args.precision or (16 if args.quick else 8),
         reuse=args.reuse,
         command=command,
+        spot_d=args.spot_d,
+        spot_ns=tuple(args.spot_n),
     )
     print(f"wrote {path}")
     return 0

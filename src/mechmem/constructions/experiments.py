@@ -100,16 +100,28 @@ class CapacityResult:
     capacity: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # mode -> d -> threshold
     evaluations: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # mode -> d -> n -> acc
     seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    spot: dict[str, dict[str, float]] = field(default_factory=dict)  # trained accuracy at chosen (d, n): d -> n -> acc
+    runs: list[str] = field(default_factory=list)  # the commands that contributed to this file
 
     def get(self, mode: str, d: int, threshold: float) -> int | None:
         return self.capacity.get(mode, {}).get(str(d), {}).get(f"{threshold:g}")
 
-    def fits(self, mode: str, threshold: float) -> dict[str, float]:
-        """Fixed-exponent prefactor a (a d^2 / ln d) and the free power-law exponent."""
-        ds = [d for d in self.ds if self.get(mode, d, threshold)]
+    def fits(self, mode: str, threshold: float, ds: list[int] | None = None) -> dict[str, float]:
+        """Fixed-exponent prefactor a (a d^2 / ln d) and the free power-law exponent, over `ds` (default all)."""
+        ds = [d for d in (self.ds if ds is None else ds) if self.get(mode, d, threshold)]
         caps = [float(self.get(mode, d, threshold)) for d in ds]  # type: ignore[arg-type]
         _, b = free_exponent_fit(ds, caps)
         return {"a": fixed_exponent_fit(ds, caps), "exponent": b}
+
+    def shared_ds(self, *modes: str) -> list[int]:
+        """Sizes at which every given mode has both capacities (ratios of fits use only these)."""
+        return [d for d in self.ds if all(self.get(m, d, t) is not None for m in modes for t in THRESHOLDS)]
+
+    def fit_ratio(self, num: str, den: str, threshold: float) -> float:
+        """a(num) / a(den) of the fixed-exponent fits over the sizes both modes have."""
+        ds = self.shared_ds(num, den)
+        a, b = self.fits(num, threshold, ds)["a"], self.fits(den, threshold, ds)["a"]
+        return a / b if ds and b > 0 else float("nan")
 
     def to_dict(self) -> dict:
         return asdict(self)

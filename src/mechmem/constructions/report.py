@@ -81,13 +81,12 @@ def capacity_table(result: CapacityResult) -> str:
     head = "| mode | " + " | ".join(f"d={d} acc=1 | d={d} acc>=0.9" for d in result.ds)
     head += " | a (acc=1) | a (acc>=0.9) | exponent (acc>=0.9) | trained / mode (acc>=0.9, fit a) |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    trained_a = result.fits("trained", 0.9)["a"] if "trained" in result.capacity else float("nan")
     for mode in result.modes:
         if mode not in result.capacity:
             continue
         cells = [f"{_cap(result, mode, d, 1.0)} | {_cap(result, mode, d, 0.9)}" for d in result.ds]
         f1, f9 = result.fits(mode, 1.0), result.fits(mode, 0.9)
-        ratio = trained_a / f9["a"] if f9["a"] == f9["a"] and f9["a"] > 0 else float("nan")
+        ratio = result.fit_ratio("trained", mode, 0.9) if "trained" in result.capacity else float("nan")
         lines.append(
             f"| {LABELS.get(mode, mode)} | " + " | ".join(cells)
             + f" | {f1['a']:.2f} | {f9['a']:.2f} | {f9['exponent']:.2f} | {ratio:.2f}x |"

@@ -78,6 +78,8 @@ def run_reproduction(
     precision: int,
     reuse: bool,
     command: str,
+    spot_d: int = 0,
+    spot_ns: tuple[int, ...] = (),
     log=print,
 ) -> Path:
     """Run Appendix A, the S x top_fraction sweep, the capacity search and the histograms; write the report."""
@@ -98,15 +100,23 @@ def run_reproduction(
     if reuse and cap_path.exists():
         old = CapacityResult.from_dict(json.loads(cap_path.read_text()))
         result.capacity, result.evaluations, result.seconds = old.capacity, old.evaluations, old.seconds
+        result.spot, result.runs = old.spot, old.runs
         result.ds = sorted(set(ds) | set(old.ds))
         result.modes = [m for m in EVALUATORS if m in set(modes) | set(old.modes)]
+    result.runs.append(command)
     log("capacity search ...")
     for d in ds:
         for mode in modes:
             measure_capacity(result, mode, d, grid, precision=precision, log=log)
             cap_path.write_text(json.dumps(result.to_dict(), indent=1))
+    for n in spot_ns:
+        log(f"spot check: trained at d={spot_d}, {n} facts ...")
+        acc = EVALUATORS["trained"](spot_d, grid)(n)
+        result.spot.setdefault(str(spot_d), {})[str(n)] = acc
+        cap_path.write_text(json.dumps(result.to_dict(), indent=1))
+        log(f"  best accuracy {acc:.4f}")
     log("histograms ...")
-    hist_d = 16 if 16 in ds else ds[0]
+    hist_d = 16 if 16 in result.ds else ds[0]
     rows = histogram_rows(result, hist_d, grid)
 
     figures = {
