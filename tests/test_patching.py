@@ -146,6 +146,16 @@ def test_equals_transformer_lens_trained(trained, direction):
     assert_no_hooks(trained.model)
 
 
+def test_one_pass_per_start_position_equals_transformer_lens(random_case):
+    """Passes that resume at different positions (no merging of start groups) give the same numbers."""
+    model, pair = random_case
+    patcher = Patcher(model, pair.clean, pair.corrupted, pair=pair)
+    patcher.pass_overhead = 0
+    for name in ("resid_pre", "attn_out", "attn_head_out_by_pos", "attn_head_pattern_by_pos"):
+        ref = tl_sweep(model, name, pair, "denoising", pair.logit_diff)
+        torch.testing.assert_close(patcher.sweep(name).values, ref.cpu(), atol=1e-5, rtol=0, msg=name)
+
+
 def test_invariants(random_case):
     model, pair = random_case
     # Patching a run into itself changes nothing.

@@ -202,6 +202,7 @@ class Patcher:
         }
         self.values = {name: float(self.metric.fn(run.logits[None])[0]) for name, run in self.runs.items()}
         self.memory = memory_mb * 2**20
+        self.pass_overhead = 256  # fixed cost of one batched pass, in token-layers (see `start_groups`)
         self.n_read_pos = keep
 
     def _chunk(self) -> int:
@@ -240,21 +241,56 @@ class Patcher:
             eff_b = self.replay.effective(layer, spec.stage, act_b, self.readout)
             eff_s = self.replay.effective(layer, spec.stage, act_s, self.readout)
             differs = eff_b != eff_s
-            for start in range(0, len(cells), chunk):
-                idx = torch.arange(start, min(start + chunk, len(cells)))
+            for first in range(0, len(cells), chunk):
+                idx = torch.arange(first, min(first + chunk, len(cells)))
                 mask = cell_masks(spec, cells[idx], act_b.shape[1:]).to(act_b.device)
                 if last_gather:
                     mask = take_pos(mask, self.readout, *STAGE_AXES[spec.stage])
-                active = (mask & differs).flatten(1).any(1).cpu()
+                hit = mask & differs
+                active = hit.flatten(1).any(1).cpu()
                 if not active.any():
                     continue
-                patched = torch.where(mask[active], eff_s, eff_b)
-                logits = self.replay.resume(layer, spec.stage, patched, base, self.readout)
-                out[layer, idx[active]] = self.metric.fn(logits).float().cpu()
+                idx, mask, hit = idx[active], mask[active], hit[active]
+                suffix = not last_gather and not (spec.stage == "resid_pre" and layer == self.replay.n_layers - 1)
+                pos_dim = STAGE_AXES[spec.stage][1]
+                starts = first_position(hit, pos_dim) if suffix else torch.zeros(len(idx), dtype=torch.long)
+                for group in start_groups(starts, len(self.readout), self.pass_overhead):
+                    start = int(starts[group].min())
+                    patched = torch.where(mask[group], eff_s, eff_b)
+                    patched = patched.narrow(pos_dim, start, patched.shape[pos_dim] - start)
+                    logits = self.replay.resume(layer, spec.stage, patched, base, self.readout, start)
+                    out[layer, idx[group]] = self.metric.fn(logits).float().cpu()
         return PatchingResult(
             spec.name, spec.axes, out.reshape(shape), direction, self.metric.name,
             self.values["clean"], self.values["corrupted"],
         )
+
+
+def first_position(hit: Tensor, pos_dim: int) -> Int[Tensor, " cell"]:
+    """For each cell (leading axis), the first position along `pos_dim` where the patch changes anything."""
+    dims = [d for d in range(1, hit.ndim) if d != hit.ndim + pos_dim]
+    along = hit.any(dim=dims) if dims else hit
+    return along.float().argmax(-1).cpu()
+
+
+def start_groups(starts: Int[Tensor, " cell"], batch: int, overhead: int = 256) -> list[Tensor]:
+    """Group cells into passes that each resume at their earliest start position.
+
+    A pass over extra positions costs about `batch` token-layers per cell and position; a separate pass costs
+    about `overhead` token-layers of fixed cost, so a group joins the previous pass when that is cheaper.
+    """
+    order = torch.argsort(starts, stable=True)
+    groups: list[list[int]] = []
+    first_start = 0
+    for i in order.tolist():
+        if groups:
+            same_start = int(starts[i]) == first_start
+            if same_start or batch * (int(starts[i]) - first_start) < overhead:
+                groups[-1].append(i)
+                continue
+        groups.append([i])
+        first_start = int(starts[i])
+    return [torch.tensor(g) for g in groups]
 
 
 def cell_masks(spec: PatchSweep, cells: Int[Tensor, "cell axis"], act_shape: Sequence[int]) -> Tensor:

@@ -67,6 +67,7 @@ class RunActs:
     """Every patchable activation of one run, `acts[stage][layer]` (inputs truncated after the last read-out)."""
 
     acts: dict[str, list[Tensor]]
+    k: list[Float[Tensor, "batch pos head_index d_head"]]
     v: list[Float[Tensor, "batch pos head_index d_head"]]
     logits: Float[Tensor, "batch read d_vocab"]
 
@@ -98,21 +99,29 @@ class Replay:
 
     # -- pieces of a block ------------------------------------------------------------------------------
     def attend(
-        self, layer: int, h: Float[Tensor, "... pos d_model"], readout: Int[Tensor, "batch read"] | None = None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Attention on normalised input `h`; queries at all positions, or only at `readout` (keys at all).
+        self,
+        layer: int,
+        h: Float[Tensor, "... pos d_model"],
+        readout: Int[Tensor, "batch read"] | None = None,
+        past: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Attention on normalised input `h`; queries at all its positions, or only at `readout` (keys at all).
 
-        Returns (pattern [... head q k], v [... pos head d_head], z [... q head d_head]).
+        With `past` = (k, v) of the first positions (unchanged by the patch), `h` holds only the later positions.
+        Returns (pattern [... head q k], k and v [... pos head d_head] over all positions, z [... q head d_head]).
         """
         w_q, w_k, w_v, b_q, b_k, b_v, _, _ = self.weights[layer]
         n_heads, d_head = self.cfg.n_heads, self.cfg.d_head
         attn = self.model.blocks[layer].attn
         k = F.linear(h, w_k, b_k).unflatten(-1, (n_heads, d_head))
         v = F.linear(h, w_v, b_v).unflatten(-1, (n_heads, d_head))
-        n = h.shape[-2]
-        keys = torch.arange(n, device=h.device)
+        start = 0
+        if past is not None:
+            start = past[0].shape[-3]
+            k, v = (torch.cat([p.expand(*x.shape[:-3], *p.shape[-3:]), x], -3) for p, x in zip(past, (k, v)))
+        keys = torch.arange(k.shape[-3], device=h.device)
         if readout is None:
-            hq, mask = h, keys[:, None] >= keys[None, :]
+            hq, mask = h, (keys[start:, None] >= keys[None, :])
         else:
             hq, mask = take_pos(h, readout, -3, -2), (readout[..., None] >= keys).unsqueeze(-3)
         q = F.linear(hq, w_q, b_q).unflatten(-1, (n_heads, d_head))
@@ -120,7 +129,7 @@ class Replay:
         scores = torch.where(mask, scores, attn.IGNORE.to(scores.device))
         pattern = F.softmax(scores, dim=-1)
         pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
-        return pattern, v, self.z_from_pattern(pattern, v)
+        return pattern, k, v, self.z_from_pattern(pattern, v)
 
     @staticmethod
     def z_from_pattern(
@@ -155,12 +164,13 @@ class Replay:
         model = self.model
         resid = model.embed(tokens) + model.pos_embed(tokens)
         acts: dict[str, list[Tensor]] = {s: [] for s in STAGES}
-        vs = []
+        ks, vs = [], []
         for layer in range(self.n_layers):
             acts["resid_pre"].append(resid)
-            pattern, v, z = self.attend(layer, self.ln1(layer, resid))
+            pattern, k, v, z = self.attend(layer, self.ln1(layer, resid))
             attn_out = self.attn_out(layer, z)
             resid = resid + attn_out
+            ks.append(k)
             vs.append(v)
             for name, act in (("pattern", pattern), ("z", z), ("attn_out", attn_out)):
                 acts[name].append(act)
@@ -171,32 +181,43 @@ class Replay:
                 resid = resid + mlp_out
             acts["resid_post"].append(resid)
         logits = self.unembed(take_pos(resid, readout, -3, -2))
-        return RunActs(acts, vs, logits)
+        return RunActs(acts, ks, vs, logits)
 
     @torch.no_grad()
     def resume(
-        self, layer: int, stage: str, act: Tensor, base: RunActs, readout: Int[Tensor, "batch read"]
+        self,
+        layer: int,
+        stage: str,
+        act: Tensor,
+        base: RunActs,
+        readout: Int[Tensor, "batch read"],
+        start: int = 0,
     ) -> Float[Tensor, "patch batch read d_vocab"]:
         """Logits at `readout` after replacing activation `stage` of `layer` by `act` (leading patch axis).
 
         In the last layer `act` holds only the read-out positions (see `effective`), except for `resid_pre`,
-        whose keys and values are needed at every position.
+        whose keys and values are needed at every position. Elsewhere `act` may start at position `start` when
+        the patch leaves every earlier position unchanged (causal attention keeps them so in later layers too).
         """
         last = self.n_layers - 1
         if stage == "resid_pre":
-            resid, start = act, layer
+            resid, first = act, layer
         else:
-            pieces = {n: base.acts[n][layer] for n in ("resid_pre", "resid_mid") if base.acts[n]}
+            pieces = {n: base.acts[n][layer][:, start:] for n in ("resid_pre", "resid_mid") if base.acts[n]}
             if layer == last:
                 pieces = {n: take_pos(x, readout, -3, -2) for n, x in pieces.items()}
             resid = self.finish_block(layer, stage, act, v=base.v[layer], **pieces)
             if layer == last:
                 return self.unembed(resid)
-            start = layer + 1
-        for l in range(start, last):
-            _, _, z = self.attend(l, self.ln1(l, resid))
+            first = layer + 1
+        for l in range(first, last):
+            past = (base.k[l][:, :start], base.v[l][:, :start]) if start else None
+            z = self.attend(l, self.ln1(l, resid), past=past)[-1]
             resid = self.finish_block(l, "z", z, resid_pre=resid)
-        _, _, z = self.attend(last, self.ln1(last, resid), readout)
+        if start:
+            prefix = base.acts["resid_pre"][last][:, :start]
+            resid = torch.cat([prefix.expand(*resid.shape[:-2], *prefix.shape[-2:]), resid], -2)
+        z = self.attend(last, self.ln1(last, resid), readout)[-1]
         return self.unembed(self.finish_block(last, "z", z, resid_pre=take_pos(resid, readout, -3, -2)))
 
     def effective(self, layer: int, stage: str, act: Tensor, readout: Int[Tensor, "batch read"]) -> Tensor:
