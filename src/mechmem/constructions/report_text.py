@@ -131,8 +131,12 @@ facts pile up.
 
 **Caveats.** (1) This is a magnitude code with exact cancellations: unlike trained models (Figures 6-8 below) only
 k + 1 neurons fire per fact and their summed value, not their pattern, carries the label. It explains *that* this
-architecture can hold this many facts, not how trained models do it. (2) It needs float precision for the
-+-1/2 windows (fine in float32 at these sizes; the largest weight grows with ill-conditioned key systems). (3) At
+architecture can hold this many facts, not how trained models do it. (2) It is precision-hungry: the exact solutions of near-square 0/1 systems
+are large, so the weights grow with d (in a diagnostic run at 2,192 facts for d = 32 and 8,512 for d = 64, the
+best draw's max |E| was about 6e2 and 2.6e3, and the always-on neuron's U entries reach ~1e6). All accuracies here
+are computed in float32, as the model runs; at d = 64 rounding costs some key draws much of their accuracy and
+only the best draw counts. Truncating small singular values (rcond 1e-3..3e-2) shrinks the weights but loses more
+facts than it saves. (3) At
 d = 8 (7 selectors) it is weak, since each value token holds at most 7 facts. (4) **It is useless as a hybrid:**
 with U trained by Adam for at most 5,000 epochs and patience 100 the parabola readout (curvature and offset fixed
 to within 1/(2kC)) is not found, whatever the activation scale (we tried scales 0.03..1 on d = 16: accuracy
