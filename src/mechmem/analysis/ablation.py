@@ -135,6 +135,8 @@ def ablation_values(
     if method not in METHODS:
         raise ValueError(f"unknown ablation method {method!r} ({', '.join(METHODS)})")
     reference = tokens if reference is None else reference
+    if reference.shape[1] != tokens.shape[1]:
+        raise ValueError(f"reference sequences have length {reference.shape[1]}, the inputs {tokens.shape[1]}")
     _, cache = model.run_with_cache(
         reference.to(model.cfg.device), names_filter=lambda n: n.endswith(("attn.hook_z", "hook_mlp_out"))
     )

@@ -46,7 +46,8 @@ def previous_token_pattern(tokens: Int[Tensor, "batch pos"]) -> Bool[Tensor, "ba
     """Key q - 1 for every query q >= 1."""
     n = tokens.shape[1]
     mask = torch.zeros(n, n, dtype=torch.bool, device=tokens.device)
-    mask[torch.arange(1, n), torch.arange(n - 1)] = True
+    rows = torch.arange(1, n, device=tokens.device)
+    mask[rows, rows - 1] = True
     return mask.unsqueeze(0).expand(tokens.shape[0], n, n)
 
 
