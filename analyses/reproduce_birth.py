@@ -8,6 +8,7 @@ the report to `docs/reproductions/birth.md` with figures in `docs/reproductions/
 """
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -42,14 +43,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i}/{len(runs)}] {run.name}: {run.label}", flush=True)
         histories[run.name] = run_experiment(run, out, seed=args.seed)
     wall = training_seconds(runs, out)
-    figs = report.make_figures(runs, histories, scale, run_dir=out, fig_dir=doc.parent / "figures", seed=args.seed)
+    preset_ckpt = Path(args.preset_run) / "ckpt.pt" if args.preset_run else None
+    figs = report.make_figures(runs, histories, scale, run_dir=out, fig_dir=doc.parent / "figures", seed=args.seed,
+                               attention_ckpt=preset_ckpt)
     command = "python analyses/reproduce_birth.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    preset = None
+    preset = heads = None
     if args.preset_run:
-        preset = (read_history(Path(args.preset_run)), f"python analyses/train.py birth --preset quick --out "
-                  f"{args.preset_run}")
+        run = Path(args.preset_run)
+        preset = (read_history(run), f"python analyses/train.py birth --preset quick --out {run}")
+        if (run / "heads" / "detect_heads.json").exists():
+            heads = (json.loads((run / "heads" / "detect_heads.json").read_text()),
+                     f"python analyses/detect_heads.py {run}/ckpt.pt --out {run}/heads --n-samples 64")
     doc.write_text(report.markdown(runs, histories, scale, command=command.strip(), figures=figs, wall_s=wall,
-                                   preset=preset))
+                                   preset=preset, heads=heads))
     rows = [[c[:70], o, "yes" if ok else "no"] for c, o, ok in report.statements(histories, scale)]
     print_table(rows, ["paper", "ours", "holds"])
     print(f"wrote {doc} ({wall / 60:.1f} min of training)")
