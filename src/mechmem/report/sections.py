@@ -98,8 +98,9 @@ def heads_section(ctx: ReportContext) -> Section:
     """Previous-token, duplicate-token and induction scores on repeated random sequences and on the task's data.
 
     On the task's data the duplicate-token and induction patterns count only the answer queries (loss-masked
-    positions), where a task's heads do their work; the previous-token pattern counts every query. A head's
-    evidence for a pattern is the higher of its two scores.
+    positions), where a task's heads do their work, and the previous-token pattern only the positions that an
+    induction head would read from an answer query (just after an earlier occurrence of the query's token). A
+    head's evidence for a pattern is the higher of its two scores.
     """
     s = Section("heads", "Attention patterns: previous-token, duplicate-token, induction")
     why = _no_heads(ctx)
@@ -118,17 +119,27 @@ def heads_section(ctx: ReportContext) -> Section:
     if ctx.task is not None:
         batch = ctx.task.eval_batch(ctx.n_samples, generator=ctx.generator(3))
         answers = (batch.loss_mask > 0).to(ctx.device)
+
+        def induction_at_answers(t: Tensor) -> Tensor:
+            return heads.induction_pattern(t) & answers[:, :, None]
+
+        def previous_token_where_read(t: Tensor) -> Tensor:
+            # Rows: the positions an induction head reads from some answer query (just after an earlier
+            # occurrence of the answer query's token); that is where a previous-token head is needed.
+            read = induction_at_answers(t).any(1)
+            return heads.previous_token_pattern(t) & read[:, :, None]
+
         patterns = {
-            "previous_token": heads.previous_token_pattern,
+            "previous_token": previous_token_where_read,
             "duplicate_token": lambda t: heads.duplicate_token_pattern(t) & answers[:, :, None],
-            "induction": lambda t: heads.induction_pattern(t) & answers[:, :, None],
+            "induction": induction_at_answers,
         }
         results.append(
             heads.detect_heads(
                 ctx.model,
                 batch.tokens.to(ctx.device),
                 patterns,
-                data="the task's evaluation data (answer queries)",
+                data="the task's evaluation data (answer queries; previous-token where induction reads)",
                 chunk=len(batch),
             )
         )
