@@ -35,8 +35,12 @@ with warnings.catch_warnings():
 TL = {
     "resid_pre": tlp.get_act_patch_resid_pre,
     "resid_mid": tlp.get_act_patch_resid_mid,
-    "resid_post": partial(tlp.generic_activation_patch, patch_setter=tlp.layer_pos_patch_setter,
-                          activation_name="resid_post", index_axis_names=("layer", "pos")),
+    "resid_post": partial(
+        tlp.generic_activation_patch,
+        patch_setter=tlp.layer_pos_patch_setter,
+        activation_name="resid_post",
+        index_axis_names=("layer", "pos"),
+    ),
     "attn_out": tlp.get_act_patch_attn_out,
     "mlp_out": tlp.get_act_patch_mlp_out,
     "attn_head_out_all_pos": tlp.get_act_patch_attn_head_out_all_pos,
@@ -76,7 +80,9 @@ def random_model() -> tuple[str, torch.nn.Module, PatchingPair]:
     from mechmem.models.adapter import TransformerConfig, build_transformer
 
     g = torch.Generator().manual_seed(0)
-    cfg = TransformerConfig(n_layers=3, d_model=32, n_heads=4, d_vocab=20, n_ctx=12, d_mlp=64, normalization_type="LN")
+    cfg = TransformerConfig(
+        n_layers=3, d_model=32, n_heads=4, d_vocab=20, n_ctx=12, d_mlp=64, normalization_type="LN"
+    )
     model = build_transformer(cfg, generator=g)
     n, pos = 64, 12
     clean = torch.randint(20, (n, pos), generator=g)
@@ -91,26 +97,37 @@ def bench_model(label: str, model: torch.nn.Module, pair: PatchingPair, repeats:
     quiet = contextlib.redirect_stderr(io.StringIO())  # TL's per-sweep tqdm bars
     t_cache, (_, cache) = best_of(lambda: model.run_with_cache(pair.clean), repeats)
     t_patcher, patcher = best_of(lambda: Patcher(model, pair.clean, pair.corrupted, pair=pair), repeats)
-    print(f"\n{label}: batch {len(pair.clean)}, {pair.clean.shape[1]} positions; caching TL {1e3 * t_cache:.2f} ms, "
-          f"mechmem {1e3 * t_patcher:.2f} ms (both runs)")
+    print(
+        f"\n{label}: batch {len(pair.clean)}, {pair.clean.shape[1]} positions; caching TL {1e3 * t_cache:.2f} ms, "
+        f"mechmem {1e3 * t_patcher:.2f} ms (both runs)"
+    )
     rows = []
     for name, spec in SWEEPS.items():
         if model.cfg.attn_only and spec.stage in ("resid_mid", "mlp_out"):
             continue
         with quiet:
-            t_tl, ref = best_of(lambda: TL[name](model, pair.corrupted, cache, pair.logit_diff), repeats)
-        t_ours, res = best_of(lambda: patcher.sweep(name), repeats)
+            t_tl, ref = best_of(partial(TL[name], model, pair.corrupted, cache, pair.logit_diff), repeats)
+        t_ours, res = best_of(partial(patcher.sweep, name), repeats)
         diff = float((res.values - ref.cpu()).abs().max())
-        rows.append([label.split(" (")[0], name, res.values.numel(), 1e3 * t_tl, 1e3 * t_ours, t_tl / t_ours, diff])
-    print(format_table(rows, ["model", "sweep", "cells", "TL ms", "mechmem ms", "speed-up", "max |diff|"],
-                       floatfmt=".3g"))
+        rows.append(
+            [label.split(" (")[0], name, res.values.numel(), 1e3 * t_tl, 1e3 * t_ours, t_tl / t_ours, diff]
+        )
+    print(
+        format_table(
+            rows, ["model", "sweep", "cells", "TL ms", "mechmem ms", "speed-up", "max |diff|"], floatfmt=".3g"
+        )
+    )
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("ckpts", nargs="*", help="mechmem checkpoints (default: train permutation task1/task2)")
-    parser.add_argument("--train-steps", type=int, default=1000, help="training steps when no checkpoint is given")
+    parser.add_argument(
+        "ckpts", nargs="*", help="mechmem checkpoints (default: train permutation task1/task2)"
+    )
+    parser.add_argument(
+        "--train-steps", type=int, default=1000, help="training steps when no checkpoint is given"
+    )
     parser.add_argument("--n-samples", type=int, default=128, help="clean/corrupted pairs per checkpoint")
     parser.add_argument("--repeats", type=int, default=3, help="timings are the best of this many runs")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 suits tiny models)")
@@ -120,16 +137,22 @@ def main(argv: list[str] | None = None) -> int:
         from mechmem.checkpoint import load_checkpoint
 
         loaded = [load_checkpoint(p) for p in args.ckpts]
-        models = [(f"{c.task_name} {Path(p).parent.name}", c.model, c.task) for p, c in zip(args.ckpts, loaded)]
+        models = [
+            (f"{c.task_name} {Path(p).parent.name}", c.model, c.task) for p, c in zip(args.ckpts, loaded)
+        ]
     else:
         models = trained_models(args.train_steps)
-    cases = [(label, m, t.patching_pair(args.n_samples, generator=torch.Generator().manual_seed(0)))
-             for label, m, t in models]
+    cases = [
+        (label, m, t.patching_pair(args.n_samples, generator=torch.Generator().manual_seed(0)))
+        for label, m, t in models
+    ]
     cases.append(random_model())
     rows = [row for case in cases for row in bench_model(*case, repeats=args.repeats)]
     ratios = [r[5] for r in rows]
-    print(f"\nspeed-up over {len(rows)} sweeps: median {statistics.median(ratios):.1f}x, min {min(ratios):.1f}x, "
-          f"max {max(ratios):.1f}x; largest difference {max(r[6] for r in rows):.2g}")
+    print(
+        f"\nspeed-up over {len(rows)} sweeps: median {statistics.median(ratios):.1f}x, min {min(ratios):.1f}x, "
+        f"max {max(ratios):.1f}x; largest difference {max(r[6] for r in rows):.2g}"
+    )
     return 0 if all(r[6] <= 1e-5 for r in rows) else 1
 
 

@@ -7,6 +7,7 @@ from functools import partial
 
 import pytest
 import torch
+from conftest import build_transformer_cfg
 
 from mechmem.analysis.patching import (
     SWEEPS,
@@ -19,7 +20,6 @@ from mechmem.analysis.patching import (
 )
 from mechmem.models.adapter import build_transformer
 from mechmem.tasks.base import PatchingPair
-from conftest import build_transformer_cfg
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -44,10 +44,23 @@ TL = {
 assert set(TL) == set(SWEEPS)
 
 MODELS = {
-    "mlp-ln": dict(n_layers=3, d_model=16, n_heads=3, d_head=5, d_vocab=11, n_ctx=8, d_mlp=32, normalization_type="LN"),
-    "attn-only": dict(n_layers=2, d_model=12, n_heads=3, d_vocab=11, n_ctx=8, d_mlp=None),
-    "rms-gelu": dict(n_layers=2, d_model=16, n_heads=2, d_vocab=11, n_ctx=8, d_mlp=24, act_fn="gelu",
-                     normalization_type="RMS"),
+    "mlp-ln": {
+        "n_layers": 3,
+        "d_model": 16,
+        "n_heads": 3,
+        "d_head": 5,
+        "d_mlp": 32,
+        "normalization_type": "LN",
+    },
+    "attn-only": {"n_layers": 2, "d_model": 12, "n_heads": 3, "d_mlp": None},
+    "rms-gelu": {
+        "n_layers": 2,
+        "d_model": 16,
+        "n_heads": 2,
+        "d_mlp": 24,
+        "act_fn": "gelu",
+        "normalization_type": "RMS",
+    },
 }
 
 
@@ -60,7 +73,9 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def random_pair(n: int, pos: int, vocab: int, generator: torch.Generator, first_diff: int = 3) -> PatchingPair:
+def random_pair(
+    n: int, pos: int, vocab: int, generator: torch.Generator, first_diff: int = 3
+) -> PatchingPair:
     """Inputs that agree before `first_diff`; answers read at varying positions."""
     clean = torch.randint(vocab, (n, pos), generator=generator)
     corrupted = clean.clone()
@@ -85,7 +100,9 @@ def assert_no_hooks(model):
 @pytest.fixture(scope="module", params=list(MODELS))
 def random_case(request):
     g = torch.Generator().manual_seed(1)
-    model = build_transformer(build_transformer_cfg(**MODELS[request.param]), generator=g)
+    model = build_transformer(
+        build_transformer_cfg(d_vocab=11, n_ctx=8, **MODELS[request.param]), generator=g
+    )
     return model, random_pair(5, 6, 11, g)
 
 
@@ -166,9 +183,15 @@ def test_invariants(random_case):
     assert torch.all(res.values[:, :3] == res.corrupted)
     assert torch.all(res.values[:, int(pair.answer_pos.max()) + 1 :] == res.corrupted)
     # Chunking (one patch per pass) does not change the numbers.
-    small = Patcher(model, pair.clean, pair.corrupted, pair=pair, memory_mb=1e-6).sweep("attn_head_out_by_pos")
-    torch.testing.assert_close(small.values, Patcher(model, pair.clean, pair.corrupted, pair=pair)
-                               .sweep("attn_head_out_by_pos").values, atol=1e-6, rtol=0)
+    small = Patcher(model, pair.clean, pair.corrupted, pair=pair, memory_mb=1e-6).sweep(
+        "attn_head_out_by_pos"
+    )
+    torch.testing.assert_close(
+        small.values,
+        Patcher(model, pair.clean, pair.corrupted, pair=pair).sweep("attn_head_out_by_pos").values,
+        atol=1e-6,
+        rtol=0,
+    )
     # The batched logit difference equals the pair's own metric on the unpatched runs.
     torch.testing.assert_close(torch.tensor(res.clean), pair.logit_diff(model(pair.clean)), atol=1e-5, rtol=0)
     # Denoising layer-0 resid_pre at every differing position at once would give the clean run; the last
@@ -183,7 +206,9 @@ def test_result_contract_and_plot(random_case):
     model, pair = random_case
     res = Patcher(model, pair.clean, pair.corrupted, pair=pair).sweep("attn_head_out_by_pos", "noising")
     d = res.to_dict()
-    assert d["axes"] == ["layer", "pos", "head"] and d["direction"] == "noising" and d["metric"] == "logit_diff"
+    assert (
+        d["axes"] == ["layer", "pos", "head"] and d["direction"] == "noising" and d["metric"] == "logit_diff"
+    )
     assert torch.tensor(d["values"]).shape == res.values.shape
     json.dumps(d)
     with pytest.raises(ValueError):
@@ -220,8 +245,18 @@ def test_script_writes_patching_json(trained, tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("patch_script", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    argv = [str(trained.path), "--out", str(tmp_path), "--n-samples", "16", "--sweeps", "resid_pre",
-            "attn_head_out_by_pos", "--direction", "noising"]
+    argv = [
+        str(trained.path),
+        "--out",
+        str(tmp_path),
+        "--n-samples",
+        "16",
+        "--sweeps",
+        "resid_pre",
+        "attn_head_out_by_pos",
+        "--direction",
+        "noising",
+    ]
     assert run_script(script.main, argv) == 0
     data = json.loads((tmp_path / "patching.json").read_text())
     assert data["metric"] == "logit_diff" and data["direction"] == "noising"
@@ -229,7 +264,10 @@ def test_script_writes_patching_json(trained, tmp_path, capsys):
     assert torch.tensor(data["sweeps"]["resid_pre"]["values"]).shape == (1, 9)
     assert (tmp_path / "patching_resid_pre.png").exists()
     assert "resid_pre" in capsys.readouterr().out
-    for bad in ([str(tmp_path / "missing.pt")], [str(trained.path), "--n-samples", "0", "--out", str(tmp_path)]):
+    for bad in (
+        [str(tmp_path / "missing.pt")],
+        [str(trained.path), "--n-samples", "0", "--out", str(tmp_path)],
+    ):
         assert run_script(script.main, bad) == 2
         assert capsys.readouterr().err.startswith("error: ")
     assert_no_hooks(trained.model)

@@ -137,7 +137,9 @@ class PatchingResult:
 
     def __post_init__(self) -> None:
         if self.values.ndim != len(self.axes):
-            raise ValueError(f"values have {self.values.ndim} axes but {len(self.axes)} axis names {self.axes}")
+            raise ValueError(
+                f"values have {self.values.ndim} axes but {len(self.axes)} axis names {self.axes}"
+            )
         if self.direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}")
 
@@ -227,7 +229,9 @@ class Patcher:
             raise MechmemError(f"direction must be 'denoising' or 'noising', got {direction!r}")
         if self.replay.attn_only and spec.stage in ("resid_mid", "mlp_out"):
             raise MechmemError(f"sweep {spec.name!r} needs MLPs; the model is attention-only")
-        base_name, source_name = ("corrupted", "clean") if direction == "denoising" else ("clean", "corrupted")
+        base_name, source_name = (
+            ("corrupted", "clean") if direction == "denoising" else ("clean", "corrupted")
+        )
         base, source = self.runs[base_name], self.runs[source_name]
         sizes = self.sizes()
         shape = [sizes[a] for a in spec.axes]
@@ -251,7 +255,9 @@ class Patcher:
                 if not active.any():
                     continue
                 idx, mask, hit = idx[active], mask[active], hit[active]
-                suffix = not last_gather and not (spec.stage == "resid_pre" and layer == self.replay.n_layers - 1)
+                suffix = not last_gather and not (
+                    spec.stage == "resid_pre" and layer == self.replay.n_layers - 1
+                )
                 pos_dim = STAGE_AXES[spec.stage][1]
                 starts = first_position(hit, pos_dim) if suffix else torch.zeros(len(idx), dtype=torch.long)
                 for group in start_groups(starts, len(self.readout), self.pass_overhead):
@@ -261,8 +267,13 @@ class Patcher:
                     logits = self.replay.resume(layer, spec.stage, patched, base, self.readout, start)
                     out[layer, idx[group]] = self.metric.fn(logits).float().cpu()
         return PatchingResult(
-            spec.name, spec.axes, out.reshape(shape), direction, self.metric.name,
-            self.values["clean"], self.values["corrupted"],
+            spec.name,
+            spec.axes,
+            out.reshape(shape),
+            direction,
+            self.metric.name,
+            self.values["clean"],
+            self.values["corrupted"],
         )
 
 
@@ -326,18 +337,26 @@ def _one(name: str, doc: str) -> Callable[..., PatchingResult]:
         return Patcher(model, pair.clean, pair.corrupted, metric, pair=pair).sweep(name, direction)
 
     sweep_fn.__name__ = sweep_fn.__qualname__ = f"patch_{name}"
-    sweep_fn.__doc__ = f"{doc}\n\nSee `Patcher` for the arguments; returns a `PatchingResult` with axes {SWEEPS[name].axes}."
+    sweep_fn.__doc__ = (
+        f"{doc}\n\nSee `Patcher` for the arguments; returns a `PatchingResult` with axes {SWEEPS[name].axes}."
+    )
     return sweep_fn
 
 
-patch_resid_pre = _one("resid_pre", "Patch the residual stream before each block, one (layer, position) at a time.")
-patch_resid_mid = _one("resid_mid", "Patch the residual stream between attention and MLP, per (layer, position).")
+patch_resid_pre = _one(
+    "resid_pre", "Patch the residual stream before each block, one (layer, position) at a time."
+)
+patch_resid_mid = _one(
+    "resid_mid", "Patch the residual stream between attention and MLP, per (layer, position)."
+)
 patch_resid_post = _one("resid_post", "Patch the residual stream after each block, per (layer, position).")
 patch_attn_out = _one("attn_out", "Patch each layer's attention output, per (layer, position).")
 patch_mlp_out = _one("mlp_out", "Patch each layer's MLP output, per (layer, position).")
 patch_attn_head_out_all_pos = _one("attn_head_out_all_pos", "Patch one head's output z at every position.")
 patch_attn_head_out_by_pos = _one("attn_head_out_by_pos", "Patch one head's output z at one position.")
-patch_attn_head_pattern_all_pos = _one("attn_head_pattern_all_pos", "Patch one head's whole attention pattern.")
+patch_attn_head_pattern_all_pos = _one(
+    "attn_head_pattern_all_pos", "Patch one head's whole attention pattern."
+)
 patch_attn_head_pattern_by_pos = _one(
     "attn_head_pattern_by_pos", "Patch one head's attention pattern row for one destination position."
 )
@@ -355,7 +374,9 @@ def plot_patching(result: PatchingResult) -> Any:
     span = float(abs(values - result.baseline).max()) or 1.0
     fig, axs = plt.subplots(1, len(panels), figsize=(1 + 3.2 * len(panels), 3), squeeze=False)
     for i, (ax, panel) in enumerate(zip(axs[0], panels)):
-        im = ax.imshow(panel, cmap="RdBu", vmin=result.baseline - span, vmax=result.baseline + span, aspect="auto")
+        im = ax.imshow(
+            panel, cmap="RdBu", vmin=result.baseline - span, vmax=result.baseline + span, aspect="auto"
+        )
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(cols)

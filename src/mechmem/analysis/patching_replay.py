@@ -82,7 +82,11 @@ class Replay:
         bad = [k for k, default in _UNSUPPORTED.items() if getattr(cfg, k, default) != default]
         if cfg.positional_embedding_type != "standard" or cfg.attention_dir != "causal":
             bad.append("positional_embedding_type/attention_dir")
-        if getattr(cfg, "original_architecture", None) in ("Olmo2ForCausalLM", "Olmo3ForCausalLM", "OlmoeForCausalLM"):
+        if getattr(cfg, "original_architecture", None) in (
+            "Olmo2ForCausalLM",
+            "Olmo3ForCausalLM",
+            "OlmoeForCausalLM",
+        ):
             bad.append("post-norm architecture")
         if bad:
             raise MechmemError(f"patching does not support this model configuration ({', '.join(bad)})")
@@ -137,11 +141,15 @@ class Replay:
     ) -> Float[Tensor, "*pb q head_index d_head"]:
         return (pattern.to(v.dtype) @ v.movedim(-3, -2)).movedim(-3, -2)
 
-    def attn_out(self, layer: int, z: Float[Tensor, "... pos head_index d_head"]) -> Float[Tensor, "... pos d_model"]:
+    def attn_out(
+        self, layer: int, z: Float[Tensor, "... pos head_index d_head"]
+    ) -> Float[Tensor, "... pos d_model"]:
         w_o, b_o = self.weights[layer][6:]
         return F.linear(z.flatten(-2), w_o, b_o)
 
-    def mlp_out(self, layer: int, resid_mid: Float[Tensor, "... pos d_model"]) -> Float[Tensor, "... pos d_model"]:
+    def mlp_out(
+        self, layer: int, resid_mid: Float[Tensor, "... pos d_model"]
+    ) -> Float[Tensor, "... pos d_model"]:
         block = self.model.blocks[layer]
         flat = resid_mid.reshape(-1, *resid_mid.shape[-2:])
         return block.mlp(block.ln2(flat)).reshape(resid_mid.shape)
