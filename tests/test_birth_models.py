@@ -173,3 +173,27 @@ def test_quick_preset_reaches_the_done_when_numbers():
     last = result.history[-2]  # the final record has evaluation metrics only
     assert last["icl_acc"] >= 0.98 and result.summary["eval_icl_acc"] >= 0.97
     assert last["wo2_recall"] >= 0.95 and last["wk2_recall"] >= 0.95 and last["wk1_recall_64"] >= 0.8
+
+
+def test_probes_equal_their_definitions_on_a_random_model():
+    """The toolkit-backed probes equal the direct constructions of Bietti et al. (recall_rate on raw weights)."""
+    from mechmem.analysis.probes import recall_rate
+    from mechmem.birth.probes import wf_kl
+
+    model = simplified(ffn=True, d_model=32, n_ctx=16)
+    with torch.no_grad():
+        for layer in range(2):
+            model.blocks[layer].attn.W_K.normal_(generator=torch.Generator().manual_seed(layer))
+        model.blocks[1].mlp.W_in.normal_(generator=torch.Generator().manual_seed(5))
+    a0, a1 = model.blocks[0].attn, model.blocks[1].attn
+    toks = torch.arange(10)
+    keys = model.W_E[toks] @ a0.W_V[0] @ a0.W_O[0] @ a1.W_K[0]
+    direct_wk2 = recall_rate(model.W_E[toks] @ a1.W_Q[0], torch.eye(32), keys, torch.arange(10))
+    assert wk2_recall(model, toks) == direct_wk2
+    pos = model.W_pos
+    direct_wk1 = recall_rate(pos[1:] @ a0.W_Q[0], torch.eye(32), pos[:-1] @ a0.W_K[0], torch.arange(15))
+    assert wk1_recall(model) == direct_wk1
+    bigram = torch.softmax(torch.randn(N, N, generator=torch.Generator().manual_seed(2)), -1)
+    logits = model.W_E[toks] @ model.blocks[1].mlp.W_in @ model.W_U
+    direct_kl = torch.nn.functional.kl_div(logits.log_softmax(-1), bigram[toks], reduction="batchmean")
+    assert abs(wf_kl(model, toks, bigram) - float(direct_kl)) < 1e-4

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.analysis.probes import recall_rate
+from mechmem.analysis.probes import ffn_bigram_probe, qk_previous_position_probe, qk_token_probe, recall_rate
 
 
 def _head(model: torch.nn.Module, layer: int, name: str) -> Float[Tensor, "d_in d_out"]:
@@ -31,35 +31,32 @@ def _head(model: torch.nn.Module, layer: int, name: str) -> Float[Tensor, "d_in 
 
 @torch.no_grad()
 def wo2_recall(model: torch.nn.Module, tokens: Int[Tensor, " n"]) -> float:
-    """Recall of W_O^2: does w_E(k) W_V^2 W_O^2 W_U score token k highest?"""
+    """Recall of W_O^2: does w_E(k) W_V^2 W_O^2 W_U score token k highest among all N outputs? (Unlike the
+    toolkit's `ov_copy_probe`, which ranks only the probed tokens, this matches the authors' probe when the
+    inputs are a subset, as for OOD outputs.)"""
     ov = _head(model, 1, "W_V") @ _head(model, 1, "W_O")
     return recall_rate(model.W_E[tokens], ov, model.W_U.T, tokens)
 
 
 @torch.no_grad()
 def wk2_recall(model: torch.nn.Module, tokens: Int[Tensor, " n"]) -> float:
-    """Recall of W_K^2: does query w_E(k) match the key of the previous-token head's output for k best?"""
-    keys = _head(model, 0, "W_V") @ _head(model, 0, "W_O") @ _head(model, 1, "W_K")
-    embed = model.W_E[tokens]
-    qk = _head(model, 1, "W_Q") @ keys.T
-    return recall_rate(embed, qk, embed, torch.arange(len(tokens), device=embed.device))
+    """Recall of W_K^2: does query w_E(k) match the key of the previous-token head's output for k best?
+    (The toolkit's `qk_token_probe` for layer 1 reading layer 0's OV.)"""
+    return qk_token_probe(model, 1, 0, source=(0, 0), tokens=tokens).recall
 
 
 @torch.no_grad()
 def wk1_recall(model: torch.nn.Module, n_positions: int | None = None) -> float:
-    """Recall of W_K^1 over the first `n_positions` positions: does p_t attend most to p_{t-1}?"""
-    pos = model.W_pos[:n_positions]
-    qk = _head(model, 0, "W_Q") @ _head(model, 0, "W_K").T
-    return recall_rate(pos[1:], qk, pos[:-1], torch.arange(pos.shape[0] - 1, device=pos.device))
+    """Recall of W_K^1 over the first `n_positions` positions: does p_t attend most to p_{t-1}?
+    (The toolkit's `qk_previous_position_probe`.)"""
+    return qk_previous_position_probe(model, 0, 0, n_positions).recall
 
 
 @torch.no_grad()
 def wf_kl(model: torch.nn.Module, tokens: Int[Tensor, " n"], bigram: Float[Tensor, "d_vocab d_vocab"]) -> float:
-    """Mean KL(pi_b(.|k) || softmax(w_E(k) W_F W_U)) over `tokens`; W_F is the last layer's MLP (W_in W_out)."""
-    mlp = model.blocks[-1].mlp
-    logits = model.W_E[tokens] @ mlp.W_in @ mlp.W_out @ model.W_U
-    target = bigram[tokens].to(logits)
-    return float(F.kl_div(F.log_softmax(logits, -1), target, reduction="batchmean"))
+    """Mean KL(pi_b(.|k) || softmax(w_E(k) W_F W_U)) over `tokens`, W_F the last layer's MLP (the toolkit's
+    `ffn_bigram_probe`)."""
+    return ffn_bigram_probe(model, len(model.blocks) - 1, bigram, tokens).extra["kl"]
 
 
 def memory_probes(
