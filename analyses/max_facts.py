@@ -20,15 +20,21 @@ from mechmem.training.trainer import resolve_device
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mixing", choices=MIXINGS, default="attn", help="learned attention, uniform attention or 2Emb")
+    p.add_argument(
+        "--mixing", choices=MIXINGS, default="attn", help="learned attention, uniform attention or 2Emb"
+    )
     p.add_argument("--no-mlp", action="store_true", help="drop the MLP")
     p.add_argument("--no-norms", action="store_true", help="drop the RMSNorms")
-    p.add_argument("--no-mlp-residual", action="store_true", help="the MLP output replaces the residual stream")
+    p.add_argument(
+        "--no-mlp-residual", action="store_true", help="the MLP output replaces the residual stream"
+    )
     p.add_argument("--no-bias", action="store_true", help="no MLP or unembedding biases")
     p.add_argument("--act", choices=ACTS, default="gelu", help="MLP activation")
     p.add_argument("--d", type=int, default=16, help="d_model = d_mlp = n_out")
     p.add_argument("--n-in", type=int, default=None, help="input vocabulary (default 2d)")
-    p.add_argument("--acc", type=float, choices=[1.0, 0.9], default=1.0, help="accuracy that counts as stored")
+    p.add_argument(
+        "--acc", type=float, choices=[1.0, 0.9], default=1.0, help="accuracy that counts as stored"
+    )
     p.add_argument("--max-epochs", type=int, default=50_000, help="epoch cap per lr phase (published 50,000)")
     p.add_argument("--patience", type=int, default=5_000, help="epochs without improvement (published 5,000)")
     p.add_argument("--precision", type=int, default=8, help="binary-search precision")
@@ -39,22 +45,39 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     cfg = FactsModelConfig(
-        n_in=args.n_in or 2 * args.d, n_out=args.d, d_model=args.d, d_mlp=args.d, mixing=args.mixing,
-        mlp=not args.no_mlp, norms=not args.no_norms, mlp_residual=not args.no_mlp_residual,
-        bias=not args.no_bias, act_fn=args.act,
+        n_in=args.n_in or 2 * args.d,
+        n_out=args.d,
+        d_model=args.d,
+        d_mlp=args.d,
+        mixing=args.mixing,
+        mlp=not args.no_mlp,
+        norms=not args.no_norms,
+        mlp_residual=not args.no_mlp_residual,
+        bias=not args.no_bias,
+        act_fn=args.act,
     )
     schedule = Schedule(max_epochs=args.max_epochs, patience=args.patience, target_acc=args.acc)
     seeds = [11 * args.repeat + i for i in range(11)]
 
     def report(n: int, outcome) -> None:
-        print(f"  n={n:5d}: {outcome.n_success}/11 inits stored every fact, best acc {outcome.best_acc.max():.3f}")
+        print(
+            f"  n={n:5d}: {outcome.n_success}/11 inits stored every fact, best acc {outcome.best_acc.max():.3f}"
+        )
 
     print(f"{cfg.name}  (n_in={cfg.n_in}, d={cfg.d_model}, acc>={args.acc}, {args.max_epochs} epochs/phase)")
-    result = find_capacity(cfg, schedule=schedule, seeds=seeds, precision=args.precision,
-                           device=resolve_device(args.device), on_trial=report)
+    result = find_capacity(
+        cfg,
+        schedule=schedule,
+        seeds=seeds,
+        precision=args.precision,
+        device=resolve_device(args.device),
+        on_trial=report,
+    )
     row = result.to_dict()
-    print_table([[cfg.name, row["any"], row["most"], row["all"], f"{row['seconds']:.0f}"]],
-                ["variant", "any", "most", "all", "seconds"])
+    print_table(
+        [[cfg.name, row["any"], row["most"], row["all"], f"{row['seconds']:.0f}"]],
+        ["variant", "any", "most", "all", "seconds"],
+    )
     if args.out:
         write_json(args.out, row)
     return 0

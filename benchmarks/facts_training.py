@@ -20,12 +20,16 @@ from mechmem.facts.models import FactsModelConfig
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--d", type=int, default=16, help="d_model = d_mlp = n_out; n_in = 2d")
     parser.add_argument("--n-facts", type=int, default=256, help="facts to train on")
     parser.add_argument("--epochs", type=int, default=300, help="epochs per run (fixed, no early stop)")
     parser.add_argument("--inits", type=int, default=11, help="initialisations")
-    parser.add_argument("--mixing", nargs="+", default=["attn", "2emb"], help="variants to time (MLP + norms on)")
+    parser.add_argument(
+        "--mixing", nargs="+", default=["attn", "2emb"], help="variants to time (MLP + norms on)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -41,7 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         train_batched(cfg, inputs, labels, seeds, schedule)
         bat = (time.perf_counter() - t0) / args.inits
-        rows.append([cfg.name, f"{seq * 1e3 / args.epochs:.3f}", f"{bat * 1e3 / args.epochs:.3f}", f"{seq / bat:.1f}x"])
+        rows.append(
+            [
+                cfg.name,
+                f"{seq * 1e3 / args.epochs:.3f}",
+                f"{bat * 1e3 / args.epochs:.3f}",
+                f"{seq / bat:.1f}x",
+            ]
+        )
     print(f"{args.inits} inits, d={args.d}, {args.n_facts} facts, {args.epochs} epochs; ms per init-epoch:")
     print_table(rows, ["variant", "sequential", "batched", "speed-up"])
     return 0

@@ -7,7 +7,7 @@ from mechmem.facts import generate_facts
 from mechmem.facts.batched import Schedule, train_batched, train_reference
 from mechmem.facts.models import FactsModelConfig, forward_params
 
-INPUTS, LABELS = generate_facts(96, 32, 16)
+INPUTS, LABELS = generate_facts(64, 32, 16)
 # Short phases so every init walks through all three learning rates (continue_above=0 always continues).
 SHORT = Schedule(max_epochs=6, patience=3, continue_above=0.0)
 

@@ -50,10 +50,18 @@ def test_hooks_follow_tl_names():
     cfg = FactsModelConfig(mixing="2emb", mlp_residual=False)
     model = build_facts_model(cfg, generator=torch.Generator().manual_seed(0))
     assert isinstance(model, FactsTransformer)
-    logits, cache = model.run_with_cache(INPUTS)
-    for name in ("hook_embed", "blocks.0.hook_resid_pre", "blocks.0.hook_attn_out", "blocks.0.hook_resid_mid",
-                 "blocks.0.mlp.hook_pre", "blocks.0.mlp.hook_post", "blocks.0.hook_mlp_out",
-                 "blocks.0.hook_resid_post", "ln_final.hook_normalized"):
+    _, cache = model.run_with_cache(INPUTS)
+    for name in (
+        "hook_embed",
+        "blocks.0.hook_resid_pre",
+        "blocks.0.hook_attn_out",
+        "blocks.0.hook_resid_mid",
+        "blocks.0.mlp.hook_pre",
+        "blocks.0.mlp.hook_post",
+        "blocks.0.hook_mlp_out",
+        "blocks.0.hook_resid_post",
+        "ln_final.hook_normalized",
+    ):
         assert cache[name].shape[:2] == (64, 2), name
     # 2Emb: the residual at the last position is the sum of the two position-specific embeddings.
     W_E, W_E2 = model.embed.W_E, model.embed.W_E2
@@ -61,7 +69,9 @@ def test_hooks_follow_tl_names():
     # Without the MLP residual the stream after the block is the MLP output alone.
     torch.testing.assert_close(cache["blocks.0.hook_resid_post"], cache["blocks.0.hook_mlp_out"])
     # Patching the MLP output to zero leaves only the norm of zero -> logits equal the unembedding bias.
-    out = model.run_with_hooks(INPUTS, fwd_hooks=[("blocks.0.hook_mlp_out", lambda x, hook: torch.zeros_like(x))])
+    out = model.run_with_hooks(
+        INPUTS, fwd_hooks=[("blocks.0.hook_mlp_out", lambda x, hook: torch.zeros_like(x))]
+    )
     torch.testing.assert_close(out, model.unembed.b_U.expand_as(out))
     assert not any(hp._forward_hooks for hp in model.hook_dict.values())
 
@@ -79,8 +89,14 @@ def test_trains_saves_and_reloads(tmp_path, mixing, residual):
     cfg = FactsModelConfig(mixing=mixing, mlp_residual=residual)
     task = build_task("facts", {"n_facts": 32, "n_in": 32, "n_out": 16, "seed": 42})
     model = build_model(cfg, generator=torch.Generator().manual_seed(0))
-    result = train(model, task, TrainConfig(steps=20, lr=1e-2, eval_every=10), model_config=cfg,
-                   out_dir=tmp_path, progress=False)
+    result = train(
+        model,
+        task,
+        TrainConfig(steps=20, lr=1e-2, eval_every=10),
+        model_config=cfg,
+        out_dir=tmp_path,
+        progress=False,
+    )
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     assert ckpt.model_config == cfg and ckpt.task_name == "facts"
     tokens = task.train_batch(1, generator=torch.Generator()).tokens

@@ -21,7 +21,14 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechmem.config import ConfigMixin
-from mechmem.facts.models import FactsModelConfig, Params, forward_params, init_params, model_from_params, model_params
+from mechmem.facts.models import (
+    FactsModelConfig,
+    Params,
+    forward_params,
+    init_params,
+    model_from_params,
+    model_params,
+)
 
 BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8

@@ -46,7 +46,9 @@ class SearchResult:
         return {"best": self.best, "trace": [[n, ok] for n, ok in self.trace]}
 
 
-def binary_search_max(oracle: Callable[[int], bool], hi: int, *, precision: int = 8, lo: int = 1) -> SearchResult:
+def binary_search_max(
+    oracle: Callable[[int], bool], hi: int, *, precision: int = 8, lo: int = 1
+) -> SearchResult:
     """The published search for the largest n in [lo, hi] with oracle(n) True (0 if none was found)."""
     if precision < 1 or hi < lo:
         raise MechmemError(f"need precision >= 1 and hi >= lo, got precision={precision}, lo={lo}, hi={hi}")
@@ -99,7 +101,7 @@ class CapacityResult:
 def find_capacity(
     cfg: FactsModelConfig,
     *,
-    schedule: Schedule = Schedule(),
+    schedule: Schedule | None = None,
     seeds: list[int] | None = None,
     criteria: tuple[str, ...] = ("any", "most", "all"),
     precision: int = 8,
@@ -111,7 +113,7 @@ def find_capacity(
 
     Args:
         cfg: the variant and sizes.
-        schedule: training schedule (the published one by default).
+        schedule: training schedule (None: the published one).
         seeds: init seeds (default 0..10, the published 11 inits).
         criteria: any of "any", "most", "all".
         precision: the search stops when hi - lo < precision.
@@ -122,6 +124,7 @@ def find_capacity(
     for c in criteria:
         if c not in CRITERIA:
             raise MechmemError(f"unknown criterion {c!r} (use any, most or all)")
+    schedule = Schedule() if schedule is None else schedule
     seeds = list(range(N_INITS)) if seeds is None else list(seeds)
     top = cfg.n_in**2
     successes: dict[int, int] = {}
@@ -136,6 +139,8 @@ def find_capacity(
                 on_trial(n, outcome)
         return successes[n]
 
-    results = {c: binary_search_max(lambda n, c=c: CRITERIA[c](count(n), len(seeds)), top, precision=precision)
-               for c in criteria}
+    results = {
+        c: binary_search_max(lambda n, c=c: CRITERIA[c](count(n), len(seeds)), top, precision=precision)
+        for c in criteria
+    }
     return CapacityResult(cfg, schedule, seeds, results, successes, time.perf_counter() - t0)

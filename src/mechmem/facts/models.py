@@ -217,7 +217,9 @@ def forward_params(
         second = _lin(one_hot[None, :, 1], params["embed.W_E2"])
         embed = hk("hook_embed", torch.stack([first, second], dim=2))
         resid_pre = hk("blocks.0.hook_resid_pre", embed)
-        attn_out = hk("blocks.0.hook_attn_out", torch.cat([torch.zeros_like(embed[:, :, :1]), embed[:, :, :1]], dim=2))
+        attn_out = hk(
+            "blocks.0.hook_attn_out", torch.cat([torch.zeros_like(embed[:, :, :1]), embed[:, :, :1]], dim=2)
+        )
     else:
         embed = hk("hook_embed", _lin(one_hot[None], params["embed.W_E"]))
         pos = hk("hook_pos_embed", params["pos_embed.W_pos"][:, None, :, :].expand_as(embed))
@@ -230,8 +232,12 @@ def forward_params(
         rows = slice(n_pos - 1, n_pos) if last_only else slice(0, n_pos)
         causal = torch.tril(torch.ones(n_pos, n_pos, dtype=torch.bool, device=tokens.device))[rows]
         if cfg.mixing == "attn":
-            q = hk("blocks.0.attn.hook_q", _lin(x[:, :, rows], params["blocks.0.attn.W_Q"][:, 0]).unsqueeze(-2)).squeeze(-2)
-            k = hk("blocks.0.attn.hook_k", _lin(x, params["blocks.0.attn.W_K"][:, 0]).unsqueeze(-2)).squeeze(-2)
+            q = hk(
+                "blocks.0.attn.hook_q", _lin(x[:, :, rows], params["blocks.0.attn.W_Q"][:, 0]).unsqueeze(-2)
+            ).squeeze(-2)
+            k = hk("blocks.0.attn.hook_k", _lin(x, params["blocks.0.attn.W_K"][:, 0]).unsqueeze(-2)).squeeze(
+                -2
+            )
             scores = (q[..., :, None, :] * k[..., None, :, :]).sum(-1) / math.sqrt(cfg.d_model)
             scores = scores.masked_fill(~causal, float("-inf"))
             scores = hk("blocks.0.attn.hook_attn_scores", scores.unsqueeze(2)).squeeze(2)
@@ -340,7 +346,9 @@ def build_facts_model(cfg: FactsModelConfig, *, generator: torch.Generator | Non
 register_architecture("facts", FactsModelConfig, build_facts_model)
 
 
-def all_variants(n_in: int = 32, n_out: int = 16, d_model: int = 16, d_mlp: int = 16) -> list[FactsModelConfig]:
+def all_variants(
+    n_in: int = 32, n_out: int = 16, d_model: int = 16, d_mlp: int = 16
+) -> list[FactsModelConfig]:
     """The 54 published variants: 48 with an MLP (mixing x bias x norms x MLP residual x act) and 6 without.
 
     As in the authors' sweep, the 6 MLP-less variants keep `bias=True` (the unembedding bias).
@@ -352,7 +360,9 @@ def all_variants(n_in: int = 32, n_out: int = 16, d_model: int = 16, d_mlp: int 
             for norms in (False, True):
                 for res in (False, True):
                     for act in ("gelu", "relu"):
-                        out.append(base.replace(mixing=mixing, bias=bias, norms=norms, mlp_residual=res, act_fn=act))
+                        out.append(
+                            base.replace(mixing=mixing, bias=bias, norms=norms, mlp_residual=res, act_fn=act)
+                        )
     for mixing in ("2emb", "uniform", "attn"):
         for norms in (False, True):
             out.append(base.replace(mixing=mixing, mlp=False, norms=norms, bias=True))

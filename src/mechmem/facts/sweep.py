@@ -27,9 +27,15 @@ from mechmem.facts.models import FactsModelConfig
 from mechmem.plotting import plt
 
 SCALING_VARIANTS = {
-    "full": FactsModelConfig(mixing="attn", mlp=True, norms=True, bias=True, mlp_residual=True, act_fn="gelu"),
-    "reduced": FactsModelConfig(mixing="2emb", mlp=True, norms=False, bias=True, mlp_residual=False, act_fn="relu"),
-    "nb": FactsModelConfig(mixing="2emb", mlp=True, norms=False, bias=False, mlp_residual=False, act_fn="relu"),
+    "full": FactsModelConfig(
+        mixing="attn", mlp=True, norms=True, bias=True, mlp_residual=True, act_fn="gelu"
+    ),
+    "reduced": FactsModelConfig(
+        mixing="2emb", mlp=True, norms=False, bias=True, mlp_residual=False, act_fn="relu"
+    ),
+    "nb": FactsModelConfig(
+        mixing="2emb", mlp=True, norms=False, bias=False, mlp_residual=False, act_fn="relu"
+    ),
 }
 
 
@@ -45,8 +51,10 @@ class Cell:
     @property
     def key(self) -> str:
         c, s = self.config, self.schedule
-        return (f"{c.name}|d={c.d_model}|n_in={c.n_in}|rep={self.repeat}|acc={s.target_acc}|"
-                f"epochs={s.max_epochs}|patience={s.patience}|prec={self.precision}")
+        return (
+            f"{c.name}|d={c.d_model}|n_in={c.n_in}|rep={self.repeat}|acc={s.target_acc}|"
+            f"epochs={s.max_epochs}|patience={s.patience}|prec={self.precision}"
+        )
 
     @property
     def seeds(self) -> list[int]:
@@ -81,8 +89,14 @@ def run_cells(
         result = find_capacity(
             cell.config, schedule=cell.schedule, seeds=cell.seeds, precision=cell.precision, device=device
         )
-        record = {"key": cell.key, "repeat": cell.repeat, "d": cell.config.d_model, **result.to_dict(),
-                  "precision": cell.precision, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        record = {
+            "key": cell.key,
+            "repeat": cell.repeat,
+            "d": cell.config.d_model,
+            **result.to_dict(),
+            "precision": cell.precision,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         with open(path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
         new.append(record)
@@ -97,15 +111,23 @@ def _mean_sd(values: list[float]) -> str:
     return f"{statistics.mean(values):.0f} +- {statistics.stdev(values):.0f}"
 
 
-def table_rows(records: list[dict[str, Any]], criteria: tuple[str, ...] = ("any", "most", "all")) -> list[list[str]]:
+def table_rows(
+    records: list[dict[str, Any]], criteria: tuple[str, ...] = ("any", "most", "all")
+) -> list[list[str]]:
     """One row per variant (in first-seen order): name, repeats, mean +- sd per criterion, mean seconds."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault(f"{r['variant']} (d={r['d']})", []).append(r)
     rows = []
     for name, rs in groups.items():
-        rows.append([name, str(len(rs)), *(_mean_sd([r[c] for r in rs if c in r]) for c in criteria),
-                     f"{statistics.mean(r['seconds'] for r in rs):.0f}"])
+        rows.append(
+            [
+                name,
+                str(len(rs)),
+                *(_mean_sd([r[c] for r in rs if c in r]) for c in criteria),
+                f"{statistics.mean(r['seconds'] for r in rs):.0f}",
+            ]
+        )
     return rows
 
 
@@ -124,7 +146,13 @@ class ScalingFit:
             raise ValueError("need at least two (d, capacity) points of equal length")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"d": self.d, "capacity": self.capacity, "a_d2_over_lnd": self.a, "power_b": self.b, "power_k": self.k}
+        return {
+            "d": self.d,
+            "capacity": self.capacity,
+            "a_d2_over_lnd": self.a,
+            "power_b": self.b,
+            "power_k": self.k,
+        }
 
 
 def fit_scaling(d: list[int], capacity: list[float]) -> ScalingFit:
@@ -143,8 +171,9 @@ def plot_scaling(fits: dict[str, ScalingFit]) -> "plt.Figure":
     for (label, fit), colour in zip(fits.items(), ["C0", "C1", "C2", "C3"]):
         grid = np.geomspace(min(fit.d), max(fit.d) * 2, 50)
         ax.plot(fit.d, fit.capacity, "o", color=colour, label=f"{label}")
-        ax.plot(grid, fit.a * grid**2 / np.log(grid), "-", color=colour, alpha=0.6,
-                label=f"{fit.a:.2f} d^2/ln d")
+        ax.plot(
+            grid, fit.a * grid**2 / np.log(grid), "-", color=colour, alpha=0.6, label=f"{fit.a:.2f} d^2/ln d"
+        )
         ax.plot(grid, fit.b * grid**fit.k, ":", color=colour, alpha=0.6, label=f"{fit.b:.2f} d^{fit.k:.2f}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")

@@ -6,6 +6,7 @@ full-batch), and evaluation is accuracy on the same facts: memorisation has no h
 """
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -36,7 +37,9 @@ class FactsTaskConfig(ConfigMixin):
 
 
 def _preset(model: FactsModelConfig, n_facts: int, steps: int, description: str) -> Preset:
-    train = TrainConfig(steps=steps, batch_size=n_facts, lr=1e-2, eval_every=max(1, steps // 4), eval_samples=n_facts)
+    train = TrainConfig(
+        steps=steps, batch_size=n_facts, lr=1e-2, eval_every=max(1, steps // 4), eval_samples=n_facts
+    )
     return Preset(model=model, task=FactsTaskConfig(n_facts=n_facts), train=train, description=description)
 
 
@@ -49,16 +52,24 @@ class FactsTask(Task):
 
     name = "facts"
     config_cls = FactsTaskConfig
-    presets = {
+    presets: ClassVar[dict[str, Preset]] = {
         "quick": _preset(
-            _BASE.replace(mixing="2emb", mlp=False, norms=False), 128, 600,
+            _BASE.replace(mixing="2emb", mlp=False, norms=False),
+            128,
+            600,
             "2Emb without MLP or norms (d=16) memorising 128 facts; CPU seconds",
         ),
         "attn": _preset(_BASE, 192, 3000, "learned attention + MLP + norms + bias (d=16), 192 facts"),
-        "uniform": _preset(_BASE.replace(mixing="uniform"), 192, 3000, "uniform attention + MLP + norms, 192 facts"),
-        "2emb": _preset(_BASE.replace(mixing="2emb"), 192, 3000, "2Emb + MLP + norms + bias (d=16), 192 facts"),
+        "uniform": _preset(
+            _BASE.replace(mixing="uniform"), 192, 3000, "uniform attention + MLP + norms, 192 facts"
+        ),
+        "2emb": _preset(
+            _BASE.replace(mixing="2emb"), 192, 3000, "2Emb + MLP + norms + bias (d=16), 192 facts"
+        ),
         "no-mlp": _preset(
-            _BASE.replace(mixing="2emb", mlp=False, norms=False), 200, 5000,
+            _BASE.replace(mixing="2emb", mlp=False, norms=False),
+            200,
+            5000,
             "2Emb without MLP or norms near its published capacity (208 facts)",
         ),
     }
@@ -108,7 +119,9 @@ class FactsTask(Task):
         )
 
     @torch.no_grad()
-    def evaluate(self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 2048) -> dict[str, float]:
+    def evaluate(
+        self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 2048
+    ) -> dict[str, float]:
         """Loss and accuracy on all facts, and the number of facts stored (argmax correct)."""
         device = next(model.parameters()).device
         batch = self.train_batch(n, generator=generator).to(device)
