@@ -137,7 +137,9 @@ def test_written_report_is_self_contained(pair_report, tmp_path):
     assert not re.search(r"(https?:|ftp:|file:|//[a-z])", text, re.IGNORECASE)
     assert "<script" not in page.lower() and "<link" not in page.lower() and "@import" not in page
     assert re.findall(r'(?:src|href)="([^"]*)"', text) == []
-    data = json.loads(paths["json"].read_text())
+    data = json.loads(
+        paths["json"].read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}")
+    )
     assert data["sections"]["circuit"]["findings"]["thresholds"] == RoleThresholds().to_dict()
     roles = {(h["layer"], h["head"]): h["role"] for h in data["sections"]["circuit"]["findings"]["heads"]}
     assert roles == roles_of(report)
@@ -164,3 +166,16 @@ def test_no_hooks_left_behind(permutation_task):
     build_report(model, permutation_task, n_samples=32)
     for hp in model.hook_dict.values():
         assert not hp.fwd_hooks and not hp.bwd_hooks
+
+
+def test_json_is_strict_and_markdown_matches_html(tmp_path):
+    from mechmem.report import Report, Section, Table, to_markdown
+
+    s = Section("x", "X", lines=["a < b"], tables=[Table(["k", "v"], [["nan", float("nan")]])])
+    s.findings = {"score": float("nan"), "nested": [float("inf"), 1.0]}
+    report = Report("t", "h", {}, [s, Section("y", "Y", skipped="no reason")])
+    paths = write_report(report, tmp_path)
+    data = json.loads(paths["json"].read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert data["sections"]["x"]["findings"] == {"score": None, "nested": [None, 1.0]}
+    assert "_Skipped: no reason_" in to_markdown(report)
+    assert "a &lt; b" in to_html(report) and "Skipped: no reason" in to_html(report)

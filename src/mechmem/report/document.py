@@ -10,6 +10,7 @@ import base64
 import html
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,8 +170,19 @@ def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     paths = {"md": out / "report.md", "html": out / "report.html", "json": out / "report.json"}
     paths["md"].write_text(to_markdown(report))
     paths["html"].write_text(to_html(report))
-    write_json(paths["json"], json.loads(json.dumps(report.to_dict(), default=_jsonable)))
+    write_json(paths["json"], _finite(json.loads(json.dumps(report.to_dict(), default=_jsonable))))
     return paths
+
+
+def _finite(obj: Any) -> Any:
+    """NaN and infinities become null, so report.json is strict JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _jsonable(obj: Any) -> Any:
