@@ -122,19 +122,20 @@ def test_pipeline_end_to_end_on_tiny_presets(tmp_path, monkeypatch):
     from mechmem.models.adapter import TransformerConfig
     from mechmem.reproductions.permutation_report import write_page
 
-    def tiny(v, heads, ratio):
-        model = TransformerConfig(n_layers=1, d_model=8 * heads, n_heads=heads, d_mlp=16 * heads, d_vocab=v + 1,
+    def tiny(v, heads, ratio, layers=1):
+        model = TransformerConfig(n_layers=layers, d_model=8 * heads, n_heads=heads, d_mlp=16 * heads, d_vocab=v + 1,
                                   n_ctx=2 * v - 1)
         return Preset(model, PermutationConfig(vocab_size=v, repeat_ratio=ratio),
                       TrainConfig(steps=30, batch_size=32, eval_every=30, eval_samples=64))
 
     presets = dict(PermutationTask.presets)
-    presets.update({"tiny1": tiny(5, 1, 0.0), "tiny2": tiny(5, 2, 0.3), "tiny10": tiny(10, 2, 0.3)})
+    presets.update({"tiny1": tiny(5, 1, 0.0), "tiny2": tiny(5, 2, 0.3), "tiny10": tiny(10, 2, 0.3, layers=2)})
     monkeypatch.setattr(PermutationTask, "presets", presets)
     cfg = ReproConfig(task1_preset="tiny1", task2_preset="tiny2", task1_seeds=(0,), task2_seeds=(0, 1),
                       scale_presets=("tiny10",), n_eval=100, n_analysis=60, runs=str(tmp_path / "runs"), workers=1)
     res = run_reproduction(cfg, log=lambda msg: None)
     assert [r["seed"] for r in res["task2"]] == [0, 1] and res["scale"][0]["vocab_size"] == 10
+    assert len(res["scale"][0]["circuit_attention"]["previous_token"]) == 2  # [layer][head]
     page = write_page(res, tmp_path / "doc" / "permutation.md", tmp_path / "doc" / "figures", "test")
     text = page.read_text()
     for heading in ("Published vs ours", "1. Bayesian evaluation", "2. The probe", "3. Head roles",

@@ -49,7 +49,7 @@ def _scale_preset(v: int, d: int, heads: int, layers: int, steps: int, lr: float
 
 SCALE_PRESETS: dict[str, Preset] = {
     "v10-quick": _scale_preset(10, 64, 4, 2, 6_000, 3e-3, "V=10 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
-    "v15-quick": _scale_preset(15, 64, 4, 2, 6_000, 3e-3, "V=15 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
+    "v15-quick": _scale_preset(15, 64, 4, 2, 4_000, 3e-3, "V=15 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
     "v10-paper": _scale_preset(10, 128, 4, 2, 50 * 100_000 // 128, 1e-3,
                                "V=10, GPU-sized: d=128, 4 heads, 2 layers, 50 epochs of 100k, Adam 1e-3"),
     "v15-paper": _scale_preset(15, 256, 8, 2, 50 * 100_000 // 128, 1e-3,
@@ -227,6 +227,25 @@ def attention_rows(model: Any, tokens: Int[Tensor, "batch pos"], layer: int = 0)
     return cache[f"blocks.{layer}.attn.hook_pattern"][:, :, 0::2].mean(0).cpu()
 
 
+@torch.no_grad()
+def circuit_attention(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator) -> dict[str, Any]:
+    """Per layer and head: previous-token score (mean attention of each y onto the x just before it) and, at the
+    last x of repeat sequences, the attention on the matching x and on the y that followed it (induction route)."""
+    g = last_step_groups(task, n, generator=generator)
+    tokens = g["tokens"][g["repeat"]]
+    names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.cfg.n_layers)]
+    _, cache = model.run_with_cache(tokens, names_filter=lambda x: x in names)
+    out: dict[str, Any] = {"previous_token": [], "match": [], "bound": []}
+    y_pos = torch.arange(1, tokens.shape[1], 2)
+    for name in names:
+        pattern = cache[name]  # [batch head query key]
+        out["previous_token"].append(pattern[:, :, y_pos, y_pos - 1].mean((0, 2)).tolist())
+        last = pattern[:, :, -1]  # [batch head key]
+        for key in ("match", "bound"):
+            out[key].append((last * g[key][g["repeat"]][:, None].float()).sum(-1).mean(0).tolist())
+    return out
+
+
 # -- 4. the FFN rescue ---------------------------------------------------------------------------------------
 @dataclass
 class RescueResult:
@@ -356,6 +375,8 @@ def _measure(preset: str, seed: int, cfg: ReproConfig, *, roles: bool) -> dict[s
         "bayes": bayes_table(model, task, cfg.n_eval, generator=gen()),
         "probe": probe_stats(model, task, cfg.n_eval, generator=gen()),
     }
+    if ckpt.model_config.n_layers > 1:
+        out["circuit_attention"] = circuit_attention(model, task, cfg.n_analysis, generator=gen())
     if roles:
         out["roles"] = head_roles(model, task, cfg.n_analysis, generator=gen()).to_dict()
         example = task.probe(1, generator=gen())["tokens"]

@@ -381,9 +381,19 @@ def _rescue_section(res: dict[str, Any], rel: str) -> list[str]:
 def _scale_section(res: dict[str, Any], rel: str) -> list[str]:
     from mechmem.tasks.permutation import elimination_floor
 
-    rows = []
+    rows, circuits = [], []
     for run in res["scale"]:
         m = run["model"]
+        if "circuit_attention" in run:
+            ca = run["circuit_attention"]
+            prev0 = max(range(m["n_heads"]), key=lambda h: ca["previous_token"][0][h])
+            last = m["n_layers"] - 1
+            ind = max(range(m["n_heads"]), key=lambda h: ca["bound"][last][h])
+            circuits.append(
+                f"V={run['vocab_size']}: layer 0 head {prev0} puts {ca['previous_token'][0][prev0]:.2f} of each y's "
+                f"attention on the x just before it; at a repeated last x, layer {last} head {ind} puts "
+                f"{ca['bound'][last][ind]:.2f} on the y that followed the matching x "
+                f"({ca['match'][last][ind]:.2f} on the matching x itself).")
         steps = run["history"][-1]["step"] if run["history"] else "-"
         rows.append([f"`{run['preset']}`", run["vocab_size"], f"d={m['d_model']}, {m['n_heads']} heads, "
                      f"{m['n_layers']} layers", steps, run["losses"]["test"], run["losses"]["bayes_test"],
@@ -394,12 +404,16 @@ def _scale_section(res: dict[str, Any], rel: str) -> list[str]:
         "## 5. Larger vocabularies: V = 10 and V = 15", "",
         "Sizes: the page's plot names point at d=128 / 4 heads (V=10) and d=256 / 4-8 heads (V=15). We use 2 layers "
         "at both sizes: with V-1 earlier pairs a 1-layer model must decode the bound y in its MLP from a sum over "
-        "all earlier pairs (section 4), which gets harder as V grows, while 2 layers allow the standard induction "
-        "route (layer 0 writes each x into the next position, layer 1 matches the repeated x there). The CPU "
-        "presets (`v10-quick`, `v15-quick`: d=64, 4 heads, 2 layers, 6,000 steps, lr 3e-3) are what this page "
-        "ran; `v10-paper` (d=128, 4 heads) and `v15-paper` (d=256, 8 heads), 2 layers, 50 epochs at lr 1e-3, are "
+        "all earlier pairs (section 4), which gets harder as V grows, while 2 layers make the standard induction "
+        "route possible (layer 0 writes each x into the next position, layer 1 matches the repeated x there). The CPU "
+        "presets (`v10-quick`, `v15-quick`: d=64, 4 heads, 2 layers, lr 3e-3, 6,000 and 4,000 steps; see the steps "
+        "column) are what this page ran unless the command says `--paper`; `v10-paper` (d=128, 4 heads) and `v15-paper` (d=256, 8 heads), 2 layers, 50 epochs at lr 1e-3, are "
         "GPU-sized (`--paper`). All are trained with repeats (ratio 0.3). For V > 8 the train/test split of the "
         "V! permutations is decided by a fixed hash (80/20).", "",
+        "Does the 2-layer model take the induction route? Attention on repeat test sequences: " + " ".join(circuits)
+        + " A previous-token head followed by a head that reads the y after the matching x would be the induction "
+        "circuit: values near 1 would mean that route carries the recall, values near 1/(2V-1) (uniform) that it "
+        "does not.", "",
         _table(["preset", "V", "model", "steps", "test loss", "Bayes loss", "elim. floor", "final acc elim.",
                 "final acc memo.", "mean MAE", "probe p(recall)", "probe p(elim.)"], rows), "",
         f"![scale]({rel}/permutation_scale.png)", "",
