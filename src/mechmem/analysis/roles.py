@@ -200,7 +200,8 @@ def measure_role_evidence(
     recall_pair: PatchingPair | None = None,
     elimination_pair: PatchingPair | None = None,
 ) -> RoleEvidence:
-    """Mean-ablate each head in turn and record the damage per group, plus attention mass on `key_sets`.
+    """Per head: mean-ablation damage on each group, attention mass on `key_sets`, and (given the two pairs) the
+    patching transfer that `classify_roles` then labels from.
 
     Args:
         model: a HookedTransformer.
