@@ -271,3 +271,16 @@ def test_script_writes_patching_json(trained, tmp_path, capsys):
         assert run_script(script.main, bad) == 2
         assert capsys.readouterr().err.startswith("error: ")
     assert_no_hooks(trained.model)
+
+
+def test_start_groups_and_metric_recognition(random_case):
+    from mechmem.analysis.patching import start_groups
+
+    starts = torch.tensor([5, 0, 5, 0, 7])
+    # Large batches: extra positions cost more than a pass, so one pass per start position.
+    assert [sorted(g.tolist()) for g in start_groups(starts, batch=200)] == [[1, 3], [0, 2], [4]]
+    # A single prompt: everything joins the first pass.
+    assert [sorted(g.tolist()) for g in start_groups(starts, batch=1)] == [[0, 1, 2, 3, 4]]
+    model, pair = random_case
+    patcher = Patcher(model, pair.clean, pair.corrupted, pair.logit_diff)  # recognised: batched, answer-only
+    assert patcher.metric.name == "logit_diff" and patcher.metric.readout.shape == (len(pair.clean), 1)
