@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 
 from mechmem.birth import report
+from mechmem.birth.corpus import load_stats
+from mechmem.birth.data import TriggerSampler, generation_speed
 from mechmem.birth.experiments import SCALES, experiment_runs, read_history, run_experiment, training_seconds
 from mechmem.cli import print_table, run_script
 from mechmem.errors import MechmemError
@@ -31,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset-run", default=None,
                         help="run directory of `analyses/train.py birth --preset quick` to report against the targets")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--skip-speed", action="store_true", help="do not measure data-generation speed")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     scale = SCALES["quick" if args.quick else args.scale]
@@ -54,8 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         if (run / "heads" / "detect_heads.json").exists():
             heads = (json.loads((run / "heads" / "detect_heads.json").read_text()),
                      f"python analyses/detect_heads.py {run}/ckpt.pt --out {run}/heads --n-samples 64")
+    speed = None
+    if not args.skip_speed:
+        speed = generation_speed(TriggerSampler(load_stats(), seq_len=256, n_triggers=5, fixed_triggers=False))
     doc.write_text(report.markdown(runs, histories, scale, command=command.strip(), figures=figs, wall_s=wall,
-                                   preset=preset, heads=heads))
+                                   preset=preset, heads=heads, speed=speed))
     rows = [[c[:70], o, "yes" if ok else "no"] for c, o, ok in report.statements(histories, scale)]
     print_table(rows, ["paper", "ours", "holds"])
     print(f"wrote {doc} ({wall / 60:.1f} min of training)")

@@ -6,22 +6,12 @@ Prints sequences per second for both and their ratio (goal: >= 50x).
 """
 
 import argparse
-import time
 
-import numpy as np
 import torch
 
 from mechmem.birth.corpus import load_stats
-from mechmem.birth.data import TriggerSampler, reference_sequences
+from mechmem.birth.data import TriggerSampler, generation_speed
 from mechmem.cli import run_script
-
-
-def per_second(fn, n: int, repeats: int) -> float:
-    fn()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    return n * repeats / (time.perf_counter() - start)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,11 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     sampler = TriggerSampler(
         load_stats(), seq_len=args.seq_len, n_triggers=args.triggers, fixed_triggers=args.fixed
     )
-    gen, rng = torch.Generator().manual_seed(0), np.random.default_rng(0)
-    fast = per_second(lambda: sampler.sample(args.batch, generator=gen), args.batch, 5)
-    slow = per_second(lambda: reference_sequences(sampler, args.ref_seqs, rng=rng), args.ref_seqs, 2)
+    fast, slow = generation_speed(sampler, batch=args.batch, ref_seqs=args.ref_seqs)
     print(f"T={args.seq_len} K={args.triggers} {'fixed' if args.fixed else 'random'} triggers, batch {args.batch}")
-    print(f"{'vectorised (torch)':<24}{fast:>12.0f} seq/s")
+    print(f"{'vectorised':<24}{fast:>12.0f} seq/s")
     print(f"{'per-token loop (numpy)':<24}{slow:>12.0f} seq/s")
     print(f"{'speed-up':<24}{fast / slow:>12.1f}x")
     return 0

@@ -108,7 +108,8 @@ def test_reproduce_script_end_to_end_on_a_tiny_scale(tmp_path, monkeypatch):
     monkeypatch.setitem(SCALES, "quick", tiny)
     main = load_script("reproduce_birth")
     doc = tmp_path / "docs" / "birth.md"
-    assert main(["--quick", "--only", "freezing", "ffn", "--runs", str(tmp_path / "runs"), "--doc", str(doc)]) == 0
+    assert main(["--quick", "--only", "freezing", "ffn", "--runs", str(tmp_path / "runs"), "--doc", str(doc),
+                 "--skip-speed"]) == 0
     text = doc.read_text()
     assert "W_O^2 alone until 2" in text and "figures/birth_freezing.png" in text
     assert (tmp_path / "docs" / "figures" / "birth_attention.png").exists()

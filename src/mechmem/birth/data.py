@@ -26,6 +26,8 @@ there is no per-token Python loop. `reference_sequences` is a per-token loop wri
 authors' generator, for tests and the benchmark.
 """
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,6 +181,24 @@ def occurrence_counter(
     match = tokens.unsqueeze(1) == triggers.unsqueeze(2)  # [batch n_triggers pos]
     seen = match.to(torch.int16).cumsum(-1, dtype=torch.int16)  # counts fit: pos < 32768 is checked below
     return seen.masked_fill_(~match, 0).sum(1).long()
+
+
+def generation_speed(
+    sampler: TriggerSampler, *, batch: int = 512, ref_seqs: int = 64, repeats: int = 3, seed: int = 0
+) -> tuple[float, float]:
+    """Sequences per second of `sampler.sample` and of `reference_sequences` (after one warm-up call each)."""
+    gen, rng = torch.Generator().manual_seed(seed), np.random.default_rng(seed)
+
+    def rate(fn: Callable[[], object], n: int) -> float:
+        fn()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        return n * repeats / (time.perf_counter() - start)
+
+    fast = rate(lambda: sampler.sample(batch, generator=gen), batch)
+    slow = rate(lambda: reference_sequences(sampler, ref_seqs, rng=rng), ref_seqs)
+    return fast, slow
 
 
 def reference_sequences(
