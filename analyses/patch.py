@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             [
                 name,
-                "x".join(res.axes),
+                " x ".join(res.axes),
                 str(cell),
                 float(res.values.flatten()[best]),
                 float(res.normalised().flatten()[best]),
