@@ -16,14 +16,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", help="UTF-8 text file to count")
     parser.add_argument(
-        "--out", default="src/mechmem/data/tinyshakespeare_stats.json", help="JSON file to write the counts to"
+        "--out",
+        default="src/mechmem/data/tinyshakespeare_stats.json",
+        help="JSON file to write the counts to",
     )
     args = parser.parse_args(argv)
     stats = stats_from_corpus(args.corpus)
     write_json(Path(args.out), stats.to_dict())
     top = stats.unigram.argsort(descending=True)[:5].tolist()
-    print(f"{stats.n_tokens} characters, {int(stats.unigram.sum())} tokens; most frequent: "
-          + ", ".join(repr(stats.chars[i]) for i in top))
+    print(
+        f"{stats.n_tokens} characters, {int(stats.unigram.sum())} tokens; most frequent: "
+        + ", ".join(repr(stats.chars[i]) for i in top)
+    )
     print(f"wrote {args.out}")
     return 0
 

@@ -20,7 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=256, help="sequence length T")
     parser.add_argument("--triggers", type=int, default=5, help="number of triggers K")
     parser.add_argument("--fixed", action="store_true", help="fixed instead of random triggers")
-    parser.add_argument("--ref-seqs", type=int, default=64, help="sequences the reference loop generates per repeat")
+    parser.add_argument(
+        "--ref-seqs", type=int, default=64, help="sequences the reference loop generates per repeat"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -28,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
         load_stats(), seq_len=args.seq_len, n_triggers=args.triggers, fixed_triggers=args.fixed
     )
     fast, slow = generation_speed(sampler, batch=args.batch, ref_seqs=args.ref_seqs)
-    print(f"T={args.seq_len} K={args.triggers} {'fixed' if args.fixed else 'random'} triggers, batch {args.batch}")
+    print(
+        f"T={args.seq_len} K={args.triggers} {'fixed' if args.fixed else 'random'} triggers, batch {args.batch}"
+    )
     print(f"{'vectorised':<24}{fast:>12.0f} seq/s")
     print(f"{'per-token loop (numpy)':<24}{slow:>12.0f} seq/s")
     print(f"{'speed-up':<24}{fast / slow:>12.1f}x")

@@ -1,5 +1,7 @@
 """Triggered-bigram data: corpus counts, generator validity, and the vectorised sampler against a per-token loop."""
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,7 @@ def stats():
 
 
 def sampler(stats, **kw):
-    args = dict(seq_len=64, n_triggers=3, fixed_triggers=False, outputs="uniform")
+    args = {"seq_len": 64, "n_triggers": 3, "fixed_triggers": False, "outputs": "uniform"}
     args.update(kw)
     return TriggerSampler(stats, **args)
 
@@ -27,7 +29,7 @@ def test_count_text_matches_a_naive_count():
     for a in set(text):
         assert int(stats.unigram[stats.chars.index(a)]) == text.count(a)
         for b in set(text):
-            pairs = sum(1 for x, y in zip(text, text[1:]) if (x, y) == (a, b))
+            pairs = sum(1 for x, y in itertools.pairwise(text) if (x, y) == (a, b))
             assert int(stats.bigram[stats.chars.index(a), stats.chars.index(b)]) == pairs
 
 
@@ -106,13 +108,17 @@ def test_sampler_is_deterministic_given_the_generator(stats):
 
 def _summary(batch, n_tokens):
     seq = batch.seq
-    transitions = torch.bincount(seq[:, :-1].flatten() * n_tokens + seq[:, 1:].flatten(), minlength=n_tokens**2)
+    transitions = torch.bincount(
+        seq[:, :-1].flatten() * n_tokens + seq[:, 1:].flatten(), minlength=n_tokens**2
+    )
     return {
         "unigram": torch.bincount(seq.flatten(), minlength=n_tokens).double() / seq.numel(),
         "first": torch.bincount(seq[:, 0], minlength=n_tokens).double() / seq.shape[0],
-        "trigger": torch.bincount(batch.triggers.flatten(), minlength=n_tokens).double() / batch.triggers.numel(),
+        "trigger": torch.bincount(batch.triggers.flatten(), minlength=n_tokens).double()
+        / batch.triggers.numel(),
         "transitions": transitions.double() / transitions.sum(),
-        "counter": torch.bincount(batch.counter.flatten().clamp_max(6), minlength=7).double() / batch.counter.numel(),
+        "counter": torch.bincount(batch.counter.flatten().clamp_max(6), minlength=7).double()
+        / batch.counter.numel(),
     }
 
 

@@ -1,9 +1,18 @@
 """Birth experiments and report: run definitions, run caching, statement rules and figures on known histories."""
 
-import torch
-
-from mechmem.birth import report
-from mechmem.birth.experiments import QUICK, WK1, WK2, WO2, Run, at_step, experiment_runs, final, first_step, run_experiment
+from mechmem.birth import plots, report
+from mechmem.birth.experiments import (
+    QUICK,
+    WK1,
+    WK2,
+    WO2,
+    Run,
+    at_step,
+    experiment_runs,
+    final,
+    first_step,
+    run_experiment,
+)
 from mechmem.birth.models import simplified_config
 from mechmem.tasks import build_task
 from mechmem.tasks.birth import BirthConfig
@@ -35,10 +44,11 @@ def test_history_helpers():
 
 
 def test_statements_follow_their_rules():
-    up = lambda s: min(1.0, s / 50)  # noqa: E731
+    up = lambda s: min(1.0, s / 50)
     h = {
-        "freeze_none": fake_history({"icl_acc": up, "wk1_recall_64": up, "wk1_recall": lambda s: s / 100,
-                                     "wo2_recall": up}),
+        "freeze_none": fake_history(
+            {"icl_acc": up, "wk1_recall_64": up, "wk1_recall": lambda s: s / 100, "wo2_recall": up}
+        ),
         "freeze_wo2": fake_history({"icl_acc": lambda s: 0.0}),
         "freeze_wk1": fake_history({"wk2_recall": up}),
         "freeze_wk2": fake_history({"wk1_recall_64": lambda s: 0.1}),
@@ -59,13 +69,26 @@ def test_statements_follow_their_rules():
 
 
 def test_figures_and_markdown():
-    h = fake_history({"icl_acc": lambda s: s / 100, "wo2_recall": lambda s: 1.0, "global_loss": lambda s: 3.0,
-                      "wf_kl": lambda s: 1.0, "eval_icl_acc": lambda s: 0.9})
-    figs = [report.plot_training(h, "t"), report.plot_freezing({"a": h}, {"a": "A"}, 30), report.plot_ffn(h),
-            report.plot_final_bars([("a", 0.5), ("b", 0.9)], "acc")]
+    h = fake_history(
+        {
+            "icl_acc": lambda s: s / 100,
+            "wo2_recall": lambda s: 1.0,
+            "global_loss": lambda s: 3.0,
+            "wf_kl": lambda s: 1.0,
+            "eval_icl_acc": lambda s: 0.9,
+        }
+    )
+    figs = [
+        plots.plot_training(h, "t"),
+        plots.plot_freezing({"a": h}, {"a": "A"}, 30),
+        plots.plot_ffn(h),
+        plots.plot_final_bars([("a", 0.5), ("b", 0.9)], "acc"),
+    ]
     assert all(hasattr(f, "savefig") for f in figs)
     runs = [r for r in experiment_runs(QUICK) if r.name == "freeze_none"]
-    text = report.markdown(runs, {"freeze_none": h}, QUICK, command="cmd", figures={"x.png": "X"}, wall_s=60.0)
+    text = report.markdown(
+        runs, {"freeze_none": h}, QUICK, command="cmd", figures={"x.png": "X"}, wall_s=60.0
+    )
     assert "| all trained jointly | freezing |" in text and "figures/x.png" in text and "`cmd`" in text
 
 
@@ -74,11 +97,13 @@ def test_attention_figure_on_a_tiny_model():
 
     model = build_transformer(simplified_config(d_vocab=65, n_ctx=16, d_model=16))
     task = build_task("birth", BirthConfig(seq_len=16, n_triggers=2, fixed_triggers=True))
-    assert hasattr(report.plot_attention(model, task, n_pos=12), "savefig")
+    assert hasattr(plots.plot_attention(model, task, n_pos=12), "savefig")
 
 
 def test_run_experiment_trains_once_then_reuses(tmp_path):
-    model = simplified_config(d_vocab=65, n_ctx=16, d_model=16, freeze_embeddings=True, freeze_unembedding=True)
+    model = simplified_config(
+        d_vocab=65, n_ctx=16, d_model=16, freeze_embeddings=True, freeze_unembedding=True
+    )
     task = BirthConfig(seq_len=16, n_triggers=2, fixed_triggers=True)
     cfg = TrainConfig(steps=2, batch_size=4, lr=0.1, optimizer="sgd", eval_every=1, eval_samples=4)
     run = Run("tiny", "freezing", "tiny", model, task, cfg)
@@ -103,13 +128,36 @@ def load_script(name):
 def test_reproduce_script_end_to_end_on_a_tiny_scale(tmp_path, monkeypatch):
     from mechmem.birth.experiments import SCALES, Scale
 
-    tiny = Scale(d_model=16, seq_len=16, batch_size=4, steps=4, full_steps=4, freeze_step=2, eval_every=2,
-                 eval_samples=8, depth_seq_len=16)
+    tiny = Scale(
+        d_model=16,
+        seq_len=16,
+        batch_size=4,
+        steps=4,
+        full_steps=4,
+        freeze_step=2,
+        eval_every=2,
+        eval_samples=8,
+        depth_seq_len=16,
+    )
     monkeypatch.setitem(SCALES, "quick", tiny)
     main = load_script("reproduce_birth")
     doc = tmp_path / "docs" / "birth.md"
-    assert main(["--quick", "--only", "freezing", "ffn", "--runs", str(tmp_path / "runs"), "--doc", str(doc),
-                 "--skip-speed"]) == 0
+    assert (
+        main(
+            [
+                "--quick",
+                "--only",
+                "freezing",
+                "ffn",
+                "--runs",
+                str(tmp_path / "runs"),
+                "--doc",
+                str(doc),
+                "--skip-speed",
+            ]
+        )
+        == 0
+    )
     text = doc.read_text()
     assert "W_O^2 alone until 2" in text and "figures/birth_freezing.png" in text
     assert (tmp_path / "docs" / "figures" / "birth_attention.png").exists()

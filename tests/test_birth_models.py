@@ -18,7 +18,7 @@ N = 65
 
 
 def simplified(**kw):
-    args = dict(d_vocab=N, n_ctx=16, d_model=16)
+    args = {"d_vocab": N, "n_ctx": 16, "d_model": 16}
     args.update(kw)
     return build_transformer(simplified_config(**args), generator=torch.Generator().manual_seed(0))
 
@@ -52,8 +52,15 @@ def test_simplified_model_is_the_papers_model(ffn):
 def one_step_changes(model, task_config, frozen_until=()):
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     task = build_task("birth", task_config)
-    cfg = TrainConfig(steps=1, batch_size=8, lr=0.1, optimizer="sgd", weight_decay=1e-4, eval_samples=8,
-                      frozen_until=frozen_until)
+    cfg = TrainConfig(
+        steps=1,
+        batch_size=8,
+        lr=0.1,
+        optimizer="sgd",
+        weight_decay=1e-4,
+        eval_samples=8,
+        frozen_until=frozen_until,
+    )
     train(model, task, cfg, model_config=model.mechmem_config, progress=False)
     return {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
 
@@ -69,7 +76,11 @@ def test_exactly_the_simplified_parameters_train():
 def test_ffn_and_embeddings_train_when_asked():
     changed = one_step_changes(simplified(ffn=True), TASK)
     assert changed == {
-        "blocks.0.attn.W_K", "blocks.1.attn.W_K", "blocks.1.attn.W_O", "blocks.1.mlp.W_in", "embed.W_E",
+        "blocks.0.attn.W_K",
+        "blocks.1.attn.W_K",
+        "blocks.1.attn.W_O",
+        "blocks.1.mlp.W_in",
+        "embed.W_E",
         "unembed.W_U",
     }
 
@@ -84,8 +95,12 @@ def test_frozen_until_holds_a_matrix():
 def test_full_model_trains_everything_but_biases(n_layers):
     model = build_transformer(full_config(d_vocab=N, n_ctx=16, d_model=16, n_layers=n_layers))
     changed = one_step_changes(model, TASK)
-    expected = {n for n, _ in model.named_parameters() if ".b_" not in n or n.startswith("blocks.") and ".ln" in n}
-    expected = {n for n in expected if not n.endswith((".b_Q", ".b_K", ".b_V", ".b_O", ".b_in", ".b_out", "b_U"))}
+    expected = {
+        n for n, _ in model.named_parameters() if ".b_" not in n or n.startswith("blocks.") and ".ln" in n
+    }
+    expected = {
+        n for n in expected if not n.endswith((".b_Q", ".b_K", ".b_V", ".b_O", ".b_in", ".b_out", "b_U"))
+    }
     assert changed == expected
     assert model.cfg.normalization_type == "LN" and model.cfg.n_layers == n_layers
 
@@ -133,22 +148,38 @@ def test_attention_probes_on_hand_made_patterns():
     prev[0, torch.arange(6), (torch.arange(6) - 1).clamp_min(0)] = 1.0
     induction = torch.zeros(1, 6, 6)
     induction[0, 4, 2] = 1.0  # at the 2nd "1", attend to the token after the first "1" (a 7)
-    assert attention_probes([prev, induction], tokens, targets, counter) == {"attn0_prev": 1.0, "attn1_induction": 1.0}
+    assert attention_probes([prev, induction], tokens, targets, counter) == {
+        "attn0_prev": 1.0,
+        "attn1_induction": 1.0,
+    }
     assert attention_probes([prev, prev], tokens, targets, counter)["attn1_induction"] == 0.0
 
 
 def test_quick_preset_trains_and_checkpoints(tmp_path):
     preset = get_preset("birth", "quick")
-    assert preset.task.fixed_triggers and preset.train.optimizer == "sgd" and preset.train.weight_decay == 1e-4
+    assert (
+        preset.task.fixed_triggers and preset.train.optimizer == "sgd" and preset.train.weight_decay == 1e-4
+    )
     task_cfg = preset.task.replace(seq_len=16)
     model_cfg = preset.model.replace(n_ctx=16, d_model=16, d_head=16)
     model = build_transformer(model_cfg, generator=torch.Generator().manual_seed(0))
     cfg = preset.train.replace(steps=3, batch_size=8, eval_every=2, eval_samples=16)
-    result = train(model, build_task("birth", task_cfg), cfg, model_config=model_cfg, out_dir=tmp_path,
-                   progress=False)
+    result = train(
+        model, build_task("birth", task_cfg), cfg, model_config=model_cfg, out_dir=tmp_path, progress=False
+    )
     first = result.history[0]
-    for key in ("icl_acc", "first_acc", "global_loss", "wo2_recall", "wk2_recall", "wk1_recall", "wk1_recall_64",
-                "eval_icl_acc", "attn0_prev", "attn1_induction"):
+    for key in (
+        "icl_acc",
+        "first_acc",
+        "global_loss",
+        "wo2_recall",
+        "wk2_recall",
+        "wk1_recall",
+        "wk1_recall_64",
+        "eval_icl_acc",
+        "attn0_prev",
+        "attn1_induction",
+    ):
         assert key in first
     ckpt = load_checkpoint(tmp_path / "ckpt.pt")
     assert ckpt.task_name == "birth" and ckpt.task.config == task_cfg
@@ -169,7 +200,9 @@ def test_quick_preset_reaches_the_done_when_numbers():
     torch.set_num_threads(1)
     preset = get_preset("birth", "quick")
     model = build_transformer(preset.model, generator=torch.Generator().manual_seed(0))
-    result = train(model, build_task("birth", preset.task), preset.train, model_config=preset.model, progress=False)
+    result = train(
+        model, build_task("birth", preset.task), preset.train, model_config=preset.model, progress=False
+    )
     last = result.history[-2]  # the final record has evaluation metrics only
     assert last["icl_acc"] >= 0.98 and result.summary["eval_icl_acc"] >= 0.97
     assert last["wo2_recall"] >= 0.95 and last["wk2_recall"] >= 0.95 and last["wk1_recall_64"] >= 0.8

@@ -54,12 +54,39 @@ class Scale:
     """SGD learning rate (momentum 0.9, weight decay 1e-4)."""
 
 
-QUICK = Scale(d_model=64, seq_len=128, batch_size=32, steps=600, full_steps=1000, freeze_step=300, eval_every=25,
-              eval_samples=128, depth_seq_len=64)
-DEFAULT = Scale(d_model=128, seq_len=128, batch_size=64, steps=1500, full_steps=3000, freeze_step=300,
-                eval_every=50, eval_samples=256, depth_seq_len=128)
-PAPER = Scale(d_model=128, seq_len=256, batch_size=512, steps=3000, full_steps=10000, freeze_step=300,
-              eval_every=10, eval_samples=512, depth_seq_len=256)
+QUICK = Scale(
+    d_model=64,
+    seq_len=128,
+    batch_size=32,
+    steps=600,
+    full_steps=1000,
+    freeze_step=300,
+    eval_every=25,
+    eval_samples=128,
+    depth_seq_len=64,
+)
+DEFAULT = Scale(
+    d_model=128,
+    seq_len=128,
+    batch_size=64,
+    steps=1500,
+    full_steps=3000,
+    freeze_step=300,
+    eval_every=50,
+    eval_samples=256,
+    depth_seq_len=128,
+)
+PAPER = Scale(
+    d_model=128,
+    seq_len=256,
+    batch_size=512,
+    steps=3000,
+    full_steps=10000,
+    freeze_step=300,
+    eval_every=10,
+    eval_samples=512,
+    depth_seq_len=256,
+)
 SCALES = {"quick": QUICK, "default": DEFAULT, "paper": PAPER}
 
 
@@ -82,39 +109,76 @@ class Run:
 
 
 def _sgd(scale: Scale, steps: int, frozen_until: tuple[tuple[str, int], ...] = ()) -> TrainConfig:
-    return TrainConfig(steps=steps, batch_size=scale.batch_size, lr=scale.lr, optimizer="sgd", momentum=0.9,
-                       weight_decay=1e-4, eval_every=scale.eval_every, eval_samples=scale.eval_samples,
-                       frozen_until=frozen_until)
+    return TrainConfig(
+        steps=steps,
+        batch_size=scale.batch_size,
+        lr=scale.lr,
+        optimizer="sgd",
+        momentum=0.9,
+        weight_decay=1e-4,
+        eval_every=scale.eval_every,
+        eval_samples=scale.eval_samples,
+        frozen_until=frozen_until,
+    )
 
 
 def experiment_runs(scale: Scale) -> list[Run]:
     """Every run of experiments (a)-(d) at `scale`."""
     d, T = scale.d_model, scale.seq_len
-    simple = simplified_config(d_vocab=N_TOKENS, n_ctx=T, d_model=d, freeze_embeddings=True,
-                               freeze_unembedding=True)
+    simple = simplified_config(
+        d_vocab=N_TOKENS, n_ctx=T, d_model=d, freeze_embeddings=True, freeze_unembedding=True
+    )
     fixed = BirthConfig(seq_len=T, n_triggers=5, fixed_triggers=True)
     until = scale.freeze_step
     runs = [
         Run("freeze_none", "freezing", "all trained jointly", simple, fixed, _sgd(scale, scale.steps)),
-        Run("freeze_wk1_wk2", "freezing", f"W_O^2 alone until {until}", simple, fixed,
-            _sgd(scale, scale.steps, ((WK1, until), (WK2, until)))),
-        Run("freeze_wk1", "freezing", f"W_K^1 frozen until {until}", simple, fixed,
-            _sgd(scale, scale.steps, ((WK1, until),))),
-        Run("freeze_wk2", "freezing", f"W_K^2 frozen until {until}", simple, fixed,
-            _sgd(scale, scale.steps, ((WK2, until),))),
-        Run("freeze_wo2", "freezing", f"W_O^2 frozen until {until}", simple, fixed,
-            _sgd(scale, scale.steps, ((WO2, until),))),
-        Run("ffn_joint", "ffn", "W_F, all layers jointly, random triggers",
+        Run(
+            "freeze_wk1_wk2",
+            "freezing",
+            f"W_O^2 alone until {until}",
+            simple,
+            fixed,
+            _sgd(scale, scale.steps, ((WK1, until), (WK2, until))),
+        ),
+        Run(
+            "freeze_wk1",
+            "freezing",
+            f"W_K^1 frozen until {until}",
+            simple,
+            fixed,
+            _sgd(scale, scale.steps, ((WK1, until),)),
+        ),
+        Run(
+            "freeze_wk2",
+            "freezing",
+            f"W_K^2 frozen until {until}",
+            simple,
+            fixed,
+            _sgd(scale, scale.steps, ((WK2, until),)),
+        ),
+        Run(
+            "freeze_wo2",
+            "freezing",
+            f"W_O^2 frozen until {until}",
+            simple,
+            fixed,
+            _sgd(scale, scale.steps, ((WO2, until),)),
+        ),
+        Run(
+            "ffn_joint",
+            "ffn",
+            "W_F, all layers jointly, random triggers",
             simplified_config(d_vocab=N_TOKENS, n_ctx=T, d_model=d, ffn=True),
             BirthConfig(seq_len=T, n_triggers=5, fixed_triggers=False, head_only_loss=False),
-            _sgd(scale, scale.full_steps)),
+            _sgd(scale, scale.full_steps),
+        ),
     ]
     data_variants = [
-        ("data_k1_fixed", "K=1, fixed", dict(n_triggers=1)),
-        ("data_k3_fixed", "K=3, fixed", dict(n_triggers=3)),
-        ("data_k5_random", "K=5, random", dict(fixed_triggers=False)),
-        ("data_k5_bigram", "K=5, fixed, bigram outputs", dict(outputs="bigram")),
-        ("data_k5_ood", "K=5, fixed, OOD outputs", dict(outputs="ood")),
+        ("data_k1_fixed", "K=1, fixed", {"n_triggers": 1}),
+        ("data_k3_fixed", "K=3, fixed", {"n_triggers": 3}),
+        ("data_k5_random", "K=5, random", {"fixed_triggers": False}),
+        ("data_k5_bigram", "K=5, fixed, bigram outputs", {"outputs": "bigram"}),
+        ("data_k5_ood", "K=5, fixed, OOD outputs", {"outputs": "ood"}),
     ]
     # K=5 fixed triggers with uniform outputs is the joint run of (a), "freeze_none".
     for name, label, change in data_variants:
@@ -122,10 +186,22 @@ def experiment_runs(scale: Scale) -> list[Run]:
     for layers in (1, 2):
         model = full_config(d_vocab=N_TOKENS, n_ctx=scale.depth_seq_len, d_model=d, n_layers=layers)
         for trig in ("fixed", "random"):
-            task = BirthConfig(seq_len=scale.depth_seq_len, n_triggers=5, fixed_triggers=trig == "fixed",
-                               head_only_loss=False)
-            runs.append(Run(f"depth_{layers}l_{trig}", "depth", f"{layers} layer(s), {trig} triggers", model, task,
-                            _sgd(scale, scale.full_steps)))
+            task = BirthConfig(
+                seq_len=scale.depth_seq_len,
+                n_triggers=5,
+                fixed_triggers=trig == "fixed",
+                head_only_loss=False,
+            )
+            runs.append(
+                Run(
+                    f"depth_{layers}l_{trig}",
+                    "depth",
+                    f"{layers} layer(s), {trig} triggers",
+                    model,
+                    task,
+                    _sgd(scale, scale.full_steps),
+                )
+            )
     return runs
 
 
@@ -138,8 +214,9 @@ def _cached(run: Run, run_dir: Path) -> bool:
     if not path.exists():
         return False
     ckpt = load_checkpoint(path)
-    return (ckpt.model_config == run.model and ckpt.task.config == run.task
-            and ckpt.train == run.train.to_dict())
+    return (
+        ckpt.model_config == run.model and ckpt.task.config == run.task and ckpt.train == run.train.to_dict()
+    )
 
 
 def run_experiment(run: Run, out_dir: Path, *, seed: int = 0, progress: bool = False) -> list[dict[str, Any]]:
@@ -149,8 +226,24 @@ def run_experiment(run: Run, out_dir: Path, *, seed: int = 0, progress: bool = F
     run = Run(run.name, run.group, run.label, run.model, run.task, cfg)
     if not _cached(run, run_dir):
         model = build_transformer(run.model, generator=torch.Generator().manual_seed(seed))
-        train(model, build_task("birth", run.task), cfg, model_config=run.model, out_dir=run_dir, progress=progress)
+        train(
+            model,
+            build_task("birth", run.task),
+            cfg,
+            model_config=run.model,
+            out_dir=run_dir,
+            progress=progress,
+        )
     return read_history(run_dir)
+
+
+@torch.no_grad()
+def shifted_accuracy(ckpt_path: Path, outputs: str, *, n: int = 256, seed: int = 0) -> float:
+    """Held-out in-context accuracy of a trained run on data whose outputs follow `outputs` instead of the
+    training distribution (the paper's Fig. 4, centre: bigram-trained models tested on uniform outputs)."""
+    ckpt = load_checkpoint(ckpt_path)
+    task = build_task("birth", ckpt.task.config.replace(outputs=outputs))
+    return task.evaluate(ckpt.model, generator=torch.Generator().manual_seed(seed), n=n)["eval_icl_acc"]
 
 
 def training_seconds(runs: list[Run], out_dir: Path) -> float:
@@ -166,7 +259,9 @@ def final(history: list[dict[str, Any]], key: str, window: int = 3) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def first_step(history: list[dict[str, Any]], key: str, threshold: float, *, below: bool = False) -> int | None:
+def first_step(
+    history: list[dict[str, Any]], key: str, threshold: float, *, below: bool = False
+) -> int | None:
     """First logged step at which `key` crosses `threshold` (upwards, or downwards with `below`)."""
     for rec in history:
         value = rec.get(key)

@@ -18,7 +18,6 @@ pass uses it. The attention probes read the actual attention maps on sequences i
 """
 
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
@@ -53,7 +52,9 @@ def wk1_recall(model: torch.nn.Module, n_positions: int | None = None) -> float:
 
 
 @torch.no_grad()
-def wf_kl(model: torch.nn.Module, tokens: Int[Tensor, " n"], bigram: Float[Tensor, "d_vocab d_vocab"]) -> float:
+def wf_kl(
+    model: torch.nn.Module, tokens: Int[Tensor, " n"], bigram: Float[Tensor, "d_vocab d_vocab"]
+) -> float:
     """Mean KL(pi_b(.|k) || softmax(w_E(k) W_F W_U)) over `tokens`, W_F the last layer's MLP (the toolkit's
     `ffn_bigram_probe`)."""
     return ffn_bigram_probe(model, len(model.blocks) - 1, bigram, tokens).extra["kl"]

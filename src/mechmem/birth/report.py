@@ -1,155 +1,22 @@
-"""Figures and the markdown report of the birth reproduction (`analyses/reproduce_birth.py`).
+"""The markdown report of the birth reproduction (`analyses/reproduce_birth.py`).
 
-Plot functions take metric histories (lists of `metrics.jsonl` records) and return matplotlib Figures; the
-report compares each statement of the paper with the number our runs give, computed by a fixed rule (no hand
-tuning), and says whether it holds.
+The report compares each statement of the paper with the number our runs give, computed by the rule written in
+the statement (no per-run tuning), and says whether it holds. Figures come from `mechmem.birth.plots`.
 """
 
-from pathlib import Path
+import math
 from typing import Any
 
-import torch
-
 from mechmem.birth.experiments import Run, Scale, at_step, final, first_step
-from mechmem.checkpoint import load_checkpoint
-from mechmem.cli import save_figure
-from mechmem.plotting import plt
 
 History = list[dict[str, Any]]
-PROBES = [("wo2_recall", "W_O^2 recall"), ("wk2_recall", "W_K^2 recall"), ("wk1_recall", "W_K^1 recall (all)"),
-          ("wk1_recall_64", "W_K^1 recall (first 64)")]
 
 
-def _curve(ax: Any, history: History, key: str, **kw: Any) -> None:
-    pts = [(r["step"], r[key]) for r in history if isinstance(r.get(key), float)]
-    if pts:
-        ax.plot(*zip(*pts), **kw)
-
-
-def plot_training(history: History, title: str) -> Any:
-    """Accuracies and memory probes of one run over training."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
-    for key, label in [("icl_acc", "in-context acc"), ("first_acc", "1st-occurrence acc"),
-                       ("attn0_prev", "layer-0 prev-token attention"), ("attn1_induction", "layer-1 induction attention")]:
-        _curve(left, history, key, label=label)
-    for key, label in PROBES:
-        _curve(right, history, key, label=label)
-    for ax, name in ((left, "accuracy"), (right, "memory recall")):
-        ax.set_xlabel("step")
-        ax.set_ylabel(name)
-        ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
-def plot_freezing(histories: dict[str, History], labels: dict[str, str], freeze_step: int) -> Any:
-    """Fig. 3 analogue: in-context accuracy and the three probes for each freezing schedule."""
-    keys = [("icl_acc", "in-context acc")] + PROBES
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.1 * len(keys), 3.0), sharey=True)
-    for name, history in histories.items():
-        for ax, (key, _) in zip(axes, keys):
-            _curve(ax, history, key, label=labels[name])
-    for ax, (_, title) in zip(axes, keys):
-        ax.axvline(freeze_step, color="grey", lw=0.8, ls=":")
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("step")
-    axes[0].legend(fontsize=6)
-    fig.tight_layout()
-    return fig
-
-
-def plot_ffn(history: History) -> Any:
-    """Fig. 4 analogue: losses, W_F KL to the bigram, accuracy and probes with every layer trained jointly."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
-    for key, label in [("global_loss", "global loss"), ("icl_loss", "in-context loss"), ("wf_kl", "W_F KL to pi_b")]:
-        _curve(left, history, key, label=label)
-    left.set_ylabel("loss / KL")
-    for key, label in [("icl_acc", "in-context acc")] + PROBES[:3]:
-        _curve(right, history, key, label=label)
-    right.set_ylim(-0.02, 1.02)
-    for ax in (left, right):
-        ax.set_xlabel("step")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def plot_final_bars(rows: list[tuple[str, float]], title: str) -> Any:
-    """Horizontal bars of a final metric per run."""
-    fig, ax = plt.subplots(figsize=(6, 0.45 * len(rows) + 1))
-    ax.barh([r[0] for r in rows][::-1], [r[1] for r in rows][::-1], color="tab:blue")
-    for i, (_, v) in enumerate(rows[::-1]):
-        ax.text(min(v, 0.98), i, f"{v:.2f}", va="center", ha="right", color="white", fontsize=8)
-    ax.set_xlim(0, 1)
-    ax.set_xlabel(title)
-    fig.tight_layout()
-    return fig
-
-
-def plot_attention(model: torch.nn.Module, task: Any, *, n_pos: int = 48, seed: int = 0) -> Any:
-    """Attention maps of both layers on one fresh sequence; trigger positions are marked on the axes."""
-    batch = task.eval_batch(1, generator=torch.Generator().manual_seed(seed))
-    n_pos = min(n_pos, batch.tokens.shape[1])
-    tokens = batch.tokens[:, :n_pos]
-    names = [f"blocks.{i}.attn.hook_pattern" for i in range(len(model.blocks))]
-    with torch.no_grad():
-        _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
-    chars = [task.stats.chars[int(t)].replace("\n", "\\n").replace(" ", "_") for t in tokens[0]]
-    counter = batch.info["counter"][0, :n_pos]
-    fig, axes = plt.subplots(1, len(names), figsize=(6.2 * len(names), 6))
-    for layer, (ax, name) in enumerate(zip(axes, names)):
-        ax.imshow(cache[name][0, 0].cpu(), cmap="Blues", vmin=0, vmax=1)
-        ax.set_xticks(range(n_pos), chars, fontsize=6)
-        ax.set_yticks(range(n_pos), chars, fontsize=6)
-        for i, c in enumerate(counter.tolist()):
-            if c:
-                for lab in (ax.get_xticklabels()[i], ax.get_yticklabels()[i]):
-                    lab.set_color("red" if c == 1 else "darkred")
-                    lab.set_fontweight("bold")
-        ax.set_title(f"layer {layer} attention (query rows, key columns; triggers in red)", fontsize=9)
-    fig.tight_layout()
-    return fig
-
-
-def make_figures(
-    runs: list[Run], h: dict[str, History], scale: Scale, *, run_dir: Path, fig_dir: Path, seed: int = 0,
-    attention_ckpt: Path | None = None,
-) -> dict[str, str]:
-    """Save every figure the finished runs allow under `fig_dir`; returns {file name: caption}. Attention maps
-    come from `attention_ckpt` when given (the `quick` preset run), else from the joint run of (a)."""
-    figs: dict[str, str] = {}
-
-    def add(key: str, caption: str, fig: Any) -> None:
-        save_figure(fig, fig_dir / key)
-        figs[key] = caption
-
-    labels = {r.name: r.label for r in runs}
-    if "freeze_none" in h:
-        add("birth_training.png", "Simplified model, all trained jointly: accuracy and memory probes",
-            plot_training(h["freeze_none"], "K=5 fixed triggers, head-only loss"))
-        source = attention_ckpt or run_dir / "freeze_none" / "ckpt.pt"
-        ckpt = load_checkpoint(source)
-        add("birth_attention.png", f"Attention maps of the trained simplified model `{source}` (layer 0: previous "
-            "token; layer 1: induction)", plot_attention(ckpt.model, ckpt.task, seed=seed))
-        freezing = {r.name: h[r.name] for r in runs if r.group == "freezing" and r.name in h}
-        add("birth_freezing.png", f"(a) Freezing until step {scale.freeze_step} (paper Fig. 3)",
-            plot_freezing(freezing, labels, scale.freeze_step))
-    if "ffn_joint" in h:
-        add("birth_ffn.png", "(b) Joint training with W_F (paper Fig. 4)", plot_ffn(h["ffn_joint"]))
-    for group, caption in (("data", "(c) Data: held-out in-context accuracy"),
-                           ("depth", "(d) Full model, 1 vs 2 layers: held-out in-context accuracy")):
-        rows = [(r.label, final(h[r.name], "eval_icl_acc")) for r in runs if r.group == group and r.name in h]
-        if group == "data" and rows and "freeze_none" in h:
-            rows.insert(0, ("K=5, fixed (joint run of (a))", final(h["freeze_none"], "eval_icl_acc")))
-        if rows:
-            add(f"birth_{group}.png", caption, plot_final_bars(rows, "held-out in-context accuracy"))
-    return figs
-
-
-def statements(h: dict[str, History], scale: Scale) -> list[tuple[str, str, bool | None]]:
-    """(paper statement, our number, holds?) for every claim the runs can check."""
+def statements(
+    h: dict[str, History], scale: Scale, shifted: dict[str, float] | None = None
+) -> list[tuple[str, str, bool | None]]:
+    """(paper statement, our number, holds?) for every claim the runs can check. `shifted` holds the held-out
+    accuracy of the uniform-output run on bigram outputs ("uniform_on_bigram") and the reverse."""
     fs = scale.freeze_step
     out: list[tuple[str, str, bool | None]] = []
 
@@ -165,37 +32,90 @@ def statements(h: dict[str, History], scale: Scale) -> list[tuple[str, str, bool
     if "depth_1l_fixed" in h and "depth_1l_random" in h:
         a, b = acc("depth_1l_fixed"), acc("depth_1l_random")
         two = min(acc("depth_2l_fixed"), acc("depth_2l_random"))
-        out.append(("1-layer transformer: about 55%, well below 2 layers",
-                    f"fixed {a:.3f}, random {b:.3f}", max(a, b) < two - 0.1))
+        out.append(
+            (
+                "1-layer transformer: about 55%, well below 2 layers",
+                f"fixed {a:.3f}, random {b:.3f}",
+                max(a, b) < two - 0.1,
+            )
+        )
     if "freeze_wk1_wk2" in h and "freeze_none" in h:
         v, joint = at_step(h["freeze_wk1_wk2"], "wo2_recall", fs), at_step(h["freeze_none"], "wo2_recall", fs)
-        out.append((f"W_O^2 learns its associations alone, with W_K^1, W_K^2 at random init (recall at step {fs}: "
+        out.append(
+            (
+                (
+                    f"W_O^2 learns its associations alone, with W_K^1, W_K^2 at random init (recall at step {fs}: "
                     "W_O^2 alone vs joint; chance 1/N; holds if at least half the joint value and 10x chance; rule "
-                    "set after seeing the first quick runs)",
-                    f"{v:.3f} vs {joint:.3f}", v >= 0.5 * joint and v >= 10 / 65))
+                    "set after seeing the first quick runs)"
+                ),
+                f"{v:.3f} vs {joint:.3f}",
+                v >= 0.5 * joint and v >= 10 / 65,
+            )
+        )
     if "freeze_wo2" in h and "freeze_none" in h:
         a, b = at_step(h["freeze_wo2"], "icl_acc", fs), at_step(h["freeze_none"], "icl_acc", fs)
-        out.append((f"key-query matrices learn nothing useful until W_O^2 has learned (in-context acc at step {fs}: "
-                    "W_O^2 frozen vs joint; holds if below half)", f"{a:.3f} vs {b:.3f}", a < 0.5 * b))
+        out.append(
+            (
+                (
+                    f"key-query matrices learn nothing useful until W_O^2 has learned (in-context acc at step {fs}: "
+                    "W_O^2 frozen vs joint; holds if below half)"
+                ),
+                f"{a:.3f} vs {b:.3f}",
+                a < 0.5 * b,
+            )
+        )
     if "freeze_wk1" in h and "freeze_wk2" in h:
         a, b = at_step(h["freeze_wk1"], "wk2_recall", fs), at_step(h["freeze_wk2"], "wk1_recall_64", fs)
-        out.append((f"W_K^2 is easier to learn with W_K^1 frozen than the reverse (at step {fs}: W_K^2 recall with "
+        out.append(
+            (
+                (
+                    f"W_K^2 is easier to learn with W_K^1 frozen than the reverse (at step {fs}: W_K^2 recall with "
                     "W_K^1 frozen vs W_K^1 recall, first 64, with W_K^2 frozen; chance 1/K vs 1/64; rule set after "
-                    "seeing the first quick runs, which first compared in-context accuracy)",
-                    f"{a:.3f} vs {b:.3f}", a > b))
+                    "seeing the first quick runs, which first compared in-context accuracy)"
+                ),
+                f"{a:.3f} vs {b:.3f}",
+                a > b,
+            )
+        )
     if "freeze_none" in h:
         early = first_step(h["freeze_none"], "wk1_recall_64", 0.5)
         late = first_step(h["freeze_none"], "wk1_recall", 0.5)
-        out.append(("W_K^1 fits early positions before late ones (first step with recall >= 0.5: first 64 vs all)",
-                    f"{early} vs {late}", early is not None and (late is None or early < late)))
+        out.append(
+            (
+                "W_K^1 fits early positions before late ones (first step with recall >= 0.5: first 64 vs all)",
+                f"{early} vs {late}",
+                early is not None and (late is None or early < late),
+            )
+        )
+    if shifted and "freeze_none" in h and "data_k5_bigram" in h:
+        bb, bu = final(h["data_k5_bigram"], "eval_icl_acc"), shifted["bigram_on_uniform"]
+        uu, ub = final(h["freeze_none"], "eval_icl_acc"), shifted["uniform_on_bigram"]
+        out.append(
+            (
+                (
+                    "training on bigram outputs reduces in-context accuracy on out-of-distribution (uniform) outputs, "
+                    "while uniform training does well on both (held-out acc; holds if the bigram-trained model loses "
+                    "> 0.05 on uniform outputs and the uniform-trained one loses < 0.05 on bigram outputs)"
+                ),
+                f"bigram-trained {bb:.3f} -> {bu:.3f}; uniform-trained {uu:.3f} -> {ub:.3f}",
+                bu < bb - 0.05 and ub > uu - 0.05,
+            )
+        )
     if "ffn_joint" in h:
         hist = h["ffn_joint"]
         g0, g1 = at_step(hist, "global_loss", 0), final(hist, "global_loss")
         t_global = first_step(hist, "global_loss", g1 + 0.1 * (g0 - g1), below=True)
         t_icl = first_step(hist, "icl_acc", 0.9 * final(hist, "icl_acc"))
-        out.append(("trained jointly, the global bigram is learned before the induction head (step of 90% of the "
-                    "global-loss drop vs step of 90% of final in-context acc)", f"{t_global} vs {t_icl}",
-                    t_global is not None and t_icl is not None and t_global < t_icl))
+        out.append(
+            (
+                (
+                    "trained jointly, the global bigram is learned before the induction head (step of 90% of the "
+                    "global-loss drop vs step of 90% of final in-context acc)"
+                ),
+                f"{t_global} vs {t_icl}",
+                t_global is not None and t_icl is not None and t_global < t_icl,
+            )
+        )
     return out
 
 
@@ -240,36 +160,83 @@ plots here; each figure below is the same measurement on our runs.
 
 def heads_lines(scores: dict[str, Any], command: str) -> list[str]:
     """Head-detection scores (`analyses/detect_heads.py` JSON) of the preset run, one row per layer."""
-    lines = [f"Head detection (`{command}`), mean attention on each pattern's keys, on repeated random "
-             "sequences / on task data:", "", "| layer | previous-token | induction |", "|---|---|---|"]
-    for layer, (prev, prev_task, ind, ind_task) in enumerate(zip(
-            scores["scores"]["previous_token"], scores["task_scores"]["previous_token"],
-            scores["scores"]["induction"], scores["task_scores"]["induction"])):
+    lines = [
+        (
+            f"Head detection (`{command}`), mean attention on each pattern's keys, on repeated random "
+            "sequences / on task data:"
+        ),
+        "",
+        "| layer | previous-token | induction |",
+        "|---|---|---|",
+    ]
+    for layer, (prev, prev_task, ind, ind_task) in enumerate(
+        zip(
+            scores["scores"]["previous_token"],
+            scores["task_scores"]["previous_token"],
+            scores["scores"]["induction"],
+            scores["task_scores"]["induction"],
+        )
+    ):
         lines.append(f"| {layer} | {prev[0]:.3f} / {prev_task[0]:.3f} | {ind[0]:.3f} / {ind_task[0]:.3f} |")
-    lines += ["", "With fixed triggers the induction head fires only on the trained triggers (the paper's Fig. 2), "
-              "so its score is high on task data and low on repeated random tokens.", ""]
+    lines += [
+        "",
+        (
+            "With fixed triggers the induction head fires only on the trained triggers (the paper's Fig. 2), "
+            "so its score is high on task data and low on repeated random tokens."
+        ),
+        "",
+    ]
     return lines
 
 
 def preset_section(history: History, source: str) -> list[str]:
     """The `quick` preset run against the issue's done-when thresholds."""
-    rows = [("in-context accuracy (train batch)", "icl_acc", 0.98), ("held-out in-context accuracy", "eval_icl_acc",
-            None), ("W_O^2 recall", "wo2_recall", 0.95), ("W_K^2 recall", "wk2_recall", 0.95),
-            ("W_K^1 recall, all positions", "wk1_recall", None), ("W_K^1 recall, first 64", "wk1_recall_64", 0.8)]
-    lines = ["## The `quick` preset", "", f"`{source}`: simplified model, d=128, T=128, batch 64, SGD lr 0.2, K=5 "
-             "fixed triggers, frozen embeddings and unembedding, 1,500 steps. The authors' code at these sizes "
-             "reached in-context accuracy 0.99, W_O^2 and W_K^2 recall 1.0, W_K^1 recall 0.59 (all) / 0.89 "
-             "(first 64). Values are means of the last 3 logged batches.", "", "| metric | ours | needed |",
-             "|---|---|---|"]
+    rows = [
+        ("in-context accuracy (train batch)", "icl_acc", 0.98),
+        ("held-out in-context accuracy", "eval_icl_acc", None),
+        ("W_O^2 recall", "wo2_recall", 0.95),
+        ("W_K^2 recall", "wk2_recall", 0.95),
+        ("W_K^1 recall, all positions", "wk1_recall", None),
+        ("W_K^1 recall, first 64", "wk1_recall_64", 0.8),
+    ]
+    lines = [
+        "## The `quick` preset",
+        "",
+        (
+            f"`{source}`: simplified model, d=128, T=128, batch 64, SGD lr 0.2, K=5 "
+            "fixed triggers, frozen embeddings and unembedding, 1,500 steps. The authors' code at these sizes "
+            "reached in-context accuracy 0.99, W_O^2 and W_K^2 recall 1.0, W_K^1 recall 0.59 (all) / 0.89 "
+            "(first 64). Values are means of the last 3 logged batches."
+        ),
+        "",
+        "| metric | ours | needed |",
+        "|---|---|---|",
+    ]
     for label, key, need in rows:
         lines.append(f"| {label} | {final(history, key):.3f} | {'>= ' + str(need) if need else '-'} |")
     return lines + [""]
 
 
+def _formatter(history: History) -> Any:
+    def fmt(key: str) -> str:
+        value = final(history, key)
+        return "-" if math.isnan(value) else f"{value:.3f}"
+
+    return fmt
+
+
 def markdown(
-    runs: list[Run], h: dict[str, History], scale: Scale, *, command: str, figures: dict[str, str],
-    wall_s: float, preset: tuple[History, str] | None = None, heads: tuple[dict[str, Any], str] | None = None,
+    runs: list[Run],
+    h: dict[str, History],
+    scale: Scale,
+    *,
+    command: str,
+    figures: dict[str, str],
+    wall_s: float,
+    preset: tuple[History, str] | None = None,
+    heads: tuple[dict[str, Any], str] | None = None,
     speed: tuple[float, float] | None = None,
+    shifted: dict[str, float] | None = None,
 ) -> str:
     """The reproduction document."""
     by_group: dict[str, list[Run]] = {}
@@ -282,17 +249,19 @@ def markdown(
         "",
         f"Command: `{command}` ({wall_s / 60:.1f} min of training in all, on a shared 2-core CPU).",
         "",
-        f"Scale: d={scale.d_model}, T={scale.seq_len}, batch {scale.batch_size}, SGD lr {scale.lr} (momentum 0.9, "
-        f"weight decay 1e-4), {scale.steps} steps (simplified model) / {scale.full_steps} (full model and W_F), "
-        f"freezing until step {scale.freeze_step}; metrics on each fresh training batch before the step, "
-        f"held-out metrics (`eval_*`) on {scale.eval_samples} sequences.",
+        (
+            f"Scale: d={scale.d_model}, T={scale.seq_len}, batch {scale.batch_size}, SGD lr {scale.lr} (momentum 0.9, "
+            f"weight decay 1e-4), {scale.steps} steps (simplified model) / {scale.full_steps} (full model and W_F), "
+            f"freezing until step {scale.freeze_step}; metrics on each fresh training batch before the step, "
+            f"held-out metrics (`eval_*`) on {scale.eval_samples} sequences."
+        ),
         "",
         "## The paper's statements side by side",
         "",
         "| paper | ours | holds |",
         "|---|---|---|",
     ]
-    for claim, ours, ok in statements(h, scale):
+    for claim, ours, ok in statements(h, scale, shifted):
         lines.append(f"| {claim} | {ours} | {'yes' if ok else 'no' if ok is not None else '-'} |")
     lines += [""]
     if preset is not None:
@@ -301,24 +270,37 @@ def markdown(
         lines += heads_lines(*heads)
     if speed is not None:
         fast, slow = speed
-        lines += ["## Data generation speed", "", "`python benchmarks/birth_data.py` (T=256, K=5 random triggers, "
-                  "batch 512, one thread; measured during this report): vectorised sampler "
-                  f"{fast:.0f} sequences/s, per-token loop written like the authors' generator {slow:.0f} "
-                  f"sequences/s, **{fast / slow:.0f}x** (goal >= 50x).", ""]
-    lines += [PAPER_SETUP, "## Runs", "", "| run | experiment | in-context acc (train batch) | held-out | W_O^2 | W_K^2 | "
-              "W_K^1 all / 64 | W_F KL |", "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "## Data generation speed",
+            "",
+            (
+                "`python benchmarks/birth_data.py` (T=256, K=5 random triggers, "
+                "batch 512, one thread; measured during this report): vectorised sampler "
+                f"{fast:.0f} sequences/s, per-token loop written like the authors' generator {slow:.0f} "
+                f"sequences/s, **{fast / slow:.0f}x** (goal >= 50x)."
+            ),
+            "",
+        ]
+    lines += [
+        PAPER_SETUP,
+        "## Runs",
+        "",
+        (
+            "| run | experiment | in-context acc (train batch) | held-out | W_O^2 | W_K^2 | "
+            "W_K^1 all / 64 | W_F KL |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for run in runs:
         if run.name not in h:
             continue
-        r = h[run.name]
-
-        def f(key: str) -> str:
-            v = final(r, key)
-            return "-" if v != v else f"{v:.3f}"
+        f = _formatter(h[run.name])
 
         held = f("eval_icl_acc") + (f" (OOD {f('eval_ood_icl_acc')})" if run.task.outputs == "ood" else "")
-        lines.append(f"| {run.label} | {run.group} | {f('icl_acc')} | {held} | {f('wo2_recall')} | "
-                     f"{f('wk2_recall')} | {f('wk1_recall')} / {f('wk1_recall_64')} | {f('wf_kl')} |")
+        lines.append(
+            f"| {run.label} | {run.group} | {f('icl_acc')} | {held} | {f('wo2_recall')} | "
+            f"{f('wk2_recall')} | {f('wk1_recall')} / {f('wk1_recall_64')} | {f('wf_kl')} |"
+        )
     lines += [""]
     for key, caption in figures.items():
         lines += [f"### {caption}", "", f"![{caption}](figures/{key})", ""]

@@ -13,6 +13,7 @@ the attention-map probes.
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -72,7 +73,7 @@ class BirthTask(Task):
 
     name = "birth"
     config_cls = BirthConfig
-    presets: dict[str, Preset] = {}
+    presets: ClassVar[dict[str, Preset]] = {}
 
     @cached_property
     def stats(self) -> CorpusStats:
@@ -149,7 +150,9 @@ class BirthTask(Task):
         return {**self.batch_metrics(logits, batch), **self.probes(model)}
 
     @torch.no_grad()
-    def evaluate(self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 2048) -> dict[str, float]:
+    def evaluate(
+        self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 2048
+    ) -> dict[str, float]:
         device = next(model.parameters()).device
         batch = self.eval_batch(n, generator=generator).to(device)
         names = [f"blocks.{i}.attn.hook_pattern" for i in range(len(model.blocks))]
