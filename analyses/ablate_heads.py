@@ -55,23 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     result.info.update({"task": ckpt.task_name, "n_samples": args.n_samples, "seed": args.seed})
 
     print(f"{args.metric} baseline {result.baseline:.4f}; delta after ablation (layer x head):")
-    n_heads = result.heads.shape[2]
     for i, method in enumerate(result.methods):
-        rows = []
-        for layer in range(result.heads.shape[1]):
-            row = [
-                layer,
-                *(result.heads[i, layer] - result.baseline).tolist(),
-                float(result.attn_layers[i, layer]) - result.baseline,
-            ]
-            if result.mlp_layers is not None:
-                row.append(float(result.mlp_layers[i, layer]) - result.baseline)
-            rows.append(row)
-        headers = ["layer", *(f"H{h}" for h in range(n_heads)), "attn"] + (
-            ["mlp"] if result.mlp_layers is not None else []
-        )
         print(f"\n{method} ablation")
-        print_table(rows, headers)
+        print_table(*result.delta_table(i))
     write_json(out / "ablate_heads.json", result.to_dict())
     save_figure(plot_ablation(result), out / "ablate_heads.png")
     print(f"\nwrote {out / 'ablate_heads.json'} and {out / 'ablate_heads.png'}")

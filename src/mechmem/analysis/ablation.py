@@ -83,6 +83,18 @@ class AblationResult:
             "delta": v - self.baseline,
         }
 
+    def delta_table(self, method: int) -> tuple[list[list[Any]], list[str]]:
+        """(rows, headers) of a layer x head table of deltas for `methods[method]`, plus attn and mlp columns."""
+        rows = []
+        for layer in range(self.heads.shape[1]):
+            row = [layer, *(self.heads[method, layer] - self.baseline).tolist()]
+            row.append(float(self.attn_layers[method, layer]) - self.baseline)
+            if self.mlp_layers is not None:
+                row.append(float(self.mlp_layers[method, layer]) - self.baseline)
+            rows.append(row)
+        headers = ["layer", *(f"H{h}" for h in range(self.heads.shape[2])), "attn"]
+        return rows, headers + (["mlp"] if self.mlp_layers is not None else [])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "metric": self.metric_name,
@@ -136,7 +148,9 @@ def ablation_values(
         raise ValueError(f"unknown ablation method {method!r} ({', '.join(METHODS)})")
     reference = tokens if reference is None else reference
     if reference.shape[1] != tokens.shape[1]:
-        raise ValueError(f"reference sequences have length {reference.shape[1]}, the inputs {tokens.shape[1]}")
+        raise ValueError(
+            f"reference sequences have length {reference.shape[1]}, the inputs {tokens.shape[1]}"
+        )
     _, cache = model.run_with_cache(
         reference.to(model.cfg.device), names_filter=lambda n: n.endswith(("attn.hook_z", "hook_mlp_out"))
     )
