@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from mechmem.birth.experiments import Run, Scale, final
+from mechmem.birth.experiments import Run, Scale, final, read_history
 from mechmem.checkpoint import load_checkpoint
 from mechmem.cli import save_figure
 from mechmem.plotting import plt
@@ -143,6 +143,13 @@ def make_figures(
         figs[key] = caption
 
     labels = {r.name: r.label for r in runs}
+    if attention_ckpt is not None and (attention_ckpt.parent / "metrics.jsonl").exists():
+        history = read_history(attention_ckpt.parent)
+        add(
+            "birth_preset_training.png",
+            f"The `quick` preset run (`{attention_ckpt.parent}`, d=128, T=128, batch 64): accuracy and probes",
+            plot_training(history, "quick preset: K=5 fixed triggers, head-only loss"),
+        )
     if "freeze_none" in h:
         add(
             "birth_training.png",
