@@ -230,19 +230,22 @@ def attention_rows(model: Any, tokens: Int[Tensor, "batch pos"], layer: int = 0)
 @torch.no_grad()
 def circuit_attention(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator) -> dict[str, Any]:
     """Per layer and head: previous-token score (mean attention of each y onto the x just before it) and, at the
-    last x of repeat sequences, the attention on the matching x and on the y that followed it (induction route)."""
+    last x of repeat sequences, the attention on the matching x, on the y that followed it (induction route) and
+    on each other earlier y (mean per y)."""
     g = last_step_groups(task, n, generator=generator)
     tokens = g["tokens"][g["repeat"]]
     names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.cfg.n_layers)]
     _, cache = model.run_with_cache(tokens, names_filter=lambda x: x in names)
-    out: dict[str, Any] = {"previous_token": [], "match": [], "bound": []}
+    out: dict[str, Any] = {"previous_token": [], "match": [], "bound": [], "other_y_each": []}
+    n_other = task.config.vocab_size - 2  # earlier y's besides the bound one
     y_pos = torch.arange(1, tokens.shape[1], 2)
     for name in names:
         pattern = cache[name]  # [batch head query key]
         out["previous_token"].append(pattern[:, :, y_pos, y_pos - 1].mean((0, 2)).tolist())
         last = pattern[:, :, -1]  # [batch head key]
-        for key in ("match", "bound"):
-            out[key].append((last * g[key][g["repeat"]][:, None].float()).sum(-1).mean(0).tolist())
+        for key in ("match", "bound", "other_y"):
+            mass = (last * g[key][g["repeat"]][:, None].float()).sum(-1).mean(0)
+            out[key if key != "other_y" else "other_y_each"].append((mass / (n_other if key == "other_y" else 1)).tolist())
     return out
 
 

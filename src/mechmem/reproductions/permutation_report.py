@@ -393,7 +393,9 @@ def _scale_section(res: dict[str, Any], rel: str) -> list[str]:
                 f"V={run['vocab_size']}: layer 0 head {prev0} puts {ca['previous_token'][0][prev0]:.2f} of each y's "
                 f"attention on the x just before it; at a repeated last x, layer {last} head {ind} puts "
                 f"{ca['bound'][last][ind]:.2f} on the y that followed the matching x "
-                f"({ca['match'][last][ind]:.2f} on the matching x itself).")
+                f"({ca['match'][last][ind]:.2f} on the matching x itself); the layer {last} heads put "
+                f"{', '.join(f'{b:.3f}' for b in ca['bound'][last])} on that y against "
+                f"{', '.join(f'{o:.3f}' for o in ca['other_y_each'][last])} on each other earlier y.")
         steps = run["history"][-1]["step"] if run["history"] else "-"
         rows.append([f"`{run['preset']}`", run["vocab_size"], f"d={m['d_model']}, {m['n_heads']} heads, "
                      f"{m['n_layers']} layers", steps, run["losses"]["test"], run["losses"]["bayes_test"],
@@ -413,7 +415,9 @@ def _scale_section(res: dict[str, Any], rel: str) -> list[str]:
         "Does the 2-layer model take the induction route? Attention on repeat test sequences: " + " ".join(circuits)
         + " A previous-token head followed by a head that reads the y after the matching x would be the induction "
         "circuit: values near 1 would mean that route carries the recall, values near 1/(2V-1) (uniform) that it "
-        "does not.", "",
+        "does not. A bound y that gets less attention than the other earlier y's means the opposite: the later "
+        "heads eliminate every used y except the one bound to the repeated x (an elimination that spares the "
+        "recalled answer), presumably by reading the previous-token head's copy of each x at its y (not tested here).", "",
         _table(["preset", "V", "model", "steps", "test loss", "Bayes loss", "elim. floor", "final acc elim.",
                 "final acc memo.", "mean MAE", "probe p(recall)", "probe p(elim.)"], rows), "",
         f"![scale]({rel}/permutation_scale.png)", "",
