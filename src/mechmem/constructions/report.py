@@ -67,6 +67,7 @@ def histogram_figure(rows: dict[str, dict[str, torch.Tensor]]):
             ax.set_title(f"{name}: {col}", fontsize=9)
             if col == "activation":
                 ax.set_yscale("log")
+                ax.set_title(f"{name}: activation ({float((values == 0).float().mean()):.0%} zero)", fontsize=9)
     fig.tight_layout()
     return fig
 
