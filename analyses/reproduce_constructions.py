@@ -24,13 +24,27 @@ from mechmem.errors import MechmemError
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small grids, d = 8 and 16 only (minutes on 2 cores)")
-    parser.add_argument("--ds", type=int, nargs="+", default=None, help="model sizes d (n_in = 2d, d_mlp = n_out = d)")
-    parser.add_argument("--modes", nargs="+", default=list(EVALUATORS), help=f"modes among {', '.join(EVALUATORS)}")
-    parser.add_argument("--precision", type=int, default=None, help="binary-search precision in facts (default 8, quick 16)")
-    parser.add_argument("--reuse", action="store_true", help="load earlier capacities; recompute only --modes at --ds")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="report path (default docs/reproductions/constructions.md, or constructions_quick.md)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small grids, d = 8 and 16 only (minutes on 2 cores)"
+    )
+    parser.add_argument(
+        "--ds", type=int, nargs="+", default=None, help="model sizes d (n_in = 2d, d_mlp = n_out = d)"
+    )
+    parser.add_argument(
+        "--modes", nargs="+", default=list(EVALUATORS), help=f"modes among {', '.join(EVALUATORS)}"
+    )
+    parser.add_argument(
+        "--precision", type=int, default=None, help="binary-search precision in facts (default 8, quick 16)"
+    )
+    parser.add_argument(
+        "--reuse", action="store_true", help="load earlier capacities; recompute only --modes at --ds"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="report path (default docs/reproductions/constructions.md, or constructions_quick.md)",
+    )
     parser.add_argument("--spot-d", type=int, default=0, help="size d for single trained spot checks")
     parser.add_argument("--spot-n", type=int, nargs="*", default=[], help="fact counts to train at --spot-d")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -42,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise MechmemError(f"unknown mode(s) {', '.join(unknown)} (known: {', '.join(EVALUATORS)})")
     torch.set_num_threads(args.threads)
-    command = "python analyses/reproduce_constructions.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "python analyses/reproduce_constructions.py " + shlex.join(
+        sys.argv[1:] if argv is None else argv
+    )
     out = args.out or Path(f"docs/reproductions/constructions{'_quick' if args.quick else ''}.md")
     path = run_reproduction(
         out,

@@ -54,7 +54,9 @@ def test_model_forward_matches_naive_loop_and_hooks():
     for m in range(3):
         torch.testing.assert_close(logits[m], naive_logits(model.E1[m], model.E2[m], model.U[m], inputs))
     assert set(cache.keys()) == {"hook_embed1", "hook_embed2", "mlp.hook_pre", "mlp.hook_post", "hook_logits"}
-    torch.testing.assert_close(cache["mlp.hook_post"], torch.relu(cache["hook_embed1"] + cache["hook_embed2"]))
+    torch.testing.assert_close(
+        cache["mlp.hook_post"], torch.relu(cache["hook_embed1"] + cache["hook_embed2"])
+    )
     assert all(not hp.fwd_hooks for hp in model.hook_dict.values())
 
 
@@ -62,9 +64,16 @@ def test_checkpoint_round_trip(tmp_path):
     cfg = ChallengeConfig(n_in=8, d_mlp=9, n_out=8, output_bias=True)
     inputs, labels = generate_facts(64, 8, 8)
     E1, E2, U, _ = appendix_a(inputs, labels, 8, 8)
-    model = ChallengeMLP(cfg).set_weights(E1[None, :, :9], E2[None, :, :9], U[None, :9], torch.arange(8.0)[None])
-    path = save_checkpoint(tmp_path / "ckpt.pt", model=model, model_config=cfg, task_name="facts",
-                           task_config={"n_facts": 64, "n_in": 8, "n_out": 8, "seed": 42})
+    model = ChallengeMLP(cfg).set_weights(
+        E1[None, :, :9], E2[None, :, :9], U[None, :9], torch.arange(8.0)[None]
+    )
+    path = save_checkpoint(
+        tmp_path / "ckpt.pt",
+        model=model,
+        model_config=cfg,
+        task_name="facts",
+        task_config={"n_facts": 64, "n_in": 8, "n_out": 8, "seed": 42},
+    )
     ckpt = load_checkpoint(path)
     assert ckpt.model_config == cfg and isinstance(ckpt.model, ChallengeMLP)
     torch.testing.assert_close(ckpt.model(inputs), model(inputs))
@@ -80,8 +89,17 @@ def test_bad_config_and_input_raise():
 # ----------------------------------------------------------------------------- published construction
 
 
-@pytest.mark.parametrize("d_mlp,n_out,s,strict", [(16, 16, 3, True), (16, 16, 4, True), (8, 8, 2, True),
-                                                   (32, 32, 5, False), (16, 16, 7, False), (8, 8, 8, False)])
+@pytest.mark.parametrize(
+    "d_mlp,n_out,s,strict",
+    [
+        (16, 16, 3, True),
+        (16, 16, 4, True),
+        (8, 8, 2, True),
+        (32, 32, 5, False),
+        (16, 16, 7, False),
+        (8, 8, 8, False),
+    ],
+)
 def test_assignment_invariants(d_mlp, n_out, s, strict):
     conn = assign_neurons(d_mlp, n_out, s, generator=torch.Generator().manual_seed(0))
     assert conn.shape == (d_mlp, n_out)
@@ -97,7 +115,9 @@ def test_assignment_invariants(d_mlp, n_out, s, strict):
 def test_published_embedding_rule():
     """Guard neurons are silent on their labels' facts, so the true logit is exactly 0 and all logits <= 0."""
     inputs, labels = generate_facts(96, 32, 16)
-    E1, E2, U = published_construction(inputs, labels, 32, 16, 16, 3, 0.2, generator=torch.Generator().manual_seed(0))
+    E1, E2, U = published_construction(
+        inputs, labels, 32, 16, 16, 3, 0.2, generator=torch.Generator().manual_seed(0)
+    )
     assert set(E1.unique().tolist()) <= {-1.0, 0.0, 1.0} and set(E2.unique().tolist()) <= {-1.0, 0.0, 1.0}
     assert set(U.unique().tolist()) == {-2.0, 0.0} and ((U == -2).sum(0) == 3).all()
     logits = hidden_activations(E1[None], E2[None], inputs)[0] @ U
@@ -121,8 +141,10 @@ def test_published_top_fraction_counts():
 
 def test_stacked_accuracy_matches_naive_loop():
     inputs, labels = generate_facts(80, 32, 16)
-    built = [published_construction(inputs, labels, 32, 16, 16, s, 0.1, generator=torch.Generator().manual_seed(s))
-             for s in (2, 3)]
+    built = [
+        published_construction(inputs, labels, 32, 16, 16, s, 0.1, generator=torch.Generator().manual_seed(s))
+        for s in (2, 3)
+    ]
     E1, E2, U = (torch.stack(t) for t in zip(*built))
     fast = stacked_accuracy(hidden_activations(E1, E2, inputs) @ U, labels)
     for m in range(2):
@@ -160,8 +182,9 @@ def test_keyvalue_exact_below_rank_limit():
     d = 16
     inputs, labels = generate_facts(200, 2 * d, d)
     assert int(torch.bincount(inputs[:, 1]).max()) <= d - 3
-    E1, E2, U = keyvalue_construction(inputs, labels, 2 * d, d, d, 7, generator=torch.Generator().manual_seed(0),
-                                      transpose=False)
+    E1, E2, U = keyvalue_construction(
+        inputs, labels, 2 * d, d, d, 7, generator=torch.Generator().manual_seed(0), transpose=False
+    )
     h = hidden_activations(E1[None], E2[None], inputs)[0]
     assert stacked_accuracy((h @ U)[None], labels).item() == 1.0
     # Each fact opens exactly its first token's key (7 selectors) plus the always-on neuron.
@@ -174,8 +197,9 @@ def test_keyvalue_exact_below_rank_limit():
 def test_keyvalue_transpose_matches_naive():
     d = 8
     inputs, labels = generate_facts(60, 2 * d, d)
-    E1, E2, U = keyvalue_construction(inputs, labels, 2 * d, d, d, 3, generator=torch.Generator().manual_seed(1),
-                                      transpose=True)
+    E1, E2, U = keyvalue_construction(
+        inputs, labels, 2 * d, d, d, 3, generator=torch.Generator().manual_seed(1), transpose=True
+    )
     fast = stacked_accuracy(hidden_activations(E1[None], E2[None], inputs) @ U, labels).item()
     assert fast == pytest.approx(naive_accuracy(E1, E2, U, inputs, labels))
 
@@ -190,7 +214,9 @@ def test_stacked_training_equals_separate_runs():
     model = ChallengeMLP(ChallengeConfig(8, 4, 4, n_models=2), generator=torch.Generator().manual_seed(3))
     best, (E1, _, _) = train_full(model.E1, model.E2, model.U, inputs, labels, cfg)
     for m in range(2):
-        b1, (e1, _, _) = train_full(model.E1[m:m + 1], model.E2[m:m + 1], model.U[m:m + 1], inputs, labels, cfg)
+        b1, (e1, _, _) = train_full(
+            model.E1[m : m + 1], model.E2[m : m + 1], model.U[m : m + 1], inputs, labels, cfg
+        )
         assert b1.item() == best[m].item()
         torch.testing.assert_close(e1[0], E1[m], atol=1e-5, rtol=1e-4)
 
@@ -199,8 +225,13 @@ def test_hybrid_learns_appendix_features():
     """Hybrid mode: with Appendix A features a linear readout exists; the trained U reaches high accuracy."""
     inputs, labels = generate_facts(16, 4, 2)
     E1, E2, _, _ = appendix_a(inputs, labels, 4, 2)
-    best, U = train_unembedding(hidden_activations(E1[None], E2[None], inputs), labels, 2, ChallengeTrainConfig(),
-                                generator=torch.Generator().manual_seed(0))
+    best, U = train_unembedding(
+        hidden_activations(E1[None], E2[None], inputs),
+        labels,
+        2,
+        ChallengeTrainConfig(),
+        generator=torch.Generator().manual_seed(0),
+    )
     assert best.item() == 1.0
     assert stacked_accuracy(hidden_activations(E1[None], E2[None], inputs) @ U, labels).item() >= 0.9
 
@@ -229,12 +260,14 @@ def test_fits():
 
 
 def test_script_rejects_bad_mode(capsys):
-    from mechmem.cli import run_script
     import importlib.util
     import pathlib
 
+    from mechmem.cli import run_script
+
     spec = importlib.util.spec_from_file_location(
-        "reproduce_constructions", pathlib.Path(__file__).parents[1] / "analyses" / "reproduce_constructions.py"
+        "reproduce_constructions",
+        pathlib.Path(__file__).parents[1] / "analyses" / "reproduce_constructions.py",
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -249,7 +282,8 @@ def test_quick_script_end_to_end(tmp_path):
     import pathlib
 
     spec = importlib.util.spec_from_file_location(
-        "reproduce_constructions", pathlib.Path(__file__).parents[1] / "analyses" / "reproduce_constructions.py"
+        "reproduce_constructions",
+        pathlib.Path(__file__).parents[1] / "analyses" / "reproduce_constructions.py",
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

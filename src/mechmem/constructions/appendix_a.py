@@ -31,7 +31,12 @@ def appendix_a(
     n_out: int,
     *,
     output_bias: bool = False,
-) -> tuple[Float[Tensor, "n_in d_mlp"], Float[Tensor, "n_in d_mlp"], Float[Tensor, "d_mlp n_out"], Float[Tensor, " n_out"] | None]:
+) -> tuple[
+    Float[Tensor, "n_in d_mlp"],
+    Float[Tensor, "n_in d_mlp"],
+    Float[Tensor, "d_mlp n_out"],
+    Float[Tensor, " n_out"] | None,
+]:
     """(E1, E2, U, b_U) of the Appendix A construction; d_mlp = n_in + 1, or n_in with `output_bias`."""
     if int(labels.max()) >= n_out or int(inputs.max()) >= n_in:
         raise MechmemError("facts use tokens or labels outside n_in / n_out")

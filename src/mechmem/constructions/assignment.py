@@ -32,7 +32,9 @@ def _score(conn: np.ndarray) -> tuple[int, int]:
     return int(np.maximum(ov - 1, 0).sum()) // 2, int((loads**2).sum())
 
 
-def assign_neurons(d_mlp: int, n_out: int, s: int, *, generator: torch.Generator, steps: int = 8000) -> Int[Tensor, "d_mlp n_out"]:
+def assign_neurons(
+    d_mlp: int, n_out: int, s: int, *, generator: torch.Generator, steps: int = 8000
+) -> Int[Tensor, "d_mlp n_out"]:
     """A 0/1 matrix conn[neuron, label] with exactly `s` ones per label, balanced loads, small overlaps.
 
     Args:
@@ -64,7 +66,9 @@ def assign_neurons(d_mlp: int, n_out: int, s: int, *, generator: torch.Generator
     ov = conn.T @ conn
     np.fill_diagonal(ov, 0)
     for _ in range(steps if s < d_mlp else 0):
-        if loads.max() - loads.min() <= 1 and (ov.max(initial=0) <= 1 or not overlap_feasible(d_mlp, n_out, s)):
+        if loads.max() - loads.min() <= 1 and (
+            ov.max(initial=0) <= 1 or not overlap_feasible(d_mlp, n_out, s)
+        ):
             break
         label = int(rng.integers(n_out))
         ones, zeros = np.flatnonzero(conn[:, label]), np.flatnonzero(conn[:, label] == 0)

@@ -71,7 +71,9 @@ def _hand_accuracy(E1: torch.Tensor, E2: torch.Tensor, U: torch.Tensor, inputs, 
 def trained_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
     def evaluate(n: int) -> float:
         inputs, labels = _facts(n, d)
-        model = ChallengeMLP(ChallengeConfig(2 * d, d, d, n_models=grid.n_inits), generator=torch.Generator().manual_seed(seed))
+        model = ChallengeMLP(
+            ChallengeConfig(2 * d, d, d, n_models=grid.n_inits), generator=torch.Generator().manual_seed(seed)
+        )
         best, _ = train_full(model.E1, model.E2, model.U, inputs, labels, grid.train)
         return float(best.max())
 
@@ -159,7 +161,9 @@ def keyvalue_hybrid_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluat
         E1, E2, _ = keyvalue_stack(n, d, ks, seed)
         hidden = hidden_activations(E1, E2, inputs)
         hidden = hidden / hidden.amax(dim=(1, 2), keepdim=True).clamp_min(1e-6)  # unit scale for Adam
-        best, _ = train_unembedding(hidden, labels, d, grid.train, generator=torch.Generator().manual_seed(seed))
+        best, _ = train_unembedding(
+            hidden, labels, d, grid.train, generator=torch.Generator().manual_seed(seed)
+        )
         return float(best.max())
 
     return evaluate

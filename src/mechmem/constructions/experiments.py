@@ -70,7 +70,9 @@ class SweepResult:
     accuracy: list[list[float]]  # [S][top_fraction]
 
     def __post_init__(self) -> None:
-        if len(self.accuracy) != len(self.s_values) or any(len(r) != len(self.top_fractions) for r in self.accuracy):
+        if len(self.accuracy) != len(self.s_values) or any(
+            len(r) != len(self.top_fractions) for r in self.accuracy
+        ):
             raise MechmemError("SweepResult: accuracy must be S x top_fraction")
 
     def to_dict(self) -> dict:
@@ -100,7 +102,9 @@ class CapacityResult:
     capacity: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # mode -> d -> threshold
     evaluations: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # mode -> d -> n -> acc
     seconds: dict[str, dict[str, float]] = field(default_factory=dict)
-    spot: dict[str, dict[str, float]] = field(default_factory=dict)  # trained accuracy at chosen (d, n): d -> n -> acc
+    spot: dict[str, dict[str, float]] = field(
+        default_factory=dict
+    )  # trained accuracy at chosen (d, n): d -> n -> acc
     runs: list[str] = field(default_factory=list)  # the commands that contributed to this file
 
     def get(self, mode: str, d: int, threshold: float) -> int | None:
@@ -145,13 +149,17 @@ def measure_capacity(
     result.capacity.setdefault(mode, {})[str(d)] = caps
     result.evaluations.setdefault(mode, {})[str(d)] = {str(n): a for n, a in sorted(evaluate.cache.items())}
     result.seconds.setdefault(mode, {})[str(d)] = round(time.perf_counter() - start, 1)
-    log(f"  {mode:17s} d={d:3d}  acc=1: {caps['1']:5d}  acc>=0.9: {caps['0.9']:5d}  ({result.seconds[mode][str(d)]}s)")
+    log(
+        f"  {mode:17s} d={d:3d}  acc=1: {caps['1']:5d}  acc>=0.9: {caps['0.9']:5d}  ({result.seconds[mode][str(d)]}s)"
+    )
 
 
 def trained_weights(d: int, n_facts: int, grid: SweepGrid, seed: int = 0) -> tuple[torch.Tensor, ...]:
     """(E1, E2, U, best accuracy) of the best of `grid.n_inits` trained models on n_facts facts."""
     inputs, labels = generate_facts(n_facts, 2 * d, d)
-    model = ChallengeMLP(ChallengeConfig(2 * d, d, d, n_models=grid.n_inits), generator=torch.Generator().manual_seed(seed))
+    model = ChallengeMLP(
+        ChallengeConfig(2 * d, d, d, n_models=grid.n_inits), generator=torch.Generator().manual_seed(seed)
+    )
     best, (E1, E2, U) = train_full(model.E1, model.E2, model.U, inputs, labels, grid.train)
     i = int(best.argmax())
     return E1[i], E2[i], U[i], best[i]

@@ -101,7 +101,9 @@ def published_stack_best(
             E1, E2, U = published_construction(
                 inputs, labels, 2 * d, d, d, s, tf, generator=torch.Generator().manual_seed(seed), seed=seed
             )
-            acc = float(((torch.relu(E1[inputs[:, 0]] + E2[inputs[:, 1]]) @ U).argmax(-1) == labels).float().mean())
+            acc = float(
+                ((torch.relu(E1[inputs[:, 0]] + E2[inputs[:, 1]]) @ U).argmax(-1) == labels).float().mean()
+            )
             if acc > best_acc:
                 best, best_acc = (E1, E2, U), acc
     return best  # type: ignore[return-value]

@@ -4,7 +4,13 @@ from pathlib import Path
 
 import torch
 
-from mechmem.constructions.experiments import THRESHOLDS, AppendixACheck, CapacityResult, SweepResult, ln_scale
+from mechmem.constructions.experiments import (
+    THRESHOLDS,
+    AppendixACheck,
+    CapacityResult,
+    SweepResult,
+    ln_scale,
+)
 from mechmem.plotting import plt
 
 LABELS = {
@@ -20,7 +26,9 @@ LABELS = {
 def sweep_figure(sweep: SweepResult):
     """Heatmap of hand-coded accuracy over S x top_fraction."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    im = ax.imshow(torch.tensor(sweep.accuracy), aspect="auto", origin="lower", cmap="viridis", vmin=0, vmax=1)
+    im = ax.imshow(
+        torch.tensor(sweep.accuracy), aspect="auto", origin="lower", cmap="viridis", vmin=0, vmax=1
+    )
     ax.set_yticks(range(len(sweep.s_values)), [str(s) for s in sweep.s_values])
     ticks = list(range(0, len(sweep.top_fractions), 2))
     ax.set_xticks(ticks, [f"{sweep.top_fractions[i]:.2f}" for i in ticks], rotation=45)
@@ -67,7 +75,9 @@ def histogram_figure(rows: dict[str, dict[str, torch.Tensor]]):
             ax.set_title(f"{name}: {col}", fontsize=9)
             if col == "activation":
                 ax.set_yscale("log")
-                ax.set_title(f"{name}: activation ({float((values == 0).float().mean()):.0%} zero)", fontsize=9)
+                ax.set_title(
+                    f"{name}: activation ({float((values == 0).float().mean()):.0%} zero)", fontsize=9
+                )
     fig.tight_layout()
     return fig
 
@@ -89,7 +99,8 @@ def capacity_table(result: CapacityResult) -> str:
         f1, f9 = result.fits(mode, 1.0), result.fits(mode, 0.9)
         ratio = result.fit_ratio("trained", mode, 0.9) if "trained" in result.capacity else float("nan")
         lines.append(
-            f"| {LABELS.get(mode, mode)} | " + " | ".join(cells)
+            f"| {LABELS.get(mode, mode)} | "
+            + " | ".join(cells)
             + f" | {f1['a']:.2f} | {f9['a']:.2f} | {f9['exponent']:.2f} | {ratio:.2f}x |"
         )
     return "\n".join(lines)
@@ -110,7 +121,10 @@ def ratio_table(result: CapacityResult, pairs: list[tuple[str, str]]) -> str:
 
 
 def appendix_table(check: AppendixACheck) -> str:
-    lines = ["| n_in | facts | acc, d_mlp = n_in + 1 | acc, d_mlp = n_in + output bias |", "|---|---|---|---|"]
+    lines = [
+        "| n_in | facts | acc, d_mlp = n_in + 1 | acc, d_mlp = n_in + output bias |",
+        "|---|---|---|---|",
+    ]
     for n, a, b in zip(check.n_in, check.acc_bias_neuron, check.acc_output_bias):
         lines.append(f"| {n} | {n * n} | {a:.3f} | {b:.3f} |")
     return "\n".join(lines)

@@ -22,9 +22,9 @@ from mechmem.constructions.report import (
     histogram_figure,
     ratio_table,
     sweep_figure,
+    write_report,
 )
 from mechmem.constructions.report_text import markdown_sections
-from mechmem.constructions.report import write_report
 from mechmem.constructions.training import hidden_activations
 from mechmem.facts.data import generate_facts
 
@@ -129,19 +129,35 @@ def run_reproduction(
         names[key] = f"figures/constructions_{key}_{tag}.png"
         fig.savefig(report.parent / names[key], dpi=110)
     (data_dir / f"constructions_misc_{tag}.json").write_text(
-        json.dumps({"appendix_a": check.to_dict(), "sweep": sweep.to_dict(), "grid": _grid_dict(grid)}, indent=1)
+        json.dumps(
+            {"appendix_a": check.to_dict(), "sweep": sweep.to_dict(), "grid": _grid_dict(grid)}, indent=1
+        )
     )
     tables = {
         "appendix": appendix_table(check),
         "capacity": capacity_table(result),
         "ratios": ratio_table(
             result,
-            [("trained", "published_hand"), ("trained", "published_hybrid"), ("trained", "rand_emb"),
-             ("trained", "keyvalue_hand"), ("trained", "keyvalue_hybrid")],
+            [
+                ("trained", "published_hand"),
+                ("trained", "published_hybrid"),
+                ("trained", "rand_emb"),
+                ("trained", "keyvalue_hand"),
+                ("trained", "keyvalue_hybrid"),
+            ],
         ),
     }
-    sections = markdown_sections(result, check, sweep, tables, names, grid, command=command,
-                                 quick=quick, minutes=(time.perf_counter() - t0) / 60)
+    sections = markdown_sections(
+        result,
+        check,
+        sweep,
+        tables,
+        names,
+        grid,
+        command=command,
+        quick=quick,
+        minutes=(time.perf_counter() - t0) / 60,
+    )
     return write_report(report, sections)
 
 

@@ -44,7 +44,9 @@ def stacked_accuracy(
 
 
 def hidden_activations(
-    E1: Float[Tensor, "model n_in d_mlp"], E2: Float[Tensor, "model n_in d_mlp"], inputs: Int[Tensor, "batch 2"]
+    E1: Float[Tensor, "model n_in d_mlp"],
+    E2: Float[Tensor, "model n_in d_mlp"],
+    inputs: Int[Tensor, "batch 2"],
 ) -> Float[Tensor, "model batch d_mlp"]:
     """ReLU(E1[t1] + E2[t2]) for every stacked model."""
     return torch.relu(E1[:, inputs[:, 0]] + E2[:, inputs[:, 1]])
@@ -58,7 +60,9 @@ def _run(params: list[Tensor], forward, labels: Tensor, cfg: ChallengeTrainConfi
     done = torch.zeros(n_models, dtype=torch.bool)
     for _ in range(cfg.max_epochs):
         logits = forward()
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.repeat(n_models), reduction="sum") / labels.numel()
+        loss = (
+            F.cross_entropy(logits.flatten(0, 1), labels.repeat(n_models), reduction="sum") / labels.numel()
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
