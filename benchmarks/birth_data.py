@@ -24,10 +24,13 @@ def main(argv: list[str] | None = None) -> int:
         "--ref-seqs", type=int, default=64, help="sequences the reference loop generates per repeat"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument(
+        "--corpus", default=None, help="text corpus or statistics JSON (default: tiny Shakespeare)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     sampler = TriggerSampler(
-        load_stats(), seq_len=args.seq_len, n_triggers=args.triggers, fixed_triggers=args.fixed
+        load_stats(args.corpus), seq_len=args.seq_len, n_triggers=args.triggers, fixed_triggers=args.fixed
     )
     fast, slow = generation_speed(sampler, batch=args.batch, ref_seqs=args.ref_seqs)
     print(

@@ -1,5 +1,7 @@
 """Birth experiments and report: run definitions, run caching, statement rules and figures on known histories."""
 
+import torch
+
 from mechmem.birth import plots, report
 from mechmem.birth.experiments import (
     QUICK,
@@ -169,3 +171,14 @@ def test_reproduce_script_rejects_unknown_experiments(tmp_path, capsys):
     main = load_script("reproduce_birth")
     assert run_script(main, ["--quick", "--only", "nope", "--runs", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_any_corpus_drives_the_task_and_the_runs(tmp_path):
+    text = tmp_path / "tiny.txt"
+    text.write_text("the cat sat on the mat; a bat ate the hat.\n" * 20)
+    n = len(set(text.read_text()))
+    task = build_task("birth", BirthConfig(seq_len=16, n_triggers=2, fixed_triggers=False, corpus=str(text)))
+    batch = task.train_batch(4, generator=torch.Generator().manual_seed(0))
+    assert task.d_vocab == n and int(batch.tokens.max()) < n
+    runs = experiment_runs(QUICK, str(text))
+    assert all(r.model.d_vocab == n and r.task.corpus == str(text) for r in runs)

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from mechmem.birth.corpus import load_stats
 from mechmem.birth.models import full_config, simplified_config
 from mechmem.checkpoint import load_checkpoint, read_payload
 from mechmem.models.adapter import TransformerConfig, build_transformer
@@ -122,13 +123,14 @@ def _sgd(scale: Scale, steps: int, frozen_until: tuple[tuple[str, int], ...] = (
     )
 
 
-def experiment_runs(scale: Scale) -> list[Run]:
-    """Every run of experiments (a)-(d) at `scale`."""
+def experiment_runs(scale: Scale, corpus: str | None = None) -> list[Run]:
+    """Every run of experiments (a)-(d) at `scale`, on the statistics of `corpus` (None: tiny Shakespeare)."""
+    n_tokens = N_TOKENS if corpus is None else load_stats(corpus).n_tokens
     d, T = scale.d_model, scale.seq_len
     simple = simplified_config(
-        d_vocab=N_TOKENS, n_ctx=T, d_model=d, freeze_embeddings=True, freeze_unembedding=True
+        d_vocab=n_tokens, n_ctx=T, d_model=d, freeze_embeddings=True, freeze_unembedding=True
     )
-    fixed = BirthConfig(seq_len=T, n_triggers=5, fixed_triggers=True)
+    fixed = BirthConfig(seq_len=T, n_triggers=5, fixed_triggers=True, corpus=corpus)
     until = scale.freeze_step
     runs = [
         Run("freeze_none", "freezing", "all trained jointly", simple, fixed, _sgd(scale, scale.steps)),
@@ -168,8 +170,8 @@ def experiment_runs(scale: Scale) -> list[Run]:
             "ffn_joint",
             "ffn",
             "W_F, all layers jointly, random triggers",
-            simplified_config(d_vocab=N_TOKENS, n_ctx=T, d_model=d, ffn=True),
-            BirthConfig(seq_len=T, n_triggers=5, fixed_triggers=False, head_only_loss=False),
+            simplified_config(d_vocab=n_tokens, n_ctx=T, d_model=d, ffn=True),
+            BirthConfig(seq_len=T, n_triggers=5, fixed_triggers=False, head_only_loss=False, corpus=corpus),
             _sgd(scale, scale.full_steps),
         ),
     ]
@@ -184,13 +186,14 @@ def experiment_runs(scale: Scale) -> list[Run]:
     for name, label, change in data_variants:
         runs.append(Run(name, "data", label, simple, fixed.replace(**change), _sgd(scale, scale.steps)))
     for layers in (1, 2):
-        model = full_config(d_vocab=N_TOKENS, n_ctx=scale.depth_seq_len, d_model=d, n_layers=layers)
+        model = full_config(d_vocab=n_tokens, n_ctx=scale.depth_seq_len, d_model=d, n_layers=layers)
         for trig in ("fixed", "random"):
             task = BirthConfig(
                 seq_len=scale.depth_seq_len,
                 n_triggers=5,
                 fixed_triggers=trig == "fixed",
                 head_only_loss=False,
+                corpus=corpus,
             )
             runs.append(
                 Run(
