@@ -158,11 +158,12 @@ paper's equations and which parameters a training step changes. Metrics follow S
 (trigger outputs from the 2nd occurrence on) and global loss (non-trigger tokens) on each fresh batch before
 the step, and the memory-recall probes of W_O^2, W_K^2, W_K^1 (all positions and the first 64) and the W_F KL.
 
-The published figures: Fig. 3 (freezing until iteration 300) shows in-context accuracy and the three recall
-probes over training at d=128, T=256, batch 512; Fig. 4 shows loss, KL(W_F) and probes when all
-layers train jointly; Section 3 reports >99% / ~95% / ~55% in-context accuracy (2 layers fixed, 2 layers
-random, 1 layer); Appendix E varies K, the trigger and output distributions. We cannot show the published
-plots here; each figure below is the same measurement on our runs.
+The published results: Section 3 reports >99% / ~95% / ~55% in-context accuracy (2 layers with fixed
+triggers, 2 layers with random triggers, 1 layer) and shows induction-head attention maps (Fig. 2); Fig. 3
+shows in-context accuracy and the three recall probes when matrices are frozen until iteration 300 (d=128,
+T=256, batch 512); Section 5 and Appendix E show loss, KL(W_F) and probes when all layers train jointly, the
+effect of K and of the trigger and output distributions, and accuracy on out-of-distribution outputs. We
+cannot show the published plots here; each figure below is the same measurement on our runs.
 
 ## Deviations from the paper (and the authors' code)
 
