@@ -88,3 +88,14 @@ def test_demo_lists_installed_presets():
 
     names = [m.name for m in available()]
     assert names[:2] == ["permutation-task1", "permutation-task2"]
+
+
+@pytest.mark.slow
+def test_demo_end_to_end_smoke(tmp_path, capsys):
+    """Train two demo models for a few steps in parallel subprocesses, report on them, write the index."""
+    argv = ["--out", str(tmp_path / "runs"), "--reports", str(tmp_path / "reports"), "--steps", "20"]
+    argv += ["--n-samples", "32", "--models", "permutation-task1", "permutation-task2"]
+    assert run_script(load_script("demo").main, argv) == 0
+    index = (tmp_path / "reports" / "index.html").read_text()
+    assert 'href="permutation-task1/report.html"' in index and 'href="permutation-task2/report.html"' in index
+    assert "final-step acc" in capsys.readouterr().out
