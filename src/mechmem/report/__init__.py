@@ -74,7 +74,11 @@ def circuit_section(roles: list[HeadRole], thresholds: RoleThresholds, mlp: Sect
         s.lines.append(f"Heads: {circuit_summary(roles)}.")
     if "mlp" in s.findings:
         m = s.findings["mlp"]
-        s.lines.append(f"MLP (layer {m['layer']}): {m['role']}; key neurons {m['key_neurons'] or 'none'}.")
+        key = (
+            m["key_neurons"]
+            or f"none (distributed: the top {thresholds.max_key_neurons} carry less than the share)"
+        )
+        s.lines.append(f"MLP (layer {m['layer']}): {m['role']}; key neurons {key}.")
     s.lines.append("Thresholds: " + ", ".join(f"{k} = {v}" for k, v in thresholds.to_dict().items()) + ".")
     keys = [k for k in EVIDENCE_COLUMNS if roles and k in roles[0].evidence]
     rows = [[r.name, r.role, *(r.evidence[k] for k in keys)] for r in roles]

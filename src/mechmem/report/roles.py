@@ -122,7 +122,7 @@ def name_head_roles(evidence: dict[str, Tensor], thresholds: RoleThresholds | No
             task = _task_role(ev, t)
             if task is not None:
                 role = task[0]
-                notes = [task[1]] + [f"also matches the {n} pattern" for n in notes]
+                notes = [task[1]] + [f"also {n}" for n in notes]
             elif patterns:
                 role = patterns[0][1]
             else:
