@@ -107,10 +107,18 @@ def train_batched(
     need = _hits_needed(n_facts, schedule.target_acc)
     inits = [init_params(cfg, generator=torch.Generator().manual_seed(s)) for s in seeds]
     final: Params = {k: torch.stack([p[k] for p in inits]) for k in inits[0]}
+    # All parameters of an init live in one row of a flat [init, n_params] leaf, so Adam is a handful of ops.
     names = list(final)
-    params = [final[k].to(device).requires_grad_(True) for k in names]
-    m = [torch.zeros_like(p) for p in params]
-    v = [torch.zeros_like(p) for p in params]
+    shapes = [final[k].shape[1:] for k in names]
+    sizes = [math.prod(shape) for shape in shapes]
+    flat = torch.cat([final[k].reshape(n_init, -1) for k in names], dim=1).to(device).requires_grad_(True)
+    m, v = torch.zeros_like(flat), torch.zeros_like(flat)
+
+    def unflatten(rows: Tensor) -> Params:
+        return {
+            k: t.reshape(rows.shape[0], *shape) for k, t, shape in zip(names, rows.split(sizes, 1), shapes)
+        }
+
     ids = torch.arange(n_init, device=device)  # original index of each active row
     step = torch.zeros(n_init, device=device)
     phase = torch.zeros(n_init, dtype=torch.long, device=device)
@@ -126,20 +134,18 @@ def train_batched(
     b1, b2 = BETAS
     while ids.numel():
         a = ids.numel()
-        logits = forward_params(cfg, dict(zip(names, params)), inputs, last_only=True)[:, :, 0]
+        logits = forward_params(cfg, unflatten(flat), inputs, last_only=True)[:, :, 0]
         per_init = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.repeat(a), reduction="none")
         loss = per_init.view(a, n_facts).mean(1).sum()
-        grads = torch.autograd.grad(loss, params)
+        (grad,) = torch.autograd.grad(loss, flat)
         with torch.no_grad():
             step += 1
             bc1, bc2 = 1 - b1**step, 1 - b2**step
             lr = lr_table[phase]
-            for p, g, m_, v_ in zip(params, grads, m, v):
-                shape = (a,) + (1,) * (p.dim() - 1)
-                m_.lerp_(g, 1 - b1)
-                v_.mul_(b2).addcmul_(g, g, value=1 - b2)
-                denom = (v_.sqrt() / bc2.sqrt().view(shape)).add_(ADAM_EPS)
-                p.addcdiv_(m_, denom * (bc1 / lr).view(shape), value=-1.0)
+            m.lerp_(grad, 1 - b1)
+            v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+            denom = (v.sqrt() / bc2.sqrt()[:, None]).add_(ADAM_EPS)
+            flat.addcdiv_(m, denom * (bc1 / lr)[:, None], value=-1.0)
             hits = (logits.argmax(-1) == labels).sum(1)
             phase_epoch += 1
             improved = hits > best
@@ -162,15 +168,13 @@ def train_batched(
             for i in torch.nonzero(go_on).flatten().tolist():
                 phase[i] += 1
                 step[i], phase_epoch[i], best[i], since[i] = 0, 0, -1, 0
-                for m_, v_ in zip(m, v):
-                    m_[i].zero_()
-                    v_[i].zero_()
+                m[i], v[i] = 0.0, 0.0
             if bool(finished.any()):
-                for k, p in zip(names, params):
-                    final[k][cpu[finished.cpu()]] = p[finished].detach().cpu()
+                for k, p in unflatten(flat[finished].detach().cpu()).items():
+                    final[k][cpu[finished.cpu()]] = p
                 keep = ~finished
-                params = [p[keep].detach().requires_grad_(True) for p in params]
-                m, v = [t[keep] for t in m], [t[keep] for t in v]
+                flat = flat[keep].detach().requires_grad_(True)
+                m, v = m[keep], v[keep]
                 ids, step, phase, phase_epoch = ids[keep], step[keep], phase[keep], phase_epoch[keep]
                 best, since = best[keep], since[keep]
     return TrainOutcome(

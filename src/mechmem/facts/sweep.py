@@ -175,6 +175,9 @@ def plot_scaling(fits: dict[str, ScalingFit]) -> "plt.Figure":
             grid, fit.a * grid**2 / np.log(grid), "-", color=colour, alpha=0.6, label=f"{fit.a:.2f} d^2/ln d"
         )
         ax.plot(grid, fit.b * grid**fit.k, ":", color=colour, alpha=0.6, label=f"{fit.b:.2f} d^{fit.k:.2f}")
+    all_d = sorted({x for fit in fits.values() for x in fit.d})
+    grid = np.geomspace(all_d[0], all_d[-1] * 2, 50)
+    ax.plot(grid, 4 * grid**2, "k--", lw=0.8, label="ceiling n_in^2 = 4 d^2")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("d (n_in = 2d, d_model = d_mlp = n_out = d)")
