@@ -98,19 +98,23 @@ def main(argv: list[str] | None = None) -> int:
         scaling = [r for r in load_records(DOCS / "data/facts_scaling.jsonl") if same_schedule(r)]
         if scaling:
             print_table(table_rows(scaling), ["variant", "repeats", "any", "most", "all", "s/cell"])
-            fits = {}
-            for crit in ("any", "most", "all"):
-                by_d: dict[int, list[int]] = {}
-                for r in scaling:
-                    by_d.setdefault(r["d"], []).append(r[crit])
-                ds = sorted(by_d)
-                if len(ds) >= 2:
-                    fits[crit] = fit_scaling(ds, [sum(by_d[d]) / len(by_d[d]) for d in ds])
-            for crit, fit in fits.items():
-                print(f"{crit}: S = {fit.a:.3f} d^2/ln d;  S = {fit.b:.3f} d^{fit.k:.2f}")
+            fits, shown = {}, {}
+            for variant in dict.fromkeys(r["variant"] for r in scaling):
+                for crit in ("any", "most", "all"):
+                    by_d: dict[int, list[int]] = {}
+                    for r in scaling:
+                        if r["variant"] == variant:
+                            by_d.setdefault(r["d"], []).append(r[crit])
+                    ds = sorted(by_d)
+                    if len(ds) >= 2:
+                        fits[f"{variant} {crit}"] = fit_scaling(ds, [sum(by_d[d]) / len(by_d[d]) for d in ds])
+                        if crit == "any":
+                            shown[f"{variant} any"] = fits[f"{variant} any"]
+            for name, fit in fits.items():
+                print(f"{name}: S = {fit.a:.3f} d^2/ln d;  S = {fit.b:.3f} d^{fit.k:.2f}")
             if fits:
                 write_json(DOCS / "data/facts_scaling_fits.json", {c: f.to_dict() for c, f in fits.items()})
-                save_figure(plot_scaling(fits), DOCS / "figures/facts_scaling.png")
+                save_figure(plot_scaling(shown), DOCS / "figures/facts_scaling.png")
     return 0
 
 

@@ -103,7 +103,7 @@ def run_cells(
     return new
 
 
-def _mean_sd(values: list[float]) -> str:
+def _mean_sd(values: list[int] | list[float]) -> str:
     if not values:
         return "-"
     if len(values) == 1:
@@ -166,9 +166,10 @@ def fit_scaling(d: list[int], capacity: list[float]) -> ScalingFit:
 
 
 def plot_scaling(fits: dict[str, ScalingFit]) -> "plt.Figure":
-    """Capacity against d (log-log) with both fits, one colour per label (e.g. criterion)."""
+    """Capacity against d (log-log) with both fits, one colour per label (e.g. variant or criterion)."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for (label, fit), colour in zip(fits.items(), ["C0", "C1", "C2", "C3"]):
+    for i, (label, fit) in enumerate(fits.items()):
+        colour = f"C{i % 10}"
         grid = np.geomspace(min(fit.d), max(fit.d) * 2, 50)
         ax.plot(fit.d, fit.capacity, "o", color=colour, label=f"{label}")
         ax.plot(

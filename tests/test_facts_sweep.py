@@ -1,0 +1,30 @@
+"""Sweep plumbing: JSONL records are appended once per cell and finished cells are skipped; fits recover laws."""
+
+import math
+
+from mechmem.facts.batched import Schedule
+from mechmem.facts.models import FactsModelConfig
+from mechmem.facts.sweep import Cell, fit_scaling, load_records, plot_scaling, run_cells, table_rows
+
+
+def test_run_cells_appends_and_skips(tmp_path):
+    cfg = FactsModelConfig(n_in=4, n_out=2, d_model=2, d_mlp=2, mixing="2emb", mlp=False, norms=False)
+    cells = [Cell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=4)]
+    path = tmp_path / "sweep.jsonl"
+    first = run_cells(cells, path, progress=False)
+    again = run_cells(cells, path, progress=False)
+    records = load_records(path)
+    assert len(first) == 1 and again == [] and len(records) == 1
+    assert records[0]["key"] == cells[0].key and records[0]["seeds"] == list(range(11))
+    assert 0 <= records[0]["all"] <= records[0]["most"] <= records[0]["any"] <= 16
+    assert table_rows(records)[0][0] == "2emb (d=2)"
+
+
+def test_fits_recover_known_laws():
+    ds = [16, 32, 64, 128]
+    fit = fit_scaling(ds, [3.0 * d**2 / math.log(d) for d in ds])
+    assert math.isclose(fit.a, 3.0, rel_tol=1e-9)
+    power = fit_scaling(ds, [0.5 * d**1.8 for d in ds])
+    assert math.isclose(power.k, 1.8, rel_tol=1e-9) and math.isclose(power.b, 0.5, rel_tol=1e-9)
+    fig = plot_scaling({"any": fit})
+    assert len(fig.axes) == 1
