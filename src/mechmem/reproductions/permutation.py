@@ -49,7 +49,7 @@ def _scale_preset(v: int, d: int, heads: int, layers: int, steps: int, lr: float
 
 SCALE_PRESETS: dict[str, Preset] = {
     "v10-quick": _scale_preset(10, 64, 4, 2, 6_000, 3e-3, "V=10 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
-    "v15-quick": _scale_preset(15, 64, 4, 2, 4_000, 3e-3, "V=15 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
+    "v15-quick": _scale_preset(15, 64, 4, 2, 12_000, 3e-3, "V=15 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
     "v10-paper": _scale_preset(10, 128, 4, 2, 50 * 100_000 // 128, 1e-3,
                                "V=10, GPU-sized: d=128, 4 heads, 2 layers, 50 epochs of 100k, Adam 1e-3"),
     "v15-paper": _scale_preset(15, 256, 8, 2, 50 * 100_000 // 128, 1e-3,
@@ -208,7 +208,7 @@ def role_pairs(task: PermutationTask, n: int, *, generator: torch.Generator) -> 
 
 
 def head_roles(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator,
-               thresholds: RoleThresholds = RoleThresholds()) -> Any:
+               thresholds: RoleThresholds | None = None) -> Any:
     """Label every head recall / elimination / shared / unused from patching transfer on `role_pairs`, with mean-
     ablation damage on repeat vs no-repeat answers and attention on the key sets of `last_step_groups` reported."""
     g = last_step_groups(task, n, generator=generator)
@@ -217,7 +217,7 @@ def head_roles(model: Any, task: PermutationTask, n: int, *, generator: torch.Ge
     keys = {k: g[k] for k in ("bound", "match", "other_y", "other_x", "self")}
     evidence = measure_role_evidence(model, g["tokens"], answer_pos, g["targets"], g["repeat"], keys,
                                      recall_pair=recall_pair, elimination_pair=elimination_pair)
-    return classify_roles(evidence, thresholds)
+    return classify_roles(evidence, thresholds or RoleThresholds())
 
 
 @torch.no_grad()
