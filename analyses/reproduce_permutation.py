@@ -1,7 +1,7 @@
 """Reproduce "Can a Tiny Transformer Learn to Remember?" end to end: train, measure, write the page and figures.
 
-    python analyses/reproduce_permutation.py --quick     # CPU, 2 cores: about 15 minutes from scratch
-    python analyses/reproduce_permutation.py             # 5 seeds per model (CPU, about 30 minutes on 2 cores)
+    python analyses/reproduce_permutation.py --quick     # CPU, 2 idle cores: about 12 minutes from scratch
+    python analyses/reproduce_permutation.py             # 5 seeds per model: about 15 minutes on 2 idle cores
     python analyses/reproduce_permutation.py --paper --device cuda   # published schedule, GPU-sized V=10/15
 
 Trains every missing run into RUNS/PRESET/seedN (complete runs are reused), then writes

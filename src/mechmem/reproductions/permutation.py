@@ -390,8 +390,9 @@ def _measure(preset: str, seed: int, cfg: ReproConfig, *, roles: bool) -> dict[s
 
 def run_reproduction(cfg: ReproConfig, *, log: Any = print) -> dict[str, Any]:
     """Train what is missing, then measure every experiment on every run; returns a JSON-able dict."""
-    jobs = [(cfg.task2_preset, s) for s in cfg.task2_seeds] + [(cfg.task1_preset, s) for s in cfg.task1_seeds]
-    jobs += [(p, 0) for p in cfg.scale_presets]
+    # Longest jobs first, so that two workers finish together.
+    jobs = [(p, 0) for p in reversed(cfg.scale_presets)] + [(cfg.task2_preset, s) for s in cfg.task2_seeds]
+    jobs += [(cfg.task1_preset, s) for s in cfg.task1_seeds]
     ensure_trained(jobs, cfg.runs, workers=cfg.workers, device=cfg.device, log=log)
     log("measuring")
     return {
