@@ -11,7 +11,10 @@ continues an interrupted run from its latest checkpoint and gives the same weigh
 
 import argparse
 
+import torch
+
 from mechmem.cli import print_table, run_script
+from mechmem.errors import MechmemError
 from mechmem.tasks import get_task_class, task_names
 from mechmem.training.run import train_preset
 
@@ -27,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save-every", type=int, default=None, help="keep a checkpoint every N steps")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice; 1 on a busy machine)"
+    )
     parser.add_argument("--list", action="store_true", help="list tasks and presets, then exit")
     args = parser.parse_args(argv)
 
@@ -39,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.task or not args.preset:
         parser.error("TASK and --preset are required (see --list)")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise MechmemError("--threads must be at least 1")
+        torch.set_num_threads(args.threads)
     out = args.out or f"runs/{args.task}-{args.preset}"
     result = train_preset(
         args.task,
