@@ -196,6 +196,8 @@ def task_roles_section(ctx: ReportContext) -> Section:
     roles, why_roles = _module("mechmem.analysis.roles")
     perm, why_perm = _module("mechmem.reproductions.permutation")
     why = why or why_roles or why_perm
+    if why is None and not hasattr(perm, "last_step_groups"):
+        why = "mechmem.reproductions.permutation has no last_step_groups (API changed?)"
     if why:
         s.skipped = why
         return s
@@ -266,10 +268,9 @@ def mlp_section(ctx: ReportContext) -> Section:
         return s
     model, t = ctx.model, ctx.thresholds
     layer = model.cfg.n_layers - 1
-    if _is_permutation(ctx.task):
-        from mechmem.reproductions.permutation import last_step_groups
-
-        g = last_step_groups(ctx.task, ctx.n_samples, generator=ctx.generator(5))
+    perm, _ = _module("mechmem.reproductions.permutation")
+    if _is_permutation(ctx.task) and hasattr(perm, "last_step_groups"):
+        g = perm.last_step_groups(ctx.task, ctx.n_samples, generator=ctx.generator(5))
         tokens, targets = g["tokens"], g["targets"]
         pos = torch.full((len(tokens),), ctx.task.seq_len - 1, dtype=torch.long)
         where = "the final answer (half the sequences repeat an x)"
