@@ -127,8 +127,6 @@ def test_generic_callable_metric_equals_transformer_lens(random_case):
     def mean_logprob(logits):
         return logits.log_softmax(-1)[:, :, 0].mean()
 
-    if model.cfg.n_layers > 2:
-        pytest.skip("one model is enough for the callable path")
     patcher = Patcher(model, pair.clean, pair.corrupted, mean_logprob)
     for name in ("resid_pre", "attn_head_out_by_pos", "attn_head_pattern_all_pos"):
         ref = tl_sweep(model, name, pair, "denoising", mean_logprob)
