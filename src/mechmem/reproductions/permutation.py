@@ -5,8 +5,8 @@ a small result (plain dicts of floats or dataclasses with `to_dict`). `run_repro
 (in parallel worker processes), runs every experiment on every seed and returns one JSON-able dict; the report
 module turns that dict into the markdown page and figures.
 
-Importing this module registers extra presets in `PermutationTask.presets`: `v10-quick`, `v15-quick` (CPU) and
-`v10-paper`, `v15-paper` (GPU-sized), all trained on repeat data (repeat_ratio 0.3), see `SCALE_PRESETS`.
+The larger-V presets live in `mechmem.tasks.permutation`: `v10-quick`, `v15-quick` (CPU) and
+`v10-paper`, `v15-paper` (GPU-sized), all trained on repeat data (repeat_ratio 0.3).
 """
 
 import multiprocessing
@@ -21,10 +21,12 @@ from torch import Tensor
 
 from mechmem.analysis.neurons import ablate_neurons, neuron_direct_effect, rank_neurons
 from mechmem.analysis.roles import RoleThresholds, classify_roles, measure_role_evidence
-from mechmem.models.adapter import TransformerConfig
 from mechmem.tasks.base import PatchingPair
-from mechmem.tasks.permutation import PermutationConfig, PermutationTask, bayes_posterior, elimination_floor
-from mechmem.training.config import Preset, TrainConfig
+from mechmem.tasks.permutation import (
+    PermutationTask,
+    bayes_posterior,
+    elimination_floor,
+)
 
 PUBLISHED = {
     "elimination_floor": 0.957,
@@ -37,25 +39,6 @@ PUBLISHED = {
 """Numbers the page states (the floor is (ln5+ln4+ln3+ln2)/5; plateaus are training losses)."""
 
 
-def _scale_model(vocab_size: int, d_model: int, n_heads: int, n_layers: int) -> TransformerConfig:
-    return TransformerConfig(n_layers=n_layers, d_model=d_model, n_heads=n_heads, d_mlp=2 * d_model,
-                             d_vocab=vocab_size + 1, n_ctx=2 * vocab_size - 1, act_fn="relu")
-
-
-def _scale_preset(v: int, d: int, heads: int, layers: int, steps: int, lr: float, note: str) -> Preset:
-    train = TrainConfig(steps=steps, batch_size=128, lr=lr, eval_every=max(steps // 10, 1), eval_samples=2000)
-    return Preset(_scale_model(v, d, heads, layers), PermutationConfig(vocab_size=v, repeat_ratio=0.3), train, note)
-
-
-SCALE_PRESETS: dict[str, Preset] = {
-    "v10-quick": _scale_preset(10, 64, 4, 2, 6_000, 3e-3, "V=10 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
-    "v15-quick": _scale_preset(15, 64, 4, 2, 12_000, 3e-3, "V=15 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
-    "v10-paper": _scale_preset(10, 128, 4, 2, 50 * 100_000 // 128, 1e-3,
-                               "V=10, GPU-sized: d=128, 4 heads, 2 layers, 50 epochs of 100k, Adam 1e-3"),
-    "v15-paper": _scale_preset(15, 256, 8, 2, 50 * 100_000 // 128, 1e-3,
-                               "V=15, GPU-sized: d=256, 8 heads, 2 layers, 50 epochs of 100k, Adam 1e-3"),
-}
-PermutationTask.presets.update(SCALE_PRESETS)
 
 
 # -- training -----------------------------------------------------------------------------------------------
@@ -73,11 +56,15 @@ def _is_done(runs: Path, preset: str, seed: int) -> bool:
     if not path.exists():
         return False
     try:
-        train = read_payload(path)["train_config"]
+        payload = read_payload(path)
     except CheckpointError:
         return False
     want = get_preset("permutation", preset)
-    return train.get("steps") == want.train.steps and train.get("seed") == seed
+    return (
+        payload["train_config"] == want.train.replace(seed=seed).to_dict()
+        and payload["model_config"] == want.model.to_dict()
+        and payload["task_config"] == want.task.to_dict()
+    )
 
 
 def _train_job(job: tuple[str, int, str, str]) -> str:
