@@ -122,11 +122,7 @@ def test_task1_quick_reaches_the_elimination_floor():
 
 @pytest.mark.slow
 def test_task2_quick_recalls_on_probes():
-    """Recall forms in every seed; its strength varies (seed 0 reached 0.87, seeds 1-4 0.97-0.995), so the
-    acceptance threshold applies to the mean over five seeds."""
+    """Five seeds of the annealed preset gave 0.981-1.000 (docs/reproductions/permutation.md); seed 0 is tested."""
     from mechmem.training.run import train_preset
 
-    recall = [
-        train_preset("permutation", "task2-quick", seed=s, progress=False).summary["probe_recall_p"] for s in range(5)
-    ]
-    assert min(recall) >= 0.8 and sum(recall) / len(recall) >= 0.95, recall
+    assert train_preset("permutation", "task2-quick", progress=False).summary["probe_recall_p"] >= 0.95
