@@ -18,36 +18,17 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from functools import partial
 from pathlib import Path
 
 import torch
 
 from mechmem.analysis.patching import SWEEPS, Patcher
+from mechmem.analysis.patching_reference import TL_SWEEPS
 from mechmem.cli import format_table
 from mechmem.tasks.base import PatchingPair
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import transformer_lens.patching as tlp
-
-TL = {
-    "resid_pre": tlp.get_act_patch_resid_pre,
-    "resid_mid": tlp.get_act_patch_resid_mid,
-    "resid_post": partial(
-        tlp.generic_activation_patch,
-        patch_setter=tlp.layer_pos_patch_setter,
-        activation_name="resid_post",
-        index_axis_names=("layer", "pos"),
-    ),
-    "attn_out": tlp.get_act_patch_attn_out,
-    "mlp_out": tlp.get_act_patch_mlp_out,
-    "attn_head_out_all_pos": tlp.get_act_patch_attn_head_out_all_pos,
-    "attn_head_out_by_pos": tlp.get_act_patch_attn_head_out_by_pos,
-    "attn_head_pattern_all_pos": tlp.get_act_patch_attn_head_pattern_all_pos,
-    "attn_head_pattern_by_pos": tlp.get_act_patch_attn_head_pattern_by_pos,
-}
+TL = TL_SWEEPS
 
 
 def best_of(fn, repeats: int) -> tuple[float, object]:
