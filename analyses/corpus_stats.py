@@ -8,7 +8,7 @@ Writes only the counts (vocabulary, unigram and bigram counts), never the text, 
 import argparse
 from pathlib import Path
 
-from mechmem.birth.corpus import stats_from_corpus
+from mechmem.papers.birth.corpus import stats_from_corpus
 from mechmem.cli import run_script, write_json
 
 

@@ -12,9 +12,9 @@ import argparse
 import torch
 
 from mechmem.cli import print_table, run_script, write_json
-from mechmem.facts.batched import Schedule
-from mechmem.facts.capacity import find_capacity
-from mechmem.facts.models import ACTS, MIXINGS, FactsModelConfig
+from mechmem.papers.memorisation.batched import Schedule
+from mechmem.papers.memorisation.capacity import find_capacity
+from mechmem.papers.memorisation.models import ACTS, MIXINGS, FactsModelConfig
 from mechmem.training.trainer import resolve_device
 
 

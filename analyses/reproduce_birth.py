@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from mechmem.birth.experiments import SCALES, experiment_runs
-from mechmem.birth.reproduce import Reproduction, reproduce
+from mechmem.papers.birth.experiments import SCALES, experiment_runs
+from mechmem.papers.birth.reproduce import Reproduction, reproduce
 from mechmem.cli import print_table, run_script
 from mechmem.errors import MechmemError
 

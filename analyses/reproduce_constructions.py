@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 from mechmem.cli import run_script
-from mechmem.constructions.capacity import EVALUATORS
-from mechmem.constructions.reproduce import run_reproduction
+from mechmem.papers.memorisation.constructions.capacity import EVALUATORS
+from mechmem.papers.memorisation.constructions.reproduce import run_reproduction
 from mechmem.errors import MechmemError
 
 

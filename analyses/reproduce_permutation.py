@@ -17,8 +17,8 @@ import torch
 
 from mechmem.cli import run_script, write_json
 from mechmem.errors import MechmemError
-from mechmem.reproductions.permutation import ReproConfig, run_reproduction
-from mechmem.reproductions.permutation_report import write_page
+from mechmem.papers.permutation.experiments import ReproConfig, run_reproduction
+from mechmem.papers.permutation.page import write_page
 
 
 def _seeds(text: str) -> tuple[int, ...]:

@@ -18,9 +18,9 @@ import torch
 
 from mechmem.cli import print_table, run_script, save_figure, write_json
 from mechmem.errors import MechmemError
-from mechmem.facts.batched import Schedule
-from mechmem.facts.models import all_variants
-from mechmem.facts.sweep import (
+from mechmem.papers.memorisation.batched import Schedule
+from mechmem.papers.memorisation.models import all_variants
+from mechmem.papers.memorisation.sweep import (
     SCALING_VARIANTS,
     Cell,
     fit_scaling,

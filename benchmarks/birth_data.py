@@ -9,8 +9,8 @@ import argparse
 
 import torch
 
-from mechmem.birth.corpus import load_stats
-from mechmem.birth.data import TriggerSampler, generation_speed
+from mechmem.papers.birth.corpus import load_stats
+from mechmem.papers.birth.data import TriggerSampler, generation_speed
 from mechmem.cli import run_script
 
 

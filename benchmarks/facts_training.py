@@ -14,9 +14,9 @@ import time
 import torch
 
 from mechmem.cli import print_table, run_script
-from mechmem.facts import generate_facts
-from mechmem.facts.batched import Schedule, train_batched, train_reference
-from mechmem.facts.models import FactsModelConfig
+from mechmem.papers.memorisation import generate_facts
+from mechmem.papers.memorisation.batched import Schedule, train_batched, train_reference
+from mechmem.papers.memorisation.models import FactsModelConfig
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -81,7 +81,7 @@ for h in range(model.cfg.n_heads):
 
 # %%
 from mechmem.analysis import neurons
-from mechmem.reproductions.permutation import head_roles, last_step_groups
+from mechmem.papers.permutation.experiments import head_roles, last_step_groups
 
 roles = head_roles(model, task, 256, generator=gen(4))
 print("roles:", roles.labels)

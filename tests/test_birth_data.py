@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from mechmem.birth.corpus import count_text, load_stats
-from mechmem.birth.data import TriggerSampler, alias_tables, occurrence_counter, reference_sequences
+from mechmem.papers.birth.corpus import count_text, load_stats
+from mechmem.papers.birth.data import TriggerSampler, alias_tables, occurrence_counter, reference_sequences
 from mechmem.errors import MechmemError
 
 

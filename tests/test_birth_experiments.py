@@ -2,8 +2,8 @@
 
 import torch
 
-from mechmem.birth import plots, report
-from mechmem.birth.experiments import (
+from mechmem.papers.birth import page, plots
+from mechmem.papers.birth.experiments import (
     QUICK,
     WK1,
     WK2,
@@ -15,9 +15,9 @@ from mechmem.birth.experiments import (
     first_step,
     run_experiment,
 )
-from mechmem.birth.models import simplified_config
+from mechmem.papers.birth.models import simplified_config
 from mechmem.tasks import build_task
-from mechmem.tasks.birth import BirthConfig
+from mechmem.papers.birth.task import BirthConfig
 from mechmem.training import TrainConfig
 
 
@@ -62,11 +62,11 @@ def test_statements_follow_their_rules():
         "ffn_joint": fake_history({"global_loss": lambda s: 1 + 3 * (s < 20), "icl_acc": up}),
     }
     scale = QUICK.__class__(**{**QUICK.__dict__, "freeze_step": 40})
-    results = report.statements(h, scale)
+    results = page.statements(h, scale)
     assert len(results) == 8 and all(ok for _, _, ok in results)
     h["depth_1l_fixed"] = fake_history({"eval_icl_acc": lambda s: 0.99})
     h["freeze_wo2"] = h["freeze_none"]
-    flags = [ok for _, _, ok in report.statements(h, scale)]
+    flags = [ok for _, _, ok in page.statements(h, scale)]
     assert flags.count(False) == 2
 
 
@@ -88,7 +88,7 @@ def test_figures_and_markdown():
     ]
     assert all(hasattr(f, "savefig") for f in figs)
     runs = [r for r in experiment_runs(QUICK) if r.name == "freeze_none"]
-    text = report.markdown(
+    text = page.markdown(
         runs, {"freeze_none": h}, QUICK, command="cmd", figures={"x.png": "X"}, wall_s=60.0
     )
     assert "| all trained jointly | freezing |" in text and "figures/x.png" in text and "`cmd`" in text
@@ -128,7 +128,7 @@ def load_script(name):
 
 
 def test_reproduce_script_end_to_end_on_a_tiny_scale(tmp_path, monkeypatch):
-    from mechmem.birth.experiments import SCALES, Scale
+    from mechmem.papers.birth.experiments import SCALES, Scale
 
     tiny = Scale(
         d_model=16,

@@ -13,7 +13,7 @@ from conftest import build_transformer_cfg
 from mechmem.checkpoint import FORMAT_VERSION, load_checkpoint, read_payload, save_checkpoint
 from mechmem.errors import CheckpointError
 from mechmem.models import build_model
-from mechmem.tasks.permutation import PermutationConfig
+from mechmem.papers.permutation.task import PermutationConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

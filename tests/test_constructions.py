@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from mechmem.checkpoint import load_checkpoint, save_checkpoint
-from mechmem.constructions.appendix_a import appendix_a
-from mechmem.constructions.assignment import assign_neurons, max_overlap, overlap_feasible
-from mechmem.constructions.capacity import fixed_exponent_fit, free_exponent_fit, max_facts, memoised
-from mechmem.constructions.keyvalue import keyvalue_construction
-from mechmem.constructions.model import ChallengeConfig, ChallengeMLP
-from mechmem.constructions.published import published_construction, published_embeddings
-from mechmem.constructions.training import (
+from mechmem.papers.memorisation.constructions.appendix_a import appendix_a
+from mechmem.papers.memorisation.constructions.assignment import assign_neurons, max_overlap, overlap_feasible
+from mechmem.papers.memorisation.constructions.capacity import fixed_exponent_fit, free_exponent_fit, max_facts, memoised
+from mechmem.papers.memorisation.constructions.keyvalue import keyvalue_construction
+from mechmem.papers.memorisation.constructions.model import ChallengeConfig, ChallengeMLP
+from mechmem.papers.memorisation.constructions.published import published_construction, published_embeddings
+from mechmem.papers.memorisation.constructions.training import (
     ChallengeTrainConfig,
     hidden_activations,
     stacked_accuracy,
@@ -20,7 +20,7 @@ from mechmem.constructions.training import (
     train_unembedding,
 )
 from mechmem.errors import MechmemError
-from mechmem.facts.data import generate_facts
+from mechmem.papers.memorisation.data import generate_facts
 
 
 def naive_logits(E1, E2, U, inputs):

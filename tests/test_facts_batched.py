@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from mechmem.facts import generate_facts
-from mechmem.facts.batched import Schedule, train_batched, train_reference
-from mechmem.facts.models import FactsModelConfig, forward_params
+from mechmem.papers.memorisation import generate_facts
+from mechmem.papers.memorisation.batched import Schedule, train_batched, train_reference
+from mechmem.papers.memorisation.models import FactsModelConfig, forward_params
 
 INPUTS, LABELS = generate_facts(64, 32, 16)
 # Short phases so every init walks through all three learning rates (continue_above=0 always continues).

@@ -3,9 +3,9 @@
 import pytest
 
 from mechmem.errors import MechmemError
-from mechmem.facts.batched import Schedule
-from mechmem.facts.capacity import CRITERIA, binary_search_max, find_capacity
-from mechmem.facts.models import FactsModelConfig
+from mechmem.papers.memorisation.batched import Schedule
+from mechmem.papers.memorisation.capacity import CRITERIA, binary_search_max, find_capacity
+from mechmem.papers.memorisation.models import FactsModelConfig
 
 
 @pytest.mark.parametrize("precision", [1, 8])

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from mechmem.checkpoint import load_checkpoint
-from mechmem.facts import generate_facts
-from mechmem.facts.models import (
+from mechmem.papers.memorisation import generate_facts
+from mechmem.papers.memorisation.models import (
     FactsModelConfig,
     FactsTransformer,
     all_variants,

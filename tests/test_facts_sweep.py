@@ -2,9 +2,9 @@
 
 import math
 
-from mechmem.facts.batched import Schedule
-from mechmem.facts.models import FactsModelConfig
-from mechmem.facts.sweep import Cell, fit_scaling, load_records, plot_scaling, run_cells, table_rows
+from mechmem.papers.memorisation.batched import Schedule
+from mechmem.papers.memorisation.models import FactsModelConfig
+from mechmem.papers.memorisation.sweep import Cell, fit_scaling, load_records, plot_scaling, run_cells, table_rows
 
 
 def test_run_cells_appends_and_skips(tmp_path):

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from mechmem.reproductions.permutation import (
+from mechmem.papers.permutation.experiments import (
     ReproConfig,
     bayes_table,
     last_step_groups,
@@ -15,7 +15,7 @@ from mechmem.reproductions.permutation import (
     role_pairs,
     run_reproduction,
 )
-from mechmem.tasks.permutation import PermutationConfig, PermutationTask, bayes_posterior
+from mechmem.papers.permutation.task import PermutationConfig, PermutationTask, bayes_posterior
 from mechmem.training.config import Preset, TrainConfig
 
 V = 4
@@ -120,7 +120,7 @@ def test_key_sets_partition_the_prefix_on_repeats(task):
 
 def test_pipeline_end_to_end_on_tiny_presets(tmp_path, monkeypatch):
     from mechmem.models.adapter import TransformerConfig
-    from mechmem.reproductions.permutation_report import write_page
+    from mechmem.papers.permutation.page import write_page
 
     def tiny(v, heads, ratio, layers=1):
         model = TransformerConfig(n_layers=layers, d_model=8 * heads, n_heads=heads, d_mlp=16 * heads, d_vocab=v + 1,

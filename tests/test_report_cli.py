@@ -22,7 +22,7 @@ def load_script(name):
 def planted_ckpt(tmp_path_factory):
     from mechmem.checkpoint import save_checkpoint
     from mechmem.report import planted
-    from mechmem.tasks.permutation import PermutationConfig
+    from mechmem.papers.permutation.task import PermutationConfig
 
     path = tmp_path_factory.mktemp("planted") / "ckpt.pt"
     save_checkpoint(

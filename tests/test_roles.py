@@ -6,8 +6,8 @@ import torch
 
 from mechmem.analysis.roles import RoleEvidence, RoleThresholds, classify_roles, measure_role_evidence
 from mechmem.models.adapter import TransformerConfig, build_transformer
-from mechmem.reproductions.permutation import last_step_groups, role_pairs
-from mechmem.tasks.permutation import PermutationConfig, PermutationTask
+from mechmem.papers.permutation.experiments import last_step_groups, role_pairs
+from mechmem.papers.permutation.task import PermutationConfig, PermutationTask
 
 
 def evidence(rec, eli):

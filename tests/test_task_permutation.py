@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mechmem.tasks import build_task
-from mechmem.tasks.permutation import answer_stats, bayes_posterior, elimination_floor
+from mechmem.papers.permutation.task import answer_stats, bayes_posterior, elimination_floor
 
 
 def _task(**cfg):

@@ -22,17 +22,11 @@ def register_architecture(name: str, config_cls: type, builder: Builder) -> None
 
 
 def _ensure_builtin() -> None:
-    # Importing these modules registers their architectures.
+    # The adapter registers the TransformerLens architecture; paper plugins register their own when imported.
     import mechmem.models.adapter  # noqa: F401
+    from mechmem.plugins import load_papers
 
-    try:
-        import mechmem.facts.models  # noqa: F401
-    except ImportError:
-        pass
-    try:
-        import mechmem.constructions.model  # noqa: F401
-    except ImportError:
-        pass
+    load_papers()
 
 
 def model_config_from_dict(data: dict[str, Any]) -> Any:

@@ -1,6 +1,6 @@
 """A hand-set permutation-task model with a known elimination / recall circuit, for testing reports.
 
-`planted_permutation_model(vocab_size=5)` solves the permutation task (`mechmem.tasks.permutation`) with weights
+`planted_permutation_model(vocab_size=5)` solves the permutation task (`mechmem.papers.permutation.task`) with weights
 written by hand into a 2-layer attention-only transformer (2 heads per layer). The residual stream is split into
 orthogonal one-hot blocks: TOK (the current token), POS (the position), PREV (the previous token, written by the
 previous-token head) and OUT (read by W_U).

@@ -82,7 +82,7 @@ def optimum_section(ctx: ReportContext) -> Section:
 
 def _permutation_optimum(ctx: ReportContext, metrics: dict[str, Any], findings: dict[str, Any]) -> list[str]:
     """The model's masked test loss next to the exact Bayes posterior's loss on the same sequences."""
-    from mechmem.tasks.permutation import bayes_posterior, elimination_floor
+    from mechmem.papers.permutation.task import bayes_posterior, elimination_floor
 
     task = ctx.task
     batch = task.eval_batch(ctx.n_samples, generator=ctx.generator(10), split="test")
@@ -194,10 +194,10 @@ def task_roles_section(ctx: ReportContext) -> Section:
             else f"task {ctx.task.name!r} has no repeat / no-repeat answer groups"
         )
     roles, why_roles = _module("mechmem.analysis.roles")
-    perm, why_perm = _module("mechmem.reproductions.permutation")
+    perm, why_perm = _module("mechmem.papers.permutation.experiments")
     why = why or why_roles or why_perm
     if why is None and not hasattr(perm, "last_step_groups"):
-        why = "mechmem.reproductions.permutation has no last_step_groups (API changed?)"
+        why = "mechmem.papers.permutation.experiments has no last_step_groups (API changed?)"
     if why:
         s.skipped = why
         return s
@@ -268,7 +268,7 @@ def mlp_section(ctx: ReportContext) -> Section:
         return s
     model, t = ctx.model, ctx.thresholds
     layer = model.cfg.n_layers - 1
-    perm, _ = _module("mechmem.reproductions.permutation")
+    perm, _ = _module("mechmem.papers.permutation.experiments")
     if _is_permutation(ctx.task) and hasattr(perm, "last_step_groups"):
         g = perm.last_step_groups(ctx.task, ctx.n_samples, generator=ctx.generator(5))
         tokens, targets = g["tokens"], g["targets"]

@@ -1,18 +1,12 @@
 """Task registry: tasks by name, rebuilt from a checkpoint's task name and config."""
 
-import importlib
-import importlib.util
 from typing import Any
 
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import Batch, PatchingPair, Task, masked_accuracy, masked_cross_entropy
 
-# Built-in tasks are imported on first use, so importing mechmem stays cheap.
-_BUILTIN = {
-    "permutation": "mechmem.tasks.permutation",
-    "birth": "mechmem.tasks.birth",
-    "facts": "mechmem.facts.task",
-}
+# Paper plugins register their tasks when imported; `mechmem.plugins.load_papers` imports them on first need,
+# so importing mechmem stays cheap and the core names no paper.
 _REGISTRY: dict[str, type[Task]] = {}
 
 
@@ -24,20 +18,18 @@ def register_task(cls: type[Task]) -> type[Task]:
 
 def task_names() -> list[str]:
     """Names of all tasks that can be loaded."""
-    names = set(_REGISTRY)
-    for name, module in _BUILTIN.items():
-        if importlib.util.find_spec(module) is not None:
-            names.add(name)
-    return sorted(names)
+    from mechmem.plugins import load_papers
+
+    load_papers()
+    return sorted(_REGISTRY)
 
 
 def get_task_class(name: str) -> type[Task]:
     """The task class registered as `name`."""
-    if name not in _REGISTRY and name in _BUILTIN:
-        try:
-            importlib.import_module(_BUILTIN[name])
-        except ModuleNotFoundError:
-            pass
+    if name not in _REGISTRY:
+        from mechmem.plugins import load_papers
+
+        load_papers()
     if name not in _REGISTRY:
         raise MechmemError(f"unknown task {name!r} (known: {', '.join(task_names())})")
     return _REGISTRY[name]

@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
-from mechmem.birth.corpus import load_stats
-from mechmem.birth.models import full_config, simplified_config
+from mechmem.papers.birth.corpus import load_stats
+from mechmem.papers.birth.models import full_config, simplified_config
 from mechmem.checkpoint import load_checkpoint, read_payload
 from mechmem.models.adapter import TransformerConfig, build_transformer
 from mechmem.tasks import build_task
-from mechmem.tasks.birth import N_TOKENS, BirthConfig
+from mechmem.papers.birth.task import N_TOKENS, BirthConfig
 from mechmem.training import TrainConfig, train
 
 WK1, WK2, WO2 = "blocks.0.attn.W_K", "blocks.1.attn.W_K", "blocks.1.attn.W_O"

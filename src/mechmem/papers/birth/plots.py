@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from mechmem.birth.experiments import Run, Scale, final, read_history
+from mechmem.papers.birth.experiments import Run, Scale, final, read_history
 from mechmem.checkpoint import load_checkpoint
 from mechmem.cli import save_figure
 from mechmem.plotting import plt

@@ -2,7 +2,7 @@
 
 import math
 
-from mechmem.constructions.experiments import AppendixACheck, CapacityResult, SweepResult
+from mechmem.papers.memorisation.constructions.experiments import AppendixACheck, CapacityResult, SweepResult
 
 
 def _ratio(result: CapacityResult, num: str, den: str, d: int, thr: float) -> str:
@@ -110,10 +110,10 @@ Tests: `.venv/bin/pytest tests/test_constructions.py -q`.""",
         ),
         (
             "Setup",
-            f"""- **Model** (`mechmem.constructions.model.ChallengeMLP`, registered as `challenge_mlp`):
+            f"""- **Model** (`mechmem.papers.memorisation.constructions.model.ChallengeMLP`, registered as `challenge_mlp`):
   h = ReLU(E1[t1] + E2[t2]), logits = h U, no biases or norms; n_in = 2d, d_mlp = n_out = d. Hooks
   `hook_embed1`, `hook_embed2`, `mlp.hook_pre`, `mlp.hook_post`, `hook_logits`; many models stack on a leading axis.
-- **Facts**: `mechmem.facts.data.generate_facts(n, 2d, d, seed=42)` (the published generator).
+- **Facts**: `mechmem.papers.memorisation.data.generate_facts(n, 2d, d, seed=42)` (the published generator).
 - **Training** (trained, hybrid, rand-emb): Adam lr 1e-2, full batch, at most {grid.train.max_epochs} epochs, stop at
   100% or after {grid.train.patience} epochs without a new best; a model counts with the best accuracy it reached.
 - **Capacity**: largest fact count with accuracy = 1 (resp. >= 0.9), found by doubling from d and bisecting to

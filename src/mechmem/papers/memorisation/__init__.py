@@ -5,6 +5,9 @@ facts a small model of a given architecture can store with 100% (or 90%) argmax 
 by a binary search over the fact count, training 11 initialisations at once (`batched`).
 """
 
-from mechmem.facts.data import generate_facts
+from mechmem.papers.memorisation import task  # noqa: F401  (registers the "facts" task)
+from mechmem.papers.memorisation.constructions import model  # noqa: F401  (registers "challenge_mlp")
+from mechmem.papers.memorisation.data import generate_facts
+from mechmem.papers.memorisation import models  # noqa: F401  (registers the facts architectures)
 
 __all__ = ["generate_facts"]

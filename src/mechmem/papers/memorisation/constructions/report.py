@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from mechmem.constructions.experiments import (
+from mechmem.papers.memorisation.constructions.experiments import (
     THRESHOLDS,
     AppendixACheck,
     CapacityResult,

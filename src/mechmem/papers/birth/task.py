@@ -1,10 +1,10 @@
 """The "birth" task: triggered bigrams from Bietti et al. (2023), "Birth of a Transformer: A Memory Viewpoint".
 
 Sequences follow a character bigram model except that K trigger tokens are always followed by their own output
-token (see `mechmem.birth.data`). A two-layer transformer solves the in-context part (a trigger's second and
+token (see `mechmem.papers.birth.data`). A two-layer transformer solves the in-context part (a trigger's second and
 later occurrences) with an induction head. Metrics, computed on each fresh training batch before the optimiser
 step: in-context accuracy (counter >= 2), first-occurrence accuracy (counter == 1), global loss (non-trigger
-positions), in-context loss, and the memory probes of `mechmem.birth.probes` for the simplified model. The
+positions), in-context loss, and the memory probes of `mechmem.papers.birth.probes` for the simplified model. The
 evaluation adds the same accuracies on a held-out batch (and on the OOD test split for `outputs="ood"`) and
 the attention-map probes.
 
@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mechmem.birth.corpus import CorpusStats, load_stats
-from mechmem.birth.data import OUTPUT_MODES, TriggerSampler, TriggerSequences
-from mechmem.birth.models import full_config, is_simplified, simplified_config
-from mechmem.birth.probes import attention_probes, memory_probes
+from mechmem.papers.birth.corpus import CorpusStats, load_stats
+from mechmem.papers.birth.data import OUTPUT_MODES, TriggerSampler, TriggerSequences
+from mechmem.papers.birth.models import full_config, is_simplified, simplified_config
+from mechmem.papers.birth.probes import attention_probes, memory_probes
 from mechmem.config import ConfigMixin
 from mechmem.tasks import register_task
 from mechmem.tasks.base import Batch, Task, masked_cross_entropy
@@ -128,7 +128,7 @@ class BirthTask(Task):
         }
 
     def probe_tokens(self) -> dict[str, Tensor]:
-        """Which tokens each memory probe ranges over (see `mechmem.birth.probes`)."""
+        """Which tokens each memory probe ranges over (see `mechmem.papers.birth.probes`)."""
         n = self.stats.n_tokens
         everything = torch.arange(n)
         if self.config.fixed_triggers:

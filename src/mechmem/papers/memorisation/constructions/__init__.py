@@ -5,11 +5,11 @@
 `training` (the four modes), `capacity` (binary search, fits), `experiments` and `report`.
 """
 
-from mechmem.constructions.appendix_a import appendix_a
-from mechmem.constructions.assignment import assign_neurons, max_overlap
-from mechmem.constructions.keyvalue import keyvalue_construction
-from mechmem.constructions.model import ChallengeConfig, ChallengeMLP
-from mechmem.constructions.published import published_construction
+from mechmem.papers.memorisation.constructions.appendix_a import appendix_a
+from mechmem.papers.memorisation.constructions.assignment import assign_neurons, max_overlap
+from mechmem.papers.memorisation.constructions.keyvalue import keyvalue_construction
+from mechmem.papers.memorisation.constructions.model import ChallengeConfig, ChallengeMLP
+from mechmem.papers.memorisation.constructions.published import published_construction
 
 __all__ = [
     "ChallengeConfig",

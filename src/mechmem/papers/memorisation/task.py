@@ -11,8 +11,8 @@ from typing import ClassVar
 import torch
 
 from mechmem.config import ConfigMixin
-from mechmem.facts.data import generate_facts
-from mechmem.facts.models import FactsModelConfig
+from mechmem.papers.memorisation.data import generate_facts
+from mechmem.papers.memorisation.models import FactsModelConfig
 from mechmem.tasks import register_task
 from mechmem.tasks.base import Batch, PatchingPair, Task
 from mechmem.training.config import Preset, TrainConfig

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mechmem.constructions.keyvalue import keyvalue_construction
-from mechmem.constructions.model import ChallengeConfig, ChallengeMLP
-from mechmem.constructions.published import published_construction
-from mechmem.constructions.training import (
+from mechmem.papers.memorisation.constructions.keyvalue import keyvalue_construction
+from mechmem.papers.memorisation.constructions.model import ChallengeConfig, ChallengeMLP
+from mechmem.papers.memorisation.constructions.published import published_construction
+from mechmem.papers.memorisation.constructions.training import (
     ChallengeTrainConfig,
     hidden_activations,
     random_embeddings,
@@ -31,7 +31,7 @@ from mechmem.constructions.training import (
     train_full,
     train_unembedding,
 )
-from mechmem.facts.data import generate_facts
+from mechmem.papers.memorisation.data import generate_facts
 
 Evaluator = Callable[[int], float]
 

@@ -5,7 +5,7 @@ a small result (plain dicts of floats or dataclasses with `to_dict`). `run_repro
 (in parallel worker processes), runs every experiment on every seed and returns one JSON-able dict; the report
 module turns that dict into the markdown page and figures.
 
-The larger-V presets live in `mechmem.tasks.permutation`: `v10-quick`, `v15-quick` (CPU) and
+The larger-V presets live in `mechmem.papers.permutation.task`: `v10-quick`, `v15-quick` (CPU) and
 `v10-paper`, `v15-paper` (GPU-sized), all trained on repeat data (repeat_ratio 0.3).
 """
 
@@ -22,7 +22,7 @@ from torch import Tensor
 from mechmem.analysis.neurons import ablate_neurons, neuron_direct_effect, rank_neurons
 from mechmem.analysis.roles import RoleThresholds, classify_roles, measure_role_evidence
 from mechmem.tasks.base import PatchingPair
-from mechmem.tasks.permutation import (
+from mechmem.papers.permutation.task import (
     PermutationTask,
     bayes_posterior,
     elimination_floor,

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import torch
 
-from mechmem.constructions.capacity import EVALUATORS, SweepGrid, key_sizes, keyvalue_stack
-from mechmem.constructions.experiments import (
+from mechmem.papers.memorisation.constructions.capacity import EVALUATORS, SweepGrid, key_sizes, keyvalue_stack
+from mechmem.papers.memorisation.constructions.experiments import (
     CapacityResult,
     check_appendix_a,
     measure_capacity,
     published_sweep,
     trained_weights,
 )
-from mechmem.constructions.published import published_stack_best
-from mechmem.constructions.report import (
+from mechmem.papers.memorisation.constructions.published import published_stack_best
+from mechmem.papers.memorisation.constructions.report import (
     appendix_table,
     capacity_figure,
     capacity_table,
@@ -24,9 +24,9 @@ from mechmem.constructions.report import (
     sweep_figure,
     write_report,
 )
-from mechmem.constructions.report_text import markdown_sections
-from mechmem.constructions.training import hidden_activations
-from mechmem.facts.data import generate_facts
+from mechmem.papers.memorisation.constructions.report_text import markdown_sections
+from mechmem.papers.memorisation.constructions.training import hidden_activations
+from mechmem.papers.memorisation.data import generate_facts
 
 QUICK_GRID = SweepGrid(
     n_inits=2,

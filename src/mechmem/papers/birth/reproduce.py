@@ -5,10 +5,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mechmem.birth import plots, report
-from mechmem.birth.corpus import load_stats
-from mechmem.birth.data import TriggerSampler, generation_speed
-from mechmem.birth.experiments import (
+from mechmem.papers.birth import page, plots
+from mechmem.papers.birth.corpus import load_stats
+from mechmem.papers.birth.data import TriggerSampler, generation_speed
+from mechmem.papers.birth.experiments import (
     Run,
     Scale,
     read_history,
@@ -81,10 +81,10 @@ def reproduce(spec: Reproduction, *, log: Any = print) -> tuple[list[tuple[str, 
     if spec.measure_speed:
         sampler = TriggerSampler(load_stats(spec.corpus), seq_len=256, n_triggers=5, fixed_triggers=False)
         speed = generation_speed(sampler)
-    text = report.markdown(
+    text = page.markdown(
         spec.runs, histories, spec.scale, command=spec.command, figures=figs, wall_s=wall, preset=preset,
         heads=heads, speed=speed, shifted=shifted,
     )  # fmt: skip
     spec.doc.parent.mkdir(parents=True, exist_ok=True)
     spec.doc.write_text(text)
-    return report.statements(histories, spec.scale, shifted), wall
+    return page.statements(histories, spec.scale, shifted), wall

@@ -35,7 +35,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.birth.corpus import CorpusStats
+from mechmem.papers.birth.corpus import CorpusStats
 
 OUTPUT_MODES = ("uniform", "bigram", "ood")
 SPLITS = ("train", "test")

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from mechmem.facts.batched import Schedule
-from mechmem.facts.capacity import N_INITS, find_capacity
-from mechmem.facts.models import FactsModelConfig
+from mechmem.papers.memorisation.batched import Schedule
+from mechmem.papers.memorisation.capacity import N_INITS, find_capacity
+from mechmem.papers.memorisation.models import FactsModelConfig
 from mechmem.plotting import plt
 
 SCALING_VARIANTS = {

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import torch
 
 from mechmem.errors import MechmemError
-from mechmem.facts.batched import Schedule, TrainOutcome, train_batched
-from mechmem.facts.data import generate_facts
-from mechmem.facts.models import FactsModelConfig
+from mechmem.papers.memorisation.batched import Schedule, TrainOutcome, train_batched
+from mechmem.papers.memorisation.data import generate_facts
+from mechmem.papers.memorisation.models import FactsModelConfig
 
 N_INITS = 11
 CRITERIA: dict[str, Callable[[int, int], bool]] = {

@@ -386,7 +386,7 @@ def _rescue_section(res: dict[str, Any], rel: str) -> list[str]:
 
 
 def _scale_section(res: dict[str, Any], rel: str) -> list[str]:
-    from mechmem.tasks.permutation import elimination_floor
+    from mechmem.papers.permutation.task import elimination_floor
 
     rows, circuits = [], []
     for run in res["scale"]:

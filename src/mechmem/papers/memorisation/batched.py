@@ -21,7 +21,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechmem.config import ConfigMixin
-from mechmem.facts.models import (
+from mechmem.papers.memorisation.models import (
     FactsModelConfig,
     Params,
     forward_params,

@@ -19,7 +19,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.constructions.assignment import assign_neurons
+from mechmem.papers.memorisation.constructions.assignment import assign_neurons
 
 
 def _top_tokens(tokens: Int[Tensor, " n"], fraction: float, generator: torch.Generator) -> Int[Tensor, " k"]:

@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from mechmem.constructions.appendix_a import appendix_a
-from mechmem.constructions.capacity import (
+from mechmem.papers.memorisation.constructions.appendix_a import appendix_a
+from mechmem.papers.memorisation.constructions.capacity import (
     EVALUATORS,
     SweepGrid,
     fixed_exponent_fit,
@@ -16,10 +16,10 @@ from mechmem.constructions.capacity import (
     memoised,
     published_stack,
 )
-from mechmem.constructions.model import ChallengeConfig, ChallengeMLP
-from mechmem.constructions.training import hidden_activations, stacked_accuracy, train_full
+from mechmem.papers.memorisation.constructions.model import ChallengeConfig, ChallengeMLP
+from mechmem.papers.memorisation.constructions.training import hidden_activations, stacked_accuracy, train_full
 from mechmem.errors import MechmemError
-from mechmem.facts.data import generate_facts
+from mechmem.papers.memorisation.data import generate_facts
 
 THRESHOLDS = (1.0, 0.9)
 

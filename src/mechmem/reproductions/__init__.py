@@ -1,1 +1,0 @@
-"""End-to-end reproductions of published experiments, built on mechmem's tasks, trainer and analyses."""
