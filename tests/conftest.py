@@ -19,10 +19,3 @@ def reproducible():
     yield
 
 
-def build_transformer_cfg(**overrides):
-    """A small TransformerConfig; pass keyword arguments to change any field."""
-    from mechmem.models.adapter import TransformerConfig
-
-    defaults = dict(n_layers=2, d_model=16, n_heads=2, d_vocab=6, n_ctx=9, d_mlp=32)
-    defaults.update(overrides)
-    return TransformerConfig(**defaults)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import build_transformer_cfg
+from helpers import build_transformer_cfg
 from jaxtyping import TypeCheckError
 
 from mechmem.analysis.ablation import (
@@ -18,10 +18,9 @@ from mechmem.analysis.ablation import (
 from mechmem.analysis.heads import repeated_random_tokens
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
 from mechmem.models.adapter import build_transformer
+from helpers import assert_no_hooks
 
 
-def hooks_left(model):
-    return sum(len(hp._forward_hooks) + len(hp._backward_hooks) for hp in model.hook_dict.values())
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +57,7 @@ def test_batched_engine_equals_naive_loop(model, tokens, method):
     torch.testing.assert_close(result.heads[0], naive, atol=1e-5, rtol=0)
     with torch.no_grad():
         assert result.baseline == pytest.approx(float(last_logprob(model(tokens))), abs=1e-6)
-    assert hooks_left(model) == 0
+    assert_no_hooks(model)
 
 
 def test_layer_ablations_equal_naive_runs(model, tokens):
@@ -106,7 +105,7 @@ def test_planted_heads_matter_and_distractors_do_not():
     assert len(rows) == 3 * 2 * (3 + 1)
     assert {"layer", "head", "method", "metric", "delta"} <= set(rows[0])
     assert type(plot_ablation(result)).__name__ == "Figure"
-    assert hooks_left(planted) == 0
+    assert_no_hooks(planted)
 
 
 def test_result_shapes_are_validated():
@@ -121,4 +120,4 @@ def test_no_hooks_left_when_a_hook_fails(model, tokens):
     resid = model.run_with_cache(tokens)[1]["blocks.0.hook_resid_pre"]
     with pytest.raises(KeyError):  # no replacement values: the hook itself raises inside the forward pass
         ablate_layer_components(model, tokens, last_logprob, {}, 0, resid)
-    assert hooks_left(model) == 0
+    assert_no_hooks(model)

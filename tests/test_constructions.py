@@ -21,6 +21,7 @@ from mechmem.papers.memorisation.constructions.training import (
 )
 from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.data import generate_facts
+from helpers import assert_no_hooks
 
 
 def naive_logits(E1, E2, U, inputs):
@@ -57,7 +58,7 @@ def test_model_forward_matches_naive_loop_and_hooks():
     torch.testing.assert_close(
         cache["mlp.hook_post"], torch.relu(cache["hook_embed1"] + cache["hook_embed2"])
     )
-    assert all(not hp.fwd_hooks for hp in model.hook_dict.values())
+    assert_no_hooks(model)
 
 
 def test_checkpoint_round_trip(tmp_path):

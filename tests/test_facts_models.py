@@ -18,6 +18,7 @@ from mechmem.models import build_model
 from mechmem.models.adapter import is_hooked_transformer
 from mechmem.tasks import build_task, get_preset
 from mechmem.training import TrainConfig, train
+from helpers import assert_no_hooks
 
 VARIANTS = all_variants()
 INPUTS, LABELS = generate_facts(64, 32, 16)
@@ -73,7 +74,7 @@ def test_hooks_follow_tl_names():
         INPUTS, fwd_hooks=[("blocks.0.hook_mlp_out", lambda x, hook: torch.zeros_like(x))]
     )
     torch.testing.assert_close(out, model.unembed.b_U.expand_as(out))
-    assert not any(hp._forward_hooks for hp in model.hook_dict.values())
+    assert_no_hooks(model)
 
 
 def test_uniform_attention_pattern_is_half_half():

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import build_transformer_cfg
+from helpers import build_transformer_cfg
 
 from mechmem.analysis.heads import (
     BUILTIN_PATTERNS,
@@ -20,10 +20,9 @@ from mechmem.analysis.heads import (
 )
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
 from mechmem.models.adapter import HookedRootModule, build_transformer
+from helpers import assert_no_hooks
 
 
-def hooks_left(model):
-    return sum(len(hp._forward_hooks) + len(hp._backward_hooks) for hp in model.hook_dict.values())
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +40,7 @@ def test_planted_heads_ranked_first(planted, repeated):
     prev, ind = result.ranking("previous_token"), result.ranking("induction")
     assert prev[0][:2] == PREVIOUS_TOKEN_HEAD and prev[0][2] > 0.99 and prev[1][2] < 0.5
     assert ind[0][:2] == INDUCTION_HEAD and ind[0][2] > 0.99 and ind[1][2] < 0.5
-    assert hooks_left(planted) == 0
+    assert_no_hooks(planted)
 
 
 def test_patterns_by_hand():
@@ -94,7 +93,7 @@ def test_result_validation_serialisation_and_plots(planted, repeated):
     assert type(plot_head_scores(result)).__name__ == "Figure"
     fig = plot_attention(attention_patterns(planted, repeated[:1])[:, 0], repeated[0])
     assert type(fig).__name__ == "Figure"
-    assert hooks_left(planted) == 0
+    assert_no_hooks(planted)
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

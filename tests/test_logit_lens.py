@@ -2,16 +2,15 @@
 
 import pytest
 import torch
-from conftest import build_transformer_cfg
+from helpers import build_transformer_cfg
 
 from mechmem.analysis.heads import repeated_random_tokens
 from mechmem.analysis.logit_lens import decode_residual, lens_stages, logit_lens, plot_logit_lens
 from mechmem.analysis.planted import planted_induction_model
 from mechmem.models.adapter import build_transformer
+from helpers import assert_no_hooks
 
 
-def hooks_left(model):
-    return sum(len(hp._forward_hooks) + len(hp._backward_hooks) for hp in model.hook_dict.values())
 
 
 def tiny(norm, **kw):
@@ -37,7 +36,7 @@ def test_last_stage_equals_model_logits(norm):
     torch.testing.assert_close(
         result.top_probs[-1], probs.sort(-1, descending=True).values, atol=1e-6, rtol=0
     )
-    assert hooks_left(model) == 0
+    assert_no_hooks(model)
 
 
 def test_norm_is_recomputed_at_every_stage():
@@ -99,4 +98,4 @@ def test_planted_answer_appears_only_after_the_induction_layer():
     assert set(d["stages"]) == {"resid_pre.0", "resid_post.0", "resid_pre.1", "resid_post.1"}
     assert d["stages"]["resid_post.1"]["target_prob_by_pos"][0] is None  # position 0 is masked out
     assert type(plot_logit_lens(result)).__name__ == "Figure"
-    assert hooks_left(model) == 0
+    assert_no_hooks(model)

@@ -5,6 +5,7 @@ import torch
 
 from mechmem.analysis.neurons import ablate_neurons, neuron_direct_effect, rank_neurons
 from mechmem.models.adapter import TransformerConfig, build_transformer
+from helpers import assert_no_hooks
 
 
 def make_model(norm=None, n_layers=1):
@@ -56,7 +57,7 @@ def test_direct_effect_equals_logit_change_from_ablating_a_last_layer_neuron(inp
         ablated = ablate_neurons(model, tokens, 0, [n])
         change = clean[rows, pos, target] - ablated[rows, pos, target]
         torch.testing.assert_close(change, effect[:, n], rtol=1e-4, atol=1e-5)
-    assert not any(hp.fwd_hooks for hp in model.hook_dict.values())
+    assert_no_hooks(model)
 
 
 def test_ablation_modes_and_ranking(inputs):

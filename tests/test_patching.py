@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import build_transformer_cfg
+from helpers import build_transformer_cfg
 
 from mechmem.analysis.patching import (
     SWEEPS,
@@ -19,6 +19,7 @@ from mechmem.analysis.patching import (
 from mechmem.analysis.patching_reference import TL_SWEEPS
 from mechmem.models.adapter import build_transformer
 from mechmem.tasks.base import PatchingPair
+from helpers import assert_no_hooks
 
 TL = TL_SWEEPS
 assert set(TL) == set(SWEEPS)
@@ -69,12 +70,6 @@ def tl_sweep(model, name, pair, direction, metric):
     base, source = (pair.corrupted, pair.clean) if direction == "denoising" else (pair.clean, pair.corrupted)
     _, cache = model.run_with_cache(source)
     return TL[name](model, base, cache, metric)
-
-
-def assert_no_hooks(model):
-    for name, hp in model.hook_dict.items():
-        assert not hp._forward_hooks and not hp._backward_hooks, name
-        assert not hp.fwd_hooks and not hp.bwd_hooks, name
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
@@ -174,10 +169,13 @@ def test_invariants(random_case):
     torch.testing.assert_close(torch.tensor(res.clean), pair.logit_diff(model(pair.clean)), atol=1e-5, rtol=0)
     # Denoising layer-0 resid_pre at every differing position at once would give the clean run; the last
     # layer's resid_post at the read-out position alone does (nothing after it).
-    last = model.cfg.n_layers - 1
-    if bool((pair.answer_pos == pair.answer_pos[0]).all()):
-        post = Patcher(model, pair.clean, pair.corrupted, pair=pair).sweep("resid_post")
-        assert abs(float(post.values[last, pair.answer_pos[0]]) - post.clean) < 1e-5
+    # One shared read-out position, so the cell (last layer, that position) patches every prompt's read-out.
+    last, at = model.cfg.n_layers - 1, int(pair.answer_pos.max())
+    shared = PatchingPair(pair.clean, pair.corrupted, torch.full_like(pair.answer_pos, at), pair.correct,
+                          pair.incorrect)
+    post = Patcher(model, shared.clean, shared.corrupted, pair=shared).sweep("resid_post")
+    assert abs(float(post.values[last, at]) - post.clean) < 1e-5
+    assert abs(post.clean - post.corrupted) > 1e-3  # the check is not vacuous
 
 
 def test_result_contract_and_plot(random_case):

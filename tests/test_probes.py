@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import build_transformer_cfg
+from helpers import build_transformer_cfg
 
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
 from mechmem.analysis.probes import (

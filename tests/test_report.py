@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from mechmem.report import RoleThresholds, build_report, name_head_roles, to_html, write_report
+from helpers import assert_no_hooks
 
 
 def roles_of(report):
@@ -164,8 +165,7 @@ def test_no_hooks_left_behind(permutation_task):
 
     model = planted.planted_permutation_model()
     build_report(model, permutation_task, n_samples=32)
-    for hp in model.hook_dict.values():
-        assert not hp.fwd_hooks and not hp.bwd_hooks
+    assert_no_hooks(model)
 
 
 def test_json_is_strict_and_markdown_matches_html(tmp_path):

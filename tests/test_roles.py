@@ -8,6 +8,7 @@ from mechmem.analysis.roles import RoleEvidence, RoleThresholds, classify_roles,
 from mechmem.models.adapter import TransformerConfig, build_transformer
 from mechmem.papers.permutation.experiments import last_step_groups, role_pairs
 from mechmem.papers.permutation.task import PermutationConfig, PermutationTask
+from helpers import assert_no_hooks
 
 
 def evidence(rec, eli):
@@ -121,4 +122,4 @@ def test_planted_roles_are_found_in_either_head_order(groups, recall_head):
     assert classify_roles(ev).labels == [["unused", "unused"], layer1]
     assert classify_roles(ev).split_found
     assert ev.transfer_recall[1, recall_head] > 0.9 and ev.transfer_elimination[1, elim] > 0.9
-    assert not any(hp.fwd_hooks for hp in model.hook_dict.values())
+    assert_no_hooks(model)
