@@ -3,7 +3,7 @@
 A paper plugin is a package that, when imported, calls `register_task` for its tasks, `register_architecture` for
 any model family TransformerLens cannot express, and `register_paper` once with a `Paper`:
 
-    spec = paper.spec(variant)          # "quick" (CPU minutes), "full", "paper" (published scale) ...
+    spec = paper.spec(variant, options) # "quick" (CPU minutes), "full", "paper" (published scale); options: str->str
     results = paper.run(spec, log)      # trains what is missing, measures; a JSON-able dict (the run record)
     page = paper.page(results)          # a `mechmem.report.document.Report`, written by `write_page`
 
@@ -32,8 +32,9 @@ class Paper:
     """Short name used on the command line and for file names (docs/reproductions/<name>.md)."""
     title: str
     """The work's citation, as shown on the page."""
-    spec: Callable[[str], Any]
-    """variant name -> the reproduction's spec (a frozen dataclass); raises `MechmemError` for unknown names."""
+    spec: Callable[[str, dict[str, str]], Any]
+    """(variant name, options such as {"runs": "runs/x", "seeds": "0,1"}) -> the reproduction's spec (a frozen
+    dataclass); raises `MechmemError` for an unknown variant or option."""
     variants: tuple[str, ...]
     """Variant names `spec` accepts, the first being the default."""
     run: Callable[[Any, Callable[[str], None]], dict[str, Any]]

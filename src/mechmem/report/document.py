@@ -11,6 +11,7 @@ import html
 import io
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,24 +102,28 @@ class Report:
         }
 
 
-def to_markdown(report: Report, *, figure_dir: str | None = "figures") -> str:
-    """Markdown with figures linked from `figure_dir` (None leaves them out)."""
+def to_markdown(report: Report, *, figure_dir: str | None = "figures", figure_prefix: str = "") -> str:
+    """Markdown with figures linked as `{figure_dir}/{figure_prefix}{section}-{name}.png` (None leaves them out)."""
     out = [f"# {report.title}", "", f"**{report.headline}**" if report.headline else "", ""]
     out += [f"- {k}: {v}" for k, v in report.meta.items()] + [""]
     for s in report.sections:
-        out += [f"## {s.title}", ""]
-        if s.skipped:
-            out += [f"_Skipped: {s.skipped}_", ""]
-            continue
-        out += [f"- {line}" for line in s.lines] + ([""] if s.lines else [])
-        for t in s.tables:
-            if t.caption:
-                out += [t.caption, ""]
-            out += ["| " + " | ".join(t.headers) + " |", "|" + "---|" * len(t.headers)]
-            out += ["| " + " | ".join(row) + " |" for row in t.cells()] + [""]
-        if figure_dir is not None:
-            out += [f"![{name}]({figure_dir}/{s.key}-{name}.png)" for name in s.figures] + [""]
+        out += [f"## {s.title}", "", section_markdown(s, figure_dir=figure_dir, figure_prefix=figure_prefix), ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def section_markdown(s: Section, *, figure_dir: str | None = "figures", figure_prefix: str = "") -> str:
+    """One section's body (no heading): its lines as bullets, its tables, then its figures."""
+    if s.skipped:
+        return f"_Skipped: {s.skipped}_"
+    out = [f"- {line}" for line in s.lines] + ([""] if s.lines else [])
+    for t in s.tables:
+        if t.caption:
+            out += [t.caption, ""]
+        out += ["| " + " | ".join(t.headers) + " |", "|" + "---|" * len(t.headers)]
+        out += ["| " + " | ".join(row) + " |" for row in t.cells()] + [""]
+    if figure_dir is not None:
+        out += [f"![{name}]({figure_dir}/{figure_prefix}{s.key}-{name}.png)" for name in s.figures]
+    return "\n".join(out).strip()
 
 
 _CSS = (
@@ -172,6 +177,71 @@ def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     paths["html"].write_text(to_html(report))
     write_json(paths["json"], _finite(json.loads(json.dumps(report.to_dict(), default=_jsonable))))
     return paths
+
+
+def read_prose(path: str | Path) -> dict[str, str]:
+    """Hand-written page text by section key: a markdown file of `<!-- section: KEY -->` blocks.
+
+    Text before the first marker is keyed "intro". Prose lives in docs/, never in Python strings, so a page's
+    words can be edited without touching code and its numbers cannot be typed in by hand.
+    """
+    blocks: dict[str, list[str]] = {"intro": []}
+    key = "intro"
+    for line in Path(path).read_text().splitlines():
+        marker = line.strip()
+        if marker.startswith("<!-- section:") and marker.endswith("-->"):
+            key = marker.removeprefix("<!-- section:").removesuffix("-->").strip()
+            blocks.setdefault(key, [])
+            continue
+        blocks[key].append(line)
+    return {k: "\n".join(v).strip() for k, v in blocks.items() if "\n".join(v).strip()}
+
+
+def page_markdown(
+    report: Report, prose: dict[str, str] | None = None, *, figure_dir: str = "figures", figure_prefix: str = ""
+) -> str:
+    """A reproduction page: the report's computed sections, each preceded by its hand-written prose (if any).
+
+    Sections render as in `to_markdown` (lines as bullets, tables, figures linked as
+    `{figure_dir}/{figure_prefix}{section key}-{figure name}.png`).
+    """
+    prose = prose or {}
+    out = [f"# {report.title}", ""]
+    out += [report.headline, ""] if report.headline else []
+    out += [f"- {k}: {v}" for k, v in report.meta.items()] + ([""] if report.meta else [])
+    out += [prose["intro"], ""] if "intro" in prose else []
+    for s in report.sections:
+        out += [f"## {s.title}", ""]
+        out += [prose[s.key], ""] if s.key in prose else []
+        out += [section_markdown(s, figure_dir=figure_dir, figure_prefix=figure_prefix), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def write_page(
+    report: Report, md_path: str | Path, *, prose: str | Path | None = None, figure_dir: str | Path | None = None
+) -> Path:
+    """Write a reproduction page (markdown) and its figures (PNG files named `{stem}_{section}-{name}.png`).
+
+    Args:
+        report: the page's computed content, from the paper's `page(record)`.
+        md_path: the markdown file to write.
+        prose: the hand-written text (see `read_prose`), or None.
+        figure_dir: where figures go (default: `figures/` beside the page).
+    """
+    md_path = Path(md_path)
+    fig_dir = Path(figure_dir) if figure_dir is not None else md_path.parent / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    stem = md_path.stem
+    for s in report.sections:
+        for name, png in s.figures.items():
+            (fig_dir / f"{stem}_{s.key}-{name}.png").write_bytes(png)
+    rel = os.path.relpath(fig_dir, md_path.parent)
+    text = page_markdown(report, read_prose(prose) if prose else None, figure_dir=rel, figure_prefix=f"{stem}_")
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = md_path.with_name(f".{md_path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, md_path)
+    return md_path
 
 
 def _finite(obj: Any) -> Any:

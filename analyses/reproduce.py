@@ -1,0 +1,60 @@
+"""Reproduce a paper through its plugin: run (or reuse) its experiments, record every number, write its page.
+
+    python analyses/reproduce.py --list
+    python analyses/reproduce.py permutation --variant quick          # CPU minutes
+    python analyses/reproduce.py permutation --page-only              # the page again from the committed record
+    python analyses/reproduce.py birth --variant quick --set runs=runs/birth_repro
+
+The record goes to docs/reproductions/data/NAME.json, the page to docs/reproductions/NAME.md (prose from
+docs/reproductions/prose/NAME.md, figures to docs/reproductions/figures/NAME_*.png).
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+from mechmem.cli import run_script, write_json
+from mechmem.errors import MechmemError
+from mechmem.plugins import get_paper, paper_names
+from mechmem.report.document import write_page
+
+
+def _options(items: list[str]) -> dict[str, str]:
+    bad = [item for item in items if "=" not in item]
+    if bad:
+        raise MechmemError(f"--set takes KEY=VALUE, got {bad[0]!r}")
+    return dict(item.split("=", 1) for item in items)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paper", nargs="?", help="paper name (see --list)")
+    parser.add_argument("--list", action="store_true", help="list the papers and their variants")
+    parser.add_argument("--variant", default=None, help="which reproduction (default: the paper's first)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a spec option")
+    parser.add_argument("--page-only", action="store_true", help="rebuild the page from the existing record")
+    parser.add_argument("--docs", default="docs/reproductions", help="folder of pages, records and prose")
+    args = parser.parse_args(argv)
+    if args.list or not args.paper:
+        for name in paper_names():
+            paper = get_paper(name)
+            print(f"{name:14s} {paper.title}  (variants: {', '.join(paper.variants)})")
+        return 0
+    paper, docs = get_paper(args.paper), Path(args.docs)
+    record_path = docs / "data" / f"{paper.name}.json"
+    if args.page_only:
+        if not record_path.exists():
+            raise MechmemError(f"no record at {record_path}: run without --page-only first")
+        record = json.loads(record_path.read_text())
+    else:
+        spec = paper.spec(args.variant or paper.variants[0], _options(args.set))
+        record = paper.run(spec, lambda line: print(line, flush=True))
+        write_json(record_path, record)
+    prose = docs / "prose" / f"{paper.name}.md"
+    page = write_page(paper.page(record), docs / f"{paper.name}.md", prose=prose if prose.exists() else None)
+    print(f"wrote {page} from {record_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_script(main))
