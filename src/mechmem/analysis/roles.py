@@ -1,262 +1,295 @@
-"""Head roles from measured evidence: which head eliminates and which recalls.
+"""Head roles, decided in one place: what each attention head does, from measured evidence and fixed thresholds.
 
-Technique. Sequences are split into two groups by what answering them needs: a *recall* group (the answer is
-bound to an earlier occurrence of the query, e.g. a repeated x whose y was shown before) and an *elimination*
-group (the answer is whatever has not been used yet). Per head we measure
+Two kinds of roles, one classifier (`classify_heads`), used by the circuit report, the reproduction pages and the
+library alike (`head_roles` measures and classifies in one call).
 
-    patching transfer  (the classifying evidence) for a recall pair and an elimination pair of inputs that differ
-                       only in the information one role needs: e.g. the repeated x points at another earlier pair
-                       (recall), or one earlier y is swapped with the unused one (elimination). Copy the head's
-                       output from the counterfactual run into the clean run and record how much p(counterfactual
-                       answer) rises. A head that carries the information moves the answer; one that does not, not;
-    ablation damage    drop in mean p(correct answer) when the head's output is replaced by its mean over all
-                       sequences (mean ablation), on each group (used for the labels when no pairs are given);
-    attention mass     from the answer query onto named key sets, e.g. "bound" (the y that followed the matching
-                       x), "match" (the matching x itself) and "other_y" (the other earlier y's).
+Task roles come from the task (`Task.role_probes`): for each role (e.g. the permutation task's "recall" and
+"elimination") a counterfactual pair that changes only the information that role needs, and the key positions a
+head doing the role attends to. Per head and role we measure, with the intervention engine:
 
-Rule (`classify_roles`): with scores s_rec, s_eli of a head (transfer when measured, else damage), the head is
-"recall" when s_rec >= min_score and s_rec - s_eli >= margin, "elimination" for the mirror case, "shared" when
-both reach min_score without a clear winner, and "unused" otherwise.
+    transfer   rise of mean p(counterfactual answer) when the head's output (hook_z, every position) is copied
+               from the counterfactual run into the clean run (the total effect of the head's information);
+    via_mlp    the same with the head's output change reaching only the MLP inputs (path patching
+               head -> MLP input -> logits; the residual stream read by the unembedding and by attention stays
+               clean). It credits a head whose effect reaches the logits only through an MLP;
+    attention  mean attention from the answer query onto the role's keys, on the clean inputs;
+    damage     drop of mean p(correct answer) when the head is mean-ablated (per-position mean over a reference
+               batch from the task's evaluation distribution), shown next to the rest, not used for labels.
 
-Intuition: heads are symmetric at initialisation, so which head takes which job is decided by the seed; labels
-have to come from measured behaviour, not from the head index. Why transfer rather than damage: when an MLP reads
-both heads jointly (the permutation task's Task 2 model decodes the answer only after its FFN), removing either
-head wrecks every answer, so ablation damage is large on both groups and does not separate the roles, while a
-counterfactual that changes one kind of information moves the answer only through the head that carries it.
-Caveats: transfer assumes the counterfactual leaves the other role's information unchanged; damage is measured on
-the given sequences only, and a head that others compensate for looks unimportant under either test.
+The role's *score* of a head is max(transfer, via_mlp); its *share* is the score divided by the sum of all heads'
+positive scores for that role (0 when that sum is below `min_score`: the role is absent from the model).
+A head gets task role r when (1) its score is at least `min_score`, (2) its share of r exceeds its share of every
+other task role by at least `share_margin`, and (3) its attention on r's keys is at least `task_attention`. When
+(1) holds for two roles without (2), the head is "shared". Shares matter because a role can be carried jointly:
+in the one-layer permutation models the MLP reads the query token and both heads together, so copying one head
+alone moves the answer partly (0.1-0.3 for the recall head), yet its share of the recall transfer is the largest.
+
+Attention-pattern roles (previous-token, induction, duplicate-token) come from detection scores (attention mass
+on the pattern's keys, `mechmem.analysis.heads`) on repeated random sequences and on the task's data; the higher
+of the two must reach `attention`. A task role, being causal and on-distribution, takes precedence; patterns a
+task head also matches stay in its notes. A head with no evidence above threshold is "none".
+
+The thresholds were fixed on development seeds (permutation task2-quick and task1-quick, seed 7) before the
+five-seed acceptance runs (seeds 0-4); they are printed with every result. Caveats: thresholds are fixed
+fractions, not significance tests; transfer assumes the counterfactual leaves the other roles' information
+unchanged; a head that others compensate for looks less important under any single-head test.
 """
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Float
 from torch import Tensor
 
-from mechmem.tasks.base import PatchingPair
+from mechmem.analysis import heads as head_detection
+from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean
+from mechmem.config import ConfigMixin
+from mechmem.tasks.base import RoleProbe
 
-ROLES = ("recall", "elimination", "shared", "unused")
+PATTERN_ROLES = {"previous_token": "previous-token", "induction": "induction", "duplicate_token": "duplicate-token"}
 
 
 @dataclass(frozen=True)
-class RoleThresholds:
-    """Decision thresholds of the head-role classifier, in units of p(correct answer)."""
+class RoleThresholds(ConfigMixin):
+    """The evidence a role needs; every number here is printed next to the measurements it judges."""
 
+    attention: float = 0.5
+    """Min detection score (attention mass on the pattern's keys) for previous-token, induction, duplicate-token."""
     min_score: float = 0.1
-    """A role's score (transfer or damage, in p(answer)) must reach this for the head to matter for it."""
-    margin: float = 0.1
-    """A single role needs its score to exceed the other role's score by at least this much."""
-
-    def to_dict(self) -> dict[str, float]:
-        return {"min_score": self.min_score, "margin": self.margin}
+    """Min task-role score, max(transfer, via_mlp), in units of p(answer)."""
+    share_margin: float = 0.25
+    """The head's share of its role's score must exceed its share of every other task role by this much."""
+    task_attention: float = 0.4
+    """Min attention from the answer query on the role's keys."""
+    mlp_drop: float = 0.05
+    """Min drop in mean p(answer) under mean ablation of a layer's MLP, to name it as contributing."""
+    neuron_share: float = 0.5
+    """Key neurons: the fewest neurons whose direct effects make up this share of the MLP's positive effect."""
+    max_key_neurons: int = 5
+    """At most this many key neurons are listed."""
 
 
 @dataclass
-class RoleEvidence:
-    """Measured evidence per head: ablation damage on each group and attention mass on named key sets."""
+class HeadRole:
+    """A head's role, the numbers behind it, and why."""
 
-    damage_recall: Float[Tensor, "layer head"]
-    """Drop of mean p(correct) on the recall group when the head is mean-ablated."""
-    damage_elimination: Float[Tensor, "layer head"]
-    """Drop of mean p(correct) on the elimination group when the head is mean-ablated."""
-    attention: dict[str, Float[Tensor, "layer head"]] = field(default_factory=dict)
-    """Mean attention from the answer query onto each named key set (averaged over the recall group)."""
-    baseline_recall: float = float("nan")
-    """Mean p(correct) on the recall group without ablation."""
-    baseline_elimination: float = float("nan")
-    """Mean p(correct) on the elimination group without ablation."""
-    transfer_recall: Float[Tensor, "layer head"] | None = None
-    """Rise of p(counterfactual answer) when the head is patched from the recall pair's counterfactual run."""
-    transfer_elimination: Float[Tensor, "layer head"] | None = None
-    """The same for the elimination pair."""
-
-    def __post_init__(self) -> None:
-        shape = self.damage_recall.shape
-        if self.damage_recall.ndim != 2 or self.damage_elimination.shape != shape:
-            raise ValueError("damage_recall and damage_elimination must share the shape [layer head]")
-        if (self.transfer_recall is None) != (self.transfer_elimination is None):
-            raise ValueError("give both transfer_recall and transfer_elimination, or neither")
-        for t in (self.transfer_recall, self.transfer_elimination):
-            if t is not None and t.shape != shape:
-                raise ValueError("transfer scores must have the shape [layer head] of the damage")
-        for name, mass in self.attention.items():
-            if mass.shape != shape:
-                raise ValueError(f"attention[{name!r}] has shape {tuple(mass.shape)}, expected {tuple(shape)}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "axes": ["layer", "head"],
-            "damage_recall": self.damage_recall.tolist(),
-            "damage_elimination": self.damage_elimination.tolist(),
-            "attention": {k: v.tolist() for k, v in self.attention.items()},
-            "baseline_recall": self.baseline_recall,
-            "baseline_elimination": self.baseline_elimination,
-            "transfer_recall": None if self.transfer_recall is None else self.transfer_recall.tolist(),
-            "transfer_elimination": None if self.transfer_elimination is None else self.transfer_elimination.tolist(),
-        }
+    layer: int
+    head: int
+    role: str
+    evidence: dict[str, float]
+    notes: list[str] = field(default_factory=list)
 
     @property
-    def basis(self) -> str:
-        """Which scores label the heads: "patching transfer" when measured, else "ablation damage"."""
-        return "ablation damage" if self.transfer_recall is None else "patching transfer"
+    def name(self) -> str:
+        return f"L{self.layer}H{self.head}"
 
-    def scores(self) -> tuple[Tensor, Tensor]:
-        """(recall score, elimination score), each [layer head], on the labelling basis."""
-        if self.transfer_recall is None or self.transfer_elimination is None:
-            return self.damage_recall, self.damage_elimination
-        return self.transfer_recall, self.transfer_elimination
+    def to_dict(self) -> dict[str, Any]:
+        return {"layer": self.layer, "head": self.head, "role": self.role, "evidence": self.evidence,
+                "notes": self.notes}
 
 
 @dataclass
 class RoleResult:
-    """Role label of every head, with the evidence and thresholds that produced it."""
+    """The role of every head, the task roles looked for, and the thresholds used."""
 
-    labels: list[list[str]]
-    """labels[layer][head], one of ROLES."""
-    evidence: RoleEvidence
+    heads: list[HeadRole]
+    task_roles: tuple[str, ...]
     thresholds: RoleThresholds
-
-    def __post_init__(self) -> None:
-        n_layers, n_heads = self.evidence.damage_recall.shape
-        if len(self.labels) != n_layers or any(len(row) != n_heads for row in self.labels):
-            raise ValueError("labels must be [layer][head] like the evidence")
-        if any(label not in ROLES for row in self.labels for label in row):
-            raise ValueError(f"labels must be among {ROLES}")
-
-    def heads_with(self, role: str) -> list[tuple[int, int]]:
-        """(layer, head) of every head carrying `role`."""
-        return [(l, h) for l, row in enumerate(self.labels) for h, label in enumerate(row) if label == role]
+    info: dict[str, Any] = field(default_factory=dict)
+    """How the evidence was measured (sample size, seed, data)."""
 
     @property
-    def split_found(self) -> bool:
-        """True when exactly one head recalls and exactly one eliminates."""
-        return len(self.heads_with("recall")) == 1 and len(self.heads_with("elimination")) == 1
+    def labels(self) -> list[list[str]]:
+        """labels[layer][head]."""
+        n_layers = 1 + max((h.layer for h in self.heads), default=-1)
+        return [[h.role for h in self.heads if h.layer == layer] for layer in range(n_layers)]
+
+    def heads_with(self, role: str) -> list[tuple[int, int]]:
+        """(layer, head) of every head with `role`."""
+        return [(h.layer, h.head) for h in self.heads if h.role == role]
+
+    def evidence(self, key: str) -> Float[Tensor, "layer head"]:
+        """One evidence quantity for every head, [layer head] (NaN where not measured)."""
+        labels = self.labels
+        out = torch.full((len(labels), max(map(len, labels), default=0)), float("nan"))
+        for h in self.heads:
+            out[h.layer, h.head] = h.evidence.get(key, float("nan"))
+        return out
+
+    def summary(self) -> str:
+        """A one-line description such as "L0H2 previous-token, L1H1 induction" (or "no head roles found")."""
+        if not self.heads:
+            return "no attention heads analysed"
+        named = [f"{h.name} {h.role}" for h in self.heads if h.role != "none"]
+        return ", ".join(named) if named else "no head roles found"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"labels": self.labels, "basis": self.evidence.basis, "evidence": self.evidence.to_dict(),
-                "thresholds": self.thresholds.to_dict()}
+        return {"summary": self.summary(), "labels": self.labels, "task_roles": list(self.task_roles),
+                "heads": [h.to_dict() for h in self.heads], "thresholds": self.thresholds.to_dict(), **self.info}
 
 
-def classify_roles(evidence: RoleEvidence, thresholds: RoleThresholds = RoleThresholds()) -> RoleResult:
-    """Label every head from its recall and elimination scores (rule in the module docstring)."""
-    labels: list[list[str]] = []
-    recall, elimination = evidence.scores()
-    for rec_row, eli_row in zip(recall.tolist(), elimination.tolist()):
-        row = []
-        for rec, eli in zip(rec_row, eli_row):
-            if rec >= thresholds.min_score and rec - eli >= thresholds.margin:
-                row.append("recall")
-            elif eli >= thresholds.min_score and eli - rec >= thresholds.margin:
-                row.append("elimination")
-            elif rec >= thresholds.min_score and eli >= thresholds.min_score:
-                row.append("shared")
-            else:
-                row.append("unused")
-        labels.append(row)
-    return RoleResult(labels, evidence, thresholds)
-
-
-def _p_correct(logits: Float[Tensor, "batch pos d_vocab"], pos: Tensor, target: Tensor) -> Tensor:
+# -- measurement ------------------------------------------------------------------------------------------------
+def _p_answer(logits: Tensor, pos: Tensor, answer: Tensor) -> Tensor:
     rows = torch.arange(logits.shape[0], device=logits.device)
-    return logits[rows, pos].float().softmax(-1)[rows, target]
+    return logits[rows, pos].float().softmax(-1)[rows, answer]
+
+
+def _heads(model: Any) -> list[tuple[int, int]]:
+    return [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
+
+
+def _via_mlp_variant(model: Any, layer: int, head: int, z_clean: Tensor, z_counter: Tensor) -> list[Intervention]:
+    """Add the head's output change (counterfactual - clean) to the input of every MLP at or after its layer."""
+    w_o = model.blocks[layer].attn.W_O[head]  # [d_head d_model]
+    delta = (z_counter[:, :, head] - z_clean[:, :, head]) @ w_o  # [batch pos d_model]
+    return [Intervention(f"blocks.{later}.hook_mlp_in", (), apply(lambda x, hook, d=delta: x + d))
+            for later in range(layer, model.cfg.n_layers)]
 
 
 @torch.no_grad()
-def head_patching_transfer(model: Any, pair: PatchingPair) -> Float[Tensor, "layer head"]:
-    """Rise of mean p(pair.incorrect) at `pair.answer_pos` when one head's output (hook_z) is copied from the
-    corrupted (counterfactual) run into the clean run, for every head."""
-    device = pair.clean.device
-    rows = torch.arange(pair.clean.shape[0], device=device)
-    names = [f"blocks.{l}.attn.hook_z" for l in range(model.cfg.n_layers)]
-    _, cache = model.run_with_cache(pair.corrupted, names_filter=lambda n: n in names)
+def measure_task_evidence(
+    model: Any, probes: Sequence[RoleProbe], reference: Tensor | None = None
+) -> dict[str, Float[Tensor, "layer head"]]:
+    """Per head and probe: "{role}_transfer", "{role}_via_mlp" (models with MLPs), "{role}_attention" and
+    "{role}_damage" (mean ablation over `reference`, default the probe's clean inputs), each [layer head]."""
+    heads, shape = _heads(model), (model.cfg.n_layers, model.cfg.n_heads)
+    out: dict[str, Tensor] = {}
+    for probe in probes:
+        pair, role = probe.pair, probe.role
+        pos, keys = pair.answer_pos, probe.keys.float()
+        names = [f"blocks.{l}.attn.hook_{k}" for l in range(shape[0]) for k in ("z", "pattern")]
+        logits, clean = model.run_with_cache(pair.clean, names_filter=lambda n: n in names)
+        _, counter = model.run_with_cache(pair.corrupted, names_filter=lambda n: n.endswith("hook_z"))
+        base_cf, base_ok = _p_answer(logits, pos, pair.incorrect), _p_answer(logits, pos, pair.correct)
 
-    def p_counterfactual(logits: Tensor) -> Tensor:
-        return logits[rows, pair.answer_pos].float().softmax(-1)[rows, pair.incorrect].mean()
+        def p_counterfactual(lg: Tensor) -> Tensor:
+            return _p_answer(lg, pos, pair.incorrect).mean()
 
-    base = p_counterfactual(model(pair.clean))
-    out = torch.zeros(model.cfg.n_layers, model.cfg.n_heads)
-    for layer, name in enumerate(names):
-        for head in range(model.cfg.n_heads):
-
-            def patch(z: Tensor, hook: Any, head: int = head, name: str = name) -> Tensor:
-                z[:, :, head] = cache[name][:, :, head]
-                return z
-
-            out[layer, head] = p_counterfactual(model.run_with_hooks(pair.clean, fwd_hooks=[(name, patch)])) - base
-    return out
+        source = from_run(pair.corrupted)
+        variants = [Intervention(f"blocks.{l}.attn.hook_z", (slice(None), h), source) for l, h in heads]
+        out[f"{role}_transfer"] = (intervene(model, pair.clean, variants, p_counterfactual) - base_cf.mean()).view(shape)
+        if not model.cfg.attn_only:
+            paths = [_via_mlp_variant(model, l, h, clean[f"blocks.{l}.attn.hook_z"], counter[f"blocks.{l}.attn.hook_z"])
+                     for l, h in heads]
+            out[f"{role}_via_mlp"] = (intervene(model, pair.clean, paths, p_counterfactual) - base_cf.mean()).view(shape)
+        rows = torch.arange(len(pos), device=pos.device)
+        out[f"{role}_attention"] = torch.stack([
+            (clean[f"blocks.{l}.attn.hook_pattern"][rows, :, pos] * keys[:, None]).sum(-1).mean(0)
+            for l in range(shape[0])
+        ]).cpu()
+        ablate = mean(pair.clean if reference is None else reference)
+        variants = [Intervention(f"blocks.{l}.attn.hook_z", (slice(None), h), ablate) for l, h in heads]
+        ablated = intervene(model, pair.clean, variants, lambda lg: _p_answer(lg, pos, pair.correct).mean())
+        out[f"{role}_damage"] = (base_ok.mean() - ablated).view(shape)
+    return {k: v.detach().float().cpu() for k, v in out.items()}
 
 
 @torch.no_grad()
-def measure_role_evidence(
-    model: Any,
-    tokens: Int[Tensor, "batch pos"],
-    answer_pos: Int[Tensor, " batch"],
-    targets: Int[Tensor, " batch"],
-    recall_group: Bool[Tensor, " batch"],
-    key_sets: Mapping[str, Bool[Tensor, "batch key_pos"]] | None = None,
-    *,
-    recall_pair: PatchingPair | None = None,
-    elimination_pair: PatchingPair | None = None,
-) -> RoleEvidence:
-    """Per head: mean-ablation damage on each group, attention mass on `key_sets`, and (given the two pairs) the
-    patching transfer that `classify_roles` then labels from.
+def measure_pattern_evidence(
+    model: Any, task: Any = None, *, n: int, generator: torch.Generator
+) -> dict[str, Float[Tensor, "layer head"]]:
+    """Detection scores (previous-token, induction, duplicate-token) per head: the higher of the score on
+    repeated random sequences and on the task's data (answer queries; see `heads.task_detection_patterns`)."""
+    cfg = model.cfg
+    half = min(cfg.n_ctx // 2, cfg.d_vocab)
+    results = []
+    if half >= 2:
+        tokens = head_detection.repeated_random_tokens(n, half, cfg.d_vocab, generator=generator)
+        results.append(head_detection.detect_heads(model, tokens.to(cfg.device)))
+    if task is not None:
+        batch = task.eval_batch(n, generator=generator).to(cfg.device)
+        patterns = head_detection.task_detection_patterns(batch)
+        results.append(head_detection.detect_heads(model, batch.tokens, patterns, chunk=len(batch)))
+    if not results:
+        return {}
+    return {k: torch.stack([r.scores[k].nan_to_num(0.0) for r in results]).amax(0).cpu() for k in results[0].scores}
 
-    Args:
-        model: a HookedTransformer.
-        tokens: input sequences.
-        answer_pos: position whose prediction is scored, per sequence.
-        targets: the correct answer token, per sequence.
-        recall_group: True for sequences that need recall, False for those answered by elimination.
-        key_sets: named boolean masks over key positions; attention from `answer_pos` onto each set is averaged
-            over the recall group.
-        recall_pair, elimination_pair: counterfactual pairs (`corrupted` is the counterfactual input, `incorrect`
-            its answer) for the patching transfer; when both are given they decide the labels.
+
+# -- the classifier -----------------------------------------------------------------------------------------------
+def _shares(evidence: dict[str, Tensor], roles: Sequence[str], t: RoleThresholds) -> dict[str, Tensor]:
+    shares = {}
+    for role in roles:
+        score = _score(evidence, role)
+        total = score.clamp_min(0).sum()
+        shares[role] = score.clamp_min(0) / total if float(total) >= t.min_score else torch.zeros_like(score)
+    return shares
+
+
+def _score(evidence: dict[str, Tensor], role: str) -> Tensor:
+    transfer = evidence[f"{role}_transfer"]
+    via = evidence.get(f"{role}_via_mlp")
+    return transfer if via is None else torch.maximum(transfer, via)
+
+
+def _task_role(ev: dict[str, float], roles: Sequence[str], t: RoleThresholds) -> tuple[str, str] | None:
+    """The task role a head's evidence supports (with the reason), "shared", or None."""
+    scoring = [r for r in roles if ev[f"{r}_score"] >= t.min_score]
+    for role in scoring:
+        others = [ev[f"{o}_share"] for o in roles if o != role]
+        lead = ev[f"{role}_share"] - max(others, default=0.0)
+        if lead >= t.share_margin and ev[f"{role}_attention"] >= t.task_attention:
+            return role, (
+                f"{role}: score {ev[f'{role}_score']:.2f} (>= {t.min_score}), share {ev[f'{role}_share']:.2f} "
+                f"leads the other roles by {lead:.2f} (>= {t.share_margin}), attention on its keys "
+                f"{ev[f'{role}_attention']:.2f} (>= {t.task_attention})"
+            )
+    if len(scoring) >= 2:
+        return "shared", "scores " + ", ".join(f"{r} {ev[f'{r}_score']:.2f}" for r in scoring) + " without a lead"
+    return None
+
+
+def classify_heads(
+    evidence: dict[str, Tensor], task_roles: Sequence[str] = (), thresholds: RoleThresholds | None = None
+) -> list[HeadRole]:
+    """One `HeadRole` per head from evidence tensors [layer head] (rule in the module docstring).
+
+    Recognised keys: previous_token, induction, duplicate_token (detection scores) and, per task role r,
+    r_transfer, r_via_mlp, r_attention, r_damage. Scores and shares of each task role are added to the evidence.
     """
-    if (recall_pair is None) != (elimination_pair is None):
-        raise ValueError("give both recall_pair and elimination_pair, or neither")
-    device = tokens.device
-    answer_pos, targets, recall_group = answer_pos.to(device), targets.to(device), recall_group.to(device)
-    if not recall_group.any() or recall_group.all():
-        raise ValueError("recall_group must contain both recall and elimination sequences")
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    names = [f"blocks.{l}.attn.hook_z" for l in range(n_layers)] + [
-        f"blocks.{l}.attn.hook_pattern" for l in range(n_layers)
-    ]
-    logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
-    base = _p_correct(logits, answer_pos, targets)
-    damage = torch.zeros(2, n_layers, n_heads)
+    t = thresholds or RoleThresholds()
+    if not evidence:
+        return []
+    evidence = dict(evidence)
+    shares = _shares(evidence, task_roles, t)
+    for role in task_roles:
+        evidence[f"{role}_score"], evidence[f"{role}_share"] = _score(evidence, role), shares[role]
+    n_layers, n_heads = next(iter(evidence.values())).shape
+    roles = []
     for layer in range(n_layers):
-        mean_z = cache[f"blocks.{layer}.attn.hook_z"].mean(0, keepdim=True)
         for head in range(n_heads):
+            ev = {k: float(v[layer, head]) for k, v in evidence.items()}
+            patterns = sorted(((ev[k], name) for k, name in PATTERN_ROLES.items()
+                               if k in ev and ev[k] >= t.attention), reverse=True)
+            notes = [f"{name} score {score:.2f} (>= {t.attention})" for score, name in patterns]
+            task = _task_role(ev, task_roles, t) if task_roles else None
+            if task is not None:
+                role, notes = task[0], [task[1]] + [f"also {note}" for note in notes]
+            else:
+                role = patterns[0][1] if patterns else "none"
+            roles.append(HeadRole(layer, head, role, ev, notes))
+    return roles
 
-            def ablate(z: Tensor, hook: Any, head: int = head, mean_z: Tensor = mean_z) -> Tensor:
-                z[:, :, head] = mean_z[:, :, head]
-                return z
 
-            ablated = model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{layer}.attn.hook_z", ablate)])
-            drop = base - _p_correct(ablated, answer_pos, targets)
-            damage[0, layer, head] = drop[recall_group].mean()
-            damage[1, layer, head] = drop[~recall_group].mean()
-    attention: dict[str, Tensor] = {}
-    rows = torch.arange(tokens.shape[0], device=device)
-    for name, keys in (key_sets or {}).items():
-        mass = torch.zeros(n_layers, n_heads)
-        for layer in range(n_layers):
-            pattern = cache[f"blocks.{layer}.attn.hook_pattern"][rows, :, answer_pos]  # [batch head key_pos]
-            per_seq = (pattern * keys.to(device)[:, None, :].float()).sum(-1)
-            mass[layer] = per_seq[recall_group].mean(0).cpu()
-        attention[name] = mass
-    transfer = (None, None)
-    if recall_pair is not None and elimination_pair is not None:
-        transfer = (head_patching_transfer(model, recall_pair), head_patching_transfer(model, elimination_pair))
-    return RoleEvidence(
-        damage[0],
-        damage[1],
-        attention,
-        baseline_recall=float(base[recall_group].mean()),
-        baseline_elimination=float(base[~recall_group].mean()),
-        transfer_recall=transfer[0],
-        transfer_elimination=transfer[1],
-    )
+def head_roles(
+    model: Any, task: Any = None, *, n: int = 1000, seed: int = 0, thresholds: RoleThresholds | None = None
+) -> RoleResult:
+    """Measure every head's evidence on `n` sequences drawn from `seed` and classify it.
+
+    The report and the reproduction pages call this with the same `n` and `seed` for a checkpoint, so they print
+    identical numbers. `task` may be None (attention-pattern roles only).
+    """
+    t = thresholds or RoleThresholds()
+    if head_detection.no_attention_reason(model):
+        return RoleResult([], (), t, {"n": n, "seed": seed})
+    device = next(model.parameters()).device
+    evidence = measure_pattern_evidence(model, task, n=n, generator=torch.Generator().manual_seed(seed))
+    probes = task.role_probes(n, generator=torch.Generator().manual_seed(seed + 1)) if task is not None else []
+    if probes:
+        reference = task.eval_batch(n, generator=torch.Generator().manual_seed(seed + 2)).tokens.to(device)
+        probes = [p.to(device) for p in probes]
+        evidence.update(measure_task_evidence(model, probes, reference))
+    task_roles = tuple(p.role for p in probes)
+    info = {"n": n, "seed": seed, "reference": "a separate draw of the task's evaluation batch" if probes else None}
+    return RoleResult(classify_heads(evidence, task_roles, t), task_roles, t, info)

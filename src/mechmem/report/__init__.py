@@ -7,9 +7,9 @@
     report = build_report(ckpt.model, ckpt.task, title="task2")
     write_report(report, "runs/task2/report")      # report.md, report.html (self-contained), report.json
 
-`build_report` runs one section function per analysis (`sections.py`), collects the per-head evidence they
-measure, names each head's role with the explicit thresholds of `roles.RoleThresholds`, and puts the circuit
-summary first. A section that does not apply to the model or task is kept, with the reason it was skipped.
+`build_report` measures every head's role once (`mechmem.analysis.roles.head_roles`, the one classifier, with its
+explicit thresholds), runs one section function per analysis (`sections.py`), and puts the named circuit first. A
+section that does not apply to the model or task is kept, with the reason it was skipped.
 """
 
 from collections.abc import Callable, Sequence
@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
+from mechmem.analysis.roles import HeadRole, RoleResult, RoleThresholds, head_roles
 from mechmem.report.document import Report, Section, Table, to_html, to_markdown, write_index, write_report
-from mechmem.report.roles import HeadRole, RoleThresholds, circuit_summary, name_head_roles
 from mechmem.report.sections import (
     ReportContext,
     ablation_section,
@@ -27,65 +27,58 @@ from mechmem.report.sections import (
     optimum_section,
     patching_section,
     probes_section,
-    task_roles_section,
 )
 
 SECTIONS: tuple[Callable[[ReportContext], Section], ...] = (
     optimum_section,
     heads_section,
-    task_roles_section,
     mlp_section,
     probes_section,
     ablation_section,
     patching_section,
 )
-"""The analyses a report runs, in order (the circuit summary is added in front)."""
+"""The analyses a report runs, in order (the circuit section is added in front)."""
+
+PATTERN_COLUMNS = {"previous_token": "prev-token", "induction": "induction", "duplicate_token": "dup-token"}
+TASK_COLUMNS = {"score": "score", "share": "share", "transfer": "transfer", "via_mlp": "via MLP",
+                "attention": "attn", "damage": "damage"}
+"""Evidence shown in the circuit table, with its column header (task columns are prefixed by the role)."""
 
 
-EVIDENCE_COLUMNS = {
-    "previous_token": "prev-token",
-    "induction": "induction",
-    "duplicate_token": "dup-token",
-    "elimination_transfer": "transfer elim",
-    "recall_transfer": "transfer recall",
-    "elimination_damage": "damage no-repeat",
-    "recall_damage": "damage repeat",
-    "attention_used_y": "attn used y's",
-    "attention_match_bound": "attn match+its y",
-}
-"""Evidence shown in the circuit table, with its column header."""
+def role_table(roles: RoleResult) -> Table:
+    """One row per head: its role and every number the classifier read."""
+    present = {key for h in roles.heads for key in h.evidence}
+    cols = [(k, v) for k, v in PATTERN_COLUMNS.items() if k in present]
+    cols += [(f"{r}_{k}", f"{r} {v}") for r in roles.task_roles for k, v in TASK_COLUMNS.items()
+             if f"{r}_{k}" in present]
+    rows = [[h.name, h.role, *(h.evidence[k] for k, _ in cols)] for h in roles.heads]
+    return Table(["head", "role", *(v for _, v in cols)], rows, "Head roles and evidence")
 
 
-def circuit_section(roles: list[HeadRole], thresholds: RoleThresholds, mlp: Section | None = None) -> Section:
+def circuit_section(roles: RoleResult, mlp: Section | None = None) -> Section:
     """The named circuit: one row per head with its role and the numbers behind it, and the thresholds."""
     s = Section("circuit", "Circuit: named roles")
-    s.findings = {
-        "summary": circuit_summary(roles),
-        "heads": [r.to_dict() for r in roles],
-        "thresholds": thresholds.to_dict(),
-    }
+    s.findings = roles.to_dict()
     if mlp is not None and not mlp.skipped:
-        s.findings["mlp"] = {
-            k: mlp.findings[k] for k in ("layer", "role", "key_neurons", "mean_ablation_drop")
-        }
-    if not roles:
-        s.lines.append("No attention heads were analysed.")
-    else:
-        s.lines.append(f"Heads: {circuit_summary(roles)}.")
+        s.findings["mlp"] = {k: mlp.findings[k] for k in ("layer", "role", "key_neurons", "mean_ablation_drop")}
+    s.lines.append(f"Heads: {roles.summary()}." if roles.heads else "No attention heads were analysed.")
     if "mlp" in s.findings:
         m = s.findings["mlp"]
-        key = (
-            m["key_neurons"]
-            or f"none (distributed: the top {thresholds.max_key_neurons} carry less than the share)"
-        )
+        limit = roles.thresholds.max_key_neurons
+        key = m["key_neurons"] or f"none (distributed: the top {limit} carry less than the share)"
         s.lines.append(f"MLP (layer {m['layer']}): {m['role']}; key neurons {key}.")
-    s.lines.append("Thresholds: " + ", ".join(f"{k} = {v}" for k, v in thresholds.to_dict().items()) + ".")
-    keys = [k for k in EVIDENCE_COLUMNS if roles and k in roles[0].evidence]
-    rows = [[r.name, r.role, *(r.evidence[k] for k in keys)] for r in roles]
-    s.tables.append(
-        Table(["head", "role", *(EVIDENCE_COLUMNS[k] for k in keys)], rows, "Head roles and evidence")
-    )
-    s.lines += [f"{r.name} {r.role}: " + "; ".join(r.notes) for r in roles if r.notes]
+    if roles.task_roles:
+        s.lines.append(
+            f"Task roles ({', '.join(roles.task_roles)}) from counterfactual pairs on {roles.info['n']} sequences: "
+            "transfer = rise of p(counterfactual answer) when the head's output is copied from the counterfactual "
+            "run; via MLP = the same through the MLP inputs only (path patching); share = the head's part of the "
+            "role's total score; attn = attention from the answer onto the role's keys; damage = drop of "
+            "p(answer) under mean ablation (reported, not used for the label)."
+        )
+    s.lines.append("Thresholds: " + ", ".join(f"{k} = {v}" for k, v in roles.thresholds.to_dict().items()) + ".")
+    if roles.heads:
+        s.tables.append(role_table(roles))
+    s.lines += [f"{h.name} {h.role}: " + "; ".join(h.notes) for h in roles.heads if h.notes]
     return s
 
 
@@ -98,20 +91,24 @@ def build_report(
     meta: dict[str, Any] | None = None,
     n_samples: int = 512,
     seed: int = 0,
+    role_samples: int = 1000,
     thresholds: RoleThresholds | None = None,
     sections: Sequence[Callable[[ReportContext], Section]] = SECTIONS,
 ) -> Report:
-    """Run every section on `model` (and `task`, if any), name the circuit, and return the `Report`."""
-    ctx = ReportContext(
-        model, task, n_samples=n_samples, seed=seed, thresholds=thresholds or RoleThresholds()
-    )
+    """Measure the head roles, run every section on `model` (and `task`, if any) and return the `Report`.
+
+    Args:
+        n_samples: sequences per section's analysis.
+        seed: seeds every section's data and the roles' (`head_roles(..., seed=seed)`).
+        role_samples: sequences for the head roles (the reproduction pages use the same default).
+    """
+    roles = head_roles(model, task, n=role_samples, seed=seed, thresholds=thresholds)
+    ctx = ReportContext(model, task, n_samples, seed, roles)
     done = [fn(ctx) for fn in sections]
-    roles = name_head_roles(ctx.evidence, ctx.thresholds)
     mlp = next((s for s in done if s.key == "mlp"), None)
-    circuit = circuit_section(roles, ctx.thresholds, mlp)
     optimum = next((s for s in done if s.key == "optimum" and not s.skipped), None)
     headline = optimum.findings["headline"] if optimum else ""
-    return Report(title, headline, dict(meta or {}), [circuit, *done])
+    return Report(title, headline, dict(meta or {}), [circuit_section(roles, mlp), *done])
 
 
 __all__ = [
@@ -119,12 +116,13 @@ __all__ = [
     "HeadRole",
     "Report",
     "ReportContext",
+    "RoleResult",
     "RoleThresholds",
     "Section",
     "Table",
     "build_report",
     "circuit_section",
-    "name_head_roles",
+    "head_roles",
     "to_html",
     "to_markdown",
     "write_index",

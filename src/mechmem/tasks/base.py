@@ -8,6 +8,7 @@ A task turns a config into batches and knows how to score a model on itself:
     train_metrics(model, batch, logits) -> dict   metrics on a training batch, computed before the step
     evaluate(model, generator=g) -> dict          the task's default evaluation
     patching_pair(n, generator=g) -> PatchingPair clean/corrupted inputs with answers, for activation patching
+    role_probes(n, generator=g) -> [RoleProbe]    optional: one counterfactual pair per task role (e.g. recall)
 
 Every method that draws random numbers takes an explicit `torch.Generator`; nothing seeds globally.
 """
@@ -17,7 +18,7 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechmem.errors import MechmemError
@@ -92,6 +93,32 @@ class PatchingPair:
         return good - bad
 
 
+@dataclass
+class RoleProbe:
+    """What a head doing one task role is tested on: a counterfactual pair that changes only the information
+    that role needs, and the keys such a head attends to from the answer position.
+
+    Example (permutation task, role "recall"): `pair.clean` repeats x_j as its last x (answer y_j = `correct`),
+    `pair.corrupted` repeats another earlier x_i instead (answer y_i = `incorrect`); `keys` marks, per sequence of
+    `pair.clean`, the matching x_j and the y_j that followed it.
+    """
+
+    role: str
+    """Name of the role, e.g. "recall" or "elimination"."""
+    pair: PatchingPair
+    """Clean inputs and their counterfactual, both answered at `pair.answer_pos`."""
+    keys: Bool[Tensor, "batch pos"]
+    """Key positions (of `pair.clean`) a head doing this role attends to from the answer position."""
+
+    def __post_init__(self) -> None:
+        if self.keys.shape != self.pair.clean.shape:
+            raise ValueError(f"keys {tuple(self.keys.shape)} must have the shape of the inputs "
+                             f"{tuple(self.pair.clean.shape)}")
+
+    def to(self, device: str | torch.device) -> "RoleProbe":
+        return RoleProbe(self.role, self.pair.to(device), self.keys.to(device))
+
+
 def masked_cross_entropy(
     logits: Float[Tensor, "batch pos d_vocab"], targets: Int[Tensor, "batch pos"], mask: Float[Tensor, "batch pos"]
 ) -> Float[Tensor, ""]:
@@ -142,7 +169,15 @@ class Task:
     def patching_pair(self, n: int, *, generator: torch.Generator) -> PatchingPair:
         raise NotImplementedError(f"task {self.name!r} defines no clean/corrupted pairs")
 
+    def role_probes(self, n: int, *, generator: torch.Generator) -> list[RoleProbe]:
+        """One `RoleProbe` per task-specific head role (none by default: only attention-pattern roles apply)."""
+        return []
+
     # -- scoring ----------------------------------------------------------------------------------------
+    def optimal_loss(self, batch: Batch) -> float | None:
+        """The loss of the optimal predictor on `batch` (e.g. an exact Bayes posterior), if the task knows it."""
+        return None
+
     def loss(self, logits: Float[Tensor, "batch pos d_vocab"], batch: Batch) -> Float[Tensor, ""]:
         return masked_cross_entropy(logits, batch.targets, batch.loss_mask)
 

@@ -20,8 +20,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.analysis.neurons import ablate_neurons, neuron_direct_effect, rank_neurons
-from mechmem.analysis.roles import RoleThresholds, classify_roles, measure_role_evidence
-from mechmem.tasks.base import PatchingPair
+from mechmem.analysis.roles import head_roles
 from mechmem.papers.permutation.task import (
     PermutationTask,
     bayes_posterior,
@@ -170,43 +169,6 @@ def last_step_groups(task: PermutationTask, n: int, *, generator: torch.Generato
     return {"tokens": tokens, "targets": seq[:, -1], "repeat": repeat, **sets}
 
 
-def role_pairs(task: PermutationTask, n: int, *, generator: torch.Generator) -> tuple[PatchingPair, PatchingPair]:
-    """Counterfactual pairs that change only the information one role needs, answered at the last x.
-
-    Recall pair: the last x repeats x_j (answer y_j); its counterfactual repeats another earlier x_i (answer y_i);
-    the used y's are the same in both. Elimination pair: a sequence without repeat (answer: the unused y u); its
-    counterfactual writes u in place of one earlier y_j, so y_j becomes the unused one (the answer); the last x and
-    the positions of the x's are the same in both. Both counterfactuals are valid sequences of some permutation.
-    """
-    v = task.config.vocab_size
-    seq, _ = task.sequences(n, generator=generator, split="test", repeat_ratio=0.0)
-    rows = torch.arange(n)
-    j = torch.randint(v - 1, (n,), generator=generator)
-    i = (j + 1 + torch.randint(v - 2, (n,), generator=generator)) % (v - 1)  # another earlier pair, i != j
-    tokens = seq[:, :-1]
-    clean, counter = tokens.clone(), tokens.clone()
-    clean[:, -1], counter[:, -1] = seq[rows, 2 * j], seq[rows, 2 * i]
-    pos = torch.full((n,), task.seq_len - 1, dtype=torch.long)
-    recall = PatchingPair(clean, counter, pos, seq[rows, 2 * j + 1], seq[rows, 2 * i + 1])
-    swapped = tokens.clone()
-    swapped[rows, 2 * j + 1] = seq[:, -1]
-    elimination = PatchingPair(tokens.clone(), swapped, pos, seq[:, -1], seq[rows, 2 * j + 1])
-    return recall, elimination
-
-
-def head_roles(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator,
-               thresholds: RoleThresholds | None = None) -> Any:
-    """Label every head recall / elimination / shared / unused from patching transfer on `role_pairs`, with mean-
-    ablation damage on repeat vs no-repeat answers and attention on the key sets of `last_step_groups` reported."""
-    g = last_step_groups(task, n, generator=generator)
-    recall_pair, elimination_pair = role_pairs(task, n, generator=generator)
-    answer_pos = torch.full((n,), task.seq_len - 1, dtype=torch.long)
-    keys = {k: g[k] for k in ("bound", "match", "other_y", "other_x", "self")}
-    evidence = measure_role_evidence(model, g["tokens"], answer_pos, g["targets"], g["repeat"], keys,
-                                     recall_pair=recall_pair, elimination_pair=elimination_pair)
-    return classify_roles(evidence, thresholds or RoleThresholds())
-
-
 @torch.no_grad()
 def attention_rows(model: Any, tokens: Int[Tensor, "batch pos"], layer: int = 0) -> Float[Tensor, "head query key"]:
     """Attention of the x positions (query rows x1..xV) over all key positions, averaged over the batch."""
@@ -340,6 +302,10 @@ class ReproConfig:
     """Device for training (measurements run on the CPU)."""
     eval_seed: int = 1234
     """Seed of every evaluation generator, so all models see the same sequences."""
+    role_samples: int = 1000
+    """Sequences per counterfactual pair for the head roles (the circuit report's default too)."""
+    role_seed: int = 0
+    """Seed of the head-role measurement (the circuit report's default too, so both print the same numbers)."""
 
 
 def _history(path: Path) -> list[dict[str, Any]]:
@@ -368,7 +334,7 @@ def _measure(preset: str, seed: int, cfg: ReproConfig, *, roles: bool) -> dict[s
     if ckpt.model_config.n_layers > 1:
         out["circuit_attention"] = circuit_attention(model, task, cfg.n_analysis, generator=gen())
     if roles:
-        out["roles"] = head_roles(model, task, cfg.n_analysis, generator=gen()).to_dict()
+        out["roles"] = head_roles(model, task, n=cfg.role_samples, seed=cfg.role_seed).to_dict()
         example = task.probe(1, generator=gen())["tokens"]
         out["attention_example"] = {"tokens": example[0].tolist(), "rows": attention_rows(model, example).tolist()}
         out["rescue"] = ffn_rescue(model, task, cfg.n_analysis, generator=gen()).to_dict()

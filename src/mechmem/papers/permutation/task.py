@@ -33,7 +33,7 @@ from torch import Tensor
 
 from mechmem.config import ConfigMixin
 from mechmem.tasks import register_task
-from mechmem.tasks.base import Batch, PatchingPair, Task, masked_cross_entropy
+from mechmem.tasks.base import Batch, PatchingPair, RoleProbe, Task, masked_cross_entropy
 from mechmem.training.config import Preset, TrainConfig
 
 ENUMERATE_UP_TO = 8  # V! permutations are listed explicitly up to V = 8 (40,320); beyond, a hash decides the split
@@ -194,6 +194,41 @@ class PermutationTask(Task):
         p = self.probe(n, generator=generator)
         pos = torch.full((n,), self.seq_len - 1, dtype=torch.long)
         return PatchingPair(p["tokens"], p["original"], pos, p["recall"], p["elimination"])
+
+    def role_probes(self, n: int, *, generator: torch.Generator) -> list[RoleProbe]:
+        """Counterfactual pairs that change only the information one role needs, answered at the last x.
+
+        Recall: the last x repeats x_j (answer y_j); its counterfactual repeats another earlier x_i (answer y_i);
+        the used y's are the same in both; a recall head attends to the matching x_j or the y_j after it.
+        Elimination: a sequence without repeat (answer: the unused y u); its counterfactual writes u in place of
+        one earlier y_j, so y_j becomes the unused one; the last x and the x positions are the same in both; an
+        elimination head attends to the earlier y's. Both counterfactuals are valid sequences of some permutation.
+        """
+        v = self.config.vocab_size
+        seq, _ = self.sequences(n, generator=generator, split="test", repeat_ratio=0.0)
+        rows = torch.arange(n)
+        j = torch.randint(v - 1, (n,), generator=generator)
+        i = (j + 1 + torch.randint(v - 2, (n,), generator=generator)) % (v - 1)  # another earlier pair, i != j
+        tokens = seq[:, :-1]
+        clean, counter = tokens.clone(), tokens.clone()
+        clean[:, -1], counter[:, -1] = seq[rows, 2 * j], seq[rows, 2 * i]
+        pos = torch.full((n,), self.seq_len - 1, dtype=torch.long)
+        recall = PatchingPair(clean, counter, pos, seq[rows, 2 * j + 1], seq[rows, 2 * i + 1])
+        bound = torch.zeros_like(tokens, dtype=torch.bool)
+        bound[rows, 2 * j] = True
+        bound[rows, 2 * j + 1] = True
+        swapped = tokens.clone()
+        swapped[rows, 2 * j + 1] = seq[:, -1]
+        elimination = PatchingPair(tokens.clone(), swapped, pos, seq[:, -1], seq[rows, 2 * j + 1])
+        earlier_y = torch.zeros_like(tokens, dtype=torch.bool)
+        earlier_y[:, 1::2] = True
+        return [RoleProbe("recall", recall, bound), RoleProbe("elimination", elimination, earlier_y)]
+
+    def optimal_loss(self, batch: Batch) -> float | None:
+        """Masked loss of the exact Bayes posterior (uniform prior over permutations) on `batch`."""
+        post = bayes_posterior(batch.tokens, self.config.vocab_size)
+        p = post.gather(-1, batch.targets[:, 0::2, None]).squeeze(-1)
+        return float(-p.clamp_min(1e-12).log().mean())
 
     # -- scoring ----------------------------------------------------------------------------------------
     @torch.no_grad()
