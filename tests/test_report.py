@@ -5,9 +5,9 @@ import re
 
 import pytest
 import torch
-
-from mechmem.report import RoleThresholds, build_report, name_head_roles, to_html, write_report
 from helpers import assert_no_hooks
+
+from mechmem.report import RoleThresholds, build_report, to_html, write_report
 
 
 def roles_of(report):
@@ -78,53 +78,30 @@ def test_random_model_names_no_roles(random_report):
     assert "no head roles" in random_report.section("circuit").findings["summary"]
 
 
-def test_roles_follow_the_thresholds():
-    scores = {"previous_token": torch.tensor([[0.49, 0.51]]), "induction": torch.tensor([[0.0, 0.7]])}
-    roles = name_head_roles(scores, RoleThresholds(attention=0.5))
-    assert [r.role for r in roles] == ["none", "induction"]  # the highest passing pattern names the role
-    assert [r.role for r in name_head_roles(scores, RoleThresholds(attention=0.8))] == ["none", "none"]
+def test_report_and_reproduction_page_print_identical_role_numbers(permutation_task, tmp_path):
+    """The page's measurement (`experiments._measure`) and the report call one classifier on the same data."""
+    from mechmem.checkpoint import save_checkpoint
+    from mechmem.papers.permutation import experiments
+    from mechmem.report import planted
 
-
-def test_task_roles_take_precedence_and_need_attention():
-    ev = {
-        "induction": torch.tensor([[0.9, 0.0, 0.0]]),
-        "recall_damage": torch.tensor([[0.8, 0.8, 0.0]]),
-        "elimination_damage": torch.tensor([[0.0, 0.0, 0.0]]),
-        "attention_match_bound": torch.tensor([[0.9, 0.1, 0.0]]),
-        "attention_used_y": torch.tensor([[0.0, 0.9, 0.0]]),
-    }
-    roles = name_head_roles(ev)
-    assert [r.role for r in roles] == ["recall", "none", "none"]
-    assert any("induction" in note for note in roles[0].notes)
-
-
-def test_task_labels_agree_with_the_role_classifier():
-    from mechmem.analysis.roles import RoleEvidence, classify_roles
-    from mechmem.analysis.roles import RoleThresholds as ClassifierThresholds
-
-    gen = torch.Generator().manual_seed(0)
-    rec, eli = torch.rand(4, 6, generator=gen) * 0.5, torch.rand(4, 6, generator=gen) * 0.5
-    t = RoleThresholds()
-    labels = classify_roles(
-        RoleEvidence(rec, eli), ClassifierThresholds(t.ablation_drop, t.ablation_margin)
-    ).labels
-    ours = name_head_roles(
-        {
-            "recall_damage": rec,
-            "elimination_damage": eli,
-            "attention_match_bound": torch.ones(4, 6),
-            "attention_used_y": torch.ones(4, 6),
-        },
-        t,
-    )
-    for r in ours:
-        want = labels[r.layer][r.head]
-        assert r.role == (want if want in ("recall", "elimination") else "none")
+    model = planted.planted_permutation_model()
+    cfg = experiments.ReproConfig(runs=str(tmp_path), n_eval=64, n_analysis=64, role_samples=96)
+    run = experiments.run_dir(cfg.runs, cfg.task2_preset, 0)
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("")
+    save_checkpoint(run / "ckpt.pt", model=model, model_config=planted.planted_permutation_config(),
+                    task_name="permutation", task_config=permutation_task.config)
+    page = experiments._measure(cfg.task2_preset, 0, cfg, roles=True)["roles"]
+    report = build_report(model, permutation_task, n_samples=32, role_samples=96, seed=cfg.role_seed)
+    circuit = report.section("circuit").findings
+    assert page["heads"] == circuit["heads"] and page["labels"] == circuit["labels"]
+    assert page["thresholds"] == circuit["thresholds"]
+    assert {h["role"] for h in page["heads"]} >= {"recall", "elimination"}
 
 
 def test_sections_skip_with_a_reason(induction_report):
     report, _ = induction_report
-    for key in ("optimum", "task_roles", "mlp", "ablation", "patching"):
+    for key in ("optimum", "mlp", "ablation", "patching"):
         assert report.section(key).skipped and "task" in report.section(key).skipped
 
 

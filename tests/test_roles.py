@@ -1,56 +1,75 @@
-"""The head-role classifier: synthetic evidence with known labels, and a planted 2-layer model with a recall circuit
-(previous-token head + induction-style recall head) and an elimination head, in both head orders."""
+"""The head-role classifier (`mechmem.analysis.roles`): synthetic evidence with known labels, the evidence itself
+against a naive hook loop, and planted 2-layer models with a recall circuit (previous-token head + induction-style
+recall head) and an elimination head, in both head orders."""
 
 import pytest
 import torch
+from helpers import assert_no_hooks, build_model
 
-from mechmem.analysis.roles import RoleEvidence, RoleThresholds, classify_roles, measure_role_evidence
+from mechmem.analysis.roles import RoleThresholds, classify_heads, head_roles, measure_task_evidence
 from mechmem.models.adapter import TransformerConfig, build_transformer
-from mechmem.papers.permutation.experiments import last_step_groups, role_pairs
 from mechmem.papers.permutation.task import PermutationConfig, PermutationTask
-from helpers import assert_no_hooks
+
+ROLES = ("recall", "elimination")
 
 
-def evidence(rec, eli):
-    return RoleEvidence(torch.tensor(rec, dtype=torch.float), torch.tensor(eli, dtype=torch.float))
+def evidence(recall, elimination, *, attention=1.0):
+    """Task evidence [1 head] from transfer scores; attention on every role's keys set to `attention`."""
+    rec, eli = torch.tensor([recall], dtype=torch.float), torch.tensor([elimination], dtype=torch.float)
+    full = torch.full_like(rec, attention)
+    return {"recall_transfer": rec, "elimination_transfer": eli, "recall_attention": full,
+            "elimination_attention": full}
 
 
-def test_labels_from_synthetic_evidence():
-    result = classify_roles(evidence([[0.05, 0.8, 0.5, 0.0]], [[0.6, 0.02, 0.45, 0.01]]))
-    assert result.labels == [["elimination", "recall", "shared", "unused"]]
-    assert result.heads_with("recall") == [(0, 1)]
-    assert result.split_found  # exactly one recall and one elimination head (the shared one does not count)
-    swapped = classify_roles(evidence([[0.8, 0.05]], [[0.02, 0.6]]))
-    assert swapped.labels == [["recall", "elimination"]] and swapped.split_found
+def labels(ev, t=None):
+    return [h.role for h in classify_heads(ev, ROLES, t)]
 
 
-def test_thresholds_are_used_and_reported():
-    ev = evidence([[0.15, 0.0]], [[0.0, 0.0]])
-    assert classify_roles(ev).labels == [["recall", "unused"]]
-    strict = RoleThresholds(min_score=0.2, margin=0.1)
-    result = classify_roles(ev, strict)
-    assert result.labels == [["unused", "unused"]]
-    assert result.to_dict()["thresholds"] == {"min_score": 0.2, "margin": 0.1}
-    assert result.to_dict()["basis"] == "ablation damage"
+def test_labels_follow_the_shares_of_each_role():
+    # Head 0 carries most of the recall transfer although it is small in absolute terms (a jointly carried
+    # role); head 1 carries the elimination transfer and some recall.
+    assert labels(evidence([0.26, 0.15], [0.01, 0.88])) == ["recall", "elimination"]
+    assert labels(evidence([0.15, 0.26], [0.88, 0.01])) == ["elimination", "recall"]
+    # Both heads share both roles evenly: no lead, both score -> "shared".
+    assert labels(evidence([0.4, 0.4], [0.4, 0.4])) == ["shared", "shared"]
+    # Nothing moves the answer: no task role (and no pattern either).
+    assert labels(evidence([0.05, 0.02], [0.03, 0.0])) == ["none", "none"]
 
 
-def test_transfer_scores_take_precedence_over_damage():
-    # Damage says both heads matter for both groups (a shared MLP downstream); transfer separates them.
-    ev = RoleEvidence(torch.tensor([[0.8, 0.8]]), torch.tensor([[0.7, 0.6]]),
-                      transfer_recall=torch.tensor([[0.02, 0.9]]), transfer_elimination=torch.tensor([[0.7, 0.0]]))
-    result = classify_roles(ev)
-    assert ev.basis == "patching transfer"
-    assert result.labels == [["elimination", "recall"]]
-    with pytest.raises((ValueError, TypeError)):
-        RoleEvidence(torch.zeros(1, 2), torch.zeros(1, 2), transfer_recall=torch.zeros(1, 2))
+def test_a_role_absent_from_the_model_gives_no_share():
+    # One head, elimination only (a Task 1 model): the tiny recall transfer must not count as a recall share.
+    result = classify_heads(evidence([0.004], [0.95]), ROLES)
+    assert [h.role for h in result] == ["elimination"]
+    assert result[0].evidence["recall_share"] == 0.0 and result[0].evidence["elimination_share"] == 1.0
 
 
-def test_evidence_shapes_are_validated():
-    # jaxtyping's annotation check (a TypeError) fires under pytest; __post_init__ (ValueError) otherwise.
-    with pytest.raises((ValueError, TypeError)):
-        RoleEvidence(torch.zeros(1, 2), torch.zeros(2, 1))
-    with pytest.raises((ValueError, TypeError)):
-        RoleEvidence(torch.zeros(1, 2), torch.zeros(1, 2), {"bound": torch.zeros(2)})
+def test_thresholds_are_used():
+    ev = evidence([0.3, 0.0], [0.0, 0.0])
+    assert labels(ev) == ["recall", "none"]
+    assert labels(ev, RoleThresholds(min_score=0.35)) == ["none", "none"]
+    assert labels(evidence([0.3, 0.0], [0.0, 0.0], attention=0.3)) == ["none", "none"]  # attention < 0.4
+    close = evidence([0.5, 0.3], [0.2, 0.3])  # recall shares 0.625 / 0.375, elimination shares 0.4 / 0.6
+    assert labels(close) == ["shared", "shared"]
+    assert labels(close, RoleThresholds(share_margin=0.2)) == ["recall", "elimination"]
+
+
+def test_path_patching_score_credits_an_effect_through_the_mlp():
+    ev = evidence([0.02, 0.0], [0.0, 0.9])
+    ev["recall_via_mlp"] = torch.tensor([[0.3, 0.0]])
+    ev["elimination_via_mlp"] = torch.tensor([[0.0, 0.9]])
+    heads = classify_heads(ev, ROLES)
+    assert [h.role for h in heads] == ["recall", "elimination"]
+    assert heads[0].evidence["recall_score"] == pytest.approx(0.3)
+
+
+def test_task_roles_take_precedence_over_patterns():
+    ev = evidence([0.9, 0.0, 0.0], [0.0, 0.0, 0.0])
+    ev["induction"] = torch.tensor([[0.9, 0.8, 0.2]])
+    ev["previous_token"] = torch.tensor([[0.0, 0.6, 0.49]])
+    heads = classify_heads(ev, ROLES)
+    assert [h.role for h in heads] == ["recall", "induction", "none"]  # the highest passing pattern names it
+    assert any("induction" in note for note in heads[0].notes)
+    assert [h.role for h in classify_heads(ev, ROLES, RoleThresholds(attention=0.85))] == ["recall", "none", "none"]
 
 
 def planted_permutation_model(v: int, *, recall_head: int, c: float = 10.0, e: float = 4.0, r: float = 2.0):
@@ -91,35 +110,77 @@ def planted_permutation_model(v: int, *, recall_head: int, c: float = 10.0, e: f
 
 
 @pytest.fixture(scope="module")
-def groups():
-    task = PermutationTask(PermutationConfig(vocab_size=4))
-    g = torch.Generator().manual_seed(1)
-    return task, last_step_groups(task, 200, generator=g), role_pairs(task, 200, generator=g)
+def task():
+    return PermutationTask(PermutationConfig(vocab_size=4))
 
 
 @pytest.mark.parametrize("recall_head", [1, 0])
-def test_planted_roles_are_found_in_either_head_order(groups, recall_head):
-    task, g, (recall_pair, elimination_pair) = groups
+def test_planted_roles_are_found_in_either_head_order(task, recall_head):
     model = planted_permutation_model(4, recall_head=recall_head)
-    logits = model(g["tokens"])[:, -1]
-    assert (logits.argmax(-1) == g["targets"]).float().mean() > 0.99  # the planted model solves both groups
-    keys = {k: g[k] for k in ("bound", "match", "other_y", "other_x", "self")}
-    pos = torch.full((len(g["targets"]),), task.seq_len - 1)
-    ev = measure_role_evidence(model, g["tokens"], pos, g["targets"], g["repeat"], keys)
-    result = classify_roles(ev)
+    result = head_roles(model, task, n=200, seed=1)
     layer1 = ["elimination", "elimination"]
     layer1[recall_head] = "recall"
-    assert result.labels == [["recall", "unused"], layer1]
-    assert result.split_found is False  # the previous-token head is part of the recall circuit too
-    assert ev.attention["bound"][1, recall_head] > 0.99
-    elim = 1 - recall_head
-    assert ev.attention["other_y"][1, elim] == pytest.approx(2 / 3, abs=1e-3)  # uniform over the 3 earlier y's
-    assert ev.baseline_recall > 0.99 and ev.baseline_elimination > 0.99
-    # Patching transfer: only the heads that carry each kind of information move the answer; the previous-token
-    # head's output is the same in both runs of each pair, so it is no longer counted as a recall head.
-    ev = measure_role_evidence(model, g["tokens"], pos, g["targets"], g["repeat"], keys,
-                               recall_pair=recall_pair, elimination_pair=elimination_pair)
-    assert classify_roles(ev).labels == [["unused", "unused"], layer1]
-    assert classify_roles(ev).split_found
-    assert ev.transfer_recall[1, recall_head] > 0.9 and ev.transfer_elimination[1, elim] > 0.9
+    # The previous-token head feeds the recall head but its own output is the same in both runs of each pair.
+    assert result.labels == [["previous-token", "none"], layer1]
+    ev = {(h.layer, h.head): h.evidence for h in result.heads}
+    assert ev[(1, recall_head)]["recall_transfer"] > 0.9 and ev[(1, 1 - recall_head)]["elimination_transfer"] > 0.9
+    assert ev[(1, recall_head)]["recall_attention"] > 0.99
+    assert "recall_via_mlp" not in ev[(1, recall_head)]  # attention-only: no MLP path
+    assert result.heads_with("recall") == [(1, recall_head)]
     assert_no_hooks(model)
+
+
+@torch.no_grad()
+def test_evidence_equals_a_naive_hook_loop(task):
+    """transfer, via_mlp and damage per head against one run_with_hooks per head, on a random model with an MLP."""
+    model = build_model(seed=2, n_layers=2, d_vocab=task.d_vocab, n_ctx=task.seq_len, normalization_type="LN")
+    probes = task.role_probes(64, generator=torch.Generator().manual_seed(0))
+    reference = task.eval_batch(64, generator=torch.Generator().manual_seed(5)).tokens
+    ev = measure_task_evidence(model, probes, reference)
+    model.set_use_hook_mlp_in(True)
+    rows = torch.arange(64)
+
+    def p(logits, answer, pos):
+        return logits[rows, pos].softmax(-1)[rows, answer].mean()
+
+    for probe in probes:
+        pair = probe.pair
+
+        _, clean = model.run_with_cache(pair.clean)
+        _, counter = model.run_with_cache(pair.corrupted)
+        _, ref = model.run_with_cache(reference)
+        base_cf, base_ok = p(model(pair.clean), pair.incorrect, pair.answer_pos), p(model(pair.clean), pair.correct, pair.answer_pos)
+        for layer in range(2):
+            name = f"blocks.{layer}.attn.hook_z"
+            for head in range(2):
+                def patch(z, hook, src=counter[name], head=head):
+                    z[:, :, head] = src[:, :, head]
+                    return z
+
+                def ablate(z, hook, src=ref[name], head=head):
+                    z[:, :, head] = src[:, :, head].mean(0)
+                    return z
+
+                delta = (counter[name][:, :, head] - clean[name][:, :, head]) @ model.blocks[layer].attn.W_O[head]
+                mlp_hooks = [(f"blocks.{l}.hook_mlp_in", lambda x, hook, d=delta: x + d) for l in range(layer, 2)]
+                want = {
+                    "transfer": p(model.run_with_hooks(pair.clean, fwd_hooks=[(name, patch)]), pair.incorrect,
+                                  pair.answer_pos) - base_cf,
+                    "via_mlp": p(model.run_with_hooks(pair.clean, fwd_hooks=mlp_hooks), pair.incorrect,
+                                 pair.answer_pos) - base_cf,
+                    "damage": base_ok - p(model.run_with_hooks(pair.clean, fwd_hooks=[(name, ablate)]), pair.correct,
+                                          pair.answer_pos),
+                }
+                for key, value in want.items():
+                    got = ev[f"{probe.role}_{key}"][layer, head]
+                    assert float(got) == pytest.approx(float(value), abs=1e-5), (probe.role, key, layer, head)
+    model.set_use_hook_mlp_in(False)
+    assert_no_hooks(model)
+
+
+def test_random_models_get_no_task_role(task):
+    for seed in range(3):
+        model = build_model(seed=seed, n_layers=1, d_model=32, n_heads=2, d_mlp=64, d_vocab=task.d_vocab,
+                            n_ctx=task.seq_len)
+        roles = {h.role for h in head_roles(model, task, n=200, seed=0).heads}
+        assert not roles & {"recall", "elimination", "shared"}

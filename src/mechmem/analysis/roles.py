@@ -154,36 +154,42 @@ def measure_task_evidence(
 ) -> dict[str, Float[Tensor, "layer head"]]:
     """Per head and probe: "{role}_transfer", "{role}_via_mlp" (models with MLPs), "{role}_attention" and
     "{role}_damage" (mean ablation over `reference`, default the probe's clean inputs), each [layer head]."""
-    heads, shape = _heads(model), (model.cfg.n_layers, model.cfg.n_heads)
     out: dict[str, Tensor] = {}
     for probe in probes:
-        pair, role = probe.pair, probe.role
-        pos, keys = pair.answer_pos, probe.keys.float()
-        names = [f"blocks.{l}.attn.hook_{k}" for l in range(shape[0]) for k in ("z", "pattern")]
-        logits, clean = model.run_with_cache(pair.clean, names_filter=lambda n: n in names)
-        _, counter = model.run_with_cache(pair.corrupted, names_filter=lambda n: n.endswith("hook_z"))
-        base_cf, base_ok = _p_answer(logits, pos, pair.incorrect), _p_answer(logits, pos, pair.correct)
+        evidence = _probe_evidence(model, probe, probe.pair.clean if reference is None else reference)
+        out.update({f"{probe.role}_{k}": v.detach().float().cpu() for k, v in evidence.items()})
+    return out
 
-        def p_counterfactual(lg: Tensor) -> Tensor:
-            return _p_answer(lg, pos, pair.incorrect).mean()
 
-        source = from_run(pair.corrupted)
-        variants = [Intervention(f"blocks.{l}.attn.hook_z", (slice(None), h), source) for l, h in heads]
-        out[f"{role}_transfer"] = (intervene(model, pair.clean, variants, p_counterfactual) - base_cf.mean()).view(shape)
-        if not model.cfg.attn_only:
-            paths = [_via_mlp_variant(model, l, h, clean[f"blocks.{l}.attn.hook_z"], counter[f"blocks.{l}.attn.hook_z"])
-                     for l, h in heads]
-            out[f"{role}_via_mlp"] = (intervene(model, pair.clean, paths, p_counterfactual) - base_cf.mean()).view(shape)
-        rows = torch.arange(len(pos), device=pos.device)
-        out[f"{role}_attention"] = torch.stack([
-            (clean[f"blocks.{l}.attn.hook_pattern"][rows, :, pos] * keys[:, None]).sum(-1).mean(0)
-            for l in range(shape[0])
-        ]).cpu()
-        ablate = mean(pair.clean if reference is None else reference)
-        variants = [Intervention(f"blocks.{l}.attn.hook_z", (slice(None), h), ablate) for l, h in heads]
-        ablated = intervene(model, pair.clean, variants, lambda lg: _p_answer(lg, pos, pair.correct).mean())
-        out[f"{role}_damage"] = (base_ok.mean() - ablated).view(shape)
-    return {k: v.detach().float().cpu() for k, v in out.items()}
+def _probe_evidence(model: Any, probe: RoleProbe, reference: Tensor) -> dict[str, Tensor]:
+    heads, shape = _heads(model), (model.cfg.n_layers, model.cfg.n_heads)
+    pair, pos = probe.pair, probe.pair.answer_pos
+    names = {f"blocks.{l}.attn.hook_{k}" for l in range(shape[0]) for k in ("z", "pattern")}
+    logits, clean = model.run_with_cache(pair.clean, names_filter=lambda n: n in names)
+    _, counter = model.run_with_cache(pair.corrupted, names_filter=lambda n: n.endswith("hook_z"))
+    base_cf, base_ok = _p_answer(logits, pos, pair.incorrect).mean(), _p_answer(logits, pos, pair.correct).mean()
+
+    def p_counterfactual(lg: Tensor) -> Tensor:
+        return _p_answer(lg, pos, pair.incorrect).mean()
+
+    def p_correct(lg: Tensor) -> Tensor:
+        return _p_answer(lg, pos, pair.correct).mean()
+
+    source, ablate = from_run(pair.corrupted), mean(reference)
+    out = {
+        "transfer": intervene(model, pair.clean, [Intervention(f"blocks.{l}.attn.hook_z", (slice(None), h), source)
+                                                  for l, h in heads], p_counterfactual) - base_cf,
+        "damage": base_ok - intervene(model, pair.clean, [Intervention(f"blocks.{l}.attn.hook_z", (slice(None), h),
+                                                                       ablate) for l, h in heads], p_correct),
+    }
+    if not model.cfg.attn_only:
+        z = [(clean[f"blocks.{l}.attn.hook_z"], counter[f"blocks.{l}.attn.hook_z"]) for l in range(shape[0])]
+        paths = [_via_mlp_variant(model, l, h, *z[l]) for l, h in heads]
+        out["via_mlp"] = intervene(model, pair.clean, paths, p_counterfactual) - base_cf
+    rows, keys = torch.arange(len(pos), device=pos.device), probe.keys.float()
+    out["attention"] = torch.stack([(clean[f"blocks.{l}.attn.hook_pattern"][rows, :, pos] * keys[:, None]).sum(-1)
+                                    .mean(0) for l in range(shape[0])])
+    return {k: v.reshape(shape) for k, v in out.items()}
 
 
 @torch.no_grad()

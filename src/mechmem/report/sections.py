@@ -82,8 +82,10 @@ def _optimum_lines(ctx: ReportContext, findings: dict[str, Any]) -> list[str]:
     model_loss = float(ctx.task.loss(ctx.model(batch.tokens.to(ctx.device)).float().cpu(), batch))
     findings.update(optimal_loss=optimum, model_loss_same_batch=model_loss)
     return [
-        f"Masked loss {model_loss:.4f} vs {optimum:.4f} for the task's optimal predictor on the same "
-        f"{ctx.n_samples} evaluation sequences (gap {model_loss - optimum:+.4f})."
+        (
+            f"Masked loss {model_loss:.4f} vs {optimum:.4f} for the task's optimal predictor on the same "
+            f"{ctx.n_samples} evaluation sequences (gap {model_loss - optimum:+.4f})."
+        )
     ]
 
 
@@ -153,11 +155,15 @@ def mlp_section(ctx: ReportContext) -> Section:
     }
     s.lines += [
         f"Measured at the last answer position of {ctx.n_samples} evaluation sequences; MLP of layer {layer}.",
-        f"Logit lens: mean p(answer) {float(pre.mean()):.3f} read just before the MLP (resid_mid), "
-        f"{float(base.mean()):.3f} after it (the model's output).",
-        f"Role: {role}: mean-ablating the MLP (per-position mean over a second evaluation batch) lowers mean "
-        f"p(answer) from {float(base.mean()):.3f} by {drop:.3f} (threshold {t.mlp_drop}); its neurons' total "
-        f"direct effect on the answer logit is {total:+.3f}.",
+        (
+            f"Logit lens: mean p(answer) {float(pre.mean()):.3f} read just before the MLP (resid_mid), "
+            f"{float(base.mean()):.3f} after it (the model's output)."
+        ),
+        (
+            f"Role: {role}: mean-ablating the MLP (per-position mean over a second evaluation batch) lowers mean "
+            f"p(answer) from {float(base.mean()):.3f} by {drop:.3f} (threshold {t.mlp_drop}); its neurons' total "
+            f"direct effect on the answer logit is {total:+.3f}."
+        ),
     ]
     if key:
         s.lines.append(f"Key neurons {key}: together {ranking.share(len(key)):.0%} of the positive direct effect "
@@ -270,16 +276,16 @@ def patching_section(ctx: ReportContext) -> Section:
     results = patching.run_sweeps(
         ctx.model, pair, ("attn_head_out_all_pos", "resid_pre"), direction="denoising"
     )
-    heads, resid = results["attn_head_out_all_pos"], results["resid_pre"]
-    restored = heads.normalised()
+    by_head, resid = results["attn_head_out_all_pos"], results["resid_pre"]
+    restored = by_head.normalised()
     s.findings = {name: r.to_dict() for name, r in results.items()}
     s.lines.append(
-        f"Metric: {heads.metric}; clean {heads.clean:.3f}, corrupted {heads.corrupted:.3f}. Each activation is "
+        f"Metric: {by_head.metric}; clean {by_head.clean:.3f}, corrupted {by_head.corrupted:.3f}. Each activation is "
         f"patched from the clean run into the corrupted one; 'restored' = (patched - corrupted) / (clean - corrupted), "
         f"1 = the clean answer is fully restored."
     )
     rows = [
-        [f"L{l}H{h}", float(heads.values[l, h]), float(restored[l, h])]
+        [f"L{l}H{h}", float(by_head.values[l, h]), float(restored[l, h])]
         for l in range(restored.shape[0])
         for h in range(restored.shape[1])
     ]

@@ -337,7 +337,8 @@ def _measure(preset: str, seed: int, cfg: ReproConfig, *, roles: bool) -> dict[s
         out["roles"] = head_roles(model, task, n=cfg.role_samples, seed=cfg.role_seed).to_dict()
         example = task.probe(1, generator=gen())["tokens"]
         out["attention_example"] = {"tokens": example[0].tolist(), "rows": attention_rows(model, example).tolist()}
-        out["rescue"] = ffn_rescue(model, task, cfg.n_analysis, generator=gen()).to_dict()
+        if not model.cfg.attn_only:  # the FFN rescue needs an MLP
+            out["rescue"] = ffn_rescue(model, task, cfg.n_analysis, generator=gen()).to_dict()
     return out
 
 
