@@ -1,0 +1,262 @@
+"""The intervention engine equals one run_with_hooks per variant, for every setter, hook and architecture."""
+
+import pytest
+import torch
+from helpers import assert_no_hooks, build_model, random_tokens
+
+from mechmem.analysis.interventions import (
+    Intervention,
+    apply,
+    from_run,
+    intervene,
+    intervened_logits,
+    mean,
+    naive_intervene,
+    resample,
+    zero,
+)
+from mechmem.analysis.patching import Patcher
+
+ARCHS = {
+    "ln3": dict(normalization_type="LN", n_layers=3),
+    "rms1": dict(normalization_type="RMS", n_layers=1),
+    "nonorm2": dict(normalization_type=None, n_layers=2),
+    "attn_only3": dict(normalization_type="LN", n_layers=3, d_mlp=None),
+}
+SETTERS = ("zero", "mean", "resample", "from_run", "apply")
+
+
+def make_model(**overrides):
+    """A random model with non-zero biases, so that zeroing an activation is not the same as removing it."""
+    model = build_model(seed=1, **overrides)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.rsplit(".", 1)[-1].startswith("b_"):
+                p.copy_(0.2 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
+    return model
+
+
+def make_setter(kind, model, seed=5):
+    if kind == "zero":
+        return zero()
+    if kind == "mean":
+        return mean(random_tokens(model, 11, seed=seed))
+    if kind == "resample":
+        return resample(random_tokens(model, 11, seed=seed), torch.Generator().manual_seed(seed))
+    if kind == "from_run":
+        return from_run(random_tokens(model, 6, seed=seed))
+    return apply(lambda act, hook: act.flip(0) * 1.5 - 0.3)
+
+
+def hooks_of(model):
+    """(hook, index) pairs covering z, mlp_out, mlp.hook_post, resid_pre, hook_mlp_in and pattern, every layer."""
+    out = []
+    for layer in range(model.cfg.n_layers):
+        out += [
+            (f"blocks.{layer}.attn.hook_z", (slice(None), layer % 2)),
+            (f"blocks.{layer}.hook_resid_pre", (3,)),
+            (f"blocks.{layer}.attn.hook_pattern", (1, slice(2, None))),
+        ]
+        if not model.cfg.attn_only:
+            out += [
+                (f"blocks.{layer}.hook_mlp_out", (5,)),
+                (f"blocks.{layer}.mlp.hook_post", (slice(None), [2, 7])),
+                (f"blocks.{layer}.hook_mlp_in", (slice(4, None),)),
+            ]
+    return out
+
+
+def last_logprob(logits):
+    """Per-sequence log-probability of token 2 at the last position: [batch]."""
+    return logits[:, -1].log_softmax(-1)[:, 2]
+
+
+@pytest.fixture(scope="module", params=list(ARCHS))
+def model(request):
+    return make_model(**ARCHS[request.param])
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    return torch.randint(6, (6, 9), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("kind", SETTERS)
+def test_engine_equals_naive_for_every_setter(model, tokens, kind):
+    setter = make_setter(kind, model)
+    variants = [Intervention(hook, index, setter) for hook, index in hooks_of(model)]
+    last = model.cfg.n_layers - 1
+    variants.append(  # several interventions across two layers, applied together
+        [
+            Intervention("blocks.0.attn.hook_z", (slice(None), 1), setter),
+            Intervention(f"blocks.{last}.hook_resid_pre", (slice(None), slice(0, 8)), setter),
+            Intervention("blocks.0.attn.hook_z", (4, 0), setter),
+        ]
+    )
+    fast = intervene(model, tokens, variants, last_logprob)
+    naive = naive_intervene(model, tokens, variants, last_logprob)
+    assert fast.shape == (len(variants), tokens.shape[0])
+    torch.testing.assert_close(fast, naive, atol=1e-5, rtol=0)
+    clean = last_logprob(model(tokens))
+    assert (fast - clean).abs().amax(1).gt(1e-4).sum() >= len(variants) // 2  # the interventions do act
+    assert not model.cfg.use_hook_mlp_in
+    assert_no_hooks(model)
+
+
+def test_chunking_gives_identical_results(model, tokens):
+    setter = make_setter("mean", model)
+    variants = [Intervention(hook, index, setter) for hook, index in hooks_of(model)]
+    whole = intervene(model, tokens, variants, last_logprob, memory_mb=1024)
+    one_by_one = intervene(model, tokens, variants, last_logprob, memory_mb=1e-6)
+    torch.testing.assert_close(whole, one_by_one, atol=1e-6, rtol=0)
+    assert_no_hooks(model)
+
+
+def test_patching_the_same_run_changes_nothing(model, tokens):
+    setter = from_run(tokens)
+    variants = [Intervention(hook, (), setter) for hook, _ in hooks_of(model)]
+    out = intervene(model, tokens, variants, last_logprob)
+    clean = last_logprob(model(tokens))
+    torch.testing.assert_close(out, clean.expand_as(out), atol=1e-5, rtol=0)
+
+
+def test_positions_after_the_read_out_have_no_effect(model, tokens):
+    def at_4(logits):
+        return logits[:, 4].log_softmax(-1)[:, 1].mean()
+
+    names = [f"blocks.{layer}.hook_resid_pre" for layer in range(model.cfg.n_layers)]
+    names += [f"blocks.{layer}.attn.hook_z" for layer in range(model.cfg.n_layers)]
+    after = [Intervention(name, (slice(5, None),), zero()) for name in names]
+    at = [Intervention(name, (4,), zero()) for name in names]
+    out = intervene(model, tokens, after + at, at_4)
+    clean = float(at_4(model(tokens).detach()))
+    torch.testing.assert_close(out[: len(after)], torch.full((len(after),), clean), atol=1e-5, rtol=0)
+    assert (out[len(after) :] - clean).abs().min() > 1e-4
+
+
+def test_mean_is_per_position_over_the_reference_and_resample_picks_other_rows():
+    model = make_model(normalization_type="LN")
+    tokens = random_tokens(model, 6)
+    _, cache = model.run_with_cache(tokens)
+    z = cache["blocks.1.attn.hook_z"]  # [batch pos head d_head]
+    by_hand = [
+        Intervention("blocks.1.attn.hook_z", (slice(None), 0), apply(lambda a, h: z.mean(0)[:, 0].expand_as(a))),
+        Intervention("blocks.1.attn.hook_z", (slice(None), 0), apply(lambda a, h: z[:, :, 0].roll(1, 0))),
+    ]
+    shifted = resample(tokens)
+    shifted.draw(6, 6).copy_((torch.arange(6) - 1) % 6)  # a known draw: sequence i gets sequence i - 1
+    engine = [
+        Intervention("blocks.1.attn.hook_z", (slice(None), 0), mean(tokens)),
+        Intervention("blocks.1.attn.hook_z", (slice(None), 0), shifted),
+    ]
+    torch.testing.assert_close(
+        intervene(model, tokens, engine, last_logprob), intervene(model, tokens, by_hand, last_logprob)
+    )
+    draw = resample(tokens, torch.Generator().manual_seed(3)).draw(6, 6)
+    assert (draw != torch.arange(6)).all() and draw.max() < 6
+
+
+def test_hooks_before_the_first_block_and_on_request_hooks(tokens):
+    model = make_model(normalization_type="RMS")
+    ref = random_tokens(model, 9, seed=2)
+    variants = [
+        Intervention("hook_embed", (2,), mean(ref)),
+        Intervention("hook_pos_embed", (), zero()),
+        Intervention("blocks.1.hook_q_input", (slice(None), 1), from_run(ref[:6])),
+        Intervention("blocks.0.attn.hook_result", (3, 0), zero()),
+        Intervention("ln_final.hook_normalized", (8,), zero()),
+        [],
+    ]
+    torch.testing.assert_close(
+        intervene(model, tokens, variants, last_logprob),
+        naive_intervene(model, tokens, variants, last_logprob),
+        atol=1e-5,
+        rtol=0,
+    )
+    attn_in = [Intervention("blocks.1.hook_attn_in", (slice(None), 0), mean(ref))]
+    torch.testing.assert_close(
+        intervene(model, tokens, attn_in, last_logprob), naive_intervene(model, tokens, attn_in, last_logprob)
+    )
+    assert not (model.cfg.use_split_qkv_input or model.cfg.use_attn_result or model.cfg.use_attn_in)
+    assert_no_hooks(model)
+
+
+@pytest.mark.parametrize("mixing", ["2emb", "attn"])
+def test_hooked_root_modules_without_start_at_layer(mixing):
+    from mechmem.papers.memorisation.models import FactsModelConfig, build_facts_model
+
+    cfg = FactsModelConfig(n_in=8, n_out=5, d_model=8, d_mlp=12, mixing=mixing, mlp_residual=False)
+    model = build_facts_model(cfg, generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(8, (7, 2), generator=torch.Generator().manual_seed(1))
+    ref = torch.randint(8, (10, 2), generator=torch.Generator().manual_seed(2))
+    variants = [
+        Intervention("blocks.0.mlp.hook_post", (slice(None), [0, 3]), mean(ref)),
+        Intervention("blocks.0.hook_resid_pre", (1,), resample(ref)),
+        [Intervention("hook_embed", (0,), zero()), Intervention("blocks.0.hook_mlp_out", (1,), from_run(ref[:7]))],
+    ]
+    fast = intervene(model, tokens, variants, last_logprob, memory_mb=1e-6)
+    torch.testing.assert_close(fast, naive_intervene(model, tokens, variants, last_logprob), atol=1e-5, rtol=0)
+    assert_no_hooks(model)
+
+
+def test_batched_metric_and_logits(tokens):
+    model = make_model(normalization_type="LN")
+    variants = [Intervention(f"blocks.{layer}.hook_mlp_out", (slice(None),), zero()) for layer in range(2)]
+    per_variant = intervene(model, tokens, variants, lambda x: x[:, -1].mean())
+    batched = intervene(model, tokens, variants, lambda x: x[:, :, -1].mean((1, 2)), batched_metric=True)
+    torch.testing.assert_close(per_variant, batched)
+
+    def zero_mlp(x, hook):
+        return torch.zeros_like(x)
+
+    expected = model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.hook_mlp_out", zero_mlp)])
+    torch.testing.assert_close(intervened_logits(model, tokens, variants[1]), expected, atol=1e-5, rtol=0)
+
+
+def test_no_hooks_or_flags_left_after_errors(tokens):
+    model = make_model(normalization_type="LN")
+
+    def boom(act, hook):
+        raise RuntimeError("hook failed")
+
+    for run in (intervene, naive_intervene):
+        with pytest.raises(RuntimeError, match="hook failed"):
+            run(model, tokens, [Intervention("blocks.1.hook_mlp_in", (), apply(boom))], last_logprob)
+        assert_no_hooks(model)
+        assert not model.cfg.use_hook_mlp_in
+        with pytest.raises(ZeroDivisionError):
+            run(model, tokens, [Intervention("blocks.0.hook_q_input", (), zero())], lambda x: 1 / 0)
+        assert_no_hooks(model)
+        assert not model.cfg.use_split_qkv_input
+    with pytest.raises(ValueError, match="unknown hook"):
+        intervene(model, tokens, [Intervention("blocks.9.hook_nothing")], last_logprob)
+    with pytest.raises(ValueError, match="shape"):
+        intervene(model, tokens, [Intervention("blocks.0.hook_mlp_out", (), mean(tokens[:, :5]))], last_logprob)
+    assert_no_hooks(model)
+
+
+SWEEPS = {  # patching sweep -> (hook name, index) of cell (layer, i)
+    "resid_pre": lambda layer, i: (f"blocks.{layer}.hook_resid_pre", (i,)),
+    "attn_head_out_all_pos": lambda layer, i: (f"blocks.{layer}.attn.hook_z", (slice(None), i)),
+    "mlp_out": lambda layer, i: (f"blocks.{layer}.hook_mlp_out", (i,)),
+}
+
+
+@pytest.mark.parametrize("direction", ["denoising", "noising"])
+@pytest.mark.parametrize("sweep", list(SWEEPS))
+def test_patching_replay_equals_the_engine(tokens, sweep, direction):
+    model = make_model(normalization_type="LN", n_layers=2)
+    clean, corrupted = tokens, tokens.clone()
+    corrupted[:, 3] = (corrupted[:, 3] + 1) % 6
+
+    def metric(logits):
+        return logits[:, -1].log_softmax(-1)[:, 2].mean()
+
+    result = Patcher(model, clean, corrupted, metric).sweep(sweep, direction)
+    base, source = (corrupted, clean) if direction == "denoising" else (clean, corrupted)
+    setter = from_run(source)
+    n_cells = result.values.shape[1]
+    variants = [Intervention(*SWEEPS[sweep](layer, i), setter) for layer in range(2) for i in range(n_cells)]
+    engine = intervene(model, base, variants, metric).reshape(result.values.shape)
+    torch.testing.assert_close(result.values, engine, atol=1e-5, rtol=0)
+    assert_no_hooks(model)
