@@ -199,7 +199,7 @@ def _roles(record: dict[str, Any]) -> Section:
     groups = [(k, [r for r in record[k] if "roles" in r]) for k in GROUPS]
     groups = [(k, runs) for k, runs in groups if runs]
     if not groups:
-        s.skipped = "the record has no head-role measurements (rerun without --page-only)"
+        s.skipped = "the record has no head-role measurements (run `analyses/reproduce.py permutation` to measure them)"
         return s
     first = groups[0][1][0]["roles"]
     s.lines.append(f"Measured by `mechmem.analysis.roles.head_roles` on n={first['n']} sequences per probe, seed "
