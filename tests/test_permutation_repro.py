@@ -238,3 +238,14 @@ def test_variants_and_options_make_the_spec():
                              ("quick", {"device": "tpu"}), ("quick", {"task2_seeds": "a,b"})):
         with pytest.raises(MechmemError):
             make_spec(variant, options)
+
+
+def test_committed_record_rebuilds_its_page():
+    import json
+
+    record = json.loads(Path("docs/reproductions/data/permutation.json").read_text())
+    report = page.build_page(record)
+    table = report.section("published").tables[0]
+    probes = [r["probe"]["p_recall"] for r in record["task2"]]
+    assert table.rows[4][3:] == [mean(probes), pstdev(probes), len(probes)]
+    assert report.section("roles").skipped or report.section("roles").tables
