@@ -1,21 +1,28 @@
 """The permutation reproduction: Bayes table and probe against brute-force enumeration and a Bayes oracle,
-counterfactual pairs and key sets, and the whole pipeline (train, measure, write the page) on tiny presets."""
+role probes and key sets, and the whole pipeline (train, measure, build and write the page) on tiny presets: the
+page's tables equal the record, the hand check is computed, and page.py types in no numbers."""
 
+import copy
 import itertools
 import math
+import re
+from pathlib import Path
+from statistics import mean, pstdev
 
 import pytest
 import torch
 
+from mechmem.errors import MechmemError
+from mechmem.papers.permutation import make_spec, page
 from mechmem.papers.permutation.experiments import (
     ReproConfig,
     bayes_table,
     last_step_groups,
     probe_stats,
-    role_pairs,
     run_reproduction,
 )
 from mechmem.papers.permutation.task import PermutationConfig, PermutationTask, bayes_posterior
+from mechmem.report.document import read_prose, write_page
 from mechmem.training.config import Preset, TrainConfig
 
 V = 4
@@ -97,16 +104,19 @@ def test_probe_of_the_bayes_oracle_recalls(task):
     assert stats["argmax_recall"] == 1.0
 
 
-def test_counterfactual_pairs_are_valid_and_change_the_answer(task):
-    recall, elimination = role_pairs(task, 100, generator=torch.Generator().manual_seed(3))
-    for pair in (recall, elimination):
+def test_role_probes_are_valid_and_change_the_answer(task):
+    recall, elimination = task.role_probes(100, generator=torch.Generator().manual_seed(3))
+    assert (recall.role, elimination.role) == ("recall", "elimination")
+    for pair in (recall.pair, elimination.pair):
         assert (pair.correct != pair.incorrect).all()
         for tokens, answer in ((pair.clean, pair.correct), (pair.corrupted, pair.incorrect)):
             post = bayes_posterior(tokens, V)[:, -1]
             # every input is a prefix of some permutation, and its answer is certain under the posterior
             assert torch.allclose(post[torch.arange(100), answer], torch.ones(100))
-    assert (recall.clean[:, :-1] == recall.corrupted[:, :-1]).all()  # only the last x differs
-    assert (elimination.clean[:, 0::2] == elimination.corrupted[:, 0::2]).all()  # same x's
+    assert (recall.pair.clean[:, :-1] == recall.pair.corrupted[:, :-1]).all()  # only the last x differs
+    assert (elimination.pair.clean[:, 0::2] == elimination.pair.corrupted[:, 0::2]).all()  # same x's
+    matched = recall.pair.clean[recall.keys][0::2].view(100)  # keys: the matching x and its y, in order
+    assert (matched == recall.pair.clean[:, -1]).all()
 
 
 def test_key_sets_partition_the_prefix_on_repeats(task):
@@ -118,9 +128,10 @@ def test_key_sets_partition_the_prefix_on_repeats(task):
     assert (matched == g["tokens"][g["repeat"]][:, -1]).all()
 
 
-def test_pipeline_end_to_end_on_tiny_presets(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def record(tmp_path_factory):
+    """A real run record from tiny presets (30 training steps each): two Task 2 seeds, one 2-layer V=10 run."""
     from mechmem.models.adapter import TransformerConfig
-    from mechmem.papers.permutation.page import write_page
 
     def tiny(v, heads, ratio, layers=1):
         model = TransformerConfig(n_layers=layers, d_model=8 * heads, n_heads=heads, d_mlp=16 * heads, d_vocab=v + 1,
@@ -128,17 +139,113 @@ def test_pipeline_end_to_end_on_tiny_presets(tmp_path, monkeypatch):
         return Preset(model, PermutationConfig(vocab_size=v, repeat_ratio=ratio),
                       TrainConfig(steps=30, batch_size=32, eval_every=30, eval_samples=64))
 
+    mp = pytest.MonkeyPatch()
     presets = dict(PermutationTask.presets)
     presets.update({"tiny1": tiny(5, 1, 0.0), "tiny2": tiny(5, 2, 0.3), "tiny10": tiny(10, 2, 0.3, layers=2)})
-    monkeypatch.setattr(PermutationTask, "presets", presets)
+    mp.setattr(PermutationTask, "presets", presets)
     cfg = ReproConfig(task1_preset="tiny1", task2_preset="tiny2", task1_seeds=(0,), task2_seeds=(0, 1),
-                      scale_presets=("tiny10",), n_eval=100, n_analysis=60, runs=str(tmp_path / "runs"), workers=1)
-    res = run_reproduction(cfg, log=lambda msg: None)
-    assert [r["seed"] for r in res["task2"]] == [0, 1] and res["scale"][0]["vocab_size"] == 10
-    assert len(res["scale"][0]["circuit_attention"]["previous_token"]) == 2  # [layer][head]
-    page = write_page(res, tmp_path / "doc" / "permutation.md", tmp_path / "doc" / "figures", "test")
-    text = page.read_text()
-    for heading in ("Published vs ours", "1. Bayesian evaluation", "2. The probe", "3. Head roles",
-                    "4. The FFN rescue", "5. Larger vocabularies"):
-        assert heading in text
-    assert len(list((tmp_path / "doc" / "figures").glob("permutation_*.png"))) == 6
+                      scale_presets=("tiny10",), n_eval=100, n_analysis=60, role_samples=64,
+                      runs=str(tmp_path_factory.mktemp("runs")), workers=1)
+    try:
+        yield run_reproduction(cfg, log=lambda msg: None)
+    finally:
+        mp.undo()
+
+
+def test_pipeline_writes_every_section_and_figure(record, tmp_path):
+    assert [r["seed"] for r in record["task2"]] == [0, 1] and record["scale"][0]["vocab_size"] == 10
+    assert len(record["scale"][0]["circuit_attention"]["previous_token"]) == 2  # [layer][head]
+    assert record["published"] == page.load_published()  # the record keeps a copy
+    report = page.build_page(record)
+    keys = [s.key for s in report.sections]
+    assert keys == ["setup", "published", "bayes", "probe", "roles", "rescue", "scale"]
+    assert not any(s.skipped for s in report.sections)
+    md = write_page(report, tmp_path / "permutation.md", prose=Path("docs/reproductions/prose/permutation.md"))
+    names = {p.name for p in (tmp_path / "figures").glob("permutation_*.png")}
+    assert names == {f"permutation_{s.key}-{n}.png" for s in report.sections for n in s.figures} and len(names) == 6
+    assert all(f"figures/{n}" in md.read_text() for n in names)
+
+
+def test_prose_blocks_match_section_keys(record):
+    prose = read_prose("docs/reproductions/prose/permutation.md")
+    assert set(prose) - {"intro"} <= {s.key for s in page.build_page(record).sections}
+
+
+def test_published_table_equals_record_aggregates(record):
+    table = page.build_page(record).section("published").tables[0]
+    published = page.load_published()["values"]
+    t1, t2, v = record["task1"], record["task2"], record["task2"][0]["vocab_size"]
+
+    def final(run, suffix):
+        return next(r["acc"] for r in run["bayes"] if r["step"].endswith(suffix))
+
+    expected = [
+        (published["elimination_floor"], [record["floor"]]),
+        (published["task1_plateau"], [r["losses"]["train"] for r in t1]),
+        (published["task2_plateau"], [r["losses"]["train"] for r in t2]),
+        (published["task1_probe_elimination_p"], [r["probe"]["p_elimination"] for r in t1]),
+        (published["task2_probe_recall_p"], [r["probe"]["p_recall"] for r in t2]),
+        (published["final_step_acc"], [final(r, str(v)) for r in t1]),
+        (published["final_step_acc"], [final(r, "elimination") for r in t2]),
+        (published["final_step_acc"], [final(r, "memorisation") for r in t2]),
+    ]
+    assert len(table.rows) == len(expected)
+    for row, (pub, ours) in zip(table.rows, expected):
+        assert row[1:] == [pub["value"], pub["source"], mean(ours), pstdev(ours), len(ours)]
+
+
+def test_roles_table_rows_equal_record_heads(record):
+    section = page.build_page(record).section("roles")
+    table = next(t for t in section.tables if "role" in t.headers)
+    heads = [(run["seed"], h) for run in record["task2"] for h in run["roles"]["heads"]]
+    assert len(table.rows) == len(heads)
+    for row, (seed, h) in zip(table.rows, heads):
+        cells = dict(zip(table.headers, row))
+        assert (cells["seed"], cells["head"], cells["role"]) == (seed, f"L{h['layer']}H{h['head']}", f"**{h['role']}**")
+        for role in ("recall", "elimination"):
+            for key in ("score", "share", "transfer", "via_mlp", "attention", "damage"):
+                assert cells[f"{role} {key.replace('_', ' ')}"] == h["evidence"][f"{role}_{key}"]
+    thresholds = next(t for t in section.tables if t.headers == ["threshold", "value"])
+    assert dict(thresholds.rows) == record["task2"][0]["roles"]["thresholds"]
+
+
+def test_hand_check_names_the_head_on_the_matching_x(record):
+    run = copy.deepcopy(record["task2"][0])
+    run["circuit_attention"]["match"] = [[0.1, 0.7]]
+    for h in run["roles"]["heads"]:
+        h["role"] = "recall" if h["head"] == 1 else "elimination"
+    assert page.hand_check(run) == [run["seed"], "L0H1", 0.7, "circuit attention on the matching x", "L0H1", "yes"]
+    run["roles"]["heads"][1]["role"] = "shared"
+    assert page.hand_check(run)[-2:] == ["none", "no"]
+    del run["circuit_attention"]  # falls back on the roles' own attention evidence
+    for h, att in zip(run["roles"]["heads"], (0.9, 0.2)):
+        h["evidence"]["recall_attention"], h["role"] = att, "recall" if h["head"] == 0 else "elimination"
+    assert page.hand_check(run)[1:3] == ["L0H0", 0.9] and page.hand_check(run)[-1] == "yes"
+
+
+def test_page_module_types_in_no_numbers():
+    source = Path(page.__file__).read_text()
+    literals = re.findall(r"(?<![\w.])\d+\.\d{2,}", source)  # 0.05, "0.957", 1.25e3; not ".3f" or x.25
+    assert literals == []  # measured and published numbers come from the record and published.json
+
+
+def test_variants_and_options_make_the_spec():
+    assert make_spec("quick", {}).task2_seeds == (0, 1, 2) and make_spec("full", {}).task1_seeds == (0, 1, 2, 3, 4)
+    paper = make_spec("paper", {"runs": "r", "workers": "3", "device": "cuda", "task1_seeds": "4,5"})
+    assert (paper.task1_preset, paper.scale_presets, paper.runs, paper.workers, paper.device, paper.task1_seeds) == (
+        "task1-paper", ("v10-paper", "v15-paper"), "r", 3, "cuda", (4, 5))
+    for variant, options in (("huge", {}), ("quick", {"colour": "red"}), ("quick", {"workers": "0"}),
+                             ("quick", {"device": "tpu"}), ("quick", {"task2_seeds": "a,b"})):
+        with pytest.raises(MechmemError):
+            make_spec(variant, options)
+
+
+def test_committed_record_rebuilds_its_page():
+    import json
+
+    record = json.loads(Path("docs/reproductions/data/permutation.json").read_text())
+    report = page.build_page(record)
+    table = report.section("published").tables[0]
+    probes = [r["probe"]["p_recall"] for r in record["task2"]]
+    assert table.rows[4][3:] == [mean(probes), pstdev(probes), len(probes)]
+    assert report.section("roles").skipped or report.section("roles").tables

@@ -1,6 +1,82 @@
 """Permutation memory ("Can a Tiny Transformer Learn to Remember?"): the task, its experiments and its page.
 
-Importing the package registers the "permutation" task (`task`) and the paper (`mechmem.plugins.Paper`).
+Importing the package registers the "permutation" task (`task`) and the paper "permutation"
+(`mechmem.plugins.Paper`): `python analyses/reproduce.py permutation [--variant quick|full|paper] [--set k=v]`.
 """
 
+from typing import Any
+
+from mechmem.errors import MechmemError
 from mechmem.papers.permutation import task  # noqa: F401  (registers the task)
+from mechmem.papers.permutation.experiments import ReproConfig, run_reproduction
+from mechmem.papers.permutation.page import TITLE, build_page
+from mechmem.plugins import Paper, register_paper
+
+VARIANTS = ("full", "quick", "paper")
+"""full: 5 seeds per CPU model (the default); quick: 2 Task 1 and 3 Task 2 seeds; paper: published schedules."""
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise MechmemError(f"seeds must be comma-separated integers, got {text!r}") from None
+    if not seeds:
+        raise MechmemError("give at least one seed")
+    return seeds
+
+
+def _workers(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise MechmemError(f"workers must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def _device(text: str) -> str:
+    if text not in ("cpu", "cuda"):
+        raise MechmemError(f"device must be cpu or cuda, got {text!r}")
+    return text
+
+
+OPTIONS = {"runs": str, "workers": _workers, "device": _device, "task1_seeds": _seeds, "task2_seeds": _seeds}
+"""`--set` options and their parsers."""
+
+
+def make_spec(variant: str, options: dict[str, str]) -> ReproConfig:
+    """The `ReproConfig` of a variant, with `--set` options (runs=DIR, workers=N, device=cpu|cuda,
+    task1_seeds=0,1,2, task2_seeds=0,1,2) applied; unknown variants and options raise `MechmemError`."""
+    if variant not in VARIANTS:
+        raise MechmemError(f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise MechmemError(f"unknown option {unknown[0]!r} (known: {', '.join(OPTIONS)})")
+    kind = "paper" if variant == "paper" else "quick"
+    few = variant == "quick"
+    fields: dict[str, Any] = {
+        "task1_preset": f"task1-{kind}",
+        "task2_preset": f"task2-{kind}",
+        "task1_seeds": (0, 1) if few else (0, 1, 2, 3, 4),
+        "task2_seeds": (0, 1, 2) if few else (0, 1, 2, 3, 4),
+        "scale_presets": (f"v10-{kind}", f"v15-{kind}"),
+        "variant": variant,
+    }
+    fields.update({key: OPTIONS[key](value) for key, value in options.items()})
+    return ReproConfig(**fields)
+
+
+def run(spec: ReproConfig, log: Any) -> dict[str, Any]:
+    """Train what is missing and measure everything: the run record (see `run_reproduction`)."""
+    return run_reproduction(spec, log=log)
+
+
+PAPER = register_paper(
+    Paper(
+        name="permutation",
+        title=TITLE,
+        spec=make_spec,
+        variants=VARIANTS,
+        run=run,
+        page=build_page,
+        tasks=("permutation",),
+    )
+)

@@ -2,13 +2,14 @@
 
 Each function takes a trained model and the task, draws its own sequences from an explicit generator, and returns
 a small result (plain dicts of floats or dataclasses with `to_dict`). `run_reproduction` trains what is missing
-(in parallel worker processes), runs every experiment on every seed and returns one JSON-able dict; the report
-module turns that dict into the markdown page and figures.
+(in parallel worker processes), runs every experiment on every seed and returns one JSON-able dict (the run
+record); `page.build_page` turns the record into the page.
 
 The larger-V presets live in `mechmem.papers.permutation.task`: `v10-quick`, `v15-quick` (CPU) and
 `v10-paper`, `v15-paper` (GPU-sized), all trained on repeat data (repeat_ratio 0.3).
 """
 
+import json
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -21,23 +22,12 @@ from torch import Tensor
 
 from mechmem.analysis.neurons import ablate_neurons, neuron_direct_effect, rank_neurons
 from mechmem.analysis.roles import head_roles
+from mechmem.papers.permutation.page import load_published
 from mechmem.papers.permutation.task import (
     PermutationTask,
     bayes_posterior,
     elimination_floor,
 )
-
-PUBLISHED = {
-    "elimination_floor": 0.957,
-    "task1_plateau": 0.959,
-    "task2_plateau": 0.956,
-    "task1_probe_elimination_p": 0.999,
-    "task2_probe_recall_p": 0.998,
-    "final_step_acc": 1.0,
-}
-"""Numbers the page states (the floor is (ln5+ln4+ln3+ln2)/5; plateaus are training losses)."""
-
-
 
 
 # -- training -----------------------------------------------------------------------------------------------
@@ -306,11 +296,11 @@ class ReproConfig:
     """Sequences per counterfactual pair for the head roles (the circuit report's default too)."""
     role_seed: int = 0
     """Seed of the head-role measurement (the circuit report's default too, so both print the same numbers)."""
+    variant: str = "full"
+    """The variant this config was made from (recorded, so the page can say how to rebuild it)."""
 
 
 def _history(path: Path) -> list[dict[str, Any]]:
-    import json
-
     return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
@@ -326,12 +316,13 @@ def _measure(preset: str, seed: int, cfg: ReproConfig, *, roles: bool) -> dict[s
 
     out: dict[str, Any] = {
         "preset": preset, "seed": seed, "run": str(path), "vocab_size": task.config.vocab_size,
-        "model": ckpt.model_config.to_dict(), "history": _history(path),
+        "model": ckpt.model_config.to_dict(), "train": ckpt.train, "task": ckpt.task_config,
+        "history": _history(path),
         "losses": masked_losses(model, task, cfg.n_eval, generator=gen()),
         "bayes": bayes_table(model, task, cfg.n_eval, generator=gen()),
         "probe": probe_stats(model, task, cfg.n_eval, generator=gen()),
     }
-    if ckpt.model_config.n_layers > 1:
+    if ckpt.model_config.n_heads > 1 or ckpt.model_config.n_layers > 1:
         out["circuit_attention"] = circuit_attention(model, task, cfg.n_analysis, generator=gen())
     if roles:
         out["roles"] = head_roles(model, task, n=cfg.role_samples, seed=cfg.role_seed).to_dict()
@@ -351,7 +342,7 @@ def run_reproduction(cfg: ReproConfig, *, log: Any = print) -> dict[str, Any]:
     log("measuring")
     return {
         "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
-        "published": PUBLISHED,
+        "published": load_published(),
         "floor": elimination_floor(5),
         "task1": [_measure(cfg.task1_preset, s, cfg, roles=False) for s in cfg.task1_seeds],
         "task2": [_measure(cfg.task2_preset, s, cfg, roles=True) for s in cfg.task2_seeds],
