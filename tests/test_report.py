@@ -91,7 +91,7 @@ def test_report_and_reproduction_page_print_identical_role_numbers(permutation_t
     (run / "metrics.jsonl").write_text("")
     save_checkpoint(run / "ckpt.pt", model=model, model_config=planted.planted_permutation_config(),
                     task_name="permutation", task_config=permutation_task.config)
-    page = experiments._measure(cfg.task2_preset, 0, cfg, roles=True)["roles"]
+    page = experiments._measure(cfg.task2_preset, 0, cfg, roles=True, rescue=True)["roles"]
     report = build_report(model, permutation_task, n_samples=32, role_samples=96, seed=cfg.role_seed)
     circuit = report.section("circuit").findings
     assert page["heads"] == circuit["heads"] and page["labels"] == circuit["labels"]

@@ -304,7 +304,7 @@ def _history(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def _measure(preset: str, seed: int, cfg: ReproConfig, *, roles: bool) -> dict[str, Any]:
+def _measure(preset: str, seed: int, cfg: ReproConfig, *, roles: bool, rescue: bool = False) -> dict[str, Any]:
     from mechmem.checkpoint import load_checkpoint
 
     path = run_dir(cfg.runs, preset, seed)
@@ -328,8 +328,8 @@ def _measure(preset: str, seed: int, cfg: ReproConfig, *, roles: bool) -> dict[s
         out["roles"] = head_roles(model, task, n=cfg.role_samples, seed=cfg.role_seed).to_dict()
         example = task.probe(1, generator=gen())["tokens"]
         out["attention_example"] = {"tokens": example[0].tolist(), "rows": attention_rows(model, example).tolist()}
-        if not model.cfg.attn_only:  # the FFN rescue needs an MLP
-            out["rescue"] = ffn_rescue(model, task, cfg.n_analysis, generator=gen()).to_dict()
+    if rescue and not model.cfg.attn_only:  # the FFN rescue needs an MLP and repeat cases
+        out["rescue"] = ffn_rescue(model, task, cfg.n_analysis, generator=gen()).to_dict()
     return out
 
 
@@ -344,7 +344,7 @@ def run_reproduction(cfg: ReproConfig, *, log: Any = print) -> dict[str, Any]:
         "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
         "published": load_published(),
         "floor": elimination_floor(5),
-        "task1": [_measure(cfg.task1_preset, s, cfg, roles=False) for s in cfg.task1_seeds],
-        "task2": [_measure(cfg.task2_preset, s, cfg, roles=True) for s in cfg.task2_seeds],
+        "task1": [_measure(cfg.task1_preset, s, cfg, roles=True) for s in cfg.task1_seeds],
+        "task2": [_measure(cfg.task2_preset, s, cfg, roles=True, rescue=True) for s in cfg.task2_seeds],
         "scale": [_measure(p, 0, cfg, roles=False) for p in cfg.scale_presets],
     }
