@@ -196,10 +196,13 @@ def test_published_table_equals_record_aggregates(record):
 
 def test_roles_table_rows_equal_record_heads(record):
     section = page.build_page(record).section("roles")
-    table = next(t for t in section.tables if "role" in t.headers)
-    heads = [(run["seed"], h) for run in record["task2"] for h in run["roles"]["heads"]]
-    assert len(table.rows) == len(heads)
-    for row, (seed, h) in zip(table.rows, heads):
+    tables = [t for t in section.tables if "role" in t.headers]
+    assert [t.caption.split("**")[1] for t in tables] == ["Task 1", "Task 2"]  # one table per group, in order
+    heads = [(run["seed"], h) for key in ("task1", "task2") for run in record[key] for h in run["roles"]["heads"]]
+    rows = [row for t in tables for row in t.rows]
+    assert len(rows) == len(heads)
+    for row, (seed, h) in zip(rows, heads):
+        table = tables[0]
         cells = dict(zip(table.headers, row))
         assert (cells["seed"], cells["head"], cells["role"]) == (seed, f"L{h['layer']}H{h['head']}", f"**{h['role']}**")
         for role in ("recall", "elimination"):
