@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import build_transformer_cfg
+from helpers import assert_no_hooks, build_transformer_cfg
 from jaxtyping import TypeCheckError
 
 from mechmem.analysis.ablation import (
@@ -18,10 +18,6 @@ from mechmem.analysis.ablation import (
 from mechmem.analysis.heads import repeated_random_tokens
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
 from mechmem.models.adapter import build_transformer
-from helpers import assert_no_hooks
-
-
-
 
 @pytest.fixture(scope="module")
 def model():
@@ -116,8 +112,18 @@ def test_result_shapes_are_validated():
         AblationResult("m", 0.0, ("zero",), torch.zeros(1, 2, 2), torch.zeros(1, 3))
 
 
+def test_layer_components_replay_the_values(model, tokens):
+    values = ablation_values(model, tokens, "zero")
+    heads, attn, mlp = ablate_layer_components(model, tokens, last_logprob, values, 1)
+    result = ablate_heads(model, tokens, last_logprob, methods=("zero",))
+    torch.testing.assert_close(heads, result.heads[0, 1], atol=1e-5, rtol=0)
+    expected = (float(result.attn_layers[0, 1]), float(result.mlp_layers[0, 1]))
+    assert (attn, mlp) == pytest.approx(expected, abs=1e-5)
+    with pytest.raises(ValueError, match="unknown ablation method"):
+        ablate_heads(model, tokens, last_logprob, methods=("bogus",))
+
+
 def test_no_hooks_left_when_a_hook_fails(model, tokens):
-    resid = model.run_with_cache(tokens)[1]["blocks.0.hook_resid_pre"]
     with pytest.raises(KeyError):  # no replacement values: the hook itself raises inside the forward pass
-        ablate_layer_components(model, tokens, last_logprob, {}, 0, resid)
+        ablate_layer_components(model, tokens, last_logprob, {}, 0)
     assert_no_hooks(model)

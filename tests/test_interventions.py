@@ -13,6 +13,7 @@ from mechmem.analysis.interventions import (
     mean,
     naive_intervene,
     resample,
+    setter_values,
     zero,
 )
 from mechmem.analysis.patching import Patcher
@@ -152,6 +153,8 @@ def test_mean_is_per_position_over_the_reference_and_resample_picks_other_rows()
     torch.testing.assert_close(
         intervene(model, tokens, engine, last_logprob), intervene(model, tokens, by_hand, last_logprob)
     )
+    values = setter_values(model, tokens, mean(tokens), ["blocks.1.attn.hook_z"])["blocks.1.attn.hook_z"]
+    torch.testing.assert_close(values, z.mean(0, keepdim=True).expand_as(z))
     draw = resample(tokens, torch.Generator().manual_seed(3)).draw(6, 6)
     assert (draw != torch.arange(6)).all() and draw.max() < 6
 

@@ -64,11 +64,15 @@ def test_ablation_modes_and_ranking(inputs):
     tokens = inputs[0]
     model = make_model(None)
     torch.testing.assert_close(ablate_neurons(model, tokens, 0, []), model(tokens))
-    _, cache = model.run_with_cache(tokens)
-    post = cache["blocks.0.mlp.hook_post"]
-    dead = int((post > 0).float().mean((0, 1)).argmin())  # the least active neuron
-    mean_ablated = ablate_neurons(model, tokens, 0, [dead], mode="mean")
-    assert mean_ablated.shape == post.shape[:2] + (6,)
+    post = model.run_with_cache(tokens)[1]["blocks.0.mlp.hook_post"]
+    reference = torch.randint(1, 6, (20, 9), generator=torch.Generator().manual_seed(7))
+    ref_mean = model.run_with_cache(reference)[1]["blocks.0.mlp.hook_post"].mean(0)  # [pos d_mlp]
+    for ref, target in ((reference, ref_mean), (None, post.mean(0))):  # per position over the reference
+        # Last layer, no final norm: the logits move by (new - old activation) * W_out[n] @ W_U, exactly.
+        change = (target[None, :, [3, 8]] - post[..., [3, 8]]) @ (model.blocks[0].mlp.W_out[[3, 8]] @ model.W_U)
+        ablated = ablate_neurons(model, tokens, 0, [3, 8], mode="mean", reference=ref)
+        torch.testing.assert_close(ablated, model(tokens) + change, rtol=1e-4, atol=1e-5)
+    assert_no_hooks(model)
     with pytest.raises(ValueError):
         ablate_neurons(model, tokens, 0, [0], mode="resample")
     ranking = rank_neurons(torch.tensor([[1.0, -2.0, 3.0], [1.0, 0.0, 1.0]]), layer=0)

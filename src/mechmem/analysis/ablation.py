@@ -2,7 +2,8 @@
 
 Each attention head's output z (`blocks.L.attn.hook_z`, before W_O) is replaced by
     zero      zeros: the head writes nothing but its share of the bias b_O;
-    mean      its mean over a reference batch from the task's evaluation distribution, per position;
+    mean      its mean over a reference batch's sequences, per position (mechmem's one mean ablation; the
+              reference is a separate draw from the task's evaluation distribution in the library callers);
     resample  its value on another, randomly chosen reference sequence (same position).
 A whole attention layer is ablated the same way on all its heads at once, an MLP layer on `blocks.L.hook_mlp_out`.
 The result holds the metric after each ablation and its change from the unablated baseline ("delta").
@@ -13,9 +14,9 @@ keeps the activation's distribution but cuts its dependence on the current input
 whose average output is large. Caveat: ablations measure necessity one component at a time; redundant heads
 (backup heads) each look unimportant.
 
-Speed: all ablations at layer L share everything before L, so the engine caches the clean residual stream, starts
-each forward pass at layer L, and stacks the ablations of one layer along the batch axis (chunked by memory).
-`naive_head_ablation` is the one-run-per-head reference it is tested against.
+Every ablation is an intervention of `mechmem.analysis.interventions` (setters zero, mean, resample), so
+the engine stacks them along the batch axis and starts each pass at the ablated layer from the cached clean
+residual stream. `naive_head_ablation` (one run per head) is the reference it is tested against.
 """
 
 from collections.abc import Callable
@@ -27,6 +28,17 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.analysis.interventions import (
+    Intervention,
+    Setter,
+    apply,
+    intervene,
+    mean,
+    naive_intervene,
+    resample,
+    setter_values,
+    zero,
+)
 from mechmem.plotting import plt
 from mechmem.tasks.base import masked_accuracy
 
@@ -131,6 +143,46 @@ def task_metric(task: Any, name: str, n: int, *, generator: torch.Generator) -> 
     raise ValueError(f"unknown metric {name!r} (loss, accuracy, logit_diff)")
 
 
+def method_setter(
+    method: str, reference: Int[Tensor, "ref pos"], generator: torch.Generator | None = None
+) -> Setter:
+    """The engine setter of an ablation method: zero(), mean(reference) or resample(reference, generator)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown ablation method {method!r} ({', '.join(METHODS)})")
+    if method == "zero":
+        return zero()
+    return mean(reference) if method == "mean" else resample(reference, generator)
+
+
+def _reference(tokens: Tensor, reference: Tensor | None) -> Tensor:
+    reference = tokens if reference is None else reference
+    if reference.shape[1] != tokens.shape[1]:
+        raise ValueError(
+            f"reference sequences have length {reference.shape[1]}, the inputs {tokens.shape[1]}"
+        )
+    return reference
+
+
+def _component_hooks(model: torch.nn.Module, layer: int) -> tuple[str, str | None]:
+    mlp = None if model.cfg.attn_only else f"blocks.{layer}.hook_mlp_out"
+    return f"blocks.{layer}.attn.hook_z", mlp
+
+
+def _layer_variants(
+    model: torch.nn.Module, layer: int, setter: Callable[[str, tuple], Setter]
+) -> list[Intervention]:
+    """Ablations of one layer, in order: each head, all heads, the MLP (if any); setter(hook, index)."""
+    z, mlp = _component_hooks(model, layer)
+    heads = [(slice(None), head) for head in range(model.cfg.n_heads)]
+    variants = [Intervention(z, index, setter(z, index)) for index in heads + [()]]
+    return variants + ([Intervention(mlp, (), setter(mlp, ()))] if mlp else [])
+
+
+def _replay(values: dict[str, Tensor]) -> Callable[[str, tuple], Setter]:
+    """Setters writing precomputed replacement values (hook -> full activation) into the slice."""
+    return lambda hook, index: apply(lambda act, _hook: values[hook][(slice(None), *index)])
+
+
 @torch.no_grad()
 def ablation_values(
     model: torch.nn.Module,
@@ -144,36 +196,9 @@ def ablation_values(
 
     `reference` (default: `tokens`) is the batch the mean is taken over and resampled sequences come from.
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown ablation method {method!r} ({', '.join(METHODS)})")
-    reference = tokens if reference is None else reference
-    if reference.shape[1] != tokens.shape[1]:
-        raise ValueError(
-            f"reference sequences have length {reference.shape[1]}, the inputs {tokens.shape[1]}"
-        )
-    _, cache = model.run_with_cache(
-        reference.to(model.cfg.device), names_filter=lambda n: n.endswith(("attn.hook_z", "hook_mlp_out"))
-    )
-    batch, n_ref = tokens.shape[0], reference.shape[0]
-    if method == "resample":
-        gen = generator if generator is not None else torch.Generator().manual_seed(0)
-        offset = torch.randint(1, max(n_ref, 2), (batch,), generator=gen) if n_ref > 1 else torch.zeros(batch)
-        idx = ((torch.arange(batch) + offset) % n_ref).long().to(model.cfg.device)
-    out = {}
-    for name, act in cache.items():
-        if method == "zero":
-            out[name] = torch.zeros((batch, *act.shape[1:]), dtype=act.dtype, device=act.device)
-        elif method == "mean":
-            out[name] = act.mean(0, keepdim=True).expand(batch, *act.shape[1:]).clone()
-        else:
-            out[name] = act[idx]
-    return out
-
-
-def _chunks(model: torch.nn.Module, batch: int, pos: int) -> int:
-    cfg = model.cfg
-    width = max(cfg.d_model, cfg.d_mlp or 0, cfg.n_heads * pos, cfg.d_vocab_out)
-    return max(1, int(2**26 // max(1, batch * pos * width)))
+    setter = method_setter(method, _reference(tokens, reference), generator)
+    hooks = [h for layer in range(model.cfg.n_layers) for h in _component_hooks(model, layer) if h]
+    return setter_values(model, tokens, setter, hooks)
 
 
 @torch.no_grad()
@@ -183,47 +208,14 @@ def ablate_layer_components(
     metric: Metric,
     values: dict[str, Tensor],
     layer: int,
-    resid_pre: Float[Tensor, "batch pos d_model"],
 ) -> tuple[Float[Tensor, " head"], float, float | None]:
     """Metric after ablating each head of `layer`, the whole attention layer, and its MLP (None if absent).
 
-    Stacks the ablations along the batch axis and runs from `resid_pre` at `layer` onward.
+    `values` are the replacement activations (from `ablation_values`); the engine runs from `layer` onward.
     """
-    cfg = model.cfg
-    batch, pos = tokens.shape
-    has_mlp = not cfg.attn_only
-    # Copy c ablates: head c for c < n_heads; all heads for c == n_heads; the MLP for c == n_heads + 1.
-    n_copies = cfg.n_heads + 1 + int(has_mlp)
-    z_name, mlp_name = f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.hook_mlp_out"
-    results: list[float] = []
-    step = _chunks(model, batch, pos)
-    for lo in range(0, n_copies, step):
-        copies = list(range(lo, min(n_copies, lo + step)))
-
-        def patch_z(z: Tensor, hook: Any, copies: list[int] = copies) -> Tensor:
-            z = z.view(len(copies), batch, *z.shape[1:]).clone()
-            for i, c in enumerate(copies):
-                if c < cfg.n_heads:
-                    z[i, :, :, c] = values[z_name][:, :, c]
-                elif c == cfg.n_heads:
-                    z[i] = values[z_name]
-            return z.flatten(0, 1)
-
-        def patch_mlp(out: Tensor, hook: Any, copies: list[int] = copies) -> Tensor:
-            out = out.view(len(copies), batch, *out.shape[1:]).clone()
-            for i, c in enumerate(copies):
-                if c == cfg.n_heads + 1:
-                    out[i] = values[mlp_name]
-            return out.flatten(0, 1)
-
-        hooks = [(z_name, patch_z)] + ([(mlp_name, patch_mlp)] if has_mlp else [])
-        x = resid_pre.repeat(len(copies), 1, 1)
-        with model.hooks(fwd_hooks=hooks):
-            logits = model(x, start_at_layer=layer)
-        logits = logits.view(len(copies), batch, *logits.shape[1:])
-        results.extend(float(metric(logits[i])) for i in range(len(copies)))
-    heads = torch.tensor(results[: cfg.n_heads])
-    return heads, results[cfg.n_heads], (results[cfg.n_heads + 1] if has_mlp else None)
+    out = intervene(model, tokens, _layer_variants(model, layer, _replay(values)), metric).tolist()
+    n_heads = model.cfg.n_heads
+    return torch.tensor(out[:n_heads]), out[n_heads], (out[n_heads + 1] if len(out) > n_heads + 1 else None)
 
 
 @torch.no_grad()
@@ -243,49 +235,37 @@ def ablate_heads(
         model: a HookedTransformer.
         tokens: the inputs the metric is measured on.
         metric: logits [batch pos d_vocab] -> scalar (closes over the targets of `tokens`).
-        methods: any of "zero", "mean", "resample".
+        methods: any of "zero", "mean", "resample" (as the engine's setters; "mean" is the one mean ablation,
+            per position over `reference`).
         reference: the batch means and resamples come from (default: `tokens`); use another draw from the task's
             evaluation distribution to keep the two apart.
         generator: draws the resampled sequences.
         metric_name: a description stored with the result.
     """
     cfg = model.cfg
-    tokens = tokens.to(cfg.device)
-    logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_resid_pre"))
-    baseline = float(metric(logits))
-    heads = torch.zeros(len(methods), cfg.n_layers, cfg.n_heads)
-    attn = torch.zeros(len(methods), cfg.n_layers)
-    mlp = None if cfg.attn_only else torch.zeros(len(methods), cfg.n_layers)
-    for i, method in enumerate(methods):
-        values = ablation_values(model, tokens, method, reference=reference, generator=generator)
+    reference = _reference(tokens, reference)
+    setters = [method_setter(method, reference, generator) for method in methods]
+    variants: list[Any] = [[]]  # the unablated baseline
+    for setter in setters:
         for layer in range(cfg.n_layers):
-            h, a, m = ablate_layer_components(
-                model, tokens, metric, values, layer, cache[f"blocks.{layer}.hook_resid_pre"]
-            )
-            heads[i, layer], attn[i, layer] = h, a
-            if mlp is not None:
-                mlp[i, layer] = m
-    return AblationResult(metric_name, baseline, tuple(methods), heads, attn, mlp)
+            variants += _layer_variants(model, layer, lambda hook, index, setter=setter: setter)
+    out = intervene(model, tokens, variants, metric)
+    baseline, per_layer = float(out[0]), out[1:].reshape(len(methods), cfg.n_layers, -1)
+    heads, attn = per_layer[..., : cfg.n_heads], per_layer[..., cfg.n_heads]
+    mlp = None if cfg.attn_only else per_layer[..., cfg.n_heads + 1].float()
+    return AblationResult(metric_name, baseline, tuple(methods), heads.float(), attn.float(), mlp)
 
 
 @torch.no_grad()
 def naive_head_ablation(
     model: torch.nn.Module, tokens: Int[Tensor, "batch pos"], metric: Metric, values: dict[str, Tensor]
 ) -> Float[Tensor, "layer head"]:
-    """Reference implementation: one full forward pass per head with `run_with_hooks`."""
+    """Reference implementation: one full forward pass per head with `run_with_hooks` (`naive_intervene`)."""
     cfg = model.cfg
-    out = torch.zeros(cfg.n_layers, cfg.n_heads)
+    variants = []
     for layer in range(cfg.n_layers):
-        name = f"blocks.{layer}.attn.hook_z"
-        for head in range(cfg.n_heads):
-
-            def hook(z: Tensor, hook: Any, head: int = head, name: str = name) -> Tensor:
-                z = z.clone()
-                z[:, :, head] = values[name][:, :, head]
-                return z
-
-            out[layer, head] = float(metric(model.run_with_hooks(tokens, fwd_hooks=[(name, hook)])))
-    return out
+        variants += _layer_variants(model, layer, _replay(values))[: cfg.n_heads]
+    return naive_intervene(model, tokens, variants, metric).reshape(cfg.n_layers, cfg.n_heads).float()
 
 
 def plot_ablation(result: AblationResult) -> Any:

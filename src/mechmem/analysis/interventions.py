@@ -45,14 +45,8 @@ Metric = Callable[[Tensor], Any]
 """logits [batch pos d_vocab] -> a tensor (a scalar or one value per sequence)."""
 
 # Hooks TransformerLens only computes with a config flag on: hook-name suffix -> the flag.
-_FLAGS = {
-    "hook_mlp_in": "use_hook_mlp_in",
-    "hook_attn_in": "use_attn_in",
-    "hook_q_input": "use_split_qkv_input",
-    "hook_k_input": "use_split_qkv_input",
-    "hook_v_input": "use_split_qkv_input",
-    "attn.hook_result": "use_attn_result",
-}
+_FLAGS = {"hook_mlp_in": "use_hook_mlp_in", "hook_attn_in": "use_attn_in"}
+_FLAGS |= {"attn.hook_result": "use_attn_result"} | {f"hook_{x}_input": "use_split_qkv_input" for x in "qkv"}
 _KINDS = ("zero", "mean", "resample", "from_run", "apply")
 
 
@@ -90,10 +84,7 @@ class Setter:
         With the inputs themselves as reference, every sequence gets another one. Drawn once per batch size.
         """
         if batch not in self._draws:
-            if n_ref > 1:
-                offset = torch.randint(1, n_ref, (batch,), generator=self.generator)
-            else:
-                offset = torch.zeros(batch, dtype=torch.long)
+            offset = torch.randint(1, n_ref, (batch,), generator=self.generator) if n_ref > 1 else 0
             self._draws[batch] = (torch.arange(batch) + offset) % n_ref
         return self._draws[batch]
 
@@ -177,14 +168,13 @@ def _flags(model: torch.nn.Module, hooks: set[str]) -> Iterator[None]:
     if {"use_attn_in", "use_split_qkv_input"} <= set(wanted):
         raise ValueError("hook_attn_in and hook_q/k/v_input together (TransformerLens ignores attn_in)")
     old = {flag: getattr(model.cfg, flag) for flag in wanted}
-    setters = {flag: getattr(model, f"set_{flag}") for flag in wanted}
     try:
         for flag in wanted:
-            setters[flag](True)
+            getattr(model, f"set_{flag}")(True)  # set_use_hook_mlp_in, set_use_attn_in, ...
         yield
     finally:
         for flag, value in old.items():
-            setters[flag](value)
+            getattr(model, f"set_{flag}")(value)
 
 
 def _start_layer(model: torch.nn.Module, variant: list[Intervention]) -> int | None:
@@ -239,8 +229,7 @@ def _sources(
 
 def _check_hooks(model: torch.nn.Module, variants: list[list[Intervention]]) -> set[str]:
     hooks = {iv.hook for variant in variants for iv in variant}
-    unknown = sorted(hooks - set(model.hook_dict))
-    if unknown:
+    if unknown := sorted(hooks - set(model.hook_dict)):
         raise ValueError(f"unknown hook(s) {', '.join(unknown)}")
     return hooks
 
@@ -384,3 +373,24 @@ def intervened_logits(
 ) -> Float[Tensor, "batch pos d_vocab"]:
     """Logits on `tokens` under one variant (an intervention or a list of them), on the model's device."""
     return _run(model, tokens, _as_lists([variant]), lambda x: x, memory_mb, False)[0]
+
+
+@torch.no_grad()
+def setter_values(
+    model: torch.nn.Module, tokens: Int[Tensor, "batch pos"], setter: Setter, hooks: Sequence[str]
+) -> dict[str, Tensor]:
+    """The whole activation each hook gets from `setter` on `tokens` (an intervention with index ()).
+
+    Shaped like the activation on `tokens`; for inspection and for references that replay the values.
+    """
+    variants = [[Intervention(hook, (), setter)] for hook in hooks]
+    _check_hooks(model, variants)
+    with _flags(model, set(hooks)):
+        values, clean = _sources(model, tokens.to(_device(model)), variants, set(hooks))
+    out = {}
+    for hook in hooks:
+        act = clean[hook].clone()
+        Intervention(hook, (), setter).set(act, values.get((id(setter), hook)), model.hook_dict[hook])
+        out[hook] = act
+    return out
+

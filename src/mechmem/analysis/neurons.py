@@ -12,8 +12,9 @@ for "the neuron that writes the answer".
 
 Intuition and caveats: the direct effect ignores paths through later layers (it is exact only for the last
 layer's MLP and a model without final norm, where it equals the logit change from zero-ablating the neuron), and
-it freezes the norm scale measured on the clean run. Confirm candidates by ablation (`ablate_neurons`): zero
-ablation sets the activation to 0, mean ablation to its mean over the given sequences.
+it freezes the norm scale measured on the clean run. Confirm candidates by ablation (`ablate_neurons`, an
+intervention of the engine): zero ablation sets the activation to 0, mean ablation to its mean over a
+reference batch's sequences at each position (mechmem's one mean ablation; default reference: the inputs).
 """
 
 from collections.abc import Sequence
@@ -23,6 +24,8 @@ from typing import Any
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+
+from mechmem.analysis.interventions import Intervention, intervened_logits, mean, zero
 
 
 def _final_norm_read(model: Any, vectors: Float[Tensor, "*batch d_model"], scale: Tensor | None) -> Tensor:
@@ -111,16 +114,15 @@ def ablate_neurons(
     neurons: Sequence[int],
     *,
     mode: str = "zero",
+    reference: Int[Tensor, "ref pos"] | None = None,
 ) -> Float[Tensor, "batch pos d_vocab"]:
-    """Logits with the given neurons of `layer`'s MLP zeroed (mode "zero") or set to their mean over the batch
-    and positions ("mean"), at every position."""
+    """Logits with the given neurons of `layer`'s MLP ablated at every position (an engine intervention).
+
+    mode "zero" sets them to 0; "mean" to the one mean ablation: their mean over the `reference` sequences
+    (default: `tokens`), separately at each position.
+    """
     if mode not in ("zero", "mean"):
         raise ValueError("mode must be 'zero' or 'mean'")
-    idx = torch.as_tensor(list(neurons), dtype=torch.long)
-
-    def hook(post: Tensor, hook: Any) -> Tensor:
-        fill = post[..., idx].mean((0, 1), keepdim=True) if mode == "mean" else torch.zeros_like(post[..., idx])
-        post[..., idx] = fill.expand_as(post[..., idx]).clone()
-        return post
-
-    return model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{layer}.mlp.hook_post", hook)])
+    setter = zero() if mode == "zero" else mean(tokens if reference is None else reference)
+    index = (slice(None), [int(n) for n in neurons])
+    return intervened_logits(model, tokens, Intervention(f"blocks.{layer}.mlp.hook_post", index, setter))
