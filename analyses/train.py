@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         print_table(rows, ["task", "preset", "steps", "description"])
         return 0
     if not args.task or not args.preset:
-        parser.error("TASK and --preset are required (see --list)")
+        parser.error("TASK and --preset are required; --list shows them")
     if args.resume and args.overwrite:
         parser.error("--resume and --overwrite exclude each other")
     if args.threads is not None:

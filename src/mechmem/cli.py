@@ -115,8 +115,15 @@ def check_out_dir(path: str | os.PathLike, *, flag: str = "--out") -> Path:
         probe = probe.parent
     if not probe.is_dir():
         raise MechmemError(f"{flag} {path}: {probe} is a file, not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise MechmemError(f"{flag} {path}: not writable (permission denied on {probe})")
+    try:  # os.access alone is not enough (root, read-only file systems): try to create a file
+        if not os.access(probe, os.W_OK | os.X_OK):
+            raise PermissionError
+        fd, tmp = tempfile.mkstemp(prefix=".mechmem-write-test.", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        reason = "permission denied on" if isinstance(exc, PermissionError) else "cannot create a file in"
+        raise MechmemError(f"{flag} {path}: not writable ({reason} {probe})") from None
     return path
 
 
