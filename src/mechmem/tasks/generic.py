@@ -12,7 +12,7 @@ A model that has learnt induction predicts every masked target (accuracy 1); a u
 The patching pair corrupts the first copy of the answer: clean `7 2 9 4 7 2 9 4`, corrupted `7 2 9 5 7 2 9 4`,
 answer read at position 6 (token 9): clean answer 4, corrupted answer 5.
 
-`RepeatsConfig.for_model(model)` sizes the task to a model (its whole vocabulary, half its context).
+`RepeatsConfig.for_model(model)` sizes the task to a model (its whole vocabulary, half its context or less).
 """
 
 from dataclasses import dataclass
@@ -43,11 +43,13 @@ class RepeatsConfig(ConfigMixin):
 
     @classmethod
     def for_model(cls, model: Any, **overrides: Any) -> "RepeatsConfig":
-        """The config that fits `model`: its whole input vocabulary and half its context."""
+        """The config that fits `model`: its whole input vocabulary and half its context (at most d_vocab - 1, so
+        r holds distinct tokens and the patching pair has a token outside r to corrupt with)."""
         cfg = getattr(model, "cfg", None)
         if cfg is None or not hasattr(cfg, "d_vocab") or not hasattr(cfg, "n_ctx"):
             raise MechmemError(f"{type(model).__name__} has no cfg.d_vocab / cfg.n_ctx to size the task from")
-        return cls(**{"d_vocab": int(cfg.d_vocab), "half": int(cfg.n_ctx) // 2, **overrides})
+        half = min(int(cfg.n_ctx) // 2, int(cfg.d_vocab) - 1)
+        return cls(**{"d_vocab": int(cfg.d_vocab), "half": half, **overrides})
 
 
 @register_task
