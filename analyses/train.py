@@ -7,7 +7,7 @@
 Writes DIR/ckpt.pt (a self-describing checkpoint) and DIR/metrics.jsonl (one JSON line per evaluation), and prints
 the final metrics. --save-every N also keeps DIR/checkpoints/step_N.pt for training-dynamics analyses; --resume
 continues an interrupted run of the very same configuration (else it names the fields that differ); a DIR that
-already holds files is refused unless --overwrite (which deletes the old run's files first).
+already holds a run is refused unless --overwrite (which deletes the old run's files first).
 """
 
 import torch

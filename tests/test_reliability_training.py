@@ -47,10 +47,11 @@ def test_fresh_run_into_an_old_directory_is_refused_then_overwrite_clears_it(fin
     shutil.copytree(finished, copy)
     (copy / "checkpoints").mkdir()
     shutil.copy(copy / "ckpt.pt", copy / "checkpoints" / "step_0009999.pt")  # a stale later step
-    with pytest.raises(MechmemError, match="is not empty .*--resume.*--overwrite"):
+    with pytest.raises(MechmemError, match="already holds a run .*--resume.*--overwrite"):
         _run(copy, seed=9)
+    (copy / "train.log").write_text("a launcher's log")
     _run(copy, seed=9, steps=10, overwrite=True)
-    assert not (copy / "checkpoints").exists()
+    assert not (copy / "checkpoints").exists() and (copy / "train.log").exists()
     assert read_payload(copy / "ckpt.pt")["train_config"]["seed"] == 9
     assert _run(copy, seed=9, steps=10, resume=True).summary  # and it resumes as itself, not the stale step
 

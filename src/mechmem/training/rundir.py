@@ -6,8 +6,8 @@ config (seed, steps, schedule, ...). A run directory holds one run:
     ckpt.pt, resume.pt, checkpoints/step_*.pt, metrics.jsonl    the run's files
     .lock                                                       held (fcntl) by the process writing the run
 
-- A fresh run refuses a directory that already holds files, unless `overwrite`, which first deletes the old run's
-  files (nothing else).
+- A fresh run refuses a directory that already holds a run's files, unless `overwrite`, which first deletes them
+  (other files, such as a launcher's log, stay).
 - `--resume` continues only an identical run: every checkpoint with trainer state in the directory must carry the
   same configuration, else the error names the fields that differ (`train.seed 5 != 9`).
 - A second process that tries to write the same directory while the first holds the lock stops with the first
@@ -84,16 +84,16 @@ def step_checkpoints(out: Path) -> list[Path]:
 
 
 def prepare_fresh(out: Path, *, overwrite: bool) -> None:
-    """Refuse a directory that already holds files; with `overwrite`, delete the old run's files first."""
-    existing = sorted(p.name for p in out.iterdir() if p.name != LOCK) if out.exists() else []
+    """Refuse a directory that holds a run's files; with `overwrite`, delete them first (other files stay)."""
+    existing = [out / name for name in RUN_FILES if (out / name).exists()] + step_checkpoints(out)
     if not existing:
         return
     if not overwrite:
-        shown = ", ".join(existing[:4]) + (", ..." if len(existing) > 4 else "")
+        shown = ", ".join(str(p.relative_to(out)) for p in existing[:3]) + (", ..." if len(existing) > 3 else "")
         raise MechmemError(
-            f"{out} is not empty ({shown}); use --resume to continue that run or --overwrite to replace it"
+            f"{out} already holds a run ({shown}); use --resume to continue it or --overwrite to replace it"
         )
-    for path in [*(out / name for name in RUN_FILES), *step_checkpoints(out)]:
+    for path in existing:
         path.unlink(missing_ok=True)
     if (out / "checkpoints").is_dir() and not any((out / "checkpoints").iterdir()):
         (out / "checkpoints").rmdir()
