@@ -223,3 +223,16 @@ def load_checkpoint_config():
     from mechmem.analysis.planted import planted_config
 
     return planted_config()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "abc"])
+def test_memory_budget_flags_refuse_nan_and_non_positive_values(value, capsys):
+    from mechmem.cli import ArgumentParser, positive_float
+
+    def main(argv):
+        parser = ArgumentParser(prog="patch.py")
+        parser.add_argument("--memory-mb", type=positive_float, default=256.0)
+        parser.parse_args(argv)
+
+    assert run_script(main, ["--memory-mb", value]) == 2
+    assert one_error_line(capsys).startswith("error: argument --memory-mb: ")

@@ -239,7 +239,8 @@ def config_differences(model: torch.nn.Module, config: Any) -> list[str]:
             continue
         mine, theirs = getattr(built, f.name), getattr(model.cfg, f.name)
         if mine != theirs and not (isinstance(mine, float) and isinstance(theirs, float) and math.isclose(mine, theirs)):
-            out.append(f"{f.name}: model {theirs!r}, config {mine!r}")
+            plain = lambda v: v.item() if hasattr(v, "item") and not isinstance(v, torch.Tensor) else v  # noqa: E731
+            out.append(f"{f.name}: model {plain(theirs)!r}, config {plain(mine)!r}")
     return out
 
 
