@@ -13,7 +13,7 @@ already holds a run is refused unless --overwrite (which deletes the old run's f
 import torch
 
 from mechmem.cli import ArgumentParser, check_out_dir, nonnegative_int, positive_int, print_table, run_script, seed_int
-from mechmem.tasks import get_task_class, task_names
+from mechmem.tasks import get_task_class, load_task_module, task_names
 from mechmem.training.run import train_preset
 
 
@@ -33,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice; 1 on a busy machine)"
     )
     parser.add_argument("--list", action="store_true", help="list tasks and presets, then exit")
+    parser.add_argument("--task-module", action="append", default=[], help="a Python file registering your tasks")
     args = parser.parse_args(argv)
+    for module in args.task_module:
+        load_task_module(module)
 
     if args.list:
         rows = []
