@@ -8,18 +8,16 @@ the task's evaluation data. Prints a layer x head table of deltas per method and
 ("results": one record per ablation) and DIR/ablate_heads.png.
 """
 
-import argparse
-
 import torch
 
 from mechmem.analysis.ablation import METHODS, ablate_heads, plot_ablation, task_metric
 from mechmem.analysis.heads import no_attention_reason
-from mechmem.cli import add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
+from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
 from mechmem.errors import MechmemError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     add_analysis_args(parser, n_samples=256)
     parser.add_argument(
         "--metric",

@@ -4,27 +4,27 @@
     python analyses/detect_heads.py runs/birth --out reports/birth
 
 Scores (attention mass on the pattern's keys) are measured on repeated random sequences [r, r] drawn from the
-checkpoint's own vocabulary ("scores") and on the task's evaluation data ("task_scores"). Writes
+checkpoint's own vocabulary ("scores") and on the task's evaluation data at its answer queries ("task_scores",
+`mechmem.analysis.heads.detect_heads_on_task`, the same definition as the report's). Writes
 DIR/detect_heads.json, DIR/detect_heads.png (score heatmaps) and DIR/attention.png (one task sequence).
 """
-
-import argparse
 
 import torch
 
 from mechmem.analysis.heads import (
     attention_patterns,
     detect_heads,
+    detect_heads_on_task,
     no_attention_reason,
     plot_attention,
     plot_head_scores,
     repeated_random_tokens,
 )
-from mechmem.cli import add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
+from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     add_analysis_args(parser, n_samples=256)
     args = parser.parse_args(argv)
     ckpt, out = load_for_analysis(args)
@@ -34,11 +34,11 @@ def main(argv: list[str] | None = None) -> int:
         write_json(out / "detect_heads.json", {"skipped": reason, "scores": {}})
         return 0
     model, gen = ckpt.model, torch.Generator().manual_seed(args.seed)
-    half = model.cfg.n_ctx // 2
+    half = min(model.cfg.n_ctx // 2, model.cfg.d_vocab)
     repeated = repeated_random_tokens(args.n_samples, half, model.cfg.d_vocab, generator=gen)
     random_scores = detect_heads(model, repeated, data=f"repeated random sequences, 2 x {half} tokens")
     batch = ckpt.task.eval_batch(args.n_samples, generator=gen)
-    task_scores = detect_heads(model, batch.tokens, data=f"{ckpt.task_name} evaluation data")
+    task_scores = detect_heads_on_task(model, batch.tokens, batch.loss_mask > 0)
 
     names = list(random_scores.scores)
     rows = [

@@ -9,17 +9,15 @@ stage) and the unembedding, on an eval batch of the checkpoint's task, scoring t
 Writes DIR/logit_lens.json ("stages": per-stage target probability and rank) and DIR/logit_lens.png.
 """
 
-import argparse
-
 import torch
 
 from mechmem.analysis.logit_lens import logit_lens, plot_logit_lens, unsupported_reason
-from mechmem.cli import add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
+from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
 from mechmem.errors import MechmemError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     add_analysis_args(parser, n_samples=256)
     parser.add_argument(
         "--data",

@@ -10,17 +10,15 @@ sets a task names in `probe_tokens()` (the birth task: outputs, triggers, non-tr
 DIR/memory_probes.json ("probes": name, matrix, recall, chance) and DIR/memory_probes.png.
 """
 
-import argparse
-
 import torch
 
 from mechmem.analysis.heads import no_attention_reason
 from mechmem.analysis.probes import builtin_probes, empirical_bigram, plot_probes
-from mechmem.cli import add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
+from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     add_analysis_args(parser, n_samples=1024)
     args = parser.parse_args(argv)
     ckpt, out = load_for_analysis(args)

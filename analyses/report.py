@@ -8,18 +8,20 @@ MLP direct effects, OV memory probes, ablation, patching, closeness to the task'
 from the measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
 """
 
-import argparse
-
-from mechmem.cli import add_analysis_args, load_for_analysis, print_table, run_script
+from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script
 from mechmem.report import build_report, write_report
+
+MIN_SAMPLES = 32
+"""Smallest --n-samples the report accepts."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     add_analysis_args(parser, n_samples=512)
     parser.add_argument("--title", default=None, help="report title (default: the run directory's name)")
     args = parser.parse_args(argv)
-    ckpt, out = load_for_analysis(args)
+    # Role evidence compares groups of sequences (repeat / no repeat), which a handful of samples may not fill.
+    ckpt, out = load_for_analysis(args, min_samples=MIN_SAMPLES)
     if args.out is None:
         out = out / "report"
     title = args.title or f"{ckpt.path.parent.name}: {ckpt.task_name}"

@@ -6,35 +6,37 @@
 
 Writes DIR/ckpt.pt (a self-describing checkpoint) and DIR/metrics.jsonl (one JSON line per evaluation), and prints
 the final metrics. --save-every N also keeps DIR/checkpoints/step_N.pt for training-dynamics analyses; --resume
-continues an interrupted run from its latest checkpoint and gives the same weights as an uninterrupted run.
+continues an interrupted run of the very same configuration (else it names the fields that differ); a DIR that
+already holds a run is refused unless --overwrite (which deletes the old run's files first).
 """
-
-import argparse
 
 import torch
 
-from mechmem.cli import print_table, run_script
-from mechmem.errors import MechmemError
-from mechmem.tasks import get_task_class, task_names
+from mechmem.cli import ArgumentParser, check_out_dir, nonnegative_int, positive_int, print_table, run_script, seed_int
+from mechmem.tasks import get_task_class, load_task_module, task_names
 from mechmem.training.run import train_preset
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("task", nargs="?", help="task name (see --list)")
     parser.add_argument("--preset", default=None, help="preset name (see --list)")
     parser.add_argument("--out", default=None, help="run directory (default: runs/TASK-PRESET)")
-    parser.add_argument("--seed", type=int, default=None, help="seed for init, data and evaluation")
+    parser.add_argument("--seed", type=seed_int, default=None, help="seed for init, data and evaluation, in [0, 2**63)")
     parser.add_argument("--device", default="cpu", help="auto, cpu or cuda (default: cpu)")
-    parser.add_argument("--steps", type=int, default=None, help="override the preset's number of steps")
-    parser.add_argument("--save-every", type=int, default=None, help="keep a checkpoint every N steps")
-    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    parser.add_argument("--steps", type=nonnegative_int, default=None, help="override the preset's number of steps")
+    parser.add_argument("--save-every", type=nonnegative_int, default=None, help="keep a checkpoint every N steps")
+    parser.add_argument("--resume", action="store_true", help="continue the identical run in --out")
+    parser.add_argument("--overwrite", action="store_true", help="delete an old run in --out and start afresh")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument(
-        "--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice; 1 on a busy machine)"
+        "--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice; 1 on a busy machine)"
     )
     parser.add_argument("--list", action="store_true", help="list tasks and presets, then exit")
+    parser.add_argument("--task-module", action="append", default=[], help="a Python file registering your tasks")
     args = parser.parse_args(argv)
+    for module in args.task_module:
+        load_task_module(module)
 
     if args.list:
         rows = []
@@ -44,12 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         print_table(rows, ["task", "preset", "steps", "description"])
         return 0
     if not args.task or not args.preset:
-        parser.error("TASK and --preset are required (see --list)")
+        parser.error("TASK and --preset are required; --list shows them")
+    if args.resume and args.overwrite:
+        parser.error("--resume and --overwrite exclude each other")
     if args.threads is not None:
-        if args.threads < 1:
-            raise MechmemError("--threads must be at least 1")
         torch.set_num_threads(args.threads)
-    out = args.out or f"runs/{args.task}-{args.preset}"
+    out = str(check_out_dir(args.out or f"runs/{args.task}-{args.preset}"))
     result = train_preset(
         args.task,
         args.preset,
@@ -59,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         save_every=args.save_every,
         device=args.device,
         resume=args.resume,
+        overwrite=args.overwrite,
         progress=not args.no_progress,
     )
     rows = [(k, v) for k, v in result.summary.items() if isinstance(v, (int, float))]

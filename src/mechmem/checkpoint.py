@@ -3,16 +3,18 @@
 A checkpoint is a plain `torch.save` dict that loads with `torch.load(path, weights_only=True)`: no pickled
 classes, only tensors, strings, numbers, lists and dicts. It carries everything needed to rebuild the run:
 
-    format, format_version        "mechmem-checkpoint", 1
+    format, format_version        "mechmem-checkpoint", 2
     mechmem_version, transformer_lens_version
     model_config                  the architecture's config dict (with its "arch" name)
-    task_name, task_config        the task registry name and its config dict
+    task_name, task_config        the task registry name and its config dict (always explicit, never {})
     train_config                  the trainer's config dict
-    metrics                       a summary (final evaluation, wall time, ...)
+    metrics                       a summary (final evaluation, wall time, ...); strict JSON (NaN -> None)
     state_dict                    the weights
     extra                         optional: trainer state for --resume (optimiser, RNG, step)
-    digest                        SHA-256 over the configs and weights; a mismatch means the file was altered
+    digest                        SHA-256 over every other field; a mismatch means the file was altered
 
+Version 1 files (digest over configs and weights only) still load. `save_checkpoint` refuses a model that does not
+match its config (the rebuilt model must give the same logits) and a task that does not fit the model;
 `load_checkpoint` validates all of it and raises `CheckpointError` with a one-line reason. Writes go to a temporary
 file in the same folder and are renamed into place, so an interrupted save never clobbers an existing file.
 """
@@ -33,7 +35,8 @@ import mechmem
 from mechmem.errors import CheckpointError, MechmemError
 
 FORMAT = "mechmem-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 REQUIRED = (
     "format",
     "format_version",
@@ -50,16 +53,39 @@ REQUIRED = (
 OPTIONAL = ("extra",)
 
 
+def _feed(h: Any, obj: Any) -> None:
+    """Hash any plain-data value: tensors by dtype, shape and bytes; containers in a fixed key order."""
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().to("cpu").contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    elif isinstance(obj, dict):
+        h.update(f"D{len(obj)}".encode())
+        for key in sorted(obj, key=repr):
+            h.update(repr(key).encode())
+            _feed(h, obj[key])
+    elif isinstance(obj, (list, tuple)):
+        h.update(f"L{len(obj)}".encode())
+        for item in obj:
+            _feed(h, item)
+    else:
+        h.update(f"V{json.dumps(obj)}".encode())
+
+
 def _digest(payload: dict[str, Any]) -> str:
+    """SHA-256 over every field but the digest (format version 1: configs and weights only)."""
     h = hashlib.sha256()
-    for key in ("model_config", "task_name", "task_config", "train_config"):
-        h.update(json.dumps(payload[key], sort_keys=True).encode())
-    for name in sorted(payload["state_dict"]):
-        tensor = payload["state_dict"][name].detach().to("cpu").contiguous()
-        h.update(name.encode())
-        h.update(str(tuple(tensor.shape)).encode())
-        h.update(str(tensor.dtype).encode())
-        h.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    if payload.get("format_version") == 1:
+        for key in ("model_config", "task_name", "task_config", "train_config"):
+            h.update(json.dumps(payload[key], sort_keys=True).encode())
+        for name in sorted(payload["state_dict"]):
+            tensor = payload["state_dict"][name].detach().to("cpu").contiguous()
+            h.update(name.encode())
+            h.update(str(tuple(tensor.shape)).encode())
+            h.update(str(tensor.dtype).encode())
+            h.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        return h.hexdigest()
+    _feed(h, {k: v for k, v in payload.items() if k != "digest"})
     return h.hexdigest()
 
 
@@ -80,6 +106,50 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
         raise
 
 
+def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> None:
+    """Raise `MechmemError` unless `model_config` rebuilds `model`: same weight names and shapes, same logits.
+
+    A model built by mechmem from this very config is trusted. Any other model (a hand-built or converted
+    TransformerLens model) is rebuilt from the config, given the model's weights, and run on a probe input; the
+    logits must agree (atol 1e-4 relative to their scale). A TransformerLens model's cfg is also compared field by
+    field, so the message names the setting the config does not reproduce.
+    """
+    from mechmem.models.adapter import config_differences
+    from mechmem.models.registry import build_model
+
+    if getattr(model, "mechmem_config", None) == model_config:
+        return
+    differences = config_differences(model, model_config)
+    if differences:
+        raise MechmemError(f"the model does not match model_config: {'; '.join(differences)}")
+    reference = build_model(model_config, generator=torch.Generator().manual_seed(0))
+    mine, theirs = reference.state_dict(), model.state_dict()
+    if set(mine) != set(theirs):
+        extra, missing = sorted(set(theirs) - set(mine)), sorted(set(mine) - set(theirs))
+        raise MechmemError(f"the model's weights do not match model_config (extra {extra[:3]}, missing {missing[:3]})")
+    for name, tensor in theirs.items():
+        if tuple(tensor.shape) != tuple(mine[name].shape):
+            raise MechmemError(f"{name} has shape {tuple(tensor.shape)}, model_config expects {tuple(mine[name].shape)}")
+    cfg = getattr(model, "cfg", None)
+    if not (isinstance(getattr(cfg, "d_vocab", None), int) and isinstance(getattr(cfg, "n_ctx", None), int)):
+        return
+    reference.load_state_dict({k: v.detach().to("cpu") for k, v in theirs.items()})
+    device = next(iter(theirs.values())).device if theirs else torch.device("cpu")
+    probe = torch.randint(cfg.d_vocab, (2, cfg.n_ctx), generator=torch.Generator().manual_seed(0))
+    was_training = model.training
+    model.eval()
+    reference.eval()
+    with torch.no_grad():
+        got, want = model(probe.to(device)).float().cpu(), reference(probe).float()
+    model.train(was_training)
+    gap = float((got - want).abs().max())
+    if not gap <= 1e-4 * max(1.0, float(want.abs().max())):
+        raise MechmemError(
+            f"the model does not match model_config: rebuilt from the config it gives other logits "
+            f"(max |dlogit| {gap:.3g} on a probe input)"
+        )
+
+
 def save_checkpoint(
     path: str | os.PathLike,
     *,
@@ -91,13 +161,26 @@ def save_checkpoint(
     metrics: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a checkpoint atomically. Configs may be config dataclasses or plain dicts."""
+    """Write a checkpoint atomically after checking the model against its config and the task against the model.
+
+    Configs may be config dataclasses or plain dicts. `task_config=None` means the task's default config, which
+    is stored explicitly and must fit the model like any other. Raises `MechmemError` (one line) on a mismatch.
+    """
+    from mechmem.cli import strict_json
+    from mechmem.tasks import build_task
 
     def as_dict(cfg: Any) -> dict[str, Any]:
         if cfg is None:
             return {}
         return cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
 
+    if isinstance(model_config, dict):
+        from mechmem.models.registry import model_config_from_dict
+
+        model_config = model_config_from_dict(model_config)
+    check_model_matches_config(model, model_config)
+    task = build_task(task_name, task_config)
+    task.check_model(model)
     payload: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -105,14 +188,14 @@ def save_checkpoint(
         "transformer_lens_version": _tl_version(),
         "model_config": as_dict(model_config),
         "task_name": task_name,
-        "task_config": as_dict(task_config),
+        "task_config": as_dict(task.config),
         "train_config": as_dict(train_config),
-        "metrics": json.loads(json.dumps(metrics or {})),
+        "metrics": strict_json(json.loads(json.dumps(metrics or {}))),
         "state_dict": {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()},
     }
-    payload["digest"] = _digest(payload)
     if extra:
         payload["extra"] = extra
+    payload["digest"] = _digest(payload)
     atomic_torch_save(payload, path)
     return Path(path)
 
@@ -159,20 +242,22 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{path}: file is empty")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unsafe content"
-        raise CheckpointError(f"{path}: refused to load (not a plain-data checkpoint: {first[:120]})") from None
+    except pickle.UnpicklingError:
+        raise CheckpointError(
+            f"{path}: not a mechmem checkpoint (it holds pickled Python objects, which a checkpoint never does; "
+            "refused without running them)"
+        ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
         reason = "truncated or corrupt" if "zip" in str(exc).lower() or isinstance(exc, EOFError) else "unreadable"
         raise CheckpointError(f"{path}: not a readable checkpoint ({reason})") from None
     except Exception as exc:  # any other unpickling failure is a bad file, not a crash
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a mechmem checkpoint")
+        raise CheckpointError(f"{path}: not a mechmem checkpoint (no 'format': {FORMAT!r} field)")
     version = payload.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise CheckpointError(
-            f"{path}: checkpoint format version {version!r} is not supported (this mechmem reads {FORMAT_VERSION})"
+            f"{path}: checkpoint format version {version!r} is not supported (this mechmem reads {READABLE_VERSIONS})"
         )
     missing = [k for k in REQUIRED if k not in payload]
     if missing:
@@ -183,14 +268,21 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
     state = payload["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path}: state_dict is not a mapping of tensors")
-    if _digest(payload) != payload["digest"]:
+    try:
+        digest = _digest(payload)
+    except (TypeError, ValueError, AttributeError, RuntimeError) as exc:
+        raise CheckpointError(f"{path}: malformed fields ({type(exc).__name__}: {exc})") from None
+    if digest != payload["digest"]:
         raise CheckpointError(f"{path}: digest mismatch (the file was modified after it was written)")
     return payload
 
 
 def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> Checkpoint:
     """Load a checkpoint safely (never executes pickled code) and rebuild its model on `device`."""
+    from mechmem.cli import one_line
+    from mechmem.models.adapter import move_model
     from mechmem.models.registry import build_model, model_config_from_dict
+    from mechmem.tasks import build_task
 
     path = Path(path)
     payload = read_payload(path)
@@ -199,8 +291,8 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     try:
         model_config = model_config_from_dict(payload["model_config"])
         model = build_model(model_config, generator=torch.Generator().manual_seed(0))
-    except MechmemError as exc:
-        raise CheckpointError(f"{path}: bad model config ({exc})") from None
+    except Exception as exc:  # a config that passes the digest but cannot build a model is a bad file
+        raise CheckpointError(f"{path}: bad model config ({one_line(exc)})") from None
     expected = model.state_dict()
     state = payload["state_dict"]
     missing = sorted(set(expected) - set(state))
@@ -214,14 +306,12 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
                 f"{path}: {name} has shape {tuple(tensor.shape)}, config expects {tuple(expected[name].shape)}"
             )
     model.load_state_dict(state)
-    from mechmem.models.adapter import move_model
-
+    try:
+        build_task(payload["task_name"], payload["task_config"] or None).check_model(model)
+    except MechmemError as exc:
+        raise CheckpointError(f"{path}: {one_line(exc)}") from None
     move_model(model, device)
     model.eval()
-    from mechmem.tasks import task_names
-
-    if payload["task_name"] not in task_names():
-        raise CheckpointError(f"{path}: unknown task {payload['task_name']!r}")
     return Checkpoint(
         model=model,
         model_config=model_config,

@@ -2,7 +2,7 @@
 
 Every config in mechmem is a frozen stdlib dataclass with a docstring per field. `ConfigMixin` gives it a
 JSON-safe `to_dict` and a strict `from_dict` that rejects unknown keys (a checkpoint from a newer version, a
-typo in a preset) with a one-line `MechmemError`.
+typo in a preset) and values of the wrong type (`n_layers="abc"`) with a one-line `MechmemError`.
 """
 
 import dataclasses
@@ -40,6 +40,38 @@ def _coerce(tp: Any, value: Any) -> Any:
     return value
 
 
+def _type_ok(tp: Any, value: Any) -> bool:
+    """Whether `value` (after `_coerce`) fits the annotation `tp`; unfamiliar annotations are accepted."""
+    if tp is Any:
+        return True
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return any(_type_ok(arg, value) for arg in args)
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_type_ok(args[0], v) for v in value)
+        return not args or (len(args) == len(value) and all(_type_ok(a, v) for a, v in zip(args, value)))
+    if origin is typing.Literal:
+        return value in args
+    return True
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
 class ConfigMixin:
     """Mixin for frozen dataclass configs: `to_dict`, strict `from_dict`, `replace`."""
 
@@ -56,6 +88,11 @@ class ConfigMixin:
         if unknown:
             raise MechmemError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}")
         kwargs = {k: _coerce(hints.get(k, Any), v) for k, v in data.items()}
+        for key, value in kwargs.items():
+            if not _type_ok(hints.get(key, Any), value):
+                raise MechmemError(
+                    f"{cls.__name__}: field {key} must be {_type_name(hints[key])}, got {value!r}"
+                )
         try:
             return cls(**kwargs)
         except (TypeError, ValueError) as exc:

@@ -170,6 +170,53 @@ def detect_heads(
     return HeadScores(scores, data=data, extra={"rows": {k: int(v) for k, v in rows.items()}})
 
 
+TASK_DATA = "the task's evaluation data (answer queries; previous-token where induction reads)"
+"""How `detect_heads_on_task` describes its data."""
+
+
+def task_patterns(answers: Bool[Tensor, "batch pos"]) -> dict[str, PatternFn]:
+    """The detection patterns restricted to where a task's heads do their work (the one definition of "task" scores).
+
+    Duplicate-token and induction count only the answer queries (`answers`, e.g. the loss-masked positions); the
+    previous-token pattern counts only the positions an induction head reads from some answer query (just after an
+    earlier occurrence of the query's token), which is where a previous-token head is needed. The returned
+    functions expect the whole batch the mask belongs to (use `chunk=len(batch)`).
+    """
+
+    def induction_at_answers(t: Tensor) -> Tensor:
+        return induction_pattern(t) & answers.to(t.device)[:, :, None]
+
+    def previous_token_where_read(t: Tensor) -> Tensor:
+        read = induction_at_answers(t).any(1)
+        return previous_token_pattern(t) & read[:, :, None]
+
+    def duplicate_at_answers(t: Tensor) -> Tensor:
+        return duplicate_token_pattern(t) & answers.to(t.device)[:, :, None]
+
+    return {
+        "previous_token": previous_token_where_read,
+        "duplicate_token": duplicate_at_answers,
+        "induction": induction_at_answers,
+    }
+
+
+def detect_heads_on_task(
+    model: torch.nn.Module, tokens: Int[Tensor, "batch pos"], answers: Bool[Tensor, "batch pos"]
+) -> HeadScores:
+    """Detection scores on a task's data, counting the answer queries only (see `task_patterns`).
+
+    Args:
+        model: a HookedTransformer.
+        tokens: the task's evaluation inputs.
+        answers: where the task is scored (`batch.loss_mask > 0`).
+    Returns:
+        `HeadScores` with previous_token, duplicate_token and induction, each [layer head].
+    """
+    if answers.shape != tokens.shape:
+        raise ValueError(f"answers {tuple(answers.shape)} must have the tokens' shape {tuple(tokens.shape)}")
+    return detect_heads(model, tokens, task_patterns(answers.bool()), data=TASK_DATA, chunk=max(1, len(tokens)))
+
+
 @torch.no_grad()
 def attention_patterns(
     model: torch.nn.Module, tokens: Int[Tensor, "batch pos"]

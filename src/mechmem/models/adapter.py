@@ -207,6 +207,111 @@ def raw_hooked_transformer(cfg: "HookedTransformerConfig") -> "HookedTransformer
         return HookedTransformer(cfg)
 
 
+# -- bringing your own model -----------------------------------------------------------------------------------
+_NOT_BEHAVIOUR = frozenset(
+    "device n_devices use_attn_result use_split_qkv_input use_hook_mlp_in use_attn_in use_hook_tokens "
+    "default_prepend_bos tokenizer_prepends_bos tokenizer_name model_name original_architecture from_checkpoint "
+    "checkpoint_index checkpoint_label_type checkpoint_value init_mode initializer_range init_weights seed n_params "
+    "trust_remote_code load_in_4bit quantization_method decoder_start_token_id layer_norm_folding "
+    "ungroup_grouped_query_attention train_seq_length".split()
+)
+"""HookedTransformerConfig fields that do not change what the model computes (hook switches, names, init)."""
+
+
+def config_differences(model: torch.nn.Module, config: Any) -> list[str]:
+    """Settings of a HookedTransformer's cfg that `config` would build differently ("field: model X, config Y").
+
+    Empty for models that are not HookedTransformers or configs that are not `TransformerConfig`s.
+    """
+    if not isinstance(model, HookedTransformer) or not isinstance(config, TransformerConfig):
+        return []
+    import dataclasses
+
+    built = config.to_hooked_config()
+    skip = set(_NOT_BEHAVIOUR)
+    if built.attn_only and model.cfg.attn_only:
+        skip |= {"act_fn", "d_mlp", "gated_mlp"}
+    if not built.use_attn_scale and not model.cfg.use_attn_scale:
+        skip.add("attn_scale")
+    out = []
+    for f in dataclasses.fields(model.cfg):
+        if f.name in skip or not hasattr(built, f.name):
+            continue
+        mine, theirs = getattr(built, f.name), getattr(model.cfg, f.name)
+        if mine != theirs and not (isinstance(mine, float) and isinstance(theirs, float) and math.isclose(mine, theirs)):
+            plain = lambda v: v.item() if hasattr(v, "item") and not isinstance(v, torch.Tensor) else v  # noqa: E731
+            out.append(f"{f.name}: model {plain(theirs)!r}, config {plain(mine)!r}")
+    return out
+
+
+def config_from_hooked_transformer(model: "HookedTransformer") -> TransformerConfig:
+    """The `TransformerConfig` that rebuilds `model`, derived from `model.cfg`.
+
+    Raises `MechmemError` naming every cfg setting mechmem cannot reproduce (rotary or shortformer positions,
+    grouped-query attention, gated MLPs, a custom attn_scale or eps, a dtype other than float32, ...).
+    """
+    if not isinstance(model, HookedTransformer):
+        raise MechmemError(f"expected a TransformerLens HookedTransformer, got {type(model).__name__}")
+    cfg = model.cfg
+    try:
+        config = TransformerConfig(
+            n_layers=cfg.n_layers,
+            d_model=cfg.d_model,
+            n_heads=cfg.n_heads,
+            d_vocab=cfg.d_vocab,
+            n_ctx=cfg.n_ctx,
+            d_head=None if cfg.d_head * cfg.n_heads == cfg.d_model else cfg.d_head,
+            d_mlp=None if cfg.attn_only else cfg.d_mlp,
+            act_fn=(cfg.act_fn or "relu") if not cfg.attn_only else "relu",
+            normalization_type=cfg.normalization_type,
+            d_vocab_out=None if cfg.d_vocab_out == cfg.d_vocab else cfg.d_vocab_out,
+            use_attn_scale=cfg.use_attn_scale,
+        )
+    except (TypeError, ValueError) as exc:
+        raise MechmemError(f"cannot describe this model as a mechmem TransformerConfig: {exc}") from None
+    differences = config_differences(model, config)
+    if differences:
+        raise MechmemError(f"mechmem cannot reproduce this model's settings: {'; '.join(differences)}")
+    return config
+
+
+def save_hooked_transformer(
+    model: "HookedTransformer",
+    path: Any,
+    *,
+    task_name: str = "repeats",
+    task_config: Any = None,
+    metrics: dict[str, Any] | None = None,
+) -> Any:
+    """Turn a TransformerLens `HookedTransformer` (weights + cfg) into a mechmem checkpoint at `path`.
+
+    The config is derived from `model.cfg` (`config_from_hooked_transformer`); the task defaults to the generic
+    "repeats" task sized to the model. After writing, the checkpoint is reloaded and must give the model's logits
+    on a probe input, else the file is removed and `MechmemError` raised. Returns the checkpoint's path.
+    """
+    from pathlib import Path
+
+    from mechmem.checkpoint import load_checkpoint, save_checkpoint
+    from mechmem.tasks.generic import RepeatsConfig
+
+    config = config_from_hooked_transformer(model)
+    if task_config is None and task_name == "repeats":
+        task_config = RepeatsConfig.for_model(model)
+    path = save_checkpoint(
+        Path(path), model=model, model_config=config, task_name=task_name, task_config=task_config,
+        metrics=metrics,
+    )
+    reloaded = load_checkpoint(path).model
+    probe = torch.randint(config.d_vocab, (2, config.n_ctx), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(probe.to(model.cfg.device)).float().cpu()
+        gap = float((reloaded(probe).float() - want).abs().max())
+    if not gap <= 1e-4 * max(1.0, float(want.abs().max())):
+        path.unlink(missing_ok=True)
+        raise MechmemError(f"the reloaded checkpoint gives other logits (max |dlogit| {gap:.3g}); nothing saved")
+    return path
+
+
 register_architecture("transformer", TransformerConfig, build_transformer)
 
 __all__ = [
@@ -218,9 +323,12 @@ __all__ = [
     "TransformerConfig",
     "apply_freezing",
     "build_transformer",
+    "config_differences",
+    "config_from_hooked_transformer",
     "hooked_transformer_config",
     "initialise",
     "is_hooked_transformer",
     "move_model",
     "raw_hooked_transformer",
+    "save_hooked_transformer",
 ]

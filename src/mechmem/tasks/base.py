@@ -163,6 +163,18 @@ class Task:
     def train_batch(self, n: int, *, generator: torch.Generator) -> Batch:
         raise NotImplementedError
 
+    def check_model(self, model: torch.nn.Module) -> None:
+        """Raise `MechmemError` when the model's vocabulary or context cannot take this task's inputs."""
+        cfg = getattr(model, "cfg", None)
+        try:
+            need = {"vocabulary": self.d_vocab, "context": self.seq_len}
+        except NotImplementedError:
+            return
+        have = {"vocabulary": getattr(cfg, "d_vocab", None), "context": getattr(cfg, "n_ctx", None)}
+        bad = [f"{k} {need[k]} > model's {have[k]}" for k in need if isinstance(have[k], int) and need[k] > have[k]]
+        if bad:
+            raise MechmemError(f"task {self.name!r} does not fit the model: {'; '.join(bad)}")
+
     def eval_batch(self, n: int, *, generator: torch.Generator) -> Batch:
         return self.train_batch(n, generator=generator)
 

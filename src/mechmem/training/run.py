@@ -22,6 +22,7 @@ def train_preset(
     save_every: int | None = None,
     device: str = "cpu",
     resume: bool = False,
+    overwrite: bool = False,
     progress: bool = True,
     **train_overrides: Any,
 ) -> TrainResult:
@@ -52,5 +53,6 @@ def train_preset(
         out_dir=out_dir,
         device=resolve_device(device),
         resume=resume,
+        overwrite=overwrite,
         progress=progress,
     )

@@ -4,6 +4,11 @@ Each step draws a fresh batch from the task with an explicit generator, computes
 optimiser step on the trainable parameters. Every `eval_every` steps it records the training-batch metrics
 (computed before the step) and the task's evaluation to `metrics.jsonl`, one JSON object per line.
 
+Run directories hold one run each (see `rundir.py`): a fresh run refuses a non-empty directory unless `overwrite`,
+`resume` continues only an identical run, and a lock stops a second process writing the same directory. Weights
+are checked before every checkpoint and at the end: a non-finite loss or weight is `TrainingDiverged` (exit 2 in
+the scripts) and the last good checkpoint stays.
+
 Determinism: model init, training data and evaluation data come from three generators seeded from
 `TrainConfig.seed`, so the same seed gives identical weights on CPU. `--resume` restores the weights, the
 optimiser state and the data generator's state, so an interrupted run resumed from step s matches the
@@ -21,11 +26,13 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from mechmem.checkpoint import read_payload, save_checkpoint
+from mechmem.checkpoint import save_checkpoint
+from mechmem.cli import dumps
 from mechmem.errors import MechmemError, TrainingDiverged
 from mechmem.models.adapter import move_model
 from mechmem.tasks.base import Task
 from mechmem.training.config import TrainConfig
+from mechmem.training.rundir import find_resume_point, prepare_fresh, run_identity, run_lock
 
 
 def resolve_device(device: str) -> torch.device:
@@ -76,19 +83,14 @@ def _trainable(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
     return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
 
-def _find_resume_point(out_dir: Path) -> tuple[Path, dict[str, Any]] | None:
-    candidates = [out_dir / "resume.pt", out_dir / "ckpt.pt", *sorted((out_dir / "checkpoints").glob("step_*.pt"))]
-    best: tuple[Path, dict[str, Any]] | None = None
-    for path in candidates:
-        if not path.exists():
-            continue
-        payload = read_payload(path)
-        trainer = payload.get("extra", {}).get("trainer")
-        if trainer is None:
-            continue
-        if best is None or trainer["step"] > best[1]["extra"]["trainer"]["step"]:
-            best = (path, payload)
-    return best
+def _check_finite(model: torch.nn.Module, step: int) -> None:
+    """Raise `TrainingDiverged` if any weight is NaN or infinite after the update of `step`."""
+    bad = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+    if bad:
+        raise TrainingDiverged(
+            f"weights became non-finite at step {step} ({', '.join(bad[:3])}); the last good checkpoint is kept; "
+            "lower the learning rate or enable grad_clip"
+        )
 
 
 def _truncate_metrics(path: Path, step: int) -> list[dict[str, Any]]:
@@ -96,7 +98,7 @@ def _truncate_metrics(path: Path, step: int) -> list[dict[str, Any]]:
         return []
     kept = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     kept = [rec for rec in kept if rec["step"] < step]
-    path.write_text("".join(json.dumps(rec) + "\n" for rec in kept))
+    path.write_text("".join(dumps(rec) + "\n" for rec in kept))
     return kept
 
 
@@ -109,6 +111,7 @@ def train(
     out_dir: str | Path | None = None,
     device: str | torch.device = "cpu",
     resume: bool = False,
+    overwrite: bool = False,
     progress: bool = True,
 ) -> TrainResult:
     """Train `model` on `task` and, if `out_dir` is given, write metrics.jsonl and ckpt.pt there.
@@ -120,12 +123,32 @@ def train(
         model_config: the model's config, stored in checkpoints so the model can be rebuilt.
         out_dir: where to write `metrics.jsonl`, `ckpt.pt`, `resume.pt` and `checkpoints/step_*.pt`.
         device: torch device for the model and batches.
-        resume: continue from the latest checkpoint in `out_dir` with trainer state.
+        resume: continue from the latest checkpoint in `out_dir` with trainer state (only of this very run).
+        overwrite: a fresh run into a directory holding an old run deletes the old run's files first.
         progress: show a tqdm progress bar.
     """
+    kwargs = dict(model_config=model_config, device=device, resume=resume, overwrite=overwrite, progress=progress)
+    if out_dir is None:
+        return _train(model, task, cfg, out=None, **kwargs)
+    with run_lock(Path(out_dir)):
+        return _train(model, task, cfg, out=Path(out_dir), **kwargs)
+
+
+def _train(
+    model: torch.nn.Module,
+    task: Task,
+    cfg: TrainConfig,
+    *,
+    model_config: Any,
+    out: Path | None,
+    device: str | torch.device,
+    resume: bool,
+    overwrite: bool,
+    progress: bool,
+) -> TrainResult:
+    """The loop of `train`, with the run directory locked (one long function: the loop reads best in one piece)."""
     device = torch.device(device)
     move_model(model, device)
-    out = Path(out_dir) if out_dir is not None else None
     params = _trainable(model)
     if not params:
         raise MechmemError("the model has no trainable parameters")
@@ -146,12 +169,7 @@ def train(
     if resume:
         if out is None:
             raise MechmemError("--resume needs an output directory")
-        found = _find_resume_point(out)
-        if found is None:
-            raise MechmemError(f"--resume: no checkpoint with trainer state in {out}")
-        path, payload = found
-        if payload["model_config"] != model_config.to_dict() or payload["task_config"] != task.config.to_dict():
-            raise MechmemError(f"--resume: {path} was trained with a different model or task config")
+        _, payload = find_resume_point(out, run_identity(model_config, task, cfg))
         model.load_state_dict(payload["state_dict"])
         state = payload["extra"]["trainer"]
         optimizer.load_state_dict(state["optimizer"])
@@ -160,10 +178,11 @@ def train(
         recent = [float(x) for x in state.get("recent_losses", [])]
         history = _truncate_metrics(out / "metrics.jsonl", start)
     elif out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+        prepare_fresh(out, overwrite=overwrite)
         (out / "metrics.jsonl").write_text("")
 
     def checkpoint(path: Path, step: int, summary: dict[str, Any]) -> None:
+        _check_finite(model, step - 1)
         save_checkpoint(
             path,
             model=model,
@@ -189,7 +208,7 @@ def train(
         history.append(record)
         if out is not None:
             with open(out / "metrics.jsonl", "a") as fh:
-                fh.write(json.dumps(record) + "\n")
+                fh.write(dumps(record) + "\n")
         return record
 
     t0 = time.perf_counter()
@@ -230,6 +249,7 @@ def train(
         elif out is not None and done % cfg.eval_every == 0:
             checkpoint(out / "resume.pt", done, {"step": done})
     bar.close()
+    _check_finite(model, cfg.steps - 1)
 
     final = evaluate(cfg.steps, {"step": cfg.steps, "loss": sum(recent) / len(recent) if recent else None})
     summary = {k: v for k, v in final.items() if k != "lr"}

@@ -235,6 +235,7 @@ def run_experiment(run: Run, out_dir: Path, *, seed: int = 0, progress: bool = F
             cfg,
             model_config=run.model,
             out_dir=run_dir,
+            overwrite=True,
             progress=progress,
         )
     return read_history(run_dir)

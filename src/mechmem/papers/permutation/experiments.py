@@ -61,7 +61,8 @@ def _train_job(job: tuple[str, int, str, str]) -> str:
     torch.set_num_threads(1)
     from mechmem.training.run import train_preset
 
-    train_preset("permutation", preset, out_dir=run_dir(runs, preset, seed), seed=seed, device=device, progress=False)
+    train_preset("permutation", preset, out_dir=run_dir(runs, preset, seed), seed=seed, device=device, progress=False,
+                 overwrite=True)
     return f"{preset} seed {seed}"
 
 

@@ -1,0 +1,143 @@
+"""Bring your own model: the one-call conversion, the config check at save, the generic task, and the docs example."""
+
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import assert_no_hooks
+from mechmem.analysis.heads import detect_heads, detect_heads_on_task, task_patterns
+from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
+from mechmem.checkpoint import load_checkpoint, save_checkpoint
+from mechmem.cli import run_script
+from mechmem.errors import MechmemError
+from mechmem.models.adapter import (
+    TransformerConfig,
+    config_from_hooked_transformer,
+    hooked_transformer_config,
+    raw_hooked_transformer,
+    save_hooked_transformer,
+)
+from mechmem.tasks import build_task
+from mechmem.tasks.generic import RepeatsConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "bring-your-own-model.md"
+
+
+def _tl_model(seed=0, **overrides):
+    kw = dict(n_layers=2, d_model=16, n_heads=2, d_head=8, n_ctx=10, d_vocab=14, attn_only=True)
+    kw.update(overrides)
+    torch.manual_seed(seed)  # TransformerLens initialises from the global RNG; tests only
+    return raw_hooked_transformer(hooked_transformer_config(**kw)).eval()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"use_attn_scale": False},
+        {"attn_only": False, "d_mlp": 24, "act_fn": "gelu", "normalization_type": "LN"},
+        {"d_head": 5, "normalization_type": "RMSPre", "d_vocab_out": 9},
+    ],
+    ids=["plain", "no_attn_scale", "ln_gelu_mlp", "odd_head_rms"],
+)
+def test_converted_models_reload_with_identical_logits(tmp_path, overrides):
+    model = _tl_model(**overrides)
+    ckpt = load_checkpoint(save_hooked_transformer(model, tmp_path / "ckpt.pt"))
+    tokens = torch.randint(14, (3, 10), generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(ckpt.model(tokens), model(tokens), rtol=0, atol=1e-6)
+    assert ckpt.task_config == {"d_vocab": 14, "half": 5, "distinct": True}
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"positional_embedding_type": "shortformer"}, "positional_embedding_type"),
+        ({"positional_embedding_type": "rotary", "rotary_dim": 8}, "positional_embedding_type"),
+        ({"n_key_value_heads": 1}, "n_key_value_heads"),
+        ({"attn_only": False, "d_mlp": 24, "gated_mlp": True}, "gated_mlp"),
+        ({"normalization_type": "LN", "eps": 1e-3}, "eps"),
+    ],
+)
+def test_settings_mechmem_cannot_rebuild_are_refused_by_name(tmp_path, overrides, field):
+    with pytest.raises(MechmemError, match=f"cannot reproduce.*{field}"):
+        save_hooked_transformer(_tl_model(**overrides), tmp_path / "ckpt.pt")
+    assert not (tmp_path / "ckpt.pt").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [({"use_attn_scale": False}, "use_attn_scale"), ({"positional_embedding_type": "shortformer"}, "positional")],
+)
+def test_save_checkpoint_refuses_a_config_that_does_not_match_the_model(tmp_path, overrides, field):
+    model = _tl_model(**overrides)
+    default = TransformerConfig(n_layers=2, d_model=16, n_heads=2, d_vocab=14, n_ctx=10)
+    with pytest.raises(MechmemError, match=f"does not match model_config: .*{field}"):
+        save_checkpoint(tmp_path / "c.pt", model=model, model_config=default, task_name="repeats",
+                        task_config=RepeatsConfig.for_model(model))
+    assert not (tmp_path / "c.pt").exists()
+
+
+def test_save_checkpoint_refuses_weights_of_the_wrong_shape(tmp_path):
+    model = _tl_model()
+    wrong = config_from_hooked_transformer(model).replace(d_vocab=15)
+    with pytest.raises(MechmemError, match="does not match model_config: d_vocab"):
+        save_checkpoint(tmp_path / "c.pt", model=model, model_config=wrong, task_name="repeats",
+                        task_config=RepeatsConfig(d_vocab=14, half=5))
+
+
+def test_repeats_task_matches_its_docstring_and_the_planted_circuit_solves_it():
+    model = planted_induction_model()
+    task = build_task("repeats", RepeatsConfig.for_model(model))
+    batch = task.train_batch(32, generator=torch.Generator().manual_seed(0))
+    h = task.config.half
+    assert torch.equal(batch.tokens[:, :h], batch.tokens[:, h:])
+    masked = batch.loss_mask.bool()
+    assert masked.sum(1).eq(h - 1).all() and torch.equal(batch.targets[:, :-1], batch.tokens[:, 1:])
+    assert task.evaluate(model, generator=torch.Generator().manual_seed(1), n=64)["eval_acc"] == 1.0
+    pair = task.patching_pair(16, generator=torch.Generator().manual_seed(2))
+    assert (pair.logit_diff_per_prompt(model(pair.clean)) > 0).all()
+    assert (pair.logit_diff_per_prompt(model(pair.corrupted)) < 0).all()
+    assert_no_hooks(model)
+
+
+def test_task_scores_find_the_planted_heads_with_one_definition():
+    model = planted_induction_model()
+    batch = build_task("repeats", RepeatsConfig.for_model(model)).eval_batch(32, generator=torch.Generator())
+    scores = detect_heads_on_task(model, batch.tokens, batch.loss_mask > 0)
+    reference = detect_heads(model, batch.tokens, task_patterns(batch.loss_mask > 0), chunk=32)
+    for name, (layer, head) in (("induction", INDUCTION_HEAD), ("previous_token", PREVIOUS_TOKEN_HEAD)):
+        assert scores.scores[name][layer, head] > 0.99
+        torch.testing.assert_close(scores.scores[name], reference.scores[name])
+    assert_no_hooks(model)
+
+
+def _load_main(name):
+    spec = importlib.util.spec_from_file_location(f"byom_{name}", ROOT / "analyses" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def test_the_docs_worked_example_runs(tmp_path, monkeypatch, capsys):
+    text = DOC.read_text()
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}  # one session, as a reader would run the blocks
+    for block in re.findall(r"```python\n(.*?)```", text, re.S):
+        exec(compile(block, str(DOC), "exec"), namespace)
+    assert "positional_embedding_type" in capsys.readouterr().out
+    commands = [
+        line.split("#")[0].strip()
+        for block in re.findall(r"```bash\n(.*?)```", text, re.S)
+        for line in block.splitlines()
+        if line.startswith("python analyses/") and "byom/" in line
+    ]
+    assert len(commands) == 3
+    for command in commands:
+        script, *argv = shlex.split(command)[1:]
+        assert run_script(_load_main(Path(script).stem), argv) == 0, command
+    assert "L1H1" in (tmp_path / "byom" / "report" / "report.md").read_text()

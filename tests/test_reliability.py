@@ -1,0 +1,238 @@
+"""Issue 13, the cases themselves: every bad input to a script ends in one `error:` line and exit 2, before any work.
+
+Also: strict JSON, a digest over every field, config field types, a task that does not fit its model, user tasks.
+"""
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mechmem.analysis.planted import planted_induction_model
+from mechmem.checkpoint import _digest, load_checkpoint, save_checkpoint
+from mechmem.cli import run_script, write_json
+from mechmem.errors import CheckpointError, MechmemError
+from mechmem.models.adapter import save_hooked_transformer
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ("ablate_heads", "detect_heads", "logit_lens", "probe_memory", "report")
+
+
+def load_main(name):
+    spec = importlib.util.spec_from_file_location(f"rel_{name}", ROOT / "analyses" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return save_hooked_transformer(planted_induction_model(), tmp_path_factory.mktemp("rel") / "ckpt.pt")
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+CASES = {
+    "out_is_a_file": (["--out", "{file}"], "exists and is not a directory"),
+    "out_not_writable": (["--out", "/proc/mechmem/out"], "not writable"),
+    "seed_too_large": (["--seed", str(2**70)], "outside [0, 2**63)"),
+    "seed_negative": (["--seed", "-1"], "outside [0, 2**63)"),
+    "seed_not_int": (["--seed", "abc"], "'abc' is not an integer"),
+    "unknown_flag": (["--bogus"], "unrecognized arguments: --bogus"),
+    "n_samples_huge": (["--n-samples", "1000000000"], "the bound is"),
+    "n_samples_zero": (["--n-samples", "0"], "at least"),
+    "task_module_missing": (["--task-module", "/no/such/tasks.py"], "no such file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_refuses_bad_flags_in_one_line_before_any_work(ckpt, tmp_path, capsys, script, case):
+    argv, expected = CASES[case]
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "never"
+    argv = [a.format(file=tmp_path / "file") for a in argv]
+    if "--out" not in argv:
+        argv += ["--out", str(out)]
+    assert run_script(load_main(script), [str(ckpt), *argv]) == 2
+    assert expected in one_error_line(capsys)
+    assert not out.exists()  # nothing was created: the checks ran before any work
+
+
+def test_report_refuses_too_few_samples(ckpt, tmp_path, capsys):
+    assert run_script(load_main("report"), [str(ckpt), "--n-samples", "1", "--out", str(tmp_path / "r")]) == 2
+    assert "--n-samples must be at least 32" in one_error_line(capsys)
+
+
+def test_ablate_heads_bad_choice_is_one_line(ckpt, capsys):
+    assert run_script(load_main("ablate_heads"), [str(ckpt), "--methods", "bogus"]) == 2
+    assert "invalid choice" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["permutation"], "TASK and --preset are required"),
+        (["permutation", "--preset", "task1-quick", "--seed", "abc"], "'abc' is not an integer"),
+        (["permutation", "--preset", "task1-quick", "--steps", "-1"], "must be >= 0"),
+        (["permutation", "--preset", "task1-quick", "--threads", "0"], "must be at least 1"),
+        (["permutation", "--preset", "task1-quick", "--resume", "--overwrite"], "exclude each other"),
+        (["permutation", "--preset", "task1-quick", "--out", "{file}"], "exists and is not a directory"),
+    ],
+)
+def test_train_script_bad_flags_are_one_line(tmp_path, capsys, argv, expected):
+    (tmp_path / "file").write_text("x")
+    argv = [a.format(file=tmp_path / "file") for a in argv]
+    assert run_script(load_main("train"), argv) == 2
+    assert expected in one_error_line(capsys)
+
+
+def test_help_still_prints_and_exits_0(capsys):
+    with pytest.raises(SystemExit) as exc:
+        load_main("detect_heads")(["--help"])
+    assert exc.value.code == 0 and "--task-module" in capsys.readouterr().out
+
+
+# -- checkpoints ------------------------------------------------------------------------------------------------
+def _resave(src: Path, dst: Path, edit, *, redigest: bool) -> Path:
+    payload = torch.load(src, weights_only=True)
+    edit(payload)
+    if redigest:
+        payload["digest"] = _digest(payload)
+    torch.save(payload, dst)
+    return dst
+
+
+def test_config_field_of_the_wrong_type_is_a_clear_error(ckpt, tmp_path, capsys):
+    bad = _resave(ckpt, tmp_path / "abc.pt", lambda p: p["model_config"].update(n_layers="abc"), redigest=True)
+    with pytest.raises(CheckpointError, match="field n_layers must be int, got 'abc'"):
+        load_checkpoint(bad)
+    assert run_script(load_main("detect_heads"), [str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "n_layers must be int" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda p: p["metrics"].update(eval_acc=1.0),
+        lambda p: p.update(extra={"trainer": {"step": 7}}),
+        lambda p: p.update(mechmem_version="9.9"),
+    ],
+    ids=["metrics", "trainer_state", "version"],
+)
+def test_digest_covers_every_field(ckpt, tmp_path, edit):
+    bad = _resave(ckpt, tmp_path / "edit.pt", edit, redigest=False)
+    with pytest.raises(CheckpointError, match="digest mismatch"):
+        load_checkpoint(bad)
+
+
+def test_version_1_files_still_load(ckpt, tmp_path):
+    def to_v1(p):
+        p["format_version"] = 1
+
+    old = _resave(ckpt, tmp_path / "v1.pt", to_v1, redigest=True)
+    assert load_checkpoint(old).task_name == "repeats"
+
+
+def test_a_file_that_is_not_a_checkpoint_gets_a_clear_message(tmp_path):
+    path = tmp_path / "model.pt"
+    torch.save(torch.nn.Linear(2, 2), path)  # a whole pickled module, as people often save
+    with pytest.raises(CheckpointError, match="not a mechmem checkpoint .it holds pickled Python objects"):
+        load_checkpoint(path)
+
+
+def test_task_that_does_not_fit_the_model_is_refused_at_load(ckpt, tmp_path, capsys):
+    bad = _resave(ckpt, tmp_path / "big.pt", lambda p: p["task_config"].update(d_vocab=500), redigest=True)
+    with pytest.raises(CheckpointError, match="does not fit the model: vocabulary 500 > model's 12"):
+        load_checkpoint(bad)
+
+
+def test_default_task_config_that_does_not_fit_is_refused_at_save(tmp_path):
+    from helpers import build_model, build_transformer_cfg
+
+    model, cfg = build_model(n_ctx=5), build_transformer_cfg(n_ctx=5)
+    with pytest.raises(MechmemError, match="context 9 > model's 5"):
+        save_checkpoint(tmp_path / "c.pt", model=model, model_config=cfg, task_name="permutation", task_config=None)
+    assert not (tmp_path / "c.pt").exists()
+
+
+def test_strict_json_writes_null_for_nan_and_inf(tmp_path):
+    path = write_json(tmp_path / "x.json", {"a": math.nan, "b": [math.inf, 1.5], "c": {"d": -math.inf}})
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+
+
+USER_TASK = '''
+import torch
+from dataclasses import dataclass
+from mechmem.config import ConfigMixin
+from mechmem.tasks import Batch, Task, register_task
+
+@dataclass(frozen=True)
+class CountConfig(ConfigMixin):
+    """Tokens 0, 1, 2, ... (mod d_vocab)."""
+    d_vocab: int = 12
+    """Vocabulary."""
+
+@register_task
+class CountTask(Task):
+    name = "rel_user_count"
+    config_cls = CountConfig
+    d_vocab = property(lambda self: self.config.d_vocab)
+    seq_len = property(lambda self: 8)
+
+    def train_batch(self, n, *, generator):
+        start = torch.randint(self.config.d_vocab, (n, 1), generator=generator)
+        seq = (start + torch.arange(9)) % self.config.d_vocab
+        return Batch(seq[:, :-1], seq[:, 1:], torch.ones(n, 8))
+'''
+
+
+def test_scripts_load_user_tasks_with_task_module(tmp_path):
+    from mechmem.tasks import load_task_module
+
+    module = tmp_path / "my_tasks.py"
+    module.write_text(USER_TASK)
+    load_task_module(module)
+    path = save_checkpoint(
+        tmp_path / "ckpt.pt",
+        model=planted_induction_model(),
+        model_config=load_checkpoint_config(),
+        task_name="rel_user_count",
+        task_config=None,
+    )
+    base = [sys.executable, str(ROOT / "analyses" / "detect_heads.py"), str(path), "--n-samples", "4"]
+    run = lambda extra: subprocess.run(base + extra, capture_output=True, text=True, timeout=300, check=False)  # noqa: E731
+    without = run([])
+    assert without.returncode == 2 and "unknown task 'rel_user_count'" in without.stderr
+    assert "--task-module" in without.stderr and len(without.stderr.strip().splitlines()) == 1
+    assert run(["--task-module", str(module)]).returncode == 0
+
+
+def load_checkpoint_config():
+    from mechmem.analysis.planted import planted_config
+
+    return planted_config()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "abc"])
+def test_memory_budget_flags_refuse_nan_and_non_positive_values(value, capsys):
+    from mechmem.cli import ArgumentParser, positive_float
+
+    def main(argv):
+        parser = ArgumentParser(prog="patch.py")
+        parser.add_argument("--memory-mb", type=positive_float, default=256.0)
+        parser.parse_args(argv)
+
+    assert run_script(main, ["--memory-mb", value]) == 2
+    assert one_error_line(capsys).startswith("error: argument --memory-mb: ")
