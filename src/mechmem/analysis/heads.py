@@ -291,25 +291,3 @@ def plot_attention(
     fig.supylabel("query position" + (":token" if show_tokens else ""), fontsize=9)
     return fig
 
-
-def task_detection_patterns(batch: Any) -> dict[str, PatternFn]:
-    """Detection patterns restricted to where a task's heads work (use with `detect_heads(..., chunk=len(batch))`).
-
-    Duplicate-token and induction count only the answer queries (the batch's loss-masked positions); the
-    previous-token pattern counts only the positions an induction head would read from some answer query (just
-    after an earlier occurrence of the answer query's token), which is where a previous-token head is needed.
-    """
-    answers = (batch.loss_mask > 0).to(batch.tokens.device)
-
-    def induction_at_answers(tokens: Tensor) -> Tensor:
-        return induction_pattern(tokens) & answers[:, :, None]
-
-    def previous_token_where_read(tokens: Tensor) -> Tensor:
-        read = induction_at_answers(tokens).any(1)  # [batch key_pos]: positions some answer query reads
-        return previous_token_pattern(tokens) & read[:, :, None]
-
-    return {
-        "previous_token": previous_token_where_read,
-        "duplicate_token": lambda tokens: duplicate_token_pattern(tokens) & answers[:, :, None],
-        "induction": induction_at_answers,
-    }

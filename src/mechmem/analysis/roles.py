@@ -197,7 +197,7 @@ def measure_pattern_evidence(
     model: Any, task: Any = None, *, n: int, generator: torch.Generator
 ) -> dict[str, Float[Tensor, "layer head"]]:
     """Detection scores (previous-token, induction, duplicate-token) per head: the higher of the score on
-    repeated random sequences and on the task's data (answer queries; see `heads.task_detection_patterns`)."""
+    repeated random sequences and on the task's data (answer queries; see `heads.task_patterns`)."""
     cfg = model.cfg
     half = min(cfg.n_ctx // 2, cfg.d_vocab)
     results = []
@@ -206,8 +206,7 @@ def measure_pattern_evidence(
         results.append(head_detection.detect_heads(model, tokens.to(cfg.device)))
     if task is not None:
         batch = task.eval_batch(n, generator=generator).to(cfg.device)
-        patterns = head_detection.task_detection_patterns(batch)
-        results.append(head_detection.detect_heads(model, batch.tokens, patterns, chunk=len(batch)))
+        results.append(head_detection.detect_heads_on_task(model, batch.tokens, batch.loss_mask > 0))
     if not results:
         return {}
     return {k: torch.stack([r.scores[k].nan_to_num(0.0) for r in results]).amax(0).cpu() for k in results[0].scores}
