@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
-from mechmem.papers.birth.corpus import load_stats
-from mechmem.papers.birth.models import full_config, simplified_config
 from mechmem.checkpoint import load_checkpoint, read_payload
 from mechmem.models.adapter import TransformerConfig, build_transformer
-from mechmem.tasks import build_task
+from mechmem.papers.birth.corpus import load_stats
+from mechmem.papers.birth.models import full_config, simplified_config
 from mechmem.papers.birth.task import N_TOKENS, BirthConfig
+from mechmem.tasks import build_task
 from mechmem.training import TrainConfig, train
 
 WK1, WK2, WO2 = "blocks.0.attn.W_K", "blocks.1.attn.W_K", "blocks.1.attn.W_O"
@@ -209,6 +209,7 @@ def experiment_runs(scale: Scale, corpus: str | None = None) -> list[Run]:
 
 
 def read_history(run_dir: Path) -> list[dict[str, Any]]:
+    """The `metrics.jsonl` records of a run directory, in order."""
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
@@ -277,3 +278,18 @@ def at_step(history: list[dict[str, Any]], key: str, step: int) -> float:
     """Value of `key` at the last logged step <= `step`."""
     values = [rec[key] for rec in history if rec["step"] <= step and isinstance(rec.get(key), float)]
     return values[-1] if values else float("nan")
+
+
+def compact_history(history: list[dict[str, Any]], digits: int = 5) -> dict[str, list[Any]]:
+    """A history as columns for the run record: {"step": [...], key: [value or None, ...]}, floats rounded."""
+    keys = sorted({k for rec in history for k in rec}, key=lambda k: (k != "step", k))
+    return {
+        k: [round(rec[k], digits) if isinstance(rec.get(k), float) else rec.get(k) for rec in history]
+        for k in keys
+    }
+
+
+def expand_history(columns: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """The inverse of `compact_history`: one record per logged step, absent values left out."""
+    n = len(columns.get("step", []))
+    return [{k: v[i] for k, v in columns.items() if v[i] is not None} for i in range(n)]
