@@ -17,7 +17,7 @@ from mechmem.papers.birth.experiments import SCALES, Scale
 from mechmem.papers.birth.models import simplified_config
 from mechmem.papers.birth.task import BirthConfig
 from mechmem.plugins import get_paper
-from mechmem.report.document import page_markdown
+from mechmem.report.document import page_markdown, write_page
 from mechmem.training import TrainConfig
 from mechmem.training.config import Preset
 
@@ -133,3 +133,14 @@ def test_bad_options_exit_2_with_one_line(tmp_path, capsys):
     assert run_script(main, ["birth", "--set", "colour=red", "--docs", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("error: ") for line in err)
+
+
+def test_committed_page_is_the_committed_record_rendered(tmp_path):
+    """docs/reproductions/birth.md is exactly what `--page-only` makes of docs/reproductions/data/birth.json."""
+    docs = ROOT / "docs" / "reproductions"
+    record = json.loads((docs / "data" / "birth.json").read_text())
+    md = write_page(birth_page.page(record), tmp_path / "birth.md", prose=docs / "prose" / "birth.md")
+    assert md.read_text() == (docs / "birth.md").read_text()
+    assert {p.name for p in (tmp_path / "figures").iterdir()} <= {
+        p.name for p in (docs / "figures").iterdir()
+    }

@@ -191,7 +191,8 @@ def _preset(spec: BirthSpec, log: Any) -> tuple[dict[str, Any], Run]:
     settings = {
         "d_model": p.model.d_model, "seq_len": p.task.seq_len, "batch_size": p.train.batch_size,
         "optimizer": p.train.optimizer, "lr": p.train.lr, "steps": p.train.steps, "n_triggers": p.task.n_triggers,
-        "fixed_triggers": p.task.fixed_triggers, "frozen": [g for g in p.model.frozen if "embed" in g],
+        "fixed_triggers": p.task.fixed_triggers,
+        "frozen": [g for g in p.model.frozen if g in ("embed.W_E", "unembed.W_U")],
     }  # fmt: skip
     entry = {**_run_entry(run, history), "settings": settings, "heads": head_scores(ckpt, seed=spec.seed)}
     return entry, run
