@@ -132,40 +132,17 @@ def experiment_runs(scale: Scale, corpus: str | None = None) -> list[Run]:
     )
     fixed = BirthConfig(seq_len=T, n_triggers=5, fixed_triggers=True, corpus=corpus)
     until = scale.freeze_step
+    freezing = [
+        ("freeze_none", "all trained jointly", ()),
+        ("freeze_wk1_wk2", f"W_O^2 alone until {until}", ((WK1, until), (WK2, until))),
+        ("freeze_wk1", f"W_K^1 frozen until {until}", ((WK1, until),)),
+        ("freeze_wk2", f"W_K^2 frozen until {until}", ((WK2, until),)),
+        ("freeze_wo2", f"W_O^2 frozen until {until}", ((WO2, until),)),
+    ]
     runs = [
-        Run("freeze_none", "freezing", "all trained jointly", simple, fixed, _sgd(scale, scale.steps)),
-        Run(
-            "freeze_wk1_wk2",
-            "freezing",
-            f"W_O^2 alone until {until}",
-            simple,
-            fixed,
-            _sgd(scale, scale.steps, ((WK1, until), (WK2, until))),
-        ),
-        Run(
-            "freeze_wk1",
-            "freezing",
-            f"W_K^1 frozen until {until}",
-            simple,
-            fixed,
-            _sgd(scale, scale.steps, ((WK1, until),)),
-        ),
-        Run(
-            "freeze_wk2",
-            "freezing",
-            f"W_K^2 frozen until {until}",
-            simple,
-            fixed,
-            _sgd(scale, scale.steps, ((WK2, until),)),
-        ),
-        Run(
-            "freeze_wo2",
-            "freezing",
-            f"W_O^2 frozen until {until}",
-            simple,
-            fixed,
-            _sgd(scale, scale.steps, ((WO2, until),)),
-        ),
+        Run(n, "freezing", label, simple, fixed, _sgd(scale, scale.steps, fz)) for n, label, fz in freezing
+    ]
+    runs += [
         Run(
             "ffn_joint",
             "ffn",
