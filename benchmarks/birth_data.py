@@ -9,9 +9,9 @@ import argparse
 
 import torch
 
+from mechmem.cli import run_script
 from mechmem.papers.birth.corpus import load_stats
 from mechmem.papers.birth.data import TriggerSampler, generation_speed
-from mechmem.cli import run_script
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from mechmem.errors import MechmemError
 from mechmem.papers.birth.corpus import count_text, load_stats
 from mechmem.papers.birth.data import TriggerSampler, alias_tables, occurrence_counter, reference_sequences
-from mechmem.errors import MechmemError
 
 
 @pytest.fixture(scope="module")

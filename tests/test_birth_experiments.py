@@ -1,8 +1,11 @@
-"""Birth experiments and report: run definitions, run caching, statement rules and figures on known histories."""
+"""Birth experiments and statements: run definitions, run caching, history records, the rules on known histories."""
+
+import json
+from pathlib import Path
 
 import torch
 
-from mechmem.papers.birth import page, plots
+from mechmem.models.adapter import build_transformer
 from mechmem.papers.birth.experiments import (
     QUICK,
     WK1,
@@ -10,15 +13,20 @@ from mechmem.papers.birth.experiments import (
     WO2,
     Run,
     at_step,
+    compact_history,
+    expand_history,
     experiment_runs,
     final,
     first_step,
     run_experiment,
 )
 from mechmem.papers.birth.models import simplified_config
-from mechmem.tasks import build_task
+from mechmem.papers.birth.statements import FIRST_RULES, RULES, Context, judge, load_published
 from mechmem.papers.birth.task import BirthConfig
+from mechmem.tasks import build_task
 from mechmem.training import TrainConfig
+
+DATA = Path(__file__).resolve().parents[1] / "docs" / "reproductions" / "data"
 
 
 def test_runs_cover_every_experiment():
@@ -37,12 +45,33 @@ def fake_history(curve, steps=range(0, 101, 10), **extra):
     return [{"step": s, **{k: float(f(s)) for k, f in curve.items()}, **extra} for s in steps]
 
 
-def test_history_helpers():
+def test_history_helpers_and_compact_round_trip():
     h = fake_history({"acc": lambda s: s / 100})
     assert first_step(h, "acc", 0.5) == 50
     assert first_step(h, "acc", 0.05, below=True) == 0
     assert at_step(h, "acc", 55) == 0.5
     assert abs(final(h, "acc") - 0.9) < 1e-9
+    ragged = h[:-1] + [{"step": 100, "eval": 0.25}]  # the end record lacks training-batch metrics
+    back = expand_history(json.loads(json.dumps(compact_history(ragged))))
+    assert back == ragged and final(back, "acc") == final(ragged, "acc")
+
+
+def judged(h, freeze_step=40, shifted=None):
+    published = load_published(DATA / "birth_published.json")
+    return {s["key"]: s for s in judge(published, Context(h, freeze_step, 65, shifted or {}))}
+
+
+def test_published_file_covers_every_rule_with_its_source():
+    published = load_published(DATA / "birth_published.json")
+    assert (
+        published["source"] and published["preset_targets"]["source"] and published["speed_target"]["source"]
+    )
+    for s in published["statements"]:
+        assert s["key"] in RULES and s["rule"].format(**s["params"]) and s["since"] and s["where"]
+        assert ("first_rule" in s) == (s["key"] in FIRST_RULES)
+    authors = json.loads((DATA / "birth_authors_code.json").read_text())
+    assert authors["source"] and set(authors["results"]) <= {"icl_acc", "wo2_recall", "wk2_recall", "wk1_recall",
+                                                             "wk1_recall_64"}  # fmt: skip
 
 
 def test_statements_follow_their_rules():
@@ -52,8 +81,8 @@ def test_statements_follow_their_rules():
             {"icl_acc": up, "wk1_recall_64": up, "wk1_recall": lambda s: s / 100, "wo2_recall": up}
         ),
         "freeze_wo2": fake_history({"icl_acc": lambda s: 0.0}),
-        "freeze_wk1": fake_history({"wk2_recall": up}),
-        "freeze_wk2": fake_history({"wk1_recall_64": lambda s: 0.1}),
+        "freeze_wk1": fake_history({"wk2_recall": up, "icl_acc": lambda s: 0.1}),
+        "freeze_wk2": fake_history({"wk1_recall_64": lambda s: 0.1, "icl_acc": lambda s: 0.2}),
         "freeze_wk1_wk2": fake_history({"wo2_recall": lambda s: 0.7}),
         "depth_2l_fixed": fake_history({"eval_icl_acc": lambda s: 0.995}),
         "depth_2l_random": fake_history({"eval_icl_acc": lambda s: 0.95}),
@@ -61,45 +90,29 @@ def test_statements_follow_their_rules():
         "depth_1l_random": fake_history({"eval_icl_acc": lambda s: 0.55}),
         "ffn_joint": fake_history({"global_loss": lambda s: 1 + 3 * (s < 20), "icl_acc": up}),
     }
-    scale = QUICK.__class__(**{**QUICK.__dict__, "freeze_step": 40})
-    results = page.statements(h, scale)
-    assert len(results) == 8 and all(ok for _, _, ok in results)
+    rows = judged(h)
+    ran = {k: s for k, s in rows.items() if s["outcome"] is not None}
+    assert len(ran) == 8 and all(s["holds"] for s in ran.values())
+    assert rows["random_slower"]["holds"] is None and rows["random_slower"]["outcome"] is None
+    assert rows["wo2_alone"]["first_rule"]["holds"] is False  # 0.7 < 0.9, the first rule
+    assert rows["wk2_before_wk1"]["first_rule"]["outcome"] == "0.100 vs 0.200"
+    assert rows["one_layer"]["outcome"] == "fixed 0.500, random 0.550"
     h["depth_1l_fixed"] = fake_history({"eval_icl_acc": lambda s: 0.99})
     h["freeze_wo2"] = h["freeze_none"]
-    flags = [ok for _, _, ok in page.statements(h, scale)]
-    assert flags.count(False) == 2
+    assert [s["holds"] for s in judged(h).values()].count(False) == 2
 
 
-def test_figures_and_markdown():
-    h = fake_history(
-        {
-            "icl_acc": lambda s: s / 100,
-            "wo2_recall": lambda s: 1.0,
-            "global_loss": lambda s: 3.0,
-            "wf_kl": lambda s: 1.0,
-            "eval_icl_acc": lambda s: 0.9,
-        }
-    )
-    figs = [
-        plots.plot_training(h, "t"),
-        plots.plot_freezing({"a": h}, {"a": "A"}, 30),
-        plots.plot_ffn(h),
-        plots.plot_final_bars([("a", 0.5), ("b", 0.9)], "acc"),
-    ]
-    assert all(hasattr(f, "savefig") for f in figs)
-    runs = [r for r in experiment_runs(QUICK) if r.name == "freeze_none"]
-    text = page.markdown(
-        runs, {"freeze_none": h}, QUICK, command="cmd", figures={"x.png": "X"}, wall_s=60.0
-    )
-    assert "| all trained jointly | freezing |" in text and "figures/x.png" in text and "`cmd`" in text
-
-
-def test_attention_figure_on_a_tiny_model():
-    from mechmem.models.adapter import build_transformer
-
-    model = build_transformer(simplified_config(d_vocab=65, n_ctx=16, d_model=16))
-    task = build_task("birth", BirthConfig(seq_len=16, n_triggers=2, fixed_triggers=True))
-    assert hasattr(plots.plot_attention(model, task, n_pos=12), "savefig")
+def test_data_statements_and_shifted_outputs():
+    fast, slow = (fake_history({"eval_icl_acc": (lambda s, t=t: float(s >= t))}) for t in (30, 60))
+    h = {"freeze_none": fast, "data_k1_fixed": slow, "data_k3_fixed": slow, "data_k5_random": slow,
+         "data_k5_bigram": fast}  # fmt: skip
+    shifted = {"bigram_on_uniform": 0.5, "uniform_on_bigram": 1.0}
+    rows = judged(h, shifted=shifted)
+    assert rows["fewer_triggers_slower"]["outcome"] == "K=1: 60, K=3: 60, K=5: 30"
+    assert rows["fewer_triggers_slower"]["holds"] and rows["random_slower"]["holds"]
+    assert rows["bigram_ood"]["holds"]
+    h["data_k1_fixed"] = fake_history({"eval_icl_acc": lambda s: 1.0})
+    assert not judged(h, shifted=shifted)["fewer_triggers_slower"]["holds"]
 
 
 def test_run_experiment_trains_once_then_reuses(tmp_path):
@@ -116,63 +129,6 @@ def test_run_experiment_trains_once_then_reuses(tmp_path):
     assert [r["step"] for r in first] == [0, 1, 2]
 
 
-def load_script(name):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "analyses" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"analyses_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
-def test_reproduce_script_end_to_end_on_a_tiny_scale(tmp_path, monkeypatch):
-    from mechmem.papers.birth.experiments import SCALES, Scale
-
-    tiny = Scale(
-        d_model=16,
-        seq_len=16,
-        batch_size=4,
-        steps=4,
-        full_steps=4,
-        freeze_step=2,
-        eval_every=2,
-        eval_samples=8,
-        depth_seq_len=16,
-    )
-    monkeypatch.setitem(SCALES, "quick", tiny)
-    main = load_script("reproduce_birth")
-    doc = tmp_path / "docs" / "birth.md"
-    assert (
-        main(
-            [
-                "--quick",
-                "--only",
-                "freezing",
-                "ffn",
-                "--runs",
-                str(tmp_path / "runs"),
-                "--doc",
-                str(doc),
-                "--skip-speed",
-            ]
-        )
-        == 0
-    )
-    text = doc.read_text()
-    assert "W_O^2 alone until 2" in text and "figures/birth_freezing.png" in text
-    assert (tmp_path / "docs" / "figures" / "birth_attention.png").exists()
-
-
-def test_reproduce_script_rejects_unknown_experiments(tmp_path, capsys):
-    from mechmem.cli import run_script
-
-    main = load_script("reproduce_birth")
-    assert run_script(main, ["--quick", "--only", "nope", "--runs", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.startswith("error: ")
-
-
 def test_any_corpus_drives_the_task_and_the_runs(tmp_path):
     text = tmp_path / "tiny.txt"
     text.write_text("the cat sat on the mat; a bat ate the hat.\n" * 20)
@@ -182,3 +138,4 @@ def test_any_corpus_drives_the_task_and_the_runs(tmp_path):
     assert task.d_vocab == n and int(batch.tokens.max()) < n
     runs = experiment_runs(QUICK, str(text))
     assert all(r.model.d_vocab == n and r.task.corpus == str(text) for r in runs)
+    assert build_transformer(runs[0].model).cfg.d_vocab == n

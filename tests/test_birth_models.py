@@ -6,12 +6,12 @@ import math
 import pytest
 import torch
 
-from mechmem.papers.birth.models import full_config, simplified_config
-from mechmem.papers.birth.probes import attention_probes, wk1_recall, wk2_recall, wo2_recall
 from mechmem.checkpoint import load_checkpoint
 from mechmem.models.adapter import build_transformer
-from mechmem.tasks import build_task, get_preset
+from mechmem.papers.birth.models import full_config, simplified_config
+from mechmem.papers.birth.probes import attention_probes, wk1_recall, wk2_recall, wo2_recall
 from mechmem.papers.birth.task import BirthConfig
+from mechmem.tasks import build_task, get_preset
 from mechmem.training import TrainConfig, train
 
 N = 65

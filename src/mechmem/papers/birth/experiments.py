@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
-from mechmem.papers.birth.corpus import load_stats
-from mechmem.papers.birth.models import full_config, simplified_config
 from mechmem.checkpoint import load_checkpoint, read_payload
 from mechmem.models.adapter import TransformerConfig, build_transformer
-from mechmem.tasks import build_task
+from mechmem.papers.birth.corpus import load_stats
+from mechmem.papers.birth.models import full_config, simplified_config
 from mechmem.papers.birth.task import N_TOKENS, BirthConfig
+from mechmem.tasks import build_task
 from mechmem.training import TrainConfig, train
 
 WK1, WK2, WO2 = "blocks.0.attn.W_K", "blocks.1.attn.W_K", "blocks.1.attn.W_O"
@@ -132,40 +132,17 @@ def experiment_runs(scale: Scale, corpus: str | None = None) -> list[Run]:
     )
     fixed = BirthConfig(seq_len=T, n_triggers=5, fixed_triggers=True, corpus=corpus)
     until = scale.freeze_step
+    freezing = [
+        ("freeze_none", "all trained jointly", ()),
+        ("freeze_wk1_wk2", f"W_O^2 alone until {until}", ((WK1, until), (WK2, until))),
+        ("freeze_wk1", f"W_K^1 frozen until {until}", ((WK1, until),)),
+        ("freeze_wk2", f"W_K^2 frozen until {until}", ((WK2, until),)),
+        ("freeze_wo2", f"W_O^2 frozen until {until}", ((WO2, until),)),
+    ]
     runs = [
-        Run("freeze_none", "freezing", "all trained jointly", simple, fixed, _sgd(scale, scale.steps)),
-        Run(
-            "freeze_wk1_wk2",
-            "freezing",
-            f"W_O^2 alone until {until}",
-            simple,
-            fixed,
-            _sgd(scale, scale.steps, ((WK1, until), (WK2, until))),
-        ),
-        Run(
-            "freeze_wk1",
-            "freezing",
-            f"W_K^1 frozen until {until}",
-            simple,
-            fixed,
-            _sgd(scale, scale.steps, ((WK1, until),)),
-        ),
-        Run(
-            "freeze_wk2",
-            "freezing",
-            f"W_K^2 frozen until {until}",
-            simple,
-            fixed,
-            _sgd(scale, scale.steps, ((WK2, until),)),
-        ),
-        Run(
-            "freeze_wo2",
-            "freezing",
-            f"W_O^2 frozen until {until}",
-            simple,
-            fixed,
-            _sgd(scale, scale.steps, ((WO2, until),)),
-        ),
+        Run(n, "freezing", label, simple, fixed, _sgd(scale, scale.steps, fz)) for n, label, fz in freezing
+    ]
+    runs += [
         Run(
             "ffn_joint",
             "ffn",
@@ -209,6 +186,7 @@ def experiment_runs(scale: Scale, corpus: str | None = None) -> list[Run]:
 
 
 def read_history(run_dir: Path) -> list[dict[str, Any]]:
+    """The `metrics.jsonl` records of a run directory, in order."""
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
@@ -278,3 +256,18 @@ def at_step(history: list[dict[str, Any]], key: str, step: int) -> float:
     """Value of `key` at the last logged step <= `step`."""
     values = [rec[key] for rec in history if rec["step"] <= step and isinstance(rec.get(key), float)]
     return values[-1] if values else float("nan")
+
+
+def compact_history(history: list[dict[str, Any]], digits: int = 5) -> dict[str, list[Any]]:
+    """A history as columns for the run record: {"step": [...], key: [value or None, ...]}, floats rounded."""
+    keys = sorted({k for rec in history for k in rec}, key=lambda k: (k != "step", k))
+    return {
+        k: [round(rec[k], digits) if isinstance(rec.get(k), float) else rec.get(k) for rec in history]
+        for k in keys
+    }
+
+
+def expand_history(columns: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """The inverse of `compact_history`: one record per logged step, absent values left out."""
+    n = len(columns.get("step", []))
+    return [{k: v[i] for k, v in columns.items() if v[i] is not None} for i in range(n)]

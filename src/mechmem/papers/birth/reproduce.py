@@ -1,55 +1,138 @@
-"""Run the birth experiment suite and write its report: the engine behind `analyses/reproduce_birth.py`."""
+"""Run the birth reproduction and record every number its page shows (the plugin's `spec` and `run`).
+
+    python analyses/reproduce.py birth --variant quick                  # CPU sizes; finished runs are reused
+    python analyses/reproduce.py birth --variant quick --set only=freezing,ffn --set preset=0
+    python analyses/reproduce.py birth --page-only                      # the page again from the record
+
+A variant names a `Scale` ("quick": CPU minutes per run; "default": the sizes of the `quick` preset; "paper": the
+paper's, a GPU job). The run record holds, per run, the final metrics and the compact metric history; the
+statements of the paper judged by their fixed rules (`statements`); the `quick` preset run with its head-detection
+scores and attention maps; the data-generation speed; and the published values and the authors'-code reference it
+was compared with, copied from their committed data files (`references`) so that the record alone rebuilds the page.
+"""
 
 import json
-from dataclasses import dataclass
+import math
+import os
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mechmem.papers.birth import page, plots
+import torch
+
+from mechmem.analysis.heads import attention_patterns, detect_heads, repeated_random_tokens
+from mechmem.checkpoint import load_checkpoint
+from mechmem.errors import MechmemError
 from mechmem.papers.birth.corpus import load_stats
 from mechmem.papers.birth.data import TriggerSampler, generation_speed
 from mechmem.papers.birth.experiments import (
+    SCALES,
     Run,
     Scale,
-    read_history,
+    compact_history,
+    expand_history,
+    experiment_runs,
+    final,
     run_experiment,
     shifted_accuracy,
     training_seconds,
 )
+from mechmem.papers.birth.statements import Context, judge, load_published
+from mechmem.tasks import get_preset
+
+GROUPS = ("freezing", "ffn", "data", "depth")
+FINAL_KEYS = ("icl_acc", "eval_icl_acc", "eval_ood_icl_acc", "wo2_recall", "wk2_recall", "wk1_recall",
+              "wk1_recall_64", "wf_kl", "global_loss")  # fmt: skip
+OPTIONS = {
+    "runs": "directory of the runs (default runs/birth_repro/VARIANT; finished runs are reused)",
+    "only": "comma-separated experiments to run: freezing, ffn, data, depth (default: all)",
+    "seed": "seed of every run (default 0)",
+    "corpus": "text corpus or statistics JSON (default: the shipped tiny Shakespeare counts)",
+    "preset": "1: also train the task's `quick` preset and detect its heads (default 1)",
+    "speed": "1: measure data-generation speed (default 1)",
+    "references": "folder of birth_published.json and birth_authors_code.json (default docs/reproductions/data)",
+    "threads": "torch CPU threads (default 1)",
+}
 
 
 @dataclass(frozen=True)
-class Reproduction:
-    """Where a suite's runs and report go, and what else the report includes."""
+class BirthSpec:
+    """One reproduction: which runs, at which scale, and what else the record includes."""
 
-    runs: list[Run]
-    """The runs to train (or reuse)."""
+    variant: str
+    """Name of the scale ("quick", "default", "paper")."""
     scale: Scale
-    """Their sizes."""
-    run_dir: Path
+    """Sizes of every run."""
+    runs: Path
     """Directory holding one sub-directory per run."""
-    doc: Path
-    """Markdown report; figures go to `doc.parent / "figures"`."""
-    command: str
-    """The command line recorded in the report."""
+    only: tuple[str, ...] = GROUPS
+    """Experiments to run (the others are recorded as not run)."""
     seed: int = 0
-    """Seed of every run and of the report's sampled sequences."""
+    """Seed of every run, of the held-out data and of the sampled sequences."""
     corpus: str | None = None
-    """Corpus statistics used by the runs (None: tiny Shakespeare)."""
-    preset_run: Path | None = None
-    """Run directory of the `quick` preset, reported against the done-when targets."""
-    measure_speed: bool = True
-    """Measure data-generation speed for the report."""
+    """Corpus statistics of the runs (None: tiny Shakespeare)."""
+    preset: bool = True
+    """Train (or reuse) the `quick` preset run; record its metrics, head scores and attention maps."""
+    speed: bool = True
+    """Measure data-generation speed."""
+    references: Path = Path("docs/reproductions/data")
+    """Folder of the published-values and authors'-code data files."""
+    threads: int = 1
+    """torch CPU threads."""
+    command: str = ""
+    """The command line that reproduces this spec."""
 
 
-def _preset_extras(run: Path) -> tuple[Any, Any]:
-    preset = (read_history(run), f"python analyses/train.py birth --preset quick --out {run}")
-    heads_json = run / "heads" / "detect_heads.json"
-    heads = None
-    if heads_json.exists():
-        command = f"python analyses/detect_heads.py {run}/ckpt.pt --out {run}/heads --n-samples 64"
-        heads = (json.loads(heads_json.read_text()), command)
-    return preset, heads
+def _flag(name: str, value: str) -> bool:
+    if value not in ("0", "1"):
+        raise MechmemError(f"--set {name}= takes 0 or 1, got {value!r}")
+    return value == "1"
+
+
+def make_spec(variant: str, options: dict[str, str]) -> BirthSpec:
+    """The spec of `variant` with `options` (see `OPTIONS`); unknown names raise `MechmemError`."""
+    if variant not in SCALES:
+        raise MechmemError(f"unknown variant {variant!r} (known: {', '.join(SCALES)})")
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise MechmemError(f"unknown option {unknown[0]!r} (known: {', '.join(OPTIONS)})")
+    only = tuple(g for g in options.get("only", ",".join(GROUPS)).split(",") if g)
+    if not only or set(only) - set(GROUPS):
+        raise MechmemError(f"only={options.get('only')!r}: experiments are {', '.join(GROUPS)}")
+    try:
+        seed, threads = int(options.get("seed", "0")), int(options.get("threads", "1"))
+    except ValueError as exc:
+        raise MechmemError(f"seed and threads take integers ({exc})") from None
+    command = " ".join(
+        [f"python analyses/reproduce.py birth --variant {variant}"]
+        + [f"--set {k}={v}" for k, v in options.items()]
+    )
+    return BirthSpec(
+        variant=variant,
+        scale=SCALES[variant],
+        runs=Path(options.get("runs", f"runs/birth_repro/{variant}")),
+        only=only,
+        seed=seed,
+        corpus=options.get("corpus"),
+        preset=_flag("preset", options.get("preset", "1")),
+        speed=_flag("speed", options.get("speed", "1")),
+        references=Path(options.get("references", "docs/reproductions/data")),
+        threads=threads,
+        command=command,
+    )
+
+
+def _run_entry(run: Run, history: list[dict[str, Any]]) -> dict[str, Any]:
+    compact = compact_history(history)
+    records = expand_history(compact)
+    finals = {k: final(records, k) for k in FINAL_KEYS}
+    return {
+        "group": run.group,
+        "label": run.label,
+        "outputs": run.task.outputs,
+        "final": {k: (None if math.isnan(v) else round(v, 5)) for k, v in finals.items()},
+        "history": compact,
+    }
 
 
 def _shifted(run_dir: Path, seed: int) -> dict[str, float]:
@@ -57,34 +140,120 @@ def _shifted(run_dir: Path, seed: int) -> dict[str, float]:
     if not (uniform.exists() and bigram.exists()):
         return {}
     return {
-        "uniform_on_bigram": shifted_accuracy(uniform, "bigram", seed=seed),
-        "bigram_on_uniform": shifted_accuracy(bigram, "uniform", seed=seed),
+        "uniform_on_bigram": round(shifted_accuracy(uniform, "bigram", seed=seed), 5),
+        "bigram_on_uniform": round(shifted_accuracy(bigram, "uniform", seed=seed), 5),
     }
 
 
-def reproduce(spec: Reproduction, *, log: Any = print) -> tuple[list[tuple[str, str, bool | None]], float]:
-    """Train every run, write figures and the report; returns the statement rows and total training seconds."""
-    histories = {}
-    for i, run in enumerate(spec.runs, 1):
-        log(f"[{i}/{len(spec.runs)}] {run.name}: {run.label}")
-        histories[run.name] = run_experiment(run, spec.run_dir, seed=spec.seed)
-    wall = training_seconds(spec.runs, spec.run_dir)
-    preset_ckpt = spec.preset_run / "ckpt.pt" if spec.preset_run else None
-    fig_dir = spec.doc.parent / "figures"
-    figs = plots.make_figures(
-        spec.runs, histories, spec.scale, run_dir=spec.run_dir, fig_dir=fig_dir, seed=spec.seed,
-        attention_ckpt=preset_ckpt,
-    )  # fmt: skip
-    preset, heads = _preset_extras(spec.preset_run) if spec.preset_run else (None, None)
-    shifted = _shifted(spec.run_dir, spec.seed)
-    speed = None
-    if spec.measure_speed:
-        sampler = TriggerSampler(load_stats(spec.corpus), seq_len=256, n_triggers=5, fixed_triggers=False)
-        speed = generation_speed(sampler)
-    text = page.markdown(
-        spec.runs, histories, spec.scale, command=spec.command, figures=figs, wall_s=wall, preset=preset,
-        heads=heads, speed=speed, shifted=shifted,
-    )  # fmt: skip
-    spec.doc.parent.mkdir(parents=True, exist_ok=True)
-    spec.doc.write_text(text)
-    return page.statements(histories, spec.scale, shifted), wall
+@torch.no_grad()
+def attention_maps(ckpt_path: Path, *, n_pos: int = 48, seed: int = 0) -> dict[str, Any]:
+    """Both layers' attention on one fresh task sequence (first `n_pos` positions), with its characters and the
+    occurrence counter (1: a trigger's first occurrence, 2+: later ones), for the attention figure."""
+    ckpt = load_checkpoint(ckpt_path)
+    batch = ckpt.task.eval_batch(1, generator=torch.Generator().manual_seed(seed))
+    tokens = batch.tokens[:, :n_pos]
+    patterns = attention_patterns(ckpt.model, tokens)[:, 0, 0]  # [layer query_pos key_pos]
+    return {
+        "source": str(ckpt_path),
+        "chars": [ckpt.task.stats.chars[int(t)] for t in tokens[0]],
+        "counter": batch.info["counter"][0, : tokens.shape[1]].tolist(),
+        "patterns": [[[round(float(x), 3) for x in row] for row in layer] for layer in patterns.tolist()],
+    }
+
+
+@torch.no_grad()
+def head_scores(ckpt_path: Path, *, n_samples: int = 64, seed: int = 0) -> dict[str, Any]:
+    """Previous-token and induction scores per layer (head 0) on repeated random sequences and on task data,
+    measured as `analyses/detect_heads.py` does (`mechmem.analysis.heads.detect_heads`)."""
+    ckpt = load_checkpoint(ckpt_path)
+    model, gen = ckpt.model, torch.Generator().manual_seed(seed)
+    repeated = repeated_random_tokens(n_samples, model.cfg.n_ctx // 2, model.cfg.d_vocab, generator=gen)
+    on_random = detect_heads(model, repeated).scores
+    on_task = detect_heads(model, ckpt.task.eval_batch(n_samples, generator=gen).tokens).scores
+    return {
+        "n_samples": n_samples,
+        "seed": seed,
+        "layers": [
+            {f"{name}_{data}": round(float(scores[name][layer, 0]), 5)
+             for name in ("previous_token", "induction")
+             for data, scores in (("random", on_random), ("task", on_task))}
+            for layer in range(model.cfg.n_layers)
+        ],
+    }  # fmt: skip
+
+
+def _preset(spec: BirthSpec, log: Any) -> tuple[dict[str, Any], Run]:
+    p = get_preset("birth", "quick")
+    run = Run("preset", "preset", "the `quick` preset", p.model, p.task, p.train)
+    log("[preset] the `quick` preset")
+    history = run_experiment(run, spec.runs, seed=spec.seed)
+    ckpt = spec.runs / "preset" / "ckpt.pt"
+    settings = {
+        "d_model": p.model.d_model, "seq_len": p.task.seq_len, "batch_size": p.train.batch_size,
+        "optimizer": p.train.optimizer, "lr": p.train.lr, "steps": p.train.steps, "n_triggers": p.task.n_triggers,
+        "fixed_triggers": p.task.fixed_triggers,
+        "frozen": [g for g in p.model.frozen if g in ("embed.W_E", "unembed.W_U")],
+    }  # fmt: skip
+    entry = {**_run_entry(run, history), "settings": settings, "heads": head_scores(ckpt, seed=spec.seed)}
+    return entry, run
+
+
+def _speed(spec: BirthSpec) -> dict[str, Any]:
+    settings = {
+        "seq_len": 256,
+        "n_triggers": 5,
+        "fixed_triggers": False,
+        "batch": 512,
+        "threads": spec.threads,
+    }
+    sampler = TriggerSampler(load_stats(spec.corpus), seq_len=256, n_triggers=5, fixed_triggers=False)
+    fast, slow = generation_speed(sampler, batch=settings["batch"])
+    return {
+        **settings,
+        "vectorised_per_s": round(fast, 1),
+        "loop_per_s": round(slow, 1),
+        "ratio": round(fast / slow, 2),
+    }
+
+
+def run(spec: BirthSpec, log: Any = print) -> dict[str, Any]:
+    """Train (or reuse) every run of `spec`, measure, judge the statements; the JSON-able run record."""
+    torch.set_num_threads(spec.threads)
+    published = load_published(spec.references / "birth_published.json")
+    authors = json.loads((spec.references / "birth_authors_code.json").read_text())
+    suite = experiment_runs(spec.scale, spec.corpus)
+    chosen = [r for r in suite if r.group in spec.only]
+    entries = {}
+    for i, r in enumerate(chosen, 1):
+        log(f"[{i}/{len(chosen)}] {r.name}: {r.label}")
+        entries[r.name] = _run_entry(r, run_experiment(r, spec.runs, seed=spec.seed))
+    shifted = _shifted(spec.runs, spec.seed)
+    timed = list(chosen)
+    preset = None
+    if spec.preset:
+        preset, preset_run = _preset(spec, log)
+        timed.append(preset_run)
+    attention_source = spec.runs / ("preset" if spec.preset else "freeze_none") / "ckpt.pt"
+    histories = {name: expand_history(e["history"]) for name, e in entries.items()}
+    context = Context(histories, spec.scale.freeze_step, suite[0].model.d_vocab, shifted)
+    return {
+        "paper": "birth",
+        "variant": spec.variant,
+        "command": spec.command,
+        "scale": asdict(spec.scale),
+        "seed": spec.seed,
+        "corpus": spec.corpus,
+        "n_tokens": suite[0].model.d_vocab,
+        "training_s": round(training_seconds(timed, spec.runs), 1),
+        "machine": f"{os.cpu_count()} CPU cores, {spec.threads} torch thread(s)",
+        "optimizer": {k: getattr(suite[0].train, k) for k in ("optimizer", "momentum", "weight_decay")},
+        "runs": entries,
+        "not_run": [{"name": r.name, "group": r.group, "label": r.label} for r in suite if r not in chosen],
+        "shifted": shifted,
+        "statements": judge(published, context),
+        "preset": preset,
+        "attention": attention_maps(attention_source, seed=spec.seed) if attention_source.exists() else None,
+        "speed": _speed(spec) if spec.speed else None,
+        "published": {k: v for k, v in published.items() if k != "statements"},
+        "authors_code": authors,
+    }

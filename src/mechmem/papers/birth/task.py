@@ -19,11 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from mechmem.config import ConfigMixin
 from mechmem.papers.birth.corpus import CorpusStats, load_stats
 from mechmem.papers.birth.data import OUTPUT_MODES, TriggerSampler, TriggerSequences
 from mechmem.papers.birth.models import full_config, is_simplified, simplified_config
 from mechmem.papers.birth.probes import attention_probes, memory_probes
-from mechmem.config import ConfigMixin
 from mechmem.tasks import register_task
 from mechmem.tasks.base import Batch, Task, masked_cross_entropy
 from mechmem.training.config import Preset, TrainConfig

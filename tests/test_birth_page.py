@@ -1,0 +1,146 @@
+"""The birth plugin end to end on a tiny scale: run -> record -> page, the page again from the record alone, every
+number on the page equal to the record's, and no result typed into the page code."""
+
+import ast
+import copy
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from mechmem.cli import run_script
+from mechmem.papers.birth import page as birth_page
+from mechmem.papers.birth import reproduce, statements
+from mechmem.papers.birth.experiments import SCALES, Scale
+from mechmem.papers.birth.models import simplified_config
+from mechmem.papers.birth.task import BirthConfig
+from mechmem.plugins import get_paper
+from mechmem.report.document import page_markdown, write_page
+from mechmem.training import TrainConfig
+from mechmem.training.config import Preset
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = Scale(d_model=16, seq_len=16, batch_size=4, steps=4, full_steps=4, freeze_step=2, eval_every=2,
+             eval_samples=8, depth_seq_len=16)  # fmt: skip
+
+
+def reproduce_main():
+    spec = importlib.util.spec_from_file_location("analyses_reproduce", ROOT / "analyses" / "reproduce.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+@pytest.fixture(scope="module")
+def tiny_record(tmp_path_factory):
+    """A record of the tiny suite (freezing and ffn runs, a tiny preset), written by `analyses/reproduce.py`."""
+    tmp = tmp_path_factory.mktemp("birth")
+    preset = Preset(
+        simplified_config(d_vocab=65, n_ctx=16, d_model=16, freeze_embeddings=True, freeze_unembedding=True),
+        BirthConfig(seq_len=16, n_triggers=2, fixed_triggers=True),
+        TrainConfig(
+            steps=4, batch_size=4, lr=0.1, optimizer="sgd", momentum=0.9, eval_every=2, eval_samples=8
+        ),
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(SCALES, "quick", TINY)
+        mp.setattr(reproduce, "get_preset", lambda task, name: preset)
+        docs = tmp / "docs"
+        args = ["birth", "--variant", "quick", "--docs", str(docs), "--set", "only=freezing,ffn", "--set", "speed=0",
+                "--set", f"runs={tmp / 'runs'}", "--set", f"references={ROOT / 'docs/reproductions/data'}"]  # fmt: skip
+        assert reproduce_main()(args) == 0
+    return docs
+
+
+def test_plugin_is_registered():
+    paper = get_paper("birth")
+    assert (
+        paper.variants[0] == "quick"
+        and "birth" in paper.tasks
+        and paper.page is birth_page.page
+        and paper.run is reproduce.run
+    )
+
+
+def test_page_only_rebuilds_the_same_page(tiny_record):
+    md = tiny_record / "birth.md"
+    first = md.read_text()
+    md.unlink()
+    assert reproduce_main()(["birth", "--page-only", "--docs", str(tiny_record)]) == 0
+    assert md.read_text() == first
+    for name in ("preset-training", "training-curves", "training-attention", "freezing-curves", "ffn-curves"):
+        assert any(p.name.startswith(f"birth_{name}") for p in (tiny_record / "figures").iterdir()), name
+
+
+def test_page_numbers_equal_the_record(tiny_record):
+    record = json.loads((tiny_record / "data" / "birth.json").read_text())
+    text = (tiny_record / "birth.md").read_text()
+    fmt = birth_page.fmt
+    judged = [s for s in record["statements"] if s["outcome"] is not None]
+    assert judged and all(f"| {s['outcome']} | {'yes' if s['holds'] else 'no'} |" in text for s in judged)
+    for entry in record["runs"].values():
+        row = next(
+            line for line in text.splitlines() if line.startswith(f"| {entry['label']} | {entry['group']}")
+        )
+        assert all(
+            fmt(entry["final"][k]) in row for k in ("icl_acc", "eval_icl_acc", "wo2_recall", "wk2_recall")
+        )
+    preset, authors = record["preset"], record["authors_code"]["results"]
+    row = next(line for line in text.splitlines() if line.startswith("| W_K^1 recall, first 64 |"))
+    needed = record["published"]["preset_targets"]["needed"]["wk1_recall_64"]
+    ours, theirs = fmt(preset["final"]["wk1_recall_64"]), fmt(authors["wk1_recall_64"])
+    assert row == f"| W_K^1 recall, first 64 | {ours} | {theirs} | >= {needed} |"
+    layer0 = preset["heads"]["layers"][0]
+    assert f"| 0 | {fmt(layer0['previous_token_random'])} / {fmt(layer0['previous_token_task'])} |" in text
+    assert f"{record['training_s'] / 60:.1f} min" in text
+    assert "Not rerun in this record: " in text and record["not_run"][0]["label"] in text
+
+
+def test_published_and_authors_values_come_from_the_record(tiny_record):
+    record = json.loads((tiny_record / "data" / "birth.json").read_text())
+    changed = copy.deepcopy(record)
+    changed["authors_code"]["results"]["wk1_recall"] = 0.4321
+    changed["published"]["preset_targets"]["needed"]["icl_acc"] = 0.8765
+    changed["statements"][0].update(published="about 12%", rule="ours > 0.1234")
+    changed["speed"] = {"seq_len": 8, "n_triggers": 2, "fixed_triggers": True, "batch": 4, "threads": 1,
+                        "vectorised_per_s": 1000.0, "loop_per_s": 10.0, "ratio": 100.0}  # fmt: skip
+    text = page_markdown(birth_page.page(changed))
+    assert all(s in text for s in ("0.432", ">= 0.8765", "about 12%", "ours > 0.1234", "**100x**"))
+
+
+def _numbers_in_code(path: Path) -> tuple[set, list[str]]:
+    tree = ast.parse(path.read_text())
+    numbers = {
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and type(n.value) in (int, float)
+    }
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return numbers, [s for s in strings if re.search(r"\d\.\d|\d+%", s)]
+
+
+@pytest.mark.parametrize("module", [birth_page, statements])
+def test_no_result_numbers_in_page_code(module):
+    numbers, decimals = _numbers_in_code(Path(module.__file__))
+    assert numbers <= {0, 1, 2, 60}, numbers  # indices and minutes; thresholds and results come from data
+    assert not decimals, decimals  # e.g. the authors' code "0.99 / 0.59" must come from the data file
+
+
+def test_bad_options_exit_2_with_one_line(tmp_path, capsys):
+    main = reproduce_main()
+    assert run_script(main, ["birth", "--set", "only=nope", "--docs", str(tmp_path)]) == 2
+    assert run_script(main, ["birth", "--variant", "huge", "--docs", str(tmp_path)]) == 2
+    assert run_script(main, ["birth", "--set", "colour=red", "--docs", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
+
+
+def test_committed_page_is_the_committed_record_rendered(tmp_path):
+    """docs/reproductions/birth.md is exactly what `--page-only` makes of docs/reproductions/data/birth.json."""
+    docs = ROOT / "docs" / "reproductions"
+    record = json.loads((docs / "data" / "birth.json").read_text())
+    md = write_page(birth_page.page(record), tmp_path / "birth.md", prose=docs / "prose" / "birth.md")
+    assert md.read_text() == (docs / "birth.md").read_text()
+    assert {p.name for p in (tmp_path / "figures").iterdir()} <= {
+        p.name for p in (docs / "figures").iterdir()
+    }
