@@ -296,6 +296,11 @@ def test_script_writes_patching_json(trained, tmp_path, capsys):
     assert torch.tensor(data["sweeps"]["resid_pre"]["values"]).shape == (1, 9)
     assert (tmp_path / "patching_resid_pre.png").exists()
     assert "resid_pre" in capsys.readouterr().out
+    att = tmp_path / "attribution"
+    assert run_script(script.main, [str(trained.path), "--out", str(att), "--n-samples", "16", "--method",
+                                    "attribution", "--sweeps", "resid_pre"]) == 0
+    got = json.loads((att / "patching.json").read_text())
+    assert got["method"] == "attribution" and torch.tensor(got["sweeps"]["resid_pre"]["values"]).shape == (1, 9)
     for bad in (
         [str(tmp_path / "missing.pt")],
         [str(trained.path), "--n-samples", "0", "--out", str(tmp_path)],
