@@ -25,12 +25,18 @@ from mechmem.errors import MechmemError
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_analysis_args(parser, n_samples=256)
-    parser.add_argument("--sweeps", nargs="+", choices=list(SWEEPS), help="sweeps to run (default: all there are)")
     parser.add_argument(
-        "--direction", choices=DIRECTIONS, default="denoising",
+        "--sweeps", nargs="+", choices=list(SWEEPS), help="sweeps to run (default: all there are)"
+    )
+    parser.add_argument(
+        "--direction",
+        choices=DIRECTIONS,
+        default="denoising",
         help="denoising: clean into corrupted; noising: corrupted into clean",
     )
-    parser.add_argument("--method", choices=METHODS, default="exact", help="exact patching or attribution (AtP*)")
+    parser.add_argument(
+        "--method", choices=METHODS, default="exact", help="exact patching or attribution (AtP*)"
+    )
     parser.add_argument("--memory-mb", type=float, default=256.0, help="memory budget of one batched pass")
     args = parser.parse_args(argv)
     ckpt, out = load_for_analysis(args)
@@ -47,8 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         ckpt.model, pair, args.sweeps, method=args.method, direction=args.direction, memory_mb=args.memory_mb
     )
     first = next(iter(results.values()))
-    print(f"{ckpt.task_name}: {first.metric} clean {first.clean:.4f}, corrupted {first.corrupted:.4f} "
-          f"({args.direction}, {args.method}, {args.n_samples} pairs)")
+    print(
+        f"{ckpt.task_name}: {first.metric} clean {first.clean:.4f}, corrupted {first.corrupted:.4f} "
+        f"({args.direction}, {args.method}, {args.n_samples} pairs)"
+    )
     print_table(largest_effects(results), ["sweep", "axes", "largest effect at", "metric", "normalised"])
     for name, res in results.items():
         if res.values.ndim == 2 and res.values.shape[1] <= 16:

@@ -84,14 +84,24 @@ def random_models() -> list[tuple[str, torch.nn.Module, PatchingPair]]:
 
     g = torch.Generator().manual_seed(0)
     cases = [
-        ("random 3-layer", dict(n_layers=3, d_model=32, n_heads=4, d_vocab=20, n_ctx=12, d_mlp=64), 64, 12),
-        ("LN+MLP 4-layer", dict(n_layers=4, d_model=128, n_heads=4, d_vocab=256, n_ctx=48, d_mlp=512), 16, 48),
-        ("attn-only 6-layer", dict(n_layers=6, d_model=64, n_heads=8, d_vocab=128, n_ctx=32, d_mlp=None), 32, 32),
+        ("random 3-layer", {"n_layers": 3, "d_model": 32, "n_heads": 4, "d_vocab": 20, "d_mlp": 64}, 64, 12),
+        (
+            "LN+MLP 4-layer",
+            {"n_layers": 4, "d_model": 128, "n_heads": 4, "d_vocab": 256, "d_mlp": 512},
+            16,
+            48,
+        ),
+        (
+            "attn-only 6-layer",
+            {"n_layers": 6, "d_model": 64, "n_heads": 8, "d_vocab": 128, "d_mlp": None},
+            32,
+            32,
+        ),
     ]
     out = []
     for label, kw, n, pos in cases:
         norm = {} if kw["d_mlp"] is None else {"normalization_type": "LN"}
-        model = build_transformer(TransformerConfig(**kw, **norm), generator=g)
+        model = build_transformer(TransformerConfig(**kw, n_ctx=pos, **norm), generator=g)
         out.append((label, model, random_pair(kw["d_vocab"], n, pos, g)))
     birth = BirthTask.presets["quick"].model
     out.append(("birth demo", build_transformer(birth, generator=g), random_pair(birth.d_vocab, 16, 64, g)))
@@ -161,8 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--n-samples", type=int, default=128, help="clean/corrupted pairs per checkpoint")
     parser.add_argument("--repeats", type=int, default=3, help="timings are the best of this many runs")
-    parser.add_argument("--budget", type=float, default=2.0, help="stop repeating a timing after a run this long (s)")
-    parser.add_argument("--no-train", action="store_true", help="only the random models (no permutation training)")
+    parser.add_argument(
+        "--budget", type=float, default=2.0, help="stop repeating a timing after a run this long (s)"
+    )
+    parser.add_argument(
+        "--no-train", action="store_true", help="only the random models (no permutation training)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 suits tiny models)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from helpers import build_transformer_cfg
+from helpers import assert_no_hooks, build_transformer_cfg
 
 from mechmem.analysis.patching import (
     SWEEPS,
@@ -19,7 +19,6 @@ from mechmem.analysis.patching import (
 from mechmem.analysis.patching_reference import TL_SWEEPS
 from mechmem.models.adapter import build_transformer
 from mechmem.tasks.base import PatchingPair
-from helpers import assert_no_hooks
 
 TL = TL_SWEEPS
 assert set(TL) == set(SWEEPS)
@@ -117,7 +116,9 @@ def test_callable_metric_equals_transformer_lens(random_case, direction):
         if model.cfg.attn_only and SWEEPS[name].stage in ("resid_mid", "mlp_out"):
             continue
         ref = tl_sweep(model, name, pair, direction, metric)
-        torch.testing.assert_close(patcher.sweep(name, direction).values, ref.cpu(), atol=1e-5, rtol=0, msg=name)
+        torch.testing.assert_close(
+            patcher.sweep(name, direction).values, ref.cpu(), atol=1e-5, rtol=0, msg=name
+        )
     assert_no_hooks(model)
 
 
@@ -129,7 +130,8 @@ def test_generic_callable_metric_equals_transformer_lens(random_case):
         return logits.log_softmax(-1)[:, :, 0].mean()
 
     def not_vmappable(logits):
-        return torch.tensor(logits[:, -2, 1].sum().item())  # no gradient either: read-out found by perturbation
+        # No gradient either: its read-out is found by perturbation.
+        return torch.tensor(logits[:, -2, 1].sum().item())
 
     for metric, mode, reads in ((mean_logprob, "vmap", range(6)), (not_vmappable, "loop", [4])):
         patcher = Patcher(model, pair.clean, pair.corrupted, metric)
@@ -227,8 +229,9 @@ def test_invariants(random_case):
     # layer's resid_post at the read-out position alone does (nothing after it).
     # One shared read-out position, so the cell (last layer, that position) patches every prompt's read-out.
     last, at = model.cfg.n_layers - 1, int(pair.answer_pos.max())
-    shared = PatchingPair(pair.clean, pair.corrupted, torch.full_like(pair.answer_pos, at), pair.correct,
-                          pair.incorrect)
+    shared = PatchingPair(
+        pair.clean, pair.corrupted, torch.full_like(pair.answer_pos, at), pair.correct, pair.incorrect
+    )
     post = Patcher(model, shared.clean, shared.corrupted, pair=shared).sweep("resid_post")
     assert abs(float(post.values[last, at]) - post.clean) < 1e-5
     assert abs(post.clean - post.corrupted) > 1e-3  # the check is not vacuous
@@ -297,10 +300,11 @@ def test_script_writes_patching_json(trained, tmp_path, capsys):
     assert (tmp_path / "patching_resid_pre.png").exists()
     assert "resid_pre" in capsys.readouterr().out
     att = tmp_path / "attribution"
-    assert run_script(script.main, [str(trained.path), "--out", str(att), "--n-samples", "16", "--method",
-                                    "attribution", "--sweeps", "resid_pre"]) == 0
+    argv = [str(trained.path), "--out", str(att), "--n-samples", "16", "--sweeps", "resid_pre"]
+    assert run_script(script.main, [*argv, "--method", "attribution"]) == 0
     got = json.loads((att / "patching.json").read_text())
-    assert got["method"] == "attribution" and torch.tensor(got["sweeps"]["resid_pre"]["values"]).shape == (1, 9)
+    assert got["method"] == "attribution"
+    assert torch.tensor(got["sweeps"]["resid_pre"]["values"]).shape == (1, 9)
     for bad in (
         [str(tmp_path / "missing.pt")],
         [str(trained.path), "--n-samples", "0", "--out", str(tmp_path)],

@@ -62,7 +62,9 @@ class Attributor:
         device = next(model.parameters()).device
         self.tokens = {"clean": clean.to(device), "corrupted": corrupted.to(device)}
         every = torch.arange(clean.shape[1], device=device).expand(clean.shape[0], -1)
-        self.metric = resolve_metric(metric, pair, lambda: self.replay.run(self.tokens["clean"], every).logits, readout)
+        self.metric = resolve_metric(
+            metric, pair, lambda: self.replay.run(self.tokens["clean"], every).logits, readout
+        )
         self.readout = self.metric.readout.to(device)
         self.qk_exact, self.memory = qk_exact, memory_mb * 2**20
         self._runs: dict[str, tuple[RunActs, dict[str, list[Tensor]], float]] = {}
@@ -80,7 +82,9 @@ class Attributor:
             for (s, _), g in zip(keys, grads):
                 by_stage[s].append(g)
             acts = {s: [a.detach() for a in run.acts[s]] for s in STAGES}
-            detached = RunActs(acts, [k.detach() for k in run.k], [v.detach() for v in run.v], run.logits.detach())
+            detached = RunActs(
+                acts, [k.detach() for k in run.k], [v.detach() for v in run.v], run.logits.detach()
+            )
             self._runs[name] = (detached, by_stage, float(value.detach()))
         return self._runs[name]
 
@@ -93,7 +97,9 @@ class Attributor:
             raise MechmemError(f"direction must be 'denoising' or 'noising', got {direction!r}")
         if self.replay.attn_only and spec.stage in ("resid_mid", "mlp_out"):
             raise MechmemError(f"sweep {spec.name!r} needs MLPs; the model is attention-only")
-        base_name, source_name = ("corrupted", "clean") if direction == "denoising" else ("clean", "corrupted")
+        base_name, source_name = (
+            ("corrupted", "clean") if direction == "denoising" else ("clean", "corrupted")
+        )
         base, grads, value = self.run(base_name)
         source = self.run(source_name)[0]
         layers = []
@@ -106,8 +112,13 @@ class Attributor:
             layers.append(value + cells)
         values = {name: self.run(name)[2] for name in ("clean", "corrupted")}
         return PatchingResult(
-            spec.name, spec.axes, torch.stack(layers).cpu(), direction, self.metric.name,
-            values["clean"], values["corrupted"],
+            spec.name,
+            spec.axes,
+            torch.stack(layers).cpu(),
+            direction,
+            self.metric.name,
+            values["clean"],
+            values["corrupted"],
         )
 
     def qk_target(self, stage: str, layer: int) -> int | None:
@@ -138,15 +149,16 @@ class Attributor:
         linear = (g_h * dh).sum((0, 2))
         h_new = self.replay.ln1(layer, resid + delta)
         n_pos = h.shape[1]
-        per_cell = 4 * pattern.numel() * 3 + 4 * h.numel()
-        chunk = max(1, int(self.memory // per_cell))
-        exact = []
-        for first in range(0, n_pos, chunk):
-            cells = torch.arange(first, min(first + chunk, n_pos), device=h.device)
+        active = (delta != 0).any(-1).any(0).nonzero().flatten()  # other positions: no change, no correction
+        chunk = max(1, int(self.memory // (4 * 3 * pattern.numel() + 4 * h.numel())))
+        exact = torch.zeros_like(linear)
+        for first in range(0, len(active), chunk):
+            cells = active[first : first + chunk]
             at = (cells[:, None] == torch.arange(n_pos, device=h.device))[:, None, :, None]  # [cell 1 pos 1]
-            moved = self.replay.attend(layer, torch.where(at, h_new, h))[0]
-            exact.append((grad_pattern * (moved - pattern)).sum((1, 2, 3, 4)))
-        return torch.cat(exact) - linear
+            stacked = torch.where(at, h_new, h).flatten(0, 1)  # [cell * batch pos d_model]
+            moved = self.replay.attend(layer, stacked)[0].unflatten(0, (len(cells), -1))
+            exact[cells] = (grad_pattern * (moved - pattern)).sum((1, 2, 3, 4))
+        return exact - linear
 
 
 def reduce_cells(x: Float[Tensor, "batch ..."], spec: PatchSweep) -> Tensor:

@@ -54,7 +54,11 @@ def resolve_metric(
             raise MechmemError("a metric is needed when no PatchingPair is given")
         return PatchingMetric.logit_diff(pair)
     owner = getattr(metric, "__self__", None)
-    if isinstance(owner, PatchingPair) and getattr(metric, "__name__", "") == "logit_diff" and readout is None:
+    if (
+        isinstance(owner, PatchingPair)
+        and getattr(metric, "__name__", "") == "logit_diff"
+        and readout is None
+    ):
         return PatchingMetric.logit_diff(owner)
     if not callable(metric):
         raise MechmemError(f"metric must be callable, got {type(metric).__name__}")
@@ -163,7 +167,9 @@ class Patcher:
         self.replay = Replay(model)
         device = next(model.parameters()).device
         every = torch.arange(clean.shape[1], device=device).expand(clean.shape[0], -1)
-        self.metric = resolve_metric(metric, pair, lambda: self.replay.run(clean.to(device), every).logits, readout)
+        self.metric = resolve_metric(
+            metric, pair, lambda: self.replay.run(clean.to(device), every).logits, readout
+        )
         self.readout = self.metric.readout.to(device)
         self.n_pos = clean.shape[1]
         if int(self.readout.max()) >= self.n_pos or int(self.readout.min()) < 0:

@@ -61,7 +61,9 @@ def _scalar(value: Any, like: Tensor) -> Tensor:
     return torch.as_tensor(value, dtype=like.dtype, device=like.device).reshape(())
 
 
-def per_patch(metric: Callable[[Tensor], Any], probe: Float[Tensor, "batch pos d_vocab"]) -> tuple[Callable, str]:
+def per_patch(
+    metric: Callable[[Tensor], Any], probe: Float[Tensor, "batch pos d_vocab"]
+) -> tuple[Callable, str]:
     """`metric` over a leading patch axis: vmapped when that agrees with one call per patch, else a loop.
 
     Returns (fn [patch batch pos d_vocab] -> [patch], "vmap" or "loop").
@@ -76,8 +78,8 @@ def per_patch(metric: Callable[[Tensor], Any], probe: Float[Tensor, "batch pos d
         got = mapped(inputs)
         if got.shape == (2,) and torch.allclose(got, loop(inputs), atol=1e-6, rtol=1e-5, equal_nan=True):
             return mapped, "vmap"
-    except Exception:  # any failure inside vmap (e.g. `.item()`, data-dependent control flow) means: loop
-        pass
+    except Exception:  # noqa: BLE001 - any failure inside vmap (`.item()`, data-dependent control flow): loop
+        return loop, "loop"
     return loop, "loop"
 
 
@@ -123,7 +125,9 @@ def as_readout(readout: Any, n_batch: int, n_pos: int) -> Int[Tensor, "batch rea
     r = r.reshape(1, -1).expand(n_batch, -1) if r.ndim <= 1 else r
     r = torch.where(r < 0, r + n_pos, r)
     if r.shape[0] != n_batch or r.numel() == 0 or int(r.min()) < 0 or int(r.max()) >= n_pos:
-        raise MechmemError(f"readout must name positions in [-{n_pos}, {n_pos}) for each of {n_batch} prompts")
+        raise MechmemError(
+            f"readout must name positions in [-{n_pos}, {n_pos}) for each of {n_batch} prompts"
+        )
     return r
 
 

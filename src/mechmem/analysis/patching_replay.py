@@ -166,7 +166,9 @@ class Replay:
         return self.model.blocks[layer].ln1(flat).reshape(resid.shape)
 
     # -- whole runs -------------------------------------------------------------------------------------
-    def run(self, tokens: Int[Tensor, "batch pos"], readout: Int[Tensor, "batch read"], grad: bool = False) -> RunActs:
+    def run(
+        self, tokens: Int[Tensor, "batch pos"], readout: Int[Tensor, "batch read"], grad: bool = False
+    ) -> RunActs:
         """Run the model on `tokens`, keeping every patchable activation and the logits at `readout`.
 
         With `grad`, the activations stay in the autograd graph (attribution patching differentiates through them).

@@ -67,4 +67,11 @@ def patching_record(results: dict[str, PatchingResult], **fields: Any) -> dict[s
     }
 
 
-__all__ = ["METHODS", "METRIC_DESCRIPTION", "largest_effects", "model_sweeps", "patching_record", "run_method"]
+__all__ = [
+    "METHODS",
+    "METRIC_DESCRIPTION",
+    "largest_effects",
+    "model_sweeps",
+    "patching_record",
+    "run_method",
+]
