@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from mechmem.checkpoint import read_payload, save_checkpoint
 from mechmem.errors import MechmemError, TrainingDiverged
 from mechmem.models.adapter import move_model
+from mechmem.progress import Progress
 from mechmem.tasks.base import Task
 from mechmem.training.config import TrainConfig
 
@@ -121,7 +121,7 @@ def train(
         out_dir: where to write `metrics.jsonl`, `ckpt.pt`, `resume.pt` and `checkpoints/step_*.pt`.
         device: torch device for the model and batches.
         resume: continue from the latest checkpoint in `out_dir` with trainer state.
-        progress: show a tqdm progress bar.
+        progress: show progress (a bar on a terminal, a line every 10 s otherwise; `mechmem.progress`).
     """
     device = torch.device(device)
     move_model(model, device)
@@ -194,7 +194,7 @@ def train(
 
     t0 = time.perf_counter()
     model.train()
-    bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc=f"train {task.name}", leave=False)
+    bar = Progress(cfg.steps, initial=start, enabled=progress, desc=f"train {task.name}")
     for step in range(start, cfg.steps):
         lr = lr_at(step, cfg)
         for group in optimizer.param_groups:
