@@ -113,7 +113,9 @@ def test_agreement_and_bad_input():
     with pytest.raises(MechmemError):
         not_differentiable = lambda x: torch.tensor(x[:, -1, 0].sum().item())
         Attributor(model, pair.clean, pair.corrupted, not_differentiable).sweep("attn_out")
+    model.requires_grad_(False)  # frozen parameters: gradients w.r.t. activations still flow
     att = Attributor(model, pair.clean, pair.corrupted, pair=pair)
+    torch.testing.assert_close(att.sweep("attn_out").values, res.values)
     for bad in (("nonsense", "denoising"), ("attn_out", "sideways"), ("mlp_out", "denoising")):
         with pytest.raises(MechmemError):
             att.sweep(*bad)

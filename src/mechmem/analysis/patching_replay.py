@@ -179,6 +179,8 @@ class Replay:
     def _run(self, tokens: Int[Tensor, "batch pos"], readout: Int[Tensor, "batch read"]) -> RunActs:
         model = self.model
         resid = model.embed(tokens) + model.pos_embed(tokens)
+        if torch.is_grad_enabled():  # gradients w.r.t. activations, even where the parameters are frozen
+            resid = resid.detach().requires_grad_(True)
         acts: dict[str, list[Tensor]] = {s: [] for s in STAGES}
         ks, vs = [], []
         for layer in range(self.n_layers):
