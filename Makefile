@@ -7,7 +7,7 @@ LOCAL_TORCH := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
 TEST_ARGS ?= -n 2
 PYTEST := $(PY) -m pytest
 
-.PHONY: demo test test-slow bench clean-venv
+.PHONY: demo test test-slow bench clean-venv notebooks
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -24,6 +24,10 @@ test: $(VENV)/.installed
 
 test-slow: $(VENV)/.installed
 	$(PYTEST) $(TEST_ARGS) -m slow
+
+# examples/*.py (percent format) are the source; their .ipynb twins are regenerated from them, outputs empty.
+notebooks: $(VENV)/.installed
+	$(PY) -m jupytext --to ipynb examples/*.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -2,9 +2,11 @@
 
     python analyses/patch.py runs/t2/ckpt.pt --n-samples 128                     # about a second on CPU
     python analyses/patch.py runs/t2 --sweeps resid_pre attn_head_out_by_pos --direction noising
+    python analyses/patch.py runs/t2 --method attribution        # first-order estimate, one backward per run
 
 Denoising patches clean activations into the corrupted run, noising corrupted activations into the clean run; the
-metric is the task's logit difference (clean answer minus corrupted answer) at the answer position. Prints a
+metric is the task's logit difference (clean answer minus corrupted answer) at the answer position. `--method
+attribution` estimates every cell from gradients (AtP*; see docs/patching.md for its measured agreement). Prints a
 summary table (and the layer x position / layer x head tables) and writes DIR/patching.json
 ("sweeps": {name: {"axes", "values"}}) and one heatmap DIR/patching_<sweep>.png per sweep.
 """
@@ -14,31 +16,26 @@ import argparse
 import torch
 
 from mechmem.analysis.heads import no_attention_reason
-from mechmem.analysis.patching import DIRECTIONS, SWEEPS, plot_patching, run_sweeps
+from mechmem.analysis.patching import DIRECTIONS, SWEEPS, plot_patching
+from mechmem.analysis.patching_tables import METHODS, largest_effects, patching_record, run_method
 from mechmem.cli import add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
 from mechmem.errors import MechmemError
-
-METRIC_DESCRIPTION = (
-    "logit[clean answer] - logit[corrupted answer] at the answer position, mean over the pairs; "
-    "each value is the metric after one patch"
-)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_analysis_args(parser, n_samples=256)
     parser.add_argument(
-        "--sweeps",
-        nargs="+",
-        choices=list(SWEEPS),
-        default=None,
-        help="sweeps to run (default: all that the model has)",
+        "--sweeps", nargs="+", choices=list(SWEEPS), help="sweeps to run (default: all there are)"
     )
     parser.add_argument(
         "--direction",
         choices=DIRECTIONS,
         default="denoising",
         help="denoising: clean into corrupted; noising: corrupted into clean",
+    )
+    parser.add_argument(
+        "--method", choices=METHODS, default="exact", help="exact patching or attribution (AtP*)"
     )
     parser.add_argument("--memory-mb", type=float, default=256.0, help="memory budget of one batched pass")
     args = parser.parse_args(argv)
@@ -52,56 +49,24 @@ def main(argv: list[str] | None = None) -> int:
         pair = ckpt.task.patching_pair(args.n_samples, generator=torch.Generator().manual_seed(args.seed))
     except NotImplementedError as exc:
         raise MechmemError(str(exc)) from None
-    attn_only = bool(getattr(getattr(ckpt.model, "cfg", None), "attn_only", False))
-    sweeps = args.sweeps or [
-        n for n in SWEEPS if not (attn_only and SWEEPS[n].stage in ("resid_mid", "mlp_out"))
-    ]
-    results = run_sweeps(ckpt.model, pair, sweeps, direction=args.direction, memory_mb=args.memory_mb)
-
+    results = run_method(
+        ckpt.model, pair, args.sweeps, method=args.method, direction=args.direction, memory_mb=args.memory_mb
+    )
     first = next(iter(results.values()))
     print(
         f"{ckpt.task_name}: {first.metric} clean {first.clean:.4f}, corrupted {first.corrupted:.4f} "
-        f"({args.direction}, {args.n_samples} pairs)"
+        f"({args.direction}, {args.method}, {args.n_samples} pairs)"
     )
-    rows = []
-    for name, res in results.items():
-        flat = (res.values - res.baseline).abs().flatten()
-        best = int(flat.argmax())
-        cell = [int(i) for i in torch.unravel_index(torch.tensor(best), res.values.shape)]
-        rows.append(
-            [
-                name,
-                " x ".join(res.axes),
-                str(cell),
-                float(res.values.flatten()[best]),
-                float(res.normalised().flatten()[best]),
-            ]
-        )
-    print_table(rows, ["sweep", "axes", "largest effect at", "metric", "normalised"])
+    print_table(largest_effects(results), ["sweep", "axes", "largest effect at", "metric", "normalised"])
     for name, res in results.items():
         if res.values.ndim == 2 and res.values.shape[1] <= 16:
             print(f"\n{name} ({res.axes[0]} x {res.axes[1]})")
-            print_table(
-                [[i, *row] for i, row in enumerate(res.values.tolist())],
-                [res.axes[0], *(str(j) for j in range(res.values.shape[1]))],
-            )
-
-    write_json(
-        out / "patching.json",
-        {
-            "task": ckpt.task_name,
-            "metric": first.metric,
-            "metric_description": METRIC_DESCRIPTION,
-            "direction": args.direction,
-            "clean": first.clean,
-            "corrupted": first.corrupted,
-            "n_samples": args.n_samples,
-            "seed": args.seed,
-            "sweeps": {
-                name: {"axes": list(res.axes), "values": res.values.tolist()} for name, res in results.items()
-            },
-        },
+            rows = [[i, *row] for i, row in enumerate(res.values.tolist())]
+            print_table(rows, [res.axes[0], *(str(j) for j in range(res.values.shape[1]))])
+    record = patching_record(
+        results, task=ckpt.task_name, method=args.method, n_samples=args.n_samples, seed=args.seed
     )
+    write_json(out / "patching.json", record)
     for name, res in results.items():
         save_figure(plot_patching(res), out / f"patching_{name}.png")
     print(f"\nwrote {out / 'patching.json'} and {len(results)} heatmaps patching_<sweep>.png")

@@ -36,3 +36,41 @@ def test_example_runs(path, tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
+
+
+NOTEBOOKS = [path.with_suffix(".ipynb") for path in EXAMPLES]
+
+
+def test_notebooks_match_their_scripts():
+    """Each example ships as a notebook whose cells are the script's (regenerate with `make notebooks`)."""
+    jupytext = pytest.importorskip("jupytext")
+    for script, notebook in zip(EXAMPLES, NOTEBOOKS):
+        assert notebook.exists(), f"{notebook.name} missing: run `make notebooks`"
+        want, got = jupytext.read(script), jupytext.read(notebook)
+        cells = lambda nb: [(c.cell_type, c.source) for c in nb.cells]
+        assert cells(got) == cells(want), f"{notebook.name} is out of date: run `make notebooks`"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs(path, tmp_path, monkeypatch):
+    """Executed in a Jupyter kernel (no network) on small settings; figures come out inline."""
+    nbclient = pytest.importorskip("nbclient")
+    nbformat = pytest.importorskip("nbformat")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    for key, value in {
+        "MECHMEM_EXAMPLE_STEPS": "30",
+        "MECHMEM_EXAMPLE_OUT": str(tmp_path),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    notebook = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()
+    outputs = [o for cell in notebook.cells for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    if path.stem == "demo_walkthrough":
+        assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4

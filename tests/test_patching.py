@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from helpers import build_transformer_cfg
+from helpers import assert_no_hooks, build_transformer_cfg
 
 from mechmem.analysis.patching import (
     SWEEPS,
@@ -19,7 +19,6 @@ from mechmem.analysis.patching import (
 from mechmem.analysis.patching_reference import TL_SWEEPS
 from mechmem.models.adapter import build_transformer
 from mechmem.tasks.base import PatchingPair
-from helpers import assert_no_hooks
 
 TL = TL_SWEEPS
 assert set(TL) == set(SWEEPS)
@@ -95,18 +94,77 @@ def test_equals_transformer_lens_random(random_case, direction):
     assert_no_hooks(model)
 
 
+def answer_logprob(pair):
+    """A plain callable metric, the way TransformerLens users write one: log-prob of the answer, per prompt."""
+    rows = torch.arange(len(pair.clean))
+
+    def metric(logits):
+        return logits.log_softmax(-1)[rows, pair.answer_pos, pair.correct].mean()
+
+    return metric
+
+
+@pytest.mark.parametrize("direction", ["denoising", "noising"])
+def test_callable_metric_equals_transformer_lens(random_case, direction):
+    """A callable metric: vmapped over patches, read-out positions found by the dependency check; every sweep."""
+    model, pair = random_case
+    metric = answer_logprob(pair)
+    patcher = Patcher(model, pair.clean, pair.corrupted, metric)
+    assert patcher.metric.mode == "vmap"
+    assert torch.equal(patcher.metric.readout, pair.answer_pos[:, None])  # found, per prompt
+    for name in SWEEPS:
+        if model.cfg.attn_only and SWEEPS[name].stage in ("resid_mid", "mlp_out"):
+            continue
+        ref = tl_sweep(model, name, pair, direction, metric)
+        torch.testing.assert_close(
+            patcher.sweep(name, direction).values, ref.cpu(), atol=1e-5, rtol=0, msg=name
+        )
+    assert_no_hooks(model)
+
+
 def test_generic_callable_metric_equals_transformer_lens(random_case):
-    """Any metric(logits) -> scalar works; here one that reads every position (no skips by read-out)."""
+    """A metric that reads every position (no skips by read-out), and one that cannot be vmapped (`.item()`)."""
     model, pair = random_case
 
     def mean_logprob(logits):
         return logits.log_softmax(-1)[:, :, 0].mean()
 
-    patcher = Patcher(model, pair.clean, pair.corrupted, mean_logprob)
-    for name in ("resid_pre", "attn_head_out_by_pos", "attn_head_pattern_all_pos"):
-        ref = tl_sweep(model, name, pair, "denoising", mean_logprob)
-        torch.testing.assert_close(patcher.sweep(name).values, ref.cpu(), atol=1e-5, rtol=0, msg=name)
-    assert patcher.metric.name == "mean_logprob"
+    def not_vmappable(logits):
+        # No gradient either: its read-out is found by perturbation.
+        return torch.tensor(logits[:, -2, 1].sum().item())
+
+    for metric, mode, reads in ((mean_logprob, "vmap", range(6)), (not_vmappable, "loop", [4])):
+        patcher = Patcher(model, pair.clean, pair.corrupted, metric)
+        assert patcher.metric.mode == mode and patcher.metric.name == metric.__name__
+        assert patcher.metric.readout.unique().tolist() == list(reads)
+        for name in ("resid_pre", "attn_head_out_by_pos", "attn_head_pattern_all_pos"):
+            ref = tl_sweep(model, name, pair, "denoising", metric)
+            torch.testing.assert_close(patcher.sweep(name).values, ref.cpu(), atol=1e-5, rtol=0, msg=name)
+
+
+def test_dependency_check_and_declared_readout(random_case):
+    from mechmem.analysis.patching_metric import find_readout
+    from mechmem.errors import MechmemError
+
+    model, pair = random_case
+    probe = torch.randn(3, 7, 5, generator=torch.Generator().manual_seed(0))
+    # Different positions per prompt; rows padded with their first position.
+    got = find_readout(lambda x: x[0, 2, 1] + x[1, 5].logsumexp(-1) + x[2, [1, 6]].sum(), probe)
+    assert got.tolist() == [[2, 2], [5, 5], [1, 6]]
+    # Positions read through a non-differentiable function are found by perturbation.
+    assert find_readout(lambda x: x[:, 3].argmax(-1).sum().item(), probe).unique().tolist() == [3]
+    with pytest.raises(MechmemError):
+        find_readout(lambda x: torch.tensor(1.0), probe)
+    # A declared read-out is used as given (negative = from the end) and gives TL's numbers.
+    metric = answer_logprob(pair)
+    declared = Patcher(model, pair.clean, pair.corrupted, metric, readout=pair.answer_pos[:, None])
+    assert torch.equal(declared.metric.readout, pair.answer_pos[:, None])
+    last = Patcher(model, pair.clean, pair.corrupted, lambda x: x[:, -1, 0].mean(), readout=[-1])
+    assert last.metric.readout.unique().tolist() == [pair.clean.shape[1] - 1]
+    ref = tl_sweep(model, "resid_pre", pair, "denoising", metric)
+    torch.testing.assert_close(declared.sweep("resid_pre").values, ref.cpu(), atol=1e-5, rtol=0)
+    with pytest.raises(MechmemError):
+        Patcher(model, pair.clean, pair.corrupted, metric, readout=[99])
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +229,9 @@ def test_invariants(random_case):
     # layer's resid_post at the read-out position alone does (nothing after it).
     # One shared read-out position, so the cell (last layer, that position) patches every prompt's read-out.
     last, at = model.cfg.n_layers - 1, int(pair.answer_pos.max())
-    shared = PatchingPair(pair.clean, pair.corrupted, torch.full_like(pair.answer_pos, at), pair.correct,
-                          pair.incorrect)
+    shared = PatchingPair(
+        pair.clean, pair.corrupted, torch.full_like(pair.answer_pos, at), pair.correct, pair.incorrect
+    )
     post = Patcher(model, shared.clean, shared.corrupted, pair=shared).sweep("resid_post")
     assert abs(float(post.values[last, at]) - post.clean) < 1e-5
     assert abs(post.clean - post.corrupted) > 1e-3  # the check is not vacuous
@@ -240,6 +299,12 @@ def test_script_writes_patching_json(trained, tmp_path, capsys):
     assert torch.tensor(data["sweeps"]["resid_pre"]["values"]).shape == (1, 9)
     assert (tmp_path / "patching_resid_pre.png").exists()
     assert "resid_pre" in capsys.readouterr().out
+    att = tmp_path / "attribution"
+    argv = [str(trained.path), "--out", str(att), "--n-samples", "16", "--sweeps", "resid_pre"]
+    assert run_script(script.main, [*argv, "--method", "attribution"]) == 0
+    got = json.loads((att / "patching.json").read_text())
+    assert got["method"] == "attribution"
+    assert torch.tensor(got["sweeps"]["resid_pre"]["values"]).shape == (1, 9)
     for bad in (
         [str(tmp_path / "missing.pt")],
         [str(trained.path), "--n-samples", "0", "--out", str(tmp_path)],

@@ -33,6 +33,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.analysis.patching_metric import PatchingMetric, callable_metric
 from mechmem.analysis.patching_replay import STAGE_AXES, Replay, RunActs, take_pos
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import PatchingPair
@@ -41,45 +42,11 @@ DIRECTIONS = ("denoising", "noising")
 
 
 # -- metrics -------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PatchingMetric:
-    """A metric in batched form: `fn(logits at readout [patch batch read d_vocab]) -> [patch]`."""
-
-    name: str
-    """Name recorded in results."""
-    readout: Int[Tensor, "batch read"]
-    """Positions whose logits the metric reads, per prompt."""
-    fn: Callable[[Tensor], Tensor]
-    """Logits at `readout`, with a leading patch axis, to one value per patch."""
-
-    @classmethod
-    def logit_diff(cls, pair: PatchingPair) -> "PatchingMetric":
-        """Mean over prompts of logit[correct] - logit[incorrect] at the answer position (`pair.logit_diff`)."""
-        correct, incorrect = pair.correct, pair.incorrect
-
-        def fn(logits: Tensor) -> Tensor:
-            at = logits[..., 0, :]
-            idx = torch.stack([correct, incorrect], -1).to(at.device).expand(*at.shape[:-1], 2)
-            good, bad = at.gather(-1, idx).unbind(-1)
-            return (good - bad).mean(-1)
-
-        return cls("logit_diff", pair.answer_pos[:, None], fn)
-
-    @classmethod
-    def from_callable(
-        cls, metric: Callable[[Tensor], Any], n_batch: int, n_pos: int, name: str | None = None
-    ) -> "PatchingMetric":
-        """Wrap any `metric(logits [batch pos d_vocab]) -> scalar`; it is called once per patch on full logits."""
-        readout = torch.arange(n_pos).expand(n_batch, n_pos)
-
-        def fn(logits: Tensor) -> Tensor:
-            return torch.stack([torch.as_tensor(metric(x), dtype=logits.dtype).reshape(()) for x in logits])
-
-        return cls(name or getattr(metric, "__name__", "metric"), readout, fn)
-
-
-def resolve_metric(metric: Any, clean: Tensor, pair: PatchingPair | None) -> PatchingMetric:
-    """None -> the pair's logit difference; `pair.logit_diff` itself is recognised; any callable is wrapped."""
+def resolve_metric(
+    metric: Any, pair: PatchingPair | None, probe: Callable[[], Tensor], readout: Any = None
+) -> PatchingMetric:
+    """None -> the pair's logit difference; `pair.logit_diff` itself is recognised; any callable is put in
+    batched form by `callable_metric` (`probe()` gives the clean run's full logits, computed only then)."""
     if isinstance(metric, PatchingMetric):
         return metric
     if metric is None:
@@ -87,11 +54,15 @@ def resolve_metric(metric: Any, clean: Tensor, pair: PatchingPair | None) -> Pat
             raise MechmemError("a metric is needed when no PatchingPair is given")
         return PatchingMetric.logit_diff(pair)
     owner = getattr(metric, "__self__", None)
-    if isinstance(owner, PatchingPair) and getattr(metric, "__name__", "") == "logit_diff":
+    if (
+        isinstance(owner, PatchingPair)
+        and getattr(metric, "__name__", "") == "logit_diff"
+        and readout is None
+    ):
         return PatchingMetric.logit_diff(owner)
     if not callable(metric):
         raise MechmemError(f"metric must be callable, got {type(metric).__name__}")
-    return PatchingMetric.from_callable(metric, clean.shape[0], clean.shape[1])
+    return callable_metric(metric, probe(), readout=readout)
 
 
 # -- sweep types ---------------------------------------------------------------------------------------------
@@ -172,9 +143,11 @@ class Patcher:
     Args:
         model: a TransformerLens `HookedTransformer` (see `patching_replay` for the supported configurations).
         clean, corrupted: input tokens [batch pos] of equal shape.
-        metric: a `PatchingMetric`, any callable `metric(logits [batch pos d_vocab]) -> scalar`, or None for the
-            logit difference of `pair`.
+        metric: a `PatchingMetric`, any callable `metric(logits [batch pos d_vocab]) -> scalar` (evaluated over
+            all patches at once, see `patching_metric`), or None for the logit difference of `pair`.
         pair: the task's `PatchingPair` (gives the default metric).
+        readout: positions a callable metric reads (shared list, negative from the end, or [batch read]);
+            None: found by a dependency check.
         memory_mb: budget for the activations of one batched pass; patches are chunked to fit.
     """
 
@@ -187,12 +160,16 @@ class Patcher:
         *,
         pair: PatchingPair | None = None,
         memory_mb: float = 256.0,
+        readout: Any = None,
     ) -> None:
         if clean.shape != corrupted.shape:
             raise MechmemError("clean and corrupted inputs must have the same shape")
         self.replay = Replay(model)
         device = next(model.parameters()).device
-        self.metric = resolve_metric(metric, clean, pair)
+        every = torch.arange(clean.shape[1], device=device).expand(clean.shape[0], -1)
+        self.metric = resolve_metric(
+            metric, pair, lambda: self.replay.run(clean.to(device), every).logits, readout
+        )
         self.readout = self.metric.readout.to(device)
         self.n_pos = clean.shape[1]
         if int(self.readout.max()) >= self.n_pos or int(self.readout.min()) < 0:

@@ -166,11 +166,21 @@ class Replay:
         return self.model.blocks[layer].ln1(flat).reshape(resid.shape)
 
     # -- whole runs -------------------------------------------------------------------------------------
-    @torch.no_grad()
-    def run(self, tokens: Int[Tensor, "batch pos"], readout: Int[Tensor, "batch read"]) -> RunActs:
-        """Run the model on `tokens`, keeping every patchable activation and the logits at `readout`."""
+    def run(
+        self, tokens: Int[Tensor, "batch pos"], readout: Int[Tensor, "batch read"], grad: bool = False
+    ) -> RunActs:
+        """Run the model on `tokens`, keeping every patchable activation and the logits at `readout`.
+
+        With `grad`, the activations stay in the autograd graph (attribution patching differentiates through them).
+        """
+        with torch.set_grad_enabled(grad):
+            return self._run(tokens, readout)
+
+    def _run(self, tokens: Int[Tensor, "batch pos"], readout: Int[Tensor, "batch read"]) -> RunActs:
         model = self.model
         resid = model.embed(tokens) + model.pos_embed(tokens)
+        if torch.is_grad_enabled():  # gradients w.r.t. activations, even where the parameters are frozen
+            resid = resid.detach().requires_grad_(True)
         acts: dict[str, list[Tensor]] = {s: [] for s in STAGES}
         ks, vs = [], []
         for layer in range(self.n_layers):

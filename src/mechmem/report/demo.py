@@ -9,11 +9,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from mechmem.progress import watch_logs
 from mechmem.report.document import write_index
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -69,10 +71,32 @@ def run_logged(cmd: list[str], log: Path) -> tuple[int, float]:
     return rc, time.perf_counter() - t0
 
 
-def parallel(tasks: list[tuple[list[str], Path]], jobs: int) -> list[tuple[int, float]]:
-    """Run (command, log) pairs, `jobs` at a time; returns (exit status, seconds) per command, in order."""
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(lambda t: run_logged(*t), tasks))
+def parallel(
+    tasks: list[tuple[list[str], Path]], jobs: int, names: list[str] | None = None, every_s: float = 15.0
+) -> list[tuple[int, float]]:
+    """Run (command, log) pairs, `jobs` at a time; returns (exit status, seconds) per command, in order.
+
+    With `names`, says when each job ends and, every `every_s` seconds, prints each running job's latest progress
+    line from its log (`mechmem.progress.watch_logs`), so a long demo is never silent.
+    """
+
+    def one(i: int) -> tuple[int, float]:
+        rc, secs = run_logged(*tasks[i])
+        if names is not None:
+            status = "done" if rc == 0 else f"failed (exit {rc}, see {tasks[i][1]})"
+            print(f"[{names[i]}] {status} in {secs:.0f} s", flush=True)
+        return rc, secs
+
+    stop = threading.Event()
+    logs = dict(zip(names or [], (log for _, log in tasks)))
+    watcher = threading.Thread(target=watch_logs, args=(logs, stop), kwargs={"every_s": every_s}, daemon=True)
+    watcher.start()
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            return list(pool.map(one, range(len(tasks))))
+    finally:
+        stop.set()
+        watcher.join()
 
 
 def run_demo(
@@ -103,12 +127,15 @@ def run_demo(
             m.preset,
             "--out",
             str(runs / m.name),
-            "--no-progress",
         ]
         train_cmds.append(
             (cmd + (["--steps", str(steps)] if steps is not None else []), runs / m.name / "train.log")
         )
-    for m, (rc, secs) in zip(todo, parallel(train_cmds, jobs)):
+    if todo:
+        print(
+            f"training {', '.join(m.name for m in todo)} ({jobs} at a time; progress every 15 s)", flush=True
+        )
+    for m, (rc, secs) in zip(todo, parallel(train_cmds, jobs, [f"train {m.name}" for m in todo])):
         rows[m.name].update(train_s=round(secs, 1), train_rc=rc)
     for m in models:
         rows[m.name].setdefault("train_s", "cached")
@@ -132,7 +159,8 @@ def run_demo(
         )
         for m in trained
     ]
-    for m, (rc, secs) in zip(trained, parallel(report_cmds, jobs)):
+    print(f"reporting on {', '.join(m.name for m in trained)}", flush=True)
+    for m, (rc, secs) in zip(trained, parallel(report_cmds, jobs, [f"report {m.name}" for m in trained])):
         rows[m.name].update(report_s=round(secs, 1), report_rc=rc)
     entries = []
     for m in models:

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from mechmem.checkpoint import save_checkpoint
 from mechmem.cli import dumps
 from mechmem.errors import MechmemError, TrainingDiverged
 from mechmem.models.adapter import move_model
+from mechmem.progress import Progress
 from mechmem.tasks.base import Task
 from mechmem.training.config import TrainConfig
 from mechmem.training.rundir import find_resume_point, prepare_fresh, run_identity, run_lock
@@ -125,7 +125,7 @@ def train(
         device: torch device for the model and batches.
         resume: continue from the latest checkpoint in `out_dir` with trainer state (only of this very run).
         overwrite: a fresh run into a directory holding an old run deletes the old run's files first.
-        progress: show a tqdm progress bar.
+        progress: show progress (a bar on a terminal, a line every 10 s otherwise; `mechmem.progress`).
     """
     kwargs = dict(model_config=model_config, device=device, resume=resume, overwrite=overwrite, progress=progress)
     if out_dir is None:
@@ -213,7 +213,7 @@ def _train(
 
     t0 = time.perf_counter()
     model.train()
-    bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc=f"train {task.name}", leave=False)
+    bar = Progress(cfg.steps, initial=start, enabled=progress, desc=f"train {task.name}")
     for step in range(start, cfg.steps):
         lr = lr_at(step, cfg)
         for group in optimizer.param_groups:

@@ -1,0 +1,165 @@
+"""Metrics for activation patching, in the batched form the patching engine evaluates.
+
+The engine (`mechmem.analysis.patching.Patcher`) computes logits only at the positions a metric reads and
+evaluates all patches of one forward pass at once. A `PatchingMetric` says both: `readout` (the positions) and
+`fn` (logits at those positions, with a leading patch axis, to one value per patch).
+
+Any plain callable `metric(logits [batch pos d_vocab]) -> scalar`, the way TransformerLens users write metrics, is
+turned into that form by `callable_metric`:
+    - positions: declared by the user (`readout=`), or found by a dependency check: the gradient of the metric
+      with respect to the logits, on the clean run's logits and on a perturbed copy, is non-zero exactly at the
+      positions it reads. A metric without a gradient (it calls `.item()`, `argmax`, ...) is probed instead by
+      perturbing one position at a time and watching its value.
+    - evaluation: the read-out logits are written into a full-size logits tensor (the clean run's logits fill
+      the positions the metric does not read), and the metric is mapped over the patch axis with
+      `torch.func.vmap`. Whether vmap gives the same values as calling the metric once per patch is checked on
+      two small inputs first; when it raises or disagrees, the metric is called once per patch (`mode="loop"`).
+Caveat: a dependency check can only see what the probe inputs exercise; a metric that reads a position only for
+some logits values (a branch on a threshold, say) should declare `readout=`.
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from mechmem.errors import MechmemError
+from mechmem.tasks.base import PatchingPair
+
+
+@dataclass(frozen=True)
+class PatchingMetric:
+    """A metric in batched form: `fn(logits at readout [patch batch read d_vocab]) -> [patch]`."""
+
+    name: str
+    """Name recorded in results."""
+    readout: Int[Tensor, "batch read"]
+    """Positions whose logits the metric reads, per prompt."""
+    fn: Callable[[Tensor], Tensor]
+    """Logits at `readout`, with a leading patch axis, to one value per patch."""
+    mode: str = "batched"
+    """How patches are evaluated: "batched" (written for it), "vmap" (a callable, mapped) or "loop" (one call each)."""
+
+    @classmethod
+    def logit_diff(cls, pair: PatchingPair) -> "PatchingMetric":
+        """Mean over prompts of logit[correct] - logit[incorrect] at the answer position (`pair.logit_diff`)."""
+        correct, incorrect = pair.correct, pair.incorrect
+
+        def fn(logits: Tensor) -> Tensor:
+            at = logits[..., 0, :]
+            idx = torch.stack([correct, incorrect], -1).to(at.device).expand(*at.shape[:-1], 2)
+            good, bad = at.gather(-1, idx).unbind(-1)
+            return (good - bad).mean(-1)
+
+        return cls("logit_diff", pair.answer_pos[:, None], fn)
+
+
+def _scalar(value: Any, like: Tensor) -> Tensor:
+    return torch.as_tensor(value, dtype=like.dtype, device=like.device).reshape(())
+
+
+def per_patch(
+    metric: Callable[[Tensor], Any], probe: Float[Tensor, "batch pos d_vocab"]
+) -> tuple[Callable, str]:
+    """`metric` over a leading patch axis: vmapped when that agrees with one call per patch, else a loop.
+
+    Returns (fn [patch batch pos d_vocab] -> [patch], "vmap" or "loop").
+    """
+    inputs = torch.stack([probe, probe.flip(0) if len(probe) > 1 else probe * 0.5])
+
+    def loop(x: Tensor) -> Tensor:
+        return torch.stack([_scalar(metric(one), x) for one in x])
+
+    try:
+        mapped = torch.func.vmap(metric)
+        got = mapped(inputs)
+        if got.shape == (2,) and torch.allclose(got, loop(inputs), atol=1e-6, rtol=1e-5, equal_nan=True):
+            return mapped, "vmap"
+    except Exception:  # noqa: BLE001 - any failure inside vmap (`.item()`, data-dependent control flow): loop
+        return loop, "loop"
+    return loop, "loop"
+
+
+def find_readout(
+    metric: Callable[[Tensor], Any], probe: Float[Tensor, "batch pos d_vocab"]
+) -> Int[Tensor, "batch read"]:
+    """The positions `metric` reads, per prompt, found by a dependency check (see the module docstring).
+
+    Rows are padded with repeats of their first position (the metric reads every position it names anyway).
+    """
+    noise = torch.randn(probe.shape, generator=torch.Generator().manual_seed(20231)).to(probe)
+    scale = probe.std().clamp_min(1.0)
+    reads = torch.zeros(probe.shape[:2], dtype=torch.bool, device=probe.device)
+    try:
+        for x in (probe, probe + scale * noise):
+            x = x.detach().clone().requires_grad_(True)
+            with torch.enable_grad():
+                (grad,) = torch.autograd.grad(metric(x), x)
+            reads |= (grad != 0).any(-1)
+    except (RuntimeError, TypeError):  # no gradient: perturb one position (all prompts) at a time
+        fn, _ = per_patch(metric, probe)
+        for p in range(probe.shape[1]):
+            moved = probe.clone()
+            moved[:, p] += scale * noise[:, p]
+            reads[:, p] = bool(fn(torch.stack([probe, moved])).diff().ne(0).any())
+    if not reads.any():
+        raise MechmemError("the metric reads no position of the logits (declare readout= if it does)")
+    return pad_rows([row.nonzero().flatten() for row in reads])
+
+
+def pad_rows(rows: Sequence[Tensor]) -> Int[Tensor, "batch read"]:
+    """Stack per-prompt position lists into [batch read], padding short rows with their first entry (or 0)."""
+    width = max(1, max(len(r) for r in rows))
+    out = torch.zeros(len(rows), width, dtype=torch.long)
+    for b, r in enumerate(rows):
+        out[b] = torch.cat([r, r[:1].expand(width - len(r))]) if len(r) else 0
+    return out
+
+
+def as_readout(readout: Any, n_batch: int, n_pos: int) -> Int[Tensor, "batch read"]:
+    """A declared read-out: positions shared by every prompt (negative from the end), or a [batch read] tensor."""
+    r = torch.as_tensor(readout, dtype=torch.long)
+    r = r.reshape(1, -1).expand(n_batch, -1) if r.ndim <= 1 else r
+    r = torch.where(r < 0, r + n_pos, r)
+    if r.shape[0] != n_batch or r.numel() == 0 or int(r.min()) < 0 or int(r.max()) >= n_pos:
+        raise MechmemError(
+            f"readout must name positions in [-{n_pos}, {n_pos}) for each of {n_batch} prompts"
+        )
+    return r
+
+
+def callable_metric(
+    metric: Callable[[Tensor], Any],
+    probe: Float[Tensor, "batch pos d_vocab"],
+    *,
+    readout: Any = None,
+    name: str | None = None,
+) -> PatchingMetric:
+    """Any `metric(logits [batch pos d_vocab]) -> scalar` in batched form (see the module docstring).
+
+    Args:
+        metric: the callable.
+        probe: full logits of a representative run (the clean run); used for the checks and to fill the
+            positions the metric does not read.
+        readout: positions the metric reads (list shared by all prompts, or [batch read]); None: found by
+            `find_readout`.
+        name: name in results (default: the callable's `__name__`).
+    """
+    probe = probe.detach()
+    batch, n_pos = probe.shape[:2]
+    rows = as_readout(readout, batch, n_pos) if readout is not None else find_readout(metric, probe)
+    rows = rows.to(probe.device)
+    mapped, mode = per_patch(metric, probe)
+
+    def fn(logits: Float[Tensor, "patch batch read d_vocab"]) -> Float[Tensor, " patch"]:
+        full = probe.to(logits.dtype).expand(len(logits), *probe.shape).clone()
+        index = rows[None, :, :, None].expand(*logits.shape)
+        return mapped(full.scatter_(2, index, logits))
+
+    return PatchingMetric(name or getattr(metric, "__name__", "metric"), rows.cpu(), fn, mode)
+
+
+__all__ = ["PatchingMetric", "as_readout", "callable_metric", "find_readout", "pad_rows", "per_patch"]

@@ -1,0 +1,77 @@
+"""What `analyses/patch.py` prints and writes, as library functions: run the sweeps by a chosen method (exact
+activation patching or attribution patching), summarise the largest effect per sweep, and build the JSON record."""
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from mechmem.analysis.attribution import attribute_sweeps
+from mechmem.analysis.patching import SWEEPS, PatchingResult, run_sweeps
+from mechmem.errors import MechmemError
+from mechmem.tasks.base import PatchingPair
+
+METHODS = ("exact", "attribution")
+METRIC_DESCRIPTION = (
+    "logit[clean answer] - logit[corrupted answer] at the answer position, mean over the pairs; "
+    "each value is the metric after one patch"
+)
+
+
+def model_sweeps(model: torch.nn.Module) -> list[str]:
+    """Every sweep the model has (attention-only models have no resid_mid / mlp_out)."""
+    attn_only = bool(getattr(getattr(model, "cfg", None), "attn_only", False))
+    return [n for n in SWEEPS if not (attn_only and SWEEPS[n].stage in ("resid_mid", "mlp_out"))]
+
+
+def run_method(
+    model: torch.nn.Module,
+    pair: PatchingPair,
+    sweeps: Sequence[str] | None = None,
+    *,
+    method: str = "exact",
+    direction: str = "denoising",
+    memory_mb: float = 256.0,
+) -> dict[str, PatchingResult]:
+    """Sweeps (default: all the model has) by exact patching (`run_sweeps`) or attribution (`attribute_sweeps`)."""
+    sweeps = list(sweeps or model_sweeps(model))
+    if method == "exact":
+        return run_sweeps(model, pair, sweeps, direction=direction, memory_mb=memory_mb)
+    if method == "attribution":
+        return attribute_sweeps(model, pair, sweeps, direction=direction)
+    raise MechmemError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+
+
+def largest_effects(results: dict[str, PatchingResult]) -> list[list[Any]]:
+    """Per sweep: name, axes, the cell with the largest |value - baseline|, its value and normalised value."""
+    rows = []
+    for name, res in results.items():
+        best = int((res.values - res.baseline).abs().flatten().argmax())
+        cell = [int(i) for i in torch.unravel_index(torch.tensor(best), res.values.shape)]
+        value, normalised = float(res.values.flatten()[best]), float(res.normalised().flatten()[best])
+        rows.append([name, " x ".join(res.axes), str(cell), value, normalised])
+    return rows
+
+
+def patching_record(results: dict[str, PatchingResult], **fields: Any) -> dict[str, Any]:
+    """The `patching.json` record: `fields` (task, method, n_samples, seed...), the unpatched metrics, the sweeps."""
+    first = next(iter(results.values()))
+    return {
+        **fields,
+        "metric": first.metric,
+        "metric_description": METRIC_DESCRIPTION,
+        "direction": first.direction,
+        "clean": first.clean,
+        "corrupted": first.corrupted,
+        "sweeps": {name: {"axes": list(r.axes), "values": r.values.tolist()} for name, r in results.items()},
+    }
+
+
+__all__ = [
+    "METHODS",
+    "METRIC_DESCRIPTION",
+    "largest_effects",
+    "model_sweeps",
+    "patching_record",
+    "run_method",
+]

@@ -1,0 +1,137 @@
+"""Progress of long loops (training, sweeps, the demo) that shows on a terminal and in logs alike.
+
+On a terminal, `Progress` is a tqdm bar. When output is not a terminal (CI, `make demo > log`, a subprocess
+writing to a log file) a bar would print nothing useful, so it writes one plain line at regular intervals instead,
+and one when it closes:
+
+    train permutation: step 300/1500 (20%) loss 1.2345 elapsed 12s left ~48s
+
+`watch_logs` follows the log files of parallel jobs (the demo's trainings) and prints, at regular intervals, the
+latest such line of each job that has moved on, prefixed by the job's name.
+"""
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+LINE_MARK = ": step "
+"""What every progress line contains (how `watch_logs` recognises them)."""
+
+
+def format_seconds(s: float | int) -> str:
+    """12s, 3m05s, 1h02m."""
+    s = round(s)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+class Progress:
+    """A progress display with tqdm's `update` / `set_postfix` / `close` (see the module docstring).
+
+    Args:
+        total: number of steps.
+        initial: steps already done (a resumed run).
+        desc: what is progressing, e.g. "train permutation".
+        enabled: False shows nothing.
+        stream: where to write (default stderr); a bar when it is a terminal, lines otherwise.
+        every_s: seconds between lines when not on a terminal.
+        clock: time source (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        total: int,
+        *,
+        initial: int = 0,
+        desc: str = "",
+        enabled: bool = True,
+        stream: Any = None,
+        every_s: float | int = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.total, self.n, self.start_n, self.desc = total, initial, initial, desc
+        self.enabled, self.every_s, self.clock = enabled, every_s, clock
+        self.postfix: dict[str, Any] = {}
+        self.t0 = self.last = clock()
+        tty = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
+        self.bar = (
+            tqdm(total=total, initial=initial, desc=desc, leave=False, file=self.stream) if tty else None
+        )
+
+    def set_postfix(self, **stats: Any) -> None:
+        """Values shown after the step count (e.g. loss)."""
+        self.postfix.update(stats)
+        if self.bar is not None:
+            self.bar.set_postfix(**stats)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif self.enabled and self.clock() - self.last >= self.every_s:
+            self.write_line()
+
+    def line(self) -> str:
+        """The plain progress line: step, share done, postfix values, elapsed time and an estimate of the rest."""
+        elapsed = self.clock() - self.t0
+        done = self.n - self.start_n
+        left = elapsed / done * (self.total - self.n) if done > 0 else None
+        stats = " ".join(f"{k} {v}" for k, v in self.postfix.items())
+        share = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
+        estimate = f" left ~{format_seconds(left)}" if left is not None else ""
+        return f"{self.desc}{LINE_MARK}{self.n}/{self.total}{share} {stats} elapsed {format_seconds(elapsed)}{estimate}"
+
+    def write_line(self) -> None:
+        self.last = self.clock()
+        print(" ".join(self.line().split()), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled:
+            self.write_line()
+
+    def __enter__(self) -> "Progress":  # noqa: PYI034 (beartype rejects Self on methods)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def last_progress_line(path: Path) -> str | None:
+    """The last progress line in a log file (None when there is none yet)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - 8192))
+            lines = fh.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    found = [ln for ln in lines if LINE_MARK in ln]
+    return found[-1].strip() if found else None
+
+
+def watch_logs(
+    logs: dict[str, Path], stop: threading.Event, *, every_s: float | int = 15.0, stream: Any = None
+) -> None:
+    """Until `stop` is set: every `every_s` seconds, print `name: <latest progress line>` for each log that moved."""
+    stream = stream if stream is not None else sys.stdout
+    shown: dict[str, str] = {}
+    while not stop.wait(every_s):
+        for name, path in logs.items():
+            line = last_progress_line(path)
+            if line and shown.get(name) != line:
+                shown[name] = line
+                print(f"[{name}] {line}", file=stream, flush=True)
+
+
+__all__ = ["LINE_MARK", "Progress", "format_seconds", "last_progress_line", "watch_logs"]
