@@ -81,10 +81,11 @@ for h in range(model.cfg.n_heads):
 
 # %%
 from mechmem.analysis import neurons
-from mechmem.papers.permutation.experiments import head_roles, last_step_groups
+from mechmem.analysis.roles import head_roles
+from mechmem.papers.permutation.experiments import last_step_groups
 
-roles = head_roles(model, task, 256, generator=gen(4))
-print("roles:", roles.labels)
+roles = head_roles(model, task, n=256, seed=4)  # the classifier the report and the reproduction page use
+print("roles:", roles.summary())
 g = last_step_groups(task, 256, generator=gen(5))
 pos = torch.full((256,), task.seq_len - 1)
 effect = neurons.neuron_direct_effect(model, g["tokens"], 0, pos, g["targets"])
