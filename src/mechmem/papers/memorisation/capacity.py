@@ -50,7 +50,7 @@ class CapacityResult:
     name: str
     d: int
     searches: dict[str, SearchResult]
-    scores: dict[int, float]
+    scores: dict[int, float | int]
     seconds: float
     score: str = "successes"
     info: dict[str, Any] = field(default_factory=dict)
@@ -88,8 +88,8 @@ class CapacityResult:
 
 
 def measure_capacity(
-    evaluate: Callable[[int], float],
-    criteria: dict[str, Callable[[float], bool]],
+    evaluate: Callable[[int], float | int],
+    criteria: dict[str, Callable[[float | int], bool]],
     limit: int,
     *,
     name: str,

@@ -6,6 +6,7 @@ S / (d^2 / ln d), (k, log b) the slope and intercept of log S against log d. Wit
 """
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,7 @@ class ScalingFit:
     """Fits of capacity S against d over the points used: S = a d^2 / ln d, and S = b d^k."""
 
     d: list[int]
-    capacity: list[float]
+    capacity: list[float | int]
     a: float
     b: float
     k: float
@@ -39,7 +40,7 @@ class ScalingFit:
         return cls(data["d"], data["capacity"], data["a_d2_over_lnd"], data["power_b"], data["power_k"])
 
 
-def fit_scaling(d: list[int], capacity: list[float]) -> ScalingFit:
+def fit_scaling(d: Sequence[int], capacity: Sequence[float | int]) -> ScalingFit:
     """Both fits over the points with capacity > 0 (a, b, k are nan where too few points remain)."""
     pts = [(int(x), float(y)) for x, y in zip(d, capacity) if y and y > 0]
     xs = np.array([p[0] for p in pts], dtype=float)

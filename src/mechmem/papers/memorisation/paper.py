@@ -20,9 +20,8 @@ from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.constructions.evaluators import EVALUATORS
 from mechmem.papers.memorisation.constructions.reproduce import run_constructions
-from mechmem.papers.memorisation.models import all_variants
 from mechmem.papers.memorisation.records import PUBLISHED, collect
-from mechmem.papers.memorisation.sweep import Cell, run_cells, scaling_cells
+from mechmem.papers.memorisation.sweep import run_cells, scaling_cells, table_cells
 
 VARIANTS = ("committed", "quick", "table", "scaling", "constructions", "paper")
 RUNS = {"committed": (), "quick": ("table", "scaling", "constructions"), "table": ("table",),
@@ -94,9 +93,7 @@ def run(spec: MemorisationSpec, log: Callable[[str], None]) -> dict[str, Any]:
     steps = RUNS[spec.variant]
     if "table" in steps:
         log(f"54-variant table at d={spec.d}, {spec.repeats} repeat(s) -> {data / 'facts_table.jsonl'}")
-        variants = all_variants(n_in=2 * spec.d, n_out=spec.d, d_model=spec.d, d_mlp=spec.d)
-        run_cells([Cell(v, r, schedule) for r in range(spec.repeats) for v in variants],
-                  data / "facts_table.jsonl", device=device)
+        run_cells(table_cells(None, spec.repeats, schedule, spec.d), data / "facts_table.jsonl", device=device)
     if "scaling" in steps:
         log(f"scaling at d = {spec.ds} -> {data / 'facts_scaling.jsonl'}")
         cells = [c for v in ("reduced", "full") for c in scaling_cells(v, list(spec.ds), spec.repeats, schedule)]

@@ -16,11 +16,10 @@ and bisects it. Two brackets are offered; both return the largest success seen a
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 from mechmem.errors import MechmemError
 
-Bracket = Literal["authors", "doubling"]
+Bracket = str  # "authors" or "doubling" (checked at run time, so bad input gets a one-line error)
 BRACKETS: tuple[str, ...] = ("authors", "doubling")
 
 
@@ -46,11 +45,11 @@ class SearchResult:
 class Memo:
     """`evaluate(n)` cached by n; `cache` holds every value computed, in the order first asked."""
 
-    def __init__(self, evaluate: Callable[[int], float]) -> None:
+    def __init__(self, evaluate: Callable[[int], float | int]) -> None:
         self.evaluate = evaluate
-        self.cache: dict[int, float] = {}
+        self.cache: dict[int, float | int] = {}
 
-    def __call__(self, n: int) -> float:
+    def __call__(self, n: int) -> float | int:
         if n not in self.cache:
             self.cache[n] = self.evaluate(n)
         return self.cache[n]

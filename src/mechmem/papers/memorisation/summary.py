@@ -21,7 +21,7 @@ class ToggleEffect:
 
     pairs: int
     better: int
-    diff: tuple[float, float]
+    diff: tuple[float | int, float | int]
     pct: tuple[float, float]
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,7 +88,7 @@ def outlier(records: list[dict[str, Any]], mixing: str) -> dict[str, Any]:
     return {"any": odd["any"], "all": odd["all"], "lowest_any": low["any"], "is_lowest": odd["any"] == low["any"]}
 
 
-def mean_sd(values: list[float]) -> str:
+def mean_sd(values: list[float | int]) -> str:
     """"m +- s" over repeats (one value: the value)."""
     if len(values) == 1:
         return f"{values[0]:.0f}"

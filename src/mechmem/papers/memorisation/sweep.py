@@ -22,7 +22,8 @@ from tqdm.auto import tqdm
 from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.capacity import CRITERIA, N_INITS, find_capacity
 from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
-from mechmem.papers.memorisation.models import FactsModelConfig
+from mechmem.errors import MechmemError
+from mechmem.papers.memorisation.models import FactsModelConfig, all_variants
 
 SCALING_VARIANTS = {
     "full": FactsModelConfig(
@@ -142,3 +143,11 @@ def scaling_fits(records: list[dict[str, Any]], criteria: tuple[str, ...] = tupl
             if len(ds) >= 2:
                 fits[f"{variant} {crit}"] = fit_scaling(ds, [sum(by_d[d]) / len(by_d[d]) for d in ds])
     return fits
+
+
+def table_cells(only: str | None, repeats: int, schedule: Schedule, d: int = 16) -> list[Cell]:
+    """The 54-variant table's cells (variants whose name contains `only`, if given) at width d, n_in = 2d."""
+    variants = [v for v in all_variants(2 * d, d, d, d) if only is None or only in v.name]
+    if not variants:
+        raise MechmemError(f"no variant name contains {only!r}")
+    return [Cell(v, r, schedule) for r in range(repeats) for v in variants]
