@@ -33,7 +33,7 @@ def _yes(v: bool) -> str:
 
 
 def _effect(e: ToggleEffect, *, facts: bool = False) -> str:
-    pct = f"{e.pct[0]:+.0f}% - {e.pct[1]:+.0f}%"
+    pct = "-" if math.isnan(e.pct[0]) else f"{e.pct[0]:+.0f}% - {e.pct[1]:+.0f}%"
     span = f"{e.diff[0]:+.0f} - {e.diff[1]:+.0f} ({pct})" if facts else pct
     return f"{span}, better in {e.better}/{e.pairs}"
 
@@ -69,14 +69,16 @@ def facts_headline(record: dict[str, Any]) -> list[str]:
             anc, s = record["anchor"], record["anchor"]["schedule"]
             line += f"; with {s['max_epochs']} epochs per phase, patience {s['patience']}: {anc['any']}"
         lines.append(line + ". " + _no_mlp_line(table))
-    best = max((r for r in table if r["config"]["mlp"]), key=lambda r: r["any"])
+    best = max(table, key=lambda r: r["any"])
     full = named.get("attn+mlp+norms+bias+res/gelu")
+    parts = [f"{label} in {effects[k].better}/{effects[k].pairs} matched pairs" for k, label in (
+        ("2emb_vs_uniform", "2Emb > uniform attention"), ("uniform_vs_attn", "uniform > learned attention"))
+        if k in effects]
+    if "mlp" in effects:
+        parts.append(f"the MLP adds {_effect(effects['mlp'], facts=True)} pairs [published {pub['toggles']['mlp']['value']}]")
     lines.append(
-        f"2Emb > uniform attention in {effects['2emb_vs_uniform'].better}/{effects['2emb_vs_uniform'].pairs} matched"
-        f" pairs, uniform > learned attention in {effects['uniform_vs_attn'].better}/{effects['uniform_vs_attn'].pairs};"
-        f" the MLP adds {_effect(effects['mlp'], facts=True)} pairs [published {pub['toggles']['mlp']['value']}]."
-        f" Best: {best['variant']}, {best['any']} facts (Any) of the {pub['ceiling']['value']} ceiling."
-        + (f" Learned attention across inits (full model): Any {full['any']} vs All {full['all']}." if full else "")
+        "; ".join(parts) + f". Best: {best['variant']}, {best['any']} facts (Any) of the"
+        f" {best['config']['n_in'] ** 2} ceiling." + (f" Learned attention across inits (full model): Any {full['any']} vs All {full['all']}." if full else "")
     )
     for name, fit in _any_fits(record).items():
         caps = " -> ".join(f"{c:.0f}" for c in fit.capacity)
@@ -126,15 +128,15 @@ def comparisons_section(record: dict[str, Any]) -> Section:
              ", ".join(f"{MIXING_LABELS[m]} {named[m]['any']}" for m in ("2emb", "uniform", "attn") if m in named)]]
     for key, label in labels.items():
         facts = key in ("mlp", "2emb_vs_uniform", "uniform_vs_attn")
-        rows.append([label, pub["toggles"][key]["value"], _effect(effects[key], facts=facts)])
-    odd = {m: outlier(table, m) for m in ("2emb", "uniform", "attn")}
+        rows.append([label, pub["toggles"][key]["value"], _effect(effects[key], facts=facts) if key in effects else "-"])
+    odd = {m: o for m in ("2emb", "uniform", "attn") if (o := outlier(table, m))}
     rows.append(["outlier: MLP + norms, no residual, no bias, ReLU", pub["outlier"]["value"], "; ".join(
         f"{MIXING_LABELS[m]} {o['any']} (All {o['all']}), " + ("the lowest MLP variant" if o["is_lowest"]
                                                                else f"lowest is {o['lowest_any']}")
         for m, o in odd.items())])
-    best = max(r["any"] for r in table)
+    best, ceiling = max(r["any"] for r in table), table[0]["config"]["n_in"] ** 2
     rows.append(["dataset ceiling", str(pub["ceiling"]["value"]),
-                 "reached" if best >= pub["ceiling"]["value"] else f"never reached (best {best})"])
+                 f"{ceiling}: " + ("reached" if best >= ceiling else f"never reached (best {best})")])
     sources = sorted({pub["toggles"][k]["source"] for k in labels} | {pub["anchor_no_mlp"]["source"]})
     caption = f"Published (Any; {'; '.join(sources)}) vs ours (Any, {_schedule(record)})."
     return Section("comparisons", "Published anchors and comparisons",

@@ -52,20 +52,31 @@ def toggle_effect(
         raise ValueError(f"no matched pairs for {field} {on!r} vs {off!r}")
     diffs = [a - b for a, b in pairs]
     pcts = [100.0 * (a - b) / b for a, b in pairs if b]
-    return ToggleEffect(len(pairs), sum(d > 0 for d in diffs), (min(diffs), max(diffs)), (min(pcts), max(pcts)))
+    pct = (min(pcts), max(pcts)) if pcts else (float("nan"), float("nan"))  # nan: every "off" stored nothing
+    return ToggleEffect(len(pairs), sum(d > 0 for d in diffs), (min(diffs), max(diffs)), pct)
+
+
+TOGGLES = {
+    "mlp": ("mlp", True, False),
+    "2emb_vs_uniform": ("mixing", "2emb", "uniform"),
+    "uniform_vs_attn": ("mixing", "uniform", "attn"),
+    "mlp_residual": ("mlp_residual", True, False),
+    "gelu": ("act_fn", "gelu", "relu"),
+    "bias": ("bias", True, False),
+    "norms": ("norms", True, False),
+}
+"""Every comparison of the published Appendix B text, keyed as in the published-values file."""
 
 
 def toggle_effects(records: list[dict[str, Any]]) -> dict[str, ToggleEffect]:
-    """Every comparison of the published Appendix B text, keyed as in the published-values file."""
-    return {
-        "mlp": toggle_effect(records, "mlp", True, False),
-        "2emb_vs_uniform": toggle_effect(records, "mixing", "2emb", "uniform"),
-        "uniform_vs_attn": toggle_effect(records, "mixing", "uniform", "attn"),
-        "mlp_residual": toggle_effect(records, "mlp_residual", True, False),
-        "gelu": toggle_effect(records, "act_fn", "gelu", "relu"),
-        "bias": toggle_effect(records, "bias", True, False),
-        "norms": toggle_effect(records, "norms", True, False),
-    }
+    """The effect of each of `TOGGLES` that has matched pairs in `records` (a partial table skips the rest)."""
+    out = {}
+    for key, (field, on, off) in TOGGLES.items():
+        try:
+            out[key] = toggle_effect(records, field, on, off)
+        except ValueError:
+            continue
+    return out
 
 
 def sort_key(record: dict[str, Any]) -> tuple:
@@ -79,11 +90,13 @@ def by_name(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["variant"]: r for r in records}
 
 
-def outlier(records: list[dict[str, Any]], mixing: str) -> dict[str, Any]:
+def outlier(records: list[dict[str, Any]], mixing: str) -> dict[str, Any] | None:
     """The published outlier (MLP + norms, no residual, no bias, ReLU) of one mixing, and that mixing's lowest."""
     mlp = [r for r in records if r["config"]["mlp"] and r["config"]["mixing"] == mixing]
     want = {"norms": True, "mlp_residual": False, "bias": False, "act_fn": "relu"}
-    odd = next(r for r in mlp if all(r["config"][k] == v for k, v in want.items()))
+    odd = next((r for r in mlp if all(r["config"][k] == v for k, v in want.items())), None)
+    if odd is None:
+        return None
     low = min(mlp, key=lambda r: r["any"])
     return {"any": odd["any"], "all": odd["all"], "lowest_any": low["any"], "is_lowest": odd["any"] == low["any"]}
 
