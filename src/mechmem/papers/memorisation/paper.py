@@ -14,7 +14,8 @@ assembled from the files by `records.collect`, so a page never depends on one pr
 
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.batched import Schedule
