@@ -1,12 +1,14 @@
-"""Reproduce the hand-coded memorisation constructions of Linsefors & Bushnaq and measure our challenge entry.
+"""Run the constructions experiments of Linsefors & Bushnaq (and our challenge entry) into the data folder.
 
-    python analyses/reproduce_constructions.py --quick          # CPU, a few minutes: d = 8, 16, small grids
-    python analyses/reproduce_constructions.py --ds 16 32       # the full comparison (about an hour on 2 cores)
+    python analyses/reproduce_constructions.py --quick --data runs/constructions_quick   # CPU, a few minutes
+    python analyses/reproduce_constructions.py --ds 16 32                 # the full table (about an hour on CPU)
     python analyses/reproduce_constructions.py --ds 64 --modes published_hand keyvalue_hand --reuse
+    python analyses/reproduce_constructions.py --ds 64 --modes keyvalue_hand --reuse --spot-d 64 --spot-n 6680
 
-Writes docs/reproductions/constructions.md (--quick: constructions_quick.md, so a smoke run never overwrites the
-full report; or --out), with data in docs/reproductions/data/constructions_* and
-figures in docs/reproductions/figures/constructions_*. --reuse keeps the capacities already in the data file and recomputes only --modes at --ds.
+Writes constructions_capacity_{full,quick}.json and constructions_misc_*.json into --data (default
+docs/reproductions/data); --reuse keeps the capacities already there and recomputes only --modes at --ds. The page
+is drawn from these files: `python analyses/reproduce.py memorisation` (or `--variant constructions`, which runs
+this with the defaults and then writes the page).
 """
 
 import argparse
@@ -17,34 +19,19 @@ from pathlib import Path
 import torch
 
 from mechmem.cli import run_script
-from mechmem.papers.memorisation.constructions.capacity import EVALUATORS
-from mechmem.papers.memorisation.constructions.reproduce import run_reproduction
 from mechmem.errors import MechmemError
+from mechmem.papers.memorisation.constructions.evaluators import EVALUATORS
+from mechmem.papers.memorisation.constructions.reproduce import run_constructions
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="small grids, d = 8 and 16 only (minutes on 2 cores)"
-    )
-    parser.add_argument(
-        "--ds", type=int, nargs="+", default=None, help="model sizes d (n_in = 2d, d_mlp = n_out = d)"
-    )
-    parser.add_argument(
-        "--modes", nargs="+", default=list(EVALUATORS), help=f"modes among {', '.join(EVALUATORS)}"
-    )
-    parser.add_argument(
-        "--precision", type=int, default=None, help="binary-search precision in facts (default 8, quick 16)"
-    )
-    parser.add_argument(
-        "--reuse", action="store_true", help="load earlier capacities; recompute only --modes at --ds"
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="report path (default docs/reproductions/constructions.md, or constructions_quick.md)",
-    )
+    parser.add_argument("--quick", action="store_true", help="small grids, d = 8 and 16 (minutes on 2 cores)")
+    parser.add_argument("--ds", type=int, nargs="+", default=None, help="sizes d (n_in = 2d, d_mlp = n_out = d)")
+    parser.add_argument("--modes", nargs="+", default=list(EVALUATORS), help=f"among {', '.join(EVALUATORS)}")
+    parser.add_argument("--precision", type=int, default=None, help="search precision in facts (8; quick 16)")
+    parser.add_argument("--reuse", action="store_true", help="keep earlier capacities; recompute --modes at --ds")
+    parser.add_argument("--data", type=Path, default=Path("docs/reproductions/data"), help="data folder")
     parser.add_argument("--spot-d", type=int, default=0, help="size d for single trained spot checks")
     parser.add_argument("--spot-n", type=int, nargs="*", default=[], help="fact counts to train at --spot-d")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -56,22 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise MechmemError(f"unknown mode(s) {', '.join(unknown)} (known: {', '.join(EVALUATORS)})")
     torch.set_num_threads(args.threads)
-    command = "python analyses/reproduce_constructions.py " + shlex.join(
-        sys.argv[1:] if argv is None else argv
+    command = "python analyses/reproduce_constructions.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    paths = run_constructions(
+        args.data, quick=args.quick, ds=ds, modes=tuple(args.modes), precision=args.precision or (16 if args.quick else 8),
+        reuse=args.reuse, command=command, spot_d=args.spot_d, spot_ns=tuple(args.spot_n),
     )
-    out = args.out or Path(f"docs/reproductions/constructions{'_quick' if args.quick else ''}.md")
-    path = run_reproduction(
-        out,
-        quick=args.quick,
-        ds=ds,
-        modes=tuple(args.modes),
-        precision=args.precision or (16 if args.quick else 8),
-        reuse=args.reuse,
-        command=command,
-        spot_d=args.spot_d,
-        spot_ns=tuple(args.spot_n),
-    )
-    print(f"wrote {path}")
+    print("wrote " + ", ".join(map(str, paths.values())))
     return 0
 
 

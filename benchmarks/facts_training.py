@@ -2,6 +2,7 @@
 
     python benchmarks/facts_training.py                      # d=16, 256 facts, 300 epochs, attn and 2Emb
     python benchmarks/facts_training.py --epochs 100 --mixing 2emb
+    python benchmarks/facts_training.py --epochs 100 --out docs/reproductions/data/facts_benchmark.json  # the page's
 
 Both sides run the same fixed number of epochs (one lr phase, no early stop) from the same seeds. "sequential"
 is `train_reference` (a hooked model and torch.optim.Adam per init); "batched" is `train_batched` on all inits.
@@ -9,11 +10,12 @@ The ratio is sequential per-init time over batched per-init time (the ideal is t
 """
 
 import argparse
+import sys
 import time
 
 import torch
 
-from mechmem.cli import print_table, run_script
+from mechmem.cli import print_table, run_script, write_json
 from mechmem.papers.memorisation import generate_facts
 from mechmem.papers.memorisation.batched import Schedule, train_batched, train_reference
 from mechmem.papers.memorisation.models import FactsModelConfig
@@ -31,12 +33,13 @@ def main(argv: list[str] | None = None) -> int:
         "--mixing", nargs="+", default=["attn", "2emb"], help="variants to time (MLP + norms on)"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--out", default=None, help="write the timings as JSON (the page reads facts_benchmark.json)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     inputs, labels = generate_facts(args.n_facts, 2 * args.d, args.d)
     schedule = Schedule(lrs=(1e-2,), max_epochs=args.epochs, patience=args.epochs + 1, target_acc=1.0)
     seeds = list(range(args.inits))
-    rows = []
+    rows, record = [], []
     for mixing in args.mixing:
         cfg = FactsModelConfig(n_in=2 * args.d, n_out=args.d, d_model=args.d, d_mlp=args.d, mixing=mixing)
         t0 = time.perf_counter()
@@ -45,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         train_batched(cfg, inputs, labels, seeds, schedule)
         bat = (time.perf_counter() - t0) / args.inits
+        record.append({"variant": cfg.name, "sequential_ms": seq * 1e3 / args.epochs, "batched_ms": bat * 1e3 / args.epochs,
+                       "speed_up": seq / bat})
         rows.append(
             [
                 cfg.name,
@@ -55,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(f"{args.inits} inits, d={args.d}, {args.n_facts} facts, {args.epochs} epochs; ms per init-epoch:")
     print_table(rows, ["variant", "sequential", "batched", "speed-up"])
+    if args.out:
+        source = "python benchmarks/facts_training.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        meta = {"epochs": args.epochs, "inits": args.inits, "d": args.d, "n_facts": args.n_facts}
+        write_json(args.out, {"source": source, **meta, "rows": record})
     return 0
 
 

@@ -8,7 +8,9 @@ import torch
 from mechmem.checkpoint import load_checkpoint, save_checkpoint
 from mechmem.papers.memorisation.constructions.appendix_a import appendix_a
 from mechmem.papers.memorisation.constructions.assignment import assign_neurons, max_overlap, overlap_feasible
-from mechmem.papers.memorisation.constructions.capacity import fixed_exponent_fit, free_exponent_fit, max_facts, memoised
+from mechmem.papers.memorisation.capacity import CapacityResult
+from mechmem.papers.memorisation.constructions.experiments import capacity_of, fit_ratio, mode_fit, shared_ds
+from mechmem.papers.memorisation.search import SearchResult
 from mechmem.papers.memorisation.constructions.keyvalue import keyvalue_construction
 from mechmem.papers.memorisation.constructions.model import ChallengeConfig, ChallengeMLP
 from mechmem.papers.memorisation.constructions.published import published_construction, published_embeddings
@@ -237,27 +239,21 @@ def test_hybrid_learns_appendix_features():
     assert stacked_accuracy(hidden_activations(E1[None], E2[None], inputs) @ U, labels).item() >= 0.9
 
 
-def test_max_facts_binary_search():
-    calls = []
+def test_capacity_table_helpers_match_hand_computation():
+    """capacity_of / mode_fit / fit_ratio on hand-made results: ratios of a d^2/ln d fits over shared sizes."""
+    def result(mode, d, cap1, cap9):
+        scores = {cap1: 1.0, cap9: 0.9}
+        searches = {"1": SearchResult(cap1, [(cap1, True)]), "0.9": SearchResult(cap9, [(cap9, True)])}
+        return CapacityResult(mode, d, searches, scores, 0.0, "accuracy")
 
-    def evaluate(n):
-        calls.append(n)
-        return 1.0 if n <= 203 else 0.5
-
-    cached = memoised(evaluate)
-    assert 203 - 8 < max_facts(cached, 1.0, start=16, limit=1024, precision=8) <= 203
-    assert max_facts(cached, 1.0, start=16, limit=1024, precision=1) == 203
-    assert len(calls) == len(set(calls))  # memoised
-    assert max_facts(lambda n: 0.0, 0.9, start=16, limit=1024, precision=8) == 0
-    assert max_facts(lambda n: 1.0, 0.9, start=16, limit=100, precision=1) == 100
-
-
-def test_fits():
-    ds = [16, 32, 64]
-    caps = [3 * d * d / math.log(d) for d in ds]
-    assert fixed_exponent_fit(ds, caps) == pytest.approx(3.0)
-    a, b = free_exponent_fit(ds, [2 * d**1.5 for d in ds])
-    assert (a, b) == (pytest.approx(2.0), pytest.approx(1.5))
+    results = [result("trained", 16, 400, 800), result("trained", 32, 1600, 3200),
+               result("published_hand", 16, 40, 80), result("published_hand", 32, 160, 320),
+               result("published_hand", 64, 640, 1280)]
+    assert capacity_of(results, "trained", 32, "0.9") == 3200 and capacity_of(results, "trained", 64, "1") is None
+    assert shared_ds(results, "trained", "published_hand") == [16, 32]
+    assert fit_ratio(results, "trained", "published_hand", "0.9") == pytest.approx(10.0)
+    a = mode_fit(results, "published_hand", "1").a
+    assert a == pytest.approx(math.exp(sum(math.log(c / (d * d / math.log(d))) for d, c in [(16, 40), (32, 160), (64, 640)]) / 3))
 
 
 def test_script_rejects_bad_mode(capsys):
@@ -278,8 +274,9 @@ def test_script_rejects_bad_mode(capsys):
 
 @pytest.mark.slow
 def test_quick_script_end_to_end(tmp_path):
-    """The --quick reproduction runs and writes its report, data and figures (minutes: slow)."""
+    """The --quick constructions run writes its data files, and the capacities it reports retrace (minutes: slow)."""
     import importlib.util
+    import json
     import pathlib
 
     spec = importlib.util.spec_from_file_location(
@@ -288,9 +285,8 @@ def test_quick_script_end_to_end(tmp_path):
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    out = tmp_path / "constructions.md"
-    assert module.main(["--quick", "--out", str(out)]) == 0
-    text = out.read_text()
-    assert "Appendix A" in text and "| trained |" in text
-    assert (tmp_path / "figures" / "constructions_capacity_quick.png").exists()
-    assert (tmp_path / "data" / "constructions_capacity_quick.json").exists()
+    assert module.main(["--quick", "--data", str(tmp_path)]) == 0
+    caps = json.loads((tmp_path / "constructions_capacity_quick.json").read_text())
+    misc = json.loads((tmp_path / "constructions_misc_quick.json").read_text())
+    assert {r["variant"] for r in caps["results"]} >= {"trained", "published_hand", "keyvalue_hand"}
+    assert set(misc) >= {"appendix_a", "sweep", "grid", "histograms"}

@@ -1,57 +1,113 @@
-"""The published binary search on synthetic monotone oracles, and a tiny end-to-end capacity search."""
+"""The one capacity search: both brackets against a brute-force scan, the published trace, replays of the
+committed sweeps (the merged search retraces every recorded search exactly), and a tiny end-to-end search."""
+
+import json
+from pathlib import Path
 
 import pytest
 
 from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.batched import Schedule
-from mechmem.papers.memorisation.capacity import CRITERIA, binary_search_max, find_capacity
+from mechmem.papers.memorisation.capacity import CRITERIA, THRESHOLDS, CapacityResult, find_capacity, measure_capacity
 from mechmem.papers.memorisation.models import FactsModelConfig
+from mechmem.papers.memorisation.search import Memo, search_capacity
+
+DATA = Path(__file__).parents[1] / "docs" / "reproductions" / "data"
 
 
+def brute_force(passes, limit: int) -> int:
+    """The true answer for a monotone oracle: the largest n in [1, limit] that passes (0 if none)."""
+    return max((n for n in range(1, limit + 1) if passes(n)), default=0)
+
+
+@pytest.mark.parametrize("bracket", ["authors", "doubling"])
 @pytest.mark.parametrize("precision", [1, 8])
-def test_search_on_monotone_oracle(precision):
-    for threshold in range(1025):
+def test_search_against_brute_force(bracket, precision):
+    limit = 300
+    for threshold in range(0, limit + 1):
         calls = []
 
-        def oracle(n, threshold=threshold, calls=calls):
+        def passes(n, threshold=threshold, calls=calls):
             calls.append(n)
             return n <= threshold
 
-        result = binary_search_max(oracle, 1024, precision=precision)
-        # The published loop stops when hi - lo < precision without testing the last candidate.
-        assert threshold - precision <= result.best <= threshold
-        assert len(calls) == len(set(calls)) <= 12
+        result = search_capacity(passes, limit, precision=precision, bracket=bracket, start=16)
+        truth = brute_force(lambda n: n <= threshold, limit)
+        assert truth - precision <= result.best <= truth
+        if precision == 1:
+            # At precision 1 the doubling bracket is exact; the authors' loop can stop one short (their rule).
+            assert result.best == truth if bracket == "doubling" else truth - 1 <= result.best
+        assert len(calls) == len(set(calls)) == len(result.trace)
         assert all(ok == (n <= threshold) for n, ok in result.trace)
 
 
-def test_search_trace_is_the_published_one():
-    result = binary_search_max(lambda n: n <= 208, 1024, precision=8)
+def test_authors_trace_is_the_published_one():
+    result = search_capacity(lambda n: n <= 208, 1024, precision=8)
     assert result.best == 208
-    assert result.trace == [
-        (512, False),
-        (256, False),
-        (128, True),
-        (192, True),
-        (224, False),
-        (208, True),
-        (216, False),
-    ]
-    assert binary_search_max(lambda n: True, 1024).trace[-1] == (1024, True)
+    assert result.trace == [(512, False), (256, False), (128, True), (192, True), (224, False), (208, True), (216, False)]
+    assert search_capacity(lambda n: True, 1024).trace[-1] == (1024, True)
 
 
-def test_search_rejects_bad_precision():
+def test_doubling_edges():
+    assert search_capacity(lambda n: False, 1024, bracket="doubling", start=16).best == 0
+    assert search_capacity(lambda n: True, 100, bracket="doubling", start=16, precision=1).best == 100
+
+
+def test_search_rejects_bad_input():
     with pytest.raises(MechmemError):
-        binary_search_max(lambda n: True, 10, precision=0)
+        search_capacity(lambda n: True, 10, precision=0)
+    with pytest.raises(MechmemError):
+        search_capacity(lambda n: True, 10, bracket="ternary")
+
+
+def test_memo_shares_evaluations_across_criteria():
+    calls = []
+    result = measure_capacity(
+        lambda n: calls.append(n) or (1.0 if n <= 203 else 0.95 if n <= 400 else 0.5),
+        {c: (lambda acc, t=t: acc >= t) for c, t in THRESHOLDS.items()}, 1024, name="x", d=16,
+        bracket="doubling", start=16, score="accuracy",
+    )
+    assert 195 < result["1"] <= 203 and 392 < result["0.9"] <= 400
+    assert len(calls) == len(set(calls)) == len(result.scores)
+    assert CapacityResult.from_dict(json.loads(json.dumps(result.to_dict()))).to_dict() == result.to_dict()
+    memo = Memo(lambda n: n * 2)
+    assert memo(3) == memo(3) == 6 and memo.cache == {3: 6}
+
+
+def test_committed_facts_searches_replay():
+    """Every search in the committed sweep files is what the merged search does on the recorded successes."""
+    lines = (DATA / "facts_table.jsonl").read_text().splitlines() + (DATA / "facts_scaling.jsonl").read_text().splitlines()
+    for line in lines:
+        result = CapacityResult.from_dict(json.loads(line))
+        seeds = len(result.info["seeds"])
+        for crit, search in result.searches.items():
+            again = search_capacity(
+                lambda n: CRITERIA[crit](result.scores[n], seeds), result.info["config"]["n_in"] ** 2,
+                precision=result.info["precision"],
+            )
+            assert again == search
+
+
+def test_committed_constructions_searches_replay():
+    data = json.loads((DATA / "constructions_capacity_full.json").read_text())
+    for row in data["results"]:
+        result = CapacityResult.from_dict(row)
+        for crit, search in result.searches.items():
+            again = search_capacity(
+                lambda n: result.scores[n] >= THRESHOLDS[crit], 4 * result.d**2, precision=result.info["precision"],
+                bracket="doubling", start=result.d,
+            )
+            assert again == search
 
 
 def test_find_capacity_tiny():
     cfg = FactsModelConfig(n_in=5, n_out=3, d_model=2, d_mlp=2, mixing="2emb", mlp=False, norms=False)
-    schedule = Schedule(max_epochs=120, patience=30)
-    result = find_capacity(cfg, schedule=schedule, seeds=[0, 1, 2], precision=2)
+    result = find_capacity(cfg, schedule=Schedule(max_epochs=120, patience=30), seeds=[0, 1, 2], precision=2)
     row = result.to_dict()
     assert 0 < row["all"] <= row["most"] <= row["any"] <= 25
-    # Every step of every search agrees with the shared per-n success counts.
-    for criterion, search in result.results.items():
+    for criterion, search in result.searches.items():
         for n, ok in search.trace:
-            assert ok == CRITERIA[criterion](result.successes[n], 3)
-    assert len(result.successes) <= sum(len(s.trace) for s in result.results.values())
+            assert ok == CRITERIA[criterion](result.scores[n], 3)
+    assert set(row["successes"]) == {str(n) for s in result.searches.values() for n, _ in s.trace}
+    with pytest.raises(MechmemError):
+        find_capacity(cfg, criteria=("some",))

@@ -3,8 +3,10 @@
 import math
 
 from mechmem.papers.memorisation.batched import Schedule
+from mechmem.papers.memorisation.fits import fit_scaling
 from mechmem.papers.memorisation.models import FactsModelConfig
-from mechmem.papers.memorisation.sweep import Cell, fit_scaling, load_records, plot_scaling, run_cells, table_rows
+from mechmem.papers.memorisation.plots import plot_scaling
+from mechmem.papers.memorisation.sweep import Cell, load_records, run_cells, scaling_fits, table_cells, table_rows
 
 
 def test_run_cells_appends_and_skips(tmp_path):
@@ -16,8 +18,10 @@ def test_run_cells_appends_and_skips(tmp_path):
     records = load_records(path)
     assert len(first) == 1 and again == [] and len(records) == 1
     assert records[0]["key"] == cells[0].key and records[0]["seeds"] == list(range(11))
+    assert records[0]["precision"] == 4 and records[0]["bracket"] == "authors"
     assert 0 <= records[0]["all"] <= records[0]["most"] <= records[0]["any"] <= 16
     assert table_rows(records)[0][0] == "2emb (d=2)"
+    assert len(table_cells(None, 2, Schedule())) == 108 and len(table_cells("2emb+mlp", 1, Schedule())) == 16
 
 
 def test_fits_recover_known_laws():
@@ -26,5 +30,13 @@ def test_fits_recover_known_laws():
     assert math.isclose(fit.a, 3.0, rel_tol=1e-9)
     power = fit_scaling(ds, [0.5 * d**1.8 for d in ds])
     assert math.isclose(power.k, 1.8, rel_tol=1e-9) and math.isclose(power.b, 0.5, rel_tol=1e-9)
-    fig = plot_scaling({"any": fit})
-    assert len(fig.axes) == 1
+    one = fit_scaling([16, 32], [0, 100.0])  # zero capacities are dropped; one point fixes a only
+    assert one.d == [32] and math.isclose(one.a, 100 / (32**2 / math.log(32))) and math.isnan(one.k)
+    assert len(plot_scaling({"any": fit}).axes) == 1
+
+
+def test_scaling_fits_group_by_variant_and_criterion():
+    recs = [{"variant": "v", "d": d, "any": 2 * d * d, "most": d * d, "all": d} for d in (16, 32, 16)]
+    fits = scaling_fits(recs)
+    assert set(fits) == {"v any", "v most", "v all"} and fits["v any"].capacity == [512.0, 2048.0]
+    assert math.isclose(fits["v most"].k, 2.0)

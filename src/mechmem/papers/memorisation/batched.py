@@ -91,6 +91,58 @@ def _hits_needed(n_facts: int, target_acc: float) -> int:
     return math.ceil(target_acc * n_facts - 1e-9)
 
 
+class _Stack:
+    """The inits still training: one row each of a flat [init, n_params] leaf (so Adam is a handful of ops),
+    with per-row Adam moments, step count, phase and patience state."""
+
+    def __init__(self, final: Params, device: torch.device) -> None:
+        self.names = list(final)
+        self.shapes = [final[k].shape[1:] for k in self.names]
+        self.sizes = [math.prod(shape) for shape in self.shapes]
+        n = next(iter(final.values())).shape[0]
+        rows = torch.cat([final[k].reshape(n, -1) for k in self.names], dim=1)
+        self.flat = rows.to(device).requires_grad_(True)
+        self.m, self.v = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
+        self.ids = torch.arange(n, device=device)  # original index of each active row
+        self.step = torch.zeros(n, device=device)
+        self.phase = torch.zeros(n, dtype=torch.long, device=device)
+        self.phase_epoch = torch.zeros(n, dtype=torch.long, device=device)
+        self.best = torch.full((n,), -1, dtype=torch.long, device=device)
+        self.since = torch.zeros(n, dtype=torch.long, device=device)
+
+    def params(self, rows: Tensor | None = None) -> Params:
+        rows = self.flat if rows is None else rows
+        parts = rows.split(self.sizes, 1)
+        return {k: t.reshape(rows.shape[0], *shape) for k, t, shape in zip(self.names, parts, self.shapes)}
+
+    def adam_step(self, grad: Tensor, lr_table: Tensor) -> None:
+        b1, b2 = BETAS
+        self.step += 1
+        bc1, bc2 = 1 - b1**self.step, 1 - b2**self.step
+        lr = lr_table[self.phase]
+        self.m.lerp_(grad, 1 - b1)
+        self.v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+        denom = (self.v.sqrt() / bc2.sqrt()[:, None]).add_(ADAM_EPS)
+        self.flat.addcdiv_(self.m, denom * (bc1 / lr)[:, None], value=-1.0)
+
+    def track(self, hits: Tensor) -> None:
+        self.phase_epoch += 1
+        self.since = torch.where(hits > self.best, 0, self.since + 1)
+        self.best = torch.maximum(self.best, hits)
+
+    def restart(self, rows: Tensor) -> None:
+        """Rows that go on to the next lr phase: fresh Adam, fresh patience."""
+        for i in torch.nonzero(rows).flatten().tolist():
+            self.phase[i] += 1
+            self.step[i], self.phase_epoch[i], self.best[i], self.since[i] = 0, 0, -1, 0
+            self.m[i], self.v[i] = 0.0, 0.0
+
+    def keep(self, rows: Tensor) -> None:
+        self.flat = self.flat[rows].detach().requires_grad_(True)
+        for name in ("m", "v", "ids", "step", "phase", "phase_epoch", "best", "since"):
+            setattr(self, name, getattr(self, name)[rows])
+
+
 def train_batched(
     cfg: FactsModelConfig,
     inputs: Int[Tensor, "n_facts 2"],
@@ -104,86 +156,44 @@ def train_batched(
     device = torch.device(device)
     n_init, n_facts = len(seeds), labels.shape[0]
     inputs, labels = inputs.to(device), labels.to(device)
-    need = _hits_needed(n_facts, schedule.target_acc)
+    need, cont = _hits_needed(n_facts, schedule.target_acc), _hits_needed(n_facts, schedule.continue_above)
     inits = [init_params(cfg, generator=torch.Generator().manual_seed(s)) for s in seeds]
     final: Params = {k: torch.stack([p[k] for p in inits]) for k in inits[0]}
-    # All parameters of an init live in one row of a flat [init, n_params] leaf, so Adam is a handful of ops.
-    names = list(final)
-    shapes = [final[k].shape[1:] for k in names]
-    sizes = [math.prod(shape) for shape in shapes]
-    flat = torch.cat([final[k].reshape(n_init, -1) for k in names], dim=1).to(device).requires_grad_(True)
-    m, v = torch.zeros_like(flat), torch.zeros_like(flat)
-
-    def unflatten(rows: Tensor) -> Params:
-        return {
-            k: t.reshape(rows.shape[0], *shape) for k, t, shape in zip(names, rows.split(sizes, 1), shapes)
-        }
-
-    ids = torch.arange(n_init, device=device)  # original index of each active row
-    step = torch.zeros(n_init, device=device)
-    phase = torch.zeros(n_init, dtype=torch.long, device=device)
-    lr_table = torch.tensor(schedule.lrs, device=device)
-    phase_epoch = torch.zeros(n_init, dtype=torch.long, device=device)
-    best = torch.full((n_init,), -1, dtype=torch.long, device=device)
-    since = torch.zeros(n_init, dtype=torch.long, device=device)
-    best_all = torch.zeros(n_init, dtype=torch.long)
-    last_hits = torch.zeros(n_init, dtype=torch.long)
-    epochs = torch.zeros(n_init, dtype=torch.long)
-    phases = torch.zeros(n_init, dtype=torch.long)
+    stack, lr_table = _Stack(final, device), torch.tensor(schedule.lrs, device=device)
+    totals = {k: torch.zeros(n_init, dtype=torch.long) for k in ("best", "last", "epochs", "phases")}
     success = torch.zeros(n_init, dtype=torch.bool)
-    b1, b2 = BETAS
-    while ids.numel():
-        a = ids.numel()
-        logits = forward_params(cfg, unflatten(flat), inputs, last_only=True)[:, :, 0]
-        per_init = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.repeat(a), reduction="none")
-        loss = per_init.view(a, n_facts).mean(1).sum()
-        (grad,) = torch.autograd.grad(loss, flat)
+    while stack.ids.numel():
+        logits = forward_params(cfg, stack.params(), inputs, last_only=True)[:, :, 0]
+        per_init = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.repeat(len(stack.ids)), reduction="none")
+        (grad,) = torch.autograd.grad(per_init.view(-1, n_facts).mean(1).sum(), stack.flat)
         with torch.no_grad():
-            step += 1
-            bc1, bc2 = 1 - b1**step, 1 - b2**step
-            lr = lr_table[phase]
-            m.lerp_(grad, 1 - b1)
-            v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
-            denom = (v.sqrt() / bc2.sqrt()[:, None]).add_(ADAM_EPS)
-            flat.addcdiv_(m, denom * (bc1 / lr)[:, None], value=-1.0)
+            stack.adam_step(grad, lr_table)
             hits = (logits.argmax(-1) == labels).sum(1)
-            phase_epoch += 1
-            improved = hits > best
-            since = torch.where(improved, 0, since + 1)
-            best = torch.maximum(best, hits)
+            stack.track(hits)
             won = hits >= need
-            phase_over = won | (since >= schedule.patience) | (phase_epoch >= schedule.max_epochs)
-            if not bool(phase_over.any()):
+            over = won | (stack.since >= schedule.patience) | (stack.phase_epoch >= schedule.max_epochs)
+            if not bool(over.any()):
                 continue
             # Bookkeeping on the (rare) epochs where some init ends a phase.
-            go_on = phase_over & ~won & (best >= _hits_needed(n_facts, schedule.continue_above))
-            go_on &= phase + 1 < len(schedule.lrs)
-            finished = phase_over & ~go_on
-            cpu = ids.cpu()
-            best_all[cpu] = torch.maximum(best_all[cpu], best.cpu())
-            last_hits[cpu] = hits.cpu()
-            epochs[cpu] += phase_over.cpu() * phase_epoch.cpu()
-            phases[cpu] = phase.cpu() + 1
+            go_on = over & ~won & (stack.best >= cont) & (stack.phase + 1 < len(schedule.lrs))
+            finished, cpu = over & ~go_on, stack.ids.cpu()
+            totals["best"][cpu] = torch.maximum(totals["best"][cpu], stack.best.cpu())
+            totals["last"][cpu] = hits.cpu()
+            totals["epochs"][cpu] += over.cpu() * stack.phase_epoch.cpu()
+            totals["phases"][cpu] = stack.phase.cpu() + 1
             success[cpu] = won.cpu() & finished.cpu()
-            for i in torch.nonzero(go_on).flatten().tolist():
-                phase[i] += 1
-                step[i], phase_epoch[i], best[i], since[i] = 0, 0, -1, 0
-                m[i], v[i] = 0.0, 0.0
+            stack.restart(go_on)
             if bool(finished.any()):
-                for k, p in unflatten(flat[finished].detach().cpu()).items():
+                for k, p in stack.params(stack.flat[finished].detach().cpu()).items():
                     final[k][cpu[finished.cpu()]] = p
-                keep = ~finished
-                flat = flat[keep].detach().requires_grad_(True)
-                m, v = m[keep], v[keep]
-                ids, step, phase, phase_epoch = ids[keep], step[keep], phase[keep], phase_epoch[keep]
-                best, since = best[keep], since[keep]
+                stack.keep(~finished)
     return TrainOutcome(
         seeds=list(seeds),
         success=success,
-        best_acc=best_all.float() / n_facts,
-        final_acc=last_hits.float() / n_facts,
-        epochs=epochs,
-        phases=phases,
+        best_acc=totals["best"].float() / n_facts,
+        final_acc=totals["last"].float() / n_facts,
+        epochs=totals["epochs"],
+        phases=totals["phases"],
         params=final,
     )
 

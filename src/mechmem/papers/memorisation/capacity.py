@@ -1,12 +1,14 @@
-"""Capacity: the largest number of facts a variant stores, by the authors' binary search.
+"""Capacity: the largest number of facts a model stores, and the one result type both experiments share.
 
-For a fact count n, the 11 initialisations of a variant are trained on the first n published facts
-(`generate_facts`, seed 42) and n counts as stored under a criterion: "any" (at least one init reaches the
-target accuracy), "most" (more than half, i.e. >= 6 of 11) or "all". The search is the published one: lo = 1,
-hi = n_in^2; while hi - lo >= precision, try mid = (lo + hi) // 2 and move lo = mid + 1 on success or
-hi = mid - 1 on failure; if hi never moved, try n_in^2 itself. The answer is the largest success, so it lies
-within `precision` below the true threshold of a monotone oracle. The three criteria share one cache of training
-outcomes, so a fact count trained for "any" is not retrained for "all".
+A capacity measurement evaluates a model family at fact counts n (the first n published facts,
+`generate_facts`, seed 42) and searches (`search.search_capacity`) for the largest n that passes each criterion.
+Every evaluation is cached, so the criteria share them.
+
+- The 54 variants and the d-scaling (`find_capacity`): the score of n is how many of 11 initialisations store
+  every fact; criteria "any" (>= 1), "most" (>= 6 of 11) and "all"; the authors' bracket, precision 8.
+- The constructions (`measure_capacity` with an evaluator from `constructions.evaluators`): the score is the
+  best accuracy over initialisations or hyperparameters; criteria "1" (acc = 1) and "0.9" (acc >= 0.9); the
+  doubling bracket from n = d.
 
 Caveat: capacity is a property of the optimiser as much as of the architecture; a capped epoch budget gives a
 lower bound on the published numbers.
@@ -15,6 +17,7 @@ lower bound on the published numbers.
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -22,6 +25,7 @@ from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.batched import Schedule, TrainOutcome, train_batched
 from mechmem.papers.memorisation.data import generate_facts
 from mechmem.papers.memorisation.models import FactsModelConfig
+from mechmem.papers.memorisation.search import Bracket, Memo, SearchResult, search_capacity
 
 N_INITS = 11
 CRITERIA: dict[str, Callable[[int, int], bool]] = {
@@ -29,73 +33,86 @@ CRITERIA: dict[str, Callable[[int, int], bool]] = {
     "most": lambda k, n: k > n // 2,
     "all": lambda k, n: k == n,
 }
-
-
-@dataclass
-class SearchResult:
-    """A binary search's answer and every (n, stored?) it tried, in order."""
-
-    best: int
-    trace: list[tuple[int, bool]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.best < 0:
-            raise ValueError("best must be >= 0")
-
-    def to_dict(self) -> dict:
-        return {"best": self.best, "trace": [[n, ok] for n, ok in self.trace]}
-
-
-def binary_search_max(
-    oracle: Callable[[int], bool], hi: int, *, precision: int = 8, lo: int = 1
-) -> SearchResult:
-    """The published search for the largest n in [lo, hi] with oracle(n) True (0 if none was found)."""
-    if precision < 1 or hi < lo:
-        raise MechmemError(f"need precision >= 1 and hi >= lo, got precision={precision}, lo={lo}, hi={hi}")
-    top, best, trace = hi, 0, []
-    while hi - lo >= precision:
-        mid = (lo + hi) // 2
-        ok = bool(oracle(mid))
-        trace.append((mid, ok))
-        if ok:
-            best, lo = mid, mid + 1
-        else:
-            hi = mid - 1
-    if hi == top:
-        ok = bool(oracle(top))
-        trace.append((top, ok))
-        if ok:
-            best = top
-    return SearchResult(best, trace)
+THRESHOLDS: dict[str, float] = {"1": 1.0, "0.9": 0.9}
+"""Accuracy criteria of the constructions: name -> the best accuracy that counts as stored."""
+SCORE_KEYS = ("successes", "accuracy")
 
 
 @dataclass
 class CapacityResult:
-    """Capacity of one variant under each criterion, with the per-n success counts that decided it."""
+    """Capacity of one model (a variant or a construction mode) at one size d under each criterion.
 
-    config: FactsModelConfig
-    schedule: Schedule
-    seeds: list[int]
-    results: dict[str, SearchResult]
-    successes: dict[int, int]
+    `scores` maps each fact count tried to its score (`score` names it: "successes" = initialisations out of
+    len(seeds) that stored every fact, or "accuracy" = best accuracy); `searches` holds each criterion's search.
+    `info` carries what rebuilds the run (config, schedule, seeds, precision, bracket, sweep key ...).
+    """
+
+    name: str
+    d: int
+    searches: dict[str, SearchResult]
+    scores: dict[int, float | int]
     seconds: float
+    score: str = "successes"
+    info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        unknown = set(self.results) - set(CRITERIA)
-        if unknown:
-            raise ValueError(f"unknown criteria {sorted(unknown)}")
+        if self.score not in SCORE_KEYS:
+            raise ValueError(f"score must be one of {SCORE_KEYS}, got {self.score!r}")
+        tried = {n for s in self.searches.values() for n, _ in s.trace}
+        if not tried <= set(self.scores):
+            raise ValueError(f"searched fact counts without a score: {sorted(tried - set(self.scores))}")
 
-    def to_dict(self) -> dict:
+    def __getitem__(self, criterion: str) -> int:
+        return self.searches[criterion].best
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON: the sweep files' layout (criteria as top-level keys, scores under `score`'s name)."""
         return {
-            "variant": self.config.name,
-            "config": self.config.to_dict(),
-            "schedule": self.schedule.to_dict(),
-            "seeds": self.seeds,
-            **{c: r.best for c, r in self.results.items()},
-            "searches": {c: r.to_dict() for c, r in self.results.items()},
-            "successes": {str(n): k for n, k in sorted(self.successes.items())},
+            "variant": self.name,
+            "d": self.d,
+            **self.info,
+            **{c: s.best for c, s in self.searches.items()},
+            "searches": {c: s.to_dict() for c, s in self.searches.items()},
+            self.score: {str(n): v for n, v in sorted(self.scores.items())},
             "seconds": round(self.seconds, 2),
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CapacityResult":
+        score = next(k for k in SCORE_KEYS if k in data)
+        searches = {c: SearchResult.from_dict(s) for c, s in data["searches"].items()}
+        known = {"variant", "d", "searches", score, "seconds", *searches}
+        info = {k: v for k, v in data.items() if k not in known}
+        scores = {int(n): v for n, v in data[score].items()}
+        return cls(data["variant"], int(data["d"]), searches, scores, float(data["seconds"]), score, info)
+
+
+def measure_capacity(
+    evaluate: Callable[[int], float | int],
+    criteria: dict[str, Callable[[float | int], bool]],
+    limit: int,
+    *,
+    name: str,
+    d: int,
+    precision: int = 8,
+    bracket: Bracket = "authors",
+    start: int = 1,
+    score: str = "successes",
+    info: dict[str, Any] | None = None,
+) -> CapacityResult:
+    """Search the capacity under each criterion (in order), every n evaluated once; see `search_capacity`."""
+    memo, t0 = Memo(evaluate), time.perf_counter()
+    searches = {
+        c: search_capacity(lambda n, ok=ok: ok(memo(n)), limit, precision=precision, bracket=bracket, start=start)
+        for c, ok in criteria.items()
+    }
+    info = {**(info or {}), "precision": precision, "bracket": bracket}
+    return CapacityResult(name, d, searches, memo.cache, time.perf_counter() - t0, score, info)
+
+
+def accuracy_criteria(names: tuple[str, ...] = tuple(THRESHOLDS)) -> dict[str, Callable[[float], bool]]:
+    """The constructions' criteria: best accuracy >= threshold."""
+    return {c: (lambda acc, t=THRESHOLDS[c]: acc >= t) for c in names}
 
 
 def find_capacity(
@@ -109,7 +126,7 @@ def find_capacity(
     device: str | torch.device = "cpu",
     on_trial: Callable[[int, TrainOutcome], None] | None = None,
 ) -> CapacityResult:
-    """Binary-search the capacity of `cfg` under each criterion; every n is trained once (all inits batched).
+    """Capacity of one facts variant under Any / Most / All, by the authors' search; inits trained batched.
 
     Args:
         cfg: the variant and sizes.
@@ -121,26 +138,22 @@ def find_capacity(
         device: torch device for training.
         on_trial: called with (n, outcome) after each new training run (progress reporting).
     """
-    for c in criteria:
-        if c not in CRITERIA:
-            raise MechmemError(f"unknown criterion {c!r} (use any, most or all)")
+    unknown = [c for c in criteria if c not in CRITERIA]
+    if unknown:
+        raise MechmemError(f"unknown criterion {unknown[0]!r} (use any, most or all)")
     schedule = Schedule() if schedule is None else schedule
     seeds = list(range(N_INITS)) if seeds is None else list(seeds)
-    top = cfg.n_in**2
-    successes: dict[int, int] = {}
-    t0 = time.perf_counter()
 
-    def count(n: int) -> int:
-        if n not in successes:
-            inputs, labels = generate_facts(n, cfg.n_in, cfg.n_out, seed=data_seed)
-            outcome = train_batched(cfg, inputs, labels, seeds, schedule, device=device)
-            successes[n] = outcome.n_success
-            if on_trial is not None:
-                on_trial(n, outcome)
-        return successes[n]
+    def successes(n: int) -> int:
+        inputs, labels = generate_facts(n, cfg.n_in, cfg.n_out, seed=data_seed)
+        outcome = train_batched(cfg, inputs, labels, seeds, schedule, device=device)
+        if on_trial is not None:
+            on_trial(n, outcome)
+        return outcome.n_success
 
-    results = {
-        c: binary_search_max(lambda n, c=c: CRITERIA[c](count(n), len(seeds)), top, precision=precision)
-        for c in criteria
-    }
-    return CapacityResult(cfg, schedule, seeds, results, successes, time.perf_counter() - t0)
+    rules = {c: (lambda k, c=c: CRITERIA[c](k, len(seeds))) for c in criteria}
+    info = {"config": cfg.to_dict(), "schedule": schedule.to_dict(), "seeds": seeds}
+    result = measure_capacity(
+        successes, rules, cfg.n_in**2, name=cfg.name, d=cfg.d_model, precision=precision, info=info
+    )
+    return result

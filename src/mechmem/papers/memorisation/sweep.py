@@ -4,12 +4,11 @@ A sweep is a list of cells (variant, sizes, repeat, schedule). `run_cells` appen
 cell and skips cells whose key is already in the file, so an interrupted sweep resumes where it stopped. Repeat r
 uses init seeds 11r .. 11r + 10 (the published repeats drew fresh random inits).
 
-Scaling follows the authors: n_in = 2d, d_model = d_mlp = n_out = d, search precision 8 (d/16)^2. Two fits are
-reported: the fixed-exponent law S = a d^2 / ln d and a free power law S = b d^k (both least squares in log space).
+Scaling follows the authors: n_in = 2d, d_model = d_mlp = n_out = d, search precision 8 (d/16)^2; the fits are
+`fits.fit_scaling` (`scaling_fits` groups the records by variant and criterion).
 """
 
 import json
-import math
 import statistics
 import time
 from collections.abc import Iterable
@@ -17,14 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from mechmem.papers.memorisation.batched import Schedule
-from mechmem.papers.memorisation.capacity import N_INITS, find_capacity
-from mechmem.papers.memorisation.models import FactsModelConfig
-from mechmem.plotting import plt
+from mechmem.papers.memorisation.capacity import CRITERIA, N_INITS, find_capacity
+from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
+from mechmem.errors import MechmemError
+from mechmem.papers.memorisation.models import FactsModelConfig, all_variants
 
 SCALING_VARIANTS = {
     "full": FactsModelConfig(
@@ -89,14 +88,8 @@ def run_cells(
         result = find_capacity(
             cell.config, schedule=cell.schedule, seeds=cell.seeds, precision=cell.precision, device=device
         )
-        record = {
-            "key": cell.key,
-            "repeat": cell.repeat,
-            "d": cell.config.d_model,
-            **result.to_dict(),
-            "precision": cell.precision,
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
+        result.info.update(key=cell.key, repeat=cell.repeat)
+        record = {**result.to_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         with open(path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
         new.append(record)
@@ -131,58 +124,30 @@ def table_rows(
     return rows
 
 
-@dataclass
-class ScalingFit:
-    """Fits of capacity S against d: S = a d^2 / ln d, and S = b d^k."""
-
-    d: list[int]
-    capacity: list[float]
-    a: float
-    b: float
-    k: float
-
-    def __post_init__(self) -> None:
-        if len(self.d) != len(self.capacity) or len(self.d) < 2:
-            raise ValueError("need at least two (d, capacity) points of equal length")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "d": self.d,
-            "capacity": self.capacity,
-            "a_d2_over_lnd": self.a,
-            "power_b": self.b,
-            "power_k": self.k,
-        }
+def scaling_cells(variant: str, ds: list[int], repeats: int, schedule: Schedule) -> list[Cell]:
+    """The authors' scaling cells: the variant at each d, precision 8 (d/16)^2."""
+    base = SCALING_VARIANTS[variant]
+    return [Cell(scaled(base, d), r, schedule, precision=8 * (d // 16) ** 2 or 1) for r in range(repeats) for d in ds]
 
 
-def fit_scaling(d: list[int], capacity: list[float]) -> ScalingFit:
-    """Least-squares fits in log space (points with capacity 0 are dropped)."""
-    pts = [(x, y) for x, y in zip(d, capacity) if y > 0]
-    xs = np.array([p[0] for p in pts], dtype=float)
-    ys = np.array([p[1] for p in pts], dtype=float)
-    a = float(np.exp(np.mean(np.log(ys) - np.log(xs**2 / np.log(xs)))))
-    k, log_b = np.polyfit(np.log(xs), np.log(ys), 1) if len(pts) >= 2 else (math.nan, math.nan)
-    return ScalingFit([int(x) for x in xs], [float(y) for y in ys], a, float(np.exp(log_b)), float(k))
+def scaling_fits(records: list[dict[str, Any]], criteria: tuple[str, ...] = tuple(CRITERIA)) -> dict[str, ScalingFit]:
+    """"variant criterion" -> fit of the mean capacity over repeats against d (variants with >= 2 sizes)."""
+    fits = {}
+    for variant in dict.fromkeys(r["variant"] for r in records):
+        for crit in criteria:
+            by_d: dict[int, list[int]] = {}
+            for r in records:
+                if r["variant"] == variant:
+                    by_d.setdefault(r["d"], []).append(r[crit])
+            ds = sorted(by_d)
+            if len(ds) >= 2:
+                fits[f"{variant} {crit}"] = fit_scaling(ds, [sum(by_d[d]) / len(by_d[d]) for d in ds])
+    return fits
 
 
-def plot_scaling(fits: dict[str, ScalingFit]) -> "plt.Figure":
-    """Capacity against d (log-log) with both fits, one colour per label (e.g. variant or criterion)."""
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    for i, (label, fit) in enumerate(fits.items()):
-        colour = f"C{i % 10}"
-        grid = np.geomspace(min(fit.d), max(fit.d) * 2, 50)
-        ax.plot(fit.d, fit.capacity, "o", color=colour, label=f"{label}")
-        ax.plot(
-            grid, fit.a * grid**2 / np.log(grid), "-", color=colour, alpha=0.6, label=f"{fit.a:.2f} d^2/ln d"
-        )
-        ax.plot(grid, fit.b * grid**fit.k, ":", color=colour, alpha=0.6, label=f"{fit.b:.2f} d^{fit.k:.2f}")
-    all_d = sorted({x for fit in fits.values() for x in fit.d})
-    grid = np.geomspace(all_d[0], all_d[-1] * 2, 50)
-    ax.plot(grid, 4 * grid**2, "k--", lw=0.8, label="ceiling n_in^2 = 4 d^2")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("d (n_in = 2d, d_model = d_mlp = n_out = d)")
-    ax.set_ylabel("facts stored")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+def table_cells(only: str | None, repeats: int, schedule: Schedule, d: int = 16) -> list[Cell]:
+    """The 54-variant table's cells (variants whose name contains `only`, if given) at width d, n_in = 2d."""
+    variants = [v for v in all_variants(2 * d, d, d, d) if only is None or only in v.name]
+    if not variants:
+        raise MechmemError(f"no variant name contains {only!r}")
+    return [Cell(v, r, schedule) for r in range(repeats) for v in variants]

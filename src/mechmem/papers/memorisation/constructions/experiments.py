@@ -1,27 +1,17 @@
-"""The experiments behind `analyses/reproduce_constructions.py`, each returning a small serialisable result."""
+"""The constructions experiments (Appendix A, the S x top_fraction sweep, capacities per mode), each JSON-able."""
 
-import math
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 
 from mechmem.papers.memorisation.constructions.appendix_a import appendix_a
-from mechmem.papers.memorisation.constructions.capacity import (
-    EVALUATORS,
-    SweepGrid,
-    fixed_exponent_fit,
-    free_exponent_fit,
-    max_facts,
-    memoised,
-    published_stack,
-)
+from mechmem.papers.memorisation.capacity import THRESHOLDS, CapacityResult, accuracy_criteria, measure_capacity
+from mechmem.papers.memorisation.constructions.evaluators import EVALUATORS, SweepGrid, published_stack
 from mechmem.papers.memorisation.constructions.model import ChallengeConfig, ChallengeMLP
 from mechmem.papers.memorisation.constructions.training import hidden_activations, stacked_accuracy, train_full
 from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.data import generate_facts
-
-THRESHOLDS = (1.0, 0.9)
+from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
 
 
 @dataclass
@@ -92,66 +82,40 @@ def published_sweep(d: int, n_facts: int, grid: SweepGrid, seed: int = 0) -> Swe
     return SweepResult(d, n_facts, s_values, list(grid.top_fractions), acc.tolist())
 
 
-@dataclass
-class CapacityResult:
-    """Max facts per (mode, d, threshold), with the evaluations they came from and fits."""
-
-    ds: list[int]
-    modes: list[str]
-    precision: dict[str, int]
-    capacity: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # mode -> d -> threshold
-    evaluations: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # mode -> d -> n -> acc
-    seconds: dict[str, dict[str, float]] = field(default_factory=dict)
-    spot: dict[str, dict[str, float]] = field(
-        default_factory=dict
-    )  # trained accuracy at chosen (d, n): d -> n -> acc
-    runs: list[str] = field(default_factory=list)  # the commands that contributed to this file
-
-    def get(self, mode: str, d: int, threshold: float) -> int | None:
-        return self.capacity.get(mode, {}).get(str(d), {}).get(f"{threshold:g}")
-
-    def fits(self, mode: str, threshold: float, ds: list[int] | None = None) -> dict[str, float]:
-        """Fixed-exponent prefactor a (a d^2 / ln d) and the free power-law exponent, over `ds` (default all)."""
-        ds = [d for d in (self.ds if ds is None else ds) if self.get(mode, d, threshold)]
-        caps = [float(self.get(mode, d, threshold)) for d in ds]  # type: ignore[arg-type]
-        _, b = free_exponent_fit(ds, caps)
-        return {"a": fixed_exponent_fit(ds, caps), "exponent": b}
-
-    def shared_ds(self, *modes: str) -> list[int]:
-        """Sizes at which every given mode has both capacities (ratios of fits use only these)."""
-        return [d for d in self.ds if all(self.get(m, d, t) is not None for m in modes for t in THRESHOLDS)]
-
-    def fit_ratio(self, num: str, den: str, threshold: float) -> float:
-        """a(num) / a(den) of the fixed-exponent fits over the sizes both modes have."""
-        ds = self.shared_ds(num, den)
-        a, b = self.fits(num, threshold, ds)["a"], self.fits(den, threshold, ds)["a"]
-        return a / b if ds and b > 0 else float("nan")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "CapacityResult":
-        return cls(**data)
-
-
-def measure_capacity(
-    result: CapacityResult, mode: str, d: int, grid: SweepGrid, *, precision: int, log=print
-) -> None:
-    """Binary-search mode's capacity at d for both thresholds and store it in `result`."""
+def construction_capacity(mode: str, d: int, grid: SweepGrid, *, precision: int = 8) -> CapacityResult:
+    """Capacity of one mode at size d under acc = 1 and acc >= 0.9 (doubling bracket from n = d, limit 4 d^2)."""
     if mode not in EVALUATORS:
         raise MechmemError(f"unknown mode {mode!r} (known: {', '.join(EVALUATORS)})")
-    evaluate = memoised(EVALUATORS[mode](d, grid))
-    start = time.perf_counter()
-    caps = {}
-    for threshold in THRESHOLDS:
-        caps[f"{threshold:g}"] = max_facts(evaluate, threshold, start=d, limit=4 * d * d, precision=precision)
-    result.capacity.setdefault(mode, {})[str(d)] = caps
-    result.evaluations.setdefault(mode, {})[str(d)] = {str(n): a for n, a in sorted(evaluate.cache.items())}
-    result.seconds.setdefault(mode, {})[str(d)] = round(time.perf_counter() - start, 1)
-    log(
-        f"  {mode:17s} d={d:3d}  acc=1: {caps['1']:5d}  acc>=0.9: {caps['0.9']:5d}  ({result.seconds[mode][str(d)]}s)"
+    return measure_capacity(
+        EVALUATORS[mode](d, grid), accuracy_criteria(), 4 * d * d, name=mode, d=d, precision=precision,
+        bracket="doubling", start=d, score="accuracy",
     )
+
+
+def capacity_of(results: list[CapacityResult], mode: str, d: int, criterion: str) -> int | None:
+    """The capacity of `mode` at `d` under `criterion` ("1" or "0.9"), None if not measured."""
+    found = [r[criterion] for r in results if r.name == mode and r.d == d and criterion in r.searches]
+    return found[-1] if found else None
+
+
+def mode_fit(results: list[CapacityResult], mode: str, criterion: str, ds: list[int] | None = None) -> ScalingFit:
+    """`fit_scaling` of one mode's capacities over `ds` (default: every size it was measured at)."""
+    ds = sorted({r.d for r in results}) if ds is None else ds
+    pts = [(d, capacity_of(results, mode, d, criterion)) for d in ds]
+    return fit_scaling([d for d, c in pts if c], [float(c) for d, c in pts if c])
+
+
+def shared_ds(results: list[CapacityResult], *modes: str) -> list[int]:
+    """Sizes at which every given mode has both capacities (ratios of fits use only these)."""
+    ds = sorted({r.d for r in results})
+    return [d for d in ds if all(capacity_of(results, m, d, c) is not None for m in modes for c in THRESHOLDS)]
+
+
+def fit_ratio(results: list[CapacityResult], num: str, den: str, criterion: str) -> float:
+    """a(num) / a(den) of the fixed-exponent fits over the sizes both modes have (nan if none)."""
+    ds = shared_ds(results, num, den)
+    a, b = mode_fit(results, num, criterion, ds).a, mode_fit(results, den, criterion, ds).a
+    return a / b if ds and b > 0 else float("nan")
 
 
 def trained_weights(d: int, n_facts: int, grid: SweepGrid, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -164,7 +128,3 @@ def trained_weights(d: int, n_facts: int, grid: SweepGrid, seed: int = 0) -> tup
     i = int(best.argmax())
     return E1[i], E2[i], U[i], best[i]
 
-
-def ln_scale(d: int) -> float:
-    """d^2 / ln d, the capacity scale of the fits."""
-    return d * d / math.log(d)

@@ -1,9 +1,8 @@
-"""Capacity of the challenge model: the largest fact count stored at acc = 1 and at acc >= 0.9, per mode.
+"""Evaluators of the challenge model: fact count n -> the best accuracy one mode reaches on n facts.
 
-An *evaluator* maps a fact count n to the best accuracy reached on `generate_facts(n, 2d, d)` by that mode's
-best initialisation / hyperparameters (the challenge's "Any" criterion). `max_facts` brackets the capacity by
-doubling from n_out, then bisects to `precision` facts, assuming success is monotone in n (it is only roughly
-so; the report states the precision). Evaluations are memoised, so both thresholds share them.
+An *evaluator* maps n to the best accuracy reached on `generate_facts(n, 2d, d)` by that mode's best
+initialisation / hyperparameters (the challenge's "Any" criterion). The capacity search over n is the shared
+one (`memorisation.capacity.measure_capacity`, doubling bracket from n = d, criteria acc = 1 and acc >= 0.9).
 
 Evaluators (d_mlp = n_out = d, n_in = 2d):
     trained            all weights learned from `n_inits` initialisations
@@ -14,7 +13,6 @@ Evaluators (d_mlp = n_out = d, n_in = 2d):
     keyvalue_hybrid    its embeddings frozen, U learned
 """
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -177,55 +175,3 @@ EVALUATORS: dict[str, Callable[..., Evaluator]] = {
     "keyvalue_hand": keyvalue_hand_evaluator,
     "keyvalue_hybrid": keyvalue_hybrid_evaluator,
 }
-
-
-def max_facts(evaluate: Evaluator, threshold: float, *, start: int, limit: int, precision: int) -> int:
-    """Largest n in [0, limit] with evaluate(n) >= threshold, to within `precision` (0 if `start` fails)."""
-    lo, hi = 0, limit + 1
-    n = start
-    while n <= limit:
-        if evaluate(n) >= threshold:
-            lo, n = n, 2 * n
-        else:
-            hi = n
-            break
-    if lo == limit:
-        return lo
-    hi = min(hi, limit + 1)
-    while hi - lo > precision:
-        mid = (lo + hi) // 2
-        if evaluate(mid) >= threshold:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def memoised(evaluate: Evaluator) -> Evaluator:
-    """Cache an evaluator's results by fact count."""
-    cache: dict[int, float] = {}
-
-    def cached(n: int) -> float:
-        if n not in cache:
-            cache[n] = evaluate(n)
-        return cache[n]
-
-    cached.cache = cache  # type: ignore[attr-defined]
-    return cached
-
-
-def fixed_exponent_fit(ds: list[int], capacities: list[float]) -> float:
-    """a in capacity ~ a d^2 / ln d, fitted in log space (geometric mean of capacity / (d^2 / ln d))."""
-    logs = [math.log(c / (d * d / math.log(d))) for d, c in zip(ds, capacities) if c > 0]
-    return math.exp(sum(logs) / len(logs)) if logs else float("nan")
-
-
-def free_exponent_fit(ds: list[int], capacities: list[float]) -> tuple[float, float]:
-    """(a, b) in capacity ~ a d^b by least squares in log-log space (nan with fewer than two points)."""
-    pts = [(math.log(d), math.log(c)) for d, c in zip(ds, capacities) if c > 0]
-    if len(pts) < 2:
-        return float("nan"), float("nan")
-    mx = sum(x for x, _ in pts) / len(pts)
-    my = sum(y for _, y in pts) / len(pts)
-    b = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
-    return math.exp(my - b * mx), b

@@ -1,0 +1,107 @@
+"""The memorisation paper as a plugin: variants, spec and run (`mechmem.plugins.Paper`).
+
+    python analyses/reproduce.py memorisation                        # "committed": record + page from the data
+    python analyses/reproduce.py memorisation --page-only            # the page again from memorisation.json
+    python analyses/reproduce.py memorisation --variant quick        # everything at toy sizes, CPU minutes
+    python analyses/reproduce.py memorisation --variant table --set max_epochs=150 --set patience=50
+    python analyses/reproduce.py memorisation --variant scaling --set ds=16,32
+    python analyses/reproduce.py memorisation --variant constructions --set ds=16,32
+    python analyses/reproduce.py memorisation --variant paper --set device=cuda   # the published schedule (GPU)
+
+Sweeps append to the data folder's files and skip finished cells, so every variant resumes; the record is then
+assembled from the files by `records.collect`, so a page never depends on one process having run everything.
+"""
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any
+
+from mechmem.errors import MechmemError
+from mechmem.papers.memorisation.batched import Schedule
+from mechmem.papers.memorisation.constructions.evaluators import EVALUATORS
+from mechmem.papers.memorisation.constructions.reproduce import run_constructions
+from mechmem.papers.memorisation.records import PUBLISHED, collect
+from mechmem.papers.memorisation.sweep import run_cells, scaling_cells, table_cells
+
+VARIANTS = ("committed", "quick", "table", "scaling", "constructions", "paper")
+RUNS = {"committed": (), "quick": ("table", "scaling", "constructions"), "table": ("table",),
+        "scaling": ("scaling",), "constructions": ("constructions",), "paper": ("table", "scaling")}
+
+
+@dataclass(frozen=True)
+class MemorisationSpec:
+    """What one reproduction run does; options from `--set key=value` override these fields."""
+
+    variant: str = "committed"
+    """One of VARIANTS: which experiments run before the record is collected."""
+    data: str = "docs/reproductions/data"
+    """Folder of the sweep and constructions files (read and appended to)."""
+    max_epochs: int = 150
+    """Sweep schedule: epochs per lr phase (published 50,000)."""
+    patience: int = 50
+    """Sweep schedule: epochs without improvement (published 5,000)."""
+    repeats: int = 1
+    """Sweep repeats (fresh init seeds each; published 4)."""
+    d: int = 16
+    """Width of the 54-variant table (n_in = 2d)."""
+    ds: tuple[int, ...] = (16, 32)
+    """Scaling widths, and the constructions' widths."""
+    modes: tuple[str, ...] = tuple(EVALUATORS)
+    """Constructions modes to (re)compute."""
+    tag: str = "full"
+    """Constructions files: full or quick (small grids)."""
+    device: str = "cpu"
+    """Torch device for the sweeps (cpu, cuda, auto)."""
+
+
+def _parse(field: str, value: str, default: Any) -> Any:
+    if isinstance(default, tuple):
+        items = [v for v in value.split(",") if v]
+        return tuple(int(v) for v in items) if default and isinstance(default[0], int) else tuple(items)
+    return type(default)(value)
+
+
+def spec(variant: str, options: dict[str, str]) -> MemorisationSpec:
+    """The spec of a variant, with options applied (unknown variant or option: `MechmemError`)."""
+    if variant not in VARIANTS:
+        raise MechmemError(f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
+    base = MemorisationSpec(variant=variant)
+    if variant == "quick":
+        base = replace(base, data="runs/memorisation_quick", max_epochs=60, patience=20, d=4, ds=(8, 16), tag="quick")
+    elif variant == "paper":
+        base = replace(base, max_epochs=50_000, patience=5_000, repeats=4, ds=(16, 32, 64, 128), device="auto")
+    known = {f.name: getattr(base, f.name) for f in fields(base) if f.name != "variant"}
+    bad = [k for k in options if k not in known]
+    if bad:
+        raise MechmemError(f"unknown option {bad[0]!r} (known: {', '.join(known)})")
+    try:
+        parsed = {k: _parse(k, v, known[k]) for k, v in options.items()}
+    except ValueError as err:
+        raise MechmemError(f"bad option value: {err}") from None
+    unknown_modes = [m for m in parsed.get("modes", ()) if m not in EVALUATORS]
+    if unknown_modes:
+        raise MechmemError(f"unknown mode {unknown_modes[0]!r} (known: {', '.join(EVALUATORS)})")
+    return replace(base, **parsed)
+
+
+def run(spec: MemorisationSpec, log: Callable[[str], None]) -> dict[str, Any]:
+    """Run the variant's sweeps (resumable), then collect the record from the data folder."""
+    from mechmem.training.trainer import resolve_device
+
+    data, device = Path(spec.data), resolve_device(spec.device)
+    schedule = Schedule(max_epochs=spec.max_epochs, patience=spec.patience)
+    steps = RUNS[spec.variant]
+    if "table" in steps:
+        log(f"54-variant table at d={spec.d}, {spec.repeats} repeat(s) -> {data / 'facts_table.jsonl'}")
+        run_cells(table_cells(None, spec.repeats, schedule, spec.d), data / "facts_table.jsonl", device=device)
+    if "scaling" in steps:
+        log(f"scaling at d = {spec.ds} -> {data / 'facts_scaling.jsonl'}")
+        cells = [c for v in ("reduced", "full") for c in scaling_cells(v, list(spec.ds), spec.repeats, schedule)]
+        run_cells(cells, data / "facts_scaling.jsonl", device=device)
+    if "constructions" in steps:
+        command = f"python analyses/reproduce.py memorisation --variant {spec.variant}"
+        run_constructions(data, quick=spec.tag == "quick", ds=spec.ds, modes=spec.modes,
+                          precision=16 if spec.tag == "quick" else 8, reuse=True, command=command, log=log)
+    published = data / PUBLISHED if (data / PUBLISHED).exists() else Path(MemorisationSpec.data) / PUBLISHED
+    return collect(data, schedule=schedule.to_dict(), tag=spec.tag, variant=spec.variant, published=published)

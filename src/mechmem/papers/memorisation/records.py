@@ -1,0 +1,78 @@
+"""The memorisation run record: everything the page shows, assembled from the sweep and constructions files.
+
+`collect` reads a data folder (docs/reproductions/data for the committed runs) without training anything:
+
+    facts_table.jsonl              one line per (variant, repeat, schedule) search of the 54-variant table
+    facts_anchor_2emb_nomlp.json   the anchor variant under a 20x longer schedule (optional)
+    facts_scaling.jsonl            the d-scaling searches
+    facts_benchmark.json           batched vs per-init training time (optional)
+    constructions_capacity_TAG.json, constructions_misc_TAG.json    the constructions (TAG = full | quick)
+    memorisation_published.json    the published values, each with its source
+
+Only sweep records of the requested schedule enter the record (a data file may hold several).
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mechmem.errors import MechmemError
+from mechmem.papers.memorisation.sweep import load_records, scaling_fits
+
+PUBLISHED = "memorisation_published.json"
+
+
+def _read(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _brief(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: record[k] for k in ("variant", "d", "schedule", "any", "most", "all", "seconds")}
+
+
+def collect(
+    data_dir: str | Path,
+    *,
+    schedule: dict[str, Any],
+    tag: str = "full",
+    published: str | Path | None = None,
+    variant: str = "committed",
+) -> dict[str, Any]:
+    """The run record from the files in `data_dir` (see the module docstring); JSON-able.
+
+    Args:
+        data_dir: folder of the sweep and constructions files.
+        schedule: `Schedule.to_dict()` of the sweep records to show.
+        tag: which constructions files ("full" or "quick").
+        published: the published-values file (default: `data_dir / memorisation_published.json`).
+        variant: the variant that produced the data (shown on the page).
+    """
+    data_dir = Path(data_dir)
+    published_path = Path(published) if published else data_dir / PUBLISHED
+    if not published_path.exists():
+        raise MechmemError(f"no published values at {published_path}")
+    table_all = load_records(data_dir / "facts_table.jsonl")
+    table = [r for r in table_all if r["schedule"] == schedule]
+    scaling = [r for r in load_records(data_dir / "facts_scaling.jsonl") if r["schedule"] == schedule]
+    cap_name, misc_name = f"constructions_capacity_{tag}.json", f"constructions_misc_{tag}.json"
+    capacities, misc = _read(data_dir / cap_name), _read(data_dir / misc_name)
+    if not table or capacities is None or misc is None:
+        raise MechmemError(
+            f"{data_dir} lacks facts_table.jsonl records of schedule {schedule} or {cap_name} / {misc_name}"
+        )
+    sources = ["facts_table.jsonl", "facts_scaling.jsonl", cap_name, misc_name, PUBLISHED]
+    anchor, bench = _read(data_dir / "facts_anchor_2emb_nomlp.json"), _read(data_dir / "facts_benchmark.json")
+    sources += [n for n, x in (("facts_anchor_2emb_nomlp.json", anchor), ("facts_benchmark.json", bench)) if x]
+    return {
+        "variant": variant,
+        "schedule": schedule,
+        "table": table,
+        "other_schedules": [_brief(r) for r in table_all if r["schedule"] != schedule],
+        "anchor": anchor,
+        "scaling": scaling,
+        "scaling_fits": {k: f.to_dict() for k, f in scaling_fits(scaling).items()},
+        "benchmark": bench,
+        "constructions": {**capacities, **misc, "tag": tag},
+        "published": json.loads(published_path.read_text()),
+        "sources": sources,
+    }
