@@ -12,7 +12,15 @@ import torch
 
 from mechmem.analysis.ablation import METHODS, ablate_heads, plot_ablation, task_metric
 from mechmem.analysis.heads import no_attention_reason
-from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
+from mechmem.cli import (
+    ArgumentParser,
+    add_analysis_args,
+    load_for_analysis,
+    print_table,
+    run_script,
+    save_figure,
+    write_json,
+)
 from mechmem.errors import MechmemError
 
 

@@ -5,15 +5,14 @@
 Writes only the counts (vocabulary, unigram and bigram counts), never the text, so the result can be shipped.
 """
 
-import argparse
 from pathlib import Path
 
+from mechmem.cli import ArgumentParser, run_script, write_json
 from mechmem.papers.birth.corpus import stats_from_corpus
-from mechmem.cli import run_script, write_json
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", help="UTF-8 text file to count")
     parser.add_argument(
         "--out",

@@ -8,17 +8,16 @@ Independent trainings run in parallel subprocesses (--jobs, one CPU thread each)
 is not retrained unless --retrain. Ends by printing a summary table.
 """
 
-import argparse
 import time
 from pathlib import Path
 
-from mechmem.cli import print_table, run_script
+from mechmem.cli import ArgumentParser, print_table, run_script
 from mechmem.errors import MechmemError
 from mechmem.report.demo import DEMO_MODELS, available, run_demo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--out", default="runs/demo", help="directory for the trained runs (default: runs/demo)"
     )

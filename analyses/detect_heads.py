@@ -11,6 +11,7 @@ DIR/detect_heads.json, DIR/detect_heads.png (score heatmaps) and DIR/attention.p
 
 import torch
 
+from mechmem import cli
 from mechmem.analysis.heads import (
     attention_patterns,
     detect_heads,
@@ -20,18 +21,17 @@ from mechmem.analysis.heads import (
     plot_head_scores,
     repeated_random_tokens,
 )
-from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(description=__doc__.split("\n")[0])
-    add_analysis_args(parser, n_samples=256)
+    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
+    cli.add_analysis_args(parser, n_samples=256)
     args = parser.parse_args(argv)
-    ckpt, out = load_for_analysis(args)
+    ckpt, out = cli.load_for_analysis(args)
     reason = no_attention_reason(ckpt.model)
     if reason:
         print(f"skipped: {reason}")
-        write_json(out / "detect_heads.json", {"skipped": reason, "scores": {}})
+        cli.write_json(out / "detect_heads.json", {"skipped": reason, "scores": {}})
         return 0
     model, gen = ckpt.model, torch.Generator().manual_seed(args.seed)
     half = min(model.cfg.n_ctx // 2, model.cfg.d_vocab)
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         for layer in range(model.cfg.n_layers)
         for head in range(model.cfg.n_heads)
     ]
-    print_table(rows, ["layer", "head", *(f"{n} (rep)" for n in names), *(f"{n} (task)" for n in names)])
+    cli.print_table(rows, ["layer", "head", *(f"{n} (rep)" for n in names), *(f"{n} (task)" for n in names)])
     payload = {
         **random_scores.to_dict(),
         "task_scores": task_scores.to_dict()["scores"],
@@ -60,14 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         "n_samples": args.n_samples,
         "seed": args.seed,
     }
-    write_json(out / "detect_heads.json", payload)
-    save_figure(plot_head_scores(random_scores, title=random_scores.data), out / "detect_heads.png")
-    save_figure(plot_head_scores(task_scores, title=task_scores.data), out / "detect_heads_task.png")
+    cli.write_json(out / "detect_heads.json", payload)
+    cli.save_figure(plot_head_scores(random_scores, title=random_scores.data), out / "detect_heads.png")
+    cli.save_figure(plot_head_scores(task_scores, title=task_scores.data), out / "detect_heads_task.png")
     example = batch.tokens[:1]
-    save_figure(plot_attention(attention_patterns(model, example)[:, 0], example[0]), out / "attention.png")
+    cli.save_figure(plot_attention(attention_patterns(model, example)[:, 0], example[0]), out / "attention.png")
     print(f"wrote {out / 'detect_heads.json'}, detect_heads.png, detect_heads_task.png and attention.png")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_script(main))
+    raise SystemExit(cli.run_script(main))

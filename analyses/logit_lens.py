@@ -12,7 +12,15 @@ Writes DIR/logit_lens.json ("stages": per-stage target probability and rank) and
 import torch
 
 from mechmem.analysis.logit_lens import logit_lens, plot_logit_lens, unsupported_reason
-from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
+from mechmem.cli import (
+    ArgumentParser,
+    add_analysis_args,
+    load_for_analysis,
+    print_table,
+    run_script,
+    save_figure,
+    write_json,
+)
 from mechmem.errors import MechmemError
 
 

@@ -13,7 +13,7 @@ import argparse
 
 import torch
 
-from mechmem.cli import print_table, run_script, write_json
+from mechmem.cli import ArgumentParser, print_table, run_script, write_json
 from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.capacity import N_INITS, find_capacity
 from mechmem.papers.memorisation.models import ACTS, MIXINGS, FactsModelConfig
@@ -21,7 +21,7 @@ from mechmem.training.trainer import resolve_device
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mixing", choices=MIXINGS, default="attn", help="learned attention, uniform attention or 2Emb")
     p.add_argument("--no-mlp", action="store_true", help="drop the MLP")
     p.add_argument("--no-norms", action="store_true", help="drop the RMSNorms")

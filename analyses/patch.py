@@ -11,20 +11,19 @@ summary table (and the layer x position / layer x head tables) and writes DIR/pa
 ("sweeps": {name: {"axes", "values"}}) and one heatmap DIR/patching_<sweep>.png per sweep.
 """
 
-import argparse
 
 import torch
 
+from mechmem import cli
 from mechmem.analysis.heads import no_attention_reason
 from mechmem.analysis.patching import DIRECTIONS, SWEEPS, plot_patching
 from mechmem.analysis.patching_tables import METHODS, largest_effects, patching_record, run_method
-from mechmem.cli import add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
 from mechmem.errors import MechmemError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_analysis_args(parser, n_samples=256)
+    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
+    cli.add_analysis_args(parser, n_samples=256)
     parser.add_argument(
         "--sweeps", nargs="+", choices=list(SWEEPS), help="sweeps to run (default: all there are)"
     )
@@ -39,11 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--memory-mb", type=float, default=256.0, help="memory budget of one batched pass")
     args = parser.parse_args(argv)
-    ckpt, out = load_for_analysis(args)
+    ckpt, out = cli.load_for_analysis(args)
     reason = no_attention_reason(ckpt.model)
     if reason:
         print(f"skipped: {reason}")
-        write_json(out / "patching.json", {"skipped": reason, "task": ckpt.task_name, "sweeps": {}})
+        cli.write_json(out / "patching.json", {"skipped": reason, "task": ckpt.task_name, "sweeps": {}})
         return 0
     try:
         pair = ckpt.task.patching_pair(args.n_samples, generator=torch.Generator().manual_seed(args.seed))
@@ -57,21 +56,21 @@ def main(argv: list[str] | None = None) -> int:
         f"{ckpt.task_name}: {first.metric} clean {first.clean:.4f}, corrupted {first.corrupted:.4f} "
         f"({args.direction}, {args.method}, {args.n_samples} pairs)"
     )
-    print_table(largest_effects(results), ["sweep", "axes", "largest effect at", "metric", "normalised"])
+    cli.print_table(largest_effects(results), ["sweep", "axes", "largest effect at", "metric", "normalised"])
     for name, res in results.items():
         if res.values.ndim == 2 and res.values.shape[1] <= 16:
             print(f"\n{name} ({res.axes[0]} x {res.axes[1]})")
             rows = [[i, *row] for i, row in enumerate(res.values.tolist())]
-            print_table(rows, [res.axes[0], *(str(j) for j in range(res.values.shape[1]))])
+            cli.print_table(rows, [res.axes[0], *(str(j) for j in range(res.values.shape[1]))])
     record = patching_record(
         results, task=ckpt.task_name, method=args.method, n_samples=args.n_samples, seed=args.seed
     )
-    write_json(out / "patching.json", record)
+    cli.write_json(out / "patching.json", record)
     for name, res in results.items():
-        save_figure(plot_patching(res), out / f"patching_{name}.png")
+        cli.save_figure(plot_patching(res), out / f"patching_{name}.png")
     print(f"\nwrote {out / 'patching.json'} and {len(results)} heatmaps patching_<sweep>.png")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_script(main))
+    raise SystemExit(cli.run_script(main))

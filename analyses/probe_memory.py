@@ -14,7 +14,15 @@ import torch
 
 from mechmem.analysis.heads import no_attention_reason
 from mechmem.analysis.probes import builtin_probes, empirical_bigram, plot_probes
-from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script, save_figure, write_json
+from mechmem.cli import (
+    ArgumentParser,
+    add_analysis_args,
+    load_for_analysis,
+    print_table,
+    run_script,
+    save_figure,
+    write_json,
+)
 
 
 def main(argv: list[str] | None = None) -> int:

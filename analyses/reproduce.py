@@ -6,14 +6,15 @@
     python analyses/reproduce.py birth --variant quick --set runs=runs/birth_repro
 
 The record goes to docs/reproductions/data/NAME.json, the page to docs/reproductions/NAME.md (prose from
-docs/reproductions/prose/NAME.md, figures to docs/reproductions/figures/NAME_*.png).
+docs/reproductions/prose/NAME.md, figures to docs/reproductions/figures/NAME_*.png). Only the paper's default
+variant (its first) writes there; another variant writes NAME-VARIANT.json / NAME-VARIANT.md beside them, so a
+smoke run never overwrites the committed page.
 """
 
-import argparse
 import json
 from pathlib import Path
 
-from mechmem.cli import run_script, write_json
+from mechmem.cli import ArgumentParser, run_script, write_json
 from mechmem.errors import MechmemError
 from mechmem.plugins import get_paper, paper_names
 from mechmem.report.document import write_page
@@ -27,7 +28,7 @@ def _options(items: list[str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paper", nargs="?", help="paper name (see --list)")
     parser.add_argument("--list", action="store_true", help="list the papers and their variants")
     parser.add_argument("--variant", default=None, help="which reproduction (default: the paper's first)")
@@ -41,17 +42,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:14s} {paper.title}  (variants: {', '.join(paper.variants)})")
         return 0
     paper, docs = get_paper(args.paper), Path(args.docs)
-    record_path = docs / "data" / f"{paper.name}.json"
+    variant = args.variant or paper.variants[0]
+    stem = paper.name if variant == paper.variants[0] else f"{paper.name}-{variant}"
+    record_path = docs / "data" / f"{stem}.json"
     if args.page_only:
         if not record_path.exists():
             raise MechmemError(f"no record at {record_path}: run without --page-only first")
         record = json.loads(record_path.read_text())
     else:
-        spec = paper.spec(args.variant or paper.variants[0], _options(args.set))
+        spec = paper.spec(variant, _options(args.set))
         record = paper.run(spec, lambda line: print(line, flush=True))
         write_json(record_path, record)
     prose = docs / "prose" / f"{paper.name}.md"
-    page = write_page(paper.page(record), docs / f"{paper.name}.md", prose=prose if prose.exists() else None)
+    page = write_page(paper.page(record), docs / f"{stem}.md", prose=prose if prose.exists() else None)
     print(f"wrote {page} from {record_path}")
     return 0
 

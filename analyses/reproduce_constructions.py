@@ -11,21 +11,20 @@ is drawn from these files: `python analyses/reproduce.py memorisation` (or `--va
 this with the defaults and then writes the page).
 """
 
-import argparse
 import shlex
 import sys
 from pathlib import Path
 
 import torch
 
-from mechmem.cli import run_script
+from mechmem.cli import ArgumentParser, run_script
 from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.constructions.evaluators import EVALUATORS
 from mechmem.papers.memorisation.constructions.reproduce import run_constructions
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small grids, d = 8 and 16 (minutes on 2 cores)")
     parser.add_argument("--ds", type=int, nargs="+", default=None, help="sizes d (n_in = 2d, d_mlp = n_out = d)")
     parser.add_argument("--modes", nargs="+", default=list(EVALUATORS), help=f"among {', '.join(EVALUATORS)}")

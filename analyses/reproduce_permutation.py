@@ -7,17 +7,16 @@ Other flags pass through to reproduce.py (--page-only, --docs); --runs, --worker
 --task2-seeds become `--set` options. Record: docs/reproductions/data/permutation.json.
 """
 
-import argparse
 
 from reproduce import main as reproduce_main
 
-from mechmem.cli import run_script
+from mechmem.cli import ArgumentParser, run_script
 
 OPTIONS = ("runs", "workers", "device", "task1_seeds", "task2_seeds")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 Task 1 and 3 Task 2 seeds (variant quick)")
     parser.add_argument("--paper", action="store_true", help="published schedules, GPU-sized V=10/15 (variant paper)")
     for name in OPTIONS:

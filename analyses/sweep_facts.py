@@ -16,12 +16,10 @@ from pathlib import Path
 
 import torch
 
-from mechmem.cli import print_table, run_script, write_json
+from mechmem import cli
 from mechmem.errors import MechmemError
+from mechmem.papers.memorisation import sweep
 from mechmem.papers.memorisation.batched import Schedule
-from mechmem.papers.memorisation.sweep import (
-    SCALING_VARIANTS, load_records, run_cells, scaling_cells, scaling_fits, table_cells, table_rows,
-)
 from mechmem.training.trainer import resolve_device
 
 DATA = Path("docs/reproductions/data")
@@ -29,7 +27,7 @@ HEADERS = ["variant", "repeats", "any", "most", "all", "s/cell"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["table", "scaling", "report"], help="what to run")
     p.add_argument("--repeats", type=int, default=1, help="repeats (fresh init seeds each); published 4")
     p.add_argument("--acc", type=float, choices=[1.0, 0.9], default=1.0, help="accuracy that counts as stored")
@@ -38,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default=None, help="table: run only variants whose name contains this")
     p.add_argument("--ds", type=int, nargs="+", default=[16, 32], help="scaling: sizes d")
     p.add_argument("--gpu-sizes", action="store_true", help="scaling: allow d >= 64 (a GPU job)")
-    p.add_argument("--variant", choices=sorted(SCALING_VARIANTS), default="full", help="scaling: which model")
+    p.add_argument("--variant", choices=sorted(sweep.SCALING_VARIANTS), default="full", help="scaling: which model")
     p.add_argument("--data", type=Path, default=None, help="JSONL file (default data/facts_<mode>.jsonl)")
     p.add_argument("--shard", default="0/1", help="K/N: run only cells with index %% N == K (parallel workers)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
@@ -51,27 +49,27 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         raise MechmemError(f"--shard must look like K/N, got {args.shard!r}") from None
     if args.mode == "table":
-        cells = table_cells(args.only, args.repeats, schedule)
-        run_cells(cells[shard::n_shards], args.data or DATA / "facts_table.jsonl", device=resolve_device(args.device))
+        cells = sweep.table_cells(args.only, args.repeats, schedule)
+        sweep.run_cells(cells[shard::n_shards], args.data or DATA / "facts_table.jsonl", device=resolve_device(args.device))
     elif args.mode == "scaling":
         if max(args.ds) >= 64 and not args.gpu_sizes:
             raise MechmemError("d >= 64 is a GPU job: add --gpu-sizes (and --device cuda)")
-        cells = scaling_cells(args.variant, args.ds, args.repeats, schedule)
+        cells = sweep.scaling_cells(args.variant, args.ds, args.repeats, schedule)
         path = args.data or DATA / "facts_scaling.jsonl"
-        run_cells(cells[shard::n_shards], path, device=resolve_device(args.device))
+        sweep.run_cells(cells[shard::n_shards], path, device=resolve_device(args.device))
     else:
         print(f"schedule: {args.max_epochs} epochs/phase, patience {args.patience}, acc >= {args.acc}")
         for name in ("facts_table.jsonl", "facts_scaling.jsonl"):
-            records = [r for r in load_records(DATA / name) if r["schedule"] == schedule.to_dict()]
-            print_table(table_rows(records), HEADERS) if records else print(f"{name}: no records")
-        scaling = [r for r in load_records(DATA / "facts_scaling.jsonl") if r["schedule"] == schedule.to_dict()]
-        fits = scaling_fits(scaling)
+            records = [r for r in sweep.load_records(DATA / name) if r["schedule"] == schedule.to_dict()]
+            cli.print_table(sweep.table_rows(records), HEADERS) if records else print(f"{name}: no records")
+        scaling = [r for r in sweep.load_records(DATA / "facts_scaling.jsonl") if r["schedule"] == schedule.to_dict()]
+        fits = sweep.scaling_fits(scaling)
         for name, fit in fits.items():
             print(f"{name}: S = {fit.a:.3f} d^2/ln d;  S = {fit.b:.3f} d^{fit.k:.2f}")
         if fits:
-            write_json(DATA / "facts_scaling_fits.json", {c: f.to_dict() for c, f in fits.items()})
+            cli.write_json(DATA / "facts_scaling_fits.json", {c: f.to_dict() for c, f in fits.items()})
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_script(main))
+    raise SystemExit(cli.run_script(main))

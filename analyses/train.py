@@ -12,25 +12,25 @@ already holds a run is refused unless --overwrite (which deletes the old run's f
 
 import torch
 
-from mechmem.cli import ArgumentParser, check_out_dir, nonnegative_int, positive_int, print_table, run_script, seed_int
+from mechmem import cli
 from mechmem.tasks import get_task_class, load_task_module, task_names
 from mechmem.training.run import train_preset
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("task", nargs="?", help="task name (see --list)")
     parser.add_argument("--preset", default=None, help="preset name (see --list)")
     parser.add_argument("--out", default=None, help="run directory (default: runs/TASK-PRESET)")
-    parser.add_argument("--seed", type=seed_int, default=None, help="seed for init, data and evaluation, in [0, 2**63)")
+    parser.add_argument("--seed", type=cli.seed_int, default=None, help="seed for init, data and evaluation, in [0, 2**63)")
     parser.add_argument("--device", default="cpu", help="auto, cpu or cuda (default: cpu)")
-    parser.add_argument("--steps", type=nonnegative_int, default=None, help="override the preset's number of steps")
-    parser.add_argument("--save-every", type=nonnegative_int, default=None, help="keep a checkpoint every N steps")
+    parser.add_argument("--steps", type=cli.nonnegative_int, default=None, help="override the preset's number of steps")
+    parser.add_argument("--save-every", type=cli.nonnegative_int, default=None, help="keep a checkpoint every N steps")
     parser.add_argument("--resume", action="store_true", help="continue the identical run in --out")
     parser.add_argument("--overwrite", action="store_true", help="delete an old run in --out and start afresh")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument(
-        "--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's choice; 1 on a busy machine)"
+        "--threads", type=cli.positive_int, default=None, help="CPU threads for torch (default: torch's choice; 1 on a busy machine)"
     )
     parser.add_argument("--list", action="store_true", help="list tasks and presets, then exit")
     parser.add_argument("--task-module", action="append", default=[], help="a Python file registering your tasks")
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in task_names():
             for preset, spec in sorted(get_task_class(name).presets.items()):
                 rows.append((name, preset, spec.train.steps, spec.description))
-        print_table(rows, ["task", "preset", "steps", "description"])
+        cli.print_table(rows, ["task", "preset", "steps", "description"])
         return 0
     if not args.task or not args.preset:
         parser.error("TASK and --preset are required; --list shows them")
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--resume and --overwrite exclude each other")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    out = str(check_out_dir(args.out or f"runs/{args.task}-{args.preset}"))
+    out = str(cli.check_out_dir(args.out or f"runs/{args.task}-{args.preset}"))
     result = train_preset(
         args.task,
         args.preset,
@@ -65,10 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         progress=not args.no_progress,
     )
     rows = [(k, v) for k, v in result.summary.items() if isinstance(v, (int, float))]
-    print_table(rows, ["metric", "value"])
+    cli.print_table(rows, ["metric", "value"])
     print(f"wrote {result.checkpoint} and {out}/metrics.jsonl")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_script(main))
+    raise SystemExit(cli.run_script(main))
