@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from helpers import assert_no_hooks
+
 from mechmem.analysis.heads import detect_heads, detect_heads_on_task, task_patterns
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
 from mechmem.checkpoint import load_checkpoint, save_checkpoint

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from helpers import build_transformer_cfg
+
 from mechmem.checkpoint import FORMAT_VERSION, load_checkpoint, read_payload, save_checkpoint
 from mechmem.errors import CheckpointError
 from mechmem.models import build_model

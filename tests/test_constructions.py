@@ -4,13 +4,14 @@ import math
 
 import pytest
 import torch
+from helpers import assert_no_hooks
 
 from mechmem.checkpoint import load_checkpoint, save_checkpoint
+from mechmem.errors import MechmemError
+from mechmem.papers.memorisation.capacity import CapacityResult
 from mechmem.papers.memorisation.constructions.appendix_a import appendix_a
 from mechmem.papers.memorisation.constructions.assignment import assign_neurons, max_overlap, overlap_feasible
-from mechmem.papers.memorisation.capacity import CapacityResult
 from mechmem.papers.memorisation.constructions.experiments import capacity_of, fit_ratio, mode_fit, shared_ds
-from mechmem.papers.memorisation.search import SearchResult
 from mechmem.papers.memorisation.constructions.keyvalue import keyvalue_construction
 from mechmem.papers.memorisation.constructions.model import ChallengeConfig, ChallengeMLP
 from mechmem.papers.memorisation.constructions.published import published_construction, published_embeddings
@@ -21,9 +22,8 @@ from mechmem.papers.memorisation.constructions.training import (
     train_full,
     train_unembedding,
 )
-from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.data import generate_facts
-from helpers import assert_no_hooks
+from mechmem.papers.memorisation.search import SearchResult
 
 
 def naive_logits(E1, E2, U, inputs):

@@ -8,7 +8,13 @@ import pytest
 
 from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.batched import Schedule
-from mechmem.papers.memorisation.capacity import CRITERIA, THRESHOLDS, CapacityResult, find_capacity, measure_capacity
+from mechmem.papers.memorisation.capacity import (
+    CRITERIA,
+    THRESHOLDS,
+    CapacityResult,
+    find_capacity,
+    measure_capacity,
+)
 from mechmem.papers.memorisation.models import FactsModelConfig
 from mechmem.papers.memorisation.search import Memo, search_capacity
 

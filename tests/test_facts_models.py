@@ -2,8 +2,11 @@
 
 import pytest
 import torch
+from helpers import assert_no_hooks
 
 from mechmem.checkpoint import load_checkpoint
+from mechmem.models import build_model
+from mechmem.models.adapter import is_hooked_transformer
 from mechmem.papers.memorisation import generate_facts
 from mechmem.papers.memorisation.models import (
     FactsModelConfig,
@@ -14,11 +17,8 @@ from mechmem.papers.memorisation.models import (
     init_params,
     model_params,
 )
-from mechmem.models import build_model
-from mechmem.models.adapter import is_hooked_transformer
 from mechmem.tasks import build_task, get_preset
 from mechmem.training import TrainConfig, train
-from helpers import assert_no_hooks
 
 VARIANTS = all_variants()
 INPUTS, LABELS = generate_facts(64, 32, 16)

@@ -6,7 +6,14 @@ from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.fits import fit_scaling
 from mechmem.papers.memorisation.models import FactsModelConfig
 from mechmem.papers.memorisation.plots import plot_scaling
-from mechmem.papers.memorisation.sweep import Cell, load_records, run_cells, scaling_fits, table_cells, table_rows
+from mechmem.papers.memorisation.sweep import (
+    Cell,
+    load_records,
+    run_cells,
+    scaling_fits,
+    table_cells,
+    table_rows,
+)
 
 
 def test_run_cells_appends_and_skips(tmp_path):

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import build_transformer_cfg
+from helpers import assert_no_hooks, build_transformer_cfg
 
 from mechmem.analysis.heads import (
     BUILTIN_PATTERNS,
@@ -20,9 +20,6 @@ from mechmem.analysis.heads import (
 )
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
 from mechmem.models.adapter import HookedRootModule, build_transformer
-from helpers import assert_no_hooks
-
-
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from helpers import assert_no_hooks
 
 from mechmem.analysis.neurons import ablate_neurons, neuron_direct_effect, rank_neurons
 from mechmem.models.adapter import TransformerConfig, build_transformer
-from helpers import assert_no_hooks
 
 
 def make_model(norm=None, n_layers=1):

@@ -21,8 +21,8 @@ def load_script(name):
 @pytest.fixture(scope="module")
 def planted_ckpt(tmp_path_factory):
     from mechmem.checkpoint import save_checkpoint
-    from mechmem.report import planted
     from mechmem.papers.permutation.task import PermutationConfig
+    from mechmem.report import planted
 
     path = tmp_path_factory.mktemp("planted") / "ckpt.pt"
     save_checkpoint(

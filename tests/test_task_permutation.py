@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from mechmem.tasks import build_task
 from mechmem.papers.permutation.task import answer_stats, bayes_posterior, elimination_floor
+from mechmem.tasks import build_task
 
 
 def _task(**cfg):

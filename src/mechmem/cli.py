@@ -19,7 +19,6 @@ Strict JSON: every JSON file mechmem writes is valid JSON (RFC 8259); non-finite
 """
 
 import argparse
-import importlib.util
 import json
 import math
 import os

@@ -109,7 +109,11 @@ def run_demo(
     steps: int | None = None,
     n_samples: int = 512,
 ) -> list[dict[str, object]]:
-    """Train (unless a checkpoint exists), report, and write `reports/index.html`; returns one row per model."""
+    """Train (unless a checkpoint exists), report, and write `reports/index.html`; returns one row per model.
+
+    Long because it runs the two stages (trainings two at a time, then reports) with their progress relay and
+    failure handling in one place, so the order of events is visible at a glance.
+    """
     py = sys.executable
     rows: dict[str, dict[str, object]] = {
         m.name: {"model": m.name, "preset": f"{m.task}/{m.preset}"} for m in models

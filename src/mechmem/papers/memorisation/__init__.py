@@ -12,8 +12,10 @@ the published and our constructions, their evaluators), `records` (the run recor
 `page` + `page_constructions` + `plots` (the page).
 """
 
-from mechmem.papers.memorisation import models  # noqa: F401  (registers the facts architectures)
-from mechmem.papers.memorisation import task  # noqa: F401  (registers the "facts" task)
+from mechmem.papers.memorisation import (
+    models,  # noqa: F401  (registers the facts architectures)
+    task,  # noqa: F401  (registers the "facts" task)
+)
 from mechmem.papers.memorisation.constructions import model  # noqa: F401  (registers "challenge_mlp")
 from mechmem.papers.memorisation.data import generate_facts
 from mechmem.papers.memorisation.page import TITLE, page

@@ -191,7 +191,7 @@ def forward_params(
 ) -> Float[Tensor, "init batch pos d_vocab_out"]:
     """Logits of a stack of models whose parameters carry a leading `init` axis.
 
-    One function for every variant on purpose (it is long, about 90 lines): the variant toggles are read in the
+    Long because it is one function for every variant on purpose (about 90 lines): the variant toggles are read in the
     order the model computes, so the forward pass can be checked line by line against the authors' `models.py`.
 
     Args:

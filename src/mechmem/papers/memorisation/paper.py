@@ -12,9 +12,9 @@ Sweeps append to the data folder's files and skip finished cells, so every varia
 assembled from the files by `records.collect`, so a page never depends on one process having run everything.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from mechmem.errors import MechmemError

@@ -19,10 +19,10 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.capacity import CRITERIA, N_INITS, find_capacity
 from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
-from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.models import FactsModelConfig, all_variants
 
 SCALING_VARIANTS = {

@@ -4,12 +4,21 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from mechmem.errors import MechmemError
+from mechmem.papers.memorisation.capacity import (
+    THRESHOLDS,
+    CapacityResult,
+    accuracy_criteria,
+    measure_capacity,
+)
 from mechmem.papers.memorisation.constructions.appendix_a import appendix_a
-from mechmem.papers.memorisation.capacity import THRESHOLDS, CapacityResult, accuracy_criteria, measure_capacity
 from mechmem.papers.memorisation.constructions.evaluators import EVALUATORS, SweepGrid, published_stack
 from mechmem.papers.memorisation.constructions.model import ChallengeConfig, ChallengeMLP
-from mechmem.papers.memorisation.constructions.training import hidden_activations, stacked_accuracy, train_full
-from mechmem.errors import MechmemError
+from mechmem.papers.memorisation.constructions.training import (
+    hidden_activations,
+    stacked_accuracy,
+    train_full,
+)
 from mechmem.papers.memorisation.data import generate_facts
 from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
 

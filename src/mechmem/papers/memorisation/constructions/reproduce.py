@@ -12,7 +12,12 @@ import numpy as np
 import torch
 
 from mechmem.papers.memorisation.capacity import CapacityResult
-from mechmem.papers.memorisation.constructions.evaluators import EVALUATORS, SweepGrid, key_sizes, keyvalue_stack
+from mechmem.papers.memorisation.constructions.evaluators import (
+    EVALUATORS,
+    SweepGrid,
+    key_sizes,
+    keyvalue_stack,
+)
 from mechmem.papers.memorisation.constructions.experiments import (
     capacity_of,
     check_appendix_a,
