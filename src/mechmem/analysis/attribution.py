@@ -30,7 +30,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.analysis.patching import DIRECTIONS, SWEEPS, PatchingResult, PatchSweep, resolve_metric
+from mechmem.analysis.patching import SWEEPS, PatchingResult, PatchSweep, resolve_metric, resolve_sweep
 from mechmem.analysis.patching_replay import STAGES, Replay, RunActs
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import PatchingPair
@@ -90,16 +90,7 @@ class Attributor:
 
     def sweep(self, sweep: str | PatchSweep, direction: str = "denoising") -> PatchingResult:
         """First-order estimate of every cell of `sweep` in `direction` (same result layout as `Patcher.sweep`)."""
-        spec = SWEEPS.get(sweep) if isinstance(sweep, str) else sweep
-        if spec is None:
-            raise MechmemError(f"unknown sweep {sweep!r}; choose from {', '.join(SWEEPS)}")
-        if direction not in DIRECTIONS:
-            raise MechmemError(f"direction must be 'denoising' or 'noising', got {direction!r}")
-        if self.replay.attn_only and spec.stage in ("resid_mid", "mlp_out"):
-            raise MechmemError(f"sweep {spec.name!r} needs MLPs; the model is attention-only")
-        base_name, source_name = (
-            ("corrupted", "clean") if direction == "denoising" else ("clean", "corrupted")
-        )
+        spec, base_name, source_name = resolve_sweep(sweep, direction, attn_only=self.replay.attn_only)
         base, grads, value = self.run(base_name)
         source = self.run(source_name)[0]
         layers = []

@@ -91,6 +91,19 @@ SWEEPS: dict[str, PatchSweep] = {s: PatchSweep(s, s, ("layer", "pos"), (0,)) for
 }
 
 
+def resolve_sweep(sweep: str | PatchSweep, direction: str, *, attn_only: bool) -> tuple[PatchSweep, str, str]:
+    """The sweep spec and the (base, source) run names of `direction`; one-line errors for bad requests."""
+    spec = SWEEPS.get(sweep) if isinstance(sweep, str) else sweep
+    if spec is None:
+        raise MechmemError(f"unknown sweep {sweep!r}; choose from {', '.join(SWEEPS)}")
+    if direction not in DIRECTIONS:
+        raise MechmemError(f"direction must be 'denoising' or 'noising', got {direction!r}")
+    if attn_only and spec.stage in ("resid_mid", "mlp_out"):
+        raise MechmemError(f"sweep {spec.name!r} needs MLPs; the model is attention-only")
+    base, source = ("corrupted", "clean") if direction == "denoising" else ("clean", "corrupted")
+    return spec, base, source
+
+
 # -- results -------------------------------------------------------------------------------------------------
 @dataclass
 class PatchingResult:
@@ -199,16 +212,7 @@ class Patcher:
     @torch.no_grad()
     def sweep(self, sweep: str | PatchSweep, direction: str = "denoising") -> PatchingResult:
         """Patch every cell of `sweep` in `direction`; cells are vectorised along a patch axis."""
-        spec = SWEEPS.get(sweep) if isinstance(sweep, str) else sweep
-        if spec is None:
-            raise MechmemError(f"unknown sweep {sweep!r}; choose from {', '.join(SWEEPS)}")
-        if direction not in DIRECTIONS:
-            raise MechmemError(f"direction must be 'denoising' or 'noising', got {direction!r}")
-        if self.replay.attn_only and spec.stage in ("resid_mid", "mlp_out"):
-            raise MechmemError(f"sweep {spec.name!r} needs MLPs; the model is attention-only")
-        base_name, source_name = (
-            ("corrupted", "clean") if direction == "denoising" else ("clean", "corrupted")
-        )
+        spec, base_name, source_name = resolve_sweep(sweep, direction, attn_only=self.replay.attn_only)
         base, source = self.runs[base_name], self.runs[source_name]
         sizes = self.sizes()
         shape = [sizes[a] for a in spec.axes]
