@@ -194,6 +194,26 @@ def hand_check(run: dict[str, Any]) -> list[Any]:
             "yes" if recall == [(layer, head)] else "no"]
 
 
+PREVIOUS_RULE = {"min_score": 0.1, "margin": 0.1}
+"""The role rule of this page before the one-classifier redesign: a head was recall (elimination) when its recall
+(elimination) transfer reached `min_score` and exceeded its other transfer by `margin`. The current rule was fixed on
+development seed 7 before seeds 0-4 were measured; the page shows the old rule's outcome on the same record."""
+
+
+def previous_rule_labels(run: dict[str, Any]) -> list[str]:
+    """Labels of the previous rule, from the record's transfer scores."""
+    out = []
+    for h in run["roles"]["heads"]:
+        rec, eli = h["evidence"]["recall_transfer"], h["evidence"]["elimination_transfer"]
+        if rec >= PREVIOUS_RULE["min_score"] and rec - eli >= PREVIOUS_RULE["margin"]:
+            out.append("recall")
+        elif eli >= PREVIOUS_RULE["min_score"] and eli - rec >= PREVIOUS_RULE["margin"]:
+            out.append("elimination")
+        else:
+            out.append("shared" if min(rec, eli) >= PREVIOUS_RULE["min_score"] else "unused")
+    return out
+
+
 def _roles(record: dict[str, Any]) -> Section:
     s = Section("roles", "3. Head roles, measured")
     groups = [(k, [r for r in record[k] if "roles" in r]) for k in GROUPS]
@@ -215,6 +235,12 @@ def _roles(record: dict[str, Any]) -> Section:
         s.lines.append(f"{GROUPS[key]}: exactly one recall and one elimination head on {split} of {len(runs)} "
                        "seeds; labels per seed: " + "; ".join(f"seed {r['seed']}: {r['roles']['summary']}"
                                                               for r in runs) + ".")
+        old = [previous_rule_labels(r) for r in runs]
+        old_split = sum(sorted(labels) == ["elimination", "recall"] for labels in old)
+        s.lines.append(f"{GROUPS[key]}, previous rule (transfer >= {PREVIOUS_RULE['min_score']} with a margin of "
+                       f"{PREVIOUS_RULE['margin']} over the other role's transfer) on the same record: {old_split} of "
+                       f"{len(runs)} seeds split; labels per seed: "
+                       + "; ".join(f"seed {r['seed']}: {', '.join(labels)}" for r, labels in zip(runs, old)) + ".")
     runs = dict(groups).get("task2", [])
     if runs:
         checks = [hand_check(r) for r in runs]
