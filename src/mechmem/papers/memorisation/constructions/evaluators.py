@@ -97,18 +97,23 @@ def published_stack(n: int, d: int, settings: list[tuple[int, float]], seed: int
     return tuple(torch.stack(parts) for parts in zip(*built))
 
 
-def published_hand_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
-    settings = [(s, tf) for s in grid.s_values if s <= d for tf in grid.top_fractions]
+def _hand_evaluator(d: int, retries: int, seed: int, stack: Callable[[int, int], tuple]) -> Evaluator:
+    """Best accuracy over `retries` constructions `stack(n, seed + retry)` (stacked E1, E2, U), no training."""
 
     def evaluate(n: int) -> float:
         inputs, labels = _facts(n, d)
         best = 0.0
-        for retry in range(grid.retries):
-            E1, E2, U = published_stack(n, d, settings, seed + retry)
+        for retry in range(retries):
+            E1, E2, U = stack(n, seed + retry)
             best = max(best, float(_hand_accuracy(E1, E2, U, inputs, labels).max()))
         return best
 
     return evaluate
+
+
+def published_hand_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
+    settings = [(s, tf) for s in grid.s_values if s <= d for tf in grid.top_fractions]
+    return _hand_evaluator(d, grid.retries, seed, lambda n, sd: published_stack(n, d, settings, sd))
 
 
 def published_hybrid_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
@@ -139,16 +144,7 @@ def keyvalue_stack(n: int, d: int, ks: list[int], seed: int) -> tuple[torch.Tens
 
 def keyvalue_hand_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
     ks = key_sizes(d, grid)
-
-    def evaluate(n: int) -> float:
-        inputs, labels = _facts(n, d)
-        best = 0.0
-        for retry in range(grid.key_retries):
-            E1, E2, U = keyvalue_stack(n, d, ks, seed + retry)
-            best = max(best, float(_hand_accuracy(E1, E2, U, inputs, labels).max()))
-        return best
-
-    return evaluate
+    return _hand_evaluator(d, grid.key_retries, seed, lambda n, sd: keyvalue_stack(n, d, ks, sd))
 
 
 def keyvalue_hybrid_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
