@@ -1,32 +1,48 @@
 # Two entry points: `make demo` and `make test`. Both bootstrap .venv on first use.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# On machines that keep a CPU build of PyTorch on disk (pip's find-links), install that first so the
-# `torch>=2.2` requirement is already met; elsewhere pip resolves torch normally.
+# The bootstrap installs uv into the venv and lets it resolve and install everything (about 30 s cold, against
+# several minutes for pip); without uv (no registry for it) it falls back to pip. On machines that keep a CPU build
+# of PyTorch on disk (/opt/wheels), that build is pinned, so `torch>=2.2` never pulls a multi-GB CUDA build;
+# elsewhere torch resolves normally. `make demo` installs the package; `make test` adds the test extras.
 LOCAL_TORCH := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
+TORCH_PIN := $(if $(LOCAL_TORCH),--find-links $(dir $(LOCAL_TORCH)) torch==2.13.0,)
 TEST_ARGS ?= -n 2
 PYTEST := $(PY) -m pytest
 
 .PHONY: demo test test-slow bench clean-venv notebooks
 
-$(VENV)/.installed: pyproject.toml
+define bootstrap
 	test -x $(PY) || python3 -m venv $(VENV)
-	@if [ -n "$(LOCAL_TORCH)" ]; then echo "using the local CPU build of torch"; \
-		$(PY) -m pip install -q torch==2.13.0; fi
-	$(PY) -m pip install -q -e '.[test]'
+	@if $(PY) -m pip install -q uv >/dev/null 2>&1; then \
+		echo "installing with uv$(if $(LOCAL_TORCH), (the local CPU build of torch),)"; \
+		$(VENV)/bin/uv pip install -q --python $(PY) $(TORCH_PIN) -e '.$(1)'; \
+	else \
+		echo "uv unavailable: installing with pip"; \
+		if [ -n "$(LOCAL_TORCH)" ]; then $(PY) -m pip install -q torch==2.13.0; fi; \
+		$(PY) -m pip install -q -e '.$(1)'; \
+	fi
+endef
+
+$(VENV)/.installed: pyproject.toml
+	$(call bootstrap,)
 	touch $@
+
+$(VENV)/.installed-test: pyproject.toml
+	$(call bootstrap,[test])
+	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(PY) analyses/demo.py --out runs/demo --reports reports
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed-test
 	$(PYTEST) $(TEST_ARGS) -m "not slow"
 
-test-slow: $(VENV)/.installed
+test-slow: $(VENV)/.installed-test
 	$(PYTEST) $(TEST_ARGS) -m slow
 
 # examples/*.py (percent format) are the source; their .ipynb twins are regenerated from them, outputs empty.
-notebooks: $(VENV)/.installed
+notebooks: $(VENV)/.installed-test
 	$(PY) -m jupytext --to ipynb examples/*.py
 
 clean-venv:
