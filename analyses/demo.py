@@ -4,8 +4,8 @@
     python analyses/demo.py --steps 200 --out /tmp/demo --reports /tmp/demo/reports   # a quick smoke run
 
 Models: permutation task1-quick and task2-quick, birth quick and facts quick (those whose presets are installed).
-Independent trainings run in parallel subprocesses (--jobs, one CPU thread each). A model whose checkpoint exists
-is not retrained unless --retrain. Ends by printing a summary table.
+Each model is one job (train, then report); jobs run --jobs at a time in forked workers, one CPU thread each. A
+model whose checkpoint exists is not retrained unless --retrain. Ends by printing a summary table.
 """
 
 import time
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--reports", default="reports", help="directory for the reports and index.html")
     parser.add_argument("--retrain", action="store_true", help="train again even if a checkpoint exists")
-    parser.add_argument("--jobs", type=int, default=2, help="subprocesses at a time (default: 2)")
+    parser.add_argument("--jobs", type=int, default=2, help="jobs at a time (default: 2)")
     parser.add_argument("--steps", type=int, default=None, help="override every preset's steps (smoke runs)")
     parser.add_argument(
         "--n-samples", type=int, default=512, help="sequences per report analysis (default: 512)"

@@ -1,9 +1,9 @@
 """Progress: lines at regular intervals when output is not a terminal; the demo's log watcher picks them up."""
 
 import io
-import threading
+import os
 
-from mechmem.progress import Progress, format_seconds, last_progress_line, watch_logs
+from mechmem.progress import LogRelay, Progress, format_seconds, last_progress_line
 
 
 class FakeClock:
@@ -44,29 +44,50 @@ def test_disabled_prints_nothing_and_resumed_runs_estimate_from_new_steps():
     assert resumed.line().endswith("elapsed 10s left ~40s")
 
 
-def test_watch_logs_prints_each_moved_job_once(tmp_path):
-    log = tmp_path / "a.log"
-    log.write_text("train t: step 1/2 (50%) elapsed 1s left ~1s\n")
-    out, stop = io.StringIO(), threading.Event()
-    thread = threading.Thread(
-        target=watch_logs, args=({"a": log}, stop), kwargs={"every_s": 0.01, "stream": out}
-    )
-    thread.start()
-    stop.wait(0.2)
-    stop.set()
-    thread.join()
-    assert out.getvalue() == "[a] train t: step 1/2 (50%) elapsed 1s left ~1s\n"
+def test_log_relay_prints_each_moved_job_once_per_interval(tmp_path):
+    """A job's newest log is read; a line is printed once, again only when it moves, never between intervals."""
+    train, report = tmp_path / "train.log", tmp_path / "report.log"
+    train.write_text("train t: step 1/2 (50%) elapsed 1s left ~1s\n")
+    clock = FakeClock()
+    out = io.StringIO()
+    relay = LogRelay(every_s=10, stream=out, clock=clock)
+    relay.poll({"a": [train, report]})
+    assert out.getvalue() == ""  # the first interval has not passed
+    clock.t = 10
+    relay.poll({"a": [train, report]})
+    clock.t = 20
+    relay.poll({"a": [train, report]})  # unchanged: not repeated
+    report.write_text("report: step 3/9 (33%) elapsed 2s\n")
+    os.utime(report, (train.stat().st_mtime + 1,) * 2)
+    clock.t = 25
+    relay.poll({"a": [train, report]})  # moved, but within the interval
+    clock.t = 30
+    relay.poll({"a": [train, report]})
+    assert out.getvalue().splitlines() == [
+        "[a] train t: step 1/2 (50%) elapsed 1s left ~1s",
+        "[a] report: step 3/9 (33%) elapsed 2s",
+    ]
 
 
 def test_demo_jobs_report_progress_and_completion(tmp_path, capsys):
-    """The demo's parallel jobs: their progress lines are relayed while they run, and each says when it ends."""
-    import sys
+    """The demo's forked jobs: their progress lines are relayed while they run, each says when it ends, results come
+    back in order, and a job that raises is reported failed without stopping the others."""
+    import time
 
-    from mechmem.report.demo import parallel
+    from mechmem.report.demo import run_jobs
 
-    code = "import time; print('train t: step 1/2 (50%) elapsed 0s', flush=True); time.sleep(0.5)"
-    tasks = [([sys.executable, "-c", code], tmp_path / f"{i}.log") for i in range(2)]
-    results = parallel(tasks, 2, ["a", "b"], every_s=0.1)
-    assert [rc for rc, _ in results] == [0, 0]
+    def job(i):
+        def fn():
+            (tmp_path / f"{i}.log").write_text("train t: step 1/2 (50%) elapsed 0s\n")
+            time.sleep(0.5)
+            if i == 2:
+                raise RuntimeError("boom")
+            return {"i": i, "pid": os.getpid()}
+
+        return (f"j{i}", fn, [tmp_path / f"{i}.log"])
+
+    results = run_jobs([job(i) for i in range(3)], 2, every_s=0.1)
+    assert [r.get("i") for r in results] == [0, 1, None] and results[2] == {"failed": 1}
+    assert all(r["pid"] != os.getpid() for r in results[:2])  # ran in forked children
     out = capsys.readouterr().out
-    assert "[a] train t: step 1/2" in out and "[b] done in" in out
+    assert "[j0] train t: step 1/2" in out and "[j1] done in" in out and "[j2] failed in" in out

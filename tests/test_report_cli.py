@@ -68,10 +68,10 @@ def test_demo_writes_index_and_reuses_checkpoints(planted_ckpt, tmp_path, monkey
     (runs / "planted" / "ckpt.pt").write_bytes(planted_ckpt.read_bytes())
     model = demo.DemoModel("planted", "permutation", "task2-quick")
     calls = []
-    real = demo.run_logged
-    monkeypatch.setattr(demo, "run_logged", lambda cmd, log: (calls.append(cmd[1]), real(cmd, log))[1])
+    real = demo.run_in_log
+    monkeypatch.setattr(demo, "run_in_log", lambda name, argv, log: (calls.append(name), real(name, argv, log))[1])
     rows = demo.run_demo(runs, reports, models=[model], jobs=1, n_samples=32)
-    assert calls == ["analyses/report.py"]  # the checkpoint exists, so nothing was trained
+    assert calls == ["report"]  # the checkpoint exists, so nothing was trained
     assert rows[0]["report_rc"] == 0 and "recall" in rows[0]["circuit"]
     index = (reports / "index.html").read_text()
     assert 'href="planted/report.html"' in index and "probe p(recall)" in index
@@ -92,7 +92,7 @@ def test_demo_lists_installed_presets():
 
 @pytest.mark.slow
 def test_demo_end_to_end_smoke(tmp_path, capsys):
-    """Train two demo models for a few steps in parallel subprocesses, report on them, write the index."""
+    """Train two demo models for a few steps in forked jobs, report on them, write the index."""
     argv = ["--out", str(tmp_path / "runs"), "--reports", str(tmp_path / "reports"), "--steps", "20"]
     argv += ["--n-samples", "32", "--models", "permutation-task1", "permutation-task2"]
     assert run_script(load_script("demo").main, argv) == 0

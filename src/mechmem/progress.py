@@ -6,21 +6,20 @@ and one when it closes:
 
     train permutation: step 300/1500 (20%) loss 1.2345 elapsed 12s left ~48s
 
-`watch_logs` follows the log files of parallel jobs (the demo's trainings) and prints, at regular intervals, the
-latest such line of each job that has moved on, prefixed by the job's name.
+`LogRelay` follows the log files of parallel jobs (the demo's) and prints, at regular intervals, the latest such
+line of each job that has moved on, prefixed by the job's name.
 """
 
 import sys
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 LINE_MARK = ": step "
-"""What every progress line contains (how `watch_logs` recognises them)."""
+"""What every progress line contains (how `LogRelay` recognises them)."""
 
 
 def format_seconds(s: float | int) -> str:
@@ -120,18 +119,33 @@ def last_progress_line(path: Path) -> str | None:
     return found[-1].strip() if found else None
 
 
-def watch_logs(
-    logs: dict[str, Path], stop: threading.Event, *, every_s: float | int = 15.0, stream: Any = None
-) -> None:
-    """Until `stop` is set: every `every_s` seconds, print `name: <latest progress line>` for each log that moved."""
-    stream = stream if stream is not None else sys.stdout
-    shown: dict[str, str] = {}
-    while not stop.wait(every_s):
-        for name, path in logs.items():
-            line = last_progress_line(path)
-            if line and shown.get(name) != line:
-                shown[name] = line
-                print(f"[{name}] {line}", file=stream, flush=True)
+class LogRelay:
+    """Relays parallel jobs' progress: `poll` prints, at most every `every_s` seconds, the latest progress line of
+    each job whose logs moved on, as `[name] <line>` (the newest of a job's log files is read).
+
+    Args:
+        every_s: seconds between relays.
+        stream: where to print (default stdout).
+        clock: time source (tests pass a fake one).
+    """
+
+    def __init__(
+        self, *, every_s: float | int = 15.0, stream: Any = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.every_s, self.stream, self.clock = every_s, stream, clock
+        self.last = clock()
+        self.shown: dict[str, str] = {}
+
+    def poll(self, logs: dict[str, Sequence[Path]]) -> None:
+        if self.clock() - self.last < self.every_s:
+            return
+        self.last = self.clock()
+        for name, paths in logs.items():
+            existing = [p for p in paths if p.exists()]
+            line = last_progress_line(max(existing, key=lambda p: p.stat().st_mtime)) if existing else None
+            if line and self.shown.get(name) != line:
+                self.shown[name] = line
+                print(f"[{name}] {line}", file=self.stream or sys.stdout, flush=True)
 
 
-__all__ = ["LINE_MARK", "Progress", "format_seconds", "last_progress_line", "watch_logs"]
+__all__ = ["LINE_MARK", "LogRelay", "Progress", "format_seconds", "last_progress_line"]
