@@ -123,7 +123,8 @@ def test_callable_metric_equals_transformer_lens(random_case, direction):
 
 
 def test_generic_callable_metric_equals_transformer_lens(random_case):
-    """A metric that reads every position (no skips by read-out), and one that cannot be vmapped (`.item()`)."""
+    """A metric that reads every position (no skips by read-out), one that cannot be vmapped (`.item()`), and one
+    that edits its logits in place."""
     model, pair = random_case
 
     def mean_logprob(logits):
@@ -133,9 +134,15 @@ def test_generic_callable_metric_equals_transformer_lens(random_case):
         # No gradient either: its read-out is found by perturbation.
         return torch.tensor(logits[:, -2, 1].sum().item())
 
-    for metric, mode, reads in ((mean_logprob, "vmap", range(6)), (not_vmappable, "loop", [4])):
+    def edits_its_input(logits):
+        # Scales the logits in place, every position: the engine reuses its logits buffer between calls.
+        logits *= 2
+        return logits[:, -2, 1].sum()
+
+    cases = ((mean_logprob, "vmap", range(6)), (not_vmappable, "loop", [4]), (edits_its_input, None, [4]))
+    for metric, mode, reads in cases:
         patcher = Patcher(model, pair.clean, pair.corrupted, metric)
-        assert patcher.metric.mode == mode and patcher.metric.name == metric.__name__
+        assert patcher.metric.mode == (mode or patcher.metric.mode) and patcher.metric.name == metric.__name__
         assert patcher.metric.readout.unique().tolist() == list(reads)
         for name in ("resid_pre", "attn_head_out_by_pos", "attn_head_pattern_all_pos"):
             ref = tl_sweep(model, name, pair, "denoising", metric)
@@ -165,6 +172,13 @@ def test_dependency_check_and_declared_readout(random_case):
     torch.testing.assert_close(declared.sweep("resid_pre").values, ref.cpu(), atol=1e-5, rtol=0)
     with pytest.raises(MechmemError):
         Patcher(model, pair.clean, pair.corrupted, metric, readout=[99])
+    # run_sweeps and the named sweeps pass a declared read-out on.
+    from mechmem.analysis.patching import patch_resid_pre, run_sweeps
+
+    swept = run_sweeps(model, pair, ["resid_pre"], metric=metric, readout=pair.answer_pos[:, None])
+    torch.testing.assert_close(swept["resid_pre"].values, ref.cpu(), atol=1e-5, rtol=0)
+    with pytest.raises(MechmemError):
+        patch_resid_pre(model, pair, metric=metric, readout=[99])
 
 
 @pytest.fixture(scope="module")

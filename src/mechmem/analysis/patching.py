@@ -305,17 +305,26 @@ def run_sweeps(
     metric: Any = None,
     direction: str = "denoising",
     memory_mb: float = 256.0,
+    readout: Any = None,
 ) -> dict[str, PatchingResult]:
-    """Run several sweeps on the task's clean/corrupted pair, sharing the cached runs."""
-    patcher = Patcher(model, pair.clean, pair.corrupted, metric, pair=pair, memory_mb=memory_mb)
+    """Run several sweeps on the task's clean/corrupted pair, sharing the cached runs (arguments as `Patcher`)."""
+    patcher = Patcher(
+        model, pair.clean, pair.corrupted, metric, pair=pair, memory_mb=memory_mb, readout=readout
+    )
     return {name: patcher.sweep(name, direction) for name in sweeps}
 
 
 def _one(name: str, doc: str) -> Callable[..., PatchingResult]:
     def sweep_fn(
-        model: torch.nn.Module, pair: PatchingPair, *, metric: Any = None, direction: str = "denoising"
+        model: torch.nn.Module,
+        pair: PatchingPair,
+        *,
+        metric: Any = None,
+        direction: str = "denoising",
+        readout: Any = None,
     ) -> PatchingResult:
-        return Patcher(model, pair.clean, pair.corrupted, metric, pair=pair).sweep(name, direction)
+        patcher = Patcher(model, pair.clean, pair.corrupted, metric, pair=pair, readout=readout)
+        return patcher.sweep(name, direction)
 
     sweep_fn.__name__ = sweep_fn.__qualname__ = f"patch_{name}"
     sweep_fn.__doc__ = (

@@ -11,7 +11,8 @@ turned into that form by `callable_metric`:
       positions it reads. A metric without a gradient (it calls `.item()`, `argmax`, ...) is probed instead by
       perturbing one position at a time and watching its value.
     - evaluation: the read-out logits are written into a full-size logits tensor (the clean run's logits fill
-      the positions the metric does not read), and the metric is mapped over the patch axis with
+      the positions the metric does not read; the tensor is allocated once and reused, only its read-out
+      positions rewritten), and the metric is mapped over the patch axis with
       `torch.func.vmap`. Whether vmap gives the same values as calling the metric once per patch is checked on
       two small inputs first; when it raises or disagrees, the metric is called once per patch (`mode="loop"`).
 Caveat: a dependency check can only see what the probe inputs exercise; a metric that reads a position only for
@@ -153,9 +154,15 @@ def callable_metric(
     rows = as_readout(readout, batch, n_pos) if readout is not None else find_readout(metric, probe)
     rows = rows.to(probe.device)
     mapped, mode = per_patch(metric, probe)
+    buffer: list[Tensor] = []
 
     def fn(logits: Float[Tensor, "patch batch read d_vocab"]) -> Float[Tensor, " patch"]:
-        full = probe.to(logits.dtype).expand(len(logits), *probe.shape).clone()
+        n = len(logits)
+        if not buffer or len(buffer[0]) < n or buffer[0].dtype != logits.dtype:
+            buffer[:] = [probe.to(logits.dtype).expand(n, *probe.shape).clone()]
+        # Every call rewrites the same read-out positions. The metric's value depends on those only, so even a
+        # metric that edits its input in place cannot carry anything over from one call to the next.
+        full = buffer[0][:n]
         index = rows[None, :, :, None].expand(*logits.shape)
         return mapped(full.scatter_(2, index, logits))
 
