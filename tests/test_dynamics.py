@@ -248,3 +248,33 @@ def test_script_bad_input_is_one_line_exit_2(series, tmp_path, capsys, case):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "\n" not in err
     assert not (run / "dynamics.json").exists()
+
+
+# -- the report ----------------------------------------------------------------------------------------------
+def test_report_section_shows_the_order_of_events(series):
+    from mechmem.report.dynamics_section import dynamics_section
+
+    s = dynamics_section(series)
+    assert s.skipped is None and set(s.figures) == {"loss", "heads", "probes"}
+    order = [row[0] for row in s.tables[0].rows]
+    assert order.index("L0H2.previous_token") < order.index("L1H1.induction")
+    assert any("Order of events: " in line for line in s.lines)
+
+
+def test_report_section_without_step_checkpoints_is_skipped(tmp_path):
+    from mechmem.report.dynamics_section import dynamics_section
+
+    s = dynamics_section(tmp_path)
+    assert s.skipped and "no step checkpoints" in s.skipped and "--save-every" in s.skipped
+
+
+def test_report_script_finds_the_run_directory(series, tmp_path):
+    from mechmem.analysis.dynamics import run_dir_of
+
+    assert run_dir_of(series / "checkpoints" / "step_200.pt") == series
+    assert run_dir_of(series / "ckpt.pt") == series
+    code = run_script(load_script("report").main, [str(series / "checkpoints" / "step_200.pt"), "--out",
+                                                   str(tmp_path), "--n-samples", "32"])
+    assert code == 0
+    section = json.loads((tmp_path / "report.json").read_text())["sections"]["dynamics"]
+    assert section["skipped"] is None and section["findings"]["steps"][-1] == 200

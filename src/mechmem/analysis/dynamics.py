@@ -58,6 +58,12 @@ def step_files(run_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def run_dir_of(checkpoint: str | Path) -> Path:
+    """The run directory a checkpoint file belongs to: its folder, or the run above `checkpoints/step_N.pt`."""
+    folder = Path(checkpoint).parent
+    return folder.parent if folder.name == "checkpoints" and STEP_NAME.fullmatch(Path(checkpoint).name) else folder
+
+
 def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Iterator[tuple[int, Checkpoint]]:
     """Yield (step, checkpoint) in order; one model object is reused, each step's weights loaded into it.
 
