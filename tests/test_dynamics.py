@@ -278,3 +278,11 @@ def test_report_script_finds_the_run_directory(series, tmp_path):
     assert code == 0
     section = json.loads((tmp_path / "report.json").read_text())["sections"]["dynamics"]
     assert section["skipped"] is None and section["findings"]["steps"][-1] == 200
+
+
+def test_two_files_for_one_step_are_refused(series, tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    for name in ("step_10.pt", "step_0000010.pt"):
+        (tmp_path / "checkpoints" / name).write_bytes((series / "checkpoints" / "step_10.pt").read_bytes())
+    with pytest.raises(Exception, match="more than one checkpoint for step"):
+        step_files(tmp_path)

@@ -41,6 +41,7 @@ from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.tasks.base import Batch, PatchingPair, masked_accuracy
 from mechmem.training.rundir import differences, payload_identity, step_checkpoints
+from mechmem.training.trainer import resolve_device
 
 STEP_NAME = re.compile(r"step_(\d+)\.pt")
 
@@ -55,6 +56,11 @@ def step_files(run_dir: str | Path) -> list[tuple[int, Path]]:
         raise MechmemError(
             f"{run_dir}: no step checkpoints (checkpoints/step_N.pt); train with analyses/train.py --save-every N"
         )
+    steps = [s for s, _ in found]
+    twice = sorted({s for s in steps if steps.count(s) > 1})
+    if twice:
+        raise MechmemError(f"{run_dir}: more than one checkpoint for step(s) {twice[:5]} (e.g. step_50.pt and "
+                           "step_0000050.pt); keep one per step")
     return sorted(found)
 
 
@@ -70,7 +76,7 @@ def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Itera
     Every file is validated by `read_payload` (format, digest, no pickled code) and must hold the same model
     config and task as the first, else a one-line `CheckpointError` names the fields that differ.
     """
-    first = load_checkpoint(files[0][1], device=device)
+    first = load_checkpoint(files[0][1], device=resolve_device(device))
     identity = _identity(read_payload(files[0][1]))
     yield files[0][0], first
     for step, path in files[1:]:
