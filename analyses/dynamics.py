@@ -8,33 +8,16 @@ Every checkpoint (RUN_DIR/checkpoints/step_N.pt) is measured on one evaluation d
 Quantities: loss, heads, probes (default), lens, ablation, patching, roles (see mechmem.analysis.dynamics). Each
 curve's event is a stated level crossing (interpolated between saves) or its steepest change; the order of events
 is printed, and beside it the same events read from the trainer's metrics.jsonl (same-named curves and
---match KEY=CURVE pairs). Writes OUT/dynamics.json (steps, curves, definitions, rules, events, cost) and OUT/dynamics_Q.png.
+--match KEY=CURVE pairs). Writes OUT/dynamics.json (steps, curves, definitions, rules, events, cost) and one
+OUT/dynamics_QUANTITY.png per quantity.
 """
 
 from pathlib import Path
 
 from mechmem import cli
-from mechmem.analysis.dynamics import metrics_agreement, parse_quantities, plot_dynamics, run_dynamics, set_levels
+from mechmem.analysis import dynamics
 from mechmem.analysis.transitions import event_order, format_order
-from mechmem.errors import MechmemError
 from mechmem.tasks import load_task_module
-
-
-def split_pair(text: str, flag: str) -> tuple[str, str]:
-    """'A=B' -> (A, B), split at the last '='."""
-    left, sep, right = text.rpartition("=")
-    if not sep or not left or not right:
-        raise MechmemError(f"{flag} {text!r}: expected NAME=VALUE")
-    return left, right
-
-
-def parse_level(text: str) -> tuple[str, float]:
-    """'GLOB=VALUE' -> (glob, value)."""
-    glob, value = split_pair(text, "--level")
-    try:
-        return glob, float(value)
-    except ValueError:
-        raise MechmemError(f"--level {text!r}: expected CURVE_GLOB=NUMBER, e.g. '*.induction=0.5'") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,12 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument("--task-module", action="append", default=[], help="a Python file registering your tasks")
     args = parser.parse_args(argv)
-    quantities, levels = parse_quantities(args.quantities), dict(parse_level(t) for t in args.level)
+    quantities, levels = dynamics.parse_quantities(args.quantities), dynamics.parse_levels(args.level)
+    matches = dynamics.parse_pairs(args.match, "--match")
     out = cli.check_out_dir(args.out or args.run_dir)
     for module in args.task_module:
         load_task_module(module)
-    result = run_dynamics(args.run_dir, quantities, n=args.n_samples, seed=args.seed, device=args.device)
-    set_levels(result, levels)
+    result = dynamics.run_dynamics(args.run_dir, quantities, n=args.n_samples, seed=args.seed, device=args.device)
+    dynamics.set_levels(result, levels)
 
     events = event_order(result.events)
     rows = [(e.curve, e.rule.describe(), round(e.step), f"{e.interval[0]}-{e.interval[1]}") for e in events]
@@ -64,14 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(result.steps)} checkpoints, steps {result.steps[0]}..{result.steps[-1]}; seconds: "
           + ", ".join(f"{k} {v:.1f}" for k, v in result.cost_s.items()))
     if (Path(args.run_dir) / "metrics.jsonl").exists():
-        agree = metrics_agreement(result, args.run_dir, dict(split_pair(t, "--match") for t in args.match))
+        agree = dynamics.metrics_agreement(result, args.run_dir, matches)
         result.info["metrics_agreement"] = agree
         cli.print_table([[r[k] for k in ("metric", "curve", "from_metrics", "from_checkpoints", "within")]
                          for r in agree], ["metrics.jsonl", "curve", "step (metrics)", "step (checkpoints)", "within"])
     cli.write_json(out / "dynamics.json", result.to_dict())
     for q in result.groups:
         if result.groups[q]:
-            cli.save_figure(plot_dynamics(result, q), out / f"dynamics_{q}.png")
+            cli.save_figure(dynamics.plot_dynamics(result, q), out / f"dynamics_{q}.png")
     print(f"wrote {out / 'dynamics.json'} and dynamics_<quantity>.png")
     return 0
 

@@ -16,7 +16,7 @@ Quantities (each reuses one analysis of the toolkit; `DEFAULT_QUANTITIES` are th
     ablation  mean ablation of each head: rise of the task loss (`ablation.ablate_heads`)  steepest rise
     patching  head outputs patched clean -> corrupted, fraction restored (`patching.run_sweeps`)      0.5
     roles     the one role classifier (`roles.head_roles` on `n` sequences): "L1H1.role=recall" is 1 while
-              the head holds that role (0.5), plus each head's task-role scores (no event); the costliest
+              the head holds that role (0.5), plus each head's task-role scores (steepest rise); the costliest
 
 Caveat: the levels are conventions stated before the run, not properties of the model; an event's precision is
 one save interval. The step-0 weights are not saved by the trainer, so the first point is the first save.
@@ -36,8 +36,8 @@ import torch
 
 from mechmem.analysis import ablation, heads, logit_lens, patching, probes, roles
 from mechmem.analysis.transitions import Event, Rule, find_event, find_events, level, steepest
-from mechmem.cli import check_n_samples
 from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
+from mechmem.cli import check_n_samples
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.tasks.base import Batch, PatchingPair, masked_accuracy
 from mechmem.training.rundir import differences, payload_identity, step_checkpoints
@@ -199,7 +199,8 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
     Quantity("patching", _patching, "fraction of the clean-corrupted logit difference restored by patching the "
              "head's output (all positions) from the clean run into the corrupted one", lambda c: level(0.5)),
     Quantity("roles", _roles, "the role classifier (roles.head_roles on n sequences): role=R is 1 while the head "
-             "holds role R; R_score its task-role score", lambda c: level(0.5) if ".role=" in c else None, missing=0.0),
+             "holds role R; R_score its task-role score",
+             lambda c: level(0.5) if ".role=" in c else steepest("up"), missing=0.0),
 )}
 DEFAULT_QUANTITIES = ("loss", "heads", "probes")
 """What `run_dynamics` measures unless told otherwise (cheap: a forward pass and weight products per step)."""
@@ -291,6 +292,28 @@ def run_dynamics(
     return Dynamics([s for s, _ in files], curves, groups, rules, {k: round(v, 3) for k, v in cost.items()}, info)
 
 
+def parse_pairs(texts: Sequence[str], flag: str) -> dict[str, str]:
+    """['A=B', ...] -> {A: B}, split at the last '='; a malformed pair is a one-line error naming `flag`."""
+    out = {}
+    for text in texts:
+        left, sep, right = text.rpartition("=")
+        if not sep or not left or not right:
+            raise MechmemError(f"{flag} {text!r}: expected NAME=VALUE")
+        out[left] = right
+    return out
+
+
+def parse_levels(texts: Sequence[str]) -> dict[str, float]:
+    """['*.induction=0.4', ...] -> {'*.induction': 0.4} (the --level flags)."""
+    out = {}
+    for glob, value in parse_pairs(texts, "--level").items():
+        try:
+            out[glob] = float(value)
+        except ValueError:
+            raise MechmemError(f"--level {glob}={value}: expected CURVE_GLOB=NUMBER, e.g. '*.induction=0.5'") from None
+    return out
+
+
 def set_levels(result: Dynamics, levels: dict[str, float]) -> None:
     """Replace the rule of every curve matching a glob (`{"*.induction": 0.4}`) by a level rule at that value
     (falling for curves whose rule falls); a glob that matches no curve is a one-line error."""
@@ -307,8 +330,9 @@ def metrics_agreement(result: Dynamics, run_dir: str | Path, matches: dict[str, 
     """Events of the trainer's logged curves (metrics.jsonl) next to the same events from the checkpoints.
 
     Compared: every metrics.jsonl key that names a curve (e.g. the birth task's probe recalls, logged by its
-    trainer) and the pairs in `matches` (metrics key -> curve); each logged curve is read with its curve's rule. `gap` is the difference in steps,
-    `within` whether it is at most one save interval (the largest gap between consecutive saves).
+    trainer) and the pairs in `matches` (metrics key -> curve); each logged curve is read with its curve's rule.
+    `gap` is the difference in steps, `within` whether it is at most one save interval (the largest gap between
+    consecutive saves; both "not reached" also agree).
     """
     steps, logged = metrics_curves(run_dir)
     matches = {**{k: k for k in logged if k in result.rules}, **(matches or {})}

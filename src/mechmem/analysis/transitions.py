@@ -20,6 +20,7 @@ Caveat: a first crossing can be a noisy blip on a curve that hovers at the level
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 DIRECTIONS = ("up", "down")
@@ -92,7 +93,7 @@ def _finite(steps: Sequence[int], values: Sequence[float | None]) -> list[tuple[
     if len(steps) != len(values):
         raise ValueError(f"{len(steps)} steps but {len(values)} values")
     points = [(int(s), float(v)) for s, v in zip(steps, values) if v is not None and math.isfinite(v)]
-    if any(b[0] <= a[0] for a, b in zip(points, points[1:])):
+    if any(b[0] <= a[0] for a, b in pairwise(points)):
         raise ValueError("steps must increase")
     return points
 
@@ -119,7 +120,7 @@ def steepest_change(steps: Sequence[int], values: Sequence[float | None], rule: 
     sign = 1.0 if rule.direction == "up" else -1.0
     points = _finite(steps, values)
     best, where = 0.0, None
-    for (s0, v0), (s1, v1) in zip(points, points[1:]):
+    for (s0, v0), (s1, v1) in pairwise(points):
         slope = sign * (v1 - v0) / (s1 - s0)
         if slope > best:
             best, where = slope, (s0, s1)
@@ -134,7 +135,9 @@ def find_event(steps: Sequence[int], values: Sequence[float | None], rule: Rule,
     return fn(steps, values, rule, curve)
 
 
-def find_events(steps: Sequence[int], curves: Mapping[str, Sequence[float | None]], rules: Mapping[str, Rule]) -> list[Event]:
+def find_events(
+    steps: Sequence[int], curves: Mapping[str, Sequence[float | None]], rules: Mapping[str, Rule]
+) -> list[Event]:
     """One event per curve that has a rule, in the order of `curves`."""
     return [find_event(steps, values, rules[name], name) for name, values in curves.items() if name in rules]
 

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from mechmem.analysis.roles import HeadRole, RoleResult, RoleThresholds, head_roles
-from mechmem.report.dynamics_section import dynamics_section
 from mechmem.report.document import Report, Section, Table, to_html, to_markdown, write_index, write_report
+from mechmem.report.dynamics_section import dynamics_section
 from mechmem.report.sections import (
     ReportContext,
     ablation_section,

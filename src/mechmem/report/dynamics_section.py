@@ -40,11 +40,16 @@ def dynamics_section(run_dir: str | Path, task: Any = None, *, seed: int = 0) ->
     events = result.events
     s.findings = result.to_dict()
     s.lines += [
-        f"{len(result.steps)} step checkpoints (steps {result.steps[0]} to {result.steps[-1]}), every one measured on "
-        f"the same {DYNAMICS_SAMPLES} evaluation sequences (seed {seed}); measured: {', '.join(result.groups)}.",
-        "Event of a curve: the step where it first reaches its level (interpolated between the two saves around it) "
-        "or, for the loss, its steepest fall; precision one save interval. Order of events: "
-        f"{format_order(events)}.",
+        (
+            f"{len(result.steps)} step checkpoints (steps {result.steps[0]} to {result.steps[-1]}), every one "
+            f"measured on the same {DYNAMICS_SAMPLES} evaluation sequences (seed {seed}); measured: "
+            f"{', '.join(result.groups)}."
+        ),
+        (
+            "Event of a curve: the step where it first reaches its level (interpolated between the two saves around "
+            "it) or its steepest change (the loss: its steepest fall); precision one save interval. Order of "
+            f"events: {format_order(events)}."
+        ),
     ]
     missed = [e.curve for e in events if not e.reached]
     if missed:
