@@ -16,7 +16,7 @@ Quantities (each reuses one analysis of the toolkit; `DEFAULT_QUANTITIES` are th
     ablation  mean ablation of each head: rise of the task loss (`ablation.ablate_heads`)  steepest rise
     patching  head outputs patched clean -> corrupted, fraction restored (`patching.run_sweeps`)      0.5
     roles     the one role classifier (`roles.head_roles` on `n` sequences): "L1H1.role=recall" is 1 while
-              the head holds that role (0.5), plus each head's task-role scores (steepest rise); the costliest
+              the head holds that role (0.5), plus each head's task-role scores (no event); the costliest
 
 Caveat: the levels are conventions stated before the run, not properties of the model; an event's precision is
 one save interval. The step-0 weights are not saved by the trainer, so the first point is the first save.
@@ -200,7 +200,7 @@ QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
              "head's output (all positions) from the clean run into the corrupted one", lambda c: level(0.5)),
     Quantity("roles", _roles, "the role classifier (roles.head_roles on n sequences): role=R is 1 while the head "
              "holds role R; R_score its task-role score",
-             lambda c: level(0.5) if ".role=" in c else steepest("up"), missing=0.0),
+             lambda c: level(0.5) if ".role=" in c else None, missing=0.0),
 )}
 DEFAULT_QUANTITIES = ("loss", "heads", "probes")
 """What `run_dynamics` measures unless told otherwise (cheap: a forward pass and weight products per step)."""
@@ -362,25 +362,37 @@ def metrics_curves(run_dir: str | Path) -> tuple[list[int], dict[str, list[float
     return [int(r["step"]) for r in records], {k: [r.get(k) for r in records] for k in keys}
 
 
+def _facet(quantity: str, curve: str) -> tuple[str, str]:
+    """(panel title, legend label) of a curve: heads by pattern, roles as held roles vs scores, else one panel."""
+    if quantity == "heads":
+        head, pattern = curve.split(".", 1)
+        return pattern, head
+    if quantity == "roles":
+        return ("role held (1) or not (0)", curve) if ".role=" in curve else ("task-role scores", curve)
+    return quantity, curve
+
+
 def plot_dynamics(result: Dynamics, quantity: str) -> Any:
-    """The curves of one quantity against step, one panel per facet (per pattern for `heads`, else one), with each
-    curve's level dotted and its event marked; returns the Figure."""
+    """The curves of one quantity against step, one panel per facet (per pattern for `heads`, held roles and
+    scores for `roles`), each curve's level dotted and its event marked by a dashed line; returns the Figure."""
     from mechmem.plotting import plt
 
-    names = result.groups[quantity]
-    facets = list(dict.fromkeys(c.split(".", 1)[1] if quantity == "heads" else quantity for c in names))
-    fig, axes = plt.subplots(1, len(facets), figsize=(4.2 * len(facets), 3.0), squeeze=False, layout="constrained")
+    panels: dict[str, list[tuple[str, str]]] = {}
+    for curve in result.groups[quantity]:
+        title, label = _facet(quantity, curve)
+        panels.setdefault(title, []).append((curve, label))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.2), squeeze=False, layout="constrained")
     events = {e.curve: e for e in result.events}
-    for ax, facet in zip(axes[0], facets):
-        for i, name in enumerate(c for c in names if quantity != "heads" or c.endswith("." + facet)):
+    for ax, (title, curves) in zip(axes[0], panels.items()):
+        for i, (name, label) in enumerate(curves):
             values = [float("nan") if v is None else v for v in result.curves[name]]
             color = f"C{i % 10}"
-            ax.plot(result.steps, values, marker=".", ms=3, color=color, label=name.removesuffix("." + facet))
+            ax.plot(result.steps, values, marker=".", ms=3, color=color, label=label)
             event = events.get(name)
             if event is not None and event.rule.level is not None:
                 ax.axhline(event.rule.level, color="grey", ls=":", lw=0.8)
             if event is not None and event.reached:
                 ax.axvline(event.step, color=color, ls="--", lw=0.8)
-        ax.set(title=facet, xlabel="step")
+        ax.set(title=title, xlabel="step")
         ax.legend(fontsize=7)
     return fig
