@@ -286,3 +286,13 @@ def test_two_files_for_one_step_are_refused(series, tmp_path):
         (tmp_path / "checkpoints" / name).write_bytes((series / "checkpoints" / "step_10.pt").read_bytes())
     with pytest.raises(Exception, match="more than one checkpoint for step"):
         step_files(tmp_path)
+
+
+def test_flag_pairs_split_where_curve_names_allow():
+    from mechmem.analysis.dynamics import parse_levels, parse_pairs
+
+    assert parse_pairs(["probe_recall_p=L0H0.role=recall"], "--match") == {"probe_recall_p": "L0H0.role=recall"}
+    assert parse_levels(["L0H0.role=recall=0.4", "*.induction=0.5"]) == {"L0H0.role=recall": 0.4, "*.induction": 0.5}
+    for bad in (["x"], ["=1"], ["a=b"]):
+        with pytest.raises(Exception, match="--level"):
+            parse_levels(bad)

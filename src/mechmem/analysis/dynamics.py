@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -292,11 +293,12 @@ def run_dynamics(
     return Dynamics([s for s, _ in files], curves, groups, rules, {k: round(v, 3) for k, v in cost.items()}, info)
 
 
-def parse_pairs(texts: Sequence[str], flag: str) -> dict[str, str]:
-    """['A=B', ...] -> {A: B}, split at the last '='; a malformed pair is a one-line error naming `flag`."""
+def parse_pairs(texts: Sequence[str], flag: str, *, last: bool = False) -> dict[str, str]:
+    """['A=B', ...] -> {A: B}, split at the first '=' (`last`: the last one; curve names may hold '=', as in
+    'L0H0.role=recall'); a malformed pair is a one-line error naming `flag`."""
     out = {}
     for text in texts:
-        left, sep, right = text.rpartition("=")
+        left, sep, right = text.rpartition("=") if last else text.partition("=")
         if not sep or not left or not right:
             raise MechmemError(f"{flag} {text!r}: expected NAME=VALUE")
         out[left] = right
@@ -306,7 +308,7 @@ def parse_pairs(texts: Sequence[str], flag: str) -> dict[str, str]:
 def parse_levels(texts: Sequence[str]) -> dict[str, float]:
     """['*.induction=0.4', ...] -> {'*.induction': 0.4} (the --level flags)."""
     out = {}
-    for glob, value in parse_pairs(texts, "--level").items():
+    for glob, value in parse_pairs(texts, "--level", last=True).items():
         try:
             out[glob] = float(value)
         except ValueError:
@@ -331,12 +333,12 @@ def metrics_agreement(result: Dynamics, run_dir: str | Path, matches: dict[str, 
 
     Compared: every metrics.jsonl key that names a curve (e.g. the birth task's probe recalls, logged by its
     trainer) and the pairs in `matches` (metrics key -> curve); each logged curve is read with its curve's rule.
-    `gap` is the difference in steps, `within` whether it is at most one save interval (the largest gap between
-    consecutive saves; both "not reached" also agree).
+    `gap` is the difference in steps, `within` whether it is at most one interval (the largest gap between
+    consecutive saves or log records, the coarser series' precision; both "not reached" also agree).
     """
     steps, logged = metrics_curves(run_dir)
     matches = {**{k: k for k in logged if k in result.rules}, **(matches or {})}
-    interval = max((b - a for a, b in zip(result.steps, result.steps[1:])), default=0)
+    interval = max((b - a for series in (result.steps, steps) for a, b in pairwise(series)), default=0)
     rows = []
     for key, curve in matches.items():
         if key not in logged or curve not in result.rules:
