@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mechmem import cli
 from mechmem.analysis import dynamics
-from mechmem.analysis.transitions import event_order, format_order
+from mechmem.analysis.transitions import event_order, format_order, parse_levels, parse_pairs
 from mechmem.tasks import load_task_module
 
 
@@ -32,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument("--task-module", action="append", default=[], help="a Python file registering your tasks")
     args = parser.parse_args(argv)
-    quantities, levels = dynamics.parse_quantities(args.quantities), dynamics.parse_levels(args.level)
-    matches = dynamics.parse_pairs(args.match, "--match")
+    quantities, levels = dynamics.parse_quantities(args.quantities), parse_levels(args.level)
+    matches = parse_pairs(args.match, "--match")
     out = cli.check_out_dir(args.out or args.run_dir)
     for module in args.task_module:
         load_task_module(module)

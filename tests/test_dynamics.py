@@ -289,10 +289,18 @@ def test_two_files_for_one_step_are_refused(series, tmp_path):
 
 
 def test_flag_pairs_split_where_curve_names_allow():
-    from mechmem.analysis.dynamics import parse_levels, parse_pairs
+    from mechmem.analysis.transitions import parse_levels, parse_pairs
 
     assert parse_pairs(["probe_recall_p=L0H0.role=recall"], "--match") == {"probe_recall_p": "L0H0.role=recall"}
     assert parse_levels(["L0H0.role=recall=0.4", "*.induction=0.5"]) == {"L0H0.role=recall": 0.4, "*.induction": 0.5}
     for bad in (["x"], ["=1"], ["a=b"]):
         with pytest.raises(Exception, match="--level"):
             parse_levels(bad)
+
+
+def test_a_model_without_attention_heads_gets_only_the_loss(tmp_path):
+    from mechmem.training.run import train_preset
+
+    train_preset("facts", "quick", out_dir=tmp_path, steps=20, save_every=10, progress=False)
+    result = run_dynamics(tmp_path, ("loss", "heads", "probes"), n=8)
+    assert result.steps == [10, 20] and result.groups["heads"] == [] and set(result.curves) == {"loss", "acc"}

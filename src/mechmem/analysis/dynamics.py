@@ -19,7 +19,8 @@ Quantities (each reuses one analysis of the toolkit; `DEFAULT_QUANTITIES` are th
               the head holds that role (0.5), plus each head's task-role scores (no event); the costliest
 
 Caveat: the levels are conventions stated before the run, not properties of the model; an event's precision is
-one save interval. The step-0 weights are not saved by the trainer, so the first point is the first save.
+one save interval. The trainer saves no step-0 weights, so the first point is the first save. Models without
+attention heads get only the `loss` curves.
 """
 
 import fnmatch
@@ -57,9 +58,7 @@ def step_files(run_dir: str | Path) -> list[tuple[int, Path]]:
         raise MechmemError(
             f"{run_dir}: no step checkpoints (checkpoints/step_N.pt); train with analyses/train.py --save-every N"
         )
-    steps = [s for s, _ in found]
-    twice = sorted({s for s in steps if steps.count(s) > 1})
-    if twice:
+    if twice := sorted({s for s, _ in found if [t for t, _ in found].count(s) > 1}):
         raise MechmemError(f"{run_dir}: more than one checkpoint for step(s) {twice[:5]} (e.g. step_50.pt and "
                            "step_0000050.pt); keep one per step")
     return sorted(found)
@@ -93,8 +92,7 @@ def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Itera
 
 
 def _identity(payload: dict[str, Any]) -> dict[str, Any]:
-    ident = payload_identity(payload)
-    return {"model": ident["model"], "task": ident["task"]}
+    return {k: v for k, v in payload_identity(payload).items() if k in ("model", "task")}
 
 
 @dataclass
@@ -183,11 +181,13 @@ class Quantity:
     rule: Callable[[str], Rule | None]
     missing: float | None = None
     """The value of a curve at a step where the quantity did not produce it (None: not measured)."""
+    needs_heads: bool = True
+    """Measured only on models with attention heads (`heads.no_attention_reason`); others get no curves."""
 
 
 QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
     Quantity("loss", _loss, "the task's loss and masked accuracy on the evaluation batch",
-             lambda c: steepest("down") if c == "loss" else level(0.5)),
+             lambda c: steepest("down") if c == "loss" else level(0.5), needs_heads=False),
     Quantity("heads", _heads, "attention mass on the pattern's keys on the task's evaluation data (answer queries; "
              "previous-token where induction reads), per head: L{layer}H{head}.{pattern}", lambda c: level(0.5)),
     Quantity("probes", _probes, "memory recalls: the task's own probes (Task.probes) or the built-in probes "
@@ -277,10 +277,10 @@ def run_dynamics(
         if data is None:
             check_n_samples(n, ckpt.model, minimum=2)
             data = EvalData(ckpt.task, n, seed, next(ckpt.model.parameters()).device)
-        row = {}
+        row, headless = {}, heads.no_attention_reason(ckpt.model)
         for q in chosen:
             t0 = time.perf_counter()
-            row[q.name] = q.fn(ckpt.model, data)
+            row[q.name] = {} if q.needs_heads and headless else q.fn(ckpt.model, data)
             cost[q.name] += time.perf_counter() - t0
         rows.append(row)
         t0 = time.perf_counter()
@@ -291,29 +291,6 @@ def run_dynamics(
             "eval": {"n": n, "seed": seed, "data": "one draw of the task's evaluation batch, used for every step"},
             "first_checkpoint": str(first_path)}
     return Dynamics([s for s, _ in files], curves, groups, rules, {k: round(v, 3) for k, v in cost.items()}, info)
-
-
-def parse_pairs(texts: Sequence[str], flag: str, *, last: bool = False) -> dict[str, str]:
-    """['A=B', ...] -> {A: B}, split at the first '=' (`last`: the last one; curve names may hold '=', as in
-    'L0H0.role=recall'); a malformed pair is a one-line error naming `flag`."""
-    out = {}
-    for text in texts:
-        left, sep, right = text.rpartition("=") if last else text.partition("=")
-        if not sep or not left or not right:
-            raise MechmemError(f"{flag} {text!r}: expected NAME=VALUE")
-        out[left] = right
-    return out
-
-
-def parse_levels(texts: Sequence[str]) -> dict[str, float]:
-    """['*.induction=0.4', ...] -> {'*.induction': 0.4} (the --level flags)."""
-    out = {}
-    for glob, value in parse_pairs(texts, "--level", last=True).items():
-        try:
-            out[glob] = float(value)
-        except ValueError:
-            raise MechmemError(f"--level {glob}={value}: expected CURVE_GLOB=NUMBER, e.g. '*.induction=0.5'") from None
-    return out
 
 
 def set_levels(result: Dynamics, levels: dict[str, float]) -> None:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+from mechmem.errors import MechmemError
+
 DIRECTIONS = ("up", "down")
 
 
@@ -151,3 +153,26 @@ def format_order(events: Sequence[Event]) -> str:
     """'L0H0.previous_token at 150, wk2_recall at 210, ...' over the reached events, earliest first."""
     parts = [f"{e.curve} at {e.step:.0f}" + (" (or before)" if e.at_start else "") for e in event_order(events)]
     return ", ".join(parts) if parts else "no event reached"
+
+
+def parse_pairs(texts: Sequence[str], flag: str, *, last: bool = False) -> dict[str, str]:
+    """['A=B', ...] -> {A: B}, split at the first '=' (`last`: the last one; curve names may hold '=', as in
+    'L0H0.role=recall'); a malformed pair is a one-line error naming `flag`."""
+    out = {}
+    for text in texts:
+        left, sep, right = text.rpartition("=") if last else text.partition("=")
+        if not sep or not left or not right:
+            raise MechmemError(f"{flag} {text!r}: expected NAME=VALUE")
+        out[left] = right
+    return out
+
+
+def parse_levels(texts: Sequence[str]) -> dict[str, float]:
+    """['*.induction=0.4', ...] -> {'*.induction': 0.4} (the --level flags)."""
+    out = {}
+    for glob, value in parse_pairs(texts, "--level", last=True).items():
+        try:
+            out[glob] = float(value)
+        except ValueError:
+            raise MechmemError(f"--level {glob}={value}: expected CURVE_GLOB=NUMBER, e.g. '*.induction=0.5'") from None
+    return out
