@@ -4,10 +4,12 @@
     python analyses/report.py runs/task2/ckpt.pt --out runs/task2/report         # about 10 seconds on CPU
 
 Runs the analyses that fit the checkpoint's task and architecture (head detection, elimination/recall roles,
-MLP direct effects, OV memory probes, ablation, patching, closeness to the task's optimum), names each head's role
-from the measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
+MLP direct effects, OV memory probes, ablation, patching, closeness to the task's optimum, and training dynamics
+when the checkpoint's directory holds step checkpoints from --save-every), names each head's role from the
+measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
 """
 
+from mechmem.analysis.dynamics import run_dir_of
 from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script
 from mechmem.report import build_report, write_report
 
@@ -33,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         "seed / samples": f"{args.seed} / {args.n_samples}",
     }
     report = build_report(
-        ckpt.model, ckpt.task, title=title, meta=meta, n_samples=args.n_samples, seed=args.seed
+        ckpt.model, ckpt.task, title=title, meta=meta, n_samples=args.n_samples, seed=args.seed,
+        run_dir=run_dir_of(ckpt.path),
     )
     paths = write_report(report, out)
     circuit = report.section("circuit")

@@ -13,12 +13,14 @@ section that does not apply to the model or task is kept, with the reason it was
 """
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from mechmem.analysis.roles import HeadRole, RoleResult, RoleThresholds, head_roles
 from mechmem.report.document import Report, Section, Table, to_html, to_markdown, write_index, write_report
+from mechmem.report.dynamics_section import dynamics_section
 from mechmem.report.sections import (
     ReportContext,
     ablation_section,
@@ -94,6 +96,7 @@ def build_report(
     role_samples: int = 1000,
     thresholds: RoleThresholds | None = None,
     sections: Sequence[Callable[[ReportContext], Section]] = SECTIONS,
+    run_dir: str | Path | None = None,
 ) -> Report:
     """Measure the head roles, run every section on `model` (and `task`, if any) and return the `Report`.
 
@@ -101,10 +104,14 @@ def build_report(
         n_samples: sequences per section's analysis.
         seed: seeds every section's data and the roles' (`head_roles(..., seed=seed)`).
         role_samples: sequences for the head roles (the reproduction pages use the same default).
+        run_dir: the checkpoint's run directory; adds the training-dynamics section (skipped, with the reason,
+            when it holds no step checkpoints).
     """
     roles = head_roles(model, task, n=role_samples, seed=seed, thresholds=thresholds)
     ctx = ReportContext(model, task, n_samples, seed, roles)
     done = [fn(ctx) for fn in sections]
+    if run_dir is not None:
+        done.append(dynamics_section(run_dir, task, seed=seed))
     mlp = next((s for s in done if s.key == "mlp"), None)
     optimum = next((s for s in done if s.key == "optimum" and not s.skipped), None)
     headline = optimum.findings["headline"] if optimum else ""

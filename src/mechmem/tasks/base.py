@@ -9,6 +9,7 @@ A task turns a config into batches and knows how to score a model on itself:
     evaluate(model, generator=g) -> dict          the task's default evaluation
     patching_pair(n, generator=g) -> PatchingPair clean/corrupted inputs with answers, for activation patching
     role_probes(n, generator=g) -> [RoleProbe]    optional: one counterfactual pair per task role (e.g. recall)
+    probes(model) -> {name: value}                optional: the task's own weight probes (e.g. memory recalls)
 
 Every method that draws random numbers takes an explicit `torch.Generator`; nothing seeds globally.
 """
@@ -184,6 +185,10 @@ class Task:
     def role_probes(self, n: int, *, generator: torch.Generator) -> list[RoleProbe]:
         """One `RoleProbe` per task-specific head role (none by default: only attention-pattern roles apply)."""
         return []
+
+    def probes(self, model: torch.nn.Module) -> dict[str, float]:
+        """Named memory-probe values of `model` that this task defines (none by default); see the birth task."""
+        return {}
 
     # -- scoring ----------------------------------------------------------------------------------------
     def optimal_loss(self, batch: Batch) -> float | None:

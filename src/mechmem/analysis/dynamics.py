@@ -1,0 +1,377 @@
+"""Training dynamics: run the toolkit's analyses on every step checkpoint of a run, in step order.
+
+`analyses/train.py --save-every N` keeps `RUN_DIR/checkpoints/step_N.pt`. `run_dynamics(RUN_DIR)` loads them in
+step order (through `mechmem.checkpoint`, which never unpickles code: one model is built from the first and every
+later checkpoint's weights are loaded into it), measures named quantities on each, and returns a step x curve
+table with each quantity's definition and the rule its events are read with (`mechmem.analysis.transitions`).
+Every step is measured on the SAME evaluation data (drawn once from the task with `seed`), so the curves compare.
+
+Quantities (each reuses one analysis of the toolkit; `DEFAULT_QUANTITIES` are the cheap ones):
+
+    loss      the task's loss and masked accuracy on the evaluation batch     loss: steepest fall; acc: 0.5
+    heads     detection scores on the task's data (`heads.detect_heads_on_task`): "L1H0.induction", ...  0.5
+    probes    the task's own memory probes (`Task.probes`, e.g. the birth task's wk1/wk2/wo2 recalls, the very
+              numbers its trainer logs), else the toolkit's built-in probes (`probes.builtin_probes`)     0.9
+    lens      logit lens: mean target probability at every residual stage              steepest rise
+    ablation  mean ablation of each head: rise of the task loss (`ablation.ablate_heads`)  steepest rise
+    patching  head outputs patched clean -> corrupted, fraction restored (`patching.run_sweeps`)      0.5
+    roles     the one role classifier (`roles.head_roles` on `n` sequences): "L1H1.role=recall" is 1 while
+              the head holds that role (0.5), plus each head's task-role scores (no event); the costliest
+
+Caveat: the levels are conventions stated before the run, not properties of the model; an event's precision is
+one save interval. The trainer saves no step-0 weights, so the first point is the first save. Models without
+attention heads get only the `loss` curves.
+"""
+
+import fnmatch
+import json
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mechmem.analysis import ablation, heads, logit_lens, patching, probes, roles
+from mechmem.analysis.transitions import Event, Rule, find_event, find_events, level, steepest
+from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
+from mechmem.cli import check_n_samples
+from mechmem.errors import CheckpointError, MechmemError
+from mechmem.tasks.base import Batch, PatchingPair, masked_accuracy
+from mechmem.training.rundir import differences, payload_identity, step_checkpoints
+from mechmem.training.trainer import resolve_device
+
+STEP_NAME = re.compile(r"step_(\d+)\.pt")
+
+
+def step_files(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of every `checkpoints/step_N.pt` in `run_dir`, by step; a one-line error when there are none."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise MechmemError(f"{run_dir}: not a run directory")
+    found = [(int(m.group(1)), p) for p in step_checkpoints(run_dir) if (m := STEP_NAME.fullmatch(p.name))]
+    if not found:
+        raise MechmemError(
+            f"{run_dir}: no step checkpoints (checkpoints/step_N.pt); train with analyses/train.py --save-every N"
+        )
+    if twice := sorted({s for s, _ in found if [t for t, _ in found].count(s) > 1}):
+        raise MechmemError(f"{run_dir}: more than one checkpoint for step(s) {twice[:5]} (e.g. step_50.pt and "
+                           "step_0000050.pt); keep one per step")
+    return sorted(found)
+
+
+def run_dir_of(checkpoint: str | Path) -> Path:
+    """The run directory a checkpoint file belongs to: its folder, or the run above `checkpoints/step_N.pt`."""
+    folder = Path(checkpoint).parent
+    return folder.parent if folder.name == "checkpoints" and STEP_NAME.fullmatch(Path(checkpoint).name) else folder
+
+
+def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Iterator[tuple[int, Checkpoint]]:
+    """Yield (step, checkpoint) in order; one model object is reused, each step's weights loaded into it.
+
+    Every file is validated by `read_payload` (format, digest, no pickled code) and must hold the same model
+    config and task as the first, else a one-line `CheckpointError` names the fields that differ.
+    """
+    first = load_checkpoint(files[0][1], device=resolve_device(device))
+    identity = _identity(read_payload(files[0][1]))
+    yield files[0][0], first
+    for step, path in files[1:]:
+        payload = read_payload(path)
+        diff = differences(identity, _identity(payload))
+        if diff:
+            raise CheckpointError(f"{path}: not the same run as {files[0][1].name} ({', '.join(diff[:4])})")
+        try:
+            first.model.load_state_dict(payload["state_dict"])
+        except RuntimeError as exc:
+            raise CheckpointError(f"{path}: weights do not fit the model ({str(exc).splitlines()[0]})") from None
+        yield step, first
+
+
+def _identity(payload: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in payload_identity(payload).items() if k in ("model", "task")}
+
+
+@dataclass
+class EvalData:
+    """The evaluation data every step is measured on, drawn once from the task (each part from its own seed)."""
+
+    task: Any
+    n: int
+    seed: int
+    device: torch.device
+
+    def _gen(self, offset: int) -> torch.Generator:
+        return torch.Generator().manual_seed(self.seed * 1000 + offset)
+
+    @cached_property
+    def batch(self) -> Batch:
+        return self.task.eval_batch(self.n, generator=self._gen(1)).to(self.device)
+
+    @cached_property
+    def reference(self) -> torch.Tensor:
+        """A second evaluation draw, the reference of mean ablation."""
+        return self.task.eval_batch(self.n, generator=self._gen(2)).tokens.to(self.device)
+
+    @cached_property
+    def pair(self) -> PatchingPair | None:
+        try:
+            return self.task.patching_pair(self.n, generator=self._gen(3)).to(self.device)
+        except NotImplementedError:
+            return None
+
+
+@torch.no_grad()
+def _loss(model: Any, data: EvalData) -> dict[str, float]:
+    b = data.batch
+    logits = model(b.tokens)
+    return {"loss": float(data.task.loss(logits, b)), "acc": masked_accuracy(logits, b.targets, b.loss_mask)}
+
+
+def _heads(model: Any, data: EvalData) -> dict[str, float]:
+    found = heads.detect_heads_on_task(model, data.batch.tokens, data.batch.loss_mask > 0)
+    return {f"L{l}H{h}.{name}": float(s[l, h]) for name, s in found.scores.items()
+            for l in range(s.shape[0]) for h in range(s.shape[1])}
+
+
+def _probes(model: Any, data: EvalData) -> dict[str, float]:
+    own = data.task.probes(model)
+    return own or {p.name: p.recall for p in probes.builtin_probes(model).probes}
+
+
+def _lens(model: Any, data: EvalData) -> dict[str, float]:
+    b = data.batch
+    summary = logit_lens.logit_lens(model, b.tokens, b.targets, b.loss_mask).summary()
+    return {f"lens.{stage}": v["target_prob"] for stage, v in summary.items()}
+
+
+def _ablation(model: Any, data: EvalData) -> dict[str, float]:
+    b = data.batch
+    result = ablation.ablate_heads(model, b.tokens, lambda lg: data.task.loss(lg, b), methods=("mean",),
+                                   reference=data.reference)
+    delta = result.heads[0] - result.baseline
+    return {f"ablation.L{l}H{h}": float(delta[l, h]) for l in range(delta.shape[0]) for h in range(delta.shape[1])}
+
+
+def _patching(model: Any, data: EvalData) -> dict[str, float]:
+    if data.pair is None:
+        return {}
+    restored = patching.run_sweeps(model, data.pair, ("attn_head_out_all_pos",))["attn_head_out_all_pos"].normalised()
+    return {f"patching.L{l}H{h}": float(restored[l, h])
+            for l in range(restored.shape[0]) for h in range(restored.shape[1])}
+
+
+def _roles(model: Any, data: EvalData) -> dict[str, float]:
+    result = roles.head_roles(model, data.task, n=data.n, seed=data.seed)
+    out = {f"{h.name}.role={h.role}": 1.0 for h in result.heads if h.role != "none"}
+    out.update({f"{h.name}.{r}_score": h.evidence[f"{r}_score"] for h in result.heads for r in result.task_roles})
+    return out
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A named measurement of one checkpoint: its curves, what they mean, and the rule of each curve's event."""
+
+    name: str
+    fn: Callable[[Any, EvalData], dict[str, float]]
+    definition: str
+    rule: Callable[[str], Rule | None]
+    missing: float | None = None
+    """The value of a curve at a step where the quantity did not produce it (None: not measured)."""
+    needs_heads: bool = True
+    """Measured only on models with attention heads (`heads.no_attention_reason`); others get no curves."""
+
+
+QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
+    Quantity("loss", _loss, "the task's loss and masked accuracy on the evaluation batch",
+             lambda c: steepest("down") if c == "loss" else level(0.5), needs_heads=False),
+    Quantity("heads", _heads, "attention mass on the pattern's keys on the task's evaluation data (answer queries; "
+             "previous-token where induction reads), per head: L{layer}H{head}.{pattern}", lambda c: level(0.5)),
+    Quantity("probes", _probes, "memory recalls: the task's own probes (Task.probes) or the built-in probes "
+             "(fraction of inputs whose best-scoring output is the target)",
+             lambda c: steepest("down") if c.endswith("kl") else level(0.9)),
+    Quantity("lens", _lens, "logit lens: mean target probability over the masked positions at each residual stage",
+             lambda c: steepest("up")),
+    Quantity("ablation", _ablation, "rise of the task loss when the head's output is mean-ablated (reference: a "
+             "second evaluation batch)", lambda c: steepest("up")),
+    Quantity("patching", _patching, "fraction of the clean-corrupted logit difference restored by patching the "
+             "head's output (all positions) from the clean run into the corrupted one", lambda c: level(0.5)),
+    Quantity("roles", _roles, "the role classifier (roles.head_roles on n sequences): role=R is 1 while the head "
+             "holds role R; R_score its task-role score",
+             lambda c: level(0.5) if ".role=" in c else None, missing=0.0),
+)}
+DEFAULT_QUANTITIES = ("loss", "heads", "probes")
+"""What `run_dynamics` measures unless told otherwise (cheap: a forward pass and weight products per step)."""
+
+
+def parse_quantities(text: str) -> tuple[str, ...]:
+    """'heads,probes' -> ('heads', 'probes'); 'all' is every quantity; unknown names are a one-line error."""
+    names = tuple(QUANTITIES) if text.strip() == "all" else tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in QUANTITIES]
+    if unknown or not names:
+        raise MechmemError(f"unknown quantities {unknown or [text]} (choose from {', '.join(QUANTITIES)} or all)")
+    return names
+
+
+@dataclass
+class Dynamics:
+    """Curves of every quantity against step: `curves[name][i]` was measured at `steps[i]` (None: not measured)."""
+
+    steps: list[int]
+    curves: dict[str, list[float | None]]
+    groups: dict[str, list[str]]
+    """Quantity name -> the curves it produced."""
+    rules: dict[str, Rule]
+    """Curve -> the rule its event is read with (curves without one have no event)."""
+    cost_s: dict[str, float] = field(default_factory=dict)
+    """Quantity -> seconds spent on it over all steps ("load": reading the checkpoints)."""
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, values in self.curves.items():
+            if len(values) != len(self.steps):
+                raise ValueError(f"curve {name} has {len(values)} values for {len(self.steps)} steps")
+
+    @property
+    def events(self) -> list[Event]:
+        return find_events(self.steps, self.curves, self.rules)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "axes": {"curves": ["step"]},
+            "steps": self.steps,
+            "quantities": {q: {"definition": QUANTITIES[q].definition, "curves": names, "cost_s": self.cost_s.get(q)}
+                           for q, names in self.groups.items()},
+            "curves": self.curves,
+            "rules": {c: r.to_dict() for c, r in self.rules.items()},
+            "events": [e.to_dict() for e in self.events],
+            "cost_s": self.cost_s,
+            **self.info,
+        }
+
+
+@torch.no_grad()
+def run_dynamics(
+    run_dir: str | Path,
+    quantities: Sequence[str] = DEFAULT_QUANTITIES,
+    *,
+    n: int = 128,
+    seed: int = 0,
+    device: str = "cpu",
+) -> Dynamics:
+    """Measure `quantities` on every step checkpoint of `run_dir`, all on one evaluation draw of `n` sequences.
+
+    Raises `MechmemError` (one line) when the directory holds no step checkpoints, one is unreadable or corrupt,
+    or they are not all of one run.
+    """
+    chosen = [QUANTITIES[q] for q in quantities]
+    files = step_files(run_dir)
+    rows: list[dict[str, dict[str, float]]] = []
+    cost = {"load": 0.0, **{q.name: 0.0 for q in chosen}}
+    data, first_path, t0 = None, files[0][1], time.perf_counter()
+    for _, ckpt in iter_models(files, device):
+        cost["load"] += time.perf_counter() - t0
+        if data is None:
+            check_n_samples(n, ckpt.model, minimum=2)
+            data = EvalData(ckpt.task, n, seed, next(ckpt.model.parameters()).device)
+        row, headless = {}, heads.no_attention_reason(ckpt.model)
+        for q in chosen:
+            t0 = time.perf_counter()
+            row[q.name] = {} if q.needs_heads and headless else q.fn(ckpt.model, data)
+            cost[q.name] += time.perf_counter() - t0
+        rows.append(row)
+        t0 = time.perf_counter()
+    groups = {q.name: list(dict.fromkeys(c for row in rows for c in row[q.name])) for q in chosen}
+    curves = {c: [row[q.name].get(c, q.missing) for row in rows] for q in chosen for c in groups[q.name]}
+    rules = {c: r for q in chosen for c in groups[q.name] if (r := q.rule(c)) is not None}
+    info = {"run_dir": str(run_dir), "checkpoints": [p.name for _, p in files], "task": ckpt.task_name,
+            "eval": {"n": n, "seed": seed, "data": "one draw of the task's evaluation batch, used for every step"},
+            "first_checkpoint": str(first_path)}
+    return Dynamics([s for s, _ in files], curves, groups, rules, {k: round(v, 3) for k, v in cost.items()}, info)
+
+
+def set_levels(result: Dynamics, levels: dict[str, float]) -> None:
+    """Replace the rule of every curve matching a glob (`{"*.induction": 0.4}`) by a level rule at that value
+    (falling for curves whose rule falls); a glob that matches no curve is a one-line error."""
+    for pattern, value in levels.items():
+        hits = [c for c in result.curves if fnmatch.fnmatch(c, pattern)]
+        if not hits:
+            raise MechmemError(f"--level {pattern}: matches no curve ({', '.join(list(result.curves)[:6])}, ...)")
+        for c in hits:
+            old = result.rules.get(c)
+            result.rules[c] = level(value, old.direction if old else "up")
+
+
+def metrics_agreement(result: Dynamics, run_dir: str | Path, matches: dict[str, str] | None = None) -> list[dict]:
+    """Events of the trainer's logged curves (metrics.jsonl) next to the same events from the checkpoints.
+
+    Compared: every metrics.jsonl key that names a curve (e.g. the birth task's probe recalls, logged by its
+    trainer) and the pairs in `matches` (metrics key -> curve); each logged curve is read with its curve's rule.
+    `gap` is the difference in steps, `within` whether it is at most one interval (the largest gap between
+    consecutive saves or log records, the coarser series' precision; both "not reached" also agree).
+    """
+    steps, logged = metrics_curves(run_dir)
+    matches = {**{k: k for k in logged if k in result.rules}, **(matches or {})}
+    interval = max((b - a for series in (result.steps, steps) for a, b in pairwise(series)), default=0)
+    rows = []
+    for key, curve in matches.items():
+        if key not in logged or curve not in result.rules:
+            raise MechmemError(f"cannot match {key}={curve}: metrics.jsonl logs {key in logged}, curve with a rule "
+                               f"{curve in result.rules}")
+        rule = result.rules[curve]
+        ours, theirs = find_event(result.steps, result.curves[curve], rule), find_event(steps, logged[key], rule)
+        gap = None if ours.step is None or theirs.step is None else abs(ours.step - theirs.step)
+        rows.append({"metric": key, "curve": curve, "rule": rule.describe(), "from_metrics": theirs.step,
+                     "from_checkpoints": ours.step, "gap": gap, "save_interval": interval,
+                     "within": (ours.step is None and theirs.step is None) or (gap is not None and gap <= interval)})
+    return rows
+
+
+def metrics_curves(run_dir: str | Path) -> tuple[list[int], dict[str, list[float | None]]]:
+    """The numeric curves the trainer logged in `run_dir/metrics.jsonl`: (steps, {key: values})."""
+    path = Path(run_dir) / "metrics.jsonl"
+    try:
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as exc:
+        raise MechmemError(f"{path}: not readable ({type(exc).__name__})") from None
+    keys = list(dict.fromkeys(k for r in records for k, v in r.items() if k != "step" and isinstance(v, float)))
+    return [int(r["step"]) for r in records], {k: [r.get(k) for r in records] for k in keys}
+
+
+def _facet(quantity: str, curve: str) -> tuple[str, str]:
+    """(panel title, legend label) of a curve: heads by pattern, roles as held roles vs scores, else one panel."""
+    if quantity == "heads":
+        head, pattern = curve.split(".", 1)
+        return pattern, head
+    if quantity == "roles":
+        return ("role held (1) or not (0)", curve) if ".role=" in curve else ("task-role scores", curve)
+    return quantity, curve
+
+
+def plot_dynamics(result: Dynamics, quantity: str) -> Any:
+    """The curves of one quantity against step, one panel per facet (per pattern for `heads`, held roles and
+    scores for `roles`), each curve's level dotted and its event marked by a dashed line; returns the Figure."""
+    from mechmem.plotting import plt
+
+    panels: dict[str, list[tuple[str, str]]] = {}
+    for curve in result.groups[quantity]:
+        title, label = _facet(quantity, curve)
+        panels.setdefault(title, []).append((curve, label))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.2), squeeze=False, layout="constrained")
+    events = {e.curve: e for e in result.events}
+    for ax, (title, curves) in zip(axes[0], panels.items()):
+        for i, (name, label) in enumerate(curves):
+            values = [float("nan") if v is None else v for v in result.curves[name]]
+            color = f"C{i % 10}"
+            ax.plot(result.steps, values, marker=".", ms=3, color=color, label=label)
+            event = events.get(name)
+            if event is not None and event.rule.level is not None:
+                ax.axhline(event.rule.level, color="grey", ls=":", lw=0.8)
+            if event is not None and event.reached:
+                ax.axvline(event.step, color=color, ls="--", lw=0.8)
+        ax.set(title=title, xlabel="step")
+        ax.legend(fontsize=7)
+    return fig

@@ -1,0 +1,65 @@
+"""The report's training-dynamics section: how the circuit formed over the run's step checkpoints.
+
+When the checkpoint's run directory holds `checkpoints/step_N.pt` (`analyses/train.py --save-every N`), the
+section runs `mechmem.analysis.dynamics.run_dynamics` on them with the script's defaults (so `analyses/dynamics.py
+RUN_DIR --seed S` prints the same numbers), adding the role classifier when the task names task roles (e.g. the
+permutation task's recall), and shows the curves and the order of events. Without step checkpoints it is skipped
+with the reason.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mechmem.analysis.dynamics import DEFAULT_QUANTITIES, QUANTITIES, plot_dynamics, run_dynamics, step_files
+from mechmem.analysis.transitions import event_order, format_order
+from mechmem.cli import one_line
+from mechmem.errors import MechmemError
+from mechmem.report.document import Section, Table
+
+DYNAMICS_SAMPLES = 128
+"""Evaluation sequences per step (the default of analyses/dynamics.py)."""
+
+
+def dynamics_quantities(task: Any) -> tuple[str, ...]:
+    """The cheap defaults, plus `roles` when the task defines task roles (its `role_probes`)."""
+    named = task is not None and bool(task.role_probes(2, generator=torch.Generator().manual_seed(0)))
+    return (*DEFAULT_QUANTITIES, "roles") if named else DEFAULT_QUANTITIES
+
+
+def dynamics_section(run_dir: str | Path, task: Any = None, *, seed: int = 0) -> Section:
+    """Curves of every default quantity against step and the order of events, from `run_dir`'s step checkpoints."""
+    s = Section("dynamics", "Training dynamics: when each part formed")
+    try:
+        step_files(run_dir)
+        result = run_dynamics(run_dir, dynamics_quantities(task), n=DYNAMICS_SAMPLES, seed=seed)
+    except MechmemError as exc:  # no step checkpoints, or an unreadable one: the rest of the report stands
+        s.skipped = one_line(exc)
+        return s
+    events = result.events
+    s.findings = result.to_dict()
+    s.lines += [
+        (
+            f"{len(result.steps)} step checkpoints (steps {result.steps[0]} to {result.steps[-1]}), every one "
+            f"measured on the same {DYNAMICS_SAMPLES} evaluation sequences (seed {seed}); measured: "
+            f"{', '.join(result.groups)}."
+        ),
+        (
+            "Event of a curve: the step where it first reaches its level (interpolated between the two saves around "
+            "it) or its steepest change (the loss: its steepest fall); precision one save interval. Order of "
+            f"events: {format_order(events)}."
+        ),
+    ]
+    missed = [e.curve for e in events if not e.reached]
+    if missed:
+        s.lines.append(f"Not reached by the last save: {', '.join(missed)}.")
+    rows = [[e.curve, e.rule.describe(), round(e.step), f"{e.interval[0]}-{e.interval[1]}"]
+            for e in event_order(events)]
+    s.tables.append(Table(["curve", "event", "step", "between saves"], rows, "Order of events"))
+    defs = [[q, QUANTITIES[q].definition, result.cost_s[q]] for q in result.groups]
+    s.tables.append(Table(["quantity", "definition", "seconds"], defs, "What was measured", floatfmt=".1f"))
+    for quantity, curves in result.groups.items():
+        if curves:
+            s.add_figure(quantity, plot_dynamics(result, quantity))
+    return s
