@@ -98,11 +98,10 @@ def _append(path: Path, key: str, record: dict, flat: bool) -> None:
         raise MechmemError(f"cell {key!r} returned a record with key {record['key']!r}")
     line = json.dumps({"key": key, **record} if flat else {"key": key, "record": record})
     with open(path, "a+b") as fh:
-        fh.seek(0, 2)
-        if fh.tell():  # a previous sweep killed mid-line left no newline
-            fh.seek(-1, 2)
-            if fh.read(1) != b"\n":
-                fh.write(b"\n")
+        fh.seek(0)
+        text = fh.read()
+        if text and not text.endswith(b"\n"):  # a sweep killed mid-line: drop its unfinished record
+            fh.truncate(text.rfind(b"\n") + 1)
         fh.write((line + "\n").encode())
 
 
