@@ -5,7 +5,7 @@
     python analyses/sweep_facts.py scaling --variant reduced --max-epochs 150 --patience 50  # d=16, 32
     python analyses/sweep_facts.py scaling --ds 16 32 64 128 --gpu-sizes --device cuda   # the GPU job
     python analyses/sweep_facts.py report --max-epochs 150 --patience 50       # tables + fits from the JSONL
-    python analyses/sweep_facts.py table --executor ray --address auto --device cuda   # cells as Ray tasks
+    python analyses/sweep_facts.py table --executor ray --address auto     # cells as Ray tasks (docs/distributed.md)
 
 Records append to docs/reproductions/data/facts_{table,scaling}.jsonl (change with --data). `report` prints the
 records of the given schedule (mean +- sd over repeats) and the fits S = a d^2/ln d and S = b d^k, and writes
@@ -42,10 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto (resolved where each cell runs)")
     p.add_argument("--executor", default="local", help="local (this process) or ray (one Ray task per cell)")
     p.add_argument("--address", default=None, help="ray: cluster to join (auto or host:port); default a local one")
+    p.add_argument("--gpus-per-cell", type=float, default=1.0, help="ray + cuda: GPU share per cell (0.25: 4 per GPU)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    where = {"device": args.device, "executor": args.executor, "address": args.address}
+    where = {k: getattr(args, k) for k in ("device", "executor", "address", "gpus_per_cell")}
     schedule = Schedule(max_epochs=args.max_epochs, patience=args.patience, target_acc=args.acc)
     try:
         shard, n_shards = (int(x) for x in args.shard.split("/"))

@@ -90,17 +90,19 @@ def run_sweep(
     device: str = "cpu",
     executor: str = "local",
     address: str | None = None,
+    gpus_per_cell: float = 1.0,
     progress: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """Run every cell not yet in `path` (one JSON line each, appended as it finishes); key -> record of all cells.
 
-    `executor` and `address` choose where the cells run (`mechmem.executor.run_cells`); `device` is cpu,
-    cuda or auto, resolved by each cell where it runs.
+    `executor`, `address` and `gpus_per_cell` choose where the cells run (`mechmem.executor.run_cells`);
+    `device` is cpu, cuda or auto, resolved by each cell where it runs.
     """
     cells = list(cells)
     jobs = [Cell(c.key, search_cell, {"cell": c, "device": device}) for c in cells]
     label = "capacity cells" if progress else None
-    return run_cells(jobs, Path(path), executor=executor, address=address, device=device, progress=label, flat=True)
+    return run_cells(jobs, Path(path), executor=executor, address=address, device=device, progress=label, flat=True,
+                     gpus_per_cell=gpus_per_cell)
 
 
 def _mean_sd(values: list[int] | list[float]) -> str:
