@@ -29,6 +29,11 @@ def counted_cell(calls: str, x: int, seed: int) -> dict:
     return {"x": x, "draw": torch.rand(2, generator=torch.Generator().manual_seed(seed)).tolist(), "pair": (x, x)}
 
 
+def failing_cell(x: int) -> dict:
+    """A cell that meets bad input."""
+    raise MechmemError(f"cell {x} got bad input")
+
+
 def counted(tmp_path: Path, xs: range) -> list[Cell]:
     return [Cell(f"x={x}", counted_cell, {"calls": str(tmp_path / "calls"), "x": x, "seed": x}) for x in xs]
 
@@ -83,6 +88,8 @@ def test_ray_and_local_give_identical_records_and_resume(tmp_path, ray_instance)
     generic = run_cells(counted(tmp_path, range(4)), tmp_path / "generic.jsonl", executor="ray", progress=None)
     assert sorted(calls(tmp_path)) == [0, 1, 2, 3]  # the workers ran the cells, each once
     assert generic == run_cells(counted(tmp_path, range(4)), None, progress=None)
+    with pytest.raises(MechmemError, match="^cell 7 got bad input$"):  # the cell's own one line, not Ray's
+        run_cells([Cell("bad", failing_cell, {"x": 7})], None, executor="ray", progress=None)
 
 
 def test_finished_cells_are_skipped(tmp_path):
