@@ -3,6 +3,7 @@ skipped (resume), also after a sweep killed mid-line; bad executors, addresses a
 
 import json
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -68,6 +69,7 @@ def ray_instance(monkeypatch):
              _node_ip_address="127.0.0.1", _temp_dir=temp)  # fmt: skip
     yield ray
     ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_ray_and_local_give_identical_records_and_resume(tmp_path, ray_instance):

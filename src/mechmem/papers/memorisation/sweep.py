@@ -9,7 +9,6 @@ Scaling follows the authors: n_in = 2d, d_model = d_mlp = n_out = d, search prec
 `fits.fit_scaling` (`scaling_fits` groups the records by variant and criterion).
 """
 
-import json
 import statistics
 import time
 from collections.abc import Iterable
@@ -19,6 +18,7 @@ from typing import Any
 
 from mechmem.errors import MechmemError
 from mechmem.executor import Cell, run_cells
+from mechmem.executor import load_records as load_cell_records
 from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.capacity import CRITERIA, N_INITS, find_capacity
 from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
@@ -65,11 +65,8 @@ def scaled(cfg: FactsModelConfig, d: int) -> FactsModelConfig:
 
 
 def load_records(path: str | Path) -> list[dict[str, Any]]:
-    """All records of a sweep file (missing file: none)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """All records of a sweep file, one per key (missing file: none; a line cut by a killed sweep: skipped)."""
+    return list(load_cell_records(Path(path), flat=True).values())
 
 
 def search_cell(cell: SearchCell, device: str) -> dict[str, Any]:
