@@ -57,7 +57,8 @@ def without_run_fields(records: dict[str, dict]) -> dict[str, dict]:
 
 @pytest.fixture
 def ray_instance(monkeypatch):
-    """A real local Ray instance (2 CPUs, loopback, no dashboard or usage report, its own temp dir), shut down after.
+    """A real local Ray instance (2 CPUs, 128 MiB object store, loopback, no dashboard or usage report, its own temp
+    dir; no network needed), shut down after.
 
     Its workers import this test module (for `counted_cell`), so tests/ goes on their PYTHONPATH."""
     ray = pytest.importorskip("ray")
@@ -65,7 +66,7 @@ def ray_instance(monkeypatch):
     paths = [str(ROOT / "tests"), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must stay under 108 bytes
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=2**27,
              _node_ip_address="127.0.0.1", _temp_dir=temp)  # fmt: skip
     yield ray
     ray.shutdown()
