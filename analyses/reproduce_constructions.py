@@ -4,6 +4,7 @@
     python analyses/reproduce_constructions.py --ds 16 32                 # the full table (about an hour on CPU)
     python analyses/reproduce_constructions.py --ds 64 --modes published_hand keyvalue_hand --reuse
     python analyses/reproduce_constructions.py --ds 64 --modes keyvalue_hand --reuse --spot-d 64 --spot-n 6680
+    python analyses/reproduce_constructions.py --ds 16 32 --executor ray    # searches as Ray tasks (2 at once here)
 
 Writes constructions_capacity_{full,quick}.json and constructions_misc_*.json into --data (default
 docs/reproductions/data); --reuse keeps the capacities already there and recomputes only --modes at --ds. The page
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spot-d", type=int, default=0, help="size d for single trained spot checks")
     parser.add_argument("--spot-n", type=int, nargs="*", default=[], help="fact counts to train at --spot-d")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--executor", default="local", help="local (this process) or ray (one Ray task per search)")
+    parser.add_argument("--address", default=None, help="ray: cluster to join (auto or host:port); default a local one")
     args = parser.parse_args(argv)
     ds = tuple(args.ds or ((8, 16) if args.quick else (16, 32)))
     if any(d < 4 for d in ds):
@@ -46,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = run_constructions(
         args.data, quick=args.quick, ds=ds, modes=tuple(args.modes), precision=args.precision or (16 if args.quick else 8),
         reuse=args.reuse, command=command, spot_d=args.spot_d, spot_ns=tuple(args.spot_n),
+        executor=args.executor, address=args.address,
     )
     print("wrote " + ", ".join(map(str, paths.values())))
     return 0

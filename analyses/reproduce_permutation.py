@@ -3,8 +3,8 @@
     python analyses/reproduce_permutation.py --quick          # = reproduce.py permutation --variant quick
     python analyses/reproduce_permutation.py --paper --device cuda --page-only
 
-Other flags pass through to reproduce.py (--page-only, --docs); --runs, --workers, --device, --task1-seeds and
---task2-seeds become `--set` options. Record: docs/reproductions/data/permutation.json.
+Other flags pass through to reproduce.py (--page-only, --docs); --runs, --workers, --device, --task1-seeds,
+--task2-seeds, --executor and --address become `--set` options. Record: docs/reproductions/data/permutation.json.
 """
 
 
@@ -12,7 +12,7 @@ from reproduce import main as reproduce_main
 
 from mechmem.cli import ArgumentParser, run_script
 
-OPTIONS = ("runs", "workers", "device", "task1_seeds", "task2_seeds")
+OPTIONS = ("runs", "workers", "device", "task1_seeds", "task2_seeds", "executor", "address")
 
 
 def main(argv: list[str] | None = None) -> int:

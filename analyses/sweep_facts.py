@@ -5,6 +5,7 @@
     python analyses/sweep_facts.py scaling --variant reduced --max-epochs 150 --patience 50  # d=16, 32
     python analyses/sweep_facts.py scaling --ds 16 32 64 128 --gpu-sizes --device cuda   # the GPU job
     python analyses/sweep_facts.py report --max-epochs 150 --patience 50       # tables + fits from the JSONL
+    python analyses/sweep_facts.py table --executor ray --address auto     # cells as Ray tasks (docs/distributed.md)
 
 Records append to docs/reproductions/data/facts_{table,scaling}.jsonl (change with --data). `report` prints the
 records of the given schedule (mean +- sd over repeats) and the fits S = a d^2/ln d and S = b d^k, and writes
@@ -20,7 +21,6 @@ from mechmem import cli
 from mechmem.errors import MechmemError
 from mechmem.papers.memorisation import sweep
 from mechmem.papers.memorisation.batched import Schedule
-from mechmem.training.trainer import resolve_device
 
 DATA = Path("docs/reproductions/data")
 HEADERS = ["variant", "repeats", "any", "most", "all", "s/cell"]
@@ -39,10 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", choices=sorted(sweep.SCALING_VARIANTS), default="full", help="scaling: which model")
     p.add_argument("--data", type=Path, default=None, help="JSONL file (default data/facts_<mode>.jsonl)")
     p.add_argument("--shard", default="0/1", help="K/N: run only cells with index %% N == K (parallel workers)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or auto (resolved where each cell runs)")
+    p.add_argument("--executor", default="local", help="local (this process) or ray (one Ray task per cell)")
+    p.add_argument("--address", default=None, help="ray: cluster to join (auto or host:port); default a local one")
+    p.add_argument("--gpus-per-cell", type=float, default=1.0, help="ray + cuda: GPU share per cell (0.25: 4 per GPU)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    where = {k: getattr(args, k) for k in ("device", "executor", "address", "gpus_per_cell")}
     schedule = Schedule(max_epochs=args.max_epochs, patience=args.patience, target_acc=args.acc)
     try:
         shard, n_shards = (int(x) for x in args.shard.split("/"))
@@ -50,13 +54,13 @@ def main(argv: list[str] | None = None) -> int:
         raise MechmemError(f"--shard must look like K/N, got {args.shard!r}") from None
     if args.mode == "table":
         cells = sweep.table_cells(args.only, args.repeats, schedule)
-        sweep.run_cells(cells[shard::n_shards], args.data or DATA / "facts_table.jsonl", device=resolve_device(args.device))
+        sweep.run_sweep(cells[shard::n_shards], args.data or DATA / "facts_table.jsonl", **where)
     elif args.mode == "scaling":
         if max(args.ds) >= 64 and not args.gpu_sizes:
             raise MechmemError("d >= 64 is a GPU job: add --gpu-sizes (and --device cuda)")
         cells = sweep.scaling_cells(args.variant, args.ds, args.repeats, schedule)
         path = args.data or DATA / "facts_scaling.jsonl"
-        sweep.run_cells(cells[shard::n_shards], path, device=resolve_device(args.device))
+        sweep.run_sweep(cells[shard::n_shards], path, **where)
     else:
         print(f"schedule: {args.max_epochs} epochs/phase, patience {args.patience}, acc >= {args.acc}")
         for name in ("facts_table.jsonl", "facts_scaling.jsonl"):

@@ -7,23 +7,23 @@ from mechmem.papers.memorisation.fits import fit_scaling
 from mechmem.papers.memorisation.models import FactsModelConfig
 from mechmem.papers.memorisation.plots import plot_scaling
 from mechmem.papers.memorisation.sweep import (
-    Cell,
+    SearchCell,
     load_records,
-    run_cells,
+    run_sweep,
     scaling_fits,
     table_cells,
     table_rows,
 )
 
 
-def test_run_cells_appends_and_skips(tmp_path):
+def test_run_sweep_appends_and_skips(tmp_path):
     cfg = FactsModelConfig(n_in=4, n_out=2, d_model=2, d_mlp=2, mixing="2emb", mlp=False, norms=False)
-    cells = [Cell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=4)]
+    cells = [SearchCell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=4)]
     path = tmp_path / "sweep.jsonl"
-    first = run_cells(cells, path, progress=False)
-    again = run_cells(cells, path, progress=False)
+    first = run_sweep(cells, path, progress=False)
+    again = run_sweep(cells, path, progress=False)
     records = load_records(path)
-    assert len(first) == 1 and again == [] and len(records) == 1
+    assert list(first) == [cells[0].key] and again == first and records == list(first.values())
     assert records[0]["key"] == cells[0].key and records[0]["seeds"] == list(range(11))
     assert records[0]["precision"] == 4 and records[0]["bracket"] == "authors"
     assert 0 <= records[0]["all"] <= records[0]["most"] <= records[0]["any"] <= 16

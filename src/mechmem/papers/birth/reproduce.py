@@ -3,12 +3,16 @@
     python analyses/reproduce.py birth --variant quick                  # CPU sizes; finished runs are reused
     python analyses/reproduce.py birth --variant quick --set only=freezing,ffn --set preset=0
     python analyses/reproduce.py birth --page-only                      # the page again from the record
+    python analyses/reproduce.py birth --variant quick --set executor=ray --set workers=2   # runs as Ray tasks
 
 A variant names a `Scale` ("quick": CPU minutes per run; "default": the sizes of the `quick` preset; "paper": the
 paper's, a GPU job). The run record holds, per run, the final metrics and the compact metric history; the
 statements of the paper judged by their fixed rules (`statements`); the `quick` preset run with its head-detection
 scores and attention maps; the data-generation speed; and the published values and the authors'-code reference it
 was compared with, copied from their committed data files (`references`) so that the record alone rebuilds the page.
+
+Each training run is a cell of `mechmem.executor.run_cells` (`run_cell`: train unless the checkpoint is current,
+then the run's entry), in this process or as Ray tasks; finished checkpoints make a killed reproduction resume.
 """
 
 import json
@@ -23,6 +27,7 @@ import torch
 from mechmem.analysis.heads import attention_patterns, detect_heads, repeated_random_tokens
 from mechmem.checkpoint import load_checkpoint
 from mechmem.errors import MechmemError
+from mechmem.executor import Cell, check_executor, run_cells
 from mechmem.papers.birth.corpus import load_stats
 from mechmem.papers.birth.data import TriggerSampler, generation_speed
 from mechmem.papers.birth.experiments import (
@@ -52,6 +57,9 @@ OPTIONS = {
     "speed": "1: measure data-generation speed (default 1)",
     "references": "folder of birth_published.json and birth_authors_code.json (default docs/reproductions/data)",
     "threads": "torch CPU threads (default 1)",
+    "executor": "where the runs train: local (this process) or ray (one Ray task per run; default local)",
+    "address": "Ray cluster to join (auto or host:port; `runs` must be a shared folder); default a local instance",
+    "workers": "runs at once on a local Ray instance (default 2)",
 }
 
 
@@ -79,6 +87,12 @@ class BirthSpec:
     """Folder of the published-values and authors'-code data files."""
     threads: int = 1
     """torch CPU threads."""
+    executor: str = "local"
+    """Where the runs train: local or ray (`mechmem.executor`)."""
+    address: str = ""
+    """Ray cluster to join; empty: a local instance."""
+    workers: int = 2
+    """Runs at once on a local Ray instance."""
     command: str = ""
     """The command line that reproduces this spec."""
 
@@ -100,9 +114,10 @@ def make_spec(variant: str, options: dict[str, str]) -> BirthSpec:
     if not only or set(only) - set(GROUPS):
         raise MechmemError(f"only={options.get('only')!r}: experiments are {', '.join(GROUPS)}")
     try:
-        seed, threads = int(options.get("seed", "0")), int(options.get("threads", "1"))
+        seed, threads, workers = (int(options.get(k, d)) for k, d in (("seed", "0"), ("threads", "1"), ("workers", "2")))
     except ValueError as exc:
-        raise MechmemError(f"seed and threads take integers ({exc})") from None
+        raise MechmemError(f"seed, threads and workers take integers ({exc})") from None
+    check_executor(options.get("executor", "local"), options.get("address") or None)
     command = " ".join(
         [f"python analyses/reproduce.py birth --variant {variant}"]
         + [f"--set {k}={v}" for k, v in options.items()]
@@ -118,6 +133,9 @@ def make_spec(variant: str, options: dict[str, str]) -> BirthSpec:
         speed=_flag("speed", options.get("speed", "1")),
         references=Path(options.get("references", "docs/reproductions/data")),
         threads=threads,
+        executor=options.get("executor", "local"),
+        address=options.get("address", ""),
+        workers=workers,
         command=command,
     )
 
@@ -182,20 +200,27 @@ def head_scores(ckpt_path: Path, *, n_samples: int = 64, seed: int = 0) -> dict[
     }  # fmt: skip
 
 
-def _preset(spec: BirthSpec, log: Any) -> tuple[dict[str, Any], Run]:
+def run_cell(run: Run, runs: Path, seed: int) -> dict[str, Any]:
+    """One cell: train `run` under `runs` (or reuse its current checkpoint) and return its record entry."""
+    return _run_entry(run, run_experiment(run, runs, seed=seed))
+
+
+def _preset_run() -> Run:
     p = get_preset("birth", "quick")
-    run = Run("preset", "preset", "the `quick` preset", p.model, p.task, p.train)
-    log("[preset] the `quick` preset")
-    history = run_experiment(run, spec.runs, seed=spec.seed)
-    ckpt = spec.runs / "preset" / "ckpt.pt"
+    return Run("preset", "preset", "the `quick` preset", p.model, p.task, p.train)
+
+
+def preset_cell(runs: Path, seed: int) -> dict[str, Any]:
+    """The cell of the `quick` preset: its entry, with its settings and head-detection scores."""
+    p, run = get_preset("birth", "quick"), _preset_run()
+    entry = run_cell(run, runs, seed)
     settings = {
         "d_model": p.model.d_model, "seq_len": p.task.seq_len, "batch_size": p.train.batch_size,
         "optimizer": p.train.optimizer, "lr": p.train.lr, "steps": p.train.steps, "n_triggers": p.task.n_triggers,
         "fixed_triggers": p.task.fixed_triggers,
         "frozen": [g for g in p.model.frozen if g in ("embed.W_E", "unembed.W_U")],
     }  # fmt: skip
-    entry = {**_run_entry(run, history), "settings": settings, "heads": head_scores(ckpt, seed=spec.seed)}
-    return entry, run
+    return {**entry, "settings": settings, "heads": head_scores(runs / "preset" / "ckpt.pt", seed=seed)}
 
 
 def _speed(spec: BirthSpec) -> dict[str, Any]:
@@ -223,16 +248,16 @@ def run(spec: BirthSpec, log: Any = print) -> dict[str, Any]:
     authors = json.loads((spec.references / "birth_authors_code.json").read_text())
     suite = experiment_runs(spec.scale, spec.corpus)
     chosen = [r for r in suite if r.group in spec.only]
-    entries = {}
-    for i, r in enumerate(chosen, 1):
-        log(f"[{i}/{len(chosen)}] {r.name}: {r.label}")
-        entries[r.name] = _run_entry(r, run_experiment(r, spec.runs, seed=spec.seed))
-    shifted = _shifted(spec.runs, spec.seed)
-    timed = list(chosen)
-    preset = None
+    cells = [Cell(r.name, run_cell, {"run": r, "runs": spec.runs, "seed": spec.seed}) for r in chosen]
     if spec.preset:
-        preset, preset_run = _preset(spec, log)
-        timed.append(preset_run)
+        cells.append(Cell("preset", preset_cell, {"runs": spec.runs, "seed": spec.seed}))
+    log(f"{len(cells)} run(s): " + ", ".join(c.key for c in cells) + f" ({spec.executor} executor)")
+    records = run_cells(cells, None, executor=spec.executor, address=spec.address or None, progress="birth runs",
+                        num_cpus=spec.workers, threads=spec.threads)
+    entries = {r.name: records[r.name] for r in chosen}
+    shifted = _shifted(spec.runs, spec.seed)
+    timed = chosen + [_preset_run()] if spec.preset else chosen
+    preset = records.get("preset")
     attention_source = spec.runs / ("preset" if spec.preset else "freeze_none") / "ckpt.pt"
     histories = {name: expand_history(e["history"]) for name, e in entries.items()}
     context = Context(histories, spec.scale.freeze_step, suite[0].model.d_vocab, shifted)

@@ -7,6 +7,7 @@
     python analyses/reproduce.py memorisation --variant scaling --set ds=16,32
     python analyses/reproduce.py memorisation --variant constructions --set ds=16,32
     python analyses/reproduce.py memorisation --variant paper --set device=cuda   # the published schedule (GPU)
+    python analyses/reproduce.py memorisation --variant paper --set executor=ray --set address=auto  # a Ray cluster
 
 Sweeps append to the data folder's files and skip finished cells, so every variant resumes; the record is then
 assembled from the files by `records.collect`, so a page never depends on one process having run everything.
@@ -18,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from mechmem.errors import MechmemError
+from mechmem.executor import check_executor
 from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.constructions.evaluators import EVALUATORS
 from mechmem.papers.memorisation.constructions.reproduce import run_constructions
 from mechmem.papers.memorisation.records import PUBLISHED, collect
-from mechmem.papers.memorisation.sweep import run_cells, scaling_cells, table_cells
+from mechmem.papers.memorisation.sweep import run_sweep, scaling_cells, table_cells
 
 VARIANTS = ("committed", "quick", "table", "scaling", "constructions", "paper")
 RUNS = {"committed": (), "quick": ("table", "scaling", "constructions"), "table": ("table",),
@@ -52,7 +54,11 @@ class MemorisationSpec:
     tag: str = "full"
     """Constructions files: full or quick (small grids)."""
     device: str = "cpu"
-    """Torch device for the sweeps (cpu, cuda, auto)."""
+    """Torch device for the sweeps (cpu, cuda, auto), resolved where each cell runs."""
+    executor: str = "local"
+    """Where sweep cells run: local (this process) or ray (`mechmem.executor`)."""
+    address: str = ""
+    """Ray cluster to join (auto or host:port); empty: a local Ray instance."""
 
 
 def _parse(field: str, value: str, default: Any) -> Any:
@@ -82,26 +88,28 @@ def spec(variant: str, options: dict[str, str]) -> MemorisationSpec:
     unknown_modes = [m for m in parsed.get("modes", ()) if m not in EVALUATORS]
     if unknown_modes:
         raise MechmemError(f"unknown mode {unknown_modes[0]!r} (known: {', '.join(EVALUATORS)})")
-    return replace(base, **parsed)
+    out = replace(base, **parsed)
+    check_executor(out.executor, out.address or None)
+    return out
 
 
 def run(spec: MemorisationSpec, log: Callable[[str], None]) -> dict[str, Any]:
     """Run the variant's sweeps (resumable), then collect the record from the data folder."""
-    from mechmem.training.trainer import resolve_device
-
-    data, device = Path(spec.data), resolve_device(spec.device)
+    data = Path(spec.data)
+    where = {"device": spec.device, "executor": spec.executor, "address": spec.address or None}
     schedule = Schedule(max_epochs=spec.max_epochs, patience=spec.patience)
     steps = RUNS[spec.variant]
     if "table" in steps:
         log(f"54-variant table at d={spec.d}, {spec.repeats} repeat(s) -> {data / 'facts_table.jsonl'}")
-        run_cells(table_cells(None, spec.repeats, schedule, spec.d), data / "facts_table.jsonl", device=device)
+        run_sweep(table_cells(None, spec.repeats, schedule, spec.d), data / "facts_table.jsonl", **where)
     if "scaling" in steps:
         log(f"scaling at d = {spec.ds} -> {data / 'facts_scaling.jsonl'}")
         cells = [c for v in ("reduced", "full") for c in scaling_cells(v, list(spec.ds), spec.repeats, schedule)]
-        run_cells(cells, data / "facts_scaling.jsonl", device=device)
+        run_sweep(cells, data / "facts_scaling.jsonl", **where)
     if "constructions" in steps:
         command = f"python analyses/reproduce.py memorisation --variant {spec.variant}"
         run_constructions(data, quick=spec.tag == "quick", ds=spec.ds, modes=spec.modes,
-                          precision=16 if spec.tag == "quick" else 8, reuse=True, command=command, log=log)
+                          precision=16 if spec.tag == "quick" else 8, reuse=True, command=command, log=log,
+                          executor=spec.executor, address=spec.address or None)
     published = data / PUBLISHED if (data / PUBLISHED).exists() else Path(MemorisationSpec.data) / PUBLISHED
     return collect(data, schedule=schedule.to_dict(), tag=spec.tag, variant=spec.variant, published=published)

@@ -1,14 +1,14 @@
 """Sweeps of capacity searches: resumable JSONL records, the 54-variant table, and d-scaling fits.
 
-A sweep is a list of cells (variant, sizes, repeat, schedule). `run_cells` appends one JSON line per finished
-cell and skips cells whose key is already in the file, so an interrupted sweep resumes where it stopped. Repeat r
-uses init seeds 11r .. 11r + 10 (the published repeats drew fresh random inits).
+A sweep is a list of `SearchCell`s (variant, sizes, repeat, schedule). `run_sweep` runs them through the one
+executor (`mechmem.executor.run_cells`: in-process, or Ray tasks with `executor="ray"`), which appends one JSON
+line per finished cell and skips cells whose key is already in the file, so an interrupted sweep resumes where it
+stopped. Repeat r uses init seeds 11r .. 11r + 10 (the published repeats drew fresh random inits).
 
 Scaling follows the authors: n_in = 2d, d_model = d_mlp = n_out = d, search precision 8 (d/16)^2; the fits are
 `fits.fit_scaling` (`scaling_fits` groups the records by variant and criterion).
 """
 
-import json
 import statistics
 import time
 from collections.abc import Iterable
@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-from tqdm.auto import tqdm
-
 from mechmem.errors import MechmemError
+from mechmem.executor import Cell, run_cells
+from mechmem.executor import load_records as load_cell_records
 from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.capacity import CRITERIA, N_INITS, find_capacity
 from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
@@ -39,7 +38,7 @@ SCALING_VARIANTS = {
 
 
 @dataclass(frozen=True)
-class Cell:
+class SearchCell:
     """One capacity search: a variant at one size, one repeat, one schedule."""
 
     config: FactsModelConfig
@@ -66,34 +65,41 @@ def scaled(cfg: FactsModelConfig, d: int) -> FactsModelConfig:
 
 
 def load_records(path: str | Path) -> list[dict[str, Any]]:
-    """All records of a sweep file (missing file: none)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """All records of a sweep file, one per key (missing file: none; a line cut by a killed sweep: skipped)."""
+    return list(load_cell_records(Path(path), flat=True).values())
 
 
-def run_cells(
-    cells: Iterable[Cell], path: str | Path, *, device: str | torch.device = "cpu", progress: bool = True
-) -> list[dict[str, Any]]:
-    """Run every cell not yet in `path`, appending one JSON line each; returns the new records."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    done = {r["key"] for r in load_records(path)}
-    todo = [c for c in cells if c.key not in done]
-    new: list[dict[str, Any]] = []
-    bar = tqdm(todo, desc="capacity cells", unit="cell", disable=not progress)
-    for cell in bar:
-        bar.set_postfix_str(cell.config.name)
-        result = find_capacity(
-            cell.config, schedule=cell.schedule, seeds=cell.seeds, precision=cell.precision, device=device
-        )
-        result.info.update(key=cell.key, repeat=cell.repeat)
-        record = {**result.to_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        with open(path, "a") as fh:
-            fh.write(json.dumps(record) + "\n")
-        new.append(record)
-    return new
+def search_cell(cell: SearchCell, device: str) -> dict[str, Any]:
+    """One cell's capacity search on `device` (resolved in the worker): its record, JSON-able."""
+    from mechmem.training.trainer import resolve_device
+
+    result = find_capacity(
+        cell.config, schedule=cell.schedule, seeds=cell.seeds, precision=cell.precision, device=resolve_device(device)
+    )
+    result.info.update(key=cell.key, repeat=cell.repeat)
+    return {**result.to_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def run_sweep(
+    cells: Iterable[SearchCell],
+    path: str | Path,
+    *,
+    device: str = "cpu",
+    executor: str = "local",
+    address: str | None = None,
+    gpus_per_cell: float = 1.0,
+    progress: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """Run every cell not yet in `path` (one JSON line each, appended as it finishes); key -> record of all cells.
+
+    `executor`, `address` and `gpus_per_cell` choose where the cells run (`mechmem.executor.run_cells`);
+    `device` is cpu, cuda or auto, resolved by each cell where it runs.
+    """
+    cells = list(cells)
+    jobs = [Cell(c.key, search_cell, {"cell": c, "device": device}) for c in cells]
+    label = "capacity cells" if progress else None
+    return run_cells(jobs, Path(path), executor=executor, address=address, device=device, progress=label, flat=True,
+                     gpus_per_cell=gpus_per_cell)
 
 
 def _mean_sd(values: list[int] | list[float]) -> str:
@@ -124,10 +130,10 @@ def table_rows(
     return rows
 
 
-def scaling_cells(variant: str, ds: list[int], repeats: int, schedule: Schedule) -> list[Cell]:
+def scaling_cells(variant: str, ds: list[int], repeats: int, schedule: Schedule) -> list[SearchCell]:
     """The authors' scaling cells: the variant at each d, precision 8 (d/16)^2."""
     base = SCALING_VARIANTS[variant]
-    return [Cell(scaled(base, d), r, schedule, precision=8 * (d // 16) ** 2 or 1) for r in range(repeats) for d in ds]
+    return [SearchCell(scaled(base, d), r, schedule, precision=8 * (d // 16) ** 2 or 1) for r in range(repeats) for d in ds]
 
 
 def scaling_fits(records: list[dict[str, Any]], criteria: tuple[str, ...] = tuple(CRITERIA)) -> dict[str, ScalingFit]:
@@ -145,9 +151,9 @@ def scaling_fits(records: list[dict[str, Any]], criteria: tuple[str, ...] = tupl
     return fits
 
 
-def table_cells(only: str | None, repeats: int, schedule: Schedule, d: int = 16) -> list[Cell]:
+def table_cells(only: str | None, repeats: int, schedule: Schedule, d: int = 16) -> list[SearchCell]:
     """The 54-variant table's cells (variants whose name contains `only`, if given) at width d, n_in = 2d."""
     variants = [v for v in all_variants(2 * d, d, d, d) if only is None or only in v.name]
     if not variants:
         raise MechmemError(f"no variant name contains {only!r}")
-    return [Cell(v, r, schedule) for r in range(repeats) for v in variants]
+    return [SearchCell(v, r, schedule) for r in range(repeats) for v in variants]

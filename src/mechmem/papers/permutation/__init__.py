@@ -7,6 +7,7 @@ Importing the package registers the "permutation" task (`task`) and the paper "p
 from typing import Any
 
 from mechmem.errors import MechmemError
+from mechmem.executor import check_executor
 from mechmem.papers.permutation import task  # noqa: F401  (registers the task)
 from mechmem.papers.permutation.experiments import ReproConfig, run_reproduction
 from mechmem.papers.permutation.page import TITLE, build_page
@@ -38,13 +39,20 @@ def _device(text: str) -> str:
     return text
 
 
-OPTIONS = {"runs": str, "workers": _workers, "device": _device, "task1_seeds": _seeds, "task2_seeds": _seeds}
+def _executor(text: str) -> str:
+    check_executor(text)
+    return text
+
+
+OPTIONS = {"runs": str, "workers": _workers, "device": _device, "task1_seeds": _seeds, "task2_seeds": _seeds,
+           "executor": _executor, "address": str}
 """`--set` options and their parsers."""
 
 
 def make_spec(variant: str, options: dict[str, str]) -> ReproConfig:
     """The `ReproConfig` of a variant, with `--set` options (runs=DIR, workers=N, device=cpu|cuda,
-    task1_seeds=0,1,2, task2_seeds=0,1,2) applied; unknown variants and options raise `MechmemError`."""
+    task1_seeds=0,1,2, task2_seeds=0,1,2, executor=local|ray, address=auto|HOST:PORT) applied; unknown variants
+    and options, and a bad executor or address, raise `MechmemError`."""
     if variant not in VARIANTS:
         raise MechmemError(f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
     unknown = sorted(set(options) - set(OPTIONS))
@@ -61,6 +69,7 @@ def make_spec(variant: str, options: dict[str, str]) -> ReproConfig:
         "variant": variant,
     }
     fields.update({key: OPTIONS[key](value) for key, value in options.items()})
+    check_executor(fields.get("executor", "local"), fields.get("address") or None)
     return ReproConfig(**fields)
 
 

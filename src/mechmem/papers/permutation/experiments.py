@@ -1,17 +1,16 @@
 """Experiments reproducing "Can a Tiny Transformer Learn to Remember?" (permutation memory, methods.md §1).
 
 Each function takes a trained model and the task, draws its own sequences from an explicit generator, and returns
-a small result (plain dicts of floats or dataclasses with `to_dict`). `run_reproduction` trains what is missing
-(in parallel worker processes), runs every experiment on every seed and returns one JSON-able dict (the run
-record); `page.build_page` turns the record into the page.
+a small result (plain dicts of floats or dataclasses with `to_dict`). `run_reproduction` runs one cell per
+(preset, seed) through `mechmem.executor.run_cells` (in-process, or Ray tasks with `executor="ray"`): each cell
+trains the run unless its checkpoint is current (so a killed reproduction resumes) and measures every experiment
+on it; the cells' records make one JSON-able dict (the run record); `page.build_page` turns it into the page.
 
 The larger-V presets live in `mechmem.papers.permutation.task`: `v10-quick`, `v15-quick` (CPU) and
 `v10-paper`, `v15-paper` (GPU-sized), all trained on repeat data (repeat_ratio 0.3).
 """
 
 import json
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from torch import Tensor
 
 from mechmem.analysis.neurons import ablate_neurons, neuron_direct_effect, rank_neurons
 from mechmem.analysis.roles import head_roles
+from mechmem.executor import Cell, run_cells
 from mechmem.papers.permutation.page import load_published
 from mechmem.papers.permutation.task import (
     PermutationTask,
@@ -56,30 +56,15 @@ def _is_done(runs: Path, preset: str, seed: int) -> bool:
     )
 
 
-def _train_job(job: tuple[str, int, str, str]) -> str:
-    preset, seed, runs, device = job
-    torch.set_num_threads(1)
+def train_if_missing(preset: str, seed: int, runs: str | Path, device: str = "cpu") -> bool:
+    """Train `preset` with `seed` into its run directory unless a current checkpoint is there; True if trained."""
     from mechmem.training.run import train_preset
 
+    if _is_done(Path(runs), preset, seed):
+        return False
     train_preset("permutation", preset, out_dir=run_dir(runs, preset, seed), seed=seed, device=device, progress=False,
                  overwrite=True)
-    return f"{preset} seed {seed}"
-
-
-def ensure_trained(jobs: list[tuple[str, int]], runs: str | Path, *, workers: int = 2, device: str = "cpu",
-                   log: Any = print) -> None:
-    """Train every (preset, seed) whose checkpoint is missing or stale, `workers` runs at a time (one thread each)."""
-    todo = [(p, s, str(runs), device) for p, s in jobs if not _is_done(Path(runs), p, s)]
-    if not todo:
-        return
-    log(f"training {len(todo)} run(s) with {workers} worker(s): " + ", ".join(f"{j[0]}/seed{j[1]}" for j in todo))
-    if workers <= 1:
-        for job in todo:
-            log("  done " + _train_job(job))
-        return
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for done in pool.map(_train_job, todo):
-            log("  done " + done)
+    return True
 
 
 # -- 1. Bayesian evaluation ---------------------------------------------------------------------------------
@@ -288,9 +273,13 @@ class ReproConfig:
     runs: str = "runs/permutation"
     """Directory holding one run directory per preset and seed (reused when complete)."""
     workers: int = 2
-    """Training processes run in parallel (one thread each)."""
+    """Cells at once on a local Ray instance (executor ray without address; one torch thread each)."""
     device: str = "cpu"
     """Device for training (measurements run on the CPU)."""
+    executor: str = "local"
+    """Where the cells run: local (this process, one at a time) or ray (`mechmem.executor`)."""
+    address: str = ""
+    """Ray cluster to join (auto or host:port; `runs` must then be a shared folder); empty: a local instance."""
     eval_seed: int = 1234
     """Seed of every evaluation generator, so all models see the same sequences."""
     role_samples: int = 1000
@@ -334,18 +323,28 @@ def _measure(preset: str, seed: int, cfg: ReproConfig, *, roles: bool, rescue: b
     return out
 
 
+def seed_cell(preset: str, seed: int, cfg: ReproConfig, roles: bool, rescue: bool) -> dict[str, Any]:
+    """One cell of the reproduction: train (preset, seed) unless its checkpoint is current, then measure it."""
+    train_if_missing(preset, seed, cfg.runs, cfg.device)
+    return _measure(preset, seed, cfg, roles=roles, rescue=rescue)
+
+
 def run_reproduction(cfg: ReproConfig, *, log: Any = print) -> dict[str, Any]:
-    """Train what is missing, then measure every experiment on every run; returns a JSON-able dict."""
-    # Longest jobs first, so that two workers finish together.
-    jobs = [(p, 0) for p in reversed(cfg.scale_presets)] + [(cfg.task2_preset, s) for s in cfg.task2_seeds]
-    jobs += [(cfg.task1_preset, s) for s in cfg.task1_seeds]
-    ensure_trained(jobs, cfg.runs, workers=cfg.workers, device=cfg.device, log=log)
-    log("measuring")
+    """Train what is missing and measure every experiment on every run (one executor cell per run); JSON-able."""
+    groups = {"task1": [(cfg.task1_preset, s) for s in cfg.task1_seeds],
+              "task2": [(cfg.task2_preset, s) for s in cfg.task2_seeds],
+              "scale": [(p, 0) for p in cfg.scale_presets]}
+    # Longest jobs first (V=15, V=10, then Task 2), so that parallel workers finish together.
+    order = [("scale", *run) for run in reversed(groups["scale"])]
+    order += [("task2", *run) for run in groups["task2"]] + [("task1", *run) for run in groups["task1"]]
+    cells = [Cell(f"{g}/{p}/seed{s}", seed_cell, {"preset": p, "seed": s, "cfg": cfg, "roles": g != "scale",
+                                                   "rescue": g == "task2"}) for g, p, s in order]
+    log(f"{len(cells)} run(s): trained where missing, then measured ({cfg.executor} executor)")
+    records = run_cells(cells, None, executor=cfg.executor, address=cfg.address or None, device=cfg.device,
+                        progress="permutation runs", num_cpus=cfg.workers)
     return {
         "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
         "published": load_published(),
         "floor": elimination_floor(5),
-        "task1": [_measure(cfg.task1_preset, s, cfg, roles=True) for s in cfg.task1_seeds],
-        "task2": [_measure(cfg.task2_preset, s, cfg, roles=True, rescue=True) for s in cfg.task2_seeds],
-        "scale": [_measure(p, 0, cfg, roles=False) for p in cfg.scale_presets],
+        **{g: [records[f"{g}/{p}/seed{s}"] for p, s in runs] for g, runs in groups.items()},
     }

@@ -3,6 +3,10 @@
 `run_constructions` writes `constructions_capacity_{tag}.json` (every capacity search as a `CapacityResult`,
 trained spot checks, the commands that contributed) and `constructions_misc_{tag}.json` (Appendix A, the sweep,
 the grid, histogram counts) into a data folder; the page is drawn from these files by `memorisation.page`.
+
+The capacity searches and spot checks are cells of `mechmem.executor.run_cells` (in-process or Ray tasks). While
+they run, finished cells are kept in `constructions_cells_{tag}.jsonl`, so a killed run resumes; the file is
+removed once the capacity file is written (a later run recomputes the modes it is asked for, as before).
 """
 
 import json
@@ -11,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mechmem.executor import Cell, check_executor, run_cells
 from mechmem.papers.memorisation.capacity import CapacityResult
 from mechmem.papers.memorisation.constructions.evaluators import (
     EVALUATORS,
@@ -87,6 +92,17 @@ def load_capacities(path: Path) -> dict:
     return {**data, "results": [CapacityResult.from_dict(r) for r in data["results"]]}
 
 
+def capacity_cell(mode: str, d: int, quick: bool, precision: int) -> dict:
+    """One mode's capacity at size d (a `CapacityResult` as a dict): a cell of `run_constructions`."""
+    grid = QUICK_GRID if quick else SweepGrid()
+    return construction_capacity(mode, d, grid, precision=precision).to_dict()
+
+
+def spot_cell(d: int, n: int, quick: bool) -> dict:
+    """The best trained accuracy on n facts at size d: a cell of `run_constructions`."""
+    return {"acc": EVALUATORS["trained"](d, QUICK_GRID if quick else SweepGrid())(n)}
+
+
 def _save(path: Path, data: dict) -> None:
     path.write_text(json.dumps({**data, "results": [r.to_dict() for r in data["results"]]}, indent=1))
 
@@ -103,8 +119,14 @@ def run_constructions(
     spot_d: int = 0,
     spot_ns: tuple[int, ...] = (),
     log=print,
+    executor: str = "local",
+    address: str | None = None,
 ) -> dict[str, Path]:
-    """Run Appendix A, the sweep, the capacity searches (`reuse`: keep earlier ones) and the histograms."""
+    """Run Appendix A, the sweep, the capacity searches (`reuse`: keep earlier ones) and the histograms.
+
+    `executor` and `address` choose where the capacity searches and spot checks run (`mechmem.executor`).
+    """
+    check_executor(executor, address)
     grid, tag = (QUICK_GRID, "quick") if quick else (SweepGrid(), "full")
     data_dir.mkdir(parents=True, exist_ok=True)
     paths = {k: data_dir / f"constructions_{k}_{tag}.json" for k in ("capacity", "misc")}
@@ -112,17 +134,24 @@ def run_constructions(
     check, sweep = check_appendix_a(), published_sweep(16, 64, grid)
     data = load_capacities(paths["capacity"]) if reuse and paths["capacity"].exists() else {}
     data = {"results": data.get("results", []), "spot": data.get("spot", {}), "runs": data.get("runs", []) + [command]}
-    for d in ds:
-        for mode in modes:
-            result = construction_capacity(mode, d, grid, precision=precision)
-            data["results"] = [r for r in data["results"] if (r.name, r.d) != (mode, d)] + [result]
-            log(f"  {mode:17s} d={d:3d}  acc=1: {result['1']:5d}  acc>=0.9: {result['0.9']:5d}  ({result.seconds:.0f}s)")
-            _save(paths["capacity"], data)
-    for n in spot_ns:
-        acc = EVALUATORS["trained"](spot_d, grid)(n)
-        data["spot"].setdefault(str(spot_d), {})[str(n)] = acc
-        log(f"spot check: trained at d={spot_d}, {n} facts: best accuracy {acc:.4f}")
-        _save(paths["capacity"], data)
+    common = {"quick": quick, "precision": precision}
+    cells = [Cell(f"{mode}|d={d}|prec={precision}", capacity_cell, {"mode": mode, "d": d, **common})
+             for d in ds for mode in modes]
+    cells += [Cell(f"spot|d={spot_d}|n={n}", spot_cell, {"d": spot_d, "n": n, "quick": quick}) for n in spot_ns]
+    partial = data_dir / f"constructions_cells_{tag}.jsonl"
+    records = run_cells(cells, partial, executor=executor, address=address, device="cpu", progress="constructions")
+    for cell in cells:
+        kw, record = cell.kwargs, records[cell.key]
+        if cell.fn is spot_cell:
+            data["spot"].setdefault(str(kw["d"]), {})[str(kw["n"])] = record["acc"]
+            log(f"spot check: trained at d={kw['d']}, {kw['n']} facts: best accuracy {record['acc']:.4f}")
+            continue
+        result = CapacityResult.from_dict(record)
+        data["results"] = [r for r in data["results"] if (r.name, r.d) != (kw["mode"], kw["d"])] + [result]
+        log(f"  {kw['mode']:17s} d={kw['d']:3d}  acc=1: {result['1']:5d}  acc>=0.9: {result['0.9']:5d}  "
+            f"({result.seconds:.0f}s)")
+    _save(paths["capacity"], data)
+    partial.unlink(missing_ok=True)
     log("histograms ...")
     hist_d = 16 if 16 in {r.d for r in data["results"]} else ds[0]
     misc = {"appendix_a": check.to_dict(), "sweep": sweep.to_dict(), "grid": grid_dict(grid),
