@@ -109,7 +109,7 @@ def test_activation_grads_match_finite_differences(model, pair):
 
 def test_eap_is_exact_on_edges_into_the_logits_without_final_norm():
     model = build_model(4, n_ctx=8)  # no LayerNorm: the logits are linear in the final residual stream
-    pair = circuit_pair(model, None, 8, generator=torch.Generator().manual_seed(0))
+    pair, _ = circuit_pair(model, None, 8, generator=torch.Generator().manual_seed(0))
     circuit = discover_circuit(model, pair, ablation="mean", with_attribution=True)
     into_logits = torch.tensor([e.port.node.kind == "logits" for e in circuit.graph.edges])
     torch.testing.assert_close(circuit.attribution[into_logits], circuit.scores[into_logits], atol=1e-4, rtol=1e-4)
@@ -127,7 +127,7 @@ PLANTED = {"embed->L0H2.v", "L0H2->L1H1.k", "embed->L1H1.q", "embed->L1H1.v", "L
 ])
 def test_planted_induction_circuit_is_found_exactly(ablation, expected):
     model = planted_induction_model()
-    pair = circuit_pair(model, None, 16, generator=torch.Generator().manual_seed(0))
+    pair, _ = circuit_pair(model, None, 16, generator=torch.Generator().manual_seed(0))
     circuit = discover_circuit(model, pair, ablation=ablation)
     assert set(circuit.edge_names()) == expected
     distractors = {"L0H0", "L0H1", "L1H0", "L1H2"}
@@ -141,7 +141,7 @@ def test_planted_induction_circuit_is_found_exactly(ablation, expected):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_random_models_give_no_confident_circuit(seed):
     model = build_model(seed, n_ctx=24, d_vocab=12)
-    pair = circuit_pair(model, None, 32, generator=torch.Generator().manual_seed(seed))
+    pair, _ = circuit_pair(model, None, 32, generator=torch.Generator().manual_seed(seed))
     circuit = discover_circuit(model, pair, ablation="mean")
     assert not circuit.confident
     record = circuit.to_dict()

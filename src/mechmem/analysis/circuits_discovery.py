@@ -1,7 +1,7 @@
 """Circuit discovery: score every edge, prune to the smallest circuit reaching a target faithfulness, measure it.
 
     from mechmem.analysis.circuits_discovery import circuit_pair, discover_circuit
-    pair = circuit_pair(model, task, 64, generator=torch.Generator().manual_seed(0))
+    pair, _ = circuit_pair(model, task, 64, generator=torch.Generator().manual_seed(0))
     circuit = discover_circuit(model, pair, ablation="mean")        # a `Circuit`; circuit.to_dict() for JSON
 
 Scores (`mechmem.analysis.circuits`): exact path patching of every edge, or, on graphs with more than
@@ -119,14 +119,18 @@ class Circuit:
         }
 
 
-def circuit_pair(model: torch.nn.Module, task: Any, n: int, *, generator: torch.Generator) -> PatchingPair:
-    """The task's clean/corrupted pair, or, for a bare model or a task without one, the generic repeats pair."""
+def circuit_pair(
+    model: torch.nn.Module, task: Any, n: int, *, generator: torch.Generator
+) -> tuple[PatchingPair, str]:
+    """The task's clean/corrupted pair, or, for a bare model or a task without one, the generic repeats pair;
+    with the pair's source in words."""
     if task is not None:
         try:
-            return task.patching_pair(n, generator=generator)
+            return task.patching_pair(n, generator=generator), f"the {task.name} task's clean/corrupted pair"
         except NotImplementedError:
             pass
-    return RepeatsTask(RepeatsConfig.for_model(model)).patching_pair(n, generator=generator)
+    pair = RepeatsTask(RepeatsConfig.for_model(model)).patching_pair(n, generator=generator)
+    return pair, "the generic repeated-random-tokens pair ([r, r], first copy of the answer changed)"
 
 
 def _prune(patcher: EdgePatcher, scores: Tensor, target: float | None, threshold: float | None,
