@@ -34,6 +34,8 @@ from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
 CONFIDENCE = {"min_gap": 1.0, "max_edge_fraction": 0.5, "min_z": 3.0}
 """The rule for a confident circuit (see the module docstring); fixed before the first run."""
+REPEATS_HALF = 16
+"""Longest r of the generic repeats pair [r, r] (cost grows with the length; induction needs no more)."""
 
 
 @dataclass
@@ -129,8 +131,10 @@ def circuit_pair(
             return task.patching_pair(n, generator=generator), f"the {task.name} task's clean/corrupted pair"
         except NotImplementedError:
             pass
-    pair = RepeatsTask(RepeatsConfig.for_model(model)).patching_pair(n, generator=generator)
-    return pair, "the generic repeated-random-tokens pair ([r, r], first copy of the answer changed)"
+    config = RepeatsConfig.for_model(model)
+    config = RepeatsConfig.for_model(model, half=min(config.half, REPEATS_HALF))
+    pair = RepeatsTask(config).patching_pair(n, generator=generator)
+    return pair, f"the generic repeated-random-tokens pair ([r, r], |r| = {config.half}, first copy of the answer changed)"
 
 
 def _prune(patcher: EdgePatcher, scores: Tensor, target: float | None, threshold: float | None,
