@@ -9,6 +9,7 @@ red ones oppose it; each head carries its role from the report's classifier.
 
 from typing import Any
 
+from mechmem.analysis.circuits import build_graph
 from mechmem.analysis.circuits_discovery import CONFIDENCE, Circuit, circuit_pair, discover_circuit
 from mechmem.errors import MechmemError
 from mechmem.report.document import Section, Table
@@ -88,6 +89,7 @@ def edges_section(ctx: Any) -> Section:
     s = Section("edges", "Circuit: edges between components")
     gen = ctx.generator(15)
     try:
+        build_graph(ctx.model)  # the reason to skip, before any data is drawn
         pair, source = circuit_pair(ctx.model, ctx.task, N_PROMPTS, generator=gen)
         circuit = discover_circuit(ctx.model, pair.to(ctx.device), ablation="mean")
     except (MechmemError, NotImplementedError) as exc:
