@@ -39,19 +39,19 @@ def naive_circuit_metric(model, patcher, keep):
             sel = (slice(None), *port.index)
             for u in senders:
                 usel = (slice(None), *u.index)
-                act[sel] = act[sel] - current[u.hook][usel] + ablated[u.hook][usel]
+                w = model.blocks[u.layer].attn.W_O[u.index[-1]] if u.kind == "head" else None
+                now, abl = current[u.hook][usel], ablated[u.hook][usel]
+                act[sel] = act[sel] - (now @ w if w is not None else now) + (abl @ w if w is not None else abl)
             return act
 
         fwd.append((port.hook, rewrite))
     model.set_use_split_qkv_input(True)
-    model.set_use_attn_result(True)
     model.set_use_hook_mlp_in(True)
     try:
         with torch.no_grad():
             logits = model.run_with_hooks(patcher.tokens, fwd_hooks=fwd)
     finally:
         model.set_use_split_qkv_input(False)
-        model.set_use_attn_result(False)
         model.set_use_hook_mlp_in(False)
     return patcher.metric(logits)
 
@@ -77,6 +77,13 @@ def test_circuit_evaluation_equals_naive_reference(model, pair, ablation):
 
 def test_invariants_full_empty_and_single_edge(model, pair):
     patcher = EdgePatcher(model, pair, "corrupted")
+    model.set_use_attn_result(True)
+    try:
+        _, cache = model.run_with_cache(pair.clean, names_filter=lambda name: name.endswith("hook_result"))
+    finally:
+        model.set_use_attn_result(False)
+    head = next(n for n in patcher.graph.nodes if n.name == "L1H1")
+    torch.testing.assert_close(patcher.output(head, patcher.clean[head.hook]), cache["blocks.1.attn.hook_result"][:, :, 1])
     n = len(patcher.graph.edges)
     full, empty = patcher.evaluate(torch.stack([torch.ones(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)]))
     with torch.no_grad():

@@ -10,8 +10,9 @@ all before the layer norm that follows them):
     MLPl           in         blocks.l.hook_mlp_in
     logits         in         blocks.{last}.hook_resid_post (the final residual stream, before the final norm)
 
-and outputs hook_embed, hook_pos_embed, a head's attn.hook_result (its share of the attention output, bias b_O
-aside) and an MLP's hook_mlp_out. A head feeds every port of later layers and its own layer's MLP.
+and outputs hook_embed, hook_pos_embed, a head's z times its W_O (its share of the attention output, bias b_O
+aside; the same as TransformerLens's attn.hook_result without computing it for every head) and an MLP's
+hook_mlp_out. A head feeds every port of later layers and its own layer's MLP.
 
 Ablating edges. A port whose incoming edges from senders S are dropped gets its value in the current run minus,
 over u in S, (u's output in the current run - u's ablated output); every other port is left alone. One dropped
@@ -52,7 +53,7 @@ class Node:
     kind: str
     depth: float
     hook: str | None = None
-    """Hook of the node's output (None for the logits)."""
+    """Hook the node's output is read from (None for the logits); for a head, its z (times W_O: its output)."""
     index: tuple = ()
     """Slice of that hook's axes after batch: (slice(None), h) for head h."""
 
@@ -110,7 +111,7 @@ def build_graph(model: torch.nn.Module) -> Graph:
     ports = []
     for l in range(cfg.n_layers):
         for h in range(cfg.n_heads):
-            node = Node(f"L{l}H{h}", "head", float(l), f"blocks.{l}.attn.hook_result", (slice(None), h))
+            node = Node(f"L{l}H{h}", "head", float(l), f"blocks.{l}.attn.hook_z", (slice(None), h))
             nodes.append(node)
             ports += [Port(node, x, f"blocks.{l}.hook_{x}_input", (slice(None), h)) for x in "qkv"]
         if not cfg.attn_only:
@@ -122,7 +123,7 @@ def build_graph(model: torch.nn.Module) -> Graph:
     return Graph(nodes, ports, edges)
 
 
-def _take(act: Tensor, index: tuple) -> Float[Tensor, "batch pos d_model"]:
+def _take(act: Tensor, index: tuple) -> Tensor:
     return act[(slice(None), *index)]
 
 
@@ -156,8 +157,17 @@ class EdgePatcher:
         setter = setter or mean(pair.clean if reference is None else reference)
         self.clean = setter_values(model, self.tokens, from_run(self.tokens), hooks)
         self.ablated = setter_values(model, self.tokens, setter, hooks)
-        self.delta = {n.name: _take(self.ablated[n.hook] - self.clean[n.hook], n.index)
+        self.delta = {n.name: self.output(n, self.ablated[n.hook] - self.clean[n.hook])
                       for n in self.graph.nodes if n.hook is not None}
+
+    @torch.no_grad()
+    def output(self, node: Node, act: Tensor) -> Float[Tensor, "batch pos d_model"]:
+        """The node's output (what it adds to the residual stream) from the whole activation at its hook."""
+        x = _take(act, node.index)
+        if node.kind == "head":
+            attn = self.model.blocks[node.layer].attn
+            x = x @ attn.W_O[node.index[-1]].to(x.dtype)
+        return x
 
     def metric(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Float[Tensor, " batch"]:
         """The pair's logit difference, per prompt."""
@@ -202,7 +212,7 @@ class EdgePatcher:
         for port, us in dropped.values():
             def patch(act: Tensor, hook: Any, us: list[Node] = us) -> Tensor:
                 for u in us:
-                    act = act - (_take(current[u.hook], u.index) - _take(self.ablated[u.hook], u.index))
+                    act = act - self.output(u, current[u.hook] - self.ablated[u.hook])
                 return act
 
             out.append(Intervention(port.hook, port.index, apply(patch)))
