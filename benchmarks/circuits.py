@@ -29,8 +29,22 @@ from mechmem.checkpoint import load_checkpoint
 from mechmem.cli import format_table
 from mechmem.errors import MechmemError
 
-HEADERS = ["model", "edges", "kept", "faithful", "complete", "confident", "exact s", "naive s", "speed-up", "EAP s",
-           "prune s", "pearson", "spearman", "top-10"]
+HEADERS = [
+    "model",
+    "edges",
+    "kept",
+    "faithful",
+    "complete",
+    "confident",
+    "exact s",
+    "naive s",
+    "speed-up",
+    "EAP s",
+    "prune s",
+    "pearson",
+    "spearman",
+    "top-10",
+]
 
 
 def naive_exact_seconds(circuit, patcher_inputs) -> float:
@@ -39,8 +53,10 @@ def naive_exact_seconds(circuit, patcher_inputs) -> float:
 
     model, pair, ablation = patcher_inputs
     patcher = EdgePatcher(model, pair, ablation)
-    variants = [[Intervention(e.port.hook, e.port.index, apply(lambda a, h, d=patcher.delta[e.sender.name]: a + d))]
-                for e in patcher.graph.edges]
+    variants = [
+        [Intervention(e.port.hook, e.port.index, apply(lambda a, h, d=patcher.delta[e.sender.name]: a + d))]
+        for e in patcher.graph.edges
+    ]
     start = time.perf_counter()
     naive_intervene(model, patcher.tokens, variants, patcher.metric)
     return time.perf_counter() - start
@@ -52,17 +68,34 @@ def bench(label: str, model, task, args) -> tuple[list, list[str]]:
     naive = naive_exact_seconds(c, (model, pair, args.ablation))
     agree = attribution_agreement(c)
     t = c.timings
-    row = [label, len(c.graph.edges), int(c.kept.sum()), c.faithfulness, c.completeness, c.confident, t["exact"],
-           naive, naive / t["exact"], t["attribution"], t["prune"], agree["pearson"], agree["spearman"],
-           agree["top_k"]]
-    return row, [f"{label}: " + (", ".join(c.edge_names()) or "none") + f"  (values {c.values}, {c.criteria()})"]
+    row = [
+        label,
+        len(c.graph.edges),
+        int(c.kept.sum()),
+        c.faithfulness,
+        c.completeness,
+        c.confident,
+        t["exact"],
+        naive,
+        naive / t["exact"],
+        t["attribution"],
+        t["prune"],
+        agree["pearson"],
+        agree["spearman"],
+        agree["top_k"],
+    ]
+    return row, [
+        f"{label}: " + (", ".join(c.edge_names()) or "none") + f"  (values {c.values}, {c.criteria()})"
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("ckpts", nargs="*", help="checkpoints to include (e.g. the demo models)")
     parser.add_argument("--n", type=int, default=64, help="prompts of the clean/corrupted pair")
-    parser.add_argument("--ablation", default="mean", choices=["mean", "corrupted", "zero"], help="edge ablation")
+    parser.add_argument(
+        "--ablation", default="mean", choices=["mean", "corrupted", "zero"], help="edge ablation"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

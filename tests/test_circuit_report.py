@@ -31,9 +31,13 @@ def circuit_main():
 @pytest.fixture(scope="module")
 def planted_ckpt(tmp_path_factory):
     model = planted_induction_model()
-    return save_checkpoint(tmp_path_factory.mktemp("planted") / "ckpt.pt", model=model,
-                           model_config=planted_config(), task_name="repeats",
-                           task_config=RepeatsConfig.for_model(model))
+    return save_checkpoint(
+        tmp_path_factory.mktemp("planted") / "ckpt.pt",
+        model=model,
+        model_config=planted_config(),
+        task_name="repeats",
+        task_config=RepeatsConfig.for_model(model),
+    )
 
 
 def test_section_is_registered_and_draws_the_planted_circuit():
@@ -52,13 +56,26 @@ def test_section_is_skipped_with_a_reason_for_models_it_cannot_read():
 
 
 def test_script_writes_circuit_json_and_figure(planted_ckpt, tmp_path, capsys):
-    rc = run_script(circuit_main(), [str(planted_ckpt), "--out", str(tmp_path), "--n-samples", "16",
-                                     "--attribution", "--role-samples", "32"])
+    rc = run_script(
+        circuit_main(),
+        [
+            str(planted_ckpt),
+            "--out",
+            str(tmp_path),
+            "--n-samples",
+            "16",
+            "--attribution",
+            "--role-samples",
+            "32",
+        ],
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "faithfulness 1.000" in out and "-----" in out
     data = json.loads((tmp_path / "circuit.json").read_text())
     assert set(data["circuit"]) == PLANTED and data["ablation"] == "mean" and data["method"]
-    assert {"name", "sender", "receiver", "port", "score", "stderr", "kept", "attribution"} <= set(data["edges"][0])
+    assert {"name", "sender", "receiver", "port", "score", "stderr", "kept", "attribution"} <= set(
+        data["edges"][0]
+    )
     assert {n["name"] for n in data["nodes"]} >= {"embed", "pos", "L1H1", "logits"}
     assert data["roles"]["L1H1"] == "induction" and "pearson" in data["attribution_agreement"]
     assert (tmp_path / "circuit.png").read_bytes().startswith(b"\x89PNG")

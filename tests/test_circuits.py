@@ -41,7 +41,9 @@ def naive_circuit_metric(model, patcher, keep):
                 usel = (slice(None), *u.index)
                 w = model.blocks[u.layer].attn.W_O[u.index[-1]] if u.kind == "head" else None
                 now, abl = current[u.hook][usel], ablated[u.hook][usel]
-                act[sel] = act[sel] - (now @ w if w is not None else now) + (abl @ w if w is not None else abl)
+                act[sel] = (
+                    act[sel] - (now @ w if w is not None else now) + (abl @ w if w is not None else abl)
+                )
             return act
 
         fwd.append((port.hook, rewrite))
@@ -83,9 +85,13 @@ def test_invariants_full_empty_and_single_edge(model, pair):
     finally:
         model.set_use_attn_result(False)
     head = next(n for n in patcher.graph.nodes if n.name == "L1H1")
-    torch.testing.assert_close(patcher.output(head, patcher.clean[head.hook]), cache["blocks.1.attn.hook_result"][:, :, 1])
+    torch.testing.assert_close(
+        patcher.output(head, patcher.clean[head.hook]), cache["blocks.1.attn.hook_result"][:, :, 1]
+    )
     n = len(patcher.graph.edges)
-    full, empty = patcher.evaluate(torch.stack([torch.ones(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)]))
+    full, empty = patcher.evaluate(
+        torch.stack([torch.ones(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)])
+    )
     with torch.no_grad():
         torch.testing.assert_close(full, patcher.metric(model(pair.clean)), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(empty, patcher.metric(model(pair.corrupted)), atol=1e-4, rtol=1e-4)
@@ -100,7 +106,7 @@ def test_invariants_full_empty_and_single_edge(model, pair):
 
 def test_activation_grads_match_finite_differences(model, pair):
     hook = "blocks.1.hook_k_input"
-    metric = lambda x: pair.logit_diff(x)  # noqa: E731
+    metric = lambda x: pair.logit_diff(x)
     value, grads = activation_grads(model, pair.clean, [hook], metric)
     direction = torch.randn(grads[hook].shape, generator=torch.Generator().manual_seed(2))
     eps = 1e-2
@@ -119,7 +125,9 @@ def test_eap_is_exact_on_edges_into_the_logits_without_final_norm():
     pair, _ = circuit_pair(model, None, 8, generator=torch.Generator().manual_seed(0))
     circuit = discover_circuit(model, pair, ablation="mean", with_attribution=True)
     into_logits = torch.tensor([e.port.node.kind == "logits" for e in circuit.graph.edges])
-    torch.testing.assert_close(circuit.attribution[into_logits], circuit.scores[into_logits], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        circuit.attribution[into_logits], circuit.scores[into_logits], atol=1e-4, rtol=1e-4
+    )
     assert attribution_agreement(circuit)["k"] == 10
     assert_no_hooks(model)
 
@@ -127,11 +135,14 @@ def test_eap_is_exact_on_edges_into_the_logits_without_final_norm():
 PLANTED = {"embed->L0H2.v", "L0H2->L1H1.k", "embed->L1H1.q", "embed->L1H1.v", "L1H1->logits"}
 
 
-@pytest.mark.parametrize(("ablation", "expected"), [
-    ("mean", PLANTED),
-    # the repeats pair changes only the answer's first copy: only the value path that carries it moves
-    ("corrupted", {"embed->L1H1.v", "L1H1->logits"}),
-])
+@pytest.mark.parametrize(
+    ("ablation", "expected"),
+    [
+        ("mean", PLANTED),
+        # the repeats pair changes only the answer's first copy: only the value path that carries it moves
+        ("corrupted", {"embed->L1H1.v", "L1H1->logits"}),
+    ],
+)
 def test_planted_induction_circuit_is_found_exactly(ablation, expected):
     model = planted_induction_model()
     pair, _ = circuit_pair(model, None, 16, generator=torch.Generator().manual_seed(0))

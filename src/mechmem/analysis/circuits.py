@@ -157,8 +157,11 @@ class EdgePatcher:
         setter = setter or mean(pair.clean if reference is None else reference)
         self.clean = setter_values(model, self.tokens, from_run(self.tokens), hooks)
         self.ablated = setter_values(model, self.tokens, setter, hooks)
-        self.delta = {n.name: self.output(n, self.ablated[n.hook] - self.clean[n.hook])
-                      for n in self.graph.nodes if n.hook is not None}
+        self.delta = {
+            n.name: self.output(n, self.ablated[n.hook] - self.clean[n.hook])
+            for n in self.graph.nodes
+            if n.hook is not None
+        }
 
     @torch.no_grad()
     def output(self, node: Node, act: Tensor) -> Float[Tensor, "batch pos d_model"]:
@@ -179,10 +182,13 @@ class EdgePatcher:
 
     def exact(self, edges: list[Edge]) -> Float[Tensor, "edge batch"]:
         """Per prompt: metric(full) - metric(edge ablated), by path patching each edge (one variant per edge)."""
+
         def shift(delta: Tensor) -> Any:
             return apply(lambda act, hook: act + delta.to(act.device))
 
-        variants = [[Intervention(e.port.hook, e.port.index, shift(self.delta[e.sender.name]))] for e in edges]
+        variants = [
+            [Intervention(e.port.hook, e.port.index, shift(self.delta[e.sender.name]))] for e in edges
+        ]
         values = self.run([[]] + variants)
         return values[0] - values[1:]
 
@@ -191,8 +197,10 @@ class EdgePatcher:
         prompts, positions and d_model (one forward and one backward pass)."""
         hooks = sorted({p.hook for p in self.graph.ports})
         _, grads = activation_grads(self.model, self.tokens, hooks, lambda x: self.metric(x).mean())
-        scores = [-(self.delta[e.sender.name] * _take(grads[e.port.hook], e.port.index)).sum()
-                  for e in self.graph.edges]
+        scores = [
+            -(self.delta[e.sender.name] * _take(grads[e.port.hook], e.port.index)).sum()
+            for e in self.graph.edges
+        ]
         return torch.stack(scores).cpu()
 
     def circuit_variant(self, keep: Bool[Tensor, " edge"]) -> list[Intervention]:
@@ -210,6 +218,7 @@ class EdgePatcher:
         senders = {u.hook for _, us in dropped.values() for u in us}
         out = [Intervention(hook, (), apply(record)) for hook in sorted(senders)]
         for port, us in dropped.values():
+
             def patch(act: Tensor, hook: Any, us: list[Node] = us) -> Tensor:
                 for u in us:
                     act = act - self.output(u, current[u.hook] - self.ablated[u.hook])

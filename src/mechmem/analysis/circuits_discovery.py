@@ -92,7 +92,9 @@ class Circuit:
         return {
             "behaviour": abs(self.gap) >= CONFIDENCE["min_gap"],
             "sparse": reached and len(kept) <= CONFIDENCE["max_edge_fraction"] * len(self.kept),
-            "significant": len(kept) > 0 and bool(self.exact[kept].all()) and bool((z >= CONFIDENCE["min_z"]).all()),
+            "significant": len(kept) > 0
+            and bool(self.exact[kept].all())
+            and bool((z >= CONFIDENCE["min_z"]).all()),
         }
 
     @property
@@ -106,18 +108,36 @@ class Circuit:
     def to_dict(self) -> dict[str, Any]:
         edges = []
         for i, e in enumerate(self.graph.edges):
-            row = {"name": e.name, "sender": e.sender.name, "receiver": e.port.node.name, "port": e.port.port,
-                   "score": float(self.scores[i]), "stderr": float(self.stderr[i]), "exact": bool(self.exact[i]),
-                   "kept": bool(self.kept[i])}
+            row = {
+                "name": e.name,
+                "sender": e.sender.name,
+                "receiver": e.port.node.name,
+                "port": e.port.port,
+                "score": float(self.scores[i]),
+                "stderr": float(self.stderr[i]),
+                "exact": bool(self.exact[i]),
+                "kept": bool(self.kept[i]),
+            }
             if self.attribution is not None:
                 row["attribution"] = float(self.attribution[i])
             edges.append(row)
         return {
-            **self.graph.to_dict(), "edges": edges, "circuit": self.edge_names(), "method": self.method,
-            "ablation": self.ablation, "metric": self.metric, "n": self.n, "values": self.values,
-            "faithfulness": self.faithfulness, "completeness": self.completeness, "target": self.target,
-            "threshold": self.threshold, "confident": self.confident, "criteria": self.criteria(),
-            "confidence_rule": CONFIDENCE, "timings_s": self.timings,
+            **self.graph.to_dict(),
+            "edges": edges,
+            "circuit": self.edge_names(),
+            "method": self.method,
+            "ablation": self.ablation,
+            "metric": self.metric,
+            "n": self.n,
+            "values": self.values,
+            "faithfulness": self.faithfulness,
+            "completeness": self.completeness,
+            "target": self.target,
+            "threshold": self.threshold,
+            "confident": self.confident,
+            "criteria": self.criteria(),
+            "confidence_rule": CONFIDENCE,
+            "timings_s": self.timings,
         }
 
 
@@ -134,11 +154,21 @@ def circuit_pair(
     config = RepeatsConfig.for_model(model)
     config = RepeatsConfig.for_model(model, half=min(config.half, REPEATS_HALF))
     pair = RepeatsTask(config).patching_pair(n, generator=generator)
-    return pair, f"the generic repeated-random-tokens pair ([r, r], |r| = {config.half}, first copy of the answer changed)"
+    return (
+        pair,
+        f"the generic repeated-random-tokens pair ([r, r], |r| = {config.half}, first copy of the answer changed)",
+    )
 
 
-def _prune(patcher: EdgePatcher, scores: Tensor, target: float | None, threshold: float | None,
-           full: float, empty: float, per_round: int = 8) -> Tensor:
+def _prune(
+    patcher: EdgePatcher,
+    scores: Tensor,
+    target: float | None,
+    threshold: float | None,
+    full: float,
+    empty: float,
+    per_round: int = 8,
+) -> Tensor:
     """The kept edges: by threshold on |score| / |gap|, else the shortest |score| prefix reaching `target`.
 
     The prefix is found by a batched bisection: each round evaluates `per_round` sizes spread over the bracket
@@ -156,8 +186,12 @@ def _prune(patcher: EdgePatcher, scores: Tensor, target: float | None, threshold
 
     lo, hi = 0, len(order)  # faithfulness(0) = 0 < target <= 1 = faithfulness(all edges)
     while hi - lo > 1:
-        sizes = sorted({lo + max(1, (hi - lo) * i // (per_round + 1)) for i in range(1, per_round + 1)} - {hi})
-        faith = (patcher.evaluate(torch.stack([mask(k) for k in sizes])).mean(1) - empty) / ((full - empty) or math.nan)
+        sizes = sorted(
+            {lo + max(1, (hi - lo) * i // (per_round + 1)) for i in range(1, per_round + 1)} - {hi}
+        )
+        faith = (patcher.evaluate(torch.stack([mask(k) for k in sizes])).mean(1) - empty) / (
+            (full - empty) or math.nan
+        )
         reached = [k for k, f in zip(sizes, faith.tolist()) if f >= target]
         hi = reached[0] if reached else hi
         lo = max([k for k in sizes if k < hi], default=lo)
@@ -192,30 +226,53 @@ def discover_circuit(
     if n_edges > max_exact or with_attribution:
         attribution = patcher.attribution()
         clock["attribution"] = time.perf_counter()
-    chosen = (torch.arange(n_edges) if n_edges <= max_exact
-              else attribution.abs().argsort(descending=True)[:max_exact].sort().values)
+    chosen = (
+        torch.arange(n_edges)
+        if n_edges <= max_exact
+        else attribution.abs().argsort(descending=True)[:max_exact].sort().values
+    )
     per_prompt = patcher.exact([edges[i] for i in chosen.tolist()])
     clock["exact"] = time.perf_counter()
     scores = attribution.clone() if attribution is not None else torch.zeros(n_edges)
     stderr = torch.full((n_edges,), math.nan)
     exact = torch.zeros(n_edges, dtype=torch.bool)
     scores[chosen], exact[chosen] = per_prompt.mean(1), True
-    stderr[chosen] = per_prompt.std(1) / math.sqrt(per_prompt.shape[1]) if per_prompt.shape[1] > 1 else math.nan
-    ends = patcher.evaluate(torch.stack([torch.ones(n_edges, dtype=torch.bool), torch.zeros(n_edges, dtype=torch.bool)]))
+    stderr[chosen] = (
+        per_prompt.std(1) / math.sqrt(per_prompt.shape[1]) if per_prompt.shape[1] > 1 else math.nan
+    )
+    ends = patcher.evaluate(
+        torch.stack([torch.ones(n_edges, dtype=torch.bool), torch.zeros(n_edges, dtype=torch.bool)])
+    )
     full, empty = ends.mean(1).tolist()
     kept = _prune(patcher, scores, target, threshold, full, empty)
     circuit_value, complement = patcher.evaluate(torch.stack([kept, ~kept])).mean(1).tolist()
     clock["prune"] = time.perf_counter()
-    method = "exact path patching of every edge" if n_edges <= max_exact else (
-        f"EAP on all {n_edges} edges, exact path patching on the top {max_exact}")
-    timings = {"attribution": clock.get("attribution", clock["start"]) - clock["start"],
-               "exact": clock["exact"] - clock.get("attribution", clock["start"]),
-               "prune": clock["prune"] - clock["exact"], "total": clock["prune"] - clock["start"]}
+    method = (
+        "exact path patching of every edge"
+        if n_edges <= max_exact
+        else (f"EAP on all {n_edges} edges, exact path patching on the top {max_exact}")
+    )
+    timings = {
+        "attribution": clock.get("attribution", clock["start"]) - clock["start"],
+        "exact": clock["exact"] - clock.get("attribution", clock["start"]),
+        "prune": clock["prune"] - clock["exact"],
+        "total": clock["prune"] - clock["start"],
+    }
     return Circuit(
-        patcher.graph, scores, stderr, exact, kept,
+        patcher.graph,
+        scores,
+        stderr,
+        exact,
+        kept,
         {"full": full, "empty": empty, "circuit": circuit_value, "complement": complement},
-        method, ablation, "logit_diff", len(pair.clean), attribution,
-        None if threshold is not None else target, threshold, timings,
+        method,
+        ablation,
+        "logit_diff",
+        len(pair.clean),
+        attribution,
+        None if threshold is not None else target,
+        threshold,
+        timings,
     )
 
 
@@ -226,8 +283,15 @@ def attribution_agreement(circuit: Circuit, k: int = 10) -> dict[str, float]:
         raise ValueError("the circuit was discovered without attribution (with_attribution=True)")
     idx = circuit.exact.nonzero().flatten()
     as_result = [
-        PatchingResult("edges", ("edge",), circuit.values["full"] - x[idx], "noising", circuit.metric,
-                       circuit.values["full"], circuit.values["empty"])
+        PatchingResult(
+            "edges",
+            ("edge",),
+            circuit.values["full"] - x[idx],
+            "noising",
+            circuit.metric,
+            circuit.values["full"],
+            circuit.values["empty"],
+        )
         for x in (circuit.attribution, circuit.scores)
     ]
     return agreement(*as_result, k=k)

@@ -36,7 +36,9 @@ def activation_grads(
     variant = [Intervention(h, (), apply(capture)) for h in hooks]
     with torch.enable_grad():
         value = _run(model, tokens, [variant], metric, 1.0, False)[0]
-        grads = torch.autograd.grad(value, [leaves[h] for h in hooks], allow_unused=True, materialize_grads=True)
+        grads = torch.autograd.grad(
+            value, [leaves[h] for h in hooks], allow_unused=True, materialize_grads=True
+        )
     return value.detach(), {h: g.detach() for h, g in zip(hooks, grads)}
 
 

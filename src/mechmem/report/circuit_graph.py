@@ -39,7 +39,9 @@ def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title
     roles = roles or {}
     pos = _positions(circuit)
     xs = [x for x, _ in pos.values()]
-    fig, ax = plt.subplots(figsize=(max(4.5, 1.2 * (max(xs) - min(xs)) + 3), 1.6 * (len({y for _, y in pos.values()}))))
+    fig, ax = plt.subplots(
+        figsize=(max(4.5, 1.2 * (max(xs) - min(xs)) + 3), 1.6 * (len({y for _, y in pos.values()})))
+    )
     kept = circuit.kept.nonzero().flatten().tolist()
     top = float(circuit.scores[kept].abs().max()) if kept else 1.0
     for i in kept:
@@ -47,17 +49,36 @@ def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title
         (x0, y0), (x1, y1) = pos[edge.sender.name], pos[edge.port.node.name]
         score = float(circuit.scores[i])
         drop = 0.2 if edge.port.port in "qkv" else 0.1
-        ax.annotate("", xy=(x1 + PORT_OFFSET[edge.port.port], y1 - drop), xytext=(x0, y0 + 0.1),
-                    arrowprops=dict(arrowstyle="-|>", lw=0.6 + 5.0 * abs(score) / (top or 1.0),
-                                    color="tab:blue" if score >= 0 else "tab:red", alpha=0.75,
-                                    shrinkA=0, shrinkB=0, connectionstyle="arc3,rad=0.08"))
-    used = {circuit.graph.edges[i].sender.name for i in kept} | {circuit.graph.edges[i].port.node.name for i in kept}
+        ax.annotate(
+            "",
+            xy=(x1 + PORT_OFFSET[edge.port.port], y1 - drop),
+            xytext=(x0, y0 + 0.1),
+            arrowprops={
+                "arrowstyle": "-|>",
+                "lw": 0.6 + 5.0 * abs(score) / (top or 1.0),
+                "color": "tab:blue" if score >= 0 else "tab:red",
+                "alpha": 0.75,
+                "shrinkA": 0,
+                "shrinkB": 0,
+                "connectionstyle": "arc3,rad=0.08",
+            },
+        )
+    used = {circuit.graph.edges[i].sender.name for i in kept} | {
+        circuit.graph.edges[i].port.node.name for i in kept
+    }
     for node in circuit.graph.nodes:
         x, y = pos[node.name]
         face = "#fde9a9" if node.name in used else "#eeeeee"
         label = node.name + (f"\n{roles[node.name]}" if node.name in roles else "")
-        ax.text(x, y, label, ha="center", va="center", fontsize=7,
-                bbox=dict(boxstyle="round,pad=0.3", fc=face, ec="#888888", lw=0.6))
+        ax.text(
+            x,
+            y,
+            label,
+            ha="center",
+            va="center",
+            fontsize=7,
+            bbox={"boxstyle": "round,pad=0.3", "fc": face, "ec": "#888888", "lw": 0.6},
+        )
         if node.kind == "head":
             for port, dx in PORT_OFFSET.items():
                 if port != "in":
@@ -76,12 +97,47 @@ def edge_table(circuit: Circuit, top: int = 12) -> Table:
     eap = circuit.attribution is not None
     rows = []
     for i in order:
-        row = [circuit.graph.edges[i].name, float(circuit.scores[i]), float(circuit.stderr[i]),
-               "yes" if circuit.kept[i] else "no"]
+        row = [
+            circuit.graph.edges[i].name,
+            float(circuit.scores[i]),
+            float(circuit.stderr[i]),
+            "yes" if circuit.kept[i] else "no",
+        ]
         rows.append(row + ([float(circuit.attribution[i])] if eap else []))
     headers = ["edge", "score", "stderr", "in circuit"] + (["EAP"] if eap else [])
-    return Table(headers, rows, f"Strongest edges (of {len(circuit.graph.edges)}); score = metric drop when the edge "
-                 "alone is ablated")
+    return Table(
+        headers,
+        rows,
+        f"Strongest edges (of {len(circuit.graph.edges)}); score = metric drop when the edge "
+        "alone is ablated",
+    )
+
+
+def summary_lines(circuit: Circuit, source: str) -> list[str]:
+    """The section's findings in words: pair, ablation, method, the circuit, its measures and the verdict."""
+    v, rule = circuit.values, CONFIDENCE
+    verdict = ", ".join(f"{k} {'yes' if ok else 'no'}" for k, ok in circuit.criteria().items())
+    kept = ", ".join(circuit.edge_names()) or "none"
+    return [
+        (
+            f"Pair: {source}, {circuit.n} prompts; metric: logit difference (clean - corrupted answer). "
+            f"Ablation: {circuit.ablation} (per position, over the clean prompts). Scores: {circuit.method}."
+        ),
+        (
+            f"Circuit: {int(circuit.kept.sum())} of {len(circuit.graph.edges)} edges (shortest |score| prefix with "
+            f"faithfulness >= {circuit.target}): {kept}."
+        ),
+        (
+            f"Faithfulness {circuit.faithfulness:.3f} (circuit {v['circuit']:.3f}, full model {v['full']:.3f}, "
+            f"every edge ablated {v['empty']:.3f}); completeness {circuit.completeness:.3f} (circuit's edges "
+            f"ablated: {v['complement']:.3f})."
+        ),
+        (
+            f"Confident: {'yes' if circuit.confident else 'no'} ({verdict}; rule: |gap| >= {rule['min_gap']}, at "
+            f"most {rule['max_edge_fraction']:.0%} of the edges, kept edges >= {rule['min_z']} standard errors). "
+            f"Time {circuit.timings['total']:.2f} s."
+        ),
+    ]
 
 
 def edges_section(ctx: Any) -> Section:
@@ -98,24 +154,10 @@ def edges_section(ctx: Any) -> Section:
     roles = {h.name: h.role for h in ctx.roles.heads}
     s.findings = circuit.to_dict()
     s.findings["pair"] = source
-    v = circuit.values
-    s.lines += [
-        f"Pair: {source}, {circuit.n} prompts; metric: logit difference (clean answer - corrupted answer) at the "
-        f"answer position. Ablation: {circuit.ablation} (each node's output averaged over the clean prompts at each "
-        f"position). Scores: {circuit.method}.",
-        f"Circuit: {int(circuit.kept.sum())} of {len(circuit.graph.edges)} edges, the shortest |score| ranking "
-        f"prefix reaching faithfulness {circuit.target}: {', '.join(circuit.edge_names()) or 'none'}.",
-        f"Faithfulness {circuit.faithfulness:.3f} (metric {v['circuit']:.3f} with every other edge ablated; full "
-        f"model {v['full']:.3f}, every edge ablated {v['empty']:.3f}); completeness {circuit.completeness:.3f} "
-        f"(ablating only the circuit's edges: {v['complement']:.3f}).",
-        f"Confident: {'yes' if circuit.confident else 'no'} ("
-        + ", ".join(f"{k} {'yes' if ok else 'no'}" for k, ok in circuit.criteria().items())
-        + f"; rule: |gap| >= {CONFIDENCE['min_gap']}, at most {CONFIDENCE['max_edge_fraction']:.0%} of the edges, "
-        f"every kept edge >= {CONFIDENCE['min_z']} standard errors). Time {circuit.timings['total']:.2f} s.",
-    ]
+    s.lines += summary_lines(circuit, source)
     s.tables.append(edge_table(circuit))
     s.add_figure("graph", plot_circuit(circuit, roles))
     return s
 
 
-__all__ = ["edge_table", "edges_section", "plot_circuit"]
+__all__ = ["edge_table", "edges_section", "plot_circuit", "summary_lines"]
