@@ -15,60 +15,35 @@ from mechmem import cli
 from mechmem.analysis.circuits import ABLATIONS
 from mechmem.analysis.circuits_discovery import attribution_agreement, circuit_pair, discover_circuit
 from mechmem.analysis.roles import head_roles
-from mechmem.report.circuit_graph import edge_table, plot_circuit
+from mechmem.report.circuit_graph import edge_table, plot_circuit, summary_lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
     cli.add_analysis_args(parser, n_samples=64)
     parser.add_argument("--ablation", choices=ABLATIONS, default="mean", help="value an ablated edge carries")
+    parser.add_argument("--target", type=cli.positive_float, default=0.9, help="faithfulness to reach")
     parser.add_argument(
-        "--target", type=cli.positive_float, default=0.9, help="faithfulness the circuit reaches"
+        "--threshold", type=cli.positive_float, help="keep |score| >= THRESHOLD x |gap| instead"
     )
     parser.add_argument(
-        "--threshold",
-        type=cli.positive_float,
-        default=None,
-        help="keep edges with |score| >= THRESHOLD x |gap| instead of a target",
-    )
-    parser.add_argument(
-        "--max-exact",
-        type=cli.positive_int,
-        default=256,
-        help="above this many edges, EAP ranks them and only the top ones are patched exactly",
+        "--max-exact", type=cli.positive_int, default=256, help="above: EAP, then exact on top"
     )
     parser.add_argument("--attribution", action="store_true", help="also run EAP and report its agreement")
-    parser.add_argument(
-        "--role-samples", type=cli.positive_int, default=256, help="sequences for the head roles"
-    )
+    parser.add_argument("--role-samples", type=cli.positive_int, default=256, help="sequences for head roles")
     args = parser.parse_args(argv)
     ckpt, out = cli.load_for_analysis(args)
     generator = torch.Generator().manual_seed(args.seed)
     pair, source = circuit_pair(ckpt.model, ckpt.task, args.n_samples, generator=generator)
     circuit = discover_circuit(
-        ckpt.model,
-        pair,
-        ablation=args.ablation,
-        target=args.target,
-        threshold=args.threshold,
-        max_exact=args.max_exact,
-        with_attribution=args.attribution,
-    )
+        ckpt.model, pair, ablation=args.ablation, target=args.target, threshold=args.threshold,
+        max_exact=args.max_exact, with_attribution=args.attribution,
+    )  # fmt: skip
     record = {"task": ckpt.task_name, "pair": source, "seed": args.seed, **circuit.to_dict()}
-    print(f"{ckpt.task_name}: {source}, {circuit.n} prompts, {args.ablation} ablation; {circuit.method}")
-    print(
-        f"circuit ({int(circuit.kept.sum())} of {len(circuit.graph.edges)} edges): "
-        + (", ".join(circuit.edge_names()) or "none")
-    )
-    print(
-        f"faithfulness {circuit.faithfulness:.3f}, completeness {circuit.completeness:.3f}, "
-        f"confident {circuit.confident} {circuit.criteria()}; {circuit.timings['total']:.2f} s"
-    )
+    print("\n".join([f"{ckpt.task_name}:", *summary_lines(circuit, source)]))
     if circuit.attribution is not None:
-        record["attribution_agreement"] = attribution_agreement(circuit)
-        print(
-            "EAP vs exact: " + ", ".join(f"{k} {v:.3f}" for k, v in record["attribution_agreement"].items())
-        )
+        record["attribution_agreement"] = agree = attribution_agreement(circuit)
+        print("EAP vs exact: " + ", ".join(f"{k} {v:.3f}" for k, v in agree.items()))
     table = edge_table(circuit)
     cli.print_table(table.rows, table.headers)
     roles = head_roles(ckpt.model, ckpt.task, n=args.role_samples, seed=args.seed)

@@ -70,7 +70,7 @@ def test_script_writes_circuit_json_and_figure(planted_ckpt, tmp_path, capsys):
         ],
     )
     out = capsys.readouterr().out
-    assert rc == 0 and "faithfulness 1.000" in out and "-----" in out
+    assert rc == 0 and "Faithfulness 1.000" in out and "-----" in out
     data = json.loads((tmp_path / "circuit.json").read_text())
     assert set(data["circuit"]) == PLANTED and data["ablation"] == "mean" and data["method"]
     assert {"name", "sender", "receiver", "port", "score", "stderr", "kept", "attribution"} <= set(

@@ -198,6 +198,35 @@ def _prune(
     return mask(hi)
 
 
+def score_edges(
+    patcher: EdgePatcher, max_exact: int, with_attribution: bool
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, dict[str, float]]:
+    """(scores, stderr, exact, EAP or None, timings): exact path patching of every edge, or of the `max_exact`
+    edges EAP ranks highest when there are more (the others keep their EAP estimate)."""
+    edges, start = patcher.graph.edges, time.perf_counter()
+    n_edges, attribution = len(edges), None
+    if n_edges > max_exact or with_attribution:
+        attribution = patcher.attribution()
+    mid = time.perf_counter()
+    chosen = torch.arange(n_edges)
+    if n_edges > max_exact:
+        chosen = attribution.abs().argsort(descending=True)[:max_exact].sort().values
+    per_prompt = patcher.exact([edges[i] for i in chosen.tolist()])
+    scores = attribution.clone() if attribution is not None else torch.zeros(n_edges)
+    stderr = torch.full((n_edges,), math.nan)
+    exact = torch.zeros(n_edges, dtype=torch.bool)
+    scores[chosen], exact[chosen] = per_prompt.mean(1), True
+    if per_prompt.shape[1] > 1:
+        stderr[chosen] = per_prompt.std(1) / math.sqrt(per_prompt.shape[1])
+    return (
+        scores,
+        stderr,
+        exact,
+        attribution,
+        {"attribution": mid - start, "exact": time.perf_counter() - mid},
+    )
+
+
 def discover_circuit(
     model: torch.nn.Module,
     pair: PatchingPair,
@@ -218,61 +247,35 @@ def discover_circuit(
         threshold: keep every edge with |score| >= threshold x |m(full) - m(every edge ablated)| instead.
         with_attribution: also compute EAP when every edge is scored exactly (for the agreement).
     """
-    clock = {"start": time.perf_counter()}
+    start = time.perf_counter()
     patcher = EdgePatcher(model, pair, ablation, reference=reference, memory_mb=memory_mb)
-    edges = patcher.graph.edges
-    n_edges = len(edges)
-    attribution = None
-    if n_edges > max_exact or with_attribution:
-        attribution = patcher.attribution()
-        clock["attribution"] = time.perf_counter()
-    chosen = (
-        torch.arange(n_edges)
-        if n_edges <= max_exact
-        else attribution.abs().argsort(descending=True)[:max_exact].sort().values
-    )
-    per_prompt = patcher.exact([edges[i] for i in chosen.tolist()])
-    clock["exact"] = time.perf_counter()
-    scores = attribution.clone() if attribution is not None else torch.zeros(n_edges)
-    stderr = torch.full((n_edges,), math.nan)
-    exact = torch.zeros(n_edges, dtype=torch.bool)
-    scores[chosen], exact[chosen] = per_prompt.mean(1), True
-    stderr[chosen] = (
-        per_prompt.std(1) / math.sqrt(per_prompt.shape[1]) if per_prompt.shape[1] > 1 else math.nan
-    )
-    ends = patcher.evaluate(
-        torch.stack([torch.ones(n_edges, dtype=torch.bool), torch.zeros(n_edges, dtype=torch.bool)])
-    )
-    full, empty = ends.mean(1).tolist()
+    setup = time.perf_counter()
+    scores, stderr, exact, attribution, timings = score_edges(patcher, max_exact, with_attribution)
+    scored = time.perf_counter()
+    n_edges = len(patcher.graph.edges)
+    every = torch.ones(n_edges, dtype=torch.bool)
+    full, empty = patcher.evaluate(torch.stack([every, ~every])).mean(1).tolist()
     kept = _prune(patcher, scores, target, threshold, full, empty)
     circuit_value, complement = patcher.evaluate(torch.stack([kept, ~kept])).mean(1).tolist()
-    clock["prune"] = time.perf_counter()
-    method = (
-        "exact path patching of every edge"
-        if n_edges <= max_exact
-        else (f"EAP on all {n_edges} edges, exact path patching on the top {max_exact}")
-    )
-    timings = {
-        "attribution": clock.get("attribution", clock["start"]) - clock["start"],
-        "exact": clock["exact"] - clock.get("attribution", clock["start"]),
-        "prune": clock["prune"] - clock["exact"],
-        "total": clock["prune"] - clock["start"],
-    }
+    end = time.perf_counter()
+    timings |= {"setup": setup - start, "prune": end - scored, "total": end - start}
+    method = "exact path patching of every edge"
+    if n_edges > max_exact:
+        method = f"EAP on all {n_edges} edges, exact path patching on the top {max_exact}"
     return Circuit(
         patcher.graph,
         scores,
         stderr,
         exact,
         kept,
-        {"full": full, "empty": empty, "circuit": circuit_value, "complement": complement},
-        method,
-        ablation,
-        "logit_diff",
-        len(pair.clean),
-        attribution,
-        None if threshold is not None else target,
-        threshold,
-        timings,
+        values={"full": full, "empty": empty, "circuit": circuit_value, "complement": complement},
+        method=method,
+        ablation=ablation,
+        n=len(pair.clean),
+        attribution=attribution,
+        target=None if threshold is not None else target,
+        threshold=threshold,
+        timings=timings,
     )
 
 
