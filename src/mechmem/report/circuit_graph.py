@@ -20,10 +20,12 @@ N_PROMPTS = 64
 
 
 def _positions(circuit: Circuit) -> dict[str, tuple[float, float]]:
-    """(x, y) of every node: heads spread along x in their layer's row, MLPs and the logits centred."""
+    """(x, y) of every node: heads spread along x in their layer's row, MLPs and the logits centred, the
+    embeddings below and outside the heads' columns (so their edges do not run through a head)."""
     heads = [n for n in circuit.graph.nodes if n.kind == "head"]
     width = max([int(n.name.split("H")[1]) for n in heads], default=0) + 1
-    pos = {"embed": (-0.6, -1.0), "pos": (0.6, -1.0)}
+    side = 0.7 * (width - 1) + 1.0
+    pos = {"embed": (-side, -1.0), "pos": (side, -1.0)}
     for node in circuit.graph.nodes:
         if node.kind == "head":
             pos[node.name] = (1.4 * (int(node.name.split("H")[1]) - (width - 1) / 2), node.depth)
