@@ -165,3 +165,15 @@ def test_random_models_give_no_confident_circuit(seed):
     record = circuit.to_dict()
     assert record["confident"] is False and len(record["edges"]) == len(circuit.graph.edges)
     assert_no_hooks(model)
+
+
+def test_large_graph_path_and_threshold_pruning(model, pair):
+    full = discover_circuit(model, pair, ablation="corrupted")
+    part = discover_circuit(model, pair, ablation="corrupted", max_exact=10, threshold=0.05)
+    assert int(part.exact.sum()) == 10 and "EAP" in part.method
+    top = part.attribution.abs().argsort(descending=True)[:10]
+    assert bool(part.exact[top].all())
+    torch.testing.assert_close(part.scores[part.exact], full.scores[part.exact], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(part.scores[~part.exact], part.attribution[~part.exact])
+    assert torch.equal(part.kept, part.scores.abs() >= 0.05 * abs(part.gap)) and part.target is None
+    assert_no_hooks(model)
