@@ -21,9 +21,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers import build_model
 
-from mechmem.analysis.circuits import Intervention, apply
+from mechmem.analysis.circuits import EdgePatcher
 from mechmem.analysis.circuits_discovery import attribution_agreement, circuit_pair, discover_circuit
-from mechmem.analysis.interventions import naive_intervene
+from mechmem.analysis.interventions import Intervention, apply, naive_intervene
 from mechmem.analysis.planted import planted_induction_model
 from mechmem.checkpoint import load_checkpoint
 from mechmem.cli import format_table
@@ -47,11 +47,8 @@ HEADERS = [
 ]
 
 
-def naive_exact_seconds(circuit, patcher_inputs) -> float:
+def naive_exact_seconds(model, pair, ablation: str) -> float:
     """Wall time of the exact edge scores as one `run_with_hooks` per edge (the engine's reference)."""
-    from mechmem.analysis.circuits import EdgePatcher
-
-    model, pair, ablation = patcher_inputs
     patcher = EdgePatcher(model, pair, ablation)
     variants = [
         [Intervention(e.port.hook, e.port.index, apply(lambda a, h, d=patcher.delta[e.sender.name]: a + d))]
@@ -65,7 +62,7 @@ def naive_exact_seconds(circuit, patcher_inputs) -> float:
 def bench(label: str, model, task, args) -> tuple[list, list[str]]:
     pair, _ = circuit_pair(model, task, args.n, generator=torch.Generator().manual_seed(0))
     c = discover_circuit(model, pair, ablation=args.ablation, with_attribution=True)
-    naive = naive_exact_seconds(c, (model, pair, args.ablation))
+    naive = naive_exact_seconds(model, pair, args.ablation)
     agree = attribution_agreement(c)
     t = c.timings
     row = [
