@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from mechmem.analysis.roles import HeadRole, RoleResult, RoleThresholds, head_roles
+from mechmem.report.circuit_graph import edges_section
 from mechmem.report.document import Report, Section, Table, to_html, to_markdown, write_index, write_report
 from mechmem.report.dynamics_section import dynamics_section
 from mechmem.report.sections import (
@@ -38,6 +39,7 @@ SECTIONS: tuple[Callable[[ReportContext], Section], ...] = (
     probes_section,
     ablation_section,
     patching_section,
+    edges_section,
 )
 """The analyses a report runs, in order (the circuit section is added in front)."""
 

@@ -1,0 +1,235 @@
+"""Edge-level circuits: which component feeds which, scored by path patching, and a small graph's faithfulness.
+
+The graph. Nodes are the token embedding, the position embedding, every attention head, every MLP and the logits.
+The residual stream read anywhere is the sum of every earlier node's output (plus biases), so each *input port* is
+such a sum and an *edge* u -> v.port is the term u's output contributes to v's port. Ports (TransformerLens hooks,
+all before the layer norm that follows them):
+
+    head LlHh      q, k, v    blocks.l.hook_q_input / hook_k_input / hook_v_input, one copy per head, so a
+                              previous-token head feeding an induction head's keys (K-composition) is its own edge
+    MLPl           in         blocks.l.hook_mlp_in
+    logits         in         blocks.{last}.hook_resid_post (the final residual stream, before the final norm)
+
+and outputs hook_embed, hook_pos_embed, a head's z times its W_O (its share of the attention output, bias b_O
+aside; the same as TransformerLens's attn.hook_result without computing it for every head) and an MLP's
+hook_mlp_out. A head feeds every port of later layers and its own layer's MLP.
+
+Ablating edges. A port whose incoming edges from senders S are dropped gets its value in the current run minus,
+over u in S, (u's output in the current run - u's ablated output); every other port is left alone. One dropped
+edge is path patching of that edge (its sender's change reaches the model through that port only); many dropped
+edges evaluate a circuit with the ACDC convention (a kept edge carries what its sender computes from its own,
+possibly ablated, inputs: the senders' outputs are read in the same pass). Ablated outputs (`ABLATIONS`):
+"corrupted" = the sender's output on the pair's corrupted inputs (same sequence index), "mean" = its mean over
+reference sequences at each position (the engine's `mean` setter), "zero" = zeros. Everything runs through the
+intervention engine (`apply` setters, variants stacked into batched passes).
+
+Caveats: the position embedding is the same in clean and corrupted runs and equals its per-position mean, so its
+edges score exactly zero under "corrupted" and "mean" (use "zero" to see them). A corruption shows only the paths
+it disturbs: the generic repeats pair changes one token, so only the value path carrying it moves. Effects of
+single edges need not add up.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean, setter_values, zero
+from mechmem.analysis.interventions_grad import activation_grads
+from mechmem.errors import MechmemError
+from mechmem.tasks.base import PatchingPair
+
+ABLATIONS = ("corrupted", "mean", "zero")
+
+
+@dataclass(frozen=True)
+class Node:
+    """A component: kind "embed", "pos", "head", "mlp" or "logits"; `depth` orders them (embeddings -1, head of
+    layer l at l, MLP of layer l at l + 0.5, logits at n_layers)."""
+
+    name: str
+    kind: str
+    depth: float
+    hook: str | None = None
+    """Hook the node's output is read from (None for the logits); for a head, its z (times W_O: its output)."""
+    index: tuple = ()
+    """Slice of that hook's axes after batch: (slice(None), h) for head h."""
+
+    @property
+    def layer(self) -> int:
+        return int(self.depth) if self.depth >= 0 else -1
+
+
+@dataclass(frozen=True)
+class Port:
+    """An input of a node: "q", "k", "v" of a head, "in" of an MLP or the logits."""
+
+    node: Node
+    port: str
+    hook: str
+    index: tuple = ()
+
+    @property
+    def name(self) -> str:
+        return self.node.name if self.port == "in" else f"{self.node.name}.{self.port}"
+
+
+@dataclass(frozen=True)
+class Edge:
+    """The path from `sender`'s output into `port`."""
+
+    sender: Node
+    port: Port
+
+    @property
+    def name(self) -> str:
+        return f"{self.sender.name}->{self.port.name}"
+
+
+@dataclass
+class Graph:
+    """Every node, port and edge of a model (see the module docstring)."""
+
+    nodes: list[Node]
+    ports: list[Port]
+    edges: list[Edge]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nodes": [{"name": n.name, "kind": n.kind, "depth": n.depth} for n in self.nodes]}
+
+
+def build_graph(model: torch.nn.Module) -> Graph:
+    """The computational graph of a `HookedTransformer` with sequential attention and MLP blocks."""
+    cfg = getattr(model, "cfg", None)
+    if cfg is None or not hasattr(model, "blocks"):
+        raise MechmemError("circuit discovery needs a TransformerLens HookedTransformer")
+    if getattr(cfg, "parallel_attn_mlp", False) or cfg.positional_embedding_type != "standard":
+        raise MechmemError("circuit discovery needs sequential blocks and standard positional embeddings")
+    nodes = [Node("embed", "embed", -1.0, "hook_embed"), Node("pos", "pos", -1.0, "hook_pos_embed")]
+    ports = []
+    for l in range(cfg.n_layers):
+        for h in range(cfg.n_heads):
+            node = Node(f"L{l}H{h}", "head", float(l), f"blocks.{l}.attn.hook_z", (slice(None), h))
+            nodes.append(node)
+            ports += [Port(node, x, f"blocks.{l}.hook_{x}_input", (slice(None), h)) for x in "qkv"]
+        if not cfg.attn_only:
+            nodes.append(Node(f"MLP{l}", "mlp", l + 0.5, f"blocks.{l}.hook_mlp_out"))
+            ports.append(Port(nodes[-1], "in", f"blocks.{l}.hook_mlp_in"))
+    nodes.append(Node("logits", "logits", float(cfg.n_layers)))
+    ports.append(Port(nodes[-1], "in", f"blocks.{cfg.n_layers - 1}.hook_resid_post"))
+    edges = [Edge(u, p) for p in ports for u in nodes if u.hook is not None and u.depth < p.node.depth]
+    return Graph(nodes, ports, edges)
+
+
+def _take(act: Tensor, index: tuple) -> Tensor:
+    return act[(slice(None), *index)]
+
+
+class EdgePatcher:
+    """Clean and ablated outputs of every node on a pair's clean inputs; scores edges and evaluates circuits.
+
+    Args:
+        model: a `HookedTransformer`.
+        pair: clean/corrupted inputs; the metric is its per-prompt logit difference at the answer position.
+        ablation: "corrupted", "mean" or "zero" (see the module docstring).
+        reference: sequences the "mean" ablation averages over (default: `pair.clean`).
+        memory_mb: budget of one batched pass of the engine.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        pair: PatchingPair,
+        ablation: str = "mean",
+        *,
+        reference: Tensor | None = None,
+        memory_mb: float = 256.0,
+    ) -> None:
+        if ablation not in ABLATIONS:
+            raise MechmemError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
+        self.model, self.pair, self.ablation, self.memory_mb = model, pair, ablation, memory_mb
+        self.graph = build_graph(model)
+        self.tokens = pair.clean
+        hooks = sorted({n.hook for n in self.graph.nodes if n.hook is not None})
+        setter = {"corrupted": from_run(pair.corrupted), "zero": zero()}.get(ablation)
+        setter = setter or mean(pair.clean if reference is None else reference)
+        self.clean = setter_values(model, self.tokens, from_run(self.tokens), hooks)
+        self.ablated = setter_values(model, self.tokens, setter, hooks)
+        self.delta = {
+            n.name: self.output(n, self.ablated[n.hook] - self.clean[n.hook])
+            for n in self.graph.nodes
+            if n.hook is not None
+        }
+
+    @torch.no_grad()
+    def output(self, node: Node, act: Tensor) -> Float[Tensor, "batch pos d_model"]:
+        """The node's output (what it adds to the residual stream) from the whole activation at its hook."""
+        x = _take(act, node.index)
+        if node.kind == "head":
+            attn = self.model.blocks[node.layer].attn
+            x = x @ attn.W_O[node.index[-1]].to(x.dtype)
+        return x
+
+    def metric(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Float[Tensor, " batch"]:
+        """The pair's logit difference, per prompt."""
+        return self.pair.logit_diff_per_prompt(logits)
+
+    def run(self, variants: list[list[Intervention]]) -> Float[Tensor, "variant batch"]:
+        """The per-prompt metric under each variant (one engine call)."""
+        return intervene(self.model, self.tokens, variants, self.metric, memory_mb=self.memory_mb)
+
+    def exact(self, edges: list[Edge]) -> Float[Tensor, "edge batch"]:
+        """Per prompt: metric(full) - metric(edge ablated), by path patching each edge (one variant per edge)."""
+
+        def shift(delta: Tensor) -> Any:
+            return apply(lambda act, hook: act + delta.to(act.device))
+
+        variants = [
+            [Intervention(e.port.hook, e.port.index, shift(self.delta[e.sender.name]))] for e in edges
+        ]
+        values = self.run([[]] + variants)
+        return values[0] - values[1:]
+
+    def attribution(self) -> Float[Tensor, " edge"]:
+        """Edge attribution patching: -(u_ablated - u_clean) . d metric / d port for every edge, summed over
+        prompts, positions and d_model (one forward and one backward pass)."""
+        hooks = sorted({p.hook for p in self.graph.ports})
+        _, grads = activation_grads(self.model, self.tokens, hooks, lambda x: self.metric(x).mean())
+        scores = [
+            -(self.delta[e.sender.name] * _take(grads[e.port.hook], e.port.index)).sum()
+            for e in self.graph.edges
+        ]
+        return torch.stack(scores).cpu()
+
+    def circuit_variant(self, keep: Bool[Tensor, " edge"]) -> list[Intervention]:
+        """Interventions that ablate every edge not in `keep` at once (see the module docstring)."""
+        dropped: dict[str, tuple[Port, list[Node]]] = {}
+        for edge, kept in zip(self.graph.edges, keep.tolist()):
+            if not kept:
+                dropped.setdefault(edge.port.name, (edge.port, []))[1].append(edge.sender)
+        current: dict[str, Tensor] = {}
+
+        def record(act: Tensor, hook: Any) -> Tensor:
+            current[hook.name] = act.clone()
+            return act
+
+        senders = {u.hook for _, us in dropped.values() for u in us}
+        out = [Intervention(hook, (), apply(record)) for hook in sorted(senders)]
+        for port, us in dropped.values():
+
+            def patch(act: Tensor, hook: Any, us: list[Node] = us) -> Tensor:
+                for u in us:
+                    act = act - self.output(u, current[u.hook] - self.ablated[u.hook])
+                return act
+
+            out.append(Intervention(port.hook, port.index, apply(patch)))
+        return out
+
+    def evaluate(self, keep: Bool[Tensor, "variant edge"]) -> Float[Tensor, "variant batch"]:
+        """Per-prompt metric of each circuit (a row of `keep`), every other edge ablated."""
+        return self.run([self.circuit_variant(row) for row in keep])
+
+
+__all__ = ["ABLATIONS", "Edge", "EdgePatcher", "Graph", "Node", "Port", "build_graph"]

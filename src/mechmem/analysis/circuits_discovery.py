@@ -1,0 +1,303 @@
+"""Circuit discovery: score every edge, prune to the smallest circuit reaching a target faithfulness, measure it.
+
+    from mechmem.analysis.circuits_discovery import circuit_pair, discover_circuit
+    pair, _ = circuit_pair(model, task, 64, generator=torch.Generator().manual_seed(0))
+    circuit = discover_circuit(model, pair, ablation="mean")        # a `Circuit`; circuit.to_dict() for JSON
+
+Scores (`mechmem.analysis.circuits`): exact path patching of every edge, or, on graphs with more than
+`max_exact` edges, edge attribution patching (EAP) of every edge followed by exact path patching of the
+`max_exact` edges EAP ranks highest (the others keep their EAP estimate). Pruning: edges ranked by |score|; the
+circuit is the shortest prefix of the ranking whose faithfulness reaches `target` (found by a batched bisection
+over the prefix length, see `_prune`), or, with `threshold`, every edge whose |score| is at least threshold x |gap|.
+Measures, with e = every edge ablated and gap = m(full) - m(e):
+    faithfulness = (m(circuit) - m(e)) / gap        the circuit alone, every other edge ablated
+    completeness = (m(full) - m(full minus circuit)) / gap      what ablating only the circuit's edges removes
+A circuit is *confident* (rule fixed before any run, `CONFIDENCE`): the behaviour exists (|gap| >= min_gap),
+the circuit reaches the target with at most max_edge_fraction of the edges, and every kept edge's exact effect is
+at least min_z standard errors (over prompts) away from zero.
+"""
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from mechmem.analysis.attribution import agreement
+from mechmem.analysis.circuits import EdgePatcher, Graph
+from mechmem.analysis.patching import PatchingResult
+from mechmem.tasks.base import PatchingPair
+from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
+
+CONFIDENCE = {"min_gap": 1.0, "max_edge_fraction": 0.5, "min_z": 3.0}
+"""The rule for a confident circuit (see the module docstring); fixed before the first run."""
+REPEATS_HALF = 16
+"""Longest r of the generic repeats pair [r, r] (cost grows with the length; induction needs no more)."""
+
+
+@dataclass
+class Circuit:
+    """Every edge's score, the kept edges, and the circuit's faithfulness and completeness."""
+
+    graph: Graph
+    scores: Float[Tensor, " edge"]
+    """metric(full) - metric(edge ablated), mean over prompts (exact, or EAP where `exact` is False)."""
+    stderr: Float[Tensor, " edge"]
+    """Standard error of the exact score over prompts (NaN where only EAP was run)."""
+    exact: Bool[Tensor, " edge"]
+    """Whether the edge's score is exact."""
+    kept: Bool[Tensor, " edge"]
+    """The circuit."""
+    values: dict[str, float]
+    """Metric of the full model, of every edge ablated ("empty"), of the circuit, of the full model minus it."""
+    method: str
+    ablation: str
+    metric: str = "logit_diff"
+    n: int = 0
+    attribution: Float[Tensor, " edge"] | None = None
+    """The EAP estimate of every edge (when computed)."""
+    target: float | None = None
+    threshold: float | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.graph.edges)
+        for name in ("scores", "stderr", "exact", "kept"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"{name} must have one entry per edge ({n})")
+
+    @property
+    def gap(self) -> float:
+        return self.values["full"] - self.values["empty"]
+
+    def _fraction(self, value: float) -> float:
+        return value / self.gap if self.gap else math.nan
+
+    @property
+    def faithfulness(self) -> float:
+        return self._fraction(self.values["circuit"] - self.values["empty"])
+
+    @property
+    def completeness(self) -> float:
+        return self._fraction(self.values["full"] - self.values["complement"])
+
+    def criteria(self) -> dict[str, bool]:
+        """Each condition of the confidence rule (`CONFIDENCE`)."""
+        kept = self.kept.nonzero().flatten()
+        z = self.scores[kept].abs() / self.stderr[kept].clamp_min(1e-12)
+        reached = self.target is None or self.faithfulness >= self.target
+        return {
+            "behaviour": abs(self.gap) >= CONFIDENCE["min_gap"],
+            "sparse": reached and len(kept) <= CONFIDENCE["max_edge_fraction"] * len(self.kept),
+            "significant": len(kept) > 0
+            and bool(self.exact[kept].all())
+            and bool((z >= CONFIDENCE["min_z"]).all()),
+        }
+
+    @property
+    def confident(self) -> bool:
+        return all(self.criteria().values())
+
+    def edge_names(self, which: Bool[Tensor, " edge"] | None = None) -> list[str]:
+        which = self.kept if which is None else which
+        return [e.name for e, k in zip(self.graph.edges, which.tolist()) if k]
+
+    def to_dict(self) -> dict[str, Any]:
+        edges = []
+        for i, e in enumerate(self.graph.edges):
+            row = {
+                "name": e.name,
+                "sender": e.sender.name,
+                "receiver": e.port.node.name,
+                "port": e.port.port,
+                "score": float(self.scores[i]),
+                "stderr": float(self.stderr[i]),
+                "exact": bool(self.exact[i]),
+                "kept": bool(self.kept[i]),
+            }
+            if self.attribution is not None:
+                row["attribution"] = float(self.attribution[i])
+            edges.append(row)
+        return {
+            **self.graph.to_dict(),
+            "edges": edges,
+            "circuit": self.edge_names(),
+            "method": self.method,
+            "ablation": self.ablation,
+            "metric": self.metric,
+            "n": self.n,
+            "values": self.values,
+            "faithfulness": self.faithfulness,
+            "completeness": self.completeness,
+            "target": self.target,
+            "threshold": self.threshold,
+            "confident": self.confident,
+            "criteria": self.criteria(),
+            "confidence_rule": CONFIDENCE,
+            "timings_s": self.timings,
+        }
+
+
+def circuit_pair(
+    model: torch.nn.Module, task: Any, n: int, *, generator: torch.Generator
+) -> tuple[PatchingPair, str]:
+    """The task's clean/corrupted pair, or, for a bare model or a task without one, the generic repeats pair;
+    with the pair's source in words."""
+    if task is not None:
+        try:
+            return task.patching_pair(n, generator=generator), f"the {task.name} task's clean/corrupted pair"
+        except NotImplementedError:
+            pass
+    config = RepeatsConfig.for_model(model)
+    config = RepeatsConfig.for_model(model, half=min(config.half, REPEATS_HALF))
+    pair = RepeatsTask(config).patching_pair(n, generator=generator)
+    return (
+        pair,
+        f"the generic repeated-random-tokens pair ([r, r], |r| = {config.half}, first copy of the answer changed)",
+    )
+
+
+def _prune(
+    patcher: EdgePatcher,
+    scores: Tensor,
+    target: float | None,
+    threshold: float | None,
+    full: float,
+    empty: float,
+    per_round: int = 8,
+) -> Tensor:
+    """The kept edges: by threshold on |score| / |gap|, else the shortest |score| prefix reaching `target`.
+
+    The prefix is found by a batched bisection: each round evaluates `per_round` sizes spread over the bracket
+    (one engine call) and keeps the sub-bracket where faithfulness first reaches the target. It returns the
+    shortest prefix when faithfulness grows with the prefix, else a prefix k reaching it with k - 1 not.
+    """
+    if threshold is not None:
+        return scores.abs() >= threshold * abs(full - empty)
+    order = scores.abs().argsort(descending=True, stable=True)
+
+    def mask(k: int) -> Tensor:
+        out = torch.zeros(len(order), dtype=torch.bool)
+        out[order[:k]] = True
+        return out
+
+    lo, hi = 0, len(order)  # faithfulness(0) = 0 < target <= 1 = faithfulness(all edges)
+    while hi - lo > 1:
+        sizes = sorted(
+            {lo + max(1, (hi - lo) * i // (per_round + 1)) for i in range(1, per_round + 1)} - {hi}
+        )
+        faith = (patcher.evaluate(torch.stack([mask(k) for k in sizes])).mean(1) - empty) / (
+            (full - empty) or math.nan
+        )
+        reached = [k for k, f in zip(sizes, faith.tolist()) if f >= target]
+        hi = reached[0] if reached else hi
+        lo = max([k for k in sizes if k < hi], default=lo)
+    return mask(hi)
+
+
+def score_edges(
+    patcher: EdgePatcher, max_exact: int, with_attribution: bool
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, dict[str, float]]:
+    """(scores, stderr, exact, EAP or None, timings): exact path patching of every edge, or of the `max_exact`
+    edges EAP ranks highest when there are more (the others keep their EAP estimate)."""
+    edges, start = patcher.graph.edges, time.perf_counter()
+    n_edges, attribution = len(edges), None
+    if n_edges > max_exact or with_attribution:
+        attribution = patcher.attribution()
+    mid = time.perf_counter()
+    chosen = torch.arange(n_edges)
+    if n_edges > max_exact:
+        chosen = attribution.abs().argsort(descending=True)[:max_exact].sort().values
+    per_prompt = patcher.exact([edges[i] for i in chosen.tolist()])
+    scores = attribution.clone() if attribution is not None else torch.zeros(n_edges)
+    stderr = torch.full((n_edges,), math.nan)
+    exact = torch.zeros(n_edges, dtype=torch.bool)
+    scores[chosen], exact[chosen] = per_prompt.mean(1), True
+    if per_prompt.shape[1] > 1:
+        stderr[chosen] = per_prompt.std(1) / math.sqrt(per_prompt.shape[1])
+    return (
+        scores,
+        stderr,
+        exact,
+        attribution,
+        {"attribution": mid - start, "exact": time.perf_counter() - mid},
+    )
+
+
+def discover_circuit(
+    model: torch.nn.Module,
+    pair: PatchingPair,
+    *,
+    ablation: str = "mean",
+    reference: Tensor | None = None,
+    target: float = 0.9,
+    threshold: float | None = None,
+    max_exact: int = 256,
+    with_attribution: bool = False,
+    memory_mb: float = 256.0,
+) -> Circuit:
+    """Score every edge (exact, or EAP then exact on the top `max_exact`), prune, and measure the circuit.
+
+    Args:
+        ablation: "corrupted", "mean" or "zero" (`mechmem.analysis.circuits`); reference: mean-ablation inputs.
+        target: faithfulness the pruned circuit must reach (ignored with `threshold`).
+        threshold: keep every edge with |score| >= threshold x |m(full) - m(every edge ablated)| instead.
+        with_attribution: also compute EAP when every edge is scored exactly (for the agreement).
+    """
+    start = time.perf_counter()
+    patcher = EdgePatcher(model, pair, ablation, reference=reference, memory_mb=memory_mb)
+    setup = time.perf_counter()
+    scores, stderr, exact, attribution, timings = score_edges(patcher, max_exact, with_attribution)
+    scored = time.perf_counter()
+    n_edges = len(patcher.graph.edges)
+    every = torch.ones(n_edges, dtype=torch.bool)
+    full, empty = patcher.evaluate(torch.stack([every, ~every])).mean(1).tolist()
+    kept = _prune(patcher, scores, target, threshold, full, empty)
+    circuit_value, complement = patcher.evaluate(torch.stack([kept, ~kept])).mean(1).tolist()
+    end = time.perf_counter()
+    timings |= {"setup": setup - start, "prune": end - scored, "total": end - start}
+    method = "exact path patching of every edge"
+    if n_edges > max_exact:
+        method = f"EAP on all {n_edges} edges, exact path patching on the top {max_exact}"
+    return Circuit(
+        patcher.graph,
+        scores,
+        stderr,
+        exact,
+        kept,
+        values={"full": full, "empty": empty, "circuit": circuit_value, "complement": complement},
+        method=method,
+        ablation=ablation,
+        n=len(pair.clean),
+        attribution=attribution,
+        target=None if threshold is not None else target,
+        threshold=threshold,
+        timings=timings,
+    )
+
+
+def attribution_agreement(circuit: Circuit, k: int = 10) -> dict[str, float]:
+    """Pearson and Spearman correlation and top-k overlap of the EAP estimates with the exact scores (the
+    patching `agreement`, over the exactly scored edges)."""
+    if circuit.attribution is None:
+        raise ValueError("the circuit was discovered without attribution (with_attribution=True)")
+    idx = circuit.exact.nonzero().flatten()
+    as_result = [
+        PatchingResult(
+            "edges",
+            ("edge",),
+            circuit.values["full"] - x[idx],
+            "noising",
+            circuit.metric,
+            circuit.values["full"],
+            circuit.values["empty"],
+        )
+        for x in (circuit.attribution, circuit.scores)
+    ]
+    return agreement(*as_result, k=k)
+
+
+__all__ = ["CONFIDENCE", "Circuit", "attribution_agreement", "circuit_pair", "discover_circuit"]

@@ -1,0 +1,165 @@
+"""The report's edge-level circuit: the graph drawn by layer, its faithfulness, and the strongest edges.
+
+`edges_section(ctx)` discovers the circuit of the report's model on its task's clean/corrupted pair (or the generic
+repeats pair) with mean ablation (`mechmem.analysis.circuits_discovery.discover_circuit`), and `plot_circuit` draws
+it: embeddings at the bottom, one row per layer (heads, then the MLP half a layer up), the logits on top; each head
+shows its q, k and v input ports; edge width is proportional to |score|, blue edges support the clean answer and
+red ones oppose it; each head carries its role from the report's classifier.
+"""
+
+from typing import Any
+
+from mechmem.analysis.circuits import build_graph
+from mechmem.analysis.circuits_discovery import CONFIDENCE, Circuit, circuit_pair, discover_circuit
+from mechmem.errors import MechmemError
+from mechmem.report.document import Section, Table
+
+PORT_OFFSET = {"q": -0.3, "k": 0.0, "v": 0.3, "in": 0.0}
+N_PROMPTS = 64
+"""Prompts of the report's pair (the exact scores run one batched variant per edge)."""
+
+
+def _positions(circuit: Circuit) -> dict[str, tuple[float, float]]:
+    """(x, y) of every node: heads spread along x in their layer's row, MLPs and the logits centred, the
+    embeddings below and outside the heads' columns (so their edges do not run through a head)."""
+    heads = [n for n in circuit.graph.nodes if n.kind == "head"]
+    width = max([int(n.name.split("H")[1]) for n in heads], default=0) + 1
+    side = 0.7 * (width - 1) + 1.0
+    pos = {"embed": (-side, -1.0), "pos": (side, -1.0)}
+    for node in circuit.graph.nodes:
+        if node.kind == "head":
+            pos[node.name] = (1.4 * (int(node.name.split("H")[1]) - (width - 1) / 2), node.depth)
+        elif node.kind in ("mlp", "logits"):
+            pos[node.name] = (0.0, node.depth)
+    return pos
+
+
+def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title: str = "") -> Any:
+    """The circuit's kept edges between its nodes, placed by layer (see the module docstring); returns a Figure."""
+    from mechmem.plotting import plt
+
+    roles = roles or {}
+    pos = _positions(circuit)
+    xs = [x for x, _ in pos.values()]
+    fig, ax = plt.subplots(
+        figsize=(max(4.5, 1.2 * (max(xs) - min(xs)) + 3), 1.6 * (len({y for _, y in pos.values()})))
+    )
+    kept = circuit.kept.nonzero().flatten().tolist()
+    top = float(circuit.scores[kept].abs().max()) if kept else 1.0
+    for i in kept:
+        edge = circuit.graph.edges[i]
+        (x0, y0), (x1, y1) = pos[edge.sender.name], pos[edge.port.node.name]
+        score = float(circuit.scores[i])
+        drop = 0.2 if edge.port.port in "qkv" else 0.1
+        ax.annotate(
+            "",
+            xy=(x1 + PORT_OFFSET[edge.port.port], y1 - drop),
+            xytext=(x0, y0 + 0.1),
+            arrowprops={
+                "arrowstyle": "-|>",
+                "lw": 0.6 + 5.0 * abs(score) / (top or 1.0),
+                "color": "tab:blue" if score >= 0 else "tab:red",
+                "alpha": 0.75,
+                "shrinkA": 0,
+                "shrinkB": 0,
+                "connectionstyle": "arc3,rad=0.08",
+            },
+        )
+    used = {circuit.graph.edges[i].sender.name for i in kept} | {
+        circuit.graph.edges[i].port.node.name for i in kept
+    }
+    for node in circuit.graph.nodes:
+        x, y = pos[node.name]
+        face = "#fde9a9" if node.name in used else "#eeeeee"
+        label = node.name + (f"\n{roles[node.name]}" if node.name in roles else "")
+        ax.text(
+            x,
+            y,
+            label,
+            ha="center",
+            va="center",
+            fontsize=7,
+            bbox={"boxstyle": "round,pad=0.3", "fc": face, "ec": "#888888", "lw": 0.6},
+        )
+        if node.kind == "head":
+            for port, dx in PORT_OFFSET.items():
+                if port != "in":
+                    ax.plot([x + dx], [y - 0.2], "o", ms=3, color="#555555")
+                    ax.text(x + dx + 0.07, y - 0.23, port, ha="left", va="top", fontsize=6, color="#333333")
+    ax.set_xlim(min(xs) - 1.0, max(xs) + 1.0)
+    ax.set_ylim(-1.5, max(y for _, y in pos.values()) + 0.5)
+    ax.axis("off")
+    ax.set_title(title or f"circuit: {len(kept)} edges, faithfulness {circuit.faithfulness:.2f}", fontsize=9)
+    return fig
+
+
+def edge_table(circuit: Circuit, top: int = 12) -> Table:
+    """The `top` edges by |score|: score, standard error over prompts, kept or not (and EAP, when computed)."""
+    order = circuit.scores.abs().argsort(descending=True)[:top].tolist()
+    eap = circuit.attribution is not None
+    rows = []
+    for i in order:
+        row = [
+            circuit.graph.edges[i].name,
+            float(circuit.scores[i]),
+            float(circuit.stderr[i]),
+            "yes" if circuit.kept[i] else "no",
+        ]
+        rows.append(row + ([float(circuit.attribution[i])] if eap else []))
+    headers = ["edge", "score", "stderr", "in circuit"] + (["EAP"] if eap else [])
+    return Table(
+        headers,
+        rows,
+        f"Strongest edges (of {len(circuit.graph.edges)}); score = metric drop when the edge "
+        "alone is ablated",
+    )
+
+
+def summary_lines(circuit: Circuit, source: str) -> list[str]:
+    """The section's findings in words: pair, ablation, method, the circuit, its measures and the verdict."""
+    v, rule = circuit.values, CONFIDENCE
+    verdict = ", ".join(f"{k} {'yes' if ok else 'no'}" for k, ok in circuit.criteria().items())
+    kept = ", ".join(circuit.edge_names()) or "none"
+    return [
+        (
+            f"Pair: {source}, {circuit.n} prompts; metric: logit difference (clean - corrupted answer). "
+            f"Ablation: {circuit.ablation} (per position, over the clean prompts). Scores: {circuit.method}."
+        ),
+        (
+            f"Circuit: {int(circuit.kept.sum())} of {len(circuit.graph.edges)} edges (shortest |score| prefix with "
+            f"faithfulness >= {circuit.target}): {kept}."
+        ),
+        (
+            f"Faithfulness {circuit.faithfulness:.3f} (circuit {v['circuit']:.3f}, full model {v['full']:.3f}, "
+            f"every edge ablated {v['empty']:.3f}); completeness {circuit.completeness:.3f} (circuit's edges "
+            f"ablated: {v['complement']:.3f})."
+        ),
+        (
+            f"Confident: {'yes' if circuit.confident else 'no'} ({verdict}; rule: |gap| >= {rule['min_gap']}, at "
+            f"most {rule['max_edge_fraction']:.0%} of the edges, kept edges >= {rule['min_z']} standard errors). "
+            f"Time {circuit.timings['total']:.2f} s."
+        ),
+    ]
+
+
+def edges_section(ctx: Any) -> Section:
+    """Edge-level circuit of the report's model: discovered, drawn and measured (a report section)."""
+    s = Section("edges", "Circuit: edges between components")
+    gen = ctx.generator(15)
+    try:
+        build_graph(ctx.model)  # the reason to skip, before any data is drawn
+        pair, source = circuit_pair(ctx.model, ctx.task, N_PROMPTS, generator=gen)
+        circuit = discover_circuit(ctx.model, pair.to(ctx.device), ablation="mean")
+    except (MechmemError, NotImplementedError) as exc:
+        s.skipped = str(exc)
+        return s
+    roles = {h.name: h.role for h in ctx.roles.heads}
+    s.findings = circuit.to_dict()
+    s.findings["pair"] = source
+    s.lines += summary_lines(circuit, source)
+    s.tables.append(edge_table(circuit))
+    s.add_figure("graph", plot_circuit(circuit, roles))
+    return s
+
+
+__all__ = ["edge_table", "edges_section", "plot_circuit", "summary_lines"]

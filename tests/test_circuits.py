@@ -1,0 +1,179 @@
+"""Edge-level circuits: engine results equal a naive hooked reference; the planted induction circuit is found
+exactly; random models give no confident circuit; EAP is exact where the metric is linear."""
+
+import pytest
+import torch
+from helpers import assert_no_hooks, build_model
+
+from mechmem.analysis.circuits import EdgePatcher, build_graph
+from mechmem.analysis.circuits_discovery import attribution_agreement, circuit_pair, discover_circuit
+from mechmem.analysis.interventions_grad import activation_grads
+from mechmem.analysis.planted import planted_induction_model
+from mechmem.tasks.base import PatchingPair
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_model(3, normalization_type="LN", n_ctx=8)
+
+
+@pytest.fixture(scope="module")
+def pair(model):
+    g = torch.Generator().manual_seed(5)
+    clean, corrupted = (torch.randint(6, (6, 8), generator=g) for _ in range(2))
+    return PatchingPair(clean, corrupted, torch.full((6,), 7), clean[:, 3].clone(), corrupted[:, 3].clone())
+
+
+def naive_circuit_metric(model, patcher, keep):
+    """Reference: one run_with_hooks that records every sender's output and rewrites each port by hand."""
+    current, fwd = {}, []
+    ablated = patcher.ablated
+    for node in patcher.graph.nodes:
+        if node.hook is not None:
+            fwd.append((node.hook, lambda act, hook: current.__setitem__(hook.name, act.clone())))
+    for port in patcher.graph.ports:
+        senders = [e.sender for e, k in zip(patcher.graph.edges, keep.tolist()) if e.port is port and not k]
+
+        def rewrite(act, hook, senders=senders, port=port):
+            act = act.clone()
+            sel = (slice(None), *port.index)
+            for u in senders:
+                usel = (slice(None), *u.index)
+                w = model.blocks[u.layer].attn.W_O[u.index[-1]] if u.kind == "head" else None
+                now, abl = current[u.hook][usel], ablated[u.hook][usel]
+                act[sel] = (
+                    act[sel] - (now @ w if w is not None else now) + (abl @ w if w is not None else abl)
+                )
+            return act
+
+        fwd.append((port.hook, rewrite))
+    model.set_use_split_qkv_input(True)
+    model.set_use_hook_mlp_in(True)
+    try:
+        with torch.no_grad():
+            logits = model.run_with_hooks(patcher.tokens, fwd_hooks=fwd)
+    finally:
+        model.set_use_split_qkv_input(False)
+        model.set_use_hook_mlp_in(False)
+    return patcher.metric(logits)
+
+
+def test_graph_has_k_composition_and_no_same_layer_edges(model):
+    g = build_graph(model)
+    names = {e.name for e in g.edges}
+    assert "L0H1->L1H0.k" in names and "L0H0->MLP0" in names and "MLP0->L1H1.q" in names
+    assert not any(e.sender.depth >= e.port.node.depth for e in g.edges)
+    # embed, pos -> all 15 ports; L0 heads -> 6 head ports of L1, MLP0, MLP1, logits; MLP0 -> 6 + MLP1 + logits;
+    # L1 heads -> MLP1, logits; MLP1 -> logits
+    assert len(g.edges) == 2 * 15 + 2 * 9 + 8 + 2 * 2 + 1
+
+
+@pytest.mark.parametrize("ablation", ["corrupted", "mean", "zero"])
+def test_circuit_evaluation_equals_naive_reference(model, pair, ablation):
+    patcher = EdgePatcher(model, pair, ablation)
+    keep = torch.rand(len(patcher.graph.edges), generator=torch.Generator().manual_seed(1)) < 0.5
+    got = patcher.evaluate(keep[None])[0]
+    torch.testing.assert_close(got, naive_circuit_metric(model, patcher, keep), atol=1e-5, rtol=1e-5)
+    assert_no_hooks(model)
+
+
+def test_invariants_full_empty_and_single_edge(model, pair):
+    patcher = EdgePatcher(model, pair, "corrupted")
+    model.set_use_attn_result(True)
+    try:
+        _, cache = model.run_with_cache(pair.clean, names_filter=lambda name: name.endswith("hook_result"))
+    finally:
+        model.set_use_attn_result(False)
+    head = next(n for n in patcher.graph.nodes if n.name == "L1H1")
+    torch.testing.assert_close(
+        patcher.output(head, patcher.clean[head.hook]), cache["blocks.1.attn.hook_result"][:, :, 1]
+    )
+    n = len(patcher.graph.edges)
+    full, empty = patcher.evaluate(
+        torch.stack([torch.ones(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)])
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(full, patcher.metric(model(pair.clean)), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(empty, patcher.metric(model(pair.corrupted)), atol=1e-4, rtol=1e-4)
+    # path patching one edge = evaluating the circuit without that edge
+    edges = patcher.graph.edges[::9]
+    drop = torch.ones(len(edges), n, dtype=torch.bool)
+    for row, e in enumerate(edges):
+        drop[row, patcher.graph.edges.index(e)] = False
+    torch.testing.assert_close(patcher.exact(edges), full - patcher.evaluate(drop), atol=1e-5, rtol=1e-5)
+    assert_no_hooks(model)
+
+
+def test_activation_grads_match_finite_differences(model, pair):
+    hook = "blocks.1.hook_k_input"
+    metric = lambda x: pair.logit_diff(x)
+    value, grads = activation_grads(model, pair.clean, [hook], metric)
+    direction = torch.randn(grads[hook].shape, generator=torch.Generator().manual_seed(2))
+    eps = 1e-2
+    from mechmem.analysis.interventions import Intervention, apply, intervene
+
+    shifted = [[Intervention(hook, (), apply(lambda a, h, s=s: a + s * eps * direction))] for s in (1, -1)]
+    up, down = intervene(model, pair.clean, shifted, metric)
+    assert float((up - down) / (2 * eps)) == pytest.approx(float((grads[hook] * direction).sum()), rel=2e-2)
+    with torch.no_grad():
+        assert float(value) == pytest.approx(float(metric(model(pair.clean))), abs=1e-5)
+    assert_no_hooks(model)
+
+
+def test_eap_is_exact_on_edges_into_the_logits_without_final_norm():
+    model = build_model(4, n_ctx=8)  # no LayerNorm: the logits are linear in the final residual stream
+    pair, _ = circuit_pair(model, None, 8, generator=torch.Generator().manual_seed(0))
+    circuit = discover_circuit(model, pair, ablation="mean", with_attribution=True)
+    into_logits = torch.tensor([e.port.node.kind == "logits" for e in circuit.graph.edges])
+    torch.testing.assert_close(
+        circuit.attribution[into_logits], circuit.scores[into_logits], atol=1e-4, rtol=1e-4
+    )
+    assert attribution_agreement(circuit)["k"] == 10
+    assert_no_hooks(model)
+
+
+PLANTED = {"embed->L0H2.v", "L0H2->L1H1.k", "embed->L1H1.q", "embed->L1H1.v", "L1H1->logits"}
+
+
+@pytest.mark.parametrize(
+    ("ablation", "expected"),
+    [
+        ("mean", PLANTED),
+        # the repeats pair changes only the answer's first copy: only the value path that carries it moves
+        ("corrupted", {"embed->L1H1.v", "L1H1->logits"}),
+    ],
+)
+def test_planted_induction_circuit_is_found_exactly(ablation, expected):
+    model = planted_induction_model()
+    pair, _ = circuit_pair(model, None, 16, generator=torch.Generator().manual_seed(0))
+    circuit = discover_circuit(model, pair, ablation=ablation)
+    assert set(circuit.edge_names()) == expected
+    distractors = {"L0H0", "L0H1", "L1H0", "L1H2"}
+    assert not any(name.split("->")[0] in distractors for name in circuit.edge_names())
+    assert circuit.faithfulness == pytest.approx(1.0, abs=1e-3)
+    assert circuit.completeness == pytest.approx(1.0, abs=1e-3)
+    assert circuit.confident
+    assert_no_hooks(model)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_models_give_no_confident_circuit(seed):
+    model = build_model(seed, n_ctx=24, d_vocab=12)
+    pair, _ = circuit_pair(model, None, 32, generator=torch.Generator().manual_seed(seed))
+    circuit = discover_circuit(model, pair, ablation="mean")
+    assert not circuit.confident
+    record = circuit.to_dict()
+    assert record["confident"] is False and len(record["edges"]) == len(circuit.graph.edges)
+    assert_no_hooks(model)
+
+
+def test_large_graph_path_and_threshold_pruning(model, pair):
+    full = discover_circuit(model, pair, ablation="corrupted")
+    part = discover_circuit(model, pair, ablation="corrupted", max_exact=10, threshold=0.05)
+    assert int(part.exact.sum()) == 10 and "EAP" in part.method
+    top = part.attribution.abs().argsort(descending=True)[:10]
+    assert bool(part.exact[top].all())
+    torch.testing.assert_close(part.scores[part.exact], full.scores[part.exact], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(part.scores[~part.exact], part.attribution[~part.exact])
+    assert torch.equal(part.kept, part.scores.abs() >= 0.05 * abs(part.gap)) and part.target is None
+    assert_no_hooks(model)
