@@ -5,16 +5,20 @@
 
 Rules, metric and rungs: docs/reproductions/data/birth_rules.json (committed before the runs). Each finished run
 is appended to docs/reproductions/data/birth_scale.jsonl; runs already there are reused, so the command resumes.
-`python analyses/reproduce.py birth --page-only` then shows the ladder on the birth page.
+With --record, the birth run record is then given the ladder and its statements are judged again from the
+histories it holds (no suite run is retrained); `python analyses/reproduce.py birth --page-only` shows it:
+
+    python analyses/birth_scale.py --max-rung R0 --record docs/reproductions/data/birth.json
 """
 
+import json
 from pathlib import Path
 
 import torch
 
-from mechmem.cli import ArgumentParser, positive_int, run_script
+from mechmem.cli import ArgumentParser, positive_int, run_script, write_json
 from mechmem.errors import MechmemError
-from mechmem.papers.birth.scale import RECORDS_FILE, RULES_FILE, load_rules, run_ladder
+from mechmem.papers.birth.scale import RECORDS_FILE, RULES_FILE, attach_ladder, load_rules, run_ladder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--statements", default=None, help="comma-separated statement keys (default: all)")
     parser.add_argument("--max-rung", default=None, help="highest rung to run, e.g. R2 (default: all)")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument(
+        "--record", default=None, help="birth run record to give the ladder (rewritten in place)"
+    )
     args = parser.parse_args(argv)
     if not Path(args.rules).exists():
         raise MechmemError(f"no rules file at {args.rules}")
@@ -40,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
                         log=lambda line: print(line, flush=True))  # fmt: skip
     for key, verdict in status.items():
         print(f"{key}: {verdict}")
+    if args.record:
+        if not Path(args.record).exists():
+            raise MechmemError(f"no run record at {args.record}")
+        record = attach_ladder(json.loads(Path(args.record).read_text()), Path(args.records).parent)
+        write_json(args.record, record)
+        print(f"wrote {args.record}")
     return 0
 
 

@@ -26,6 +26,7 @@ import torch
 
 from mechmem.models.adapter import build_transformer
 from mechmem.papers.birth.models import full_config
+from mechmem.papers.birth.statements import judge, load_published, record_context
 from mechmem.papers.birth.task import N_TOKENS, BirthConfig
 from mechmem.tasks import build_task
 from mechmem.training import TrainConfig, train
@@ -78,7 +79,9 @@ def train_cell(
     """Train one full transformer on K=5 triggered bigrams and return its JSON record."""
     config = dict(locals())
     model_cfg = full_config(d_vocab=N_TOKENS, n_ctx=seq_len, n_layers=n_layers, d_model=d_model)
-    task = build_task("birth", BirthConfig(seq_len=seq_len, fixed_triggers=fixed_triggers, head_only_loss=False))
+    task = build_task(
+        "birth", BirthConfig(seq_len=seq_len, fixed_triggers=fixed_triggers, head_only_loss=False)
+    )
     train_cfg = TrainConfig(
         steps=steps, batch_size=batch_size, lr=lr, optimizer="sgd", momentum=0.9, weight_decay=1e-4,
         eval_every=max(1, steps // curve_points), eval_samples=curve_sequences, seed=seed,
@@ -120,7 +123,7 @@ def make_cell(rules: dict[str, Any], rung: dict[str, Any], model: dict[str, Any]
 
 
 def verdict(rule: dict[str, Any], value: float) -> str:
-    """"met", "below" or "above" (a "within" rule's value over the band)."""
+    """The verdict of `rule` on `value`: "met", "below", or "above" (a "within" rule's value over the band)."""
     if rule["kind"] == "at_least":
         return "met" if value >= rule["threshold"] else "below"
     gap = value - rule["target"]
@@ -175,3 +178,70 @@ def run_ladder(
         if rung["name"] == max_rung:
             break
     return status
+
+
+def gap(rule: dict[str, Any], value: float) -> float:
+    """Distance from `value` to the nearest value that meets `rule` (0 when met)."""
+    if rule["kind"] == "at_least":
+        return max(0.0, rule["threshold"] - value)
+    return max(0.0, abs(value - rule["target"]) - rule["tolerance"])
+
+
+def summarise(rules: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each statement's climb read from the cell records: the rungs it ran (stopping where the procedure stops),
+    its outcome at the last of them and the rungs it did not reach.
+
+    Returns statement key -> {"claim", "published", "text", "rule", "climb": [{"rung", "sizes", "value",
+    "verdict", "gap", "n_icl_positions", "wall_s"}], "outcome": the last climb row (None when nothing ran),
+    "status": "met" / "below" / "above" / "not run", "not_reached": [rung names]}.
+    """
+    rungs, out = rules["ladder"]["rungs"], {}
+    for s in rules["statements"]:
+        climb = []
+        for rung in rungs:
+            record = records.get(cell_key(rung["name"], s["model"]))
+            if record is None:
+                break
+            value = record["final"]["icl_acc"]
+            climb.append({
+                "rung": rung["name"], "sizes": {k: rung[k] for k in ("d_model", "seq_len", "batch_size", "steps")},
+                "value": value, "verdict": verdict(s["rule"], value), "gap": round(gap(s["rule"], value), 5),
+                "n_icl_positions": record["final"]["n_icl_positions"], "wall_s": record["wall_s"],
+            })  # fmt: skip
+            if climb[-1]["verdict"] != "below":
+                break
+        last = climb[-1] if climb else None
+        out[s["key"]] = {
+            **{k: s[k] for k in ("claim", "published", "text", "rule")},
+            "climb": climb,
+            "outcome": last,
+            "status": last["verdict"] if last else "not run",
+            "not_reached": [r["name"] for r in rungs[len(climb) :]] if status_below(last) else [],
+        }
+    return out
+
+
+def status_below(row: dict[str, Any] | None) -> bool:
+    """True when a climb ending in `row` (None: nothing ran) would go on to the next rung."""
+    return row is None or row["verdict"] == "below"
+
+
+def ladder_record(folder: str | Path = DATA) -> dict[str, Any] | None:
+    """The rules and every cell record, for the run record (None when the rules file is absent)."""
+    folder = Path(folder)
+    if not (folder / RULES_FILE.name).exists():
+        return None
+    return {
+        "rules": load_rules(folder / RULES_FILE.name),
+        "records": read_records(folder / RECORDS_FILE.name),
+    }
+
+
+def attach_ladder(record: dict[str, Any], folder: str | Path = DATA) -> dict[str, Any]:
+    """`record` with the ladder ("ladder": rules and cell records) and its statements judged again with it.
+
+    The suite's own runs are not touched: the statements are re-judged from the histories in the record."""
+    ladder = ladder_record(folder)
+    summary = summarise(ladder["rules"], ladder["records"]) if ladder else {}
+    published = load_published(Path(folder) / "birth_published.json")
+    return {**record, "ladder": ladder, "statements": judge(published, record_context(record, summary))}
