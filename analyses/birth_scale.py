@@ -2,6 +2,7 @@
 
     python analyses/birth_scale.py --statements two_layer_fixed --max-rung R0     # CPU: a few minutes
     python analyses/birth_scale.py                                                # every statement, every rung
+    python analyses/birth_scale.py --seed-check docs/reproductions/data/birth_seed_check.json
 
 Rules, metric and rungs: docs/reproductions/data/birth_rules.json (committed before the runs). Each finished run
 is appended to docs/reproductions/data/birth_scale.jsonl; runs already there are reused, so the command resumes.
@@ -18,7 +19,18 @@ import torch
 
 from mechmem.cli import ArgumentParser, positive_int, run_script, write_json
 from mechmem.errors import MechmemError
-from mechmem.papers.birth.scale import RECORDS_FILE, RULES_FILE, attach_ladder, load_rules, run_ladder
+from mechmem.papers.birth.scale import (
+    RECORDS_FILE,
+    RULES_FILE,
+    attach_ladder,
+    load_rules,
+    run_ladder,
+    run_seed_check,
+)
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", default=str(RECORDS_FILE), help="cells JSONL file (appended, resumed)")
     parser.add_argument("--statements", default=None, help="comma-separated statement keys (default: all)")
     parser.add_argument("--max-rung", default=None, help="highest rung to run, e.g. R2 (default: all)")
+    parser.add_argument("--seed-check", default=None, help="seed-check JSON: run it instead of climbing")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument(
         "--record", default=None, help="birth run record to give the ladder (rewritten in place)"
@@ -43,10 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_rung is not None and args.max_rung not in rungs:
         raise MechmemError(f"unknown rung {args.max_rung!r} (known: {', '.join(rungs)})")
     torch.set_num_threads(args.threads)
-    status = run_ladder(rules, Path(args.records), statements=chosen, max_rung=args.max_rung,
-                        log=lambda line: print(line, flush=True))  # fmt: skip
-    for key, verdict in status.items():
-        print(f"{key}: {verdict}")
+    records = Path(args.records)
+    if args.seed_check:
+        run_seed_check(rules, json.loads(Path(args.seed_check).read_text()), records, log=_log)
+    else:
+        status = run_ladder(rules, records, statements=chosen, max_rung=args.max_rung, log=_log)
+        print("\n".join(f"{key}: {verdict}" for key, verdict in status.items()))
     if args.record:
         if not Path(args.record).exists():
             raise MechmemError(f"no run record at {args.record}")

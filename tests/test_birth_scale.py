@@ -71,6 +71,18 @@ def test_ladder_climbs_until_met_and_resumes(tmp_path, monkeypatch):
     assert summary["two_layer_random"]["outcome"]["gap"] == pytest.approx(0.02)
     calls.clear()
     assert scale.run_ladder(rules, records, log=lambda line: None) == status and calls == []  # all reused
+    check = {"seeds": [1, 2], "order": ["one_layer_fixed", "two_layer_random"]}
+    scale.run_seed_check(rules, check, records, log=lambda line: None)
+    assert [(c["seed"], c["steps"], c["n_layers"]) for c in calls] == [
+        (1, 4, 1),
+        (2, 4, 1),
+        (1, 6, 2),
+        (2, 6, 2),
+    ]
+    again = scale.summarise(rules, scale.read_records(records))
+    assert again["one_layer_fixed"]["outcome"]["seeds"] == {"1": 0.55, "2": 0.55}
+    assert again == {**summary, **{k: again[k] for k in check["order"]}}  # seed cells never change a verdict
+    assert again["one_layer_fixed"]["status"] == summary["one_layer_fixed"]["status"]
 
 
 def test_unfinished_climb_reports_its_gap_and_the_rungs_not_reached():

@@ -83,12 +83,14 @@ def ladder_section(record: dict[str, Any]) -> Section:
     for s in summary.values():
         o = s["outcome"]
         if o is None:
-            rows.append([s["claim"], s["published"], s["text"], "not run", "-", "-", "-"])
+            rows.append([s["claim"], s["published"], s["text"], "not run", "-", "-", "-", "-"])
             continue
         result = "met" if s["status"] == "met" else f"gap {o['gap']:.3f} ({s['status']})"
+        seeds = ", ".join(f"seed {k}: {v:.3f}" for k, v in o["seeds"].items()) or "not run"
         rows.append([s["claim"], s["published"], s["text"], f"{o['value']:.3f}", result,
-                     f"{o['rung']}: {_sizes(o['sizes'])}", f"{o['wall_s'] / 60:.1f} min"])  # fmt: skip
-    headers = ["statement", "published", "rule", "ours", "met / gap", "configuration", "wall-clock"]
+                     f"{o['rung']}: {_sizes(o['sizes'])}", f"{o['wall_s'] / 60:.1f} min", seeds])  # fmt: skip
+    headers = ["statement", "published", "rule", "ours (seed 0)", "met / gap", "configuration", "wall-clock",
+               "seed check (not judged)"]  # fmt: skip
     section.tables.append(Table(headers, rows))
     climb = [[key, c["rung"], _sizes(c["sizes"]), f"{c['value']:.4f}", str(c["n_icl_positions"]), c["verdict"],
               f"{c['wall_s'] / 60:.1f} min"]

@@ -108,9 +108,10 @@ def _round(value: Any, digits: int = 5) -> Any:
     return value
 
 
-def cell_key(rung: str, model: dict[str, Any]) -> str:
-    """E.g. "R1/2l_fixed"."""
-    return f"{rung}/{model['n_layers']}l_{'fixed' if model['fixed_triggers'] else 'random'}"
+def cell_key(rung: str, model: dict[str, Any], seed: int = 0) -> str:
+    """E.g. "R1/2l_fixed" (seed 0, the seed the rules judge) or "R1/2l_fixed/seed1" (the seed check)."""
+    key = f"{rung}/{model['n_layers']}l_{'fixed' if model['fixed_triggers'] else 'random'}"
+    return key if seed == 0 else f"{key}/seed{seed}"
 
 
 def make_cell(rules: dict[str, Any], rung: dict[str, Any], model: dict[str, Any], seed: int = 0) -> Cell:
@@ -119,7 +120,7 @@ def make_cell(rules: dict[str, Any], rung: dict[str, Any], model: dict[str, Any]
     sizes = {k: rung[k] for k in ("d_model", "seq_len", "batch_size", "steps")}
     kwargs = {**model, **sizes, "seed": seed, "curve_points": ladder["curve_points"],
               "curve_sequences": ladder["curve_sequences"], "final_sequences": rules["metric"]["final_sequences"]}  # fmt: skip
-    return Cell(cell_key(rung["name"], model), train_cell, kwargs)
+    return Cell(cell_key(rung["name"], model, seed), train_cell, kwargs)
 
 
 def verdict(rule: dict[str, Any], value: float) -> str:
@@ -180,6 +181,25 @@ def run_ladder(
     return status
 
 
+def run_seed_check(
+    rules: dict[str, Any], check: dict[str, Any], records: Path, *, log: Callable[[str], None] = print
+) -> None:
+    """Run `check["seeds"]` at each statement's deciding rung (where its seed-0 climb stopped), statements in
+    `check["order"]`; reported beside seed 0 by `summarise`, never judged."""
+    for key in check["order"]:
+        entry = summarise(rules, read_records(records))[key]
+        if entry["outcome"] is None or entry["status"] == "below":
+            log(f"{key}: climb not settled, no seed check")
+            continue
+        rung = next(r for r in rules["ladder"]["rungs"] if r["name"] == entry["outcome"]["rung"])
+        model = next(s["model"] for s in rules["statements"] if s["key"] == key)
+        done = run_cells([make_cell(rules, rung, model, seed) for seed in check["seeds"]], records)
+        log(
+            f"{key} at {rung['name']}: "
+            + ", ".join(f"{k} {r['final']['icl_acc']:.4f}" for k, r in done.items())
+        )
+
+
 def gap(rule: dict[str, Any], value: float) -> float:
     """Distance from `value` to the nearest value that meets `rule` (0 when met)."""
     if rule["kind"] == "at_least":
@@ -192,7 +212,8 @@ def summarise(rules: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict
     its outcome at the last of them and the rungs it did not reach.
 
     Returns statement key -> {"claim", "published", "text", "rule", "climb": [{"rung", "sizes", "value",
-    "verdict", "gap", "n_icl_positions", "wall_s"}], "outcome": the last climb row (None when nothing ran),
+    "verdict", "gap", "n_icl_positions", "wall_s"}], "outcome": the last climb row (None when nothing ran) with
+    "seeds" (seed -> accuracy of the seed check at that rung),
     "status": "met" / "below" / "above" / "not run", "not_reached": [rung names]}.
     """
     rungs, out = rules["ladder"]["rungs"], {}
@@ -211,6 +232,11 @@ def summarise(rules: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict
             if climb[-1]["verdict"] != "below":
                 break
         last = climb[-1] if climb else None
+        if last is not None:
+            prefix = cell_key(last["rung"], s["model"]) + "/seed"
+            last["seeds"] = {
+                k[len(prefix) :]: r["final"]["icl_acc"] for k, r in records.items() if k.startswith(prefix)
+            }
         out[s["key"]] = {
             **{k: s[k] for k in ("claim", "published", "text", "rule")},
             "climb": climb,
