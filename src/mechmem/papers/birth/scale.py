@@ -212,8 +212,8 @@ def summarise(rules: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict
     its outcome at the last of them and the rungs it did not reach.
 
     Returns statement key -> {"claim", "published", "text", "rule", "climb": [{"rung", "sizes", "value",
-    "verdict", "gap", "n_icl_positions", "wall_s"}], "outcome": the last climb row (None when nothing ran) with
-    "seeds" (seed -> accuracy of the seed check at that rung),
+    "verdict", "gap", "n_icl_positions", "curve_end" (the last held-out curve value), "wall_s"}], "outcome": the
+    last climb row (None when nothing ran) with "seeds" (seed -> accuracy of the seed check at that rung),
     "status": "met" / "below" / "above" / "not run", "not_reached": [rung names]}.
     """
     rungs, out = rules["ladder"]["rungs"], {}
@@ -227,7 +227,8 @@ def summarise(rules: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict
             climb.append({
                 "rung": rung["name"], "sizes": {k: rung[k] for k in ("d_model", "seq_len", "batch_size", "steps")},
                 "value": value, "verdict": verdict(s["rule"], value), "gap": round(gap(s["rule"], value), 5),
-                "n_icl_positions": record["final"]["n_icl_positions"], "wall_s": record["wall_s"],
+                "n_icl_positions": record["final"]["n_icl_positions"],
+                "curve_end": record.get("curve", {}).get("eval_icl_acc", [None])[-1], "wall_s": record["wall_s"],
             })  # fmt: skip
             if climb[-1]["verdict"] != "below":
                 break
