@@ -9,7 +9,7 @@ is appended to docs/reproductions/data/birth_scale.jsonl; runs already there are
 With --record, the birth run record is then given the ladder and its statements are judged again from the
 histories it holds (no suite run is retrained); `python analyses/reproduce.py birth --page-only` shows it:
 
-    python analyses/birth_scale.py --max-rung R0 --record docs/reproductions/data/birth.json
+    python analyses/birth_scale.py --no-run --record docs/reproductions/data/birth.json
 """
 
 import json
@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", default=str(RECORDS_FILE), help="cells JSONL file (appended, resumed)")
     parser.add_argument("--statements", default=None, help="comma-separated statement keys (default: all)")
     parser.add_argument("--max-rung", default=None, help="highest rung to run, e.g. R2 (default: all)")
+    parser.add_argument(
+        "--no-run", action="store_true", help="train nothing (with --record: refresh it only)"
+    )
     parser.add_argument("--seed-check", default=None, help="seed-check JSON: run it instead of climbing")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument(
@@ -57,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         raise MechmemError(f"unknown rung {args.max_rung!r} (known: {', '.join(rungs)})")
     torch.set_num_threads(args.threads)
     records = Path(args.records)
-    if args.seed_check:
+    if args.no_run:
+        pass
+    elif args.seed_check:
         run_seed_check(rules, json.loads(Path(args.seed_check).read_text()), records, log=_log)
     else:
         status = run_ladder(rules, records, statements=chosen, max_rung=args.max_rung, log=_log)
