@@ -60,11 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         raise MechmemError(f"unknown rung {args.max_rung!r} (known: {', '.join(rungs)})")
     torch.set_num_threads(args.threads)
     records = Path(args.records)
-    if args.no_run:
-        pass
-    elif args.seed_check:
+    if args.seed_check and not args.no_run:
         run_seed_check(rules, json.loads(Path(args.seed_check).read_text()), records, log=_log)
-    else:
+    elif not args.no_run:
         status = run_ladder(rules, records, statements=chosen, max_rung=args.max_rung, log=_log)
         print("\n".join(f"{key}: {verdict}" for key, verdict in status.items()))
     if args.record:

@@ -2,6 +2,7 @@
 records), the metric against a one-batch reference, the committed rules file and the page's ladder numbers."""
 
 import copy
+import importlib.util
 import itertools
 import json
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mechmem.cli import run_script
 from mechmem.models.adapter import build_transformer
 from mechmem.papers.birth import page as birth_page
 from mechmem.papers.birth import scale
@@ -17,7 +19,8 @@ from mechmem.papers.birth.statements import LADDER_KEYS
 from mechmem.papers.birth.task import BirthConfig
 from mechmem.tasks import build_task
 
-DATA = Path(__file__).resolve().parents[1] / "docs" / "reproductions" / "data"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "docs" / "reproductions" / "data"
 AT_LEAST = {"kind": "at_least", "threshold": 0.99}
 WITHIN = {"kind": "within", "target": 0.55, "tolerance": 0.05}
 
@@ -38,6 +41,8 @@ def test_verdicts_and_gaps_at_the_band_edges():
     assert [scale.verdict(WITHIN, v) for v in (0.4999, 0.5, 0.6, 0.6001)] == ["below", "met", "met", "above"]
     assert scale.gap(AT_LEAST, 0.979) == pytest.approx(0.011) and scale.gap(AT_LEAST, 1.0) == 0
     assert scale.gap(WITHIN, 0.44) == pytest.approx(0.06) and scale.gap(WITHIN, 0.7) == pytest.approx(0.1)
+    assert scale.late_rise([0, 0, 0, 0, 0, 0, 1, 1]) == 1 and scale.late_rise([0.5] * 8) == 0
+    assert scale.late_rise([0.1] * 7) is None and scale.late_rise([None] + [0.2] * 8) == 0
 
 
 def test_ladder_climbs_until_met_and_resumes(tmp_path, monkeypatch):
@@ -134,3 +139,14 @@ def test_page_ladder_numbers_come_from_the_records(tmp_path, monkeypatch):
     assert "0.9871" in text and "0.9934" in text and "0.651" in text and "1.5 min" in text
     assert section.findings["two_layer_fixed"] == "met" and section.findings["one_layer_random"] == "above"
     assert birth_page.ladder_section({}).skipped
+
+
+def test_script_bad_input_exits_2_with_one_line(capsys):
+    spec = importlib.util.spec_from_file_location("birth_scale_script", ROOT / "analyses" / "birth_scale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert run_script(module.main, ["--statements", "nope"]) == 2
+    assert run_script(module.main, ["--max-rung", "R9"]) == 2
+    assert run_script(module.main, ["--no-run", "--record", "no/such/record.json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("error: ") for line in err)

@@ -92,11 +92,11 @@ def ladder_section(record: dict[str, Any]) -> Section:
     headers = ["statement", "published", "rule", "ours (seed 0)", "met / gap", "configuration", "wall-clock",
                "seed check (not judged)"]  # fmt: skip
     section.tables.append(Table(headers, rows))
-    climb = [[key, c["rung"], _sizes(c["sizes"]), f"{c['value']:.4f}", str(c["n_icl_positions"]), fmt(c["curve_end"]),
-              c["verdict"], f"{c['wall_s'] / 60:.1f} min"]
+    climb = [[key, c["rung"], _sizes(c["sizes"]), f"{c['value']:.4f}", str(c["n_icl_positions"]),
+              fmt(c["curve_end"]), fmt(c["late_rise"]), c["verdict"], f"{c['wall_s'] / 60:.1f} min"]
              for key, s in summary.items() for c in s["climb"]]  # fmt: skip
-    headers = ["statement", "rung", "sizes", "accuracy", "in-context positions", "curve's last point", "verdict",
-               "wall-clock"]  # fmt: skip
+    headers = ["statement", "rung", "sizes", "accuracy", "in-context positions", "curve's last point",
+               "curve: last quarter minus the one before", "verdict", "wall-clock"]  # fmt: skip
     section.tables.append(Table(headers, climb))
     reached = {c["rung"] for s in summary.values() for c in s["climb"]}
     section.tables.append(

@@ -212,9 +212,9 @@ def summarise(rules: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict
     its outcome at the last of them and the rungs it did not reach.
 
     Returns statement key -> {"claim", "published", "text", "rule", "climb": [{"rung", "sizes", "value",
-    "verdict", "gap", "n_icl_positions", "curve_end" (the last held-out curve value), "wall_s"}], "outcome": the
-    last climb row (None when nothing ran) with "seeds" (seed -> accuracy of the seed check at that rung),
-    "status": "met" / "below" / "above" / "not run", "not_reached": [rung names]}.
+    "verdict", "gap", "n_icl_positions", "curve_end" (the last held-out curve value), "late_rise", "wall_s"}],
+    "outcome": the last climb row (None when nothing ran) with "seeds" (seed -> accuracy of the seed check at
+    that rung), "status": "met" / "below" / "above" / "not run", "not_reached": [rung names]}.
     """
     rungs, out = rules["ladder"]["rungs"], {}
     for s in rules["statements"]:
@@ -229,6 +229,7 @@ def summarise(rules: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict
                 "value": value, "verdict": verdict(s["rule"], value), "gap": round(gap(s["rule"], value), 5),
                 "n_icl_positions": record["final"]["n_icl_positions"],
                 "curve_end": record.get("curve", {}).get("eval_icl_acc", [None])[-1], "wall_s": record["wall_s"],
+                "late_rise": late_rise(record.get("curve", {}).get("eval_icl_acc", [])),
             })  # fmt: skip
             if climb[-1]["verdict"] != "below":
                 break
@@ -246,6 +247,16 @@ def summarise(rules: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict
             "not_reached": [r["name"] for r in rungs[len(climb) :]] if status_below(last) else [],
         }
     return out
+
+
+def late_rise(curve: list[float | None]) -> float | None:
+    """Mean of the curve's last quarter minus the mean of the quarter before (None for fewer than 8 points):
+    whether a run was still improving when it stopped."""
+    values = [v for v in curve if v is not None]
+    q = len(values) // 4
+    if q < 2:
+        return None
+    return round(sum(values[-q:]) / q - sum(values[-2 * q : -q]) / q, 5)
 
 
 def status_below(row: dict[str, Any] | None) -> bool:
