@@ -41,7 +41,7 @@ def test_verdicts_and_gaps_at_the_band_edges():
     assert [scale.verdict(WITHIN, v) for v in (0.4999, 0.5, 0.6, 0.6001)] == ["below", "met", "met", "above"]
     assert scale.gap(AT_LEAST, 0.979) == pytest.approx(0.011) and scale.gap(AT_LEAST, 1.0) == 0
     assert scale.gap(WITHIN, 0.44) == pytest.approx(0.06) and scale.gap(WITHIN, 0.7) == pytest.approx(0.1)
-    assert scale.late_rise([0, 0, 0, 0, 0, 0, 1, 1]) == 1 and scale.late_rise([0.5] * 8) == 0
+    assert scale.late_rise([0.0] * 6 + [1.0] * 2) == 1 and scale.late_rise([0.5] * 8) == 0
     assert scale.late_rise([0.1] * 7) is None and scale.late_rise([None] + [0.2] * 8) == 0
 
 
