@@ -21,7 +21,7 @@ from mechmem.papers.birth.experiments import (
     run_experiment,
 )
 from mechmem.papers.birth.models import simplified_config
-from mechmem.papers.birth.statements import FIRST_RULES, RULES, Context, judge, load_published
+from mechmem.papers.birth.statements import FIRST_RULES, LADDER_KEYS, RULES, Context, judge, load_published
 from mechmem.papers.birth.task import BirthConfig
 from mechmem.tasks import build_task
 from mechmem.training import TrainConfig
@@ -67,7 +67,12 @@ def test_published_file_covers_every_rule_with_its_source():
         published["source"] and published["preset_targets"]["source"] and published["speed_target"]["source"]
     )
     for s in published["statements"]:
-        assert s["key"] in RULES and s["rule"].format(**s["params"]) and s["since"] and s["where"]
+        assert (
+            s["key"] in RULES
+            and s["rule"].format_map({"text": "-", **s["params"]})
+            and s["since"]
+            and s["where"]
+        )
         assert ("first_rule" in s) == (s["key"] in FIRST_RULES)
     authors = json.loads((DATA / "birth_authors_code.json").read_text())
     assert authors["source"] and set(authors["results"]) <= {"icl_acc", "wo2_recall", "wk2_recall", "wk1_recall",
@@ -92,14 +97,18 @@ def test_statements_follow_their_rules():
     }
     rows = judged(h)
     ran = {k: s for k, s in rows.items() if s["outcome"] is not None}
-    assert len(ran) == 8 and all(s["holds"] for s in ran.values())
+    assert len(ran) == 5 and all(s["holds"] for s in ran.values())
+    assert all(rows[k]["outcome"] is None for k in LADDER_KEYS)  # judged on the ladder, absent here
+    assert all(rows[k]["first_rule"]["holds"] for k in LADDER_KEYS)  # the first rules read the depth runs
     assert rows["random_slower"]["holds"] is None and rows["random_slower"]["outcome"] is None
     assert rows["wo2_alone"]["first_rule"]["holds"] is False  # 0.7 < 0.9, the first rule
     assert rows["wk2_before_wk1"]["first_rule"]["outcome"] == "0.100 vs 0.200"
-    assert rows["one_layer"]["outcome"] == "fixed 0.500, random 0.550"
+    assert rows["one_layer_random"]["first_rule"]["outcome"] == "fixed 0.500, random 0.550"
     h["depth_1l_fixed"] = fake_history({"eval_icl_acc": lambda s: 0.99})
     h["freeze_wo2"] = h["freeze_none"]
-    assert [s["holds"] for s in judged(h).values()].count(False) == 2
+    again = judged(h)
+    assert [s["holds"] for s in again.values()].count(False) == 1
+    assert again["one_layer_fixed"]["first_rule"]["holds"] is False
 
 
 def test_data_statements_and_shifted_outputs():

@@ -9,6 +9,7 @@ from typing import Any
 
 from mechmem.papers.birth import plots
 from mechmem.papers.birth.experiments import expand_history
+from mechmem.papers.birth.scale import summarise
 from mechmem.report.document import Report, Section, Table
 
 TITLE = "Reproduction: Birth of a Transformer: A Memory Viewpoint (Bietti et al., 2023)"
@@ -54,6 +55,61 @@ def statements_section(record: dict[str, Any]) -> Section:
     section = Section("statements", "The paper's statements side by side", lines=[line])
     section.tables.append(Table(headers, rows))
     section.findings = {"holds": flags.count(True), "fails": flags.count(False), "not_run": flags.count(None)}
+    return section
+
+
+def _sizes(z: dict[str, Any]) -> str:
+    return f"d={z['d_model']}, T={z['seq_len']}, batch {z['batch_size']}, {z['steps']} steps"
+
+
+def ladder_section(record: dict[str, Any]) -> Section:
+    """The scale ladder: each Section 3 accuracy's climb, rung by rung, judged by the rules committed before it."""
+    section = Section("ladder", "Section 3 accuracies on the scale ladder")
+    ladder = record.get("ladder")
+    if not ladder:
+        section.skipped = "the ladder is not in this record"
+        return section
+    rules, records = ladder["rules"], ladder["records"]
+    summary = summarise(rules, records)
+    section.lines = [
+        (
+            f"Metric: {rules['metric']['name']}, {rules['metric']['definition']} (final_sequences = "
+            f"{rules['metric']['final_sequences']})."
+        ),
+        f"Model: {rules['model']}. Data: {rules['data']}. Training: {rules['training']}.",
+        f"Procedure: {rules['ladder']['procedure']}",
+    ]
+    rows = []
+    for s in summary.values():
+        o = s["outcome"]
+        if o is None:
+            rows.append([s["claim"], s["published"], s["text"], "not run", "-", "-", "-", "-"])
+            continue
+        result = "met" if s["status"] == "met" else f"gap {o['gap']:.3f} ({s['status']})"
+        seeds = ", ".join(f"seed {k}: {v:.3f}" for k, v in o["seeds"].items()) or "not run"
+        rows.append([s["claim"], s["published"], s["text"], f"{o['value']:.3f}", result,
+                     f"{o['rung']}: {_sizes(o['sizes'])}", f"{o['wall_s'] / 60:.1f} min", seeds])  # fmt: skip
+    headers = ["statement", "published", "rule", "ours (seed 0)", "met / gap", "configuration", "wall-clock",
+               "seed check (not judged)"]  # fmt: skip
+    section.tables.append(Table(headers, rows))
+    climb = [[key, c["rung"], _sizes(c["sizes"]), f"{c['value']:.4f}", str(c["n_icl_positions"]),
+              fmt(c["curve_end"]), fmt(c["late_rise"]), c["verdict"], f"{c['wall_s'] / 60:.1f} min"]
+             for key, s in summary.items() for c in s["climb"]]  # fmt: skip
+    headers = ["statement", "rung", "sizes", "accuracy", "in-context positions", "curve's last point",
+               "curve: last quarter minus the one before", "verdict", "wall-clock"]  # fmt: skip
+    section.tables.append(Table(headers, climb))
+    reached = {c["rung"] for s in summary.values() for c in s["climb"]}
+    section.tables.append(
+        Table(["rung", "sizes", "why", "run"],
+              [[r["name"], _sizes(r), r["why"], "yes" if r["name"] in reached else "no"]
+               for r in rules["ladder"]["rungs"]])
+    )  # fmt: skip
+    total = sum(r["wall_s"] for r in records.values())
+    section.findings = {key: s["status"] for key, s in summary.items()}
+    section.lines.append(f"Wall-clock of all ladder runs: {total / 60:.1f} min ({len(records)} runs).")
+    if records:
+        curves = {key: rec["curve"] for key, rec in records.items()}
+        section.add_figure("curves", plots.plot_ladder(curves))
     return section
 
 
@@ -200,7 +256,7 @@ def page(record: dict[str, Any]) -> Report:
         f"{flags.count(True)} of {len(flags)} statements hold on our runs, {flags.count(False)} do not, "
         f"{flags.count(None)} not rerun in this record."
     )
-    sections = [statements_section(record), preset_section(record), heads_section(record), speed_section(record),
+    sections = [statements_section(record), ladder_section(record), preset_section(record), heads_section(record), speed_section(record),
                 Section("setup", "What is reproduced"), Section("deviations", "Deviations from the paper"),
                 runs_section(record), *_figure_sections(record)]  # fmt: skip
     return Report(TITLE, headline, meta, sections)

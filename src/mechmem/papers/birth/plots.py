@@ -111,3 +111,22 @@ def plot_attention(maps: dict[str, Any]) -> Any:
         ax.set_title(f"layer {layer} attention (query rows, key columns; triggers in red)", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def plot_ladder(curves: dict[str, dict[str, list[Any]]]) -> Any:
+    """Held-out in-context accuracy over training of every ladder run, one panel per model ("2l_fixed", ...);
+    `curves` maps a cell key "RUNG/MODEL" to its record's columns {"step": [...], "eval_icl_acc": [...]}."""
+    models = sorted({key.split("/")[1] for key in curves})
+    fig, axes = plt.subplots(1, len(models), figsize=(3.2 * len(models), 3.2), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        for key, columns in curves.items():
+            if key.endswith(f"/{model}"):
+                pts = [(s, v) for s, v in zip(columns["step"], columns["eval_icl_acc"]) if v is not None]
+                ax.plot(*zip(*pts), label=key.split("/")[0])
+        ax.set_title(model)
+        ax.set_xlabel("step")
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("held-out in-context accuracy")
+    fig.tight_layout()
+    return fig

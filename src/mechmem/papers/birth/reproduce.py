@@ -42,6 +42,7 @@ from mechmem.papers.birth.experiments import (
     shifted_accuracy,
     training_seconds,
 )
+from mechmem.papers.birth.scale import attach_ladder
 from mechmem.papers.birth.statements import Context, judge, load_published
 from mechmem.tasks import get_preset
 
@@ -261,7 +262,7 @@ def run(spec: BirthSpec, log: Any = print) -> dict[str, Any]:
     attention_source = spec.runs / ("preset" if spec.preset else "freeze_none") / "ckpt.pt"
     histories = {name: expand_history(e["history"]) for name, e in entries.items()}
     context = Context(histories, spec.scale.freeze_step, suite[0].model.d_vocab, shifted)
-    return {
+    record = {
         "paper": "birth",
         "variant": spec.variant,
         "command": spec.command,
@@ -282,3 +283,4 @@ def run(spec: BirthSpec, log: Any = print) -> dict[str, Any]:
         "published": {k: v for k, v in published.items() if k != "statements"},
         "authors_code": authors,
     }
+    return attach_ladder(record, spec.references)  # the committed scale ladder (analyses/birth_scale.py)

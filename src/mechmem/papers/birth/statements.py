@@ -4,18 +4,22 @@ The statements, their published values, rule texts and rule parameters live in a
 (`docs/reproductions/data/birth_published.json`); this module holds one function per rule, keyed like the file.
 A rule reads metric histories (lists of `metrics.jsonl` records, as stored in the run record) and returns the
 numbers it compared, the outcome as shown on the page, and whether the statement holds. A rule whose runs are
-missing from the record returns None: that statement is "not run". Two rules were rewritten after the first quick
-runs; their first versions (`FIRST_RULES`) are evaluated too, so the page shows both outcomes.
+missing from the record returns None: that statement is "not run". Rules rewritten after the first quick runs
+keep their first versions (`FIRST_RULES`), evaluated too, so the page shows both outcomes.
+
+The Section 3 accuracies (2 layers with fixed or random triggers, 1 layer) are judged on the scale ladder
+(`mechmem.papers.birth.scale`, rules in `birth_rules.json`): such a statement holds when some rung of the ladder
+meets its rule, and its first rule (on the quick suite's depth runs) is shown beside it.
 """
 
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mechmem.papers.birth.experiments import at_step, final, first_step
+from mechmem.papers.birth.experiments import at_step, expand_history, final, first_step
 
 History = list[dict[str, Any]]
 
@@ -32,6 +36,8 @@ class Context:
     """Vocabulary size N (chance level of the W_O^2 probe is 1/N)."""
     shifted: dict[str, float]
     """Held-out accuracy on the other output distribution: "uniform_on_bigram", "bigram_on_uniform"."""
+    ladder: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Statement key -> its climb of the scale ladder (`mechmem.papers.birth.scale.summarise`)."""
 
     def has(self, *names: str) -> bool:
         return all(name in self.histories for name in names)
@@ -64,6 +70,22 @@ def one_layer(c: Context, p: dict[str, Any]) -> Outcome | None:
         f"fixed {a:.3f}, random {b:.3f}",
         max(a, b) < two - p["margin"],
     )
+
+
+def _ladder(key: str) -> Rule:
+    def rule(c: Context, p: dict[str, Any]) -> Outcome | None:
+        entry = c.ladder.get(key)
+        if not entry or entry["outcome"] is None:
+            return None
+        o, z = entry["outcome"], entry["outcome"]["sizes"]
+        shown = (
+            f"{o['value']:.3f} at {o['rung']} (d={z['d_model']}, T={z['seq_len']}, batch {z['batch_size']}, "
+            f"{z['steps']} steps)"
+            + ("" if entry["status"] == "met" else f"; gap {o['gap']:.3f} ({entry['status']})")
+        )
+        return {"rung": o["rung"], "value": o["value"], "gap": o["gap"]}, shown, entry["status"] == "met"
+
+    return rule
 
 
 def wo2_alone(c: Context, p: dict[str, Any]) -> Outcome | None:
@@ -157,10 +179,10 @@ def global_before_induction(c: Context, p: dict[str, Any]) -> Outcome | None:
     return {"global_step": t_global, "icl_step": t_icl}, f"{t_global} vs {t_icl}", holds
 
 
+LADDER_KEYS = ("two_layer_fixed", "two_layer_random", "one_layer_random", "one_layer_fixed")
+"""Statements judged on the scale ladder."""
 RULES: dict[str, Rule] = {
-    "two_layer_fixed": _two_layer("depth_2l_fixed"),
-    "two_layer_random": _two_layer("depth_2l_random"),
-    "one_layer": one_layer,
+    **{key: _ladder(key) for key in LADDER_KEYS},
     "wo2_alone": wo2_alone,
     "kq_wait_for_wo2": kq_wait_for_wo2,
     "wk2_before_wk1": _frozen_pair("wk2_recall", "wk1_recall_64"),
@@ -174,8 +196,13 @@ RULES: dict[str, Rule] = {
 FIRST_RULES: dict[str, Rule] = {
     "wo2_alone": wo2_alone_first,
     "wk2_before_wk1": _frozen_pair("icl_acc", "icl_acc"),
+    "two_layer_fixed": _two_layer("depth_2l_fixed"),
+    "two_layer_random": _two_layer("depth_2l_random"),
+    "one_layer_random": one_layer,
+    "one_layer_fixed": one_layer,
 }
-"""The first rule of the statements whose rule was rewritten after the first quick runs."""
+"""The first rule of the statements whose rule was rewritten after the first quick runs (for the ladder
+statements: the rules judged on the quick suite's depth runs, replaced in issue 12)."""
 
 
 def load_published(path: str | Path) -> dict[str, Any]:
@@ -205,7 +232,9 @@ def judge(published: dict[str, Any], context: Context) -> list[dict[str, Any]]:
     out = []
     for statement in published["statements"]:
         key, params = statement["key"], statement["params"]
-        row = {**statement, "rule": statement["rule"].format(**params), **_judge(RULES[key], context, params)}
+        shown = {**params, "text": context.ladder[key]["text"]} if key in context.ladder else params
+        rule_text = statement["rule"].format_map({"text": "(no ladder in this record)", **shown})
+        row = {**statement, "rule": rule_text, **_judge(RULES[key], context, params)}
         if "first_rule" in statement:
             first = statement["first_rule"]
             row["first_rule"] = {
@@ -215,3 +244,9 @@ def judge(published: dict[str, Any], context: Context) -> list[dict[str, Any]]:
             }
         out.append(row)
     return out
+
+
+def record_context(record: dict[str, Any], ladder: dict[str, dict[str, Any]]) -> Context:
+    """The `Context` of a run record (histories, freeze step, N, shifted outputs) with a ladder summary."""
+    histories = {name: expand_history(e["history"]) for name, e in record["runs"].items()}
+    return Context(histories, record["scale"]["freeze_step"], record["n_tokens"], record["shifted"], ladder)

@@ -1,0 +1,78 @@
+"""Climb the birth scale ladder: the smallest configuration that reproduces each Section 3 accuracy.
+
+    python analyses/birth_scale.py --statements two_layer_fixed --max-rung R0     # CPU: a few minutes
+    python analyses/birth_scale.py                                                # every statement, every rung
+    python analyses/birth_scale.py --seed-check docs/reproductions/data/birth_seed_check.json
+
+Rules, metric and rungs: docs/reproductions/data/birth_rules.json (committed before the runs). Each finished run
+is appended to docs/reproductions/data/birth_scale.jsonl; runs already there are reused, so the command resumes.
+With --record, the birth run record is then given the ladder and its statements are judged again from the
+histories it holds (no suite run is retrained); `python analyses/reproduce.py birth --page-only` shows it:
+
+    python analyses/birth_scale.py --no-run --record docs/reproductions/data/birth.json
+"""
+
+import json
+from pathlib import Path
+
+import torch
+
+from mechmem.cli import ArgumentParser, positive_int, run_script, write_json
+from mechmem.errors import MechmemError
+from mechmem.papers.birth.scale import (
+    RECORDS_FILE,
+    RULES_FILE,
+    attach_ladder,
+    load_rules,
+    run_ladder,
+    run_seed_check,
+)
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rules", default=str(RULES_FILE), help="rules-and-ladder JSON file")
+    parser.add_argument("--records", default=str(RECORDS_FILE), help="cells JSONL file (appended, resumed)")
+    parser.add_argument("--statements", default=None, help="comma-separated statement keys (default: all)")
+    parser.add_argument("--max-rung", default=None, help="highest rung to run, e.g. R2 (default: all)")
+    parser.add_argument(
+        "--no-run", action="store_true", help="train nothing (with --record: refresh it only)"
+    )
+    parser.add_argument("--seed-check", default=None, help="seed-check JSON: run it instead of climbing")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument(
+        "--record", default=None, help="birth run record to give the ladder (rewritten in place)"
+    )
+    args = parser.parse_args(argv)
+    if not Path(args.rules).exists():
+        raise MechmemError(f"no rules file at {args.rules}")
+    rules = load_rules(args.rules)
+    keys = [s["key"] for s in rules["statements"]]
+    chosen = args.statements.split(",") if args.statements else None
+    if chosen and set(chosen) - set(keys):
+        raise MechmemError(f"unknown statement in {args.statements!r} (known: {', '.join(keys)})")
+    rungs = [r["name"] for r in rules["ladder"]["rungs"]]
+    if args.max_rung is not None and args.max_rung not in rungs:
+        raise MechmemError(f"unknown rung {args.max_rung!r} (known: {', '.join(rungs)})")
+    torch.set_num_threads(args.threads)
+    records = Path(args.records)
+    if args.seed_check and not args.no_run:
+        run_seed_check(rules, json.loads(Path(args.seed_check).read_text()), records, log=_log)
+    elif not args.no_run:
+        status = run_ladder(rules, records, statements=chosen, max_rung=args.max_rung, log=_log)
+        print("\n".join(f"{key}: {verdict}" for key, verdict in status.items()))
+    if args.record:
+        if not Path(args.record).exists():
+            raise MechmemError(f"no run record at {args.record}")
+        record = attach_ladder(json.loads(Path(args.record).read_text()), Path(args.records).parent)
+        write_json(args.record, record)
+        print(f"wrote {args.record}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_script(main))
