@@ -20,10 +20,11 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
+from mechmem.executor import Cell, load_records, run_cells
 from mechmem.models.adapter import build_transformer
 from mechmem.papers.birth.models import full_config
 from mechmem.papers.birth.statements import judge, load_published, record_context
@@ -35,14 +36,6 @@ DATA = Path("docs/reproductions/data")
 RULES_FILE = DATA / "birth_rules.json"
 RECORDS_FILE = DATA / "birth_scale.jsonl"
 CURVE_KEYS = ("icl_acc", "eval_icl_acc", "eval_first_acc", "eval_global_loss")
-
-
-class Cell(NamedTuple):
-    """One run of the ladder (the shape of `mechmem.executor.Cell`)."""
-
-    key: str
-    fn: Callable[..., dict[str, Any]]
-    kwargs: dict[str, Any]
 
 
 def load_rules(path: str | Path = RULES_FILE) -> dict[str, Any]:
@@ -132,26 +125,8 @@ def verdict(rule: dict[str, Any], value: float) -> str:
 
 
 def read_records(path: str | Path) -> dict[str, dict[str, Any]]:
-    """key -> record of a cells JSONL file (absent file: empty)."""
-    path = Path(path)
-    if not path.exists():
-        return {}
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {line["key"]: line["record"] for line in lines}
-
-
-def run_cells(cells: list[Cell], records: Path) -> dict[str, dict[str, Any]]:
-    """Run the cells not yet in `records`, appending each finished one; key -> record in cell order.
-
-    A stand-in with the contract of `mechmem.executor.run_cells` (local executor) until that module lands; the
-    lead replaces this body with a call to it."""
-    done = read_records(records)
-    for cell in cells:
-        if cell.key not in done:
-            done[cell.key] = cell.fn(**cell.kwargs)
-            with open(records, "a") as fh:
-                fh.write(json.dumps({"key": cell.key, "record": done[cell.key]}) + "\n")
-    return {cell.key: done[cell.key] for cell in cells}
+    """key -> record of the ladder's records file (none if it does not exist)."""
+    return load_records(Path(path))
 
 
 def run_ladder(
