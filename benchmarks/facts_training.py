@@ -22,9 +22,9 @@ from mechmem.papers.memorisation.batched import Schedule, train_batched, train_r
 from mechmem.papers.memorisation.models import FactsModelConfig
 
 
-def _time(fn) -> float:
+def _time(train, *args) -> float:
     t0 = time.perf_counter()
-    fn()
+    train(*args)
     return time.perf_counter() - t0
 
 
@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = FactsModelConfig(n_in=2 * args.d, n_out=args.d, d_model=args.d, d_mlp=args.d, mixing=mixing)
         seq, bat = float("inf"), float("inf")
         for _ in range(args.rounds):
-            seq = min(seq, _time(lambda: train_reference(cfg, inputs, labels, seeds, schedule)) * per)
-            bat = min(bat, _time(lambda: train_batched(cfg, inputs, labels, seeds, schedule)) * per)
+            seq = min(seq, _time(train_reference, cfg, inputs, labels, seeds, schedule) * per)
+            bat = min(bat, _time(train_batched, cfg, inputs, labels, seeds, schedule) * per)
         record.append({"variant": cfg.name, "sequential_ms": round(seq, 3), "batched_ms": round(bat, 3),
                        "speed_up": round(seq / bat, 2)})
         rows.append([cfg.name, f"{seq:.3f}", f"{bat:.3f}", f"{seq / bat:.1f}x"])

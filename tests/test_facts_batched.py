@@ -5,7 +5,13 @@ import torch
 
 from mechmem.papers.memorisation import generate_facts
 from mechmem.papers.memorisation.batched import Schedule, fact_logits, train_batched, train_reference
-from mechmem.papers.memorisation.models import FactsModelConfig, _RMSNorm, all_variants, forward_params, init_params
+from mechmem.papers.memorisation.models import (
+    FactsModelConfig,
+    _RMSNorm,
+    all_variants,
+    forward_params,
+    init_params,
+)
 
 INPUTS, LABELS = generate_facts(64, 32, 16)
 # Short phases so every init walks through all three learning rates (continue_above=0 always continues).
@@ -71,5 +77,4 @@ def test_factorised_logits_equal_the_forward_pass(cfg):
 
 def test_rms_norm_backward_is_the_gradient():
     x = torch.randn(3, 5, 2, 4, dtype=torch.double, requires_grad=True)
-    w = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
-    assert torch.autograd.gradcheck(_RMSNorm.apply, (x, w))
+    assert torch.autograd.gradcheck(_RMSNorm.apply, (x,))

@@ -22,8 +22,8 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechmem.config import ConfigMixin
-from mechmem.papers.memorisation.models import EPS
 from mechmem.papers.memorisation.models import (
+    EPS,
     FactsModelConfig,
     Params,
     init_params,
