@@ -183,7 +183,8 @@ class _RMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
-        r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS)
+        d = x.shape[-1]
+        r = torch.rsqrt(torch.linalg.vector_norm(x, dim=-1, keepdim=True).square() / d + EPS)
         xr = x * r
         ctx.save_for_backward(xr, r)
         return xr
@@ -191,7 +192,8 @@ class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
         xr, r = ctx.saved_tensors
-        return (grad - xr * (grad * xr).mean(-1, keepdim=True)) * r
+        dot = torch.linalg.vecdot(grad, xr, dim=-1).unsqueeze(-1) / xr.shape[-1]
+        return torch.addcmul(grad, xr, dot, value=-1).mul_(r)
 
 
 def _rms(x: Tensor, w: Tensor | None) -> Tensor:
