@@ -177,7 +177,7 @@ def variants_section(record: dict[str, Any]) -> Section:
     points = _convergence_points(record)
     if points:
         pub = record["published"].get("anchor_no_mlp_mean")
-        section.add_figure("convergence", plot_convergence(points, published=pub["value"] if pub else None))
+        section.add_figure("convergence", plot_convergence(points, published=float(pub["value"]) if pub else None))
     return section
 
 
@@ -281,7 +281,7 @@ def deviations_section(record: dict[str, Any], other: list[dict[str, Any]]) -> S
     odd = non_monotone(table)
     lines = [f"Success grows with n somewhere in {len(odd)} of {len(table)} searches, e.g. " + "; ".join(
         f"{v}: {k1}/11 inits at {n1} facts, {k2}/11 at {n2}" for v, n1, k1, n2, k2 in odd[:2]) + "."] if odd else []
-    for s in {json.dumps(r["schedule"], sort_keys=True) for r in other}:
+    for s in sorted({json.dumps(r["schedule"], sort_keys=True) for r in other}, key=lambda s: json.loads(s)["max_epochs"]):
         rs = [r for r in other if json.dumps(r["schedule"], sort_keys=True) == s]
         mean_s = sum(r["seconds"] for r in rs) / len(rs)
         sched = json.loads(s)
