@@ -4,8 +4,14 @@ import pytest
 import torch
 
 from mechmem.papers.memorisation import generate_facts
-from mechmem.papers.memorisation.batched import Schedule, train_batched, train_reference
-from mechmem.papers.memorisation.models import FactsModelConfig, forward_params
+from mechmem.papers.memorisation.batched import Schedule, fact_logits, train_batched, train_reference
+from mechmem.papers.memorisation.models import (
+    FactsModelConfig,
+    _RMSNorm,
+    all_variants,
+    forward_params,
+    init_params,
+)
 
 INPUTS, LABELS = generate_facts(64, 32, 16)
 # Short phases so every init walks through all three learning rates (continue_above=0 always continues).
@@ -57,3 +63,18 @@ def test_relaxed_target():
     schedule = Schedule(lrs=(1e-2,), max_epochs=150, patience=150, target_acc=0.05)
     out = train_batched(cfg, inputs, labels, [0], schedule)
     assert out.success.all() and out.final_acc[0] >= 0.05
+
+
+@pytest.mark.parametrize("cfg", all_variants(n_in=8, n_out=4, d_model=4, d_mlp=6), ids=lambda c: c.name)
+def test_factorised_logits_equal_the_forward_pass(cfg):
+    # The trainer's factorised mixing (per-token tables, one attention weight per fact) against the reference.
+    inputs, _ = generate_facts(40, 8, 4)
+    inits = [init_params(cfg, generator=torch.Generator().manual_seed(s)) for s in (0, 1)]
+    params = {k: torch.stack([p[k] for p in inits]) for k in inits[0]}
+    expected = forward_params(cfg, params, inputs, last_only=True)[:, :, 0]
+    torch.testing.assert_close(fact_logits(cfg, params, inputs), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_rms_norm_backward_is_the_gradient():
+    x = torch.randn(3, 5, 2, 4, dtype=torch.double, requires_grad=True)
+    assert torch.autograd.gradcheck(_RMSNorm.apply, (x,))

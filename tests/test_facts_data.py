@@ -45,3 +45,17 @@ def test_too_many_facts():
         generate_facts(1025, n_in=32, n_out=16)
     with pytest.raises(MechmemError):
         generate_facts(0, n_in=32, n_out=16)
+
+
+def test_generator_device_option():
+    # The published runs drew the permutation on CUDA; the device is an option, CPU by default.
+    default = generate_facts(50, n_in=32, n_out=16)
+    on_cpu = generate_facts(50, n_in=32, n_out=16, device="cpu")
+    assert all(torch.equal(a, b) for a, b in zip(default, on_cpu))
+    if torch.cuda.is_available():
+        inputs, labels = generate_facts(50, n_in=32, n_out=16, device="cuda")
+        assert inputs.device.type == "cpu" and len({tuple(p) for p in inputs.tolist()}) == 50
+        assert torch.equal(labels, default[1])
+    else:
+        with pytest.raises(MechmemError, match="device 'cuda'"):
+            generate_facts(50, n_in=32, n_out=16, device="cuda")

@@ -118,3 +118,24 @@ def test_quick_variant_end_to_end(tmp_path):
     assert len(record["table"]) == 54 and record["constructions"]["tag"] == "quick"
     report = paper.page(json.loads(json.dumps(record)))
     assert report.section("variants").tables[0].rows
+
+
+def test_longer_schedules_are_shown_beside_the_base_ones(record):
+    # Each variant's row carries the Any / Most / All of its longest other schedule, with that schedule named.
+    page = (DOCS / "memorisation.md").read_text()
+    rows = {tuple(r[:6]): r for r in _table_rows(page, "mixing")}
+    d = record["table"][0]["d"]
+    longest = {}
+    for r in sorted(record["other_schedules"], key=lambda r: r["schedule"]["max_epochs"]):
+        if r["d"] == d and r["schedule"]["target_acc"] == 1.0:
+            longest[r["variant"]] = r
+    assert longest, "the committed data has records of longer schedules"
+    for r in longest.values():
+        c = r["config"]
+        key = (c["mixing"], "yes" if c["mlp"] else "-", "yes" if c["norms"] else "-",
+               ("yes" if c["mlp_residual"] else "-") if c["mlp"] else "", "yes" if c["bias"] else "-",
+               c["act_fn"] if c["mlp"] else "")
+        row = rows[key]
+        assert row[10] == f"{r['schedule']['max_epochs']:,} / {r['schedule']['patience']:,}"
+        assert row[11] == f"{r['any']} / {r['most']} / {r['all']}"
+    assert "memorisation_variants-convergence.png" in page

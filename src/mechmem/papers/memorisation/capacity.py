@@ -123,6 +123,7 @@ def find_capacity(
     criteria: tuple[str, ...] = ("any", "most", "all"),
     precision: int = 8,
     data_seed: int = 42,
+    data_device: str = "cpu",
     device: str | torch.device = "cpu",
     on_trial: Callable[[int, TrainOutcome], None] | None = None,
 ) -> CapacityResult:
@@ -135,6 +136,7 @@ def find_capacity(
         criteria: any of "any", "most", "all".
         precision: the search stops when hi - lo < precision.
         data_seed: seed of `generate_facts`.
+        data_device: device of `generate_facts`' permutation ("cpu"; the published runs drew it on "cuda").
         device: torch device for training.
         on_trial: called with (n, outcome) after each new training run (progress reporting).
     """
@@ -145,14 +147,15 @@ def find_capacity(
     seeds = list(range(N_INITS)) if seeds is None else list(seeds)
 
     def successes(n: int) -> int:
-        inputs, labels = generate_facts(n, cfg.n_in, cfg.n_out, seed=data_seed)
+        inputs, labels = generate_facts(n, cfg.n_in, cfg.n_out, seed=data_seed, device=data_device)
         outcome = train_batched(cfg, inputs, labels, seeds, schedule, device=device)
         if on_trial is not None:
             on_trial(n, outcome)
         return outcome.n_success
 
     rules = {c: (lambda k, c=c: CRITERIA[c](k, len(seeds))) for c in criteria}
-    info = {"config": cfg.to_dict(), "schedule": schedule.to_dict(), "seeds": seeds}
+    info = {"config": cfg.to_dict(), "schedule": schedule.to_dict(), "seeds": seeds,
+            "facts_device": data_device, "device": str(device)}
     result = measure_capacity(
         successes, rules, cfg.n_in**2, name=cfg.name, d=cfg.d_model, precision=precision, info=info
     )

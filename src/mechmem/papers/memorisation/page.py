@@ -11,7 +11,7 @@ from typing import Any
 
 from mechmem.papers.memorisation.fits import ScalingFit
 from mechmem.papers.memorisation.page_constructions import constructions_headline, constructions_sections
-from mechmem.papers.memorisation.plots import plot_scaling
+from mechmem.papers.memorisation.plots import plot_convergence, plot_scaling
 from mechmem.papers.memorisation.summary import (
     ToggleEffect,
     by_name,
@@ -24,7 +24,8 @@ from mechmem.papers.memorisation.summary import (
 from mechmem.report.document import Report, Section, Table
 
 TITLE = "Fact memorisation in one-layer models (Linsefors & Bushnaq): capacity, scaling and hand-coded constructions"
-SCALING_LABELS = {"2emb+mlp+bias/relu": "simple", "attn+mlp+norms+bias+res/gelu": "full"}
+SCALING_LABELS = {"2emb+mlp/relu": "simple", "2emb+mlp+bias/relu": "simple + bias",
+                  "attn+mlp+norms+bias+res/gelu": "full"}
 MIXING_LABELS = {"2emb": "2Emb", "uniform": "uniform", "attn": "learned attention"}
 
 
@@ -41,6 +42,42 @@ def _effect(e: ToggleEffect, *, facts: bool = False) -> str:
 def _schedule(record: dict[str, Any]) -> str:
     s = record["schedule"]
     return f"{s['max_epochs']} epochs per lr phase, patience {s['patience']}, acc >= {s['target_acc']:g}"
+
+
+def _short(schedule: dict[str, Any]) -> str:
+    """"50,000 / 5,000": epochs per lr phase / patience (acc appended when it is not 1)."""
+    acc = "" if schedule["target_acc"] == 1 else f", acc {schedule['target_acc']:g}"
+    return f"{schedule['max_epochs']:,} / {schedule['patience']:,}{acc}"
+
+
+def _longest(record: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """variant -> the table records of its longest other schedule (most epochs per phase), base d only."""
+    d = record["table"][0]["d"]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(record.get("other_schedules", []), key=lambda r: r["schedule"]["max_epochs"]):
+        if r["d"] != d or r["schedule"]["target_acc"] != record["schedule"]["target_acc"]:
+            continue
+        prev = out.get(r["variant"])
+        if prev and prev[0]["schedule"] == r["schedule"]:
+            prev.append(r)
+        else:
+            out[r["variant"]] = [r]
+    return out
+
+
+def _norms_no_mlp(record: dict[str, Any]) -> str:
+    """Norms on vs off without an MLP, per mixing, at the base schedule and at any longer one both ran with."""
+    groups = [(record["schedule"], record["table"])]
+    for s in {json.dumps(r["schedule"], sort_keys=True) for r in record.get("other_schedules", [])}:
+        groups.append((json.loads(s), [r for r in record["other_schedules"] if json.dumps(r["schedule"], sort_keys=True) == s]))
+    parts = []
+    for schedule, rs in sorted(groups, key=lambda g: g[0]["max_epochs"]):
+        named = {r["variant"]: r for r in rs if r["d"] == record["table"][0]["d"]}
+        pcts = [f"{MIXING_LABELS[m]} {100 * (named[m + '+norms']['any'] - named[m]['any']) / named[m]['any']:+.0f}%"
+                for m in ("2emb", "uniform", "attn") if m in named and m + "+norms" in named and named[m]["any"]]
+        if pcts:
+            parts.append(f"{', '.join(pcts)} ({_short(schedule)})")
+    return "; ".join(parts) or "-"
 
 
 def _repeats(records: list[dict[str, Any]]) -> int:
@@ -69,6 +106,7 @@ def facts_headline(record: dict[str, Any]) -> list[str]:
             anc, s = record["anchor"], record["anchor"]["schedule"]
             line += f"; with {s['max_epochs']} epochs per phase, patience {s['patience']}: {anc['any']}"
         lines.append(line + ". " + _no_mlp_line(table))
+    lines += _longer_lines(record)
     best = max(table, key=lambda r: r["any"])
     full = named.get("attn+mlp+norms+bias+res/gelu")
     parts = [f"{label} in {effects[k].better}/{effects[k].pairs} matched pairs" for k, label in (
@@ -90,30 +128,70 @@ def facts_headline(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _longer_lines(record: dict[str, Any]) -> list[str]:
+    """One headline line per longer schedule of the table: each variant's Any (All) there, base Any beside it."""
+    base = by_name(record["table"])
+    out = []
+    for schedule in sorted({json.dumps(r["schedule"], sort_keys=True) for r in record.get("other_schedules", [])},
+                           key=lambda s: -json.loads(s)["max_epochs"]):
+        rs = [r for r in record["other_schedules"] if json.dumps(r["schedule"], sort_keys=True) == schedule
+              and r["d"] == record["table"][0]["d"]]
+        parts = [f"{r['variant']} {r['any']} (All {r['all']}; base {base[r['variant']]['any']})"
+                 for r in sorted(rs, key=sort_key) if r["variant"] in base]
+        if parts:
+            out.append(f"At {_short(json.loads(schedule))} (epochs per lr phase / patience), Any: " + ", ".join(parts) + ".")
+    return out
+
+
 def _any_fits(record: dict[str, Any]) -> dict[str, ScalingFit]:
     fits = {k: ScalingFit.from_dict(v) for k, v in record["scaling_fits"].items()}
     return {k.removesuffix(" any"): f for k, f in fits.items() if k.endswith(" any")}
 
 
 def variants_section(record: dict[str, Any]) -> Section:
-    """The 54 variants: Any / Most / All (mean +- sd over repeats) and search seconds."""
+    """The 54 variants at the base schedule (mean +- sd over repeats), and each variant's longest other schedule."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in sorted(record["table"], key=sort_key):
         groups.setdefault(r["variant"], []).append(r)
+    longest = _longest(record)
     rows = []
-    for rs in groups.values():
+    for name, rs in groups.items():
         c = rs[0]["config"]
         mlp_cells = [_yes(c["mlp_residual"]), _yes(c["bias"]), c["act_fn"]] if c["mlp"] else ["", _yes(c["bias"]), ""]
+        long = longest.get(name, [])
         rows.append([c["mixing"], _yes(c["mlp"]), _yes(c["norms"]), *mlp_cells,
                      *(mean_sd([r[k] for r in rs]) for k in ("any", "most", "all")),
-                     f"{sum(r['seconds'] for r in rs) / len(rs):.0f}"])
+                     f"{sum(r['seconds'] for r in rs) / len(rs):.0f}",
+                     _short(long[0]["schedule"]) if long else "",
+                     " / ".join(mean_sd([r[k] for r in long]) for k in ("any", "most", "all")) if long else "",
+                     f"{sum(r['seconds'] for r in long) / len(long):.0f}" if long else ""])
     total_h = sum(r["seconds"] for r in record["table"]) / 3600
-    lines = [f"{len(groups)} variants, {_repeats(record['table'])} repeat(s); {_schedule(record)}.",
-             f"s = wall seconds of a cell's search (sum over the cells: {total_h:.1f} h)."]
-    if record.get("other_schedules"):
-        lines.append(f"{len(record['other_schedules'])} record(s) of other schedules in the data file are not shown.")
-    headers = ["mixing", "MLP", "norms", "MLP res", "bias", "act", "Any", "Most", "All", "s"]
-    return Section("variants", "Results: the 54 variants", lines=lines, tables=[Table(headers, rows)])
+    lines = [(f"{len(groups)} variants, {_repeats(record['table'])} repeat(s); Any / Most / All at the base schedule:"
+              f" {_schedule(record)} (epochs per lr phase / patience: {_short(record['schedule'])})."),
+             (f"s = wall seconds of a cell's search (sum over the base cells: {total_h:.1f} h). The last three columns:"
+              " the longest other schedule a variant ran with (epochs per lr phase / patience), its Any / Most / All"
+              " and seconds; blank where the variant ran only at the base schedule.")]
+    headers = ["mixing", "MLP", "norms", "MLP res", "bias", "act", "Any", "Most", "All", "s",
+               "longer schedule", "Any / Most / All", "s "]
+    section = Section("variants", "Results: the 54 variants", lines=lines, tables=[Table(headers, rows)])
+    points = _convergence_points(record)
+    if points:
+        pub = record["published"].get("anchor_no_mlp_mean")
+        section.add_figure("convergence", plot_convergence(points, published=float(pub["value"]) if pub else None))
+    return section
+
+
+def _convergence_points(record: dict[str, Any]) -> dict[str, list[tuple[int, int, int]]]:
+    """variant -> [(epoch cap, Any, All)] for variants with at least two schedules (repeat 0; the anchor file too)."""
+    d = record["table"][0]["d"]
+    base = [r for r in record["table"] if r.get("repeat", 0) == 0]
+    other = [r for r in record.get("other_schedules", []) if r["d"] == d and r.get("repeat", 0) == 0]
+    anchor = [record["anchor"]] if record.get("anchor") else []
+    points: dict[str, dict[int, tuple[int, int, int]]] = {}
+    for r in base + other + anchor:
+        if r["schedule"]["target_acc"] == record["schedule"]["target_acc"]:
+            points.setdefault(r["variant"], {})[r["schedule"]["max_epochs"]] = (r["schedule"]["max_epochs"], r["any"], r["all"])
+    return {v: sorted(p.values()) for v, p in points.items() if len(p) >= 2}
 
 
 def comparisons_section(record: dict[str, Any]) -> Section:
@@ -124,8 +202,15 @@ def comparisons_section(record: dict[str, Any]) -> Section:
     labels = {"mlp": "MLP on vs off", "2emb_vs_uniform": "2Emb vs uniform attention",
               "uniform_vs_attn": "uniform vs learned attention", "mlp_residual": "MLP residual on vs off",
               "gelu": "GELU vs ReLU", "bias": "bias on vs off", "norms": "norms on vs off"}
+    longest = _longest(record)
+
+    def ours(m: str) -> str:
+        more = longest.get(m)
+        extra = f" ({', '.join(str(r['any']) for r in more)} at {_short(more[0]['schedule'])})" if more else ""
+        return f"{MIXING_LABELS[m]} {named[m]['any']}{extra}"
+
     rows = [["no MLP, no norms, every mixing", pub["anchor_no_mlp"]["value"],
-             ", ".join(f"{MIXING_LABELS[m]} {named[m]['any']}" for m in ("2emb", "uniform", "attn") if m in named)]]
+             ", ".join(ours(m) for m in ("2emb", "uniform", "attn") if m in named)]]
     for key, label in labels.items():
         facts = key in ("mlp", "2emb_vs_uniform", "uniform_vs_attn")
         rows.append([label, pub["toggles"][key]["value"], _effect(effects[key], facts=facts) if key in effects else "-"])
@@ -134,11 +219,15 @@ def comparisons_section(record: dict[str, Any]) -> Section:
         f"{MIXING_LABELS[m]} {o['any']} (All {o['all']}), " + ("the lowest MLP variant" if o["is_lowest"]
                                                                else f"lowest is {o['lowest_any']}")
         for m, o in odd.items())])
+    if "norms_no_mlp" in pub:
+        rows.append(["norms on vs off, no MLP", pub["norms_no_mlp"]["value"], _norms_no_mlp(record)])
     best, ceiling = max(r["any"] for r in table), table[0]["config"]["n_in"] ** 2
     rows.append(["dataset ceiling", str(pub["ceiling"]["value"]),
                  f"{ceiling}: " + ("reached" if best >= ceiling else f"never reached (best {best})")])
-    sources = sorted({pub["toggles"][k]["source"] for k in labels} | {pub["anchor_no_mlp"]["source"]})
-    caption = f"Published (Any; {'; '.join(sources)}) vs ours (Any, {_schedule(record)})."
+    sources = sorted({pub["toggles"][k]["source"] for k in labels} | {pub["anchor_no_mlp"]["source"]}
+                     | ({pub["norms_no_mlp"]["source"]} if "norms_no_mlp" in pub else set()))
+    caption = (f"Published (Any; {'; '.join(sources)}) vs ours (Any, {_schedule(record)}; in brackets a variant's"
+               " longest other schedule, epochs per lr phase / patience).")
     return Section("comparisons", "Published anchors and comparisons",
                    tables=[Table(["finding", "published", "ours"], rows, caption=caption)])
 
@@ -146,13 +235,15 @@ def comparisons_section(record: dict[str, Any]) -> Section:
 def scaling_section(record: dict[str, Any]) -> Section:
     """Scaling records (mean over repeats), fits and the figure."""
     rows = []
-    for r in sorted(record["scaling"], key=lambda r: (r["variant"] not in SCALING_LABELS, r["variant"], r["d"])):
-        rows.append([SCALING_LABELS.get(r["variant"], r["variant"]), r["d"], r["any"], r["most"], r["all"],
-                     r["config"]["n_in"] ** 2])
+    every = record["scaling"] + record.get("scaling_other", [])
+    for r in sorted(every, key=lambda r: (r["variant"] not in SCALING_LABELS, r["variant"], r["d"], r["schedule"]["max_epochs"])):
+        rows.append([SCALING_LABELS.get(r["variant"], r["variant"]), r["d"], _short(r["schedule"]), r["any"], r["most"],
+                     r["all"], r["config"]["n_in"] ** 2, f"{r['seconds']:.0f}"])
     fits = {k: ScalingFit.from_dict(v) for k, v in record["scaling_fits"].items()}
     lines = [f"{name}: S = {f.a:.2f} d^2 / ln d (free: {f.b:.2f} d^{f.k:.2f})" for name, f in fits.items()]
     section = Section("scaling", "Results: scaling", lines=lines,
-                      tables=[Table(["model", "d", "Any", "Most", "All", "ceiling"], rows)])
+                      tables=[Table(["model", "d", "epochs / patience", "Any", "Most", "All", "ceiling", "s"], rows)])
+    section.lines.insert(0, f"Fits use the base schedule ({_short(record['schedule'])}) only.")
     any_fits = _any_fits(record)
     if any_fits:
         ds = sorted({d for f in any_fits.values() for d in f.d})
@@ -177,7 +268,11 @@ def benchmark_section(record: dict[str, Any]) -> Section:
     caption = f"`{bench['source']}`; goal {goal}x ({record['published']['benchmark_goal']['source']})."
     table = Table(["variant", "sequential ms / init-epoch", "batched ms / init-epoch", "speed-up"], rows,
                   caption=caption, floatfmt=".2f")
-    return Section("benchmark", "Batched training speed", tables=[table])
+    met = [r["variant"] for r in bench["rows"] if r["speed_up"] >= goal]
+    lines = [(f"d = {bench['d']}, {bench['n_facts']} facts, {bench['inits']} inits, {bench['epochs']} epochs per run,"
+              f" {bench.get('threads', 1)} thread(s), best of {bench.get('rounds', 1)} alternating round(s)."
+              f" Goal met for {len(met)} of {len(bench['rows'])} variants.")]
+    return Section("benchmark", "Batched training speed", lines=lines, tables=[table])
 
 
 def deviations_section(record: dict[str, Any], other: list[dict[str, Any]]) -> Section:
@@ -186,13 +281,15 @@ def deviations_section(record: dict[str, Any], other: list[dict[str, Any]]) -> S
     odd = non_monotone(table)
     lines = [f"Success grows with n somewhere in {len(odd)} of {len(table)} searches, e.g. " + "; ".join(
         f"{v}: {k1}/11 inits at {n1} facts, {k2}/11 at {n2}" for v, n1, k1, n2, k2 in odd[:2]) + "."] if odd else []
-    for s in {json.dumps(r["schedule"], sort_keys=True) for r in other}:
+    for s in sorted({json.dumps(r["schedule"], sort_keys=True) for r in other}, key=lambda s: json.loads(s)["max_epochs"]):
         rs = [r for r in other if json.dumps(r["schedule"], sort_keys=True) == s]
         mean_s = sum(r["seconds"] for r in rs) / len(rs)
         sched = json.loads(s)
-        lines.append(f"Cells at {sched['max_epochs']} epochs per phase, patience {sched['patience']} (aborted run,"
-                     f" {len(rs)} cells in the data file): {mean_s:.0f} s per cell, about"
-                     f" {mean_s * len(table) / 3600:.1f} h for one repeat of the table on this machine.")
+        lines.append(f"Cells at {sched['max_epochs']:,} epochs per phase, patience {sched['patience']:,}"
+                     f" ({len(rs)} in the data file): {mean_s:.0f} s per cell on average.")
+    devices = record.get("facts_devices", ["cpu"])
+    lines.append(f"Fact permutations drawn on: {', '.join(devices)} (the published runs drew theirs on CUDA's default"
+                 " generator, which gives a different fact set for the same seed).")
     return Section("deviations", "Deviations and caveats", lines=lines)
 
 

@@ -78,3 +78,23 @@ def plot_histograms(rows: dict[str, dict[str, dict[str, Any]]]) -> Any:
             ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def plot_convergence(points: dict[str, list[tuple[int, int, int]]], *, published: float | None = None) -> Any:
+    """Capacity (Any, and All as a dashed line) against the epoch cap per lr phase, one colour per variant.
+
+    Args:
+        points: variant -> [(max_epochs, any, all)], one per schedule the variant ran with.
+        published: a published capacity to mark (horizontal line), if any.
+    """
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, (label, pts) in enumerate(points.items()):
+        epochs, any_, all_ = zip(*sorted(pts))
+        ax.plot(epochs, any_, "o-", color=f"C{i % 10}", label=f"{label} (Any)")
+        ax.plot(epochs, all_, "x--", color=f"C{i % 10}", alpha=0.6, label=f"{label} (All)")
+    if published is not None:
+        ax.axhline(published, color="k", lw=0.8, ls=":", label=f"published, no MLP ({published:g})")
+    ax.set(xscale="log", xlabel="epoch cap per lr phase (patience scaled with it)", ylabel="facts stored")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

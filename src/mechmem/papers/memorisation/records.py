@@ -9,7 +9,11 @@
     constructions_capacity_TAG.json, constructions_misc_TAG.json    the constructions (TAG = full | quick)
     memorisation_published.json    the published values, each with its source
 
-Only sweep records of the requested schedule enter the record (a data file may hold several).
+Sweep records of the requested (base) schedule enter the record whole (`table`, `scaling`: the comparisons and fits
+use only these, so every variant is compared under one schedule); records of every other schedule enter in brief
+(`other_schedules`, `scaling_other`): the page shows each variant's longest schedule beside its base one, and the
+capacity against the epoch cap. Records written before the fact generator had a device option drew the
+permutation on the CPU and are marked so (`facts_device`).
 """
 
 import json
@@ -27,7 +31,8 @@ def _read(path: Path) -> Any:
 
 
 def _brief(record: dict[str, Any]) -> dict[str, Any]:
-    return {k: record[k] for k in ("variant", "d", "schedule", "any", "most", "all", "seconds")}
+    keep = ("variant", "d", "config", "repeat", "schedule", "any", "most", "all", "seconds")
+    return {**{k: record[k] for k in keep if k in record}, "facts_device": record.get("facts_device", "cpu")}
 
 
 def collect(
@@ -53,7 +58,8 @@ def collect(
         raise MechmemError(f"no published values at {published_path}")
     table_all = load_records(data_dir / "facts_table.jsonl")
     table = [r for r in table_all if r["schedule"] == schedule]
-    scaling = [r for r in load_records(data_dir / "facts_scaling.jsonl") if r["schedule"] == schedule]
+    scaling_all = load_records(data_dir / "facts_scaling.jsonl")
+    scaling = [r for r in scaling_all if r["schedule"] == schedule]
     cap_name, misc_name = f"constructions_capacity_{tag}.json", f"constructions_misc_{tag}.json"
     capacities, misc = _read(data_dir / cap_name), _read(data_dir / misc_name)
     if not table or capacities is None or misc is None:
@@ -70,6 +76,8 @@ def collect(
         "other_schedules": [_brief(r) for r in table_all if r["schedule"] != schedule],
         "anchor": anchor,
         "scaling": scaling,
+        "scaling_other": [_brief(r) for r in scaling_all if r["schedule"] != schedule],
+        "facts_devices": sorted({r.get("facts_device", "cpu") for r in table_all + scaling_all}),
         "scaling_fits": {k: f.to_dict() for k, f in scaling_fits(scaling).items()},
         "benchmark": bench,
         "constructions": {**capacities, **misc, "tag": tag},
