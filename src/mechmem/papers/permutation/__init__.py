@@ -33,6 +33,16 @@ def _workers(text: str) -> int:
     return int(text)
 
 
+def _scale_presets(text: str) -> tuple[str, ...]:
+    from mechmem.papers.permutation.task import SCALE_PRESET_NAMES
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip() and n.strip() != "none")
+    unknown = [n for n in names if n not in SCALE_PRESET_NAMES]
+    if unknown:
+        raise MechmemError(f"unknown scale preset {unknown[0]!r} (known: {', '.join(SCALE_PRESET_NAMES)}, none)")
+    return names
+
+
 def _device(text: str) -> str:
     if text not in ("cpu", "cuda"):
         raise MechmemError(f"device must be cpu or cuda, got {text!r}")
@@ -45,13 +55,14 @@ def _executor(text: str) -> str:
 
 
 OPTIONS = {"runs": str, "workers": _workers, "device": _device, "task1_seeds": _seeds, "task2_seeds": _seeds,
-           "executor": _executor, "address": str}
+           "executor": _executor, "address": str, "scale_presets": _scale_presets}
 """`--set` options and their parsers."""
 
 
 def make_spec(variant: str, options: dict[str, str]) -> ReproConfig:
     """The `ReproConfig` of a variant, with `--set` options (runs=DIR, workers=N, device=cpu|cuda,
-    task1_seeds=0,1,2, task2_seeds=0,1,2, executor=local|ray, address=auto|HOST:PORT) applied; unknown variants
+    task1_seeds=0,1,2, task2_seeds=0,1,2, executor=local|ray, address=auto|HOST:PORT,
+    scale_presets=v10-quick,v15-quick or none) applied; unknown variants
     and options, and a bad executor or address, raise `MechmemError`."""
     if variant not in VARIANTS:
         raise MechmemError(f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
