@@ -1,6 +1,6 @@
 """Train the demo models on CPU, write a circuit report for each, and link them from reports/index.html.
 
-    python analyses/demo.py --out runs/demo --reports reports          # `make demo`: about 10 minutes on 2 cores
+    python analyses/demo.py --out runs/demo --reports reports          # `make demo`: about 4 minutes on 2 cores
     python analyses/demo.py --steps 200 --out /tmp/demo --reports /tmp/demo/reports   # a quick smoke run
 
 Models: permutation task1-quick and task2-quick, birth quick and facts quick (those whose presets are installed).
