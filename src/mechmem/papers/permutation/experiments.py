@@ -75,7 +75,7 @@ def bayes_table(model: Any, task: PermutationTask, n: int, *, generator: torch.G
     Columns: `acc` (argmax == target), `bayes_acc` (mean of 1 / #candidates: the accuracy of the Bayes-optimal
     predictor), `p_target` (mean model probability of the target) and `bayes_p_target`, `mae` (mean over sequences
     and the V+1 vocabulary entries of |p_model - p_bayes|, as in `answer_stats`), `max_err` (largest such entry),
-    `loss` and `bayes_loss` (cross-entropy of the target under the model and under the posterior). The last step
+    `seq_err_q` (median, 90th and 99th percentile over sequences of each sequence's largest entry), `loss` and `bayes_loss` (cross-entropy of the target under the model and under the posterior). The last step
     is also split into `elimination` (no repeat) and `memorisation` (repeat) rows.
     """
     seq, repeat = task.sequences(n, generator=generator, split="test")
@@ -95,6 +95,7 @@ def bayes_table(model: Any, task: PermutationTask, n: int, *, generator: torch.G
             "bayes_acc": float(b.max(-1).values.mean()), "p_target": float(p[idx, t].mean()),
             "bayes_p_target": float(b[idx, t].mean()), "mae": float(err.mean()), "max_err": float(err.max()),
             "loss": float(-p[idx, t].clamp_min(1e-12).log().mean()), "bayes_loss": float(-b[idx, t].log().mean()) + 0.0,
+            "seq_err_q": [float(q) for q in err.max(-1).values.quantile(torch.tensor([0.5, 0.9, 0.99]))],
         }
 
     everyone = torch.ones(n, dtype=torch.bool)
