@@ -11,6 +11,7 @@ import again (several seconds each), and a model's report starts as soon as its 
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -181,6 +182,7 @@ def run_jobs(
             continue
         time.sleep(0.2)
         relay.poll({jobs[i][0]: jobs[i][2] for i, _ in running.values()})
+    shutil.rmtree(tmp, ignore_errors=True)
     return results
 
 
