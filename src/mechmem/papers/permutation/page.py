@@ -45,8 +45,13 @@ def build_page(record: dict[str, Any]) -> Report:
                 f"{_ms([r['probe']['p_elimination'] for r in t1])} over {len(t1)} seed(s) "
                 f"(published {values['task1_probe_elimination_p']}).")
     cfg = record["config"]
-    meta = {"record": "`docs/reproductions/data/permutation.json`",
-            "rebuild": f"`python analyses/reproduce.py permutation --variant {cfg.get('variant', 'full')}` "
+    variant = cfg.get("variant", "full")
+    name = "permutation" if variant == "full" else f"permutation-{variant}"
+    kind = "paper" if variant == "paper" else "quick"
+    scale = list(cfg.get("scale_presets", []))
+    options = "" if scale == [f"v10-{kind}", f"v15-{kind}"] else f" --set scale_presets={','.join(scale) or 'none'}"
+    meta = {"record": f"`docs/reproductions/data/{name}.json`",
+            "rebuild": f"`python analyses/reproduce.py permutation --variant {variant}{options}` "
                        "(add `--page-only` to redraw from the record)",
             "runs": f"`{cfg['runs']}/PRESET/seedN`, reused when complete"}
     return Report(TITLE, headline, meta, sections)
