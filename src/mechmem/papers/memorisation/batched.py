@@ -8,12 +8,12 @@ pass (before the update), as in the authors' loop.
 
 `train_batched` runs all initialisations as one stacked model: every parameter carries a leading `init` axis, one
 forward/backward serves all inits, and Adam is applied elementwise with per-init learning rate, step count and
-phase. Inits that finish are dropped from the stack, so stragglers do not pay for the rest. `train_reference` is
-the plain per-init loop (a hooked model and `torch.optim.Adam`); tests check the two agree.
+phase. Inits that finish are dropped from the stack, so stragglers do not pay for the rest. The loss gradient is
+`fused.loss_grad` (the per-fact work with a hand-written backward). `train_reference` is the plain per-init loop
+(a hooked model and `torch.optim.Adam`); tests check the two agree.
 """
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -22,8 +22,8 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechmem.config import ConfigMixin
+from mechmem.papers.memorisation.fused import FactBatch, loss_grad, mixing_tables
 from mechmem.papers.memorisation.models import (
-    EPS,
     FactsModelConfig,
     Params,
     init_params,
@@ -31,6 +31,7 @@ from mechmem.papers.memorisation.models import (
     model_params,
     readout,
 )
+from mechmem.training.heap import retain_freed_memory
 
 BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
@@ -89,75 +90,20 @@ class TrainOutcome:
         }
 
 
-def _rows(one_hot: Tensor, table: Tensor) -> Tensor:
-    """table[init, t] for each one-hot row t, as one matmul over all inits: [n, n_in] x [init, n_in, d]."""
-    n_init, n_in, d = table.shape
-    rows = (one_hot @ table.transpose(0, 1).reshape(n_in, n_init * d)).view(-1, n_init, d)
-    # Contiguous in [init, n, d]: elementwise results inherit their input's layout, and bmm would copy each one.
-    return rows.transpose(0, 1).contiguous()
-
-
-def _norm_rows(x: Tensor, gain: Tensor) -> Tensor:
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * gain[:, None, :]
-
-
 def fact_logits(
     cfg: FactsModelConfig, params: Params, tokens: Int[Tensor, "n 2"]
 ) -> Float[Tensor, "init n d_vocab_out"]:
-    """Last-position logits of every fact, with the two-token mixing factorised over the vocabulary.
-
-    Equal to `forward_params(cfg, params, tokens, last_only=True)[:, :, 0]` (tests check it) but cheaper: with two
-    positions, every per-position quantity (norm, query, key, value times W_O) depends on one token only, so it
-    is computed once per vocabulary entry and gathered; per fact only the attention weight on the first token,
-    p0 = sigmoid(q(t2).k0(t1) - q(t2).k1(t2)) / sqrt(d), and the mixed vector remain:
-    resid_mid = x1[t2] + o1[t2] + p0 (o0[t1] - o1[t2]), with x_p = W_E + W_pos[p], o_p = ln1(x_p) W_V W_O.
-
-    Token tables are gathered by one-hot matmuls (one GEMM over all inits; a gather's backward is slower).
-    """
-    first, second = (F.one_hot(tokens[:, i], cfg.n_in).to(params["embed.W_E"].dtype) for i in (0, 1))
-    W_E = params["embed.W_E"]
-    if cfg.mixing == "2emb":  # W_E[t1] + W_E2[t2] as one one-hot product
-        resid = _rows(torch.cat([first, second], 1), torch.cat([W_E, params["embed.W_E2"]], 1))
-        return readout(cfg, params, resid[:, :, None, :])[:, :, 0]
-    x0, x1 = W_E + params["pos_embed.W_pos"][:, :1], W_E + params["pos_embed.W_pos"][:, 1:]
-    n0, n1 = x0, x1
-    if cfg.norms:
-        n0, n1 = _norm_rows(x0, params["blocks.0.ln1.w"]), _norm_rows(x1, params["blocks.0.ln1.w"])
-    W_VO = params["blocks.0.attn.W_V"][:, 0] @ params["blocks.0.attn.W_O"][:, 0]
-    o0, o1 = n0 @ W_VO, n1 @ W_VO
-    if cfg.mixing == "attn":
-        q1 = n1 @ params["blocks.0.attn.W_Q"][:, 0]
-        k0, k1 = n0 @ params["blocks.0.attn.W_K"][:, 0], n1 @ params["blocks.0.attn.W_K"][:, 0]
-        # gap[t2, t1] = score(first) - score(second) for the fact (t1, t2); read per fact as a one-hot product.
-        gap = (q1 @ k0.transpose(1, 2) - (q1 * k1).sum(-1, keepdim=True)) / math.sqrt(cfg.d_model)
-        p0 = torch.sigmoid(gap.flatten(1)[:, tokens[:, 1] * cfg.n_in + tokens[:, 0]])[..., None]
-    else:
-        p0 = 0.5
-    resid = _rows(second, x1 + o1) + p0 * (_rows(first, o0) - _rows(second, o1))
+    """Last-position logits of every fact from the per-vocabulary mixing tables (`fused.mixing_tables`), with
+    autograd: resid_mid = second[t2] + p0 (first[t1] - minus[t2]), p0 = sigmoid(gap[t2, t1]) the attention on the
+    first token. Equal to `forward_params(cfg, params, tokens, last_only=True)[:, :, 0]` (tests check it); the
+    trainer's hand-written step (`fused.loss_grad`) is checked against its gradient."""
+    tables = mixing_tables(cfg, params)
+    first, second = tokens[:, 0], tokens[:, 1]
+    resid = tables["first"][:, first] + tables["second"][:, second]
+    if "gap" in tables:
+        p0 = torch.sigmoid(tables["gap"][:, second, first])[..., None]
+        resid = tables["second"][:, second] + p0 * (tables["first"][:, first] - tables["minus"][:, second])
     return readout(cfg, params, resid[:, :, None, :])[:, :, 0]
-
-
-def _grad_fn(cfg: FactsModelConfig, stack: "_Stack") -> Callable[..., tuple[Tensor, Tensor]]:
-    """(flat [init, n_params], tokens, labels) -> (gradient of the summed per-init mean losses, hits [init])."""
-    names, shapes, sizes = list(stack.names), list(stack.shapes), list(stack.sizes)
-
-    def grad_and_hits(flat: Tensor, tokens: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
-        params = {k: t.reshape(flat.shape[0], *shape) for k, t, shape in zip(names, flat.split(sizes, 1), shapes)}
-        logits = fact_logits(cfg, params, tokens)
-        n_init, n_facts = logits.shape[:2]
-        # Each init's mean loss, summed: one cross-entropy over all rows, scaled by 1 / n_facts.
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.repeat(n_init), reduction="sum")
-        (grad,) = torch.autograd.grad(loss / n_facts, flat)
-        return grad, _hits(logits.detach(), labels)
-
-    return grad_and_hits
-
-
-def _hits(logits: Float[Tensor, "init n d_vocab_out"], labels: Int[Tensor, " n"]) -> Int[Tensor, " init"]:
-    """Facts whose label has the largest logit, per init: argmax accuracy (argmax over 16 labels is a slow CPU
-    kernel; this differs from it only on exact ties at the maximum, where argmax takes the lowest label)."""
-    at_label = logits.gather(-1, labels[None, :, None].expand(logits.shape[0], -1, 1))[..., 0]
-    return (at_label >= logits.amax(-1)).sum(1)
 
 
 def _hits_needed(n_facts: int, target_acc: float) -> int:
@@ -227,6 +173,8 @@ def train_batched(
 ) -> TrainOutcome:
     """Train one init per seed (init drawn from `torch.Generator().manual_seed(seed)`) as one stacked model."""
     device = torch.device(device)
+    if device.type == "cpu":
+        retain_freed_memory()
     n_init, n_facts = len(seeds), labels.shape[0]
     inputs, labels = inputs.to(device), labels.to(device)
     need, cont = _hits_needed(n_facts, schedule.target_acc), _hits_needed(n_facts, schedule.continue_above)
@@ -235,9 +183,9 @@ def train_batched(
     stack, lr_table = _Stack(final, device), torch.tensor(schedule.lrs, device=device)
     totals = {k: torch.zeros(n_init, dtype=torch.long) for k in ("best", "last", "epochs", "phases")}
     success = torch.zeros(n_init, dtype=torch.bool)
-    grad_and_hits = _grad_fn(cfg, stack)
+    batch = FactBatch(inputs, labels, cfg.n_in, cfg.n_out, stack.flat.dtype)
     while stack.ids.numel():
-        grad, hits = grad_and_hits(stack.flat, inputs, labels)
+        grad, hits = loss_grad(cfg, stack.flat, stack.params(), batch)
         with torch.no_grad():
             stack.adam_step(grad, lr_table)
             stack.track(hits)
