@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, default=None, help="JSONL file (default data/facts_<mode>.jsonl)")
     p.add_argument("--shard", default="0/1", help="K/N: run only cells with index %% N == K (parallel workers)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto (resolved where each cell runs)")
+    p.add_argument("--facts-device", default="cpu", help="device of the facts' permutation (published: cuda)")
     p.add_argument("--executor", default="local", help="local (this process) or ray (one Ray task per cell)")
     p.add_argument("--address", default=None, help="ray: cluster to join (auto or host:port); default a local one")
     p.add_argument("--gpus-per-cell", type=float, default=1.0, help="ray + cuda: GPU share per cell (0.25: 4 per GPU)")
@@ -53,14 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         raise MechmemError(f"--shard must look like K/N, got {args.shard!r}") from None
     if args.mode == "table":
-        cells = sweep.table_cells(args.only, args.repeats, schedule)
+        cells = sweep.table_cells(args.only, args.repeats, schedule, facts_device=args.facts_device)
         sweep.run_sweep(cells[shard::n_shards], args.data or DATA / "facts_table.jsonl", **where)
     elif args.mode == "scaling":
         if max(args.ds) >= 64 and not args.gpu_sizes:
             raise MechmemError("d >= 64 is a GPU job: add --gpu-sizes (and --device cuda)")
-        cells = sweep.scaling_cells(args.variant, args.ds, args.repeats, schedule)
+        cells = sweep.scaling_cells(args.variant, args.ds, args.repeats, schedule, args.facts_device)
         path = args.data or DATA / "facts_scaling.jsonl"
-        sweep.run_sweep(cells[shard::n_shards], path, **where)
+        sweep.run_sweep(cells[shard::n_shards], path, reuse=[path.parent / "facts_table.jsonl"], **where)
     else:
         print(f"schedule: {args.max_epochs} epochs/phase, patience {args.patience}, acc >= {args.acc}")
         for name in ("facts_table.jsonl", "facts_scaling.jsonl"):

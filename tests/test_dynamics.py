@@ -1,7 +1,6 @@
 """Training dynamics: transitions on hand-made curves, a synthetic checkpoint series whose order of events is known,
 agreement with the trainer's own log, and the script's outputs and one-line errors."""
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -10,6 +9,7 @@ import pytest
 import torch
 from helpers import assert_no_hooks
 
+from conftest import load_script
 from mechmem.analysis.dynamics import (
     QUANTITIES,
     EvalData,
@@ -36,13 +36,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SAVE_EVERY = 10
 PREV_AT, INDUCTION_AT = 60, 140
 """The synthetic schedule: the previous-token head forms at step 60, the induction head at step 140."""
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "analyses" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # -- transitions on hand-made curves ---------------------------------------------------------------------------

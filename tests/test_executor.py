@@ -106,6 +106,14 @@ def test_finished_cells_are_skipped(tmp_path):
     assert [json.loads(line)["key"] for line in path.read_text().splitlines()] == list(both)
 
 
+def test_cells_finished_in_another_file_are_copied_not_rerun(tmp_path):
+    table, scaling = tmp_path / "table.jsonl", tmp_path / "scaling.jsonl"
+    done = run_cells(counted(tmp_path, range(2)), table, progress=None)
+    out = run_cells(counted(tmp_path, range(3)), scaling, progress=None, reuse=[table, tmp_path / "missing.jsonl"])
+    assert calls(tmp_path) == [0, 1, 2] and {k: out[k] for k in done} == done
+    assert list(load_records(scaling)) == ["x=0", "x=1", "x=2"]  # the copies are in the file, so it stands alone
+
+
 def test_a_line_cut_by_a_kill_is_rerun(tmp_path):
     path = tmp_path / "records.jsonl"
     run_cells(counted(tmp_path, range(2)), path, progress=None)

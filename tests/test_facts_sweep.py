@@ -2,6 +2,11 @@
 
 import math
 
+import pytest
+import torch
+from conftest import load_script
+
+from mechmem.cli import run_script
 from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.fits import fit_scaling
 from mechmem.papers.memorisation.models import FactsModelConfig
@@ -10,6 +15,7 @@ from mechmem.papers.memorisation.sweep import (
     SearchCell,
     load_records,
     run_sweep,
+    scaling_cells,
     scaling_fits,
     table_cells,
     table_rows,
@@ -27,7 +33,7 @@ def test_run_sweep_appends_and_skips(tmp_path):
     assert records[0]["key"] == cells[0].key and records[0]["seeds"] == list(range(11))
     assert records[0]["precision"] == 4 and records[0]["bracket"] == "authors"
     assert 0 <= records[0]["all"] <= records[0]["most"] <= records[0]["any"] <= 16
-    assert table_rows(records)[0][0] == "2emb (d=2)"
+    assert table_rows(records)[0][0] == "2emb (d=2)" and records[0]["facts_device"] == "cpu"
     assert len(table_cells(None, 2, Schedule())) == 108 and len(table_cells("2emb+mlp", 1, Schedule())) == 16
 
 
@@ -47,3 +53,20 @@ def test_scaling_fits_group_by_variant_and_criterion():
     fits = scaling_fits(recs)
     assert set(fits) == {"v any", "v most", "v all"} and fits["v any"].capacity == [512.0, 2048.0]
     assert math.isclose(fits["v most"].k, 2.0)
+
+
+def test_fact_device_is_part_of_the_key_and_the_simple_scaling_model_is_a_table_cell():
+    schedule = Schedule()
+    (cpu,), (cuda,) = (table_cells("2emb+mlp/relu", 1, schedule, facts_device=dev) for dev in ("cpu", "cuda"))
+    assert cuda.key == cpu.key + "|facts=cuda"
+    (nb16,) = scaling_cells("nb", [16], 1, schedule)  # the published simple model: no bias, no norms, ReLU
+    assert nb16.key == cpu.key and nb16.config == cpu.config
+
+
+def test_unavailable_fact_device_is_one_line(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    code = run_script(load_script("sweep_facts").main, ["table", "--only", "2emb+mlp/relu", "--facts-device", "cuda",
+                                         "--max-epochs", "2", "--patience", "1", "--data", str(tmp_path / "t.jsonl")])
+    err = capsys.readouterr().err
+    assert code != 0 and "cuda" in err and "Traceback" not in err

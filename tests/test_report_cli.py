@@ -1,21 +1,14 @@
 """analyses/report.py and analyses/demo.py: outputs, one-line errors, index page."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from conftest import load_script
 from mechmem.cli import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "analyses" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

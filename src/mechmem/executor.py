@@ -105,6 +105,17 @@ def _append(path: Path, key: str, record: dict, flat: bool) -> None:
         fh.write((line + "\n").encode())
 
 
+def _copy_reused(keys: list[str], done: dict[str, dict], reuse: Iterable[Path], records: Path | None,
+                 flat: bool) -> None:
+    """Cells not in `done` but finished in a `reuse` file: into `done`, and appended to `records`."""
+    for other in reuse:
+        found = load_records(Path(other), flat=flat)
+        for key in [k for k in keys if k in found and k not in done]:
+            done[key] = found[key]
+            if records is not None:
+                _append(records, key, found[key], flat)
+
+
 def call_cell(fn: Callable[..., dict], kwargs: dict, threads: int) -> dict:
     """Run one cell with `threads` torch threads (restored afterwards): what both executors call."""
     import torch
@@ -129,6 +140,7 @@ def run_cells(
     gpus_per_cell: float = 1.0,
     threads: int = 1,
     flat: bool = False,
+    reuse: Iterable[Path] = (),
 ) -> dict[str, dict]:
     """Run every cell not yet in `records` and return key -> record for all cells, in cell order.
 
@@ -144,6 +156,8 @@ def run_cells(
         gpus_per_cell: GPUs one cell asks Ray for when it runs on CUDA (0.25: four cells share a GPU).
         threads: torch threads inside each cell (1 keeps records identical across executors).
         flat: the records file holds the records themselves, each with its "key" (see the module docstring).
+        reuse: other records files (same layout); a cell finished there is copied into `records`, not rerun
+            (one cell that belongs to two sweeps, e.g. a table variant that is also a scaling point).
     """
     cells = list(cells)
     check_executor(executor, address)
@@ -156,6 +170,7 @@ def run_cells(
         records.parent.mkdir(parents=True, exist_ok=True)
     stored = load_records(records, flat=flat) if records is not None else {}
     done = {k: stored[k] for k in keys if k in stored}
+    _copy_reused(keys, done, reuse, records, flat)
     todo = [c for c in cells if c.key not in done]
     run = _run_ray(todo, device, address, num_cpus, gpus_per_cell, threads) if todo and executor == "ray" else (
         (c, call_cell(c.fn, c.kwargs, threads)) for c in todo

@@ -55,6 +55,8 @@ class MemorisationSpec:
     """Constructions files: full or quick (small grids)."""
     device: str = "cpu"
     """Torch device for the sweeps (cpu, cuda, auto), resolved where each cell runs."""
+    facts_device: str = "cpu"
+    """Device of the facts' permutation (the published runs drew it on cuda: another fact set)."""
     executor: str = "local"
     """Where sweep cells run: local (this process) or ray (`mechmem.executor`)."""
     address: str = ""
@@ -101,11 +103,14 @@ def run(spec: MemorisationSpec, log: Callable[[str], None]) -> dict[str, Any]:
     steps = RUNS[spec.variant]
     if "table" in steps:
         log(f"54-variant table at d={spec.d}, {spec.repeats} repeat(s) -> {data / 'facts_table.jsonl'}")
-        run_sweep(table_cells(None, spec.repeats, schedule, spec.d), data / "facts_table.jsonl", **where)
+        cells = table_cells(None, spec.repeats, schedule, spec.d, spec.facts_device)
+        run_sweep(cells, data / "facts_table.jsonl", **where)
     if "scaling" in steps:
         log(f"scaling at d = {spec.ds} -> {data / 'facts_scaling.jsonl'}")
-        cells = [c for v in ("reduced", "full") for c in scaling_cells(v, list(spec.ds), spec.repeats, schedule)]
-        run_sweep(cells, data / "facts_scaling.jsonl", **where)
+        # the authors' two scaled models: "nb" (their simple model, no bias) and "full"
+        cells = [c for v in ("nb", "full") for c in scaling_cells(v, list(spec.ds), spec.repeats, schedule,
+                                                                  spec.facts_device)]
+        run_sweep(cells, data / "facts_scaling.jsonl", reuse=[data / "facts_table.jsonl"], **where)
     if "constructions" in steps:
         command = f"python analyses/reproduce.py memorisation --variant {spec.variant}"
         run_constructions(data, quick=spec.tag == "quick", ds=spec.ds, modes=spec.modes,

@@ -45,13 +45,16 @@ class SearchCell:
     repeat: int
     schedule: Schedule
     precision: int = 8
+    facts_device: str = "cpu"
+    """Device of the fact generator's permutation (the published runs drew it on CUDA: another fact set)."""
 
     @property
     def key(self) -> str:
         c, s = self.config, self.schedule
+        facts = "" if self.facts_device == "cpu" else f"|facts={self.facts_device}"
         return (
             f"{c.name}|d={c.d_model}|n_in={c.n_in}|rep={self.repeat}|acc={s.target_acc}|"
-            f"epochs={s.max_epochs}|patience={s.patience}|prec={self.precision}"
+            f"epochs={s.max_epochs}|patience={s.patience}|prec={self.precision}{facts}"
         )
 
     @property
@@ -73,9 +76,8 @@ def search_cell(cell: SearchCell, device: str) -> dict[str, Any]:
     """One cell's capacity search on `device` (resolved in the worker): its record, JSON-able."""
     from mechmem.training.trainer import resolve_device
 
-    result = find_capacity(
-        cell.config, schedule=cell.schedule, seeds=cell.seeds, precision=cell.precision, device=resolve_device(device)
-    )
+    result = find_capacity(cell.config, schedule=cell.schedule, seeds=cell.seeds, precision=cell.precision,
+                           data_device=cell.facts_device, device=resolve_device(device))
     result.info.update(key=cell.key, repeat=cell.repeat)
     return {**result.to_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
@@ -89,17 +91,19 @@ def run_sweep(
     address: str | None = None,
     gpus_per_cell: float = 1.0,
     progress: bool = True,
+    reuse: Iterable[str | Path] = (),
 ) -> dict[str, dict[str, Any]]:
     """Run every cell not yet in `path` (one JSON line each, appended as it finishes); key -> record of all cells.
 
     `executor`, `address` and `gpus_per_cell` choose where the cells run (`mechmem.executor.run_cells`);
-    `device` is cpu, cuda or auto, resolved by each cell where it runs.
+    `device` is cpu, cuda or auto, resolved by each cell where it runs. Cells finished in a `reuse` file (same
+    key: same variant, size, repeat, schedule, precision and fact device) are copied, not rerun.
     """
     cells = list(cells)
     jobs = [Cell(c.key, search_cell, {"cell": c, "device": device}) for c in cells]
     label = "capacity cells" if progress else None
     return run_cells(jobs, Path(path), executor=executor, address=address, device=device, progress=label, flat=True,
-                     gpus_per_cell=gpus_per_cell)
+                     gpus_per_cell=gpus_per_cell, reuse=[Path(p) for p in reuse])
 
 
 def _mean_sd(values: list[int] | list[float]) -> str:
@@ -130,10 +134,13 @@ def table_rows(
     return rows
 
 
-def scaling_cells(variant: str, ds: list[int], repeats: int, schedule: Schedule) -> list[SearchCell]:
+def scaling_cells(
+    variant: str, ds: list[int], repeats: int, schedule: Schedule, facts_device: str = "cpu"
+) -> list[SearchCell]:
     """The authors' scaling cells: the variant at each d, precision 8 (d/16)^2."""
     base = SCALING_VARIANTS[variant]
-    return [SearchCell(scaled(base, d), r, schedule, precision=8 * (d // 16) ** 2 or 1) for r in range(repeats) for d in ds]
+    return [SearchCell(scaled(base, d), r, schedule, precision=8 * (d // 16) ** 2 or 1, facts_device=facts_device)
+            for r in range(repeats) for d in ds]
 
 
 def scaling_fits(records: list[dict[str, Any]], criteria: tuple[str, ...] = tuple(CRITERIA)) -> dict[str, ScalingFit]:
@@ -151,9 +158,11 @@ def scaling_fits(records: list[dict[str, Any]], criteria: tuple[str, ...] = tupl
     return fits
 
 
-def table_cells(only: str | None, repeats: int, schedule: Schedule, d: int = 16) -> list[SearchCell]:
+def table_cells(
+    only: str | None, repeats: int, schedule: Schedule, d: int = 16, facts_device: str = "cpu"
+) -> list[SearchCell]:
     """The 54-variant table's cells (variants whose name contains `only`, if given) at width d, n_in = 2d."""
     variants = [v for v in all_variants(2 * d, d, d, d) if only is None or only in v.name]
     if not variants:
         raise MechmemError(f"no variant name contains {only!r}")
-    return [SearchCell(v, r, schedule) for r in range(repeats) for v in variants]
+    return [SearchCell(v, r, schedule, facts_device=facts_device) for r in range(repeats) for v in variants]
