@@ -3,6 +3,7 @@
     python analyses/birth_scale.py --statements two_layer_fixed --max-rung R0     # CPU: a few minutes
     python analyses/birth_scale.py                                                # every statement, every rung
     python analyses/birth_scale.py --seed-check docs/reproductions/data/birth_seed_check.json
+    python analyses/birth_scale.py --executor ray --address auto          # a rung's cells as Ray tasks
 
 Rules, metric and rungs: docs/reproductions/data/birth_rules.json (committed before the runs). Each finished run
 is appended to docs/reproductions/data/birth_scale.jsonl; runs already there are reused, so the command resumes.
@@ -12,6 +13,7 @@ histories it holds (no suite run is retrained); `python analyses/reproduce.py bi
     python analyses/birth_scale.py --no-run --record docs/reproductions/data/birth.json
 """
 
+import functools
 import json
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import torch
 
 from mechmem.cli import ArgumentParser, positive_int, run_script, write_json
 from mechmem.errors import MechmemError
+from mechmem.executor import check_executor
 from mechmem.papers.birth.scale import (
     RECORDS_FILE,
     RULES_FILE,
@@ -28,9 +31,7 @@ from mechmem.papers.birth.scale import (
     run_seed_check,
 )
 
-
-def _log(line: str) -> None:
-    print(line, flush=True)
+LOG = functools.partial(print, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,14 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", default=str(RECORDS_FILE), help="cells JSONL file (appended, resumed)")
     parser.add_argument("--statements", default=None, help="comma-separated statement keys (default: all)")
     parser.add_argument("--max-rung", default=None, help="highest rung to run, e.g. R2 (default: all)")
-    parser.add_argument(
-        "--no-run", action="store_true", help="train nothing (with --record: refresh it only)"
-    )
+    parser.add_argument("--no-run", action="store_true", help="train nothing (with --record: refresh it only)")
     parser.add_argument("--seed-check", default=None, help="seed-check JSON: run it instead of climbing")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument(
-        "--record", default=None, help="birth run record to give the ladder (rewritten in place)"
-    )
+    parser.add_argument("--executor", default="local", help="local (this process) or ray (one Ray task per cell)")
+    parser.add_argument("--address", default=None, help="ray: cluster to join (auto or host:port)")
+    parser.add_argument("--record", default=None, help="birth run record to give the ladder (rewritten in place)")
     args = parser.parse_args(argv)
     if not Path(args.rules).exists():
         raise MechmemError(f"no rules file at {args.rules}")
@@ -59,11 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_rung is not None and args.max_rung not in rungs:
         raise MechmemError(f"unknown rung {args.max_rung!r} (known: {', '.join(rungs)})")
     torch.set_num_threads(args.threads)
-    records = Path(args.records)
+    check_executor(args.executor, args.address)
+    records, where = Path(args.records), {"executor": args.executor, "address": args.address}
     if args.seed_check and not args.no_run:
-        run_seed_check(rules, json.loads(Path(args.seed_check).read_text()), records, log=_log)
+        run_seed_check(rules, json.loads(Path(args.seed_check).read_text()), records, log=LOG, **where)
     elif not args.no_run:
-        status = run_ladder(rules, records, statements=chosen, max_rung=args.max_rung, log=_log)
+        status = run_ladder(rules, records, statements=chosen, max_rung=args.max_rung, log=LOG, **where)
         print("\n".join(f"{key}: {verdict}" for key, verdict in status.items()))
     if args.record:
         if not Path(args.record).exists():

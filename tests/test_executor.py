@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_script
 
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
@@ -167,14 +168,10 @@ def test_missing_ray_says_what_to_install(tmp_path, monkeypatch):
 
 
 def test_scripts_reject_a_bad_executor(capsys):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("sweep_facts", ROOT / "analyses" / "sweep_facts.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert run_script(module.main, ["table", "--executor", "spark"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: unknown executor 'spark'") and len(err.splitlines()) == 1
+    for script, args in (("sweep_facts", ["table"]), ("birth_scale", ["--no-run"])):
+        assert run_script(load_script(script).main, [*args, "--executor", "spark"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: unknown executor 'spark'") and len(err.splitlines()) == 1
     from mechmem.plugins import get_paper, load_papers
 
     load_papers()

@@ -136,8 +136,11 @@ def run_ladder(
     statements: list[str] | None = None,
     max_rung: str | None = None,
     log: Callable[[str], None] = print,
+    executor: str = "local",
+    address: str | None = None,
 ) -> dict[str, str]:
-    """Climb the ladder for `statements` (default: all) up to `max_rung`; statement -> its last verdict."""
+    """Climb the ladder for `statements` (default: all) up to `max_rung`; statement -> its last verdict. A rung's
+    cells run through `run_cells` (`executor="ray"`: one Ray task each, on `address` or a local instance)."""
     chosen = [s for s in rules["statements"] if statements is None or s["key"] in statements]
     status = {s["key"]: "not run" for s in chosen}
     for rung in rules["ladder"]["rungs"]:
@@ -146,7 +149,7 @@ def run_ladder(
         if not cells:
             break
         log(f"{rung['name']}: {', '.join(cells)}")
-        done = run_cells(list(cells.values()), records)
+        done = run_cells(list(cells.values()), records, executor=executor, address=address)
         for s in open_:
             value = done[cell_key(rung["name"], s["model"])]["final"]["icl_acc"]
             status[s["key"]] = verdict(s["rule"], value)
@@ -157,7 +160,13 @@ def run_ladder(
 
 
 def run_seed_check(
-    rules: dict[str, Any], check: dict[str, Any], records: Path, *, log: Callable[[str], None] = print
+    rules: dict[str, Any],
+    check: dict[str, Any],
+    records: Path,
+    *,
+    log: Callable[[str], None] = print,
+    executor: str = "local",
+    address: str | None = None,
 ) -> None:
     """Run `check["seeds"]` at each statement's deciding rung (where its seed-0 climb stopped), statements in
     `check["order"]`; reported beside seed 0 by `summarise`, never judged."""
@@ -168,7 +177,8 @@ def run_seed_check(
             continue
         rung = next(r for r in rules["ladder"]["rungs"] if r["name"] == entry["outcome"]["rung"])
         model = next(s["model"] for s in rules["statements"] if s["key"] == key)
-        done = run_cells([make_cell(rules, rung, model, seed) for seed in check["seeds"]], records)
+        cells = [make_cell(rules, rung, model, seed) for seed in check["seeds"]]
+        done = run_cells(cells, records, executor=executor, address=address)
         log(
             f"{key} at {rung['name']}: "
             + ", ".join(f"{k} {r['final']['icl_acc']:.4f}" for k, r in done.items())
