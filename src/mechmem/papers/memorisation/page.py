@@ -65,13 +65,28 @@ def _longest(record: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _norms_no_mlp(record: dict[str, Any]) -> str:
-    """Norms on vs off without an MLP, per mixing, at the base schedule and at any longer one both ran with."""
+def _by_schedule(record: dict[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """(schedule, its records) for the base schedule and every other one, shortest first."""
     groups = [(record["schedule"], record["table"])]
     for s in {json.dumps(r["schedule"], sort_keys=True) for r in record.get("other_schedules", [])}:
         groups.append((json.loads(s), [r for r in record["other_schedules"] if json.dumps(r["schedule"], sort_keys=True) == s]))
+    return sorted(groups, key=lambda g: g[0]["max_epochs"])
+
+
+def _longer_effects(record: dict[str, Any], key: str, facts: bool) -> str:
+    """A toggle's effect at each longer schedule with matched pairs, e.g. "; +464 - +552 (...) (50,000 / 5,000)"."""
     parts = []
-    for schedule, rs in sorted(groups, key=lambda g: g[0]["max_epochs"]):
+    for schedule, rs in _by_schedule(record)[1:]:
+        effects = toggle_effects([r for r in rs if r["d"] == record["table"][0]["d"]])
+        if key in effects:
+            parts.append(f"; {_effect(effects[key], facts=facts)} ({_short(schedule)})")
+    return "".join(parts)
+
+
+def _norms_no_mlp(record: dict[str, Any]) -> str:
+    """Norms on vs off without an MLP, per mixing, at the base schedule and at any longer one both ran with."""
+    parts = []
+    for schedule, rs in _by_schedule(record):
         named = {r["variant"]: r for r in rs if r["d"] == record["table"][0]["d"]}
         pcts = [f"{MIXING_LABELS[m]} {100 * (named[m + '+norms']['any'] - named[m]['any']) / named[m]['any']:+.0f}%"
                 for m in ("2emb", "uniform", "attn") if m in named and m + "+norms" in named and named[m]["any"]]
@@ -213,7 +228,8 @@ def comparisons_section(record: dict[str, Any]) -> Section:
              ", ".join(ours(m) for m in ("2emb", "uniform", "attn") if m in named)]]
     for key, label in labels.items():
         facts = key in ("mlp", "2emb_vs_uniform", "uniform_vs_attn")
-        rows.append([label, pub["toggles"][key]["value"], _effect(effects[key], facts=facts) if key in effects else "-"])
+        ours_base = f"{_effect(effects[key], facts=facts)} ({_short(record['schedule'])})" if key in effects else "-"
+        rows.append([label, pub["toggles"][key]["value"], ours_base + _longer_effects(record, key, facts)])
     odd = {m: o for m in ("2emb", "uniform", "attn") if (o := outlier(table, m))}
     rows.append(["outlier: MLP + norms, no residual, no bias, ReLU", pub["outlier"]["value"], "; ".join(
         f"{MIXING_LABELS[m]} {o['any']} (All {o['all']}), " + ("the lowest MLP variant" if o["is_lowest"]
@@ -226,8 +242,9 @@ def comparisons_section(record: dict[str, Any]) -> Section:
                  f"{ceiling}: " + ("reached" if best >= ceiling else f"never reached (best {best})")])
     sources = sorted({pub["toggles"][k]["source"] for k in labels} | {pub["anchor_no_mlp"]["source"]}
                      | ({pub["norms_no_mlp"]["source"]} if "norms_no_mlp" in pub else set()))
-    caption = (f"Published (Any; {'; '.join(sources)}) vs ours (Any, {_schedule(record)}; in brackets a variant's"
-               " longest other schedule, epochs per lr phase / patience).")
+    caption = (f"Published (Any; {'; '.join(sources)}) vs ours (Any, base schedule: {_schedule(record)}). Each of"
+               " our values names its schedule (epochs per lr phase / patience); a toggle's effect is given at every"
+               " schedule with matched pairs, and the first row gives each variant's longest schedule in brackets.")
     return Section("comparisons", "Published anchors and comparisons",
                    tables=[Table(["finding", "published", "ours"], rows, caption=caption)])
 
