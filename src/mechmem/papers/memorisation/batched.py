@@ -99,10 +99,11 @@ def fact_logits(
     trainer's hand-written step (`fused.loss_grad`) is checked against its gradient."""
     tables = mixing_tables(cfg, params)
     first, second = tokens[:, 0], tokens[:, 1]
-    resid = tables["first"][:, first] + tables["second"][:, second]
     if "gap" in tables:
         p0 = torch.sigmoid(tables["gap"][:, second, first])[..., None]
         resid = tables["second"][:, second] + p0 * (tables["first"][:, first] - tables["minus"][:, second])
+    else:  # a constant attention weight is folded into the tables
+        resid = tables["first"][:, first] + tables["second"][:, second]
     return readout(cfg, params, resid[:, :, None, :])[:, :, 0]
 
 
