@@ -40,12 +40,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", default=str(RECORDS_FILE), help="cells JSONL file (appended, resumed)")
     parser.add_argument("--statements", default=None, help="comma-separated statement keys (default: all)")
     parser.add_argument("--max-rung", default=None, help="highest rung to run, e.g. R2 (default: all)")
-    parser.add_argument("--no-run", action="store_true", help="train nothing (with --record: refresh it only)")
+    parser.add_argument(
+        "--no-run", action="store_true", help="train nothing (with --record: refresh it only)"
+    )
     parser.add_argument("--seed-check", default=None, help="seed-check JSON: run it instead of climbing")
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--executor", default="local", help="local (this process) or ray (one Ray task per cell)")
+    parser.add_argument(
+        "--executor", default="local", help="local (this process) or ray (one Ray task per cell)"
+    )
     parser.add_argument("--address", default=None, help="ray: cluster to join (auto or host:port)")
-    parser.add_argument("--record", default=None, help="birth run record to give the ladder (rewritten in place)")
+    parser.add_argument(
+        "--record", default=None, help="birth run record to give the ladder (rewritten in place)"
+    )
     args = parser.parse_args(argv)
     if not Path(args.rules).exists():
         raise MechmemError(f"no rules file at {args.rules}")

@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     cli.save_figure(plot_head_scores(random_scores, title=random_scores.data), out / "detect_heads.png")
     cli.save_figure(plot_head_scores(task_scores, title=task_scores.data), out / "detect_heads_task.png")
     example = batch.tokens[:1]
-    cli.save_figure(plot_attention(attention_patterns(model, example)[:, 0], example[0]), out / "attention.png")
+    cli.save_figure(
+        plot_attention(attention_patterns(model, example)[:, 0], example[0]), out / "attention.png"
+    )
     print(f"wrote {out / 'detect_heads.json'}, detect_heads.png, detect_heads_task.png and attention.png")
     return 0
 

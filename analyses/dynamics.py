@@ -25,33 +25,54 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding checkpoints/step_N.pt")
     parser.add_argument("--out", default=None, help="output directory (default: RUN_DIR)")
     parser.add_argument("--quantities", default="loss,heads,probes", help="comma-separated names, or all")
-    parser.add_argument("--level", action="append", default=[], help="CURVE_GLOB=VALUE: the level an event needs")
-    parser.add_argument("--match", action="append", default=[], help="KEY=CURVE: compare metrics.jsonl KEY's event")
-    parser.add_argument("--n-samples", type=cli.positive_int, default=128, help="evaluation sequences (default 128)")
-    parser.add_argument("--seed", type=cli.seed_int, default=0, help="seed of the evaluation draw (default 0)")
+    parser.add_argument(
+        "--level", action="append", default=[], help="CURVE_GLOB=VALUE: the level an event needs"
+    )
+    parser.add_argument(
+        "--match", action="append", default=[], help="KEY=CURVE: compare metrics.jsonl KEY's event"
+    )
+    parser.add_argument(
+        "--n-samples", type=cli.positive_int, default=128, help="evaluation sequences (default 128)"
+    )
+    parser.add_argument(
+        "--seed", type=cli.seed_int, default=0, help="seed of the evaluation draw (default 0)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    parser.add_argument("--task-module", action="append", default=[], help="a Python file registering your tasks")
+    parser.add_argument(
+        "--task-module", action="append", default=[], help="a Python file registering your tasks"
+    )
     args = parser.parse_args(argv)
     quantities, levels = dynamics.parse_quantities(args.quantities), parse_levels(args.level)
     matches = parse_pairs(args.match, "--match")
     out = cli.check_out_dir(args.out or args.run_dir)
     for module in args.task_module:
         load_task_module(module)
-    result = dynamics.run_dynamics(args.run_dir, quantities, n=args.n_samples, seed=args.seed, device=args.device)
+    result = dynamics.run_dynamics(
+        args.run_dir, quantities, n=args.n_samples, seed=args.seed, device=args.device
+    )
     dynamics.set_levels(result, levels)
 
     events = event_order(result.events)
     rows = [(e.curve, e.rule.describe(), round(e.step), f"{e.interval[0]}-{e.interval[1]}") for e in events]
     cli.print_table(rows, ["curve", "event", "step", "between saves"])
     missed = [e.curve for e in result.events if not e.reached]
-    print(f"order of events: {format_order(events)}" + (f"\nnot reached: {', '.join(missed)}" if missed else ""))
-    print(f"{len(result.steps)} checkpoints, steps {result.steps[0]}..{result.steps[-1]}; seconds: "
-          + ", ".join(f"{k} {v:.1f}" for k, v in result.cost_s.items()))
+    print(
+        f"order of events: {format_order(events)}" + (f"\nnot reached: {', '.join(missed)}" if missed else "")
+    )
+    print(
+        f"{len(result.steps)} checkpoints, steps {result.steps[0]}..{result.steps[-1]}; seconds: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in result.cost_s.items())
+    )
     if (Path(args.run_dir) / "metrics.jsonl").exists():
         agree = dynamics.metrics_agreement(result, args.run_dir, matches)
         result.info["metrics_agreement"] = agree
-        cli.print_table([[r[k] for k in ("metric", "curve", "from_metrics", "from_checkpoints", "within")]
-                         for r in agree], ["metrics.jsonl", "curve", "step (metrics)", "step (checkpoints)", "within"])
+        cli.print_table(
+            [
+                [r[k] for k in ("metric", "curve", "from_metrics", "from_checkpoints", "within")]
+                for r in agree
+            ],
+            ["metrics.jsonl", "curve", "step (metrics)", "step (checkpoints)", "within"],
+        )
     cli.write_json(out / "dynamics.json", result.to_dict())
     for q in result.groups:
         if result.groups[q]:

@@ -22,15 +22,21 @@ from mechmem.training.trainer import resolve_device
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mixing", choices=MIXINGS, default="attn", help="learned attention, uniform attention or 2Emb")
+    p.add_argument(
+        "--mixing", choices=MIXINGS, default="attn", help="learned attention, uniform attention or 2Emb"
+    )
     p.add_argument("--no-mlp", action="store_true", help="drop the MLP")
     p.add_argument("--no-norms", action="store_true", help="drop the RMSNorms")
-    p.add_argument("--no-mlp-residual", action="store_true", help="the MLP output replaces the residual stream")
+    p.add_argument(
+        "--no-mlp-residual", action="store_true", help="the MLP output replaces the residual stream"
+    )
     p.add_argument("--no-bias", action="store_true", help="no MLP or unembedding biases")
     p.add_argument("--act", choices=ACTS, default="gelu", help="MLP activation")
     p.add_argument("--d", type=int, default=16, help="d_model = d_mlp = n_out")
     p.add_argument("--n-in", type=int, default=None, help="input vocabulary (default 2d)")
-    p.add_argument("--acc", type=float, choices=[1.0, 0.9], default=1.0, help="accuracy that counts as stored")
+    p.add_argument(
+        "--acc", type=float, choices=[1.0, 0.9], default=1.0, help="accuracy that counts as stored"
+    )
     p.add_argument("--max-epochs", type=int, default=50_000, help="epoch cap per lr phase (published 50,000)")
     p.add_argument("--patience", type=int, default=5_000, help="epochs without improvement (published 5,000)")
     p.add_argument("--precision", type=int, default=8, help="binary-search precision")
@@ -41,17 +47,28 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     cfg = FactsModelConfig(
-        n_in=args.n_in or 2 * args.d, n_out=args.d, d_model=args.d, d_mlp=args.d, mixing=args.mixing,
-        mlp=not args.no_mlp, norms=not args.no_norms, mlp_residual=not args.no_mlp_residual, bias=not args.no_bias,
+        n_in=args.n_in or 2 * args.d,
+        n_out=args.d,
+        d_model=args.d,
+        d_mlp=args.d,
+        mixing=args.mixing,
+        mlp=not args.no_mlp,
+        norms=not args.no_norms,
+        mlp_residual=not args.no_mlp_residual,
+        bias=not args.no_bias,
         act_fn=args.act,
     )
     schedule = Schedule(max_epochs=args.max_epochs, patience=args.patience, target_acc=args.acc)
     print(f"{cfg.name}  (n_in={cfg.n_in}, d={cfg.d_model}, acc>={args.acc}, {args.max_epochs} epochs/phase)")
     result = find_capacity(
-        cfg, schedule=schedule, seeds=[N_INITS * args.repeat + i for i in range(N_INITS)],
-        precision=args.precision, device=resolve_device(args.device),
-        on_trial=lambda n, o: print(f"  n={n:5d}: {o.n_success}/{N_INITS} inits stored every fact, "
-                                    f"best acc {o.best_acc.max():.3f}"),
+        cfg,
+        schedule=schedule,
+        seeds=[N_INITS * args.repeat + i for i in range(N_INITS)],
+        precision=args.precision,
+        device=resolve_device(args.device),
+        on_trial=lambda n, o: print(
+            f"  n={n:5d}: {o.n_success}/{N_INITS} inits stored every fact, best acc {o.best_acc.max():.3f}"
+        ),
     )
     row = [cfg.name, result["any"], result["most"], result["all"], f"{result.seconds:.0f}"]
     print_table([row], ["variant", "any", "most", "all", "seconds"])

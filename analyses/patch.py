@@ -11,7 +11,6 @@ summary table (and the layer x position / layer x head tables) and writes DIR/pa
 ("sweeps": {name: {"axes", "values"}}) and one heatmap DIR/patching_<sweep>.png per sweep.
 """
 
-
 import torch
 
 from mechmem import cli

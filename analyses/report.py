@@ -35,7 +35,12 @@ def main(argv: list[str] | None = None) -> int:
         "seed / samples": f"{args.seed} / {args.n_samples}",
     }
     report = build_report(
-        ckpt.model, ckpt.task, title=title, meta=meta, n_samples=args.n_samples, seed=args.seed,
+        ckpt.model,
+        ckpt.task,
+        title=title,
+        meta=meta,
+        n_samples=args.n_samples,
+        seed=args.seed,
         run_dir=run_dir_of(ckpt.path),
     )
     paths = write_report(report, out)

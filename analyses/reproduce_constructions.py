@@ -27,16 +27,24 @@ from mechmem.papers.memorisation.constructions.reproduce import run_construction
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small grids, d = 8 and 16 (minutes on 2 cores)")
-    parser.add_argument("--ds", type=int, nargs="+", default=None, help="sizes d (n_in = 2d, d_mlp = n_out = d)")
+    parser.add_argument(
+        "--ds", type=int, nargs="+", default=None, help="sizes d (n_in = 2d, d_mlp = n_out = d)"
+    )
     parser.add_argument("--modes", nargs="+", default=list(EVALUATORS), help=f"among {', '.join(EVALUATORS)}")
     parser.add_argument("--precision", type=int, default=None, help="search precision in facts (8; quick 16)")
-    parser.add_argument("--reuse", action="store_true", help="keep earlier capacities; recompute --modes at --ds")
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep earlier capacities; recompute --modes at --ds"
+    )
     parser.add_argument("--data", type=Path, default=Path("docs/reproductions/data"), help="data folder")
     parser.add_argument("--spot-d", type=int, default=0, help="size d for single trained spot checks")
     parser.add_argument("--spot-n", type=int, nargs="*", default=[], help="fact counts to train at --spot-d")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--executor", default="local", help="local (this process) or ray (one Ray task per search)")
-    parser.add_argument("--address", default=None, help="ray: cluster to join (auto or host:port); default a local one")
+    parser.add_argument(
+        "--executor", default="local", help="local (this process) or ray (one Ray task per search)"
+    )
+    parser.add_argument(
+        "--address", default=None, help="ray: cluster to join (auto or host:port); default a local one"
+    )
     args = parser.parse_args(argv)
     ds = tuple(args.ds or ((8, 16) if args.quick else (16, 32)))
     if any(d < 4 for d in ds):
@@ -45,11 +53,21 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise MechmemError(f"unknown mode(s) {', '.join(unknown)} (known: {', '.join(EVALUATORS)})")
     torch.set_num_threads(args.threads)
-    command = "python analyses/reproduce_constructions.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "python analyses/reproduce_constructions.py " + shlex.join(
+        sys.argv[1:] if argv is None else argv
+    )
     paths = run_constructions(
-        args.data, quick=args.quick, ds=ds, modes=tuple(args.modes), precision=args.precision or (16 if args.quick else 8),
-        reuse=args.reuse, command=command, spot_d=args.spot_d, spot_ns=tuple(args.spot_n),
-        executor=args.executor, address=args.address,
+        args.data,
+        quick=args.quick,
+        ds=ds,
+        modes=tuple(args.modes),
+        precision=args.precision or (16 if args.quick else 8),
+        reuse=args.reuse,
+        command=command,
+        spot_d=args.spot_d,
+        spot_ns=tuple(args.spot_n),
+        executor=args.executor,
+        address=args.address,
     )
     print("wrote " + ", ".join(map(str, paths.values())))
     return 0

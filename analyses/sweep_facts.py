@@ -30,20 +30,30 @@ def main(argv: list[str] | None = None) -> int:
     p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["table", "scaling", "report"], help="what to run")
     p.add_argument("--repeats", type=int, default=1, help="repeats (fresh init seeds each); published 4")
-    p.add_argument("--acc", type=float, choices=[1.0, 0.9], default=1.0, help="accuracy that counts as stored")
+    p.add_argument(
+        "--acc", type=float, choices=[1.0, 0.9], default=1.0, help="accuracy that counts as stored"
+    )
     p.add_argument("--max-epochs", type=int, default=50_000, help="epoch cap per lr phase (published 50,000)")
     p.add_argument("--patience", type=int, default=5_000, help="epochs without improvement (published 5,000)")
     p.add_argument("--only", default=None, help="table: run only variants whose name contains this")
     p.add_argument("--ds", type=int, nargs="+", default=[16, 32], help="scaling: sizes d")
     p.add_argument("--gpu-sizes", action="store_true", help="scaling: allow d >= 64 (a GPU job)")
-    p.add_argument("--variant", choices=sorted(sweep.SCALING_VARIANTS), default="full", help="scaling: which model")
+    p.add_argument(
+        "--variant", choices=sorted(sweep.SCALING_VARIANTS), default="full", help="scaling: which model"
+    )
     p.add_argument("--data", type=Path, default=None, help="JSONL file (default data/facts_<mode>.jsonl)")
-    p.add_argument("--shard", default="0/1", help="K/N: run only cells with index %% N == K (parallel workers)")
+    p.add_argument(
+        "--shard", default="0/1", help="K/N: run only cells with index %% N == K (parallel workers)"
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto (resolved where each cell runs)")
     p.add_argument("--facts-device", default="cpu", help="device of the facts' permutation (published: cuda)")
     p.add_argument("--executor", default="local", help="local (this process) or ray (one Ray task per cell)")
-    p.add_argument("--address", default=None, help="ray: cluster to join (auto or host:port); default a local one")
-    p.add_argument("--gpus-per-cell", type=float, default=1.0, help="ray + cuda: GPU share per cell (0.25: 4 per GPU)")
+    p.add_argument(
+        "--address", default=None, help="ray: cluster to join (auto or host:port); default a local one"
+    )
+    p.add_argument(
+        "--gpus-per-cell", type=float, default=1.0, help="ray + cuda: GPU share per cell (0.25: 4 per GPU)"
+    )
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -67,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("facts_table.jsonl", "facts_scaling.jsonl"):
             records = [r for r in sweep.load_records(DATA / name) if r["schedule"] == schedule.to_dict()]
             cli.print_table(sweep.table_rows(records), HEADERS) if records else print(f"{name}: no records")
-        scaling = [r for r in sweep.load_records(DATA / "facts_scaling.jsonl") if r["schedule"] == schedule.to_dict()]
+        scaling = [
+            r for r in sweep.load_records(DATA / "facts_scaling.jsonl") if r["schedule"] == schedule.to_dict()
+        ]
         fits = sweep.scaling_fits(scaling)
         for name, fit in fits.items():
             print(f"{name}: S = {fit.a:.3f} d^2/ln d;  S = {fit.b:.3f} d^{fit.k:.2f}")

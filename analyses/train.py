@@ -22,18 +22,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("task", nargs="?", help="task name (see --list)")
     parser.add_argument("--preset", default=None, help="preset name (see --list)")
     parser.add_argument("--out", default=None, help="run directory (default: runs/TASK-PRESET)")
-    parser.add_argument("--seed", type=cli.seed_int, default=None, help="seed for init, data and evaluation, in [0, 2**63)")
+    parser.add_argument(
+        "--seed", type=cli.seed_int, default=None, help="seed for init, data and evaluation, in [0, 2**63)"
+    )
     parser.add_argument("--device", default="cpu", help="auto, cpu or cuda (default: cpu)")
-    parser.add_argument("--steps", type=cli.nonnegative_int, default=None, help="override the preset's number of steps")
-    parser.add_argument("--save-every", type=cli.nonnegative_int, default=None, help="keep a checkpoint every N steps")
+    parser.add_argument(
+        "--steps", type=cli.nonnegative_int, default=None, help="override the preset's number of steps"
+    )
+    parser.add_argument(
+        "--save-every", type=cli.nonnegative_int, default=None, help="keep a checkpoint every N steps"
+    )
     parser.add_argument("--resume", action="store_true", help="continue the identical run in --out")
-    parser.add_argument("--overwrite", action="store_true", help="delete an old run in --out and start afresh")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="delete an old run in --out and start afresh"
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument(
-        "--threads", type=cli.positive_int, default=None, help="CPU threads for torch (default: torch's choice; 1 on a busy machine)"
+        "--threads",
+        type=cli.positive_int,
+        default=None,
+        help="CPU threads for torch (default: torch's choice; 1 on a busy machine)",
     )
     parser.add_argument("--list", action="store_true", help="list tasks and presets, then exit")
-    parser.add_argument("--task-module", action="append", default=[], help="a Python file registering your tasks")
+    parser.add_argument(
+        "--task-module", action="append", default=[], help="a Python file registering your tasks"
+    )
     args = parser.parse_args(argv)
     for module in args.task_module:
         load_task_module(module)

@@ -21,7 +21,9 @@ from mechmem.papers.memorisation.sweep import run_sweep, table_cells
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cells", type=int, default=8, help="cells (table variants, in order)")
     parser.add_argument("--d", type=int, default=4, help="table width (n_in = 2d)")
     parser.add_argument("--max-epochs", type=int, default=60, help="epochs per lr phase")
@@ -29,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray instance")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    cells = table_cells(None, 1, Schedule(max_epochs=args.max_epochs, patience=args.patience), args.d)[: args.cells]
+    cells = table_cells(None, 1, Schedule(max_epochs=args.max_epochs, patience=args.patience), args.d)[
+        : args.cells
+    ]
     folder, times, records = Path(tempfile.mkdtemp()), {}, {}
     for name in ("local", "ray"):
         t0 = time.perf_counter()
@@ -46,12 +50,19 @@ def main(argv: list[str] | None = None) -> int:
             run_sweep(cells, folder / "ray_warm.jsonl", executor="ray", progress=False)
             times["ray, warm workers"] = time.perf_counter() - t1
             ray.shutdown()
-    same = all({k: v for k, v in records["local"][c.key].items() if k not in ("seconds", "finished")}
-               == {k: v for k, v in records["ray"][c.key].items() if k not in ("seconds", "finished")} for c in cells)
+    same = all(
+        {k: v for k, v in records["local"][c.key].items() if k not in ("seconds", "finished")}
+        == {k: v for k, v in records["ray"][c.key].items() if k not in ("seconds", "finished")}
+        for c in cells
+    )
     cell_s = sum(r["seconds"] for r in records["local"].values())
-    print(f"{len(cells)} cells, d={args.d}, {args.max_epochs} epochs/phase, patience {args.patience}; "
-          f"sum of local cell times {cell_s:.1f} s; records identical (timing fields aside): {same}")
-    print_table([[k, f"{v:.1f}", f"{times['local'] / v:.2f}"] for k, v in times.items()], ["run", "s", "local / run"])
+    print(
+        f"{len(cells)} cells, d={args.d}, {args.max_epochs} epochs/phase, patience {args.patience}; "
+        f"sum of local cell times {cell_s:.1f} s; records identical (timing fields aside): {same}"
+    )
+    print_table(
+        [[k, f"{v:.1f}", f"{times['local'] / v:.2f}"] for k, v in times.items()], ["run", "s", "local / run"]
+    )
     return 0
 
 

@@ -22,12 +22,18 @@ from mechmem.papers.memorisation.models import FactsModelConfig
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--d", type=int, default=16, help="d_model = d_mlp = n_out; n_in = 2d")
     parser.add_argument("--n-facts", type=int, nargs="+", default=[192, 512], help="fact counts to train on")
     parser.add_argument("--mixing", nargs="+", default=["2emb", "attn"], help="variants (MLP + norms on)")
-    parser.add_argument("--max-epochs", type=int, default=50_000, help="epoch cap per lr phase (published 50,000)")
-    parser.add_argument("--patience", type=int, default=5_000, help="epochs without improvement (published 5,000)")
+    parser.add_argument(
+        "--max-epochs", type=int, default=50_000, help="epoch cap per lr phase (published 50,000)"
+    )
+    parser.add_argument(
+        "--patience", type=int, default=5_000, help="epochs without improvement (published 5,000)"
+    )
     parser.add_argument("--inits", type=int, default=11, help="initialisations")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
@@ -44,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
             seconds, longest = time.perf_counter() - t0, int(out.epochs.max())
             rows.append([cfg.name, str(n), str(longest), f"{out.epochs.float().mean():.0f}", str(out.n_success),
                          f"{seconds:.1f}", f"{seconds * 1e3 / max(longest, 1):.2f}"])  # fmt: skip
-            print_table(rows[-1:], ["variant", "facts", "epochs max", "epochs mean", "stored", "s", "ms/epoch"])
+            print_table(
+                rows[-1:], ["variant", "facts", "epochs max", "epochs mean", "stored", "s", "ms/epoch"]
+            )
     print(f"\n{args.inits} inits, d={args.d}, {args.max_epochs} epochs/phase, patience {args.patience}:")
     print_table(rows, ["variant", "facts", "epochs max", "epochs mean", "stored", "s", "ms/epoch"])
     return 0

@@ -29,15 +29,23 @@ def _time(train, *args) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--d", type=int, default=16, help="d_model = d_mlp = n_out; n_in = 2d")
     parser.add_argument("--n-facts", type=int, default=1024, help="facts to train on")
     parser.add_argument("--epochs", type=int, default=30, help="epochs per run (fixed, no early stop)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; each side keeps its fastest")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds; each side keeps its fastest"
+    )
     parser.add_argument("--inits", type=int, default=11, help="initialisations")
-    parser.add_argument("--mixing", nargs="+", default=["attn", "2emb"], help="variants to time (MLP + norms on)")
+    parser.add_argument(
+        "--mixing", nargs="+", default=["attn", "2emb"], help="variants to time (MLP + norms on)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument("--out", default=None, help="write the timings as JSON (the page reads facts_benchmark.json)")
+    parser.add_argument(
+        "--out", default=None, help="write the timings as JSON (the page reads facts_benchmark.json)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     inputs, labels = generate_facts(args.n_facts, 2 * args.d, args.d)
@@ -50,16 +58,30 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             seq = min(seq, _time(train_reference, cfg, inputs, labels, seeds, schedule) * per)
             bat = min(bat, _time(train_batched, cfg, inputs, labels, seeds, schedule) * per)
-        record.append({"variant": cfg.name, "sequential_ms": round(seq, 3), "batched_ms": round(bat, 3),
-                       "speed_up": round(seq / bat, 2)})
+        record.append(
+            {
+                "variant": cfg.name,
+                "sequential_ms": round(seq, 3),
+                "batched_ms": round(bat, 3),
+                "speed_up": round(seq / bat, 2),
+            }
+        )
         rows.append([cfg.name, f"{seq:.3f}", f"{bat:.3f}", f"{seq / bat:.1f}x"])
-    print(f"{args.inits} inits, d={args.d}, {args.n_facts} facts, {args.epochs} epochs, {args.threads} thread(s), "
-          f"best of {args.rounds} alternating rounds; ms per init-epoch:")
+    print(
+        f"{args.inits} inits, d={args.d}, {args.n_facts} facts, {args.epochs} epochs, {args.threads} thread(s), "
+        f"best of {args.rounds} alternating rounds; ms per init-epoch:"
+    )
     print_table(rows, ["variant", "sequential", "batched", "speed-up"])
     if args.out:
         source = "python benchmarks/facts_training.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        meta = {"epochs": args.epochs, "inits": args.inits, "d": args.d, "n_facts": args.n_facts,
-                "threads": args.threads, "rounds": args.rounds}
+        meta = {
+            "epochs": args.epochs,
+            "inits": args.inits,
+            "d": args.d,
+            "n_facts": args.n_facts,
+            "threads": args.threads,
+            "rounds": args.rounds,
+        }
         write_json(args.out, {"source": source.strip(), **meta, "rows": record})
     return 0
 

@@ -30,5 +30,3 @@ def reproducible():
     random.seed(0)
     torch.manual_seed(0)
     yield
-
-

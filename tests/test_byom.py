@@ -71,14 +71,22 @@ def test_settings_mechmem_cannot_rebuild_are_refused_by_name(tmp_path, overrides
 
 @pytest.mark.parametrize(
     "overrides, field",
-    [({"use_attn_scale": False}, "use_attn_scale"), ({"positional_embedding_type": "shortformer"}, "positional")],
+    [
+        ({"use_attn_scale": False}, "use_attn_scale"),
+        ({"positional_embedding_type": "shortformer"}, "positional"),
+    ],
 )
 def test_save_checkpoint_refuses_a_config_that_does_not_match_the_model(tmp_path, overrides, field):
     model = _tl_model(**overrides)
     default = TransformerConfig(n_layers=2, d_model=16, n_heads=2, d_vocab=14, n_ctx=10)
     with pytest.raises(MechmemError, match=f"does not match model_config: .*{field}"):
-        save_checkpoint(tmp_path / "c.pt", model=model, model_config=default, task_name="repeats",
-                        task_config=RepeatsConfig.for_model(model))
+        save_checkpoint(
+            tmp_path / "c.pt",
+            model=model,
+            model_config=default,
+            task_name="repeats",
+            task_config=RepeatsConfig.for_model(model),
+        )
     assert not (tmp_path / "c.pt").exists()
 
 
@@ -86,8 +94,13 @@ def test_save_checkpoint_refuses_weights_of_the_wrong_shape(tmp_path):
     model = _tl_model()
     wrong = config_from_hooked_transformer(model).replace(d_vocab=15)
     with pytest.raises(MechmemError, match="does not match model_config: d_vocab"):
-        save_checkpoint(tmp_path / "c.pt", model=model, model_config=wrong, task_name="repeats",
-                        task_config=RepeatsConfig(d_vocab=14, half=5))
+        save_checkpoint(
+            tmp_path / "c.pt",
+            model=model,
+            model_config=wrong,
+            task_name="repeats",
+            task_config=RepeatsConfig(d_vocab=14, half=5),
+        )
 
 
 def test_repeats_task_matches_its_docstring_and_the_planted_circuit_solves_it():

@@ -48,7 +48,9 @@ def test_round_trip_gives_identical_logits(saved):
 def test_plain_torch_load_with_weights_only(saved):
     payload = torch.load(saved[0], weights_only=True)
     assert payload["format"] == "mechmem-checkpoint" and payload["format_version"] == FORMAT_VERSION
-    assert {"model_config", "task_name", "task_config", "train_config", "metrics", "state_dict"} <= set(payload)
+    assert {"model_config", "task_name", "task_config", "train_config", "metrics", "state_dict"} <= set(
+        payload
+    )
 
 
 def _write(path: Path, data: bytes) -> Path:
@@ -140,8 +142,13 @@ def test_interrupted_save_leaves_existing_file_intact(saved, tmp_path, monkeypat
 
     monkeypatch.setattr(torch, "save", boom)
     with pytest.raises(OSError):
-        save_checkpoint(target, model=saved[1], model_config=build_transformer_cfg(), task_name="permutation",
-                        task_config=PermutationConfig())
+        save_checkpoint(
+            target,
+            model=saved[1],
+            model_config=build_transformer_cfg(),
+            task_name="permutation",
+            task_config=PermutationConfig(),
+        )
     assert target.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
 
@@ -149,9 +156,19 @@ def test_interrupted_save_leaves_existing_file_intact(saved, tmp_path, monkeypat
 def test_train_script_bad_checkpoint_dir_exits_2_without_traceback(tmp_path):
     (tmp_path / "ckpt.pt").write_text("garbage")
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "analyses/train.py"), "permutation", "--preset", "task1-quick",
-         "--out", str(tmp_path), "--resume"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(ROOT / "analyses/train.py"),
+            "permutation",
+            "--preset",
+            "task1-quick",
+            "--out",
+            str(tmp_path),
+            "--resume",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error:") and "Traceback" not in proc.stderr

@@ -241,19 +241,29 @@ def test_hybrid_learns_appendix_features():
 
 def test_capacity_table_helpers_match_hand_computation():
     """capacity_of / mode_fit / fit_ratio on hand-made results: ratios of a d^2/ln d fits over shared sizes."""
+
     def result(mode, d, cap1, cap9):
         scores = {cap1: 1.0, cap9: 0.9}
         searches = {"1": SearchResult(cap1, [(cap1, True)]), "0.9": SearchResult(cap9, [(cap9, True)])}
         return CapacityResult(mode, d, searches, scores, 0.0, "accuracy")
 
-    results = [result("trained", 16, 400, 800), result("trained", 32, 1600, 3200),
-               result("published_hand", 16, 40, 80), result("published_hand", 32, 160, 320),
-               result("published_hand", 64, 640, 1280)]
-    assert capacity_of(results, "trained", 32, "0.9") == 3200 and capacity_of(results, "trained", 64, "1") is None
+    results = [
+        result("trained", 16, 400, 800),
+        result("trained", 32, 1600, 3200),
+        result("published_hand", 16, 40, 80),
+        result("published_hand", 32, 160, 320),
+        result("published_hand", 64, 640, 1280),
+    ]
+    assert (
+        capacity_of(results, "trained", 32, "0.9") == 3200
+        and capacity_of(results, "trained", 64, "1") is None
+    )
     assert shared_ds(results, "trained", "published_hand") == [16, 32]
     assert fit_ratio(results, "trained", "published_hand", "0.9") == pytest.approx(10.0)
     a = mode_fit(results, "published_hand", "1").a
-    assert a == pytest.approx(math.exp(sum(math.log(c / (d * d / math.log(d))) for d, c in [(16, 40), (32, 160), (64, 640)]) / 3))
+    assert a == pytest.approx(
+        math.exp(sum(math.log(c / (d * d / math.log(d))) for d, c in [(16, 40), (32, 160), (64, 640)]) / 3)
+    )
 
 
 def test_script_rejects_bad_mode(capsys):

@@ -79,8 +79,11 @@ def test_steepest_rise_and_fall():
 
 
 def test_event_order_and_bad_rules():
-    events = [find_event([0, 10], [0.0, 1.0], level(0.25), "b"), find_event([0, 10], [0.0, 1.0], level(0.75), "a"),
-              find_event([0, 10], [0.0, 0.1], level(0.5), "never")]
+    events = [
+        find_event([0, 10], [0.0, 1.0], level(0.25), "b"),
+        find_event([0, 10], [0.0, 1.0], level(0.75), "a"),
+        find_event([0, 10], [0.0, 0.1], level(0.5), "never"),
+    ]
     assert [e.curve for e in event_order(events)] == ["b", "a"]
     assert format_order(events) == "b at 2, a at 8"
     with pytest.raises(ValueError):
@@ -96,7 +99,9 @@ def _ramp(step: int, at: int) -> float:
     return 1.0 / (1.0 + math.exp(-(step - at) / 3.0))
 
 
-def write_series(out: Path, prev_at: int = PREV_AT, induction_at: int = INDUCTION_AT, last: int = 200) -> None:
+def write_series(
+    out: Path, prev_at: int = PREV_AT, induction_at: int = INDUCTION_AT, last: int = 200
+) -> None:
     """Checkpoints of the planted induction model whose previous-token head (L0H2) and induction head (L1H1)
     are blended in from a random init around `prev_at` and `induction_at` (unpadded names: step_10.pt, ...)."""
     from mechmem.analysis import planted
@@ -116,8 +121,13 @@ def write_series(out: Path, prev_at: int = PREV_AT, induction_at: int = INDUCTIO
                 state[name][head] = (1 - a) * start[name][head] + a * state[name][head]
         model = planted.planted_induction_model()
         model.load_state_dict(state)
-        save_checkpoint(out / "checkpoints" / f"step_{step}.pt", model=model, model_config=config,
-                        task_name="repeats", task_config=RepeatsConfig(d_vocab=12, half=11))
+        save_checkpoint(
+            out / "checkpoints" / f"step_{step}.pt",
+            model=model,
+            model_config=config,
+            task_name="repeats",
+            task_config=RepeatsConfig(d_vocab=12, half=11),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -186,18 +196,30 @@ def test_probes_from_checkpoints_equal_the_logged_probes(tmp_path):
     preset = Preset(
         simplified_config(d_vocab=65, n_ctx=32, d_model=32, freeze_embeddings=True, freeze_unembedding=True),
         BirthConfig(seq_len=32, n_triggers=3, fixed_triggers=True),
-        TrainConfig(steps=60, batch_size=16, lr=0.5, optimizer="sgd", momentum=0.9, eval_every=10,
-                    eval_samples=16, save_every=10),
+        TrainConfig(
+            steps=60,
+            batch_size=16,
+            lr=0.5,
+            optimizer="sgd",
+            momentum=0.9,
+            eval_every=10,
+            eval_samples=16,
+            save_every=10,
+        ),
         "tiny birth run",
     )
     train_preset("birth", preset, out_dir=tmp_path, progress=False)
     result = run_dynamics(tmp_path, ("probes",), n=8)
     steps, logged = metrics_curves(tmp_path)
     for name in ("wo2_recall", "wk2_recall", "wk1_recall"):
-        at = {s: v for s, v in zip(steps, logged[name]) if v is not None}  # the last record holds only evaluations
+        at = {
+            s: v for s, v in zip(steps, logged[name]) if v is not None
+        }  # the last record holds only evaluations
         shared = [i for i, s in enumerate(result.steps) if s in at]
         assert len(shared) == len(result.steps) - 1
-        assert [at[result.steps[i]] for i in shared] == pytest.approx([result.curves[name][i] for i in shared]), name
+        assert [at[result.steps[i]] for i in shared] == pytest.approx(
+            [result.curves[name][i] for i in shared]
+        ), name
     rows = metrics_agreement(result, tmp_path)
     assert {r["metric"] for r in rows} >= {"wo2_recall", "wk2_recall", "wk1_recall"}
     assert all(r["within"] for r in rows)
@@ -205,13 +227,19 @@ def test_probes_from_checkpoints_equal_the_logged_probes(tmp_path):
 
 # -- the script --------------------------------------------------------------------------------------------------
 def test_script_writes_json_and_figures(series, tmp_path, capsys):
-    code = run_script(load_script("dynamics").main, [str(series), "--out", str(tmp_path), "--n-samples", "32",
-                                                     "--level", "*.induction=0.6"])
+    code = run_script(
+        load_script("dynamics").main,
+        [str(series), "--out", str(tmp_path), "--n-samples", "32", "--level", "*.induction=0.6"],
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "order of events:" in printed and "L0H2.previous_token at" in printed
     data = json.loads((tmp_path / "dynamics.json").read_text())
-    assert data["steps"] == list(range(10, 201, 10)) and set(data["quantities"]) == {"loss", "heads", "probes"}
+    assert data["steps"] == list(range(10, 201, 10)) and set(data["quantities"]) == {
+        "loss",
+        "heads",
+        "probes",
+    }
     assert data["rules"]["L1H1.induction"]["level"] == 0.6
     assert {e["curve"] for e in data["events"]} >= {"L1H1.induction", "loss"}
     for q in ("loss", "heads", "probes"):
@@ -233,8 +261,13 @@ def test_script_bad_input_is_one_line_exit_2(series, tmp_path, capsys, case):
         from mechmem.checkpoint import load_checkpoint, save_checkpoint
 
         other = load_checkpoint(series / "checkpoints" / "step_30.pt")
-        save_checkpoint(run / "checkpoints" / "step_30.pt", model=other.model, model_config=other.model_config,
-                        task_name="repeats", task_config={"d_vocab": 12, "half": 10})
+        save_checkpoint(
+            run / "checkpoints" / "step_30.pt",
+            model=other.model,
+            model_config=other.model_config,
+            task_name="repeats",
+            task_config={"d_vocab": 12, "half": 10},
+        )
     if case == "quantity":
         args += ["--quantities", "heads,nope"]
     assert run_script(load_script("dynamics").main, args) == 2
@@ -266,8 +299,10 @@ def test_report_script_finds_the_run_directory(series, tmp_path):
 
     assert run_dir_of(series / "checkpoints" / "step_200.pt") == series
     assert run_dir_of(series / "ckpt.pt") == series
-    code = run_script(load_script("report").main, [str(series / "checkpoints" / "step_200.pt"), "--out",
-                                                   str(tmp_path), "--n-samples", "32"])
+    code = run_script(
+        load_script("report").main,
+        [str(series / "checkpoints" / "step_200.pt"), "--out", str(tmp_path), "--n-samples", "32"],
+    )
     assert code == 0
     section = json.loads((tmp_path / "report.json").read_text())["sections"]["dynamics"]
     assert section["skipped"] is None and section["findings"]["steps"][-1] == 200
@@ -284,8 +319,13 @@ def test_two_files_for_one_step_are_refused(series, tmp_path):
 def test_flag_pairs_split_where_curve_names_allow():
     from mechmem.analysis.transitions import parse_levels, parse_pairs
 
-    assert parse_pairs(["probe_recall_p=L0H0.role=recall"], "--match") == {"probe_recall_p": "L0H0.role=recall"}
-    assert parse_levels(["L0H0.role=recall=0.4", "*.induction=0.5"]) == {"L0H0.role=recall": 0.4, "*.induction": 0.5}
+    assert parse_pairs(["probe_recall_p=L0H0.role=recall"], "--match") == {
+        "probe_recall_p": "L0H0.role=recall"
+    }
+    assert parse_levels(["L0H0.role=recall=0.4", "*.induction=0.5"]) == {
+        "L0H0.role=recall": 0.4,
+        "*.induction": 0.5,
+    }
     for bad in (["x"], ["=1"], ["a=b"]):
         with pytest.raises(Exception, match="--level"):
             parse_levels(bad)

@@ -28,7 +28,11 @@ def counted_cell(calls: str, x: int, seed: int) -> dict:
     """A cell that notes each call in the file `calls` and draws from its own seed."""
     with open(calls, "a") as fh:
         fh.write(f"{x}\n")
-    return {"x": x, "draw": torch.rand(2, generator=torch.Generator().manual_seed(seed)).tolist(), "pair": (x, x)}
+    return {
+        "x": x,
+        "draw": torch.rand(2, generator=torch.Generator().manual_seed(seed)).tolist(),
+        "pair": (x, x),
+    }
 
 
 def failing_cell(x: int) -> dict:
@@ -48,7 +52,10 @@ def calls(tmp_path: Path) -> list[int]:
 def tiny_search_cells() -> list[SearchCell]:
     """Three capacity searches of tiny facts variants (n_in = 4, d = 2; a fraction of a second each)."""
     mixes = (("2emb", False), ("2emb", True), ("attn", False))
-    configs = [FactsModelConfig(n_in=4, n_out=2, d_model=2, d_mlp=2, mixing=m, mlp=mlp, norms=False) for m, mlp in mixes]
+    configs = [
+        FactsModelConfig(n_in=4, n_out=2, d_model=2, d_mlp=2, mixing=m, mlp=mlp, norms=False)
+        for m, mlp in mixes
+    ]
     return [SearchCell(c, 0, Schedule(max_epochs=40, patience=10), precision=4) for c in configs]
 
 
@@ -89,7 +96,9 @@ def test_ray_and_local_give_identical_records_and_resume(tmp_path, ray_instance)
     assert again[cells[1].key] == local[cells[1].key]  # the stored record, its run fields included
     assert len(resumed.read_text().splitlines()) == 3
 
-    generic = run_cells(counted(tmp_path, range(4)), tmp_path / "generic.jsonl", executor="ray", progress=None)
+    generic = run_cells(
+        counted(tmp_path, range(4)), tmp_path / "generic.jsonl", executor="ray", progress=None
+    )
     assert sorted(calls(tmp_path)) == [0, 1, 2, 3]  # the workers ran the cells, each once
     assert generic == run_cells(counted(tmp_path, range(4)), None, progress=None)
     with pytest.raises(MechmemError, match="^cell 7 got bad input$"):  # the cell's own one line, not Ray's
@@ -102,7 +111,10 @@ def test_finished_cells_are_skipped(tmp_path):
     assert calls(tmp_path) == [0, 1]
     both = run_cells(counted(tmp_path, range(4)), path, progress=None)
     assert calls(tmp_path) == [0, 1, 2, 3] and list(both) == ["x=0", "x=1", "x=2", "x=3"]
-    assert {k: both[k] for k in first} == first and both["x=2"]["pair"] == [2, 2]  # records are JSON, fresh or not
+    assert {k: both[k] for k in first} == first and both["x=2"]["pair"] == [
+        2,
+        2,
+    ]  # records are JSON, fresh or not
     assert run_cells(counted(tmp_path, range(4)), path, progress=None) == both and len(calls(tmp_path)) == 4
     assert [json.loads(line)["key"] for line in path.read_text().splitlines()] == list(both)
 
@@ -110,9 +122,15 @@ def test_finished_cells_are_skipped(tmp_path):
 def test_cells_finished_in_another_file_are_copied_not_rerun(tmp_path):
     table, scaling = tmp_path / "table.jsonl", tmp_path / "scaling.jsonl"
     done = run_cells(counted(tmp_path, range(2)), table, progress=None)
-    out = run_cells(counted(tmp_path, range(3)), scaling, progress=None, reuse=[table, tmp_path / "missing.jsonl"])
+    out = run_cells(
+        counted(tmp_path, range(3)), scaling, progress=None, reuse=[table, tmp_path / "missing.jsonl"]
+    )
     assert calls(tmp_path) == [0, 1, 2] and {k: out[k] for k in done} == done
-    assert list(load_records(scaling)) == ["x=0", "x=1", "x=2"]  # the copies are in the file, so it stands alone
+    assert list(load_records(scaling)) == [
+        "x=0",
+        "x=1",
+        "x=2",
+    ]  # the copies are in the file, so it stands alone
 
 
 def test_a_line_cut_by_a_kill_is_rerun(tmp_path):

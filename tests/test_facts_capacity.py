@@ -50,7 +50,15 @@ def test_search_against_brute_force(bracket, precision):
 def test_authors_trace_is_the_published_one():
     result = search_capacity(lambda n: n <= 208, 1024, precision=8)
     assert result.best == 208
-    assert result.trace == [(512, False), (256, False), (128, True), (192, True), (224, False), (208, True), (216, False)]
+    assert result.trace == [
+        (512, False),
+        (256, False),
+        (128, True),
+        (192, True),
+        (224, False),
+        (208, True),
+        (216, False),
+    ]
     assert search_capacity(lambda n: True, 1024).trace[-1] == (1024, True)
 
 
@@ -70,8 +78,13 @@ def test_memo_shares_evaluations_across_criteria():
     calls = []
     result = measure_capacity(
         lambda n: calls.append(n) or (1.0 if n <= 203 else 0.95 if n <= 400 else 0.5),
-        {c: (lambda acc, t=t: acc >= t) for c, t in THRESHOLDS.items()}, 1024, name="x", d=16,
-        bracket="doubling", start=16, score="accuracy",
+        {c: (lambda acc, t=t: acc >= t) for c, t in THRESHOLDS.items()},
+        1024,
+        name="x",
+        d=16,
+        bracket="doubling",
+        start=16,
+        score="accuracy",
     )
     assert 195 < result["1"] <= 203 and 392 < result["0.9"] <= 400
     assert len(calls) == len(set(calls)) == len(result.scores)
@@ -82,13 +95,16 @@ def test_memo_shares_evaluations_across_criteria():
 
 def test_committed_facts_searches_replay():
     """Every search in the committed sweep files is what the merged search does on the recorded successes."""
-    lines = (DATA / "facts_table.jsonl").read_text().splitlines() + (DATA / "facts_scaling.jsonl").read_text().splitlines()
+    lines = (DATA / "facts_table.jsonl").read_text().splitlines() + (
+        DATA / "facts_scaling.jsonl"
+    ).read_text().splitlines()
     for line in lines:
         result = CapacityResult.from_dict(json.loads(line))
         seeds = len(result.info["seeds"])
         for crit, search in result.searches.items():
             again = search_capacity(
-                lambda n: CRITERIA[crit](result.scores[n], seeds), result.info["config"]["n_in"] ** 2,
+                lambda n: CRITERIA[crit](result.scores[n], seeds),
+                result.info["config"]["n_in"] ** 2,
                 precision=result.info["precision"],
             )
             assert again == search
@@ -100,8 +116,11 @@ def test_committed_constructions_searches_replay():
         result = CapacityResult.from_dict(row)
         for crit, search in result.searches.items():
             again = search_capacity(
-                lambda n: result.scores[n] >= THRESHOLDS[crit], 4 * result.d**2, precision=result.info["precision"],
-                bracket="doubling", start=result.d,
+                lambda n: result.scores[n] >= THRESHOLDS[crit],
+                4 * result.d**2,
+                precision=result.info["precision"],
+                bracket="doubling",
+                start=result.d,
             )
             assert again == search
 

@@ -54,7 +54,7 @@ def _table_rows(page: str, first_header: str) -> list[list[str]]:
     lines = page.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         rows.append([c.strip() for c in line.strip("|").split("|")])
@@ -65,12 +65,18 @@ def test_page_numbers_equal_the_record(record):
     page = (DOCS / "memorisation.md").read_text()
     variants = _table_rows(page, "mixing")
     assert len(variants) == len(record["table"]) == 54
-    assert sorted(tuple(map(int, r[6:9])) for r in variants) == sorted((r["any"], r["most"], r["all"]) for r in record["table"])
+    assert sorted(tuple(map(int, r[6:9])) for r in variants) == sorted(
+        (r["any"], r["most"], r["all"]) for r in record["table"]
+    )
     caps = {r["variant"]: r for r in record["constructions"]["results"]}  # noqa: F841  (names for reading)
     by = {(r["variant"], r["d"]): r for r in record["constructions"]["results"]}
     trained = next(r for r in _table_rows(page, "mode") if r[0] == "trained")
-    assert trained[1:5] == [str(by["trained", 16]["1"]), str(by["trained", 16]["0.9"]),
-                            str(by["trained", 32]["1"]), str(by["trained", 32]["0.9"])]
+    assert trained[1:5] == [
+        str(by["trained", 16]["1"]),
+        str(by["trained", 16]["0.9"]),
+        str(by["trained", 32]["1"]),
+        str(by["trained", 32]["0.9"]),
+    ]
 
     def a(mode, crit):  # the fixed-exponent fit, computed here independently of the library
         logs = [math.log(by[mode, d][crit] / (d * d / math.log(d))) for d in (16, 32)]
@@ -81,25 +87,45 @@ def test_page_numbers_equal_the_record(record):
     published = record["published"]["ratio_hand_coded"]["value"]
     assert f"[published {published}x]" in page
     fit = record["scaling_fits"]["2emb+mlp+bias/relu any"]
-    assert f"S = {fit['a_d2_over_lnd']:.2f} d^2 / ln d (free: {fit['power_b']:.2f} d^{fit['power_k']:.2f})" in page
+    assert (
+        f"S = {fit['a_d2_over_lnd']:.2f} d^2 / ln d (free: {fit['power_b']:.2f} d^{fit['power_k']:.2f})"
+        in page
+    )
 
 
 def test_toggle_effect_pairs_only_matched_variants():
     def rec(name, any_, **cfg):
-        base = {"mixing": "2emb", "mlp": True, "norms": False, "mlp_residual": False, "bias": True, "act_fn": "relu"}
+        base = {
+            "mixing": "2emb",
+            "mlp": True,
+            "norms": False,
+            "mlp_residual": False,
+            "bias": True,
+            "act_fn": "relu",
+        }
         return {"variant": name, "any": any_, "config": {**base, **cfg}}
 
-    records = [rec("a", 100), rec("b", 150, mlp_residual=True), rec("c", 60, norms=True),
-               rec("d", 50, norms=True, mlp_residual=True), rec("e", 40, mlp=False)]
+    records = [
+        rec("a", 100),
+        rec("b", 150, mlp_residual=True),
+        rec("c", 60, norms=True),
+        rec("d", 50, norms=True, mlp_residual=True),
+        rec("e", 40, mlp=False),
+    ]
     effect = toggle_effect(records, "mlp_residual", True, False)
     assert (effect.pairs, effect.better, effect.diff) == (2, 1, (-10, 50))
     assert effect.pct == pytest.approx((-100 / 6, 50.0))
-    assert toggle_effect(records, "mlp", True, False).pairs == 2  # a and b pair with e (same mixing, norms, bias)
+    assert (
+        toggle_effect(records, "mlp", True, False).pairs == 2
+    )  # a and b pair with e (same mixing, norms, bias)
 
 
 def test_spec_and_script_errors(capsys):
     assert get_paper("memorisation").variants[0] == "committed"
-    assert spec("quick", {}).tag == "quick" and spec("table", {"ds": "16,32", "max_epochs": "20"}).max_epochs == 20
+    assert (
+        spec("quick", {}).tag == "quick"
+        and spec("table", {"ds": "16,32", "max_epochs": "20"}).max_epochs == 20
+    )
     with pytest.raises(MechmemError):
         spec("nope", {})
     with pytest.raises(MechmemError):
@@ -132,9 +158,14 @@ def test_longer_schedules_are_shown_beside_the_base_ones(record):
     assert longest, "the committed data has records of longer schedules"
     for r in longest.values():
         c = r["config"]
-        key = (c["mixing"], "yes" if c["mlp"] else "-", "yes" if c["norms"] else "-",
-               ("yes" if c["mlp_residual"] else "-") if c["mlp"] else "", "yes" if c["bias"] else "-",
-               c["act_fn"] if c["mlp"] else "")
+        key = (
+            c["mixing"],
+            "yes" if c["mlp"] else "-",
+            "yes" if c["norms"] else "-",
+            ("yes" if c["mlp_residual"] else "-") if c["mlp"] else "",
+            "yes" if c["bias"] else "-",
+            c["act_fn"] if c["mlp"] else "",
+        )
         row = rows[key]
         assert row[10] == f"{r['schedule']['max_epochs']:,} / {r['schedule']['patience']:,}"
         assert row[11] == f"{r['any']} / {r['most']} / {r['all']}"

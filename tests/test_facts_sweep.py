@@ -66,7 +66,21 @@ def test_fact_device_is_part_of_the_key_and_the_simple_scaling_model_is_a_table_
 def test_unavailable_fact_device_is_one_line(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
-    code = run_script(load_script("sweep_facts").main, ["table", "--only", "2emb+mlp/relu", "--facts-device", "cuda",
-                                         "--max-epochs", "2", "--patience", "1", "--data", str(tmp_path / "t.jsonl")])
+    code = run_script(
+        load_script("sweep_facts").main,
+        [
+            "table",
+            "--only",
+            "2emb+mlp/relu",
+            "--facts-device",
+            "cuda",
+            "--max-epochs",
+            "2",
+            "--patience",
+            "1",
+            "--data",
+            str(tmp_path / "t.jsonl"),
+        ],
+    )
     err = capsys.readouterr().err
     assert code != 0 and "cuda" in err and "Traceback" not in err

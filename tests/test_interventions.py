@@ -141,7 +141,9 @@ def test_mean_is_per_position_over_the_reference_and_resample_picks_other_rows()
     _, cache = model.run_with_cache(tokens)
     z = cache["blocks.1.attn.hook_z"]  # [batch pos head d_head]
     by_hand = [
-        Intervention("blocks.1.attn.hook_z", (slice(None), 0), apply(lambda a, h: z.mean(0)[:, 0].expand_as(a))),
+        Intervention(
+            "blocks.1.attn.hook_z", (slice(None), 0), apply(lambda a, h: z.mean(0)[:, 0].expand_as(a))
+        ),
         Intervention("blocks.1.attn.hook_z", (slice(None), 0), apply(lambda a, h: z[:, :, 0].roll(1, 0))),
     ]
     shifted = resample(tokens)
@@ -195,10 +197,15 @@ def test_hooked_root_modules_without_start_at_layer(mixing):
     variants = [
         Intervention("blocks.0.mlp.hook_post", (slice(None), [0, 3]), mean(ref)),
         Intervention("blocks.0.hook_resid_pre", (1,), resample(ref)),
-        [Intervention("hook_embed", (0,), zero()), Intervention("blocks.0.hook_mlp_out", (1,), from_run(ref[:7]))],
+        [
+            Intervention("hook_embed", (0,), zero()),
+            Intervention("blocks.0.hook_mlp_out", (1,), from_run(ref[:7])),
+        ],
     ]
     fast = intervene(model, tokens, variants, last_logprob, memory_mb=1e-6)
-    torch.testing.assert_close(fast, naive_intervene(model, tokens, variants, last_logprob), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        fast, naive_intervene(model, tokens, variants, last_logprob), atol=1e-5, rtol=0
+    )
     assert_no_hooks(model)
 
 
@@ -234,7 +241,9 @@ def test_no_hooks_or_flags_left_after_errors(tokens):
     with pytest.raises(ValueError, match="unknown hook"):
         intervene(model, tokens, [Intervention("blocks.9.hook_nothing")], last_logprob)
     with pytest.raises(ValueError, match="shape"):
-        intervene(model, tokens, [Intervention("blocks.0.hook_mlp_out", (), mean(tokens[:, :5]))], last_logprob)
+        intervene(
+            model, tokens, [Intervention("blocks.0.hook_mlp_out", (), mean(tokens[:, :5]))], last_logprob
+        )
     assert_no_hooks(model)
 
 

@@ -29,7 +29,9 @@ def imported_modules(path: Path) -> set[str]:
 @pytest.mark.parametrize("path", CORE, ids=lambda p: str(p.relative_to(SRC)))
 def test_core_imports_no_paper(path):
     papers = sorted(n for n in imported_modules(path) if n.startswith("mechmem.papers"))
-    if path.name == "plugins.py":  # the loader imports the folder of built-in plugins to discover them, by path
+    if (
+        path.name == "plugins.py"
+    ):  # the loader imports the folder of built-in plugins to discover them, by path
         papers = [n for n in papers if n != "mechmem.papers"]
     assert papers == [], f"{path.relative_to(SRC)} imports paper code: {papers}"
     assert "importlib.import_module" not in path.read_text() or path.name == "plugins.py"
@@ -49,10 +51,16 @@ def test_papers_register_through_the_plugin_loader():
 
 
 def test_module_and_script_sizes():
-    too_long = [f"{p.relative_to(ROOT)} ({n})" for p in SRC.rglob("*.py")
-                if (n := len(p.read_text().splitlines())) > MAX_MODULE]
-    too_long += [f"{p.relative_to(ROOT)} ({n})" for p in (ROOT / "analyses").glob("*.py")
-                 if (n := len(p.read_text().splitlines())) > MAX_SCRIPT]
+    too_long = [
+        f"{p.relative_to(ROOT)} ({n})"
+        for p in SRC.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE
+    ]
+    too_long += [
+        f"{p.relative_to(ROOT)} ({n})"
+        for p in (ROOT / "analyses").glob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_SCRIPT
+    ]
     assert too_long == []
 
 

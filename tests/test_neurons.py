@@ -9,8 +9,9 @@ from mechmem.models.adapter import TransformerConfig, build_transformer
 
 
 def make_model(norm=None, n_layers=1):
-    cfg = TransformerConfig(n_layers=n_layers, d_model=16, n_heads=2, d_mlp=32, d_vocab=6, n_ctx=9,
-                            normalization_type=norm)
+    cfg = TransformerConfig(
+        n_layers=n_layers, d_model=16, n_heads=2, d_mlp=32, d_vocab=6, n_ctx=9, normalization_type=norm
+    )
     model = build_transformer(cfg, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():  # non-zero biases, so the test would notice them leaking into the direct effect
         for name, p in model.named_parameters():
@@ -69,7 +70,9 @@ def test_ablation_modes_and_ranking(inputs):
     ref_mean = model.run_with_cache(reference)[1]["blocks.0.mlp.hook_post"].mean(0)  # [pos d_mlp]
     for ref, target in ((reference, ref_mean), (None, post.mean(0))):  # per position over the reference
         # Last layer, no final norm: the logits move by (new - old activation) * W_out[n] @ W_U, exactly.
-        change = (target[None, :, [3, 8]] - post[..., [3, 8]]) @ (model.blocks[0].mlp.W_out[[3, 8]] @ model.W_U)
+        change = (target[None, :, [3, 8]] - post[..., [3, 8]]) @ (
+            model.blocks[0].mlp.W_out[[3, 8]] @ model.W_U
+        )
         ablated = ablate_neurons(model, tokens, 0, [3, 8], mode="mean", reference=ref)
         torch.testing.assert_close(ablated, model(tokens) + change, rtol=1e-4, atol=1e-5)
     assert_no_hooks(model)

@@ -79,8 +79,13 @@ def test_bayes_table_against_a_naive_loop(task):
     assert [r["step"] for r in rows] == steps
     for row in rows:
         k = int(row["step"].split()[0]) - 1
-        keep = [i for i in range(200) if "elim" not in row["step"] and "memo" not in row["step"]
-                or ("elim" in row["step"]) != bool(repeat[i])]
+        keep = [
+            i
+            for i in range(200)
+            if "elim" not in row["step"]
+            and "memo" not in row["step"]
+            or ("elim" in row["step"]) != bool(repeat[i])
+        ]
         errs, cands, losses = [], [], []
         for i in keep:
             exact = brute_force_posterior(seq[i, :-1].tolist(), V)[k]
@@ -134,18 +139,36 @@ def record(tmp_path_factory):
     from mechmem.models.adapter import TransformerConfig
 
     def tiny(v, heads, ratio, layers=1):
-        model = TransformerConfig(n_layers=layers, d_model=8 * heads, n_heads=heads, d_mlp=16 * heads, d_vocab=v + 1,
-                                  n_ctx=2 * v - 1)
-        return Preset(model, PermutationConfig(vocab_size=v, repeat_ratio=ratio),
-                      TrainConfig(steps=30, batch_size=32, eval_every=30, eval_samples=64))
+        model = TransformerConfig(
+            n_layers=layers,
+            d_model=8 * heads,
+            n_heads=heads,
+            d_mlp=16 * heads,
+            d_vocab=v + 1,
+            n_ctx=2 * v - 1,
+        )
+        return Preset(
+            model,
+            PermutationConfig(vocab_size=v, repeat_ratio=ratio),
+            TrainConfig(steps=30, batch_size=32, eval_every=30, eval_samples=64),
+        )
 
     mp = pytest.MonkeyPatch()
     presets = dict(PermutationTask.presets)
     presets.update({"tiny1": tiny(5, 1, 0.0), "tiny2": tiny(5, 2, 0.3), "tiny10": tiny(10, 2, 0.3, layers=2)})
     mp.setattr(PermutationTask, "presets", presets)
-    cfg = ReproConfig(task1_preset="tiny1", task2_preset="tiny2", task1_seeds=(0,), task2_seeds=(0, 1),
-                      scale_presets=("tiny10",), n_eval=100, n_analysis=60, role_samples=64,
-                      runs=str(tmp_path_factory.mktemp("runs")), workers=1)
+    cfg = ReproConfig(
+        task1_preset="tiny1",
+        task2_preset="tiny2",
+        task1_seeds=(0,),
+        task2_seeds=(0, 1),
+        scale_presets=("tiny10",),
+        n_eval=100,
+        n_analysis=60,
+        role_samples=64,
+        runs=str(tmp_path_factory.mktemp("runs")),
+        workers=1,
+    )
     try:
         yield run_reproduction(cfg, log=lambda msg: None)
     finally:
@@ -160,9 +183,14 @@ def test_pipeline_writes_every_section_and_figure(record, tmp_path):
     keys = [s.key for s in report.sections]
     assert keys == ["setup", "published", "bayes", "probe", "roles", "rescue", "scale"]
     assert not any(s.skipped for s in report.sections)
-    md = write_page(report, tmp_path / "permutation.md", prose=Path("docs/reproductions/prose/permutation.md"))
+    md = write_page(
+        report, tmp_path / "permutation.md", prose=Path("docs/reproductions/prose/permutation.md")
+    )
     names = {p.name for p in (tmp_path / "figures").glob("permutation_*.png")}
-    assert names == {f"permutation_{s.key}-{n}.png" for s in report.sections for n in s.figures} and len(names) == 6
+    assert (
+        names == {f"permutation_{s.key}-{n}.png" for s in report.sections for n in s.figures}
+        and len(names) == 6
+    )
     assert all(f"figures/{n}" in md.read_text() for n in names)
 
 
@@ -198,13 +226,19 @@ def test_roles_table_rows_equal_record_heads(record):
     section = page.build_page(record).section("roles")
     tables = [t for t in section.tables if "role" in t.headers]
     assert [t.caption.split("**")[1] for t in tables] == ["Task 1", "Task 2"]  # one table per group, in order
-    heads = [(run["seed"], h) for key in ("task1", "task2") for run in record[key] for h in run["roles"]["heads"]]
+    heads = [
+        (run["seed"], h) for key in ("task1", "task2") for run in record[key] for h in run["roles"]["heads"]
+    ]
     rows = [row for t in tables for row in t.rows]
     assert len(rows) == len(heads)
     for row, (seed, h) in zip(rows, heads):
         table = tables[0]
         cells = dict(zip(table.headers, row))
-        assert (cells["seed"], cells["head"], cells["role"]) == (seed, f"L{h['layer']}H{h['head']}", f"**{h['role']}**")
+        assert (cells["seed"], cells["head"], cells["role"]) == (
+            seed,
+            f"L{h['layer']}H{h['head']}",
+            f"**{h['role']}**",
+        )
         for role in ("recall", "elimination"):
             for key in ("score", "share", "transfer", "via_mlp", "attention", "damage"):
                 assert cells[f"{role} {key.replace('_', ' ')}"] == h["evidence"][f"{role}_{key}"]
@@ -217,7 +251,14 @@ def test_hand_check_names_the_head_on_the_matching_x(record):
     run["circuit_attention"]["match"] = [[0.1, 0.7]]
     for h in run["roles"]["heads"]:
         h["role"] = "recall" if h["head"] == 1 else "elimination"
-    assert page.hand_check(run) == [run["seed"], "L0H1", 0.7, "circuit attention on the matching x", "L0H1", "yes"]
+    assert page.hand_check(run) == [
+        run["seed"],
+        "L0H1",
+        0.7,
+        "circuit attention on the matching x",
+        "L0H1",
+        "yes",
+    ]
     run["roles"]["heads"][1]["role"] = "shared"
     assert page.hand_check(run)[-2:] == ["none", "no"]
     del run["circuit_attention"]  # falls back on the roles' own attention evidence
@@ -233,12 +274,29 @@ def test_page_module_types_in_no_numbers():
 
 
 def test_variants_and_options_make_the_spec():
-    assert make_spec("quick", {}).task2_seeds == (0, 1, 2) and make_spec("full", {}).task1_seeds == (0, 1, 2, 3, 4)
+    assert make_spec("quick", {}).task2_seeds == (0, 1, 2) and make_spec("full", {}).task1_seeds == (
+        0,
+        1,
+        2,
+        3,
+        4,
+    )
     paper = make_spec("paper", {"runs": "r", "workers": "3", "device": "cuda", "task1_seeds": "4,5"})
-    assert (paper.task1_preset, paper.scale_presets, paper.runs, paper.workers, paper.device, paper.task1_seeds) == (
-        "task1-paper", ("v10-paper", "v15-paper"), "r", 3, "cuda", (4, 5))
-    for variant, options in (("huge", {}), ("quick", {"colour": "red"}), ("quick", {"workers": "0"}),
-                             ("quick", {"device": "tpu"}), ("quick", {"task2_seeds": "a,b"})):
+    assert (
+        paper.task1_preset,
+        paper.scale_presets,
+        paper.runs,
+        paper.workers,
+        paper.device,
+        paper.task1_seeds,
+    ) == ("task1-paper", ("v10-paper", "v15-paper"), "r", 3, "cuda", (4, 5))
+    for variant, options in (
+        ("huge", {}),
+        ("quick", {"colour": "red"}),
+        ("quick", {"workers": "0"}),
+        ("quick", {"device": "tpu"}),
+        ("quick", {"task2_seeds": "a,b"}),
+    ):
         with pytest.raises(MechmemError):
             make_spec(variant, options)
 

@@ -113,7 +113,9 @@ def _resave(src: Path, dst: Path, edit, *, redigest: bool) -> Path:
 
 
 def test_config_field_of_the_wrong_type_is_a_clear_error(ckpt, tmp_path, capsys):
-    bad = _resave(ckpt, tmp_path / "abc.pt", lambda p: p["model_config"].update(n_layers="abc"), redigest=True)
+    bad = _resave(
+        ckpt, tmp_path / "abc.pt", lambda p: p["model_config"].update(n_layers="abc"), redigest=True
+    )
     with pytest.raises(CheckpointError, match="field n_layers must be int, got 'abc'"):
         load_checkpoint(bad)
     assert run_script(load_main("detect_heads"), [str(bad), "--out", str(tmp_path / "o")]) == 2
@@ -161,7 +163,9 @@ def test_default_task_config_that_does_not_fit_is_refused_at_save(tmp_path):
 
     model, cfg = build_model(n_ctx=5), build_transformer_cfg(n_ctx=5)
     with pytest.raises(MechmemError, match="context 9 > model's 5"):
-        save_checkpoint(tmp_path / "c.pt", model=model, model_config=cfg, task_name="permutation", task_config=None)
+        save_checkpoint(
+            tmp_path / "c.pt", model=model, model_config=cfg, task_name="permutation", task_config=None
+        )
     assert not (tmp_path / "c.pt").exists()
 
 

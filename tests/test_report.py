@@ -89,8 +89,13 @@ def test_report_and_reproduction_page_print_identical_role_numbers(permutation_t
     run = experiments.run_dir(cfg.runs, cfg.task2_preset, 0)
     run.mkdir(parents=True)
     (run / "metrics.jsonl").write_text("")
-    save_checkpoint(run / "ckpt.pt", model=model, model_config=planted.planted_permutation_config(),
-                    task_name="permutation", task_config=permutation_task.config)
+    save_checkpoint(
+        run / "ckpt.pt",
+        model=model,
+        model_config=planted.planted_permutation_config(),
+        task_name="permutation",
+        task_config=permutation_task.config,
+    )
     page = experiments._measure(cfg.task2_preset, 0, cfg, roles=True, rescue=True)["roles"]
     report = build_report(model, permutation_task, n_samples=32, role_samples=96, seed=cfg.role_seed)
     circuit = report.section("circuit").findings
@@ -152,7 +157,9 @@ def test_json_is_strict_and_markdown_matches_html(tmp_path):
     s.findings = {"score": float("nan"), "nested": [float("inf"), 1.0]}
     report = Report("t", "h", {}, [s, Section("y", "Y", skipped="no reason")])
     paths = write_report(report, tmp_path)
-    data = json.loads(paths["json"].read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    data = json.loads(
+        paths["json"].read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}")
+    )
     assert data["sections"]["x"]["findings"] == {"score": None, "nested": [None, 1.0]}
     assert "_Skipped: no reason_" in to_markdown(report)
     assert "a &lt; b" in to_html(report) and "Skipped: no reason" in to_html(report)

@@ -62,7 +62,9 @@ def test_demo_writes_index_and_reuses_checkpoints(planted_ckpt, tmp_path, monkey
     model = demo.DemoModel("planted", "permutation", "task2-quick")
     calls = []
     real = demo.run_in_log
-    monkeypatch.setattr(demo, "run_in_log", lambda name, argv, log: (calls.append(name), real(name, argv, log))[1])
+    monkeypatch.setattr(
+        demo, "run_in_log", lambda name, argv, log: (calls.append(name), real(name, argv, log))[1]
+    )
     rows = demo.run_demo(runs, reports, models=[model], jobs=1, n_samples=32)
     assert calls == ["report"]  # the checkpoint exists, so nothing was trained
     assert rows[0]["report_rc"] == 0 and "recall" in rows[0]["circuit"]

@@ -17,8 +17,12 @@ def evidence(recall, elimination, *, attention=1.0):
     """Task evidence [1 head] from transfer scores; attention on every role's keys set to `attention`."""
     rec, eli = torch.tensor([recall], dtype=torch.float), torch.tensor([elimination], dtype=torch.float)
     full = torch.full_like(rec, attention)
-    return {"recall_transfer": rec, "elimination_transfer": eli, "recall_attention": full,
-            "elimination_attention": full}
+    return {
+        "recall_transfer": rec,
+        "elimination_transfer": eli,
+        "recall_attention": full,
+        "elimination_attention": full,
+    }
 
 
 def labels(ev, t=None):
@@ -69,7 +73,11 @@ def test_task_roles_take_precedence_over_patterns():
     heads = classify_heads(ev, ROLES)
     assert [h.role for h in heads] == ["recall", "induction", "none"]  # the highest passing pattern names it
     assert any("induction" in note for note in heads[0].notes)
-    assert [h.role for h in classify_heads(ev, ROLES, RoleThresholds(attention=0.85))] == ["recall", "none", "none"]
+    assert [h.role for h in classify_heads(ev, ROLES, RoleThresholds(attention=0.85))] == [
+        "recall",
+        "none",
+        "none",
+    ]
 
 
 def planted_permutation_model(v: int, *, recall_head: int, c: float = 10.0, e: float = 4.0, r: float = 2.0):
@@ -77,9 +85,15 @@ def planted_permutation_model(v: int, *, recall_head: int, c: float = 10.0, e: f
     positions, writes -e * token into OUT) and a recall head (matches the current token against PREV at y positions,
     writes +r * token into OUT); head `recall_head` of layer 1 is the recall head. W_U reads OUT (token 0 barred)."""
     dv, t = v + 1, 2 * v - 1
-    tok, pos, prev, out = slice(0, dv), slice(dv, dv + t), slice(dv + t, 2 * dv + t), slice(2 * dv + t, 3 * dv + t)
-    cfg = TransformerConfig(n_layers=2, d_model=3 * dv + t, n_heads=2, d_head=max(dv + 1, t + 1), d_vocab=dv,
-                            n_ctx=t, d_mlp=None)
+    tok, pos, prev, out = (
+        slice(0, dv),
+        slice(dv, dv + t),
+        slice(dv + t, 2 * dv + t),
+        slice(2 * dv + t, 3 * dv + t),
+    )
+    cfg = TransformerConfig(
+        n_layers=2, d_model=3 * dv + t, n_heads=2, d_head=max(dv + 1, t + 1), d_vocab=dv, n_ctx=t, d_mlp=None
+    )
     model = build_transformer(cfg, generator=torch.Generator().manual_seed(0))
     eye_v, eye_t = torch.eye(dv), torch.eye(t)
     odd = (torch.arange(t) % 2 == 1).float()
@@ -123,7 +137,10 @@ def test_planted_roles_are_found_in_either_head_order(task, recall_head):
     # The previous-token head feeds the recall head but its own output is the same in both runs of each pair.
     assert result.labels == [["previous-token", "none"], layer1]
     ev = {(h.layer, h.head): h.evidence for h in result.heads}
-    assert ev[(1, recall_head)]["recall_transfer"] > 0.9 and ev[(1, 1 - recall_head)]["elimination_transfer"] > 0.9
+    assert (
+        ev[(1, recall_head)]["recall_transfer"] > 0.9
+        and ev[(1, 1 - recall_head)]["elimination_transfer"] > 0.9
+    )
     assert ev[(1, recall_head)]["recall_attention"] > 0.99
     assert "recall_via_mlp" not in ev[(1, recall_head)]  # attention-only: no MLP path
     assert result.heads_with("recall") == [(1, recall_head)]
@@ -149,10 +166,14 @@ def test_evidence_equals_a_naive_hook_loop(task):
         _, clean = model.run_with_cache(pair.clean)
         _, counter = model.run_with_cache(pair.corrupted)
         _, ref = model.run_with_cache(reference)
-        base_cf, base_ok = p(model(pair.clean), pair.incorrect, pair.answer_pos), p(model(pair.clean), pair.correct, pair.answer_pos)
+        base_cf, base_ok = (
+            p(model(pair.clean), pair.incorrect, pair.answer_pos),
+            p(model(pair.clean), pair.correct, pair.answer_pos),
+        )
         for layer in range(2):
             name = f"blocks.{layer}.attn.hook_z"
             for head in range(2):
+
                 def patch(z, hook, src=counter[name], head=head):
                     z[:, :, head] = src[:, :, head]
                     return z
@@ -161,15 +182,29 @@ def test_evidence_equals_a_naive_hook_loop(task):
                     z[:, :, head] = src[:, :, head].mean(0)
                     return z
 
-                delta = (counter[name][:, :, head] - clean[name][:, :, head]) @ model.blocks[layer].attn.W_O[head]
-                mlp_hooks = [(f"blocks.{l}.hook_mlp_in", lambda x, hook, d=delta: x + d) for l in range(layer, 2)]
+                delta = (counter[name][:, :, head] - clean[name][:, :, head]) @ model.blocks[layer].attn.W_O[
+                    head
+                ]
+                mlp_hooks = [
+                    (f"blocks.{l}.hook_mlp_in", lambda x, hook, d=delta: x + d) for l in range(layer, 2)
+                ]
                 want = {
-                    "transfer": p(model.run_with_hooks(pair.clean, fwd_hooks=[(name, patch)]), pair.incorrect,
-                                  pair.answer_pos) - base_cf,
-                    "via_mlp": p(model.run_with_hooks(pair.clean, fwd_hooks=mlp_hooks), pair.incorrect,
-                                 pair.answer_pos) - base_cf,
-                    "damage": base_ok - p(model.run_with_hooks(pair.clean, fwd_hooks=[(name, ablate)]), pair.correct,
-                                          pair.answer_pos),
+                    "transfer": p(
+                        model.run_with_hooks(pair.clean, fwd_hooks=[(name, patch)]),
+                        pair.incorrect,
+                        pair.answer_pos,
+                    )
+                    - base_cf,
+                    "via_mlp": p(
+                        model.run_with_hooks(pair.clean, fwd_hooks=mlp_hooks), pair.incorrect, pair.answer_pos
+                    )
+                    - base_cf,
+                    "damage": base_ok
+                    - p(
+                        model.run_with_hooks(pair.clean, fwd_hooks=[(name, ablate)]),
+                        pair.correct,
+                        pair.answer_pos,
+                    ),
                 }
                 for key, value in want.items():
                     got = ev[f"{probe.role}_{key}"][layer, head]
@@ -180,7 +215,8 @@ def test_evidence_equals_a_naive_hook_loop(task):
 
 def test_random_models_get_no_task_role(task):
     for seed in range(3):
-        model = build_model(seed=seed, n_layers=1, d_model=32, n_heads=2, d_mlp=64, d_vocab=task.d_vocab,
-                            n_ctx=task.seq_len)
+        model = build_model(
+            seed=seed, n_layers=1, d_model=32, n_heads=2, d_mlp=64, d_vocab=task.d_vocab, n_ctx=task.seq_len
+        )
         roles = {h.role for h in head_roles(model, task, n=200, seed=0).heads}
         assert not roles & {"recall", "elimination", "shared"}

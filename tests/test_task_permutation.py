@@ -60,7 +60,8 @@ def _brute_force_posterior(tokens, v):
         xs, ys = row[0::2], row[1::2]
         for k, x in enumerate(xs):
             consistent = [
-                p for p in itertools.permutations(range(1, v + 1))
+                p
+                for p in itertools.permutations(range(1, v + 1))
                 if all(p[xs[j] - 1] == ys[j] for j in range(k))
             ]
             for p in consistent:
@@ -82,7 +83,9 @@ def test_posterior_at_the_target_gives_the_elimination_floor():
     p_target = post.gather(-1, batch.targets[:, 0::2, None]).squeeze(-1)
     assert torch.all(p_target > 0)
     assert (-p_target.log()).mean().item() == pytest.approx(elimination_floor(5), abs=1e-6)
-    assert elimination_floor(5) == pytest.approx((math.log(120)) / 5) and round(elimination_floor(5), 3) == 0.957
+    assert (
+        elimination_floor(5) == pytest.approx((math.log(120)) / 5) and round(elimination_floor(5), 3) == 0.957
+    )
 
 
 def test_answer_stats_of_the_bayes_model_are_perfect():

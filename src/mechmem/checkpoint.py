@@ -126,10 +126,14 @@ def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> Non
     mine, theirs = reference.state_dict(), model.state_dict()
     if set(mine) != set(theirs):
         extra, missing = sorted(set(theirs) - set(mine)), sorted(set(mine) - set(theirs))
-        raise MechmemError(f"the model's weights do not match model_config (extra {extra[:3]}, missing {missing[:3]})")
+        raise MechmemError(
+            f"the model's weights do not match model_config (extra {extra[:3]}, missing {missing[:3]})"
+        )
     for name, tensor in theirs.items():
         if tuple(tensor.shape) != tuple(mine[name].shape):
-            raise MechmemError(f"{name} has shape {tuple(tensor.shape)}, model_config expects {tuple(mine[name].shape)}")
+            raise MechmemError(
+                f"{name} has shape {tuple(tensor.shape)}, model_config expects {tuple(mine[name].shape)}"
+            )
     cfg = getattr(model, "cfg", None)
     if not (isinstance(getattr(cfg, "d_vocab", None), int) and isinstance(getattr(cfg, "n_ctx", None), int)):
         return
@@ -248,7 +252,9 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
             "refused without running them)"
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
-        reason = "truncated or corrupt" if "zip" in str(exc).lower() or isinstance(exc, EOFError) else "unreadable"
+        reason = (
+            "truncated or corrupt" if "zip" in str(exc).lower() or isinstance(exc, EOFError) else "unreadable"
+        )
         raise CheckpointError(f"{path}: not a readable checkpoint ({reason})") from None
     except Exception as exc:  # any other unpickling failure is a bad file, not a crash
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__})") from None

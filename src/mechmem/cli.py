@@ -162,7 +162,9 @@ def add_analysis_args(parser: argparse.ArgumentParser, *, n_samples: int = 512) 
     parser.add_argument("ckpt", metavar="CKPT", help="checkpoint file (or a run directory holding ckpt.pt)")
     parser.add_argument("--out", default=None, help="output directory (default: beside the checkpoint)")
     parser.add_argument("--device", default="cpu", help="auto, cpu or cuda (default: cpu)")
-    parser.add_argument("--seed", type=seed_int, default=0, help="seed for sampled inputs, in [0, 2**63) (default: 0)")
+    parser.add_argument(
+        "--seed", type=seed_int, default=0, help="seed for sampled inputs, in [0, 2**63) (default: 0)"
+    )
     parser.add_argument(
         "--n-samples",
         type=int,
@@ -257,7 +259,9 @@ def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, float
         return str(v)
 
     body = [[cell(v) for v in row] for row in rows]
-    widths = [max(len(str(h)), *(len(r[i]) for r in body)) if body else len(str(h)) for i, h in enumerate(headers)]
+    widths = [
+        max(len(str(h)), *(len(r[i]) for r in body)) if body else len(str(h)) for i, h in enumerate(headers)
+    ]
     line = "  ".join(str(h).rjust(w) for h, w in zip(headers, widths))
     sep = "  ".join("-" * w for w in widths)
     return "\n".join([line, sep, *("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in body)])

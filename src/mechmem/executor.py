@@ -105,8 +105,9 @@ def _append(path: Path, key: str, record: dict, flat: bool) -> None:
         fh.write((line + "\n").encode())
 
 
-def _copy_reused(keys: list[str], done: dict[str, dict], reuse: Iterable[Path], records: Path | None,
-                 flat: bool) -> None:
+def _copy_reused(
+    keys: list[str], done: dict[str, dict], reuse: Iterable[Path], records: Path | None, flat: bool
+) -> None:
     """Cells not in `done` but finished in a `reuse` file: into `done`, and appended to `records`."""
     for other in reuse:
         found = load_records(Path(other), flat=flat)
@@ -172,10 +173,14 @@ def run_cells(
     done = {k: stored[k] for k in keys if k in stored}
     _copy_reused(keys, done, reuse, records, flat)
     todo = [c for c in cells if c.key not in done]
-    run = _run_ray(todo, device, address, num_cpus, gpus_per_cell, threads) if todo and executor == "ray" else (
-        (c, call_cell(c.fn, c.kwargs, threads)) for c in todo
+    run = (
+        _run_ray(todo, device, address, num_cpus, gpus_per_cell, threads)
+        if todo and executor == "ray"
+        else ((c, call_cell(c.fn, c.kwargs, threads)) for c in todo)
     )
-    bar = Progress(len(cells), initial=len(done), desc=progress or "", enabled=progress is not None, every_s=0)
+    bar = Progress(
+        len(cells), initial=len(done), desc=progress or "", enabled=progress is not None, every_s=0
+    )
     with bar, closing(run):
         for cell, raw in run:
             done[cell.key] = _canonical(raw, cell.key)
@@ -220,7 +225,9 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         _check_reachable(address)
     options: dict[str, Any] = {"log_to_driver": False}
     if address is None:
-        options.update(address="local", num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1")
+        options.update(
+            address="local", num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1"
+        )
     else:
         options.update(address=address)
     try:
@@ -234,14 +241,21 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
 
 
 def _run_ray(
-    cells: list[Cell], device: str, address: str | None, num_cpus: int | None, gpus_per_cell: float, threads: int
+    cells: list[Cell],
+    device: str,
+    address: str | None,
+    num_cpus: int | None,
+    gpus_per_cell: float,
+    threads: int,
 ) -> Iterator[tuple[Cell, dict]]:
     """Submit one Ray task per cell and yield (cell, record) as they finish; cancel the rest on error."""
     with ray_session(address, num_cpus) as ray:
         gpus = ray.cluster_resources().get("GPU", 0)
         gpu = device.startswith("cuda") or (device == "auto" and gpus > 0)
         if gpu and gpus < gpus_per_cell:
-            raise MechmemError(f"device {device} asks {gpus_per_cell} GPU per cell; the Ray cluster has {gpus:g}")
+            raise MechmemError(
+                f"device {device} asks {gpus_per_cell} GPU per cell; the Ray cluster has {gpus:g}"
+            )
         task = ray.remote(call_cell).options(num_cpus=1, num_gpus=gpus_per_cell if gpu else 0, max_retries=0)
         pending = {task.remote(c.fn, c.kwargs, threads): c for c in cells}
         try:

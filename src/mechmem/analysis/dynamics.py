@@ -59,15 +59,21 @@ def step_files(run_dir: str | Path) -> list[tuple[int, Path]]:
             f"{run_dir}: no step checkpoints (checkpoints/step_N.pt); train with analyses/train.py --save-every N"
         )
     if twice := sorted({s for s, _ in found if [t for t, _ in found].count(s) > 1}):
-        raise MechmemError(f"{run_dir}: more than one checkpoint for step(s) {twice[:5]} (e.g. step_50.pt and "
-                           "step_0000050.pt); keep one per step")
+        raise MechmemError(
+            f"{run_dir}: more than one checkpoint for step(s) {twice[:5]} (e.g. step_50.pt and "
+            "step_0000050.pt); keep one per step"
+        )
     return sorted(found)
 
 
 def run_dir_of(checkpoint: str | Path) -> Path:
     """The run directory a checkpoint file belongs to: its folder, or the run above `checkpoints/step_N.pt`."""
     folder = Path(checkpoint).parent
-    return folder.parent if folder.name == "checkpoints" and STEP_NAME.fullmatch(Path(checkpoint).name) else folder
+    return (
+        folder.parent
+        if folder.name == "checkpoints" and STEP_NAME.fullmatch(Path(checkpoint).name)
+        else folder
+    )
 
 
 def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Iterator[tuple[int, Checkpoint]]:
@@ -87,7 +93,9 @@ def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Itera
         try:
             first.model.load_state_dict(payload["state_dict"])
         except RuntimeError as exc:
-            raise CheckpointError(f"{path}: weights do not fit the model ({str(exc).splitlines()[0]})") from None
+            raise CheckpointError(
+                f"{path}: weights do not fit the model ({str(exc).splitlines()[0]})"
+            ) from None
         yield step, first
 
 
@@ -133,8 +141,12 @@ def _loss(model: Any, data: EvalData) -> dict[str, float]:
 
 def _heads(model: Any, data: EvalData) -> dict[str, float]:
     found = heads.detect_heads_on_task(model, data.batch.tokens, data.batch.loss_mask > 0)
-    return {f"L{l}H{h}.{name}": float(s[l, h]) for name, s in found.scores.items()
-            for l in range(s.shape[0]) for h in range(s.shape[1])}
+    return {
+        f"L{l}H{h}.{name}": float(s[l, h])
+        for name, s in found.scores.items()
+        for l in range(s.shape[0])
+        for h in range(s.shape[1])
+    }
 
 
 def _probes(model: Any, data: EvalData) -> dict[str, float]:
@@ -150,24 +162,34 @@ def _lens(model: Any, data: EvalData) -> dict[str, float]:
 
 def _ablation(model: Any, data: EvalData) -> dict[str, float]:
     b = data.batch
-    result = ablation.ablate_heads(model, b.tokens, lambda lg: data.task.loss(lg, b), methods=("mean",),
-                                   reference=data.reference)
+    result = ablation.ablate_heads(
+        model, b.tokens, lambda lg: data.task.loss(lg, b), methods=("mean",), reference=data.reference
+    )
     delta = result.heads[0] - result.baseline
-    return {f"ablation.L{l}H{h}": float(delta[l, h]) for l in range(delta.shape[0]) for h in range(delta.shape[1])}
+    return {
+        f"ablation.L{l}H{h}": float(delta[l, h]) for l in range(delta.shape[0]) for h in range(delta.shape[1])
+    }
 
 
 def _patching(model: Any, data: EvalData) -> dict[str, float]:
     if data.pair is None:
         return {}
-    restored = patching.run_sweeps(model, data.pair, ("attn_head_out_all_pos",))["attn_head_out_all_pos"].normalised()
-    return {f"patching.L{l}H{h}": float(restored[l, h])
-            for l in range(restored.shape[0]) for h in range(restored.shape[1])}
+    restored = patching.run_sweeps(model, data.pair, ("attn_head_out_all_pos",))[
+        "attn_head_out_all_pos"
+    ].normalised()
+    return {
+        f"patching.L{l}H{h}": float(restored[l, h])
+        for l in range(restored.shape[0])
+        for h in range(restored.shape[1])
+    }
 
 
 def _roles(model: Any, data: EvalData) -> dict[str, float]:
     result = roles.head_roles(model, data.task, n=data.n, seed=data.seed)
     out = {f"{h.name}.role={h.role}": 1.0 for h in result.heads if h.role != "none"}
-    out.update({f"{h.name}.{r}_score": h.evidence[f"{r}_score"] for h in result.heads for r in result.task_roles})
+    out.update(
+        {f"{h.name}.{r}_score": h.evidence[f"{r}_score"] for h in result.heads for r in result.task_roles}
+    )
     return out
 
 
@@ -185,34 +207,74 @@ class Quantity:
     """Measured only on models with attention heads (`heads.no_attention_reason`); others get no curves."""
 
 
-QUANTITIES: dict[str, Quantity] = {q.name: q for q in (
-    Quantity("loss", _loss, "the task's loss and masked accuracy on the evaluation batch",
-             lambda c: steepest("down") if c == "loss" else level(0.5), needs_heads=False),
-    Quantity("heads", _heads, "attention mass on the pattern's keys on the task's evaluation data (answer queries; "
-             "previous-token where induction reads), per head: L{layer}H{head}.{pattern}", lambda c: level(0.5)),
-    Quantity("probes", _probes, "memory recalls: the task's own probes (Task.probes) or the built-in probes "
-             "(fraction of inputs whose best-scoring output is the target)",
-             lambda c: steepest("down") if c.endswith("kl") else level(0.9)),
-    Quantity("lens", _lens, "logit lens: mean target probability over the masked positions at each residual stage",
-             lambda c: steepest("up")),
-    Quantity("ablation", _ablation, "rise of the task loss when the head's output is mean-ablated (reference: a "
-             "second evaluation batch)", lambda c: steepest("up")),
-    Quantity("patching", _patching, "fraction of the clean-corrupted logit difference restored by patching the "
-             "head's output (all positions) from the clean run into the corrupted one", lambda c: level(0.5)),
-    Quantity("roles", _roles, "the role classifier (roles.head_roles on n sequences): role=R is 1 while the head "
-             "holds role R; R_score its task-role score",
-             lambda c: level(0.5) if ".role=" in c else None, missing=0.0),
-)}
+QUANTITIES: dict[str, Quantity] = {
+    q.name: q
+    for q in (
+        Quantity(
+            "loss",
+            _loss,
+            "the task's loss and masked accuracy on the evaluation batch",
+            lambda c: steepest("down") if c == "loss" else level(0.5),
+            needs_heads=False,
+        ),
+        Quantity(
+            "heads",
+            _heads,
+            "attention mass on the pattern's keys on the task's evaluation data (answer queries; "
+            "previous-token where induction reads), per head: L{layer}H{head}.{pattern}",
+            lambda c: level(0.5),
+        ),
+        Quantity(
+            "probes",
+            _probes,
+            "memory recalls: the task's own probes (Task.probes) or the built-in probes "
+            "(fraction of inputs whose best-scoring output is the target)",
+            lambda c: steepest("down") if c.endswith("kl") else level(0.9),
+        ),
+        Quantity(
+            "lens",
+            _lens,
+            "logit lens: mean target probability over the masked positions at each residual stage",
+            lambda c: steepest("up"),
+        ),
+        Quantity(
+            "ablation",
+            _ablation,
+            "rise of the task loss when the head's output is mean-ablated (reference: a "
+            "second evaluation batch)",
+            lambda c: steepest("up"),
+        ),
+        Quantity(
+            "patching",
+            _patching,
+            "fraction of the clean-corrupted logit difference restored by patching the "
+            "head's output (all positions) from the clean run into the corrupted one",
+            lambda c: level(0.5),
+        ),
+        Quantity(
+            "roles",
+            _roles,
+            "the role classifier (roles.head_roles on n sequences): role=R is 1 while the head "
+            "holds role R; R_score its task-role score",
+            lambda c: level(0.5) if ".role=" in c else None,
+            missing=0.0,
+        ),
+    )
+}
 DEFAULT_QUANTITIES = ("loss", "heads", "probes")
 """What `run_dynamics` measures unless told otherwise (cheap: a forward pass and weight products per step)."""
 
 
 def parse_quantities(text: str) -> tuple[str, ...]:
     """'heads,probes' -> ('heads', 'probes'); 'all' is every quantity; unknown names are a one-line error."""
-    names = tuple(QUANTITIES) if text.strip() == "all" else tuple(n.strip() for n in text.split(",") if n.strip())
+    names = (
+        tuple(QUANTITIES) if text.strip() == "all" else tuple(n.strip() for n in text.split(",") if n.strip())
+    )
     unknown = [n for n in names if n not in QUANTITIES]
     if unknown or not names:
-        raise MechmemError(f"unknown quantities {unknown or [text]} (choose from {', '.join(QUANTITIES)} or all)")
+        raise MechmemError(
+            f"unknown quantities {unknown or [text]} (choose from {', '.join(QUANTITIES)} or all)"
+        )
     return names
 
 
@@ -243,8 +305,10 @@ class Dynamics:
         return {
             "axes": {"curves": ["step"]},
             "steps": self.steps,
-            "quantities": {q: {"definition": QUANTITIES[q].definition, "curves": names, "cost_s": self.cost_s.get(q)}
-                           for q, names in self.groups.items()},
+            "quantities": {
+                q: {"definition": QUANTITIES[q].definition, "curves": names, "cost_s": self.cost_s.get(q)}
+                for q, names in self.groups.items()
+            },
             "curves": self.curves,
             "rules": {c: r.to_dict() for c, r in self.rules.items()},
             "events": [e.to_dict() for e in self.events],
@@ -287,10 +351,20 @@ def run_dynamics(
     groups = {q.name: list(dict.fromkeys(c for row in rows for c in row[q.name])) for q in chosen}
     curves = {c: [row[q.name].get(c, q.missing) for row in rows] for q in chosen for c in groups[q.name]}
     rules = {c: r for q in chosen for c in groups[q.name] if (r := q.rule(c)) is not None}
-    info = {"run_dir": str(run_dir), "checkpoints": [p.name for _, p in files], "task": ckpt.task_name,
-            "eval": {"n": n, "seed": seed, "data": "one draw of the task's evaluation batch, used for every step"},
-            "first_checkpoint": str(first_path)}
-    return Dynamics([s for s, _ in files], curves, groups, rules, {k: round(v, 3) for k, v in cost.items()}, info)
+    info = {
+        "run_dir": str(run_dir),
+        "checkpoints": [p.name for _, p in files],
+        "task": ckpt.task_name,
+        "eval": {
+            "n": n,
+            "seed": seed,
+            "data": "one draw of the task's evaluation batch, used for every step",
+        },
+        "first_checkpoint": str(first_path),
+    }
+    return Dynamics(
+        [s for s, _ in files], curves, groups, rules, {k: round(v, 3) for k, v in cost.items()}, info
+    )
 
 
 def set_levels(result: Dynamics, levels: dict[str, float]) -> None:
@@ -299,13 +373,17 @@ def set_levels(result: Dynamics, levels: dict[str, float]) -> None:
     for pattern, value in levels.items():
         hits = [c for c in result.curves if fnmatch.fnmatch(c, pattern)]
         if not hits:
-            raise MechmemError(f"--level {pattern}: matches no curve ({', '.join(list(result.curves)[:6])}, ...)")
+            raise MechmemError(
+                f"--level {pattern}: matches no curve ({', '.join(list(result.curves)[:6])}, ...)"
+            )
         for c in hits:
             old = result.rules.get(c)
             result.rules[c] = level(value, old.direction if old else "up")
 
 
-def metrics_agreement(result: Dynamics, run_dir: str | Path, matches: dict[str, str] | None = None) -> list[dict]:
+def metrics_agreement(
+    result: Dynamics, run_dir: str | Path, matches: dict[str, str] | None = None
+) -> list[dict]:
     """Events of the trainer's logged curves (metrics.jsonl) next to the same events from the checkpoints.
 
     Compared: every metrics.jsonl key that names a curve (e.g. the birth task's probe recalls, logged by its
@@ -319,14 +397,29 @@ def metrics_agreement(result: Dynamics, run_dir: str | Path, matches: dict[str, 
     rows = []
     for key, curve in matches.items():
         if key not in logged or curve not in result.rules:
-            raise MechmemError(f"cannot match {key}={curve}: metrics.jsonl logs {key in logged}, curve with a rule "
-                               f"{curve in result.rules}")
+            raise MechmemError(
+                f"cannot match {key}={curve}: metrics.jsonl logs {key in logged}, curve with a rule "
+                f"{curve in result.rules}"
+            )
         rule = result.rules[curve]
-        ours, theirs = find_event(result.steps, result.curves[curve], rule), find_event(steps, logged[key], rule)
+        ours, theirs = (
+            find_event(result.steps, result.curves[curve], rule),
+            find_event(steps, logged[key], rule),
+        )
         gap = None if ours.step is None or theirs.step is None else abs(ours.step - theirs.step)
-        rows.append({"metric": key, "curve": curve, "rule": rule.describe(), "from_metrics": theirs.step,
-                     "from_checkpoints": ours.step, "gap": gap, "save_interval": interval,
-                     "within": (ours.step is None and theirs.step is None) or (gap is not None and gap <= interval)})
+        rows.append(
+            {
+                "metric": key,
+                "curve": curve,
+                "rule": rule.describe(),
+                "from_metrics": theirs.step,
+                "from_checkpoints": ours.step,
+                "gap": gap,
+                "save_interval": interval,
+                "within": (ours.step is None and theirs.step is None)
+                or (gap is not None and gap <= interval),
+            }
+        )
     return rows
 
 
@@ -337,7 +430,9 @@ def metrics_curves(run_dir: str | Path) -> tuple[list[int], dict[str, list[float
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     except (OSError, ValueError) as exc:
         raise MechmemError(f"{path}: not readable ({type(exc).__name__})") from None
-    keys = list(dict.fromkeys(k for r in records for k, v in r.items() if k != "step" and isinstance(v, float)))
+    keys = list(
+        dict.fromkeys(k for r in records for k, v in r.items() if k != "step" and isinstance(v, float))
+    )
     return [int(r["step"]) for r in records], {k: [r.get(k) for r in records] for k in keys}
 
 
@@ -360,7 +455,9 @@ def plot_dynamics(result: Dynamics, quantity: str) -> Any:
     for curve in result.groups[quantity]:
         title, label = _facet(quantity, curve)
         panels.setdefault(title, []).append((curve, label))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.2), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(4.6 * len(panels), 3.2), squeeze=False, layout="constrained"
+    )
     events = {e.curve: e for e in result.events}
     for ax, (title, curves) in zip(axes[0], panels.items()):
         for i, (name, label) in enumerate(curves):

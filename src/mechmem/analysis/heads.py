@@ -214,7 +214,9 @@ def detect_heads_on_task(
     """
     if answers.shape != tokens.shape:
         raise ValueError(f"answers {tuple(answers.shape)} must have the tokens' shape {tuple(tokens.shape)}")
-    return detect_heads(model, tokens, task_patterns(answers.bool()), data=TASK_DATA, chunk=max(1, len(tokens)))
+    return detect_heads(
+        model, tokens, task_patterns(answers.bool()), data=TASK_DATA, chunk=max(1, len(tokens))
+    )
 
 
 @torch.no_grad()
@@ -290,4 +292,3 @@ def plot_attention(
     fig.supxlabel("key position" + (":token" if show_tokens else ""), fontsize=9)
     fig.supylabel("query position" + (":token" if show_tokens else ""), fontsize=9)
     return fig
-

@@ -393,4 +393,3 @@ def setter_values(
         Intervention(hook, (), setter).set(act, values.get((id(setter), hook)), model.hook_dict[hook])
         out[hook] = act
     return out
-

@@ -65,7 +65,9 @@ def neuron_direct_effect(
         per_unit = directions @ w_out.T  # [batch d_mlp]
     else:
         # The frozen scale differs per sequence: read each neuron's write vector through each sequence's norm.
-        read = _final_norm_read(model, w_out[None].expand(len(rows), -1, -1), scale[:, None])  # [batch d_mlp d_model]
+        read = _final_norm_read(
+            model, w_out[None].expand(len(rows), -1, -1), scale[:, None]
+        )  # [batch d_mlp d_model]
         per_unit = torch.einsum("bnd,bd->bn", read, directions)
     return acts * per_unit
 
@@ -96,8 +98,12 @@ class NeuronRanking:
         return float(positive[self.order[:k]].sum()) / total if total > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"layer": self.layer, "axes": ["d_mlp"], "mean_effect": self.mean_effect.tolist(),
-                "order": self.order.tolist()}
+        return {
+            "layer": self.layer,
+            "axes": ["d_mlp"],
+            "mean_effect": self.mean_effect.tolist(),
+            "order": self.order.tolist(),
+        }
 
 
 def rank_neurons(effects: Float[Tensor, "batch d_mlp"], layer: int) -> NeuronRanking:

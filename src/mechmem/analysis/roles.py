@@ -48,7 +48,11 @@ from mechmem.analysis.interventions import Intervention, apply, from_run, interv
 from mechmem.config import ConfigMixin
 from mechmem.tasks.base import RoleProbe
 
-PATTERN_ROLES = {"previous_token": "previous-token", "induction": "induction", "duplicate_token": "duplicate-token"}
+PATTERN_ROLES = {
+    "previous_token": "previous-token",
+    "induction": "induction",
+    "duplicate_token": "duplicate-token",
+}
 
 
 @dataclass(frozen=True)
@@ -86,8 +90,13 @@ class HeadRole:
         return f"L{self.layer}H{self.head}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"layer": self.layer, "head": self.head, "role": self.role, "evidence": self.evidence,
-                "notes": self.notes}
+        return {
+            "layer": self.layer,
+            "head": self.head,
+            "role": self.role,
+            "evidence": self.evidence,
+            "notes": self.notes,
+        }
 
 
 @dataclass
@@ -126,8 +135,14 @@ class RoleResult:
         return ", ".join(named) if named else "no head roles found"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"summary": self.summary(), "labels": self.labels, "task_roles": list(self.task_roles),
-                "heads": [h.to_dict() for h in self.heads], "thresholds": self.thresholds.to_dict(), **self.info}
+        return {
+            "summary": self.summary(),
+            "labels": self.labels,
+            "task_roles": list(self.task_roles),
+            "heads": [h.to_dict() for h in self.heads],
+            "thresholds": self.thresholds.to_dict(),
+            **self.info,
+        }
 
 
 # -- measurement ------------------------------------------------------------------------------------------------
@@ -140,12 +155,16 @@ def _heads(model: Any) -> list[tuple[int, int]]:
     return [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
 
 
-def _via_mlp_variant(model: Any, layer: int, head: int, z_clean: Tensor, z_counter: Tensor) -> list[Intervention]:
+def _via_mlp_variant(
+    model: Any, layer: int, head: int, z_clean: Tensor, z_counter: Tensor
+) -> list[Intervention]:
     """Add the head's output change (counterfactual - clean) to the input of every MLP at or after its layer."""
     w_o = model.blocks[layer].attn.W_O[head]  # [d_head d_model]
     delta = (z_counter[:, :, head] - z_clean[:, :, head]) @ w_o  # [batch pos d_model]
-    return [Intervention(f"blocks.{later}.hook_mlp_in", (), apply(lambda x, hook, d=delta: x + d))
-            for later in range(layer, model.cfg.n_layers)]
+    return [
+        Intervention(f"blocks.{later}.hook_mlp_in", (), apply(lambda x, hook, d=delta: x + d))
+        for later in range(layer, model.cfg.n_layers)
+    ]
 
 
 @torch.no_grad()
@@ -167,7 +186,10 @@ def _probe_evidence(model: Any, probe: RoleProbe, reference: Tensor) -> dict[str
     names = {f"blocks.{l}.attn.hook_{k}" for l in range(shape[0]) for k in ("z", "pattern")}
     logits, clean = model.run_with_cache(pair.clean, names_filter=lambda n: n in names)
     _, counter = model.run_with_cache(pair.corrupted, names_filter=lambda n: n.endswith("hook_z"))
-    base_cf, base_ok = _p_answer(logits, pos, pair.incorrect).mean(), _p_answer(logits, pos, pair.correct).mean()
+    base_cf, base_ok = (
+        _p_answer(logits, pos, pair.incorrect).mean(),
+        _p_answer(logits, pos, pair.correct).mean(),
+    )
 
     def p_counterfactual(lg: Tensor) -> Tensor:
         return _p_answer(lg, pos, pair.incorrect).mean()
@@ -177,18 +199,32 @@ def _probe_evidence(model: Any, probe: RoleProbe, reference: Tensor) -> dict[str
 
     source, ablate = from_run(pair.corrupted), mean(reference)
     out = {
-        "transfer": intervene(model, pair.clean, [Intervention(f"blocks.{l}.attn.hook_z", (slice(None), h), source)
-                                                  for l, h in heads], p_counterfactual) - base_cf,
-        "damage": base_ok - intervene(model, pair.clean, [Intervention(f"blocks.{l}.attn.hook_z", (slice(None), h),
-                                                                       ablate) for l, h in heads], p_correct),
+        "transfer": intervene(
+            model,
+            pair.clean,
+            [Intervention(f"blocks.{l}.attn.hook_z", (slice(None), h), source) for l, h in heads],
+            p_counterfactual,
+        )
+        - base_cf,
+        "damage": base_ok
+        - intervene(
+            model,
+            pair.clean,
+            [Intervention(f"blocks.{l}.attn.hook_z", (slice(None), h), ablate) for l, h in heads],
+            p_correct,
+        ),
     }
     if not model.cfg.attn_only:
         z = [(clean[f"blocks.{l}.attn.hook_z"], counter[f"blocks.{l}.attn.hook_z"]) for l in range(shape[0])]
         paths = [_via_mlp_variant(model, l, h, *z[l]) for l, h in heads]
         out["via_mlp"] = intervene(model, pair.clean, paths, p_counterfactual) - base_cf
     rows, keys = torch.arange(len(pos), device=pos.device), probe.keys.float()
-    out["attention"] = torch.stack([(clean[f"blocks.{l}.attn.hook_pattern"][rows, :, pos] * keys[:, None]).sum(-1)
-                                    .mean(0) for l in range(shape[0])])
+    out["attention"] = torch.stack(
+        [
+            (clean[f"blocks.{l}.attn.hook_pattern"][rows, :, pos] * keys[:, None]).sum(-1).mean(0)
+            for l in range(shape[0])
+        ]
+    )
     return {k: v.reshape(shape) for k, v in out.items()}
 
 
@@ -209,7 +245,10 @@ def measure_pattern_evidence(
         results.append(head_detection.detect_heads_on_task(model, batch.tokens, batch.loss_mask > 0))
     if not results:
         return {}
-    return {k: torch.stack([r.scores[k].nan_to_num(0.0) for r in results]).amax(0).cpu() for k in results[0].scores}
+    return {
+        k: torch.stack([r.scores[k].nan_to_num(0.0) for r in results]).amax(0).cpu()
+        for k in results[0].scores
+    }
 
 
 # -- the classifier -----------------------------------------------------------------------------------------------
@@ -241,7 +280,9 @@ def _task_role(ev: dict[str, float], roles: Sequence[str], t: RoleThresholds) ->
                 f"{ev[f'{role}_attention']:.2f} (>= {t.task_attention})"
             )
     if len(scoring) >= 2:
-        return "shared", "scores " + ", ".join(f"{r} {ev[f'{r}_score']:.2f}" for r in scoring) + " without a lead"
+        return "shared", "scores " + ", ".join(
+            f"{r} {ev[f'{r}_score']:.2f}" for r in scoring
+        ) + " without a lead"
     return None
 
 
@@ -265,8 +306,10 @@ def classify_heads(
     for layer in range(n_layers):
         for head in range(n_heads):
             ev = {k: float(v[layer, head]) for k, v in evidence.items()}
-            patterns = sorted(((ev[k], name) for k, name in PATTERN_ROLES.items()
-                               if k in ev and ev[k] >= t.attention), reverse=True)
+            patterns = sorted(
+                ((ev[k], name) for k, name in PATTERN_ROLES.items() if k in ev and ev[k] >= t.attention),
+                reverse=True,
+            )
             notes = [f"{name} score {score:.2f} (>= {t.attention})" for score, name in patterns]
             task = _task_role(ev, task_roles, t) if task_roles else None
             if task is not None:
@@ -290,11 +333,17 @@ def head_roles(
         return RoleResult([], (), t, {"n": n, "seed": seed})
     device = next(model.parameters()).device
     evidence = measure_pattern_evidence(model, task, n=n, generator=torch.Generator().manual_seed(seed))
-    probes = task.role_probes(n, generator=torch.Generator().manual_seed(seed + 1)) if task is not None else []
+    probes = (
+        task.role_probes(n, generator=torch.Generator().manual_seed(seed + 1)) if task is not None else []
+    )
     if probes:
         reference = task.eval_batch(n, generator=torch.Generator().manual_seed(seed + 2)).tokens.to(device)
         probes = [p.to(device) for p in probes]
         evidence.update(measure_task_evidence(model, probes, reference))
     task_roles = tuple(p.role for p in probes)
-    info = {"n": n, "seed": seed, "reference": "a separate draw of the task's evaluation batch" if probes else None}
+    info = {
+        "n": n,
+        "seed": seed,
+        "reference": "a separate draw of the task's evaluation batch" if probes else None,
+    }
     return RoleResult(classify_heads(evidence, task_roles, t), task_roles, t, info)

@@ -41,7 +41,9 @@ class Rule:
 
     def __post_init__(self) -> None:
         if self.kind not in ("level", "steepest") or self.direction not in DIRECTIONS:
-            raise ValueError(f"bad rule {self.kind!r}/{self.direction!r} (kind level|steepest, direction up|down)")
+            raise ValueError(
+                f"bad rule {self.kind!r}/{self.direction!r} (kind level|steepest, direction up|down)"
+            )
         if (self.kind == "level") != (self.level is not None):
             raise ValueError("a level rule needs a level; a steepest rule takes none")
 
@@ -83,12 +85,20 @@ class Event:
         """'L1H0.induction reaches 0.5 at step 240' (or '... not reached')."""
         if self.step is None:
             return f"{self.curve} {self.rule.describe()}: not reached"
-        where = f"at or before step {self.step:.0f} (first save)" if self.at_start else f"at step {self.step:.0f}"
+        where = (
+            f"at or before step {self.step:.0f} (first save)" if self.at_start else f"at step {self.step:.0f}"
+        )
         return f"{self.curve} {self.rule.describe()} {where}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"curve": self.curve, "rule": self.rule.to_dict(), "step": self.step, "reached": self.reached,
-                "interval": list(self.interval) if self.interval else None, "at_start": self.at_start}
+        return {
+            "curve": self.curve,
+            "rule": self.rule.to_dict(),
+            "step": self.step,
+            "reached": self.reached,
+            "interval": list(self.interval) if self.interval else None,
+            "at_start": self.at_start,
+        }
 
 
 def _finite(steps: Sequence[int], values: Sequence[float | None]) -> list[tuple[int, float]]:
@@ -100,7 +110,9 @@ def _finite(steps: Sequence[int], values: Sequence[float | None]) -> list[tuple[
     return points
 
 
-def level_crossing(steps: Sequence[int], values: Sequence[float | None], rule: Rule, curve: str = "") -> Event:
+def level_crossing(
+    steps: Sequence[int], values: Sequence[float | None], rule: Rule, curve: str = ""
+) -> Event:
     """The first crossing of `rule.level` (see the module docstring); NaN values are skipped."""
     if rule.kind != "level":
         raise ValueError("level_crossing needs a level rule")
@@ -117,7 +129,9 @@ def level_crossing(steps: Sequence[int], values: Sequence[float | None], rule: R
     return Event(curve, rule, None)
 
 
-def steepest_change(steps: Sequence[int], values: Sequence[float | None], rule: Rule, curve: str = "") -> Event:
+def steepest_change(
+    steps: Sequence[int], values: Sequence[float | None], rule: Rule, curve: str = ""
+) -> Event:
     """The midpoint of the interval of fastest rise (fall); None when the curve never rises (falls)."""
     sign = 1.0 if rule.direction == "up" else -1.0
     points = _finite(steps, values)
@@ -151,7 +165,9 @@ def event_order(events: Sequence[Event]) -> list[Event]:
 
 def format_order(events: Sequence[Event]) -> str:
     """'L0H0.previous_token at 150, wk2_recall at 210, ...' over the reached events, earliest first."""
-    parts = [f"{e.curve} at {e.step:.0f}" + (" (or before)" if e.at_start else "") for e in event_order(events)]
+    parts = [
+        f"{e.curve} at {e.step:.0f}" + (" (or before)" if e.at_start else "") for e in event_order(events)
+    ]
     return ", ".join(parts) if parts else "no event reached"
 
 
@@ -174,5 +190,7 @@ def parse_levels(texts: Sequence[str]) -> dict[str, float]:
         try:
             out[glob] = float(value)
         except ValueError:
-            raise MechmemError(f"--level {glob}={value}: expected CURVE_GLOB=NUMBER, e.g. '*.induction=0.5'") from None
+            raise MechmemError(
+                f"--level {glob}={value}: expected CURVE_GLOB=NUMBER, e.g. '*.induction=0.5'"
+            ) from None
     return out

@@ -238,7 +238,9 @@ def config_differences(model: torch.nn.Module, config: Any) -> list[str]:
         if f.name in skip or not hasattr(built, f.name):
             continue
         mine, theirs = getattr(built, f.name), getattr(model.cfg, f.name)
-        if mine != theirs and not (isinstance(mine, float) and isinstance(theirs, float) and math.isclose(mine, theirs)):
+        if mine != theirs and not (
+            isinstance(mine, float) and isinstance(theirs, float) and math.isclose(mine, theirs)
+        ):
             plain = lambda v: v.item() if hasattr(v, "item") and not isinstance(v, torch.Tensor) else v  # noqa: E731
             out.append(f"{f.name}: model {plain(theirs)!r}, config {plain(mine)!r}")
     return out
@@ -298,7 +300,11 @@ def save_hooked_transformer(
     if task_config is None and task_name == "repeats":
         task_config = RepeatsConfig.for_model(model)
     path = save_checkpoint(
-        Path(path), model=model, model_config=config, task_name=task_name, task_config=task_config,
+        Path(path),
+        model=model,
+        model_config=config,
+        task_name=task_name,
+        task_config=task_config,
         metrics=metrics,
     )
     reloaded = load_checkpoint(path).model
@@ -308,7 +314,9 @@ def save_hooked_transformer(
         gap = float((reloaded(probe).float() - want).abs().max())
     if not gap <= 1e-4 * max(1.0, float(want.abs().max())):
         path.unlink(missing_ok=True)
-        raise MechmemError(f"the reloaded checkpoint gives other logits (max |dlogit| {gap:.3g}); nothing saved")
+        raise MechmemError(
+            f"the reloaded checkpoint gives other logits (max |dlogit| {gap:.3g}); nothing saved"
+        )
     return path
 
 

@@ -44,8 +44,14 @@ SECTIONS: tuple[Callable[[ReportContext], Section], ...] = (
 """The analyses a report runs, in order (the circuit section is added in front)."""
 
 PATTERN_COLUMNS = {"previous_token": "prev-token", "induction": "induction", "duplicate_token": "dup-token"}
-TASK_COLUMNS = {"score": "score", "share": "share", "transfer": "transfer", "via_mlp": "via MLP",
-                "attention": "attn", "damage": "damage"}
+TASK_COLUMNS = {
+    "score": "score",
+    "share": "share",
+    "transfer": "transfer",
+    "via_mlp": "via MLP",
+    "attention": "attn",
+    "damage": "damage",
+}
 """Evidence shown in the circuit table, with its column header (task columns are prefixed by the role)."""
 
 
@@ -53,8 +59,12 @@ def role_table(roles: RoleResult) -> Table:
     """One row per head: its role and every number the classifier read."""
     present = {key for h in roles.heads for key in h.evidence}
     cols = [(k, v) for k, v in PATTERN_COLUMNS.items() if k in present]
-    cols += [(f"{r}_{k}", f"{r} {v}") for r in roles.task_roles for k, v in TASK_COLUMNS.items()
-             if f"{r}_{k}" in present]
+    cols += [
+        (f"{r}_{k}", f"{r} {v}")
+        for r in roles.task_roles
+        for k, v in TASK_COLUMNS.items()
+        if f"{r}_{k}" in present
+    ]
     rows = [[h.name, h.role, *(h.evidence[k] for k, _ in cols)] for h in roles.heads]
     return Table(["head", "role", *(v for _, v in cols)], rows, "Head roles and evidence")
 
@@ -64,7 +74,9 @@ def circuit_section(roles: RoleResult, mlp: Section | None = None) -> Section:
     s = Section("circuit", "Circuit: named roles")
     s.findings = roles.to_dict()
     if mlp is not None and not mlp.skipped:
-        s.findings["mlp"] = {k: mlp.findings[k] for k in ("layer", "role", "key_neurons", "mean_ablation_drop")}
+        s.findings["mlp"] = {
+            k: mlp.findings[k] for k in ("layer", "role", "key_neurons", "mean_ablation_drop")
+        }
     s.lines.append(f"Heads: {roles.summary()}." if roles.heads else "No attention heads were analysed.")
     if "mlp" in s.findings:
         m = s.findings["mlp"]
@@ -79,7 +91,9 @@ def circuit_section(roles: RoleResult, mlp: Section | None = None) -> Section:
             "role's total score; attn = attention from the answer onto the role's keys; damage = drop of "
             "p(answer) under mean ablation (reported, not used for the label)."
         )
-    s.lines.append("Thresholds: " + ", ".join(f"{k} = {v}" for k, v in roles.thresholds.to_dict().items()) + ".")
+    s.lines.append(
+        "Thresholds: " + ", ".join(f"{k} = {v}" for k, v in roles.thresholds.to_dict().items()) + "."
+    )
     if roles.heads:
         s.tables.append(role_table(roles))
     s.lines += [f"{h.name} {h.role}: " + "; ".join(h.notes) for h in roles.heads if h.notes]

@@ -75,7 +75,9 @@ _SCRIPTS: dict[str, ModuleType] = {}
 def script(name: str) -> ModuleType:
     """The module of `analyses/<name>.py` (loaded once)."""
     if name not in _SCRIPTS:
-        spec = importlib.util.spec_from_file_location(f"mechmem_script_{name}", ROOT / "analyses" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(
+            f"mechmem_script_{name}", ROOT / "analyses" / f"{name}.py"
+        )
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

@@ -107,7 +107,12 @@ def to_markdown(report: Report, *, figure_dir: str | None = "figures", figure_pr
     out = [f"# {report.title}", "", f"**{report.headline}**" if report.headline else "", ""]
     out += [f"- {k}: {v}" for k, v in report.meta.items()] + [""]
     for s in report.sections:
-        out += [f"## {s.title}", "", section_markdown(s, figure_dir=figure_dir, figure_prefix=figure_prefix), ""]
+        out += [
+            f"## {s.title}",
+            "",
+            section_markdown(s, figure_dir=figure_dir, figure_prefix=figure_prefix),
+            "",
+        ]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -198,7 +203,11 @@ def read_prose(path: str | Path) -> dict[str, str]:
 
 
 def page_markdown(
-    report: Report, prose: dict[str, str] | None = None, *, figure_dir: str = "figures", figure_prefix: str = ""
+    report: Report,
+    prose: dict[str, str] | None = None,
+    *,
+    figure_dir: str = "figures",
+    figure_prefix: str = "",
 ) -> str:
     """A reproduction page: the report's computed sections, each preceded by its hand-written prose (if any).
 
@@ -218,7 +227,11 @@ def page_markdown(
 
 
 def write_page(
-    report: Report, md_path: str | Path, *, prose: str | Path | None = None, figure_dir: str | Path | None = None
+    report: Report,
+    md_path: str | Path,
+    *,
+    prose: str | Path | None = None,
+    figure_dir: str | Path | None = None,
 ) -> Path:
     """Write a reproduction page (markdown) and its figures (PNG files named `{stem}_{section}-{name}.png`).
 
@@ -236,7 +249,9 @@ def write_page(
         for name, png in s.figures.items():
             (fig_dir / f"{stem}_{s.key}-{name}.png").write_bytes(png)
     rel = os.path.relpath(fig_dir, md_path.parent)
-    text = page_markdown(report, read_prose(prose) if prose else None, figure_dir=rel, figure_prefix=f"{stem}_")
+    text = page_markdown(
+        report, read_prose(prose) if prose else None, figure_dir=rel, figure_prefix=f"{stem}_"
+    )
     md_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = md_path.with_name(f".{md_path.name}.tmp")
     tmp.write_text(text)

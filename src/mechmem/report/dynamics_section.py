@@ -54,8 +54,10 @@ def dynamics_section(run_dir: str | Path, task: Any = None, *, seed: int = 0) ->
     missed = [e.curve for e in events if not e.reached]
     if missed:
         s.lines.append(f"Not reached by the last save: {', '.join(missed)}.")
-    rows = [[e.curve, e.rule.describe(), round(e.step), f"{e.interval[0]}-{e.interval[1]}"]
-            for e in event_order(events)]
+    rows = [
+        [e.curve, e.rule.describe(), round(e.step), f"{e.interval[0]}-{e.interval[1]}"]
+        for e in event_order(events)
+    ]
     s.tables.append(Table(["curve", "event", "step", "between saves"], rows, "Order of events"))
     defs = [[q, QUANTITIES[q].definition, result.cost_s[q]] for q in result.groups]
     s.tables.append(Table(["quantity", "definition", "seconds"], defs, "What was measured", floatfmt=".1f"))

@@ -98,11 +98,16 @@ def heads_section(ctx: ReportContext) -> Section:
         return s
     keys = [k for k in heads.BUILTIN_PATTERNS if k in {key for h in ctx.roles.heads for key in h.evidence}]
     if not keys:
-        s.skipped = f"context n_ctx={ctx.model.cfg.n_ctx} is too short for repeated sequences and there is no task"
+        s.skipped = (
+            f"context n_ctx={ctx.model.cfg.n_ctx} is too short for repeated sequences and there is no task"
+        )
         return s
     scores = {k: ctx.roles.evidence(k) for k in keys}
-    s.findings = {"axes": ["layer", "head"], "scores": {k: v.tolist() for k, v in scores.items()},
-                  "n": ctx.roles.info.get("n")}
+    s.findings = {
+        "axes": ["layer", "head"],
+        "scores": {k: v.tolist() for k, v in scores.items()},
+        "n": ctx.roles.info.get("n"),
+    }
     s.lines.append(
         "Score = attention mass on the pattern's keys, the higher of its value on repeated random sequences "
         "[r, r] and on the task's data (answer queries; previous-token where an induction head reads); 1 = a "
@@ -114,8 +119,13 @@ def heads_section(ctx: ReportContext) -> Section:
     example = (
         ctx.task.eval_batch(1, generator=ctx.generator(3)).tokens
         if ctx.task is not None
-        else heads.repeated_random_tokens(1, max(2, ctx.model.cfg.n_ctx // 2), ctx.model.cfg.d_vocab,
-                                          generator=ctx.generator(2), distinct=False)[:, : ctx.model.cfg.n_ctx]
+        else heads.repeated_random_tokens(
+            1,
+            max(2, ctx.model.cfg.n_ctx // 2),
+            ctx.model.cfg.d_vocab,
+            generator=ctx.generator(2),
+            distinct=False,
+        )[:, : ctx.model.cfg.n_ctx]
     )
     patterns = heads.attention_patterns(ctx.model, example.to(ctx.device))[:, 0]
     s.add_figure("attention", heads.plot_attention(patterns, example[0]))
@@ -148,9 +158,18 @@ def mlp_section(ctx: ReportContext) -> Section:
     key = ranking.top(k) if k else []
     role = "contributes to the answer" if drop >= t.mlp_drop else "none"
     s.findings = {
-        "layer": layer, "p_answer": float(base.mean()), "mean_ablation_drop": drop,
-        "p_answer_before_mlp": float(pre.mean()), "direct_effect_total": total, "key_neurons": key, "role": role,
-        "thresholds": {"mlp_drop": t.mlp_drop, "neuron_share": t.neuron_share, "max_key_neurons": t.max_key_neurons},
+        "layer": layer,
+        "p_answer": float(base.mean()),
+        "mean_ablation_drop": drop,
+        "p_answer_before_mlp": float(pre.mean()),
+        "direct_effect_total": total,
+        "key_neurons": key,
+        "role": role,
+        "thresholds": {
+            "mlp_drop": t.mlp_drop,
+            "neuron_share": t.neuron_share,
+            "max_key_neurons": t.max_key_neurons,
+        },
         "ranking": ranking.to_dict(),
     }
     s.lines += [
@@ -166,14 +185,23 @@ def mlp_section(ctx: ReportContext) -> Section:
         ),
     ]
     if key:
-        s.lines.append(f"Key neurons {key}: together {ranking.share(len(key)):.0%} of the positive direct effect "
-                       f"(>= {t.neuron_share:.0%}, at most {t.max_key_neurons} neurons).")
+        s.lines.append(
+            f"Key neurons {key}: together {ranking.share(len(key)):.0%} of the positive direct effect "
+            f"(>= {t.neuron_share:.0%}, at most {t.max_key_neurons} neurons)."
+        )
     else:
-        s.lines.append(f"No key neurons: the top {t.max_key_neurons} carry {ranking.share(t.max_key_neurons):.0%} "
-                       f"of the positive direct effect (< {t.neuron_share:.0%}); the effect is distributed.")
+        s.lines.append(
+            f"No key neurons: the top {t.max_key_neurons} carry {ranking.share(t.max_key_neurons):.0%} "
+            f"of the positive direct effect (< {t.neuron_share:.0%}); the effect is distributed."
+        )
     top = ranking.top(min(8, len(ranking.order)))
-    s.tables.append(Table(["neuron", "mean direct effect"], [[i, float(ranking.mean_effect[i])] for i in top],
-                          "Top neurons by mean direct effect on the answer logit"))
+    s.tables.append(
+        Table(
+            ["neuron", "mean direct effect"],
+            [[i, float(ranking.mean_effect[i])] for i in top],
+            "Top neurons by mean direct effect on the answer logit",
+        )
+    )
     return s
 
 

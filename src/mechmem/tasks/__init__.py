@@ -88,7 +88,9 @@ def get_preset(task: str, preset: str) -> Any:
     """The `Preset` (model, task and train configs) called `preset` of task `task`."""
     cls = get_task_class(task)
     if preset not in cls.presets:
-        raise MechmemError(f"task {task!r} has no preset {preset!r} (known: {', '.join(sorted(cls.presets))})")
+        raise MechmemError(
+            f"task {task!r} has no preset {preset!r} (known: {', '.join(sorted(cls.presets))})"
+        )
     return cls.presets[preset]
 
 

@@ -84,7 +84,9 @@ class PatchingPair:
         at = logits[rows, self.answer_pos.to(logits.device)]
         return (at[rows, self.correct.to(logits.device)] - at[rows, self.incorrect.to(logits.device)]).mean()
 
-    def logit_diff_per_prompt(self, logits: Float[Tensor, "... batch pos d_vocab"]) -> Float[Tensor, "... batch"]:
+    def logit_diff_per_prompt(
+        self, logits: Float[Tensor, "... batch pos d_vocab"]
+    ) -> Float[Tensor, "... batch"]:
         """The logit difference per prompt; leading axes (e.g. a batch of patches) are kept."""
         idx = self.answer_pos.to(logits.device)
         rows = torch.arange(logits.shape[-3], device=logits.device)
@@ -113,15 +115,19 @@ class RoleProbe:
 
     def __post_init__(self) -> None:
         if self.keys.shape != self.pair.clean.shape:
-            raise ValueError(f"keys {tuple(self.keys.shape)} must have the shape of the inputs "
-                             f"{tuple(self.pair.clean.shape)}")
+            raise ValueError(
+                f"keys {tuple(self.keys.shape)} must have the shape of the inputs "
+                f"{tuple(self.pair.clean.shape)}"
+            )
 
     def to(self, device: str | torch.device) -> "RoleProbe":
         return RoleProbe(self.role, self.pair.to(device), self.keys.to(device))
 
 
 def masked_cross_entropy(
-    logits: Float[Tensor, "batch pos d_vocab"], targets: Int[Tensor, "batch pos"], mask: Float[Tensor, "batch pos"]
+    logits: Float[Tensor, "batch pos d_vocab"],
+    targets: Int[Tensor, "batch pos"],
+    mask: Float[Tensor, "batch pos"],
 ) -> Float[Tensor, ""]:
     """Cross-entropy per position times the mask, divided by the mask sum."""
     per_pos = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
@@ -130,7 +136,9 @@ def masked_cross_entropy(
 
 
 def masked_accuracy(
-    logits: Float[Tensor, "batch pos d_vocab"], targets: Int[Tensor, "batch pos"], mask: Float[Tensor, "batch pos"]
+    logits: Float[Tensor, "batch pos d_vocab"],
+    targets: Int[Tensor, "batch pos"],
+    mask: Float[Tensor, "batch pos"],
 ) -> float:
     """Fraction of masked positions whose argmax is the target."""
     hit = (logits.argmax(-1) == targets).float() * mask
@@ -172,7 +180,11 @@ class Task:
         except NotImplementedError:
             return
         have = {"vocabulary": getattr(cfg, "d_vocab", None), "context": getattr(cfg, "n_ctx", None)}
-        bad = [f"{k} {need[k]} > model's {have[k]}" for k in need if isinstance(have[k], int) and need[k] > have[k]]
+        bad = [
+            f"{k} {need[k]} > model's {have[k]}"
+            for k in need
+            if isinstance(have[k], int) and need[k] > have[k]
+        ]
         if bad:
             raise MechmemError(f"task {self.name!r} does not fit the model: {'; '.join(bad)}")
 
@@ -203,7 +215,9 @@ class Task:
         return {"train_acc": masked_accuracy(logits, batch.targets, batch.loss_mask)}
 
     @torch.no_grad()
-    def evaluate(self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 2048) -> dict[str, float]:
+    def evaluate(
+        self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 2048
+    ) -> dict[str, float]:
         """Default evaluation: masked loss and accuracy on a held-out batch."""
         device = next(model.parameters()).device
         batch = self.eval_batch(n, generator=generator).to(device)

@@ -53,8 +53,10 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
         for key in sorted(set(old) | set(new), key=str):
             name = f"{prefix}.{key}" if prefix else str(key)
             if key not in old or key not in new:
-                out.append(f"{name} {'missing' if key not in old else old[key]!r} != "
-                           f"{'missing' if key not in new else new[key]!r}")
+                out.append(
+                    f"{name} {'missing' if key not in old else old[key]!r} != "
+                    f"{'missing' if key not in new else new[key]!r}"
+                )
             else:
                 out.extend(differences(old[key], new[key], name))
         return out
@@ -71,7 +73,9 @@ def run_lock(out: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise MechmemError(f"{out} is being written by another process (pid {holder}); wait or use another --out")
+            raise MechmemError(
+                f"{out} is being written by another process (pid {holder}); wait or use another --out"
+            )
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
@@ -89,7 +93,9 @@ def prepare_fresh(out: Path, *, overwrite: bool) -> None:
     if not existing:
         return
     if not overwrite:
-        shown = ", ".join(str(p.relative_to(out)) for p in existing[:3]) + (", ..." if len(existing) > 3 else "")
+        shown = ", ".join(str(p.relative_to(out)) for p in existing[:3]) + (
+            ", ..." if len(existing) > 3 else ""
+        )
         raise MechmemError(
             f"{out} already holds a run ({shown}); use --resume to continue it or --overwrite to replace it"
         )

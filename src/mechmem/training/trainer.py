@@ -127,7 +127,9 @@ def train(
         overwrite: a fresh run into a directory holding an old run deletes the old run's files first.
         progress: show progress (a bar on a terminal, a line every 10 s otherwise; `mechmem.progress`).
     """
-    kwargs = dict(model_config=model_config, device=device, resume=resume, overwrite=overwrite, progress=progress)
+    kwargs = dict(
+        model_config=model_config, device=device, resume=resume, overwrite=overwrite, progress=progress
+    )
     if out_dir is None:
         return _train(model, task, cfg, out=None, **kwargs)
     with run_lock(Path(out_dir)):
@@ -206,7 +208,9 @@ def _train(
 
     def evaluate(step: int, record: dict[str, Any]) -> dict[str, Any]:
         model.eval()
-        record.update(task.evaluate(model, generator=torch.Generator().manual_seed(cfg.seed + 2), n=cfg.eval_samples))
+        record.update(
+            task.evaluate(model, generator=torch.Generator().manual_seed(cfg.seed + 2), n=cfg.eval_samples)
+        )
         model.train()
         history.append(record)
         if out is not None:

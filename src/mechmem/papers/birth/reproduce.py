@@ -115,7 +115,9 @@ def make_spec(variant: str, options: dict[str, str]) -> BirthSpec:
     if not only or set(only) - set(GROUPS):
         raise MechmemError(f"only={options.get('only')!r}: experiments are {', '.join(GROUPS)}")
     try:
-        seed, threads, workers = (int(options.get(k, d)) for k, d in (("seed", "0"), ("threads", "1"), ("workers", "2")))
+        seed, threads, workers = (
+            int(options.get(k, d)) for k, d in (("seed", "0"), ("threads", "1"), ("workers", "2"))
+        )
     except ValueError as exc:
         raise MechmemError(f"seed, threads and workers take integers ({exc})") from None
     check_executor(options.get("executor", "local"), options.get("address") or None)
@@ -253,8 +255,15 @@ def run(spec: BirthSpec, log: Any = print) -> dict[str, Any]:
     if spec.preset:
         cells.append(Cell("preset", preset_cell, {"runs": spec.runs, "seed": spec.seed}))
     log(f"{len(cells)} run(s): " + ", ".join(c.key for c in cells) + f" ({spec.executor} executor)")
-    records = run_cells(cells, None, executor=spec.executor, address=spec.address or None, progress="birth runs",
-                        num_cpus=spec.workers, threads=spec.threads)
+    records = run_cells(
+        cells,
+        None,
+        executor=spec.executor,
+        address=spec.address or None,
+        progress="birth runs",
+        num_cpus=spec.workers,
+        threads=spec.threads,
+    )
     entries = {r.name: records[r.name] for r in chosen}
     shifted = _shifted(spec.runs, spec.seed)
     timed = chosen + [_preset_run()] if spec.preset else chosen

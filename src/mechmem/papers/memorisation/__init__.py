@@ -23,7 +23,9 @@ from mechmem.papers.memorisation.paper import VARIANTS, run, spec
 from mechmem.plugins import Paper, register_paper
 
 PAPER = register_paper(
-    Paper(name="memorisation", title=TITLE, spec=spec, variants=VARIANTS, run=run, page=page, tasks=("facts",))
+    Paper(
+        name="memorisation", title=TITLE, spec=spec, variants=VARIANTS, run=run, page=page, tasks=("facts",)
+    )
 )
 
 __all__ = ["PAPER", "generate_facts"]

@@ -103,7 +103,9 @@ def measure_capacity(
     """Search the capacity under each criterion (in order), every n evaluated once; see `search_capacity`."""
     memo, t0 = Memo(evaluate), time.perf_counter()
     searches = {
-        c: search_capacity(lambda n, ok=ok: ok(memo(n)), limit, precision=precision, bracket=bracket, start=start)
+        c: search_capacity(
+            lambda n, ok=ok: ok(memo(n)), limit, precision=precision, bracket=bracket, start=start
+        )
         for c, ok in criteria.items()
     }
     info = {**(info or {}), "precision": precision, "bracket": bracket}
@@ -154,8 +156,13 @@ def find_capacity(
         return outcome.n_success
 
     rules = {c: (lambda k, c=c: CRITERIA[c](k, len(seeds))) for c in criteria}
-    info = {"config": cfg.to_dict(), "schedule": schedule.to_dict(), "seeds": seeds,
-            "facts_device": data_device, "device": str(device)}
+    info = {
+        "config": cfg.to_dict(),
+        "schedule": schedule.to_dict(),
+        "seeds": seeds,
+        "facts_device": data_device,
+        "device": str(device),
+    }
     result = measure_capacity(
         successes, rules, cfg.n_in**2, name=cfg.name, d=cfg.d_model, precision=precision, info=info
     )

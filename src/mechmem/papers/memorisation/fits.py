@@ -33,7 +33,13 @@ class ScalingFit:
             raise ValueError("d and capacity must have equal length")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"d": self.d, "capacity": self.capacity, "a_d2_over_lnd": self.a, "power_b": self.b, "power_k": self.k}
+        return {
+            "d": self.d,
+            "capacity": self.capacity,
+            "a_d2_over_lnd": self.a,
+            "power_b": self.b,
+            "power_k": self.k,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ScalingFit":

@@ -90,17 +90,20 @@ def _rms_t_backward(grad: Tensor, xr: Tensor, r: Tensor) -> Tensor:
     return (grad - xr * (grad * xr).mean(1, keepdim=True)) * r
 
 
-def _linear_t(
-    x: Tensor, W: Tensor, b: Tensor | None, gain: Tensor | None
-) -> tuple[Tensor, Tensor]:
+def _linear_t(x: Tensor, W: Tensor, b: Tensor | None, gain: Tensor | None) -> tuple[Tensor, Tensor]:
     """(W_eff^T x + b, W_eff) for x [init, d_in, n], W [init, d_in, d_out]; W_eff = gain-scaled W (a folded norm)."""
     W_eff = W if gain is None else W * gain[:, :, None]
-    out = torch.bmm(W_eff.transpose(1, 2), x) if b is None else torch.baddbmm(b[:, :, None], W_eff.transpose(1, 2), x)
+    out = (
+        torch.bmm(W_eff.transpose(1, 2), x)
+        if b is None
+        else torch.baddbmm(b[:, :, None], W_eff.transpose(1, 2), x)
+    )
     return out, W_eff
 
 
-def _linear_t_backward(grad: Tensor, x: Tensor, W_eff: Tensor, names: tuple[str, str, str], params: Params,
-                       out: Params) -> Tensor:
+def _linear_t_backward(
+    grad: Tensor, x: Tensor, W_eff: Tensor, names: tuple[str, str, str], params: Params, out: Params
+) -> Tensor:
     """Gradients of `_linear_t` w.r.t. the parameters `names` (weight, bias, folded norm gain; those not in `params`
     are skipped) into `out`; returns the gradient of x."""
     weight, bias, gain = names
@@ -124,15 +127,20 @@ def _readout_grad(
     y = x
     if cfg.mlp:
         xn, r2 = _rms_t(x) if norms else (x, None)
-        pre, W_in = _linear_t(xn, params["blocks.0.mlp.W_in"], params.get("blocks.0.mlp.b_in"),
-                              params["blocks.0.ln2.w"] if norms else None)
+        pre, W_in = _linear_t(
+            xn,
+            params["blocks.0.mlp.W_in"],
+            params.get("blocks.0.mlp.b_in"),
+            params["blocks.0.ln2.w"] if norms else None,
+        )
         post = torch.nn.functional.gelu(pre) if cfg.act_fn == "gelu" else torch.relu(pre)
         mlp_out, _ = _linear_t(post, params["blocks.0.mlp.W_out"], params.get("blocks.0.mlp.b_out"), None)
         y = x + mlp_out if cfg.mlp_residual else mlp_out
         saved = [xn, r2, pre, W_in, post]
     yn, rf = _rms_t(y) if norms else (y, None)
-    logits, W_U = _linear_t(yn, params["unembed.W_U"], params.get("unembed.b_U"),
-                          params["ln_final.w"] if norms else None)
+    logits, W_U = _linear_t(
+        yn, params["unembed.W_U"], params.get("unembed.b_U"), params["ln_final.w"] if norms else None
+    )
     top = logits.amax(1, keepdim=True)
     hits = (logits.gather(1, batch.labels.expand(logits.shape[0], 1, -1)) >= top).sum((1, 2))
     probs = (logits - top).exp_()
@@ -143,7 +151,10 @@ def _readout_grad(
     if not cfg.mlp:
         return grad, hits
     xn, r2, pre, W_in, post = saved
-    mlp_names = ("blocks.0.mlp.W_out", "blocks.0.mlp.b_out", ""), ("blocks.0.mlp.W_in", "blocks.0.mlp.b_in", "blocks.0.ln2.w")
+    mlp_names = (
+        ("blocks.0.mlp.W_out", "blocks.0.mlp.b_out", ""),
+        ("blocks.0.mlp.W_in", "blocks.0.mlp.b_in", "blocks.0.ln2.w"),
+    )
     g_post = _linear_t_backward(grad, post, params[mlp_names[0][0]], mlp_names[0], params, out)
     if cfg.act_fn == "gelu":
         g_pre = torch.ops.aten.gelu_backward(g_post, pre)

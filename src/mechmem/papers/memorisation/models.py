@@ -247,7 +247,9 @@ def forward_params(
         if cfg.mixing == "attn":
             q = _lin(x[:, :, rows], params["blocks.0.attn.W_Q"][:, 0])
             q = hk("blocks.0.attn.hook_q", q.unsqueeze(-2)).squeeze(-2)
-            k = hk("blocks.0.attn.hook_k", _lin(x, params["blocks.0.attn.W_K"][:, 0]).unsqueeze(-2)).squeeze(-2)
+            k = hk("blocks.0.attn.hook_k", _lin(x, params["blocks.0.attn.W_K"][:, 0]).unsqueeze(-2)).squeeze(
+                -2
+            )
             scores = (q[..., :, None, :] * k[..., None, :, :]).sum(-1) / math.sqrt(cfg.d_model)
             scores = scores.masked_fill(~causal, float("-inf"))
             scores = hk("blocks.0.attn.hook_attn_scores", scores.unsqueeze(2)).squeeze(2)
@@ -276,7 +278,11 @@ def _norm_fn(cfg: FactsModelConfig, params: Params, hk: Hook) -> Callable[[str, 
 
 
 def readout(
-    cfg: FactsModelConfig, params: Params, resid: Float[Tensor, "init batch pos d_model"], *, hook: Hook | None = None
+    cfg: FactsModelConfig,
+    params: Params,
+    resid: Float[Tensor, "init batch pos d_model"],
+    *,
+    hook: Hook | None = None,
 ) -> Float[Tensor, "init batch pos d_vocab_out"]:
     """Logits from the residual stream after the mixing (`resid_mid`): the MLP, if any, and the unembedding.
 
@@ -295,7 +301,10 @@ def readout(
         pre = norm_lin("blocks.0.ln2", resid, params["blocks.0.mlp.W_in"], params.get("blocks.0.mlp.b_in"))
         pre = hk("blocks.0.mlp.hook_pre", pre)
         post = hk("blocks.0.mlp.hook_post", F.gelu(pre) if cfg.act_fn == "gelu" else F.relu(pre))
-        mlp_out = hk("blocks.0.hook_mlp_out", _lin(post, params["blocks.0.mlp.W_out"], params.get("blocks.0.mlp.b_out")))
+        mlp_out = hk(
+            "blocks.0.hook_mlp_out",
+            _lin(post, params["blocks.0.mlp.W_out"], params.get("blocks.0.mlp.b_out")),
+        )
         resid = resid + mlp_out if cfg.mlp_residual else mlp_out
     resid = hk("blocks.0.hook_resid_post", resid)
     return norm_lin("ln_final", resid, params["unembed.W_U"], params.get("unembed.b_U"))

@@ -47,7 +47,11 @@ def constructions_headline(record: dict[str, Any]) -> list[str]:
     results, pub, c = _results(record), record["published"], record["constructions"]
     goals = pub["challenge_goals"]["value"]
     r = lambda mode, crit: _ratio(results, mode, crit)  # noqa: E731
-    kv = fit_ratio(results, "trained", "keyvalue_hybrid", "0.9") if "keyvalue_hybrid" in _modes(results) else math.nan
+    kv = (
+        fit_ratio(results, "trained", "keyvalue_hybrid", "0.9")
+        if "keyvalue_hybrid" in _modes(results)
+        else math.nan
+    )
     lines = [
         f"Constructions at d = {', '.join(map(str, _ds(results)))} (ratios of fits a d^2 / ln d over the sizes both"
         f" modes have): trained / published hand-coded at acc >= 0.9 {r('published_hand', '0.9')}"
@@ -62,12 +66,16 @@ def constructions_headline(record: dict[str, Any]) -> list[str]:
     for d, by_n in c["spot"].items():
         kv_caps = {crit: capacity_of(results, "keyvalue_hand", int(d), crit) for crit in THRESHOLDS}
         checks = ", ".join(f"{acc:.3f} at {n} facts" for n, acc in by_n.items())
-        lines.append(f"d = {d} (no full trained search): our table stores {kv_caps['1']} facts at acc = 1 and"
-                     f" {kv_caps['0.9']} at acc >= 0.9; trained spot checks reach {checks}.")
+        lines.append(
+            f"d = {d} (no full trained search): our table stores {kv_caps['1']} facts at acc = 1 and"
+            f" {kv_caps['0.9']} at acc >= 0.9; trained spot checks reach {checks}."
+        )
     a = c["appendix_a"]
     stored = all(x == 1.0 for x in a["acc_bias_neuron"] + a["acc_output_bias"])
-    lines.append(f"Appendix A stores {'all' if stored else 'not all'} n_in^2 facts at 100% for n_in ="
-                 f" {', '.join(map(str, a['n_in']))}, with the bias neuron and with an output bias instead.")
+    lines.append(
+        f"Appendix A stores {'all' if stored else 'not all'} n_in^2 facts at 100% for n_in ="
+        f" {', '.join(map(str, a['n_in']))}, with the bias neuron and with an output bias instead."
+    )
     return lines
 
 
@@ -93,10 +101,28 @@ def _capacity_tables(results: list[CapacityResult]) -> list[Table]:
     rows = []
     for m in modes:
         f1, f9 = mode_fit(results, m, "1"), mode_fit(results, m, "0.9")
-        rows.append([LABELS[m], *(cell(m, d, c) for d in ds for c in THRESHOLDS), f1.a, f9.a, f9.k,
-                     _ratio(results, m, "0.9", ".2f")])
-    capacity = Table(["mode", *heads, "a (acc=1)", "a (acc>=0.9)", "exponent (acc>=0.9)",
-                      "trained / mode (acc>=0.9, fit a)"], rows, floatfmt=".2f")
+        rows.append(
+            [
+                LABELS[m],
+                *(cell(m, d, c) for d in ds for c in THRESHOLDS),
+                f1.a,
+                f9.a,
+                f9.k,
+                _ratio(results, m, "0.9", ".2f"),
+            ]
+        )
+    capacity = Table(
+        [
+            "mode",
+            *heads,
+            "a (acc=1)",
+            "a (acc>=0.9)",
+            "exponent (acc>=0.9)",
+            "trained / mode (acc>=0.9, fit a)",
+        ],
+        rows,
+        floatfmt=".2f",
+    )
     ratio_rows = []
     for m in [m for m in modes if m != "trained"]:
         cells = []
@@ -112,26 +138,55 @@ def constructions_sections(record: dict[str, Any]) -> list[Section]:
     """Setup, Appendix A, the published construction, capacities, our entry, histograms."""
     c, results = record["constructions"], _results(record)
     a, sweep = c["appendix_a"], c["sweep"]
-    appendix = Table(["n_in", "facts", "acc, d_mlp = n_in + 1", "acc, d_mlp = n_in + output bias"],
-                     [[n, n * n, x, y] for n, x, y in zip(a["n_in"], a["acc_bias_neuron"], a["acc_output_bias"])])
+    appendix = Table(
+        ["n_in", "facts", "acc, d_mlp = n_in + 1", "acc, d_mlp = n_in + output bias"],
+        [[n, n * n, x, y] for n, x, y in zip(a["n_in"], a["acc_bias_neuron"], a["acc_output_bias"])],
+    )
     best_acc, best_s, best_tf = max(  # the first best setting, in S then top_fraction order
-        ((acc, s, tf) for s, row in zip(sweep["s_values"], sweep["accuracy"]) for tf, acc in zip(sweep["top_fractions"], row)),
+        (
+            (acc, s, tf)
+            for s, row in zip(sweep["s_values"], sweep["accuracy"])
+            for tf, acc in zip(sweep["top_fractions"], row)
+        ),
         key=lambda t: t[0],
     )
-    published = Section("published_construction", "The published construction", lines=[
-        f"Sweep at d = {sweep['d']}, {sweep['n_facts']} facts (best of {c['grid']['retries']} tie-breaks): best"
-        f" accuracy {best_acc:.3f} at S = {best_s}, top_fraction = {best_tf:.2f}; sqrt(d) = {math.sqrt(sweep['d']):.1f}"
-        f" [published: {record['published']['best_s_law']['value']}]."])
+    published = Section(
+        "published_construction",
+        "The published construction",
+        lines=[
+            f"Sweep at d = {sweep['d']}, {sweep['n_facts']} facts (best of {c['grid']['retries']} tie-breaks): best"
+            f" accuracy {best_acc:.3f} at S = {best_s}, top_fraction = {best_tf:.2f}; sqrt(d) = {math.sqrt(sweep['d']):.1f}"
+            f" [published: {record['published']['best_s_law']['value']}]."
+        ],
+    )
     published.add_figure("sweep", plot_sweep(sweep))
-    capacity = Section("construction_capacity", "Capacity: the four modes and our entry",
-                       tables=_capacity_tables(results))
+    capacity = Section(
+        "construction_capacity", "Capacity: the four modes and our entry", tables=_capacity_tables(results)
+    )
     if c["spot"]:
         spot = [[int(d), int(n), acc] for d, by_n in c["spot"].items() for n, acc in by_n.items()]
-        capacity.tables.append(Table(["d", "facts", "trained accuracy"], spot, floatfmt=".4f", caption=(
-            f"Spot checks where a full trained search was too slow (best of {c['grid']['n_inits']} trained"
-            " initialisations, same recipe):")))
-    points = {LABELS[m]: {crit: [(d, capacity_of(results, m, d, crit)) for d in _ds(results)
-                                 if capacity_of(results, m, d, crit)] for crit in THRESHOLDS} for m in _modes(results)}
+        capacity.tables.append(
+            Table(
+                ["d", "facts", "trained accuracy"],
+                spot,
+                floatfmt=".4f",
+                caption=(
+                    f"Spot checks where a full trained search was too slow (best of {c['grid']['n_inits']} trained"
+                    " initialisations, same recipe):"
+                ),
+            )
+        )
+    points = {
+        LABELS[m]: {
+            crit: [
+                (d, capacity_of(results, m, d, crit))
+                for d in _ds(results)
+                if capacity_of(results, m, d, crit)
+            ]
+            for crit in THRESHOLDS
+        }
+        for m in _modes(results)
+    }
     fits = {LABELS[m]: {crit: mode_fit(results, m, crit) for crit in THRESHOLDS} for m in _modes(results)}
     capacity.add_figure("capacity", plot_capacity(points, fits))
     capacity.lines.append("Runs that contributed: " + "; ".join(f"`{cmd}`" for cmd in c["runs"]) + ".")

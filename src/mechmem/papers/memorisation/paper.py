@@ -27,8 +27,14 @@ from mechmem.papers.memorisation.records import PUBLISHED, collect
 from mechmem.papers.memorisation.sweep import run_sweep, scaling_cells, table_cells
 
 VARIANTS = ("committed", "quick", "table", "scaling", "constructions", "paper")
-RUNS = {"committed": (), "quick": ("table", "scaling", "constructions"), "table": ("table",),
-        "scaling": ("scaling",), "constructions": ("constructions",), "paper": ("table", "scaling")}
+RUNS = {
+    "committed": (),
+    "quick": ("table", "scaling", "constructions"),
+    "table": ("table",),
+    "scaling": ("scaling",),
+    "constructions": ("constructions",),
+    "paper": ("table", "scaling"),
+}
 
 
 @dataclass(frozen=True)
@@ -76,9 +82,13 @@ def spec(variant: str, options: dict[str, str]) -> MemorisationSpec:
         raise MechmemError(f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
     base = MemorisationSpec(variant=variant)
     if variant == "quick":
-        base = replace(base, data="runs/memorisation_quick", max_epochs=60, patience=20, d=4, ds=(8, 16), tag="quick")
+        base = replace(
+            base, data="runs/memorisation_quick", max_epochs=60, patience=20, d=4, ds=(8, 16), tag="quick"
+        )
     elif variant == "paper":
-        base = replace(base, max_epochs=50_000, patience=5_000, repeats=4, ds=(16, 32, 64, 128), device="auto")
+        base = replace(
+            base, max_epochs=50_000, patience=5_000, repeats=4, ds=(16, 32, 64, 128), device="auto"
+        )
     known = {f.name: getattr(base, f.name) for f in fields(base) if f.name != "variant"}
     bad = [k for k in options if k not in known]
     if bad:
@@ -108,13 +118,25 @@ def run(spec: MemorisationSpec, log: Callable[[str], None]) -> dict[str, Any]:
     if "scaling" in steps:
         log(f"scaling at d = {spec.ds} -> {data / 'facts_scaling.jsonl'}")
         # the authors' two scaled models: "nb" (their simple model, no bias) and "full"
-        cells = [c for v in ("nb", "full") for c in scaling_cells(v, list(spec.ds), spec.repeats, schedule,
-                                                                  spec.facts_device)]
+        cells = [
+            c
+            for v in ("nb", "full")
+            for c in scaling_cells(v, list(spec.ds), spec.repeats, schedule, spec.facts_device)
+        ]
         run_sweep(cells, data / "facts_scaling.jsonl", reuse=[data / "facts_table.jsonl"], **where)
     if "constructions" in steps:
         command = f"python analyses/reproduce.py memorisation --variant {spec.variant}"
-        run_constructions(data, quick=spec.tag == "quick", ds=spec.ds, modes=spec.modes,
-                          precision=16 if spec.tag == "quick" else 8, reuse=True, command=command, log=log,
-                          executor=spec.executor, address=spec.address or None)
+        run_constructions(
+            data,
+            quick=spec.tag == "quick",
+            ds=spec.ds,
+            modes=spec.modes,
+            precision=16 if spec.tag == "quick" else 8,
+            reuse=True,
+            command=command,
+            log=log,
+            executor=spec.executor,
+            address=spec.address or None,
+        )
     published = data / PUBLISHED if (data / PUBLISHED).exists() else Path(MemorisationSpec.data) / PUBLISHED
     return collect(data, schedule=schedule.to_dict(), tag=spec.tag, variant=spec.variant, published=published)

@@ -15,13 +15,19 @@ def plot_scaling(fits: dict[str, ScalingFit], *, ceiling_per_d2: float = 4.0) ->
         colour = f"C{i % 10}"
         grid = np.geomspace(min(fit.d), max(fit.d) * 2, 50)
         ax.plot(fit.d, fit.capacity, "o", color=colour, label=label)
-        ax.plot(grid, fit.a * grid**2 / np.log(grid), "-", color=colour, alpha=0.6, label=f"{fit.a:.2f} d^2/ln d")
+        ax.plot(
+            grid, fit.a * grid**2 / np.log(grid), "-", color=colour, alpha=0.6, label=f"{fit.a:.2f} d^2/ln d"
+        )
         if np.isfinite(fit.k):
-            ax.plot(grid, fit.b * grid**fit.k, ":", color=colour, alpha=0.6, label=f"{fit.b:.2f} d^{fit.k:.2f}")
+            ax.plot(
+                grid, fit.b * grid**fit.k, ":", color=colour, alpha=0.6, label=f"{fit.b:.2f} d^{fit.k:.2f}"
+            )
     all_d = sorted({x for fit in fits.values() for x in fit.d})
     grid = np.geomspace(all_d[0], all_d[-1] * 2, 50)
     ax.plot(grid, ceiling_per_d2 * grid**2, "k--", lw=0.8, label="ceiling n_in^2 = 4 d^2")
-    ax.set(xscale="log", yscale="log", xlabel="d (n_in = 2d, d_model = d_mlp = n_out = d)", ylabel="facts stored")
+    ax.set(
+        xscale="log", yscale="log", xlabel="d (n_in = 2d, d_model = d_mlp = n_out = d)", ylabel="facts stored"
+    )
     ax.set_xscale("log", base=2)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -42,7 +48,9 @@ def plot_sweep(sweep: dict[str, Any]) -> Any:
     return fig
 
 
-def plot_capacity(points: dict[str, dict[str, list[tuple[int, int]]]], fits: dict[str, dict[str, ScalingFit]]) -> Any:
+def plot_capacity(
+    points: dict[str, dict[str, list[tuple[int, int]]]], fits: dict[str, dict[str, ScalingFit]]
+) -> Any:
     """Max facts against d per mode (label) and criterion ("1", "0.9"), with the fixed-exponent fits."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     all_d = sorted({d for by in points.values() for pts in by.values() for d, _ in pts})

@@ -68,7 +68,9 @@ def collect(
         )
     sources = ["facts_table.jsonl", "facts_scaling.jsonl", cap_name, misc_name, PUBLISHED]
     anchor, bench = _read(data_dir / "facts_anchor_2emb_nomlp.json"), _read(data_dir / "facts_benchmark.json")
-    sources += [n for n, x in (("facts_anchor_2emb_nomlp.json", anchor), ("facts_benchmark.json", bench)) if x]
+    sources += [
+        n for n, x in (("facts_anchor_2emb_nomlp.json", anchor), ("facts_benchmark.json", bench)) if x
+    ]
     return {
         "variant": variant,
         "schedule": schedule,

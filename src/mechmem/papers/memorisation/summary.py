@@ -82,7 +82,14 @@ def toggle_effects(records: list[dict[str, Any]]) -> dict[str, ToggleEffect]:
 def sort_key(record: dict[str, Any]) -> tuple:
     """Order of the page's table: MLP variants first, by mixing, bias, norms, MLP residual, activation."""
     c = record["config"]
-    return (not c["mlp"], MIXING_ORDER.index(c["mixing"]), c["bias"], c["norms"], c["mlp_residual"], c["act_fn"] != "gelu")
+    return (
+        not c["mlp"],
+        MIXING_ORDER.index(c["mixing"]),
+        c["bias"],
+        c["norms"],
+        c["mlp_residual"],
+        c["act_fn"] != "gelu",
+    )
 
 
 def by_name(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -98,11 +105,16 @@ def outlier(records: list[dict[str, Any]], mixing: str) -> dict[str, Any] | None
     if odd is None:
         return None
     low = min(mlp, key=lambda r: r["any"])
-    return {"any": odd["any"], "all": odd["all"], "lowest_any": low["any"], "is_lowest": odd["any"] == low["any"]}
+    return {
+        "any": odd["any"],
+        "all": odd["all"],
+        "lowest_any": low["any"],
+        "is_lowest": odd["any"] == low["any"],
+    }
 
 
 def mean_sd(values: list[float | int]) -> str:
-    """"m +- s" over repeats (one value: the value)."""
+    """ "m +- s" over repeats (one value: the value)."""
     if len(values) == 1:
         return f"{values[0]:.0f}"
     return f"{statistics.mean(values):.0f} +- {statistics.stdev(values):.0f}"

@@ -76,8 +76,14 @@ def search_cell(cell: SearchCell, device: str) -> dict[str, Any]:
     """One cell's capacity search on `device` (resolved in the worker): its record, JSON-able."""
     from mechmem.training.trainer import resolve_device
 
-    result = find_capacity(cell.config, schedule=cell.schedule, seeds=cell.seeds, precision=cell.precision,
-                           data_device=cell.facts_device, device=resolve_device(device))
+    result = find_capacity(
+        cell.config,
+        schedule=cell.schedule,
+        seeds=cell.seeds,
+        precision=cell.precision,
+        data_device=cell.facts_device,
+        device=resolve_device(device),
+    )
     result.info.update(key=cell.key, repeat=cell.repeat)
     return {**result.to_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
@@ -102,8 +108,17 @@ def run_sweep(
     cells = list(cells)
     jobs = [Cell(c.key, search_cell, {"cell": c, "device": device}) for c in cells]
     label = "capacity cells" if progress else None
-    return run_cells(jobs, Path(path), executor=executor, address=address, device=device, progress=label, flat=True,
-                     gpus_per_cell=gpus_per_cell, reuse=[Path(p) for p in reuse])
+    return run_cells(
+        jobs,
+        Path(path),
+        executor=executor,
+        address=address,
+        device=device,
+        progress=label,
+        flat=True,
+        gpus_per_cell=gpus_per_cell,
+        reuse=[Path(p) for p in reuse],
+    )
 
 
 def _mean_sd(values: list[int] | list[float]) -> str:
@@ -139,12 +154,17 @@ def scaling_cells(
 ) -> list[SearchCell]:
     """The authors' scaling cells: the variant at each d, precision 8 (d/16)^2."""
     base = SCALING_VARIANTS[variant]
-    return [SearchCell(scaled(base, d), r, schedule, precision=8 * (d // 16) ** 2 or 1, facts_device=facts_device)
-            for r in range(repeats) for d in ds]
+    return [
+        SearchCell(scaled(base, d), r, schedule, precision=8 * (d // 16) ** 2 or 1, facts_device=facts_device)
+        for r in range(repeats)
+        for d in ds
+    ]
 
 
-def scaling_fits(records: list[dict[str, Any]], criteria: tuple[str, ...] = tuple(CRITERIA)) -> dict[str, ScalingFit]:
-    """"variant criterion" -> fit of the mean capacity over repeats against d (variants with >= 2 sizes)."""
+def scaling_fits(
+    records: list[dict[str, Any]], criteria: tuple[str, ...] = tuple(CRITERIA)
+) -> dict[str, ScalingFit]:
+    """ "variant criterion" -> fit of the mean capacity over repeats against d (variants with >= 2 sizes)."""
     fits = {}
     for variant in dict.fromkeys(r["variant"] for r in records):
         for crit in criteria:

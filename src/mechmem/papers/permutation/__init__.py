@@ -39,7 +39,9 @@ def _scale_presets(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip() and n.strip() != "none")
     unknown = [n for n in names if n not in SCALE_PRESET_NAMES]
     if unknown:
-        raise MechmemError(f"unknown scale preset {unknown[0]!r} (known: {', '.join(SCALE_PRESET_NAMES)}, none)")
+        raise MechmemError(
+            f"unknown scale preset {unknown[0]!r} (known: {', '.join(SCALE_PRESET_NAMES)}, none)"
+        )
     return names
 
 
@@ -54,8 +56,16 @@ def _executor(text: str) -> str:
     return text
 
 
-OPTIONS = {"runs": str, "workers": _workers, "device": _device, "task1_seeds": _seeds, "task2_seeds": _seeds,
-           "executor": _executor, "address": str, "scale_presets": _scale_presets}
+OPTIONS = {
+    "runs": str,
+    "workers": _workers,
+    "device": _device,
+    "task1_seeds": _seeds,
+    "task2_seeds": _seeds,
+    "executor": _executor,
+    "address": str,
+    "scale_presets": _scale_presets,
+}
 """`--set` options and their parsers."""
 
 

@@ -62,14 +62,23 @@ def train_if_missing(preset: str, seed: int, runs: str | Path, device: str = "cp
 
     if _is_done(Path(runs), preset, seed):
         return False
-    train_preset("permutation", preset, out_dir=run_dir(runs, preset, seed), seed=seed, device=device, progress=False,
-                 overwrite=True)
+    train_preset(
+        "permutation",
+        preset,
+        out_dir=run_dir(runs, preset, seed),
+        seed=seed,
+        device=device,
+        progress=False,
+        overwrite=True,
+    )
     return True
 
 
 # -- 1. Bayesian evaluation ---------------------------------------------------------------------------------
 @torch.no_grad()
-def bayes_table(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator) -> list[dict[str, Any]]:
+def bayes_table(
+    model: Any, task: PermutationTask, n: int, *, generator: torch.Generator
+) -> list[dict[str, Any]]:
     """Per answer step on n test sequences (the task's own repeat ratio): accuracy, Bayes target, Bayes error.
 
     Columns: `acc` (argmax == target), `bayes_acc` (mean of 1 / #candidates: the accuracy of the Bayes-optimal
@@ -91,10 +100,16 @@ def bayes_table(model: Any, task: PermutationTask, n: int, *, generator: torch.G
         idx = torch.arange(len(t))
         err = (p - b).abs()
         return {
-            "step": label, "n": int(keep.sum()), "acc": float((p.argmax(-1) == t).float().mean()),
-            "bayes_acc": float(b.max(-1).values.mean()), "p_target": float(p[idx, t].mean()),
-            "bayes_p_target": float(b[idx, t].mean()), "mae": float(err.mean()), "max_err": float(err.max()),
-            "loss": float(-p[idx, t].clamp_min(1e-12).log().mean()), "bayes_loss": float(-b[idx, t].log().mean()) + 0.0,
+            "step": label,
+            "n": int(keep.sum()),
+            "acc": float((p.argmax(-1) == t).float().mean()),
+            "bayes_acc": float(b.max(-1).values.mean()),
+            "p_target": float(p[idx, t].mean()),
+            "bayes_p_target": float(b[idx, t].mean()),
+            "mae": float(err.mean()),
+            "max_err": float(err.max()),
+            "loss": float(-p[idx, t].clamp_min(1e-12).log().mean()),
+            "bayes_loss": float(-b[idx, t].log().mean()) + 0.0,
             "seq_err_q": [float(q) for q in err.max(-1).values.quantile(torch.tensor([0.5, 0.9, 0.99]))],
         }
 
@@ -137,7 +152,10 @@ def last_step_groups(task: PermutationTask, n: int, *, generator: torch.Generato
     pos = tokens.shape[1]
     xs = seq[:, 0:-2:2]  # the V-1 earlier x's
     match_pair = xs == seq[:, -2:-1]
-    sets = {name: torch.zeros(n, pos, dtype=torch.bool) for name in ("match", "bound", "other_y", "other_x", "self")}
+    sets = {
+        name: torch.zeros(n, pos, dtype=torch.bool)
+        for name in ("match", "bound", "other_y", "other_x", "self")
+    }
     sets["match"][:, 0:-1:2] = match_pair
     sets["bound"][:, 1::2] = match_pair
     sets["other_y"][:, 1::2] = ~match_pair
@@ -147,14 +165,18 @@ def last_step_groups(task: PermutationTask, n: int, *, generator: torch.Generato
 
 
 @torch.no_grad()
-def attention_rows(model: Any, tokens: Int[Tensor, "batch pos"], layer: int = 0) -> Float[Tensor, "head query key"]:
+def attention_rows(
+    model: Any, tokens: Int[Tensor, "batch pos"], layer: int = 0
+) -> Float[Tensor, "head query key"]:
     """Attention of the x positions (query rows x1..xV) over all key positions, averaged over the batch."""
     _, cache = model.run_with_cache(tokens, names_filter=lambda n: n == f"blocks.{layer}.attn.hook_pattern")
     return cache[f"blocks.{layer}.attn.hook_pattern"][:, :, 0::2].mean(0).cpu()
 
 
 @torch.no_grad()
-def circuit_attention(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator) -> dict[str, Any]:
+def circuit_attention(
+    model: Any, task: PermutationTask, n: int, *, generator: torch.Generator
+) -> dict[str, Any]:
     """Per layer and head: previous-token score (mean attention of each y onto the x just before it) and, at the
     last x of repeat sequences, the attention on the matching x, on the y that followed it (induction route) and
     on each other earlier y (mean per y)."""
@@ -171,7 +193,9 @@ def circuit_attention(model: Any, task: PermutationTask, n: int, *, generator: t
         last = pattern[:, :, -1]  # [batch head key]
         for key in ("match", "bound", "other_y"):
             mass = (last * g[key][g["repeat"]][:, None].float()).sum(-1).mean(0)
-            out[key if key != "other_y" else "other_y_each"].append((mass / (n_other if key == "other_y" else 1)).tolist())
+            out[key if key != "other_y" else "other_y_each"].append(
+                (mass / (n_other if key == "other_y" else 1)).tolist()
+            )
     return out
 
 
@@ -190,8 +214,12 @@ class RescueResult:
     """Rows: ablating the top-k neurons (and k random neurons, mean of draws) -> accuracy per group."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"lens": self.lens, "ranking": self.ranking.to_dict(),
-                "ranking_elimination": self.ranking_elimination.to_dict(), "ablation": self.ablation}
+        return {
+            "lens": self.lens,
+            "ranking": self.ranking.to_dict(),
+            "ranking_elimination": self.ranking_elimination.to_dict(),
+            "ablation": self.ablation,
+        }
 
 
 def _group_scores(logits: Tensor, targets: Tensor, repeat: Tensor) -> dict[str, float]:
@@ -199,13 +227,24 @@ def _group_scores(logits: Tensor, targets: Tensor, repeat: Tensor) -> dict[str, 
     rows = torch.arange(len(targets))
     hit = (probs.argmax(-1) == targets).float()
     p = probs[rows, targets]
-    return {"recall_acc": float(hit[repeat].mean()), "recall_p": float(p[repeat].mean()),
-            "elimination_acc": float(hit[~repeat].mean()), "elimination_p": float(p[~repeat].mean())}
+    return {
+        "recall_acc": float(hit[repeat].mean()),
+        "recall_p": float(p[repeat].mean()),
+        "elimination_acc": float(hit[~repeat].mean()),
+        "elimination_p": float(p[~repeat].mean()),
+    }
 
 
 @torch.no_grad()
-def ffn_rescue(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator,
-               ks: tuple[int, ...] = (1, 2, 4, 8), random_draws: int = 5) -> RescueResult:
+def ffn_rescue(
+    model: Any,
+    task: PermutationTask,
+    n: int,
+    *,
+    generator: torch.Generator,
+    ks: tuple[int, ...] = (1, 2, 4, 8),
+    random_draws: int = 5,
+) -> RescueResult:
     """Pre- vs post-FFN lens at the last answer, top neurons by direct effect, and their ablation."""
     g = last_step_groups(task, n, generator=generator)
     tokens, targets, repeat = g["tokens"], g["targets"], g["repeat"]
@@ -214,7 +253,10 @@ def ffn_rescue(model: Any, task: PermutationTask, n: int, *, generator: torch.Ge
     logits, cache = model.run_with_cache(tokens, names_filter=lambda x: x == name)
     resid = cache[name]
     pre = model.unembed(model.ln_final(resid) if model.cfg.normalization_type else resid)
-    lens = {"pre_ffn": _group_scores(pre, targets, repeat), "post_ffn": _group_scores(logits, targets, repeat)}
+    lens = {
+        "pre_ffn": _group_scores(pre, targets, repeat),
+        "post_ffn": _group_scores(logits, targets, repeat),
+    }
     pos = torch.full((n,), task.seq_len - 1, dtype=torch.long)
     effect = neuron_direct_effect(model, tokens, layer, pos, targets)
     ranking, ranking_elim = rank_neurons(effect[repeat], layer), rank_neurons(effect[~repeat], layer)
@@ -222,12 +264,28 @@ def ffn_rescue(model: Any, task: PermutationTask, n: int, *, generator: torch.Ge
     d_mlp = model.cfg.d_mlp
     for k in ks:
         top = ranking.top(k)
-        rows.append({"ablated": f"top-{k} {top}", "k": k,
-                     **_group_scores(ablate_neurons(model, tokens, layer, top), targets, repeat)})
-        draws = [_group_scores(ablate_neurons(model, tokens, layer, torch.randperm(d_mlp, generator=generator)[:k]
-                                              .tolist()), targets, repeat) for _ in range(random_draws)]
-        rows.append({"ablated": f"random {k} (mean of {random_draws})", "k": k,
-                     **{key: sum(d[key] for d in draws) / len(draws) for key in draws[0]}})
+        rows.append(
+            {
+                "ablated": f"top-{k} {top}",
+                "k": k,
+                **_group_scores(ablate_neurons(model, tokens, layer, top), targets, repeat),
+            }
+        )
+        draws = [
+            _group_scores(
+                ablate_neurons(model, tokens, layer, torch.randperm(d_mlp, generator=generator)[:k].tolist()),
+                targets,
+                repeat,
+            )
+            for _ in range(random_draws)
+        ]
+        rows.append(
+            {
+                "ablated": f"random {k} (mean of {random_draws})",
+                "k": k,
+                **{key: sum(d[key] for d in draws) / len(draws) for key in draws[0]},
+            }
+        )
     return RescueResult(lens, ranking, ranking_elim, rows)
 
 
@@ -238,7 +296,9 @@ def floor(vocab_size: int) -> float:
 
 # -- everything -----------------------------------------------------------------------------------------------
 @torch.no_grad()
-def masked_losses(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator) -> dict[str, float]:
+def masked_losses(
+    model: Any, task: PermutationTask, n: int, *, generator: torch.Generator
+) -> dict[str, float]:
     """Masked loss on n train-mapping and n test-mapping sequences, and the Bayes-optimal loss on the test ones."""
     from mechmem.tasks.base import masked_cross_entropy
 
@@ -246,7 +306,9 @@ def masked_losses(model: Any, task: PermutationTask, n: int, *, generator: torch
     device = next(model.parameters()).device
     for split in ("train", "test"):
         batch = task.eval_batch(n, generator=generator, split=split)
-        out[split] = float(masked_cross_entropy(model(batch.tokens.to(device)).cpu(), batch.targets, batch.loss_mask))
+        out[split] = float(
+            masked_cross_entropy(model(batch.tokens.to(device)).cpu(), batch.targets, batch.loss_mask)
+        )
     post = bayes_posterior(batch.tokens, task.config.vocab_size)
     p = post.gather(-1, batch.targets[:, 0::2, None]).squeeze(-1)
     out["bayes_test"] = float(-p.log().mean()) + 0.0
@@ -295,7 +357,9 @@ def _history(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def _measure(preset: str, seed: int, cfg: ReproConfig, *, roles: bool, rescue: bool = False) -> dict[str, Any]:
+def _measure(
+    preset: str, seed: int, cfg: ReproConfig, *, roles: bool, rescue: bool = False
+) -> dict[str, Any]:
     from mechmem.checkpoint import load_checkpoint
 
     path = run_dir(cfg.runs, preset, seed)
@@ -306,8 +370,13 @@ def _measure(preset: str, seed: int, cfg: ReproConfig, *, roles: bool, rescue: b
         return torch.Generator().manual_seed(cfg.eval_seed)
 
     out: dict[str, Any] = {
-        "preset": preset, "seed": seed, "run": str(path), "vocab_size": task.config.vocab_size,
-        "model": ckpt.model_config.to_dict(), "train": ckpt.train, "task": ckpt.task_config,
+        "preset": preset,
+        "seed": seed,
+        "run": str(path),
+        "vocab_size": task.config.vocab_size,
+        "model": ckpt.model_config.to_dict(),
+        "train": ckpt.train,
+        "task": ckpt.task_config,
         "history": _history(path),
         "losses": masked_losses(model, task, cfg.n_eval, generator=gen()),
         "bayes": bayes_table(model, task, cfg.n_eval, generator=gen()),
@@ -318,7 +387,10 @@ def _measure(preset: str, seed: int, cfg: ReproConfig, *, roles: bool, rescue: b
     if roles:
         out["roles"] = head_roles(model, task, n=cfg.role_samples, seed=cfg.role_seed).to_dict()
         example = task.probe(1, generator=gen())["tokens"]
-        out["attention_example"] = {"tokens": example[0].tolist(), "rows": attention_rows(model, example).tolist()}
+        out["attention_example"] = {
+            "tokens": example[0].tolist(),
+            "rows": attention_rows(model, example).tolist(),
+        }
     if rescue and not model.cfg.attn_only:  # the FFN rescue needs an MLP and repeat cases
         out["rescue"] = ffn_rescue(model, task, cfg.n_analysis, generator=gen()).to_dict()
     return out
@@ -332,17 +404,32 @@ def seed_cell(preset: str, seed: int, cfg: ReproConfig, roles: bool, rescue: boo
 
 def run_reproduction(cfg: ReproConfig, *, log: Any = print) -> dict[str, Any]:
     """Train what is missing and measure every experiment on every run (one executor cell per run); JSON-able."""
-    groups = {"task1": [(cfg.task1_preset, s) for s in cfg.task1_seeds],
-              "task2": [(cfg.task2_preset, s) for s in cfg.task2_seeds],
-              "scale": [(p, 0) for p in cfg.scale_presets]}
+    groups = {
+        "task1": [(cfg.task1_preset, s) for s in cfg.task1_seeds],
+        "task2": [(cfg.task2_preset, s) for s in cfg.task2_seeds],
+        "scale": [(p, 0) for p in cfg.scale_presets],
+    }
     # Longest jobs first (V=15, V=10, then Task 2), so that parallel workers finish together.
     order = [("scale", *run) for run in reversed(groups["scale"])]
     order += [("task2", *run) for run in groups["task2"]] + [("task1", *run) for run in groups["task1"]]
-    cells = [Cell(f"{g}/{p}/seed{s}", seed_cell, {"preset": p, "seed": s, "cfg": cfg, "roles": g != "scale",
-                                                   "rescue": g == "task2"}) for g, p, s in order]
+    cells = [
+        Cell(
+            f"{g}/{p}/seed{s}",
+            seed_cell,
+            {"preset": p, "seed": s, "cfg": cfg, "roles": g != "scale", "rescue": g == "task2"},
+        )
+        for g, p, s in order
+    ]
     log(f"{len(cells)} run(s): trained where missing, then measured ({cfg.executor} executor)")
-    records = run_cells(cells, None, executor=cfg.executor, address=cfg.address or None, device=cfg.device,
-                        progress="permutation runs", num_cpus=cfg.workers)
+    records = run_cells(
+        cells,
+        None,
+        executor=cfg.executor,
+        address=cfg.address or None,
+        device=cfg.device,
+        progress="permutation runs",
+        num_cpus=cfg.workers,
+    )
     return {
         "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
         "published": load_published(),

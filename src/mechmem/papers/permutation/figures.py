@@ -16,12 +16,16 @@ def plot_losses(res: dict[str, Any], plateaus: dict[str, float]) -> Any:
     """Test-mapping loss curves of every seed of both models, with the elimination floor and the published
     plateaus (`plateaus`: {"task1": value, "task2": value})."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
-    for ax, key, title in ((axes[0], "task1", "Task 1 (1 head, no repeats)"),
-                           (axes[1], "task2", "Task 2 (2 heads, repeats)")):
+    for ax, key, title in (
+        (axes[0], "task1", "Task 1 (1 head, no repeats)"),
+        (axes[1], "task2", "Task 2 (2 heads, repeats)"),
+    ):
         plateau = plateaus[key]
         for run in res[key]:
             hist = [h for h in run["history"] if "train_loss" in h]
-            ax.plot([h["step"] for h in hist], [h["test_loss"] for h in hist], lw=1, label=f"seed {run['seed']}")
+            ax.plot(
+                [h["step"] for h in hist], [h["test_loss"] for h in hist], lw=1, label=f"seed {run['seed']}"
+            )
         ax.axhline(res["floor"], color="k", ls="--", lw=1, label=f"elimination floor {res['floor']:.3f}")
         ax.axhline(plateau, color="tab:red", ls=":", lw=1, label=f"published plateau {plateau}")
         ax.set(title=title, xlabel="step", ylim=(0.9, 1.3))
@@ -44,7 +48,11 @@ def plot_bayes(res: dict[str, Any]) -> Any:
         ax.bar(x + 0.2, pt, 0.4, label="model mean p(target)")
         ax.plot(x, bayes, "k_", ms=22, mew=2, label="Bayes target 1/#candidates")
         ax.set_xticks(x, [s.replace(" ", "\n") for s in steps], fontsize=7)
-        ax.set(title=f"{key.replace('task', 'Task ')}: {len(res[key])} seed(s)", ylim=(0, 1.05), xlabel="answer step")
+        ax.set(
+            title=f"{key.replace('task', 'Task ')}: {len(res[key])} seed(s)",
+            ylim=(0, 1.05),
+            xlabel="answer step",
+        )
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -89,8 +97,15 @@ def plot_heads(res: dict[str, Any]) -> Any:
             ax.imshow(pattern[head], vmin=0, vmax=1, cmap="Blues")
             for (q, k), val in np.ndenumerate(pattern[head]):
                 if val >= 0.05:
-                    ax.text(k, q, f"{val:.2f}", ha="center", va="center", fontsize=5,
-                            color="white" if val > 0.6 else "black")
+                    ax.text(
+                        k,
+                        q,
+                        f"{val:.2f}",
+                        ha="center",
+                        va="center",
+                        fontsize=5,
+                        color="white" if val > 0.6 else "black",
+                    )
             ax.set_xticks(range(len(keys)), keys, fontsize=6, rotation=90)
             ax.set_yticks(range(pattern.shape[1]), [keys[2 * q] for q in range(pattern.shape[1])], fontsize=6)
             ax.set_title(f"seed {run['seed']}: head {head} = {label}", fontsize=8)
@@ -112,11 +127,21 @@ def plot_rescue(res: dict[str, Any]) -> Any:
     axes[0].legend(fontsize=7)
     first = runs[0]["rescue"]
     order = first["ranking"]["order"][:16]
-    axes[1].bar(np.arange(16) - 0.2, [first["ranking"]["mean_effect"][n] for n in order], 0.4, label="recall cases")
-    axes[1].bar(np.arange(16) + 0.2, [first["ranking_elimination"]["mean_effect"][n] for n in order], 0.4,
-                label="elimination cases")
+    axes[1].bar(
+        np.arange(16) - 0.2, [first["ranking"]["mean_effect"][n] for n in order], 0.4, label="recall cases"
+    )
+    axes[1].bar(
+        np.arange(16) + 0.2,
+        [first["ranking_elimination"]["mean_effect"][n] for n in order],
+        0.4,
+        label="elimination cases",
+    )
     axes[1].set_xticks(np.arange(16), order, fontsize=7)
-    axes[1].set(xlabel="neuron", ylabel="mean direct effect on correct logit", title=f"seed {runs[0]['seed']}: top neurons")
+    axes[1].set(
+        xlabel="neuron",
+        ylabel="mean direct effect on correct logit",
+        title=f"seed {runs[0]['seed']}: top neurons",
+    )
     axes[1].legend(fontsize=7)
     for run in runs:
         top = [r for r in run["rescue"]["ablation"] if not r["ablated"].startswith("random")]
@@ -127,8 +152,12 @@ def plot_rescue(res: dict[str, Any]) -> Any:
     axes[2].plot([], [], "o-", color="tab:red", label="recall, top-k ablated")
     axes[2].plot([], [], "s-", color="tab:blue", label="elimination, top-k ablated")
     axes[2].plot([], [], ":", color="tab:red", label="recall, k random ablated")
-    axes[2].set(xlabel="neurons zero-ablated (k)", ylabel="final-step accuracy", ylim=(0, 1.05),
-                title="Ablating the top neurons (every seed)")
+    axes[2].set(
+        xlabel="neurons zero-ablated (k)",
+        ylabel="final-step accuracy",
+        ylim=(0, 1.05),
+        title="Ablating the top neurons (every seed)",
+    )
     axes[2].legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -147,5 +176,3 @@ def plot_scale(res: dict[str, Any]) -> Any:
         ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
-
-

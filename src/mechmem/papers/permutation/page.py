@@ -37,23 +37,36 @@ def build_page(record: dict[str, Any]) -> Report:
     """The page's computed content from a run record."""
     published = load_published()["values"]
     values = {k: v["value"] for k, v in published.items()}
-    sections = [_setup(record, values), _published(record, published), _bayes(record), _probe(record), _roles(record),
-                _rescue(record), _scale(record, values)]
+    sections = [
+        _setup(record, values),
+        _published(record, published),
+        _bayes(record),
+        _probe(record),
+        _roles(record),
+        _rescue(record),
+        _scale(record, values),
+    ]
     t1, t2 = record["task1"], record["task2"]
-    headline = (f"Task 2 probe p(recall) {_ms([r['probe']['p_recall'] for r in t2])} over {len(t2)} seed(s) "
-                f"(published {values['task2_probe_recall_p']}); Task 1 probe p(elimination) "
-                f"{_ms([r['probe']['p_elimination'] for r in t1])} over {len(t1)} seed(s) "
-                f"(published {values['task1_probe_elimination_p']}).")
+    headline = (
+        f"Task 2 probe p(recall) {_ms([r['probe']['p_recall'] for r in t2])} over {len(t2)} seed(s) "
+        f"(published {values['task2_probe_recall_p']}); Task 1 probe p(elimination) "
+        f"{_ms([r['probe']['p_elimination'] for r in t1])} over {len(t1)} seed(s) "
+        f"(published {values['task1_probe_elimination_p']})."
+    )
     cfg = record["config"]
     variant = cfg.get("variant", "full")
     name = "permutation" if variant == "full" else f"permutation-{variant}"
     kind = "paper" if variant == "paper" else "quick"
     scale = list(cfg.get("scale_presets", []))
-    options = "" if scale == [f"v10-{kind}", f"v15-{kind}"] else f" --set scale_presets={','.join(scale) or 'none'}"
-    meta = {"record": f"`docs/reproductions/data/{name}.json`",
-            "rebuild": f"`python analyses/reproduce.py permutation --variant {variant}{options}` "
-                       "(add `--page-only` to redraw from the record)",
-            "runs": f"`{cfg['runs']}/PRESET/seedN`, reused when complete"}
+    options = (
+        "" if scale == [f"v10-{kind}", f"v15-{kind}"] else f" --set scale_presets={','.join(scale) or 'none'}"
+    )
+    meta = {
+        "record": f"`docs/reproductions/data/{name}.json`",
+        "rebuild": f"`python analyses/reproduce.py permutation --variant {variant}{options}` "
+        "(add `--page-only` to redraw from the record)",
+        "runs": f"`{cfg['runs']}/PRESET/seedN`, reused when complete",
+    }
     return Report(TITLE, headline, meta, sections)
 
 
@@ -63,24 +76,63 @@ def _setup(record: dict[str, Any], published: dict[str, Any]) -> Section:
     s = Section("setup", "Set-up")
     share = record["task2"][0]["task"]["train_fraction"]
     s.lines.append(f"Train/test split of the permutations: {share:.0%} / {1 - share:.0%} of the mappings.")
-    s.lines.append(f"Evaluation: {cfg['n_eval']} test sequences (test mappings only), analyses on "
-                   f"{cfg['n_analysis']}, evaluation seed {cfg['eval_seed']}: every model sees the same sequences.")
+    s.lines.append(
+        f"Evaluation: {cfg['n_eval']} test sequences (test mappings only), analyses on "
+        f"{cfg['n_analysis']}, evaluation seed {cfg['eval_seed']}: every model sees the same sequences."
+    )
     epochs = {"task1": published["task1_epochs"], "task2": published["task2_epochs"]}
     rows = []
     for group, runs in (("task1", record["task1"]), ("task2", record["task2"]), ("scale", record["scale"])):
         for preset in dict.fromkeys(run["preset"] for run in runs):
             run = next(r for r in runs if r["preset"] == preset)
             m, t, task = run["model"], run["train"], run["task"]
-            schedule = t["schedule"] + (f" to {t['min_lr_ratio']:g} x lr" if t["schedule"] != "constant" else "")
-            rows.append([GROUPS.get(group, "larger V"), f"`{preset}`",
-                         ", ".join(str(r["seed"]) for r in runs if r["preset"] == preset), task["vocab_size"],
-                         task["repeat_ratio"], m["d_model"], m["n_heads"], m["n_layers"], m["d_mlp"], t["steps"],
-                         t["batch_size"], t["steps"] * t["batch_size"] / task["epoch_size"], f"{t['lr']:g}",
-                         schedule, epochs.get(group, "-")])
-    s.tables.append(Table(["model", "preset", "seeds", "V", "repeat ratio", "d_model", "heads", "layers", "d_mlp",
-                           "steps", "batch", "epochs", "lr", "schedule", "published epochs"], rows,
-                          caption=f"Models and training, from the run record (published lr {published['lr']:g}, "
-                                  f"epochs of {published['epoch_size']} samples).", floatfmt=".1f"))
+            schedule = t["schedule"] + (
+                f" to {t['min_lr_ratio']:g} x lr" if t["schedule"] != "constant" else ""
+            )
+            rows.append(
+                [
+                    GROUPS.get(group, "larger V"),
+                    f"`{preset}`",
+                    ", ".join(str(r["seed"]) for r in runs if r["preset"] == preset),
+                    task["vocab_size"],
+                    task["repeat_ratio"],
+                    m["d_model"],
+                    m["n_heads"],
+                    m["n_layers"],
+                    m["d_mlp"],
+                    t["steps"],
+                    t["batch_size"],
+                    t["steps"] * t["batch_size"] / task["epoch_size"],
+                    f"{t['lr']:g}",
+                    schedule,
+                    epochs.get(group, "-"),
+                ]
+            )
+    s.tables.append(
+        Table(
+            [
+                "model",
+                "preset",
+                "seeds",
+                "V",
+                "repeat ratio",
+                "d_model",
+                "heads",
+                "layers",
+                "d_mlp",
+                "steps",
+                "batch",
+                "epochs",
+                "lr",
+                "schedule",
+                "published epochs",
+            ],
+            rows,
+            caption=f"Models and training, from the run record (published lr {published['lr']:g}, "
+            f"epochs of {published['epoch_size']} samples).",
+            floatfmt=".1f",
+        )
+    )
     return s
 
 
@@ -95,25 +147,38 @@ def published_rows(record: dict[str, Any], published: dict[str, Any]) -> list[li
         "task1_probe_elimination_p": [r["probe"]["p_elimination"] for r in t1],
         "task2_probe_recall_p": [r["probe"]["p_recall"] for r in t2],
     }
-    finals = {"Task 1 final-step accuracy": [final_acc(r, str(v)) for r in t1],
-              "Task 2 final-step accuracy, elimination": [final_acc(r, "elimination") for r in t2],
-              "Task 2 final-step accuracy, memorisation": [final_acc(r, "memorisation") for r in t2]}
-    rows = [[published[k]["quantity"], published[k]["value"], published[k]["source"], mean(x), pstdev(x), len(x)]
-            for k, x in ours.items()]
+    finals = {
+        "Task 1 final-step accuracy": [final_acc(r, str(v)) for r in t1],
+        "Task 2 final-step accuracy, elimination": [final_acc(r, "elimination") for r in t2],
+        "Task 2 final-step accuracy, memorisation": [final_acc(r, "memorisation") for r in t2],
+    }
+    rows = [
+        [published[k]["quantity"], published[k]["value"], published[k]["source"], mean(x), pstdev(x), len(x)]
+        for k, x in ours.items()
+    ]
     final = published["final_step_acc"]
-    rows += [[name, final["value"], final["source"], mean(x), pstdev(x), len(x)] for name, x in finals.items()]
+    rows += [
+        [name, final["value"], final["source"], mean(x), pstdev(x), len(x)] for name, x in finals.items()
+    ]
     return rows
 
 
 def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
     t1, t2 = record["task1"], record["task2"]
     s = Section("published", "Published vs ours")
-    s.tables.append(Table(["quantity", "published", "source", "ours (mean)", "sd", "runs"],
-                          published_rows(record, published), caption="Mean and sd over seeds."))
-    s.lines.append(f"Test-mapping loss: Task 1 {_ms([r['losses']['test'] for r in t1])}, Task 2 "
-                   f"{_ms([r['losses']['test'] for r in t2])}; Bayes-optimal loss on the same sequences: "
-                   f"{t1[0]['losses']['bayes_test']:.3f} (Task 1 data), {t2[0]['losses']['bayes_test']:.3f} "
-                   f"(Task 2 data); elimination floor {record['floor']:.4f}.")
+    s.tables.append(
+        Table(
+            ["quantity", "published", "source", "ours (mean)", "sd", "runs"],
+            published_rows(record, published),
+            caption="Mean and sd over seeds.",
+        )
+    )
+    s.lines.append(
+        f"Test-mapping loss: Task 1 {_ms([r['losses']['test'] for r in t1])}, Task 2 "
+        f"{_ms([r['losses']['test'] for r in t2])}; Bayes-optimal loss on the same sequences: "
+        f"{t1[0]['losses']['bayes_test']:.3f} (Task 1 data), {t2[0]['losses']['bayes_test']:.3f} "
+        f"(Task 2 data); elimination floor {record['floor']:.4f}."
+    )
     plateaus = {"task1": published["task1_plateau"]["value"], "task2": published["task2_plateau"]["value"]}
     s.add_figure("losses", figures.plot_losses(record, plateaus))
     return s
@@ -124,31 +189,56 @@ def _bayes_rows(runs: list[dict[str, Any]]) -> list[list[Any]]:
     rows = []
     for i, first in enumerate(runs[0]["bayes"]):
         col = {k: [run["bayes"][i][k] for run in runs] for k in first if k != "step"}
-        rows.append([first["step"], first["n"], _ms(col["acc"]), first["bayes_acc"], _ms(col["p_target"]),
-                     _ms(col["mae"], ".4f"), _ms(col["max_err"]), _ms(col["loss"]), first["bayes_loss"]])
+        rows.append(
+            [
+                first["step"],
+                first["n"],
+                _ms(col["acc"]),
+                first["bayes_acc"],
+                _ms(col["p_target"]),
+                _ms(col["mae"], ".4f"),
+                _ms(col["max_err"]),
+                _ms(col["loss"]),
+                first["bayes_loss"],
+            ]
+        )
     return rows
 
 
 def _max_err_lines(runs: list[dict[str, Any]]) -> list[str]:
     """How the memorisation subgroup's max err is made: one worst sequence, against the typical one."""
-    rows = [r for run in runs for r in run["bayes"] if str(r["step"]).endswith("memorisation") and "seq_err_q" in r]
+    rows = [
+        r
+        for run in runs
+        for r in run["bayes"]
+        if str(r["step"]).endswith("memorisation") and "seq_err_q" in r
+    ]
     if not rows:
         return []
     q = [[r["seq_err_q"][i] for r in rows] for i in range(3)]
-    return [f"Task 2, memorisation subgroup ({rows[0]['n']} sequences per seed): `max err` is the largest single "
-            f"entry over all of them, {_ms([r['max_err'] for r in rows])}; each sequence's own largest entry has "
-            f"median {_ms(q[0], '.4f')}, 90th percentile {_ms(q[1], '.4f')} and 99th percentile {_ms(q[2])} "
-            "(mean ± sd over seeds)."]
+    return [
+        f"Task 2, memorisation subgroup ({rows[0]['n']} sequences per seed): `max err` is the largest single "
+        f"entry over all of them, {_ms([r['max_err'] for r in rows])}; each sequence's own largest entry has "
+        f"median {_ms(q[0], '.4f')}, 90th percentile {_ms(q[1], '.4f')} and 99th percentile {_ms(q[2])} "
+        "(mean ± sd over seeds)."
+    ]
 
 
 def _bayes(record: dict[str, Any]) -> Section:
     s = Section("bayes", "1. Bayesian evaluation")
     headers = ["step", "n", "acc", "Bayes", "p(target)", "MAE", "max err", "loss", "Bayes loss"]
-    for key, title in (("task1", "Task 1 (test data without repeats)"), ("task2", "Task 2 (test data with repeats)")):
-        s.tables.append(Table(headers, _bayes_rows(record[key]), caption=f"**{title}**, mean ± sd over seeds"))
+    for key, title in (
+        ("task1", "Task 1 (test data without repeats)"),
+        ("task2", "Task 2 (test data with repeats)"),
+    ):
+        s.tables.append(
+            Table(headers, _bayes_rows(record[key]), caption=f"**{title}**, mean ± sd over seeds")
+        )
     run = record["task2"][0]
-    s.lines.append(f"Task 2 seed {run['seed']}, final answer: accuracy {final_acc(run, 'elimination'):.3f} "
-                   f"without a repeat and {final_acc(run, 'memorisation'):.3f} with one.")
+    s.lines.append(
+        f"Task 2 seed {run['seed']}, final answer: accuracy {final_acc(run, 'elimination'):.3f} "
+        f"without a repeat and {final_acc(run, 'memorisation'):.3f} with one."
+    )
     s.lines += _max_err_lines(record["task2"])
     s.add_figure("accuracy", figures.plot_bayes(record))
     return s
@@ -157,10 +247,23 @@ def _bayes(record: dict[str, Any]) -> Section:
 def _probe(record: dict[str, Any]) -> Section:
     s = Section("probe", "2. The probe")
     s.lines.append(f"{record['config']['n_eval']} probes per model.")
-    rows = [[GROUPS[k], r["seed"], r["probe"]["p_recall"], r["probe"]["p_elimination"], r["probe"]["argmax_recall"],
-             r["probe"]["argmax_elimination"]] for k in GROUPS for r in record[k]]
-    s.tables.append(Table(["model", "seed", "p(recall)", "p(elimination)", "argmax = recall",
-                           "argmax = elimination"], rows))
+    rows = [
+        [
+            GROUPS[k],
+            r["seed"],
+            r["probe"]["p_recall"],
+            r["probe"]["p_elimination"],
+            r["probe"]["argmax_recall"],
+            r["probe"]["argmax_elimination"],
+        ]
+        for k in GROUPS
+        for r in record[k]
+    ]
+    s.tables.append(
+        Table(
+            ["model", "seed", "p(recall)", "p(elimination)", "argmax = recall", "argmax = elimination"], rows
+        )
+    )
     s.add_figure("probe", figures.plot_probe(record))
     return s
 
@@ -179,9 +282,11 @@ def roles_table(runs: list[dict[str, Any]], caption: str = "") -> Table:
     for run in runs:
         for h in run["roles"]["heads"]:
             ev = h["evidence"]
-            rows.append([run["seed"], f"L{h['layer']}H{h['head']}", f"**{h['role']}**"]
-                        + [ev.get(f"{r}_{k}", "-") for r in roles for k in ("score", "share")]
-                        + [ev.get(f"{r}_{k}", "-") for r in roles for k in EVIDENCE])
+            rows.append(
+                [run["seed"], f"L{h['layer']}H{h['head']}", f"**{h['role']}**"]
+                + [ev.get(f"{r}_{k}", "-") for r in roles for k in ("score", "share")]
+                + [ev.get(f"{r}_{k}", "-") for r in roles for k in EVIDENCE]
+            )
     return Table(headers, rows, caption=caption)
 
 
@@ -208,8 +313,14 @@ def hand_check(run: dict[str, Any]) -> list[Any]:
     layer, head = max(cells, key=lambda cell: att[cell[0]][cell[1]])
     recall = [(h["layer"], h["head"]) for h in run["roles"]["heads"] if h["role"] == "recall"]
     names = ", ".join(f"L{a}H{b}" for a, b in recall) or "none"
-    return [run["seed"], f"L{layer}H{head}", att[layer][head], source, names,
-            "yes" if recall == [(layer, head)] else "no"]
+    return [
+        run["seed"],
+        f"L{layer}H{head}",
+        att[layer][head],
+        source,
+        names,
+        "yes" if recall == [(layer, head)] else "no",
+    ]
 
 
 PREVIOUS_RULE = {"min_score": 0.1, "margin": 0.1}
@@ -240,32 +351,55 @@ def _roles(record: dict[str, Any]) -> Section:
         s.skipped = "the record has no head-role measurements (run `analyses/reproduce.py permutation` to measure them)"
         return s
     first = groups[0][1][0]["roles"]
-    s.lines.append(f"Measured by `mechmem.analysis.roles.head_roles` on n={first['n']} sequences per probe, seed "
-                   f"{first['seed']}; mean-ablation reference: {first['reference']}.")
-    s.tables.append(Table(["threshold", "value"], [[k, v] for k, v in first["thresholds"].items()],
-                          caption="Thresholds (fixed before the runs; from the record)", floatfmt="g"))
+    s.lines.append(
+        f"Measured by `mechmem.analysis.roles.head_roles` on n={first['n']} sequences per probe, seed "
+        f"{first['seed']}; mean-ablation reference: {first['reference']}."
+    )
+    s.tables.append(
+        Table(
+            ["threshold", "value"],
+            [[k, v] for k, v in first["thresholds"].items()],
+            caption="Thresholds (fixed before the runs; from the record)",
+            floatfmt="g",
+        )
+    )
     if any(r["roles"]["thresholds"] != first["thresholds"] for _, runs in groups for r in runs):
         s.lines.append("The runs were classified with different thresholds; each run's are in the record.")
     for key, runs in groups:
         s.tables.append(roles_table(runs, f"**{GROUPS[key]}**: role and evidence per seed and head"))
-        split = sum(sorted(lab for layer in r["roles"]["labels"] for lab in layer) == ["elimination", "recall"]
-                    for r in runs)
-        s.lines.append(f"{GROUPS[key]}: exactly one recall and one elimination head on {split} of {len(runs)} "
-                       "seeds; labels per seed: " + "; ".join(f"seed {r['seed']}: {r['roles']['summary']}"
-                                                              for r in runs) + ".")
+        split = sum(
+            sorted(lab for layer in r["roles"]["labels"] for lab in layer) == ["elimination", "recall"]
+            for r in runs
+        )
+        s.lines.append(
+            f"{GROUPS[key]}: exactly one recall and one elimination head on {split} of {len(runs)} "
+            "seeds; labels per seed: "
+            + "; ".join(f"seed {r['seed']}: {r['roles']['summary']}" for r in runs)
+            + "."
+        )
         old = [previous_rule_labels(r) for r in runs]
         old_split = sum(sorted(labels) == ["elimination", "recall"] for labels in old)
-        s.lines.append(f"{GROUPS[key]}, previous rule (transfer >= {PREVIOUS_RULE['min_score']} with a margin of "
-                       f"{PREVIOUS_RULE['margin']} over the other role's transfer) on the same record: {old_split} of "
-                       f"{len(runs)} seeds split; labels per seed: "
-                       + "; ".join(f"seed {r['seed']}: {', '.join(labels)}" for r, labels in zip(runs, old)) + ".")
+        s.lines.append(
+            f"{GROUPS[key]}, previous rule (transfer >= {PREVIOUS_RULE['min_score']} with a margin of "
+            f"{PREVIOUS_RULE['margin']} over the other role's transfer) on the same record: {old_split} of "
+            f"{len(runs)} seeds split; labels per seed: "
+            + "; ".join(f"seed {r['seed']}: {', '.join(labels)}" for r, labels in zip(runs, old))
+            + "."
+        )
     runs = dict(groups).get("task2", [])
     if runs:
         checks = [hand_check(r) for r in runs]
-        s.tables.append(Table(["seed", "head most on matching x", "its attention", "measured as", "recall head",
-                               "agrees"], checks, caption="**Task 2 hand check, automated**"))
-        s.lines.append(f"Task 2: the head that sits on the matching x is the recall-labelled head on "
-                       f"{sum(c[-1] == 'yes' for c in checks)} of {len(checks)} seeds.")
+        s.tables.append(
+            Table(
+                ["seed", "head most on matching x", "its attention", "measured as", "recall head", "agrees"],
+                checks,
+                caption="**Task 2 hand check, automated**",
+            )
+        )
+        s.lines.append(
+            f"Task 2: the head that sits on the matching x is the recall-labelled head on "
+            f"{sum(c[-1] == 'yes' for c in checks)} of {len(checks)} seeds."
+        )
     if any("attention_example" in r for r in runs):
         s.add_figure("attention", figures.plot_heads(record))
     return s
@@ -285,9 +419,17 @@ def _neuron_row(run: dict[str, Any]) -> list[Any]:
         row = _ablation(run, prefix, k)
         return f"{row['recall_acc']:.3f} / {row['elimination_acc']:.3f}"
 
-    return [run["seed"], top, eff[top], f"{max(eff[top], 0) / positive:.0%}" if positive else "-",
-            run["rescue"]["ranking_elimination"]["mean_effect"][top], pair("none", 0), pair("top", 1),
-            pair("top", 4), pair("random", 4)]
+    return [
+        run["seed"],
+        top,
+        eff[top],
+        f"{max(eff[top], 0) / positive:.0%}" if positive else "-",
+        run["rescue"]["ranking_elimination"]["mean_effect"][top],
+        pair("none", 0),
+        pair("top", 1),
+        pair("top", 4),
+        pair("random", 4),
+    ]
 
 
 def _rescue(record: dict[str, Any]) -> Section:
@@ -296,27 +438,53 @@ def _rescue(record: dict[str, Any]) -> Section:
     if not runs:
         s.skipped = "the record has no FFN-rescue measurements"
         return s
-    lens = {stage: {k: [r["rescue"]["lens"][stage][k] for r in runs] for k in runs[0]["rescue"]["lens"][stage]}
-            for stage in ("pre_ffn", "post_ffn")}
-    s.tables.append(Table(["stage", "recall acc", "recall p(correct)", "elimination acc", "elimination p(correct)"],
-                          [[stage.replace("_", "-")] + [_ms(v[k]) for k in ("recall_acc", "recall_p",
-                           "elimination_acc", "elimination_p")] for stage, v in lens.items()],
-                          caption="Logit lens at the last x, mean ± sd over seeds"))
-    s.tables.append(Table(["seed", "top neuron", "its direct effect (recall)", "share of positive effect",
-                           "its direct effect (elimination)", "acc: none ablated", "top-1 ablated", "top-4 ablated",
-                           "4 random ablated"], [_neuron_row(r) for r in runs],
-                          caption="Top recall neuron; accuracies are recall / elimination"))
+    lens = {
+        stage: {k: [r["rescue"]["lens"][stage][k] for r in runs] for k in runs[0]["rescue"]["lens"][stage]}
+        for stage in ("pre_ffn", "post_ffn")
+    }
+    s.tables.append(
+        Table(
+            ["stage", "recall acc", "recall p(correct)", "elimination acc", "elimination p(correct)"],
+            [
+                [stage.replace("_", "-")]
+                + [_ms(v[k]) for k in ("recall_acc", "recall_p", "elimination_acc", "elimination_p")]
+                for stage, v in lens.items()
+            ],
+            caption="Logit lens at the last x, mean ± sd over seeds",
+        )
+    )
+    s.tables.append(
+        Table(
+            [
+                "seed",
+                "top neuron",
+                "its direct effect (recall)",
+                "share of positive effect",
+                "its direct effect (elimination)",
+                "acc: none ablated",
+                "top-1 ablated",
+                "top-4 ablated",
+                "4 random ablated",
+            ],
+            [_neuron_row(r) for r in runs],
+            caption="Top recall neuron; accuracies are recall / elimination",
+        )
+    )
 
     def acc(prefix: str, k: int, group: str) -> str:
         return _ms([_ablation(r, prefix, k)[group] for r in runs])
 
-    s.lines.append(f"Right before the MLP: {_ms(lens['pre_ffn']['recall_acc'])} of recall cases, "
-                   f"{_ms(lens['pre_ffn']['elimination_acc'])} of elimination cases; after it: "
-                   f"{_ms(lens['post_ffn']['recall_acc'])} and {_ms(lens['post_ffn']['elimination_acc'])}.")
-    s.lines.append(f"Recall / elimination accuracy with the top recall neuron zero-ablated: "
-                   f"{acc('top', 1, 'recall_acc')} / {acc('top', 1, 'elimination_acc')}; the top 4: "
-                   f"{acc('top', 4, 'recall_acc')} / {acc('top', 4, 'elimination_acc')}; 4 random neurons: "
-                   f"{acc('random', 4, 'recall_acc')} / {acc('random', 4, 'elimination_acc')}.")
+    s.lines.append(
+        f"Right before the MLP: {_ms(lens['pre_ffn']['recall_acc'])} of recall cases, "
+        f"{_ms(lens['pre_ffn']['elimination_acc'])} of elimination cases; after it: "
+        f"{_ms(lens['post_ffn']['recall_acc'])} and {_ms(lens['post_ffn']['elimination_acc'])}."
+    )
+    s.lines.append(
+        f"Recall / elimination accuracy with the top recall neuron zero-ablated: "
+        f"{acc('top', 1, 'recall_acc')} / {acc('top', 1, 'elimination_acc')}; the top 4: "
+        f"{acc('top', 4, 'recall_acc')} / {acc('top', 4, 'elimination_acc')}; 4 random neurons: "
+        f"{acc('random', 4, 'recall_acc')} / {acc('random', 4, 'elimination_acc')}."
+    )
     s.add_figure("neurons", figures.plot_rescue(record))
     return s
 
@@ -326,11 +494,13 @@ def _circuit_line(run: dict[str, Any]) -> str:
     prev = max(range(m["n_heads"]), key=lambda h: ca["previous_token"][0][h])
     last = m["n_layers"] - 1
     ind = max(range(m["n_heads"]), key=lambda h: ca["bound"][last][h])
-    return (f"V={run['vocab_size']}: layer 0 head {prev} puts {ca['previous_token'][0][prev]:.2f} of each y's "
-            f"attention on the x before it; at a repeated last x, layer {last} head {ind} puts "
-            f"{ca['bound'][last][ind]:.2f} on the y after the matching x ({ca['match'][last][ind]:.2f} on the "
-            f"matching x); layer {last} heads on that y: {', '.join(f'{b:.3f}' for b in ca['bound'][last])}, "
-            f"on each other earlier y: {', '.join(f'{o:.3f}' for o in ca['other_y_each'][last])}.")
+    return (
+        f"V={run['vocab_size']}: layer 0 head {prev} puts {ca['previous_token'][0][prev]:.2f} of each y's "
+        f"attention on the x before it; at a repeated last x, layer {last} head {ind} puts "
+        f"{ca['bound'][last][ind]:.2f} on the y after the matching x ({ca['match'][last][ind]:.2f} on the "
+        f"matching x); layer {last} heads on that y: {', '.join(f'{b:.3f}' for b in ca['bound'][last])}, "
+        f"on each other earlier y: {', '.join(f'{o:.3f}' for o in ca['other_y_each'][last])}."
+    )
 
 
 def _scale(record: dict[str, Any], published: dict[str, Any]) -> Section:
@@ -340,16 +510,45 @@ def _scale(record: dict[str, Any], published: dict[str, Any]) -> Section:
     rows = []
     for run in record["scale"]:
         m, v = run["model"], run["vocab_size"]
-        rows.append([f"`{run['preset']}`", v, f"d={m['d_model']}, {m['n_heads']} heads, {m['n_layers']} layers",
-                     published.get(f"v{v}_model", "-"), run["history"][-1]["step"] if run["history"] else "-",
-                     run["losses"]["test"], run["losses"]["bayes_test"], elimination_floor(v),
-                     final_acc(run, "elimination"), final_acc(run, "memorisation"),
-                     mean(r["mae"] for r in run["bayes"][:v]), run["probe"]["p_recall"], run["probe"]["p_elimination"]])
+        rows.append(
+            [
+                f"`{run['preset']}`",
+                v,
+                f"d={m['d_model']}, {m['n_heads']} heads, {m['n_layers']} layers",
+                published.get(f"v{v}_model", "-"),
+                run["history"][-1]["step"] if run["history"] else "-",
+                run["losses"]["test"],
+                run["losses"]["bayes_test"],
+                elimination_floor(v),
+                final_acc(run, "elimination"),
+                final_acc(run, "memorisation"),
+                mean(r["mae"] for r in run["bayes"][:v]),
+                run["probe"]["p_recall"],
+                run["probe"]["p_elimination"],
+            ]
+        )
         if run.get("circuit_attention") and m["n_layers"] > 1:
             s.lines.append(_circuit_line(run))
-    s.tables.append(Table(["preset", "V", "model", "published size", "steps", "test loss", "Bayes loss",
-                           "elim. floor", "final acc elim.", "final acc memo.", "mean MAE", "probe p(recall)",
-                           "probe p(elim.)"], rows))
+    s.tables.append(
+        Table(
+            [
+                "preset",
+                "V",
+                "model",
+                "published size",
+                "steps",
+                "test loss",
+                "Bayes loss",
+                "elim. floor",
+                "final acc elim.",
+                "final acc memo.",
+                "mean MAE",
+                "probe p(recall)",
+                "probe p(elim.)",
+            ],
+            rows,
+        )
+    )
     if record["scale"]:
         s.add_figure("accuracy", figures.plot_scale(record))
     return s

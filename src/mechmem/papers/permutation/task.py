@@ -36,7 +36,9 @@ from mechmem.tasks import register_task
 from mechmem.tasks.base import Batch, PatchingPair, RoleProbe, Task, masked_cross_entropy
 from mechmem.training.config import Preset, TrainConfig
 
-ENUMERATE_UP_TO = 8  # V! permutations are listed explicitly up to V = 8 (40,320); beyond, a hash decides the split
+ENUMERATE_UP_TO = (
+    8  # V! permutations are listed explicitly up to V = 8 (40,320); beyond, a hash decides the split
+)
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,9 @@ class PermutationTask(Task):
         seq, _ = self.sequences(n, generator=generator, split="test", repeat_ratio=0.0)
         rows = torch.arange(n)
         j = torch.randint(v - 1, (n,), generator=generator)
-        i = (j + 1 + torch.randint(v - 2, (n,), generator=generator)) % (v - 1)  # another earlier pair, i != j
+        i = (j + 1 + torch.randint(v - 2, (n,), generator=generator)) % (
+            v - 1
+        )  # another earlier pair, i != j
         tokens = seq[:, :-1]
         clean, counter = tokens.clone(), tokens.clone()
         clean[:, -1], counter[:, -1] = seq[rows, 2 * j], seq[rows, 2 * i]
@@ -232,7 +236,9 @@ class PermutationTask(Task):
 
     # -- scoring ----------------------------------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 5000) -> dict[str, float]:
+    def evaluate(
+        self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 5000
+    ) -> dict[str, float]:
         """Losses on train and test mappings, per-step accuracy against the targets, Bayes error, probe answers."""
         device = next(model.parameters()).device
         out: dict[str, float] = {}
@@ -255,13 +261,17 @@ class PermutationTask(Task):
         if "test_final_acc" in metrics:
             parts.append(f"final-step acc {metrics['test_final_acc']:.3f}")
         if "train_loss" in metrics:
-            parts.append(f"train loss {metrics['train_loss']:.3f} (floor {elimination_floor(self.config.vocab_size):.3f})")
+            parts.append(
+                f"train loss {metrics['train_loss']:.3f} (floor {elimination_floor(self.config.vocab_size):.3f})"
+            )
         if "probe_recall_p" in metrics:
             parts.append(f"probe p(recall) {metrics['probe_recall_p']:.3f}")
         return ", ".join(parts)
 
 
-def answer_stats(logits: Float[Tensor, "batch pos d_vocab"], batch: Batch, vocab_size: int) -> dict[str, Tensor]:
+def answer_stats(
+    logits: Float[Tensor, "batch pos d_vocab"], batch: Batch, vocab_size: int
+) -> dict[str, Tensor]:
     """Accuracy, mass on already-used answers and Bayes error at each answer step.
 
     Used mass: probability the model puts on y values the posterior rules out (already used, and not a recalled
@@ -309,7 +319,13 @@ def _paper_steps(epochs: int, batch: int, epoch_size: int = 100_000) -> int:
 # CPU presets: more, larger steps than the page's schedule, annealed so that Adam settles. With a constant 3e-3 the
 # Task 2 recall circuit stayed noisy on some seeds (seed 0: probe recall 0.87; with the cosine decay: 0.985).
 QUICK_TRAIN = TrainConfig(
-    steps=20_000, batch_size=128, lr=3e-3, schedule="cosine", min_lr_ratio=0.05, eval_every=2000, eval_samples=5000
+    steps=20_000,
+    batch_size=128,
+    lr=3e-3,
+    schedule="cosine",
+    min_lr_ratio=0.05,
+    eval_every=2000,
+    eval_samples=5000,
 )
 
 PermutationTask.presets.update(
@@ -329,13 +345,17 @@ PermutationTask.presets.update(
         "task1-paper": Preset(
             _model(16, 1),
             PermutationConfig(),
-            TrainConfig(steps=_paper_steps(20, 128), batch_size=128, lr=1e-3, eval_every=5000, eval_samples=5000),
+            TrainConfig(
+                steps=_paper_steps(20, 128), batch_size=128, lr=1e-3, eval_every=5000, eval_samples=5000
+            ),
             "Task 1 as published: 20 epochs of 100k samples, Adam 1e-3 (batch size unknown: 128)",
         ),
         "task2-paper": Preset(
             _model(32, 2),
             PermutationConfig(repeat_ratio=0.3),
-            TrainConfig(steps=_paper_steps(50, 128), batch_size=128, lr=1e-3, eval_every=5000, eval_samples=5000),
+            TrainConfig(
+                steps=_paper_steps(50, 128), batch_size=128, lr=1e-3, eval_every=5000, eval_samples=5000
+            ),
             "Task 2 as published: 50 epochs of 100k samples, Adam 1e-3, repeat 0.3 (batch size unknown: 128)",
         ),
     }
@@ -344,19 +364,38 @@ PermutationTask.presets.update(
 
 def _scale_preset(v: int, d: int, heads: int, steps: int, lr: float, note: str) -> Preset:
     train = TrainConfig(steps=steps, batch_size=128, lr=lr, eval_every=max(steps // 10, 1), eval_samples=2000)
-    return Preset(_model(d, heads, vocab_size=v, n_layers=2), PermutationConfig(vocab_size=v, repeat_ratio=0.3), train, note)
+    return Preset(
+        _model(d, heads, vocab_size=v, n_layers=2),
+        PermutationConfig(vocab_size=v, repeat_ratio=0.3),
+        train,
+        note,
+    )
 
 
 # Larger vocabularies (the page's V = 10 and V = 15 experiments; its sizes are unknown, see the reproduction doc).
 PermutationTask.presets.update(
     {
-        "v10-quick": _scale_preset(10, 64, 4, 6_000, 3e-3, "V=10 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
-        "v15-quick": _scale_preset(15, 64, 4, 12_000, 3e-3, "V=15 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
+        "v10-quick": _scale_preset(
+            10, 64, 4, 6_000, 3e-3, "V=10 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"
+        ),
+        "v15-quick": _scale_preset(
+            15, 64, 4, 12_000, 3e-3, "V=15 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"
+        ),
         "v10-paper": _scale_preset(
-            10, 128, 4, _paper_steps(50, 128), 1e-3, "V=10, GPU-sized: d=128, 4 heads, 2 layers, 50 epochs of 100k"
+            10,
+            128,
+            4,
+            _paper_steps(50, 128),
+            1e-3,
+            "V=10, GPU-sized: d=128, 4 heads, 2 layers, 50 epochs of 100k",
         ),
         "v15-paper": _scale_preset(
-            15, 256, 8, _paper_steps(50, 128), 1e-3, "V=15, GPU-sized: d=256, 8 heads, 2 layers, 50 epochs of 100k"
+            15,
+            256,
+            8,
+            _paper_steps(50, 128),
+            1e-3,
+            "V=15, GPU-sized: d=256, 8 heads, 2 layers, 50 epochs of 100k",
         ),
     }
 )

@@ -96,8 +96,15 @@ def construction_capacity(mode: str, d: int, grid: SweepGrid, *, precision: int 
     if mode not in EVALUATORS:
         raise MechmemError(f"unknown mode {mode!r} (known: {', '.join(EVALUATORS)})")
     return measure_capacity(
-        EVALUATORS[mode](d, grid), accuracy_criteria(), 4 * d * d, name=mode, d=d, precision=precision,
-        bracket="doubling", start=d, score="accuracy",
+        EVALUATORS[mode](d, grid),
+        accuracy_criteria(),
+        4 * d * d,
+        name=mode,
+        d=d,
+        precision=precision,
+        bracket="doubling",
+        start=d,
+        score="accuracy",
     )
 
 
@@ -107,7 +114,9 @@ def capacity_of(results: list[CapacityResult], mode: str, d: int, criterion: str
     return found[-1] if found else None
 
 
-def mode_fit(results: list[CapacityResult], mode: str, criterion: str, ds: list[int] | None = None) -> ScalingFit:
+def mode_fit(
+    results: list[CapacityResult], mode: str, criterion: str, ds: list[int] | None = None
+) -> ScalingFit:
     """`fit_scaling` of one mode's capacities over `ds` (default: every size it was measured at)."""
     ds = sorted({r.d for r in results}) if ds is None else ds
     pts = [(d, capacity_of(results, mode, d, criterion)) for d in ds]
@@ -117,7 +126,9 @@ def mode_fit(results: list[CapacityResult], mode: str, criterion: str, ds: list[
 def shared_ds(results: list[CapacityResult], *modes: str) -> list[int]:
     """Sizes at which every given mode has both capacities (ratios of fits use only these)."""
     ds = sorted({r.d for r in results})
-    return [d for d in ds if all(capacity_of(results, m, d, c) is not None for m in modes for c in THRESHOLDS)]
+    return [
+        d for d in ds if all(capacity_of(results, m, d, c) is not None for m in modes for c in THRESHOLDS)
+    ]
 
 
 def fit_ratio(results: list[CapacityResult], num: str, den: str, criterion: str) -> float:
@@ -136,4 +147,3 @@ def trained_weights(d: int, n_facts: int, grid: SweepGrid, seed: int = 0) -> tup
     best, (E1, E2, U) = train_full(model.E1, model.E2, model.U, inputs, labels, grid.train)
     i = int(best.argmax())
     return E1[i], E2[i], U[i], best[i]
-

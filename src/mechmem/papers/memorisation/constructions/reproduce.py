@@ -48,7 +48,11 @@ HIST_BINS = 60
 
 def _hist(values: torch.Tensor) -> dict:
     counts, edges = np.histogram(values.flatten().float().numpy(), bins=HIST_BINS)
-    return {"counts": counts.tolist(), "edges": edges.tolist(), "zero_share": float((values == 0).float().mean())}
+    return {
+        "counts": counts.tolist(),
+        "edges": edges.tolist(),
+        "zero_share": float((values == 0).float().mean()),
+    }
 
 
 def _weights_row(E1, E2, U, inputs) -> dict[str, dict]:
@@ -64,7 +68,9 @@ def histogram_rows(results: list[CapacityResult], d: int, grid: SweepGrid) -> di
     rows = {}
     n_hand = capacity_of(results, "published_hand", d, "0.9") or d
     inputs, labels = generate_facts(n_hand, 2 * d, d)
-    rows[f"published hand-coded, {n_hand} facts"] = _weights_row(*published_stack_best(inputs, labels, d, grid), inputs)
+    rows[f"published hand-coded, {n_hand} facts"] = _weights_row(
+        *published_stack_best(inputs, labels, d, grid), inputs
+    )
     E1, E2, U, acc = trained_weights(d, n_hand, grid)
     rows[f"trained, {n_hand} facts (acc {acc:.2f})"] = _weights_row(E1, E2, U, inputs)
     n_tr = capacity_of(results, "trained", d, "0.9")
@@ -133,13 +139,24 @@ def run_constructions(
     log("Appendix A, published S x top_fraction sweep ...")
     check, sweep = check_appendix_a(), published_sweep(16, 64, grid)
     data = load_capacities(paths["capacity"]) if reuse and paths["capacity"].exists() else {}
-    data = {"results": data.get("results", []), "spot": data.get("spot", {}), "runs": data.get("runs", []) + [command]}
+    data = {
+        "results": data.get("results", []),
+        "spot": data.get("spot", {}),
+        "runs": data.get("runs", []) + [command],
+    }
     common = {"quick": quick, "precision": precision}
-    cells = [Cell(f"{mode}|d={d}|prec={precision}", capacity_cell, {"mode": mode, "d": d, **common})
-             for d in ds for mode in modes]
-    cells += [Cell(f"spot|d={spot_d}|n={n}", spot_cell, {"d": spot_d, "n": n, "quick": quick}) for n in spot_ns]
+    cells = [
+        Cell(f"{mode}|d={d}|prec={precision}", capacity_cell, {"mode": mode, "d": d, **common})
+        for d in ds
+        for mode in modes
+    ]
+    cells += [
+        Cell(f"spot|d={spot_d}|n={n}", spot_cell, {"d": spot_d, "n": n, "quick": quick}) for n in spot_ns
+    ]
     partial = data_dir / f"constructions_cells_{tag}.jsonl"
-    records = run_cells(cells, partial, executor=executor, address=address, device="cpu", progress="constructions")
+    records = run_cells(
+        cells, partial, executor=executor, address=address, device="cpu", progress="constructions"
+    )
     for cell in cells:
         kw, record = cell.kwargs, records[cell.key]
         if cell.fn is spot_cell:
@@ -148,13 +165,19 @@ def run_constructions(
             continue
         result = CapacityResult.from_dict(record)
         data["results"] = [r for r in data["results"] if (r.name, r.d) != (kw["mode"], kw["d"])] + [result]
-        log(f"  {kw['mode']:17s} d={kw['d']:3d}  acc=1: {result['1']:5d}  acc>=0.9: {result['0.9']:5d}  "
-            f"({result.seconds:.0f}s)")
+        log(
+            f"  {kw['mode']:17s} d={kw['d']:3d}  acc=1: {result['1']:5d}  acc>=0.9: {result['0.9']:5d}  "
+            f"({result.seconds:.0f}s)"
+        )
     _save(paths["capacity"], data)
     partial.unlink(missing_ok=True)
     log("histograms ...")
     hist_d = 16 if 16 in {r.d for r in data["results"]} else ds[0]
-    misc = {"appendix_a": check.to_dict(), "sweep": sweep.to_dict(), "grid": grid_dict(grid),
-            "histograms": {"d": hist_d, "rows": histogram_rows(data["results"], hist_d, grid)}}
+    misc = {
+        "appendix_a": check.to_dict(),
+        "sweep": sweep.to_dict(),
+        "grid": grid_dict(grid),
+        "histograms": {"d": hist_d, "rows": histogram_rows(data["results"], hist_d, grid)},
+    }
     paths["misc"].write_text(json.dumps(misc, indent=1))
     return paths
