@@ -61,8 +61,8 @@ def decode_residual(
 def answer_probability(
     logits: Float[Tensor, "batch pos d_vocab_out"], pos: Int[Tensor, " batch"], answer: Int[Tensor, " batch"]
 ) -> Float[Tensor, " batch"]:
-    """p(answer): per sequence, the softmax probability of token `answer[i]` at position `pos[i]` (logits of the
-    model, or of a residual decoded by `decode_residual`)."""
+    """p(answer): per sequence, the softmax probability of token `answer[i]` at position `pos[i]`
+    (of the model's logits, or of a residual decoded by `decode_residual`)."""
     rows = torch.arange(logits.shape[0], device=logits.device)
     return logits[rows, pos].float().softmax(-1)[rows, answer]
 

@@ -114,11 +114,12 @@ def ov_copy_probe(
 ) -> ProbeResult:
     """Does head (layer, head)'s OV circuit copy tokens? The one definition of OV copy recall.
 
-    For every probed token k (default: all), the scores W_E(k) W_V W_O W_U over ALL output tokens: the recall is
-    the fraction of k whose own logit is the highest (argmax == k), and `extra["suppress_recall"]` the fraction
-    whose own logit is the lowest (argmin == k, a suppressing head). Ranking against every output, not only the
-    probed tokens, asks what the head's output does to the model's prediction; it is Bietti et al.'s W_O^2 probe
-    when the probed tokens are a subset (e.g. held-out outputs). Direct path only (layer-0 embeddings).
+    For every probed token k (default: all), the scores W_E(k) W_V W_O W_U over ALL output tokens: the
+    recall is the fraction of k whose own logit is the highest (argmax == k), and `extra["suppress_recall"]`
+    the fraction whose own logit is the lowest (argmin == k, a suppressing head). Ranking against every
+    output, not only the probed tokens, asks what the head's output does to the model's prediction; it is
+    Bietti et al.'s W_O^2 probe when the probed tokens are a subset (e.g. held-out outputs). Direct path
+    only (layer-0 embeddings).
     """
     ids = _token_ids(model, tokens).to(model.W_E.device)
     scores = recall_scores(model.W_E[ids].detach(), model.OV[layer, head], model.W_U.T.detach())

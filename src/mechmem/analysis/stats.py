@@ -20,7 +20,7 @@ def mean_sd(values: Sequence[float]) -> tuple[float, float | None]:
 
 
 def format_mean_sd(values: Sequence[float], fmt: str = ".3f", sep: str = " ± ") -> str:
-    """ "m ± s" with both numbers in `fmt` (sample sd; see the module docstring); one value alone; "-" for none."""
+    """ "m ± s", both in `fmt` (sample sd, see the module docstring); one value alone; "-" for none."""
     if not values:
         return "-"
     mean, sd = mean_sd(values)

@@ -83,7 +83,7 @@ class Event:
 
     @property
     def first_save(self) -> int | None:
-        """The first save at which the curve meets a level rule (the later end of `interval`); None if never."""
+        """The first save at which the curve meets its level (the later end of `interval`); None if never."""
         return None if self.interval is None else self.interval[1]
 
     def describe(self) -> str:

@@ -237,8 +237,8 @@ def probes_section(ctx: ReportContext) -> Section:
     s.findings = {"probes": findings, "chance": chance}
     s.lines.append(
         f"Copy recall (`probes.ov_copy_probe`): fraction of tokens t whose own logit is the highest in "
-        f"W_E[t] OV W_U; suppress recall: the lowest. Chance is about {chance:.2f}. Direct path only (layer-0 "
-        f"embeddings), so later-layer heads that read other heads' outputs can score low."
+        f"W_E[t] OV W_U; suppress recall: the lowest. Chance is about {chance:.2f}. Direct path only "
+        f"(layer-0 embeddings), so later-layer heads that read other heads' outputs can score low."
     )
     s.tables.append(Table(["head", "copy recall", "suppress recall"], rows, "OV token memories"))
     return s

@@ -44,7 +44,8 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def run_identity(model_config: Any, task_name: str, task_config: Any, train_config: Any) -> dict[str, Any]:
-    """The configuration that identifies a run (model, task name and config, training), as checkpoints store it."""
+    """The configuration that identifies a run (model, task name and config, training), as stored in its
+    checkpoints."""
     return {
         "model": _as_dict(model_config),
         "task": {"name": task_name, **_as_dict(task_config)},
@@ -68,8 +69,8 @@ def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
 def run_differences(
     payload: dict[str, Any], identity: dict[str, Any], parts: tuple[str, ...] = ("model", "task", "train")
 ) -> list[str]:
-    """Is this the same run? The dotted fields where checkpoint `payload` differs from the run `identity`, over
-    `parts` (all three by default; the steps of one run share "model" and "task"); empty: the same run.
+    """Is this the same run? The dotted fields where checkpoint `payload` differs from the run `identity`,
+    over `parts` (all three by default; the steps of one run share "model" and "task"); empty: the same run.
 
     The one answer to "is this the same run?": `--resume` (`find_resume_point`), reusing a finished run
     (`finished_run`), the papers' reproductions and the dynamics of a run's step checkpoints all ask it.

@@ -230,8 +230,9 @@ def final(history: list[dict[str, Any]], key: str, window: int = 3) -> float:
 def first_step(
     history: list[dict[str, Any]], key: str, threshold: float, *, below: bool = False
 ) -> int | None:
-    """First logged step at which `key` reaches `threshold` (upwards, or downwards with `below`): the first save
-    of `transitions.level_crossing`, the toolkit's one threshold crossing, on the logged curve of `key`."""
+    """First logged step at which `key` reaches `threshold` (upwards, or downwards with `below`): the first
+    save of `transitions.level_crossing` (the toolkit's one threshold crossing) on the logged curve of `key`.
+    """
     steps = [int(rec["step"]) for rec in history]
     values = [rec[key] if isinstance(rec.get(key), float) else None for rec in history]
     rule = transitions.level(threshold, "down" if below else "up")

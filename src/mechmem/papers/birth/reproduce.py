@@ -192,13 +192,14 @@ def attention_maps(ckpt_path: Path, *, n_pos: int = 48, seed: int = 0) -> dict[s
 def head_scores(ckpt_path: Path, *, n_samples: int = 64, seed: int = 0) -> dict[str, Any]:
     """Previous-token and induction scores per layer (head 0) on repeated random sequences and on task data.
 
-    The definitions are the report's and `analyses/detect_heads.py`'s: `heads.detect_heads` on repeated random
-    sequences, and `heads.detect_heads_on_task` on the task's evaluation batch, which counts only the answer
-    queries (the loss-masked positions: a trigger's later occurrences, where the induction head does its work)
-    and, for previous-token, the positions an induction head reads. Scoring every query of the task batch would
-    mix in the bigram-text positions, where no head has anything to look back for, and dilute the score with
-    chance matches of the pattern. Both batches are drawn from one generator seeded with `seed`, in the order
-    `roles.measure_pattern_evidence` draws them, so the higher of the two is the report's evidence of the head.
+    The definitions are the report's and `analyses/detect_heads.py`'s: `heads.detect_heads` on repeated
+    random sequences, and `heads.detect_heads_on_task` on the task's evaluation batch, which counts only the
+    answer queries (the loss-masked positions: a trigger's later occurrences, where the induction head does
+    its work) and, for previous-token, the positions an induction head reads. Scoring every query of the task
+    batch would mix in the bigram-text positions, where no head has anything to look back for, and dilute the
+    score with chance matches of the pattern. Both batches are drawn from one generator seeded with `seed`,
+    in the order `roles.measure_pattern_evidence` draws them, so the higher of the two is the report's
+    evidence of the head.
     """
     ckpt = load_checkpoint(ckpt_path)
     model, gen = ckpt.model, torch.Generator().manual_seed(seed)
