@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Sequence
 
 
-def mean_sd(values: Sequence[float]) -> tuple[float, float | None]:
+def mean_sd(values: Sequence[float | int]) -> tuple[float, float | None]:
     """(mean, sample sd) of `values`; the sd is None for a single value. Empty input is a ValueError."""
     if not values:
         raise ValueError("mean_sd of no values")
@@ -19,7 +19,7 @@ def mean_sd(values: Sequence[float]) -> tuple[float, float | None]:
     return mean, statistics.stdev(values) if len(values) > 1 else None
 
 
-def format_mean_sd(values: Sequence[float], fmt: str = ".3f", sep: str = " ± ") -> str:
+def format_mean_sd(values: Sequence[float | int], fmt: str = ".3f", sep: str = " ± ") -> str:
     """ "m ± s", both in `fmt` (sample sd, see the module docstring); one value alone; "-" for none."""
     if not values:
         return "-"
