@@ -66,10 +66,13 @@ def test_birth_head_scores_page_equal_report_and_script(birth_run, tmp_path):
     roles = head_roles(ckpt.model, ckpt.task, n=N, seed=SEED)
     report = heads_section(_context(ckpt.model, ckpt.task, roles)).findings["scores"]
     # the script analyses/detect_heads.py: both scores separately
-    assert run_script(
-        load_script("detect_heads").main,
-        [str(birth_run / "ckpt.pt"), "--out", str(tmp_path), "--n-samples", str(N), "--seed", str(SEED)],
-    ) == 0
+    assert (
+        run_script(
+            load_script("detect_heads").main,
+            [str(birth_run / "ckpt.pt"), "--out", str(tmp_path), "--n-samples", str(N), "--seed", str(SEED)],
+        )
+        == 0
+    )
     script = json.loads((tmp_path / "detect_heads.json").read_text())
     for layer, row in enumerate(page):
         for name in ("previous_token", "induction"):
@@ -86,6 +89,18 @@ def test_birth_ov_recall_page_equals_report(birth_run):
     page = ckpt.task.probes(ckpt.model)["wo2_recall"]  # what the trainer logs and the page prints
     report = probes_section(_context(ckpt.model, ckpt.task)).findings["probes"]
     assert page == next(p["copy_recall"] for p in report if p["name"] == "L1H0.OV")
+
+
+def test_birth_qk_and_ov_probes_page_equal_probe_script(birth_run, tmp_path):
+    """The page's W_K^1, W_K^2 and W_O^2 recalls are the probes `analyses/probe_memory.py` prints."""
+    ckpt = load_checkpoint(birth_run / "ckpt.pt")
+    page = ckpt.task.probes(ckpt.model)
+    argv = [str(birth_run / "ckpt.pt"), "--out", str(tmp_path), "--n-samples", str(N), "--seed", str(SEED)]
+    assert run_script(load_script("probe_memory").main, argv) == 0
+    script = {p["name"]: p for p in json.loads((tmp_path / "memory_probes.json").read_text())["probes"]}
+    assert page["wo2_recall"] == script["ov_copy.L1H0"]["recall"]
+    assert page["wk2_recall"] == script["qk_token.L1H0<-L0H0"]["recall"]
+    assert page["wk1_recall"] == script["qk_prev_pos.L0H0"]["recall"]
 
 
 def test_birth_transition_steps_page_equal_dynamics(birth_run):
