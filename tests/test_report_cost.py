@@ -1,0 +1,96 @@
+"""Every report records what each step cost; the cost benchmark's growth fit and its input errors."""
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import build_model
+
+from mechmem.report import ReportCost, build_report, write_report
+from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location("report_scaling", ROOT / "benchmarks" / "report_scaling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    model = build_model(n_layers=2, d_model=16, n_heads=2, d_vocab=12, n_ctx=12, d_mlp=32)
+    task = RepeatsTask(RepeatsConfig.for_model(model))
+    report = build_report(model, task, title="cost", n_samples=32, role_samples=64)
+    out = tmp_path_factory.mktemp("report")
+    return report, json.loads(write_report(report, out)["json"].read_text())
+
+
+def test_report_json_has_one_timing_per_step(written):
+    report, data = written
+    cost = data["cost"]
+    ran = {s.key for s in report.sections}
+    assert set(cost["steps"]) == ran | {"roles"}
+    seconds = [step["seconds"] for step in cost["steps"].values()]
+    assert all(s >= 0 for s in seconds)
+    assert sum(seconds) <= cost["seconds"]
+    for step in cost["steps"].values():
+        assert step["peak_rss_mb"] > 0 and step["rss_rise_mb"] >= 0
+    # ru_maxrss only grows, so the peaks never fall from one step to the next (steps run in the listed order).
+    peaks = [step["peak_rss_mb"] for step in cost["steps"].values()]
+    assert peaks == sorted(peaks)
+
+
+def test_skipped_sections_are_timed_too():
+    model = build_model(n_layers=1, d_model=16, n_heads=2, d_vocab=12, n_ctx=12)  # attention-only, no task
+    report = build_report(model, None, n_samples=32, role_samples=64)
+    assert set(report.cost["steps"]) == {s.key for s in report.sections} | {"roles"}
+    assert report.section("mlp").skipped
+
+
+def test_progress_lines_estimate_the_time_left(capsys):
+    cost = ReportCost(3, torch.device("cpu"), progress=True, every_s=0.0)
+    for name in ("a", "b", "c"):
+        assert cost.run(name, lambda x: x + 1, 1) == 2
+    cost.close()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [line.split(" (")[0] for line in lines[:3]] == [f"report: step {i}/3" for i in (1, 2, 3)]
+    assert all("left ~" in line for line in lines)
+    assert list(cost.to_dict()["steps"]) == ["a", "b", "c"]
+
+
+def test_quiet_without_progress(capsys):
+    cost = ReportCost(1, torch.device("cpu"))
+    cost.run("a", lambda: None)
+    cost.close()
+    assert capsys.readouterr().err == ""
+
+
+def test_growth_fit_recovers_a_planted_exponent():
+    bench = load_benchmark()
+    rows = [
+        {
+            "layers": L,
+            "d_model": 64,
+            "heads": 4,
+            "n_ctx": 64,
+            "report": {"seconds": 5.0 + 3.0 * L**1.5 * (1 + 0.01 * (-1) ** L)},
+        }
+        for L in (1, 2, 4, 8)
+    ]
+    [fit] = bench.fit_growth(rows, startup=5.0)
+    assert fit["k"] == pytest.approx(1.5, abs=0.02)
+    assert fit["a"] == pytest.approx(3.0, rel=0.05)
+    assert math.isfinite(fit["k"]) and fit["layers"] == [1, 2, 4, 8]
+
+
+@pytest.mark.parametrize("size", ["4", "4x", "ax64", "2x64x3", "2x64@x"])
+def test_benchmark_rejects_bad_sizes(size, capsys, tmp_path):
+    assert load_benchmark().main(["--sizes", size, "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
