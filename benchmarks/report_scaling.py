@@ -150,9 +150,11 @@ def fit_growth(rows: list[dict[str, Any]], startup: float) -> list[dict[str, Any
 
 
 def table(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], list[str]]:
-    """One row per size: each report step's seconds, the totals and the peak memory."""
+    """One row per size: each report step's wall seconds, the totals (wall, CPU, model passes and the
+    sequences they ran) and the peak memory."""
     steps = list(dict.fromkeys(k for r in rows for k in r["report"]["steps"]))
-    headers = ["L", "d", "H", "T", "params", *steps, "report s", "(cpu s)", "circuit s", "(cpu s)", "peak MB"]
+    headers = ["L", "d", "H", "T", "params", *steps, "report s", "(cpu s)", "passes", "rows"]
+    headers += ["circuit s", "(cpu s)", "peak MB"]
     out = []
     for r in rows:
         step = r["report"]["steps"]
@@ -166,6 +168,8 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], list[str]]:
                 *(step[k]["seconds"] if k in step else float("nan") for k in steps),
                 r["report"]["seconds"],
                 r["report"]["cpu_seconds"],
+                r["report"]["passes"],
+                r["report"]["rows"],
                 r["circuit"]["total"],
                 r["circuit"]["cpu_seconds"],
                 r["peak_rss_mb"],

@@ -6,8 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
-import torch
-from helpers import build_model
+from helpers import assert_no_hooks, build_model, random_tokens
 
 from mechmem.report import ReportCost, build_report, write_report
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
@@ -28,11 +27,11 @@ def written(tmp_path_factory):
     task = RepeatsTask(RepeatsConfig.for_model(model))
     report = build_report(model, task, title="cost", n_samples=32, role_samples=64)
     out = tmp_path_factory.mktemp("report")
-    return report, json.loads(write_report(report, out)["json"].read_text())
+    return model, report, json.loads(write_report(report, out)["json"].read_text())
 
 
 def test_report_json_has_one_timing_per_step(written):
-    report, data = written
+    model, report, data = written
     cost = data["cost"]
     ran = {s.key for s in report.sections}
     assert set(cost["steps"]) == ran | {"roles"}
@@ -44,6 +43,11 @@ def test_report_json_has_one_timing_per_step(written):
     # ru_maxrss only grows, so the peaks never fall from one step to the next (steps run in the listed order).
     peaks = [step["peak_rss_mb"] for step in cost["steps"].values()]
     assert peaks == sorted(peaks)
+    # Every model pass happens inside a step; a section that runs the model counts its passes.
+    assert sum(step["passes"] for step in cost["steps"].values()) == cost["passes"]
+    assert sum(step["rows"] for step in cost["steps"].values()) == cost["rows"]
+    assert cost["steps"]["ablation"]["passes"] > 0 and cost["steps"]["probes"]["passes"] == 0
+    assert_no_hooks(model)
 
 
 def test_skipped_sections_are_timed_too():
@@ -53,11 +57,24 @@ def test_skipped_sections_are_timed_too():
     assert report.section("mlp").skipped
 
 
+def test_passes_and_rows_are_counted():
+    model = build_model()
+    tokens = random_tokens(model, batch=5)
+    with ReportCost(2, model) as cost:
+        cost.run("twice", lambda: [model(tokens), model(tokens[:3])])
+        cost.run("none", lambda: None)
+    steps = cost.to_dict()["steps"]
+    assert (steps["twice"]["passes"], steps["twice"]["rows"]) == (2, 8)
+    assert (steps["none"]["passes"], steps["none"]["rows"]) == (0, 0)
+    model(tokens)  # after the report: no longer counted
+    assert cost.to_dict()["passes"] == 2
+    assert_no_hooks(model)
+
+
 def test_progress_lines_estimate_the_time_left(capsys):
-    cost = ReportCost(3, torch.device("cpu"), progress=True, every_s=0.0)
-    for name in ("a", "b", "c"):
-        assert cost.run(name, lambda x: x + 1, 1) == 2
-    cost.close()
+    with ReportCost(3, build_model(), progress=True, every_s=0.0) as cost:
+        for name in ("a", "b", "c"):
+            assert cost.run(name, lambda x: x + 1, 1) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert [line.split(" (")[0] for line in lines[:3]] == [f"report: step {i}/3" for i in (1, 2, 3)]
     assert all("left ~" in line for line in lines)
@@ -65,9 +82,8 @@ def test_progress_lines_estimate_the_time_left(capsys):
 
 
 def test_quiet_without_progress(capsys):
-    cost = ReportCost(1, torch.device("cpu"))
-    cost.run("a", lambda: None)
-    cost.close()
+    with ReportCost(1, build_model()) as cost:
+        cost.run("a", lambda: None)
     assert capsys.readouterr().err == ""
 
 

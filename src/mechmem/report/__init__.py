@@ -125,73 +125,82 @@ def peak_rss_mb() -> float:
 
 
 class ReportCost:
-    """Wall time and memory of each step of one report (roles, sections), with optional progress lines.
+    """Wall time, CPU time, model passes and memory of each step of one report, with optional progress lines.
 
-    `run(name, fn, *args)` calls `fn(*args)`, records its cost under `name` (a section's own key when it
-    returns a `Section`) and returns its result; `to_dict()` gives {"seconds": total, "steps": {name:
-    {"seconds", "cpu_seconds", "peak_rss_mb", "rss_rise_mb"[, "peak_cuda_mb"]}}, "memory": what the memory
-    fields mean}. The steps' times add up to at most the total (the rest is the report's own bookkeeping).
-    cpu_seconds is the process's CPU time over the step (all its threads): on a machine shared with other
-    work it is the steadier measure of the work done, while seconds includes the time spent waiting for a
-    core.
+    Used as a context manager around the report's steps: `run(name, fn, *args)` calls `fn(*args)`, records
+    its cost under `name` (a section's own key when it returns a `Section`) and returns its result; on exit
+    the clocks stop and the pass counter is removed from the model. `to_dict()` gives {"seconds",
+    "cpu_seconds", "passes", "rows", "steps": {name: {the same, "peak_rss_mb", "rss_rise_mb"[,
+    "peak_cuda_mb"]}}, "memory": what the memory fields mean}. The steps' times add up to at most the total
+    (the rest is the report's own bookkeeping).
+
+    cpu_seconds is the process's CPU time (all its threads): on a machine shared with other work it is the
+    steadier measure of the work done, while seconds includes the time spent waiting for a core. passes counts
+    the model's forward calls (a forward pre-hook on the model; a pass resumed at a later layer counts as one)
+    and rows the sequences they ran (stacked variants count once each): a measure of the work that no load
+    changes.
 
     Args:
         steps: how many steps the report will run (for the progress line's estimate of the time left).
-        device: the model's device; on CUDA each step's peak allocated memory is recorded too.
+        model: the model the report analyses (its device; its passes are counted).
         progress: print a progress line after a step when `every_s` seconds passed since the last one.
         every_s: seconds between progress lines.
     """
 
     def __init__(
-        self, steps: int, device: torch.device, *, progress: bool = False, every_s: float = 5.0
+        self, steps: int, model: torch.nn.Module, *, progress: bool = False, every_s: float = 5.0
     ) -> None:
-        self.device, self.start = torch.device(device), time.perf_counter()
-        self.cpu_start = time.process_time()
-        self.seconds: float | None = None
-        self.cpu_seconds: float | None = None
-        self.steps: dict[str, dict[str, float]] = {}
+        self.model = model
+        self.device = next(model.parameters()).device
         self.progress = Progress(steps, desc="report", enabled=progress, every_s=every_s)
+        self.steps: dict[str, dict[str, float]] = {}
+        self.count = {"passes": 0, "rows": 0}
+        self.total: dict[str, float] | None = None
+
+    def _count(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        first = args[0] if args else kwargs.get("input")
+        self.count["passes"] += 1
+        self.count["rows"] += int(first.shape[0]) if isinstance(first, torch.Tensor) else 0
+
+    def _now(self) -> dict[str, float]:
+        return {"seconds": time.perf_counter(), "cpu_seconds": time.process_time(), **self.count}
+
+    def __enter__(self) -> "ReportCost":  # noqa: PYI034 (beartype rejects Self on methods)
+        self.handle = self.model.register_forward_pre_hook(self._count, with_kwargs=True)
+        self.start = self._now()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.handle.remove()
+        end = self._now()
+        self.total = {k: end[k] - self.start[k] for k in end}
+        if self.total["seconds"] >= self.progress.every_s:
+            self.progress.close()
 
     def run(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         cuda = self.device.type == "cuda"
         if cuda:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-        before, start, cpu = peak_rss_mb(), time.perf_counter(), time.process_time()
+        rss, before = peak_rss_mb(), self._now()
         out = fn(*args)
         if cuda:
             torch.cuda.synchronize(self.device)
-        seconds, after = time.perf_counter() - start, peak_rss_mb()
-        step = {
-            "seconds": seconds,
-            "cpu_seconds": time.process_time() - cpu,
-            "peak_rss_mb": after,
-            "rss_rise_mb": after - before,
-        }
+        after = self._now()
+        step: dict[str, float] = {k: after[k] - before[k] for k in after}
+        step |= {"peak_rss_mb": peak_rss_mb(), "rss_rise_mb": peak_rss_mb() - rss}
         if cuda:
             step["peak_cuda_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
         key = out.key if isinstance(out, Section) else name
         self.steps[key if key not in self.steps else f"{key}_{len(self.steps)}"] = step
-        self.progress.set_postfix(done=key, took=f"{seconds:.1f}s")
+        self.progress.set_postfix(done=key, took=f"{step['seconds']:.1f}s")
         self.progress.update()
         return out
 
-    def close(self) -> dict[str, Any]:
-        """Stop the clock (a final progress line when the report was long) and return `to_dict()`."""
-        self.seconds = time.perf_counter() - self.start
-        self.cpu_seconds = time.process_time() - self.cpu_start
-        if self.seconds >= self.progress.every_s:
-            self.progress.close()
-        return self.to_dict()
-
     def to_dict(self) -> dict[str, Any]:
-        running = self.seconds is None
-        return {
-            "seconds": time.perf_counter() - self.start if running else self.seconds,
-            "cpu_seconds": time.process_time() - self.cpu_start if running else self.cpu_seconds,
-            "steps": dict(self.steps),
-            "memory": MEMORY_NOTE,
-        }
+        now = self._now()
+        total = self.total or {k: now[k] - self.start[k] for k in now}
+        return {**total, "steps": dict(self.steps), "memory": MEMORY_NOTE}
 
 
 @torch.no_grad()
@@ -219,22 +228,22 @@ def build_report(
             when it holds no step checkpoints).
         progress: print progress lines with the estimated time left (see `ReportCost`).
 
-    The report's `cost` (and report.json's "cost") holds each step's wall time and memory (`ReportCost`).
+    The report's `cost` (and report.json's "cost") holds each step's wall and CPU time, model passes and
+    memory (`ReportCost`).
     """
-    device = next(model.parameters()).device
-    cost = ReportCost(2 + len(sections) + (run_dir is not None), device, progress=progress)
-    roles = cost.run(
-        "roles", lambda: head_roles(model, task, n=role_samples, seed=seed, thresholds=thresholds)
-    )
-    ctx = ReportContext(model, task, n_samples, seed, roles)
-    done = [cost.run(fn.__name__, fn, ctx) for fn in sections]
-    if run_dir is not None:
-        done.append(cost.run("dynamics", lambda: dynamics_section(run_dir, task, seed=seed)))
-    mlp = next((s for s in done if s.key == "mlp"), None)
+    with ReportCost(2 + len(sections) + (run_dir is not None), model, progress=progress) as cost:
+        roles = cost.run(
+            "roles", lambda: head_roles(model, task, n=role_samples, seed=seed, thresholds=thresholds)
+        )
+        ctx = ReportContext(model, task, n_samples, seed, roles)
+        done = [cost.run(fn.__name__, fn, ctx) for fn in sections]
+        if run_dir is not None:
+            done.append(cost.run("dynamics", lambda: dynamics_section(run_dir, task, seed=seed)))
+        mlp = next((s for s in done if s.key == "mlp"), None)
+        circuit = cost.run("circuit", circuit_section, roles, mlp)
     optimum = next((s for s in done if s.key == "optimum" and not s.skipped), None)
     headline = optimum.findings["headline"] if optimum else ""
-    circuit = cost.run("circuit", circuit_section, roles, mlp)
-    return Report(title, headline, dict(meta or {}), [circuit, *done], cost=cost.close())
+    return Report(title, headline, dict(meta or {}), [circuit, *done], cost=cost.to_dict())
 
 
 __all__ = [
