@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         n_samples=args.n_samples,
         seed=args.seed,
         run_dir=run_dir_of(ckpt.path),
+        progress=True,
     )
     paths = write_report(report, out)
     circuit = report.section("circuit")
@@ -54,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     skipped = [f"{s.key} ({s.skipped})" for s in report.sections if s.skipped]
     if skipped:
         print("skipped: " + "; ".join(skipped))
+    cost = report.cost
+    slowest = sorted(cost["steps"].items(), key=lambda kv: -kv[1]["seconds"])[:3]
+    print(
+        f"took {cost['seconds']:.1f} s (CPU {cost['cpu_seconds']:.1f} s); slowest: "
+        + ", ".join(f"{k} {v['seconds']:.1f} s" for k, v in slowest)
+    )
     print(f"wrote {paths['md']}, {paths['html']} and {paths['json']}")
     return 0
 

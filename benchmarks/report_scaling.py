@@ -15,10 +15,11 @@ each report section, the report's total, the circuit analysis's total, and the p
 run from the smallest (fewest parameters) up, so the peak-memory column is the peak reached by that size or an
 earlier one (ru_maxrss only grows; see `mechmem.report.MEMORY_NOTE`).
 
-The growth law: for every d_model with at least two layer counts, the report's total time is fitted as
-a * L^k by least squares on log time against log L (in-process times carry no start-up; --startup S
-subtracts a further fixed S seconds first). Times are single runs on --threads torch threads: a loaded machine
-shows in them. Writes the rows, the fits and the settings to --out (JSON).
+The growth law: for every d_model with at least two layer counts, the report's total wall time, and
+separately its CPU time, is fitted as a * L^k by least squares on log time against log L (in-process times
+carry no start-up; --startup S subtracts a further fixed S seconds from the wall time first). Times are
+single runs on --threads torch threads: a loaded machine shows in the wall times much more than in the CPU
+times (`mechmem.report.ReportCost`). Writes the rows, the fits and the settings to --out (JSON).
 """
 
 import argparse
@@ -124,12 +125,13 @@ def run_size(size: dict[str, int], args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def fit_growth(rows: list[dict[str, Any]], startup: float) -> list[dict[str, Any]]:
-    """Per (d_model, heads, n_ctx) with two or more layer counts: time - startup ~ a * L^k, fit in logs."""
+def fit_growth(rows: list[dict[str, Any]], startup: float, measure: str = "seconds") -> list[dict[str, Any]]:
+    """Per (d_model, heads, n_ctx) with two or more layer counts: the report's `measure` ("seconds" or
+    "cpu_seconds") minus `startup` ~ a * L^k, fitted by least squares on the logarithms."""
     groups: dict[tuple[int, int, int], list[tuple[int, float]]] = {}
     for r in rows:
         key = (r["d_model"], r["heads"], r["n_ctx"])
-        groups.setdefault(key, []).append((r["layers"], r["report"]["seconds"] - startup))
+        groups.setdefault(key, []).append((r["layers"], r["report"][measure] - startup))
     fits = []
     for (d_model, heads, n_ctx), points in groups.items():
         points = [(L, t) for L, t in points if t > 0]
@@ -138,6 +140,7 @@ def fit_growth(rows: list[dict[str, Any]], startup: float) -> list[dict[str, Any
         k, log_a = np.polyfit([math.log(L) for L, _ in points], [math.log(t) for _, t in points], 1)
         fits.append(
             {
+                "measure": measure,
                 "d_model": d_model,
                 "heads": heads,
                 "n_ctx": n_ctx,
@@ -217,12 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     for size in sizes:
         rows.append(run_size(size, args))
         print(f"done {size}: report {rows[-1]['report']['seconds']:.1f} s", file=sys.stderr, flush=True)
-    fits = fit_growth(rows, args.startup)
+    fits = fit_growth(rows, args.startup) + fit_growth(rows, 0.0, "cpu_seconds")
     cells, headers = table(rows)
     print(format_table(cells, headers, floatfmt=".1f"))
     for f in fits:
-        print(f"d_model {f['d_model']}, {f['heads']} heads, n_ctx {f['n_ctx']}: report time ~ "
-              f"{f['a']:.2f} s x L^{f['k']:.2f} over layers {f['layers']}")  # fmt: skip
+        print(f"d_model {f['d_model']}, {f['heads']} heads, n_ctx {f['n_ctx']}: report {f['measure']} ~ "
+              f"{f['a']:.2f} x L^{f['k']:.2f} over layers {f['layers']}")  # fmt: skip
     record = {
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "torch": torch.__version__,
