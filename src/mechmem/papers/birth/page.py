@@ -51,8 +51,15 @@ def statements_section(record: dict[str, Any]) -> Section:
         f"{flags.count(True)} of {len(flags)} statements hold, {flags.count(False)} do not, "
         f"{flags.count(None)} not rerun in this record (their runs are listed under Runs)."
     )
+    late = [s["key"] for s in record["statements"] if "committed with the first results" in s["since"]]
+    lines = [line]
+    if late:
+        lines.append(
+            f"Not fixed before their runs: {', '.join(f'`{k}`' for k in late)} were committed together with their"
+            " first results (their `since` says so), so their outcome is not a prediction made in advance."
+        )
     headers = ["statement (paper)", "published", "where", "rule", "ours", "holds"]
-    section = Section("statements", "The paper's statements side by side", lines=[line])
+    section = Section("statements", "The paper's statements side by side", lines=lines)
     section.tables.append(Table(headers, rows))
     section.findings = {"holds": flags.count(True), "fails": flags.count(False), "not_run": flags.count(None)}
     return section

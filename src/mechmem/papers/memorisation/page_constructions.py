@@ -190,6 +190,11 @@ def constructions_sections(record: dict[str, Any]) -> list[Section]:
     fits = {LABELS[m]: {crit: mode_fit(results, m, crit) for crit in THRESHOLDS} for m in _modes(results)}
     capacity.add_figure("capacity", plot_capacity(points, fits))
     capacity.lines.append("Runs that contributed: " + "; ".join(f"`{cmd}`" for cmd in c["runs"]) + ".")
+    ce = record["published"]["construction_exponents"]
+    capacity.lines.append(
+        f"Published fitted exponents at acc >= 0.9: hand-coded {ce['value']['hand_coded']}, trained"
+        f' {ce["value"]["trained"]} ({ce["source"]}: "{ce["quote"]}"); ours are the exponent column above.'
+    )
     histograms = Section("histograms", "Weights and activations: constructed vs trained (their Figures 6-8)")
     if c.get("histograms"):
         histograms.lines.append(f"d = {c['histograms']['d']}; rows: {'; '.join(c['histograms']['rows'])}.")

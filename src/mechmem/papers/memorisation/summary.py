@@ -3,8 +3,12 @@
 A *toggle effect* compares matched pairs of variants that differ in one component only (e.g. MLP residual on vs
 off with mixing, norms, bias and activation equal) and reports the range of the capacity differences, in facts
 and in percent of the "off" variant, and in how many pairs "on" stores more. The MLP toggle pairs each MLP
-variant with the MLP-less variant of the same mixing and norms (MLP-less variants keep the unembedding bias, so
-only MLP variants with bias pair up); every other toggle compares MLP variants only.
+variant with the MLP-less variant of the same mixing and norms, whatever its bias (Table B.1 gives the MLP-less
+rows no bias setting, and Appendix B's "324 - 794" is reproduced from Table B.1 only with this pairing); every
+other toggle compares MLP variants only. Appendix B leaves the outlier combination (MLP + norms, no residual, no
+bias, ReLU) out of every pair comparison; `exclude_outlier=True` does the same.
+
+`compare_to_published` holds one capacity against the four published repeats of its Table B.1 row.
 """
 
 import statistics
@@ -32,12 +36,34 @@ def _cfg(record: dict[str, Any]) -> dict[str, Any]:
     return {k: record["config"][k] for k in FIELDS}
 
 
+def is_outlier(config: dict[str, Any]) -> bool:
+    """Appendix B's outlier combination: MLP + norms, no MLP residual, no bias, ReLU (any mixing)."""
+    return (
+        config["mlp"]
+        and config["norms"]
+        and not config["mlp_residual"]
+        and not config["bias"]
+        and config["act_fn"] == "relu"
+    )
+
+
 def toggle_effect(
-    records: list[dict[str, Any]], field: str, on: Any, off: Any, criterion: str = "any"
+    records: list[dict[str, Any]],
+    field: str,
+    on: Any,
+    off: Any,
+    criterion: str = "any",
+    *,
+    exclude_outlier: bool = False,
 ) -> ToggleEffect:
-    """The effect of switching `field` from `off` to `on` (see the module docstring for the pairing)."""
+    """The effect of switching `field` from `off` to `on` (see the module docstring for the pairing).
+
+    With `exclude_outlier`, no pair contains the outlier combination (`is_outlier`), as in Appendix B.
+    """
+    if exclude_outlier:
+        records = [r for r in records if not is_outlier(r["config"])]
     if field == "mlp":
-        ignore = {"mlp", "mlp_residual", "act_fn"}
+        ignore = {"mlp", "mlp_residual", "act_fn", "bias"}
         pool = records
     else:
         ignore = {field}
@@ -68,15 +94,69 @@ TOGGLES = {
 """Every comparison of the published Appendix B text, keyed as in the published-values file."""
 
 
-def toggle_effects(records: list[dict[str, Any]]) -> dict[str, ToggleEffect]:
+def toggle_effects(
+    records: list[dict[str, Any]], *, exclude_outlier: bool = False
+) -> dict[str, ToggleEffect]:
     """The effect of each of `TOGGLES` that has matched pairs in `records` (a partial table skips the rest)."""
     out = {}
     for key, (field, on, off) in TOGGLES.items():
         try:
-            out[key] = toggle_effect(records, field, on, off)
+            out[key] = toggle_effect(records, field, on, off, exclude_outlier=exclude_outlier)
         except ValueError:
             continue
     return out
+
+
+@dataclass
+class PublishedComparison:
+    """One capacity against the published repeats of the same variant (Table B.1)."""
+
+    ours: float | int
+    mean: float | int
+    low: float | int
+    high: float | int
+
+    @property
+    def rel(self) -> float:
+        """ours / published mean - 1 (0.1 = 10% above the mean)."""
+        return self.ours / self.mean - 1
+
+    @property
+    def within_10(self) -> bool:
+        """Within 10% of the published mean (inclusive)."""
+        return abs(self.ours - self.mean) <= 0.1 * self.mean
+
+    @property
+    def inside(self) -> bool:
+        """Inside the published repeats' range min .. max (inclusive)."""
+        return self.low <= self.ours <= self.high
+
+
+def compare_to_published(ours: float | int, repeats: list[float] | list[int]) -> PublishedComparison:
+    """`ours` against the published repeats: their mean and range (min - max)."""
+    if not repeats:
+        raise ValueError("no published repeats")
+    return PublishedComparison(ours, statistics.mean(repeats), min(repeats), max(repeats))
+
+
+def published_records(rows: list[dict[str, Any]], criterion: str = "any") -> list[dict[str, Any]]:
+    """Table B.1 rows as records (the mean of the four repeats as the capacity), for `toggle_effects`.
+
+    MLP-less rows have no residual, bias or activation setting (None), so they pair only in the MLP toggle.
+    """
+    out = []
+    for i, row in enumerate(rows):
+        config = {k: row.get(k) for k in FIELDS}
+        out.append(
+            {"variant": f"table_b1[{i}]", "config": config, criterion: statistics.mean(row[criterion])}
+        )
+    return out
+
+
+def published_row(rows: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any] | None:
+    """The Table B.1 row of a variant (MLP-less rows match on mixing and norms only), or None."""
+    fields = FIELDS if config["mlp"] else ("mixing", "mlp", "norms")
+    return next((r for r in rows if all(r.get(k) == config[k] for k in fields)), None)
 
 
 def sort_key(record: dict[str, Any]) -> tuple:
@@ -100,8 +180,7 @@ def by_name(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def outlier(records: list[dict[str, Any]], mixing: str) -> dict[str, Any] | None:
     """The published outlier (MLP + norms, no residual, no bias, ReLU) of one mixing, and that mixing's lowest."""
     mlp = [r for r in records if r["config"]["mlp"] and r["config"]["mixing"] == mixing]
-    want = {"norms": True, "mlp_residual": False, "bias": False, "act_fn": "relu"}
-    odd = next((r for r in mlp if all(r["config"][k] == v for k, v in want.items())), None)
+    odd = next((r for r in mlp if is_outlier(r["config"])), None)
     if odd is None:
         return None
     low = min(mlp, key=lambda r: r["any"])
