@@ -172,7 +172,7 @@ def test_longer_schedules_are_shown_beside_the_base_ones(record):
     assert "memorisation_variants-convergence.png" in page
 
 
-# --- published values: every value carries its source and the exact text it is read from -------------------------
+# --- published values: every value carries its source and the exact text it is read from ---
 
 
 def _package_json(package: str) -> dict:
@@ -220,7 +220,7 @@ def test_published_files_are_read_from_the_packages():
     assert not (DOCS / "data" / "birth_published.json").exists()
 
 
-# --- Table B.1 comparisons -----------------------------------------------------------------------------------------
+# --- Table B.1 comparisons ---
 
 
 def test_compare_to_published_on_a_hand_example():
@@ -244,8 +244,8 @@ def test_compare_to_published_on_a_hand_example():
 
 
 def test_appendix_b_method_gives_back_the_published_ranges_from_table_b1():
-    """Applied to the means of Table B.1's repeats, the pairing with the outlier left out (Appendix B's method)
-    gives the absolute ranges Appendix B states; keeping the outlier does not (e.g. norms with an MLP)."""
+    """Applied to the means of Table B.1's repeats, the pairing with the outlier left out (Appendix B's
+    method) gives the absolute ranges Appendix B states; keeping the outlier does not (norms with an MLP)."""
     from mechmem.papers.memorisation.summary import published_records, toggle_effects
 
     memo = _package_json("mechmem.papers.memorisation")
@@ -300,8 +300,10 @@ def test_table_b1_section_equals_an_independent_count(record):
         if (r["schedule"]["max_epochs"], r["schedule"]["patience"]) == (50_000, 5_000):
             n_pub, within_pub, inside_pub = n_pub + 1, within_pub + w, inside_pub + i
     assert (
-        f"at the published schedule (50,000 / 5,000) {n_pub} rows, {within_pub} within 10% of the published mean,"
-        f" {inside_pub} inside the published range; overall (each variant at its longest schedule) {len(longest)}"
+        f"at the published schedule (50,000 / 5,000) {n_pub} rows, {within_pub} within 10% of the published"
+        " mean,"
+        f" {inside_pub} inside the published range; overall (each variant at its longest schedule)"
+        f" {len(longest)}"
         f" rows, {within} within 10%, {inside} inside." in page
     )
     assert sum(r[12] == "yes" for r in b1) == within and sum(r[13] == "yes" for r in b1) == inside
@@ -319,7 +321,7 @@ def test_best_and_ceiling_read_every_schedule(record):
     assert "never reached" not in page
 
 
-# --- the paper variant and the commands ------------------------------------------------------------------------------
+# --- the paper variant and the commands ---
 
 
 def test_paper_variant_runs_the_e7_schedule_per_d():

@@ -1,11 +1,10 @@
 """The memorisation page (`Paper.page`): a `Report` computed from the run record, prose from docs/.
 
 Every number here is read or computed from the record (`records.collect`): the sweep records, the
-constructions' capacity results and the published values (the package's `published.json`, copied into the record),
-which give each value's source and the exact sentence, table row or code line it is read from. The pair
-comparisons follow Appendix B (the outlier combination left out); the project's earlier inclusion is shown beside
-them. The constructions' sections are in `page_constructions`.
-"""
+constructions' capacity results and the published values (the package's `published.json`, copied into the
+record), which give each value's source and the exact sentence, table row or code line it is read from. The
+pair comparisons follow Appendix B (the outlier combination left out); the project's earlier inclusion is
+shown beside them. The constructions' sections are in `page_constructions`."""
 
 import json
 import math
@@ -31,7 +30,10 @@ from mechmem.papers.memorisation.summary import (
 )
 from mechmem.report.document import Report, Section, Table
 
-TITLE = "Fact memorisation in one-layer models (Linsefors & Bushnaq): capacity, scaling and hand-coded constructions"
+TITLE = (
+    "Fact memorisation in one-layer models (Linsefors & Bushnaq):"
+    " capacity, scaling and hand-coded constructions"
+)
 SCALING_LABELS = {
     "2emb+mlp/relu": "simple",
     "2emb+mlp+bias/relu": "simple + bias",
@@ -133,7 +135,7 @@ def _b1_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
 def b1_comparisons(
     record: dict[str, Any],
 ) -> list[tuple[dict[str, Any], dict[str, Any], PublishedComparison]]:
-    """(our cell, its Table B.1 row, the comparison of Any) for every variant, each at its longest schedule."""
+    """(our cell, its Table B.1 row, the comparison of Any) per variant, each at its longest schedule."""
     longest: dict[str, dict[str, Any]] = {}
     for r in sorted(_all_cells(record), key=lambda r: r["schedule"]["max_epochs"]):
         if r.get("repeat", 0) == 0:
@@ -170,25 +172,28 @@ def _at_published(
 
 
 def b1_summary(record: dict[str, Any]) -> str:
-    """The counts line: within 10% of the published mean / inside the published range, published schedule and all."""
+    """The counts line: within 10% of the published mean, inside its range (published schedule, all)."""
     comparisons = b1_comparisons(record)
     n_pub, w_pub, i_pub = b1_counts(_at_published(record, comparisons))
     n, w, i = b1_counts(comparisons)
     sched = _short(record["published"]["schedule"]["value"] | {"target_acc": 1})
     return (
-        f"Table B.1 (Any, four published repeats) against ours: at the published schedule ({sched}) {n_pub} rows,"
-        f" {w_pub} within 10% of the published mean, {i_pub} inside the published range; overall (each variant"
+        f"Table B.1 (Any, four published repeats) against ours: at the published schedule ({sched}) {n_pub}"
+        " rows,"
+        f" {w_pub} within 10% of the published mean, {i_pub} inside the published range; overall (each"
+        " variant"
         f" at its longest schedule) {n} rows, {w} within 10%, {i} inside."
     )
 
 
 def _norms_no_mlp(record: dict[str, Any]) -> str:
-    """Norms on vs off without an MLP, per mixing, at the base schedule and at any longer one both ran with."""
+    """Norms on vs off without an MLP, per mixing, at the base schedule and any longer one both ran with."""
     parts = []
     for schedule, rs in _by_schedule(record):
         named = {r["variant"]: r for r in rs if r["d"] == record["table"][0]["d"]}
         pcts = [
-            f"{MIXING_LABELS[m]} {100 * (named[m + '+norms']['any'] - named[m]['any']) / named[m]['any']:+.0f}%"
+            f"{MIXING_LABELS[m]}"
+            f" {100 * (named[m + '+norms']['any'] - named[m]['any']) / named[m]['any']:+.0f}%"
             for m in ("2emb", "uniform", "attn")
             if m in named and m + "+norms" in named and named[m]["any"]
         ]
@@ -220,7 +225,10 @@ def facts_headline(record: dict[str, Any]) -> list[str]:
     ]
     if "2emb" in named:
         a = named["2emb"]
-        line = f"Anchor: 2Emb without MLP and norms stores {a['any']} facts (Any; Most {a['most']}, All {a['all']})"
+        line = (
+            f"Anchor: 2Emb without MLP and norms stores {a['any']} facts"
+            f" (Any; Most {a['most']}, All {a['all']})"
+        )
         anchors = [
             (MIXING_LABELS[m], published_row(_b1_rows(record), named[m]["config"]))
             for m in ("2emb", "uniform", "attn")
@@ -250,7 +258,8 @@ def facts_headline(record: dict[str, Any]) -> list[str]:
     ]
     if "mlp" in effects:
         parts.append(
-            f"the MLP adds {_effect(effects['mlp'], facts=True)} pairs [published {pub['toggles']['mlp']['value']}]"
+            f"the MLP adds {_effect(effects['mlp'], facts=True)} pairs [published"
+            f" {pub['toggles']['mlp']['value']}]"
         )
     ceiling = base_best["config"]["n_in"] ** 2
     reached = ", ".join(f"{r['variant']} at {_short(r['schedule'])}" for r in sorted(at_best, key=sort_key))
@@ -278,7 +287,7 @@ def facts_headline(record: dict[str, Any]) -> list[str]:
 
 
 def _longer_lines(record: dict[str, Any]) -> list[str]:
-    """One headline line per longer schedule of the table: each variant's Any (All) there, base Any beside it."""
+    """One headline line per longer schedule of the table: each variant's Any (All) there, base Any beside."""
     base = by_name(record["table"])
     out = []
     for schedule in sorted(
@@ -310,7 +319,7 @@ def _any_fits(record: dict[str, Any]) -> dict[str, ScalingFit]:
 
 
 def variants_section(record: dict[str, Any]) -> Section:
-    """The 54 variants at the base schedule (mean +- sd over repeats), and each variant's longest other schedule."""
+    """The 54 variants at the base schedule (mean +- sd over repeats) and at each one's longest other one."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in sorted(record["table"], key=sort_key):
         groups.setdefault(r["variant"], []).append(r)
@@ -338,12 +347,15 @@ def variants_section(record: dict[str, Any]) -> Section:
     total_h = sum(r["seconds"] for r in record["table"]) / 3600
     lines = [
         (
-            f"{len(groups)} variants, {_repeats(record['table'])} repeat(s); Any / Most / All at the base schedule:"
+            f"{len(groups)} variants, {_repeats(record['table'])} repeat(s); Any / Most / All at the base"
+            " schedule:"
             f" {_schedule(record)} (epochs per lr phase / patience: {_short(record['schedule'])})."
         ),
         (
-            f"s = wall seconds of a cell's search (sum over the base cells: {total_h:.1f} h). The last three columns:"
-            " the longest other schedule a variant ran with (epochs per lr phase / patience), its Any / Most / All"
+            f"s = wall seconds of a cell's search (sum over the base cells: {total_h:.1f} h). The last three"
+            " columns:"
+            " the longest other schedule a variant ran with (epochs per lr phase / patience), its Any / Most"
+            " / All"
             " and seconds; blank where the variant ran only at the base schedule."
         ),
     ]
@@ -373,7 +385,7 @@ def variants_section(record: dict[str, Any]) -> Section:
 
 
 def _convergence_points(record: dict[str, Any]) -> dict[str, list[tuple[int, int, int]]]:
-    """variant -> [(epoch cap, Any, All)] for variants with at least two schedules (repeat 0; the anchor file too)."""
+    """variant -> [(epoch cap, Any, All)] for variants with 2+ schedules (repeat 0; the anchor file too)."""
     d = record["table"][0]["d"]
     base = [r for r in record["table"] if r.get("repeat", 0) == 0]
     other = [r for r in record.get("other_schedules", []) if r["d"] == d and r.get("repeat", 0) == 0]
@@ -416,7 +428,8 @@ def table_b1_section(record: dict[str, Any]) -> Section:
     headers += ["our schedule", "ours", "vs mean", "within 10%", "inside range"]
     b1 = record["published"]["table_b1"]
     caption = (
-        f"Any. Published: {b1['source']}; each row's source line is in {PUBLISHED_NAME}. Ours: one repeat of 11"
+        f"Any. Published: {b1['source']}; each row's source line is in {PUBLISHED_NAME}. Ours: one repeat of"
+        " 11"
         " inits at the schedule named (epochs per lr phase / patience), the longest the variant ran with."
     )
     return Section(
@@ -428,7 +441,7 @@ def table_b1_section(record: dict[str, Any]) -> Section:
 
 
 def _norms_no_mlp_published(record: dict[str, Any]) -> str:
-    """The no-MLP norms gain per mixing from the means of the Table B.1 rows (what Appendix B's range spans)."""
+    """The no-MLP norms gain per mixing from the means of the Table B.1 rows (Appendix B's range)."""
     b1, parts = _b1_rows(record), []
     for m in ("2emb", "uniform", "attn"):
         off = published_row(b1, {"mixing": m, "mlp": False, "norms": False})
@@ -440,7 +453,7 @@ def _norms_no_mlp_published(record: dict[str, Any]) -> str:
 
 
 def _norms_no_mlp_verdict(record: dict[str, Any]) -> str:
-    """At the published schedule: each mixing's no-MLP norms gain, and whether it lies in the published range."""
+    """At the published schedule: each mixing's no-MLP norms gain, in or out of the published range."""
     pub = record["published"]["schedule"]["value"]
     d = record["table"][0]["d"]
     named = {
@@ -568,10 +581,14 @@ def comparisons_section(record: dict[str, Any]) -> Section:
         ]
     )
     caption = (
-        "Published: Appendix B of the seed text (each value's sentence is listed above). Table B.1: the same comparison"
-        " recomputed by this page's code from the means of Table B.1's four repeats, Appendix B's pairs. Ours (Any):"
-        " each value names its schedule (epochs per lr phase / patience), one repeat; a toggle's effect is given at"
-        " every schedule with matched pairs. 'Appendix B pairs' leaves out the outlier combination (MLP + norms, no"
+        "Published: Appendix B of the seed text (each value's sentence is listed above). Table B.1: the same"
+        " comparison"
+        " recomputed by this page's code from the means of Table B.1's four repeats, Appendix B's pairs. Ours"
+        " (Any):"
+        " each value names its schedule (epochs per lr phase / patience), one repeat; a toggle's effect is"
+        " given at"
+        " every schedule with matched pairs. 'Appendix B pairs' leaves out the outlier combination (MLP +"
+        " norms, no"
         " residual, no bias, ReLU); 'all pairs' keeps it (the project's earlier comparison)."
     )
     headers = [
@@ -657,7 +674,8 @@ def scaling_section(record: dict[str, Any]) -> Section:
         ds = sorted(by_d)
         f = fit_scaling(ds, [by_d[d] for d in ds])
         section.lines.append(
-            f"The authors' E7 Any, {SCALING_LABELS.get(name, name)} model, d = {ds[0]} .. {ds[-1]}, fitted by the"
+            f"The authors' E7 Any, {SCALING_LABELS.get(name, name)} model, d = {ds[0]} .. {ds[-1]}, fitted by"
+            " the"
             f" same code: S = {f.a:.2f} d^2 / ln d (free: {f.b:.2f} d^{f.k:.2f})."
         )
     law, ce = record["published"]["scaling_law"], record["published"]["construction_exponents"]["value"]
@@ -700,7 +718,8 @@ def benchmark_section(record: dict[str, Any]) -> Section:
     met = [r["variant"] for r in bench["rows"] if r["speed_up"] >= goal]
     lines = [
         (
-            f"d = {bench['d']}, {bench['n_facts']} facts, {bench['inits']} inits, {bench['epochs']} epochs per run,"
+            f"d = {bench['d']}, {bench['n_facts']} facts, {bench['inits']} inits, {bench['epochs']} epochs"
+            " per run,"
             f" {bench.get('threads', 1)} thread(s), best of {bench.get('rounds', 1)} alternating round(s)."
             f" Goal met for {len(met)} of {len(bench['rows'])} variants."
         )
@@ -749,7 +768,7 @@ def _groups(records: list[dict[str, Any]]) -> dict[tuple[int, int], list[dict[st
 
 
 def commands_section(record: dict[str, Any]) -> Section:
-    """The sweep commands that produce the records in the data files, one per schedule (and model), computed."""
+    """The sweep commands that produce the records in the data files, one per schedule (and model)."""
     lines = [
         f"Data: {', '.join(f'`data/{s}`' for s in record['sources'])}; published values: `{PUBLISHED_NAME}`."
     ]
@@ -763,7 +782,8 @@ def commands_section(record: dict[str, Any]) -> Section:
             {r["variant"] for r in rs}, key=lambda v: sort_key(next(r for r in rs if r["variant"] == v))
         )
         lines.append(
-            f"Table at {epochs:,} / {patience:,} ({len(names)} variants): for each NAME in {', '.join(names)}:"
+            f"Table at {epochs:,} / {patience:,} ({len(names)} variants): for each NAME in"
+            f" {', '.join(names)}:"
             f" `{SWEEP} table --only NAME {flags}` (`--only` matches substrings; finished"
             " cells are skipped)."
         )

@@ -1,7 +1,8 @@
-"""The constructions half of the memorisation page: Appendix A, the published construction, capacities per mode.
+"""The constructions half of the memorisation page: Appendix A, the published construction, capacities.
 
-Reads `record["constructions"]`: capacity results (`CapacityResult` dicts, criteria "1" and "0.9"), trained spot
-checks, Appendix A, the S x top_fraction sweep, the grid and histogram counts (`constructions.reproduce`).
+Reads `record["constructions"]`: capacity results (`CapacityResult` dicts, criteria "1" and "0.9"), trained
+spot checks, Appendix A, the S x top_fraction sweep, the grid and histogram counts
+(`constructions.reproduce`).
 """
 
 import math
@@ -53,13 +54,16 @@ def constructions_headline(record: dict[str, Any]) -> list[str]:
         else math.nan
     )
     lines = [
-        f"Constructions at d = {', '.join(map(str, _ds(results)))} (ratios of fits a d^2 / ln d over the sizes both"
+        f"Constructions at d = {', '.join(map(str, _ds(results)))} (ratios of fits a d^2 / ln d over the"
+        " sizes both"
         f" modes have): trained / published hand-coded at acc >= 0.9 {r('published_hand', '0.9')}"
         f" [published {pub['ratio_hand_coded']['value']}x], at acc = 1 {r('published_hand', '1')};"
-        f" trained / published hybrid {r('published_hybrid', '0.9')} [published {pub['ratio_hybrid']['value']}x],"
+        f" trained / published hybrid {r('published_hybrid', '0.9')} [published"
+        f" {pub['ratio_hybrid']['value']}x],"
         f" at acc = 1 {r('published_hybrid', '1')}.",
         f"Trained / our hand-coded key-value table at acc >= 0.9: {r('keyvalue_hand', '0.9')} (goal: within"
-        f" {goals['hand_coded']:g}x); at acc = 1 {r('keyvalue_hand', '1')}. Our key-value embeddings with a trained"
+        f" {goals['hand_coded']:g}x); at acc = 1 {r('keyvalue_hand', '1')}. Our key-value embeddings with a"
+        " trained"
         f" unembedding: {r('keyvalue_hybrid', '0.9')} (hybrid goal within {goals['hybrid']:g}x"
         f" {'met' if kv <= goals['hybrid'] else 'not met'}).",
     ]
@@ -84,8 +88,10 @@ def _setup_lines(record: dict[str, Any]) -> list[str]:
     precisions = sorted({r.info.get("precision") for r in results})
     return [
         f"Training (trained, hybrid, rand-emb): Adam lr {g['train']['lr']:g}, full batch, at most"
-        f" {g['train']['max_epochs']} epochs, patience {g['train']['patience']}; best accuracy reached counts.",
-        f"Capacity: doubling from d, bisecting to {', '.join(map(str, precisions))} facts; best of {g['n_inits']}"
+        f" {g['train']['max_epochs']} epochs, patience {g['train']['patience']}; best accuracy reached"
+        " counts.",
+        f"Capacity: doubling from d, bisecting to {', '.join(map(str, precisions))} facts; best of"
+        f" {g['n_inits']}"
         f" initialisations or the best hyperparameter setting.",
         f"Published hand-coded: S in {g['s_values']} x top_fraction in {g['top_fractions'][0]:.2f} .."
         f" {g['top_fractions'][-1]:.2f} ({len(g['top_fractions'])} values), {g['retries']} tie-break draws.",
@@ -154,8 +160,10 @@ def constructions_sections(record: dict[str, Any]) -> list[Section]:
         "published_construction",
         "The published construction",
         lines=[
-            f"Sweep at d = {sweep['d']}, {sweep['n_facts']} facts (best of {c['grid']['retries']} tie-breaks): best"
-            f" accuracy {best_acc:.3f} at S = {best_s}, top_fraction = {best_tf:.2f}; sqrt(d) = {math.sqrt(sweep['d']):.1f}"
+            f"Sweep at d = {sweep['d']}, {sweep['n_facts']} facts (best of {c['grid']['retries']}"
+            " tie-breaks): best"
+            f" accuracy {best_acc:.3f} at S = {best_s}, top_fraction = {best_tf:.2f}; sqrt(d) ="
+            f" {math.sqrt(sweep['d']):.1f}"
             f" [published: {record['published']['best_s_law']['value']}]."
         ],
     )
@@ -171,7 +179,8 @@ def constructions_sections(record: dict[str, Any]) -> list[Section]:
                 spot,
                 floatfmt=".4f",
                 caption=(
-                    f"Spot checks where a full trained search was too slow (best of {c['grid']['n_inits']} trained"
+                    f"Spot checks where a full trained search was too slow (best of {c['grid']['n_inits']}"
+                    " trained"
                     " initialisations, same recipe):"
                 ),
             )

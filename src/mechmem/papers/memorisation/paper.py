@@ -1,18 +1,18 @@
 """The memorisation paper as a plugin: variants, spec and run (`mechmem.plugins.Paper`).
 
-    python analyses/reproduce.py memorisation                        # "committed": record + page from the data
+    python analyses/reproduce.py memorisation                  # "committed": record + page from the data
     python analyses/reproduce.py memorisation --page-only            # the page again from memorisation.json
     python analyses/reproduce.py memorisation --variant quick        # everything at toy sizes, CPU minutes
     python analyses/reproduce.py memorisation --variant table --set max_epochs=150 --set patience=50
     python analyses/reproduce.py memorisation --variant scaling --set ds=16,32
     python analyses/reproduce.py memorisation --variant constructions --set ds=16,32
-    python analyses/reproduce.py memorisation --variant paper --set device=cuda   # the published schedules (GPU)
-    python analyses/reproduce.py memorisation --variant paper --set executor=ray --set address=auto  # a Ray cluster
+    python analyses/reproduce.py memorisation --variant paper --set device=cuda    # published schedules (GPU)
+    python analyses/reproduce.py memorisation --variant paper --set executor=ray --set address=auto  # Ray
 
 Sweeps append to the data folder's files and skip finished cells, so every variant resumes; the record is then
 assembled from the files by `records.collect`, so a page never depends on one process having run everything.
-The `paper` variant runs the table at 50,000 epochs per lr phase, patience 5,000, and the scaling at the authors'
-E7 schedule per d (`sweep.e7_schedule`: 50,000 x 1, 2, 4, 8 for d = 16, 32, 64, 128, patience 5,000).
+The `paper` variant runs the table at 50,000 epochs per lr phase, patience 5,000, and the scaling at the
+authors' E7 schedule per d (`sweep.e7_schedule`: 50,000 x 1, 2, 4, 8 for d = 16, 32, 64, 128, patience 5,000).
 """
 
 from collections.abc import Callable

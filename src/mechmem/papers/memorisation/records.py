@@ -11,12 +11,12 @@
 The published values, each with its source and the exact sentence, table row or code line it is read from, are
 the package file `published.json` beside this module (`PUBLISHED`), not a file of the data folder.
 
-Sweep records of the requested (base) schedule enter the record whole (`table`, `scaling`: the comparisons and fits
-use only these, so every variant is compared under one schedule; the scaling may give each d its own schedule, as
-the authors' E7 did); records of every other schedule enter in brief
-(`other_schedules`, `scaling_other`): the page shows each variant's longest schedule beside its base one, and the
-capacity against the epoch cap. Records written before the fact generator had a device option drew the
-permutation on the CPU and are marked so (`facts_device`).
+Sweep records of the requested (base) schedule enter the record whole (`table`, `scaling`: the comparisons and
+fits use only these, so every variant is compared under one schedule; the scaling may give each d its own
+schedule, as the authors' E7 did); records of every other schedule enter in brief (`other_schedules`,
+`scaling_other`): the page shows each variant's longest schedule beside its base one, and the capacity against
+the epoch cap. Records written before the fact generator had a device option drew the permutation on the CPU
+and are marked so (`facts_device`).
 """
 
 import json

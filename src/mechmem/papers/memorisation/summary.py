@@ -1,12 +1,12 @@
 """Numbers the memorisation page reports about the 54-variant table, computed from sweep records (dicts).
 
-A *toggle effect* compares matched pairs of variants that differ in one component only (e.g. MLP residual on vs
-off with mixing, norms, bias and activation equal) and reports the range of the capacity differences, in facts
-and in percent of the "off" variant, and in how many pairs "on" stores more. The MLP toggle pairs each MLP
-variant with the MLP-less variant of the same mixing and norms, whatever its bias (Table B.1 gives the MLP-less
-rows no bias setting, and Appendix B's "324 - 794" is reproduced from Table B.1 only with this pairing); every
-other toggle compares MLP variants only. Appendix B leaves the outlier combination (MLP + norms, no residual, no
-bias, ReLU) out of every pair comparison; `exclude_outlier=True` does the same.
+A *toggle effect* compares matched pairs of variants that differ in one component only (e.g. MLP residual on
+vs off with mixing, norms, bias and activation equal) and reports the range of the capacity differences, in
+facts and in percent of the "off" variant, and in how many pairs "on" stores more. The MLP toggle pairs each
+MLP variant with the MLP-less variant of the same mixing and norms, whatever its bias (Table B.1 gives the
+MLP-less rows no bias setting, and Appendix B's "324 - 794" is reproduced from Table B.1 only with this
+pairing); every other toggle compares MLP variants only. Appendix B leaves the outlier combination (MLP +
+norms, no residual, no bias, ReLU) out of every pair comparison; `exclude_outlier=True` does the same.
 
 `compare_to_published` holds one capacity against the four published repeats of its Table B.1 row.
 """
@@ -97,7 +97,7 @@ TOGGLES = {
 def toggle_effects(
     records: list[dict[str, Any]], *, exclude_outlier: bool = False
 ) -> dict[str, ToggleEffect]:
-    """The effect of each of `TOGGLES` that has matched pairs in `records` (a partial table skips the rest)."""
+    """The effect of each of `TOGGLES` with matched pairs in `records` (a partial table skips the rest)."""
     out = {}
     for key, (field, on, off) in TOGGLES.items():
         try:
@@ -178,7 +178,7 @@ def by_name(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def outlier(records: list[dict[str, Any]], mixing: str) -> dict[str, Any] | None:
-    """The published outlier (MLP + norms, no residual, no bias, ReLU) of one mixing, and that mixing's lowest."""
+    """The published outlier (`is_outlier`) of one mixing, and that mixing's lowest MLP variant."""
     mlp = [r for r in records if r["config"]["mlp"] and r["config"]["mixing"] == mixing]
     odd = next((r for r in mlp if is_outlier(r["config"])), None)
     if odd is None:
@@ -200,7 +200,7 @@ def mean_sd(values: list[float | int]) -> str:
 
 
 def non_monotone(records: list[dict[str, Any]]) -> list[tuple[str, int, int, int, int]]:
-    """(variant, n, successes at n, a larger n', more successes at n') for each record where success grows with n."""
+    """(variant, n, successes at n, a larger n', more successes there) where success grows with n."""
     out = []
     for r in records:
         counts = sorted((int(n), k) for n, k in r["successes"].items())

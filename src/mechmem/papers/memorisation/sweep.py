@@ -1,14 +1,14 @@
 """Sweeps of capacity searches: resumable JSONL records, the 54-variant table, and d-scaling fits.
 
 A sweep is a list of `SearchCell`s (variant, sizes, repeat, schedule). `run_sweep` runs them through the one
-executor (`mechmem.executor.run_cells`: in-process, or Ray tasks with `executor="ray"`), which appends one JSON
-line per finished cell and skips cells whose key is already in the file, so an interrupted sweep resumes where it
-stopped. Repeat r uses init seeds 11r .. 11r + 10 (the published repeats drew fresh random inits).
+executor (`mechmem.executor.run_cells`: in-process, or Ray tasks with `executor="ray"`), which appends one
+JSON line per finished cell and skips cells whose key is already in the file, so an interrupted sweep resumes
+where it stopped. Repeat r uses init seeds 11r .. 11r + 10 (the published repeats drew fresh random inits).
 
-Scaling follows the authors: n_in = 2d, d_model = d_mlp = n_out = d, search precision 8 (d/16)^2; their E7 also
-let the epoch cap per lr phase grow with d (50,000 x 1, 2, 4, 8 for d = 16, 32, 64, 128) with patience 5,000
-throughout, which `e7_schedule` applies to any base schedule. The fits are `fits.fit_scaling` (`scaling_fits`
-groups the records by variant and criterion).
+Scaling follows the authors: n_in = 2d, d_model = d_mlp = n_out = d, search precision 8 (d/16)^2; their E7
+also let the epoch cap per lr phase grow with d (50,000 x 1, 2, 4, 8 for d = 16, 32, 64, 128) with patience
+5,000 throughout, which `e7_schedule` applies to any base schedule. The fits are `fits.fit_scaling`
+(`scaling_fits` groups the records by variant and criterion).
 """
 
 import statistics
@@ -70,7 +70,7 @@ def scaled(cfg: FactsModelConfig, d: int) -> FactsModelConfig:
 
 
 def load_records(path: str | Path) -> list[dict[str, Any]]:
-    """All records of a sweep file, one per key (missing file: none; a line cut by a killed sweep: skipped)."""
+    """All records of a sweep file, one per key (missing file: none; a cut line: skipped)."""
     return list(load_cell_records(Path(path), flat=True).values())
 
 
@@ -101,7 +101,7 @@ def run_sweep(
     progress: bool = True,
     reuse: Iterable[str | Path] = (),
 ) -> dict[str, dict[str, Any]]:
-    """Run every cell not yet in `path` (one JSON line each, appended as it finishes); key -> record of all cells.
+    """Run every cell not yet in `path` (one JSON line each, appended when done); key -> record of all cells.
 
     `executor`, `address` and `gpus_per_cell` choose where the cells run (`mechmem.executor.run_cells`);
     `device` is cpu, cuda or auto, resolved by each cell where it runs. Cells finished in a `reuse` file (same
@@ -152,7 +152,7 @@ def table_rows(
 
 
 def e7_schedule(schedule: Schedule, d: int) -> Schedule:
-    """The authors' E7 schedule at width d: the epoch cap per lr phase times d / 16 (at least 1x), same patience.
+    """The authors' E7 schedule at width d: the epoch cap per lr phase times d / 16, same patience.
 
     With the published base (50,000 / 5,000): 50,000, 100,000, 200,000, 400,000 epochs per phase for
     d = 16, 32, 64, 128 (their E7_modal.py), patience 5,000 at every d.
