@@ -355,3 +355,14 @@ def test_commands_name_exactly_the_schedules_of_the_data(record):
         f"`{record['benchmark']['source']}`" in commands
         and f"--rounds {record['benchmark']['rounds']}" in commands
     )
+
+
+def test_collect_takes_a_schedule_per_d_for_the_scaling():
+    base = Schedule(max_epochs=150, patience=50).to_dict()
+    per_d = {16: Schedule(max_epochs=50_000, patience=5_000).to_dict(), 32: base}
+    rec = collect(DOCS / "data", schedule=base, scaling_schedules=per_d)
+    assert rec["scaling"] and all(r["schedule"] == per_d[r["d"]] for r in rec["scaling"])
+    assert {(r["variant"], r["d"]) for r in rec["scaling"]} >= {("2emb+mlp/relu", 16), ("2emb+mlp/relu", 32)}
+    shown = {(r["variant"], r["d"], r["schedule"]["max_epochs"]) for r in rec["scaling"]}
+    assert not shown & {(r["variant"], r["d"], r["schedule"]["max_epochs"]) for r in rec["scaling_other"]}
+    assert rec["table"] == collect(DOCS / "data", schedule=base)["table"]  # the table keeps the base schedule
