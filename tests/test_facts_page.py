@@ -224,7 +224,7 @@ def test_published_files_are_read_from_the_packages():
 
 
 def test_compare_to_published_on_a_hand_example():
-    from mechmem.papers.memorisation.page import b1_counts
+    from mechmem.papers.memorisation.page_published import b1_counts
     from mechmem.papers.memorisation.summary import compare_to_published
 
     a = compare_to_published(816, [664, 688, 736, 816])  # mean 726, range 664 - 816

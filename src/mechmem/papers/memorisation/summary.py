@@ -8,9 +8,13 @@ MLP-less rows no bias setting, and Appendix B's "324 - 794" is reproduced from T
 pairing); every other toggle compares MLP variants only. Appendix B leaves the outlier combination (MLP +
 norms, no residual, no bias, ReLU) out of every pair comparison; `exclude_outlier=True` does the same.
 
-`compare_to_published` holds one capacity against the four published repeats of its Table B.1 row.
+`compare_to_published` holds one capacity against the four published repeats of its Table B.1 row. The last
+functions read the run record (`records.collect`) for the page modules: a variant's cells at every schedule,
+the best of them, and the table cells they share (`yes_no`, `short_schedule`, `effect_text`).
 """
 
+import json
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -209,3 +213,78 @@ def non_monotone(records: list[dict[str, Any]]) -> list[tuple[str, int, int, int
                 out.append((r["variant"], n1, k1, n2, k2))
                 break
     return out
+
+
+# --- over the run record (`records.collect`), shared by `page` and `page_published` ---
+
+
+def yes_no(v: bool) -> str:
+    """A table cell for a flag: "yes" or "-"."""
+    return "yes" if v else "-"
+
+
+def effect_text(e: ToggleEffect, *, facts: bool = False) -> str:
+    """ "+88 - +448 (+75% - +233%), better in 24/24" (facts=False: the percentages only)."""
+    pct = "-" if math.isnan(e.pct[0]) else f"{e.pct[0]:+.0f}% - {e.pct[1]:+.0f}%"
+    span = f"{e.diff[0]:+.0f} - {e.diff[1]:+.0f} ({pct})" if facts else pct
+    return f"{span}, better in {e.better}/{e.pairs}"
+
+
+def short_schedule(schedule: dict[str, Any]) -> str:
+    """ "50,000 / 5,000": epochs per lr phase / patience (acc appended when it is not 1)."""
+    acc = "" if schedule["target_acc"] == 1 else f", acc {schedule['target_acc']:g}"
+    return f"{schedule['max_epochs']:,} / {schedule['patience']:,}{acc}"
+
+
+def longest_schedules(record: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """variant -> the table records of its longest other schedule (most epochs per phase), base d only."""
+    d = record["table"][0]["d"]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(record.get("other_schedules", []), key=lambda r: r["schedule"]["max_epochs"]):
+        if r["d"] != d or r["schedule"]["target_acc"] != record["schedule"]["target_acc"]:
+            continue
+        prev = out.get(r["variant"])
+        if prev and prev[0]["schedule"] == r["schedule"]:
+            prev.append(r)
+        else:
+            out[r["variant"]] = [r]
+    return out
+
+
+def schedule_groups(record: dict[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """(schedule, its records) for the base schedule and every other one, shortest first."""
+    groups = [(record["schedule"], record["table"])]
+    for s in {json.dumps(r["schedule"], sort_keys=True) for r in record.get("other_schedules", [])}:
+        groups.append(
+            (
+                json.loads(s),
+                [r for r in record["other_schedules"] if json.dumps(r["schedule"], sort_keys=True) == s],
+            )
+        )
+    return sorted(groups, key=lambda g: g[0]["max_epochs"])
+
+
+def all_cells(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every table record at the base d and accuracy, whatever its schedule (base and other schedules)."""
+    d, acc = record["table"][0]["d"], record["schedule"]["target_acc"]
+    other = [
+        r for r in record.get("other_schedules", []) if r["d"] == d and r["schedule"]["target_acc"] == acc
+    ]
+    return record["table"] + other
+
+
+def best_cells(record: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
+    """The largest Any over every schedule's cells, and the cells that reach it."""
+    cells = all_cells(record)
+    best = max(r["any"] for r in cells)
+    return best, [r for r in cells if r["any"] == best]
+
+
+def config_cells(c: dict[str, Any]) -> list[str]:
+    """mixing, MLP, norms, MLP res, bias, act cells of a variant (MLP-less rows leave res and act blank)."""
+    mlp = (
+        [yes_no(c["mlp_residual"]), yes_no(c["bias"]), c["act_fn"]]
+        if c["mlp"]
+        else ["", yes_no(c["bias"]), ""]
+    )
+    return [c["mixing"], yes_no(c["mlp"]), yes_no(c["norms"]), *mlp]
