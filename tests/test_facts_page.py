@@ -366,3 +366,26 @@ def test_collect_takes_a_schedule_per_d_for_the_scaling():
     shown = {(r["variant"], r["d"], r["schedule"]["max_epochs"]) for r in rec["scaling"]}
     assert not shown & {(r["variant"], r["d"], r["schedule"]["max_epochs"]) for r in rec["scaling_other"]}
     assert rec["table"] == collect(DOCS / "data", schedule=base)["table"]  # the table keeps the base schedule
+
+
+def test_norms_without_mlp_verdict_is_the_records(record):
+    # the published-schedule gains of the MLP-less norms pairs, against the published range, recomputed here
+    page = (DOCS / "memorisation.md").read_text()
+    d = record["table"][0]["d"]
+    at = {
+        r["variant"]: r["any"]
+        for r in record["other_schedules"]
+        if r["d"] == d and (r["schedule"]["max_epochs"], r["schedule"]["patience"]) == (50_000, 5_000)
+    }
+    lo, hi = record["published"]["norms_no_mlp"]["pct"]
+    labels = {"2emb": "2Emb", "uniform": "uniform", "attn": "learned attention"}
+    gains = {m: 100 * (at[m + "+norms"] - at[m]) / at[m] for m in labels if m in at and m + "+norms" in at}
+    assert gains, "the committed data has the MLP-less pairs at the published schedule"
+    line = next(
+        x for x in page.splitlines() if x.startswith("- Norms without an MLP at the published schedule")
+    )
+    assert all(f"{labels[m]} {g:+.0f}%" in line for m, g in gains.items())
+    inside = ", ".join(labels[m] for m, g in gains.items() if lo <= g <= hi)
+    assert f"inside it {inside or 'none'}" in line
+    below = [labels[m] for m, g in gains.items() if g < lo]
+    assert ("below it " + ", ".join(below) in line) if below else "below it" not in line
