@@ -338,7 +338,7 @@ def test_paper_variant_runs_the_e7_schedule_per_d():
         }
         assert {c.schedule.patience for c in cells} == {e7["patience"]}
     assert {c.schedule.max_epochs for c in scaling_cells("nb", [16, 32], 1, base)} == {50_000}
-    assert spec("paper", {"grow_epochs": "false"}).grow_epochs is False
+    assert spec("paper", {"grow_epochs": "0"}).grow_epochs is False
     with pytest.raises(MechmemError):
         spec("paper", {"grow_epochs": "maybe"})
 
