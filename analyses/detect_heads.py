@@ -89,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "roles: " + (", ".join(f"L{h.layer}H{h.head} {h.role}" for h in roles if h.role != "none") or "none")
     )
+    scores = {k: found.evidence[k] for k in found.curves}
     payload = {
+        **HeadScores(scores, data="best score over the probes").to_dict(),
+        "lower": {k: found.evidence[f"{k}_lower"].tolist() for k in found.curves},
         **found.to_dict(),
         "roles": {f"L{h.layer}H{h.head}": {"role": h.role, "notes": h.notes} for h in roles},
         "task": ckpt.task_name,
@@ -98,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     cli.write_json(out / "detect_heads.json", payload)
     for index, figure in ((len(halves) - 1, "detect_heads.png"), (-1, "detect_heads_task.png")):
-        scores = {k: c["score"][index] for k, c in found.curves.items()}
-        result = HeadScores(scores, data=found.probes[index])
+        result = HeadScores({k: c["score"][index] for k, c in found.curves.items()}, data=found.probes[index])
         cli.save_figure(plot_head_scores(result, title=result.data), out / figure)
     example = ckpt.task.eval_batch(1, generator=gen).tokens
     cli.save_figure(

@@ -229,7 +229,7 @@ def trained_induction():
     model = build_transformer(cfg, generator=torch.Generator().manual_seed(0))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(1)
-    for _ in range(250):
+    for _ in range(300):
         task = RepeatsTask(RepeatsConfig(d_vocab=16, half=int(torch.randint(4, 13, (), generator=gen))))
         batch = task.train_batch(64, generator=gen)
         loss = task.loss(model(batch.tokens), batch)

@@ -134,3 +134,47 @@ def test_result_validation_serialisation_and_plots(planted, repeated):
 def test_models_without_attention_are_named():
     assert no_attention_reason(HookedRootModule()) is not None
     assert no_attention_reason(planted_induction_model(4, 6)) is None
+
+
+def test_script_probes_the_lengths_asked_for_and_rejects_impossible_ones(planted, tmp_path, capsys):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from mechmem.analysis.planted import planted_config
+    from mechmem.checkpoint import save_checkpoint
+    from mechmem.cli import run_script
+    from mechmem.tasks.generic import RepeatsConfig
+
+    path = Path(__file__).resolve().parents[1] / "analyses" / "detect_heads.py"
+    spec = importlib.util.spec_from_file_location("detect_heads_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ckpt = save_checkpoint(
+        tmp_path / "ckpt.pt",
+        model=planted,
+        model_config=planted_config(),
+        task_name="repeats",
+        task_config=RepeatsConfig(d_vocab=12, half=6),
+    )
+    args = [str(ckpt), "--out", str(tmp_path), "--n-samples", "16"]
+    assert run_script(module.main, args) == 0
+    data = json.loads((tmp_path / "detect_heads.json").read_text())
+    # the rule's lengths (4, 8, 12 for n_ctx 24, 12 tokens) plus the task's own (6), then the task's data
+    assert data["probes"] == [
+        "[r, r], |r| = 4",
+        "[r, r], |r| = 6",
+        "[r, r], |r| = 8",
+        "[r, r], |r| = 12",
+        "task data",
+    ]
+    assert data["roles"]["L1H1"]["role"] == "induction" and data["roles"]["L0H2"]["role"] == "previous-token"
+    assert run_script(module.main, [*args, "--lengths", "5,3"]) == 0
+    assert json.loads((tmp_path / "detect_heads.json").read_text())["probes"][:2] == [
+        "[r, r], |r| = 3",
+        "[r, r], |r| = 5",
+    ]
+    capsys.readouterr()
+    assert run_script(module.main, [*args, "--half", "13"]) == 2  # 2 x 13 > n_ctx = 24
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and len(err.strip().splitlines()) == 1

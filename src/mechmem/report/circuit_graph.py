@@ -145,10 +145,8 @@ def summary_lines(circuit: Circuit, source: str) -> list[str]:
         (
             f"Confident: {circuit.verdict} (behaviour {crit['behaviour']}: |gap| interval vs >= "
             f"{rule['min_gap']}; faithful {crit['faithful']}: interval vs >= {rule['min_faithfulness']}; "
-            f"sparse {crit['sparse']}: at most {rule['max_edge_fraction']:.0%} of the edges; significant "
-            f"{crit['significant']}: the {int(circuit.core().sum())} kept edges >= {rule['min_z']} standard "
-            f"errors from zero alone, faithfulness{interval('core_faithfulness')} vs >= "
-            f"{rule['min_faithfulness']}). Time {circuit.timings['total']:.2f} s."
+            f"complete {crit['complete']}: interval vs >= {rule['min_faithfulness']}; sparse {crit['sparse']}: "
+            f"at most {rule['max_edge_fraction']:.0%} of the edges). Time {circuit.timings['total']:.2f} s."
         ),
     ]
 
