@@ -101,7 +101,8 @@ def test_report_and_script_measure_the_same_prompts_for_a_seed(planted_ckpt, tmp
         script = json.loads((out / "circuit.json").read_text())
         assert script["n"] == section.findings["n"] == 64
         assert script["values"] == pytest.approx(section.findings["values"], abs=1e-6)
-        assert script["intervals"] == pytest.approx(section.findings["intervals"], abs=1e-6)
+        for name, interval in section.findings["intervals"].items():
+            assert script["intervals"][name] == pytest.approx(list(interval), abs=1e-6)
         assert script["verdict"] == section.findings["verdict"]
     capsys.readouterr()
 

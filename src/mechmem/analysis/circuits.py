@@ -45,7 +45,7 @@ from mechmem.tasks.base import PatchingPair
 ABLATIONS = ("corrupted", "mean", "zero")
 ABLATION_TEXT = {
     "corrupted": "each sender's output on the corrupted prompt of the same pair",
-    "mean": "each sender's mean output per position over the reference prompts (default: the clean prompts)",
+    "mean": "each sender's mean output per position over the reference prompts, by default the clean ones",
     "zero": "each sender's output set to zero",
 }
 """What an ablated edge carries, in words, per ablation (printed with every circuit)."""
