@@ -117,7 +117,7 @@ def heads_section(ctx: ReportContext) -> Section:
     )
     rows = [[h.name, *(h.evidence[k] for k in keys)] for h in ctx.roles.heads]
     s.tables.append(Table(["head", *keys], rows, "Detection scores"))
-    s.add_figure("scores", heads.plot_head_scores(heads.HeadScores(scores, data="max of both data sets")))
+    s.add_figure("scores", heads.plot_head_scores(heads.HeadScores(scores, data="best over the probes")))
     example = (
         ctx.task.eval_batch(1, generator=ctx.generator(3)).tokens
         if ctx.task is not None
