@@ -214,12 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("error: --device cuda but no CUDA device is available", file=sys.stderr)
         return 2
-    torch.set_num_threads(args.threads)
     sizes.sort(key=lambda s: (s["layers"] * s["d_model"] ** 2, s["n_ctx"]))
-    rows = []
-    for size in sizes:
-        rows.append(run_size(size, args))
-        print(f"done {size}: report {rows[-1]['report']['seconds']:.1f} s", file=sys.stderr, flush=True)
+    rows, threads = [], torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        for size in sizes:
+            rows.append(run_size(size, args))
+            print(f"done {size}: report {rows[-1]['report']['seconds']:.1f} s", file=sys.stderr, flush=True)
+    finally:
+        torch.set_num_threads(threads)
     fits = fit_growth(rows, args.startup) + fit_growth(rows, 0.0, "cpu_seconds")
     cells, headers = table(rows)
     print(format_table(cells, headers, floatfmt=".1f"))

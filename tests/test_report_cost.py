@@ -110,3 +110,26 @@ def test_benchmark_rejects_bad_sizes(size, capsys, tmp_path):
     assert load_benchmark().main(["--sizes", size, "--out", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
+
+
+def test_benchmark_runs_end_to_end(tmp_path, capsys):
+    out = tmp_path / "scaling.json"
+    argv = [
+        "--sizes",
+        "2x16x2@12",
+        "1x16x2@12",
+        "--d-vocab",
+        "12",
+        "--n-samples",
+        "32",
+        "--role-samples",
+        "32",
+    ]
+    argv += ["--circuit-samples", "8", "--circuit-role-samples", "32", "--out", str(out)]
+    assert load_benchmark().main(argv) == 0
+    record = json.loads(out.read_text())
+    assert [r["layers"] for r in record["rows"]] == [1, 2]  # smallest first
+    for row in record["rows"]:
+        assert row["report"]["steps"]["edges"]["passes"] > 0 and row["circuit"]["total"] > 0
+    assert {f["measure"] for f in record["fits"]} == {"seconds", "cpu_seconds"}
+    assert "report s" in capsys.readouterr().out
