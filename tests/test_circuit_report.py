@@ -1,12 +1,10 @@
 """The circuit's report section and `analyses/circuit.py`: the planted circuit drawn, written and printed."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_no_hooks
+from helpers import assert_no_hooks, load_script
 
 from mechmem.analysis.planted import planted_config, planted_induction_model
 from mechmem.analysis.roles import RoleResult, RoleThresholds, head_roles
@@ -17,15 +15,7 @@ from mechmem.report.circuit_graph import edges_section
 from mechmem.report.sections import ReportContext
 from mechmem.tasks.generic import RepeatsConfig
 
-ROOT = Path(__file__).resolve().parents[1]
 PLANTED = {"embed->L0H2.v", "L0H2->L1H1.k", "embed->L1H1.q", "embed->L1H1.v", "L1H1->logits"}
-
-
-def circuit_main():
-    spec = importlib.util.spec_from_file_location("analyses_circuit", ROOT / "analyses" / "circuit.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +47,7 @@ def test_section_is_skipped_with_a_reason_for_models_it_cannot_read():
 
 def test_script_writes_circuit_json_and_figure(planted_ckpt, tmp_path, capsys):
     rc = run_script(
-        circuit_main(),
+        load_script("circuit").main,
         [
             str(planted_ckpt),
             "--out",
@@ -82,7 +72,7 @@ def test_script_writes_circuit_json_and_figure(planted_ckpt, tmp_path, capsys):
 
 
 def test_script_bad_flag_is_one_line_exit_2(planted_ckpt, tmp_path, capsys):
-    rc = run_script(circuit_main(), [str(planted_ckpt), "--out", str(tmp_path), "--target", "0"])
+    rc = run_script(load_script("circuit").main, [str(planted_ckpt), "--out", str(tmp_path), "--target", "0"])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("error:") and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "circuit.json").exists()

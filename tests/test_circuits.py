@@ -63,8 +63,8 @@ def test_graph_has_k_composition_and_no_same_layer_edges(model):
     names = {e.name for e in g.edges}
     assert "L0H1->L1H0.k" in names and "L0H0->MLP0" in names and "MLP0->L1H1.q" in names
     assert not any(e.sender.depth >= e.port.node.depth for e in g.edges)
-    # embed, pos -> all 15 ports; L0 heads -> 6 head ports of L1, MLP0, MLP1, logits; MLP0 -> 6 + MLP1 + logits;
-    # L1 heads -> MLP1, logits; MLP1 -> logits
+    # embed, pos -> all 15 ports; L0 heads -> 6 head ports of L1, MLP0, MLP1, logits;
+    # MLP0 -> 6 + MLP1 + logits; L1 heads -> MLP1, logits; MLP1 -> logits
     assert len(g.edges) == 2 * 15 + 2 * 9 + 8 + 2 * 2 + 1
 
 

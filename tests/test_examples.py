@@ -3,11 +3,11 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 
 def test_examples_exist_in_percent_format():
@@ -56,7 +56,7 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     """Executed in a Jupyter kernel (no network) on small settings; figures come out inline."""
     nbclient = pytest.importorskip("nbclient")
     nbformat = pytest.importorskip("nbformat")
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(ROOT / "src")
     for key, value in {
         "MECHMEM_EXAMPLE_STEPS": "30",
         "MECHMEM_EXAMPLE_OUT": str(tmp_path),

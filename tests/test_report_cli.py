@@ -1,14 +1,11 @@
 """analyses/report.py and analyses/demo.py: outputs, one-line errors, index page."""
 
 import json
-from pathlib import Path
 
 import pytest
+from helpers import load_script
 
-from conftest import load_script
 from mechmem.cli import run_script
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from mechmem.tasks import build_task, get_preset
 from mechmem.training import TrainConfig, lr_at, train
 from mechmem.training.run import train_preset
 
-SMALL = dict(steps=40, batch_size=32, eval_every=10, eval_samples=64)
+SMALL = {"steps": 40, "batch_size": 32, "eval_every": 10, "eval_samples": 64}
 
 
 def _run(tmp_path=None, **overrides):

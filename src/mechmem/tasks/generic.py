@@ -16,7 +16,7 @@ answer read at position 6 (token 9): clean answer 4, corrupted answer 5.
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -58,7 +58,7 @@ class RepeatsTask(Task):
 
     name = "repeats"
     config_cls = RepeatsConfig
-    presets: dict[str, Any] = {}
+    presets: ClassVar[dict[str, Any]] = {}
 
     @property
     def d_vocab(self) -> int:

@@ -7,6 +7,7 @@ variant with the MLP-less variant of the same mixing and norms (MLP-less variant
 only MLP variants with bias pair up); every other toggle compares MLP variants only.
 """
 
+import itertools
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -125,7 +126,7 @@ def non_monotone(records: list[dict[str, Any]]) -> list[tuple[str, int, int, int
     out = []
     for r in records:
         counts = sorted((int(n), k) for n, k in r["successes"].items())
-        for (n1, k1), (n2, k2) in zip(counts, counts[1:]):
+        for (n1, k1), (n2, k2) in itertools.pairwise(counts):
             if k2 > k1:
                 out.append((r["variant"], n1, k1, n2, k2))
                 break
