@@ -194,7 +194,8 @@ def test_missing_ray_says_what_to_install(tmp_path, monkeypatch):
 
 
 def test_scripts_reject_a_bad_executor(capsys):
-    for script, args in (("sweep_facts", ["table"]), ("birth_scale", ["--no-run"])):
+    rules = str(ROOT / "docs" / "reproductions" / "data" / "birth_rules.json")  # found from any folder
+    for script, args in (("sweep_facts", ["table"]), ("birth_scale", ["--no-run", "--rules", rules])):
         assert run_script(load_script(script).main, [*args, "--executor", "spark"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: unknown executor 'spark'") and len(err.splitlines()) == 1
