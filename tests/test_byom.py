@@ -136,7 +136,9 @@ def test_task_scores_find_the_planted_heads_with_one_definition():
     assert_no_hooks(model)
 
 
-def test_the_docs_worked_example_runs(tmp_path, monkeypatch, capsys):
+def _run_the_docs_example(tmp_path, monkeypatch, capsys, *, skip: tuple[str, ...] = ()) -> None:
+    """The docs' Python blocks in one session, then its `python analyses/...` commands on byom/ (those
+    whose script is named in `skip` left out)."""
     text = DOC.read_text()
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}  # one session, as a reader would run the blocks
@@ -152,5 +154,17 @@ def test_the_docs_worked_example_runs(tmp_path, monkeypatch, capsys):
     assert len(commands) == 3
     for command in commands:
         script, *argv = shlex.split(command)[1:]
-        assert run_script(load_script(Path(script).stem).main, argv) == 0, command
+        if Path(script).stem not in skip:
+            assert run_script(load_script(Path(script).stem).main, argv) == 0, command
+
+
+def test_the_docs_worked_example_runs(tmp_path, monkeypatch, capsys):
+    """Everything but the report command, which alone takes a minute (analyses/report.py runs by default in
+    test_report_cli.py::test_demo_writes_index_and_reuses_checkpoints); the whole example is slow."""
+    _run_the_docs_example(tmp_path, monkeypatch, capsys, skip=("report",))
+
+
+@pytest.mark.slow
+def test_the_docs_worked_example_runs_with_its_report(tmp_path, monkeypatch, capsys):
+    _run_the_docs_example(tmp_path, monkeypatch, capsys)
     assert "L1H1" in (tmp_path / "byom" / "report" / "report.md").read_text()

@@ -294,11 +294,18 @@ def test_report_section_without_step_checkpoints_is_skipped(tmp_path):
     assert s.skipped and "no step checkpoints" in s.skipped and "--save-every" in s.skipped
 
 
-def test_report_script_finds_the_run_directory(series, tmp_path):
+def test_run_directory_of_a_step_checkpoint_and_of_the_final_one(series):
     from mechmem.analysis.dynamics import run_dir_of
 
     assert run_dir_of(series / "checkpoints" / "step_200.pt") == series
     assert run_dir_of(series / "ckpt.pt") == series
+
+
+# Slow (a whole report, ~60 s): by default the test above finds the run directory,
+# test_report_section_shows_the_order_of_events checks the section, and analyses/report.py runs in
+# test_report_cli.py::test_demo_writes_index_and_reuses_checkpoints.
+@pytest.mark.slow
+def test_report_script_finds_the_run_directory(series, tmp_path):
     code = run_script(
         load_script("report").main,
         [str(series / "checkpoints" / "step_200.pt"), "--out", str(tmp_path), "--n-samples", "32"],

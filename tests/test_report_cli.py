@@ -25,6 +25,9 @@ def planted_ckpt(tmp_path_factory):
     return path
 
 
+# Slow (a whole report, ~40 s): by default analyses/report.py runs on this checkpoint in
+# test_demo_writes_index_and_reuses_checkpoints, and test_report.py checks the roles and the three files.
+@pytest.mark.slow
 def test_report_script_writes_three_files(planted_ckpt, tmp_path, capsys):
     out = tmp_path / "rep"
     assert (
