@@ -45,6 +45,9 @@ def test_section_is_skipped_with_a_reason_for_models_it_cannot_read():
     assert "HookedTransformer" in edges_section(ctx).skipped
 
 
+# Slow (exact edge patching plus attribution, ~30-60 s): by default the same planted circuit is found through
+# the report section above, and the script's wiring runs in test_script_bad_flag_is_one_line_exit_2.
+@pytest.mark.slow
 def test_script_writes_circuit_json_and_figure(planted_ckpt, tmp_path, capsys):
     rc = run_script(
         load_script("circuit").main,
