@@ -7,7 +7,7 @@ import itertools
 import math
 import re
 from pathlib import Path
-from statistics import mean, pstdev
+from statistics import mean, stdev
 
 import pytest
 import torch
@@ -221,7 +221,8 @@ def test_published_table_equals_record_aggregates(record):
     assert len(table.rows) == len(expected)
     for row, (pub, ours) in zip(table.rows, expected):
         # the page's mean and sd against the statistics module: equal up to summation order (1e-12 relative)
-        want = [pub["value"], pub["source"], mean(ours), pstdev(ours), len(ours)]
+        sd = stdev(ours) if len(ours) > 1 else "-"  # the sample sd (`stats.mean_sd`); none for one value
+        want = [pub["value"], pub["source"], mean(ours), sd, len(ours)]
         assert_records_close(row[1:], want, rel=1e-12, abs=1e-15)
 
 
@@ -311,6 +312,7 @@ def test_committed_record_rebuilds_its_page():
     report = page.build_page(record)
     table = report.section("published").tables[0]
     probes = [r["probe"]["p_recall"] for r in record["task2"]]
-    # mean and sd of recorded floats: any summation order agrees to 1e-12 relative
-    assert_records_close(table.rows[4][3:], [mean(probes), pstdev(probes), len(probes)], rel=1e-12, abs=1e-15)
+    # mean and sample sd of recorded floats: any summation order agrees to 1e-12 relative
+    want = [mean(probes), stdev(probes), len(probes)]
+    assert_records_close(table.rows[4][3:], want, rel=1e-12, abs=1e-15)
     assert report.section("roles").skipped or report.section("roles").tables
