@@ -156,7 +156,10 @@ def test_planted_induction_circuit_is_found_exactly(ablation, expected):
     assert_no_hooks(model)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+# Seed 0 runs by default; seeds 1 and 2 (the same property on other random models, ~20-45 s each) are slow.
+@pytest.mark.parametrize(
+    "seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)]
+)
 def test_random_models_give_no_confident_circuit(seed):
     model = build_model(seed, n_ctx=24, d_vocab=12)
     pair, _ = circuit_pair(model, None, 32, generator=torch.Generator().manual_seed(seed))
