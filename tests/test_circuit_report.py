@@ -90,7 +90,7 @@ def test_report_and_script_measure_the_same_prompts_for_a_seed(planted_ckpt, tmp
         section = edges_section(ctx)
         out = tmp_path / str(seed)
         args = [str(planted_ckpt), "--out", str(out), "--seed", str(seed), "--role-samples", "16"]
-        assert run_script(circuit_main(), args) == 0
+        assert run_script(load_script("circuit").main, args) == 0
         script = json.loads((out / "circuit.json").read_text())
         assert script["n"] == section.findings["n"] == 64
         assert script["values"] == pytest.approx(section.findings["values"], abs=1e-6)
@@ -104,10 +104,10 @@ def test_script_describes_the_ablation_it_ran(planted_ckpt, tmp_path, capsys):
     from mechmem.analysis.circuits import ABLATION_TEXT
 
     args = [str(planted_ckpt), "--out", str(tmp_path), "--n-samples", "16", "--role-samples", "16"]
-    assert run_script(circuit_main(), [*args, "--ablation", "corrupted"]) == 0
+    assert run_script(load_script("circuit").main, [*args, "--ablation", "corrupted"]) == 0
     out = capsys.readouterr().out
     assert ABLATION_TEXT["corrupted"] in out and ABLATION_TEXT["mean"] not in out
     assert "over the clean prompts" not in out
-    assert run_script(circuit_main(), [*args, "--threshold", "0.2"]) == 0
+    assert run_script(load_script("circuit").main, [*args, "--threshold", "0.2"]) == 0
     out = capsys.readouterr().out
     assert "|score| >= 0.2 x |gap|" in out and "faithfulness >= None" not in out
