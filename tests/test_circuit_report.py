@@ -85,7 +85,9 @@ def test_report_and_script_measure_the_same_prompts_for_a_seed(planted_ckpt, tmp
     from mechmem.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(planted_ckpt)
-    for seed in (0, 3):
+    # One seed other than the default (0): a script or section that ignored --seed would draw other prompts
+    # and fail; a second seed doubled the test's two-minute cost without checking more.
+    for seed in (3,):
         ctx = ReportContext(ckpt.model, ckpt.task, 64, seed, head_roles(ckpt.model, None, n=16, seed=seed))
         section = edges_section(ctx)
         out = tmp_path / str(seed)
