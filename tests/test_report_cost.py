@@ -1,24 +1,17 @@
 """Every report records what each step cost; the cost benchmark's growth fit and its input errors."""
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
-from helpers import assert_no_hooks, build_model, random_tokens
+from helpers import assert_no_hooks, build_model, load_script, random_tokens
 
 from mechmem.report import ReportCost, build_report, write_report
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def load_benchmark():
-    spec = importlib.util.spec_from_file_location("report_scaling", ROOT / "benchmarks" / "report_scaling.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/report_scaling.py")
 
 
 @pytest.fixture(scope="module")
