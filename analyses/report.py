@@ -9,9 +9,8 @@ when the checkpoint's directory holds step checkpoints from --save-every), names
 measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
 """
 
-from mechmem.analysis.dynamics import run_dir_of
 from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script
-from mechmem.report import build_report, write_report
+from mechmem.report.checkpoint_report import report_checkpoint
 
 MIN_SAMPLES = 32
 """Smallest --n-samples the report accepts."""
@@ -26,24 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     ckpt, out = load_for_analysis(args, min_samples=MIN_SAMPLES)
     if args.out is None:
         out = out / "report"
-    title = args.title or f"{ckpt.path.parent.name}: {ckpt.task_name}"
-    meta = {
-        "checkpoint": str(ckpt.path),
-        "task": f"{ckpt.task_name} {ckpt.task_config}",
-        "model": type(ckpt.model).__name__,
-        "versions": ", ".join(f"{k} {v}" for k, v in ckpt.versions.items()),
-        "seed / samples": f"{args.seed} / {args.n_samples}",
-    }
-    report = build_report(
-        ckpt.model,
-        ckpt.task,
-        title=title,
-        meta=meta,
-        n_samples=args.n_samples,
-        seed=args.seed,
-        run_dir=run_dir_of(ckpt.path),
-    )
-    paths = write_report(report, out)
+    report, paths = report_checkpoint(ckpt, out, n_samples=args.n_samples, seed=args.seed, title=args.title)
     circuit = report.section("circuit")
     rows = [[h["layer"], h["head"], h["role"]] for h in circuit.findings["heads"]]
     if rows:

@@ -2,7 +2,6 @@
 records), the metric against a one-batch reference, the committed rules file and the page's ladder numbers."""
 
 import copy
-import importlib.util
 import itertools
 import json
 from pathlib import Path
@@ -142,9 +141,8 @@ def test_page_ladder_numbers_come_from_the_records(tmp_path, monkeypatch):
 
 
 def test_script_bad_input_exits_2_with_one_line(capsys):
-    spec = importlib.util.spec_from_file_location("birth_scale_script", ROOT / "analyses" / "birth_scale.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from mechmem.papers.birth.scripts import scale as module
+
     assert run_script(module.main, ["--statements", "nope"]) == 2
     assert run_script(module.main, ["--max-rung", "R9"]) == 2
     assert run_script(module.main, ["--no-run", "--record", "no/such/record.json"]) == 2

@@ -267,17 +267,9 @@ def test_capacity_table_helpers_match_hand_computation():
 
 
 def test_script_rejects_bad_mode(capsys):
-    import importlib.util
-    import pathlib
-
     from mechmem.cli import run_script
+    from mechmem.papers.memorisation.scripts import reproduce_constructions as module
 
-    spec = importlib.util.spec_from_file_location(
-        "reproduce_constructions",
-        pathlib.Path(__file__).parents[1] / "analyses" / "reproduce_constructions.py",
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     assert run_script(module.main, ["--modes", "nonsense"]) == 2
     assert "error:" in capsys.readouterr().err
 
@@ -285,16 +277,10 @@ def test_script_rejects_bad_mode(capsys):
 @pytest.mark.slow
 def test_quick_script_end_to_end(tmp_path):
     """The --quick constructions run writes its data files, and the capacities it reports retrace (minutes: slow)."""
-    import importlib.util
     import json
-    import pathlib
 
-    spec = importlib.util.spec_from_file_location(
-        "reproduce_constructions",
-        pathlib.Path(__file__).parents[1] / "analyses" / "reproduce_constructions.py",
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from mechmem.papers.memorisation.scripts import reproduce_constructions as module
+
     assert module.main(["--quick", "--data", str(tmp_path)]) == 0
     caps = json.loads((tmp_path / "constructions_capacity_quick.json").read_text())
     misc = json.loads((tmp_path / "constructions_misc_quick.json").read_text())

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import load_script
 
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
@@ -186,8 +185,11 @@ def test_missing_ray_says_what_to_install(tmp_path, monkeypatch):
 
 
 def test_scripts_reject_a_bad_executor(capsys):
-    for script, args in (("sweep_facts", ["table"]), ("birth_scale", ["--no-run"])):
-        assert run_script(load_script(script).main, [*args, "--executor", "spark"]) == 2
+    from mechmem.papers.birth.scripts import scale
+    from mechmem.papers.memorisation.scripts import sweep_facts
+
+    for script, args in ((sweep_facts, ["table"]), (scale, ["--no-run"])):
+        assert run_script(script.main, [*args, "--executor", "spark"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: unknown executor 'spark'") and len(err.splitlines()) == 1
     from mechmem.plugins import get_paper, load_papers

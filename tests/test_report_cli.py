@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import load_script
+
 from mechmem.cli import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def planted_ckpt(tmp_path_factory):
     from mechmem.checkpoint import save_checkpoint
+    from mechmem.papers.permutation import planted
     from mechmem.papers.permutation.task import PermutationConfig
-    from mechmem.report import planted
 
     path = tmp_path_factory.mktemp("planted") / "ckpt.pt"
     save_checkpoint(
@@ -62,11 +62,9 @@ def test_demo_writes_index_and_reuses_checkpoints(planted_ckpt, tmp_path, monkey
     model = demo.DemoModel("planted", "permutation", "task2-quick")
     calls = []
     real = demo.run_in_log
-    monkeypatch.setattr(
-        demo, "run_in_log", lambda name, argv, log: (calls.append(name), real(name, argv, log))[1]
-    )
+    monkeypatch.setattr(demo, "run_in_log", lambda fn, log: (calls.append(log.name), real(fn, log))[1])
     rows = demo.run_demo(runs, reports, models=[model], jobs=1, n_samples=32)
-    assert calls == ["report"]  # the checkpoint exists, so nothing was trained
+    assert calls == ["report.log"]  # the checkpoint exists, so nothing was trained
     assert rows[0]["report_rc"] == 0 and "recall" in rows[0]["circuit"]
     index = (reports / "index.html").read_text()
     assert 'href="planted/report.html"' in index and "probe p(recall)" in index
@@ -78,11 +76,20 @@ def test_demo_rejects_unknown_models(capsys):
     assert capsys.readouterr().err.startswith("error: unknown demo model")
 
 
-def test_demo_lists_installed_presets():
+def test_demo_models_come_from_the_papers():
+    from mechmem.plugins import get_paper, paper_names
     from mechmem.report.demo import available
 
-    names = [m.name for m in available()]
-    assert names[:2] == ["permutation-task1", "permutation-task2"]
+    declared = [m for name in paper_names() for m in get_paper(name).demo]
+    assert {m.name for m in declared} >= {"permutation-task1", "permutation-task2", "birth", "facts"}
+    assert available() == declared  # every declared preset is installed here
+    assert available([*declared, demo_model_without_preset()]) == declared
+
+
+def demo_model_without_preset():
+    from mechmem.plugins import DemoModel
+
+    return DemoModel("ghost", "permutation", "no-such-preset")
 
 
 @pytest.mark.slow

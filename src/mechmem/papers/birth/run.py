@@ -1,4 +1,4 @@
-"""Run the birth reproduction and record every number its page shows (the plugin's `spec` and `run`).
+"""Run the birth reproduction and record every number its page shows (the plugin's `run`; `spec` makes its spec).
 
     python analyses/reproduce.py birth --variant quick                  # CPU sizes; finished runs are reused
     python analyses/reproduce.py birth --variant quick --set only=freezing,ffn --set preset=0
@@ -18,7 +18,7 @@ then the run's entry), in this process or as Ray tasks; finished checkpoints mak
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +26,11 @@ import torch
 
 from mechmem.analysis.heads import attention_patterns, detect_heads, repeated_random_tokens
 from mechmem.checkpoint import load_checkpoint
-from mechmem.errors import MechmemError
-from mechmem.executor import Cell, check_executor, run_cells
+from mechmem.executor import Cell, run_cells
 from mechmem.papers.birth.corpus import load_stats
 from mechmem.papers.birth.data import TriggerSampler, generation_speed
 from mechmem.papers.birth.experiments import (
-    SCALES,
     Run,
-    Scale,
     compact_history,
     expand_history,
     experiment_runs,
@@ -43,104 +40,12 @@ from mechmem.papers.birth.experiments import (
     training_seconds,
 )
 from mechmem.papers.birth.scale import attach_ladder
+from mechmem.papers.birth.spec import BirthSpec
 from mechmem.papers.birth.statements import Context, judge, load_published
 from mechmem.tasks import get_preset
 
-GROUPS = ("freezing", "ffn", "data", "depth")
 FINAL_KEYS = ("icl_acc", "eval_icl_acc", "eval_ood_icl_acc", "wo2_recall", "wk2_recall", "wk1_recall",
               "wk1_recall_64", "wf_kl", "global_loss")  # fmt: skip
-OPTIONS = {
-    "runs": "directory of the runs (default runs/birth_repro/VARIANT; finished runs are reused)",
-    "only": "comma-separated experiments to run: freezing, ffn, data, depth (default: all)",
-    "seed": "seed of every run (default 0)",
-    "corpus": "text corpus or statistics JSON (default: the shipped tiny Shakespeare counts)",
-    "preset": "1: also train the task's `quick` preset and detect its heads (default 1)",
-    "speed": "1: measure data-generation speed (default 1)",
-    "references": "folder of birth_published.json and birth_authors_code.json (default docs/reproductions/data)",
-    "threads": "torch CPU threads (default 1)",
-    "executor": "where the runs train: local (this process) or ray (one Ray task per run; default local)",
-    "address": "Ray cluster to join (auto or host:port; `runs` must be a shared folder); default a local instance",
-    "workers": "runs at once on a local Ray instance (default 2)",
-}
-
-
-@dataclass(frozen=True)
-class BirthSpec:
-    """One reproduction: which runs, at which scale, and what else the record includes."""
-
-    variant: str
-    """Name of the scale ("quick", "default", "paper")."""
-    scale: Scale
-    """Sizes of every run."""
-    runs: Path
-    """Directory holding one sub-directory per run."""
-    only: tuple[str, ...] = GROUPS
-    """Experiments to run (the others are recorded as not run)."""
-    seed: int = 0
-    """Seed of every run, of the held-out data and of the sampled sequences."""
-    corpus: str | None = None
-    """Corpus statistics of the runs (None: tiny Shakespeare)."""
-    preset: bool = True
-    """Train (or reuse) the `quick` preset run; record its metrics, head scores and attention maps."""
-    speed: bool = True
-    """Measure data-generation speed."""
-    references: Path = Path("docs/reproductions/data")
-    """Folder of the published-values and authors'-code data files."""
-    threads: int = 1
-    """torch CPU threads."""
-    executor: str = "local"
-    """Where the runs train: local or ray (`mechmem.executor`)."""
-    address: str = ""
-    """Ray cluster to join; empty: a local instance."""
-    workers: int = 2
-    """Runs at once on a local Ray instance."""
-    command: str = ""
-    """The command line that reproduces this spec."""
-
-
-def _flag(name: str, value: str) -> bool:
-    if value not in ("0", "1"):
-        raise MechmemError(f"--set {name}= takes 0 or 1, got {value!r}")
-    return value == "1"
-
-
-def make_spec(variant: str, options: dict[str, str]) -> BirthSpec:
-    """The spec of `variant` with `options` (see `OPTIONS`); unknown names raise `MechmemError`."""
-    if variant not in SCALES:
-        raise MechmemError(f"unknown variant {variant!r} (known: {', '.join(SCALES)})")
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise MechmemError(f"unknown option {unknown[0]!r} (known: {', '.join(OPTIONS)})")
-    only = tuple(g for g in options.get("only", ",".join(GROUPS)).split(",") if g)
-    if not only or set(only) - set(GROUPS):
-        raise MechmemError(f"only={options.get('only')!r}: experiments are {', '.join(GROUPS)}")
-    try:
-        seed, threads, workers = (
-            int(options.get(k, d)) for k, d in (("seed", "0"), ("threads", "1"), ("workers", "2"))
-        )
-    except ValueError as exc:
-        raise MechmemError(f"seed, threads and workers take integers ({exc})") from None
-    check_executor(options.get("executor", "local"), options.get("address") or None)
-    command = " ".join(
-        [f"python analyses/reproduce.py birth --variant {variant}"]
-        + [f"--set {k}={v}" for k, v in options.items()]
-    )
-    return BirthSpec(
-        variant=variant,
-        scale=SCALES[variant],
-        runs=Path(options.get("runs", f"runs/birth_repro/{variant}")),
-        only=only,
-        seed=seed,
-        corpus=options.get("corpus"),
-        preset=_flag("preset", options.get("preset", "1")),
-        speed=_flag("speed", options.get("speed", "1")),
-        references=Path(options.get("references", "docs/reproductions/data")),
-        threads=threads,
-        executor=options.get("executor", "local"),
-        address=options.get("address", ""),
-        workers=workers,
-        command=command,
-    )
 
 
 def _run_entry(run: Run, history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -292,4 +197,6 @@ def run(spec: BirthSpec, log: Any = print) -> dict[str, Any]:
         "published": {k: v for k, v in published.items() if k != "statements"},
         "authors_code": authors,
     }
-    return attach_ladder(record, spec.references)  # the committed scale ladder (analyses/birth_scale.py)
+    return attach_ladder(
+        record, spec.references
+    )  # the committed scale ladder (mechmem.papers.birth.scripts.scale)

@@ -9,9 +9,9 @@ import json
 import math
 from typing import Any
 
+from mechmem.papers.memorisation.figures import plot_convergence, plot_scaling
 from mechmem.papers.memorisation.fits import ScalingFit
 from mechmem.papers.memorisation.page_constructions import constructions_headline, constructions_sections
-from mechmem.papers.memorisation.plots import plot_convergence, plot_scaling
 from mechmem.papers.memorisation.summary import (
     ToggleEffect,
     by_name,
