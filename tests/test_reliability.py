@@ -17,7 +17,7 @@ from mechmem.analysis.planted import planted_induction_model
 from mechmem.checkpoint import _digest, load_checkpoint, save_checkpoint
 from mechmem.cli import run_script, write_json
 from mechmem.errors import CheckpointError, MechmemError
-from mechmem.models.adapter import save_hooked_transformer
+from mechmem.checkpoint import save_hooked_transformer
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ("ablate_heads", "detect_heads", "logit_lens", "probe_memory", "report")

@@ -81,14 +81,14 @@ def register_paper(paper: Paper) -> Paper:
     return paper
 
 
-def _load_one(name: str, load: Callable[[], object]) -> None:
+def load_plugin(name: str, load: Callable[[], object], *, kind: str = "paper plugin") -> None:
     """Run one plugin's import; a failure is reported in one stderr line and remembered, never raised."""
     try:
         load()
-    except Exception as exc:  # any error inside someone else's plugin: skip it, keep the others
+    except Exception as exc:  # noqa: BLE001  (any error inside a plugin: report it, skip it, load the others)
         detail = " ".join(str(exc).split()) or "no message"
         _FAILED[name] = f"{type(exc).__name__}: {detail}"
-        print(f"warning: paper plugin {name!r} failed to load, skipped ({_FAILED[name]})", file=sys.stderr)
+        print(f"warning: {kind} {name!r} failed to load, skipped ({_FAILED[name]})", file=sys.stderr)
 
 
 def load_papers() -> None:
@@ -107,9 +107,9 @@ def load_papers() -> None:
         for info in sorted(pkgutil.iter_modules(builtin.__path__), key=lambda m: m.name):
             if info.ispkg:
                 module = f"{builtin.__name__}.{info.name}"
-                _load_one(module, lambda module=module: importlib.import_module(module))
+                load_plugin(module, lambda module=module: importlib.import_module(module))
         for ep in entry_points(group=ENTRY_POINT_GROUP):
-            _load_one(ep.name, ep.load)
+            load_plugin(ep.name, ep.load)
     finally:
         _STATE = "loaded"
 
