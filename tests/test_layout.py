@@ -238,7 +238,7 @@ def test_every_paper_has_the_skeleton():
 
 def test_paper_scripts_run_as_modules_from_any_directory(tmp_path):
     # `python -m mechmem.papers.NAME.scripts.X --help` from a folder that is not the repository
-    for script in sorted(SRC.glob("papers/*/scripts/*.py"))[:1]:
+    for script in [p for p in sorted(SRC.glob("papers/*/scripts/*.py")) if p.name != "__init__.py"][:1]:
         module = ".".join(script.relative_to(SRC.parent).with_suffix("").parts)
         out = subprocess.run(
             [sys.executable, "-m", module, "--help"],
