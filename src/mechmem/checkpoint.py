@@ -342,7 +342,7 @@ def save_hooked_transformer(
     task_config: Any = None,
     metrics: dict[str, Any] | None = None,
 ) -> Path:
-    """Turn a TransformerLens `HookedTransformer` (weights + cfg) into a mechmem checkpoint at `path`.
+    """Turn a TransformerLens model (weights + cfg) into a mechmem checkpoint at `path`.
 
     The config is derived from `model.cfg` (`config_from_hooked_transformer`); the task defaults to the generic
     "repeats" task sized to the model. After writing, the checkpoint is reloaded and must give the model's logits
