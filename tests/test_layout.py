@@ -1,7 +1,8 @@
-"""The layout rules: dependencies point one way, the core imports no paper, papers register themselves and share
-one skeleton, and nothing grows past its size.
+"""The layout rules: dependencies point one way, the core imports no paper, papers register themselves and
+share one skeleton, and nothing grows past its size.
 
-`python tests/test_layout.py` prints the module diagram of docs/architecture.md (mermaid), drawn from the imports.
+`python tests/test_layout.py` prints the module diagram of docs/architecture.md (mermaid), drawn from the
+imports.
 """
 
 import ast
@@ -81,7 +82,7 @@ def test_long_functions_say_why():
     assert offenders == []
 
 
-# -- the layers ----------------------------------------------------------------------------------------------------
+# -- the layers ----------------------------------------------------------------------------------------------
 LAYERS = [
     ("base", ("mechmem", "errors", "config", "io", "progress", "plotting", "plugins")),
     ("models and tasks", ("models", "tasks")),
@@ -93,10 +94,12 @@ LAYERS = [
     ("papers", ("papers",)),
     ("scripts", ("scripts",)),
 ]
-"""Bottom to top: a module may import its own layer or a lower one, never a higher one (docs/architecture.md)."""
+"""Bottom to top: a module may import its own layer or a lower one, never a higher one
+(docs/architecture.md)."""
 LAYER_OF = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}
 ALLOWED_UPWARD = {("mechmem.plugins", "mechmem.papers")}
-"""The plugin loader lists the folder of built-in plugins (the package `mechmem.papers`, which imports nothing)."""
+"""The plugin loader lists the folder of built-in plugins (the package `mechmem.papers`, which imports
+nothing)."""
 
 
 def module_files() -> dict[str, Path]:
@@ -114,8 +117,8 @@ def module_files() -> dict[str, Path]:
 def import_graph() -> dict[str, set[str]]:
     """module -> the mechmem modules it imports anywhere in its body (function-level imports count too).
 
-    `from a.b import c` is an import of the module a.b.c when that is a module, else of a.b; the parent packages
-    Python runs on the way are not edges.
+    `from a.b import c` is an import of the module a.b.c when that is a module, else of a.b; the parent
+    packages Python runs on the way are not edges.
     """
     modules = module_files()
 
@@ -251,8 +254,9 @@ def test_paper_scripts_run_as_modules_from_any_directory(tmp_path):
 
 
 def mermaid() -> str:
-    """The module diagram: one box per layer holding its units (a package or a top-level module), one arrow per
-    pair of units with an import between them; imports of the base layer, which every layer may use, are left out.
+    """The module diagram: one box per layer holding its units (a package or a top-level module), one arrow
+    per pair of units with an import between them; imports of the base layer, which every layer may use, are
+    left out.
     """
     edges = {
         (unit_of(a), unit_of(b))

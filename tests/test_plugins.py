@@ -1,5 +1,5 @@
-"""The plugin loader: a broken plugin is one line on stderr and is skipped; the others load, and every later call
-sees the same papers; the demo takes its models from the papers."""
+"""The plugin loader: a broken plugin is one line on stderr and is skipped; the others load, and every later
+call sees the same papers; the demo takes its models from the papers."""
 
 import sys
 from importlib.metadata import EntryPoint

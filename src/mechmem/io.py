@@ -1,7 +1,7 @@
 """Writing JSON: strict (NaN and +-inf become null, so every file is valid RFC 8259 JSON) and atomic.
 
-The lowest layer of mechmem with `errors` and `config`: checkpoints, training histories, run records, reports and
-scripts all write JSON through these functions (`mechmem.cli` re-exports them for the scripts).
+The lowest layer of mechmem with `errors` and `config`: checkpoints, training histories, run records, reports
+and scripts all write JSON through these functions (`mechmem.cli` re-exports them for the scripts).
 """
 
 import json

@@ -1,20 +1,20 @@
 """Papers as plugins: each reproduced work is one folder that registers its tasks, architectures and page.
 
-A paper plugin is a package that, when imported, calls `register_task` for its tasks, `register_architecture` for
-any model family TransformerLens cannot express, and `register_paper` once with a `Paper`:
+A paper plugin is a package that, when imported, calls `register_task` for its tasks, `register_architecture`
+for any model family TransformerLens cannot express, and `register_paper` once with a `Paper`:
 
-    spec = paper.spec(variant, options) # "quick" (CPU minutes), "full", "paper" (published scale); options: str->str
-    results = paper.run(spec, log)      # trains what is missing, measures; a JSON-able dict (the run record)
-    page = paper.page(results)          # a `mechmem.report.document.Report`, written by `write_page`
+    spec = paper.spec(variant, options)  # "quick" (CPU minutes), "paper" (published scale); options: str->str
+    results = paper.run(spec, log)       # trains what is missing, measures; the run record (a JSON-able dict)
+    page = paper.page(results)           # a `mechmem.report.document.Report`, written by `write_page`
 
-A paper also declares its demo models (`DemoModel`, trained and reported on by `make demo`). Every paper folder
-has the same parts; docs/papers.md draws the skeleton.
+A paper also declares its demo models (`DemoModel`, trained and reported on by `make demo`). Every paper
+folder has the same parts; docs/papers.md draws the skeleton.
 
-The core (models, tasks, training, analysis, report) never imports a paper by name: `load_papers` imports every
-sub-package of `mechmem.papers` (the built-in plugins; a fifth paper is a new folder there) and every entry point
-of the group "mechmem.papers" (plugins installed from other distributions), once, on first need. A plugin that
-fails to import is reported in one line on stderr (its name and the error), remembered in `failed_plugins()`, and
-skipped: the others still load, and every later call sees the same set of papers.
+The core (models, tasks, training, analysis, report) never imports a paper by name: `load_papers` imports
+every sub-package of `mechmem.papers` (the built-in plugins; a fifth paper is a new folder there) and every
+entry point of the group "mechmem.papers" (plugins installed from other distributions), once, on first need. A
+plugin that fails to import is reported in one line on stderr (its name and the error), remembered in
+`failed_plugins()`, and skipped: the others still load, and every later call sees the same set of papers.
 """
 
 import importlib
@@ -41,7 +41,8 @@ class DemoModel:
     preset: str
     """Preset of that task."""
     minutes: float = 1.0
-    """Rough single-thread training time; the longest jobs start first so the parallel jobs finish together."""
+    """Rough single-thread training time; the longest jobs start first so the parallel jobs finish
+    together."""
     save_every: int | None = None
     """Keep a step checkpoint every this many steps (the report's training-dynamics section reads them)."""
 
@@ -72,7 +73,8 @@ class Paper:
 _PAPERS: dict[str, Paper] = {}
 _FAILED: dict[str, str] = {}
 _STATE = "unloaded"
-"""unloaded -> loading (imports under way; a nested call returns at once) -> loaded (every import attempted)."""
+"""unloaded -> loading (imports under way; a nested call returns at once) -> loaded (every import
+attempted)."""
 
 
 def register_paper(paper: Paper) -> Paper:

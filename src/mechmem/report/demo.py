@@ -1,11 +1,13 @@
 """The demo: train one small model per demo model the papers declare, report on each, and link the reports.
 
-The models come from the paper plugins (`mechmem.plugins.Paper.demo`, gathered by `mechmem.plugins.demo_models`).
-Each model is one job: train it (unless its checkpoint exists) with `mechmem.training.run.train_preset`, then
-write its report with `mechmem.report.checkpoint_report.report_checkpoint`, each step's output going to the model's log file. Jobs run `jobs` at a
-time in forked worker processes, each on one CPU thread, so two of them share a 2-core machine without
-oversubscribing it. The parent imports TransformerLens and the papers once before forking, so no job pays that
-import again (several seconds each), and a model's report starts as soon as its own training ends. Without
+The models come from the paper plugins (`mechmem.plugins.Paper.demo`, gathered by
+`mechmem.plugins.demo_models`). Each model is one job: train it (unless its checkpoint exists) with
+`mechmem.training.run.train_preset`, then write its report with
+`mechmem.report.checkpoint_report.report_checkpoint`, each step's output going to the model's log file; the
+library calls these functions, never a script. Jobs run `jobs` at a time in forked worker processes, each on
+one CPU thread, so two of them share a 2-core machine without oversubscribing it. The parent imports
+TransformerLens and the papers once before forking, so no job pays that import again (several seconds each),
+and a model's report starts as soon as its own training ends. Without
 `os.fork` (or with `jobs=1`) the jobs run one after another in this process.
 """
 
@@ -45,8 +47,8 @@ def available(models: list[DemoModel] | None = None) -> list[DemoModel]:
 
 def run_in_log(fn: Callable[[], Any], log: Path) -> tuple[int, float]:
     """Call `fn()` in this process with stdout and stderr (file descriptors 1 and 2) sent to `log`; returns
-    (exit status, seconds). A user error is one `error:` line, status 2 (`run_script`); an unexpected exception is
-    logged with its traceback, status 1."""
+    (exit status, seconds). A user error is one `error:` line, status 2 (`run_script`); an unexpected
+    exception is logged with its traceback, status 1."""
     log.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -61,7 +63,7 @@ def run_in_log(fn: Callable[[], Any], log: Path) -> tuple[int, float]:
             return 0
 
         try:
-            rc = run_script(call)
+            rc = run_script(call, [])  # an argv: a library call, not a program (run_script's signal handling)
         except Exception:
             traceback.print_exc()
             rc = 1
@@ -97,7 +99,8 @@ def _report(m: DemoModel, run: Path, out: Path, n_samples: int) -> None:
 def demo_job(
     m: DemoModel, runs: Path, reports: Path, *, retrain: bool, steps: int | None, n_samples: int
 ) -> dict[str, Any]:
-    """Train `m` (unless its checkpoint exists and not `retrain`), then report on it; returns its summary row."""
+    """Train `m` (unless its checkpoint exists and not `retrain`), then report on it; returns its summary
+    row."""
     row: dict[str, Any] = {"model": m.name, "preset": f"{m.task}/{m.preset}", "train_s": "cached"}
     run = runs / m.name
     if retrain or not (run / "ckpt.pt").exists():
@@ -113,7 +116,8 @@ def demo_job(
 
 
 def _forked(fn: Callable[[], dict[str, Any]], out: Path) -> int:
-    """Fork a child that runs `fn` on one CPU thread and writes its result to `out`; returns the child's pid."""
+    """Fork a child that runs `fn` on one CPU thread and writes its result to `out`; returns the child's
+    pid."""
     pid = os.fork()
     if pid:
         return pid
@@ -133,10 +137,11 @@ def _forked(fn: Callable[[], dict[str, Any]], out: Path) -> int:
 def run_jobs(
     jobs: list[tuple[str, Callable[[], dict[str, Any]], list[Path]]], parallel: int, *, every_s: float = 15.0
 ) -> list[dict[str, Any]]:
-    """Run (name, job, logs) triples, `parallel` at a time in forked children; returns each job's row, in order.
+    """Run (name, job, logs) triples, `parallel` at a time in forked children; returns each job's row, in
+    order.
 
-    Says when each job ends and, every `every_s` seconds, prints each running job's latest progress line from its
-    logs (`mechmem.progress.LogRelay`), so a long demo is never silent, on a terminal or in a log file.
+    Says when each job ends and, every `every_s` seconds, prints each running job's latest progress line from
+    its logs (`mechmem.progress.LogRelay`), so a long demo is never silent, on a terminal or in a log file.
     A job that dies returns {"failed": exit status}.
     """
     if parallel <= 1 or not hasattr(os, "fork"):
@@ -174,7 +179,8 @@ def run_demo(
     steps: int | None = None,
     n_samples: int = 512,
 ) -> list[dict[str, object]]:
-    """Train (unless a checkpoint exists) and report on every model, write `reports/index.html`; one row per model."""
+    """Train (unless a checkpoint exists) and report on every model, write `reports/index.html`; one row per
+    model."""
     demo_models()  # import TransformerLens and the papers once, before forking
     order = sorted(models, key=lambda m: -m.minutes)
     print(f"training and reporting on {', '.join(m.name for m in order)} ({jobs} at a time)", flush=True)

@@ -1,8 +1,9 @@
 """Tasks by name: the registry every task registers into, and the loading of task plugins.
 
-Tasks come from three places: the core (`generic.py`: "repeats", which fits any model), paper plugins (imported by
-`mechmem.plugins.load_papers`), and your own code: a file passed to the scripts as `--task-module FILE`
-(`load_task_module`) or an entry point of the group "mechmem.tasks" in an installed distribution.
+Tasks come from three places: the core (`generic.py`: "repeats", which fits any model), paper plugins
+(imported by `mechmem.plugins.load_papers`), and your own code: a file passed to the scripts as
+`--task-module FILE` (`load_task_module`) or an entry point of the group "mechmem.tasks" in an installed
+distribution.
 """
 
 import importlib.util
@@ -40,7 +41,8 @@ def _load_plugins() -> None:
 
 
 def load_task_module(path: str | Path) -> None:
-    """Import a Python file that registers tasks (`--task-module FILE`); a bad file is a one-line `MechmemError`."""
+    """Import a Python file that registers tasks (`--task-module FILE`); a bad file is a one-line
+    `MechmemError`."""
     path = Path(path)
     if not path.is_file():
         raise MechmemError(f"--task-module {path}: no such file")

@@ -8,7 +8,7 @@ the corpus counts), `benchmarks/` (data-generation speed) and the demo model bel
 are `tinyshakespeare_stats.json`, read through `corpus.load_stats`.
 
     python analyses/reproduce.py birth --variant quick       # CPU sizes, about 15 runs of a few minutes each
-    python analyses/reproduce.py birth --page-only           # the page from docs/reproductions/data/birth.json
+    python analyses/reproduce.py birth --page-only           # the page again from the committed record
 """
 
 from mechmem.papers.birth import page, run, spec, task  # noqa: F401  (task: registers the task)

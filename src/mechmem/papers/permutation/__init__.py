@@ -2,8 +2,9 @@
 
 Importing the package registers the "permutation" task (`task`) and the paper "permutation"
 (`mechmem.plugins.Paper`) from the parts every paper folder has (docs/papers.md): `spec` (variants and
-`--set` options), `run` (trains and measures; the run record), `page` and `figures` (the page), `published.json`
-(the published values with their sources), `scripts/` and `benchmarks/` (none yet), and the demo models below.
+`--set` options), `run` (trains and measures; the run record), `page` and `figures` (the page),
+`published.json` (the published values with their sources), `scripts/` and `benchmarks/` (none yet), and the
+demo models below.
 `planted` holds a hand-set model with a known elimination / recall circuit.
 
     python analyses/reproduce.py permutation --variant quick            # CPU minutes

@@ -1,6 +1,7 @@
 """Count character unigrams and bigrams of a text corpus for the triggered-bigram ("birth") task.
 
-    python -m mechmem.papers.birth.scripts.corpus_stats ../shared/data/tinyshakespeare.txt   # the shipped counts
+    # the shipped counts
+    python -m mechmem.papers.birth.scripts.corpus_stats ../shared/data/tinyshakespeare.txt
     python -m mechmem.papers.birth.scripts.corpus_stats my_corpus.txt --out runs/my_corpus_stats.json
 
 Without --out the counts replace the shipped file (`tinyshakespeare_stats.json` in this paper's package).

@@ -1,9 +1,12 @@
 """Climb the birth scale ladder: the smallest configuration that reproduces each Section 3 accuracy.
 
-    python -m mechmem.papers.birth.scripts.scale --statements two_layer_fixed --max-rung R0     # CPU: a few minutes
-    python -m mechmem.papers.birth.scripts.scale                                                # every statement, every rung
+    # CPU: a few minutes
+    python -m mechmem.papers.birth.scripts.scale --statements two_layer_fixed --max-rung R0
+    # every statement, every rung
+    python -m mechmem.papers.birth.scripts.scale
     python -m mechmem.papers.birth.scripts.scale --seed-check docs/reproductions/data/birth_seed_check.json
-    python -m mechmem.papers.birth.scripts.scale --executor ray --address auto          # a rung's cells as Ray tasks
+    # a rung's cells as Ray tasks
+    python -m mechmem.papers.birth.scripts.scale --executor ray --address auto
 
 Rules, metric and rungs: docs/reproductions/data/birth_rules.json (committed before the runs). Each finished run
 is appended to docs/reproductions/data/birth_scale.jsonl; runs already there are reused, so the command resumes.

@@ -1,8 +1,11 @@
 """Per-init training time: 11 inits as one batched model versus the per-init loop, side by side in one run.
 
-    python -m mechmem.papers.memorisation.benchmarks.facts_training                      # d=16, 1,024 facts, 30 epochs, attn and 2Emb
+    # d=16, 1,024 facts, 30 epochs, attn and 2Emb
+    python -m mechmem.papers.memorisation.benchmarks.facts_training
     python -m mechmem.papers.memorisation.benchmarks.facts_training --epochs 20 --mixing 2emb
-    python -m mechmem.papers.memorisation.benchmarks.facts_training --out docs/reproductions/data/facts_benchmark.json   # the page's numbers
+    # the page's numbers
+    python -m mechmem.papers.memorisation.benchmarks.facts_training --out \
+        docs/reproductions/data/facts_benchmark.json
 
 Both sides run the same fixed number of epochs (one lr phase, no early stop) from the same seeds. "sequential"
 is `train_reference` (a hooked model and torch.optim.Adam per init); "batched" is `train_batched` on all inits.

@@ -1,10 +1,16 @@
 """Run the constructions experiments of Linsefors & Bushnaq (and our challenge entry) into the data folder.
 
-    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --quick --data runs/constructions_quick   # CPU, a few minutes
-    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --ds 16 32                 # the full table (about an hour on CPU)
-    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --ds 64 --modes published_hand keyvalue_hand --reuse
-    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --ds 64 --modes keyvalue_hand --reuse --spot-d 64 --spot-n 6680
-    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --ds 16 32 --executor ray    # searches as Ray tasks (2 at once here)
+    # CPU, a few minutes
+    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --quick --data \
+        runs/constructions_quick
+    # the full table (about an hour on CPU)
+    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --ds 16 32
+    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --ds 64 --modes published_hand \
+        keyvalue_hand --reuse
+    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --ds 64 --modes keyvalue_hand \
+        --reuse --spot-d 64 --spot-n 6680
+    # searches as Ray tasks (2 at once here)
+    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --ds 16 32 --executor ray
 
 Writes constructions_capacity_{full,quick}.json and constructions_misc_*.json into --data (default
 docs/reproductions/data); --reuse keeps the capacities already there and recomputes only --modes at --ds. The page
