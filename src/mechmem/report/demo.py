@@ -30,7 +30,8 @@ from mechmem.progress import LogRelay
 from mechmem.report.checkpoint_report import report_checkpoint
 from mechmem.report.document import write_index
 from mechmem.tasks import get_task_class
-from mechmem.training.run import train_preset
+from mechmem.training.run import preset_identity, train_preset
+from mechmem.training.rundir import finished_run
 
 
 def available(models: list[DemoModel] | None = None) -> list[DemoModel]:
@@ -77,12 +78,9 @@ def run_in_log(fn: Callable[[], Any], log: Path) -> tuple[int, float]:
     return rc, time.perf_counter() - t0
 
 
-def _train(m: DemoModel, run: Path, *, retrain: bool, steps: int | None) -> None:
-    save_every = m.save_every
-    if save_every and steps is not None:  # a shortened smoke run still keeps about ten step checkpoints
-        save_every = max(1, steps // 10)
+def _train(m: DemoModel, run: Path, *, steps: int | None, save_every: int | None) -> None:
     result = train_preset(
-        m.task, m.preset, out_dir=run, steps=steps, save_every=save_every, overwrite=retrain, progress=True
+        m.task, m.preset, out_dir=run, steps=steps, save_every=save_every, overwrite=True, progress=True
     )
     rows = [(k, v) for k, v in result.summary.items() if isinstance(v, (int, float))]
     print(format_table(rows, ["metric", "value"]))
@@ -99,12 +97,15 @@ def _report(m: DemoModel, run: Path, out: Path, n_samples: int) -> None:
 def demo_job(
     m: DemoModel, runs: Path, reports: Path, *, retrain: bool, steps: int | None, n_samples: int
 ) -> dict[str, Any]:
-    """Train `m` (unless its checkpoint exists and not `retrain`), then report on it; returns its summary
-    row."""
+    """Train `m` (unless its run directory holds this very run, finished, and not `retrain`; see
+    `rundir.finished_run`), then report on it; returns its summary row."""
     row: dict[str, Any] = {"model": m.name, "preset": f"{m.task}/{m.preset}", "train_s": "cached"}
     run = runs / m.name
-    if retrain or not (run / "ckpt.pt").exists():
-        rc, secs = run_in_log(lambda: _train(m, run, retrain=retrain, steps=steps), run / "train.log")
+    # a shortened smoke run still keeps about ten step checkpoints
+    every = (m.save_every if steps is None else max(1, steps // 10)) if m.save_every else None
+    identity = preset_identity(m.task, m.preset, steps=steps, save_every=every)
+    if retrain or not finished_run(run, identity):  # a finished run of other settings is trained again
+        rc, secs = run_in_log(lambda: _train(m, run, steps=steps, save_every=every), run / "train.log")
         row.update(train_s=round(secs, 1), train_rc=rc)
         if rc:
             return row

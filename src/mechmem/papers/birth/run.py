@@ -1,4 +1,5 @@
-"""Run the birth reproduction and record every number its page shows (the plugin's `run`; `spec` makes its spec).
+"""Run the birth reproduction and record every number its page shows (the plugin's `run`; `spec` makes its
+spec).
 
     python analyses/reproduce.py birth --variant quick                  # CPU sizes; finished runs are reused
     python analyses/reproduce.py birth --variant quick --set only=freezing,ffn --set preset=0
@@ -24,7 +25,13 @@ from typing import Any
 
 import torch
 
-from mechmem.analysis.heads import attention_patterns, detect_heads, repeated_random_tokens
+from mechmem.analysis.heads import (
+    TASK_DATA,
+    attention_patterns,
+    detect_heads,
+    detect_heads_on_task,
+    repeated_random_tokens,
+)
 from mechmem.checkpoint import load_checkpoint
 from mechmem.executor import Cell, run_cells
 from mechmem.papers.birth.corpus import load_stats
@@ -89,16 +96,28 @@ def attention_maps(ckpt_path: Path, *, n_pos: int = 48, seed: int = 0) -> dict[s
 
 @torch.no_grad()
 def head_scores(ckpt_path: Path, *, n_samples: int = 64, seed: int = 0) -> dict[str, Any]:
-    """Previous-token and induction scores per layer (head 0) on repeated random sequences and on task data,
-    measured as `analyses/detect_heads.py` does (`mechmem.analysis.heads.detect_heads`)."""
+    """Previous-token and induction scores per layer (head 0) on repeated random sequences and on task data.
+
+    The definitions are the report's and `analyses/detect_heads.py`'s: `heads.detect_heads` on repeated
+    random sequences, and `heads.detect_heads_on_task` on the task's evaluation batch, which counts only the
+    answer queries (the loss-masked positions: a trigger's later occurrences, where the induction head does
+    its work) and, for previous-token, the positions an induction head reads. Scoring every query of the task
+    batch would mix in the bigram-text positions, where no head has anything to look back for, and dilute the
+    score with chance matches of the pattern. Both batches are drawn from one generator seeded with `seed`,
+    in the order `roles.measure_pattern_evidence` draws them, so the higher of the two is the report's
+    evidence of the head.
+    """
     ckpt = load_checkpoint(ckpt_path)
     model, gen = ckpt.model, torch.Generator().manual_seed(seed)
-    repeated = repeated_random_tokens(n_samples, model.cfg.n_ctx // 2, model.cfg.d_vocab, generator=gen)
+    half = min(model.cfg.n_ctx // 2, model.cfg.d_vocab)
+    repeated = repeated_random_tokens(n_samples, half, model.cfg.d_vocab, generator=gen)
     on_random = detect_heads(model, repeated).scores
-    on_task = detect_heads(model, ckpt.task.eval_batch(n_samples, generator=gen).tokens).scores
+    batch = ckpt.task.eval_batch(n_samples, generator=gen)
+    on_task = detect_heads_on_task(model, batch.tokens, batch.loss_mask > 0).scores
     return {
         "n_samples": n_samples,
         "seed": seed,
+        "task_data": TASK_DATA,
         "layers": [
             {f"{name}_{data}": round(float(scores[name][layer, 0]), 5)
              for name in ("previous_token", "induction")
@@ -197,6 +216,4 @@ def run(spec: BirthSpec, log: Any = print) -> dict[str, Any]:
         "published": {k: v for k, v in published.items() if k != "statements"},
         "authors_code": authors,
     }
-    return attach_ladder(
-        record, spec.references
-    )  # the committed scale ladder (mechmem.papers.birth.scripts.scale)
+    return attach_ladder(record, spec.references)  # the committed ladder (papers/birth/scripts/scale.py)

@@ -1,11 +1,14 @@
 """The birth reproduction's spec: its variants (one `Scale` each), its `--set` options and `make_spec`.
 
-python analyses/reproduce.py birth --variant quick --set only=freezing,ffn --set preset=0
+    python analyses/reproduce.py birth --variant quick --set only=freezing,ffn --set preset=0
+
+Every option is a field of `BirthSpec`, parsed by `mechmem.config.apply_options`.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from mechmem.config import apply_options
 from mechmem.errors import MechmemError
 from mechmem.executor import check_executor
 from mechmem.papers.birth.experiments import SCALES, Scale
@@ -62,46 +65,23 @@ class BirthSpec:
     """The command line that reproduces this spec."""
 
 
-def _flag(name: str, value: str) -> bool:
-    if value not in ("0", "1"):
-        raise MechmemError(f"--set {name}= takes 0 or 1, got {value!r}")
-    return value == "1"
+def _groups(text: str) -> tuple[str, ...]:
+    only = tuple(g for g in text.split(",") if g)
+    if not only or set(only) - set(GROUPS):
+        raise MechmemError(f"only={text!r}: experiments are {', '.join(GROUPS)}")
+    return only
 
 
 def make_spec(variant: str, options: dict[str, str]) -> BirthSpec:
-    """The spec of `variant` with `options` (see `OPTIONS`); unknown names raise `MechmemError`."""
+    """The spec of `variant` with `options` (see `OPTIONS`; read by `config.apply_options`); unknown names and
+    bad values raise `MechmemError`."""
     if variant not in SCALES:
         raise MechmemError(f"unknown variant {variant!r} (known: {', '.join(SCALES)})")
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise MechmemError(f"unknown option {unknown[0]!r} (known: {', '.join(OPTIONS)})")
-    only = tuple(g for g in options.get("only", ",".join(GROUPS)).split(",") if g)
-    if not only or set(only) - set(GROUPS):
-        raise MechmemError(f"only={options.get('only')!r}: experiments are {', '.join(GROUPS)}")
-    try:
-        seed, threads, workers = (
-            int(options.get(k, d)) for k, d in (("seed", "0"), ("threads", "1"), ("workers", "2"))
-        )
-    except ValueError as exc:
-        raise MechmemError(f"seed, threads and workers take integers ({exc})") from None
-    check_executor(options.get("executor", "local"), options.get("address") or None)
+    base = BirthSpec(variant=variant, scale=SCALES[variant], runs=Path(f"runs/birth_repro/{variant}"))
+    spec = apply_options(base, options, OPTIONS, {"only": _groups})
+    check_executor(spec.executor, spec.address or None)
     command = " ".join(
         [f"python analyses/reproduce.py birth --variant {variant}"]
         + [f"--set {k}={v}" for k, v in options.items()]
     )
-    return BirthSpec(
-        variant=variant,
-        scale=SCALES[variant],
-        runs=Path(options.get("runs", f"runs/birth_repro/{variant}")),
-        only=only,
-        seed=seed,
-        corpus=options.get("corpus"),
-        preset=_flag("preset", options.get("preset", "1")),
-        speed=_flag("speed", options.get("speed", "1")),
-        references=Path(options.get("references", "docs/reproductions/data")),
-        threads=threads,
-        executor=options.get("executor", "local"),
-        address=options.get("address", ""),
-        workers=workers,
-        command=command,
-    )
+    return replace(spec, command=command)

@@ -1,18 +1,18 @@
 """The permutation reproduction's spec: its variants, its `--set` options and their parsers, and `make_spec`.
 
-python analyses/reproduce.py permutation --variant quick --set workers=2 --set task1_seeds=0,1
+    python analyses/reproduce.py permutation --variant quick --set workers=2 --set task1_seeds=0,1
+
+The `run` module holds the spec dataclass, `ReproConfig`, beside the experiments that read it.
 """
 
-from typing import Any
-
+from mechmem.config import apply_options
 from mechmem.errors import MechmemError
 from mechmem.executor import check_executor
 from mechmem.papers.permutation.run import ReproConfig
 from mechmem.papers.permutation.task import SCALE_PRESET_NAMES
 
 VARIANTS = ("full", "quick", "paper")
-"""full: 5 seeds per CPU model (the default); quick: 2 Task 1 and 3 Task 2 seeds; paper: published
-schedules."""
+"""full: 5 seeds per CPU model (the default); quick: 2 Task 1 and 3 Task 2 seeds; paper: published schedules."""
 
 
 def _seeds(text: str) -> tuple[int, ...]:
@@ -68,23 +68,20 @@ OPTIONS = {
 def make_spec(variant: str, options: dict[str, str]) -> ReproConfig:
     """The `ReproConfig` of a variant, with `--set` options (runs=DIR, workers=N, device=cpu|cuda,
     task1_seeds=0,1,2, task2_seeds=0,1,2, executor=local|ray, address=auto|HOST:PORT,
-    scale_presets=v10-quick,v15-quick or none) applied; unknown variants
+    scale_presets=v10-quick,v15-quick or none) applied by `config.apply_options`; unknown variants
     and options, and a bad executor or address, raise `MechmemError`."""
     if variant not in VARIANTS:
         raise MechmemError(f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise MechmemError(f"unknown option {unknown[0]!r} (known: {', '.join(OPTIONS)})")
     kind = "paper" if variant == "paper" else "quick"
     few = variant == "quick"
-    fields: dict[str, Any] = {
-        "task1_preset": f"task1-{kind}",
-        "task2_preset": f"task2-{kind}",
-        "task1_seeds": (0, 1) if few else (0, 1, 2, 3, 4),
-        "task2_seeds": (0, 1, 2) if few else (0, 1, 2, 3, 4),
-        "scale_presets": (f"v10-{kind}", f"v15-{kind}"),
-        "variant": variant,
-    }
-    fields.update({key: OPTIONS[key](value) for key, value in options.items()})
-    check_executor(fields.get("executor", "local"), fields.get("address") or None)
-    return ReproConfig(**fields)
+    base = ReproConfig(
+        task1_preset=f"task1-{kind}",
+        task2_preset=f"task2-{kind}",
+        task1_seeds=(0, 1) if few else (0, 1, 2, 3, 4),
+        task2_seeds=(0, 1, 2) if few else (0, 1, 2, 3, 4),
+        scale_presets=(f"v10-{kind}", f"v15-{kind}"),
+        variant=variant,
+    )
+    spec = apply_options(base, options, OPTIONS, OPTIONS)
+    check_executor(spec.executor, spec.address or None)
+    return spec
