@@ -229,7 +229,16 @@ def test_no_import_cycle():
 
 
 def test_every_paper_has_the_skeleton():
-    parts = ["__init__.py", "spec.py", "run.py", "page.py", "figures.py", "scripts", "benchmarks"]
+    parts = [
+        "__init__.py",
+        "spec.py",
+        "run.py",
+        "page.py",
+        "figures.py",
+        "published.json",
+        "scripts",
+        "benchmarks",
+    ]
     missing = [
         f"{paper}/{part}"
         for paper in PAPERS

@@ -23,7 +23,7 @@ OPTIONS = {
     "corpus": "text corpus or statistics JSON (default: the shipped tiny Shakespeare counts)",
     "preset": "1: also train the task's `quick` preset and detect its heads (default 1)",
     "speed": "1: measure data-generation speed (default 1)",
-    "references": "folder of birth_published.json and birth_authors_code.json (default docs/reproductions/data)",
+    "references": "folder of birth_authors_code.json and the scale ladder (default docs/reproductions/data)",
     "threads": "torch CPU threads (default 1)",
     "executor": "where the runs train: local (this process) or ray (one Ray task per run; default local)",
     "address": "Ray cluster to join (auto or host:port; `runs` must be a shared folder); default a local instance",

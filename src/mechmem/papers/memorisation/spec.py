@@ -35,6 +35,8 @@ class MemorisationSpec:
     """Sweep schedule: epochs per lr phase (published 50,000)."""
     patience: int = 50
     """Sweep schedule: epochs without improvement (published 5,000)."""
+    grow_epochs: bool = False
+    """Scaling: multiply the epoch cap by d / 16 at each d (the authors' E7: 50,000 x 1, 2, 4, 8)."""
     repeats: int = 1
     """Sweep repeats (fresh init seeds each; published 4)."""
     d: int = 16
@@ -66,7 +68,13 @@ def make_spec(variant: str, options: dict[str, str]) -> MemorisationSpec:
         )
     elif variant == "paper":
         base = replace(
-            base, max_epochs=50_000, patience=5_000, repeats=4, ds=(16, 32, 64, 128), device="auto"
+            base,
+            max_epochs=50_000,
+            patience=5_000,
+            grow_epochs=True,
+            repeats=4,
+            ds=(16, 32, 64, 128),
+            device="auto",
         )
     names = [f.name for f in fields(base) if f.name != "variant"]
     out = apply_options(base, options, names)
