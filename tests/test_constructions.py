@@ -1,4 +1,5 @@
-"""The challenge model, the published construction, Appendix A, our key-value table and the capacity search."""
+"""The challenge model, the published construction,
+Appendix A, our key-value table and the capacity search."""
 
 import math
 
@@ -109,7 +110,8 @@ def test_assignment_invariants(d_mlp, n_out, s, strict):
     assert (conn.sum(0) == s).all()
     loads = conn.sum(1)
     # Strict cases are far from the pair-packing bound: perfectly balanced and overlap <= 1. Near or past the
-    # bound the local search may leave a load spread of 2 or an overlap of 2 (the authors' code also "ideally").
+    # bound the local search may leave a load spread of 2 or an overlap of 2 (the authors' code also
+    # "ideally").
     assert int(loads.max() - loads.min()) <= (1 if strict else 2)
     assert overlap_feasible(d_mlp, n_out, s) or not strict
     assert max_overlap(conn) <= (1 if strict else max(2, s * s // d_mlp + 2))
@@ -240,7 +242,8 @@ def test_hybrid_learns_appendix_features():
 
 
 def test_capacity_table_helpers_match_hand_computation():
-    """capacity_of / mode_fit / fit_ratio on hand-made results: ratios of a d^2/ln d fits over shared sizes."""
+    """capacity_of / mode_fit / fit_ratio on hand-made results:
+    ratios of a d^2/ln d fits over shared sizes."""
 
     def result(mode, d, cap1, cap9):
         scores = {cap1: 1.0, cap9: 0.9}
@@ -276,7 +279,8 @@ def test_script_rejects_bad_mode(capsys):
 
 @pytest.mark.slow
 def test_quick_script_end_to_end(tmp_path):
-    """The --quick constructions run writes its data files, and the capacities it reports retrace (minutes: slow)."""
+    """The --quick constructions run writes its data files,
+    and the capacities it reports retrace (minutes: slow)."""
     import json
 
     from mechmem.papers.memorisation.scripts import reproduce_constructions as module

@@ -1,4 +1,5 @@
-"""Sweep plumbing: JSONL records are appended once per cell and finished cells are skipped; fits recover laws."""
+"""Sweep plumbing: JSONL records are appended once per
+cell and finished cells are skipped; fits recover laws."""
 
 import math
 

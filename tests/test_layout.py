@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "mechmem"
 CORE = [p for p in SRC.rglob("*.py") if "papers" not in p.relative_to(SRC).parts]
 PAPERS = sorted(p.name for p in (SRC / "papers").iterdir() if (p / "__init__.py").exists())

@@ -65,7 +65,7 @@ def run_in_log(fn: Callable[[], Any], log: Path) -> tuple[int, float]:
 
         try:
             rc = run_script(call, [])  # an argv: a library call, not a program (run_script's signal handling)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a failed job is logged with its traceback; the demo goes on
             traceback.print_exc()
             rc = 1
         finally:
@@ -129,7 +129,7 @@ def _forked(fn: Callable[[], dict[str, Any]], out: Path) -> int:
         torch.set_num_threads(1)
         out.write_text(json.dumps(fn()))
         code = 0
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - the forked child logs whatever stops it, then always exits
         traceback.print_exc()
     finally:
         os._exit(code)

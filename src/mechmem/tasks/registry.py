@@ -56,7 +56,7 @@ def load_task_module(path: str | Path) -> None:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # the user's code: report it in one line rather than a traceback
+    except Exception as exc:  # noqa: BLE001 - the user's code: report it in one line, not a traceback
         del sys.modules[name]
         raise MechmemError(f"--task-module {path}: import failed ({type(exc).__name__}: {exc})") from None
 

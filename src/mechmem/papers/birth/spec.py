@@ -26,7 +26,7 @@ OPTIONS = {
     "references": "folder of birth_authors_code.json and the scale ladder (default docs/reproductions/data)",
     "threads": "torch CPU threads (default 1)",
     "executor": "where the runs train: local (this process) or ray (one Ray task per run; default local)",
-    "address": "Ray cluster to join (auto or host:port; `runs` must be a shared folder); default a local instance",
+    "address": "Ray cluster to join (auto or host:port; `runs` must be a shared folder); default: local",
     "workers": "runs at once on a local Ray instance (default 2)",
 }
 

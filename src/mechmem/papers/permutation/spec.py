@@ -12,7 +12,8 @@ from mechmem.papers.permutation.run import ReproConfig
 from mechmem.papers.permutation.task import SCALE_PRESET_NAMES
 
 VARIANTS = ("full", "quick", "paper")
-"""full: 5 seeds per CPU model (the default); quick: 2 Task 1 and 3 Task 2 seeds; paper: published schedules."""
+"""full: 5 seeds per CPU model (the default); quick: 2 Task 1 and 3 Task 2 seeds; paper: the published
+schedules."""
 
 
 def _seeds(text: str) -> tuple[int, ...]:

@@ -8,10 +8,10 @@
     # a rung's cells as Ray tasks
     python -m mechmem.papers.birth.scripts.scale --executor ray --address auto
 
-Rules, metric and rungs: docs/reproductions/data/birth_rules.json (committed before the runs). Each finished run
-is appended to docs/reproductions/data/birth_scale.jsonl; runs already there are reused, so the command resumes.
-With --record, the birth run record is then given the ladder and its statements are judged again from the
-histories it holds (no suite run is retrained); `python analyses/reproduce.py birth --page-only` shows it:
+Rules, metric and rungs: docs/reproductions/data/birth_rules.json (committed before the runs). Each finished
+run is appended to docs/reproductions/data/birth_scale.jsonl; runs already there are reused, so the command
+resumes. With --record, the birth run record is then given the ladder and its statements are judged again from
+the histories it holds (no suite run is retrained); `python analyses/reproduce.py birth --page-only` shows it:
 
     python -m mechmem.papers.birth.scripts.scale --no-run --record docs/reproductions/data/birth.json
 """

@@ -13,9 +13,9 @@
     python -m mechmem.papers.memorisation.scripts.reproduce_constructions --ds 16 32 --executor ray
 
 Writes constructions_capacity_{full,quick}.json and constructions_misc_*.json into --data (default
-docs/reproductions/data); --reuse keeps the capacities already there and recomputes only --modes at --ds. The page
-is drawn from these files: `python analyses/reproduce.py memorisation` (or `--variant constructions`, which runs
-this with the defaults and then writes the page).
+docs/reproductions/data); --reuse keeps the capacities already there and recomputes only --modes at --ds. The
+page is drawn from these files: `python analyses/reproduce.py memorisation` (or `--variant constructions`,
+which runs this with the defaults and then writes the page).
 """
 
 import shlex

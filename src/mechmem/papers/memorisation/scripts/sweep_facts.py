@@ -15,9 +15,9 @@
     # cells as Ray tasks (docs/distributed.md)
     python -m mechmem.papers.memorisation.scripts.sweep_facts table --executor ray --address auto
 
-Records append to docs/reproductions/data/facts_{table,scaling}.jsonl (change with --data). `report` prints the
-records of the given schedule (mean +- sd over repeats) and the fits S = a d^2/ln d and S = b d^k, and writes
-facts_scaling_fits.json; the page is `python analyses/reproduce.py memorisation`.
+Records append to docs/reproductions/data/facts_{table,scaling}.jsonl (change with --data). `report` prints
+the records of the given schedule (mean +- sd over repeats) and the fits S = a d^2/ln d and S = b d^k, and
+writes facts_scaling_fits.json; the page is `python analyses/reproduce.py memorisation`.
 """
 
 import argparse
