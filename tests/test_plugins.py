@@ -5,7 +5,7 @@ import sys
 from importlib.metadata import EntryPoint
 
 import pytest
-from conftest import load_script
+from helpers import load_script
 
 import mechmem.papers
 from mechmem import plugins
