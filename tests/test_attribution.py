@@ -206,7 +206,7 @@ def test_edge_attribution_flags_itself_and_falls_back(monkeypatch):
     assert check["pearson"] == pytest.approx(again["pearson"], abs=1e-4)
     monkeypatch.setitem(attribution.TRUST, "pearson", 1.5)
     fallback = discover_circuit(model, pair, ablation="mean", max_exact=20)
-    assert bool(fallback.exact.all()) and "exact path patching of every edge (EAP agreed" in fallback.method
+    assert bool(fallback.exact.all()) and "of every edge (EAP-IG (4 steps) agreed at" in fallback.method
     torch.testing.assert_close(fallback.scores, exact, atol=1e-5, rtol=1e-5)
     assert fallback.to_dict()["attribution_check"]["trusted"] is False
     assert_no_hooks(model)

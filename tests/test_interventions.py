@@ -22,11 +22,13 @@ from mechmem.analysis.interventions import (
 from mechmem.analysis.patching_metric import PatchingMetric
 from mechmem.analysis.patching_replay import STAGE_HOOKS
 
-ARCHS = {  # every kind of model TransformerConfig builds: norms, activations, attention-only, scale, vocab
+ARCHS = {
     "ln3": {"normalization_type": "LN", "n_layers": 3},
     "rms1": {"normalization_type": "RMS", "n_layers": 1},
     "nonorm2": {"normalization_type": None, "n_layers": 2},
     "attn_only3": {"normalization_type": "LN", "n_layers": 3, "d_mlp": None},
+}
+EVERY_ARCH = ARCHS | {  # every other kind TransformerConfig builds: pre-norms, GELU, scale, output vocabulary
     "lnpre_gelu2": {"normalization_type": "LNPre", "act_fn": "gelu", "n_layers": 2},
     "rmspre_noscale2": {
         "normalization_type": "RMSPre",
@@ -273,19 +275,22 @@ def stage_variants(model, setter):
     return out
 
 
-@pytest.mark.parametrize("kind", SETTERS)
-def test_replay_strategy_equals_hooks_at_every_stage(model, tokens, kind):
-    """The engine picks the replay for single-activation variants on every architecture; it equals hooks."""
-    setter = make_setter(kind, model)
-    variants = stage_variants(model, setter) + [[]]
+@pytest.mark.parametrize("arch", list(EVERY_ARCH))
+def test_replay_strategy_equals_hooks_at_every_stage(tokens, arch):
+    """The engine picks the replay for single-activation variants on every architecture, for every setter; it
+    equals one hooked run per variant."""
+    model = make_model(**EVERY_ARCH[arch])
     engine = Engine(model, last_logprob)
     assert engine.strategy == "replay"
+    variants = [[]]
+    for kind in SETTERS:
+        variants += stage_variants(model, make_setter(kind, model))
     assert all(engine.replay_key([v] if isinstance(v, Intervention) else v) for v in variants)
     fast = torch.stack(engine.run(tokens, variants)).cpu()
     torch.testing.assert_close(
         fast, naive_intervene(model, tokens, variants, last_logprob), atol=1e-5, rtol=0
     )
-    assert (fast - fast[-1]).abs().amax(1).gt(1e-4).sum() >= len(variants) // 2  # the interventions do act
+    assert (fast - fast[0]).abs().amax(1).gt(1e-4).sum() >= len(variants) // 2  # the interventions do act
     assert_no_hooks(model)
 
 

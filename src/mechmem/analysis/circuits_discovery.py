@@ -44,8 +44,10 @@ REPEATS_HALF = 16
 """Longest r of the generic repeats pair [r, r] (cost grows with the length; induction needs no more)."""
 CHECK_EDGES = 32
 """Edges outside EAP's top `max_exact` that are also scored exactly, to measure EAP's agreement."""
-EDGE_STEPS = 0
-"""Default of `edge_attribution(steps=...)`: 0 = first order (docs/circuits.md: the measured choice)."""
+EDGE_STEPS = 4
+"""Default of `edge_attribution(steps=...)`: EAP-IG with 4 steps. Measured (docs/circuits.md, "First order or
+integrated gradients"): against exact path patching of every edge, Pearson 0.64 -> 0.81 on the planted model and
+0.46 -> 0.94 on a held-out 3-layer LayerNorm/GELU model, for 4 passes instead of 1 (16 steps: no better)."""
 
 
 @dataclass
@@ -268,7 +270,7 @@ def score_edges(
         chosen = torch.cat([order[:max_exact], drawn]).sort().values
     per_prompt = patcher.exact([edges[i] for i in chosen.tolist()])
     if attribution is not None:
-        check = judge(attribution[chosen], per_prompt.mean(1))
+        check = judge(attribution[chosen], per_prompt.mean(1)) | {"estimate": estimate}
         if n_edges > max_exact:
             method = f"{estimate} on all {n_edges} edges, exact path patching on {len(chosen)} of them"
     if check is not None and not check["trusted"] and len(chosen) < n_edges:

@@ -161,12 +161,16 @@ class Intervention:
         elif kind == "apply":
             act[idx] = self.setter.fn(act[idx], hook)
         else:
-            if tuple(source.shape[1:]) != tuple(act.shape[1:]):
-                raise ValueError(
-                    f"{kind} values at {self.hook} have shape {tuple(source.shape[1:])} after the batch "
-                    f"axis, the activation {tuple(act.shape[1:])} (reference inputs of another length?)"
-                )
+            self.check_source(source, act)
             act[idx] = source.expand_as(act)[idx].to(act.dtype)
+
+    def check_source(self, source: Tensor, act: Tensor) -> None:
+        """One-line error when the setter's values do not fit the activation (after the batch axis)."""
+        if tuple(source.shape[1:]) != tuple(act.shape[1:]):
+            raise ValueError(
+                f"{self.setter.kind} values at {self.hook} have shape {tuple(source.shape[1:])} after the "
+                f"batch axis, the activation {tuple(act.shape[1:])} (reference inputs of another length?)"
+            )
 
 
 Variant = Intervention | Sequence[Intervention]
@@ -337,6 +341,45 @@ def _run(
     return results
 
 
+def _cell(index: tuple, shape: Sequence[int]) -> list[int] | None:
+    """An index of ints and full slices as one int per axis (-1: every entry), or None for anything else."""
+    out = []
+    for i, size in zip(index, shape):
+        if isinstance(i, int) and not isinstance(i, bool) and -size <= i < size:
+            out.append(i % size)
+        elif isinstance(i, slice) and i == slice(None):
+            out.append(-1)
+        else:
+            return None
+    return out if len(index) <= len(shape) else None
+
+
+def _stacked(act: Tensor, variants: list[list[Intervention]], values: dict, hook: Any) -> Tensor:
+    """[variant, *act]: `act` with each variant's interventions applied (all at `hook`).
+
+    Variants of one intervention each, sharing one setter that reads values and indexing single entries or whole
+    axes (patching sweeps: one cell each) are built at once by a mask; anything else one variant at a time.
+    """
+    ivs = [v[0] for v in variants if len(v) == 1]
+    cells = [_cell(iv.index, act.shape[1:]) for iv in ivs]
+    same = len(ivs) == len(variants) and len({id(iv.setter) for iv in ivs}) == 1
+    if same and ivs[0].setter.kind in ("from_run", "mean", "resample") and None not in cells:
+        source = values[(id(ivs[0].setter), ivs[0].hook)]
+        ivs[0].check_source(source, act)
+        mask = torch.ones(len(ivs), *[1] * act.ndim, dtype=torch.bool, device=act.device)
+        for d, size in enumerate(act.shape[1:]):
+            at = torch.tensor([c[d] if d < len(c) else -1 for c in cells], device=act.device)
+            if bool((at >= 0).any()):
+                hit = (at[:, None] == torch.arange(size, device=act.device)) | (at[:, None] < 0)
+                mask = mask & hit.reshape(len(ivs), 1, *[size if k == d else 1 for k in range(act.ndim - 1)])
+        return torch.where(mask, source.to(act.dtype), act)
+    new = act.expand(len(variants), *act.shape).clone()
+    for slot, variant in enumerate(variants):
+        for iv in variant:
+            iv.set(new[slot], values.get((id(iv.setter), iv.hook)), hook)
+    return new
+
+
 def _replay_of(model: torch.nn.Module) -> Replay | None:
     """The hook-free replay of `model`, or None where it cannot run it (the engine then uses hooks)."""
     if not is_hooked_transformer(model):
@@ -446,10 +489,7 @@ class Engine:
             act, hook = full.acts[stage][layer], self.model.hook_dict[STAGE_HOOKS[stage].format(layer)]
             for lo in range(0, len(group), step):
                 chunk = group[lo : lo + step]
-                new = act.expand(len(chunk), *act.shape).clone()
-                for slot, i in enumerate(chunk):
-                    for iv in variants[i]:
-                        iv.set(new[slot], values.get((id(iv.setter), iv.hook)), hook)
+                new = _stacked(act, [variants[i] for i in chunk], values, hook)
                 if stage == "pattern" and keep < act.shape[-1]:
                     # Attention from a kept query to a cut key would read a cut position: hooks run those.
                     leaks = (new[..., :keep, keep:] != 0).flatten(1).any(1).tolist()
