@@ -210,3 +210,29 @@ def test_edge_attribution_flags_itself_and_falls_back(monkeypatch):
     torch.testing.assert_close(fallback.scores, exact, atol=1e-5, rtol=1e-5)
     assert fallback.to_dict()["attribution_check"]["trusted"] is False
     assert_no_hooks(model)
+
+
+def test_attribution_on_the_hook_strategy_equals_the_replay():
+    """The engine's gradients on hooks (what a model the replay cannot run gets) give the same first-order
+    estimates as on the replay; on such a model the AtP* fix is off and the method says so."""
+    from test_interventions import unsupported_model
+
+    model = build_model(1, n_layers=2, d_model=16, n_heads=2, d_mlp=24, normalization_type="LN", d_vocab=11)
+    pair = random_pair(5, 6, 11, torch.Generator().manual_seed(1))
+    replay = Attributor(model, pair.clean, pair.corrupted, pair=pair, qk_exact=False)
+    hooks = Attributor(model, pair.clean, pair.corrupted, pair=pair, qk_exact=False)
+    hooks.engine.replay = None  # as on a model the replay cannot run
+    for name in sweeps_of(model):
+        torch.testing.assert_close(
+            hooks.sweep(name, check=False).values,
+            replay.sweep(name, check=False).values,
+            atol=1e-5,
+            rtol=1e-4,
+        )
+    parallel = unsupported_model()
+    pair = random_pair(4, 6, 6, torch.Generator().manual_seed(2))
+    att = Attributor(parallel, pair.clean, pair.corrupted, pair=pair)
+    res = att.sweep("attn_head_out_by_pos")
+    assert att.engine.strategy == "hooks" and "AtP*" not in res.method
+    assert res.check["cells"] == res.values.numel() == 24  # at most 32 cells: all of them are checked
+    assert_no_hooks(parallel)

@@ -127,25 +127,24 @@ class Attributor:
         With `toward` (integrated gradients), the gradients are averaged over the interpolated runs.
         """
         key = (name, toward)
-        if key not in self._runs:
-            acts, grads, value = None, None, None
-            if toward is None:
-                value, acts, grads = self.engine.gradients(self.tokens[name])
-            else:
-                acts, _, value = self.run(name)
-                embed = [self.model.embed(self.tokens[n]).detach() for n in (name, toward)]
-                grads = {s: [] for s in STAGES}
-                for i in range(self.steps):
-                    alpha = (i + 0.5) / self.steps
-                    mixed = embed[0] + alpha * (embed[1] - embed[0])
-                    step = self.engine.gradients(self.tokens[name], embed=mixed)[2]
-                    for s in STAGES:
-                        for l, g in enumerate(step[s]):
-                            if i == 0:
-                                grads[s].append(g / self.steps)
-                            else:
-                                grads[s][l] = grads[s][l] + g / self.steps
-            self._runs[key] = (acts, grads, value)
+        if key in self._runs:
+            return self._runs[key]
+        if toward is None:
+            value, acts, grads = self.engine.gradients(self.tokens[name])
+        else:
+            acts, _, value = self.run(name)
+            start, end = (self.model.embed(self.tokens[n]).detach() for n in (name, toward))
+            grads = {s: [] for s in STAGES}
+            for i in range(self.steps):
+                mixed = start + (i + 0.5) / self.steps * (end - start)
+                step = self.engine.gradients(self.tokens[name], embed=mixed)[2]
+                for s in STAGES:
+                    for layer, g in enumerate(step[s]):
+                        if i == 0:
+                            grads[s].append(g / self.steps)
+                        else:
+                            grads[s][layer] = grads[s][layer] + g / self.steps
+        self._runs[key] = (acts, grads, value)
         return self._runs[key]
 
     def sweep(
@@ -154,8 +153,7 @@ class Attributor:
         """The estimate of every cell of `sweep` in `direction` (same result layout as `Patcher.sweep`), with
         its agreement with exact patching on a sample of cells (`check_sweep`) unless `check` is False."""
         spec, base_name, source_name = resolve_sweep(sweep, direction, attn_only=self.attn_only)
-        _, _, value = self.run(base_name)
-        base = self.run(base_name)[0]
+        base, _, value = self.run(base_name)
         grads = self.run(base_name, source_name if self.steps else None)[1]
         source = self.run(source_name)[0]
         layers = []

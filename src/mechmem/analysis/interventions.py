@@ -420,6 +420,7 @@ class Engine:
         """Fixed cost of one replayed pass, in token-layers (see `patching_replay.start_groups`)."""
         self._compiled = metric if isinstance(metric, PatchingMetric) else None
         self._runs: dict[tuple[int, bool], tuple[Tensor, RunActs]] = {}
+        self._truncated: dict[int, tuple[RunActs, RunActs]] = {}
 
     @property
     def strategy(self) -> str:
@@ -464,19 +465,28 @@ class Engine:
         return max(1, int(self.memory_mb * 2**20 // (4 * floats)))
 
     def _run_replay(
-        self, tokens: Tensor, variants: list[list[Intervention]], members: list[int], results: list
+        self,
+        tokens: Tensor,
+        variants: list[list[Intervention]],
+        keys: list[Any],
+        members: list[int],
+        results: list,
     ) -> list[int]:
-        """Replay `members` (indices into `variants`) into `results`; returns those left to the hooks."""
+        """Replay `members` (indices into `variants`, at `keys[i]`) into `results`; returns those left to the
+        hooks."""
         metric = self.compiled(tokens)
         readout = metric.readout.to(_device(self.model))
         keep = int(readout.max()) + 1
         full = self.replay_run(tokens)
-        base = full.truncated(keep)
+        if self._truncated.get(id(full), (None,))[0] is not full:
+            self._truncated[id(full)] = (full, full.truncated(keep))
+        base = self._truncated[id(full)][1]
+        base_value = metric.fn(base.logits[None])[0].clone()
         groups: dict[Any, list[int]] = {}
         for i in members:
-            groups.setdefault(self.replay_key(variants[i]), []).append(i)
+            groups.setdefault(keys[i], []).append(i)
         for i in groups.pop("clean", []):
-            results[i] = metric.fn(base.logits[None])[0].clone()
+            results[i] = base_value
         values = {}
         for i in (i for g in groups.values() for i in g):
             for iv in (iv for iv in variants[i] if iv.setter.tokens is not None):
@@ -499,7 +509,7 @@ class Engine:
                 if chunk:
                     new = truncate(stage, new, keep)
                     out = self.replay.patched_metric(
-                        layer, stage, new, base, readout, metric.fn, self.pass_overhead
+                        layer, stage, new, base, readout, metric.fn, self.pass_overhead, base_value
                     )
                     for i, value in zip(chunk, out):
                         results[i] = value
@@ -511,10 +521,11 @@ class Engine:
         variants = _as_lists(variants)
         _check_hooks(self.model, variants)
         results: list[Any] = [None] * len(variants)
-        replayed = [i for i, v in enumerate(variants) if self.replay_key(v) is not None]
-        hooked = [i for i, v in enumerate(variants) if self.replay_key(v) is None]
+        keys = [self.replay_key(v) for v in variants]
+        replayed = [i for i, key in enumerate(keys) if key is not None]
+        hooked = [i for i, key in enumerate(keys) if key is None]
         if replayed:
-            hooked += self._run_replay(tokens, variants, replayed, results)
+            hooked += self._run_replay(tokens, variants, keys, replayed, results)
         if hooked:
             metric = self._compiled if self._compiled is not None else self.metric
             out = _run(self.model, tokens, [variants[i] for i in hooked], metric, self.memory_mb)
@@ -546,9 +557,11 @@ class Engine:
         else:
             names = [STAGE_HOOKS[s].format(l) for s, l in keys]
             extra = [] if embed is None else [Intervention("hook_embed", (), apply(lambda x, h: embed))]
-            acts = capture_acts(self.model, tokens, names, extra)
+            seen = capture_acts(self.model, tokens, names, extra)  # hooks the forward pass reaches
+            keys = [key for key, name in zip(keys, names) if name in seen]
+            names = [name for name in names if name in seen]
             value, by_hook = activation_grads(self.model, tokens, names, self.metric, extra)
-            grads = [by_hook[n] for n in names]
+            acts, grads = [seen[n] for n in names], [by_hook[n] for n in names]
         out_acts: dict[str, list[Tensor]] = {s: [] for s in STAGES}
         out_grads: dict[str, list[Tensor]] = {s: [] for s in STAGES}
         for (s, _), a, g in zip(keys, acts, grads):
@@ -615,18 +628,18 @@ def capture_acts(
     tokens: Int[Tensor, "batch pos"],
     hooks: Sequence[str],
     variant: Sequence[Intervention],
-) -> list[Tensor]:
-    """The activations at `hooks` in the run on `tokens` under `variant` (hook strategy)."""
+) -> dict[str, Tensor]:
+    """The activations at `hooks` in the run on `tokens` under `variant` (hook strategy); a hook the forward
+    pass does not reach (e.g. hook_resid_mid of a parallel attention/MLP block) is left out."""
     seen: dict[str, Tensor] = {}
 
     def keep(act: Tensor, hook: Any) -> Tensor:
         seen[hook.name] = act.clone()
         return act
 
-    _run(
-        model, tokens, [[*variant, *(Intervention(h, (), apply(keep)) for h in hooks)]], lambda x: x[:0], 1.0
-    )
-    return [seen[h] for h in hooks]
+    taps = [Intervention(h, (), apply(keep)) for h in hooks]
+    _run(model, tokens, [[*variant, *taps]], lambda x: x[:0], 1.0)
+    return seen
 
 
 def _single_hook(iv: Intervention, values: dict) -> Callable[[Tensor, Any], Tensor]:

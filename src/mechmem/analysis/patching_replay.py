@@ -337,36 +337,35 @@ class Replay:
         readout: Int[Tensor, "batch read"],
         fn: Callable[[Tensor], Tensor],
         pass_overhead: int = 256,
+        base_value: Tensor | None = None,
     ) -> Tensor:
         """The metric `fn` after replacing activation `stage` of `layer` by each row of `new` [patch, *act].
 
         `base` and `new` are cut after the last read-out position (`RunActs.truncated`). Patches that change
         nothing the read-out depends on are not run: they get the base run's metric, the value a run gives.
         The others resume at the first position they change (`start_groups`), after the last layer's attention
-        at the read-out positions only. Returns [patch, *metric output].
+        at the read-out positions only. `base_value`: fn on the base run, if known. Returns [patch, *metric
+        output].
         """
-        base_value = fn(base.logits[None])[0]
+        base_value = fn(base.logits[None])[0] if base_value is None else base_value
         out = base_value.expand(len(new), *base_value.shape).clone()
         eff_base = self.effective(layer, stage, base.acts[stage][layer], readout)
         eff_new = self.effective(layer, stage, new, readout)
         hit = eff_new != eff_base
-        active = hit.flatten(1).any(1).cpu()
-        if not active.any():
+        idx = hit.flatten(1).any(1).nonzero().flatten()
+        if not len(idx):
             return out
-        idx = active.nonzero().flatten()
-        eff_new, hit = eff_new[active.to(new.device)], hit[active.to(new.device)]
-        last = self.n_layers - 1
         pos_dim = STAGE_AXES[stage][1]
-        if layer == last:  # read-out positions only (or, for resid_pre, keys and values at all of them)
+        if layer == self.n_layers - 1:  # read-out positions only (resid_pre: keys and values at all of them)
             starts = torch.zeros(len(idx), dtype=torch.long)
         else:
-            starts = first_position(hit, pos_dim)
+            starts = first_position(hit[idx], pos_dim)
         for group in start_groups(starts, len(readout), pass_overhead):
             start = int(starts[group].min())
-            rows = eff_new[group.to(new.device)]
+            rows = eff_new[idx[group.to(idx.device)]]
             rows = rows.narrow(pos_dim, start, rows.shape[pos_dim] - start).contiguous()
             logits = self.resume(layer, stage, rows, base, readout, start)
-            out[idx[group]] = fn(logits).to(out.dtype)
+            out[idx[group.to(idx.device)]] = fn(logits).to(out.dtype)
         return out
 
 
