@@ -173,7 +173,8 @@ AGREEMENT_HEADERS = ["model", "estimate", "pearson", "spearman", "top-10", "cell
 
 def agreement(args) -> None:
     models = [("planted induction", planted_induction_model())]
-    models.append(("3-layer LN/GELU (held out)", trained_repeats_model(args.train_steps)))
+    held_out = trained_repeats_model(args.train_steps, seed=args.seed)
+    models.append((f"3-layer LN/GELU (held out, seed {args.seed})", held_out))
     rows = [row for label, model in models for row in agreement_rows(label, model, args.n, args.steps)]
     print(format_table(rows, AGREEMENT_HEADERS, floatfmt=".3f"))
 
@@ -189,7 +190,10 @@ def main() -> None:
     parser.add_argument(
         "--agreement", action="store_true", help="first order vs integrated gradients against exact scores"
     )
-    parser.add_argument("--train-steps", type=int, default=600, help="training steps of the held-out model")
+    parser.add_argument("--train-steps", type=int, default=1500, help="training steps of the held-out model")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="initialisation and data seed of the held-out model"
+    )
     parser.add_argument(
         "--steps", type=int, nargs="+", default=[0, 4, 16], help="IG steps to compare (0: first order)"
     )

@@ -270,7 +270,8 @@ def stage_variants(model, setter):
     out = []
     for layer in range(model.cfg.n_layers):
         for stage, template in STAGE_HOOKS.items():
-            if not (model.cfg.attn_only and stage in ("resid_mid", "mlp_out")):
+            no_mlp = model.cfg.attn_only and stage in ("resid_mid", "mlp_out")
+            if template.format(layer) in model.hook_dict and not no_mlp:  # parallel blocks: no resid_mid
                 out.append(Intervention(template.format(layer), index.get(stage, (4,)), setter))
     return out
 
@@ -290,7 +291,8 @@ def test_replay_strategy_equals_hooks_at_every_stage(tokens, arch):
     torch.testing.assert_close(
         fast, naive_intervene(model, tokens, variants, last_logprob), atol=1e-5, rtol=0
     )
-    assert (fast - fast[0]).abs().amax(1).gt(1e-4).sum() >= len(variants) // 2  # the interventions do act
+    # the interventions do act (in a 1-layer model, a last-layer patch after attention at position 4 cannot)
+    assert (fast - fast[0]).abs().amax(1).gt(1e-4).sum() >= len(variants) // 3
     assert_no_hooks(model)
 
 
