@@ -430,7 +430,7 @@ class Engine:
 
     @property
     def strategy(self) -> str:
-        """ "replay" where the model supports it (for the variants `run` can replay), else "hooks"."""
+        """The strategy: "replay" where the model supports it (for variants it can replay), else "hooks"."""
         return "hooks" if self.replay is None else "replay"
 
     def compiled(self, tokens: Int[Tensor, "batch pos"]) -> PatchingMetric:
