@@ -45,6 +45,7 @@ from torch import Tensor
 
 from mechmem.analysis import heads as head_detection
 from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean
+from mechmem.analysis.logit_lens import answer_probability
 from mechmem.config import ConfigMixin
 from mechmem.tasks.base import RoleProbe
 
@@ -146,11 +147,6 @@ class RoleResult:
 
 
 # -- measurement ------------------------------------------------------------------------------------------------
-def _p_answer(logits: Tensor, pos: Tensor, answer: Tensor) -> Tensor:
-    rows = torch.arange(logits.shape[0], device=logits.device)
-    return logits[rows, pos].float().softmax(-1)[rows, answer]
-
-
 def _heads(model: Any) -> list[tuple[int, int]]:
     return [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
 
@@ -187,15 +183,15 @@ def _probe_evidence(model: Any, probe: RoleProbe, reference: Tensor) -> dict[str
     logits, clean = model.run_with_cache(pair.clean, names_filter=lambda n: n in names)
     _, counter = model.run_with_cache(pair.corrupted, names_filter=lambda n: n.endswith("hook_z"))
     base_cf, base_ok = (
-        _p_answer(logits, pos, pair.incorrect).mean(),
-        _p_answer(logits, pos, pair.correct).mean(),
+        answer_probability(logits, pos, pair.incorrect).mean(),
+        answer_probability(logits, pos, pair.correct).mean(),
     )
 
     def p_counterfactual(lg: Tensor) -> Tensor:
-        return _p_answer(lg, pos, pair.incorrect).mean()
+        return answer_probability(lg, pos, pair.incorrect).mean()
 
     def p_correct(lg: Tensor) -> Tensor:
-        return _p_answer(lg, pos, pair.correct).mean()
+        return answer_probability(lg, pos, pair.correct).mean()
 
     source, ablate = from_run(pair.corrupted), mean(reference)
     out = {

@@ -145,7 +145,7 @@ def preset_section(record: dict[str, Any]) -> Section:
 
 
 def heads_section(record: dict[str, Any]) -> Section:
-    """Head-detection scores of the preset run (`mechmem.analysis.heads.detect_heads`)."""
+    """Head-detection scores of the preset run (`heads.detect_heads`, `heads.detect_heads_on_task`)."""
     preset = record.get("preset")
     section = Section("heads", "Head detection on the preset run")
     if not preset:
@@ -155,7 +155,9 @@ def heads_section(record: dict[str, Any]) -> Section:
     section.lines = [
         (
             f"Mean attention on each pattern's keys, on {heads['n_samples']} repeated random sequences / "
-            f"{heads['n_samples']} task sequences (seed {heads['seed']})."
+            f"{heads['n_samples']} task sequences at their answer queries (a trigger's later occurrences; "
+            f"previous-token where an induction head reads), seed {heads['seed']}: the definitions of the "
+            "report and `analyses/detect_heads.py` (`heads.detect_heads`, `heads.detect_heads_on_task`)."
         )
     ]
     rows = [

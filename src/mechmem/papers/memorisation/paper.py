@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from mechmem.config import apply_options
 from mechmem.errors import MechmemError
 from mechmem.executor import check_executor
 from mechmem.papers.memorisation.batched import Schedule
@@ -69,13 +70,6 @@ class MemorisationSpec:
     """Ray cluster to join (auto or host:port); empty: a local Ray instance."""
 
 
-def _parse(field: str, value: str, default: Any) -> Any:
-    if isinstance(default, tuple):
-        items = [v for v in value.split(",") if v]
-        return tuple(int(v) for v in items) if default and isinstance(default[0], int) else tuple(items)
-    return type(default)(value)
-
-
 def spec(variant: str, options: dict[str, str]) -> MemorisationSpec:
     """The spec of a variant, with options applied (unknown variant or option: `MechmemError`)."""
     if variant not in VARIANTS:
@@ -89,18 +83,11 @@ def spec(variant: str, options: dict[str, str]) -> MemorisationSpec:
         base = replace(
             base, max_epochs=50_000, patience=5_000, repeats=4, ds=(16, 32, 64, 128), device="auto"
         )
-    known = {f.name: getattr(base, f.name) for f in fields(base) if f.name != "variant"}
-    bad = [k for k in options if k not in known]
-    if bad:
-        raise MechmemError(f"unknown option {bad[0]!r} (known: {', '.join(known)})")
-    try:
-        parsed = {k: _parse(k, v, known[k]) for k, v in options.items()}
-    except ValueError as err:
-        raise MechmemError(f"bad option value: {err}") from None
-    unknown_modes = [m for m in parsed.get("modes", ()) if m not in EVALUATORS]
+    names = [f.name for f in fields(base) if f.name != "variant"]
+    out = apply_options(base, options, names)
+    unknown_modes = [m for m in out.modes if m not in EVALUATORS]
     if unknown_modes:
         raise MechmemError(f"unknown mode {unknown_modes[0]!r} (known: {', '.join(EVALUATORS)})")
-    out = replace(base, **parsed)
     check_executor(out.executor, out.address or None)
     return out
 

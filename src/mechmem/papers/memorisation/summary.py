@@ -7,9 +7,10 @@ variant with the MLP-less variant of the same mixing and norms (MLP-less variant
 only MLP variants with bias pair up); every other toggle compares MLP variants only.
 """
 
-import statistics
 from dataclasses import dataclass
 from typing import Any
+
+from mechmem.analysis.stats import format_mean_sd
 
 MIXING_ORDER = ("2emb", "uniform", "attn")
 FIELDS = ("mixing", "mlp", "norms", "mlp_residual", "bias", "act_fn")
@@ -114,10 +115,8 @@ def outlier(records: list[dict[str, Any]], mixing: str) -> dict[str, Any] | None
 
 
 def mean_sd(values: list[float | int]) -> str:
-    """ "m +- s" over repeats (one value: the value)."""
-    if len(values) == 1:
-        return f"{values[0]:.0f}"
-    return f"{statistics.mean(values):.0f} +- {statistics.stdev(values):.0f}"
+    """ "m +- s" over repeats in whole numbers (one value: the value): `stats.format_mean_sd`, sample sd."""
+    return format_mean_sd(values, ".0f", " +- ")
 
 
 def non_monotone(records: list[dict[str, Any]]) -> list[tuple[str, int, int, int, int]]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mechmem.analysis.stats import format_mean_sd
 from mechmem.errors import MechmemError
 from mechmem.executor import Cell, run_cells
 from mechmem.executor import load_records as load_cell_records
@@ -121,14 +122,6 @@ def run_sweep(
     )
 
 
-def _mean_sd(values: list[int] | list[float]) -> str:
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.0f}"
-    return f"{statistics.mean(values):.0f} +- {statistics.stdev(values):.0f}"
-
-
 def table_rows(
     records: list[dict[str, Any]], criteria: tuple[str, ...] = ("any", "most", "all")
 ) -> list[list[str]]:
@@ -142,7 +135,7 @@ def table_rows(
             [
                 name,
                 str(len(rs)),
-                *(_mean_sd([r[c] for r in rs if c in r]) for c in criteria),
+                *(format_mean_sd([r[c] for r in rs if c in r], ".0f", " +- ") for c in criteria),
                 f"{statistics.mean(r['seconds'] for r in rs):.0f}",
             ]
         )
