@@ -561,9 +561,10 @@ class Engine:
             acts = [run.acts[s][l] for s, l in keys]
             grads = torch.autograd.grad(value, acts, materialize_grads=True)
         else:
+            keys = [(s, l) for s, l in keys if STAGE_HOOKS[s].format(l) in self.model.hook_dict]
             names = [STAGE_HOOKS[s].format(l) for s, l in keys]
             extra = [] if embed is None else [Intervention("hook_embed", (), apply(lambda x, h: embed))]
-            seen = capture_acts(self.model, tokens, names, extra)  # hooks the forward pass reaches
+            seen = capture_acts(self.model, tokens, names, extra)  # the hooks the pass reaches
             keys = [key for key, name in zip(keys, names) if name in seen]
             names = [name for name in names if name in seen]
             value, by_hook = activation_grads(self.model, tokens, names, self.metric, extra)
