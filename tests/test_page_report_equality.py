@@ -62,10 +62,10 @@ def _context(model, task, roles=None):
 def test_birth_head_scores_page_equal_report_and_script(birth_run, tmp_path):
     page = head_scores(birth_run / "ckpt.pt", n_samples=N, seed=SEED)["layers"]
     ckpt = load_checkpoint(birth_run / "ckpt.pt")
-    # the report: its heads section shows the roles' evidence, the higher of the random and the task score
+    # the report: its heads section shows the roles' evidence, the best over the random probes and the task
     roles = head_roles(ckpt.model, ckpt.task, n=N, seed=SEED)
     report = heads_section(_context(ckpt.model, ckpt.task, roles)).findings["scores"]
-    # the script analyses/detect_heads.py: both scores separately
+    # the script analyses/detect_heads.py: the score at every probe (the random ones, then the task's data)
     assert (
         run_script(
             load_script("detect_heads").main,
@@ -74,11 +74,14 @@ def test_birth_head_scores_page_equal_report_and_script(birth_run, tmp_path):
         == 0
     )
     script = json.loads((tmp_path / "detect_heads.json").read_text())
+    assert script["probes"][-1] == "task data"
     for layer, row in enumerate(page):
         for name in ("previous_token", "induction"):
             random, task = row[f"{name}_random"], row[f"{name}_task"]
-            assert random == pytest.approx(script["scores"][name][layer][0], abs=ROUNDED)
-            assert task == pytest.approx(script["task_scores"][name][layer][0], abs=ROUNDED)
+            curve = [probe[layer][0] for probe in script["curves"][name]["score"]]
+            assert random == pytest.approx(max(curve[:-1]), abs=ROUNDED)
+            assert task == pytest.approx(curve[-1], abs=ROUNDED)
+            assert max(random, task) == pytest.approx(script["scores"][name][layer][0], abs=ROUNDED)
             assert max(random, task) == pytest.approx(report[name][layer][0], abs=ROUNDED)
     assert any(row["induction_task"] != row["induction_random"] for row in page)  # two data sets, not one
 

@@ -108,14 +108,16 @@ def heads_section(ctx: ReportContext) -> Section:
         "scores": {k: v.tolist() for k, v in scores.items()},
         "n": ctx.roles.info.get("n"),
     }
+    probes = ctx.roles.info.get("patterns", {}).get("probes", [])
     s.lines.append(
-        "Score = attention mass on the pattern's keys, the higher of its value on repeated random sequences "
-        "[r, r] and on the task's data (answer queries; previous-token where an induction head reads); 1 = a "
-        "perfect head."
+        "Score = attention mass on the pattern's keys (1 = a perfect head), the highest over the probes "
+        f"({'; '.join(probes)}); a role needs the lower end of a 95% "
+        "bootstrap interval >= the threshold on some probe, or for at least two query tokens (docs/analyses.md, "
+        "Role rule)."
     )
     rows = [[h.name, *(h.evidence[k] for k in keys)] for h in ctx.roles.heads]
     s.tables.append(Table(["head", *keys], rows, "Detection scores"))
-    s.add_figure("scores", heads.plot_head_scores(heads.HeadScores(scores, data="max of both data sets")))
+    s.add_figure("scores", heads.plot_head_scores(heads.HeadScores(scores, data="best over the probes")))
     example = (
         ctx.task.eval_batch(1, generator=ctx.generator(3)).tokens
         if ctx.task is not None

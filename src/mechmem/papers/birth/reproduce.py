@@ -24,13 +24,8 @@ from typing import Any
 
 import torch
 
-from mechmem.analysis.heads import (
-    TASK_DATA,
-    attention_patterns,
-    detect_heads,
-    detect_heads_on_task,
-    repeated_random_tokens,
-)
+from mechmem.analysis.heads import TASK_DATA, attention_patterns
+from mechmem.analysis.roles import measure_pattern_evidence
 from mechmem.checkpoint import load_checkpoint
 from mechmem.config import apply_options
 from mechmem.errors import MechmemError
@@ -63,7 +58,7 @@ OPTIONS = {
     "corpus": "text corpus or statistics JSON (default: the shipped tiny Shakespeare counts)",
     "preset": "1: also train the task's `quick` preset and detect its heads (default 1)",
     "speed": "1: measure data-generation speed (default 1)",
-    "references": "folder of birth_published.json and birth_authors_code.json (default docs/reproductions/data)",
+    "references": "folder of birth_authors_code.json and the scale ladder (default docs/reproductions/data)",
     "threads": "torch CPU threads (default 1)",
     "executor": "where the runs train: local (this process) or ray (one Ray task per run; default local)",
     "address": "Ray cluster to join (auto or host:port; `runs` must be a shared folder); default a local instance",
@@ -170,30 +165,32 @@ def attention_maps(ckpt_path: Path, *, n_pos: int = 48, seed: int = 0) -> dict[s
 def head_scores(ckpt_path: Path, *, n_samples: int = 64, seed: int = 0) -> dict[str, Any]:
     """Previous-token and induction scores per layer (head 0) on repeated random sequences and on task data.
 
-    The definitions are the report's and `analyses/detect_heads.py`'s: `heads.detect_heads` on repeated
-    random sequences, and `heads.detect_heads_on_task` on the task's evaluation batch, which counts only the
-    answer queries (the loss-masked positions: a trigger's later occurrences, where the induction head does
-    its work) and, for previous-token, the positions an induction head reads. Scoring every query of the task
-    batch would mix in the bigram-text positions, where no head has anything to look back for, and dilute the
-    score with chance matches of the pattern. Both batches are drawn from one generator seeded with `seed`,
-    in the order `roles.measure_pattern_evidence` draws them, so the higher of the two is the report's
-    evidence of the head.
+    Measured by `roles.measure_pattern_evidence`, the report's and `analyses/detect_heads.py`'s one function:
+    `heads.detect_heads` on repeated random sequences at every probe length of the role rule (docs/analyses.md;
+    "random" is the best of them), and `heads.detect_heads_on_task` on the task's evaluation batch, which counts
+    only the answer queries (the loss-masked positions: a trigger's later occurrences, where the induction head
+    does its work) and, for previous-token, the positions an induction head reads. Scoring every query of the
+    task batch would mix in the bigram-text positions, where no head has anything to look back for, and dilute
+    the score with chance matches of the pattern. The higher of the two is the report's evidence of the head.
     """
     ckpt = load_checkpoint(ckpt_path)
     model, gen = ckpt.model, torch.Generator().manual_seed(seed)
-    half = min(model.cfg.n_ctx // 2, model.cfg.d_vocab)
-    repeated = repeated_random_tokens(n_samples, half, model.cfg.d_vocab, generator=gen)
-    on_random = detect_heads(model, repeated).scores
-    batch = ckpt.task.eval_batch(n_samples, generator=gen)
-    on_task = detect_heads_on_task(model, batch.tokens, batch.loss_mask > 0).scores
+    curves = measure_pattern_evidence(model, ckpt.task, n=n_samples, generator=gen).curves
+    best = {
+        name: {
+            "random": curves[name]["score"][:-1].nan_to_num(0.0).amax(0),
+            "task": curves[name]["score"][-1].nan_to_num(0.0),
+        }
+        for name in ("previous_token", "induction")
+    }
     return {
         "n_samples": n_samples,
         "seed": seed,
         "task_data": TASK_DATA,
         "layers": [
-            {f"{name}_{data}": round(float(scores[name][layer, 0]), 5)
+            {f"{name}_{data}": round(float(best[name][data][layer, 0]), 5)
              for name in ("previous_token", "induction")
-             for data, scores in (("random", on_random), ("task", on_task))}
+             for data in ("random", "task")}
             for layer in range(model.cfg.n_layers)
         ],
     }  # fmt: skip
@@ -243,7 +240,7 @@ def _speed(spec: BirthSpec) -> dict[str, Any]:
 def run(spec: BirthSpec, log: Any = print) -> dict[str, Any]:
     """Train (or reuse) every run of `spec`, measure, judge the statements; the JSON-able run record."""
     torch.set_num_threads(spec.threads)
-    published = load_published(spec.references / "birth_published.json")
+    published = load_published()
     authors = json.loads((spec.references / "birth_authors_code.json").read_text())
     suite = experiment_runs(spec.scale, spec.corpus)
     chosen = [r for r in suite if r.group in spec.only]
