@@ -8,9 +8,9 @@ Denoising patches clean activations into the corrupted run, noising corrupted ac
 the metric is the task's logit difference (clean answer minus corrupted answer) at the answer position.
 `--method attribution` estimates every cell from gradients (AtP*; see docs/patching.md for its measured
 agreement), checks each sweep against exact patching on a sample of cells and falls back to exact patching
-where they disagree (one line per sweep says which). Prints a
-summary table (and the layer x position / layer x head tables) and writes DIR/patching.json
-("sweeps": {name: {"axes", "values"}}) and one heatmap DIR/patching_<sweep>.png per sweep.
+where they disagree (one line per sweep says which). Prints a summary table (and the layer x position /
+layer x head tables) and writes DIR/patching.json ("sweeps": {name: {"axes", "values", "method", "check"}})
+and one heatmap DIR/patching_<sweep>.png per sweep.
 """
 
 import torch

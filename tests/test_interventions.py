@@ -64,8 +64,8 @@ def make_setter(kind, model, seed=5):
 
 
 def hooks_of(model):
-    """(hook, index) pairs covering z, mlp_out, mlp.hook_post, resid_pre, hook_mlp_in and pattern, every
-    layer."""
+    """(hook, index) pairs covering z, mlp_out, mlp.hook_post,
+    resid_pre, hook_mlp_in and pattern, every layer."""
     out = []
     for layer in range(model.cfg.n_layers):
         out += [
