@@ -15,11 +15,12 @@ writes nothing. The contract, as helpers a script calls:
     check_n_samples(n, model, minimum=2)           # bound from `estimate_mb_per_sequence` and MEMORY_BUDGET_MB
     write_json(path, obj)                          # strict JSON: NaN and +-inf are written as null
 
-Strict JSON: every JSON file mechmem writes is valid JSON (RFC 8259); non-finite floats become `null`.
+Strict JSON: every JSON file mechmem writes is valid JSON (RFC 8259); non-finite floats become `null`. The JSON
+writers live in `mechmem.io` (below checkpoints and training, which write JSON too) and `one_line` in
+`mechmem.errors`; both are re-exported here for the scripts.
 """
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -28,7 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from mechmem.errors import MechmemError
+from mechmem.errors import MechmemError, one_line
+from mechmem.io import dumps, strict_json, write_json
 
 MEMORY_BUDGET_MB = 8192.0
 """Largest activation memory an analysis may plan for; --n-samples above the matching bound is refused."""
@@ -55,12 +57,6 @@ def run_script(main: Callable[[list[str] | None], int | None], argv: list[str] |
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
-
-
-def one_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its class name when empty)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 # -- argument types (argparse turns their ArgumentTypeError into "argument --x: ...") ------------------------
@@ -207,38 +203,6 @@ def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tupl
 
 
 # -- writing ------------------------------------------------------------------------------------------------------
-def strict_json(obj: Any) -> Any:
-    """`obj` with every NaN or infinite float replaced by None, so it serialises as strict JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: strict_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [strict_json(v) for v in obj]
-    return obj
-
-
-def dumps(obj: Any, **kwargs: Any) -> str:
-    """`json.dumps` of `strict_json(obj)`; never writes NaN or Infinity."""
-    return json.dumps(strict_json(obj), allow_nan=False, **kwargs)
-
-
-def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Write strict JSON (NaN/inf -> null) atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = dumps(obj, indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def save_figure(fig: Any, path: str | os.PathLike) -> Path:
     """Save a matplotlib figure as PNG and close it."""
     import matplotlib.pyplot as plt
@@ -269,3 +233,6 @@ def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, float
 
 def print_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, floatfmt: str = ".4f") -> None:
     print(format_table(rows, headers, floatfmt=floatfmt))
+
+
+__all__ = ["dumps", "one_line", "strict_json", "write_json"]  # re-exported: scripts use them through `cli`

@@ -37,8 +37,16 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from mechmem.analysis.intervals import bootstrap_ratio
-from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean, setter_values, zero
-from mechmem.analysis.interventions_grad import activation_grads
+from mechmem.analysis.interventions import (
+    Intervention,
+    activation_grads,
+    apply,
+    from_run,
+    intervene,
+    mean,
+    setter_values,
+    zero,
+)
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import PatchingPair
 

@@ -1,19 +1,19 @@
 """Associative-memory recall probes (Bietti et al. 2023, generalised).
 
 A weight matrix W is read as an associative memory: it should map each input embedding u_i to the output
-embedding v_j of its target partner. With TransformerLens's row-vector convention the score of output j for input
-i is (u_i W) . v_j, and the recall R is the fraction of inputs whose best-scoring output is the target:
+embedding v_j of its target partner. With TransformerLens's row-vector convention the score of output j for
+input i is (u_i W) . v_j, and the recall R is the fraction of inputs whose best-scoring output is the target:
 
     R = mean_i [ argmax_j (u_i W v_j^T) == target(i) ]
 
 Intuition: if W = sum_k v_{t(k)}^T u_k (a sum of outer products, written transposed for row vectors) and the
-embeddings are near-orthogonal, each input recalls its partner and R = 1; a random W gives R near 1 / #outputs.
-Caveat: R only looks at the argmax; a memory that is right but barely (small margin) still counts.
+embeddings are near-orthogonal, each input recalls its partner and R = 1; a random W gives R near 1 /
+#outputs. Caveat: R only looks at the argmax; a memory that is right but barely (small margin) still counts.
 
 Built-in probes read a HookedTransformer's weights (`builtin_probes`): token copying through each head's OV
 circuit, previous-position keys and earlier-head token keys through QK circuits, and MLP next-token memories
-against bigram statistics (KL divergence, as in Bietti et al.). TL's `FactoredMatrix` keeps the low-rank products
-(W_V W_O, W_Q W_K^T) factored.
+against bigram statistics (KL divergence, as in Bietti et al.). TL's `FactoredMatrix` keeps the low-rank
+products (W_V W_O, W_Q W_K^T) factored.
 """
 
 from dataclasses import dataclass, field
@@ -49,9 +49,10 @@ def recall_rate(
     return float((scores.argmax(-1) == targets.to(scores.device)).float().mean())
 
 
-# -- built-in probes on a HookedTransformer's weights ----------------------------------------------------------
-# Each probe reads one weight product as an associative memory. Norms and biases are left out (the probes describe
-# the matrices, as in Bietti et al., whose model has neither); on models with LayerNorm they are approximate.
+# -- built-in probes on a HookedTransformer's weights
+# ---------------------------------------------------------- Each probe reads one weight product as an
+# associative memory. Norms and biases are left out (the probes describe the matrices, as in Bietti et al.,
+# whose model has neither); on models with LayerNorm they are approximate.
 
 
 @dataclass
@@ -160,8 +161,8 @@ def qk_token_probe(
 ) -> ProbeResult:
     """Keys written by an earlier head's OV: argmax_k' [W_E(k) W_Q W_K^T (W_E(k') OV_source)^T] == k.
 
-    This is the induction head's key memory: the source (previous-token) head writes the previous token into the
-    residual, and the query (the current token) must match it.
+    This is the induction head's key memory: the source (previous-token) head writes the previous token into
+    the residual, and the query (the current token) must match it.
     """
     ids = _token_ids(model, tokens).to(model.W_E.device)
     sl, sh = source
@@ -234,8 +235,8 @@ def builtin_probes(
         model: a HookedTransformer.
         bigram: next-token statistics [d_vocab d_vocab_out] for the MLP probes (skipped when None).
         tokens: tokens the OV copying probes range over (default: all).
-        key_tokens: tokens of the QK token-key probes (default: `tokens`); e.g. the triggers of the birth task.
-        ffn_tokens: tokens of the MLP probes (default: `tokens`); e.g. the non-trigger tokens.
+        key_tokens: tokens of the QK token-key probes (default: `tokens`); e.g. the triggers of the birth
+        task. ffn_tokens: tokens of the MLP probes (default: `tokens`); e.g. the non-trigger tokens.
         first_positions: extra previous-position probes restricted to the first n positions (e.g. 64).
     """
     cfg = model.cfg

@@ -1,10 +1,11 @@
 """The report's edge-level circuit: the graph drawn by layer, its faithfulness, and the strongest edges.
 
-`edges_section(ctx)` discovers the circuit of the report's model on its task's clean/corrupted pair (or the generic
-repeats pair) with mean ablation (`mechmem.analysis.circuits_discovery.discover_circuit`), and `plot_circuit` draws
-it: embeddings at the bottom, one row per layer (heads, then the MLP half a layer up), the logits on top; each head
-shows its q, k and v input ports; edge width is proportional to |score|, blue edges support the clean answer and
-red ones oppose it; each head carries its role from the report's classifier.
+`edges_section(ctx)` discovers the circuit of the report's model on its task's clean/corrupted pair (or the
+generic repeats pair) with mean ablation (`mechmem.analysis.circuits_discovery.discover_circuit`), and
+`plot_circuit` draws it: embeddings at the bottom, one row per layer (heads, then the MLP half a layer up),
+the logits on top; each head shows its q, k and v input ports; edge width is proportional to |score|, blue
+edges support the clean answer and red ones oppose it; each head carries its role from the report's
+classifier.
 """
 
 from typing import Any

@@ -1,17 +1,18 @@
 """The scale ladder of the Section 3 accuracies: the smallest configuration that reproduces each one.
 
-Bietti et al. (2023, Section 3) report the in-context accuracy of a full ("vanilla") transformer: over 99% with 2
-layers and fixed triggers, about 95% with random triggers, around 55% with one layer. The paper's sizes (d=128,
-T=256, batch 512) are far beyond a 2-core CPU, so each statement climbs a ladder of configurations, cheapest
-first, and stops at the first rung whose run meets the statement's rule. The rules, the metric and the rungs live
-in a committed data file (`docs/reproductions/data/birth_rules.json`), committed before any run; the runs go to
-`docs/reproductions/data/birth_scale.jsonl`, one line per cell ({"key": ..., "record": ...}), and resume from it.
+Bietti et al. (2023, Section 3) report the in-context accuracy of a full ("vanilla") transformer: over 99%
+with 2 layers and fixed triggers, about 95% with random triggers, around 55% with one layer. The paper's sizes
+(d=128, T=256, batch 512) are far beyond a 2-core CPU, so each statement climbs a ladder of configurations,
+cheapest first, and stops at the first rung whose run meets the statement's rule. The rules, the metric and
+the rungs live in a committed data file (`docs/reproductions/data/birth_rules.json`), committed before any
+run; the runs go to `docs/reproductions/data/birth_scale.jsonl`, one line per cell ({"key": ..., "record":
+...}), and resume from it.
 
-A cell is one training run: `train_cell(**kwargs)` returns a JSON record with the configuration, seed, wall-clock
-time, the final in-context accuracy on fresh sequences (the metric of the rules) and subsampled metric curves.
-`run_ladder` climbs; `summarise` turns the rules and the records into what the page shows.
+A cell is one training run: `train_cell(**kwargs)` returns a JSON record with the configuration, seed,
+wall-clock time, the final in-context accuracy on fresh sequences (the metric of the rules) and subsampled
+metric curves. `run_ladder` climbs; `summarise` turns the rules and the records into what the page shows.
 
-    python analyses/birth_scale.py --statements two_layer_fixed,one_layer_random --max-rung R2
+    python -m mechmem.papers.birth.scripts.scale --statements two_layer_fixed,one_layer_random --max-rung R2
 """
 
 import json

@@ -1,12 +1,12 @@
 """The "birth" task: triggered bigrams from Bietti et al. (2023), "Birth of a Transformer: A Memory Viewpoint".
 
 Sequences follow a character bigram model except that K trigger tokens are always followed by their own output
-token (see `mechmem.papers.birth.data`). A two-layer transformer solves the in-context part (a trigger's second and
-later occurrences) with an induction head. Metrics, computed on each fresh training batch before the optimiser
-step: in-context accuracy (counter >= 2), first-occurrence accuracy (counter == 1), global loss (non-trigger
-positions), in-context loss, and the memory probes of `mechmem.papers.birth.probes` for the simplified model. The
-evaluation adds the same accuracies on a held-out batch (and on the OOD test split for `outputs="ood"`) and
-the attention-map probes.
+token (see `mechmem.papers.birth.data`). A two-layer transformer solves the in-context part (a trigger's
+second and later occurrences) with an induction head. Metrics, computed on each fresh training batch before
+the optimiser step: in-context accuracy (counter >= 2), first-occurrence accuracy (counter == 1), global loss
+(non-trigger positions), in-context loss, and the memory probes of `mechmem.papers.birth.probes` for the
+simplified model. The evaluation adds the same accuracies on a held-out batch (and on the OOD test split for
+`outputs="ood"`) and the attention-map probes.
 
     python analyses/train.py birth --preset quick --out runs/birth_quick
 """

@@ -5,13 +5,13 @@ With two positions, the last position's residual stream after the mixing is, for
     resid = second[t2] + p (first[t1] - minus[t2])      p = sigmoid(gap[t2, t1]): attention on the first token
 
 where `first`, `second`, `minus` and `gap` are per-vocabulary tables (`mixing_tables`). For 2Emb and uniform
-attention p is a constant and is folded into the tables (p = 1, minus = 0). The tables are small ([init, n_in, d])
-and keep autograd; everything per fact (the gathers, the attention weight, norms, MLP, unembedding and
+attention p is a constant and is folded into the tables (p = 1, minus = 0). The tables are small ([init, n_in,
+d]) and keep autograd; everything per fact (the gathers, the attention weight, norms, MLP, unembedding and
 cross-entropy) has a hand-written backward (`loss_grad`), checked against autograd in the tests.
 
-Per-fact activations are feature-major, [init, feature, fact]: a norm's mean over 16 features or a softmax over 16
-labels is then an elementwise pass over contiguous rows, several times faster on a CPU than reducing a 16-wide
-last axis, and no intermediate is kept for autograd.
+Per-fact activations are feature-major, [init, feature, fact]: a norm's mean over 16 features or a softmax
+over 16 labels is then an elementwise pass over contiguous rows, several times faster on a CPU than reducing a
+16-wide last axis, and no intermediate is kept for autograd.
 """
 
 import math

@@ -15,10 +15,10 @@ never has biases. Initialisation follows the published PyTorch defaults: embeddi
 and biases U(+-1/sqrt(fan_in)), norm gains 1.
 
 Where TransformerLens can express a variant (attention or uniform mixing, with the MLP residual when there is
-an MLP) `build_facts_model` returns a `HookedTransformer`; otherwise (2Emb, no MLP residual) a `FactsTransformer`,
-a `HookedRootModule` with the same parameter and hook names. For 2Emb the second embedding is `embed.W_E2`, and
-the "mixing" shows up as `blocks.0.hook_attn_out` = W_E[t1] at the last position (zero at the first), so
-`resid_mid` is the running sum of the position-specific embeddings.
+an MLP) `build_facts_model` returns a `HookedTransformer`; otherwise (2Emb, no MLP residual) a
+`FactsTransformer`, a `HookedRootModule` with the same parameter and hook names. For 2Emb the second embedding
+is `embed.W_E2`, and the "mixing" shows up as `blocks.0.hook_attn_out` = W_E[t1] at the last position (zero at
+the first), so `resid_mid` is the running sum of the position-specific embeddings.
 
 `forward_params` is the one implementation of the forward pass; it takes parameters with a leading `init` axis
 so the batched trainer runs 11 initialisations at once, and the hooked module calls it with one init.
@@ -212,8 +212,9 @@ def forward_params(
 ) -> Float[Tensor, "init batch pos d_vocab_out"]:
     """Logits of a stack of models whose parameters carry a leading `init` axis.
 
-    Long because it is one function for every variant on purpose (about 65 lines): the variant toggles are read in the
-    order the model computes, so the forward pass can be checked line by line against the authors' `models.py`.
+    Long because it is one function for every variant on purpose (about 65 lines): the variant toggles are
+    read in the order the model computes, so the forward pass can be checked line by line against the authors'
+    `models.py`.
 
     Args:
         cfg: the variant.

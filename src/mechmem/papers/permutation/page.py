@@ -75,7 +75,8 @@ def build_page(record: dict[str, Any]) -> Report:
     return Report(TITLE, headline, meta, sections)
 
 
-# -- set-up and published numbers ------------------------------------------------------------------------------
+# -- set-up and published numbers
+# ------------------------------------------------------------------------------
 def _setup(record: dict[str, Any], published: dict[str, Any]) -> Section:
     cfg = record["config"]
     s = Section("setup", "Set-up")
@@ -187,7 +188,8 @@ def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
     return s
 
 
-# -- Bayes table and probe -------------------------------------------------------------------------------------
+# -- Bayes table and probe
+# -------------------------------------------------------------------------------------
 def _bayes_rows(runs: list[dict[str, Any]]) -> list[list[Any]]:
     rows = []
     for i, first in enumerate(runs[0]["bayes"]):
@@ -273,7 +275,8 @@ def _probe(record: dict[str, Any]) -> Section:
     return s
 
 
-# -- head roles --------------------------------------------------------------------------------------------------
+# -- head roles
+# --------------------------------------------------------------------------------------------------
 EVIDENCE = ("transfer", "via_mlp", "attention", "damage")
 """Per-role evidence columns of the roles table, after each role's score and share."""
 
@@ -298,8 +301,8 @@ def roles_table(runs: list[dict[str, Any]], caption: str = "") -> Table:
 def matching_x_attention(run: dict[str, Any]) -> tuple[list[list[float]], str]:
     """Last-x attention on the matching x per [layer][head], and what it measures.
 
-    From `circuit_attention` (repeat sequences, mass on the matching x itself) when the record has it, else from
-    the roles' recall_attention evidence (recall probes, mass on the matching x and its y).
+    From `circuit_attention` (repeat sequences, mass on the matching x itself) when the record has it, else
+    from the roles' recall_attention evidence (recall probes, mass on the matching x and its y).
     """
     if "circuit_attention" in run:
         return run["circuit_attention"]["match"], "circuit attention on the matching x"
@@ -381,7 +384,8 @@ def _roles(record: dict[str, Any]) -> Section:
     return s
 
 
-# -- FFN rescue and larger vocabularies ----------------------------------------------------------------------------
+# -- FFN rescue and larger vocabularies
+# ----------------------------------------------------------------------------
 def _ablation(run: dict[str, Any], prefix: str, k: int) -> dict[str, Any]:
     return next(r for r in run["rescue"]["ablation"] if r["ablated"].startswith(prefix) and r["k"] == k)
 

@@ -1,12 +1,14 @@
 """The constructions reproduction as data: Appendix A, the S x top_fraction sweep, capacities, weight histograms.
 
 `run_constructions` writes `constructions_capacity_{tag}.json` (every capacity search as a `CapacityResult`,
-trained spot checks, the commands that contributed) and `constructions_misc_{tag}.json` (Appendix A, the sweep,
-the grid, histogram counts) into a data folder; the page is drawn from these files by `memorisation.page`.
+trained spot checks, the commands that contributed) and `constructions_misc_{tag}.json` (Appendix A, the
+sweep, the grid, histogram counts) into a data folder; the page is drawn from these files by
+`memorisation.page`.
 
-The capacity searches and spot checks are cells of `mechmem.executor.run_cells` (in-process or Ray tasks). While
-they run, finished cells are kept in `constructions_cells_{tag}.jsonl`, so a killed run resumes; the file is
-removed once the capacity file is written (a later run recomputes the modes it is asked for, as before).
+The capacity searches and spot checks are cells of `mechmem.executor.run_cells` (in-process or Ray tasks).
+While they run, finished cells are kept in `constructions_cells_{tag}.jsonl`, so a killed run resumes; the
+file is removed once the capacity file is written (a later run recomputes the modes it is asked for, as
+before).
 """
 
 import json

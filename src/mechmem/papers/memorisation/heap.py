@@ -1,9 +1,10 @@
 """Keep freed memory in the process heap, so tensors of a training loop reuse pages instead of faulting new ones.
 
 glibc returns the free top of its heap to the kernel once it exceeds a trim threshold that tracks the largest
-recently freed block (about twice its size). A loop that allocates and frees many tensors of a few hundred KB each
-(the batched facts trainer: [11 inits, 16, 1,024 facts] floats) then page-faults every buffer anew: measured
-about 2,300 minor faults per step and 2.2x slower steps. Raising the thresholds keeps those pages mapped.
+recently freed block (about twice its size). A loop that allocates and frees many tensors of a few hundred KB
+each (the batched facts trainer: [11 inits, 16, 1,024 facts] floats) then page-faults every buffer anew:
+measured about 2,300 minor faults per step and 2.2x slower steps. Raising the thresholds keeps those pages
+mapped.
 """
 
 import ctypes

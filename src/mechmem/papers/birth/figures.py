@@ -1,7 +1,7 @@
 """Figures of the birth reproduction: training curves, freezing curves, final accuracies, attention maps.
 
-Every plot function takes what the run record holds (metric histories as lists of `metrics.jsonl` records, final
-values, stored attention maps) and returns a matplotlib Figure; `mechmem.papers.birth.page` places them.
+Every plot function takes what the run record holds (metric histories as lists of `metrics.jsonl` records,
+final values, stored attention maps) and returns a matplotlib Figure; `mechmem.papers.birth.page` places them.
 """
 
 from typing import Any

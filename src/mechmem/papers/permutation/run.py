@@ -1,15 +1,17 @@
 """Experiments reproducing "Can a Tiny Transformer Learn to Remember?" (permutation memory, methods.md §1).
 
-Each function takes a trained model and the task, draws its own sequences from an explicit generator, and returns
-a small result (plain dicts of floats or dataclasses with `to_dict`). `run_reproduction` runs one cell per
-(preset, seed) through `mechmem.executor.run_cells` (in-process, or Ray tasks with `executor="ray"`): each cell
-trains the run unless its checkpoint is current (so a killed reproduction resumes) and measures every experiment
-on it; the cells' records make one JSON-able dict (the run record); `page.build_page` turns it into the page.
+Each function takes a trained model and the task, draws its own sequences from an explicit generator, and
+returns a small result (plain dicts of floats or dataclasses with `to_dict`). `run_reproduction` runs one cell
+per (preset, seed) through `mechmem.executor.run_cells` (in-process, or Ray tasks with `executor="ray"`): each
+cell trains the run unless its checkpoint is current (so a killed reproduction resumes) and measures every
+experiment on it; the cells' records make one JSON-able dict (the run record); `page.build_page` turns it into
+the page.
 
 The larger-V presets live in `mechmem.papers.permutation.task`: `v10-quick`, `v15-quick` (CPU) and
 `v10-paper`, `v15-paper` (GPU-sized), all trained on repeat data (repeat_ratio 0.3).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,10 +73,11 @@ def bayes_table(
     """Per answer step on n test sequences (the task's own repeat ratio): accuracy, Bayes target, Bayes error.
 
     Columns: `acc` (argmax == target), `bayes_acc` (mean of 1 / #candidates: the accuracy of the Bayes-optimal
-    predictor), `p_target` (mean model probability of the target) and `bayes_p_target`, `mae` (mean over sequences
-    and the V+1 vocabulary entries of |p_model - p_bayes|, as in `answer_stats`), `max_err` (largest such entry),
-    `seq_err_q` (median, 90th and 99th percentile over sequences of each sequence's largest entry), `loss` and `bayes_loss` (cross-entropy of the target under the model and under the posterior). The last step
-    is also split into `elimination` (no repeat) and `memorisation` (repeat) rows.
+    predictor), `p_target` (mean model probability of the target) and `bayes_p_target`, `mae` (mean over
+    sequences and the V+1 vocabulary entries of |p_model - p_bayes|, as in `answer_stats`), `max_err` (largest
+    such entry), `seq_err_q` (median, 90th and 99th percentile over sequences of each sequence's largest
+    entry), `loss` and `bayes_loss` (cross-entropy of the target under the model and under the posterior). The
+    last step is also split into `elimination` (no repeat) and `memorisation` (repeat) rows.
     """
     seq, repeat = task.sequences(n, generator=generator, split="test")
     tokens, targets = seq[:, :-1], seq[:, 1::2]
@@ -132,9 +135,9 @@ def probe_stats(model: Any, task: PermutationTask, n: int, *, generator: torch.G
 def last_step_groups(task: PermutationTask, n: int, *, generator: torch.Generator) -> dict[str, Tensor]:
     """Test sequences, half with a repeated last x, with the last answer's target and key sets over positions.
 
-    Key sets (masks over the 2V-1 input positions, for the query at the last x): `match` = the earlier x equal to
-    the last x, `bound` = the y that followed it, `other_y` = every other earlier y, `other_x` = every other
-    earlier x, `self` = the query position. On repeat sequences they partition the positions.
+    Key sets (masks over the 2V-1 input positions, for the query at the last x): `match` = the earlier x equal
+    to the last x, `bound` = the y that followed it, `other_y` = every other earlier y, `other_x` = every
+    other earlier x, `self` = the query position. On repeat sequences they partition the positions.
     """
     seq, repeat = task.sequences(n, generator=generator, split="test", repeat_ratio=0.5)
     tokens = seq[:, :-1]
@@ -167,7 +170,8 @@ def circuit_attention(
     model: Any, task: PermutationTask, n: int, *, generator: torch.Generator
 ) -> dict[str, Any]:
     """Per layer and head: previous-token score (mean attention of each y onto the x just before it) and, at the
-    last x of repeat sequences, the attention on the matching x, on the y that followed it (induction route) and
+    last x of repeat sequences, the attention on the matching x, on the y that followed it (induction route)
+    and
     on each other earlier y (mean per y)."""
     g = last_step_groups(task, n, generator=generator)
     tokens = g["tokens"][g["repeat"]]
@@ -283,7 +287,8 @@ def floor(vocab_size: int) -> float:
     return elimination_floor(vocab_size)
 
 
-# -- everything -----------------------------------------------------------------------------------------------
+# -- everything
+# -----------------------------------------------------------------------------------------------
 @torch.no_grad()
 def masked_losses(
     model: Any, task: PermutationTask, n: int, *, generator: torch.Generator
@@ -421,3 +426,8 @@ def run_reproduction(cfg: ReproConfig, *, log: Any = print) -> dict[str, Any]:
         "floor": elimination_floor(5),
         **{g: [records[f"{g}/{p}/seed{s}"] for p, s in runs] for g, runs in groups.items()},
     }
+
+
+def run(spec: ReproConfig, log: Callable[[str], None]) -> dict[str, Any]:
+    """The plugin's run: train what is missing and measure everything (see `run_reproduction`)."""
+    return run_reproduction(spec, log=log)
