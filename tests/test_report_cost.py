@@ -36,10 +36,10 @@ def test_report_json_has_one_timing_per_step(written):
     # ru_maxrss only grows, so the peaks never fall from one step to the next (steps run in the listed order).
     peaks = [step["peak_rss_mb"] for step in cost["steps"].values()]
     assert peaks == sorted(peaks)
-    # Every model pass happens inside a step; a section that runs the model counts its passes.
+    # Every counted pass happens inside a step; the optimum section calls the model, the probes read weights.
     assert sum(step["passes"] for step in cost["steps"].values()) == cost["passes"]
     assert sum(step["rows"] for step in cost["steps"].values()) == cost["rows"]
-    assert cost["steps"]["ablation"]["passes"] > 0 and cost["steps"]["probes"]["passes"] == 0
+    assert cost["steps"]["optimum"]["passes"] > 0 and cost["steps"]["probes"]["passes"] == 0
     assert_no_hooks(model)
 
 

@@ -137,8 +137,9 @@ class ReportCost:
     cpu_seconds is the process's CPU time (all its threads): on a machine shared with other work it is the
     steadier measure of the work done, while seconds includes the time spent waiting for a core. passes counts
     the model's forward calls (a forward pre-hook on the model; a pass resumed at a later layer counts as one)
-    and rows the sequences they ran (stacked variants count once each): work that no load changes. Code that
-    runs the blocks without calling the model (the patching sweeps) is not counted.
+    and rows the sequences they ran (stacked variants count once each): work that no load changes. Work that
+    does not call the model (the intervention engine's hook-free replay, which the patching sweeps and
+    ablations use) is not counted.
 
     Args:
         steps: how many steps the report will run (for the progress line's estimate of the time left).
