@@ -200,6 +200,9 @@ def detect_heads(
         chunk: sequences per forward pass (attention patterns are reduced inside the hooks, never stored).
         generator: draws the bootstrap resamples (default: a generator seeded with 0, so a result is a
             function of its inputs).
+
+    Long because one scoped hook reduces every probed pattern in one pass, and the bootstrap intervals and
+    per-token scores are computed from the same reduced tensors.
     """
     patterns = dict(BUILTIN_PATTERNS if patterns is None else patterns)
     cfg = model.cfg

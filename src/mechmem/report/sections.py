@@ -136,7 +136,11 @@ def heads_section(ctx: ReportContext) -> Section:
 
 # -- MLP: direct effect and key neurons ------------------------------------------------------------------------
 def mlp_section(ctx: ReportContext) -> Section:
-    """The last MLP's direct effect on the answer logit, its key neurons, and the effect of mean-ablating it."""
+    """The last MLP's direct effect on the answer logit, its key neurons, and the effect of mean-ablating it.
+
+    Long because the section's measurements (lens, mean ablation, neuron ranking) and the sentences that
+    report them read best side by side.
+    """
     s = Section("mlp", "MLP: direct effect on the answer and key neurons")
     s.skipped = heads.no_attention_reason(ctx.model) or _needs_task(ctx, "no answers to attribute")
     if s.skipped is None and ctx.model.cfg.attn_only:

@@ -22,6 +22,9 @@ the first), so `resid_mid` is the running sum of the position-specific embedding
 
 `forward_params` is the one implementation of the forward pass; it takes parameters with a leading `init` axis
 so the batched trainer runs 11 initialisations at once, and the hooked module calls it with one init.
+
+Long because the model is one architecture with every published toggle (mixing, MLP, norms, bias, residual,
+activation); each toggle's weights, forward step and hook names must be read together.
 """
 
 import math

@@ -3,6 +3,8 @@
 The run record (`run_reproduction`) -> a `Report` of computed lines, tables and figures. Words that are not
 computed live in docs/reproductions/prose/permutation.md, one block per section key (setup, published, bayes,
 probe, roles, rescue, scale); the published values in published.json.
+
+Long because it is one page: each function renders one section of it from the run record, in page order.
 """
 
 import json
@@ -80,6 +82,10 @@ def build_page(record: dict[str, Any]) -> Report:
 # -- set-up and published numbers
 # ------------------------------------------------------------------------------
 def _setup(record: dict[str, Any], published: dict[str, Any]) -> Section:
+    """The set-up section: split, evaluation sizes and every hyperparameter beside the published one.
+
+    Long because it renders the set-up table, one row per published hyperparameter, beside ours.
+    """
     cfg = record["config"]
     s = Section("setup", "Set-up")
     share = record["task2"][0]["task"]["train_fraction"]
