@@ -39,6 +39,7 @@ from torch import Tensor
 from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean, setter_values, zero
 from mechmem.analysis.interventions_grad import activation_grads
 from mechmem.errors import MechmemError
+from mechmem.models.adapter import split_qkv_unsupported
 from mechmem.tasks.base import PatchingPair
 
 ABLATIONS = ("corrupted", "mean", "zero")
@@ -107,6 +108,8 @@ def build_graph(model: torch.nn.Module) -> Graph:
         raise MechmemError("circuit discovery needs a TransformerLens HookedTransformer")
     if getattr(cfg, "parallel_attn_mlp", False) or cfg.positional_embedding_type != "standard":
         raise MechmemError("circuit discovery needs sequential blocks and standard positional embeddings")
+    if reason := split_qkv_unsupported(model):
+        raise MechmemError(f"circuit discovery patches per-head Q/K/V inputs: {reason}")
     nodes = [Node("embed", "embed", -1.0, "hook_embed"), Node("pos", "pos", -1.0, "hook_pos_embed")]
     ports = []
     for l in range(cfg.n_layers):

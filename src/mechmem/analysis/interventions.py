@@ -39,7 +39,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.models.adapter import is_hooked_transformer
+from mechmem.models.adapter import is_hooked_transformer, last_start_layer
 
 Metric = Callable[[Tensor], Any]
 """logits [batch pos d_vocab] -> a tensor (a scalar or one value per sequence)."""
@@ -180,9 +180,10 @@ def _flags(model: torch.nn.Module, hooks: set[str]) -> Iterator[None]:
 def _start_layer(model: torch.nn.Module, variant: list[Intervention]) -> int | None:
     """Block where a pass for `variant` may start (n_layers: final norm and unembedding only); None = full.
 
-    Shortformer models re-add the positional embedding in every attention layer, so they always run in full.
+    The model's backend bounds it (`last_start_layer`: shortformer models always run in full).
     """
-    if not is_hooked_transformer(model) or model.cfg.positional_embedding_type == "shortformer":
+    last = last_start_layer(model)
+    if last is None:
         return None
     layers = []
     for iv in variant:
@@ -193,7 +194,7 @@ def _start_layer(model: torch.nn.Module, variant: list[Intervention]) -> int | N
             layers.append(model.cfg.n_layers)
         else:
             return None
-    return min(layers, default=model.cfg.n_layers)
+    return min(*layers, last) if layers else last
 
 
 def _resid_name(model: torch.nn.Module, layer: int) -> str:

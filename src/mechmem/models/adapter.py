@@ -276,9 +276,9 @@ def canonical_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
 
     A model that is not a TransformerLens 4 bridge gives its `named_parameters()`.
     """
-    if BACKEND == "hooked" or not is_bridge(model):
+    if not is_bridge(model):
         return dict(model.named_parameters())
-    config = model.mechmem_config
+    config = _config_of(model)
     bridge_params = dict(model.state_dict(keep_vars=True))
     probe = {name: torch.zeros(shape) for name, shape in layout.canonical_shapes(config).items()}
     out = {}
@@ -394,33 +394,65 @@ def replay_unsupported(model: Any) -> str | None:
     return f"the replay does not implement {', '.join(odd)}" if odd else None
 
 
+def last_start_layer(model: Any) -> int | None:
+    """The latest block a forward pass may start at with `start_at_layer` (n_layers: final norm and unembedding
+    only), or None when a pass must run in full.
+
+    Shortformer models re-add the positional embedding in every attention layer, so they always run in full;
+    TransformerLens 4's bridge starts at a block, never after the last one.
+    """
+    if not is_hooked_transformer(model) or model.cfg.positional_embedding_type == "shortformer":
+        return None
+    return model.cfg.n_layers - 1 if is_bridge(model) else model.cfg.n_layers
+
+
+def split_qkv_unsupported(model: Any) -> str | None:
+    """Why `model` has no per-head query/key/value input hooks (`blocks.L.hook_q_input`, ...), or None.
+
+    Edge-level circuit discovery patches those inputs; TransformerLens 4's native attention does not hook them.
+    """
+    if is_bridge(model):
+        return f"TransformerLens {TL_VERSION}'s native attention has no per-head Q/K/V input hooks"
+    return None
+
+
 def move_model(model: nn.Module, device: str | torch.device) -> nn.Module:
     """Move a model to `device`, keeping a TransformerLens model's cfg.device in sync and without its print."""
-    if BACKEND == "hooked" and isinstance(model, HookedTransformer):
+    if is_hooked_transformer(model):
         return model.to(device, print_details=False)
-    model = model.to(device)
-    if is_bridge(model):
-        model.cfg.device = str(torch.device(device))
-    return model
+    return model.to(device)
 
 
-def canonical_state_dict(model: nn.Module) -> dict[str, Tensor]:
-    """The model's weights in the canonical layout (`mechmem.models.layout`), detached.
+def canonical_state_dict(model: nn.Module, *, grads: bool = False) -> dict[str, Tensor]:
+    """The model's weights (or with `grads=True` their gradients, zero where none) in the canonical layout
+    (`mechmem.models.layout`).
 
     A model that is not a TransformerLens transformer (a paper's own hooked module) gives its plain state_dict.
     """
-    state = model.state_dict()
+    state = model.state_dict(keep_vars=grads)
+    if grads:
+        state = {
+            k: (v.grad if v.grad is not None else torch.zeros_like(v)).detach()
+            for k, v in state.items()
+            if isinstance(v, nn.Parameter)
+        }
     if is_bridge(model):
-        return layout.from_bridge(state, model.mechmem_config)
+        return layout.from_bridge(state, _config_of(model))
     if is_hooked_transformer(model):
         return layout.canonical_weights(state)
     return dict(state)
 
 
+def _config_of(model: nn.Module) -> "TransformerConfig":
+    """The `TransformerConfig` of a bridge: the one mechmem built it from, else derived from its cfg."""
+    config = getattr(model, "mechmem_config", None)
+    return config if isinstance(config, TransformerConfig) else config_from_hooked_transformer(model)
+
+
 def load_canonical_state_dict(model: nn.Module, state: Mapping[str, Tensor]) -> None:
     """Load canonical weights (buffers of older files are ignored) into either backend's model."""
     if is_bridge(model):
-        config = model.mechmem_config
+        config = _config_of(model)
         if config.gated_mlp and config.d_mlp is not None:
             b_in = [v for k, v in state.items() if k.endswith("mlp.b_in")]
             if any(bool(t.abs().max() > 0) for t in b_in):
@@ -617,10 +649,12 @@ __all__ = [
     "initialise",
     "is_bridge",
     "is_hooked_transformer",
+    "last_start_layer",
     "load_canonical_state_dict",
     "move_model",
     "raw_hooked_transformer",
     "register_activation",
     "replay_unsupported",
     "save_hooked_transformer",
+    "split_qkv_unsupported",
 ]

@@ -184,8 +184,8 @@ def from_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
             t = state[f"{prefix}.weight"]
         elif plain == "W_U":
             t = state[f"{prefix}.weight"].T
-        elif plain == "b_U":
-            t = state[f"{prefix}.bias"]
+        elif plain == "b_U":  # a bridge booted by TransformerLens itself has no unembedding bias
+            t = state.get(f"{prefix}.bias", torch.zeros(shape))
         else:
             t = state[f"{prefix}.{'weight' if plain == 'w' else 'bias'}"]
         out[name] = t.contiguous()
