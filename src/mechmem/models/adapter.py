@@ -499,7 +499,8 @@ _BEHAVIOUR = (
     "parallel_attn_mlp attn_types window_size use_local_attn final_rms rotary_adjacent_pairs use_qk_norm "
     "post_embedding_ln use_normalization_before_and_after attn_scores_soft_cap output_logits_soft_cap "
     "scale_attn_by_inverse_layer_idx attention_dir use_NTK_by_parts_rope rope_scaling dtype "
-    "relative_attention_max_distance num_experts use_attn_in use_split_qkv_input"
+    "relative_attention_max_distance num_experts clip_qkv use_logn_attn use_dynamic_ntk_rope rotary_base_local "
+    "rotary_scaling_factor use_yarn_rope use_attention_sinks"
 ).split()
 """TransformerLens config fields that change what a model computes (compared at save; both backends have them)."""
 
