@@ -628,6 +628,60 @@ def save_hooked_transformer(
     return path
 
 
+# -- models from Hugging Face ----------------------------------------------------------------------------------
+def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") -> nn.Module:
+    """A Hugging Face causal language model as a TransformerLens model, weights exactly as published.
+
+    `name_or_path` is a Hub name (downloaded by `transformers`, as TransformerLens does) or a folder written by
+    `save_pretrained`. TransformerLens 3.x: a `HookedTransformer` from TransformerLens's own config conversion and
+    weight mapping (no layer-norm folding or centring, so the logits are the Hugging Face model's); 4.x:
+    `TransformerBridge.boot_transformers` in compatibility mode. Raises `MechmemError` with one line when the
+    model cannot be read or converted.
+    """
+    from pathlib import Path
+
+    local = Path(name_or_path).expanduser()
+    source = str(local.resolve()) if local.exists() else name_or_path
+    if local.exists() and not (local / "config.json").exists():
+        raise MechmemError(
+            f"--hf {name_or_path}: a folder without config.json (not a save_pretrained folder)"
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if BACKEND == "bridge":
+                model = TransformerBridge.boot_transformers(source, device=str(device), dtype=torch.float32)
+                model.enable_compatibility_mode(disable_warnings=True, no_processing=True)
+            else:
+                model = _hooked_from_pretrained(source, device)
+    except MechmemError:
+        raise
+    except Exception as exc:  # transformers / TransformerLens say why in their own words
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MechmemError(
+            f"--hf {name_or_path}: TransformerLens {TL_VERSION} cannot load it ({type(exc).__name__}: {first[:200]})"
+        ) from None
+    return model.eval()
+
+
+def _hooked_from_pretrained(source: str, device: str | torch.device) -> nn.Module:
+    """`HookedTransformer.from_pretrained_no_processing` for a Hub name or a local folder (TransformerLens 3.9's
+    own entry point looks local folders up among its official names), from TransformerLens's loading functions."""
+    from transformers import AutoModelForCausalLM
+    from transformer_lens import loading
+
+    hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    cfg = loading.get_pretrained_model_config(source, device=str(device), dtype=torch.float32)
+    cfg.tokenizer_name = None  # mechmem feeds token ids; a folder from save_pretrained may hold no tokenizer
+    cfg.default_prepend_bos = False
+    model = HookedTransformer(cfg, move_to_device=False)
+    state = loading.get_pretrained_state_dict(source, cfg, hf_model=hf_model, dtype=torch.float32)
+    model.load_and_process_state_dict(
+        state, fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False
+    )
+    return move_model(model, device)
+
+
 register_architecture("transformer", TransformerConfig, build_transformer)
 
 __all__ = [
@@ -652,6 +706,7 @@ __all__ = [
     "is_hooked_transformer",
     "last_start_layer",
     "load_canonical_state_dict",
+    "load_pretrained",
     "move_model",
     "raw_hooked_transformer",
     "register_activation",

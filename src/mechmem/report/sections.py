@@ -139,6 +139,8 @@ def mlp_section(ctx: ReportContext) -> Section:
     s.skipped = heads.no_attention_reason(ctx.model) or _needs_task(ctx, "no answers to attribute")
     if s.skipped is None and ctx.model.cfg.attn_only:
         s.skipped = "the model is attention-only"
+    if s.skipped is None and getattr(ctx.model.cfg, "parallel_attn_mlp", False):
+        s.skipped = "attention and MLP run in parallel: there is no resid_mid before the MLP to read"
     if s.skipped:
         return s
     model, t = ctx.model, ctx.thresholds
