@@ -9,24 +9,26 @@ checkpoint's own vocabulary ("scores") and on the task's evaluation data at its 
 DIR/detect_heads.json, DIR/detect_heads.png (score heatmaps) and DIR/attention.png (one task sequence).
 """
 
-import torch
-
 from mechmem import cli
-from mechmem.analysis.heads import (
-    attention_patterns,
-    detect_heads,
-    detect_heads_on_task,
-    no_attention_reason,
-    plot_attention,
-    plot_head_scores,
-    repeated_random_tokens,
-)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
     cli.add_analysis_args(parser, n_samples=256)
     args = parser.parse_args(argv)
+    # Heavy imports after the arguments parse, so --help and usage errors answer at once.
+    import torch
+
+    from mechmem.analysis.heads import (
+        attention_patterns,
+        detect_heads,
+        detect_heads_on_task,
+        no_attention_reason,
+        plot_attention,
+        plot_head_scores,
+        repeated_random_tokens,
+    )
+
     ckpt, out = cli.load_for_analysis(args)
     reason = no_attention_reason(ckpt.model)
     if reason:

@@ -9,9 +9,7 @@ when the checkpoint's directory holds step checkpoints from --save-every), names
 measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
 """
 
-from mechmem.analysis.dynamics import run_dir_of
 from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script
-from mechmem.report import build_report, write_report
 
 MIN_SAMPLES = 32
 """Smallest --n-samples the report accepts."""
@@ -22,6 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     add_analysis_args(parser, n_samples=512)
     parser.add_argument("--title", default=None, help="report title (default: the run directory's name)")
     args = parser.parse_args(argv)
+    # Heavy imports after the arguments parse, so --help and usage errors answer at once.
+    from mechmem.analysis.dynamics import run_dir_of
+    from mechmem.report import build_report, write_report
+
     # Role evidence compares groups of sequences (repeat / no repeat), which a handful of samples may not fill.
     ckpt, out = load_for_analysis(args, min_samples=MIN_SAMPLES)
     if args.out is None:

@@ -1,12 +1,13 @@
-"""Every analysis on every architecture TransformerLens can express: the table of docs/bring-your-own-model.md.
+"""Every analysis on every architecture TransformerLens can express: the table of
+docs/bring-your-own-model.md.
 
     python benchmarks/architectures.py --out /tmp/arch        # a few minutes on CPU
 
 Builds each architecture of `tests/test_byom.py` (`ARCHITECTURES`) as a TransformerLens model with random
-weights, saves it with `save_hooked_transformer` (which reloads it and checks the logits), and runs each analysis
-script of `tests/backend_runner.py` on the checkpoint. Prints one markdown row per architecture: the save/reload
-logit gap and, per analysis, `ok` or the one line it refused with. Under TransformerLens 4 the models are booted
-as bridges; an architecture the bridge cannot compute is refused at save.
+weights, saves it with `save_hooked_transformer` (which reloads it and checks the logits), and runs each
+analysis script of `tests/backend_runner.py` on the checkpoint. Prints one markdown row per architecture: the
+save/reload logit gap and, per analysis, `ok` or the one line it refused with. Under TransformerLens 4 the
+models are booted as bridges; an architecture the bridge cannot compute is refused at save.
 """
 
 import argparse

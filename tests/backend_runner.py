@@ -25,7 +25,8 @@ SCRIPTS = {
 
 
 def train_step(ckpt: str, out: Path) -> None:
-    """The loss and its gradient (canonical layout) for one training batch, and the weights after one SGD step.
+    """The loss and its gradient (canonical layout) for one training batch, and the weights after one SGD
+    step.
 
     SGD, not Adam: Adam divides by the gradient's own size, so float noise in a gradient that is zero in exact
     arithmetic (b_K: softmax ignores a key bias) becomes a full-size step whose sign differs between backends.

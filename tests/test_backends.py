@@ -1,9 +1,10 @@
-"""Two TransformerLens backends behind one adapter: the canonical weight layout, portable checkpoints, and the same
-analyses, numbers and training step under TransformerLens 3.9 (HookedTransformer) and 4.x (TransformerBridge).
+"""Two TransformerLens backends behind one adapter: the canonical weight layout, portable checkpoints, and the
+same analyses, numbers and training step under TransformerLens 3.9 (HookedTransformer) and 4.x
+(TransformerBridge).
 
-Runs under whichever TransformerLens this environment has. The cross-version comparison runs the analyses once here
-and once in the other environment (`.venv` for 3.x, `.venv-tl4` for 4.x: `make test-tl4` bootstraps it, or set
-MECHMEM_OTHER_PYTHON) and compares every number of their JSON outputs.
+Runs under whichever TransformerLens this environment has. The cross-version comparison runs the analyses once
+here and once in the other environment (`.venv` for 3.x, `.venv-tl4` for 4.x: `make test-tl4` bootstraps it,
+or set MECHMEM_OTHER_PYTHON) and compares every number of their JSON outputs.
 """
 
 import json
@@ -127,7 +128,7 @@ def test_checkpoints_written_by_either_major_version_load_with_their_logits(fixt
     assert written == fixture[len("backend_tl")]
 
 
-# -- the same analyses under the other major version -----------------------------------------------------------
+# -- the same analyses under the other major version ---------------------------------------------------------
 def _other_python() -> Path | None:
     named = os.environ.get("MECHMEM_OTHER_PYTHON")
     if named:

@@ -1,4 +1,5 @@
-"""Bring your own model: the one-call conversion, the config check at save, the generic task, and the docs example."""
+"""Bring your own model: the one-call conversion, the config check at save, the generic task, and the docs
+example."""
 
 import importlib.util
 import re
@@ -51,8 +52,8 @@ ARCHITECTURES = {
     "attn_scale": {"attn_scale": 2.0},
     "vocab_out": {"d_vocab_out": 20, "attn_only": False, "d_mlp": 24, "act_fn": "gelu_new"},
 }
-"""Settings of TransformerLens models that bring-your-own-model saves and reloads exactly (and the table in the
-docs lists)."""
+"""Settings of TransformerLens models that bring-your-own-model saves and reloads exactly (and the table in
+the docs lists)."""
 
 
 def _randomised(model):
@@ -60,7 +61,9 @@ def _randomised(model):
     gen = torch.Generator().manual_seed(11)
     with torch.no_grad():
         for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.3 + (1.0 if p.ndim == 1 and p.shape[0] == 16 else 0))
+            p.copy_(
+                torch.randn(p.shape, generator=gen) * 0.3 + (1.0 if p.ndim == 1 and p.shape[0] == 16 else 0)
+            )
     return model
 
 

@@ -1,6 +1,7 @@
-"""Models from Hugging Face checkpoints, without a network: tiny random GPT-2, GPT-NeoX and Llama models built from
-`transformers` configs, written with `save_pretrained`, loaded through mechmem by path (`load_pretrained`, `--hf`),
-checked against the `transformers` model's own logits, and analysed by detect_heads.py and report.py."""
+"""Models from Hugging Face checkpoints, without a network: tiny random GPT-2, GPT-NeoX and Llama models built
+from `transformers` configs, written with `save_pretrained`, loaded through mechmem by path
+(`load_pretrained`, `--hf`), checked against the `transformers` model's own logits, and analysed by
+detect_heads.py and report.py."""
 
 import json
 

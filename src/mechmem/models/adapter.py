@@ -1,33 +1,33 @@
 """The one place that constructs and loads TransformerLens models, under either major version.
 
 Two backends, detected at import:
-    - TransformerLens 3.9+ (`BACKEND == "hooked"`): a `HookedTransformer` built from a `HookedTransformerConfig`;
-    - TransformerLens 4.x (`BACKEND == "bridge"`): a `TransformerBridge` around TransformerLens's native model,
-      built from a `TransformerBridgeConfig` (the same thing `TransformerBridge.boot_native` builds, with the
-      three instance-level differences listed at `_native_model`).
-Both expose the same hook names (`blocks.L.attn.hook_z`, `hook_pattern`, `hook_resid_pre`, ...), the same weight
-views (`W_Q`, `W_E`, `blocks[L].attn.W_O`, `OV`, ...), `run_with_hooks`, `run_with_cache` and `hooks(...)`, so the
-analyses never ask which one they hold. Weights travel in one canonical layout (HookedTransformer's names and
-shapes, `mechmem.models.layout`): `canonical_state_dict` / `load_canonical_state_dict` convert, so a checkpoint
-written under either version loads under the other with the same logits.
+    - TransformerLens 3.9+ (`BACKEND == "hooked"`): a `HookedTransformer` from a `HookedTransformerConfig`;
+    - TransformerLens 4.x (`BACKEND == "bridge"`): a `TransformerBridge` around TransformerLens's native
+      model, built from a `TransformerBridgeConfig` (what `TransformerBridge.boot_native` builds, with the
+      instance-level differences listed at `_native_model`).
+Both expose the same hook names (`blocks.L.attn.hook_z`, `hook_pattern`, `hook_resid_pre`, ...), the same
+weight views (`W_Q`, `W_E`, `blocks[L].attn.W_O`, `OV`, ...), `run_with_hooks`, `run_with_cache` and
+`hooks(...)`, so the analyses never ask which one they hold. Weights travel in one canonical layout
+(HookedTransformer's names and shapes, `mechmem.models.layout`): `canonical_state_dict` /
+`load_canonical_state_dict` convert, so a checkpoint written under either version loads under the other with
+the same logits.
 
-`TransformerConfig` maps onto either config; `build_transformer` draws the initial weights in the canonical layout
-from an explicit `torch.Generator` (TransformerLens's own init seeds the global RNG, which library code must not
-do), applies fixed matrices (e.g. W_Q = identity) and freezes parameters by canonical name pattern. The same seed
-gives the same weights under both backends.
+`TransformerConfig` maps onto either config; `build_transformer` draws the initial weights in the canonical
+layout from an explicit `torch.Generator` (TransformerLens's own init seeds the global RNG, which library code
+must not do), applies fixed matrices (e.g. W_Q = identity) and freezes parameters by canonical name pattern.
+The same seed gives the same weights under both backends.
 
 Fixed and frozen parameters:
     `fixed` is a tuple of `(pattern, rule)` pairs applied after initialisation, in order. A pattern is an
     `fnmatch` glob over canonical parameter names (`"blocks.*.attn.W_Q"`); rules are `"identity"` (each head's
-    matrix is the identity, which needs d_head == d_model), `"zero"`, `"one"` and `"normal"` (N(0, 1) entries).
-    `frozen` is a tuple of globs; matching parameters get `requires_grad=False` and are never trained (on the
-    bridge, the module weight that holds the canonical tensor is frozen).
-    `init_std` overrides the normal init's standard deviation of the matrices (`W_*`); default is
-    TransformerLens's gpt2 rule 0.8 / sqrt(d_model).
+    matrix is the identity, which needs d_head == d_model), `"zero"`, `"one"` and `"normal"` (N(0, 1)
+    entries). `frozen` is a tuple of globs; matching parameters get `requires_grad=False` and are never
+    trained (on the bridge, the module weight that holds the canonical tensor is frozen). `init_std` overrides
+    the normal init's standard deviation of the matrices (`W_*`); default is TransformerLens's gpt2 rule 0.8 /
+    sqrt(d_model).
 """
 
 import copy
-import dataclasses
 import fnmatch
 import math
 import warnings
@@ -83,16 +83,18 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {}
 def register_activation(name: str, fn: Callable[[Tensor], Tensor]) -> None:
     """Make `act_fn=name` buildable under either backend (e.g. a paper's purely linear MLP).
 
-    Under TransformerLens 3.x the function joins TransformerLens's activation table; under 4.x the native MLP is
-    built with a placeholder activation and given `fn` on the instance. TransformerLens's own code is untouched.
+    Under TransformerLens 3.x the function joins TransformerLens's activation table; under 4.x the native MLP
+    is built with a placeholder activation and given `fn` on the instance. TransformerLens's own code is
+    untouched.
     """
     _ACTIVATIONS[name] = fn
     if BACKEND == "hooked":
         _tl_activations.SUPPORTED_ACTIVATIONS.setdefault(name, fn)
 
 
-# Architecture fields added for models brought from elsewhere; `to_dict` leaves them out at their defaults, so the
-# config dict of every model mechmem trained before them (and the run identity built from it) is unchanged.
+# Architecture fields added for models brought from elsewhere; `to_dict` leaves them out at their defaults, so
+# the config dict of every model mechmem trained before them (and the run identity built from it) is
+# unchanged.
 _ARCH_DEFAULTS: dict[str, Any] = {
     "positional_embedding_type": "standard",
     "rotary_dim": None,
@@ -227,11 +229,12 @@ class TransformerConfig(ConfigMixin):
         return kwargs
 
     def to_hooked_config(self) -> "HookedTransformerConfig":
-        """The equivalent `HookedTransformerConfig` (TransformerLens 3.x; weights are initialised separately)."""
+        """The equivalent `HookedTransformerConfig` (TransformerLens 3.x; weights are initialised
+        separately)."""
         return hooked_transformer_config(**self.tl_kwargs())
 
 
-# -- initial weights ---------------------------------------------------------------------------------------------
+# -- initial weights -----------------------------------------------------------------------------------------
 def _apply_rule(param: Tensor, rule: str, name: str, generator: torch.Generator | None) -> None:
     if rule == "zero":
         param.zero_()
@@ -247,8 +250,8 @@ def _apply_rule(param: Tensor, rule: str, name: str, generator: torch.Generator 
 
 
 def initial_weights(config: TransformerConfig, generator: torch.Generator | None) -> dict[str, Tensor]:
-    """Canonical initial weights: W_* ~ N(0, std^2) drawn in canonical order from `generator`, biases zero, norm
-    scales one; then the `fixed` rules."""
+    """Canonical initial weights: W_* ~ N(0, std^2) drawn in canonical order from `generator`, biases zero,
+    norm scales one; then the `fixed` rules."""
     std = config.init_std if config.init_std is not None else 0.8 / math.sqrt(config.d_model)
     state: dict[str, Tensor] = {}
     for name, shape in layout.canonical_shapes(config).items():
@@ -304,9 +307,10 @@ def apply_freezing(model: nn.Module, patterns: tuple[str, ...] | list[str]) -> l
     return sorted(set(frozen))
 
 
-# -- the two backends ---------------------------------------------------------------------------------------------
+# -- the two backends ----------------------------------------------------------------------------------------
 def bridge_unsupported(config: TransformerConfig) -> str | None:
-    """Why TransformerLens 4's native model cannot compute `config` as HookedTransformer does (None if it can)."""
+    """Why TransformerLens 4's native model cannot compute `config` as HookedTransformer does (None if it
+    can)."""
     if config.positional_embedding_type == "shortformer":
         return "shortformer positions (TransformerLens 4's native model has standard and rotary only)"
     if config.parallel_attn_mlp:
@@ -317,9 +321,10 @@ def bridge_unsupported(config: TransformerConfig) -> str | None:
 
 
 def _native_model(config: TransformerConfig) -> nn.Module:
-    """TransformerLens 4's native model for `config`, given the three things HookedTransformer has and it lacks:
-    a trained unembedding bias b_U, the gated MLP's output bias b_out, unscaled attention for use_attn_scale=False
-    (and activations registered with `register_activation`). Instance attributes only; TL's code is untouched."""
+    """TransformerLens 4's native model for `config`, given the three things HookedTransformer has and it
+    lacks: a trained unembedding bias b_U, the gated MLP's output bias b_out, unscaled attention for
+    use_attn_scale=False (and activations registered with `register_activation`). Instance attributes only;
+    TL's code is untouched."""
     reason = bridge_unsupported(config)
     if reason:
         raise MechmemError(f"TransformerLens {TL_VERSION} cannot build this model: {reason}")
@@ -372,8 +377,8 @@ def is_hooked_transformer(model: Any) -> bool:
 def replay_unsupported(model: Any) -> str | None:
     """Why the hook-free patching replay (`analysis.patching_replay`) cannot run `model` (None when it can).
 
-    The replay re-implements HookedTransformer's forward arithmetic, so it takes a HookedTransformer with standard
-    positions and sequential, global, full-head attention; anything else is patched through hooks.
+    The replay re-implements HookedTransformer's forward arithmetic, so it takes a HookedTransformer with
+    standard positions and sequential, global, full-head attention; anything else is patched through hooks.
     """
     if not is_hooked_transformer(model):
         return f"{type(model).__name__} is not a TransformerLens transformer"
@@ -395,8 +400,8 @@ def replay_unsupported(model: Any) -> str | None:
 
 
 def last_start_layer(model: Any) -> int | None:
-    """The latest block a forward pass may start at with `start_at_layer` (n_layers: final norm and unembedding
-    only), or None when a pass must run in full.
+    """The latest block a forward pass may start at with `start_at_layer` (n_layers: final norm and
+    unembedding only), or None when a pass must run in full.
 
     Shortformer models re-add the positional embedding in every attention layer, so they always run in full;
     TransformerLens 4's bridge starts at a block, never after the last one.
@@ -409,7 +414,8 @@ def last_start_layer(model: Any) -> int | None:
 def split_qkv_unsupported(model: Any) -> str | None:
     """Why `model` has no per-head query/key/value input hooks (`blocks.L.hook_q_input`, ...), or None.
 
-    Edge-level circuit discovery patches those inputs; TransformerLens 4's native attention does not hook them.
+    Edge-level circuit discovery patches those inputs; TransformerLens 4's native attention does not hook
+    them.
     """
     if is_bridge(model):
         return f"TransformerLens {TL_VERSION}'s native attention has no per-head Q/K/V input hooks"
@@ -417,7 +423,8 @@ def split_qkv_unsupported(model: Any) -> str | None:
 
 
 def move_model(model: nn.Module, device: str | torch.device) -> nn.Module:
-    """Move a model to `device`, keeping a TransformerLens model's cfg.device in sync and without its print."""
+    """Move a model to `device`, keeping a TransformerLens model's cfg.device in sync and without its
+    print."""
     if is_hooked_transformer(model):
         return model.to(device, print_details=False)
     return model.to(device)
@@ -427,7 +434,8 @@ def canonical_state_dict(model: nn.Module, *, grads: bool = False) -> dict[str, 
     """The model's weights (or with `grads=True` their gradients, zero where none) in the canonical layout
     (`mechmem.models.layout`).
 
-    A model that is not a TransformerLens transformer (a paper's own hooked module) gives its plain state_dict.
+    A model that is not a TransformerLens transformer (a paper's own hooked module) gives its plain
+    state_dict.
     """
     state = model.state_dict(keep_vars=grads)
     if grads:
@@ -474,8 +482,8 @@ def load_canonical_state_dict(model: nn.Module, state: Mapping[str, Tensor]) -> 
 
 
 def hooked_transformer_config(**kwargs: Any) -> Any:
-    """A raw TransformerLens config (`HookedTransformerConfig`, or `TransformerBridgeConfig` under 4.x), for tests
-    and planted circuits that set weights by hand."""
+    """A raw TransformerLens config (`HookedTransformerConfig`, or `TransformerBridgeConfig` under 4.x), for
+    tests and planted circuits that set weights by hand."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         if BACKEND == "hooked":
@@ -492,17 +500,18 @@ def raw_hooked_transformer(cfg: Any) -> nn.Module:
         return TransformerBridge.boot_native(cfg)
 
 
-# -- bringing your own model -----------------------------------------------------------------------------------
+# -- bringing your own model ---------------------------------------------------------------------------------
 _BEHAVIOUR = (
     "n_layers d_model n_heads d_head d_mlp d_vocab d_vocab_out n_ctx act_fn attn_only normalization_type "
-    "use_attn_scale attn_scale eps positional_embedding_type rotary_dim rotary_base n_key_value_heads gated_mlp "
-    "parallel_attn_mlp attn_types window_size use_local_attn final_rms rotary_adjacent_pairs use_qk_norm "
+    "use_attn_scale attn_scale eps positional_embedding_type rotary_dim rotary_base n_key_value_heads "
+    "gated_mlp parallel_attn_mlp attn_types window_size use_local_attn final_rms rotary_adjacent_pairs use_qk_norm "
     "post_embedding_ln use_normalization_before_and_after attn_scores_soft_cap output_logits_soft_cap "
     "scale_attn_by_inverse_layer_idx attention_dir use_NTK_by_parts_rope rope_scaling dtype "
-    "relative_attention_max_distance num_experts clip_qkv use_logn_attn use_dynamic_ntk_rope rotary_base_local "
-    "rotary_scaling_factor use_yarn_rope use_attention_sinks"
+    "relative_attention_max_distance num_experts clip_qkv use_logn_attn use_dynamic_ntk_rope "
+    "rotary_base_local rotary_scaling_factor use_yarn_rope use_attention_sinks"
 ).split()
-"""TransformerLens config fields that change what a model computes (compared at save; both backends have them)."""
+"""TransformerLens config fields that change what a model computes (compared at save; both backends have
+them)."""
 
 
 def _plain(value: Any) -> Any:
@@ -512,7 +521,8 @@ def _plain(value: Any) -> Any:
 
 
 def config_differences(model: nn.Module, config: Any) -> list[str]:
-    """Settings of a TransformerLens model's cfg that `config` would build differently ("field: model X, config Y").
+    """Settings of a TransformerLens model's cfg that `config` would build differently ("field: model X,
+    config Y").
 
     Empty for models that are not TransformerLens transformers or configs that are not `TransformerConfig`s.
     """
@@ -542,8 +552,8 @@ def config_differences(model: nn.Module, config: Any) -> list[str]:
 def config_from_hooked_transformer(model: nn.Module) -> TransformerConfig:
     """The `TransformerConfig` that rebuilds `model`, derived from `model.cfg`.
 
-    Raises `MechmemError` naming every cfg setting mechmem cannot reproduce (relative positions, QK norms, soft caps,
-    a dtype other than float32, ...).
+    Raises `MechmemError` naming every cfg setting mechmem cannot reproduce (relative positions, QK norms,
+    soft caps, a dtype other than float32, ...).
     """
     if not is_hooked_transformer(model):
         raise MechmemError(f"expected a TransformerLens transformer, got {type(model).__name__}")
@@ -595,9 +605,10 @@ def save_hooked_transformer(
 ) -> Any:
     """Turn a TransformerLens model (weights + cfg) into a mechmem checkpoint at `path`.
 
-    The config is derived from `model.cfg` (`config_from_hooked_transformer`); the task defaults to the generic
-    "repeats" task sized to the model. After writing, the checkpoint is reloaded and must give the model's logits
-    on a probe input, else the file is removed and `MechmemError` raised. Returns the checkpoint's path.
+    The config is derived from `model.cfg` (`config_from_hooked_transformer`); the task defaults to the
+    generic "repeats" task sized to the model. After writing, the checkpoint is reloaded and must give the
+    model's logits on a probe input, else the file is removed and `MechmemError` raised. Returns the
+    checkpoint's path.
     """
     from pathlib import Path
 
@@ -628,15 +639,15 @@ def save_hooked_transformer(
     return path
 
 
-# -- models from Hugging Face ----------------------------------------------------------------------------------
+# -- models from Hugging Face --------------------------------------------------------------------------------
 def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") -> nn.Module:
     """A Hugging Face causal language model as a TransformerLens model, weights exactly as published.
 
-    `name_or_path` is a Hub name (downloaded by `transformers`, as TransformerLens does) or a folder written by
-    `save_pretrained`. TransformerLens 3.x: a `HookedTransformer` from TransformerLens's own config conversion and
-    weight mapping (no layer-norm folding or centring, so the logits are the Hugging Face model's); 4.x:
-    `TransformerBridge.boot_transformers` in compatibility mode. Raises `MechmemError` with one line when the
-    model cannot be read or converted.
+    `name_or_path` is a Hub name (downloaded by `transformers`, as TransformerLens does) or a folder written
+    by `save_pretrained`. TransformerLens 3.x: a `HookedTransformer` from TransformerLens's own config
+    conversion and weight mapping (no layer-norm folding or centring, so the logits are the Hugging Face
+    model's); 4.x: `TransformerBridge.boot_transformers` in compatibility mode. Raises `MechmemError` with one
+    line when the model cannot be read or converted.
     """
     from pathlib import Path
 
@@ -659,14 +670,16 @@ def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") ->
     except Exception as exc:  # transformers / TransformerLens say why in their own words
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MechmemError(
-            f"--hf {name_or_path}: TransformerLens {TL_VERSION} cannot load it ({type(exc).__name__}: {first[:200]})"
+            f"--hf {name_or_path}: TransformerLens {TL_VERSION} cannot load it "
+            f"({type(exc).__name__}: {first[:200]})"
         ) from None
     return model.eval()
 
 
 def _hooked_from_pretrained(source: str, device: str | torch.device) -> nn.Module:
-    """`HookedTransformer.from_pretrained_no_processing` for a Hub name or a local folder (TransformerLens 3.9's
-    own entry point looks local folders up among its official names), from TransformerLens's loading functions."""
+    """`HookedTransformer.from_pretrained_no_processing` for a Hub name or a local folder (TransformerLens
+    3.9's own entry point looks local folders up among its official names), from TransformerLens's loading
+    functions."""
     from transformers import AutoModelForCausalLM
     from transformer_lens import loading
 

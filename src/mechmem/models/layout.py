@@ -1,19 +1,20 @@
-"""The canonical weight layout of a mechmem transformer, and its conversion to TransformerLens 4's bridge layout.
+"""The canonical weight layout of a mechmem transformer, and its conversion to TransformerLens 4's layout.
 
 A checkpoint stores weights under `HookedTransformer`'s parameter names and shapes, whichever TransformerLens
 wrote it: `embed.W_E [d_vocab d_model]`, `blocks.L.attn.W_Q [head_index d_model d_head]`, `blocks.L.mlp.W_in
 [d_model d_mlp]`, `unembed.W_U [d_model d_vocab_out]`, ... (grouped-query attention keeps TransformerLens's
 `_W_K`/`_W_V`/`_b_K`/`_b_V` names for the shared key/value heads). Buffers (`mask`, `IGNORE`, `rotary_sin`,
-`rotary_cos`) are not weights and are not stored; files written before this layout carry them and they are dropped
-on load.
+`rotary_cos`) are not weights and are not stored; files written before this layout carry them and they are
+dropped on load.
 
-TransformerLens 4's `TransformerBridge` names the same tensors after `nn.Linear` modules (`blocks.L.attn.q.weight
-[(head_index d_head) d_model]`, `blocks.L.mlp.in.weight [d_mlp d_model]`, `unembed.weight [d_vocab_out d_model]`).
-`to_bridge` and `from_bridge` convert between the two; they are exact inverses (a reshape, a transpose or a
-permutation per tensor). One difference is more than a reshape: the bridge's native model rotates adjacent pairs of
-query/key dimensions (2i, 2i+1) where HookedTransformer rotates dimension i with i + rotary_dim / 2, so the rotary
-dimensions of W_Q, W_K, b_Q and b_K are permuted on the way. Attention scores are unchanged by it (queries and keys
-are permuted alike); the bridge's `hook_q`/`hook_k` show the permuted order.
+TransformerLens 4's `TransformerBridge` names the same tensors after `nn.Linear` modules
+(`blocks.L.attn.q.weight [(head_index d_head) d_model]`, `blocks.L.mlp.in.weight [d_mlp d_model]`,
+`unembed.weight [d_vocab_out d_model]`). `to_bridge` and `from_bridge` convert between the two; they are exact
+inverses (a reshape, a transpose or a permutation per tensor). One difference is more than a reshape: the
+bridge's native model rotates adjacent pairs of query/key dimensions (2i, 2i+1) where HookedTransformer
+rotates dimension i with i + rotary_dim / 2, so the rotary dimensions of W_Q, W_K, b_Q and b_K are permuted on
+the way. Attention scores are unchanged by it (queries and keys are permuted alike); the bridge's
+`hook_q`/`hook_k` show the permuted order.
 
 This module is plain tensor work and imports no TransformerLens.
 """
@@ -33,10 +34,11 @@ def canonical_weights(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 
 def canonical_shapes(cfg) -> dict[str, tuple[int, ...]]:
-    """Every weight of a transformer with config `cfg`, in HookedTransformer's parameter order, with its shape.
+    """Every weight of a transformer with config `cfg`, in HookedTransformer's parameter order, with its
+    shape.
 
-    `cfg` is a `TransformerConfig`. The order matters: initial weights are drawn in it, so the same seed gives the
-    same weights under either TransformerLens backend (a test checks it against `HookedTransformer`).
+    `cfg` is a `TransformerConfig`. The order matters: initial weights are drawn in it, so the same seed gives
+    the same weights under either TransformerLens backend (a test checks it against `HookedTransformer`).
     """
     d_model, n_heads, d_head = cfg.d_model, cfg.n_heads, cfg.head_dim
     n_kv = cfg.n_key_value_heads
@@ -95,7 +97,8 @@ def canonical_shapes(cfg) -> dict[str, tuple[int, ...]]:
 
 
 def rotary_permutation(rotary_dim: int, d_head: int) -> Tensor:
-    """Index p with bridge dimension j = HookedTransformer dimension p[j] (pairs (i, i + r/2) -> (2i, 2i + 1))."""
+    """Index p with bridge dimension j = HookedTransformer dimension p[j] (pairs (i, i + r/2) -> (2i, 2i +
+    1))."""
     half = rotary_dim // 2
     order = [d for i in range(half) for d in (i, i + half)] + list(range(rotary_dim, d_head))
     return torch.tensor(order)
@@ -112,9 +115,11 @@ def _rows_to_heads(t: Tensor, d_head: int) -> Tensor:
 
 
 def to_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
-    """Canonical weights -> the `TransformerBridge.state_dict()` layout of the same model (see module docstring).
+    """Canonical weights -> the `TransformerBridge.state_dict()` layout of the same model (see module
+    docstring).
 
-    The bridge's gated MLP has no `in` bias: `b_in` of a gated MLP must be zero (the caller checks) and is dropped.
+    The bridge's gated MLP has no `in` bias: `b_in` of a gated MLP must be zero (the caller checks) and is
+    dropped.
     """
     d_head = cfg.head_dim
     rotary = cfg.positional_embedding_type == "rotary"
@@ -154,7 +159,8 @@ def to_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
 
 
 def from_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
-    """A `TransformerBridge.state_dict()` -> canonical weights, in canonical order (inverse of `to_bridge`)."""
+    """A `TransformerBridge.state_dict()` -> canonical weights, in canonical order (inverse of
+    `to_bridge`)."""
     d_head = cfg.head_dim
     rotary = cfg.positional_embedding_type == "rotary"
     perm = rotary_permutation(cfg.rotary_dim or d_head, d_head) if rotary else None
