@@ -74,7 +74,8 @@ def saved(request, tmp_path_factory):
     if (BACKEND, kind) in _KNOWN:
         pytest.xfail(_KNOWN[(BACKEND, kind)])
     model = _tiny(kind)
-    folder = tmp_path_factory.mktemp(kind)
+    # Not named after the model: TransformerLens 3.9 reads "llama" in a path as the original LLaMA's name.
+    folder = tmp_path_factory.mktemp("hf")
     model.save_pretrained(folder)
     _tokenizer().save_pretrained(folder)
     return kind, model, folder
