@@ -18,6 +18,7 @@ from mechmem.analysis import ablation, heads, neurons, patching, probes
 from mechmem.analysis.interventions import Intervention, intervened_logits, mean
 from mechmem.analysis.logit_lens import answer_probability, decode_residual
 from mechmem.analysis.roles import RoleResult, RoleThresholds
+from mechmem.errors import MechmemError
 from mechmem.report.document import Section, Table
 
 
@@ -300,9 +301,13 @@ def patching_section(ctx: ReportContext) -> Section:
     except NotImplementedError as exc:
         s.skipped = str(exc)
         return s
-    results = patching.run_sweeps(
-        ctx.model, pair, ("attn_head_out_all_pos", "resid_pre"), direction="denoising"
-    )
+    try:
+        results = patching.run_sweeps(
+            ctx.model, pair, ("attn_head_out_all_pos", "resid_pre"), direction="denoising"
+        )
+    except MechmemError as exc:  # an architecture patching does not run on: this section only
+        s.skipped = str(exc)
+        return s
     by_head, resid = results["attn_head_out_all_pos"], results["resid_pre"]
     restored = by_head.normalised()
     s.findings = {name: r.to_dict() for name, r in results.items()}
