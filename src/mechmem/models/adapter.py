@@ -390,7 +390,6 @@ def replay_unsupported(model: Any) -> str | None:
         for name, plain in (
             ("positional_embedding_type", "standard"),
             ("n_key_value_heads", None),
-            ("gated_mlp", False),
             ("parallel_attn_mlp", False),
             ("use_local_attn", False),
         )
