@@ -1,12 +1,13 @@
-"""Write an automated circuit report for a checkpoint: report.md, a self-contained report.html and report.json.
+"""Write an automated circuit report for a checkpoint:
+report.md, a self-contained report.html and report.json.
 
     python analyses/train.py permutation --preset task2-quick --out runs/task2    # about 2 minutes on CPU
     python analyses/report.py runs/task2/ckpt.pt --out runs/task2/report         # about 10 seconds on CPU
 
 Runs the analyses that fit the checkpoint's task and architecture (head detection, elimination/recall roles,
-MLP direct effects, OV memory probes, ablation, patching, closeness to the task's optimum, and training dynamics
-when the checkpoint's directory holds step checkpoints from --save-every), names each head's role from the
-measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
+MLP direct effects, OV memory probes, ablation, patching, closeness to the task's optimum, and training
+dynamics when the checkpoint's directory holds step checkpoints from --save-every), names each head's role
+from the measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
 """
 
 from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script
@@ -24,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     from mechmem.analysis.dynamics import run_dir_of
     from mechmem.report import build_report, write_report
 
-    # Role evidence compares groups of sequences (repeat / no repeat), which a handful of samples may not fill.
+    # Role evidence compares groups of sequences
+    # (repeat / no repeat), which a handful of samples may not fill.
     ckpt, out = load_for_analysis(args, min_samples=MIN_SAMPLES)
     if args.out is None:
         out = out / "report"

@@ -4,10 +4,10 @@
     python analyses/train.py permutation --preset task2-quick --steps 2000 --seed 1
     python analyses/train.py --list                                                # every task and preset
 
-Writes DIR/ckpt.pt (a self-describing checkpoint) and DIR/metrics.jsonl (one JSON line per evaluation), and prints
-the final metrics. --save-every N also keeps DIR/checkpoints/step_N.pt for training-dynamics analyses; --resume
-continues an interrupted run of the very same configuration (else it names the fields that differ); a DIR that
-already holds a run is refused unless --overwrite (which deletes the old run's files first).
+Writes DIR/ckpt.pt (a self-describing checkpoint) and DIR/metrics.jsonl (one JSON line per evaluation), and
+prints the final metrics. --save-every N also keeps DIR/checkpoints/step_N.pt for training-dynamics analyses;
+--resume continues an interrupted run of the very same configuration (else it names the fields that differ); a
+DIR that already holds a run is refused unless --overwrite (which deletes the old run's files first).
 """
 
 import torch

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from helpers import load_script
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -20,7 +21,6 @@ from transformers import (
 from mechmem.analysis.heads import no_attention_reason
 from mechmem.cli import run_script
 from mechmem.models.adapter import BACKEND, TL_VERSION, load_pretrained
-from test_byom import _load_main
 
 VOCAB, CTX = 40, 24
 
@@ -97,19 +97,19 @@ def test_detect_heads_and_report_run_on_it(saved, tmp_path):
     kind, _, folder = saved
     for script, argv in (("detect_heads", ["--n-samples", "16"]), ("report", ["--n-samples", "32"])):
         out = tmp_path / script
-        assert run_script(_load_main(script), ["--hf", str(folder), "--out", str(out)] + argv) == 0
+        assert run_script(load_script(script).main, ["--hf", str(folder), "--out", str(out)] + argv) == 0
         assert any(out.iterdir())
     scores = json.loads((tmp_path / "detect_heads" / "detect_heads.json").read_text())
     assert scores["task"] == "repeats"
 
 
 def test_hf_and_a_checkpoint_together_are_one_line_error(tmp_path, capsys):
-    code = run_script(_load_main("detect_heads"), ["some.pt", "--hf", str(tmp_path)])
+    code = run_script(load_script("detect_heads").main, ["some.pt", "--hf", str(tmp_path)])
     assert code == 2
     assert "not both or neither" in capsys.readouterr().err
 
 
 def test_a_folder_that_is_not_a_model_is_one_line_error(tmp_path, capsys):
-    assert run_script(_load_main("detect_heads"), ["--hf", str(tmp_path)]) == 2
+    assert run_script(load_script("detect_heads").main, ["--hf", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --hf") and "\n" not in err

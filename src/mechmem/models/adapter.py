@@ -65,11 +65,12 @@ with warnings.catch_warnings():
 
 TL_VERSION: str = getattr(transformer_lens, "__version__", None) or "unknown"
 if TL_VERSION == "unknown":
-    try:
-        from importlib.metadata import version as _pkg_version
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _pkg_version
 
+    try:
         TL_VERSION = _pkg_version("transformer-lens")
-    except Exception:  # pragma: no cover - metadata missing in odd installs
+    except PackageNotFoundError:  # pragma: no cover - metadata missing in odd installs
         pass
 
 FIX_RULES = ("identity", "zero", "one", "normal")
