@@ -22,13 +22,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from backend_runner import SCRIPTS  # noqa: E402
-from test_byom import ARCHITECTURES, _randomised, _tl_model  # noqa: E402
+from backend_runner import SCRIPTS
+from test_byom import ARCHITECTURES, _randomised, _tl_model
 
-from mechmem.checkpoint import load_checkpoint  # noqa: E402
-from mechmem.cli import one_line  # noqa: E402
-from mechmem.errors import MechmemError  # noqa: E402
-from mechmem.models.adapter import save_hooked_transformer  # noqa: E402
+from mechmem.checkpoint import load_checkpoint
+from mechmem.cli import one_line
+from mechmem.errors import MechmemError
+from mechmem.models.adapter import save_hooked_transformer
 
 
 def _main_of(name: str):
