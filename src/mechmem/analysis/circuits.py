@@ -48,6 +48,7 @@ from mechmem.analysis.interventions import (
     zero,
 )
 from mechmem.errors import MechmemError
+from mechmem.models.adapter import split_qkv_unsupported
 from mechmem.tasks.base import PatchingPair
 
 ABLATIONS = ("corrupted", "mean", "zero")
@@ -122,6 +123,12 @@ def build_graph(model: torch.nn.Module) -> Graph:
         raise MechmemError("circuit discovery needs a TransformerLens HookedTransformer")
     if getattr(cfg, "parallel_attn_mlp", False) or cfg.positional_embedding_type != "standard":
         raise MechmemError("circuit discovery needs sequential blocks and standard positional embeddings")
+    if getattr(cfg, "n_key_value_heads", None) is not None:
+        raise MechmemError(
+            "circuit discovery needs one key/value input per head (grouped-query attention shares them)"
+        )
+    if reason := split_qkv_unsupported(model):
+        raise MechmemError(f"circuit discovery patches per-head Q/K/V inputs: {reason}")
     nodes = [Node("embed", "embed", -1.0, "hook_embed"), Node("pos", "pos", -1.0, "hook_pos_embed")]
     ports = []
     for l in range(cfg.n_layers):

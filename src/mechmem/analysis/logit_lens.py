@@ -43,7 +43,8 @@ def lens_stages(model: torch.nn.Module) -> list[tuple[str, str]]:
     out = []
     for layer in range(model.cfg.n_layers):
         out.append((f"resid_pre.{layer}", f"blocks.{layer}.hook_resid_pre"))
-        if not model.cfg.attn_only:
+        # A parallel block adds attention and MLP together: there is no stream between them.
+        if not model.cfg.attn_only and not getattr(model.cfg, "parallel_attn_mlp", False):
             out.append((f"resid_mid.{layer}", f"blocks.{layer}.hook_resid_mid"))
         out.append((f"resid_post.{layer}", f"blocks.{layer}.hook_resid_post"))
     return out

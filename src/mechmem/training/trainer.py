@@ -27,7 +27,7 @@ import torch
 from mechmem.checkpoint import save_checkpoint
 from mechmem.errors import MechmemError, TrainingDiverged
 from mechmem.io import dumps
-from mechmem.models.adapter import move_model
+from mechmem.models.adapter import canonical_parameters, load_canonical_state_dict, move_model
 from mechmem.progress import Progress
 from mechmem.tasks.base import Task
 from mechmem.training.config import TrainConfig
@@ -86,7 +86,7 @@ class TrainResult:
 
 
 def _trainable(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
-    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return [(n, p) for n, p in canonical_parameters(model).items() if p.requires_grad]
 
 
 def _check_finite(model: torch.nn.Module, step: int) -> None:
@@ -185,7 +185,7 @@ def _train(
         if out is None:
             raise MechmemError("--resume needs an output directory")
         _, payload = find_resume_point(out, run_identity(model_config, task.name, task.config, cfg))
-        model.load_state_dict(payload["state_dict"])
+        load_canonical_state_dict(model, payload["state_dict"])
         state = payload["extra"]["trainer"]
         optimizer.load_state_dict(state["optimizer"])
         data_gen.set_state(state["data_rng"])

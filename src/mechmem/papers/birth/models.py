@@ -23,7 +23,15 @@ trainable embeddings), 1 or 2 layers, LayerNorm optional.
 
 import math
 
-from mechmem.models.adapter import TransformerConfig
+from mechmem.models.adapter import TransformerConfig, register_activation
+
+
+def _identity(x):
+    return x
+
+
+# The paper's W_F feed-forward is purely linear; TransformerLens has no identity activation.
+register_activation("linear", _identity)
 
 # Parameters of the simplified model that never train (plus optional embeddings / unembedding).
 SIMPLIFIED_FROZEN = (
