@@ -25,10 +25,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from backend_runner import SCRIPTS
 from test_byom import ARCHITECTURES, _randomised, _tl_model
 
-from mechmem.checkpoint import load_checkpoint
+from mechmem.checkpoint import load_checkpoint, save_hooked_transformer
 from mechmem.cli import one_line
 from mechmem.errors import MechmemError
-from mechmem.checkpoint import save_hooked_transformer
 
 
 def _main_of(name: str):
@@ -56,7 +55,7 @@ def row(name: str, overrides: dict, out: Path) -> list[str]:
             cells.append("ok" if not code else "exit " + str(code))
         except MechmemError as exc:
             cells.append(f"refused: {one_line(exc)}")
-        except Exception as exc:  # a crash is a finding; the table shows it
+        except Exception as exc:  # noqa: BLE001 - a crash is a finding; the table shows it
             cells.append(f"CRASH {type(exc).__name__}: {str(exc)[:80]}")
     return cells
 

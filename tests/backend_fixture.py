@@ -1,8 +1,9 @@
 """Write a committed backend fixture: `python tests/backend_fixture.py tests/data/backend_tlN.pt` under each
-TransformerLens major version (a small LN + GELU model, weights drawn from seed 0, briefly trained on `repeats`).
+TransformerLens major version (a small LN + GELU model, weights drawn from seed 0, briefly trained on
+`repeats`).
 
-The file also stores, as its metric `probe_logits`, the logits its TransformerLens computed on `probe_tokens()`;
-`tests/test_backends.py` loads both files under the TransformerLens at hand and compares.
+The file also stores, as its metric `probe_logits`, the logits its TransformerLens computed on
+`probe_tokens()`; `tests/test_backends.py` loads both files under the TransformerLens at hand and compares.
 """
 
 import sys

@@ -70,7 +70,7 @@ def run(ckpt: str, out: str, names: list[str]) -> int:
         spec.loader.exec_module(module)
         try:
             code = run_script(module.main, [ckpt, "--out", str(Path(out) / name), *SCRIPTS[name]])
-        except Exception as exc:  # reported, and the other scripts still run
+        except Exception as exc:  # noqa: BLE001 - reported, and the other scripts still run
             code = f"{type(exc).__name__}: {exc}"
         print(f"{name}: exit {code}", flush=True)
         status = status or (1 if code else 0)

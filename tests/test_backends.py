@@ -34,28 +34,28 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 TOL = 1e-5
 
-BASE = dict(n_layers=2, d_model=16, n_heads=4, d_vocab=11, n_ctx=12)
+BASE = {"n_layers": 2, "d_model": 16, "n_heads": 4, "d_vocab": 11, "n_ctx": 12}
 ARCHITECTURES = {
     "attn_only": {},
-    "ln_gelu_mlp": dict(d_mlp=24, act_fn="gelu", normalization_type="LN"),
-    "no_attn_scale_rms": dict(use_attn_scale=False, normalization_type="RMS", d_vocab_out=7),
-    "rotary_gqa_gated": dict(
-        positional_embedding_type="rotary",
-        n_key_value_heads=2,
-        gated_mlp=True,
-        d_mlp=24,
-        act_fn="silu",
-        normalization_type="RMS",
-    ),
-    "partial_rotary_local": dict(
-        positional_embedding_type="rotary",
-        rotary_dim=2,
-        attn_types=("global", "local"),
-        window_size=3,
-        normalization_type="LNPre",
-        d_mlp=24,
-    ),
-    "odd_head_rmspre": dict(d_head=5, normalization_type="RMSPre", attn_scale=3.0, eps=1e-3),
+    "ln_gelu_mlp": {"d_mlp": 24, "act_fn": "gelu", "normalization_type": "LN"},
+    "no_attn_scale_rms": {"use_attn_scale": False, "normalization_type": "RMS", "d_vocab_out": 7},
+    "rotary_gqa_gated": {
+        "positional_embedding_type": "rotary",
+        "n_key_value_heads": 2,
+        "gated_mlp": True,
+        "d_mlp": 24,
+        "act_fn": "silu",
+        "normalization_type": "RMS",
+    },
+    "partial_rotary_local": {
+        "positional_embedding_type": "rotary",
+        "rotary_dim": 2,
+        "attn_types": ("global", "local"),
+        "window_size": 3,
+        "normalization_type": "LNPre",
+        "d_mlp": 24,
+    },
+    "odd_head_rmspre": {"d_head": 5, "normalization_type": "RMSPre", "attn_scale": 3.0, "eps": 1e-3},
 }
 
 
@@ -112,8 +112,8 @@ def test_frozen_globs_name_canonical_weights_on_either_backend():
     model(tokens).logsumexp(-1).mean().backward()
     optimizer.step()
     after = canonical_state_dict(model)
-    for key in before:
-        assert torch.equal(before[key], after[key]) == (key in frozen), key
+    for key, value in before.items():
+        assert torch.equal(value, after[key]) == (key in frozen), key
 
 
 @pytest.mark.parametrize("fixture", ["backend_tl3.pt", "backend_tl4.pt"])

@@ -94,7 +94,7 @@ def test_loaded_by_path_gives_the_transformers_logits(saved):
 
 
 def test_detect_heads_and_report_run_on_it(saved, tmp_path):
-    kind, _, folder = saved
+    _kind, _, folder = saved
     for script, argv in (("detect_heads", ["--n-samples", "16"]), ("report", ["--n-samples", "32"])):
         out = tmp_path / script
         assert run_script(load_script(script).main, ["--hf", str(folder), "--out", str(out)] + argv) == 0

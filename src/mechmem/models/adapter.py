@@ -199,32 +199,32 @@ class TransformerConfig(ConfigMixin):
 
     def tl_kwargs(self) -> dict[str, Any]:
         """The TransformerLens config fields of this model (common to both backends' config classes)."""
-        kwargs: dict[str, Any] = dict(
-            n_layers=self.n_layers,
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            d_head=self.head_dim,
-            d_mlp=self.d_mlp,
-            d_vocab=self.d_vocab,
-            d_vocab_out=self.d_vocab_out if self.d_vocab_out is not None else self.d_vocab,
-            n_ctx=self.n_ctx,
-            act_fn=self.act_fn if self.d_mlp is not None else None,
-            attn_only=self.d_mlp is None,
-            normalization_type=self.normalization_type,
-            use_attn_scale=self.use_attn_scale,
-            positional_embedding_type=self.positional_embedding_type,
-            n_key_value_heads=self.n_key_value_heads,
-            gated_mlp=self.gated_mlp,
-            parallel_attn_mlp=self.parallel_attn_mlp,
-            eps=self.eps,
-            init_weights=False,
-            default_prepend_bos=False,
-            device="cpu",
-        )
+        kwargs: dict[str, Any] = {
+            "n_layers": self.n_layers,
+            "d_model": self.d_model,
+            "n_heads": self.n_heads,
+            "d_head": self.head_dim,
+            "d_mlp": self.d_mlp,
+            "d_vocab": self.d_vocab,
+            "d_vocab_out": self.d_vocab_out if self.d_vocab_out is not None else self.d_vocab,
+            "n_ctx": self.n_ctx,
+            "act_fn": self.act_fn if self.d_mlp is not None else None,
+            "attn_only": self.d_mlp is None,
+            "normalization_type": self.normalization_type,
+            "use_attn_scale": self.use_attn_scale,
+            "positional_embedding_type": self.positional_embedding_type,
+            "n_key_value_heads": self.n_key_value_heads,
+            "gated_mlp": self.gated_mlp,
+            "parallel_attn_mlp": self.parallel_attn_mlp,
+            "eps": self.eps,
+            "init_weights": False,
+            "default_prepend_bos": False,
+            "device": "cpu",
+        }
         if self.positional_embedding_type == "rotary":
-            kwargs |= dict(rotary_dim=self.rotary_dim or self.head_dim, rotary_base=self.rotary_base)
+            kwargs |= {"rotary_dim": self.rotary_dim or self.head_dim, "rotary_base": self.rotary_base}
         if self.attn_types is not None:
-            kwargs |= dict(attn_types=list(self.attn_types), window_size=self.window_size)
+            kwargs |= {"attn_types": list(self.attn_types), "window_size": self.window_size}
         if self.attn_scale is not None:
             kwargs["attn_scale"] = self.attn_scale
         return kwargs
@@ -286,8 +286,8 @@ def canonical_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     bridge_params = dict(model.state_dict(keep_vars=True))
     probe = {name: torch.zeros(shape) for name, shape in layout.canonical_shapes(config).items()}
     out = {}
-    for name in probe:
-        keys = layout.to_bridge({name: probe[name]}, config)
+    for name, value in probe.items():
+        keys = layout.to_bridge({name: value}, config)
         param = bridge_params.get(next(iter(keys)), None) if keys else None
         if isinstance(param, nn.Parameter):
             out[name] = param
@@ -501,15 +501,52 @@ def raw_hooked_transformer(cfg: Any) -> nn.Module:
 
 
 # -- bringing your own model ---------------------------------------------------------------------------------
-_BEHAVIOUR = (
-    "n_layers d_model n_heads d_head d_mlp d_vocab d_vocab_out n_ctx act_fn attn_only normalization_type "
-    "use_attn_scale attn_scale eps positional_embedding_type rotary_dim rotary_base n_key_value_heads "
-    "gated_mlp parallel_attn_mlp attn_types window_size use_local_attn final_rms rotary_adjacent_pairs use_qk_norm "
-    "post_embedding_ln use_normalization_before_and_after attn_scores_soft_cap output_logits_soft_cap "
-    "scale_attn_by_inverse_layer_idx attention_dir use_NTK_by_parts_rope rope_scaling dtype "
-    "relative_attention_max_distance num_experts clip_qkv use_logn_attn use_dynamic_ntk_rope "
-    "rotary_base_local rotary_scaling_factor use_yarn_rope use_attention_sinks"
-).split()
+_BEHAVIOUR = [
+    "n_layers",
+    "d_model",
+    "n_heads",
+    "d_head",
+    "d_mlp",
+    "d_vocab",
+    "d_vocab_out",
+    "n_ctx",
+    "act_fn",
+    "attn_only",
+    "normalization_type",
+    "use_attn_scale",
+    "attn_scale",
+    "eps",
+    "positional_embedding_type",
+    "rotary_dim",
+    "rotary_base",
+    "n_key_value_heads",
+    "gated_mlp",
+    "parallel_attn_mlp",
+    "attn_types",
+    "window_size",
+    "use_local_attn",
+    "final_rms",
+    "rotary_adjacent_pairs",
+    "use_qk_norm",
+    "post_embedding_ln",
+    "use_normalization_before_and_after",
+    "attn_scores_soft_cap",
+    "output_logits_soft_cap",
+    "scale_attn_by_inverse_layer_idx",
+    "attention_dir",
+    "use_NTK_by_parts_rope",
+    "rope_scaling",
+    "dtype",
+    "relative_attention_max_distance",
+    "num_experts",
+    "clip_qkv",
+    "use_logn_attn",
+    "use_dynamic_ntk_rope",
+    "rotary_base_local",
+    "rotary_scaling_factor",
+    "use_yarn_rope",
+    "use_attention_sinks",
+]
 """TransformerLens config fields that change what a model computes (compared at save; both backends have
 them)."""
 
@@ -623,7 +660,7 @@ def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") ->
                 model = _hooked_from_pretrained(source, device)
     except MechmemError:
         raise
-    except Exception as exc:  # transformers / TransformerLens say why in their own words
+    except Exception as exc:  # noqa: BLE001 - transformers / TransformerLens say why in their own words
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MechmemError(
             f"--hf {name_or_path}: TransformerLens {TL_VERSION} cannot load it "
@@ -636,8 +673,8 @@ def _hooked_from_pretrained(source: str, device: str | torch.device) -> nn.Modul
     """`HookedTransformer.from_pretrained_no_processing` for a Hub name or a local folder (TransformerLens
     3.9's own entry point looks local folders up among its official names), from TransformerLens's loading
     functions."""
-    from transformers import AutoModelForCausalLM
     from transformer_lens import loading
+    from transformers import AutoModelForCausalLM
 
     hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     cfg = loading.get_pretrained_model_config(source, device=str(device), dtype=torch.float32)
@@ -655,15 +692,15 @@ register_architecture("transformer", TransformerConfig, build_transformer)
 
 __all__ = [
     "BACKEND",
+    "TL_VERSION",
     "FactoredMatrix",
     "HookPoint",
     "HookedRootModule",
     "HookedTransformer",
-    "TL_VERSION",
     "TransformerConfig",
     "apply_freezing",
-    "build_transformer",
     "bridge_unsupported",
+    "build_transformer",
     "canonical_parameters",
     "canonical_state_dict",
     "config_differences",

@@ -4,10 +4,10 @@ Each step draws a fresh batch from the task with an explicit generator, computes
 optimiser step on the trainable parameters. Every `eval_every` steps it records the training-batch metrics
 (computed before the step) and the task's evaluation to `metrics.jsonl`, one JSON object per line.
 
-Run directories hold one run each (see `rundir.py`): a fresh run refuses a non-empty directory unless `overwrite`,
-`resume` continues only an identical run, and a lock stops a second process writing the same directory. Weights
-are checked before every checkpoint and at the end: a non-finite loss or weight is `TrainingDiverged` (exit 2 in
-the scripts) and the last good checkpoint stays.
+Run directories hold one run each (see `rundir.py`): a fresh run refuses a non-empty directory unless
+`overwrite`, `resume` continues only an identical run, and a lock stops a second process writing the same
+directory. Weights are checked before every checkpoint and at the end: a non-finite loss or weight is
+`TrainingDiverged` (exit 2 in the scripts) and the last good checkpoint stays.
 
 Determinism: model init, training data and evaluation data come from three generators seeded from
 `TrainConfig.seed`, so the same seed gives identical weights on CPU. `--resume` restores the weights, the
@@ -94,8 +94,8 @@ def _check_finite(model: torch.nn.Module, step: int) -> None:
     bad = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
     if bad:
         raise TrainingDiverged(
-            f"weights became non-finite at step {step} ({', '.join(bad[:3])}); the last good checkpoint is kept; "
-            "lower the learning rate or enable grad_clip"
+            f"weights became non-finite at step {step} ({', '.join(bad[:3])}); "
+            "the last good checkpoint is kept; lower the learning rate or enable grad_clip"
         )
 
 

@@ -17,8 +17,8 @@ Initialisation follows the authors' code in distribution: embeddings and positio
 with the standard deviation of PyTorch's `nn.Linear` default, 1/sqrt(3 d) (the authors' values are uniform,
 ours normal).
 
-Full model: a standard pre-LayerNorm transformer (single-head attention as in the paper, ReLU MLPs of width 4d,
-trainable embeddings), 1 or 2 layers, LayerNorm optional.
+Full model: a standard pre-LayerNorm transformer (single-head attention as in the paper, ReLU MLPs of width
+4d, trainable embeddings), 1 or 2 layers, LayerNorm optional.
 """
 
 import math
