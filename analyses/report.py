@@ -11,7 +11,6 @@ from the measured evidence with explicit thresholds, and prints the named circui
 """
 
 from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script
-from mechmem.report.checkpoint_report import report_checkpoint
 
 MIN_SAMPLES = 32
 """Smallest --n-samples the report accepts."""
@@ -22,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     add_analysis_args(parser, n_samples=512)
     parser.add_argument("--title", default=None, help="report title (default: the run directory's name)")
     args = parser.parse_args(argv)
+    # Heavy imports after the arguments parse, so --help and usage errors answer at once.
+    from mechmem.report.checkpoint_report import report_checkpoint
+
     # Role evidence compares groups of sequences (repeat / no repeat), which a few samples may not fill.
     ckpt, out = load_for_analysis(args, min_samples=MIN_SAMPLES)
     if args.out is None:

@@ -54,7 +54,10 @@ class Cell:
     """One independent unit of a sweep."""
 
     key: str
-    """Unique name of the cell; the records file is keyed by it (put every setting that changes the record in it)."""
+    """Unique name of the cell; the records file is keyed by it.
+
+    Put every setting that changes the record in it.
+    """
     fn: Callable[..., dict]
     """Module-level function returning a JSON-serialisable record (Ray pickles it by reference)."""
     kwargs: dict = field(default_factory=dict)

@@ -29,6 +29,10 @@ every criterion is yes, "no" when one is no.
 Per-edge tests are not part of the verdict: the weakest edge a prefix includes sits near any z threshold, so a
 rule on every kept edge (or on the circuit cut down to its significant edges) flipped between prompt draws of
 one checkpoint (docs/circuits.md). Each edge's standard error is still reported next to its score.
+
+Long because it is one pipeline: edge scoring, pruning to the target faithfulness and the bootstrap verdict
+share the Circuit record and the prompt draw, and reading them apart would hide how the verdict follows from
+the scores.
 """
 
 import math

@@ -87,7 +87,10 @@ BUILTIN_PATTERNS: dict[str, PatternFn] = {
 def repeated_random_tokens(
     n: int, half: int, d_vocab: int, *, generator: torch.Generator, distinct: bool = True
 ) -> Int[Tensor, "batch pos"]:
-    """n sequences [r, r] of length 2 * half; r holds no repeated token when `distinct` and half <= d_vocab."""
+    """n sequences [r, r] of length 2 * half.
+
+    r holds no repeated token when `distinct` and half <= d_vocab.
+    """
     if distinct and half <= d_vocab:
         first = torch.rand(n, d_vocab, generator=generator).argsort(-1)[:, :half]
     else:
@@ -197,6 +200,9 @@ def detect_heads(
         chunk: sequences per forward pass (attention patterns are reduced inside the hooks, never stored).
         generator: draws the bootstrap resamples (default: a generator seeded with 0, so a result is a
             function of its inputs).
+
+    Long because one scoped hook reduces every probed pattern in one pass, and the bootstrap intervals and
+    per-token scores are computed from the same reduced tensors.
     """
     patterns = dict(BUILTIN_PATTERNS if patterns is None else patterns)
     cfg = model.cfg
@@ -265,7 +271,9 @@ TASK_DATA = "the task's evaluation data (answer queries; previous-token where in
 
 
 def task_patterns(answers: Bool[Tensor, "batch pos"]) -> dict[str, PatternFn]:
-    """The detection patterns restricted to where a task's heads do their work (the one definition of "task" scores).
+    """The detection patterns restricted to where a task's heads do their work.
+
+    This is the one definition of "task" scores.
 
     Duplicate-token and induction count only the answer queries (`answers`, e.g. the loss-masked positions);
     the previous-token pattern counts only the positions an induction head reads from some answer query (just

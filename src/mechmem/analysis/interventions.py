@@ -63,7 +63,7 @@ from mechmem.analysis.patching_replay import (
     truncate,
 )
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import is_hooked_transformer
+from mechmem.models.adapter import is_hooked_transformer, last_start_layer
 
 Megabytes = int | float
 """A memory budget in MiB (an int or a float: the runtime type checks tell them apart)."""
@@ -210,9 +210,10 @@ def _flags(model: torch.nn.Module, hooks: set[str]) -> Iterator[None]:
 def _start_layer(model: torch.nn.Module, variant: list[Intervention]) -> int | None:
     """Block where a pass for `variant` may start (n_layers: final norm and unembedding only); None = full.
 
-    Shortformer models re-add the positional embedding in every attention layer, so they always run in full.
+    The model's backend bounds it (`last_start_layer`: shortformer models always run in full).
     """
-    if not is_hooked_transformer(model) or model.cfg.positional_embedding_type == "shortformer":
+    last = last_start_layer(model)
+    if last is None:
         return None
     layers = []
     for iv in variant:
@@ -223,7 +224,7 @@ def _start_layer(model: torch.nn.Module, variant: list[Intervention]) -> int | N
             layers.append(model.cfg.n_layers)
         else:
             return None
-    return min(layers, default=model.cfg.n_layers)
+    return min(*layers, last) if layers else last
 
 
 def _resid_name(model: torch.nn.Module, layer: int) -> str:

@@ -33,6 +33,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.errors import MechmemError
+from mechmem.models.adapter import is_bridge, replay_unsupported
 
 # Activations a patch may replace, in forward order within a block.
 STAGES = ("resid_pre", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")
@@ -122,6 +123,8 @@ class Replay:
         cfg = getattr(model, "cfg", None)
         if cfg is None or not hasattr(model, "blocks"):
             raise MechmemError("patching needs a TransformerLens HookedTransformer")
+        if is_bridge(model):  # the adapter's predicate: the replay reads HookedTransformer modules
+            raise MechmemError(f"patching: {replay_unsupported(model)}")
         bad = [k for k, default in _UNSUPPORTED.items() if getattr(cfg, k, default) != default]
         if cfg.positional_embedding_type != "standard" or cfg.attention_dir != "causal":
             bad.append("positional_embedding_type/attention_dir")

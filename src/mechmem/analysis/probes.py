@@ -138,7 +138,10 @@ def ov_copy_probe(
 def qk_previous_position_probe(
     model: torch.nn.Module, layer: int, head: int, n_positions: int | None = None
 ) -> ProbeResult:
-    """Do positional keys point back one step? For queries p_t (t >= 1): argmax_s p_t W_Q W_K^T p_s^T == t - 1."""
+    """Do positional keys point back one step?
+
+    For queries p_t (t >= 1): argmax_s p_t W_Q W_K^T p_s^T == t - 1.
+    """
     n = model.cfg.n_ctx if n_positions is None else min(n_positions, model.cfg.n_ctx)
     suffix = "" if n == model.cfg.n_ctx else f".first{n}"
     return _probe(
@@ -209,7 +212,10 @@ def ffn_bigram_probe(
 def empirical_bigram(
     tokens: Int[Tensor, "batch pos"], targets: Int[Tensor, "batch pos"], d_vocab: int, d_vocab_out: int
 ) -> Float[Tensor, "d_vocab d_vocab_out"]:
-    """Next-token distribution given the current token, counted over all positions (uniform for unseen tokens)."""
+    """Next-token distribution given the current token, counted over all positions.
+
+    Uniform for unseen tokens.
+    """
     counts = torch.zeros(d_vocab * d_vocab_out)
     counts.index_add_(
         0, (tokens.flatten() * d_vocab_out + targets.flatten()).cpu(), torch.ones(tokens.numel())
@@ -228,8 +234,10 @@ def builtin_probes(
     ffn_tokens: Int[Tensor, " n_ffn"] | None = None,
     first_positions: tuple[int, ...] = (),
 ) -> MemoryProbes:
-    """Every built-in probe that applies to `model`: OV copying and previous-position keys for each head, token
-    keys through each earlier head's OV for heads after layer 0, and (given `bigram`) each MLP against it.
+    """Every built-in probe that applies to `model`.
+
+    OV copying and previous-position keys for each head, token keys through each earlier head's OV for heads
+    after layer 0, and (given `bigram`) each MLP against it.
 
     Args:
         model: a HookedTransformer.

@@ -1,4 +1,6 @@
-"""Head roles, decided in one place: what each attention head does, from measured evidence and fixed thresholds.
+"""Head roles, decided in one place.
+
+What each attention head does, from measured evidence and fixed thresholds.
 
 Two kinds of roles, one classifier (`classify_heads`), used by the circuit report, the reproduction pages and
 the library alike (`head_roles` measures and classifies in one call).
@@ -38,6 +40,10 @@ The thresholds were fixed on development seeds (permutation task2-quick and task
 five-seed acceptance runs (seeds 0-4); they are printed with every result. Caveats: thresholds are fixed
 fractions, not significance tests; transfer assumes the counterfactual leaves the other roles' information
 unchanged; a head that others compensate for looks less important under any single-head test.
+
+Long because it is the one place where roles are decided: the pattern evidence, the ablation and lens evidence
+and the rule that names a role from them are one concept, kept together so that no second rule can grow
+elsewhere.
 """
 
 from collections.abc import Sequence
@@ -77,7 +83,10 @@ class RoleThresholds(ConfigMixin):
     mlp_drop: float = 0.05
     """Min drop in mean p(answer) under mean ablation of a layer's MLP, to name it as contributing."""
     neuron_share: float = 0.5
-    """Key neurons: the fewest neurons whose direct effects make up this share of the MLP's positive effect."""
+    """Share of the MLP's positive effect that the key neurons make up.
+
+    Key neurons: the fewest neurons whose direct effects make up this share.
+    """
     max_key_neurons: int = 5
     """At most this many key neurons are listed."""
 
@@ -161,7 +170,10 @@ def _heads(model: Any) -> list[tuple[int, int]]:
 def _via_mlp_variant(
     model: Any, layer: int, head: int, z_clean: Tensor, z_counter: Tensor
 ) -> list[Intervention]:
-    """Add the head's output change (counterfactual - clean) to the input of every MLP at or after its layer."""
+    """Add the head's output change to the input of every MLP at or after its layer.
+
+    The output change is counterfactual - clean.
+    """
     w_o = model.blocks[layer].attn.W_O[head]  # [d_head d_model]
     delta = (z_counter[:, :, head] - z_clean[:, :, head]) @ w_o  # [batch pos d_model]
     return [
@@ -255,9 +267,12 @@ class PatternEvidence:
 def measure_pattern_evidence(
     model: Any, task: Any = None, *, n: int, generator: torch.Generator, halves: Sequence[int] | None = None
 ) -> PatternEvidence:
-    """Detection scores (previous-token, induction, duplicate-token) per head over the role rule's probes
-    (docs/analyses.md, "Role rule"): repeated random sequences [r, r] for every half-length in `halves`
-    (default `heads.probe_halves`) and, with a task, its data at the answer queries (`heads.task_patterns`)."""
+    """Detection scores (previous-token, induction, duplicate-token) per head over the role rule's probes.
+
+    The probes (docs/analyses.md, "Role rule"): repeated random sequences [r, r] for every half-length in
+    `halves` (default `heads.probe_halves`) and, with a task, its data at the answer queries
+    (`heads.task_patterns`).
+    """
     cfg = model.cfg
     halves = head_detection.probe_halves(cfg.n_ctx, cfg.d_vocab) if halves is None else list(halves)
     results, probes = [], []
@@ -315,7 +330,8 @@ def _task_role(ev: dict[str, float], roles: Sequence[str], t: RoleThresholds) ->
         lead = ev[f"{role}_share"] - max(others, default=0.0)
         if lead >= t.share_margin and ev[f"{role}_attention"] >= t.task_attention:
             return role, (
-                f"{role}: score {ev[f'{role}_score']:.2f} (>= {t.min_score}), share {ev[f'{role}_share']:.2f} "
+                f"{role}: score {ev[f'{role}_score']:.2f} (>= {t.min_score}), "
+                f"share {ev[f'{role}_share']:.2f} "
                 f"leads the other roles by {lead:.2f} (>= {t.share_margin}), attention on its keys "
                 f"{ev[f'{role}_attention']:.2f} (>= {t.task_attention})"
             )

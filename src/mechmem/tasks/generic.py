@@ -50,8 +50,11 @@ class RepeatsConfig(ConfigMixin):
         cfg = getattr(model, "cfg", None)
         if cfg is None or not hasattr(cfg, "d_vocab") or not hasattr(cfg, "n_ctx"):
             raise MechmemError(f"{type(model).__name__} has no cfg.d_vocab / cfg.n_ctx to size the task from")
-        half = min(int(cfg.n_ctx) // 2, int(cfg.d_vocab) - 1)
-        return cls(**{"d_vocab": int(cfg.d_vocab), "half": half, **overrides})
+        # Targets are input tokens, so the task's vocabulary is also bounded by a smaller output vocabulary.
+        out = getattr(cfg, "d_vocab_out", None)
+        vocab = min(int(cfg.d_vocab), int(out)) if isinstance(out, int) and out > 0 else int(cfg.d_vocab)
+        half = min(int(cfg.n_ctx) // 2, vocab - 1)
+        return cls(**{"d_vocab": vocab, "half": half, **overrides})
 
 
 @register_task

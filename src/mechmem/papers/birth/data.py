@@ -95,8 +95,10 @@ class TriggerSampler:
         self.fixed = torch.from_numpy(np.argsort(self.unigram.numpy(), kind="stable")[-n_triggers:].copy())
 
     def draw_triggers(self, n: int, generator: torch.Generator) -> Int[Tensor, "batch n_triggers"]:
-        """Fixed triggers, or K distinct tokens per sequence drawn from pi_u without replacement (Gumbel top-k,
-        which equals successive weighted draws without replacement)."""
+        """Fixed triggers, or K distinct tokens per sequence drawn from pi_u without replacement.
+
+        Drawn by Gumbel top-k, which equals successive weighted draws without replacement.
+        """
         if self.fixed_triggers:
             return self.fixed.expand(n, -1).clone()
         u = torch.rand(n, self.n_tokens, generator=generator, dtype=torch.float64).clamp_min(1e-300)

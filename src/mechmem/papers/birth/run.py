@@ -4,7 +4,7 @@ spec).
     python analyses/reproduce.py birth --variant quick                  # CPU sizes; finished runs are reused
     python analyses/reproduce.py birth --variant quick --set only=freezing,ffn --set preset=0
     python analyses/reproduce.py birth --page-only                      # the page again from the record
-    python analyses/reproduce.py birth --variant quick --set executor=ray --set workers=2   # runs as Ray tasks
+    python analyses/reproduce.py birth --variant quick --set executor=ray --set workers=2  # runs as Ray tasks
 
 A variant names a `Scale` ("quick": CPU minutes per run; "default": the sizes of the `quick` preset; "paper":
 the paper's, a GPU job). The run record holds, per run, the final metrics and the compact metric history; the
@@ -77,8 +77,10 @@ def _shifted(run_dir: Path, seed: int) -> dict[str, float]:
 
 @torch.no_grad()
 def attention_maps(ckpt_path: Path, *, n_pos: int = 48, seed: int = 0) -> dict[str, Any]:
-    """Both layers' attention on one fresh task sequence (first `n_pos` positions), with its characters and the
-    occurrence counter (1: a trigger's first occurrence, 2+: later ones), for the attention figure."""
+    """Both layers' attention on one fresh task sequence (first `n_pos` positions), for the attention figure.
+
+    With its characters and the occurrence counter (1: a trigger's first occurrence, 2+: later ones).
+    """
     ckpt = load_checkpoint(ckpt_path)
     batch = ckpt.task.eval_batch(1, generator=torch.Generator().manual_seed(seed))
     tokens = batch.tokens[:, :n_pos]
@@ -143,8 +145,8 @@ def preset_cell(runs: Path, seed: int) -> dict[str, Any]:
     entry = run_cell(run, runs, seed)
     settings = {
         "d_model": p.model.d_model, "seq_len": p.task.seq_len, "batch_size": p.train.batch_size,
-        "optimizer": p.train.optimizer, "lr": p.train.lr, "steps": p.train.steps, "n_triggers": p.task.n_triggers,
-        "fixed_triggers": p.task.fixed_triggers,
+        "optimizer": p.train.optimizer, "lr": p.train.lr, "steps": p.train.steps,
+        "n_triggers": p.task.n_triggers, "fixed_triggers": p.task.fixed_triggers,
         "frozen": [g for g in p.model.frozen if g in ("embed.W_E", "unembed.W_U")],
     }  # fmt: skip
     return {**entry, "settings": settings, "heads": head_scores(runs / "preset" / "ckpt.pt", seed=seed)}

@@ -178,7 +178,10 @@ def train_batched(
     *,
     device: str | torch.device = "cpu",
 ) -> TrainOutcome:
-    """Train one init per seed (init drawn from `torch.Generator().manual_seed(seed)`) as one stacked model."""
+    """Train one init per seed as one stacked model.
+
+    Each init is drawn from `torch.Generator().manual_seed(seed)`.
+    """
     device = torch.device(device)
     if device.type == "cpu":
         retain_freed_memory()

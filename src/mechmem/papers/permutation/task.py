@@ -22,6 +22,10 @@ unused y's. Hence for the answer to x_k:
     - otherwise it is uniform over the y values not yet used, i.e. 1 / (V - #distinct y's seen) each.
 Without repeats step k therefore has V - k + 1 candidates and the masked loss of a Bayes-optimal model is
 (ln V + ln(V-1) + ... + ln 1) / V (0.957 for V = 5): the "elimination floor".
+
+Long because the task's docstring carries the worked sequence and the Bayes-optimal derivation the generator
+and the optimal loss implement; splitting the derivation from its code would separate the proof from what it
+proves.
 """
 
 import itertools
@@ -194,7 +198,10 @@ class PermutationTask(Task):
         return {"tokens": tokens, "original": original, "recall": seq[:, 1], "elimination": seq[:, -1]}
 
     def patching_pair(self, n: int, *, generator: torch.Generator) -> PatchingPair:
-        """Clean: a probe (last x repeats x1, answer = x1's y). Corrupted: the true last x (answer = unused y)."""
+        """Clean: a probe (last x repeats x1, answer = x1's y).
+
+        Corrupted: the true last x (answer = unused y).
+        """
         p = self.probe(n, generator=generator)
         pos = torch.full((n,), self.seq_len - 1, dtype=torch.long)
         return PatchingPair(p["tokens"], p["original"], pos, p["recall"], p["elimination"])
@@ -242,7 +249,10 @@ class PermutationTask(Task):
     def evaluate(
         self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 5000
     ) -> dict[str, float]:
-        """Losses on train and test mappings, per-step accuracy against the targets, Bayes error, probe answers."""
+        """Losses on train and test mappings, per-step accuracy, Bayes error, probe answers.
+
+        The per-step accuracy is against the targets.
+        """
         device = next(model.parameters()).device
         out: dict[str, float] = {}
         for split in ("train", "test"):
@@ -265,7 +275,8 @@ class PermutationTask(Task):
             parts.append(f"final-step acc {metrics['test_final_acc']:.3f}")
         if "train_loss" in metrics:
             parts.append(
-                f"train loss {metrics['train_loss']:.3f} (floor {elimination_floor(self.config.vocab_size):.3f})"
+                f"train loss {metrics['train_loss']:.3f} "
+                f"(floor {elimination_floor(self.config.vocab_size):.3f})"
             )
         if "probe_recall_p" in metrics:
             parts.append(f"probe p(recall) {metrics['probe_recall_p']:.3f}")
