@@ -12,19 +12,55 @@ is printed, and beside it the same events read from the trainer's metrics.jsonl 
 OUT/dynamics_QUANTITY.png per quantity.
 """
 
+import mechmem.cli  # noqa: I001  (first: a Ctrl-C during the slow imports below is one line, not a traceback)
+
 from pathlib import Path
+
+import torch
 
 from mechmem import cli
 from mechmem.analysis import dynamics
 from mechmem.analysis.transitions import event_order, format_order, parse_levels, parse_pairs
+from mechmem.checkpoint import load_checkpoint, read_payload
+from mechmem.errors import CheckpointError, MechmemError
 from mechmem.tasks import load_task_module
+from mechmem.training.rundir import differences, payload_identity
+
+
+def check_one_run(run_dir: str, *, allow_nonfinite: bool) -> None:
+    """Refuse step checkpoints of more than one run (the identity `--resume` checks: model, task and training
+    config) and, unless `allow_nonfinite`, weights holding NaN or inf, naming the first file found."""
+    files = dynamics.step_files(run_dir)
+    params = {name for name, _ in load_checkpoint(files[0][1]).model.named_parameters()}
+    identity = None
+    for _, path in files:
+        payload = read_payload(path)
+        if identity is None:
+            identity, first = payload_identity(payload), path
+        diff = differences(identity, payload_identity(payload))
+        if diff:
+            raise CheckpointError(f"{path}: not the same run as {first.name} ({', '.join(diff[:4])})")
+        bad = [
+            k
+            for k, t in payload["state_dict"].items()
+            if k in params and t.is_floating_point() and not bool(torch.isfinite(t).all())
+        ]
+        if bad and not allow_nonfinite:
+            raise MechmemError(
+                f"{path}: weights hold NaN or inf ({', '.join(bad[:3])}); the curves would be meaningless "
+                "(--allow-nonfinite measures them anyway)"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding checkpoints/step_N.pt")
     parser.add_argument("--out", default=None, help="output directory (default: RUN_DIR)")
-    parser.add_argument("--quantities", default="loss,heads,probes", help="comma-separated names, or all")
+    parser.add_argument(
+        "--quantities",
+        default="loss,heads,probes",
+        help="comma-separated names, or all (default: loss,heads,probes)",
+    )
     parser.add_argument(
         "--level", action="append", default=[], help="CURVE_GLOB=VALUE: the level an event needs"
     )
@@ -32,24 +68,31 @@ def main(argv: list[str] | None = None) -> int:
         "--match", action="append", default=[], help="KEY=CURVE: compare metrics.jsonl KEY's event"
     )
     parser.add_argument(
-        "--n-samples", type=cli.positive_int, default=128, help="evaluation sequences (default 128)"
+        "--n-samples",
+        type=cli.positive_int,
+        default=128,
+        help="evaluation sequences, at least 2 (default 128; bounded by a memory estimate)",
     )
     parser.add_argument(
-        "--seed", type=cli.seed_int, default=0, help="seed of the evaluation draw (default 0)"
+        "--seed", type=cli.seed_int, default=0, help="seed of the evaluation draw, in [0, 2**63) (default 0)"
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument(
         "--task-module", action="append", default=[], help="a Python file registering your tasks"
     )
+    cli.add_nonfinite_flag(parser)
     args = parser.parse_args(argv)
     quantities, levels = dynamics.parse_quantities(args.quantities), parse_levels(args.level)
     matches = parse_pairs(args.match, "--match")
     out = cli.check_out_dir(args.out or args.run_dir)
     for module in args.task_module:
         load_task_module(module)
-    result = dynamics.run_dynamics(
-        args.run_dir, quantities, n=args.n_samples, seed=args.seed, device=args.device
-    )
+    check_one_run(args.run_dir, allow_nonfinite=args.allow_nonfinite)
+    n_files = len(dynamics.step_files(args.run_dir))
+    with cli.working(f"measuring {', '.join(quantities)} on {n_files} step checkpoints"):
+        result = dynamics.run_dynamics(
+            args.run_dir, quantities, n=args.n_samples, seed=args.seed, device=args.device
+        )
     dynamics.set_levels(result, levels)
 
     events = event_order(result.events)
@@ -73,10 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             ],
             ["metrics.jsonl", "curve", "step (metrics)", "step (checkpoints)", "within"],
         )
-    cli.write_json(out / "dynamics.json", result.to_dict())
-    for q in result.groups:
-        if result.groups[q]:
-            cli.save_figure(dynamics.plot_dynamics(result, q), out / f"dynamics_{q}.png")
+    figures = {f"dynamics_{q}.png": dynamics.plot_dynamics(result, q) for q, g in result.groups.items() if g}
+    cli.write_outputs(cli.claim_out(out), {"dynamics.json": result.to_dict(), **figures})
     print(f"wrote {out / 'dynamics.json'} and dynamics_<quantity>.png")
     return 0
 

@@ -9,17 +9,21 @@ stage) and the unembedding, on an eval batch of the checkpoint's task, scoring t
 Writes DIR/logit_lens.json ("stages": per-stage target probability and rank) and DIR/logit_lens.png.
 """
 
+import mechmem.cli  # noqa: I001  (first: a Ctrl-C during the slow imports below is one line, not a traceback)
+
 import torch
 
 from mechmem.analysis.logit_lens import logit_lens, plot_logit_lens, unsupported_reason
 from mechmem.cli import (
     ArgumentParser,
     add_analysis_args,
+    int_range,
     load_for_analysis,
     print_table,
     run_script,
-    save_figure,
-    write_json,
+    skip,
+    working,
+    write_outputs,
 )
 from mechmem.errors import MechmemError
 
@@ -35,27 +39,33 @@ def main(argv: list[str] | None = None) -> int:
         "patching pair, scoring the correct answer at the answer position",
     )
     parser.add_argument(
-        "--top-k", type=int, default=5, help="top tokens kept per stage and position (default 5)"
+        "--top-k",
+        type=int_range(1),
+        default=5,
+        help="top tokens kept per stage and position, from 1 to the model's output vocabulary (default 5)",
     )
     args = parser.parse_args(argv)
     ckpt, out = load_for_analysis(args)
     reason = unsupported_reason(ckpt.model)
     if reason:
-        print(f"skipped: {reason}")
-        write_json(out / "logit_lens.json", {"skipped": reason, "stages": {}})
-        return 0
+        return skip(reason, out / "logit_lens.json", {"stages": {}})
+    if args.top_k > ckpt.model.cfg.d_vocab_out:
+        raise MechmemError(
+            f"--top-k {args.top_k} is more than the model's {ckpt.model.cfg.d_vocab_out} tokens"
+        )
     gen = torch.Generator().manual_seed(args.seed)
     if args.data == "pair":
         try:
             pair = ckpt.task.patching_pair(args.n_samples, generator=gen)
         except NotImplementedError as exc:
-            raise MechmemError(f"--data pair: {exc}") from None
+            return skip(f"--data pair does not apply: {exc}", out / "logit_lens.json", {"stages": {}})
         tokens, targets = pair.clean, pair.correct[:, None].expand_as(pair.clean)
         mask = torch.zeros(tokens.shape).scatter_(1, pair.answer_pos[:, None], 1.0)
     else:
         batch = ckpt.task.eval_batch(args.n_samples, generator=gen)
         tokens, targets, mask = batch.tokens, batch.targets, batch.loss_mask
-    result = logit_lens(ckpt.model, tokens, targets, mask, k=max(1, args.top_k))
+    with working(f"logit lens over {ckpt.model.cfg.n_layers} layers on {len(tokens)} sequences"):
+        result = logit_lens(ckpt.model, tokens, targets, mask, k=args.top_k)
 
     summary = result.summary()
     rows = [(s, v["target_prob"], v["target_rank"], v["top1_acc"]) for s, v in summary.items()]
@@ -69,8 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         "example_tokens": tokens[0].tolist(),
         "example_targets": targets[0].tolist(),
     }
-    write_json(out / "logit_lens.json", payload)
-    save_figure(plot_logit_lens(result), out / "logit_lens.png")
+    write_outputs(out, {"logit_lens.json": payload, "logit_lens.png": plot_logit_lens(result)})
     print(f"wrote {out / 'logit_lens.json'} and {out / 'logit_lens.png'}")
     return 0
 

@@ -9,8 +9,18 @@ when the checkpoint's directory holds step checkpoints from --save-every), names
 measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
 """
 
+import mechmem.cli  # noqa: I001  (first: a Ctrl-C during the slow imports below is one line, not a traceback)
+
 from mechmem.analysis.dynamics import run_dir_of
-from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script
+from mechmem.cli import (
+    ArgumentParser,
+    add_analysis_args,
+    claim_out,
+    load_for_analysis,
+    print_table,
+    run_script,
+    working,
+)
 from mechmem.report import build_report, write_report
 
 MIN_SAMPLES = 32
@@ -25,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     # Role evidence compares groups of sequences (repeat / no repeat), which a handful of samples may not fill.
     ckpt, out = load_for_analysis(args, min_samples=MIN_SAMPLES)
     if args.out is None:
-        out = out / "report"
+        out = claim_out(out / "report")
     title = args.title or f"{ckpt.path.parent.name}: {ckpt.task_name}"
     meta = {
         "checkpoint": str(ckpt.path),
@@ -34,15 +44,16 @@ def main(argv: list[str] | None = None) -> int:
         "versions": ", ".join(f"{k} {v}" for k, v in ckpt.versions.items()),
         "seed / samples": f"{args.seed} / {args.n_samples}",
     }
-    report = build_report(
-        ckpt.model,
-        ckpt.task,
-        title=title,
-        meta=meta,
-        n_samples=args.n_samples,
-        seed=args.seed,
-        run_dir=run_dir_of(ckpt.path),
-    )
+    with working(f"building the report on {args.n_samples} sequences"):
+        report = build_report(
+            ckpt.model,
+            ckpt.task,
+            title=title,
+            meta=meta,
+            n_samples=args.n_samples,
+            seed=args.seed,
+            run_dir=run_dir_of(ckpt.path),
+        )
     paths = write_report(report, out)
     circuit = report.section("circuit")
     rows = [[h["layer"], h["head"], h["role"]] for h in circuit.findings["heads"]]

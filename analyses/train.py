@@ -3,6 +3,7 @@
     python analyses/train.py permutation --preset task1-quick --out runs/task1     # about 1.5 minutes on CPU
     python analyses/train.py permutation --preset task2-quick --steps 2000 --seed 1
     python analyses/train.py --list                                                # every task and preset
+    python analyses/train.py --list --measure permutation        # time estimates measured on this machine
 
 Writes DIR/ckpt.pt (a self-describing checkpoint) and DIR/metrics.jsonl (one JSON line per evaluation), and prints
 the final metrics. --save-every N also keeps DIR/checkpoints/step_N.pt for training-dynamics analyses; --resume
@@ -10,11 +11,30 @@ continues an interrupted run of the very same configuration (else it names the f
 already holds a run is refused unless --overwrite (which deletes the old run's files first).
 """
 
+import mechmem.cli  # noqa: I001  (first: a Ctrl-C during the slow imports below is one line, not a traceback)
+
+import time
+
 import torch
 
 from mechmem import cli
+from mechmem.progress import format_seconds
 from mechmem.tasks import get_task_class, load_task_module, task_names
 from mechmem.training.run import train_preset
+
+TIMED_STEPS = 5
+"""Training steps timed per preset by --measure (beyond one untimed step that builds everything)."""
+
+
+def measured_seconds(task: str, preset: str, steps: int, device: str) -> float:
+    """The preset's training time estimated here and now: `TIMED_STEPS` steps are timed (as the difference of
+    a 1-step and a (1 + TIMED_STEPS)-step run, so building and evaluating cancel) and scaled to `steps`."""
+    took = []
+    for k in (1, 1 + TIMED_STEPS):
+        t0 = time.perf_counter()
+        train_preset(task, preset, steps=k, device=device, progress=False, eval_samples=8)
+        took.append(time.perf_counter() - t0)
+    return max(took[1] - took[0], 0.0) / TIMED_STEPS * steps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,10 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--device", default="cpu", help="auto, cpu or cuda (default: cpu)")
     parser.add_argument(
-        "--steps", type=cli.nonnegative_int, default=None, help="override the preset's number of steps"
+        "--steps",
+        type=cli.nonnegative_int,
+        default=None,
+        help="override the preset's number of steps, an integer >= 0",
     )
     parser.add_argument(
-        "--save-every", type=cli.nonnegative_int, default=None, help="keep a checkpoint every N steps"
+        "--save-every",
+        type=cli.nonnegative_int,
+        default=None,
+        help="keep a checkpoint every N steps, an integer >= 0 (0: none)",
     )
     parser.add_argument("--resume", action="store_true", help="continue the identical run in --out")
     parser.add_argument(
@@ -41,9 +67,15 @@ def main(argv: list[str] | None = None) -> int:
         "--threads",
         type=cli.positive_int,
         default=None,
-        help="CPU threads for torch (default: torch's choice; 1 on a busy machine)",
+        help="CPU threads for torch, an integer >= 1 (default: torch's choice; 1 on a busy machine)",
     )
     parser.add_argument("--list", action="store_true", help="list tasks and presets, then exit")
+    parser.add_argument(
+        "--measure",
+        action="store_true",
+        help=f"with --list: estimate each preset's training time by timing {TIMED_STEPS} of its steps here "
+        "(give TASK to time one task's presets only)",
+    )
     parser.add_argument(
         "--task-module", action="append", default=[], help="a Python file registering your tasks"
     )
@@ -51,12 +83,26 @@ def main(argv: list[str] | None = None) -> int:
     for module in args.task_module:
         load_task_module(module)
 
+    if args.measure and not args.list:
+        parser.error("--measure goes with --list")
     if args.list:
         rows = []
-        for name in task_names():
+        for name in [args.task] if args.task else task_names():
             for preset, spec in sorted(get_task_class(name).presets.items()):
-                rows.append((name, preset, spec.train.steps, spec.description))
-        cli.print_table(rows, ["task", "preset", "steps", "description"])
+                row = [name, preset, spec.train.steps, spec.description]
+                if args.measure:
+                    with cli.working(f"timing {TIMED_STEPS} steps of {name} {preset}"):
+                        seconds = measured_seconds(name, preset, spec.train.steps, args.device)
+                    row.insert(3, format_seconds(seconds))
+                rows.append(row)
+        extra = ["time here"] if args.measure else []
+        cli.print_table(rows, ["task", "preset", "steps", *extra, "description"])
+        print(
+            f"time here: {TIMED_STEPS} training steps timed on this machine now, scaled to the preset's "
+            "steps (evaluations not counted)"
+            if args.measure
+            else "times in descriptions were measured on an idle CPU; --list --measure [TASK] times this one"
+        )
         return 0
     if not args.task or not args.preset:
         parser.error("TASK and --preset are required; --list shows them")

@@ -22,13 +22,16 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
 from mechmem.errors import MechmemError
+from mechmem.io import OutputSet, atomic_write, describe_os_error, output_dir
 
 MEMORY_BUDGET_MB = 8192.0
 """Largest activation memory an analysis may plan for; --n-samples above the matching bound is refused."""
@@ -46,15 +49,66 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def run_script(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> int:
-    """Run a script's `main`, turning user errors into one stderr line and exit status 2."""
+    """Run a script's `main`; every error a user or the machine causes ends in one `error:` line on stderr.
+
+    `MechmemError` (bad input) exits 2, `OSError` (a full disk, a read-only file) 1, an interrupt 130. The
+    output folders the script claimed (`claim_out`) are unlocked when it ends and removed when it failed in a
+    folder it created. Run as a program (`argv` None), a Ctrl-C while the interpreter shuts down is ignored.
+    """
     try:
-        return int(main(argv) or 0)
+        with _claimed_outputs():
+            return int(main(argv) or 0)
     except MechmemError as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        print(f"error: {describe_os_error(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if argv is None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+_CLAIMS: list[ExitStack] = []
+"""The output folders of the scripts `run_script` is running (innermost last)."""
+
+
+@contextmanager
+def _claimed_outputs() -> Iterator[None]:
+    with ExitStack() as stack:
+        _CLAIMS.append(stack)
+        try:
+            yield
+        finally:
+            _CLAIMS.pop()
+
+
+def claim_out(path: str | os.PathLike) -> Path:
+    """Create the output folder and hold its lock (`mechmem.io.output_dir`) until the script ends.
+
+    Under `run_script` a second writer to the same folder is refused, and a folder created here is removed
+    again when the script fails. Outside `run_script` (a library call) the folder is only created.
+    """
+    path = Path(path)
+    if _CLAIMS:
+        return _CLAIMS[-1].enter_context(output_dir(path))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _interrupt_hook(kind: type, value: BaseException, tb: Any) -> None:
+    """An interrupt while a script still imports (before `run_script` runs) is one line, not a traceback."""
+    if issubclass(kind, KeyboardInterrupt):
+        print("error: interrupted", file=sys.stderr)
+        return
+    _previous_hook(kind, value, tb)
+
+
+_previous_hook = sys.excepthook
+sys.excepthook = _interrupt_hook
 
 
 def one_line(exc: BaseException) -> str:
@@ -96,14 +150,36 @@ def positive_float(text: str) -> float:
     return value
 
 
+def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high] (high None: no upper bound); the range is in the error."""
+
+    def parse(text: str) -> int:
+        value = _parse(int, text, "an integer")
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(
+                f"{text} is outside [{low}, {high}]" if high is not None else f"{text} must be at least {low}"
+            )
+        return value
+
+    return parse
+
+
+def fraction(text: str) -> float:
+    """A finite number in (0, 1]."""
+    value = _parse(float, text, "a number")
+    if not (math.isfinite(value) and 0 < value <= 1):
+        raise argparse.ArgumentTypeError(f"{text} must be a number in (0, 1]")
+    return value
+
+
 def _parse(kind: type, text: str, what: str) -> Any:
     try:
         return kind(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
 
 
-# -- checks that run before any work ----------------------------------------------------------------------------
+# -- checks that run before any work -------------------------------------------------------------------------
 def check_out_dir(path: str | os.PathLike, *, flag: str = "--out") -> Path:
     """Refuse an output directory that names a file or cannot be created/written; creates nothing."""
     path = Path(path)
@@ -156,7 +232,7 @@ def check_n_samples(
     return n
 
 
-# -- loading ------------------------------------------------------------------------------------------------------
+# -- loading -------------------------------------------------------------------------------------------------
 def add_analysis_args(parser: argparse.ArgumentParser, *, n_samples: int = 512) -> argparse.ArgumentParser:
     """The arguments every analysis script shares: CKPT, --out, --device, --seed, --n-samples, --task-module."""
     parser.add_argument("ckpt", metavar="CKPT", help="checkpoint file (or a run directory holding ckpt.pt)")
@@ -167,9 +243,9 @@ def add_analysis_args(parser: argparse.ArgumentParser, *, n_samples: int = 512) 
     )
     parser.add_argument(
         "--n-samples",
-        type=int,
+        type=positive_int,
         default=n_samples,
-        help=f"number of sampled sequences (default: {n_samples}; bounded by a memory estimate)",
+        help=f"number of sampled sequences, at least 1 (default: {n_samples}; bounded by a memory estimate)",
     )
     parser.add_argument(
         "--task-module",
@@ -178,7 +254,53 @@ def add_analysis_args(parser: argparse.ArgumentParser, *, n_samples: int = 512) 
         metavar="FILE",
         help="a Python file that registers your own task (with mechmem.tasks.register_task); repeatable",
     )
+    add_nonfinite_flag(parser)
     return parser
+
+
+def add_nonfinite_flag(parser: argparse.ArgumentParser) -> None:
+    """--allow-nonfinite: analyse a checkpoint with NaN or infinite weights instead of stopping."""
+    parser.add_argument(
+        "--allow-nonfinite",
+        action="store_true",
+        help="analyse weights holding NaN or inf anyway (default: stop with one line naming them)",
+    )
+
+
+def check_finite_weights(model: Any, *, allow: bool = False, what: str = "the checkpoint") -> None:
+    """Raise `MechmemError` naming the weights that hold NaN or inf (a blown-up run), unless `allow`.
+
+    Buffers that are infinite by design (TransformerLens's attention mask constant `IGNORE`) are not weights.
+    """
+    import torch
+
+    bad = [
+        name
+        for name, tensor in model.named_parameters()
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+    ]
+    if bad and not allow:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise MechmemError(
+            f"{what}: weights hold NaN or inf ({shown}); every result would be meaningless "
+            "(--allow-nonfinite analyses them anyway)"
+        )
+
+
+def skip(reason: str, path: str | os.PathLike, record: dict[str, Any] | None = None) -> int:
+    """An analysis that does not apply: print `skipped: REASON`, write `{"skipped": REASON, ...}` to `path`,
+    and return exit status 0."""
+    print(f"skipped: {reason}")
+    write_json(path, {"skipped": reason, **(record or {})})
+    return 0
+
+
+def memory_mb(text: str) -> float:
+    """A memory budget in MB: a finite number >= 1."""
+    value = _parse(float, text, "a number")
+    if not (math.isfinite(value) and value >= 1):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number of MB >= 1")
+    return value
 
 
 def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tuple[Any, Path]:
@@ -202,11 +324,41 @@ def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tupl
     out = check_out_dir(args.out) if args.out else check_out_dir(ckpt.path.parent)
     if n is not None:
         check_n_samples(n, ckpt.model, minimum=min_samples)
-    out.mkdir(parents=True, exist_ok=True)
-    return ckpt, out
+    check_finite_weights(ckpt.model, allow=getattr(args, "allow_nonfinite", False), what=str(ckpt.path))
+    return ckpt, claim_out(out)
 
 
-# -- writing ------------------------------------------------------------------------------------------------------
+# -- progress ------------------------------------------------------------------------------------------------
+@contextmanager
+def working(what: str, *, every_s: float = 10.0, stream: Any = None) -> Iterator[None]:
+    """Say what a script is doing: one line now (`what ...`), one every `every_s` seconds while the block runs
+    (`what: elapsed 20s`), and the time it took when it took more than `every_s`. Written to stdout by
+    default, so stderr stays for the one `error:` line."""
+    import threading
+    import time
+
+    from mechmem.progress import format_seconds
+
+    stream = stream if stream is not None else sys.stdout
+    print(f"{what} ...", file=stream, flush=True)
+    t0, done = time.monotonic(), threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            print(f"{what}: elapsed {format_seconds(time.monotonic() - t0)}", file=stream, flush=True)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+    if time.monotonic() - t0 >= every_s:
+        print(f"{what}: done in {format_seconds(time.monotonic() - t0)}", file=stream, flush=True)
+
+
+# -- writing -------------------------------------------------------------------------------------------------
 def strict_json(obj: Any) -> Any:
     """`obj` with every NaN or infinite float replaced by None, so it serialises as strict JSON."""
     if isinstance(obj, float):
@@ -224,30 +376,37 @@ def dumps(obj: Any, **kwargs: Any) -> str:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Write strict JSON (NaN/inf -> null) atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = dumps(obj, indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """Write strict JSON (NaN/inf -> null) atomically (`mechmem.io.atomic_write`)."""
+    return atomic_write(path, dumps(obj, indent=2) + "\n")
+
+
+def figure_png(fig: Any) -> bytes:
+    """A matplotlib figure as PNG bytes (and closed)."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return buf.getvalue()
 
 
 def save_figure(fig: Any, path: str | os.PathLike) -> Path:
-    """Save a matplotlib figure as PNG and close it."""
-    import matplotlib.pyplot as plt
+    """Save a matplotlib figure as PNG atomically and close it."""
+    return atomic_write(path, figure_png(fig))
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+
+def write_outputs(out: str | os.PathLike, files: dict[str, Any]) -> list[Path]:
+    """Write a script's outputs into `out` together (`mechmem.io.OutputSet`): a value whose name ends in .png
+    is a matplotlib figure, any other is written as strict JSON. Every file is staged first and all are
+    renamed into place at the end, so a failure leaves the previous outputs as they were."""
+    with OutputSet(out) as staged:
+        for name, value in files.items():
+            staged.add(name, figure_png(value) if name.endswith(".png") else dumps(value, indent=2) + "\n")
+    return [Path(out) / name for name in files]
 
 
 def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, floatfmt: str = ".4f") -> str:

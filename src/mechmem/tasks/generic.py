@@ -43,13 +43,25 @@ class RepeatsConfig(ConfigMixin):
 
     @classmethod
     def for_model(cls, model: Any, **overrides: Any) -> "RepeatsConfig":
-        """The config that fits `model`: its whole input vocabulary and half its context (at most d_vocab - 1, so
-        r holds distinct tokens and the patching pair has a token outside r to corrupt with)."""
+        """The config that fits `model`: its whole vocabulary (input and output: the smaller one) and half its
+        context (at most that vocabulary - 1, so r holds distinct tokens and the patching pair has a token
+        outside r to corrupt with). A model with n_ctx < 4 or a vocabulary < 3 is refused with one line."""
         cfg = getattr(model, "cfg", None)
         if cfg is None or not hasattr(cfg, "d_vocab") or not hasattr(cfg, "n_ctx"):
             raise MechmemError(f"{type(model).__name__} has no cfg.d_vocab / cfg.n_ctx to size the task from")
-        half = min(int(cfg.n_ctx) // 2, int(cfg.d_vocab) - 1)
-        return cls(**{"d_vocab": int(cfg.d_vocab), "half": half, **overrides})
+        d_vocab_out = getattr(cfg, "d_vocab_out", None)
+        vocab = min(
+            int(cfg.d_vocab),
+            int(d_vocab_out) if isinstance(d_vocab_out, int) and d_vocab_out > 0 else cfg.d_vocab,
+        )
+        half = min(int(cfg.n_ctx) // 2, vocab - 1)
+        if half < 2:
+            raise MechmemError(
+                "the repeats task needs a model with context n_ctx >= 4 and input and output vocabularies "
+                f"of at least 3 (this model: n_ctx {cfg.n_ctx}, d_vocab {cfg.d_vocab}, "
+                f"d_vocab_out {d_vocab_out})"
+            )
+        return cls(**{"d_vocab": vocab, "half": half, **overrides})
 
 
 @register_task
