@@ -8,7 +8,7 @@ the task's evaluation data. Prints a layer x head table of deltas per method and
 ("results": one record per ablation) and DIR/ablate_heads.png.
 """
 
-import mechmem.cli  # noqa: I001  (first: a Ctrl-C during the slow imports below is one line, not a traceback)
+import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
 
 import torch
 
@@ -21,9 +21,9 @@ from mechmem.cli import (
     print_table,
     run_script,
     skip,
-    working,
     write_outputs,
 )
+from mechmem.progress import working
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,8 +13,8 @@ import torch
 
 from mechmem import cli
 from mechmem.analysis.circuits import ABLATIONS
-from mechmem.analysis.heads import no_attention_reason
 from mechmem.analysis.circuits_discovery import attribution_agreement, circuit_pair, discover_circuit
+from mechmem.analysis.heads import no_attention_reason
 from mechmem.analysis.roles import head_roles
 from mechmem.report.circuit_graph import edge_table, plot_circuit, summary_lines
 

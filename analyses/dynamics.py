@@ -12,44 +12,15 @@ is printed, and beside it the same events read from the trainer's metrics.jsonl 
 OUT/dynamics_QUANTITY.png per quantity.
 """
 
-import mechmem.cli  # noqa: I001  (first: a Ctrl-C during the slow imports below is one line, not a traceback)
+import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
 
 from pathlib import Path
-
-import torch
 
 from mechmem import cli
 from mechmem.analysis import dynamics
 from mechmem.analysis.transitions import event_order, format_order, parse_levels, parse_pairs
-from mechmem.checkpoint import load_checkpoint, read_payload
-from mechmem.errors import CheckpointError, MechmemError
+from mechmem.progress import working
 from mechmem.tasks import load_task_module
-from mechmem.training.rundir import differences, payload_identity
-
-
-def check_one_run(run_dir: str, *, allow_nonfinite: bool) -> None:
-    """Refuse step checkpoints of more than one run (the identity `--resume` checks: model, task and training
-    config) and, unless `allow_nonfinite`, weights holding NaN or inf, naming the first file found."""
-    files = dynamics.step_files(run_dir)
-    params = {name for name, _ in load_checkpoint(files[0][1]).model.named_parameters()}
-    identity = None
-    for _, path in files:
-        payload = read_payload(path)
-        if identity is None:
-            identity, first = payload_identity(payload), path
-        diff = differences(identity, payload_identity(payload))
-        if diff:
-            raise CheckpointError(f"{path}: not the same run as {first.name} ({', '.join(diff[:4])})")
-        bad = [
-            k
-            for k, t in payload["state_dict"].items()
-            if k in params and t.is_floating_point() and not bool(torch.isfinite(t).all())
-        ]
-        if bad and not allow_nonfinite:
-            raise MechmemError(
-                f"{path}: weights hold NaN or inf ({', '.join(bad[:3])}); the curves would be meaningless "
-                "(--allow-nonfinite measures them anyway)"
-            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,9 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     out = cli.check_out_dir(args.out or args.run_dir)
     for module in args.task_module:
         load_task_module(module)
-    check_one_run(args.run_dir, allow_nonfinite=args.allow_nonfinite)
-    n_files = len(dynamics.step_files(args.run_dir))
-    with cli.working(f"measuring {', '.join(quantities)} on {n_files} step checkpoints"):
+    files = dynamics.step_files(args.run_dir)
+    for step, ckpt in dynamics.iter_models(files):  # one run (as --resume checks), finite weights
+        cli.check_finite_weights(ckpt.model, allow=args.allow_nonfinite, what=f"step {step}")
+    with working(f"measuring {', '.join(quantities)} on {len(files)} step checkpoints"):
         result = dynamics.run_dynamics(
             args.run_dir, quantities, n=args.n_samples, seed=args.seed, device=args.device
         )

@@ -9,7 +9,7 @@ stage) and the unembedding, on an eval batch of the checkpoint's task, scoring t
 Writes DIR/logit_lens.json ("stages": per-stage target probability and rank) and DIR/logit_lens.png.
 """
 
-import mechmem.cli  # noqa: I001  (first: a Ctrl-C during the slow imports below is one line, not a traceback)
+import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
 
 import torch
 
@@ -22,9 +22,9 @@ from mechmem.cli import (
     print_table,
     run_script,
     skip,
-    working,
     write_outputs,
 )
+from mechmem.progress import working
 from mechmem.errors import MechmemError
 
 

@@ -10,7 +10,7 @@ sets a task names in `probe_tokens()` (the birth task: outputs, triggers, non-tr
 DIR/memory_probes.json ("probes": name, matrix, recall, chance) and DIR/memory_probes.png.
 """
 
-import mechmem.cli  # noqa: I001  (first: a Ctrl-C during the slow imports below is one line, not a traceback)
+import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
 
 import torch
 
@@ -23,9 +23,9 @@ from mechmem.cli import (
     print_table,
     run_script,
     skip,
-    working,
     write_outputs,
 )
+from mechmem.progress import working
 
 
 def main(argv: list[str] | None = None) -> int:

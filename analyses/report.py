@@ -9,7 +9,7 @@ when the checkpoint's directory holds step checkpoints from --save-every), names
 measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
 """
 
-import mechmem.cli  # noqa: I001  (first: a Ctrl-C during the slow imports below is one line, not a traceback)
+import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
 
 from mechmem.analysis.dynamics import run_dir_of
 from mechmem.cli import (
@@ -19,8 +19,8 @@ from mechmem.cli import (
     load_for_analysis,
     print_table,
     run_script,
-    working,
 )
+from mechmem.progress import working
 from mechmem.report import build_report, write_report
 
 MIN_SAMPLES = 32

@@ -11,14 +11,14 @@ continues an interrupted run of the very same configuration (else it names the f
 already holds a run is refused unless --overwrite (which deletes the old run's files first).
 """
 
-import mechmem.cli  # noqa: I001  (first: a Ctrl-C during the slow imports below is one line, not a traceback)
+import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
 
 import time
 
 import torch
 
 from mechmem import cli
-from mechmem.progress import format_seconds
+from mechmem.progress import format_seconds, working
 from mechmem.tasks import get_task_class, load_task_module, task_names
 from mechmem.training.run import train_preset
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             for preset, spec in sorted(get_task_class(name).presets.items()):
                 row = [name, preset, spec.train.steps, spec.description]
                 if args.measure:
-                    with cli.working(f"timing {TIMED_STEPS} steps of {name} {preset}"):
+                    with working(f"timing {TIMED_STEPS} steps of {name} {preset}"):
                         seconds = measured_seconds(name, preset, spec.train.steps, args.device)
                     row.insert(3, format_seconds(seconds))
                 rows.append(row)

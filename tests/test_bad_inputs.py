@@ -96,12 +96,19 @@ def classify(status, err: str, before: dict, after: dict, *, outside: dict | Non
     return "ok"
 
 
+class Hang(BaseException):
+    """Raised in a case that runs past its time (a BaseException, so no script handler catches it)."""
+
+
 @contextmanager
-def within(seconds: int):
-    """Raise TimeoutError when the block runs longer than `seconds` (main thread, SIGALRM)."""
+def within(seconds: int | None):
+    """Raise `Hang` when the block runs longer than `seconds` (main thread, SIGALRM); None: no limit."""
+    if seconds is None:
+        yield
+        return
 
     def alarm(*_):
-        raise TimeoutError(f"still running after {seconds} s")
+        raise Hang(f"still running after {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, alarm)
     signal.alarm(seconds)
@@ -112,14 +119,15 @@ def within(seconds: int):
         signal.signal(signal.SIGALRM, previous)
 
 
-def run_case(script: str, argv: list[str], capsys, folder: Path) -> tuple[object, str, dict, dict]:
-    """Run `script` in-process; return (exit status or "hang", stderr, folder before, folder after)."""
+def run_case(script: str, argv: list[str], capsys, folder: Path, *, limit_s: int | None = None):
+    """Run `script` in-process (a `Hang` after `limit_s` seconds); return (exit status or "hang", stderr,
+    folder before, folder after)."""
     before = snapshot(folder)
     capsys.readouterr()
     try:
-        with within(HANG_S):
+        with within(limit_s):
             status = run_script(load_main(script), argv)
-    except TimeoutError:
+    except Hang:
         status = "hang"
     err = capsys.readouterr().err
     return status, err, before, snapshot(folder)
@@ -209,9 +217,8 @@ def test_bad_checkpoint_is_one_line_in_bounded_time(
 ):
     out = tmp_path / "out"
     monkeypatch.chdir(tmp_path)  # where a pickled `os.system` would leave its marker
-    status, err, before, after = run_case(
-        script, [str(bad_checkpoints[case]), "--out", str(out)], capsys, out
-    )
+    argv = [str(bad_checkpoints[case]), "--out", str(out)]
+    status, err, before, after = run_case(script, argv, capsys, out, limit_s=HANG_S)
     executed = (tmp_path / "code_was_executed").exists()
     category = "code executed" if executed else classify(status, err, before, after)
     OUTCOMES[category] += 1
@@ -255,7 +262,8 @@ FLAGS = [
 @pytest.mark.parametrize("script, argv, expected", FLAGS, ids=[f"{s}{a[0]}{a[1]}" for s, a, _ in FLAGS])
 def test_numeric_flags_are_checked_by_the_script(script, argv, expected, good, tmp_path, capsys):
     out = tmp_path / "out"
-    status, err, before, after = run_case(script, [str(good), "--out", str(out), *argv], capsys, out)
+    argv = [str(good), "--out", str(out), *argv]
+    status, err, before, after = run_case(script, argv, capsys, out, limit_s=HANG_S)
     category = classify(status, err, before, after)
     OUTCOMES[category] += 1
     assert category == "one-line" and status == 2 and expected in err, (category, err)
@@ -371,9 +379,18 @@ FAULTS = {
 }
 
 
+FAULT_CASES = [
+    pytest.param(
+        script, fault, marks=[pytest.mark.slow] if script == "report" and fault != "disk_full" else []
+    )
+    for script in sorted(OUTPUTS)
+    for fault in sorted(FAULTS)
+]
+"""Every script x fault; the report (the slowest script) runs the other faults only with the slow tests."""
+
+
 @pytest.mark.parametrize("fresh", [False, True], ids=["over_old_outputs", "into_new_folder"])
-@pytest.mark.parametrize("fault", sorted(FAULTS))
-@pytest.mark.parametrize("script", sorted(OUTPUTS))
+@pytest.mark.parametrize("script, fault", FAULT_CASES)
 def test_machine_faults_are_one_line_and_leave_the_folder_as_it_was(
     script, fault, fresh, finished, good, tmp_path, capsys, monkeypatch
 ):

@@ -328,36 +328,6 @@ def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tupl
     return ckpt, claim_out(out)
 
 
-# -- progress ------------------------------------------------------------------------------------------------
-@contextmanager
-def working(what: str, *, every_s: float = 10.0, stream: Any = None) -> Iterator[None]:
-    """Say what a script is doing: one line now (`what ...`), one every `every_s` seconds while the block runs
-    (`what: elapsed 20s`), and the time it took when it took more than `every_s`. Written to stdout by
-    default, so stderr stays for the one `error:` line."""
-    import threading
-    import time
-
-    from mechmem.progress import format_seconds
-
-    stream = stream if stream is not None else sys.stdout
-    print(f"{what} ...", file=stream, flush=True)
-    t0, done = time.monotonic(), threading.Event()
-
-    def beat() -> None:
-        while not done.wait(every_s):
-            print(f"{what}: elapsed {format_seconds(time.monotonic() - t0)}", file=stream, flush=True)
-
-    thread = threading.Thread(target=beat, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-    if time.monotonic() - t0 >= every_s:
-        print(f"{what}: done in {format_seconds(time.monotonic() - t0)}", file=stream, flush=True)
-
-
 # -- writing -------------------------------------------------------------------------------------------------
 def strict_json(obj: Any) -> Any:
     """`obj` with every NaN or infinite float replaced by None, so it serialises as strict JSON."""

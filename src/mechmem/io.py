@@ -43,14 +43,10 @@ def _file_mode() -> int:
     return 0o666 & ~_umask()
 
 
-def refuse_linked_folder(folder: Path, *, root: Path | None = None) -> None:
-    """Raise `MechmemError` when `folder`, or a folder between `root` and it, is a symbolic link."""
-    folder = Path(folder)
-    chain = [folder]
-    if root is not None:
-        root = Path(root)
-        chain = [p for p in [folder, *folder.parents] if p != root and root in p.parents]
-    for part in chain:
+def refuse_linked_folder(folder: Path, root: Path) -> None:
+    """Raise `MechmemError` when a folder below `root` down to `folder` is a symbolic link (`root` may be one)."""
+    folder, root = Path(folder), Path(root)
+    for part in [p for p in [folder, *folder.parents] if p != root and root in p.parents]:
         if part.is_symlink():
             raise MechmemError(f"{part} is a symbolic link; refusing to write through it (remove it first)")
 
@@ -78,7 +74,8 @@ def atomic_write(
 
 def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path:
     """The content written to a new temporary file beside `path` (flushed to disk); the caller renames it."""
-    refuse_linked_folder(path.parent, root=Path(root) if root is not None else None)
+    if root is not None:
+        refuse_linked_folder(path.parent, Path(root))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(name)

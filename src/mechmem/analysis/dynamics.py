@@ -79,8 +79,8 @@ def run_dir_of(checkpoint: str | Path) -> Path:
 def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Iterator[tuple[int, Checkpoint]]:
     """Yield (step, checkpoint) in order; one model object is reused, each step's weights loaded into it.
 
-    Every file is validated by `read_payload` (format, digest, no pickled code) and must hold the same model
-    config and task as the first, else a one-line `CheckpointError` names the fields that differ.
+    Every file is validated by `read_payload` (format, digest, no pickled code) and must be of the same run as
+    the first (model, task and training config), else a one-line `CheckpointError` names the differences.
     """
     first = load_checkpoint(files[0][1], device=resolve_device(device))
     identity = _identity(read_payload(files[0][1]))
@@ -100,7 +100,7 @@ def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Itera
 
 
 def _identity(payload: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in payload_identity(payload).items() if k in ("model", "task")}
+    return payload_identity(payload)  # model, task and training config: the identity --resume checks
 
 
 @dataclass
