@@ -13,24 +13,15 @@ import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports 
 
 import torch
 
+from mechmem import cli
 from mechmem.analysis.logit_lens import logit_lens, plot_logit_lens, unsupported_reason
-from mechmem.cli import (
-    ArgumentParser,
-    add_analysis_args,
-    int_range,
-    load_for_analysis,
-    print_table,
-    run_script,
-    skip,
-    write_outputs,
-)
-from mechmem.progress import working
 from mechmem.errors import MechmemError
+from mechmem.progress import working
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(description=__doc__.split("\n")[0])
-    add_analysis_args(parser, n_samples=256)
+    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
+    cli.add_analysis_args(parser, n_samples=256)
     parser.add_argument(
         "--data",
         default="eval",
@@ -40,15 +31,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--top-k",
-        type=int_range(1),
+        type=cli.int_range(1),
         default=5,
         help="top tokens kept per stage and position, from 1 to the model's output vocabulary (default 5)",
     )
     args = parser.parse_args(argv)
-    ckpt, out = load_for_analysis(args)
+    ckpt, out = cli.load_for_analysis(args)
     reason = unsupported_reason(ckpt.model)
     if reason:
-        return skip(reason, out / "logit_lens.json", {"stages": {}})
+        return cli.skip(reason, out / "logit_lens.json", {"stages": {}})
     if args.top_k > ckpt.model.cfg.d_vocab_out:
         raise MechmemError(
             f"--top-k {args.top_k} is more than the model's {ckpt.model.cfg.d_vocab_out} tokens"
@@ -58,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             pair = ckpt.task.patching_pair(args.n_samples, generator=gen)
         except NotImplementedError as exc:
-            return skip(f"--data pair does not apply: {exc}", out / "logit_lens.json", {"stages": {}})
+            return cli.skip(f"--data pair does not apply: {exc}", out / "logit_lens.json", {"stages": {}})
         tokens, targets = pair.clean, pair.correct[:, None].expand_as(pair.clean)
         mask = torch.zeros(tokens.shape).scatter_(1, pair.answer_pos[:, None], 1.0)
     else:
@@ -69,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = result.summary()
     rows = [(s, v["target_prob"], v["target_rank"], v["top1_acc"]) for s, v in summary.items()]
-    print_table(rows, ["stage", "target p", "mean rank", "top-1 acc"])
+    cli.print_table(rows, ["stage", "target p", "mean rank", "top-1 acc"])
     payload = {
         **result.to_dict(),
         "task": ckpt.task_name,
@@ -79,10 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         "example_tokens": tokens[0].tolist(),
         "example_targets": targets[0].tolist(),
     }
-    write_outputs(out, {"logit_lens.json": payload, "logit_lens.png": plot_logit_lens(result)})
+    cli.write_outputs(out, {"logit_lens.json": payload, "logit_lens.png": plot_logit_lens(result)})
     print(f"wrote {out / 'logit_lens.json'} and {out / 'logit_lens.png'}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_script(main))
+    raise SystemExit(cli.run_script(main))

@@ -1,14 +1,14 @@
 """Train a tiny model on one of mechmem's tasks.
 
-    python analyses/train.py permutation --preset task1-quick --out runs/task1     # about 1.5 minutes on CPU
+    python analyses/train.py permutation --preset task1-quick --out runs/task1     # time: --list permutation
     python analyses/train.py permutation --preset task2-quick --steps 2000 --seed 1
     python analyses/train.py --list                                                # every task and preset
-    python analyses/train.py --list --measure permutation        # time estimates measured on this machine
+    python analyses/train.py --list facts               # and each facts preset's time, measured here and now
 
-Writes DIR/ckpt.pt (a self-describing checkpoint) and DIR/metrics.jsonl (one JSON line per evaluation), and prints
-the final metrics. --save-every N also keeps DIR/checkpoints/step_N.pt for training-dynamics analyses; --resume
-continues an interrupted run of the very same configuration (else it names the fields that differ); a DIR that
-already holds a run is refused unless --overwrite (which deletes the old run's files first).
+Writes DIR/ckpt.pt (a self-describing checkpoint) and DIR/metrics.jsonl (one JSON line per evaluation), and
+prints the final metrics. --save-every N also keeps DIR/checkpoints/step_N.pt for training-dynamics analyses;
+--resume continues an interrupted run of the very same configuration (else it names the fields that differ);
+a DIR that already holds a run is refused unless --overwrite (which deletes the old run's files first).
 """
 
 import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
@@ -23,12 +23,12 @@ from mechmem.tasks import get_task_class, load_task_module, task_names
 from mechmem.training.run import train_preset
 
 TIMED_STEPS = 5
-"""Training steps timed per preset by --measure (beyond one untimed step that builds everything)."""
+"""Training steps timed per preset by `--list TASK` (beyond a 1-step run that builds everything)."""
 
 
 def measured_seconds(task: str, preset: str, steps: int, device: str) -> float:
-    """The preset's training time estimated here and now: `TIMED_STEPS` steps are timed (as the difference of
-    a 1-step and a (1 + TIMED_STEPS)-step run, so building and evaluating cancel) and scaled to `steps`."""
+    """The preset's training time here and now: `TIMED_STEPS` steps timed (a (1 + TIMED_STEPS)-step run minus
+    a 1-step run, so building and evaluating cancel), scaled to `steps`."""
     took = []
     for k in (1, 1 + TIMED_STEPS):
         t0 = time.perf_counter()
@@ -46,35 +46,18 @@ def main(argv: list[str] | None = None) -> int:
         "--seed", type=cli.seed_int, default=None, help="seed for init, data and evaluation, in [0, 2**63)"
     )
     parser.add_argument("--device", default="cpu", help="auto, cpu or cuda (default: cpu)")
-    parser.add_argument(
-        "--steps",
-        type=cli.nonnegative_int,
-        default=None,
-        help="override the preset's number of steps, an integer >= 0",
-    )
-    parser.add_argument(
-        "--save-every",
-        type=cli.nonnegative_int,
-        default=None,
-        help="keep a checkpoint every N steps, an integer >= 0 (0: none)",
-    )
+    parser.add_argument("--steps", type=cli.nonnegative_int, help="override the preset's steps (>= 0)")
+    parser.add_argument("--save-every", type=cli.nonnegative_int, help="keep a checkpoint every N >= 1 steps")
     parser.add_argument("--resume", action="store_true", help="continue the identical run in --out")
     parser.add_argument(
         "--overwrite", action="store_true", help="delete an old run in --out and start afresh"
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument(
-        "--threads",
-        type=cli.positive_int,
-        default=None,
-        help="CPU threads for torch, an integer >= 1 (default: torch's choice; 1 on a busy machine)",
+        "--threads", type=cli.positive_int, help="CPU threads for torch, >= 1 (default: torch's choice)"
     )
-    parser.add_argument("--list", action="store_true", help="list tasks and presets, then exit")
     parser.add_argument(
-        "--measure",
-        action="store_true",
-        help=f"with --list: estimate each preset's training time by timing {TIMED_STEPS} of its steps here "
-        "(give TASK to time one task's presets only)",
+        "--list", action="store_true", help="list tasks and presets (with TASK: time them here), then exit"
     )
     parser.add_argument(
         "--task-module", action="append", default=[], help="a Python file registering your tasks"
@@ -83,25 +66,20 @@ def main(argv: list[str] | None = None) -> int:
     for module in args.task_module:
         load_task_module(module)
 
-    if args.measure and not args.list:
-        parser.error("--measure goes with --list")
-    if args.list:
+    if args.list:  # with TASK, each preset's time comes from timing TIMED_STEPS of its steps here and now
         rows = []
         for name in [args.task] if args.task else task_names():
             for preset, spec in sorted(get_task_class(name).presets.items()):
-                row = [name, preset, spec.train.steps, spec.description]
-                if args.measure:
+                took = ""
+                if args.task:
                     with working(f"timing {TIMED_STEPS} steps of {name} {preset}"):
-                        seconds = measured_seconds(name, preset, spec.train.steps, args.device)
-                    row.insert(3, format_seconds(seconds))
-                rows.append(row)
-        extra = ["time here"] if args.measure else []
-        cli.print_table(rows, ["task", "preset", "steps", *extra, "description"])
+                        took = format_seconds(measured_seconds(name, preset, spec.train.steps, args.device))
+                rows.append((name, preset, spec.train.steps, took, spec.description))
+        cli.print_table(rows, ["task", "preset", "steps", "time here", "description"])
         print(
-            f"time here: {TIMED_STEPS} training steps timed on this machine now, scaled to the preset's "
-            "steps (evaluations not counted)"
-            if args.measure
-            else "times in descriptions were measured on an idle CPU; --list --measure [TASK] times this one"
+            f"time here: {TIMED_STEPS} steps timed now, scaled to the preset's steps (no evaluations)"
+            if args.task
+            else "--list TASK times the task's presets on this machine (descriptions: an idle CPU)"
         )
         return 0
     if not args.task or not args.preset:

@@ -1,19 +1,19 @@
 """Shared plumbing for the scripts in `analyses/`.
 
 Every script has `def main(argv: list[str] | None = None) -> int` and ends with
-`raise SystemExit(run_script(main))`. Errors a user can cause (`MechmemError`, including `CheckpointError`, and
-command-line errors from `ArgumentParser`) become one `error: ...` line on stderr and exit status 2; the script
-writes nothing. The contract, as helpers a script calls:
+`raise SystemExit(run_script(main))`. Errors a user can cause (`MechmemError`, including `CheckpointError`,
+and command-line errors from `ArgumentParser`) become one `error: ...` line on stderr and exit status 2;
+errors of the machine (`OSError`: a full disk) exit 1 and an interrupt 130, also in one line; the output
+folder is left as it was. The contract, as helpers a script calls:
 
     parser = ArgumentParser(description=...)      # usage errors: one line, exit 2 (not argparse's usage block)
     add_analysis_args(parser)                      # CKPT, --out, --device, --seed, --n-samples, --task-module
-    ckpt, out = load_for_analysis(args)            # checks --out, loads task modules, the checkpoint, the task
-                                                   # against the model and --n-samples against memory, in order
-    parser.add_argument("--memory-mb", type=positive_float)   # finite and > 0
-    parser.add_argument("--seed", type=seed_int)               # in [0, 2**63)
-    check_out_dir(path)                            # before any work: not a file, writable
-    check_n_samples(n, model, minimum=2)           # bound from `estimate_mb_per_sequence` and MEMORY_BUDGET_MB
-    write_json(path, obj)                          # strict JSON: NaN and +-inf are written as null
+    ckpt, out = load_for_analysis(args)            # checks --out, loads task modules, the checkpoint, the
+                                                   # task against the model, --n-samples, finite weights
+    parser.add_argument("--top-k", type=int_range(1))         # every number is range-checked by its type
+    check_out_dir(path); claim_out(path)           # before any work: usable; then created and locked
+    return skip(reason, out / "x.json")            # does not apply: `skipped: REASON`, exit 0
+    write_outputs(out, {"x.json": obj, "x.png": fig})   # staged, then renamed together (mechmem.io)
 
 Strict JSON: every JSON file mechmem writes is valid JSON (RFC 8259); non-finite floats become `null`.
 """
@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -68,7 +69,7 @@ def run_script(main: Callable[[list[str] | None], int | None], argv: list[str] |
         print("error: interrupted", file=sys.stderr)
         return 130
     finally:
-        if argv is None:
+        if argv is None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -162,14 +163,6 @@ def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
         return value
 
     return parse
-
-
-def fraction(text: str) -> float:
-    """A finite number in (0, 1]."""
-    value = _parse(float, text, "a number")
-    if not (math.isfinite(value) and 0 < value <= 1):
-        raise argparse.ArgumentTypeError(f"{text} must be a number in (0, 1]")
-    return value
 
 
 def _parse(kind: type, text: str, what: str) -> Any:
