@@ -14,8 +14,8 @@ import torch
 from mechmem import cli
 from mechmem.analysis.circuits import ABLATIONS
 from mechmem.analysis.circuits_discovery import attribution_agreement, circuit_pair, discover_circuit
-from mechmem.analysis.heads import no_attention_reason
 from mechmem.analysis.roles import head_roles
+from mechmem.models.adapter import is_hooked_transformer
 from mechmem.report.circuit_graph import edge_table, plot_circuit, summary_lines
 
 
@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--role-samples", type=cli.positive_int, default=256, help="sequences for head roles")
     args = parser.parse_args(argv)
     ckpt, out = cli.load_for_analysis(args)
-    reason = no_attention_reason(ckpt.model)
-    if reason:
+    if not is_hooked_transformer(ckpt.model):
+        reason = f"{type(ckpt.model).__name__} is not a HookedTransformer, which circuit discovery needs"
         return cli.skip(reason, out / "circuit.json", {"task": ckpt.task_name})
     generator = torch.Generator().manual_seed(args.seed)
     pair, source = circuit_pair(ckpt.model, ckpt.task, args.n_samples, generator=generator)
