@@ -44,7 +44,7 @@ def _file_mode() -> int:
 
 
 def refuse_linked_folder(folder: Path, root: Path) -> None:
-    """Raise `MechmemError` when a folder below `root` down to `folder` is a symbolic link (`root` may be one)."""
+    """Raise `MechmemError` when a folder below `root`, down to `folder`, is a link (`root` itself may be)."""
     folder, root = Path(folder), Path(root)
     for part in [p for p in [folder, *folder.parents] if p != root and root in p.parents]:
         if part.is_symlink():
