@@ -9,19 +9,17 @@ for a task without one. Prints the circuit, its faithfulness and completeness, a
 DIR/circuit.json (nodes, edges with scores, the circuit, faithfulness, method, ablation) and DIR/circuit.png.
 """
 
-import torch
-
 from mechmem import cli
 from mechmem.analysis.circuits import ABLATIONS
-from mechmem.analysis.circuits_discovery import attribution_agreement, circuit_pair, discover_circuit
+from mechmem.analysis.circuits_discovery import attribution_agreement, circuit_prompts, discover_circuit
 from mechmem.analysis.roles import head_roles
 from mechmem.models.adapter import is_hooked_transformer
-from mechmem.report.circuit_graph import edge_table, plot_circuit, summary_lines
+from mechmem.report.circuit_graph import N_PROMPTS, edge_table, plot_circuit, summary_lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
-    cli.add_analysis_args(parser, n_samples=64)
+    cli.add_analysis_args(parser, n_samples=N_PROMPTS)
     parser.add_argument("--ablation", choices=ABLATIONS, default="mean", help="value an ablated edge carries")
     parser.add_argument("--target", type=cli.positive_float, default=0.9, help="faithfulness to reach")
     parser.add_argument(
@@ -37,8 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     if not is_hooked_transformer(ckpt.model):
         reason = f"{type(ckpt.model).__name__} is not a HookedTransformer, which circuit discovery needs"
         return cli.skip(reason, out / "circuit.json", {"task": ckpt.task_name})
-    generator = torch.Generator().manual_seed(args.seed)
-    pair, source = circuit_pair(ckpt.model, ckpt.task, args.n_samples, generator=generator)
+    pair, source = circuit_prompts(ckpt.model, ckpt.task, args.n_samples, args.seed)
     circuit = discover_circuit(
         ckpt.model, pair, ablation=args.ablation, target=args.target, threshold=args.threshold,
         max_exact=args.max_exact, with_attribution=args.attribution,

@@ -1,31 +1,78 @@
-"""Score every attention head as previous-token, duplicate-token and induction head; draw attention heatmaps.
+"""Score every head as previous-token, duplicate-token and induction head over several probe lengths.
 
     python analyses/detect_heads.py runs/task2/ckpt.pt --n-samples 128          # a second on CPU
-    python analyses/detect_heads.py runs/birth --out reports/birth
+    python analyses/detect_heads.py runs/birth --out reports/birth --lengths 4,16,64
 
-Scores (attention mass on the pattern's keys) are measured on repeated random sequences [r, r] drawn from the
-checkpoint's own vocabulary ("scores") and on the task's evaluation data at its answer queries ("task_scores",
-`mechmem.analysis.heads.detect_heads_on_task`, the same definition as the report's). Writes
-DIR/detect_heads.json, DIR/detect_heads.png (score heatmaps) and DIR/attention.png (one task sequence).
+Probes (the role rule, docs/analyses.md): repeated random sequences [r, r] from the checkpoint's own
+vocabulary for every half-length |r| in 4, 8, 16, ... the context allows (or `--half` / `--lengths`), plus the
+task's own length when the task has one (`config.half`), plus the task's evaluation data at its answer queries
+(`mechmem.analysis.heads.detect_heads_on_task`, the report's definition). Prints each head's score curve over
+the probes with 95% bootstrap intervals and the role the report's rule names. Writes DIR/detect_heads.json
+(the curves), DIR/detect_heads.png (scores at the longest random probe), DIR/detect_heads_task.png and
+DIR/attention.png (one task sequence).
 """
+
+import argparse
 
 import torch
 
 from mechmem import cli
 from mechmem.analysis.heads import (
+    HeadScores,
     attention_patterns,
-    detect_heads,
-    detect_heads_on_task,
     no_attention_reason,
     plot_attention,
     plot_head_scores,
-    repeated_random_tokens,
+    probe_halves,
 )
+from mechmem.analysis.roles import PatternEvidence, classify_heads, measure_pattern_evidence
+from mechmem.errors import MechmemError
+
+
+def halves_for(args: argparse.Namespace, model: torch.nn.Module, task: object) -> list[int]:
+    """The probe half-lengths: --half, else --lengths, else the rule's lengths plus the task's own."""
+    cfg = model.cfg
+    if args.half is not None:
+        halves = [args.half]
+    elif args.lengths:
+        halves = sorted({int(x) for x in args.lengths.split(",") if x.strip()})
+    else:
+        own = getattr(getattr(task, "config", None), "half", None)
+        halves = sorted(
+            set(probe_halves(cfg.n_ctx, cfg.d_vocab)) | ({own} if isinstance(own, int) else set())
+        )
+    bad = [h for h in halves if h < 2 or 2 * h > cfg.n_ctx or h > cfg.d_vocab]
+    if bad or not halves:
+        raise MechmemError(
+            f"probe half-lengths must lie in 2..{min(cfg.n_ctx // 2, cfg.d_vocab)} (2 x half <= n_ctx = "
+            f"{cfg.n_ctx}, half <= d_vocab = {cfg.d_vocab}), got {bad or halves}"
+        )
+    return halves
+
+
+def curve_rows(found: PatternEvidence, shape: tuple[int, int]) -> list[list[object]]:
+    """One row per head and pattern: the score [interval] at each probe."""
+    rows = []
+    for name, curve in found.curves.items():
+        for layer in range(shape[0]):
+            for head in range(shape[1]):
+                cells = [
+                    f"{float(s):.2f} [{float(lo):.2f}, {float(hi):.2f}]"
+                    for s, lo, hi in zip(
+                        curve["score"][:, layer, head],
+                        curve["lower"][:, layer, head],
+                        curve["upper"][:, layer, head],
+                    )
+                ]
+                rows.append([f"L{layer}H{head}", name, *cells])
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
     cli.add_analysis_args(parser, n_samples=256)
+    parser.add_argument("--half", type=cli.positive_int, help="probe only [r, r] with |r| = HALF")
+    parser.add_argument("--lengths", help="comma-separated |r| of the random probes, e.g. 4,8,16")
     args = parser.parse_args(argv)
     ckpt, out = cli.load_for_analysis(args)
     reason = no_attention_reason(ckpt.model)
@@ -34,36 +81,29 @@ def main(argv: list[str] | None = None) -> int:
         cli.write_json(out / "detect_heads.json", {"skipped": reason, "scores": {}})
         return 0
     model, gen = ckpt.model, torch.Generator().manual_seed(args.seed)
-    half = min(model.cfg.n_ctx // 2, model.cfg.d_vocab)
-    repeated = repeated_random_tokens(args.n_samples, half, model.cfg.d_vocab, generator=gen)
-    random_scores = detect_heads(model, repeated, data=f"repeated random sequences, 2 x {half} tokens")
-    batch = ckpt.task.eval_batch(args.n_samples, generator=gen)
-    task_scores = detect_heads_on_task(model, batch.tokens, batch.loss_mask > 0)
-
-    names = list(random_scores.scores)
-    rows = [
-        (
-            layer,
-            head,
-            *(float(random_scores.scores[n][layer, head]) for n in names),
-            *(float(task_scores.scores[n][layer, head]) for n in names),
-        )
-        for layer in range(model.cfg.n_layers)
-        for head in range(model.cfg.n_heads)
-    ]
-    cli.print_table(rows, ["layer", "head", *(f"{n} (rep)" for n in names), *(f"{n} (task)" for n in names)])
+    halves = halves_for(args, model, ckpt.task)
+    found = measure_pattern_evidence(model, ckpt.task, n=args.n_samples, generator=gen, halves=halves)
+    shape = (model.cfg.n_layers, model.cfg.n_heads)
+    cli.print_table(curve_rows(found, shape), ["head", "pattern", *found.probes])
+    roles = classify_heads(found.evidence)
+    print(
+        "roles: " + (", ".join(f"L{h.layer}H{h.head} {h.role}" for h in roles if h.role != "none") or "none")
+    )
+    scores = {k: found.evidence[k] for k in found.curves}
     payload = {
-        **random_scores.to_dict(),
-        "task_scores": task_scores.to_dict()["scores"],
-        "task_data": task_scores.data,
+        **HeadScores(scores, data="best score over the probes").to_dict(),
+        "lower": {k: found.evidence[f"{k}_lower"].tolist() for k in found.curves},
+        **found.to_dict(),
+        "roles": {f"L{h.layer}H{h.head}": {"role": h.role, "notes": h.notes} for h in roles},
         "task": ckpt.task_name,
         "n_samples": args.n_samples,
         "seed": args.seed,
     }
     cli.write_json(out / "detect_heads.json", payload)
-    cli.save_figure(plot_head_scores(random_scores, title=random_scores.data), out / "detect_heads.png")
-    cli.save_figure(plot_head_scores(task_scores, title=task_scores.data), out / "detect_heads_task.png")
-    example = batch.tokens[:1]
+    for index, figure in ((len(halves) - 1, "detect_heads.png"), (-1, "detect_heads_task.png")):
+        result = HeadScores({k: c["score"][index] for k, c in found.curves.items()}, data=found.probes[index])
+        cli.save_figure(plot_head_scores(result, title=result.data), out / figure)
+    example = ckpt.task.eval_batch(1, generator=gen).tokens
     cli.save_figure(
         plot_attention(attention_patterns(model, example)[:, 0], example[0]), out / "attention.png"
     )

@@ -57,12 +57,12 @@ def test_history_helpers_and_compact_round_trip():
 
 
 def judged(h, freeze_step=40, shifted=None):
-    published = load_published(DATA / "birth_published.json")
+    published = load_published()
     return {s["key"]: s for s in judge(published, Context(h, freeze_step, 65, shifted or {}))}
 
 
 def test_published_file_covers_every_rule_with_its_source():
-    published = load_published(DATA / "birth_published.json")
+    published = load_published()
     assert (
         published["source"] and published["preset_targets"]["source"] and published["speed_target"]["source"]
     )

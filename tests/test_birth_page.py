@@ -144,3 +144,18 @@ def test_committed_page_is_the_committed_record_rendered(tmp_path):
     assert {p.name for p in (tmp_path / "figures").iterdir()} <= {
         p.name for p in (docs / "figures").iterdir()
     }
+
+
+def test_rules_committed_with_their_results_are_named_on_the_page():
+    """A rule whose 'since' says it was committed with its first results is listed as not fixed in advance."""
+    record = json.loads((ROOT / "docs" / "reproductions" / "data" / "birth.json").read_text())
+    late = [
+        s["key"] for s in statements.load_published()["statements"] if "with the first results" in s["since"]
+    ]
+    assert late  # fewer_triggers_slower, random_slower
+    line = next(x for x in birth_page.statements_section(record).lines if x.startswith("Not fixed before"))
+    assert all(f"`{k}`" in line for k in late)
+    changed = copy.deepcopy(record)
+    for s in changed["statements"]:
+        s["since"] = "abc1234"
+    assert not any(x.startswith("Not fixed") for x in birth_page.statements_section(changed).lines)

@@ -86,3 +86,35 @@ def test_script_bad_flag_is_one_line_exit_2(planted_ckpt, tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("error:") and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "circuit.json").exists()
+
+
+def test_report_and_script_measure_the_same_prompts_for_a_seed(planted_ckpt, tmp_path, capsys):
+    from mechmem.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(planted_ckpt)
+    for seed in (0, 3):
+        ctx = ReportContext(ckpt.model, ckpt.task, 64, seed, head_roles(ckpt.model, None, n=16, seed=seed))
+        section = edges_section(ctx)
+        out = tmp_path / str(seed)
+        args = [str(planted_ckpt), "--out", str(out), "--seed", str(seed), "--role-samples", "16"]
+        assert run_script(circuit_main(), args) == 0
+        script = json.loads((out / "circuit.json").read_text())
+        assert script["n"] == section.findings["n"] == 64
+        assert script["values"] == pytest.approx(section.findings["values"], abs=1e-6)
+        for name, interval in section.findings["intervals"].items():
+            assert script["intervals"][name] == pytest.approx(list(interval), abs=1e-6)
+        assert script["verdict"] == section.findings["verdict"]
+    capsys.readouterr()
+
+
+def test_script_describes_the_ablation_it_ran(planted_ckpt, tmp_path, capsys):
+    from mechmem.analysis.circuits import ABLATION_TEXT
+
+    args = [str(planted_ckpt), "--out", str(tmp_path), "--n-samples", "16", "--role-samples", "16"]
+    assert run_script(circuit_main(), [*args, "--ablation", "corrupted"]) == 0
+    out = capsys.readouterr().out
+    assert ABLATION_TEXT["corrupted"] in out and ABLATION_TEXT["mean"] not in out
+    assert "over the clean prompts" not in out
+    assert run_script(circuit_main(), [*args, "--threshold", "0.2"]) == 0
+    out = capsys.readouterr().out
+    assert "|score| >= 0.2 x |gap|" in out and "faithfulness >= None" not in out

@@ -5,11 +5,19 @@ import pytest
 import torch
 from helpers import assert_no_hooks, build_model
 
-from mechmem.analysis.circuits import EdgePatcher, build_graph
-from mechmem.analysis.circuits_discovery import attribution_agreement, circuit_pair, discover_circuit
+from mechmem.analysis.circuits import EdgePatcher, build_graph, circuit_intervals
+from mechmem.analysis.circuits_discovery import (
+    attribution_agreement,
+    circuit_pair,
+    circuit_prompts,
+    discover_circuit,
+)
+from mechmem.analysis.intervals import bootstrap_ratio, combine, verdict
 from mechmem.analysis.interventions_grad import activation_grads
 from mechmem.analysis.planted import planted_induction_model
+from mechmem.models.adapter import TransformerConfig, build_transformer
 from mechmem.tasks.base import PatchingPair
+from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
 
 @pytest.fixture(scope="module")
@@ -176,4 +184,64 @@ def test_large_graph_path_and_threshold_pruning(model, pair):
     torch.testing.assert_close(part.scores[part.exact], full.scores[part.exact], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(part.scores[~part.exact], part.attribution[~part.exact])
     assert torch.equal(part.kept, part.scores.abs() >= 0.05 * abs(part.gap)) and part.target is None
+    assert_no_hooks(model)
+
+
+# -- intervals and the verdict -------------------------------------------------------------------------------
+def test_bootstrap_ratio_equals_a_naive_loop():
+    g = torch.Generator().manual_seed(0)
+    num, den = torch.randn(30, 2, 3, generator=g), torch.rand(30, generator=g) + 0.5
+    low, high = bootstrap_ratio(num, den, generator=torch.Generator().manual_seed(1), resamples=50)
+    idx = torch.randint(30, (50, 30), generator=torch.Generator().manual_seed(1))
+    stats = torch.stack([num[i].sum(0) / den[i].sum() for i in idx]).double()
+    q = torch.quantile(stats, torch.tensor([0.025, 0.975], dtype=torch.float64), dim=0)
+    torch.testing.assert_close(low, q[0].float(), atol=1e-5, rtol=0)
+    torch.testing.assert_close(high, q[1].float(), atol=1e-5, rtol=0)
+    same = torch.ones(10)  # every unit equal: the interval collapses onto the value
+    assert bootstrap_ratio(same * 3, same, generator=g) == (torch.tensor(3.0), torch.tensor(3.0))
+    assert [verdict(0.9, 1.1, 0.8), verdict(0.5, 0.7, 0.8), verdict(0.7, 0.9, 0.8)] == [
+        "yes",
+        "no",
+        "undecided",
+    ]
+    assert [combine(["yes", "yes"]), combine(["yes", "undecided"]), combine(["undecided", "no"])] == [
+        "yes",
+        "undecided",
+        "no",
+    ]
+
+
+def test_circuit_intervals_hold_the_point_estimates(model, pair):
+    circuit = discover_circuit(model, pair, ablation="mean")
+    points = {"gap": circuit.gap, "faithfulness": circuit.faithfulness, "completeness": circuit.completeness}
+    for name, value in points.items():
+        low, high = circuit.intervals[name]
+        assert low - 1e-5 <= value <= high + 1e-5, (name, low, value, high)
+    # computed from per-prompt values: equal prompts give a zero-width interval at the point estimate
+    ones = torch.ones(8)
+    assert circuit_intervals(3 * ones, ones, 2 * ones, ones)["faithfulness"] == pytest.approx((0.5, 0.5))
+
+
+@pytest.fixture(scope="module")
+def trained_induction():
+    """A 2-layer attention-only model trained briefly on [r, r], |r| from 4 to 12 (n_ctx 24, 16 tokens)."""
+    cfg = TransformerConfig(n_layers=2, d_model=32, n_heads=2, d_vocab=16, n_ctx=24)
+    model = build_transformer(cfg, generator=torch.Generator().manual_seed(0))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(300):
+        task = RepeatsTask(RepeatsConfig(d_vocab=16, half=int(torch.randint(4, 13, (), generator=gen))))
+        batch = task.train_batch(64, generator=gen)
+        loss = task.loss(model(batch.tokens), batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+@pytest.mark.parametrize("kind", ["planted", "trained"])
+def test_verdict_is_stable_over_prompt_seeds(kind, trained_induction):
+    model = planted_induction_model() if kind == "planted" else trained_induction
+    circuits = [discover_circuit(model, circuit_prompts(model, None, 64, seed)[0]) for seed in range(5)]
+    assert [c.verdict for c in circuits] == ["yes"] * 5, [(c.criteria(), c.intervals) for c in circuits]
     assert_no_hooks(model)

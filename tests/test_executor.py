@@ -196,3 +196,21 @@ def test_scripts_reject_a_bad_executor(capsys):
     for paper in map(get_paper, ("memorisation", "permutation", "birth")):
         with pytest.raises(MechmemError, match="bad Ray address"):
             paper.spec(paper.variants[0], {"executor": "ray", "address": "nowhere"})
+
+
+def nan_cell(x: float) -> dict:
+    return {"value": x, "nested": [x, 1.0], "fine": 2.5}
+
+
+def test_non_finite_values_never_reach_the_records_file(tmp_path):
+    """NaN and +-inf become null, in the file and in the returned record alike (the one JSON writer)."""
+    path = tmp_path / "records.jsonl"
+    cells = [Cell(f"x={x}", nan_cell, {"x": x}) for x in (float("nan"), float("inf"), 1.0)]
+    out = run_cells(cells, path, progress=None)
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    for line in text.splitlines():
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert out["x=nan"] == {"value": None, "nested": [None, 1.0], "fine": 2.5}
+    assert out["x=inf"]["value"] is None and out["x=1.0"]["value"] == 1.0
+    assert load_records(path) == out  # a record read back equals the fresh one

@@ -170,3 +170,222 @@ def test_longer_schedules_are_shown_beside_the_base_ones(record):
         assert row[10] == f"{r['schedule']['max_epochs']:,} / {r['schedule']['patience']:,}"
         assert row[11] == f"{r['any']} / {r['most']} / {r['all']}"
     assert "memorisation_variants-convergence.png" in page
+
+
+# --- published values: every value carries its source and the exact text it is read from ---
+
+
+def _package_json(package: str) -> dict:
+    from importlib.resources import files
+
+    return json.loads(files(package).joinpath("published.json").read_text(encoding="utf-8"))
+
+
+def _sourced(entry: dict) -> bool:
+    return bool(str(entry.get("source", "")).strip()) and bool(str(entry.get("quote", "")).strip())
+
+
+def test_every_published_value_has_a_source_and_a_quote():
+    memo = _package_json("mechmem.papers.memorisation")
+    values = {k: v for k, v in memo.items() if isinstance(v, dict) and "value" in v}
+    values |= {f"toggles.{k}": v for k, v in memo["toggles"].items()}
+    assert len(values) >= 15 and all(_sourced(v) for v in values.values()), [
+        k for k, v in values.items() if not _sourced(v)
+    ]
+    rows = memo["table_b1"]["rows"]
+    assert len(rows) == 54 and _sourced(memo["table_b1"]) and all(_sourced(r) for r in rows)
+    for row in rows:  # the cited LaTeX row holds exactly the twelve numbers stored for it, in order
+        cells = [re.sub(r"\D", "", c) for c in row["quote"].split("&")[6:]]
+        assert [int(c) for c in cells if c] == row["any"] + row["most"] + row["all"]
+    for points in memo["e7_any"]["models"].values():
+        assert all(_sourced(p) and f'"max_facts": {p["any"]}' in p["quote"] for p in points)
+
+    birth = _package_json("mechmem.papers.birth")
+    assert birth["statements"] and all(s["where"] and s["quote"].strip() for s in birth["statements"])
+    assert _sourced(birth["preset_targets"]) and _sourced(birth["speed_target"])
+
+    perm = _package_json("mechmem.papers.permutation")["values"]
+    assert perm and all(_sourced(v) for v in perm.values())
+    assert perm["task2_probe_recall_p"]["value"] == 0.9985  # issue 23: not the rounded 0.998
+
+
+def test_published_files_are_read_from_the_packages():
+    from mechmem.papers.birth import statements
+    from mechmem.papers.memorisation import records
+
+    assert records.PUBLISHED.parent == Path(records.__file__).parent and records.PUBLISHED.exists()
+    assert statements.PUBLISHED.parent == Path(statements.__file__).parent
+    assert statements.load_published()["statements"]  # no path: the package file
+    assert not (DOCS / "data" / "memorisation_published.json").exists()
+    assert not (DOCS / "data" / "birth_published.json").exists()
+
+
+# --- Table B.1 comparisons ---
+
+
+def test_compare_to_published_on_a_hand_example():
+    from mechmem.papers.memorisation.page_published import b1_counts
+    from mechmem.papers.memorisation.summary import compare_to_published
+
+    a = compare_to_published(816, [664, 688, 736, 816])  # mean 726, range 664 - 816
+    assert (a.mean, a.low, a.high) == (726, 664, 816)
+    assert a.inside and not a.within_10 and a.rel == pytest.approx(90 / 726)
+    b = compare_to_published(208, [208, 168, 224, 208])  # mean 202: +3%, inside
+    assert b.mean == 202 and b.within_10 and b.inside
+    c = compare_to_published(248, [208, 168, 224, 208])  # +23%, above the range
+    assert not c.within_10 and not c.inside
+    d = compare_to_published(110, [100, 100, 100, 100])  # exactly 10% above: within, but outside the range
+    assert d.within_10 and not d.inside
+    e = compare_to_published(100, [100, 100, 100, 100])
+    assert e.within_10 and e.inside and e.rel == 0
+    assert b1_counts([({}, {}, x) for x in (a, b, c, d, e)]) == (5, 3, 3)
+    with pytest.raises(ValueError):
+        compare_to_published(1, [])
+
+
+def test_appendix_b_method_gives_back_the_published_ranges_from_table_b1():
+    """Applied to the means of Table B.1's repeats, the pairing with the outlier left out (Appendix B's
+    method) gives the absolute ranges Appendix B states; keeping the outlier does not (norms with an MLP)."""
+    from mechmem.papers.memorisation.summary import published_records, toggle_effects
+
+    memo = _package_json("mechmem.papers.memorisation")
+    records = published_records(memo["table_b1"]["rows"])
+    excluded = toggle_effects(records, exclude_outlier=True)
+    kept = toggle_effects(records)
+
+    def stated(quote):  # "learn 324 - 794 (60% - 373%)" or "learn -8 to 244 (...)" -> (324, 794)
+        m = re.search(r"learn (-?\d+) (?:-|to) (-?\d+)", quote)
+        return int(m.group(1)), int(m.group(2))
+
+    for key in ("mlp", "2emb_vs_uniform", "mlp_residual", "gelu", "bias", "norms"):
+        assert excluded[key].diff == pytest.approx(stated(memo["toggles"][key]["quote"]), abs=1e-9), key
+    assert kept["norms"].diff[0] < 0 < stated(memo["toggles"]["norms"]["quote"])[0]
+    no_mlp = {
+        m: [r for r in records if r["config"]["mixing"] == m and not r["config"]["mlp"]]
+        for m in ("2emb", "uniform", "attn")
+    }
+    gains = [
+        next(r["any"] for r in rs if r["config"]["norms"])
+        - next(r["any"] for r in rs if not r["config"]["norms"])
+        for rs in no_mlp.values()
+    ]
+    assert (min(gains), max(gains)) == pytest.approx(stated(memo["norms_no_mlp"]["quote"]))
+
+
+def test_table_b1_section_equals_an_independent_count(record):
+    page = (DOCS / "memorisation.md").read_text()
+    rows = _table_rows(page, "mixing")  # the first table with this header is the variants table
+    b1 = [r for r in _table_rows(page.split("## Table B.1")[1], "mixing")]
+    assert len(b1) == 54 and len(rows) == 54
+    published = record["published"]["table_b1"]["rows"]
+    d = record["table"][0]["d"]
+    cells = record["table"] + [
+        r for r in record["other_schedules"] if r["d"] == d and r["schedule"]["target_acc"] == 1.0
+    ]
+    longest = {}
+    for r in sorted(cells, key=lambda r: r["schedule"]["max_epochs"]):
+        longest[r["variant"]] = r
+    within = inside = within_pub = inside_pub = n_pub = 0
+    for r in longest.values():
+        c = r["config"]
+        keys = (
+            ("mixing", "mlp", "norms", "mlp_residual", "bias", "act_fn")
+            if c["mlp"]
+            else ("mixing", "mlp", "norms")
+        )
+        row = next(p for p in published if all(p.get(k) == c[k] for k in keys))
+        mean = sum(row["any"]) / 4
+        w, i = abs(r["any"] - mean) <= 0.1 * mean, min(row["any"]) <= r["any"] <= max(row["any"])
+        within, inside = within + w, inside + i
+        if (r["schedule"]["max_epochs"], r["schedule"]["patience"]) == (50_000, 5_000):
+            n_pub, within_pub, inside_pub = n_pub + 1, within_pub + w, inside_pub + i
+    assert (
+        f"at the published schedule (50,000 / 5,000) {n_pub} rows, {within_pub} within 10% of the published"
+        " mean,"
+        f" {inside_pub} inside the published range; overall (each variant at its longest schedule)"
+        f" {len(longest)}"
+        f" rows, {within} within 10%, {inside} inside." in page
+    )
+    assert sum(r[12] == "yes" for r in b1) == within and sum(r[13] == "yes" for r in b1) == inside
+
+
+def test_best_and_ceiling_read_every_schedule(record):
+    page = (DOCS / "memorisation.md").read_text()
+    d = record["table"][0]["d"]
+    cells = record["table"] + [r for r in record["other_schedules"] if r["d"] == d]
+    best = max(r["any"] for r in cells)
+    assert f"Best over every schedule: {best} facts (Any)" in page
+    assert best > max(
+        r["any"] for r in record["table"]
+    )  # the committed data: a longer schedule beats the base
+    assert "never reached" not in page
+
+
+# --- the paper variant and the commands ---
+
+
+def test_paper_variant_runs_the_e7_schedule_per_d():
+    from mechmem.papers.memorisation.sweep import scaling_cells
+
+    s = spec("paper", {})
+    assert (s.max_epochs, s.patience, s.grow_epochs, s.ds) == (50_000, 5_000, True, (16, 32, 64, 128))
+    e7 = _package_json("mechmem.papers.memorisation")["scaling_schedule"]["value"]
+    base = Schedule(max_epochs=s.max_epochs, patience=s.patience)
+    for model in ("nb", "full"):
+        cells = scaling_cells(model, list(s.ds), 1, base, grow_epochs=s.grow_epochs)
+        assert {c.config.d_model: c.schedule.max_epochs for c in cells} == {
+            int(d): n for d, n in e7["max_epochs"].items()
+        }
+        assert {c.schedule.patience for c in cells} == {e7["patience"]}
+    assert {c.schedule.max_epochs for c in scaling_cells("nb", [16, 32], 1, base)} == {50_000}
+    assert spec("paper", {"grow_epochs": "0"}).grow_epochs is False
+    with pytest.raises(MechmemError):
+        spec("paper", {"grow_epochs": "maybe"})
+
+
+def test_commands_name_exactly_the_schedules_of_the_data(record):
+    page = (DOCS / "memorisation.md").read_text()
+    commands = page.split("## Commands")[1].split("\n## ")[0]
+    named = {(int(a), int(b)) for a, b in re.findall(r"--max-epochs (\d+) --patience (\d+)", commands)}
+    every = record["table"] + record["other_schedules"] + record["scaling"] + record["scaling_other"]
+    data = {(r["schedule"]["max_epochs"], r["schedule"]["patience"]) for r in every}
+    data.add((record["anchor"]["schedule"]["max_epochs"], record["anchor"]["schedule"]["patience"]))
+    assert named == data
+    assert (
+        f"`{record['benchmark']['source']}`" in commands
+        and f"--rounds {record['benchmark']['rounds']}" in commands
+    )
+
+
+def test_collect_takes_a_schedule_per_d_for_the_scaling():
+    base = Schedule(max_epochs=150, patience=50).to_dict()
+    per_d = {16: Schedule(max_epochs=50_000, patience=5_000).to_dict(), 32: base}
+    rec = collect(DOCS / "data", schedule=base, scaling_schedules=per_d)
+    assert rec["scaling"] and all(r["schedule"] == per_d[r["d"]] for r in rec["scaling"])
+    assert {(r["variant"], r["d"]) for r in rec["scaling"]} >= {("2emb+mlp/relu", 16), ("2emb+mlp/relu", 32)}
+    shown = {(r["variant"], r["d"], r["schedule"]["max_epochs"]) for r in rec["scaling"]}
+    assert not shown & {(r["variant"], r["d"], r["schedule"]["max_epochs"]) for r in rec["scaling_other"]}
+    assert rec["table"] == collect(DOCS / "data", schedule=base)["table"]  # the table keeps the base schedule
+
+
+def test_norms_without_mlp_verdict_is_the_records(record):
+    # the published-schedule gains of the MLP-less norms pairs, against the published range, recomputed here
+    page = (DOCS / "memorisation.md").read_text()
+    d = record["table"][0]["d"]
+    at = {
+        r["variant"]: r["any"]
+        for r in record["other_schedules"]
+        if r["d"] == d and (r["schedule"]["max_epochs"], r["schedule"]["patience"]) == (50_000, 5_000)
+    }
+    lo, hi = record["published"]["norms_no_mlp"]["pct"]
+    labels = {"2emb": "2Emb", "uniform": "uniform", "attn": "learned attention"}
+    gains = {m: 100 * (at[m + "+norms"] - at[m]) / at[m] for m in labels if m in at and m + "+norms" in at}
+    assert gains, "the committed data has the MLP-less pairs at the published schedule"
+    line = next(
+        x for x in page.splitlines() if x.startswith("- Norms without an MLP at the published schedule")
+    )
+    assert all(f"{labels[m]} {g:+.0f}%" in line for m, g in gains.items())
+    inside = ", ".join(labels[m] for m, g in gains.items() if lo <= g <= hi)
+    assert f"inside it {inside or 'none'}" in line
+    below = [labels[m] for m, g in gains.items() if g < lo]
+    assert ("below it " + ", ".join(below) in line) if below else "below it" not in line

@@ -16,6 +16,7 @@ from mechmem.analysis.heads import (
     plot_attention,
     plot_head_scores,
     previous_token_pattern,
+    probe_halves,
     repeated_random_tokens,
 )
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
@@ -58,6 +59,42 @@ def test_scores_equal_naive_average_and_chunking(planted, repeated):
     torch.testing.assert_close(fast, naive.float(), atol=1e-5, rtol=0)
 
 
+def test_intervals_and_token_scores_equal_naive_loops(planted, repeated):
+    patterns = attention_patterns(planted, repeated)  # [layer batch head q k]
+    mask = induction_pattern(repeated)
+    valid = mask.any(-1)
+    on = (patterns * mask[None, :, None]).sum(-1) * valid[None, :, None]  # [layer batch head q]
+    result = detect_heads(planted, repeated, {"induction": induction_pattern}, chunk=5)
+    # per token: the mean over the rows whose query holds it, one token at a time
+    for token in range(12):
+        rows = valid & (repeated == token)
+        naive = on.permute(1, 3, 0, 2)[rows].sum(0) / rows.sum()  # [layer head]
+        torch.testing.assert_close(result.by_token["induction"][..., token], naive.float(), atol=1e-5, rtol=0)
+    # the bootstrap interval: 200 resamples of the sequences drawn from the same generator, one at a time
+    gen = torch.Generator().manual_seed(0)
+    idx = torch.randint(len(repeated), (200, len(repeated)), generator=gen)
+    per_seq, rows_per_seq = on.sum(-1).permute(1, 0, 2), valid.sum(-1).float()  # [batch layer head], [batch]
+    stats = torch.stack([per_seq[i].sum(0) / rows_per_seq[i].sum() for i in idx])
+    lower, upper = torch.quantile(stats.double(), torch.tensor([0.025, 0.975], dtype=torch.float64), dim=0)
+    torch.testing.assert_close(result.lower["induction"], lower.float(), atol=1e-5, rtol=0)
+    torch.testing.assert_close(result.upper["induction"], upper.float(), atol=1e-5, rtol=0)
+    score = result.scores["induction"]
+    assert bool(
+        (result.lower["induction"] <= score + 1e-6).all()
+        and (score <= result.upper["induction"] + 1e-6).all()
+    )
+    # the planted induction head is clear for every token; nothing else is
+    assert result.selective_lower("induction")[INDUCTION_HEAD] > 0.9
+    assert_no_hooks(planted)
+
+
+def test_probe_halves_cover_the_context():
+    assert probe_halves(64, 48) == [4, 8, 16, 32]
+    assert probe_halves(24, 12) == [4, 8, 12]
+    assert probe_halves(256, 100) == [4, 8, 16, 32, 64, 100]
+    assert probe_halves(6, 12) == [3]
+
+
 def test_custom_fixed_pattern_finds_first_token_head(planted, repeated):
     first = torch.zeros(24, 24, dtype=torch.bool)
     first[1:, 0] = True
@@ -97,3 +134,47 @@ def test_result_validation_serialisation_and_plots(planted, repeated):
 def test_models_without_attention_are_named():
     assert no_attention_reason(HookedRootModule()) is not None
     assert no_attention_reason(planted_induction_model(4, 6)) is None
+
+
+def test_script_probes_the_lengths_asked_for_and_rejects_impossible_ones(planted, tmp_path, capsys):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from mechmem.analysis.planted import planted_config
+    from mechmem.checkpoint import save_checkpoint
+    from mechmem.cli import run_script
+    from mechmem.tasks.generic import RepeatsConfig
+
+    path = Path(__file__).resolve().parents[1] / "analyses" / "detect_heads.py"
+    spec = importlib.util.spec_from_file_location("detect_heads_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ckpt = save_checkpoint(
+        tmp_path / "ckpt.pt",
+        model=planted,
+        model_config=planted_config(),
+        task_name="repeats",
+        task_config=RepeatsConfig(d_vocab=12, half=6),
+    )
+    args = [str(ckpt), "--out", str(tmp_path), "--n-samples", "16"]
+    assert run_script(module.main, args) == 0
+    data = json.loads((tmp_path / "detect_heads.json").read_text())
+    # the rule's lengths (4, 8, 12 for n_ctx 24, 12 tokens) plus the task's own (6), then the task's data
+    assert data["probes"] == [
+        "[r, r], |r| = 4",
+        "[r, r], |r| = 6",
+        "[r, r], |r| = 8",
+        "[r, r], |r| = 12",
+        "task data",
+    ]
+    assert data["roles"]["L1H1"]["role"] == "induction" and data["roles"]["L0H2"]["role"] == "previous-token"
+    assert run_script(module.main, [*args, "--lengths", "5,3"]) == 0
+    assert json.loads((tmp_path / "detect_heads.json").read_text())["probes"][:2] == [
+        "[r, r], |r| = 3",
+        "[r, r], |r| = 5",
+    ]
+    capsys.readouterr()
+    assert run_script(module.main, [*args, "--half", "13"]) == 2  # 2 x 13 > n_ctx = 24
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and len(err.strip().splitlines()) == 1

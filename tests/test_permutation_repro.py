@@ -7,7 +7,7 @@ import itertools
 import math
 import re
 from pathlib import Path
-from statistics import mean, pstdev
+from statistics import mean, stdev
 
 import pytest
 import torch
@@ -219,7 +219,8 @@ def test_published_table_equals_record_aggregates(record):
     ]
     assert len(table.rows) == len(expected)
     for row, (pub, ours) in zip(table.rows, expected):
-        assert row[1:] == [pub["value"], pub["source"], mean(ours), pstdev(ours), len(ours)]
+        sd = stdev(ours) if len(ours) > 1 else "-"  # the sample sd (`stats.mean_sd`); none for one value
+        assert row[1:] == [pub["value"], pub["source"], pytest.approx(mean(ours), rel=1e-12), sd, len(ours)]
 
 
 def test_roles_table_rows_equal_record_heads(record):
@@ -308,5 +309,5 @@ def test_committed_record_rebuilds_its_page():
     report = page.build_page(record)
     table = report.section("published").tables[0]
     probes = [r["probe"]["p_recall"] for r in record["task2"]]
-    assert table.rows[4][3:] == [mean(probes), pstdev(probes), len(probes)]
+    assert table.rows[4][3:] == [pytest.approx(mean(probes), rel=1e-12), stdev(probes), len(probes)]
     assert report.section("roles").skipped or report.section("roles").tables

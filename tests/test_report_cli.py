@@ -52,21 +52,35 @@ def test_report_script_bad_input_is_one_line(argv, planted_ckpt, tmp_path, capsy
     assert len(err) == 1 and err[0].startswith("error: ")
 
 
-def test_demo_writes_index_and_reuses_checkpoints(planted_ckpt, tmp_path, monkeypatch):
+def test_demo_writes_index_and_reuses_checkpoints(tmp_path, monkeypatch):
     """The demo with its training stubbed by an existing checkpoint: reports, index links, skip-if-trained."""
     from mechmem.report import demo
 
+    from mechmem.checkpoint import save_checkpoint
+    from mechmem.papers.permutation.task import PermutationConfig, PermutationTask
+    from mechmem.report import planted
+    from mechmem.training import Preset, TrainConfig
+
+    # A "planted" preset whose finished run is the planted model: reused, since it is this very run.
+    preset = Preset(planted.planted_permutation_config(), PermutationConfig(repeat_ratio=0.3), TrainConfig())
+    monkeypatch.setitem(PermutationTask.presets, "planted", preset)
     runs, reports = tmp_path / "runs", tmp_path / "reports"
-    (runs / "planted").mkdir(parents=True)
-    (runs / "planted" / "ckpt.pt").write_bytes(planted_ckpt.read_bytes())
-    model = demo.DemoModel("planted", "permutation", "task2-quick")
+    save_checkpoint(
+        runs / "planted" / "ckpt.pt",
+        model=planted.planted_permutation_model(),
+        model_config=preset.model,
+        task_name="permutation",
+        task_config=preset.task,
+        train_config=preset.train,
+    )
+    model = demo.DemoModel("planted", "permutation", "planted")
     calls = []
     real = demo.run_in_log
     monkeypatch.setattr(
         demo, "run_in_log", lambda name, argv, log: (calls.append(name), real(name, argv, log))[1]
     )
     rows = demo.run_demo(runs, reports, models=[model], jobs=1, n_samples=32)
-    assert calls == ["report"]  # the checkpoint exists, so nothing was trained
+    assert calls == ["report"]  # the run directory holds this very run, so nothing was trained
     assert rows[0]["report_rc"] == 0 and "recall" in rows[0]["circuit"]
     index = (reports / "index.html").read_text()
     assert 'href="planted/report.html"' in index and "probe p(recall)" in index

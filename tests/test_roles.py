@@ -7,8 +7,8 @@ import torch
 from helpers import assert_no_hooks, build_model
 
 from mechmem.analysis.roles import RoleThresholds, classify_heads, head_roles, measure_task_evidence
-from mechmem.models.adapter import TransformerConfig, build_transformer
 from mechmem.papers.permutation.task import PermutationConfig, PermutationTask
+from mechmem.report.planted import planted_permutation_model
 
 ROLES = ("recall", "elimination")
 
@@ -78,49 +78,6 @@ def test_task_roles_take_precedence_over_patterns():
         "none",
         "none",
     ]
-
-
-def planted_permutation_model(v: int, *, recall_head: int, c: float = 10.0, e: float = 4.0, r: float = 2.0):
-    """Layer 0 head 0 copies the previous token into PREV; layer 1 has an elimination head (uniform over the y
-    positions, writes -e * token into OUT) and a recall head (matches the current token against PREV at y positions,
-    writes +r * token into OUT); head `recall_head` of layer 1 is the recall head. W_U reads OUT (token 0 barred)."""
-    dv, t = v + 1, 2 * v - 1
-    tok, pos, prev, out = (
-        slice(0, dv),
-        slice(dv, dv + t),
-        slice(dv + t, 2 * dv + t),
-        slice(2 * dv + t, 3 * dv + t),
-    )
-    cfg = TransformerConfig(
-        n_layers=2, d_model=3 * dv + t, n_heads=2, d_head=max(dv + 1, t + 1), d_vocab=dv, n_ctx=t, d_mlp=None
-    )
-    model = build_transformer(cfg, generator=torch.Generator().manual_seed(0))
-    eye_v, eye_t = torch.eye(dv), torch.eye(t)
-    odd = (torch.arange(t) % 2 == 1).float()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.zero_()
-        model.embed.W_E[:, tok] = eye_v
-        model.pos_embed.W_pos[:, pos] = eye_t
-        model.unembed.W_U[out, :] = c * eye_v
-        model.unembed.b_U[0] = -100.0
-        a0, a1 = model.blocks[0].attn, model.blocks[1].attn
-        a0.W_Q[0, pos, 1 : t + 1] = c * eye_t  # query t looks for key t - 1
-        a0.W_K[0, pos, 1 : t + 1] = c * torch.roll(eye_t, 1, dims=1)
-        a0.W_V[0, tok, :dv] = eye_v
-        a0.W_O[0, :dv, prev] = eye_v
-        elim = 1 - recall_head
-        a1.W_Q[elim, pos, 0] = c  # every query scores odd (y) keys c^2
-        a1.W_K[elim, pos, 0] = c * odd
-        a1.W_V[elim, tok, :dv] = eye_v
-        a1.W_O[elim, :dv, out] = -e * eye_v
-        a1.W_Q[recall_head, tok, :dv] = c * eye_v  # token match against PREV: +c^2
-        a1.W_K[recall_head, prev, :dv] = c * eye_v
-        a1.W_Q[recall_head, pos, dv] = c * 2**0.5  # odd (y) keys: +2c^2, so a matching y wins by c^2
-        a1.W_K[recall_head, pos, dv] = c * 2**0.5 * odd
-        a1.W_V[recall_head, tok, :dv] = eye_v
-        a1.W_O[recall_head, :dv, out] = r * eye_v
-    return model
 
 
 @pytest.fixture(scope="module")

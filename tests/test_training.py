@@ -102,3 +102,57 @@ def test_lr_schedules():
     lin = cfg.replace(schedule="linear", warmup_steps=0)
     assert lr_at(55, lin) == pytest.approx(0.55)
     assert lr_at(5, cfg.replace(schedule="constant", warmup_steps=0)) == 1.0
+
+
+def test_one_answer_to_is_this_the_same_run(tmp_path):
+    """`finished_run` (reuse), `--resume` and the dynamics all ask `rundir.run_differences`."""
+    from mechmem.checkpoint import read_payload
+    from mechmem.training.run import preset_identity
+    from mechmem.training.rundir import finished_run, payload_identity, run_differences
+
+    out = tmp_path / "run"
+    _run(out, seed=3)
+    same = preset_identity("permutation", "task2-quick", seed=3, **SMALL)
+    assert payload_identity(read_payload(out / "ckpt.pt")) == same
+    assert finished_run(out, same)
+    other = preset_identity("permutation", "task2-quick", seed=4, **SMALL)
+    assert not finished_run(out, other) and not finished_run(tmp_path / "missing", same)
+    assert run_differences(read_payload(out / "ckpt.pt"), other) == ["train.seed 3 != 4"]
+    assert run_differences(read_payload(out / "ckpt.pt"), other, parts=("model", "task")) == []
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "ckpt.pt").write_bytes(b"not a checkpoint")
+    assert not finished_run(tmp_path / "bad", same)
+    with pytest.raises(MechmemError, match="is a different run .*train.seed 3 != 4"):
+        _run(out, seed=4, resume=True)
+
+
+def test_the_one_option_parser():
+    from dataclasses import dataclass
+    from pathlib import Path
+
+    from mechmem.config import apply_options
+
+    @dataclass(frozen=True)
+    class Spec:
+        n: int = 1
+        lr: float = 0.1
+        flag: bool = True
+        ds: tuple[int, ...] = (8,)
+        names: tuple[str, ...] = ("a",)
+        where: Path = Path("x")
+        text: str | None = None
+
+    got = apply_options(
+        Spec(),
+        {"n": "3", "lr": "0.5", "flag": "0", "ds": "16,32", "names": "b,c", "where": "y", "text": "t"},
+    )
+    assert got == Spec(3, 0.5, False, (16, 32), ("b", "c"), Path("y"), "t")
+    assert apply_options(Spec(), {"n": "7"}, parsers={"n": lambda s: int(s) * 2}).n == 14
+    for options, names, message in (
+        ({"colour": "red"}, None, "unknown option 'colour'"),
+        ({"text": "t"}, ["n"], "unknown option 'text' \\(known: n\\)"),
+        ({"n": "x"}, None, "--set n=x: invalid literal"),
+        ({"flag": "yes"}, None, "--set flag=yes: takes 0 or 1"),
+    ):
+        with pytest.raises(MechmemError, match=message):
+            apply_options(Spec(), options, names)

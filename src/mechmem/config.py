@@ -7,6 +7,8 @@ typo in a preset) and values of the wrong type (`n_layers="abc"`) with a one-lin
 
 import dataclasses
 import typing
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from mechmem.errors import MechmemError
@@ -100,3 +102,58 @@ class ConfigMixin:
 
     def replace(self: C, **changes: Any) -> C:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+OptionParser = Callable[[str], Any]
+"""A `--set` value parser: the text after `=` -> the field's value; raises ValueError or MechmemError."""
+
+
+def parse_option(default: Any, text: str) -> Any:
+    """A `--set` value read by the type of the field's default: 0/1 for a bool, int, float, a path, a
+    comma-separated tuple (of ints when the default holds ints), else the text itself."""
+    if isinstance(default, bool):
+        if text not in ("0", "1"):
+            raise ValueError(f"takes 0 or 1, got {text!r}")
+        return text == "1"
+    if isinstance(default, tuple):
+        items = [v.strip() for v in text.split(",") if v.strip()]
+        return tuple(int(v) for v in items) if default and isinstance(default[0], int) else tuple(items)
+    if isinstance(default, (int, float)):
+        return type(default)(text)
+    if isinstance(default, Path):
+        return Path(text)
+    return text
+
+
+def apply_options(
+    spec: Any,
+    options: dict[str, str],
+    names: Iterable[str] | None = None,
+    parsers: dict[str, OptionParser] | None = None,
+) -> Any:
+    """A paper's spec (a frozen dataclass) with its `--set NAME=VALUE` options applied: the one option parser.
+
+    Args:
+        spec: the variant's spec, holding every default.
+        options: NAME -> text, as given on the command line.
+        names: the fields `--set` may change (default: every field).
+        parsers: NAME -> parser for fields whose text needs more than `parse_option` (a range check, a
+            choice); the others are read by the type of their default.
+    Raises:
+        MechmemError: an unknown name ("unknown option 'x' (known: ...)") or a value its parser refuses.
+    """
+    known = [f.name for f in dataclasses.fields(spec)] if names is None else list(names)
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise MechmemError(f"unknown option {unknown[0]!r} (known: {', '.join(known)})")
+    parsers = parsers or {}
+    changes = {}
+    for name, text in options.items():
+        try:
+            if name in parsers:
+                changes[name] = parsers[name](text)
+            else:
+                changes[name] = parse_option(getattr(spec, name), text)
+        except ValueError as exc:
+            raise MechmemError(f"--set {name}={text}: {exc}") from None
+    return dataclasses.replace(spec, **changes)

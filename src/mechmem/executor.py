@@ -14,6 +14,8 @@ Records are the same whichever executor ran them, provided each cell takes all i
 (an explicit seed) — which is the project's rule anyway. Two things make that hold in practice: every cell runs
 with one torch thread (`threads`; CPU reductions may otherwise be summed in a different order), and every record
 goes through JSON before it is returned, so a fresh record and one read back from the file are equal objects.
+Records are written by the project's one JSON writer (`mechmem.cli.dumps`): a NaN or infinite float becomes
+`null` in the returned record and in the file alike, so no records file ever holds NaN.
 Fields that measure the run itself (wall-clock seconds, a finish time) naturally differ from run to run.
 
 The records file is JSON lines, `{"key": ..., "record": {...}}` per cell, or with `flat=True` the record itself
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mechmem.cli import dumps
 from mechmem.errors import MechmemError
 from mechmem.progress import Progress
 
@@ -88,7 +91,7 @@ def _canonical(record: Any, key: str) -> dict:
     if not isinstance(record, dict):
         raise MechmemError(f"cell {key!r} returned {type(record).__name__}, not a dict")
     try:
-        return json.loads(json.dumps(record))
+        return json.loads(dumps(record))
     except (TypeError, ValueError) as err:
         raise MechmemError(f"cell {key!r} returned a record that is not JSON: {err}") from None
 
@@ -96,7 +99,7 @@ def _canonical(record: Any, key: str) -> dict:
 def _append(path: Path, key: str, record: dict, flat: bool) -> None:
     if flat and record.get("key", key) != key:
         raise MechmemError(f"cell {key!r} returned a record with key {record['key']!r}")
-    line = json.dumps({"key": key, **record} if flat else {"key": key, "record": record})
+    line = dumps({"key": key, **record} if flat else {"key": key, "record": record})
     with open(path, "a+b") as fh:
         fh.seek(0)
         text = fh.read()

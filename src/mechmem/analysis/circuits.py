@@ -36,12 +36,19 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from mechmem.analysis.intervals import bootstrap_ratio
 from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean, setter_values, zero
 from mechmem.analysis.interventions_grad import activation_grads
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import PatchingPair
 
 ABLATIONS = ("corrupted", "mean", "zero")
+ABLATION_TEXT = {
+    "corrupted": "each sender's output on the corrupted prompt of the same pair",
+    "mean": "each sender's mean output per position over the reference prompts, by default the clean ones",
+    "zero": "each sender's output set to zero",
+}
+"""What an ablated edge carries, in words, per ablation (printed with every circuit)."""
 
 
 @dataclass(frozen=True)
@@ -232,4 +239,46 @@ class EdgePatcher:
         return self.run([self.circuit_variant(row) for row in keep])
 
 
-__all__ = ["ABLATIONS", "Edge", "EdgePatcher", "Graph", "Node", "Port", "build_graph"]
+def circuit_intervals(
+    full: Float[Tensor, " batch"],
+    empty: Float[Tensor, " batch"],
+    circuit: Float[Tensor, " batch"],
+    complement: Float[Tensor, " batch"],
+    *,
+    generator: torch.Generator | None = None,
+) -> dict[str, tuple[float, float]]:
+    """95% percentile bootstrap intervals over prompts (`mechmem.analysis.intervals`) of a circuit's measures.
+
+    From per-prompt metric values of the full model, every edge ablated, the circuit alone and the full model
+    minus the circuit: "gap" = mean(full - empty), "faithfulness" = sum(circuit - empty) / sum(full - empty),
+    "completeness" = sum(full - complement) / sum(full - empty); the prompts are resampled together, so each
+    resample is one redraw of the prompt set. `generator` defaults to one seeded with 0 (same prompts, same
+    interval).
+    """
+    gen = generator or torch.Generator().manual_seed(0)
+    full, empty, circuit, complement = (x.detach().double().cpu() for x in (full, empty, circuit, complement))
+    gap = full - empty
+    out = {}
+    for name, num, den in (
+        ("gap", gap, None),
+        ("faithfulness", circuit - empty, gap),
+        ("completeness", full - complement, gap),
+    ):
+        state = gen.get_state()  # the same resamples for every measure
+        low, high = bootstrap_ratio(num, den, generator=gen)
+        gen.set_state(state)
+        out[name] = (float(low), float(high))
+    return out
+
+
+__all__ = [
+    "ABLATIONS",
+    "ABLATION_TEXT",
+    "Edge",
+    "EdgePatcher",
+    "Graph",
+    "Node",
+    "Port",
+    "build_graph",
+    "circuit_intervals",
+]

@@ -24,7 +24,6 @@ attention heads get only the `loss` curves.
 """
 
 import fnmatch
-import json
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -42,7 +41,7 @@ from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
 from mechmem.cli import check_n_samples
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.tasks.base import Batch, PatchingPair, masked_accuracy
-from mechmem.training.rundir import differences, payload_identity, step_checkpoints
+from mechmem.training.rundir import payload_identity, read_metrics, run_differences, step_checkpoints
 from mechmem.training.trainer import resolve_device
 
 STEP_NAME = re.compile(r"step_(\d+)\.pt")
@@ -83,11 +82,11 @@ def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Itera
     the first (model, task and training config), else a one-line `CheckpointError` names the differences.
     """
     first = load_checkpoint(files[0][1], device=resolve_device(device))
-    identity = _identity(read_payload(files[0][1]))
+    identity = payload_identity(read_payload(files[0][1]))
     yield files[0][0], first
     for step, path in files[1:]:
         payload = read_payload(path)
-        diff = differences(identity, _identity(payload))
+        diff = run_differences(payload, identity)  # model, task and training: the identity --resume checks
         if diff:
             raise CheckpointError(f"{path}: not the same run as {files[0][1].name} ({', '.join(diff[:4])})")
         try:
@@ -97,10 +96,6 @@ def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Itera
                 f"{path}: weights do not fit the model ({str(exc).splitlines()[0]})"
             ) from None
         yield step, first
-
-
-def _identity(payload: dict[str, Any]) -> dict[str, Any]:
-    return payload_identity(payload)  # model, task and training config: the identity --resume checks
 
 
 @dataclass
@@ -425,11 +420,7 @@ def metrics_agreement(
 
 def metrics_curves(run_dir: str | Path) -> tuple[list[int], dict[str, list[float | None]]]:
     """The numeric curves the trainer logged in `run_dir/metrics.jsonl`: (steps, {key: values})."""
-    path = Path(run_dir) / "metrics.jsonl"
-    try:
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError) as exc:
-        raise MechmemError(f"{path}: not readable ({type(exc).__name__})") from None
+    records = read_metrics(run_dir)
     keys = list(
         dict.fromkeys(k for r in records for k, v in r.items() if k != "step" and isinstance(v, float))
     )

@@ -26,11 +26,21 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from mechmem.analysis.intervals import bootstrap_ratio
 from mechmem.models.adapter import is_hooked_transformer
 from mechmem.plotting import plt
 
 PatternFn = Callable[[Tensor], Tensor]
 """tokens [batch pos] -> bool [batch query_pos key_pos]: which keys a head of this kind attends to."""
+
+MIN_TOKEN_ROWS = 20
+"""A token-selective score needs at least this many query rows holding the token."""
+MIN_TOKENS = 2
+"""A head is token-selectively clear when at least this many tokens have a clear per-token score."""
+INTERVAL = (
+    "95% percentile bootstrap over sequences (200 resamples); "
+    "per token: mean +- 1.96 standard errors over rows"
+)
 
 
 def no_attention_reason(model: torch.nn.Module) -> str | None:
@@ -84,6 +94,19 @@ def repeated_random_tokens(
     return torch.cat([first, first], dim=1)
 
 
+def probe_halves(n_ctx: int, d_vocab: int, first: int = 4) -> list[int]:
+    """Half-lengths h of the repeated-sequence probes [r, r] (the role rule, docs/analyses.md): 4, 8, 16, ...
+    while 2h <= n_ctx and h <= d_vocab, then min(n_ctx // 2, d_vocab) if it is not already there."""
+    longest = min(n_ctx // 2, d_vocab)
+    halves, h = [], first
+    while h <= longest:
+        halves.append(h)
+        h *= 2
+    if longest >= 2 and longest not in halves:
+        halves.append(longest)
+    return halves
+
+
 @dataclass
 class HeadScores:
     """Detection scores per pattern, each [layer head], measured on the data described by `data`."""
@@ -93,11 +116,31 @@ class HeadScores:
     axes: tuple[str, ...] = ("layer", "head")
     metric: str = "mean attention on the pattern's keys over query rows with at least one such key"
     extra: dict[str, Any] = field(default_factory=dict)
+    lower: dict[str, Tensor] = field(default_factory=dict)
+    """Per pattern, [layer head]: lower end of the 95% bootstrap interval over sequences (`intervals`)."""
+    upper: dict[str, Tensor] = field(default_factory=dict)
+    """Per pattern, [layer head]: upper end of that interval."""
+    by_token: dict[str, Tensor] = field(default_factory=dict)
+    """Per pattern, [layer head token]: the score over the rows whose query holds that token (NaN: none)."""
+    by_token_lower: dict[str, Tensor] = field(default_factory=dict)
+    """Per pattern, [layer head token]: mean - 1.96 standard errors over those rows (NaN with fewer than
+    `MIN_TOKEN_ROWS` rows)."""
 
     def __post_init__(self) -> None:
-        shapes = {tuple(v.shape) for v in self.scores.values()}
+        shapes = {tuple(v.shape) for d in (self.scores, self.lower, self.upper) for v in d.values()}
         if len(shapes) > 1 or any(len(s) != 2 for s in shapes):
             raise ValueError(f"every score must be [layer head] with one shape, got {sorted(shapes)}")
+        token_shapes = {tuple(v.shape[:2]) for d in (self.by_token, self.by_token_lower) for v in d.values()}
+        if token_shapes - shapes:
+            raise ValueError(f"token scores must be [layer head token], got {sorted(token_shapes)}")
+
+    def selective_lower(self, name: str, min_tokens: int = MIN_TOKENS) -> Float[Tensor, "layer head"]:
+        """The `min_tokens`-th highest per-token lower end of pattern `name` (-inf with fewer such tokens): a
+        head whose value is >= a threshold does the pattern clearly for at least `min_tokens` query tokens."""
+        lows = self.by_token_lower[name].nan_to_num(float("-inf"))
+        if lows.shape[-1] < min_tokens:
+            return torch.full(lows.shape[:2], float("-inf"))
+        return lows.topk(min_tokens, dim=-1).values[..., -1]
 
     def ranking(self, name: str) -> list[tuple[int, int, float]]:
         """(layer, head, score) for pattern `name`, best first."""
@@ -106,16 +149,20 @@ class HeadScores:
         return [(i // s.shape[1], i % s.shape[1], float(s.flatten()[i])) for i in order]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        def nested(d: dict[str, Tensor]) -> dict[str, Any]:
+            return {
+                k: [[None if math.isnan(x) else x for x in row] for row in v.tolist()] for k, v in d.items()
+            }
+
+        out = {
             "axes": list(self.axes),
             "metric": self.metric,
             "data": self.data,
-            "scores": {
-                k: [[None if math.isnan(x) else x for x in row] for row in v.tolist()]
-                for k, v in self.scores.items()
-            },
-            **self.extra,
+            "scores": nested(self.scores),
         }
+        if self.lower:
+            out |= {"lower": nested(self.lower), "upper": nested(self.upper), "interval": INTERVAL}
+        return out | self.extra
 
 
 def _as_pattern(spec: PatternFn | Tensor, tokens: Tensor) -> Tensor:
@@ -133,8 +180,12 @@ def detect_heads(
     *,
     data: str = "",
     chunk: int = 256,
+    generator: torch.Generator | None = None,
 ) -> HeadScores:
     """Score every head against each detection pattern (default: previous-token, duplicate-token, induction).
+
+    Besides the score, each pattern gets its 95% bootstrap interval over the sequences and its score per query
+    token (`HeadScores.by_token`, with a lower end where the token has at least `MIN_TOKEN_ROWS` rows).
 
     Args:
         model: a HookedTransformer.
@@ -143,31 +194,69 @@ def detect_heads(
             bool [query_pos key_pos] tensor.
         data: a description of `tokens`, stored with the result.
         chunk: sequences per forward pass (attention patterns are reduced inside the hooks, never stored).
+        generator: draws the bootstrap resamples (default: a generator seeded with 0, so a result is a
+            function of its inputs).
     """
     patterns = dict(BUILTIN_PATTERNS if patterns is None else patterns)
     cfg = model.cfg
-    mass = {k: torch.zeros(cfg.n_layers, cfg.n_heads, dtype=torch.float64) for k in patterns}
-    rows = {k: torch.zeros((), dtype=torch.float64) for k in patterns}
+    shape, vocab = (
+        (cfg.n_layers, cfg.n_heads),
+        max(cfg.d_vocab, int(tokens.max()) + 1 if tokens.numel() else 1),
+    )
+    per_seq = {k: [] for k in patterns}  # per chunk: mass [batch layer head]
+    rows_per_seq = {k: [] for k in patterns}  # per chunk: rows [batch]
+    tok_sum = {k: torch.zeros(*shape, vocab, dtype=torch.float64) for k in patterns}
+    tok_sq = {k: torch.zeros(*shape, vocab, dtype=torch.float64) for k in patterns}
+    tok_rows = {k: torch.zeros(vocab, dtype=torch.float64) for k in patterns}
     tokens = tokens.to(cfg.device)
     for start in range(0, tokens.shape[0], chunk):
         part = tokens[start : start + chunk]
         masks = {k: _as_pattern(spec, part) for k, spec in patterns.items()}
+        mass = {k: torch.zeros(len(part), *shape, dtype=torch.float64) for k in patterns}
+        flat_tokens = part.flatten().cpu()
 
-        def reduce(pattern: Tensor, hook: Any, masks: dict[str, Tensor] = masks) -> None:
+        def reduce(
+            pattern: Tensor, hook: Any, masks: dict = masks, mass: dict = mass, flat: Tensor = flat_tokens
+        ) -> None:
             for name, mask in masks.items():
                 valid = mask.any(-1)  # [batch query_pos]
-                on = (pattern * mask[:, None].to(pattern.dtype)).sum(-1)  # [batch head query_pos]
-                mass[name][hook.layer()] += (on * valid[:, None]).sum((0, 2)).double().cpu()
+                on = (pattern * mask[:, None].to(pattern.dtype)).sum(-1) * valid[
+                    :, None
+                ]  # [batch head query]
+                mass[name][:, hook.layer()] = on.sum(-1).double().cpu()
+                per_row = on.transpose(0, 1).reshape(on.shape[1], -1).double().cpu()  # [head batch*query]
+                tok_sum[name][hook.layer()].index_add_(1, flat, per_row)
+                tok_sq[name][hook.layer()].index_add_(1, flat, per_row.square())
 
         with model.hooks(fwd_hooks=[(lambda n: n.endswith("attn.hook_pattern"), reduce)]):
             model(part)
         for name, mask in masks.items():
-            rows[name] += mask.any(-1).sum().double().cpu()
-    scores = {
-        k: (mass[k] / rows[k]).float() if rows[k] > 0 else torch.full_like(mass[k], float("nan")).float()
-        for k in patterns
-    }
-    return HeadScores(scores, data=data, extra={"rows": {k: int(v) for k, v in rows.items()}})
+            valid = mask.any(-1)
+            per_seq[name].append(mass[name])
+            rows_per_seq[name].append(valid.sum(-1).double().cpu())
+            tok_rows[name].index_add_(0, flat_tokens, valid.flatten().double().cpu())
+    gen = generator or torch.Generator().manual_seed(0)
+    scores, lower, upper, by_token, by_token_lower = {}, {}, {}, {}, {}
+    for k in patterns:
+        m, r = torch.cat(per_seq[k]), torch.cat(rows_per_seq[k])
+        total = r.sum()
+        scores[k] = (m.sum(0) / total).float() if total > 0 else torch.full(shape, float("nan"))
+        lower[k], upper[k] = bootstrap_ratio(m, r, generator=gen)
+        n_t = tok_rows[k]
+        mean_t = tok_sum[k] / n_t
+        var_t = (tok_sq[k] / n_t - mean_t.square()).clamp_min(0) * n_t / (n_t - 1).clamp_min(1)
+        low_t = mean_t - 1.96 * (var_t / n_t).sqrt()
+        by_token[k] = mean_t.float()
+        by_token_lower[k] = low_t.masked_fill(n_t < MIN_TOKEN_ROWS, float("nan")).float()
+    return HeadScores(
+        scores,
+        data=data,
+        extra={"rows": {k: int(torch.cat(v).sum()) for k, v in rows_per_seq.items()}},
+        lower=lower,
+        upper=upper,
+        by_token=by_token,
+        by_token_lower=by_token_lower,
+    )
 
 
 TASK_DATA = "the task's evaluation data (answer queries; previous-token where induction reads)"
@@ -201,7 +290,10 @@ def task_patterns(answers: Bool[Tensor, "batch pos"]) -> dict[str, PatternFn]:
 
 
 def detect_heads_on_task(
-    model: torch.nn.Module, tokens: Int[Tensor, "batch pos"], answers: Bool[Tensor, "batch pos"]
+    model: torch.nn.Module,
+    tokens: Int[Tensor, "batch pos"],
+    answers: Bool[Tensor, "batch pos"],
+    generator: torch.Generator | None = None,
 ) -> HeadScores:
     """Detection scores on a task's data, counting the answer queries only (see `task_patterns`).
 
@@ -209,13 +301,19 @@ def detect_heads_on_task(
         model: a HookedTransformer.
         tokens: the task's evaluation inputs.
         answers: where the task is scored (`batch.loss_mask > 0`).
+        generator: draws the bootstrap resamples (see `detect_heads`).
     Returns:
         `HeadScores` with previous_token, duplicate_token and induction, each [layer head].
     """
     if answers.shape != tokens.shape:
         raise ValueError(f"answers {tuple(answers.shape)} must have the tokens' shape {tuple(tokens.shape)}")
     return detect_heads(
-        model, tokens, task_patterns(answers.bool()), data=TASK_DATA, chunk=max(1, len(tokens))
+        model,
+        tokens,
+        task_patterns(answers.bool()),
+        data=TASK_DATA,
+        chunk=max(1, len(tokens)),
+        generator=generator,
     )
 
 

@@ -58,6 +58,15 @@ def decode_residual(
     return model.unembed(resid)
 
 
+def answer_probability(
+    logits: Float[Tensor, "batch pos d_vocab_out"], pos: Int[Tensor, " batch"], answer: Int[Tensor, " batch"]
+) -> Float[Tensor, " batch"]:
+    """p(answer): per sequence, the softmax probability of token `answer[i]` at position `pos[i]`
+    (of the model's logits, or of a residual decoded by `decode_residual`)."""
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    return logits[rows, pos].float().softmax(-1)[rows, answer]
+
+
 @dataclass
 class LogitLensResult:
     """Target probability and rank (1 = top) per stage, sequence and position, plus the top-k tokens."""

@@ -112,16 +112,24 @@ def _token_ids(model: torch.nn.Module, tokens: Int[Tensor, " n"] | None) -> Tens
 def ov_copy_probe(
     model: torch.nn.Module, layer: int, head: int, tokens: Int[Tensor, " n"] | None = None
 ) -> ProbeResult:
-    """Does head (layer, head)'s OV circuit copy tokens? argmax_j [W_E(k) W_V W_O W_U]_j == k."""
-    ids = _token_ids(model, tokens)
-    dev = model.W_E.device
-    return _probe(
+    """Does head (layer, head)'s OV circuit copy tokens? The one definition of OV copy recall.
+
+    For every probed token k (default: all), the scores W_E(k) W_V W_O W_U over ALL output tokens: the
+    recall is the fraction of k whose own logit is the highest (argmax == k), and `extra["suppress_recall"]`
+    the fraction whose own logit is the lowest (argmin == k, a suppressing head). Ranking against every
+    output, not only the probed tokens, asks what the head's output does to the model's prediction; it is
+    Bietti et al.'s W_O^2 probe when the probed tokens are a subset (e.g. held-out outputs). Direct path
+    only (layer-0 embeddings).
+    """
+    ids = _token_ids(model, tokens).to(model.W_E.device)
+    scores = recall_scores(model.W_E[ids].detach(), model.OV[layer, head], model.W_U.T.detach())
+    return ProbeResult(
         f"ov_copy.L{layer}H{head}",
         f"W_E W_V^{layer}.{head} W_O^{layer}.{head} W_U",
-        model.W_E[ids.to(dev)],
-        model.OV[layer, head],
-        model.W_U.T[ids.to(dev)],
-        torch.arange(len(ids)),
+        float((scores.argmax(-1) == ids).float().mean()),
+        len(ids),
+        scores.shape[-1],
+        {"suppress_recall": float((scores.argmin(-1) == ids).float().mean())},
     )
 
 

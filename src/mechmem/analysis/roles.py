@@ -24,10 +24,13 @@ other task role by at least `share_margin`, and (3) its attention on r's keys is
 in the one-layer permutation models the MLP reads the query token and both heads together, so copying one head
 alone moves the answer partly (0.1-0.3 for the recall head), yet its share of the recall transfer is the largest.
 
-Attention-pattern roles (previous-token, induction, duplicate-token) come from detection scores (attention mass
-on the pattern's keys, `mechmem.analysis.heads`) on repeated random sequences and on the task's data; the higher
-of the two must reach `attention`. A task role, being causal and on-distribution, takes precedence; patterns a
-task head also matches stay in its notes. A head with no evidence above threshold is "none".
+Attention-pattern roles (previous-token, induction, duplicate-token) come from detection scores (attention
+mass on the pattern's keys, `mechmem.analysis.heads`) by the role rule of docs/analyses.md ("Role rule"):
+probes of repeated random sequences [r, r] at every half-length 4, 8, 16, ... the context allows, plus the
+task's data; a head whose score's 95% bootstrap interval lies at or above `attention` on ANY probe has the
+pattern, and so does a head that clears it for at least two query tokens (induction on a handful of trigger
+tokens). A task role, being causal and on-distribution, takes precedence; patterns a task head also matches
+stay in its notes. A head with no evidence above threshold is "none".
 
 The thresholds were fixed on development seeds (permutation task2-quick and task1-quick, seed 7) before the
 five-seed acceptance runs (seeds 0-4); they are printed with every result. Caveats: thresholds are fixed
@@ -45,6 +48,7 @@ from torch import Tensor
 
 from mechmem.analysis import heads as head_detection
 from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean
+from mechmem.analysis.logit_lens import answer_probability
 from mechmem.config import ConfigMixin
 from mechmem.tasks.base import RoleProbe
 
@@ -60,7 +64,8 @@ class RoleThresholds(ConfigMixin):
     """The evidence a role needs; every number here is printed next to the measurements it judges."""
 
     attention: float = 0.5
-    """Min detection score (attention mass on the pattern's keys) for previous-token, induction, duplicate-token."""
+    """Min lower end of a detection score's interval (attention mass on the pattern's keys), on any probe, for
+    previous-token, induction, duplicate-token."""
     min_score: float = 0.1
     """Min task-role score, max(transfer, via_mlp), in units of p(answer)."""
     share_margin: float = 0.25
@@ -146,11 +151,6 @@ class RoleResult:
 
 
 # -- measurement ------------------------------------------------------------------------------------------------
-def _p_answer(logits: Tensor, pos: Tensor, answer: Tensor) -> Tensor:
-    rows = torch.arange(logits.shape[0], device=logits.device)
-    return logits[rows, pos].float().softmax(-1)[rows, answer]
-
-
 def _heads(model: Any) -> list[tuple[int, int]]:
     return [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
 
@@ -187,15 +187,15 @@ def _probe_evidence(model: Any, probe: RoleProbe, reference: Tensor) -> dict[str
     logits, clean = model.run_with_cache(pair.clean, names_filter=lambda n: n in names)
     _, counter = model.run_with_cache(pair.corrupted, names_filter=lambda n: n.endswith("hook_z"))
     base_cf, base_ok = (
-        _p_answer(logits, pos, pair.incorrect).mean(),
-        _p_answer(logits, pos, pair.correct).mean(),
+        answer_probability(logits, pos, pair.incorrect).mean(),
+        answer_probability(logits, pos, pair.correct).mean(),
     )
 
     def p_counterfactual(lg: Tensor) -> Tensor:
-        return _p_answer(lg, pos, pair.incorrect).mean()
+        return answer_probability(lg, pos, pair.incorrect).mean()
 
     def p_correct(lg: Tensor) -> Tensor:
-        return _p_answer(lg, pos, pair.correct).mean()
+        return answer_probability(lg, pos, pair.correct).mean()
 
     source, ablate = from_run(pair.corrupted), mean(reference)
     out = {
@@ -228,27 +228,63 @@ def _probe_evidence(model: Any, probe: RoleProbe, reference: Tensor) -> dict[str
     return {k: v.reshape(shape) for k, v in out.items()}
 
 
+@dataclass
+class PatternEvidence:
+    """Detection evidence over the role rule's probes: per-pattern summaries [layer head] and the curves."""
+
+    evidence: dict[str, Float[Tensor, "layer head"]]
+    """Per pattern p: p (best score over the probes), p_lower (best lower end of a score's interval),
+    p_token_lower (best token-selective lower end, `HeadScores.selective_lower`)."""
+    probes: list[str]
+    """What each probe is, in the curves' order."""
+    curves: dict[str, dict[str, Tensor]]
+    """Per pattern: "score", "lower", "upper", "token_lower", each [probe layer head]."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "probes": self.probes,
+            "curves": {p: {k: v.tolist() for k, v in c.items()} for p, c in self.curves.items()},
+            "interval": head_detection.INTERVAL,
+        }
+
+
 @torch.no_grad()
 def measure_pattern_evidence(
-    model: Any, task: Any = None, *, n: int, generator: torch.Generator
-) -> dict[str, Float[Tensor, "layer head"]]:
-    """Detection scores (previous-token, induction, duplicate-token) per head: the higher of the score on
-    repeated random sequences and on the task's data (answer queries; see `heads.task_patterns`)."""
+    model: Any, task: Any = None, *, n: int, generator: torch.Generator, halves: Sequence[int] | None = None
+) -> PatternEvidence:
+    """Detection scores (previous-token, induction, duplicate-token) per head over the role rule's probes
+    (docs/analyses.md, "Role rule"): repeated random sequences [r, r] for every half-length in `halves`
+    (default `heads.probe_halves`) and, with a task, its data at the answer queries (`heads.task_patterns`)."""
     cfg = model.cfg
-    half = min(cfg.n_ctx // 2, cfg.d_vocab)
-    results = []
-    if half >= 2:
+    halves = head_detection.probe_halves(cfg.n_ctx, cfg.d_vocab) if halves is None else list(halves)
+    results, probes = [], []
+    boot = torch.Generator().manual_seed(int(torch.randint(2**31, (), generator=generator)))
+    for half in halves:
         tokens = head_detection.repeated_random_tokens(n, half, cfg.d_vocab, generator=generator)
-        results.append(head_detection.detect_heads(model, tokens.to(cfg.device)))
+        results.append(head_detection.detect_heads(model, tokens.to(cfg.device), generator=boot))
+        probes.append(f"[r, r], |r| = {half}")
     if task is not None:
         batch = task.eval_batch(n, generator=generator).to(cfg.device)
-        results.append(head_detection.detect_heads_on_task(model, batch.tokens, batch.loss_mask > 0))
+        results.append(head_detection.detect_heads_on_task(model, batch.tokens, batch.loss_mask > 0, boot))
+        probes.append("task data")
     if not results:
-        return {}
-    return {
-        k: torch.stack([r.scores[k].nan_to_num(0.0) for r in results]).amax(0).cpu()
-        for k in results[0].scores
-    }
+        return PatternEvidence({}, [], {})
+    evidence, curves = {}, {}
+    random = len(halves)  # token-selective scores are judged on the random-repeat probes only
+    for k in results[0].scores:
+        selective = [r.selective_lower(k) for r in results[:random]]
+        selective += [torch.full_like(r.scores[k], float("-inf")) for r in results[random:]]
+        curve = {
+            "score": torch.stack([r.scores[k] for r in results]).cpu(),
+            "lower": torch.stack([r.lower[k] for r in results]).cpu(),
+            "upper": torch.stack([r.upper[k] for r in results]).cpu(),
+            "token_lower": torch.stack(selective).cpu(),
+        }
+        curves[k] = curve
+        evidence[k] = curve["score"].nan_to_num(0.0).amax(0)
+        evidence[f"{k}_lower"] = curve["lower"].nan_to_num(0.0).amax(0)
+        evidence[f"{k}_token_lower"] = curve["token_lower"].nan_to_num(0.0, neginf=0.0).amax(0)
+    return PatternEvidence(evidence, probes, curves)
 
 
 # -- the classifier -----------------------------------------------------------------------------------------------
@@ -286,6 +322,44 @@ def _task_role(ev: dict[str, float], roles: Sequence[str], t: RoleThresholds) ->
     return None
 
 
+def _clear_pattern(ev: dict[str, float], key: str, t: RoleThresholds) -> tuple[int, float, str, str] | None:
+    """(overall?, lower end, role, note) when the head's pattern `key` is clear (the role rule), else None.
+
+    With interval evidence (`key_lower`, `key_token_lower`) the lower ends are judged; with a point score only
+    (evidence built by hand), the score is.
+    """
+    name = PATTERN_ROLES[key]
+    if key not in ev:
+        return None
+    if f"{key}_lower" not in ev:
+        point = ev[key]
+        return (
+            (1, point, name, f"{name} score {point:.2f} (>= {t.attention})") if point >= t.attention else None
+        )
+    low, token_low = ev[f"{key}_lower"], ev.get(f"{key}_token_lower", float("-inf"))
+    if low >= t.attention:
+        return (
+            1,
+            low,
+            name,
+            (
+                f"{name}: best score {ev[key]:.2f}, interval lower end {low:.2f} (>= {t.attention}) "
+                "on some probe"
+            ),
+        )
+    if token_low >= t.attention:
+        return (
+            0,
+            token_low,
+            name,
+            (
+                f"{name} for some tokens only: >= {head_detection.MIN_TOKENS} query tokens with a lower "
+                f"end >= {t.attention} (best such {token_low:.2f}); overall best score {ev[key]:.2f}"
+            ),
+        )
+    return None
+
+
 def classify_heads(
     evidence: dict[str, Tensor], task_roles: Sequence[str] = (), thresholds: RoleThresholds | None = None
 ) -> list[HeadRole]:
@@ -306,16 +380,13 @@ def classify_heads(
     for layer in range(n_layers):
         for head in range(n_heads):
             ev = {k: float(v[layer, head]) for k, v in evidence.items()}
-            patterns = sorted(
-                ((ev[k], name) for k, name in PATTERN_ROLES.items() if k in ev and ev[k] >= t.attention),
-                reverse=True,
-            )
-            notes = [f"{name} score {score:.2f} (>= {t.attention})" for score, name in patterns]
+            patterns = sorted((c for k in PATTERN_ROLES if (c := _clear_pattern(ev, k, t))), reverse=True)
+            notes = [note for *_, note in patterns]
             task = _task_role(ev, task_roles, t) if task_roles else None
             if task is not None:
                 role, notes = task[0], [task[1]] + [f"also {note}" for note in notes]
             else:
-                role = patterns[0][1] if patterns else "none"
+                role = patterns[0][2] if patterns else "none"
             roles.append(HeadRole(layer, head, role, ev, notes))
     return roles
 
@@ -332,7 +403,8 @@ def head_roles(
     if head_detection.no_attention_reason(model):
         return RoleResult([], (), t, {"n": n, "seed": seed})
     device = next(model.parameters()).device
-    evidence = measure_pattern_evidence(model, task, n=n, generator=torch.Generator().manual_seed(seed))
+    patterns = measure_pattern_evidence(model, task, n=n, generator=torch.Generator().manual_seed(seed))
+    evidence = dict(patterns.evidence)
     probes = (
         task.role_probes(n, generator=torch.Generator().manual_seed(seed + 1)) if task is not None else []
     )
@@ -345,5 +417,6 @@ def head_roles(
         "n": n,
         "seed": seed,
         "reference": "a separate draw of the task's evaluation batch" if probes else None,
+        "patterns": patterns.to_dict(),
     }
     return RoleResult(classify_heads(evidence, task_roles, t), task_roles, t, info)

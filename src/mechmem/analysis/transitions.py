@@ -81,6 +81,11 @@ class Event:
     def reached(self) -> bool:
         return self.step is not None
 
+    @property
+    def first_save(self) -> int | None:
+        """The first save at which the curve meets its level (the later end of `interval`); None if never."""
+        return None if self.interval is None else self.interval[1]
+
     def describe(self) -> str:
         """'L1H0.induction reaches 0.5 at step 240' (or '... not reached')."""
         if self.step is None:

@@ -9,14 +9,15 @@ red ones oppose it; each head carries its role from the report's classifier.
 
 from typing import Any
 
-from mechmem.analysis.circuits import build_graph
-from mechmem.analysis.circuits_discovery import CONFIDENCE, Circuit, circuit_pair, discover_circuit
+from mechmem.analysis.circuits import ABLATION_TEXT, build_graph
+from mechmem.analysis.circuits_discovery import CONFIDENCE, Circuit, circuit_prompts, discover_circuit
 from mechmem.errors import MechmemError
 from mechmem.report.document import Section, Table
 
 PORT_OFFSET = {"q": -0.3, "k": 0.0, "v": 0.3, "in": 0.0}
 N_PROMPTS = 64
-"""Prompts of the report's pair (the exact scores run one batched variant per edge)."""
+"""Prompts of the report's pair (the exact scores run one batched variant per edge); analyses/circuit.py's
+default --n-samples, so both measure the same prompts for the same seed (`circuit_prompts`)."""
 
 
 def _positions(circuit: Circuit) -> dict[str, tuple[float, float]]:
@@ -117,27 +118,35 @@ def edge_table(circuit: Circuit, top: int = 12) -> Table:
 
 def summary_lines(circuit: Circuit, source: str) -> list[str]:
     """The section's findings in words: pair, ablation, method, the circuit, its measures and the verdict."""
-    v, rule = circuit.values, CONFIDENCE
-    verdict = ", ".join(f"{k} {'yes' if ok else 'no'}" for k, ok in circuit.criteria().items())
+    v, rule, ci = circuit.values, CONFIDENCE, circuit.intervals
     kept = ", ".join(circuit.edge_names()) or "none"
+    if circuit.threshold is not None:
+        how = f"every edge with |score| >= {circuit.threshold} x |gap|"
+    else:
+        how = f"shortest |score| prefix with faithfulness >= {circuit.target}"
+
+    def interval(name: str) -> str:
+        return f" [{ci[name][0]:.3f}, {ci[name][1]:.3f}]" if name in ci else ""
+
+    crit = circuit.criteria()
     return [
         (
             f"Pair: {source}, {circuit.n} prompts; metric: logit difference (clean - corrupted answer). "
-            f"Ablation: {circuit.ablation} (per position, over the clean prompts). Scores: {circuit.method}."
+            f"Ablation: {circuit.ablation} ({ABLATION_TEXT[circuit.ablation]}). Scores: {circuit.method}."
+        ),
+        f"Circuit: {int(circuit.kept.sum())} of {len(circuit.graph.edges)} edges ({how}): {kept}.",
+        (
+            f"Faithfulness {circuit.faithfulness:.3f}{interval('faithfulness')} (circuit {v['circuit']:.3f}, "
+            f"full model {v['full']:.3f}, every edge ablated {v['empty']:.3f}); completeness "
+            f"{circuit.completeness:.3f}{interval('completeness')} (circuit's edges ablated: "
+            f"{v['complement']:.3f}); gap {circuit.gap:.3f}{interval('gap')}. Brackets: 95% bootstrap interval "
+            "over the prompts."
         ),
         (
-            f"Circuit: {int(circuit.kept.sum())} of {len(circuit.graph.edges)} edges (shortest |score| prefix with "
-            f"faithfulness >= {circuit.target}): {kept}."
-        ),
-        (
-            f"Faithfulness {circuit.faithfulness:.3f} (circuit {v['circuit']:.3f}, full model {v['full']:.3f}, "
-            f"every edge ablated {v['empty']:.3f}); completeness {circuit.completeness:.3f} (circuit's edges "
-            f"ablated: {v['complement']:.3f})."
-        ),
-        (
-            f"Confident: {'yes' if circuit.confident else 'no'} ({verdict}; rule: |gap| >= {rule['min_gap']}, at "
-            f"most {rule['max_edge_fraction']:.0%} of the edges, kept edges >= {rule['min_z']} standard errors). "
-            f"Time {circuit.timings['total']:.2f} s."
+            f"Confident: {circuit.verdict} (behaviour {crit['behaviour']}: |gap| interval vs >= "
+            f"{rule['min_gap']}; faithful {crit['faithful']}: interval vs >= {rule['min_faithfulness']}; "
+            f"complete {crit['complete']}: interval vs >= {rule['min_faithfulness']}; sparse {crit['sparse']}: "
+            f"at most {rule['max_edge_fraction']:.0%} of the edges). Time {circuit.timings['total']:.2f} s."
         ),
     ]
 
@@ -145,10 +154,9 @@ def summary_lines(circuit: Circuit, source: str) -> list[str]:
 def edges_section(ctx: Any) -> Section:
     """Edge-level circuit of the report's model: discovered, drawn and measured (a report section)."""
     s = Section("edges", "Circuit: edges between components")
-    gen = ctx.generator(15)
     try:
         build_graph(ctx.model)  # the reason to skip, before any data is drawn
-        pair, source = circuit_pair(ctx.model, ctx.task, N_PROMPTS, generator=gen)
+        pair, source = circuit_prompts(ctx.model, ctx.task, N_PROMPTS, ctx.seed)
         circuit = discover_circuit(ctx.model, pair.to(ctx.device), ablation="mean")
     except (MechmemError, NotImplementedError) as exc:
         s.skipped = str(exc)

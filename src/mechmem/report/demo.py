@@ -25,6 +25,8 @@ from typing import Any
 from mechmem.cli import run_script
 from mechmem.progress import LogRelay
 from mechmem.report.document import write_index
+from mechmem.training.run import preset_identity
+from mechmem.training.rundir import finished_run
 
 ROOT = Path(__file__).resolve().parents[3]
 """The repository root (where `analyses/` lives)."""
@@ -115,15 +117,16 @@ def run_in_log(name: str, argv: list[str], log: Path) -> tuple[int, float]:
 def demo_job(
     m: DemoModel, runs: Path, reports: Path, *, retrain: bool, steps: int | None, n_samples: int
 ) -> dict[str, Any]:
-    """Train `m` (unless its checkpoint exists and not `retrain`), then report on it; returns its summary row."""
+    """Train `m` (unless its run directory holds this very run, finished, and not `retrain`; see
+    `rundir.finished_run`), then report on it; returns its summary row."""
     row: dict[str, Any] = {"model": m.name, "preset": f"{m.task}/{m.preset}", "train_s": "cached"}
     run = runs / m.name
-    if retrain or not (run / "ckpt.pt").exists():
-        argv = [m.task, "--preset", m.preset, "--out", str(run), "--threads", "1"]
-        argv += ["--overwrite"] if retrain else []
+    every = (m.save_every if steps is None else max(1, steps // 10)) if m.save_every else None
+    identity = preset_identity(m.task, m.preset, steps=steps, save_every=every)
+    if retrain or not finished_run(run, identity):  # a finished run of other settings is trained again
+        argv = [m.task, "--preset", m.preset, "--out", str(run), "--threads", "1", "--overwrite"]
         argv += ["--steps", str(steps)] if steps is not None else []
-        if m.save_every:  # a shortened smoke run still keeps about ten step checkpoints
-            every = m.save_every if steps is None else max(1, steps // 10)
+        if every:  # a shortened smoke run still keeps about ten step checkpoints
             argv += ["--save-every", str(every)]
         rc, secs = run_in_log("train", argv, run / "train.log")
         row.update(train_s=round(secs, 1), train_rc=rc)

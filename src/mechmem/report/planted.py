@@ -44,8 +44,11 @@ def planted_permutation_config(vocab_size: int = 5) -> TransformerConfig:
     )
 
 
-def planted_permutation_model(vocab_size: int = 5, *, strength: float = 10.0) -> torch.nn.Module:
-    """The hand-set model described in the module docstring; `strength` scales queries and keys."""
+def planted_permutation_model(
+    vocab_size: int = 5, *, strength: float = 10.0, recall_head: int = RECALL_HEAD[1]
+) -> torch.nn.Module:
+    """The hand-set model described in the module docstring; `strength` scales queries and keys;
+    `recall_head` is the layer-1 head that recalls (the other one eliminates)."""
     cfg = planted_permutation_config(vocab_size)
     v, t = cfg.d_vocab, cfg.n_ctx
     tok, pos, prev, out = slice(0, v), slice(v, v + t), slice(v + t, 2 * v + t), slice(2 * v + t, 3 * v + t)
@@ -71,9 +74,9 @@ def planted_permutation_model(vocab_size: int = 5, *, strength: float = 10.0) ->
             a1.W_Q[head, pos, t] = c
             a1.W_K[head, pos, t] = c * odd
             a1.W_V[head, tok, :v] = torch.eye(v)
-        a1.W_O[0, :v, out] = -ELIMINATE * torch.eye(v)
-        # L1H1 also matches the current token (TOK) against the key's previous token (PREV).
-        a1.W_Q[1, tok, :v] = c * torch.eye(v)
-        a1.W_K[1, prev, :v] = c * torch.eye(v)
-        a1.W_O[1, :v, out] = RECALL * torch.eye(v)
+        a1.W_O[1 - recall_head, :v, out] = -ELIMINATE * torch.eye(v)
+        # The recall head also matches the current token (TOK) against the key's previous token (PREV).
+        a1.W_Q[recall_head, tok, :v] = c * torch.eye(v)
+        a1.W_K[recall_head, prev, :v] = c * torch.eye(v)
+        a1.W_O[recall_head, :v, out] = RECALL * torch.eye(v)
     return model

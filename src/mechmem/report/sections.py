@@ -16,7 +16,7 @@ from torch import Tensor
 
 from mechmem.analysis import ablation, heads, neurons, patching, probes
 from mechmem.analysis.interventions import Intervention, intervened_logits, mean
-from mechmem.analysis.logit_lens import decode_residual
+from mechmem.analysis.logit_lens import answer_probability, decode_residual
 from mechmem.analysis.roles import RoleResult, RoleThresholds
 from mechmem.models.adapter import is_hooked_transformer
 from mechmem.report.document import Section, Table
@@ -117,14 +117,16 @@ def heads_section(ctx: ReportContext) -> Section:
         "scores": {k: v.tolist() for k, v in scores.items()},
         "n": ctx.roles.info.get("n"),
     }
+    probes = ctx.roles.info.get("patterns", {}).get("probes", [])
     s.lines.append(
-        "Score = attention mass on the pattern's keys, the higher of its value on repeated random sequences "
-        "[r, r] and on the task's data (answer queries; previous-token where an induction head reads); 1 = a "
-        "perfect head."
+        "Score = attention mass on the pattern's keys (1 = a perfect head), the highest over the probes "
+        f"({'; '.join(probes)}); a role needs the lower end of a 95% "
+        "bootstrap interval >= the threshold on some probe, or for at least two query tokens (docs/analyses.md, "
+        "Role rule)."
     )
     rows = [[h.name, *(h.evidence[k] for k in keys)] for h in ctx.roles.heads]
     s.tables.append(Table(["head", *keys], rows, "Detection scores"))
-    s.add_figure("scores", heads.plot_head_scores(heads.HeadScores(scores, data="max of both data sets")))
+    s.add_figure("scores", heads.plot_head_scores(heads.HeadScores(scores, data="best over the probes")))
     example = (
         ctx.task.eval_batch(1, generator=ctx.generator(3)).tokens
         if ctx.task is not None
@@ -159,9 +161,12 @@ def mlp_section(ctx: ReportContext) -> Section:
     ranking = neurons.rank_neurons(effect, layer)
     mid = f"blocks.{layer}.hook_resid_mid"
     logits, cache = model.run_with_cache(tokens, names_filter=lambda x: x == mid)
-    base, pre = _p_answer(logits, pos, targets), _p_answer(decode_residual(model, cache[mid]), pos, targets)
+    base, pre = (
+        answer_probability(logits, pos, targets),
+        answer_probability(decode_residual(model, cache[mid]), pos, targets),
+    )
     ablate = Intervention(f"blocks.{layer}.hook_mlp_out", (), mean(reference))
-    drop = float((base - _p_answer(intervened_logits(model, tokens, ablate), pos, targets)).mean())
+    drop = float((base - answer_probability(intervened_logits(model, tokens, ablate), pos, targets)).mean())
     total = float(effect.sum(-1).mean())
     k = next((k for k in range(1, t.max_key_neurons + 1) if ranking.share(k) >= t.neuron_share), None)
     key = ranking.top(k) if k else []
@@ -214,11 +219,6 @@ def mlp_section(ctx: ReportContext) -> Section:
     return s
 
 
-def _p_answer(logits: Tensor, pos: Tensor, targets: Tensor) -> Tensor:
-    rows = torch.arange(len(pos), device=logits.device)
-    return logits[rows, pos].float().softmax(-1)[rows, targets]
-
-
 # -- memory probes -----------------------------------------------------------------------------------------------
 def probes_section(ctx: ReportContext) -> Section:
     """Token -> token memories in each head's OV circuit (W_E, W_V W_O, W_U): does the head copy or suppress?"""
@@ -227,18 +227,14 @@ def probes_section(ctx: ReportContext) -> Section:
     if s.skipped:
         return s
     model = ctx.model
-    w_e, w_u = model.W_E.detach(), model.W_U.detach()
-    if w_u.shape[1] != w_e.shape[0]:
+    if model.cfg.d_vocab_out != model.cfg.d_vocab:
         s.skipped = "input and output vocabularies differ, so token -> same-token memories are undefined"
         return s
-    tokens = torch.arange(w_e.shape[0], device=w_e.device)
     rows, findings = [], []
     for layer in range(model.cfg.n_layers):
         for head in range(model.cfg.n_heads):
-            ov = model.blocks[layer].attn.W_V[head] @ model.blocks[layer].attn.W_O[head]
-            scores = probes.recall_scores(w_e, ov.detach(), w_u.T)
-            copy = float((scores.argmax(-1) == tokens).float().mean())
-            suppress = float((scores.argmin(-1) == tokens).float().mean())
+            probe = probes.ov_copy_probe(model, layer, head)
+            copy, suppress = probe.recall, probe.extra["suppress_recall"]
             rows.append([f"L{layer}H{head}", copy, suppress])
             findings.append(
                 {
@@ -248,11 +244,12 @@ def probes_section(ctx: ReportContext) -> Section:
                     "suppress_recall": suppress,
                 }
             )
-    s.findings = {"probes": findings, "chance": 1.0 / len(tokens)}
+    chance = 1.0 / model.cfg.d_vocab
+    s.findings = {"probes": findings, "chance": chance}
     s.lines.append(
-        f"Copy recall: fraction of tokens t whose own logit is the highest in W_E[t] OV W_U; suppress "
-        f"recall: the lowest. Chance is about {1.0 / len(tokens):.2f}. Direct path only (layer-0 "
-        f"embeddings), so later-layer heads that read other heads' outputs can score low."
+        f"Copy recall (`probes.ov_copy_probe`): fraction of tokens t whose own logit is the highest in "
+        f"W_E[t] OV W_U; suppress recall: the lowest. Chance is about {chance:.2f}. Direct path only "
+        f"(layer-0 embeddings), so later-layer heads that read other heads' outputs can score low."
     )
     s.tables.append(Table(["head", "copy recall", "suppress recall"], rows, "OV token memories"))
     return s

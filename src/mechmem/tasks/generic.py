@@ -13,6 +13,8 @@ The patching pair corrupts the first copy of the answer: clean `7 2 9 4 7 2 9 4`
 answer read at position 6 (token 9): clean answer 4, corrupted answer 5.
 
 `RepeatsConfig.for_model(model)` sizes the task to a model (its whole vocabulary, half its context or less).
+That size is the task's data, not the only probe of head roles: the role rule (docs/analyses.md) probes every
+half-length 4, 8, 16, ... the context allows, so a model trained on shorter repeats is read at its own length.
 """
 
 from dataclasses import dataclass

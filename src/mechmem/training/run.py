@@ -9,7 +9,40 @@ from mechmem.errors import MechmemError
 from mechmem.models import build_model
 from mechmem.tasks import build_task, get_preset
 from mechmem.training.config import Preset, TrainConfig
+from mechmem.training.rundir import run_identity
 from mechmem.training.trainer import TrainResult, resolve_device, train
+
+
+def _preset_run(
+    task_name: str,
+    preset: str | Preset,
+    *,
+    seed: int | None = None,
+    steps: int | None = None,
+    save_every: int | None = None,
+    **train_overrides: Any,
+) -> tuple[Preset, TrainConfig]:
+    """The preset and its training config with command-line style overrides applied."""
+    spec = get_preset(task_name, preset) if isinstance(preset, str) else preset
+    changes: dict[str, Any] = dict(train_overrides)
+    if seed is not None:
+        changes["seed"] = seed
+    if steps is not None:
+        if steps < 0:
+            raise MechmemError("--steps must be >= 0")
+        changes["steps"] = steps
+    if save_every is not None:
+        if save_every < 0:
+            raise MechmemError("--save-every must be >= 0")
+        changes["save_every"] = save_every
+    return spec, spec.train.replace(**changes) if changes else spec.train
+
+
+def preset_identity(task_name: str, preset: str | Preset, **overrides: Any) -> dict[str, Any]:
+    """The identity (`rundir.run_identity`) of the run `train_preset(task_name, preset, **overrides)` makes;
+    `rundir.finished_run(out, preset_identity(...))` says whether `out` already holds it, finished."""
+    spec, cfg = _preset_run(task_name, preset, **overrides)
+    return run_identity(spec.model, task_name, spec.task, cfg)
 
 
 def train_preset(
@@ -28,21 +61,12 @@ def train_preset(
 ) -> TrainResult:
     """Train `task_name` with a named preset (or a `Preset`), applying command-line style overrides.
 
-    The model's initial weights come from `torch.Generator().manual_seed(seed)`, so the same seed gives the same run.
+    The model's initial weights come from `torch.Generator().manual_seed(seed)`, so the same seed gives the
+    same run.
     """
-    spec = get_preset(task_name, preset) if isinstance(preset, str) else preset
-    changes: dict[str, Any] = dict(train_overrides)
-    if seed is not None:
-        changes["seed"] = seed
-    if steps is not None:
-        if steps < 0:
-            raise MechmemError("--steps must be >= 0")
-        changes["steps"] = steps
-    if save_every is not None:
-        if save_every < 0:
-            raise MechmemError("--save-every must be >= 0")
-        changes["save_every"] = save_every
-    cfg: TrainConfig = spec.train.replace(**changes) if changes else spec.train
+    spec, cfg = _preset_run(
+        task_name, preset, seed=seed, steps=steps, save_every=save_every, **train_overrides
+    )
     task = build_task(task_name, spec.task)
     model = build_model(spec.model, generator=torch.Generator().manual_seed(cfg.seed))
     return train(

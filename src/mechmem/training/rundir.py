@@ -14,25 +14,46 @@ config (seed, steps, schedule, ...). A run directory holds one run:
   one's pid. The lock is released when the process ends, however it ends (kill -9 included).
 """
 
+import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from mechmem.checkpoint import read_payload
-from mechmem.errors import MechmemError
+from mechmem.errors import CheckpointError, MechmemError
 from mechmem.io import output_dir
 
-RUN_FILES = ("ckpt.pt", "resume.pt", "metrics.jsonl")
+METRICS = "metrics.jsonl"
+"""The trainer's log in a run directory: one JSON object per evaluation, in step order."""
+RUN_FILES = ("ckpt.pt", "resume.pt", METRICS)
 
 
-def run_identity(model_config: Any, task: Any, train_config: Any) -> dict[str, Any]:
-    """The configuration that identifies a run, as stored in its checkpoints."""
+def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of `run_dir/metrics.jsonl` in order (the one reader of the trainer's log).
+
+    A missing or unreadable file, or a line that is not JSON, is a one-line `MechmemError`.
+    """
+    path = Path(run_dir) / METRICS
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as exc:
+        raise MechmemError(f"{path}: not readable ({type(exc).__name__})") from None
+
+
+def run_identity(model_config: Any, task_name: str, task_config: Any, train_config: Any) -> dict[str, Any]:
+    """The configuration that identifies a run (model, task name and config, training), as stored in its
+    checkpoints."""
     return {
-        "model": model_config.to_dict(),
-        "task": {"name": task.name, **task.config.to_dict()},
-        "train": train_config.to_dict(),
+        "model": _as_dict(model_config),
+        "task": {"name": task_name, **_as_dict(task_config)},
+        "train": _as_dict(train_config),
     }
+
+
+def _as_dict(config: Any) -> dict[str, Any]:
+    return config if isinstance(config, dict) else config.to_dict()
 
 
 def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
@@ -42,6 +63,32 @@ def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
         "task": {"name": payload["task_name"], **payload["task_config"]},
         "train": payload["train_config"],
     }
+
+
+def run_differences(
+    payload: dict[str, Any], identity: dict[str, Any], parts: tuple[str, ...] = ("model", "task", "train")
+) -> list[str]:
+    """Is this the same run? The dotted fields where checkpoint `payload` differs from the run `identity`,
+    over `parts` (all three by default; the steps of one run share "model" and "task"); empty: the same run.
+
+    The one answer to "is this the same run?": `--resume` (`find_resume_point`), reusing a finished run
+    (`finished_run`), the papers' reproductions and the dynamics of a run's step checkpoints all ask it.
+    """
+    got = payload_identity(payload)
+    return differences({k: got[k] for k in parts}, {k: identity[k] for k in parts})
+
+
+def finished_run(run_dir: str | os.PathLike, identity: dict[str, Any]) -> bool:
+    """True when `run_dir/ckpt.pt` is a valid checkpoint of exactly the run `identity` (so it can be reused
+    instead of trained again); False when it is missing, unreadable or of another run."""
+    path = Path(run_dir) / "ckpt.pt"
+    if not path.exists():
+        return False
+    try:
+        payload = read_payload(path)
+    except CheckpointError:
+        return False
+    return not run_differences(payload, identity)
 
 
 def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -100,7 +147,7 @@ def find_resume_point(out: Path, identity: dict[str, Any]) -> tuple[Path, dict[s
         payload = read_payload(path)
         if payload.get("extra", {}).get("trainer") is None:
             continue
-        diff = differences(payload_identity(payload), identity)
+        diff = run_differences(payload, identity)
         if diff:
             raise MechmemError(
                 f"--resume: {path} is a different run ({', '.join(diff[:6])}{', ...' if len(diff) > 6 else ''}); "

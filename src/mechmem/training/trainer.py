@@ -16,7 +16,6 @@ uninterrupted run exactly.
 """
 
 import fnmatch
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -32,7 +31,14 @@ from mechmem.models.adapter import move_model
 from mechmem.progress import Progress
 from mechmem.tasks.base import Task
 from mechmem.training.config import TrainConfig
-from mechmem.training.rundir import find_resume_point, prepare_fresh, run_identity, run_lock
+from mechmem.training.rundir import (
+    METRICS,
+    find_resume_point,
+    prepare_fresh,
+    read_metrics,
+    run_identity,
+    run_lock,
+)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -93,12 +99,12 @@ def _check_finite(model: torch.nn.Module, step: int) -> None:
         )
 
 
-def _truncate_metrics(path: Path, step: int) -> list[dict[str, Any]]:
-    if not path.exists():
+def _truncate_metrics(out: Path, step: int) -> list[dict[str, Any]]:
+    """Keep the records of `out/metrics.jsonl` logged before `step` (a resumed run logs the rest again)."""
+    if not (out / METRICS).exists():
         return []
-    kept = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    kept = [rec for rec in kept if rec["step"] < step]
-    path.write_text("".join(dumps(rec) + "\n" for rec in kept))
+    kept = [rec for rec in read_metrics(out) if rec["step"] < step]
+    (out / METRICS).write_text("".join(dumps(rec) + "\n" for rec in kept))
     return kept
 
 
@@ -174,17 +180,17 @@ def _train(
     if resume:
         if out is None:
             raise MechmemError("--resume needs an output directory")
-        _, payload = find_resume_point(out, run_identity(model_config, task, cfg))
+        _, payload = find_resume_point(out, run_identity(model_config, task.name, task.config, cfg))
         model.load_state_dict(payload["state_dict"])
         state = payload["extra"]["trainer"]
         optimizer.load_state_dict(state["optimizer"])
         data_gen.set_state(state["data_rng"])
         start = int(state["step"])
         recent = [float(x) for x in state.get("recent_losses", [])]
-        history = _truncate_metrics(out / "metrics.jsonl", start)
+        history = _truncate_metrics(out, start)
     elif out is not None:
         prepare_fresh(out, overwrite=overwrite)
-        (out / "metrics.jsonl").write_text("")
+        (out / METRICS).write_text("")
 
     def checkpoint(path: Path, step: int, summary: dict[str, Any]) -> None:
         _check_finite(model, step - 1)
@@ -214,7 +220,7 @@ def _train(
         model.train()
         history.append(record)
         if out is not None:
-            with open(out / "metrics.jsonl", "a") as fh:
+            with open(out / METRICS, "a") as fh:
                 fh.write(dumps(record) + "\n")
         return record
 

@@ -11,13 +11,13 @@ Every run is a plain `train` call; runs write `metrics.jsonl` and `ckpt.pt` unde
 when that checkpoint exists with the same configs.
 """
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from mechmem.analysis import transitions
 from mechmem.checkpoint import load_checkpoint, read_payload
 from mechmem.models.adapter import TransformerConfig, build_transformer
 from mechmem.papers.birth.corpus import load_stats
@@ -25,6 +25,7 @@ from mechmem.papers.birth.models import full_config, simplified_config
 from mechmem.papers.birth.task import N_TOKENS, BirthConfig
 from mechmem.tasks import build_task
 from mechmem.training import TrainConfig, train
+from mechmem.training.rundir import finished_run, read_metrics, run_identity
 
 WK1, WK2, WO2 = "blocks.0.attn.W_K", "blocks.1.attn.W_K", "blocks.1.attn.W_O"
 
@@ -185,27 +186,12 @@ def experiment_runs(scale: Scale, corpus: str | None = None) -> list[Run]:
     return runs
 
 
-def read_history(run_dir: Path) -> list[dict[str, Any]]:
-    """The `metrics.jsonl` records of a run directory, in order."""
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
-def _cached(run: Run, run_dir: Path) -> bool:
-    path = run_dir / "ckpt.pt"
-    if not path.exists():
-        return False
-    ckpt = load_checkpoint(path)
-    return (
-        ckpt.model_config == run.model and ckpt.task.config == run.task and ckpt.train == run.train.to_dict()
-    )
-
-
 def run_experiment(run: Run, out_dir: Path, *, seed: int = 0, progress: bool = False) -> list[dict[str, Any]]:
     """Train `run` (or reuse its finished checkpoint) and return its metrics history."""
     run_dir = out_dir / run.name
     cfg = run.train.replace(seed=seed)
     run = Run(run.name, run.group, run.label, run.model, run.task, cfg)
-    if not _cached(run, run_dir):
+    if not finished_run(run_dir, run_identity(run.model, "birth", run.task, cfg)):
         model = build_transformer(run.model, generator=torch.Generator().manual_seed(seed))
         train(
             model,
@@ -216,7 +202,7 @@ def run_experiment(run: Run, out_dir: Path, *, seed: int = 0, progress: bool = F
             overwrite=True,
             progress=progress,
         )
-    return read_history(run_dir)
+    return read_metrics(run_dir)
 
 
 @torch.no_grad()
@@ -244,12 +230,13 @@ def final(history: list[dict[str, Any]], key: str, window: int = 3) -> float:
 def first_step(
     history: list[dict[str, Any]], key: str, threshold: float, *, below: bool = False
 ) -> int | None:
-    """First logged step at which `key` crosses `threshold` (upwards, or downwards with `below`)."""
-    for rec in history:
-        value = rec.get(key)
-        if isinstance(value, float) and (value <= threshold if below else value >= threshold):
-            return int(rec["step"])
-    return None
+    """First logged step at which `key` reaches `threshold` (upwards, or downwards with `below`): the first
+    save of `transitions.level_crossing` (the toolkit's one threshold crossing) on the logged curve of `key`.
+    """
+    steps = [int(rec["step"]) for rec in history]
+    values = [rec[key] if isinstance(rec.get(key), float) else None for rec in history]
+    rule = transitions.level(threshold, "down" if below else "up")
+    return transitions.level_crossing(steps, values, rule, key).first_save
 
 
 def at_step(history: list[dict[str, Any]], key: str, step: int) -> float:

@@ -1,8 +1,9 @@
 """The birth reproduction page: a `Report` built from the run record alone (the plugin's `page`).
 
-Every number on the page is read from the record (`mechmem.papers.birth.reproduce.run`), which copies the published
-values and the authors'-code reference from their committed data files; the hand-written text (what is reproduced,
-the deviations) lives in docs/reproductions/prose/birth.md, one block per section key used here.
+Every number on the page is read from the record (`mechmem.papers.birth.reproduce.run`), which copies the
+published values and the authors'-code reference from their committed data files; the hand-written text (what
+is reproduced, the deviations) lives in docs/reproductions/prose/birth.md, one block per section key used
+here.
 """
 
 from typing import Any
@@ -44,15 +45,23 @@ def statements_section(record: dict[str, Any]) -> Section:
         first = s.get("first_rule")
         if first:
             shown = first["outcome"] if first["outcome"] is not None else "not rerun in this record"
-            rows.append([f"(same statement, first rule, commit {first['commit']})", "", "", first["rule"], shown,
-                         _holds(first["holds"])])  # fmt: skip
+            label = f"(same statement, first rule, commit {first['commit']})"
+            rows.append([label, "", "", first["rule"], shown, _holds(first["holds"])])
     flags = [s["holds"] for s in record["statements"]]
     line = (
         f"{flags.count(True)} of {len(flags)} statements hold, {flags.count(False)} do not, "
         f"{flags.count(None)} not rerun in this record (their runs are listed under Runs)."
     )
+    late = [s["key"] for s in record["statements"] if "committed with the first results" in s["since"]]
+    lines = [line]
+    if late:
+        lines.append(
+            f"Not fixed before their runs: {', '.join(f'`{k}`' for k in late)} were committed together with"
+            " their"
+            " first results (their `since` says so), so their outcome is not a prediction made in advance."
+        )
     headers = ["statement (paper)", "published", "where", "rule", "ours", "holds"]
-    section = Section("statements", "The paper's statements side by side", lines=[line])
+    section = Section("statements", "The paper's statements side by side", lines=lines)
     section.tables.append(Table(headers, rows))
     section.findings = {"holds": flags.count(True), "fails": flags.count(False), "not_run": flags.count(None)}
     return section
@@ -63,7 +72,7 @@ def _sizes(z: dict[str, Any]) -> str:
 
 
 def ladder_section(record: dict[str, Any]) -> Section:
-    """The scale ladder: each Section 3 accuracy's climb, rung by rung, judged by the rules committed before it."""
+    """The scale ladder: each Section 3 accuracy's climb, rung by rung, judged by its committed rule."""
     section = Section("ladder", "Section 3 accuracies on the scale ladder")
     ladder = record.get("ladder")
     if not ladder:
@@ -114,7 +123,7 @@ def ladder_section(record: dict[str, Any]) -> Section:
 
 
 def preset_section(record: dict[str, Any]) -> Section:
-    """The `quick` preset run against the targets set before it was trained and the authors' code reference."""
+    """The `quick` preset run against the targets set before it was trained and the authors' code."""
     preset = record.get("preset")
     section = Section("preset", "The `quick` preset")
     if not preset:
@@ -127,7 +136,8 @@ def preset_section(record: dict[str, Any]) -> Section:
         (
             f"Settings: simplified model, d={st['d_model']}, T={st['seq_len']}, batch {st['batch_size']}, "
             f"{st['optimizer'].upper()} lr {st['lr']}, K={st['n_triggers']} {triggers} triggers, "
-            f"{st['steps']} steps, frozen {', '.join(st['frozen'])}; ours are means of the last 3 logged batches."
+            f"{st['steps']} steps, frozen {', '.join(st['frozen'])}; ours are means of the last 3 logged"
+            " batches."
         ),
         f"Authors' code: {authors['source']}",
         f"Targets: {record['published']['preset_targets']['source']}.",
@@ -145,7 +155,7 @@ def preset_section(record: dict[str, Any]) -> Section:
 
 
 def heads_section(record: dict[str, Any]) -> Section:
-    """Head-detection scores of the preset run (`mechmem.analysis.heads.detect_heads`)."""
+    """Head-detection scores of the preset run (`heads.detect_heads`, `heads.detect_heads_on_task`)."""
     preset = record.get("preset")
     section = Section("heads", "Head detection on the preset run")
     if not preset:
@@ -155,7 +165,9 @@ def heads_section(record: dict[str, Any]) -> Section:
     section.lines = [
         (
             f"Mean attention on each pattern's keys, on {heads['n_samples']} repeated random sequences / "
-            f"{heads['n_samples']} task sequences (seed {heads['seed']})."
+            f"{heads['n_samples']} task sequences at their answer queries (a trigger's later occurrences; "
+            f"previous-token where an induction head reads), seed {heads['seed']}: the definitions of the "
+            "report and `analyses/detect_heads.py` (`heads.detect_heads`, `heads.detect_heads_on_task`)."
         )
     ]
     rows = [
@@ -177,8 +189,10 @@ def speed_section(record: dict[str, Any]) -> Section:
     target = record["published"]["speed_target"]
     section.lines = [
         (
-            f"T={sp['seq_len']}, K={sp['n_triggers']} {'fixed' if sp['fixed_triggers'] else 'random'} triggers, "
-            f"batch {sp['batch']}, {sp['threads']} thread(s): vectorised sampler {sp['vectorised_per_s']:.0f} "
+            f"T={sp['seq_len']}, K={sp['n_triggers']} {'fixed' if sp['fixed_triggers'] else 'random'}"
+            " triggers, "
+            f"batch {sp['batch']}, {sp['threads']} thread(s): vectorised sampler {sp['vectorised_per_s']:.0f}"
+            " "
             f"sequences/s, per-token loop {sp['loop_per_s']:.0f} sequences/s, **{sp['ratio']:.0f}x** "
             f"(goal >= {target['ratio']}x: {target['source']})."
         )
@@ -196,8 +210,8 @@ def runs_section(record: dict[str, Any]) -> Section:
             held += f" (OOD {fmt(entry['final'].get('eval_ood_icl_acc'))})"
         rows.append([entry["label"], entry["group"], f["icl_acc"], held, f["wo2_recall"], f["wk2_recall"],
                      f"{f['wk1_recall']} / {f['wk1_recall_64']}", f["wf_kl"]])  # fmt: skip
-    headers = ["run", "experiment", "in-context acc (train batch)", "held-out", "W_O^2", "W_K^2", "W_K^1 all / 64",
-               "W_F KL"]  # fmt: skip
+    headers = ["run", "experiment", "in-context acc (train batch)", "held-out", "W_O^2", "W_K^2",
+               "W_K^1 all / 64", "W_F KL"]  # fmt: skip
     section = Section("runs", "Runs", tables=[Table(headers, rows)])
     if record["not_run"]:
         names = ", ".join(f"{r['label']} ({r['group']})" for r in record["not_run"])
@@ -244,9 +258,12 @@ def page(record: dict[str, Any]) -> Report:
         "command": f"`{record['command']}`",
         "scale": (
             f"d={sc['d_model']}, T={sc['seq_len']}, batch {sc['batch_size']}, {opt['optimizer'].upper()} lr "
-            f"{sc['lr']} (momentum {opt['momentum']}, weight decay {opt['weight_decay']}), {sc['steps']} steps "
-            f"(simplified model) / {sc['full_steps']} (full model and W_F; T={sc['depth_seq_len']} for the full "
-            f"model), freezing until step {sc['freeze_step']}; held-out metrics (`eval_*`) on {sc['eval_samples']} "
+            f"{sc['lr']} (momentum {opt['momentum']}, weight decay {opt['weight_decay']}), {sc['steps']}"
+            " steps "
+            f"(simplified model) / {sc['full_steps']} (full model and W_F; T={sc['depth_seq_len']} for the"
+            " full "
+            f"model), freezing until step {sc['freeze_step']}; held-out metrics (`eval_*`) on"
+            f" {sc['eval_samples']} "
             "sequences"
         ),
         "training time": f"{record['training_s'] / 60:.1f} min in all ({record['machine']})",
@@ -256,7 +273,8 @@ def page(record: dict[str, Any]) -> Report:
         f"{flags.count(True)} of {len(flags)} statements hold on our runs, {flags.count(False)} do not, "
         f"{flags.count(None)} not rerun in this record."
     )
-    sections = [statements_section(record), ladder_section(record), preset_section(record), heads_section(record), speed_section(record),
-                Section("setup", "What is reproduced"), Section("deviations", "Deviations from the paper"),
-                runs_section(record), *_figure_sections(record)]  # fmt: skip
+    sections = [statements_section(record), ladder_section(record), preset_section(record),
+                heads_section(record), speed_section(record), Section("setup", "What is reproduced"),
+                Section("deviations", "Deviations from the paper"), runs_section(record),
+                *_figure_sections(record)]  # fmt: skip
     return Report(TITLE, headline, meta, sections)

@@ -21,20 +21,19 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.analysis.probes import ffn_bigram_probe, qk_previous_position_probe, qk_token_probe, recall_rate
-
-
-def _head(model: torch.nn.Module, layer: int, name: str) -> Float[Tensor, "d_in d_out"]:
-    return getattr(model.blocks[layer].attn, name)[0]
+from mechmem.analysis.probes import (
+    ffn_bigram_probe,
+    ov_copy_probe,
+    qk_previous_position_probe,
+    qk_token_probe,
+)
 
 
 @torch.no_grad()
 def wo2_recall(model: torch.nn.Module, tokens: Int[Tensor, " n"]) -> float:
-    """Recall of W_O^2: does w_E(k) W_V^2 W_O^2 W_U score token k highest among all N outputs? (Unlike the
-    toolkit's `ov_copy_probe`, which ranks only the probed tokens, this matches the authors' probe when the
-    inputs are a subset, as for OOD outputs.)"""
-    ov = _head(model, 1, "W_V") @ _head(model, 1, "W_O")
-    return recall_rate(model.W_E[tokens], ov, model.W_U.T, tokens)
+    """Recall of W_O^2: does w_E(k) W_V^2 W_O^2 W_U score token k highest among all N outputs? (The toolkit's
+    `ov_copy_probe` of layer 1's head, which ranks every output token, as the authors' probe does.)"""
+    return ov_copy_probe(model, 1, 0, tokens).recall
 
 
 @torch.no_grad()

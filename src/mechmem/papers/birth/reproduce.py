@@ -18,14 +18,16 @@ then the run's entry), in this process or as Ray tasks; finished checkpoints mak
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from mechmem.analysis.heads import attention_patterns, detect_heads, repeated_random_tokens
+from mechmem.analysis.heads import TASK_DATA, attention_patterns
+from mechmem.analysis.roles import measure_pattern_evidence
 from mechmem.checkpoint import load_checkpoint
+from mechmem.config import apply_options
 from mechmem.errors import MechmemError
 from mechmem.executor import Cell, check_executor, run_cells
 from mechmem.papers.birth.corpus import load_stats
@@ -56,7 +58,7 @@ OPTIONS = {
     "corpus": "text corpus or statistics JSON (default: the shipped tiny Shakespeare counts)",
     "preset": "1: also train the task's `quick` preset and detect its heads (default 1)",
     "speed": "1: measure data-generation speed (default 1)",
-    "references": "folder of birth_published.json and birth_authors_code.json (default docs/reproductions/data)",
+    "references": "folder of birth_authors_code.json and the scale ladder (default docs/reproductions/data)",
     "threads": "torch CPU threads (default 1)",
     "executor": "where the runs train: local (this process) or ray (one Ray task per run; default local)",
     "address": "Ray cluster to join (auto or host:port; `runs` must be a shared folder); default a local instance",
@@ -98,49 +100,26 @@ class BirthSpec:
     """The command line that reproduces this spec."""
 
 
-def _flag(name: str, value: str) -> bool:
-    if value not in ("0", "1"):
-        raise MechmemError(f"--set {name}= takes 0 or 1, got {value!r}")
-    return value == "1"
+def _groups(text: str) -> tuple[str, ...]:
+    only = tuple(g for g in text.split(",") if g)
+    if not only or set(only) - set(GROUPS):
+        raise MechmemError(f"only={text!r}: experiments are {', '.join(GROUPS)}")
+    return only
 
 
 def make_spec(variant: str, options: dict[str, str]) -> BirthSpec:
-    """The spec of `variant` with `options` (see `OPTIONS`); unknown names raise `MechmemError`."""
+    """The spec of `variant` with `options` (see `OPTIONS`; read by `config.apply_options`); unknown names and
+    bad values raise `MechmemError`."""
     if variant not in SCALES:
         raise MechmemError(f"unknown variant {variant!r} (known: {', '.join(SCALES)})")
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise MechmemError(f"unknown option {unknown[0]!r} (known: {', '.join(OPTIONS)})")
-    only = tuple(g for g in options.get("only", ",".join(GROUPS)).split(",") if g)
-    if not only or set(only) - set(GROUPS):
-        raise MechmemError(f"only={options.get('only')!r}: experiments are {', '.join(GROUPS)}")
-    try:
-        seed, threads, workers = (
-            int(options.get(k, d)) for k, d in (("seed", "0"), ("threads", "1"), ("workers", "2"))
-        )
-    except ValueError as exc:
-        raise MechmemError(f"seed, threads and workers take integers ({exc})") from None
-    check_executor(options.get("executor", "local"), options.get("address") or None)
+    base = BirthSpec(variant=variant, scale=SCALES[variant], runs=Path(f"runs/birth_repro/{variant}"))
+    spec = apply_options(base, options, OPTIONS, {"only": _groups})
+    check_executor(spec.executor, spec.address or None)
     command = " ".join(
         [f"python analyses/reproduce.py birth --variant {variant}"]
         + [f"--set {k}={v}" for k, v in options.items()]
     )
-    return BirthSpec(
-        variant=variant,
-        scale=SCALES[variant],
-        runs=Path(options.get("runs", f"runs/birth_repro/{variant}")),
-        only=only,
-        seed=seed,
-        corpus=options.get("corpus"),
-        preset=_flag("preset", options.get("preset", "1")),
-        speed=_flag("speed", options.get("speed", "1")),
-        references=Path(options.get("references", "docs/reproductions/data")),
-        threads=threads,
-        executor=options.get("executor", "local"),
-        address=options.get("address", ""),
-        workers=workers,
-        command=command,
-    )
+    return replace(spec, command=command)
 
 
 def _run_entry(run: Run, history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -184,20 +163,34 @@ def attention_maps(ckpt_path: Path, *, n_pos: int = 48, seed: int = 0) -> dict[s
 
 @torch.no_grad()
 def head_scores(ckpt_path: Path, *, n_samples: int = 64, seed: int = 0) -> dict[str, Any]:
-    """Previous-token and induction scores per layer (head 0) on repeated random sequences and on task data,
-    measured as `analyses/detect_heads.py` does (`mechmem.analysis.heads.detect_heads`)."""
+    """Previous-token and induction scores per layer (head 0) on repeated random sequences and on task data.
+
+    Measured by `roles.measure_pattern_evidence`, the report's and `analyses/detect_heads.py`'s one function:
+    `heads.detect_heads` on repeated random sequences at every probe length of the role rule (docs/analyses.md;
+    "random" is the best of them), and `heads.detect_heads_on_task` on the task's evaluation batch, which counts
+    only the answer queries (the loss-masked positions: a trigger's later occurrences, where the induction head
+    does its work) and, for previous-token, the positions an induction head reads. Scoring every query of the
+    task batch would mix in the bigram-text positions, where no head has anything to look back for, and dilute
+    the score with chance matches of the pattern. The higher of the two is the report's evidence of the head.
+    """
     ckpt = load_checkpoint(ckpt_path)
     model, gen = ckpt.model, torch.Generator().manual_seed(seed)
-    repeated = repeated_random_tokens(n_samples, model.cfg.n_ctx // 2, model.cfg.d_vocab, generator=gen)
-    on_random = detect_heads(model, repeated).scores
-    on_task = detect_heads(model, ckpt.task.eval_batch(n_samples, generator=gen).tokens).scores
+    curves = measure_pattern_evidence(model, ckpt.task, n=n_samples, generator=gen).curves
+    best = {
+        name: {
+            "random": curves[name]["score"][:-1].nan_to_num(0.0).amax(0),
+            "task": curves[name]["score"][-1].nan_to_num(0.0),
+        }
+        for name in ("previous_token", "induction")
+    }
     return {
         "n_samples": n_samples,
         "seed": seed,
+        "task_data": TASK_DATA,
         "layers": [
-            {f"{name}_{data}": round(float(scores[name][layer, 0]), 5)
+            {f"{name}_{data}": round(float(best[name][data][layer, 0]), 5)
              for name in ("previous_token", "induction")
-             for data, scores in (("random", on_random), ("task", on_task))}
+             for data in ("random", "task")}
             for layer in range(model.cfg.n_layers)
         ],
     }  # fmt: skip
@@ -247,7 +240,7 @@ def _speed(spec: BirthSpec) -> dict[str, Any]:
 def run(spec: BirthSpec, log: Any = print) -> dict[str, Any]:
     """Train (or reuse) every run of `spec`, measure, judge the statements; the JSON-able run record."""
     torch.set_num_threads(spec.threads)
-    published = load_published(spec.references / "birth_published.json")
+    published = load_published()
     authors = json.loads((spec.references / "birth_authors_code.json").read_text())
     suite = experiment_runs(spec.scale, spec.corpus)
     chosen = [r for r in suite if r.group in spec.only]

@@ -266,5 +266,5 @@ def attach_ladder(record: dict[str, Any], folder: str | Path = DATA) -> dict[str
     The suite's own runs are not touched: the statements are re-judged from the histories in the record."""
     ladder = ladder_record(folder)
     summary = summarise(ladder["rules"], ladder["records"]) if ladder else {}
-    published = load_published(Path(folder) / "birth_published.json")
+    published = load_published()
     return {**record, "ladder": ladder, "statements": judge(published, record_context(record, summary))}

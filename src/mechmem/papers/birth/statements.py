@@ -1,7 +1,7 @@
-"""The paper's statements judged on our runs, each by a rule fixed before the runs it judges.
+"""The paper's statements judged on our runs, each by a rule (most fixed before the runs they judge).
 
 The statements, their published values, rule texts and rule parameters live in a committed data file
-(`docs/reproductions/data/birth_published.json`); this module holds one function per rule, keyed like the file.
+(the package's `published.json`); this module holds one function per rule, keyed like the file.
 A rule reads metric histories (lists of `metrics.jsonl` records, as stored in the run record) and returns the
 numbers it compared, the outcome as shown on the page, and whether the statement holds. A rule whose runs are
 missing from the record returns None: that statement is "not run". Rules rewritten after the first quick runs
@@ -205,9 +205,13 @@ FIRST_RULES: dict[str, Rule] = {
 statements: the rules judged on the quick suite's depth runs, replaced in issue 12)."""
 
 
-def load_published(path: str | Path) -> dict[str, Any]:
+PUBLISHED = Path(__file__).with_name("published.json")
+"""The published-values file, read relative to this package."""
+
+
+def load_published(path: str | Path = PUBLISHED) -> dict[str, Any]:
     """The published-values file; every statement in it must have a rule here (and the reverse)."""
-    data = json.loads(Path(path).read_text())
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
     keys = [s["key"] for s in data["statements"]]
     if sorted(keys) != sorted(RULES) or any(k not in keys for k in FIRST_RULES):
         raise ValueError(f"{path}: statements {sorted(keys)} do not match the rules {sorted(RULES)}")

@@ -11,6 +11,10 @@ forward/backward serves all inits, and Adam is applied elementwise with per-init
 phase. Inits that finish are dropped from the stack, so stragglers do not pay for the rest. The loss gradient is
 `fused.loss_grad` (the per-fact work with a hand-written backward). `train_reference` is the plain per-init loop
 (a hooked model and `torch.optim.Adam`); tests check the two agree.
+
+Why not the project's one training loop (`mechmem.training.train`): that loop streams fresh batches from a task
+for a fixed number of steps, one model at a time. This is a different algorithm: many inits in one tensor, a fixed
+full batch, per-init stopping, phases and restarts; `train_reference` is the naive loop it is tested against.
 """
 
 import math

@@ -1,109 +1,64 @@
 """The memorisation page (`Paper.page`): a `Report` computed from the run record, prose from docs/.
 
 Every number here is read or computed from the record (`records.collect`): the sweep records, the
-constructions' capacity results and the published values file, which names the source of each value. The
-constructions' sections are in `page_constructions`.
-"""
+constructions' capacity results and the published values (the package's `published.json`, copied into the
+record), which give each value's source and the exact sentence, table row or code line it is read from. The
+pair comparisons follow Appendix B (the outlier combination left out); the project's earlier inclusion is
+shown beside them. The constructions' sections are in `page_constructions`."""
 
 import json
 import math
 from typing import Any
 
-from mechmem.papers.memorisation.fits import ScalingFit
+from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
 from mechmem.papers.memorisation.page_constructions import constructions_headline, constructions_sections
+from mechmem.papers.memorisation.page_published import (
+    MIXING_LABELS,
+    b1_summary,
+    comparisons_section,
+    table_b1_section,
+)
 from mechmem.papers.memorisation.plots import plot_convergence, plot_scaling
+from mechmem.papers.memorisation.records import PUBLISHED_NAME
 from mechmem.papers.memorisation.summary import (
-    ToggleEffect,
+    all_cells,
+    best_cells,
     by_name,
+    config_cells,
+    effect_text,
+    longest_schedules,
     mean_sd,
     non_monotone,
-    outlier,
+    published_row,
+    short_schedule,
     sort_key,
     toggle_effects,
 )
 from mechmem.report.document import Report, Section, Table
 
-TITLE = "Fact memorisation in one-layer models (Linsefors & Bushnaq): capacity, scaling and hand-coded constructions"
+TITLE = (
+    "Fact memorisation in one-layer models (Linsefors & Bushnaq):"
+    " capacity, scaling and hand-coded constructions"
+)
 SCALING_LABELS = {
     "2emb+mlp/relu": "simple",
     "2emb+mlp+bias/relu": "simple + bias",
     "attn+mlp+norms+bias+res/gelu": "full",
 }
-MIXING_LABELS = {"2emb": "2Emb", "uniform": "uniform", "attn": "learned attention"}
-
-
-def _yes(v: bool) -> str:
-    return "yes" if v else "-"
-
-
-def _effect(e: ToggleEffect, *, facts: bool = False) -> str:
-    pct = "-" if math.isnan(e.pct[0]) else f"{e.pct[0]:+.0f}% - {e.pct[1]:+.0f}%"
-    span = f"{e.diff[0]:+.0f} - {e.diff[1]:+.0f} ({pct})" if facts else pct
-    return f"{span}, better in {e.better}/{e.pairs}"
+SWEEP = "python analyses/sweep_facts.py"
+"""How the page's commands call the sweep script."""
+MAX_FACTS = "python analyses/max_facts.py"
+SCALING_SWEEP = {
+    "2emb+mlp/relu": "nb",
+    "2emb+mlp+bias/relu": "reduced",
+    "attn+mlp+norms+bias+res/gelu": "full",
+}
+"""Scaling model -> its `analyses/sweep_facts.py scaling --variant` name."""
 
 
 def _schedule(record: dict[str, Any]) -> str:
     s = record["schedule"]
     return f"{s['max_epochs']} epochs per lr phase, patience {s['patience']}, acc >= {s['target_acc']:g}"
-
-
-def _short(schedule: dict[str, Any]) -> str:
-    """ "50,000 / 5,000": epochs per lr phase / patience (acc appended when it is not 1)."""
-    acc = "" if schedule["target_acc"] == 1 else f", acc {schedule['target_acc']:g}"
-    return f"{schedule['max_epochs']:,} / {schedule['patience']:,}{acc}"
-
-
-def _longest(record: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """variant -> the table records of its longest other schedule (most epochs per phase), base d only."""
-    d = record["table"][0]["d"]
-    out: dict[str, list[dict[str, Any]]] = {}
-    for r in sorted(record.get("other_schedules", []), key=lambda r: r["schedule"]["max_epochs"]):
-        if r["d"] != d or r["schedule"]["target_acc"] != record["schedule"]["target_acc"]:
-            continue
-        prev = out.get(r["variant"])
-        if prev and prev[0]["schedule"] == r["schedule"]:
-            prev.append(r)
-        else:
-            out[r["variant"]] = [r]
-    return out
-
-
-def _by_schedule(record: dict[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """(schedule, its records) for the base schedule and every other one, shortest first."""
-    groups = [(record["schedule"], record["table"])]
-    for s in {json.dumps(r["schedule"], sort_keys=True) for r in record.get("other_schedules", [])}:
-        groups.append(
-            (
-                json.loads(s),
-                [r for r in record["other_schedules"] if json.dumps(r["schedule"], sort_keys=True) == s],
-            )
-        )
-    return sorted(groups, key=lambda g: g[0]["max_epochs"])
-
-
-def _longer_effects(record: dict[str, Any], key: str, facts: bool) -> str:
-    """A toggle's effect at each longer schedule with matched pairs, e.g. "; +464 - +552 (...) (50,000 / 5,000)"."""
-    parts = []
-    for schedule, rs in _by_schedule(record)[1:]:
-        effects = toggle_effects([r for r in rs if r["d"] == record["table"][0]["d"]])
-        if key in effects:
-            parts.append(f"; {_effect(effects[key], facts=facts)} ({_short(schedule)})")
-    return "".join(parts)
-
-
-def _norms_no_mlp(record: dict[str, Any]) -> str:
-    """Norms on vs off without an MLP, per mixing, at the base schedule and at any longer one both ran with."""
-    parts = []
-    for schedule, rs in _by_schedule(record):
-        named = {r["variant"]: r for r in rs if r["d"] == record["table"][0]["d"]}
-        pcts = [
-            f"{MIXING_LABELS[m]} {100 * (named[m + '+norms']['any'] - named[m]['any']) / named[m]['any']:+.0f}%"
-            for m in ("2emb", "uniform", "attn")
-            if m in named and m + "+norms" in named and named[m]["any"]
-        ]
-        if pcts:
-            parts.append(f"{', '.join(pcts)} ({_short(schedule)})")
-    return "; ".join(parts) or "-"
 
 
 def _repeats(records: list[dict[str, Any]]) -> int:
@@ -120,24 +75,32 @@ def _no_mlp_line(table: list[dict[str, Any]]) -> str:
     return "MLP-less variants (no norms / norms, Any): " + ", ".join(parts) + "."
 
 
-def facts_headline(record: dict[str, Any]) -> list[str]:
-    """The facts half of the headline: anchor, component ordering, best variant, scaling."""
-    table, pub = record["table"], record["published"]
-    named, effects = by_name(table), toggle_effects(table)
-    lines = [
-        f"Schedule of the table and scaling: {_schedule(record)}; {_repeats(table)} repeat(s) of 11 inits."
+def _anchor_line(record: dict[str, Any]) -> str:
+    """Headline: the 2Emb anchor (no MLP, no norms) beside Table B.1's repeats of the three mixings."""
+    named = by_name(record["table"])
+    a = named["2emb"]
+    line = (
+        f"Anchor: 2Emb without MLP and norms stores {a['any']} facts (Any; Most {a['most']}, All {a['all']})"
+    )
+    rows = [
+        (MIXING_LABELS[m], published_row(record["published"]["table_b1"]["rows"], named[m]["config"]))
+        for m in ("2emb", "uniform", "attn")
+        if m in named
     ]
-    if "2emb" in named:
-        a = named["2emb"]
-        line = f"Anchor: 2Emb without MLP and norms stores {a['any']} facts (Any; Most {a['most']}, All {a['all']})"
-        line += f" [published {pub['anchor_no_mlp']['value']}]"
-        if record.get("anchor"):
-            anc, s = record["anchor"], record["anchor"]["schedule"]
-            line += f"; with {s['max_epochs']} epochs per phase, patience {s['patience']}: {anc['any']}"
-        lines.append(line + ". " + _no_mlp_line(table))
-    lines += _longer_lines(record)
-    best = max(table, key=lambda r: r["any"])
-    full = named.get("attn+mlp+norms+bias+res/gelu")
+    line += " [published, Table B.1 Any of the four repeats: " + ", ".join(
+        f"{label} {' / '.join(map(str, row['any']))}" for label, row in rows if row
+    )
+    line += "]"
+    if record.get("anchor"):
+        anc, s = record["anchor"], record["anchor"]["schedule"]
+        line += f"; with {s['max_epochs']} epochs per phase, patience {s['patience']}: {anc['any']}"
+    return line + ". " + _no_mlp_line(record["table"])
+
+
+def _ordering_line(record: dict[str, Any]) -> str:
+    """Headline: mixing order and MLP gain (Appendix B pairs), the best cell over every schedule."""
+    table, pub = record["table"], record["published"]
+    effects = toggle_effects(table, exclude_outlier=True)
     parts = [
         f"{label} in {effects[k].better}/{effects[k].pairs} matched pairs"
         for k, label in (
@@ -147,18 +110,40 @@ def facts_headline(record: dict[str, Any]) -> list[str]:
         if k in effects
     ]
     if "mlp" in effects:
-        parts.append(
-            f"the MLP adds {_effect(effects['mlp'], facts=True)} pairs [published {pub['toggles']['mlp']['value']}]"
-        )
-    lines.append(
-        "; ".join(parts) + f". Best: {best['variant']}, {best['any']} facts (Any) of the"
-        f" {best['config']['n_in'] ** 2} ceiling."
+        mlp = effect_text(effects["mlp"], facts=True)
+        parts.append(f"the MLP adds {mlp} pairs [published {pub['toggles']['mlp']['value']}]")
+    best, at_best = best_cells(record)
+    base_best = max(table, key=lambda r: r["any"])
+    ceiling = base_best["config"]["n_in"] ** 2
+    reached = ", ".join(
+        f"{r['variant']} at {short_schedule(r['schedule'])}" for r in sorted(at_best, key=sort_key)
+    )
+    full = by_name(table).get("attn+mlp+norms+bias+res/gelu")
+    return (
+        f"At the base schedule ({short_schedule(record['schedule'])}; pairs as in Appendix B, the outlier"
+        " combination left out): "
+        + "; ".join(parts)
+        + f". Best over every schedule: {best} facts (Any) of the {ceiling} ceiling"
+        + (" (reached)" if best >= ceiling else "")
+        + f", by {reached}; best at the base schedule: {base_best['variant']}, {base_best['any']}."
         + (
             f" Learned attention across inits (full model): Any {full['any']} vs All {full['all']}."
             if full
             else ""
         )
     )
+
+
+def facts_headline(record: dict[str, Any]) -> list[str]:
+    """The facts half of the headline: anchor, Table B.1 counts, component ordering, best cell, scaling."""
+    table = record["table"]
+    lines = [
+        f"Schedule of the table and scaling: {_schedule(record)}; {_repeats(table)} repeat(s) of 11 inits."
+    ]
+    if "2emb" in by_name(table):
+        lines.append(_anchor_line(record))
+    lines += _longer_lines(record)
+    lines += [b1_summary(record), _ordering_line(record)]
     for name, fit in _any_fits(record).items():
         caps = " -> ".join(f"{c:.0f}" for c in fit.capacity)
         ds = " -> ".join(str(d) for d in fit.d)
@@ -170,7 +155,7 @@ def facts_headline(record: dict[str, Any]) -> list[str]:
 
 
 def _longer_lines(record: dict[str, Any]) -> list[str]:
-    """One headline line per longer schedule of the table: each variant's Any (All) there, base Any beside it."""
+    """One headline line per longer schedule of the table: each variant's Any (All) there, base Any beside."""
     base = by_name(record["table"])
     out = []
     for schedule in sorted(
@@ -189,7 +174,7 @@ def _longer_lines(record: dict[str, Any]) -> list[str]:
         ]
         if parts:
             out.append(
-                f"At {_short(json.loads(schedule))} (epochs per lr phase / patience), Any: "
+                f"At {short_schedule(json.loads(schedule))} (epochs per lr phase / patience), Any: "
                 + ", ".join(parts)
                 + "."
             )
@@ -202,27 +187,20 @@ def _any_fits(record: dict[str, Any]) -> dict[str, ScalingFit]:
 
 
 def variants_section(record: dict[str, Any]) -> Section:
-    """The 54 variants at the base schedule (mean +- sd over repeats), and each variant's longest other schedule."""
+    """The 54 variants at the base schedule (mean +- sd over repeats) and at each one's longest other one."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in sorted(record["table"], key=sort_key):
         groups.setdefault(r["variant"], []).append(r)
-    longest = _longest(record)
+    longest = longest_schedules(record)
     rows = []
     for name, rs in groups.items():
-        c = rs[0]["config"]
-        mlp_cells = (
-            [_yes(c["mlp_residual"]), _yes(c["bias"]), c["act_fn"]] if c["mlp"] else ["", _yes(c["bias"]), ""]
-        )
         long = longest.get(name, [])
         rows.append(
             [
-                c["mixing"],
-                _yes(c["mlp"]),
-                _yes(c["norms"]),
-                *mlp_cells,
+                *config_cells(rs[0]["config"]),
                 *(mean_sd([r[k] for r in rs]) for k in ("any", "most", "all")),
                 f"{sum(r['seconds'] for r in rs) / len(rs):.0f}",
-                _short(long[0]["schedule"]) if long else "",
+                short_schedule(long[0]["schedule"]) if long else "",
                 " / ".join(mean_sd([r[k] for r in long]) for k in ("any", "most", "all")) if long else "",
                 f"{sum(r['seconds'] for r in long) / len(long):.0f}" if long else "",
             ]
@@ -230,12 +208,15 @@ def variants_section(record: dict[str, Any]) -> Section:
     total_h = sum(r["seconds"] for r in record["table"]) / 3600
     lines = [
         (
-            f"{len(groups)} variants, {_repeats(record['table'])} repeat(s); Any / Most / All at the base schedule:"
-            f" {_schedule(record)} (epochs per lr phase / patience: {_short(record['schedule'])})."
+            f"{len(groups)} variants, {_repeats(record['table'])} repeat(s); Any / Most / All at the base"
+            " schedule:"
+            f" {_schedule(record)} (epochs per lr phase / patience: {short_schedule(record['schedule'])})."
         ),
         (
-            f"s = wall seconds of a cell's search (sum over the base cells: {total_h:.1f} h). The last three columns:"
-            " the longest other schedule a variant ran with (epochs per lr phase / patience), its Any / Most / All"
+            f"s = wall seconds of a cell's search (sum over the base cells: {total_h:.1f} h). The last three"
+            " columns:"
+            " the longest other schedule a variant ran with (epochs per lr phase / patience), its Any / Most"
+            " / All"
             " and seconds; blank where the variant ran only at the base schedule."
         ),
     ]
@@ -265,7 +246,7 @@ def variants_section(record: dict[str, Any]) -> Section:
 
 
 def _convergence_points(record: dict[str, Any]) -> dict[str, list[tuple[int, int, int]]]:
-    """variant -> [(epoch cap, Any, All)] for variants with at least two schedules (repeat 0; the anchor file too)."""
+    """variant -> [(epoch cap, Any, All)] for variants with 2+ schedules (repeat 0; the anchor file too)."""
     d = record["table"][0]["d"]
     base = [r for r in record["table"] if r.get("repeat", 0) == 0]
     other = [r for r in record.get("other_schedules", []) if r["d"] == d and r.get("repeat", 0) == 0]
@@ -281,118 +262,84 @@ def _convergence_points(record: dict[str, Any]) -> dict[str, list[tuple[int, int
     return {v: sorted(p.values()) for v, p in points.items() if len(p) >= 2}
 
 
-def comparisons_section(record: dict[str, Any]) -> Section:
-    """Published findings of Appendix B next to ours (Any)."""
-    table, pub = record["table"], record["published"]
-    effects = toggle_effects(table)
-    named = by_name(table)
-    labels = {
-        "mlp": "MLP on vs off",
-        "2emb_vs_uniform": "2Emb vs uniform attention",
-        "uniform_vs_attn": "uniform vs learned attention",
-        "mlp_residual": "MLP residual on vs off",
-        "gelu": "GELU vs ReLU",
-        "bias": "bias on vs off",
-        "norms": "norms on vs off",
-    }
-    longest = _longest(record)
-
-    def ours(m: str) -> str:
-        more = longest.get(m)
-        extra = (
-            f" ({', '.join(str(r['any']) for r in more)} at {_short(more[0]['schedule'])})" if more else ""
-        )
-        return f"{MIXING_LABELS[m]} {named[m]['any']}{extra}"
-
-    rows = [
-        [
-            "no MLP, no norms, every mixing",
-            pub["anchor_no_mlp"]["value"],
-            ", ".join(ours(m) for m in ("2emb", "uniform", "attn") if m in named),
-        ]
-    ]
-    for key, label in labels.items():
-        facts = key in ("mlp", "2emb_vs_uniform", "uniform_vs_attn")
-        ours_base = (
-            f"{_effect(effects[key], facts=facts)} ({_short(record['schedule'])})" if key in effects else "-"
-        )
-        rows.append([label, pub["toggles"][key]["value"], ours_base + _longer_effects(record, key, facts)])
-    odd = {m: o for m in ("2emb", "uniform", "attn") if (o := outlier(table, m))}
-    rows.append(
-        [
-            "outlier: MLP + norms, no residual, no bias, ReLU",
-            pub["outlier"]["value"],
-            "; ".join(
-                f"{MIXING_LABELS[m]} {o['any']} (All {o['all']}), "
-                + ("the lowest MLP variant" if o["is_lowest"] else f"lowest is {o['lowest_any']}")
-                for m, o in odd.items()
-            ),
-        ]
-    )
-    if "norms_no_mlp" in pub:
-        rows.append(["norms on vs off, no MLP", pub["norms_no_mlp"]["value"], _norms_no_mlp(record)])
-    best, ceiling = max(r["any"] for r in table), table[0]["config"]["n_in"] ** 2
-    rows.append(
-        [
-            "dataset ceiling",
-            str(pub["ceiling"]["value"]),
-            f"{ceiling}: " + ("reached" if best >= ceiling else f"never reached (best {best})"),
-        ]
-    )
-    sources = sorted(
-        {pub["toggles"][k]["source"] for k in labels}
-        | {pub["anchor_no_mlp"]["source"]}
-        | ({pub["norms_no_mlp"]["source"]} if "norms_no_mlp" in pub else set())
-    )
-    caption = (
-        f"Published (Any; {'; '.join(sources)}) vs ours (Any, base schedule: {_schedule(record)}). Each of"
-        " our values names its schedule (epochs per lr phase / patience); a toggle's effect is given at every"
-        " schedule with matched pairs, and the first row gives each variant's longest schedule in brackets."
-    )
-    return Section(
-        "comparisons",
-        "Published anchors and comparisons",
-        tables=[Table(["finding", "published", "ours"], rows, caption=caption)],
-    )
+def _e7(record: dict[str, Any]) -> dict[str, dict[int, int]]:
+    """Scaling model -> d -> the authors' E7 Any (published values file)."""
+    models = record["published"]["e7_any"]["models"]
+    return {name: {p["d"]: p["any"] for p in points} for name, points in models.items()}
 
 
-def scaling_section(record: dict[str, Any]) -> Section:
-    """Scaling records (mean over repeats), fits and the figure."""
-    rows = []
+def _e7_schedule(record: dict[str, Any], d: int) -> tuple[int, int] | None:
+    """(epochs per lr phase, patience) of the authors' E7 at d, or None for a d E7 did not run."""
+    pub = record["published"]["scaling_schedule"]["value"]
+    epochs = pub["max_epochs"].get(str(d))
+    return (epochs, pub["patience"]) if epochs else None
+
+
+def _scaling_rows(record: dict[str, Any]) -> list[list[Any]]:
+    """One row per scaling record (every schedule), with the authors' E7 Any at its d beside it."""
+    e7, rows = _e7(record), []
     every = record["scaling"] + record.get("scaling_other", [])
     for r in sorted(
         every,
         key=lambda r: (r["variant"] not in SCALING_LABELS, r["variant"], r["d"], r["schedule"]["max_epochs"]),
     ):
+        pub = e7.get(r["variant"], {}).get(r["d"])
+        at_e7 = _e7_schedule(record, r["d"]) == (r["schedule"]["max_epochs"], r["schedule"]["patience"])
         rows.append(
             [
                 SCALING_LABELS.get(r["variant"], r["variant"]),
                 r["d"],
-                _short(r["schedule"]),
+                short_schedule(r["schedule"]) + (" (E7)" if at_e7 else ""),
                 r["any"],
                 r["most"],
                 r["all"],
                 r["config"]["n_in"] ** 2,
+                pub if pub else "-",
+                f"{100 * (r['any'] / pub - 1):+.0f}%" if pub else "-",
                 f"{r['seconds']:.0f}",
             ]
         )
-    fits = {k: ScalingFit.from_dict(v) for k, v in record["scaling_fits"].items()}
-    lines = [f"{name}: S = {f.a:.2f} d^2 / ln d (free: {f.b:.2f} d^{f.k:.2f})" for name, f in fits.items()]
-    section = Section(
-        "scaling",
-        "Results: scaling",
-        lines=lines,
-        tables=[Table(["model", "d", "epochs / patience", "Any", "Most", "All", "ceiling", "s"], rows)],
+    return rows
+
+
+def _published_scaling_lines(record: dict[str, Any]) -> list[str]:
+    """The authors' E7 Any fitted by our code, and the published law (no fitted exponent for these models)."""
+    lines = []
+    for name, by_d in _e7(record).items():
+        ds = sorted(by_d)
+        f = fit_scaling(ds, [by_d[d] for d in ds])
+        lines.append(
+            f"The authors' E7 Any, {SCALING_LABELS.get(name, name)} model, d = {ds[0]} .. {ds[-1]}, fitted by"
+            f" the same code: S = {f.a:.2f} d^2 / ln d (free: {f.b:.2f} d^{f.k:.2f})."
+        )
+    law, ce = record["published"]["scaling_law"], record["published"]["construction_exponents"]["value"]
+    lines.append(
+        f"Published law: {law['value']} ({law['source']}). The post's fitted exponents {ce['hand_coded']} and"
+        f" {ce['trained']} belong to the constructions comparison (hand-coded vs trained challenge model at"
+        " acc >= 0.9, see there), not to these models."
     )
-    section.lines.insert(0, f"Fits use the base schedule ({_short(record['schedule'])}) only.")
+    return lines
+
+
+def scaling_section(record: dict[str, Any]) -> Section:
+    """Scaling records (mean over repeats) beside the authors' E7 values, fits and the figure."""
+    fits = {k: ScalingFit.from_dict(v) for k, v in record["scaling_fits"].items()}
+    lines = [f"Fits use the base schedule ({short_schedule(record['schedule'])}) only."]
+    lines += [f"{name}: S = {f.a:.2f} d^2 / ln d (free: {f.b:.2f} d^{f.k:.2f})" for name, f in fits.items()]
+    lines += _published_scaling_lines(record)
+    headers = ["model", "d", "epochs / patience", "Any", "Most", "All", "ceiling", "E7 Any", "vs E7", "s"]
+    caption = (
+        f"E7 Any: {record['published']['e7_any']['source']} (one run per d; source lines in"
+        f" {PUBLISHED_NAME}). (E7) marks a row run at the authors' E7 schedule for its d."
+    )
+    section = Section("scaling", "Results: scaling", lines=lines)
+    section.tables.append(Table(headers, _scaling_rows(record), caption=caption))
     any_fits = _any_fits(record)
     if any_fits:
         ds = sorted({d for f in any_fits.values() for d in f.d})
         secant = 2 - math.log(math.log(ds[-1]) / math.log(ds[0])) / math.log(ds[-1] / ds[0])
-        lo, hi = record["published"]["scaling_exponents"]["value"]
         section.lines.append(
-            f"Over d = {ds[0]} .. {ds[-1]} the law d^2 / ln d itself has secant exponent {secant:.2f}; "
-            f"published fitted exponents {lo:.2f} - {hi:.2f} (over d = 16 .. 256)."
+            f"Over d = {ds[0]} .. {ds[-1]} the law d^2 / ln d itself has secant exponent {secant:.2f}."
         )
         section.add_figure(
             "capacity", plot_scaling({SCALING_LABELS.get(k, k): f for k, f in any_fits.items()})
@@ -421,7 +368,8 @@ def benchmark_section(record: dict[str, Any]) -> Section:
     met = [r["variant"] for r in bench["rows"] if r["speed_up"] >= goal]
     lines = [
         (
-            f"d = {bench['d']}, {bench['n_facts']} facts, {bench['inits']} inits, {bench['epochs']} epochs per run,"
+            f"d = {bench['d']}, {bench['n_facts']} facts, {bench['inits']} inits, {bench['epochs']} epochs"
+            " per run,"
             f" {bench.get('threads', 1)} thread(s), best of {bench.get('rounds', 1)} alternating round(s)."
             f" Goal met for {len(met)} of {len(bench['rows'])} variants."
         )
@@ -460,21 +408,71 @@ def deviations_section(record: dict[str, Any], other: list[dict[str, Any]]) -> S
     return Section("deviations", "Deviations and caveats", lines=lines)
 
 
+def _groups(records: list[dict[str, Any]]) -> dict[tuple[int, int], list[dict[str, Any]]]:
+    """(epochs per lr phase, patience) -> records of that schedule (accuracy 1), shortest first."""
+    out: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for r in records:
+        if r["schedule"]["target_acc"] == 1:
+            out.setdefault((r["schedule"]["max_epochs"], r["schedule"]["patience"]), []).append(r)
+    return dict(sorted(out.items()))
+
+
+def commands_section(record: dict[str, Any]) -> Section:
+    """The sweep commands that produce the records in the data files, one per schedule (and model)."""
+    lines = [
+        f"Data: {', '.join(f'`data/{s}`' for s in record['sources'])}; published values: `{PUBLISHED_NAME}`."
+    ]
+    table = all_cells(record)
+    for (epochs, patience), rs in _groups(table).items():
+        flags = f"--max-epochs {epochs} --patience {patience}"
+        if len({r["variant"] for r in rs}) == 54:
+            lines.append(f"Table, all 54 variants at {epochs:,} / {patience:,}: `{SWEEP} table {flags}`.")
+            continue
+        names = sorted(
+            {r["variant"] for r in rs}, key=lambda v: sort_key(next(r for r in rs if r["variant"] == v))
+        )
+        lines.append(
+            f"Table at {epochs:,} / {patience:,} ({len(names)} variants): for each NAME in"
+            f" {', '.join(names)}:"
+            f" `{SWEEP} table --only NAME {flags}` (`--only` matches substrings; finished"
+            " cells are skipped)."
+        )
+    scaling = record["scaling"] + record.get("scaling_other", [])
+    by_model: dict[tuple[str, int, int], list[int]] = {}
+    for (epochs, patience), rs in _groups(scaling).items():
+        for r in rs:
+            by_model.setdefault((r["variant"], epochs, patience), []).append(r["d"])
+    for (variant, epochs, patience), ds in sorted(by_model.items()):
+        lines.append(
+            f"Scaling, {SCALING_LABELS.get(variant, variant)} model at {epochs:,} / {patience:,}:"
+            f" `{SWEEP} scaling --variant {SCALING_SWEEP.get(variant, variant)} --ds"
+            f" {' '.join(map(str, sorted(set(ds))))} --max-epochs {epochs} --patience {patience}`."
+        )
+    if record.get("anchor"):
+        a = record["anchor"]["schedule"]
+        lines.append(
+            f"Anchor file: `{MAX_FACTS} --mixing 2emb --no-mlp --no-norms --max-epochs {a['max_epochs']}"
+            f" --patience {a['patience']} --out docs/reproductions/data/facts_anchor_2emb_nomlp.json`."
+        )
+    if record.get("benchmark"):
+        lines.append(f"Benchmark: `{record['benchmark']['source']}`.")
+    return Section("commands", "Commands", lines=lines)
+
+
 def page(record: dict[str, Any]) -> Report:
     """The whole page from a run record (`records.collect`)."""
     headline = Section("headline", "Headline", lines=facts_headline(record) + constructions_headline(record))
     sections = [
         headline,
-        Section(
-            "commands", "Commands", lines=[f"Data: {', '.join(f'`data/{s}`' for s in record['sources'])}."]
-        ),
+        commands_section(record),
         Section("setup", "Setup: the 54 variants and the scaling"),
         variants_section(record),
+        table_b1_section(record),
         comparisons_section(record),
         scaling_section(record),
         benchmark_section(record),
         *constructions_sections(record),
         deviations_section(record, record.get("other_schedules", [])),
     ]
-    meta = {"variant": record["variant"], "published values": "data/memorisation_published.json"}
+    meta = {"variant": record["variant"], "published values": PUBLISHED_NAME}
     return Report(TITLE, "", meta, sections)

@@ -1,7 +1,8 @@
-"""The constructions half of the memorisation page: Appendix A, the published construction, capacities per mode.
+"""The constructions half of the memorisation page: Appendix A, the published construction, capacities.
 
-Reads `record["constructions"]`: capacity results (`CapacityResult` dicts, criteria "1" and "0.9"), trained spot
-checks, Appendix A, the S x top_fraction sweep, the grid and histogram counts (`constructions.reproduce`).
+Reads `record["constructions"]`: capacity results (`CapacityResult` dicts, criteria "1" and "0.9"), trained
+spot checks, Appendix A, the S x top_fraction sweep, the grid and histogram counts
+(`constructions.reproduce`).
 """
 
 import math
@@ -53,13 +54,16 @@ def constructions_headline(record: dict[str, Any]) -> list[str]:
         else math.nan
     )
     lines = [
-        f"Constructions at d = {', '.join(map(str, _ds(results)))} (ratios of fits a d^2 / ln d over the sizes both"
+        f"Constructions at d = {', '.join(map(str, _ds(results)))} (ratios of fits a d^2 / ln d over the"
+        " sizes both"
         f" modes have): trained / published hand-coded at acc >= 0.9 {r('published_hand', '0.9')}"
         f" [published {pub['ratio_hand_coded']['value']}x], at acc = 1 {r('published_hand', '1')};"
-        f" trained / published hybrid {r('published_hybrid', '0.9')} [published {pub['ratio_hybrid']['value']}x],"
+        f" trained / published hybrid {r('published_hybrid', '0.9')} [published"
+        f" {pub['ratio_hybrid']['value']}x],"
         f" at acc = 1 {r('published_hybrid', '1')}.",
         f"Trained / our hand-coded key-value table at acc >= 0.9: {r('keyvalue_hand', '0.9')} (goal: within"
-        f" {goals['hand_coded']:g}x); at acc = 1 {r('keyvalue_hand', '1')}. Our key-value embeddings with a trained"
+        f" {goals['hand_coded']:g}x); at acc = 1 {r('keyvalue_hand', '1')}. Our key-value embeddings with a"
+        " trained"
         f" unembedding: {r('keyvalue_hybrid', '0.9')} (hybrid goal within {goals['hybrid']:g}x"
         f" {'met' if kv <= goals['hybrid'] else 'not met'}).",
     ]
@@ -84,8 +88,10 @@ def _setup_lines(record: dict[str, Any]) -> list[str]:
     precisions = sorted({r.info.get("precision") for r in results})
     return [
         f"Training (trained, hybrid, rand-emb): Adam lr {g['train']['lr']:g}, full batch, at most"
-        f" {g['train']['max_epochs']} epochs, patience {g['train']['patience']}; best accuracy reached counts.",
-        f"Capacity: doubling from d, bisecting to {', '.join(map(str, precisions))} facts; best of {g['n_inits']}"
+        f" {g['train']['max_epochs']} epochs, patience {g['train']['patience']}; best accuracy reached"
+        " counts.",
+        f"Capacity: doubling from d, bisecting to {', '.join(map(str, precisions))} facts; best of"
+        f" {g['n_inits']}"
         f" initialisations or the best hyperparameter setting.",
         f"Published hand-coded: S in {g['s_values']} x top_fraction in {g['top_fractions'][0]:.2f} .."
         f" {g['top_fractions'][-1]:.2f} ({len(g['top_fractions'])} values), {g['retries']} tie-break draws.",
@@ -134,32 +140,9 @@ def _capacity_tables(results: list[CapacityResult]) -> list[Table]:
     return [capacity, Table(["ratio", *heads], ratio_rows)]
 
 
-def constructions_sections(record: dict[str, Any]) -> list[Section]:
-    """Setup, Appendix A, the published construction, capacities, our entry, histograms."""
+def _capacity_section(record: dict[str, Any]) -> Section:
+    """Capacity of every mode, ratios, spot checks, the figure, and the published exponents at acc >= 0.9."""
     c, results = record["constructions"], _results(record)
-    a, sweep = c["appendix_a"], c["sweep"]
-    appendix = Table(
-        ["n_in", "facts", "acc, d_mlp = n_in + 1", "acc, d_mlp = n_in + output bias"],
-        [[n, n * n, x, y] for n, x, y in zip(a["n_in"], a["acc_bias_neuron"], a["acc_output_bias"])],
-    )
-    best_acc, best_s, best_tf = max(  # the first best setting, in S then top_fraction order
-        (
-            (acc, s, tf)
-            for s, row in zip(sweep["s_values"], sweep["accuracy"])
-            for tf, acc in zip(sweep["top_fractions"], row)
-        ),
-        key=lambda t: t[0],
-    )
-    published = Section(
-        "published_construction",
-        "The published construction",
-        lines=[
-            f"Sweep at d = {sweep['d']}, {sweep['n_facts']} facts (best of {c['grid']['retries']} tie-breaks): best"
-            f" accuracy {best_acc:.3f} at S = {best_s}, top_fraction = {best_tf:.2f}; sqrt(d) = {math.sqrt(sweep['d']):.1f}"
-            f" [published: {record['published']['best_s_law']['value']}]."
-        ],
-    )
-    published.add_figure("sweep", plot_sweep(sweep))
     capacity = Section(
         "construction_capacity", "Capacity: the four modes and our entry", tables=_capacity_tables(results)
     )
@@ -171,8 +154,8 @@ def constructions_sections(record: dict[str, Any]) -> list[Section]:
                 spot,
                 floatfmt=".4f",
                 caption=(
-                    f"Spot checks where a full trained search was too slow (best of {c['grid']['n_inits']} trained"
-                    " initialisations, same recipe):"
+                    f"Spot checks where a full trained search was too slow (best of {c['grid']['n_inits']}"
+                    " trained initialisations, same recipe):"
                 ),
             )
         )
@@ -190,6 +173,43 @@ def constructions_sections(record: dict[str, Any]) -> list[Section]:
     fits = {LABELS[m]: {crit: mode_fit(results, m, crit) for crit in THRESHOLDS} for m in _modes(results)}
     capacity.add_figure("capacity", plot_capacity(points, fits))
     capacity.lines.append("Runs that contributed: " + "; ".join(f"`{cmd}`" for cmd in c["runs"]) + ".")
+    ce = record["published"]["construction_exponents"]
+    capacity.lines.append(
+        f"Published fitted exponents at acc >= 0.9: hand-coded {ce['value']['hand_coded']}, trained"
+        f' {ce["value"]["trained"]} ({ce["source"]}: "{ce["quote"]}"); ours are the exponent column above.'
+    )
+    return capacity
+
+
+def constructions_sections(record: dict[str, Any]) -> list[Section]:
+    """Setup, Appendix A, the published construction, capacities, our entry, histograms."""
+    c = record["constructions"]
+    a, sweep = c["appendix_a"], c["sweep"]
+    appendix = Table(
+        ["n_in", "facts", "acc, d_mlp = n_in + 1", "acc, d_mlp = n_in + output bias"],
+        [[n, n * n, x, y] for n, x, y in zip(a["n_in"], a["acc_bias_neuron"], a["acc_output_bias"])],
+    )
+    best_acc, best_s, best_tf = max(  # the first best setting, in S then top_fraction order
+        (
+            (acc, s, tf)
+            for s, row in zip(sweep["s_values"], sweep["accuracy"])
+            for tf, acc in zip(sweep["top_fractions"], row)
+        ),
+        key=lambda t: t[0],
+    )
+    published = Section(
+        "published_construction",
+        "The published construction",
+        lines=[
+            f"Sweep at d = {sweep['d']}, {sweep['n_facts']} facts (best of {c['grid']['retries']}"
+            " tie-breaks): best"
+            f" accuracy {best_acc:.3f} at S = {best_s}, top_fraction = {best_tf:.2f}; sqrt(d) ="
+            f" {math.sqrt(sweep['d']):.1f}"
+            f" [published: {record['published']['best_s_law']['value']}]."
+        ],
+    )
+    published.add_figure("sweep", plot_sweep(sweep))
+    capacity = _capacity_section(record)
     histograms = Section("histograms", "Weights and activations: constructed vs trained (their Figures 6-8)")
     if c.get("histograms"):
         histograms.lines.append(f"d = {c['histograms']['d']}; rows: {'; '.join(c['histograms']['rows'])}.")

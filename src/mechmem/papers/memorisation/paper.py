@@ -1,16 +1,18 @@
 """The memorisation paper as a plugin: variants, spec and run (`mechmem.plugins.Paper`).
 
-    python analyses/reproduce.py memorisation                        # "committed": record + page from the data
+    python analyses/reproduce.py memorisation                  # "committed": record + page from the data
     python analyses/reproduce.py memorisation --page-only            # the page again from memorisation.json
     python analyses/reproduce.py memorisation --variant quick        # everything at toy sizes, CPU minutes
     python analyses/reproduce.py memorisation --variant table --set max_epochs=150 --set patience=50
     python analyses/reproduce.py memorisation --variant scaling --set ds=16,32
     python analyses/reproduce.py memorisation --variant constructions --set ds=16,32
-    python analyses/reproduce.py memorisation --variant paper --set device=cuda   # the published schedule (GPU)
-    python analyses/reproduce.py memorisation --variant paper --set executor=ray --set address=auto  # a Ray cluster
+    python analyses/reproduce.py memorisation --variant paper --set device=cuda    # published schedules (GPU)
+    python analyses/reproduce.py memorisation --variant paper --set executor=ray --set address=auto  # Ray
 
 Sweeps append to the data folder's files and skip finished cells, so every variant resumes; the record is then
 assembled from the files by `records.collect`, so a page never depends on one process having run everything.
+The `paper` variant runs the table at 50,000 epochs per lr phase, patience 5,000, and the scaling at the
+authors' E7 schedule per d (`sweep.e7_schedule`: 50,000 x 1, 2, 4, 8 for d = 16, 32, 64, 128, patience 5,000).
 """
 
 from collections.abc import Callable
@@ -18,13 +20,14 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from mechmem.config import apply_options
 from mechmem.errors import MechmemError
 from mechmem.executor import check_executor
 from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.constructions.evaluators import EVALUATORS
 from mechmem.papers.memorisation.constructions.reproduce import run_constructions
-from mechmem.papers.memorisation.records import PUBLISHED, collect
-from mechmem.papers.memorisation.sweep import run_sweep, scaling_cells, table_cells
+from mechmem.papers.memorisation.records import collect
+from mechmem.papers.memorisation.sweep import e7_schedule, run_sweep, scaling_cells, table_cells
 
 VARIANTS = ("committed", "quick", "table", "scaling", "constructions", "paper")
 RUNS = {
@@ -49,6 +52,8 @@ class MemorisationSpec:
     """Sweep schedule: epochs per lr phase (published 50,000)."""
     patience: int = 50
     """Sweep schedule: epochs without improvement (published 5,000)."""
+    grow_epochs: bool = False
+    """Scaling: multiply the epoch cap by d / 16 at each d (the authors' E7: 50,000 x 1, 2, 4, 8)."""
     repeats: int = 1
     """Sweep repeats (fresh init seeds each; published 4)."""
     d: int = 16
@@ -69,13 +74,6 @@ class MemorisationSpec:
     """Ray cluster to join (auto or host:port); empty: a local Ray instance."""
 
 
-def _parse(field: str, value: str, default: Any) -> Any:
-    if isinstance(default, tuple):
-        items = [v for v in value.split(",") if v]
-        return tuple(int(v) for v in items) if default and isinstance(default[0], int) else tuple(items)
-    return type(default)(value)
-
-
 def spec(variant: str, options: dict[str, str]) -> MemorisationSpec:
     """The spec of a variant, with options applied (unknown variant or option: `MechmemError`)."""
     if variant not in VARIANTS:
@@ -87,20 +85,19 @@ def spec(variant: str, options: dict[str, str]) -> MemorisationSpec:
         )
     elif variant == "paper":
         base = replace(
-            base, max_epochs=50_000, patience=5_000, repeats=4, ds=(16, 32, 64, 128), device="auto"
+            base,
+            max_epochs=50_000,
+            patience=5_000,
+            grow_epochs=True,
+            repeats=4,
+            ds=(16, 32, 64, 128),
+            device="auto",
         )
-    known = {f.name: getattr(base, f.name) for f in fields(base) if f.name != "variant"}
-    bad = [k for k in options if k not in known]
-    if bad:
-        raise MechmemError(f"unknown option {bad[0]!r} (known: {', '.join(known)})")
-    try:
-        parsed = {k: _parse(k, v, known[k]) for k, v in options.items()}
-    except ValueError as err:
-        raise MechmemError(f"bad option value: {err}") from None
-    unknown_modes = [m for m in parsed.get("modes", ()) if m not in EVALUATORS]
+    names = [f.name for f in fields(base) if f.name != "variant"]
+    out = apply_options(base, options, names)
+    unknown_modes = [m for m in out.modes if m not in EVALUATORS]
     if unknown_modes:
         raise MechmemError(f"unknown mode {unknown_modes[0]!r} (known: {', '.join(EVALUATORS)})")
-    out = replace(base, **parsed)
     check_executor(out.executor, out.address or None)
     return out
 
@@ -121,7 +118,9 @@ def run(spec: MemorisationSpec, log: Callable[[str], None]) -> dict[str, Any]:
         cells = [
             c
             for v in ("nb", "full")
-            for c in scaling_cells(v, list(spec.ds), spec.repeats, schedule, spec.facts_device)
+            for c in scaling_cells(
+                v, list(spec.ds), spec.repeats, schedule, spec.facts_device, grow_epochs=spec.grow_epochs
+            )
         ]
         run_sweep(cells, data / "facts_scaling.jsonl", reuse=[data / "facts_table.jsonl"], **where)
     if "constructions" in steps:
@@ -138,5 +137,7 @@ def run(spec: MemorisationSpec, log: Callable[[str], None]) -> dict[str, Any]:
             executor=spec.executor,
             address=spec.address or None,
         )
-    published = data / PUBLISHED if (data / PUBLISHED).exists() else Path(MemorisationSpec.data) / PUBLISHED
-    return collect(data, schedule=schedule.to_dict(), tag=spec.tag, variant=spec.variant, published=published)
+    per_d = {d: e7_schedule(schedule, d).to_dict() for d in spec.ds} if spec.grow_epochs else None
+    return collect(
+        data, schedule=schedule.to_dict(), tag=spec.tag, variant=spec.variant, scaling_schedules=per_d
+    )

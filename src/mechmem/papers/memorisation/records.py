@@ -7,13 +7,16 @@
     facts_scaling.jsonl            the d-scaling searches
     facts_benchmark.json           batched vs per-init training time (optional)
     constructions_capacity_TAG.json, constructions_misc_TAG.json    the constructions (TAG = full | quick)
-    memorisation_published.json    the published values, each with its source
 
-Sweep records of the requested (base) schedule enter the record whole (`table`, `scaling`: the comparisons and fits
-use only these, so every variant is compared under one schedule); records of every other schedule enter in brief
-(`other_schedules`, `scaling_other`): the page shows each variant's longest schedule beside its base one, and the
-capacity against the epoch cap. Records written before the fact generator had a device option drew the
-permutation on the CPU and are marked so (`facts_device`).
+The published values, each with its source and the exact sentence, table row or code line it is read from, are
+the package file `published.json` beside this module (`PUBLISHED`), not a file of the data folder.
+
+Sweep records of the requested (base) schedule enter the record whole (`table`, `scaling`: the comparisons and
+fits use only these, so every variant is compared under one schedule; the scaling may give each d its own
+schedule, as the authors' E7 did); records of every other schedule enter in brief (`other_schedules`,
+`scaling_other`): the page shows each variant's longest schedule beside its base one, and the capacity against
+the epoch cap. Records written before the fact generator had a device option drew the permutation on the CPU
+and are marked so (`facts_device`).
 """
 
 import json
@@ -23,7 +26,10 @@ from typing import Any
 from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.sweep import load_records, scaling_fits
 
-PUBLISHED = "memorisation_published.json"
+PUBLISHED = Path(__file__).with_name("published.json")
+"""The published-values file, read relative to this package."""
+PUBLISHED_NAME = "src/mechmem/papers/memorisation/published.json"
+"""How the page names it."""
 
 
 def _read(path: Path) -> Any:
@@ -42,6 +48,7 @@ def collect(
     tag: str = "full",
     published: str | Path | None = None,
     variant: str = "committed",
+    scaling_schedules: dict[int, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The run record from the files in `data_dir` (see the module docstring); JSON-able.
 
@@ -49,24 +56,28 @@ def collect(
         data_dir: folder of the sweep and constructions files.
         schedule: `Schedule.to_dict()` of the sweep records to show.
         tag: which constructions files ("full" or "quick").
-        published: the published-values file (default: `data_dir / memorisation_published.json`).
+        published: the published-values file (default: the package's `PUBLISHED`).
         variant: the variant that produced the data (shown on the page).
+        scaling_schedules: d -> the schedule of the scaling records to show at that d (default: `schedule`
+            at every d).
     """
     data_dir = Path(data_dir)
-    published_path = Path(published) if published else data_dir / PUBLISHED
+    published_path = Path(published) if published else PUBLISHED
     if not published_path.exists():
         raise MechmemError(f"no published values at {published_path}")
     table_all = load_records(data_dir / "facts_table.jsonl")
     table = [r for r in table_all if r["schedule"] == schedule]
     scaling_all = load_records(data_dir / "facts_scaling.jsonl")
-    scaling = [r for r in scaling_all if r["schedule"] == schedule]
+    per_d = scaling_schedules or {}
+    scaling = [r for r in scaling_all if r["schedule"] == per_d.get(r["d"], schedule)]
+    scaling_keys = {r["key"] for r in scaling}
     cap_name, misc_name = f"constructions_capacity_{tag}.json", f"constructions_misc_{tag}.json"
     capacities, misc = _read(data_dir / cap_name), _read(data_dir / misc_name)
     if not table or capacities is None or misc is None:
         raise MechmemError(
             f"{data_dir} lacks facts_table.jsonl records of schedule {schedule} or {cap_name} / {misc_name}"
         )
-    sources = ["facts_table.jsonl", "facts_scaling.jsonl", cap_name, misc_name, PUBLISHED]
+    sources = ["facts_table.jsonl", "facts_scaling.jsonl", cap_name, misc_name]
     anchor, bench = _read(data_dir / "facts_anchor_2emb_nomlp.json"), _read(data_dir / "facts_benchmark.json")
     sources += [
         n for n, x in (("facts_anchor_2emb_nomlp.json", anchor), ("facts_benchmark.json", bench)) if x
@@ -78,11 +89,11 @@ def collect(
         "other_schedules": [_brief(r) for r in table_all if r["schedule"] != schedule],
         "anchor": anchor,
         "scaling": scaling,
-        "scaling_other": [_brief(r) for r in scaling_all if r["schedule"] != schedule],
+        "scaling_other": [_brief(r) for r in scaling_all if r["key"] not in scaling_keys],
         "facts_devices": sorted({r.get("facts_device", "cpu") for r in table_all + scaling_all}),
         "scaling_fits": {k: f.to_dict() for k, f in scaling_fits(scaling).items()},
         "benchmark": bench,
         "constructions": {**capacities, **misc, "tag": tag},
-        "published": json.loads(published_path.read_text()),
+        "published": json.loads(published_path.read_text(encoding="utf-8")),
         "sources": sources,
     }

@@ -1,21 +1,24 @@
 """Sweeps of capacity searches: resumable JSONL records, the 54-variant table, and d-scaling fits.
 
 A sweep is a list of `SearchCell`s (variant, sizes, repeat, schedule). `run_sweep` runs them through the one
-executor (`mechmem.executor.run_cells`: in-process, or Ray tasks with `executor="ray"`), which appends one JSON
-line per finished cell and skips cells whose key is already in the file, so an interrupted sweep resumes where it
-stopped. Repeat r uses init seeds 11r .. 11r + 10 (the published repeats drew fresh random inits).
+executor (`mechmem.executor.run_cells`: in-process, or Ray tasks with `executor="ray"`), which appends one
+JSON line per finished cell and skips cells whose key is already in the file, so an interrupted sweep resumes
+where it stopped. Repeat r uses init seeds 11r .. 11r + 10 (the published repeats drew fresh random inits).
 
-Scaling follows the authors: n_in = 2d, d_model = d_mlp = n_out = d, search precision 8 (d/16)^2; the fits are
-`fits.fit_scaling` (`scaling_fits` groups the records by variant and criterion).
+Scaling follows the authors: n_in = 2d, d_model = d_mlp = n_out = d, search precision 8 (d/16)^2; their E7
+also let the epoch cap per lr phase grow with d (50,000 x 1, 2, 4, 8 for d = 16, 32, 64, 128) with patience
+5,000 throughout, which `e7_schedule` applies to any base schedule. The fits are `fits.fit_scaling`
+(`scaling_fits` groups the records by variant and criterion).
 """
 
 import statistics
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from mechmem.analysis.stats import format_mean_sd
 from mechmem.errors import MechmemError
 from mechmem.executor import Cell, run_cells
 from mechmem.executor import load_records as load_cell_records
@@ -68,7 +71,7 @@ def scaled(cfg: FactsModelConfig, d: int) -> FactsModelConfig:
 
 
 def load_records(path: str | Path) -> list[dict[str, Any]]:
-    """All records of a sweep file, one per key (missing file: none; a line cut by a killed sweep: skipped)."""
+    """All records of a sweep file, one per key (missing file: none; a cut line: skipped)."""
     return list(load_cell_records(Path(path), flat=True).values())
 
 
@@ -99,7 +102,7 @@ def run_sweep(
     progress: bool = True,
     reuse: Iterable[str | Path] = (),
 ) -> dict[str, dict[str, Any]]:
-    """Run every cell not yet in `path` (one JSON line each, appended as it finishes); key -> record of all cells.
+    """Run every cell not yet in `path` (one JSON line each, appended when done); key -> record of all cells.
 
     `executor`, `address` and `gpus_per_cell` choose where the cells run (`mechmem.executor.run_cells`);
     `device` is cpu, cuda or auto, resolved by each cell where it runs. Cells finished in a `reuse` file (same
@@ -121,14 +124,6 @@ def run_sweep(
     )
 
 
-def _mean_sd(values: list[int] | list[float]) -> str:
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.0f}"
-    return f"{statistics.mean(values):.0f} +- {statistics.stdev(values):.0f}"
-
-
 def table_rows(
     records: list[dict[str, Any]], criteria: tuple[str, ...] = ("any", "most", "all")
 ) -> list[list[str]]:
@@ -142,20 +137,44 @@ def table_rows(
             [
                 name,
                 str(len(rs)),
-                *(_mean_sd([r[c] for r in rs if c in r]) for c in criteria),
+                *(format_mean_sd([r[c] for r in rs if c in r], ".0f", " +- ") for c in criteria),
                 f"{statistics.mean(r['seconds'] for r in rs):.0f}",
             ]
         )
     return rows
 
 
+def e7_schedule(schedule: Schedule, d: int) -> Schedule:
+    """The authors' E7 schedule at width d: the epoch cap per lr phase times d / 16, same patience.
+
+    With the published base (50,000 / 5,000): 50,000, 100,000, 200,000, 400,000 epochs per phase for
+    d = 16, 32, 64, 128 (their E7_modal.py), patience 5,000 at every d.
+    """
+    return replace(schedule, max_epochs=schedule.max_epochs * max(1, d // 16))
+
+
 def scaling_cells(
-    variant: str, ds: list[int], repeats: int, schedule: Schedule, facts_device: str = "cpu"
+    variant: str,
+    ds: list[int],
+    repeats: int,
+    schedule: Schedule,
+    facts_device: str = "cpu",
+    *,
+    grow_epochs: bool = False,
 ) -> list[SearchCell]:
-    """The authors' scaling cells: the variant at each d, precision 8 (d/16)^2."""
+    """The authors' scaling cells: the variant at each d, precision 8 (d/16)^2.
+
+    With `grow_epochs`, each d runs at `e7_schedule(schedule, d)`; otherwise every d at `schedule`.
+    """
     base = SCALING_VARIANTS[variant]
     return [
-        SearchCell(scaled(base, d), r, schedule, precision=8 * (d // 16) ** 2 or 1, facts_device=facts_device)
+        SearchCell(
+            scaled(base, d),
+            r,
+            e7_schedule(schedule, d) if grow_epochs else schedule,
+            precision=8 * (d // 16) ** 2 or 1,
+            facts_device=facts_device,
+        )
         for r in range(repeats)
         for d in ds
     ]

@@ -6,6 +6,7 @@ Importing the package registers the "permutation" task (`task`) and the paper "p
 
 from typing import Any
 
+from mechmem.config import apply_options
 from mechmem.errors import MechmemError
 from mechmem.executor import check_executor
 from mechmem.papers.permutation import task  # noqa: F401  (registers the task)
@@ -72,26 +73,23 @@ OPTIONS = {
 def make_spec(variant: str, options: dict[str, str]) -> ReproConfig:
     """The `ReproConfig` of a variant, with `--set` options (runs=DIR, workers=N, device=cpu|cuda,
     task1_seeds=0,1,2, task2_seeds=0,1,2, executor=local|ray, address=auto|HOST:PORT,
-    scale_presets=v10-quick,v15-quick or none) applied; unknown variants
+    scale_presets=v10-quick,v15-quick or none) applied by `config.apply_options`; unknown variants
     and options, and a bad executor or address, raise `MechmemError`."""
     if variant not in VARIANTS:
         raise MechmemError(f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise MechmemError(f"unknown option {unknown[0]!r} (known: {', '.join(OPTIONS)})")
     kind = "paper" if variant == "paper" else "quick"
     few = variant == "quick"
-    fields: dict[str, Any] = {
-        "task1_preset": f"task1-{kind}",
-        "task2_preset": f"task2-{kind}",
-        "task1_seeds": (0, 1) if few else (0, 1, 2, 3, 4),
-        "task2_seeds": (0, 1, 2) if few else (0, 1, 2, 3, 4),
-        "scale_presets": (f"v10-{kind}", f"v15-{kind}"),
-        "variant": variant,
-    }
-    fields.update({key: OPTIONS[key](value) for key, value in options.items()})
-    check_executor(fields.get("executor", "local"), fields.get("address") or None)
-    return ReproConfig(**fields)
+    base = ReproConfig(
+        task1_preset=f"task1-{kind}",
+        task2_preset=f"task2-{kind}",
+        task1_seeds=(0, 1) if few else (0, 1, 2, 3, 4),
+        task2_seeds=(0, 1, 2) if few else (0, 1, 2, 3, 4),
+        scale_presets=(f"v10-{kind}", f"v15-{kind}"),
+        variant=variant,
+    )
+    spec = apply_options(base, options, OPTIONS, OPTIONS)
+    check_executor(spec.executor, spec.address or None)
+    return spec
 
 
 def run(spec: ReproConfig, log: Any) -> dict[str, Any]:

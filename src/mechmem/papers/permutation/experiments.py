@@ -10,7 +10,6 @@ The larger-V presets live in `mechmem.papers.permutation.task`: `v10-quick`, `v1
 `v10-paper`, `v15-paper` (GPU-sized), all trained on repeat data (repeat_ratio 0.3).
 """
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.analysis.logit_lens import decode_residual
 from mechmem.analysis.neurons import ablate_neurons, neuron_direct_effect, rank_neurons
 from mechmem.analysis.roles import head_roles
 from mechmem.executor import Cell, run_cells
@@ -28,6 +28,7 @@ from mechmem.papers.permutation.task import (
     bayes_posterior,
     elimination_floor,
 )
+from mechmem.training.rundir import finished_run, read_metrics, run_identity
 
 
 # -- training -----------------------------------------------------------------------------------------------
@@ -37,23 +38,11 @@ def run_dir(runs: str | Path, preset: str, seed: int) -> Path:
 
 
 def _is_done(runs: Path, preset: str, seed: int) -> bool:
-    from mechmem.checkpoint import read_payload
-    from mechmem.errors import CheckpointError
     from mechmem.tasks import get_preset
 
-    path = run_dir(runs, preset, seed) / "ckpt.pt"
-    if not path.exists():
-        return False
-    try:
-        payload = read_payload(path)
-    except CheckpointError:
-        return False
     want = get_preset("permutation", preset)
-    return (
-        payload["train_config"] == want.train.replace(seed=seed).to_dict()
-        and payload["model_config"] == want.model.to_dict()
-        and payload["task_config"] == want.task.to_dict()
-    )
+    identity = run_identity(want.model, "permutation", want.task, want.train.replace(seed=seed))
+    return finished_run(run_dir(runs, preset, seed), identity)
 
 
 def train_if_missing(preset: str, seed: int, runs: str | Path, device: str = "cpu") -> bool:
@@ -252,7 +241,7 @@ def ffn_rescue(
     name = f"blocks.{layer}.hook_resid_mid"
     logits, cache = model.run_with_cache(tokens, names_filter=lambda x: x == name)
     resid = cache[name]
-    pre = model.unembed(model.ln_final(resid) if model.cfg.normalization_type else resid)
+    pre = decode_residual(model, resid)
     lens = {
         "pre_ffn": _group_scores(pre, targets, repeat),
         "post_ffn": _group_scores(logits, targets, repeat),
@@ -353,10 +342,6 @@ class ReproConfig:
     """The variant this config was made from (recorded, so the page can say how to rebuild it)."""
 
 
-def _history(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
 def _measure(
     preset: str, seed: int, cfg: ReproConfig, *, roles: bool, rescue: bool = False
 ) -> dict[str, Any]:
@@ -377,7 +362,7 @@ def _measure(
         "model": ckpt.model_config.to_dict(),
         "train": ckpt.train,
         "task": ckpt.task_config,
-        "history": _history(path),
+        "history": read_metrics(path),
         "losses": masked_losses(model, task, cfg.n_eval, generator=gen()),
         "bayes": bayes_table(model, task, cfg.n_eval, generator=gen()),
         "probe": probe_stats(model, task, cfg.n_eval, generator=gen()),

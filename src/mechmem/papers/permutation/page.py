@@ -5,9 +5,10 @@ section key (setup, published, bayes, probe, roles, rescue, scale); the publishe
 
 import json
 from pathlib import Path
-from statistics import mean, pstdev
+from statistics import mean
 from typing import Any
 
+from mechmem.analysis.stats import format_mean_sd, mean_sd
 from mechmem.papers.permutation import figures
 from mechmem.report.document import Report, Section, Table
 
@@ -22,10 +23,14 @@ def load_published() -> dict[str, Any]:
 
 
 def _ms(values: list[float], fmt: str = ".3f") -> str:
-    """Mean ± population sd of the values (a single value alone)."""
-    if len(values) == 1:
-        return format(values[0], fmt)
-    return f"{format(mean(values), fmt)} ± {format(pstdev(values), fmt)}"
+    """Mean ± sample sd of the values (a single value alone): `stats.format_mean_sd`."""
+    return format_mean_sd(values, fmt)
+
+
+def _mean_and_sd(values: list[float]) -> list[Any]:
+    """[mean, sample sd ("-" for one value)] as table cells (`stats.mean_sd`)."""
+    m, sd = mean_sd(values)
+    return [m, "-" if sd is None else sd]
 
 
 def final_acc(run: dict[str, Any], suffix: str) -> float:
@@ -153,13 +158,11 @@ def published_rows(record: dict[str, Any], published: dict[str, Any]) -> list[li
         "Task 2 final-step accuracy, memorisation": [final_acc(r, "memorisation") for r in t2],
     }
     rows = [
-        [published[k]["quantity"], published[k]["value"], published[k]["source"], mean(x), pstdev(x), len(x)]
+        [published[k]["quantity"], published[k]["value"], published[k]["source"], *_mean_and_sd(x), len(x)]
         for k, x in ours.items()
     ]
     final = published["final_step_acc"]
-    rows += [
-        [name, final["value"], final["source"], mean(x), pstdev(x), len(x)] for name, x in finals.items()
-    ]
+    rows += [[name, final["value"], final["source"], *_mean_and_sd(x), len(x)] for name, x in finals.items()]
     return rows
 
 
@@ -323,26 +326,6 @@ def hand_check(run: dict[str, Any]) -> list[Any]:
     ]
 
 
-PREVIOUS_RULE = {"min_score": 0.1, "margin": 0.1}
-"""The role rule of this page before the one-classifier redesign: a head was recall (elimination) when its recall
-(elimination) transfer reached `min_score` and exceeded its other transfer by `margin`. The current rule was fixed on
-development seed 7 before seeds 0-4 were measured; the page shows the old rule's outcome on the same record."""
-
-
-def previous_rule_labels(run: dict[str, Any]) -> list[str]:
-    """Labels of the previous rule, from the record's transfer scores."""
-    out = []
-    for h in run["roles"]["heads"]:
-        rec, eli = h["evidence"]["recall_transfer"], h["evidence"]["elimination_transfer"]
-        if rec >= PREVIOUS_RULE["min_score"] and rec - eli >= PREVIOUS_RULE["margin"]:
-            out.append("recall")
-        elif eli >= PREVIOUS_RULE["min_score"] and eli - rec >= PREVIOUS_RULE["margin"]:
-            out.append("elimination")
-        else:
-            out.append("shared" if min(rec, eli) >= PREVIOUS_RULE["min_score"] else "unused")
-    return out
-
-
 def _roles(record: dict[str, Any]) -> Section:
     s = Section("roles", "3. Head roles, measured")
     groups = [(k, [r for r in record[k] if "roles" in r]) for k in GROUPS]
@@ -375,15 +358,6 @@ def _roles(record: dict[str, Any]) -> Section:
             f"{GROUPS[key]}: exactly one recall and one elimination head on {split} of {len(runs)} "
             "seeds; labels per seed: "
             + "; ".join(f"seed {r['seed']}: {r['roles']['summary']}" for r in runs)
-            + "."
-        )
-        old = [previous_rule_labels(r) for r in runs]
-        old_split = sum(sorted(labels) == ["elimination", "recall"] for labels in old)
-        s.lines.append(
-            f"{GROUPS[key]}, previous rule (transfer >= {PREVIOUS_RULE['min_score']} with a margin of "
-            f"{PREVIOUS_RULE['margin']} over the other role's transfer) on the same record: {old_split} of "
-            f"{len(runs)} seeds split; labels per seed: "
-            + "; ".join(f"seed {r['seed']}: {', '.join(labels)}" for r, labels in zip(runs, old))
             + "."
         )
     runs = dict(groups).get("task2", [])

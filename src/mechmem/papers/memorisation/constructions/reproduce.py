@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mechmem.cli import write_json
 from mechmem.executor import Cell, check_executor, run_cells
 from mechmem.papers.memorisation.capacity import CapacityResult
 from mechmem.papers.memorisation.constructions.evaluators import (
@@ -110,7 +111,7 @@ def spot_cell(d: int, n: int, quick: bool) -> dict:
 
 
 def _save(path: Path, data: dict) -> None:
-    path.write_text(json.dumps({**data, "results": [r.to_dict() for r in data["results"]]}, indent=1))
+    write_json(path, {**data, "results": [r.to_dict() for r in data["results"]]})
 
 
 def run_constructions(
@@ -179,5 +180,5 @@ def run_constructions(
         "grid": grid_dict(grid),
         "histograms": {"d": hist_d, "rows": histogram_rows(data["results"], hist_d, grid)},
     }
-    paths["misc"].write_text(json.dumps(misc, indent=1))
+    write_json(paths["misc"], misc)
     return paths

@@ -10,6 +10,9 @@ authors' code also trains an output bias; see the report).
 Stacked models are trained as one: the loss is the sum of the per-model mean losses and Adam is elementwise,
 so each model follows exactly the trajectory it would follow alone. Once a model has stopped (perfect or out
 of patience) its best accuracy is frozen, even though its weights keep moving with the others.
+
+Not the project's one training loop (`mechmem.training.train`, a task's stream of batches for a fixed number of
+steps, one model): a different algorithm, many stacked models on one full batch with per-model early stopping.
 """
 
 from dataclasses import dataclass
