@@ -1,5 +1,8 @@
 # Two entry points: `make demo` and `make test`. Both bootstrap .venv on first use.
-VENV ?= .venv
+# Every path is taken from the repository root (this file's folder), so `make -C REPO test` and
+# `make -f REPO/Makefile test` behave the same from any working directory.
+ROOT := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
+VENV ?= $(ROOT)/.venv
 PY := $(VENV)/bin/python
 # The bootstrap installs uv into the venv and lets it resolve and install everything (about 30 s cold, against
 # several minutes for pip); without uv (no registry for it) it falls back to pip. On machines that keep a CPU build
@@ -8,42 +11,48 @@ PY := $(VENV)/bin/python
 LOCAL_TORCH := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
 TORCH_PIN := $(if $(LOCAL_TORCH),--find-links $(dir $(LOCAL_TORCH)) torch==2.13.0,)
 TEST_ARGS ?= -n 2
+# The folder pytest runs in; no test may depend on it (.ci/run sets a scratch folder to prove it).
+TEST_CWD ?= $(ROOT)
 PYTEST := $(PY) -m pytest
 
-.PHONY: demo test test-slow bench clean-venv notebooks
+.PHONY: demo lint test test-slow bench clean-venv notebooks
 
 define bootstrap
 	test -x $(PY) || python3 -m venv $(VENV)
 	@if $(PY) -m pip install -q uv >/dev/null 2>&1; then \
 		echo "installing with uv$(if $(LOCAL_TORCH), (the local CPU build of torch),)"; \
-		$(VENV)/bin/uv pip install -q --python $(PY) $(TORCH_PIN) -e '.$(1)'; \
+		$(VENV)/bin/uv pip install -q --python $(PY) $(TORCH_PIN) -e '$(ROOT)$(1)'; \
 	else \
 		echo "uv unavailable: installing with pip"; \
 		if [ -n "$(LOCAL_TORCH)" ]; then $(PY) -m pip install -q torch==2.13.0; fi; \
-		$(PY) -m pip install -q -e '.$(1)'; \
+		$(PY) -m pip install -q -e '$(ROOT)$(1)'; \
 	fi
 endef
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: $(ROOT)/pyproject.toml
 	$(call bootstrap,)
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml
+$(VENV)/.installed-test: $(ROOT)/pyproject.toml
 	$(call bootstrap,[test])
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
-	$(PY) analyses/demo.py --out runs/demo --reports reports
+	cd $(ROOT) && $(PY) analyses/demo.py --out runs/demo --reports reports
 
-test: $(VENV)/.installed-test
-	$(PYTEST) $(TEST_ARGS) -m "not slow"
+# Formatting and lint (line length and rules in pyproject.toml's [tool.ruff]); `make test` runs them first.
+lint: $(VENV)/.installed-test
+	cd $(ROOT) && $(VENV)/bin/ruff format --check . && $(VENV)/bin/ruff check .
+
+test: lint
+	cd $(TEST_CWD) && $(PYTEST) $(TEST_ARGS) -m "not slow" $(ROOT)/tests
 
 test-slow: $(VENV)/.installed-test
-	$(PYTEST) $(TEST_ARGS) -m slow
+	cd $(TEST_CWD) && $(PYTEST) $(TEST_ARGS) -m slow $(ROOT)/tests
 
 # examples/*.py (percent format) are the source; their .ipynb twins are regenerated from them, outputs empty.
 notebooks: $(VENV)/.installed-test
-	$(PY) -m jupytext --to ipynb examples/*.py
+	cd $(ROOT) && $(PY) -m jupytext --to ipynb examples/*.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,11 +1,12 @@
-"""Ablate every attention head (and every attention and MLP layer) of a checkpoint and report the metric change.
+"""Ablate every attention head (and every attention and
+MLP layer) of a checkpoint and report the metric change.
 
     python analyses/ablate_heads.py runs/task2/ckpt.pt --n-samples 256            # a few seconds on CPU
     python analyses/ablate_heads.py runs/task2 --metric logit_diff --methods zero mean
 
-Zero, mean and resample ablation of each head's output z; means and resampled sequences come from a second draw of
-the task's evaluation data. Prints a layer x head table of deltas per method and writes DIR/ablate_heads.json
-("results": one record per ablation) and DIR/ablate_heads.png.
+Zero, mean and resample ablation of each head's output z; means and resampled sequences come from a second
+draw of the task's evaluation data. Prints a layer x head table of deltas per method and writes
+DIR/ablate_heads.json ("results": one record per ablation) and DIR/ablate_heads.png.
 """
 
 import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)

@@ -3,9 +3,10 @@
     python analyses/birth_eval_spread.py --out docs/reproductions/data/birth_eval_spread.json   # CPU: ~5 min
 
 Retrains the ladder's R0 one-layer random-trigger cell (seed 0: the same run, its curve equal to the committed
-one) and measures its in-context accuracy (`BirthTask.batch_metrics`) on the 128-sequence curve batch (generator
-seed 2), on 16 other 128-sequence batches (seeds 3..18), on the ladder's final batch (1024 sequences, seed 1000)
-and on 4096 fresh sequences (seed 5000). Added after the ladder's results were seen; it judges nothing.
+one) and measures its in-context accuracy (`BirthTask.batch_metrics`) on the 128-sequence curve batch
+(generator seed 2), on 16 other 128-sequence batches (seeds 3..18), on the ladder's final batch (1024
+sequences, seed 1000) and on 4096 fresh sequences (seed 5000). Added after the ladder's results were seen; it
+judges nothing.
 """
 
 import torch
@@ -26,10 +27,24 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     cfg = full_config(d_vocab=N_TOKENS, n_ctx=64, n_layers=1, d_model=64)
     task = build_task("birth", BirthConfig(seq_len=64, fixed_triggers=False, head_only_loss=False))
-    tc = TrainConfig(steps=1000, batch_size=32, lr=0.2, optimizer="sgd", momentum=0.9, weight_decay=1e-4,
-                     eval_every=25, eval_samples=128, seed=0)  # fmt: skip
-    res = train(build_transformer(cfg, generator=torch.Generator().manual_seed(0)), task, tc, model_config=cfg,
-                progress=False)  # fmt: skip
+    tc = TrainConfig(
+        steps=1000,
+        batch_size=32,
+        lr=0.2,
+        optimizer="sgd",
+        momentum=0.9,
+        weight_decay=1e-4,
+        eval_every=25,
+        eval_samples=128,
+        seed=0,
+    )
+    res = train(
+        build_transformer(cfg, generator=torch.Generator().manual_seed(0)),
+        task,
+        tc,
+        model_config=cfg,
+        progress=False,
+    )
 
     @torch.no_grad()
     def acc(seed: int, n: int) -> float:

@@ -4,9 +4,10 @@
     python analyses/circuit.py runs/birth --ablation corrupted --attribution    # also EAP and its agreement
 
 Edges run from each node's output (embeddings, heads, MLPs) into each later input (a head's q, k or v, an MLP,
-the logits); see docs/circuits.md. The pair is the task's clean/corrupted pair, or generic repeated random tokens
-for a task without one. Prints the circuit, its faithfulness and completeness, and the strongest edges; writes
-DIR/circuit.json (nodes, edges with scores, the circuit, faithfulness, method, ablation) and DIR/circuit.png.
+the logits); see docs/circuits.md. The pair is the task's clean/corrupted pair, or generic repeated random
+tokens for a task without one. Prints the circuit, its faithfulness and completeness, and the strongest edges;
+writes DIR/circuit.json (nodes, edges with scores, the circuit,
+faithfulness, method, ablation) and DIR/circuit.png.
 """
 
 from mechmem import cli
@@ -37,9 +38,14 @@ def main(argv: list[str] | None = None) -> int:
         return cli.skip(reason, out / "circuit.json", {"task": ckpt.task_name})
     pair, source = circuit_prompts(ckpt.model, ckpt.task, args.n_samples, args.seed)
     circuit = discover_circuit(
-        ckpt.model, pair, ablation=args.ablation, target=args.target, threshold=args.threshold,
-        max_exact=args.max_exact, with_attribution=args.attribution,
-    )  # fmt: skip
+        ckpt.model,
+        pair,
+        ablation=args.ablation,
+        target=args.target,
+        threshold=args.threshold,
+        max_exact=args.max_exact,
+        with_attribution=args.attribution,
+    )
     record = {"task": ckpt.task_name, "pair": source, "seed": args.seed, **circuit.to_dict()}
     print("\n".join([f"{ckpt.task_name}:", *summary_lines(circuit, source)]))
     if circuit.attribution is not None:

@@ -1,6 +1,7 @@
 """Count character unigrams and bigrams of a text corpus for the triggered-bigram ("birth") task.
 
-    python analyses/corpus_stats.py ../shared/data/tinyshakespeare.txt --out src/mechmem/data/tinyshakespeare_stats.json
+    python analyses/corpus_stats.py ../shared/data/tinyshakespeare.txt \
+        --out src/mechmem/data/tinyshakespeare_stats.json
 
 Writes only the counts (vocabulary, unigram and bigram counts), never the text, so the result can be shipped.
 """

@@ -1,11 +1,12 @@
 """Train the demo models on CPU, write a circuit report for each, and link them from reports/index.html.
 
-    python analyses/demo.py --out runs/demo --reports reports          # `make demo`: about 4 minutes on 2 cores
+    python analyses/demo.py --out runs/demo --reports reports      # `make demo`: about 4 minutes on 2 cores
     python analyses/demo.py --steps 200 --out /tmp/demo --reports /tmp/demo/reports   # a quick smoke run
 
-Models: permutation task1-quick and task2-quick, birth quick and facts quick (those whose presets are installed).
-Each model is one job (train, then report); jobs run --jobs at a time in forked workers, one CPU thread each. A
-model whose checkpoint exists is not retrained unless --retrain. Ends by printing a summary table.
+Models: permutation task1-quick and task2-quick, birth quick and facts quick (those whose presets are
+installed). Each model is one job (train, then report); jobs run --jobs at a time in forked workers, one CPU
+thread each. A model whose checkpoint exists is not
+retrained unless --retrain. Ends by printing a summary table.
 """
 
 import time

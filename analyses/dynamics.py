@@ -1,15 +1,16 @@
-"""Run analyses on every step checkpoint of a run, in step order, and find when each part of the circuit forms.
+"""Run analyses on every step checkpoint of a run,
+in step order, and find when each part of the circuit forms.
 
     python analyses/train.py birth --preset quick --out runs/birth --save-every 50    # 30 checkpoints
     python analyses/dynamics.py runs/birth                                            # about 30 s on CPU
     python analyses/dynamics.py runs/task2 --quantities loss,heads,roles --level '*.induction=0.4'
 
 Every checkpoint (RUN_DIR/checkpoints/step_N.pt) is measured on one evaluation draw, so the curves compare.
-Quantities: loss, heads, probes (default), lens, ablation, patching, roles (see mechmem.analysis.dynamics). Each
-curve's event is a stated level crossing (interpolated between saves) or its steepest change; the order of events
-is printed, and beside it the same events read from the trainer's metrics.jsonl (same-named curves and
---match KEY=CURVE pairs). Writes OUT/dynamics.json (steps, curves, definitions, rules, events, cost) and one
-OUT/dynamics_QUANTITY.png per quantity.
+Quantities: loss, heads, probes (default), lens, ablation, patching, roles (see mechmem.analysis.dynamics).
+Each curve's event is a stated level crossing (interpolated between saves) or its steepest change; the order
+of events is printed, and beside it the same events read from the trainer's metrics.jsonl (same-named curves
+and --match KEY=CURVE pairs). Writes OUT/dynamics.json (steps, curves, definitions, rules, events, cost) and
+one OUT/dynamics_QUANTITY.png per quantity.
 """
 
 import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)

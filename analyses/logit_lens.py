@@ -3,10 +3,11 @@
     python analyses/logit_lens.py runs/task1/ckpt.pt --n-samples 256             # a second on CPU
     python analyses/logit_lens.py runs/task2 --data pair --out reports/task2   # the recall probe's answer
 
-Decodes resid_pre.L, resid_mid.L (models with MLPs) and resid_post.L through the final norm (recomputed at each
-stage) and the unembedding, on an eval batch of the checkpoint's task, scoring the masked target positions
-(--data pair: the clean prompts of the task's patching pair, scoring the correct answer at the answer position).
-Writes DIR/logit_lens.json ("stages": per-stage target probability and rank) and DIR/logit_lens.png.
+Decodes resid_pre.L, resid_mid.L (models with MLPs) and resid_post.L through the final norm (recomputed at
+each stage) and the unembedding, on an eval batch of the checkpoint's task, scoring the masked target
+positions (--data pair: the clean prompts of the task's patching pair, scoring the correct answer at the
+answer position). Writes DIR/logit_lens.json ("stages":
+per-stage target probability and rank) and DIR/logit_lens.png.
 """
 
 import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)

@@ -4,11 +4,11 @@
     python analyses/patch.py runs/t2 --sweeps resid_pre attn_head_out_by_pos --direction noising
     python analyses/patch.py runs/t2 --method attribution        # first-order estimate, one backward per run
 
-Denoising patches clean activations into the corrupted run, noising corrupted activations into the clean run; the
-metric is the task's logit difference (clean answer minus corrupted answer) at the answer position. `--method
-attribution` estimates every cell from gradients (AtP*; see docs/patching.md for its measured agreement). Prints a
-summary table (and the layer x position / layer x head tables) and writes DIR/patching.json
-("sweeps": {name: {"axes", "values"}}) and one heatmap DIR/patching_<sweep>.png per sweep.
+Denoising patches clean activations into the corrupted run, noising corrupted activations into the clean run;
+the metric is the task's logit difference (clean answer minus corrupted answer) at the answer position.
+`--method attribution` estimates every cell from gradients (AtP*; see docs/patching.md for its measured
+agreement). Prints a summary table (and the layer x position / layer x head tables) and writes
+DIR/patching.json ("sweeps": {name: {"axes", "values"}}) and one heatmap DIR/patching_<sweep>.png per sweep.
 """
 
 import torch

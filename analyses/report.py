@@ -1,12 +1,13 @@
-"""Write an automated circuit report for a checkpoint: report.md, a self-contained report.html and report.json.
+"""Write an automated circuit report for a checkpoint:
+report.md, a self-contained report.html and report.json.
 
     python analyses/train.py permutation --preset task2-quick --out runs/task2    # about 2 minutes on CPU
     python analyses/report.py runs/task2/ckpt.pt --out runs/task2/report         # about 10 seconds on CPU
 
 Runs the analyses that fit the checkpoint's task and architecture (head detection, elimination/recall roles,
-MLP direct effects, OV memory probes, ablation, patching, closeness to the task's optimum, and training dynamics
-when the checkpoint's directory holds step checkpoints from --save-every), names each head's role from the
-measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
+MLP direct effects, OV memory probes, ablation, patching, closeness to the task's optimum, and training
+dynamics when the checkpoint's directory holds step checkpoints from --save-every), names each head's role
+from the measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
 """
 
 import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
@@ -32,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     add_analysis_args(parser, n_samples=512)
     parser.add_argument("--title", default=None, help="report title (default: the run directory's name)")
     args = parser.parse_args(argv)
-    # Role evidence compares groups of sequences (repeat / no repeat), which a handful of samples may not fill.
+    # Role evidence compares groups of sequences
+    # (repeat / no repeat), which a handful of samples may not fill.
     ckpt, out = load_for_analysis(args, min_samples=MIN_SAMPLES)
     if args.out is None:
         out = claim_out(out / "report")

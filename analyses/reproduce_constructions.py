@@ -1,15 +1,15 @@
 """Run the constructions experiments of Linsefors & Bushnaq (and our challenge entry) into the data folder.
 
-    python analyses/reproduce_constructions.py --quick --data runs/constructions_quick   # CPU, a few minutes
-    python analyses/reproduce_constructions.py --ds 16 32                 # the full table (about an hour on CPU)
+    python analyses/reproduce_constructions.py --quick --data runs/constructions_quick  # CPU, a few minutes
+    python analyses/reproduce_constructions.py --ds 16 32               # the full table (an hour on CPU)
     python analyses/reproduce_constructions.py --ds 64 --modes published_hand keyvalue_hand --reuse
     python analyses/reproduce_constructions.py --ds 64 --modes keyvalue_hand --reuse --spot-d 64 --spot-n 6680
-    python analyses/reproduce_constructions.py --ds 16 32 --executor ray    # searches as Ray tasks (2 at once here)
+    python analyses/reproduce_constructions.py --ds 16 32 --executor ray  # searches as Ray tasks (2 at once)
 
 Writes constructions_capacity_{full,quick}.json and constructions_misc_*.json into --data (default
-docs/reproductions/data); --reuse keeps the capacities already there and recomputes only --modes at --ds. The page
-is drawn from these files: `python analyses/reproduce.py memorisation` (or `--variant constructions`, which runs
-this with the defaults and then writes the page).
+docs/reproductions/data); --reuse keeps the capacities already there and recomputes only --modes at --ds. The
+page is drawn from these files: `python analyses/reproduce.py memorisation` (or `--variant constructions`,
+which runs this with the defaults and then writes the page).
 """
 
 import shlex

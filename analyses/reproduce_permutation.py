@@ -4,7 +4,8 @@
     python analyses/reproduce_permutation.py --paper --device cuda --page-only
 
 Other flags pass through to reproduce.py (--page-only, --docs); --runs, --workers, --device, --task1-seeds,
---task2-seeds, --executor and --address become `--set` options. Record: docs/reproductions/data/permutation.json.
+--task2-seeds, --executor and --address become `--set` options. Record:
+docs/reproductions/data/permutation.json.
 """
 
 from reproduce import main as reproduce_main

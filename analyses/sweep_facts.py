@@ -5,11 +5,11 @@
     python analyses/sweep_facts.py scaling --variant reduced --max-epochs 150 --patience 50  # d=16, 32
     python analyses/sweep_facts.py scaling --ds 16 32 64 128 --gpu-sizes --device cuda   # the GPU job
     python analyses/sweep_facts.py report --max-epochs 150 --patience 50       # tables + fits from the JSONL
-    python analyses/sweep_facts.py table --executor ray --address auto     # cells as Ray tasks (docs/distributed.md)
+    python analyses/sweep_facts.py table --executor ray --address auto  # cells as Ray tasks (distributed.md)
 
-Records append to docs/reproductions/data/facts_{table,scaling}.jsonl (change with --data). `report` prints the
-records of the given schedule (mean +- sd over repeats) and the fits S = a d^2/ln d and S = b d^k, and writes
-facts_scaling_fits.json; the page is `python analyses/reproduce.py memorisation`.
+Records append to docs/reproductions/data/facts_{table,scaling}.jsonl (change with --data). `report` prints
+the records of the given schedule (mean +- sd over repeats) and the fits S = a d^2/ln d and S = b d^k, and
+writes facts_scaling_fits.json; the page is `python analyses/reproduce.py memorisation`.
 """
 
 import argparse

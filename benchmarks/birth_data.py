@@ -1,4 +1,5 @@
-"""Triggered-bigram generation: the vectorised sampler vs a per-token loop written like the authors' generator.
+"""Triggered-bigram generation: the vectorised sampler
+vs a per-token loop written like the authors' generator.
 
     python benchmarks/birth_data.py --batch 512 --seq-len 256
 
@@ -33,9 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         load_stats(args.corpus), seq_len=args.seq_len, n_triggers=args.triggers, fixed_triggers=args.fixed
     )
     fast, slow = generation_speed(sampler, batch=args.batch, ref_seqs=args.ref_seqs)
-    print(
-        f"T={args.seq_len} K={args.triggers} {'fixed' if args.fixed else 'random'} triggers, batch {args.batch}"
-    )
+    triggers = "fixed" if args.fixed else "random"
+    print(f"T={args.seq_len} K={args.triggers} {triggers} triggers, batch {args.batch}")
     print(f"{'vectorised':<24}{fast:>12.0f} seq/s")
     print(f"{'per-token loop (numpy)':<24}{slow:>12.0f} seq/s")
     print(f"{'speed-up':<24}{fast / slow:>12.1f}x")

@@ -1,11 +1,13 @@
-"""Wall-clock of one small capacity sweep, in-process versus a local Ray instance, and whether the records agree.
+"""Wall-clock of one small capacity sweep, in-process versus a local Ray instance, and whether the records
+agree.
 
-    python benchmarks/executor.py                        # 8 cells of the d=4 table, 60 epochs/phase, patience 20
+    python benchmarks/executor.py                # 8 cells of the d=4 table, 60 epochs per phase, patience 20
     python benchmarks/executor.py --cells 16 --num-cpus 2
 
-Both sides run the same cells (the first --cells variants of the 54-variant table at width d) into fresh records
-files. The Ray time includes starting the instance and its workers importing torch and mechmem, which is what a
-short sweep pays; the per-cell line shows what is left once that is paid. Needs `pip install -e '.[ray]'`.
+Both sides run the same cells (the first --cells variants of the 54-variant table at width d) into fresh
+records files. The Ray time includes starting the instance and its workers importing torch and mechmem, which
+is what a short sweep pays; the per-cell line shows what
+is left once that is paid. Needs `pip install -e '.[ray]'`.
 """
 
 import argparse
@@ -40,8 +42,13 @@ def main(argv: list[str] | None = None) -> int:
         if name == "ray":
             import ray
 
-            ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
-                     _node_ip_address="127.0.0.1")  # fmt: skip
+            ray.init(
+                address="local",
+                num_cpus=args.num_cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                _node_ip_address="127.0.0.1",
+            )
             times["ray start"] = time.perf_counter() - t0
         records[name] = run_sweep(cells, folder / f"{name}.jsonl", executor=name, progress=False)
         times[name] = time.perf_counter() - t0

@@ -1,13 +1,14 @@
-"""Epochs and wall time of single batched trainings under a schedule: the inputs of docs/distributed.md's cost.
+"""Epochs and wall time of single batched trainings under a schedule:
+the inputs of docs/distributed.md's cost.
 
     python benchmarks/facts_schedule.py --n-facts 192 512 --mixing 2emb attn       # the published schedule
     python benchmarks/facts_schedule.py --max-epochs 150 --patience 50 --n-facts 256   # a capped one, seconds
 
 One row per (variant, fact count): 11 inits trained as one stack (`train_batched`, d = 16, n_in = 32, MLP and
-norms on), the epochs the longest init ran (all phases), the mean over inits, the inits that stored every fact,
-the wall time, and ms per epoch of the stack (wall time over the longest init's epochs: an upper bound per epoch,
-since finished inits leave the stack). A capacity search trains once per fact count it tries (13-17 per cell
-in the committed table), so a cell costs about that many such rows.
+norms on), the epochs the longest init ran (all phases), the mean over inits, the inits that stored every
+fact, the wall time, and ms per epoch of the stack (wall time over the longest init's epochs: an upper bound
+per epoch, since finished inits leave the stack). A capacity search trains once per fact count it tries (13-17
+per cell in the committed table), so a cell costs about that many such rows.
 """
 
 import argparse
@@ -48,8 +49,17 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             out = train_batched(cfg, inputs, labels, list(range(args.inits)), schedule, device=args.device)
             seconds, longest = time.perf_counter() - t0, int(out.epochs.max())
-            rows.append([cfg.name, str(n), str(longest), f"{out.epochs.float().mean():.0f}", str(out.n_success),
-                         f"{seconds:.1f}", f"{seconds * 1e3 / max(longest, 1):.2f}"])  # fmt: skip
+            rows.append(
+                [
+                    cfg.name,
+                    str(n),
+                    str(longest),
+                    f"{out.epochs.float().mean():.0f}",
+                    str(out.n_success),
+                    f"{seconds:.1f}",
+                    f"{seconds * 1e3 / max(longest, 1):.2f}",
+                ]
+            )
             print_table(
                 rows[-1:], ["variant", "facts", "epochs max", "epochs mean", "stored", "s", "ms/epoch"]
             )

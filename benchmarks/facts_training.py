@@ -1,13 +1,13 @@
 """Per-init training time: 11 inits as one batched model versus the per-init loop, side by side in one run.
 
-    python benchmarks/facts_training.py                      # d=16, 1,024 facts, 30 epochs, attn and 2Emb
+    python benchmarks/facts_training.py                    # d=16, 1,024 facts, 30 epochs, attn and 2Emb
     python benchmarks/facts_training.py --epochs 20 --mixing 2emb
-    python benchmarks/facts_training.py --out docs/reproductions/data/facts_benchmark.json   # the page's numbers
+    python benchmarks/facts_training.py --out docs/reproductions/data/facts_benchmark.json  # page numbers
 
 Both sides run the same fixed number of epochs (one lr phase, no early stop) from the same seeds. "sequential"
-is `train_reference` (a hooked model and torch.optim.Adam per init); "batched" is `train_batched` on all inits.
-The two alternate for `--rounds` rounds and each keeps its fastest round, so a machine shared with other jobs
-slows both sides alike. The ratio is sequential per-init time over batched per-init time.
+is `train_reference` (a hooked model and torch.optim.Adam per init); "batched" is `train_batched` on all
+inits. The two alternate for `--rounds` rounds and each keeps its fastest round, so a machine shared with
+other jobs slows both sides alike. The ratio is sequential per-init time over batched per-init time.
 """
 
 import argparse
@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows.append([cfg.name, f"{seq:.3f}", f"{bat:.3f}", f"{seq / bat:.1f}x"])
     print(
-        f"{args.inits} inits, d={args.d}, {args.n_facts} facts, {args.epochs} epochs, {args.threads} thread(s), "
-        f"best of {args.rounds} alternating rounds; ms per init-epoch:"
+        f"{args.inits} inits, d={args.d}, {args.n_facts} facts, {args.epochs} epochs,"
+        f" {args.threads} thread(s), best of {args.rounds} alternating rounds; ms per init-epoch:"
     )
     print_table(rows, ["variant", "sequential", "batched", "speed-up"])
     if args.out:

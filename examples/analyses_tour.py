@@ -4,7 +4,8 @@
 #     python examples/analyses_tour.py                           # about 1 minute on CPU
 #     MECHMEM_EXAMPLE_STEPS=50 python examples/analyses_tour.py  # a smoke run (what the tests do)
 #
-# Trains (or reuses) a small Task 2 permutation model: 2 heads, repeats, so one head can eliminate and one recall.
+# Trains (or reuses) a small Task 2 permutation model:
+# 2 heads, repeats, so one head can eliminate and one recall.
 
 # %%
 import os

@@ -4,9 +4,10 @@
 #     make demo && python examples/demo_walkthrough.py           # uses runs/demo/permutation-task2
 #     MECHMEM_EXAMPLE_STEPS=50 python examples/demo_walkthrough.py   # a smoke run (what the tests do)
 #
-# Opens the `make demo` checkpoint of the permutation Task 2 model (two heads; with repeats, one head can eliminate
-# used answers and one recall a repeated one). Without it, trains the same preset here for `MECHMEM_EXAMPLE_STEPS`
-# steps (a few thousand give the trained behaviour; about a minute on CPU). As a notebook, figures show inline.
+# Opens the `make demo` checkpoint of the permutation Task 2 model (two heads; with repeats, one head can
+# eliminate used answers and one recall a repeated one). Without it, trains the same preset here for
+# `MECHMEM_EXAMPLE_STEPS` steps (a few thousand give the trained behaviour; about a minute on CPU). As a
+# notebook, figures show inline.
 
 # %%
 import os

@@ -1,7 +1,8 @@
 # %% [markdown]
 # # Train a tiny model, open its checkpoint, write a circuit report
 #
-# A notebook in percent format: run it cell by cell in an editor that understands `# %%`, or as a plain script:
+# A notebook in percent format: run it cell by cell in an
+# editor that understands `# %%`, or as a plain script:
 #
 #     python examples/train_and_report.py                        # about 1 minute on CPU
 #     MECHMEM_EXAMPLE_STEPS=50 python examples/train_and_report.py   # a smoke run (what the tests do)
@@ -48,7 +49,8 @@ print(task.headline(ckpt.metrics))
 
 # %% [markdown]
 # ## Report
-# `build_report` runs every analysis that fits the model and task and names each head's role from the evidence.
+# `build_report` runs every analysis that fits the model
+# and task and names each head's role from the evidence.
 
 # %%
 report = build_report(ckpt.model, task, title="task1 example", n_samples=256)

@@ -1,21 +1,44 @@
-"""Shared test helpers: small model builders with overridable defaults and the one hook-leak check."""
+"""Shared test helpers: the repository root, the one script loader, small model builders with overridable
+defaults, the one hook-leak check and the one tolerant comparison of records."""
 
+import importlib.util
+import math
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository root. Tests reach data, docs and scripts from here, never from the working directory."""
+
+
+def load_script(script: str) -> ModuleType:
+    """The module of a script (scripts are not a package), to call its `main` in-process.
+
+    `script` is a name in analyses/ ("report" is analyses/report.py) or a path relative to the repository root
+    ("benchmarks/patching.py"). Each call executes the file afresh; the module is not added to `sys.modules`.
+    """
+    path = ROOT / script if script.endswith(".py") else ROOT / "analyses" / f"{script}.py"
+    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
+    assert spec is not None and spec.loader is not None, f"{path} is not a Python file"
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def build_transformer_cfg(**overrides: Any) -> Any:
     """A small TransformerConfig; pass keyword arguments to change any field."""
     from mechmem.models.adapter import TransformerConfig
 
-    defaults = dict(n_layers=2, d_model=16, n_heads=2, d_vocab=6, n_ctx=9, d_mlp=32)
+    defaults = {"n_layers": 2, "d_model": 16, "n_heads": 2, "d_vocab": 6, "n_ctx": 9, "d_mlp": 32}
     defaults.update(overrides)
     return TransformerConfig(**defaults)
 
 
 def build_model(seed: int = 0, **overrides: Any) -> Any:
-    """A random HookedTransformer from `build_transformer_cfg(**overrides)`, weights drawn from `seed`, in eval."""
+    """A random HookedTransformer from `build_transformer_cfg(**overrides)`, weights drawn from `seed`, in
+    eval mode."""
     from mechmem.models.adapter import build_transformer
 
     cfg = build_transformer_cfg(**overrides)
@@ -37,3 +60,33 @@ def assert_no_hooks(model: torch.nn.Module) -> None:
         assert not getattr(module, "fwd_hooks", None), f"TransformerLens forward hooks left on {name}"
         assert not getattr(module, "bwd_hooks", None), f"TransformerLens backward hooks left on {name}"
     assert not getattr(model, "context_level", 0), "the model is still inside a hooks() context"
+
+
+def assert_records_close(
+    actual: Any, expected: Any, *, rel: float, abs: float = 0.0, path: str = "record"
+) -> None:
+    """`actual` equals `expected` (nested dicts, lists and tuples of JSON-like values) with floats compared by
+    `math.isclose(rel_tol=rel, abs_tol=abs)`; ints, strings, bools and None must be exactly equal.
+
+    For records computed by numerical libraries (polyfit, lstsq, BLAS sums): their last digits differ between
+    machines, so each test names the tolerance it allows. Two NaNs count as equal.
+    """
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict), f"{path}: a {type(actual).__name__}, expected a dict"
+        assert actual.keys() == expected.keys(), f"{path}: keys {sorted(actual)} != {sorted(expected)}"
+        for key in expected:
+            assert_records_close(actual[key], expected[key], rel=rel, abs=abs, path=f"{path}[{key!r}]")
+    elif isinstance(expected, (list, tuple)):
+        assert isinstance(actual, (list, tuple)), f"{path}: a {type(actual).__name__}, expected a sequence"
+        assert len(actual) == len(expected), f"{path}: length {len(actual)} != {len(expected)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_records_close(a, e, rel=rel, abs=abs, path=f"{path}[{i}]")
+    elif isinstance(expected, float) or isinstance(actual, float):
+        numbers = [isinstance(x, (int, float)) and not isinstance(x, bool) for x in (actual, expected)]
+        assert all(numbers), f"{path}: {actual!r} != {expected!r}"
+        both_nan = math.isnan(actual) and math.isnan(expected)
+        assert both_nan or math.isclose(actual, expected, rel_tol=rel, abs_tol=abs), (
+            f"{path}: {actual!r} != {expected!r} (rel {rel:g}, abs {abs:g})"
+        )
+    else:
+        assert type(actual) is type(expected) and actual == expected, f"{path}: {actual!r} != {expected!r}"

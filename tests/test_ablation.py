@@ -1,4 +1,5 @@
-"""Head ablation: the batched engine equals one run per head; planted heads matter, zero-OV distractors do not."""
+"""Head ablation: the batched engine equals one run per head;
+planted heads matter, zero-OV distractors do not."""
 
 import pytest
 import torch

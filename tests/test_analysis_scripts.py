@@ -1,14 +1,14 @@
-"""The analysis scripts' contract: outputs and schemas on real checkpoints, one-line errors, graceful skips."""
+"""The analysis scripts' contract: outputs and schemas
+on real checkpoints, one-line errors, graceful skips."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import ROOT, load_script
 
 from mechmem.analysis.heads import repeated_random_tokens
 from mechmem.analysis.planted import (
@@ -23,20 +23,12 @@ from mechmem.config import ConfigMixin
 from mechmem.models import build_model
 from mechmem.tasks import Batch, PatchingPair, Task, get_preset, register_task
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = {
     "ablate_heads": "ablate_heads.json",
     "logit_lens": "logit_lens.json",
     "detect_heads": "detect_heads.json",
     "probe_memory": "memory_probes.json",
 }
-
-
-def load_main(name):
-    spec = importlib.util.spec_from_file_location(f"analyses_{name}", ROOT / "analyses" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
 
 
 @dataclass(frozen=True)
@@ -112,7 +104,9 @@ SHAPES = {"planted": (2, 3, False), "permutation": (1, 2, True), "birth": (2, 1,
 @pytest.mark.parametrize("kind", sorted(SHAPES))
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_scripts_write_json_png_and_table(checkpoints, tmp_path, capsys, script, kind):
-    rc = run_script(load_main(script), [str(checkpoints[kind]), "--out", str(tmp_path), "--n-samples", "16"])
+    rc = run_script(
+        load_script(script).main, [str(checkpoints[kind]), "--out", str(tmp_path), "--n-samples", "16"]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "-----" in out  # a printed table
     data = json.loads((tmp_path / SCRIPTS[script]).read_text())
@@ -137,7 +131,7 @@ def test_scripts_write_json_png_and_table(checkpoints, tmp_path, capsys, script,
 def test_detect_heads_script_finds_the_planted_heads(checkpoints, tmp_path, capsys):
     assert (
         run_script(
-            load_main("detect_heads"),
+            load_script("detect_heads").main,
             [str(checkpoints["planted"]), "--out", str(tmp_path), "--n-samples", "16"],
         )
         == 0
@@ -149,7 +143,7 @@ def test_detect_heads_script_finds_the_planted_heads(checkpoints, tmp_path, caps
 
 
 def test_default_out_is_beside_the_checkpoint(checkpoints, capsys):
-    assert run_script(load_main("logit_lens"), [str(checkpoints["planted"]), "--n-samples", "4"]) == 0
+    assert run_script(load_script("logit_lens").main, [str(checkpoints["planted"]), "--n-samples", "4"]) == 0
     assert (checkpoints["planted"].parent / "logit_lens.json").exists()
 
 
@@ -184,7 +178,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(checkpoints, tmp_pat
     out_dir.mkdir()
     for script, json_name in SCRIPTS.items():
         (out_dir / json_name).write_text("sentinel")
-        assert run_script(load_main(script), [str(ckpt), "--out", str(out_dir)]) == 2
+        assert run_script(load_script(script).main, [str(ckpt), "--out", str(out_dir)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ")
         assert (out_dir / json_name).read_text() == "sentinel"
@@ -193,11 +187,15 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(checkpoints, tmp_pat
 
 def test_bad_flags_exit_2_with_one_line(checkpoints, capsys):
     for bad in (["--n-samples", "0"], ["--methods", "bogus"], ["--seed", "abc"]):
-        assert run_script(load_main("ablate_heads"), [str(checkpoints["planted"]), *bad]) == 2
+        assert run_script(load_script("ablate_heads").main, [str(checkpoints["planted"]), *bad]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: ")
 
 
+# Slow (a fresh interpreter importing torch and TransformerLens, 20-100 s): by default the same error path
+# runs in-process in test_bad_flags_exit_2_with_one_line, and a real command line (analyses/train.py) ends in
+# one line and exit 2 in test_checkpoint.py::test_train_script_bad_checkpoint_dir_exits_2_without_traceback.
+@pytest.mark.slow
 def test_command_line_error_is_one_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "analyses" / "ablate_heads.py"), str(tmp_path / "nope.pt")],
@@ -223,13 +221,13 @@ def test_models_without_attention_are_skipped(tmp_path, capsys):
         task_config=task.FactsTaskConfig(n_facts=8, n_in=4, n_out=2),
     )
     for script, json_name in SCRIPTS.items():
-        assert run_script(load_main(script), [str(ckpt), "--n-samples", "4"]) == 0
+        assert run_script(load_script(script).main, [str(ckpt), "--n-samples", "4"]) == 0
         assert capsys.readouterr().out.startswith("skipped: ")
         assert "skipped" in json.loads((tmp_path / json_name).read_text())
 
 
 def test_logit_lens_on_the_patching_pair_sees_the_planted_answer_late(checkpoints, tmp_path, capsys):
     argv = [str(checkpoints["planted"]), "--out", str(tmp_path), "--n-samples", "8", "--data", "pair"]
-    assert run_script(load_main("logit_lens"), argv) == 0
+    assert run_script(load_script("logit_lens").main, argv) == 0
     stages = json.loads((tmp_path / "logit_lens.json").read_text())["stages"]
     assert stages["resid_post.1"]["target_prob"] > 0.99 and stages["resid_post.0"]["target_prob"] < 0.1

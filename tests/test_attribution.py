@@ -1,5 +1,6 @@
 """Attribution patching: exact where the metric is linear in the activation, first-order exact for small
-changes, the AtP* query/key fix helps under saturated attention, and agreement with exact patching on random models.
+changes, the AtP* query/key fix helps under saturated attention,
+and agreement with exact patching on random models.
 
 Thresholds were fixed before the tests were first run on these models."""
 
@@ -50,8 +51,8 @@ def test_exact_where_the_metric_is_linear_in_the_activation():
 
 
 def test_first_order_exact_for_small_changes():
-    """All token embeddings nearly equal: clean and corrupted runs differ slightly, so every cell of every sweep
-    (LayerNorm, MLPs, 3 layers) is within 1% of the largest exact effect."""
+    """All token embeddings nearly equal: clean and corrupted runs differ slightly,
+    so every cell of every sweep (LayerNorm, MLPs, 3 layers) is within 1% of the largest exact effect."""
     model = build_model(
         1, n_layers=3, d_model=16, n_heads=3, d_head=5, d_mlp=32, normalization_type="LN", d_vocab=11, n_ctx=8
     )
@@ -87,7 +88,8 @@ def test_qk_fix_helps_under_saturated_attention():
 
 @pytest.mark.parametrize("kind", ["attn-only", "rms-gelu"])
 def test_agreement_with_exact_on_random_models(kind):
-    """Random weights, random pairs: median Pearson correlation over sweeps and directions >= 0.5 (fixed first)."""
+    """Random weights, random pairs: median Pearson correlation
+    over sweeps and directions >= 0.5 (fixed first)."""
     from test_patching import MODELS
 
     model = build_model(1, d_vocab=11, n_ctx=8, **MODELS[kind])

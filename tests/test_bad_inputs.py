@@ -9,7 +9,6 @@ counts are printed at the end of the module's run.
 """
 
 import errno
-import importlib.util
 import os
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import ROOT, load_script
 
 from mechmem.analysis.planted import planted_induction_model
 from mechmem.checkpoint import _digest
@@ -28,7 +28,6 @@ from mechmem.cli import run_script
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import save_hooked_transformer
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ("ablate_heads", "detect_heads", "logit_lens", "patch", "probe_memory", "report")
 OUTPUTS = {
     "ablate_heads": ["ablate_heads.json", "ablate_heads.png"],
@@ -46,10 +45,7 @@ OUTCOMES: Counter = Counter()
 
 
 def load_main(name):
-    spec = importlib.util.spec_from_file_location(f"bad_{name}", ROOT / "analyses" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    return load_script(name).main
 
 
 @pytest.fixture(scope="module", autouse=True)

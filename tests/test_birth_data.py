@@ -1,4 +1,5 @@
-"""Triggered-bigram data: corpus counts, generator validity, and the vectorised sampler against a per-token loop."""
+"""Triggered-bigram data: corpus counts, generator validity,
+and the vectorised sampler against a per-token loop."""
 
 import itertools
 

@@ -1,9 +1,10 @@
-"""Birth experiments and statements: run definitions, run caching, history records, the rules on known histories."""
+"""Birth experiments and statements: run definitions,
+run caching, history records, the rules on known histories."""
 
 import json
-from pathlib import Path
 
 import torch
+from helpers import ROOT
 
 from mechmem.models.adapter import build_transformer
 from mechmem.papers.birth.experiments import (
@@ -26,7 +27,7 @@ from mechmem.papers.birth.task import BirthConfig
 from mechmem.tasks import build_task
 from mechmem.training import TrainConfig
 
-DATA = Path(__file__).resolve().parents[1] / "docs" / "reproductions" / "data"
+DATA = ROOT / "docs" / "reproductions" / "data"
 
 
 def test_runs_cover_every_experiment():
@@ -75,8 +76,13 @@ def test_published_file_covers_every_rule_with_its_source():
         )
         assert ("first_rule" in s) == (s["key"] in FIRST_RULES)
     authors = json.loads((DATA / "birth_authors_code.json").read_text())
-    assert authors["source"] and set(authors["results"]) <= {"icl_acc", "wo2_recall", "wk2_recall", "wk1_recall",
-                                                             "wk1_recall_64"}  # fmt: skip
+    assert authors["source"] and set(authors["results"]) <= {
+        "icl_acc",
+        "wo2_recall",
+        "wk2_recall",
+        "wk1_recall",
+        "wk1_recall_64",
+    }
 
 
 def test_statements_follow_their_rules():
@@ -113,8 +119,13 @@ def test_statements_follow_their_rules():
 
 def test_data_statements_and_shifted_outputs():
     fast, slow = (fake_history({"eval_icl_acc": (lambda s, t=t: float(s >= t))}) for t in (30, 60))
-    h = {"freeze_none": fast, "data_k1_fixed": slow, "data_k3_fixed": slow, "data_k5_random": slow,
-         "data_k5_bigram": fast}  # fmt: skip
+    h = {
+        "freeze_none": fast,
+        "data_k1_fixed": slow,
+        "data_k3_fixed": slow,
+        "data_k5_random": slow,
+        "data_k5_bigram": fast,
+    }
     shifted = {"bigram_on_uniform": 0.5, "uniform_on_bigram": 1.0}
     rows = judged(h, shifted=shifted)
     assert rows["fewer_triggers_slower"]["outcome"] == "K=1: 60, K=3: 60, K=5: 30"

@@ -24,7 +24,8 @@ def simplified(**kw):
 
 
 def paper_forward(model, tokens, ffn):
-    """The simplified model written out as in the paper / the authors' code (column convention turned into rows)."""
+    """The simplified model written out as in the paper / the authors' code
+    (column convention turned into rows)."""
     d = model.cfg.d_model
     x = model.W_E[tokens] + model.W_pos[: tokens.shape[1]]
     mask = torch.triu(torch.full((tokens.shape[1],) * 2, float("-inf")), diagonal=1)
@@ -106,8 +107,9 @@ def test_full_model_trains_everything_but_biases(n_layers):
 
 
 def planted(d=72, T=16):
-    """Orthonormal embeddings and positions with hand-set memories: W_V^2 W_O^2 = I with W_U = W_E^T (copying),
-    W_V^1 W_O^1 = W_K^2 = I (keys are the previous token), W_K^1 = sum_t p_{t-1}^T p_t (previous position)."""
+    """Orthonormal embeddings and positions with hand-set memories: W_V^2 W_O^2 = I with W_U = W_E^T
+    (copying), W_V^1 W_O^1 = W_K^2 = I (keys are the previous token),
+    W_K^1 = sum_t p_{t-1}^T p_t (previous position)."""
     model = simplified(d_model=d, n_ctx=T)
     basis = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(0)))[0]
     with torch.no_grad():
@@ -209,7 +211,8 @@ def test_quick_preset_reaches_the_done_when_numbers():
 
 
 def test_probes_equal_their_definitions_on_a_random_model():
-    """The toolkit-backed probes equal the direct constructions of Bietti et al. (recall_rate on raw weights)."""
+    """The toolkit-backed probes equal the direct constructions of Bietti et al.
+    (recall_rate on raw weights)."""
     from mechmem.analysis.probes import recall_rate
     from mechmem.papers.birth.probes import wf_kl
 

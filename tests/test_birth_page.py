@@ -1,14 +1,14 @@
-"""The birth plugin end to end on a tiny scale: run -> record -> page, the page again from the record alone, every
-number on the page equal to the record's, and no result typed into the page code."""
+"""The birth plugin end to end on a tiny scale: run -> record -> page, the page again from the record alone,
+every number on the page equal to the record's, and no result typed into the page code."""
 
 import ast
 import copy
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
+from helpers import ROOT, load_script
 
 from mechmem.cli import run_script
 from mechmem.papers.birth import page as birth_page
@@ -21,21 +21,23 @@ from mechmem.report.document import page_markdown, write_page
 from mechmem.training import TrainConfig
 from mechmem.training.config import Preset
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = Scale(d_model=16, seq_len=16, batch_size=4, steps=4, full_steps=4, freeze_step=2, eval_every=2,
-             eval_samples=8, depth_seq_len=16)  # fmt: skip
-
-
-def reproduce_main():
-    spec = importlib.util.spec_from_file_location("analyses_reproduce", ROOT / "analyses" / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+TINY = Scale(
+    d_model=16,
+    seq_len=16,
+    batch_size=4,
+    steps=4,
+    full_steps=4,
+    freeze_step=2,
+    eval_every=2,
+    eval_samples=8,
+    depth_seq_len=16,
+)
 
 
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
-    """A record of the tiny suite (freezing and ffn runs, a tiny preset), written by `analyses/reproduce.py`."""
+    """A record of the tiny suite (freezing and ffn runs,
+    a tiny preset), written by `analyses/reproduce.py`."""
     tmp = tmp_path_factory.mktemp("birth")
     preset = Preset(
         simplified_config(d_vocab=65, n_ctx=16, d_model=16, freeze_embeddings=True, freeze_unembedding=True),
@@ -48,9 +50,22 @@ def tiny_record(tmp_path_factory):
         mp.setitem(SCALES, "quick", TINY)
         mp.setattr(reproduce, "get_preset", lambda task, name: preset)
         docs = tmp / "docs"
-        args = ["birth", "--variant", "quick", "--docs", str(docs), "--set", "only=freezing,ffn", "--set", "speed=0",
-                "--set", f"runs={tmp / 'runs'}", "--set", f"references={ROOT / 'docs/reproductions/data'}"]  # fmt: skip
-        assert reproduce_main()(args) == 0
+        args = [
+            "birth",
+            "--variant",
+            "quick",
+            "--docs",
+            str(docs),
+            "--set",
+            "only=freezing,ffn",
+            "--set",
+            "speed=0",
+            "--set",
+            f"runs={tmp / 'runs'}",
+            "--set",
+            f"references={ROOT / 'docs/reproductions/data'}",
+        ]
+        assert load_script("reproduce").main(args) == 0
     return docs
 
 
@@ -68,7 +83,7 @@ def test_page_only_rebuilds_the_same_page(tiny_record):
     md = tiny_record / "birth.md"
     first = md.read_text()
     md.unlink()
-    assert reproduce_main()(["birth", "--page-only", "--docs", str(tiny_record)]) == 0
+    assert load_script("reproduce").main(["birth", "--page-only", "--docs", str(tiny_record)]) == 0
     assert md.read_text() == first
     for name in ("preset-training", "training-curves", "training-attention", "freezing-curves", "ffn-curves"):
         assert any(p.name.startswith(f"birth_{name}") for p in (tiny_record / "figures").iterdir()), name
@@ -104,8 +119,16 @@ def test_published_and_authors_values_come_from_the_record(tiny_record):
     changed["authors_code"]["results"]["wk1_recall"] = 0.4321
     changed["published"]["preset_targets"]["needed"]["icl_acc"] = 0.8765
     changed["statements"][0].update(published="about 12%", rule="ours > 0.1234")
-    changed["speed"] = {"seq_len": 8, "n_triggers": 2, "fixed_triggers": True, "batch": 4, "threads": 1,
-                        "vectorised_per_s": 1000.0, "loop_per_s": 10.0, "ratio": 100.0}  # fmt: skip
+    changed["speed"] = {
+        "seq_len": 8,
+        "n_triggers": 2,
+        "fixed_triggers": True,
+        "batch": 4,
+        "threads": 1,
+        "vectorised_per_s": 1000.0,
+        "loop_per_s": 10.0,
+        "ratio": 100.0,
+    }
     text = page_markdown(birth_page.page(changed))
     assert all(s in text for s in ("0.432", ">= 0.8765", "about 12%", "ours > 0.1234", "**100x**"))
 
@@ -127,7 +150,7 @@ def test_no_result_numbers_in_page_code(module):
 
 
 def test_bad_options_exit_2_with_one_line(tmp_path, capsys):
-    main = reproduce_main()
+    main = load_script("reproduce").main
     assert run_script(main, ["birth", "--set", "only=nope", "--docs", str(tmp_path)]) == 2
     assert run_script(main, ["birth", "--variant", "huge", "--docs", str(tmp_path)]) == 2
     assert run_script(main, ["birth", "--set", "colour=red", "--docs", str(tmp_path)]) == 2
@@ -136,7 +159,8 @@ def test_bad_options_exit_2_with_one_line(tmp_path, capsys):
 
 
 def test_committed_page_is_the_committed_record_rendered(tmp_path):
-    """docs/reproductions/birth.md is exactly what `--page-only` makes of docs/reproductions/data/birth.json."""
+    """docs/reproductions/birth.md is exactly what `--page-only`
+    makes of docs/reproductions/data/birth.json."""
     docs = ROOT / "docs" / "reproductions"
     record = json.loads((docs / "data" / "birth.json").read_text())
     md = write_page(birth_page.page(record), tmp_path / "birth.md", prose=docs / "prose" / "birth.md")

@@ -1,14 +1,14 @@
-"""The birth scale ladder: rule verdicts, the climb (stops at the first rung that meets a rule, resumes from its
-records), the metric against a one-batch reference, the committed rules file and the page's ladder numbers."""
+"""The birth scale ladder: rule verdicts, the climb (stops at the first rung that meets a rule, resumes from
+its records), the metric against a one-batch reference,
+the committed rules file and the page's ladder numbers."""
 
 import copy
-import importlib.util
 import itertools
 import json
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import ROOT, load_script
 
 from mechmem.cli import run_script
 from mechmem.models.adapter import build_transformer
@@ -19,7 +19,6 @@ from mechmem.papers.birth.statements import LADDER_KEYS
 from mechmem.papers.birth.task import BirthConfig
 from mechmem.tasks import build_task
 
-ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "reproductions" / "data"
 AT_LEAST = {"kind": "at_least", "threshold": 0.99}
 WITHIN = {"kind": "within", "target": 0.55, "tolerance": 0.05}
@@ -56,9 +55,14 @@ def test_ladder_climbs_until_met_and_resumes(tmp_path, monkeypatch):
     monkeypatch.setattr(scale, "train_cell", fake_cell)
     rules, records = tiny_rules(), tmp_path / "cells.jsonl"
     status = scale.run_ladder(rules, records, log=lambda line: None)
-    # 2l_fixed: 0.6, 0.8, 1.0 -> met at T2; 2l_random: 0.6 below, 0.8 below, 1.0 above; 1-layer: 0.4, 0.55 -> T1
-    assert status == {"two_layer_fixed": "met", "two_layer_random": "above", "one_layer_random": "met",
-                      "one_layer_fixed": "met"}  # fmt: skip
+    # 2l_fixed: 0.6, 0.8, 1.0 -> met at T2; 2l_random:
+    # 0.6 below, 0.8 below, 1.0 above; 1-layer: 0.4, 0.55 -> T1
+    assert status == {
+        "two_layer_fixed": "met",
+        "two_layer_random": "above",
+        "one_layer_random": "met",
+        "one_layer_fixed": "met",
+    }
     assert len(calls) == 3 + 3 + 2 + 2
     lines = [json.loads(line) for line in records.read_text().splitlines()]
     assert [line["key"] for line in lines][:4] == [
@@ -102,8 +106,9 @@ def test_unfinished_climb_reports_its_gap_and_the_rungs_not_reached():
 
 def test_final_accuracy_equals_one_unchunked_batch():
     task = build_task("birth", BirthConfig(seq_len=12, fixed_triggers=True, head_only_loss=False))
-    model = build_transformer(full_config(d_vocab=65, n_ctx=12, n_layers=1, d_model=16),
-                              generator=torch.Generator().manual_seed(0))  # fmt: skip
+    model = build_transformer(
+        full_config(d_vocab=65, n_ctx=12, n_layers=1, d_model=16), generator=torch.Generator().manual_seed(0)
+    )
     got = scale.final_accuracy(model, task, 10, seed=3, chunk=3)
     batch = task.eval_batch(10, generator=torch.Generator().manual_seed(1003))
     with torch.no_grad():
@@ -113,8 +118,17 @@ def test_final_accuracy_equals_one_unchunked_batch():
 
 
 def test_train_cell_record_is_deterministic_json():
-    kw = {"n_layers": 2, "fixed_triggers": False, "d_model": 8, "seq_len": 8, "batch_size": 2, "steps": 3,
-          "curve_points": 3, "curve_sequences": 4, "final_sequences": 4}  # fmt: skip
+    kw = {
+        "n_layers": 2,
+        "fixed_triggers": False,
+        "d_model": 8,
+        "seq_len": 8,
+        "batch_size": 2,
+        "steps": 3,
+        "curve_points": 3,
+        "curve_sequences": 4,
+        "final_sequences": 4,
+    }
     a, b = scale.train_cell(**kw), scale.train_cell(**kw)
     assert json.loads(json.dumps(a))["config"]["steps"] == 3 and a["curve"]["step"] == [0, 1, 2, 3]
     assert a["final"] == b["final"] and a["curve"] == b["curve"]
@@ -131,8 +145,11 @@ def test_committed_rules_cover_the_ladder_statements():
 
 def test_page_ladder_numbers_come_from_the_records(tmp_path, monkeypatch):
     rules = tiny_rules()
-    rec = lambda acc: {"final": {"icl_acc": acc, "n_icl_positions": 7}, "wall_s": 90.0,
-                       "curve": {"step": [0, 2], "eval_icl_acc": [0.1, acc]}}  # fmt: skip
+    rec = lambda acc: {
+        "final": {"icl_acc": acc, "n_icl_positions": 7},
+        "wall_s": 90.0,
+        "curve": {"step": [0, 2], "eval_icl_acc": [0.1, acc]},
+    }
     records = {"T0/2l_fixed": rec(0.9871), "T1/2l_fixed": rec(0.9934), "T0/1l_random": rec(0.6512)}
     section = birth_page.ladder_section({"ladder": {"rules": rules, "records": records}})
     text = json.dumps([t.rows for t in section.tables])
@@ -142,9 +159,7 @@ def test_page_ladder_numbers_come_from_the_records(tmp_path, monkeypatch):
 
 
 def test_script_bad_input_exits_2_with_one_line(capsys):
-    spec = importlib.util.spec_from_file_location("birth_scale_script", ROOT / "analyses" / "birth_scale.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("birth_scale")
     assert run_script(module.main, ["--statements", "nope"]) == 2
     assert run_script(module.main, ["--max-rung", "R9"]) == 2
     assert run_script(module.main, ["--no-run", "--record", "no/such/record.json"]) == 2

@@ -1,13 +1,13 @@
-"""Bring your own model: the one-call conversion, the config check at save, the generic task, and the docs example."""
+"""Bring your own model: the one-call conversion,
+the config check at save, the generic task, and the docs example."""
 
-import importlib.util
 import re
 import shlex
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_no_hooks
+from helpers import ROOT, assert_no_hooks, load_script
 
 from mechmem.analysis.heads import detect_heads, detect_heads_on_task, task_patterns
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
@@ -24,12 +24,19 @@ from mechmem.models.adapter import (
 from mechmem.tasks import build_task
 from mechmem.tasks.generic import RepeatsConfig
 
-ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "bring-your-own-model.md"
 
 
 def _tl_model(seed=0, **overrides):
-    kw = dict(n_layers=2, d_model=16, n_heads=2, d_head=8, n_ctx=10, d_vocab=14, attn_only=True)
+    kw = {
+        "n_layers": 2,
+        "d_model": 16,
+        "n_heads": 2,
+        "d_head": 8,
+        "n_ctx": 10,
+        "d_vocab": 14,
+        "attn_only": True,
+    }
     kw.update(overrides)
     torch.manual_seed(seed)  # TransformerLens initialises from the global RNG; tests only
     return raw_hooked_transformer(hooked_transformer_config(**kw)).eval()
@@ -130,28 +137,35 @@ def test_task_scores_find_the_planted_heads_with_one_definition():
     assert_no_hooks(model)
 
 
-def _load_main(name):
-    spec = importlib.util.spec_from_file_location(f"byom_{name}", ROOT / "analyses" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
-def test_the_docs_worked_example_runs(tmp_path, monkeypatch, capsys):
+def _run_the_docs_example(tmp_path, monkeypatch, capsys, *, skip: tuple[str, ...] = ()) -> None:
+    """The docs' Python blocks in one session, then its `python analyses/...` commands on byom/ (those
+    whose script is named in `skip` left out)."""
     text = DOC.read_text()
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}  # one session, as a reader would run the blocks
-    for block in re.findall(r"```python\n(.*?)```", text, re.S):
-        exec(compile(block, str(DOC), "exec"), namespace)
+    for block in re.findall(r"```python\n(.*?)```", text, re.DOTALL):
+        exec(compile(block, str(DOC), "exec"), namespace)  # noqa: S102 - the docs' own example, run as a reader would
     assert "positional_embedding_type" in capsys.readouterr().out
     commands = [
         line.split("#")[0].strip()
-        for block in re.findall(r"```bash\n(.*?)```", text, re.S)
+        for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL)
         for line in block.splitlines()
         if line.startswith("python analyses/") and "byom/" in line
     ]
     assert len(commands) == 3
     for command in commands:
         script, *argv = shlex.split(command)[1:]
-        assert run_script(_load_main(Path(script).stem), argv) == 0, command
+        if Path(script).stem not in skip:
+            assert run_script(load_script(Path(script).stem).main, argv) == 0, command
+
+
+def test_the_docs_worked_example_runs(tmp_path, monkeypatch, capsys):
+    """Everything but the report command, which alone takes a minute (analyses/report.py runs by default in
+    test_report_cli.py::test_demo_writes_index_and_reuses_checkpoints); the whole example is slow."""
+    _run_the_docs_example(tmp_path, monkeypatch, capsys, skip=("report",))
+
+
+@pytest.mark.slow
+def test_the_docs_worked_example_runs_with_its_report(tmp_path, monkeypatch, capsys):
+    _run_the_docs_example(tmp_path, monkeypatch, capsys)
     assert "L1H1" in (tmp_path / "byom" / "report" / "report.md").read_text()

@@ -71,8 +71,8 @@ def test_graph_has_k_composition_and_no_same_layer_edges(model):
     names = {e.name for e in g.edges}
     assert "L0H1->L1H0.k" in names and "L0H0->MLP0" in names and "MLP0->L1H1.q" in names
     assert not any(e.sender.depth >= e.port.node.depth for e in g.edges)
-    # embed, pos -> all 15 ports; L0 heads -> 6 head ports of L1, MLP0, MLP1, logits; MLP0 -> 6 + MLP1 + logits;
-    # L1 heads -> MLP1, logits; MLP1 -> logits
+    # embed, pos -> all 15 ports; L0 heads -> 6 head ports of L1, MLP0, MLP1, logits;
+    # MLP0 -> 6 + MLP1 + logits; L1 heads -> MLP1, logits; MLP1 -> logits
     assert len(g.edges) == 2 * 15 + 2 * 9 + 8 + 2 * 2 + 1
 
 
@@ -164,7 +164,10 @@ def test_planted_induction_circuit_is_found_exactly(ablation, expected):
     assert_no_hooks(model)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+# Seed 0 runs by default; seeds 1 and 2 (the same property on other random models, ~20-45 s each) are slow.
+@pytest.mark.parametrize(
+    "seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)]
+)
 def test_random_models_give_no_confident_circuit(seed):
     model = build_model(seed, n_ctx=24, d_vocab=12)
     pair, _ = circuit_pair(model, None, 32, generator=torch.Generator().manual_seed(seed))

@@ -1,10 +1,11 @@
-"""The challenge model, the published construction, Appendix A, our key-value table and the capacity search."""
+"""The challenge model, the published construction,
+Appendix A, our key-value table and the capacity search."""
 
 import math
 
 import pytest
 import torch
-from helpers import assert_no_hooks
+from helpers import assert_no_hooks, load_script
 
 from mechmem.checkpoint import load_checkpoint, save_checkpoint
 from mechmem.errors import MechmemError
@@ -109,7 +110,8 @@ def test_assignment_invariants(d_mlp, n_out, s, strict):
     assert (conn.sum(0) == s).all()
     loads = conn.sum(1)
     # Strict cases are far from the pair-packing bound: perfectly balanced and overlap <= 1. Near or past the
-    # bound the local search may leave a load spread of 2 or an overlap of 2 (the authors' code also "ideally").
+    # bound the local search may leave a load spread of 2 or an overlap of 2 (the authors' code also
+    # "ideally").
     assert int(loads.max() - loads.min()) <= (1 if strict else 2)
     assert overlap_feasible(d_mlp, n_out, s) or not strict
     assert max_overlap(conn) <= (1 if strict else max(2, s * s // d_mlp + 2))
@@ -240,7 +242,8 @@ def test_hybrid_learns_appendix_features():
 
 
 def test_capacity_table_helpers_match_hand_computation():
-    """capacity_of / mode_fit / fit_ratio on hand-made results: ratios of a d^2/ln d fits over shared sizes."""
+    """capacity_of / mode_fit / fit_ratio on hand-made results:
+    ratios of a d^2/ln d fits over shared sizes."""
 
     def result(mode, d, cap1, cap9):
         scores = {cap1: 1.0, cap9: 0.9}
@@ -267,34 +270,20 @@ def test_capacity_table_helpers_match_hand_computation():
 
 
 def test_script_rejects_bad_mode(capsys):
-    import importlib.util
-    import pathlib
-
     from mechmem.cli import run_script
 
-    spec = importlib.util.spec_from_file_location(
-        "reproduce_constructions",
-        pathlib.Path(__file__).parents[1] / "analyses" / "reproduce_constructions.py",
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("reproduce_constructions")
     assert run_script(module.main, ["--modes", "nonsense"]) == 2
     assert "error:" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_quick_script_end_to_end(tmp_path):
-    """The --quick constructions run writes its data files, and the capacities it reports retrace (minutes: slow)."""
-    import importlib.util
+    """The --quick constructions run writes its data files,
+    and the capacities it reports retrace (minutes: slow)."""
     import json
-    import pathlib
 
-    spec = importlib.util.spec_from_file_location(
-        "reproduce_constructions",
-        pathlib.Path(__file__).parents[1] / "analyses" / "reproduce_constructions.py",
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("reproduce_constructions")
     assert module.main(["--quick", "--data", str(tmp_path)]) == 0
     caps = json.loads((tmp_path / "constructions_capacity_quick.json").read_text())
     misc = json.loads((tmp_path / "constructions_misc_quick.json").read_text())

@@ -1,5 +1,5 @@
-"""Training dynamics: transitions on hand-made curves, a synthetic checkpoint series whose order of events is known,
-agreement with the trainer's own log, and the script's outputs and one-line errors."""
+"""Training dynamics: transitions on hand-made curves, a synthetic checkpoint series whose order of
+events is known, agreement with the trainer's own log, and the script's outputs and one-line errors."""
 
 import json
 import math
@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_no_hooks
+from helpers import assert_no_hooks, load_script
 
-from conftest import load_script
 from mechmem.analysis.dynamics import (
     QUANTITIES,
     EvalData,
@@ -32,13 +31,12 @@ from mechmem.analysis.transitions import (
 )
 from mechmem.cli import run_script
 
-ROOT = Path(__file__).resolve().parents[1]
 SAVE_EVERY = 10
 PREV_AT, INDUCTION_AT = 60, 140
 """The synthetic schedule: the previous-token head forms at step 60, the induction head at step 140."""
 
 
-# -- transitions on hand-made curves ---------------------------------------------------------------------------
+# -- transitions on hand-made curves -------------------------------------------------------------------------
 def test_level_crossing_interpolates_between_saves():
     event = level_crossing([0, 10, 20, 30], [0.0, 0.2, 0.6, 1.0], level(0.5))
     assert event.interval == (10, 20) and event.step == pytest.approx(17.5)
@@ -94,7 +92,7 @@ def test_event_order_and_bad_rules():
         level_crossing([10, 0], [0.0, 1.0], level(0.5))
 
 
-# -- a synthetic series with a known order of events ------------------------------------------------------------
+# -- a synthetic series with a known order of events ---------------------------------------------------------
 def _ramp(step: int, at: int) -> float:
     return 1.0 / (1.0 + math.exp(-(step - at) / 3.0))
 
@@ -103,7 +101,8 @@ def write_series(
     out: Path, prev_at: int = PREV_AT, induction_at: int = INDUCTION_AT, last: int = 200
 ) -> None:
     """Checkpoints of the planted induction model whose previous-token head (L0H2) and induction head (L1H1)
-    are blended in from a random init around `prev_at` and `induction_at` (unpadded names: step_10.pt, ...)."""
+    are blended in from a random init around `prev_at` and
+    `induction_at` (unpadded names: step_10.pt, ...)."""
     from mechmem.analysis import planted
     from mechmem.checkpoint import save_checkpoint
     from mechmem.models import build_model
@@ -185,9 +184,10 @@ def test_set_levels_changes_the_rule(series_result):
         set_levels(series_result, {"nothing*": 0.5})
 
 
-# -- agreement with the trainer's log ---------------------------------------------------------------------------
+# -- agreement with the trainer's log ------------------------------------------------------------------------
 def test_probes_from_checkpoints_equal_the_logged_probes(tmp_path):
-    """The birth trainer logs its memory probes at step s before the update, i.e. on the weights of step_s.pt."""
+    """The birth trainer logs its memory probes at step s
+    before the update, i.e. on the weights of step_s.pt."""
     from mechmem.papers.birth.models import simplified_config
     from mechmem.papers.birth.task import BirthConfig
     from mechmem.training.config import Preset, TrainConfig
@@ -225,7 +225,7 @@ def test_probes_from_checkpoints_equal_the_logged_probes(tmp_path):
     assert all(r["within"] for r in rows)
 
 
-# -- the script --------------------------------------------------------------------------------------------------
+# -- the script ----------------------------------------------------------------------------------------------
 def test_script_writes_json_and_figures(series, tmp_path, capsys):
     code = run_script(
         load_script("dynamics").main,
@@ -294,11 +294,18 @@ def test_report_section_without_step_checkpoints_is_skipped(tmp_path):
     assert s.skipped and "no step checkpoints" in s.skipped and "--save-every" in s.skipped
 
 
-def test_report_script_finds_the_run_directory(series, tmp_path):
+def test_run_directory_of_a_step_checkpoint_and_of_the_final_one(series):
     from mechmem.analysis.dynamics import run_dir_of
 
     assert run_dir_of(series / "checkpoints" / "step_200.pt") == series
     assert run_dir_of(series / "ckpt.pt") == series
+
+
+# Slow (a whole report, ~60 s): by default the test above finds the run directory,
+# test_report_section_shows_the_order_of_events checks the section, and analyses/report.py runs in
+# test_report_cli.py::test_demo_writes_index_and_reuses_checkpoints.
+@pytest.mark.slow
+def test_report_script_finds_the_run_directory(series, tmp_path):
     code = run_script(
         load_script("report").main,
         [str(series / "checkpoints" / "step_200.pt"), "--out", str(tmp_path), "--n-samples", "32"],

@@ -3,11 +3,19 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+IN_A_KERNEL = "demo_walkthrough"
+"""The example the default run executes as a notebook (the kernel path and inline figures); the others run
+by default as scripts. Notebook and script hold the same cells (`test_notebooks_match_their_scripts`), so the
+other half of each pair, 40-90 s apiece, is in `make test-slow`."""
+
+
+def _slow_unless(condition: bool) -> tuple:
+    return () if condition else (pytest.mark.slow,)
 
 
 def test_examples_exist_in_percent_format():
@@ -16,7 +24,11 @@ def test_examples_exist_in_percent_format():
         assert path.read_text().startswith("# %%"), path.name
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=_slow_unless(p.stem != IN_A_KERNEL)) for p in EXAMPLES],
+    ids=lambda p: p.stem,
+)
 def test_example_runs(path, tmp_path):
     env = {
         **os.environ,
@@ -51,12 +63,16 @@ def test_notebooks_match_their_scripts():
         assert cells(got) == cells(want), f"{notebook.name} is out of date: run `make notebooks`"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=_slow_unless(p.stem == IN_A_KERNEL)) for p in NOTEBOOKS],
+    ids=lambda p: p.stem,
+)
 def test_notebook_runs(path, tmp_path, monkeypatch):
     """Executed in a Jupyter kernel (no network) on small settings; figures come out inline."""
     nbclient = pytest.importorskip("nbclient")
     nbformat = pytest.importorskip("nbformat")
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(ROOT / "src")
     for key, value in {
         "MECHMEM_EXAMPLE_STEPS": "30",
         "MECHMEM_EXAMPLE_OUT": str(tmp_path),

@@ -1,5 +1,6 @@
-"""The sweep executor: a real local Ray instance and the in-process loop give the same records; finished cells are
-skipped (resume), also after a sweep killed mid-line; bad executors, addresses and cells are one-line errors."""
+"""The sweep executor: a real local Ray instance and the in-process loop give the same records; finished cells
+are skipped (resume), also after a sweep killed mid-line;
+bad executors, addresses and cells are one-line errors."""
 
 import json
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import load_script
+from helpers import ROOT, load_script
 
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
@@ -20,7 +21,6 @@ from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.models import FactsModelConfig
 from mechmem.papers.memorisation.sweep import SearchCell, run_sweep
 
-ROOT = Path(__file__).parents[1]
 RUN_FIELDS = ("seconds", "finished")  # what measures the run itself, not its result
 
 
@@ -65,8 +65,8 @@ def without_run_fields(records: dict[str, dict]) -> dict[str, dict]:
 
 @pytest.fixture
 def ray_instance(monkeypatch):
-    """A real local Ray instance (2 CPUs, 128 MiB object store, loopback, no dashboard or usage report, its own temp
-    dir; no network needed), shut down after.
+    """A real local Ray instance (2 CPUs, 128 MiB object store, loopback,
+    no dashboard or usage report, its own temp dir; no network needed), shut down after.
 
     Its workers import this test module (for `counted_cell`), so tests/ goes on their PYTHONPATH."""
     ray = pytest.importorskip("ray")
@@ -74,15 +74,23 @@ def ray_instance(monkeypatch):
     paths = [str(ROOT / "tests"), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must stay under 108 bytes
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=2**27,
-             _node_ip_address="127.0.0.1", _temp_dir=temp)  # fmt: skip
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=2**27,
+        _node_ip_address="127.0.0.1",
+        _temp_dir=temp,
+    )
     yield ray
     ray.shutdown()
     shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_ray_and_local_give_identical_records_and_resume(tmp_path, ray_instance):
-    """The one test on a real Ray instance (about 40 s, most of it Ray's start and its workers importing torch)."""
+    """The one test on a real Ray instance (about 40 s,
+    most of it Ray's start and its workers importing torch)."""
     cells = tiny_search_cells()
     local = run_sweep(cells, tmp_path / "local.jsonl", progress=False)
     on_ray = run_sweep(cells, tmp_path / "ray.jsonl", executor="ray", progress=False)
@@ -186,7 +194,8 @@ def test_missing_ray_says_what_to_install(tmp_path, monkeypatch):
 
 
 def test_scripts_reject_a_bad_executor(capsys):
-    for script, args in (("sweep_facts", ["table"]), ("birth_scale", ["--no-run"])):
+    rules = str(ROOT / "docs" / "reproductions" / "data" / "birth_rules.json")  # found from any folder
+    for script, args in (("sweep_facts", ["table"]), ("birth_scale", ["--no-run", "--rules", rules])):
         assert run_script(load_script(script).main, [*args, "--executor", "spark"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: unknown executor 'spark'") and len(err.splitlines()) == 1

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from mechmem.papers.memorisation import generate_facts
-from mechmem.papers.memorisation.batched import _Stack, Schedule, fact_logits, train_batched, train_reference
+from mechmem.papers.memorisation.batched import Schedule, _Stack, fact_logits, train_batched, train_reference
 from mechmem.papers.memorisation.fused import FactBatch, loss_grad
 from mechmem.papers.memorisation.models import (
     FactsModelConfig,
@@ -87,8 +87,9 @@ def test_rms_norm_backward_is_the_gradient():
 
 @pytest.mark.parametrize("cfg", all_variants(n_in=8, n_out=4, d_model=4, d_mlp=6), ids=lambda c: c.name)
 def test_hand_written_step_is_the_autograd_gradient(cfg):
-    # The trainer's step (per-fact backward by hand) against autograd through the factorised logits, in float64;
-    # hits: facts whose label logit is the maximum (argmax accuracy except on exact ties, e.g. an all-dead ReLU).
+    # The trainer's step (per-fact backward by hand) against autograd through the factorised logits, in
+    # float64; hits: facts whose label logit is the maximum (argmax accuracy except on exact ties, e.g. an
+    # all-dead ReLU).
     inputs, labels = generate_facts(40, 8, 4)
     inits = [init_params(cfg, generator=torch.Generator().manual_seed(s)) for s in (0, 1, 2)]
     stack = _Stack({k: torch.stack([p[k] for p in inits]).double() for k in inits[0]}, torch.device("cpu"))
@@ -102,7 +103,8 @@ def test_hand_written_step_is_the_autograd_gradient(cfg):
 
 
 def test_freed_memory_stays_mapped():
-    # Without it, glibc trims the heap and every step page-faults its buffers anew (about 2,300 faults per step).
+    # Without it, glibc trims the heap and every step
+    # page-faults its buffers anew (about 2,300 faults per step).
     if not retain_freed_memory():
         pytest.skip("the C library is not glibc")
     cfg = FactsModelConfig(mixing="2emb")

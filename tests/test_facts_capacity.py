@@ -2,9 +2,9 @@
 committed sweeps (the merged search retraces every recorded search exactly), and a tiny end-to-end search."""
 
 import json
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.batched import Schedule
@@ -18,7 +18,7 @@ from mechmem.papers.memorisation.capacity import (
 from mechmem.papers.memorisation.models import FactsModelConfig
 from mechmem.papers.memorisation.search import Memo, search_capacity
 
-DATA = Path(__file__).parents[1] / "docs" / "reproductions" / "data"
+DATA = ROOT / "docs" / "reproductions" / "data"
 
 
 def brute_force(passes, limit: int) -> int:
@@ -30,7 +30,7 @@ def brute_force(passes, limit: int) -> int:
 @pytest.mark.parametrize("precision", [1, 8])
 def test_search_against_brute_force(bracket, precision):
     limit = 300
-    for threshold in range(0, limit + 1):
+    for threshold in range(limit + 1):
         calls = []
 
         def passes(n, threshold=threshold, calls=calls):
@@ -38,7 +38,7 @@ def test_search_against_brute_force(bracket, precision):
             return n <= threshold
 
         result = search_capacity(passes, limit, precision=precision, bracket=bracket, start=16)
-        truth = brute_force(lambda n: n <= threshold, limit)
+        truth = brute_force(lambda n, threshold=threshold: n <= threshold, limit)
         assert truth - precision <= result.best <= truth
         if precision == 1:
             # At precision 1 the doubling bracket is exact; the authors' loop can stop one short (their rule).
@@ -102,8 +102,12 @@ def test_committed_facts_searches_replay():
         result = CapacityResult.from_dict(json.loads(line))
         seeds = len(result.info["seeds"])
         for crit, search in result.searches.items():
+
+            def passes(n, rule=CRITERIA[crit], scores=result.scores, seeds=seeds):
+                return rule(scores[n], seeds)
+
             again = search_capacity(
-                lambda n: CRITERIA[crit](result.scores[n], seeds),
+                passes,
                 result.info["config"]["n_in"] ** 2,
                 precision=result.info["precision"],
             )
@@ -115,8 +119,12 @@ def test_committed_constructions_searches_replay():
     for row in data["results"]:
         result = CapacityResult.from_dict(row)
         for crit, search in result.searches.items():
+
+            def passes(n, scores=result.scores, threshold=THRESHOLDS[crit]):
+                return scores[n] >= threshold
+
             again = search_capacity(
-                lambda n: result.scores[n] >= THRESHOLDS[crit],
+                passes,
                 4 * result.d**2,
                 precision=result.info["precision"],
                 bracket="doubling",

@@ -1,10 +1,11 @@
-"""Sweep plumbing: JSONL records are appended once per cell and finished cells are skipped; fits recover laws."""
+"""Sweep plumbing: JSONL records are appended once per
+cell and finished cells are skipped; fits recover laws."""
 
 import math
 
 import pytest
 import torch
-from conftest import load_script
+from helpers import load_script
 
 from mechmem.cli import run_script
 from mechmem.papers.memorisation.batched import Schedule

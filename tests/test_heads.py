@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import assert_no_hooks, build_transformer_cfg
+from helpers import assert_no_hooks, build_transformer_cfg, load_script
 
 from mechmem.analysis.heads import (
     BUILTIN_PATTERNS,
@@ -137,19 +137,14 @@ def test_models_without_attention_are_named():
 
 
 def test_script_probes_the_lengths_asked_for_and_rejects_impossible_ones(planted, tmp_path, capsys):
-    import importlib.util
     import json
-    from pathlib import Path
 
     from mechmem.analysis.planted import planted_config
     from mechmem.checkpoint import save_checkpoint
     from mechmem.cli import run_script
     from mechmem.tasks.generic import RepeatsConfig
 
-    path = Path(__file__).resolve().parents[1] / "analyses" / "detect_heads.py"
-    spec = importlib.util.spec_from_file_location("detect_heads_script", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("detect_heads")
     ckpt = save_checkpoint(
         tmp_path / "ckpt.pt",
         model=planted,

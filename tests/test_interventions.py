@@ -19,10 +19,10 @@ from mechmem.analysis.interventions import (
 from mechmem.analysis.patching import Patcher
 
 ARCHS = {
-    "ln3": dict(normalization_type="LN", n_layers=3),
-    "rms1": dict(normalization_type="RMS", n_layers=1),
-    "nonorm2": dict(normalization_type=None, n_layers=2),
-    "attn_only3": dict(normalization_type="LN", n_layers=3, d_mlp=None),
+    "ln3": {"normalization_type": "LN", "n_layers": 3},
+    "rms1": {"normalization_type": "RMS", "n_layers": 1},
+    "nonorm2": {"normalization_type": None, "n_layers": 2},
+    "attn_only3": {"normalization_type": "LN", "n_layers": 3, "d_mlp": None},
 }
 SETTERS = ("zero", "mean", "resample", "from_run", "apply")
 
@@ -50,7 +50,8 @@ def make_setter(kind, model, seed=5):
 
 
 def hooks_of(model):
-    """(hook, index) pairs covering z, mlp_out, mlp.hook_post, resid_pre, hook_mlp_in and pattern, every layer."""
+    """(hook, index) pairs covering z, mlp_out, mlp.hook_post,
+    resid_pre, hook_mlp_in and pattern, every layer."""
     out = []
     for layer in range(model.cfg.n_layers):
         out += [

@@ -1,4 +1,5 @@
-"""The layout rules: the core imports no paper, papers register themselves, and nothing grows past its size."""
+"""The layout rules: the core imports no paper,
+papers register themselves, and nothing grows past its size."""
 
 import ast
 import subprocess
@@ -6,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "mechmem"
 CORE = [p for p in SRC.rglob("*.py") if "papers" not in p.relative_to(SRC).parts]
 MAX_MODULE, MAX_SCRIPT, MAX_FUNCTION = 400, 80, 60

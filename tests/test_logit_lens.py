@@ -1,4 +1,5 @@
-"""Logit lens: the last stage equals the logits, norms are recomputed per stage (TL issue 1076), planted stages."""
+"""Logit lens: the last stage equals the logits,
+norms are recomputed per stage (TL issue 1076), planted stages."""
 
 import pytest
 import torch
@@ -43,7 +44,8 @@ def test_norm_is_recomputed_at_every_stage():
         model.ln_final.b.normal_(generator=torch.Generator().manual_seed(4))
         _, cache = model.run_with_cache(TOKENS)
         resid = cache["blocks.0.hook_resid_pre"]
-        # By hand: LayerNorm statistics of this residual, then the final norm's affine map and the unembedding.
+        # By hand: LayerNorm statistics of this residual,
+        # then the final norm's affine map and the unembedding.
         centred = resid - resid.mean(-1, keepdim=True)
         normed = centred / (centred.pow(2).mean(-1, keepdim=True) + model.cfg.eps).sqrt()
         by_hand = (normed * model.ln_final.w + model.ln_final.b) @ model.W_U + model.b_U
@@ -53,7 +55,8 @@ def test_norm_is_recomputed_at_every_stage():
         recomputed = cache.apply_ln_to_stack(stack, recompute_ln=True)
         ours = torch.stack([decode_residual(model, s) for s in stack])
         torch.testing.assert_close(ours, model.unembed(recomputed), atol=1e-5, rtol=0)
-        # ... while reusing the final layer's cached scale (the issue-1076 pitfall) gives different early lenses.
+        # ... while reusing the final layer's cached scale
+        # (the issue-1076 pitfall) gives different early lenses.
         stale = cache.apply_ln_to_stack(stack, recompute_ln=False)[0] * model.ln_final.w + model.ln_final.b
         assert (model.unembed(stale) - ours[0]).abs().max() > 1e-2
 

@@ -1,4 +1,5 @@
-"""Neuron direct effect against a naive loop and against the exact logit change from ablating a last-layer neuron."""
+"""Neuron direct effect against a naive loop and against
+the exact logit change from ablating a last-layer neuron."""
 
 import pytest
 import torch

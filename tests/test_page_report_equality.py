@@ -13,8 +13,7 @@ import json
 
 import pytest
 import torch
-from conftest import load_script
-from helpers import build_model
+from helpers import build_model, load_script
 
 from mechmem.analysis import transitions
 from mechmem.analysis.roles import RoleResult, RoleThresholds, head_roles

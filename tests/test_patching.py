@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from helpers import assert_no_hooks, build_transformer_cfg
+from helpers import assert_no_hooks, build_transformer_cfg, load_script
 
 from mechmem.analysis.patching import (
     SWEEPS,
@@ -95,7 +95,8 @@ def test_equals_transformer_lens_random(random_case, direction):
 
 
 def answer_logprob(pair):
-    """A plain callable metric, the way TransformerLens users write one: log-prob of the answer, per prompt."""
+    """A plain callable metric, the way TransformerLens users write one:
+    log-prob of the answer, per prompt."""
     rows = torch.arange(len(pair.clean))
 
     def metric(logits):
@@ -106,7 +107,8 @@ def answer_logprob(pair):
 
 @pytest.mark.parametrize("direction", ["denoising", "noising"])
 def test_callable_metric_equals_transformer_lens(random_case, direction):
-    """A callable metric: vmapped over patches, read-out positions found by the dependency check; every sweep."""
+    """A callable metric: vmapped over patches,
+    read-out positions found by the dependency check; every sweep."""
     model, pair = random_case
     metric = answer_logprob(pair)
     patcher = Patcher(model, pair.clean, pair.corrupted, metric)
@@ -123,8 +125,8 @@ def test_callable_metric_equals_transformer_lens(random_case, direction):
 
 
 def test_generic_callable_metric_equals_transformer_lens(random_case):
-    """A metric that reads every position (no skips by read-out), one that cannot be vmapped (`.item()`), and one
-    that edits its logits in place."""
+    """A metric that reads every position (no skips by read-out),
+    one that cannot be vmapped (`.item()`), and one that edits its logits in place."""
     model, pair = random_case
 
     def mean_logprob(logits):
@@ -285,15 +287,9 @@ def test_bad_input_raises(random_case):
 
 
 def test_script_writes_patching_json(trained, tmp_path, capsys):
-    import importlib.util
-    from pathlib import Path
-
     from mechmem.cli import run_script
 
-    path = Path(__file__).resolve().parents[1] / "analyses" / "patch.py"
-    spec = importlib.util.spec_from_file_location("patch_script", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("patch")
     argv = [
         str(trained.path),
         "--out",

@@ -1,6 +1,6 @@
 """The permutation reproduction: Bayes table and probe against brute-force enumeration and a Bayes oracle,
-role probes and key sets, and the whole pipeline (train, measure, build and write the page) on tiny presets: the
-page's tables equal the record, the hand check is computed, and page.py types in no numbers."""
+role probes and key sets, and the whole pipeline (train, measure, build and write the page) on tiny presets:
+the page's tables equal the record, the hand check is computed, and page.py types in no numbers."""
 
 import copy
 import itertools
@@ -11,6 +11,7 @@ from statistics import mean, stdev
 
 import pytest
 import torch
+from helpers import ROOT, assert_records_close
 
 from mechmem.errors import MechmemError
 from mechmem.papers.permutation import make_spec, page
@@ -25,6 +26,7 @@ from mechmem.papers.permutation.task import PermutationConfig, PermutationTask, 
 from mechmem.report.document import read_prose, write_page
 from mechmem.training.config import Preset, TrainConfig
 
+DOCS = ROOT / "docs" / "reproductions"
 V = 4
 
 
@@ -135,7 +137,8 @@ def test_key_sets_partition_the_prefix_on_repeats(task):
 
 @pytest.fixture(scope="module")
 def record(tmp_path_factory):
-    """A real run record from tiny presets (30 training steps each): two Task 2 seeds, one 2-layer V=10 run."""
+    """A real run record from tiny presets (30 training steps each):
+    two Task 2 seeds, one 2-layer V=10 run."""
     from mechmem.models.adapter import TransformerConfig
 
     def tiny(v, heads, ratio, layers=1):
@@ -183,9 +186,7 @@ def test_pipeline_writes_every_section_and_figure(record, tmp_path):
     keys = [s.key for s in report.sections]
     assert keys == ["setup", "published", "bayes", "probe", "roles", "rescue", "scale"]
     assert not any(s.skipped for s in report.sections)
-    md = write_page(
-        report, tmp_path / "permutation.md", prose=Path("docs/reproductions/prose/permutation.md")
-    )
+    md = write_page(report, tmp_path / "permutation.md", prose=DOCS / "prose" / "permutation.md")
     names = {p.name for p in (tmp_path / "figures").glob("permutation_*.png")}
     assert (
         names == {f"permutation_{s.key}-{n}.png" for s in report.sections for n in s.figures}
@@ -195,7 +196,7 @@ def test_pipeline_writes_every_section_and_figure(record, tmp_path):
 
 
 def test_prose_blocks_match_section_keys(record):
-    prose = read_prose("docs/reproductions/prose/permutation.md")
+    prose = read_prose(DOCS / "prose" / "permutation.md")
     assert set(prose) - {"intro"} <= {s.key for s in page.build_page(record).sections}
 
 
@@ -219,8 +220,10 @@ def test_published_table_equals_record_aggregates(record):
     ]
     assert len(table.rows) == len(expected)
     for row, (pub, ours) in zip(table.rows, expected):
+        # the page's mean and sd against the statistics module: equal up to summation order (1e-12 relative)
         sd = stdev(ours) if len(ours) > 1 else "-"  # the sample sd (`stats.mean_sd`); none for one value
-        assert row[1:] == [pub["value"], pub["source"], pytest.approx(mean(ours), rel=1e-12), sd, len(ours)]
+        want = [pub["value"], pub["source"], mean(ours), sd, len(ours)]
+        assert_records_close(row[1:], want, rel=1e-12, abs=1e-15)
 
 
 def test_roles_table_rows_equal_record_heads(record):
@@ -305,9 +308,11 @@ def test_variants_and_options_make_the_spec():
 def test_committed_record_rebuilds_its_page():
     import json
 
-    record = json.loads(Path("docs/reproductions/data/permutation.json").read_text())
+    record = json.loads((DOCS / "data" / "permutation.json").read_text())
     report = page.build_page(record)
     table = report.section("published").tables[0]
     probes = [r["probe"]["p_recall"] for r in record["task2"]]
-    assert table.rows[4][3:] == [pytest.approx(mean(probes), rel=1e-12), stdev(probes), len(probes)]
+    # mean and sample sd of recorded floats: any summation order agrees to 1e-12 relative
+    want = [mean(probes), stdev(probes), len(probes)]
+    assert_records_close(table.rows[4][3:], want, rel=1e-12, abs=1e-15)
     assert report.section("roles").skipped or report.section("roles").tables

@@ -1,4 +1,5 @@
-"""Memory probes: outer-product memories recalled at 1.0, random near chance, planted circuits found exactly."""
+"""Memory probes: outer-product memories recalled at 1.0,
+random near chance, planted circuits found exactly."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""Progress: lines at regular intervals when output is not a terminal; the demo's log watcher picks them up."""
+"""Progress: lines at regular intervals when output is not a terminal;
+the demo's log watcher picks them up."""
 
 import io
 import os
@@ -45,7 +46,8 @@ def test_disabled_prints_nothing_and_resumed_runs_estimate_from_new_steps():
 
 
 def test_log_relay_prints_each_moved_job_once_per_interval(tmp_path):
-    """A job's newest log is read; a line is printed once, again only when it moves, never between intervals."""
+    """A job's newest log is read; a line is printed once,
+    again only when it moves, never between intervals."""
     train, report = tmp_path / "train.log", tmp_path / "report.log"
     train.write_text("train t: step 1/2 (50%) elapsed 1s left ~1s\n")
     clock = FakeClock()
@@ -70,8 +72,8 @@ def test_log_relay_prints_each_moved_job_once_per_interval(tmp_path):
 
 
 def test_demo_jobs_report_progress_and_completion(tmp_path, capsys):
-    """The demo's forked jobs: their progress lines are relayed while they run, each says when it ends, results come
-    back in order, and a job that raises is reported failed without stopping the others."""
+    """The demo's forked jobs: their progress lines are relayed while they run, each says when it ends,
+    results come back in order, and a job that raises is reported failed without stopping the others."""
     import time
 
     from mechmem.report.demo import run_jobs

@@ -1,33 +1,28 @@
-"""Issue 13, the cases themselves: every bad input to a script ends in one `error:` line and exit 2, before any work.
+"""Issue 13, the cases themselves: every bad input to a
+script ends in one `error:` line and exit 2, before any work.
 
-Also: strict JSON, a digest over every field, config field types, a task that does not fit its model, user tasks.
+Also: strict JSON, a digest over every field, config field types,
+a task that does not fit its model, user tasks.
 """
 
-import importlib.util
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from helpers import ROOT, load_script
 
 from mechmem.analysis.planted import planted_induction_model
 from mechmem.checkpoint import _digest, load_checkpoint, save_checkpoint
-from mechmem.cli import run_script, write_json
+from mechmem.cli import dumps, run_script, write_json
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.models.adapter import save_hooked_transformer
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ("ablate_heads", "circuit", "detect_heads", "logit_lens", "patch", "probe_memory", "report")
-
-
-def load_main(name):
-    spec = importlib.util.spec_from_file_location(f"rel_{name}", ROOT / "analyses" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
 
 
 @pytest.fixture(scope="module")
@@ -63,18 +58,21 @@ def test_every_script_refuses_bad_flags_in_one_line_before_any_work(ckpt, tmp_pa
     argv = [a.format(file=tmp_path / "file") for a in argv]
     if "--out" not in argv:
         argv += ["--out", str(out)]
-    assert run_script(load_main(script), [str(ckpt), *argv]) == 2
+    assert run_script(load_script(script).main, [str(ckpt), *argv]) == 2
     assert expected in one_error_line(capsys)
     assert not out.exists()  # nothing was created: the checks ran before any work
 
 
 def test_report_refuses_too_few_samples(ckpt, tmp_path, capsys):
-    assert run_script(load_main("report"), [str(ckpt), "--n-samples", "1", "--out", str(tmp_path / "r")]) == 2
+    assert (
+        run_script(load_script("report").main, [str(ckpt), "--n-samples", "1", "--out", str(tmp_path / "r")])
+        == 2
+    )
     assert "--n-samples must be at least 32" in one_error_line(capsys)
 
 
 def test_ablate_heads_bad_choice_is_one_line(ckpt, capsys):
-    assert run_script(load_main("ablate_heads"), [str(ckpt), "--methods", "bogus"]) == 2
+    assert run_script(load_script("ablate_heads").main, [str(ckpt), "--methods", "bogus"]) == 2
     assert "invalid choice" in one_error_line(capsys)
 
 
@@ -92,17 +90,17 @@ def test_ablate_heads_bad_choice_is_one_line(ckpt, capsys):
 def test_train_script_bad_flags_are_one_line(tmp_path, capsys, argv, expected):
     (tmp_path / "file").write_text("x")
     argv = [a.format(file=tmp_path / "file") for a in argv]
-    assert run_script(load_main("train"), argv) == 2
+    assert run_script(load_script("train").main, argv) == 2
     assert expected in one_error_line(capsys)
 
 
 def test_help_still_prints_and_exits_0(capsys):
     with pytest.raises(SystemExit) as exc:
-        load_main("detect_heads")(["--help"])
+        load_script("detect_heads").main(["--help"])
     assert exc.value.code == 0 and "--task-module" in capsys.readouterr().out
 
 
-# -- checkpoints ------------------------------------------------------------------------------------------------
+# -- checkpoints ---------------------------------------------------------------------------------------------
 def _resave(src: Path, dst: Path, edit, *, redigest: bool) -> Path:
     payload = torch.load(src, weights_only=True)
     edit(payload)
@@ -118,7 +116,7 @@ def test_config_field_of_the_wrong_type_is_a_clear_error(ckpt, tmp_path, capsys)
     )
     with pytest.raises(CheckpointError, match="field n_layers must be int, got 'abc'"):
         load_checkpoint(bad)
-    assert run_script(load_main("detect_heads"), [str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert run_script(load_script("detect_heads").main, [str(bad), "--out", str(tmp_path / "o")]) == 2
     assert "n_layers must be int" in one_error_line(capsys)
 
 
@@ -176,6 +174,27 @@ def test_strict_json_writes_null_for_nan_and_inf(tmp_path):
     assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
 
 
+def _refuse_constant(name: str) -> None:
+    raise AssertionError(f"non-standard JSON constant {name} written")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [math.nan, -math.inf, np.float64("nan"), (1.0, math.inf), {"deep": [{"x": math.nan}]}],
+    ids=["nan", "-inf", "numpy_nan", "tuple", "nested"],
+)
+def test_json_writer_turns_every_non_finite_float_into_null(value, tmp_path):
+    """The one JSON writer (`dumps`, and `write_json` on top of it) never lets NaN or Infinity through,
+    however deeply a float sits; a strict parser reads what it wrote."""
+    text = dumps({"value": value, "kept": 0.5})
+    parsed = json.loads(text, parse_constant=_refuse_constant)
+    assert parsed["kept"] == 0.5 and "NaN" not in text and "Infinity" not in text
+    again = json.loads(
+        write_json(tmp_path / "x.json", {"value": value}).read_text(), parse_constant=_refuse_constant
+    )
+    assert again["value"] == parsed["value"]
+
+
 USER_TASK = '''
 import torch
 from dataclasses import dataclass
@@ -216,7 +235,7 @@ def test_scripts_load_user_tasks_with_task_module(tmp_path):
         task_config=None,
     )
     base = [sys.executable, str(ROOT / "analyses" / "detect_heads.py"), str(path), "--n-samples", "4"]
-    run = lambda extra: subprocess.run(base + extra, capture_output=True, text=True, timeout=300, check=False)  # noqa: E731
+    run = lambda extra: subprocess.run(base + extra, capture_output=True, text=True, timeout=300, check=False)
     without = run([])
     assert without.returncode == 2 and "unknown task 'rel_user_count'" in without.stderr
     assert "--task-module" in without.stderr and len(without.stderr.strip().splitlines()) == 1
@@ -232,6 +251,6 @@ def load_checkpoint_config():
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "abc"])
 def test_memory_budget_flags_refuse_nan_and_non_positive_values(value, ckpt, tmp_path, capsys):
     argv = [str(ckpt), "--memory-mb", value, "--out", str(tmp_path / "o")]
-    assert run_script(load_main("patch"), argv) == 2  # the script itself, not a stand-in parser
+    assert run_script(load_script("patch").main, argv) == 2  # the script itself, not a stand-in parser
     assert one_error_line(capsys).startswith("error: argument --memory-mb: ")
     assert not (tmp_path / "o").exists()

@@ -1,5 +1,5 @@
-"""Issue 13, training: --resume continues only the identical run, fresh runs never mix with old files, one writer
-per directory, and no checkpoint is ever written from non-finite weights (the last step included)."""
+"""Issue 13, training: --resume continues only the identical run, fresh runs never mix with old files, one
+writer per directory, and no checkpoint is ever written from non-finite weights (the last step included)."""
 
 import shutil
 
@@ -12,7 +12,7 @@ from mechmem.tasks import build_task
 from mechmem.training.run import train_preset
 from mechmem.training.rundir import run_lock
 
-SMALL = dict(steps=20, batch_size=16, eval_every=10, eval_samples=32)
+SMALL = {"steps": 20, "batch_size": 16, "eval_every": 10, "eval_samples": 32}
 
 
 def _run(out, **overrides):
@@ -58,15 +58,15 @@ def test_fresh_run_into_an_old_directory_is_refused_then_overwrite_clears_it(fin
 
 def test_a_second_writer_is_stopped_by_the_lock(tmp_path):
     out = tmp_path / "busy"
-    with run_lock(out):
-        with pytest.raises(MechmemError, match=r"being written by another process \(pid \d+\)"):
-            _run(out, seed=1)
+    with run_lock(out), pytest.raises(MechmemError, match=r"being written by another process \(pid \d+\)"):
+        _run(out, seed=1)
     assert not (out / "metrics.jsonl").exists()
     _run(out, seed=1)  # released
 
 
 def _poison_from(monkeypatch, first_bad_step: int) -> None:
-    """From step `first_bad_step` on, the loss stays finite but its gradient is NaN, so the update ruins the weights."""
+    """From step `first_bad_step` on, the loss stays finite but
+    its gradient is NaN, so the update ruins the weights."""
     task_cls = type(build_task("permutation"))
     original_batch, original_loss = task_cls.train_batch, task_cls.loss
     calls = {"n": 0}

@@ -142,6 +142,9 @@ def test_html_escapes_text(pair_report):
         del report.meta["evil"]
 
 
+# Slow (one more whole report, ~30-60 s): by default each analysis the report runs asserts that no hooks
+# are left in its own test (test_ablation, test_attribution, test_circuits, test_heads, test_roles, ...).
+@pytest.mark.slow
 def test_no_hooks_left_behind(permutation_task):
     from mechmem.report import planted
 

@@ -1,14 +1,11 @@
 """analyses/report.py and analyses/demo.py: outputs, one-line errors, index page."""
 
 import json
-from pathlib import Path
 
 import pytest
+from helpers import load_script
 
-from conftest import load_script
 from mechmem.cli import run_script
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +25,9 @@ def planted_ckpt(tmp_path_factory):
     return path
 
 
+# Slow (a whole report, ~40 s): by default analyses/report.py runs on the same planted model in
+# test_demo_writes_index_and_reuses_checkpoints, and test_report.py checks the roles and the three files.
+@pytest.mark.slow
 def test_report_script_writes_three_files(planted_ckpt, tmp_path, capsys):
     out = tmp_path / "rep"
     assert (
@@ -54,11 +54,9 @@ def test_report_script_bad_input_is_one_line(argv, planted_ckpt, tmp_path, capsy
 
 def test_demo_writes_index_and_reuses_checkpoints(tmp_path, monkeypatch):
     """The demo with its training stubbed by an existing checkpoint: reports, index links, skip-if-trained."""
-    from mechmem.report import demo
-
     from mechmem.checkpoint import save_checkpoint
     from mechmem.papers.permutation.task import PermutationConfig, PermutationTask
-    from mechmem.report import planted
+    from mechmem.report import demo, planted
     from mechmem.training import Preset, TrainConfig
 
     # A "planted" preset whose finished run is the planted model: reused, since it is this very run.

@@ -1,6 +1,6 @@
-"""The head-role classifier (`mechmem.analysis.roles`): synthetic evidence with known labels, the evidence itself
-against a naive hook loop, and planted 2-layer models with a recall circuit (previous-token head + induction-style
-recall head) and an elimination head, in both head orders."""
+"""The head-role classifier (`mechmem.analysis.roles`): synthetic evidence with known labels, the evidence
+itself against a naive hook loop, and planted 2-layer models with a recall circuit (previous-token head +
+induction-style recall head) and an elimination head, in both head orders."""
 
 import pytest
 import torch
@@ -106,7 +106,8 @@ def test_planted_roles_are_found_in_either_head_order(task, recall_head):
 
 @torch.no_grad()
 def test_evidence_equals_a_naive_hook_loop(task):
-    """transfer, via_mlp and damage per head against one run_with_hooks per head, on a random model with an MLP."""
+    """transfer, via_mlp and damage per head against one
+    run_with_hooks per head, on a random model with an MLP."""
     model = build_model(seed=2, n_layers=2, d_vocab=task.d_vocab, n_ctx=task.seq_len, normalization_type="LN")
     probes = task.role_probes(64, generator=torch.Generator().manual_seed(0))
     reference = task.eval_batch(64, generator=torch.Generator().manual_seed(5)).tokens

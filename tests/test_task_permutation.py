@@ -1,4 +1,5 @@
-"""The permutation task: generator validity, the fixed split, the exact posterior against brute force, probes."""
+"""The permutation task: generator validity, the fixed split,
+the exact posterior against brute force, probes."""
 
 import itertools
 import math
@@ -125,7 +126,8 @@ def test_task1_quick_reaches_the_elimination_floor():
 
 @pytest.mark.slow
 def test_task2_quick_recalls_on_probes():
-    """Five seeds of the annealed preset gave 0.981-1.000 (docs/reproductions/permutation.md); seed 0 is tested."""
+    """Five seeds of the annealed preset gave 0.981-1.000
+    (docs/reproductions/permutation.md); seed 0 is tested."""
     from mechmem.training.run import train_preset
 
     assert train_preset("permutation", "task2-quick", progress=False).summary["probe_recall_p"] >= 0.95

@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from mechmem.errors import CheckpointError, MechmemError  # noqa: E402
+from mechmem.errors import CheckpointError, MechmemError
 
 __all__ = ["CheckpointError", "MechmemError", "__version__"]

@@ -316,7 +316,7 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
             "truncated or corrupt" if "zip" in str(exc).lower() or isinstance(exc, EOFError) else "unreadable"
         )
         raise CheckpointError(f"{path}: not a readable checkpoint ({reason})") from None
-    except Exception as exc:  # any other unpickling failure is a bad file, not a crash
+    except Exception as exc:  # noqa: BLE001 - any other unpickling failure is a bad file, not a crash
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a mechmem checkpoint (no 'format': {FORMAT!r} field)")
@@ -358,7 +358,7 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     try:
         model_config = model_config_from_dict(payload["model_config"])
         model = build_model(model_config, generator=torch.Generator().manual_seed(0))
-    except Exception as exc:  # a config that passes the digest but cannot build a model is a bad file
+    except Exception as exc:  # noqa: BLE001 - a config that passes the digest but builds no model: bad file
         raise CheckpointError(f"{path}: bad model config ({one_line(exc)})") from None
     expected = model.state_dict()
     state = payload["state_dict"]

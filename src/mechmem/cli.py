@@ -202,7 +202,7 @@ def estimate_mb_per_sequence(model: Any) -> float:
     activations (6 d_model + 2 d_mlp), and the logits with their softmax (2 d_vocab_out).
     """
     cfg = getattr(model, "cfg", None)
-    get = lambda name, default: int(getattr(cfg, name, None) or default)  # noqa: E731
+    get = lambda name, default: int(getattr(cfg, name, None) or default)
     n_ctx, layers = get("n_ctx", 64), get("n_layers", 1)
     per_pos = layers * (2 * get("n_heads", 1) * n_ctx + 6 * get("d_model", 64) + 2 * get("d_mlp", 0))
     per_pos += 2 * get("d_vocab_out", get("d_vocab", 64))

@@ -38,11 +38,12 @@ _tl_activations.SUPPORTED_ACTIVATIONS.setdefault("linear", lambda x: x)
 
 TL_VERSION: str = getattr(transformer_lens, "__version__", None) or "unknown"
 if TL_VERSION == "unknown":
-    try:
-        from importlib.metadata import version as _pkg_version
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _pkg_version
 
+    try:
         TL_VERSION = _pkg_version("transformer-lens")
-    except Exception:  # pragma: no cover - metadata missing in odd installs
+    except PackageNotFoundError:  # pragma: no cover - metadata missing in odd installs
         pass
 
 FIX_RULES = ("identity", "zero", "one", "normal")
@@ -209,11 +210,36 @@ def raw_hooked_transformer(cfg: "HookedTransformerConfig") -> "HookedTransformer
 
 # -- bringing your own model -----------------------------------------------------------------------------------
 _NOT_BEHAVIOUR = frozenset(
-    "device n_devices use_attn_result use_split_qkv_input use_hook_mlp_in use_attn_in use_hook_tokens "
-    "default_prepend_bos tokenizer_prepends_bos tokenizer_name model_name original_architecture from_checkpoint "
-    "checkpoint_index checkpoint_label_type checkpoint_value init_mode initializer_range init_weights seed n_params "
-    "trust_remote_code load_in_4bit quantization_method decoder_start_token_id layer_norm_folding "
-    "ungroup_grouped_query_attention train_seq_length".split()
+    {
+        "device",
+        "n_devices",
+        "use_attn_result",
+        "use_split_qkv_input",
+        "use_hook_mlp_in",
+        "use_attn_in",
+        "use_hook_tokens",
+        "default_prepend_bos",
+        "tokenizer_prepends_bos",
+        "tokenizer_name",
+        "model_name",
+        "original_architecture",
+        "from_checkpoint",
+        "checkpoint_index",
+        "checkpoint_label_type",
+        "checkpoint_value",
+        "init_mode",
+        "initializer_range",
+        "init_weights",
+        "seed",
+        "n_params",
+        "trust_remote_code",
+        "load_in_4bit",
+        "quantization_method",
+        "decoder_start_token_id",
+        "layer_norm_folding",
+        "ungroup_grouped_query_attention",
+        "train_seq_length",
+    }
 )
 """HookedTransformerConfig fields that do not change what the model computes (hook switches, names, init)."""
 
@@ -241,7 +267,7 @@ def config_differences(model: torch.nn.Module, config: Any) -> list[str]:
         if mine != theirs and not (
             isinstance(mine, float) and isinstance(theirs, float) and math.isclose(mine, theirs)
         ):
-            plain = lambda v: v.item() if hasattr(v, "item") and not isinstance(v, torch.Tensor) else v  # noqa: E731
+            plain = lambda v: v.item() if hasattr(v, "item") and not isinstance(v, torch.Tensor) else v
             out.append(f"{f.name}: model {plain(theirs)!r}, config {plain(mine)!r}")
     return out
 
@@ -323,11 +349,11 @@ def save_hooked_transformer(
 register_architecture("transformer", TransformerConfig, build_transformer)
 
 __all__ = [
+    "TL_VERSION",
     "FactoredMatrix",
     "HookPoint",
     "HookedRootModule",
     "HookedTransformer",
-    "TL_VERSION",
     "TransformerConfig",
     "apply_freezing",
     "build_transformer",

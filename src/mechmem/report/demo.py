@@ -101,7 +101,7 @@ def run_in_log(name: str, argv: list[str], log: Path) -> tuple[int, float]:
         os.dup2(fh.fileno(), 2)
         try:
             rc = run_script(main, argv)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a failed job is logged with its traceback; the demo goes on
             traceback.print_exc()
             rc = 1
         finally:
@@ -151,7 +151,7 @@ def _forked(fn: Callable[[], dict[str, Any]], out: Path) -> int:
         torch.set_num_threads(1)
         out.write_text(json.dumps(fn()))
         code = 0
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - the forked child logs whatever stops it, then always exits
         traceback.print_exc()
     finally:
         os._exit(code)

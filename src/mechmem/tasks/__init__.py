@@ -54,7 +54,7 @@ def load_task_module(path: str | Path) -> None:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # the user's code: report it in one line rather than a traceback
+    except Exception as exc:  # noqa: BLE001 - the user's code: report it in one line, not a traceback
         del sys.modules[name]
         raise MechmemError(f"--task-module {path}: import failed ({type(exc).__name__}: {exc})") from None
 
@@ -99,9 +99,9 @@ __all__ = [
     "PatchingPair",
     "Task",
     "build_task",
-    "load_task_module",
     "get_preset",
     "get_task_class",
+    "load_task_module",
     "masked_accuracy",
     "masked_cross_entropy",
     "register_task",
@@ -109,4 +109,4 @@ __all__ = [
 ]
 
 # The core's generic task registers itself here (after `register_task` exists).
-from mechmem.tasks import generic  # noqa: E402,F401
+from mechmem.tasks import generic  # noqa: F401

@@ -18,7 +18,7 @@ half-length 4, 8, 16, ... the context allows, so a model trained on shorter repe
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -72,7 +72,7 @@ class RepeatsTask(Task):
 
     name = "repeats"
     config_cls = RepeatsConfig
-    presets: dict[str, Any] = {}
+    presets: ClassVar[dict[str, Any]] = {}
 
     @property
     def d_vocab(self) -> int:

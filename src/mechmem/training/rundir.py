@@ -98,10 +98,7 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
         for key in sorted(set(old) | set(new), key=str):
             name = f"{prefix}.{key}" if prefix else str(key)
             if key not in old or key not in new:
-                out.append(
-                    f"{name} {'missing' if key not in old else old[key]!r} != "
-                    f"{'missing' if key not in new else new[key]!r}"
-                )
+                out.append(f"{name} {old.get(key, 'missing')!r} != {new.get(key, 'missing')!r}")
             else:
                 out.extend(differences(old[key], new[key], name))
         return out

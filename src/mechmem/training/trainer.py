@@ -133,9 +133,13 @@ def train(
         overwrite: a fresh run into a directory holding an old run deletes the old run's files first.
         progress: show progress (a bar on a terminal, a line every 10 s otherwise; `mechmem.progress`).
     """
-    kwargs = dict(
-        model_config=model_config, device=device, resume=resume, overwrite=overwrite, progress=progress
-    )
+    kwargs = {
+        "model_config": model_config,
+        "device": device,
+        "resume": resume,
+        "overwrite": overwrite,
+        "progress": progress,
+    }
     if out_dir is None:
         return _train(model, task, cfg, out=None, **kwargs)
     with run_lock(Path(out_dir)):

@@ -47,25 +47,26 @@ def constructions_headline(record: dict[str, Any]) -> list[str]:
     """Ratios trained / construction of the fits a d^2 / ln d (published values and goals in brackets)."""
     results, pub, c = _results(record), record["published"], record["constructions"]
     goals = pub["challenge_goals"]["value"]
-    r = lambda mode, crit: _ratio(results, mode, crit)  # noqa: E731
+    r = lambda mode, crit: _ratio(results, mode, crit)
     kv = (
         fit_ratio(results, "trained", "keyvalue_hybrid", "0.9")
         if "keyvalue_hybrid" in _modes(results)
         else math.nan
     )
     lines = [
-        f"Constructions at d = {', '.join(map(str, _ds(results)))} (ratios of fits a d^2 / ln d over the"
-        " sizes both"
-        f" modes have): trained / published hand-coded at acc >= 0.9 {r('published_hand', '0.9')}"
-        f" [published {pub['ratio_hand_coded']['value']}x], at acc = 1 {r('published_hand', '1')};"
-        f" trained / published hybrid {r('published_hybrid', '0.9')} [published"
-        f" {pub['ratio_hybrid']['value']}x],"
-        f" at acc = 1 {r('published_hybrid', '1')}.",
-        f"Trained / our hand-coded key-value table at acc >= 0.9: {r('keyvalue_hand', '0.9')} (goal: within"
-        f" {goals['hand_coded']:g}x); at acc = 1 {r('keyvalue_hand', '1')}. Our key-value embeddings with a"
-        " trained"
-        f" unembedding: {r('keyvalue_hybrid', '0.9')} (hybrid goal within {goals['hybrid']:g}x"
-        f" {'met' if kv <= goals['hybrid'] else 'not met'}).",
+        (
+            f"Constructions at d = {', '.join(map(str, _ds(results)))} (ratios of fits a d^2 / ln d over the"
+            f" sizes both modes have): trained / published hand-coded at acc >= 0.9"
+            f" {r('published_hand', '0.9')} [published {pub['ratio_hand_coded']['value']}x], at acc = 1"
+            f" {r('published_hand', '1')}; trained / published hybrid {r('published_hybrid', '0.9')}"
+            f" [published {pub['ratio_hybrid']['value']}x], at acc = 1 {r('published_hybrid', '1')}."
+        ),
+        (
+            f"Trained / our hand-coded key-value table at acc >= 0.9: {r('keyvalue_hand', '0.9')} (goal:"
+            f" within {goals['hand_coded']:g}x); at acc = 1 {r('keyvalue_hand', '1')}. Our key-value"
+            f" embeddings with a trained unembedding: {r('keyvalue_hybrid', '0.9')} (hybrid goal within"
+            f" {goals['hybrid']:g}x {'met' if kv <= goals['hybrid'] else 'not met'})."
+        ),
     ]
     for d, by_n in c["spot"].items():
         kv_caps = {crit: capacity_of(results, "keyvalue_hand", int(d), crit) for crit in THRESHOLDS}
@@ -87,14 +88,20 @@ def _setup_lines(record: dict[str, Any]) -> list[str]:
     g, results = record["constructions"]["grid"], _results(record)
     precisions = sorted({r.info.get("precision") for r in results})
     return [
-        f"Training (trained, hybrid, rand-emb): Adam lr {g['train']['lr']:g}, full batch, at most"
-        f" {g['train']['max_epochs']} epochs, patience {g['train']['patience']}; best accuracy reached"
-        " counts.",
-        f"Capacity: doubling from d, bisecting to {', '.join(map(str, precisions))} facts; best of"
-        f" {g['n_inits']}"
-        f" initialisations or the best hyperparameter setting.",
-        f"Published hand-coded: S in {g['s_values']} x top_fraction in {g['top_fractions'][0]:.2f} .."
-        f" {g['top_fractions'][-1]:.2f} ({len(g['top_fractions'])} values), {g['retries']} tie-break draws.",
+        (
+            f"Training (trained, hybrid, rand-emb): Adam lr {g['train']['lr']:g}, full batch, at most"
+            f" {g['train']['max_epochs']} epochs, patience {g['train']['patience']}; best accuracy reached"
+            " counts."
+        ),
+        (
+            f"Capacity: doubling from d, bisecting to {', '.join(map(str, precisions))} facts; best of"
+            f" {g['n_inits']} initialisations or the best hyperparameter setting."
+        ),
+        (
+            f"Published hand-coded: S in {g['s_values']} x top_fraction in {g['top_fractions'][0]:.2f} .."
+            f" {g['top_fractions'][-1]:.2f} ({len(g['top_fractions'])} values), {g['retries']} tie-break"
+            " draws."
+        ),
         f"Published hybrid: S in {g['hybrid_s_values']} x top_fraction in {g['hybrid_top_fractions']}.",
         f"Ours: key sizes k = round(f (d - 1)), f in {g['key_fractions']}, {g['key_retries']} key draws.",
     ]
@@ -102,7 +109,7 @@ def _setup_lines(record: dict[str, Any]) -> list[str]:
 
 def _capacity_tables(results: list[CapacityResult]) -> list[Table]:
     ds, modes = _ds(results), _modes(results)
-    cell = lambda m, d, c: "-" if capacity_of(results, m, d, c) is None else capacity_of(results, m, d, c)  # noqa: E731
+    cell = lambda m, d, c: "-" if capacity_of(results, m, d, c) is None else capacity_of(results, m, d, c)
     heads = [f"d={d} {CRIT[c]}" for d in ds for c in THRESHOLDS]
     rows = []
     for m in modes:
@@ -201,11 +208,12 @@ def constructions_sections(record: dict[str, Any]) -> list[Section]:
         "published_construction",
         "The published construction",
         lines=[
-            f"Sweep at d = {sweep['d']}, {sweep['n_facts']} facts (best of {c['grid']['retries']}"
-            " tie-breaks): best"
-            f" accuracy {best_acc:.3f} at S = {best_s}, top_fraction = {best_tf:.2f}; sqrt(d) ="
-            f" {math.sqrt(sweep['d']):.1f}"
-            f" [published: {record['published']['best_s_law']['value']}]."
+            (
+                f"Sweep at d = {sweep['d']}, {sweep['n_facts']} facts (best of {c['grid']['retries']}"
+                f" tie-breaks): best accuracy {best_acc:.3f} at S = {best_s}, top_fraction = {best_tf:.2f};"
+                f" sqrt(d) = {math.sqrt(sweep['d']):.1f}"
+                f" [published: {record['published']['best_s_law']['value']}]."
+            )
         ],
     )
     published.add_figure("sweep", plot_sweep(sweep))

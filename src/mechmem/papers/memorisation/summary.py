@@ -13,6 +13,7 @@ functions read the run record (`records.collect`) for the page modules: a varian
 the best of them, and the table cells they share (`yes_no`, `short_schedule`, `effect_text`).
 """
 
+import itertools
 import json
 import math
 import statistics
@@ -208,7 +209,7 @@ def non_monotone(records: list[dict[str, Any]]) -> list[tuple[str, int, int, int
     out = []
     for r in records:
         counts = sorted((int(n), k) for n, k in r["successes"].items())
-        for (n1, k1), (n2, k2) in zip(counts, counts[1:]):
+        for (n1, k1), (n2, k2) in itertools.pairwise(counts):
             if k2 > k1:
                 out.append((r["variant"], n1, k1, n2, k2))
                 break

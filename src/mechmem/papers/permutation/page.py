@@ -220,10 +220,12 @@ def _max_err_lines(runs: list[dict[str, Any]]) -> list[str]:
         return []
     q = [[r["seq_err_q"][i] for r in rows] for i in range(3)]
     return [
-        f"Task 2, memorisation subgroup ({rows[0]['n']} sequences per seed): `max err` is the largest single "
-        f"entry over all of them, {_ms([r['max_err'] for r in rows])}; each sequence's own largest entry has "
-        f"median {_ms(q[0], '.4f')}, 90th percentile {_ms(q[1], '.4f')} and 99th percentile {_ms(q[2])} "
-        "(mean ± sd over seeds)."
+        (
+            f"Task 2, memorisation subgroup ({rows[0]['n']} sequences per seed): `max err` is the largest"
+            f" single entry over all of them, {_ms([r['max_err'] for r in rows])}; each sequence's own largest"
+            f" entry has median {_ms(q[0], '.4f')}, 90th percentile {_ms(q[1], '.4f')} and 99th percentile"
+            f" {_ms(q[2])} (mean ± sd over seeds)."
+        )
     ]
 
 

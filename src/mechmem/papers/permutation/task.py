@@ -25,7 +25,7 @@ Without repeats step k therefore has V - k + 1 candidates and the masked loss of
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from jaxtyping import Float, Int
@@ -106,7 +106,7 @@ class PermutationTask(Task):
 
     name = "permutation"
     config_cls = PermutationConfig
-    presets: dict[str, Preset] = {}
+    presets: ClassVar[dict[str, Preset]] = {}
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config if config is not None else PermutationConfig())
@@ -115,7 +115,7 @@ class PermutationTask(Task):
         if v <= ENUMERATE_UP_TO:
             table = torch.tensor(list(itertools.permutations(range(1, v + 1))), dtype=torch.long)
             table = table[torch.randperm(len(table), generator=split)]
-            n_train = int(round(self.config.train_fraction * len(table)))
+            n_train = round(self.config.train_fraction * len(table))
             self.mappings = {"train": table[:n_train], "test": table[n_train:]}
         else:
             self.mappings = {}
