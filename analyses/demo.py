@@ -1,12 +1,12 @@
 """Train the demo models on CPU, write a circuit report for each, and link them from reports/index.html.
 
-    python analyses/demo.py --out runs/demo --reports reports      # `make demo`: about 4 minutes on 2 cores
+    python analyses/demo.py --out runs/demo --reports reports       # `make demo`: about 4 minutes on 2 cores
     python analyses/demo.py --steps 200 --out /tmp/demo --reports /tmp/demo/reports   # a quick smoke run
 
-Models: permutation task1-quick and task2-quick, birth quick and facts quick (those whose presets are
-installed). Each model is one job (train, then report); jobs run --jobs at a time in forked workers, one CPU
-thread each. A model whose checkpoint exists is not
-retrained unless --retrain. Ends by printing a summary table.
+Models: the demo models every paper plugin declares (`Paper.demo`; today permutation task1-quick and
+task2-quick, birth quick and facts quick), those whose presets are installed. Each model is one job (train,
+then report); jobs run --jobs at a time in forked workers, one CPU thread each. A model whose checkpoint
+exists is not retrained unless --retrain. Ends by printing a summary table.
 """
 
 import time
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mechmem.cli import ArgumentParser, print_table, run_script
 from mechmem.errors import MechmemError
-from mechmem.report.demo import DEMO_MODELS, available, run_demo
+from mechmem.report.demo import available, run_demo
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         "--models",
         nargs="*",
         default=None,
-        help=f"subset of the demo models (default: all of {', '.join(m.name for m in DEMO_MODELS)})",
+        help="names of a subset of the demo models (default: every model the papers declare)",
     )
     args = parser.parse_args(argv)
     if args.jobs < 1 or (args.steps is not None and args.steps < 1) or args.n_samples < 1:

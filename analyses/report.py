@@ -1,5 +1,5 @@
-"""Write an automated circuit report for a checkpoint:
-report.md, a self-contained report.html and report.json.
+"""Write an automated circuit report for a checkpoint: report.md, a self-contained report.html and
+report.json.
 
     python analyses/train.py permutation --preset task2-quick --out runs/task2    # about 2 minutes on CPU
     python analyses/report.py runs/task2/ckpt.pt --out runs/task2/report         # about 10 seconds on CPU
@@ -12,7 +12,6 @@ from the measured evidence with explicit thresholds, and prints the named circui
 
 import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
 
-from mechmem.analysis.dynamics import run_dir_of
 from mechmem.cli import (
     ArgumentParser,
     add_analysis_args,
@@ -22,7 +21,7 @@ from mechmem.cli import (
     run_script,
 )
 from mechmem.progress import working
-from mechmem.report import build_report, write_report
+from mechmem.report.checkpoint_report import report_checkpoint
 
 MIN_SAMPLES = 32
 """Smallest --n-samples the report accepts."""
@@ -33,30 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     add_analysis_args(parser, n_samples=512)
     parser.add_argument("--title", default=None, help="report title (default: the run directory's name)")
     args = parser.parse_args(argv)
-    # Role evidence compares groups of sequences
-    # (repeat / no repeat), which a handful of samples may not fill.
+    # Role evidence compares groups of sequences (repeat / no repeat), which a few samples may not fill.
     ckpt, out = load_for_analysis(args, min_samples=MIN_SAMPLES)
     if args.out is None:
         out = claim_out(out / "report")
-    title = args.title or f"{ckpt.path.parent.name}: {ckpt.task_name}"
-    meta = {
-        "checkpoint": str(ckpt.path),
-        "task": f"{ckpt.task_name} {ckpt.task_config}",
-        "model": type(ckpt.model).__name__,
-        "versions": ", ".join(f"{k} {v}" for k, v in ckpt.versions.items()),
-        "seed / samples": f"{args.seed} / {args.n_samples}",
-    }
     with working(f"building the report on {args.n_samples} sequences"):
-        report = build_report(
-            ckpt.model,
-            ckpt.task,
-            title=title,
-            meta=meta,
-            n_samples=args.n_samples,
-            seed=args.seed,
-            run_dir=run_dir_of(ckpt.path),
+        report, paths = report_checkpoint(
+            ckpt, out, n_samples=args.n_samples, seed=args.seed, title=args.title
         )
-    paths = write_report(report, out)
     circuit = report.section("circuit")
     rows = [[h["layer"], h["head"], h["role"]] for h in circuit.findings["heads"]]
     if rows:

@@ -1,8 +1,8 @@
 """Reproduce a paper through its plugin: run (or reuse) its experiments, record every number, write its page.
 
     python analyses/reproduce.py --list
-    python analyses/reproduce.py permutation --variant quick        # CPU minutes
-    python analyses/reproduce.py permutation --page-only            # the page again from the committed record
+    python analyses/reproduce.py permutation --variant quick          # CPU minutes
+    python analyses/reproduce.py permutation --page-only              # the page again from the record
     python analyses/reproduce.py birth --variant quick --set runs=runs/birth_repro
 
 The record goes to docs/reproductions/data/NAME.json, the page to docs/reproductions/NAME.md (prose from

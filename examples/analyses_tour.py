@@ -88,7 +88,7 @@ for h in range(model.cfg.n_heads):
 # %%
 from mechmem.analysis import neurons
 from mechmem.analysis.roles import head_roles
-from mechmem.papers.permutation.experiments import last_step_groups
+from mechmem.papers.permutation.run import last_step_groups
 
 roles = head_roles(model, task, n=256, seed=4)  # the classifier the report and the reproduction page use
 print("roles:", roles.summary())

@@ -12,7 +12,8 @@ from helpers import ROOT, load_script
 
 from mechmem.cli import run_script
 from mechmem.papers.birth import page as birth_page
-from mechmem.papers.birth import reproduce, statements
+from mechmem.papers.birth import run as reproduce
+from mechmem.papers.birth import statements
 from mechmem.papers.birth.experiments import SCALES, Scale
 from mechmem.papers.birth.models import simplified_config
 from mechmem.papers.birth.task import BirthConfig

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from helpers import ROOT, load_script
+from helpers import ROOT
 
 from mechmem.cli import run_script
 from mechmem.models.adapter import build_transformer
@@ -159,7 +159,8 @@ def test_page_ladder_numbers_come_from_the_records(tmp_path, monkeypatch):
 
 
 def test_script_bad_input_exits_2_with_one_line(capsys):
-    module = load_script("birth_scale")
+    from mechmem.papers.birth.scripts import scale as module
+
     assert run_script(module.main, ["--statements", "nope"]) == 2
     assert run_script(module.main, ["--max-rung", "R9"]) == 2
     assert run_script(module.main, ["--no-run", "--record", "no/such/record.json"]) == 2

@@ -11,7 +11,7 @@ from helpers import ROOT, assert_no_hooks, load_script
 
 from mechmem.analysis.heads import detect_heads, detect_heads_on_task, task_patterns
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
-from mechmem.checkpoint import load_checkpoint, save_checkpoint
+from mechmem.checkpoint import load_checkpoint, save_checkpoint, save_hooked_transformer
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import (
@@ -19,7 +19,6 @@ from mechmem.models.adapter import (
     config_from_hooked_transformer,
     hooked_transformer_config,
     raw_hooked_transformer,
-    save_hooked_transformer,
 )
 from mechmem.tasks import build_task
 from mechmem.tasks.generic import RepeatsConfig

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from helpers import assert_no_hooks, load_script
+from helpers import assert_no_hooks
 
 from mechmem.checkpoint import load_checkpoint, save_checkpoint
 from mechmem.errors import MechmemError
@@ -271,8 +271,8 @@ def test_capacity_table_helpers_match_hand_computation():
 
 def test_script_rejects_bad_mode(capsys):
     from mechmem.cli import run_script
+    from mechmem.papers.memorisation.scripts import reproduce_constructions as module
 
-    module = load_script("reproduce_constructions")
     assert run_script(module.main, ["--modes", "nonsense"]) == 2
     assert "error:" in capsys.readouterr().err
 
@@ -283,7 +283,8 @@ def test_quick_script_end_to_end(tmp_path):
     and the capacities it reports retrace (minutes: slow)."""
     import json
 
-    module = load_script("reproduce_constructions")
+    from mechmem.papers.memorisation.scripts import reproduce_constructions as module
+
     assert module.main(["--quick", "--data", str(tmp_path)]) == 0
     caps = json.loads((tmp_path / "constructions_capacity_quick.json").read_text())
     misc = json.loads((tmp_path / "constructions_misc_quick.json").read_text())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, load_script
+from helpers import ROOT
 
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
@@ -194,9 +194,12 @@ def test_missing_ray_says_what_to_install(tmp_path, monkeypatch):
 
 
 def test_scripts_reject_a_bad_executor(capsys):
+    from mechmem.papers.birth.scripts import scale
+    from mechmem.papers.memorisation.scripts import sweep_facts
+
     rules = str(ROOT / "docs" / "reproductions" / "data" / "birth_rules.json")  # found from any folder
-    for script, args in (("sweep_facts", ["table"]), ("birth_scale", ["--no-run", "--rules", rules])):
-        assert run_script(load_script(script).main, [*args, "--executor", "spark"]) == 2
+    for script, args in ((sweep_facts, ["table"]), (scale, ["--no-run", "--rules", rules])):
+        assert run_script(script.main, [*args, "--executor", "spark"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: unknown executor 'spark'") and len(err.splitlines()) == 1
     from mechmem.plugins import get_paper, load_papers

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from mechmem.papers.memorisation import generate_facts
 from mechmem.papers.memorisation.batched import Schedule, _Stack, fact_logits, train_batched, train_reference
 from mechmem.papers.memorisation.fused import FactBatch, loss_grad
+from mechmem.papers.memorisation.heap import retain_freed_memory
 from mechmem.papers.memorisation.models import (
     FactsModelConfig,
     _RMSNorm,
@@ -16,7 +17,6 @@ from mechmem.papers.memorisation.models import (
     forward_params,
     init_params,
 )
-from mechmem.training.heap import retain_freed_memory
 
 INPUTS, LABELS = generate_facts(64, 32, 16)
 # Short phases so every init walks through all three learning rates (continue_above=0 always continues).

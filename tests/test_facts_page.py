@@ -14,8 +14,8 @@ from helpers import ROOT, assert_records_close, load_script
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.batched import Schedule
-from mechmem.papers.memorisation.paper import spec
 from mechmem.papers.memorisation.records import collect
+from mechmem.papers.memorisation.spec import make_spec as spec
 from mechmem.papers.memorisation.summary import toggle_effect
 from mechmem.plugins import get_paper
 

@@ -5,13 +5,13 @@ import math
 
 import pytest
 import torch
-from helpers import load_script
 
 from mechmem.cli import run_script
 from mechmem.papers.memorisation.batched import Schedule
+from mechmem.papers.memorisation.figures import plot_scaling
 from mechmem.papers.memorisation.fits import fit_scaling
 from mechmem.papers.memorisation.models import FactsModelConfig
-from mechmem.papers.memorisation.plots import plot_scaling
+from mechmem.papers.memorisation.scripts import sweep_facts
 from mechmem.papers.memorisation.sweep import (
     SearchCell,
     load_records,
@@ -68,7 +68,7 @@ def test_unavailable_fact_device_is_one_line(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     code = run_script(
-        load_script("sweep_facts").main,
+        sweep_facts.main,
         [
             "table",
             "--only",

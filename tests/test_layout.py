@@ -1,5 +1,9 @@
-"""The layout rules: the core imports no paper,
-papers register themselves, and nothing grows past its size."""
+"""The layout rules: dependencies point one way, the core imports no paper, papers register themselves and
+share one skeleton, and nothing grows past its size.
+
+`python tests/test_layout.py` prints the module diagram of docs/architecture.md (mermaid), drawn from the
+imports.
+"""
 
 import ast
 import subprocess
@@ -11,6 +15,8 @@ from helpers import ROOT
 
 SRC = ROOT / "src" / "mechmem"
 CORE = [p for p in SRC.rglob("*.py") if "papers" not in p.relative_to(SRC).parts]
+PAPERS = sorted(p.name for p in (SRC / "papers").iterdir() if (p / "__init__.py").exists())
+SCRIPT_DIRS = [ROOT / "analyses", ROOT / "benchmarks"]
 MAX_MODULE, MAX_SCRIPT, MAX_FUNCTION = 400, 80, 60
 LONG_REASON = "Long because"
 """A function may run past MAX_FUNCTION lines when its docstring says why, starting with these words."""
@@ -59,8 +65,8 @@ def test_module_and_script_sizes():
     ]
     too_long += [
         f"{p.relative_to(ROOT)} ({n})"
-        for p in (ROOT / "analyses").glob("*.py")
-        if (n := len(p.read_text().splitlines())) > MAX_SCRIPT
+        for p in [*(ROOT / "analyses").glob("*.py"), *SRC.glob("papers/*/scripts/*.py")]
+        if (n := len(p.read_text().splitlines())) > MAX_SCRIPT and p.name != "__init__.py"
     ]
     assert too_long == []
 
@@ -74,3 +80,212 @@ def test_long_functions_say_why():
                 if length > MAX_FUNCTION and LONG_REASON not in (ast.get_docstring(node) or ""):
                     offenders.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name} ({length} lines)")
     assert offenders == []
+
+
+# -- the layers ----------------------------------------------------------------------------------------------
+LAYERS = [
+    ("base", ("mechmem", "errors", "config", "io", "progress", "plotting", "plugins")),
+    ("models and tasks", ("models", "tasks")),
+    ("checkpoint", ("checkpoint",)),
+    ("training", ("training", "executor")),
+    ("cli", ("cli",)),
+    ("analysis", ("analysis",)),
+    ("report", ("report",)),
+    ("papers", ("papers",)),
+    ("scripts", ("scripts",)),
+]
+"""Bottom to top: a module may import its own layer or a lower one, never a higher one
+(docs/architecture.md)."""
+LAYER_OF = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}
+ALLOWED_UPWARD = {("mechmem.plugins", "mechmem.papers")}
+"""The plugin loader lists the folder of built-in plugins (the package `mechmem.papers`, which imports
+nothing)."""
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of the library and every script, by dotted name (scripts: "scripts.<folder>.<name>")."""
+    modules = {}
+    for path in SRC.rglob("*.py"):
+        parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for folder in SCRIPT_DIRS:
+        for path in folder.glob("*.py"):
+            modules[f"scripts.{folder.name}.{path.stem}"] = path
+    return modules
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the mechmem modules it imports anywhere in its body (function-level imports count too).
+
+    `from a.b import c` is an import of the module a.b.c when that is a module, else of a.b; the parent
+    packages Python runs on the way are not edges.
+    """
+    modules = module_files()
+
+    def resolve(name: str) -> str:
+        while name not in modules and "." in name:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                ]
+            else:
+                continue
+            edges.update(resolve(t) for t in targets if t.split(".")[0] == "mechmem")
+        graph[name] = edges - {name}
+    return graph
+
+
+def unit_of(module: str) -> str:
+    """The layer unit of a module: "scripts" for scripts (a paper's scripts/ and benchmarks/ too), else the
+    first name below mechmem ("mechmem" for the package itself)."""
+    parts = module.split(".")
+    if parts[0] == "scripts" or (parts[1:2] == ["papers"] and parts[3:4] in (["scripts"], ["benchmarks"])):
+        return "scripts"
+    return parts[1] if len(parts) > 1 else "mechmem"
+
+
+def paper_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if parts[1:2] == ["papers"] and len(parts) > 2 else None
+
+
+def test_every_module_has_a_layer():
+    assert sorted({unit_of(m) for m in import_graph()} - set(LAYER_OF)) == []
+
+
+def test_imports_point_down_the_layers():
+    upward = [
+        f"{a} ({LAYERS[LAYER_OF[unit_of(a)]][0]}) imports {b} ({LAYERS[LAYER_OF[unit_of(b)]][0]})"
+        for a, targets in import_graph().items()
+        for b in targets
+        if LAYER_OF[unit_of(b)] > LAYER_OF[unit_of(a)] and (a, b) not in ALLOWED_UPWARD
+    ]
+    assert upward == []
+
+
+def test_papers_import_no_other_paper():
+    crossing = [
+        f"{a} imports {b}"
+        for a, targets in import_graph().items()
+        for b in targets
+        if paper_of(a) and paper_of(b) and paper_of(a) != paper_of(b)
+    ]
+    assert crossing == []
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph)))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_find_cycles_finds_a_planted_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": set()}
+    assert find_cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle():
+    assert find_cycles(import_graph()) == []
+
+
+def test_every_paper_has_the_skeleton():
+    parts = [
+        "__init__.py",
+        "spec.py",
+        "run.py",
+        "page.py",
+        "figures.py",
+        "published.json",
+        "scripts",
+        "benchmarks",
+    ]
+    missing = [
+        f"{paper}/{part}"
+        for paper in PAPERS
+        for part in parts
+        if not (SRC / "papers" / paper / part).exists()
+    ]
+    assert missing == []
+
+
+def test_paper_scripts_run_as_modules_from_any_directory(tmp_path):
+    # `python -m mechmem.papers.NAME.scripts.X --help` from a folder that is not the repository
+    for script in [p for p in sorted(SRC.glob("papers/*/scripts/*.py")) if p.name != "__init__.py"][:1]:
+        module = ".".join(script.relative_to(SRC.parent).with_suffix("").parts)
+        out = subprocess.run(
+            [sys.executable, "-m", module, "--help"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert out.returncode == 0 and "usage" in out.stdout, out.stderr
+
+
+def mermaid() -> str:
+    """The module diagram: one box per layer holding its units (a package or a top-level module), one arrow
+    per pair of units with an import between them; imports of the base layer, which every layer may use, are
+    left out.
+    """
+    edges = {
+        (unit_of(a), unit_of(b))
+        for a, targets in import_graph().items()
+        for b in targets
+        if unit_of(a) != unit_of(b) and LAYER_OF[unit_of(b)] > 0 and (a, b) not in ALLOWED_UPWARD
+    }
+    lines = ["flowchart TD"]
+    for rank, (name, units) in reversed(list(enumerate(LAYERS))):
+        lines.append(f'    subgraph layer{rank}["{name}"]')
+        lines.extend(f"        {unit}" for unit in units)
+        lines.append("    end")
+    lines.extend(f"    {a} --> {b}" for a, b in sorted(edges, key=lambda e: (-LAYER_OF[e[0]], e)))
+    return "\n".join(lines) + "\n"
+
+
+def test_architecture_doc_shows_the_current_diagram():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    assert "```mermaid\n" + mermaid() + "```" in doc, "regenerate it: python tests/test_layout.py"
+
+
+if __name__ == "__main__":
+    print(mermaid(), end="")

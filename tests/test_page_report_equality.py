@@ -22,9 +22,9 @@ from mechmem.cli import run_script
 from mechmem.models.adapter import build_transformer
 from mechmem.papers.birth.experiments import first_step
 from mechmem.papers.birth.models import simplified_config
-from mechmem.papers.birth.reproduce import head_scores
+from mechmem.papers.birth.run import head_scores
 from mechmem.papers.birth.task import N_TOKENS, BirthConfig
-from mechmem.papers.permutation.experiments import ffn_rescue, last_step_groups
+from mechmem.papers.permutation.run import ffn_rescue, last_step_groups
 from mechmem.papers.permutation.task import PermutationConfig, PermutationTask
 from mechmem.report.sections import ReportContext, heads_section, mlp_section, probes_section
 from mechmem.tasks import build_task

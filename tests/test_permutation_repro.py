@@ -14,14 +14,15 @@ import torch
 from helpers import ROOT, assert_records_close
 
 from mechmem.errors import MechmemError
-from mechmem.papers.permutation import make_spec, page
-from mechmem.papers.permutation.experiments import (
+from mechmem.papers.permutation import page
+from mechmem.papers.permutation.run import (
     ReproConfig,
     bayes_table,
     last_step_groups,
     probe_stats,
     run_reproduction,
 )
+from mechmem.papers.permutation.spec import make_spec
 from mechmem.papers.permutation.task import PermutationConfig, PermutationTask, bayes_posterior
 from mechmem.report.document import read_prose, write_page
 from mechmem.training.config import Preset, TrainConfig

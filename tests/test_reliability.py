@@ -17,10 +17,9 @@ import torch
 from helpers import ROOT, load_script
 
 from mechmem.analysis.planted import planted_induction_model
-from mechmem.checkpoint import _digest, load_checkpoint, save_checkpoint
+from mechmem.checkpoint import _digest, load_checkpoint, save_checkpoint, save_hooked_transformer
 from mechmem.cli import dumps, run_script, write_json
 from mechmem.errors import CheckpointError, MechmemError
-from mechmem.models.adapter import save_hooked_transformer
 
 SCRIPTS = ("ablate_heads", "circuit", "detect_heads", "logit_lens", "patch", "probe_memory", "report")
 

@@ -31,7 +31,7 @@ def permutation_task():
 
 @pytest.fixture(scope="module")
 def pair_report(permutation_task):
-    from mechmem.report import planted
+    from mechmem.papers.permutation import planted
 
     model = planted.planted_permutation_model()
     report = build_report(model, permutation_task, title="planted elimination/recall", n_samples=128)
@@ -81,8 +81,8 @@ def test_random_model_names_no_roles(random_report):
 def test_report_and_reproduction_page_print_identical_role_numbers(permutation_task, tmp_path):
     """The page's measurement (`experiments._measure`) and the report call one classifier on the same data."""
     from mechmem.checkpoint import save_checkpoint
-    from mechmem.papers.permutation import experiments
-    from mechmem.report import planted
+    from mechmem.papers.permutation import planted
+    from mechmem.papers.permutation import run as experiments
 
     model = planted.planted_permutation_model()
     cfg = experiments.ReproConfig(runs=str(tmp_path), n_eval=64, n_analysis=64, role_samples=96)
@@ -146,7 +146,7 @@ def test_html_escapes_text(pair_report):
 # are left in its own test (test_ablation, test_attribution, test_circuits, test_heads, test_roles, ...).
 @pytest.mark.slow
 def test_no_hooks_left_behind(permutation_task):
-    from mechmem.report import planted
+    from mechmem.papers.permutation import planted
 
     model = planted.planted_permutation_model()
     build_report(model, permutation_task, n_samples=32)

@@ -19,8 +19,9 @@ CHROMIUM = next(
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 def test_report_html_renders_offline(tmp_path):
+    from mechmem.papers.permutation import planted
     from mechmem.plotting import plt
-    from mechmem.report import build_report, planted, write_report
+    from mechmem.report import build_report, write_report
     from mechmem.tasks import build_task
 
     report = build_report(

@@ -11,8 +11,8 @@ from mechmem.cli import run_script
 @pytest.fixture(scope="module")
 def planted_ckpt(tmp_path_factory):
     from mechmem.checkpoint import save_checkpoint
+    from mechmem.papers.permutation import planted
     from mechmem.papers.permutation.task import PermutationConfig
-    from mechmem.report import planted
 
     path = tmp_path_factory.mktemp("planted") / "ckpt.pt"
     save_checkpoint(
@@ -55,8 +55,9 @@ def test_report_script_bad_input_is_one_line(argv, planted_ckpt, tmp_path, capsy
 def test_demo_writes_index_and_reuses_checkpoints(tmp_path, monkeypatch):
     """The demo with its training stubbed by an existing checkpoint: reports, index links, skip-if-trained."""
     from mechmem.checkpoint import save_checkpoint
+    from mechmem.papers.permutation import planted
     from mechmem.papers.permutation.task import PermutationConfig, PermutationTask
-    from mechmem.report import demo, planted
+    from mechmem.report import demo
     from mechmem.training import Preset, TrainConfig
 
     # A "planted" preset whose finished run is the planted model: reused, since it is this very run.
@@ -74,11 +75,9 @@ def test_demo_writes_index_and_reuses_checkpoints(tmp_path, monkeypatch):
     model = demo.DemoModel("planted", "permutation", "planted")
     calls = []
     real = demo.run_in_log
-    monkeypatch.setattr(
-        demo, "run_in_log", lambda name, argv, log: (calls.append(name), real(name, argv, log))[1]
-    )
+    monkeypatch.setattr(demo, "run_in_log", lambda fn, log: (calls.append(log.name), real(fn, log))[1])
     rows = demo.run_demo(runs, reports, models=[model], jobs=1, n_samples=32)
-    assert calls == ["report"]  # the run directory holds this very run, so nothing was trained
+    assert calls == ["report.log"]  # the run directory holds this very run, so nothing was trained
     assert rows[0]["report_rc"] == 0 and "recall" in rows[0]["circuit"]
     index = (reports / "index.html").read_text()
     assert 'href="planted/report.html"' in index and "probe p(recall)" in index
@@ -90,11 +89,20 @@ def test_demo_rejects_unknown_models(capsys):
     assert capsys.readouterr().err.startswith("error: unknown demo model")
 
 
-def test_demo_lists_installed_presets():
+def test_demo_models_come_from_the_papers():
+    from mechmem.plugins import get_paper, paper_names
     from mechmem.report.demo import available
 
-    names = [m.name for m in available()]
-    assert names[:2] == ["permutation-task1", "permutation-task2"]
+    declared = [m for name in paper_names() for m in get_paper(name).demo]
+    assert {m.name for m in declared} >= {"permutation-task1", "permutation-task2", "birth", "facts"}
+    assert available() == declared  # every declared preset is installed here
+    assert available([*declared, demo_model_without_preset()]) == declared
+
+
+def demo_model_without_preset():
+    from mechmem.plugins import DemoModel
+
+    return DemoModel("ghost", "permutation", "no-such-preset")
 
 
 @pytest.mark.slow

@@ -7,8 +7,8 @@ import torch
 from helpers import assert_no_hooks, build_model
 
 from mechmem.analysis.roles import RoleThresholds, classify_heads, head_roles, measure_task_evidence
+from mechmem.papers.permutation.planted import planted_permutation_model
 from mechmem.papers.permutation.task import PermutationConfig, PermutationTask
-from mechmem.report.planted import planted_permutation_model
 
 ROLES = ("recall", "elimination")
 

@@ -226,7 +226,7 @@ def save_checkpoint(
     Configs may be config dataclasses or plain dicts. `task_config=None` means the task's default config, which
     is stored explicitly and must fit the model like any other. Raises `MechmemError` (one line) on a mismatch.
     """
-    from mechmem.cli import strict_json
+    from mechmem.io import strict_json
     from mechmem.tasks import build_task, get_task_class
 
     def as_dict(cfg: Any) -> dict[str, Any]:
@@ -346,7 +346,7 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
 
 def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> Checkpoint:
     """Load a checkpoint safely (never executes pickled code) and rebuild its model on `device`."""
-    from mechmem.cli import one_line
+    from mechmem.errors import one_line
     from mechmem.models.adapter import move_model
     from mechmem.models.registry import build_model, model_config_from_dict
     from mechmem.tasks import build_task, get_task_class
@@ -396,3 +396,44 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
         },
         extra=payload.get("extra", {}),
     )
+
+
+def save_hooked_transformer(
+    model: torch.nn.Module,
+    path: str | os.PathLike,
+    *,
+    task_name: str = "repeats",
+    task_config: Any = None,
+    metrics: dict[str, Any] | None = None,
+) -> Path:
+    """Turn a TransformerLens model (weights + cfg) into a mechmem checkpoint at `path`.
+
+    The config is derived from `model.cfg` (`config_from_hooked_transformer`); the task defaults to the generic
+    "repeats" task sized to the model. After writing, the checkpoint is reloaded and must give the model's logits
+    on a probe input, else the file is removed and `MechmemError` raised. Returns the checkpoint's path.
+    """
+    from mechmem.models.adapter import config_from_hooked_transformer
+    from mechmem.tasks.generic import RepeatsConfig
+
+    config = config_from_hooked_transformer(model)
+    if task_config is None and task_name == "repeats":
+        task_config = RepeatsConfig.for_model(model)
+    path = save_checkpoint(
+        Path(path),
+        model=model,
+        model_config=config,
+        task_name=task_name,
+        task_config=task_config,
+        metrics=metrics,
+    )
+    reloaded = load_checkpoint(path).model
+    probe = torch.randint(config.d_vocab, (2, config.n_ctx), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(probe.to(model.cfg.device)).float().cpu()
+        gap = float((reloaded(probe).float() - want).abs().max())
+    if not gap <= 1e-4 * max(1.0, float(want.abs().max())):
+        path.unlink(missing_ok=True)
+        raise MechmemError(
+            f"the reloaded checkpoint gives other logits (max |dlogit| {gap:.3g}); nothing saved"
+        )
+    return path

@@ -15,11 +15,12 @@ folder is left as it was. The contract, as helpers a script calls:
     return skip(reason, out / "x.json")            # does not apply: `skipped: REASON`, exit 0
     write_outputs(out, {"x.json": obj, "x.png": fig})   # staged, then renamed together (mechmem.io)
 
-Strict JSON: every JSON file mechmem writes is valid JSON (RFC 8259); non-finite floats become `null`.
+Strict JSON: every JSON file mechmem writes is valid JSON (RFC 8259); non-finite floats become `null`. The JSON
+writers live in `mechmem.io` (below checkpoints and training, which write JSON too) and `one_line` in
+`mechmem.errors`; both are re-exported here for the scripts.
 """
 
 import argparse
-import json
 import math
 import os
 import signal
@@ -31,8 +32,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-from mechmem.errors import MechmemError
-from mechmem.io import OutputSet, atomic_write, describe_os_error, output_dir
+from mechmem.errors import MechmemError, one_line
+from mechmem.io import OutputSet, atomic_write, describe_os_error, dumps, output_dir, strict_json, write_json
 
 MEMORY_BUDGET_MB = 8192.0
 """Largest activation memory an analysis may plan for; --n-samples above the matching bound is refused."""
@@ -110,12 +111,6 @@ def _interrupt_hook(kind: type, value: BaseException, tb: Any) -> None:
 
 _previous_hook = sys.excepthook
 sys.excepthook = _interrupt_hook
-
-
-def one_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its class name when empty)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 # -- argument types (argparse turns their ArgumentTypeError into "argument --x: ...") ------------------------
@@ -322,27 +317,6 @@ def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tupl
 
 
 # -- writing -------------------------------------------------------------------------------------------------
-def strict_json(obj: Any) -> Any:
-    """`obj` with every NaN or infinite float replaced by None, so it serialises as strict JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: strict_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [strict_json(v) for v in obj]
-    return obj
-
-
-def dumps(obj: Any, **kwargs: Any) -> str:
-    """`json.dumps` of `strict_json(obj)`; never writes NaN or Infinity."""
-    return json.dumps(strict_json(obj), allow_nan=False, **kwargs)
-
-
-def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Write strict JSON (NaN/inf -> null) atomically (`mechmem.io.atomic_write`)."""
-    return atomic_write(path, dumps(obj, indent=2) + "\n")
-
-
 def figure_png(fig: Any) -> bytes:
     """A matplotlib figure as PNG bytes (and closed)."""
     import io
@@ -391,3 +365,6 @@ def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, float
 
 def print_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, floatfmt: str = ".4f") -> None:
     print(format_table(rows, headers, floatfmt=floatfmt))
+
+
+__all__ = ["dumps", "one_line", "strict_json", "write_json"]  # re-exported: scripts use them through `cli`

@@ -11,3 +11,9 @@ class CheckpointError(MechmemError):
 
 class TrainingDiverged(MechmemError):
     """The loss became NaN or infinite."""
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its class name when empty)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -14,7 +14,7 @@ Records are the same whichever executor ran them, provided each cell takes all i
 (an explicit seed) — which is the project's rule anyway. Two things make that hold in practice: every cell runs
 with one torch thread (`threads`; CPU reductions may otherwise be summed in a different order), and every record
 goes through JSON before it is returned, so a fresh record and one read back from the file are equal objects.
-Records are written by the project's one JSON writer (`mechmem.cli.dumps`): a NaN or infinite float becomes
+Records are written by the project's one JSON writer (`mechmem.io.dumps`): a NaN or infinite float becomes
 `null` in the returned record and in the file alike, so no records file ever holds NaN.
 Fields that measure the run itself (wall-clock seconds, a finish time) naturally differ from run to run.
 
@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mechmem.cli import dumps
 from mechmem.errors import MechmemError
+from mechmem.io import dumps
 from mechmem.progress import Progress
 
 EXECUTORS = ("local", "ray")

@@ -1,6 +1,10 @@
 """Output files that are never half-written, never written through a link, never written by two at once.
 
-Every file mechmem writes (checkpoints, JSON, JSON lines, PNG figures, markdown, html) goes through here:
+The lowest layer of mechmem with `errors` and `config`. Every file mechmem writes (checkpoints, JSON, PNG
+figures, markdown, html) goes through here; JSON is strict (NaN and +-inf become null, so every file is valid
+RFC 8259 JSON), and `mechmem.cli` re-exports the JSON writers for the scripts:
+
+    write_json(path, obj)             strict JSON, written atomically
 
     atomic_write(path, data)          bytes or str -> a temporary file in the target folder, fsync, rename
     atomic_write(path, writer=fn)     fn(binary file) writes the content (torch.save, savefig)
@@ -18,6 +22,8 @@ opened file.
 
 import errno
 import fcntl
+import json
+import math
 import os
 import shutil
 import signal
@@ -31,6 +37,27 @@ from mechmem.errors import MechmemError
 
 LOCK = ".lock"
 """The lock file a writer holds in its output folder while it writes (removed when it ends)."""
+
+
+def strict_json(obj: Any) -> Any:
+    """`obj` with every NaN or infinite float replaced by None, so it serialises as strict JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any, **kwargs: Any) -> str:
+    """`json.dumps` of `strict_json(obj)`; never writes NaN or Infinity."""
+    return json.dumps(strict_json(obj), allow_nan=False, **kwargs)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Write strict JSON (NaN/inf -> null) atomically (`atomic_write`)."""
+    return atomic_write(path, dumps(obj, indent=2) + "\n")
 
 
 def _umask() -> int:

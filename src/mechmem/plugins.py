@@ -1,19 +1,25 @@
 """Papers as plugins: each reproduced work is one folder that registers its tasks, architectures and page.
 
-A paper plugin is a package that, when imported, calls `register_task` for its tasks, `register_architecture` for
-any model family TransformerLens cannot express, and `register_paper` once with a `Paper`:
+A paper plugin is a package that, when imported, calls `register_task` for its tasks, `register_architecture`
+for any model family TransformerLens cannot express, and `register_paper` once with a `Paper`:
 
-    spec = paper.spec(variant, options) # "quick" (CPU minutes), "full", "paper" (published scale); options: str->str
-    results = paper.run(spec, log)      # trains what is missing, measures; a JSON-able dict (the run record)
-    page = paper.page(results)          # a `mechmem.report.document.Report`, written by `write_page`
+    spec = paper.spec(variant, options)  # "quick" (CPU minutes), "paper" (published scale); options: str->str
+    results = paper.run(spec, log)       # trains what is missing, measures; the run record (a JSON-able dict)
+    page = paper.page(results)           # a `mechmem.report.document.Report`, written by `write_page`
 
-The core (models, tasks, training, analysis, report) never imports a paper by name: `load_papers` imports every
-sub-package of `mechmem.papers` (the built-in plugins; a fifth paper is a new folder there) and every entry point
-of the group "mechmem.papers" (plugins installed from other distributions), once, on first need.
+A paper also declares its demo models (`DemoModel`, trained and reported on by `make demo`). Every paper
+folder has the same parts; docs/papers.md draws the skeleton.
+
+The core (models, tasks, training, analysis, report) never imports a paper by name: `load_papers` imports
+every sub-package of `mechmem.papers` (the built-in plugins; a fifth paper is a new folder there) and every
+entry point of the group "mechmem.papers" (plugins installed from other distributions), once, on first need. A
+plugin that fails to import is reported in one line on stderr (its name and the error), remembered in
+`failed_plugins()`, and skipped: the others still load, and every later call sees the same set of papers.
 """
 
 import importlib
 import pkgutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -22,6 +28,23 @@ from typing import Any
 from mechmem.errors import MechmemError
 
 ENTRY_POINT_GROUP = "mechmem.papers"
+
+
+@dataclass(frozen=True)
+class DemoModel:
+    """One model of `make demo`: a name, and the task preset it is trained from."""
+
+    name: str
+    """Run and report directory name."""
+    task: str
+    """Task registry name."""
+    preset: str
+    """Preset of that task."""
+    minutes: float = 1.0
+    """Rough single-thread training time; the longest jobs start first so the parallel jobs finish
+    together."""
+    save_every: int | None = None
+    """Keep a step checkpoint every this many steps (the report's training-dynamics section reads them)."""
 
 
 @dataclass(frozen=True)
@@ -43,10 +66,15 @@ class Paper:
     """run record -> a `Report`; prose that is not computed lives in docs/reproductions/prose/<name>.md."""
     tasks: tuple[str, ...] = field(default_factory=tuple)
     """Names of the tasks the plugin registers."""
+    demo: tuple[DemoModel, ...] = field(default_factory=tuple)
+    """The paper's models in `make demo` (none: the paper adds no demo model)."""
 
 
 _PAPERS: dict[str, Paper] = {}
-_LOADED = False
+_FAILED: dict[str, str] = {}
+_STATE = "unloaded"
+"""unloaded -> loading (imports under way; a nested call returns at once) -> loaded (every import
+attempted)."""
 
 
 def register_paper(paper: Paper) -> Paper:
@@ -55,19 +83,43 @@ def register_paper(paper: Paper) -> Paper:
     return paper
 
 
-def load_papers() -> None:
-    """Import every built-in paper package and every installed "mechmem.papers" entry point (once)."""
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    import mechmem.papers as builtin
+def load_plugin(name: str, load: Callable[[], object], *, kind: str = "paper plugin") -> None:
+    """Run one plugin's import; a failure is reported in one stderr line and remembered, never raised."""
+    try:
+        load()
+    except Exception as exc:  # noqa: BLE001  (any error inside a plugin: report it, skip it, load the others)
+        detail = " ".join(str(exc).split()) or "no message"
+        _FAILED[name] = f"{type(exc).__name__}: {detail}"
+        print(f"warning: {kind} {name!r} failed to load, skipped ({_FAILED[name]})", file=sys.stderr)
 
-    for info in sorted(pkgutil.iter_modules(builtin.__path__), key=lambda m: m.name):
-        if info.ispkg:
-            importlib.import_module(f"{builtin.__name__}.{info.name}")
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        ep.load()
+
+def load_papers() -> None:
+    """Import every built-in paper package and every installed "mechmem.papers" entry point (once).
+
+    Loading is marked done only after every import was attempted, so a later call never returns a partial set;
+    a call made while the plugins are being imported (a plugin asking for a task) returns at once.
+    """
+    global _STATE
+    if _STATE != "unloaded":
+        return
+    _STATE = "loading"
+    try:
+        import mechmem.papers as builtin
+
+        for info in sorted(pkgutil.iter_modules(builtin.__path__), key=lambda m: m.name):
+            if info.ispkg:
+                module = f"{builtin.__name__}.{info.name}"
+                load_plugin(module, lambda module=module: importlib.import_module(module))
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            load_plugin(ep.name, ep.load)
+    finally:
+        _STATE = "loaded"
+
+
+def failed_plugins() -> dict[str, str]:
+    """Plugins that failed to import: name -> "ErrorType: message"."""
+    load_papers()
+    return dict(_FAILED)
 
 
 def paper_names() -> list[str]:
@@ -82,3 +134,8 @@ def get_paper(name: str) -> Paper:
     if name not in _PAPERS:
         raise MechmemError(f"unknown paper {name!r} (known: {', '.join(sorted(_PAPERS)) or 'none'})")
     return _PAPERS[name]
+
+
+def demo_models() -> list[DemoModel]:
+    """Every registered paper's demo models, papers in name order."""
+    return [model for name in paper_names() for model in _PAPERS[name].demo]

@@ -303,49 +303,6 @@ def config_from_hooked_transformer(model: "HookedTransformer") -> TransformerCon
     return config
 
 
-def save_hooked_transformer(
-    model: "HookedTransformer",
-    path: Any,
-    *,
-    task_name: str = "repeats",
-    task_config: Any = None,
-    metrics: dict[str, Any] | None = None,
-) -> Any:
-    """Turn a TransformerLens `HookedTransformer` (weights + cfg) into a mechmem checkpoint at `path`.
-
-    The config is derived from `model.cfg` (`config_from_hooked_transformer`); the task defaults to the generic
-    "repeats" task sized to the model. After writing, the checkpoint is reloaded and must give the model's logits
-    on a probe input, else the file is removed and `MechmemError` raised. Returns the checkpoint's path.
-    """
-    from pathlib import Path
-
-    from mechmem.checkpoint import load_checkpoint, save_checkpoint
-    from mechmem.tasks.generic import RepeatsConfig
-
-    config = config_from_hooked_transformer(model)
-    if task_config is None and task_name == "repeats":
-        task_config = RepeatsConfig.for_model(model)
-    path = save_checkpoint(
-        Path(path),
-        model=model,
-        model_config=config,
-        task_name=task_name,
-        task_config=task_config,
-        metrics=metrics,
-    )
-    reloaded = load_checkpoint(path).model
-    probe = torch.randint(config.d_vocab, (2, config.n_ctx), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        want = model(probe.to(model.cfg.device)).float().cpu()
-        gap = float((reloaded(probe).float() - want).abs().max())
-    if not gap <= 1e-4 * max(1.0, float(want.abs().max())):
-        path.unlink(missing_ok=True)
-        raise MechmemError(
-            f"the reloaded checkpoint gives other logits (max |dlogit| {gap:.3g}); nothing saved"
-        )
-    return path
-
-
 register_architecture("transformer", TransformerConfig, build_transformer)
 
 __all__ = [
@@ -364,5 +321,4 @@ __all__ = [
     "is_hooked_transformer",
     "move_model",
     "raw_hooked_transformer",
-    "save_hooked_transformer",
 ]

@@ -22,8 +22,9 @@ def register_architecture(name: str, config_cls: type, builder: Builder) -> None
 
 
 def _ensure_builtin() -> None:
-    # The adapter registers the TransformerLens architecture; paper plugins register their own when imported.
-    import mechmem.models.adapter  # noqa: F401
+    # The adapter registers the TransformerLens architecture when `mechmem.models` is imported (the package
+    # imports it; the registry never imports the adapter, which imports the registry); paper plugins register
+    # their own when imported.
     from mechmem.plugins import load_papers
 
     load_papers()

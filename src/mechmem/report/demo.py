@@ -1,14 +1,16 @@
-"""The demo: train one small model per task on CPU, report on each, and link the reports from an index page.
+"""The demo: train one small model per demo model the papers declare, report on each, and link the reports.
 
-Each model is one job: train it (unless its checkpoint exists), then write its report, by calling
-`analyses/train.py` and `analyses/report.py` in-process with their output going to the model's log files. Jobs run
-`jobs` at a time in forked worker processes, each on one CPU thread, so two of them share a 2-core machine without
-oversubscribing it. The parent imports TransformerLens and the papers once before forking, so no job pays that
-import again (several seconds each), and a model's report starts as soon as its own training ends. Without
+The models come from the paper plugins (`mechmem.plugins.Paper.demo`, gathered by
+`mechmem.plugins.demo_models`). Each model is one job: train it (unless its checkpoint exists) with
+`mechmem.training.run.train_preset`, then write its report with
+`mechmem.report.checkpoint_report.report_checkpoint`, each step's output going to the model's log file; the
+library calls these functions, never a script. Jobs run `jobs` at a time in forked worker processes, each on
+one CPU thread, so two of them share a 2-core machine without oversubscribing it. The parent imports
+TransformerLens and the papers once before forking, so no job pays that import again (several seconds each),
+and a model's report starts as soon as its own training ends. Without
 `os.fork` (or with `jobs=1`) the jobs run one after another in this process.
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -17,52 +19,25 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from mechmem.cli import run_script
+from mechmem.checkpoint import load_checkpoint
+from mechmem.cli import format_table, run_script
+from mechmem.errors import MechmemError
+from mechmem.plugins import DemoModel, demo_models
 from mechmem.progress import LogRelay
+from mechmem.report.checkpoint_report import report_checkpoint
 from mechmem.report.document import write_index
-from mechmem.training.run import preset_identity
+from mechmem.tasks import get_task_class
+from mechmem.training.run import preset_identity, train_preset
 from mechmem.training.rundir import finished_run
 
-ROOT = Path(__file__).resolve().parents[3]
-"""The repository root (where `analyses/` lives)."""
 
-
-@dataclass(frozen=True)
-class DemoModel:
-    """One demo model: a name, and the task preset it is trained from."""
-
-    name: str
-    """Run and report directory name."""
-    task: str
-    """Task registry name."""
-    preset: str
-    """Preset of that task."""
-    minutes: float = 1.0
-    """Rough single-thread training time; the longest jobs start first so the parallel jobs finish together."""
-    save_every: int | None = None
-    """Keep a step checkpoint every this many steps (the report's training-dynamics section reads them)."""
-
-
-DEMO_MODELS = (
-    DemoModel("permutation-task1", "permutation", "task1-quick", 1.5),
-    DemoModel("permutation-task2", "permutation", "task2-quick", 2.0, save_every=1000),
-    DemoModel("birth", "birth", "quick", 3.0, save_every=50),
-    DemoModel("facts", "facts", "quick", 0.5),
-)
-
-
-def available(models: tuple[DemoModel, ...] = DEMO_MODELS) -> list[DemoModel]:
-    """The demo models whose task and preset exist in this installation."""
-    from mechmem.errors import MechmemError
-    from mechmem.tasks import get_task_class
-
+def available(models: list[DemoModel] | None = None) -> list[DemoModel]:
+    """The demo models (default: every paper's) whose task and preset exist in this installation."""
     out = []
-    for m in models:
+    for m in demo_models() if models is None else models:
         try:
             if m.preset in get_task_class(m.task).presets:
                 out.append(m)
@@ -71,27 +46,11 @@ def available(models: tuple[DemoModel, ...] = DEMO_MODELS) -> list[DemoModel]:
     return out
 
 
-_SCRIPTS: dict[str, ModuleType] = {}
-
-
-def script(name: str) -> ModuleType:
-    """The module of `analyses/<name>.py` (loaded once)."""
-    if name not in _SCRIPTS:
-        spec = importlib.util.spec_from_file_location(
-            f"mechmem_script_{name}", ROOT / "analyses" / f"{name}.py"
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _SCRIPTS[name] = module
-    return _SCRIPTS[name]
-
-
-def run_in_log(name: str, argv: list[str], log: Path) -> tuple[int, float]:
-    """Run `analyses/<name>.py`'s main(argv) in this process with stdout and stderr (file descriptors 1 and 2)
-    sent to `log`; returns (exit status, seconds). An unexpected exception is logged with its traceback, status 1."""
+def run_in_log(fn: Callable[[], Any], log: Path) -> tuple[int, float]:
+    """Call `fn()` in this process with stdout and stderr (file descriptors 1 and 2) sent to `log`; returns
+    (exit status, seconds). A user error is one `error:` line, status 2 (`run_script`); an unexpected
+    exception is logged with its traceback, status 1."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    main = script(name).main
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -99,8 +58,13 @@ def run_in_log(name: str, argv: list[str], log: Path) -> tuple[int, float]:
     with open(log, "w") as fh:
         os.dup2(fh.fileno(), 1)
         os.dup2(fh.fileno(), 2)
+
+        def call(_argv: list[str] | None) -> int:
+            fn()
+            return 0
+
         try:
-            rc = run_script(main, argv)
+            rc = run_script(call, [])  # an argv: a library call, not a program (run_script's signal handling)
         except Exception:  # noqa: BLE001 - a failed job is logged with its traceback; the demo goes on
             traceback.print_exc()
             rc = 1
@@ -114,6 +78,22 @@ def run_in_log(name: str, argv: list[str], log: Path) -> tuple[int, float]:
     return rc, time.perf_counter() - t0
 
 
+def _train(m: DemoModel, run: Path, *, steps: int | None, save_every: int | None) -> None:
+    result = train_preset(
+        m.task, m.preset, out_dir=run, steps=steps, save_every=save_every, overwrite=True, progress=True
+    )
+    rows = [(k, v) for k, v in result.summary.items() if isinstance(v, (int, float))]
+    print(format_table(rows, ["metric", "value"]))
+    print(f"wrote {result.checkpoint} and {run}/metrics.jsonl")
+
+
+def _report(m: DemoModel, run: Path, out: Path, n_samples: int) -> None:
+    title = f"{m.name} ({m.task}/{m.preset})"
+    report, paths = report_checkpoint(load_checkpoint(run / "ckpt.pt"), out, title=title, n_samples=n_samples)
+    print(f"circuit: {report.section('circuit').findings['summary']}")
+    print(f"wrote {paths['md']}, {paths['html']} and {paths['json']}")
+
+
 def demo_job(
     m: DemoModel, runs: Path, reports: Path, *, retrain: bool, steps: int | None, n_samples: int
 ) -> dict[str, Any]:
@@ -121,26 +101,24 @@ def demo_job(
     `rundir.finished_run`), then report on it; returns its summary row."""
     row: dict[str, Any] = {"model": m.name, "preset": f"{m.task}/{m.preset}", "train_s": "cached"}
     run = runs / m.name
+    # a shortened smoke run still keeps about ten step checkpoints
     every = (m.save_every if steps is None else max(1, steps // 10)) if m.save_every else None
     identity = preset_identity(m.task, m.preset, steps=steps, save_every=every)
     if retrain or not finished_run(run, identity):  # a finished run of other settings is trained again
-        argv = [m.task, "--preset", m.preset, "--out", str(run), "--threads", "1", "--overwrite"]
-        argv += ["--steps", str(steps)] if steps is not None else []
-        if every:  # a shortened smoke run still keeps about ten step checkpoints
-            argv += ["--save-every", str(every)]
-        rc, secs = run_in_log("train", argv, run / "train.log")
+        rc, secs = run_in_log(lambda: _train(m, run, steps=steps, save_every=every), run / "train.log")
         row.update(train_s=round(secs, 1), train_rc=rc)
         if rc:
             return row
-    argv = [str(run / "ckpt.pt"), "--out", str(reports / m.name), "--n-samples", str(n_samples)]
-    argv += ["--title", f"{m.name} ({m.task}/{m.preset})"]
-    rc, secs = run_in_log("report", argv, reports / m.name / "report.log")
+    rc, secs = run_in_log(
+        lambda: _report(m, run, reports / m.name, n_samples), reports / m.name / "report.log"
+    )
     row.update(report_s=round(secs, 1), report_rc=rc)
     return row
 
 
 def _forked(fn: Callable[[], dict[str, Any]], out: Path) -> int:
-    """Fork a child that runs `fn` on one CPU thread and writes its result to `out`; returns the child's pid."""
+    """Fork a child that runs `fn` on one CPU thread and writes its result to `out`; returns the child's
+    pid."""
     pid = os.fork()
     if pid:
         return pid
@@ -160,10 +138,11 @@ def _forked(fn: Callable[[], dict[str, Any]], out: Path) -> int:
 def run_jobs(
     jobs: list[tuple[str, Callable[[], dict[str, Any]], list[Path]]], parallel: int, *, every_s: float = 15.0
 ) -> list[dict[str, Any]]:
-    """Run (name, job, logs) triples, `parallel` at a time in forked children; returns each job's row, in order.
+    """Run (name, job, logs) triples, `parallel` at a time in forked children; returns each job's row, in
+    order.
 
-    Says when each job ends and, every `every_s` seconds, prints each running job's latest progress line from its
-    logs (`mechmem.progress.LogRelay`), so a long demo is never silent, on a terminal or in a log file.
+    Says when each job ends and, every `every_s` seconds, prints each running job's latest progress line from
+    its logs (`mechmem.progress.LogRelay`), so a long demo is never silent, on a terminal or in a log file.
     A job that dies returns {"failed": exit status}.
     """
     if parallel <= 1 or not hasattr(os, "fork"):
@@ -201,11 +180,9 @@ def run_demo(
     steps: int | None = None,
     n_samples: int = 512,
 ) -> list[dict[str, object]]:
-    """Train (unless a checkpoint exists) and report on every model, write `reports/index.html`; one row per model."""
-    script("train"), script("report")  # import TransformerLens and the papers once, before forking
-    from mechmem.plugins import load_papers
-
-    load_papers()
+    """Train (unless a checkpoint exists) and report on every model, write `reports/index.html`; one row per
+    model."""
+    demo_models()  # import TransformerLens and the papers once, before forking
     order = sorted(models, key=lambda m: -m.minutes)
     print(f"training and reporting on {', '.join(m.name for m in order)} ({jobs} at a time)", flush=True)
     specs = [

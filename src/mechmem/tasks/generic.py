@@ -24,8 +24,8 @@ import torch
 
 from mechmem.config import ConfigMixin
 from mechmem.errors import MechmemError
-from mechmem.tasks import register_task
 from mechmem.tasks.base import Batch, PatchingPair, Task
+from mechmem.tasks.registry import register_task
 
 
 @dataclass(frozen=True)

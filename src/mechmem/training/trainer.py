@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from mechmem.checkpoint import save_checkpoint
-from mechmem.cli import dumps
 from mechmem.errors import MechmemError, TrainingDiverged
+from mechmem.io import dumps
 from mechmem.models.adapter import move_model
 from mechmem.progress import Progress
 from mechmem.tasks.base import Task

@@ -5,8 +5,8 @@ and random triggers from the unigram pi_u. Both come from counts over a text: th
 the bigram counts every adjacent pair (the authors count over the whole text, as here). The vocabulary is the
 sorted set of characters, so ids agree with the authors' `meta.pkl` for the same text.
 
-mechmem ships the counts of tiny Shakespeare (`mechmem/data/tinyshakespeare_stats.json`, made by
-`analyses/corpus_stats.py`), never the text itself.
+This paper ships the counts of tiny Shakespeare (`tinyshakespeare_stats.json` beside this module, read as package
+data; made by `python -m mechmem.papers.birth.scripts.corpus_stats`), never the text itself.
 """
 
 import json
@@ -21,6 +21,7 @@ from torch import Tensor
 from mechmem.errors import MechmemError
 
 SHIPPED = "tinyshakespeare_stats.json"
+"""The shipped counts: a data file of this package (`mechmem.papers.birth`)."""
 
 
 @dataclass
@@ -106,10 +107,10 @@ def stats_from_corpus(path: str | Path) -> CorpusStats:
 
 
 def load_stats(path: str | Path | None = None) -> CorpusStats:
-    """Statistics from a JSON file written by `analyses/corpus_stats.py`, a text corpus (any other suffix), or,
+    """Statistics from a JSON file written by `scripts/corpus_stats.py`, a text corpus (any other suffix), or,
     with no path, the shipped tiny Shakespeare counts."""
     if path is None:
-        text = resources.files("mechmem").joinpath("data", SHIPPED).read_text()
+        text = resources.files(__package__).joinpath(SHIPPED).read_text()
         return CorpusStats.from_dict(json.loads(text))
     path = Path(path)
     if path.suffix == ".json":

@@ -1,6 +1,6 @@
 """The birth reproduction page: a `Report` built from the run record alone (the plugin's `page`).
 
-Every number on the page is read from the record (`mechmem.papers.birth.reproduce.run`), which copies the
+Every number on the page is read from the record (`mechmem.papers.birth.run.run`), which copies the
 published values and the authors'-code reference from their committed data files; the hand-written text (what
 is reproduced, the deviations) lives in docs/reproductions/prose/birth.md, one block per section key used
 here.
@@ -8,7 +8,7 @@ here.
 
 from typing import Any
 
-from mechmem.papers.birth import plots
+from mechmem.papers.birth import figures
 from mechmem.papers.birth.experiments import expand_history
 from mechmem.papers.birth.scale import summarise
 from mechmem.report.document import Report, Section, Table
@@ -118,7 +118,7 @@ def ladder_section(record: dict[str, Any]) -> Section:
     section.lines.append(f"Wall-clock of all ladder runs: {total / 60:.1f} min ({len(records)} runs).")
     if records:
         curves = {key: rec["curve"] for key, rec in records.items()}
-        section.add_figure("curves", plots.plot_ladder(curves))
+        section.add_figure("curves", figures.plot_ladder(curves))
     return section
 
 
@@ -149,7 +149,7 @@ def preset_section(record: dict[str, Any]) -> Section:
     ]  # fmt: skip
     section.tables.append(Table(["metric", "ours", "authors' code", "needed"], rows))
     section.add_figure(
-        "training", plots.plot_training(expand_history(preset["history"]), "the `quick` preset")
+        "training", figures.plot_training(expand_history(preset["history"]), "the `quick` preset")
     )
     return section
 
@@ -224,18 +224,20 @@ def _figure_sections(record: dict[str, Any]) -> list[Section]:
     hist = {name: expand_history(e["history"]) for name, e in runs.items()}
     training = Section("training", "Simplified model, all trained jointly")
     if "freeze_none" in hist:
-        training.add_figure("curves", plots.plot_training(hist["freeze_none"], runs["freeze_none"]["label"]))
+        training.add_figure(
+            "curves", figures.plot_training(hist["freeze_none"], runs["freeze_none"]["label"])
+        )
     if record.get("attention"):
         training.lines = [f"Attention maps of `{record['attention']['source']}` on one fresh sequence."]
-        training.add_figure("attention", plots.plot_attention(record["attention"]))
+        training.add_figure("attention", figures.plot_attention(record["attention"]))
     freezing = Section("freezing", f"(a) Freezing until step {fs} (paper Fig. 3)")
     frozen = {n: h for n, h in hist.items() if runs[n]["group"] == "freezing"}
     if frozen:
         labels = {n: runs[n]["label"] for n in frozen}
-        freezing.add_figure("curves", plots.plot_freezing(frozen, labels, fs))
+        freezing.add_figure("curves", figures.plot_freezing(frozen, labels, fs))
     ffn = Section("ffn", "(b) Joint training with W_F (paper Fig. 4)")
     if "ffn_joint" in hist:
-        ffn.add_figure("curves", plots.plot_ffn(hist["ffn_joint"]))
+        ffn.add_figure("curves", figures.plot_ffn(hist["ffn_joint"]))
     out = [training, freezing, ffn]
     for group, title in (("data", "(c) Data"), ("depth", "(d) Full model, 1 vs 2 layers")):
         bars = [(e["label"], e["final"]["eval_icl_acc"]) for e in runs.values() if e["group"] == group]
@@ -243,7 +245,7 @@ def _figure_sections(record: dict[str, Any]) -> list[Section]:
             bars.insert(0, ("K=5, fixed (joint run of (a))", runs["freeze_none"]["final"]["eval_icl_acc"]))
         section = Section(group, title)
         if bars:
-            section.add_figure("accuracy", plots.plot_final_bars(bars, "held-out in-context accuracy"))
+            section.add_figure("accuracy", figures.plot_final_bars(bars, "held-out in-context accuracy"))
         out.append(section)
     for section in out:
         if not section.figures:

@@ -11,7 +11,7 @@ A cell is one training run: `train_cell(**kwargs)` returns a JSON record with th
 time, the final in-context accuracy on fresh sequences (the metric of the rules) and subsampled metric curves.
 `run_ladder` climbs; `summarise` turns the rules and the records into what the page shows.
 
-    python analyses/birth_scale.py --statements two_layer_fixed,one_layer_random --max-rung R2
+    python -m mechmem.papers.birth.scripts.scale --statements two_layer_fixed,one_layer_random --max-rung R2
 """
 
 import json

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from mechmem.config import ConfigMixin
 from mechmem.papers.memorisation.fused import FactBatch, loss_grad, mixing_tables
+from mechmem.papers.memorisation.heap import retain_freed_memory
 from mechmem.papers.memorisation.models import (
     FactsModelConfig,
     Params,
@@ -35,7 +36,6 @@ from mechmem.papers.memorisation.models import (
     model_params,
     readout,
 )
-from mechmem.training.heap import retain_freed_memory
 
 BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8

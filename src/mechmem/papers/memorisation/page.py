@@ -10,6 +10,7 @@ import json
 import math
 from typing import Any
 
+from mechmem.papers.memorisation.figures import plot_convergence, plot_scaling
 from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
 from mechmem.papers.memorisation.page_constructions import constructions_headline, constructions_sections
 from mechmem.papers.memorisation.page_published import (
@@ -18,7 +19,6 @@ from mechmem.papers.memorisation.page_published import (
     comparisons_section,
     table_b1_section,
 )
-from mechmem.papers.memorisation.plots import plot_convergence, plot_scaling
 from mechmem.papers.memorisation.records import PUBLISHED_NAME
 from mechmem.papers.memorisation.summary import (
     all_cells,
@@ -45,15 +45,15 @@ SCALING_LABELS = {
     "2emb+mlp+bias/relu": "simple + bias",
     "attn+mlp+norms+bias+res/gelu": "full",
 }
-SWEEP = "python analyses/sweep_facts.py"
+SWEEP = "python -m mechmem.papers.memorisation.scripts.sweep_facts"
 """How the page's commands call the sweep script."""
-MAX_FACTS = "python analyses/max_facts.py"
+MAX_FACTS = "python -m mechmem.papers.memorisation.scripts.max_facts"
 SCALING_SWEEP = {
     "2emb+mlp/relu": "nb",
     "2emb+mlp+bias/relu": "reduced",
     "attn+mlp+norms+bias+res/gelu": "full",
 }
-"""Scaling model -> its `analyses/sweep_facts.py scaling --variant` name."""
+"""Scaling model -> its `mechmem.papers.memorisation.scripts.sweep_facts scaling --variant` name."""
 
 
 def _schedule(record: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from mechmem.papers.memorisation.capacity import THRESHOLDS, CapacityResult
 from mechmem.papers.memorisation.constructions.experiments import capacity_of, fit_ratio, mode_fit
-from mechmem.papers.memorisation.plots import plot_capacity, plot_histograms, plot_sweep
+from mechmem.papers.memorisation.figures import plot_capacity, plot_histograms, plot_sweep
 from mechmem.report.document import Section, Table
 
 LABELS = {

@@ -1,110 +1,30 @@
 """Permutation memory ("Can a Tiny Transformer Learn to Remember?"): the task, its experiments and its page.
 
 Importing the package registers the "permutation" task (`task`) and the paper "permutation"
-(`mechmem.plugins.Paper`): `python analyses/reproduce.py permutation [--variant quick|full|paper] [--set k=v]`.
+(`mechmem.plugins.Paper`) from the parts every paper folder has (docs/papers.md): `spec` (variants and
+`--set` options), `run` (trains and measures; the run record), `page` and `figures` (the page),
+`published.json` (the published values with their sources), `scripts/` and `benchmarks/` (none yet), and the
+demo models below.
+`planted` holds a hand-set model with a known elimination / recall circuit.
+
+    python analyses/reproduce.py permutation --variant quick            # CPU minutes
 """
 
-from typing import Any
-
-from mechmem.config import apply_options
-from mechmem.errors import MechmemError
-from mechmem.executor import check_executor
-from mechmem.papers.permutation import task  # noqa: F401  (registers the task)
-from mechmem.papers.permutation.experiments import ReproConfig, run_reproduction
-from mechmem.papers.permutation.page import TITLE, build_page
-from mechmem.plugins import Paper, register_paper
-
-VARIANTS = ("full", "quick", "paper")
-"""full: 5 seeds per CPU model (the default); quick: 2 Task 1 and 3 Task 2 seeds; paper: published schedules."""
-
-
-def _seeds(text: str) -> tuple[int, ...]:
-    try:
-        seeds = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise MechmemError(f"seeds must be comma-separated integers, got {text!r}") from None
-    if not seeds:
-        raise MechmemError("give at least one seed")
-    return seeds
-
-
-def _workers(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise MechmemError(f"workers must be a positive integer, got {text!r}")
-    return int(text)
-
-
-def _scale_presets(text: str) -> tuple[str, ...]:
-    from mechmem.papers.permutation.task import SCALE_PRESET_NAMES
-
-    names = tuple(n.strip() for n in text.split(",") if n.strip() and n.strip() != "none")
-    unknown = [n for n in names if n not in SCALE_PRESET_NAMES]
-    if unknown:
-        raise MechmemError(
-            f"unknown scale preset {unknown[0]!r} (known: {', '.join(SCALE_PRESET_NAMES)}, none)"
-        )
-    return names
-
-
-def _device(text: str) -> str:
-    if text not in ("cpu", "cuda"):
-        raise MechmemError(f"device must be cpu or cuda, got {text!r}")
-    return text
-
-
-def _executor(text: str) -> str:
-    check_executor(text)
-    return text
-
-
-OPTIONS = {
-    "runs": str,
-    "workers": _workers,
-    "device": _device,
-    "task1_seeds": _seeds,
-    "task2_seeds": _seeds,
-    "executor": _executor,
-    "address": str,
-    "scale_presets": _scale_presets,
-}
-"""`--set` options and their parsers."""
-
-
-def make_spec(variant: str, options: dict[str, str]) -> ReproConfig:
-    """The `ReproConfig` of a variant, with `--set` options (runs=DIR, workers=N, device=cpu|cuda,
-    task1_seeds=0,1,2, task2_seeds=0,1,2, executor=local|ray, address=auto|HOST:PORT,
-    scale_presets=v10-quick,v15-quick or none) applied by `config.apply_options`; unknown variants
-    and options, and a bad executor or address, raise `MechmemError`."""
-    if variant not in VARIANTS:
-        raise MechmemError(f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
-    kind = "paper" if variant == "paper" else "quick"
-    few = variant == "quick"
-    base = ReproConfig(
-        task1_preset=f"task1-{kind}",
-        task2_preset=f"task2-{kind}",
-        task1_seeds=(0, 1) if few else (0, 1, 2, 3, 4),
-        task2_seeds=(0, 1, 2) if few else (0, 1, 2, 3, 4),
-        scale_presets=(f"v10-{kind}", f"v15-{kind}"),
-        variant=variant,
-    )
-    spec = apply_options(base, options, OPTIONS, OPTIONS)
-    check_executor(spec.executor, spec.address or None)
-    return spec
-
-
-def run(spec: ReproConfig, log: Any) -> dict[str, Any]:
-    """Train what is missing and measure everything: the run record (see `run_reproduction`)."""
-    return run_reproduction(spec, log=log)
-
+from mechmem.papers.permutation import page, run, spec, task  # noqa: F401  (task: registers the task)
+from mechmem.plugins import DemoModel, Paper, register_paper
 
 PAPER = register_paper(
     Paper(
         name="permutation",
-        title=TITLE,
-        spec=make_spec,
-        variants=VARIANTS,
-        run=run,
-        page=build_page,
+        title=page.TITLE,
+        spec=spec.make_spec,
+        variants=spec.VARIANTS,
+        run=run.run,
+        page=page.build_page,
         tasks=("permutation",),
+        demo=(
+            DemoModel("permutation-task1", "permutation", "task1-quick", 1.5),
+            DemoModel("permutation-task2", "permutation", "task2-quick", 2.0, save_every=1000),
+        ),
     )
 )

@@ -1,10 +1,16 @@
 """Run the constructions experiments of Linsefors & Bushnaq (and our challenge entry) into the data folder.
 
-    python analyses/reproduce_constructions.py --quick --data runs/constructions_quick  # CPU, a few minutes
-    python analyses/reproduce_constructions.py --ds 16 32               # the full table (an hour on CPU)
-    python analyses/reproduce_constructions.py --ds 64 --modes published_hand keyvalue_hand --reuse
-    python analyses/reproduce_constructions.py --ds 64 --modes keyvalue_hand --reuse --spot-d 64 --spot-n 6680
-    python analyses/reproduce_constructions.py --ds 16 32 --executor ray  # searches as Ray tasks (2 at once)
+    # CPU, a few minutes
+    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --quick --data \
+        runs/constructions_quick
+    # the full table (about an hour on CPU)
+    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --ds 16 32
+    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --ds 64 --modes published_hand \
+        keyvalue_hand --reuse
+    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --ds 64 --modes keyvalue_hand \
+        --reuse --spot-d 64 --spot-n 6680
+    # searches as Ray tasks (2 at once here)
+    python -m mechmem.papers.memorisation.scripts.reproduce_constructions --ds 16 32 --executor ray
 
 Writes constructions_capacity_{full,quick}.json and constructions_misc_*.json into --data (default
 docs/reproductions/data); --reuse keeps the capacities already there and recomputes only --modes at --ds. The
@@ -53,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise MechmemError(f"unknown mode(s) {', '.join(unknown)} (known: {', '.join(EVALUATORS)})")
     torch.set_num_threads(args.threads)
-    command = "python analyses/reproduce_constructions.py " + shlex.join(
+    command = "python -m mechmem.papers.memorisation.scripts.reproduce_constructions " + shlex.join(
         sys.argv[1:] if argv is None else argv
     )
     paths = run_constructions(

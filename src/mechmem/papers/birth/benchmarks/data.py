@@ -1,7 +1,7 @@
 """Triggered-bigram generation: the vectorised sampler
 vs a per-token loop written like the authors' generator.
 
-    python benchmarks/birth_data.py --batch 512 --seq-len 256
+    python -m mechmem.papers.birth.benchmarks.data --batch 512 --seq-len 256
 
 Prints sequences per second for both and their ratio (goal: >= 50x).
 """

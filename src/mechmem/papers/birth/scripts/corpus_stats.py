@@ -1,7 +1,10 @@
 """Count character unigrams and bigrams of a text corpus for the triggered-bigram ("birth") task.
 
-    python analyses/corpus_stats.py ../shared/data/tinyshakespeare.txt \
-        --out src/mechmem/data/tinyshakespeare_stats.json
+    # the shipped counts
+    python -m mechmem.papers.birth.scripts.corpus_stats ../shared/data/tinyshakespeare.txt
+    python -m mechmem.papers.birth.scripts.corpus_stats my_corpus.txt --out runs/my_corpus_stats.json
+
+Without --out the counts replace the shipped file (`tinyshakespeare_stats.json` in this paper's package).
 
 Writes only the counts (vocabulary, unigram and bigram counts), never the text, so the result can be shipped.
 """
@@ -9,7 +12,7 @@ Writes only the counts (vocabulary, unigram and bigram counts), never the text, 
 from pathlib import Path
 
 from mechmem.cli import ArgumentParser, run_script, write_json
-from mechmem.papers.birth.corpus import stats_from_corpus
+from mechmem.papers.birth.corpus import SHIPPED, stats_from_corpus
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,8 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("corpus", help="UTF-8 text file to count")
     parser.add_argument(
         "--out",
-        default="src/mechmem/data/tinyshakespeare_stats.json",
-        help="JSON file to write the counts to",
+        default=str(Path(__file__).resolve().parents[1] / SHIPPED),
+        help="JSON file to write the counts to (default: the shipped counts of this package)",
     )
     args = parser.parse_args(argv)
     stats = stats_from_corpus(args.corpus)

@@ -10,6 +10,7 @@ The larger-V presets live in `mechmem.papers.permutation.task`: `v10-quick`, `v1
 `v10-paper`, `v15-paper` (GPU-sized), all trained on repeat data (repeat_ratio 0.3).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -421,3 +422,8 @@ def run_reproduction(cfg: ReproConfig, *, log: Any = print) -> dict[str, Any]:
         "floor": elimination_floor(5),
         **{g: [records[f"{g}/{p}/seed{s}"] for p, s in runs] for g, runs in groups.items()},
     }
+
+
+def run(spec: ReproConfig, log: Callable[[str], None]) -> dict[str, Any]:
+    """The plugin's run: train what is missing and measure everything (see `run_reproduction`)."""
+    return run_reproduction(spec, log=log)

@@ -1,6 +1,7 @@
 """Side check of the ladder's metric: how much one fixed evaluation batch can read off for random triggers.
 
-    python analyses/birth_eval_spread.py --out docs/reproductions/data/birth_eval_spread.json   # CPU: ~5 min
+    # CPU: ~5 min
+    python -m mechmem.papers.birth.scripts.eval_spread --out docs/reproductions/data/birth_eval_spread.json
 
 Retrains the ladder's R0 one-layer random-trigger cell (seed 0: the same run, its curve equal to the committed
 one) and measures its in-context accuracy (`BirthTask.batch_metrics`) on the 128-sequence curve batch

@@ -1,4 +1,5 @@
-"""Run the birth reproduction and record every number its page shows (the plugin's `spec` and `run`).
+"""Run the birth reproduction and record every number its page shows (the plugin's `run`; `spec` makes its
+spec).
 
     python analyses/reproduce.py birth --variant quick                  # CPU sizes; finished runs are reused
     python analyses/reproduce.py birth --variant quick --set only=freezing,ffn --set preset=0
@@ -18,7 +19,7 @@ then the run's entry), in this process or as Ray tasks; finished checkpoints mak
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +28,11 @@ import torch
 from mechmem.analysis.heads import TASK_DATA, attention_patterns
 from mechmem.analysis.roles import measure_pattern_evidence
 from mechmem.checkpoint import load_checkpoint
-from mechmem.config import apply_options
-from mechmem.errors import MechmemError
-from mechmem.executor import Cell, check_executor, run_cells
+from mechmem.executor import Cell, run_cells
 from mechmem.papers.birth.corpus import load_stats
 from mechmem.papers.birth.data import TriggerSampler, generation_speed
 from mechmem.papers.birth.experiments import (
-    SCALES,
     Run,
-    Scale,
     compact_history,
     expand_history,
     experiment_runs,
@@ -45,81 +42,12 @@ from mechmem.papers.birth.experiments import (
     training_seconds,
 )
 from mechmem.papers.birth.scale import attach_ladder
+from mechmem.papers.birth.spec import BirthSpec
 from mechmem.papers.birth.statements import Context, judge, load_published
 from mechmem.tasks import get_preset
 
-GROUPS = ("freezing", "ffn", "data", "depth")
 FINAL_KEYS = ("icl_acc", "eval_icl_acc", "eval_ood_icl_acc", "wo2_recall", "wk2_recall", "wk1_recall",
               "wk1_recall_64", "wf_kl", "global_loss")  # fmt: skip
-OPTIONS = {
-    "runs": "directory of the runs (default runs/birth_repro/VARIANT; finished runs are reused)",
-    "only": "comma-separated experiments to run: freezing, ffn, data, depth (default: all)",
-    "seed": "seed of every run (default 0)",
-    "corpus": "text corpus or statistics JSON (default: the shipped tiny Shakespeare counts)",
-    "preset": "1: also train the task's `quick` preset and detect its heads (default 1)",
-    "speed": "1: measure data-generation speed (default 1)",
-    "references": "folder of birth_authors_code.json and the scale ladder (default docs/reproductions/data)",
-    "threads": "torch CPU threads (default 1)",
-    "executor": "where the runs train: local (this process) or ray (one Ray task per run; default local)",
-    "address": "Ray cluster to join (auto or host:port; `runs` must be a shared folder); default a local instance",
-    "workers": "runs at once on a local Ray instance (default 2)",
-}
-
-
-@dataclass(frozen=True)
-class BirthSpec:
-    """One reproduction: which runs, at which scale, and what else the record includes."""
-
-    variant: str
-    """Name of the scale ("quick", "default", "paper")."""
-    scale: Scale
-    """Sizes of every run."""
-    runs: Path
-    """Directory holding one sub-directory per run."""
-    only: tuple[str, ...] = GROUPS
-    """Experiments to run (the others are recorded as not run)."""
-    seed: int = 0
-    """Seed of every run, of the held-out data and of the sampled sequences."""
-    corpus: str | None = None
-    """Corpus statistics of the runs (None: tiny Shakespeare)."""
-    preset: bool = True
-    """Train (or reuse) the `quick` preset run; record its metrics, head scores and attention maps."""
-    speed: bool = True
-    """Measure data-generation speed."""
-    references: Path = Path("docs/reproductions/data")
-    """Folder of the published-values and authors'-code data files."""
-    threads: int = 1
-    """torch CPU threads."""
-    executor: str = "local"
-    """Where the runs train: local or ray (`mechmem.executor`)."""
-    address: str = ""
-    """Ray cluster to join; empty: a local instance."""
-    workers: int = 2
-    """Runs at once on a local Ray instance."""
-    command: str = ""
-    """The command line that reproduces this spec."""
-
-
-def _groups(text: str) -> tuple[str, ...]:
-    only = tuple(g for g in text.split(",") if g)
-    if not only or set(only) - set(GROUPS):
-        raise MechmemError(f"only={text!r}: experiments are {', '.join(GROUPS)}")
-    return only
-
-
-def make_spec(variant: str, options: dict[str, str]) -> BirthSpec:
-    """The spec of `variant` with `options` (see `OPTIONS`; read by `config.apply_options`); unknown names and
-    bad values raise `MechmemError`."""
-    if variant not in SCALES:
-        raise MechmemError(f"unknown variant {variant!r} (known: {', '.join(SCALES)})")
-    base = BirthSpec(variant=variant, scale=SCALES[variant], runs=Path(f"runs/birth_repro/{variant}"))
-    spec = apply_options(base, options, OPTIONS, {"only": _groups})
-    check_executor(spec.executor, spec.address or None)
-    command = " ".join(
-        [f"python analyses/reproduce.py birth --variant {variant}"]
-        + [f"--set {k}={v}" for k, v in options.items()]
-    )
-    return replace(spec, command=command)
 
 
 def _run_entry(run: Run, history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -285,4 +213,4 @@ def run(spec: BirthSpec, log: Any = print) -> dict[str, Any]:
         "published": {k: v for k, v in published.items() if k != "statements"},
         "authors_code": authors,
     }
-    return attach_ladder(record, spec.references)  # the committed scale ladder (analyses/birth_scale.py)
+    return attach_ladder(record, spec.references)  # the committed ladder (papers/birth/scripts/scale.py)

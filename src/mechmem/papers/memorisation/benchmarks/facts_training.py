@@ -1,8 +1,11 @@
 """Per-init training time: 11 inits as one batched model versus the per-init loop, side by side in one run.
 
-    python benchmarks/facts_training.py                    # d=16, 1,024 facts, 30 epochs, attn and 2Emb
-    python benchmarks/facts_training.py --epochs 20 --mixing 2emb
-    python benchmarks/facts_training.py --out docs/reproductions/data/facts_benchmark.json  # page numbers
+    # d=16, 1,024 facts, 30 epochs, attn and 2Emb
+    python -m mechmem.papers.memorisation.benchmarks.facts_training
+    python -m mechmem.papers.memorisation.benchmarks.facts_training --epochs 20 --mixing 2emb
+    # the page's numbers
+    python -m mechmem.papers.memorisation.benchmarks.facts_training --out \
+        docs/reproductions/data/facts_benchmark.json
 
 Both sides run the same fixed number of epochs (one lr phase, no early stop) from the same seeds. "sequential"
 is `train_reference` (a hooked model and torch.optim.Adam per init); "batched" is `train_batched` on all
@@ -73,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print_table(rows, ["variant", "sequential", "batched", "speed-up"])
     if args.out:
-        source = "python benchmarks/facts_training.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        source = "python -m mechmem.papers.memorisation.benchmarks.facts_training " + " ".join(
+            argv if argv is not None else sys.argv[1:]
+        )
         meta = {
             "epochs": args.epochs,
             "inits": args.inits,

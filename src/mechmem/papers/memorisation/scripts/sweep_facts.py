@@ -1,11 +1,19 @@
 """The 54-variant capacity table and the d-scaling sweep; resumable (finished cells are skipped).
 
-    python analyses/sweep_facts.py table --max-epochs 150 --patience 50       # one repeat of all 54, CPU
-    python analyses/sweep_facts.py table --only 2emb --max-epochs 2000        # variants whose name matches
-    python analyses/sweep_facts.py scaling --variant reduced --max-epochs 150 --patience 50  # d=16, 32
-    python analyses/sweep_facts.py scaling --ds 16 32 64 128 --gpu-sizes --device cuda   # the GPU job
-    python analyses/sweep_facts.py report --max-epochs 150 --patience 50       # tables + fits from the JSONL
-    python analyses/sweep_facts.py table --executor ray --address auto  # cells as Ray tasks (distributed.md)
+    # one repeat of all 54, CPU
+    python -m mechmem.papers.memorisation.scripts.sweep_facts table --max-epochs 150 --patience 50
+    # variants whose name matches
+    python -m mechmem.papers.memorisation.scripts.sweep_facts table --only 2emb --max-epochs 2000
+    # d=16, 32
+    python -m mechmem.papers.memorisation.scripts.sweep_facts scaling --variant reduced --max-epochs 150 \
+        --patience 50
+    # the GPU job
+    python -m mechmem.papers.memorisation.scripts.sweep_facts scaling --ds 16 32 64 128 --gpu-sizes \
+        --device cuda
+    # tables + fits from the JSONL
+    python -m mechmem.papers.memorisation.scripts.sweep_facts report --max-epochs 150 --patience 50
+    # cells as Ray tasks (docs/distributed.md)
+    python -m mechmem.papers.memorisation.scripts.sweep_facts table --executor ray --address auto
 
 Records append to docs/reproductions/data/facts_{table,scaling}.jsonl (change with --data). `report` prints
 the records of the given schedule (mean +- sd over repeats) and the fits S = a d^2/ln d and S = b d^k, and

@@ -1,9 +1,13 @@
 """Binary-search how many facts one variant stores (11 inits trained as one batched model).
 
-    python analyses/max_facts.py --mixing 2emb --no-mlp --no-norms --max-epochs 200 --patience 50  # minutes
-    python analyses/max_facts.py --mixing 2emb --no-mlp --no-norms --max-epochs 3000 --patience 500 \
-        --out docs/reproductions/data/facts_anchor_2emb_nomlp.json                            # the anchor
-    python analyses/max_facts.py --mixing attn --act relu --acc 0.9 --out runs/facts/attn.json
+    # CPU, minutes
+    python -m mechmem.papers.memorisation.scripts.max_facts --mixing 2emb --no-mlp --no-norms \
+        --max-epochs 200 --patience 50
+    # the anchor
+    python -m mechmem.papers.memorisation.scripts.max_facts --mixing 2emb --no-mlp --no-norms \
+        --max-epochs 3000 --patience 500 --out docs/reproductions/data/facts_anchor_2emb_nomlp.json
+    python -m mechmem.papers.memorisation.scripts.max_facts --mixing attn --act relu --acc 0.9 \
+        --out runs/facts/attn.json
 
 Defaults are the published variant sizes (n_in=32, d=16), schedule (lr 1e-2, 3e-3, 1e-3; 50,000 epochs per
 phase, patience 5,000) and search (the authors' bracket, precision 8); on CPU cap the schedule.

@@ -1,16 +1,19 @@
 """Climb the birth scale ladder: the smallest configuration that reproduces each Section 3 accuracy.
 
-    python analyses/birth_scale.py --statements two_layer_fixed --max-rung R0   # CPU: a few minutes
-    python analyses/birth_scale.py                                              # every statement, every rung
-    python analyses/birth_scale.py --seed-check docs/reproductions/data/birth_seed_check.json
-    python analyses/birth_scale.py --executor ray --address auto                # a rung's cells as Ray tasks
+    # CPU: a few minutes
+    python -m mechmem.papers.birth.scripts.scale --statements two_layer_fixed --max-rung R0
+    # every statement, every rung
+    python -m mechmem.papers.birth.scripts.scale
+    python -m mechmem.papers.birth.scripts.scale --seed-check docs/reproductions/data/birth_seed_check.json
+    # a rung's cells as Ray tasks
+    python -m mechmem.papers.birth.scripts.scale --executor ray --address auto
 
 Rules, metric and rungs: docs/reproductions/data/birth_rules.json (committed before the runs). Each finished
 run is appended to docs/reproductions/data/birth_scale.jsonl; runs already there are reused, so the command
 resumes. With --record, the birth run record is then given the ladder and its statements are judged again from
 the histories it holds (no suite run is retrained); `python analyses/reproduce.py birth --page-only` shows it:
 
-    python analyses/birth_scale.py --no-run --record docs/reproductions/data/birth.json
+    python -m mechmem.papers.birth.scripts.scale --no-run --record docs/reproductions/data/birth.json
 """
 
 import functools

@@ -1,8 +1,11 @@
 """Epochs and wall time of single batched trainings under a schedule:
 the inputs of docs/distributed.md's cost.
 
-    python benchmarks/facts_schedule.py --n-facts 192 512 --mixing 2emb attn       # the published schedule
-    python benchmarks/facts_schedule.py --max-epochs 150 --patience 50 --n-facts 256   # a capped one, seconds
+    # the published schedule
+    python -m mechmem.papers.memorisation.benchmarks.facts_schedule --n-facts 192 512 --mixing 2emb attn
+    # a capped one, seconds
+    python -m mechmem.papers.memorisation.benchmarks.facts_schedule --max-epochs 150 --patience 50 \
+        --n-facts 256
 
 One row per (variant, fact count): 11 inits trained as one stack (`train_batched`, d = 16, n_in = 32, MLP and
 norms on), the epochs the longest init ran (all phases), the mean over inits, the inits that stored every
