@@ -23,10 +23,9 @@ import torch
 from helpers import ROOT, load_script
 
 from mechmem.analysis.planted import planted_induction_model
-from mechmem.checkpoint import _digest
+from mechmem.checkpoint import _digest, save_hooked_transformer
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import save_hooked_transformer
 
 SCRIPTS = ("ablate_heads", "detect_heads", "logit_lens", "patch", "probe_memory", "report")
 OUTPUTS = {
