@@ -14,14 +14,17 @@ TEST_ARGS ?= -n 2
 # The folder pytest runs in; no test may depend on it (.ci/run sets a scratch folder to prove it).
 TEST_CWD ?= $(ROOT)
 PYTEST := $(PY) -m pytest
+# uv writes every module's bytecode at install time: where the environment forbids writing it at run time
+# (PYTHONDONTWRITEBYTECODE=1), each start would otherwise recompile torch, transformers and TransformerLens.
+UV_FLAGS ?= --compile-bytecode
 
-.PHONY: demo lint test test-slow bench clean-venv notebooks
+.PHONY: demo lint test test-slow bench clean-venv notebooks test-tl4
 
 define bootstrap
 	test -x $(PY) || python3 -m venv $(VENV)
 	@if $(PY) -m pip install -q uv >/dev/null 2>&1; then \
 		echo "installing with uv$(if $(LOCAL_TORCH), (the local CPU build of torch),)"; \
-		$(VENV)/bin/uv pip install -q --python $(PY) $(TORCH_PIN) -e '$(ROOT)$(1)'; \
+		$(VENV)/bin/uv pip install -q --python $(PY) $(UV_FLAGS) $(TORCH_PIN) -e '$(ROOT)$(1)'; \
 	else \
 		echo "uv unavailable: installing with pip"; \
 		if [ -n "$(LOCAL_TORCH)" ]; then $(PY) -m pip install -q torch==2.13.0; fi; \
@@ -55,4 +58,18 @@ notebooks: $(VENV)/.installed-test
 	cd $(ROOT) && $(PY) -m jupytext --to ipynb examples/*.py
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VENV_TL4)
+
+# A second environment on TransformerLens 4.x (TransformerBridge) beside the default one: the backend-equivalence
+# tests run there and compare every analysis number with the default environment (tests/test_backends.py).
+VENV_TL4 ?= $(ROOT)/.venv-tl4
+TL4_TESTS ?= $(ROOT)/tests/test_backends.py
+$(VENV_TL4)/.installed: $(ROOT)/pyproject.toml
+	test -x $(VENV_TL4)/bin/python || python3 -m venv $(VENV_TL4)
+	$(VENV_TL4)/bin/python -m pip install -q uv
+	$(VENV_TL4)/bin/uv pip install -q --python $(VENV_TL4)/bin/python $(UV_FLAGS) $(TORCH_PIN) \
+		'transformer-lens>=4,<5' pytest beartype -e '$(ROOT)'
+	touch $@
+
+test-tl4: $(VENV)/.installed-test $(VENV_TL4)/.installed
+	cd $(TEST_CWD) && $(VENV_TL4)/bin/python -m pytest -p no:xdist -q $(TL4_TESTS)

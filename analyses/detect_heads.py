@@ -10,6 +10,9 @@ task's own length when the task has one (`config.half`), plus the task's evaluat
 the probes with 95% bootstrap intervals and the role the report's rule names. Writes DIR/detect_heads.json
 (the curves), DIR/detect_heads.png (scores at the longest random probe), DIR/detect_heads_task.png and
 DIR/attention.png (one task sequence).
+
+Long because it prints the score curve of every head at every probed length with its interval, and the role
+rule's verdict beside it; the table layout is the script's work.
 """
 
 import argparse

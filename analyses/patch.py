@@ -7,8 +7,10 @@
 Denoising patches clean activations into the corrupted run, noising corrupted activations into the clean run;
 the metric is the task's logit difference (clean answer minus corrupted answer) at the answer position.
 `--method attribution` estimates every cell from gradients (AtP*; see docs/patching.md for its measured
-agreement). Prints a summary table (and the layer x position / layer x head tables) and writes
-DIR/patching.json ("sweeps": {name: {"axes", "values"}}) and one heatmap DIR/patching_<sweep>.png per sweep.
+agreement), checks each sweep against exact patching on a sample of cells and falls back to exact patching
+where they disagree (one line per sweep says which). Prints a summary table (and the layer x position /
+layer x head tables) and writes DIR/patching.json ("sweeps": {name: {"axes", "values", "method", "check"}})
+and one heatmap DIR/patching_<sweep>.png per sweep.
 """
 
 import torch
@@ -16,7 +18,13 @@ import torch
 from mechmem import cli
 from mechmem.analysis.heads import no_attention_reason
 from mechmem.analysis.patching import DIRECTIONS, SWEEPS, plot_patching
-from mechmem.analysis.patching_tables import METHODS, largest_effects, patching_record, run_method
+from mechmem.analysis.patching_tables import (
+    METHODS,
+    attribution_notes,
+    largest_effects,
+    patching_record,
+    run_method,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{ckpt.task_name}: {first.metric} clean {first.clean:.4f}, corrupted {first.corrupted:.4f} "
         f"({args.direction}, {args.method}, {args.n_samples} pairs)"
     )
+    for line in attribution_notes(results):
+        print(line)
     cli.print_table(largest_effects(results), ["sweep", "axes", "largest effect at", "metric", "normalised"])
     for name, res in results.items():
         if res.values.ndim == 2 and res.values.shape[1] <= 16:

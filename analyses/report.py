@@ -21,7 +21,6 @@ from mechmem.cli import (
     run_script,
 )
 from mechmem.progress import working
-from mechmem.report.checkpoint_report import report_checkpoint
 
 MIN_SAMPLES = 32
 """Smallest --n-samples the report accepts."""
@@ -32,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     add_analysis_args(parser, n_samples=512)
     parser.add_argument("--title", default=None, help="report title (default: the run directory's name)")
     args = parser.parse_args(argv)
+    # Heavy imports after the arguments parse, so --help and usage errors answer at once.
+    from mechmem.report.checkpoint_report import report_checkpoint
+
     # Role evidence compares groups of sequences (repeat / no repeat), which a few samples may not fill.
     ckpt, out = load_for_analysis(args, min_samples=MIN_SAMPLES)
     if args.out is None:

@@ -1,16 +1,17 @@
 """Attribution patching (AtP*) against exact activation patching: agreement and speed, per model and sweep.
 
-    python benchmarks/attribution.py                   # the random models of benchmarks/patching.py, both directions
-    python benchmarks/attribution.py --no-qk-fix       # plain first-order AtP, for comparison
+    python benchmarks/attribution.py                   # the random models of benchmarks/patching.py, both
+    directions python benchmarks/attribution.py --no-qk-fix       # plain first-order AtP, for comparison
 
 Models: the random ones of `benchmarks/patching.py` (3-layer, 4-layer LayerNorm + MLP, 6-layer attention-only,
 birth demo config) and, unless --no-train, the permutation task1/task2 quick models trained for --train-steps.
-For each sweep and direction it prints Pearson and Spearman correlation of the effects (value minus the unpatched
-metric) over all cells, the top-k overlap (k = 10, capped at the number of cells), and the time of the exact sweep
-(`Patcher.sweep` given its cached runs) and of the attribution sweep (`Attributor.sweep` given its cached forward
-and backward passes), with their ratio. Per model it also prints the one-time costs (building a `Patcher`: two
-forward passes; an `Attributor`'s two forward and backward passes) and the total for every sweep in both
-directions, one-time costs included. Times are the best of --repeats runs, on --threads torch threads.
+For each sweep and direction it prints Pearson and Spearman correlation of the effects (value minus the
+unpatched metric) over all cells, the top-k overlap (k = 10, capped at the number of cells), and the time of
+the exact sweep (`Patcher.sweep` given its cached runs) and of the attribution sweep (`Attributor.sweep` given
+its cached forward and backward passes), with their ratio. Per model it also prints the one-time costs
+(building a `Patcher`: two forward passes; an `Attributor`'s two forward and backward passes) and the total
+for every sweep in both directions, one-time costs included. Times are the best of --repeats runs, on
+--threads torch threads.
 """
 
 import argparse
@@ -76,7 +77,8 @@ def bench_model(label, model, pair, repeats: int, qk_exact: bool) -> list[list]:
     print(
         f"\n{label}: batch {len(pair.clean)}, {pair.clean.shape[1]} positions; one-time: Patcher "
         f"{1e3 * t_patcher:.1f} ms, Attributor {1e3 * t_att0:.1f} ms; every sweep, both directions, one-time "
-        f"included: exact {total_exact:.2f} s, attribution {total_att:.2f} s, speed-up {total_exact / total_att:.1f}x"
+        f"included: exact {total_exact:.2f} s, attribution {total_att:.2f} s, "
+        f"speed-up {total_exact / total_att:.1f}x"
     )
     print(format_table(rows, HEADERS, floatfmt=".3g"))
     return rows
@@ -87,7 +89,10 @@ def summary(label: str, rows: list[list]) -> str:
         values = [r[i] for r in rows if r[i] == r[i]]  # NaN (no effect anywhere) left out
         return f"median {statistics.median(values):.2f}, worst {min(values):.2f}" if values else "n/a"
 
-    return f"{label} ({len(rows)} sweeps): pearson {med(4)}; spearman {med(5)}; top-k {med(6)}; speed-up {med(9)}"
+    return (
+        f"{label} ({len(rows)} sweeps): pearson {med(4)}; spearman {med(5)}; top-k {med(6)}; "
+        f"speed-up {med(9)}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

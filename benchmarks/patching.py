@@ -1,20 +1,22 @@
 """Time every activation-patching sweep in TransformerLens and in mechmem, side by side, and check they agree.
 
-    python benchmarks/patching.py                                    # trains two short permutation models first
-    python benchmarks/patching.py runs/t1/ckpt.pt runs/t2/ckpt.pt --n-samples 128 --repeats 5
+    python benchmarks/patching.py                                    # trains two short permutation models
+    first python benchmarks/patching.py runs/t1/ckpt.pt runs/t2/ckpt.pt --n-samples 128 --repeats 5
+    python benchmarks/patching.py --no-train --models random attn-only --repeats 2   # brief: two random
+    models
 
-Models: each checkpoint given (its task's clean/corrupted pair), or, without paths, permutation task1-quick and
-task2-quick trained for --train-steps; plus random models on random token pairs (inputs differ from a quarter of
-the way in, answer at the last position): a tiny 3-layer model, a 4-layer LayerNorm + MLP model (d=128, 4 heads,
-48 positions, batch 16), a 6-layer attention-only model (d=64, 8 heads, 32 positions, batch 32) and the birth
-demo model (the `quick` preset's config, untrained) at 64 positions, batch 16.
+Models: each checkpoint given (its task's clean/corrupted pair), or, without paths, permutation task1-quick
+and task2-quick trained for --train-steps; plus random models on random token pairs (inputs differ from a
+quarter of the way in, answer at the last position): a tiny 3-layer model, a 4-layer LayerNorm + MLP model
+(d=128, 4 heads, 48 positions, batch 16), a 6-layer attention-only model (d=64, 8 heads, 32 positions, batch
+32) and the birth demo model (the `quick` preset's config, untrained) at 64 positions, batch 16.
 
-For each sweep it prints the time of `transformer_lens.patching.get_act_patch_*` (given the clean cache, as its
-API takes one) and of `Patcher.sweep` (given its cached runs) with the metric in two forms: mechmem's batched
-`PatchingMetric` and the same logit difference written as a plain callable `metric(logits) -> scalar` (vmapped,
-read-out found by the dependency check); the ratios and the largest difference of each result from TL's. Times
-are the best of --repeats runs (fewer when one run takes over --budget seconds). The one-time cost of caching
-(TL `run_with_cache` vs building a `Patcher`) is printed per model.
+For each sweep it prints the time of `transformer_lens.patching.get_act_patch_*` (given the clean cache, as
+its API takes one) and of `Patcher.sweep` (given its cached runs) with the metric in two forms: mechmem's
+batched `PatchingMetric` and the same logit difference written as a plain callable `metric(logits) -> scalar`
+(vmapped, read-out found by the dependency check); the ratios and the largest difference of each result from
+TL's. Times are the best of --repeats runs (fewer when one run takes over --budget seconds). The one-time cost
+of caching (TL `run_with_cache` vs building a `Patcher`) is printed per model.
 """
 
 import argparse
@@ -126,7 +128,8 @@ def bench_model(label: str, model: torch.nn.Module, pair: PatchingPair, repeats:
     plain = Patcher(model, pair.clean, pair.corrupted, plain_logit_diff(pair))
     assert plain.metric.mode == "vmap"
     print(
-        f"\n{label}: batch {len(pair.clean)}, {pair.clean.shape[1]} positions; caching TL {1e3 * t_cache:.2f} ms, "
+        f"\n{label}: batch {len(pair.clean)}, {pair.clean.shape[1]} positions; "
+        f"caching TL {1e3 * t_cache:.2f} ms, "
         f"mechmem {1e3 * t_patcher:.2f} ms (both runs)"
     )
     rows = []
@@ -178,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-train", action="store_true", help="only the random models (no permutation training)"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 suits tiny models)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        help="only the random models whose label starts with one of these (e.g. random)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     BUDGET[0] = args.budget
@@ -194,13 +202,14 @@ def main(argv: list[str] | None = None) -> int:
         (label.split(" (")[0], m, t.patching_pair(args.n_samples, generator=torch.Generator().manual_seed(0)))
         for label, m, t in models
     ]
-    cases += random_models()
+    cases += [c for c in random_models() if not args.models or c[0].startswith(tuple(args.models))]
     rows = [row for case in cases for row in bench_model(*case, repeats=args.repeats)]
     print()
     for label, _, _ in cases:
         print(summary(label, [r for r in rows if r[0] == label]))
     larger = [r for r in rows if r[0] in ("LN+MLP 4-layer", "attn-only 6-layer", "birth demo")]
-    print(summary("the three larger models", larger))
+    if larger:
+        print(summary("the larger models", larger))
     print(summary("all models", rows))
     return 0 if all(r[9] <= 1e-5 for r in rows) else 1
 

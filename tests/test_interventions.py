@@ -1,11 +1,14 @@
-"""The intervention engine equals one run_with_hooks per variant, for every setter, hook and architecture."""
+"""The intervention engine equals one run_with_hooks per variant, for every setter, hook and architecture, on
+both of its execution strategies (the hook-free replay and hooks)."""
 
 import pytest
 import torch
 from helpers import assert_no_hooks, build_model, random_tokens
 
 from mechmem.analysis.interventions import (
+    Engine,
     Intervention,
+    activation_grads,
     apply,
     from_run,
     intervene,
@@ -16,13 +19,24 @@ from mechmem.analysis.interventions import (
     setter_values,
     zero,
 )
-from mechmem.analysis.patching import Patcher
+from mechmem.analysis.patching_metric import PatchingMetric
+from mechmem.analysis.patching_replay import STAGE_HOOKS
 
 ARCHS = {
     "ln3": {"normalization_type": "LN", "n_layers": 3},
     "rms1": {"normalization_type": "RMS", "n_layers": 1},
     "nonorm2": {"normalization_type": None, "n_layers": 2},
     "attn_only3": {"normalization_type": "LN", "n_layers": 3, "d_mlp": None},
+}
+EVERY_ARCH = ARCHS | {  # every other kind TransformerConfig builds: pre-norms, GELU, scale, output vocabulary
+    "lnpre_gelu2": {"normalization_type": "LNPre", "act_fn": "gelu", "n_layers": 2},
+    "rmspre_noscale2": {
+        "normalization_type": "RMSPre",
+        "use_attn_scale": False,
+        "n_layers": 2,
+        "d_vocab_out": 5,
+    },
+    "attn_only_rms1": {"normalization_type": "RMS", "n_layers": 1, "d_mlp": None},
 }
 SETTERS = ("zero", "mean", "resample", "from_run", "apply")
 
@@ -211,11 +225,13 @@ def test_hooked_root_modules_without_start_at_layer(mixing):
 
 
 def test_batched_metric_and_logits(tokens):
+    """The metric in batched form (`PatchingMetric`) gives the callable's numbers; logits under a variant."""
     model = make_model(normalization_type="LN")
     variants = [Intervention(f"blocks.{layer}.hook_mlp_out", (slice(None),), zero()) for layer in range(2)]
     per_variant = intervene(model, tokens, variants, lambda x: x[:, -1].mean())
-    batched = intervene(model, tokens, variants, lambda x: x[:, :, -1].mean((1, 2)), batched_metric=True)
-    torch.testing.assert_close(per_variant, batched)
+    last = torch.full((len(tokens), 1), tokens.shape[1] - 1)
+    batched = PatchingMetric("last", last, lambda x: x[:, :, 0].mean((1, 2)))
+    torch.testing.assert_close(per_variant, intervene(model, tokens, variants, batched))
 
     def zero_mlp(x, hook):
         return torch.zeros_like(x)
@@ -248,28 +264,96 @@ def test_no_hooks_or_flags_left_after_errors(tokens):
     assert_no_hooks(model)
 
 
-SWEEPS = {  # patching sweep -> (hook name, index) of cell (layer, i)
-    "resid_pre": lambda layer, i: (f"blocks.{layer}.hook_resid_pre", (i,)),
-    "attn_head_out_all_pos": lambda layer, i: (f"blocks.{layer}.attn.hook_z", (slice(None), i)),
-    "mlp_out": lambda layer, i: (f"blocks.{layer}.hook_mlp_out", (i,)),
-}
+def stage_variants(model, setter):
+    """One intervention at every hook the replay resumes from, every layer: slices, heads, pattern rows."""
+    index = {"pattern": (1, slice(2, None)), "z": (slice(None), 1), "resid_pre": (slice(3, 6),)}
+    out = []
+    for layer in range(model.cfg.n_layers):
+        for stage, template in STAGE_HOOKS.items():
+            no_mlp = model.cfg.attn_only and stage in ("resid_mid", "mlp_out")
+            if template.format(layer) in model.hook_dict and not no_mlp:  # parallel blocks: no resid_mid
+                out.append(Intervention(template.format(layer), index.get(stage, (4,)), setter))
+    return out
 
 
-@pytest.mark.parametrize("direction", ["denoising", "noising"])
-@pytest.mark.parametrize("sweep", list(SWEEPS))
-def test_patching_replay_equals_the_engine(tokens, sweep, direction):
+@pytest.mark.parametrize("arch", list(EVERY_ARCH))
+def test_replay_strategy_equals_hooks_at_every_stage(tokens, arch):
+    """The engine picks the replay for single-activation variants on every architecture, for every setter; it
+    equals one hooked run per variant."""
+    model = make_model(**EVERY_ARCH[arch])
+    engine = Engine(model, last_logprob)
+    assert engine.strategy == "replay"
+    variants = [[]]
+    for kind in SETTERS:
+        variants += stage_variants(model, make_setter(kind, model))
+    assert all(engine.replay_key([v] if isinstance(v, Intervention) else v) for v in variants)
+    fast = torch.stack(engine.run(tokens, variants)).cpu()
+    torch.testing.assert_close(
+        fast, naive_intervene(model, tokens, variants, last_logprob), atol=1e-5, rtol=0
+    )
+    # the interventions do act (in a 1-layer model, a last-layer patch after attention at position 4 cannot)
+    assert (fast - fast[0]).abs().amax(1).gt(1e-4).sum() >= len(variants) // 3
+    assert_no_hooks(model)
+
+
+def test_replay_reads_only_up_to_the_metric_and_leaking_patterns_go_to_hooks(tokens):
+    """A metric reading position 4: later positions are cut, except where a pattern row attends past them."""
+    model = make_model(normalization_type="LN")
+
+    def at_4(logits):
+        return logits[:, 4].log_softmax(-1)[:, 1]
+
+    leak = apply(lambda a, h: torch.full_like(a, 1.0 / a.shape[-1]))  # uniform, future keys included
+    variants = stage_variants(model, zero()) + [Intervention("blocks.1.attn.hook_pattern", (0,), leak)]
+    engine = Engine(model, at_4)
+    torch.testing.assert_close(
+        torch.stack(engine.run(tokens, variants)).cpu(),
+        naive_intervene(model, tokens, variants, at_4),
+        atol=1e-5,
+        rtol=0,
+    )
+    assert engine.compiled(tokens).readout.unique().tolist() == [4]
+
+
+def unsupported_model():
+    """A model the replay cannot run (parallel attention and MLP): the engine falls back to hooks."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(
+        n_layers=2, d_model=16, n_heads=2, d_head=8, d_mlp=32, d_vocab=6, n_ctx=9, act_fn="gelu",
+        normalization_type="LN", parallel_attn_mlp=True, seed=0,
+    )  # fmt: skip
+    return HookedTransformer(cfg).eval()
+
+
+def test_unsupported_models_fall_back_to_hooks(tokens):
+    model = unsupported_model()
+    engine = Engine(model, last_logprob)
+    assert engine.strategy == "hooks" and engine.replay is None
+    variants = stage_variants(model, from_run(random_tokens(model, 6, seed=3))) + [[]]
+    torch.testing.assert_close(
+        torch.stack(engine.run(tokens, variants)).cpu(),
+        naive_intervene(model, tokens, variants, last_logprob),
+        atol=1e-5,
+        rtol=0,
+    )
+    assert_no_hooks(model)
+
+
+def test_gradients_on_both_strategies_equal_autograd_through_hooks(tokens):
+    """`Engine.gradients` (replay) and the hook path give the same activations and gradients."""
     model = make_model(normalization_type="LN", n_layers=2)
-    clean, corrupted = tokens, tokens.clone()
-    corrupted[:, 3] = (corrupted[:, 3] + 1) % 6
 
     def metric(logits):
         return logits[:, -1].log_softmax(-1)[:, 2].mean()
 
-    result = Patcher(model, clean, corrupted, metric).sweep(sweep, direction)
-    base, source = (corrupted, clean) if direction == "denoising" else (clean, corrupted)
-    setter = from_run(source)
-    n_cells = result.values.shape[1]
-    variants = [Intervention(*SWEEPS[sweep](layer, i), setter) for layer in range(2) for i in range(n_cells)]
-    engine = intervene(model, base, variants, metric).reshape(result.values.shape)
-    torch.testing.assert_close(result.values, engine, atol=1e-5, rtol=0)
+    value, acts, grads = Engine(model, metric).gradients(tokens)
+    names = [STAGE_HOOKS[s].format(l) for s in ("z", "resid_mid", "pattern") for l in range(2)]
+    hook_value, by_hook = activation_grads(model, tokens, names, metric)
+    _, cache = model.run_with_cache(tokens)
+    assert value == pytest.approx(float(hook_value), abs=1e-5)
+    for name in names:
+        layer, stage = int(name.split(".")[1]), name.split(".")[-1].removeprefix("hook_")
+        torch.testing.assert_close(acts[stage][layer], cache[name], atol=1e-5, rtol=0)
+        torch.testing.assert_close(grads[stage][layer], by_hook[name], atol=1e-5, rtol=1e-4)
     assert_no_hooks(model)

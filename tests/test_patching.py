@@ -12,7 +12,6 @@ from mechmem.analysis.patching import (
     Patcher,
     PatchingMetric,
     PatchingResult,
-    patch_resid_pre,
     plot_patching,
     run_sweeps,
 )
@@ -174,13 +173,11 @@ def test_dependency_check_and_declared_readout(random_case):
     torch.testing.assert_close(declared.sweep("resid_pre").values, ref.cpu(), atol=1e-5, rtol=0)
     with pytest.raises(MechmemError):
         Patcher(model, pair.clean, pair.corrupted, metric, readout=[99])
-    # run_sweeps and the named sweeps pass a declared read-out on.
-    from mechmem.analysis.patching import patch_resid_pre, run_sweeps
-
+    # run_sweeps passes a declared read-out on.
     swept = run_sweeps(model, pair, ["resid_pre"], metric=metric, readout=pair.answer_pos[:, None])
     torch.testing.assert_close(swept["resid_pre"].values, ref.cpu(), atol=1e-5, rtol=0)
     with pytest.raises(MechmemError):
-        patch_resid_pre(model, pair, metric=metric, readout=[99])
+        run_sweeps(model, pair, ["resid_pre"], metric=metric, readout=[99])
 
 
 @pytest.fixture(scope="module")
@@ -210,11 +207,25 @@ def test_equals_transformer_lens_trained(trained, direction):
     assert_no_hooks(trained.model)
 
 
+def test_models_the_replay_cannot_run_equal_transformer_lens():
+    """Parallel attention and MLP: the engine runs the sweeps on hooks, with TL's numbers."""
+    from test_interventions import unsupported_model
+
+    model = unsupported_model()
+    pair = random_pair(4, 6, 6, torch.Generator().manual_seed(2))
+    patcher = Patcher(model, pair.clean, pair.corrupted, pair=pair)
+    assert patcher.engine.strategy == "hooks"
+    for name in ("resid_pre", "attn_head_out_by_pos", "attn_head_pattern_all_pos", "mlp_out"):
+        ref = tl_sweep(model, name, pair, "noising", pair.logit_diff)
+        torch.testing.assert_close(patcher.sweep(name, "noising").values, ref.cpu(), atol=1e-5, rtol=0)
+    assert_no_hooks(model)
+
+
 def test_one_pass_per_start_position_equals_transformer_lens(random_case):
     """Passes that resume at different positions (no merging of start groups) give the same numbers."""
     model, pair = random_case
     patcher = Patcher(model, pair.clean, pair.corrupted, pair=pair)
-    patcher.pass_overhead = 0
+    patcher.engine.pass_overhead = 0
     for name in ("resid_pre", "attn_out", "attn_head_out_by_pos", "attn_head_pattern_by_pos"):
         ref = tl_sweep(model, name, pair, "denoising", pair.logit_diff)
         torch.testing.assert_close(patcher.sweep(name).values, ref.cpu(), atol=1e-5, rtol=0, msg=name)
@@ -226,7 +237,7 @@ def test_invariants(random_case):
     same = Patcher(model, pair.clean, pair.clean, pair=pair).sweep("resid_pre")
     assert torch.all(same.values == same.clean)
     # Positions before the first difference and after the last read-out keep the unpatched metric.
-    res = patch_resid_pre(model, pair)
+    res = run_sweeps(model, pair, ["resid_pre"])["resid_pre"]
     assert torch.all(res.values[:, :3] == res.corrupted)
     assert torch.all(res.values[:, int(pair.answer_pos.max()) + 1 :] == res.corrupted)
     # Chunking (one patch per pass) does not change the numbers.
@@ -325,7 +336,7 @@ def test_script_writes_patching_json(trained, tmp_path, capsys):
 
 
 def test_start_groups_and_metric_recognition(random_case):
-    from mechmem.analysis.patching import start_groups
+    from mechmem.analysis.patching_replay import start_groups
 
     starts = torch.tensor([5, 0, 5, 0, 7])
     # Large batches: extra positions cost more than a pass, so one pass per start position.

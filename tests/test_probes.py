@@ -15,7 +15,7 @@ from mechmem.analysis.probes import (
     recall_rate,
     recall_scores,
 )
-from mechmem.models.adapter import FactoredMatrix, build_transformer
+from mechmem.models.adapter import FactoredMatrix, build_transformer, register_activation
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +65,7 @@ def test_ov_probe_equals_dense_product():
 
 
 def test_ffn_storing_log_bigrams_has_zero_kl():
+    register_activation("linear", lambda x: x)  # a purely linear MLP (the Birth paper registers the same)
     v = 6
     model = build_transformer(
         build_transformer_cfg(n_layers=1, d_model=v, n_heads=1, d_vocab=v, d_mlp=v, act_fn="linear"),

@@ -170,7 +170,7 @@ def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> Non
     logits must agree (atol 1e-4 relative to their scale). A TransformerLens model's cfg is also compared field by
     field, so the message names the setting the config does not reproduce.
     """
-    from mechmem.models.adapter import config_differences
+    from mechmem.models.adapter import canonical_state_dict, config_differences, load_canonical_state_dict
     from mechmem.models.registry import build_model
 
     if getattr(model, "mechmem_config", None) == model_config:
@@ -179,7 +179,7 @@ def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> Non
     if differences:
         raise MechmemError(f"the model does not match model_config: {'; '.join(differences)}")
     reference = build_model(model_config, generator=torch.Generator().manual_seed(0))
-    mine, theirs = reference.state_dict(), model.state_dict()
+    mine, theirs = canonical_state_dict(reference), canonical_state_dict(model)
     if set(mine) != set(theirs):
         extra, missing = sorted(set(theirs) - set(mine)), sorted(set(mine) - set(theirs))
         raise MechmemError(
@@ -193,7 +193,7 @@ def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> Non
     cfg = getattr(model, "cfg", None)
     if not (isinstance(getattr(cfg, "d_vocab", None), int) and isinstance(getattr(cfg, "n_ctx", None), int)):
         return
-    reference.load_state_dict({k: v.detach().to("cpu") for k, v in theirs.items()})
+    load_canonical_state_dict(reference, {k: v.detach().to("cpu") for k, v in theirs.items()})
     device = next(iter(theirs.values())).device if theirs else torch.device("cpu")
     probe = torch.randint(cfg.d_vocab, (2, cfg.n_ctx), generator=torch.Generator().manual_seed(0))
     was_training = model.training
@@ -227,6 +227,7 @@ def save_checkpoint(
     is stored explicitly and must fit the model like any other. Raises `MechmemError` (one line) on a mismatch.
     """
     from mechmem.io import strict_json
+    from mechmem.models.adapter import canonical_state_dict
     from mechmem.tasks import build_task, get_task_class
 
     def as_dict(cfg: Any) -> dict[str, Any]:
@@ -252,7 +253,7 @@ def save_checkpoint(
         "task_config": as_dict(task.config),
         "train_config": as_dict(train_config),
         "metrics": strict_json(json.loads(json.dumps(metrics or {}))),
-        "state_dict": {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()},
+        "state_dict": {k: v.detach().to("cpu").clone() for k, v in canonical_state_dict(model).items()},
     }
     if extra:
         payload["extra"] = extra
@@ -347,7 +348,13 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
 def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> Checkpoint:
     """Load a checkpoint safely (never executes pickled code) and rebuild its model on `device`."""
     from mechmem.errors import one_line
-    from mechmem.models.adapter import move_model
+    from mechmem.models.adapter import (
+        canonical_state_dict,
+        is_hooked_transformer,
+        load_canonical_state_dict,
+        move_model,
+    )
+    from mechmem.models.layout import canonical_weights
     from mechmem.models.registry import build_model, model_config_from_dict
     from mechmem.tasks import build_task, get_task_class
 
@@ -360,8 +367,12 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
         model = build_model(model_config, generator=torch.Generator().manual_seed(0))
     except Exception as exc:  # noqa: BLE001 - a config that passes the digest but builds no model: bad file
         raise CheckpointError(f"{path}: bad model config ({one_line(exc)})") from None
-    expected = model.state_dict()
+    # Weights are stored in the canonical layout (HookedTransformer's names), whichever TransformerLens wrote them;
+    # older files also carry HookedTransformer's buffers, which are not weights.
+    expected = canonical_state_dict(model)
     state = payload["state_dict"]
+    if is_hooked_transformer(model):
+        state = canonical_weights(state)
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
@@ -372,7 +383,10 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
             raise CheckpointError(
                 f"{path}: {name} has shape {tuple(tensor.shape)}, config expects {tuple(expected[name].shape)}"
             )
-    model.load_state_dict(state)
+    try:
+        load_canonical_state_dict(model, state)
+    except MechmemError as exc:
+        raise CheckpointError(f"{path}: {one_line(exc)}") from None
     try:  # the config is checked against the model before the task is built: building may allocate a lot
         get_task_class(payload["task_name"]).check_config_fits(payload["task_config"] or None, model)
         build_task(payload["task_name"], payload["task_config"] or None).check_model(model)

@@ -223,7 +223,14 @@ def check_n_samples(
 # -- loading -------------------------------------------------------------------------------------------------
 def add_analysis_args(parser: argparse.ArgumentParser, *, n_samples: int = 512) -> argparse.ArgumentParser:
     """The arguments every analysis script shares: CKPT, --out, --device, --seed, --n-samples, --task-module."""
-    parser.add_argument("ckpt", metavar="CKPT", help="checkpoint file (or a run directory holding ckpt.pt)")
+    parser.add_argument(
+        "ckpt",
+        metavar="CKPT",
+        nargs="?",
+        default=None,
+        help="checkpoint file (or a run directory holding ckpt.pt)",
+    )
+    add_hf_arg(parser)
     parser.add_argument("--out", default=None, help="output directory (default: beside the checkpoint)")
     parser.add_argument("--device", default="cpu", help="auto, cpu or cuda (default: cpu)")
     parser.add_argument(
@@ -291,6 +298,28 @@ def memory_mb(text: str) -> float:
     return value
 
 
+def add_hf_arg(parser: argparse.ArgumentParser) -> None:
+    """`--hf NAME_OR_PATH`: a Hugging Face model instead of a checkpoint (CKPT is then left out)."""
+    parser.add_argument(
+        "--hf",
+        default=None,
+        metavar="NAME_OR_PATH",
+        help="analyse a Hugging Face causal LM (Hub name or save_pretrained folder) instead of CKPT",
+    )
+
+
+def load_source(args: argparse.Namespace, *, device: Any, load: Callable[..., Any]) -> Any:
+    """The checkpoint named by CKPT, or the Hugging Face model named by --hf (exactly one of them)."""
+    hf = getattr(args, "hf", None)
+    if (args.ckpt is None) == (hf is None):
+        raise MechmemError("give a checkpoint (CKPT) or --hf NAME_OR_PATH, not both or neither")
+    if hf is None:
+        return load(args.ckpt, device=device)
+    from mechmem.models.pretrained import pretrained_checkpoint
+
+    return pretrained_checkpoint(hf, device=device)
+
+
 def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tuple[Any, Path]:
     """Check the flags, load task modules and the checkpoint named by `args.ckpt`; return it and the output dir.
 
@@ -308,7 +337,7 @@ def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tupl
         check_out_dir(args.out)
     for module in getattr(args, "task_module", None) or []:
         load_task_module(module)
-    ckpt = load_checkpoint(args.ckpt, device=resolve_device(args.device))
+    ckpt = load_source(args, device=resolve_device(args.device), load=load_checkpoint)
     out = check_out_dir(args.out) if args.out else check_out_dir(ckpt.path.parent)
     if n is not None:
         check_n_samples(n, ckpt.model, minimum=min_samples)

@@ -1,31 +1,33 @@
 """One way to run the cells of a sweep: in this process, or as Ray tasks on one machine or a cluster.
 
 A sweep is a list of independent cells. A `Cell` names a module-level function (pickled by reference, so Ray
-workers import it) and its keyword arguments; the function returns a JSON-serialisable record. `run_cells` runs
-every cell whose key is not yet in the records file, appends each record to that file the moment it arrives (so
-a killed sweep resumes where it stopped) and returns every record, stored or new, in cell order:
+workers import it) and its keyword arguments; the function returns a JSON-serialisable record. `run_cells`
+runs every cell whose key is not yet in the records file, appends each record to that file the moment it
+arrives (so a killed sweep resumes where it stopped) and returns every record, stored or new, in cell order:
 
     cells = [Cell(f"d={d}|seed={s}", train_one, {"d": d, "seed": s}) for d in (8, 16) for s in range(3)]
     records = run_cells(cells, Path("runs/sweep.jsonl"))                      # in-process, one cell at a time
     records = run_cells(cells, Path("runs/sweep.jsonl"), executor="ray")      # a local Ray instance
-    records = run_cells(cells, path, executor="ray", address="head:6379", device="cuda")  # a cluster, 1 GPU/cell
+    records = run_cells(cells, path, executor="ray", address="head:6379", device="cuda")  # a cluster, 1
+    GPU/cell
 
 Records are the same whichever executor ran them, provided each cell takes all its randomness from its kwargs
-(an explicit seed) — which is the project's rule anyway. Two things make that hold in practice: every cell runs
-with one torch thread (`threads`; CPU reductions may otherwise be summed in a different order), and every record
-goes through JSON before it is returned, so a fresh record and one read back from the file are equal objects.
-Records are written by the project's one JSON writer (`mechmem.io.dumps`): a NaN or infinite float becomes
-`null` in the returned record and in the file alike, so no records file ever holds NaN.
-Fields that measure the run itself (wall-clock seconds, a finish time) naturally differ from run to run.
+(an explicit seed) — which is the project's rule anyway. Two things make that hold in practice: every cell
+runs with one torch thread (`threads`; CPU reductions may otherwise be summed in a different order), and every
+record goes through JSON before it is returned, so a fresh record and one read back from the file are equal
+objects. Records are written by the project's one JSON writer (`mechmem.io.dumps`): a NaN or infinite float
+becomes `null` in the returned record and in the file alike, so no records file ever holds NaN. Fields that
+measure the run itself (wall-clock seconds, a finish time) naturally differ from run to run.
 
-The records file is JSON lines, `{"key": ..., "record": {...}}` per cell, or with `flat=True` the record itself
-carrying its key under "key" (the memorisation sweeps' committed format). Lines may come in any order: Ray
-appends records as they finish.
+The records file is JSON lines, `{"key": ..., "record": {...}}` per cell, or with `flat=True` the record
+itself carrying its key under "key" (the memorisation sweeps' committed format). Lines may come in any order:
+Ray appends records as they finish.
 
 Ray is imported only when `executor="ray"`. Without `address` a local instance is started for the sweep
 (`num_cpus` cells at once) and shut down after it; an instance already initialised in this process (a test
 fixture, a notebook) is reused and left running. With `address` ("auto", or host:port of a head started by
-`ray start --head`) the sweep joins that cluster; every node needs mechmem installed (see docs/distributed.md).
+`ray start --head`) the sweep joins that cluster; every node needs mechmem installed (see
+docs/distributed.md).
 """
 
 import json
@@ -52,7 +54,10 @@ class Cell:
     """One independent unit of a sweep."""
 
     key: str
-    """Unique name of the cell; the records file is keyed by it (put every setting that changes the record in it)."""
+    """Unique name of the cell; the records file is keyed by it.
+
+    Put every setting that changes the record in it.
+    """
     fn: Callable[..., dict]
     """Module-level function returning a JSON-serialisable record (Ray pickles it by reference)."""
     kwargs: dict = field(default_factory=dict)

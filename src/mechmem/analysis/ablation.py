@@ -5,8 +5,9 @@ Each attention head's output z (`blocks.L.attn.hook_z`, before W_O) is replaced 
     mean      its mean over a reference batch's sequences, per position (mechmem's one mean ablation; the
               reference is a separate draw from the task's evaluation distribution in the library callers);
     resample  its value on another, randomly chosen reference sequence (same position).
-A whole attention layer is ablated the same way on all its heads at once, an MLP layer on `blocks.L.hook_mlp_out`.
-The result holds the metric after each ablation and its change from the unablated baseline ("delta").
+A whole attention layer is ablated the same way on all its heads at once, an MLP layer on
+`blocks.L.hook_mlp_out`. The result holds the metric after each ablation and its change from the unablated
+baseline ("delta").
 
 Intuition: zero ablation asks "what if the head were absent" and can push the model off-distribution; mean
 ablation keeps the head's average contribution and removes only its input-dependent part; resample ablation
@@ -96,7 +97,7 @@ class AblationResult:
         }
 
     def delta_table(self, method: int) -> tuple[list[list[Any]], list[str]]:
-        """(rows, headers) of a layer x head table of deltas for `methods[method]`, plus attn and mlp columns."""
+        """(rows, headers) of a layer x head table of deltas for `methods[method]`, plus attn, mlp columns."""
         rows = []
         for layer in range(self.heads.shape[1]):
             row = [layer, *(self.heads[method, layer] - self.baseline).tolist()]
@@ -119,7 +120,8 @@ class AblationResult:
 
 
 def task_metric(task: Any, name: str, n: int, *, generator: torch.Generator) -> tuple[Tensor, Metric, str]:
-    """Inputs and a metric from a task: "loss" or "accuracy" on an eval batch, "logit_diff" on its patching pair.
+    """Inputs and a metric from a task: "loss" or "accuracy" on an eval batch, "logit_diff" on its patching
+    pair.
 
     Returns (tokens, metric, description).
     """
@@ -237,7 +239,8 @@ def ablate_heads(
         metric: logits [batch pos d_vocab] -> scalar (closes over the targets of `tokens`).
         methods: any of "zero", "mean", "resample" (as the engine's setters; "mean" is the one mean ablation,
             per position over `reference`).
-        reference: the batch means and resamples come from (default: `tokens`); use another draw from the task's
+        reference: the batch means and resamples come from (default: `tokens`); use another draw from the
+        task's
             evaluation distribution to keep the two apart.
         generator: draws the resampled sequences.
         metric_name: a description stored with the result.

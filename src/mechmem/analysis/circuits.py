@@ -1,12 +1,13 @@
-"""Edge-level circuits: which component feeds which, scored by path patching, and a small graph's faithfulness.
+"""Edge-level circuits: which component feeds which, scored by path patching; a small graph's faithfulness.
 
-The graph. Nodes are the token embedding, the position embedding, every attention head, every MLP and the logits.
-The residual stream read anywhere is the sum of every earlier node's output (plus biases), so each *input port* is
-such a sum and an *edge* u -> v.port is the term u's output contributes to v's port. Ports (TransformerLens hooks,
-all before the layer norm that follows them):
+The graph. Nodes are the token embedding, the position embedding, every attention head, every MLP and the
+logits. The residual stream read anywhere is the sum of every earlier node's output (plus biases), so each
+*input port* is such a sum and an *edge* u -> v.port is the term u's output contributes to v's port. Ports
+(TransformerLens hooks, all before the layer norm that follows them):
 
     head LlHh      q, k, v    blocks.l.hook_q_input / hook_k_input / hook_v_input, one copy per head, so a
-                              previous-token head feeding an induction head's keys (K-composition) is its own edge
+                              previous-token head feeding an induction head's keys (K-composition) is its own
+                              edge
     MLPl           in         blocks.l.hook_mlp_in
     logits         in         blocks.{last}.hook_resid_post (the final residual stream, before the final norm)
 
@@ -14,19 +15,19 @@ and outputs hook_embed, hook_pos_embed, a head's z times its W_O (its share of t
 aside; the same as TransformerLens's attn.hook_result without computing it for every head) and an MLP's
 hook_mlp_out. A head feeds every port of later layers and its own layer's MLP.
 
-Ablating edges. A port whose incoming edges from senders S are dropped gets its value in the current run minus,
-over u in S, (u's output in the current run - u's ablated output); every other port is left alone. One dropped
-edge is path patching of that edge (its sender's change reaches the model through that port only); many dropped
-edges evaluate a circuit with the ACDC convention (a kept edge carries what its sender computes from its own,
-possibly ablated, inputs: the senders' outputs are read in the same pass). Ablated outputs (`ABLATIONS`):
-"corrupted" = the sender's output on the pair's corrupted inputs (same sequence index), "mean" = its mean over
-reference sequences at each position (the engine's `mean` setter), "zero" = zeros. Everything runs through the
-intervention engine (`apply` setters, variants stacked into batched passes).
+Ablating edges. A port whose incoming edges from senders S are dropped gets its value in the current run
+minus, over u in S, (u's output in the current run - u's ablated output); every other port is left alone. One
+dropped edge is path patching of that edge (its sender's change reaches the model through that port only);
+many dropped edges evaluate a circuit with the ACDC convention (a kept edge carries what its sender computes
+from its own, possibly ablated, inputs: the senders' outputs are read in the same pass). Ablated outputs
+(`ABLATIONS`): "corrupted" = the sender's output on the pair's corrupted inputs (same sequence index), "mean"
+= its mean over reference sequences at each position (the engine's `mean` setter), "zero" = zeros. Everything
+runs through the intervention engine (`apply` setters, variants stacked into batched passes).
 
-Caveats: the position embedding is the same in clean and corrupted runs and equals its per-position mean, so its
-edges score exactly zero under "corrupted" and "mean" (use "zero" to see them). A corruption shows only the paths
-it disturbs: the generic repeats pair changes one token, so only the value path carrying it moves. Effects of
-single edges need not add up.
+Caveats: the position embedding is the same in clean and corrupted runs and equals its per-position mean, so
+its edges score exactly zero under "corrupted" and "mean" (use "zero" to see them). A corruption shows only
+the paths it disturbs: the generic repeats pair changes one token, so only the value path carrying it moves.
+Effects of single edges need not add up.
 """
 
 from dataclasses import dataclass
@@ -37,9 +38,18 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from mechmem.analysis.intervals import bootstrap_ratio
-from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean, setter_values, zero
-from mechmem.analysis.interventions_grad import activation_grads
+from mechmem.analysis.interventions import (
+    Intervention,
+    activation_grads,
+    apply,
+    from_run,
+    intervene,
+    mean,
+    setter_values,
+    zero,
+)
 from mechmem.errors import MechmemError
+from mechmem.models.adapter import split_qkv_unsupported
 from mechmem.tasks.base import PatchingPair
 
 ABLATIONS = ("corrupted", "mean", "zero")
@@ -53,14 +63,17 @@ ABLATION_TEXT = {
 
 @dataclass(frozen=True)
 class Node:
-    """A component: kind "embed", "pos", "head", "mlp" or "logits"; `depth` orders them (embeddings -1, head of
-    layer l at l, MLP of layer l at l + 0.5, logits at n_layers)."""
+    """A component: kind "embed", "pos", "head", "mlp" or "logits".
+
+    `depth` orders them: embeddings -1, head of layer l at l, MLP of layer l at l + 0.5, logits at n_layers.
+    """
 
     name: str
     kind: str
     depth: float
     hook: str | None = None
-    """Hook the node's output is read from (None for the logits); for a head, its z (times W_O: its output)."""
+    """Hook the node's output is read from (None for the logits); for a head, its z (times W_O: its
+    output)."""
     index: tuple = ()
     """Slice of that hook's axes after batch: (slice(None), h) for head h."""
 
@@ -114,6 +127,12 @@ def build_graph(model: torch.nn.Module) -> Graph:
         raise MechmemError("circuit discovery needs a TransformerLens HookedTransformer")
     if getattr(cfg, "parallel_attn_mlp", False) or cfg.positional_embedding_type != "standard":
         raise MechmemError("circuit discovery needs sequential blocks and standard positional embeddings")
+    if getattr(cfg, "n_key_value_heads", None) is not None:
+        raise MechmemError(
+            "circuit discovery needs one key/value input per head (grouped-query attention shares them)"
+        )
+    if reason := split_qkv_unsupported(model):
+        raise MechmemError(f"circuit discovery patches per-head Q/K/V inputs: {reason}")
     nodes = [Node("embed", "embed", -1.0, "hook_embed"), Node("pos", "pos", -1.0, "hook_pos_embed")]
     ports = []
     for l in range(cfg.n_layers):
@@ -188,7 +207,8 @@ class EdgePatcher:
         return intervene(self.model, self.tokens, variants, self.metric, memory_mb=self.memory_mb)
 
     def exact(self, edges: list[Edge]) -> Float[Tensor, "edge batch"]:
-        """Per prompt: metric(full) - metric(edge ablated), by path patching each edge (one variant per edge)."""
+        """Per prompt: metric(full) - metric(edge ablated), by path patching each edge (one variant per
+        edge)."""
 
         def shift(delta: Tensor) -> Any:
             return apply(lambda act, hook: act + delta.to(act.device))

@@ -40,6 +40,7 @@ from mechmem.analysis.transitions import Event, Rule, find_event, find_events, l
 from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
 from mechmem.cli import check_n_samples
 from mechmem.errors import CheckpointError, MechmemError
+from mechmem.models.adapter import load_canonical_state_dict
 from mechmem.tasks.base import Batch, PatchingPair, masked_accuracy
 from mechmem.training.rundir import payload_identity, read_metrics, run_differences, step_checkpoints
 from mechmem.training.trainer import resolve_device
@@ -90,8 +91,8 @@ def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Itera
         if diff:
             raise CheckpointError(f"{path}: not the same run as {files[0][1].name} ({', '.join(diff[:4])})")
         try:
-            first.model.load_state_dict(payload["state_dict"])
-        except RuntimeError as exc:
+            load_canonical_state_dict(first.model, payload["state_dict"])
+        except (RuntimeError, MechmemError) as exc:
             raise CheckpointError(
                 f"{path}: weights do not fit the model ({str(exc).splitlines()[0]})"
             ) from None

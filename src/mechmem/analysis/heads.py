@@ -3,13 +3,14 @@
 A detection pattern marks, for every query position, the key positions a head of some kind should attend to:
 a previous-token head attends to q - 1, a duplicate-token head to earlier positions holding the same token, an
 induction head to the position just after an earlier occurrence of the current token. A head's score for a
-pattern is the attention mass it puts on the marked keys, averaged over the query rows where the pattern marks at
-least one key (rows with nothing to find are skipped, so a perfect head scores 1 whatever the data). Scores lie in
-[0, 1].
+pattern is the attention mass it puts on the marked keys, averaged over the query rows where the pattern marks
+at least one key (rows with nothing to find are skipped, so a perfect head scores 1 whatever the data). Scores
+lie in [0, 1].
 
 This works on raw token tensors, so no tokenizer is needed (TransformerLens's `detect_head` needs one, and
-`evals.induction_loss` assumes a large vocabulary). Repeated random sequences [r, r] drawn from the model's own
-vocabulary are the standard probe for induction heads; a task's own data shows what the heads do in practice.
+`evals.induction_loss` assumes a large vocabulary). Repeated random sequences [r, r] drawn from the model's
+own vocabulary are the standard probe for induction heads; a task's own data shows what the heads do in
+practice.
 
 Caveats: a score says where a head looks, not what it moves (see the OV probes in `probes.py`); with a small
 vocabulary, random sequences hold chance duplicates, so an attend-to-self head and a duplicate-token head can
@@ -86,7 +87,10 @@ BUILTIN_PATTERNS: dict[str, PatternFn] = {
 def repeated_random_tokens(
     n: int, half: int, d_vocab: int, *, generator: torch.Generator, distinct: bool = True
 ) -> Int[Tensor, "batch pos"]:
-    """n sequences [r, r] of length 2 * half; r holds no repeated token when `distinct` and half <= d_vocab."""
+    """n sequences [r, r] of length 2 * half.
+
+    r holds no repeated token when `distinct` and half <= d_vocab.
+    """
     if distinct and half <= d_vocab:
         first = torch.rand(n, d_vocab, generator=generator).argsort(-1)[:, :half]
     else:
@@ -196,6 +200,9 @@ def detect_heads(
         chunk: sequences per forward pass (attention patterns are reduced inside the hooks, never stored).
         generator: draws the bootstrap resamples (default: a generator seeded with 0, so a result is a
             function of its inputs).
+
+    Long because one scoped hook reduces every probed pattern in one pass, and the bootstrap intervals and
+    per-token scores are computed from the same reduced tensors.
     """
     patterns = dict(BUILTIN_PATTERNS if patterns is None else patterns)
     cfg = model.cfg
@@ -264,12 +271,14 @@ TASK_DATA = "the task's evaluation data (answer queries; previous-token where in
 
 
 def task_patterns(answers: Bool[Tensor, "batch pos"]) -> dict[str, PatternFn]:
-    """The detection patterns restricted to where a task's heads do their work (the one definition of "task" scores).
+    """The detection patterns restricted to where a task's heads do their work.
 
-    Duplicate-token and induction count only the answer queries (`answers`, e.g. the loss-masked positions); the
-    previous-token pattern counts only the positions an induction head reads from some answer query (just after an
-    earlier occurrence of the query's token), which is where a previous-token head is needed. The returned
-    functions expect the whole batch the mask belongs to (use `chunk=len(batch)`).
+    This is the one definition of "task" scores.
+
+    Duplicate-token and induction count only the answer queries (`answers`, e.g. the loss-masked positions);
+    the previous-token pattern counts only the positions an induction head reads from some answer query (just
+    after an earlier occurrence of the query's token), which is where a previous-token head is needed. The
+    returned functions expect the whole batch the mask belongs to (use `chunk=len(batch)`).
     """
 
     def induction_at_answers(t: Tensor) -> Tensor:
@@ -333,8 +342,8 @@ def attention_from_weights(
 ) -> Float[Tensor, "batch head query_pos key_pos"]:
     """The attention pattern rebuilt from W_Q, W_K, biases and the causal mask.
 
-    `x` is the attention layer's input: the normalised residual (`blocks.L.ln1.hook_normalized`) when the model
-    has a norm, else `blocks.L.hook_resid_pre`.
+    `x` is the attention layer's input: the normalised residual (`blocks.L.ln1.hook_normalized`) when the
+    model has a norm, else `blocks.L.hook_resid_pre`.
     """
     attn = model.blocks[layer].attn
     q = torch.einsum("bpd,hde->bphe", x, attn.W_Q) + attn.b_Q

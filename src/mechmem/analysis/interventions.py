@@ -18,13 +18,26 @@ Setters that read activations of other inputs get them from one cached run on th
 they need), shared by every variant and setter that uses the same token tensor.
 
 A *variant* is one intervention or a list applied together; `intervene` returns the metric of every variant.
-It equals one `run_with_hooks` per variant (`naive_intervene`, the reference it is tested against), but stacks
-variants along the batch axis and, on a `HookedTransformer`, resumes each pass at the earliest intervened
-layer from the cached clean residual stream (`model(resid, start_at_layer=L)`), chunked to a memory budget.
-Hooks before the first block (`hook_embed`, `hook_pos_embed`), shortformer models and models without
-`start_at_layer` (other `HookedRootModule`s) get full runs. Hooks TransformerLens computes only on request
-(`hook_mlp_in`, `hook_attn_in`, `hook_q/k/v_input`, `attn.hook_result`) get their flag switched on for the
-call and restored afterwards, also when a hook or the metric raises.
+It equals one `run_with_hooks` per variant (`naive_intervene`, the reference it is tested against). The engine
+(`Engine`) picks one of two execution strategies per variant; callers never choose:
+    replay  a variant that replaces one activation the hook-free replay resumes from (`resid_pre`, `pattern`,
+            `z`, `attn_out`, `resid_mid`, `mlp_out`, `resid_post`) on a model the replay supports
+            (`mechmem.analysis.patching_replay`): the clean run is cached once, each variant's new activation
+            is stacked along a patch axis and the pass resumes there, only up to the last position the metric
+            reads; variants that change nothing the metric reads are not run. The metric is put in batched
+            form (`patching_metric.callable_metric`) for this.
+    hooks   everything else, and every variant on a model the replay cannot run (another architecture, a
+            TransformerLens 4 bridge, other `HookedRootModule`s): variants stacked along the batch axis and,
+            on a `HookedTransformer`, resumed at the earliest intervened layer from the cached clean residual
+            stream (`model(resid, start_at_layer=L)`), chunked to a memory budget. Hooks before the first
+            block (`hook_embed`, `hook_pos_embed`), shortformer models and models without `start_at_layer` get
+            full runs. Hooks TransformerLens computes only on request (`hook_mlp_in`, `hook_attn_in`,
+            `hook_q/k/v_input`, `attn.hook_result`) get their flag switched on for the call and restored
+            afterwards, also when a hook or the metric raises.
+The metric convention is one: `metric(logits [batch pos d_vocab]) -> tensor` (a scalar or one value per
+sequence), or the same metric in batched form (`PatchingMetric`). Gradients go through the same engine:
+`Engine.gradients` (every stage activation and its gradient, replay or hooks) and `activation_grads` (any
+hooks).
 
 Caveats: an intervention fixes one activation and lets everything downstream react; effects of several
 interventions need not add up. Mean and resample ablation depend on the reference distribution: name it.
@@ -39,10 +52,23 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.models.adapter import is_hooked_transformer
+from mechmem.analysis.patching_metric import PatchingMetric, callable_metric
+from mechmem.analysis.patching_replay import (
+    STAGE_HOOKS,
+    STAGES,
+    Replay,
+    RunActs,
+    stage_of,
+    take_pos,
+    truncate,
+)
+from mechmem.errors import MechmemError
+from mechmem.models.adapter import is_hooked_transformer, last_start_layer
 
-Metric = Callable[[Tensor], Any]
-"""logits [batch pos d_vocab] -> a tensor (a scalar or one value per sequence)."""
+Megabytes = int | float
+"""A memory budget in MiB (an int or a float: the runtime type checks tell them apart)."""
+Metric = Callable[[Tensor], Any] | PatchingMetric
+"""logits [batch pos d_vocab] -> a tensor (a scalar or one value per sequence), or it in batched form."""
 
 # Hooks TransformerLens only computes with a config flag on: hook-name suffix -> the flag.
 _FLAGS = {"hook_mlp_in": "use_hook_mlp_in", "hook_attn_in": "use_attn_in"}
@@ -135,12 +161,16 @@ class Intervention:
         elif kind == "apply":
             act[idx] = self.setter.fn(act[idx], hook)
         else:
-            if tuple(source.shape[1:]) != tuple(act.shape[1:]):
-                raise ValueError(
-                    f"{kind} values at {self.hook} have shape {tuple(source.shape[1:])} after the batch "
-                    f"axis, the activation {tuple(act.shape[1:])} (reference inputs of another length?)"
-                )
+            self.check_source(source, act)
             act[idx] = source.expand_as(act)[idx].to(act.dtype)
+
+    def check_source(self, source: Tensor, act: Tensor) -> None:
+        """One-line error when the setter's values do not fit the activation (after the batch axis)."""
+        if tuple(source.shape[1:]) != tuple(act.shape[1:]):
+            raise ValueError(
+                f"{self.setter.kind} values at {self.hook} have shape {tuple(source.shape[1:])} after the "
+                f"batch axis, the activation {tuple(act.shape[1:])} (reference inputs of another length?)"
+            )
 
 
 Variant = Intervention | Sequence[Intervention]
@@ -180,9 +210,10 @@ def _flags(model: torch.nn.Module, hooks: set[str]) -> Iterator[None]:
 def _start_layer(model: torch.nn.Module, variant: list[Intervention]) -> int | None:
     """Block where a pass for `variant` may start (n_layers: final norm and unembedding only); None = full.
 
-    Shortformer models re-add the positional embedding in every attention layer, so they always run in full.
+    The model's backend bounds it (`last_start_layer`: shortformer models always run in full).
     """
-    if not is_hooked_transformer(model) or model.cfg.positional_embedding_type == "shortformer":
+    last = last_start_layer(model)
+    if last is None:
         return None
     layers = []
     for iv in variant:
@@ -193,7 +224,7 @@ def _start_layer(model: torch.nn.Module, variant: list[Intervention]) -> int | N
             layers.append(model.cfg.n_layers)
         else:
             return None
-    return min(layers, default=model.cfg.n_layers)
+    return min(*layers, last) if layers else last
 
 
 def _resid_name(model: torch.nn.Module, layer: int) -> str:
@@ -260,23 +291,28 @@ def _per_sequence_bytes(model: torch.nn.Module, tokens: Tensor) -> int:
     return total[0] + logits.numel() * logits.element_size()
 
 
-def _evaluate(metric: Metric, logits: Tensor, n: int, batched: bool) -> list[Tensor]:
+def _metric_on_logits(metric: Any) -> Callable[[Tensor], Tensor]:
+    """The metric as a function of full logits [batch pos d_vocab] (a `PatchingMetric` reads its own)."""
+    if isinstance(metric, PatchingMetric):
+        readout = metric.readout
+        return lambda logits: metric.fn(take_pos(logits, readout.to(logits.device), -3, -2)[None])[0]
+    return metric
+
+
+def _evaluate(metric: Any, logits: Tensor, n: int) -> list[Tensor]:
     """The metric of each of the n variants stacked in `logits` [n * batch, pos, d_vocab]."""
-    stacked = logits.unflatten(0, (n, logits.shape[0] // n))
-    if batched:
-        return list(torch.as_tensor(metric(stacked)).unbind(0))
-    return [torch.as_tensor(metric(x)) for x in stacked]
+    fn = _metric_on_logits(metric)
+    return [torch.as_tensor(fn(x)) for x in logits.unflatten(0, (n, logits.shape[0] // n))]
 
 
 def _run(
     model: torch.nn.Module,
     tokens: Tensor,
     variants: list[list[Intervention]],
-    metric: Metric,
-    memory_mb: float | int,
-    batched_metric: bool,
+    metric: Any,
+    memory_mb: Megabytes,
 ) -> list[Tensor]:
-    """The engine: per start layer, chunks of stacked variants resumed from the clean residual stream."""
+    """The hook strategy: per start layer, chunks of stacked variants resumed from the clean residuals."""
     hooks = _check_hooks(model, variants)
     tokens = tokens.to(_device(model))
     batch = tokens.shape[0]
@@ -301,9 +337,245 @@ def _run(
                     else:
                         x = clean[_resid_name(model, start)].repeat(len(chunk), 1, 1)
                         logits = model(x, start_at_layer=start)
-                for i, value in zip(chunk, _evaluate(metric, logits, len(chunk), batched_metric)):
+                for i, value in zip(chunk, _evaluate(metric, logits, len(chunk))):
                     results[i] = value
     return results
+
+
+def _cell(index: tuple, shape: Sequence[int]) -> list[int] | None:
+    """An index of ints and full slices as one int per axis (-1: every entry), or None for anything else."""
+    out = []
+    for i, size in zip(index, shape):
+        if isinstance(i, int) and not isinstance(i, bool) and -size <= i < size:
+            out.append(i % size)
+        elif isinstance(i, slice) and i == slice(None):
+            out.append(-1)
+        else:
+            return None
+    return out if len(index) <= len(shape) else None
+
+
+def _stacked(
+    act: Tensor, variants: list[list[Intervention]], values: dict, hook: Any, stage: str, keep: int
+) -> tuple[Tensor, bool]:
+    """[variant, *act]: `act` with each variant's interventions applied (all at `hook`), and whether it is
+    already cut after position `keep` - 1 (`truncate`).
+
+    Variants of one intervention each, sharing one setter that reads another run's values (from_run, mean,
+    resample) and indexing single entries or whole axes (patching sweeps: one cell each) are built at once by
+    a mask on the cut activation (such values are causal, so nothing leaks past the cut); anything else is
+    built one variant at a time at full length.
+    """
+    ivs = [v[0] for v in variants if len(v) == 1]
+    cells = [_cell(iv.index, act.shape[1:]) for iv in ivs]
+    same = len(ivs) == len(variants) and len({id(iv.setter) for iv in ivs}) == 1
+    if same and ivs[0].setter.kind in ("from_run", "mean", "resample") and None not in cells:
+        source = values[(id(ivs[0].setter), ivs[0].hook)]
+        ivs[0].check_source(source, act)
+        act, source = truncate(stage, act, keep), truncate(stage, source, keep).to(act.dtype)
+        mask = torch.ones(len(ivs), *[1] * act.ndim, dtype=torch.bool, device=act.device)
+        for d, size in enumerate(act.shape[1:]):
+            at = torch.tensor([c[d] if d < len(c) else -1 for c in cells], device=act.device)
+            if bool((at >= 0).any()):
+                hit = (at[:, None] == torch.arange(size, device=act.device)) | (at[:, None] < 0)
+                mask = mask & hit.reshape(len(ivs), 1, *[size if k == d else 1 for k in range(act.ndim - 1)])
+        return torch.where(mask, source, act), True
+    new = act.expand(len(variants), *act.shape).clone()
+    for slot, variant in enumerate(variants):
+        for iv in variant:
+            iv.set(new[slot], values.get((id(iv.setter), iv.hook)), hook)
+    return new, False
+
+
+def _replay_of(model: torch.nn.Module) -> Replay | None:
+    """The hook-free replay of `model`, or None where it cannot run it (the engine then uses hooks)."""
+    if not is_hooked_transformer(model):
+        return None
+    try:
+        return Replay(model)
+    except MechmemError:
+        return None
+
+
+class Engine:
+    """One model and one metric; `run` gives the metric under each variant, `gradients` its activation
+    gradients.
+
+    The engine picks the execution strategy; callers never do. Variants that replace one activation the replay
+    resumes from (`patching_replay.stage_of`: resid_pre, pattern, z, attn_out, resid_mid, mlp_out, resid_post)
+    on a model the replay supports run on the replay: the clean run is cached once, each patched run resumes
+    at the replaced activation, only up to the last position the metric reads, and patches that change nothing
+    the metric reads are not run. Everything else runs on hooks (`run_with_hooks` semantics, stacked variants,
+    resumed at the first intervened block with `start_at_layer`). Both give the same numbers (tests).
+
+    Args:
+        model: a HookedTransformer or another TL `HookedRootModule` (the latter always runs on hooks).
+        metric: the one metric convention: `metric(logits [batch pos d_vocab]) -> tensor` (a scalar or one
+            value per sequence, as TransformerLens users write it), or the same metric already in batched form
+            (`PatchingMetric`). A callable is put in batched form by `callable_metric` when the replay needs
+            it.
+        readout: positions the metric reads (see `callable_metric`); None: found by a dependency check.
+        memory_mb: budget for the activations of one batched pass; variants are chunked to fit.
+    """
+
+    def __init__(
+        self, model: torch.nn.Module, metric: Any, *, readout: Any = None, memory_mb: Megabytes = 256.0
+    ) -> None:
+        self.model, self.metric, self.readout, self.memory_mb = model, metric, readout, memory_mb
+        self.replay = _replay_of(model)
+        self.pass_overhead = 256
+        """Fixed cost of one replayed pass, in token-layers (see `patching_replay.start_groups`)."""
+        self._compiled = metric if isinstance(metric, PatchingMetric) else None
+        self._runs: dict[tuple[int, bool], tuple[Tensor, RunActs]] = {}
+        self._truncated: dict[int, tuple[RunActs, RunActs]] = {}
+
+    @property
+    def strategy(self) -> str:
+        """The strategy: "replay" where the model supports it (for variants it can replay), else "hooks"."""
+        return "hooks" if self.replay is None else "replay"
+
+    def compiled(self, tokens: Int[Tensor, "batch pos"]) -> PatchingMetric:
+        """The metric in batched form (a callable is checked on the logits of `tokens`, once)."""
+        if self._compiled is None:
+            tokens = tokens.to(_device(self.model))
+            every = torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape[0], -1)
+            probe = self.replay.run(tokens, every).logits if self.replay else self.model(tokens)
+            self._compiled = callable_metric(self.metric, probe, readout=self.readout)
+        return self._compiled
+
+    def replay_run(self, tokens: Int[Tensor, "batch pos"], readout: bool = True) -> RunActs:
+        """Every stage activation of the replayed run on `tokens` (full length), cached per token tensor; with
+        `readout`, the logits at the metric's read-out positions."""
+        key = (id(tokens), readout)
+        if key not in self._runs or self._runs[key][0] is not tokens:
+            x = tokens.to(_device(self.model))
+            rows = self.compiled(x).readout if readout else torch.zeros(len(x), 1, dtype=torch.long)
+            self._runs[key] = (tokens, self.replay.run(x, rows.to(x.device)))
+        return self._runs[key][1]
+
+    def replay_key(self, variant: list[Intervention]) -> tuple[int, str] | str | None:
+        """(layer, stage) where the replay runs `variant`, "clean" for no intervention, None: hooks."""
+        if self.replay is None:
+            return None
+        if not variant:
+            return "clean"
+        keys = {stage_of(iv.hook) for iv in variant}
+        return keys.pop() if len(keys) == 1 and None not in keys else None
+
+    def _chunk(self, readout: Tensor, keep: int) -> int:
+        """Patches per replayed pass within the memory budget."""
+        cfg = self.model.cfg
+        batch, read = readout.shape
+        width = cfg.n_heads * cfg.d_head
+        floats = batch * keep * (4 * cfg.d_model + 2 * (cfg.d_mlp or 0) + 4 * width + 3 * cfg.n_heads * keep)
+        floats += batch * read * 2 * cfg.d_vocab_out
+        return max(1, int(self.memory_mb * 2**20 // (4 * floats)))
+
+    def _run_replay(
+        self,
+        tokens: Tensor,
+        variants: list[list[Intervention]],
+        keys: list[Any],
+        members: list[int],
+        results: list,
+    ) -> list[int]:
+        """Replay `members` (indices into `variants`, at `keys[i]`) into `results`; returns those left to the
+        hooks."""
+        metric = self.compiled(tokens)
+        readout = metric.readout.to(_device(self.model))
+        keep = int(readout.max()) + 1
+        full = self.replay_run(tokens)
+        if self._truncated.get(id(full), (None,))[0] is not full:
+            self._truncated[id(full)] = (full, full.truncated(keep))
+        base = self._truncated[id(full)][1]
+        base_value = metric.fn(base.logits[None])[0].clone()
+        groups: dict[Any, list[int]] = {}
+        for i in members:
+            groups.setdefault(keys[i], []).append(i)
+        for i in groups.pop("clean", []):
+            results[i] = base_value
+        values = {}
+        for i in (i for g in groups.values() for i in g):
+            for iv in (iv for iv in variants[i] if iv.setter.tokens is not None):
+                if (id(iv.setter), iv.hook) not in values:
+                    layer, stage = stage_of(iv.hook)
+                    ref = self.replay_run(iv.setter.tokens, readout=False).acts[stage][layer]
+                    values[(id(iv.setter), iv.hook)] = iv.setter.source(ref, len(tokens))
+        step, left = self._chunk(readout, keep), []
+        for (layer, stage), group in groups.items():
+            act, hook = full.acts[stage][layer], self.model.hook_dict[STAGE_HOOKS[stage].format(layer)]
+            for lo in range(0, len(group), step):
+                chunk = group[lo : lo + step]
+                new, cut = _stacked(act, [variants[i] for i in chunk], values, hook, stage, keep)
+                if not cut and stage == "pattern" and keep < act.shape[-1]:
+                    # Attention from a kept query to a cut key would read a cut position: hooks run those.
+                    leaks = (new[..., :keep, keep:] != 0).flatten(1).any(1).tolist()
+                    left += [i for i, leak in zip(chunk, leaks) if leak]
+                    chunk = [i for i, leak in zip(chunk, leaks) if not leak]
+                    new = new[[not leak for leak in leaks]]
+                if chunk:
+                    new = new if cut else truncate(stage, new, keep)
+                    out = self.replay.patched_metric(
+                        layer, stage, new, base, readout, metric.fn, self.pass_overhead, base_value
+                    )
+                    for i, value in zip(chunk, out):
+                        results[i] = value
+        return left
+
+    @torch.no_grad()
+    def run(self, tokens: Int[Tensor, "batch pos"], variants: Sequence[Variant]) -> list[Tensor]:
+        """The metric on `tokens` under each variant (on the model's device), by the strategy it picks."""
+        variants = _as_lists(variants)
+        _check_hooks(self.model, variants)
+        results: list[Any] = [None] * len(variants)
+        keys = [self.replay_key(v) for v in variants]
+        replayed = [i for i, key in enumerate(keys) if key is not None]
+        hooked = [i for i, key in enumerate(keys) if key is None]
+        if replayed:
+            hooked += self._run_replay(tokens, variants, keys, replayed, results)
+        if hooked:
+            metric = self._compiled if self._compiled is not None else self.metric
+            out = _run(self.model, tokens, [variants[i] for i in hooked], metric, self.memory_mb)
+            for i, value in zip(hooked, out):
+                results[i] = value
+        return results
+
+    def gradients(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        embed: Float[Tensor, "batch pos d_model"] | None = None,
+    ) -> tuple[float, dict[str, list[Tensor]], dict[str, list[Tensor]]]:
+        """The metric (a scalar) on `tokens`, every stage activation and its gradient, `acts[stage][layer]`.
+
+        One forward and one backward pass (replay or hooks). `embed` replaces the token embedding
+        (hook_embed), e.g. to interpolate between two inputs for integrated gradients.
+        """
+        tokens = tokens.to(_device(self.model))
+        stages = [s for s in STAGES if not (self.model.cfg.attn_only and s in ("resid_mid", "mlp_out"))]
+        keys = [(s, l) for s in stages for l in range(self.model.cfg.n_layers)]
+        if self.replay is not None:
+            metric = self.compiled(tokens)
+            run = self.replay.run(tokens, metric.readout.to(tokens.device), grad=True, embed=embed)
+            value = metric.fn(run.logits[None])[0]
+            if not value.requires_grad:
+                raise MechmemError(f"attribution needs a differentiable metric; {metric.name!r} is not")
+            acts = [run.acts[s][l] for s, l in keys]
+            grads = torch.autograd.grad(value, acts, materialize_grads=True)
+        else:
+            keys = [(s, l) for s, l in keys if STAGE_HOOKS[s].format(l) in self.model.hook_dict]
+            names = [STAGE_HOOKS[s].format(l) for s, l in keys]
+            extra = [] if embed is None else [Intervention("hook_embed", (), apply(lambda x, h: embed))]
+            seen = capture_acts(self.model, tokens, names, extra)  # the hooks the pass reaches
+            keys = [key for key, name in zip(keys, names) if name in seen]
+            names = [name for name in names if name in seen]
+            value, by_hook = activation_grads(self.model, tokens, names, self.metric, extra)
+            acts, grads = [seen[n] for n in names], [by_hook[n] for n in names]
+        out_acts: dict[str, list[Tensor]] = {s: [] for s in STAGES}
+        out_grads: dict[str, list[Tensor]] = {s: [] for s in STAGES}
+        for (s, _), a, g in zip(keys, acts, grads):
+            out_acts[s].append(a.detach())
+            out_grads[s].append(g.detach())
+        return float(value.detach()), out_acts, out_grads
 
 
 @torch.no_grad()
@@ -311,24 +583,71 @@ def intervene(
     model: torch.nn.Module,
     tokens: Int[Tensor, "batch pos"],
     variants: Sequence[Variant],
-    metric: Metric,
+    metric: Any,
     *,
-    memory_mb: float | int = 256.0,
-    batched_metric: bool = False,
+    memory_mb: Megabytes = 256.0,
 ) -> Tensor:
     """The metric of the model on `tokens` under each variant, stacked: [variant, *metric output], on CPU.
 
     Args:
-        model: a HookedTransformer or another TL `HookedRootModule` (the latter always runs in full).
+        model: a HookedTransformer or another TL `HookedRootModule` (the latter always runs on hooks).
         tokens: the inputs [batch pos].
         variants: each an `Intervention` or a list of them applied together (an empty list: the clean run).
-        metric: logits [batch pos d_vocab] -> tensor (scalar or per sequence); with `batched_metric`, logits
-            [variant batch pos d_vocab] -> [variant, ...] instead (one call per pass).
+        metric: logits [batch pos d_vocab] -> tensor (scalar or per sequence), or a `PatchingMetric`.
         memory_mb: budget for the activations of one batched pass; variants are chunked to fit.
-        batched_metric: see `metric`.
     """
-    out = _run(model, tokens, _as_lists(variants), metric, memory_mb, batched_metric)
+    out = Engine(model, metric, memory_mb=memory_mb).run(tokens, variants)
     return torch.stack(out).detach().cpu() if out else torch.zeros(0)
+
+
+def activation_grads(
+    model: torch.nn.Module,
+    tokens: Int[Tensor, "batch pos"],
+    hooks: Sequence[str],
+    metric: Any,
+    variant: Sequence[Intervention] = (),
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The metric (a scalar) on `tokens` and its gradient with respect to each hook's whole activation.
+
+    One forward and one backward pass through the hook strategy, with the interventions of `variant` applied
+    too. An `apply` setter at each hook adds a zero leaf tensor to the activation (its gradient is the
+    activation's, and the graph upstream stays intact); on-request hooks get their flags switched on as for
+    any intervention. Returns (metric value, {hook: gradient shaped like the activation}); a hook the metric
+    does not depend on gets zeros.
+    """
+    leaves: dict[str, Tensor] = {}
+
+    def capture(act: Tensor, hook: Any) -> Tensor:
+        leaves[hook.name] = torch.zeros_like(act, requires_grad=True)
+        return act + leaves[hook.name]
+
+    taps = [Intervention(h, (), apply(capture)) for h in hooks]
+    with torch.enable_grad():
+        value = _run(model, tokens, [[*variant, *taps]], metric, 1.0)[0]
+        grads = torch.autograd.grad(
+            value, [leaves[h] for h in hooks], allow_unused=True, materialize_grads=True
+        )
+    return value.detach(), {h: g.detach() for h, g in zip(hooks, grads)}
+
+
+@torch.no_grad()
+def capture_acts(
+    model: torch.nn.Module,
+    tokens: Int[Tensor, "batch pos"],
+    hooks: Sequence[str],
+    variant: Sequence[Intervention],
+) -> dict[str, Tensor]:
+    """The activations at `hooks` in the run on `tokens` under `variant` (hook strategy); a hook the forward
+    pass does not reach (e.g. hook_resid_mid of a parallel attention/MLP block) is left out."""
+    seen: dict[str, Tensor] = {}
+
+    def keep(act: Tensor, hook: Any) -> Tensor:
+        seen[hook.name] = act.clone()
+        return act
+
+    taps = [Intervention(h, (), apply(keep)) for h in hooks]
+    _run(model, tokens, [[*variant, *taps]], lambda x: x[:0], 1.0)
+    return seen
 
 
 def _single_hook(iv: Intervention, values: dict) -> Callable[[Tensor, Any], Tensor]:
@@ -345,9 +664,7 @@ def naive_intervene(
     model: torch.nn.Module,
     tokens: Int[Tensor, "batch pos"],
     variants: Sequence[Variant],
-    metric: Metric,
-    *,
-    batched_metric: bool = False,
+    metric: Any,
 ) -> Tensor:
     """Reference for `intervene`: one full `run_with_hooks` per variant, same setters, same output."""
     variants = _as_lists(variants)
@@ -359,7 +676,7 @@ def naive_intervene(
         for variant in variants:
             fwd = [(iv.hook, _single_hook(iv, values)) for iv in variant]
             logits = model.run_with_hooks(tokens, fwd_hooks=fwd)
-            out.extend(_evaluate(metric, logits, 1, batched_metric))
+            out.extend(_evaluate(metric, logits, 1))
     return torch.stack(out).detach().cpu() if out else torch.zeros(0)
 
 
@@ -369,10 +686,15 @@ def intervened_logits(
     tokens: Int[Tensor, "batch pos"],
     variant: Variant,
     *,
-    memory_mb: float | int = 256.0,
+    memory_mb: Megabytes = 256.0,
 ) -> Float[Tensor, "batch pos d_vocab"]:
     """Logits on `tokens` under one variant (an intervention or a list of them), on the model's device."""
-    return _run(model, tokens, _as_lists([variant]), lambda x: x, memory_mb, False)[0]
+    every = list(range(tokens.shape[1]))
+    return Engine(model, _identity, readout=every, memory_mb=memory_mb).run(tokens, [variant])[0]
+
+
+def _identity(logits: Tensor) -> Tensor:
+    return logits
 
 
 @torch.no_grad()

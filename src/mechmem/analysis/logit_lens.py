@@ -9,14 +9,14 @@ The residual stream is read at every stage, in order
 and decoded exactly as the model decodes its last residual: the final norm (if any), then the unembedding. The
 norm's statistics are recomputed from the residual at that stage (`model.ln_final` applied to it). Reusing the
 final layer's cached scale for every stage, as `ActivationCache.apply_ln_to_stack` does by default, mis-scales
-early stages whose norm differs from the final one (TransformerLens issue 1076). The last stage therefore equals
-the model's logits exactly (tested).
+early stages whose norm differs from the final one (TransformerLens issue 1076). The last stage therefore
+equals the model's logits exactly (tested).
 
 Comparing resid_mid.L with resid_post.L isolates what block L's MLP adds to the answer (the pre/post-FFN
 comparison of the permutation paper): a target whose probability jumps between the two is written by the MLP.
 
-Caveat: early residuals were never trained to be read by the unembedding; a low lens probability says the answer
-is not yet linearly decodable in the output basis, not that the information is absent.
+Caveat: early residuals were never trained to be read by the unembedding; a low lens probability says the
+answer is not yet linearly decodable in the output basis, not that the information is absent.
 """
 
 import math
@@ -43,7 +43,8 @@ def lens_stages(model: torch.nn.Module) -> list[tuple[str, str]]:
     out = []
     for layer in range(model.cfg.n_layers):
         out.append((f"resid_pre.{layer}", f"blocks.{layer}.hook_resid_pre"))
-        if not model.cfg.attn_only:
+        # A parallel block adds attention and MLP together: there is no stream between them.
+        if not model.cfg.attn_only and not getattr(model.cfg, "parallel_attn_mlp", False):
             out.append((f"resid_mid.{layer}", f"blocks.{layer}.hook_resid_mid"))
         out.append((f"resid_post.{layer}", f"blocks.{layer}.hook_resid_post"))
     return out
@@ -52,7 +53,8 @@ def lens_stages(model: torch.nn.Module) -> list[tuple[str, str]]:
 def decode_residual(
     model: torch.nn.Module, resid: Float[Tensor, "batch pos d_model"]
 ) -> Float[Tensor, "batch pos d_vocab_out"]:
-    """Logits of a residual stream read as if it were the last one: final norm (recomputed), then unembedding."""
+    """Logits of a residual stream read as if it were the last one: final norm (recomputed), then
+    unembedding."""
     if model.cfg.normalization_type is not None:
         resid = model.ln_final(resid)
     return model.unembed(resid)

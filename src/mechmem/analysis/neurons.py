@@ -5,14 +5,14 @@ logit of token t is that vector read straight through the unembedding,
 
     DE_n(t) = act_n * (W_out[l][n] / scale) . (w_ln * W_U[:, t])
 
-where `scale` is the final norm's per-position scale (LayerNorm: the vector is centred first; RMSNorm: not) and
-`w_ln` its weight; without a final norm both are 1. The direct effects of all neurons plus all other components
-sum to the logits (up to the biases), so the neurons with the largest DE on the correct logit are candidates
-for "the neuron that writes the answer".
+where `scale` is the final norm's per-position scale (LayerNorm: the vector is centred first; RMSNorm: not)
+and `w_ln` its weight; without a final norm both are 1. The direct effects of all neurons plus all other
+components sum to the logits (up to the biases), so the neurons with the largest DE on the correct logit are
+candidates for "the neuron that writes the answer".
 
 Intuition and caveats: the direct effect ignores paths through later layers (it is exact only for the last
-layer's MLP and a model without final norm, where it equals the logit change from zero-ablating the neuron), and
-it freezes the norm scale measured on the clean run. Confirm candidates by ablation (`ablate_neurons`, an
+layer's MLP and a model without final norm, where it equals the logit change from zero-ablating the neuron),
+and it freezes the norm scale measured on the clean run. Confirm candidates by ablation (`ablate_neurons`, an
 intervention of the engine): zero ablation sets the activation to 0, mean ablation to its mean over a
 reference batch's sequences at each position (mechmem's one mean ablation; default reference: the inputs).
 """
@@ -52,7 +52,8 @@ def neuron_direct_effect(
     pos: Int[Tensor, " batch"],
     target: Int[Tensor, " batch"],
 ) -> Float[Tensor, "batch d_mlp"]:
-    """Direct effect of every neuron of `layer`'s MLP at position `pos` on the logit of `target`, per sequence."""
+    """Direct effect of every neuron of `layer`'s MLP at position `pos` on the logit of `target`, per
+    sequence."""
     names = {f"blocks.{layer}.mlp.hook_post", "ln_final.hook_scale"}
     _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
     rows = torch.arange(tokens.shape[0], device=tokens.device)

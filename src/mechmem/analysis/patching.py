@@ -1,18 +1,21 @@
 """Activation patching: which activations carry the information that separates two inputs?
 
-Run the model on a *clean* input and a *corrupted* one that differ in a key detail (here: the last x repeats an
-earlier x, so the answer is recalled rather than eliminated). Then replace one activation of one run by the same
-activation of the other run and measure a metric of the output (default: the task's logit difference between the
-clean and the corrupted answer). Both directions are named explicitly:
-    - denoising: clean activations into the corrupted run. A large recovery means the activation is *sufficient*
+Run the model on a *clean* input and a *corrupted* one that differ in a key detail (here: the last x repeats
+an earlier x, so the answer is recalled rather than eliminated). Then replace one activation of one run by the
+same activation of the other run and measure a metric of the output (default: the task's logit difference
+between the clean and the corrupted answer). Both directions are named explicitly:
+    - denoising: clean activations into the corrupted run. A large recovery means the activation is
+    *sufficient*
       to carry the clean behaviour (given the rest of the corrupted run).
     - noising: corrupted activations into the clean run. A large drop means the activation is *necessary*.
 Sweeps cover the residual stream (resid_pre / resid_mid / resid_post) and the attention and MLP outputs by
-layer x position, each head's output z by layer x head (all positions at once) and layer x position x head, and
-each head's attention pattern by layer x head (and layer x head x destination position).
+layer x position, each head's output z by layer x head (all positions at once) and layer x position x head,
+and each head's attention pattern by layer x head (and layer x head x destination position).
 
-The results equal TransformerLens's `transformer_lens.patching.get_act_patch_*` (one hooked forward pass per
-patch), but are computed much faster while staying exact:
+Each cell is one `Intervention` of the intervention engine (`mechmem.analysis.interventions`): the sweep's
+hook, the cell's index, the source run's values. The results equal TransformerLens's
+`transformer_lens.patching.get_act_patch_*` (one hooked forward pass per patch), but the engine computes them
+much faster while staying exact (on models its hook-free replay supports; elsewhere it runs them on hooks):
     - many patches share one forward pass along a leading patch axis, in chunks that fit a memory budget;
     - each patched run resumes at the patched activation from the cached unpatched run (`patching_replay`);
     - patches that provably cannot move the metric are not run but get the unpatched run's metric, the value a
@@ -24,7 +27,7 @@ Caveats: patching measures the effect of one activation with everything else hel
 need not add up, and a clean/corrupted pair that differs in several ways mixes their effects.
 """
 
-import math
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +36,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.analysis.interventions import Engine, Intervention, from_run
 from mechmem.analysis.patching_metric import PatchingMetric, callable_metric
-from mechmem.analysis.patching_replay import STAGE_AXES, Replay, RunActs, take_pos
+from mechmem.analysis.patching_replay import STAGE_HOOKS
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import PatchingPair
 
@@ -118,6 +122,10 @@ class PatchingResult:
     """Metric of the unpatched clean run."""
     corrupted: float
     """Metric of the unpatched corrupted run."""
+    method: str = "exact"
+    """How the values were computed: "exact" patching, or an estimate (`attribution.Attributor.method`)."""
+    check: dict[str, Any] | None = None
+    """For an estimate: its agreement with exact patching on a sample of cells (`attribution.judge`)."""
 
     def __post_init__(self) -> None:
         if self.values.ndim != len(self.axes):
@@ -146,17 +154,33 @@ class PatchingResult:
             "metric": self.metric,
             "clean": self.clean,
             "corrupted": self.corrupted,
+            "method": self.method,
+            "check": self.check,
         }
 
 
-# -- engine --------------------------------------------------------------------------------------------------
+# -- sweeps on the engine ------------------------------------------------------------------------------
+def cell_index(spec: PatchSweep, cell: Sequence[int]) -> tuple:
+    """The intervention index of one cell (its values on the axes after `layer`): e.g. (slice(None), h)."""
+    index: list[Any] = [slice(None)] * (max(spec.dims) + 1)
+    for dim, value in zip(spec.dims, cell):
+        index[dim] = int(value)
+    return tuple(index)
+
+
 class Patcher:
-    """Clean and corrupted runs of one model, cached once; `sweep` patches between them.
+    """Clean and corrupted runs of one model; `sweep` patches between them through the intervention engine.
+
+    Each cell of a sweep is one `Intervention` (the sweep's hook, the cell's index, `from_run` of the source
+    run), the way TransformerLens's patch setters write it; the engine
+    (`mechmem.analysis.interventions.Engine`) runs them all, on the hook-free replay where the model allows
+    (see the module docstring), else on hooks.
 
     Args:
-        model: a TransformerLens `HookedTransformer` (see `patching_replay` for the supported configurations).
+        model: a TransformerLens `HookedTransformer` (or another hooked model with a `cfg`).
         clean, corrupted: input tokens [batch pos] of equal shape.
-        metric: a `PatchingMetric`, any callable `metric(logits [batch pos d_vocab]) -> scalar` (evaluated over
+        metric: a `PatchingMetric`, any callable `metric(logits [batch pos d_vocab]) -> scalar` (evaluated
+        over
             all patches at once, see `patching_metric`), or None for the logit difference of `pair`.
         pair: the task's `PatchingPair` (gives the default metric).
         readout: positions a callable metric reads (shared list, negative from the end, or [batch read]);
@@ -177,126 +201,64 @@ class Patcher:
     ) -> None:
         if clean.shape != corrupted.shape:
             raise MechmemError("clean and corrupted inputs must have the same shape")
-        self.replay = Replay(model)
+        if getattr(model, "cfg", None) is None:
+            raise MechmemError("patching needs a TransformerLens model (with a cfg)")
         device = next(model.parameters()).device
-        every = torch.arange(clean.shape[1], device=device).expand(clean.shape[0], -1)
-        self.metric = resolve_metric(
-            metric, pair, lambda: self.replay.run(clean.to(device), every).logits, readout
-        )
-        self.readout = self.metric.readout.to(device)
+        self.model = model
+        self.tokens = {"clean": clean.to(device), "corrupted": corrupted.to(device)}
+        self.metric = resolve_metric(metric, pair, lambda: model(self.tokens["clean"]), readout)
         self.n_pos = clean.shape[1]
-        if int(self.readout.max()) >= self.n_pos or int(self.readout.min()) < 0:
+        if int(self.metric.readout.max()) >= self.n_pos or int(self.metric.readout.min()) < 0:
             raise MechmemError("read-out positions must lie inside the inputs")
-        keep = int(self.readout.max()) + 1
-        self.runs: dict[str, RunActs] = {
-            name: self.replay.run(tokens[:, :keep].to(device), self.readout)
-            for name, tokens in (("clean", clean), ("corrupted", corrupted))
-        }
-        self.values = {name: float(self.metric.fn(run.logits[None])[0]) for name, run in self.runs.items()}
-        self.memory = memory_mb * 2**20
-        self.pass_overhead = 256  # fixed cost of one batched pass, in token-layers (see `start_groups`)
-        self.n_read_pos = keep
-
-    def _chunk(self) -> int:
-        cfg = self.replay.cfg
-        batch, read = self.readout.shape
-        n, width = self.n_read_pos, cfg.n_heads * cfg.d_head
-        floats = batch * n * (4 * cfg.d_model + 2 * (cfg.d_mlp or 0) + 4 * width + 3 * cfg.n_heads * n)
-        floats += batch * read * 2 * cfg.d_vocab_out
-        return max(1, int(self.memory // (4 * floats)))
+        self.engine = Engine(model, self.metric, memory_mb=memory_mb)
+        self.setters = {name: from_run(tokens) for name, tokens in self.tokens.items()}
+        self.values = {name: float(self.engine.run(tokens, [[]])[0]) for name, tokens in self.tokens.items()}
 
     def sizes(self) -> dict[str, int]:
-        cfg = self.replay.cfg
+        cfg = self.model.cfg
         return {"layer": cfg.n_layers, "pos": self.n_pos, "dest_pos": self.n_pos, "head": cfg.n_heads}
+
+    def variants(self, spec: PatchSweep, source: str) -> list[Intervention]:
+        """One intervention per cell of `spec`, in the order of the result's values (layer first)."""
+        sizes = self.sizes()
+        shape = [sizes[a] for a in spec.axes]
+        cells = list(itertools.product(*(range(s) for s in shape[1:])))
+        setter, template = self.setters[source], STAGE_HOOKS[spec.stage]
+        return [
+            Intervention(template.format(layer), cell_index(spec, cell), setter)
+            for layer in range(shape[0])
+            for cell in cells
+        ]
 
     @torch.no_grad()
     def sweep(self, sweep: str | PatchSweep, direction: str = "denoising") -> PatchingResult:
-        """Patch every cell of `sweep` in `direction`; cells are vectorised along a patch axis."""
-        spec, base_name, source_name = resolve_sweep(sweep, direction, attn_only=self.replay.attn_only)
-        base, source = self.runs[base_name], self.runs[source_name]
+        """Patch every cell of `sweep` in `direction` (one engine call)."""
+        attn_only = bool(self.model.cfg.attn_only)
+        spec, base_name, source_name = resolve_sweep(sweep, direction, attn_only=attn_only)
         sizes = self.sizes()
         shape = [sizes[a] for a in spec.axes]
-        cells = torch.cartesian_prod(*(torch.arange(s) for s in shape[1:])).reshape(math.prod(shape[1:]), -1)
-        out = torch.full((shape[0], len(cells)), self.values[base_name])
-        chunk = self._chunk()
-        for layer in range(shape[0]):
-            act_b = base.acts[spec.stage][layer]
-            act_s = source.acts[spec.stage][layer]
-            last_gather = layer == self.replay.n_layers - 1 and spec.stage != "resid_pre"
-            eff_b = self.replay.effective(layer, spec.stage, act_b, self.readout)
-            eff_s = self.replay.effective(layer, spec.stage, act_s, self.readout)
-            differs = eff_b != eff_s
-            for first in range(0, len(cells), chunk):
-                idx = torch.arange(first, min(first + chunk, len(cells)))
-                mask = cell_masks(spec, cells[idx], act_b.shape[1:]).to(act_b.device)
-                if last_gather:
-                    mask = take_pos(mask, self.readout, *STAGE_AXES[spec.stage])
-                hit = mask & differs
-                active = hit.flatten(1).any(1).cpu()
-                if not active.any():
-                    continue
-                idx, mask, hit = idx[active], mask[active], hit[active]
-                suffix = not last_gather and not (
-                    spec.stage == "resid_pre" and layer == self.replay.n_layers - 1
-                )
-                pos_dim = STAGE_AXES[spec.stage][1]
-                starts = first_position(hit, pos_dim) if suffix else torch.zeros(len(idx), dtype=torch.long)
-                for group in start_groups(starts, len(self.readout), self.pass_overhead):
-                    start = int(starts[group].min())
-                    patched = torch.where(mask[group], eff_s, eff_b)
-                    patched = patched.narrow(pos_dim, start, patched.shape[pos_dim] - start)
-                    logits = self.replay.resume(layer, spec.stage, patched, base, self.readout, start)
-                    out[layer, idx[group]] = self.metric.fn(logits).float().cpu()
+        out = self.engine.run(self.tokens[base_name], self.variants(spec, source_name))
         return PatchingResult(
             spec.name,
             spec.axes,
-            out.reshape(shape),
+            torch.stack(out).float().cpu().reshape(shape),
             direction,
             self.metric.name,
             self.values["clean"],
             self.values["corrupted"],
         )
 
-
-def first_position(hit: Tensor, pos_dim: int) -> Int[Tensor, " cell"]:
-    """For each cell (leading axis), the first position along `pos_dim` where the patch changes anything."""
-    dims = [d for d in range(1, hit.ndim) if d != hit.ndim + pos_dim]
-    along = hit.any(dim=dims) if dims else hit
-    return along.float().argmax(-1).cpu()
-
-
-def start_groups(starts: Int[Tensor, " cell"], batch: int, overhead: int = 256) -> list[Tensor]:
-    """Group cells into passes that each resume at their earliest start position.
-
-    A pass over extra positions costs about `batch` token-layers per cell and position; a separate pass costs
-    about `overhead` token-layers of fixed cost, so a group joins the previous pass when that is cheaper.
-    """
-    order = torch.argsort(starts, stable=True)
-    groups: list[list[int]] = []
-    first_start = 0
-    for i in order.tolist():
-        if groups:
-            same_start = int(starts[i]) == first_start
-            if same_start or batch * (int(starts[i]) - first_start) < overhead:
-                groups[-1].append(i)
-                continue
-        groups.append([i])
-        first_start = int(starts[i])
-    return [torch.tensor(g) for g in groups]
+    @torch.no_grad()
+    def cells(self, sweep: str | PatchSweep, direction: str, cells: Int[Tensor, " cell"]) -> Tensor:
+        """Exact values of some cells of a sweep (flat indices into its values), one engine call."""
+        spec, base_name, source_name = resolve_sweep(
+            sweep, direction, attn_only=bool(self.model.cfg.attn_only)
+        )
+        every = self.variants(spec, source_name)
+        out = self.engine.run(self.tokens[base_name], [every[i] for i in cells.tolist()])
+        return torch.stack(out).float().cpu()
 
 
-def cell_masks(spec: PatchSweep, cells: Int[Tensor, "cell axis"], act_shape: Sequence[int]) -> Tensor:
-    """Boolean masks [cell 1 *act] (singleton where a cell spans the whole axis) of the entries each cell patches."""
-    ndim = len(act_shape)
-    mask = torch.ones((len(cells), 1) + (1,) * ndim, dtype=torch.bool)
-    for j, dim in enumerate(spec.dims):
-        hit = cells[:, j, None] == torch.arange(act_shape[dim])
-        view = [len(cells), 1] + [act_shape[dim] if d == dim else 1 for d in range(ndim)]
-        mask = mask & hit.reshape(view)
-    return mask
-
-
-# -- named specialisations -----------------------------------------------------------------------------------
 def run_sweeps(
     model: torch.nn.Module,
     pair: PatchingPair,
@@ -307,49 +269,11 @@ def run_sweeps(
     memory_mb: float = 256.0,
     readout: Any = None,
 ) -> dict[str, PatchingResult]:
-    """Run several sweeps on the task's clean/corrupted pair, sharing the cached runs (arguments as `Patcher`)."""
+    """Several sweeps on the task's clean/corrupted pair, sharing the cached runs (arguments as `Patcher`)."""
     patcher = Patcher(
         model, pair.clean, pair.corrupted, metric, pair=pair, memory_mb=memory_mb, readout=readout
     )
     return {name: patcher.sweep(name, direction) for name in sweeps}
-
-
-def _one(name: str, doc: str) -> Callable[..., PatchingResult]:
-    def sweep_fn(
-        model: torch.nn.Module,
-        pair: PatchingPair,
-        *,
-        metric: Any = None,
-        direction: str = "denoising",
-        readout: Any = None,
-    ) -> PatchingResult:
-        patcher = Patcher(model, pair.clean, pair.corrupted, metric, pair=pair, readout=readout)
-        return patcher.sweep(name, direction)
-
-    sweep_fn.__name__ = sweep_fn.__qualname__ = f"patch_{name}"
-    sweep_fn.__doc__ = (
-        f"{doc}\n\nSee `Patcher` for the arguments; returns a `PatchingResult` with axes {SWEEPS[name].axes}."
-    )
-    return sweep_fn
-
-
-patch_resid_pre = _one(
-    "resid_pre", "Patch the residual stream before each block, one (layer, position) at a time."
-)
-patch_resid_mid = _one(
-    "resid_mid", "Patch the residual stream between attention and MLP, per (layer, position)."
-)
-patch_resid_post = _one("resid_post", "Patch the residual stream after each block, per (layer, position).")
-patch_attn_out = _one("attn_out", "Patch each layer's attention output, per (layer, position).")
-patch_mlp_out = _one("mlp_out", "Patch each layer's MLP output, per (layer, position).")
-patch_attn_head_out_all_pos = _one("attn_head_out_all_pos", "Patch one head's output z at every position.")
-patch_attn_head_out_by_pos = _one("attn_head_out_by_pos", "Patch one head's output z at one position.")
-patch_attn_head_pattern_all_pos = _one(
-    "attn_head_pattern_all_pos", "Patch one head's whole attention pattern."
-)
-patch_attn_head_pattern_by_pos = _one(
-    "attn_head_pattern_by_pos", "Patch one head's attention pattern row for one destination position."
-)
 
 
 def plot_patching(result: PatchingResult) -> Any:
@@ -383,8 +307,8 @@ __all__ = [
     "Patcher",
     "PatchingMetric",
     "PatchingResult",
-    "cell_masks",
+    "cell_index",
     "plot_patching",
     "resolve_metric",
     "run_sweeps",
-] + [f"patch_{name}" for name in SWEEPS]
+]

@@ -1,22 +1,24 @@
 """Metrics for activation patching, in the batched form the patching engine evaluates.
 
-The engine (`mechmem.analysis.patching.Patcher`) computes logits only at the positions a metric reads and
-evaluates all patches of one forward pass at once. A `PatchingMetric` says both: `readout` (the positions) and
-`fn` (logits at those positions, with a leading patch axis, to one value per patch).
+The intervention engine's replay (`mechmem.analysis.interventions.Engine`) computes logits only at the
+positions a metric reads and evaluates all variants of one forward pass at once. A `PatchingMetric` says both:
+`readout` (the positions) and `fn` (logits at those positions, with a leading patch axis, to one value per
+patch).
 
-Any plain callable `metric(logits [batch pos d_vocab]) -> scalar`, the way TransformerLens users write metrics, is
-turned into that form by `callable_metric`:
+Any plain callable `metric(logits [batch pos d_vocab]) -> scalar`, the way TransformerLens users write
+metrics, is turned into that form by `callable_metric`:
     - positions: declared by the user (`readout=`), or found by a dependency check: the gradient of the metric
-      with respect to the logits, on the clean run's logits and on a perturbed copy, is non-zero exactly at the
-      positions it reads. A metric without a gradient (it calls `.item()`, `argmax`, ...) is probed instead by
-      perturbing one position at a time and watching its value.
+      with respect to the logits, on the clean run's logits and on a perturbed copy, is non-zero exactly at
+      the positions it reads. A metric without a gradient (it calls `.item()`, `argmax`, ...) is probed
+      instead by perturbing one position at a time and watching its value.
     - evaluation: the read-out logits are written into a full-size logits tensor (the clean run's logits fill
       the positions the metric does not read; the tensor is allocated once and reused, only its read-out
       positions rewritten), and the metric is mapped over the patch axis with
       `torch.func.vmap`. Whether vmap gives the same values as calling the metric once per patch is checked on
-      two small inputs first; when it raises or disagrees, the metric is called once per patch (`mode="loop"`).
-Caveat: a dependency check can only see what the probe inputs exercise; a metric that reads a position only for
-some logits values (a branch on a threshold, say) should declare `readout=`.
+      two small inputs first; when it raises or disagrees, the metric is called once per patch
+      (`mode="loop"`).
+Caveat: a dependency check can only see what the probe inputs exercise; a metric that reads a position only
+for some logits values (a branch on a threshold, say) should declare `readout=`.
 """
 
 from collections.abc import Callable, Sequence
@@ -33,20 +35,22 @@ from mechmem.tasks.base import PatchingPair
 
 @dataclass(frozen=True)
 class PatchingMetric:
-    """A metric in batched form: `fn(logits at readout [patch batch read d_vocab]) -> [patch]`."""
+    """A metric in batched form: `fn(logits at readout [patch batch read d_vocab]) -> [patch, *output]`."""
 
     name: str
     """Name recorded in results."""
     readout: Int[Tensor, "batch read"]
     """Positions whose logits the metric reads, per prompt."""
     fn: Callable[[Tensor], Tensor]
-    """Logits at `readout`, with a leading patch axis, to one value per patch."""
+    """Logits at `readout`, with a leading patch axis, to the metric of each patch (a scalar or a tensor)."""
     mode: str = "batched"
-    """How patches are evaluated: "batched" (written for it), "vmap" (a callable, mapped) or "loop" (one call each)."""
+    """How patches are evaluated: "batched" (written for it), "vmap" (a callable, mapped) or "loop" (one call
+    each)."""
 
     @classmethod
     def logit_diff(cls, pair: PatchingPair) -> "PatchingMetric":
-        """Mean over prompts of logit[correct] - logit[incorrect] at the answer position (`pair.logit_diff`)."""
+        """Mean over prompts of logit[correct] - logit[incorrect] at the answer position (`pair.logit_diff`)
+        as a batched metric."""
         correct, incorrect = pair.correct, pair.incorrect
 
         def fn(logits: Tensor) -> Tensor:
@@ -58,8 +62,9 @@ class PatchingMetric:
         return cls("logit_diff", pair.answer_pos[:, None], fn)
 
 
-def _scalar(value: Any, like: Tensor) -> Tensor:
-    return torch.as_tensor(value, dtype=like.dtype, device=like.device).reshape(())
+def _tensor(value: Any, like: Tensor) -> Tensor:
+    out = torch.as_tensor(value, device=like.device)
+    return out.to(like.dtype) if out.is_floating_point() else out
 
 
 def per_patch(
@@ -67,17 +72,17 @@ def per_patch(
 ) -> tuple[Callable, str]:
     """`metric` over a leading patch axis: vmapped when that agrees with one call per patch, else a loop.
 
-    Returns (fn [patch batch pos d_vocab] -> [patch], "vmap" or "loop").
+    Returns (fn [patch batch pos d_vocab] -> [patch, *output of one call], "vmap" or "loop").
     """
     inputs = torch.stack([probe, probe.flip(0) if len(probe) > 1 else probe * 0.5])
 
     def loop(x: Tensor) -> Tensor:
-        return torch.stack([_scalar(metric(one), x) for one in x])
+        return torch.stack([_tensor(metric(one), x) for one in x])
 
     try:
         mapped = torch.func.vmap(metric)
-        got = mapped(inputs)
-        if got.shape == (2,) and torch.allclose(got, loop(inputs), atol=1e-6, rtol=1e-5, equal_nan=True):
+        got, want = mapped(inputs), loop(inputs)
+        if got.shape == want.shape and torch.allclose(got, want, atol=1e-6, rtol=1e-5, equal_nan=True):
             return mapped, "vmap"
     except Exception:  # noqa: BLE001 - any failure inside vmap (`.item()`, data-dependent control flow): loop
         return loop, "loop"
@@ -98,14 +103,14 @@ def find_readout(
         for x in (probe, probe + scale * noise):
             x = x.detach().clone().requires_grad_(True)
             with torch.enable_grad():
-                (grad,) = torch.autograd.grad(metric(x), x)
+                (grad,) = torch.autograd.grad(torch.as_tensor(metric(x)).sum(), x)
             reads |= (grad != 0).any(-1)
     except (RuntimeError, TypeError):  # no gradient: perturb one position (all prompts) at a time
         fn, _ = per_patch(metric, probe)
         for p in range(probe.shape[1]):
             moved = probe.clone()
             moved[:, p] += scale * noise[:, p]
-            reads[:, p] = bool(fn(torch.stack([probe, moved])).diff().ne(0).any())
+            reads[:, p] = bool(fn(torch.stack([probe, moved])).diff(dim=0).ne(0).any())
     if not reads.any():
         raise MechmemError("the metric reads no position of the logits (declare readout= if it does)")
     return pad_rows([row.nonzero().flatten() for row in reads])
@@ -121,7 +126,7 @@ def pad_rows(rows: Sequence[Tensor]) -> Int[Tensor, "batch read"]:
 
 
 def as_readout(readout: Any, n_batch: int, n_pos: int) -> Int[Tensor, "batch read"]:
-    """A declared read-out: positions shared by every prompt (negative from the end), or a [batch read] tensor."""
+    """A declared read-out: positions shared by every prompt (negative from the end), or [batch read]."""
     r = torch.as_tensor(readout, dtype=torch.long)
     r = r.reshape(1, -1).expand(n_batch, -1) if r.ndim <= 1 else r
     r = torch.where(r < 0, r + n_pos, r)
@@ -139,7 +144,7 @@ def callable_metric(
     readout: Any = None,
     name: str | None = None,
 ) -> PatchingMetric:
-    """Any `metric(logits [batch pos d_vocab]) -> scalar` in batched form (see the module docstring).
+    """Any `metric(logits [batch pos d_vocab]) -> tensor` in batched form (see the module docstring).
 
     Args:
         metric: the callable.
@@ -156,7 +161,7 @@ def callable_metric(
     mapped, mode = per_patch(metric, probe)
     buffer: list[Tensor] = []
 
-    def fn(logits: Float[Tensor, "patch batch read d_vocab"]) -> Float[Tensor, " patch"]:
+    def fn(logits: Float[Tensor, "patch batch read d_vocab"]) -> Tensor:
         n = len(logits)
         if not buffer or len(buffer[0]) < n or buffer[0].dtype != logits.dtype:
             buffer[:] = [probe.to(logits.dtype).expand(n, *probe.shape).clone()]

@@ -1,9 +1,10 @@
 """A hook-free replay of a `HookedTransformer` forward pass that can resume at any activation.
 
-Activation patching needs one forward pass per patch, but every patched run is identical to the unpatched run up
-to the patched activation. `Replay` therefore (1) runs a model once and keeps every activation a patch may replace
-(`resid_pre`, `pattern`, `z`, `attn_out`, `resid_mid`, `mlp_out`, `resid_post` per layer), and (2) resumes a
-forward pass from a replaced activation, with a leading *patch* axis so that many patched runs share one pass.
+Activation patching needs one forward pass per patch, but every patched run is identical to the unpatched run
+up to the patched activation. `Replay` therefore (1) runs a model once and keeps every activation a patch may
+replace (`resid_pre`, `pattern`, `z`, `attn_out`, `resid_mid`, `mlp_out`, `resid_post` per layer), and (2)
+resumes a forward pass from a replaced activation, with a leading *patch* axis so that many patched runs share
+one pass.
 
 Two shortcuts make the resumed pass cheaper while leaving its result unchanged:
     - causal attention: logits at the read-out positions depend only on earlier positions, so inputs may be
@@ -11,13 +12,19 @@ Two shortcuts make the resumed pass cheaper while leaving its result unchanged:
     - everything after the last layer's attention is position-wise, so the last layer computes queries, MLP,
       final norm and unembedding only at the read-out positions (`readout`, one row of positions per prompt).
 
-The replay mirrors TransformerLens's own arithmetic (same `F.linear` projections, causal mask with the module's
-`IGNORE` value, softmax, NaN clean-up), calling the model's own norm, MLP and unembedding modules; results equal
-TransformerLens's forward up to float rounding. It bypasses hook points, so hooks attached to the model are ignored
-(and none are ever added). Supported: decoder-only `HookedTransformer`s with standard positional embeddings and
-sequential attention/MLP (every model mechmem builds); other configurations raise `MechmemError`.
+The replay mirrors TransformerLens's own arithmetic (same `F.linear` projections, causal mask with the
+module's `IGNORE` value, softmax, NaN clean-up), calling the model's own norm, MLP and unembedding modules;
+results equal TransformerLens's forward up to float rounding. It bypasses hook points, so hooks attached to
+the model are ignored (and none are ever added). Supported: decoder-only `HookedTransformer`s with standard
+positional embeddings and sequential attention/MLP (every model mechmem builds); other configurations raise
+`MechmemError`.
+
+This is the execution strategy the intervention engine (`mechmem.analysis.interventions`) picks for variants
+that replace one activation of a model the replay supports (`stage_of` names the hooks,
+`Replay.patched_metric` runs them); the engine uses hooks for everything else.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,11 +33,27 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.errors import MechmemError
+from mechmem.models.adapter import is_bridge, replay_unsupported
 
 # Activations a patch may replace, in forward order within a block.
 STAGES = ("resid_pre", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")
-# (batch axis, position axis) of each stage's activation, counted from the end so a leading patch axis is allowed.
+# (batch axis, position axis) of each stage's activation, counted from the end so a leading patch axis is
+# allowed.
 STAGE_AXES = {"pattern": (-4, -2), "z": (-4, -3)} | {s: (-3, -2) for s in STAGES if s not in ("pattern", "z")}
+
+# TransformerLens hook of each stage, per layer.
+STAGE_HOOKS = {
+    "resid_pre": "blocks.{}.hook_resid_pre",
+    "pattern": "blocks.{}.attn.hook_pattern",
+    "z": "blocks.{}.attn.hook_z",
+    "attn_out": "blocks.{}.hook_attn_out",
+    "resid_mid": "blocks.{}.hook_resid_mid",
+    "mlp_out": "blocks.{}.hook_mlp_out",
+    "resid_post": "blocks.{}.hook_resid_post",
+}
+_BY_HOOK = {
+    tuple(template.split("{}")): stage for stage, template in STAGE_HOOKS.items()
+}  # (prefix, suffix) -> stage
 
 _UNSUPPORTED = {
     "parallel_attn_mlp": False,
@@ -62,14 +85,35 @@ def take_pos(x: Tensor, readout: Int[Tensor, "batch read"], batch_dim: int, pos_
     return x.gather(pos_dim, readout.reshape(shape).expand(size))
 
 
+def stage_of(hook: str) -> tuple[int, str] | None:
+    """(layer, stage) of a hook name the replay can resume from, e.g. "blocks.2.attn.hook_z" -> (2, "z")."""
+    parts = hook.split(".", 2)
+    if len(parts) < 3 or parts[0] != "blocks" or not parts[1].isdigit():
+        return None
+    stage = _BY_HOOK.get(("blocks.", "." + parts[2]))
+    return None if stage is None else (int(parts[1]), stage)
+
+
+def truncate(stage: str, act: Tensor, keep: int) -> Tensor:
+    """An activation cut after position `keep` - 1 (both position axes of an attention pattern)."""
+    x = act.narrow(STAGE_AXES[stage][1], 0, keep)
+    return x.narrow(-1, 0, keep) if stage == "pattern" else x
+
+
 @dataclass
 class RunActs:
-    """Every patchable activation of one run, `acts[stage][layer]` (inputs truncated after the last read-out)."""
+    """Every patchable activation of one run, `acts[stage][layer]`, and the logits at the read-out
+    positions."""
 
     acts: dict[str, list[Tensor]]
     k: list[Float[Tensor, "batch pos head_index d_head"]]
     v: list[Float[Tensor, "batch pos head_index d_head"]]
     logits: Float[Tensor, "batch read d_vocab"]
+
+    def truncated(self, keep: int) -> "RunActs":
+        """The same run seen through its first `keep` positions (views, no copies)."""
+        acts = {s: [truncate(s, a, keep) for a in layers] for s, layers in self.acts.items()}
+        return RunActs(acts, [k[:, :keep] for k in self.k], [v[:, :keep] for v in self.v], self.logits)
 
 
 class Replay:
@@ -79,6 +123,8 @@ class Replay:
         cfg = getattr(model, "cfg", None)
         if cfg is None or not hasattr(model, "blocks"):
             raise MechmemError("patching needs a TransformerLens HookedTransformer")
+        if is_bridge(model):  # the adapter's predicate: the replay reads HookedTransformer modules
+            raise MechmemError(f"patching: {replay_unsupported(model)}")
         bad = [k for k, default in _UNSUPPORTED.items() if getattr(cfg, k, default) != default]
         if cfg.positional_embedding_type != "standard" or cfg.attention_dir != "causal":
             bad.append("positional_embedding_type/attention_dir")
@@ -109,10 +155,12 @@ class Replay:
         readout: Int[Tensor, "batch read"] | None = None,
         past: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Attention on normalised input `h`; queries at all its positions, or only at `readout` (keys at all).
+        """Attention on normalised input `h`; queries at all its positions, or only at `readout` (keys at
+        all).
 
-        With `past` = (k, v) of the first positions (unchanged by the patch), `h` holds only the later positions.
-        Returns (pattern [... head q k], k and v [... pos head d_head] over all positions, z [... q head d_head]).
+        With `past` = (k, v) of the first positions (unchanged by the patch), `h` holds only the later
+        positions. Returns (pattern [... head q k], k and v [... pos head d_head] over all positions, z [... q
+        head d_head]).
         """
         w_q, w_k, w_v, b_q, b_k, b_v, _, _ = self.weights[layer]
         n_heads, d_head = self.cfg.n_heads, self.cfg.d_head
@@ -151,7 +199,7 @@ class Replay:
         self, layer: int, resid_mid: Float[Tensor, "... pos d_model"]
     ) -> Float[Tensor, "... pos d_model"]:
         block = self.model.blocks[layer]
-        flat = resid_mid.reshape(-1, *resid_mid.shape[-2:])
+        flat = resid_mid.reshape(-1, *resid_mid.shape[-2:]).contiguous()
         return block.mlp(block.ln2(flat)).reshape(resid_mid.shape)
 
     def unembed(self, resid: Float[Tensor, "... pos d_model"]) -> Float[Tensor, "... pos d_vocab"]:
@@ -167,18 +215,25 @@ class Replay:
 
     # -- whole runs -------------------------------------------------------------------------------------
     def run(
-        self, tokens: Int[Tensor, "batch pos"], readout: Int[Tensor, "batch read"], grad: bool = False
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        readout: Int[Tensor, "batch read"],
+        grad: bool = False,
+        embed: Float[Tensor, "batch pos d_model"] | None = None,
     ) -> RunActs:
         """Run the model on `tokens`, keeping every patchable activation and the logits at `readout`.
 
-        With `grad`, the activations stay in the autograd graph (attribution patching differentiates through them).
+        With `grad`, the activations stay in the autograd graph (attribution patching differentiates through
+        them). `embed` replaces the token embedding (hook_embed) when given.
         """
         with torch.set_grad_enabled(grad):
-            return self._run(tokens, readout)
+            return self._run(tokens, readout, embed)
 
-    def _run(self, tokens: Int[Tensor, "batch pos"], readout: Int[Tensor, "batch read"]) -> RunActs:
+    def _run(
+        self, tokens: Int[Tensor, "batch pos"], readout: Int[Tensor, "batch read"], embed: Tensor | None
+    ) -> RunActs:
         model = self.model
-        resid = model.embed(tokens) + model.pos_embed(tokens)
+        resid = (model.embed(tokens) if embed is None else embed) + model.pos_embed(tokens)
         if torch.is_grad_enabled():  # gradients w.r.t. activations, even where the parameters are frozen
             resid = resid.detach().requires_grad_(True)
         acts: dict[str, list[Tensor]] = {s: [] for s in STAGES}
@@ -215,7 +270,8 @@ class Replay:
 
         In the last layer `act` holds only the read-out positions (see `effective`), except for `resid_pre`,
         whose keys and values are needed at every position. Elsewhere `act` may start at position `start` when
-        the patch leaves every earlier position unchanged (causal attention keeps them so in later layers too).
+        the patch leaves every earlier position unchanged (causal attention keeps them so in later layers
+        too).
         """
         last = self.n_layers - 1
         if stage == "resid_pre":
@@ -239,7 +295,7 @@ class Replay:
         return self.unembed(self.finish_block(last, "z", z, resid_pre=take_pos(resid, readout, -3, -2)))
 
     def effective(self, layer: int, stage: str, act: Tensor, readout: Int[Tensor, "batch read"]) -> Tensor:
-        """The part of an activation a resumed run reads: after the last attention, the read-out positions only."""
+        """The part of an activation a resumed run reads: after the last attention, the read-out positions."""
         if layer == self.n_layers - 1 and stage != "resid_pre":
             return take_pos(act, readout, *STAGE_AXES[stage])
         return act
@@ -256,7 +312,8 @@ class Replay:
     ) -> Float[Tensor, "... pos d_model"]:
         """The rest of block `layer` after `stage` holds `act`, with the unpatched inputs the rest reads.
 
-        `v` is needed after `pattern`, `resid_pre` after `pattern`/`z`/`attn_out`, `resid_mid` after `mlp_out`.
+        `v` is needed after `pattern`, `resid_pre` after `pattern`/`z`/`attn_out`, `resid_mid` after
+        `mlp_out`.
         """
         x = act
         if stage == "pattern":
@@ -273,5 +330,84 @@ class Replay:
             x = x + self.mlp_out(layer, x)
         return x
 
+    @torch.no_grad()
+    def patched_metric(
+        self,
+        layer: int,
+        stage: str,
+        new: Tensor,
+        base: RunActs,
+        readout: Int[Tensor, "batch read"],
+        fn: Callable[[Tensor], Tensor],
+        pass_overhead: int = 256,
+        base_value: Tensor | None = None,
+    ) -> Tensor:
+        """The metric `fn` after replacing activation `stage` of `layer` by each row of `new` [patch, *act].
 
-__all__ = ["STAGES", "STAGE_AXES", "Replay", "RunActs", "take_pos"]
+        `base` and `new` are cut after the last read-out position (`RunActs.truncated`). Patches that change
+        nothing the read-out depends on are not run: they get the base run's metric, the value a run gives.
+        The others resume at the first position they change (`start_groups`), after the last layer's attention
+        at the read-out positions only. `base_value`: fn on the base run, if known. Returns [patch, *metric
+        output].
+        """
+        base_value = fn(base.logits[None])[0] if base_value is None else base_value
+        out = base_value.expand(len(new), *base_value.shape).clone()
+        eff_base = self.effective(layer, stage, base.acts[stage][layer], readout)
+        eff_new = self.effective(layer, stage, new, readout)
+        hit = eff_new != eff_base
+        idx = hit.flatten(1).any(1).nonzero().flatten()
+        if not len(idx):
+            return out
+        pos_dim = STAGE_AXES[stage][1]
+        if layer == self.n_layers - 1:  # read-out positions only (resid_pre: keys and values at all of them)
+            starts = torch.zeros(len(idx), dtype=torch.long)
+        else:
+            starts = first_position(hit[idx], pos_dim)
+        for group in start_groups(starts, len(readout), pass_overhead):
+            start = int(starts[group].min())
+            rows = eff_new[idx[group.to(idx.device)]]
+            rows = rows.narrow(pos_dim, start, rows.shape[pos_dim] - start).contiguous()
+            logits = self.resume(layer, stage, rows, base, readout, start)
+            out[idx[group.to(idx.device)]] = fn(logits).to(out.dtype)
+        return out
+
+
+def first_position(hit: Tensor, pos_dim: int) -> Int[Tensor, " cell"]:
+    """For each cell (leading axis), the first position along `pos_dim` where the patch changes anything."""
+    dims = [d for d in range(1, hit.ndim) if d != hit.ndim + pos_dim]
+    along = hit.any(dim=dims) if dims else hit
+    return along.float().argmax(-1).cpu()
+
+
+def start_groups(starts: Int[Tensor, " cell"], batch: int, overhead: int = 256) -> list[Tensor]:
+    """Group cells into passes that each resume at their earliest start position.
+
+    A pass over extra positions costs about `batch` token-layers per cell and position; a separate pass costs
+    about `overhead` token-layers of fixed cost, so a group joins the previous pass when that is cheaper.
+    """
+    order = torch.argsort(starts, stable=True)
+    groups: list[list[int]] = []
+    first_start = 0
+    for i in order.tolist():
+        if groups:
+            same_start = int(starts[i]) == first_start
+            if same_start or batch * (int(starts[i]) - first_start) < overhead:
+                groups[-1].append(i)
+                continue
+        groups.append([i])
+        first_start = int(starts[i])
+    return [torch.tensor(g) for g in groups]
+
+
+__all__ = [
+    "STAGES",
+    "STAGE_AXES",
+    "STAGE_HOOKS",
+    "Replay",
+    "RunActs",
+    "first_position",
+    "stage_of",
+    "start_groups",
+    "take_pos",
+    "truncate",
+]

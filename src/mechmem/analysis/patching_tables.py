@@ -1,5 +1,6 @@
 """What `analyses/patch.py` prints and writes, as library functions: run the sweeps by a chosen method (exact
-activation patching or attribution patching), summarise the largest effect per sweep, and build the JSON record."""
+activation patching or attribution patching), summarise the largest effect per sweep, and build the JSON
+record."""
 
 from collections.abc import Sequence
 from typing import Any
@@ -33,13 +34,33 @@ def run_method(
     direction: str = "denoising",
     memory_mb: float = 256.0,
 ) -> dict[str, PatchingResult]:
-    """Sweeps (default: all the model has) by exact patching (`run_sweeps`) or attribution (`attribute_sweeps`)."""
+    """Sweeps (default: all the model has) by exact patching (`run_sweeps`) or attribution
+    (`attribute_sweeps`, which falls back to exact patching for a sweep whose sampled agreement fails
+    `attribution.TRUST`)."""
     sweeps = list(sweeps or model_sweeps(model))
     if method == "exact":
         return run_sweeps(model, pair, sweeps, direction=direction, memory_mb=memory_mb)
     if method == "attribution":
         return attribute_sweeps(model, pair, sweeps, direction=direction)
     raise MechmemError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+
+
+def attribution_notes(results: dict[str, PatchingResult]) -> list[str]:
+    """One line per estimated sweep: its agreement with exact patching on the sampled cells, the outcome."""
+    lines = []
+    for name, res in results.items():
+        c = res.check
+        if c is None:
+            continue
+        verdict = "kept" if c["trusted"] else "UNTRUSTED, replaced by exact patching"
+        if not c["trusted"] and not res.method.startswith("exact"):
+            verdict = "UNTRUSTED"
+        lines.append(
+            f"{name}: attribution vs exact on {c['cells']} sampled cells: Pearson {c['pearson']:.2f}, "
+            f"Spearman {c['spearman']:.2f}, top-{c['k']} {c['top_k']:.2f} (trusted at Pearson >= "
+            f"{c['threshold']}): {verdict}"
+        )
+    return lines
 
 
 def largest_effects(results: dict[str, PatchingResult]) -> list[list[Any]]:
@@ -54,7 +75,8 @@ def largest_effects(results: dict[str, PatchingResult]) -> list[list[Any]]:
 
 
 def patching_record(results: dict[str, PatchingResult], **fields: Any) -> dict[str, Any]:
-    """The `patching.json` record: `fields` (task, method, n_samples, seed...), the unpatched metrics, the sweeps."""
+    """The `patching.json` record: `fields` (task, method, n_samples, seed...), the unpatched metrics and
+    the sweeps."""
     first = next(iter(results.values()))
     return {
         **fields,
@@ -63,13 +85,17 @@ def patching_record(results: dict[str, PatchingResult], **fields: Any) -> dict[s
         "direction": first.direction,
         "clean": first.clean,
         "corrupted": first.corrupted,
-        "sweeps": {name: {"axes": list(r.axes), "values": r.values.tolist()} for name, r in results.items()},
+        "sweeps": {
+            name: {"axes": list(r.axes), "values": r.values.tolist(), "method": r.method, "check": r.check}
+            for name, r in results.items()
+        },
     }
 
 
 __all__ = [
     "METHODS",
     "METRIC_DESCRIPTION",
+    "attribution_notes",
     "largest_effects",
     "model_sweeps",
     "patching_record",

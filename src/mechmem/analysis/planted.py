@@ -1,8 +1,8 @@
 """Hand-set models with a known circuit, for tests and demos of the analysis toolkit.
 
-`planted_induction_model` builds a 2-layer attention-only transformer whose weights are written by hand so that
-one head is a previous-token head and one head is an induction head, among distractor heads with other attention
-patterns. The residual stream is split into four orthogonal blocks of one-hot coordinates:
+`planted_induction_model` builds a 2-layer attention-only transformer whose weights are written by hand so
+that one head is a previous-token head and one head is an induction head, among distractor heads with other
+attention patterns. The residual stream is split into four orthogonal blocks of one-hot coordinates:
 
     TOK  [0, V)            the current token (W_E is the identity into this block)
     POS  [V, V+T)          the position (W_pos is the identity into this block)
@@ -10,12 +10,11 @@ patterns. The residual stream is split into four orthogonal blocks of one-hot co
     OUT  [2V+T, 3V+T)      the predicted token, written by the induction head; W_U reads only this block
 
 Layer 0: head 0 attends to itself, head 1 to the first position, head 2 (the previous-token head) to position
-t-1 and copies that token into PREV. Layer 1: head 0 attends uniformly, head 1 (the induction head) matches its
-current token (TOK) against the keys' PREV block, i.e. attends to the position after an earlier occurrence of the
-current token, and copies that position's token into OUT (position 0, which has no previous token, is
-scored down); head 2 attends to itself. Distractor heads have a zero OV
-circuit, so ablating them changes nothing. On a repeated random sequence [r, r] the model predicts the second half
-perfectly.
+t-1 and copies that token into PREV. Layer 1: head 0 attends uniformly, head 1 (the induction head) matches
+its current token (TOK) against the keys' PREV block, i.e. attends to the position after an earlier occurrence
+of the current token, and copies that position's token into OUT (position 0, which has no previous token, is
+scored down); head 2 attends to itself. Distractor heads have a zero OV circuit, so ablating them changes
+nothing. On a repeated random sequence [r, r] the model predicts the second half perfectly.
 """
 
 from dataclasses import dataclass
@@ -78,7 +77,8 @@ def planted_induction_model(d_vocab: int = 12, n_ctx: int = 24, *, strength: flo
     Args:
         d_vocab: number of tokens V.
         n_ctx: number of positions T.
-        strength: scale of the query and key maps (the attention logit of a match is strength^2 / sqrt(d_head))
+        strength: scale of the query and key maps (the attention logit of a match is strength^2 /
+        sqrt(d_head))
             and of the unembedding (the logit of a copied token).
     """
     layout = PlantedLayout(d_vocab, n_ctx)
@@ -104,7 +104,8 @@ def planted_induction_model(d_vocab: int = 12, n_ctx: int = 24, *, strength: flo
         a0.W_V[2, layout.tok, :d_vocab] = eye_v
         a0.W_O[2, :d_vocab, layout.prev] = eye_v
         # L1H0: zero QK, i.e. uniform attention over the causal prefix.
-        # L1H1: induction head; current token (TOK) against the key's previous token (PREV); copies TOK into OUT.
+        # L1H1: induction head; current token (TOK) against the key's previous token (PREV); copies TOK into
+        # OUT.
         a1.W_Q[1, layout.tok, :d_vocab] = c * eye_v
         a1.W_K[1, layout.prev, :d_vocab] = c * eye_v
         # Position 0 has no previous token (its PREV block holds its own token): every query scores it -c^2.

@@ -1,19 +1,19 @@
 """Associative-memory recall probes (Bietti et al. 2023, generalised).
 
 A weight matrix W is read as an associative memory: it should map each input embedding u_i to the output
-embedding v_j of its target partner. With TransformerLens's row-vector convention the score of output j for input
-i is (u_i W) . v_j, and the recall R is the fraction of inputs whose best-scoring output is the target:
+embedding v_j of its target partner. With TransformerLens's row-vector convention the score of output j for
+input i is (u_i W) . v_j, and the recall R is the fraction of inputs whose best-scoring output is the target:
 
     R = mean_i [ argmax_j (u_i W v_j^T) == target(i) ]
 
 Intuition: if W = sum_k v_{t(k)}^T u_k (a sum of outer products, written transposed for row vectors) and the
-embeddings are near-orthogonal, each input recalls its partner and R = 1; a random W gives R near 1 / #outputs.
-Caveat: R only looks at the argmax; a memory that is right but barely (small margin) still counts.
+embeddings are near-orthogonal, each input recalls its partner and R = 1; a random W gives R near 1 /
+#outputs. Caveat: R only looks at the argmax; a memory that is right but barely (small margin) still counts.
 
 Built-in probes read a HookedTransformer's weights (`builtin_probes`): token copying through each head's OV
 circuit, previous-position keys and earlier-head token keys through QK circuits, and MLP next-token memories
-against bigram statistics (KL divergence, as in Bietti et al.). TL's `FactoredMatrix` keeps the low-rank products
-(W_V W_O, W_Q W_K^T) factored.
+against bigram statistics (KL divergence, as in Bietti et al.). TL's `FactoredMatrix` keeps the low-rank
+products (W_V W_O, W_Q W_K^T) factored.
 """
 
 from dataclasses import dataclass, field
@@ -49,9 +49,10 @@ def recall_rate(
     return float((scores.argmax(-1) == targets.to(scores.device)).float().mean())
 
 
-# -- built-in probes on a HookedTransformer's weights ----------------------------------------------------------
-# Each probe reads one weight product as an associative memory. Norms and biases are left out (the probes describe
-# the matrices, as in Bietti et al., whose model has neither); on models with LayerNorm they are approximate.
+# -- built-in probes on a HookedTransformer's weights
+# ---------------------------------------------------------- Each probe reads one weight product as an
+# associative memory. Norms and biases are left out (the probes describe the matrices, as in Bietti et al.,
+# whose model has neither); on models with LayerNorm they are approximate.
 
 
 @dataclass
@@ -137,7 +138,10 @@ def ov_copy_probe(
 def qk_previous_position_probe(
     model: torch.nn.Module, layer: int, head: int, n_positions: int | None = None
 ) -> ProbeResult:
-    """Do positional keys point back one step? For queries p_t (t >= 1): argmax_s p_t W_Q W_K^T p_s^T == t - 1."""
+    """Do positional keys point back one step?
+
+    For queries p_t (t >= 1): argmax_s p_t W_Q W_K^T p_s^T == t - 1.
+    """
     n = model.cfg.n_ctx if n_positions is None else min(n_positions, model.cfg.n_ctx)
     suffix = "" if n == model.cfg.n_ctx else f".first{n}"
     return _probe(
@@ -160,8 +164,8 @@ def qk_token_probe(
 ) -> ProbeResult:
     """Keys written by an earlier head's OV: argmax_k' [W_E(k) W_Q W_K^T (W_E(k') OV_source)^T] == k.
 
-    This is the induction head's key memory: the source (previous-token) head writes the previous token into the
-    residual, and the query (the current token) must match it.
+    This is the induction head's key memory: the source (previous-token) head writes the previous token into
+    the residual, and the query (the current token) must match it.
     """
     ids = _token_ids(model, tokens).to(model.W_E.device)
     sl, sh = source
@@ -208,7 +212,10 @@ def ffn_bigram_probe(
 def empirical_bigram(
     tokens: Int[Tensor, "batch pos"], targets: Int[Tensor, "batch pos"], d_vocab: int, d_vocab_out: int
 ) -> Float[Tensor, "d_vocab d_vocab_out"]:
-    """Next-token distribution given the current token, counted over all positions (uniform for unseen tokens)."""
+    """Next-token distribution given the current token, counted over all positions.
+
+    Uniform for unseen tokens.
+    """
     counts = torch.zeros(d_vocab * d_vocab_out)
     counts.index_add_(
         0, (tokens.flatten() * d_vocab_out + targets.flatten()).cpu(), torch.ones(tokens.numel())
@@ -227,15 +234,17 @@ def builtin_probes(
     ffn_tokens: Int[Tensor, " n_ffn"] | None = None,
     first_positions: tuple[int, ...] = (),
 ) -> MemoryProbes:
-    """Every built-in probe that applies to `model`: OV copying and previous-position keys for each head, token
-    keys through each earlier head's OV for heads after layer 0, and (given `bigram`) each MLP against it.
+    """Every built-in probe that applies to `model`.
+
+    OV copying and previous-position keys for each head, token keys through each earlier head's OV for heads
+    after layer 0, and (given `bigram`) each MLP against it.
 
     Args:
         model: a HookedTransformer.
         bigram: next-token statistics [d_vocab d_vocab_out] for the MLP probes (skipped when None).
         tokens: tokens the OV copying probes range over (default: all).
-        key_tokens: tokens of the QK token-key probes (default: `tokens`); e.g. the triggers of the birth task.
-        ffn_tokens: tokens of the MLP probes (default: `tokens`); e.g. the non-trigger tokens.
+        key_tokens: tokens of the QK token-key probes (default: `tokens`); e.g. the triggers of the birth
+        task. ffn_tokens: tokens of the MLP probes (default: `tokens`); e.g. the non-trigger tokens.
         first_positions: extra previous-position probes restricted to the first n positions (e.g. 64).
     """
     cfg = model.cfg

@@ -1,11 +1,13 @@
-"""Head roles, decided in one place: what each attention head does, from measured evidence and fixed thresholds.
+"""Head roles, decided in one place.
 
-Two kinds of roles, one classifier (`classify_heads`), used by the circuit report, the reproduction pages and the
-library alike (`head_roles` measures and classifies in one call).
+What each attention head does, from measured evidence and fixed thresholds.
+
+Two kinds of roles, one classifier (`classify_heads`), used by the circuit report, the reproduction pages and
+the library alike (`head_roles` measures and classifies in one call).
 
 Task roles come from the task (`Task.role_probes`): for each role (e.g. the permutation task's "recall" and
-"elimination") a counterfactual pair that changes only the information that role needs, and the key positions a
-head doing the role attends to. Per head and role we measure, with the intervention engine:
+"elimination") a counterfactual pair that changes only the information that role needs, and the key positions
+a head doing the role attends to. Per head and role we measure, with the intervention engine:
 
     transfer   rise of mean p(counterfactual answer) when the head's output (hook_z, every position) is copied
                from the counterfactual run into the clean run (the total effect of the head's information);
@@ -13,16 +15,18 @@ head doing the role attends to. Per head and role we measure, with the intervent
                head -> MLP input -> logits; the residual stream read by the unembedding and by attention stays
                clean). It credits a head whose effect reaches the logits only through an MLP;
     attention  mean attention from the answer query onto the role's keys, on the clean inputs;
-    damage     drop of mean p(correct answer) when the head is mean-ablated (per-position mean over a reference
+    damage     drop of mean p(correct answer) when the head is mean-ablated (per-position mean over a
+    reference
                batch from the task's evaluation distribution), shown next to the rest, not used for labels.
 
-The role's *score* of a head is max(transfer, via_mlp); its *share* is the score divided by the sum of all heads'
-positive scores for that role (0 when that sum is below `min_score`: the role is absent from the model).
-A head gets task role r when (1) its score is at least `min_score`, (2) its share of r exceeds its share of every
-other task role by at least `share_margin`, and (3) its attention on r's keys is at least `task_attention`. When
-(1) holds for two roles without (2), the head is "shared". Shares matter because a role can be carried jointly:
-in the one-layer permutation models the MLP reads the query token and both heads together, so copying one head
-alone moves the answer partly (0.1-0.3 for the recall head), yet its share of the recall transfer is the largest.
+The role's *score* of a head is max(transfer, via_mlp); its *share* is the score divided by the sum of all
+heads' positive scores for that role (0 when that sum is below `min_score`: the role is absent from the
+model). A head gets task role r when (1) its score is at least `min_score`, (2) its share of r exceeds its
+share of every other task role by at least `share_margin`, and (3) its attention on r's keys is at least
+`task_attention`. When (1) holds for two roles without (2), the head is "shared". Shares matter because a role
+can be carried jointly: in the one-layer permutation models the MLP reads the query token and both heads
+together, so copying one head alone moves the answer partly (0.1-0.3 for the recall head), yet its share of
+the recall transfer is the largest.
 
 Attention-pattern roles (previous-token, induction, duplicate-token) come from detection scores (attention
 mass on the pattern's keys, `mechmem.analysis.heads`) by the role rule of docs/analyses.md ("Role rule"):
@@ -36,6 +40,10 @@ The thresholds were fixed on development seeds (permutation task2-quick and task
 five-seed acceptance runs (seeds 0-4); they are printed with every result. Caveats: thresholds are fixed
 fractions, not significance tests; transfer assumes the counterfactual leaves the other roles' information
 unchanged; a head that others compensate for looks less important under any single-head test.
+
+Long because it is the one place where roles are decided: the pattern evidence, the ablation and lens evidence
+and the rule that names a role from them are one concept, kept together so that no second rule can grow
+elsewhere.
 """
 
 from collections.abc import Sequence
@@ -75,7 +83,10 @@ class RoleThresholds(ConfigMixin):
     mlp_drop: float = 0.05
     """Min drop in mean p(answer) under mean ablation of a layer's MLP, to name it as contributing."""
     neuron_share: float = 0.5
-    """Key neurons: the fewest neurons whose direct effects make up this share of the MLP's positive effect."""
+    """Share of the MLP's positive effect that the key neurons make up.
+
+    Key neurons: the fewest neurons whose direct effects make up this share.
+    """
     max_key_neurons: int = 5
     """At most this many key neurons are listed."""
 
@@ -150,7 +161,8 @@ class RoleResult:
         }
 
 
-# -- measurement ------------------------------------------------------------------------------------------------
+# -- measurement
+# ------------------------------------------------------------------------------------------------
 def _heads(model: Any) -> list[tuple[int, int]]:
     return [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
 
@@ -158,7 +170,10 @@ def _heads(model: Any) -> list[tuple[int, int]]:
 def _via_mlp_variant(
     model: Any, layer: int, head: int, z_clean: Tensor, z_counter: Tensor
 ) -> list[Intervention]:
-    """Add the head's output change (counterfactual - clean) to the input of every MLP at or after its layer."""
+    """Add the head's output change to the input of every MLP at or after its layer.
+
+    The output change is counterfactual - clean.
+    """
     w_o = model.blocks[layer].attn.W_O[head]  # [d_head d_model]
     delta = (z_counter[:, :, head] - z_clean[:, :, head]) @ w_o  # [batch pos d_model]
     return [
@@ -252,9 +267,12 @@ class PatternEvidence:
 def measure_pattern_evidence(
     model: Any, task: Any = None, *, n: int, generator: torch.Generator, halves: Sequence[int] | None = None
 ) -> PatternEvidence:
-    """Detection scores (previous-token, induction, duplicate-token) per head over the role rule's probes
-    (docs/analyses.md, "Role rule"): repeated random sequences [r, r] for every half-length in `halves`
-    (default `heads.probe_halves`) and, with a task, its data at the answer queries (`heads.task_patterns`)."""
+    """Detection scores (previous-token, induction, duplicate-token) per head over the role rule's probes.
+
+    The probes (docs/analyses.md, "Role rule"): repeated random sequences [r, r] for every half-length in
+    `halves` (default `heads.probe_halves`) and, with a task, its data at the answer queries
+    (`heads.task_patterns`).
+    """
     cfg = model.cfg
     halves = head_detection.probe_halves(cfg.n_ctx, cfg.d_vocab) if halves is None else list(halves)
     results, probes = [], []
@@ -287,7 +305,8 @@ def measure_pattern_evidence(
     return PatternEvidence(evidence, probes, curves)
 
 
-# -- the classifier -----------------------------------------------------------------------------------------------
+# -- the classifier
+# -----------------------------------------------------------------------------------------------
 def _shares(evidence: dict[str, Tensor], roles: Sequence[str], t: RoleThresholds) -> dict[str, Tensor]:
     shares = {}
     for role in roles:
@@ -311,7 +330,8 @@ def _task_role(ev: dict[str, float], roles: Sequence[str], t: RoleThresholds) ->
         lead = ev[f"{role}_share"] - max(others, default=0.0)
         if lead >= t.share_margin and ev[f"{role}_attention"] >= t.task_attention:
             return role, (
-                f"{role}: score {ev[f'{role}_score']:.2f} (>= {t.min_score}), share {ev[f'{role}_share']:.2f} "
+                f"{role}: score {ev[f'{role}_score']:.2f} (>= {t.min_score}), "
+                f"share {ev[f'{role}_share']:.2f} "
                 f"leads the other roles by {lead:.2f} (>= {t.share_margin}), attention on its keys "
                 f"{ev[f'{role}_attention']:.2f} (>= {t.task_attention})"
             )
@@ -366,7 +386,8 @@ def classify_heads(
     """One `HeadRole` per head from evidence tensors [layer head] (rule in the module docstring).
 
     Recognised keys: previous_token, induction, duplicate_token (detection scores) and, per task role r,
-    r_transfer, r_via_mlp, r_attention, r_damage. Scores and shares of each task role are added to the evidence.
+    r_transfer, r_via_mlp, r_attention, r_damage. Scores and shares of each task role are added to the
+    evidence.
     """
     t = thresholds or RoleThresholds()
     if not evidence:
@@ -396,8 +417,8 @@ def head_roles(
 ) -> RoleResult:
     """Measure every head's evidence on `n` sequences drawn from `seed` and classify it.
 
-    The report and the reproduction pages call this with the same `n` and `seed` for a checkpoint, so they print
-    identical numbers. `task` may be None (attention-pattern roles only).
+    The report and the reproduction pages call this with the same `n` and `seed` for a checkpoint, so they
+    print identical numbers. `task` may be None (attention-pattern roles only).
     """
     t = thresholds or RoleThresholds()
     if head_detection.no_attention_reason(model):

@@ -7,14 +7,17 @@ measured). Two kinds of event are found, each under a rule stated before looking
               save where it had not; the step is interpolated linearly between the two saves:
                   step = s_{i-1} + (level - v_{i-1}) / (v_i - v_{i-1}) * (s_i - s_{i-1})
               A curve already at the level at its first save is reported at that save, marked "at start"
-              (it formed at or before it). A curve that never reaches the level is "not reached", not an error.
-    steepest  the interval between consecutive saves with the largest rise (or fall) per step; the event is its
+              (it formed at or before it). A curve that never reaches the level is "not reached", not an
+              error.
+    steepest  the interval between consecutive saves with the largest rise (or fall) per step; the event is
+    its
               midpoint. A curve that never rises (falls) has no such event.
 
 The event's `interval` is the pair of saves that brackets it, so its precision is one save interval: the true
 moment lies between them. The order of events is the reached events sorted by step.
 
-Caveat: a first crossing can be a noisy blip on a curve that hovers at the level; compare with the steepest rise.
+Caveat: a first crossing can be a noisy blip on a curve that hovers at the level; compare with the steepest
+rise.
 """
 
 import math

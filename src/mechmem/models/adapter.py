@@ -1,40 +1,67 @@
-"""The one place that constructs TransformerLens models.
+"""The one place that constructs and loads TransformerLens models, under either major version.
 
-mechmem's `TransformerConfig` maps onto `HookedTransformerConfig`; `build_transformer` builds the
-`HookedTransformer`, draws its initial weights from an explicit `torch.Generator` (TransformerLens's own init
-seeds the global RNG, which library code must not do), applies fixed matrices (e.g. W_Q = identity) and freezes
-parameters by name pattern. Moving to TransformerLens 4.x should touch only this file.
+Two backends, detected at import:
+    - TransformerLens 3.9+ (`BACKEND == "hooked"`): a `HookedTransformer` from a `HookedTransformerConfig`;
+    - TransformerLens 4.x (`BACKEND == "bridge"`): a `TransformerBridge` around TransformerLens's native
+      model, built from a `TransformerBridgeConfig` (what `TransformerBridge.boot_native` builds, with the
+      instance-level differences listed at `_native_model`).
+Both expose the same hook names (`blocks.L.attn.hook_z`, `hook_pattern`, `hook_resid_pre`, ...), the same
+weight views (`W_Q`, `W_E`, `blocks[L].attn.W_O`, `OV`, ...), `run_with_hooks`, `run_with_cache` and
+`hooks(...)`, so the analyses never ask which one they hold. Weights travel in one canonical layout
+(HookedTransformer's names and shapes, `mechmem.models.layout`): `canonical_state_dict` /
+`load_canonical_state_dict` convert, so a checkpoint written under either version loads under the other with
+the same logits.
+
+`TransformerConfig` maps onto either config; `build_transformer` draws the initial weights in the canonical
+layout from an explicit `torch.Generator` (TransformerLens's own init seeds the global RNG, which library code
+must not do), applies fixed matrices (e.g. W_Q = identity) and freezes parameters by canonical name pattern.
+The same seed gives the same weights under both backends.
 
 Fixed and frozen parameters:
     `fixed` is a tuple of `(pattern, rule)` pairs applied after initialisation, in order. A pattern is an
-    `fnmatch` glob over parameter names (`"blocks.*.attn.W_Q"`); rules are `"identity"` (each head's matrix is
-    the identity, which needs d_head == d_model), `"zero"`, `"one"` and `"normal"` (N(0, 1) entries).
-    `frozen` is a tuple of globs; matching parameters get `requires_grad=False` and are never trained.
-    `init_std` overrides the normal init's standard deviation of the matrices (`W_*`); default is
-    TransformerLens's gpt2 rule 0.8 / sqrt(d_model).
+    `fnmatch` glob over canonical parameter names (`"blocks.*.attn.W_Q"`); rules are `"identity"` (each head's
+    matrix is the identity, which needs d_head == d_model), `"zero"`, `"one"` and `"normal"` (N(0, 1)
+    entries). `frozen` is a tuple of globs; matching parameters get `requires_grad=False` and are never
+    trained (on the bridge, the module weight that holds the canonical tensor is frozen). `init_std` overrides
+    the normal init's standard deviation of the matrices (`W_*`); default is TransformerLens's gpt2 rule 0.8 /
+    sqrt(d_model).
 """
 
+import copy
 import fnmatch
 import math
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import Tensor, nn
 
 from mechmem.config import ConfigMixin
 from mechmem.errors import MechmemError
+from mechmem.models import layout
 from mechmem.models.registry import register_architecture
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import transformer_lens
-    from transformer_lens import FactoredMatrix, HookedTransformer, HookedTransformerConfig
-    from transformer_lens.hook_points import HookedRootModule, HookPoint
-    from transformer_lens.utilities import activation_functions as _tl_activations
+    from transformer_lens import FactoredMatrix
 
-# A purely linear MLP (the "W_F" feed-forward of Bietti et al.); TransformerLens has no identity activation.
-_tl_activations.SUPPORTED_ACTIVATIONS.setdefault("linear", lambda x: x)
+    try:  # TransformerLens 3.x
+        from transformer_lens import HookedTransformer, HookedTransformerConfig
+        from transformer_lens.hook_points import HookedRootModule, HookPoint
+        from transformer_lens.utilities import activation_functions as _tl_activations
+
+        BACKEND = "hooked"
+    except ImportError:  # TransformerLens 4.x removed HookedTransformer
+        from transformer_lens import HookedRootModule, TransformerBridge, TransformerBridgeConfig
+        from transformer_lens.hook_points import HookPoint
+        from transformer_lens.model_bridge.sources import build_bridge_from_module
+        from transformer_lens.model_bridge.sources.native import NativeModel
+
+        HookedTransformer = None  # type: ignore[assignment,misc]
+        BACKEND = "bridge"
 
 TL_VERSION: str = getattr(transformer_lens, "__version__", None) or "unknown"
 if TL_VERSION == "unknown":
@@ -48,11 +75,44 @@ if TL_VERSION == "unknown":
 
 FIX_RULES = ("identity", "zero", "one", "normal")
 NORMS = (None, "LN", "LNPre", "RMS", "RMSPre")
+POSITIONS = ("standard", "rotary", "shortformer")
+
+# Activations registered by mechmem users (papers), by name; see `register_activation`.
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {}
+
+
+def register_activation(name: str, fn: Callable[[Tensor], Tensor]) -> None:
+    """Make `act_fn=name` buildable under either backend (e.g. a paper's purely linear MLP).
+
+    Under TransformerLens 3.x the function joins TransformerLens's activation table; under 4.x the native MLP
+    is built with a placeholder activation and given `fn` on the instance. TransformerLens's own code is
+    untouched.
+    """
+    _ACTIVATIONS[name] = fn
+    if BACKEND == "hooked":
+        _tl_activations.SUPPORTED_ACTIVATIONS.setdefault(name, fn)
+
+
+# Architecture fields added for models brought from elsewhere; `to_dict` leaves them out at their defaults, so
+# the config dict of every model mechmem trained before them (and the run identity built from it) is
+# unchanged.
+_ARCH_DEFAULTS: dict[str, Any] = {
+    "positional_embedding_type": "standard",
+    "rotary_dim": None,
+    "rotary_base": 10000.0,
+    "n_key_value_heads": None,
+    "gated_mlp": False,
+    "parallel_attn_mlp": False,
+    "attn_types": None,
+    "window_size": None,
+    "eps": 1e-5,
+    "attn_scale": None,
+}
 
 
 @dataclass(frozen=True)
 class TransformerConfig(ConfigMixin):
-    """A tiny decoder-only transformer, built as a TransformerLens `HookedTransformer`."""
+    """A decoder-only transformer, built as a TransformerLens `HookedTransformer` or `TransformerBridge`."""
 
     n_layers: int
     """Number of transformer blocks."""
@@ -69,13 +129,13 @@ class TransformerConfig(ConfigMixin):
     d_mlp: int | None = None
     """MLP hidden width; None makes the model attention-only."""
     act_fn: str = "relu"
-    """MLP activation: any TransformerLens activation, or "linear"."""
+    """MLP activation: any TransformerLens activation, or one registered with `register_activation`."""
     normalization_type: str | None = None
     """None, "LN", "LNPre", "RMS" or "RMSPre" (before attention, MLP and unembedding)."""
     d_vocab_out: int | None = None
     """Output vocabulary size; None means d_vocab."""
     use_attn_scale: bool = True
-    """Divide attention scores by sqrt(d_head)."""
+    """Divide attention scores by attn_scale (default sqrt(d_head))."""
     init_std: float | None = None
     """Std of the normal init of W_* matrices; None uses 0.8 / sqrt(d_model)."""
     fixed: tuple[tuple[str, str], ...] = ()
@@ -84,6 +144,26 @@ class TransformerConfig(ConfigMixin):
     """Parameter globs that are never trained (requires_grad=False)."""
     arch: str = "transformer"
     """Architecture name for the model registry; always "transformer" here."""
+    positional_embedding_type: str = "standard"
+    """"standard" (learned W_pos), "rotary" or "shortformer" (W_pos added to queries and keys only)."""
+    rotary_dim: int | None = None
+    """Rotary: how many of each head's dimensions rotate (None: all of d_head)."""
+    rotary_base: float = 10000.0
+    """Rotary: the frequency base."""
+    n_key_value_heads: int | None = None
+    """Grouped-query attention: key/value heads shared by n_heads / n_key_value_heads query heads each."""
+    gated_mlp: bool = False
+    """Gated MLP: act(x W_gate) * (x W_in) + b_in, then W_out."""
+    parallel_attn_mlp: bool = False
+    """Attention and MLP read the same resid_pre and add to it together."""
+    attn_types: tuple[str, ...] | None = None
+    """Per layer "global" or "local" (local heads see the last window_size positions)."""
+    window_size: int | None = None
+    """Local attention window."""
+    eps: float = 1e-5
+    """Norm epsilon."""
+    attn_scale: float | None = None
+    """Attention score divisor when use_attn_scale; None means sqrt(d_head)."""
 
     def __post_init__(self) -> None:
         if self.arch != "transformer":
@@ -92,37 +172,71 @@ class TransformerConfig(ConfigMixin):
             raise ValueError(f"normalization_type must be one of {NORMS}")
         if self.d_head is None and self.d_model % self.n_heads:
             raise ValueError("d_model must be divisible by n_heads when d_head is not given")
+        if self.positional_embedding_type not in POSITIONS:
+            raise ValueError(f"positional_embedding_type must be one of {POSITIONS}")
+        if self.n_key_value_heads is not None and self.n_heads % self.n_key_value_heads:
+            raise ValueError("n_heads must be divisible by n_key_value_heads")
+        if self.attn_types is not None and (
+            len(self.attn_types) != self.n_layers or not set(self.attn_types) <= {"global", "local"}
+        ):
+            raise ValueError("attn_types needs one 'global' or 'local' per layer")
+        if self.attn_types is not None and "local" in self.attn_types and not self.window_size:
+            raise ValueError("local attention needs window_size")
         for pair in self.fixed:
             if len(pair) != 2 or pair[1] not in FIX_RULES:
                 raise ValueError(f"fixed entries are (glob, rule) with rule in {FIX_RULES}; got {pair!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        for name, default in _ARCH_DEFAULTS.items():
+            if data[name] == default:
+                del data[name]
+        return data
 
     @property
     def head_dim(self) -> int:
         return self.d_head if self.d_head is not None else self.d_model // self.n_heads
 
+    def tl_kwargs(self) -> dict[str, Any]:
+        """The TransformerLens config fields of this model (common to both backends' config classes)."""
+        kwargs: dict[str, Any] = {
+            "n_layers": self.n_layers,
+            "d_model": self.d_model,
+            "n_heads": self.n_heads,
+            "d_head": self.head_dim,
+            "d_mlp": self.d_mlp,
+            "d_vocab": self.d_vocab,
+            "d_vocab_out": self.d_vocab_out if self.d_vocab_out is not None else self.d_vocab,
+            "n_ctx": self.n_ctx,
+            "act_fn": self.act_fn if self.d_mlp is not None else None,
+            "attn_only": self.d_mlp is None,
+            "normalization_type": self.normalization_type,
+            "use_attn_scale": self.use_attn_scale,
+            "positional_embedding_type": self.positional_embedding_type,
+            "n_key_value_heads": self.n_key_value_heads,
+            "gated_mlp": self.gated_mlp,
+            "parallel_attn_mlp": self.parallel_attn_mlp,
+            "eps": self.eps,
+            "init_weights": False,
+            "default_prepend_bos": False,
+            "device": "cpu",
+        }
+        if self.positional_embedding_type == "rotary":
+            kwargs |= {"rotary_dim": self.rotary_dim or self.head_dim, "rotary_base": self.rotary_base}
+        if self.attn_types is not None:
+            kwargs |= {"attn_types": list(self.attn_types), "window_size": self.window_size}
+        if self.attn_scale is not None:
+            kwargs["attn_scale"] = self.attn_scale
+        return kwargs
+
     def to_hooked_config(self) -> "HookedTransformerConfig":
-        """The equivalent `HookedTransformerConfig` (weights are initialised separately)."""
-        return HookedTransformerConfig(
-            n_layers=self.n_layers,
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            d_head=self.head_dim,
-            d_mlp=self.d_mlp,
-            d_vocab=self.d_vocab,
-            d_vocab_out=self.d_vocab_out if self.d_vocab_out is not None else self.d_vocab,
-            n_ctx=self.n_ctx,
-            act_fn=self.act_fn if self.d_mlp is not None else None,
-            attn_only=self.d_mlp is None,
-            normalization_type=self.normalization_type,
-            use_attn_scale=self.use_attn_scale,
-            positional_embedding_type="standard",
-            init_weights=False,
-            default_prepend_bos=False,
-            device="cpu",
-        )
+        """The equivalent `HookedTransformerConfig` (TransformerLens 3.x; weights are initialised
+        separately)."""
+        return hooked_transformer_config(**self.tl_kwargs())
 
 
-def _apply_rule(param: torch.Tensor, rule: str, name: str, generator: torch.Generator | None) -> None:
+# -- initial weights -----------------------------------------------------------------------------------------
+def _apply_rule(param: Tensor, rule: str, name: str, generator: torch.Generator | None) -> None:
     if rule == "zero":
         param.zero_()
     elif rule == "one":
@@ -136,28 +250,53 @@ def _apply_rule(param: torch.Tensor, rule: str, name: str, generator: torch.Gene
         param.copy_(eye.expand_as(param))
 
 
-def initialise(model: torch.nn.Module, config: TransformerConfig, generator: torch.Generator | None) -> None:
-    """Draw all W_* matrices from N(0, std^2) with `generator`, zero the biases, then apply `fixed` rules."""
+def initial_weights(config: TransformerConfig, generator: torch.Generator | None) -> dict[str, Tensor]:
+    """Canonical initial weights: W_* ~ N(0, std^2) drawn in canonical order from `generator`, biases zero,
+    norm scales one; then the `fixed` rules."""
     std = config.init_std if config.init_std is not None else 0.8 / math.sqrt(config.d_model)
-    named = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, param in named.items():
-            leaf = name.rsplit(".", 1)[-1]
-            if leaf.startswith("W_"):
-                param.copy_(torch.randn(param.shape, generator=generator) * std)
-            elif leaf.startswith("b_"):
-                param.zero_()
-        for pattern, rule in config.fixed:
-            hits = fnmatch.filter(named, pattern)
-            if not hits:
-                raise MechmemError(f"fixed pattern {pattern!r} matches no parameter")
-            for name in hits:
-                _apply_rule(named[name], rule, name, generator)
+    state: dict[str, Tensor] = {}
+    for name, shape in layout.canonical_shapes(config).items():
+        leaf = name.rsplit(".", 1)[-1].lstrip("_")
+        if leaf.startswith("W_"):
+            state[name] = torch.randn(shape, generator=generator) * std
+        else:
+            state[name] = torch.ones(shape) if leaf == "w" else torch.zeros(shape)
+    for pattern, rule in config.fixed:
+        hits = fnmatch.filter(state, pattern)
+        if not hits:
+            raise MechmemError(f"fixed pattern {pattern!r} matches no parameter")
+        for name in hits:
+            _apply_rule(state[name], rule, name, generator)
+    return state
 
 
-def apply_freezing(model: torch.nn.Module, patterns: tuple[str, ...] | list[str]) -> list[str]:
-    """Set requires_grad=False on parameters matching any glob; returns the frozen names."""
-    named = dict(model.named_parameters())
+def initialise(model: nn.Module, config: TransformerConfig, generator: torch.Generator | None) -> None:
+    """Give `model` the initial weights `initial_weights(config, generator)`."""
+    load_canonical_state_dict(model, initial_weights(config, generator))
+
+
+def canonical_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+    """Canonical weight name -> the parameter that holds it (on the bridge, the module weight it lives in).
+
+    A model that is not a TransformerLens 4 bridge gives its `named_parameters()`.
+    """
+    if not is_bridge(model):
+        return dict(model.named_parameters())
+    config = _config_of(model)
+    bridge_params = dict(model.state_dict(keep_vars=True))
+    probe = {name: torch.zeros(shape) for name, shape in layout.canonical_shapes(config).items()}
+    out = {}
+    for name, value in probe.items():
+        keys = layout.to_bridge({name: value}, config)
+        param = bridge_params.get(next(iter(keys)), None) if keys else None
+        if isinstance(param, nn.Parameter):
+            out[name] = param
+    return out
+
+
+def apply_freezing(model: nn.Module, patterns: tuple[str, ...] | list[str]) -> list[str]:
+    """Set requires_grad=False on parameters matching any canonical-name glob; returns the frozen names."""
+    named = canonical_parameters(model)
     frozen: list[str] = []
     for pattern in patterns:
         hits = fnmatch.filter(named, pattern)
@@ -169,118 +308,298 @@ def apply_freezing(model: torch.nn.Module, patterns: tuple[str, ...] | list[str]
     return sorted(set(frozen))
 
 
-def build_transformer(
-    config: TransformerConfig, *, generator: torch.Generator | None = None
-) -> "HookedTransformer":
-    """Build a `HookedTransformer` for `config`, initialised from `generator`, with frozen parameters set."""
+# -- the two backends ----------------------------------------------------------------------------------------
+def bridge_unsupported(config: TransformerConfig) -> str | None:
+    """Why TransformerLens 4's native model cannot compute `config` as HookedTransformer does (None if it
+    can)."""
+    if config.positional_embedding_type == "shortformer":
+        return "shortformer positions (TransformerLens 4's native model has standard and rotary only)"
+    if config.parallel_attn_mlp:
+        return "parallel attention and MLP (TransformerLens 4's native block is sequential)"
+    if config.use_attn_scale and config.attn_scale is not None and math.isclose(config.attn_scale, 1.0):
+        return "attn_scale=1.0 (TransformerLens 4 refuses it; use use_attn_scale=False)"
+    return None
+
+
+def _native_model(config: TransformerConfig) -> nn.Module:
+    """TransformerLens 4's native model for `config`, given the three things HookedTransformer has and it
+    lacks: a trained unembedding bias b_U, the gated MLP's output bias b_out, unscaled attention for
+    use_attn_scale=False (and activations registered with `register_activation`). Instance attributes only;
+    TL's code is untouched."""
+    reason = bridge_unsupported(config)
+    if reason:
+        raise MechmemError(f"TransformerLens {TL_VERSION} cannot build this model: {reason}")
+    kwargs = config.tl_kwargs()
+    custom_act = _ACTIVATIONS.get(config.act_fn) if config.d_mlp is not None else None
+    if custom_act is not None:
+        kwargs["act_fn"] = "relu"  # a placeholder the native MLP accepts; replaced below
+    cfg = TransformerBridgeConfig(**kwargs)
+    model = NativeModel(copy.deepcopy(cfg))
+    model.head = nn.Linear(config.d_model, model.head.out_features, bias=True)
+    for block in model.layers:
+        if not config.use_attn_scale:
+            block.attn.scale = 1.0
+        if config.d_mlp is not None and config.gated_mlp:
+            block.mlp.out = nn.Linear(config.d_mlp, config.d_model, bias=True)
+        if custom_act is not None:
+            block.mlp.act = custom_act
+    if custom_act is not None:
+        cfg.act_fn = config.act_fn
+    return build_bridge_from_module(
+        model, architecture="TransformerLensNative", tl_config=cfg, model_name="mechmem"
+    )
+
+
+def build_transformer(config: TransformerConfig, *, generator: torch.Generator | None = None) -> nn.Module:
+    """Build the TransformerLens model for `config` (HookedTransformer or TransformerBridge), initialised from
+    `generator`, with frozen parameters set."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        model = HookedTransformer(config.to_hooked_config())
+        model = HookedTransformer(config.to_hooked_config()) if BACKEND == "hooked" else _native_model(config)
+    model.mechmem_config = config  # type: ignore[attr-defined]
     initialise(model, config, generator)
     apply_freezing(model, config.frozen)
-    model.mechmem_config = config  # type: ignore[attr-defined]
     return model
 
 
+def is_bridge(model: Any) -> bool:
+    """True for a TransformerLens 4 `TransformerBridge`."""
+    return BACKEND == "bridge" and isinstance(model, TransformerBridge)
+
+
 def is_hooked_transformer(model: Any) -> bool:
-    """True for TransformerLens `HookedTransformer` models (as opposed to other hooked modules)."""
-    return isinstance(model, HookedTransformer)
+    """True for a TransformerLens transformer (a `HookedTransformer`, or under TransformerLens 4 a
+    `TransformerBridge`): hook names, weight views and `cfg` as the analyses expect them."""
+    if BACKEND == "hooked":
+        return isinstance(model, HookedTransformer)
+    return isinstance(model, TransformerBridge)
 
 
-def move_model(model: torch.nn.Module, device: str | torch.device) -> torch.nn.Module:
-    """Move a model to `device`, keeping a HookedTransformer's cfg.device in sync and without its print."""
-    if isinstance(model, HookedTransformer):
+def replay_unsupported(model: Any) -> str | None:
+    """Why the hook-free patching replay (`analysis.patching_replay`) cannot run `model` (None when it can).
+
+    The replay re-implements HookedTransformer's forward arithmetic, so it takes a HookedTransformer with
+    standard positions and sequential, global, full-head attention; anything else is patched through hooks.
+    """
+    if not is_hooked_transformer(model):
+        return f"{type(model).__name__} is not a TransformerLens transformer"
+    if is_bridge(model):
+        return "the replay reads HookedTransformer modules; TransformerLens 4 models patch through hooks"
+    cfg = model.cfg
+    odd = [
+        name
+        for name, plain in (
+            ("positional_embedding_type", "standard"),
+            ("n_key_value_heads", None),
+            ("parallel_attn_mlp", False),
+            ("use_local_attn", False),
+        )
+        if getattr(cfg, name, plain) != plain
+    ]
+    return f"the replay does not implement {', '.join(odd)}" if odd else None
+
+
+def last_start_layer(model: Any) -> int | None:
+    """The latest block a forward pass may start at with `start_at_layer` (n_layers: final norm and
+    unembedding only), or None when a pass must run in full.
+
+    Shortformer models re-add the positional embedding in every attention layer, so they always run in full;
+    TransformerLens 4's bridge starts at a block, never after the last one.
+    """
+    if not is_hooked_transformer(model) or model.cfg.positional_embedding_type == "shortformer":
+        return None
+    return model.cfg.n_layers - 1 if is_bridge(model) else model.cfg.n_layers
+
+
+def split_qkv_unsupported(model: Any) -> str | None:
+    """Why `model` has no per-head query/key/value input hooks (`blocks.L.hook_q_input`, ...), or None.
+
+    Edge-level circuit discovery patches those inputs; TransformerLens 4's native attention does not hook
+    them.
+    """
+    if is_bridge(model):
+        return f"TransformerLens {TL_VERSION}'s native attention has no per-head Q/K/V input hooks"
+    return None
+
+
+def move_model(model: nn.Module, device: str | torch.device) -> nn.Module:
+    """Move a model to `device`, keeping a TransformerLens model's cfg.device in sync and without its
+    print."""
+    if is_hooked_transformer(model):
         return model.to(device, print_details=False)
     return model.to(device)
 
 
-def hooked_transformer_config(**kwargs: Any) -> "HookedTransformerConfig":
-    """A raw `HookedTransformerConfig`, for tests and planted circuits that set weights by hand."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return HookedTransformerConfig(**kwargs)
+def canonical_state_dict(model: nn.Module, *, grads: bool = False) -> dict[str, Tensor]:
+    """The model's weights (or with `grads=True` their gradients, zero where none) in the canonical layout
+    (`mechmem.models.layout`).
 
-
-def raw_hooked_transformer(cfg: "HookedTransformerConfig") -> "HookedTransformer":
-    """A `HookedTransformer` from a raw TL config (weights as TL initialises them)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return HookedTransformer(cfg)
-
-
-# -- bringing your own model -----------------------------------------------------------------------------------
-_NOT_BEHAVIOUR = frozenset(
-    {
-        "device",
-        "n_devices",
-        "use_attn_result",
-        "use_split_qkv_input",
-        "use_hook_mlp_in",
-        "use_attn_in",
-        "use_hook_tokens",
-        "default_prepend_bos",
-        "tokenizer_prepends_bos",
-        "tokenizer_name",
-        "model_name",
-        "original_architecture",
-        "from_checkpoint",
-        "checkpoint_index",
-        "checkpoint_label_type",
-        "checkpoint_value",
-        "init_mode",
-        "initializer_range",
-        "init_weights",
-        "seed",
-        "n_params",
-        "trust_remote_code",
-        "load_in_4bit",
-        "quantization_method",
-        "decoder_start_token_id",
-        "layer_norm_folding",
-        "ungroup_grouped_query_attention",
-        "train_seq_length",
-    }
-)
-"""HookedTransformerConfig fields that do not change what the model computes (hook switches, names, init)."""
-
-
-def config_differences(model: torch.nn.Module, config: Any) -> list[str]:
-    """Settings of a HookedTransformer's cfg that `config` would build differently ("field: model X, config Y").
-
-    Empty for models that are not HookedTransformers or configs that are not `TransformerConfig`s.
+    A model that is not a TransformerLens transformer (a paper's own hooked module) gives its plain
+    state_dict.
     """
-    if not isinstance(model, HookedTransformer) or not isinstance(config, TransformerConfig):
-        return []
-    import dataclasses
+    state = model.state_dict(keep_vars=grads)
+    if grads:
+        state = {
+            k: (v.grad if v.grad is not None else torch.zeros_like(v)).detach()
+            for k, v in state.items()
+            if isinstance(v, nn.Parameter)
+        }
+    if is_bridge(model):
+        return layout.from_bridge(state, _config_of(model))
+    if is_hooked_transformer(model):
+        return layout.canonical_weights(state)
+    return dict(state)
 
-    built = config.to_hooked_config()
-    skip = set(_NOT_BEHAVIOUR)
-    if built.attn_only and model.cfg.attn_only:
+
+def _config_of(model: nn.Module) -> "TransformerConfig":
+    """The `TransformerConfig` of a bridge: the one mechmem built it from, else derived from its cfg."""
+    config = getattr(model, "mechmem_config", None)
+    return config if isinstance(config, TransformerConfig) else config_from_hooked_transformer(model)
+
+
+def load_canonical_state_dict(model: nn.Module, state: Mapping[str, Tensor]) -> None:
+    """Load canonical weights (buffers of older files are ignored) into either backend's model."""
+    if is_bridge(model):
+        config = _config_of(model)
+        if config.gated_mlp and config.d_mlp is not None:
+            b_in = [v for k, v in state.items() if k.endswith("mlp.b_in")]
+            if any(bool(t.abs().max() > 0) for t in b_in):
+                raise MechmemError(
+                    f"TransformerLens {TL_VERSION} cannot load this gated MLP: its b_in is not zero "
+                    "(TransformerLens 4's gated MLP has no input bias)"
+                )
+        model.load_state_dict(layout.to_bridge(state, config), strict=True)
+        return
+    if is_hooked_transformer(model):
+        missing = model.load_state_dict(layout.canonical_weights(state), strict=False)
+        bad = [k for k in missing.missing_keys if not k.endswith(layout.BUFFER_SUFFIXES)]
+        if bad or missing.unexpected_keys:
+            raise MechmemError(
+                f"weights do not match the model (missing {bad[:3]}, extra {missing.unexpected_keys[:3]})"
+            )
+        return
+    model.load_state_dict(state)
+
+
+def hooked_transformer_config(**kwargs: Any) -> Any:
+    """A raw TransformerLens config (`HookedTransformerConfig`, or `TransformerBridgeConfig` under 4.x), for
+    tests and planted circuits that set weights by hand."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        if BACKEND == "hooked":
+            return HookedTransformerConfig(**kwargs)
+        return TransformerBridgeConfig(**{"default_prepend_bos": False, **kwargs})
+
+
+def raw_hooked_transformer(cfg: Any) -> nn.Module:
+    """A TransformerLens model from a raw config (weights as TransformerLens initialises them)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        if BACKEND == "hooked":
+            return HookedTransformer(cfg)
+        return TransformerBridge.boot_native(cfg)
+
+
+# -- bringing your own model ---------------------------------------------------------------------------------
+_BEHAVIOUR = [
+    "n_layers",
+    "d_model",
+    "n_heads",
+    "d_head",
+    "d_mlp",
+    "d_vocab",
+    "d_vocab_out",
+    "n_ctx",
+    "act_fn",
+    "attn_only",
+    "normalization_type",
+    "use_attn_scale",
+    "attn_scale",
+    "eps",
+    "positional_embedding_type",
+    "rotary_dim",
+    "rotary_base",
+    "n_key_value_heads",
+    "gated_mlp",
+    "parallel_attn_mlp",
+    "attn_types",
+    "window_size",
+    "use_local_attn",
+    "final_rms",
+    "rotary_adjacent_pairs",
+    "use_qk_norm",
+    "post_embedding_ln",
+    "use_normalization_before_and_after",
+    "attn_scores_soft_cap",
+    "output_logits_soft_cap",
+    "scale_attn_by_inverse_layer_idx",
+    "attention_dir",
+    "use_NTK_by_parts_rope",
+    "rope_scaling",
+    "dtype",
+    "relative_attention_max_distance",
+    "num_experts",
+    "clip_qkv",
+    "use_logn_attn",
+    "use_dynamic_ntk_rope",
+    "rotary_base_local",
+    "rotary_scaling_factor",
+    "use_yarn_rope",
+    "use_attention_sinks",
+]
+"""TransformerLens config fields that change what a model computes (compared at save; both backends have
+them)."""
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item") and not isinstance(value, Tensor):
+        return value.item()
+    return list(value) if isinstance(value, tuple) else value
+
+
+def config_differences(model: nn.Module, config: Any) -> list[str]:
+    """Settings of a TransformerLens model's cfg that `config` would build differently ("field: model X,
+    config Y").
+
+    Empty for models that are not TransformerLens transformers or configs that are not `TransformerConfig`s.
+    """
+    if not is_hooked_transformer(model) or not isinstance(config, TransformerConfig):
+        return []
+    mine = model.cfg
+    built = hooked_transformer_config(**config.tl_kwargs())
+    skip = {"init_weights", "default_prepend_bos", "device"}
+    if config.d_mlp is None and mine.attn_only:
         skip |= {"act_fn", "d_mlp", "gated_mlp"}
-    if not built.use_attn_scale and not model.cfg.use_attn_scale:
+    if not config.use_attn_scale and not mine.use_attn_scale:
         skip.add("attn_scale")
+    if config.positional_embedding_type != "rotary":
+        skip |= {"rotary_dim", "rotary_base"}
     out = []
-    for f in dataclasses.fields(model.cfg):
-        if f.name in skip or not hasattr(built, f.name):
+    for name in _BEHAVIOUR:
+        if name in skip or not hasattr(mine, name):
             continue
-        mine, theirs = getattr(built, f.name), getattr(model.cfg, f.name)
-        if mine != theirs and not (
-            isinstance(mine, float) and isinstance(theirs, float) and math.isclose(mine, theirs)
+        want, got = _plain(getattr(built, name, None)), _plain(getattr(mine, name))
+        if want != got and not (
+            isinstance(want, (int, float)) and isinstance(got, (int, float)) and math.isclose(want, got)
         ):
-            plain = lambda v: v.item() if hasattr(v, "item") and not isinstance(v, torch.Tensor) else v
-            out.append(f"{f.name}: model {plain(theirs)!r}, config {plain(mine)!r}")
+            out.append(f"{name}: model {got!r}, config {want!r}")
     return out
 
 
-def config_from_hooked_transformer(model: "HookedTransformer") -> TransformerConfig:
+def config_from_hooked_transformer(model: nn.Module) -> TransformerConfig:
     """The `TransformerConfig` that rebuilds `model`, derived from `model.cfg`.
 
-    Raises `MechmemError` naming every cfg setting mechmem cannot reproduce (rotary or shortformer positions,
-    grouped-query attention, gated MLPs, a custom attn_scale or eps, a dtype other than float32, ...).
+    Raises `MechmemError` naming every cfg setting mechmem cannot reproduce (relative positions, QK norms,
+    soft caps, a dtype other than float32, ...).
     """
-    if not isinstance(model, HookedTransformer):
-        raise MechmemError(f"expected a TransformerLens HookedTransformer, got {type(model).__name__}")
+    if not is_hooked_transformer(model):
+        raise MechmemError(f"expected a TransformerLens transformer, got {type(model).__name__}")
     cfg = model.cfg
+    rotary = cfg.positional_embedding_type == "rotary"
+    use_scale = bool(cfg.use_attn_scale)
+    default_scale = math.sqrt(cfg.d_head)
+    scale = float(cfg.attn_scale) if use_scale and float(cfg.attn_scale) > 0 else default_scale
+    local = getattr(cfg, "attn_types", None)
     try:
         config = TransformerConfig(
             n_layers=cfg.n_layers,
@@ -292,8 +611,18 @@ def config_from_hooked_transformer(model: "HookedTransformer") -> TransformerCon
             d_mlp=None if cfg.attn_only else cfg.d_mlp,
             act_fn=(cfg.act_fn or "relu") if not cfg.attn_only else "relu",
             normalization_type=cfg.normalization_type,
-            d_vocab_out=None if cfg.d_vocab_out == cfg.d_vocab else cfg.d_vocab_out,
-            use_attn_scale=cfg.use_attn_scale,
+            d_vocab_out=None if cfg.d_vocab_out in (cfg.d_vocab, -1) else cfg.d_vocab_out,
+            use_attn_scale=use_scale,
+            positional_embedding_type=cfg.positional_embedding_type,
+            rotary_dim=(None if cfg.rotary_dim in (None, cfg.d_head) else cfg.rotary_dim) if rotary else None,
+            rotary_base=float(cfg.rotary_base) if rotary else 10000.0,
+            n_key_value_heads=getattr(cfg, "n_key_value_heads", None),
+            gated_mlp=bool(cfg.gated_mlp) and not cfg.attn_only,
+            parallel_attn_mlp=bool(cfg.parallel_attn_mlp),
+            attn_types=tuple(local) if local is not None else None,
+            window_size=cfg.window_size if local is not None else None,
+            eps=float(cfg.eps),
+            attn_scale=None if math.isclose(scale, default_scale) or not use_scale else scale,
         )
     except (TypeError, ValueError) as exc:
         raise MechmemError(f"cannot describe this model as a mechmem TransformerConfig: {exc}") from None
@@ -303,9 +632,66 @@ def config_from_hooked_transformer(model: "HookedTransformer") -> TransformerCon
     return config
 
 
+# -- models from Hugging Face --------------------------------------------------------------------------------
+def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") -> nn.Module:
+    """A Hugging Face causal language model as a TransformerLens model, weights exactly as published.
+
+    `name_or_path` is a Hub name (downloaded by `transformers`, as TransformerLens does) or a folder written
+    by `save_pretrained`. TransformerLens 3.x: a `HookedTransformer` from TransformerLens's own config
+    conversion and weight mapping (no layer-norm folding or centring, so the logits are the Hugging Face
+    model's); 4.x: `TransformerBridge.boot_transformers` in compatibility mode. Raises `MechmemError` with one
+    line when the model cannot be read or converted.
+    """
+    from pathlib import Path
+
+    local = Path(name_or_path).expanduser()
+    source = str(local.resolve()) if local.exists() else name_or_path
+    if local.exists() and not (local / "config.json").exists():
+        raise MechmemError(
+            f"--hf {name_or_path}: a folder without config.json (not a save_pretrained folder)"
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if BACKEND == "bridge":
+                model = TransformerBridge.boot_transformers(source, device=str(device), dtype=torch.float32)
+                model.enable_compatibility_mode(disable_warnings=True, no_processing=True)
+            else:
+                model = _hooked_from_pretrained(source, device)
+    except MechmemError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - transformers / TransformerLens say why in their own words
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MechmemError(
+            f"--hf {name_or_path}: TransformerLens {TL_VERSION} cannot load it "
+            f"({type(exc).__name__}: {first[:200]})"
+        ) from None
+    return model.eval()
+
+
+def _hooked_from_pretrained(source: str, device: str | torch.device) -> nn.Module:
+    """`HookedTransformer.from_pretrained_no_processing` for a Hub name or a local folder (TransformerLens
+    3.9's own entry point looks local folders up among its official names), from TransformerLens's loading
+    functions."""
+    from transformer_lens import loading
+    from transformers import AutoModelForCausalLM
+
+    hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    cfg = loading.get_pretrained_model_config(source, device=str(device), dtype=torch.float32)
+    cfg.tokenizer_name = None  # mechmem feeds token ids; a folder from save_pretrained may hold no tokenizer
+    cfg.default_prepend_bos = False
+    model = HookedTransformer(cfg, move_to_device=False)
+    state = loading.get_pretrained_state_dict(source, cfg, hf_model=hf_model, dtype=torch.float32)
+    model.load_and_process_state_dict(
+        state, fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False
+    )
+    return move_model(model, device)
+
+
 register_architecture("transformer", TransformerConfig, build_transformer)
 
 __all__ = [
+    "BACKEND",
     "TL_VERSION",
     "FactoredMatrix",
     "HookPoint",
@@ -313,12 +699,23 @@ __all__ = [
     "HookedTransformer",
     "TransformerConfig",
     "apply_freezing",
+    "bridge_unsupported",
     "build_transformer",
+    "canonical_parameters",
+    "canonical_state_dict",
     "config_differences",
     "config_from_hooked_transformer",
     "hooked_transformer_config",
+    "initial_weights",
     "initialise",
+    "is_bridge",
     "is_hooked_transformer",
+    "last_start_layer",
+    "load_canonical_state_dict",
+    "load_pretrained",
     "move_model",
     "raw_hooked_transformer",
+    "register_activation",
+    "replay_unsupported",
+    "split_qkv_unsupported",
 ]

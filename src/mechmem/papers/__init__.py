@@ -1,6 +1,7 @@
 """Built-in paper plugins, one folder per reproduced work (see `mechmem.plugins`).
 
-- `permutation`: "Can a Tiny Transformer Learn to Remember?" (permutation memory, elimination vs recall heads);
+- `permutation`: "Can a Tiny Transformer Learn to Remember?" (permutation memory, elimination vs recall
+  heads);
 - `birth`: Bietti et al. (2023), "Birth of a Transformer: A Memory Viewpoint" (induction-head birth);
 - `memorisation`: Linsefors & Bushnaq, fact memorisation in one-layer models and hand-coded constructions.
 

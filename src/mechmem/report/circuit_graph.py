@@ -1,10 +1,11 @@
 """The report's edge-level circuit: the graph drawn by layer, its faithfulness, and the strongest edges.
 
-`edges_section(ctx)` discovers the circuit of the report's model on its task's clean/corrupted pair (or the generic
-repeats pair) with mean ablation (`mechmem.analysis.circuits_discovery.discover_circuit`), and `plot_circuit` draws
-it: embeddings at the bottom, one row per layer (heads, then the MLP half a layer up), the logits on top; each head
-shows its q, k and v input ports; edge width is proportional to |score|, blue edges support the clean answer and
-red ones oppose it; each head carries its role from the report's classifier.
+`edges_section(ctx)` discovers the circuit of the report's model on its task's clean/corrupted pair (or the
+generic repeats pair) with mean ablation (`mechmem.analysis.circuits_discovery.discover_circuit`), and
+`plot_circuit` draws it: embeddings at the bottom, one row per layer (heads, then the MLP half a layer up),
+the logits on top; each head shows its q, k and v input ports; edge width is proportional to |score|, blue
+edges support the clean answer and red ones oppose it; each head carries its role from the report's
+classifier.
 """
 
 from typing import Any
@@ -36,7 +37,10 @@ def _positions(circuit: Circuit) -> dict[str, tuple[float, float]]:
 
 
 def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title: str = "") -> Any:
-    """The circuit's kept edges between its nodes, placed by layer (see the module docstring); returns a Figure."""
+    """The circuit's kept edges between its nodes, placed by layer; returns a Figure.
+
+    See the module docstring for the layout.
+    """
     from mechmem.plotting import plt
 
     roles = roles or {}
@@ -95,7 +99,10 @@ def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title
 
 
 def edge_table(circuit: Circuit, top: int = 12) -> Table:
-    """The `top` edges by |score|: score, standard error over prompts, kept or not (and EAP, when computed)."""
+    """The `top` edges by |score|.
+
+    Score, standard error over prompts, kept or not (and EAP, when computed).
+    """
     order = circuit.scores.abs().argsort(descending=True)[:top].tolist()
     eap = circuit.attribution is not None
     rows = []
@@ -139,14 +146,15 @@ def summary_lines(circuit: Circuit, source: str) -> list[str]:
             f"Faithfulness {circuit.faithfulness:.3f}{interval('faithfulness')} (circuit {v['circuit']:.3f}, "
             f"full model {v['full']:.3f}, every edge ablated {v['empty']:.3f}); completeness "
             f"{circuit.completeness:.3f}{interval('completeness')} (circuit's edges ablated: "
-            f"{v['complement']:.3f}); gap {circuit.gap:.3f}{interval('gap')}. Brackets: 95% bootstrap interval "
-            "over the prompts."
+            f"{v['complement']:.3f}); gap {circuit.gap:.3f}{interval('gap')}. "
+            "Brackets: 95% bootstrap interval over the prompts."
         ),
         (
             f"Confident: {circuit.verdict} (behaviour {crit['behaviour']}: |gap| interval vs >= "
             f"{rule['min_gap']}; faithful {crit['faithful']}: interval vs >= {rule['min_faithfulness']}; "
-            f"complete {crit['complete']}: interval vs >= {rule['min_faithfulness']}; sparse {crit['sparse']}: "
-            f"at most {rule['max_edge_fraction']:.0%} of the edges). Time {circuit.timings['total']:.2f} s."
+            f"complete {crit['complete']}: interval vs >= {rule['min_faithfulness']}; "
+            f"sparse {crit['sparse']}: at most {rule['max_edge_fraction']:.0%} of the edges). "
+            f"Time {circuit.timings['total']:.2f} s."
         ),
     ]
 

@@ -1,10 +1,10 @@
 """The report's training-dynamics section: how the circuit formed over the run's step checkpoints.
 
 When the checkpoint's run directory holds `checkpoints/step_N.pt` (`analyses/train.py --save-every N`), the
-section runs `mechmem.analysis.dynamics.run_dynamics` on them with the script's defaults (so `analyses/dynamics.py
-RUN_DIR --seed S` prints the same numbers), adding the role classifier when the task names task roles (e.g. the
-permutation task's recall), and shows the curves and the order of events. Without step checkpoints it is skipped
-with the reason.
+section runs `mechmem.analysis.dynamics.run_dynamics` on them with the script's defaults (so
+`analyses/dynamics.py RUN_DIR --seed S` prints the same numbers), adding the role classifier when the task
+names task roles (e.g. the permutation task's recall), and shows the curves and the order of events. Without
+step checkpoints it is skipped with the reason.
 """
 
 from pathlib import Path
@@ -29,7 +29,10 @@ def dynamics_quantities(task: Any) -> tuple[str, ...]:
 
 
 def dynamics_section(run_dir: str | Path, task: Any = None, *, seed: int = 0) -> Section:
-    """Curves of every default quantity against step and the order of events, from `run_dir`'s step checkpoints."""
+    """Curves of every default quantity against step and the order of events.
+
+    Read from `run_dir`'s step checkpoints.
+    """
     s = Section("dynamics", "Training dynamics: when each part formed")
     try:
         step_files(run_dir)
@@ -41,14 +44,15 @@ def dynamics_section(run_dir: str | Path, task: Any = None, *, seed: int = 0) ->
     s.findings = result.to_dict()
     s.lines += [
         (
-            f"{len(result.steps)} step checkpoints (steps {result.steps[0]} to {result.steps[-1]}), every one "
-            f"measured on the same {DYNAMICS_SAMPLES} evaluation sequences (seed {seed}); measured: "
-            f"{', '.join(result.groups)}."
+            f"{len(result.steps)} step checkpoints (steps {result.steps[0]} to {result.steps[-1]}), "
+            f"every one measured on the same {DYNAMICS_SAMPLES} evaluation sequences (seed {seed}); "
+            f"measured: {', '.join(result.groups)}."
         ),
         (
-            "Event of a curve: the step where it first reaches its level (interpolated between the two saves around "
-            "it) or its steepest change (the loss: its steepest fall); precision one save interval. Order of "
-            f"events: {format_order(events)}."
+            "Event of a curve: the step where it first reaches its level "
+            "(interpolated between the two saves around it) or its steepest change (the loss: its steepest "
+            "fall); precision one save interval. "
+            f"Order of events: {format_order(events)}."
         ),
     ]
     missed = [e.curve for e in events if not e.reached]

@@ -18,6 +18,7 @@ from mechmem.analysis import ablation, heads, neurons, patching, probes
 from mechmem.analysis.interventions import Intervention, intervened_logits, mean
 from mechmem.analysis.logit_lens import answer_probability, decode_residual
 from mechmem.analysis.roles import RoleResult, RoleThresholds
+from mechmem.errors import MechmemError
 from mechmem.models.adapter import is_hooked_transformer
 from mechmem.report.document import Section, Table
 
@@ -145,11 +146,17 @@ def heads_section(ctx: ReportContext) -> Section:
 
 # -- MLP: direct effect and key neurons ------------------------------------------------------------------------
 def mlp_section(ctx: ReportContext) -> Section:
-    """The last MLP's direct effect on the answer logit, its key neurons, and the effect of mean-ablating it."""
+    """The last MLP's direct effect on the answer logit, its key neurons, and the effect of mean-ablating it.
+
+    Long because the section's measurements (lens, mean ablation, neuron ranking) and the sentences that
+    report them read best side by side.
+    """
     s = Section("mlp", "MLP: direct effect on the answer and key neurons")
     s.skipped = _needs_hooks(ctx) or _needs_task(ctx, "no answers to attribute")
     if s.skipped is None and ctx.model.cfg.attn_only:
         s.skipped = "the model is attention-only"
+    if s.skipped is None and getattr(ctx.model.cfg, "parallel_attn_mlp", False):
+        s.skipped = "attention and MLP run in parallel: there is no resid_mid before the MLP to read"
     if s.skipped:
         return s
     model, t = ctx.model, ctx.thresholds
@@ -313,9 +320,13 @@ def patching_section(ctx: ReportContext) -> Section:
     except NotImplementedError as exc:
         s.skipped = str(exc)
         return s
-    results = patching.run_sweeps(
-        ctx.model, pair, ("attn_head_out_all_pos", "resid_pre"), direction="denoising"
-    )
+    try:
+        results = patching.run_sweeps(
+            ctx.model, pair, ("attn_head_out_all_pos", "resid_pre"), direction="denoising"
+        )
+    except MechmemError as exc:  # an architecture patching does not run on: this section only
+        s.skipped = str(exc)
+        return s
     by_head, resid = results["attn_head_out_all_pos"], results["resid_pre"]
     restored = by_head.normalised()
     s.findings = {name: r.to_dict() for name, r in results.items()}

@@ -51,17 +51,14 @@ class RepeatsConfig(ConfigMixin):
         cfg = getattr(model, "cfg", None)
         if cfg is None or not hasattr(cfg, "d_vocab") or not hasattr(cfg, "n_ctx"):
             raise MechmemError(f"{type(model).__name__} has no cfg.d_vocab / cfg.n_ctx to size the task from")
-        d_vocab_out = getattr(cfg, "d_vocab_out", None)
-        vocab = min(
-            int(cfg.d_vocab),
-            int(d_vocab_out) if isinstance(d_vocab_out, int) and d_vocab_out > 0 else cfg.d_vocab,
-        )
+        # Targets are input tokens, so the task's vocabulary is also bounded by a smaller output vocabulary.
+        out = getattr(cfg, "d_vocab_out", None)
+        vocab = min(int(cfg.d_vocab), int(out)) if isinstance(out, int) and out > 0 else int(cfg.d_vocab)
         half = min(int(cfg.n_ctx) // 2, vocab - 1)
         if half < 2:
             raise MechmemError(
                 "the repeats task needs a model with context n_ctx >= 4 and input and output vocabularies "
-                f"of at least 3 (this model: n_ctx {cfg.n_ctx}, d_vocab {cfg.d_vocab}, "
-                f"d_vocab_out {d_vocab_out})"
+                f"of at least 3 (this model: n_ctx {cfg.n_ctx}, d_vocab {cfg.d_vocab}, d_vocab_out {out})"
             )
         return cls(**{"d_vocab": vocab, "half": half, **overrides})
 

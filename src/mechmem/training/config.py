@@ -28,7 +28,10 @@ class TrainConfig(ConfigMixin):
     weight_decay: float = 0.0
     """Weight decay (decoupled for AdamW, L2 for Adam and SGD)."""
     schedule: str = "constant"
-    """Learning-rate schedule after warm-up: constant, cosine (to min_lr_ratio) or linear (to min_lr_ratio)."""
+    """Learning-rate schedule after warm-up: constant, cosine or linear.
+
+    Cosine and linear decay to min_lr_ratio.
+    """
     warmup_steps: int = 0
     """Linear warm-up steps from 0 to lr."""
     min_lr_ratio: float = 0.0
@@ -42,7 +45,10 @@ class TrainConfig(ConfigMixin):
     save_every: int = 0
     """Write an intermediate checkpoint every this many steps (0: only the final one)."""
     frozen_until: tuple[tuple[str, int], ...] = ()
-    """(parameter glob, step) pairs: matching parameters get no update before that step (freezing experiments)."""
+    """(parameter glob, step) pairs: matching parameters get no update before that step.
+
+    For freezing experiments.
+    """
     seed: int = 0
     """Seeds model init (seed), training data (seed + 1) and evaluation data (seed + 2)."""
 

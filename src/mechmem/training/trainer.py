@@ -4,10 +4,10 @@ Each step draws a fresh batch from the task with an explicit generator, computes
 optimiser step on the trainable parameters. Every `eval_every` steps it records the training-batch metrics
 (computed before the step) and the task's evaluation to `metrics.jsonl`, one JSON object per line.
 
-Run directories hold one run each (see `rundir.py`): a fresh run refuses a non-empty directory unless `overwrite`,
-`resume` continues only an identical run, and a lock stops a second process writing the same directory. Weights
-are checked before every checkpoint and at the end: a non-finite loss or weight is `TrainingDiverged` (exit 2 in
-the scripts) and the last good checkpoint stays.
+Run directories hold one run each (see `rundir.py`): a fresh run refuses a non-empty directory unless
+`overwrite`, `resume` continues only an identical run, and a lock stops a second process writing the same
+directory. Weights are checked before every checkpoint and at the end: a non-finite loss or weight is
+`TrainingDiverged` (exit 2 in the scripts) and the last good checkpoint stays.
 
 Determinism: model init, training data and evaluation data come from three generators seeded from
 `TrainConfig.seed`, so the same seed gives identical weights on CPU. `--resume` restores the weights, the
@@ -27,7 +27,7 @@ import torch
 from mechmem.checkpoint import save_checkpoint
 from mechmem.errors import MechmemError, TrainingDiverged
 from mechmem.io import dumps
-from mechmem.models.adapter import move_model
+from mechmem.models.adapter import canonical_parameters, load_canonical_state_dict, move_model
 from mechmem.progress import Progress
 from mechmem.tasks.base import Task
 from mechmem.training.config import TrainConfig
@@ -86,7 +86,7 @@ class TrainResult:
 
 
 def _trainable(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
-    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return [(n, p) for n, p in canonical_parameters(model).items() if p.requires_grad]
 
 
 def _check_finite(model: torch.nn.Module, step: int) -> None:
@@ -94,8 +94,8 @@ def _check_finite(model: torch.nn.Module, step: int) -> None:
     bad = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
     if bad:
         raise TrainingDiverged(
-            f"weights became non-finite at step {step} ({', '.join(bad[:3])}); the last good checkpoint is kept; "
-            "lower the learning rate or enable grad_clip"
+            f"weights became non-finite at step {step} ({', '.join(bad[:3])}); "
+            "the last good checkpoint is kept; lower the learning rate or enable grad_clip"
         )
 
 
@@ -185,7 +185,7 @@ def _train(
         if out is None:
             raise MechmemError("--resume needs an output directory")
         _, payload = find_resume_point(out, run_identity(model_config, task.name, task.config, cfg))
-        model.load_state_dict(payload["state_dict"])
+        load_canonical_state_dict(model, payload["state_dict"])
         state = payload["extra"]["trainer"]
         optimizer.load_state_dict(state["optimizer"])
         data_gen.set_state(state["data_rng"])

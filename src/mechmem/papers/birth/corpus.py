@@ -1,12 +1,12 @@
 """Character unigram and bigram statistics of a text corpus (the "global" distributions of Bietti et al.).
 
-The triggered-bigram task samples non-trigger tokens from a character bigram model pi_b(.|i) and the first token
-and random triggers from the unigram pi_u. Both come from counts over a text: the unigram counts every character,
-the bigram counts every adjacent pair (the authors count over the whole text, as here). The vocabulary is the
-sorted set of characters, so ids agree with the authors' `meta.pkl` for the same text.
+The triggered-bigram task samples non-trigger tokens from a character bigram model pi_b(.|i) and the first
+token and random triggers from the unigram pi_u. Both come from counts over a text: the unigram counts every
+character, the bigram counts every adjacent pair (the authors count over the whole text, as here). The
+vocabulary is the sorted set of characters, so ids agree with the authors' `meta.pkl` for the same text.
 
-This paper ships the counts of tiny Shakespeare (`tinyshakespeare_stats.json` beside this module, read as package
-data; made by `python -m mechmem.papers.birth.scripts.corpus_stats`), never the text itself.
+This paper ships the counts of tiny Shakespeare (`tinyshakespeare_stats.json` beside this module, read as
+package data; made by `python -m mechmem.papers.birth.scripts.corpus_stats`), never the text itself.
 """
 
 import json

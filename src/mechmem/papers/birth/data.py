@@ -15,15 +15,15 @@ A worked example, K=2, triggers (a, t) with outputs (b, s), T=12 (letters stand 
     counter    0  1  0  0  1  0  0  2  0  0  2  0         (occurrence number of the trigger at this input)
     head-only  .  .  .  .  .  .  .  1  .  .  1  .         (loss mask: counter >= 2)
 
-"In-context" predictions are those with counter >= 2: the output has been seen after the same trigger earlier in
-the sequence, so an induction head can copy it. Counter == 1 outputs are unpredictable (uniform outputs).
+"In-context" predictions are those with counter >= 2: the output has been seen after the same trigger earlier
+in the sequence, so an induction head can copy it. Counter == 1 outputs are unpredictable (uniform outputs).
 
-Vectorisation: triggers (Gumbel top-k), outputs, all uniforms and the occurrence counter (a cumulative sum over
-one-hot trigger indices) are drawn or computed for the whole [batch, position] grid in single tensor operations.
-The Markov recursion itself (token t+1 depends on token t) runs as T steps, each one alias-method draw for
-the whole batch (three gathers and two `where`s on [batch] vectors, in numpy on views of the torch draws);
-there is no per-token Python loop. `reference_sequences` is a per-token loop written like the
-authors' generator, for tests and the benchmark.
+Vectorisation: triggers (Gumbel top-k), outputs, all uniforms and the occurrence counter (a cumulative sum
+over one-hot trigger indices) are drawn or computed for the whole [batch, position] grid in single tensor
+operations. The Markov recursion itself (token t+1 depends on token t) runs as T steps, each one alias-method
+draw for the whole batch (three gathers and two `where`s on [batch] vectors, in numpy on views of the torch
+draws); there is no per-token Python loop. `reference_sequences` is a per-token loop written like the authors'
+generator, for tests and the benchmark.
 """
 
 import time
@@ -95,8 +95,10 @@ class TriggerSampler:
         self.fixed = torch.from_numpy(np.argsort(self.unigram.numpy(), kind="stable")[-n_triggers:].copy())
 
     def draw_triggers(self, n: int, generator: torch.Generator) -> Int[Tensor, "batch n_triggers"]:
-        """Fixed triggers, or K distinct tokens per sequence drawn from pi_u without replacement (Gumbel top-k,
-        which equals successive weighted draws without replacement)."""
+        """Fixed triggers, or K distinct tokens per sequence drawn from pi_u without replacement.
+
+        Drawn by Gumbel top-k, which equals successive weighted draws without replacement.
+        """
         if self.fixed_triggers:
             return self.fixed.expand(n, -1).clone()
         u = torch.rand(n, self.n_tokens, generator=generator, dtype=torch.float64).clamp_min(1e-300)

@@ -1,14 +1,14 @@
 """The experiments of Bietti et al. (2023), each a list of training runs at a chosen scale.
 
-    (a) freezing    Fig. 3: some of W_K^1, W_K^2, W_O^2 held at their random init until a step (300 in the paper)
-    (b) ffn         Fig. 4: simplified model with W_F, all layers trained jointly on every token
-    (c) data        K in {1, 3, 5}, fixed vs random triggers, uniform vs bigram outputs, OOD outputs
-    (d) depth       full transformer (MLPs, LayerNorm), 1 vs 2 layers, fixed and random triggers
+    (a) freezing    Fig. 3: some of W_K^1, W_K^2, W_O^2 held at their random init until a step (300 in the
+    paper) (b) ffn         Fig. 4: simplified model with W_F, all layers trained jointly on every token (c)
+    data        K in {1, 3, 5}, fixed vs random triggers, uniform vs bigram outputs, OOD outputs (d) depth
+    full transformer (MLPs, LayerNorm), 1 vs 2 layers, fixed and random triggers
 
 `Scale` sets the sizes: `QUICK` is CPU-sized (d=64, T=128, batch 32; the whole suite takes minutes), `DEFAULT`
-matches the `quick` preset (d=128, T=128, batch 64) and `PAPER` the paper (d=128, T=256, batch 512; a GPU job).
-Every run is a plain `train` call; runs write `metrics.jsonl` and `ckpt.pt` under `out/<name>/` and are reused
-when that checkpoint exists with the same configs.
+matches the `quick` preset (d=128, T=128, batch 64) and `PAPER` the paper (d=128, T=256, batch 512; a GPU
+job). Every run is a plain `train` call; runs write `metrics.jsonl` and `ckpt.pt` under `out/<name>/` and are
+reused when that checkpoint exists with the same configs.
 """
 
 from dataclasses import dataclass

@@ -1,7 +1,7 @@
 """Figures of the birth reproduction: training curves, freezing curves, final accuracies, attention maps.
 
-Every plot function takes what the run record holds (metric histories as lists of `metrics.jsonl` records, final
-values, stored attention maps) and returns a matplotlib Figure; `mechmem.papers.birth.page` places them.
+Every plot function takes what the run record holds (metric histories as lists of `metrics.jsonl` records,
+final values, stored attention maps) and returns a matplotlib Figure; `mechmem.papers.birth.page` places them.
 """
 
 from typing import Any
@@ -94,8 +94,11 @@ def plot_final_bars(rows: list[tuple[str, float]], title: str) -> Any:
 
 
 def plot_attention(maps: dict[str, Any]) -> Any:
-    """Attention maps of both layers on one sequence, from the record's `attention` entry ("chars", "counter":
-    occurrence counter per position, "patterns": [layer][query_pos][key_pos]); triggers are marked on the axes."""
+    """Attention maps of both layers on one sequence; triggers are marked on the axes.
+
+    From the record's `attention` entry ("chars", "counter": occurrence counter per position, "patterns":
+    [layer][query_pos][key_pos]).
+    """
     chars = [c.replace("\n", "\\n").replace(" ", "_") for c in maps["chars"]]
     n_pos, patterns = len(chars), maps["patterns"]
     fig, axes = plt.subplots(1, len(patterns), figsize=(6.2 * len(patterns), 6), squeeze=False)

@@ -17,13 +17,21 @@ Initialisation follows the authors' code in distribution: embeddings and positio
 with the standard deviation of PyTorch's `nn.Linear` default, 1/sqrt(3 d) (the authors' values are uniform,
 ours normal).
 
-Full model: a standard pre-LayerNorm transformer (single-head attention as in the paper, ReLU MLPs of width 4d,
-trainable embeddings), 1 or 2 layers, LayerNorm optional.
+Full model: a standard pre-LayerNorm transformer (single-head attention as in the paper, ReLU MLPs of width
+4d, trainable embeddings), 1 or 2 layers, LayerNorm optional.
 """
 
 import math
 
-from mechmem.models.adapter import TransformerConfig
+from mechmem.models.adapter import TransformerConfig, register_activation
+
+
+def _identity(x):
+    return x
+
+
+# The paper's W_F feed-forward is purely linear; TransformerLens has no identity activation.
+register_activation("linear", _identity)
 
 # Parameters of the simplified model that never train (plus optional embeddings / unembedding).
 SIMPLIFIED_FROZEN = (

@@ -4,16 +4,18 @@ spec).
     python analyses/reproduce.py birth --variant quick                  # CPU sizes; finished runs are reused
     python analyses/reproduce.py birth --variant quick --set only=freezing,ffn --set preset=0
     python analyses/reproduce.py birth --page-only                      # the page again from the record
-    python analyses/reproduce.py birth --variant quick --set executor=ray --set workers=2   # runs as Ray tasks
+    python analyses/reproduce.py birth --variant quick --set executor=ray --set workers=2  # runs as Ray tasks
 
-A variant names a `Scale` ("quick": CPU minutes per run; "default": the sizes of the `quick` preset; "paper": the
-paper's, a GPU job). The run record holds, per run, the final metrics and the compact metric history; the
-statements of the paper judged by their fixed rules (`statements`); the `quick` preset run with its head-detection
-scores and attention maps; the data-generation speed; and the published values and the authors'-code reference it
-was compared with, copied from their committed data files (`references`) so that the record alone rebuilds the page.
+A variant names a `Scale` ("quick": CPU minutes per run; "default": the sizes of the `quick` preset; "paper":
+the paper's, a GPU job). The run record holds, per run, the final metrics and the compact metric history; the
+statements of the paper judged by their fixed rules (`statements`); the `quick` preset run with its
+head-detection scores and attention maps; the data-generation speed; and the published values and the
+authors'-code reference it was compared with, copied from their committed data files (`references`) so that
+the record alone rebuilds the page.
 
-Each training run is a cell of `mechmem.executor.run_cells` (`run_cell`: train unless the checkpoint is current,
-then the run's entry), in this process or as Ray tasks; finished checkpoints make a killed reproduction resume.
+Each training run is a cell of `mechmem.executor.run_cells` (`run_cell`: train unless the checkpoint is
+current, then the run's entry), in this process or as Ray tasks; finished checkpoints make a killed
+reproduction resume.
 """
 
 import json
@@ -75,8 +77,10 @@ def _shifted(run_dir: Path, seed: int) -> dict[str, float]:
 
 @torch.no_grad()
 def attention_maps(ckpt_path: Path, *, n_pos: int = 48, seed: int = 0) -> dict[str, Any]:
-    """Both layers' attention on one fresh task sequence (first `n_pos` positions), with its characters and the
-    occurrence counter (1: a trigger's first occurrence, 2+: later ones), for the attention figure."""
+    """Both layers' attention on one fresh task sequence (first `n_pos` positions), for the attention figure.
+
+    With its characters and the occurrence counter (1: a trigger's first occurrence, 2+: later ones).
+    """
     ckpt = load_checkpoint(ckpt_path)
     batch = ckpt.task.eval_batch(1, generator=torch.Generator().manual_seed(seed))
     tokens = batch.tokens[:, :n_pos]
@@ -94,12 +98,13 @@ def head_scores(ckpt_path: Path, *, n_samples: int = 64, seed: int = 0) -> dict[
     """Previous-token and induction scores per layer (head 0) on repeated random sequences and on task data.
 
     Measured by `roles.measure_pattern_evidence`, the report's and `analyses/detect_heads.py`'s one function:
-    `heads.detect_heads` on repeated random sequences at every probe length of the role rule (docs/analyses.md;
-    "random" is the best of them), and `heads.detect_heads_on_task` on the task's evaluation batch, which counts
-    only the answer queries (the loss-masked positions: a trigger's later occurrences, where the induction head
-    does its work) and, for previous-token, the positions an induction head reads. Scoring every query of the
-    task batch would mix in the bigram-text positions, where no head has anything to look back for, and dilute
-    the score with chance matches of the pattern. The higher of the two is the report's evidence of the head.
+    `heads.detect_heads` on repeated random sequences at every probe length of the role rule
+    (docs/analyses.md; "random" is the best of them), and `heads.detect_heads_on_task` on the task's
+    evaluation batch, which counts only the answer queries (the loss-masked positions: a trigger's later
+    occurrences, where the induction head does its work) and, for previous-token, the positions an induction
+    head reads. Scoring every query of the task batch would mix in the bigram-text positions, where no head
+    has anything to look back for, and dilute the score with chance matches of the pattern. The higher of the
+    two is the report's evidence of the head.
     """
     ckpt = load_checkpoint(ckpt_path)
     model, gen = ckpt.model, torch.Generator().manual_seed(seed)
@@ -140,8 +145,8 @@ def preset_cell(runs: Path, seed: int) -> dict[str, Any]:
     entry = run_cell(run, runs, seed)
     settings = {
         "d_model": p.model.d_model, "seq_len": p.task.seq_len, "batch_size": p.train.batch_size,
-        "optimizer": p.train.optimizer, "lr": p.train.lr, "steps": p.train.steps, "n_triggers": p.task.n_triggers,
-        "fixed_triggers": p.task.fixed_triggers,
+        "optimizer": p.train.optimizer, "lr": p.train.lr, "steps": p.train.steps,
+        "n_triggers": p.task.n_triggers, "fixed_triggers": p.task.fixed_triggers,
         "frozen": [g for g in p.model.frozen if g in ("embed.W_E", "unembed.W_U")],
     }  # fmt: skip
     return {**entry, "settings": settings, "heads": head_scores(runs / "preset" / "ckpt.pt", seed=seed)}

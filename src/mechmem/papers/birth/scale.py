@@ -1,15 +1,16 @@
 """The scale ladder of the Section 3 accuracies: the smallest configuration that reproduces each one.
 
-Bietti et al. (2023, Section 3) report the in-context accuracy of a full ("vanilla") transformer: over 99% with 2
-layers and fixed triggers, about 95% with random triggers, around 55% with one layer. The paper's sizes (d=128,
-T=256, batch 512) are far beyond a 2-core CPU, so each statement climbs a ladder of configurations, cheapest
-first, and stops at the first rung whose run meets the statement's rule. The rules, the metric and the rungs live
-in a committed data file (`docs/reproductions/data/birth_rules.json`), committed before any run; the runs go to
-`docs/reproductions/data/birth_scale.jsonl`, one line per cell ({"key": ..., "record": ...}), and resume from it.
+Bietti et al. (2023, Section 3) report the in-context accuracy of a full ("vanilla") transformer: over 99%
+with 2 layers and fixed triggers, about 95% with random triggers, around 55% with one layer. The paper's sizes
+(d=128, T=256, batch 512) are far beyond a 2-core CPU, so each statement climbs a ladder of configurations,
+cheapest first, and stops at the first rung whose run meets the statement's rule. The rules, the metric and
+the rungs live in a committed data file (`docs/reproductions/data/birth_rules.json`), committed before any
+run; the runs go to `docs/reproductions/data/birth_scale.jsonl`, one line per cell ({"key": ..., "record":
+...}), and resume from it.
 
-A cell is one training run: `train_cell(**kwargs)` returns a JSON record with the configuration, seed, wall-clock
-time, the final in-context accuracy on fresh sequences (the metric of the rules) and subsampled metric curves.
-`run_ladder` climbs; `summarise` turns the rules and the records into what the page shows.
+A cell is one training run: `train_cell(**kwargs)` returns a JSON record with the configuration, seed,
+wall-clock time, the final in-context accuracy on fresh sequences (the metric of the rules) and subsampled
+metric curves. `run_ladder` climbs; `summarise` turns the rules and the records into what the page shows.
 
     python -m mechmem.papers.birth.scripts.scale --statements two_layer_fixed,one_layer_random --max-rung R2
 """
@@ -45,8 +46,10 @@ def load_rules(path: str | Path = RULES_FILE) -> dict[str, Any]:
 
 @torch.no_grad()
 def final_accuracy(model: torch.nn.Module, task: Any, n: int, seed: int, chunk: int = 128) -> dict[str, Any]:
-    """The rules' metric: `BirthTask.batch_metrics` over `n` fresh sequences (generator seed 1000 + seed), with
-    the number of in-context positions it averages over."""
+    """The rules' metric: `BirthTask.batch_metrics` over `n` fresh sequences (generator seed 1000 + seed).
+
+    With the number of in-context positions it averages over.
+    """
     batch = task.eval_batch(n, generator=torch.Generator().manual_seed(1000 + seed))
     logits = torch.cat([model(batch.tokens[i : i + chunk]) for i in range(0, n, chunk)])
     out = task.batch_metrics(logits, batch)
@@ -112,12 +115,16 @@ def make_cell(rules: dict[str, Any], rung: dict[str, Any], model: dict[str, Any]
     ladder = rules["ladder"]
     sizes = {k: rung[k] for k in ("d_model", "seq_len", "batch_size", "steps")}
     kwargs = {**model, **sizes, "seed": seed, "curve_points": ladder["curve_points"],
-              "curve_sequences": ladder["curve_sequences"], "final_sequences": rules["metric"]["final_sequences"]}  # fmt: skip
+              "curve_sequences": ladder["curve_sequences"],
+              "final_sequences": rules["metric"]["final_sequences"]}  # fmt: skip
     return Cell(cell_key(rung["name"], model, seed), train_cell, kwargs)
 
 
 def verdict(rule: dict[str, Any], value: float) -> str:
-    """The verdict of `rule` on `value`: "met", "below", or "above" (a "within" rule's value over the band)."""
+    """The verdict of `rule` on `value`: "met", "below", or "above".
+
+    "above": a "within" rule's value over the band.
+    """
     if rule["kind"] == "at_least":
         return "met" if value >= rule["threshold"] else "below"
     gap = value - rule["target"]
@@ -139,8 +146,11 @@ def run_ladder(
     executor: str = "local",
     address: str | None = None,
 ) -> dict[str, str]:
-    """Climb the ladder for `statements` (default: all) up to `max_rung`; statement -> its last verdict. A rung's
-    cells run through `run_cells` (`executor="ray"`: one Ray task each, on `address` or a local instance)."""
+    """Climb the ladder for `statements` (default: all) up to `max_rung`; statement -> its last verdict.
+
+    A rung's cells run through `run_cells` (`executor="ray"`: one Ray task each, on `address` or a local
+    instance).
+    """
     chosen = [s for s in rules["statements"] if statements is None or s["key"] in statements]
     status = {s["key"]: "not run" for s in chosen}
     for rung in rules["ladder"]["rungs"]:
@@ -193,8 +203,10 @@ def gap(rule: dict[str, Any], value: float) -> float:
 
 
 def summarise(rules: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each statement's climb read from the cell records: the rungs it ran (stopping where the procedure stops),
-    its outcome at the last of them and the rungs it did not reach.
+    """Each statement's climb read from the cell records.
+
+    The rungs it ran (stopping where the procedure stops), its outcome at the last of them and the rungs it
+    did not reach.
 
     Returns statement key -> {"claim", "published", "text", "rule", "climb": [{"rung", "sizes", "value",
     "verdict", "gap", "n_icl_positions", "curve_end" (the last held-out curve value), "late_rise", "wall_s"}],
@@ -210,10 +222,12 @@ def summarise(rules: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict
                 break
             value = record["final"]["icl_acc"]
             climb.append({
-                "rung": rung["name"], "sizes": {k: rung[k] for k in ("d_model", "seq_len", "batch_size", "steps")},
+                "rung": rung["name"],
+                "sizes": {k: rung[k] for k in ("d_model", "seq_len", "batch_size", "steps")},
                 "value": value, "verdict": verdict(s["rule"], value), "gap": round(gap(s["rule"], value), 5),
                 "n_icl_positions": record["final"]["n_icl_positions"],
-                "curve_end": record.get("curve", {}).get("eval_icl_acc", [None])[-1], "wall_s": record["wall_s"],
+                "curve_end": record.get("curve", {}).get("eval_icl_acc", [None])[-1],
+                "wall_s": record["wall_s"],
                 "late_rise": late_rise(record.get("curve", {}).get("eval_icl_acc", [])),
             })  # fmt: skip
             if climb[-1]["verdict"] != "below":

@@ -8,8 +8,8 @@ missing from the record returns None: that statement is "not run". Rules rewritt
 keep their first versions (`FIRST_RULES`), evaluated too, so the page shows both outcomes.
 
 The Section 3 accuracies (2 layers with fixed or random triggers, 1 layer) are judged on the scale ladder
-(`mechmem.papers.birth.scale`, rules in `birth_rules.json`): such a statement holds when some rung of the ladder
-meets its rule, and its first rule (on the quick suite's depth runs) is shown beside it.
+(`mechmem.papers.birth.scale`, rules in `birth_rules.json`): such a statement holds when some rung of the
+ladder meets its rule, and its first rule (on the quick suite's depth runs) is shown beside it.
 """
 
 import json
@@ -230,8 +230,8 @@ def judge(published: dict[str, Any], context: Context) -> list[dict[str, Any]]:
     """Every statement of `published` with its rule (text filled in with its parameters) and our outcome.
 
     Returns dicts with the file's fields plus "rule" (formatted), "values", "outcome" (as shown; None when the
-    runs it needs are not in the record), "holds" (bool or None) and, for rewritten rules, "first" (the same for
-    the first rule).
+    runs it needs are not in the record), "holds" (bool or None) and, for rewritten rules, "first" (the same
+    for the first rule).
     """
     out = []
     for statement in published["statements"]:

@@ -1,12 +1,14 @@
-"""The "birth" task: triggered bigrams from Bietti et al. (2023), "Birth of a Transformer: A Memory Viewpoint".
+"""The "birth" task: triggered bigrams from Bietti et al. (2023).
+
+The paper is "Birth of a Transformer: A Memory Viewpoint".
 
 Sequences follow a character bigram model except that K trigger tokens are always followed by their own output
-token (see `mechmem.papers.birth.data`). A two-layer transformer solves the in-context part (a trigger's second and
-later occurrences) with an induction head. Metrics, computed on each fresh training batch before the optimiser
-step: in-context accuracy (counter >= 2), first-occurrence accuracy (counter == 1), global loss (non-trigger
-positions), in-context loss, and the memory probes of `mechmem.papers.birth.probes` for the simplified model. The
-evaluation adds the same accuracies on a held-out batch (and on the OOD test split for `outputs="ood"`) and
-the attention-map probes.
+token (see `mechmem.papers.birth.data`). A two-layer transformer solves the in-context part (a trigger's
+second and later occurrences) with an induction head. Metrics, computed on each fresh training batch before
+the optimiser step: in-context accuracy (counter >= 2), first-occurrence accuracy (counter == 1), global loss
+(non-trigger positions), in-context loss, and the memory probes of `mechmem.papers.birth.probes` for the
+simplified model. The evaluation adds the same accuracies on a held-out batch (and on the OOD test split for
+`outputs="ood"`) and the attention-map probes.
 
     python analyses/train.py birth --preset quick --out runs/birth_quick
 """
@@ -42,7 +44,10 @@ class BirthConfig(ConfigMixin):
     fixed_triggers: bool = False
     """True: the K most frequent tokens in every sequence; False: K drawn from pi_u per sequence."""
     outputs: str = "uniform"
-    """Output tokens: "uniform" over all tokens, "bigram" from pi_b(.|trigger), or "ood" (train/test token split)."""
+    """Output tokens: "uniform" over all tokens, "bigram" from pi_b(.|trigger), or "ood".
+
+    "ood": a train/test token split.
+    """
     head_only_loss: bool = True
     """Train only on trigger outputs from their 2nd occurrence on; False: on every position."""
     corpus: str | None = None
@@ -187,7 +192,10 @@ def _presets() -> dict[str, Preset]:
             quick_model,
             quick_task,
             _sgd(1500, 64, eval_every=50, eval_samples=256),
-            "simplified model, K=5 fixed triggers, T=128, batch 64, head-only loss (CPU: ~3 min idle, ~13 min busy)",
+            (
+                "simplified model, K=5 fixed triggers, T=128, batch 64, head-only loss "
+                "(CPU: ~3 min idle, ~13 min busy)"
+            ),
         ),
         "quick_ffn": Preset(
             simplified_config(d_vocab=N_TOKENS, n_ctx=128, d_model=128, ffn=True),

@@ -1,20 +1,21 @@
 """Train many initialisations of one facts variant at once, with the published schedule.
 
-The published protocol trains each initialisation separately: full-batch Adam on cross-entropy, lr 1e-2 for up to
-`max_epochs` epochs, stopping at 100% argmax accuracy or after `patience` epochs without a new best accuracy; if
-the best accuracy reached `continue_above` (0.95) but not 100%, training continues from the same weights with a
-fresh Adam at lr 3e-3, then 1e-3, under the same rule. Accuracy is measured on the logits of each step's forward
-pass (before the update), as in the authors' loop.
+The published protocol trains each initialisation separately: full-batch Adam on cross-entropy, lr 1e-2 for up
+to `max_epochs` epochs, stopping at 100% argmax accuracy or after `patience` epochs without a new best
+accuracy; if the best accuracy reached `continue_above` (0.95) but not 100%, training continues from the same
+weights with a fresh Adam at lr 3e-3, then 1e-3, under the same rule. Accuracy is measured on the logits of
+each step's forward pass (before the update), as in the authors' loop.
 
-`train_batched` runs all initialisations as one stacked model: every parameter carries a leading `init` axis, one
-forward/backward serves all inits, and Adam is applied elementwise with per-init learning rate, step count and
-phase. Inits that finish are dropped from the stack, so stragglers do not pay for the rest. The loss gradient is
-`fused.loss_grad` (the per-fact work with a hand-written backward). `train_reference` is the plain per-init loop
-(a hooked model and `torch.optim.Adam`); tests check the two agree.
+`train_batched` runs all initialisations as one stacked model: every parameter carries a leading `init` axis,
+one forward/backward serves all inits, and Adam is applied elementwise with per-init learning rate, step count
+and phase. Inits that finish are dropped from the stack, so stragglers do not pay for the rest. The loss
+gradient is `fused.loss_grad` (the per-fact work with a hand-written backward). `train_reference` is the plain
+per-init loop (a hooked model and `torch.optim.Adam`); tests check the two agree.
 
-Why not the project's one training loop (`mechmem.training.train`): that loop streams fresh batches from a task
-for a fixed number of steps, one model at a time. This is a different algorithm: many inits in one tensor, a fixed
-full batch, per-init stopping, phases and restarts; `train_reference` is the naive loop it is tested against.
+Why not the project's one training loop (`mechmem.training.train`): that loop streams fresh batches from a
+task for a fixed number of steps, one model at a time. This is a different algorithm: many inits in one
+tensor, a fixed full batch, per-init stopping, phases and restarts; `train_reference` is the naive loop it is
+tested against.
 """
 
 import math
@@ -98,8 +99,9 @@ def fact_logits(
     cfg: FactsModelConfig, params: Params, tokens: Int[Tensor, "n 2"]
 ) -> Float[Tensor, "init n d_vocab_out"]:
     """Last-position logits of every fact from the per-vocabulary mixing tables (`fused.mixing_tables`), with
-    autograd: resid_mid = second[t2] + p0 (first[t1] - minus[t2]), p0 = sigmoid(gap[t2, t1]) the attention on the
-    first token. Equal to `forward_params(cfg, params, tokens, last_only=True)[:, :, 0]` (tests check it); the
+    autograd: resid_mid = second[t2] + p0 (first[t1] - minus[t2]), p0 = sigmoid(gap[t2, t1]) the attention on
+    the first token. Equal to `forward_params(cfg, params, tokens, last_only=True)[:, :, 0]` (tests check it);
+    the
     trainer's hand-written step (`fused.loss_grad`) is checked against its gradient."""
     tables = mixing_tables(cfg, params)
     first, second = tokens[:, 0], tokens[:, 1]
@@ -176,7 +178,10 @@ def train_batched(
     *,
     device: str | torch.device = "cpu",
 ) -> TrainOutcome:
-    """Train one init per seed (init drawn from `torch.Generator().manual_seed(seed)`) as one stacked model."""
+    """Train one init per seed as one stacked model.
+
+    Each init is drawn from `torch.Generator().manual_seed(seed)`.
+    """
     device = torch.device(device)
     if device.type == "cpu":
         retain_freed_memory()

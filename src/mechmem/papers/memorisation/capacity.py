@@ -1,8 +1,8 @@
 """Capacity: the largest number of facts a model stores, and the one result type both experiments share.
 
 A capacity measurement evaluates a model family at fact counts n (the first n published facts,
-`generate_facts`, seed 42) and searches (`search.search_capacity`) for the largest n that passes each criterion.
-Every evaluation is cached, so the criteria share them.
+`generate_facts`, seed 42) and searches (`search.search_capacity`) for the largest n that passes each
+criterion. Every evaluation is cached, so the criteria share them.
 
 - The 54 variants and the d-scaling (`find_capacity`): the score of n is how many of 11 initialisations store
   every fact; criteria "any" (>= 1), "most" (>= 6 of 11) and "all"; the authors' bracket, precision 8.
@@ -43,8 +43,8 @@ class CapacityResult:
     """Capacity of one model (a variant or a construction mode) at one size d under each criterion.
 
     `scores` maps each fact count tried to its score (`score` names it: "successes" = initialisations out of
-    len(seeds) that stored every fact, or "accuracy" = best accuracy); `searches` holds each criterion's search.
-    `info` carries what rebuilds the run (config, schedule, seeds, precision, bracket, sweep key ...).
+    len(seeds) that stored every fact, or "accuracy" = best accuracy); `searches` holds each criterion's
+    search. `info` carries what rebuilds the run (config, schedule, seeds, precision, bracket, sweep key ...).
     """
 
     name: str

@@ -71,7 +71,10 @@ def plot_capacity(
 
 
 def plot_histograms(rows: dict[str, dict[str, dict[str, Any]]]) -> Any:
-    """Their Figures 6-8 from stored counts: per model (row), embedding, unembedding and activation histograms."""
+    """Their Figures 6-8 from stored counts.
+
+    Per model (row), embedding, unembedding and activation histograms.
+    """
     cols = ("embedding", "unembedding", "activation")
     fig, axes = plt.subplots(len(rows), 3, figsize=(12, 2.3 * len(rows)), squeeze=False)
     for r, (name, hists) in enumerate(rows.items()):

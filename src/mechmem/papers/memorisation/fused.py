@@ -5,13 +5,13 @@ With two positions, the last position's residual stream after the mixing is, for
     resid = second[t2] + p (first[t1] - minus[t2])      p = sigmoid(gap[t2, t1]): attention on the first token
 
 where `first`, `second`, `minus` and `gap` are per-vocabulary tables (`mixing_tables`). For 2Emb and uniform
-attention p is a constant and is folded into the tables (p = 1, minus = 0). The tables are small ([init, n_in, d])
-and keep autograd; everything per fact (the gathers, the attention weight, norms, MLP, unembedding and
+attention p is a constant and is folded into the tables (p = 1, minus = 0). The tables are small ([init, n_in,
+d]) and keep autograd; everything per fact (the gathers, the attention weight, norms, MLP, unembedding and
 cross-entropy) has a hand-written backward (`loss_grad`), checked against autograd in the tests.
 
-Per-fact activations are feature-major, [init, feature, fact]: a norm's mean over 16 features or a softmax over 16
-labels is then an elementwise pass over contiguous rows, several times faster on a CPU than reducing a 16-wide
-last axis, and no intermediate is kept for autograd.
+Per-fact activations are feature-major, [init, feature, fact]: a norm's mean over 16 features or a softmax
+over 16 labels is then an elementwise pass over contiguous rows, several times faster on a CPU than reducing a
+16-wide last axis, and no intermediate is kept for autograd.
 """
 
 import math
@@ -28,9 +28,12 @@ def _norm_rows(x: Tensor, gain: Tensor) -> Tensor:
 
 
 def mixing_tables(cfg: FactsModelConfig, params: Params) -> dict[str, Tensor]:
-    """Per-vocabulary tables of the mixing: "first" [init, n_in, d] (read at t1), "second" (at t2) and, for learned
-    attention, "minus" (at t2) and "gap" [init, n_in (t2), n_in (t1)], the score of the first token minus the
-    second's; x_p = W_E + W_pos[p], o_p = ln1(x_p) W_V W_O."""
+    """Per-vocabulary tables of the mixing.
+
+    "first" [init, n_in, d] (read at t1), "second" (at t2) and, for learned attention, "minus" (at t2) and
+    "gap" [init, n_in (t2), n_in (t1)], the score of the first token minus the second's; x_p = W_E + W_pos[p],
+    o_p = ln1(x_p) W_V W_O.
+    """
     W_E = params["embed.W_E"]
     if cfg.mixing == "2emb":
         return {"first": W_E, "second": params["embed.W_E2"]}
@@ -49,7 +52,10 @@ def mixing_tables(cfg: FactsModelConfig, params: Params) -> dict[str, Tensor]:
 
 
 class FactBatch:
-    """The facts of one training run in the forms the step reads: one-hot gather matrices and scaled labels."""
+    """The facts of one training run in the forms the step reads.
+
+    One-hot gather matrices and scaled labels.
+    """
 
     def __init__(
         self, tokens: Int[Tensor, "n 2"], labels: Int[Tensor, " n"], n_in: int, n_out: int, dtype: torch.dtype
@@ -67,7 +73,10 @@ class FactBatch:
 
 
 def _gather(tables: list[Tensor], rows_t: Tensor) -> Tensor:
-    """sum_k tables[k][idx_k] as [init, d, n]: tables [init, n_in, d], rows_t the stacked one-hots [k n_in, n]."""
+    """sum_k tables[k][idx_k] as [init, d, n].
+
+    tables [init, n_in, d], rows_t the stacked one-hots [k n_in, n].
+    """
     n_init, _, d = tables[0].shape
     stacked = torch.cat([t.transpose(1, 2) for t in tables], 2).reshape(n_init * d, -1)
     return (stacked @ rows_t).view(n_init, d, -1)
@@ -91,7 +100,10 @@ def _rms_t_backward(grad: Tensor, xr: Tensor, r: Tensor) -> Tensor:
 
 
 def _linear_t(x: Tensor, W: Tensor, b: Tensor | None, gain: Tensor | None) -> tuple[Tensor, Tensor]:
-    """(W_eff^T x + b, W_eff) for x [init, d_in, n], W [init, d_in, d_out]; W_eff = gain-scaled W (a folded norm)."""
+    """(W_eff^T x + b, W_eff) for x [init, d_in, n], W [init, d_in, d_out].
+
+    W_eff = gain-scaled W (a folded norm).
+    """
     W_eff = W if gain is None else W * gain[:, :, None]
     out = (
         torch.bmm(W_eff.transpose(1, 2), x)
@@ -104,8 +116,10 @@ def _linear_t(x: Tensor, W: Tensor, b: Tensor | None, gain: Tensor | None) -> tu
 def _linear_t_backward(
     grad: Tensor, x: Tensor, W_eff: Tensor, names: tuple[str, str, str], params: Params, out: Params
 ) -> Tensor:
-    """Gradients of `_linear_t` w.r.t. the parameters `names` (weight, bias, folded norm gain; those not in `params`
-    are skipped) into `out`; returns the gradient of x."""
+    """Gradients of `_linear_t` w.r.t. the parameters `names` into `out`; returns the gradient of x.
+
+    `names`: weight, bias, folded norm gain; those not in `params` are skipped.
+    """
     weight, bias, gain = names
     g_W_eff = torch.bmm(x, grad.transpose(1, 2))  # [init, d_in, d_out]
     if gain in params:
@@ -168,8 +182,10 @@ def _readout_grad(
 def loss_grad(
     cfg: FactsModelConfig, flat: Tensor, params: Params, batch: FactBatch
 ) -> tuple[Float[Tensor, "init n_params"], Int[Tensor, " init"]]:
-    """Gradient (w.r.t. `flat`, of which `params` are views) of the summed per-init mean cross-entropy at the last
-    position, and each init's argmax hits (ties at the maximum count as hits)."""
+    """Gradient of the summed per-init mean cross-entropy at the last position, and each init's argmax hits.
+
+    The gradient is w.r.t. `flat`, of which `params` are views; ties at the maximum count as hits.
+    """
     with torch.enable_grad():
         tables = mixing_tables(cfg, params)
     with torch.no_grad():

@@ -15,13 +15,16 @@ never has biases. Initialisation follows the published PyTorch defaults: embeddi
 and biases U(+-1/sqrt(fan_in)), norm gains 1.
 
 Where TransformerLens can express a variant (attention or uniform mixing, with the MLP residual when there is
-an MLP) `build_facts_model` returns a `HookedTransformer`; otherwise (2Emb, no MLP residual) a `FactsTransformer`,
-a `HookedRootModule` with the same parameter and hook names. For 2Emb the second embedding is `embed.W_E2`, and
-the "mixing" shows up as `blocks.0.hook_attn_out` = W_E[t1] at the last position (zero at the first), so
-`resid_mid` is the running sum of the position-specific embeddings.
+an MLP) `build_facts_model` returns a `HookedTransformer`; otherwise (2Emb, no MLP residual) a
+`FactsTransformer`, a `HookedRootModule` with the same parameter and hook names. For 2Emb the second embedding
+is `embed.W_E2`, and the "mixing" shows up as `blocks.0.hook_attn_out` = W_E[t1] at the last position (zero at
+the first), so `resid_mid` is the running sum of the position-specific embeddings.
 
 `forward_params` is the one implementation of the forward pass; it takes parameters with a leading `init` axis
 so the batched trainer runs 11 initialisations at once, and the hooked module calls it with one init.
+
+Long because the model is one architecture with every published toggle (mixing, MLP, norms, bias, residual,
+activation); each toggle's weights, forward step and hook names must be read together.
 """
 
 import math
@@ -57,7 +60,10 @@ class FactsModelConfig(ConfigMixin):
     d_mlp: int = 16
     """MLP hidden width."""
     mixing: str = "attn"
-    """How the two tokens meet: "attn" (learned attention), "uniform" (fixed 1/2, 1/2) or "2emb" (summed embeddings)."""
+    """How the two tokens meet.
+
+    "attn" (learned attention), "uniform" (fixed 1/2, 1/2) or "2emb" (summed embeddings).
+    """
     mlp: bool = True
     """Whether the block has an MLP."""
     norms: bool = True
@@ -101,7 +107,10 @@ class FactsModelConfig(ConfigMixin):
         return "+".join(parts) + (f"/{self.act_fn}" if self.mlp else "")
 
     def to_transformer_config(self) -> TransformerConfig:
-        """The equivalent TL config; non-published parameters (attention biases, ...) fixed at zero and frozen."""
+        """The equivalent TL config.
+
+        Non-published parameters (attention biases, ...) fixed at zero and frozen.
+        """
         if not self.tl_expressible:
             raise ValueError(f"variant {self.name} is not expressible as a HookedTransformer")
         zero = ["blocks.0.attn.b_Q", "blocks.0.attn.b_K", "blocks.0.attn.b_V", "blocks.0.attn.b_O"]
@@ -125,7 +134,10 @@ class FactsModelConfig(ConfigMixin):
 
 
 def param_specs(cfg: FactsModelConfig) -> dict[str, tuple[tuple[int, ...], str, int]]:
-    """name -> (shape, init rule, fan_in) of the published parameters, in drawing order (TL names and shapes)."""
+    """name -> (shape, init rule, fan_in) of the published parameters, in drawing order.
+
+    TL names and shapes.
+    """
     d, h = cfg.d_model, cfg.d_mlp
     specs: dict[str, tuple[tuple[int, ...], str, int]] = {"embed.W_E": ((cfg.n_in, d), "normal", 0)}
     if cfg.mixing == "2emb":
@@ -170,7 +182,10 @@ def init_params(cfg: FactsModelConfig, *, generator: torch.Generator | None = No
 
 
 def _lin(x: Tensor, W: Tensor, b: Tensor | None = None) -> Tensor:
-    """x [init, ..., d_in] @ W [init, d_in, d_out] (+ b [init, d_out]) as one bmm (a broadcast matmul would loop)."""
+    """x [init, ..., d_in] @ W [init, d_in, d_out] (+ b [init, d_out]) as one bmm.
+
+    A broadcast matmul would loop.
+    """
     n_init = W.shape[0]
     flat = x.expand(n_init, *x.shape[1:]).reshape(n_init, -1, x.shape[-1])
     out = torch.bmm(flat, W) if b is None else torch.baddbmm(b[:, None, :], flat, W)
@@ -212,8 +227,9 @@ def forward_params(
 ) -> Float[Tensor, "init batch pos d_vocab_out"]:
     """Logits of a stack of models whose parameters carry a leading `init` axis.
 
-    Long because it is one function for every variant on purpose (about 65 lines): the variant toggles are read in the
-    order the model computes, so the forward pass can be checked line by line against the authors' `models.py`.
+    Long because it is one function for every variant on purpose (about 65 lines): the variant toggles are
+    read in the order the model computes, so the forward pass can be checked line by line against the authors'
+    `models.py`.
 
     Args:
         cfg: the variant.
@@ -360,7 +376,10 @@ class FactsTransformer(HookedRootModule):
 
 
 def model_from_params(cfg: FactsModelConfig, params: Params) -> torch.nn.Module:
-    """A hooked model (HookedTransformer where TL can express `cfg`, else FactsTransformer) with these weights."""
+    """A hooked model with these weights.
+
+    HookedTransformer where TL can express `cfg`, else FactsTransformer.
+    """
     if not cfg.tl_expressible:
         return FactsTransformer(cfg, params)
     model = build_transformer(cfg.to_transformer_config(), generator=torch.Generator().manual_seed(0))
@@ -378,7 +397,10 @@ def model_params(cfg: FactsModelConfig, model: torch.nn.Module) -> Params:
 
 
 def build_facts_model(cfg: FactsModelConfig, *, generator: torch.Generator | None = None) -> torch.nn.Module:
-    """A freshly initialised hooked model for `cfg` (published PyTorch-default init drawn from `generator`)."""
+    """A freshly initialised hooked model for `cfg`.
+
+    Published PyTorch-default init drawn from `generator`.
+    """
     return model_from_params(cfg, init_params(cfg, generator=generator))
 
 

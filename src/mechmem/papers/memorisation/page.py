@@ -4,7 +4,10 @@ Every number here is read or computed from the record (`records.collect`): the s
 constructions' capacity results and the published values (the package's `published.json`, copied into the
 record), which give each value's source and the exact sentence, table row or code line it is read from. The
 pair comparisons follow Appendix B (the outlier combination left out); the project's earlier inclusion is
-shown beside them. The constructions' sections are in `page_constructions`."""
+shown beside them. The constructions' sections are in `page_constructions`.
+
+Long because it is one page: each function renders one section of it from the run record, in page order.
+"""
 
 import json
 import math

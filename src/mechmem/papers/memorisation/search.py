@@ -1,7 +1,8 @@
 """The one capacity search: the largest fact count n whose evaluation passes a criterion.
 
-Success is assumed monotone in n (it is only roughly so for trained models), so the search brackets a threshold
-and bisects it. Two brackets are offered; both return the largest success seen and every (n, passed?) tried.
+Success is assumed monotone in n (it is only roughly so for trained models), so the search brackets a
+threshold and bisects it. Two brackets are offered; both return the largest success seen and every (n,
+passed?) tried.
 
 - ``bracket="authors"`` (Linsefors & Bushnaq's code, used for the 54 variants and the d-scaling): lo = 1,
   hi = limit; while hi - lo >= precision try mid = (lo + hi) // 2 and move lo = mid + 1 on success or
@@ -68,9 +69,9 @@ def search_capacity(
     Args:
         passes: the oracle, n -> stored?
         limit: the largest fact count that exists (n_in^2).
-        precision: the search stops when the bracket is narrower than this (authors) or at most this (doubling).
-        bracket: "authors" (their published loop) or "doubling" (double from `start`, then bisect).
-        start: first n tried by the doubling bracket.
+        precision: the search stops when the bracket is narrower than this (authors) or at most this
+        (doubling). bracket: "authors" (their published loop) or "doubling" (double from `start`, then
+        bisect). start: first n tried by the doubling bracket.
     """
     if precision < 1 or limit < 1 or start < 1:
         raise MechmemError(f"need precision, limit, start >= 1, got {precision}, {limit}, {start}")

@@ -1,5 +1,8 @@
-"""Figures of the permutation-memory reproduction: each takes the run record (`run_reproduction`) and returns a
-matplotlib Figure (the page stores them with `Section.add_figure`)."""
+"""Figures of the permutation-memory reproduction.
+
+Each takes the run record (`run_reproduction`) and returns a matplotlib Figure (the page stores them with
+`Section.add_figure`).
+"""
 
 from statistics import mean
 from typing import Any
@@ -84,7 +87,10 @@ def sorted_heads(run: dict[str, Any]) -> list[tuple[int, str]]:
 
 
 def plot_heads(res: dict[str, Any]) -> Any:
-    """Attention of every Task 2 head on one probe sequence, query rows x1..xV, heads ordered by measured role."""
+    """Attention of every Task 2 head on one probe sequence.
+
+    Query rows x1..xV, heads ordered by measured role.
+    """
     runs = [run for run in res["task2"] if "roles" in run and "attention_example" in run]
     n_heads = len(runs[0]["roles"]["labels"][0])
     fig, axes = plt.subplots(len(runs), n_heads, figsize=(3.2 * n_heads, 2.6 * len(runs)), squeeze=False)
@@ -114,7 +120,10 @@ def plot_heads(res: dict[str, Any]) -> Any:
 
 
 def plot_rescue(res: dict[str, Any]) -> Any:
-    """Pre- vs post-FFN lens, the top neurons' direct effects (first seed), and accuracy under top-k ablation."""
+    """Pre- vs post-FFN lens, the top neurons' direct effects, and accuracy under top-k ablation.
+
+    The direct effects are from the first seed.
+    """
     runs = res["task2"]
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
     groups = ["recall_acc", "elimination_acc"]

@@ -1,6 +1,10 @@
-"""The permutation-memory reproduction page: the run record (`run_reproduction`) -> a `Report` of computed lines,
-tables and figures. Words that are not computed live in docs/reproductions/prose/permutation.md, one block per
-section key (setup, published, bayes, probe, roles, rescue, scale); the published values in published.json.
+"""The permutation-memory reproduction page.
+
+The run record (`run_reproduction`) -> a `Report` of computed lines, tables and figures. Words that are not
+computed live in docs/reproductions/prose/permutation.md, one block per section key (setup, published, bayes,
+probe, roles, rescue, scale); the published values in published.json.
+
+Long because it is one page: each function renders one section of it from the run record, in page order.
 """
 
 import json
@@ -75,8 +79,13 @@ def build_page(record: dict[str, Any]) -> Report:
     return Report(TITLE, headline, meta, sections)
 
 
-# -- set-up and published numbers ------------------------------------------------------------------------------
+# -- set-up and published numbers
+# ------------------------------------------------------------------------------
 def _setup(record: dict[str, Any], published: dict[str, Any]) -> Section:
+    """The set-up section: split, evaluation sizes and every hyperparameter beside the published one.
+
+    Long because it renders the set-up table, one row per published hyperparameter, beside ours.
+    """
     cfg = record["config"]
     s = Section("setup", "Set-up")
     share = record["task2"][0]["task"]["train_fraction"]
@@ -187,7 +196,8 @@ def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
     return s
 
 
-# -- Bayes table and probe -------------------------------------------------------------------------------------
+# -- Bayes table and probe
+# -------------------------------------------------------------------------------------
 def _bayes_rows(runs: list[dict[str, Any]]) -> list[list[Any]]:
     rows = []
     for i, first in enumerate(runs[0]["bayes"]):
@@ -222,9 +232,9 @@ def _max_err_lines(runs: list[dict[str, Any]]) -> list[str]:
     return [
         (
             f"Task 2, memorisation subgroup ({rows[0]['n']} sequences per seed): `max err` is the largest"
-            f" single entry over all of them, {_ms([r['max_err'] for r in rows])}; each sequence's own largest"
-            f" entry has median {_ms(q[0], '.4f')}, 90th percentile {_ms(q[1], '.4f')} and 99th percentile"
-            f" {_ms(q[2])} (mean ± sd over seeds)."
+            f" single entry over all of them, {_ms([r['max_err'] for r in rows])};"
+            f" each sequence's own largest entry has median {_ms(q[0], '.4f')},"
+            f" 90th percentile {_ms(q[1], '.4f')} and 99th percentile {_ms(q[2])} (mean ± sd over seeds)."
         )
     ]
 
@@ -273,7 +283,8 @@ def _probe(record: dict[str, Any]) -> Section:
     return s
 
 
-# -- head roles --------------------------------------------------------------------------------------------------
+# -- head roles
+# --------------------------------------------------------------------------------------------------
 EVIDENCE = ("transfer", "via_mlp", "attention", "damage")
 """Per-role evidence columns of the roles table, after each role's score and share."""
 
@@ -298,8 +309,8 @@ def roles_table(runs: list[dict[str, Any]], caption: str = "") -> Table:
 def matching_x_attention(run: dict[str, Any]) -> tuple[list[list[float]], str]:
     """Last-x attention on the matching x per [layer][head], and what it measures.
 
-    From `circuit_attention` (repeat sequences, mass on the matching x itself) when the record has it, else from
-    the roles' recall_attention evidence (recall probes, mass on the matching x and its y).
+    From `circuit_attention` (repeat sequences, mass on the matching x itself) when the record has it, else
+    from the roles' recall_attention evidence (recall probes, mass on the matching x and its y).
     """
     if "circuit_attention" in run:
         return run["circuit_attention"]["match"], "circuit attention on the matching x"
@@ -333,7 +344,10 @@ def _roles(record: dict[str, Any]) -> Section:
     groups = [(k, [r for r in record[k] if "roles" in r]) for k in GROUPS]
     groups = [(k, runs) for k, runs in groups if runs]
     if not groups:
-        s.skipped = "the record has no head-role measurements (run `analyses/reproduce.py permutation` to measure them)"
+        s.skipped = (
+            "the record has no head-role measurements "
+            "(run `analyses/reproduce.py permutation` to measure them)"
+        )
         return s
     first = groups[0][1][0]["roles"]
     s.lines.append(
@@ -381,7 +395,8 @@ def _roles(record: dict[str, Any]) -> Section:
     return s
 
 
-# -- FFN rescue and larger vocabularies ----------------------------------------------------------------------------
+# -- FFN rescue and larger vocabularies
+# ----------------------------------------------------------------------------
 def _ablation(run: dict[str, Any], prefix: str, k: int) -> dict[str, Any]:
     return next(r for r in run["rescue"]["ablation"] if r["ablated"].startswith(prefix) and r["k"] == k)
 

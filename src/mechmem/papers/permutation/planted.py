@@ -1,22 +1,23 @@
 """A hand-set permutation-task model with a known elimination / recall circuit, for testing reports.
 
-`planted_permutation_model(vocab_size=5)` solves the permutation task (`mechmem.papers.permutation.task`) with weights
-written by hand into a 2-layer attention-only transformer (2 heads per layer). The residual stream is split into
-orthogonal one-hot blocks: TOK (the current token), POS (the position), PREV (the previous token, written by the
-previous-token head) and OUT (read by W_U).
+`planted_permutation_model(vocab_size=5)` solves the permutation task (`mechmem.papers.permutation.task`) with
+weights written by hand into a 2-layer attention-only transformer (2 heads per layer). The residual stream is
+split into orthogonal one-hot blocks: TOK (the current token), POS (the position), PREV (the previous token,
+written by the previous-token head) and OUT (read by W_U).
 
     L0H0  previous-token head: query position t attends to key t - 1 and copies its token into PREV.
     L0H1  distractor: zero weights (uniform attention, writes nothing).
     L1H0  elimination head: attends uniformly to the earlier y positions (odd positions) and writes
           -ELIMINATE * onehot(y) into OUT, so every used y is suppressed.
-    L1H1  recall head: attends to the y position whose PREV equals the current token (the y bound to an earlier
-          occurrence of the current x) and writes +RECALL * onehot(y). Without a match it spreads over the earlier
-          y's, adding RECALL / k to each, which the elimination head outweighs.
+    L1H1  recall head: attends to the y position whose PREV equals the current token (the y bound to an
+    earlier
+          occurrence of the current x) and writes +RECALL * onehot(y). Without a match it spreads over the
+          earlier y's, adding RECALL / k to each, which the elimination head outweighs.
 
-At the final answer without a repeat the used y's sit at (RECALL - ELIMINATE) / 4 and the unused y at 0: the model
-eliminates. With a repeat the bound y sits at RECALL - ELIMINATE / 4 above every other candidate: the model recalls.
-Token 0 (padding) is never predicted (b_U = -50). The first answer (no earlier y) is not Bayes-optimal: both layer-1
-heads can only look at position 0 there, so x1 is pushed down.
+At the final answer without a repeat the used y's sit at (RECALL - ELIMINATE) / 4 and the unused y at 0: the
+model eliminates. With a repeat the bound y sits at RECALL - ELIMINATE / 4 above every other candidate: the
+model recalls. Token 0 (padding) is never predicted (b_U = -50). The first answer (no earlier y) is not
+Bayes-optimal: both layer-1 heads can only look at position 0 there, so x1 is pushed down.
 """
 
 import torch

@@ -1,13 +1,18 @@
 """Experiments reproducing "Can a Tiny Transformer Learn to Remember?" (permutation memory, methods.md §1).
 
-Each function takes a trained model and the task, draws its own sequences from an explicit generator, and returns
-a small result (plain dicts of floats or dataclasses with `to_dict`). `run_reproduction` runs one cell per
-(preset, seed) through `mechmem.executor.run_cells` (in-process, or Ray tasks with `executor="ray"`): each cell
-trains the run unless its checkpoint is current (so a killed reproduction resumes) and measures every experiment
-on it; the cells' records make one JSON-able dict (the run record); `page.build_page` turns it into the page.
+Each function takes a trained model and the task, draws its own sequences from an explicit generator, and
+returns a small result (plain dicts of floats or dataclasses with `to_dict`). `run_reproduction` runs one cell
+per (preset, seed) through `mechmem.executor.run_cells` (in-process, or Ray tasks with `executor="ray"`): each
+cell trains the run unless its checkpoint is current (so a killed reproduction resumes) and measures every
+experiment on it; the cells' records make one JSON-able dict (the run record); `page.build_page` turns it into
+the page.
 
 The larger-V presets live in `mechmem.papers.permutation.task`: `v10-quick`, `v15-quick` (CPU) and
 `v10-paper`, `v15-paper` (GPU-sized), all trained on repeat data (repeat_ratio 0.3).
+
+Long because it holds the paper's experiments, one function each (Bayes floor, head roles, ablations, FFN
+rescue, probes), and the one loop that runs them per cell; each is short and they share the cell's model and
+draws.
 """
 
 from collections.abc import Callable
@@ -47,7 +52,10 @@ def _is_done(runs: Path, preset: str, seed: int) -> bool:
 
 
 def train_if_missing(preset: str, seed: int, runs: str | Path, device: str = "cpu") -> bool:
-    """Train `preset` with `seed` into its run directory unless a current checkpoint is there; True if trained."""
+    """Train `preset` with `seed` into its run directory unless a current checkpoint is there.
+
+    True if trained.
+    """
     from mechmem.training.run import train_preset
 
     if _is_done(Path(runs), preset, seed):
@@ -72,10 +80,11 @@ def bayes_table(
     """Per answer step on n test sequences (the task's own repeat ratio): accuracy, Bayes target, Bayes error.
 
     Columns: `acc` (argmax == target), `bayes_acc` (mean of 1 / #candidates: the accuracy of the Bayes-optimal
-    predictor), `p_target` (mean model probability of the target) and `bayes_p_target`, `mae` (mean over sequences
-    and the V+1 vocabulary entries of |p_model - p_bayes|, as in `answer_stats`), `max_err` (largest such entry),
-    `seq_err_q` (median, 90th and 99th percentile over sequences of each sequence's largest entry), `loss` and `bayes_loss` (cross-entropy of the target under the model and under the posterior). The last step
-    is also split into `elimination` (no repeat) and `memorisation` (repeat) rows.
+    predictor), `p_target` (mean model probability of the target) and `bayes_p_target`, `mae` (mean over
+    sequences and the V+1 vocabulary entries of |p_model - p_bayes|, as in `answer_stats`), `max_err` (largest
+    such entry), `seq_err_q` (median, 90th and 99th percentile over sequences of each sequence's largest
+    entry), `loss` and `bayes_loss` (cross-entropy of the target under the model and under the posterior). The
+    last step is also split into `elimination` (no repeat) and `memorisation` (repeat) rows.
     """
     seq, repeat = task.sequences(n, generator=generator, split="test")
     tokens, targets = seq[:, :-1], seq[:, 1::2]
@@ -133,9 +142,9 @@ def probe_stats(model: Any, task: PermutationTask, n: int, *, generator: torch.G
 def last_step_groups(task: PermutationTask, n: int, *, generator: torch.Generator) -> dict[str, Tensor]:
     """Test sequences, half with a repeated last x, with the last answer's target and key sets over positions.
 
-    Key sets (masks over the 2V-1 input positions, for the query at the last x): `match` = the earlier x equal to
-    the last x, `bound` = the y that followed it, `other_y` = every other earlier y, `other_x` = every other
-    earlier x, `self` = the query position. On repeat sequences they partition the positions.
+    Key sets (masks over the 2V-1 input positions, for the query at the last x): `match` = the earlier x equal
+    to the last x, `bound` = the y that followed it, `other_y` = every other earlier y, `other_x` = every
+    other earlier x, `self` = the query position. On repeat sequences they partition the positions.
     """
     seq, repeat = task.sequences(n, generator=generator, split="test", repeat_ratio=0.5)
     tokens = seq[:, :-1]
@@ -167,9 +176,12 @@ def attention_rows(
 def circuit_attention(
     model: Any, task: PermutationTask, n: int, *, generator: torch.Generator
 ) -> dict[str, Any]:
-    """Per layer and head: previous-token score (mean attention of each y onto the x just before it) and, at the
-    last x of repeat sequences, the attention on the matching x, on the y that followed it (induction route) and
-    on each other earlier y (mean per y)."""
+    """Per layer and head: previous-token score and attention at the last x of repeat sequences.
+
+    The previous-token score is the mean attention of each y onto the x just before it; at the last x of
+    repeat sequences, the attention on the matching x, on the y that followed it (induction route) and on each
+    other earlier y (mean per y).
+    """
     g = last_step_groups(task, n, generator=generator)
     tokens = g["tokens"][g["repeat"]]
     names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.cfg.n_layers)]
@@ -195,7 +207,10 @@ class RescueResult:
     """Logit lens before/after the last MLP and the neurons that write the correct answer, with ablations."""
 
     lens: dict[str, dict[str, float]]
-    """{"pre_ffn"|"post_ffn": {"recall_acc", "recall_p", "elimination_acc", "elimination_p"}} at the last answer."""
+    """{"pre_ffn"|"post_ffn": {...}} at the last answer.
+
+    Each holds "recall_acc", "recall_p", "elimination_acc" and "elimination_p".
+    """
     ranking: Any
     """NeuronRanking of the last MLP by direct effect on the correct logit over recall cases."""
     ranking_elimination: Any
@@ -284,12 +299,16 @@ def floor(vocab_size: int) -> float:
     return elimination_floor(vocab_size)
 
 
-# -- everything -----------------------------------------------------------------------------------------------
+# -- everything
+# -----------------------------------------------------------------------------------------------
 @torch.no_grad()
 def masked_losses(
     model: Any, task: PermutationTask, n: int, *, generator: torch.Generator
 ) -> dict[str, float]:
-    """Masked loss on n train-mapping and n test-mapping sequences, and the Bayes-optimal loss on the test ones."""
+    """Masked loss on n train-mapping and n test-mapping sequences.
+
+    With the Bayes-optimal loss on the test ones.
+    """
     from mechmem.tasks.base import masked_cross_entropy
 
     out = {}
@@ -332,13 +351,19 @@ class ReproConfig:
     executor: str = "local"
     """Where the cells run: local (this process, one at a time) or ray (`mechmem.executor`)."""
     address: str = ""
-    """Ray cluster to join (auto or host:port; `runs` must then be a shared folder); empty: a local instance."""
+    """Ray cluster to join (auto or host:port); empty: a local instance.
+
+    With a cluster, `runs` must be a shared folder.
+    """
     eval_seed: int = 1234
     """Seed of every evaluation generator, so all models see the same sequences."""
     role_samples: int = 1000
     """Sequences per counterfactual pair for the head roles (the circuit report's default too)."""
     role_seed: int = 0
-    """Seed of the head-role measurement (the circuit report's default too, so both print the same numbers)."""
+    """Seed of the head-role measurement.
+
+    The circuit report's default too, so both print the same numbers.
+    """
     variant: str = "full"
     """The variant this config was made from (recorded, so the page can say how to rebuild it)."""
 
@@ -383,13 +408,19 @@ def _measure(
 
 
 def seed_cell(preset: str, seed: int, cfg: ReproConfig, roles: bool, rescue: bool) -> dict[str, Any]:
-    """One cell of the reproduction: train (preset, seed) unless its checkpoint is current, then measure it."""
+    """One cell of the reproduction.
+
+    Train (preset, seed) unless its checkpoint is current, then measure it.
+    """
     train_if_missing(preset, seed, cfg.runs, cfg.device)
     return _measure(preset, seed, cfg, roles=roles, rescue=rescue)
 
 
 def run_reproduction(cfg: ReproConfig, *, log: Any = print) -> dict[str, Any]:
-    """Train what is missing and measure every experiment on every run (one executor cell per run); JSON-able."""
+    """Train what is missing and measure every experiment on every run; JSON-able.
+
+    One executor cell per run.
+    """
     groups = {
         "task1": [(cfg.task1_preset, s) for s in cfg.task1_seeds],
         "task2": [(cfg.task2_preset, s) for s in cfg.task2_seeds],

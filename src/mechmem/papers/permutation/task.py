@@ -1,7 +1,8 @@
 """Permutation memory ("Can a Tiny Transformer Learn to Remember?").
 
-Each sequence shows one secret permutation y = sigma(x) of the tokens 1..V as V interleaved (x, y) pairs in a random
-x order. The model must predict every y from its x and the pairs before it. With V = 3 and sigma = (1->3, 2->1, 3->2):
+Each sequence shows one secret permutation y = sigma(x) of the tokens 1..V as V interleaved (x, y) pairs in a
+random x order. The model must predict every y from its x and the pairs before it. With V = 3 and sigma =
+(1->3, 2->1, 3->2):
 
     seq      x1=2  y1=1  x2=3  y2=2  x3=1  y3=3
     inputs   2     1     3     2     1               (seq[:-1])
@@ -9,17 +10,22 @@ x order. The model must predict every y from its x and the pairs before it. With
     mask     1     0     1     0     1               (predict a y: even input positions)
 
 Token 0 is never used (padding), so the vocabulary has V + 1 entries. All V! permutations are split once into
-disjoint train (80%) and test (20%) mappings; the model can therefore not know a test mapping and the best it can do
-is reason from the prefix (the Bayesian posterior below). In the repeat variant, with probability `repeat_ratio`
-the last x is replaced by a copy of an earlier x (same mapping, so its y repeats): answering it needs recall.
+disjoint train (80%) and test (20%) mappings; the model can therefore not know a test mapping and the best it
+can do is reason from the prefix (the Bayesian posterior below). In the repeat variant, with probability
+`repeat_ratio` the last x is replaced by a copy of an earlier x (same mapping, so its y repeats): answering it
+needs recall.
 
-Bayesian posterior of an answer given its prefix (uniform prior over permutations): conditioned on the pairs seen so
-far, the unseen part of the mapping is a uniform random bijection between the unseen x's and the unused y's.
-Hence for the answer to x_k:
+Bayesian posterior of an answer given its prefix (uniform prior over permutations): conditioned on the pairs
+seen so far, the unseen part of the mapping is a uniform random bijection between the unseen x's and the
+unused y's. Hence for the answer to x_k:
     - if x_k appeared before as x_j (a repeat), the posterior is a point mass on y_j;
     - otherwise it is uniform over the y values not yet used, i.e. 1 / (V - #distinct y's seen) each.
 Without repeats step k therefore has V - k + 1 candidates and the masked loss of a Bayes-optimal model is
 (ln V + ln(V-1) + ... + ln 1) / V (0.957 for V = 5): the "elimination floor".
+
+Long because the task's docstring carries the worked sequence and the Bayes-optimal derivation the generator
+and the optimal loss implement; splitting the derivation from its code would separate the proof from what it
+proves.
 """
 
 import itertools
@@ -182,8 +188,8 @@ class PermutationTask(Task):
     def probe(self, n: int, *, generator: torch.Generator, split: str = "test") -> dict[str, Tensor]:
         """Probe sequences: keep V-1 pairs of a real sequence and set the last x to a copy of x1.
 
-        Returns `tokens` (the probe inputs), `original` (the unmodified inputs), `recall` (x1's y, already used)
-        and `elimination` (the one unused y), each answer read at the last input position.
+        Returns `tokens` (the probe inputs), `original` (the unmodified inputs), `recall` (x1's y, already
+        used) and `elimination` (the one unused y), each answer read at the last input position.
         """
         seq, _ = self.sequences(n, generator=generator, split=split, repeat_ratio=0.0)
         original = seq[:, :-1]
@@ -192,7 +198,10 @@ class PermutationTask(Task):
         return {"tokens": tokens, "original": original, "recall": seq[:, 1], "elimination": seq[:, -1]}
 
     def patching_pair(self, n: int, *, generator: torch.Generator) -> PatchingPair:
-        """Clean: a probe (last x repeats x1, answer = x1's y). Corrupted: the true last x (answer = unused y)."""
+        """Clean: a probe (last x repeats x1, answer = x1's y).
+
+        Corrupted: the true last x (answer = unused y).
+        """
         p = self.probe(n, generator=generator)
         pos = torch.full((n,), self.seq_len - 1, dtype=torch.long)
         return PatchingPair(p["tokens"], p["original"], pos, p["recall"], p["elimination"])
@@ -200,11 +209,12 @@ class PermutationTask(Task):
     def role_probes(self, n: int, *, generator: torch.Generator) -> list[RoleProbe]:
         """Counterfactual pairs that change only the information one role needs, answered at the last x.
 
-        Recall: the last x repeats x_j (answer y_j); its counterfactual repeats another earlier x_i (answer y_i);
-        the used y's are the same in both; a recall head attends to the matching x_j or the y_j after it.
-        Elimination: a sequence without repeat (answer: the unused y u); its counterfactual writes u in place of
-        one earlier y_j, so y_j becomes the unused one; the last x and the x positions are the same in both; an
-        elimination head attends to the earlier y's. Both counterfactuals are valid sequences of some permutation.
+        Recall: the last x repeats x_j (answer y_j); its counterfactual repeats another earlier x_i (answer
+        y_i); the used y's are the same in both; a recall head attends to the matching x_j or the y_j after
+        it. Elimination: a sequence without repeat (answer: the unused y u); its counterfactual writes u in
+        place of one earlier y_j, so y_j becomes the unused one; the last x and the x positions are the same
+        in both; an elimination head attends to the earlier y's. Both counterfactuals are valid sequences of
+        some permutation.
         """
         v = self.config.vocab_size
         seq, _ = self.sequences(n, generator=generator, split="test", repeat_ratio=0.0)
@@ -239,7 +249,10 @@ class PermutationTask(Task):
     def evaluate(
         self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 5000
     ) -> dict[str, float]:
-        """Losses on train and test mappings, per-step accuracy against the targets, Bayes error, probe answers."""
+        """Losses on train and test mappings, per-step accuracy, Bayes error, probe answers.
+
+        The per-step accuracy is against the targets.
+        """
         device = next(model.parameters()).device
         out: dict[str, float] = {}
         for split in ("train", "test"):
@@ -262,7 +275,8 @@ class PermutationTask(Task):
             parts.append(f"final-step acc {metrics['test_final_acc']:.3f}")
         if "train_loss" in metrics:
             parts.append(
-                f"train loss {metrics['train_loss']:.3f} (floor {elimination_floor(self.config.vocab_size):.3f})"
+                f"train loss {metrics['train_loss']:.3f} "
+                f"(floor {elimination_floor(self.config.vocab_size):.3f})"
             )
         if "probe_recall_p" in metrics:
             parts.append(f"probe p(recall) {metrics['probe_recall_p']:.3f}")
@@ -274,8 +288,9 @@ def answer_stats(
 ) -> dict[str, Tensor]:
     """Accuracy, mass on already-used answers and Bayes error at each answer step.
 
-    Used mass: probability the model puts on y values the posterior rules out (already used, and not a recalled
-    answer), averaged over sequences per step; `test_used_mass_max` is its maximum over steps. Bayes error: for each answer position, |p_model(t) - p_bayes(t)| over all d_vocab tokens t; `bayes_mae` is the
+    Used mass: probability the model puts on y values the posterior rules out (already used, and not a
+    recalled answer), averaged over sequences per step; `test_used_mass_max` is its maximum over steps. Bayes
+    error: for each answer position, |p_model(t) - p_bayes(t)| over all d_vocab tokens t; `bayes_mae` is the
     mean over sequences, steps and tokens, `bayes_max_err` the maximum.
     """
     probs = logits[:, 0::2].float().softmax(-1)
@@ -316,8 +331,9 @@ def _paper_steps(epochs: int, batch: int, epoch_size: int = 100_000) -> int:
     return epochs * epoch_size // batch
 
 
-# CPU presets: more, larger steps than the page's schedule, annealed so that Adam settles. With a constant 3e-3 the
-# Task 2 recall circuit stayed noisy on some seeds (seed 0: probe recall 0.87; with the cosine decay: 0.985).
+# CPU presets: more, larger steps than the page's schedule, annealed so that Adam settles. With a constant
+# 3e-3 the Task 2 recall circuit stayed noisy on some seeds (seed 0: probe recall 0.87; with the cosine decay:
+# 0.985).
 QUICK_TRAIN = TrainConfig(
     steps=20_000,
     batch_size=128,
@@ -372,7 +388,8 @@ def _scale_preset(v: int, d: int, heads: int, steps: int, lr: float, note: str) 
     )
 
 
-# Larger vocabularies (the page's V = 10 and V = 15 experiments; its sizes are unknown, see the reproduction doc).
+# Larger vocabularies (the page's V = 10 and V = 15 experiments; its sizes are unknown, see the reproduction
+# doc).
 PermutationTask.presets.update(
     {
         "v10-quick": _scale_preset(

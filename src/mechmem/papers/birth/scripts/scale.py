@@ -14,6 +14,9 @@ resumes. With --record, the birth run record is then given the ladder and its st
 the histories it holds (no suite run is retrained); `python analyses/reproduce.py birth --page-only` shows it:
 
     python -m mechmem.papers.birth.scripts.scale --no-run --record docs/reproductions/data/birth.json
+
+Long because it drives the whole ladder (rules, rungs, executor, seed check and re-judging a record) from one
+command line.
 """
 
 import functools

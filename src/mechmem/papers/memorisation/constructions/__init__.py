@@ -2,8 +2,9 @@
 
 `model` (the hookable two-embedding ReLU model, registered as "challenge_mlp"), `assignment` and `published`
 (their construction), `appendix_a` (the d_mlp = n_in + 1 lookup table), `keyvalue` (our challenge entry),
-`training` (the four modes), `evaluators` (fact count -> best accuracy per mode), `experiments` (Appendix A, the
-sweep, capacities through the shared `memorisation.capacity`) and `reproduce` (the runs, written as data files).
+`training` (the four modes), `evaluators` (fact count -> best accuracy per mode), `experiments` (Appendix A,
+the sweep, capacities through the shared `memorisation.capacity`) and `reproduce` (the runs, written as data
+files).
 """
 
 from mechmem.papers.memorisation.constructions.appendix_a import appendix_a

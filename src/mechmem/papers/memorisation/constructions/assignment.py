@@ -1,9 +1,9 @@
 """Neuron-to-label assignment for the published construction: a binary code with S neurons per label.
 
-Each label gets exactly S of the d_mlp neurons. Good codes keep every neuron's load (labels using it) within one
-of the mean and keep any two labels' neuron sets overlapping in at most one neuron. The latter is a packing
-problem: it is feasible only while n_out * S(S-1) <= d_mlp(d_mlp-1) (every neuron pair is used by at most one
-label); past that bound the code minimises the total excess overlap instead.
+Each label gets exactly S of the d_mlp neurons. Good codes keep every neuron's load (labels using it) within
+one of the mean and keep any two labels' neuron sets overlapping in at most one neuron. The latter is a
+packing problem: it is feasible only while n_out * S(S-1) <= d_mlp(d_mlp-1) (every neuron pair is used by at
+most one label); past that bound the code minimises the total excess overlap instead.
 
 Algorithm (ours; the authors used a different greedy + annealing script, and note the exact method should not
 matter): greedy label by label, choosing the least-loaded neurons that create no repeated neuron pair, then a

@@ -98,7 +98,10 @@ def published_stack(n: int, d: int, settings: list[tuple[int, float]], seed: int
 
 
 def _hand_evaluator(d: int, retries: int, seed: int, stack: Callable[[int, int], tuple]) -> Evaluator:
-    """Best accuracy over `retries` constructions `stack(n, seed + retry)` (stacked E1, E2, U), no training."""
+    """Best accuracy over `retries` constructions `stack(n, seed + retry)`, no training.
+
+    The constructions are stacked (E1, E2, U).
+    """
 
     def evaluate(n: int) -> float:
         inputs, labels = _facts(n, d)

@@ -1,4 +1,7 @@
-"""The constructions experiments (Appendix A, the S x top_fraction sweep, capacities per mode), each JSON-able."""
+"""The constructions experiments, each JSON-able.
+
+Appendix A, the S x top_fraction sweep, capacities per mode.
+"""
 
 from dataclasses import asdict, dataclass
 
@@ -92,7 +95,10 @@ def published_sweep(d: int, n_facts: int, grid: SweepGrid, seed: int = 0) -> Swe
 
 
 def construction_capacity(mode: str, d: int, grid: SweepGrid, *, precision: int = 8) -> CapacityResult:
-    """Capacity of one mode at size d under acc = 1 and acc >= 0.9 (doubling bracket from n = d, limit 4 d^2)."""
+    """Capacity of one mode at size d under acc = 1 and acc >= 0.9.
+
+    Found by a doubling bracket from n = d, limit 4 d^2.
+    """
     if mode not in EVALUATORS:
         raise MechmemError(f"unknown mode {mode!r} (known: {', '.join(EVALUATORS)})")
     return measure_capacity(

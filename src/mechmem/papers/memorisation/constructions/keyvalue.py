@@ -1,23 +1,23 @@
 """Our challenge entry: a random-key value table (Appendix A with dense keys instead of one-hot selectors).
 
-Appendix A stores a fact's label as the *magnitude* of one selector neuron, chosen by the first token, and reads
-it out with a parabola (an always-on neuron supplies -(c + 1)^2 / 2). That needs one selector per first token,
-d_mlp = n_in + 1. With fewer neurons (d_mlp = d = n_in / 2) we give every first token a, instead, a random
-*key* K(a): k of the d_mlp - 1 selector neurons. The first token switches its key neurons on at a common level C
-and every other selector off:
+Appendix A stores a fact's label as the *magnitude* of one selector neuron, chosen by the first token, and
+reads it out with a parabola (an always-on neuron supplies -(c + 1)^2 / 2). That needs one selector per first
+token, d_mlp = n_in + 1. With fewer neurons (d_mlp = d = n_in / 2) we give every first token a, instead, a
+random *key* K(a): k of the d_mlp - 1 selector neurons. The first token switches its key neurons on at a
+common level C and every other selector off:
 
     E1[a, i] = C if i in K(a) else -M,            E2[b, i] = x[b, i]  (the values, to be solved),
 
 so a fact (a, b) makes the summed selector activation  sum_{i in K(a)} (C + x[b, i]) = kC + <1_K(a), x[b]>.
 Demanding that this equal L(a, b) + 1 is, for each second token b separately, a linear system with one row
-1_K(a) per fact containing b and d_mlp - 1 unknowns x[b]; random binary keys make it full rank, so it is solved
-exactly (minimum-norm least squares, i.e. the ridge limit) whenever b occurs in at most d_mlp - 1 facts. Beyond
-that the least-squares fit over all of b's facts is kept if it still lands every one within its +-1/2 window;
-otherwise a random d_mlp - 1 of them are stored exactly and the rest are right only by chance (always using
-the least-squares compromise loses more facts: at d = 16, 480 facts, 64% instead of 92%). C and M are then set just large enough that key neurons stay on and the
-others stay off. The readout is Appendix A's: U[i, c] = c + 1 on selectors and
-U[bias, c] = -(c + 1)^2 / 2 - kC(c + 1), whose argmax is the integer nearest to the stored value minus one,
-so each fact tolerates an error of +-1/2.
+1_K(a) per fact containing b and d_mlp - 1 unknowns x[b]; random binary keys make it full rank, so it is
+solved exactly (minimum-norm least squares, i.e. the ridge limit) whenever b occurs in at most d_mlp - 1
+facts. Beyond that the least-squares fit over all of b's facts is kept if it still lands every one within its
++-1/2 window; otherwise a random d_mlp - 1 of them are stored exactly and the rest are right only by chance
+(always using the least-squares compromise loses more facts: at d = 16, 480 facts, 64% instead of 92%). C and
+M are then set just large enough that key neurons stay on and the others stay off. The readout is Appendix
+A's: U[i, c] = c + 1 on selectors and U[bias, c] = -(c + 1)^2 / 2 - kC(c + 1), whose argmax is the integer
+nearest to the stored value minus one, so each fact tolerates an error of +-1/2.
 
 Capacity: each of the 2d x (d - 1) value weights stores about one fact, so up to ~2d^2 facts, limited by the
 second token that occurs most often (acc = 1 needs every b in <= d - 1 facts). `transpose` swaps the roles of

@@ -1,7 +1,8 @@
 """The challenge model of Linsefors & Bushnaq (their Figure 4), as a hookable TransformerLens-style module.
 
-    h = ReLU(E1[t1] + E2[t2])        E1, E2: n_in x d_mlp   (the MLP's input matrix folded into two embeddings)
-    logits = h U (+ b)               U: d_mlp x n_out       (no biases unless `output_bias`, no norms)
+    h = ReLU(E1[t1] + E2[t2])        E1, E2: n_in x d_mlp   (the MLP's input matrix folded into two
+    embeddings) logits = h U (+ b)               U: d_mlp x n_out       (no biases unless `output_bias`, no
+    norms)
 
 Every weight carries a leading `model` axis so that many initialisations (or many constructions) run as one
 batched model; a single model simply has n_models = 1. Hook points: `hook_embed1`, `hook_embed2`
@@ -67,7 +68,8 @@ class ChallengeMLP(HookedRootModule):
         super().__init__()
         self.cfg = cfg
         m = cfg.n_models
-        # nn.Linear-style uniform init, as in the authors' code: the folded up-matrix sees a 2*n_in one-hot input.
+        # nn.Linear-style uniform init, as in the authors' code: the folded up-matrix sees a 2*n_in one-hot
+        # input.
         bound_in, bound_out = 1 / math.sqrt(2 * cfg.n_in), 1 / math.sqrt(cfg.d_mlp)
 
         def uniform(*shape: int, bound: float) -> nn.Parameter:

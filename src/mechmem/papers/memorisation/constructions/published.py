@@ -1,16 +1,16 @@
 """The published hand-coded construction (Linsefors & Bushnaq, "Our attempt"): facts stored as silent neurons.
 
-Idea: give every label a set of S "guard" neurons (`assignment.assign_neurons`). The embeddings are chosen so that
-every guard neuron of label y is silent (pre-activation <= 0) on every fact labelled y, while firing on as many
-other facts as possible. The unembedding subtracts 2 per firing guard neuron from its label's logit, so the true
-label's logit is exactly 0 and any label with a firing guard drops below it; a wrong label wins or ties only if
-*all* its guards happen to be silent too.
+Idea: give every label a set of S "guard" neurons (`assignment.assign_neurons`). The embeddings are chosen so
+that every guard neuron of label y is silent (pre-activation <= 0) on every fact labelled y, while firing on
+as many other facts as possible. The unembedding subtracts 2 per firing guard neuron from its label's logit,
+so the true label's logit is exactly 0 and any label with a firing guard drops below it; a wrong label wins or
+ties only if *all* its guards happen to be silent too.
 
 Embedding rule per neuron, over the facts whose label it guards: start every token's weight at +1 (the neuron
-fires at 2 on an unguarded pair); set the k = max(1, int(n_unique * top_fraction)) most frequent first-position
-tokens, and likewise second-position tokens, to -1 (any pair containing one is silenced, as -1 + 1 = 0); for
-guarded facts covered by neither list set both of their tokens to 0. Ties in the frequency ranking are broken by
-a random permutation from `generator`, as in the authors' code.
+fires at 2 on an unguarded pair); set the k = max(1, int(n_unique * top_fraction)) most frequent
+first-position tokens, and likewise second-position tokens, to -1 (any pair containing one is silenced, as -1
++ 1 = 0); for guarded facts covered by neither list set both of their tokens to 0. Ties in the frequency
+ranking are broken by a random permutation from `generator`, as in the authors' code.
 """
 
 from functools import lru_cache

@@ -1,12 +1,16 @@
-"""The constructions reproduction as data: Appendix A, the S x top_fraction sweep, capacities, weight histograms.
+"""The constructions reproduction as data.
+
+Appendix A, the S x top_fraction sweep, capacities, weight histograms.
 
 `run_constructions` writes `constructions_capacity_{tag}.json` (every capacity search as a `CapacityResult`,
-trained spot checks, the commands that contributed) and `constructions_misc_{tag}.json` (Appendix A, the sweep,
-the grid, histogram counts) into a data folder; the page is drawn from these files by `memorisation.page`.
+trained spot checks, the commands that contributed) and `constructions_misc_{tag}.json` (Appendix A, the
+sweep, the grid, histogram counts) into a data folder; the page is drawn from these files by
+`memorisation.page`.
 
-The capacity searches and spot checks are cells of `mechmem.executor.run_cells` (in-process or Ray tasks). While
-they run, finished cells are kept in `constructions_cells_{tag}.jsonl`, so a killed run resumes; the file is
-removed once the capacity file is written (a later run recomputes the modes it is asked for, as before).
+The capacity searches and spot checks are cells of `mechmem.executor.run_cells` (in-process or Ray tasks).
+While they run, finished cells are kept in `constructions_cells_{tag}.jsonl`, so a killed run resumes; the
+file is removed once the capacity file is written (a later run recomputes the modes it is asked for, as
+before).
 """
 
 import json
@@ -65,7 +69,10 @@ def _weights_row(E1, E2, U, inputs) -> dict[str, dict]:
 
 
 def histogram_rows(results: list[CapacityResult], d: int, grid: SweepGrid) -> dict[str, dict[str, dict]]:
-    """Histograms of weights and activations: hand-coded vs trained on the same facts vs trained at capacity."""
+    """Histograms of weights and activations.
+
+    Hand-coded vs trained on the same facts vs trained at capacity.
+    """
     rows = {}
     n_hand = capacity_of(results, "published_hand", d, "0.9") or d
     inputs, labels = generate_facts(n_hand, 2 * d, d)
@@ -132,6 +139,9 @@ def run_constructions(
     """Run Appendix A, the sweep, the capacity searches (`reuse`: keep earlier ones) and the histograms.
 
     `executor` and `address` choose where the capacity searches and spot checks run (`mechmem.executor`).
+
+    Long because it runs the constructions' experiments in the published order, each a short call, and records
+    each result as it ends.
     """
     check_executor(executor, address)
     grid, tag = (QUICK_GRID, "quick") if quick else (SweepGrid(), "full")

@@ -1,18 +1,19 @@
 """Full-batch training of stacked challenge models, in the challenge's four modes.
 
-Modes (Linsefors & Bushnaq, "Results"): `trained` (E1, E2, U all learned), `hybrid` (constructed E1, E2 frozen,
-U learned), `rand_emb` (random uniform E1, E2 frozen, U learned) and `hand_coded` (nothing learned). Training is
-their recipe: Adam lr 1e-2, full batch, cross-entropy, at most 5,000 epochs, stop at 100% accuracy or after 100
-epochs without improvement, and a model is judged on the best argmax accuracy it reached (measured on the
-logits of each step's forward pass, before the update). No biases, as in the challenge architecture (the
-authors' code also trains an output bias; see the report).
+Modes (Linsefors & Bushnaq, "Results"): `trained` (E1, E2, U all learned), `hybrid` (constructed E1, E2
+frozen, U learned), `rand_emb` (random uniform E1, E2 frozen, U learned) and `hand_coded` (nothing learned).
+Training is their recipe: Adam lr 1e-2, full batch, cross-entropy, at most 5,000 epochs, stop at 100% accuracy
+or after 100 epochs without improvement, and a model is judged on the best argmax accuracy it reached
+(measured on the logits of each step's forward pass, before the update). No biases, as in the challenge
+architecture (the authors' code also trains an output bias; see the report).
 
 Stacked models are trained as one: the loss is the sum of the per-model mean losses and Adam is elementwise,
 so each model follows exactly the trajectory it would follow alone. Once a model has stopped (perfect or out
 of patience) its best accuracy is frozen, even though its weights keep moving with the others.
 
-Not the project's one training loop (`mechmem.training.train`, a task's stream of batches for a fixed number of
-steps, one model): a different algorithm, many stacked models on one full batch with per-model early stopping.
+Not the project's one training loop (`mechmem.training.train`, a task's stream of batches for a fixed number
+of steps, one model): a different algorithm, many stacked models on one full batch with per-model early
+stopping.
 """
 
 from dataclasses import dataclass

@@ -11,6 +11,9 @@
 
 Defaults are the published variant sizes (n_in=32, d=16), schedule (lr 1e-2, 3e-3, 1e-3; 50,000 epochs per
 phase, patience 5,000) and search (the authors' bracket, precision 8); on CPU cap the schedule.
+
+Long because its argument parsing states each flag's valid range, and the capacity search it runs has several
+published options.
 """
 
 import argparse

@@ -18,6 +18,9 @@
 Records append to docs/reproductions/data/facts_{table,scaling}.jsonl (change with --data). `report` prints
 the records of the given schedule (mean +- sd over repeats) and the fits S = a d^2/ln d and S = b d^k, and
 writes facts_scaling_fits.json; the page is `python analyses/reproduce.py memorisation`.
+
+Long because it runs the three sweep modes (table, scaling, report) with their executor and device options
+from one command line.
 """
 
 import argparse

@@ -1,0 +1,198 @@
+"""The canonical weight layout of a mechmem transformer, and its conversion to TransformerLens 4's layout.
+
+A checkpoint stores weights under `HookedTransformer`'s parameter names and shapes, whichever TransformerLens
+wrote it: `embed.W_E [d_vocab d_model]`, `blocks.L.attn.W_Q [head_index d_model d_head]`, `blocks.L.mlp.W_in
+[d_model d_mlp]`, `unembed.W_U [d_model d_vocab_out]`, ... (grouped-query attention keeps TransformerLens's
+`_W_K`/`_W_V`/`_b_K`/`_b_V` names for the shared key/value heads). Buffers (`mask`, `IGNORE`, `rotary_sin`,
+`rotary_cos`) are not weights and are not stored; files written before this layout carry them and they are
+dropped on load.
+
+TransformerLens 4's `TransformerBridge` names the same tensors after `nn.Linear` modules
+(`blocks.L.attn.q.weight [(head_index d_head) d_model]`, `blocks.L.mlp.in.weight [d_mlp d_model]`,
+`unembed.weight [d_vocab_out d_model]`). `to_bridge` and `from_bridge` convert between the two; they are exact
+inverses (a reshape, a transpose or a permutation per tensor). One difference is more than a reshape: the
+bridge's native model rotates adjacent pairs of query/key dimensions (2i, 2i+1) where HookedTransformer
+rotates dimension i with i + rotary_dim / 2, so the rotary dimensions of W_Q, W_K, b_Q and b_K are permuted on
+the way. Attention scores are unchanged by it (queries and keys are permuted alike); the bridge's
+`hook_q`/`hook_k` show the permuted order.
+
+This module is plain tensor work and imports no TransformerLens.
+"""
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+
+BUFFER_SUFFIXES = (".mask", ".IGNORE", ".rotary_sin", ".rotary_cos")
+"""Suffixes of HookedTransformer buffers that older checkpoints stored beside the weights."""
+
+
+def canonical_weights(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """`state` without the HookedTransformer buffers (the weights a checkpoint holds)."""
+    return {k: v for k, v in state.items() if not k.endswith(BUFFER_SUFFIXES)}
+
+
+def canonical_shapes(cfg) -> dict[str, tuple[int, ...]]:
+    """Every weight of a transformer with config `cfg`, in HookedTransformer's parameter order, with its
+    shape.
+
+    `cfg` is a `TransformerConfig`. The order matters: initial weights are drawn in it, so the same seed gives
+    the same weights under either TransformerLens backend (a test checks it against `HookedTransformer`).
+    """
+    d_model, n_heads, d_head = cfg.d_model, cfg.n_heads, cfg.head_dim
+    n_kv = cfg.n_key_value_heads
+    norm = cfg.normalization_type
+    d_vocab_out = cfg.d_vocab_out if cfg.d_vocab_out is not None else cfg.d_vocab
+
+    def norm_weights(prefix: str) -> dict[str, tuple[int, ...]]:
+        if norm == "LN":
+            return {f"{prefix}.w": (d_model,), f"{prefix}.b": (d_model,)}
+        if norm == "RMS":
+            return {f"{prefix}.w": (d_model,)}
+        return {}
+
+    shapes: dict[str, tuple[int, ...]] = {"embed.W_E": (cfg.d_vocab, d_model)}
+    if cfg.positional_embedding_type != "rotary":
+        shapes["pos_embed.W_pos"] = (cfg.n_ctx, d_model)
+    for layer in range(cfg.n_layers):
+        block = f"blocks.{layer}"
+        shapes |= norm_weights(f"{block}.ln1")
+        if cfg.d_mlp is not None:
+            shapes |= norm_weights(f"{block}.ln2")
+        attn = f"{block}.attn"
+        shapes |= {
+            f"{attn}.W_Q": (n_heads, d_model, d_head),
+            f"{attn}.W_O": (n_heads, d_head, d_model),
+            f"{attn}.b_Q": (n_heads, d_head),
+            f"{attn}.b_O": (d_model,),
+        }
+        kv, kv_heads = ("_", n_kv) if n_kv is not None else ("", n_heads)
+        shapes |= {
+            f"{attn}.{kv}W_K": (kv_heads, d_model, d_head),
+            f"{attn}.{kv}W_V": (kv_heads, d_model, d_head),
+            f"{attn}.{kv}b_K": (kv_heads, d_head),
+            f"{attn}.{kv}b_V": (kv_heads, d_head),
+        }
+        if cfg.d_mlp is not None:
+            mlp, d_mlp = f"{block}.mlp", cfg.d_mlp
+            if cfg.gated_mlp:
+                shapes |= {
+                    f"{mlp}.W_in": (d_model, d_mlp),
+                    f"{mlp}.W_out": (d_mlp, d_model),
+                    f"{mlp}.W_gate": (d_model, d_mlp),
+                    f"{mlp}.b_in": (d_mlp,),
+                    f"{mlp}.b_out": (d_model,),
+                }
+            else:
+                shapes |= {
+                    f"{mlp}.W_in": (d_model, d_mlp),
+                    f"{mlp}.b_in": (d_mlp,),
+                    f"{mlp}.W_out": (d_mlp, d_model),
+                    f"{mlp}.b_out": (d_model,),
+                }
+    shapes |= norm_weights("ln_final")
+    shapes |= {"unembed.W_U": (d_model, d_vocab_out), "unembed.b_U": (d_vocab_out,)}
+    return shapes
+
+
+def rotary_permutation(rotary_dim: int, d_head: int) -> Tensor:
+    """Index p with bridge dimension j = HookedTransformer dimension p[j] (pairs (i, i + r/2) -> (2i, 2i +
+    1))."""
+    half = rotary_dim // 2
+    order = [d for i in range(half) for d in (i, i + half)] + list(range(rotary_dim, d_head))
+    return torch.tensor(order)
+
+
+def _heads_to_rows(t: Tensor) -> Tensor:
+    """[head_index d_model d_head] -> [(head_index d_head) d_model] (an nn.Linear weight)."""
+    return t.permute(0, 2, 1).reshape(-1, t.shape[1])
+
+
+def _rows_to_heads(t: Tensor, d_head: int) -> Tensor:
+    """[(head_index d_head) d_model] -> [head_index d_model d_head]."""
+    return t.reshape(-1, d_head, t.shape[1]).permute(0, 2, 1)
+
+
+def to_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
+    """Canonical weights -> the `TransformerBridge.state_dict()` layout of the same model (see module
+    docstring).
+
+    The bridge's gated MLP has no `in` bias: `b_in` of a gated MLP must be zero (the caller checks) and is
+    dropped.
+    """
+    d_head = cfg.head_dim
+    rotary = cfg.positional_embedding_type == "rotary"
+    perm = rotary_permutation(cfg.rotary_dim or d_head, d_head) if rotary else None
+    out: dict[str, Tensor] = {}
+    for name, t in canonical_weights(state).items():
+        prefix, leaf = name.rsplit(".", 1)
+        leaf = leaf.lstrip("_")
+        if leaf in ("W_Q", "W_K", "W_V"):
+            if perm is not None and leaf != "W_V":
+                t = t[..., perm]
+            out[f"{prefix}.{leaf[-1].lower()}.weight"] = _heads_to_rows(t)
+        elif leaf in ("b_Q", "b_K", "b_V"):
+            if perm is not None and leaf != "b_V":
+                t = t[..., perm]
+            out[f"{prefix}.{leaf[-1].lower()}.bias"] = t.reshape(-1)
+        elif leaf == "W_O":
+            out[f"{prefix}.o.weight"] = t.reshape(-1, t.shape[-1]).T
+        elif leaf == "b_O":
+            out[f"{prefix}.o.bias"] = t
+        elif leaf in ("W_in", "W_out", "W_gate"):
+            out[f"{prefix}.{leaf[2:]}.weight"] = t.T
+        elif leaf in ("b_in", "b_out"):
+            if not (leaf == "b_in" and cfg.gated_mlp):
+                out[f"{prefix}.{leaf[2:]}.bias"] = t
+        elif leaf in ("W_E", "W_pos"):
+            out[f"{prefix}.weight"] = t
+        elif leaf == "W_U":
+            out[f"{prefix}.weight"] = t.T
+        elif leaf == "b_U":
+            out[f"{prefix}.bias"] = t
+        elif leaf in ("w", "b"):
+            out[f"{prefix}.{'weight' if leaf == 'w' else 'bias'}"] = t
+        else:
+            raise KeyError(f"no bridge name for weight {name!r}")
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def from_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
+    """A `TransformerBridge.state_dict()` -> canonical weights, in canonical order (inverse of
+    `to_bridge`)."""
+    d_head = cfg.head_dim
+    rotary = cfg.positional_embedding_type == "rotary"
+    perm = rotary_permutation(cfg.rotary_dim or d_head, d_head) if rotary else None
+    inverse = torch.argsort(perm) if perm is not None else None
+    out: dict[str, Tensor] = {}
+    for name, shape in canonical_shapes(cfg).items():
+        prefix, leaf = name.rsplit(".", 1)
+        plain = leaf.lstrip("_")
+        if plain in ("W_Q", "W_K", "W_V"):
+            t = _rows_to_heads(state[f"{prefix}.{plain[-1].lower()}.weight"], d_head)
+            if inverse is not None and plain != "W_V":
+                t = t[..., inverse]
+        elif plain in ("b_Q", "b_K", "b_V"):
+            t = state[f"{prefix}.{plain[-1].lower()}.bias"].reshape(shape)
+            if inverse is not None and plain != "b_V":
+                t = t[..., inverse]
+        elif plain == "W_O":
+            t = state[f"{prefix}.o.weight"].T.reshape(shape)
+        elif plain == "b_O":
+            t = state[f"{prefix}.o.bias"]
+        elif plain in ("W_in", "W_out", "W_gate"):
+            t = state[f"{prefix}.{plain[2:]}.weight"].T
+        elif plain in ("b_in", "b_out"):
+            key = f"{prefix}.{plain[2:]}.bias"
+            t = state[key] if key in state else torch.zeros(shape)
+        elif plain in ("W_E", "W_pos"):
+            t = state[f"{prefix}.weight"]
+        elif plain == "W_U":
+            t = state[f"{prefix}.weight"].T
+        elif plain == "b_U":  # a bridge booted by TransformerLens itself has no unembedding bias
+            t = state.get(f"{prefix}.bias", torch.zeros(shape))
+        else:
+            t = state[f"{prefix}.{'weight' if plain == 'w' else 'bias'}"]
+        out[name] = t.contiguous()
+    return out
