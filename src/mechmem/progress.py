@@ -6,13 +6,18 @@ and one when it closes:
 
     train permutation: step 300/1500 (20%) loss 1.2345 elapsed 12s left ~48s
 
+`working(what)` is for a step that cannot count its progress (one library call of an analysis script): a line
+when it starts, one every few seconds while it runs, and its duration.
+
 `LogRelay` follows the log files of parallel jobs (the demo's) and prints, at regular intervals, the latest such
 line of each job that has moved on, prefixed by the job's name.
 """
 
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -148,4 +153,28 @@ class LogRelay:
                 print(f"[{name}] {line}", file=self.stream or sys.stdout, flush=True)
 
 
-__all__ = ["LINE_MARK", "LogRelay", "Progress", "format_seconds", "last_progress_line"]
+@contextmanager
+def working(what: str, *, every_s: float = 10.0, stream: Any = None) -> Iterator[None]:
+    """Say what a script is doing: one line now (`what ...`), one every `every_s` seconds while the block runs
+    (`what: elapsed 20s`), and the time it took when it took more than `every_s`. Written to stdout by
+    default, so stderr stays for the one `error:` line."""
+    stream = stream if stream is not None else sys.stdout
+    print(f"{what} ...", file=stream, flush=True)
+    t0, done = time.monotonic(), threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            print(f"{what}: elapsed {format_seconds(time.monotonic() - t0)}", file=stream, flush=True)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+    if time.monotonic() - t0 >= every_s:
+        print(f"{what}: done in {format_seconds(time.monotonic() - t0)}", file=stream, flush=True)
+
+
+__all__ = ["LINE_MARK", "LogRelay", "Progress", "format_seconds", "last_progress_line", "working"]

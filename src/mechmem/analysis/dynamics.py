@@ -79,15 +79,15 @@ def run_dir_of(checkpoint: str | Path) -> Path:
 def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Iterator[tuple[int, Checkpoint]]:
     """Yield (step, checkpoint) in order; one model object is reused, each step's weights loaded into it.
 
-    Every file is validated by `read_payload` (format, digest, no pickled code) and must hold the same model
-    config and task as the first, else a one-line `CheckpointError` names the fields that differ.
+    Every file is validated by `read_payload` (format, digest, no pickled code) and must be of the same run as
+    the first (model, task and training config), else a one-line `CheckpointError` names the differences.
     """
     first = load_checkpoint(files[0][1], device=resolve_device(device))
     identity = payload_identity(read_payload(files[0][1]))
     yield files[0][0], first
     for step, path in files[1:]:
         payload = read_payload(path)
-        diff = run_differences(payload, identity, parts=("model", "task"))
+        diff = run_differences(payload, identity)  # model, task and training: the identity --resume checks
         if diff:
             raise CheckpointError(f"{path}: not the same run as {files[0][1].name} ({', '.join(diff[:4])})")
         try:

@@ -19,6 +19,7 @@ from mechmem.analysis.interventions import Intervention, intervened_logits, mean
 from mechmem.analysis.logit_lens import answer_probability, decode_residual
 from mechmem.analysis.roles import RoleResult, RoleThresholds
 from mechmem.errors import MechmemError
+from mechmem.models.adapter import is_hooked_transformer
 from mechmem.report.document import Section, Table
 
 
@@ -47,6 +48,14 @@ class ReportContext:
 
 def _needs_task(ctx: ReportContext, what: str) -> str | None:
     return None if ctx.task is not None else f"no task: {what}"
+
+
+def _needs_hooks(ctx: ReportContext) -> str | None:
+    """Why an analysis that hooks a HookedTransformer's activations does not apply (None when it does)."""
+    if is_hooked_transformer(ctx.model):
+        return None
+    name = type(ctx.model).__name__
+    return f"{name} is not a HookedTransformer: it has none of the hook points this analysis uses"
 
 
 def _last_masked(batch: Any) -> tuple[Tensor, Tensor]:
@@ -143,7 +152,7 @@ def mlp_section(ctx: ReportContext) -> Section:
     report them read best side by side.
     """
     s = Section("mlp", "MLP: direct effect on the answer and key neurons")
-    s.skipped = heads.no_attention_reason(ctx.model) or _needs_task(ctx, "no answers to attribute")
+    s.skipped = _needs_hooks(ctx) or _needs_task(ctx, "no answers to attribute")
     if s.skipped is None and ctx.model.cfg.attn_only:
         s.skipped = "the model is attention-only"
     if s.skipped is None and getattr(ctx.model.cfg, "parallel_attn_mlp", False):
@@ -257,7 +266,9 @@ def probes_section(ctx: ReportContext) -> Section:
 def ablation_section(ctx: ReportContext) -> Section:
     """Mean ablation of every head and MLP layer: the change in the task's loss."""
     s = Section("ablation", "Ablation: mean-ablating each head and MLP")
-    s.skipped = heads.no_attention_reason(ctx.model) or _needs_task(ctx, "no loss to measure")
+    s.skipped = (
+        _needs_hooks(ctx) or heads.no_attention_reason(ctx.model) or _needs_task(ctx, "no loss to measure")
+    )
     if s.skipped:
         return s
     tokens, metric, desc = ablation.task_metric(ctx.task, "loss", ctx.n_samples, generator=ctx.generator(6))
@@ -297,7 +308,11 @@ def ablation_section(ctx: ReportContext) -> Section:
 def patching_section(ctx: ReportContext) -> Section:
     """Activation patching on the task's clean/corrupted pair: head outputs and the residual stream (denoising)."""
     s = Section("patching", "Activation patching: clean into corrupted")
-    s.skipped = heads.no_attention_reason(ctx.model) or _needs_task(ctx, "no clean/corrupted pair")
+    s.skipped = (
+        _needs_hooks(ctx)
+        or heads.no_attention_reason(ctx.model)
+        or _needs_task(ctx, "no clean/corrupted pair")
+    )
     if s.skipped:
         return s
     try:

@@ -172,14 +172,29 @@ class Task:
     def train_batch(self, n: int, *, generator: torch.Generator) -> Batch:
         raise NotImplementedError
 
+    @property
+    def d_vocab_out(self) -> int:
+        """Size of the output vocabulary the targets need (by default the input vocabulary)."""
+        return self.d_vocab
+
     def check_model(self, model: torch.nn.Module) -> None:
-        """Raise `MechmemError` when the model's vocabulary or context cannot take this task's inputs."""
+        """Raise `MechmemError` when the model's input or output vocabulary or context is too small."""
         cfg = getattr(model, "cfg", None)
         try:
-            need = {"vocabulary": self.d_vocab, "context": self.seq_len}
+            need = {
+                "vocabulary": self.d_vocab,
+                "output vocabulary": self.d_vocab_out,
+                "context": self.seq_len,
+            }
         except NotImplementedError:
             return
-        have = {"vocabulary": getattr(cfg, "d_vocab", None), "context": getattr(cfg, "n_ctx", None)}
+        d_vocab = getattr(cfg, "d_vocab", None)
+        d_vocab_out = getattr(cfg, "d_vocab_out", None)
+        have = {
+            "vocabulary": d_vocab,
+            "output vocabulary": d_vocab_out if isinstance(d_vocab_out, int) and d_vocab_out > 0 else d_vocab,
+            "context": getattr(cfg, "n_ctx", None),
+        }
         bad = [
             f"{k} {need[k]} > model's {have[k]}"
             for k in need
@@ -187,6 +202,21 @@ class Task:
         ]
         if bad:
             raise MechmemError(f"task {self.name!r} does not fit the model: {'; '.join(bad)}")
+
+    @classmethod
+    def check_config_fits(cls, config: Any, model: torch.nn.Module) -> None:
+        """`check_model` before the task is built, from its config alone (building may allocate tables sized
+        by the config, e.g. a vocabulary of 10**11). Raises `MechmemError` for a config that is invalid or
+        does not fit; sizes that only a built task knows are left to `check_model` after building."""
+        shell = cls.__new__(cls)
+        try:
+            Task.__init__(shell, config if config is not None else cls.config_cls())
+        except (TypeError, ValueError) as exc:
+            raise MechmemError(f"task {cls.name!r}: bad config ({exc})") from None
+        try:
+            shell.check_model(model)
+        except (AttributeError, KeyError):
+            return
 
     def eval_batch(self, n: int, *, generator: torch.Generator) -> Batch:
         return self.train_batch(n, generator=generator)

@@ -45,8 +45,9 @@ class RepeatsConfig(ConfigMixin):
 
     @classmethod
     def for_model(cls, model: Any, **overrides: Any) -> "RepeatsConfig":
-        """The config that fits `model`: its whole input vocabulary and half its context (at most d_vocab - 1, so
-        r holds distinct tokens and the patching pair has a token outside r to corrupt with)."""
+        """The config that fits `model`: its whole vocabulary (input and output: the smaller one) and half its
+        context (at most that vocabulary - 1, so r holds distinct tokens and the patching pair has a token
+        outside r to corrupt with). A model with n_ctx < 4 or a vocabulary < 3 is refused with one line."""
         cfg = getattr(model, "cfg", None)
         if cfg is None or not hasattr(cfg, "d_vocab") or not hasattr(cfg, "n_ctx"):
             raise MechmemError(f"{type(model).__name__} has no cfg.d_vocab / cfg.n_ctx to size the task from")
@@ -54,6 +55,11 @@ class RepeatsConfig(ConfigMixin):
         out = getattr(cfg, "d_vocab_out", None)
         vocab = min(int(cfg.d_vocab), int(out)) if isinstance(out, int) and out > 0 else int(cfg.d_vocab)
         half = min(int(cfg.n_ctx) // 2, vocab - 1)
+        if half < 2:
+            raise MechmemError(
+                "the repeats task needs a model with context n_ctx >= 4 and input and output vocabularies "
+                f"of at least 3 (this model: n_ctx {cfg.n_ctx}, d_vocab {cfg.d_vocab}, d_vocab_out {out})"
+            )
         return cls(**{"d_vocab": vocab, "half": half, **overrides})
 
 
