@@ -225,7 +225,16 @@ def test_byom_output_vocabulary_and_tiny_models_are_refused_or_fitted(tmp_path):
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     def model(**kw):
-        cfg = dict(n_layers=1, d_model=8, n_heads=1, d_head=8, d_vocab=12, n_ctx=8, act_fn="relu", d_mlp=16)
+        cfg = {
+            "n_layers": 1,
+            "d_model": 8,
+            "n_heads": 1,
+            "d_head": 8,
+            "d_vocab": 12,
+            "n_ctx": 8,
+            "act_fn": "relu",
+            "d_mlp": 16,
+        }
         return HookedTransformer(HookedTransformerConfig(**{**cfg, **kw}))
 
     # a smaller output vocabulary: the generic task is sized to it, so every target is a logit the model has
@@ -414,13 +423,12 @@ def test_a_lock_is_removed_when_the_writer_ends_and_only_one_writer_wins(tmp_pat
 
     with output_dir(tmp_path / "a" / "b") as out:
         assert (out / LOCK).read_text().strip() == str(os.getpid())
-        with pytest.raises(MechmemError, match=rf"being written by another process \(pid {os.getpid()}\)"):
-            with output_dir(out):
-                pass
+        busy = rf"being written by another process \(pid {os.getpid()}\)"
+        with pytest.raises(MechmemError, match=busy), output_dir(out):
+            pass
     assert list(out.iterdir()) == []
-    with pytest.raises(RuntimeError):
-        with output_dir(tmp_path / "c" / "d"):
-            raise RuntimeError
+    with pytest.raises(RuntimeError), output_dir(tmp_path / "c" / "d"):
+        raise RuntimeError
     assert not (tmp_path / "c").exists()  # a failed writer removes the folders it created
 
 

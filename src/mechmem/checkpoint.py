@@ -13,10 +13,11 @@ classes, only tensors, strings, numbers, lists and dicts. It carries everything 
     extra                         optional: trainer state for --resume (optimiser, RNG, step)
     digest                        SHA-256 over every other field; a mismatch means the file was altered
 
-Version 1 files (digest over configs and weights only) still load. `save_checkpoint` refuses a model that does not
-match its config (the rebuilt model must give the same logits) and a task that does not fit the model;
-`load_checkpoint` validates all of it and raises `CheckpointError` with a one-line reason. Writes go to a temporary
-file in the same folder and are renamed into place, so an interrupted save never clobbers an existing file.
+Version 1 files (digest over configs and weights only) still load. `save_checkpoint` refuses a model that does
+not match its config (the rebuilt model must give the same logits) and a task that does not fit the model;
+`load_checkpoint` validates all of it and raises `CheckpointError` with a one-line reason. Writes go to a
+temporary file in the same folder and are renamed into place, so an interrupted save never clobbers an
+existing file.
 """
 
 import hashlib
@@ -166,9 +167,9 @@ def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> Non
     """Raise `MechmemError` unless `model_config` rebuilds `model`: same weight names and shapes, same logits.
 
     A model built by mechmem from this very config is trusted. Any other model (a hand-built or converted
-    TransformerLens model) is rebuilt from the config, given the model's weights, and run on a probe input; the
-    logits must agree (atol 1e-4 relative to their scale). A TransformerLens model's cfg is also compared field by
-    field, so the message names the setting the config does not reproduce.
+    TransformerLens model) is rebuilt from the config, given the model's weights, and run on a probe input;
+    the logits must agree (atol 1e-4 relative to their scale). A TransformerLens model's cfg is also compared
+    field by field, so the message names the setting the config does not reproduce.
     """
     from mechmem.models.adapter import canonical_state_dict, config_differences, load_canonical_state_dict
     from mechmem.models.registry import build_model
@@ -221,10 +222,11 @@ def save_checkpoint(
     metrics: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a checkpoint atomically after checking the model against its config and the task against the model.
+    """Write a checkpoint atomically, after checking the model against its config and the task against it.
 
-    Configs may be config dataclasses or plain dicts. `task_config=None` means the task's default config, which
-    is stored explicitly and must fit the model like any other. Raises `MechmemError` (one line) on a mismatch.
+    Configs may be config dataclasses or plain dicts. `task_config=None` means the task's default config,
+    which is stored explicitly and must fit the model like any other. Raises `MechmemError` (one line) on a
+    mismatch.
     """
     from mechmem.io import strict_json
     from mechmem.models.adapter import canonical_state_dict
@@ -309,7 +311,8 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise CheckpointError(
-            f"{path}: not a mechmem checkpoint (it holds pickled Python objects, which a checkpoint never does; "
+            f"{path}: not a mechmem checkpoint "
+            "(it holds pickled Python objects, which a checkpoint never does; "
             "refused without running them)"
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
@@ -324,7 +327,8 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
     version = payload.get("format_version")
     if version not in READABLE_VERSIONS:
         raise CheckpointError(
-            f"{path}: checkpoint format version {version!r} is not supported (this mechmem reads {READABLE_VERSIONS})"
+            f"{path}: checkpoint format version {version!r} is not supported "
+            f"(this mechmem reads {READABLE_VERSIONS})"
         )
     missing = [k for k in REQUIRED if k not in payload]
     if missing:
@@ -367,8 +371,8 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
         model = build_model(model_config, generator=torch.Generator().manual_seed(0))
     except Exception as exc:  # noqa: BLE001 - a config that passes the digest but builds no model: bad file
         raise CheckpointError(f"{path}: bad model config ({one_line(exc)})") from None
-    # Weights are stored in the canonical layout (HookedTransformer's names), whichever TransformerLens wrote them;
-    # older files also carry HookedTransformer's buffers, which are not weights.
+    # Weights are stored in the canonical layout (HookedTransformer's names), whichever TransformerLens wrote
+    # them; older files also carry HookedTransformer's buffers, which are not weights.
     expected = canonical_state_dict(model)
     state = payload["state_dict"]
     if is_hooked_transformer(model):
@@ -381,7 +385,8 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     for name, tensor in state.items():
         if tuple(tensor.shape) != tuple(expected[name].shape):
             raise CheckpointError(
-                f"{path}: {name} has shape {tuple(tensor.shape)}, config expects {tuple(expected[name].shape)}"
+                f"{path}: {name} has shape {tuple(tensor.shape)}, "
+                f"config expects {tuple(expected[name].shape)}"
             )
     try:
         load_canonical_state_dict(model, state)
@@ -422,9 +427,10 @@ def save_hooked_transformer(
 ) -> Path:
     """Turn a TransformerLens model (weights + cfg) into a mechmem checkpoint at `path`.
 
-    The config is derived from `model.cfg` (`config_from_hooked_transformer`); the task defaults to the generic
-    "repeats" task sized to the model. After writing, the checkpoint is reloaded and must give the model's logits
-    on a probe input, else the file is removed and `MechmemError` raised. Returns the checkpoint's path.
+    The config is derived from `model.cfg` (`config_from_hooked_transformer`); the task defaults to the
+    generic "repeats" task sized to the model. After writing, the checkpoint is reloaded and must give the
+    model's logits on a probe input, else the file is removed and `MechmemError` raised. Returns the
+    checkpoint's path.
     """
     from mechmem.models.adapter import config_from_hooked_transformer
     from mechmem.tasks.generic import RepeatsConfig

@@ -6,17 +6,18 @@ and command-line errors from `ArgumentParser`) become one `error: ...` line on s
 errors of the machine (`OSError`: a full disk) exit 1 and an interrupt 130, also in one line; the output
 folder is left as it was. The contract, as helpers a script calls:
 
-    parser = ArgumentParser(description=...)      # usage errors: one line, exit 2 (not argparse's usage block)
-    add_analysis_args(parser)                      # CKPT, --out, --device, --seed, --n-samples, --task-module
-    ckpt, out = load_for_analysis(args)            # checks --out, loads task modules, the checkpoint, the
+    parser = ArgumentParser(description=...)      # usage errors: one line, exit 2 (not argparse's usage
+    block) add_analysis_args(parser)                      # CKPT, --out, --device, --seed, --n-samples,
+    --task-module ckpt, out = load_for_analysis(args)            # checks --out, loads task modules, the
+    checkpoint, the
                                                    # task against the model, --n-samples, finite weights
     parser.add_argument("--top-k", type=int_range(1))         # every number is range-checked by its type
     check_out_dir(path); claim_out(path)           # before any work: usable; then created and locked
     return skip(reason, out / "x.json")            # does not apply: `skipped: REASON`, exit 0
     write_outputs(out, {"x.json": obj, "x.png": fig})   # staged, then renamed together (mechmem.io)
 
-Strict JSON: every JSON file mechmem writes is valid JSON (RFC 8259); non-finite floats become `null`. The JSON
-writers live in `mechmem.io` (below checkpoints and training, which write JSON too) and `one_line` in
+Strict JSON: every JSON file mechmem writes is valid JSON (RFC 8259); non-finite floats become `null`. The
+JSON writers live in `mechmem.io` (below checkpoints and training, which write JSON too) and `one_line` in
 `mechmem.errors`; both are re-exported here for the scripts.
 """
 
@@ -44,7 +45,8 @@ class UsageError(MechmemError):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with one-line errors: a usage error raises `UsageError` (one line, exit 2 under `run_script`)."""
+    """argparse with one-line errors: a usage error raises `UsageError` (one line, exit 2 under
+    `run_script`)."""
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
@@ -193,8 +195,8 @@ def check_out_dir(path: str | os.PathLike, *, flag: str = "--out") -> Path:
 def estimate_mb_per_sequence(model: Any) -> float:
     """Rough activation memory (MB, float32) of one sequence through `model` with a full cache.
 
-    Counts per position: every layer's attention pattern and scores (2 n_heads n_ctx), residual, attention and MLP
-    activations (6 d_model + 2 d_mlp), and the logits with their softmax (2 d_vocab_out).
+    Counts per position: every layer's attention pattern and scores (2 n_heads n_ctx), residual, attention and
+    MLP activations (6 d_model + 2 d_mlp), and the logits with their softmax (2 d_vocab_out).
     """
     cfg = getattr(model, "cfg", None)
     get = lambda name, default: int(getattr(cfg, name, None) or default)
@@ -207,7 +209,8 @@ def estimate_mb_per_sequence(model: Any) -> float:
 def check_n_samples(
     n: int, model: Any, *, minimum: int = 1, budget_mb: float = MEMORY_BUDGET_MB, flag: str = "--n-samples"
 ) -> int:
-    """Refuse `n` below `minimum` or above what `budget_mb` allows for `model` (the bound is in the message)."""
+    """Refuse `n` below `minimum` or above what `budget_mb` allows for `model` (the bound is in the
+    message)."""
     if n < minimum:
         raise MechmemError(f"{flag} must be at least {minimum}, got {n}")
     per_seq = estimate_mb_per_sequence(model)
@@ -222,7 +225,8 @@ def check_n_samples(
 
 # -- loading -------------------------------------------------------------------------------------------------
 def add_analysis_args(parser: argparse.ArgumentParser, *, n_samples: int = 512) -> argparse.ArgumentParser:
-    """The arguments every analysis script shares: CKPT, --out, --device, --seed, --n-samples, --task-module."""
+    """The arguments every analysis script shares: CKPT, --out, --device, --seed, --n-samples,
+    --task-module."""
     parser.add_argument(
         "ckpt",
         metavar="CKPT",
@@ -321,10 +325,11 @@ def load_source(args: argparse.Namespace, *, device: Any, load: Callable[..., An
 
 
 def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tuple[Any, Path]:
-    """Check the flags, load task modules and the checkpoint named by `args.ckpt`; return it and the output dir.
+    """Check the flags, load task modules and the checkpoint named by `args.ckpt`; return it and the out dir.
 
-    In this order, before any work: --n-samples >= `min_samples`, --out is usable, user task modules import, the
-    checkpoint loads and its task fits its model, --n-samples fits the memory budget. Only then is --out created.
+    In this order, before any work: --n-samples >= `min_samples`, --out is usable, user task modules import,
+    the checkpoint loads and its task fits its model, --n-samples fits the memory budget. Only then is --out
+    created.
     """
     from mechmem.checkpoint import load_checkpoint
     from mechmem.tasks import load_task_module

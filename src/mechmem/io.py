@@ -153,7 +153,7 @@ class OutputSet:
         self.out = Path(out)
         self.staged: list[tuple[Path, Path]] = []
 
-    def __enter__(self) -> "OutputSet":
+    def __enter__(self) -> "OutputSet":  # noqa: PYI034 - typing.Self needs Python 3.11; 3.10 is supported
         return self
 
     def add(self, name: str, data: bytes | str | None = None, *, writer: Any = None) -> Path:

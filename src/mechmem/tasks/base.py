@@ -8,8 +8,9 @@ A task turns a config into batches and knows how to score a model on itself:
     train_metrics(model, batch, logits) -> dict   metrics on a training batch, computed before the step
     evaluate(model, generator=g) -> dict          the task's default evaluation
     patching_pair(n, generator=g) -> PatchingPair clean/corrupted inputs with answers, for activation patching
-    role_probes(n, generator=g) -> [RoleProbe]    optional: one counterfactual pair per task role (e.g. recall)
-    probes(model) -> {name: value}                optional: the task's own weight probes (e.g. memory recalls)
+    role_probes(n, generator=g) -> [RoleProbe]    optional: one counterfactual pair per task role (e.g.
+    recall) probes(model) -> {name: value}                optional: the task's own weight probes (e.g. memory
+    recalls)
 
 Every method that draws random numbers takes an explicit `torch.Generator`; nothing seeds globally.
 """
@@ -101,9 +102,9 @@ class RoleProbe:
     """What a head doing one task role is tested on: a counterfactual pair that changes only the information
     that role needs, and the keys such a head attends to from the answer position.
 
-    Example (permutation task, role "recall"): `pair.clean` repeats x_j as its last x (answer y_j = `correct`),
-    `pair.corrupted` repeats another earlier x_i instead (answer y_i = `incorrect`); `keys` marks, per sequence of
-    `pair.clean`, the matching x_j and the y_j that followed it.
+    Example (permutation task, role "recall"): `pair.clean` repeats x_j as its last x (answer y_j =
+    `correct`), `pair.corrupted` repeats another earlier x_i instead (answer y_i = `incorrect`); `keys` marks,
+    per sequence of `pair.clean`, the matching x_j and the y_j that followed it.
     """
 
     role: str
@@ -225,16 +226,19 @@ class Task:
         raise NotImplementedError(f"task {self.name!r} defines no clean/corrupted pairs")
 
     def role_probes(self, n: int, *, generator: torch.Generator) -> list[RoleProbe]:
-        """One `RoleProbe` per task-specific head role (none by default: only attention-pattern roles apply)."""
+        """One `RoleProbe` per task-specific head role (none by default: only attention-pattern roles
+        apply)."""
         return []
 
     def probes(self, model: torch.nn.Module) -> dict[str, float]:
-        """Named memory-probe values of `model` that this task defines (none by default); see the birth task."""
+        """Named memory-probe values of `model` that this task defines (none by default); see the birth
+        task."""
         return {}
 
     # -- scoring ----------------------------------------------------------------------------------------
     def optimal_loss(self, batch: Batch) -> float | None:
-        """The loss of the optimal predictor on `batch` (e.g. an exact Bayes posterior), if the task knows it."""
+        """The loss of the optimal predictor on `batch` (e.g. an exact Bayes posterior), if the task knows
+        it."""
         return None
 
     def loss(self, logits: Float[Tensor, "batch pos d_vocab"], batch: Batch) -> Float[Tensor, ""]:

@@ -6,7 +6,8 @@ previous-token heads. With `half=4` and `d_vocab=10`, one sequence (r = 7 2 9 4)
     position   0  1  2  3  4  5  6  7
     tokens     7  2  9  4  7  2  9  4
     targets    2  9  4  7  2  9  4  0      (next token; the last one has none and is padding)
-    loss_mask  0  0  0  0  1  1  1  0      (only the repeated half is predictable: from position half to 2*half-2)
+    loss_mask  0  0  0  0  1  1  1  0      (only the repeated half is predictable: from position half to
+    2*half-2)
 
 A model that has learnt induction predicts every masked target (accuracy 1); a unigram model gets 1 / d_vocab.
 The patching pair corrupts the first copy of the answer: clean `7 2 9 4 7 2 9 4`, corrupted `7 2 9 5 7 2 9 4`,
@@ -86,7 +87,8 @@ class RepeatsTask(Task):
         return torch.randint(cfg.d_vocab, (n, length), generator=generator)
 
     def train_batch(self, n: int, *, generator: torch.Generator) -> Batch:
-        """n sequences [r, r] with next-token targets, masked to the predictable half (see the module docstring)."""
+        """n sequences [r, r] with next-token targets, masked to the predictable half (see the module
+        docstring)."""
         h = self.config.half
         first = self._draw(n, h, generator)
         tokens = torch.cat([first, first], dim=1)
@@ -96,7 +98,8 @@ class RepeatsTask(Task):
         return Batch(tokens, targets, mask)
 
     def patching_pair(self, n: int, *, generator: torch.Generator) -> PatchingPair:
-        """Clean [r, r]; corrupted: the first copy of the answer r[-1] replaced by a token not in r (if any)."""
+        """Clean [r, r]; corrupted: the first copy of the answer r[-1] replaced by a token not in r (if
+        any)."""
         h, vocab = self.config.half, self.config.d_vocab
         drawn = self._draw(n, h + 1, generator)
         clean = torch.cat([drawn[:, :h], drawn[:, :h]], dim=1)

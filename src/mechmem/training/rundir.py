@@ -6,9 +6,11 @@ config (seed, steps, schedule, ...). A run directory holds one run:
     ckpt.pt, resume.pt, checkpoints/step_*.pt, metrics.jsonl    the run's files
     .lock                                                       held (fcntl) by the process writing the run
 
-- A fresh run refuses a directory that already holds a run's files, unless `overwrite`, which first deletes them
+- A fresh run refuses a directory that already holds a run's files, unless `overwrite`, which first deletes
+  them
   (other files, such as a launcher's log, stay).
-- `--resume` continues only an identical run: every checkpoint with trainer state in the directory must carry the
+- `--resume` continues only an identical run: every checkpoint with trainer state in the directory must carry
+  the
   same configuration, else the error names the fields that differ (`train.seed 5 != 9`).
 - A second process that tries to write the same directory while the first holds the lock stops with the first
   one's pid. The lock is released when the process ends, however it ends (kill -9 included).
@@ -147,7 +149,8 @@ def find_resume_point(out: Path, identity: dict[str, Any]) -> tuple[Path, dict[s
         diff = run_differences(payload, identity)
         if diff:
             raise MechmemError(
-                f"--resume: {path} is a different run ({', '.join(diff[:6])}{', ...' if len(diff) > 6 else ''}); "
+                f"--resume: {path} is a different run "
+                f"({', '.join(diff[:6])}{', ...' if len(diff) > 6 else ''}); "
                 "use the same settings, another --out, or --overwrite"
             )
         if best is None or payload["extra"]["trainer"]["step"] > best[1]["extra"]["trainer"]["step"]:
