@@ -9,6 +9,8 @@ draw of the task's evaluation data. Prints a layer x head table of deltas per me
 DIR/ablate_heads.json ("results": one record per ablation) and DIR/ablate_heads.png.
 """
 
+import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
+
 import torch
 
 from mechmem.analysis.ablation import METHODS, ablate_heads, plot_ablation, task_metric
@@ -19,10 +21,10 @@ from mechmem.cli import (
     load_for_analysis,
     print_table,
     run_script,
-    save_figure,
-    write_json,
+    skip,
+    write_outputs,
 )
-from mechmem.errors import MechmemError
+from mechmem.progress import working
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,41 +34,43 @@ def main(argv: list[str] | None = None) -> int:
         "--metric",
         default="loss",
         choices=["loss", "accuracy", "logit_diff"],
-        help="task loss or masked accuracy on eval data, or logit difference on the patching pair",
+        help="task loss or masked accuracy on eval data, or logit difference on the patching pair "
+        "(default: loss)",
     )
     parser.add_argument(
-        "--methods", nargs="+", default=list(METHODS), choices=METHODS, help="ablation methods"
+        "--methods", nargs="+", default=list(METHODS), choices=METHODS, help="ablation methods (default: all)"
     )
     args = parser.parse_args(argv)
     ckpt, out = load_for_analysis(args)
     reason = no_attention_reason(ckpt.model)
     if reason:
-        print(f"skipped: {reason}")
-        write_json(out / "ablate_heads.json", {"skipped": reason, "results": []})
-        return 0
+        return skip(reason, out / "ablate_heads.json", {"results": []})
     gen = torch.Generator().manual_seed(args.seed)
     try:
         tokens, metric, description = task_metric(ckpt.task, args.metric, args.n_samples, generator=gen)
         reference, _, _ = task_metric(ckpt.task, args.metric, args.n_samples, generator=gen)
     except NotImplementedError as exc:
-        raise MechmemError(f"--metric {args.metric}: {exc}") from None
-    result = ablate_heads(
-        ckpt.model,
-        tokens,
-        metric,
-        methods=tuple(args.methods),
-        reference=reference,
-        generator=gen,
-        metric_name=f"{args.metric}: {description}",
-    )
+        return skip(
+            f"--metric {args.metric} does not apply: {exc}", out / "ablate_heads.json", {"results": []}
+        )
+    cfg = ckpt.model.cfg
+    with working(f"ablating {cfg.n_layers * cfg.n_heads} heads x {len(args.methods)} methods"):
+        result = ablate_heads(
+            ckpt.model,
+            tokens,
+            metric,
+            methods=tuple(args.methods),
+            reference=reference,
+            generator=gen,
+            metric_name=f"{args.metric}: {description}",
+        )
     result.info.update({"task": ckpt.task_name, "n_samples": args.n_samples, "seed": args.seed})
 
     print(f"{args.metric} baseline {result.baseline:.4f}; delta after ablation (layer x head):")
     for i, method in enumerate(result.methods):
         print(f"\n{method} ablation")
         print_table(*result.delta_table(i))
-    write_json(out / "ablate_heads.json", result.to_dict())
-    save_figure(plot_ablation(result), out / "ablate_heads.png")
+    write_outputs(out, {"ablate_heads.json": result.to_dict(), "ablate_heads.png": plot_ablation(result)})
     print(f"\nwrote {out / 'ablate_heads.json'} and {out / 'ablate_heads.png'}")
     return 0
 

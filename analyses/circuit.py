@@ -14,6 +14,7 @@ from mechmem import cli
 from mechmem.analysis.circuits import ABLATIONS
 from mechmem.analysis.circuits_discovery import attribution_agreement, circuit_prompts, discover_circuit
 from mechmem.analysis.roles import head_roles
+from mechmem.models.adapter import is_hooked_transformer
 from mechmem.report.circuit_graph import N_PROMPTS, edge_table, plot_circuit, summary_lines
 
 
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--role-samples", type=cli.positive_int, default=256, help="sequences for head roles")
     args = parser.parse_args(argv)
     ckpt, out = cli.load_for_analysis(args)
+    if not is_hooked_transformer(ckpt.model):
+        reason = f"{type(ckpt.model).__name__} is not a HookedTransformer, which circuit discovery needs"
+        return cli.skip(reason, out / "circuit.json", {"task": ckpt.task_name})
     pair, source = circuit_prompts(ckpt.model, ckpt.task, args.n_samples, args.seed)
     circuit = discover_circuit(
         ckpt.model,

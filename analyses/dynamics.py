@@ -13,11 +13,14 @@ and --match KEY=CURVE pairs). Writes OUT/dynamics.json (steps, curves, definitio
 one OUT/dynamics_QUANTITY.png per quantity.
 """
 
+import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
+
 from pathlib import Path
 
 from mechmem import cli
 from mechmem.analysis import dynamics
 from mechmem.analysis.transitions import event_order, format_order, parse_levels, parse_pairs
+from mechmem.progress import working
 from mechmem.tasks import load_task_module
 
 
@@ -25,7 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding checkpoints/step_N.pt")
     parser.add_argument("--out", default=None, help="output directory (default: RUN_DIR)")
-    parser.add_argument("--quantities", default="loss,heads,probes", help="comma-separated names, or all")
+    parser.add_argument(
+        "--quantities",
+        default="loss,heads,probes",
+        help="comma-separated names, or all (default: loss,heads,probes)",
+    )
     parser.add_argument(
         "--level", action="append", default=[], help="CURVE_GLOB=VALUE: the level an event needs"
     )
@@ -33,24 +40,32 @@ def main(argv: list[str] | None = None) -> int:
         "--match", action="append", default=[], help="KEY=CURVE: compare metrics.jsonl KEY's event"
     )
     parser.add_argument(
-        "--n-samples", type=cli.positive_int, default=128, help="evaluation sequences (default 128)"
+        "--n-samples",
+        type=cli.positive_int,
+        default=128,
+        help="evaluation sequences, at least 2 (default 128; bounded by a memory estimate)",
     )
     parser.add_argument(
-        "--seed", type=cli.seed_int, default=0, help="seed of the evaluation draw (default 0)"
+        "--seed", type=cli.seed_int, default=0, help="seed of the evaluation draw, in [0, 2**63) (default 0)"
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     parser.add_argument(
         "--task-module", action="append", default=[], help="a Python file registering your tasks"
     )
+    cli.add_nonfinite_flag(parser)
     args = parser.parse_args(argv)
     quantities, levels = dynamics.parse_quantities(args.quantities), parse_levels(args.level)
     matches = parse_pairs(args.match, "--match")
     out = cli.check_out_dir(args.out or args.run_dir)
     for module in args.task_module:
         load_task_module(module)
-    result = dynamics.run_dynamics(
-        args.run_dir, quantities, n=args.n_samples, seed=args.seed, device=args.device
-    )
+    files = dynamics.step_files(args.run_dir)
+    for step, ckpt in dynamics.iter_models(files):  # one run (as --resume checks), finite weights
+        cli.check_finite_weights(ckpt.model, allow=args.allow_nonfinite, what=f"step {step}")
+    with working(f"measuring {', '.join(quantities)} on {len(files)} step checkpoints"):
+        result = dynamics.run_dynamics(
+            args.run_dir, quantities, n=args.n_samples, seed=args.seed, device=args.device
+        )
     dynamics.set_levels(result, levels)
 
     events = event_order(result.events)
@@ -74,10 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             ],
             ["metrics.jsonl", "curve", "step (metrics)", "step (checkpoints)", "within"],
         )
-    cli.write_json(out / "dynamics.json", result.to_dict())
-    for q in result.groups:
-        if result.groups[q]:
-            cli.save_figure(dynamics.plot_dynamics(result, q), out / f"dynamics_{q}.png")
+    figures = {f"dynamics_{q}.png": dynamics.plot_dynamics(result, q) for q, g in result.groups.items() if g}
+    cli.write_outputs(cli.claim_out(out), {"dynamics.json": result.to_dict(), **figures})
     print(f"wrote {out / 'dynamics.json'} and dynamics_<quantity>.png")
     return 0
 

@@ -10,24 +10,19 @@ answer position). Writes DIR/logit_lens.json ("stages":
 per-stage target probability and rank) and DIR/logit_lens.png.
 """
 
+import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
+
 import torch
 
+from mechmem import cli
 from mechmem.analysis.logit_lens import logit_lens, plot_logit_lens, unsupported_reason
-from mechmem.cli import (
-    ArgumentParser,
-    add_analysis_args,
-    load_for_analysis,
-    print_table,
-    run_script,
-    save_figure,
-    write_json,
-)
 from mechmem.errors import MechmemError
+from mechmem.progress import working
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(description=__doc__.split("\n")[0])
-    add_analysis_args(parser, n_samples=256)
+    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
+    cli.add_analysis_args(parser, n_samples=256)
     parser.add_argument(
         "--data",
         default="eval",
@@ -36,31 +31,37 @@ def main(argv: list[str] | None = None) -> int:
         "patching pair, scoring the correct answer at the answer position",
     )
     parser.add_argument(
-        "--top-k", type=int, default=5, help="top tokens kept per stage and position (default 5)"
+        "--top-k",
+        type=cli.int_range(1),
+        default=5,
+        help="top tokens kept per stage and position, from 1 to the model's output vocabulary (default 5)",
     )
     args = parser.parse_args(argv)
-    ckpt, out = load_for_analysis(args)
+    ckpt, out = cli.load_for_analysis(args)
     reason = unsupported_reason(ckpt.model)
     if reason:
-        print(f"skipped: {reason}")
-        write_json(out / "logit_lens.json", {"skipped": reason, "stages": {}})
-        return 0
+        return cli.skip(reason, out / "logit_lens.json", {"stages": {}})
+    if args.top_k > ckpt.model.cfg.d_vocab_out:
+        raise MechmemError(
+            f"--top-k {args.top_k} is more than the model's {ckpt.model.cfg.d_vocab_out} tokens"
+        )
     gen = torch.Generator().manual_seed(args.seed)
     if args.data == "pair":
         try:
             pair = ckpt.task.patching_pair(args.n_samples, generator=gen)
         except NotImplementedError as exc:
-            raise MechmemError(f"--data pair: {exc}") from None
+            return cli.skip(f"--data pair does not apply: {exc}", out / "logit_lens.json", {"stages": {}})
         tokens, targets = pair.clean, pair.correct[:, None].expand_as(pair.clean)
         mask = torch.zeros(tokens.shape).scatter_(1, pair.answer_pos[:, None], 1.0)
     else:
         batch = ckpt.task.eval_batch(args.n_samples, generator=gen)
         tokens, targets, mask = batch.tokens, batch.targets, batch.loss_mask
-    result = logit_lens(ckpt.model, tokens, targets, mask, k=max(1, args.top_k))
+    with working(f"logit lens over {ckpt.model.cfg.n_layers} layers on {len(tokens)} sequences"):
+        result = logit_lens(ckpt.model, tokens, targets, mask, k=args.top_k)
 
     summary = result.summary()
     rows = [(s, v["target_prob"], v["target_rank"], v["top1_acc"]) for s, v in summary.items()]
-    print_table(rows, ["stage", "target p", "mean rank", "top-1 acc"])
+    cli.print_table(rows, ["stage", "target p", "mean rank", "top-1 acc"])
     payload = {
         **result.to_dict(),
         "task": ckpt.task_name,
@@ -70,11 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         "example_tokens": tokens[0].tolist(),
         "example_targets": targets[0].tolist(),
     }
-    write_json(out / "logit_lens.json", payload)
-    save_figure(plot_logit_lens(result), out / "logit_lens.png")
+    cli.write_outputs(out, {"logit_lens.json": payload, "logit_lens.png": plot_logit_lens(result)})
     print(f"wrote {out / 'logit_lens.json'} and {out / 'logit_lens.png'}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_script(main))
+    raise SystemExit(cli.run_script(main))

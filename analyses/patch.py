@@ -25,7 +25,6 @@ from mechmem.analysis.patching_tables import (
     patching_record,
     run_method,
 )
-from mechmem.errors import MechmemError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,18 +42,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--method", choices=METHODS, default="exact", help="exact patching or attribution (AtP*)"
     )
-    parser.add_argument("--memory-mb", type=float, default=256.0, help="memory budget of one batched pass")
+    parser.add_argument(
+        "--memory-mb",
+        type=cli.memory_mb,
+        default=256.0,
+        help="memory budget of one batched pass in MB, a finite number >= 1 (default 256)",
+    )
     args = parser.parse_args(argv)
     ckpt, out = cli.load_for_analysis(args)
     reason = no_attention_reason(ckpt.model)
     if reason:
-        print(f"skipped: {reason}")
-        cli.write_json(out / "patching.json", {"skipped": reason, "task": ckpt.task_name, "sweeps": {}})
-        return 0
+        return cli.skip(reason, out / "patching.json", {"task": ckpt.task_name, "sweeps": {}})
     try:
         pair = ckpt.task.patching_pair(args.n_samples, generator=torch.Generator().manual_seed(args.seed))
     except NotImplementedError as exc:
-        raise MechmemError(str(exc)) from None
+        return cli.skip(str(exc), out / "patching.json", {"task": ckpt.task_name, "sweeps": {}})
     results = run_method(
         ckpt.model, pair, args.sweeps, method=args.method, direction=args.direction, memory_mb=args.memory_mb
     )

@@ -10,6 +10,8 @@ sets a task names in `probe_tokens()` (the birth task: outputs, triggers, non-tr
 DIR/memory_probes.json ("probes": name, matrix, recall, chance) and DIR/memory_probes.png.
 """
 
+import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
+
 import torch
 
 from mechmem.analysis.heads import no_attention_reason
@@ -20,9 +22,10 @@ from mechmem.cli import (
     load_for_analysis,
     print_table,
     run_script,
-    save_figure,
-    write_json,
+    skip,
+    write_outputs,
 )
+from mechmem.progress import working
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,9 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     ckpt, out = load_for_analysis(args)
     reason = no_attention_reason(ckpt.model)
     if reason:
-        print(f"skipped: {reason}")
-        write_json(out / "memory_probes.json", {"skipped": reason, "probes": []})
-        return 0
+        return skip(reason, out / "memory_probes.json", {"probes": []})
     model, task = ckpt.model, ckpt.task
     # Optional task protocol: `bigram` [d_vocab d_vocab_out] (the birth task keeps it on its sampler) and
     # `probe_tokens()` -> {"output_tokens", "trigger_tokens", "non_trigger_tokens"}.
@@ -47,22 +48,22 @@ def main(argv: list[str] | None = None) -> int:
         bigram = empirical_bigram(batch.tokens, batch.targets, model.cfg.d_vocab, model.cfg.d_vocab_out)
         source = f"counted on {args.n_samples} training sequences"
     sets = task.probe_tokens() if hasattr(task, "probe_tokens") else {}
-    result = builtin_probes(
-        model,
-        bigram=bigram.float(),
-        tokens=sets.get("output_tokens"),
-        key_tokens=sets.get("trigger_tokens"),
-        ffn_tokens=sets.get("non_trigger_tokens"),
-        first_positions=(64,),
-    )
+    with working(f"probing the weights of {model.cfg.n_layers} layers as associative memories"):
+        result = builtin_probes(
+            model,
+            bigram=bigram.float(),
+            tokens=sets.get("output_tokens"),
+            key_tokens=sets.get("trigger_tokens"),
+            ffn_tokens=sets.get("non_trigger_tokens"),
+            first_positions=(64,),
+        )
     result.info.update({"bigram_source": source, "task": ckpt.task_name})
 
     rows = [(p.name, p.recall, p.chance, p.extra.get("kl", "")) for p in result.probes]
     print_table(rows, ["probe", "recall", "chance", "kl"])
     for line in result.info.get("skipped", []):
         print(f"skipped: {line}")
-    write_json(out / "memory_probes.json", result.to_dict())
-    save_figure(plot_probes(result), out / "memory_probes.png")
+    write_outputs(out, {"memory_probes.json": result.to_dict(), "memory_probes.png": plot_probes(result)})
     print(f"wrote {out / 'memory_probes.json'} and {out / 'memory_probes.png'}")
     return 0
 

@@ -10,7 +10,17 @@ dynamics when the checkpoint's directory holds step checkpoints from --save-ever
 from the measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
 """
 
-from mechmem.cli import ArgumentParser, add_analysis_args, load_for_analysis, print_table, run_script
+import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
+
+from mechmem.cli import (
+    ArgumentParser,
+    add_analysis_args,
+    claim_out,
+    load_for_analysis,
+    print_table,
+    run_script,
+)
+from mechmem.progress import working
 
 MIN_SAMPLES = 32
 """Smallest --n-samples the report accepts."""
@@ -27,10 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     # Role evidence compares groups of sequences (repeat / no repeat), which a few samples may not fill.
     ckpt, out = load_for_analysis(args, min_samples=MIN_SAMPLES)
     if args.out is None:
-        out = out / "report"
-    report, paths = report_checkpoint(
-        ckpt, out, n_samples=args.n_samples, seed=args.seed, title=args.title, progress=True
-    )
+        out = claim_out(out / "report")
+    with working(f"building the report on {args.n_samples} sequences"):
+        report, paths = report_checkpoint(
+            ckpt, out, n_samples=args.n_samples, seed=args.seed, title=args.title, progress=True
+        )
     circuit = report.section("circuit")
     rows = [[h["layer"], h["head"], h["role"]] for h in circuit.findings["heads"]]
     if rows:

@@ -13,13 +13,18 @@ from pathlib import Path
 
 import torch
 
+import mechmem
 from mechmem.checkpoint import load_checkpoint
 from mechmem.training.run import train_preset
 
 torch.set_num_threads(1)
+# The repository this mechmem is installed from (src/mechmem -> the repo), so paths hold from any working
+# folder (a notebook runs in examples/); MECHMEM_ROOT overrides it.
+ROOT = Path(os.environ.get("MECHMEM_ROOT") or Path(mechmem.__file__).resolve().parents[2])
 STEPS = int(os.environ.get("MECHMEM_EXAMPLE_STEPS", "6000"))
-OUT = Path(os.environ.get("MECHMEM_EXAMPLE_OUT", "runs/examples")) / "task2"
+OUT = Path(os.environ.get("MECHMEM_EXAMPLE_OUT") or ROOT / "runs" / "examples") / "task2"
 if not (OUT / "ckpt.pt").exists():
+    print(f"no checkpoint at {OUT / 'ckpt.pt'}; training {STEPS} steps there")
     train_preset("permutation", "task2-quick", out_dir=OUT, steps=STEPS, progress=False)
 ckpt = load_checkpoint(OUT / "ckpt.pt")
 model, task = ckpt.model, ckpt.task

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+import mechmem
 from mechmem import plotting  # noqa: F401  (selects a non-interactive backend for scripts)
 from mechmem.checkpoint import load_checkpoint
 from mechmem.training.run import train_preset
@@ -22,11 +23,15 @@ from mechmem.training.run import train_preset
 # In Jupyter, the magic below (a comment in the script) shows figures inline.
 # %matplotlib inline
 torch.set_num_threads(1)
+# The repository this mechmem is installed from (src/mechmem -> the repo), so paths hold from any working
+# folder (a notebook runs in examples/); MECHMEM_ROOT overrides it.
+ROOT = Path(os.environ.get("MECHMEM_ROOT") or Path(mechmem.__file__).resolve().parents[2])
 STEPS = int(os.environ.get("MECHMEM_EXAMPLE_STEPS", "4000"))
-OUT = Path(os.environ.get("MECHMEM_EXAMPLE_OUT", "runs/examples"))
-DEMO = Path("runs/demo/permutation-task2/ckpt.pt")
+OUT = Path(os.environ.get("MECHMEM_EXAMPLE_OUT") or ROOT / "runs" / "examples")
+DEMO = ROOT / "runs" / "demo" / "permutation-task2" / "ckpt.pt"
 path = DEMO if DEMO.exists() and "MECHMEM_EXAMPLE_OUT" not in os.environ else OUT / "walkthrough" / "ckpt.pt"
 if not path.exists():
+    print(f"no demo checkpoint at {DEMO} (make demo writes it); training {STEPS} steps into {path.parent}")
     train_preset("permutation", "task2-quick", out_dir=path.parent, steps=STEPS, progress=False)
 ckpt = load_checkpoint(path)
 model, task = ckpt.model, ckpt.task

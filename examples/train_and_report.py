@@ -7,7 +7,7 @@
 #     python examples/train_and_report.py                        # about 1 minute on CPU
 #     MECHMEM_EXAMPLE_STEPS=50 python examples/train_and_report.py   # a smoke run (what the tests do)
 #
-# Outputs go to `$MECHMEM_EXAMPLE_OUT` (default `runs/examples`).
+# Outputs go to `$MECHMEM_EXAMPLE_OUT` (default `runs/examples` in the repository, from any working folder).
 
 # %%
 import os
@@ -15,13 +15,18 @@ from pathlib import Path
 
 import torch
 
+import mechmem
 from mechmem.checkpoint import load_checkpoint
 from mechmem.report import build_report, write_report
 from mechmem.training.run import train_preset
 
 torch.set_num_threads(1)
+# The repository this mechmem is installed from (src/mechmem -> the repo), so paths hold from any working
+# folder (a notebook runs in examples/); MECHMEM_ROOT overrides it.
+ROOT = Path(os.environ.get("MECHMEM_ROOT") or Path(mechmem.__file__).resolve().parents[2])
 STEPS = int(os.environ.get("MECHMEM_EXAMPLE_STEPS", "4000"))
-OUT = Path(os.environ.get("MECHMEM_EXAMPLE_OUT", "runs/examples"))
+OUT = Path(os.environ.get("MECHMEM_EXAMPLE_OUT") or ROOT / "runs" / "examples")
+print(f"outputs go to {OUT}")
 
 # %% [markdown]
 # ## Train

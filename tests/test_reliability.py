@@ -21,7 +21,7 @@ from mechmem.checkpoint import _digest, load_checkpoint, save_checkpoint, save_h
 from mechmem.cli import dumps, run_script, write_json
 from mechmem.errors import CheckpointError, MechmemError
 
-SCRIPTS = ("ablate_heads", "detect_heads", "logit_lens", "probe_memory", "report")
+SCRIPTS = ("ablate_heads", "circuit", "detect_heads", "logit_lens", "patch", "probe_memory", "report")
 
 
 @pytest.fixture(scope="module")
@@ -248,13 +248,8 @@ def load_checkpoint_config():
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "abc"])
-def test_memory_budget_flags_refuse_nan_and_non_positive_values(value, capsys):
-    from mechmem.cli import ArgumentParser, positive_float
-
-    def main(argv):
-        parser = ArgumentParser(prog="patch.py")
-        parser.add_argument("--memory-mb", type=positive_float, default=256.0)
-        parser.parse_args(argv)
-
-    assert run_script(main, ["--memory-mb", value]) == 2
+def test_memory_budget_flags_refuse_nan_and_non_positive_values(value, ckpt, tmp_path, capsys):
+    argv = [str(ckpt), "--memory-mb", value, "--out", str(tmp_path / "o")]
+    assert run_script(load_script("patch").main, argv) == 2  # the script itself, not a stand-in parser
     assert one_error_line(capsys).startswith("error: argument --memory-mb: ")
+    assert not (tmp_path / "o").exists()

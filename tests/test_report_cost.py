@@ -68,7 +68,7 @@ def test_progress_lines_estimate_the_time_left(capsys):
     with ReportCost(3, build_model(), progress=True, every_s=0.0) as cost:
         for name in ("a", "b", "c"):
             assert cost.run(name, lambda x: x + 1, 1) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
+    lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split(" (")[0] for line in lines[:3]] == [f"report: step {i}/3" for i in (1, 2, 3)]
     assert all("left ~" in line for line in lines)
     assert list(cost.to_dict()["steps"]) == ["a", "b", "c"]
@@ -77,7 +77,7 @@ def test_progress_lines_estimate_the_time_left(capsys):
 def test_quiet_without_progress(capsys):
     with ReportCost(1, build_model()) as cost:
         cost.run("a", lambda: None)
-    assert capsys.readouterr().err == ""
+    assert capsys.readouterr().out == ""
 
 
 def test_growth_fit_recovers_a_planted_exponent():

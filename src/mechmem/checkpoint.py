@@ -13,17 +13,17 @@ classes, only tensors, strings, numbers, lists and dicts. It carries everything 
     extra                         optional: trainer state for --resume (optimiser, RNG, step)
     digest                        SHA-256 over every other field; a mismatch means the file was altered
 
-Version 1 files (digest over configs and weights only) still load. `save_checkpoint` refuses a model that does not
-match its config (the rebuilt model must give the same logits) and a task that does not fit the model;
-`load_checkpoint` validates all of it and raises `CheckpointError` with a one-line reason. Writes go to a temporary
-file in the same folder and are renamed into place, so an interrupted save never clobbers an existing file.
+Version 1 files (digest over configs and weights only) still load. `save_checkpoint` refuses a model that does
+not match its config (the rebuilt model must give the same logits) and a task that does not fit the model;
+`load_checkpoint` validates all of it and raises `CheckpointError` with a one-line reason. Writes go to a
+temporary file in the same folder and are renamed into place, so an interrupted save never clobbers an
+existing file.
 """
 
 import hashlib
 import json
 import os
 import pickle
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +33,7 @@ import torch
 
 import mechmem
 from mechmem.errors import CheckpointError, MechmemError
+from mechmem.io import atomic_write
 
 FORMAT = "mechmem-checkpoint"
 FORMAT_VERSION = 2
@@ -51,6 +52,74 @@ REQUIRED = (
     "digest",
 )
 OPTIONAL = ("extra",)
+
+MAX_FILE_BYTES = 16 * 2**30
+"""Largest checkpoint file read (16 GiB); checked before the file is opened."""
+LIMITS: dict[str, tuple[int, int]] = {
+    "model_config": (4, 1_000),
+    "task_config": (4, 1_000),
+    "train_config": (4, 1_000),
+    "metrics": (8, 100_000),
+    "state_dict": (2, 100_000),
+    "extra": (12, 1_000_000),
+}
+"""Per field: (deepest nesting of lists/dicts, most elements counted over every level). Checked right after
+`torch.load`, before the digest or anything else walks a field, so a small file of shared nested lists (60
+levels of `[x, x]` reach 2**60 elements) is refused at once instead of hashed for ever."""
+MAX_SCALAR_FIELD = 10_000
+"""Longest string in the scalar fields (format, versions, task name, digest)."""
+
+
+def _check_bounds(path: Path, payload: dict[str, Any], file_bytes: int) -> None:
+    """Raise `CheckpointError` when a field nests deeper or holds more elements than `LIMITS` allows, or a
+    tensor claims more bytes than its storage holds. The walk stops at the first limit passed."""
+    tensor_bytes = 0
+    for name, value in payload.items():
+        if name not in LIMITS:
+            if isinstance(value, str) and len(value) > MAX_SCALAR_FIELD:
+                raise CheckpointError(f"{path}: field {name} is longer than {MAX_SCALAR_FIELD} characters")
+            if not isinstance(value, (str, int, float, bool, type(None))):
+                raise CheckpointError(
+                    f"{path}: field {name} must be a plain value, got {type(value).__name__}"
+                )
+            continue
+        max_depth, max_items = LIMITS[name]
+        count = 0
+        stack: list[tuple[Any, int]] = [(value, 0)]
+        while stack:
+            item, depth = stack.pop()
+            count += 1
+            if count > max_items:
+                raise CheckpointError(
+                    f"{path}: field {name} holds more than {max_items} elements (the limit for {name})"
+                )
+            if isinstance(item, torch.Tensor):
+                need = item.numel() * item.element_size()
+                if need > item.untyped_storage().nbytes():
+                    raise CheckpointError(
+                        f"{path}: a tensor in {name} claims {need} bytes but its storage holds "
+                        f"{item.untyped_storage().nbytes()}"
+                    )
+                tensor_bytes += need
+                continue
+            if isinstance(item, str) and len(item) > max_items:
+                raise CheckpointError(f"{path}: a string in {name} is longer than {max_items} characters")
+            if not isinstance(item, (dict, list, tuple)):
+                continue
+            if depth >= max_depth:
+                raise CheckpointError(
+                    f"{path}: field {name} nests deeper than {max_depth} levels (the limit for {name})"
+                )
+            children = list(item.keys()) + list(item.values()) if isinstance(item, dict) else item
+            if len(children) > max_items:
+                raise CheckpointError(
+                    f"{path}: field {name} holds more than {max_items} elements (the limit for {name})"
+                )
+            stack.extend((child, depth + 1) for child in children)
+    if tensor_bytes > 2 * file_bytes + 2**20:
+        raise CheckpointError(
+            f"{path}: its tensors claim {tensor_bytes} bytes, more than twice the file's {file_bytes} bytes"
+        )
 
 
 def _feed(h: Any, obj: Any) -> None:
@@ -90,29 +159,17 @@ def _digest(payload: dict[str, Any]) -> str:
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """`torch.save` to a temporary file beside `path`, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """`torch.save` to a temporary file beside `path`, then renamed into place (`mechmem.io.atomic_write`)."""
+    atomic_write(path, writer=lambda fh: torch.save(obj, fh))
 
 
 def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> None:
     """Raise `MechmemError` unless `model_config` rebuilds `model`: same weight names and shapes, same logits.
 
     A model built by mechmem from this very config is trusted. Any other model (a hand-built or converted
-    TransformerLens model) is rebuilt from the config, given the model's weights, and run on a probe input; the
-    logits must agree (atol 1e-4 relative to their scale). A TransformerLens model's cfg is also compared field by
-    field, so the message names the setting the config does not reproduce.
+    TransformerLens model) is rebuilt from the config, given the model's weights, and run on a probe input;
+    the logits must agree (atol 1e-4 relative to their scale). A TransformerLens model's cfg is also compared
+    field by field, so the message names the setting the config does not reproduce.
     """
     from mechmem.models.adapter import canonical_state_dict, config_differences, load_canonical_state_dict
     from mechmem.models.registry import build_model
@@ -165,14 +222,15 @@ def save_checkpoint(
     metrics: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a checkpoint atomically after checking the model against its config and the task against the model.
+    """Write a checkpoint atomically, after checking the model against its config and the task against it.
 
-    Configs may be config dataclasses or plain dicts. `task_config=None` means the task's default config, which
-    is stored explicitly and must fit the model like any other. Raises `MechmemError` (one line) on a mismatch.
+    Configs may be config dataclasses or plain dicts. `task_config=None` means the task's default config,
+    which is stored explicitly and must fit the model like any other. Raises `MechmemError` (one line) on a
+    mismatch.
     """
     from mechmem.io import strict_json
     from mechmem.models.adapter import canonical_state_dict
-    from mechmem.tasks import build_task
+    from mechmem.tasks import build_task, get_task_class
 
     def as_dict(cfg: Any) -> dict[str, Any]:
         if cfg is None:
@@ -184,6 +242,7 @@ def save_checkpoint(
 
         model_config = model_config_from_dict(model_config)
     check_model_matches_config(model, model_config)
+    get_task_class(task_name).check_config_fits(task_config, model)
     task = build_task(task_name, task_config)
     task.check_model(model)
     payload: dict[str, Any] = {
@@ -243,13 +302,17 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
         if not candidate.exists():
             raise CheckpointError(f"{path}: is a directory without ckpt.pt")
         path = candidate
-    if path.stat().st_size == 0:
+    size = path.stat().st_size
+    if size == 0:
         raise CheckpointError(f"{path}: file is empty")
+    if size > MAX_FILE_BYTES:
+        raise CheckpointError(f"{path}: {size} bytes, more than the {MAX_FILE_BYTES} a checkpoint may have")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         raise CheckpointError(
-            f"{path}: not a mechmem checkpoint (it holds pickled Python objects, which a checkpoint never does; "
+            f"{path}: not a mechmem checkpoint "
+            "(it holds pickled Python objects, which a checkpoint never does; "
             "refused without running them)"
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
@@ -264,14 +327,16 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
     version = payload.get("format_version")
     if version not in READABLE_VERSIONS:
         raise CheckpointError(
-            f"{path}: checkpoint format version {version!r} is not supported (this mechmem reads {READABLE_VERSIONS})"
+            f"{path}: checkpoint format version {version!r} is not supported "
+            f"(this mechmem reads {READABLE_VERSIONS})"
         )
     missing = [k for k in REQUIRED if k not in payload]
     if missing:
         raise CheckpointError(f"{path}: missing field(s) {', '.join(missing)}")
-    unknown = sorted(set(payload) - set(REQUIRED) - set(OPTIONAL))
+    unknown = sorted(set(payload) - set(REQUIRED) - set(OPTIONAL), key=repr)
     if unknown:
-        raise CheckpointError(f"{path}: unknown field(s) {', '.join(unknown)}")
+        raise CheckpointError(f"{path}: unknown field(s) {', '.join(map(str, unknown[:5]))}")
+    _check_bounds(path, payload, size)
     state = payload["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path}: state_dict is not a mapping of tensors")
@@ -295,7 +360,7 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     )
     from mechmem.models.layout import canonical_weights
     from mechmem.models.registry import build_model, model_config_from_dict
-    from mechmem.tasks import build_task
+    from mechmem.tasks import build_task, get_task_class
 
     path = Path(path)
     payload = read_payload(path)
@@ -306,8 +371,8 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
         model = build_model(model_config, generator=torch.Generator().manual_seed(0))
     except Exception as exc:  # noqa: BLE001 - a config that passes the digest but builds no model: bad file
         raise CheckpointError(f"{path}: bad model config ({one_line(exc)})") from None
-    # Weights are stored in the canonical layout (HookedTransformer's names), whichever TransformerLens wrote them;
-    # older files also carry HookedTransformer's buffers, which are not weights.
+    # Weights are stored in the canonical layout (HookedTransformer's names), whichever TransformerLens wrote
+    # them; older files also carry HookedTransformer's buffers, which are not weights.
     expected = canonical_state_dict(model)
     state = payload["state_dict"]
     if is_hooked_transformer(model):
@@ -320,16 +385,20 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     for name, tensor in state.items():
         if tuple(tensor.shape) != tuple(expected[name].shape):
             raise CheckpointError(
-                f"{path}: {name} has shape {tuple(tensor.shape)}, config expects {tuple(expected[name].shape)}"
+                f"{path}: {name} has shape {tuple(tensor.shape)}, "
+                f"config expects {tuple(expected[name].shape)}"
             )
     try:
         load_canonical_state_dict(model, state)
     except MechmemError as exc:
         raise CheckpointError(f"{path}: {one_line(exc)}") from None
-    try:
+    try:  # the config is checked against the model before the task is built: building may allocate a lot
+        get_task_class(payload["task_name"]).check_config_fits(payload["task_config"] or None, model)
         build_task(payload["task_name"], payload["task_config"] or None).check_model(model)
     except MechmemError as exc:
         raise CheckpointError(f"{path}: {one_line(exc)}") from None
+    except (TypeError, ValueError, RuntimeError, MemoryError) as exc:
+        raise CheckpointError(f"{path}: bad task config ({one_line(exc)})") from None
     move_model(model, device)
     model.eval()
     return Checkpoint(
@@ -358,9 +427,10 @@ def save_hooked_transformer(
 ) -> Path:
     """Turn a TransformerLens model (weights + cfg) into a mechmem checkpoint at `path`.
 
-    The config is derived from `model.cfg` (`config_from_hooked_transformer`); the task defaults to the generic
-    "repeats" task sized to the model. After writing, the checkpoint is reloaded and must give the model's logits
-    on a probe input, else the file is removed and `MechmemError` raised. Returns the checkpoint's path.
+    The config is derived from `model.cfg` (`config_from_hooked_transformer`); the task defaults to the
+    generic "repeats" task sized to the model. After writing, the checkpoint is reloaded and must give the
+    model's logits on a probe input, else the file is removed and `MechmemError` raised. Returns the
+    checkpoint's path.
     """
     from mechmem.models.adapter import config_from_hooked_transformer
     from mechmem.tasks.generic import RepeatsConfig

@@ -1,36 +1,40 @@
 """Shared plumbing for the scripts in `analyses/`.
 
 Every script has `def main(argv: list[str] | None = None) -> int` and ends with
-`raise SystemExit(run_script(main))`. Errors a user can cause (`MechmemError`, including `CheckpointError`, and
-command-line errors from `ArgumentParser`) become one `error: ...` line on stderr and exit status 2; the script
-writes nothing. The contract, as helpers a script calls:
+`raise SystemExit(run_script(main))`. Errors a user can cause (`MechmemError`, including `CheckpointError`,
+and command-line errors from `ArgumentParser`) become one `error: ...` line on stderr and exit status 2;
+errors of the machine (`OSError`: a full disk) exit 1 and an interrupt 130, also in one line; the output
+folder is left as it was. The contract, as helpers a script calls:
 
-    parser = ArgumentParser(description=...)      # usage errors: one line, exit 2 (not argparse's usage block)
-    add_analysis_args(parser)                      # CKPT, --out, --device, --seed, --n-samples, --task-module
-    ckpt, out = load_for_analysis(args)            # checks --out, loads task modules, the checkpoint, the task
-                                                   # against the model and --n-samples against memory, in order
-    parser.add_argument("--memory-mb", type=positive_float)   # finite and > 0
-    parser.add_argument("--seed", type=seed_int)               # in [0, 2**63)
-    check_out_dir(path)                            # before any work: not a file, writable
-    check_n_samples(n, model, minimum=2)           # bound from `estimate_mb_per_sequence` and MEMORY_BUDGET_MB
-    write_json(path, obj)                          # strict JSON: NaN and +-inf are written as null
+    parser = ArgumentParser(description=...)      # usage errors: one line, exit 2 (not argparse's usage
+    block) add_analysis_args(parser)                      # CKPT, --out, --device, --seed, --n-samples,
+    --task-module ckpt, out = load_for_analysis(args)            # checks --out, loads task modules, the
+    checkpoint, the
+                                                   # task against the model, --n-samples, finite weights
+    parser.add_argument("--top-k", type=int_range(1))         # every number is range-checked by its type
+    check_out_dir(path); claim_out(path)           # before any work: usable; then created and locked
+    return skip(reason, out / "x.json")            # does not apply: `skipped: REASON`, exit 0
+    write_outputs(out, {"x.json": obj, "x.png": fig})   # staged, then renamed together (mechmem.io)
 
-Strict JSON: every JSON file mechmem writes is valid JSON (RFC 8259); non-finite floats become `null`. The JSON
-writers live in `mechmem.io` (below checkpoints and training, which write JSON too) and `one_line` in
+Strict JSON: every JSON file mechmem writes is valid JSON (RFC 8259); non-finite floats become `null`. The
+JSON writers live in `mechmem.io` (below checkpoints and training, which write JSON too) and `one_line` in
 `mechmem.errors`; both are re-exported here for the scripts.
 """
 
 import argparse
 import math
 import os
+import signal
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
 from mechmem.errors import MechmemError, one_line
-from mechmem.io import dumps, strict_json, write_json
+from mechmem.io import OutputSet, atomic_write, describe_os_error, dumps, output_dir, strict_json, write_json
 
 MEMORY_BUDGET_MB = 8192.0
 """Largest activation memory an analysis may plan for; --n-samples above the matching bound is refused."""
@@ -41,22 +45,74 @@ class UsageError(MechmemError):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with one-line errors: a usage error raises `UsageError` (one line, exit 2 under `run_script`)."""
+    """argparse with one-line errors: a usage error raises `UsageError` (one line, exit 2 under
+    `run_script`)."""
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def run_script(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> int:
-    """Run a script's `main`, turning user errors into one stderr line and exit status 2."""
+    """Run a script's `main`; every error a user or the machine causes ends in one `error:` line on stderr.
+
+    `MechmemError` (bad input) exits 2, `OSError` (a full disk, a read-only file) 1, an interrupt 130. The
+    output folders the script claimed (`claim_out`) are unlocked when it ends and removed when it failed in a
+    folder it created. Run as a program (`argv` None), a Ctrl-C while the interpreter shuts down is ignored.
+    """
     try:
-        return int(main(argv) or 0)
+        with _claimed_outputs():
+            return int(main(argv) or 0)
     except MechmemError as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        print(f"error: {describe_os_error(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if argv is None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+_CLAIMS: list[ExitStack] = []
+"""The output folders of the scripts `run_script` is running (innermost last)."""
+
+
+@contextmanager
+def _claimed_outputs() -> Iterator[None]:
+    with ExitStack() as stack:
+        _CLAIMS.append(stack)
+        try:
+            yield
+        finally:
+            _CLAIMS.pop()
+
+
+def claim_out(path: str | os.PathLike) -> Path:
+    """Create the output folder and hold its lock (`mechmem.io.output_dir`) until the script ends.
+
+    Under `run_script` a second writer to the same folder is refused, and a folder created here is removed
+    again when the script fails. Outside `run_script` (a library call) the folder is only created.
+    """
+    path = Path(path)
+    if _CLAIMS:
+        return _CLAIMS[-1].enter_context(output_dir(path))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _interrupt_hook(kind: type, value: BaseException, tb: Any) -> None:
+    """An interrupt while a script still imports (before `run_script` runs) is one line, not a traceback."""
+    if issubclass(kind, KeyboardInterrupt):
+        print("error: interrupted", file=sys.stderr)
+        return
+    _previous_hook(kind, value, tb)
+
+
+_previous_hook = sys.excepthook
+sys.excepthook = _interrupt_hook
 
 
 # -- argument types (argparse turns their ArgumentTypeError into "argument --x: ...") ------------------------
@@ -92,14 +148,28 @@ def positive_float(text: str) -> float:
     return value
 
 
+def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high] (high None: no upper bound); the range is in the error."""
+
+    def parse(text: str) -> int:
+        value = _parse(int, text, "an integer")
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(
+                f"{text} is outside [{low}, {high}]" if high is not None else f"{text} must be at least {low}"
+            )
+        return value
+
+    return parse
+
+
 def _parse(kind: type, text: str, what: str) -> Any:
     try:
         return kind(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
 
 
-# -- checks that run before any work ----------------------------------------------------------------------------
+# -- checks that run before any work -------------------------------------------------------------------------
 def check_out_dir(path: str | os.PathLike, *, flag: str = "--out") -> Path:
     """Refuse an output directory that names a file or cannot be created/written; creates nothing."""
     path = Path(path)
@@ -125,8 +195,8 @@ def check_out_dir(path: str | os.PathLike, *, flag: str = "--out") -> Path:
 def estimate_mb_per_sequence(model: Any) -> float:
     """Rough activation memory (MB, float32) of one sequence through `model` with a full cache.
 
-    Counts per position: every layer's attention pattern and scores (2 n_heads n_ctx), residual, attention and MLP
-    activations (6 d_model + 2 d_mlp), and the logits with their softmax (2 d_vocab_out).
+    Counts per position: every layer's attention pattern and scores (2 n_heads n_ctx), residual, attention and
+    MLP activations (6 d_model + 2 d_mlp), and the logits with their softmax (2 d_vocab_out).
     """
     cfg = getattr(model, "cfg", None)
     get = lambda name, default: int(getattr(cfg, name, None) or default)
@@ -139,7 +209,8 @@ def estimate_mb_per_sequence(model: Any) -> float:
 def check_n_samples(
     n: int, model: Any, *, minimum: int = 1, budget_mb: float = MEMORY_BUDGET_MB, flag: str = "--n-samples"
 ) -> int:
-    """Refuse `n` below `minimum` or above what `budget_mb` allows for `model` (the bound is in the message)."""
+    """Refuse `n` below `minimum` or above what `budget_mb` allows for `model` (the bound is in the
+    message)."""
     if n < minimum:
         raise MechmemError(f"{flag} must be at least {minimum}, got {n}")
     per_seq = estimate_mb_per_sequence(model)
@@ -152,9 +223,10 @@ def check_n_samples(
     return n
 
 
-# -- loading ------------------------------------------------------------------------------------------------------
+# -- loading -------------------------------------------------------------------------------------------------
 def add_analysis_args(parser: argparse.ArgumentParser, *, n_samples: int = 512) -> argparse.ArgumentParser:
-    """The arguments every analysis script shares: CKPT, --out, --device, --seed, --n-samples, --task-module."""
+    """The arguments every analysis script shares: CKPT, --out, --device, --seed, --n-samples,
+    --task-module."""
     parser.add_argument(
         "ckpt",
         metavar="CKPT",
@@ -170,9 +242,9 @@ def add_analysis_args(parser: argparse.ArgumentParser, *, n_samples: int = 512) 
     )
     parser.add_argument(
         "--n-samples",
-        type=int,
+        type=positive_int,
         default=n_samples,
-        help=f"number of sampled sequences (default: {n_samples}; bounded by a memory estimate)",
+        help=f"number of sampled sequences, at least 1 (default: {n_samples}; bounded by a memory estimate)",
     )
     parser.add_argument(
         "--task-module",
@@ -181,7 +253,53 @@ def add_analysis_args(parser: argparse.ArgumentParser, *, n_samples: int = 512) 
         metavar="FILE",
         help="a Python file that registers your own task (with mechmem.tasks.register_task); repeatable",
     )
+    add_nonfinite_flag(parser)
     return parser
+
+
+def add_nonfinite_flag(parser: argparse.ArgumentParser) -> None:
+    """--allow-nonfinite: analyse a checkpoint with NaN or infinite weights instead of stopping."""
+    parser.add_argument(
+        "--allow-nonfinite",
+        action="store_true",
+        help="analyse weights holding NaN or inf anyway (default: stop with one line naming them)",
+    )
+
+
+def check_finite_weights(model: Any, *, allow: bool = False, what: str = "the checkpoint") -> None:
+    """Raise `MechmemError` naming the weights that hold NaN or inf (a blown-up run), unless `allow`.
+
+    Buffers that are infinite by design (TransformerLens's attention mask constant `IGNORE`) are not weights.
+    """
+    import torch
+
+    bad = [
+        name
+        for name, tensor in model.named_parameters()
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+    ]
+    if bad and not allow:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise MechmemError(
+            f"{what}: weights hold NaN or inf ({shown}); every result would be meaningless "
+            "(--allow-nonfinite analyses them anyway)"
+        )
+
+
+def skip(reason: str, path: str | os.PathLike, record: dict[str, Any] | None = None) -> int:
+    """An analysis that does not apply: print `skipped: REASON`, write `{"skipped": REASON, ...}` to `path`,
+    and return exit status 0."""
+    print(f"skipped: {reason}")
+    write_json(path, {"skipped": reason, **(record or {})})
+    return 0
+
+
+def memory_mb(text: str) -> float:
+    """A memory budget in MB: a finite number >= 1."""
+    value = _parse(float, text, "a number")
+    if not (math.isfinite(value) and value >= 1):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number of MB >= 1")
+    return value
 
 
 def add_hf_arg(parser: argparse.ArgumentParser) -> None:
@@ -207,10 +325,11 @@ def load_source(args: argparse.Namespace, *, device: Any, load: Callable[..., An
 
 
 def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tuple[Any, Path]:
-    """Check the flags, load task modules and the checkpoint named by `args.ckpt`; return it and the output dir.
+    """Check the flags, load task modules and the checkpoint named by `args.ckpt`; return it and the out dir.
 
-    In this order, before any work: --n-samples >= `min_samples`, --out is usable, user task modules import, the
-    checkpoint loads and its task fits its model, --n-samples fits the memory budget. Only then is --out created.
+    In this order, before any work: --n-samples >= `min_samples`, --out is usable, user task modules import,
+    the checkpoint loads and its task fits its model, --n-samples fits the memory budget. Only then is --out
+    created.
     """
     from mechmem.checkpoint import load_checkpoint
     from mechmem.tasks import load_task_module
@@ -227,20 +346,38 @@ def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tupl
     out = check_out_dir(args.out) if args.out else check_out_dir(ckpt.path.parent)
     if n is not None:
         check_n_samples(n, ckpt.model, minimum=min_samples)
-    out.mkdir(parents=True, exist_ok=True)
-    return ckpt, out
+    check_finite_weights(ckpt.model, allow=getattr(args, "allow_nonfinite", False), what=str(ckpt.path))
+    return ckpt, claim_out(out)
 
 
-# -- writing ------------------------------------------------------------------------------------------------------
-def save_figure(fig: Any, path: str | os.PathLike) -> Path:
-    """Save a matplotlib figure as PNG and close it."""
+# -- writing -------------------------------------------------------------------------------------------------
+def figure_png(fig: Any) -> bytes:
+    """A matplotlib figure as PNG bytes (and closed)."""
+    import io
+
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return buf.getvalue()
+
+
+def save_figure(fig: Any, path: str | os.PathLike) -> Path:
+    """Save a matplotlib figure as PNG atomically and close it."""
+    return atomic_write(path, figure_png(fig))
+
+
+def write_outputs(out: str | os.PathLike, files: dict[str, Any]) -> list[Path]:
+    """Write a script's outputs into `out` together (`mechmem.io.OutputSet`): a value whose name ends in .png
+    is a matplotlib figure, any other is written as strict JSON. Every file is staged first and all are
+    renamed into place at the end, so a failure leaves the previous outputs as they were."""
+    with OutputSet(out) as staged:
+        for name, value in files.items():
+            staged.add(name, figure_png(value) if name.endswith(".png") else dumps(value, indent=2) + "\n")
+    return [Path(out) / name for name in files]
 
 
 def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, floatfmt: str = ".4f") -> str:

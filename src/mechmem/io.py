@@ -1,15 +1,42 @@
-"""Writing JSON: strict (NaN and +-inf become null, so every file is valid RFC 8259 JSON) and atomic.
+"""Output files that are never half-written, never written through a link, never written by two at once.
 
-The lowest layer of mechmem with `errors` and `config`: checkpoints, training histories, run records, reports
-and scripts all write JSON through these functions (`mechmem.cli` re-exports them for the scripts).
+The lowest layer of mechmem with `errors` and `config`. Every file mechmem writes (checkpoints, JSON, PNG
+figures, markdown, html) goes through here; JSON is strict (NaN and +-inf become null, so every file is valid
+RFC 8259 JSON), and `mechmem.cli` re-exports the JSON writers for the scripts:
+
+    write_json(path, obj)             strict JSON, written atomically
+
+    atomic_write(path, data)          bytes or str -> a temporary file in the target folder, fsync, rename
+    atomic_write(path, writer=fn)     fn(binary file) writes the content (torch.save, savefig)
+    with OutputSet(out) as files:     files that appear together: staged as temporary files and renamed
+        files.add("report.md", text)  into place when the block ends without an error (a failed or interrupted
+        files.add_dir("figures", {})  block leaves the old set untouched and no temporary file behind)
+    with output_dir(out):             creates `out` if needed, holds `out/.lock` (a second writer is refused),
+        ...                           removes the lock when it ends, and the folders it created if it failed
+
+Symbolic links: a rename replaces a link at the target path instead of writing through it, and a folder inside
+the output folder that is a link (`out/figures -> /elsewhere`) is refused or replaced; the output folder named
+by the user may itself be a link. Files get mode 0666 minus the umask (0644 usually), the mode of a plainly
+opened file.
 """
 
+import errno
+import fcntl
 import json
 import math
 import os
+import shutil
+import signal
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from mechmem.errors import MechmemError
+
+LOCK = ".lock"
+"""The lock file a writer holds in its output folder while it writes (removed when it ends)."""
 
 
 def strict_json(obj: Any) -> Any:
@@ -29,16 +56,230 @@ def dumps(obj: Any, **kwargs: Any) -> str:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Write strict JSON (NaN/inf -> null) atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = dumps(obj, indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """Write strict JSON (NaN/inf -> null) atomically (`atomic_write`)."""
+    return atomic_write(path, dumps(obj, indent=2) + "\n")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _file_mode() -> int:
+    return 0o666 & ~_umask()
+
+
+def refuse_linked_folder(folder: Path, root: Path) -> None:
+    """Raise `MechmemError` when a folder below `root`, down to `folder`, is a link (`root` itself may be)."""
+    folder, root = Path(folder), Path(root)
+    for part in [p for p in [folder, *folder.parents] if p != root and root in p.parents]:
+        if part.is_symlink():
+            raise MechmemError(f"{part} is a symbolic link; refusing to write through it (remove it first)")
+
+
+def atomic_write(
+    path: str | os.PathLike,
+    data: bytes | str | None = None,
+    *,
+    writer: Callable[[IO[bytes]], Any] | None = None,
+    root: str | os.PathLike | None = None,
+) -> Path:
+    """Write `data` (or what `writer` writes) to a temporary file beside `path`, then rename it into place.
+
+    A link at `path` is replaced, not followed; a linked folder below `root` is refused. On any error (a full
+    disk, an interrupt) the temporary file is removed and `path` keeps its old content.
+    """
+    tmp = _stage(Path(path), data, writer, root)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
-    return path
+    return Path(path)
+
+
+def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path:
+    """The content written to a new temporary file beside `path` (flushed to disk); the caller renames it."""
+    if root is not None:
+        refuse_linked_folder(path.parent, Path(root))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
+    try:
+        os.fchmod(fd, _file_mode())
+        with os.fdopen(fd, "wb") as fh:
+            if writer is not None:
+                writer(fh)
+            else:
+                fh.write(data.encode() if isinstance(data, str) else data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+@contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Hold SIGINT back while the block runs (a few renames), then deliver it; off the main thread, no-op."""
+    got: list[Any] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *a: got.append(a))
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if got and callable(previous):
+            previous(*got[0])
+        elif got and previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+
+class OutputSet:
+    """Files that appear together in `out`: staged on `add`, renamed into place when the `with` block ends.
+
+    `add_dir(name, files)` stages a whole folder (e.g. figures/) that replaces the old one. The old files are
+    moved aside first and put back if any rename fails (an immutable file, a full disk), so the folder holds
+    either the whole new set or the whole old one. A block that fails (or is interrupted) removes every staged
+    file.
+    """
+
+    def __init__(self, out: str | os.PathLike) -> None:
+        self.out = Path(out)
+        self.staged: list[tuple[Path, Path]] = []
+
+    def __enter__(self) -> "OutputSet":  # noqa: PYI034 - typing.Self needs Python 3.11; 3.10 is supported
+        return self
+
+    def add(self, name: str, data: bytes | str | None = None, *, writer: Any = None) -> Path:
+        """Stage file `name` (bytes, text, or what `writer(binary file)` writes); returns its final path."""
+        path = self.out / name
+        self.staged.append((_stage(path, data, writer, self.out), path))
+        return path
+
+    def add_dir(self, name: str, files: dict[str, bytes]) -> Path:
+        """Stage folder `name` holding `files` (name -> bytes); it replaces an old folder (or link) `name`."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=self.out))
+        self.staged.append((tmp, self.out / name))
+        os.chmod(tmp, 0o777 & ~_umask())
+        for file_name, data in files.items():
+            atomic_write(tmp / file_name, data)
+        return self.out / name
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        if kind is not None:
+            self._discard()
+            return
+        with deferred_interrupts():
+            self._commit()
+
+    def _commit(self) -> None:
+        moved: list[tuple[Path, Path | None]] = []  # (target, where its old version went)
+        try:
+            for tmp, target in self.staged:
+                old = None
+                if target.is_symlink() or target.exists():
+                    old = target.with_name(f".{target.name}.{os.getpid()}.old")
+                    os.replace(target, old)
+                moved.append((target, old))
+                os.replace(tmp, target)
+        except BaseException:
+            for target, old in reversed(moved):  # put the old set back
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target, ignore_errors=True)
+                else:
+                    target.unlink(missing_ok=True)
+                if old is not None:
+                    os.replace(old, target)
+            self._discard()
+            raise
+        for _, old in moved:
+            if old is None:
+                continue
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
+
+    def _discard(self) -> None:
+        for tmp, _ in self.staged:
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def output_dir(out: str | os.PathLike, *, lock: bool = True) -> Iterator[Path]:
+    """Create `out` (and missing parents) and hold `out/.lock` while the block writes into it.
+
+    A second writer that finds the lock held stops with the holder's pid. When the block ends the lock file is
+    removed; when it fails, the folders this call created are removed too if nothing but the lock is in them.
+    """
+    out = Path(out)
+    created = []
+    probe = out
+    while not probe.exists() and not probe.is_symlink():
+        created.append(probe)
+        probe = probe.parent
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        if lock:
+            with _locked(out):
+                yield out
+        else:
+            yield out
+    except BaseException:
+        for folder in created:  # innermost first
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+
+
+@contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    path = out / LOCK
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, _file_mode())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise MechmemError(
+                f"{out} is being written by another process (pid {holder}); wait or use another --out"
+            ) from None
+        try:  # the holder before us may have removed the file after we opened it: lock the file at the path
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # closing releases the lock (so does the process ending, kill -9 included)
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One line for an error the machine caused: "cannot write runs/x/a.json: no space left on device"."""
+    reason = os.strerror(exc.errno).lower() if exc.errno else (str(exc) or type(exc).__name__)
+    if exc.errno == errno.ENOSPC:
+        reason = "no space left on device"
+    where = exc.filename if exc.filename else None
+    return f"{where}: {reason}" if where else reason

@@ -1,18 +1,23 @@
 """Progress of long loops (training, sweeps, the demo) that shows on a terminal and in logs alike.
 
 On a terminal, `Progress` is a tqdm bar. When output is not a terminal (CI, `make demo > log`, a subprocess
-writing to a log file) a bar would print nothing useful, so it writes one plain line at regular intervals instead,
-and one when it closes:
+writing to a log file) a bar would print nothing useful, so it writes one plain line at regular intervals
+instead, and one when it closes:
 
     train permutation: step 300/1500 (20%) loss 1.2345 elapsed 12s left ~48s
 
-`LogRelay` follows the log files of parallel jobs (the demo's) and prints, at regular intervals, the latest such
-line of each job that has moved on, prefixed by the job's name.
+`working(what)` is for a step that cannot count its progress (one library call of an analysis script): a line
+when it starts, one every few seconds while it runs, and its duration.
+
+`LogRelay` follows the log files of parallel jobs (the demo's) and prints, at regular intervals, the latest
+such line of each job that has moved on, prefixed by the job's name.
 """
 
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -80,14 +85,16 @@ class Progress:
             self.write_line()
 
     def line(self) -> str:
-        """The plain progress line: step, share done, postfix values, elapsed time and an estimate of the rest."""
+        """The plain progress line: step, share done, postfix values, elapsed time and an estimate of the
+        rest."""
         elapsed = self.clock() - self.t0
         done = self.n - self.start_n
         left = elapsed / done * (self.total - self.n) if done > 0 else None
         stats = " ".join(f"{k} {v}" for k, v in self.postfix.items())
         share = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
         estimate = f" left ~{format_seconds(left)}" if left is not None else ""
-        return f"{self.desc}{LINE_MARK}{self.n}/{self.total}{share} {stats} elapsed {format_seconds(elapsed)}{estimate}"
+        done = f"{self.desc}{LINE_MARK}{self.n}/{self.total}{share} {stats}"
+        return f"{done} elapsed {format_seconds(elapsed)}{estimate}"
 
     def write_line(self) -> None:
         self.last = self.clock()
@@ -120,8 +127,8 @@ def last_progress_line(path: Path) -> str | None:
 
 
 class LogRelay:
-    """Relays parallel jobs' progress: `poll` prints, at most every `every_s` seconds, the latest progress line of
-    each job whose logs moved on, as `[name] <line>` (the newest of a job's log files is read).
+    """Relays parallel jobs' progress: `poll` prints, at most every `every_s` seconds, the latest progress line
+    of each job whose logs moved on, as `[name] <line>` (the newest of a job's log files is read).
 
     Args:
         every_s: seconds between relays.
@@ -148,4 +155,28 @@ class LogRelay:
                 print(f"[{name}] {line}", file=self.stream or sys.stdout, flush=True)
 
 
-__all__ = ["LINE_MARK", "LogRelay", "Progress", "format_seconds", "last_progress_line"]
+@contextmanager
+def working(what: str, *, every_s: float = 10.0, stream: Any = None) -> Iterator[None]:
+    """Say what a script is doing: one line now (`what ...`), one every `every_s` seconds while the block runs
+    (`what: elapsed 20s`), and the time it took when it took more than `every_s`. Written to stdout by
+    default, so stderr stays for the one `error:` line."""
+    stream = stream if stream is not None else sys.stdout
+    print(f"{what} ...", file=stream, flush=True)
+    t0, done = time.monotonic(), threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            print(f"{what}: elapsed {format_seconds(time.monotonic() - t0)}", file=stream, flush=True)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+    if time.monotonic() - t0 >= every_s:
+        print(f"{what}: done in {format_seconds(time.monotonic() - t0)}", file=stream, flush=True)
+
+
+__all__ = ["LINE_MARK", "LogRelay", "Progress", "format_seconds", "last_progress_line", "working"]

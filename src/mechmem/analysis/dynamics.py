@@ -1,10 +1,11 @@
 """Training dynamics: run the toolkit's analyses on every step checkpoint of a run, in step order.
 
-`analyses/train.py --save-every N` keeps `RUN_DIR/checkpoints/step_N.pt`. `run_dynamics(RUN_DIR)` loads them in
-step order (through `mechmem.checkpoint`, which never unpickles code: one model is built from the first and every
-later checkpoint's weights are loaded into it), measures named quantities on each, and returns a step x curve
-table with each quantity's definition and the rule its events are read with (`mechmem.analysis.transitions`).
-Every step is measured on the SAME evaluation data (drawn once from the task with `seed`), so the curves compare.
+`analyses/train.py --save-every N` keeps `RUN_DIR/checkpoints/step_N.pt`. `run_dynamics(RUN_DIR)` loads them
+in step order (through `mechmem.checkpoint`, which never unpickles code: one model is built from the first and
+every later checkpoint's weights are loaded into it), measures named quantities on each, and returns a step x
+curve table with each quantity's definition and the rule its events are read with
+(`mechmem.analysis.transitions`). Every step is measured on the SAME evaluation data (drawn once from the task
+with `seed`), so the curves compare.
 
 Quantities (each reuses one analysis of the toolkit; `DEFAULT_QUANTITIES` are the cheap ones):
 
@@ -49,14 +50,16 @@ STEP_NAME = re.compile(r"step_(\d+)\.pt")
 
 
 def step_files(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every `checkpoints/step_N.pt` in `run_dir`, by step; a one-line error when there are none."""
+    """(step, path) of every `checkpoints/step_N.pt` in `run_dir`, by step; a one-line error when there are
+    none."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise MechmemError(f"{run_dir}: not a run directory")
     found = [(int(m.group(1)), p) for p in step_checkpoints(run_dir) if (m := STEP_NAME.fullmatch(p.name))]
     if not found:
         raise MechmemError(
-            f"{run_dir}: no step checkpoints (checkpoints/step_N.pt); train with analyses/train.py --save-every N"
+            f"{run_dir}: no step checkpoints (checkpoints/step_N.pt); "
+            "train with analyses/train.py --save-every N"
         )
     if twice := sorted({s for s, _ in found if [t for t, _ in found].count(s) > 1}):
         raise MechmemError(
@@ -67,7 +70,8 @@ def step_files(run_dir: str | Path) -> list[tuple[int, Path]]:
 
 
 def run_dir_of(checkpoint: str | Path) -> Path:
-    """The run directory a checkpoint file belongs to: its folder, or the run above `checkpoints/step_N.pt`."""
+    """The run directory a checkpoint file belongs to: its folder, or the run above
+    `checkpoints/step_N.pt`."""
     folder = Path(checkpoint).parent
     return (
         folder.parent
@@ -79,15 +83,15 @@ def run_dir_of(checkpoint: str | Path) -> Path:
 def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Iterator[tuple[int, Checkpoint]]:
     """Yield (step, checkpoint) in order; one model object is reused, each step's weights loaded into it.
 
-    Every file is validated by `read_payload` (format, digest, no pickled code) and must hold the same model
-    config and task as the first, else a one-line `CheckpointError` names the fields that differ.
+    Every file is validated by `read_payload` (format, digest, no pickled code) and must be of the same run as
+    the first (model, task and training config), else a one-line `CheckpointError` names the differences.
     """
     first = load_checkpoint(files[0][1], device=resolve_device(device))
     identity = payload_identity(read_payload(files[0][1]))
     yield files[0][0], first
     for step, path in files[1:]:
         payload = read_payload(path)
-        diff = run_differences(payload, identity, parts=("model", "task"))
+        diff = run_differences(payload, identity)  # model, task and training: the identity --resume checks
         if diff:
             raise CheckpointError(f"{path}: not the same run as {files[0][1].name} ({', '.join(diff[:4])})")
         try:
@@ -101,7 +105,8 @@ def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Itera
 
 @dataclass
 class EvalData:
-    """The evaluation data every step is measured on, drawn once from the task (each part from its own seed)."""
+    """The evaluation data every step is measured on, drawn once from the task (each part from its own
+    seed)."""
 
     task: Any
     n: int
@@ -191,7 +196,8 @@ def _roles(model: Any, data: EvalData) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Quantity:
-    """A named measurement of one checkpoint: its curves, what they mean, and the rule of each curve's event."""
+    """A named measurement of one checkpoint: its curves, what they mean, and the rule of each curve's
+    event."""
 
     name: str
     fn: Callable[[Any, EvalData], dict[str, float]]
@@ -276,7 +282,8 @@ def parse_quantities(text: str) -> tuple[str, ...]:
 
 @dataclass
 class Dynamics:
-    """Curves of every quantity against step: `curves[name][i]` was measured at `steps[i]` (None: not measured)."""
+    """Curves of every quantity against step: `curves[name][i]` was measured at `steps[i]` (None: not
+    measured)."""
 
     steps: list[int]
     curves: dict[str, list[float | None]]
@@ -322,10 +329,10 @@ def run_dynamics(
     seed: int = 0,
     device: str = "cpu",
 ) -> Dynamics:
-    """Measure `quantities` on every step checkpoint of `run_dir`, all on one evaluation draw of `n` sequences.
+    """Measure `quantities` on every step checkpoint of `run_dir`, on one evaluation draw of `n` sequences.
 
-    Raises `MechmemError` (one line) when the directory holds no step checkpoints, one is unreadable or corrupt,
-    or they are not all of one run.
+    Raises `MechmemError` (one line) when the directory holds no step checkpoints, one is unreadable or
+    corrupt, or they are not all of one run.
     """
     chosen = [QUANTITIES[q] for q in quantities]
     files = step_files(run_dir)
@@ -383,9 +390,9 @@ def metrics_agreement(
     """Events of the trainer's logged curves (metrics.jsonl) next to the same events from the checkpoints.
 
     Compared: every metrics.jsonl key that names a curve (e.g. the birth task's probe recalls, logged by its
-    trainer) and the pairs in `matches` (metrics key -> curve); each logged curve is read with its curve's rule.
-    `gap` is the difference in steps, `within` whether it is at most one interval (the largest gap between
-    consecutive saves or log records, the coarser series' precision; both "not reached" also agree).
+    trainer) and the pairs in `matches` (metrics key -> curve); each logged curve is read with its curve's
+    rule. `gap` is the difference in steps, `within` whether it is at most one interval (the largest gap
+    between consecutive saves or log records, the coarser series' precision; both "not reached" also agree).
     """
     steps, logged = metrics_curves(run_dir)
     matches = {**{k: k for k in logged if k in result.rules}, **(matches or {})}
@@ -429,7 +436,8 @@ def metrics_curves(run_dir: str | Path) -> tuple[list[int], dict[str, list[float
 
 
 def _facet(quantity: str, curve: str) -> tuple[str, str]:
-    """(panel title, legend label) of a curve: heads by pattern, roles as held roles vs scores, else one panel."""
+    """(panel title, legend label) of a curve: heads by pattern, roles as held roles vs scores, else one
+    panel."""
     if quantity == "heads":
         head, pattern = curve.split(".", 1)
         return pattern, head
@@ -439,8 +447,11 @@ def _facet(quantity: str, curve: str) -> tuple[str, str]:
 
 
 def plot_dynamics(result: Dynamics, quantity: str) -> Any:
-    """The curves of one quantity against step, one panel per facet (per pattern for `heads`, held roles and
-    scores for `roles`), each curve's level dotted and its event marked by a dashed line; returns the Figure."""
+    """The curves of one quantity against step, one panel per facet; returns the Figure.
+
+    Facets: one per pattern for `heads`, held roles and scores for `roles`. Each curve's level is dotted and its
+    event marked by a dashed line.
+    """
     from mechmem.plotting import plt
 
     panels: dict[str, list[tuple[str, str]]] = {}

@@ -153,7 +153,8 @@ class ReportCost:
     ) -> None:
         self.model = model
         self.device = next(model.parameters()).device
-        self.progress = Progress(steps, desc="report", enabled=progress, every_s=every_s)
+        # stdout, like the scripts' other progress lines (`mechmem.progress.working`): stderr is for errors.
+        self.progress = Progress(steps, desc="report", enabled=progress, every_s=every_s, stream=sys.stdout)
         self.steps: dict[str, dict[str, float]] = {}
         self.count = {"passes": 0, "rows": 0}
         self.total: dict[str, float] | None = None

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mechmem.cli import write_json
+from mechmem.cli import dumps
+from mechmem.io import OutputSet, atomic_write
 
 
 @dataclass
@@ -173,17 +174,22 @@ def to_html(report: Report) -> str:
 
 
 def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
-    """Write report.md (+ figures/*.png), report.html and report.json into `out_dir`; returns their paths."""
+    """Write report.md (+ figures/*.png), report.html and report.json into `out_dir`; returns their paths.
+
+    The set is committed together (`mechmem.io.OutputSet`): every file is staged first and renamed into place
+    only when all are written, so a full disk or an interrupt leaves the previous report whole, and figures/
+    is replaced as one folder (a link planted there is replaced, never written through).
+    """
     out = Path(out_dir)
-    figures = out / "figures"
-    figures.mkdir(parents=True, exist_ok=True)
-    for s in report.sections:
-        for name, png in s.figures.items():
-            (figures / f"{s.key}-{name}.png").write_bytes(png)
-    paths = {"md": out / "report.md", "html": out / "report.html", "json": out / "report.json"}
-    paths["md"].write_text(to_markdown(report))
-    paths["html"].write_text(to_html(report))
-    write_json(paths["json"], _finite(json.loads(json.dumps(report.to_dict(), default=_jsonable))))
+    figures = {f"{s.key}-{name}.png": png for s in report.sections for name, png in s.figures.items()}
+    record = _finite(json.loads(json.dumps(report.to_dict(), default=_jsonable)))
+    with OutputSet(out) as files:
+        files.add_dir("figures", figures)
+        paths = {
+            "md": files.add("report.md", to_markdown(report)),
+            "html": files.add("report.html", to_html(report)),
+            "json": files.add("report.json", dumps(record, indent=2) + "\n"),
+        }
     return paths
 
 
@@ -246,20 +252,15 @@ def write_page(
     """
     md_path = Path(md_path)
     fig_dir = Path(figure_dir) if figure_dir is not None else md_path.parent / "figures"
-    fig_dir.mkdir(parents=True, exist_ok=True)
     stem = md_path.stem
     for s in report.sections:
         for name, png in s.figures.items():
-            (fig_dir / f"{stem}_{s.key}-{name}.png").write_bytes(png)
+            atomic_write(fig_dir / f"{stem}_{s.key}-{name}.png", png)
     rel = os.path.relpath(fig_dir, md_path.parent)
     text = page_markdown(
         report, read_prose(prose) if prose else None, figure_dir=rel, figure_prefix=f"{stem}_"
     )
-    md_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = md_path.with_name(f".{md_path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, md_path)
-    return md_path
+    return atomic_write(md_path, text)
 
 
 def _finite(obj: Any) -> Any:
@@ -298,7 +299,4 @@ def write_index(
         f'<table><tr><th style="text-align:left">model</th><th style="text-align:left">headline</th>'
         f'<th style="text-align:left">circuit</th></tr>{rows}</table></body></html>\n'
     )
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page)
-    return path
+    return atomic_write(path, page)

@@ -1,11 +1,12 @@
 """Evidence gathering: one function per analysis, each returning a report `Section`.
 
 Every section function takes a `ReportContext` and returns a `Section`; one that does not apply to the model's
-architecture or task returns a section with `skipped` set to the reason, so the report always shows what was and
-was not looked at. Each section draws its data from its own generator seeded from the context's seed, so sections
-are reproducible one by one. Head roles are measured once (`mechmem.analysis.roles.head_roles`, the classifier the
-reproduction pages use too) and shared through the context. No section knows any particular task: tasks supply
-what is task-specific through the `Task` contract (`evaluate`, `optimal_loss`, `role_probes`, `patching_pair`).
+architecture or task returns a section with `skipped` set to the reason, so the report always shows what was
+and was not looked at. Each section draws its data from its own generator seeded from the context's seed, so
+sections are reproducible one by one. Head roles are measured once (`mechmem.analysis.roles.head_roles`, the
+classifier the reproduction pages use too) and shared through the context. No section knows any particular
+task: tasks supply what is task-specific through the `Task` contract (`evaluate`, `optimal_loss`,
+`role_probes`, `patching_pair`).
 """
 
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from mechmem.analysis.interventions import Intervention, intervened_logits, mean
 from mechmem.analysis.logit_lens import answer_probability, decode_residual
 from mechmem.analysis.roles import RoleResult, RoleThresholds
 from mechmem.errors import MechmemError
+from mechmem.models.adapter import is_hooked_transformer
 from mechmem.report.document import Section, Table
 
 
@@ -49,6 +51,14 @@ def _needs_task(ctx: ReportContext, what: str) -> str | None:
     return None if ctx.task is not None else f"no task: {what}"
 
 
+def _needs_hooks(ctx: ReportContext) -> str | None:
+    """Why an analysis that hooks a HookedTransformer's activations does not apply (None when it does)."""
+    if is_hooked_transformer(ctx.model):
+        return None
+    name = type(ctx.model).__name__
+    return f"{name} is not a HookedTransformer: it has none of the hook points this analysis uses"
+
+
 def _last_masked(batch: Any) -> tuple[Tensor, Tensor]:
     """Per sequence: the last loss-masked position and its target."""
     n, pos = batch.loss_mask.shape
@@ -57,7 +67,8 @@ def _last_masked(batch: Any) -> tuple[Tensor, Tensor]:
     return last, batch.targets[torch.arange(n), last]
 
 
-# -- closeness to the optimum ---------------------------------------------------------------------------------
+# -- closeness to the optimum
+# ---------------------------------------------------------------------------------
 def optimum_section(ctx: ReportContext) -> Section:
     """The task's own evaluation and headline, with the task's optimum where it has one."""
     s = Section("optimum", "Task performance and closeness to the optimum")
@@ -75,7 +86,8 @@ def optimum_section(ctx: ReportContext) -> Section:
 
 
 def _optimum_lines(ctx: ReportContext, findings: dict[str, Any]) -> list[str]:
-    """The model's masked loss next to the task's optimal predictor's loss on the same sequences (if known)."""
+    """The model's masked loss next to the task's optimal predictor's loss on the same sequences (if
+    known)."""
     batch = ctx.task.eval_batch(ctx.n_samples, generator=ctx.generator(10))
     optimum = ctx.task.optimal_loss(batch)
     if optimum is None:
@@ -90,9 +102,11 @@ def _optimum_lines(ctx: ReportContext, findings: dict[str, Any]) -> list[str]:
     ]
 
 
-# -- attention-pattern evidence --------------------------------------------------------------------------------
+# -- attention-pattern evidence
+# --------------------------------------------------------------------------------
 def heads_section(ctx: ReportContext) -> Section:
-    """Previous-token, duplicate-token and induction scores (measured with the roles), and attention heatmaps."""
+    """Previous-token, duplicate-token and induction scores (measured with the roles), and attention
+    heatmaps."""
     s = Section("heads", "Attention patterns: previous-token, duplicate-token, induction")
     s.skipped = heads.no_attention_reason(ctx.model)
     if s.skipped:
@@ -113,7 +127,8 @@ def heads_section(ctx: ReportContext) -> Section:
     s.lines.append(
         "Score = attention mass on the pattern's keys (1 = a perfect head), the highest over the probes "
         f"({'; '.join(probes)}); a role needs the lower end of a 95% "
-        "bootstrap interval >= the threshold on some probe, or for at least two query tokens (docs/analyses.md, "
+        "bootstrap interval >= the threshold on some probe, or for at least two query tokens "
+        "(docs/analyses.md, "
         "Role rule)."
     )
     rows = [[h.name, *(h.evidence[k] for k in keys)] for h in ctx.roles.heads]
@@ -135,7 +150,8 @@ def heads_section(ctx: ReportContext) -> Section:
     return s
 
 
-# -- MLP: direct effect and key neurons ------------------------------------------------------------------------
+# -- MLP: direct effect and key neurons
+# ------------------------------------------------------------------------
 def mlp_section(ctx: ReportContext) -> Section:
     """The last MLP's direct effect on the answer logit, its key neurons, and the effect of mean-ablating it.
 
@@ -143,7 +159,7 @@ def mlp_section(ctx: ReportContext) -> Section:
     report them read best side by side.
     """
     s = Section("mlp", "MLP: direct effect on the answer and key neurons")
-    s.skipped = heads.no_attention_reason(ctx.model) or _needs_task(ctx, "no answers to attribute")
+    s.skipped = _needs_hooks(ctx) or _needs_task(ctx, "no answers to attribute")
     if s.skipped is None and ctx.model.cfg.attn_only:
         s.skipped = "the model is attention-only"
     if s.skipped is None and getattr(ctx.model.cfg, "parallel_attn_mlp", False):
@@ -185,14 +201,18 @@ def mlp_section(ctx: ReportContext) -> Section:
         "ranking": ranking.to_dict(),
     }
     s.lines += [
-        f"Measured at the last answer position of {ctx.n_samples} evaluation sequences; MLP of layer {layer}.",
+        (
+            f"Measured at the last answer position of {ctx.n_samples} evaluation sequences; "
+            f"MLP of layer {layer}."
+        ),
         (
             f"Logit lens: mean p(answer) {float(pre.mean()):.3f} read just before the MLP (resid_mid), "
             f"{float(base.mean()):.3f} after it (the model's output)."
         ),
         (
-            f"Role: {role}: mean-ablating the MLP (per-position mean over a second evaluation batch) lowers mean "
-            f"p(answer) from {float(base.mean()):.3f} by {drop:.3f} (threshold {t.mlp_drop}); its neurons' total "
+            f"Role: {role}: mean-ablating the MLP (per-position mean over a second evaluation batch) "
+            f"lowers mean p(answer) from {float(base.mean()):.3f} by {drop:.3f} (threshold {t.mlp_drop}); "
+            "its neurons' total "
             f"direct effect on the answer logit is {total:+.3f}."
         ),
     ]
@@ -217,9 +237,11 @@ def mlp_section(ctx: ReportContext) -> Section:
     return s
 
 
-# -- memory probes -----------------------------------------------------------------------------------------------
+# -- memory probes
+# -----------------------------------------------------------------------------------------------
 def probes_section(ctx: ReportContext) -> Section:
-    """Token -> token memories in each head's OV circuit (W_E, W_V W_O, W_U): does the head copy or suppress?"""
+    """Token -> token memories in each head's OV circuit (W_E, W_V W_O, W_U): does the head copy or
+    suppress?"""
     s = Section("probes", "Associative-memory probes: each head's OV circuit")
     s.skipped = heads.no_attention_reason(ctx.model)
     if s.skipped:
@@ -257,7 +279,9 @@ def probes_section(ctx: ReportContext) -> Section:
 def ablation_section(ctx: ReportContext) -> Section:
     """Mean ablation of every head and MLP layer: the change in the task's loss."""
     s = Section("ablation", "Ablation: mean-ablating each head and MLP")
-    s.skipped = heads.no_attention_reason(ctx.model) or _needs_task(ctx, "no loss to measure")
+    s.skipped = (
+        _needs_hooks(ctx) or heads.no_attention_reason(ctx.model) or _needs_task(ctx, "no loss to measure")
+    )
     if s.skipped:
         return s
     tokens, metric, desc = ablation.task_metric(ctx.task, "loss", ctx.n_samples, generator=ctx.generator(6))
@@ -295,9 +319,14 @@ def ablation_section(ctx: ReportContext) -> Section:
 
 
 def patching_section(ctx: ReportContext) -> Section:
-    """Activation patching on the task's clean/corrupted pair: head outputs and the residual stream (denoising)."""
+    """Activation patching on the task's clean/corrupted pair: head outputs and the residual stream
+    (denoising)."""
     s = Section("patching", "Activation patching: clean into corrupted")
-    s.skipped = heads.no_attention_reason(ctx.model) or _needs_task(ctx, "no clean/corrupted pair")
+    s.skipped = (
+        _needs_hooks(ctx)
+        or heads.no_attention_reason(ctx.model)
+        or _needs_task(ctx, "no clean/corrupted pair")
+    )
     if s.skipped:
         return s
     try:
@@ -316,8 +345,9 @@ def patching_section(ctx: ReportContext) -> Section:
     restored = by_head.normalised()
     s.findings = {name: r.to_dict() for name, r in results.items()}
     s.lines.append(
-        f"Metric: {by_head.metric}; clean {by_head.clean:.3f}, corrupted {by_head.corrupted:.3f}. Each activation is "
-        f"patched from the clean run into the corrupted one; 'restored' = (patched - corrupted) / (clean - corrupted), "
+        f"Metric: {by_head.metric}; clean {by_head.clean:.3f}, corrupted {by_head.corrupted:.3f}. "
+        "Each activation is patched from the clean run into the corrupted one; "
+        "'restored' = (patched - corrupted) / (clean - corrupted), "
         f"1 = the clean answer is fully restored."
     )
     rows = [

@@ -8,8 +8,9 @@ A task turns a config into batches and knows how to score a model on itself:
     train_metrics(model, batch, logits) -> dict   metrics on a training batch, computed before the step
     evaluate(model, generator=g) -> dict          the task's default evaluation
     patching_pair(n, generator=g) -> PatchingPair clean/corrupted inputs with answers, for activation patching
-    role_probes(n, generator=g) -> [RoleProbe]    optional: one counterfactual pair per task role (e.g. recall)
-    probes(model) -> {name: value}                optional: the task's own weight probes (e.g. memory recalls)
+    role_probes(n, generator=g) -> [RoleProbe]    optional: one counterfactual pair per task role (e.g.
+    recall) probes(model) -> {name: value}                optional: the task's own weight probes (e.g. memory
+    recalls)
 
 Every method that draws random numbers takes an explicit `torch.Generator`; nothing seeds globally.
 """
@@ -101,9 +102,9 @@ class RoleProbe:
     """What a head doing one task role is tested on: a counterfactual pair that changes only the information
     that role needs, and the keys such a head attends to from the answer position.
 
-    Example (permutation task, role "recall"): `pair.clean` repeats x_j as its last x (answer y_j = `correct`),
-    `pair.corrupted` repeats another earlier x_i instead (answer y_i = `incorrect`); `keys` marks, per sequence of
-    `pair.clean`, the matching x_j and the y_j that followed it.
+    Example (permutation task, role "recall"): `pair.clean` repeats x_j as its last x (answer y_j =
+    `correct`), `pair.corrupted` repeats another earlier x_i instead (answer y_i = `incorrect`); `keys` marks,
+    per sequence of `pair.clean`, the matching x_j and the y_j that followed it.
     """
 
     role: str
@@ -172,14 +173,29 @@ class Task:
     def train_batch(self, n: int, *, generator: torch.Generator) -> Batch:
         raise NotImplementedError
 
+    @property
+    def d_vocab_out(self) -> int:
+        """Size of the output vocabulary the targets need (by default the input vocabulary)."""
+        return self.d_vocab
+
     def check_model(self, model: torch.nn.Module) -> None:
-        """Raise `MechmemError` when the model's vocabulary or context cannot take this task's inputs."""
+        """Raise `MechmemError` when the model's input or output vocabulary or context is too small."""
         cfg = getattr(model, "cfg", None)
         try:
-            need = {"vocabulary": self.d_vocab, "context": self.seq_len}
+            need = {
+                "vocabulary": self.d_vocab,
+                "output vocabulary": self.d_vocab_out,
+                "context": self.seq_len,
+            }
         except NotImplementedError:
             return
-        have = {"vocabulary": getattr(cfg, "d_vocab", None), "context": getattr(cfg, "n_ctx", None)}
+        d_vocab = getattr(cfg, "d_vocab", None)
+        d_vocab_out = getattr(cfg, "d_vocab_out", None)
+        have = {
+            "vocabulary": d_vocab,
+            "output vocabulary": d_vocab_out if isinstance(d_vocab_out, int) and d_vocab_out > 0 else d_vocab,
+            "context": getattr(cfg, "n_ctx", None),
+        }
         bad = [
             f"{k} {need[k]} > model's {have[k]}"
             for k in need
@@ -188,6 +204,21 @@ class Task:
         if bad:
             raise MechmemError(f"task {self.name!r} does not fit the model: {'; '.join(bad)}")
 
+    @classmethod
+    def check_config_fits(cls, config: Any, model: torch.nn.Module) -> None:
+        """`check_model` before the task is built, from its config alone (building may allocate tables sized
+        by the config, e.g. a vocabulary of 10**11). Raises `MechmemError` for a config that is invalid or
+        does not fit; sizes that only a built task knows are left to `check_model` after building."""
+        shell = cls.__new__(cls)
+        try:
+            Task.__init__(shell, config if config is not None else cls.config_cls())
+        except (TypeError, ValueError) as exc:
+            raise MechmemError(f"task {cls.name!r}: bad config ({exc})") from None
+        try:
+            shell.check_model(model)
+        except (AttributeError, KeyError):
+            return
+
     def eval_batch(self, n: int, *, generator: torch.Generator) -> Batch:
         return self.train_batch(n, generator=generator)
 
@@ -195,16 +226,19 @@ class Task:
         raise NotImplementedError(f"task {self.name!r} defines no clean/corrupted pairs")
 
     def role_probes(self, n: int, *, generator: torch.Generator) -> list[RoleProbe]:
-        """One `RoleProbe` per task-specific head role (none by default: only attention-pattern roles apply)."""
+        """One `RoleProbe` per task-specific head role (none by default: only attention-pattern roles
+        apply)."""
         return []
 
     def probes(self, model: torch.nn.Module) -> dict[str, float]:
-        """Named memory-probe values of `model` that this task defines (none by default); see the birth task."""
+        """Named memory-probe values of `model` that this task defines (none by default); see the birth
+        task."""
         return {}
 
     # -- scoring ----------------------------------------------------------------------------------------
     def optimal_loss(self, batch: Batch) -> float | None:
-        """The loss of the optimal predictor on `batch` (e.g. an exact Bayes posterior), if the task knows it."""
+        """The loss of the optimal predictor on `batch` (e.g. an exact Bayes posterior), if the task knows
+        it."""
         return None
 
     def loss(self, logits: Float[Tensor, "batch pos d_vocab"], batch: Batch) -> Float[Tensor, ""]:

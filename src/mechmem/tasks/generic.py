@@ -6,7 +6,8 @@ previous-token heads. With `half=4` and `d_vocab=10`, one sequence (r = 7 2 9 4)
     position   0  1  2  3  4  5  6  7
     tokens     7  2  9  4  7  2  9  4
     targets    2  9  4  7  2  9  4  0      (next token; the last one has none and is padding)
-    loss_mask  0  0  0  0  1  1  1  0      (only the repeated half is predictable: from position half to 2*half-2)
+    loss_mask  0  0  0  0  1  1  1  0      (only the repeated half is predictable: from position half to
+    2*half-2)
 
 A model that has learnt induction predicts every masked target (accuracy 1); a unigram model gets 1 / d_vocab.
 The patching pair corrupts the first copy of the answer: clean `7 2 9 4 7 2 9 4`, corrupted `7 2 9 5 7 2 9 4`,
@@ -45,8 +46,9 @@ class RepeatsConfig(ConfigMixin):
 
     @classmethod
     def for_model(cls, model: Any, **overrides: Any) -> "RepeatsConfig":
-        """The config that fits `model`: its whole input vocabulary and half its context (at most d_vocab - 1, so
-        r holds distinct tokens and the patching pair has a token outside r to corrupt with)."""
+        """The config that fits `model`: its whole vocabulary (input and output: the smaller one) and half its
+        context (at most that vocabulary - 1, so r holds distinct tokens and the patching pair has a token
+        outside r to corrupt with). A model with n_ctx < 4 or a vocabulary < 3 is refused with one line."""
         cfg = getattr(model, "cfg", None)
         if cfg is None or not hasattr(cfg, "d_vocab") or not hasattr(cfg, "n_ctx"):
             raise MechmemError(f"{type(model).__name__} has no cfg.d_vocab / cfg.n_ctx to size the task from")
@@ -54,6 +56,11 @@ class RepeatsConfig(ConfigMixin):
         out = getattr(cfg, "d_vocab_out", None)
         vocab = min(int(cfg.d_vocab), int(out)) if isinstance(out, int) and out > 0 else int(cfg.d_vocab)
         half = min(int(cfg.n_ctx) // 2, vocab - 1)
+        if half < 2:
+            raise MechmemError(
+                "the repeats task needs a model with context n_ctx >= 4 and input and output vocabularies "
+                f"of at least 3 (this model: n_ctx {cfg.n_ctx}, d_vocab {cfg.d_vocab}, d_vocab_out {out})"
+            )
         return cls(**{"d_vocab": vocab, "half": half, **overrides})
 
 
@@ -80,7 +87,8 @@ class RepeatsTask(Task):
         return torch.randint(cfg.d_vocab, (n, length), generator=generator)
 
     def train_batch(self, n: int, *, generator: torch.Generator) -> Batch:
-        """n sequences [r, r] with next-token targets, masked to the predictable half (see the module docstring)."""
+        """n sequences [r, r] with next-token targets, masked to the predictable half (see the module
+        docstring)."""
         h = self.config.half
         first = self._draw(n, h, generator)
         tokens = torch.cat([first, first], dim=1)
@@ -90,7 +98,8 @@ class RepeatsTask(Task):
         return Batch(tokens, targets, mask)
 
     def patching_pair(self, n: int, *, generator: torch.Generator) -> PatchingPair:
-        """Clean [r, r]; corrupted: the first copy of the answer r[-1] replaced by a token not in r (if any)."""
+        """Clean [r, r]; corrupted: the first copy of the answer r[-1] replaced by a token not in r (if
+        any)."""
         h, vocab = self.config.half, self.config.d_vocab
         drawn = self._draw(n, h + 1, generator)
         clean = torch.cat([drawn[:, :h], drawn[:, :h]], dim=1)

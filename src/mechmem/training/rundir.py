@@ -6,15 +6,16 @@ config (seed, steps, schedule, ...). A run directory holds one run:
     ckpt.pt, resume.pt, checkpoints/step_*.pt, metrics.jsonl    the run's files
     .lock                                                       held (fcntl) by the process writing the run
 
-- A fresh run refuses a directory that already holds a run's files, unless `overwrite`, which first deletes them
+- A fresh run refuses a directory that already holds a run's files, unless `overwrite`, which first deletes
+  them
   (other files, such as a launcher's log, stay).
-- `--resume` continues only an identical run: every checkpoint with trainer state in the directory must carry the
+- `--resume` continues only an identical run: every checkpoint with trainer state in the directory must carry
+  the
   same configuration, else the error names the fields that differ (`train.seed 5 != 9`).
 - A second process that tries to write the same directory while the first holds the lock stops with the first
   one's pid. The lock is released when the process ends, however it ends (kill -9 included).
 """
 
-import fcntl
 import json
 import os
 from collections.abc import Iterator
@@ -24,8 +25,8 @@ from typing import Any
 
 from mechmem.checkpoint import read_payload
 from mechmem.errors import CheckpointError, MechmemError
+from mechmem.io import output_dir
 
-LOCK = ".lock"
 METRICS = "metrics.jsonl"
 """The trainer's log in a run directory: one JSON object per evaluation, in step order."""
 RUN_FILES = ("ckpt.pt", "resume.pt", METRICS)
@@ -108,22 +109,10 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
 
 @contextmanager
 def run_lock(out: Path) -> Iterator[None]:
-    """Hold `out/.lock` (an exclusive fcntl lock holding our pid) while writing the run; refuse if it is held."""
-    out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise MechmemError(
-                f"{out} is being written by another process (pid {holder}); wait or use another --out"
-            )
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    """Hold `out/.lock` while writing the run (`mechmem.io.output_dir`): a second writer is refused with our
+    pid, the lock file goes when the run ends, and a folder this run created goes too if the run fails."""
+    with output_dir(out):
         yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def step_checkpoints(out: Path) -> list[Path]:
@@ -160,7 +149,8 @@ def find_resume_point(out: Path, identity: dict[str, Any]) -> tuple[Path, dict[s
         diff = run_differences(payload, identity)
         if diff:
             raise MechmemError(
-                f"--resume: {path} is a different run ({', '.join(diff[:6])}{', ...' if len(diff) > 6 else ''}); "
+                f"--resume: {path} is a different run "
+                f"({', '.join(diff[:6])}{', ...' if len(diff) > 6 else ''}); "
                 "use the same settings, another --out, or --overwrite"
             )
         if best is None or payload["extra"]["trainer"]["step"] > best[1]["extra"]["trainer"]["step"]:
