@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         out = claim_out(out / "report")
     with working(f"building the report on {args.n_samples} sequences"):
         report, paths = report_checkpoint(
-            ckpt, out, n_samples=args.n_samples, seed=args.seed, title=args.title
+            ckpt, out, n_samples=args.n_samples, seed=args.seed, title=args.title, progress=True
         )
     circuit = report.section("circuit")
     rows = [[h["layer"], h["head"], h["role"]] for h in circuit.findings["heads"]]
@@ -52,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     skipped = [f"{s.key} ({s.skipped})" for s in report.sections if s.skipped]
     if skipped:
         print("skipped: " + "; ".join(skipped))
+    cost = report.cost
+    slowest = sorted(cost["steps"].items(), key=lambda kv: -kv[1]["seconds"])[:3]
+    print(
+        f"took {cost['seconds']:.1f} s (CPU {cost['cpu_seconds']:.1f} s); slowest: "
+        + ", ".join(f"{k} {v['seconds']:.1f} s" for k, v in slowest)
+    )
     print(f"wrote {paths['md']}, {paths['html']} and {paths['json']}")
     return 0
 

@@ -7,18 +7,27 @@
     report = build_report(ckpt.model, ckpt.task, title="task2")
     write_report(report, "runs/task2/report")      # report.md, report.html (self-contained), report.json
 
-`build_report` measures every head's role once (`mechmem.analysis.roles.head_roles`, the one classifier, with its
-explicit thresholds), runs one section function per analysis (`sections.py`), and puts the named circuit first. A
-section that does not apply to the model or task is kept, with the reason it was skipped.
+`build_report` measures every head's role once (`mechmem.analysis.roles.head_roles`, the one classifier, with
+its explicit thresholds), runs one section function per analysis (`sections.py`), and puts the named circuit
+first. A section that does not apply to the model or task is kept, with the reason it was skipped.
+
+Every report records what each of its steps cost (`ReportCost`): the wall time of the roles, of each section
+and of the circuit section, and the memory they needed, in `report.cost` and report.json's "cost". With
+`progress=True` it prints a progress line (`mechmem.progress.Progress`) after the steps of a long report, with
+the estimated time left.
 """
 
+import resource
+import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from mechmem.analysis.roles import HeadRole, RoleResult, RoleThresholds, head_roles
+from mechmem.progress import Progress
 from mechmem.report.circuit_graph import edges_section
 from mechmem.report.document import Report, Section, Table, to_html, to_markdown, write_index, write_report
 from mechmem.report.dynamics_section import dynamics_section
@@ -85,11 +94,11 @@ def circuit_section(roles: RoleResult, mlp: Section | None = None) -> Section:
         s.lines.append(f"MLP (layer {m['layer']}): {m['role']}; key neurons {key}.")
     if roles.task_roles:
         s.lines.append(
-            f"Task roles ({', '.join(roles.task_roles)}) from counterfactual pairs on {roles.info['n']} sequences: "
-            "transfer = rise of p(counterfactual answer) when the head's output is copied from the counterfactual "
-            "run; via MLP = the same through the MLP inputs only (path patching); share = the head's part of the "
-            "role's total score; attn = attention from the answer onto the role's keys; damage = drop of "
-            "p(answer) under mean ablation (reported, not used for the label)."
+            f"Task roles ({', '.join(roles.task_roles)}) from counterfactual pairs on {roles.info['n']} "
+            "sequences: transfer = rise of p(counterfactual answer) when the head's output is copied from "
+            "the counterfactual run; via MLP = the same through the MLP inputs only (path patching); share = "
+            "the head's part of the role's total score; attn = attention from the answer onto the role's "
+            "keys; damage = drop of p(answer) under mean ablation (reported, not used for the label)."
         )
     s.lines.append(
         "Thresholds: " + ", ".join(f"{k} = {v}" for k, v in roles.thresholds.to_dict().items()) + "."
@@ -98,6 +107,102 @@ def circuit_section(roles: RoleResult, mlp: Section | None = None) -> Section:
         s.tables.append(role_table(roles))
     s.lines += [f"{h.name} {h.role}: " + "; ".join(h.notes) for h in roles.heads if h.notes]
     return s
+
+
+T = TypeVar("T")
+
+MEMORY_NOTE = (
+    "peak_rss_mb: the process's peak resident memory after the step (getrusage ru_maxrss, which only grows "
+    "over the process's life); rss_rise_mb: how much the step raised that peak (0 when it stayed below an "
+    "earlier peak); peak_cuda_mb (CUDA only): torch.cuda.max_memory_allocated during the step."
+)
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident memory so far, in MiB (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+class ReportCost:
+    """Wall time, CPU time, model passes and memory of each step of one report, with optional progress lines.
+
+    Used as a context manager around the report's steps: `run(name, fn, *args)` calls `fn(*args)`, records
+    its cost under `name` (a section's own key when it returns a `Section`) and returns its result; on exit
+    the clocks stop and the pass counter is removed from the model. `to_dict()` gives {"seconds",
+    "cpu_seconds", "passes", "rows", "steps": {name: {the same, "peak_rss_mb", "rss_rise_mb"[,
+    "peak_cuda_mb"]}}, "memory": what the memory fields mean}. The steps' times add up to at most the total
+    (the rest is the report's own bookkeeping).
+
+    cpu_seconds is the process's CPU time (all its threads): on a machine shared with other work it is the
+    steadier measure of the work done, while seconds includes the time spent waiting for a core. passes counts
+    the model's forward calls (a forward pre-hook on the model; a pass resumed at a later layer counts as one)
+    and rows the sequences they ran (stacked variants count once each): work that no load changes. Work that
+    does not call the model (the intervention engine's hook-free replay, which the patching sweeps and
+    ablations use) is not counted.
+
+    Args:
+        steps: how many steps the report will run (for the progress line's estimate of the time left).
+        model: the model the report analyses (its device; its passes are counted).
+        progress: print a progress line after a step when `every_s` seconds passed since the last one.
+        every_s: seconds between progress lines.
+    """
+
+    def __init__(
+        self, steps: int, model: torch.nn.Module, *, progress: bool = False, every_s: float = 5.0
+    ) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        # stdout, like the scripts' other progress lines (`mechmem.progress.working`): stderr is for errors.
+        self.progress = Progress(steps, desc="report", enabled=progress, every_s=every_s, stream=sys.stdout)
+        self.steps: dict[str, dict[str, float]] = {}
+        self.count = {"passes": 0, "rows": 0}
+        self.total: dict[str, float] | None = None
+
+    def _count(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        first = args[0] if args else kwargs.get("input")
+        self.count["passes"] += 1
+        self.count["rows"] += int(first.shape[0]) if isinstance(first, torch.Tensor) else 0
+
+    def _now(self) -> dict[str, float]:
+        return {"seconds": time.perf_counter(), "cpu_seconds": time.process_time(), **self.count}
+
+    def __enter__(self) -> "ReportCost":  # noqa: PYI034 (beartype rejects Self on methods)
+        self.handle = self.model.register_forward_pre_hook(self._count, with_kwargs=True)
+        self.start = self._now()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.handle.remove()
+        end = self._now()
+        self.total = {k: end[k] - self.start[k] for k in end}
+        if self.total["seconds"] >= self.progress.every_s:
+            self.progress.close()
+
+    def run(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        rss, before = peak_rss_mb(), self._now()
+        out = fn(*args)
+        if cuda:
+            torch.cuda.synchronize(self.device)
+        after = self._now()
+        step: dict[str, float] = {k: after[k] - before[k] for k in after}
+        step |= {"peak_rss_mb": peak_rss_mb(), "rss_rise_mb": peak_rss_mb() - rss}
+        if cuda:
+            step["peak_cuda_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
+        key = out.key if isinstance(out, Section) else name
+        self.steps[key if key not in self.steps else f"{key}_{len(self.steps)}"] = step
+        self.progress.set_postfix(done=key, took=f"{step['seconds']:.1f}s")
+        self.progress.update()
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        now = self._now()
+        total = self.total or {k: now[k] - self.start[k] for k in now}
+        return {**total, "steps": dict(self.steps), "memory": MEMORY_NOTE}
 
 
 @torch.no_grad()
@@ -113,6 +218,7 @@ def build_report(
     thresholds: RoleThresholds | None = None,
     sections: Sequence[Callable[[ReportContext], Section]] = SECTIONS,
     run_dir: str | Path | None = None,
+    progress: bool = False,
 ) -> Report:
     """Measure the head roles, run every section on `model` (and `task`, if any) and return the `Report`.
 
@@ -122,16 +228,24 @@ def build_report(
         role_samples: sequences for the head roles (the reproduction pages use the same default).
         run_dir: the checkpoint's run directory; adds the training-dynamics section (skipped, with the reason,
             when it holds no step checkpoints).
+        progress: print progress lines with the estimated time left (see `ReportCost`).
+
+    The report's `cost` (and report.json's "cost") holds each step's wall and CPU time, model passes and
+    memory (`ReportCost`).
     """
-    roles = head_roles(model, task, n=role_samples, seed=seed, thresholds=thresholds)
-    ctx = ReportContext(model, task, n_samples, seed, roles)
-    done = [fn(ctx) for fn in sections]
-    if run_dir is not None:
-        done.append(dynamics_section(run_dir, task, seed=seed))
-    mlp = next((s for s in done if s.key == "mlp"), None)
+    with ReportCost(2 + len(sections) + (run_dir is not None), model, progress=progress) as cost:
+        roles = cost.run(
+            "roles", lambda: head_roles(model, task, n=role_samples, seed=seed, thresholds=thresholds)
+        )
+        ctx = ReportContext(model, task, n_samples, seed, roles)
+        done = [cost.run(fn.__name__, fn, ctx) for fn in sections]
+        if run_dir is not None:
+            done.append(cost.run("dynamics", lambda: dynamics_section(run_dir, task, seed=seed)))
+        mlp = next((s for s in done if s.key == "mlp"), None)
+        circuit = cost.run("circuit", circuit_section, roles, mlp)
     optimum = next((s for s in done if s.key == "optimum" and not s.skipped), None)
     headline = optimum.findings["headline"] if optimum else ""
-    return Report(title, headline, dict(meta or {}), [circuit_section(roles, mlp), *done])
+    return Report(title, headline, dict(meta or {}), [circuit, *done], cost=cost.to_dict())
 
 
 __all__ = [
@@ -139,6 +253,7 @@ __all__ = [
     "HeadRole",
     "Report",
     "ReportContext",
+    "ReportCost",
     "RoleResult",
     "RoleThresholds",
     "Section",

@@ -14,7 +14,13 @@ from mechmem.report.document import Report, write_report
 
 
 def report_checkpoint(
-    ckpt: Checkpoint, out: Path, *, n_samples: int, seed: int = 0, title: str | None = None
+    ckpt: Checkpoint,
+    out: Path,
+    *,
+    n_samples: int,
+    seed: int = 0,
+    title: str | None = None,
+    progress: bool = False,
 ) -> tuple[Report, dict[str, Path]]:
     """Build the report of `ckpt` and write it into `out`; returns the report and the paths written.
 
@@ -24,6 +30,7 @@ def report_checkpoint(
         n_samples: sequences per analysis.
         seed: seed of every generator the analyses draw from.
         title: report title (default: "<run directory>: <task>").
+        progress: print the report's progress lines (`mechmem.report.ReportCost`).
     """
     meta = {
         "checkpoint": str(ckpt.path),
@@ -40,5 +47,6 @@ def report_checkpoint(
         n_samples=n_samples,
         seed=seed,
         run_dir=run_dir_of(ckpt.path),
+        progress=progress,
     )
     return report, write_report(report, out)

@@ -87,6 +87,8 @@ class Report:
     headline: str
     meta: dict[str, Any]
     sections: list[Section]
+    cost: dict[str, Any] = field(default_factory=dict)
+    """What building it cost: wall time and memory per step (`mechmem.report.ReportCost`)."""
 
     def section(self, key: str) -> Section:
         for s in self.sections:
@@ -100,6 +102,7 @@ class Report:
             "headline": self.headline,
             "meta": self.meta,
             "sections": {s.key: s.to_dict() for s in self.sections},
+            "cost": self.cost,
         }
 
 

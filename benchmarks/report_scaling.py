@@ -1,0 +1,247 @@
+"""What the report and the circuit analysis cost as the model grows: wall time and memory per section, and a
+fitted growth law in the number of layers.
+
+    python benchmarks/report_scaling.py                                   # the issue's grid (tens of minutes)
+    python benchmarks/report_scaling.py --sizes 1x64 2x64 --n-samples 64 --role-samples 128   # about a minute
+    python benchmarks/report_scaling.py --sizes 12x768x12 --device cuda --out docs/report_scaling_gpu.json
+
+Each size LxD[xH][@T] is a random TransformerLens model built through mechmem's adapter
+(`build_transformer`): L layers, d_model D, H heads (default --heads), LayerNorm, GELU MLP of width 4 D,
+vocabulary --d-vocab, context T (default --n-ctx), on the generic "repeats" task sized to it. For each size,
+in this one process, it runs `build_report` at the given settings (its `cost` gives every section's wall time
+and memory) and the circuit analysis of analyses/circuit.py (`circuit_pair` + `discover_circuit` with mean
+ablation, then the head roles on --circuit-role-samples sequences), and prints one row per size: the time of
+each report section, the report's total, the circuit analysis's total, and the process's peak memory. Sizes
+run from the smallest (fewest parameters) up, so the peak-memory column is the peak reached by that size or an
+earlier one (ru_maxrss only grows; see `mechmem.report.MEMORY_NOTE`).
+
+The growth law: for every d_model with at least two layer counts, the report's total wall time, and
+separately its CPU time, is fitted as a * L^k by least squares on log time against log L (in-process times
+carry no start-up; --startup S subtracts a further fixed S seconds from the wall time first). Times are
+single runs on --threads torch threads: a loaded machine shows in the wall times much more than in the CPU
+times (`mechmem.report.ReportCost`). Writes the rows, the fits and the settings to --out (JSON).
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mechmem.analysis.circuits_discovery import circuit_pair, discover_circuit
+from mechmem.analysis.roles import head_roles
+from mechmem.cli import format_table
+from mechmem.models.adapter import TransformerConfig, build_transformer, move_model
+from mechmem.report import build_report, peak_rss_mb
+from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
+
+DEFAULT_SIZES = ("1x64", "2x64", "4x64", "8x64", "2x256", "4x256")
+"""The grid of issue 26's table: layers 1, 2, 4, 8 at d_model 64 and layers 2, 4 at d_model 256 (4 heads)."""
+
+
+def parse_size(text: str, heads: int, n_ctx: int) -> dict[str, int]:
+    """'4x256', '12x768x12' or '2x64@128' -> layers, d_model, heads, n_ctx."""
+    body, _, ctx = text.partition("@")
+    parts = body.split("x")
+    if (
+        len(parts) not in (2, 3)
+        or not all(p.isdigit() and int(p) > 0 for p in parts)
+        or (ctx and not ctx.isdigit())
+    ):
+        raise argparse.ArgumentTypeError(
+            f"size {text!r} is not LAYERSxD_MODEL[xHEADS][@N_CTX], e.g. 4x256x4@64"
+        )
+    size = {
+        "layers": int(parts[0]),
+        "d_model": int(parts[1]),
+        "heads": int(parts[2]) if len(parts) == 3 else heads,
+        "n_ctx": int(ctx) if ctx else n_ctx,
+    }
+    if size["d_model"] % size["heads"]:
+        raise argparse.ArgumentTypeError(f"size {text!r}: d_model must be divisible by the number of heads")
+    return size
+
+
+def build(size: dict[str, int], d_vocab: int, seed: int) -> tuple[torch.nn.Module, RepeatsTask]:
+    """The random LayerNorm + GELU model of `size` and the repeats task sized to it."""
+    config = TransformerConfig(
+        n_layers=size["layers"],
+        d_model=size["d_model"],
+        n_heads=size["heads"],
+        d_vocab=d_vocab,
+        n_ctx=size["n_ctx"],
+        d_mlp=4 * size["d_model"],
+        act_fn="gelu",
+        normalization_type="LN",
+    )
+    model = build_transformer(config, generator=torch.Generator().manual_seed(seed)).eval()
+    return model, RepeatsTask(RepeatsConfig.for_model(model))
+
+
+def circuit_cost(model: torch.nn.Module, task: RepeatsTask, args: argparse.Namespace) -> dict[str, float]:
+    """Wall time of analyses/circuit.py's computation at its defaults: pair, edge scores, pruning, roles."""
+    start, cpu = time.perf_counter(), time.process_time()
+    with torch.no_grad():
+        pair, _ = circuit_pair(model, task, args.circuit_samples, generator=torch.Generator().manual_seed(0))
+        circuit = discover_circuit(model, pair.to(args.device), ablation="mean")
+        discovered = time.perf_counter()
+        head_roles(model, task, n=args.circuit_role_samples, seed=0)
+    end = time.perf_counter()
+    return {
+        "discover": discovered - start,
+        "roles": end - discovered,
+        "total": end - start,
+        "cpu_seconds": time.process_time() - cpu,
+        "edges": len(circuit.graph.edges),
+    }
+
+
+def run_size(size: dict[str, int], args: argparse.Namespace) -> dict[str, Any]:
+    model, task = build(size, args.d_vocab, args.seed)
+    model = move_model(model, args.device)
+    params = sum(p.numel() for p in model.parameters())
+    report = build_report(
+        model,
+        task,
+        title="cost",
+        n_samples=args.n_samples,
+        role_samples=args.role_samples,
+        seed=args.seed,
+        progress=args.progress,
+    )
+    circuit = circuit_cost(model, task, args)
+    return {
+        **size,
+        "params": params,
+        "report": report.cost,
+        "circuit": circuit,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def fit_growth(rows: list[dict[str, Any]], startup: float, measure: str = "seconds") -> list[dict[str, Any]]:
+    """Per (d_model, heads, n_ctx) with two or more layer counts: the report's `measure` ("seconds" or
+    "cpu_seconds") minus `startup` ~ a * L^k, fitted by least squares on the logarithms."""
+    groups: dict[tuple[int, int, int], list[tuple[int, float]]] = {}
+    for r in rows:
+        key = (r["d_model"], r["heads"], r["n_ctx"])
+        groups.setdefault(key, []).append((r["layers"], r["report"][measure] - startup))
+    fits = []
+    for (d_model, heads, n_ctx), points in groups.items():
+        points = [(L, t) for L, t in points if t > 0]
+        if len({L for L, _ in points}) < 2:
+            continue
+        k, log_a = np.polyfit([math.log(L) for L, _ in points], [math.log(t) for _, t in points], 1)
+        fits.append(
+            {
+                "measure": measure,
+                "d_model": d_model,
+                "heads": heads,
+                "n_ctx": n_ctx,
+                "layers": [L for L, _ in points],
+                "k": float(k),
+                "a": float(math.exp(log_a)),
+            }
+        )
+    return fits
+
+
+def table(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], list[str]]:
+    """One row per size: each report step's wall seconds, the totals (wall, CPU, model passes and the
+    sequences they ran) and the peak memory."""
+    steps = list(dict.fromkeys(k for r in rows for k in r["report"]["steps"]))
+    headers = ["L", "d", "H", "T", "params", *steps, "report s", "(cpu s)", "passes", "rows"]
+    headers += ["circuit s", "(cpu s)", "peak MB"]
+    out = []
+    for r in rows:
+        step = r["report"]["steps"]
+        out.append(
+            [
+                r["layers"],
+                r["d_model"],
+                r["heads"],
+                r["n_ctx"],
+                r["params"],
+                *(step[k]["seconds"] if k in step else float("nan") for k in steps),
+                r["report"]["seconds"],
+                r["report"]["cpu_seconds"],
+                r["report"]["passes"],
+                r["report"]["rows"],
+                r["circuit"]["total"],
+                r["circuit"]["cpu_seconds"],
+                r["peak_rss_mb"],
+            ]
+        )
+    return out, headers
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--sizes", nargs="+", default=list(DEFAULT_SIZES), help="LAYERSxD_MODEL[xHEADS][@N_CTX]"
+    )
+    parser.add_argument("--heads", type=int, default=4, help="heads where a size does not give them")
+    parser.add_argument(
+        "--n-ctx", type=int, default=64, help="context (sequence length) where a size has none"
+    )
+    parser.add_argument("--d-vocab", type=int, default=64, help="vocabulary")
+    parser.add_argument(
+        "--n-samples", type=int, default=512, help="report's sequences per section (its default)"
+    )
+    parser.add_argument(
+        "--role-samples", type=int, default=1000, help="report's sequences for the head roles"
+    )
+    parser.add_argument("--circuit-samples", type=int, default=64, help="circuit.py's prompts (its default)")
+    parser.add_argument("--circuit-role-samples", type=int, default=256, help="circuit.py's role sequences")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--seed", type=int, default=0, help="weights and data seed")
+    parser.add_argument("--startup", type=float, default=0.0, help="seconds subtracted before the growth fit")
+    parser.add_argument("--progress", action="store_true", help="the report's progress lines")
+    parser.add_argument("--out", type=Path, default=Path("report_scaling.json"), help="JSON written here")
+    try:
+        args = parser.parse_args(argv)
+        sizes = [parse_size(s, args.heads, args.n_ctx) for s in args.sizes]
+    except argparse.ArgumentTypeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("error: --device cuda but no CUDA device is available", file=sys.stderr)
+        return 2
+    sizes.sort(key=lambda s: (s["layers"] * s["d_model"] ** 2, s["n_ctx"]))
+    rows, threads = [], torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        for size in sizes:
+            rows.append(run_size(size, args))
+            print(f"done {size}: report {rows[-1]['report']['seconds']:.1f} s", file=sys.stderr, flush=True)
+    finally:
+        torch.set_num_threads(threads)
+    fits = fit_growth(rows, args.startup) + fit_growth(rows, 0.0, "cpu_seconds")
+    cells, headers = table(rows)
+    print(format_table(cells, headers, floatfmt=".1f"))
+    for f in fits:
+        print(f"d_model {f['d_model']}, {f['heads']} heads, n_ctx {f['n_ctx']}: report {f['measure']} ~ "
+              f"{f['a']:.2f} x L^{f['k']:.2f} over layers {f['layers']}")  # fmt: skip
+    record = {
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "torch": torch.__version__,
+        "load_average": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "rows": rows,
+        "fits": fits,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""Every report records what each step cost; the cost benchmark's growth fit and its input errors."""
+
+import json
+import math
+
+import pytest
+from helpers import assert_no_hooks, build_model, load_script, random_tokens
+
+from mechmem.report import ReportCost, build_report, write_report
+from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
+
+
+def load_benchmark():
+    return load_script("benchmarks/report_scaling.py")
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    model = build_model(n_layers=2, d_model=16, n_heads=2, d_vocab=12, n_ctx=12, d_mlp=32)
+    task = RepeatsTask(RepeatsConfig.for_model(model))
+    report = build_report(model, task, title="cost", n_samples=32, role_samples=64)
+    out = tmp_path_factory.mktemp("report")
+    return model, report, json.loads(write_report(report, out)["json"].read_text())
+
+
+def test_report_json_has_one_timing_per_step(written):
+    model, report, data = written
+    cost = data["cost"]
+    ran = {s.key for s in report.sections}
+    assert set(cost["steps"]) == ran | {"roles"}
+    seconds = [step["seconds"] for step in cost["steps"].values()]
+    assert all(s >= 0 for s in seconds)
+    assert sum(seconds) <= cost["seconds"]
+    for step in cost["steps"].values():
+        assert step["peak_rss_mb"] > 0 and step["rss_rise_mb"] >= 0
+    # ru_maxrss only grows, so the peaks never fall from one step to the next (steps run in the listed order).
+    peaks = [step["peak_rss_mb"] for step in cost["steps"].values()]
+    assert peaks == sorted(peaks)
+    # Every counted pass happens inside a step; the optimum section calls the model, the probes read weights.
+    assert sum(step["passes"] for step in cost["steps"].values()) == cost["passes"]
+    assert sum(step["rows"] for step in cost["steps"].values()) == cost["rows"]
+    assert cost["steps"]["optimum"]["passes"] > 0 and cost["steps"]["probes"]["passes"] == 0
+    assert_no_hooks(model)
+
+
+def test_skipped_sections_are_timed_too():
+    model = build_model(n_layers=1, d_model=16, n_heads=2, d_vocab=12, n_ctx=12)  # attention-only, no task
+    report = build_report(model, None, n_samples=32, role_samples=64)
+    assert set(report.cost["steps"]) == {s.key for s in report.sections} | {"roles"}
+    assert report.section("mlp").skipped
+
+
+def test_passes_and_rows_are_counted():
+    model = build_model()
+    tokens = random_tokens(model, batch=5)
+    with ReportCost(2, model) as cost:
+        cost.run("twice", lambda: [model(tokens), model(tokens[:3])])
+        cost.run("none", lambda: None)
+    steps = cost.to_dict()["steps"]
+    assert (steps["twice"]["passes"], steps["twice"]["rows"]) == (2, 8)
+    assert (steps["none"]["passes"], steps["none"]["rows"]) == (0, 0)
+    model(tokens)  # after the report: no longer counted
+    assert cost.to_dict()["passes"] == 2
+    assert_no_hooks(model)
+
+
+def test_progress_lines_estimate_the_time_left(capsys):
+    with ReportCost(3, build_model(), progress=True, every_s=0.0) as cost:
+        for name in ("a", "b", "c"):
+            assert cost.run(name, lambda x: x + 1, 1) == 2
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(" (")[0] for line in lines[:3]] == [f"report: step {i}/3" for i in (1, 2, 3)]
+    assert all("left ~" in line for line in lines)
+    assert list(cost.to_dict()["steps"]) == ["a", "b", "c"]
+
+
+def test_quiet_without_progress(capsys):
+    with ReportCost(1, build_model()) as cost:
+        cost.run("a", lambda: None)
+    assert capsys.readouterr().out == ""
+
+
+def test_growth_fit_recovers_a_planted_exponent():
+    bench = load_benchmark()
+    rows = [
+        {
+            "layers": L,
+            "d_model": 64,
+            "heads": 4,
+            "n_ctx": 64,
+            "report": {"seconds": 5.0 + 3.0 * L**1.5 * (1 + 0.01 * (-1) ** L)},
+        }
+        for L in (1, 2, 4, 8)
+    ]
+    [fit] = bench.fit_growth(rows, startup=5.0)
+    assert fit["k"] == pytest.approx(1.5, abs=0.02)
+    assert fit["a"] == pytest.approx(3.0, rel=0.05)
+    assert math.isfinite(fit["k"]) and fit["layers"] == [1, 2, 4, 8]
+
+
+@pytest.mark.parametrize("size", ["4", "4x", "ax64", "2x64x3", "2x64@x"])
+def test_benchmark_rejects_bad_sizes(size, capsys, tmp_path):
+    assert load_benchmark().main(["--sizes", size, "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+
+
+def test_benchmark_runs_end_to_end(tmp_path, capsys):
+    out = tmp_path / "scaling.json"
+    argv = [
+        "--sizes",
+        "2x16x2@12",
+        "1x16x2@12",
+        "--d-vocab",
+        "12",
+        "--n-samples",
+        "32",
+        "--role-samples",
+        "32",
+    ]
+    argv += ["--circuit-samples", "8", "--circuit-role-samples", "32", "--out", str(out)]
+    assert load_benchmark().main(argv) == 0
+    record = json.loads(out.read_text())
+    assert [r["layers"] for r in record["rows"]] == [1, 2]  # smallest first
+    for row in record["rows"]:
+        assert row["report"]["steps"]["edges"]["passes"] > 0 and row["circuit"]["total"] > 0
+    assert {f["measure"] for f in record["fits"]} == {"seconds", "cpu_seconds"}
+    assert "report s" in capsys.readouterr().out
