@@ -11,6 +11,9 @@ Each curve's event is a stated level crossing (interpolated between saves) or it
 of events is printed, and beside it the same events read from the trainer's metrics.jsonl (same-named curves
 and --match KEY=CURVE pairs). Writes OUT/dynamics.json (steps, curves, definitions, rules, events, cost) and
 one OUT/dynamics_QUANTITY.png per quantity.
+
+Long because its flags choose the quantities, levels and metric pairs, and it prints the order of events
+beside the trainer's own.
 """
 
 import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
@@ -25,6 +28,10 @@ from mechmem.tasks import load_task_module
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Measure the chosen quantities over the step checkpoints and print the order of events.
+
+    Long because its flags and the printed order of events are the script's whole work.
+    """
     parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory holding checkpoints/step_N.pt")
     parser.add_argument("--out", default=None, help="output directory (default: RUN_DIR)")

@@ -11,6 +11,9 @@ agreement), checks each sweep against exact patching on a sample of cells and fa
 where they disagree (one line per sweep says which). Prints a summary table (and the layer x position /
 layer x head tables) and writes DIR/patching.json ("sweeps": {name: {"axes", "values", "method", "check"}})
 and one heatmap DIR/patching_<sweep>.png per sweep.
+
+Long because it prints, per sweep, the attribution's measured agreement with exact patching and what the
+script did about it, beside the table.
 """
 
 import torch

@@ -9,6 +9,9 @@ Writes DIR/ckpt.pt (a self-describing checkpoint) and DIR/metrics.jsonl (one JSO
 prints the final metrics. --save-every N also keeps DIR/checkpoints/step_N.pt for training-dynamics analyses;
 --resume continues an interrupted run of the very same configuration (else it names the fields that differ);
 a DIR that already holds a run is refused unless --overwrite (which deletes the old run's files first).
+
+Long because it trains every task and preset, resumes, lists the presets with their measured time, and states
+each numeric flag's range.
 """
 
 import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
@@ -32,6 +35,10 @@ def measured_seconds(task: str, preset: str, steps: int, device: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """List the presets, resume a run, or train one.
+
+    Long because it dispatches listing, resuming and training, each a short branch.
+    """
     parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("task", nargs="?", help="task name (see --list)")
     parser.add_argument("--preset", default=None, help="preset name (see --list)")

@@ -93,7 +93,7 @@ def test_long_functions_say_why():
 LAYERS = [
     ("base", ("mechmem", "errors", "config", "io", "progress", "plotting", "plugins")),
     ("models and tasks", ("models", "tasks")),
-    ("checkpoint", ("checkpoint",)),
+    ("checkpoint", ("checkpoint", "pretrained")),
     ("training", ("training", "executor")),
     ("cli", ("cli",)),
     ("analysis", ("analysis",)),

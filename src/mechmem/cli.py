@@ -19,6 +19,9 @@ folder is left as it was. The contract, as helpers a script calls:
 Strict JSON: every JSON file mechmem writes is valid JSON (RFC 8259); non-finite floats become `null`. The
 JSON writers live in `mechmem.io` (below checkpoints and training, which write JSON too) and `one_line` in
 `mechmem.errors`; both are re-exported here for the scripts.
+
+Long because it is the one set of conventions every script shares: the common flags with their valid ranges,
+one-line errors and interrupts, the output folder's lock, and loading a checkpoint or a Hugging Face model.
 """
 
 import argparse
@@ -319,7 +322,7 @@ def load_source(args: argparse.Namespace, *, device: Any, load: Callable[..., An
         raise MechmemError("give a checkpoint (CKPT) or --hf NAME_OR_PATH, not both or neither")
     if hf is None:
         return load(args.ckpt, device=device)
-    from mechmem.models.pretrained import pretrained_checkpoint
+    from mechmem.pretrained import pretrained_checkpoint
 
     return pretrained_checkpoint(hf, device=device)
 

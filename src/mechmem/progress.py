@@ -127,8 +127,8 @@ def last_progress_line(path: Path) -> str | None:
 
 
 class LogRelay:
-    """Relays parallel jobs' progress: `poll` prints, at most every `every_s` seconds, the latest progress line
-    of each job whose logs moved on, as `[name] <line>` (the newest of a job's log files is read).
+    """Relays parallel jobs' progress: `poll` prints, at most every `every_s` seconds, the latest progress
+    line of each job whose logs moved on, as `[name] <line>` (the newest of a job's log files is read).
 
     Args:
         every_s: seconds between relays.

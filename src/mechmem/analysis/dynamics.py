@@ -22,6 +22,9 @@ Quantities (each reuses one analysis of the toolkit; `DEFAULT_QUANTITIES` are th
 Caveat: the levels are conventions stated before the run, not properties of the model; an event's precision is
 one save interval. The trainer saves no step-0 weights, so the first point is the first save. Models without
 attention heads get only the `loss` curves.
+
+Long because it holds the quantities measured over training (each a short wrapper of one analysis), the one
+loop over step checkpoints that measures them on one draw, and their plot.
 """
 
 import fnmatch
@@ -449,8 +452,8 @@ def _facet(quantity: str, curve: str) -> tuple[str, str]:
 def plot_dynamics(result: Dynamics, quantity: str) -> Any:
     """The curves of one quantity against step, one panel per facet; returns the Figure.
 
-    Facets: one per pattern for `heads`, held roles and scores for `roles`. Each curve's level is dotted and its
-    event marked by a dashed line.
+    Facets: one per pattern for `heads`, held roles and scores for `roles`. Each curve's level is dotted and
+    its event marked by a dashed line.
     """
     from mechmem.plotting import plt
 

@@ -15,6 +15,9 @@ practice.
 Caveats: a score says where a head looks, not what it moves (see the OV probes in `probes.py`); with a small
 vocabulary, random sequences hold chance duplicates, so an attend-to-self head and a duplicate-token head can
 overlap on the duplicate-token pattern.
+
+Long because the pattern scores, their bootstrap intervals and the per-token scores are reduced from the same
+scoped hook, so they are computed in one module.
 """
 
 import math

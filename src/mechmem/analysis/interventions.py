@@ -41,6 +41,9 @@ hooks).
 
 Caveats: an intervention fixes one activation and lets everything downstream react; effects of several
 interventions need not add up. Mean and resample ablation depend on the reference distribution: name it.
+
+Long because it is the one intervention engine: the intervention and setter types, both execution strategies
+(replay and hooks) and the gradient pass share the variant model, the source-run cache and the flag handling.
 """
 
 import contextlib

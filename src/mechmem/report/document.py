@@ -107,7 +107,10 @@ class Report:
 
 
 def to_markdown(report: Report, *, figure_dir: str | None = "figures", figure_prefix: str = "") -> str:
-    """Markdown with figures linked as `{figure_dir}/{figure_prefix}{section}-{name}.png` (None leaves them out)."""
+    """Markdown with figures linked as `{figure_dir}/{figure_prefix}{section}-{name}.png`.
+
+    `figure_dir=None` leaves the figures out.
+    """
     out = [f"# {report.title}", "", f"**{report.headline}**" if report.headline else "", ""]
     out += [f"- {k}: {v}" for k, v in report.meta.items()] + [""]
     for s in report.sections:
@@ -137,7 +140,8 @@ def section_markdown(s: Section, *, figure_dir: str | None = "figures", figure_p
 
 _CSS = (
     "body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}"
-    "table{border-collapse:collapse;margin:.5em 0 1em;font-size:.9em}td,th{border:1px solid #bbb;padding:2px 8px;text-align:right}"
+    "table{border-collapse:collapse;margin:.5em 0 1em;font-size:.9em}"
+    "td,th{border:1px solid #bbb;padding:2px 8px;text-align:right}"
     "th{background:#eee}caption{text-align:left;font-style:italic}img{max-width:100%}"
     ".skip{color:#777;font-style:italic}.headline{font-size:1.1em;font-weight:bold}"
 )
