@@ -15,6 +15,7 @@ from mechmem.analysis.circuits import ABLATIONS
 from mechmem.analysis.circuits_discovery import attribution_agreement, circuit_prompts, discover_circuit
 from mechmem.analysis.roles import head_roles
 from mechmem.models.adapter import is_hooked_transformer
+from mechmem.progress import working
 from mechmem.report.circuit_graph import N_PROMPTS, edge_table, plot_circuit, summary_lines
 
 
@@ -37,15 +38,18 @@ def main(argv: list[str] | None = None) -> int:
         reason = f"{type(ckpt.model).__name__} is not a HookedTransformer, which circuit discovery needs"
         return cli.skip(reason, out / "circuit.json", {"task": ckpt.task_name})
     pair, source = circuit_prompts(ckpt.model, ckpt.task, args.n_samples, args.seed)
-    circuit = discover_circuit(
-        ckpt.model,
-        pair,
-        ablation=args.ablation,
-        target=args.target,
-        threshold=args.threshold,
-        max_exact=args.max_exact,
-        with_attribution=args.attribution,
-    )
+    with working(
+        f"scoring edges and pruning the circuit ({args.ablation} ablation, {args.n_samples} prompts)"
+    ):
+        circuit = discover_circuit(
+            ckpt.model,
+            pair,
+            ablation=args.ablation,
+            target=args.target,
+            threshold=args.threshold,
+            max_exact=args.max_exact,
+            with_attribution=args.attribution,
+        )
     record = {"task": ckpt.task_name, "pair": source, "seed": args.seed, **circuit.to_dict()}
     print("\n".join([f"{ckpt.task_name}:", *summary_lines(circuit, source)]))
     if circuit.attribution is not None:

@@ -30,6 +30,7 @@ from mechmem.analysis.heads import (
 )
 from mechmem.analysis.roles import PatternEvidence, classify_heads, measure_pattern_evidence
 from mechmem.errors import MechmemError
+from mechmem.progress import working
 
 
 def halves_for(args: argparse.Namespace, model: torch.nn.Module, task: object) -> list[int]:
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     model, gen = ckpt.model, torch.Generator().manual_seed(args.seed)
     halves = halves_for(args, model, ckpt.task)
-    found = measure_pattern_evidence(model, ckpt.task, n=args.n_samples, generator=gen, halves=halves)
+    with working(f"probing head patterns at halves {sorted(halves)}"):
+        found = measure_pattern_evidence(model, ckpt.task, n=args.n_samples, generator=gen, halves=halves)
     shape = (model.cfg.n_layers, model.cfg.n_heads)
     cli.print_table(curve_rows(found, shape), ["head", "pattern", *found.probes])
     roles = classify_heads(found.evidence)

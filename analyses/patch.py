@@ -28,6 +28,7 @@ from mechmem.analysis.patching_tables import (
     patching_record,
     run_method,
 )
+from mechmem.progress import working
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,9 +61,15 @@ def main(argv: list[str] | None = None) -> int:
         pair = ckpt.task.patching_pair(args.n_samples, generator=torch.Generator().manual_seed(args.seed))
     except NotImplementedError as exc:
         return cli.skip(str(exc), out / "patching.json", {"task": ckpt.task_name, "sweeps": {}})
-    results = run_method(
-        ckpt.model, pair, args.sweeps, method=args.method, direction=args.direction, memory_mb=args.memory_mb
-    )
+    with working(f"patching sweeps ({args.method}, {args.n_samples} pairs)"):
+        results = run_method(
+            ckpt.model,
+            pair,
+            args.sweeps,
+            method=args.method,
+            direction=args.direction,
+            memory_mb=args.memory_mb,
+        )
     first = next(iter(results.values()))
     print(
         f"{ckpt.task_name}: {first.metric} clean {first.clean:.4f}, corrupted {first.corrupted:.4f} "
