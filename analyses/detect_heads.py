@@ -15,61 +15,19 @@ Long because it prints the score curve of every head at every probed length with
 rule's verdict beside it; the table layout is the script's work.
 """
 
-import argparse
-
 import torch
 
 from mechmem import cli
 from mechmem.analysis.heads import (
     HeadScores,
     attention_patterns,
+    chosen_halves,
     no_attention_reason,
     plot_attention,
     plot_head_scores,
-    probe_halves,
 )
-from mechmem.analysis.roles import PatternEvidence, classify_heads, measure_pattern_evidence
-from mechmem.errors import MechmemError
+from mechmem.analysis.roles import classify_heads, measure_pattern_evidence
 from mechmem.progress import working
-
-
-def halves_for(args: argparse.Namespace, model: torch.nn.Module, task: object) -> list[int]:
-    """The probe half-lengths: --half, else --lengths, else the rule's lengths plus the task's own."""
-    cfg = model.cfg
-    if args.half is not None:
-        halves = [args.half]
-    elif args.lengths:
-        halves = sorted({int(x) for x in args.lengths.split(",") if x.strip()})
-    else:
-        own = getattr(getattr(task, "config", None), "half", None)
-        halves = sorted(
-            set(probe_halves(cfg.n_ctx, cfg.d_vocab)) | ({own} if isinstance(own, int) else set())
-        )
-    bad = [h for h in halves if h < 2 or 2 * h > cfg.n_ctx or h > cfg.d_vocab]
-    if bad or not halves:
-        raise MechmemError(
-            f"probe half-lengths must lie in 2..{min(cfg.n_ctx // 2, cfg.d_vocab)} (2 x half <= n_ctx = "
-            f"{cfg.n_ctx}, half <= d_vocab = {cfg.d_vocab}), got {bad or halves}"
-        )
-    return halves
-
-
-def curve_rows(found: PatternEvidence, shape: tuple[int, int]) -> list[list[object]]:
-    """One row per head and pattern: the score [interval] at each probe."""
-    rows = []
-    for name, curve in found.curves.items():
-        for layer in range(shape[0]):
-            for head in range(shape[1]):
-                cells = [
-                    f"{float(s):.2f} [{float(lo):.2f}, {float(hi):.2f}]"
-                    for s, lo, hi in zip(
-                        curve["score"][:, layer, head],
-                        curve["lower"][:, layer, head],
-                        curve["upper"][:, layer, head],
-                    )
-                ]
-                rows.append([f"L{layer}H{head}", name, *cells])
-    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,11 +43,18 @@ def main(argv: list[str] | None = None) -> int:
         cli.write_json(out / "detect_heads.json", {"skipped": reason, "scores": {}})
         return 0
     model, gen = ckpt.model, torch.Generator().manual_seed(args.seed)
-    halves = halves_for(args, model, ckpt.task)
+    lengths = [int(x) for x in args.lengths.split(",") if x.strip()] if args.lengths else None
+    task_half = getattr(getattr(ckpt.task, "config", None), "half", None)
+    halves = chosen_halves(
+        model.cfg.n_ctx,
+        model.cfg.d_vocab,
+        half=args.half,
+        lengths=lengths,
+        task_half=task_half if isinstance(task_half, int) else None,
+    )
     with working(f"probing head patterns at halves {sorted(halves)}"):
         found = measure_pattern_evidence(model, ckpt.task, n=args.n_samples, generator=gen, halves=halves)
-    shape = (model.cfg.n_layers, model.cfg.n_heads)
-    cli.print_table(curve_rows(found, shape), ["head", "pattern", *found.probes])
+    cli.print_table(found.rows(), ["head", "pattern", *found.probes])
     roles = classify_heads(found.evidence)
     print(
         "roles: " + (", ".join(f"L{h.layer}H{h.head} {h.role}" for h in roles if h.role != "none") or "none")

@@ -21,7 +21,7 @@ scoped hook, so they are computed in one module.
 """
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechmem.analysis.intervals import bootstrap_ratio
+from mechmem.errors import MechmemError
 from mechmem.models.adapter import is_hooked_transformer
 from mechmem.plotting import plt
 
@@ -111,6 +112,32 @@ def probe_halves(n_ctx: int, d_vocab: int, first: int = 4) -> list[int]:
         h *= 2
     if longest >= 2 and longest not in halves:
         halves.append(longest)
+    return halves
+
+
+def chosen_halves(
+    n_ctx: int,
+    d_vocab: int,
+    *,
+    half: int | None = None,
+    lengths: Sequence[int] | None = None,
+    task_half: int | None = None,
+) -> list[int]:
+    """The probe half-lengths a user asked for: `half` alone, else `lengths`, else the role rule's
+    (`probe_halves`) plus the task's own `task_half`. Raises `MechmemError` (one line) for a length the
+    model cannot hold (2 x half <= n_ctx, half <= d_vocab, half >= 2)."""
+    if half is not None:
+        halves = [half]
+    elif lengths:
+        halves = sorted(set(lengths))
+    else:
+        halves = sorted(set(probe_halves(n_ctx, d_vocab)) | ({task_half} if task_half else set()))
+    bad = [h for h in halves if h < 2 or 2 * h > n_ctx or h > d_vocab]
+    if bad or not halves:
+        raise MechmemError(
+            f"probe half-lengths must lie in 2..{min(n_ctx // 2, d_vocab)} (2 x half <= n_ctx = "
+            f"{n_ctx}, half <= d_vocab = {d_vocab}), got {bad or halves}"
+        )
     return halves
 
 

@@ -255,6 +255,21 @@ class PatternEvidence:
     curves: dict[str, dict[str, Tensor]]
     """Per pattern: "score", "lower", "upper", "token_lower", each [probe layer head]."""
 
+    def rows(self) -> list[list[object]]:
+        """One table row per head and pattern: `LlHh`, the pattern, then "score [lower, upper]" per probe."""
+        rows: list[list[object]] = []
+        for name, curve in self.curves.items():
+            _, n_layers, n_heads = curve["score"].shape
+            for layer in range(n_layers):
+                for head in range(n_heads):
+                    at = (slice(None), layer, head)
+                    cells = [
+                        f"{float(s):.2f} [{float(lo):.2f}, {float(hi):.2f}]"
+                        for s, lo, hi in zip(curve["score"][at], curve["lower"][at], curve["upper"][at])
+                    ]
+                    rows.append([f"L{layer}H{head}", name, *cells])
+        return rows
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "probes": self.probes,
