@@ -1,0 +1,124 @@
+"""What an intervention is: an activation (a TransformerLens hook name), a slice of it, and a setter.
+
+    Intervention("blocks.0.attn.hook_z", (slice(None), 1), zero())       head 1's z at every position -> 0
+    Intervention("blocks.1.hook_resid_pre", (3,), from_run(clean))       position 3 of the residual, clean run
+
+The setters (`zero`, `mean`, `resample`, `from_run`, `apply`) say where the new values come from; a *variant*
+is one intervention or a list applied together. How variants are run - one forward pass for many, by replay or
+by hooks - is the engine's business (`mechmem.analysis.interventions`), which re-exports these names.
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+KINDS = ("zero", "mean", "resample", "from_run", "apply")
+
+
+@dataclass(eq=False)
+class Setter:
+    """How an intervention sets its slice; built by `zero`, `mean`, `resample`, `from_run` or `apply`."""
+
+    kind: str
+    """One of "zero", "mean", "resample", "from_run", "apply"."""
+    tokens: Tensor | None = None
+    """The inputs whose activations the setter reads (mean, resample, from_run), else None."""
+    fn: Callable[[Tensor, Any], Tensor] | None = None
+    """For "apply": fn(act_slice, hook) -> new values."""
+    generator: torch.Generator | None = None
+    """For "resample": draws which reference sequence each input gets (once per batch size)."""
+    _draws: dict[int, Tensor] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown setter {self.kind!r} ({', '.join(KINDS)})")
+
+    def source(self, ref: Tensor, batch: int) -> Tensor:
+        """Replacement values for the whole activation, [batch or 1, *act], from the reference activation."""
+        if self.kind == "mean":
+            return ref.mean(0, keepdim=True)
+        if self.kind == "resample":
+            return ref[self.draw(batch, ref.shape[0]).to(ref.device)]
+        if ref.shape[0] not in (1, batch):
+            raise ValueError(f"from_run: the source run has {ref.shape[0]} sequences, the inputs {batch}")
+        return ref
+
+    def draw(self, batch: int, n_ref: int) -> Int[Tensor, " batch"]:
+        """Reference sequence of each input: (i + offset_i) mod n_ref, offset_i uniform in 1..n_ref-1.
+
+        With the inputs themselves as reference, every sequence gets another one. Drawn once per batch size.
+        """
+        if batch not in self._draws:
+            offset = torch.randint(1, n_ref, (batch,), generator=self.generator) if n_ref > 1 else 0
+            self._draws[batch] = (torch.arange(batch) + offset) % n_ref
+        return self._draws[batch]
+
+
+def zero() -> Setter:
+    """Set the slice to zero."""
+    return Setter("zero")
+
+
+def mean(reference_tokens: Int[Tensor, "ref pos"]) -> Setter:
+    """Set the slice to its mean over the reference sequences, at each position separately (mean ablation)."""
+    return Setter("mean", tokens=reference_tokens)
+
+
+def resample(reference_tokens: Int[Tensor, "ref pos"], generator: torch.Generator | None = None) -> Setter:
+    """Set the slice to its value on another reference sequence (drawn once; default seed 0)."""
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    return Setter("resample", tokens=reference_tokens, generator=gen)
+
+
+def from_run(source_tokens: Int[Tensor, "batch pos"]) -> Setter:
+    """Set the slice to its value in the run on `source_tokens` (same sequence index): activation patching."""
+    return Setter("from_run", tokens=source_tokens)
+
+
+def apply(fn: Callable[[Tensor, Any], Tensor]) -> Setter:
+    """Set the slice to `fn(act_slice, hook)`, act_slice being the current values [batch, *sliced axes]."""
+    return Setter("apply", fn=fn)
+
+
+@dataclass(frozen=True, eq=False)
+class Intervention:
+    """Replace `act[:, *index]` of the activation at `hook` by the values `setter` gives."""
+
+    hook: str
+    """TransformerLens hook name, e.g. "blocks.0.attn.hook_z"."""
+    index: tuple = ()
+    """Indices into the axes after batch: (slice(None), 1) = head 1 of hook_z at every position."""
+    setter: Setter = field(default_factory=zero)
+    """What the slice becomes."""
+
+    def set(self, act: Tensor, source: Tensor | None, hook: Any) -> None:
+        """Write the new values into `act` [batch, ...] in place (`source`: the setter's full values)."""
+        idx = (slice(None), *self.index)
+        kind = self.setter.kind
+        if kind == "zero":
+            act[idx] = 0.0
+        elif kind == "apply":
+            act[idx] = self.setter.fn(act[idx], hook)
+        else:
+            self.check_source(source, act)
+            act[idx] = source.expand_as(act)[idx].to(act.dtype)
+
+    def check_source(self, source: Tensor, act: Tensor) -> None:
+        """One-line error when the setter's values do not fit the activation (after the batch axis)."""
+        if tuple(source.shape[1:]) != tuple(act.shape[1:]):
+            raise ValueError(
+                f"{self.setter.kind} values at {self.hook} have shape {tuple(source.shape[1:])} after the "
+                f"batch axis, the activation {tuple(act.shape[1:])} (reference inputs of another length?)"
+            )
+
+
+Variant = Intervention | Sequence[Intervention]
+
+
+def as_lists(variants: Sequence[Variant]) -> list[list[Intervention]]:
+    """Every variant as a list of interventions."""
+    return [[v] if isinstance(v, Intervention) else list(v) for v in variants]
