@@ -222,7 +222,7 @@ def test_bad_checkpoint_is_one_line_in_bounded_time(
 
 
 def test_byom_output_vocabulary_and_tiny_models_are_refused_or_fitted(tmp_path):
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from mechmem.models.adapter import hooked_transformer_config, raw_hooked_transformer
 
     def model(**kw):
         cfg = {
@@ -235,7 +235,7 @@ def test_byom_output_vocabulary_and_tiny_models_are_refused_or_fitted(tmp_path):
             "act_fn": "relu",
             "d_mlp": 16,
         }
-        return HookedTransformer(HookedTransformerConfig(**{**cfg, **kw}))
+        return raw_hooked_transformer(hooked_transformer_config(**{**cfg, **kw}))
 
     # a smaller output vocabulary: the generic task is sized to it, so every target is a logit the model has
     path = save_hooked_transformer(model(d_vocab_out=7), tmp_path / "out7.pt")

@@ -39,7 +39,7 @@ def naive_circuit_metric(model, patcher, keep):
     ablated = patcher.ablated
     for node in patcher.graph.nodes:
         if node.hook is not None:
-            fwd.append((node.hook, lambda act, hook: current.__setitem__(hook.name, act.clone())))
+            fwd.append((node.hook, lambda act, hook, name=node.hook: current.__setitem__(name, act.clone())))
     for port in patcher.graph.ports:
         senders = [e.sender for e, k in zip(patcher.graph.edges, keep.tolist()) if e.port is port and not k]
 

@@ -19,7 +19,6 @@ Kinds:
 
 import pytest
 import torch
-from transformer_lens import HookedTransformer
 
 from mechmem.analysis.planted import PlantedLayout, planted_induction_model
 from mechmem.models.adapter import TransformerConfig, build_transformer
@@ -32,7 +31,7 @@ MARGIN = 0.15
 
 # -- ground truth: plain TransformerLens ---------------------------------------------------------------------
 def tl_scores(
-    model: HookedTransformer, half: int, *, n: int = 64, seed: int = 0, tokens_of: tuple[int, ...] = ()
+    model: torch.nn.Module, half: int, *, n: int = 64, seed: int = 0, tokens_of: tuple[int, ...] = ()
 ) -> dict[str, torch.Tensor]:
     """[layer head] induction-stripe and previous-token-diagonal scores from TL's cached patterns on [r, r].
 

@@ -276,9 +276,11 @@ def check_finite_weights(model: Any, *, allow: bool = False, what: str = "the ch
     """
     import torch
 
+    from mechmem.models.adapter import canonical_parameters  # weights under their canonical names
+
     bad = [
         name
-        for name, tensor in model.named_parameters()
+        for name, tensor in canonical_parameters(model).items()
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
     ]
     if bad and not allow:

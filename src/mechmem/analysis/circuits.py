@@ -238,12 +238,15 @@ class EdgePatcher:
                 dropped.setdefault(edge.port.name, (edge.port, []))[1].append(edge.sender)
         current: dict[str, Tensor] = {}
 
-        def record(act: Tensor, hook: Any) -> Tensor:
-            current[hook.name] = act.clone()
-            return act
+        def record(name: str) -> Any:
+            def fn(act: Tensor, hook: Any) -> Tensor:
+                current[name] = act.clone()
+                return act
+
+            return fn
 
         senders = {u.hook for _, us in dropped.values() for u in us}
-        out = [Intervention(hook, (), apply(record)) for hook in sorted(senders)]
+        out = [Intervention(hook, (), apply(record(hook))) for hook in sorted(senders)]
         for port, us in dropped.values():
 
             def patch(act: Tensor, hook: Any, us: list[Node] = us) -> Tensor:

@@ -49,6 +49,7 @@ pass share the variant batching, the source-run cache and the flag handling.
 """
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -196,8 +197,10 @@ def _per_sequence_bytes(model: torch.nn.Module, tokens: Tensor) -> int:
     def count(act: Tensor, hook: Any) -> None:
         total[0] += act.numel() * act.element_size()
 
-    with model.hooks(fwd_hooks=[(lambda name: True, count)]):
-        logits = model(tokens[:1])
+    with warnings.catch_warnings():  # TransformerLens 4 warns about every hook whose flag is off
+        warnings.simplefilter("ignore", UserWarning)
+        with model.hooks(fwd_hooks=[(lambda name: True, count)]):
+            logits = model(tokens[:1])
     return total[0] + logits.numel() * logits.element_size()
 
 
@@ -527,11 +530,15 @@ def activation_grads(
     """
     leaves: dict[str, Tensor] = {}
 
-    def capture(act: Tensor, hook: Any) -> Tensor:
-        leaves[hook.name] = torch.zeros_like(act, requires_grad=True)
-        return act + leaves[hook.name]
+    def capture(name: str) -> Callable[[Tensor, Any], Tensor]:
+        # Keyed by the requested name: a TransformerLens 4 hook point may carry another (its canonical) name.
+        def fn(act: Tensor, hook: Any) -> Tensor:
+            leaves[name] = torch.zeros_like(act, requires_grad=True)
+            return act + leaves[name]
 
-    taps = [Intervention(h, (), apply(capture)) for h in hooks]
+        return fn
+
+    taps = [Intervention(h, (), apply(capture(h))) for h in hooks]
     with torch.enable_grad():
         value = _run(model, tokens, [[*variant, *taps]], metric, 1.0)[0]
         grads = torch.autograd.grad(
@@ -551,11 +558,14 @@ def capture_acts(
     pass does not reach (e.g. hook_resid_mid of a parallel attention/MLP block) is left out."""
     seen: dict[str, Tensor] = {}
 
-    def keep(act: Tensor, hook: Any) -> Tensor:
-        seen[hook.name] = act.clone()
-        return act
+    def keep(name: str) -> Callable[[Tensor, Any], Tensor]:
+        def fn(act: Tensor, hook: Any) -> Tensor:
+            seen[name] = act.clone()
+            return act
 
-    taps = [Intervention(h, (), apply(keep)) for h in hooks]
+        return fn
+
+    taps = [Intervention(h, (), apply(keep(h))) for h in hooks]
     _run(model, tokens, [[*variant, *taps]], lambda x: x[:0], 1.0)
     return seen
 

@@ -64,6 +64,8 @@ with warnings.catch_warnings():
         from transformer_lens.model_bridge.sources import build_bridge_from_module
         from transformer_lens.model_bridge.sources.native import NativeModel
 
+        from mechmem.models import native_hooks
+
         HookedTransformer = None  # type: ignore[assignment,misc]
         BACKEND = "bridge"
 
@@ -349,9 +351,14 @@ def _native_model(config: TransformerConfig) -> nn.Module:
             block.mlp.act = custom_act
     if custom_act is not None:
         cfg.act_fn = config.act_fn
-    return build_bridge_from_module(
-        model, architecture="TransformerLensNative", tl_config=cfg, model_name="mechmem"
+    bridge = build_bridge_from_module(
+        model,
+        architecture="TransformerLensNative",
+        tl_config=cfg,
+        model_name="mechmem",
+        post_adapter_hook=native_hooks.use_forking_attention,
     )
+    return native_hooks.attach(bridge)
 
 
 def build_transformer(config: TransformerConfig, *, generator: torch.Generator | None = None) -> nn.Module:
@@ -418,11 +425,16 @@ def last_start_layer(model: Any) -> int | None:
 def split_qkv_unsupported(model: Any) -> str | None:
     """Why `model` has no per-head query/key/value input hooks (`blocks.L.hook_q_input`, ...), or None.
 
-    Edge-level circuit discovery patches those inputs; TransformerLens 4's native attention does not hook
-    them.
+    Edge-level circuit discovery patches those inputs. Models mechmem builds have them under either backend
+    (`mechmem.models.native_hooks` under TransformerLens 4); a bridge TransformerLens 4 loads has them where
+    its attention class does.
     """
-    if is_bridge(model):
-        return f"TransformerLens {TL_VERSION}'s native attention has no per-head Q/K/V input hooks"
+    if not is_bridge(model) or isinstance(model, native_hooks.NativeHookBridge):
+        return None
+    try:
+        model._validate_attention_fork_supported("use_split_qkv_input")
+    except NotImplementedError:
+        return f"TransformerLens {TL_VERSION}'s attention of this model has no per-head Q/K/V input hooks"
     return None
 
 

@@ -91,7 +91,7 @@ def _trainable(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
 
 def _check_finite(model: torch.nn.Module, step: int) -> None:
     """Raise `TrainingDiverged` if any weight is NaN or infinite after the update of `step`."""
-    bad = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+    bad = [n for n, p in canonical_parameters(model).items() if not bool(torch.isfinite(p).all())]
     if bad:
         raise TrainingDiverged(
             f"weights became non-finite at step {step} ({', '.join(bad[:3])}); "

@@ -37,7 +37,14 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.config import ConfigMixin
-from mechmem.models.adapter import HookedRootModule, HookPoint, TransformerConfig, build_transformer
+from mechmem.models.adapter import (
+    HookedRootModule,
+    HookPoint,
+    TransformerConfig,
+    build_transformer,
+    canonical_state_dict,
+    load_canonical_state_dict,
+)
 from mechmem.models.registry import register_architecture
 
 MIXINGS = ("attn", "uniform", "2emb")
@@ -383,16 +390,16 @@ def model_from_params(cfg: FactsModelConfig, params: Params) -> torch.nn.Module:
     if not cfg.tl_expressible:
         return FactsTransformer(cfg, params)
     model = build_transformer(cfg.to_transformer_config(), generator=torch.Generator().manual_seed(0))
-    state = model.state_dict()
+    state = canonical_state_dict(model)  # TransformerLens's parameter names under either backend
+    state.update({name: value.detach() for name, value in params.items()})
     with torch.no_grad():
-        for name, value in params.items():
-            state[name].copy_(value)
+        load_canonical_state_dict(model, state)
     return model
 
 
 def model_params(cfg: FactsModelConfig, model: torch.nn.Module) -> Params:
     """The published parameters of a model built by `model_from_params` (inverse of it)."""
-    state = model.state_dict()
+    state = canonical_state_dict(model)
     return {name: state[name].detach().clone() for name in param_specs(cfg)}
 
 

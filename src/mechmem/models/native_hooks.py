@@ -1,0 +1,171 @@
+"""HookedTransformer's on-request attention hooks for TransformerLens 4's natively built models.
+
+HookedTransformer computes four attention hooks when a flag asks for them: with `use_split_qkv_input` every
+head reads its own copy of the residual stream before the block's first norm, `blocks.L.hook_q_input`,
+`hook_k_input` and `hook_v_input` [batch pos head_index d_model], so one head's query, key or value input can
+be patched alone (edge-level circuits need that); with `use_attn_in` one copy, `hook_attn_in`, feeds all
+three; with `use_attn_result` each head's share of the attention output, `attn.hook_result` [batch pos
+head_index d_model], is a hook of its own. TransformerLens 4.3's native attention (a plain `AttentionBridge`
+around `NativeAttention`) has these hook points but never fires them, and its `set_use_*` setters refuse the
+model.
+
+`ForkingAttentionBridge` is that attention bridge with the three flags honoured: while none is on, it is
+TransformerLens's own forward, untouched; with one on, it computes the attention of the wrapped module from
+the per-head copies (each normalised by the block's first norm, projected by that head's rows of W_Q, W_K,
+W_V) and fires the hooks where HookedTransformer does. `NativeHookBridge` is the `TransformerBridge` whose
+setters accept the flags for such models. The adapter builds every native model with both (`attach`), so an
+analysis, or a user writing plain TransformerLens code, sees the same hooks and numbers under either major
+version (tests/test_backends.py, tests/test_circuits.py).
+
+Imported by `mechmem.models.adapter` under TransformerLens 4 only.
+"""
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from transformer_lens import TransformerBridge
+from transformer_lens.model_bridge.generalized_components import AttentionBridge, LinearBridge
+
+FLAGS = ("use_split_qkv_input", "use_attn_in", "use_attn_result")
+"""The configuration flags of the on-request attention hooks."""
+
+
+class ForkingAttentionBridge(AttentionBridge):
+    """A native model's attention bridge that fires the on-request hooks when their flag is on (module
+    docstring)."""
+
+    supports_attn_result = True
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        split, shared, result = (bool(getattr(self.config, flag, False)) for flag in FLAGS)
+        if not (split or shared or result):
+            return super().forward(*args, **kwargs)
+        hidden = kwargs.pop("hidden_states") if "hidden_states" in kwargs else args[0]
+        try:
+            out, pattern = self._attend(
+                self.hook_in(hidden),
+                split,
+                shared,
+                result,
+                kwargs.get("attention_mask"),
+                kwargs.get("position_ids"),
+            )
+        finally:
+            self._captured_pre_ln_residual = None
+        self._fire_post_hoc_hook(
+            self.hook_attn_scores, pattern, "hook_attn_scores"
+        )  # as the plain forward does
+        return self.hook_out(out), pattern
+
+    def _forks(self, hidden: Tensor, split: bool, shared: bool) -> list[Tensor | None]:
+        """Per-head inputs of the query, key and value projections [batch pos head d_model], normalised, or
+        None where a projection reads the shared normalised input."""
+        attn = self.original_component
+        resid = self._captured_pre_ln_residual
+        source = hidden if resid is None else resid  # the block captures its residual before the first norm
+
+        def fork(hook: Any, n_heads: int) -> Tensor:
+            x = hook(source[:, :, None, :].expand(*source.shape[:2], n_heads, source.shape[-1]).clone())
+            return self._apply_ln1_per_head(x) if resid is not None else x
+
+        if split:
+            return [
+                fork(self.hook_q_input, attn.n_heads),
+                fork(self.hook_k_input, attn.n_kv_heads),
+                fork(self.hook_v_input, attn.n_kv_heads),
+            ]
+        if shared:
+            if attn.n_kv_heads != attn.n_heads:
+                raise ValueError("hook_attn_in with grouped-query attention (one copy per query head only)")
+            x = fork(self.hook_attn_in, attn.n_heads)
+            return [x, x, x]
+        return [None, None, None]
+
+    @staticmethod
+    def _project(linear: LinearBridge, x: Tensor | None, hidden: Tensor, d_head: int) -> Tensor:
+        """A projection [batch pos (head d_head)]: of each head's own input x, or of the shared input."""
+        if x is None:
+            return linear(hidden)
+        layer = linear.original_component
+        weight = layer.weight.reshape(x.shape[-2], d_head, x.shape[-1])
+        out = torch.einsum("bshm,hdm->bshd", x, weight)
+        if layer.bias is not None:
+            out = out + layer.bias.reshape(x.shape[-2], d_head)
+        return linear.hook_out(out.flatten(-2))
+
+    def _attend(
+        self, hidden: Tensor, split: bool, shared: bool, result: bool, mask: Tensor | None, positions: Any
+    ) -> tuple[Tensor, Tensor]:
+        """The wrapped `NativeAttention`'s computation with the per-head inputs and outputs hooked."""
+        attn = self.original_component
+        batch, seq, _ = hidden.shape
+        d_head = attn.d_head
+        q_in, k_in, v_in = self._forks(hidden, split, shared)
+        q, k, v = (
+            self._project(linear, x, hidden, d_head).view(batch, seq, -1, d_head).transpose(1, 2)
+            for linear, x in ((attn.q, q_in), (attn.k, k_in), (attn.v, v_in))
+        )
+        if attn.rotary is not None:
+            q, k = attn.rotary.apply_rope(q, k, position_ids=positions)
+        if attn.kv_repeats > 1:
+            k, v = k.repeat_interleave(attn.kv_repeats, dim=1), v.repeat_interleave(attn.kv_repeats, dim=1)
+        scores = q @ k.transpose(-2, -1) / attn.scale
+        if attn.attn_scores_soft_cap > 0:
+            scores = attn.attn_scores_soft_cap * torch.tanh(scores / attn.attn_scores_soft_cap)
+        block = attn.causal_mask[:seq, :seq] if attn.causal else torch.zeros(seq, seq, dtype=torch.bool)
+        if mask is not None:
+            block = attn._combine_attention_mask(block, mask, batch=batch)
+        pattern = F.softmax(scores.masked_fill(block, -math.inf), dim=-1).masked_fill(block, 0.0)
+        pattern = self.hook_pattern(pattern)
+        z = (pattern @ v).transpose(1, 2).reshape(batch, seq, -1)
+        if not result:
+            return attn.o(z), pattern
+        z = attn.o.hook_in(z)  # hook_z
+        layer = attn.o.original_component
+        per_head = torch.einsum(
+            "bshd,mhd->bshm",
+            z.view(batch, seq, attn.n_heads, d_head),
+            layer.weight.view(-1, attn.n_heads, d_head),
+        )
+        out = self.hook_result(per_head).sum(-2)
+        return attn.o.hook_out(out if layer.bias is None else out + layer.bias), pattern
+
+
+class NativeHookBridge(TransformerBridge):
+    """A `TransformerBridge` of a native model whose attention is `ForkingAttentionBridge`: its setters accept
+    the on-request attention flags (TransformerLens's own check admits only its reconstructing attention
+    classes)."""
+
+    def set_use_split_qkv_input(self, use_split_qkv_input: bool) -> None:
+        self._set_attention_flag("use_split_qkv_input", use_split_qkv_input, "use_attn_in")
+
+    def set_use_attn_in(self, use_attn_in: bool) -> None:
+        self._set_attention_flag("use_attn_in", use_attn_in, "use_split_qkv_input")
+
+    def set_use_attn_result(self, use_attn_result: bool) -> None:
+        self._set_attention_flag("use_attn_result", use_attn_result, None)
+
+    def _set_attention_flag(self, flag: str, value: bool, exclusive: str | None) -> None:
+        if value and exclusive is not None and bool(getattr(self.cfg, exclusive, False)):
+            raise ValueError(f"{flag} and {exclusive} are mutually exclusive; set {exclusive} off first")
+        self.cfg._set_bridge_managed_hook_flag(flag, value)
+        self._propagate_attention_flag(flag, value)
+
+
+def use_forking_attention(adapter: Any) -> None:
+    """`build_bridge_from_module`'s post-adapter hook: the blocks' attention becomes `ForkingAttentionBridge`
+    (same name, configuration and q/k/v/o submodules)."""
+    block = adapter.component_mapping["blocks"]
+    plain = block.submodules["attn"]
+    block.submodules["attn"] = ForkingAttentionBridge(
+        name=plain.name, config=plain.config, submodules=dict(plain.submodules)
+    )
+
+
+def attach(bridge: TransformerBridge) -> TransformerBridge:
+    """The native `bridge` as a `NativeHookBridge` (its class only; its modules and weights are unchanged)."""
+    bridge.__class__ = NativeHookBridge
+    return bridge
