@@ -1,6 +1,9 @@
 """Run the analysis scripts on a checkpoint in this environment and write their JSON outputs under OUT.
 
-    python tests/backend_runner.py CKPT OUT [SCRIPT ...]
+    python tests/backend_runner.py CKPT OUT [NAME ...]
+
+NAME is an output folder of `SCRIPTS` (`dynamics` runs on a series of step checkpoints written from CKPT) or
+`train_step`; none: all of them.
 
 One process for all scripts, so TransformerLens is imported once. `tests/test_backends.py` runs it under each
 TransformerLens major version and compares the JSON files number by number.
@@ -13,15 +16,40 @@ from pathlib import Path
 from mechmem.cli import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = {
-    "detect_heads": ["--n-samples", "48"],
-    "ablate_heads": ["--n-samples", "48"],
-    "logit_lens": ["--n-samples", "48"],
-    "probe_memory": ["--n-samples", "48"],
-    "patch": ["--n-samples", "16"],
-    "circuit": ["--n-samples", "16"],
-    "report": ["--n-samples", "48"],
+SCRIPTS = {  # output folder -> (script, its flags after the checkpoint)
+    "detect_heads": ("detect_heads", ["--n-samples", "48"]),
+    "ablate_heads": ("ablate_heads", ["--n-samples", "48"]),
+    "logit_lens": ("logit_lens", ["--n-samples", "48"]),
+    "probe_memory": ("probe_memory", ["--n-samples", "48"]),
+    "patch": ("patch", ["--n-samples", "16"]),
+    "attribution": ("patch", ["--n-samples", "16", "--method", "attribution"]),
+    "circuit": ("circuit", ["--n-samples", "16"]),
+    "report": ("report", ["--n-samples", "48"]),
+    "dynamics": ("dynamics", ["--n-samples", "32", "--quantities", "all"]),
 }
+
+
+def write_series(ckpt: str, run_dir: Path, steps: tuple[int, ...] = (10, 20, 30)) -> None:
+    """A run folder of step checkpoints for `dynamics`: the fixture's weights blended from their seed-0
+    initial weights (canonical layout, the same numbers under either backend), step s at s / max(steps)."""
+    import torch
+
+    from mechmem.checkpoint import load_checkpoint, save_checkpoint
+    from mechmem.models.adapter import canonical_state_dict, initial_weights, load_canonical_state_dict
+
+    loaded = load_checkpoint(ckpt)
+    trained = canonical_state_dict(loaded.model)
+    start = initial_weights(loaded.model_config, torch.Generator().manual_seed(0))
+    for step in steps:
+        a = step / max(steps)
+        load_canonical_state_dict(loaded.model, {k: (1 - a) * start[k] + a * v for k, v in trained.items()})
+        save_checkpoint(
+            run_dir / "checkpoints" / f"step_{step}.pt",
+            model=loaded.model,
+            model_config=loaded.model_config,
+            task_name=loaded.task_name,
+            task_config=loaded.task.config,
+        )
 
 
 def train_step(ckpt: str, out: Path) -> None:
@@ -65,11 +93,16 @@ def run(ckpt: str, out: str, names: list[str]) -> int:
             train_step(ckpt, Path(out) / name)
             print("train_step: exit 0", flush=True)
             continue
-        spec = importlib.util.spec_from_file_location(f"runner_{name}", ROOT / "analyses" / f"{name}.py")
+        script, flags = SCRIPTS[name]
+        spec = importlib.util.spec_from_file_location(f"runner_{script}", ROOT / "analyses" / f"{script}.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+        source = ckpt
+        if script == "dynamics":
+            source = str(Path(out) / "series")
+            write_series(ckpt, Path(source))
         try:
-            code = run_script(module.main, [ckpt, "--out", str(Path(out) / name), *SCRIPTS[name]])
+            code = run_script(module.main, [source, "--out", str(Path(out) / name), *flags])
         except Exception as exc:  # noqa: BLE001 - reported, and the other scripts still run
             code = f"{type(exc).__name__}: {exc}"
         print(f"{name}: exit {code}", flush=True)

@@ -3,8 +3,10 @@ same analyses, numbers and training step under TransformerLens 3.9 (HookedTransf
 (TransformerBridge).
 
 Runs under whichever TransformerLens this environment has. The cross-version comparison runs the analyses once
-here and once in the other environment (`.venv` for 3.x, `.venv-tl4` for 4.x: `make test-tl4` bootstraps it,
-or set MECHMEM_OTHER_PYTHON) and compares every number of their JSON outputs.
+here and once in the other environment (`.venv`, on the TransformerLens that resolves by default, 4.x today;
+`.venv-tl3` on 3.9, which `make test-tl3` bootstraps; or set MECHMEM_OTHER_PYTHON) and compares every number
+of their JSON outputs: head detection, ablation, logit lens, probes, exact and attribution patching, circuits,
+the report, dynamics over a series of checkpoints, and one training step.
 """
 
 import json
@@ -133,8 +135,12 @@ def _other_python() -> Path | None:
     named = os.environ.get("MECHMEM_OTHER_PYTHON")
     if named:
         return Path(named)
-    other = ROOT / (".venv" if BACKEND == "bridge" else ".venv-tl4") / "bin" / "python"
+    other = ROOT / (".venv-tl3" if BACKEND == "bridge" else ".venv") / "bin" / "python"
     return other if other.exists() else None
+
+
+SKIPPED = ("transformer_lens", "transformer_lens_version", "wall_s", "seconds", "timings_s", "cost", "meta")
+"""JSON keys that differ between environments by design: versions, timings, the model's class name."""
 
 
 def _numbers(a, b, path=""):
@@ -142,7 +148,7 @@ def _numbers(a, b, path=""):
     if isinstance(a, dict):
         assert isinstance(b, dict) and set(a) == set(b), f"{path}: keys differ"
         for key in a:
-            if key in ("transformer_lens", "transformer_lens_version", "wall_s", "seconds"):
+            if key in SKIPPED:
                 continue
             yield from _numbers(a[key], b[key], f"{path}/{key}")
     elif isinstance(a, list):
@@ -159,7 +165,7 @@ def _numbers(a, b, path=""):
 def both_runs(tmp_path_factory):
     other = _other_python()
     if other is None:
-        pytest.skip("no environment with the other TransformerLens major version (make test-tl4 makes one)")
+        pytest.skip("no environment with the other TransformerLens major version (make test-tl3 makes one)")
     out = tmp_path_factory.mktemp("backends")
     ckpt = str(DATA / "backend_tl3.pt")
     runner = str(Path(__file__).resolve().parent / "backend_runner.py")
@@ -185,6 +191,11 @@ def both_runs(tmp_path_factory):
         "ablate_heads/ablate_heads.json",
         "logit_lens/logit_lens.json",
         "probe_memory/memory_probes.json",
+        "patch/patching.json",
+        "attribution/patching.json",
+        "circuit/circuit.json",
+        "report/report.json",
+        "dynamics/dynamics.json",
         "train_step/train_step.json",
     ],
 )

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mechmem.checkpoint import load_checkpoint
-from mechmem.models.adapter import build_transformer
+from mechmem.models.adapter import build_transformer, canonical_parameters
 from mechmem.papers.birth.models import full_config, simplified_config
 from mechmem.papers.birth.probes import attention_probes, wk1_recall, wk2_recall, wo2_recall
 from mechmem.papers.birth.task import BirthConfig
@@ -42,7 +42,7 @@ def paper_forward(model, tokens, ffn):
 @pytest.mark.parametrize("ffn", [False, True])
 def test_simplified_model_is_the_papers_model(ffn):
     model = simplified(ffn=ffn)
-    for name, p in model.named_parameters():  # random biases would show up if the model used them
+    for name, p in canonical_parameters(model).items():  # random biases would show up if the model used them
         if "mlp.W_in" in name and name.startswith("blocks.1"):
             torch.nn.init.normal_(p, std=0.3)
     assert torch.equal(model.blocks[0].attn.W_Q[0], torch.eye(16))
@@ -51,7 +51,7 @@ def test_simplified_model_is_the_papers_model(ffn):
 
 
 def one_step_changes(model, task_config, frozen_until=()):
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    before = {n: p.detach().clone() for n, p in canonical_parameters(model).items()}
     task = build_task("birth", task_config)
     cfg = TrainConfig(
         steps=1,
@@ -63,7 +63,7 @@ def one_step_changes(model, task_config, frozen_until=()):
         frozen_until=frozen_until,
     )
     train(model, task, cfg, model_config=model.mechmem_config, progress=False)
-    return {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    return {n for n, p in canonical_parameters(model).items() if not torch.equal(p, before[n])}
 
 
 TASK = BirthConfig(seq_len=16, n_triggers=3, fixed_triggers=True, head_only_loss=False)
@@ -97,7 +97,9 @@ def test_full_model_trains_everything_but_biases(n_layers):
     model = build_transformer(full_config(d_vocab=N, n_ctx=16, d_model=16, n_layers=n_layers))
     changed = one_step_changes(model, TASK)
     expected = {
-        n for n, _ in model.named_parameters() if ".b_" not in n or n.startswith("blocks.") and ".ln" in n
+        n
+        for n, _ in canonical_parameters(model).items()
+        if ".b_" not in n or n.startswith("blocks.") and ".ln" in n
     }
     expected = {
         n for n in expected if not n.endswith((".b_Q", ".b_K", ".b_V", ".b_O", ".b_in", ".b_out", "b_U"))

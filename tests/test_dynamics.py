@@ -106,20 +106,21 @@ def write_series(
     from mechmem.analysis import planted
     from mechmem.checkpoint import save_checkpoint
     from mechmem.models import build_model
+    from mechmem.models.adapter import canonical_state_dict, load_canonical_state_dict
     from mechmem.tasks.generic import RepeatsConfig
 
     target, config = planted.planted_induction_model(), planted.planted_config()
-    start = build_model(config, generator=torch.Generator().manual_seed(1)).state_dict()
+    start = canonical_state_dict(build_model(config, generator=torch.Generator().manual_seed(1)))
     heads = {planted.PREVIOUS_TOKEN_HEAD: prev_at, planted.INDUCTION_HEAD: induction_at}
     for step in range(SAVE_EVERY, last + 1, SAVE_EVERY):
-        state = {k: v.clone() for k, v in target.state_dict().items()}
+        state = {k: v.clone() for k, v in canonical_state_dict(target).items()}
         for (layer, head), at in heads.items():
             a = _ramp(step, at)
             for w in ("W_Q", "W_K", "W_V", "W_O"):
                 name = f"blocks.{layer}.attn.{w}"
                 state[name][head] = (1 - a) * start[name][head] + a * state[name][head]
         model = planted.planted_induction_model()
-        model.load_state_dict(state)
+        load_canonical_state_dict(model, state)
         save_checkpoint(
             out / "checkpoints" / f"step_{step}.pt",
             model=model,

@@ -21,6 +21,7 @@ from mechmem.analysis.interventions import (
 )
 from mechmem.analysis.patching_metric import PatchingMetric
 from mechmem.analysis.patching_replay import STAGE_HOOKS
+from mechmem.models.adapter import BACKEND, canonical_parameters, replay_unsupported
 
 ARCHS = {
     "ln3": {"normalization_type": "LN", "n_layers": 3},
@@ -45,7 +46,7 @@ def make_model(**overrides):
     """A random model with non-zero biases, so that zeroing an activation is not the same as removing it."""
     model = build_model(seed=1, **overrides)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for name, p in canonical_parameters(model).items():  # HookedTransformer's names on either backend
             if name.rsplit(".", 1)[-1].startswith("b_"):
                 p.copy_(0.2 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
     return model
@@ -278,15 +279,18 @@ def stage_variants(model, setter):
 
 @pytest.mark.parametrize("arch", list(EVERY_ARCH))
 def test_replay_strategy_equals_hooks_at_every_stage(tokens, arch):
-    """The engine picks the replay for single-activation variants on every architecture, for every setter; it
-    equals one hooked run per variant."""
+    """The engine picks the replay for single-activation variants on every architecture the replay runs (every
+    HookedTransformer mechmem builds; TransformerLens 4 models run on hooks), for every setter; it equals one
+    hooked run per variant."""
     model = make_model(**EVERY_ARCH[arch])
     engine = Engine(model, last_logprob)
-    assert engine.strategy == "replay"
+    replayed = replay_unsupported(model) is None
+    assert engine.strategy == ("replay" if replayed else "hooks") and replayed == (BACKEND == "hooked")
     variants = [[]]
     for kind in SETTERS:
         variants += stage_variants(model, make_setter(kind, model))
-    assert all(engine.replay_key([v] if isinstance(v, Intervention) else v) for v in variants)
+    keys = [engine.replay_key([v] if isinstance(v, Intervention) else v) for v in variants]
+    assert all(keys) if replayed else not any(keys)
     fast = torch.stack(engine.run(tokens, variants)).cpu()
     torch.testing.assert_close(
         fast, naive_intervene(model, tokens, variants, last_logprob), atol=1e-5, rtol=0
@@ -316,14 +320,13 @@ def test_replay_reads_only_up_to_the_metric_and_leaking_patterns_go_to_hooks(tok
 
 
 def unsupported_model():
-    """A model the replay cannot run (parallel attention and MLP): the engine falls back to hooks."""
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
-
-    cfg = HookedTransformerConfig(
-        n_layers=2, d_model=16, n_heads=2, d_head=8, d_mlp=32, d_vocab=6, n_ctx=9, act_fn="gelu",
-        normalization_type="LN", parallel_attn_mlp=True, seed=0,
-    )  # fmt: skip
-    return HookedTransformer(cfg).eval()
+    """A model the replay cannot run, so the engine falls back to hooks: parallel attention and MLP (under
+    TransformerLens 4, whose native blocks are sequential, any model: the replay reads HookedTransformer
+    modules)."""
+    parallel = BACKEND == "hooked"
+    model = build_model(act_fn="gelu", normalization_type="LN", d_head=8, parallel_attn_mlp=parallel)
+    assert replay_unsupported(model)
+    return model
 
 
 def test_unsupported_models_fall_back_to_hooks(tokens):

@@ -76,7 +76,7 @@ def random_case(request):
     model = build_transformer(
         build_transformer_cfg(d_vocab=11, n_ctx=8, **MODELS[request.param]), generator=g
     )
-    return model, random_pair(5, 6, 11, g)
+    return model.eval(), random_pair(5, 6, 11, g)  # TransformerLens 4's patching needs evaluation mode
 
 
 @pytest.mark.parametrize("direction", ["denoising", "noising"])

@@ -8,6 +8,7 @@ import torch
 
 from mechmem.checkpoint import load_checkpoint, read_payload
 from mechmem.errors import MechmemError, TrainingDiverged
+from mechmem.models.adapter import canonical_state_dict
 from mechmem.tasks import build_task
 from mechmem.training.run import train_preset
 from mechmem.training.rundir import run_lock
@@ -38,7 +39,7 @@ def test_resume_of_the_identical_finished_run_keeps_its_weights(finished, tmp_pa
     copy = tmp_path / "copy"
     shutil.copytree(finished, copy)
     before = read_payload(finished / "ckpt.pt")["state_dict"]
-    after = _run(copy, seed=5, resume=True).model.state_dict()
+    after = canonical_state_dict(_run(copy, seed=5, resume=True).model)
     assert all(torch.equal(before[k], after[k].cpu()) for k in before)
 
 

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from mechmem.analysis.intervals import bootstrap_ratio
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import is_hooked_transformer
+from mechmem.models.adapter import attention_scale, is_hooked_transformer
 from mechmem.plotting import plt
 
 PatternFn = Callable[[Tensor], Tensor]
@@ -378,7 +378,7 @@ def attention_from_weights(
     attn = model.blocks[layer].attn
     q = torch.einsum("bpd,hde->bphe", x, attn.W_Q) + attn.b_Q
     k = torch.einsum("bpd,hde->bphe", x, attn.W_K) + attn.b_K
-    scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / attn.attn_scale
+    scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / attention_scale(model, layer)
     n = x.shape[1]
     causal = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()
     return scores.masked_fill(~causal, float("-inf")).softmax(-1)

@@ -322,6 +322,8 @@ def bridge_unsupported(config: TransformerConfig) -> str | None:
         return "shortformer positions (TransformerLens 4's native model has standard and rotary only)"
     if config.parallel_attn_mlp:
         return "parallel attention and MLP (TransformerLens 4's native block is sequential)"
+    if config.attn_types is not None and "local" in config.attn_types:
+        return "local attention (TransformerLens 4's native model ignores attn_types: every layer is global)"
     if config.use_attn_scale and config.attn_scale is not None and math.isclose(config.attn_scale, 1.0):
         return "attn_scale=1.0 (TransformerLens 4 refuses it; use use_attn_scale=False)"
     return None
@@ -420,6 +422,14 @@ def last_start_layer(model: Any) -> int | None:
     if not is_hooked_transformer(model) or model.cfg.positional_embedding_type == "shortformer":
         return None
     return model.cfg.n_layers - 1 if is_bridge(model) else model.cfg.n_layers
+
+
+def attention_scale(model: Any, layer: int) -> float:
+    """What block `layer` divides its attention scores by (1.0 when unscaled), under either backend."""
+    attn = model.blocks[layer].attn
+    if is_bridge(model):
+        return float(attn.original_component.scale)
+    return float(attn.attn_scale)
 
 
 def split_qkv_unsupported(model: Any) -> str | None:
@@ -715,6 +725,7 @@ __all__ = [
     "HookedTransformer",
     "TransformerConfig",
     "apply_freezing",
+    "attention_scale",
     "bridge_unsupported",
     "build_transformer",
     "canonical_parameters",
