@@ -20,6 +20,7 @@ import torch
 from backend_fixture import probe_tokens
 
 from mechmem.checkpoint import load_checkpoint, read_payload
+from mechmem.errors import MechmemError
 from mechmem.models import layout
 from mechmem.models.adapter import (
     BACKEND,
@@ -49,16 +50,22 @@ ARCHITECTURES = {
         "act_fn": "silu",
         "normalization_type": "RMS",
     },
-    "partial_rotary_local": {
+    "partial_rotary_lnpre": {
         "positional_embedding_type": "rotary",
         "rotary_dim": 2,
-        "attn_types": ("global", "local"),
-        "window_size": 3,
         "normalization_type": "LNPre",
         "d_mlp": 24,
     },
     "odd_head_rmspre": {"d_head": 5, "normalization_type": "RMSPre", "attn_scale": 3.0, "eps": 1e-3},
 }
+
+
+BRIDGE_CANNOT = {
+    "local attention": {"attn_types": ("global", "local"), "window_size": 3},
+    "parallel attention and MLP": {"parallel_attn_mlp": True, "d_mlp": 24},
+    "shortformer positions": {"positional_embedding_type": "shortformer"},
+}
+"""Settings HookedTransformer computes and TransformerLens 4's native model cannot (it ignores attn_types)."""
 
 
 def _config(name: str) -> TransformerConfig:
@@ -77,6 +84,16 @@ def test_canonical_layout_is_the_weights_of_either_backend(name):
     want = initial_weights(config, torch.Generator().manual_seed(0))
     for key, tensor in want.items():
         torch.testing.assert_close(state[key], tensor, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("setting", BRIDGE_CANNOT)
+def test_settings_the_bridge_cannot_compute_are_refused_by_name(setting):
+    config = TransformerConfig(**BASE, **BRIDGE_CANNOT[setting])
+    if BACKEND == "hooked":
+        assert build_transformer(config, generator=torch.Generator().manual_seed(0)) is not None
+    else:
+        with pytest.raises(MechmemError, match=f"cannot build this model: {setting}"):
+            build_transformer(config, generator=torch.Generator().manual_seed(0))
 
 
 @pytest.mark.parametrize("name", ARCHITECTURES)

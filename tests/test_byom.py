@@ -124,6 +124,8 @@ def test_settings_mechmem_cannot_rebuild_are_refused_by_name(tmp_path, overrides
     ],
 )
 def test_save_checkpoint_refuses_a_config_that_does_not_match_the_model(tmp_path, overrides, field):
+    if BACKEND == "bridge" and overrides.get("positional_embedding_type") == "shortformer":
+        pytest.skip(f"TransformerLens {TL_VERSION} cannot build a shortformer model")
     model = _tl_model(**overrides)
     default = TransformerConfig(n_layers=2, d_model=16, n_heads=2, d_vocab=14, n_ctx=10)
     with pytest.raises(MechmemError, match=f"does not match model_config: .*{field}"):

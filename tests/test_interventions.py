@@ -279,18 +279,15 @@ def stage_variants(model, setter):
 
 @pytest.mark.parametrize("arch", list(EVERY_ARCH))
 def test_replay_strategy_equals_hooks_at_every_stage(tokens, arch):
-    """The engine picks the replay for single-activation variants on every architecture the replay runs (every
-    HookedTransformer mechmem builds; TransformerLens 4 models run on hooks), for every setter; it equals one
-    hooked run per variant."""
+    """The engine picks the replay for single-activation variants on every architecture, for every setter; it
+    equals one hooked run per variant."""
     model = make_model(**EVERY_ARCH[arch])
     engine = Engine(model, last_logprob)
-    replayed = replay_unsupported(model) is None
-    assert engine.strategy == ("replay" if replayed else "hooks") and replayed == (BACKEND == "hooked")
+    assert engine.strategy == "replay"
     variants = [[]]
     for kind in SETTERS:
         variants += stage_variants(model, make_setter(kind, model))
-    keys = [engine.replay_key([v] if isinstance(v, Intervention) else v) for v in variants]
-    assert all(keys) if replayed else not any(keys)
+    assert all(engine.replay_key([v] if isinstance(v, Intervention) else v) for v in variants)
     fast = torch.stack(engine.run(tokens, variants)).cpu()
     torch.testing.assert_close(
         fast, naive_intervene(model, tokens, variants, last_logprob), atol=1e-5, rtol=0
@@ -320,11 +317,10 @@ def test_replay_reads_only_up_to_the_metric_and_leaking_patterns_go_to_hooks(tok
 
 
 def unsupported_model():
-    """A model the replay cannot run, so the engine falls back to hooks: parallel attention and MLP (under
-    TransformerLens 4, whose native blocks are sequential, any model: the replay reads HookedTransformer
-    modules)."""
-    parallel = BACKEND == "hooked"
-    model = build_model(act_fn="gelu", normalization_type="LN", d_head=8, parallel_attn_mlp=parallel)
+    """A model the replay cannot run, so the engine falls back to hooks: parallel attention and MLP (rotary
+    positions under TransformerLens 4, whose native blocks are sequential)."""
+    odd = {"parallel_attn_mlp": True} if BACKEND == "hooked" else {"positional_embedding_type": "rotary"}
+    model = build_model(act_fn="gelu", normalization_type="LN", d_head=8, **odd)
     assert replay_unsupported(model)
     return model
 

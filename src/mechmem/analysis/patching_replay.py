@@ -36,7 +36,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import is_bridge, replay_unsupported
+from mechmem.models.adapter import attention_scale, replay_unsupported
 
 # Activations a patch may replace, in forward order within a block.
 STAGES = ("resid_pre", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")
@@ -126,8 +126,8 @@ class Replay:
         cfg = getattr(model, "cfg", None)
         if cfg is None or not hasattr(model, "blocks"):
             raise MechmemError("patching needs a TransformerLens HookedTransformer")
-        if is_bridge(model):  # the adapter's predicate: the replay reads HookedTransformer modules
-            raise MechmemError(f"patching: {replay_unsupported(model)}")
+        if reason := replay_unsupported(model):  # the adapter's predicate, for either backend
+            raise MechmemError(f"patching: {reason}")
         bad = [k for k, default in _UNSUPPORTED.items() if getattr(cfg, k, default) != default]
         if cfg.positional_embedding_type != "standard" or cfg.attention_dir != "causal":
             bad.append("positional_embedding_type/attention_dir")
@@ -143,6 +143,7 @@ class Replay:
         self.n_layers, self.attn_only = cfg.n_layers, bool(cfg.attn_only)
         self.has_final_norm = cfg.normalization_type is not None
         self.weights = []
+        self.scales = [attention_scale(model, layer) for layer in range(cfg.n_layers)]
         for block in model.blocks:
             a = block.attn
             flat = [w.detach().permute(0, 2, 1).reshape(-1, cfg.d_model) for w in (a.W_Q, a.W_K, a.W_V)]
@@ -167,7 +168,6 @@ class Replay:
         """
         w_q, w_k, w_v, b_q, b_k, b_v, _, _ = self.weights[layer]
         n_heads, d_head = self.cfg.n_heads, self.cfg.d_head
-        attn = self.model.blocks[layer].attn
         k = F.linear(h, w_k, b_k).unflatten(-1, (n_heads, d_head))
         v = F.linear(h, w_v, b_v).unflatten(-1, (n_heads, d_head))
         start = 0
@@ -180,8 +180,8 @@ class Replay:
         else:
             hq, mask = take_pos(h, readout, -3, -2), (readout[..., None] >= keys).unsqueeze(-3)
         q = F.linear(hq, w_q, b_q).unflatten(-1, (n_heads, d_head))
-        scores = q.movedim(-2, -3) @ k.movedim(-3, -1) / attn.attn_scale
-        scores = torch.where(mask, scores, attn.IGNORE.to(scores.device))
+        scores = q.movedim(-2, -3) @ k.movedim(-3, -1) / self.scales[layer]
+        scores = torch.where(mask, scores, torch.tensor(-torch.inf, device=scores.device))  # TL's IGNORE
         pattern = F.softmax(scores, dim=-1)
         pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
         return pattern, k, v, self.z_from_pattern(pattern, v)
@@ -236,7 +236,8 @@ class Replay:
         self, tokens: Int[Tensor, "batch pos"], readout: Int[Tensor, "batch read"], embed: Tensor | None
     ) -> RunActs:
         model = self.model
-        resid = (model.embed(tokens) if embed is None else embed) + model.pos_embed(tokens)
+        # W_E[tokens] + W_pos[:pos] is what either backend's embedding modules compute (no hook fires).
+        resid = (model.W_E[tokens] if embed is None else embed) + model.W_pos[: tokens.shape[-1]]
         if torch.is_grad_enabled():  # gradients w.r.t. activations, even where the parameters are frozen
             resid = resid.detach().requires_grad_(True)
         acts: dict[str, list[Tensor]] = {s: [] for s in STAGES}

@@ -391,13 +391,12 @@ def is_hooked_transformer(model: Any) -> bool:
 def replay_unsupported(model: Any) -> str | None:
     """Why the hook-free patching replay (`analysis.patching_replay`) cannot run `model` (None when it can).
 
-    The replay re-implements HookedTransformer's forward arithmetic, so it takes a HookedTransformer with
-    standard positions and sequential, global, full-head attention; anything else is patched through hooks.
+    The replay re-implements HookedTransformer's forward arithmetic from the weight views and norm, MLP and
+    unembedding modules both backends have, so it takes a model with standard positions and sequential,
+    global, full-head attention; anything else is patched through hooks.
     """
     if not is_hooked_transformer(model):
         return f"{type(model).__name__} is not a TransformerLens transformer"
-    if is_bridge(model):
-        return "the replay reads HookedTransformer modules; TransformerLens 4 models patch through hooks"
     cfg = model.cfg
     odd = [
         name
