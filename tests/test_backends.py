@@ -11,6 +11,7 @@ the report, dynamics over a series of checkpoints, and one training step.
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from mechmem.errors import MechmemError
 from mechmem.models import layout
 from mechmem.models.adapter import (
     BACKEND,
+    TL_VERSION,
     TransformerConfig,
     build_transformer,
     canonical_parameters,
@@ -158,6 +160,7 @@ def _other_python() -> Path | None:
 
 SKIPPED = ("transformer_lens", "transformer_lens_version", "wall_s", "seconds", "timings_s", "cost", "meta")
 """JSON keys that differ between environments by design: versions, timings, the model's class name."""
+DURATION = re.compile(r"\d+(\.\d+)? s\b")
 
 
 def _numbers(a, b, path=""):
@@ -174,6 +177,8 @@ def _numbers(a, b, path=""):
             yield from _numbers(x, y, f"{path}[{i}]")
     elif isinstance(a, (int, float)) and not isinstance(a, bool) and isinstance(b, (int, float)):
         yield path, abs(a - b)
+    elif isinstance(a, str) and isinstance(b, str):  # texts may quote a duration ("Time 61.48 s.")
+        assert DURATION.sub("N s", a) == DURATION.sub("N s", b), f"{path}: {a!r} != {b!r}"
     else:
         assert a == b, f"{path}: {a!r} != {b!r}"
 
@@ -183,6 +188,12 @@ def both_runs(tmp_path_factory):
     other = _other_python()
     if other is None:
         pytest.skip("no environment with the other TransformerLens major version (make test-tl3 makes one)")
+    ask = "import importlib.metadata as m; print(m.version('transformer-lens'))"
+    version = subprocess.run(
+        [str(other), "-c", ask], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    if version.split(".")[0] == TL_VERSION.split(".")[0]:
+        pytest.skip(f"{other} has TransformerLens {version} too, the major version of this environment")
     out = tmp_path_factory.mktemp("backends")
     ckpt = str(DATA / "backend_tl3.pt")
     runner = str(Path(__file__).resolve().parent / "backend_runner.py")

@@ -541,6 +541,8 @@ def activation_grads(
     taps = [Intervention(h, (), apply(capture(h))) for h in hooks]
     with torch.enable_grad():
         value = _run(model, tokens, [[*variant, *taps]], metric, 1.0)[0]
+        if not value.requires_grad:  # as the replay strategy says it (Engine.gradients)
+            raise MechmemError("attribution needs a differentiable metric; this one is not")
         grads = torch.autograd.grad(
             value, [leaves[h] for h in hooks], allow_unused=True, materialize_grads=True
         )

@@ -7,7 +7,9 @@ Two backends, detected at import:
       instance-level differences listed at `_native_model`).
 Both expose the same hook names (`blocks.L.attn.hook_z`, `hook_pattern`, `hook_resid_pre`, ...), the same
 weight views (`W_Q`, `W_E`, `blocks[L].attn.W_O`, `OV`, ...), `run_with_hooks`, `run_with_cache` and
-`hooks(...)`, so the analyses never ask which one they hold. Weights travel in one canonical layout
+`hooks(...)`, so the analyses never ask which one they hold; the on-request attention hooks
+(`hook_q_input`, `hook_attn_in`, `attn.hook_result`) TransformerLens 4's native attention lacks are added by
+`mechmem.models.native_hooks`. Weights travel in one canonical layout
 (HookedTransformer's names and shapes, `mechmem.models.layout`): `canonical_state_dict` /
 `load_canonical_state_dict` convert, so a checkpoint written under either version loads under the other with
 the same logits.
@@ -353,12 +355,13 @@ def _native_model(config: TransformerConfig) -> nn.Module:
             block.mlp.act = custom_act
     if custom_act is not None:
         cfg.act_fn = config.act_fn
+    native_hooks.prepare(model)
     bridge = build_bridge_from_module(
         model,
         architecture="TransformerLensNative",
         tl_config=cfg,
         model_name="mechmem",
-        post_adapter_hook=native_hooks.use_forking_attention,
+        post_adapter_hook=native_hooks.use_hooked_components,
     )
     return native_hooks.attach(bridge)
 

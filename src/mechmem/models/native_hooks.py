@@ -17,6 +17,12 @@ setters accept the flags for such models. The adapter builds every native model 
 analysis, or a user writing plain TransformerLens code, sees the same hooks and numbers under either major
 version (tests/test_backends.py, tests/test_circuits.py).
 
+One more difference is fixed here: TransformerLens 4 aliases `blocks.L.hook_resid_mid` to the input of the
+block's second norm, so an edit there reaches the MLP but not the residual connection around it (reading it
+gives the right value). `ResidMidBlockBridge` gives the block its own hook point on the residual stream
+between attention and MLP, fired by `MidHookedNativeBlock`'s forward (TransformerLens's native block forward
+with that one hook added), as HookedTransformer's `hook_resid_mid` is.
+
 Imported by `mechmem.models.adapter` under TransformerLens 4 only.
 """
 
@@ -27,7 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformer_lens import TransformerBridge
-from transformer_lens.model_bridge.generalized_components import AttentionBridge, LinearBridge
+from transformer_lens.hook_points import HookPoint
+from transformer_lens.model_bridge.generalized_components import AttentionBridge, BlockBridge, LinearBridge
+from transformer_lens.model_bridge.sources.native.model import NativeBlock
 
 FLAGS = ("use_split_qkv_input", "use_attn_in", "use_attn_result")
 """The configuration flags of the on-request attention hooks."""
@@ -155,17 +163,58 @@ class NativeHookBridge(TransformerBridge):
         self._propagate_attention_flag(flag, value)
 
 
-def use_forking_attention(adapter: Any) -> None:
-    """`build_bridge_from_module`'s post-adapter hook: the blocks' attention becomes `ForkingAttentionBridge`
-    (same name, configuration and q/k/v/o submodules)."""
-    block = adapter.component_mapping["blocks"]
-    plain = block.submodules["attn"]
-    block.submodules["attn"] = ForkingAttentionBridge(
-        name=plain.name, config=plain.config, submodules=dict(plain.submodules)
+class ResidMidBlockBridge(BlockBridge):
+    """A native model's block bridge whose `hook_resid_mid` is a hook point on the residual stream itself
+    (module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hook_mid = HookPoint()
+
+
+class MidHookedNativeBlock(NativeBlock):
+    """TransformerLens's native block, firing its bridge's residual hook between attention and MLP."""
+
+    def forward(
+        self, hidden_states: Tensor, attention_mask: Any = None, position_ids: Any = None, **kwargs: Any
+    ) -> tuple[Tensor]:
+        attn_out, _ = self.attn(
+            self.ln1(hidden_states), attention_mask=attention_mask, position_ids=position_ids
+        )
+        hidden_states = hidden_states + attn_out
+        if not self.cfg.attn_only:
+            hook = self.__dict__.get("mid_hook")  # set by `attach`; not a submodule of the native block
+            hidden_states = hook(hidden_states) if hook is not None else hidden_states
+            hidden_states = hidden_states + self.mlp(self.ln2(hidden_states))
+        return (hidden_states,)
+
+
+def prepare(model: torch.nn.Module) -> None:
+    """Before bridging: the native model's blocks become `MidHookedNativeBlock`s (their class only)."""
+    for block in model.layers:
+        block.__class__ = MidHookedNativeBlock
+
+
+def use_hooked_components(adapter: Any) -> None:
+    """`build_bridge_from_module`'s post-adapter hook: the blocks become `ResidMidBlockBridge`s and their
+    attention `ForkingAttentionBridge` (same names, configuration, submodules and other hook aliases)."""
+    plain = adapter.component_mapping["blocks"]
+    submodules = dict(plain.submodules)
+    attn = submodules["attn"]
+    submodules["attn"] = ForkingAttentionBridge(
+        name=attn.name, config=attn.config, submodules=dict(attn.submodules)
     )
+    block = ResidMidBlockBridge(name=plain.name, config=plain.config, submodules=submodules)
+    block.hook_aliases = dict(plain.hook_aliases)
+    if "hook_resid_mid" in block.hook_aliases:  # attention-only blocks have none
+        block.hook_aliases["hook_resid_mid"] = "hook_mid"
+    adapter.component_mapping["blocks"] = block
 
 
 def attach(bridge: TransformerBridge) -> TransformerBridge:
-    """The native `bridge` as a `NativeHookBridge` (its class only; its modules and weights are unchanged)."""
+    """The native `bridge` as a `NativeHookBridge` (its class only; its modules and weights are unchanged),
+    each native block wired to its bridge's residual hook."""
     bridge.__class__ = NativeHookBridge
+    for block in bridge.blocks:
+        object.__setattr__(block.original_component, "mid_hook", block.hook_mid)
     return bridge
