@@ -38,7 +38,7 @@ def write_series(ckpt: str, run_dir: Path, steps: tuple[int, ...] = (10, 20, 30)
     from mechmem.models.adapter import canonical_state_dict, initial_weights, load_canonical_state_dict
 
     loaded = load_checkpoint(ckpt)
-    trained = canonical_state_dict(loaded.model)
+    trained = {k: v.clone() for k, v in canonical_state_dict(loaded.model).items()}  # the model changes below
     start = initial_weights(loaded.model_config, torch.Generator().manual_seed(0))
     for step in steps:
         a = step / max(steps)

@@ -158,7 +158,10 @@ def _other_python() -> Path | None:
     return other if other.exists() else None
 
 
-SKIPPED = ("transformer_lens", "transformer_lens_version", "wall_s", "seconds", "timings_s", "cost", "meta")
+SKIPPED = (
+    *("transformer_lens", "transformer_lens_version", "meta"),
+    *("wall_s", "seconds", "timings_s", "cost", "cost_s"),
+)
 """JSON keys that differ between environments by design: versions, timings, the model's class name."""
 DURATION = re.compile(r"\d+(\.\d+)? s\b")
 
