@@ -159,10 +159,11 @@ def _other_python() -> Path | None:
 
 
 SKIPPED = (
-    *("transformer_lens", "transformer_lens_version", "meta"),
+    *("transformer_lens", "transformer_lens_version", "meta", "run_dir", "first_checkpoint"),
     *("wall_s", "seconds", "timings_s", "cost", "cost_s"),
 )
-"""JSON keys that differ between environments by design: versions, timings, the model's class name."""
+"""JSON keys that differ between environments by design: versions, timings, the model's class name, the
+run folder."""
 DURATION = re.compile(r"\d+(\.\d+)? s\b")
 
 
