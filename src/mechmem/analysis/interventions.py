@@ -26,14 +26,14 @@ It equals one `run_with_hooks` per variant (`naive_intervene`, the reference it 
             is stacked along a patch axis and the pass resumes there, only up to the last position the metric
             reads; variants that change nothing the metric reads are not run. The metric is put in batched
             form (`patching_metric.callable_metric`) for this.
-    hooks   everything else, and every variant on a model the replay cannot run (another architecture, a
-            TransformerLens 4 bridge, other `HookedRootModule`s): variants stacked along the batch axis and,
-            on a `HookedTransformer`, resumed at the earliest intervened layer from the cached clean residual
-            stream (`model(resid, start_at_layer=L)`), chunked to a memory budget. Hooks before the first
-            block (`hook_embed`, `hook_pos_embed`), shortformer models and models without `start_at_layer` get
-            full runs. Hooks TransformerLens computes only on request (`hook_mlp_in`, `hook_attn_in`,
-            `hook_q/k/v_input`, `attn.hook_result`) get their flag switched on for the call and restored
-            afterwards, also when a hook or the metric raises.
+    hooks   everything else, and every variant on a model the replay cannot run (another architecture,
+            other `HookedRootModule`s): variants stacked along the batch axis and, on a TransformerLens
+            transformer (either backend), resumed at the earliest intervened layer from the cached clean
+            residual stream (`model(resid, start_at_layer=L)`), chunked to a memory budget. Hooks before the
+            first block (`hook_embed`, `hook_pos_embed`), shortformer models and models without
+            `start_at_layer` get full runs. Hooks TransformerLens computes only on request (`hook_mlp_in`,
+            `hook_attn_in`, `hook_q/k/v_input`, `attn.hook_result`) get their flag switched on for the call
+            and restored afterwards, also when a hook or the metric raises.
 The metric convention is one: `metric(logits [batch pos d_vocab]) -> tensor` (a scalar or one value per
 sequence), or the same metric in batched form (`PatchingMetric`). Gradients go through the same engine:
 `Engine.gradients` (every stage activation and its gradient, replay or hooks) and `activation_grads` (any

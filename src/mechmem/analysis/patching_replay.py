@@ -15,9 +15,9 @@ Two shortcuts make the resumed pass cheaper while leaving its result unchanged:
 The replay mirrors TransformerLens's own arithmetic (same `F.linear` projections, causal mask with the
 module's `IGNORE` value, softmax, NaN clean-up), calling the model's own norm, MLP and unembedding modules;
 results equal TransformerLens's forward up to float rounding. It bypasses hook points, so hooks attached to
-the model are ignored (and none are ever added). Supported: decoder-only `HookedTransformer`s with standard
-positional embeddings and sequential attention/MLP (every model mechmem builds); other configurations raise
-`MechmemError`.
+the model are ignored (and none are ever added). Supported: decoder-only `HookedTransformer`s and
+TransformerLens 4 bridges with standard positional embeddings and sequential attention/MLP (every model
+mechmem builds); other configurations raise `MechmemError`.
 
 This is the execution strategy the intervention engine (`mechmem.analysis.interventions`) picks for variants
 that replace one activation of a model the replay supports (`stage_of` names the hooks,
