@@ -3,8 +3,8 @@ same analyses, numbers and training step under TransformerLens 3.9 (HookedTransf
 (TransformerBridge).
 
 Runs under whichever TransformerLens this environment has. The cross-version comparison runs the analyses once
-here and once in the other environment (`.venv`, on the TransformerLens that resolves by default, 4.x today;
-`.venv-tl3` on 3.9, which `make test-tl3` bootstraps; or set MECHMEM_OTHER_PYTHON) and compares every number
+here and once in the other environment (the first of `.venv`, `.venv-tl4`, `.venv-tl3` on the other major
+version: `make test-tl4` bootstraps `.venv-tl4`; or set MECHMEM_OTHER_PYTHON) and compares every number
 of their JSON outputs: head detection, ablation, logit lens, probes, exact and attribution patching, circuits,
 the report, dynamics over a series of checkpoints, and one training step.
 """
@@ -150,12 +150,22 @@ def test_checkpoints_written_by_either_major_version_load_with_their_logits(fixt
 
 
 # -- the same analyses under the other major version ---------------------------------------------------------
+def _major(python: Path) -> str:
+    ask = "import importlib.metadata as m; print(m.version('transformer-lens'))"
+    return subprocess.run([str(python), "-c", ask], check=True, capture_output=True, text=True).stdout[:1]
+
+
 def _other_python() -> Path | None:
+    """The environment with the other TransformerLens major version: MECHMEM_OTHER_PYTHON, else the first of
+    `.venv`, `.venv-tl4`, `.venv-tl3` that has it."""
     named = os.environ.get("MECHMEM_OTHER_PYTHON")
     if named:
         return Path(named)
-    other = ROOT / (".venv-tl3" if BACKEND == "bridge" else ".venv") / "bin" / "python"
-    return other if other.exists() else None
+    for venv in (".venv", ".venv-tl4", ".venv-tl3"):
+        python = ROOT / venv / "bin" / "python"
+        if python.exists() and _major(python) != TL_VERSION[:1]:
+            return python
+    return None
 
 
 SKIPPED = (
@@ -191,13 +201,7 @@ def _numbers(a, b, path=""):
 def both_runs(tmp_path_factory):
     other = _other_python()
     if other is None:
-        pytest.skip("no environment with the other TransformerLens major version (make test-tl3 makes one)")
-    ask = "import importlib.metadata as m; print(m.version('transformer-lens'))"
-    version = subprocess.run(
-        [str(other), "-c", ask], check=True, capture_output=True, text=True
-    ).stdout.strip()
-    if version.split(".")[0] == TL_VERSION.split(".")[0]:
-        pytest.skip(f"{other} has TransformerLens {version} too, the major version of this environment")
+        pytest.skip("no environment with the other TransformerLens major version (make test-tl4 makes one)")
     out = tmp_path_factory.mktemp("backends")
     ckpt = str(DATA / "backend_tl3.pt")
     runner = str(Path(__file__).resolve().parent / "backend_runner.py")
