@@ -73,6 +73,7 @@ from mechmem.analysis.patching_replay import (
     STAGES,
     Replay,
     RunActs,
+    model_stages,
     stage_of,
     take_pos,
     truncate,
@@ -461,7 +462,7 @@ class Engine:
         (hook_embed), e.g. to interpolate between two inputs for integrated gradients.
         """
         tokens = tokens.to(_device(self.model))
-        stages = [s for s in STAGES if not (self.model.cfg.attn_only and s in ("resid_mid", "mlp_out"))]
+        stages = model_stages(self.model.cfg)
         keys = [(s, l) for s in stages for l in range(self.model.cfg.n_layers)]
         if self.replay is not None:
             metric = self.compiled(tokens)
