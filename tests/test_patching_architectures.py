@@ -90,7 +90,7 @@ def test_exact_patching_equals_transformer_lens(case):
 
 def test_missing_activations_are_refused_in_one_line(case):
     """A sweep of an activation the model does not compute: one line naming why (TL raises on it too)."""
-    name, model, pair = case
+    _, model, pair = case
     missing = [s for s in SWEEPS if s not in model_sweeps(model)]
     assert ("resid_mid" in missing) == (model.cfg.parallel_attn_mlp or model.cfg.attn_only)
     patcher = Patcher(model, pair.clean, pair.corrupted, pair=pair)
@@ -103,7 +103,7 @@ def test_missing_activations_are_refused_in_one_line(case):
 def test_replay_gradients_equal_hooked_gradients(case):
     """Attribution patching's gradients (every stage, every layer) are the same on the replay and on hooks,
     and the attribution estimate runs, checked against exact patching on sampled cells."""
-    name, model, pair = case
+    _, model, pair = case
     att = Attributor(model, pair.clean, pair.corrupted, pair=pair)
     hooks = Engine(model, att.metric)
     hooks.replay = None  # as on a model the replay cannot run
@@ -148,12 +148,14 @@ def test_circuit_edges_equal_naive_path_patching(case):
     """Every edge's path-patching score equals one hooked run per edge; GQA ports are per key/value head,
     parallel heads do not feed their own layer's MLP, models without a learned position embedding have no
     position node."""
-    name, model, pair = case
+    _, model, pair = case
     graph = build_graph(model)
     senders = {e.sender.name for e in graph.edges}
     assert ("pos" in senders) == (model.cfg.positional_embedding_type == "standard")
     if model.cfg.parallel_attn_mlp:
-        assert not [e for e in graph.edges if e.port.node.kind == "mlp" and e.sender.depth == e.port.node.layer]
+        assert not [
+            e for e in graph.edges if e.port.node.kind == "mlp" and e.sender.depth == e.port.node.layer
+        ]
     kv = model.cfg.n_key_value_heads or model.cfg.n_heads
     assert len([p for p in graph.ports if p.port == "k"]) == kv * model.cfg.n_layers
     patcher = EdgePatcher(model, pair, "corrupted")

@@ -143,7 +143,9 @@ def build_graph(model: torch.nn.Module) -> Graph:
             nodes.append(node)
             ports.append(Port(node, "q", f"blocks.{l}.hook_q_input", (slice(None), h)))
             if h % group == 0:  # grouped-query: one key/value input per group, named after its first head
-                ports += [Port(node, x, f"blocks.{l}.hook_{x}_input", (slice(None), h // group)) for x in "kv"]
+                ports += [
+                    Port(node, x, f"blocks.{l}.hook_{x}_input", (slice(None), h // group)) for x in "kv"
+                ]
         if not cfg.attn_only:
             # a parallel block's MLP reads resid_pre, beside its layer's heads
             nodes.append(Node(f"MLP{l}", "mlp", l + (0.0 if parallel else 0.5), f"blocks.{l}.hook_mlp_out"))

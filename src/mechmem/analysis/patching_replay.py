@@ -16,14 +16,14 @@ The replay mirrors TransformerLens's own arithmetic (same `F.linear` projections
 module's `IGNORE` value, softmax, NaN clean-up), calling the model's own norm, MLP and unembedding modules;
 results equal TransformerLens's forward up to float rounding. It bypasses hook points, so hooks attached to
 the model are ignored (and none are ever added). Supported: decoder-only `HookedTransformer`s with learned
-(standard) or rotary positions (also rotary on the first `rotary_dim < d_head` dimensions of a head: queries and
-keys are rotated by their absolute positions with the attention module's own sin/cos tables before the
+(standard) or rotary positions (also rotary on the first `rotary_dim < d_head` dimensions of a head: queries
+and keys are rotated by their absolute positions with the attention module's own sin/cos tables before the
 pattern), grouped-query attention (key/value heads computed once per group and repeated over its query heads,
 as TransformerLens does), local attention (`attn_types`: a local layer's mask also hides keys `window_size` or
 more positions back), sequential or parallel attention and MLP (a parallel block's MLP reads `resid_pre` and
-there is no `resid_mid`), any norm and MLP TransformerLens builds (the model's own modules are called), a custom
-attention scale and any output vocabulary. Other configurations (shortformer positions, QK norms, soft caps,
-post-norms, ...) raise `MechmemError`, and the engine runs those models on hooks.
+there is no `resid_mid`), any norm and MLP TransformerLens builds (the model's own modules are called), a
+custom attention scale and any output vocabulary. Other configurations (shortformer positions, QK norms,
+soft caps, post-norms, ...) raise `MechmemError`, and the engine runs those models on hooks.
 
 This is the execution strategy the intervention engine (`mechmem.analysis.interventions`) picks for variants
 that replace one activation of a model the replay supports (`stage_of` names the hooks,

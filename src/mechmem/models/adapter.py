@@ -383,24 +383,17 @@ def replay_unsupported(model: Any) -> str | None:
     """Why the hook-free patching replay (`analysis.patching_replay`) cannot run `model` (None when it can).
 
     The replay re-implements HookedTransformer's forward arithmetic, so it takes a HookedTransformer with
-    standard positions and sequential, global, full-head attention; anything else is patched through hooks.
+    learned or rotary positions (grouped-query, local and parallel attention included; the replay module lists
+    the rest); anything else is patched through hooks.
     """
     if not is_hooked_transformer(model):
         return f"{type(model).__name__} is not a TransformerLens transformer"
     if is_bridge(model):
         return "the replay reads HookedTransformer modules; TransformerLens 4 models patch through hooks"
-    cfg = model.cfg
-    odd = [
-        name
-        for name, plain in (
-            ("positional_embedding_type", "standard"),
-            ("n_key_value_heads", None),
-            ("parallel_attn_mlp", False),
-            ("use_local_attn", False),
-        )
-        if getattr(cfg, name, plain) != plain
-    ]
-    return f"the replay does not implement {', '.join(odd)}" if odd else None
+    positions = model.cfg.positional_embedding_type
+    if positions not in ("standard", "rotary"):
+        return f"the replay does not implement positional_embedding_type={positions}"
+    return None
 
 
 def last_start_layer(model: Any) -> int | None:
