@@ -309,11 +309,11 @@ class Replay:
                 resid = resid + attn_out + mlp_out
             else:
                 resid = resid + attn_out
-            if not self.attn_only and not self.parallel:
-                acts["resid_mid"].append(resid)
-                mlp_out = self.mlp_out(layer, resid)
-                acts["mlp_out"].append(mlp_out)
-                resid = resid + mlp_out
+                if not self.attn_only:
+                    acts["resid_mid"].append(resid)
+                    mlp_out = self.mlp_out(layer, resid)
+                    acts["mlp_out"].append(mlp_out)
+                    resid = resid + mlp_out
             acts["resid_post"].append(resid)
         logits = self.unembed(take_pos(resid, readout, -3, -2))
         return RunActs(acts, ks, vs, logits)
