@@ -167,6 +167,8 @@ class Replay:
         grouped = getattr(cfg, "n_key_value_heads", None) is not None
         grouped = grouped and not getattr(cfg, "ungroup_grouped_query_attention", False)
         self.kv_heads = cfg.n_key_value_heads if grouped else cfg.n_heads
+        self.local = [getattr(block.attn, "attn_type", "global") == "local" for block in model.blocks]
+        """Per layer: local attention (keys window_size or more positions back are masked; TL's attn_type)."""
         self.weights = []
         for block in model.blocks:
             a = block.attn
@@ -210,7 +212,7 @@ class Replay:
         else:
             hq, queries = take_pos(h, readout, -3, -2), readout
         mask = queries[..., None] >= keys
-        if attn.attn_type == "local":
+        if self.local[layer]:
             mask = mask & (keys > queries[..., None] - self.cfg.window_size)
         mask = mask if readout is None else mask.unsqueeze(-3)
         q = F.linear(hq, w_q, b_q).unflatten(-1, (n_heads, d_head))
