@@ -16,7 +16,12 @@ from mechmem.analysis.circuits import EdgePatcher, build_graph
 from mechmem.analysis.interventions import Engine, Intervention, apply, naive_intervene
 from mechmem.analysis.patching import SWEEPS, Patcher, model_sweeps
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import BACKEND, bridge_unsupported, canonical_parameters
+from mechmem.models.adapter import (
+    BACKEND,
+    bridge_unsupported,
+    canonical_parameters,
+    replay_unsupported,
+)
 
 ATOL = 1e-5
 """Float tolerance against TransformerLens (float32, the same arithmetic in another order)."""
@@ -80,8 +85,10 @@ def test_exact_patching_equals_transformer_lens(case):
     """Every sweep the model has, denoising; two sweeps noising."""
     name, model, pair = case
     patcher = Patcher(model, pair.clean, pair.corrupted, pair=pair)
-    replayed = BACKEND == "hooked" and name not in HOOKS_ONLY  # TransformerLens 4 models run on hooks
+    replayed = replay_unsupported(model) is None
     assert patcher.engine.strategy == ("replay" if replayed else "hooks")
+    if BACKEND == "hooked":  # on a HookedTransformer the replay runs every architecture but shortformer
+        assert replayed == (name not in HOOKS_ONLY)
     runs = [(s, "denoising") for s in model_sweeps(model)]
     runs += [("resid_pre", "noising"), ("attn_head_out_by_pos", "noising")]
     for sweep, direction in runs:
