@@ -64,8 +64,9 @@ def arch_model(name: str):
         for pname, p in weights.items():
             if pname.rsplit(".", 1)[-1].startswith("b_"):
                 p.copy_(0.2 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(pname))))
-        if name == "tied":
-            weights["unembed.W_U"].copy_(weights["embed.W_E"].T)
+        if name == "tied":  # W_U = W_E^T (a TransformerLens 4 bridge may hold W_U as [d_vocab d_model])
+            w_e, w_u = weights["embed.W_E"], weights["unembed.W_U"]
+            w_u.copy_(w_e.T if w_u.shape == w_e.T.shape else w_e)
     return model
 
 
