@@ -177,8 +177,6 @@ class Replay:
             biases = [b.detach().reshape(-1) for b in (a.b_Q, *kv[2:])]
             w_o = a.W_O.detach().reshape(-1, cfg.d_model).T.contiguous()
             self.weights.append((*flat, *biases, w_o, a.b_O.detach()))
-        self.stages = model_stages(cfg)
-        """The stages this model computes (`model_stages`)."""
 
     # -- pieces of a block ------------------------------------------------------------------------------
     def attend(
