@@ -5,7 +5,7 @@ docs/bring-your-own-model.md.
 
 Builds each architecture of `tests/test_byom.py` (`ARCHITECTURES`) as a TransformerLens model with random
 weights, saves it with `save_hooked_transformer` (which reloads it and checks the logits), and runs each
-analysis script of `tests/backend_runner.py` on the checkpoint, and `patch.py --method attribution`.
+analysis script (`RUNS`) on the checkpoint, `patch.py --method attribution` among them.
 Prints one markdown row per architecture: the save/reload logit gap, the execution strategy the intervention
 engine picks for exact patching on the reloaded model (`Engine.strategy`: the hook-free replay or hooks) and,
 per analysis, `ok` or the one line it refused with. Under TransformerLens 4 the models are booted as bridges;
@@ -24,7 +24,6 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from backend_runner import SCRIPTS
 from test_byom import ARCHITECTURES, _randomised, _tl_model
 
 from mechmem.analysis.interventions import Engine
@@ -40,9 +39,17 @@ def _main_of(name: str):
     return module.main
 
 
-RUNS = {name: (name, argv) for name, argv in SCRIPTS.items()}
-RUNS["patch --method attribution"] = ("patch", [*SCRIPTS["patch"], "--method", "attribution"])
-"""Column -> (analysis script, its arguments after the checkpoint)."""
+RUNS = {
+    "detect_heads": ("detect_heads", ["--n-samples", "48"]),
+    "ablate_heads": ("ablate_heads", ["--n-samples", "48"]),
+    "logit_lens": ("logit_lens", ["--n-samples", "48"]),
+    "probe_memory": ("probe_memory", ["--n-samples", "48"]),
+    "patch": ("patch", ["--n-samples", "16"]),
+    "patch --method attribution": ("patch", ["--n-samples", "16", "--method", "attribution"]),
+    "circuit": ("circuit", ["--n-samples", "16"]),
+    "report": ("report", ["--n-samples", "48"]),
+}
+"""Column -> (analysis script, its arguments after the checkpoint), sized as in tests/backend_runner.py."""
 
 
 def row(name: str, overrides: dict, out: Path) -> list[str]:
