@@ -317,10 +317,11 @@ def test_replay_reads_only_up_to_the_metric_and_leaking_patterns_go_to_hooks(tok
 
 
 def unsupported_model():
-    """A model the replay cannot run, so the engine falls back to hooks: parallel attention and MLP (rotary
-    positions under TransformerLens 4, whose native blocks are sequential)."""
-    odd = {"parallel_attn_mlp": True} if BACKEND == "hooked" else {"positional_embedding_type": "rotary"}
-    model = build_model(act_fn="gelu", normalization_type="LN", d_head=8, **odd)
+    """A model the replay cannot run, so the engine falls back to hooks: shortformer positions (rotary under
+    TransformerLens 4, which builds no shortformer model: the replay reads HookedTransformer's rotary layout
+    only)."""
+    positions = "shortformer" if BACKEND == "hooked" else "rotary"
+    model = build_model(act_fn="gelu", normalization_type="LN", d_head=8, positional_embedding_type=positions)
     assert replay_unsupported(model)
     return model
 

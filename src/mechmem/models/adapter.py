@@ -233,6 +233,8 @@ class TransformerConfig(ConfigMixin):
             kwargs |= {"rotary_dim": self.rotary_dim or self.head_dim, "rotary_base": self.rotary_base}
         if self.attn_types is not None:
             kwargs |= {"attn_types": list(self.attn_types), "window_size": self.window_size}
+            # TransformerLens reads attn_types only with use_local_attn on (else every layer is global)
+            kwargs["use_local_attn"] = "local" in self.attn_types
         if self.attn_scale is not None:
             kwargs["attn_scale"] = self.attn_scale
         return kwargs
@@ -394,24 +396,22 @@ def is_hooked_transformer(model: Any) -> bool:
 def replay_unsupported(model: Any) -> str | None:
     """Why the hook-free patching replay (`analysis.patching_replay`) cannot run `model` (None when it can).
 
-    The replay re-implements HookedTransformer's forward arithmetic from the weight views and norm, MLP and
-    unembedding modules both backends have, so it takes a model with standard positions and sequential,
-    global, full-head attention; anything else is patched through hooks.
+    The replay re-implements HookedTransformer's forward arithmetic, so it takes a HookedTransformer with
+    learned or rotary positions (grouped-query, local and parallel attention included; the replay module lists
+    the rest), or a TransformerLens 4 bridge with learned positions and one key/value head per query head (the
+    native model's rotary layout and shared key/value views are not HookedTransformer's); anything else is
+    patched through hooks.
     """
     if not is_hooked_transformer(model):
         return f"{type(model).__name__} is not a TransformerLens transformer"
-    cfg = model.cfg
-    odd = [
-        name
-        for name, plain in (
-            ("positional_embedding_type", "standard"),
-            ("n_key_value_heads", None),
-            ("parallel_attn_mlp", False),
-            ("use_local_attn", False),
+    positions = model.cfg.positional_embedding_type
+    if is_bridge(model) and (positions != "standard" or getattr(model.cfg, "n_key_value_heads", None)):
+        return (
+            "the replay reads TransformerLens 4 bridges with learned positions and full-head attention only"
         )
-        if getattr(cfg, name, plain) != plain
-    ]
-    return f"the replay does not implement {', '.join(odd)}" if odd else None
+    if positions not in ("standard", "rotary"):
+        return f"the replay does not implement positional_embedding_type={positions}"
+    return None
 
 
 def last_start_layer(model: Any) -> int | None:
@@ -602,6 +602,8 @@ def config_differences(model: nn.Module, config: Any) -> list[str]:
         skip.add("attn_scale")
     if config.positional_embedding_type != "rotary":
         skip |= {"rotary_dim", "rotary_base"}
+    if config.attn_types is None and not getattr(mine, "use_local_attn", False):
+        skip |= {"attn_types", "window_size"}  # ignored by TransformerLens without use_local_attn
     out = []
     for name in _BEHAVIOUR:
         if name in skip or not hasattr(mine, name):
@@ -627,7 +629,7 @@ def config_from_hooked_transformer(model: nn.Module) -> TransformerConfig:
     use_scale = bool(cfg.use_attn_scale)
     default_scale = math.sqrt(cfg.d_head)
     scale = float(cfg.attn_scale) if use_scale and float(cfg.attn_scale) > 0 else default_scale
-    local = getattr(cfg, "attn_types", None)
+    local = getattr(cfg, "attn_types", None) if getattr(cfg, "use_local_attn", False) else None
     try:
         config = TransformerConfig(
             n_layers=cfg.n_layers,
