@@ -54,17 +54,23 @@ def random_tokens(model: Any, batch: int = 8, pos: int | None = None, seed: int 
 def assert_no_hooks(model: torch.nn.Module) -> None:
     """No hook is left anywhere: neither TransformerLens hook points nor plain torch module hooks.
 
-    The hooks a TransformerLens 4 bridge installs on itself when it is built (its blocks' capture hooks, kept
-    in `_capture_hook_handles`) belong to the model and are not counted.
+    Hooks the model's own libraries install on it as part of the model (a TransformerLens 4 bridge's capture
+    hooks, `transformers`' output capturing) are not counted.
     """
-    own = {h.id for m in model.modules() for h in getattr(m, "_capture_hook_handles", ())}
     for name, module in model.named_modules():
         for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
-            hooks = set(getattr(module, kind, None) or ()) - own
+            hooks = [fn for fn in (getattr(module, kind, None) or {}).values() if not _models_own(fn)]
             assert not hooks, f"{kind} left on {name or 'the model'}"
         assert not getattr(module, "fwd_hooks", None), f"TransformerLens forward hooks left on {name}"
         assert not getattr(module, "bwd_hooks", None), f"TransformerLens backward hooks left on {name}"
     assert not getattr(model, "context_level", 0), "the model is still inside a hooks() context"
+
+
+def _models_own(fn: Any) -> bool:
+    """A hook function TransformerLens 4's bridge or `transformers` defines for the model's own working."""
+    return (getattr(fn, "__module__", None) or "").startswith(
+        ("transformer_lens.model_bridge.", "transformers.")
+    )
 
 
 def assert_records_close(
