@@ -21,6 +21,7 @@ commit before issue 26's speed-ups: `git archive 77451c9 | tar -x -C /tmp/before
 subprocess started before this process's own sizes, so the two run at the same time on the machine's two
 cores under the same load (one thread each). Their rows sit under "before" in the JSON, next to this code's,
 and the table gives both totals and the ratio of the CPU times (the steadier measure on a shared machine).
+`--baseline-json FILE` attaches the rows of a baseline run made earlier instead.
 
 The growth law: for every d_model with at least two layer counts, the report's total wall time, and
 separately its CPU time, is fitted as a * L^k by least squares on log time against log L (in-process times
@@ -124,7 +125,8 @@ def run_size(size: dict[str, int], args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
         progress=args.progress,
     )
-    circuit = circuit_cost(model, task, args)
+    circuit = circuit_cost(model, task, args) if not args.skip_circuit else {"total": math.nan}
+    circuit.setdefault("cpu_seconds", math.nan)
     return {
         **size,
         "params": params,
@@ -244,10 +246,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--startup", type=float, default=0.0, help="seconds subtracted before the growth fit")
     parser.add_argument("--progress", action="store_true", help="the report's progress lines")
     parser.add_argument(
+        "--skip-circuit", action="store_true", help="time the report only, not analyses/circuit.py's work"
+    )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        help="tabulate the rows an earlier run of this benchmark wrote instead of running the sizes",
+    )
+    parser.add_argument(
         "--baseline", type=Path, help="source tree of the code to compare with (its src/ and benchmarks/)"
     )
     parser.add_argument(
         "--baseline-sizes", nargs="+", help="the sizes the baseline runs (default: every size)"
+    )
+    parser.add_argument(
+        "--baseline-json",
+        type=Path,
+        help="instead of --baseline: the JSON an earlier run of the baseline's benchmark wrote",
     )
     parser.add_argument("--out", type=Path, default=Path("report_scaling.json"), help="JSON written here")
     try:
@@ -268,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     rows, threads = [], torch.get_num_threads()
+    if args.from_json is not None:
+        rows, sizes = json.loads(args.from_json.read_text())["rows"], []
     torch.set_num_threads(args.threads)
     try:
         for size in sizes:
@@ -276,13 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         torch.set_num_threads(threads)
     before_fits: list[dict[str, Any]] = []
-    if baseline is not None:
-        if baseline.wait() != 0:
-            print(
-                f"error: the baseline in {args.baseline} failed (exit {baseline.returncode})", file=sys.stderr
-            )
-            return 2
-        old = json.loads((scratch / "before.json").read_text())
+    if baseline is not None and baseline.wait() != 0:
+        print(f"error: the baseline in {args.baseline} failed (exit {baseline.returncode})", file=sys.stderr)
+        return 2
+    before = scratch / "before.json" if baseline is not None else args.baseline_json
+    if before is not None:
+        old = json.loads(before.read_text())
         attach_baseline(rows, old)
         before_fits = old["fits"]
     fits = fit_growth(rows, args.startup) + fit_growth(rows, 0.0, "cpu_seconds")
