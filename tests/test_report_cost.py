@@ -166,3 +166,27 @@ def test_report_on_an_explicit_device_moves_everything_with_the_model(written):
         )
         assert json.dumps(got) == json.dumps(want), key
     assert_no_hooks(moved)
+
+
+def test_patching_section_estimates_large_sweeps_and_says_how_well(written, monkeypatch):
+    """Above EXACT_PATCHING_CELLS the patching section's sweeps are attribution estimates whose sampled
+    agreement with exact patching is stored and printed; below, every cell is patched exactly. The estimate
+    of the head sweep (the last layer's heads enter the logits almost linearly) tracks the exact values."""
+    import torch
+
+    from mechmem.report import sections
+
+    model, _, _ = written
+    task = RepeatsTask(RepeatsConfig.for_model(model))
+    ctx = sections.ReportContext(model, task, 32, 0, None)
+    exact = sections.patching_section(ctx)
+    monkeypatch.setattr(sections, "EXACT_PATCHING_CELLS", 0)
+    estimated = sections.patching_section(ctx)
+    assert exact.findings["resid_pre"]["method"] == "exact" and exact.findings["resid_pre"]["check"] is None
+    for name in ("attn_head_out_all_pos", "resid_pre"):
+        found = estimated.findings[name]
+        assert found["method"] != "exact" and found["check"]["cells"] > 0
+        assert any(line.startswith(f"{name}: ") and "Pearson" in line for line in estimated.lines)
+    heads = [torch.tensor(s.findings["attn_head_out_all_pos"]["values"]) for s in (exact, estimated)]
+    assert float(torch.corrcoef(torch.stack([h.flatten() for h in heads]))[0, 1]) > 0.8
+    assert_no_hooks(model)
