@@ -174,11 +174,11 @@ def test_patching_section_estimates_large_sweeps_and_says_how_well(written, monk
     of the head sweep (the last layer's heads enter the logits almost linearly) tracks the exact values."""
     import torch
 
-    from mechmem.report import sections
+    from mechmem.report import head_roles, sections
 
     model, _, _ = written
     task = RepeatsTask(RepeatsConfig.for_model(model))
-    ctx = sections.ReportContext(model, task, 32, 0, None)
+    ctx = sections.ReportContext(model, task, 32, 0, head_roles(model, task, n=32, seed=0))
     exact = sections.patching_section(ctx)
     monkeypatch.setattr(sections, "EXACT_PATCHING_CELLS", 0)
     estimated = sections.patching_section(ctx)
