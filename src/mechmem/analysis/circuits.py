@@ -258,13 +258,15 @@ class EdgePatcher:
         0/1 matrix [port, sender] times the stacked changes).
         """
         at = {u.name: i for i, u in enumerate(self.senders)}
-        drop: dict[str, Tensor] = {}  # port hook -> [heads or 1, senders before it], 1 = dropped
+        rows: dict[str, int] = {}  # port hook -> its head axis (key/value heads under grouped-query), or 1
+        for p in self.graph.ports:
+            rows[p.hook] = max(rows.get(p.hook, 1), p.index[-1] + 1 if p.index else 1)
+        drop: dict[str, Tensor] = {}  # port hook -> [rows, senders before it], 1 = dropped
         for edge, kept in zip(self.graph.edges, keep.tolist()):
             if not kept:
                 hook = edge.port.hook
                 if hook not in drop:
-                    rows = self.model.cfg.n_heads if len(edge.port.index) else 1
-                    drop[hook] = torch.zeros(rows, self.before[hook])
+                    drop[hook] = torch.zeros(rows[hook], self.before[hook])
                 drop[hook][edge.port.index[-1] if edge.port.index else 0, at[edge.sender.name]] = 1.0
         need = sorted({i for m in drop.values() for i in m.any(0).nonzero().flatten().tolist()})
         changes: dict[int, Tensor] = {}
