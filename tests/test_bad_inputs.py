@@ -418,6 +418,23 @@ def test_machine_faults_are_one_line_and_leave_the_folder_as_it_was(
         assert not out.exists()
 
 
+@pytest.mark.parametrize("fresh", [False, True], ids=["into_a_folder_with_other_files", "into_new_folder"])
+def test_train_on_a_full_disk_is_one_line_and_leaves_nothing_behind(fresh, tmp_path, capsys, monkeypatch):
+    """The first checkpoint cannot be written: one line, exit 1, the metrics file the run had begun is gone
+    (nothing to resume from), and so is the folder the run created."""
+    out = tmp_path / "run"
+    if not fresh:
+        out.mkdir()
+        (out / "notes.txt").write_text("not the run's")
+    _full_disk(monkeypatch)
+    argv = ["permutation", "--preset", "task1-quick", "--steps", "3", "--out", str(out), "--no-progress"]
+    status, err, before, after = run_case("train", argv, capsys, out)
+    category = classify(status, err, before, after)
+    OUTCOMES[category] += 1
+    assert category == "one-line" and status == 1 and "no space left on device" in err, (category, err)
+    assert after == before and out.exists() == (not fresh)
+
+
 def test_a_lock_is_removed_when_the_writer_ends_and_only_one_writer_wins(tmp_path):
     from mechmem.io import LOCK, output_dir
 
