@@ -22,9 +22,9 @@ from datetime import datetime, timezone
 
 from mechmem.cli import print_table, run_script
 from mechmem.progress import format_seconds
-from mechmem.training.timings import TIMES_FILE
+from mechmem.training.timings import TIMES_FILE, recorded_times
 
-FIRST_PROBE = 20
+FIRST_PROBE = 10
 """Steps of the first probe of every preset."""
 
 
@@ -45,7 +45,8 @@ def measure(task: str, preset: str, steps: int, *, full_s: float, probe_s: float
         took = timed(task, preset, steps)
         return {"steps": steps, "seconds": round(took, 1), "how": "full run", "measured_steps": steps}
     probe = max(first, min(steps, round(probe_s / max(seconds, 1e-9) * first)))
-    seconds = timed(task, preset, probe)
+    if probe > first:
+        seconds = timed(task, preset, probe)
     return {
         "steps": steps,
         "seconds": round(seconds / probe * steps, 1),
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-s", type=float, default=240.0, help="train in full below this (seconds)")
     parser.add_argument("--probe-s", type=float, default=30.0, help="length of a long preset's probe")
     parser.add_argument("--out", default=str(TIMES_FILE), help="JSON file (default: the shipped one)")
+    parser.add_argument("--update", action="store_true", help="keep the file's other presets' records")
     args = parser.parse_args(argv)
     import torch
 
@@ -67,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     from mechmem.tasks import get_task_class, task_names
 
     load_before = os.getloadavg()
-    records = {}
+    old = recorded_times(args.out) if args.update else {"presets": {}}
+    records = dict(old["presets"])
     for task in args.tasks or task_names():
         for preset, spec in sorted(get_task_class(task).presets.items()):
             t0 = time.perf_counter()
@@ -75,10 +78,13 @@ def main(argv: list[str] | None = None) -> int:
                 task, preset, spec.train.steps, full_s=args.full_s, probe_s=args.probe_s
             )
             rec["load_1min"] = round(os.getloadavg()[0], 2)
+            rec["date"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
             print(f"{task} {preset}: {rec['how']}, {format_seconds(rec['seconds'])}", flush=True)
             print(f"  (took {time.perf_counter() - t0:.0f} s to measure)", flush=True)
+    command = "python benchmarks/preset_times.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     data = {
-        "command": "python benchmarks/preset_times.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "command": "; ".join([*old.get("commands", []), command]) if args.update else command,
+        "commands": [*old.get("commands", []), command] if args.update else [command],
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": {
             "cpus": os.cpu_count(),
@@ -90,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         "presets": records,
     }
     write_json(args.out, data)
-    rows = [(k, v["steps"], format_seconds(v["seconds"]), v["how"]) for k, v in records.items()]
+    rows = [(k, v["steps"], format_seconds(v["seconds"]), v["how"]) for k, v in sorted(records.items())]
     print_table(rows, ["preset", "steps", "time", "how"])
     print(f"wrote {args.out}")
     return 0

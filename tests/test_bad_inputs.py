@@ -30,12 +30,22 @@ from mechmem.errors import MechmemError
 SCRIPTS = ("ablate_heads", "detect_heads", "logit_lens", "patch", "probe_memory", "report")
 OUTPUTS = {
     "ablate_heads": ["ablate_heads.json", "ablate_heads.png"],
+    "circuit": ["circuit.json", "circuit.png"],
+    "detect_heads": ["detect_heads.json", "detect_heads.png", "detect_heads_task.png", "attention.png"],
+    "patch": ["patching.json", "patching_resid_pre.png", "patching_attn_head_out_all_pos.png"],
     "logit_lens": ["logit_lens.json", "logit_lens.png"],
     "probe_memory": ["memory_probes.json", "memory_probes.png"],
     "report": ["report.md", "report.html", "report.json"],
 }
-"""The scripts whose outputs are written as one set (the others' files are each atomic)."""
-FAST = {"report": ["--n-samples", "32"], "ablate_heads": ["--methods", "zero"]}
+"""The scripts whose outputs are written as one set, each with the files a run of it writes (all of them, or
+the first few of a longer list)."""
+FAST = {
+    "report": ["--n-samples", "32"],
+    "ablate_heads": ["--methods", "zero"],
+    "circuit": ["--n-samples", "8", "--role-samples", "32"],
+    "detect_heads": ["--n-samples", "16"],
+    "patch": ["--n-samples", "16", "--sweeps", "resid_pre", "attn_head_out_all_pos"],
+}
 HANG_S = 60
 """Seconds after which a case counts as a hang (the nested-list checkpoint used to run for ever)."""
 
@@ -366,7 +376,15 @@ def _immutable_file(monkeypatch):
     monkeypatch.setattr("mechmem.io.os.replace", replace)
 
 
-IMMUTABLE = {"ablate_heads.png", "logit_lens.png", "memory_probes.png", "report.html"}
+IMMUTABLE = {
+    "ablate_heads.png",
+    "circuit.png",
+    "detect_heads.png",
+    "logit_lens.png",
+    "memory_probes.png",
+    "patching_resid_pre.png",
+    "report.html",
+}
 
 
 def _second_writer(monkeypatch):

@@ -14,9 +14,9 @@ TIMES_FILE = Path(__file__).with_name("preset_times.json")
 """The committed measurements."""
 
 
-def recorded_times(path: str | Path = TIMES_FILE) -> dict[str, Any]:
-    """The measurement file as a dict ({"presets": {}} when there is none)."""
-    path = Path(path)
+def recorded_times(path: str | Path | None = None) -> dict[str, Any]:
+    """The measurement file (default `TIMES_FILE`) as a dict ({"presets": {}} when there is none)."""
+    path = Path(path or TIMES_FILE)
     if not path.exists():
         return {"presets": {}}
     return json.loads(path.read_text())

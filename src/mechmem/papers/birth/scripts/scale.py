@@ -31,6 +31,10 @@ LOG = functools.partial(print, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Climb the ladder, run the seed check, or give a record the ladder.
+
+    Long because its flags (rules, rungs, executor, seed check, record) are checked before torch is imported.
+    """
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--rules",

@@ -25,6 +25,10 @@ from mechmem.papers.memorisation.options import ACTS, MIXINGS
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Search one variant's capacity.
+
+    Long because each flag states its range and the flags are checked before torch is imported.
+    """
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--mixing", choices=MIXINGS, default="attn", help="learned attention, uniform attention or 2Emb"

@@ -36,6 +36,11 @@ HEADERS = ["variant", "repeats", "any", "most", "all", "s/cell"]
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the table or scaling sweep, or report on its records.
+
+    Long because it parses the three modes' flags, each with its range, and checks them all before torch is
+    imported.
+    """
     p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["table", "scaling", "report"], help="what to run")
     p.add_argument(
