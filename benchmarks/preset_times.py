@@ -3,16 +3,19 @@
     python benchmarks/preset_times.py                      # every preset (about 30 minutes on 2 busy cores)
     python benchmarks/preset_times.py --tasks facts --full-s 60 --out /tmp/times.json
 
-Each preset is first timed over a few steps on the trainer's own clock (model building excluded). A preset
-whose whole run that probe puts under --full-s seconds is then trained in full and its time recorded as
-measured; a longer one is timed over a longer probe (about --probe-s seconds of steps) and its time
-extrapolated as probe seconds x steps / probe steps (the probe pays one evaluation at its start and one at
-its end; the full run one every eval_every steps, so an extrapolation leaves out the evaluations between).
+Each preset is timed over two short probes on the trainer's own clock (model building excluded; no checkpoints
+written): FIRST_PROBE steps, then more (first about --probe-s seconds' worth at the first probe's rate, then 4
+times as many each time) until the longer probe takes --probe-s seconds more than the first (or covers the
+preset). The two times give the seconds per step and per evaluation (a probe evaluates at its start and end,
+the full run also every eval_every steps), hence an estimate of the whole run. A preset estimated under
+--full-s seconds is then trained in full and its measured time recorded; a longer one records the estimate and
+how it was made.
 The file records the command, the machine (CPUs, torch threads, load averages before and after) and the
 date, so a reader can judge the numbers; rerun it on the machine you care about.
 """
 
 import argparse
+import math
 import os
 import platform
 import shlex
@@ -24,7 +27,7 @@ from mechmem.cli import print_table, run_script
 from mechmem.progress import format_seconds
 from mechmem.training.timings import TIMES_FILE, recorded_times
 
-FIRST_PROBE = 10
+FIRST_PROBE = 5
 """Steps of the first probe of every preset."""
 
 
@@ -36,30 +39,50 @@ def timed(task: str, preset: str, steps: int) -> float:
     return float(run.summary["wall_time_s"])
 
 
-def measure(task: str, preset: str, steps: int, *, full_s: float, probe_s: float) -> dict:
-    """The record of one preset: full run when the first probe puts it under `full_s`, else a probe."""
-    first = min(FIRST_PROBE, steps)
-    seconds = timed(task, preset, first)
-    estimate = seconds / max(first, 1) * steps
+def evaluations(steps: int, eval_every: int) -> int:
+    """How many evaluations a run of `steps` steps makes: one every `eval_every` steps from step 0, and one at
+    the end."""
+    return -(-steps // eval_every) + 1
+
+
+def measure(task: str, preset: str, steps: int, eval_every: int, *, full_s: float, probe_s: float) -> dict:
+    """The record of one preset: a full run when two probes put it under `full_s`, else their extrapolation.
+
+    The probes (n1 and n2 steps) give two equations t = a n + b E(n) for the seconds per step `a` and per
+    evaluation `b` (E: `evaluations`); the full run's estimate is a steps + b E(steps).
+    """
+    n1 = n2 = min(FIRST_PROBE, steps)
+    t1 = t2 = timed(task, preset, n1)
+    while t2 - t1 < probe_s and n2 < steps:  # grow the second probe until its steps outweigh the noise
+        grow = 4 * n2 if n2 > n1 else max(2 * n1, n1 + math.ceil(probe_s / (t1 / n1)))
+        n2 = min(steps, grow)
+        t2 = timed(task, preset, n2)
+    if n2 == steps:  # the probe was the whole run
+        return {"steps": steps, "seconds": round(t2, 1), "how": "full run", "measured_steps": steps}
+    e1, e2 = evaluations(n1, eval_every), evaluations(n2, eval_every)
+    det = n1 * e2 - n2 * e1
+    if n2 == n1 or det == 0:
+        a, b = t1 / n1, 0.0
+    else:
+        a, b = (t1 * e2 - t2 * e1) / det, (n1 * t2 - n2 * t1) / det
+        if a <= 0 or b < 0:  # noise of a loaded machine: fall back to the plain rate of the longer probe
+            a, b = t2 / n2, 0.0
+    estimate = a * steps + b * evaluations(steps, eval_every)
     if estimate <= full_s:
         took = timed(task, preset, steps)
         return {"steps": steps, "seconds": round(took, 1), "how": "full run", "measured_steps": steps}
-    probe = max(first, min(steps, round(probe_s / max(seconds, 1e-9) * first)))
-    if probe > first:
-        seconds = timed(task, preset, probe)
-    return {
-        "steps": steps,
-        "seconds": round(seconds / probe * steps, 1),
-        "how": f"extrapolated from {probe} steps in {seconds:.1f} s",
-        "measured_steps": probe,
-    }
+    how = (
+        f"extrapolated from probes of {n1} and {n2} steps ({t1:.1f} s, {t2:.1f} s): {a:.4f} s per step, "
+        f"{b:.2f} s per evaluation, {evaluations(steps, eval_every)} evaluations"
+    )
+    return {"steps": steps, "seconds": round(estimate, 1), "how": how, "measured_steps": n2}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="*", default=None, help="tasks to time (default: every task)")
-    parser.add_argument("--full-s", type=float, default=240.0, help="train in full below this (seconds)")
-    parser.add_argument("--probe-s", type=float, default=30.0, help="length of a long preset's probe")
+    parser.add_argument("--full-s", type=float, default=90.0, help="train in full below this (seconds)")
+    parser.add_argument("--probe-s", type=float, default=15.0, help="about how long the second probe runs")
     parser.add_argument("--out", default=str(TIMES_FILE), help="JSON file (default: the shipped one)")
     parser.add_argument("--update", action="store_true", help="keep the file's other presets' records")
     args = parser.parse_args(argv)
@@ -74,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     for task in args.tasks or task_names():
         for preset, spec in sorted(get_task_class(task).presets.items()):
             t0 = time.perf_counter()
+            train = spec.train
             records[f"{task}/{preset}"] = rec = measure(
-                task, preset, spec.train.steps, full_s=args.full_s, probe_s=args.probe_s
+                task, preset, train.steps, train.eval_every, full_s=args.full_s, probe_s=args.probe_s
             )
             rec["load_1min"] = round(os.getloadavg()[0], 2)
             rec["date"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -6,15 +6,20 @@ and command-line errors from `ArgumentParser`) become one `error: ...` line on s
 errors of the machine (`OSError`: a full disk) exit 1 and an interrupt 130, also in one line; the output
 folder is left as it was. The contract, as helpers a script calls:
 
-    parser = ArgumentParser(description=...)      # usage errors: one line, exit 2 (not argparse's usage
-    block) add_analysis_args(parser)                      # CKPT, --out, --device, --seed, --n-samples,
-    --task-module ckpt, out = load_for_analysis(args)            # checks --out, loads task modules, the
-    checkpoint, the
-                                                   # task against the model, --n-samples, finite weights
-    parser.add_argument("--top-k", type=int_range(1))         # every number is range-checked by its type
-    check_out_dir(path); claim_out(path)           # before any work: usable; then created and locked
-    return skip(reason, out / "x.json")            # does not apply: `skipped: REASON`, exit 0
+    parser = ArgumentParser(description=...)            # usage errors: one line, exit 2
+    add_analysis_args(parser)                           # CKPT, --out, --device, --seed, --n-samples, ...
+    parser.add_argument("--top-k", type=int_range(1))   # every number is range-checked by its type
+    args = parser.parse_args(argv)                      # no torch yet: --help and usage errors answer at once
+    ckpt, out = load_for_analysis(args)                 # checks --out, then loads task modules, checkpoint,
+                                                        # the task against the model, finite weights
+    from mechmem.analysis.x import ...                  # heavy imports after the checks (a fast start)
+    check_out_dir(path); claim_out(path)                # before any work: usable; then created and locked
+    return skip(reason, out / "x.json")                 # does not apply: `skipped: REASON`, exit 0
     write_outputs(out, {"x.json": obj, "x.png": fig})   # staged, then renamed together (mechmem.io)
+
+This module imports nothing heavy (argparse and the standard library; torch only inside the functions that
+load), so a script's parser, built from it and from light name lists (`mechmem.analysis.options`), answers
+before torch or TransformerLens is imported (docs/analyses.md, "Start-up").
 
 Strict JSON: every JSON file mechmem writes is valid JSON (RFC 8259); non-finite floats become `null`. The
 JSON writers live in `mechmem.io` (below checkpoints and training, which write JSON too) and `one_line` in
