@@ -85,9 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-s", type=float, default=15.0, help="about how long the second probe runs")
     parser.add_argument("--out", default=str(TIMES_FILE), help="JSON file (default: the shipped one)")
     parser.add_argument("--update", action="store_true", help="keep the file's other presets' records")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: tiny models, as `make demo` runs)",
+    )
     args = parser.parse_args(argv)
     import torch
 
+    torch.set_num_threads(args.threads)  # more threads than free cores make tiny steps wait on each other
     from mechmem.cli import write_json
     from mechmem.tasks import get_task_class, task_names
 
