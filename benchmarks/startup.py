@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-s", type=float, default=240.0, help="give up on one run after this")
     parser.add_argument("--tl4", default=None, help="python of an environment with TransformerLens 4.x")
     parser.add_argument("--no-first-output", action="store_true", help="time only imports and --help")
+    parser.add_argument("--no-imports", action="store_true", help="leave out the backends' imports")
     args = parser.parse_args(argv)
     python = sys.executable
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)", flush=True)
@@ -136,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label:58s} {cells[0]:>8s} {cells[1]:>9s}", flush=True)
 
         print(f"{'what (seconds, median of ' + str(args.repeats) + ')':58s} {'cache':>8s} {'no cache':>9s}")
-        for module in ("torch", "transformer_lens"):
+        for module in () if args.no_imports else ("torch", "transformer_lens"):
             measure(f"import {module} (default venv)", [python, "-c", f"import {module}"])
-        if args.tl4:
+        if args.tl4 and not args.no_imports:
             measure("import transformer_lens (TL 4 venv)", [args.tl4, "-c", "import transformer_lens"])
         for name in args.scripts:
             measure(f"{name} --help", [*script_cmd(python, name), "--help"])
