@@ -5,9 +5,11 @@ docs/bring-your-own-model.md.
 
 Builds each architecture of `tests/test_byom.py` (`ARCHITECTURES`) as a TransformerLens model with random
 weights, saves it with `save_hooked_transformer` (which reloads it and checks the logits), and runs each
-analysis script of `tests/backend_runner.py` on the checkpoint. Prints one markdown row per architecture: the
-save/reload logit gap and, per analysis, `ok` or the one line it refused with. Under TransformerLens 4 the
-models are booted as bridges; an architecture the bridge cannot compute is refused at save.
+analysis script (`RUNS`) on the checkpoint, `patch.py --method attribution` among them.
+Prints one markdown row per architecture: the save/reload logit gap, the execution strategy the intervention
+engine picks for exact patching on the reloaded model (`Engine.strategy`: the hook-free replay or hooks) and,
+per analysis, `ok` or the one line it refused with. Under TransformerLens 4 the models are booted as bridges;
+an architecture the bridge cannot compute is refused at save.
 """
 
 import argparse
@@ -22,9 +24,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from backend_runner import SCRIPTS
 from test_byom import ARCHITECTURES, _randomised, _tl_model
 
+from mechmem.analysis.interventions import Engine
 from mechmem.checkpoint import load_checkpoint, save_hooked_transformer
 from mechmem.cli import one_line
 from mechmem.errors import MechmemError
@@ -37,21 +39,37 @@ def _main_of(name: str):
     return module.main
 
 
+RUNS = {
+    "detect_heads": ("detect_heads", ["--n-samples", "48"]),
+    "ablate_heads": ("ablate_heads", ["--n-samples", "48"]),
+    "logit_lens": ("logit_lens", ["--n-samples", "48"]),
+    "probe_memory": ("probe_memory", ["--n-samples", "48"]),
+    "patch": ("patch", ["--n-samples", "16"]),
+    "patch --method attribution": ("patch", ["--n-samples", "16", "--method", "attribution"]),
+    "circuit": ("circuit", ["--n-samples", "16"]),
+    "report": ("report", ["--n-samples", "48"]),
+}
+"""Column -> (analysis script, its arguments after the checkpoint), sized as in tests/backend_runner.py."""
+
+
 def row(name: str, overrides: dict, out: Path) -> list[str]:
     try:
         model = _randomised(_tl_model(**overrides))
         path = save_hooked_transformer(model, out / name / "ckpt.pt")
     except MechmemError as exc:
-        return [name, f"refused: {one_line(exc)}"] + [""] * len(SCRIPTS)
+        return [name, f"refused: {one_line(exc)}"] + [""] * (len(RUNS) + 1)
     tokens = torch.randint(14, (3, 10), generator=torch.Generator().manual_seed(1))
+    reloaded = load_checkpoint(path).model
     with torch.no_grad():
-        gap = float((load_checkpoint(path).model(tokens) - model(tokens)).abs().max())
-    cells = [name, f"{gap:.1g}"]
-    for script, argv in SCRIPTS.items():
+        gap = float((reloaded(tokens) - model(tokens)).abs().max())
+    cells = [name, f"{gap:.1g}", Engine(reloaded, lambda logits: logits.sum()).strategy]
+    for column, (script, argv) in RUNS.items():
         err = io.StringIO()
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-                code = _main_of(script)([str(path), "--out", str(out / name / script), *argv])
+                code = _main_of(script)(
+                    [str(path), "--out", str(out / name / column.replace(" ", "_")), *argv]
+                )
             cells.append("ok" if not code else "exit " + str(code))
         except MechmemError as exc:
             cells.append(f"refused: {one_line(exc)}")
@@ -65,8 +83,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for the checkpoints and outputs")
     parser.add_argument("names", nargs="*", help="architectures (default: all)")
     args = parser.parse_args()
-    print("| architecture | reload max dlogit | " + " | ".join(SCRIPTS) + " |")
-    print("| --- " * (len(SCRIPTS) + 2) + "|")
+    print("| architecture | reload max dlogit | patching engine | " + " | ".join(RUNS) + " |")
+    print("| --- " * (len(RUNS) + 3) + "|")
     for name in args.names or ARCHITECTURES:
         print("| " + " | ".join(row(name, ARCHITECTURES[name], args.out)) + " |", flush=True)
 

@@ -4,6 +4,8 @@
     first python benchmarks/patching.py runs/t1/ckpt.pt runs/t2/ckpt.pt --n-samples 128 --repeats 5
     python benchmarks/patching.py --no-train --models random attn-only --repeats 2   # brief: two random
     models
+    python benchmarks/patching.py --archs --repeats 3        # every architecture beside the plain model
+
 
 Models: each checkpoint given (its task's clean/corrupted pair), or, without paths, permutation task1-quick
 and task2-quick trained for --train-steps; plus random models on random token pairs (inputs differ from a
@@ -17,6 +19,12 @@ batched `PatchingMetric` and the same logit difference written as a plain callab
 (vmapped, read-out found by the dependency check); the ratios and the largest difference of each result from
 TL's. Times are the best of --repeats runs (fewer when one run takes over --budget seconds). The one-time cost
 of caching (TL `run_with_cache` vs building a `Patcher`) is printed per model.
+
+`--archs` times the architectures TransformerLens can express instead (`ARCHITECTURES`: rotary, partial
+rotary, grouped-query, gated MLP, RMSPre, LNPre, parallel attention + MLP, local attention, tied embeddings,
+d_vocab_out != d_vocab, a NeoX-like mix, shortformer), each a random 3-layer model of the same size as the
+`plain` model beside them (d=64, 4 heads, MLP 256, LayerNorm unless named, batch 8, 24 positions), and ends
+with one line per architecture: the engine's strategy and the speed-up over TransformerLens side by side.
 """
 
 import argparse
@@ -32,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from mechmem.analysis.patching import SWEEPS, Patcher
+from mechmem.analysis.patching import Patcher, model_sweeps
 from mechmem.analysis.patching_reference import TL_SWEEPS
 from mechmem.cli import format_table
 from mechmem.tasks.base import PatchingPair
@@ -110,6 +118,54 @@ def random_models() -> list[tuple[str, torch.nn.Module, PatchingPair]]:
     return out
 
 
+ARCH_BASE = {
+    "n_layers": 3,
+    "d_model": 64,
+    "n_heads": 4,
+    "d_vocab": 64,
+    "d_mlp": 256,
+    "normalization_type": "LN",
+}
+ARCHITECTURES = {
+    "plain": {},
+    "rotary": {"positional_embedding_type": "rotary"},
+    "partial rotary": {"positional_embedding_type": "rotary", "rotary_dim": 4},
+    "grouped-query": {"n_key_value_heads": 2, "normalization_type": "RMS"},
+    "gated MLP": {"gated_mlp": True, "act_fn": "silu", "normalization_type": "RMS"},
+    "RMSPre": {"normalization_type": "RMSPre"},
+    "LNPre": {"normalization_type": "LNPre"},
+    "parallel": {"parallel_attn_mlp": True},
+    "local": {"attn_types": ("local", "global", "local"), "window_size": 8},
+    "tied": {},  # W_U set to W_E^T
+    "d_vocab_out": {"d_vocab_out": 48},
+    "NeoX-like": {
+        "positional_embedding_type": "rotary",
+        "rotary_dim": 4,
+        "n_key_value_heads": 1,
+        "gated_mlp": True,
+        "act_fn": "gelu",
+        "parallel_attn_mlp": True,
+    },
+    "shortformer": {"positional_embedding_type": "shortformer"},
+}
+"""--archs: architecture name -> `TransformerConfig` fields over `ARCH_BASE`."""
+
+
+def architecture_models() -> list[tuple[str, torch.nn.Module, PatchingPair]]:
+    """One random model per architecture, the same size, on the same kind of random pair."""
+    from mechmem.models.adapter import TransformerConfig, build_transformer
+
+    out = []
+    for name, kw in ARCHITECTURES.items():
+        g = torch.Generator().manual_seed(0)
+        model = build_transformer(TransformerConfig(**(ARCH_BASE | kw), n_ctx=24), generator=g).eval()
+        if name == "tied":
+            with torch.no_grad():
+                model.unembed.W_U.copy_(model.embed.W_E.T)
+        out.append((name, model, random_pair(model.cfg.d_vocab_out, 8, 24, g)))
+    return out
+
+
 def plain_logit_diff(pair: PatchingPair):
     """The logit difference as a user writes it: a plain callable, not recognised as `pair.logit_diff`."""
     rows = torch.arange(len(pair.clean))
@@ -133,9 +189,7 @@ def bench_model(label: str, model: torch.nn.Module, pair: PatchingPair, repeats:
         f"mechmem {1e3 * t_patcher:.2f} ms (both runs)"
     )
     rows = []
-    for name, spec in SWEEPS.items():
-        if model.cfg.attn_only and spec.stage in ("resid_mid", "mlp_out"):
-            continue
+    for name in model_sweeps(model):
         with quiet:
             t_tl, ref = best_of(partial(TL[name], model, pair.corrupted, cache, pair.logit_diff), repeats)
         t_ours, res = best_of(partial(patcher.sweep, name), repeats)
@@ -186,9 +240,16 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         help="only the random models whose label starts with one of these (e.g. random)",
     )
+    parser.add_argument(
+        "--archs",
+        nargs="*",
+        help="time the architecture models instead (ARCHITECTURES; names to pick some, none for all)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     BUDGET[0] = args.budget
+    if args.archs is not None:
+        return architectures(args.archs, args.repeats)
     if args.ckpts:
         from mechmem.checkpoint import load_checkpoint
 
@@ -211,6 +272,28 @@ def main(argv: list[str] | None = None) -> int:
     if larger:
         print(summary("the larger models", larger))
     print(summary("all models", rows))
+    return 0 if all(r[9] <= 1e-5 for r in rows) else 1
+
+
+def architectures(names: list[str], repeats: int) -> int:
+    """Every sweep on each architecture model, then one line per architecture with its ratios."""
+    cases = [c for c in architecture_models() if not names or c[0] in names]
+    rows, strategies = [], {}
+    for label, model, pair in cases:
+        strategies[label] = Patcher(model, pair.clean, pair.corrupted, pair=pair).engine.strategy
+        rows += bench_model(label, model, pair, repeats)
+    table = []
+    for label, _, _ in cases:
+        mine = [r for r in rows if r[0] == label]
+        ratios = [r[6] for r in mine]
+        table.append(
+            [label, strategies[label], len(mine), sum(r[3] for r in mine), sum(r[4] for r in mine)]
+            + [sum(r[3] for r in mine) / sum(r[4] for r in mine), statistics.median(ratios), min(ratios)]
+            + [max(r[9] for r in mine)]
+        )
+    print()
+    head = ["architecture", "strategy", "sweeps", "TL ms (all)", "mechmem ms (all)", "TL/mechmem (all)"]
+    print(format_table(table, head + ["median TL/mechmem", "worst", "max |diff|"], floatfmt=".3g"))
     return 0 if all(r[9] <= 1e-5 for r in rows) else 1
 
 

@@ -229,10 +229,10 @@ def test_attribution_on_the_hook_strategy_equals_the_replay():
             atol=1e-5,
             rtol=1e-4,
         )
-    parallel = unsupported_model()
+    other = unsupported_model()
     pair = random_pair(4, 6, 6, torch.Generator().manual_seed(2))
-    att = Attributor(parallel, pair.clean, pair.corrupted, pair=pair)
+    att = Attributor(other, pair.clean, pair.corrupted, pair=pair)
     res = att.sweep("attn_head_out_by_pos")
     assert att.engine.strategy == "hooks" and "AtP*" not in res.method
     assert res.check["cells"] == res.values.numel() == 24  # at most 32 cells: all of them are checked
-    assert_no_hooks(parallel)
+    assert_no_hooks(other)

@@ -53,7 +53,7 @@ ARCHITECTURES = {
     "gated_mlp": {"attn_only": False, "d_mlp": 24, "gated_mlp": True, "act_fn": "silu"},
     "lnpre_eps": {"normalization_type": "LNPre", "eps": 1e-3},
     "parallel": {"attn_only": False, "d_mlp": 24, "parallel_attn_mlp": True, "normalization_type": "LN"},
-    "local": {"attn_types": ["global", "local"], "window_size": 3},
+    "local": {"attn_types": ["global", "local"], "window_size": 3, "use_local_attn": True},
     "attn_scale": {"attn_scale": 2.0},
     "vocab_out": {"d_vocab_out": 20, "attn_only": False, "d_mlp": 24, "act_fn": "gelu_new"},
 }

@@ -316,12 +316,12 @@ def test_replay_reads_only_up_to_the_metric_and_leaking_patterns_go_to_hooks(tok
 
 
 def unsupported_model():
-    """A model the replay cannot run (parallel attention and MLP): the engine falls back to hooks."""
+    """A model the replay cannot run (shortformer positions): the engine falls back to hooks."""
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     cfg = HookedTransformerConfig(
         n_layers=2, d_model=16, n_heads=2, d_head=8, d_mlp=32, d_vocab=6, n_ctx=9, act_fn="gelu",
-        normalization_type="LN", parallel_attn_mlp=True, seed=0,
+        normalization_type="LN", positional_embedding_type="shortformer", seed=0,
     )  # fmt: skip
     return HookedTransformer(cfg).eval()
 

@@ -208,7 +208,7 @@ def test_equals_transformer_lens_trained(trained, direction):
 
 
 def test_models_the_replay_cannot_run_equal_transformer_lens():
-    """Parallel attention and MLP: the engine runs the sweeps on hooks, with TL's numbers."""
+    """Shortformer positions: the engine runs the sweeps on hooks, with TL's numbers."""
     from test_interventions import unsupported_model
 
     model = unsupported_model()

@@ -152,7 +152,7 @@ class Attributor:
     ) -> PatchingResult:
         """The estimate of every cell of `sweep` in `direction` (same result layout as `Patcher.sweep`), with
         its agreement with exact patching on a sample of cells (`check_sweep`) unless `check` is False."""
-        spec, base_name, source_name = resolve_sweep(sweep, direction, attn_only=self.attn_only)
+        spec, base_name, source_name = resolve_sweep(sweep, direction, self.model)
         base, _, value = self.run(base_name)
         grads = self.run(base_name, source_name if self.steps else None)[1]
         source = self.run(source_name)[0]
@@ -201,7 +201,9 @@ class Attributor:
         """The layer whose attention reads this stage's change as its residual input, when AtP* applies."""
         if not self.qk_exact:
             return None
-        nxt = ("resid_post", "mlp_out") + (("attn_out",) if self.attn_only else ())
+        # attn_out reaches the next layer's attention directly where no MLP follows it in the block
+        direct = self.attn_only or getattr(self.model.cfg, "parallel_attn_mlp", False)
+        nxt = ("resid_post", "mlp_out") + (("attn_out",) if direct else ())
         if stage == "resid_pre":
             return layer
         return layer + 1 if stage in nxt and layer + 1 < self.model.cfg.n_layers else None

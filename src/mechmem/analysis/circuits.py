@@ -13,7 +13,10 @@ logits. The residual stream read anywhere is the sum of every earlier node's out
 
 and outputs hook_embed, hook_pos_embed, a head's z times its W_O (its share of the attention output, bias b_O
 aside; the same as TransformerLens's attn.hook_result without computing it for every head) and an MLP's
-hook_mlp_out. A head feeds every port of later layers and its own layer's MLP.
+hook_mlp_out. A head feeds every port of later layers and its own layer's MLP (not in a parallel block,
+whose MLP reads the block's input beside the heads). Under grouped-query attention a group of heads shares
+one key and one value input (ports L.H.k / L.H.v of the group's first head, index: the key/value head).
+Rotary and shortformer positions add nothing to the residual stream, so those models have no pos node.
 
 Ablating edges. A port whose incoming edges from senders S are dropped gets its value in the current run
 minus, over u in S, (u's output in the current run - u's ablated output); every other port is left alone. One
@@ -65,7 +68,8 @@ ABLATION_TEXT = {
 class Node:
     """A component: kind "embed", "pos", "head", "mlp" or "logits".
 
-    `depth` orders them: embeddings -1, head of layer l at l, MLP of layer l at l + 0.5, logits at n_layers.
+    `depth` orders them: embeddings -1, head of layer l at l, MLP of layer l at l + 0.5 (at l in a parallel
+    block, beside its heads), logits at n_layers.
     """
 
     name: str
@@ -125,23 +129,26 @@ def build_graph(model: torch.nn.Module) -> Graph:
     cfg = getattr(model, "cfg", None)
     if cfg is None or not hasattr(model, "blocks"):
         raise MechmemError("circuit discovery needs a TransformerLens HookedTransformer")
-    if getattr(cfg, "parallel_attn_mlp", False) or cfg.positional_embedding_type != "standard":
-        raise MechmemError("circuit discovery needs sequential blocks and standard positional embeddings")
-    if getattr(cfg, "n_key_value_heads", None) is not None:
-        raise MechmemError(
-            "circuit discovery needs one key/value input per head (grouped-query attention shares them)"
-        )
     if reason := split_qkv_unsupported(model):
         raise MechmemError(f"circuit discovery patches per-head Q/K/V inputs: {reason}")
-    nodes = [Node("embed", "embed", -1.0, "hook_embed"), Node("pos", "pos", -1.0, "hook_pos_embed")]
+    nodes = [Node("embed", "embed", -1.0, "hook_embed")]
+    if cfg.positional_embedding_type == "standard":  # rotary and shortformer add nothing to the residual
+        nodes.append(Node("pos", "pos", -1.0, "hook_pos_embed"))
+    parallel = bool(getattr(cfg, "parallel_attn_mlp", False))
+    group = cfg.n_heads // (getattr(cfg, "n_key_value_heads", None) or cfg.n_heads)
     ports = []
     for l in range(cfg.n_layers):
         for h in range(cfg.n_heads):
             node = Node(f"L{l}H{h}", "head", float(l), f"blocks.{l}.attn.hook_z", (slice(None), h))
             nodes.append(node)
-            ports += [Port(node, x, f"blocks.{l}.hook_{x}_input", (slice(None), h)) for x in "qkv"]
+            ports.append(Port(node, "q", f"blocks.{l}.hook_q_input", (slice(None), h)))
+            if h % group == 0:  # grouped-query: one key/value input per group, named after its first head
+                ports += [
+                    Port(node, x, f"blocks.{l}.hook_{x}_input", (slice(None), h // group)) for x in "kv"
+                ]
         if not cfg.attn_only:
-            nodes.append(Node(f"MLP{l}", "mlp", l + 0.5, f"blocks.{l}.hook_mlp_out"))
+            # a parallel block's MLP reads resid_pre, beside its layer's heads
+            nodes.append(Node(f"MLP{l}", "mlp", l + (0.0 if parallel else 0.5), f"blocks.{l}.hook_mlp_out"))
             ports.append(Port(nodes[-1], "in", f"blocks.{l}.hook_mlp_in"))
     nodes.append(Node("logits", "logits", float(cfg.n_layers)))
     ports.append(Port(nodes[-1], "in", f"blocks.{cfg.n_layers - 1}.hook_resid_post"))

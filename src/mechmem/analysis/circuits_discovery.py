@@ -262,7 +262,7 @@ def edge_attribution(patcher: EdgePatcher, steps: int = EDGE_STEPS) -> Float[Ten
     for i in range(steps):
         alpha = (i + 0.5) / steps
         mix = []
-        for name in ("hook_embed", "hook_pos_embed"):
+        for name in (n.hook for n in graph.nodes if n.kind in ("embed", "pos")):
             target = patcher.ablated[name]
             mix.append(Intervention(name, (), apply(lambda a, h, t=target, w=alpha: a + w * (t.to(a) - a))))
         _, grads = activation_grads(model, patcher.tokens, hooks, lambda x: patcher.metric(x).mean(), mix)

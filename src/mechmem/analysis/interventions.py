@@ -22,14 +22,17 @@ It equals one `run_with_hooks` per variant (`naive_intervene`, the reference it 
 (`Engine`) picks one of two execution strategies per variant; callers never choose:
     replay  a variant that replaces one activation the hook-free replay resumes from (`resid_pre`, `pattern`,
             `z`, `attn_out`, `resid_mid`, `mlp_out`, `resid_post`) on a model the replay supports
-            (`mechmem.analysis.patching_replay`): the clean run is cached once, each variant's new activation
-            is stacked along a patch axis and the pass resumes there, only up to the last position the metric
-            reads; variants that change nothing the metric reads are not run. The metric is put in batched
-            form (`patching_metric.callable_metric`) for this.
-    hooks   everything else, and every variant on a model the replay cannot run (another architecture, a
-            TransformerLens 4 bridge, other `HookedRootModule`s): variants stacked along the batch axis and,
-            on a `HookedTransformer`, resumed at the earliest intervened layer from the cached clean residual
-            stream (`model(resid, start_at_layer=L)`), chunked to a memory budget. Hooks before the first
+            (`mechmem.analysis.patching_replay`: learned or rotary positions, also partial; grouped-query,
+            local and parallel attention; any norm, MLP, attention scale and output vocabulary): the clean
+            run is cached once, each variant's new activation is stacked along a patch axis and the pass
+            resumes there, only up to the last position the metric reads; variants that change nothing the
+            metric reads are not run. The metric is put in batched form (`patching_metric.callable_metric`)
+            for this.
+    hooks   everything else, and every variant on a model the replay cannot run (shortformer positions, QK
+            norms, soft caps and other settings `patching_replay` names, a TransformerLens 4 bridge, other
+            `HookedRootModule`s): variants stacked along the batch axis and, on a `HookedTransformer`,
+            resumed at the earliest intervened layer from the cached clean residual stream
+            (`model(resid, start_at_layer=L)`), chunked to a memory budget. Hooks before the first
             block (`hook_embed`, `hook_pos_embed`), shortformer models and models without `start_at_layer` get
             full runs. Hooks TransformerLens computes only on request (`hook_mlp_in`, `hook_attn_in`,
             `hook_q/k/v_input`, `attn.hook_result`) get their flag switched on for the call and restored
@@ -73,6 +76,7 @@ from mechmem.analysis.patching_replay import (
     STAGES,
     Replay,
     RunActs,
+    model_stages,
     stage_of,
     take_pos,
     truncate,
@@ -461,7 +465,7 @@ class Engine:
         (hook_embed), e.g. to interpolate between two inputs for integrated gradients.
         """
         tokens = tokens.to(_device(self.model))
-        stages = [s for s in STAGES if not (self.model.cfg.attn_only and s in ("resid_mid", "mlp_out"))]
+        stages = model_stages(self.model.cfg)
         keys = [(s, l) for s in stages for l in range(self.model.cfg.n_layers)]
         if self.replay is not None:
             metric = self.compiled(tokens)

@@ -38,7 +38,7 @@ from torch import Tensor
 
 from mechmem.analysis.interventions import Engine, Intervention, from_run
 from mechmem.analysis.patching_metric import PatchingMetric, callable_metric
-from mechmem.analysis.patching_replay import STAGE_HOOKS
+from mechmem.analysis.patching_replay import STAGE_HOOKS, model_stages
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import PatchingPair
 
@@ -95,15 +95,26 @@ SWEEPS: dict[str, PatchSweep] = {s: PatchSweep(s, s, ("layer", "pos"), (0,)) for
 }
 
 
-def resolve_sweep(sweep: str | PatchSweep, direction: str, *, attn_only: bool) -> tuple[PatchSweep, str, str]:
-    """The sweep spec and the (base, source) run names of `direction`; one-line errors for bad requests."""
+def model_sweeps(model: torch.nn.Module) -> list[str]:
+    """Every sweep the model has: attention-only models have no resid_mid / mlp_out, parallel attention and
+    MLP blocks no resid_mid (`patching_replay.model_stages`)."""
+    stages = model_stages(model.cfg)
+    return [name for name, spec in SWEEPS.items() if spec.stage in stages]
+
+
+def resolve_sweep(
+    sweep: str | PatchSweep, direction: str, model: torch.nn.Module
+) -> tuple[PatchSweep, str, str]:
+    """The sweep spec and the (base, source) run names of `direction`; one-line errors for bad requests
+    (also for a sweep of an activation `model` does not compute)."""
     spec = SWEEPS.get(sweep) if isinstance(sweep, str) else sweep
     if spec is None:
         raise MechmemError(f"unknown sweep {sweep!r}; choose from {', '.join(SWEEPS)}")
     if direction not in DIRECTIONS:
         raise MechmemError(f"direction must be 'denoising' or 'noising', got {direction!r}")
-    if attn_only and spec.stage in ("resid_mid", "mlp_out"):
-        raise MechmemError(f"sweep {spec.name!r} needs MLPs; the model is attention-only")
+    if spec.stage not in model_stages(model.cfg):
+        why = "the model is attention-only" if model.cfg.attn_only else "attention and MLP run in parallel"
+        raise MechmemError(f"sweep {spec.name!r} patches {spec.stage}, which this model lacks: {why}")
     base, source = ("corrupted", "clean") if direction == "denoising" else ("clean", "corrupted")
     return spec, base, source
 
@@ -233,8 +244,7 @@ class Patcher:
     @torch.no_grad()
     def sweep(self, sweep: str | PatchSweep, direction: str = "denoising") -> PatchingResult:
         """Patch every cell of `sweep` in `direction` (one engine call)."""
-        attn_only = bool(self.model.cfg.attn_only)
-        spec, base_name, source_name = resolve_sweep(sweep, direction, attn_only=attn_only)
+        spec, base_name, source_name = resolve_sweep(sweep, direction, self.model)
         sizes = self.sizes()
         shape = [sizes[a] for a in spec.axes]
         out = self.engine.run(self.tokens[base_name], self.variants(spec, source_name))
@@ -251,9 +261,7 @@ class Patcher:
     @torch.no_grad()
     def cells(self, sweep: str | PatchSweep, direction: str, cells: Int[Tensor, " cell"]) -> Tensor:
         """Exact values of some cells of a sweep (flat indices into its values), one engine call."""
-        spec, base_name, source_name = resolve_sweep(
-            sweep, direction, attn_only=bool(self.model.cfg.attn_only)
-        )
+        spec, base_name, source_name = resolve_sweep(sweep, direction, self.model)
         every = self.variants(spec, source_name)
         out = self.engine.run(self.tokens[base_name], [every[i] for i in cells.tolist()])
         return torch.stack(out).float().cpu()
@@ -308,6 +316,7 @@ __all__ = [
     "PatchingMetric",
     "PatchingResult",
     "cell_index",
+    "model_sweeps",
     "plot_patching",
     "resolve_metric",
     "run_sweeps",

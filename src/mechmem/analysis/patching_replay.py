@@ -15,9 +15,15 @@ Two shortcuts make the resumed pass cheaper while leaving its result unchanged:
 The replay mirrors TransformerLens's own arithmetic (same `F.linear` projections, causal mask with the
 module's `IGNORE` value, softmax, NaN clean-up), calling the model's own norm, MLP and unembedding modules;
 results equal TransformerLens's forward up to float rounding. It bypasses hook points, so hooks attached to
-the model are ignored (and none are ever added). Supported: decoder-only `HookedTransformer`s with standard
-positional embeddings and sequential attention/MLP (every model mechmem builds); other configurations raise
-`MechmemError`.
+the model are ignored (and none are ever added). Supported: decoder-only `HookedTransformer`s with learned
+(standard) or rotary positions (also rotary on the first `rotary_dim < d_head` dimensions of a head: queries
+and keys are rotated by their absolute positions with the attention module's own sin/cos tables before the
+pattern), grouped-query attention (key/value heads computed once per group and repeated over its query heads,
+as TransformerLens does), local attention (`attn_types`: a local layer's mask also hides keys `window_size` or
+more positions back), sequential or parallel attention and MLP (a parallel block's MLP reads `resid_pre` and
+there is no `resid_mid`), any norm and MLP TransformerLens builds (the model's own modules are called), a
+custom attention scale and any output vocabulary. Other configurations (shortformer positions, QK norms,
+soft caps, post-norms, ...) raise `MechmemError`, and the engine runs those models on hooks.
 
 This is the execution strategy the intervention engine (`mechmem.analysis.interventions`) picks for variants
 that replace one activation of a model the replay supports (`stage_of` names the hooks,
@@ -29,6 +35,7 @@ supports, which must be read against TransformerLens's own forward in one piece.
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -59,20 +66,29 @@ _BY_HOOK = {
 }  # (prefix, suffix) -> stage
 
 _UNSUPPORTED = {
-    "parallel_attn_mlp": False,
     "use_attn_in": False,
     "use_split_qkv_input": False,
     "use_normalization_before_and_after": False,
     "post_embedding_ln": False,
-    "use_local_attn": False,
     "use_qk_norm": False,
     "use_attention_sinks": False,
     "use_logn_attn": False,
-    "n_key_value_heads": None,
+    "use_dynamic_ntk_rope": False,
     "attn_scores_soft_cap": -1.0,
     "output_logits_soft_cap": -1.0,
     "clip_qkv": None,
 }
+_POSITIONS = ("standard", "rotary")
+
+
+def model_stages(cfg: Any) -> tuple[str, ...]:
+    """The stages a model with TransformerLens config `cfg` computes: no `resid_mid` / `mlp_out` in an
+    attention-only model, no `resid_mid` where attention and MLP run in parallel."""
+    if cfg.attn_only:
+        return tuple(s for s in STAGES if s not in ("resid_mid", "mlp_out"))
+    if getattr(cfg, "parallel_attn_mlp", False):
+        return tuple(s for s in STAGES if s != "resid_mid")
+    return STAGES
 
 
 def take_pos(x: Tensor, readout: Int[Tensor, "batch read"], batch_dim: int, pos_dim: int) -> Tensor:
@@ -129,8 +145,10 @@ class Replay:
         if is_bridge(model):  # the adapter's predicate: the replay reads HookedTransformer modules
             raise MechmemError(f"patching: {replay_unsupported(model)}")
         bad = [k for k, default in _UNSUPPORTED.items() if getattr(cfg, k, default) != default]
-        if cfg.positional_embedding_type != "standard" or cfg.attention_dir != "causal":
-            bad.append("positional_embedding_type/attention_dir")
+        if cfg.positional_embedding_type not in _POSITIONS:
+            bad.append(f"positional_embedding_type={cfg.positional_embedding_type}")
+        if cfg.attention_dir != "causal":
+            bad.append(f"attention_dir={cfg.attention_dir}")
         if getattr(cfg, "original_architecture", None) in (
             "Olmo2ForCausalLM",
             "Olmo3ForCausalLM",
@@ -141,12 +159,22 @@ class Replay:
             raise MechmemError(f"patching does not support this model configuration ({', '.join(bad)})")
         self.model, self.cfg = model, cfg
         self.n_layers, self.attn_only = cfg.n_layers, bool(cfg.attn_only)
+        self.parallel = bool(getattr(cfg, "parallel_attn_mlp", False)) and not self.attn_only
+        self.rotary = cfg.positional_embedding_type == "rotary"
         self.has_final_norm = cfg.normalization_type is not None
+        # Grouped-query attention: keys and values from the n_key_value_heads shared heads (TransformerLens's
+        # _W_K / _W_V), repeated over each group's query heads before the pattern and z.
+        grouped = getattr(cfg, "n_key_value_heads", None) is not None
+        grouped = grouped and not getattr(cfg, "ungroup_grouped_query_attention", False)
+        self.kv_heads = cfg.n_key_value_heads if grouped else cfg.n_heads
+        self.local = [getattr(block.attn, "attn_type", "global") == "local" for block in model.blocks]
+        """Per layer: local attention (keys window_size or more positions back are masked; TL's attn_type)."""
         self.weights = []
         for block in model.blocks:
             a = block.attn
-            flat = [w.detach().permute(0, 2, 1).reshape(-1, cfg.d_model) for w in (a.W_Q, a.W_K, a.W_V)]
-            biases = [b.detach().reshape(-1) for b in (a.b_Q, a.b_K, a.b_V)]
+            kv = (a._W_K, a._W_V, a._b_K, a._b_V) if grouped else (a.W_K, a.W_V, a.b_K, a.b_V)
+            flat = [w.detach().permute(0, 2, 1).reshape(-1, cfg.d_model) for w in (a.W_Q, *kv[:2])]
+            biases = [b.detach().reshape(-1) for b in (a.b_Q, *kv[2:])]
             w_o = a.W_O.detach().reshape(-1, cfg.d_model).T.contiguous()
             self.weights.append((*flat, *biases, w_o, a.b_O.detach()))
 
@@ -168,23 +196,46 @@ class Replay:
         w_q, w_k, w_v, b_q, b_k, b_v, _, _ = self.weights[layer]
         n_heads, d_head = self.cfg.n_heads, self.cfg.d_head
         attn = self.model.blocks[layer].attn
-        k = F.linear(h, w_k, b_k).unflatten(-1, (n_heads, d_head))
-        v = F.linear(h, w_v, b_v).unflatten(-1, (n_heads, d_head))
-        start = 0
+        k = F.linear(h, w_k, b_k).unflatten(-1, (self.kv_heads, d_head))
+        v = F.linear(h, w_v, b_v).unflatten(-1, (self.kv_heads, d_head))
+        start = 0 if past is None else past[0].shape[-3]
+        k = self.rotate(layer, k, torch.arange(start, start + k.shape[-3], device=h.device))
+        if self.kv_heads != n_heads:
+            k, v = (x.repeat_interleave(n_heads // self.kv_heads, dim=-2) for x in (k, v))
         if past is not None:
-            start = past[0].shape[-3]
             k, v = (torch.cat([p.expand(*x.shape[:-3], *p.shape[-3:]), x], -3) for p, x in zip(past, (k, v)))
         keys = torch.arange(k.shape[-3], device=h.device)
         if readout is None:
-            hq, mask = h, (keys[start:, None] >= keys[None, :])
+            hq, queries = h, keys[start:]
         else:
-            hq, mask = take_pos(h, readout, -3, -2), (readout[..., None] >= keys).unsqueeze(-3)
+            hq, queries = take_pos(h, readout, -3, -2), readout
+        mask = queries[..., None] >= keys
+        if self.local[layer]:
+            mask = mask & (keys > queries[..., None] - self.cfg.window_size)
+        mask = mask if readout is None else mask.unsqueeze(-3)
         q = F.linear(hq, w_q, b_q).unflatten(-1, (n_heads, d_head))
+        q = self.rotate(layer, q, queries)
         scores = q.movedim(-2, -3) @ k.movedim(-3, -1) / attn.attn_scale
         scores = torch.where(mask, scores, attn.IGNORE.to(scores.device))
         pattern = F.softmax(scores, dim=-1)
         pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
         return pattern, k, v, self.z_from_pattern(pattern, v)
+
+    def rotate(
+        self, layer: int, x: Float[Tensor, "... pos head_index d_head"], positions: Int[Tensor, "*b pos"]
+    ) -> Float[Tensor, "... pos head_index d_head"]:
+        """Rotary positions: queries or keys `x` rotated by their absolute `positions` ([pos], or [batch
+        read] for read-out queries), on the first rotary_dim dimensions, with the attention module's own
+        sin/cos tables and rotation (TransformerLens's `apply_rotary` at offset 0); unchanged otherwise."""
+        if not self.rotary:
+            return x
+        attn, dim = self.model.blocks[layer].attn, self.cfg.rotary_dim
+        needed = int(positions.max()) + 1 if positions.numel() else 0
+        if needed > attn.rotary_cos.shape[0]:  # TransformerLens grows its tables on use; let it, once
+            attn.apply_rotary(torch.zeros(1, needed, 1, self.cfg.d_head, device=x.device))
+        cos, sin = (t[positions].unsqueeze(-2).to(x.dtype) for t in (attn.rotary_cos, attn.rotary_sin))
+        x_rot, x_pass = x[..., :dim], x[..., dim:]
+        return torch.cat([x_rot * cos + attn.rotate_every_two(x_rot) * sin, x_pass], dim=-1)
 
     @staticmethod
     def z_from_pattern(
@@ -199,11 +250,12 @@ class Replay:
         return F.linear(z.flatten(-2), w_o, b_o)
 
     def mlp_out(
-        self, layer: int, resid_mid: Float[Tensor, "... pos d_model"]
+        self, layer: int, resid: Float[Tensor, "... pos d_model"]
     ) -> Float[Tensor, "... pos d_model"]:
+        """The MLP's output on the residual stream it reads (resid_mid; resid_pre in a parallel block)."""
         block = self.model.blocks[layer]
-        flat = resid_mid.reshape(-1, *resid_mid.shape[-2:]).contiguous()
-        return block.mlp(block.ln2(flat)).reshape(resid_mid.shape)
+        flat = resid.reshape(-1, *resid.shape[-2:]).contiguous()
+        return block.mlp(block.ln2(flat)).reshape(resid.shape)
 
     def unembed(self, resid: Float[Tensor, "... pos d_model"]) -> Float[Tensor, "... pos d_vocab"]:
         flat = resid.reshape(-1, *resid.shape[-2:])
@@ -236,7 +288,9 @@ class Replay:
         self, tokens: Int[Tensor, "batch pos"], readout: Int[Tensor, "batch read"], embed: Tensor | None
     ) -> RunActs:
         model = self.model
-        resid = (model.embed(tokens) if embed is None else embed) + model.pos_embed(tokens)
+        resid = model.embed(tokens) if embed is None else embed
+        if not self.rotary:
+            resid = resid + model.pos_embed(tokens)
         if torch.is_grad_enabled():  # gradients w.r.t. activations, even where the parameters are frozen
             resid = resid.detach().requires_grad_(True)
         acts: dict[str, list[Tensor]] = {s: [] for s in STAGES}
@@ -245,16 +299,21 @@ class Replay:
             acts["resid_pre"].append(resid)
             pattern, k, v, z = self.attend(layer, self.ln1(layer, resid))
             attn_out = self.attn_out(layer, z)
-            resid = resid + attn_out
             ks.append(k)
             vs.append(v)
             for name, act in (("pattern", pattern), ("z", z), ("attn_out", attn_out)):
                 acts[name].append(act)
-            if not self.attn_only:
-                acts["resid_mid"].append(resid)
+            if self.parallel:  # attention and MLP both read resid_pre
                 mlp_out = self.mlp_out(layer, resid)
                 acts["mlp_out"].append(mlp_out)
-                resid = resid + mlp_out
+                resid = resid + attn_out + mlp_out
+            else:
+                resid = resid + attn_out
+                if not self.attn_only:
+                    acts["resid_mid"].append(resid)
+                    mlp_out = self.mlp_out(layer, resid)
+                    acts["mlp_out"].append(mlp_out)
+                    resid = resid + mlp_out
             acts["resid_post"].append(resid)
         logits = self.unembed(take_pos(resid, readout, -3, -2))
         return RunActs(acts, ks, vs, logits)
@@ -280,7 +339,8 @@ class Replay:
         if stage == "resid_pre":
             resid, first = act, layer
         else:
-            pieces = {n: base.acts[n][layer][:, start:] for n in ("resid_pre", "resid_mid") if base.acts[n]}
+            read = ("resid_pre", "attn_out", "mlp_out") if self.parallel else ("resid_pre", "resid_mid")
+            pieces = {n: base.acts[n][layer][:, start:] for n in read if base.acts[n]}
             if layer == last:
                 pieces = {n: take_pos(x, readout, -3, -2) for n, x in pieces.items()}
             resid = self.finish_block(layer, stage, act, v=base.v[layer], **pieces)
@@ -311,18 +371,25 @@ class Replay:
         *,
         resid_pre: Tensor | None = None,
         resid_mid: Tensor | None = None,
+        attn_out: Tensor | None = None,
+        mlp_out: Tensor | None = None,
         v: Tensor | None = None,
     ) -> Float[Tensor, "... pos d_model"]:
         """The rest of block `layer` after `stage` holds `act`, with the unpatched inputs the rest reads.
 
         `v` is needed after `pattern`, `resid_pre` after `pattern`/`z`/`attn_out`, `resid_mid` after
-        `mlp_out`.
+        `mlp_out`. A parallel block reads `resid_pre` and the unpatched `attn_out` after `mlp_out`, and the
+        unpatched `mlp_out` (recomputed from `resid_pre` when not given) after an attention stage.
         """
         x = act
         if stage == "pattern":
             x = self.z_from_pattern(x, v)
         if stage in ("pattern", "z"):
             x = self.attn_out(layer, x)
+        if self.parallel and stage != "resid_post":  # resid_post = resid_pre + attn_out + mlp_out
+            if stage == "mlp_out":
+                return resid_pre + attn_out + x
+            return resid_pre + x + (self.mlp_out(layer, resid_pre) if mlp_out is None else mlp_out)
         if stage in ("pattern", "z", "attn_out"):
             x = resid_pre + x
         if self.attn_only:
@@ -409,6 +476,7 @@ __all__ = [
     "Replay",
     "RunActs",
     "first_position",
+    "model_stages",
     "stage_of",
     "start_groups",
     "take_pos",

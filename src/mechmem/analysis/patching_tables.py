@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from mechmem.analysis.attribution import attribute_sweeps
-from mechmem.analysis.patching import SWEEPS, PatchingResult, run_sweeps
+from mechmem.analysis.patching import PatchingResult, model_sweeps, run_sweeps
 from mechmem.cli import format_table
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import PatchingPair
@@ -18,12 +18,6 @@ METRIC_DESCRIPTION = (
     "logit[clean answer] - logit[corrupted answer] at the answer position, mean over the pairs; "
     "each value is the metric after one patch"
 )
-
-
-def model_sweeps(model: torch.nn.Module) -> list[str]:
-    """Every sweep the model has (attention-only models have no resid_mid / mlp_out)."""
-    attn_only = bool(getattr(getattr(model, "cfg", None), "attn_only", False))
-    return [n for n in SWEEPS if not (attn_only and SWEEPS[n].stage in ("resid_mid", "mlp_out"))]
 
 
 def run_method(

@@ -229,6 +229,8 @@ class TransformerConfig(ConfigMixin):
             kwargs |= {"rotary_dim": self.rotary_dim or self.head_dim, "rotary_base": self.rotary_base}
         if self.attn_types is not None:
             kwargs |= {"attn_types": list(self.attn_types), "window_size": self.window_size}
+            # TransformerLens reads attn_types only with use_local_attn on (else every layer is global)
+            kwargs["use_local_attn"] = "local" in self.attn_types
         if self.attn_scale is not None:
             kwargs["attn_scale"] = self.attn_scale
         return kwargs
@@ -383,24 +385,17 @@ def replay_unsupported(model: Any) -> str | None:
     """Why the hook-free patching replay (`analysis.patching_replay`) cannot run `model` (None when it can).
 
     The replay re-implements HookedTransformer's forward arithmetic, so it takes a HookedTransformer with
-    standard positions and sequential, global, full-head attention; anything else is patched through hooks.
+    learned or rotary positions (grouped-query, local and parallel attention included; the replay module lists
+    the rest); anything else is patched through hooks.
     """
     if not is_hooked_transformer(model):
         return f"{type(model).__name__} is not a TransformerLens transformer"
     if is_bridge(model):
         return "the replay reads HookedTransformer modules; TransformerLens 4 models patch through hooks"
-    cfg = model.cfg
-    odd = [
-        name
-        for name, plain in (
-            ("positional_embedding_type", "standard"),
-            ("n_key_value_heads", None),
-            ("parallel_attn_mlp", False),
-            ("use_local_attn", False),
-        )
-        if getattr(cfg, name, plain) != plain
-    ]
-    return f"the replay does not implement {', '.join(odd)}" if odd else None
+    positions = model.cfg.positional_embedding_type
+    if positions not in ("standard", "rotary"):
+        return f"the replay does not implement positional_embedding_type={positions}"
+    return None
 
 
 def last_start_layer(model: Any) -> int | None:
@@ -578,6 +573,8 @@ def config_differences(model: nn.Module, config: Any) -> list[str]:
         skip.add("attn_scale")
     if config.positional_embedding_type != "rotary":
         skip |= {"rotary_dim", "rotary_base"}
+    if config.attn_types is None and not getattr(mine, "use_local_attn", False):
+        skip |= {"attn_types", "window_size"}  # ignored by TransformerLens without use_local_attn
     out = []
     for name in _BEHAVIOUR:
         if name in skip or not hasattr(mine, name):
@@ -603,7 +600,7 @@ def config_from_hooked_transformer(model: nn.Module) -> TransformerConfig:
     use_scale = bool(cfg.use_attn_scale)
     default_scale = math.sqrt(cfg.d_head)
     scale = float(cfg.attn_scale) if use_scale and float(cfg.attn_scale) > 0 else default_scale
-    local = getattr(cfg, "attn_types", None)
+    local = getattr(cfg, "attn_types", None) if getattr(cfg, "use_local_attn", False) else None
     try:
         config = TransformerConfig(
             n_layers=cfg.n_layers,

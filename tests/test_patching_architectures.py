@@ -1,0 +1,198 @@
+"""Exact patching, attribution patching and circuits on every architecture TransformerLens can express.
+
+Each architecture is a tiny random model with non-zero biases. Exact patching must equal TransformerLens's own
+`transformer_lens.patching.get_act_patch_*` on every sweep the model has (the engine's replay strategy on the
+architectures it reimplements, hooks on the others); the replay's gradients must equal those of a hooked
+backward pass; and circuit discovery's path patching must equal a naive hooked run per edge.
+"""
+
+import pytest
+import torch
+from helpers import assert_no_hooks, build_model, build_transformer_cfg
+from test_patching import random_pair, tl_sweep
+
+from mechmem.analysis.attribution import Attributor
+from mechmem.analysis.circuits import EdgePatcher, build_graph
+from mechmem.analysis.interventions import Engine, Intervention, apply, naive_intervene
+from mechmem.analysis.patching import SWEEPS, Patcher, model_sweeps
+from mechmem.errors import MechmemError
+from mechmem.models.adapter import (
+    BACKEND,
+    bridge_unsupported,
+    canonical_parameters,
+    replay_unsupported,
+)
+
+ATOL = 1e-5
+"""Float tolerance against TransformerLens (float32, the same arithmetic in another order)."""
+
+BASE = {"n_layers": 2, "d_model": 16, "n_heads": 2, "d_vocab": 11, "n_ctx": 8, "d_mlp": 24}
+ARCHITECTURES = {
+    "rotary": {"positional_embedding_type": "rotary"},
+    "partial_rotary": {"positional_embedding_type": "rotary", "rotary_dim": 4, "rotary_base": 500.0},
+    "grouped_query": {"n_heads": 4, "n_key_value_heads": 2, "normalization_type": "RMS"},
+    "gated_mlp": {"gated_mlp": True, "act_fn": "silu", "normalization_type": "RMS"},
+    "rms_pre": {"normalization_type": "RMSPre"},
+    "ln_pre": {"normalization_type": "LNPre", "eps": 1e-3},
+    "parallel": {"parallel_attn_mlp": True, "normalization_type": "LN"},
+    "local": {"attn_types": ("local", "global"), "window_size": 3, "normalization_type": "LN"},
+    "tied": {"normalization_type": "LN"},  # W_U set to W_E^T below
+    "vocab_out": {"d_vocab_out": 7, "act_fn": "gelu_new"},
+    "attn_scale": {"attn_scale": 1.7, "d_mlp": None},
+    "neox_like": {  # partial rotary, grouped-query, gated MLP and parallel blocks together
+        "n_layers": 3,
+        "n_heads": 4,
+        "positional_embedding_type": "rotary",
+        "rotary_dim": 2,
+        "n_key_value_heads": 1,
+        "gated_mlp": True,
+        "act_fn": "gelu",
+        "parallel_attn_mlp": True,
+        "normalization_type": "LN",
+    },
+    "shortformer": {"positional_embedding_type": "shortformer"},  # not replayed: hooks
+}
+HOOKS_ONLY = {"shortformer"}
+"""Architectures the replay does not reimplement: the engine runs them on hooks."""
+
+
+def arch_model(name: str):
+    """The random model of architecture `name`, every bias non-zero (zeroing is then not removing)."""
+    model = build_model(seed=3, **(BASE | ARCHITECTURES[name]))
+    weights = canonical_parameters(model)  # HookedTransformer's names on either backend
+    with torch.no_grad():
+        for pname, p in weights.items():
+            if pname.rsplit(".", 1)[-1].startswith("b_"):
+                p.copy_(0.2 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(pname))))
+        if name == "tied":  # W_U = W_E^T (a TransformerLens 4 bridge may hold W_U as [d_vocab d_model])
+            w_e, w_u = weights["embed.W_E"], weights["unembed.W_U"]
+            w_u.copy_(w_e.T if w_u.shape == w_e.T.shape else w_e)
+    return model
+
+
+@pytest.fixture(scope="module", params=list(ARCHITECTURES))
+def case(request):
+    torch.set_num_threads(1)  # tiny models: one intra-op thread is fastest on shared cores
+    reason = bridge_unsupported(build_transformer_cfg(**(BASE | ARCHITECTURES[request.param])))
+    if BACKEND == "bridge" and reason:
+        pytest.skip(f"TransformerLens 4 does not build it: {reason}")
+    model = arch_model(request.param)
+    vocab = model.cfg.d_vocab_out  # answers must be output tokens
+    pair = random_pair(4, 7, vocab, torch.Generator().manual_seed(5), first_diff=2)
+    return request.param, model, pair
+
+
+def test_exact_patching_equals_transformer_lens(case):
+    """Every sweep the model has, denoising; two sweeps noising."""
+    name, model, pair = case
+    patcher = Patcher(model, pair.clean, pair.corrupted, pair=pair)
+    replayed = replay_unsupported(model) is None
+    assert patcher.engine.strategy == ("replay" if replayed else "hooks")
+    if BACKEND == "hooked":  # on a HookedTransformer the replay runs every architecture but shortformer
+        assert replayed == (name not in HOOKS_ONLY)
+    runs = [(s, "denoising") for s in model_sweeps(model)]
+    runs += [("resid_pre", "noising"), ("attn_head_out_by_pos", "noising")]
+    for sweep, direction in runs:
+        ours = patcher.sweep(sweep, direction).values
+        ref = tl_sweep(model, sweep, pair, direction, pair.logit_diff).cpu()
+        assert ours.shape == ref.shape, sweep
+        torch.testing.assert_close(ours, ref, atol=ATOL, rtol=0, msg=f"{name} {sweep} {direction}")
+    # the patches do act: some cell of every sweep moves the metric
+    assert (ours - patcher.values["clean"]).abs().max() > 1e-3
+    assert_no_hooks(model)
+
+
+def test_missing_activations_are_refused_in_one_line(case):
+    """A sweep of an activation the model does not compute: one line naming why (TL raises on it too)."""
+    _, model, pair = case
+    missing = [s for s in SWEEPS if s not in model_sweeps(model)]
+    assert ("resid_mid" in missing) == (model.cfg.parallel_attn_mlp or model.cfg.attn_only)
+    patcher = Patcher(model, pair.clean, pair.corrupted, pair=pair)
+    for sweep in missing:
+        with pytest.raises(MechmemError, match=f"sweep '{sweep}' patches .*: ") as err:
+            patcher.sweep(sweep)
+        assert "\n" not in str(err.value)
+
+
+def test_replay_gradients_equal_hooked_gradients(case):
+    """Attribution patching's gradients (every stage, every layer) are the same on the replay and on hooks,
+    and the attribution estimate runs, checked against exact patching on sampled cells."""
+    _, model, pair = case
+    att = Attributor(model, pair.clean, pair.corrupted, pair=pair)
+    hooks = Engine(model, att.metric)
+    hooks.replay = None  # as on a model the replay cannot run
+    value, acts, grads = att.engine.gradients(pair.corrupted)
+    value_h, acts_h, grads_h = hooks.gradients(pair.corrupted)
+    assert value == pytest.approx(value_h, abs=ATOL)
+    for stage in grads:
+        assert len(grads[stage]) == len(grads_h[stage]), stage
+        for g, g_h, a, a_h in zip(grads[stage], grads_h[stage], acts[stage], acts_h[stage]):
+            torch.testing.assert_close(a, a_h, atol=ATOL, rtol=0, msg=stage)
+            torch.testing.assert_close(g, g_h, atol=ATOL, rtol=0, msg=stage)
+    result = att.sweep("attn_head_out_all_pos")
+    assert result.check["cells"] > 0 and result.values.shape == (model.cfg.n_layers, model.cfg.n_heads)
+    assert_no_hooks(model)
+
+
+def naive_path_patch(model, patcher, edges):
+    """metric(full) - metric(edge ablated) per prompt and edge, one `run_with_hooks` per edge (the engine's
+    plain reference loop): the port gets its clean value plus the sender's (ablated - clean) output."""
+    variants = [[]] + [
+        [Intervention(e.port.hook, e.port.index, apply(lambda a, h, d=patcher.delta[e.sender.name]: a + d))]
+        for e in edges
+    ]
+    values = naive_intervene(model, patcher.tokens, variants, patcher.metric)
+    return values[0] - values[1:]
+
+
+def test_circuit_edges_equal_naive_path_patching(case):
+    """Every edge's path-patching score equals one hooked run per edge; GQA ports are per key/value head,
+    parallel heads do not feed their own layer's MLP, models without a learned position embedding have no
+    position node."""
+    _, model, pair = case
+    graph = build_graph(model)
+    senders = {e.sender.name for e in graph.edges}
+    assert ("pos" in senders) == (model.cfg.positional_embedding_type == "standard")
+    if model.cfg.parallel_attn_mlp:
+        assert not [
+            e for e in graph.edges if e.port.node.kind == "mlp" and e.sender.depth == e.port.node.layer
+        ]
+    kv = model.cfg.n_key_value_heads or model.cfg.n_heads
+    assert len([p for p in graph.ports if p.port == "k"]) == kv * model.cfg.n_layers
+    patcher = EdgePatcher(model, pair, "corrupted")
+    exact = patcher.exact(graph.edges)
+    naive = naive_path_patch(model, patcher, graph.edges)
+    torch.testing.assert_close(exact, naive, atol=ATOL, rtol=0)
+    assert exact.abs().max() > 1e-3
+    # a circuit of every edge but one (the ACDC evaluation) loses exactly that edge's path-patching score
+    every = torch.ones(1, len(graph.edges), dtype=torch.bool)
+    all_but_one = ~torch.eye(len(graph.edges), dtype=torch.bool)
+    full = patcher.evaluate(every)[0]
+    torch.testing.assert_close(full - patcher.evaluate(all_but_one), exact, atol=ATOL, rtol=0)
+    assert_no_hooks(model)
+
+
+@pytest.mark.parametrize("kind", ["neox", "llama"])
+def test_models_from_hugging_face_patch_exactly(tmp_path, kind):
+    """Held-out: tiny random GPT-NeoX (partial rotary, parallel blocks) and Llama (grouped-query attention,
+    gated MLP, RMSNorm) models from `transformers` configs, loaded by path, patch as TransformerLens does."""
+    from test_hf import _tiny, _tokenizer
+
+    from mechmem.models.adapter import load_pretrained
+
+    torch.set_num_threads(1)
+    _tiny(kind).save_pretrained(tmp_path)
+    _tokenizer().save_pretrained(tmp_path)
+    model = load_pretrained(str(tmp_path)).eval()
+    pair = random_pair(4, 10, model.cfg.d_vocab_out, torch.Generator().manual_seed(5), first_diff=2)
+    patcher = Patcher(model, pair.clean, pair.corrupted, pair=pair)
+    if BACKEND == "hooked":  # a TransformerLens 4 bridge from Hugging Face runs on hooks
+        assert patcher.engine.strategy == "replay"
+    moved = 0.0
+    for sweep in model_sweeps(model):
+        ours = patcher.sweep(sweep).values
+        ref = tl_sweep(model, sweep, pair, "denoising", pair.logit_diff).cpu()
+        torch.testing.assert_close(ours, ref, atol=ATOL, rtol=0, msg=f"{kind} {sweep}")
+        moved = max(moved, float((ours - patcher.values["corrupted"]).abs().max()))
+    assert moved > 1e-3
+    assert_no_hooks(model)
