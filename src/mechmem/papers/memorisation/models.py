@@ -39,9 +39,8 @@ from torch import Tensor
 from mechmem.config import ConfigMixin
 from mechmem.models.adapter import HookedRootModule, HookPoint, TransformerConfig, build_transformer
 from mechmem.models.registry import register_architecture
+from mechmem.papers.memorisation.options import ACTS, MIXINGS
 
-MIXINGS = ("attn", "uniform", "2emb")
-ACTS = ("gelu", "relu")
 EPS = 1e-5
 Params = dict[str, Tensor]
 Hook = Callable[[str, Tensor], Tensor]
