@@ -9,48 +9,44 @@ draw of the task's evaluation data. Prints a layer x head table of deltas per me
 DIR/ablate_heads.json ("results": one record per ablation) and DIR/ablate_heads.png.
 """
 
-import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
-
-import torch
-
-from mechmem.analysis.ablation import METHODS, ablate_heads, plot_ablation, task_metric
-from mechmem.analysis.heads import no_attention_reason
-from mechmem.cli import (
-    ArgumentParser,
-    add_analysis_args,
-    load_for_analysis,
-    print_table,
-    run_script,
-    skip,
-    write_outputs,
-)
-from mechmem.progress import working
+from mechmem import cli
+from mechmem.analysis.options import ABLATION_METHODS, ABLATION_METRICS
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(description=__doc__.split("\n")[0])
-    add_analysis_args(parser, n_samples=256)
+    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
+    cli.add_analysis_args(parser, n_samples=256)
     parser.add_argument(
         "--metric",
         default="loss",
-        choices=["loss", "accuracy", "logit_diff"],
+        choices=ABLATION_METRICS,
         help="task loss or masked accuracy on eval data, or logit difference on the patching pair "
         "(default: loss)",
     )
     parser.add_argument(
-        "--methods", nargs="+", default=list(METHODS), choices=METHODS, help="ablation methods (default: all)"
+        "--methods",
+        nargs="+",
+        default=list(ABLATION_METHODS),
+        choices=ABLATION_METHODS,
+        help="ablation methods (default: all)",
     )
     args = parser.parse_args(argv)
-    ckpt, out = load_for_analysis(args)
+    ckpt, out = cli.load_for_analysis(args)  # checks every flag first; torch is imported from here on
+    import torch
+
+    from mechmem.analysis.ablation import ablate_heads, plot_ablation, task_metric
+    from mechmem.analysis.heads import no_attention_reason
+    from mechmem.progress import working
+
     reason = no_attention_reason(ckpt.model)
     if reason:
-        return skip(reason, out / "ablate_heads.json", {"results": []})
+        return cli.skip(reason, out / "ablate_heads.json", {"results": []})
     gen = torch.Generator().manual_seed(args.seed)
     try:
         tokens, metric, description = task_metric(ckpt.task, args.metric, args.n_samples, generator=gen)
         reference, _, _ = task_metric(ckpt.task, args.metric, args.n_samples, generator=gen)
     except NotImplementedError as exc:
-        return skip(
+        return cli.skip(
             f"--metric {args.metric} does not apply: {exc}", out / "ablate_heads.json", {"results": []}
         )
     cfg = ckpt.model.cfg
@@ -69,11 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.metric} baseline {result.baseline:.4f}; delta after ablation (layer x head):")
     for i, method in enumerate(result.methods):
         print(f"\n{method} ablation")
-        print_table(*result.delta_table(i))
-    write_outputs(out, {"ablate_heads.json": result.to_dict(), "ablate_heads.png": plot_ablation(result)})
+        cli.print_table(*result.delta_table(i))
+    cli.write_outputs(out, {"ablate_heads.json": result.to_dict(), "ablate_heads.png": plot_ablation(result)})
     print(f"\nwrote {out / 'ablate_heads.json'} and {out / 'ablate_heads.png'}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_script(main))
+    raise SystemExit(cli.run_script(main))

@@ -6,23 +6,20 @@
 Edges run from each node's output (embeddings, heads, MLPs) into each later input (a head's q, k or v, an MLP,
 the logits); see docs/circuits.md. The pair is the task's clean/corrupted pair, or generic repeated random
 tokens for a task without one. Prints the circuit, its faithfulness and completeness, and the strongest edges;
-writes DIR/circuit.json (nodes, edges with scores, the circuit,
-faithfulness, method, ablation) and DIR/circuit.png.
+writes DIR/circuit.json (nodes, edges with scores, the circuit, faithfulness, method, ablation) and
+DIR/circuit.png, together (one output set: both or neither).
 """
 
 from mechmem import cli
-from mechmem.analysis.circuits import ABLATIONS
-from mechmem.analysis.circuits_discovery import attribution_agreement, circuit_prompts, discover_circuit
-from mechmem.analysis.roles import head_roles
-from mechmem.models.adapter import is_hooked_transformer
-from mechmem.progress import working
-from mechmem.report.circuit_graph import N_PROMPTS, edge_table, plot_circuit, summary_lines
+from mechmem.analysis.options import CIRCUIT_ABLATIONS, CIRCUIT_PROMPTS
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
-    cli.add_analysis_args(parser, n_samples=N_PROMPTS)
-    parser.add_argument("--ablation", choices=ABLATIONS, default="mean", help="value an ablated edge carries")
+    cli.add_analysis_args(parser, n_samples=CIRCUIT_PROMPTS)
+    parser.add_argument(
+        "--ablation", choices=CIRCUIT_ABLATIONS, default="mean", help="value an ablated edge carries"
+    )
     parser.add_argument("--target", type=cli.positive_float, default=0.9, help="faithfulness to reach")
     parser.add_argument(
         "--threshold", type=cli.positive_float, help="keep |score| >= THRESHOLD x |gap| instead"
@@ -33,7 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attribution", action="store_true", help="also run EAP and report its agreement")
     parser.add_argument("--role-samples", type=cli.positive_int, default=256, help="sequences for head roles")
     args = parser.parse_args(argv)
-    ckpt, out = cli.load_for_analysis(args)
+    ckpt, out = cli.load_for_analysis(args)  # checks every flag first; torch is imported from here on
+    from mechmem.analysis.circuits_discovery import attribution_agreement, circuit_prompts, discover_circuit
+    from mechmem.analysis.roles import head_roles
+    from mechmem.models.adapter import is_hooked_transformer
+    from mechmem.progress import working
+    from mechmem.report.circuit_graph import edge_table, plot_circuit, summary_lines
+
     if not is_hooked_transformer(ckpt.model):
         reason = f"{type(ckpt.model).__name__} is not a HookedTransformer, which circuit discovery needs"
         return cli.skip(reason, out / "circuit.json", {"task": ckpt.task_name})
@@ -59,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     cli.print_table(table.rows, table.headers)
     roles = head_roles(ckpt.model, ckpt.task, n=args.role_samples, seed=args.seed)
     record["roles"] = {h.name: h.role for h in roles.heads}
-    cli.write_json(out / "circuit.json", record)
-    cli.save_figure(plot_circuit(circuit, record["roles"]), out / "circuit.png")
+    cli.write_outputs(out, {"circuit.json": record, "circuit.png": plot_circuit(circuit, record["roles"])})
     print(f"wrote {out / 'circuit.json'} and {out / 'circuit.png'}")
     return 0
 

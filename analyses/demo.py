@@ -14,7 +14,6 @@ from pathlib import Path
 
 from mechmem.cli import ArgumentParser, print_table, run_script
 from mechmem.errors import MechmemError
-from mechmem.report.demo import available, run_demo
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1 or (args.steps is not None and args.steps < 1) or args.n_samples < 1:
         raise MechmemError("--jobs, --steps and --n-samples must be at least 1")
+    from mechmem.report.demo import available, run_demo  # torch is imported from here on
+
     models = available()
     if args.models is not None:
         unknown = sorted(set(args.models) - {m.name for m in models})

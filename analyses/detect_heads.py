@@ -9,47 +9,42 @@ task's own length when the task has one (`config.half`), plus the task's evaluat
 (`mechmem.analysis.heads.detect_heads_on_task`, the report's definition). Prints each head's score curve over
 the probes with 95% bootstrap intervals and the role the report's rule names. Writes DIR/detect_heads.json
 (the curves), DIR/detect_heads.png (scores at the longest random probe), DIR/detect_heads_task.png and
-DIR/attention.png (one task sequence).
+DIR/attention.png (one task sequence), together (one output set: all four or none).
 
 Long because it prints the score curve of every head at every probed length with its interval, and the role
 rule's verdict beside it; the table layout is the script's work.
 """
 
-import torch
-
 from mechmem import cli
-from mechmem.analysis.heads import (
-    HeadScores,
-    attention_patterns,
-    chosen_halves,
-    no_attention_reason,
-    plot_attention,
-    plot_head_scores,
-)
-from mechmem.analysis.roles import classify_heads, measure_pattern_evidence
-from mechmem.progress import working
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
     cli.add_analysis_args(parser, n_samples=256)
     parser.add_argument("--half", type=cli.positive_int, help="probe only [r, r] with |r| = HALF")
-    parser.add_argument("--lengths", help="comma-separated |r| of the random probes, e.g. 4,8,16")
+    parser.add_argument(
+        "--lengths",
+        type=cli.positive_int_list,
+        help="comma-separated |r| >= 1 of the random probes, e.g. 4,8,16",
+    )
     args = parser.parse_args(argv)
-    ckpt, out = cli.load_for_analysis(args)
-    reason = no_attention_reason(ckpt.model)
+    ckpt, out = cli.load_for_analysis(args)  # checks every flag first; torch is imported from here on
+    import torch
+
+    from mechmem.analysis import heads
+    from mechmem.analysis.roles import classify_heads, measure_pattern_evidence
+    from mechmem.progress import working
+
+    reason = heads.no_attention_reason(ckpt.model)
     if reason:
-        print(f"skipped: {reason}")
-        cli.write_json(out / "detect_heads.json", {"skipped": reason, "scores": {}})
-        return 0
+        return cli.skip(reason, out / "detect_heads.json", {"scores": {}})
     model, gen = ckpt.model, torch.Generator().manual_seed(args.seed)
-    lengths = [int(x) for x in args.lengths.split(",") if x.strip()] if args.lengths else None
     task_half = getattr(getattr(ckpt.task, "config", None), "half", None)
-    halves = chosen_halves(
+    halves = heads.chosen_halves(
         model.cfg.n_ctx,
         model.cfg.d_vocab,
         half=args.half,
-        lengths=lengths,
+        lengths=args.lengths,
         task_half=task_half if isinstance(task_half, int) else None,
     )
     with working(f"probing head patterns at halves {sorted(halves)}"):
@@ -61,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     scores = {k: found.evidence[k] for k in found.curves}
     payload = {
-        **HeadScores(scores, data="best score over the probes").to_dict(),
+        **heads.HeadScores(scores, data="best score over the probes").to_dict(),
         "lower": {k: found.evidence[f"{k}_lower"].tolist() for k in found.curves},
         **found.to_dict(),
         "roles": {f"L{h.layer}H{h.head}": {"role": h.role, "notes": h.notes} for h in roles},
@@ -69,14 +64,14 @@ def main(argv: list[str] | None = None) -> int:
         "n_samples": args.n_samples,
         "seed": args.seed,
     }
-    cli.write_json(out / "detect_heads.json", payload)
+    files = {"detect_heads.json": payload}
     for index, figure in ((len(halves) - 1, "detect_heads.png"), (-1, "detect_heads_task.png")):
-        result = HeadScores({k: c["score"][index] for k, c in found.curves.items()}, data=found.probes[index])
-        cli.save_figure(plot_head_scores(result, title=result.data), out / figure)
+        curve = {k: c["score"][index] for k, c in found.curves.items()}
+        result = heads.HeadScores(curve, data=found.probes[index])
+        files[figure] = heads.plot_head_scores(result, title=result.data)
     example = ckpt.task.eval_batch(1, generator=gen).tokens
-    cli.save_figure(
-        plot_attention(attention_patterns(model, example)[:, 0], example[0]), out / "attention.png"
-    )
+    files["attention.png"] = heads.plot_attention(heads.attention_patterns(model, example)[:, 0], example[0])
+    cli.write_outputs(out, files)
     print(f"wrote {out / 'detect_heads.json'}, detect_heads.png, detect_heads_task.png and attention.png")
     return 0
 

@@ -10,14 +10,8 @@ answer position). Writes DIR/logit_lens.json ("stages":
 per-stage target probability and rank) and DIR/logit_lens.png.
 """
 
-import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
-
-import torch
-
 from mechmem import cli
-from mechmem.analysis.logit_lens import logit_lens, plot_logit_lens, unsupported_reason
 from mechmem.errors import MechmemError
-from mechmem.progress import working
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +31,12 @@ def main(argv: list[str] | None = None) -> int:
         help="top tokens kept per stage and position, from 1 to the model's output vocabulary (default 5)",
     )
     args = parser.parse_args(argv)
-    ckpt, out = cli.load_for_analysis(args)
+    ckpt, out = cli.load_for_analysis(args)  # checks every flag first; torch is imported from here on
+    import torch
+
+    from mechmem.analysis.logit_lens import logit_lens, plot_logit_lens, unsupported_reason
+    from mechmem.progress import working
+
     reason = unsupported_reason(ckpt.model)
     if reason:
         return cli.skip(reason, out / "logit_lens.json", {"stages": {}})

@@ -10,12 +10,6 @@ sets a task names in `probe_tokens()` (the birth task: outputs, triggers, non-tr
 DIR/memory_probes.json ("probes": name, matrix, recall, chance) and DIR/memory_probes.png.
 """
 
-import mechmem.cli  # noqa: F401, I001  (first, so a Ctrl-C while torch imports is one line)
-
-import torch
-
-from mechmem.analysis.heads import no_attention_reason
-from mechmem.analysis.probes import builtin_probes, empirical_bigram, plot_probes
 from mechmem.cli import (
     ArgumentParser,
     add_analysis_args,
@@ -25,14 +19,19 @@ from mechmem.cli import (
     skip,
     write_outputs,
 )
-from mechmem.progress import working
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(description=__doc__.split("\n")[0])
     add_analysis_args(parser, n_samples=1024)
     args = parser.parse_args(argv)
-    ckpt, out = load_for_analysis(args)
+    ckpt, out = load_for_analysis(args)  # checks every flag first; torch is imported from here on
+    import torch
+
+    from mechmem.analysis.heads import no_attention_reason
+    from mechmem.analysis.probes import builtin_probes, empirical_bigram, plot_probes
+    from mechmem.progress import working
+
     reason = no_attention_reason(ckpt.model)
     if reason:
         return skip(reason, out / "memory_probes.json", {"probes": []})

@@ -17,7 +17,6 @@ from pathlib import Path
 from mechmem.cli import ArgumentParser, run_script, write_json
 from mechmem.errors import MechmemError
 from mechmem.plugins import get_paper, paper_names
-from mechmem.report.document import write_page
 
 
 def _options(items: list[str]) -> dict[str, str]:
@@ -36,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--page-only", action="store_true", help="rebuild the page from the existing record")
     parser.add_argument("--docs", default="docs/reproductions", help="folder of pages, records and prose")
     args = parser.parse_args(argv)
+    options = _options(args.set)
+    from mechmem.report.document import write_page  # torch is imported from here on (so are the papers)
+
     if args.list or not args.paper:
         for name in paper_names():
             paper = get_paper(name)
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             raise MechmemError(f"no record at {record_path}: run without --page-only first")
         record = json.loads(record_path.read_text())
     else:
-        spec = paper.spec(variant, _options(args.set))
+        spec = paper.spec(variant, options)
         record = paper.run(spec, lambda line: print(line, flush=True))
         write_json(record_path, record)
     prose = docs / "prose" / f"{paper.name}.md"

@@ -15,6 +15,14 @@ each report section, the report's total, the circuit analysis's total, and the p
 run from the smallest (fewest parameters) up, so the peak-memory column is the peak reached by that size or an
 earlier one (ru_maxrss only grows; see `mechmem.report.MEMORY_NOTE`).
 
+Side by side with other code: `--baseline DIR` names a source tree of the code to compare with (e.g. the
+commit before issue 26's speed-ups: `git archive 77451c9 | tar -x -C /tmp/before`); the sizes in
+--baseline-sizes (default: all) are run by DIR's own copy of this script, with DIR/src first on the path, in a
+subprocess started before this process's own sizes, so the two run at the same time on the machine's two
+cores under the same load (one thread each). Their rows sit under "before" in the JSON, next to this code's,
+and the table gives both totals and the ratio of the CPU times (the steadier measure on a shared machine).
+`--baseline-json FILE` attaches the rows of a baseline run made earlier instead.
+
 The growth law: for every d_model with at least two layer counts, the report's total wall time, and
 separately its CPU time, is fitted as a * L^k by least squares on log time against log L (in-process times
 carry no start-up; --startup S subtracts a further fixed S seconds from the wall time first). Times are
@@ -26,7 +34,9 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -115,7 +125,8 @@ def run_size(size: dict[str, int], args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
         progress=args.progress,
     )
-    circuit = circuit_cost(model, task, args)
+    circuit = circuit_cost(model, task, args) if not args.skip_circuit else {"total": math.nan}
+    circuit.setdefault("cpu_seconds", math.nan)
     return {
         **size,
         "params": params,
@@ -152,15 +163,44 @@ def fit_growth(rows: list[dict[str, Any]], startup: float, measure: str = "secon
     return fits
 
 
+def start_baseline(args: argparse.Namespace, sizes: list[str], out: Path) -> subprocess.Popen:
+    """DIR's own benchmark on `sizes`, with the same settings, in a subprocess writing its JSON to `out`."""
+    script = args.baseline / "benchmarks" / "report_scaling.py"
+    if not script.exists():
+        raise ValueError(f"--baseline {args.baseline}: no benchmarks/report_scaling.py there")
+    command = [sys.executable, str(script), "--sizes", *sizes, "--out", str(out)]
+    for flag in ("heads", "n_ctx", "d_vocab", "n_samples", "role_samples", "circuit_samples"):
+        command += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    command += ["--circuit-role-samples", str(args.circuit_role_samples), "--threads", str(args.threads)]
+    command += ["--device", args.device, "--seed", str(args.seed)]
+    env = {**os.environ, "PYTHONPATH": str(args.baseline.resolve() / "src")}
+    return subprocess.Popen(command, env=env, cwd=args.baseline, stdout=subprocess.DEVNULL)
+
+
+def attach_baseline(rows: list[dict[str, Any]], record: dict[str, Any]) -> None:
+    """Put the baseline's row of each size under "before" in this code's row of the same size."""
+    key = ("layers", "d_model", "heads", "n_ctx")
+    before = {tuple(r[k] for k in key): r for r in record["rows"]}
+    for r in rows:
+        if (found := before.get(tuple(r[k] for k in key))) is not None:
+            r["before"] = found
+
+
 def table(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], list[str]]:
     """One row per size: each report step's wall seconds, the totals (wall, CPU, model passes and the
     sequences they ran) and the peak memory."""
     steps = list(dict.fromkeys(k for r in rows for k in r["report"]["steps"]))
     headers = ["L", "d", "H", "T", "params", *steps, "report s", "(cpu s)", "passes", "rows"]
     headers += ["circuit s", "(cpu s)", "peak MB"]
+    compare = any("before" in r for r in rows)
+    if compare:
+        headers += ["before s", "(cpu s)", "cpu ratio"]
     out = []
     for r in rows:
         step = r["report"]["steps"]
+        old = r.get("before", {}).get("report", {})
+        before = [old.get("seconds", math.nan), old.get("cpu_seconds", math.nan)]
+        before.append(before[1] / r["report"]["cpu_seconds"])
         out.append(
             [
                 r["layers"],
@@ -176,6 +216,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], list[str]]:
                 r["circuit"]["total"],
                 r["circuit"]["cpu_seconds"],
                 r["peak_rss_mb"],
+                *(before if compare else []),
             ]
         )
     return out, headers
@@ -204,6 +245,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="weights and data seed")
     parser.add_argument("--startup", type=float, default=0.0, help="seconds subtracted before the growth fit")
     parser.add_argument("--progress", action="store_true", help="the report's progress lines")
+    parser.add_argument(
+        "--skip-circuit", action="store_true", help="time the report only, not analyses/circuit.py's work"
+    )
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        help="tabulate the rows an earlier run of this benchmark wrote instead of running the sizes",
+    )
+    parser.add_argument(
+        "--baseline", type=Path, help="source tree of the code to compare with (its src/ and benchmarks/)"
+    )
+    parser.add_argument(
+        "--baseline-sizes", nargs="+", help="the sizes the baseline runs (default: every size)"
+    )
+    parser.add_argument(
+        "--baseline-json",
+        type=Path,
+        help="instead of --baseline: the JSON an earlier run of the baseline's benchmark wrote",
+    )
     parser.add_argument("--out", type=Path, default=Path("report_scaling.json"), help="JSON written here")
     try:
         args = parser.parse_args(argv)
@@ -215,7 +275,16 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --device cuda but no CUDA device is available", file=sys.stderr)
         return 2
     sizes.sort(key=lambda s: (s["layers"] * s["d_model"] ** 2, s["n_ctx"]))
+    baseline, scratch = None, Path(tempfile.mkdtemp(prefix="report_scaling_"))
+    if args.baseline is not None:
+        try:
+            baseline = start_baseline(args, args.baseline_sizes or args.sizes, scratch / "before.json")
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     rows, threads = [], torch.get_num_threads()
+    if args.from_json is not None:
+        rows, sizes = json.loads(args.from_json.read_text())["rows"], []
     torch.set_num_threads(args.threads)
     try:
         for size in sizes:
@@ -223,6 +292,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"done {size}: report {rows[-1]['report']['seconds']:.1f} s", file=sys.stderr, flush=True)
     finally:
         torch.set_num_threads(threads)
+    before_fits: list[dict[str, Any]] = []
+    if baseline is not None and baseline.wait() != 0:
+        print(f"error: the baseline in {args.baseline} failed (exit {baseline.returncode})", file=sys.stderr)
+        return 2
+    before = scratch / "before.json" if baseline is not None else args.baseline_json
+    if before is not None:
+        old = json.loads(before.read_text())
+        attach_baseline(rows, old)
+        before_fits = old["fits"]
     fits = fit_growth(rows, args.startup) + fit_growth(rows, 0.0, "cpu_seconds")
     cells, headers = table(rows)
     print(format_table(cells, headers, floatfmt=".1f"))
@@ -236,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "rows": rows,
         "fits": fits,
+        "before_fits": before_fits,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")

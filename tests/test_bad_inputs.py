@@ -30,12 +30,22 @@ from mechmem.errors import MechmemError
 SCRIPTS = ("ablate_heads", "detect_heads", "logit_lens", "patch", "probe_memory", "report")
 OUTPUTS = {
     "ablate_heads": ["ablate_heads.json", "ablate_heads.png"],
+    "circuit": ["circuit.json", "circuit.png"],
+    "detect_heads": ["detect_heads.json", "detect_heads.png", "detect_heads_task.png", "attention.png"],
+    "patch": ["patching.json", "patching_resid_pre.png", "patching_attn_head_out_all_pos.png"],
     "logit_lens": ["logit_lens.json", "logit_lens.png"],
     "probe_memory": ["memory_probes.json", "memory_probes.png"],
     "report": ["report.md", "report.html", "report.json"],
 }
-"""The scripts whose outputs are written as one set (the others' files are each atomic)."""
-FAST = {"report": ["--n-samples", "32"], "ablate_heads": ["--methods", "zero"]}
+"""The scripts whose outputs are written as one set, each with the files a run of it writes (all of them, or
+the first few of a longer list)."""
+FAST = {
+    "report": ["--n-samples", "32"],
+    "ablate_heads": ["--methods", "zero"],
+    "circuit": ["--n-samples", "8", "--role-samples", "32"],
+    "detect_heads": ["--n-samples", "16"],
+    "patch": ["--n-samples", "16", "--sweeps", "resid_pre", "attn_head_out_all_pos"],
+}
 HANG_S = 60
 """Seconds after which a case counts as a hang (the nested-list checkpoint used to run for ever)."""
 
@@ -366,7 +376,15 @@ def _immutable_file(monkeypatch):
     monkeypatch.setattr("mechmem.io.os.replace", replace)
 
 
-IMMUTABLE = {"ablate_heads.png", "logit_lens.png", "memory_probes.png", "report.html"}
+IMMUTABLE = {
+    "ablate_heads.png",
+    "circuit.png",
+    "detect_heads.png",
+    "logit_lens.png",
+    "memory_probes.png",
+    "patching_resid_pre.png",
+    "report.html",
+}
 
 
 def _second_writer(monkeypatch):
@@ -416,6 +434,23 @@ def test_machine_faults_are_one_line_and_leave_the_folder_as_it_was(
     assert after == before
     if fresh and holder is None:
         assert not out.exists()
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["into_a_folder_with_other_files", "into_new_folder"])
+def test_train_on_a_full_disk_is_one_line_and_leaves_nothing_behind(fresh, tmp_path, capsys, monkeypatch):
+    """The first checkpoint cannot be written: one line, exit 1, the metrics file the run had begun is gone
+    (nothing to resume from), and so is the folder the run created."""
+    out = tmp_path / "run"
+    if not fresh:
+        out.mkdir()
+        (out / "notes.txt").write_text("not the run's")
+    _full_disk(monkeypatch)
+    argv = ["permutation", "--preset", "task1-quick", "--steps", "3", "--out", str(out), "--no-progress"]
+    status, err, before, after = run_case("train", argv, capsys, out)
+    category = classify(status, err, before, after)
+    OUTCOMES[category] += 1
+    assert category == "one-line" and status == 1 and "no space left on device" in err, (category, err)
+    assert after == before and out.exists() == (not fresh)
 
 
 def test_a_lock_is_removed_when_the_writer_ends_and_only_one_writer_wins(tmp_path):

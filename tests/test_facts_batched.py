@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mechmem.papers.memorisation import generate_facts
 from mechmem.papers.memorisation.batched import Schedule, _Stack, fact_logits, train_batched, train_reference
+from mechmem.papers.memorisation.data import generate_facts
 from mechmem.papers.memorisation.fused import FactBatch, loss_grad
 from mechmem.papers.memorisation.heap import retain_freed_memory
 from mechmem.papers.memorisation.models import (

@@ -7,7 +7,7 @@ from helpers import assert_no_hooks
 from mechmem.checkpoint import load_checkpoint
 from mechmem.models import build_model
 from mechmem.models.adapter import is_hooked_transformer
-from mechmem.papers.memorisation import generate_facts
+from mechmem.papers.memorisation.data import generate_facts
 from mechmem.papers.memorisation.models import (
     FactsModelConfig,
     FactsTransformer,

@@ -238,6 +238,7 @@ def test_no_import_cycle():
 def test_every_paper_has_the_skeleton():
     parts = [
         "__init__.py",
+        "plugin.py",
         "spec.py",
         "run.py",
         "page.py",

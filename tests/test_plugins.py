@@ -53,8 +53,9 @@ def fresh_loader(monkeypatch, tmp_path):
             installed.append(name)
         else:
             (folder / name).mkdir(parents=True)
-            (folder / name / "__init__.py").write_text(source)
-            installed.append(f"mechmem.papers.{name}")
+            (folder / name / "__init__.py").write_text("")
+            (folder / name / "plugin.py").write_text(source)  # what the loader imports
+            installed.extend([f"mechmem.papers.{name}", f"mechmem.papers.{name}.plugin"])
 
     yield install
     for name in installed:

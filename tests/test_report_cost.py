@@ -126,3 +126,67 @@ def test_benchmark_runs_end_to_end(tmp_path, capsys):
         assert row["report"]["steps"]["edges"]["passes"] > 0 and row["circuit"]["total"] > 0
     assert {f["measure"] for f in record["fits"]} == {"seconds", "cpu_seconds"}
     assert "report s" in capsys.readouterr().out
+
+
+def test_benchmark_runs_a_baseline_side_by_side(tmp_path, capsys):
+    """--baseline runs another source tree's copy of the benchmark (here this tree itself) at the same time
+    and puts its rows under "before"; a tree without the benchmark is one error line."""
+    bench = load_benchmark()
+    root = bench.Path(bench.__file__).resolve().parents[1]
+    out = tmp_path / "scaling.json"
+    argv = ["--sizes", "1x16x2@12", "--d-vocab", "12", "--n-samples", "16", "--role-samples", "16"]
+    argv += ["--circuit-samples", "8", "--circuit-role-samples", "16", "--out", str(out)]
+    assert bench.main([*argv, "--baseline", str(root)]) == 0
+    [row] = json.loads(out.read_text())["rows"]
+    assert set(row["before"]["report"]["steps"]) == set(row["report"]["steps"])
+    assert row["before"]["layers"] == row["layers"] == 1
+    assert "cpu ratio" in capsys.readouterr().out
+    assert bench.main([*argv, "--baseline", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+
+
+def test_report_on_an_explicit_device_moves_everything_with_the_model(written):
+    """The --device path: a copy moved with the adapter's move_model to an explicitly named device gives the
+    same findings (every section reads the model's device) and records where it ran."""
+    import copy
+
+    import torch
+
+    from mechmem.models.adapter import move_model
+
+    model, report, _ = written
+    moved = move_model(copy.deepcopy(model), torch.device("cpu"))
+    task = RepeatsTask(RepeatsConfig.for_model(moved))
+    again = build_report(moved, task, title="cost", n_samples=32, role_samples=64)
+    assert again.cost["device"] == report.cost["device"] == "cpu"
+    for key in ("circuit", "edges", "ablation"):
+        got, want = (
+            {k: v for k, v in r.section(key).findings.items() if k != "timings_s"} for r in (again, report)
+        )
+        assert json.dumps(got) == json.dumps(want), key
+    assert_no_hooks(moved)
+
+
+def test_patching_section_estimates_large_sweeps_and_says_how_well(written, monkeypatch):
+    """Above EXACT_PATCHING_CELLS the patching section's sweeps are attribution estimates whose sampled
+    agreement with exact patching is stored and printed; below, every cell is patched exactly. The estimate
+    of the head sweep (the last layer's heads enter the logits almost linearly) tracks the exact values."""
+    import torch
+
+    from mechmem.report import head_roles, sections
+
+    model, _, _ = written
+    task = RepeatsTask(RepeatsConfig.for_model(model))
+    ctx = sections.ReportContext(model, task, 32, 0, head_roles(model, task, n=32, seed=0))
+    exact = sections.patching_section(ctx)
+    monkeypatch.setattr(sections, "EXACT_PATCHING_CELLS", 0)
+    estimated = sections.patching_section(ctx)
+    assert exact.findings["resid_pre"]["method"] == "exact" and exact.findings["resid_pre"]["check"] is None
+    for name in ("attn_head_out_all_pos", "resid_pre"):
+        found = estimated.findings[name]
+        assert found["method"] != "exact" and found["check"]["cells"] > 0
+        assert any(line.startswith(f"{name}: ") and "Pearson" in line for line in estimated.lines)
+    heads = [torch.tensor(s.findings["attn_head_out_all_pos"]["values"]) for s in (exact, estimated)]
+    assert float(torch.corrcoef(torch.stack([h.flatten() for h in heads]))[0, 1]) > 0.8
+    assert_no_hooks(model)

@@ -6,15 +6,20 @@ and command-line errors from `ArgumentParser`) become one `error: ...` line on s
 errors of the machine (`OSError`: a full disk) exit 1 and an interrupt 130, also in one line; the output
 folder is left as it was. The contract, as helpers a script calls:
 
-    parser = ArgumentParser(description=...)      # usage errors: one line, exit 2 (not argparse's usage
-    block) add_analysis_args(parser)                      # CKPT, --out, --device, --seed, --n-samples,
-    --task-module ckpt, out = load_for_analysis(args)            # checks --out, loads task modules, the
-    checkpoint, the
-                                                   # task against the model, --n-samples, finite weights
-    parser.add_argument("--top-k", type=int_range(1))         # every number is range-checked by its type
-    check_out_dir(path); claim_out(path)           # before any work: usable; then created and locked
-    return skip(reason, out / "x.json")            # does not apply: `skipped: REASON`, exit 0
+    parser = ArgumentParser(description=...)            # usage errors: one line, exit 2
+    add_analysis_args(parser)                           # CKPT, --out, --device, --seed, --n-samples, ...
+    parser.add_argument("--top-k", type=int_range(1))   # every number is range-checked by its type
+    args = parser.parse_args(argv)                      # no torch yet: --help and usage errors answer at once
+    ckpt, out = load_for_analysis(args)                 # checks --out, then loads task modules, checkpoint,
+                                                        # the task against the model, finite weights
+    from mechmem.analysis.x import ...                  # heavy imports after the checks (a fast start)
+    check_out_dir(path); claim_out(path)                # before any work: usable; then created and locked
+    return skip(reason, out / "x.json")                 # does not apply: `skipped: REASON`, exit 0
     write_outputs(out, {"x.json": obj, "x.png": fig})   # staged, then renamed together (mechmem.io)
+
+This module imports nothing heavy (argparse and the standard library; torch only inside the functions that
+load), so a script's parser, built from it and from light name lists (`mechmem.analysis.options`), answers
+before torch or TransformerLens is imported (docs/analyses.md, "Start-up").
 
 Strict JSON: every JSON file mechmem writes is valid JSON (RFC 8259); non-finite floats become `null`. The
 JSON writers live in `mechmem.io` (below checkpoints and training, which write JSON too) and `one_line` in
@@ -151,6 +156,14 @@ def positive_float(text: str) -> float:
     return value
 
 
+def positive_int_list(text: str) -> list[int]:
+    """Comma-separated integers >= 1, e.g. 4,8,16 (empty items are skipped; at least one is needed)."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"{text!r} names no integer")
+    return [positive_int(item) for item in items]
+
+
 def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse type: an integer in [low, high] (high None: no upper bound); the range is in the error."""
 
@@ -163,6 +176,23 @@ def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def input_path(text: str) -> str:
+    """A file or folder that exists (a checkpoint, a run directory, a corpus); checked while parsing, before
+    anything heavy is imported."""
+    if not Path(text).exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file")
+    return text
+
+
+def input_file(text: str) -> str:
+    """A file that exists (a task module, a rules file)."""
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(
+            f"{text}: no such file" if not Path(text).exists() else f"{text}: not a file"
+        )
+    return text
 
 
 def _parse(kind: type, text: str, what: str) -> Any:
@@ -235,6 +265,7 @@ def add_analysis_args(parser: argparse.ArgumentParser, *, n_samples: int = 512) 
         metavar="CKPT",
         nargs="?",
         default=None,
+        type=input_path,
         help="checkpoint file (or a run directory holding ckpt.pt)",
     )
     add_hf_arg(parser)
@@ -249,15 +280,21 @@ def add_analysis_args(parser: argparse.ArgumentParser, *, n_samples: int = 512) 
         default=n_samples,
         help=f"number of sampled sequences, at least 1 (default: {n_samples}; bounded by a memory estimate)",
     )
+    add_task_module_arg(parser)
+    add_nonfinite_flag(parser)
+    return parser
+
+
+def add_task_module_arg(parser: argparse.ArgumentParser) -> None:
+    """--task-module FILE (repeatable): a Python file that registers the user's own tasks."""
     parser.add_argument(
         "--task-module",
         action="append",
         default=[],
         metavar="FILE",
+        type=input_file,
         help="a Python file that registers your own task (with mechmem.tasks.register_task); repeatable",
     )
-    add_nonfinite_flag(parser)
-    return parser
 
 
 def add_nonfinite_flag(parser: argparse.ArgumentParser) -> None:
@@ -332,19 +369,21 @@ def load_source(args: argparse.Namespace, *, device: Any, load: Callable[..., An
 def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tuple[Any, Path]:
     """Check the flags, load task modules and the checkpoint named by `args.ckpt`; return it and the out dir.
 
-    In this order, before any work: --n-samples >= `min_samples`, --out is usable, user task modules import,
-    the checkpoint loads and its task fits its model, --n-samples fits the memory budget. Only then is --out
-    created.
+    In this order, before any work: --n-samples >= `min_samples`, --out is usable (both before torch is
+    imported, as are the checks of the parser's types: CKPT exists, each number in range), user task modules
+    import, the checkpoint loads and its task fits its model, --n-samples fits the memory budget. Only then is
+    --out created.
     """
-    from mechmem.checkpoint import load_checkpoint
-    from mechmem.tasks import load_task_module
-    from mechmem.training.trainer import resolve_device
-
     n = getattr(args, "n_samples", None)
     if n is not None and n < min_samples:
         raise MechmemError(f"--n-samples must be at least {min_samples}, got {n}")
     if args.out:
         check_out_dir(args.out)
+    # torch and TransformerLens are imported from here on, after every check the flags alone decide
+    from mechmem.checkpoint import load_checkpoint
+    from mechmem.tasks import load_task_module
+    from mechmem.training.trainer import resolve_device
+
     for module in getattr(args, "task_module", None) or []:
         load_task_module(module)
     ckpt = load_source(args, device=resolve_device(args.device), load=load_checkpoint)

@@ -1,7 +1,9 @@
 """Papers as plugins: each reproduced work is one folder that registers its tasks, architectures and page.
 
-A paper plugin is a package that, when imported, calls `register_task` for its tasks, `register_architecture`
-for any model family TransformerLens cannot express, and `register_paper` once with a `Paper`:
+A paper plugin is a module that, when imported, calls `register_task` for its tasks, `register_architecture`
+for any model family TransformerLens cannot express, and `register_paper` once with a `Paper` (a built-in
+paper's is `mechmem.papers.NAME.plugin`; the package's `__init__` imports nothing heavy, so that
+`python -m mechmem.papers.NAME.scripts.X --help` answers before torch is imported):
 
     spec = paper.spec(variant, options)  # "quick" (CPU minutes), "paper" (published scale); options: str->str
     results = paper.run(spec, log)       # trains what is missing, measures; the run record (a JSON-able dict)
@@ -10,11 +12,12 @@ for any model family TransformerLens cannot express, and `register_paper` once w
 A paper also declares its demo models (`DemoModel`, trained and reported on by `make demo`). Every paper
 folder has the same parts; docs/papers.md draws the skeleton.
 
-The core (models, tasks, training, analysis, report) never imports a paper by name: `load_papers` imports
-every sub-package of `mechmem.papers` (the built-in plugins; a fifth paper is a new folder there) and every
-entry point of the group "mechmem.papers" (plugins installed from other distributions), once, on first need. A
-plugin that fails to import is reported in one line on stderr (its name and the error), remembered in
-`failed_plugins()`, and skipped: the others still load, and every later call sees the same set of papers.
+The core (models, tasks, training, analysis, report) never imports a paper by name: `load_papers` imports the
+`plugin` module of every sub-package of `mechmem.papers` (the built-in plugins; a fifth paper is a new folder
+there) and every entry point of the group "mechmem.papers" (plugins installed from other distributions), once,
+on first need. A plugin that fails to import is reported in one line on stderr (its name and the error),
+remembered in `failed_plugins()`, and skipped: the others still load, and every later call sees the same set
+of papers.
 """
 
 import importlib
@@ -94,7 +97,7 @@ def load_plugin(name: str, load: Callable[[], object], *, kind: str = "paper plu
 
 
 def load_papers() -> None:
-    """Import every built-in paper package and every installed "mechmem.papers" entry point (once).
+    """Import every built-in paper's `plugin` module and every installed "mechmem.papers" entry point (once).
 
     Loading is marked done only after every import was attempted, so a later call never returns a partial set;
     a call made while the plugins are being imported (a plugin asking for a task) returns at once.
@@ -108,8 +111,8 @@ def load_papers() -> None:
 
         for info in sorted(pkgutil.iter_modules(builtin.__path__), key=lambda m: m.name):
             if info.ispkg:
-                module = f"{builtin.__name__}.{info.name}"
-                load_plugin(module, lambda module=module: importlib.import_module(module))
+                package = f"{builtin.__name__}.{info.name}"
+                load_plugin(package, lambda package=package: importlib.import_module(f"{package}.plugin"))
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             load_plugin(ep.name, ep.load)
     finally:

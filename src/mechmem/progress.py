@@ -21,8 +21,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 LINE_MARK = ": step "
 """What every progress line contains (how `LogRelay` recognises them)."""
 
@@ -66,10 +64,11 @@ class Progress:
         self.enabled, self.every_s, self.clock = enabled, every_s, clock
         self.postfix: dict[str, Any] = {}
         self.t0 = self.last = clock()
-        tty = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
-        self.bar = (
-            tqdm(total=total, initial=initial, desc=desc, leave=False, file=self.stream) if tty else None
-        )
+        self.bar = None
+        if enabled and bool(getattr(self.stream, "isatty", lambda: False)()):
+            from tqdm.auto import tqdm  # here, not at the top: scripts import this module before parsing
+
+            self.bar = tqdm(total=total, initial=initial, desc=desc, leave=False, file=self.stream)
 
     def set_postfix(self, **stats: Any) -> None:
         """Values shown after the step count (e.g. loss)."""

@@ -40,10 +40,11 @@ from mechmem.analysis.interventions import (
     setter_values,
     zero,
 )
+from mechmem.analysis.options import ABLATION_METHODS
 from mechmem.plotting import plt
 from mechmem.tasks.base import masked_accuracy
 
-METHODS = ("zero", "mean", "resample")
+METHODS = ABLATION_METHODS
 Metric = Callable[[Tensor], Tensor]
 """logits [batch pos d_vocab] -> a scalar tensor."""
 

@@ -190,11 +190,15 @@ class EdgePatcher:
         setter = setter or mean(pair.clean if reference is None else reference)
         self.clean = setter_values(model, self.tokens, from_run(self.tokens), hooks)
         self.ablated = setter_values(model, self.tokens, setter, hooks)
-        self.delta = {
-            n.name: self.output(n, self.ablated[n.hook] - self.clean[n.hook])
-            for n in self.graph.nodes
-            if n.hook is not None
-        }
+        self.senders = [n for n in self.graph.nodes if n.hook is not None]
+        """Every node with an output, in graph order (embeddings, then by depth): `delta_stack`'s rows."""
+        self.before = {p.hook: sum(u.depth < p.node.depth for u in self.senders) for p in self.graph.ports}
+        """Per port hook: how many senders (a prefix of `senders`) feed it."""
+        with torch.no_grad():
+            diff = {h: self.ablated[h] - self.clean[h] for h in hooks}
+            self.delta_stack = torch.stack([self.output(u, diff[u.hook]) for u in self.senders])
+        """Each sender's output change when ablated: [sender, batch, pos, d_model]."""
+        self.delta = {u.name: d for u, d in zip(self.senders, self.delta_stack)}
 
     @torch.no_grad()
     def output(self, node: Node, act: Tensor) -> Float[Tensor, "batch pos d_model"]:
@@ -231,37 +235,73 @@ class EdgePatcher:
         prompts, positions and d_model (one forward and one backward pass)."""
         hooks = sorted({p.hook for p in self.graph.ports})
         _, grads = activation_grads(self.model, self.tokens, hooks, lambda x: self.metric(x).mean())
-        scores = [
-            -(self.delta[e.sender.name] * _take(grads[e.port.hook], e.port.index)).sum()
-            for e in self.graph.edges
-        ]
+        return self.edge_products(grads)
+
+    def edge_products(self, grads: dict[str, Tensor]) -> Float[Tensor, " edge"]:
+        """-(u's output change) . grads[port] summed over prompts, positions and d_model, for every edge u ->
+        port, from the gradient (or any tensor shaped like it) at each port's hook: one contraction per port
+        hook over all its senders at once."""
+        by_hook = {}
+        for hook, n in self.before.items():
+            g = grads[hook].to(self.delta_stack.dtype)
+            pattern = "sbpd,bphd->hs" if g.ndim == 4 else "sbpd,bpd->s"
+            by_hook[hook] = -torch.einsum(pattern, self.delta_stack[:n], g)
+        at = {u.name: i for i, u in enumerate(self.senders)}
+        scores = [by_hook[e.port.hook][(*e.port.index[1:], at[e.sender.name])] for e in self.graph.edges]
         return torch.stack(scores).cpu()
 
     def circuit_variant(self, keep: Bool[Tensor, " edge"]) -> list[Intervention]:
-        """Interventions that ablate every edge not in `keep` at once (see the module docstring)."""
-        dropped: dict[str, tuple[Port, list[Node]]] = {}
+        """Interventions that ablate every edge not in `keep` at once (see the module docstring).
+
+        Each sender hook records the output changes (current - ablated) of its senders that some port drops;
+        each port hook then subtracts, for all its ports at once, the sum of its dropped senders' changes (a
+        0/1 matrix [port, sender] times the stacked changes).
+        """
+        at = {u.name: i for i, u in enumerate(self.senders)}
+        rows: dict[str, int] = {}  # port hook -> its head axis (key/value heads under grouped-query), or 1
+        for p in self.graph.ports:
+            rows[p.hook] = max(rows.get(p.hook, 1), p.index[-1] + 1 if p.index else 1)
+        drop: dict[str, Tensor] = {}  # port hook -> [rows, senders before it], 1 = dropped
         for edge, kept in zip(self.graph.edges, keep.tolist()):
             if not kept:
-                dropped.setdefault(edge.port.name, (edge.port, []))[1].append(edge.sender)
-        current: dict[str, Tensor] = {}
+                hook = edge.port.hook
+                if hook not in drop:
+                    drop[hook] = torch.zeros(rows[hook], self.before[hook])
+                drop[hook][edge.port.index[-1] if edge.port.index else 0, at[edge.sender.name]] = 1.0
+        need = sorted({i for m in drop.values() for i in m.any(0).nonzero().flatten().tolist()})
+        changes: dict[int, Tensor] = {}
+        by_hook: dict[str, list[int]] = {}
+        for i in need:
+            by_hook.setdefault(self.senders[i].hook, []).append(i)
 
         def record(name: str) -> Any:
+            # Keyed by the requested name: a TransformerLens 4 hook point may carry its canonical one.
             def fn(act: Tensor, hook: Any) -> Tensor:
-                current[name] = act.clone()
+                diff = act - self.ablated[name].to(act.dtype)
+                ids = by_hook[name]
+                if self.senders[ids[0]].kind == "head":
+                    W_O = self.model.blocks[self.senders[ids[0]].layer].attn.W_O.to(act.dtype)
+                    heads = [self.senders[i].index[-1] for i in ids]
+                    outs = torch.einsum("bphd,hdm->hbpm", diff[:, :, heads], W_O[heads])
+                    changes.update(zip(ids, outs))
+                else:
+                    changes[ids[0]] = diff
                 return act
 
             return fn
 
-        senders = {u.hook for _, us in dropped.values() for u in us}
-        out = [Intervention(hook, (), apply(record(hook))) for hook in sorted(senders)]
-        for port, us in dropped.values():
+        out = [Intervention(hook, (), apply(record(hook))) for hook in sorted(by_hook)]
+        for hook, matrix in drop.items():
+            cols = matrix.any(0).nonzero().flatten().tolist()
 
-            def patch(act: Tensor, hook: Any, us: list[Node] = us) -> Tensor:
-                for u in us:
-                    act = act - self.output(u, current[u.hook] - self.ablated[u.hook])
-                return act
+            def patch(act: Tensor, hook: Any, cols: list[int] = cols, m: Tensor = matrix) -> Tensor:
+                stacked = torch.stack([changes[i] for i in cols])
+                weights = m[:, cols].to(act)
+                if act.ndim == 4:
+                    return act - torch.einsum("hs,sbpd->bphd", weights, stacked)
+                return act - torch.einsum("s,sbpd->bpd", weights[0], stacked)
 
-            out.append(Intervention(port.hook, port.index, apply(patch)))
+            out.append(Intervention(hook, (), apply(patch)))
         return out
 
     def evaluate(self, keep: Bool[Tensor, "variant edge"]) -> Float[Tensor, "variant batch"]:

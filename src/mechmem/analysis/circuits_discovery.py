@@ -268,11 +268,7 @@ def edge_attribution(patcher: EdgePatcher, steps: int = EDGE_STEPS) -> Float[Ten
         _, grads = activation_grads(model, patcher.tokens, hooks, lambda x: patcher.metric(x).mean(), mix)
         for h in hooks:
             total[h] = total[h] + grads[h] / steps if h in total else grads[h] / steps
-    scores = [
-        -(patcher.delta[e.sender.name] * total[e.port.hook][(slice(None), *e.port.index)]).sum()
-        for e in graph.edges
-    ]
-    return torch.stack(scores).cpu()
+    return patcher.edge_products(total)
 
 
 def score_edges(

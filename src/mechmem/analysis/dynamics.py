@@ -40,9 +40,19 @@ from typing import Any
 import torch
 
 from mechmem.analysis import ablation, heads, logit_lens, patching, probes, roles
-from mechmem.analysis.transitions import Event, Rule, find_event, find_events, level, steepest
+from mechmem.analysis.options import parse_quantities  # noqa: F401  (the names live with the parsers)
+from mechmem.analysis.transitions import (
+    Event,
+    Rule,
+    event_order,
+    find_event,
+    find_events,
+    format_order,
+    level,
+    steepest,
+)
 from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
-from mechmem.cli import check_n_samples
+from mechmem.cli import check_finite_weights, check_n_samples, format_table
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.models.adapter import load_canonical_state_dict
 from mechmem.tasks.base import Batch, PatchingPair, masked_accuracy
@@ -270,19 +280,6 @@ DEFAULT_QUANTITIES = ("loss", "heads", "probes")
 """What `run_dynamics` measures unless told otherwise (cheap: a forward pass and weight products per step)."""
 
 
-def parse_quantities(text: str) -> tuple[str, ...]:
-    """'heads,probes' -> ('heads', 'probes'); 'all' is every quantity; unknown names are a one-line error."""
-    names = (
-        tuple(QUANTITIES) if text.strip() == "all" else tuple(n.strip() for n in text.split(",") if n.strip())
-    )
-    unknown = [n for n in names if n not in QUANTITIES]
-    if unknown or not names:
-        raise MechmemError(
-            f"unknown quantities {unknown or [text]} (choose from {', '.join(QUANTITIES)} or all)"
-        )
-    return names
-
-
 @dataclass
 class Dynamics:
     """Curves of every quantity against step: `curves[name][i]` was measured at `steps[i]` (None: not
@@ -427,6 +424,37 @@ def metrics_agreement(
             }
         )
     return rows
+
+
+def checked_steps(run_dir: str | Path, *, allow_nonfinite: bool = False) -> list[tuple[int, Path]]:
+    """The run's step checkpoints (`step_files`), each checked before any measurement: all of one run (the
+    check `--resume` makes, `iter_models`) and with finite weights (unless `allow_nonfinite`)."""
+    files = step_files(run_dir)
+    for step, ckpt in iter_models(files):
+        check_finite_weights(ckpt.model, allow=allow_nonfinite, what=f"step {step}")
+    return files
+
+
+def dynamics_lines(result: Dynamics, run_dir: str | Path, matches: dict[str, str] | None = None) -> list[str]:
+    """What `analyses/dynamics.py` prints: the events in order, the cost, and (when the run directory holds
+    metrics.jsonl) the same events read from the trainer's metrics, which are also kept in
+    `result.info["metrics_agreement"]`."""
+    events = event_order(result.events)
+    rows = [(e.curve, e.rule.describe(), round(e.step), f"{e.interval[0]}-{e.interval[1]}") for e in events]
+    missed = [e.curve for e in result.events if not e.reached]
+    lines = [
+        format_table(rows, ["curve", "event", "step", "between saves"]),
+        f"order of events: {format_order(events)}"
+        + (f"\nnot reached: {', '.join(missed)}" if missed else ""),
+        f"{len(result.steps)} checkpoints, steps {result.steps[0]}..{result.steps[-1]}; seconds: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in result.cost_s.items()),
+    ]
+    if (Path(run_dir) / "metrics.jsonl").exists():
+        agree = result.info["metrics_agreement"] = metrics_agreement(result, run_dir, matches)
+        keys = ("metric", "curve", "from_metrics", "from_checkpoints", "within")
+        headers = ["metrics.jsonl", "curve", "step (metrics)", "step (checkpoints)", "within"]
+        lines.append(format_table([[r[k] for k in keys] for r in agree], headers))
+    return lines
 
 
 def metrics_curves(run_dir: str | Path) -> tuple[list[int], dict[str, list[float | None]]]:

@@ -65,11 +65,11 @@ def neuron_direct_effect(
     if model.cfg.normalization_type is None:
         per_unit = directions @ w_out.T  # [batch d_mlp]
     else:
-        # The frozen scale differs per sequence: read each neuron's write vector through each sequence's norm.
-        read = _final_norm_read(
-            model, w_out[None].expand(len(rows), -1, -1), scale[:, None]
-        )  # [batch d_mlp d_model]
-        per_unit = torch.einsum("bnd,bd->bn", read, directions)
+        # The frozen scale differs per sequence; the read is linear in the write vector, so each neuron's
+        # vector goes through the norm at scale 1 once and each sequence's scale divides the dot products
+        # (no [batch d_mlp d_model] tensor: 4.8 GB for 512 sequences of a d_model 768 model).
+        read = _final_norm_read(model, w_out, torch.ones_like(scale[:1]))  # [d_mlp d_model]
+        per_unit = (directions @ read.T) / scale  # [batch d_mlp]
     return acts * per_unit
 
 

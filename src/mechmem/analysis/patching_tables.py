@@ -9,6 +9,7 @@ import torch
 
 from mechmem.analysis.attribution import attribute_sweeps
 from mechmem.analysis.patching import PatchingResult, model_sweeps, run_sweeps
+from mechmem.cli import format_table
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import PatchingPair
 
@@ -86,12 +87,59 @@ def patching_record(results: dict[str, PatchingResult], **fields: Any) -> dict[s
     }
 
 
+def patch_checkpoint(
+    ckpt: Any,
+    sweeps: Sequence[str] | None = None,
+    *,
+    n: int,
+    seed: int,
+    method: str = "exact",
+    direction: str = "denoising",
+    memory_mb: float = 256.0,
+) -> tuple[dict[str, PatchingResult], dict[str, Any]] | str:
+    """`analyses/patch.py`'s work: the sweeps (`run_method`) on `n` pairs of the checkpoint's task drawn from
+    `seed`, and their `patching_record`; the reason as a string when the task defines no pairs."""
+    try:
+        pair = ckpt.task.patching_pair(n, generator=torch.Generator().manual_seed(seed))
+    except NotImplementedError as exc:
+        return str(exc)
+    results = run_method(ckpt.model, pair, sweeps, method=method, direction=direction, memory_mb=memory_mb)
+    record = patching_record(results, task=ckpt.task_name, method=method, n_samples=n, seed=seed)
+    return results, record
+
+
+def patching_lines(
+    results: dict[str, PatchingResult], *, task: str, method: str, direction: str, n: int
+) -> list[str]:
+    """What `analyses/patch.py` prints: the unpatched metrics, the attribution notes, the largest effect per
+    sweep and, for each 2-D sweep of at most 16 columns, its table."""
+    first = next(iter(results.values()))
+    lines = [
+        (
+            f"{task}: {first.metric} clean {first.clean:.4f}, corrupted {first.corrupted:.4f} "
+            f"({direction}, {method}, {n} pairs)"
+        ),
+        *attribution_notes(results),
+        format_table(
+            largest_effects(results), ["sweep", "axes", "largest effect at", "metric", "normalised"]
+        ),
+    ]
+    for name, res in results.items():
+        if res.values.ndim == 2 and res.values.shape[1] <= 16:
+            rows = [[i, *row] for i, row in enumerate(res.values.tolist())]
+            headers = [res.axes[0], *(str(j) for j in range(res.values.shape[1]))]
+            lines += [f"\n{name} ({res.axes[0]} x {res.axes[1]})", format_table(rows, headers)]
+    return lines
+
+
 __all__ = [
     "METHODS",
     "METRIC_DESCRIPTION",
     "attribution_notes",
     "largest_effects",
     "model_sweeps",
+    "patch_checkpoint",
+    "patching_lines",
     "patching_record",
     "run_method",
 ]

@@ -130,9 +130,9 @@ class ReportCost:
     Used as a context manager around the report's steps: `run(name, fn, *args)` calls `fn(*args)`, records
     its cost under `name` (a section's own key when it returns a `Section`) and returns its result; on exit
     the clocks stop and the pass counter is removed from the model. `to_dict()` gives {"seconds",
-    "cpu_seconds", "passes", "rows", "steps": {name: {the same, "peak_rss_mb", "rss_rise_mb"[,
-    "peak_cuda_mb"]}}, "memory": what the memory fields mean}. The steps' times add up to at most the total
-    (the rest is the report's own bookkeeping).
+    "cpu_seconds", "passes", "rows", "device" (the model's), "steps": {name: {the same, "peak_rss_mb",
+    "rss_rise_mb"[, "peak_cuda_mb"]}}, "memory": what the memory fields mean}. The steps' times add up to at
+    most the total (the rest is the report's own bookkeeping).
 
     cpu_seconds is the process's CPU time (all its threads): on a machine shared with other work it is the
     steadier measure of the work done, while seconds includes the time spent waiting for a core. passes counts
@@ -202,7 +202,7 @@ class ReportCost:
     def to_dict(self) -> dict[str, Any]:
         now = self._now()
         total = self.total or {k: now[k] - self.start[k] for k in now}
-        return {**total, "steps": dict(self.steps), "memory": MEMORY_NOTE}
+        return {**total, "device": str(self.device), "steps": dict(self.steps), "memory": MEMORY_NOTE}
 
 
 @torch.no_grad()

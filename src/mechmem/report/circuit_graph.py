@@ -136,6 +136,15 @@ def summary_lines(circuit: Circuit, source: str) -> list[str]:
         return f" [{ci[name][0]:.3f}, {ci[name][1]:.3f}]" if name in ci else ""
 
     crit = circuit.criteria()
+    check = circuit.attribution_check
+    agreed = []
+    if check is not None:
+        agreed.append(
+            f"Estimate vs exact on the {check['cells']} exactly scored edges: "
+            f"Pearson {check['pearson']:.2f}, Spearman {check['spearman']:.2f}, "
+            f"top-{check['k']} overlap {check['top_k']:.2f} "
+            f"({'trusted' if check['trusted'] else 'not trusted'}: Pearson vs >= {check['threshold']})."
+        )
     return [
         (
             f"Pair: {source}, {circuit.n} prompts; metric: logit difference (clean - corrupted answer). "
@@ -156,6 +165,7 @@ def summary_lines(circuit: Circuit, source: str) -> list[str]:
             f"sparse {crit['sparse']}: at most {rule['max_edge_fraction']:.0%} of the edges). "
             f"Time {circuit.timings['total']:.2f} s."
         ),
+        *agreed,
     ]
 
 

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from mechmem.analysis import ablation, heads, neurons, patching, probes
+from mechmem.analysis.attribution import attribute_sweeps
 from mechmem.analysis.interventions import Intervention, intervened_logits, mean
 from mechmem.analysis.logit_lens import answer_probability, decode_residual
 from mechmem.analysis.roles import RoleResult, RoleThresholds
@@ -275,6 +276,14 @@ def probes_section(ctx: ReportContext) -> Section:
     return s
 
 
+EXACT_PATCHING_CELLS = 512
+"""Above this many cells in the patching section's sweeps (layers x (heads + positions)), they are estimated
+by attribution patching (`attribution.attribute_sweeps`: one forward and backward pass, a sample of cells
+re-computed exactly, exact patching of any sweep whose estimate fails the agreement check) instead of patching
+every cell: exact patching of the residual stream costs one pass resumed at each layer per position, which
+grows as layers^2. The one- and two-layer models this project trains stay below it (exact)."""
+
+
 # -- ablation and patching summaries -------------------------------------------------------------------------
 def ablation_section(ctx: ReportContext) -> Section:
     """Mean ablation of every head and MLP layer: the change in the task's loss."""
@@ -334,14 +343,22 @@ def patching_section(ctx: ReportContext) -> Section:
     except NotImplementedError as exc:
         s.skipped = str(exc)
         return s
+    cfg = ctx.model.cfg
+    large = cfg.n_layers * (cfg.n_heads + pair.clean.shape[1]) > EXACT_PATCHING_CELLS
+    sweep = attribute_sweeps if large else patching.run_sweeps
     try:
-        results = patching.run_sweeps(
-            ctx.model, pair, ("attn_head_out_all_pos", "resid_pre"), direction="denoising"
-        )
+        results = sweep(ctx.model, pair, ("attn_head_out_all_pos", "resid_pre"), direction="denoising")
     except MechmemError as exc:  # an architecture patching does not run on: this section only
         s.skipped = str(exc)
         return s
     by_head, resid = results["attn_head_out_all_pos"], results["resid_pre"]
+    for r in results.values():
+        if r.check is not None:
+            c = r.check
+            s.lines.append(
+                f"{r.sweep}: {r.method}; estimate vs exact on {c['cells']} sampled cells: Pearson "
+                f"{c['pearson']:.2f}, Spearman {c['spearman']:.2f}, top-{c['k']} overlap {c['top_k']:.2f}."
+            )
     restored = by_head.normalised()
     s.findings = {name: r.to_dict() for name, r in results.items()}
     s.lines.append(

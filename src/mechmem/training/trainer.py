@@ -33,11 +33,13 @@ from mechmem.tasks.base import Task
 from mechmem.training.config import TrainConfig
 from mechmem.training.rundir import (
     METRICS,
+    RUN_FILES,
     find_resume_point,
     prepare_fresh,
     read_metrics,
     run_identity,
     run_lock,
+    step_checkpoints,
 )
 
 
@@ -142,8 +144,17 @@ def train(
     }
     if out_dir is None:
         return _train(model, task, cfg, out=None, **kwargs)
-    with run_lock(Path(out_dir)):
-        return _train(model, task, cfg, out=Path(out_dir), **kwargs)
+    out = Path(out_dir)
+    with run_lock(out):
+        held = any((out / name).exists() for name in RUN_FILES) or step_checkpoints(out)
+        ours = not resume and (overwrite or not held)  # the files the run writes will be this run's
+        try:
+            return _train(model, task, cfg, out=out, **kwargs)
+        except BaseException:
+            resumable = any((out / n).exists() for n in ("ckpt.pt", "resume.pt")) or step_checkpoints(out)
+            if ours and not resumable:  # a failed fresh run with nothing to resume from leaves no file behind
+                (out / METRICS).unlink(missing_ok=True)
+            raise
 
 
 def _train(

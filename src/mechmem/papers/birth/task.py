@@ -192,10 +192,7 @@ def _presets() -> dict[str, Preset]:
             quick_model,
             quick_task,
             _sgd(1500, 64, eval_every=50, eval_samples=256),
-            (
-                "simplified model, K=5 fixed triggers, T=128, batch 64, head-only loss "
-                "(CPU: ~3 min idle, ~13 min busy)"
-            ),
+            "simplified model, K=5 fixed triggers, T=128, batch 64, head-only loss",
         ),
         "quick_ffn": Preset(
             simplified_config(d_vocab=N_TOKENS, n_ctx=128, d_model=128, ffn=True),

@@ -46,9 +46,8 @@ from mechmem.models.adapter import (
     load_canonical_state_dict,
 )
 from mechmem.models.registry import register_architecture
+from mechmem.papers.memorisation.options import ACTS, MIXINGS
 
-MIXINGS = ("attn", "uniform", "2emb")
-ACTS = ("gelu", "relu")
 EPS = 1e-5
 Params = dict[str, Tensor]
 Hook = Callable[[str, Tensor], Tensor]

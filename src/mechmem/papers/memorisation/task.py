@@ -57,7 +57,7 @@ class FactsTask(Task):
             _BASE.replace(mixing="2emb", mlp=False, norms=False),
             128,
             600,
-            "2Emb without MLP or norms (d=16) memorising 128 facts; CPU seconds",
+            "2Emb without MLP or norms (d=16) memorising 128 facts",
         ),
         "attn": _preset(_BASE, 192, 3000, "learned attention + MLP + norms + bias (d=16), 192 facts"),
         "uniform": _preset(

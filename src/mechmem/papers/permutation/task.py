@@ -350,13 +350,13 @@ PermutationTask.presets.update(
             _model(16, 1),
             PermutationConfig(),
             QUICK_TRAIN,
-            "Task 1 on CPU: d=16, 1 head, no repeats, Adam 3e-3 with cosine decay (about 1 minute)",
+            "Task 1 on CPU: d=16, 1 head, no repeats, Adam 3e-3 with cosine decay",
         ),
         "task2-quick": Preset(
             _model(32, 2),
             PermutationConfig(repeat_ratio=0.3),
             QUICK_TRAIN,
-            "Task 2 on CPU: d=32, 2 heads, repeat 0.3, Adam 3e-3 with cosine decay (about 1.5 minutes)",
+            "Task 2 on CPU: d=32, 2 heads, repeat 0.3, Adam 3e-3 with cosine decay",
         ),
         "task1-paper": Preset(
             _model(16, 1),

@@ -11,27 +11,27 @@ Writes only the counts (vocabulary, unigram and bigram counts), never the text, 
 
 from pathlib import Path
 
-from mechmem.cli import ArgumentParser, run_script, write_json
-from mechmem.papers.birth.corpus import SHIPPED, stats_from_corpus
+from mechmem.cli import ArgumentParser, input_file, run_script, write_json
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("corpus", help="UTF-8 text file to count")
+    parser.add_argument("corpus", type=input_file, help="UTF-8 text file to count")
     parser.add_argument(
-        "--out",
-        default=str(Path(__file__).resolve().parents[1] / SHIPPED),
-        help="JSON file to write the counts to (default: the shipped counts of this package)",
+        "--out", help="JSON file to write the counts to (default: the shipped counts of this package)"
     )
     args = parser.parse_args(argv)
+    from mechmem.papers.birth.corpus import SHIPPED, stats_from_corpus  # torch is imported from here on
+
+    out = Path(args.out or Path(__file__).resolve().parents[1] / SHIPPED)
     stats = stats_from_corpus(args.corpus)
-    write_json(Path(args.out), stats.to_dict())
+    write_json(out, stats.to_dict())
     top = stats.unigram.argsort(descending=True)[:5].tolist()
     print(
         f"{stats.n_tokens} characters, {int(stats.unigram.sum())} tokens; most frequent: "
         + ", ".join(repr(stats.chars[i]) for i in top)
     )
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
     return 0
 
 

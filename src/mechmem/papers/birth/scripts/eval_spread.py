@@ -10,21 +10,25 @@ sequences, seed 1000) and on 4096 fresh sequences (seed 5000). Added after the l
 judges nothing.
 """
 
-import torch
+from pathlib import Path
 
-from mechmem.cli import ArgumentParser, run_script, write_json
-from mechmem.models.adapter import build_transformer
-from mechmem.papers.birth.models import full_config
-from mechmem.papers.birth.scale import final_accuracy
-from mechmem.papers.birth.task import N_TOKENS, BirthConfig
-from mechmem.tasks import build_task
-from mechmem.training import TrainConfig, train
+from mechmem.cli import ArgumentParser, check_out_dir, run_script, write_json
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args(argv)
+    check_out_dir(Path(args.out).parent, flag="--out")
+    import torch  # torch is imported from here on, after every check the flags alone decide
+
+    from mechmem.models.adapter import build_transformer
+    from mechmem.papers.birth.models import full_config
+    from mechmem.papers.birth.scale import final_accuracy
+    from mechmem.papers.birth.task import N_TOKENS, BirthConfig
+    from mechmem.tasks import build_task
+    from mechmem.training import TrainConfig, train
+
     torch.set_num_threads(1)
     cfg = full_config(d_vocab=N_TOKENS, n_ctx=64, n_layers=1, d_model=64)
     task = build_task("birth", BirthConfig(seq_len=64, fixed_triggers=False, head_only_loss=False))

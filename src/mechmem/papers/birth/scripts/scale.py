@@ -23,45 +23,60 @@ import functools
 import json
 from pathlib import Path
 
-import torch
-
-from mechmem.cli import ArgumentParser, positive_int, run_script, write_json
+from mechmem.cli import ArgumentParser, input_file, positive_int, run_script, write_json
 from mechmem.errors import MechmemError
 from mechmem.executor import check_executor
-from mechmem.papers.birth.scale import (
-    RECORDS_FILE,
-    RULES_FILE,
-    attach_ladder,
-    load_rules,
-    run_ladder,
-    run_seed_check,
-)
 
 LOG = functools.partial(print, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Climb the ladder, run the seed check, or give a record the ladder.
+
+    Long because its flags (rules, rungs, executor, seed check, record) are checked before torch is imported.
+    """
     parser = ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rules", default=str(RULES_FILE), help="rules-and-ladder JSON file")
-    parser.add_argument("--records", default=str(RECORDS_FILE), help="cells JSONL file (appended, resumed)")
+    parser.add_argument(
+        "--rules",
+        type=input_file,
+        help="rules-and-ladder JSON file (default: docs/reproductions/data/birth_rules.json)",
+    )
+    parser.add_argument(
+        "--records",
+        help="cells JSONL file, appended and resumed (default: docs/reproductions/data/birth_scale.jsonl)",
+    )
     parser.add_argument("--statements", default=None, help="comma-separated statement keys (default: all)")
     parser.add_argument("--max-rung", default=None, help="highest rung to run, e.g. R2 (default: all)")
     parser.add_argument(
         "--no-run", action="store_true", help="train nothing (with --record: refresh it only)"
     )
-    parser.add_argument("--seed-check", default=None, help="seed-check JSON: run it instead of climbing")
+    parser.add_argument(
+        "--seed-check", type=input_file, default=None, help="seed-check JSON: run it instead of climbing"
+    )
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument(
         "--executor", default="local", help="local (this process) or ray (one Ray task per cell)"
     )
     parser.add_argument("--address", default=None, help="ray: cluster to join (auto or host:port)")
     parser.add_argument(
-        "--record", default=None, help="birth run record to give the ladder (rewritten in place)"
+        "--record", type=input_file, help="birth run record to give the ladder (rewritten in place)"
     )
     args = parser.parse_args(argv)
-    if not Path(args.rules).exists():
-        raise MechmemError(f"no rules file at {args.rules}")
-    rules = load_rules(args.rules)
+    check_executor(args.executor, args.address)
+    import torch  # torch is imported from here on, after every check the flags alone decide
+
+    from mechmem.papers.birth.scale import (
+        RECORDS_FILE,
+        RULES_FILE,
+        attach_ladder,
+        load_rules,
+        run_ladder,
+        run_seed_check,
+    )
+
+    if not Path(args.rules or RULES_FILE).exists():
+        raise MechmemError(f"no rules file at {args.rules or RULES_FILE}")
+    rules = load_rules(args.rules or RULES_FILE)
     keys = [s["key"] for s in rules["statements"]]
     chosen = args.statements.split(",") if args.statements else None
     if chosen and set(chosen) - set(keys):
@@ -70,17 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_rung is not None and args.max_rung not in rungs:
         raise MechmemError(f"unknown rung {args.max_rung!r} (known: {', '.join(rungs)})")
     torch.set_num_threads(args.threads)
-    check_executor(args.executor, args.address)
-    records, where = Path(args.records), {"executor": args.executor, "address": args.address}
+    records, where = Path(args.records or RECORDS_FILE), {"executor": args.executor, "address": args.address}
     if args.seed_check and not args.no_run:
         run_seed_check(rules, json.loads(Path(args.seed_check).read_text()), records, log=LOG, **where)
     elif not args.no_run:
         status = run_ladder(rules, records, statements=chosen, max_rung=args.max_rung, log=LOG, **where)
         print("\n".join(f"{key}: {verdict}" for key, verdict in status.items()))
     if args.record:
-        if not Path(args.record).exists():
-            raise MechmemError(f"no run record at {args.record}")
-        record = attach_ladder(json.loads(Path(args.record).read_text()), Path(args.records).parent)
+        record = attach_ladder(json.loads(Path(args.record).read_text()), records.parent)
         write_json(args.record, record)
         print(f"wrote {args.record}")
     return 0

@@ -20,8 +20,8 @@ import time
 import torch
 
 from mechmem.cli import print_table, run_script
-from mechmem.papers.memorisation import generate_facts
 from mechmem.papers.memorisation.batched import Schedule, train_batched
+from mechmem.papers.memorisation.data import generate_facts
 from mechmem.papers.memorisation.models import FactsModelConfig
 
 

@@ -17,17 +17,18 @@ published options.
 """
 
 import argparse
+from pathlib import Path
 
-import torch
-
+from mechmem import cli
 from mechmem.cli import ArgumentParser, print_table, run_script, write_json
-from mechmem.papers.memorisation.batched import Schedule
-from mechmem.papers.memorisation.capacity import N_INITS, find_capacity
-from mechmem.papers.memorisation.models import ACTS, MIXINGS, FactsModelConfig
-from mechmem.training.trainer import resolve_device
+from mechmem.papers.memorisation.options import ACTS, MIXINGS
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Search one variant's capacity.
+
+    Long because each flag states its range and the flags are checked before torch is imported.
+    """
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--mixing", choices=MIXINGS, default="attn", help="learned attention, uniform attention or 2Emb"
@@ -39,19 +40,37 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--no-bias", action="store_true", help="no MLP or unembedding biases")
     p.add_argument("--act", choices=ACTS, default="gelu", help="MLP activation")
-    p.add_argument("--d", type=int, default=16, help="d_model = d_mlp = n_out")
-    p.add_argument("--n-in", type=int, default=None, help="input vocabulary (default 2d)")
+    p.add_argument("--d", type=cli.positive_int, default=16, help="d_model = d_mlp = n_out, >= 1")
+    p.add_argument("--n-in", type=cli.positive_int, default=None, help="input vocabulary, >= 1 (default 2d)")
     p.add_argument(
         "--acc", type=float, choices=[1.0, 0.9], default=1.0, help="accuracy that counts as stored"
     )
-    p.add_argument("--max-epochs", type=int, default=50_000, help="epoch cap per lr phase (published 50,000)")
-    p.add_argument("--patience", type=int, default=5_000, help="epochs without improvement (published 5,000)")
-    p.add_argument("--precision", type=int, default=8, help="binary-search precision")
-    p.add_argument("--repeat", type=int, default=0, help="repeat index r: init seeds 11r..11r+10")
+    p.add_argument(
+        "--max-epochs",
+        type=cli.positive_int,
+        default=50_000,
+        help="epochs per lr phase, >= 1 (published 50,000)",
+    )
+    p.add_argument(
+        "--patience", type=cli.positive_int, default=5_000, help="epochs without gain, >= 1 (published 5,000)"
+    )
+    p.add_argument("--precision", type=cli.positive_int, default=8, help="binary-search precision, >= 1")
+    p.add_argument(
+        "--repeat", type=cli.nonnegative_int, default=0, help="repeat index r >= 0: seeds 11r..11r+10"
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--threads", type=cli.positive_int, default=1, help="torch CPU threads, >= 1")
     p.add_argument("--out", default=None, help="write the result (a CapacityResult) as JSON here")
     args = p.parse_args(argv)
+    if args.out:
+        cli.check_out_dir(Path(args.out).parent, flag="--out")
+    import torch  # torch is imported from here on, after every check the flags alone decide
+
+    from mechmem.papers.memorisation.batched import Schedule
+    from mechmem.papers.memorisation.capacity import N_INITS, find_capacity
+    from mechmem.papers.memorisation.models import FactsModelConfig
+    from mechmem.training.trainer import resolve_device
+
     torch.set_num_threads(args.threads)
     cfg = FactsModelConfig(
         n_in=args.n_in or 2 * args.d,

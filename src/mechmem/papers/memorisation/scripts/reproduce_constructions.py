@@ -24,29 +24,35 @@ import shlex
 import sys
 from pathlib import Path
 
-import torch
-
+from mechmem import cli
 from mechmem.cli import ArgumentParser, run_script
-from mechmem.errors import MechmemError
-from mechmem.papers.memorisation.constructions.evaluators import EVALUATORS
-from mechmem.papers.memorisation.constructions.reproduce import run_constructions
+from mechmem.executor import check_executor
+from mechmem.papers.memorisation.options import EVALUATORS
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small grids, d = 8 and 16 (minutes on 2 cores)")
     parser.add_argument(
-        "--ds", type=int, nargs="+", default=None, help="sizes d (n_in = 2d, d_mlp = n_out = d)"
+        "--ds",
+        type=cli.int_range(4),
+        nargs="+",
+        default=None,
+        help="sizes d >= 4 (n_in = 2d, d_mlp = n_out = d)",
     )
-    parser.add_argument("--modes", nargs="+", default=list(EVALUATORS), help=f"among {', '.join(EVALUATORS)}")
-    parser.add_argument("--precision", type=int, default=None, help="search precision in facts (8; quick 16)")
+    parser.add_argument("--modes", nargs="+", default=list(EVALUATORS), choices=EVALUATORS, help="evaluators")
+    parser.add_argument(
+        "--precision", type=cli.positive_int, help="search precision in facts, >= 1 (8; quick 16)"
+    )
     parser.add_argument(
         "--reuse", action="store_true", help="keep earlier capacities; recompute --modes at --ds"
     )
     parser.add_argument("--data", type=Path, default=Path("docs/reproductions/data"), help="data folder")
-    parser.add_argument("--spot-d", type=int, default=0, help="size d for single trained spot checks")
-    parser.add_argument("--spot-n", type=int, nargs="*", default=[], help="fact counts to train at --spot-d")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--spot-d", type=cli.nonnegative_int, default=0, help="size d of trained spot checks")
+    parser.add_argument(
+        "--spot-n", type=cli.positive_int, nargs="*", default=[], help="fact counts at --spot-d"
+    )
+    parser.add_argument("--threads", type=cli.positive_int, default=1, help="torch CPU threads, >= 1")
     parser.add_argument(
         "--executor", default="local", help="local (this process) or ray (one Ray task per search)"
     )
@@ -55,11 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     ds = tuple(args.ds or ((8, 16) if args.quick else (16, 32)))
-    if any(d < 4 for d in ds):
-        raise MechmemError(f"every d must be >= 4, got {ds}")
-    unknown = [m for m in args.modes if m not in EVALUATORS]
-    if unknown:
-        raise MechmemError(f"unknown mode(s) {', '.join(unknown)} (known: {', '.join(EVALUATORS)})")
+    check_executor(args.executor, args.address)
+    import torch  # torch is imported from here on, after every check the flags alone decide
+
+    from mechmem.papers.memorisation.constructions.reproduce import run_constructions
+
     torch.set_num_threads(args.threads)
     command = "python -m mechmem.papers.memorisation.scripts.reproduce_constructions " + shlex.join(
         sys.argv[1:] if argv is None else argv

@@ -26,32 +26,42 @@ from one command line.
 import argparse
 from pathlib import Path
 
-import torch
-
 from mechmem import cli
 from mechmem.errors import MechmemError
-from mechmem.papers.memorisation import sweep
-from mechmem.papers.memorisation.batched import Schedule
+from mechmem.executor import check_executor
+from mechmem.papers.memorisation.options import SCALING_VARIANTS
 
 DATA = Path("docs/reproductions/data")
 HEADERS = ["variant", "repeats", "any", "most", "all", "s/cell"]
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the table or scaling sweep, or report on its records.
+
+    Long because it parses the three modes' flags, each with its range, and checks them all before torch is
+    imported.
+    """
     p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["table", "scaling", "report"], help="what to run")
-    p.add_argument("--repeats", type=int, default=1, help="repeats (fresh init seeds each); published 4")
+    p.add_argument(
+        "--repeats", type=cli.positive_int, default=1, help="repeats, >= 1 (fresh seeds each); published 4"
+    )
     p.add_argument(
         "--acc", type=float, choices=[1.0, 0.9], default=1.0, help="accuracy that counts as stored"
     )
-    p.add_argument("--max-epochs", type=int, default=50_000, help="epoch cap per lr phase (published 50,000)")
-    p.add_argument("--patience", type=int, default=5_000, help="epochs without improvement (published 5,000)")
-    p.add_argument("--only", default=None, help="table: run only variants whose name contains this")
-    p.add_argument("--ds", type=int, nargs="+", default=[16, 32], help="scaling: sizes d")
-    p.add_argument("--gpu-sizes", action="store_true", help="scaling: allow d >= 64 (a GPU job)")
     p.add_argument(
-        "--variant", choices=sorted(sweep.SCALING_VARIANTS), default="full", help="scaling: which model"
+        "--max-epochs",
+        type=cli.positive_int,
+        default=50_000,
+        help="epochs per lr phase, >= 1 (published 50,000)",
     )
+    p.add_argument(
+        "--patience", type=cli.positive_int, default=5_000, help="epochs without gain, >= 1 (published 5,000)"
+    )
+    p.add_argument("--only", default=None, help="table: run only variants whose name contains this")
+    p.add_argument("--ds", type=cli.int_range(4), nargs="+", default=[16, 32], help="scaling: sizes d >= 4")
+    p.add_argument("--gpu-sizes", action="store_true", help="scaling: allow d >= 64 (a GPU job)")
+    p.add_argument("--variant", choices=sorted(SCALING_VARIANTS), default="full", help="scaling: which model")
     p.add_argument("--data", type=Path, default=None, help="JSONL file (default data/facts_<mode>.jsonl)")
     p.add_argument(
         "--shard", default="0/1", help="K/N: run only cells with index %% N == K (parallel workers)"
@@ -63,23 +73,34 @@ def main(argv: list[str] | None = None) -> int:
         "--address", default=None, help="ray: cluster to join (auto or host:port); default a local one"
     )
     p.add_argument(
-        "--gpus-per-cell", type=float, default=1.0, help="ray + cuda: GPU share per cell (0.25: 4 per GPU)"
+        "--gpus-per-cell",
+        type=cli.positive_float,
+        default=1.0,
+        help="ray + cuda: GPU share per cell (0.25: 4 per GPU)",
     )
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--threads", type=cli.positive_int, default=1, help="torch CPU threads, >= 1")
     args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    where = {k: getattr(args, k) for k in ("device", "executor", "address", "gpus_per_cell")}
-    schedule = Schedule(max_epochs=args.max_epochs, patience=args.patience, target_acc=args.acc)
     try:
         shard, n_shards = (int(x) for x in args.shard.split("/"))
     except ValueError:
         raise MechmemError(f"--shard must look like K/N, got {args.shard!r}") from None
+    if not 0 <= shard < n_shards:
+        raise MechmemError(f"--shard K/N needs 0 <= K < N, got {args.shard!r}")
+    if args.mode == "scaling" and max(args.ds) >= 64 and not args.gpu_sizes:
+        raise MechmemError("d >= 64 is a GPU job: add --gpu-sizes (and --device cuda)")
+    check_executor(args.executor, args.address)
+    import torch  # torch is imported from here on, after every check the flags alone decide
+
+    from mechmem.papers.memorisation import sweep
+    from mechmem.papers.memorisation.batched import Schedule
+
+    torch.set_num_threads(args.threads)
+    where = {k: getattr(args, k) for k in ("device", "executor", "address", "gpus_per_cell")}
+    schedule = Schedule(max_epochs=args.max_epochs, patience=args.patience, target_acc=args.acc)
     if args.mode == "table":
         cells = sweep.table_cells(args.only, args.repeats, schedule, facts_device=args.facts_device)
         sweep.run_sweep(cells[shard::n_shards], args.data or DATA / "facts_table.jsonl", **where)
     elif args.mode == "scaling":
-        if max(args.ds) >= 64 and not args.gpu_sizes:
-            raise MechmemError("d >= 64 is a GPU job: add --gpu-sizes (and --device cuda)")
         cells = sweep.scaling_cells(args.variant, args.ds, args.repeats, schedule, args.facts_device)
         path = args.data or DATA / "facts_scaling.jsonl"
         sweep.run_sweep(cells[shard::n_shards], path, reuse=[path.parent / "facts_table.jsonl"], **where)

@@ -1,0 +1,160 @@
+"""Start-up cost: each backend's import, each script's `--help` and time to first output, with and without a
+bytecode cache. The table in docs/analyses.md ("Start-up") comes from this script.
+
+    python benchmarks/startup.py                                   # everything, once (about 15 minutes busy)
+    python benchmarks/startup.py --scripts ablate_heads train --repeats 3
+    python benchmarks/startup.py --tl4 /path/to/.venv-tl4/bin/python     # also TransformerLens 4.x's import
+
+Every number is the wall-clock time of a fresh interpreter, from its start to the event: the import's end, the
+`--help` text's end, or the first byte the script writes (stdout or stderr) or its exit, whichever is first,
+after which the script is stopped.
+"cache" runs use the bytecode the environment holds (the bootstrap compiles it: `uv pip install
+--compile-bytecode`); "no cache" runs point PYTHONPYCACHEPREFIX at an empty folder with
+PYTHONDONTWRITEBYTECODE=1, so every module is compiled again at each start, as in an environment installed
+without bytecode that may not write it. The scripts run on a tiny planted induction model (a checkpoint
+written once into a scratch folder). The machine's load averages are printed before and after: on a shared
+machine they decide most of the spread; use --repeats and read the median.
+"""
+
+import argparse
+import os
+import select
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ANALYSES = ROOT / "analyses"
+PAPER_SCRIPTS = {
+    "birth.corpus_stats": ["{tmp}/corpus.txt", "--out", "{tmp}/stats.json"],
+    "birth.eval_spread": None,
+    "birth.scale": ["--no-run"],
+    "memorisation.max_facts": ["--max-epochs", "10", "--patience", "5"],
+    "memorisation.reproduce_constructions": None,
+    "memorisation.sweep_facts": ["report", "--max-epochs", "150", "--patience", "50"],
+}
+"""Paper scripts (`python -m mechmem.papers.NAME.scripts.X`) and the arguments of their first-output run
+(None: the script prints only when its minutes of work are done, so only its --help is timed)."""
+FIRST_OUTPUT = {
+    "ablate_heads": ["{ckpt}", "--out", "{tmp}/o", "--n-samples", "16", "--methods", "zero"],
+    "circuit": ["{ckpt}", "--out", "{tmp}/o", "--n-samples", "8"],
+    "demo": ["--steps", "1", "--out", "{tmp}/demo", "--reports", "{tmp}/reports", "--models", "facts"],
+    "detect_heads": ["{ckpt}", "--out", "{tmp}/o", "--n-samples", "16"],
+    "dynamics": ["{tmp}/no-steps"],
+    "logit_lens": ["{ckpt}", "--out", "{tmp}/o", "--n-samples", "16"],
+    "patch": ["{ckpt}", "--out", "{tmp}/o", "--n-samples", "16"],
+    "probe_memory": ["{ckpt}", "--out", "{tmp}/o", "--n-samples", "16"],
+    "report": ["{ckpt}", "--out", "{tmp}/o", "--n-samples", "32"],
+    "reproduce": ["--list"],
+    "train": ["permutation", "--preset", "task1-quick", "--steps", "1", "--out", "{tmp}/t", "--overwrite"],
+}
+"""Arguments of each analysis script's first-output run ({ckpt}: the planted model, {tmp}: a scratch folder;
+dynamics: a folder without step checkpoints, whose one-line error is its first output after loading)."""
+
+
+def env(cache: bool, empty: str) -> dict[str, str]:
+    e = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    if cache:
+        e.pop("PYTHONPYCACHEPREFIX", None)
+    else:
+        e["PYTHONPYCACHEPREFIX"] = empty
+    return e
+
+
+def wall(cmd: list[str], environ: dict[str, str], *, first_output: bool, limit_s: float) -> float | None:
+    """Seconds from start to exit, or (`first_output`) to the first byte written or the exit, whichever comes
+    first (the script is then stopped); None past `limit_s`."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environ, cwd=ROOT
+    )
+    try:
+        if first_output:
+            ready, _, _ = select.select([proc.stdout], [], [], limit_s)
+            return time.perf_counter() - t0 if ready else None
+        proc.communicate(timeout=limit_s)
+        return time.perf_counter() - t0
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def script_cmd(python: str, name: str) -> list[str]:
+    if name in PAPER_SCRIPTS:
+        paper, script = name.split(".")
+        return [python, "-m", f"mechmem.papers.{paper}.scripts.{script}"]
+    return [python, str(ANALYSES / f"{name}.py")]
+
+
+def median(samples: list[float | None]) -> str:
+    done = [s for s in samples if s is not None]
+    return f"{statistics.median(done):.2f}" if len(done) == len(samples) else "timeout"
+
+
+def planted_checkpoint(folder: Path, python: str) -> Path:
+    path = folder / "planted.pt"
+    code = (
+        "import sys\nfrom mechmem.analysis.planted import planted_induction_model\n"
+        "from mechmem.checkpoint import save_hooked_transformer\n"
+        "save_hooked_transformer(planted_induction_model(), sys.argv[1])\n"
+    )
+    subprocess.run([python, "-c", code, str(path)], check=True, cwd=ROOT)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    names = [*sorted(FIRST_OUTPUT), *sorted(PAPER_SCRIPTS)]
+    parser.add_argument("--scripts", nargs="*", default=names, choices=names, help="scripts to time")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per number (the median is shown)")
+    parser.add_argument("--limit-s", type=float, default=240.0, help="give up on one run after this")
+    parser.add_argument("--tl4", default=None, help="python of an environment with TransformerLens 4.x")
+    parser.add_argument("--no-first-output", action="store_true", help="time only imports and --help")
+    parser.add_argument("--no-imports", action="store_true", help="leave out the backends' imports")
+    args = parser.parse_args(argv)
+    python = sys.executable
+    print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)", flush=True)
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as empty:
+        ckpt = planted_checkpoint(Path(tmp), python)
+        (Path(tmp) / "no-steps").mkdir()
+        (Path(tmp) / "corpus.txt").write_text("to be or not to be, that is the question\n" * 50)
+        rows = []
+
+        def measure(label: str, cmd: list[str], first_output: bool = False) -> None:
+            cells = []
+            for cache in (True, False):
+                samples = [
+                    wall(cmd, env(cache, empty), first_output=first_output, limit_s=args.limit_s)
+                    for _ in range(args.repeats)
+                ]
+                cells.append(median(samples))
+            rows.append((label, *cells))
+            print(f"{label:58s} {cells[0]:>8s} {cells[1]:>9s}", flush=True)
+
+        print(f"{'what (seconds, median of ' + str(args.repeats) + ')':58s} {'cache':>8s} {'no cache':>9s}")
+        for module in () if args.no_imports else ("torch", "transformer_lens"):
+            measure(f"import {module} (default venv)", [python, "-c", f"import {module}"])
+        if args.tl4 and not args.no_imports:
+            measure("import transformer_lens (TL 4 venv)", [args.tl4, "-c", "import transformer_lens"])
+        for name in args.scripts:
+            measure(f"{name} --help", [*script_cmd(python, name), "--help"])
+        if not args.no_first_output:
+            for name in args.scripts:
+                extra = FIRST_OUTPUT[name] if name in FIRST_OUTPUT else PAPER_SCRIPTS[name]
+                if extra is None:
+                    continue
+                extra = [a.format(ckpt=ckpt, tmp=tmp) for a in extra]
+                measure(
+                    f"{name}: first output (or exit)", [*script_cmd(python, name), *extra], first_output=True
+                )
+    print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""Issue 24 item 5: every script answers `--help` and every argument error the flags alone decide before torch
+or TransformerLens is imported.
+
+Each case runs the script in a fresh interpreter, as a user does (`python analyses/X.py`, `python -m
+mechmem.papers.NAME.scripts.X`), through a small wrapper that reports which heavy modules `sys.modules` holds
+when the script exits. No timing is asserted (the machine's load decides that; `benchmarks/startup.py`
+measures it): only that neither module was imported, which is what makes the answer immediate.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from helpers import ROOT
+
+HEAVY = ("torch", "transformer_lens")
+
+WRAPPER = textwrap.dedent(
+    """
+    import runpy, sys
+    target, argv = sys.argv[1], sys.argv[2:]
+    sys.argv = [target, *argv]
+    code = 0
+    try:
+        if target.endswith(".py"):
+            runpy.run_path(target, run_name="__main__")
+        else:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    print("HEAVY:" + ",".join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)
+    sys.exit(code)
+    """
+).format(heavy=HEAVY)
+
+ANALYSES = sorted(p.stem for p in (ROOT / "analyses").glob("*.py"))
+PAPER_SCRIPTS = sorted(
+    ".".join(p.relative_to(ROOT / "src").with_suffix("").parts)
+    for p in (ROOT / "src" / "mechmem" / "papers").glob("*/scripts/*.py")
+    if p.name != "__init__.py"
+)
+MISSING = "/no/such/file.pt"
+
+ERRORS = {
+    "ablate_heads": [[MISSING], ["{ckpt}", "--n-samples", "-5"], ["{ckpt}", "--methods", "twice"]],
+    "circuit": [[MISSING], ["{ckpt}", "--target", "nan"]],
+    "demo": [["--jobs", "x"], ["--jobs", "0"]],
+    "detect_heads": [[MISSING], ["{ckpt}", "--lengths", "4,x"]],
+    "dynamics": [[MISSING], ["{run}", "--quantities", "nope"], ["{run}", "--level", "x"]],
+    "logit_lens": [[MISSING], ["{ckpt}", "--top-k", "-3"]],
+    "patch": [[MISSING], ["{ckpt}", "--memory-mb", "nan"], ["{ckpt}", "--sweeps", "nope"]],
+    "probe_memory": [[MISSING], ["{ckpt}", "--seed", "1e3"]],
+    "report": [[MISSING], ["{ckpt}", "--n-samples", "0"]],
+    "reproduce": [["--set", "novalue"]],
+    "train": [["permutation"], ["permutation", "--preset", "q", "--steps", "-1"], ["--task-module", MISSING]],
+    "mechmem.papers.birth.scripts.corpus_stats": [[MISSING]],
+    "mechmem.papers.birth.scripts.eval_spread": [[]],
+    "mechmem.papers.birth.scripts.scale": [["--threads", "0"], ["--rules", MISSING], ["--executor", "nope"]],
+    "mechmem.papers.memorisation.scripts.max_facts": [["--d", "0"], ["--mixing", "nope"]],
+    "mechmem.papers.memorisation.scripts.reproduce_constructions": [["--ds", "2"], ["--modes", "nope"]],
+    "mechmem.papers.memorisation.scripts.sweep_facts": [
+        ["table", "--shard", "3/2"],
+        ["scaling", "--ds", "64"],
+    ],
+}
+"""Per script, argument errors its flags alone decide ({ckpt}: an existing file, {run}: an existing
+folder)."""
+
+
+def run(target: str, argv: list[str], cwd) -> tuple[int, str, str, list[str]]:
+    """(exit status, stdout, stderr without the wrapper's line, heavy modules imported)."""
+    path = str(ROOT / "analyses" / f"{target}.py") if "." not in target else target
+    done = subprocess.run(
+        [sys.executable, "-c", WRAPPER, path, *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        check=False,
+    )
+    lines = done.stderr.splitlines()
+    assert lines and lines[-1].startswith("HEAVY:"), done.stderr
+    heavy = [m for m in lines[-1][len("HEAVY:") :].split(",") if m]
+    return done.returncode, done.stdout, "\n".join(lines[:-1]), heavy
+
+
+def test_every_script_has_its_cases():
+    assert sorted(ERRORS) == sorted([*ANALYSES, *PAPER_SCRIPTS])
+
+
+@pytest.mark.parametrize("target", [*ANALYSES, *PAPER_SCRIPTS])
+def test_help_and_argument_errors_answer_before_torch(target, tmp_path):
+    ckpt = tmp_path / "ckpt.pt"
+    ckpt.write_bytes(b"not read: the flags are refused first")
+    code, out, err, heavy = run(target, ["--help"], tmp_path)
+    assert code == 0 and "usage:" in out and heavy == [], (code, err, heavy)
+    for argv in ERRORS[target]:
+        argv = [a.format(ckpt=ckpt, run=tmp_path) for a in argv]
+        code, out, err, heavy = run(target, argv, tmp_path)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (argv, code, err)
+        assert heavy == [], (argv, heavy)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]  # nothing written, no folder made
+
+
+def test_the_light_name_lists_are_the_ones_the_analyses_use():
+    from mechmem.analysis import ablation, circuits, dynamics, options, patching, patching_tables
+    from mechmem.papers.memorisation import options as facts_options
+    from mechmem.papers.memorisation import sweep
+    from mechmem.papers.memorisation.constructions import evaluators
+    from mechmem.report import circuit_graph
+
+    assert ablation.METHODS == options.ABLATION_METHODS
+    assert circuits.ABLATIONS == options.CIRCUIT_ABLATIONS
+    assert circuit_graph.N_PROMPTS == options.CIRCUIT_PROMPTS
+    assert patching.DIRECTIONS == options.PATCH_DIRECTIONS
+    assert tuple(patching.SWEEPS) == options.PATCH_SWEEPS
+    assert patching_tables.METHODS == options.PATCH_METHODS
+    assert tuple(dynamics.QUANTITIES) == options.DYNAMICS_QUANTITIES
+    assert tuple(evaluators.EVALUATORS) == facts_options.EVALUATORS
+    assert tuple(sweep.SCALING_VARIANTS) == facts_options.SCALING_VARIANTS

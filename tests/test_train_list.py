@@ -1,0 +1,36 @@
+"""`train.py --list` shows each preset's measured time from the committed measurements (issue 25 item 7)."""
+
+import json
+
+from helpers import load_script
+
+from mechmem.cli import run_script
+from mechmem.progress import format_seconds
+from mechmem.tasks import get_task_class, task_names
+from mechmem.training import timings
+
+
+def test_list_reads_the_recorded_times(tmp_path, monkeypatch, capsys):
+    steps = get_task_class("permutation").presets["task1-quick"].train.steps
+    record = {"steps": steps // 2, "seconds": 50.0, "how": "full run", "measured_steps": steps // 2}
+    data = {"command": "python benchmarks/preset_times.py", "date": "today", "machine": {"cpus": 2}}
+    data["presets"] = {"permutation/task1-quick": {**record, "load_1min": 3.3}}
+    (tmp_path / "times.json").write_text(json.dumps(data))
+    monkeypatch.setattr(timings, "TIMES_FILE", tmp_path / "times.json")
+    assert run_script(load_script("train").main, ["--list"]) == 0
+    out = capsys.readouterr().out
+    rows = {tuple(line.split()[:2]): line for line in out.splitlines() if len(line.split()) > 3}
+    # measured on half the steps: the preset's own steps take twice as long (the time scales with the steps)
+    assert f"{format_seconds(100.0)} (full run, load 3.3)" in rows[("permutation", "task1-quick")]
+    assert "not measured" in rows[("permutation", "task2-quick")]
+    assert all((task, p) in rows for task in task_names() for p in get_task_class(task).presets)
+    assert "measured: python benchmarks/preset_times.py on today" in out
+
+
+def test_every_preset_has_a_committed_measurement():
+    recorded = timings.recorded_times()["presets"]
+    missing = [
+        f"{t}/{p}" for t in task_names() for p in get_task_class(t).presets if f"{t}/{p}" not in recorded
+    ]
+    assert missing == [], f"run benchmarks/preset_times.py (missing: {missing})"
+    assert all(r["seconds"] > 0 and r["steps"] > 0 for r in recorded.values())
