@@ -498,6 +498,9 @@ def test_patch_on_a_task_without_pairs_is_a_skip(tmp_path, capsys):
 WRAPPER = """
 import os, runpy, signal, sys
 sys.argv = [{script!r}, *{argv!r}]
+# A user's Python starts with the default Ctrl-C handler; a parent that ignores SIGINT (a test worker, nohup)
+# would otherwise pass its SIG_IGN on to this interpreter and the interrupt would never arrive.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 when = {when!r}
 if when == "startup":  # an interrupt while the script imports torch
     class Interrupt:
