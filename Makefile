@@ -71,7 +71,7 @@ clean-venv:
 VENV_TL4 ?= $(ROOT)/.venv-tl4
 TL4_TESTS ?= $(addprefix $(ROOT)/tests/,test_backends.py test_interventions.py test_patching.py \
 	test_attribution.py test_circuits.py test_heads.py test_ablation.py test_logit_lens.py test_neurons.py \
-	test_probes.py test_roles.py test_dynamics.py test_circuit_report.py)
+	test_probes.py test_roles.py test_dynamics.py test_circuit_report.py test_patching_architectures.py test_byom.py)
 $(VENV_TL4)/.installed: $(ROOT)/pyproject.toml
 	test -x $(VENV_TL4)/bin/python || python3 -m venv $(VENV_TL4)
 	$(VENV_TL4)/bin/python -m pip install -q uv
