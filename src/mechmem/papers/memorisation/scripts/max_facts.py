@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mechmem import cli
 from mechmem.cli import ArgumentParser, print_table, run_script, write_json
-from mechmem.papers.memorisation.options import ACTS, MIXINGS
+from mechmem.papers.memorisation.options import ACTS, MIXINGS, add_schedule_args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,18 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--act", choices=ACTS, default="gelu", help="MLP activation")
     p.add_argument("--d", type=cli.positive_int, default=16, help="d_model = d_mlp = n_out, >= 1")
     p.add_argument("--n-in", type=cli.positive_int, default=None, help="input vocabulary, >= 1 (default 2d)")
-    p.add_argument(
-        "--acc", type=float, choices=[1.0, 0.9], default=1.0, help="accuracy that counts as stored"
-    )
-    p.add_argument(
-        "--max-epochs",
-        type=cli.positive_int,
-        default=50_000,
-        help="epochs per lr phase, >= 1 (published 50,000)",
-    )
-    p.add_argument(
-        "--patience", type=cli.positive_int, default=5_000, help="epochs without gain, >= 1 (published 5,000)"
-    )
+    add_schedule_args(p)
     p.add_argument("--precision", type=cli.positive_int, default=8, help="binary-search precision, >= 1")
     p.add_argument(
         "--repeat", type=cli.nonnegative_int, default=0, help="repeat index r >= 0: seeds 11r..11r+10"

@@ -29,7 +29,7 @@ from pathlib import Path
 from mechmem import cli
 from mechmem.errors import MechmemError
 from mechmem.executor import check_executor
-from mechmem.papers.memorisation.options import SCALING_VARIANTS
+from mechmem.papers.memorisation.options import SCALING_VARIANTS, add_schedule_args
 
 DATA = Path("docs/reproductions/data")
 HEADERS = ["variant", "repeats", "any", "most", "all", "s/cell"]
@@ -46,18 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--repeats", type=cli.positive_int, default=1, help="repeats, >= 1 (fresh seeds each); published 4"
     )
-    p.add_argument(
-        "--acc", type=float, choices=[1.0, 0.9], default=1.0, help="accuracy that counts as stored"
-    )
-    p.add_argument(
-        "--max-epochs",
-        type=cli.positive_int,
-        default=50_000,
-        help="epochs per lr phase, >= 1 (published 50,000)",
-    )
-    p.add_argument(
-        "--patience", type=cli.positive_int, default=5_000, help="epochs without gain, >= 1 (published 5,000)"
-    )
+    add_schedule_args(p)
     p.add_argument("--only", default=None, help="table: run only variants whose name contains this")
     p.add_argument("--ds", type=cli.int_range(4), nargs="+", default=[16, 32], help="scaling: sizes d >= 4")
     p.add_argument("--gpu-sizes", action="store_true", help="scaling: allow d >= 64 (a GPU job)")
