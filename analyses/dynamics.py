@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     matches = parse_pairs(args.match, "--match")
     out = cli.check_out_dir(args.out or args.run_dir)
     # torch and TransformerLens are imported from here on, after every check the flags alone decide
-    from mechmem.analysis import dynamics
+    from mechmem.analysis import dynamics, dynamics_views
     from mechmem.progress import working
     from mechmem.tasks import load_task_module
 
@@ -63,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             args.run_dir, quantities, n=args.n_samples, seed=args.seed, device=args.device
         )
     dynamics.set_levels(result, levels)
-    print("\n".join(dynamics.dynamics_lines(result, args.run_dir, matches)))
-    figures = {f"dynamics_{q}.png": dynamics.plot_dynamics(result, q) for q, g in result.groups.items() if g}
+    print("\n".join(dynamics_views.dynamics_lines(result, args.run_dir, matches)))
+    figures = {
+        f"dynamics_{q}.png": dynamics_views.plot_dynamics(result, q) for q, g in result.groups.items() if g
+    }
     cli.write_outputs(cli.claim_out(out), {"dynamics.json": result.to_dict(), **figures})
     print(f"wrote {out / 'dynamics.json'} and dynamics_<quantity>.png")
     return 0

@@ -13,12 +13,11 @@ from mechmem.analysis.dynamics import (
     QUANTITIES,
     EvalData,
     iter_models,
-    metrics_agreement,
-    metrics_curves,
     run_dynamics,
     set_levels,
     step_files,
 )
+from mechmem.analysis.dynamics_views import metrics_agreement, metrics_curves
 from mechmem.analysis.transitions import (
     Rule,
     event_order,

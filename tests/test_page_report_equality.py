@@ -107,7 +107,7 @@ def test_birth_qk_and_ov_probes_page_equal_probe_script(birth_run, tmp_path):
 
 def test_birth_transition_steps_page_equal_dynamics(birth_run):
     """The statements' first crossing (page) and the dynamics' event on the logged curve (report) agree."""
-    from mechmem.analysis.dynamics import metrics_curves
+    from mechmem.analysis.dynamics_views import metrics_curves
 
     history = read_metrics(birth_run)
     steps, curves = metrics_curves(birth_run)

@@ -23,8 +23,7 @@ Caveat: the levels are conventions stated before the run, not properties of the 
 one save interval. The trainer saves no step-0 weights, so the first point is the first save. Models without
 attention heads get only the `loss` curves.
 
-Long because it holds the quantities measured over training (each a short wrapper of one analysis), the one
-loop over step checkpoints that measures them on one draw, and their plot.
+Reading the result (the trainer's own log beside it, the printed table, the figure) is `dynamics_views`.
 """
 
 import fnmatch
@@ -33,7 +32,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -44,19 +42,16 @@ from mechmem.analysis.options import parse_quantities  # noqa: F401  (the names 
 from mechmem.analysis.transitions import (
     Event,
     Rule,
-    event_order,
-    find_event,
     find_events,
-    format_order,
     level,
     steepest,
 )
 from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
-from mechmem.cli import check_finite_weights, check_n_samples, format_table
+from mechmem.cli import check_finite_weights, check_n_samples
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.models.adapter import load_canonical_state_dict
 from mechmem.tasks.base import Batch, PatchingPair, masked_accuracy
-from mechmem.training.rundir import payload_identity, read_metrics, run_differences, step_checkpoints
+from mechmem.training.rundir import payload_identity, run_differences, step_checkpoints
 from mechmem.training.trainer import resolve_device
 
 STEP_NAME = re.compile(r"step_(\d+)\.pt")
@@ -384,48 +379,6 @@ def set_levels(result: Dynamics, levels: dict[str, float]) -> None:
             result.rules[c] = level(value, old.direction if old else "up")
 
 
-def metrics_agreement(
-    result: Dynamics, run_dir: str | Path, matches: dict[str, str] | None = None
-) -> list[dict]:
-    """Events of the trainer's logged curves (metrics.jsonl) next to the same events from the checkpoints.
-
-    Compared: every metrics.jsonl key that names a curve (e.g. the birth task's probe recalls, logged by its
-    trainer) and the pairs in `matches` (metrics key -> curve); each logged curve is read with its curve's
-    rule. `gap` is the difference in steps, `within` whether it is at most one interval (the largest gap
-    between consecutive saves or log records, the coarser series' precision; both "not reached" also agree).
-    """
-    steps, logged = metrics_curves(run_dir)
-    matches = {**{k: k for k in logged if k in result.rules}, **(matches or {})}
-    interval = max((b - a for series in (result.steps, steps) for a, b in pairwise(series)), default=0)
-    rows = []
-    for key, curve in matches.items():
-        if key not in logged or curve not in result.rules:
-            raise MechmemError(
-                f"cannot match {key}={curve}: metrics.jsonl logs {key in logged}, curve with a rule "
-                f"{curve in result.rules}"
-            )
-        rule = result.rules[curve]
-        ours, theirs = (
-            find_event(result.steps, result.curves[curve], rule),
-            find_event(steps, logged[key], rule),
-        )
-        gap = None if ours.step is None or theirs.step is None else abs(ours.step - theirs.step)
-        rows.append(
-            {
-                "metric": key,
-                "curve": curve,
-                "rule": rule.describe(),
-                "from_metrics": theirs.step,
-                "from_checkpoints": ours.step,
-                "gap": gap,
-                "save_interval": interval,
-                "within": (ours.step is None and theirs.step is None)
-                or (gap is not None and gap <= interval),
-            }
-        )
-    return rows
-
-
 def checked_steps(run_dir: str | Path, *, allow_nonfinite: bool = False) -> list[tuple[int, Path]]:
     """The run's step checkpoints (`step_files`), each checked before any measurement: all of one run (the
     check `--resume` makes, `iter_models`) and with finite weights (unless `allow_nonfinite`)."""
@@ -433,76 +386,3 @@ def checked_steps(run_dir: str | Path, *, allow_nonfinite: bool = False) -> list
     for step, ckpt in iter_models(files):
         check_finite_weights(ckpt.model, allow=allow_nonfinite, what=f"step {step}")
     return files
-
-
-def dynamics_lines(result: Dynamics, run_dir: str | Path, matches: dict[str, str] | None = None) -> list[str]:
-    """What `analyses/dynamics.py` prints: the events in order, the cost, and (when the run directory holds
-    metrics.jsonl) the same events read from the trainer's metrics, which are also kept in
-    `result.info["metrics_agreement"]`."""
-    events = event_order(result.events)
-    rows = [(e.curve, e.rule.describe(), round(e.step), f"{e.interval[0]}-{e.interval[1]}") for e in events]
-    missed = [e.curve for e in result.events if not e.reached]
-    lines = [
-        format_table(rows, ["curve", "event", "step", "between saves"]),
-        f"order of events: {format_order(events)}"
-        + (f"\nnot reached: {', '.join(missed)}" if missed else ""),
-        f"{len(result.steps)} checkpoints, steps {result.steps[0]}..{result.steps[-1]}; seconds: "
-        + ", ".join(f"{k} {v:.1f}" for k, v in result.cost_s.items()),
-    ]
-    if (Path(run_dir) / "metrics.jsonl").exists():
-        agree = result.info["metrics_agreement"] = metrics_agreement(result, run_dir, matches)
-        keys = ("metric", "curve", "from_metrics", "from_checkpoints", "within")
-        headers = ["metrics.jsonl", "curve", "step (metrics)", "step (checkpoints)", "within"]
-        lines.append(format_table([[r[k] for k in keys] for r in agree], headers))
-    return lines
-
-
-def metrics_curves(run_dir: str | Path) -> tuple[list[int], dict[str, list[float | None]]]:
-    """The numeric curves the trainer logged in `run_dir/metrics.jsonl`: (steps, {key: values})."""
-    records = read_metrics(run_dir)
-    keys = list(
-        dict.fromkeys(k for r in records for k, v in r.items() if k != "step" and isinstance(v, float))
-    )
-    return [int(r["step"]) for r in records], {k: [r.get(k) for r in records] for k in keys}
-
-
-def _facet(quantity: str, curve: str) -> tuple[str, str]:
-    """(panel title, legend label) of a curve: heads by pattern, roles as held roles vs scores, else one
-    panel."""
-    if quantity == "heads":
-        head, pattern = curve.split(".", 1)
-        return pattern, head
-    if quantity == "roles":
-        return ("role held (1) or not (0)", curve) if ".role=" in curve else ("task-role scores", curve)
-    return quantity, curve
-
-
-def plot_dynamics(result: Dynamics, quantity: str) -> Any:
-    """The curves of one quantity against step, one panel per facet; returns the Figure.
-
-    Facets: one per pattern for `heads`, held roles and scores for `roles`. Each curve's level is dotted and
-    its event marked by a dashed line.
-    """
-    from mechmem.plotting import plt
-
-    panels: dict[str, list[tuple[str, str]]] = {}
-    for curve in result.groups[quantity]:
-        title, label = _facet(quantity, curve)
-        panels.setdefault(title, []).append((curve, label))
-    fig, axes = plt.subplots(
-        1, len(panels), figsize=(4.6 * len(panels), 3.2), squeeze=False, layout="constrained"
-    )
-    events = {e.curve: e for e in result.events}
-    for ax, (title, curves) in zip(axes[0], panels.items()):
-        for i, (name, label) in enumerate(curves):
-            values = [float("nan") if v is None else v for v in result.curves[name]]
-            color = f"C{i % 10}"
-            ax.plot(result.steps, values, marker=".", ms=3, color=color, label=label)
-            event = events.get(name)
-            if event is not None and event.rule.level is not None:
-                ax.axhline(event.rule.level, color="grey", ls=":", lw=0.8)
-            if event is not None and event.reached:
-                ax.axvline(event.step, color=color, ls="--", lw=0.8)
-        ax.set(title=title, xlabel="step")
-        ax.legend(fontsize=7)
-    return fig

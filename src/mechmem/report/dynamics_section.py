@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from mechmem.analysis.dynamics import DEFAULT_QUANTITIES, QUANTITIES, plot_dynamics, run_dynamics, step_files
+from mechmem.analysis.dynamics import DEFAULT_QUANTITIES, QUANTITIES, run_dynamics, step_files
+from mechmem.analysis.dynamics_views import plot_dynamics
 from mechmem.analysis.transitions import event_order, format_order
 from mechmem.cli import one_line
 from mechmem.errors import MechmemError
