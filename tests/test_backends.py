@@ -4,7 +4,7 @@ same analyses, numbers and training step under TransformerLens 3.9 (HookedTransf
 
 Runs under whichever TransformerLens this environment has. The cross-version comparison runs the analyses once
 here and once in the other environment (the first of `.venv`, `.venv-tl4`, `.venv-tl3` on the other major
-version: `make test-tl4` bootstraps `.venv-tl4`; or set MECHMEM_OTHER_PYTHON) and compares every number
+version: `make test-tl3` bootstraps `.venv-tl3`; or set MECHMEM_OTHER_PYTHON) and compares every number
 of their JSON outputs: head detection, ablation, logit lens, probes, exact and attribution patching, circuits,
 the report, dynamics over a series of checkpoints, and one training step.
 """
@@ -201,7 +201,7 @@ def _numbers(a, b, path=""):
 def both_runs(tmp_path_factory):
     other = _other_python()
     if other is None:
-        pytest.skip("no environment with the other TransformerLens major version (make test-tl4 makes one)")
+        pytest.skip("no environment with the other TransformerLens major version (make test-tl3 makes one)")
     out = tmp_path_factory.mktemp("backends")
     ckpt = str(DATA / "backend_tl3.pt")
     runner = str(Path(__file__).resolve().parent / "backend_runner.py")
