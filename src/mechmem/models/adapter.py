@@ -439,9 +439,10 @@ def attention_scale(model: Any, layer: int) -> float:
 
     HookedTransformer and TransformerLens 4's native attention hold the divisor (`attn_scale`, `scale`). A
     bridge around a Hugging Face model holds the Hugging Face attention, which keeps the reciprocal as
-    `scaling` (the factor TransformerLens 4 reads for rotary attention, head_dim ** -0.5 unless the model sets
-    its own); without one, the divisor is the cfg's (attn_scale, sqrt(d_head) by default, 1 when
-    use_attn_scale is off). GPT-2's scale_attn_by_inverse_layer_idx divides once more by layer + 1.
+    `scaling`: head_dim ** -0.5 unless the model sets its own (TransformerLens 4.3 reads it for Llama-style
+    attention and recomputes head_dim ** -0.5 for GPT-2 and GPT-NeoX). Without one, the divisor is the cfg's
+    (attn_scale, sqrt(d_head) by default, 1 when use_attn_scale is off). GPT-2's
+    scale_attn_by_inverse_layer_idx divides once more by layer + 1.
     """
     attn = model.blocks[layer].attn
     if not is_bridge(model):
