@@ -141,7 +141,9 @@ def _hooked_grads(model, tokens, metric):
         kept[hook.name] = act
         return act
 
-    wanted = lambda name: name.endswith("attn.hook_z") or name.endswith("hook_mlp_out")  # noqa: E731
+    def wanted(name):
+        return name.endswith(("attn.hook_z", "hook_mlp_out"))
+
     metric(model.run_with_hooks(tokens, fwd_hooks=[(wanted, keep)])).backward()
     model.zero_grad(set_to_none=True)
     return {name: (act.detach(), act.grad) for name, act in kept.items()}
@@ -164,7 +166,10 @@ def test_attribution_ablation_agrees_with_exact_and_keeps_exact_values():
     exact = ablate_heads(model, tokens, last_logprob, methods=("mean",), reference=reference)
     result = ablation.attribute_ablation(model, tokens, last_logprob, reference=reference)
     assert result.baseline == pytest.approx(exact.baseline, abs=1e-6)
-    flat = lambda r: torch.cat([r.heads[0], r.attn_layers[0, :, None], r.mlp_layers[0, :, None]], 1)  # noqa: E731
+
+    def flat(r):  # [layer, heads + attn + mlp], the engine's order
+        return torch.cat([r.heads[0], r.attn_layers[0, :, None], r.mlp_layers[0, :, None]], 1)
+
     names = ablation.variant_names(model)
     by_layer = [[n for n in names if n.startswith(f"L{layer}")] for layer in range(3)]
     is_exact = torch.tensor([[n in result.info["exact_variants"] for n in row] for row in by_layer])

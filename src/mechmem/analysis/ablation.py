@@ -331,7 +331,8 @@ def attribute_ablation(
     setter = method_setter(method, reference, generator)
     values = setter_values(model, tokens, setter, _hooks(model))
     engine = Engine(model, metric)
-    value, acts, grads = engine.gradients(tokens)
+    with torch.enable_grad():  # callers (the report) may run under no_grad
+        value, acts, grads = engine.gradients(tokens)
     estimate = []
     for layer in range(cfg.n_layers):
         z, mlp = _component_hooks(model, layer)

@@ -429,8 +429,8 @@ def attribution_agreement(circuit: Circuit, k: int = 10) -> dict[str, float]:
 __all__ = [
     "CHECK_EDGES",
     "CONFIDENCE",
-    "RESCORE_EDGES",
     "EDGE_STEPS",
+    "RESCORE_EDGES",
     "Circuit",
     "attribution_agreement",
     "circuit_pair",
