@@ -205,3 +205,33 @@ def test_attribution_ablation_falls_back_to_exact_when_the_check_fails(model, to
     torch.testing.assert_close(result.mlp_layers, exact.mlp_layers, atol=0, rtol=0)
     assert result.to_dict()["check"]["cells"] == 4
     assert_no_hooks(model)
+
+
+@pytest.mark.parametrize("kind", ["attn_only", "hooks"])
+def test_attribution_ablation_on_attention_only_and_hook_strategy_models(kind):
+    """An attention-only model (no MLP ablations) and a model the engine runs on hooks (no replay): with every
+    ablation in the exact sample, the result equals exact ablation and the check covers all of them."""
+    from test_interventions import unsupported_model
+
+    from mechmem.analysis import ablation
+
+    if kind == "attn_only":
+        model = build_transformer(
+            build_transformer_cfg(n_layers=3, d_mlp=None), generator=torch.Generator().manual_seed(7)
+        ).eval()
+    else:
+        model = unsupported_model()
+    tokens = torch.randint(6, (10, 9), generator=torch.Generator().manual_seed(8))
+    reference = torch.randint(6, (14, 9), generator=torch.Generator().manual_seed(9))
+    exact = ablate_heads(model, tokens, last_logprob, methods=("mean",), reference=reference)
+    result = ablation.attribute_ablation(model, tokens, last_logprob, reference=reference, check=100)
+    n = ablation.n_variants(model)
+    assert result.info["check"]["cells"] == n == len(ablation.variant_names(model))
+    assert (result.mlp_layers is None) == (kind == "attn_only")
+    if result.info["method"].startswith("exact (fallback"):
+        assert not result.info["check"]["trusted"]
+    else:
+        assert len(result.info["exact_variants"]) == n
+    torch.testing.assert_close(result.heads, exact.heads, atol=1e-5, rtol=0)
+    torch.testing.assert_close(result.attn_layers, exact.attn_layers, atol=1e-5, rtol=0)
+    assert_no_hooks(model)
