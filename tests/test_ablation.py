@@ -136,15 +136,20 @@ def _hooked_grads(model, tokens, metric):
     """Reference: plain TransformerLens run, each hook_z / hook_mlp_out kept with its autograd gradient."""
     kept = {}
 
-    def keep(act, hook):
-        act.retain_grad()
-        kept[hook.name] = act
-        return act
+    def keep(name):  # keyed by the requested name (a TransformerLens 4 bridge's hook.name is its own)
+        def hook_fn(act, hook):
+            act.retain_grad()
+            kept[name] = act
+            return act
 
-    def wanted(name):
-        return name.endswith(("attn.hook_z", "hook_mlp_out"))
+        return hook_fn
 
-    metric(model.run_with_hooks(tokens, fwd_hooks=[(wanted, keep)])).backward()
+    names = [
+        f"blocks.{layer}.{leaf}"
+        for layer in range(model.cfg.n_layers)
+        for leaf in ("attn.hook_z", "hook_mlp_out")
+    ]
+    metric(model.run_with_hooks(tokens, fwd_hooks=[(name, keep(name)) for name in names])).backward()
     model.zero_grad(set_to_none=True)
     return {name: (act.detach(), act.grad) for name, act in kept.items()}
 
