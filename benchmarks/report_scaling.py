@@ -195,6 +195,7 @@ def start_baseline(args: argparse.Namespace, sizes: list[str], out: Path) -> sub
         command += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     command += ["--circuit-role-samples", str(args.circuit_role_samples), "--threads", str(args.threads)]
     command += ["--device", args.device, "--seed", str(args.seed)]
+    command += ["--skip-circuit"] if args.skip_circuit else []
     env = {**os.environ, "PYTHONPATH": str(args.baseline.resolve() / "src")}
     return subprocess.Popen(command, env=env, cwd=args.baseline, stdout=subprocess.DEVNULL)
 

@@ -27,7 +27,9 @@ It equals one `run_with_hooks` per variant (`naive_intervene`, the reference it 
             run is cached once, each variant's new activation is stacked along a patch axis and the pass
             resumes there, only up to the last position the metric reads; variants that change nothing the
             metric reads are not run. The metric is put in batched form (`patching_metric.callable_metric`)
-            for this.
+            for this. Where the cached run of all sequences would exceed `cache_mb` (default `CACHE_MB`),
+            the sequences are replayed in chunks of rows and the metric is computed once on the patched
+            logits of all of them (same numbers; tests/test_interventions_chunked.py).
     hooks   everything else, and every variant on a model the replay cannot run (shortformer positions, QK
             norms, soft caps and other settings `patching_replay` names, a TransformerLens 4 bridge with
             rotary positions or grouped-query attention, other `HookedRootModule`s): variants stacked along
