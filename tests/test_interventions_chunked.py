@@ -2,9 +2,11 @@
 whole batch and of one run_with_hooks per variant, for every setter, for metrics that average over the batch
 as well as per-sequence ones, and for the gradients."""
 
+import json
+
 import pytest
 import torch
-from helpers import assert_no_hooks
+from helpers import assert_no_hooks, load_script
 from test_interventions import last_logprob, make_model, make_setter
 
 from mechmem.analysis.interventions import Engine, Intervention, naive_intervene
@@ -119,3 +121,18 @@ def test_chunked_gradients_equal_the_whole_batch(model, tokens):
     for a, b in zip(only_grads["z"], reference["z"]):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
     assert_no_hooks(model)
+
+
+def test_engine_memory_benchmark_gives_the_same_values_at_any_budget(tmp_path, capsys):
+    bench = load_script("benchmarks/engine_memory.py")
+    records = []
+    for budget in ("0.01", "1e6"):
+        out = tmp_path / f"{budget}.json"
+        assert bench.main(["--size", "2x16x2@12", "--n", "5", "--cache-mb", budget, "--out", str(out)]) == 0
+        records.append(json.loads(out.read_text()))
+    assert records[0]["chunks"] == 5 and records[1]["chunks"] == 1
+    assert records[0]["values"] == pytest.approx(records[1]["values"], abs=1e-5)
+    capsys.readouterr()
+    assert bench.main(["--size", "2x6x4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
