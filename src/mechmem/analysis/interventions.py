@@ -484,6 +484,7 @@ class Engine:
                 )
                 for i in part:
                     logits[i].append(out[i])
+                del full, base, out, chunk_values  # before the next chunk's run: one chunk at a time
             for i in part - left:
                 results[i] = metric.fn(torch.cat(logits[i], dim=-3)[None])[0]
             if lo == 0:
