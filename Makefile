@@ -18,12 +18,11 @@ PYTEST := $(PY) -m pytest
 # (PYTHONDONTWRITEBYTECODE=1), each start would otherwise recompile torch, transformers and TransformerLens.
 UV_FLAGS ?= --compile-bytecode
 
-.PHONY: demo lint test test-slow bench clean-venv notebooks test-tl4
+.PHONY: demo lint test test-slow bench clean-venv notebooks test-tl3
 
-# The default environment runs the whole suite on TransformerLens 3.9 (HookedTransformer): the whole suite is not
-# yet confirmed on 4.x. The package itself accepts any transformer-lens >= 3.9, so it installs beside
-# TransformerLens 4; `make test-tl4` runs the backend-equivalence and analysis tests on 4.x.
-TL_DEFAULT ?= transformer-lens>=3.9,<4
+# The default environment takes whatever `transformer-lens>=3.9` resolves to (4.x today: TransformerBridge); the
+# whole suite runs there. `make test-tl3` checks the other major version (3.9, HookedTransformer) beside it.
+TL_DEFAULT ?= transformer-lens>=3.9
 
 define bootstrap
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -63,21 +62,21 @@ notebooks: $(VENV)/.installed-test
 	cd $(ROOT) && $(PY) -m jupytext --to ipynb examples/*.py
 
 clean-venv:
-	rm -rf $(VENV) $(VENV_TL4)
+	rm -rf $(VENV) $(VENV_TL3)
 
-# A second environment on TransformerLens 4.x (TransformerBridge) beside the default one: the backend-equivalence
+# A second environment on TransformerLens 3.9 (HookedTransformer) beside the default one: the backend-equivalence
 # tests (every analysis number compared with the default environment, tests/test_backends.py) and the analysis
 # tests run there.
-VENV_TL4 ?= $(ROOT)/.venv-tl4
-TL4_TESTS ?= $(addprefix $(ROOT)/tests/,test_backends.py test_interventions.py test_patching.py \
+VENV_TL3 ?= $(ROOT)/.venv-tl3
+TL3_TESTS ?= $(addprefix $(ROOT)/tests/,test_backends.py test_interventions.py test_patching.py \
 	test_attribution.py test_circuits.py test_heads.py test_ablation.py test_logit_lens.py test_neurons.py \
 	test_probes.py test_roles.py test_dynamics.py test_circuit_report.py test_patching_architectures.py test_byom.py)
-$(VENV_TL4)/.installed: $(ROOT)/pyproject.toml
-	test -x $(VENV_TL4)/bin/python || python3 -m venv $(VENV_TL4)
-	$(VENV_TL4)/bin/python -m pip install -q uv
-	$(VENV_TL4)/bin/uv pip install -q --python $(VENV_TL4)/bin/python $(UV_FLAGS) $(TORCH_PIN) \
-		'transformer-lens>=4,<5' -e '$(ROOT)[test]'
+$(VENV_TL3)/.installed: $(ROOT)/pyproject.toml
+	test -x $(VENV_TL3)/bin/python || python3 -m venv $(VENV_TL3)
+	$(VENV_TL3)/bin/python -m pip install -q uv
+	$(VENV_TL3)/bin/uv pip install -q --python $(VENV_TL3)/bin/python $(UV_FLAGS) $(TORCH_PIN) \
+		'transformer-lens>=3.9,<4' -e '$(ROOT)[test]'
 	touch $@
 
-test-tl4: $(VENV)/.installed-test $(VENV_TL4)/.installed
-	cd $(TEST_CWD) && $(VENV_TL4)/bin/python -m pytest $(TEST_ARGS) -m "not slow" $(TL4_TESTS)
+test-tl3: $(VENV)/.installed-test $(VENV_TL3)/.installed
+	cd $(TEST_CWD) && $(VENV_TL3)/bin/python -m pytest $(TEST_ARGS) -m "not slow" $(TL3_TESTS)

@@ -3,7 +3,7 @@ bytecode cache. The table in docs/analyses.md ("Start-up") comes from this scrip
 
     python benchmarks/startup.py                                   # everything, once (about 15 minutes busy)
     python benchmarks/startup.py --scripts ablate_heads train --repeats 3
-    python benchmarks/startup.py --tl4 /path/to/.venv-tl4/bin/python     # also TransformerLens 4.x's import
+    python benchmarks/startup.py --other .venv-tl3/bin/python       # also the other major version's import
 
 Every number is the wall-clock time of a fresh interpreter, from its start to the event: the import's end, the
 `--help` text's end, or the first byte the script writes (stdout or stderr) or its exit, whichever is first,
@@ -113,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scripts", nargs="*", default=names, choices=names, help="scripts to time")
     parser.add_argument("--repeats", type=int, default=1, help="runs per number (the median is shown)")
     parser.add_argument("--limit-s", type=float, default=240.0, help="give up on one run after this")
-    parser.add_argument("--tl4", default=None, help="python of an environment with TransformerLens 4.x")
+    parser.add_argument(
+        "--other",
+        default=None,
+        help="python of an environment with the other TransformerLens major version (.venv-tl3)",
+    )
     parser.add_argument("--no-first-output", action="store_true", help="time only imports and --help")
     parser.add_argument("--no-imports", action="store_true", help="leave out the backends' imports")
     args = parser.parse_args(argv)
@@ -139,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'what (seconds, median of ' + str(args.repeats) + ')':58s} {'cache':>8s} {'no cache':>9s}")
         for module in () if args.no_imports else ("torch", "transformer_lens"):
             measure(f"import {module} (default venv)", [python, "-c", f"import {module}"])
-        if args.tl4 and not args.no_imports:
-            measure("import transformer_lens (TL 4 venv)", [args.tl4, "-c", "import transformer_lens"])
+        if args.other and not args.no_imports:
+            measure("import transformer_lens (other venv)", [args.other, "-c", "import transformer_lens"])
         for name in args.scripts:
             measure(f"{name} --help", [*script_cmd(python, name), "--help"])
         if not args.no_first_output:

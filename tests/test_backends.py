@@ -4,11 +4,13 @@ same analyses, numbers and training step under TransformerLens 3.9 (HookedTransf
 
 Runs under whichever TransformerLens this environment has. The cross-version comparison runs the analyses once
 here and once in the other environment (the first of `.venv`, `.venv-tl4`, `.venv-tl3` on the other major
-version: `make test-tl4` bootstraps `.venv-tl4`; or set MECHMEM_OTHER_PYTHON) and compares every number
+version: `make test-tl3` bootstraps `.venv-tl3`; or set MECHMEM_OTHER_PYTHON) and compares every number
 of their JSON outputs: head detection, ablation, logit lens, probes, exact and attribution patching, circuits,
 the report, dynamics over a series of checkpoints, and one training step.
 """
 
+import copy
+import gc
 import json
 import os
 import re
@@ -137,6 +139,40 @@ def test_frozen_globs_name_canonical_weights_on_either_backend():
         assert torch.equal(value, after[key]) == (key in frozen), key
 
 
+def test_a_deep_copy_patches_one_heads_query_input_as_the_original_and_outlives_it():
+    """`copy.deepcopy` gives a model of its own: patching one head's query input (the per-head forks
+    edge-level circuits patch, read before the block's norm) moves the copy's logits exactly as the
+    original's, also once the original is gone. TransformerLens 4 bridges capture that input through hooks
+    bound to the original."""
+    config = _config("ln_gelu_mlp")
+    model = build_transformer(config, generator=torch.Generator().manual_seed(0)).eval()
+    tokens = torch.randint(config.d_vocab, (3, config.n_ctx), generator=torch.Generator().manual_seed(1))
+    shift = 3 * torch.randn(config.d_model, generator=torch.Generator().manual_seed(2))
+
+    def patched(m: torch.nn.Module) -> torch.Tensor:
+        def push(x: torch.Tensor, hook: object) -> torch.Tensor:
+            x = x.clone()
+            x[:, :, 0] += shift  # head 0's residual, before the block's norm
+            return x
+
+        m.set_use_split_qkv_input(True)
+        try:
+            with torch.no_grad():
+                return m.run_with_hooks(tokens, fwd_hooks=[("blocks.1.hook_q_input", push)])
+        finally:
+            m.set_use_split_qkv_input(False)
+
+    with torch.no_grad():
+        plain = model(tokens)
+    want = patched(model)
+    assert float((want - plain).abs().max()) > 1e-2  # the patch moves the logits
+    copied = copy.deepcopy(model)
+    torch.testing.assert_close(patched(copied), want, rtol=0, atol=0)
+    del model
+    gc.collect()
+    torch.testing.assert_close(patched(copied), want, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("fixture", ["backend_tl3.pt", "backend_tl4.pt"])
 def test_checkpoints_written_by_either_major_version_load_with_their_logits(fixture):
     payload = read_payload(DATA / fixture)
@@ -201,7 +237,7 @@ def _numbers(a, b, path=""):
 def both_runs(tmp_path_factory):
     other = _other_python()
     if other is None:
-        pytest.skip("no environment with the other TransformerLens major version (make test-tl4 makes one)")
+        pytest.skip("no environment with the other TransformerLens major version (make test-tl3 makes one)")
     out = tmp_path_factory.mktemp("backends")
     ckpt = str(DATA / "backend_tl3.pt")
     runner = str(Path(__file__).resolve().parent / "backend_runner.py")

@@ -250,3 +250,31 @@ def test_verdict_is_stable_over_prompt_seeds(kind, trained_induction):
     circuits = [discover_circuit(model, circuit_prompts(model, None, 64, seed)[0]) for seed in range(5)]
     assert [c.verdict for c in circuits] == ["yes"] * 5, [(c.criteria(), c.intervals) for c in circuits]
     assert_no_hooks(model)
+
+
+def test_binary_search_pruning_reaches_the_target_like_a_naive_scan(model, pair):
+    """Above max_exact edges the prefix is found by binary search (at most ceil(log2 edges) circuit
+    evaluations); a naive scan over every prefix of the same ranking says the kept prefix reaches the target
+    and the one before it does not, and when the scan crosses the target once the two prefixes are equal."""
+    import math
+
+    circuit = discover_circuit(model, pair, ablation="mean", max_exact=10, target=0.9)
+    n_edges = len(circuit.graph.edges)
+    assert circuit.pruning["search"] == "binary search"
+    assert 0 < circuit.pruning["evaluations"] <= math.ceil(math.log2(n_edges))
+    patcher = EdgePatcher(model, pair, "mean")
+    order = circuit.scores.abs().argsort(descending=True, stable=True)
+    masks = torch.zeros(n_edges + 1, n_edges, dtype=torch.bool)
+    for k in range(n_edges + 1):
+        masks[k, order[:k]] = True
+    values = patcher.evaluate(masks).mean(1)
+    faith = (values - values[0]) / (values[-1] - values[0])
+    k = int(circuit.kept.sum())
+    assert bool(faith[k] >= 0.9) and bool(faith[k - 1] < 0.9)
+    assert circuit.faithfulness == pytest.approx(float(faith[k]), abs=1e-4)
+    crossings = [j for j in range(1, n_edges + 1) if faith[j] >= 0.9 and faith[j - 1] < 0.9]
+    if len(crossings) == 1:
+        assert k == crossings[0]
+    small = discover_circuit(model, pair, ablation="mean")  # 61 edges <= 256: every edge exact, bisection
+    assert small.pruning["search"].startswith("bisection") and bool(small.exact.all())
+    assert_no_hooks(model)

@@ -6,7 +6,7 @@ from helpers import assert_no_hooks
 
 from mechmem.checkpoint import load_checkpoint
 from mechmem.models import build_model
-from mechmem.models.adapter import is_hooked_transformer
+from mechmem.models.adapter import canonical_parameters, is_hooked_transformer
 from mechmem.papers.memorisation.data import generate_facts
 from mechmem.papers.memorisation.models import (
     FactsModelConfig,
@@ -41,8 +41,12 @@ def test_variant_matches_functional_forward(cfg):
     torch.testing.assert_close(model(INPUTS)[:, -1], ref[:, -1], atol=1e-5, rtol=1e-5)
     for name, value in model_params(cfg, model).items():
         torch.testing.assert_close(value, params[name])
-    # Parameters that are not part of the published model stay fixed at zero.
-    for name, p in model.named_parameters():
+    # Parameters that are not part of the published model stay fixed at zero. Canonical names under either
+    # backend (a TransformerLens 4 bridge names its parameters after the native modules), covering every
+    # parameter the optimiser would see.
+    named = canonical_parameters(model)
+    assert {id(p) for p in named.values()} == {id(p) for p in model.parameters()}
+    for name, p in named.items():
         if name not in params:
             assert not p.requires_grad and torch.count_nonzero(p) == 0, name
 

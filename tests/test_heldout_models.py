@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from mechmem.analysis.planted import PlantedLayout, planted_induction_model
-from mechmem.models.adapter import TransformerConfig, build_transformer
+from mechmem.models.adapter import TransformerConfig, build_transformer, canonical_parameters
 from mechmem.report import build_report
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
@@ -96,7 +96,7 @@ def lngelu_planted(d_vocab: int = 16, n_ctx: int = 32, c: float = 10.0) -> torch
     model = build_transformer(cfg, generator=torch.Generator().manual_seed(0))
     eye_v, eye_t = torch.eye(d_vocab), torch.eye(n_ctx)
     with torch.no_grad():
-        for name, param in model.named_parameters():
+        for name, param in canonical_parameters(model).items():  # HookedTransformer's names on either backend
             param.copy_(torch.ones_like(param) if name.split(".")[-1] == "w" else torch.zeros_like(param))
         model.embed.W_E[:, lay.tok] = eye_v
         model.pos_embed.W_pos[:, lay.pos] = eye_t

@@ -6,7 +6,7 @@ import torch
 from helpers import assert_no_hooks
 
 from mechmem.analysis.neurons import ablate_neurons, neuron_direct_effect, rank_neurons
-from mechmem.models.adapter import TransformerConfig, build_transformer
+from mechmem.models.adapter import TransformerConfig, build_transformer, canonical_parameters
 
 
 def make_model(norm=None, n_layers=1):
@@ -15,7 +15,7 @@ def make_model(norm=None, n_layers=1):
     )
     model = build_transformer(cfg, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():  # non-zero biases, so the test would notice them leaking into the direct effect
-        for name, p in model.named_parameters():
+        for name, p in canonical_parameters(model).items():  # HookedTransformer's names on either backend
             if name.rsplit(".", 1)[-1].startswith("b_"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
     return model.eval()

@@ -192,6 +192,43 @@ def test_patching_section_estimates_large_sweeps_and_says_how_well(written, monk
     assert_no_hooks(model)
 
 
+def test_ablation_section_estimates_many_ablations_and_says_how_well(written, monkeypatch):
+    """Above EXACT_ABLATION_VARIANTS the ablation section's ablations are attribution estimates with a sample
+    re-computed exactly, their agreement stored and printed; the sampled ablations keep the exact section's
+    values; an estimate failing the check is replaced by exact ablation; below, every ablation is exact."""
+    import torch
+
+    from mechmem.analysis import ablation, attribution
+    from mechmem.report import head_roles, sections
+
+    model, _, _ = written
+    task = RepeatsTask(RepeatsConfig.for_model(model))
+    ctx = sections.ReportContext(model, task, 32, 0, head_roles(model, task, n=32, seed=0))
+    exact = sections.ablation_section(ctx)
+    assert "check" not in exact.findings and "method" not in exact.findings
+    want = {(r["layer"], r["head"], r["component"]): r["metric"] for r in exact.findings["results"]}
+    monkeypatch.setattr(ablation, "EXACT_ABLATION_VARIANTS", 0)
+    runs = {}
+    for trust in (-2.0, 1.5):  # every estimate trusted; none
+        monkeypatch.setitem(attribution.TRUST, "pearson", trust)
+        with torch.no_grad():  # as build_report runs its sections
+            runs[trust] = sections.ablation_section(ctx)
+    for found in runs.values():
+        check = found.findings["check"]
+        assert check["cells"] == min(ablation.CHECK_VARIANTS, ablation.n_variants(model))
+        assert any("Pearson" in line and f"on {check['cells']} sampled" in line for line in found.lines)
+    assert runs[1.5].findings["method"].startswith("exact (fallback")
+    names = set(runs[-2.0].findings["exact_variants"])
+    assert len(names) == runs[-2.0].findings["check"]["cells"]
+    for trust, found in runs.items():
+        for r in found.findings["results"]:
+            name = f"L{r['layer']}" + (f"H{r['head']}" if r["head"] is not None else f" {r['component']}")
+            if trust == 1.5 or name in names:
+                got, expected = r["metric"], want[(r["layer"], r["head"], r["component"])]
+                assert got == pytest.approx(expected, abs=1e-5), (trust, name)
+    assert_no_hooks(model)
+
+
 def test_the_large_grid_spans_layers_width_heads_and_context():
     bench = load_benchmark()
     sizes = [bench.parse_size(s, 4, 64) for s in bench.GRIDS["large"]]

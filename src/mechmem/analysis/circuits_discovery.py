@@ -7,13 +7,15 @@ it.
 
 Scores (`mechmem.analysis.circuits`, run by the intervention engine): exact path patching of every edge, or,
 on graphs with more than `max_exact` edges, edge attribution patching (EAP, `edge_attribution`) of every edge
-followed by exact path patching of the `max_exact` edges EAP ranks highest plus `CHECK_EDGES` others drawn
-with a fixed seed (the rest keep their EAP estimate). The estimate flags itself: its agreement with the exact
+followed by exact path patching of a fixed number of edges whatever the graph's size: the `RESCORE_EDGES`
+(at most `max_exact`) EAP ranks highest plus `CHECK_EDGES` others drawn with a fixed seed (the rest keep their
+EAP estimate). The estimate flags itself: its agreement with the exact
 scores on those edges is stored in `Circuit.attribution_check` (`attribution.judge`, rule
 `attribution.TRUST`); when it fails, every edge is scored exactly (up to `max_fallback` edges; beyond, the
 method says the ranking is untrusted). Pruning: edges ranked by |score|; the circuit is the shortest prefix of
-the ranking whose faithfulness reaches `target` (found by a batched bisection over the prefix length, see
-`_prune`), or, with `threshold`, every edge whose |score| is at least threshold x |gap|. Measures, with e =
+the ranking whose faithfulness reaches `target` (found by a batched bisection over the prefix length, or on
+graphs above `max_exact` edges a binary search costing log2(edges) circuit evaluations; see `_prune`), or,
+with `threshold`, every edge whose |score| is at least threshold x |gap|. Measures, with e =
 every edge ablated and gap = m(full) - m(e):
     faithfulness = (m(circuit) - m(e)) / gap        the circuit alone, every other edge ablated
     completeness = (m(full) - m(full minus circuit)) / gap      what ablating only the circuit's edges removes
@@ -57,7 +59,11 @@ CONFIDENCE = {"min_gap": 1.0, "min_faithfulness": 0.8, "max_edge_fraction": 0.5}
 REPEATS_HALF = 16
 """Longest r of the generic repeats pair [r, r] (cost grows with the length; induction needs no more)."""
 CHECK_EDGES = 32
-"""Edges outside EAP's top `max_exact` that are also scored exactly, to measure EAP's agreement."""
+"""Edges outside EAP's top `RESCORE_EDGES` that are also scored exactly, to measure EAP's agreement."""
+RESCORE_EDGES = 32
+"""On graphs above `max_exact` edges: the edges EAP ranks highest that are re-scored exactly (at most
+`max_exact`). A fixed number, so the exact work grows with the layers (each edge one pass), not with the edges
+(layers^2). Fixed before any measurement (docs/report.md, "Rules written before the run")."""
 EDGE_STEPS = 4
 """Default of `edge_attribution(steps=...)`: EAP-IG with 4 steps. Measured (docs/circuits.md, "First order or
 integrated gradients"): against exact path patching of every edge, Pearson 0.64 -> 0.81 on the planted model
@@ -94,6 +100,8 @@ class Circuit:
     """Agreement of the EAP estimate with the exact scores where both exist (`attribution.judge`)."""
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     """95% bootstrap intervals over prompts of "gap", "faithfulness", "completeness" (`circuit_intervals`)."""
+    pruning: dict[str, Any] = field(default_factory=dict)
+    """How the kept prefix was searched ("search") and the circuit evaluations it took ("evaluations")."""
 
     def __post_init__(self) -> None:
         n = len(self.graph.edges)
@@ -180,6 +188,7 @@ class Circuit:
             "confidence_rule": CONFIDENCE,
             "timings_s": self.timings,
             "attribution_check": self.attribution_check,
+            "pruning": self.pruning,
         }
 
 
@@ -215,15 +224,17 @@ def _prune(
     full: float,
     empty: float,
     per_round: int = 8,
-) -> Tensor:
-    """The kept edges: by threshold on |score| / |gap|, else the shortest |score| prefix reaching `target`.
+) -> tuple[Tensor, int]:
+    """The kept edges and the circuit evaluations it took: by threshold on |score| / |gap|, else the shortest
+    |score| prefix reaching `target`.
 
     The prefix is found by a batched bisection: each round evaluates `per_round` sizes spread over the bracket
-    (one engine call) and keeps the sub-bracket where faithfulness first reaches the target. It returns the
-    shortest prefix when faithfulness grows with the prefix, else a prefix k reaching it with k - 1 not.
+    (one engine call) and keeps the sub-bracket where faithfulness first reaches the target; per_round = 1 is
+    a binary search (ceil(log2 edges) evaluations). It returns the shortest prefix when faithfulness grows
+    with the prefix, else a prefix k reaching it with k - 1 not.
     """
     if threshold is not None:
-        return scores.abs() >= threshold * abs(full - empty)
+        return scores.abs() >= threshold * abs(full - empty), 0
     order = scores.abs().argsort(descending=True, stable=True)
 
     def mask(k: int) -> Tensor:
@@ -232,6 +243,7 @@ def _prune(
         return out
 
     lo, hi = 0, len(order)  # faithfulness(0) = 0 < target <= 1 = faithfulness(all edges)
+    evaluations = 0
     while hi - lo > 1:
         sizes = sorted(
             {lo + max(1, (hi - lo) * i // (per_round + 1)) for i in range(1, per_round + 1)} - {hi}
@@ -239,10 +251,11 @@ def _prune(
         faith = (patcher.evaluate(torch.stack([mask(k) for k in sizes])).mean(1) - empty) / (
             (full - empty) or math.nan
         )
+        evaluations += len(sizes)
         reached = [k for k, f in zip(sizes, faith.tolist()) if f >= target]
         hi = reached[0] if reached else hi
         lo = max([k for k in sizes if k < hi], default=lo)
-    return mask(hi)
+    return mask(hi), evaluations
 
 
 def edge_attribution(patcher: EdgePatcher, steps: int = EDGE_STEPS) -> Float[Tensor, " edge"]:
@@ -278,11 +291,12 @@ def score_edges(
     *,
     steps: int = EDGE_STEPS,
     max_fallback: int | None = None,
+    rescore: int = RESCORE_EDGES,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, dict[str, float], dict[str, Any] | None, str]:
     """(scores, stderr, exact, EAP or None, timings, agreement check, method in words): exact path patching of
-    every edge, or of the `max_exact` edges EAP ranks highest and `CHECK_EDGES` others when there are more
-    (the rest keep their EAP estimate); every edge exactly when EAP fails its agreement check (up to
-    `max_fallback`, default 4 x max_exact)."""
+    every edge, or, when there are more than `max_exact`, of the min(rescore, max_exact) edges EAP ranks
+    highest and `CHECK_EDGES` others (the rest keep their EAP estimate); every edge exactly when EAP fails its
+    agreement check (up to `max_fallback`, default 4 x max_exact)."""
     edges, start = patcher.graph.edges, time.perf_counter()
     n_edges, attribution, check = len(edges), None, None
     max_fallback = 4 * max_exact if max_fallback is None else max_fallback
@@ -294,9 +308,10 @@ def score_edges(
     method = "exact path patching of every edge"
     if n_edges > max_exact:
         order = attribution.abs().argsort(descending=True, stable=True)
-        rest = order[max_exact:]
+        top = min(rescore, max_exact)
+        rest = order[top:]
         drawn = rest[torch.randperm(len(rest), generator=torch.Generator().manual_seed(0))[:CHECK_EDGES]]
-        chosen = torch.cat([order[:max_exact], drawn]).sort().values
+        chosen = torch.cat([order[:top], drawn]).sort().values
     per_prompt = patcher.exact([edges[i] for i in chosen.tolist()])
     if attribution is not None:
         check = judge(attribution[chosen], per_prompt.mean(1)) | {"estimate": estimate}
@@ -338,7 +353,8 @@ def discover_circuit(
     memory_mb: float = 256.0,
     steps: int = EDGE_STEPS,
 ) -> Circuit:
-    """Score every edge (exact, or EAP then exact on the top `max_exact`), prune, and measure the circuit.
+    """Score every edge (exact, or above `max_exact` edges EAP then exact on a fixed sample), prune, and
+    measure the circuit.
 
     Args:
         ablation: "corrupted", "mean" or "zero" (`mechmem.analysis.circuits`); reference: mean-ablation
@@ -346,6 +362,9 @@ def discover_circuit(
         threshold: keep every edge with |score| >= threshold x |m(full) - m(every edge ablated)| instead.
         with_attribution: also compute EAP when every edge is scored exactly (for the agreement).
         steps: 0 for EAP, k for EAP-IG with k interpolation steps (`edge_attribution`).
+        max_exact: graphs with more edges are scored by EAP with `RESCORE_EDGES` + `CHECK_EDGES` edges exact
+            and pruned by binary search (`_prune` with one evaluation per round); smaller ones exactly, pruned
+            by the 8-per-round bisection.
     """
     start = time.perf_counter()
     patcher = EdgePatcher(model, pair, ablation, reference=reference, memory_mb=memory_mb)
@@ -357,12 +376,15 @@ def discover_circuit(
     every = torch.ones(n_edges, dtype=torch.bool)
     ends = patcher.evaluate(torch.stack([every, ~every]))
     full, empty = ends.mean(1).tolist()
-    kept = _prune(patcher, scores, target, threshold, full, empty)
+    per_round = 1 if n_edges > max_exact else 8
+    kept, evaluations = _prune(patcher, scores, target, threshold, full, empty, per_round)
     parts = patcher.evaluate(torch.stack([kept, ~kept]))
     circuit_value, complement = parts.mean(1).tolist()
     intervals = circuit_intervals(ends[0], ends[1], parts[0], parts[1])
     end = time.perf_counter()
     timings |= {"setup": setup - start, "prune": end - scored, "total": end - start}
+    search = "binary search" if per_round == 1 else f"bisection, {per_round} sizes per round"
+    pruning = {"search": search if threshold is None else "threshold", "evaluations": evaluations}
     return Circuit(
         patcher.graph,
         scores,
@@ -379,6 +401,7 @@ def discover_circuit(
         timings=timings,
         attribution_check=check,
         intervals=intervals,
+        pruning=pruning,
     )
 
 
@@ -407,6 +430,7 @@ __all__ = [
     "CHECK_EDGES",
     "CONFIDENCE",
     "EDGE_STEPS",
+    "RESCORE_EDGES",
     "Circuit",
     "attribution_agreement",
     "circuit_pair",

@@ -288,9 +288,11 @@ def initialise(model: nn.Module, config: TransformerConfig, generator: torch.Gen
 def canonical_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     """Canonical weight name -> the parameter that holds it (on the bridge, the module weight it lives in).
 
-    A model that is not a TransformerLens 4 bridge gives its `named_parameters()`.
+    A model that is not a TransformerLens 4 bridge around TransformerLens's native model (a HookedTransformer,
+    a paper's own module, a bridge around a Hugging Face model) gives its `named_parameters()`: the canonical
+    layout maps the native model's weights only.
     """
-    if not is_bridge(model):
+    if not _is_native_bridge(model):
         return dict(model.named_parameters())
     config = _config_of(model)
     bridge_params = dict(model.state_dict(keep_vars=True))
@@ -385,6 +387,12 @@ def is_bridge(model: Any) -> bool:
     return BACKEND == "bridge" and isinstance(model, TransformerBridge)
 
 
+def _is_native_bridge(model: Any) -> bool:
+    """True for a TransformerLens 4 bridge around TransformerLens's native model (what `build_transformer` and
+    `raw_hooked_transformer` make), False for one around a Hugging Face model (`load_pretrained`)."""
+    return is_bridge(model) and isinstance(getattr(model, "original_model", None), NativeModel)
+
+
 def is_hooked_transformer(model: Any) -> bool:
     """True for a TransformerLens transformer (a `HookedTransformer`, or under TransformerLens 4 a
     `TransformerBridge`): hook names, weight views and `cfg` as the analyses expect them."""
@@ -427,11 +435,32 @@ def last_start_layer(model: Any) -> int | None:
 
 
 def attention_scale(model: Any, layer: int) -> float:
-    """What block `layer` divides its attention scores by (1.0 when unscaled), under either backend."""
+    """What block `layer` divides its attention scores by (1.0 when unscaled), under either backend.
+
+    HookedTransformer and TransformerLens 4's native attention hold the divisor (`attn_scale`, `scale`). A
+    bridge around a Hugging Face model holds the Hugging Face attention, which keeps the reciprocal as
+    `scaling`: head_dim ** -0.5 unless the model sets its own (TransformerLens 4.3 reads it for Llama-style
+    attention and recomputes head_dim ** -0.5 for GPT-2 and GPT-NeoX). Without one, the divisor is the cfg's
+    (attn_scale, sqrt(d_head) by default, 1 when use_attn_scale is off). GPT-2's
+    scale_attn_by_inverse_layer_idx divides once more by layer + 1.
+    """
     attn = model.blocks[layer].attn
-    if is_bridge(model):
-        return float(attn.original_component.scale)
-    return float(attn.attn_scale)
+    if not is_bridge(model):
+        return float(attn.attn_scale)
+    inner = attn.original_component
+    if _is_native_bridge(model):
+        return float(inner.scale)
+    cfg = model.cfg
+    scaling = getattr(inner, "scaling", None)
+    if scaling is not None:
+        scale = 1.0 / float(scaling)
+    elif not cfg.use_attn_scale:
+        scale = 1.0
+    else:
+        scale = float(cfg.attn_scale) if float(cfg.attn_scale) > 0 else math.sqrt(cfg.d_head)
+    if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
+        scale *= layer + 1
+    return scale
 
 
 def split_qkv_unsupported(model: Any) -> str | None:

@@ -23,9 +23,16 @@ gives the right value). `ResidMidBlockBridge` gives the block its own hook point
 between attention and MLP, fired by `MidHookedNativeBlock`'s forward (TransformerLens's native block forward
 with that one hook added), as HookedTransformer's `hook_resid_mid` is.
 
+A copy made with `copy.deepcopy` is a model of its own: TransformerLens 4's blocks capture the residual stream
+for the per-head forks (and feed `hook_mlp_in`) through forward pre-hooks that hold weak proxies of the
+block's own attention and hook, and a deep copy keeps those hooks as they are, so the copy's forks would read
+the normalised input instead (other numbers than HookedTransformer's for edge patching) and raise
+ReferenceError once the original is gone. `NativeHookBridge.__deepcopy__` wires the copy's hooks anew.
+
 Imported by `mechmem.models.adapter` under TransformerLens 4 only.
 """
 
+import copy
 import math
 from typing import Any
 
@@ -161,6 +168,16 @@ class NativeHookBridge(TransformerBridge):
             raise ValueError(f"{flag} and {exclusive} are mutually exclusive; set {exclusive} off first")
         self.cfg._set_bridge_managed_hook_flag(flag, value)
         self._propagate_attention_flag(flag, value)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "NativeHookBridge":
+        """A deep copy whose blocks capture their own residual stream (module docstring)."""
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        copied.__setstate__(copy.deepcopy(self.__dict__, memo))
+        for block in copied.blocks:
+            block._teardown_capture_hooks()  # the copied hooks write to the original's attention
+            block._maybe_wire_capture_hooks()
+        return attach(copied)
 
 
 class ResidMidBlockBridge(BlockBridge):

@@ -131,6 +131,9 @@ def summary_lines(circuit: Circuit, source: str) -> list[str]:
         how = f"every edge with |score| >= {circuit.threshold} x |gap|"
     else:
         how = f"shortest |score| prefix with faithfulness >= {circuit.target}"
+        if circuit.pruning:
+            search = circuit.pruning
+            how += f", {search['search']}: {search['evaluations']} circuit evaluations"
 
     def interval(name: str) -> str:
         return f" [{ci[name][0]:.3f}, {ci[name][1]:.3f}]" if name in ci else ""

@@ -295,15 +295,21 @@ def ablation_section(ctx: ReportContext) -> Section:
         return s
     tokens, metric, desc = ablation.task_metric(ctx.task, "loss", ctx.n_samples, generator=ctx.generator(6))
     reference = ctx.task.eval_batch(ctx.n_samples, generator=ctx.generator(7)).tokens
-    result = ablation.ablate_heads(
-        ctx.model,
-        tokens.to(ctx.device),
-        metric,
-        methods=("mean",),
-        reference=reference.to(ctx.device),
-        metric_name=desc,
-    )
+    args = (ctx.model, tokens.to(ctx.device), metric)
+    kwargs = {"reference": reference.to(ctx.device), "metric_name": desc}
+    if ablation.n_variants(ctx.model) > ablation.EXACT_ABLATION_VARIANTS:
+        result = ablation.attribute_ablation(*args, method="mean", **kwargs)
+    else:
+        result = ablation.ablate_heads(*args, methods=("mean",), **kwargs)
     s.findings = result.to_dict()
+    if "check" in result.info:
+        c = result.info["check"]
+        s.lines.append(
+            f"{result.info['method']} (above {ablation.EXACT_ABLATION_VARIANTS} ablations); estimate vs "
+            f"exact on {c['cells']} sampled ablations: Pearson {c['pearson']:.2f}, Spearman "
+            f"{c['spearman']:.2f}, top-{c['k']} overlap {c['top_k']:.2f} (trusted at Pearson >= "
+            f"{c['threshold']})."
+        )
     rows = [
         [
             (
