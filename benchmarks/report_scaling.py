@@ -2,6 +2,7 @@
 fitted growth law in the number of layers.
 
     python benchmarks/report_scaling.py                                   # the issue's grid (tens of minutes)
+    python benchmarks/report_scaling.py --grid large --skip-circuit --progress   # layers 1-12, d_model 64-768
     python benchmarks/report_scaling.py --sizes 1x64 2x64 --n-samples 64 --role-samples 128   # about a minute
     python benchmarks/report_scaling.py --sizes 12x768x12 --device cuda --out docs/report_scaling_gpu.json
 
@@ -11,7 +12,8 @@ vocabulary --d-vocab, context T (default --n-ctx), on the generic "repeats" task
 in this one process, it runs `build_report` at the given settings (its `cost` gives every section's wall time
 and memory) and the circuit analysis of analyses/circuit.py (`circuit_pair` + `discover_circuit` with mean
 ablation, then the head roles on --circuit-role-samples sequences), and prints one row per size: the time of
-each report section, the report's total, the circuit analysis's total, and the process's peak memory. Sizes
+each report section, the report's total, the circuit analysis's total, and the process's peak memory, then a
+second table of how much each report step raised the peak memory (`rss_rise_mb`). Sizes
 run from the smallest (fewest parameters) up, so the peak-memory column is the peak reached by that size or an
 earlier one (ru_maxrss only grows; see `mechmem.report.MEMORY_NOTE`).
 
@@ -25,7 +27,8 @@ and the table gives both totals and the ratio of the CPU times (the steadier mea
 
 The growth law: for every d_model with at least two layer counts, the report's total wall time, and
 separately its CPU time, is fitted as a * L^k by least squares on log time against log L (in-process times
-carry no start-up; --startup S subtracts a further fixed S seconds from the wall time first). Times are
+carry no start-up; --startup S subtracts a further fixed S seconds from the wall time first); the same over
+d_model (a * d^k, at fixed layers, heads and context) and over the context (a * T^k). Times are
 single runs on --threads torch threads: a loaded machine shows in the wall times much more than in the CPU
 times (`mechmem.report.ReportCost`). Writes the rows, the fits and the settings to --out (JSON).
 """
@@ -53,6 +56,19 @@ from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
 DEFAULT_SIZES = ("1x64", "2x64", "4x64", "8x64", "2x256", "4x256")
 """The grid of issue 26's table: layers 1, 2, 4, 8 at d_model 64 and layers 2, 4 at d_model 256 (4 heads)."""
+GRIDS = {
+    "issue": DEFAULT_SIZES,
+    "large": (
+        *("1x64", "2x64", "4x64", "8x64", "12x64"),  # layers 1-12
+        *("4x128", "4x256", "4x384x6", "4x768x12"),  # d_model 64-768 at 4 layers
+        *("4x256x8", "4x384x12"),  # heads 4-12 at fixed width
+        *("2x64@32", "2x64@128"),  # sequence length 32-128
+        *("8x256", "12x384x6", "12x768x12"),  # up to a GPT-2-small-sized model
+    ),
+}
+"""Named grids (--grid): issue 26's table, and one over layers 1-12, d_model 64-768, heads 4-12 and sequence
+length 32-128 that ends at 12 layers, d_model 768, 12 heads (hours on one CPU core at the report's
+defaults)."""
 
 
 def parse_size(text: str, heads: int, n_ctx: int) -> dict[str, int]:
@@ -136,26 +152,32 @@ def run_size(size: dict[str, int], args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def fit_growth(rows: list[dict[str, Any]], startup: float, measure: str = "seconds") -> list[dict[str, Any]]:
-    """Per (d_model, heads, n_ctx) with two or more layer counts: the report's `measure` ("seconds" or
-    "cpu_seconds") minus `startup` ~ a * L^k, fitted by least squares on the logarithms."""
-    groups: dict[tuple[int, int, int], list[tuple[int, float]]] = {}
+def fit_growth(
+    rows: list[dict[str, Any]], startup: float, measure: str = "seconds", over: str = "layers"
+) -> list[dict[str, Any]]:
+    """Per group of sizes that differ only in `over` ("layers", "d_model" or "n_ctx"), with two or more values
+    of it: the report's `measure` ("seconds" or "cpu_seconds", or a step's, "steps.NAME.seconds") minus
+    `startup` ~ a * x^k, fitted by least squares on the logarithms. Each fit names the sizes it holds fixed
+    and lists the values of `over` under that name."""
+    fixed = [k for k in ("layers", "d_model", "heads", "n_ctx") if k != over]
+    groups: dict[tuple[int, ...], list[tuple[int, float]]] = {}
     for r in rows:
-        key = (r["d_model"], r["heads"], r["n_ctx"])
-        groups.setdefault(key, []).append((r["layers"], r["report"][measure] - startup))
+        value: Any = r["report"]
+        for part in measure.split("."):
+            value = value.get(part, math.nan) if isinstance(value, dict) else math.nan
+        groups.setdefault(tuple(r[k] for k in fixed), []).append((r[over], value - startup))
     fits = []
-    for (d_model, heads, n_ctx), points in groups.items():
-        points = [(L, t) for L, t in points if t > 0]
-        if len({L for L, _ in points}) < 2:
+    for key, points in groups.items():
+        points = [(x, t) for x, t in points if t > 0]
+        if len({x for x, _ in points}) < 2:
             continue
-        k, log_a = np.polyfit([math.log(L) for L, _ in points], [math.log(t) for _, t in points], 1)
+        k, log_a = np.polyfit([math.log(x) for x, _ in points], [math.log(t) for _, t in points], 1)
         fits.append(
             {
                 "measure": measure,
-                "d_model": d_model,
-                "heads": heads,
-                "n_ctx": n_ctx,
-                "layers": [L for L, _ in points],
+                "over": over,
+                **dict(zip(fixed, key)),
+                over: [x for x, _ in points],
                 "k": float(k),
                 "a": float(math.exp(log_a)),
             }
@@ -173,6 +195,7 @@ def start_baseline(args: argparse.Namespace, sizes: list[str], out: Path) -> sub
         command += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     command += ["--circuit-role-samples", str(args.circuit_role_samples), "--threads", str(args.threads)]
     command += ["--device", args.device, "--seed", str(args.seed)]
+    command += ["--skip-circuit"] if args.skip_circuit else []
     env = {**os.environ, "PYTHONPATH": str(args.baseline.resolve() / "src")}
     return subprocess.Popen(command, env=env, cwd=args.baseline, stdout=subprocess.DEVNULL)
 
@@ -222,11 +245,23 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], list[str]]:
     return out, headers
 
 
+def memory_table(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], list[str]]:
+    """One row per size: how much each report step raised the process's peak resident memory (MB), and the
+    peak after the report (ru_maxrss only grows: a step below an earlier peak shows 0)."""
+    steps = list(dict.fromkeys(k for r in rows for k in r["report"]["steps"]))
+    out = []
+    for r in rows:
+        step = r["report"]["steps"]
+        rise = [step[k].get("rss_rise_mb", math.nan) if k in step else math.nan for k in steps]
+        peak = max((v.get("peak_rss_mb", 0.0) for v in step.values()), default=math.nan)
+        out.append([r["layers"], r["d_model"], r["heads"], r["n_ctx"], *rise, peak])
+    return out, ["L", "d", "H", "T", *(f"{k} +MB" for k in steps), "report peak MB"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--sizes", nargs="+", default=list(DEFAULT_SIZES), help="LAYERSxD_MODEL[xHEADS][@N_CTX]"
-    )
+    parser.add_argument("--sizes", nargs="+", help="LAYERSxD_MODEL[xHEADS][@N_CTX] (default: --grid's)")
+    parser.add_argument("--grid", choices=sorted(GRIDS), default="issue", help="a named grid of sizes")
     parser.add_argument("--heads", type=int, default=4, help="heads where a size does not give them")
     parser.add_argument(
         "--n-ctx", type=int, default=64, help="context (sequence length) where a size has none"
@@ -267,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("report_scaling.json"), help="JSON written here")
     try:
         args = parser.parse_args(argv)
+        args.sizes = args.sizes or list(GRIDS[args.grid])
         sizes = [parse_size(s, args.heads, args.n_ctx) for s in args.sizes]
     except argparse.ArgumentTypeError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -301,12 +337,18 @@ def main(argv: list[str] | None = None) -> int:
         old = json.loads(before.read_text())
         attach_baseline(rows, old)
         before_fits = old["fits"]
-    fits = fit_growth(rows, args.startup) + fit_growth(rows, 0.0, "cpu_seconds")
+    fits = []
+    for over in ("layers", "d_model", "n_ctx"):
+        fits += fit_growth(rows, args.startup, over=over) + fit_growth(rows, 0.0, "cpu_seconds", over=over)
     cells, headers = table(rows)
     print(format_table(cells, headers, floatfmt=".1f"))
+    cells, headers = memory_table(rows)
+    print(format_table(cells, headers, floatfmt=".0f"))
+    symbol = {"layers": "L", "d_model": "d", "n_ctx": "T"}
     for f in fits:
-        print(f"d_model {f['d_model']}, {f['heads']} heads, n_ctx {f['n_ctx']}: report {f['measure']} ~ "
-              f"{f['a']:.2f} x L^{f['k']:.2f} over layers {f['layers']}")  # fmt: skip
+        held = ", ".join(f"{k} {f[k]}" for k in ("layers", "d_model", "heads", "n_ctx") if k != f["over"])
+        print(f"{held}: report {f['measure']} ~ {f['a']:.3g} x {symbol[f['over']]}^{f['k']:.2f} "
+              f"over {f['over']} {f[f['over']]}")  # fmt: skip
     record = {
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "torch": torch.__version__,

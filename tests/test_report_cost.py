@@ -227,3 +227,23 @@ def test_ablation_section_estimates_many_ablations_and_says_how_well(written, mo
                 got, expected = r["metric"], want[(r["layer"], r["head"], r["component"])]
                 assert got == pytest.approx(expected, abs=1e-5), (trust, name)
     assert_no_hooks(model)
+
+
+def test_the_large_grid_spans_layers_width_heads_and_context():
+    bench = load_benchmark()
+    sizes = [bench.parse_size(s, 4, 64) for s in bench.GRIDS["large"]]
+    span = {k: (min(s[k] for s in sizes), max(s[k] for s in sizes)) for k in sizes[0]}
+    assert span == {"layers": (1, 12), "d_model": (64, 768), "heads": (4, 12), "n_ctx": (32, 128)}
+    assert {"layers": 12, "d_model": 768, "heads": 12, "n_ctx": 64} in sizes
+
+
+def test_growth_fit_over_d_model_holds_the_other_sizes_fixed():
+    rows = [
+        {"layers": 4, "d_model": d, "heads": 4, "n_ctx": 64, "report": {"cpu_seconds": 0.5 * d**1.8}}
+        for d in (64, 128, 256)
+    ]
+    rows.append({"layers": 2, "d_model": 64, "heads": 4, "n_ctx": 64, "report": {"cpu_seconds": 1.0}})
+    [fit] = load_benchmark().fit_growth(rows, 0.0, "cpu_seconds", over="d_model")
+    assert (
+        fit["k"] == pytest.approx(1.8, abs=1e-6) and fit["layers"] == 4 and fit["d_model"] == [64, 128, 256]
+    )

@@ -79,6 +79,8 @@ class Attributor:
             (the gradient averaged over k runs whose token embedding lies (i + 1/2) / k of the way from the
             patched run's to the source run's, i = 0..k-1).
         memory_mb: budget for the stacked patterns of the exact query/key recomputation.
+        stages: the stages whose activations and gradients are kept (default: all; sweeps may read only
+            these, and the query/key fix reads resid_pre and pattern).
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class Attributor:
         qk_exact: bool = True,
         steps: int = DEFAULT_STEPS,
         memory_mb: float = 256.0,
+        stages: Any = None,
     ) -> None:
         if clean.shape != corrupted.shape:
             raise MechmemError("clean and corrupted inputs must have the same shape")
@@ -109,6 +112,7 @@ class Attributor:
         self.attn_only = bool(model.cfg.attn_only)
         self._runs: dict[Any, tuple[dict[str, list[Tensor]], dict[str, list[Tensor]], float]] = {}
         self._exact: Patcher | None = None
+        self.stages = None if stages is None else tuple(stages)
 
     @property
     def method(self) -> str:
@@ -130,14 +134,14 @@ class Attributor:
         if key in self._runs:
             return self._runs[key]
         if toward is None:
-            value, acts, grads = self.engine.gradients(self.tokens[name])
+            value, acts, grads = self.engine.gradients(self.tokens[name], stages=self.stages)
         else:
             acts, _, value = self.run(name)
             start, end = (self.model.embed(self.tokens[n]).detach() for n in (name, toward))
             grads = {s: [] for s in STAGES}
             for i in range(self.steps):
                 mixed = start + (i + 0.5) / self.steps * (end - start)
-                step = self.engine.gradients(self.tokens[name], embed=mixed)[2]
+                step = self.engine.gradients(self.tokens[name], embed=mixed, stages=self.stages)[2]
                 for s in STAGES:
                     for layer, g in enumerate(step[s]):
                         if i == 0:
@@ -262,7 +266,12 @@ def attribute_sweeps(
     With `fallback`, a sweep whose sampled agreement fails `TRUST` is replaced by exact patching (its `method`
     and `check` say so).
     """
-    att = Attributor(model, pair.clean, pair.corrupted, metric, pair=pair, qk_exact=qk_exact, steps=steps)
+    # Only the stages these sweeps and the query/key fix read are kept (activations and gradients of both
+    # runs: every stage of a 12-layer d_model 768 model at 512 pairs would be about 34 GB).
+    stages = {resolve_sweep(name, direction, model)[0].stage for name in sweeps} | {"resid_pre", "pattern"}
+    att = Attributor(
+        model, pair.clean, pair.corrupted, metric, pair=pair, qk_exact=qk_exact, steps=steps, stages=stages
+    )
     out = {}
     for name in sweeps:
         result = att.sweep(name, direction)

@@ -27,7 +27,9 @@ It equals one `run_with_hooks` per variant (`naive_intervene`, the reference it 
             run is cached once, each variant's new activation is stacked along a patch axis and the pass
             resumes there, only up to the last position the metric reads; variants that change nothing the
             metric reads are not run. The metric is put in batched form (`patching_metric.callable_metric`)
-            for this.
+            for this. Where the cached run of all sequences would exceed `cache_mb` (default `CACHE_MB`),
+            the sequences are replayed in chunks of rows and the metric is computed once on the patched
+            logits of all of them (same numbers; tests/test_interventions_chunked.py).
     hooks   everything else, and every variant on a model the replay cannot run (shortformer positions, QK
             norms, soft caps and other settings `patching_replay` names, a TransformerLens 4 bridge with
             rotary positions or grouped-query attention, other `HookedRootModule`s): variants stacked along
@@ -87,6 +89,9 @@ from mechmem.models.adapter import is_hooked_transformer, last_start_layer
 
 Megabytes = int | float
 """A memory budget in MiB (an int or a float: the runtime type checks tell them apart)."""
+CACHE_MB = 1024.0
+"""Default budget in MiB for the replay's cached run (`Engine.cache_mb`): above it, the sequences are replayed
+in chunks of rows."""
 Metric = Callable[[Tensor], Any] | PatchingMetric
 """logits [batch pos d_vocab] -> a tensor (a scalar or one value per sequence), or it in batched form."""
 
@@ -333,12 +338,21 @@ class Engine:
             it.
         readout: positions the metric reads (see `callable_metric`); None: found by a dependency check.
         memory_mb: budget for the activations of one batched pass; variants are chunked to fit.
+        cache_mb: budget for the cached run the replay resumes from (every stage of every layer); above it
+            the sequences are replayed in chunks of rows (`row_chunks`), the same numbers.
     """
 
     def __init__(
-        self, model: torch.nn.Module, metric: Any, *, readout: Any = None, memory_mb: Megabytes = 256.0
+        self,
+        model: torch.nn.Module,
+        metric: Any,
+        *,
+        readout: Any = None,
+        memory_mb: Megabytes = 256.0,
+        cache_mb: Megabytes = CACHE_MB,
     ) -> None:
         self.model, self.metric, self.readout, self.memory_mb = model, metric, readout, memory_mb
+        self.cache_mb = cache_mb
         self.replay = _replay_of(model)
         self.pass_overhead = 256
         """Fixed cost of one replayed pass, in token-layers (see `patching_replay.start_groups`)."""
@@ -356,7 +370,11 @@ class Engine:
         if self._compiled is None:
             tokens = tokens.to(_device(self.model))
             every = torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape[0], -1)
-            probe = self.replay.run(tokens, every).logits if self.replay else self.model(tokens)
+            if self.replay is None:
+                probe = self.model(tokens)
+            else:
+                rows = self.row_chunks(tokens)
+                probe = torch.cat([self.replay.run(tokens[r], every[r]).logits for r in rows])
             self._compiled = callable_metric(self.metric, probe, readout=self.readout)
         return self._compiled
 
@@ -379,6 +397,18 @@ class Engine:
         keys = {stage_of(iv.hook) for iv in variant}
         return keys.pop() if len(keys) == 1 and None not in keys else None
 
+    def row_chunks(self, tokens: Int[Tensor, "batch pos"], factor: int = 1) -> list[slice]:
+        """Slices of the sequences whose cached replayed run (`RunActs`, every stage of every layer, times
+        `factor`) fits in `cache_mb`; one slice when all of them fit."""
+        cfg = self.model.cfg
+        batch, pos = tokens.shape
+        width = cfg.n_heads * cfg.d_head
+        # resid_pre, attn_out, resid_mid, mlp_out, resid_post; z, k, v; the pattern [head q k].
+        floats = cfg.n_layers * pos * (5 * cfg.d_model + 3 * width + cfg.n_heads * pos)
+        itemsize = next(self.model.parameters()).element_size()
+        rows = max(1, int(self.cache_mb * 2**20 // (factor * floats * itemsize)))
+        return [slice(lo, min(lo + rows, batch)) for lo in range(0, batch, rows)]
+
     def _chunk(self, readout: Tensor, keep: int) -> int:
         """Patches per replayed pass within the memory budget."""
         cfg = self.model.cfg
@@ -397,28 +427,137 @@ class Engine:
         results: list,
     ) -> list[int]:
         """Replay `members` (indices into `variants`, at `keys[i]`) into `results`; returns those left to the
-        hooks."""
+        hooks.
+
+        When the cached run of all sequences exceeds `cache_mb` (and no member has an `apply` setter, whose
+        function may read the whole batch), the sequences are replayed in chunks of rows: each chunk's run is
+        cached, its patched logits at the read-out positions are kept, and the metric is computed once on the
+        logits of all sequences, so a metric that averages over the batch gives the unchunked numbers.
+        Variants whose kept logits would exceed `cache_mb` are done in waves, each replaying the chunks again.
+        """
         metric = self.compiled(tokens)
         readout = metric.readout.to(_device(self.model))
         keep = int(readout.max()) + 1
-        full = self.replay_run(tokens)
-        if self._truncated.get(id(full), (None,))[0] is not full:
-            self._truncated[id(full)] = (full, full.truncated(keep))
-        base = self._truncated[id(full)][1]
-        base_value = metric.fn(base.logits[None])[0].clone()
         groups: dict[Any, list[int]] = {}
         for i in members:
             groups.setdefault(keys[i], []).append(i)
-        for i in groups.pop("clean", []):
-            results[i] = base_value
-        values = {}
+        clean = groups.pop("clean", [])
+        rows = self.row_chunks(tokens)
+        if any(iv.setter.kind == "apply" for i in members for iv in variants[i]):
+            rows = [slice(0, len(tokens))]
+        if len(rows) == 1:
+            full = self.replay_run(tokens)
+            if self._truncated.get(id(full), (None,))[0] is not full:
+                self._truncated[id(full)] = (full, full.truncated(keep))
+            base = self._truncated[id(full)][1]
+            base_value = metric.fn(base.logits[None])[0].clone()
+            for i in clean:
+                results[i] = base_value
+            values = self._setter_values(tokens, variants, groups)
+            return self._replay_groups(
+                full, base, readout, keep, groups, variants, values, metric.fn, results
+            )
+        # Chunks of rows: per variant, the logits at the read-out positions of every chunk, then the metric.
+        per_variant = len(tokens) * readout.shape[1] * self.model.cfg.d_vocab_out * 4
+        wave = max(1, int(self.cache_mb * 2**20 // per_variant))
+        todo = [i for g in groups.values() for i in g]
+        values = self._setter_values(tokens, variants, groups, slice(None))  # mean, resample
+        left: set[int] = set()
+        for lo in range(0, max(len(todo), 1), wave):
+            part = set(todo[lo : lo + wave])
+            wave_groups = {k: [i for i in g if i in part] for k, g in groups.items()}
+            wave_groups = {k: g for k, g in wave_groups.items() if g}
+            logits: dict[Any, list[Tensor]] = {i: [] for i in part}
+            logits["clean"] = []
+            for r in rows:
+                x = tokens[r].to(readout.device)
+                full = self.replay.run(x, readout[r])
+                base = full.truncated(keep)
+                logits["clean"].append(base.logits)
+                chunk_values = {k: v[r] if v.shape[0] == len(tokens) else v for k, v in values.items()}
+                chunk_values |= self._setter_values(tokens, variants, wave_groups, r, row_wise=True)
+                out: list = [None] * len(variants)
+                left |= set(
+                    self._replay_groups(
+                        full, base, readout[r], keep, wave_groups, variants, chunk_values, _identity, out
+                    )
+                )
+                for i in part:
+                    logits[i].append(out[i])
+                del full, base, out, chunk_values  # before the next chunk's run: one chunk at a time
+            for i in part - left:
+                results[i] = metric.fn(torch.cat(logits[i], dim=-3)[None])[0]
+            if lo == 0:
+                base_value = metric.fn(torch.cat(logits["clean"], dim=-3)[None])[0]
+                for i in clean:
+                    results[i] = base_value
+        return sorted(left)
+
+    def _setter_values(
+        self,
+        tokens: Tensor,
+        variants: list[list[Intervention]],
+        groups: dict[Any, list[int]],
+        rows: slice | None = None,
+        row_wise: bool = False,
+    ) -> dict[tuple[int, str], Tensor]:
+        """Setter values ((id(setter), hook) -> [batch or 1, *act]) of the variants in `groups`, from the
+        replayed runs on each setter's tokens.
+
+        rows None: every setter, from the cached whole runs. Otherwise only the activations needed are kept,
+        gathered over chunks of rows: with `row_wise`, the `from_run` setters whose values are each
+        sequence's own, for the sequences `rows`; without, the other setters, for all sequences.
+        """
+        needed: dict[int, tuple[Tensor, dict[tuple[int, str], list[Intervention]]]] = {}
         for i in (i for g in groups.values() for i in g):
             for iv in (iv for iv in variants[i] if iv.setter.tokens is not None):
-                if (id(iv.setter), iv.hook) not in values:
-                    layer, stage = stage_of(iv.hook)
-                    ref = self.replay_run(iv.setter.tokens, readout=False).acts[stage][layer]
-                    values[(id(iv.setter), iv.hook)] = iv.setter.source(ref, len(tokens))
+                own_rows = iv.setter.kind == "from_run" and len(iv.setter.tokens) == len(tokens)
+                if rows is not None and row_wise != own_rows:
+                    continue
+                entry = needed.setdefault(id(iv.setter.tokens), (iv.setter.tokens, {}))
+                entry[1].setdefault(stage_of(iv.hook), []).append(iv)
+        values = {}
+        batch = len(tokens) if rows is None or not row_wise else len(tokens[rows])
+        for ref_tokens, by_stage in needed.values():
+            if rows is None:
+                run = self.replay_run(ref_tokens, readout=False)
+                acts = {(l, s): run.acts[s][l] for l, s in by_stage}
+            else:
+                acts = self._gather(ref_tokens[rows] if row_wise else ref_tokens, list(by_stage))
+            for key, ivs in by_stage.items():
+                for iv in ivs:
+                    if (id(iv.setter), iv.hook) not in values:
+                        values[(id(iv.setter), iv.hook)] = iv.setter.source(acts[key], batch)
+        return values
+
+    def _gather(self, tokens: Tensor, keys: list[tuple[int, str]]) -> dict[tuple[int, str], Tensor]:
+        """The activations `keys` ((layer, stage)) of the replayed run on `tokens`, chunk by chunk of rows
+        (only those are kept)."""
+        x = tokens.to(_device(self.model))
+        parts: dict[tuple[int, str], list[Tensor]] = {key: [] for key in keys}
+        for r in self.row_chunks(x):
+            run = self.replay.run(x[r], torch.zeros(len(x[r]), 1, dtype=torch.long, device=x.device))
+            for l, s in keys:
+                parts[(l, s)].append(run.acts[s][l])
+            del run
+        return {key: torch.cat(p) for key, p in parts.items()}
+
+    def _replay_groups(
+        self,
+        full: RunActs,
+        base: RunActs,
+        readout: Tensor,
+        keep: int,
+        groups: dict[Any, list[int]],
+        variants: list[list[Intervention]],
+        values: dict,
+        fn: Callable[[Tensor], Tensor],
+        results: list,
+    ) -> list[int]:
+        """`fn` of the patched logits of every variant in `groups` ({(layer, stage): indices}) resumed from
+        `base` (`full` cut after position `keep` - 1) into `results`; returns those left to the hooks."""
         step, left = self._chunk(readout, keep), []
+        base_value = fn(base.logits[None])[0]
         for (layer, stage), group in groups.items():
             act, hook = full.acts[stage][layer], self.model.hook_dict[STAGE_HOOKS[stage].format(layer)]
             for lo in range(0, len(group), step):
@@ -433,7 +572,7 @@ class Engine:
                 if chunk:
                     new = new if cut else truncate(stage, new, keep)
                     out = self.replay.patched_metric(
-                        layer, stage, new, base, readout, metric.fn, self.pass_overhead, base_value
+                        layer, stage, new, base, readout, fn, self.pass_overhead, base_value
                     )
                     for i, value in zip(chunk, out):
                         results[i] = value
@@ -457,20 +596,56 @@ class Engine:
                 results[i] = value
         return results
 
+    def _chunked_gradients(
+        self, tokens: Tensor, embed: Tensor | None, keys: list[tuple[str, int]], rows: list[slice]
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """`gradients` on the replay, chunk by chunk of rows (see there): (value, activations, gradients)."""
+        metric = self.compiled(tokens)
+        readout = metric.readout.to(tokens.device)
+        part = [None if embed is None else embed[r] for r in rows]
+        with torch.no_grad():
+            runs = (self.replay.run(tokens[r], readout[r], embed=e) for r, e in zip(rows, part))
+            logits = torch.cat([run.logits for run in runs])
+        with torch.enable_grad():
+            leaf = logits.requires_grad_(True)
+            value = metric.fn(leaf[None])[0]
+            if not value.requires_grad:
+                raise MechmemError(f"attribution needs a differentiable metric; {metric.name!r} is not")
+            (at_logits,) = torch.autograd.grad(value, leaf)
+        acts: list[list[Tensor]] = [[] for _ in keys]
+        grads: list[list[Tensor]] = [[] for _ in keys]
+        for r, e in zip(rows, part):
+            run = self.replay.run(tokens[r], readout[r], grad=True, embed=e)
+            chunk = [run.acts[s][l] for s, l in keys]
+            with torch.enable_grad():
+                found = torch.autograd.grad(run.logits, chunk, at_logits[r], materialize_grads=True)
+            for i, (a, g) in enumerate(zip(chunk, found)):
+                acts[i].append(a.detach())
+                grads[i].append(g)
+            del run, chunk
+        return value, [torch.cat(a) for a in acts], [torch.cat(g) for g in grads]
+
     def gradients(
         self,
         tokens: Int[Tensor, "batch pos"],
         embed: Float[Tensor, "batch pos d_model"] | None = None,
+        stages: Sequence[str] | None = None,
     ) -> tuple[float, dict[str, list[Tensor]], dict[str, list[Tensor]]]:
         """The metric (a scalar) on `tokens`, every stage activation and its gradient, `acts[stage][layer]`.
 
         One forward and one backward pass (replay or hooks). `embed` replaces the token embedding
-        (hook_embed), e.g. to interpolate between two inputs for integrated gradients.
+        (hook_embed), e.g. to interpolate between two inputs for integrated gradients. `stages`: only these
+        (default: every stage the model computes; the others come back as empty lists). When the replayed
+        pass with its autograd graph exceeds `cache_mb`, the sequences go through in chunks of rows: one
+        pass without gradients gives the logits of all of them, the metric and its gradient with respect to
+        those logits, then each chunk's forward and backward pass carries that gradient back (the chain
+        rule, so the same gradients; one forward pass more).
         """
         tokens = tokens.to(_device(self.model))
-        stages = model_stages(self.model.cfg)
+        stages = [s for s in model_stages(self.model.cfg) if stages is None or s in stages]
         keys = [(s, l) for s in stages for l in range(self.model.cfg.n_layers)]
-        if self.replay is not None:
+        rows = self.row_chunks(tokens, factor=4) if self.replay is not None else []
+        if self.replay is not None and len(rows) == 1:
             metric = self.compiled(tokens)
             run = self.replay.run(tokens, metric.readout.to(tokens.device), grad=True, embed=embed)
             value = metric.fn(run.logits[None])[0]
@@ -478,6 +653,8 @@ class Engine:
                 raise MechmemError(f"attribution needs a differentiable metric; {metric.name!r} is not")
             acts = [run.acts[s][l] for s, l in keys]
             grads = torch.autograd.grad(value, acts, materialize_grads=True)
+        elif self.replay is not None:
+            value, acts, grads = self._chunked_gradients(tokens, embed, keys, rows)
         else:
             keys = [(s, l) for s, l in keys if STAGE_HOOKS[s].format(l) in self.model.hook_dict]
             names = [STAGE_HOOKS[s].format(l) for s, l in keys]

@@ -195,7 +195,9 @@ class ReportCost:
             step["peak_cuda_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
         key = out.key if isinstance(out, Section) else name
         self.steps[key if key not in self.steps else f"{key}_{len(self.steps)}"] = step
-        self.progress.set_postfix(done=key, took=f"{step['seconds']:.1f}s")
+        self.progress.set_postfix(
+            done=key, took=f"{step['seconds']:.1f}s", peak=f"{step['peak_rss_mb']:.0f}MB"
+        )
         self.progress.update()
         return out
 
