@@ -49,8 +49,9 @@ interventions need not add up. Mean and resample ablation depend on the referenc
 
 The intervention and setter types live in `mechmem.analysis.intervention_spec` (re-exported here).
 
-Long because it is the one intervention engine: both execution strategies (replay and hooks) and the gradient
-pass share the variant batching, the source-run cache and the flag handling.
+Long because it is the one intervention engine: both execution strategies (replay and hooks), the replay over
+chunks of rows within `cache_mb`, and the gradient pass share the variant batching, the source-run cache, the
+setter values and the flag handling; a split would hand the engine's private state across modules.
 """
 
 import contextlib
