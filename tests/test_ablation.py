@@ -158,7 +158,7 @@ def test_attribution_ablation_agrees_with_exact_and_keeps_exact_values():
     """Forced through attribution on a random 3-layer LayerNorm model: the estimates equal gradient x delta
     from a plain autograd run, the re-checked ablations equal the exact path's, and over every ablation the
     estimate agrees with exact ablation at or above the written threshold (attribution.TRUST)."""
-    from mechmem.analysis import ablation
+    from mechmem.analysis import ablation, ablation_attribution
     from mechmem.analysis.attribution import TRUST
 
     model = build_transformer(
@@ -167,9 +167,9 @@ def test_attribution_ablation_agrees_with_exact_and_keeps_exact_values():
     ).eval()
     tokens = torch.randint(6, (16, 9), generator=torch.Generator().manual_seed(5))
     reference = torch.randint(6, (24, 9), generator=torch.Generator().manual_seed(6))
-    assert ablation.n_variants(model) == 18 > ablation.CHECK_VARIANTS
+    assert ablation.n_variants(model) == 18 > ablation_attribution.CHECK_VARIANTS
     exact = ablate_heads(model, tokens, last_logprob, methods=("mean",), reference=reference)
-    result = ablation.attribute_ablation(model, tokens, last_logprob, reference=reference)
+    result = ablation_attribution.attribute_ablation(model, tokens, last_logprob, reference=reference)
     assert result.baseline == pytest.approx(exact.baseline, abs=1e-6)
 
     def flat(r):  # [layer, heads + attn + mlp], the engine's order
@@ -178,7 +178,7 @@ def test_attribution_ablation_agrees_with_exact_and_keeps_exact_values():
     names = ablation.variant_names(model)
     by_layer = [[n for n in names if n.startswith(f"L{layer}")] for layer in range(3)]
     is_exact = torch.tensor([[n in result.info["exact_variants"] for n in row] for row in by_layer])
-    assert int(is_exact.sum()) == ablation.CHECK_VARIANTS
+    assert int(is_exact.sum()) == ablation_attribution.CHECK_VARIANTS
     torch.testing.assert_close(flat(result)[is_exact], flat(exact)[is_exact], atol=1e-5, rtol=0)
     # the others are gradient x (mean - clean), from plain autograd
     values = ablation_values(model, tokens, "mean", reference=reference)
@@ -192,19 +192,23 @@ def test_attribution_ablation_agrees_with_exact_and_keeps_exact_values():
     estimate = torch.stack(expected) + exact.baseline
     torch.testing.assert_close(flat(result)[~is_exact], estimate[~is_exact], atol=1e-5, rtol=1e-4)
     # agreement over every ablation (check = all of them)
-    every = ablation.attribute_ablation(model, tokens, last_logprob, reference=reference, check=100)
+    every = ablation_attribution.attribute_ablation(
+        model, tokens, last_logprob, reference=reference, check=100
+    )
     assert every.info["check"]["cells"] == 18 and every.info["check"]["pearson"] >= TRUST["pearson"]
     torch.testing.assert_close(flat(every), flat(exact), atol=1e-5, rtol=0)
     assert_no_hooks(model)
 
 
 def test_attribution_ablation_falls_back_to_exact_when_the_check_fails(model, tokens, monkeypatch):
-    from mechmem.analysis import ablation, attribution
+    from mechmem.analysis import ablation_attribution, attribution
 
     reference = torch.randint(6, (20, 9), generator=torch.Generator().manual_seed(2))
     exact = ablate_heads(model, tokens, last_logprob, methods=("mean",), reference=reference)
     monkeypatch.setitem(attribution.TRUST, "pearson", 1.5)  # no estimate can pass
-    result = ablation.attribute_ablation(model, tokens, last_logprob, reference=reference, check=4)
+    result = ablation_attribution.attribute_ablation(
+        model, tokens, last_logprob, reference=reference, check=4
+    )
     assert result.info["method"].startswith("exact (fallback") and result.info["check"]["trusted"] is False
     torch.testing.assert_close(result.heads, exact.heads, atol=0, rtol=0)
     torch.testing.assert_close(result.mlp_layers, exact.mlp_layers, atol=0, rtol=0)
@@ -218,7 +222,7 @@ def test_attribution_ablation_on_attention_only_and_hook_strategy_models(kind):
     ablation in the exact sample, the result equals exact ablation and the check covers all of them."""
     from test_interventions import unsupported_model
 
-    from mechmem.analysis import ablation
+    from mechmem.analysis import ablation, ablation_attribution
 
     if kind == "attn_only":
         model = build_transformer(
@@ -229,7 +233,9 @@ def test_attribution_ablation_on_attention_only_and_hook_strategy_models(kind):
     tokens = torch.randint(6, (10, 9), generator=torch.Generator().manual_seed(8))
     reference = torch.randint(6, (14, 9), generator=torch.Generator().manual_seed(9))
     exact = ablate_heads(model, tokens, last_logprob, methods=("mean",), reference=reference)
-    result = ablation.attribute_ablation(model, tokens, last_logprob, reference=reference, check=100)
+    result = ablation_attribution.attribute_ablation(
+        model, tokens, last_logprob, reference=reference, check=100
+    )
     n = ablation.n_variants(model)
     assert result.info["check"]["cells"] == n == len(ablation.variant_names(model))
     assert (result.mlp_layers is None) == (kind == "attn_only")

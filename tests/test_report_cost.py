@@ -198,7 +198,7 @@ def test_ablation_section_estimates_many_ablations_and_says_how_well(written, mo
     values; an estimate failing the check is replaced by exact ablation; below, every ablation is exact."""
     import torch
 
-    from mechmem.analysis import ablation, attribution
+    from mechmem.analysis import ablation, ablation_attribution, attribution
     from mechmem.report import head_roles, sections
 
     model, _, _ = written
@@ -207,7 +207,7 @@ def test_ablation_section_estimates_many_ablations_and_says_how_well(written, mo
     exact = sections.ablation_section(ctx)
     assert "check" not in exact.findings and "method" not in exact.findings
     want = {(r["layer"], r["head"], r["component"]): r["metric"] for r in exact.findings["results"]}
-    monkeypatch.setattr(ablation, "EXACT_ABLATION_VARIANTS", 0)
+    monkeypatch.setattr(ablation_attribution, "EXACT_ABLATION_VARIANTS", 0)
     runs = {}
     for trust in (-2.0, 1.5):  # every estimate trusted; none
         monkeypatch.setitem(attribution.TRUST, "pearson", trust)
@@ -215,7 +215,7 @@ def test_ablation_section_estimates_many_ablations_and_says_how_well(written, mo
             runs[trust] = sections.ablation_section(ctx)
     for found in runs.values():
         check = found.findings["check"]
-        assert check["cells"] == min(ablation.CHECK_VARIANTS, ablation.n_variants(model))
+        assert check["cells"] == min(ablation_attribution.CHECK_VARIANTS, ablation.n_variants(model))
         assert any("Pearson" in line and f"on {check['cells']} sampled" in line for line in found.lines)
     assert runs[1.5].findings["method"].startswith("exact (fallback")
     names = set(runs[-2.0].findings["exact_variants"])

@@ -19,12 +19,7 @@ Every ablation is an intervention of `mechmem.analysis.interventions` (setters z
 the engine stacks them along the batch axis and starts each pass at the ablated layer from the cached clean
 residual stream. `naive_head_ablation` (one run per head) is the reference it is tested against.
 
-On large models the L x (H + 2) variants, each resumed at its layer, cost ~L^2 passes. `attribute_ablation`
-estimates them all from one forward and one backward pass instead (attribution, as `analysis.attribution`
-does for patching: the metric's change ~ (ablated - clean activation) x d metric / d activation), re-computes
-a fixed sample of them exactly, measures the agreement (`attribution.judge`) and falls back to exact ablation
-when it fails. Caveat: first order; an ablation that moves the loss along a curved direction (a saturated
-softmax, a LayerNorm far from linear) is misestimated, which the exact sample is there to catch.
+On large models `analysis.ablation_attribution` estimates every ablation from one gradient pass instead.
 """
 
 from collections.abc import Callable
@@ -36,9 +31,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.analysis.attribution import TRUST, judge, sample_cells
 from mechmem.analysis.interventions import (
-    Engine,
     Intervention,
     Setter,
     apply,
@@ -54,13 +47,6 @@ from mechmem.plotting import plt
 from mechmem.tasks.base import masked_accuracy
 
 METHODS = ABLATION_METHODS
-EXACT_ABLATION_VARIANTS = 32
-"""Above this many variants (`n_variants`: layers x (heads + attention layer + MLP)), the report's ablation
-section estimates them by attribution (`attribute_ablation`); at or below it, every variant is exact. Fixed
-before any measurement (docs/report.md, "Rules written before the run")."""
-CHECK_VARIANTS = 16
-"""Variants `attribute_ablation` re-computes exactly: the half it ranks highest by |delta| and the others
-drawn with seed 0 (`attribution.sample_cells`)."""
 Metric = Callable[[Tensor], Tensor]
 """logits [batch pos d_vocab] -> a scalar tensor."""
 
@@ -293,89 +279,6 @@ def variant_names(model: torch.nn.Module) -> list[str]:
         out += [f"L{layer}H{head}" for head in range(cfg.n_heads)] + [f"L{layer} attn"]
         out += [] if cfg.attn_only else [f"L{layer} mlp"]
     return out
-
-
-def _per_layer(model: torch.nn.Module, flat: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(heads [1 layer head], attn [1 layer], mlp [1 layer] or None) from values in `_layer_variants`
-    order."""
-    cfg = model.cfg
-    per_layer = flat.reshape(1, cfg.n_layers, -1)
-    mlp = None if cfg.attn_only else per_layer[..., cfg.n_heads + 1].float()
-    return per_layer[..., : cfg.n_heads].float(), per_layer[..., cfg.n_heads].float(), mlp
-
-
-def attribute_ablation(
-    model: torch.nn.Module,
-    tokens: Int[Tensor, "batch pos"],
-    metric: Metric,
-    *,
-    method: str = "mean",
-    reference: Int[Tensor, "ref pos"] | None = None,
-    generator: torch.Generator | None = None,
-    metric_name: str = "metric",
-    check: int = CHECK_VARIANTS,
-    fallback: bool = True,
-) -> AblationResult:
-    """`ablate_heads` for one method, estimated by attribution; `check` variants re-computed exactly.
-
-    One forward and one backward pass (`Engine.gradients`) give the metric's gradient at every `hook_z` and
-    `hook_mlp_out`; a variant's estimated change is the sum over its entries of (replacement - clean value) x
-    gradient (an attention layer: the sum of its heads). The `check` variants of `attribution.sample_cells`
-    are then run exactly in one engine call; their exact values replace the estimates, and the agreement of
-    estimated with exact deltas on them (`attribution.judge`, rule `attribution.TRUST`) is stored in
-    `info["check"]`. With `fallback`, an estimate that fails it is replaced by `ablate_heads` (every variant
-    exact; `info["method"]` says so).
-    """
-    cfg = model.cfg
-    reference = _reference(tokens, reference)
-    setter = method_setter(method, reference, generator)
-    values = setter_values(model, tokens, setter, _hooks(model))
-    engine = Engine(model, metric)
-    with torch.enable_grad():  # callers (the report) may run under no_grad
-        value, acts, grads = engine.gradients(tokens)
-    estimate = []
-    for layer in range(cfg.n_layers):
-        z, mlp = _component_hooks(model, layer)
-        heads = ((values[z] - acts["z"][layer]) * grads["z"][layer]).sum((0, 1, 3))
-        estimate += [*heads.tolist(), float(heads.sum())]
-        if mlp:
-            estimate.append(float(((values[mlp] - acts["mlp_out"][layer]) * grads["mlp_out"][layer]).sum()))
-    effects = torch.tensor(estimate, dtype=torch.float64)
-    chosen = sample_cells(effects, check).tolist()
-    variants = [
-        v for layer in range(cfg.n_layers) for v in _layer_variants(model, layer, lambda h, i: setter)
-    ]
-    exact = torch.stack(engine.run(tokens, [[]] + [variants[i] for i in chosen])).detach().cpu().double()
-    baseline = float(exact[0])
-    agreement = judge(effects[chosen], exact[1:] - baseline)
-    estimate_name = "first-order attribution (gradient x delta)"
-    if fallback and not agreement["trusted"]:
-        result = ablate_heads(
-            model,
-            tokens,
-            metric,
-            methods=(method,),
-            reference=reference,
-            generator=generator,
-            metric_name=metric_name,
-        )
-        result.info = {
-            "method": f"exact (fallback: {estimate_name} agreed at Pearson {agreement['pearson']:.2f} < "
-            f"{TRUST['pearson']} on {agreement['cells']} variants)",
-            "check": agreement,
-        }
-        return result
-    flat = baseline + effects
-    flat[chosen] = exact[1:]
-    heads, attn, mlp = _per_layer(model, flat)
-    names = variant_names(model)
-    info = {
-        "method": f"{estimate_name} of all {len(flat)} ablations, exact on {len(chosen)} of them",
-        "check": agreement,
-        "exact_variants": [names[i] for i in chosen],
-        "gradient_metric": value,
-    }
-    return AblationResult(metric_name, baseline, (method,), heads, attn, mlp, info=info)
 
 
 @torch.no_grad()

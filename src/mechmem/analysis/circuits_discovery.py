@@ -340,6 +340,26 @@ def score_edges(
     return scores, stderr, exact, attribution, timings, check, method
 
 
+def _prune_and_measure(
+    patcher: EdgePatcher, scores: Tensor, target: float, threshold: float | None, max_exact: int
+) -> tuple[Tensor, dict[str, float], Any, dict[str, Any]]:
+    """(kept edges, the four circuit values, their intervals, how the pruning searched): the full model and
+    every edge ablated, the pruning (binary search above `max_exact` edges, else the 8-per-round bisection),
+    then the circuit and its complement."""
+    every = torch.ones(len(patcher.graph.edges), dtype=torch.bool)
+    ends = patcher.evaluate(torch.stack([every, ~every]))
+    full, empty = ends.mean(1).tolist()
+    per_round = 1 if len(every) > max_exact else 8
+    kept, evaluations = _prune(patcher, scores, target, threshold, full, empty, per_round)
+    parts = patcher.evaluate(torch.stack([kept, ~kept]))
+    circuit_value, complement = parts.mean(1).tolist()
+    intervals = circuit_intervals(ends[0], ends[1], parts[0], parts[1])
+    search = "binary search" if per_round == 1 else f"bisection, {per_round} sizes per round"
+    pruning = {"search": search if threshold is None else "threshold", "evaluations": evaluations}
+    values = {"full": full, "empty": empty, "circuit": circuit_value, "complement": complement}
+    return kept, values, intervals, pruning
+
+
 def discover_circuit(
     model: torch.nn.Module,
     pair: PatchingPair,
@@ -372,26 +392,16 @@ def discover_circuit(
     scored_edges = score_edges(patcher, max_exact, with_attribution, steps=steps)
     scores, stderr, exact, attribution, timings, check, method = scored_edges
     scored = time.perf_counter()
-    n_edges = len(patcher.graph.edges)
-    every = torch.ones(n_edges, dtype=torch.bool)
-    ends = patcher.evaluate(torch.stack([every, ~every]))
-    full, empty = ends.mean(1).tolist()
-    per_round = 1 if n_edges > max_exact else 8
-    kept, evaluations = _prune(patcher, scores, target, threshold, full, empty, per_round)
-    parts = patcher.evaluate(torch.stack([kept, ~kept]))
-    circuit_value, complement = parts.mean(1).tolist()
-    intervals = circuit_intervals(ends[0], ends[1], parts[0], parts[1])
+    kept, values, intervals, pruning = _prune_and_measure(patcher, scores, target, threshold, max_exact)
     end = time.perf_counter()
     timings |= {"setup": setup - start, "prune": end - scored, "total": end - start}
-    search = "binary search" if per_round == 1 else f"bisection, {per_round} sizes per round"
-    pruning = {"search": search if threshold is None else "threshold", "evaluations": evaluations}
     return Circuit(
         patcher.graph,
         scores,
         stderr,
         exact,
         kept,
-        values={"full": full, "empty": empty, "circuit": circuit_value, "complement": complement},
+        values=values,
         method=method,
         ablation=ablation,
         n=len(pair.clean),

@@ -458,7 +458,22 @@ class Engine:
             return self._replay_groups(
                 full, base, readout, keep, groups, variants, values, metric.fn, results
             )
-        # Chunks of rows: per variant, the logits at the read-out positions of every chunk, then the metric.
+        return self._run_replay_rows(tokens, variants, groups, clean, rows, results)
+
+    def _run_replay_rows(
+        self,
+        tokens: Tensor,
+        variants: list[list[Intervention]],
+        groups: dict[Any, list[int]],
+        clean: list[int],
+        rows: list[slice],
+        results: list,
+    ) -> list[int]:
+        """`_run_replay` over chunks of rows `rows`: per variant, the logits at the read-out positions of
+        every chunk, then the metric once on all of them; returns the variants left to the hooks."""
+        metric = self.compiled(tokens)
+        readout = metric.readout.to(_device(self.model))
+        keep = int(readout.max()) + 1
         per_variant = len(tokens) * readout.shape[1] * self.model.cfg.d_vocab_out * 4
         wave = max(1, int(self.cache_mb * 2**20 // per_variant))
         todo = [i for g in groups.values() for i in g]

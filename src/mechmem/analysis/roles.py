@@ -200,14 +200,16 @@ def measure_task_evidence(
     return out
 
 
-def _probe_evidence(model: Any, probe: RoleProbe, reference: Tensor) -> dict[str, Tensor]:
-    heads, shape = _heads(model), (model.cfg.n_layers, model.cfg.n_heads)
-    pair, pos = probe.pair, probe.pair.answer_pos
-    rows = torch.arange(len(pos), device=pos.device)
-    z_names = [f"blocks.{l}.attn.hook_z" for l in range(shape[0])]
-    pattern_names = [f"blocks.{l}.attn.hook_pattern" for l in range(shape[0])]
-    # Kept: the clean run's z until the counterfactual run replaces it by the change counterfactual - clean,
-    # and the attention from the answer position [batch head k_pos] (not every query's).
+def _clean_and_change(
+    model: Any, pair: Any, rows: Tensor, pos: Tensor
+) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor]]:
+    """(clean logits, {z hook: counterfactual - clean z}, {pattern hook: attention from the answer position
+    [batch head k_pos]}), from one clean and one counterfactual run.
+
+    Kept: the clean run's z until the counterfactual run replaces it by the change, and only the answer row
+    of each pattern (not every query's)."""
+    z_names = [f"blocks.{l}.attn.hook_z" for l in range(model.cfg.n_layers)]
+    pattern_names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.cfg.n_layers)]
     clean_z: dict[str, Tensor] = {}
     change: dict[str, Tensor] = {}
     at_answer: dict[str, Tensor] = {}
@@ -229,6 +231,16 @@ def _probe_evidence(model: Any, probe: RoleProbe, reference: Tensor) -> dict[str
 
     logits = model.run_with_hooks(pair.clean, fwd_hooks=[(n, keep(n)) for n in z_names + pattern_names])
     model.run_with_hooks(pair.corrupted, fwd_hooks=[(n, subtract(n)) for n in z_names])
+    return logits, change, at_answer
+
+
+def _probe_evidence(model: Any, probe: RoleProbe, reference: Tensor) -> dict[str, Tensor]:
+    heads, shape = _heads(model), (model.cfg.n_layers, model.cfg.n_heads)
+    pair, pos = probe.pair, probe.pair.answer_pos
+    rows = torch.arange(len(pos), device=pos.device)
+    z_names = [f"blocks.{l}.attn.hook_z" for l in range(shape[0])]
+    pattern_names = [f"blocks.{l}.attn.hook_pattern" for l in range(shape[0])]
+    logits, change, at_answer = _clean_and_change(model, pair, rows, pos)
     base_cf, base_ok = (
         answer_probability(logits, pos, pair.incorrect).mean(),
         answer_probability(logits, pos, pair.correct).mean(),

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mechmem.analysis import ablation, heads, neurons, patching, probes
+from mechmem.analysis import ablation, ablation_attribution, heads, neurons, patching, probes
 from mechmem.analysis.attribution import attribute_sweeps
 from mechmem.analysis.interventions import Intervention, intervened_logits, mean
 from mechmem.analysis.logit_lens import answer_probability, decode_residual
@@ -297,15 +297,16 @@ def ablation_section(ctx: ReportContext) -> Section:
     reference = ctx.task.eval_batch(ctx.n_samples, generator=ctx.generator(7)).tokens
     args = (ctx.model, tokens.to(ctx.device), metric)
     kwargs = {"reference": reference.to(ctx.device), "metric_name": desc}
-    if ablation.n_variants(ctx.model) > ablation.EXACT_ABLATION_VARIANTS:
-        result = ablation.attribute_ablation(*args, method="mean", **kwargs)
+    above = ablation_attribution.EXACT_ABLATION_VARIANTS
+    if ablation.n_variants(ctx.model) > above:
+        result = ablation_attribution.attribute_ablation(*args, method="mean", **kwargs)
     else:
         result = ablation.ablate_heads(*args, methods=("mean",), **kwargs)
     s.findings = result.to_dict()
     if "check" in result.info:
         c = result.info["check"]
         s.lines.append(
-            f"{result.info['method']} (above {ablation.EXACT_ABLATION_VARIANTS} ablations); estimate vs "
+            f"{result.info['method']} (above {above} ablations); estimate vs "
             f"exact on {c['cells']} sampled ablations: Pearson {c['pearson']:.2f}, Spearman "
             f"{c['spearman']:.2f}, top-{c['k']} overlap {c['top_k']:.2f} (trusted at Pearson >= "
             f"{c['threshold']})."
