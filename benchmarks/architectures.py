@@ -55,6 +55,9 @@ RUNS = {
 def row(name: str, overrides: dict, out: Path) -> list[str]:
     try:
         model = _randomised(_tl_model(**overrides))
+    except ValueError as exc:  # TransformerLens itself cannot build it (e.g. shortformer on 4.x)
+        return [name, f"not built by TransformerLens: {one_line(exc)}"] + [""] * (len(RUNS) + 1)
+    try:
         path = save_hooked_transformer(model, out / name / "ckpt.pt")
     except MechmemError as exc:
         return [name, f"refused: {one_line(exc)}"] + [""] * (len(RUNS) + 1)
