@@ -42,7 +42,8 @@ from mechmem.analysis.circuits_discovery import (
     discover_circuit,
     edge_attribution,
 )
-from mechmem.analysis.interventions import Intervention, apply, naive_intervene
+from mechmem.analysis.interventions import Intervention, apply
+from mechmem.analysis.interventions_reference import naive_intervene
 from mechmem.analysis.patching import Patcher
 from mechmem.analysis.patching_tables import model_sweeps
 from mechmem.analysis.planted import planted_induction_model

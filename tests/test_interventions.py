@@ -14,11 +14,11 @@ from mechmem.analysis.interventions import (
     intervene,
     intervened_logits,
     mean,
-    naive_intervene,
     resample,
     setter_values,
     zero,
 )
+from mechmem.analysis.interventions_reference import naive_intervene
 from mechmem.analysis.patching_metric import PatchingMetric
 from mechmem.analysis.patching_replay import STAGE_HOOKS
 from mechmem.models.adapter import BACKEND, canonical_parameters, replay_unsupported

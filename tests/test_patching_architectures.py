@@ -13,7 +13,8 @@ from test_patching import random_pair, tl_sweep
 
 from mechmem.analysis.attribution import Attributor
 from mechmem.analysis.circuits import EdgePatcher, build_graph
-from mechmem.analysis.interventions import Engine, Intervention, apply, naive_intervene
+from mechmem.analysis.interventions import Engine, Intervention, apply
+from mechmem.analysis.interventions_reference import naive_intervene
 from mechmem.analysis.patching import SWEEPS, Patcher, model_sweeps
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import (

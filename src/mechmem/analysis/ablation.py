@@ -37,11 +37,11 @@ from mechmem.analysis.interventions import (
     apply,
     intervene,
     mean,
-    naive_intervene,
     resample,
     setter_values,
     zero,
 )
+from mechmem.analysis.interventions_reference import naive_intervene
 from mechmem.analysis.options import ABLATION_METHODS
 from mechmem.plotting import plt
 from mechmem.tasks.base import masked_accuracy

@@ -18,7 +18,8 @@ Setters that read activations of other inputs get them from one cached run on th
 they need), shared by every variant and setter that uses the same token tensor.
 
 A *variant* is one intervention or a list applied together; `intervene` returns the metric of every variant.
-It equals one `run_with_hooks` per variant (`naive_intervene`, the reference it is tested against). The engine
+It equals one `run_with_hooks` per variant (`interventions_reference.naive_intervene`, the reference it is
+tested against). The engine
 (`Engine`) picks one of two execution strategies per variant; callers never choose:
     replay  a variant that replaces one activation the hook-free replay resumes from (`resid_pre`, `pattern`,
             `z`, `attn_out`, `resid_mid`, `mlp_out`, `resid_post`) on a model the replay supports
@@ -769,36 +770,6 @@ def capture_acts(
     return seen
 
 
-def _single_hook(iv: Intervention, values: dict) -> Callable[[Tensor, Any], Tensor]:
-    def hook_fn(act: Tensor, hook: Any) -> Tensor:
-        act = act.clone()
-        iv.set(act, values.get((id(iv.setter), iv.hook)), hook)
-        return act
-
-    return hook_fn
-
-
-@torch.no_grad()
-def naive_intervene(
-    model: torch.nn.Module,
-    tokens: Int[Tensor, "batch pos"],
-    variants: Sequence[Variant],
-    metric: Any,
-) -> Tensor:
-    """Reference for `intervene`: one full `run_with_hooks` per variant, same setters, same output."""
-    variants = as_lists(variants)
-    hooks = _check_hooks(model, variants)
-    tokens = tokens.to(_device(model))
-    out = []
-    with _flags(model, hooks):
-        values, _ = _sources(model, tokens, variants)
-        for variant in variants:
-            fwd = [(iv.hook, _single_hook(iv, values)) for iv in variant]
-            logits = model.run_with_hooks(tokens, fwd_hooks=fwd)
-            out.extend(_evaluate(metric, logits, 1))
-    return torch.stack(out).detach().cpu() if out else torch.zeros(0)
-
-
 @torch.no_grad()
 def intervened_logits(
     model: torch.nn.Module,
@@ -848,7 +819,6 @@ __all__ = [
     "intervene",
     "intervened_logits",
     "mean",
-    "naive_intervene",
     "resample",
     "setter_values",
     "zero",
