@@ -48,6 +48,7 @@ from mechmem.analysis.patching import (
     resolve_sweep,
 )
 from mechmem.analysis.patching_replay import STAGES
+from mechmem.analysis.qk_correction import swap_effects
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import PatchingPair
 
@@ -222,25 +223,18 @@ class Attributor:
     ) -> Float[Tensor, " pos"]:
         """Per patched position p: exact minus linearised effect of `delta[:, p]` on `layer`'s attention
         pattern, each scored by d metric / d pattern (AtP*'s query/key fix)."""
-        resid, pattern = base["resid_pre"][layer], base["pattern"][layer]
+        resid = base["resid_pre"][layer]
         h = self.replay.ln1(layer, resid)
         with torch.enable_grad():  # gradient of <dM/dP, P(h)> w.r.t. h: the query/key path only
             h_var = h.clone().requires_grad_(True)
             (g_h,) = torch.autograd.grad((grad_pattern * self.replay.attend(layer, h_var)[0]).sum(), h_var)
         dh = torch.func.jvp(lambda r: self.replay.ln1(layer, r), (resid,), (delta,))[1]
         linear = (g_h * dh).sum((0, 2))
-        h_new = self.replay.ln1(layer, resid + delta)
-        n_pos = h.shape[1]
-        active = (delta != 0).any(-1).any(0).nonzero().flatten()  # other positions: no change, no correction
-        chunk = max(1, int(self.memory // (4 * 3 * pattern.numel() + 4 * h.numel())))
-        exact = torch.zeros_like(linear)
-        for first in range(0, len(active), chunk):
-            cells = active[first : first + chunk]
-            at = (cells[:, None] == torch.arange(n_pos, device=h.device))[:, None, :, None]  # [cell 1 pos 1]
-            stacked = torch.where(at, h_new, h).flatten(0, 1)  # [cell * batch pos d_model]
-            moved = self.replay.attend(layer, stacked)[0].unflatten(0, (len(cells), -1))
-            exact[cells] = (grad_pattern * (moved - pattern)).sum((1, 2, 3, 4))
-        return exact - linear
+        exact = swap_effects(
+            self.replay, layer, h, self.replay.ln1(layer, resid + delta), grad_pattern, self.memory
+        )
+        active = (delta != 0).any(-1).any(0)  # other positions: no change, no correction
+        return torch.where(active, exact - linear, 0.0)
 
 
 def reduce_cells(x: Float[Tensor, "batch ..."], spec: PatchSweep) -> Tensor:

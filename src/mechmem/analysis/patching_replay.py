@@ -196,14 +196,8 @@ class Replay:
         positions. Returns (pattern [... head q k], k and v [... pos head d_head] over all positions, z [... q
         head d_head]).
         """
-        w_q, w_k, w_v, b_q, b_k, b_v, _, _ = self.weights[layer]
-        n_heads, d_head = self.cfg.n_heads, self.cfg.d_head
-        k = F.linear(h, w_k, b_k).unflatten(-1, (self.kv_heads, d_head))
-        v = F.linear(h, w_v, b_v).unflatten(-1, (self.kv_heads, d_head))
         start = 0 if past is None else past[0].shape[-3]
-        k = self.rotate(layer, k, torch.arange(start, start + k.shape[-3], device=h.device))
-        if self.kv_heads != n_heads:
-            k, v = (x.repeat_interleave(n_heads // self.kv_heads, dim=-2) for x in (k, v))
+        k, v = self.keys_values(layer, h, start)
         if past is not None:
             k, v = (torch.cat([p.expand(*x.shape[:-3], *p.shape[-3:]), x], -3) for p, x in zip(past, (k, v)))
         keys = torch.arange(k.shape[-3], device=h.device)
@@ -211,17 +205,48 @@ class Replay:
             hq, queries = h, keys[start:]
         else:
             hq, queries = take_pos(h, readout, -3, -2), readout
-        mask = queries[..., None] >= keys
-        if self.local[layer]:
-            mask = mask & (keys > queries[..., None] - self.cfg.window_size)
+        mask = self.attention_mask(layer, queries, keys)
         mask = mask if readout is None else mask.unsqueeze(-3)
-        q = F.linear(hq, w_q, b_q).unflatten(-1, (n_heads, d_head))
-        q = self.rotate(layer, q, queries)
-        scores = q.movedim(-2, -3) @ k.movedim(-3, -1) / self.scales[layer]
+        scores = self.scores(layer, self.queries(layer, hq, queries), k)
         scores = torch.where(mask, scores, torch.tensor(-torch.inf, device=scores.device))  # TL's IGNORE
         pattern = F.softmax(scores, dim=-1)
         pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
         return pattern, k, v, self.z_from_pattern(pattern, v)
+
+    def keys_values(
+        self, layer: int, h: Float[Tensor, "... pos d_model"], start: int = 0
+    ) -> tuple[Tensor, Tensor]:
+        """Keys (rotated to positions start, start + 1, ...) and values [... pos head d_head] of normalised
+        input `h`, the shared heads of grouped-query attention repeated over their query heads."""
+        _, w_k, w_v, _, b_k, b_v, _, _ = self.weights[layer]
+        k = F.linear(h, w_k, b_k).unflatten(-1, (self.kv_heads, self.cfg.d_head))
+        v = F.linear(h, w_v, b_v).unflatten(-1, (self.kv_heads, self.cfg.d_head))
+        k = self.rotate(layer, k, torch.arange(start, start + k.shape[-3], device=h.device))
+        if self.kv_heads != self.cfg.n_heads:
+            k, v = (x.repeat_interleave(self.cfg.n_heads // self.kv_heads, dim=-2) for x in (k, v))
+        return k, v
+
+    def queries(
+        self, layer: int, h: Float[Tensor, "... q d_model"], positions: Int[Tensor, "*b q"]
+    ) -> Float[Tensor, "... q head_index d_head"]:
+        """Queries of normalised input `h` whose rows sit at `positions` (rotated there)."""
+        w_q, b_q = self.weights[layer][0], self.weights[layer][3]
+        q = F.linear(h, w_q, b_q).unflatten(-1, (self.cfg.n_heads, self.cfg.d_head))
+        return self.rotate(layer, q, positions)
+
+    def attention_mask(self, layer: int, queries: Tensor, keys: Int[Tensor, " k"]) -> Tensor:
+        """Which keys each query attends to ([*queries.shape, k]): causal, and within the window of local
+        attention."""
+        mask = queries[..., None] >= keys
+        if self.local[layer]:
+            mask = mask & (keys > queries[..., None] - self.cfg.window_size)
+        return mask
+
+    def scores(
+        self, layer: int, q: Float[Tensor, "... q head d_head"], k: Float[Tensor, "... k head d_head"]
+    ) -> Float[Tensor, "... head q k"]:
+        """Attention scores before masking: q . k / the layer's attention scale."""
+        return q.movedim(-2, -3) @ k.movedim(-3, -1) / self.scales[layer]
 
     def rotate(
         self, layer: int, x: Float[Tensor, "... pos head_index d_head"], positions: Int[Tensor, "*b pos"]
