@@ -664,12 +664,13 @@ class Engine:
         rows = self.row_chunks(tokens, factor=4) if self.replay is not None else []
         if self.replay is not None and len(rows) == 1:
             metric = self.compiled(tokens)
-            run = self.replay.run(tokens, metric.readout.to(tokens.device), grad=True, embed=embed)
-            value = metric.fn(run.logits[None])[0]
-            if not value.requires_grad:
-                raise MechmemError(f"attribution needs a differentiable metric; {metric.name!r} is not")
-            acts = [run.acts[s][l] for s, l in keys]
-            grads = torch.autograd.grad(value, acts, materialize_grads=True)
+            with torch.enable_grad():  # also under a caller's no_grad (build_report runs under one)
+                run = self.replay.run(tokens, metric.readout.to(tokens.device), grad=True, embed=embed)
+                value = metric.fn(run.logits[None])[0]
+                if not value.requires_grad:
+                    raise MechmemError(f"attribution needs a differentiable metric; {metric.name!r} is not")
+                acts = [run.acts[s][l] for s, l in keys]
+                grads = torch.autograd.grad(value, acts, materialize_grads=True)
         elif self.replay is not None:
             value, acts, grads = self._chunked_gradients(tokens, embed, keys, rows)
         else:
