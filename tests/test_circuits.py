@@ -278,3 +278,21 @@ def test_binary_search_pruning_reaches_the_target_like_a_naive_scan(model, pair)
     small = discover_circuit(model, pair, ablation="mean")  # 61 edges <= 256: every edge exact, bisection
     assert small.pruning["search"].startswith("bisection") and bool(small.exact.all())
     assert_no_hooks(model)
+
+
+@pytest.mark.parametrize("steps", [0, 4])
+def test_edge_attribution_in_chunks_of_prompts_equals_the_whole_batch(steps):
+    """EAP and EAP-IG contract each chunk's port gradients before the next (memory bound by memory_mb): one
+    prompt per chunk gives the whole batch's scores."""
+    from mechmem.analysis.circuits import EdgePatcher
+    from mechmem.analysis.circuits_discovery import edge_attribution
+
+    model = build_model(4, n_ctx=8, normalization_type="LN")
+    pair, _ = circuit_pair(model, None, 6, generator=torch.Generator().manual_seed(1))
+    whole = EdgePatcher(model, pair, "mean", memory_mb=1e6)
+    single = EdgePatcher(model, pair, "mean", memory_mb=1e-6)
+    assert len(whole.row_chunks()) == 1 and len(single.row_chunks()) == 6
+    expected, got = (edge_attribution(p, steps) for p in (whole, single))
+    assert expected.abs().max() > 1e-3
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert_no_hooks(model)

@@ -160,6 +160,16 @@ def _take(act: Tensor, index: tuple) -> Tensor:
     return act[(slice(None), *index)]
 
 
+def _share_of(part: PatchingPair, n: int) -> Any:
+    """The metric of a chunk of prompts: their logit differences summed, over all `n` prompts (so the chunks'
+    gradients add up to the mean's)."""
+
+    def metric(logits: Tensor) -> Tensor:
+        return part.logit_diff_per_prompt(logits).sum() / n
+
+    return metric
+
+
 class EdgePatcher:
     """Clean and ablated outputs of every node on a pair's clean inputs; scores edges and evaluates circuits.
 
@@ -230,22 +240,56 @@ class EdgePatcher:
         values = self.run([[]] + variants)
         return values[0] - values[1:]
 
-    def attribution(self) -> Float[Tensor, " edge"]:
+    def attribution(self, alphas: tuple[float | None, ...] = (None,)) -> Float[Tensor, " edge"]:
         """Edge attribution patching: -(u_ablated - u_clean) . d metric / d port for every edge, summed over
-        prompts, positions and d_model (one forward and one backward pass)."""
-        hooks = sorted({p.hook for p in self.graph.ports})
-        _, grads = activation_grads(self.model, self.tokens, hooks, lambda x: self.metric(x).mean())
-        return self.edge_products(grads)
+        prompts, positions and d_model, the gradient averaged over one run per entry of `alphas`: None is the
+        clean run (EAP, one forward and one backward pass), a number w a run whose token and position
+        embeddings lie w of the way from their clean to their ablated values (EAP-IG).
 
-    def edge_products(self, grads: dict[str, Tensor]) -> Float[Tensor, " edge"]:
+        The prompts go through in chunks (`row_chunks`): each chunk's port gradients are contracted with its
+        senders' changes before the next, so memory does not grow with the prompts; the metric is the mean
+        over all prompts, so the sum over chunks is the whole batch's number.
+        """
+        hooks = sorted({p.hook for p in self.graph.ports})
+        embeds = [n.hook for n in self.graph.nodes if n.kind in ("embed", "pos")]
+        n = len(self.tokens)
+        scores = torch.zeros(len(self.graph.edges))
+        for rows in self.row_chunks():
+            part = self.pair.rows(rows)
+            total: dict[str, Tensor] = {}
+            for w in alphas:
+                mix = [] if w is None else [self._toward_ablated(h, rows, w) for h in embeds]
+                _, grads = activation_grads(self.model, self.tokens[rows], hooks, _share_of(part, n), mix)
+                for h in hooks:
+                    g = grads[h] / len(alphas)
+                    total[h] = total[h] + g if h in total else g
+            scores += self.edge_products(total, rows)
+        return scores
+
+    def _toward_ablated(self, hook: str, rows: slice, w: float) -> Intervention:
+        target = self.ablated[hook][rows]
+        return Intervention(hook, (), apply(lambda a, h: a + w * (target.to(a) - a)))
+
+    def row_chunks(self) -> list[slice]:
+        """Chunks of prompts for the gradient passes of `attribution`, each within `memory_mb`. A hooked
+        backward pass holds, per prompt, the port activations, their zero leaves and gradients, the running
+        average and the pass's saved activations: estimated as 16 port-sized float32 tensors (d_model per
+        head and position for each of the query, key and value inputs, 2 x d_model for the MLP input and the
+        logits' residual stream)."""
+        cfg = self.model.cfg
+        per_prompt = 16 * 4 * self.tokens.shape[1] * cfg.d_model * (3 * cfg.n_heads + 2) * cfg.n_layers
+        size = max(1, int(self.memory_mb * 2**20 // per_prompt))
+        return [slice(first, first + size) for first in range(0, len(self.tokens), size)]
+
+    def edge_products(self, grads: dict[str, Tensor], rows: slice = slice(None)) -> Float[Tensor, " edge"]:
         """-(u's output change) . grads[port] summed over prompts, positions and d_model, for every edge u ->
-        port, from the gradient (or any tensor shaped like it) at each port's hook: one contraction per port
-        hook over all its senders at once."""
+        port, from the gradient (or any tensor shaped like it) at each port's hook on the prompts `rows`: one
+        contraction per port hook over all its senders at once."""
         by_hook = {}
         for hook, n in self.before.items():
             g = grads[hook].to(self.delta_stack.dtype)
             pattern = "sbpd,bphd->hs" if g.ndim == 4 else "sbpd,bpd->s"
-            by_hook[hook] = -torch.einsum(pattern, self.delta_stack[:n], g)
+            by_hook[hook] = -torch.einsum(pattern, self.delta_stack[:n, rows], g)
         at = {u.name: i for i, u in enumerate(self.senders)}
         scores = [by_hook[e.port.hook][(*e.port.index[1:], at[e.sender.name])] for e in self.graph.edges]
         return torch.stack(scores).cpu()

@@ -49,7 +49,6 @@ from torch import Tensor
 from mechmem.analysis.attribution import TRUST, agreement, judge
 from mechmem.analysis.circuits import EdgePatcher, Graph, circuit_intervals
 from mechmem.analysis.intervals import combine, verdict
-from mechmem.analysis.interventions import Intervention, activation_grads, apply
 from mechmem.analysis.patching import PatchingResult
 from mechmem.tasks.base import PatchingPair
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
@@ -267,21 +266,7 @@ def edge_attribution(patcher: EdgePatcher, steps: int = EDGE_STEPS) -> Float[Ten
     whose token and position embeddings lie (i + 1/2) / k of the way from their clean to their ablated values
     (k passes).
     """
-    if steps == 0:
-        return patcher.attribution()
-    graph, model = patcher.graph, patcher.model
-    hooks = sorted({p.hook for p in graph.ports})
-    total: dict[str, Tensor] = {}
-    for i in range(steps):
-        alpha = (i + 0.5) / steps
-        mix = []
-        for name in (n.hook for n in graph.nodes if n.kind in ("embed", "pos")):
-            target = patcher.ablated[name]
-            mix.append(Intervention(name, (), apply(lambda a, h, t=target, w=alpha: a + w * (t.to(a) - a))))
-        _, grads = activation_grads(model, patcher.tokens, hooks, lambda x: patcher.metric(x).mean(), mix)
-        for h in hooks:
-            total[h] = total[h] + grads[h] / steps if h in total else grads[h] / steps
-    return patcher.edge_products(total)
+    return patcher.attribution((None,) if steps == 0 else tuple((i + 0.5) / steps for i in range(steps)))
 
 
 def score_edges(

@@ -79,6 +79,10 @@ class PatchingPair:
     def to(self, device: str | torch.device) -> "PatchingPair":
         return PatchingPair(*(getattr(self, n).to(device) for n in self.__dataclass_fields__))
 
+    def rows(self, index: slice | Tensor) -> "PatchingPair":
+        """The pair of the prompts `index` selects."""
+        return PatchingPair(*(getattr(self, n)[index] for n in self.__dataclass_fields__))
+
     def logit_diff(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Float[Tensor, ""]:
         """Mean over the batch of logit[correct] - logit[incorrect] at the answer position."""
         rows = torch.arange(logits.shape[0], device=logits.device)
