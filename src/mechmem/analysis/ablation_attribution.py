@@ -56,7 +56,7 @@ def estimated_deltas(
     `hook_mlp_out`; a variant's estimated change is the sum over its entries of (replacement - clean value) x
     gradient (an attention layer: the sum of its heads)."""
     with torch.enable_grad():  # callers (the report) may run under no_grad
-        value, acts, grads = engine.gradients(tokens)
+        value, acts, grads = engine.gradients(tokens, stages=("z", "mlp_out"))  # only what the estimate reads
     estimate = []
     for layer in range(model.cfg.n_layers):
         z, mlp = _component_hooks(model, layer)
