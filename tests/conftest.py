@@ -1,4 +1,5 @@
-"""Shared fixtures: determinism and the repository root (helpers such as `load_script` live in helpers.py)."""
+"""Shared fixtures: determinism, the repository root and the engine tests' input tokens (helpers such as
+`load_script` live in helpers.py)."""
 
 import os
 import random
@@ -17,3 +18,10 @@ def reproducible():
     random.seed(0)
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    """Six random sequences of nine tokens from a vocabulary of six (the engine tests' inputs); a test module
+    may define its own."""
+    return torch.randint(6, (6, 9), generator=torch.Generator().manual_seed(0))

@@ -93,11 +93,6 @@ def model(request):
     return make_model(**ARCHS[request.param])
 
 
-@pytest.fixture(scope="module")
-def tokens():
-    return torch.randint(6, (6, 9), generator=torch.Generator().manual_seed(0))
-
-
 @pytest.mark.parametrize("kind", SETTERS)
 def test_engine_equals_naive_for_every_setter(model, tokens, kind):
     setter = make_setter(kind, model)

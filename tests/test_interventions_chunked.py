@@ -28,11 +28,6 @@ def model(request):
     return make_model(**ARCHS[request.param])
 
 
-@pytest.fixture(scope="module")
-def tokens():
-    return torch.randint(6, (6, 9), generator=torch.Generator().manual_seed(0))
-
-
 def rows_per_mb(model, pos):
     """Sequences whose cached run fits in one MiB, as the engine counts them."""
     huge = torch.zeros(1, pos, dtype=torch.long).expand(10**7, pos)

@@ -357,7 +357,7 @@ class Engine:
         self.cache_mb = cache_mb
         self.replay = _replay_of(model)
         self.pass_overhead = 256
-        """Fixed cost of one replayed pass, in token-layers (see `patching_replay.start_groups`)."""
+        """Fixed cost of one replayed pass, in token-layers (see `replay_schedule.start_groups`)."""
         self._compiled = metric if isinstance(metric, PatchingMetric) else None
         self._runs: dict[tuple[int, bool], tuple[Tensor, RunActs]] = {}
         self._truncated: dict[int, tuple[RunActs, RunActs]] = {}

@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.analysis.replay_schedule import first_position, start_groups
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import attention_scale, replay_unsupported
 
@@ -470,43 +471,14 @@ class Replay:
         return out
 
 
-def first_position(hit: Tensor, pos_dim: int) -> Int[Tensor, " cell"]:
-    """For each cell (leading axis), the first position along `pos_dim` where the patch changes anything."""
-    dims = [d for d in range(1, hit.ndim) if d != hit.ndim + pos_dim]
-    along = hit.any(dim=dims) if dims else hit
-    return along.float().argmax(-1).cpu()
-
-
-def start_groups(starts: Int[Tensor, " cell"], batch: int, overhead: int = 256) -> list[Tensor]:
-    """Group cells into passes that each resume at their earliest start position.
-
-    A pass over extra positions costs about `batch` token-layers per cell and position; a separate pass costs
-    about `overhead` token-layers of fixed cost, so a group joins the previous pass when that is cheaper.
-    """
-    order = torch.argsort(starts, stable=True)
-    groups: list[list[int]] = []
-    first_start = 0
-    for i in order.tolist():
-        if groups:
-            same_start = int(starts[i]) == first_start
-            if same_start or batch * (int(starts[i]) - first_start) < overhead:
-                groups[-1].append(i)
-                continue
-        groups.append([i])
-        first_start = int(starts[i])
-    return [torch.tensor(g) for g in groups]
-
-
 __all__ = [
     "STAGES",
     "STAGE_AXES",
     "STAGE_HOOKS",
     "Replay",
     "RunActs",
-    "first_position",
     "model_stages",
     "stage_of",
-    "start_groups",
     "take_pos",
     "truncate",
 ]
