@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--role-samples", type=cli.positive_int, default=256, help="sequences for head roles")
     args = parser.parse_args(argv)
     ckpt, out = cli.load_for_analysis(args)  # checks every flag first; torch is imported from here on
-    from mechmem.analysis.circuits_discovery import attribution_agreement, circuit_prompts, discover_circuit
+    from mechmem.analysis.circuits.discovery import attribution_agreement, circuit_prompts, discover_circuit
     from mechmem.analysis.roles import head_roles
     from mechmem.models.adapter import is_hooked_transformer
     from mechmem.progress import working

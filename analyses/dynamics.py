@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     matches = parse_pairs(args.match, "--match")
     out = cli.check_out_dir(args.out or args.run_dir)
     # torch and TransformerLens are imported from here on, after every check the flags alone decide
-    from mechmem.analysis import dynamics, dynamics_views
+    from mechmem.analysis import dynamics
+    from mechmem.analysis.dynamics import views as dynamics_views
     from mechmem.progress import working
     from mechmem.tasks import load_task_module
 

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ckpt, out = cli.load_for_analysis(args)  # checks every flag first; torch is imported from here on
     from mechmem.analysis.heads import no_attention_reason
     from mechmem.analysis.patching import plot_patching
-    from mechmem.analysis.patching_tables import patch_checkpoint, patching_lines
+    from mechmem.analysis.patching.tables import patch_checkpoint, patching_lines
     from mechmem.progress import working
 
     empty = {"task": ckpt.task_name, "sweeps": {}}

@@ -24,7 +24,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_byom import ARCHITECTURES, _randomised, _tl_model
+from test_byom import ARCHITECTURES, randomised, tl_model
 
 from mechmem.analysis.interventions import Engine
 from mechmem.checkpoint import load_checkpoint, save_hooked_transformer
@@ -54,7 +54,7 @@ RUNS = {
 
 def row(name: str, overrides: dict, out: Path) -> list[str]:
     try:
-        model = _randomised(_tl_model(**overrides))
+        model = randomised(tl_model(**overrides))
     except ValueError as exc:  # TransformerLens itself cannot build it (e.g. shortformer on 4.x)
         return [name, f"not built by TransformerLens: {one_line(exc)}"] + [""] * (len(RUNS) + 1)
     try:

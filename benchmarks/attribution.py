@@ -25,9 +25,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from patching import best_of, random_models, trained_models
 
-from mechmem.analysis.attribution import Attributor, agreement
 from mechmem.analysis.patching import Patcher
-from mechmem.analysis.patching_tables import model_sweeps
+from mechmem.analysis.patching.attribution import Attributor, agreement
+from mechmem.analysis.patching.tables import model_sweeps
 from mechmem.cli import format_table
 
 HEADERS = [

@@ -34,18 +34,18 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers import build_model
 
-from mechmem.analysis.attribution import Attributor, judge
 from mechmem.analysis.circuits import EdgePatcher
-from mechmem.analysis.circuits_discovery import (
+from mechmem.analysis.circuits.discovery import (
     attribution_agreement,
     circuit_pair,
     discover_circuit,
     edge_attribution,
 )
 from mechmem.analysis.interventions import Intervention, apply
-from mechmem.analysis.interventions_reference import naive_intervene
+from mechmem.analysis.interventions.reference import naive_intervene
 from mechmem.analysis.patching import Patcher
-from mechmem.analysis.patching_tables import model_sweeps
+from mechmem.analysis.patching.attribution import Attributor, judge
+from mechmem.analysis.patching.tables import model_sweeps
 from mechmem.analysis.planted import planted_induction_model
 from mechmem.checkpoint import load_checkpoint
 from mechmem.cli import format_table

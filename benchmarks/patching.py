@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from mechmem.analysis.patching import Patcher, model_sweeps
-from mechmem.analysis.patching_reference import TL_SWEEPS
+from mechmem.analysis.patching.reference import TL_SWEEPS
 from mechmem.cli import format_table
 from mechmem.tasks.base import PatchingPair
 

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mechmem.analysis.circuits_discovery import circuit_pair, discover_circuit
+from mechmem.analysis.circuits.discovery import circuit_pair, discover_circuit
 from mechmem.analysis.roles import head_roles
 from mechmem.cli import format_table
 from mechmem.models.adapter import TransformerConfig, build_transformer, move_model

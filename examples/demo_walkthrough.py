@@ -61,7 +61,7 @@ fig = patching.plot_patching(exact)
 # ## Attribution patching: the same sweep from one forward and one backward pass per run
 
 # %%
-from mechmem.analysis import attribution
+from mechmem.analysis.patching import attribution
 
 approx = attribution.Attributor(model, pair.clean, pair.corrupted, pair=pair).sweep("attn_head_out_by_pos")
 print("agreement with exact patching:", attribution.agreement(approx, exact))

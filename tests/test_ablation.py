@@ -158,8 +158,9 @@ def test_attribution_ablation_agrees_with_exact_and_keeps_exact_values():
     """Forced through attribution on a random 3-layer LayerNorm model: the estimates equal gradient x delta
     from a plain autograd run, the re-checked ablations equal the exact path's, and over every ablation the
     estimate agrees with exact ablation at or above the written threshold (attribution.TRUST)."""
-    from mechmem.analysis import ablation, ablation_attribution
-    from mechmem.analysis.attribution import TRUST
+    from mechmem.analysis import ablation
+    from mechmem.analysis.ablation import attribution as ablation_attribution
+    from mechmem.analysis.patching.attribution import TRUST
 
     model = build_transformer(
         build_transformer_cfg(n_layers=3, n_heads=4, normalization_type="LN"),
@@ -201,7 +202,8 @@ def test_attribution_ablation_agrees_with_exact_and_keeps_exact_values():
 
 
 def test_attribution_ablation_falls_back_to_exact_when_the_check_fails(model, tokens, monkeypatch):
-    from mechmem.analysis import ablation_attribution, attribution
+    from mechmem.analysis.ablation import attribution as ablation_attribution
+    from mechmem.analysis.patching import attribution
 
     reference = torch.randint(6, (20, 9), generator=torch.Generator().manual_seed(2))
     exact = ablate_heads(model, tokens, last_logprob, methods=("mean",), reference=reference)
@@ -222,7 +224,8 @@ def test_attribution_ablation_on_attention_only_and_hook_strategy_models(kind):
     ablation in the exact sample, the result equals exact ablation and the check covers all of them."""
     from test_interventions import unsupported_model
 
-    from mechmem.analysis import ablation, ablation_attribution
+    from mechmem.analysis import ablation
+    from mechmem.analysis.ablation import attribution as ablation_attribution
 
     if kind == "attn_only":
         model = build_transformer(

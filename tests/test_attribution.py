@@ -9,8 +9,8 @@ import torch
 from helpers import assert_no_hooks, build_model
 from test_patching import random_pair
 
-from mechmem.analysis.attribution import Attributor, agreement, attribute_sweeps
 from mechmem.analysis.patching import SWEEPS, Patcher
+from mechmem.analysis.patching.attribution import Attributor, agreement, attribute_sweeps
 from mechmem.errors import MechmemError
 
 DIRECTIONS = ("denoising", "noising")
@@ -125,7 +125,7 @@ def test_agreement_and_bad_input():
 
 def test_every_estimate_carries_its_measured_agreement():
     """`result.check` is computed: exact patching of the sampled cells gives the same Pearson correlation."""
-    from mechmem.analysis.attribution import judge, sample_cells
+    from mechmem.analysis.patching.attribution import judge, sample_cells
 
     model = build_model(1, n_layers=2, d_model=16, n_heads=2, d_mlp=24, normalization_type="LN", d_vocab=11)
     pair = random_pair(5, 6, 11, torch.Generator().manual_seed(1))
@@ -143,7 +143,7 @@ def test_every_estimate_carries_its_measured_agreement():
 
 def test_untrusted_estimates_fall_back_to_exact_patching(monkeypatch):
     """Below the threshold (raised out of reach here), `attribute_sweeps` returns exact patching, labelled."""
-    from mechmem.analysis import attribution
+    from mechmem.analysis.patching import attribution
 
     model = build_model(1, n_layers=2, d_mlp=None, normalization_type="LN", d_vocab=11, n_ctx=8)
     pair = random_pair(5, 6, 11, torch.Generator().manual_seed(1))
@@ -187,9 +187,9 @@ def test_edge_attribution_flags_itself_and_falls_back(monkeypatch):
     """Circuit discovery stores EAP's agreement with the exact scores; below the threshold every edge is
     scored exactly (and the method says so); EAP-IG, like EAP, is exact on edges into the logits without a
     final norm."""
-    from mechmem.analysis import attribution
     from mechmem.analysis.circuits import EdgePatcher
-    from mechmem.analysis.circuits_discovery import circuit_pair, discover_circuit, edge_attribution
+    from mechmem.analysis.circuits.discovery import circuit_pair, discover_circuit, edge_attribution
+    from mechmem.analysis.patching import attribution
 
     model = build_model(4, n_ctx=8)  # no LayerNorm: the logits are linear in the final residual stream
     pair, _ = circuit_pair(model, None, 8, generator=torch.Generator().manual_seed(0))

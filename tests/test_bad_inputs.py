@@ -23,7 +23,7 @@ import torch
 from helpers import ROOT, load_script
 
 from mechmem.analysis.planted import planted_induction_model
-from mechmem.checkpoint import _digest, save_hooked_transformer
+from mechmem.checkpoint import payload_digest, save_hooked_transformer
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
 
@@ -148,7 +148,7 @@ def _resave(good: Path, path: Path, edit, *, redigest: bool = True) -> Path:
     payload = torch.load(good, weights_only=True)
     edit(payload)
     payload["digest"] = (
-        _digest(payload) if redigest else "0" * 64
+        payload_digest(payload) if redigest else "0" * 64
     )  # some edits cannot be hashed in bounded time
     torch.save(payload, path)
     return path

@@ -28,7 +28,7 @@ from mechmem.tasks.generic import RepeatsConfig
 DOC = ROOT / "docs" / "bring-your-own-model.md"
 
 
-def _tl_model(seed=0, **overrides):
+def tl_model(seed=0, **overrides):
     kw = {
         "n_layers": 2,
         "d_model": 16,
@@ -70,7 +70,7 @@ without use_attn_scale and ignores attn_types): mechmem refuses to save such a m
 config it writes would rebuild what the model computes on both backends."""
 
 
-def _randomised(model):
+def randomised(model):
     """Give every weight (biases and norm scales too) random values, so no setting hides behind a zero."""
     gen = torch.Generator().manual_seed(11)
     with torch.no_grad():
@@ -86,7 +86,7 @@ def test_converted_models_reload_with_identical_logits(tmp_path, name):
     overrides = ARCHITECTURES[name]
     if BACKEND == "bridge" and name in TL4_UNBUILDABLE:
         pytest.skip(f"TransformerLens {TL_VERSION} cannot build a {name} model")
-    model = _randomised(_tl_model(**overrides))
+    model = randomised(tl_model(**overrides))
     if BACKEND == "bridge" and name in TL4_NOT_AS_CONFIGURED:
         with pytest.raises(MechmemError, match="cannot build|does not match"):
             save_hooked_transformer(model, tmp_path / "ckpt.pt")
@@ -112,7 +112,7 @@ def test_converted_models_reload_with_identical_logits(tmp_path, name):
 )
 def test_settings_mechmem_cannot_rebuild_are_refused_by_name(tmp_path, overrides, field):
     with pytest.raises(MechmemError, match=f"cannot reproduce.*{field}"):
-        save_hooked_transformer(_tl_model(**overrides), tmp_path / "ckpt.pt")
+        save_hooked_transformer(tl_model(**overrides), tmp_path / "ckpt.pt")
     assert not (tmp_path / "ckpt.pt").exists()
 
 
@@ -126,7 +126,7 @@ def test_settings_mechmem_cannot_rebuild_are_refused_by_name(tmp_path, overrides
 def test_save_checkpoint_refuses_a_config_that_does_not_match_the_model(tmp_path, overrides, field):
     if BACKEND == "bridge" and overrides.get("positional_embedding_type") == "shortformer":
         pytest.skip(f"TransformerLens {TL_VERSION} cannot build a shortformer model")
-    model = _tl_model(**overrides)
+    model = tl_model(**overrides)
     default = TransformerConfig(n_layers=2, d_model=16, n_heads=2, d_vocab=14, n_ctx=10)
     with pytest.raises(MechmemError, match=f"does not match model_config: .*{field}"):
         save_checkpoint(
@@ -140,7 +140,7 @@ def test_save_checkpoint_refuses_a_config_that_does_not_match_the_model(tmp_path
 
 
 def test_save_checkpoint_refuses_weights_of_the_wrong_shape(tmp_path):
-    model = _tl_model()
+    model = tl_model()
     wrong = config_from_hooked_transformer(model).replace(d_vocab=15)
     with pytest.raises(MechmemError, match="does not match model_config: d_vocab"):
         save_checkpoint(

@@ -99,11 +99,11 @@ def test_tampered_config_is_detected(saved, tmp_path):
 
 
 def test_shape_mismatch_with_consistent_digest(saved, tmp_path):
-    from mechmem.checkpoint import _digest
+    from mechmem.checkpoint import payload_digest
 
     payload = torch.load(saved[0], weights_only=True)
     payload["state_dict"]["embed.W_E"] = torch.zeros(7, 16)
-    payload["digest"] = _digest(payload)
+    payload["digest"] = payload_digest(payload)
     torch.save(payload, tmp_path / "shape.pt")
     with pytest.raises(CheckpointError, match="shape"):
         load_checkpoint(tmp_path / "shape.pt")

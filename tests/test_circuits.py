@@ -6,7 +6,7 @@ import torch
 from helpers import assert_no_hooks, build_model
 
 from mechmem.analysis.circuits import EdgePatcher, build_graph, circuit_intervals
-from mechmem.analysis.circuits_discovery import (
+from mechmem.analysis.circuits.discovery import (
     CHECK_EDGES,
     attribution_agreement,
     circuit_pair,
@@ -285,7 +285,7 @@ def test_edge_attribution_in_chunks_of_prompts_equals_the_whole_batch(steps):
     """EAP and EAP-IG contract each chunk's port gradients before the next (memory bound by memory_mb): one
     prompt per chunk gives the whole batch's scores."""
     from mechmem.analysis.circuits import EdgePatcher
-    from mechmem.analysis.circuits_discovery import edge_attribution
+    from mechmem.analysis.circuits.discovery import edge_attribution
 
     model = build_model(4, n_ctx=8, normalization_type="LN")
     pair, _ = circuit_pair(model, None, 6, generator=torch.Generator().manual_seed(1))

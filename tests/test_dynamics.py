@@ -17,7 +17,7 @@ from mechmem.analysis.dynamics import (
     set_levels,
     step_files,
 )
-from mechmem.analysis.dynamics_views import metrics_agreement, metrics_curves
+from mechmem.analysis.dynamics.views import metrics_agreement, metrics_curves
 from mechmem.analysis.transitions import (
     Rule,
     event_order,

@@ -6,13 +6,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mechmem.papers.memorisation.batched import Schedule, _Stack, fact_logits, train_batched, train_reference
+from mechmem.papers.memorisation.batched import (
+    ParamStack,
+    Schedule,
+    fact_logits,
+    train_batched,
+    train_reference,
+)
 from mechmem.papers.memorisation.data import generate_facts
 from mechmem.papers.memorisation.fused import FactBatch, loss_grad
 from mechmem.papers.memorisation.heap import retain_freed_memory
 from mechmem.papers.memorisation.models import (
     FactsModelConfig,
-    _RMSNorm,
+    RMSNormFunction,
     all_variants,
     forward_params,
     init_params,
@@ -82,7 +88,7 @@ def test_factorised_logits_equal_the_forward_pass(cfg):
 
 def test_rms_norm_backward_is_the_gradient():
     x = torch.randn(3, 5, 2, 4, dtype=torch.double, requires_grad=True)
-    assert torch.autograd.gradcheck(_RMSNorm.apply, (x,))
+    assert torch.autograd.gradcheck(RMSNormFunction.apply, (x,))
 
 
 @pytest.mark.parametrize("cfg", all_variants(n_in=8, n_out=4, d_model=4, d_mlp=6), ids=lambda c: c.name)
@@ -92,7 +98,9 @@ def test_hand_written_step_is_the_autograd_gradient(cfg):
     # all-dead ReLU).
     inputs, labels = generate_facts(40, 8, 4)
     inits = [init_params(cfg, generator=torch.Generator().manual_seed(s)) for s in (0, 1, 2)]
-    stack = _Stack({k: torch.stack([p[k] for p in inits]).double() for k in inits[0]}, torch.device("cpu"))
+    stack = ParamStack(
+        {k: torch.stack([p[k] for p in inits]).double() for k in inits[0]}, torch.device("cpu")
+    )
     logits = fact_logits(cfg, stack.params(), inputs)
     loss = F.cross_entropy(logits.flatten(0, 1), labels.repeat(3), reduction="sum") / len(labels)
     (expected,) = torch.autograd.grad(loss, stack.flat)
@@ -110,7 +118,7 @@ def test_freed_memory_stays_mapped():
     cfg = FactsModelConfig(mixing="2emb")
     inputs, labels = generate_facts(1024, 32, 16)
     inits = [init_params(cfg, generator=torch.Generator().manual_seed(s)) for s in range(11)]
-    stack = _Stack({k: torch.stack([p[k] for p in inits]) for k in inits[0]}, torch.device("cpu"))
+    stack = ParamStack({k: torch.stack([p[k] for p in inits]) for k in inits[0]}, torch.device("cpu"))
     batch = FactBatch(inputs, labels, 32, 16, torch.float32)
     for _ in range(3):
         loss_grad(cfg, stack.flat, stack.params(), batch)

@@ -105,7 +105,8 @@ def test_help_and_argument_errors_answer_before_torch(target, tmp_path):
 
 
 def test_the_light_name_lists_are_the_ones_the_analyses_use():
-    from mechmem.analysis import ablation, circuits, dynamics, options, patching, patching_tables
+    from mechmem.analysis import ablation, circuits, dynamics, options, patching
+    from mechmem.analysis.patching import tables as patching_tables
     from mechmem.papers.memorisation import options as facts_options
     from mechmem.papers.memorisation import sweep
     from mechmem.papers.memorisation.constructions import evaluators

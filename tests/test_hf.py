@@ -25,7 +25,7 @@ from mechmem.models.adapter import BACKEND, TL_VERSION, load_pretrained
 VOCAB, CTX = 40, 24
 
 
-def _tiny(kind: str) -> torch.nn.Module:
+def tiny_hf_model(kind: str) -> torch.nn.Module:
     torch.manual_seed(0)  # transformers initialises from the global RNG; tests only
     if kind == "gpt2":
         config = GPT2Config(vocab_size=VOCAB, n_positions=CTX, n_embd=32, n_layer=2, n_head=4)
@@ -53,7 +53,7 @@ def _tiny(kind: str) -> torch.nn.Module:
     return LlamaForCausalLM(config).eval()
 
 
-def _tokenizer() -> PreTrainedTokenizerFast:
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
     """A word-level tokenizer over the tiny vocabulary, saved beside the weights as a published model's is."""
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
@@ -73,11 +73,11 @@ def saved(request, tmp_path_factory):
     kind = request.param
     if (BACKEND, kind) in _KNOWN:
         pytest.xfail(_KNOWN[(BACKEND, kind)])
-    model = _tiny(kind)
+    model = tiny_hf_model(kind)
     # Not named after the model: TransformerLens 3.9 reads "llama" in a path as the original LLaMA's name.
     folder = tmp_path_factory.mktemp("hf")
     model.save_pretrained(folder)
-    _tokenizer().save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
     return kind, model, folder
 
 

@@ -18,9 +18,9 @@ from mechmem.analysis.interventions import (
     setter_values,
     zero,
 )
-from mechmem.analysis.interventions_reference import naive_intervene
-from mechmem.analysis.patching_metric import PatchingMetric
-from mechmem.analysis.patching_replay import STAGE_HOOKS
+from mechmem.analysis.interventions.metric import PatchingMetric
+from mechmem.analysis.interventions.reference import naive_intervene
+from mechmem.analysis.interventions.replay import STAGE_HOOKS
 from mechmem.models.adapter import BACKEND, canonical_parameters, replay_unsupported
 
 ARCHS = {

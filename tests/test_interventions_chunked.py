@@ -10,7 +10,7 @@ from helpers import assert_no_hooks, load_script
 from test_interventions import last_logprob, make_model, make_setter
 
 from mechmem.analysis.interventions import Engine, Intervention
-from mechmem.analysis.interventions_reference import naive_intervene
+from mechmem.analysis.interventions.reference import naive_intervene
 
 ARCHS = {
     "ln3": {"normalization_type": "LN", "n_layers": 3},

@@ -91,7 +91,7 @@ def test_long_functions_say_why():
 
 # -- the layers ----------------------------------------------------------------------------------------------
 LAYERS = [
-    ("base", ("mechmem", "errors", "config", "io", "progress", "plotting", "plugins")),
+    ("base", ("mechmem", "errors", "config", "io", "progress", "plotting", "plugins", "tables")),
     ("models and tasks", ("models", "tasks")),
     ("checkpoint", ("checkpoint", "pretrained")),
     ("training", ("training", "executor")),
@@ -233,6 +233,66 @@ def test_find_cycles_finds_a_planted_circle():
 
 def test_no_import_cycle():
     assert find_cycles(import_graph()) == []
+
+
+PRIVATE_CHECKED = [SRC, ROOT / "analyses", ROOT / "benchmarks", ROOT / "examples", ROOT / "tests"]
+LOCAL_MODULES = {p.stem for folder in PRIVATE_CHECKED[1:] for p in folder.glob("*.py")}
+"""Modules of the repository that are not in the package: scripts, benchmarks and test modules, imported by
+their bare names."""
+
+
+def is_project_module(name: str) -> bool:
+    return name.split(".")[0] == "mechmem" or name in LOCAL_MODULES
+
+
+def private_crossings(path: Path, root: Path = ROOT) -> list[str]:
+    """Private names (one leading underscore) of the project's modules that `path` takes from another one:
+    `from m import _x`, or `m._x` where `m` names a project module it imported (`import a.b as m`,
+    `from a import m`). Standard-library and third-party names (`os._exit`) are theirs to document."""
+    tree = ast.parse(path.read_text())
+    modules: set[str] = set()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and is_project_module(node.module):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(
+                        f"{path.relative_to(root)}:{node.lineno} from {node.module} import {alias.name}"
+                    )
+                modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname or a.name.split(".")[0] for a in node.names if is_project_module(a.name))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(f"{path.relative_to(root)}:{node.lineno} {node.value.id}.{node.attr}")
+    return found
+
+
+def test_private_names_stay_in_their_module():
+    """A name with a leading underscore is its module's own: no module, script, example or test takes one
+    from another (the library's and the tests' alike). A helper two modules need is public, with a docstring.
+    """
+    paths = [p for root in PRIVATE_CHECKED for p in root.rglob("*.py")]
+    assert [c for p in paths for c in private_crossings(p)] == []
+
+
+def test_private_crossings_are_found(tmp_path):
+    path = tmp_path / "x.py"
+    lines = [
+        "import os",
+        "from mechmem.checkpoint import _hidden",
+        "import mechmem.io as mio",
+        "mio._write()",
+    ]
+    path.write_text("\n".join([*lines, "os._exit(0)", ""]))
+    found = private_crossings(path, tmp_path)
+    assert len(found) == 2 and "import _hidden" in found[0] and "mio._write" in found[1], found
 
 
 def test_every_paper_has_the_skeleton():

@@ -107,7 +107,7 @@ def test_birth_qk_and_ov_probes_page_equal_probe_script(birth_run, tmp_path):
 
 def test_birth_transition_steps_page_equal_dynamics(birth_run):
     """The statements' first crossing (page) and the dynamics' event on the logged curve (report) agree."""
-    from mechmem.analysis.dynamics_views import metrics_curves
+    from mechmem.analysis.dynamics.views import metrics_curves
 
     history = read_metrics(birth_run)
     steps, curves = metrics_curves(birth_run)
@@ -171,6 +171,6 @@ def test_permutation_page_sd_is_the_one_sample_sd():
     m, sd = mean_sd(values)
     naive = (sum((v - m) ** 2 for v in values) / (len(values) - 1)) ** 0.5
     assert sd == pytest.approx(naive, rel=1e-12)
-    assert page._ms(values) == format_mean_sd(values) == f"{m:.3f} ± {naive:.3f}"
+    assert page.format_ms(values) == format_mean_sd(values) == f"{m:.3f} ± {naive:.3f}"
     counts = [10, 13, 19]
     assert facts_mean_sd(counts) == format_mean_sd(counts, ".0f", " +- ")

@@ -15,7 +15,7 @@ from mechmem.analysis.patching import (
     plot_patching,
     run_sweeps,
 )
-from mechmem.analysis.patching_reference import TL_SWEEPS
+from mechmem.analysis.patching.reference import TL_SWEEPS
 from mechmem.models.adapter import build_transformer
 from mechmem.tasks.base import PatchingPair
 
@@ -151,7 +151,7 @@ def test_generic_callable_metric_equals_transformer_lens(random_case):
 
 
 def test_dependency_check_and_declared_readout(random_case):
-    from mechmem.analysis.patching_metric import find_readout
+    from mechmem.analysis.interventions.metric import find_readout
     from mechmem.errors import MechmemError
 
     model, pair = random_case
@@ -336,7 +336,7 @@ def test_script_writes_patching_json(trained, tmp_path, capsys):
 
 
 def test_start_groups_and_metric_recognition(random_case):
-    from mechmem.analysis.replay_schedule import start_groups
+    from mechmem.analysis.interventions.schedule import start_groups
 
     starts = torch.tensor([5, 0, 5, 0, 7])
     # Large batches: extra positions cost more than a pass, so one pass per start position.

@@ -11,11 +11,11 @@ import torch
 from helpers import assert_no_hooks, build_model, build_transformer_cfg
 from test_patching import random_pair, tl_sweep
 
-from mechmem.analysis.attribution import Attributor
 from mechmem.analysis.circuits import EdgePatcher, build_graph
 from mechmem.analysis.interventions import Engine, Intervention, apply
-from mechmem.analysis.interventions_reference import naive_intervene
+from mechmem.analysis.interventions.reference import naive_intervene
 from mechmem.analysis.patching import SWEEPS, Patcher, model_sweeps
+from mechmem.analysis.patching.attribution import Attributor
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import (
     BACKEND,
@@ -177,13 +177,13 @@ def test_circuit_edges_equal_naive_path_patching(case):
 def test_models_from_hugging_face_patch_exactly(tmp_path, kind):
     """Held-out: tiny random GPT-NeoX (partial rotary, parallel blocks) and Llama (grouped-query attention,
     gated MLP, RMSNorm) models from `transformers` configs, loaded by path, patch as TransformerLens does."""
-    from test_hf import _tiny, _tokenizer
+    from test_hf import tiny_hf_model, tiny_tokenizer
 
     from mechmem.models.adapter import load_pretrained
 
     torch.set_num_threads(1)
-    _tiny(kind).save_pretrained(tmp_path)
-    _tokenizer().save_pretrained(tmp_path)
+    tiny_hf_model(kind).save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
     model = load_pretrained(str(tmp_path)).eval()
     pair = random_pair(4, 10, model.cfg.d_vocab_out, torch.Generator().manual_seed(5), first_diff=2)
     patcher = Patcher(model, pair.clean, pair.corrupted, pair=pair)

@@ -36,7 +36,7 @@ def fresh_loader(monkeypatch, tmp_path):
     entry_point=True)` adds an entry point (in call order), `entry_point=False` a built-in paper folder."""
     plugins.load_papers()  # the built-in papers are imported once; re-importing them later is a no-op
     monkeypatch.setattr(plugins, "_STATE", "unloaded")
-    monkeypatch.setattr(plugins, "_PAPERS", dict(plugins._PAPERS))
+    monkeypatch.setattr(plugins, "PAPERS", dict(plugins.PAPERS))
     monkeypatch.setattr(plugins, "_FAILED", {})
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     folder = tmp_path / "builtin"

@@ -11,8 +11,8 @@ import torch
 from helpers import build_transformer_cfg
 from test_patching_architectures import ARCHITECTURES, BASE, arch_model
 
-from mechmem.analysis.patching_replay import Replay
-from mechmem.analysis.qk_correction import swap_effects
+from mechmem.analysis.interventions.replay import Replay
+from mechmem.analysis.patching.qk_correction import swap_effects
 from mechmem.models.adapter import BACKEND, bridge_unsupported, replay_unsupported
 
 CASES = ["tied", "attn_scale", "rotary", "partial_rotary", "grouped_query", "local", "neox_like"]

@@ -17,7 +17,7 @@ import torch
 from helpers import ROOT, load_script
 
 from mechmem.analysis.planted import planted_induction_model
-from mechmem.checkpoint import _digest, load_checkpoint, save_checkpoint, save_hooked_transformer
+from mechmem.checkpoint import load_checkpoint, payload_digest, save_checkpoint, save_hooked_transformer
 from mechmem.cli import dumps, run_script, write_json
 from mechmem.errors import CheckpointError, MechmemError
 
@@ -104,7 +104,7 @@ def _resave(src: Path, dst: Path, edit, *, redigest: bool) -> Path:
     payload = torch.load(src, weights_only=True)
     edit(payload)
     if redigest:
-        payload["digest"] = _digest(payload)
+        payload["digest"] = payload_digest(payload)
     torch.save(payload, dst)
     return dst
 

@@ -79,7 +79,8 @@ def test_random_model_names_no_roles(random_report):
 
 
 def test_report_and_reproduction_page_print_identical_role_numbers(permutation_task, tmp_path):
-    """The page's measurement (`experiments._measure`) and the report call one classifier on the same data."""
+    """The page's measurement (`experiments.measure_seed`) and the report call one classifier on the same
+    data."""
     from mechmem.checkpoint import save_checkpoint
     from mechmem.papers.permutation import planted
     from mechmem.papers.permutation import run as experiments
@@ -96,7 +97,7 @@ def test_report_and_reproduction_page_print_identical_role_numbers(permutation_t
         task_name="permutation",
         task_config=permutation_task.config,
     )
-    page = experiments._measure(cfg.task2_preset, 0, cfg, roles=True, rescue=True)["roles"]
+    page = experiments.measure_seed(cfg.task2_preset, 0, cfg, roles=True, rescue=True)["roles"]
     report = build_report(model, permutation_task, n_samples=32, role_samples=96, seed=cfg.role_seed)
     circuit = report.section("circuit").findings
     assert page["heads"] == circuit["heads"] and page["labels"] == circuit["labels"]

@@ -200,7 +200,9 @@ def test_ablation_section_estimates_many_ablations_and_says_how_well(written, mo
     values; an estimate failing the check is replaced by exact ablation; below, every ablation is exact."""
     import torch
 
-    from mechmem.analysis import ablation, ablation_attribution, attribution
+    from mechmem.analysis import ablation
+    from mechmem.analysis.ablation import attribution as ablation_attribution
+    from mechmem.analysis.patching import attribution
     from mechmem.report import head_roles, sections
 
     model, _, _ = written

@@ -145,7 +145,7 @@ def _feed(h: Any, obj: Any) -> None:
         h.update(f"V{json.dumps(obj)}".encode())
 
 
-def _digest(payload: dict[str, Any]) -> str:
+def payload_digest(payload: dict[str, Any]) -> str:
     """SHA-256 over every field but the digest (format version 1: configs and weights only)."""
     h = hashlib.sha256()
     if payload.get("format_version") == 1:
@@ -263,7 +263,7 @@ def save_checkpoint(
     }
     if extra:
         payload["extra"] = extra
-    payload["digest"] = _digest(payload)
+    payload["digest"] = payload_digest(payload)
     atomic_torch_save(payload, path)
     return Path(path)
 
@@ -345,7 +345,7 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path}: state_dict is not a mapping of tensors")
     try:
-        digest = _digest(payload)
+        digest = payload_digest(payload)
     except (TypeError, ValueError, AttributeError, RuntimeError) as exc:
         raise CheckpointError(f"{path}: malformed fields ({type(exc).__name__}: {exc})") from None
     if digest != payload["digest"]:

@@ -50,6 +50,21 @@ def strict_json(obj: Any) -> Any:
     return obj
 
 
+def jsonable(obj: Any) -> Any:
+    """A `json.dumps` default: tensors and arrays as lists (`tolist`), records through their `to_dict`, any
+    other object as its `str`."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    return str(obj)
+
+
+def plain_json(obj: Any) -> Any:
+    """`obj` as plain strict-JSON values (`jsonable` for what json cannot write, then `strict_json`)."""
+    return strict_json(json.loads(json.dumps(obj, default=jsonable)))
+
+
 def dumps(obj: Any, **kwargs: Any) -> str:
     """`json.dumps` of `strict_json(obj)`; never writes NaN or Infinity."""
     return json.dumps(strict_json(obj), allow_nan=False, **kwargs)

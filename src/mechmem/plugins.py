@@ -73,7 +73,7 @@ class Paper:
     """The paper's models in `make demo` (none: the paper adds no demo model)."""
 
 
-_PAPERS: dict[str, Paper] = {}
+PAPERS: dict[str, Paper] = {}
 _FAILED: dict[str, str] = {}
 _STATE = "unloaded"
 """unloaded -> loading (imports under way; a nested call returns at once) -> loaded (every import
@@ -82,7 +82,7 @@ attempted)."""
 
 def register_paper(paper: Paper) -> Paper:
     """Make `paper` available by name (called by the plugin package when it is imported)."""
-    _PAPERS[paper.name] = paper
+    PAPERS[paper.name] = paper
     return paper
 
 
@@ -128,17 +128,17 @@ def failed_plugins() -> dict[str, str]:
 def paper_names() -> list[str]:
     """Names of every registered paper."""
     load_papers()
-    return sorted(_PAPERS)
+    return sorted(PAPERS)
 
 
 def get_paper(name: str) -> Paper:
     """The paper registered as `name`."""
     load_papers()
-    if name not in _PAPERS:
-        raise MechmemError(f"unknown paper {name!r} (known: {', '.join(sorted(_PAPERS)) or 'none'})")
-    return _PAPERS[name]
+    if name not in PAPERS:
+        raise MechmemError(f"unknown paper {name!r} (known: {', '.join(sorted(PAPERS)) or 'none'})")
+    return PAPERS[name]
 
 
 def demo_models() -> list[DemoModel]:
     """Every registered paper's demo models, papers in name order."""
-    return [model for name in paper_names() for model in _PAPERS[name].demo]
+    return [model for name in paper_names() for model in PAPERS[name].demo]

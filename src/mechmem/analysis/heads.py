@@ -30,7 +30,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from mechmem.analysis.intervals import bootstrap_ratio
+from mechmem.analysis.intervals import bootstrap_ratio, normal_interval_from_moments
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import attention_scale, is_hooked_transformer
 from mechmem.plotting import plt
@@ -280,9 +280,7 @@ def detect_heads(
         scores[k] = (m.sum(0) / total).float() if total > 0 else torch.full(shape, float("nan"))
         lower[k], upper[k] = bootstrap_ratio(m, r, generator=gen)
         n_t = tok_rows[k]
-        mean_t = tok_sum[k] / n_t
-        var_t = (tok_sq[k] / n_t - mean_t.square()).clamp_min(0) * n_t / (n_t - 1).clamp_min(1)
-        low_t = mean_t - 1.96 * (var_t / n_t).sqrt()
+        mean_t, low_t, _ = normal_interval_from_moments(tok_sum[k], tok_sq[k], n_t)
         by_token[k] = mean_t.float()
         by_token_lower[k] = low_t.masked_fill(n_t < MIN_TOKEN_ROWS, float("nan")).float()
     return HeadScores(

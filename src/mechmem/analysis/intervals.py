@@ -1,5 +1,5 @@
-"""Confidence intervals over prompt draws: the percentile bootstrap of a ratio of sums, and the three-valued
-verdict.
+"""Confidence intervals over prompt draws: the percentile bootstrap of a ratio of sums, the normal interval of
+a mean from its moments, and the three-valued verdict. Every interval the toolkit prints is computed here.
 
 Every verdict the toolkit prints about a measured quantity (a head's detection score, a circuit's faithfulness
 or completeness) is judged on an interval rather than on the point estimate, so that two draws of the same
@@ -63,6 +63,31 @@ def bootstrap_ratio(
     return lower.reshape(num.shape[1:]).float(), upper.reshape(num.shape[1:]).float()
 
 
+Z_95 = 1.96
+"""The standard normal's 0.975 quantile to two decimals (1.95996...): a normal 95% interval is mean +- Z_95
+standard errors."""
+
+
+def standard_error(values: Float[Tensor, "..."], dim: int = 0) -> Float[Tensor, "..."]:
+    """The standard error of the mean along `dim`: sample sd (n - 1) / sqrt(n); NaN below 2 values."""
+    n = values.shape[dim]
+    if n < 2:
+        return torch.full_like(values.select(dim, 0), float("nan"), dtype=torch.float32)
+    return values.std(dim) / n**0.5
+
+
+def normal_interval_from_moments(
+    total: Tensor, total_sq: Tensor, n: Tensor, *, z: float = Z_95
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(mean, lower, upper) of means accumulated as sums: `total` = sum x, `total_sq` = sum x^2 over `n` rows
+    (elementwise; the variance uses n - 1). Where n < 2 the interval has no width to estimate and is NaN."""
+    mean = total / n
+    var = (total_sq / n - mean.square()).clamp_min(0) * n / (n - 1).clamp_min(1)
+    half = z * (var / n).sqrt()
+    half = half.masked_fill(n < 2, float("nan"))
+    return mean, mean - half, mean + half
+
+
 def verdict(lower: float, upper: float, threshold: float) -> str:
     """ "yes" when the whole interval is at or above `threshold`, "no" when it is below, else "undecided"."""
     if lower >= threshold:
@@ -79,4 +104,13 @@ def combine(verdicts: list[str]) -> str:
     return "yes" if all(v == "yes" for v in verdicts) else "undecided"
 
 
-__all__ = ["LEVEL", "RESAMPLES", "bootstrap_ratio", "combine", "verdict"]
+__all__ = [
+    "LEVEL",
+    "RESAMPLES",
+    "Z_95",
+    "bootstrap_ratio",
+    "combine",
+    "normal_interval_from_moments",
+    "standard_error",
+    "verdict",
+]

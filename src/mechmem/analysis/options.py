@@ -19,7 +19,7 @@ CIRCUIT_PROMPTS = 64
 PATCH_DIRECTIONS = ("denoising", "noising")
 """Clean into corrupted, or corrupted into clean (`mechmem.analysis.patching.DIRECTIONS`)."""
 PATCH_METHODS = ("exact", "attribution")
-"""Exact patching or its first-order estimate (`mechmem.analysis.patching_tables.METHODS`)."""
+"""Exact patching or its first-order estimate (`mechmem.analysis.patching.tables.METHODS`)."""
 PATCH_SWEEPS = (
     "resid_pre",
     "resid_mid",

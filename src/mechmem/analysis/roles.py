@@ -48,7 +48,7 @@ elsewhere.
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from jaxtyping import Float
@@ -393,8 +393,21 @@ def _task_role(ev: dict[str, float], roles: Sequence[str], t: RoleThresholds) ->
     return None
 
 
-def _clear_pattern(ev: dict[str, float], key: str, t: RoleThresholds) -> tuple[int, float, str, str] | None:
-    """(overall?, lower end, role, note) when the head's pattern `key` is clear (the role rule), else None.
+class ClearPattern(NamedTuple):
+    """A head's attention pattern that the role rule calls clear; patterns sort by (overall, lower)."""
+
+    overall: bool
+    """Clear over all query tokens (True), or for some tokens only (False)."""
+    lower: float
+    """The lower end that cleared the threshold (the point score for evidence without intervals)."""
+    role: str
+    """The pattern's role name (`PATTERN_ROLES`)."""
+    note: str
+    """The evidence in words."""
+
+
+def _clear_pattern(ev: dict[str, float], key: str, t: RoleThresholds) -> ClearPattern | None:
+    """The head's pattern `key` when it is clear (the role rule), else None.
 
     With interval evidence (`key_lower`, `key_token_lower`) the lower ends are judged; with a point score only
     (evidence built by hand), the score is.
@@ -404,30 +417,21 @@ def _clear_pattern(ev: dict[str, float], key: str, t: RoleThresholds) -> tuple[i
         return None
     if f"{key}_lower" not in ev:
         point = ev[key]
-        return (
-            (1, point, name, f"{name} score {point:.2f} (>= {t.attention})") if point >= t.attention else None
-        )
+        if point < t.attention:
+            return None
+        return ClearPattern(True, point, name, f"{name} score {point:.2f} (>= {t.attention})")
     low, token_low = ev[f"{key}_lower"], ev.get(f"{key}_token_lower", float("-inf"))
     if low >= t.attention:
-        return (
-            1,
-            low,
-            name,
-            (
-                f"{name}: best score {ev[key]:.2f}, interval lower end {low:.2f} (>= {t.attention}) "
-                "on some probe"
-            ),
+        note = (
+            f"{name}: best score {ev[key]:.2f}, interval lower end {low:.2f} (>= {t.attention}) on some probe"
         )
+        return ClearPattern(True, low, name, note)
     if token_low >= t.attention:
-        return (
-            0,
-            token_low,
-            name,
-            (
-                f"{name} for some tokens only: >= {head_detection.MIN_TOKENS} query tokens with a lower "
-                f"end >= {t.attention} (best such {token_low:.2f}); overall best score {ev[key]:.2f}"
-            ),
+        note = (
+            f"{name} for some tokens only: >= {head_detection.MIN_TOKENS} query tokens with a lower "
+            f"end >= {t.attention} (best such {token_low:.2f}); overall best score {ev[key]:.2f}"
         )
+        return ClearPattern(False, token_low, name, note)
     return None
 
 
@@ -453,12 +457,12 @@ def classify_heads(
         for head in range(n_heads):
             ev = {k: float(v[layer, head]) for k, v in evidence.items()}
             patterns = sorted((c for k in PATTERN_ROLES if (c := _clear_pattern(ev, k, t))), reverse=True)
-            notes = [note for *_, note in patterns]
+            notes = [p.note for p in patterns]
             task = _task_role(ev, task_roles, t) if task_roles else None
             if task is not None:
                 role, notes = task[0], [task[1]] + [f"also {note}" for note in notes]
             else:
-                role = patterns[0][2] if patterns else "none"
+                role = patterns[0].role if patterns else "none"
             roles.append(HeadRole(layer, head, role, ev, notes))
     return roles
 

@@ -402,7 +402,7 @@ def is_hooked_transformer(model: Any) -> bool:
 
 
 def replay_unsupported(model: Any) -> str | None:
-    """Why the hook-free patching replay (`analysis.patching_replay`) cannot run `model` (None when it can).
+    """Why the engine's hook-free replay (`analysis.interventions.replay`) cannot run `model` (None: it can).
 
     The replay re-implements HookedTransformer's forward arithmetic, so it takes a HookedTransformer with
     learned or rotary positions (grouped-query, local and parallel attention included; the replay module lists

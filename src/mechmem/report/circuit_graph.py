@@ -1,7 +1,7 @@
 """The report's edge-level circuit: the graph drawn by layer, its faithfulness, and the strongest edges.
 
 `edges_section(ctx)` discovers the circuit of the report's model on its task's clean/corrupted pair (or the
-generic repeats pair) with mean ablation (`mechmem.analysis.circuits_discovery.discover_circuit`), and
+generic repeats pair) with mean ablation (`mechmem.analysis.circuits.discovery.discover_circuit`), and
 `plot_circuit` draws it: embeddings at the bottom, one row per layer (heads, then the MLP half a layer up),
 the logits on top; each head shows its q, k and v input ports; edge width is proportional to |score|, blue
 edges support the clean answer and red ones oppose it; each head carries its role from the report's
@@ -11,7 +11,7 @@ classifier.
 from typing import Any
 
 from mechmem.analysis.circuits import ABLATION_TEXT, build_graph
-from mechmem.analysis.circuits_discovery import CONFIDENCE, Circuit, circuit_prompts, discover_circuit
+from mechmem.analysis.circuits.discovery import CONFIDENCE, Circuit, circuit_prompts, discover_circuit
 from mechmem.errors import MechmemError
 from mechmem.report.document import Section, Table
 

@@ -9,15 +9,12 @@ as a base64 `data:` URI and loads nothing from anywhere else, so it opens offlin
 import base64
 import html
 import io
-import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mechmem.cli import dumps
-from mechmem.io import OutputSet, atomic_write
+from mechmem.io import OutputSet, atomic_write, dumps, plain_json
 
 
 @dataclass
@@ -186,7 +183,7 @@ def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     """
     out = Path(out_dir)
     figures = {f"{s.key}-{name}.png": png for s in report.sections for name, png in s.figures.items()}
-    record = _finite(json.loads(json.dumps(report.to_dict(), default=_jsonable)))
+    record = plain_json(report.to_dict())
     with OutputSet(out) as files:
         files.add_dir("figures", figures)
         paths = {
@@ -265,25 +262,6 @@ def write_page(
         report, read_prose(prose) if prose else None, figure_dir=rel, figure_prefix=f"{stem}_"
     )
     return atomic_write(md_path, text)
-
-
-def _finite(obj: Any) -> Any:
-    """NaN and infinities become null, so report.json is strict JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def _jsonable(obj: Any) -> Any:
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    return str(obj)
 
 
 def write_index(

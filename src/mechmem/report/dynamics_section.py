@@ -13,10 +13,9 @@ from typing import Any
 import torch
 
 from mechmem.analysis.dynamics import DEFAULT_QUANTITIES, QUANTITIES, run_dynamics, step_files
-from mechmem.analysis.dynamics_views import plot_dynamics
+from mechmem.analysis.dynamics.views import plot_dynamics
 from mechmem.analysis.transitions import event_order, format_order
-from mechmem.cli import one_line
-from mechmem.errors import MechmemError
+from mechmem.errors import MechmemError, one_line
 from mechmem.report.document import Section, Table
 
 DYNAMICS_SAMPLES = 128

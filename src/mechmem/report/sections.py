@@ -15,10 +15,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mechmem.analysis import ablation, ablation_attribution, heads, neurons, patching, probes
-from mechmem.analysis.attribution import attribute_sweeps
+from mechmem.analysis import ablation, heads, neurons, patching, probes
+from mechmem.analysis.ablation import attribution as ablation_attribution
 from mechmem.analysis.interventions import Intervention, intervened_logits, mean
 from mechmem.analysis.logit_lens import answer_probability, decode_residual
+from mechmem.analysis.patching.attribution import attribute_sweeps
 from mechmem.analysis.roles import RoleResult, RoleThresholds
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import is_hooked_transformer

@@ -117,7 +117,7 @@ def _hits_needed(n_facts: int, target_acc: float) -> int:
     return math.ceil(target_acc * n_facts - 1e-9)
 
 
-class _Stack:
+class ParamStack:
     """The inits still training: one row each of a flat [init, n_params] leaf (so Adam is a handful of ops),
     with per-row Adam moments, step count, phase and patience state."""
 
@@ -190,7 +190,7 @@ def train_batched(
     need, cont = _hits_needed(n_facts, schedule.target_acc), _hits_needed(n_facts, schedule.continue_above)
     inits = [init_params(cfg, generator=torch.Generator().manual_seed(s)) for s in seeds]
     final: Params = {k: torch.stack([p[k] for p in inits]) for k in inits[0]}
-    stack, lr_table = _Stack(final, device), torch.tensor(schedule.lrs, device=device)
+    stack, lr_table = ParamStack(final, device), torch.tensor(schedule.lrs, device=device)
     totals = {k: torch.zeros(n_init, dtype=torch.long) for k in ("best", "last", "epochs", "phases")}
     success = torch.zeros(n_init, dtype=torch.bool)
     batch = FactBatch(inputs, labels, cfg.n_in, cfg.n_out, stack.flat.dtype)

@@ -198,7 +198,7 @@ def _lin(x: Tensor, W: Tensor, b: Tensor | None = None) -> Tensor:
     return out.reshape(n_init, *x.shape[1:-1], W.shape[-1])
 
 
-class _RMSNorm(torch.autograd.Function):
+class RMSNormFunction(torch.autograd.Function):
     """x / rms(x) over the last axis, with a hand-written backward: a third of the kernels of autograd's
     composite, which matters at [11 inits, 1,024 facts, 16]."""
 
@@ -219,7 +219,7 @@ class _RMSNorm(torch.autograd.Function):
 
 def _rms(x: Tensor, w: Tensor | None) -> Tensor:
     """RMSNorm over the last axis; gain w [init, d] (None: no gain)."""
-    x = _RMSNorm.apply(x)
+    x = RMSNormFunction.apply(x)
     return x if w is None else x * w.view(w.shape[0], *[1] * (x.dim() - 2), w.shape[-1])
 
 

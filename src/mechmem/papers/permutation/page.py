@@ -26,7 +26,7 @@ def load_published() -> dict[str, Any]:
     return json.loads(PUBLISHED_PATH.read_text())
 
 
-def _ms(values: list[float], fmt: str = ".3f") -> str:
+def format_ms(values: list[float], fmt: str = ".3f") -> str:
     """Mean ± sample sd of the values (a single value alone): `stats.format_mean_sd`."""
     return format_mean_sd(values, fmt)
 
@@ -57,9 +57,9 @@ def build_page(record: dict[str, Any]) -> Report:
     ]
     t1, t2 = record["task1"], record["task2"]
     headline = (
-        f"Task 2 probe p(recall) {_ms([r['probe']['p_recall'] for r in t2])} over {len(t2)} seed(s) "
+        f"Task 2 probe p(recall) {format_ms([r['probe']['p_recall'] for r in t2])} over {len(t2)} seed(s) "
         f"(published {values['task2_probe_recall_p']}); Task 1 probe p(elimination) "
-        f"{_ms([r['probe']['p_elimination'] for r in t1])} over {len(t1)} seed(s) "
+        f"{format_ms([r['probe']['p_elimination'] for r in t1])} over {len(t1)} seed(s) "
         f"(published {values['task1_probe_elimination_p']})."
     )
     cfg = record["config"]
@@ -186,8 +186,8 @@ def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
         )
     )
     s.lines.append(
-        f"Test-mapping loss: Task 1 {_ms([r['losses']['test'] for r in t1])}, Task 2 "
-        f"{_ms([r['losses']['test'] for r in t2])}; Bayes-optimal loss on the same sequences: "
+        f"Test-mapping loss: Task 1 {format_ms([r['losses']['test'] for r in t1])}, Task 2 "
+        f"{format_ms([r['losses']['test'] for r in t2])}; Bayes-optimal loss on the same sequences: "
         f"{t1[0]['losses']['bayes_test']:.3f} (Task 1 data), {t2[0]['losses']['bayes_test']:.3f} "
         f"(Task 2 data); elimination floor {record['floor']:.4f}."
     )
@@ -206,12 +206,12 @@ def _bayes_rows(runs: list[dict[str, Any]]) -> list[list[Any]]:
             [
                 first["step"],
                 first["n"],
-                _ms(col["acc"]),
+                format_ms(col["acc"]),
                 first["bayes_acc"],
-                _ms(col["p_target"]),
-                _ms(col["mae"], ".4f"),
-                _ms(col["max_err"]),
-                _ms(col["loss"]),
+                format_ms(col["p_target"]),
+                format_ms(col["mae"], ".4f"),
+                format_ms(col["max_err"]),
+                format_ms(col["loss"]),
                 first["bayes_loss"],
             ]
         )
@@ -232,9 +232,10 @@ def _max_err_lines(runs: list[dict[str, Any]]) -> list[str]:
     return [
         (
             f"Task 2, memorisation subgroup ({rows[0]['n']} sequences per seed): `max err` is the largest"
-            f" single entry over all of them, {_ms([r['max_err'] for r in rows])};"
-            f" each sequence's own largest entry has median {_ms(q[0], '.4f')},"
-            f" 90th percentile {_ms(q[1], '.4f')} and 99th percentile {_ms(q[2])} (mean ± sd over seeds)."
+            f" single entry over all of them, {format_ms([r['max_err'] for r in rows])};"
+            f" each sequence's own largest entry has median {format_ms(q[0], '.4f')},"
+            f" 90th percentile {format_ms(q[1], '.4f')} and 99th percentile {format_ms(q[2])}"
+            " (mean ± sd over seeds)."
         )
     ]
 
@@ -438,7 +439,7 @@ def _rescue(record: dict[str, Any]) -> Section:
             ["stage", "recall acc", "recall p(correct)", "elimination acc", "elimination p(correct)"],
             [
                 [stage.replace("_", "-")]
-                + [_ms(v[k]) for k in ("recall_acc", "recall_p", "elimination_acc", "elimination_p")]
+                + [format_ms(v[k]) for k in ("recall_acc", "recall_p", "elimination_acc", "elimination_p")]
                 for stage, v in lens.items()
             ],
             caption="Logit lens at the last x, mean ± sd over seeds",
@@ -463,12 +464,12 @@ def _rescue(record: dict[str, Any]) -> Section:
     )
 
     def acc(prefix: str, k: int, group: str) -> str:
-        return _ms([_ablation(r, prefix, k)[group] for r in runs])
+        return format_ms([_ablation(r, prefix, k)[group] for r in runs])
 
     s.lines.append(
-        f"Right before the MLP: {_ms(lens['pre_ffn']['recall_acc'])} of recall cases, "
-        f"{_ms(lens['pre_ffn']['elimination_acc'])} of elimination cases; after it: "
-        f"{_ms(lens['post_ffn']['recall_acc'])} and {_ms(lens['post_ffn']['elimination_acc'])}."
+        f"Right before the MLP: {format_ms(lens['pre_ffn']['recall_acc'])} of recall cases, "
+        f"{format_ms(lens['pre_ffn']['elimination_acc'])} of elimination cases; after it: "
+        f"{format_ms(lens['post_ffn']['recall_acc'])} and {format_ms(lens['post_ffn']['elimination_acc'])}."
     )
     s.lines.append(
         f"Recall / elimination accuracy with the top recall neuron zero-ablated: "

@@ -368,7 +368,7 @@ class ReproConfig:
     """The variant this config was made from (recorded, so the page can say how to rebuild it)."""
 
 
-def _measure(
+def measure_seed(
     preset: str, seed: int, cfg: ReproConfig, *, roles: bool, rescue: bool = False
 ) -> dict[str, Any]:
     from mechmem.checkpoint import load_checkpoint
@@ -413,7 +413,7 @@ def seed_cell(preset: str, seed: int, cfg: ReproConfig, roles: bool, rescue: boo
     Train (preset, seed) unless its checkpoint is current, then measure it.
     """
     train_if_missing(preset, seed, cfg.runs, cfg.device)
-    return _measure(preset, seed, cfg, roles=roles, rescue=rescue)
+    return measure_seed(preset, seed, cfg, roles=roles, rescue=rescue)
 
 
 def run_reproduction(cfg: ReproConfig, *, log: Any = print) -> dict[str, Any]:

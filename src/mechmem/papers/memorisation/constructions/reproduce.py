@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mechmem.cli import write_json
 from mechmem.executor import Cell, check_executor, run_cells
+from mechmem.io import write_json
 from mechmem.papers.memorisation.capacity import CapacityResult
 from mechmem.papers.memorisation.constructions.evaluators import (
     EVALUATORS,

@@ -5,10 +5,10 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from mechmem.analysis.dynamics import Dynamics
+from mechmem.analysis.dynamics.measure import Dynamics
 from mechmem.analysis.transitions import event_order, find_event, format_order
-from mechmem.cli import format_table
 from mechmem.errors import MechmemError
+from mechmem.tables import format_table
 from mechmem.training.rundir import read_metrics
 
 

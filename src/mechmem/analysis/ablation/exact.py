@@ -19,7 +19,7 @@ Every ablation is an intervention of `mechmem.analysis.interventions` (setters z
 the engine stacks them along the batch axis and starts each pass at the ablated layer from the cached clean
 residual stream. `naive_head_ablation` (one run per head) is the reference it is tested against.
 
-On large models `analysis.ablation_attribution` estimates every ablation from one gradient pass instead.
+On large models `analysis.ablation.attribution` estimates every ablation from one gradient pass instead.
 """
 
 from collections.abc import Callable
@@ -41,7 +41,7 @@ from mechmem.analysis.interventions import (
     setter_values,
     zero,
 )
-from mechmem.analysis.interventions_reference import naive_intervene
+from mechmem.analysis.interventions.reference import naive_intervene
 from mechmem.analysis.options import ABLATION_METHODS
 from mechmem.plotting import plt
 from mechmem.tasks.base import masked_accuracy
@@ -159,7 +159,8 @@ def method_setter(
     return mean(reference) if method == "mean" else resample(reference, generator)
 
 
-def _reference(tokens: Tensor, reference: Tensor | None) -> Tensor:
+def reference_tokens(tokens: Tensor, reference: Tensor | None) -> Tensor:
+    """The sequences means and resamples come from: `reference`, else the inputs themselves (same length)."""
     reference = tokens if reference is None else reference
     if reference.shape[1] != tokens.shape[1]:
         raise ValueError(
@@ -168,21 +169,22 @@ def _reference(tokens: Tensor, reference: Tensor | None) -> Tensor:
     return reference
 
 
-def _component_hooks(model: torch.nn.Module, layer: int) -> tuple[str, str | None]:
+def component_hooks(model: torch.nn.Module, layer: int) -> tuple[str, str | None]:
+    """(the layer's head outputs `hook_z`, its `hook_mlp_out` or None on an attention-only model)."""
     mlp = None if model.cfg.attn_only else f"blocks.{layer}.hook_mlp_out"
     return f"blocks.{layer}.attn.hook_z", mlp
 
 
-def _hooks(model: torch.nn.Module) -> list[str]:
+def ablated_hooks(model: torch.nn.Module) -> list[str]:
     """Every hook an ablation replaces: each layer's `hook_z` and `hook_mlp_out` (if any)."""
-    return [h for layer in range(model.cfg.n_layers) for h in _component_hooks(model, layer) if h]
+    return [h for layer in range(model.cfg.n_layers) for h in component_hooks(model, layer) if h]
 
 
-def _layer_variants(
+def layer_variants(
     model: torch.nn.Module, layer: int, setter: Callable[[str, tuple], Setter]
 ) -> list[Intervention]:
     """Ablations of one layer, in order: each head, all heads, the MLP (if any); setter(hook, index)."""
-    z, mlp = _component_hooks(model, layer)
+    z, mlp = component_hooks(model, layer)
     heads = [(slice(None), head) for head in range(model.cfg.n_heads)]
     variants = [Intervention(z, index, setter(z, index)) for index in heads + [()]]
     return variants + ([Intervention(mlp, (), setter(mlp, ()))] if mlp else [])
@@ -206,8 +208,8 @@ def ablation_values(
 
     `reference` (default: `tokens`) is the batch the mean is taken over and resampled sequences come from.
     """
-    setter = method_setter(method, _reference(tokens, reference), generator)
-    return setter_values(model, tokens, setter, _hooks(model))
+    setter = method_setter(method, reference_tokens(tokens, reference), generator)
+    return setter_values(model, tokens, setter, ablated_hooks(model))
 
 
 @torch.no_grad()
@@ -222,7 +224,7 @@ def ablate_layer_components(
 
     `values` are the replacement activations (from `ablation_values`); the engine runs from `layer` onward.
     """
-    out = intervene(model, tokens, _layer_variants(model, layer, _replay(values)), metric).tolist()
+    out = intervene(model, tokens, layer_variants(model, layer, _replay(values)), metric).tolist()
     n_heads = model.cfg.n_heads
     return torch.tensor(out[:n_heads]), out[n_heads], (out[n_heads + 1] if len(out) > n_heads + 1 else None)
 
@@ -253,12 +255,12 @@ def ablate_heads(
         metric_name: a description stored with the result.
     """
     cfg = model.cfg
-    reference = _reference(tokens, reference)
+    reference = reference_tokens(tokens, reference)
     setters = [method_setter(method, reference, generator) for method in methods]
     variants: list[Any] = [[]]  # the unablated baseline
     for setter in setters:
         for layer in range(cfg.n_layers):
-            variants += _layer_variants(model, layer, lambda hook, index, setter=setter: setter)
+            variants += layer_variants(model, layer, lambda hook, index, setter=setter: setter)
     out = intervene(model, tokens, variants, metric)
     baseline, per_layer = float(out[0]), out[1:].reshape(len(methods), cfg.n_layers, -1)
     heads, attn = per_layer[..., : cfg.n_heads], per_layer[..., cfg.n_heads]
@@ -289,7 +291,7 @@ def naive_head_ablation(
     cfg = model.cfg
     variants = []
     for layer in range(cfg.n_layers):
-        variants += _layer_variants(model, layer, _replay(values))[: cfg.n_heads]
+        variants += layer_variants(model, layer, _replay(values))[: cfg.n_heads]
     return naive_intervene(model, tokens, variants, metric).reshape(cfg.n_layers, cfg.n_heads).float()
 
 

@@ -1,7 +1,7 @@
 """Circuit discovery: score every edge, prune to the smallest circuit reaching a target faithfulness, measure
 it.
 
-    from mechmem.analysis.circuits_discovery import circuit_pair, discover_circuit
+    from mechmem.analysis.circuits.discovery import circuit_pair, discover_circuit
     pair, _ = circuit_pair(model, task, 64, generator=torch.Generator().manual_seed(0))
     circuit = discover_circuit(model, pair, ablation="mean")        # a `Circuit`; circuit.to_dict() for JSON
 
@@ -46,10 +46,10 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from mechmem.analysis.attribution import TRUST, agreement, judge
-from mechmem.analysis.circuits import EdgePatcher, Graph, circuit_intervals
-from mechmem.analysis.intervals import combine, verdict
+from mechmem.analysis.circuits.edges import EdgePatcher, Graph, circuit_intervals
+from mechmem.analysis.intervals import combine, standard_error, verdict
 from mechmem.analysis.patching import PatchingResult
+from mechmem.analysis.patching.attribution import TRUST, agreement, judge
 from mechmem.tasks.base import PatchingPair
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
@@ -277,11 +277,11 @@ def score_edges(
     steps: int = EDGE_STEPS,
     max_fallback: int | None = None,
     rescore: int = RESCORE_EDGES,
-) -> tuple[Tensor, Tensor, Tensor, Tensor | None, dict[str, float], dict[str, Any] | None, str]:
-    """(scores, stderr, exact, EAP or None, timings, agreement check, method in words): exact path patching of
-    every edge, or, when there are more than `max_exact`, of the min(rescore, max_exact) edges EAP ranks
-    highest and `CHECK_EDGES` others (the rest keep their EAP estimate); every edge exactly when EAP fails its
-    agreement check (up to `max_fallback`, default 4 x max_exact)."""
+) -> "ScoredEdges":
+    """Every edge's score (`ScoredEdges`): exact path patching of every edge, or, when there are more than
+    `max_exact`, of the min(rescore, max_exact) edges EAP ranks highest and `CHECK_EDGES` others (the rest
+    keep their EAP estimate); every edge exactly when EAP fails its agreement check (up to `max_fallback`,
+    default 4 x max_exact)."""
     edges, start = patcher.graph.edges, time.perf_counter()
     n_edges, attribution, check = len(edges), None, None
     max_fallback = 4 * max_exact if max_fallback is None else max_fallback
@@ -319,10 +319,29 @@ def score_edges(
     stderr = torch.full((n_edges,), math.nan)
     exact = torch.zeros(n_edges, dtype=torch.bool)
     scores[chosen], exact[chosen] = per_prompt.mean(1), True
-    if per_prompt.shape[1] > 1:
-        stderr[chosen] = per_prompt.std(1) / math.sqrt(per_prompt.shape[1])
+    stderr[chosen] = standard_error(per_prompt, dim=1)
     timings = {"attribution": mid - start, "exact": time.perf_counter() - mid}
-    return scores, stderr, exact, attribution, timings, check, method
+    return ScoredEdges(scores, stderr, exact, attribution, timings, check, method)
+
+
+@dataclass(frozen=True)
+class ScoredEdges:
+    """What `score_edges` measured: one entry per edge of the patcher's graph."""
+
+    scores: Float[Tensor, " edge"]
+    """The exact score where `exact`, else the EAP estimate."""
+    stderr: Float[Tensor, " edge"]
+    """Standard error over prompts of the exact scores (NaN where estimated, or with one prompt)."""
+    exact: Bool[Tensor, " edge"]
+    """Whether the edge was scored by exact path patching."""
+    attribution: Float[Tensor, " edge"] | None
+    """Every edge's EAP (or EAP-IG) estimate, when one was computed."""
+    timings: dict[str, float]
+    """Seconds spent on attribution and on exact scoring."""
+    check: dict[str, Any] | None
+    """The estimate's agreement with the exact scores on the exactly scored edges (`attribution.judge`)."""
+    method: str
+    """How the edges were scored, in words."""
 
 
 def _prune_and_measure(
@@ -374,27 +393,26 @@ def discover_circuit(
     start = time.perf_counter()
     patcher = EdgePatcher(model, pair, ablation, reference=reference, memory_mb=memory_mb)
     setup = time.perf_counter()
-    scored_edges = score_edges(patcher, max_exact, with_attribution, steps=steps)
-    scores, stderr, exact, attribution, timings, check, method = scored_edges
+    edges = score_edges(patcher, max_exact, with_attribution, steps=steps)
     scored = time.perf_counter()
-    kept, values, intervals, pruning = _prune_and_measure(patcher, scores, target, threshold, max_exact)
+    kept, values, intervals, pruning = _prune_and_measure(patcher, edges.scores, target, threshold, max_exact)
     end = time.perf_counter()
-    timings |= {"setup": setup - start, "prune": end - scored, "total": end - start}
+    timings = edges.timings | {"setup": setup - start, "prune": end - scored, "total": end - start}
     return Circuit(
         patcher.graph,
-        scores,
-        stderr,
-        exact,
+        edges.scores,
+        edges.stderr,
+        edges.exact,
         kept,
         values=values,
-        method=method,
+        method=edges.method,
         ablation=ablation,
         n=len(pair.clean),
-        attribution=attribution,
+        attribution=edges.attribution,
         target=None if threshold is not None else target,
         threshold=threshold,
         timings=timings,
-        attribution_check=check,
+        attribution_check=edges.check,
         intervals=intervals,
         pruning=pruning,
     )
@@ -427,6 +445,7 @@ __all__ = [
     "EDGE_STEPS",
     "RESCORE_EDGES",
     "Circuit",
+    "ScoredEdges",
     "attribution_agreement",
     "circuit_pair",
     "circuit_prompts",

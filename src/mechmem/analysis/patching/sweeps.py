@@ -37,8 +37,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.analysis.interventions import Engine, Intervention, from_run
-from mechmem.analysis.patching_metric import PatchingMetric, callable_metric
-from mechmem.analysis.patching_replay import STAGE_HOOKS, model_stages
+from mechmem.analysis.interventions.metric import PatchingMetric, callable_metric
+from mechmem.analysis.interventions.replay import STAGE_HOOKS, model_stages
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import PatchingPair
 

@@ -2,9 +2,9 @@
 
 On large models the L x (H + 2) ablations of `analysis.ablation`, each resumed at its layer, cost ~L^2 passes.
 `attribute_ablation` estimates them all from one forward and one backward pass instead (attribution, as
-`analysis.attribution` does for patching: the metric's change ~ (ablated - clean activation) x d metric /
-d activation), re-computes a fixed sample of them exactly, measures the agreement (`attribution.judge`) and
-falls back to exact ablation when it fails.
+`analysis.patching.attribution` does for patching: the metric's change ~ (ablated - clean activation) x
+d metric / d activation), re-computes a fixed sample of them exactly, measures the agreement
+(`attribution.judge`) and falls back to exact ablation when it fails.
 
 Caveat: first order; an ablation that moves the loss along a curved direction (a saturated softmax, a
 LayerNorm far from linear) is misestimated, which the exact sample is there to catch.
@@ -14,19 +14,19 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from mechmem.analysis.ablation import (
+from mechmem.analysis.ablation.exact import (
     AblationResult,
     Metric,
-    _component_hooks,
-    _hooks,
-    _layer_variants,
-    _reference,
     ablate_heads,
+    ablated_hooks,
+    component_hooks,
+    layer_variants,
     method_setter,
+    reference_tokens,
     variant_names,
 )
-from mechmem.analysis.attribution import TRUST, judge, sample_cells
 from mechmem.analysis.interventions import Engine, Setter, setter_values
+from mechmem.analysis.patching.attribution import TRUST, judge, sample_cells
 
 EXACT_ABLATION_VARIANTS = 32
 """Above this many variants (`ablation.n_variants`: layers x (heads + attention layer + MLP)), the report's
@@ -39,7 +39,7 @@ ESTIMATE_NAME = "first-order attribution (gradient x delta)"
 
 
 def _per_layer(model: torch.nn.Module, flat: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(heads [1 layer head], attn [1 layer], mlp [1 layer] or None) from values in `_layer_variants`
+    """(heads [1 layer head], attn [1 layer], mlp [1 layer] or None) from values in `layer_variants`
     order."""
     cfg = model.cfg
     per_layer = flat.reshape(1, cfg.n_layers, -1)
@@ -50,7 +50,7 @@ def _per_layer(model: torch.nn.Module, flat: Tensor) -> tuple[Tensor, Tensor, Te
 def estimated_deltas(
     model: torch.nn.Module, engine: Engine, tokens: Tensor, values: dict[str, Tensor]
 ) -> tuple[float, Tensor]:
-    """(the metric, every ablation's estimated change in `_layer_variants` order, float64).
+    """(the metric, every ablation's estimated change in `layer_variants` order, float64).
 
     One forward and one backward pass (`Engine.gradients`) give the metric's gradient at every `hook_z` and
     `hook_mlp_out`; a variant's estimated change is the sum over its entries of (replacement - clean value) x
@@ -59,7 +59,7 @@ def estimated_deltas(
         value, acts, grads = engine.gradients(tokens, stages=("z", "mlp_out"))  # only what the estimate reads
     estimate = []
     for layer in range(model.cfg.n_layers):
-        z, mlp = _component_hooks(model, layer)
+        z, mlp = component_hooks(model, layer)
         heads = ((values[z] - acts["z"][layer]) * grads["z"][layer]).sum((0, 1, 3))
         estimate += [*heads.tolist(), float(heads.sum())]
         if mlp:
@@ -72,7 +72,7 @@ def exact_sample(
 ) -> tuple[float, Tensor]:
     """(the unablated metric, the exact metric after each ablation `chosen`), in one engine call."""
     variants = [
-        v for layer in range(model.cfg.n_layers) for v in _layer_variants(model, layer, lambda h, i: setter)
+        v for layer in range(model.cfg.n_layers) for v in layer_variants(model, layer, lambda h, i: setter)
     ]
     exact = torch.stack(engine.run(tokens, [[]] + [variants[i] for i in chosen])).detach().cpu().double()
     return float(exact[0]), exact[1:]
@@ -98,9 +98,9 @@ def attribute_ablation(
     `attribution.TRUST`) is stored in `info["check"]`. With `fallback`, an estimate that fails it is replaced
     by `ablate_heads` (every variant exact; `info["method"]` says so).
     """
-    reference = _reference(tokens, reference)
+    reference = reference_tokens(tokens, reference)
     setter = method_setter(method, reference, generator)
-    values = setter_values(model, tokens, setter, _hooks(model))
+    values = setter_values(model, tokens, setter, ablated_hooks(model))
     engine = Engine(model, metric)
     value, effects = estimated_deltas(model, engine, tokens, values)
     chosen = sample_cells(effects, check).tolist()

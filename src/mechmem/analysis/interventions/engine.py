@@ -23,7 +23,7 @@ tested against). The engine
 (`Engine`) picks one of two execution strategies per variant; callers never choose:
     replay  a variant that replaces one activation the hook-free replay resumes from (`resid_pre`, `pattern`,
             `z`, `attn_out`, `resid_mid`, `mlp_out`, `resid_post`) on a model the replay supports
-            (`mechmem.analysis.patching_replay`: learned or rotary positions, also partial; grouped-query,
+            (`interventions.replay`: learned or rotary positions, also partial; grouped-query,
             local and parallel attention; any norm, MLP, attention scale and output vocabulary): the clean
             run is cached once, each variant's new activation is stacked along a patch axis and the pass
             resumes there, only up to the last position the metric reads; variants that change nothing the
@@ -48,7 +48,7 @@ hooks).
 Caveats: an intervention fixes one activation and lets everything downstream react; effects of several
 interventions need not add up. Mean and resample ablation depend on the reference distribution: name it.
 
-The intervention and setter types live in `mechmem.analysis.intervention_spec` (re-exported here).
+The intervention and setter types live in `mechmem.analysis.interventions.spec` (re-exported here).
 
 Long because it is the one intervention engine: both execution strategies (replay and hooks), the replay over
 chunks of rows within `cache_mb`, and the gradient pass share the variant batching, the source-run cache, the
@@ -64,7 +64,18 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.analysis.intervention_spec import (
+from mechmem.analysis.interventions.metric import PatchingMetric, callable_metric
+from mechmem.analysis.interventions.replay import (
+    STAGE_HOOKS,
+    STAGES,
+    Replay,
+    RunActs,
+    model_stages,
+    stage_of,
+    take_pos,
+    truncate,
+)
+from mechmem.analysis.interventions.spec import (
     Intervention,
     Setter,
     Variant,
@@ -74,17 +85,6 @@ from mechmem.analysis.intervention_spec import (
     mean,
     resample,
     zero,
-)
-from mechmem.analysis.patching_metric import PatchingMetric, callable_metric
-from mechmem.analysis.patching_replay import (
-    STAGE_HOOKS,
-    STAGES,
-    Replay,
-    RunActs,
-    model_stages,
-    stage_of,
-    take_pos,
-    truncate,
 )
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import is_hooked_transformer, last_start_layer

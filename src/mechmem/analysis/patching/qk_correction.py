@@ -25,7 +25,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from mechmem.analysis.patching_replay import Replay
+from mechmem.analysis.interventions.replay import Replay
 
 
 def swap_effects(

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.analysis.replay_schedule import first_position, start_groups
+from mechmem.analysis.interventions.schedule import first_position, start_groups
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import attention_scale, replay_unsupported
 

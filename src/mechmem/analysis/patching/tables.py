@@ -7,10 +7,10 @@ from typing import Any
 
 import torch
 
-from mechmem.analysis.attribution import attribute_sweeps
-from mechmem.analysis.patching import PatchingResult, model_sweeps, run_sweeps
-from mechmem.cli import format_table
+from mechmem.analysis.patching.attribution import attribute_sweeps
+from mechmem.analysis.patching.sweeps import PatchingResult, model_sweeps, run_sweeps
 from mechmem.errors import MechmemError
+from mechmem.tables import format_table
 from mechmem.tasks.base import PatchingPair
 
 METHODS = ("exact", "attribution")

@@ -39,7 +39,9 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.analysis.interventions import Engine
-from mechmem.analysis.patching import (
+from mechmem.analysis.interventions.replay import STAGES
+from mechmem.analysis.patching.qk_correction import swap_effects
+from mechmem.analysis.patching.sweeps import (
     SWEEPS,
     Patcher,
     PatchingResult,
@@ -47,8 +49,6 @@ from mechmem.analysis.patching import (
     resolve_metric,
     resolve_sweep,
 )
-from mechmem.analysis.patching_replay import STAGES
-from mechmem.analysis.qk_correction import swap_effects
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import PatchingPair
 

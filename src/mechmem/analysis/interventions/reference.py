@@ -1,0 +1,93 @@
+"""The intervention engine's reference: one full `run_with_hooks` per variant, written without the engine.
+
+`interventions.intervene` (batched, replayed or stacked hooked runs) is tested against `naive_intervene`, and
+the analyses' own references (`ablation.naive_head_ablation`, the circuit benchmark) call it. It shares only
+the specification (`Intervention` and its setters) with the engine: the hook check, the TransformerLens
+flags for on-request hooks, the setters' source runs and the metric's read-out are its own, written in the
+plainest way (one cached run per intervention, one hooked run per variant), so a mistake in the engine's
+batching, caching or replay cannot hide in both.
+"""
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from mechmem.analysis.interventions.metric import PatchingMetric
+from mechmem.analysis.interventions.spec import Intervention, Variant, as_lists
+
+FLAG_OF_HOOK = {
+    "hook_mlp_in": "use_hook_mlp_in",
+    "hook_attn_in": "use_attn_in",
+    "attn.hook_result": "use_attn_result",
+    "hook_q_input": "use_split_qkv_input",
+    "hook_k_input": "use_split_qkv_input",
+    "hook_v_input": "use_split_qkv_input",
+}
+"""TransformerLens's on-request hooks (by name suffix) and the config flag that switches each on."""
+
+
+@contextlib.contextmanager
+def hook_flags(model: torch.nn.Module, hooks: set[str]) -> Iterator[None]:
+    """Switch on the TransformerLens flags `hooks` need (`FLAG_OF_HOOK`); restore them afterwards."""
+    flags = sorted({flag for h in hooks for suffix, flag in FLAG_OF_HOOK.items() if h.endswith(suffix)})
+    old = {flag: getattr(model.cfg, flag) for flag in flags}
+    try:
+        for flag in flags:
+            getattr(model, f"set_{flag}")(True)
+        yield
+    finally:
+        for flag, value in old.items():
+            getattr(model, f"set_{flag}")(value)
+
+
+def metric_of_logits(metric: Any, logits: Tensor) -> Tensor:
+    """The metric of one variant's full logits [batch pos d_vocab]; a `PatchingMetric` reads its positions."""
+    if not isinstance(metric, PatchingMetric):
+        return torch.as_tensor(metric(logits))
+    rows = torch.arange(logits.shape[0], device=logits.device)[:, None]
+    at_readout = logits[rows, metric.readout.to(logits.device)]  # [batch read d_vocab]
+    return torch.as_tensor(metric.fn(at_readout[None])[0])
+
+
+def _hook(iv: Intervention, value: Tensor | None) -> Callable[[Tensor, Any], Tensor]:
+    def hook_fn(act: Tensor, hook: Any) -> Tensor:
+        act = act.clone()
+        iv.set(act, value, hook)
+        return act
+
+    return hook_fn
+
+
+@torch.no_grad()
+def naive_intervene(
+    model: torch.nn.Module,
+    tokens: Int[Tensor, "batch pos"],
+    variants: Sequence[Variant],
+    metric: Any,
+) -> Tensor:
+    """Reference for `intervene`: one full `run_with_hooks` per variant, same setters, same output."""
+    variants = as_lists(variants)
+    hooks = {iv.hook for variant in variants for iv in variant}
+    if unknown := sorted(hooks - set(model.hook_dict)):
+        raise ValueError(f"unknown hook(s) {', '.join(unknown)}")
+    device = next(model.parameters()).device
+    tokens = tokens.to(device)
+    out = []
+    with hook_flags(model, hooks):
+        for variant in variants:
+            fwd = []
+            for iv in variant:
+                value = None
+                if iv.setter.tokens is not None:
+                    _, cache = model.run_with_cache(iv.setter.tokens.to(device), names_filter=iv.hook)
+                    value = iv.setter.source(cache[iv.hook], tokens.shape[0])
+                fwd.append((iv.hook, _hook(iv, value)))
+            out.append(metric_of_logits(metric, model.run_with_hooks(tokens, fwd_hooks=fwd)))
+    return torch.stack(out).detach().cpu() if out else torch.zeros(0)
+
+
+__all__ = ["FLAG_OF_HOOK", "hook_flags", "metric_of_logits", "naive_intervene"]

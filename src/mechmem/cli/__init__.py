@@ -1,0 +1,76 @@
+"""The scripts' plumbing, by concept: running a script (`runner`: one-line errors, interrupts, claimed output
+folders), its arguments (`args`: the parser, range-checked types, the shared flags), loading what it analyses
+(`load`) and writing what it found (`output`). A script reaches all of them as `from mechmem import cli`:
+
+    parser = cli.ArgumentParser(description=...)            # usage errors: one line, exit 2
+    cli.add_analysis_args(parser)                           # CKPT, --out, --device, --seed, --n-samples, ...
+    parser.add_argument("--top-k", type=cli.int_range(1))   # every number is range-checked by its type
+    args = parser.parse_args(argv)                          # no torch yet: --help and usage errors are fast
+    ckpt, out = cli.load_for_analysis(args)                 # checks --out, then loads task modules, the
+                                                            # checkpoint, its task, finite weights
+    from mechmem.analysis.x import ...                      # heavy imports after the checks
+    return cli.skip(reason, out / "x.json")                 # does not apply: `skipped: REASON`, exit 0
+    cli.write_outputs(out, {"x.json": obj, "x.png": fig})   # staged, then renamed together (mechmem.io)
+
+Nothing here imports torch at import time. The library below (analysis, report) does not use this package;
+the strict-JSON writers live in `mechmem.io`, tables in `mechmem.tables`, and `one_line` in `mechmem.errors`,
+re-exported here for the scripts.
+"""
+
+from mechmem.cli.args import (
+    ArgumentParser,
+    UsageError,
+    add_analysis_args,
+    add_hf_arg,
+    add_nonfinite_flag,
+    add_task_module_arg,
+    input_file,
+    input_path,
+    int_range,
+    memory_mb,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    positive_int_list,
+    seed_int,
+)
+from mechmem.cli.load import check_out_dir, load_for_analysis, load_source
+from mechmem.cli.output import figure_png, save_figure, skip, write_outputs
+from mechmem.cli.runner import claim_out, install_interrupt_hook, run_script
+from mechmem.errors import one_line
+from mechmem.io import dumps, strict_json, write_json
+from mechmem.tables import format_table, print_table
+
+__all__ = [
+    "ArgumentParser",
+    "UsageError",
+    "add_analysis_args",
+    "add_hf_arg",
+    "add_nonfinite_flag",
+    "add_task_module_arg",
+    "check_out_dir",
+    "claim_out",
+    "dumps",
+    "figure_png",
+    "format_table",
+    "input_file",
+    "input_path",
+    "install_interrupt_hook",
+    "int_range",
+    "load_for_analysis",
+    "load_source",
+    "memory_mb",
+    "nonnegative_int",
+    "one_line",
+    "positive_float",
+    "positive_int",
+    "positive_int_list",
+    "print_table",
+    "run_script",
+    "save_figure",
+    "seed_int",
+    "skip",
+    "strict_json",
+    "write_json",
+    "write_outputs",
+]

@@ -1,0 +1,174 @@
+"""Command-line arguments: the parser with one-line errors, range-checked argument types and the flags
+every analysis script shares.
+
+Nothing here imports torch: a script's parser, built from this module and from light name lists
+(`mechmem.analysis.options`), answers `--help` and usage errors before torch or TransformerLens is imported
+(docs/analyses.md, "Start-up").
+"""
+
+import argparse
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from mechmem.errors import MechmemError
+
+
+class UsageError(MechmemError):
+    """A command-line error: unknown flag, missing argument, value of the wrong type or out of range."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors: a usage error raises `UsageError` (one line, exit 2 under
+    `run_script`)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+# -- argument types (argparse turns their ArgumentTypeError into "argument --x: ...") ------------------------
+def seed_int(text: str) -> int:
+    """A seed: an integer in [0, 2**63) (what torch.Generator.manual_seed accepts)."""
+    value = _parse(int, text, "an integer")
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"seed {text} is outside [0, 2**63)")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    value = _parse(int, text, "an integer")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    """An integer >= 0."""
+    value = _parse(int, text, "an integer")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (nan, inf, 0 and negatives are refused)."""
+    value = _parse(float, text, "a number")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
+    return value
+
+
+def positive_int_list(text: str) -> list[int]:
+    """Comma-separated integers >= 1, e.g. 4,8,16 (empty items are skipped; at least one is needed)."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"{text!r} names no integer")
+    return [positive_int(item) for item in items]
+
+
+def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high] (high None: no upper bound); the range is in the error."""
+
+    def parse(text: str) -> int:
+        value = _parse(int, text, "an integer")
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(
+                f"{text} is outside [{low}, {high}]" if high is not None else f"{text} must be at least {low}"
+            )
+        return value
+
+    return parse
+
+
+def input_path(text: str) -> str:
+    """A file or folder that exists (a checkpoint, a run directory, a corpus); checked while parsing, before
+    anything heavy is imported."""
+    if not Path(text).exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file")
+    return text
+
+
+def input_file(text: str) -> str:
+    """A file that exists (a task module, a rules file)."""
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(
+            f"{text}: no such file" if not Path(text).exists() else f"{text}: not a file"
+        )
+    return text
+
+
+def _parse(kind: type, text: str, what: str) -> Any:
+    try:
+        return kind(text)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+
+
+# -- the shared flags ----------------------------------------------------------------------------------------
+def add_analysis_args(parser: argparse.ArgumentParser, *, n_samples: int = 512) -> argparse.ArgumentParser:
+    """The arguments every analysis script shares: CKPT, --out, --device, --seed, --n-samples,
+    --task-module."""
+    parser.add_argument(
+        "ckpt",
+        metavar="CKPT",
+        nargs="?",
+        default=None,
+        type=input_path,
+        help="checkpoint file (or a run directory holding ckpt.pt)",
+    )
+    add_hf_arg(parser)
+    parser.add_argument("--out", default=None, help="output directory (default: beside the checkpoint)")
+    parser.add_argument("--device", default="cpu", help="auto, cpu or cuda (default: cpu)")
+    parser.add_argument(
+        "--seed", type=seed_int, default=0, help="seed for sampled inputs, in [0, 2**63) (default: 0)"
+    )
+    parser.add_argument(
+        "--n-samples",
+        type=positive_int,
+        default=n_samples,
+        help=f"number of sampled sequences, at least 1 (default: {n_samples}; bounded by a memory estimate)",
+    )
+    add_task_module_arg(parser)
+    add_nonfinite_flag(parser)
+    return parser
+
+
+def add_task_module_arg(parser: argparse.ArgumentParser) -> None:
+    """--task-module FILE (repeatable): a Python file that registers the user's own tasks."""
+    parser.add_argument(
+        "--task-module",
+        action="append",
+        default=[],
+        metavar="FILE",
+        type=input_file,
+        help="a Python file that registers your own task (with mechmem.tasks.register_task); repeatable",
+    )
+
+
+def add_nonfinite_flag(parser: argparse.ArgumentParser) -> None:
+    """--allow-nonfinite: analyse a checkpoint with NaN or infinite weights instead of stopping."""
+    parser.add_argument(
+        "--allow-nonfinite",
+        action="store_true",
+        help="analyse weights holding NaN or inf anyway (default: stop with one line naming them)",
+    )
+
+
+def memory_mb(text: str) -> float:
+    """A memory budget in MB: a finite number >= 1."""
+    value = _parse(float, text, "a number")
+    if not (math.isfinite(value) and value >= 1):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number of MB >= 1")
+    return value
+
+
+def add_hf_arg(parser: argparse.ArgumentParser) -> None:
+    """`--hf NAME_OR_PATH`: a Hugging Face model instead of a checkpoint (CKPT is then left out)."""
+    parser.add_argument(
+        "--hf",
+        default=None,
+        metavar="NAME_OR_PATH",
+        help="analyse a Hugging Face causal LM (Hub name or save_pretrained folder) instead of CKPT",
+    )

@@ -1,0 +1,75 @@
+"""Loading what an analysis runs on: the checks of --out, the checkpoint or Hugging Face model, its task
+modules, and the checks of the model against the flags, in an order that refuses bad input before any work."""
+
+import argparse
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mechmem.cli.runner import claim_out
+from mechmem.errors import MechmemError
+
+
+def check_out_dir(path: str | os.PathLike, *, flag: str = "--out") -> Path:
+    """Refuse an output directory that names a file or cannot be created/written; creates nothing."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise MechmemError(f"{flag} {path}: exists and is not a directory")
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise MechmemError(f"{flag} {path}: {probe} is a file, not a directory")
+    try:  # os.access alone is not enough (root, read-only file systems): try to create a file
+        if not os.access(probe, os.W_OK | os.X_OK):
+            raise PermissionError
+        fd, tmp = tempfile.mkstemp(prefix=".mechmem-write-test.", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        reason = "permission denied on" if isinstance(exc, PermissionError) else "cannot create a file in"
+        raise MechmemError(f"{flag} {path}: not writable ({reason} {probe})") from None
+    return path
+
+
+def load_source(args: argparse.Namespace, *, device: Any, load: Callable[..., Any]) -> Any:
+    """The checkpoint named by CKPT, or the Hugging Face model named by --hf (exactly one of them)."""
+    hf = getattr(args, "hf", None)
+    if (args.ckpt is None) == (hf is None):
+        raise MechmemError("give a checkpoint (CKPT) or --hf NAME_OR_PATH, not both or neither")
+    if hf is None:
+        return load(args.ckpt, device=device)
+    from mechmem.pretrained import pretrained_checkpoint
+
+    return pretrained_checkpoint(hf, device=device)
+
+
+def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tuple[Any, Path]:
+    """Check the flags, load task modules and the checkpoint named by `args.ckpt`; return it and the out dir.
+
+    In this order, before any work: --n-samples >= `min_samples`, --out is usable (both before torch is
+    imported, as are the checks of the parser's types: CKPT exists, each number in range), user task modules
+    import, the checkpoint loads and its task fits its model, --n-samples fits the memory budget. Only then is
+    --out created.
+    """
+    n = getattr(args, "n_samples", None)
+    if n is not None and n < min_samples:
+        raise MechmemError(f"--n-samples must be at least {min_samples}, got {n}")
+    if args.out:
+        check_out_dir(args.out)
+    # torch and TransformerLens are imported from here on, after every check the flags alone decide
+    from mechmem.checkpoint import load_checkpoint
+    from mechmem.models.checks import check_finite_weights, check_n_samples
+    from mechmem.tasks import load_task_module
+    from mechmem.training.trainer import resolve_device
+
+    for module in getattr(args, "task_module", None) or []:
+        load_task_module(module)
+    ckpt = load_source(args, device=resolve_device(args.device), load=load_checkpoint)
+    out = check_out_dir(args.out) if args.out else check_out_dir(ckpt.path.parent)
+    if n is not None:
+        check_n_samples(n, ckpt.model, minimum=min_samples)
+    check_finite_weights(ckpt.model, allow=getattr(args, "allow_nonfinite", False), what=str(ckpt.path))
+    return ckpt, claim_out(out)

@@ -1,0 +1,91 @@
+"""Running a script: one-line errors, interrupts, and the output folders it claims.
+
+Every script has `def main(argv: list[str] | None = None) -> int` and ends with
+`raise SystemExit(run_script(main))`. Errors a user can cause (`MechmemError`, including `CheckpointError`,
+and command-line errors from `ArgumentParser`) become one `error: ...` line on stderr and exit status 2;
+errors of the machine (`OSError`: a full disk) exit 1 and an interrupt 130, also in one line; the output
+folder is left as it was. Run as a program, `run_script` also installs the interrupt hook, so a Ctrl-C while
+the interpreter shuts down or a late import runs is one line, not a traceback; a library call changes no
+global state.
+"""
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from mechmem.errors import MechmemError, one_line
+from mechmem.io import describe_os_error, output_dir
+
+
+def run_script(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> int:
+    """Run a script's `main`; every error a user or the machine causes ends in one `error:` line on stderr.
+
+    `MechmemError` (bad input) exits 2, `OSError` (a full disk, a read-only file) 1, an interrupt 130. The
+    output folders the script claimed (`claim_out`) are unlocked when it ends and removed when it failed in a
+    folder it created. Run as a program (`argv` None), a Ctrl-C while the interpreter shuts down is ignored.
+    """
+    if argv is None:
+        install_interrupt_hook()
+    try:
+        with _claimed_outputs():
+            return int(main(argv) or 0)
+    except MechmemError as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {describe_os_error(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if argv is None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def install_interrupt_hook() -> None:
+    """Make an uncaught KeyboardInterrupt print one `error: interrupted` line, not a traceback (once)."""
+    if getattr(sys.excepthook, "mechmem_interrupt_hook", False):
+        return
+    previous = sys.excepthook
+
+    def hook(kind: type, value: BaseException, tb: Any) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            print("error: interrupted", file=sys.stderr)
+            return
+        previous(kind, value, tb)
+
+    hook.mechmem_interrupt_hook = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
+
+
+_CLAIMS: list[ExitStack] = []
+"""The output folders of the scripts `run_script` is running (innermost last)."""
+
+
+@contextmanager
+def _claimed_outputs() -> Iterator[None]:
+    with ExitStack() as stack:
+        _CLAIMS.append(stack)
+        try:
+            yield
+        finally:
+            _CLAIMS.pop()
+
+
+def claim_out(path: str | os.PathLike) -> Path:
+    """Create the output folder and hold its lock (`mechmem.io.output_dir`) until the script ends.
+
+    Under `run_script` a second writer to the same folder is refused, and a folder created here is removed
+    again when the script fails. Outside `run_script` (a library call) the folder is only created.
+    """
+    path = Path(path)
+    if _CLAIMS:
+        return _CLAIMS[-1].enter_context(output_dir(path))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
