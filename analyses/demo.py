@@ -1,72 +1,13 @@
 """Train the demo models on CPU, write a circuit report for each, and link them from reports/index.html.
 
-    python analyses/demo.py --out runs/demo --reports reports       # `make demo`: about 4 minutes on 2 cores
-    python analyses/demo.py --steps 200 --out /tmp/demo --reports /tmp/demo/reports   # a quick smoke run
+    python analyses/demo.py --help        # the same command as `mechmem demo`
 
-Models: the demo models every paper plugin declares (`Paper.demo`; today permutation task1-quick and
-task2-quick, birth quick and facts quick), those whose presets are installed. Each model is one job (train,
-then report); jobs run --jobs at a time in forked workers, one CPU thread each. A model whose checkpoint
-exists is not retrained unless --retrain. Ends by printing a summary table.
+A thin entry point: the command lives in `mechmem.commands.demo` (its flags, what it writes), which the
+installed `mechmem demo` runs too.
 """
 
-import time
-from pathlib import Path
-
-from mechmem.cli import ArgumentParser, print_table, run_script
-from mechmem.errors import MechmemError
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--out", default="runs/demo", help="directory for the trained runs (default: runs/demo)"
-    )
-    parser.add_argument("--reports", default="reports", help="directory for the reports and index.html")
-    parser.add_argument("--retrain", action="store_true", help="train again even if a checkpoint exists")
-    parser.add_argument("--jobs", type=int, default=2, help="jobs at a time (default: 2)")
-    parser.add_argument("--steps", type=int, default=None, help="override every preset's steps (smoke runs)")
-    parser.add_argument(
-        "--n-samples", type=int, default=512, help="sequences per report analysis (default: 512)"
-    )
-    parser.add_argument(
-        "--models",
-        nargs="*",
-        default=None,
-        help="names of a subset of the demo models (default: every model the papers declare)",
-    )
-    args = parser.parse_args(argv)
-    if args.jobs < 1 or (args.steps is not None and args.steps < 1) or args.n_samples < 1:
-        raise MechmemError("--jobs, --steps and --n-samples must be at least 1")
-    from mechmem.report.demo import available, run_demo  # torch is imported from here on
-
-    models = available()
-    if args.models is not None:
-        unknown = sorted(set(args.models) - {m.name for m in models})
-        if unknown:
-            raise MechmemError(
-                f"unknown demo model(s) {', '.join(unknown)} (have: {', '.join(m.name for m in models)})"
-            )
-        models = [m for m in models if m.name in args.models]
-    t0 = time.perf_counter()
-    rows = run_demo(
-        Path(args.out),
-        Path(args.reports),
-        models=models,
-        jobs=args.jobs,
-        retrain=args.retrain,
-        steps=args.steps,
-        n_samples=args.n_samples,
-    )
-    keys = ["model", "preset", "train_s", "report_s", "headline", "circuit"]
-    print_table([[r.get(k, "") for k in keys] for r in rows], keys, floatfmt=".1f")
-    print(f"wrote {Path(args.reports) / 'index.html'} in {time.perf_counter() - t0:.0f} s")
-    failed = [r["model"] for r in rows if r.get("train_rc", 0) or r.get("report_rc", 1)]
-    if failed:
-        raise MechmemError(
-            f"demo model(s) failed: {', '.join(map(str, failed))} (see their train.log / report.log)"
-        )
-    return 0
-
+from mechmem.cli import run_script
+from mechmem.commands.demo import main
 
 if __name__ == "__main__":
     raise SystemExit(run_script(main))

@@ -1,80 +1,13 @@
 """Score every head as previous-token, duplicate-token and induction head over several probe lengths.
 
-    python analyses/detect_heads.py runs/task2/ckpt.pt --n-samples 128          # a second on CPU
-    python analyses/detect_heads.py runs/birth --out reports/birth --lengths 4,16,64
+    python analyses/detect_heads.py --help        # the same command as `mechmem heads`
 
-Probes (the role rule, docs/analyses.md): repeated random sequences [r, r] from the checkpoint's own
-vocabulary for every half-length |r| in 4, 8, 16, ... the context allows (or `--half` / `--lengths`), plus the
-task's own length when the task has one (`config.half`), plus the task's evaluation data at its answer queries
-(`mechmem.analysis.heads.detect_heads_on_task`, the report's definition). Prints each head's score curve over
-the probes with 95% bootstrap intervals and the role the report's rule names. Writes DIR/detect_heads.json
-(the curves), DIR/detect_heads.png (scores at the longest random probe), DIR/detect_heads_task.png and
-DIR/attention.png (one task sequence), together (one output set: all four or none).
-
-Long because it prints the score curve of every head at every probed length with its interval, and the role
-rule's verdict beside it; the table layout is the script's work.
+A thin entry point: the command lives in `mechmem.commands.heads` (its flags, what it writes), which the
+installed `mechmem heads` runs too.
 """
 
-from mechmem import cli
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
-    cli.add_analysis_args(parser, n_samples=256)
-    parser.add_argument("--half", type=cli.positive_int, help="probe only [r, r] with |r| = HALF")
-    parser.add_argument(
-        "--lengths",
-        type=cli.positive_int_list,
-        help="comma-separated |r| >= 1 of the random probes, e.g. 4,8,16",
-    )
-    args = parser.parse_args(argv)
-    ckpt, out = cli.load_for_analysis(args)  # checks every flag first; torch is imported from here on
-    import torch
-
-    from mechmem.analysis import heads
-    from mechmem.analysis.roles import classify_heads, measure_pattern_evidence
-    from mechmem.progress import working
-
-    reason = heads.no_attention_reason(ckpt.model)
-    if reason:
-        return cli.skip(reason, out / "detect_heads.json", {"scores": {}})
-    model, gen = ckpt.model, torch.Generator().manual_seed(args.seed)
-    task_half = getattr(getattr(ckpt.task, "config", None), "half", None)
-    halves = heads.chosen_halves(
-        model.cfg.n_ctx,
-        model.cfg.d_vocab,
-        half=args.half,
-        lengths=args.lengths,
-        task_half=task_half if isinstance(task_half, int) else None,
-    )
-    with working(f"probing head patterns at halves {sorted(halves)}"):
-        found = measure_pattern_evidence(model, ckpt.task, n=args.n_samples, generator=gen, halves=halves)
-    cli.print_table(found.rows(), ["head", "pattern", *found.probes])
-    roles = classify_heads(found.evidence)
-    print(
-        "roles: " + (", ".join(f"L{h.layer}H{h.head} {h.role}" for h in roles if h.role != "none") or "none")
-    )
-    scores = {k: found.evidence[k] for k in found.curves}
-    payload = {
-        **heads.HeadScores(scores, data="best score over the probes").to_dict(),
-        "lower": {k: found.evidence[f"{k}_lower"].tolist() for k in found.curves},
-        **found.to_dict(),
-        "roles": {f"L{h.layer}H{h.head}": {"role": h.role, "notes": h.notes} for h in roles},
-        "task": ckpt.task_name,
-        "n_samples": args.n_samples,
-        "seed": args.seed,
-    }
-    files = {"detect_heads.json": payload}
-    for index, figure in ((len(halves) - 1, "detect_heads.png"), (-1, "detect_heads_task.png")):
-        curve = {k: c["score"][index] for k, c in found.curves.items()}
-        result = heads.HeadScores(curve, data=found.probes[index])
-        files[figure] = heads.plot_head_scores(result, title=result.data)
-    example = ckpt.task.eval_batch(1, generator=gen).tokens
-    files["attention.png"] = heads.plot_attention(heads.attention_patterns(model, example)[:, 0], example[0])
-    cli.write_outputs(out, files)
-    print(f"wrote {out / 'detect_heads.json'}, detect_heads.png, detect_heads_task.png and attention.png")
-    return 0
-
+from mechmem.cli import run_script
+from mechmem.commands.heads import main
 
 if __name__ == "__main__":
-    raise SystemExit(cli.run_script(main))
+    raise SystemExit(run_script(main))

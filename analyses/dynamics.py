@@ -1,77 +1,13 @@
 """Run analyses on every step checkpoint of a run,
-in step order, and find when each part of the circuit forms.
 
-    python analyses/train.py birth --preset quick --out runs/birth --save-every 50    # 30 checkpoints
-    python analyses/dynamics.py runs/birth                                            # about 30 s on CPU
-    python analyses/dynamics.py runs/task2 --quantities loss,heads,roles --level '*.induction=0.4'
+    python analyses/dynamics.py --help        # the same command as `mechmem dynamics`
 
-Every checkpoint (RUN_DIR/checkpoints/step_N.pt) is measured on one evaluation draw, so the curves compare.
-Quantities: loss, heads, probes (default), lens, ablation, patching, roles (see mechmem.analysis.dynamics).
-Each curve's event is a stated level crossing (interpolated between saves) or its steepest change; the order
-of events is printed, and beside it the same events read from the trainer's metrics.jsonl (same-named curves
-and --match KEY=CURVE pairs). Writes OUT/dynamics.json (steps, curves, definitions, rules, events, cost) and
-one OUT/dynamics_QUANTITY.png per quantity, together (one output set).
+A thin entry point: the command lives in `mechmem.commands.dynamics` (its flags, what it writes), which the
+installed `mechmem dynamics` runs too.
 """
 
-from mechmem import cli
-from mechmem.analysis.options import parse_quantities
-from mechmem.analysis.transitions import parse_levels, parse_pairs
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "run_dir",
-        metavar="RUN_DIR",
-        type=cli.input_path,
-        help="a run directory holding checkpoints/step_N.pt",
-    )
-    parser.add_argument("--out", default=None, help="output directory (default: RUN_DIR)")
-    parser.add_argument("--quantities", default="loss,heads,probes", help="comma-separated names, or all")
-    parser.add_argument(
-        "--level", action="append", default=[], help="CURVE_GLOB=VALUE: the level an event needs"
-    )
-    parser.add_argument(
-        "--match", action="append", default=[], help="KEY=CURVE: compare metrics.jsonl KEY's event"
-    )
-    parser.add_argument(
-        "--n-samples",
-        type=cli.positive_int,
-        default=128,
-        help="evaluation sequences, at least 2 (default 128; bounded by a memory estimate)",
-    )
-    parser.add_argument(
-        "--seed", type=cli.seed_int, default=0, help="seed of the evaluation draw, in [0, 2**63)"
-    )
-    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    cli.add_task_module_arg(parser)
-    cli.add_nonfinite_flag(parser)
-    args = parser.parse_args(argv)
-    quantities, levels = parse_quantities(args.quantities), parse_levels(args.level)
-    matches = parse_pairs(args.match, "--match")
-    out = cli.check_out_dir(args.out or args.run_dir)
-    # torch and TransformerLens are imported from here on, after every check the flags alone decide
-    from mechmem.analysis import dynamics
-    from mechmem.analysis.dynamics import views as dynamics_views
-    from mechmem.progress import working
-    from mechmem.tasks import load_task_module
-
-    for module in args.task_module:
-        load_task_module(module)
-    files = dynamics.checked_steps(args.run_dir, allow_nonfinite=args.allow_nonfinite)
-    with working(f"measuring {', '.join(quantities)} on {len(files)} step checkpoints"):
-        result = dynamics.run_dynamics(
-            args.run_dir, quantities, n=args.n_samples, seed=args.seed, device=args.device
-        )
-    dynamics.set_levels(result, levels)
-    print("\n".join(dynamics_views.dynamics_lines(result, args.run_dir, matches)))
-    figures = {
-        f"dynamics_{q}.png": dynamics_views.plot_dynamics(result, q) for q, g in result.groups.items() if g
-    }
-    cli.write_outputs(cli.claim_out(out), {"dynamics.json": result.to_dict(), **figures})
-    print(f"wrote {out / 'dynamics.json'} and dynamics_<quantity>.png")
-    return 0
-
+from mechmem.cli import run_script
+from mechmem.commands.dynamics import main
 
 if __name__ == "__main__":
-    raise SystemExit(cli.run_script(main))
+    raise SystemExit(run_script(main))

@@ -1,79 +1,13 @@
 """Logit lens before and after every sub-layer: the target's probability and rank at each residual stage.
 
-    python analyses/logit_lens.py runs/task1/ckpt.pt --n-samples 256             # a second on CPU
-    python analyses/logit_lens.py runs/task2 --data pair --out reports/task2   # the recall probe's answer
+    python analyses/logit_lens.py --help        # the same command as `mechmem lens`
 
-Decodes resid_pre.L, resid_mid.L (models with MLPs) and resid_post.L through the final norm (recomputed at
-each stage) and the unembedding, on an eval batch of the checkpoint's task, scoring the masked target
-positions (--data pair: the clean prompts of the task's patching pair, scoring the correct answer at the
-answer position). Writes DIR/logit_lens.json ("stages":
-per-stage target probability and rank) and DIR/logit_lens.png.
+A thin entry point: the command lives in `mechmem.commands.lens` (its flags, what it writes), which the
+installed `mechmem lens` runs too.
 """
 
-from mechmem import cli
-from mechmem.errors import MechmemError
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
-    cli.add_analysis_args(parser, n_samples=256)
-    parser.add_argument(
-        "--data",
-        default="eval",
-        choices=["eval", "pair"],
-        help="eval: the task's eval batch at its masked positions; pair: the clean prompts of its "
-        "patching pair, scoring the correct answer at the answer position",
-    )
-    parser.add_argument(
-        "--top-k",
-        type=cli.int_range(1),
-        default=5,
-        help="top tokens kept per stage and position, from 1 to the model's output vocabulary (default 5)",
-    )
-    args = parser.parse_args(argv)
-    ckpt, out = cli.load_for_analysis(args)  # checks every flag first; torch is imported from here on
-    import torch
-
-    from mechmem.analysis.logit_lens import logit_lens, plot_logit_lens, unsupported_reason
-    from mechmem.progress import working
-
-    reason = unsupported_reason(ckpt.model)
-    if reason:
-        return cli.skip(reason, out / "logit_lens.json", {"stages": {}})
-    if args.top_k > ckpt.model.cfg.d_vocab_out:
-        raise MechmemError(
-            f"--top-k {args.top_k} is more than the model's {ckpt.model.cfg.d_vocab_out} tokens"
-        )
-    gen = torch.Generator().manual_seed(args.seed)
-    if args.data == "pair":
-        try:
-            pair = ckpt.task.patching_pair(args.n_samples, generator=gen)
-        except NotImplementedError as exc:
-            return cli.skip(f"--data pair does not apply: {exc}", out / "logit_lens.json", {"stages": {}})
-        tokens, targets = pair.clean, pair.correct[:, None].expand_as(pair.clean)
-        mask = torch.zeros(tokens.shape).scatter_(1, pair.answer_pos[:, None], 1.0)
-    else:
-        batch = ckpt.task.eval_batch(args.n_samples, generator=gen)
-        tokens, targets, mask = batch.tokens, batch.targets, batch.loss_mask
-    with working(f"logit lens over {ckpt.model.cfg.n_layers} layers on {len(tokens)} sequences"):
-        result = logit_lens(ckpt.model, tokens, targets, mask, k=args.top_k)
-
-    summary = result.summary()
-    rows = [(s, v["target_prob"], v["target_rank"], v["top1_acc"]) for s, v in summary.items()]
-    cli.print_table(rows, ["stage", "target p", "mean rank", "top-1 acc"])
-    payload = {
-        **result.to_dict(),
-        "task": ckpt.task_name,
-        "n_samples": args.n_samples,
-        "seed": args.seed,
-        "data": args.data,
-        "example_tokens": tokens[0].tolist(),
-        "example_targets": targets[0].tolist(),
-    }
-    cli.write_outputs(out, {"logit_lens.json": payload, "logit_lens.png": plot_logit_lens(result)})
-    print(f"wrote {out / 'logit_lens.json'} and {out / 'logit_lens.png'}")
-    return 0
-
+from mechmem.cli import run_script
+from mechmem.commands.lens import main
 
 if __name__ == "__main__":
-    raise SystemExit(cli.run_script(main))
+    raise SystemExit(run_script(main))

@@ -1,76 +1,13 @@
 """Activation patching sweeps between the clean and corrupted inputs of a checkpoint's task.
 
-    python analyses/patch.py runs/t2/ckpt.pt --n-samples 128                     # about a second on CPU
-    python analyses/patch.py runs/t2 --sweeps resid_pre attn_head_out_by_pos --direction noising
-    python analyses/patch.py runs/t2 --method attribution        # first-order estimate, one backward per run
+    python analyses/patch.py --help        # the same command as `mechmem patch`
 
-Denoising patches clean activations into the corrupted run, noising corrupted activations into the clean run;
-the metric is the task's logit difference (clean answer minus corrupted answer) at the answer position.
-`--method attribution` estimates every cell from gradients (AtP*; see docs/patching.md for its measured
-agreement), checks each sweep against exact patching on a sample of cells and falls back to exact patching
-where they disagree (one line per sweep says which). Prints a summary table (and the layer x position /
-layer x head tables) and writes DIR/patching.json ("sweeps": {name: {"axes", "values", "method", "check"}})
-and one heatmap DIR/patching_<sweep>.png per sweep, together (one output set: all of them or none).
+A thin entry point: the command lives in `mechmem.commands.patch` (its flags, what it writes), which the
+installed `mechmem patch` runs too.
 """
 
-from mechmem import cli
-from mechmem.analysis.options import PATCH_DIRECTIONS, PATCH_METHODS, PATCH_SWEEPS
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
-    cli.add_analysis_args(parser, n_samples=256)
-    parser.add_argument(
-        "--sweeps", nargs="+", choices=PATCH_SWEEPS, help="sweeps to run (default: all there are)"
-    )
-    parser.add_argument(
-        "--direction",
-        choices=PATCH_DIRECTIONS,
-        default="denoising",
-        help="denoising: clean into corrupted; noising: corrupted into clean",
-    )
-    parser.add_argument(
-        "--method", choices=PATCH_METHODS, default="exact", help="exact, or attribution (AtP*)"
-    )
-    parser.add_argument(
-        "--memory-mb",
-        type=cli.memory_mb,
-        default=256.0,
-        help="memory budget of one batched pass in MB, a finite number >= 1 (default 256)",
-    )
-    args = parser.parse_args(argv)
-    ckpt, out = cli.load_for_analysis(args)  # checks every flag first; torch is imported from here on
-    from mechmem.analysis.heads import no_attention_reason
-    from mechmem.analysis.patching import plot_patching
-    from mechmem.analysis.patching.tables import patch_checkpoint, patching_lines
-    from mechmem.progress import working
-
-    empty = {"task": ckpt.task_name, "sweeps": {}}
-    reason = no_attention_reason(ckpt.model)
-    if reason:
-        return cli.skip(reason, out / "patching.json", empty)
-    with working(f"patching sweeps ({args.method}, {args.n_samples} pairs)"):
-        found = patch_checkpoint(
-            ckpt,
-            args.sweeps,
-            n=args.n_samples,
-            seed=args.seed,
-            method=args.method,
-            direction=args.direction,
-            memory_mb=args.memory_mb,
-        )
-    if isinstance(found, str):  # the task has no clean/corrupted pairs
-        return cli.skip(found, out / "patching.json", empty)
-    results, record = found
-    for line in patching_lines(
-        results, task=ckpt.task_name, method=args.method, direction=args.direction, n=args.n_samples
-    ):
-        print(line)
-    figures = {f"patching_{name}.png": plot_patching(res) for name, res in results.items()}
-    cli.write_outputs(out, {"patching.json": record, **figures})
-    print(f"\nwrote {out / 'patching.json'} and {len(results)} heatmaps patching_<sweep>.png")
-    return 0
-
+from mechmem.cli import run_script
+from mechmem.commands.patch import main
 
 if __name__ == "__main__":
-    raise SystemExit(cli.run_script(main))
+    raise SystemExit(run_script(main))

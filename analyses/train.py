@@ -1,74 +1,13 @@
 """Train a tiny model on one of mechmem's tasks.
 
-    python analyses/train.py permutation --preset task1-quick --out runs/task1     # time: see --list
-    python analyses/train.py permutation --preset task2-quick --steps 2000 --seed 1
-    python analyses/train.py --list                           # every task and preset, with its measured time
-    python analyses/train.py --list facts                     # and each facts preset's time here and now
+    python analyses/train.py --help        # the same command as `mechmem train`
 
-Writes DIR/ckpt.pt (a self-describing checkpoint) and DIR/metrics.jsonl (one JSON line per evaluation), and
-prints the final metrics. --save-every N also keeps DIR/checkpoints/step_N.pt for training-dynamics analyses;
---resume continues an interrupted run of the very same configuration (else it names the fields that differ);
-a DIR that already holds a run is refused unless --overwrite (which deletes the old run's files first).
-The times --list shows were measured by benchmarks/preset_times.py (mechmem/training/preset_times.json).
+A thin entry point: the command lives in `mechmem.commands.train` (its flags, what it writes), which the
+installed `mechmem train` runs too.
 """
 
-from mechmem import cli
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = cli.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("task", nargs="?", help="task name (see --list)")
-    parser.add_argument("--preset", default=None, help="preset name (see --list)")
-    parser.add_argument("--out", default=None, help="run directory (default: runs/TASK-PRESET)")
-    parser.add_argument("--seed", type=cli.seed_int, default=None, help="seed, in [0, 2**63)")
-    parser.add_argument("--device", default="cpu", help="auto, cpu or cuda (default: cpu)")
-    parser.add_argument("--steps", type=cli.nonnegative_int, help="override the preset's steps (>= 0)")
-    parser.add_argument("--save-every", type=cli.nonnegative_int, help="keep a checkpoint every N >= 1 steps")
-    parser.add_argument("--resume", action="store_true", help="continue the identical run in --out")
-    parser.add_argument("--overwrite", action="store_true", help="delete an old run in --out first")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--threads", type=cli.positive_int, help="torch CPU threads, >= 1")
-    parser.add_argument("--list", action="store_true", help="list tasks and presets with their measured time")
-    cli.add_task_module_arg(parser)
-    args = parser.parse_args(argv)
-    if not args.list and (not args.task or not args.preset):
-        parser.error("TASK and --preset are required; --list shows them")
-    if args.resume and args.overwrite:
-        parser.error("--resume and --overwrite exclude each other")
-    out = None if args.list else str(cli.check_out_dir(args.out or f"runs/{args.task}-{args.preset}"))
-    # torch and TransformerLens are imported from here on, after every check the flags alone decide
-    import torch
-
-    from mechmem.tasks import load_task_module
-    from mechmem.training.run import train_preset
-    from mechmem.training.timings import preset_rows
-
-    for module in args.task_module:
-        load_task_module(module)
-    if args.list:
-        rows, headers, note = preset_rows(args.task, device=args.device)
-        cli.print_table(rows, headers)
-        print(note)
-        return 0
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    result = train_preset(
-        args.task,
-        args.preset,
-        out_dir=out,
-        seed=args.seed,
-        steps=args.steps,
-        save_every=args.save_every,
-        device=args.device,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        progress=not args.no_progress,
-    )
-    rows = [(k, v) for k, v in result.summary.items() if isinstance(v, (int, float))]
-    cli.print_table(rows, ["metric", "value"])
-    print(f"wrote {result.checkpoint} and {out}/metrics.jsonl")
-    return 0
-
+from mechmem.cli import run_script
+from mechmem.commands.train import main
 
 if __name__ == "__main__":
-    raise SystemExit(cli.run_script(main))
+    raise SystemExit(run_script(main))

@@ -4,7 +4,7 @@ docs/bring-your-own-model.md.
     python benchmarks/architectures.py --out /tmp/arch        # a few minutes on CPU
 
 Builds each architecture of `tests/test_byom.py` (`ARCHITECTURES`) as a TransformerLens model with random
-weights, saves it with `save_hooked_transformer` (which reloads it and checks the logits), and runs each
+weights, saves it with `save_model` (which reloads it and checks the logits), and runs each
 analysis script (`RUNS`) on the checkpoint, `patch.py --method attribution` among them.
 Prints one markdown row per architecture: the save/reload logit gap, the execution strategy the intervention
 engine picks for exact patching on the reloaded model (`Engine.strategy`: the hook-free replay or hooks) and,
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from test_byom import ARCHITECTURES, randomised, tl_model
 
 from mechmem.analysis.interventions import Engine
-from mechmem.checkpoint import load_checkpoint, save_hooked_transformer
+from mechmem.checkpoint import load_checkpoint, save_model
 from mechmem.cli import one_line
 from mechmem.errors import MechmemError
 
@@ -58,7 +58,7 @@ def row(name: str, overrides: dict, out: Path) -> list[str]:
     except ValueError as exc:  # TransformerLens itself cannot build it (e.g. shortformer on 4.x)
         return [name, f"not built by TransformerLens: {one_line(exc)}"] + [""] * (len(RUNS) + 1)
     try:
-        path = save_hooked_transformer(model, out / name / "ckpt.pt")
+        path = save_model(model, out / name / "ckpt.pt")
     except MechmemError as exc:
         return [name, f"refused: {one_line(exc)}"] + [""] * (len(RUNS) + 1)
     tokens = torch.randint(14, (3, 10), generator=torch.Generator().manual_seed(1))

@@ -100,8 +100,8 @@ def planted_checkpoint(folder: Path, python: str) -> Path:
     path = folder / "planted.pt"
     code = (
         "import sys\nfrom mechmem.analysis.planted import planted_induction_model\n"
-        "from mechmem.checkpoint import save_hooked_transformer\n"
-        "save_hooked_transformer(planted_induction_model(), sys.argv[1])\n"
+        "from mechmem.checkpoint import save_model\n"
+        "save_model(planted_induction_model(), sys.argv[1])\n"
     )
     subprocess.run([python, "-c", code, str(path)], check=True, cwd=ROOT)
     return path

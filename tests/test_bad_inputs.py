@@ -23,7 +23,7 @@ import torch
 from helpers import ROOT, load_script
 
 from mechmem.analysis.planted import planted_induction_model
-from mechmem.checkpoint import payload_digest, save_hooked_transformer
+from mechmem.checkpoint import payload_digest, save_model
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
 
@@ -141,7 +141,7 @@ def run_case(script: str, argv: list[str], capsys, folder: Path, *, limit_s: int
 # -- bad checkpoints -----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
-    return save_hooked_transformer(planted_induction_model(), tmp_path_factory.mktemp("good") / "ckpt.pt")
+    return save_model(planted_induction_model(), tmp_path_factory.mktemp("good") / "ckpt.pt")
 
 
 def _resave(good: Path, path: Path, edit, *, redigest: bool = True) -> Path:
@@ -248,16 +248,14 @@ def test_byom_output_vocabulary_and_tiny_models_are_refused_or_fitted(tmp_path):
         return raw_hooked_transformer(hooked_transformer_config(**{**cfg, **kw}))
 
     # a smaller output vocabulary: the generic task is sized to it, so every target is a logit the model has
-    path = save_hooked_transformer(model(d_vocab_out=7), tmp_path / "out7.pt")
+    path = save_model(model(d_vocab_out=7), tmp_path / "out7.pt")
     assert torch.load(path, weights_only=True)["task_config"]["d_vocab"] == 7
     # an explicit task that needs more output tokens than the model has is refused before anything is written
     with pytest.raises(MechmemError, match="output vocabulary 12 > model's 7"):
-        save_hooked_transformer(
-            model(d_vocab_out=7), tmp_path / "x.pt", task_config={"d_vocab": 12, "half": 4}
-        )
+        save_model(model(d_vocab_out=7), tmp_path / "x.pt", task_config={"d_vocab": 12, "half": 4})
     for kw, size in [({"n_ctx": 3}, "n_ctx 3"), ({"d_vocab": 2, "d_vocab_out": 2}, "d_vocab 2")]:
         with pytest.raises(MechmemError, match=f"needs a model with context n_ctx >= 4.*{size}"):
-            save_hooked_transformer(model(**kw), tmp_path / "tiny.pt")
+            save_model(model(**kw), tmp_path / "tiny.pt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out7.pt"]
 
 

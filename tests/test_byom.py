@@ -11,7 +11,7 @@ from helpers import ROOT, assert_no_hooks, load_script
 
 from mechmem.analysis.heads import detect_heads, detect_heads_on_task, task_patterns
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
-from mechmem.checkpoint import load_checkpoint, save_checkpoint, save_hooked_transformer
+from mechmem.checkpoint import load_checkpoint, save_checkpoint, save_model
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import (
@@ -89,9 +89,9 @@ def test_converted_models_reload_with_identical_logits(tmp_path, name):
     model = randomised(tl_model(**overrides))
     if BACKEND == "bridge" and name in TL4_NOT_AS_CONFIGURED:
         with pytest.raises(MechmemError, match="cannot build|does not match"):
-            save_hooked_transformer(model, tmp_path / "ckpt.pt")
+            save_model(model, tmp_path / "ckpt.pt")
         return
-    ckpt = load_checkpoint(save_hooked_transformer(model, tmp_path / "ckpt.pt"))
+    ckpt = load_checkpoint(save_model(model, tmp_path / "ckpt.pt"))
     tokens = torch.randint(14, (3, 10), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         torch.testing.assert_close(ckpt.model(tokens), model(tokens), rtol=0, atol=1e-6)
@@ -112,7 +112,7 @@ def test_converted_models_reload_with_identical_logits(tmp_path, name):
 )
 def test_settings_mechmem_cannot_rebuild_are_refused_by_name(tmp_path, overrides, field):
     with pytest.raises(MechmemError, match=f"cannot reproduce.*{field}"):
-        save_hooked_transformer(tl_model(**overrides), tmp_path / "ckpt.pt")
+        save_model(tl_model(**overrides), tmp_path / "ckpt.pt")
     assert not (tmp_path / "ckpt.pt").exists()
 
 

@@ -42,7 +42,9 @@ def test_core_imports_no_paper(path):
     ):  # the loader imports the folder of built-in plugins to discover them, by path
         papers = [n for n in papers if n != "mechmem.papers"]
     assert papers == [], f"{path.relative_to(SRC)} imports paper code: {papers}"
-    assert "importlib.import_module" not in path.read_text() or path.name == "plugins.py"
+    # The loader imports plugins by name; the package's __init__ imports each public name on first use.
+    lazy = path.name == "plugins.py" or path == SRC / "__init__.py"
+    assert "importlib.import_module" not in path.read_text() or lazy
 
 
 def test_papers_register_through_the_plugin_loader():
@@ -78,12 +80,25 @@ def test_long_modules_and_scripts_say_why():
     assert [m for m in modules + scripts if m] == []
 
 
+def docstring_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function's docstring (its runnable example included), which its length does not count."""
+    first = node.body[0]
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        return first.end_lineno - first.lineno + 1
+    return 0
+
+
 def test_long_functions_say_why():
+    """A function's code (its docstring not counted) past MAX_FUNCTION lines says why in its docstring."""
     offenders = []
     for path in SRC.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                length = node.end_lineno - node.lineno + 1
+                length = node.end_lineno - node.lineno + 1 - docstring_lines(node)
                 if length > MAX_FUNCTION and LONG_REASON not in (ast.get_docstring(node) or ""):
                     offenders.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name} ({length} lines)")
     assert offenders == []
@@ -91,7 +106,7 @@ def test_long_functions_say_why():
 
 # -- the layers ----------------------------------------------------------------------------------------------
 LAYERS = [
-    ("base", ("mechmem", "errors", "config", "io", "progress", "plotting", "plugins", "tables")),
+    ("base", ("errors", "config", "io", "progress", "plotting", "plugins", "tables", "version")),
     ("models and tasks", ("models", "tasks")),
     ("checkpoint", ("checkpoint", "pretrained")),
     ("training", ("training", "executor")),
@@ -99,6 +114,8 @@ LAYERS = [
     ("analysis", ("analysis",)),
     ("report", ("report",)),
     ("papers", ("papers",)),
+    ("commands", ("commands",)),
+    ("api", ("mechmem", "__main__")),
     ("scripts", ("scripts",)),
 ]
 """Bottom to top: a module may import its own layer or a lower one, never a higher one

@@ -17,7 +17,7 @@ import torch
 from helpers import ROOT, load_script
 
 from mechmem.analysis.planted import planted_induction_model
-from mechmem.checkpoint import load_checkpoint, payload_digest, save_checkpoint, save_hooked_transformer
+from mechmem.checkpoint import load_checkpoint, payload_digest, save_checkpoint, save_model
 from mechmem.cli import dumps, run_script, write_json
 from mechmem.errors import CheckpointError, MechmemError
 
@@ -26,7 +26,7 @@ SCRIPTS = ("ablate_heads", "circuit", "detect_heads", "logit_lens", "patch", "pr
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
-    return save_hooked_transformer(planted_induction_model(), tmp_path_factory.mktemp("rel") / "ckpt.pt")
+    return save_model(planted_induction_model(), tmp_path_factory.mktemp("rel") / "ckpt.pt")
 
 
 def one_error_line(capsys) -> str:

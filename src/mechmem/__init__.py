@@ -1,7 +1,131 @@
-"""mechmem: tiny transformers trained on synthetic memory tasks, taken apart with TransformerLens hooks."""
+"""mechmem: tiny transformers trained on synthetic memory tasks, taken apart with TransformerLens hooks.
 
-__version__ = "0.1.0"
+The public API is the names below (`mechmem.__all__`); each has a docstring with a short example that runs.
+They are imported on first use, so `import mechmem` is fast and imports neither torch nor TransformerLens.
+
+    >>> import mechmem
+    >>> model = mechmem.planted_induction_model()          # a hand-set previous-token + induction circuit
+    >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+    >>> roles = mechmem.head_roles(model, task, n=64)
+    >>> sorted(h.name for h in roles.heads if h.role != "none")
+    ['L0H2', 'L1H1']
+
+Groups: checkpoints (`load_checkpoint`, `save_checkpoint`, `save_model`, `Checkpoint`), training
+(`train_preset`), tasks (`build_task`, `task_names`, `register_task`), the intervention engine (`intervene`,
+`Intervention` and the setters `zero`, `mean`, `resample`, `from_run`, `apply`), the analyses (`run_sweeps`
+and `PatchingResult`, `ablate_heads`, `detect_heads`, `logit_lens`, `builtin_probes`, `head_roles`,
+`circuit_prompts` and `discover_circuit`, `run_dynamics`, `attribute_sweeps` for estimates), their figures
+(`plot`), the report (`build_report`, `report_checkpoint`),
+a planted model for trying things (`planted_induction_model`) and the errors (`MechmemError`,
+`CheckpointError`). The command line is `mechmem` (`mechmem --help`).
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from mechmem.errors import CheckpointError, MechmemError
+from mechmem.version import __version__
 
-__all__ = ["CheckpointError", "MechmemError", "__version__"]
+HOMES = {
+    "Checkpoint": "mechmem.checkpoint",
+    "load_checkpoint": "mechmem.checkpoint",
+    "save_checkpoint": "mechmem.checkpoint",
+    "save_model": "mechmem.checkpoint",
+    "train_preset": "mechmem.training.run",
+    "build_task": "mechmem.tasks.registry",
+    "task_names": "mechmem.tasks.registry",
+    "register_task": "mechmem.tasks.registry",
+    "intervene": "mechmem.analysis.interventions",
+    "Intervention": "mechmem.analysis.interventions",
+    "zero": "mechmem.analysis.interventions",
+    "mean": "mechmem.analysis.interventions",
+    "resample": "mechmem.analysis.interventions",
+    "from_run": "mechmem.analysis.interventions",
+    "apply": "mechmem.analysis.interventions",
+    "run_sweeps": "mechmem.analysis.patching",
+    "attribute_sweeps": "mechmem.analysis.patching",
+    "PatchingResult": "mechmem.analysis.patching",
+    "ablate_heads": "mechmem.analysis.ablation",
+    "detect_heads": "mechmem.analysis.heads",
+    "logit_lens": "mechmem.analysis.logit_lens",
+    "builtin_probes": "mechmem.analysis.probes",
+    "head_roles": "mechmem.analysis.roles",
+    "circuit_prompts": "mechmem.analysis.circuits",
+    "discover_circuit": "mechmem.analysis.circuits",
+    "run_dynamics": "mechmem.analysis.dynamics",
+    "build_report": "mechmem.report",
+    "report_checkpoint": "mechmem.report.checkpoint_report",
+    "plot": "mechmem.report.plots",
+    "planted_induction_model": "mechmem.analysis.planted",
+}
+"""Each public name that is imported on first use, and the module it lives in."""
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointError",
+    "Intervention",
+    "MechmemError",
+    "PatchingResult",
+    "__version__",
+    "ablate_heads",
+    "apply",
+    "attribute_sweeps",
+    "build_report",
+    "build_task",
+    "builtin_probes",
+    "circuit_prompts",
+    "detect_heads",
+    "discover_circuit",
+    "from_run",
+    "head_roles",
+    "intervene",
+    "load_checkpoint",
+    "logit_lens",
+    "mean",
+    "planted_induction_model",
+    "plot",
+    "register_task",
+    "report_checkpoint",
+    "resample",
+    "run_dynamics",
+    "run_sweeps",
+    "save_checkpoint",
+    "save_model",
+    "task_names",
+    "train_preset",
+    "zero",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its home module on first use (PEP 562), so `import mechmem` stays light."""
+    home = HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'mechmem' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *HOMES})
+
+
+if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
+    from mechmem.analysis.ablation import ablate_heads
+    from mechmem.analysis.circuits import circuit_prompts, discover_circuit
+    from mechmem.analysis.dynamics import run_dynamics
+    from mechmem.analysis.heads import detect_heads
+    from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean, resample, zero
+    from mechmem.analysis.logit_lens import logit_lens
+    from mechmem.analysis.patching import PatchingResult, attribute_sweeps, run_sweeps
+    from mechmem.analysis.planted import planted_induction_model
+    from mechmem.analysis.probes import builtin_probes
+    from mechmem.analysis.roles import head_roles
+    from mechmem.checkpoint import Checkpoint, load_checkpoint, save_checkpoint, save_model
+    from mechmem.report import build_report
+    from mechmem.report.checkpoint_report import report_checkpoint
+    from mechmem.report.plots import plot
+    from mechmem.tasks.registry import build_task, register_task, task_names
+    from mechmem.training.run import train_preset

@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
-import mechmem
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.io import atomic_write
+from mechmem.version import __version__
 
 FORMAT = "mechmem-checkpoint"
 FORMAT_VERSION = 2
@@ -231,6 +231,17 @@ def save_checkpoint(
     Configs may be config dataclasses or plain dicts. `task_config=None` means the task's default config,
     which is stored explicitly and must fit the model like any other. Raises `MechmemError` (one line) on a
     mismatch.
+
+    Example:
+        >>> import mechmem, tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> path = mechmem.save_model(mechmem.planted_induction_model(), folder / "ckpt.pt")
+        >>> ckpt = mechmem.load_checkpoint(path)
+        >>> copy = mechmem.save_checkpoint(
+        ...     folder / "copy.pt", model=ckpt.model, model_config=ckpt.model_config,
+        ...     task_name=ckpt.task_name, task_config=ckpt.task_config)
+        >>> mechmem.load_checkpoint(copy).task_name
+        'repeats'
     """
     from mechmem.io import strict_json
     from mechmem.models.adapter import canonical_state_dict
@@ -252,7 +263,7 @@ def save_checkpoint(
     payload: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "mechmem_version": mechmem.__version__,
+        "mechmem_version": __version__,
         "transformer_lens_version": _tl_version(),
         "model_config": as_dict(model_config),
         "task_name": task_name,
@@ -276,7 +287,16 @@ def _tl_version() -> str:
 
 @dataclass
 class Checkpoint:
-    """A loaded checkpoint: the rebuilt model plus everything needed to rebuild the run."""
+    """A loaded checkpoint: the rebuilt model plus everything needed to rebuild the run.
+
+    Example:
+        >>> import mechmem, tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> path = mechmem.save_model(mechmem.planted_induction_model(), folder / "ckpt.pt")
+        >>> ckpt = mechmem.load_checkpoint(path)
+        >>> ckpt.task_name, ckpt.model.cfg.n_layers, ckpt.task.config.half
+        ('repeats', 2, 11)
+    """
 
     model: torch.nn.Module
     model_config: Any
@@ -358,6 +378,14 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
 
     Long because the safe load is one sequence of checks (bounded payload, format version, digest, config,
     shapes, finite weights) before the model is built, each with its own one-line error.
+
+    Example:
+        >>> import mechmem, tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> path = mechmem.save_model(mechmem.planted_induction_model(), folder / "ckpt.pt")
+        >>> ckpt = mechmem.load_checkpoint(path)      # never unpickles code; digest checked
+        >>> type(ckpt).__name__, ckpt.path.name
+        ('Checkpoint', 'ckpt.pt')
     """
     from mechmem.errors import one_line
     from mechmem.models.adapter import (
@@ -425,7 +453,7 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     )
 
 
-def save_hooked_transformer(
+def save_model(
     model: torch.nn.Module,
     path: str | os.PathLike,
     *,
@@ -439,6 +467,13 @@ def save_hooked_transformer(
     generic "repeats" task sized to the model. After writing, the checkpoint is reloaded and must give the
     model's logits on a probe input, else the file is removed and `MechmemError` raised. Returns the
     checkpoint's path.
+
+    Example:
+        >>> import mechmem, tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> path = mechmem.save_model(mechmem.planted_induction_model(), folder / "ckpt.pt")
+        >>> path.name, mechmem.load_checkpoint(path).task_name
+        ('ckpt.pt', 'repeats')
     """
     from mechmem.models.adapter import config_from_hooked_transformer
     from mechmem.tasks.generic import RepeatsConfig
@@ -465,3 +500,7 @@ def save_hooked_transformer(
             f"the reloaded checkpoint gives other logits (max |dlogit| {gap:.3g}); nothing saved"
         )
     return path
+
+
+save_hooked_transformer = save_model
+"""The former name of `save_model` (from when every model was a HookedTransformer), kept for old code."""

@@ -179,13 +179,15 @@ class OutputSet:
 
     def add_dir(self, name: str, files: dict[str, bytes]) -> Path:
         """Stage folder `name` holding `files` (name -> bytes); it replaces an old folder (or link) `name`."""
-        self.out.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=self.out))
-        self.staged.append((tmp, self.out / name))
+        target = self.out / name
+        refuse_linked_folder(target.parent, self.out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        self.staged.append((tmp, target))
         os.chmod(tmp, 0o777 & ~_umask())
         for file_name, data in files.items():
             atomic_write(tmp / file_name, data)
-        return self.out / name
+        return target
 
     def __exit__(self, kind: object, exc: object, tb: object) -> None:
         if kind is not None:

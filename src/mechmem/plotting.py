@@ -1,8 +1,9 @@
-"""Matplotlib set-up: a non-interactive backend, so scripts and tests never need a display."""
+"""Matplotlib for the toolkit's figures: pyplot as it is, with no backend forced on import.
 
-import matplotlib
-
-matplotlib.use("Agg")
+A notebook keeps its inline backend and a desktop session its window backend; a machine without a display
+gets matplotlib's own non-interactive fallback. The scripts select the non-interactive Agg backend
+themselves (`mechmem.cli.run_script`), since they only ever write figures to files.
+"""
 
 import matplotlib.pyplot as plt
 

@@ -233,6 +233,15 @@ def detect_heads(
 
     Long because one scoped hook reduces every probed pattern in one pass, and the bootstrap intervals and
     per-token scores are computed from the same reduced tensors.
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> batch = task.eval_batch(32, generator=torch.Generator().manual_seed(0))
+        >>> scores = mechmem.detect_heads(model, batch.tokens).scores
+        >>> round(float(scores["previous_token"][0, 2]), 2), round(float(scores["induction"][1, 1]), 2)
+        (1.0, 1.0)
     """
     patterns = dict(BUILTIN_PATTERNS if patterns is None else patterns)
     cfg = model.cfg

@@ -154,6 +154,15 @@ def logit_lens(
         targets: the token each position should predict.
         mask: which positions count in summaries (default: all).
         k: number of top tokens kept per stage and position.
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> batch = task.eval_batch(32, generator=torch.Generator().manual_seed(0))
+        >>> lens = mechmem.logit_lens(model, batch.tokens, batch.targets, batch.loss_mask)
+        >>> {stage: round(v["target_prob"], 2) for stage, v in lens.summary().items()}["resid_post.1"]
+        1.0
     """
     stages = lens_stages(model)
     tokens = tokens.to(model.cfg.device)

@@ -80,6 +80,14 @@ def planted_induction_model(d_vocab: int = 12, n_ctx: int = 24, *, strength: flo
         strength: scale of the query and key maps (the attention logit of a match is strength^2 /
         sqrt(d_head))
             and of the unembedding (the logit of a copied token).
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> batch = task.eval_batch(8, generator=torch.Generator().manual_seed(0))
+        >>> bool((model(batch.tokens)[:, 8:-1].argmax(-1) == batch.tokens[:, 9:]).all())   # copies the repeat
+        True
     """
     layout = PlantedLayout(d_vocab, n_ctx)
     model = build_transformer(planted_config(d_vocab, n_ctx), generator=torch.Generator().manual_seed(0))

@@ -246,6 +246,13 @@ def builtin_probes(
         key_tokens: tokens of the QK token-key probes (default: `tokens`); e.g. the triggers of the birth
         task. ffn_tokens: tokens of the MLP probes (default: `tokens`); e.g. the non-trigger tokens.
         first_positions: extra previous-position probes restricted to the first n positions (e.g. 64).
+
+    Example:
+        >>> import mechmem
+        >>> probes = mechmem.builtin_probes(mechmem.planted_induction_model())
+        >>> recall = {p.name: round(p.recall, 2) for p in probes.probes}
+        >>> recall["qk_prev_pos.L0H2"]     # L0H2's keys select the previous position
+        1.0
     """
     cfg = model.cfg
     key_tokens = tokens if key_tokens is None else key_tokens

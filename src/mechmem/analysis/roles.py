@@ -474,6 +474,14 @@ def head_roles(
 
     The report and the reproduction pages call this with the same `n` and `seed` for a checkpoint, so they
     print identical numbers. `task` may be None (attention-pattern roles only).
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> roles = mechmem.head_roles(model, task, n=64)
+        >>> [(h.name, h.role) for h in roles.heads if h.role != "none"]
+        [('L0H2', 'previous-token'), ('L1H1', 'induction')]
     """
     t = thresholds or RoleThresholds()
     if head_detection.no_attention_reason(model):

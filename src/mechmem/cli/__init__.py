@@ -9,7 +9,7 @@ folders), its arguments (`args`: the parser, range-checked types, the shared fla
     ckpt, out = cli.load_for_analysis(args)                 # checks --out, then loads task modules, the
                                                             # checkpoint, its task, finite weights
     from mechmem.analysis.x import ...                      # heavy imports after the checks
-    return cli.skip(reason, out / "x.json")                 # does not apply: `skipped: REASON`, exit 0
+    files = cli.skipped(reason, "x.json")                   # does not apply: `skipped: REASON`, exit 0
     cli.write_outputs(out, {"x.json": obj, "x.png": fig})   # staged, then renamed together (mechmem.io)
 
 Nothing here imports torch at import time. The library below (analysis, report) does not use this package;
@@ -35,7 +35,7 @@ from mechmem.cli.args import (
     seed_int,
 )
 from mechmem.cli.load import check_out_dir, load_for_analysis, load_source
-from mechmem.cli.output import figure_png, save_figure, skip, write_outputs
+from mechmem.cli.output import figure_png, save_figure, skipped, write_outputs
 from mechmem.cli.runner import claim_out, install_interrupt_hook, run_script
 from mechmem.errors import one_line
 from mechmem.io import dumps, strict_json, write_json
@@ -69,7 +69,7 @@ __all__ = [
     "run_script",
     "save_figure",
     "seed_int",
-    "skip",
+    "skipped",
     "strict_json",
     "write_json",
     "write_outputs",

@@ -107,7 +107,9 @@ def _parse(kind: type, text: str, what: str) -> Any:
 
 
 # -- the shared flags ----------------------------------------------------------------------------------------
-def add_analysis_args(parser: argparse.ArgumentParser, *, n_samples: int = 512) -> argparse.ArgumentParser:
+def add_analysis_args(
+    parser: argparse.ArgumentParser, *, n_samples: int | None = 512
+) -> argparse.ArgumentParser:
     """The arguments every analysis script shares: CKPT, --out, --device, --seed, --n-samples,
     --task-module."""
     parser.add_argument(
@@ -128,7 +130,8 @@ def add_analysis_args(parser: argparse.ArgumentParser, *, n_samples: int = 512) 
         "--n-samples",
         type=positive_int,
         default=n_samples,
-        help=f"number of sampled sequences, at least 1 (default: {n_samples}; bounded by a memory estimate)",
+        help=f"number of sampled sequences, at least 1 (default: {n_samples or 'each analysis its own'}; "
+        "bounded by a memory estimate)",
     )
     add_task_module_arg(parser)
     add_nonfinite_flag(parser)

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mechmem.io import OutputSet, atomic_write, dumps, write_json
+from mechmem.io import OutputSet, atomic_write, dumps
 
 
 def figure_png(fig: Any) -> bytes:
@@ -37,9 +37,8 @@ def write_outputs(out: str | os.PathLike, files: dict[str, Any]) -> list[Path]:
     return [Path(out) / name for name in files]
 
 
-def skip(reason: str, path: str | os.PathLike, record: dict[str, Any] | None = None) -> int:
-    """An analysis that does not apply: print `skipped: REASON`, write `{"skipped": REASON, ...}` to `path`,
-    and return exit status 0."""
+def skipped(reason: str, name: str, record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An analysis that does not apply: print `skipped: REASON` and return its one output file, `name`, as
+    `{"skipped": REASON, ...record}` (the script writes it like any other output; exit status 0)."""
     print(f"skipped: {reason}")
-    write_json(path, {"skipped": reason, **(record or {})})
-    return 0
+    return {name: {"skipped": reason, **(record or {})}}

@@ -31,6 +31,7 @@ def run_script(main: Callable[[list[str] | None], int | None], argv: list[str] |
     """
     if argv is None:
         install_interrupt_hook()
+        use_file_backend_when_loaded()
     try:
         with _claimed_outputs():
             return int(main(argv) or 0)
@@ -62,6 +63,13 @@ def install_interrupt_hook() -> None:
 
     hook.mechmem_interrupt_hook = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+
+
+def use_file_backend_when_loaded() -> None:
+    """A program writes its figures to files: select matplotlib's Agg backend through MPLBACKEND, which
+    matplotlib reads when it is first imported (so --help still imports no matplotlib). A backend the user
+    set in MPLBACKEND is kept."""
+    os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 _CLAIMS: list[ExitStack] = []

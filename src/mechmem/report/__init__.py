@@ -234,6 +234,14 @@ def build_report(
 
     The report's `cost` (and report.json's "cost") holds each step's wall and CPU time, model passes and
     memory (`ReportCost`).
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> report = mechmem.build_report(model, task, n_samples=64, role_samples=64)
+        >>> [h["role"] for h in report.section("circuit").findings["heads"] if h["role"] != "none"]
+        ['previous-token', 'induction']
     """
     with ReportCost(2 + len(sections) + (run_dir is not None), model, progress=progress) as cost:
         roles = cost.run(

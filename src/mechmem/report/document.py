@@ -181,17 +181,22 @@ def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     only when all are written, so a full disk or an interrupt leaves the previous report whole, and figures/
     is replaced as one folder (a link planted there is replaced, never written through).
     """
-    out = Path(out_dir)
+    with OutputSet(Path(out_dir)) as files:
+        return stage_report(report, files)
+
+
+def stage_report(report: Report, files: OutputSet, folder: str = "") -> dict[str, Path]:
+    """Stage report.md, report.html, report.json and figures/ in `files` (under `folder`, "" for its top);
+    returns their final paths by kind. `write_report` and `mechmem analyse` (one output set for every
+    analysis) both call it."""
+    prefix = f"{folder}/" if folder else ""
     figures = {f"{s.key}-{name}.png": png for s in report.sections for name, png in s.figures.items()}
-    record = plain_json(report.to_dict())
-    with OutputSet(out) as files:
-        files.add_dir("figures", figures)
-        paths = {
-            "md": files.add("report.md", to_markdown(report)),
-            "html": files.add("report.html", to_html(report)),
-            "json": files.add("report.json", dumps(record, indent=2) + "\n"),
-        }
-    return paths
+    files.add_dir(f"{prefix}figures", figures)
+    return {
+        "md": files.add(f"{prefix}report.md", to_markdown(report)),
+        "html": files.add(f"{prefix}report.html", to_html(report)),
+        "json": files.add(f"{prefix}report.json", dumps(plain_json(report.to_dict()), indent=2) + "\n"),
+    }
 
 
 def read_prose(path: str | Path) -> dict[str, str]:

@@ -23,7 +23,17 @@ _PLUGINS_LOADED = False
 
 
 def register_task(cls: type[Task]) -> type[Task]:
-    """Class decorator: make a task available by its `name`."""
+    """Class decorator: make a task available by its `name`.
+
+    Example:
+        >>> import mechmem
+        >>> from mechmem.tasks.generic import RepeatsTask
+        >>> @mechmem.register_task
+        ... class ShortRepeats(RepeatsTask):
+        ...     name = "short-repeats-example"
+        >>> mechmem.build_task("short-repeats-example", {"d_vocab": 12, "half": 2}).config.half
+        2
+    """
     _REGISTRY[cls.name] = cls
     return cls
 
@@ -62,7 +72,13 @@ def load_task_module(path: str | Path) -> None:
 
 
 def task_names() -> list[str]:
-    """Names of all tasks that can be loaded."""
+    """Names of all tasks that can be loaded.
+
+    Example:
+        >>> import mechmem
+        >>> {"permutation", "birth", "facts", "repeats"} <= set(mechmem.task_names())
+        True
+    """
     _load_plugins()
     return sorted(_REGISTRY)
 
@@ -79,7 +95,14 @@ def get_task_class(name: str) -> type[Task]:
 
 
 def build_task(name: str, config: Any = None) -> Task:
-    """Build task `name` from a config dataclass or dict (None: the default config)."""
+    """Build task `name` from a config dataclass or dict (None: the default config).
+
+    Example:
+        >>> import mechmem, torch
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 4})
+        >>> task.eval_batch(2, generator=torch.Generator().manual_seed(0)).tokens.shape
+        torch.Size([2, 8])
+    """
     cls = get_task_class(name)
     if config is None:
         config = cls.config_cls()

@@ -63,6 +63,13 @@ def train_preset(
 
     The model's initial weights come from `torch.Generator().manual_seed(seed)`, so the same seed gives the
     same run.
+
+    Example:
+        >>> import mechmem, tempfile, pathlib
+        >>> run = pathlib.Path(tempfile.mkdtemp()) / "t1"
+        >>> result = mechmem.train_preset("permutation", "task1-quick", steps=4, out_dir=run, progress=False)
+        >>> result.checkpoint.name, (run / "metrics.jsonl").exists()
+        ('ckpt.pt', True)
     """
     spec, cfg = _preset_run(
         task_name, preset, seed=seed, steps=steps, save_every=save_every, **train_overrides

@@ -211,7 +211,16 @@ def circuit_pair(
 def circuit_prompts(model: torch.nn.Module, task: Any, n: int, seed: int) -> tuple[PatchingPair, str]:
     """The prompts of a circuit for `seed`: `circuit_pair` drawn from a generator seeded with `seed`. The
     report's edge section and analyses/circuit.py both call this, so they measure the same prompts for the
-    same seed."""
+    same seed.
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> pair, source = mechmem.circuit_prompts(model, task, 16, seed=0)
+        >>> tuple(pair.clean.shape)
+        (16, 16)
+    """
     return circuit_pair(model, task, n, generator=torch.Generator().manual_seed(seed))
 
 
@@ -389,6 +398,15 @@ def discover_circuit(
         max_exact: graphs with more edges are scored by EAP with `RESCORE_EDGES` + `CHECK_EDGES` edges exact
             and pruned by binary search (`_prune` with one evaluation per round); smaller ones exactly, pruned
             by the 8-per-round bisection.
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> pair = task.patching_pair(32, generator=torch.Generator().manual_seed(0))
+        >>> circuit = mechmem.discover_circuit(model, pair, max_exact=64)
+        >>> circuit.verdict, round(circuit.values["circuit"], 1) == round(circuit.values["full"], 1)
+        ('yes', True)
     """
     start = time.perf_counter()
     patcher = EdgePatcher(model, pair, ablation, reference=reference, memory_mb=memory_mb)

@@ -328,6 +328,15 @@ def run_dynamics(
 
     Raises `MechmemError` (one line) when the directory holds no step checkpoints, one is unreadable or
     corrupt, or they are not all of one run.
+
+    Example:
+        >>> import mechmem, tempfile, pathlib
+        >>> run = pathlib.Path(tempfile.mkdtemp()) / "t1"
+        >>> _ = mechmem.train_preset("permutation", "task1-quick", steps=4, save_every=2, out_dir=run,
+        ...                         progress=False)
+        >>> dynamics = mechmem.run_dynamics(run, ["loss"], n=8)
+        >>> dynamics.steps, "loss" in dynamics.curves
+        ([2, 4], True)
     """
     chosen = [QUANTITIES[q] for q in quantities]
     files = step_files(run_dir)

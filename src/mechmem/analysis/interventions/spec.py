@@ -59,34 +59,102 @@ class Setter:
 
 
 def zero() -> Setter:
-    """Set the slice to zero."""
+    """Set the slice to zero.
+
+    Example:
+        >>> import mechmem
+        >>> mechmem.zero().kind
+        'zero'
+    """
     return Setter("zero")
 
 
 def mean(reference_tokens: Int[Tensor, "ref pos"]) -> Setter:
-    """Set the slice to its mean over the reference sequences, at each position separately (mean ablation)."""
+    """Set the slice to its mean over the reference sequences, at each position separately (mean ablation).
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> batch = task.eval_batch(32, generator=torch.Generator().manual_seed(0))
+        >>> def loss(logits):    # the induction half's next-token loss
+        ...     pred, target = logits[:, 8:-1].flatten(0, 1), batch.tokens[:, 9:].flatten()
+        ...     return torch.nn.functional.cross_entropy(pred, target)
+        >>> reference = task.eval_batch(64, generator=torch.Generator().manual_seed(1)).tokens
+        >>> head_1_1 = (slice(None), 1)
+        >>> iv = mechmem.Intervention("blocks.1.attn.hook_z", head_1_1, mechmem.mean(reference))
+        >>> bool(mechmem.intervene(model, batch.tokens, [iv], loss)[0] > 0.1)
+        True
+    """
     return Setter("mean", tokens=reference_tokens)
 
 
 def resample(reference_tokens: Int[Tensor, "ref pos"], generator: torch.Generator | None = None) -> Setter:
-    """Set the slice to its value on another reference sequence (drawn once; default seed 0)."""
+    """Set the slice to its value on another reference sequence (drawn once; default seed 0).
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> batch = task.eval_batch(32, generator=torch.Generator().manual_seed(0))
+        >>> def loss(logits):    # the induction half's next-token loss
+        ...     pred, target = logits[:, 8:-1].flatten(0, 1), batch.tokens[:, 9:].flatten()
+        ...     return torch.nn.functional.cross_entropy(pred, target)
+        >>> setter = mechmem.resample(batch.tokens, torch.Generator().manual_seed(0))
+        >>> iv = mechmem.Intervention("blocks.1.attn.hook_z", (slice(None), 1), setter)
+        >>> bool(mechmem.intervene(model, batch.tokens, [iv], loss)[0] > 0.1)
+        True
+    """
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     return Setter("resample", tokens=reference_tokens, generator=gen)
 
 
 def from_run(source_tokens: Int[Tensor, "batch pos"]) -> Setter:
-    """Set the slice to its value in the run on `source_tokens` (same sequence index): activation patching."""
+    """Set the slice to its value in the run on `source_tokens` (same sequence index): activation patching.
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> pair = task.patching_pair(32, generator=torch.Generator().manual_seed(0))
+        >>> clean_head = mechmem.Intervention("blocks.1.attn.hook_z", (slice(None), 1),
+        ...                                   mechmem.from_run(pair.clean))
+        >>> restored = mechmem.intervene(model, pair.corrupted, [[], clean_head], pair.logit_diff)
+        >>> bool(restored[1] > restored[0])          # the clean head's output restores the answer
+        True
+    """
     return Setter("from_run", tokens=source_tokens)
 
 
 def apply(fn: Callable[[Tensor, Any], Tensor]) -> Setter:
-    """Set the slice to `fn(act_slice, hook)`, act_slice being the current values [batch, *sliced axes]."""
+    """Set the slice to `fn(act_slice, hook)`, act_slice being the current values [batch, *sliced axes].
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> batch = task.eval_batch(32, generator=torch.Generator().manual_seed(0))
+        >>> def loss(logits):    # the induction half's next-token loss
+        ...     pred, target = logits[:, 8:-1].flatten(0, 1), batch.tokens[:, 9:].flatten()
+        ...     return torch.nn.functional.cross_entropy(pred, target)
+        >>> halve = mechmem.apply(lambda act, hook: act / 2)
+        >>> iv = mechmem.Intervention("blocks.1.attn.hook_z", (slice(None), 1), halve)
+        >>> [round(float(x), 3) >= 0 for x in mechmem.intervene(model, batch.tokens, [[], iv], loss)]
+        [True, True]
+    """
     return Setter("apply", fn=fn)
 
 
 @dataclass(frozen=True, eq=False)
 class Intervention:
-    """Replace `act[:, *index]` of the activation at `hook` by the values `setter` gives."""
+    """Replace `act[:, *index]` of the activation at `hook` by the values `setter` gives.
+
+    Example:
+        >>> import mechmem
+        >>> iv = mechmem.Intervention("blocks.1.attn.hook_z", (slice(None), 1), mechmem.zero())
+        >>> iv.hook, iv.setter.kind
+        ('blocks.1.attn.hook_z', 'zero')
+    """
 
     hook: str
     """TransformerLens hook name, e.g. "blocks.0.attn.hook_z"."""

@@ -259,6 +259,16 @@ def attribute_sweeps(
 
     With `fallback`, a sweep whose sampled agreement fails `TRUST` is replaced by exact patching (its `method`
     and `check` say so).
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> pair = task.patching_pair(32, generator=torch.Generator().manual_seed(0))
+        >>> found = mechmem.attribute_sweeps(model, pair, ["attn_head_out_all_pos"])
+        >>> estimate = found["attn_head_out_all_pos"]
+        >>> estimate.axes, "trusted" in estimate.check
+        (('layer', 'head'), True)
     """
     # Only the stages these sweeps and the query/key fix read are kept (activations and gradients of both
     # runs: every stage of a 12-layer d_model 768 model at 512 pairs would be about 34 GB).

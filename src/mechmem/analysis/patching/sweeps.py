@@ -122,7 +122,17 @@ def resolve_sweep(
 # -- results -------------------------------------------------------------------------------------------------
 @dataclass
 class PatchingResult:
-    """The metric after each patch of one sweep; `values` has one axis per name in `axes`."""
+    """The metric after each patch of one sweep; `values` has one axis per name in `axes`.
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> pair = task.patching_pair(32, generator=torch.Generator().manual_seed(0))
+        >>> result = mechmem.run_sweeps(model, pair, ["resid_pre"])["resid_pre"]
+        >>> result.axes, tuple(result.values.shape)
+        (('layer', 'pos'), (2, 16))
+    """
 
     sweep: str
     axes: tuple[str, ...]
@@ -277,7 +287,17 @@ def run_sweeps(
     memory_mb: float = 256.0,
     readout: Any = None,
 ) -> dict[str, PatchingResult]:
-    """Several sweeps on the task's clean/corrupted pair, sharing the cached runs (arguments as `Patcher`)."""
+    """Several sweeps on the task's clean/corrupted pair, sharing the cached runs (arguments as `Patcher`).
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> pair = task.patching_pair(32, generator=torch.Generator().manual_seed(0))
+        >>> found = mechmem.run_sweeps(model, pair, ["resid_pre", "attn_head_out_all_pos"])
+        >>> found["attn_head_out_all_pos"].axes, tuple(found["attn_head_out_all_pos"].values.shape)
+        (('layer', 'head'), (2, 3))
+    """
     patcher = Patcher(
         model, pair.clean, pair.corrupted, metric, pair=pair, memory_mb=memory_mb, readout=readout
     )

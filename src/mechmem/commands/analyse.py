@@ -1,0 +1,116 @@
+"""Run every analysis that applies to a checkpoint in one process, and write one output set.
+
+    mechmem analyse runs/t2/ckpt.pt                 # heads, ablate, patch, lens, probe, circuit, report
+    mechmem analyse runs/t2 --only heads,patch --out reports/t2-quick
+
+The checkpoint is loaded once (torch and TransformerLens are imported once), then each analysis runs with the
+flags its own command's parser gives it (`mechmem heads --help`, ...) plus the shared --seed, --device and,
+when given, --n-samples: so `mechmem analyse CKPT` writes the same numbers as `mechmem heads CKPT` and the
+others for the same seed. Each analysis's files go into OUT/NAME/ (the report into OUT/report/), and
+OUT/analyse.json lists what ran, what was skipped and why, and the seconds each took. Every file is staged and
+renamed into place together at the end. An analysis that does not apply is skipped with its reason; one that
+fails on bad input is named in one `error:` line after the others are written.
+"""
+
+import time
+
+from mechmem import cli
+from mechmem.commands import ablate, circuit, heads, lens, patch, probe, report
+from mechmem.errors import MechmemError, one_line
+
+ANALYSES = {
+    "heads": heads,
+    "ablate": ablate,
+    "patch": patch,
+    "lens": lens,
+    "probe": probe,
+    "circuit": circuit,
+}
+"""The analysis commands `analyse` runs, in order (then the report)."""
+ORDER = (*ANALYSES, "report")
+
+
+def parser(prog: str | None = None) -> cli.ArgumentParser:
+    """The flags of `mechmem analyse`."""
+    p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    cli.add_analysis_args(p, n_samples=None)
+    p.add_argument(
+        "--only",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        default=list(ORDER),
+        help=f"comma-separated subset of {','.join(ORDER)} (default: all)",
+    )
+    return p
+
+
+def _sub_args(module: object, args: object) -> object:
+    """The namespace command `module`'s own parser gives for CKPT with analyse's shared flags."""
+    argv = [str(args.ckpt)] if args.ckpt else ["--hf", args.hf]
+    argv += ["--seed", str(args.seed), "--device", args.device]
+    if args.n_samples is not None:
+        argv += ["--n-samples", str(args.n_samples)]
+    for path in args.task_module:
+        argv += ["--task-module", path]
+    if args.allow_nonfinite:
+        argv.append("--allow-nonfinite")
+    return module.parser().parse_args(argv)
+
+
+def stage_one(name: str, ckpt: object, args: object, staged: object) -> dict:
+    """Run analysis `name` on `ckpt` and stage its files under NAME/ in `staged`; returns its summary entry
+    (files, and the reason when it did not apply)."""
+    from mechmem.io import dumps
+    from mechmem.report.document import stage_report
+
+    if name == "report":
+        stage_report(report.build(ckpt, _sub_args(report, args)), staged, "report")
+        return {"files": ["report/report.html", "report/report.json", "report/report.md"]}
+    files = ANALYSES[name].outputs(ckpt, _sub_args(ANALYSES[name], args))
+    for file_name, value in files.items():
+        data = cli.figure_png(value) if file_name.endswith(".png") else dumps(value, indent=2) + "\n"
+        staged.add(f"{name}/{file_name}", data)
+    entry = {"files": sorted(f"{name}/{f}" for f in files)}
+    reasons = [v["skipped"] for v in files.values() if isinstance(v, dict) and "skipped" in v]
+    return entry | ({"skipped": reasons[0]} if reasons else {})
+
+
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+    """`mechmem analyse`: load once, run each analysis, write every output together."""
+    args = parser(prog).parse_args(argv)
+    unknown = sorted(set(args.only) - set(ORDER))
+    if unknown or not args.only:
+        given = ", ".join(unknown) or "(none given)"
+        raise cli.UsageError(f"--only: unknown analysis {given} (have {','.join(ORDER)})")
+    if args.n_samples is not None and "report" in args.only and args.n_samples < report.MIN_SAMPLES:
+        raise MechmemError(f"--n-samples must be at least {report.MIN_SAMPLES} for the report")
+    ckpt, out = cli.load_for_analysis(args)  # every check first; torch is imported from here on
+    if args.out is None:
+        out = cli.claim_out(out / "analysis")
+    from mechmem.io import OutputSet, dumps
+
+    summary = {"checkpoint": str(ckpt.path), "seed": args.seed, "analyses": {}}
+    failed, started = [], time.perf_counter()
+    with OutputSet(out) as staged:
+        for name in [n for n in ORDER if n in args.only]:
+            print(f"\n== {name}", flush=True)
+            t0 = time.perf_counter()
+            try:
+                entry = stage_one(name, ckpt, args, staged)
+            except MechmemError as exc:
+                failed.append(name)
+                entry = {"error": one_line(exc)}
+                print(f"error in {name}: {one_line(exc)}")
+            summary["analyses"][name] = entry | {"seconds": round(time.perf_counter() - t0, 3)}
+        summary["seconds"] = round(time.perf_counter() - started, 3)
+        staged.add("analyse.json", dumps(summary, indent=2) + "\n")
+    rows = [
+        [n, e.get("error") or e.get("skipped") or "ok", e["seconds"]] for n, e in summary["analyses"].items()
+    ]
+    print()
+    cli.print_table(rows, ["analysis", "outcome", "seconds"], floatfmt=".1f")
+    print(f"wrote {out} ({len(summary['analyses'])} analyses in {summary['seconds']:.1f} s)")
+    if failed:
+        raise MechmemError(
+            f"analyses that failed: {', '.join(failed)} (the others are written; see analyse.json)"
+        )
+    return 0

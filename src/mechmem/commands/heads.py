@@ -1,0 +1,85 @@
+"""Score every head as previous-token, duplicate-token and induction head over several probe lengths.
+
+    mechmem heads runs/task2/ckpt.pt --n-samples 128          # a second on CPU
+    mechmem heads runs/birth --out reports/birth --lengths 4,16,64
+
+Probes (docs/analyses.md): repeated random sequences [r, r] from the checkpoint's own vocabulary for every
+half-length |r| in 4, 8, 16, ... the context allows (or `--half` / `--lengths`), plus the task's own length
+when the task has one (`config.half`), plus the task's evaluation data at its answer queries
+(`mechmem.analysis.heads.detect_heads_on_task`, the report's definition). Prints each head's score curve over
+the probes with 95% bootstrap intervals and the attention PATTERN each head shows by the report's rule
+(previous-token, duplicate-token, induction). These pattern labels are not the report's head ROLES, which also
+weigh the task's own evidence (elimination, recall, ...): `mechmem report` names roles. Writes
+DIR/detect_heads.json (the curves), DIR/detect_heads.png (scores at the longest random probe),
+DIR/detect_heads_task.png and DIR/attention.png (one task sequence), together.
+"""
+
+import argparse
+from typing import Any
+
+from mechmem import cli
+from mechmem.commands.common import run_analysis
+
+
+def parser(prog: str | None = None) -> cli.ArgumentParser:
+    """The flags of `mechmem heads`."""
+    p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    cli.add_analysis_args(p, n_samples=256)
+    p.add_argument("--half", type=cli.positive_int, help="probe only [r, r] with |r| = HALF")
+    p.add_argument(
+        "--lengths",
+        type=cli.positive_int_list,
+        help="comma-separated |r| >= 1 of the random probes, e.g. 4,8,16",
+    )
+    return p
+
+
+def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Score every head's attention patterns; print the curves and pattern labels; return the files."""
+    import torch
+
+    from mechmem.analysis import heads
+    from mechmem.analysis.roles import classify_heads, measure_pattern_evidence
+    from mechmem.progress import working
+
+    reason = heads.no_attention_reason(ckpt.model)
+    if reason:
+        return cli.skipped(reason, "detect_heads.json", {"scores": {}})
+    model, gen = ckpt.model, torch.Generator().manual_seed(args.seed)
+    task_half = getattr(getattr(ckpt.task, "config", None), "half", None)
+    halves = heads.chosen_halves(
+        model.cfg.n_ctx,
+        model.cfg.d_vocab,
+        half=args.half,
+        lengths=args.lengths,
+        task_half=task_half if isinstance(task_half, int) else None,
+    )
+    with working(f"probing head patterns at halves {sorted(halves)}"):
+        found = measure_pattern_evidence(model, ckpt.task, n=args.n_samples, generator=gen, halves=halves)
+    cli.print_table(found.rows(), ["head", "pattern", *found.probes])
+    labels = classify_heads(found.evidence)  # pattern evidence only: no task roles
+    shown = ", ".join(f"L{h.layer}H{h.head} {h.role}" for h in labels if h.role != "none")
+    print(f"attention patterns: {shown or 'none'} (head roles: mechmem report)")
+    scores = {k: found.evidence[k] for k in found.curves}
+    payload = {
+        **heads.HeadScores(scores, data="best score over the probes").to_dict(),
+        "lower": {k: found.evidence[f"{k}_lower"].tolist() for k in found.curves},
+        **found.to_dict(),
+        "patterns": {f"L{h.layer}H{h.head}": {"pattern": h.role, "notes": h.notes} for h in labels},
+        "task": ckpt.task_name,
+        "n_samples": args.n_samples,
+        "seed": args.seed,
+    }
+    files: dict[str, Any] = {"detect_heads.json": payload}
+    for index, figure in ((len(halves) - 1, "detect_heads.png"), (-1, "detect_heads_task.png")):
+        curve = {k: c["score"][index] for k, c in found.curves.items()}
+        result = heads.HeadScores(curve, data=found.probes[index])
+        files[figure] = heads.plot_head_scores(result, title=result.data)
+    example = ckpt.task.eval_batch(1, generator=gen).tokens
+    files["attention.png"] = heads.plot_attention(heads.attention_patterns(model, example)[:, 0], example[0])
+    return files
+
+
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+    """`mechmem heads`: parse, load, score, write."""
+    return run_analysis(parser(prog), outputs, argv)

@@ -1,0 +1,69 @@
+"""Read a checkpoint's weights as associative memories and report each probe's recall.
+
+    mechmem probe runs/birth/ckpt.pt                           # a second on CPU
+    mechmem probe runs/task2 --n-samples 4096 --out reports/task2
+
+Probes (see mechmem.analysis.probes): token copying through each head's OV circuit, previous-position keys
+through each QK circuit, token keys written by each earlier head's OV, and each MLP against bigram statistics
+(the task's own bigram table when it has one, else counted on --n-samples training sequences), over the token
+sets a task names in `probe_tokens()` (the birth task: outputs, triggers, non-triggers). Writes
+DIR/memory_probes.json ("probes": name, matrix, recall, chance) and DIR/memory_probes.png.
+"""
+
+import argparse
+from typing import Any
+
+from mechmem import cli
+from mechmem.commands.common import run_analysis
+
+
+def parser(prog: str | None = None) -> cli.ArgumentParser:
+    """The flags of `mechmem probe`."""
+    p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    cli.add_analysis_args(p, n_samples=1024)
+    return p
+
+
+def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Run every built-in memory probe; print their recalls; return memory_probes.{json,png}."""
+    import torch
+
+    from mechmem.analysis.heads import no_attention_reason
+    from mechmem.analysis.probes import builtin_probes, empirical_bigram, plot_probes
+    from mechmem.progress import working
+
+    reason = no_attention_reason(ckpt.model)
+    if reason:
+        return cli.skipped(reason, "memory_probes.json", {"probes": []})
+    model, task = ckpt.model, ckpt.task
+    # Optional task protocol: `bigram` [d_vocab d_vocab_out] (the birth task keeps it on its sampler) and
+    # `probe_tokens()` -> {"output_tokens", "trigger_tokens", "non_trigger_tokens"}.
+    bigram = getattr(task, "bigram", None)
+    if bigram is None:
+        bigram = getattr(getattr(task, "sampler", None), "bigram", None)
+    source = "task"
+    if not isinstance(bigram, torch.Tensor):
+        batch = task.train_batch(args.n_samples, generator=torch.Generator().manual_seed(args.seed))
+        bigram = empirical_bigram(batch.tokens, batch.targets, model.cfg.d_vocab, model.cfg.d_vocab_out)
+        source = f"counted on {args.n_samples} training sequences"
+    sets = task.probe_tokens() if hasattr(task, "probe_tokens") else {}
+    with working(f"probing the weights of {model.cfg.n_layers} layers as associative memories"):
+        result = builtin_probes(
+            model,
+            bigram=bigram.float(),
+            tokens=sets.get("output_tokens"),
+            key_tokens=sets.get("trigger_tokens"),
+            ffn_tokens=sets.get("non_trigger_tokens"),
+            first_positions=(64,),
+        )
+    result.info.update({"bigram_source": source, "task": ckpt.task_name})
+    rows = [(p.name, p.recall, p.chance, p.extra.get("kl", "")) for p in result.probes]
+    cli.print_table(rows, ["probe", "recall", "chance", "kl"])
+    for line in result.info.get("skipped", []):
+        print(f"skipped: {line}")
+    return {"memory_probes.json": result.to_dict(), "memory_probes.png": plot_probes(result)}
+
+
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+    """`mechmem probe`: parse, load, probe, write."""
+    return run_analysis(parser(prog), outputs, argv)

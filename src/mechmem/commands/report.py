@@ -1,0 +1,69 @@
+"""Write an automated circuit report for a checkpoint: report.md, a self-contained report.html and
+report.json.
+
+    mechmem train permutation --preset task2-quick --out runs/task2    # about 2 minutes on CPU
+    mechmem report runs/task2/ckpt.pt --out runs/task2/report         # about 10 seconds on CPU
+
+Runs the analyses that fit the checkpoint's task and architecture (head detection, elimination/recall roles,
+MLP direct effects, OV memory probes, ablation, patching, closeness to the task's optimum, and training
+dynamics when the checkpoint's directory holds step checkpoints from --save-every), names each head's role
+from the measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
+"""
+
+import argparse
+from typing import Any
+
+from mechmem import cli
+
+MIN_SAMPLES = 32
+"""Smallest --n-samples the report accepts (role evidence compares groups of sequences, which a few samples
+may not fill)."""
+
+
+def parser(prog: str | None = None) -> cli.ArgumentParser:
+    """The flags of `mechmem report`."""
+    p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    cli.add_analysis_args(p, n_samples=512)
+    p.add_argument("--title", default=None, help="report title (default: the run directory's name)")
+    return p
+
+
+def build(ckpt: Any, args: argparse.Namespace) -> Any:
+    """The report of `ckpt` with the flags in `args` (not yet written), its summary printed."""
+    from mechmem.progress import working
+    from mechmem.report.checkpoint_report import checkpoint_report
+
+    with working(f"building the report on {args.n_samples} sequences"):
+        report = checkpoint_report(
+            ckpt, n_samples=args.n_samples, seed=args.seed, title=args.title, progress=True
+        )
+    circuit = report.section("circuit")
+    rows = [[h["layer"], h["head"], h["role"]] for h in circuit.findings["heads"]]
+    if rows:
+        cli.print_table(rows, ["layer", "head", "role"])
+    print(f"circuit: {circuit.findings['summary']}")
+    if report.headline:
+        print(f"headline: {report.headline}")
+    skipped = [f"{s.key} ({s.skipped})" for s in report.sections if s.skipped]
+    if skipped:
+        print("skipped: " + "; ".join(skipped))
+    cost = report.cost
+    slowest = sorted(cost["steps"].items(), key=lambda kv: -kv[1]["seconds"])[:3]
+    print(
+        f"took {cost['seconds']:.1f} s (CPU {cost['cpu_seconds']:.1f} s); slowest: "
+        + ", ".join(f"{k} {v['seconds']:.1f} s" for k, v in slowest)
+    )
+    return report
+
+
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+    """`mechmem report`: parse, load, build the report, write it (default: CKPT's folder/report)."""
+    args = parser(prog).parse_args(argv)
+    ckpt, out = cli.load_for_analysis(args, min_samples=MIN_SAMPLES)  # torch is imported from here on
+    from mechmem.report.document import write_report
+
+    if args.out is None:
+        out = cli.claim_out(out / "report")
+    paths = write_report(build(ckpt, args), out)
+    print(f"wrote {paths['md']}, {paths['html']} and {paths['json']}")
+    return 0

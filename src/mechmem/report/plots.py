@@ -1,0 +1,51 @@
+"""One figure function for every analysis result: `plot(result)` picks the result's own plot.
+
+Each analysis module keeps its figure next to its result (`plot_patching`, `plot_ablation`, ...); this is the
+one name a notebook needs. The figure is a matplotlib `Figure`, never shown: a notebook displays it inline,
+a script saves it.
+"""
+
+from typing import Any
+
+from mechmem.analysis.ablation import AblationResult, plot_ablation
+from mechmem.analysis.circuits import Circuit
+from mechmem.analysis.dynamics import Dynamics, plot_dynamics
+from mechmem.analysis.heads import HeadScores, plot_head_scores
+from mechmem.analysis.logit_lens import LogitLensResult, plot_logit_lens
+from mechmem.analysis.patching import PatchingResult, plot_patching
+from mechmem.analysis.probes import MemoryProbes, plot_probes
+from mechmem.report.circuit_graph import plot_circuit
+
+
+def plot(result: Any, **options: Any) -> Any:
+    """The figure of an analysis result: patching heatmap, ablation deltas, head scores, logit lens, memory
+    probes, circuit graph, or one quantity's training curves (`quantity=`, a `Dynamics` result).
+
+    Args:
+        result: what an analysis returned (`run_sweeps`'s values, `ablate_heads`, `detect_heads`,
+            `logit_lens`, `builtin_probes`, `discover_circuit`, `run_dynamics`).
+        options: passed to the result's own plot function (e.g. `title=` for head scores, `roles=` for a
+            circuit, `quantity=` for dynamics).
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()
+        >>> tokens = torch.randint(12, (16, 24), generator=torch.Generator().manual_seed(0))
+        >>> figure = mechmem.plot(mechmem.detect_heads(model, tokens), title="head scores")
+        >>> type(figure).__name__
+        'Figure'
+    """
+    kinds = (
+        (PatchingResult, plot_patching),
+        (AblationResult, plot_ablation),
+        (HeadScores, plot_head_scores),
+        (LogitLensResult, plot_logit_lens),
+        (MemoryProbes, plot_probes),
+        (Circuit, plot_circuit),
+        (Dynamics, plot_dynamics),
+    )
+    for kind, draw in kinds:
+        if isinstance(result, kind):
+            return draw(result, **options)
+    drawn = ", ".join(kind.__name__ for kind, _ in kinds)
+    raise TypeError(f"no figure for a {type(result).__name__} (mechmem.plot draws {drawn})")
