@@ -18,6 +18,7 @@ from mechmem.analysis.intervals import Z_95
 from mechmem.analysis.patching import run_sweeps
 from mechmem.analysis.planted import planted_induction_model
 from mechmem.analysis.transitions import level
+from mechmem.tasks import build_task
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 from mechmem.training.run import train_preset
 
@@ -38,6 +39,11 @@ def repeats(planted):
     return heads.repeated_random_tokens(
         16, 6, planted.cfg.d_vocab, generator=torch.Generator().manual_seed(1)
     )
+
+
+@pytest.fixture(scope="module")
+def birth():
+    return build_task("birth", {"seq_len": 32})
 
 
 def by_key(frame, keys):
@@ -288,3 +294,55 @@ def test_frame_helpers_refuse_mismatches():
     with pytest.raises(ValueError, match="token names"):
         token_labels([0, 3], ["a", "b"])
     assert token_labels([0, 3], None) == ["0", "3"]
+
+
+# -- token names ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["permutation", "birth"])
+def test_tasks_name_every_token(name, birth):
+    task = birth if name == "birth" else build_task("permutation", None)
+    names = task.token_names()
+    assert len(names) == task.d_vocab and len(set(names)) == len(names)
+    assert all(isinstance(n, str) and n and n.isprintable() and not n.isspace() for n in names)
+
+
+def test_birth_names_are_its_characters(birth):
+    names, chars = birth.token_names(), birth.stats.chars
+    assert [n for n, c in zip(names, chars) if c.isprintable() and c != " "] == [
+        c for c in chars if c.isprintable() and c != " "
+    ]
+    assert names[chars.index(" ")] == "␣" and names[chars.index("\n")] == "\\n"
+
+
+def test_tasks_without_names_give_none():
+    assert build_task("facts", None).token_names() is None
+    assert RepeatsTask(RepeatsConfig(d_vocab=6, half=3)).token_names() is None
+
+
+def test_attention_figure_labels_tokens_by_name(birth):
+    tokens = birth.eval_batch(1, generator=torch.Generator().manual_seed(0)).tokens[0, :16]
+    patterns = torch.rand(1, 2, 16, 16).softmax(-1)
+    names = birth.token_names()
+    fig = heads.plot_attention(patterns, tokens, token_names=names)
+    ax = fig.axes[0]
+    ticks = [int(t) for t in ax.get_xticks()]
+    expected = [f"{i}:{names[int(tokens[i])]}" for i in ticks]
+    assert [t.get_text() for t in ax.get_xticklabels()] == expected
+    assert [t.get_text() for t in ax.get_yticklabels()] == expected
+    plain = heads.plot_attention(patterns, tokens).axes[0]
+    assert [t.get_text() for t in plain.get_xticklabels()] == [f"{i}:{int(tokens[i])}" for i in ticks]
+
+
+def test_report_labels_the_attention_figure_with_the_tasks_names(monkeypatch):
+    from mechmem.report import sections
+
+    task, model = build_task("permutation", None), build_model()
+    seen, draw = {}, heads.plot_attention
+
+    def spy(patterns, tokens=None, *, token_names=None):
+        seen["names"] = token_names
+        return draw(patterns, tokens, token_names=token_names)
+
+    monkeypatch.setattr(sections.heads, "plot_attention", spy)
+    ctx = sections.ReportContext(model, task, 16, 0, roles.head_roles(model, task, n=16))
+    section = sections.heads_section(ctx)
+    assert "attention" in section.figures and seen["names"] == task.token_names()

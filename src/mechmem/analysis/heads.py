@@ -30,7 +30,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr, with_tokens
+from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr, token_labels, with_tokens
 from mechmem.analysis.intervals import bootstrap_ratio, normal_interval_from_moments
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import attention_scale, is_hooked_transformer
@@ -444,11 +444,15 @@ def plot_head_scores(result: HeadScores, *, title: str = "") -> Any:
 
 
 def plot_attention(
-    patterns: Float[Tensor, "layer head query_pos key_pos"], tokens: Int[Tensor, " pos"] | None = None
+    patterns: Float[Tensor, "layer head query_pos key_pos"],
+    tokens: Int[Tensor, " pos"] | None = None,
+    *,
+    token_names: Sequence[str] | None = None,
 ) -> Any:
     """A grid of attention heatmaps (rows: layers, columns: heads) for one sequence; returns the Figure.
 
-    Ticks show positions, with the token id after a colon when `tokens` is given and the sequence is short.
+    Ticks show positions, with the token after a colon when `tokens` is given and the sequence is short: its
+    name in `token_names` (e.g. `task.token_names()`), else its id.
     """
     n_layers, n_heads, n, _ = patterns.shape
     side = 3.0 if n <= 32 else 4.5
@@ -461,7 +465,8 @@ def plot_attention(
     )
     ticks = list(range(0, n, max(1, n // 12)))
     show_tokens = tokens is not None and n <= 48
-    labels = [f"{i}:{int(tokens[i])}" if show_tokens else str(i) for i in ticks]
+    names = token_labels([int(tokens[i]) for i in ticks], token_names) if show_tokens else []
+    labels = [f"{i}:{name}" for i, name in zip(ticks, names)] if show_tokens else [str(i) for i in ticks]
     for layer in range(n_layers):
         for head in range(n_heads):
             ax = axes[layer][head]
