@@ -132,12 +132,12 @@ class LogitLensResult:
         if top_tokens:
             frame = grid_frame(self.top_probs, ("stage", "batch", "pos", "k"), labels=labels)
             frame["k"] += 1
-            frame.insert(4, "token_id", self.top_tokens.reshape(-1).numpy())
+            frame.insert(4, "token_id", self.top_tokens.cpu().reshape(-1).numpy())
             frame = with_tokens(frame, token_names)
         else:
             frame = grid_frame(self.target_prob, ("stage", "batch", "pos"), labels=labels)
-            frame.insert(3, "weight", self.mask.expand_as(self.target_prob).reshape(-1).numpy())
-            frame["rank"] = self.target_rank.reshape(-1).numpy()
+            frame.insert(3, "weight", self.mask.cpu().expand(self.target_prob.shape).reshape(-1).numpy())
+            frame["rank"] = self.target_rank.cpu().reshape(-1).numpy()
         frame["stage"] = pd.Categorical(frame["stage"], categories=list(self.stages), ordered=True)
         return frame
 

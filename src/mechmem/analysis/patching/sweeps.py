@@ -170,7 +170,7 @@ class PatchingResult:
             "method": self.method,
         }
         frame = grid_frame(self.values.float(), self.axes, leading=leading)
-        frame["normalised"] = self.normalised().float().reshape(-1).numpy()
+        frame["normalised"] = self.normalised().detach().float().cpu().reshape(-1).numpy()
         return frame
 
     def __repr__(self) -> str:
