@@ -30,6 +30,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr, token_labels, with_tokens
 from mechmem.analysis.intervals import bootstrap_ratio, normal_interval_from_moments
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import attention_scale, is_hooked_transformer
@@ -181,6 +182,50 @@ class HeadScores:
         s = self.scores[name]
         order = s.flatten().argsort(descending=True).tolist()
         return [(i // s.shape[1], i % s.shape[1], float(s.flatten()[i])) for i in order]
+
+    def to_dataframe(self, *, by_token: bool = False, token_names: Sequence[str] | None = None) -> Any:
+        """One row per pattern and head: `pattern`, `layer`, `head`, `value` (the score), and, when the
+        bootstrap intervals were computed, `lower` / `upper` (NaN for a pattern without one).
+
+        With `by_token`, one row per pattern, head and query token instead (`by_token`): `token_id`,
+        `token` (its name in `token_names`, e.g. `task.token_names()`, else the id as a string), `value` (NaN
+        where the token never holds a query row), and `lower` / `upper`, mean -+ 1.96 standard errors over the
+        token's rows (NaN with fewer than `MIN_TOKEN_ROWS` rows; the upper end mirrors the stored lower one).
+        """
+        columns = ["pattern", "layer", "head", "token_id", "value", "lower", "upper"]
+        if by_token:
+            parts = []
+            for name, values in self.by_token.items():
+                low = self.by_token_lower.get(name, torch.full_like(values, float("nan")))
+                axes = ("layer", "head", "token_id")
+                parts.append(
+                    grid_frame(values, axes, lower=low, upper=2 * values - low, leading={"pattern": name})
+                )
+            return with_tokens(concat(parts, columns), token_names)
+        columns = [c for c in columns if c != "token_id" and (self.lower or c not in ("lower", "upper"))]
+        parts = []
+        for name, values in self.scores.items():
+            nan = torch.full_like(values, float("nan"))
+            bounds = (
+                {"lower": self.lower.get(name, nan), "upper": self.upper.get(name, nan)} if self.lower else {}
+            )
+            parts.append(grid_frame(values, ("layer", "head"), leading={"pattern": name}, **bounds))
+        return concat(parts, columns)
+
+    def __repr__(self) -> str:
+        best = []
+        for name, s in self.scores.items():
+            if s.numel() and not bool(s.isnan().all()):
+                layer, head = divmod(int(s.nan_to_num(float("-inf")).argmax()), s.shape[1])
+                best.append(f"{name} L{layer}H{head} {float(s[layer, head]):.2f}")
+        shape = next(iter(self.scores.values())).shape if self.scores else ()
+        return short_repr(
+            "HeadScores",
+            f"patterns {', '.join(self.scores) or 'none'}",
+            shape_text(self.axes, shape),
+            f"best {'; '.join(best)}" if best else "",
+            f"on {self.data[:60]!r}" if self.data else "",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         def nested(d: dict[str, Tensor]) -> dict[str, Any]:
@@ -408,11 +453,15 @@ def plot_head_scores(result: HeadScores, *, title: str = "") -> Any:
 
 
 def plot_attention(
-    patterns: Float[Tensor, "layer head query_pos key_pos"], tokens: Int[Tensor, " pos"] | None = None
+    patterns: Float[Tensor, "layer head query_pos key_pos"],
+    tokens: Int[Tensor, " pos"] | None = None,
+    *,
+    token_names: Sequence[str] | None = None,
 ) -> Any:
     """A grid of attention heatmaps (rows: layers, columns: heads) for one sequence; returns the Figure.
 
-    Ticks show positions, with the token id after a colon when `tokens` is given and the sequence is short.
+    Ticks show positions, with the token after a colon when `tokens` is given and the sequence is short: its
+    name in `token_names` (e.g. `task.token_names()`), else its id.
     """
     n_layers, n_heads, n, _ = patterns.shape
     side = 3.0 if n <= 32 else 4.5
@@ -425,7 +474,8 @@ def plot_attention(
     )
     ticks = list(range(0, n, max(1, n // 12)))
     show_tokens = tokens is not None and n <= 48
-    labels = [f"{i}:{int(tokens[i])}" if show_tokens else str(i) for i in ticks]
+    names = token_labels([int(tokens[i]) for i in ticks], token_names) if show_tokens else []
+    labels = [f"{i}:{name}" for i, name in zip(ticks, names)] if show_tokens else [str(i) for i in ticks]
     for layer in range(n_layers):
         for head in range(n_heads):
             ax = axes[layer][head]

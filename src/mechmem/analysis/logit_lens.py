@@ -20,6 +20,7 @@ answer is not yet linearly decodable in the output basis, not that the informati
 """
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.analysis.frames import grid_frame, shape_text, short_repr, with_tokens
 from mechmem.models.adapter import is_hooked_transformer
 from mechmem.plotting import plt
 
@@ -113,6 +115,41 @@ class LogitLensResult:
         prob = (self.target_prob.double() * w).sum(1) / count
         rank = (self.target_rank.double() * w).sum(1) / count
         return {"target_prob": prob.float(), "target_rank": rank.float()}
+
+    def to_dataframe(self, *, top_tokens: bool = False, token_names: Sequence[str] | None = None) -> Any:
+        """One row per stage, sequence and position: `stage` (ordered as the forward pass), `batch`, `pos`,
+        `weight` (the mask: how the position counts in summaries), `value` (the target's probability) and
+        `rank` (the target's rank, 1 = top).
+
+        With `top_tokens`, one row per stage, sequence, position and top-k entry instead: `stage`, `batch`,
+        `pos`, `k` (1 = the most likely token), `token_id`, `token` (its name in `token_names`, e.g.
+        `task.token_names()`, else the id as a string) and `value` (its probability). The lens has no
+        intervals, so there are no `lower` / `upper` columns.
+        """
+        import pandas as pd
+
+        labels = {"stage": self.stages}
+        if top_tokens:
+            frame = grid_frame(self.top_probs, ("stage", "batch", "pos", "k"), labels=labels)
+            frame["k"] += 1
+            frame.insert(4, "token_id", self.top_tokens.cpu().reshape(-1).numpy())
+            frame = with_tokens(frame, token_names)
+        else:
+            frame = grid_frame(self.target_prob, ("stage", "batch", "pos"), labels=labels)
+            frame.insert(3, "weight", self.mask.cpu().expand(self.target_prob.shape).reshape(-1).numpy())
+            frame["rank"] = self.target_rank.cpu().reshape(-1).numpy()
+        frame["stage"] = pd.Categorical(frame["stage"], categories=list(self.stages), ordered=True)
+        return frame
+
+    def __repr__(self) -> str:
+        summary, ends = self.summary(), dict.fromkeys(self.stages[:1] + self.stages[-1:])
+        probs = ", ".join(f"{stage} {summary[stage]['target_prob']:.3f}" for stage in ends)
+        return short_repr(
+            "LogitLensResult",
+            f"{len(self.stages)} stages",
+            shape_text(("batch", "pos", "k"), (*self.mask.shape, self.top_tokens.shape[-1])),
+            f"mean target probability {probs}" if probs else "",
+        )
 
     def to_dict(self, *, example: int = 0) -> dict[str, Any]:
         def clean(values: list[float]) -> list[float | None]:

@@ -23,7 +23,11 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.analysis.frames import concat, short_repr
 from mechmem.models.adapter import FactoredMatrix
+
+PROBE_COLUMNS = ["probe", "matrix", "measure", "value", "n_inputs", "n_outputs"]
+"""The columns of a probe's `to_dataframe`."""
 
 
 def recall_scores(
@@ -70,6 +74,30 @@ class ProbeResult:
     def chance(self) -> float:
         return 1.0 / self.n_outputs
 
+    def to_dataframe(self) -> Any:
+        """One row per measure of the probe: `probe` (its name), `matrix`, `measure` ("recall", "chance", then
+        each number in `extra`, e.g. "kl" or "suppress_recall"), `value`, `n_inputs`, `n_outputs`. Probes are
+        read off the weights, so they have no interval (no `lower` / `upper` columns) and no token axis."""
+        import pandas as pd
+
+        measures = {"recall": self.recall, "chance": self.chance}
+        measures |= {
+            k: v for k, v in self.extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        rows = [
+            [self.name, self.matrix, measure, float(value), self.n_inputs, self.n_outputs]
+            for measure, value in measures.items()
+        ]
+        return pd.DataFrame(rows, columns=PROBE_COLUMNS)
+
+    def __repr__(self) -> str:
+        return short_repr(
+            "ProbeResult",
+            repr(self.name),
+            f"recall {self.recall:.3f} (chance {self.chance:.3f})",
+            f"{self.n_inputs} inputs x {self.n_outputs} outputs",
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -88,6 +116,20 @@ class MemoryProbes:
 
     probes: list[ProbeResult]
     info: dict[str, Any] = field(default_factory=dict)
+
+    def to_dataframe(self) -> Any:
+        """Every probe's rows (`ProbeResult.to_dataframe`, columns `PROBE_COLUMNS`), probe after probe."""
+        return concat([p.to_dataframe() for p in self.probes], PROBE_COLUMNS)
+
+    def __repr__(self) -> str:
+        above = sum(p.recall > p.chance for p in self.probes)
+        best = max(self.probes, key=lambda p: p.recall, default=None)
+        return short_repr(
+            "MemoryProbes",
+            f"{len(self.probes)} probes, {above} above chance",
+            f"best {best.name} recall {best.recall:.3f}" if best else "",
+            f"{len(self.info.get('skipped', []))} skipped" if self.info.get("skipped") else "",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

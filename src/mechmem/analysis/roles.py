@@ -55,11 +55,14 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechmem.analysis import heads as head_detection
+from mechmem.analysis.frames import concat, short_repr
 from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean
 from mechmem.analysis.logit_lens import answer_probability
 from mechmem.config import ConfigMixin
 from mechmem.tasks.base import RoleProbe
 
+ROLE_COLUMNS = ["layer", "head", "role", "evidence", "value"]
+"""The columns of a role's `to_dataframe`."""
 PATTERN_ROLES = {
     "previous_token": "previous-token",
     "induction": "induction",
@@ -105,6 +108,18 @@ class HeadRole:
     def name(self) -> str:
         return f"L{self.layer}H{self.head}"
 
+    def to_dataframe(self) -> Any:
+        """One row per evidence quantity of the head (`ROLE_COLUMNS`): `layer`, `head`, `role`, `evidence`
+        (its name, e.g. "induction_lower" or "recall_transfer") and `value`. Intervals enter as their own
+        quantities (`*_lower`), so there are no `lower` / `upper` columns."""
+        import pandas as pd
+
+        rows = [[self.layer, self.head, self.role, k, float(v)] for k, v in self.evidence.items()]
+        return pd.DataFrame(rows, columns=ROLE_COLUMNS)
+
+    def __repr__(self) -> str:
+        return short_repr("HeadRole", f"{self.name} {self.role}", f"{len(self.evidence)} evidence values")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "layer": self.layer,
@@ -149,6 +164,19 @@ class RoleResult:
             return "no attention heads analysed"
         named = [f"{h.name} {h.role}" for h in self.heads if h.role != "none"]
         return ", ".join(named) if named else "no head roles found"
+
+    def to_dataframe(self) -> Any:
+        """Every head's rows (`HeadRole.to_dataframe`, columns `ROLE_COLUMNS`), head after head."""
+        return concat([h.to_dataframe() for h in self.heads], ROLE_COLUMNS)
+
+    def __repr__(self) -> str:
+        summary = self.summary()
+        return short_repr(
+            "RoleResult",
+            f"{len(self.heads)} heads",
+            f"task roles {', '.join(self.task_roles)}" if self.task_roles else "pattern roles only",
+            summary if len(summary) <= 160 else summary[:157] + "...",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -148,7 +148,8 @@ def heads_section(ctx: ReportContext) -> Section:
         )[:, : ctx.model.cfg.n_ctx]
     )
     patterns = heads.attention_patterns(ctx.model, example.to(ctx.device))[:, 0]
-    s.add_figure("attention", heads.plot_attention(patterns, example[0]))
+    names = ctx.task.token_names() if ctx.task is not None else None
+    s.add_figure("attention", heads.plot_attention(patterns, example[0], token_names=names))
     return s
 
 

@@ -177,6 +177,12 @@ class Task:
     def train_batch(self, n: int, *, generator: torch.Generator) -> Batch:
         raise NotImplementedError
 
+    def token_names(self) -> list[str] | None:
+        """A short, distinct, readable name for every input token id (`d_vocab` of them), for the `token`
+        column of results' tables and the token labels of figures; None (the default) when the tokens have
+        no names, and integer ids are shown."""
+        return None
+
     @property
     def d_vocab_out(self) -> int:
         """Size of the output vocabulary the targets need (by default the input vocabulary)."""

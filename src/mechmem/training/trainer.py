@@ -86,6 +86,33 @@ class TrainResult:
     checkpoint: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def to_dataframe(self) -> Any:
+        """One row per evaluation and logged number: `step`, `metric` (e.g. "loss", "eval_acc"), `value`.
+        Records hold no intervals, so there are no `lower` / `upper` columns; non-numeric entries are left
+        out."""
+        import pandas as pd
+
+        rows = [
+            [record["step"], key, float(value)]
+            for record in self.history
+            for key, value in record.items()
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)
+        ]
+        return pd.DataFrame(rows, columns=["step", "metric", "value"])
+
+    def __repr__(self) -> str:
+        steps = [r["step"] for r in self.history]
+        keys = ("eval_loss", "test_loss", "eval_acc", "train_loss_last100")
+        shown = [k for k in keys if isinstance(self.summary.get(k), (int, float))]
+        numbers = ", ".join(f"{k} {self.summary[k]:.4g}" for k in shown[:2])
+        return (
+            f"TrainResult({len(steps)} evaluations"
+            + (f" at steps {steps[0]}..{steps[-1]}" if steps else "")
+            + (f", {numbers}" if numbers else "")
+            + (f", checkpoint {str(self.checkpoint)[-80:]!r}" if self.checkpoint else "")
+            + ")"
+        )
+
 
 def _trainable(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
     return [(n, p) for n, p in canonical_parameters(model).items() if p.requires_grad]

@@ -31,6 +31,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr
 from mechmem.analysis.interventions import (
     Intervention,
     Setter,
@@ -98,6 +99,39 @@ class AblationResult:
             "metric": v,
             "delta": v - self.baseline,
         }
+
+    def to_dataframe(self) -> Any:
+        """One row per ablation: `method`, `component` ("head", "attn" for a whole attention layer, "mlp"),
+        `layer`, `head` (<NA> for a whole layer), `value` (the metric after the ablation) and `delta` (value -
+        baseline). Ablation values have no interval, so there are no `lower` / `upper` columns."""
+        methods = {"method": self.methods}
+        parts = [
+            grid_frame(self.heads, ("method", "layer", "head"), labels=methods, leading={"component": "head"})
+        ]
+        for component, values in (("attn", self.attn_layers), ("mlp", self.mlp_layers)):
+            if values is not None:
+                parts.append(
+                    grid_frame(values, ("method", "layer"), labels=methods, leading={"component": component})
+                )
+        columns = ["method", "component", "layer", "head", "value"]
+        frame = concat(parts, columns)[columns]
+        frame["head"] = frame["head"].astype("Int64")
+        frame["delta"] = frame["value"] - self.baseline
+        return frame
+
+    def __repr__(self) -> str:
+        deltas, largest = self.heads - self.baseline, ""
+        if deltas.numel():
+            method, layer, head = np.unravel_index(int(deltas.abs().argmax()), tuple(deltas.shape))
+            where = f"L{layer}H{head} {self.methods[method]}"
+            largest = f"largest head delta {float(deltas[method, layer, head]):+.3g} ({where})"
+        return short_repr(
+            "AblationResult",
+            f"{self.metric_name.split(':')[0]!r} baseline {self.baseline:.3g}",
+            f"methods {', '.join(self.methods)}",
+            shape_text(("layer", "head"), self.heads.shape[1:]),
+            largest,
+        )
 
     def delta_table(self, method: int) -> tuple[list[list[Any]], list[str]]:
         """(rows, headers) of a layer x head table of deltas for `methods[method]`, plus attn, mlp columns."""

@@ -47,7 +47,8 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from mechmem.analysis.circuits.edges import EdgePatcher, Graph, circuit_intervals
-from mechmem.analysis.intervals import combine, standard_error, verdict
+from mechmem.analysis.frames import short_repr
+from mechmem.analysis.intervals import Z_95, combine, standard_error, verdict
 from mechmem.analysis.patching import PatchingResult
 from mechmem.analysis.patching.attribution import TRUST, agreement, judge
 from mechmem.tasks.base import PatchingPair
@@ -68,6 +69,39 @@ EDGE_STEPS = 4
 integrated gradients"): against exact path patching of every edge, Pearson 0.64 -> 0.81 on the planted model
 and 0.46 -> 0.94, 0.57 -> 0.82 on a held-out 3-layer LayerNorm/GELU model (two seeds), for 4 passes instead of
 1 (16 steps: no better)."""
+
+
+def edge_frame(
+    scores: Tensor,
+    stderr: Tensor,
+    exact: Tensor,
+    attribution: Tensor | None,
+    graph: Graph | None = None,
+) -> Any:
+    """One row per edge: `edge` (its index), with a graph `name`, `sender`, `receiver`, `port`; then `value`
+    (the score), `stderr`, `lower` / `upper` (the normal 95% interval, score -+ 1.96 stderr; NaN where only
+    estimated), `exact` and `attribution` (the EAP estimate; NaN when none was computed)."""
+    import pandas as pd
+
+    columns: dict[str, Any] = {"edge": range(len(scores))}
+    if graph is not None:
+        columns["name"] = [e.name for e in graph.edges]
+        columns["sender"] = [e.sender.name for e in graph.edges]
+        columns["receiver"] = [e.port.node.name for e in graph.edges]
+        columns["port"] = [e.port.port for e in graph.edges]
+    scores, stderr = scores.detach().float().cpu(), stderr.detach().float().cpu()
+    estimate = (
+        torch.full_like(scores, math.nan) if attribution is None else attribution.detach().float().cpu()
+    )
+    columns |= {
+        "value": scores.numpy(),
+        "stderr": stderr.numpy(),
+        "lower": (scores - Z_95 * stderr).numpy(),
+        "upper": (scores + Z_95 * stderr).numpy(),
+        "exact": exact.cpu().numpy(),
+        "attribution": estimate.numpy(),
+    }
+    return pd.DataFrame(columns)
 
 
 @dataclass
@@ -149,6 +183,23 @@ class Circuit:
     def edge_names(self, which: Bool[Tensor, " edge"] | None = None) -> list[str]:
         which = self.kept if which is None else which
         return [e.name for e, k in zip(self.graph.edges, which.tolist()) if k]
+
+    def to_dataframe(self) -> Any:
+        """One row per edge of the graph (`edge_frame`: `edge`, `name`, `sender`, `receiver`, `port`, `value`,
+        `stderr`, `lower`, `upper`, `exact`, `attribution`) plus `kept` (in the circuit). The circuit's own
+        measures (faithfulness, completeness and their intervals) are in `to_dict` and the repr."""
+        frame = edge_frame(self.scores, self.stderr, self.exact, self.attribution, self.graph)
+        frame["kept"] = self.kept.cpu().numpy()
+        return frame
+
+    def __repr__(self) -> str:
+        return short_repr(
+            "Circuit",
+            f"{int(self.kept.sum())} of {len(self.kept)} edges kept",
+            f"{self.ablation} ablation, {self.metric}",
+            f"faithfulness {self.faithfulness:.3f}, completeness {self.completeness:.3f}",
+            f"verdict {self.verdict}",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         edges = []
@@ -351,6 +402,18 @@ class ScoredEdges:
     """The estimate's agreement with the exact scores on the exactly scored edges (`attribution.judge`)."""
     method: str
     """How the edges were scored, in words."""
+
+    def to_dataframe(self, graph: Graph | None = None) -> Any:
+        """One row per edge (`edge_frame`); with the patcher's `graph`, the edges' names too."""
+        return edge_frame(self.scores, self.stderr, self.exact, self.attribution, graph)
+
+    def __repr__(self) -> str:
+        return short_repr(
+            "ScoredEdges",
+            f"{len(self.scores)} edges, {int(self.exact.sum())} exact",
+            f"largest |score| {float(self.scores.abs().max()):.3g}" if len(self.scores) else "",
+            f"method {self.method[:80]!r}",
+        )
 
 
 def _prune_and_measure(

@@ -24,9 +24,14 @@ one save interval. The trainer saves no step-0 weights, so the first point is th
 attention heads get only the `loss` curves.
 
 Reading the result (the trainer's own log beside it, the printed table, the figure) is `dynamics_views`.
+
+Long because the quantities, the loop that measures them on every checkpoint and the `Dynamics` record of
+their curves (with its table form, `to_dataframe`) are one measurement: a quantity's name, its curves and the
+rule of their events are defined together.
 """
 
 import fnmatch
+import math
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,6 +43,7 @@ from typing import Any
 import torch
 
 from mechmem.analysis import ablation, heads, logit_lens, patching, probes, roles
+from mechmem.analysis.frames import short_repr
 from mechmem.analysis.options import parse_quantities  # noqa: F401  (the names live with the parsers)
 from mechmem.analysis.transitions import (
     Event,
@@ -298,6 +304,29 @@ class Dynamics:
     @property
     def events(self) -> list[Event]:
         return find_events(self.steps, self.curves, self.rules)
+
+    def to_dataframe(self) -> Any:
+        """One row per curve and step: `quantity` (the measurement that produced the curve, None for a curve
+        of no group), `curve`, `step`, `value` (NaN where not measured). Curves have no interval, so there
+        are no `lower` / `upper` columns; events are `events`."""
+        import pandas as pd
+
+        quantity = {c: q for q, names in self.groups.items() for c in names}
+        rows = [
+            (quantity.get(c), c, step, math.nan if v is None else float(v))
+            for c, values in self.curves.items()
+            for step, v in zip(self.steps, values)
+        ]
+        return pd.DataFrame(rows, columns=["quantity", "curve", "step", "value"])
+
+    def __repr__(self) -> str:
+        reached = [e for e in self.events if e.reached]
+        return short_repr(
+            "Dynamics",
+            f"{len(self.steps)} steps" + (f" {self.steps[0]}..{self.steps[-1]}" if self.steps else ""),
+            f"{len(self.curves)} curves of {', '.join(self.groups) or 'no quantity'}",
+            f"{len(reached)} of {len(self.rules)} events reached",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -36,6 +36,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.analysis.frames import grid_frame, shape_text, short_repr
 from mechmem.analysis.interventions import Engine, Intervention, from_run
 from mechmem.analysis.interventions.metric import PatchingMetric, callable_metric
 from mechmem.analysis.interventions.replay import STAGE_HOOKS, model_stages
@@ -165,6 +166,33 @@ class PatchingResult:
         """(value - corrupted) / (clean - corrupted): 0 = corrupted behaviour, 1 = clean behaviour."""
         span = self.clean - self.corrupted
         return (self.values - self.corrupted) / (span if span else float("nan"))
+
+    def to_dataframe(self) -> Any:
+        """One row per patched cell: `sweep`, `stage` (the activation patched; None for a sweep not in
+        `SWEEPS`), `direction`, `method`, one column per axis (`layer`, `pos`, `head`, `dest_pos`, ...),
+        `value` (the metric after the patch) and `normalised` (`normalised()`). Patching values have no
+        interval, so there are no `lower` / `upper` columns."""
+        spec = SWEEPS.get(self.sweep)
+        leading = {
+            "sweep": self.sweep,
+            "stage": spec.stage if spec is not None else None,
+            "direction": self.direction,
+            "method": self.method,
+        }
+        frame = grid_frame(self.values.float(), self.axes, leading=leading)
+        frame["normalised"] = self.normalised().detach().float().cpu().reshape(-1).numpy()
+        return frame
+
+    def __repr__(self) -> str:
+        return short_repr(
+            "PatchingResult",
+            f"{self.sweep!r} {self.direction} ({self.method})",
+            shape_text(self.axes, self.values.shape),
+            f"{self.metric} clean {self.clean:.3g}, corrupted {self.corrupted:.3g}",
+            f"values {float(self.values.min()):.3g}..{float(self.values.max()):.3g}"
+            if self.values.numel()
+            else "",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

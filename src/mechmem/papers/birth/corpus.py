@@ -61,6 +61,14 @@ class CorpusStats:
         uniform = torch.full_like(b, 1.0 / self.n_tokens)
         return torch.where(rows > 0, b / rows.clamp_min(1.0), uniform)
 
+    def token_names(self) -> list[str]:
+        """Each token's character, made visible: "␣" for the space, an escape such as "\\n" for the other
+        characters that print as nothing."""
+        return [
+            c if c.isprintable() and not c.isspace() else ("␣" if c == " " else repr(c)[1:-1])
+            for c in self.chars
+        ]
+
     def decode(self, ids: list[int] | Tensor) -> str:
         return "".join(self.chars[int(i)] for i in ids)
 

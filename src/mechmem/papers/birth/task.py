@@ -103,6 +103,10 @@ class BirthTask(Task):
     def seq_len(self) -> int:
         return self.config.seq_len
 
+    def token_names(self) -> list[str]:
+        """The corpus characters of the vocabulary (`CorpusStats.token_names`: "␣" for the space, "\\n")."""
+        return self.stats.token_names()
+
     def _batch(self, seqs: TriggerSequences) -> Batch:
         tokens, targets = seqs.seq[:, :-1], seqs.seq[:, 1:]
         if self.config.head_only_loss:

@@ -136,6 +136,10 @@ class PermutationTask(Task):
     def seq_len(self) -> int:
         return 2 * self.config.vocab_size - 1
 
+    def token_names(self) -> list[str]:
+        """The symbols 1..V every x and y is drawn from, after "pad" (token 0, never used)."""
+        return ["pad", *(str(v) for v in range(1, self.config.vocab_size + 1))]
+
     @property
     def answer_positions(self) -> Int[Tensor, " step"]:
         """Input positions whose target is a y (x positions)."""
