@@ -18,7 +18,7 @@ PYTEST := $(PY) -m pytest
 # (PYTHONDONTWRITEBYTECODE=1), each start would otherwise recompile torch, transformers and TransformerLens.
 UV_FLAGS ?= --compile-bytecode
 
-.PHONY: demo lint test test-slow bench clean-venv notebooks test-tl3
+.PHONY: demo lint test test-slow bench clean-venv notebooks test-tl3 docs
 
 # The default environment takes whatever `transformer-lens>=3.9` resolves to (4.x today: TransformerBridge); the
 # whole suite runs there. `make test-tl3` checks the other major version (3.9, HookedTransformer) beside it.
@@ -56,6 +56,30 @@ test: lint
 
 test-slow: $(VENV)/.installed-test
 	cd $(TEST_CWD) && $(PYTEST) $(TEST_ARGS) -m slow $(ROOT)/tests
+
+# The API reference, generated offline from the docstrings by pdoc into build/docs (open build/docs/index.html):
+# the package's public surface (`mechmem.__all__`) and its main subpackages, each as far as its own `__all__`
+# reaches (the papers' internals and the command line are left out). This checkout's src/ comes first on the path.
+# Every warning is an error, pdoc's own included (an unparsable annotation, a module that fails to import); only
+# DeprecationWarnings raised inside torch, transformers or TransformerLens are ignored.
+DOCS_OUT ?= $(ROOT)/build/docs
+DOCS_MODULES ?= mechmem mechmem.analysis mechmem.checkpoint mechmem.models mechmem.report mechmem.tasks \
+	mechmem.training mechmem.plugins
+define PDOC_MAIN
+import sys, warnings
+warnings.simplefilter("error")
+warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"(torch|transformers|transformer_lens)(\.|$$)")
+from pdoc.__main__ import cli
+sys.argv[0] = "pdoc"
+cli()
+endef
+export PDOC_MAIN
+
+docs: $(VENV)/.installed-test
+	rm -rf $(DOCS_OUT)
+	cd $(ROOT) && PYTHONPATH=$(ROOT)/src $(PY) -c "$$PDOC_MAIN" --docformat google --output-directory $(DOCS_OUT) \
+		$(DOCS_MODULES)
+	@echo "wrote $(DOCS_OUT)/index.html"
 
 # examples/*.py (percent format) are the source; their .ipynb twins are regenerated from them, outputs empty.
 notebooks: $(VENV)/.installed-test

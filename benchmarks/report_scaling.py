@@ -1,10 +1,13 @@
 """What the report and the circuit analysis cost as the model grows: wall time and memory per section, and a
 fitted growth law in the number of layers.
 
-    python benchmarks/report_scaling.py                                   # the issue's grid (tens of minutes)
+    python benchmarks/report_scaling.py                                   # the default grid (tens of minutes)
     python benchmarks/report_scaling.py --grid large --skip-circuit --progress   # layers 1-12, d_model 64-768
     python benchmarks/report_scaling.py --sizes 1x64 2x64 --n-samples 64 --role-samples 128   # about a minute
-    python benchmarks/report_scaling.py --sizes 12x768x12 --device cuda --out docs/report_scaling_gpu.json
+    python benchmarks/report_scaling.py --sizes 12x768x12 --device cuda --out report_scaling_gpu.json
+
+The measurements kept in the repository are in docs/record/data/ (report_scaling_DATE_WHAT.json), described in
+docs/record/2026-12-01-report-cost.md.
 
 Each size LxD[xH][@T] is a random TransformerLens model built through mechmem's adapter
 (`build_transformer`): L layers, d_model D, H heads (default --heads), LayerNorm, GELU MLP of width 4 D,
@@ -18,7 +21,7 @@ run from the smallest (fewest parameters) up, so the peak-memory column is the p
 earlier one (ru_maxrss only grows; see `mechmem.report.MEMORY_NOTE`).
 
 Side by side with other code: `--baseline DIR` names a source tree of the code to compare with (e.g. the
-commit before issue 26's speed-ups: `git archive 77451c9 | tar -x -C /tmp/before`); the sizes in
+commit before the report's large-model speed-ups: `git archive 77451c9 | tar -x -C /tmp/before`); the sizes in
 --baseline-sizes (default: all) are run by DIR's own copy of this script, with DIR/src first on the path, in a
 subprocess started before this process's own sizes, so the two run at the same time on the machine's two
 cores under the same load (one thread each). Their rows sit under "before" in the JSON, next to this code's,
@@ -55,7 +58,8 @@ from mechmem.report import build_report, peak_rss_mb
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
 DEFAULT_SIZES = ("1x64", "2x64", "4x64", "8x64", "2x256", "4x256")
-"""The grid of issue 26's table: layers 1, 2, 4, 8 at d_model 64 and layers 2, 4 at d_model 256 (4 heads)."""
+"""The default grid (`--grid issue`, the first cost table it reproduced): layers 1, 2, 4, 8 at d_model 64 and
+layers 2, 4 at d_model 256 (4 heads)."""
 GRIDS = {
     "issue": DEFAULT_SIZES,
     "large": (
@@ -66,7 +70,7 @@ GRIDS = {
         *("8x256", "12x384x6", "12x768x12"),  # up to a GPT-2-small-sized model
     ),
 }
-"""Named grids (--grid): issue 26's table, and one over layers 1-12, d_model 64-768, heads 4-12 and sequence
+"""Named grids (--grid): the default one, and one over layers 1-12, d_model 64-768, heads 4-12 and sequence
 length 32-128 that ends at 12 layers, d_model 768, 12 heads (hours on one CPU core at the report's
 defaults)."""
 

@@ -1,4 +1,4 @@
-"""The report's verdicts on saved checkpoints, to compare two versions of the code (issue 26: speed-ups
+"""The report's verdicts on saved checkpoints, to compare two versions of the code (a speed-up
 must not change them).
 
     python analyses/demo.py --out runs/demo --reports reports              # trains the demo models

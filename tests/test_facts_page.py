@@ -201,7 +201,7 @@ def test_every_published_value_has_a_source_and_a_quote():
 
     perm = _package_json("mechmem.papers.permutation")["values"]
     assert perm and all(_sourced(v) for v in perm.values())
-    assert perm["task2_probe_recall_p"]["value"] == 0.9985  # issue 23: not the rounded 0.998
+    assert perm["task2_probe_recall_p"]["value"] == 0.9985  # the value as given, not the rounded 0.998
 
 
 def test_published_files_are_read_from_the_packages():

@@ -1,4 +1,4 @@
-"""`train.py --list` shows each preset's measured time from the committed measurements (issue 25 item 7)."""
+"""`train.py --list` shows each preset's measured time from the committed measurements."""
 
 import json
 

@@ -202,7 +202,7 @@ FIRST_RULES: dict[str, Rule] = {
     "one_layer_fixed": one_layer,
 }
 """The first rule of the statements whose rule was rewritten after the first quick runs (for the ladder
-statements: the rules judged on the quick suite's depth runs, replaced in issue 12)."""
+statements: the rules judged on the quick suite's depth runs, replaced by the ladder's rules)."""
 
 
 PUBLISHED = Path(__file__).with_name("published.json")
