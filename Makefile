@@ -18,7 +18,7 @@ PYTEST := $(PY) -m pytest
 # (PYTHONDONTWRITEBYTECODE=1), each start would otherwise recompile torch, transformers and TransformerLens.
 UV_FLAGS ?= --compile-bytecode
 
-.PHONY: demo lint test test-slow bench clean-venv notebooks test-tl3 docs
+.PHONY: demo install venv lint test test-slow test-wheel bench clean-venv notebooks test-tl3 docs
 
 # The default environment takes whatever `transformer-lens>=3.9` resolves to (4.x today: TransformerBridge); the
 # whole suite runs there. `make test-tl3` checks the other major version (3.9, HookedTransformer) beside it.
@@ -44,6 +44,9 @@ $(VENV)/.installed-test: $(ROOT)/pyproject.toml
 	$(call bootstrap,[test])
 	touch $@ $(VENV)/.installed
 
+# `make install` (or `make venv`): .venv with mechmem installed (editable) and its `mechmem` command in .venv/bin.
+install venv: $(VENV)/.installed
+
 demo: $(VENV)/.installed
 	cd $(ROOT) && $(PY) analyses/demo.py --out runs/demo --reports reports
 
@@ -52,10 +55,15 @@ lint: $(VENV)/.installed-test
 	cd $(ROOT) && $(VENV)/bin/ruff format --check . && $(VENV)/bin/ruff check .
 
 test: lint
-	cd $(TEST_CWD) && $(PYTEST) $(TEST_ARGS) -m "not slow" $(ROOT)/tests
+	cd $(TEST_CWD) && $(PYTEST) $(TEST_ARGS) -m "not slow and not wheel" $(ROOT)/tests
+
+# The wheel of this checkout installed into a fresh venv outside the repository (not editable) and used from an
+# empty folder: `mechmem --help`, a training run, `mechmem analyse`, the README snippet, every example.
+test-wheel: $(VENV)/.installed-test
+	cd $(TEST_CWD) && $(PYTEST) -m wheel $(ROOT)/tests/test_wheel.py
 
 test-slow: $(VENV)/.installed-test
-	cd $(TEST_CWD) && $(PYTEST) $(TEST_ARGS) -m slow $(ROOT)/tests
+	cd $(TEST_CWD) && $(PYTEST) $(TEST_ARGS) -m "slow and not wheel" $(ROOT)/tests
 
 # The API reference, generated offline from the docstrings by pdoc into build/docs (open build/docs/index.html):
 # the package's public surface (`mechmem.__all__`) and its main subpackages, each as far as its own `__all__`
@@ -104,4 +112,4 @@ $(VENV_TL3)/.installed: $(ROOT)/pyproject.toml
 	touch $@
 
 test-tl3: $(VENV)/.installed-test $(VENV_TL3)/.installed
-	cd $(TEST_CWD) && $(VENV_TL3)/bin/python -m pytest $(TEST_ARGS) -m "not slow" $(TL3_TESTS)
+	cd $(TEST_CWD) && $(VENV_TL3)/bin/python -m pytest $(TEST_ARGS) -m "not slow and not wheel" $(TL3_TESTS)

@@ -3,16 +3,16 @@ example."""
 
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, assert_no_hooks, load_script
+from helpers import ROOT, assert_no_hooks
 
 from mechmem.analysis.heads import detect_heads, detect_heads_on_task, task_patterns
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
 from mechmem.checkpoint import load_checkpoint, save_checkpoint, save_model
 from mechmem.cli import run_script
+from mechmem.commands.main import COMMANDS
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import (
     BACKEND,
@@ -179,8 +179,8 @@ def test_task_scores_find_the_planted_heads_with_one_definition():
 
 
 def _run_the_docs_example(tmp_path, monkeypatch, capsys, *, skip: tuple[str, ...] = ()) -> None:
-    """The docs' Python blocks in one session, then its `python analyses/...` commands on byom/ (those
-    whose script is named in `skip` left out)."""
+    """The docs' Python blocks in one session, then its `mechmem ...` commands on byom/ (those whose
+    subcommand is named in `skip` left out)."""
     text = DOC.read_text()
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}  # one session, as a reader would run the blocks
@@ -191,13 +191,13 @@ def _run_the_docs_example(tmp_path, monkeypatch, capsys, *, skip: tuple[str, ...
         line.split("#")[0].strip()
         for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL)
         for line in block.splitlines()
-        if line.startswith("python analyses/") and "byom/" in line
+        if line.startswith("mechmem ") and "byom/" in line
     ]
     assert len(commands) == 3
     for command in commands:
-        script, *argv = shlex.split(command)[1:]
-        if Path(script).stem not in skip:
-            assert run_script(load_script(Path(script).stem).main, argv) == 0, command
+        name, *argv = shlex.split(command)[1:]
+        if name not in skip:
+            assert run_script(lambda args, name=name: COMMANDS[name][0].main(args), argv) == 0, command
 
 
 def test_the_docs_worked_example_runs(tmp_path, monkeypatch, capsys):

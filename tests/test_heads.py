@@ -163,7 +163,8 @@ def test_script_probes_the_lengths_asked_for_and_rejects_impossible_ones(planted
         "[r, r], |r| = 12",
         "task data",
     ]
-    assert data["roles"]["L1H1"]["role"] == "induction" and data["roles"]["L0H2"]["role"] == "previous-token"
+    patterns = data["patterns"]  # attention-pattern labels (the report names roles)
+    assert patterns["L1H1"]["pattern"] == "induction" and patterns["L0H2"]["pattern"] == "previous-token"
     assert run_script(module.main, [*args, "--lengths", "5,3"]) == 0
     assert json.loads((tmp_path / "detect_heads.json").read_text())["probes"][:2] == [
         "[r, r], |r| = 3",
