@@ -293,9 +293,7 @@ def ablate_heads(
         >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
         >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
         >>> batch = task.eval_batch(32, generator=torch.Generator().manual_seed(0))
-        >>> def loss(logits):    # the induction half's next-token loss
-        ...     pred, target = logits[:, 8:-1].flatten(0, 1), batch.tokens[:, 9:].flatten()
-        ...     return torch.nn.functional.cross_entropy(pred, target)
+        >>> loss = lambda logits: task.loss(logits, batch)    # the task's next-token loss
         >>> result = mechmem.ablate_heads(model, batch.tokens, loss, methods=("zero",))
         >>> rows, headers = result.delta_table(0)     # one row per layer: layer, H0, H1, H2, attn
         >>> [[round(delta) for delta in row[1:4]] for row in rows]    # the loss rises without L0H2 or L1H1

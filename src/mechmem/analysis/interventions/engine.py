@@ -713,9 +713,7 @@ def intervene(
         >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
         >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
         >>> batch = task.eval_batch(32, generator=torch.Generator().manual_seed(0))
-        >>> def loss(logits):    # the induction half's next-token loss
-        ...     pred, target = logits[:, 8:-1].flatten(0, 1), batch.tokens[:, 9:].flatten()
-        ...     return torch.nn.functional.cross_entropy(pred, target)
+        >>> loss = lambda logits: task.loss(logits, batch)    # the task's next-token loss
         >>> head_1_1 = (slice(None), 1)     # the index skips the batch: every position, head 1
         >>> knock_out = mechmem.Intervention("blocks.1.attn.hook_z", head_1_1, mechmem.zero())
         >>> clean, ablated = mechmem.intervene(model, batch.tokens, [[], knock_out], loss)

@@ -77,9 +77,7 @@ def mean(reference_tokens: Int[Tensor, "ref pos"]) -> Setter:
         >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
         >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
         >>> batch = task.eval_batch(32, generator=torch.Generator().manual_seed(0))
-        >>> def loss(logits):    # the induction half's next-token loss
-        ...     pred, target = logits[:, 8:-1].flatten(0, 1), batch.tokens[:, 9:].flatten()
-        ...     return torch.nn.functional.cross_entropy(pred, target)
+        >>> loss = lambda logits: task.loss(logits, batch)    # the task's next-token loss
         >>> reference = task.eval_batch(64, generator=torch.Generator().manual_seed(1)).tokens
         >>> head_1_1 = (slice(None), 1)
         >>> iv = mechmem.Intervention("blocks.1.attn.hook_z", head_1_1, mechmem.mean(reference))
@@ -97,9 +95,7 @@ def resample(reference_tokens: Int[Tensor, "ref pos"], generator: torch.Generato
         >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
         >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
         >>> batch = task.eval_batch(32, generator=torch.Generator().manual_seed(0))
-        >>> def loss(logits):    # the induction half's next-token loss
-        ...     pred, target = logits[:, 8:-1].flatten(0, 1), batch.tokens[:, 9:].flatten()
-        ...     return torch.nn.functional.cross_entropy(pred, target)
+        >>> loss = lambda logits: task.loss(logits, batch)    # the task's next-token loss
         >>> setter = mechmem.resample(batch.tokens, torch.Generator().manual_seed(0))
         >>> iv = mechmem.Intervention("blocks.1.attn.hook_z", (slice(None), 1), setter)
         >>> bool(mechmem.intervene(model, batch.tokens, [iv], loss)[0] > 0.1)
@@ -134,9 +130,7 @@ def apply(fn: Callable[[Tensor, Any], Tensor]) -> Setter:
         >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
         >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
         >>> batch = task.eval_batch(32, generator=torch.Generator().manual_seed(0))
-        >>> def loss(logits):    # the induction half's next-token loss
-        ...     pred, target = logits[:, 8:-1].flatten(0, 1), batch.tokens[:, 9:].flatten()
-        ...     return torch.nn.functional.cross_entropy(pred, target)
+        >>> loss = lambda logits: task.loss(logits, batch)    # the task's next-token loss
         >>> halve = mechmem.apply(lambda act, hook: act / 2)
         >>> iv = mechmem.Intervention("blocks.1.attn.hook_z", (slice(None), 1), halve)
         >>> [round(float(x), 3) >= 0 for x in mechmem.intervene(model, batch.tokens, [[], iv], loss)]
