@@ -187,6 +187,16 @@ class Browser:
         x, y = self.centre(selector)
         self.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
 
+    def hover_at(self, selector: str, dx: float, dy: float) -> None:
+        """Move the mouse to (dx, dy) CSS pixels from the element's top-left corner (after scrolling it into
+        view)."""
+        self.centre(selector)
+        box = self.evaluate(
+            f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();"
+            " return [r.left, r.top]; })()"
+        )
+        self.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": box[0] + dx, "y": box[1] + dy})
+
     def click(self, selector: str) -> None:
         """Press and release the left button on the element's centre."""
         x, y = self.centre(selector)

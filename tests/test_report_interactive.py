@@ -63,6 +63,15 @@ def reports(tmp_path_factory):
     return {"reports": built, "paths": paths, "index": index}
 
 
+def hover_cell(browser: Browser, canvas: str, row: int, col: int) -> None:
+    """Point the mouse at one cell of a heatmap canvas (its geometry is in its data- attributes)."""
+    left, top, size = browser.evaluate(
+        f"(() => {{ const c = document.querySelector({json.dumps(canvas)});"
+        " return [+c.dataset.left, +c.dataset.top, +c.dataset.size]; })()"
+    )
+    browser.hover_at(canvas, left + (col + 0.5) * size, top + (row + 0.5) * size)
+
+
 def page_data(page: str) -> dict:
     blob = re.search(r'<script type="application/json" id="mm-data">(.*?)</script>', page, re.DOTALL).group(1)
     return json.loads(blob)
@@ -171,7 +180,7 @@ def test_page_loads_offline_without_errors_and_fits_1280px(browser, reports, nam
         ".filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.className)"
     )
     assert wide == []
-    assert browser.evaluate("document.querySelectorAll('.view svg').length") >= 4
+    assert browser.evaluate("document.querySelectorAll('.view canvas.grid').length") >= 3
 
 
 @needs_browser
@@ -180,9 +189,7 @@ def test_choosing_a_head_redraws_the_attention_explorer(browser, reports):
     title = "document.querySelector('.mm-attn-title').textContent"
     first = browser.evaluate(title)
     assert first.startswith("L0H0: previous-token")
-    cells = (
-        "[...document.querySelectorAll('.mm-attn-grid rect.cell')].map(r => r.getAttribute('fill')).join()"
-    )
+    cells = "document.querySelector('.mm-attn-grid canvas').toDataURL()"
     before = browser.evaluate(cells)
     browser.evaluate(
         "(() => { const l = document.querySelector('select.mm-layer'); l.value = '1';"
@@ -191,7 +198,7 @@ def test_choosing_a_head_redraws_the_attention_explorer(browser, reports):
     )
     assert browser.evaluate(title).startswith("L1H1: recall")
     assert browser.evaluate(cells) != before
-    browser.hover(".mm-attn-grid rect.cell[data-row='3'][data-col='1']")
+    hover_cell(browser, ".mm-attn-grid canvas", 3, 1)
     info = browser.evaluate("document.querySelector('.mm-attn-info').textContent")
     assert re.search(r"L1H1  query 3 '\S+' -> key 1 '\S+': \d\.\d{3}", info), info
     assert browser.evaluate("getComputedStyle(document.querySelector('.mm-tip')).display") == "block"
@@ -201,14 +208,13 @@ def test_choosing_a_head_redraws_the_attention_explorer(browser, reports):
 def test_hovering_a_heatmap_cell_shows_value_and_interval(browser, reports):
     report = reports["reports"]["permutation"]
     browser.open(reports["paths"]["permutation"]["html"])
-    cell = "rect.cell[data-row='1'][data-col='1']"
-    browser.hover(f".view[data-section=patching] .map[data-map=attn_head_out_all_pos] {cell}")
+    hover_cell(browser, ".view[data-section=patching] .map[data-map=attn_head_out_all_pos] canvas", 1, 1)
     info = browser.evaluate("document.querySelector('[data-section=patching] .mm-heat-info').textContent")
     sweep = report.section("patching").findings["attn_head_out_all_pos"]
     value = sweep["values"][1][1]
     assert info.startswith("attn_head_out_all_pos  L1, H1: logit_diff ") and f"{value:.3f}" in info, info
     assert "restored" in info and info.endswith("no interval")
-    browser.hover(".view[data-section=ablation] rect.cell[data-row='0'][data-col='0']")
+    hover_cell(browser, ".view[data-section=ablation] canvas", 0, 0)
     info = browser.evaluate("document.querySelector('[data-section=ablation] .mm-heat-info').textContent")
     assert "L0, H0: delta" in info and info.endswith("no interval")
 

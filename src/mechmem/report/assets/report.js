@@ -66,43 +66,71 @@
   }
 
   // -- a grid of cells: rows x cols, colour(i, j), text(i, j) on hover, row/column labels
-  // Cells shrink to fit `opts.width` (down to 3 px); labels too small to read are thinned out (the hover
-  // text always names the cell).
+  // A grid drawn on a canvas (thousands of cells stay fast). Cells shrink to fit `opts.width` (down to 3 px);
+  // labels too small to read are thinned out (the hover text always names the cell). The canvas carries its
+  // geometry (data-left, data-top, data-size) so a test can point at a cell.
   function grid(rows, cols, colour, text, info, opts) {
     var longest = function (xs) { return Math.min(14, Math.max.apply(null, xs.map(function (x) { return String(x).length; }))); };
     var left = 8 + 7 * longest(rows), top = 8 + 6 * longest(cols);
     var room = Math.max(120, (opts.width || 560) - left - 4);
     var size = Math.max(3, Math.min(opts.maxCell || 26, Math.floor(room / Math.max(cols.length, 1))));
     var w = left + size * cols.length + 4, h = top + size * rows.length + 4;
-    var root = svg("svg", { width: w, height: h, viewBox: "0 0 " + w + " " + h, role: "img" });
+    var ratio = window.devicePixelRatio || 1;
+    var canvas = el("canvas", {
+      "class": "grid", width: Math.round(w * ratio), height: Math.round(h * ratio),
+      "data-left": left, "data-top": top, "data-size": size, role: "img"
+    });
+    canvas.style.width = w + "px";
+    canvas.style.height = h + "px";
+    var ctx = canvas.getContext("2d");
+    ctx.scale(ratio, ratio);
     var fontSize = Math.max(8, Math.min(12, size - 1));
     var every = Math.max(1, Math.ceil(fontSize / size));
+    ctx.font = fontSize + "px system-ui, sans-serif";
+    ctx.fillStyle = "#222";
+    ctx.textAlign = "right";
     rows.forEach(function (r, i) {
-      if (i % every) return;
-      root.appendChild(svg("text", { x: left - 4, y: top + size * i + size / 2 + fontSize / 3, "text-anchor": "end", "font-size": fontSize }, r));
+      if (i % every === 0) ctx.fillText(String(r), left - 4, top + size * i + size / 2 + fontSize / 3);
     });
+    ctx.textAlign = "left";
     cols.forEach(function (c, j) {
       if (j % every) return;
-      var x = left + size * j + size / 2 + fontSize / 3, y = top - 4;
-      root.appendChild(svg("text", { x: x, y: y, "font-size": fontSize, transform: "rotate(-60 " + x + " " + y + ")" }, c));
+      ctx.save();
+      ctx.translate(left + size * j + size / 2 + fontSize / 3, top - 4);
+      ctx.rotate(-Math.PI / 3);
+      ctx.fillText(String(c), 0, 0);
+      ctx.restore();
     });
-    rows.forEach(function (_, i) {
-      cols.forEach(function (_, j) {
-        var rect = svg("rect", {
-          "class": "cell", x: left + size * j, y: top + size * i, width: size > 5 ? size - 1 : size, height: size > 5 ? size - 1 : size,
-          fill: colour(i, j), "data-row": i, "data-col": j
-        });
-        rect.addEventListener("mouseenter", function (ev) {
-          var t = text(i, j);
-          info.textContent = t;
-          showTip(ev, t);
-        });
-        rect.addEventListener("mousemove", function (ev) { showTip(ev, text(i, j)); });
-        rect.addEventListener("mouseleave", hideTip);
-        root.appendChild(rect);
-      });
+    var gap = size > 5 ? 1 : 0;
+    function fill(i, j) {
+      ctx.fillStyle = colour(i, j);
+      ctx.fillRect(left + size * j, top + size * i, size - gap, size - gap);
+    }
+    rows.forEach(function (_, i) { cols.forEach(function (_, j) { fill(i, j); }); });
+    var last = null;
+    function outline(cell) {
+      if (last) fill(last[0], last[1]);
+      last = cell;
+      if (!cell) return;
+      ctx.strokeStyle = "#000";
+      ctx.lineWidth = 1.5;
+      ctx.strokeRect(left + size * cell[1] + 0.75, top + size * cell[0] + 0.75, size - gap - 1.5, size - gap - 1.5);
+    }
+    function cellAt(ev) {
+      var box = canvas.getBoundingClientRect();
+      var j = Math.floor((ev.clientX - box.left - left) / size), i = Math.floor((ev.clientY - box.top - top) / size);
+      return i >= 0 && j >= 0 && i < rows.length && j < cols.length ? [i, j] : null;
+    }
+    canvas.addEventListener("mousemove", function (ev) {
+      var cell = cellAt(ev);
+      if (!cell) { hideTip(); outline(null); return; }
+      var t = text(cell[0], cell[1]);
+      info.textContent = t;
+      showTip(ev, t);
+      if (!last || last[0] !== cell[0] || last[1] !== cell[1]) outline(cell);
     });
-    return root;
+    canvas.addEventListener("mouseleave", function () { hideTip(); outline(null); });
+    return canvas;
   }
 
   // -- attention explorer
