@@ -219,6 +219,20 @@ class Browser:
         Path(path).write_bytes(base64.b64decode(data))
         return Path(path)
 
+    def screenshot_element(self, selector: str, path: str | Path) -> Path:
+        """A PNG of one element (scrolled into view) at 1 device pixel per CSS pixel."""
+        self.centre(selector)
+        box = self.evaluate(
+            f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();"
+            " return [r.left + scrollX, r.top + scrollY, r.width, r.height]; })()"
+        )
+        clip = {"x": box[0], "y": box[1], "width": box[2], "height": box[3], "scale": 1}
+        data = self.call(
+            "Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True}
+        )
+        Path(path).write_bytes(base64.b64decode(data["data"]))
+        return Path(path)
+
     def external_requests(self) -> list[str]:
         """Requests for anything but the page itself and `data:` URIs inside it."""
         return [u for u in self.requests if u != self.url and not u.startswith("data:")]

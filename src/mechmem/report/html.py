@@ -120,7 +120,7 @@ def report_page(report: Any, summary: list[tuple[str, str]]) -> str:
     )
 
 
-INDEX_COLUMNS = ("model", "headline", "circuit", "verdict", "faithfulness")
+INDEX_COLUMNS = ("model", "headline", "named roles", "circuit confident", "faithfulness")
 
 
 def index_page(entries: list[dict[str, Any]], *, title: str) -> str:
@@ -146,7 +146,7 @@ def index_page(entries: list[dict[str, Any]], *, title: str) -> str:
         f"<title>{e(title)}</title><style>{asset('report.css')}</style></head><body>"
         f'<div class="mm-report"><h1>{e(title)}</h1>'
         "<p>Click a column header to sort by it (again to reverse). Each model links to its interactive "
-        "report; verdict and faithfulness are the edge circuit's (`edges` section).</p>"
+        "report; 'circuit confident' and faithfulness are the edge circuit's (its `edges` section).</p>"
         f'<div class="scroll"><table class="index" id="index"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div></div>"
         f"<script>{asset('index.js')}</script></body></html>\n"
