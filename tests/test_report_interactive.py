@@ -9,7 +9,9 @@ installed (`.ci/run` installs it).
 """
 
 import json
+import os
 import re
+from pathlib import Path
 
 import pytest
 from browser import CHROMIUM, Browser
@@ -271,7 +273,7 @@ def test_index_links_every_report_and_sorts(browser, reports):
     rows = "[...document.querySelectorAll('#index tbody tr')].map(r => r.cells[0].textContent)"
     assert browser.evaluate(rows) == ["permutation", "induction"]
     headers = browser.evaluate("[...document.querySelectorAll('#index th')].map(h => h.textContent)")
-    assert headers == ["model", "headline", "circuit", "verdict", "faithfulness"]
+    assert headers == ["model", "headline", "named roles", "circuit confident", "faithfulness"]
     browser.click("#index th[data-col='0']")
     assert browser.evaluate(rows) == ["induction", "permutation"]
     browser.click("#index th[data-col='0']")
@@ -280,3 +282,25 @@ def test_index_links_every_report_and_sorts(browser, reports):
     for href, name in zip(hrefs, ["permutation", "induction"]):
         assert href.endswith(f"{name}/report.html")
     assert browser.evaluate("document.documentElement.scrollWidth") <= 1280
+
+
+REPORT_DIR = os.environ.get("MECHMEM_REPORT_DIR")
+
+
+@needs_browser
+@pytest.mark.skipif(
+    REPORT_DIR is None, reason="set MECHMEM_REPORT_DIR to a folder of reports (e.g. `reports`)"
+)
+def test_written_reports_load_cleanly(browser):
+    """Every page of a written report folder (e.g. `make demo`'s reports/): loads offline with no error and no
+    request, its views drawn, under 2 MB, nothing wider than 1280 px."""
+    root = Path(REPORT_DIR)
+    pages = sorted(root.glob("*/report.html"))
+    assert (root / "index.html").exists() and pages
+    for page in [root / "index.html", *pages]:
+        assert page.stat().st_size < MAX_BYTES, page
+        browser.open(page)
+        assert browser.errors == [] and browser.external_requests() == [], page
+        assert browser.evaluate("document.documentElement.scrollWidth") <= 1280, page
+        if page.name == "report.html":
+            assert browser.evaluate("document.documentElement.getAttribute('data-mm-ready')") == "1", page
