@@ -93,7 +93,7 @@ def role_table(roles: RoleResult) -> Table:
         row += [h.evidence[f"{r}_{k}"] for r, k in task]
         rows.append(row)
         marked += [(i, 2 + keys.index(k)) for k in deciding_columns(h, roles.task_roles) if k in keys]
-    caption = "Head roles and evidence (highlighted: the value that decided the role)"
+    caption = "Head roles and evidence (marked: the value that decided the role)"
     return Table(headers, rows, caption, groups=groups, marked=marked)
 
 
