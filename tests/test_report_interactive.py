@@ -8,6 +8,7 @@ an edge shows its evidence, and at 1280 px nothing overflows horizontally. They 
 installed (`.ci/run` installs it).
 """
 
+import html
 import json
 import os
 import re
@@ -91,7 +92,10 @@ def test_page_is_self_contained_and_small(reports):
 
 def test_notebook_repr_is_the_page(reports):
     report = reports["reports"]["permutation"]
-    assert report._repr_html_() == to_html(report)
+    shown = report._repr_html_()
+    assert shown.startswith("<iframe") and shown.endswith("</iframe>")
+    srcdoc = re.search(r'srcdoc="([^"]*)"', shown).group(1)
+    assert html.unescape(srcdoc) == to_html(report)
 
 
 def test_roles_table_marks_the_deciding_value(reports):

@@ -9,6 +9,7 @@ shows the lines, tables (the cells that decided a result in bold) and linked fig
 JSON blob. The html loads nothing from anywhere else, so it opens offline from any folder.
 """
 
+import html
 import io
 import os
 from dataclasses import dataclass, field
@@ -122,8 +123,14 @@ class Report:
         }
 
     def _repr_html_(self) -> str:
-        """The report inline in a notebook: the same page `to_html` writes (IPython's rich display hook)."""
-        return to_html(self)
+        """The report inline in a notebook (IPython's rich display hook): the very page `to_html` writes, in
+        an iframe (`srcdoc`), so its style sheet and script stay inside it and two reports in one notebook do
+        not see each other's data."""
+        page = html.escape(to_html(self), quote=True)
+        return (
+            f'<iframe title="{html.escape(self.title)}" srcdoc="{page}" '
+            'style="width:100%;height:80vh;border:1px solid #ddd"></iframe>'
+        )
 
 
 def to_markdown(report: Report, *, figure_dir: str | None = "figures", figure_prefix: str = "") -> str:
