@@ -260,8 +260,11 @@
           "stroke-width": 1.5 + 9 * frac, opacity: 0.35 + 0.6 * frac, "data-edge": e.name,
           "stroke-dasharray": e.kept ? "" : "6 4", "marker-end": ""
         });
-        var hit = svg("path", { d: path, "class": "edge-hit", "stroke-width": 14, "data-edge": e.name });
+        var hit = svg("path", {
+          d: path, "class": "edge-hit", "stroke-width": 14, "data-edge": e.name, tabindex: 0, "aria-label": e.name
+        });
         hit.addEventListener("click", function () { pick(e); });
+        hit.addEventListener("keydown", function (ev) { if (ev.key === "Enter" || ev.key === " ") pick(e); });
         hit.addEventListener("mousemove", function (ev) { showTip(ev, e.name + ": score " + fmt(e.score)); });
         hit.addEventListener("mouseleave", hideTip);
         root.appendChild(line);
