@@ -57,3 +57,10 @@ print(circuit.findings["summary"])
 for line in circuit.lines:
     print("-", line)
 print("open", paths["html"])
+
+# %% [markdown]
+# In a notebook the report itself displays inline: the same interactive page as report.html (attention
+# explorer, patching heatmaps, circuit graph).
+
+# %%
+report  # noqa: B018 - a notebook cell shows its last expression

@@ -52,30 +52,71 @@ SECTIONS: tuple[Callable[[ReportContext], Section], ...] = (
 )
 """The analyses a report runs, in order (the circuit section is added in front)."""
 
-PATTERN_COLUMNS = {"previous_token": "prev-token", "induction": "induction", "duplicate_token": "dup-token"}
-TASK_COLUMNS = {
-    "score": "score",
-    "share": "share",
-    "transfer": "transfer",
-    "via_mlp": "via MLP",
-    "attention": "attn",
-    "damage": "damage",
-}
-"""Evidence shown in the circuit table, with its column header (task columns are prefixed by the role)."""
+PATTERN_COLUMNS = {"previous_token": "prev-token", "duplicate_token": "dup-token", "induction": "induction"}
+TASK_COLUMNS = {"score": "score", "share": "share", "attention": "attn", "damage": "damage"}
+"""Evidence in the roles table, with its column header: the attention patterns (score, and the lower end of
+its interval in brackets), then per task role its score, share, attention on its keys and damage."""
+SCORE_PARTS = {"transfer": "transfer", "via_mlp": "via MLP"}
+"""The two measurements a task role's score is the larger of (their own table)."""
+
+
+def deciding_columns(head: HeadRole, task_roles: Sequence[str]) -> list[str]:
+    """The evidence keys that decided `head`'s role: the share of its task role (the lead the rule checks),
+    the shares of the roles a "shared" head scores on, or the score of its attention pattern; none for
+    "none"."""
+    if head.role in task_roles:
+        return [f"{head.role}_share"]
+    if head.role == "shared":
+        return [f"{r}_share" for r in task_roles if f"{r}_share" in head.evidence]
+    key = head.role.replace("-", "_")
+    return [key] if key in PATTERN_COLUMNS else []
 
 
 def role_table(roles: RoleResult) -> Table:
-    """One row per head: its role and every number the classifier read."""
+    """One row per head: its role and the evidence, grouped by pattern and by task role; the value that
+    decided the role is marked."""
     present = {key for h in roles.heads for key in h.evidence}
-    cols = [(k, v) for k, v in PATTERN_COLUMNS.items() if k in present]
-    cols += [
-        (f"{r}_{k}", f"{r} {v}")
-        for r in roles.task_roles
-        for k, v in TASK_COLUMNS.items()
-        if f"{r}_{k}" in present
+    patterns = [k for k in PATTERN_COLUMNS if k in present]
+    task = [(r, k) for r in roles.task_roles for k in TASK_COLUMNS if f"{r}_{k}" in present]
+    keys = patterns + [f"{r}_{k}" for r, k in task]
+    headers = ["head", "role", *(PATTERN_COLUMNS[k] for k in patterns), *(TASK_COLUMNS[k] for _, k in task)]
+    groups = [("", 2)] + ([("attention pattern (lower end)", len(patterns))] if patterns else [])
+    groups += [
+        (r, sum(1 for q, _ in task if q == r)) for r in roles.task_roles if any(q == r for q, _ in task)
     ]
-    rows = [[h.name, h.role, *(h.evidence[k] for k, _ in cols)] for h in roles.heads]
-    return Table(["head", "role", *(v for _, v in cols)], rows, "Head roles and evidence")
+    rows, marked = [], []
+    for i, h in enumerate(roles.heads):
+        row: list[Any] = [h.name, h.role]
+        for k in patterns:
+            lower = h.evidence.get(f"{k}_lower")
+            row.append(h.evidence[k] if lower is None else f"{h.evidence[k]:.3f} ({lower:.3f})")
+        row += [h.evidence[f"{r}_{k}"] for r, k in task]
+        rows.append(row)
+        marked += [(i, 2 + keys.index(k)) for k in deciding_columns(h, roles.task_roles) if k in keys]
+    caption = "Head roles and evidence (marked: the value that decided the role)"
+    return Table(headers, rows, caption, groups=groups, marked=marked)
+
+
+def score_table(roles: RoleResult) -> Table | None:
+    """Per head and task role, the two measurements its score is the larger of (None without task roles)."""
+    cols = [
+        (r, k)
+        for r in roles.task_roles
+        for k in SCORE_PARTS
+        if any(f"{r}_{k}" in h.evidence for h in roles.heads)
+    ]
+    if not cols:
+        return None
+    rows = [[h.name, *(h.evidence.get(f"{r}_{k}", float("nan")) for r, k in cols)] for h in roles.heads]
+    groups = [("", 1)] + [
+        (r, sum(1 for q, _ in cols if q == r)) for r in roles.task_roles if any(q == r for q, _ in cols)
+    ]
+    return Table(
+        ["head", *(SCORE_PARTS[k] for _, k in cols)],
+        rows,
+        "Task-role score = max(transfer, via MLP)",
+        groups=groups,
+    )
 
 
 def circuit_section(roles: RoleResult, mlp: Section | None = None) -> Section:
@@ -105,6 +146,8 @@ def circuit_section(roles: RoleResult, mlp: Section | None = None) -> Section:
     )
     if roles.heads:
         s.tables.append(role_table(roles))
+        parts = score_table(roles)
+        s.tables += [parts] if parts is not None else []
     s.lines += [f"{h.name} {h.role}: " + "; ".join(h.notes) for h in roles.heads if h.notes]
     return s
 

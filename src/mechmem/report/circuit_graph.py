@@ -8,10 +8,12 @@ edges support the clean answer and red ones oppose it; each head carries its rol
 classifier.
 """
 
+import math
 from typing import Any
 
 from mechmem.analysis.circuits import ABLATION_TEXT, build_graph
 from mechmem.analysis.circuits.discovery import CONFIDENCE, Circuit, circuit_prompts, discover_circuit
+from mechmem.analysis.intervals import Z_95
 from mechmem.errors import MechmemError
 from mechmem.report.document import Section, Table
 
@@ -74,6 +76,8 @@ def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title
         circuit.graph.edges[i].port.node.name for i in kept
     }
     for node in circuit.graph.nodes:
+        if node.name not in used and node.kind not in ("head", "logits"):
+            continue  # an input no kept edge leaves (e.g. `pos`) would dangle
         x, y = pos[node.name]
         face = "#fde9a9" if node.name in used else "#eeeeee"
         label = node.name + (f"\n{roles[node.name]}" if node.name in roles else "")
@@ -83,19 +87,50 @@ def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title
             label,
             ha="center",
             va="center",
-            fontsize=7,
+            fontsize=10,
             bbox={"boxstyle": "round,pad=0.3", "fc": face, "ec": "#888888", "lw": 0.6},
         )
         if node.kind == "head":
             for port, dx in PORT_OFFSET.items():
                 if port != "in":
                     ax.plot([x + dx], [y - 0.2], "o", ms=3, color="#555555")
-                    ax.text(x + dx + 0.07, y - 0.23, port, ha="left", va="top", fontsize=6, color="#333333")
+                    ax.text(x + dx + 0.07, y - 0.23, port, ha="left", va="top", fontsize=8, color="#333333")
     ax.set_xlim(min(xs) - 1.0, max(xs) + 1.0)
     ax.set_ylim(-1.5, max(y for _, y in pos.values()) + 0.5)
     ax.axis("off")
     ax.set_title(title or f"circuit: {len(kept)} edges, faithfulness {circuit.faithfulness:.2f}", fontsize=9)
     return fig
+
+
+def graph_view(circuit: Circuit, roles: dict[str, str]) -> dict[str, Any]:
+    """The interactive circuit graph's data: every node with its place (`_positions`) and role, every edge
+    with its score, standard error, normal 95% interval (score -+ 1.96 stderr; None where only an estimate
+    exists), whether it is exact and kept."""
+    pos = _positions(circuit)
+    nodes = [
+        {
+            "name": n.name,
+            "kind": n.kind,
+            "x": pos[n.name][0],
+            "y": pos[n.name][1],
+            "role": roles.get(n.name, ""),
+        }
+        for n in circuit.graph.nodes
+    ]
+    edges = []
+    for row in circuit.to_dict()["edges"]:
+        err = row["stderr"]
+        known = not math.isnan(err) and bool(row["exact"])
+        row["lower"] = row["score"] - Z_95 * err if known else None
+        row["upper"] = row["score"] + Z_95 * err if known else None
+        edges.append(row)
+    return {
+        "nodes": nodes,
+        "edges": edges,
+        "port_offset": PORT_OFFSET,
+        "method": circuit.method,
+        "score_meaning": "drop of the logit difference when the edge alone is ablated",
+    }
 
 
 def edge_table(circuit: Circuit, top: int = 12) -> Table:
@@ -188,7 +223,8 @@ def edges_section(ctx: Any) -> Section:
     s.lines += summary_lines(circuit, source)
     s.tables.append(edge_table(circuit))
     s.add_figure("graph", plot_circuit(circuit, roles))
+    s.interactive["graph"] = graph_view(circuit, roles)
     return s
 
 
-__all__ = ["edge_table", "edges_section", "plot_circuit", "summary_lines"]
+__all__ = ["edge_table", "edges_section", "graph_view", "plot_circuit", "summary_lines"]

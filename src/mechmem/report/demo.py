@@ -170,6 +170,20 @@ def run_jobs(
     return results
 
 
+def index_entry(data: dict[str, Any]) -> dict[str, Any]:
+    """A report's row of the index, from its report.json: headline, named roles, and the edge circuit's
+    verdict and faithfulness (with why not, when the edge section was skipped)."""
+    sections = data["sections"]
+    edges = sections.get("edges", {})
+    found = edges.get("findings", {}) if not edges.get("skipped") else {}
+    return {
+        "headline": data["headline"],
+        "roles": sections["circuit"]["findings"].get("summary", ""),
+        "verdict": found.get("verdict", "n/a"),
+        "faithfulness": found.get("faithfulness"),
+    }
+
+
 def run_demo(
     runs: Path,
     reports: Path,
@@ -204,14 +218,7 @@ def run_demo(
             data = json.loads(path.read_text())
             circuit = data["sections"]["circuit"]["findings"]["summary"]
             rows[m.name].update(headline=data["headline"], circuit=circuit)
-            entries.append(
-                {
-                    "name": m.name,
-                    "href": f"{m.name}/report.html",
-                    "headline": data["headline"],
-                    "roles": circuit,
-                }
-            )
+            entries.append({"name": m.name, "href": f"{m.name}/report.html", **index_entry(data)})
         else:
             rows[m.name].update(headline="failed: see the log", circuit="")
             entries.append(

@@ -1,12 +1,14 @@
 """The report as data, and its three writers: markdown, self-contained html, and json.
 
 A `Report` is a title, a headline and a list of `Section`s. Each section holds findings in words (`lines`),
-tables, PNG figures and a JSON-able `findings` dict; a section that does not apply says why in `skipped`.
-The markdown and html are rendered from the same structure, so they always agree; the html embeds every figure
-as a base64 `data:` URI and loads nothing from anywhere else, so it opens offline from any folder.
+tables, PNG figures, a JSON-able `findings` dict and the JSON-able data of its interactive views
+(`interactive`: attention patterns, heatmaps, the edge graph); a section that does not apply says why in
+`skipped`. The markdown and html are rendered from the same structure, so they always agree: the markdown
+shows the lines, tables (the cells that decided a result in bold) and linked figures, the html
+(`mechmem.report.html`) the same plus the interactive views, drawn by a small inline script from one embedded
+JSON blob. The html loads nothing from anywhere else, so it opens offline from any folder.
 """
 
-import base64
 import html
 import io
 import os
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mechmem.io import OutputSet, atomic_write, dumps, plain_json
+from mechmem.report.html import index_page, report_page
 
 
 @dataclass
@@ -25,6 +28,11 @@ class Table:
     rows: list[list[Any]]
     caption: str = ""
     floatfmt: str = ".3f"
+    groups: list[tuple[str, int]] = field(default_factory=list)
+    """Optional header groups over the columns, left to right: (label, number of columns); they add up to the
+    columns."""
+    marked: list[tuple[int, int]] = field(default_factory=list)
+    """(row, column) of the cells that decided a result (bold in markdown, highlighted in html)."""
 
     def __post_init__(self) -> None:
         for row in self.rows:
@@ -32,6 +40,8 @@ class Table:
                 raise ValueError(
                     f"row {row!r} has {len(row)} cells, the table has {len(self.headers)} columns"
                 )
+        if self.groups and sum(n for _, n in self.groups) != len(self.headers):
+            raise ValueError(f"header groups {self.groups} do not cover the {len(self.headers)} columns")
 
     def cells(self) -> list[list[str]]:
         def fmt(v: Any) -> str:
@@ -40,7 +50,12 @@ class Table:
         return [[fmt(v) for v in row] for row in self.rows]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"caption": self.caption, "headers": self.headers, "rows": self.rows}
+        out: dict[str, Any] = {"caption": self.caption, "headers": self.headers, "rows": self.rows}
+        if self.groups:
+            out["groups"] = [list(g) for g in self.groups]
+        if self.marked:
+            out["marked"] = [list(m) for m in self.marked]
+        return out
 
 
 @dataclass
@@ -54,6 +69,11 @@ class Section:
     figures: dict[str, bytes] = field(default_factory=dict)
     findings: dict[str, Any] = field(default_factory=dict)
     skipped: str | None = None
+    interactive: dict[str, Any] = field(default_factory=dict)
+    """JSON-able data of the section's interactive views in the html, by view: "attention" (patterns of a few
+    example sequences per layer and head, with token names), "heatmaps" (patching and ablation grids with
+    each cell's value and interval, or None where there is none), "graph" (the circuit's nodes and edges).
+    Not in report.json (`findings` holds the results); the markdown shows the tables and figures instead."""
 
     def add_figure(self, name: str, fig: Any) -> None:
         """Store a matplotlib figure as PNG bytes (and close it)."""
@@ -102,6 +122,16 @@ class Report:
             "cost": self.cost,
         }
 
+    def _repr_html_(self) -> str:
+        """The report inline in a notebook (IPython's rich display hook): the very page `to_html` writes, in
+        an iframe (`srcdoc`), so its style sheet and script stay inside it and two reports in one notebook do
+        not see each other's data."""
+        page = html.escape(to_html(self), quote=True)
+        return (
+            f'<iframe title="{html.escape(self.title)}" srcdoc="{page}" '
+            'style="width:100%;height:80vh;border:1px solid #ddd"></iframe>'
+        )
+
 
 def to_markdown(report: Report, *, figure_dir: str | None = "figures", figure_prefix: str = "") -> str:
     """Markdown with figures linked as `{figure_dir}/{figure_prefix}{section}-{name}.png`.
@@ -109,6 +139,7 @@ def to_markdown(report: Report, *, figure_dir: str | None = "figures", figure_pr
     `figure_dir=None` leaves the figures out.
     """
     out = [f"# {report.title}", "", f"**{report.headline}**" if report.headline else "", ""]
+    out += [f"- **{k}**: {v}" for k, v in summary_rows(report)] + [""]
     out += [f"- {k}: {v}" for k, v in report.meta.items()] + [""]
     for s in report.sections:
         out += [
@@ -128,50 +159,62 @@ def section_markdown(s: Section, *, figure_dir: str | None = "figures", figure_p
     for t in s.tables:
         if t.caption:
             out += [t.caption, ""]
-        out += ["| " + " | ".join(t.headers) + " |", "|" + "---|" * len(t.headers)]
-        out += ["| " + " | ".join(row) + " |" for row in t.cells()] + [""]
+        cells = t.cells()
+        for r, c in t.marked:
+            cells[r][c] = f"**{cells[r][c]}**"
+        headers = t.headers
+        if t.groups:
+            spans = [label for label, n in t.groups for _ in range(n)]
+            headers = [f"{g} {h}" if g and g != h else h for g, h in zip(spans, t.headers)]
+        out += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        out += ["| " + " | ".join(row) + " |" for row in cells] + [""]
     if figure_dir is not None:
         out += [f"![{name}]({figure_dir}/{figure_prefix}{s.key}-{name}.png)" for name in s.figures]
     return "\n".join(out).strip()
 
 
-_CSS = (
-    "body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;color:#222}"
-    "table{border-collapse:collapse;margin:.5em 0 1em;font-size:.9em}"
-    "td,th{border:1px solid #bbb;padding:2px 8px;text-align:right}"
-    "th{background:#eee}caption{text-align:left;font-style:italic}img{max-width:100%}"
-    ".skip{color:#777;font-style:italic}.headline{font-size:1.1em;font-weight:bold}"
-)
-
-
 def to_html(report: Report) -> str:
-    """One self-contained html page: inline CSS, figures as base64 data URIs, no scripts, no links out."""
-    e = html.escape
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{e(report.title)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{e(report.title)}</h1>",
-        f'<p class="headline">{e(report.headline)}</p>',
-        "<ul>" + "".join(f"<li>{e(str(k))}: {e(str(v))}</li>" for k, v in report.meta.items()) + "</ul>",
-    ]
-    for s in report.sections:
-        parts.append(f'<h2 id="{e(s.key)}">{e(s.title)}</h2>')
-        if s.skipped:
-            parts.append(f'<p class="skip">Skipped: {e(s.skipped)}</p>')
-            continue
-        if s.lines:
-            parts.append("<ul>" + "".join(f"<li>{e(line)}</li>" for line in s.lines) + "</ul>")
-        for t in s.tables:
-            head = "".join(f"<th>{e(h)}</th>" for h in t.headers)
-            body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in t.cells())
-            caption = f"<caption>{e(t.caption)}</caption>" if t.caption else ""
-            parts.append(f"<table>{caption}<tr>{head}</tr>{body}</table>")
-        for name, png in s.figures.items():
-            data = base64.b64encode(png).decode("ascii")
-            parts.append(f'<figure><img alt="{e(name)}" src="data:image/png;base64,{data}"></figure>')
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    """One self-contained interactive html page (`mechmem.report.html.report_page`): inline CSS and script,
+    the sections' data as one embedded JSON blob, figures as base64 data URIs, no links out."""
+    return report_page(report, summary_rows(report))
+
+
+def summary_rows(report: Report) -> list[tuple[str, str]]:
+    """The verdicts that open a report, as (label, text): the named circuit, the MLP, the headline, the edge
+    circuit's verdict with faithfulness and completeness (and their intervals), and the sections skipped."""
+    found = {s.key: s for s in report.sections}
+    rows = []
+    circuit = found.get("circuit")
+    if circuit is not None and circuit.findings.get("summary"):
+        rows.append(("named circuit", str(circuit.findings["summary"])))
+        if "mlp" in circuit.findings:
+            m = circuit.findings["mlp"]
+            rows.append(("MLP", f"layer {m['layer']}: {m['role']}; key neurons {m['key_neurons'] or 'none'}"))
+    if report.headline:
+        rows.append(("headline", report.headline))
+    edges = found.get("edges")
+    if edges is not None and not edges.skipped and "verdict" in edges.findings:
+        f, ci = edges.findings, edges.findings.get("intervals", {})
+
+        def measure(name: str) -> str:
+            lo_hi = ci.get(name)
+            return f"{name} {f[name]:.3f}" + (
+                f" [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else " (no interval)"
+            )
+
+        kept = len(f.get("circuit", []))
+        rows.append(
+            (
+                "edge circuit",
+                (
+                    f"confident: {f['verdict']}; {measure('faithfulness')}, {measure('completeness')}; "
+                    f"{kept} of {len(f.get('edges', []))} edges"
+                ),
+            )
+        )
+    skipped = [f"{s.key} ({s.skipped})" for s in report.sections if s.skipped]
+    rows.append(("skipped", "; ".join(skipped) if skipped else "none"))
+    return rows
 
 
 def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
@@ -270,20 +313,10 @@ def write_page(
 
 
 def write_index(
-    entries: list[dict[str, str]], path: str | Path, *, title: str = "mechmem demo reports"
+    entries: list[dict[str, Any]], path: str | Path, *, title: str = "mechmem demo reports"
 ) -> Path:
-    """An html index linking each report: entries hold "name", "href" (relative), "headline" and "roles"."""
-    e = html.escape
-    rows = "".join(
-        f'<tr><td style="text-align:left"><a href="{e(x["href"])}">{e(x["name"])}</a></td>'
-        f'<td style="text-align:left">{e(x.get("headline", ""))}</td>'
-        f'<td style="text-align:left">{e(x.get("roles", ""))}</td></tr>'
-        for x in entries
-    )
-    page = (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
-        f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>"
-        f'<table><tr><th style="text-align:left">model</th><th style="text-align:left">headline</th>'
-        f'<th style="text-align:left">circuit</th></tr>{rows}</table></body></html>\n'
-    )
-    return atomic_write(path, page)
+    """An html index linking each report, sortable by any column (`mechmem.report.html.index_page`).
+
+    Each entry holds "name", "href" (relative) and optionally "headline", "roles", "verdict" and
+    "faithfulness" (a float, or None)."""
+    return atomic_write(path, index_page(entries, title=title))

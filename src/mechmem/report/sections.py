@@ -7,6 +7,9 @@ sections are reproducible one by one. Head roles are measured once (`mechmem.ana
 classifier the reproduction pages use too) and shared through the context. No section knows any particular
 task: tasks supply what is task-specific through the `Task` contract (`evaluate`, `optimal_loss`,
 `role_probes`, `patching_pair`).
+
+Long because it holds every section the report runs, each one short function over the same context and its
+seeded generators; the edge and dynamics sections, with their own figures, have their own modules.
 """
 
 from dataclasses import dataclass
@@ -24,6 +27,7 @@ from mechmem.analysis.roles import RoleResult, RoleThresholds
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import is_hooked_transformer
 from mechmem.report.document import Section, Table
+from mechmem.report.interactive import EXAMPLES, ablation_map, attention_view, sweep_map
 
 
 @dataclass
@@ -136,20 +140,22 @@ def heads_section(ctx: ReportContext) -> Section:
     rows = [[h.name, *(h.evidence[k] for k in keys)] for h in ctx.roles.heads]
     s.tables.append(Table(["head", *keys], rows, "Detection scores"))
     s.add_figure("scores", heads.plot_head_scores(heads.HeadScores(scores, data="best over the probes")))
-    example = (
-        ctx.task.eval_batch(1, generator=ctx.generator(3)).tokens
-        if ctx.task is not None
-        else heads.repeated_random_tokens(
-            1,
-            max(2, ctx.model.cfg.n_ctx // 2),
-            ctx.model.cfg.d_vocab,
-            generator=ctx.generator(2),
-            distinct=False,
+    if ctx.task is not None:
+        examples, source = (
+            ctx.task.eval_batch(EXAMPLES, generator=ctx.generator(3)).tokens,
+            "evaluation sequences",
+        )
+    else:
+        half = max(2, ctx.model.cfg.n_ctx // 2)
+        examples = heads.repeated_random_tokens(
+            EXAMPLES, half, ctx.model.cfg.d_vocab, generator=ctx.generator(2), distinct=False
         )[:, : ctx.model.cfg.n_ctx]
-    )
-    patterns = heads.attention_patterns(ctx.model, example.to(ctx.device))[:, 0]
+        source = f"repeated random tokens [r, r], |r| = {half}"
+    patterns = heads.attention_patterns(ctx.model, examples.to(ctx.device))
     names = ctx.task.token_names() if ctx.task is not None else None
-    s.add_figure("attention", heads.plot_attention(patterns, example[0], token_names=names))
+    s.add_figure("attention", heads.plot_attention(patterns[:, 0], examples[0], token_names=names))
+    roles = {h.name: h.role for h in ctx.roles.heads}
+    s.interactive["attention"] = attention_view(patterns, examples, names, roles, source=source)
     return s
 
 
@@ -333,6 +339,12 @@ def ablation_section(ctx: ReportContext) -> Section:
     s.tables.append(
         Table(["ablated", "loss", "delta"], rows[:10], "Mean ablation (reference: a second eval batch)")
     )
+    s.interactive["heatmaps"] = {
+        "title": "Ablation: change in the loss per component",
+        "maps": [ablation_map(result)],
+        "positive": "the loss rises when the component is ablated (it helps)",
+        "note": "",
+    }
     return s
 
 
@@ -354,9 +366,12 @@ def patching_section(ctx: ReportContext) -> Section:
         return s
     cfg = ctx.model.cfg
     large = cfg.n_layers * (cfg.n_heads + pair.clean.shape[1]) > EXACT_PATCHING_CELLS
+    # Exact patching runs every sweep the model has (those `mechmem patch` runs); an estimate the two the
+    # section's table and figure read.
+    names = ("attn_head_out_all_pos", "resid_pre") if large else patching.model_sweeps(ctx.model)
     sweep = attribute_sweeps if large else patching.run_sweeps
     try:
-        results = sweep(ctx.model, pair, ("attn_head_out_all_pos", "resid_pre"), direction="denoising")
+        results = sweep(ctx.model, pair, names, direction="denoising")
     except MechmemError as exc:  # an architecture patching does not run on: this section only
         s.skipped = str(exc)
         return s
@@ -386,4 +401,10 @@ def patching_section(ctx: ReportContext) -> Section:
         Table(["head", "metric", "restored"], rows[:10], "Head outputs (all positions), denoising")
     )
     s.add_figure("resid_pre", patching.plot_patching(resid))
+    s.interactive["heatmaps"] = {
+        "title": f"Patching sweeps ({len(results)}): metric after each patch",
+        "maps": [sweep_map(r) for r in results.values()],
+        "positive": "the patch restores the clean behaviour",
+        "note": "Denoising: each cell patches one activation from the clean run into the corrupted one.",
+    }
     return s

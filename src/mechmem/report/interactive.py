@@ -1,0 +1,152 @@
+"""The data of the report's interactive views: JSON-able dicts a section keeps in `Section.interactive`.
+
+The page's script (`assets/report.js`) draws them; nothing here draws. Three views:
+
+- `attention_view`: every layer's and head's attention pattern on a few example sequences, with each
+  position's token name (`Task.token_names()`, or the ids where the task has none) and the heads' roles;
+- `sweep_map` / `ablation_map`: one grid per patching sweep or per ablation method, with each cell's value and
+  its 95% interval where the analysis gives one (patching and ablation give none yet: the page then says
+  "no interval");
+- the circuit graph is built beside its figure (`circuit_graph.graph_view`).
+
+Numbers are rounded when the page embeds them (`html.compact`), so these stay full precision.
+"""
+
+from typing import Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from mechmem.analysis.patching import PatchingResult
+
+EXAMPLES = 3
+"""Example sequences in the attention explorer."""
+WEIGHT_DECIMALS = 3
+"""Decimals kept of each attention weight (the page shows three): a 128-position sequence of a 2-layer model
+stays about 0.1 MB per example."""
+
+
+def token_labels(tokens: Int[Tensor, " pos"], names: list[str] | None) -> list[str]:
+    """Each position's token as its name (the id where there are no names or the id has none)."""
+    ids = [int(t) for t in tokens]
+    return [names[i] if names is not None and 0 <= i < len(names) else str(i) for i in ids]
+
+
+def attention_view(
+    patterns: Float[Tensor, "layer batch head query_pos key_pos"],
+    tokens: Int[Tensor, "batch pos"],
+    names: list[str] | None,
+    roles: dict[str, str],
+    *,
+    source: str,
+) -> dict[str, Any]:
+    """The attention explorer's data: per example its token names and patterns[layer][head][query][key].
+
+    Args:
+        patterns: `heads.attention_patterns` of the examples.
+        tokens: the examples.
+        names: the task's token names (None: ids).
+        roles: head name ("L0H1") -> role, shown beside the head.
+        source: where the examples come from, in words.
+    """
+    n_layers, batch, n_heads = patterns.shape[:3]
+    examples = [
+        {
+            "label": f"example {b + 1}",
+            "tokens": token_labels(tokens[b], names),
+            "patterns": patterns[:, b].detach().float().cpu().round(decimals=WEIGHT_DECIMALS).tolist(),
+        }
+        for b in range(batch)
+    ]
+    note = f"Examples: {source}." + (
+        "" if names is not None else " Tokens shown as ids (the task names none)."
+    )
+    return {"layers": n_layers, "heads": n_heads, "examples": examples, "roles": roles, "note": note}
+
+
+POSITION_AXES = ("pos", "dest_pos")
+"""Axes drawn across a heatmap (so a sequence reads left to right) when a sweep has one."""
+
+
+def grid_labels(axes: tuple[str, ...], shape: tuple[int, ...]) -> tuple[list[str], list[str]]:
+    """Row and column labels of values drawn as a 2-D grid: the last axis across, every other axis (in order)
+    down, e.g. ("layer", "head", "pos") -> rows "L0 H0", "L0 H1", ... and columns "pos0", ..."""
+    short = {"layer": "L", "head": "H", "pos": "pos", "dest_pos": "dest"}
+    rows = [""]
+    for axis, n in zip(axes[:-1], shape[:-1]):
+        rows = [f"{r} {short.get(axis, axis)}{i}".strip() for r in rows for i in range(n)]
+    return rows, [f"{short.get(axes[-1], axes[-1])}{i}" for i in range(shape[-1])]
+
+
+def as_grid(values: Tensor) -> list[list[float]]:
+    """`values` with every axis but the last flattened into rows (1-D values: one row)."""
+    v = values.detach().float().cpu()
+    return v.reshape(-1, v.shape[-1]).tolist() if v.ndim > 1 else [v.tolist()]
+
+
+def sweep_map(result: PatchingResult) -> dict[str, Any]:
+    """One patching sweep as a heatmap (a position axis across, when it has one): metric after each patch,
+    restored fraction, no interval."""
+    axes = list(result.axes)
+    across = next((axes.index(a) for a in POSITION_AXES if a in axes), len(axes) - 1)
+    order = [i for i in range(len(axes)) if i != across] + [across]
+    values, restored = result.values.permute(order), result.normalised().permute(order)
+    axes = [axes[i] for i in order]
+    rows, cols = grid_labels(tuple(axes), tuple(values.shape))
+    return {
+        "name": result.sweep,
+        "axes": axes,
+        "rows": rows,
+        "cols": cols,
+        "values": as_grid(values),
+        "normalised": as_grid(restored),
+        "lower": None,
+        "upper": None,
+        "value_label": result.metric,
+        "note": (
+            f"{result.method}; clean {result.clean:.3f}, corrupted {result.corrupted:.3f}; colour: restored "
+            "fraction. Patching values have no interval yet."
+        ),
+    }
+
+
+def ablation_map(result: Any, method: str = "mean") -> dict[str, Any]:
+    """Ablation deltas as a heatmap: one row per layer; a column per head, the whole attention layer and the
+    MLP (where the model has one); no interval."""
+    i = list(result.methods).index(method)
+    heads = result.heads[i].detach().float().cpu()
+    cols = [f"H{h}" for h in range(heads.shape[1])] + ["attn"]
+    parts = [heads, result.attn_layers[i].detach().float().cpu()[:, None]]
+    if result.mlp_layers is not None:
+        cols.append("MLP")
+        parts.append(result.mlp_layers[i].detach().float().cpu()[:, None])
+    grid = torch.cat(parts, dim=1)
+    return {
+        "name": f"{method} ablation",
+        "axes": ["layer", "component"],
+        "rows": [f"L{l}" for l in range(grid.shape[0])],
+        "cols": cols,
+        "values": grid.tolist(),
+        "normalised": None,
+        "lower": None,
+        "upper": None,
+        "value_label": f"delta {result.metric_name}",
+        "note": (
+            f"change in {result.metric_name} (baseline {result.baseline:.4f}); "
+            "ablations have no interval yet."
+        ),
+    }
+
+
+__all__ = [
+    "EXAMPLES",
+    "POSITION_AXES",
+    "WEIGHT_DECIMALS",
+    "ablation_map",
+    "as_grid",
+    "attention_view",
+    "grid_labels",
+    "sweep_map",
+    "token_labels",
+]
