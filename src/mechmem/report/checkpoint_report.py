@@ -1,4 +1,4 @@
-"""The circuit report of one saved checkpoint: what `analyses/report.py` and the demo both write.
+"""The circuit report of one saved checkpoint: what `mechmem report` and the demo both write.
 
 `report_checkpoint` adds the checkpoint's provenance (path, task, model class, library versions, seed and
 sample count) to the report's metadata, reads the run directory's step checkpoints for the training-dynamics

@@ -19,7 +19,7 @@ from mechmem.report.document import Section, Table
 
 PORT_OFFSET = {"q": -0.3, "k": 0.0, "v": 0.3, "in": 0.0}
 N_PROMPTS = 64
-"""Prompts of the report's pair (the exact scores run one batched variant per edge); analyses/circuit.py's
+"""Prompts of the report's pair (the exact scores run one batched variant per edge); mechmem circuit's
 default --n-samples, so both measure the same prompts for the same seed (`circuit_prompts`)."""
 
 

@@ -1,8 +1,8 @@
 """The report's training-dynamics section: how the circuit formed over the run's step checkpoints.
 
-When the checkpoint's run directory holds `checkpoints/step_N.pt` (`analyses/train.py --save-every N`), the
+When the checkpoint's run directory holds `checkpoints/step_N.pt` (`mechmem train --save-every N`), the
 section runs `mechmem.analysis.dynamics.run_dynamics` on them with the script's defaults (so
-`analyses/dynamics.py RUN_DIR --seed S` prints the same numbers), adding the role classifier when the task
+`mechmem dynamics RUN_DIR --seed S` prints the same numbers), adding the role classifier when the task
 names task roles (e.g. the permutation task's recall), and shows the curves and the order of events. Without
 step checkpoints it is skipped with the reason.
 """
@@ -19,7 +19,7 @@ from mechmem.errors import MechmemError, one_line
 from mechmem.report.document import Section, Table
 
 DYNAMICS_SAMPLES = 128
-"""Evaluation sequences per step (the default of analyses/dynamics.py)."""
+"""Evaluation sequences per step (the default of mechmem dynamics)."""
 
 
 def dynamics_quantities(task: Any) -> tuple[str, ...]:

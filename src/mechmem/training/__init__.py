@@ -1,7 +1,7 @@
 """One training loop for every task: `train` (in `trainer.py`).
 
 Every model that learns from a task's stream of batches trains here, whichever paper it belongs to (the
-permutation runs, every birth experiment, the demo, `analyses/train.py`): a paper plugs in what differs
+permutation runs, every birth experiment, the demo, `mechmem train`): a paper plugs in what differs
 through its `Task` (batches, loss, metrics, evaluation) and its `TrainConfig` (optimiser, schedule, held
 parameters via `frozen_until`), never through a loop of its own.
 

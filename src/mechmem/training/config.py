@@ -72,4 +72,4 @@ class Preset:
     train: TrainConfig
     """Training config."""
     description: str = ""
-    """What this preset is for (shown by `analyses/train.py --list`)."""
+    """What this preset is for (shown by `mechmem train --list`)."""

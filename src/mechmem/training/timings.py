@@ -1,6 +1,6 @@
 """How long each training preset took when it was measured (`benchmarks/preset_times.py`).
 
-`analyses/train.py --list` shows these times beside each preset instead of a guess. The file
+`mechmem train --list` shows these times beside each preset instead of a guess. The file
 `preset_times.json` (beside this module) records, per "task/preset", the steps, the seconds, how they were
 obtained (a full run, or an extrapolation from a stated number of measured steps) and the machine's load, plus
 the command and the machine of the whole measurement. A preset added since has no time ("not measured").
@@ -49,7 +49,7 @@ def time_here(task: str, preset: str, steps: int, device: str = "cpu") -> float:
 
 
 def preset_rows(task: str | None = None, *, device: str = "cpu") -> tuple[list[tuple], list[str], str]:
-    """`analyses/train.py --list [TASK]`: (rows, headers, a note). Each preset with its steps, its recorded
+    """`mechmem train --list [TASK]`: (rows, headers, a note). Each preset with its steps, its recorded
     time (`recorded_times`) and description; with `task`, also its time here (`time_here`)."""
     from mechmem.progress import format_seconds, working
     from mechmem.tasks import get_task_class, task_names

@@ -261,7 +261,7 @@ def circuit_pair(
 
 def circuit_prompts(model: torch.nn.Module, task: Any, n: int, seed: int) -> tuple[PatchingPair, str]:
     """The prompts of a circuit for `seed`: `circuit_pair` drawn from a generator seeded with `seed`. The
-    report's edge section and analyses/circuit.py both call this, so they measure the same prompts for the
+    report's edge section and mechmem circuit both call this, so they measure the same prompts for the
     same seed.
 
     Example:

@@ -1,6 +1,6 @@
 """Training dynamics: run the toolkit's analyses on every step checkpoint of a run, in step order.
 
-`analyses/train.py --save-every N` keeps `RUN_DIR/checkpoints/step_N.pt`. `run_dynamics(RUN_DIR)` loads them
+`mechmem train --save-every N` keeps `RUN_DIR/checkpoints/step_N.pt`. `run_dynamics(RUN_DIR)` loads them
 in step order (through `mechmem.checkpoint`, which never unpickles code: one model is built from the first and
 every later checkpoint's weights are loaded into it), measures named quantities on each, and returns a step x
 curve table with each quantity's definition and the rule its events are read with
@@ -72,8 +72,7 @@ def step_files(run_dir: str | Path) -> list[tuple[int, Path]]:
     found = [(int(m.group(1)), p) for p in step_checkpoints(run_dir) if (m := STEP_NAME.fullmatch(p.name))]
     if not found:
         raise MechmemError(
-            f"{run_dir}: no step checkpoints (checkpoints/step_N.pt); "
-            "train with analyses/train.py --save-every N"
+            f"{run_dir}: no step checkpoints (checkpoints/step_N.pt); train with mechmem train --save-every N"
         )
     if twice := sorted({s for s, _ in found if [t for t, _ in found].count(s) > 1}):
         raise MechmemError(

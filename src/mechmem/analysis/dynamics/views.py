@@ -1,5 +1,5 @@
 """Reading a `Dynamics` result: its events beside the trainer's own log (metrics.jsonl), the table
-`analyses/dynamics.py` prints, and the figure of one quantity's curves. The measurement is `dynamics`."""
+`mechmem dynamics` prints, and the figure of one quantity's curves. The measurement is `dynamics`."""
 
 from itertools import pairwise
 from pathlib import Path
@@ -55,7 +55,7 @@ def metrics_agreement(
 
 
 def dynamics_lines(result: Dynamics, run_dir: str | Path, matches: dict[str, str] | None = None) -> list[str]:
-    """What `analyses/dynamics.py` prints: the events in order, the cost, and (when the run directory holds
+    """What `mechmem dynamics` prints: the events in order, the cost, and (when the run directory holds
     metrics.jsonl) the same events read from the trainer's metrics, which are also kept in
     `result.info["metrics_agreement"]`."""
     events = event_order(result.events)

@@ -1,4 +1,4 @@
-"""What `analyses/patch.py` prints and writes, as library functions: run the sweeps by a chosen method (exact
+"""What `mechmem patch` prints and writes, as library functions: run the sweeps by a chosen method (exact
 activation patching or attribution patching), summarise the largest effect per sweep, and build the JSON
 record."""
 
@@ -97,7 +97,7 @@ def patch_checkpoint(
     direction: str = "denoising",
     memory_mb: float = 256.0,
 ) -> tuple[dict[str, PatchingResult], dict[str, Any]] | str:
-    """`analyses/patch.py`'s work: the sweeps (`run_method`) on `n` pairs of the checkpoint's task drawn from
+    """`mechmem patch`'s work: the sweeps (`run_method`) on `n` pairs of the checkpoint's task drawn from
     `seed`, and their `patching_record`; the reason as a string when the task defines no pairs."""
     try:
         pair = ckpt.task.patching_pair(n, generator=torch.Generator().manual_seed(seed))
@@ -111,7 +111,7 @@ def patch_checkpoint(
 def patching_lines(
     results: dict[str, PatchingResult], *, task: str, method: str, direction: str, n: int
 ) -> list[str]:
-    """What `analyses/patch.py` prints: the unpatched metrics, the attribution notes, the largest effect per
+    """What `mechmem patch` prints: the unpatched metrics, the attribution notes, the largest effect per
     sweep and, for each 2-D sweep of at most 16 columns, its table."""
     first = next(iter(results.values()))
     lines = [
