@@ -85,6 +85,27 @@ def _file_mode() -> int:
     return 0o666 & ~_umask()
 
 
+def open_nofollow(path: str | os.PathLike, flags: int = os.O_RDONLY) -> int:
+    """`os.open` that never follows a link at `path` (O_NOFOLLOW; a dangling link too): the one way mechmem
+    opens a file in place (the lock, the metrics log). A link there is a one-line `MechmemError`."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, _file_mode())
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise MechmemError(f"{path} is a symbolic link; refusing to follow it (remove it)") from None
+        raise
+
+
+def open_in_place(path: str | os.PathLike, mode: str = "r") -> IO[str]:
+    """A text file opened with `open_nofollow`: mode "r" (read), "a" (append, created if missing) or "w"
+    (truncate or create)."""
+    flags = {"r": os.O_RDONLY, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND, "w": os.O_WRONLY | os.O_CREAT}
+    fd = open_nofollow(path, flags[mode])
+    if mode == "w":
+        os.ftruncate(fd, 0)
+    return os.fdopen(fd, mode, encoding="utf-8")
+
+
 def refuse_linked_folder(folder: Path, root: Path) -> None:
     """Raise `MechmemError` when a folder below `root`, down to `folder`, is a link (`root` itself may be)."""
     folder, root = Path(folder), Path(root)
@@ -138,21 +159,29 @@ def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path
 
 @contextmanager
 def deferred_interrupts() -> Iterator[None]:
-    """Hold SIGINT back while the block runs (a few renames), then deliver it; off the main thread, no-op."""
+    """Hold SIGINT and SIGTERM back while the block runs (a few renames), then deliver the first one; off the
+    main thread, no-op."""
     got: list[Any] = []
+    previous: dict[int, Any] = {}
     try:
-        previous = signal.signal(signal.SIGINT, lambda *a: got.append(a))
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *a: got.append(a))
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if got and callable(previous):
-            previous(*got[0])
-        elif got and previous == signal.SIG_DFL:
-            raise KeyboardInterrupt
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if got:
+            sig, handler = got[0][0], previous[got[0][0]]
+            if callable(handler):
+                handler(*got[0])
+            elif handler == signal.SIG_DFL and sig == signal.SIGINT:
+                raise KeyboardInterrupt
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), sig)
 
 
 class OutputSet:
@@ -265,7 +294,7 @@ def output_dir(out: str | os.PathLike, *, lock: bool = True) -> Iterator[Path]:
 def _locked(out: Path) -> Iterator[None]:
     path = out / LOCK
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, _file_mode())
+        fd = open_nofollow(path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -275,7 +304,7 @@ def _locked(out: Path) -> Iterator[None]:
                 f"{out} is being written by another process (pid {holder}); wait or use another --out"
             ) from None
         try:  # the holder before us may have removed the file after we opened it: lock the file at the path
-            same = os.path.samestat(os.fstat(fd), os.stat(path))
+            same = os.path.samestat(os.fstat(fd), os.lstat(path))
         except FileNotFoundError:
             same = False
         if same:
