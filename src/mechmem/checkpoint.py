@@ -98,6 +98,8 @@ def _check_bounds(path: Path, payload: dict[str, Any], file_bytes: int) -> None:
                     f"{path}: field {name} holds more than {max_items} elements (the limit for {name})"
                 )
             if isinstance(item, torch.Tensor):
+                if item.layout != torch.strided:
+                    raise CheckpointError(f"{path}: a tensor in {name} is {item.layout}, not a dense tensor")
                 need = item.numel() * item.element_size()
                 if need > item.untyped_storage().nbytes():
                     raise CheckpointError(
@@ -123,6 +125,62 @@ def _check_bounds(path: Path, payload: dict[str, Any], file_bytes: int) -> None:
     if tensor_bytes > 2 * file_bytes + 2**20:
         raise CheckpointError(
             f"{path}: its tensors claim {tensor_bytes} bytes, more than twice the file's {file_bytes} bytes"
+        )
+
+
+WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+"""The dtypes a weight may have; integer, bool or complex weights are refused, never cast."""
+
+
+def _check_state_dict(path: Path, state: Any) -> None:
+    """Raise `CheckpointError` unless `state` maps weight names (strings) to dense floating-point tensors."""
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: state_dict is not a mapping of tensors")
+    for name, tensor in state.items():
+        if not isinstance(name, str):
+            raise CheckpointError(f"{path}: state_dict has a key {name!r} that is not a weight name")
+        if not isinstance(tensor, torch.Tensor):
+            raise CheckpointError(f"{path}: state_dict[{name!r}] is not a tensor")
+        if tensor.dtype not in WEIGHT_DTYPES:
+            raise CheckpointError(
+                f"{path}: weight {name} is {str(tensor.dtype).removeprefix('torch.')}, not floating point "
+                "(refused rather than cast)"
+            )
+
+
+MAX_BUFFER_BYTES = 2**30
+"""Most bytes a checkpoint's model may allocate beyond its stored weights (masks, rotary tables: 1 GiB)."""
+
+
+def check_declared_sizes(path: Path, skeleton: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Compare the sizes a model config declares with the stored weights before any memory is allocated.
+
+    `skeleton` is the model built on the meta device (shapes, no storage): every weight must be stored with
+    its shape, and its buffers (attention masks, rotary tables, sized by n_ctx) may take at most
+    `MAX_BUFFER_BYTES`. Raises `CheckpointError` naming the first weight that differs.
+    """
+    from mechmem.models.adapter import canonical_state_dict, is_hooked_transformer
+    from mechmem.models.layout import canonical_weights
+
+    expected = canonical_state_dict(skeleton)
+    if is_hooked_transformer(skeleton):
+        state = canonical_weights(state)
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        what = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
+        raise CheckpointError(f"{path}: weights do not match the model config ({what})")
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise CheckpointError(
+                f"{path}: {name} has shape {tuple(tensor.shape)}, "
+                f"config expects {tuple(expected[name].shape)}"
+            )
+    buffers = sum(b.numel() * b.element_size() for b in skeleton.buffers())
+    if buffers > MAX_BUFFER_BYTES:
+        raise CheckpointError(
+            f"{path}: its model config declares {buffers} bytes of buffers (attention masks, rotary tables), "
+            f"more than {MAX_BUFFER_BYTES}; n_ctx is probably too large"
         )
 
 
@@ -244,7 +302,7 @@ def save_checkpoint(
         'repeats'
     """
     from mechmem.io import strict_json
-    from mechmem.models.adapter import canonical_state_dict
+    from mechmem.models.adapter import canonical_state_dict, check_portable_weights
     from mechmem.tasks import build_task, get_task_class
 
     def as_dict(cfg: Any) -> dict[str, Any]:
@@ -256,6 +314,7 @@ def save_checkpoint(
         from mechmem.models.registry import model_config_from_dict
 
         model_config = model_config_from_dict(model_config)
+    check_portable_weights(model_config, canonical_state_dict(model))
     check_model_matches_config(model, model_config)
     get_task_class(task_name).check_config_fits(task_config, model)
     task = build_task(task_name, task_config)
@@ -331,6 +390,10 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{path}: file is empty")
     if size > MAX_FILE_BYTES:
         raise CheckpointError(f"{path}: {size} bytes, more than the {MAX_FILE_BYTES} a checkpoint may have")
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if not head.startswith((b"PK\x03\x04", b"\x80")):  # a zip archive (torch.save) or a legacy pickle
+        raise CheckpointError(f"{path}: not a checkpoint (not a file torch.save writes; it begins {head!r})")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -361,9 +424,7 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
     if unknown:
         raise CheckpointError(f"{path}: unknown field(s) {', '.join(map(str, unknown[:5]))}")
     _check_bounds(path, payload, size)
-    state = payload["state_dict"]
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{path}: state_dict is not a mapping of tensors")
+    _check_state_dict(path, payload["state_dict"])
     try:
         digest = payload_digest(payload)
     except (TypeError, ValueError, AttributeError, RuntimeError) as exc:
@@ -389,7 +450,6 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     """
     from mechmem.errors import one_line
     from mechmem.models.adapter import (
-        canonical_state_dict,
         is_hooked_transformer,
         load_canonical_state_dict,
         move_model,
@@ -404,26 +464,21 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
         path = path / "ckpt.pt"
     try:
         model_config = model_config_from_dict(payload["model_config"])
-        model = build_model(model_config, generator=torch.Generator().manual_seed(0))
+        with torch.device("meta"):  # shapes only: the declared sizes are checked before anything is allocated
+            skeleton = build_model(model_config, generator=torch.Generator().manual_seed(0))
     except Exception as exc:  # noqa: BLE001 - a config that passes the digest but builds no model: bad file
+        raise CheckpointError(f"{path}: bad model config ({one_line(exc)})") from None
+    check_declared_sizes(path, skeleton, payload["state_dict"])
+    del skeleton
+    try:
+        model = build_model(model_config, generator=torch.Generator().manual_seed(0))
+    except Exception as exc:  # noqa: BLE001 - as above, for what only a real build finds
         raise CheckpointError(f"{path}: bad model config ({one_line(exc)})") from None
     # Weights are stored in the canonical layout (HookedTransformer's names), whichever TransformerLens wrote
     # them; older files also carry HookedTransformer's buffers, which are not weights.
-    expected = canonical_state_dict(model)
     state = payload["state_dict"]
     if is_hooked_transformer(model):
         state = canonical_weights(state)
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        what = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
-        raise CheckpointError(f"{path}: weights do not match the model config ({what})")
-    for name, tensor in state.items():
-        if tuple(tensor.shape) != tuple(expected[name].shape):
-            raise CheckpointError(
-                f"{path}: {name} has shape {tuple(tensor.shape)}, "
-                f"config expects {tuple(expected[name].shape)}"
-            )
     try:
         load_canonical_state_dict(model, state)
     except MechmemError as exc:
