@@ -27,6 +27,7 @@ import math
 import os
 import shutil
 import signal
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -86,14 +87,19 @@ def _file_mode() -> int:
 
 
 def open_nofollow(path: str | os.PathLike, flags: int = os.O_RDONLY) -> int:
-    """`os.open` that never follows a link at `path` (O_NOFOLLOW; a dangling link too): the one way mechmem
-    opens a file in place (the lock, the metrics log). A link there is a one-line `MechmemError`."""
+    """`os.open` that never follows a link at `path` (O_NOFOLLOW; a dangling link too) and opens only a plain
+    file (a FIFO or device there is refused, never waited on): the one way mechmem opens a file in place (the
+    lock, the metrics log). Either is a one-line `MechmemError`."""
     try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, _file_mode())
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, _file_mode())
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise MechmemError(f"{path} is a symbolic link; refusing to follow it (remove it)") from None
         raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise MechmemError(f"{path} is not a plain file (a FIFO, device or socket); remove it first")
+    return fd
 
 
 def open_in_place(path: str | os.PathLike, mode: str = "r") -> IO[str]:
@@ -310,6 +316,9 @@ def _locked(out: Path) -> Iterator[None]:
         if same:
             break
         os.close(fd)
+    if os.fstat(fd).st_nlink != 1:  # a hard link to another file would carry our pid there
+        os.close(fd)
+        raise MechmemError(f"{path} is a hard link to another file; refusing to write it (remove it first)")
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
