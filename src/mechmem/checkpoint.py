@@ -148,6 +148,29 @@ def _check_state_dict(path: Path, state: Any) -> None:
             )
 
 
+STORED_SIZES = (
+    "n_layers", "d_model", "n_heads", "d_vocab", "d_head", "d_mlp", "d_vocab_out", "n_key_value_heads",
+    "rotary_dim", "window_size",
+)  # fmt: skip
+"""Model-config sizes that no stored weight can be smaller than (the context length n_ctx is not among them:
+a rotary model stores no weight sized by it; its buffers are bounded by `check_declared_sizes`)."""
+
+
+def _check_sizes_fit_weights(path: Path, model_config: Any, state: dict[str, torch.Tensor]) -> None:
+    """Refuse a config size larger than all the numbers the file stores, before any model (even on the meta
+    device, whose build still loops over layers and heads) is built."""
+    if not isinstance(model_config, dict):
+        return
+    stored = sum(t.numel() for t in state.values())
+    for name in STORED_SIZES:
+        value = model_config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > stored:
+            raise CheckpointError(
+                f"{path}: model config declares {name} {value}, more than the {stored} numbers its weights "
+                "hold"
+            )
+
+
 MAX_BUFFER_BYTES = 2**30
 """Most bytes a checkpoint's model may allocate beyond its stored weights (masks, rotary tables: 1 GiB)."""
 
@@ -393,7 +416,9 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
     with open(path, "rb") as fh:
         head = fh.read(4)
     if not head.startswith((b"PK\x03\x04", b"\x80")):  # a zip archive (torch.save) or a legacy pickle
-        raise CheckpointError(f"{path}: not a checkpoint (not a file torch.save writes; it begins {head!r})")
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint (not a file torch.save writes; it begins {head!r})"
+        )
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -462,6 +487,7 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     payload = read_payload(path)
     if path.is_dir():
         path = path / "ckpt.pt"
+    _check_sizes_fit_weights(path, payload["model_config"], payload["state_dict"])
     try:
         model_config = model_config_from_dict(payload["model_config"])
         with torch.device("meta"):  # shapes only: the declared sizes are checked before anything is allocated
