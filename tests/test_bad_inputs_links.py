@@ -384,3 +384,21 @@ def test_metrics_records_are_validated_by_the_one_reader(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": -1}\n')
     with pytest.raises(MechmemError, match="line 1 has no integer step"):
         read_metrics(tmp_path)
+
+
+def test_a_hugging_face_folder_without_a_tokenizer_loads(tmp_path, capsys):
+    """A tiny model needs no tokenizer (mechmem feeds token ids): a folder of config and weights is enough."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)  # transformers initialises from the global RNG; tests only
+    config = LlamaConfig(
+        vocab_size=40, max_position_embeddings=24, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=64,
+    )  # fmt: skip
+    folder = tmp_path / "tiny-llama"
+    LlamaForCausalLM(config).eval().save_pretrained(folder)
+    out = tmp_path / "out"
+    argv = ["--hf", str(folder), "--out", str(out), "--n-samples", "8"]
+    status, err, _, _ = run_case("detect_heads", argv, capsys, out)
+    assert status == 0 and "error" not in err, err
+    assert (out / "detect_heads.json").exists()

@@ -730,7 +730,9 @@ def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") ->
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if BACKEND == "bridge":
-                model = TransformerBridge.boot_transformers(source, device=str(device), dtype=torch.float32)
+                model = TransformerBridge.boot_transformers(
+                    source, device=str(device), dtype=torch.float32, tokenizer=_placeholder_tokenizer(local)
+                )
                 model.enable_compatibility_mode(disable_warnings=True, no_processing=True)
             else:
                 model = _hooked_from_pretrained(source, device)
@@ -743,6 +745,34 @@ def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") ->
             f"({type(exc).__name__}: {first[:200]})"
         ) from None
     return model.eval()
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+"""Files of which a save_pretrained folder holding a tokenizer has at least one."""
+
+
+def _placeholder_tokenizer(folder: Any) -> Any:
+    """For a local folder without a tokenizer (a tiny model needs none: mechmem feeds token ids), a word-level
+    tokenizer naming each id of the config's vocabulary (`t0`, `t1`, ...); None otherwise (the model's own
+    tokenizer is loaded)."""
+    import json
+
+    if not folder.is_dir() or any((folder / name).exists() for name in TOKENIZER_FILES):
+        return None
+    try:
+        vocab_size = json.loads((folder / "config.json").read_text()).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(vocab_size, int) or not 1 <= vocab_size <= 10**7:
+        return None
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"t{i}": i for i in range(vocab_size)}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="t0")), unk_token="t0"
+    )
 
 
 def _hooked_from_pretrained(source: str, device: str | torch.device) -> nn.Module:
