@@ -15,13 +15,14 @@ it (`load_checkpoint`, `read_metrics`, `output_dir`, `OutputSet`, `train`), and 
     ok                a legitimate input that works (a control)
 
 Families: hostile model configs (every size field and setting with impossible values), hostile run logs,
-files that are not checkpoints, planted links, hard links and special files in output folders, and runs into
-hostile run directories.
+files that are not checkpoints, planted links, hard links and special files in output folders, and Hugging
+Face folders with missing or hostile files.
 """
 
 import argparse
 import contextlib
 import io
+import json
 import os
 import signal
 import sys
@@ -279,6 +280,56 @@ OUT_KINDS = (
 LEGITIMATE |= {"lock stale file", "output file a link", "output file a hard link", "output subfolder a link"}
 
 
+# -- Hugging Face folders with missing or hostile files ------------------------------------------------------
+def hf_case(folder: Path, kind: str) -> Callable[[], object]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mechmem.models.adapter import load_pretrained
+
+    hf = folder / "tiny"
+    torch.manual_seed(0)  # transformers initialises from the global RNG
+    config = LlamaConfig(
+        vocab_size=40, max_position_embeddings=24, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=64,
+    )  # fmt: skip
+    with contextlib.redirect_stderr(io.StringIO()):
+        LlamaForCausalLM(config).save_pretrained(hf)
+    weights = hf / "model.safetensors"
+    if kind == "hf no config.json":
+        (hf / "config.json").unlink()
+    elif kind == "hf config.json not JSON":
+        (hf / "config.json").write_text("{not json")
+    elif kind == "hf config.json a list":
+        (hf / "config.json").write_text("[1]")
+    elif kind == "hf unknown model_type":
+        (hf / "config.json").write_text(json.dumps({"model_type": "nonsense", "vocab_size": 40}))
+    elif kind == "hf weights missing":
+        weights.unlink()
+    elif kind == "hf weights truncated":
+        weights.write_bytes(weights.read_bytes()[:100])
+    elif kind == "hf tokenizer.json garbage":
+        (hf / "tokenizer.json").write_text("garbage")
+    elif kind == "hf config a link outside":
+        (folder.parent / "outside" / "config.json").write_bytes((hf / "config.json").read_bytes())
+        (hf / "config.json").unlink()
+        (hf / "config.json").symlink_to(folder.parent / "outside" / "config.json")
+    return lambda: load_pretrained(str(hf))
+
+
+HF_KINDS = (
+    "hf no tokenizer",
+    "hf no config.json",
+    "hf config.json not JSON",
+    "hf config.json a list",
+    "hf unknown model_type",
+    "hf weights missing",
+    "hf weights truncated",
+    "hf tokenizer.json garbage",
+    "hf config a link outside",
+)
+LEGITIMATE |= {"hf no tokenizer", "hf config a link outside"}  # read, never written: a user's own layout
+
+
 def classify(kind: str, outcome: str, changed_outside: bool) -> str:
     if changed_outside:
         return "outside"
@@ -304,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     cases += [(k, lambda f, line=line: log_case(f, line)) for k, line in LINES.items()]
     cases += [(f"log a {k}", lambda f, k=k: log_special(f, k)) for k in ("fifo", "link")]
     cases += [(k, lambda f, k=k: out_case(f / "out", f.parent / "outside", k)) for k in OUT_KINDS]
+    cases += [(k, lambda f, k=k: hf_case(f, k)) for k in HF_KINDS]
     for n, (kind, make) in enumerate(cases):
         if args.only not in kind:
             continue
