@@ -167,8 +167,10 @@ MAX_MEMORY_MB = 2**30
 def memory_mb(text: str) -> float:
     """A memory budget in MB: a finite number in [1, `MAX_MEMORY_MB`]."""
     value = _parse(float, text, "a number")
-    if not (math.isfinite(value) and 1 <= value <= MAX_MEMORY_MB):
-        raise argparse.ArgumentTypeError(f"{text} must be a number of MB in [1, {MAX_MEMORY_MB}]")
+    if not (math.isfinite(value) and value >= 1):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number of MB >= 1")
+    if value > MAX_MEMORY_MB:
+        raise argparse.ArgumentTypeError(f"{text} MB is more than the {MAX_MEMORY_MB} MB a budget may be")
     return value
 
 
