@@ -207,6 +207,29 @@ def check_declared_sizes(path: Path, skeleton: torch.nn.Module, state: dict[str,
         )
 
 
+def _meta_model(model_config: Any) -> torch.nn.Module | None:
+    """The model of `model_config` built on the meta device (shapes, no storage), or None when this
+    architecture cannot be built there (an initialisation that reads a value, such as a gated MLP's)."""
+    from mechmem.models.registry import build_model
+
+    try:
+        with torch.device("meta"):
+            return build_model(model_config, generator=torch.Generator().manual_seed(0))
+    except Exception:  # noqa: BLE001 - the real build reports a bad config; this is only a first look
+        return None
+
+
+def _check_context_fits(path: Path, model_config: Any) -> None:
+    """Without a meta-device model: refuse a context whose causal masks (n_ctx**2 bytes a layer) would pass
+    `MAX_BUFFER_BYTES`."""
+    n_ctx, layers = model_config.get("n_ctx"), model_config.get("n_layers")
+    if isinstance(n_ctx, int) and isinstance(layers, int) and n_ctx * n_ctx * layers > MAX_BUFFER_BYTES:
+        raise CheckpointError(
+            f"{path}: its model config declares n_ctx {n_ctx}, whose attention masks would take more than "
+            f"{MAX_BUFFER_BYTES} bytes"
+        )
+
+
 def _feed(h: Any, obj: Any) -> None:
     """Hash any plain-data value: tensors by dtype, shape and bytes; containers in a fixed key order."""
     if isinstance(obj, torch.Tensor):
@@ -490,16 +513,20 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     _check_sizes_fit_weights(path, payload["model_config"], payload["state_dict"])
     try:
         model_config = model_config_from_dict(payload["model_config"])
-        with torch.device("meta"):  # shapes only: the declared sizes are checked before anything is allocated
-            skeleton = build_model(model_config, generator=torch.Generator().manual_seed(0))
     except Exception as exc:  # noqa: BLE001 - a config that passes the digest but builds no model: bad file
         raise CheckpointError(f"{path}: bad model config ({one_line(exc)})") from None
-    check_declared_sizes(path, skeleton, payload["state_dict"])
-    del skeleton
+    skeleton = _meta_model(model_config)
+    if skeleton is not None:  # shapes only: the declared sizes are checked before anything is allocated
+        check_declared_sizes(path, skeleton, payload["state_dict"])
+    else:
+        _check_context_fits(path, payload["model_config"])
     try:
         model = build_model(model_config, generator=torch.Generator().manual_seed(0))
-    except Exception as exc:  # noqa: BLE001 - as above, for what only a real build finds
+    except Exception as exc:  # noqa: BLE001 - as above
         raise CheckpointError(f"{path}: bad model config ({one_line(exc)})") from None
+    if skeleton is None:
+        check_declared_sizes(path, model, payload["state_dict"])
+    del skeleton
     # Weights are stored in the canonical layout (HookedTransformer's names), whichever TransformerLens wrote
     # them; older files also carry HookedTransformer's buffers, which are not weights.
     state = payload["state_dict"]
