@@ -43,10 +43,22 @@ def run_dir(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def stepped_run(tmp_path_factory):
+    """The same run with step checkpoints (what `dynamics` reads beside metrics.jsonl)."""
+    out = tmp_path_factory.mktemp("run") / "R"
+    assert run_script(load_main("train"), [*TRAIN, "--save-every", "2", "--out", str(out)]) == 0
+    return out
+
+
 def copy_run(run: Path, dst: Path) -> Path:
     dst.mkdir(parents=True)
-    for path in run.iterdir():
-        (dst / path.name).write_bytes(path.read_bytes())
+    for path in run.rglob("*"):
+        target = dst / path.relative_to(run)
+        if path.is_dir():
+            target.mkdir()
+        else:
+            target.write_bytes(path.read_bytes())
     return dst
 
 
@@ -260,12 +272,13 @@ def test_resume_after_a_bad_metrics_line_is_one_line(case, run_dir, tmp_path, ca
 
 
 @pytest.mark.parametrize("case", ["nested_100k", "no_step"])
-def test_dynamics_on_a_bad_metrics_line_is_one_line(case, run_dir, tmp_path, capsys):
-    out = copy_run(run_dir, tmp_path / "R")
+def test_dynamics_on_a_bad_metrics_line_is_one_line(case, stepped_run, tmp_path, capsys):
+    out = copy_run(stepped_run, tmp_path / "R")
     with open(out / "metrics.jsonl", "a") as fh:
         fh.write(BAD_LINES[case] + "\n")
     status, err, _, _ = run_case("dynamics", [str(out), "--quantities", "loss"], capsys, out)
     one_line(status, err)
+    assert "metrics.jsonl: line" in err
 
 
 @pytest.mark.parametrize("step", ["abc", 10**12, -50, True])
