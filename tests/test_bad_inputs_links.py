@@ -210,9 +210,9 @@ BAD = {
     "int64_weight": (_dtype(torch.int64), "weight embed.W_E is int64, not floating point"),
     "bool_weight": (_dtype(torch.bool), "weight embed.W_E is bool, not floating point"),
     "complex_weight": (_dtype(torch.complex64), "weight embed.W_E is complex64, not floating point"),
-    "d_model_200000": (_set_config("d_model", 200_000), "config expects"),
+    "d_model_200000": (_set_config("d_model", 200_000), "declares d_model 200000, more than the"),
     "n_ctx_1e9": (_set_config("n_ctx", 10**9), "config expects"),
-    "d_vocab_out_1e9": (_set_config("d_vocab_out", 10**9), "config expects"),
+    "d_vocab_out_1e9": (_set_config("d_vocab_out", 10**9), "declares d_vocab_out 1000000000, more than"),
 }
 
 
