@@ -17,8 +17,8 @@ RFC 8259 JSON), and `mechmem.cli` re-exports the JSON writers for the scripts:
 Symbolic links: a rename replaces a link at the target path instead of writing through it, and a folder inside
 the output folder that is a link (`out/figures -> /elsewhere`) is refused or replaced; the output folder named
 by the user may itself be a link. A file opened in place (the lock, the trainer's metrics log) goes through
-`open_nofollow`: never through a link, only a plain file, and a lock never a hard link. Files get mode 0666 minus the umask (0644 usually), the mode of a plainly
-opened file.
+`open_nofollow`: never through a link, only a plain file, and a lock never a hard link. Files get mode 0666
+minus the umask (0644 usually), the mode of a plainly opened file.
 """
 
 import errno
