@@ -4,6 +4,8 @@ the disk or the clock cannot hold, malformed checkpoints and run logs, signals, 
 Each case runs a real script in-process (`run_script(main, argv)`; in a subprocess where a signal must arrive)
 and checks what a user sees: the exit status, one `error:` line, and that nothing outside the output folder
 changed (`test_bad_inputs.snapshot`).
+
+Long because it holds every listed case of the round, each a test that failed before its fix.
 """
 
 import errno
