@@ -98,6 +98,8 @@ def _check_bounds(path: Path, payload: dict[str, Any], file_bytes: int) -> None:
                     f"{path}: field {name} holds more than {max_items} elements (the limit for {name})"
                 )
             if isinstance(item, torch.Tensor):
+                if item.layout != torch.strided:
+                    raise CheckpointError(f"{path}: a tensor in {name} is {item.layout}, not a dense tensor")
                 need = item.numel() * item.element_size()
                 if need > item.untyped_storage().nbytes():
                     raise CheckpointError(
@@ -123,6 +125,108 @@ def _check_bounds(path: Path, payload: dict[str, Any], file_bytes: int) -> None:
     if tensor_bytes > 2 * file_bytes + 2**20:
         raise CheckpointError(
             f"{path}: its tensors claim {tensor_bytes} bytes, more than twice the file's {file_bytes} bytes"
+        )
+
+
+WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+"""The dtypes a weight may have; integer, bool or complex weights are refused, never cast."""
+
+
+def _check_state_dict(path: Path, state: Any) -> None:
+    """Raise `CheckpointError` unless `state` maps weight names (strings) to dense floating-point tensors."""
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: state_dict is not a mapping of tensors")
+    for name, tensor in state.items():
+        if not isinstance(name, str):
+            raise CheckpointError(f"{path}: state_dict has a key {name!r} that is not a weight name")
+        if not isinstance(tensor, torch.Tensor):
+            raise CheckpointError(f"{path}: state_dict[{name!r}] is not a tensor")
+        if tensor.dtype not in WEIGHT_DTYPES:
+            raise CheckpointError(
+                f"{path}: weight {name} is {str(tensor.dtype).removeprefix('torch.')}, not floating point "
+                "(refused rather than cast)"
+            )
+
+
+STORED_SIZES = (
+    "n_layers", "d_model", "n_heads", "d_vocab", "d_head", "d_mlp", "d_vocab_out", "n_key_value_heads",
+    "rotary_dim", "window_size",
+)  # fmt: skip
+"""Model-config sizes that no stored weight can be smaller than (the context length n_ctx is not among them:
+a rotary model stores no weight sized by it; its buffers are bounded by `check_declared_sizes`)."""
+
+
+def _check_sizes_fit_weights(path: Path, model_config: Any, state: dict[str, torch.Tensor]) -> None:
+    """Refuse a config size larger than all the numbers the file stores, before any model (even on the meta
+    device, whose build still loops over layers and heads) is built."""
+    if not isinstance(model_config, dict):
+        return
+    stored = sum(t.numel() for t in state.values())
+    for name in STORED_SIZES:
+        value = model_config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > stored:
+            raise CheckpointError(
+                f"{path}: model config declares {name} {value}, more than the {stored} numbers its weights "
+                "hold"
+            )
+
+
+MAX_BUFFER_BYTES = 2**30
+"""Most bytes a checkpoint's model may allocate beyond its stored weights (masks, rotary tables: 1 GiB)."""
+
+
+def check_declared_sizes(path: Path, skeleton: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Compare the sizes a model config declares with the stored weights before any memory is allocated.
+
+    `skeleton` is the model built on the meta device (shapes, no storage): every weight must be stored with
+    its shape, and its buffers (attention masks, rotary tables, sized by n_ctx) may take at most
+    `MAX_BUFFER_BYTES`. Raises `CheckpointError` naming the first weight that differs.
+    """
+    from mechmem.models.adapter import canonical_state_dict, is_hooked_transformer
+    from mechmem.models.layout import canonical_weights
+
+    expected = canonical_state_dict(skeleton)
+    if is_hooked_transformer(skeleton):
+        state = canonical_weights(state)
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        what = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
+        raise CheckpointError(f"{path}: weights do not match the model config ({what})")
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise CheckpointError(
+                f"{path}: {name} has shape {tuple(tensor.shape)}, "
+                f"config expects {tuple(expected[name].shape)}"
+            )
+    buffers = sum(b.numel() * b.element_size() for b in skeleton.buffers())
+    if buffers > MAX_BUFFER_BYTES:
+        raise CheckpointError(
+            f"{path}: its model config declares {buffers} bytes of buffers (attention masks, rotary tables), "
+            f"more than {MAX_BUFFER_BYTES}; n_ctx is probably too large"
+        )
+
+
+def _meta_model(model_config: Any) -> torch.nn.Module | None:
+    """The model of `model_config` built on the meta device (shapes, no storage), or None when this
+    architecture cannot be built there (an initialisation that reads a value, such as a gated MLP's)."""
+    from mechmem.models.registry import build_model
+
+    try:
+        with torch.device("meta"):
+            return build_model(model_config, generator=torch.Generator().manual_seed(0))
+    except Exception:  # noqa: BLE001 - the real build reports a bad config; this is only a first look
+        return None
+
+
+def _check_context_fits(path: Path, model_config: Any) -> None:
+    """Without a meta-device model: refuse a context whose causal masks (n_ctx**2 bytes a layer) would pass
+    `MAX_BUFFER_BYTES`."""
+    n_ctx, layers = model_config.get("n_ctx"), model_config.get("n_layers")
+    if isinstance(n_ctx, int) and isinstance(layers, int) and n_ctx * n_ctx * layers > MAX_BUFFER_BYTES:
+        raise CheckpointError(
+            f"{path}: its model config declares n_ctx {n_ctx}, whose attention masks would take more than "
+            f"{MAX_BUFFER_BYTES} bytes"
         )
 
 
@@ -244,7 +348,7 @@ def save_checkpoint(
         'repeats'
     """
     from mechmem.io import strict_json
-    from mechmem.models.adapter import canonical_state_dict
+    from mechmem.models.adapter import canonical_state_dict, check_portable_weights
     from mechmem.tasks import build_task, get_task_class
 
     def as_dict(cfg: Any) -> dict[str, Any]:
@@ -256,6 +360,7 @@ def save_checkpoint(
         from mechmem.models.registry import model_config_from_dict
 
         model_config = model_config_from_dict(model_config)
+    check_portable_weights(model_config, canonical_state_dict(model))
     check_model_matches_config(model, model_config)
     get_task_class(task_name).check_config_fits(task_config, model)
     task = build_task(task_name, task_config)
@@ -331,6 +436,12 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{path}: file is empty")
     if size > MAX_FILE_BYTES:
         raise CheckpointError(f"{path}: {size} bytes, more than the {MAX_FILE_BYTES} a checkpoint may have")
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if not head.startswith((b"PK\x03\x04", b"\x80")):  # a zip archive (torch.save) or a legacy pickle
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint (not a file torch.save writes; it begins {head!r})"
+        )
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -361,9 +472,7 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
     if unknown:
         raise CheckpointError(f"{path}: unknown field(s) {', '.join(map(str, unknown[:5]))}")
     _check_bounds(path, payload, size)
-    state = payload["state_dict"]
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{path}: state_dict is not a mapping of tensors")
+    _check_state_dict(path, payload["state_dict"])
     try:
         digest = payload_digest(payload)
     except (TypeError, ValueError, AttributeError, RuntimeError) as exc:
@@ -389,7 +498,6 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     """
     from mechmem.errors import one_line
     from mechmem.models.adapter import (
-        canonical_state_dict,
         is_hooked_transformer,
         load_canonical_state_dict,
         move_model,
@@ -402,28 +510,28 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     payload = read_payload(path)
     if path.is_dir():
         path = path / "ckpt.pt"
+    _check_sizes_fit_weights(path, payload["model_config"], payload["state_dict"])
     try:
         model_config = model_config_from_dict(payload["model_config"])
-        model = build_model(model_config, generator=torch.Generator().manual_seed(0))
     except Exception as exc:  # noqa: BLE001 - a config that passes the digest but builds no model: bad file
         raise CheckpointError(f"{path}: bad model config ({one_line(exc)})") from None
+    skeleton = _meta_model(model_config)
+    if skeleton is not None:  # shapes only: the declared sizes are checked before anything is allocated
+        check_declared_sizes(path, skeleton, payload["state_dict"])
+    else:
+        _check_context_fits(path, payload["model_config"])
+    try:
+        model = build_model(model_config, generator=torch.Generator().manual_seed(0))
+    except Exception as exc:  # noqa: BLE001 - as above
+        raise CheckpointError(f"{path}: bad model config ({one_line(exc)})") from None
+    if skeleton is None:
+        check_declared_sizes(path, model, payload["state_dict"])
+    del skeleton
     # Weights are stored in the canonical layout (HookedTransformer's names), whichever TransformerLens wrote
     # them; older files also carry HookedTransformer's buffers, which are not weights.
-    expected = canonical_state_dict(model)
     state = payload["state_dict"]
     if is_hooked_transformer(model):
         state = canonical_weights(state)
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        what = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
-        raise CheckpointError(f"{path}: weights do not match the model config ({what})")
-    for name, tensor in state.items():
-        if tuple(tensor.shape) != tuple(expected[name].shape):
-            raise CheckpointError(
-                f"{path}: {name} has shape {tuple(tensor.shape)}, "
-                f"config expects {tuple(expected[name].shape)}"
-            )
     try:
         load_canonical_state_dict(model, state)
     except MechmemError as exc:

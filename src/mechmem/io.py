@@ -16,8 +16,9 @@ RFC 8259 JSON), and `mechmem.cli` re-exports the JSON writers for the scripts:
 
 Symbolic links: a rename replaces a link at the target path instead of writing through it, and a folder inside
 the output folder that is a link (`out/figures -> /elsewhere`) is refused or replaced; the output folder named
-by the user may itself be a link. Files get mode 0666 minus the umask (0644 usually), the mode of a plainly
-opened file.
+by the user may itself be a link. A file opened in place (the lock, the trainer's metrics log) goes through
+`open_nofollow`: never through a link, only a plain file, and a lock never a hard link. Files get mode 0666
+minus the umask (0644 usually), the mode of a plainly opened file.
 """
 
 import errno
@@ -27,6 +28,7 @@ import math
 import os
 import shutil
 import signal
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -85,6 +87,32 @@ def _file_mode() -> int:
     return 0o666 & ~_umask()
 
 
+def open_nofollow(path: str | os.PathLike, flags: int = os.O_RDONLY) -> int:
+    """`os.open` that never follows a link at `path` (O_NOFOLLOW; a dangling link too) and opens only a plain
+    file (a FIFO or device there is refused, never waited on): the one way mechmem opens a file in place (the
+    lock, the metrics log). Either is a one-line `MechmemError`."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, _file_mode())
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise MechmemError(f"{path} is a symbolic link; refusing to follow it (remove it)") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise MechmemError(f"{path} is not a plain file (a FIFO, device or socket); remove it first")
+    return fd
+
+
+def open_in_place(path: str | os.PathLike, mode: str = "r") -> IO[str]:
+    """A text file opened with `open_nofollow`: mode "r" (read), "a" (append, created if missing) or "w"
+    (truncate or create)."""
+    flags = {"r": os.O_RDONLY, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND, "w": os.O_WRONLY | os.O_CREAT}
+    fd = open_nofollow(path, flags[mode])
+    if mode == "w":
+        os.ftruncate(fd, 0)
+    return os.fdopen(fd, mode, encoding="utf-8")
+
+
 def refuse_linked_folder(folder: Path, root: Path) -> None:
     """Raise `MechmemError` when a folder below `root`, down to `folder`, is a link (`root` itself may be)."""
     folder, root = Path(folder), Path(root)
@@ -138,21 +166,29 @@ def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path
 
 @contextmanager
 def deferred_interrupts() -> Iterator[None]:
-    """Hold SIGINT back while the block runs (a few renames), then deliver it; off the main thread, no-op."""
+    """Hold SIGINT and SIGTERM back while the block runs (a few renames), then deliver the first one; off the
+    main thread, no-op."""
     got: list[Any] = []
+    previous: dict[int, Any] = {}
     try:
-        previous = signal.signal(signal.SIGINT, lambda *a: got.append(a))
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *a: got.append(a))
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if got and callable(previous):
-            previous(*got[0])
-        elif got and previous == signal.SIG_DFL:
-            raise KeyboardInterrupt
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if got:
+            sig, handler = got[0][0], previous[got[0][0]]
+            if callable(handler):
+                handler(*got[0])
+            elif handler == signal.SIG_DFL and sig == signal.SIGINT:
+                raise KeyboardInterrupt
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), sig)
 
 
 class OutputSet:
@@ -265,7 +301,7 @@ def output_dir(out: str | os.PathLike, *, lock: bool = True) -> Iterator[Path]:
 def _locked(out: Path) -> Iterator[None]:
     path = out / LOCK
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, _file_mode())
+        fd = open_nofollow(path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -275,12 +311,15 @@ def _locked(out: Path) -> Iterator[None]:
                 f"{out} is being written by another process (pid {holder}); wait or use another --out"
             ) from None
         try:  # the holder before us may have removed the file after we opened it: lock the file at the path
-            same = os.path.samestat(os.fstat(fd), os.stat(path))
+            same = os.path.samestat(os.fstat(fd), os.lstat(path))
         except FileNotFoundError:
             same = False
         if same:
             break
         os.close(fd)
+    if os.fstat(fd).st_nlink != 1:  # a hard link to another file would carry our pid there
+        os.close(fd)
+        raise MechmemError(f"{path} is a hard link to another file; refusing to write it (remove it first)")
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

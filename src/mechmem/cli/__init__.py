@@ -33,6 +33,7 @@ from mechmem.cli.args import (
     positive_int,
     positive_int_list,
     seed_int,
+    thread_count,
 )
 from mechmem.cli.load import check_out_dir, load_for_analysis, load_source
 from mechmem.cli.output import figure_png, save_figure, skipped, write_outputs
@@ -71,6 +72,7 @@ __all__ = [
     "seed_int",
     "skipped",
     "strict_json",
+    "thread_count",
     "write_json",
     "write_outputs",
 ]

@@ -8,6 +8,7 @@ Nothing here imports torch: a script's parser, built from this module and from l
 
 import argparse
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -159,11 +160,28 @@ def add_nonfinite_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+MAX_MEMORY_MB = 2**30
+"""Largest memory budget a flag takes (2**30 MB, an exabyte): beyond it the sizes it sets overflow."""
+
+
 def memory_mb(text: str) -> float:
-    """A memory budget in MB: a finite number >= 1."""
+    """A memory budget in MB: a finite number in [1, `MAX_MEMORY_MB`]."""
     value = _parse(float, text, "a number")
     if not (math.isfinite(value) and value >= 1):
         raise argparse.ArgumentTypeError(f"{text} must be a finite number of MB >= 1")
+    if value > MAX_MEMORY_MB:
+        raise argparse.ArgumentTypeError(f"{text} MB is more than the {MAX_MEMORY_MB} MB a budget may be")
+    return value
+
+
+def thread_count(text: str) -> int:
+    """A number of CPU threads in [1, 4 x the CPUs here] (more only exhausts memory on thread stacks)."""
+    value = _parse(int, text, "an integer")
+    most = 4 * (os.cpu_count() or 1)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    if value > most:
+        raise argparse.ArgumentTypeError(f"{text} is outside [1, {most}] (4 x this machine's CPUs)")
     return value
 
 

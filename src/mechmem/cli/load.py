@@ -13,7 +13,10 @@ from mechmem.errors import MechmemError
 
 
 def check_out_dir(path: str | os.PathLike, *, flag: str = "--out") -> Path:
-    """Refuse an output directory that names a file or cannot be created/written; creates nothing."""
+    """Refuse an output directory that is empty text, names a file or cannot be created/written; creates
+    nothing."""
+    if not str(path).strip():
+        raise MechmemError(f"{flag} is empty; name a folder (leave {flag} out for the default)")
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise MechmemError(f"{flag} {path}: exists and is not a directory")
@@ -57,7 +60,7 @@ def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tupl
     n = getattr(args, "n_samples", None)
     if n is not None and n < min_samples:
         raise MechmemError(f"--n-samples must be at least {min_samples}, got {n}")
-    if args.out:
+    if args.out is not None:
         check_out_dir(args.out)
     # torch and TransformerLens are imported from here on, after every check the flags alone decide
     from mechmem.checkpoint import load_checkpoint
@@ -68,7 +71,7 @@ def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tupl
     for module in getattr(args, "task_module", None) or []:
         load_task_module(module)
     ckpt = load_source(args, device=resolve_device(args.device), load=load_checkpoint)
-    out = check_out_dir(args.out) if args.out else check_out_dir(ckpt.path.parent)
+    out = check_out_dir(args.out) if args.out is not None else check_out_dir(ckpt.path.parent)
     if n is not None:
         check_n_samples(n, ckpt.model, minimum=min_samples)
     check_finite_weights(ckpt.model, allow=getattr(args, "allow_nonfinite", False), what=str(ckpt.path))

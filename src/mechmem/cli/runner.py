@@ -3,10 +3,10 @@
 Every script has `def main(argv: list[str] | None = None) -> int` and ends with
 `raise SystemExit(run_script(main))`. Errors a user can cause (`MechmemError`, including `CheckpointError`,
 and command-line errors from `ArgumentParser`) become one `error: ...` line on stderr and exit status 2;
-errors of the machine (`OSError`: a full disk) exit 1 and an interrupt 130, also in one line; the output
-folder is left as it was. Run as a program, `run_script` also installs the interrupt hook, so a Ctrl-C while
-the interpreter shuts down or a late import runs is one line, not a traceback; a library call changes no
-global state.
+errors of the machine (`OSError`: a full disk) exit 1 and an interrupt (SIGINT or SIGTERM) 130, also in one
+line; the output folder is left as it was. Run as a program, `run_script` also installs the interrupt hook,
+so a Ctrl-C while the interpreter shuts down or a late import runs is one line, not a traceback; a library
+call changes no global state.
 """
 
 import os
@@ -31,6 +31,7 @@ def run_script(main: Callable[[list[str] | None], int | None], argv: list[str] |
     """
     if argv is None:
         install_interrupt_hook()
+        terminate_as_interrupt()
         use_file_backend_when_loaded()
     try:
         with _claimed_outputs():
@@ -47,6 +48,7 @@ def run_script(main: Callable[[list[str] | None], int | None], argv: list[str] |
     finally:
         if argv is None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def install_interrupt_hook() -> None:
@@ -63,6 +65,17 @@ def install_interrupt_hook() -> None:
 
     hook.mechmem_interrupt_hook = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+
+
+def terminate_as_interrupt() -> None:
+    """Treat SIGTERM (`kill PID`, a job scheduler's stop) as SIGINT: the script stops with one `error:
+    interrupted` line, exit 130, its lock removed and a folder it created gone (main thread only)."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
 
 
 def use_file_backend_when_loaded() -> None:

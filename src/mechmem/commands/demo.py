@@ -12,7 +12,7 @@ exists is not retrained unless --retrain. Ends by printing a summary table.
 import time
 from pathlib import Path
 
-from mechmem.cli import ArgumentParser, print_table
+from mechmem.cli import ArgumentParser, check_out_dir, print_table
 from mechmem.errors import MechmemError
 
 
@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1 or (args.steps is not None and args.steps < 1) or args.n_samples < 1:
         raise MechmemError("--jobs, --steps and --n-samples must be at least 1")
+    check_out_dir(args.out)
+    check_out_dir(args.reports, flag="--reports")
     from mechmem.report.demo import available, run_demo  # torch is imported from here on
 
     models = available()

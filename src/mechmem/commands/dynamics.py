@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     args = parser.parse_args(argv)
     quantities, levels = parse_quantities(args.quantities), parse_levels(args.level)
     matches = parse_pairs(args.match, "--match")
-    out = cli.check_out_dir(args.out or args.run_dir)
+    out = cli.check_out_dir(args.run_dir if args.out is None else args.out)
     # torch and TransformerLens are imported from here on, after every check the flags alone decide
     from mechmem.analysis import dynamics
     from mechmem.analysis.dynamics import views as dynamics_views

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue the identical run in --out")
     parser.add_argument("--overwrite", action="store_true", help="delete an old run in --out first")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--threads", type=cli.positive_int, help="torch CPU threads, >= 1")
+    parser.add_argument("--threads", type=cli.thread_count, help="torch CPU threads, >= 1")
     parser.add_argument("--list", action="store_true", help="list tasks and presets with their measured time")
     cli.add_task_module_arg(parser)
     args = parser.parse_args(argv)
@@ -37,7 +37,11 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         parser.error("TASK and --preset are required; --list shows them")
     if args.resume and args.overwrite:
         parser.error("--resume and --overwrite exclude each other")
-    out = None if args.list else str(cli.check_out_dir(args.out or f"runs/{args.task}-{args.preset}"))
+    out = (
+        None
+        if args.list
+        else str(cli.check_out_dir(args.out if args.out is not None else f"runs/{args.task}-{args.preset}"))
+    )
     # torch and TransformerLens are imported from here on, after every check the flags alone decide
     import torch
 

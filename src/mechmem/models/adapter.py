@@ -118,6 +118,10 @@ _ARCH_DEFAULTS: dict[str, Any] = {
 }
 
 
+OPTIONAL_SIZES = ("d_head", "d_mlp", "d_vocab_out", "rotary_dim", "n_key_value_heads", "window_size")
+"""Sizes a `TransformerConfig` may leave None (derived or unused); given, each is an integer >= 1."""
+
+
 @dataclass(frozen=True)
 class TransformerConfig(ConfigMixin):
     """A decoder-only transformer, built as a TransformerLens `HookedTransformer` or `TransformerBridge`."""
@@ -176,6 +180,12 @@ class TransformerConfig(ConfigMixin):
     def __post_init__(self) -> None:
         if self.arch != "transformer":
             raise ValueError(f"arch must be 'transformer', got {self.arch!r}")
+        for name in ("n_layers", "d_model", "n_heads", "d_vocab", "n_ctx", *OPTIONAL_SIZES):
+            value = getattr(self, name)
+            if value is None and name in OPTIONAL_SIZES:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.normalization_type not in NORMS:
             raise ValueError(f"normalization_type must be one of {NORMS}")
         if self.d_head is None and self.d_model % self.n_heads:
@@ -514,17 +524,24 @@ def _config_of(model: nn.Module) -> "TransformerConfig":
     return config if isinstance(config, TransformerConfig) else config_from_hooked_transformer(model)
 
 
+def check_portable_weights(config: Any, state: Mapping[str, Tensor]) -> None:
+    """Raise `MechmemError` unless both TransformerLens 3.9 and 4.x can load these canonical weights: a gated
+    MLP must have a zero b_in (TransformerLens 4's gated MLP has no input bias). `save_checkpoint` asks this
+    before writing, so a checkpoint either loads under both versions or is refused when written."""
+    if getattr(config, "gated_mlp", False) and getattr(config, "d_mlp", None) is not None:
+        b_in = [v for k, v in state.items() if k.endswith("mlp.b_in")]
+        if any(t.numel() and bool(t.abs().max() > 0) for t in b_in):
+            raise MechmemError(
+                "cannot keep this gated MLP: its b_in is not zero, and TransformerLens 4's gated MLP has no "
+                "input bias (fold b_in away or set it to zero first)"
+            )
+
+
 def load_canonical_state_dict(model: nn.Module, state: Mapping[str, Tensor]) -> None:
     """Load canonical weights (buffers of older files are ignored) into either backend's model."""
     if is_bridge(model):
         config = _config_of(model)
-        if config.gated_mlp and config.d_mlp is not None:
-            b_in = [v for k, v in state.items() if k.endswith("mlp.b_in")]
-            if any(bool(t.abs().max() > 0) for t in b_in):
-                raise MechmemError(
-                    f"TransformerLens {TL_VERSION} cannot load this gated MLP: its b_in is not zero "
-                    "(TransformerLens 4's gated MLP has no input bias)"
-                )
+        check_portable_weights(config, state)
         model.load_state_dict(layout.to_bridge(state, config), strict=True)
         return
     if is_hooked_transformer(model):
@@ -713,7 +730,9 @@ def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") ->
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if BACKEND == "bridge":
-                model = TransformerBridge.boot_transformers(source, device=str(device), dtype=torch.float32)
+                model = TransformerBridge.boot_transformers(
+                    source, device=str(device), dtype=torch.float32, tokenizer=_placeholder_tokenizer(local)
+                )
                 model.enable_compatibility_mode(disable_warnings=True, no_processing=True)
             else:
                 model = _hooked_from_pretrained(source, device)
@@ -726,6 +745,34 @@ def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") ->
             f"({type(exc).__name__}: {first[:200]})"
         ) from None
     return model.eval()
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+"""Files of which a save_pretrained folder holding a tokenizer has at least one."""
+
+
+def _placeholder_tokenizer(folder: Any) -> Any:
+    """For a local folder without a tokenizer (a tiny model needs none: mechmem feeds token ids), a word-level
+    tokenizer naming each id of the config's vocabulary (`t0`, `t1`, ...); None otherwise (the model's own
+    tokenizer is loaded)."""
+    import json
+
+    if not folder.is_dir() or any((folder / name).exists() for name in TOKENIZER_FILES):
+        return None
+    try:
+        vocab_size = json.loads((folder / "config.json").read_text()).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(vocab_size, int) or not 1 <= vocab_size <= 10**7:
+        return None
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"t{i}": i for i in range(vocab_size)}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="t0")), unk_token="t0"
+    )
 
 
 def _hooked_from_pretrained(source: str, device: str | torch.device) -> nn.Module:

@@ -66,6 +66,11 @@ def load_task_module(path: str | Path) -> None:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
+    except SystemExit as exc:  # the file ran sys.exit(): an import that did not finish, whatever its code
+        del sys.modules[name]
+        raise MechmemError(
+            f"--task-module {path}: import failed (it called sys.exit({exc.code!r}))"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - the user's code: report it in one line, not a traceback
         del sys.modules[name]
         raise MechmemError(f"--task-module {path}: import failed ({type(exc).__name__}: {exc})") from None

@@ -25,23 +25,51 @@ from typing import Any
 
 from mechmem.checkpoint import read_payload
 from mechmem.errors import CheckpointError, MechmemError
-from mechmem.io import output_dir
+from mechmem.io import open_in_place, output_dir, refuse_linked_folder
 
 METRICS = "metrics.jsonl"
 """The trainer's log in a run directory: one JSON object per evaluation, in step order."""
 RUN_FILES = ("ckpt.pt", "resume.pt", METRICS)
 
 
+MAX_METRICS_DEPTH = 32
+"""Deepest nesting of lists and objects in a metrics.jsonl record (deeper lines are refused unparsed)."""
+
+
 def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """The records of `run_dir/metrics.jsonl` in order (the one reader of the trainer's log).
 
-    A missing or unreadable file, or a line that is not JSON, is a one-line `MechmemError`.
+    Each line must be a JSON object with an integer "step" >= 0, nested at most `MAX_METRICS_DEPTH` deep. A
+    missing or unreadable file, a link, or a line that is anything else is a one-line `MechmemError` naming
+    the line.
     """
     path = Path(run_dir) / METRICS
     try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        with open_in_place(path) as fh:
+            lines = fh.read().splitlines()
     except (OSError, ValueError) as exc:
         raise MechmemError(f"{path}: not readable ({type(exc).__name__})") from None
+    return [_metrics_record(path, n, line) for n, line in enumerate(lines, 1) if line.strip()]
+
+
+def _metrics_record(path: Path, n: int, line: str) -> dict[str, Any]:
+    """One validated line of metrics.jsonl."""
+    depth = deepest = 0
+    for char in line:  # brackets inside strings only overcount, which errs on the side of refusing
+        depth += 1 if char in "[{" else -1 if char in "]}" else 0
+        deepest = max(deepest, depth)
+    if deepest > MAX_METRICS_DEPTH:
+        raise MechmemError(f"{path}: line {n} nests deeper than {MAX_METRICS_DEPTH} levels")
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        raise MechmemError(f"{path}: line {n} is not JSON ({exc.msg})") from None
+    if not isinstance(record, dict):
+        raise MechmemError(f"{path}: line {n} is a JSON {type(record).__name__}, not an object")
+    step = record.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise MechmemError(f"{path}: line {n} has no integer step >= 0 (step {step!r})")
+    return record
 
 
 def run_identity(model_config: Any, task_name: str, task_config: Any, train_config: Any) -> dict[str, Any]:
@@ -116,12 +144,20 @@ def run_lock(out: Path) -> Iterator[None]:
 
 
 def step_checkpoints(out: Path) -> list[Path]:
+    """The step checkpoints of the run in `out`; a `checkpoints` folder that is a link is refused (a run
+    never deletes or writes files through a folder it did not create)."""
+    refuse_linked_folder(out / "checkpoints", out)
     return sorted((out / "checkpoints").glob("step_*.pt"))
 
 
 def prepare_fresh(out: Path, *, overwrite: bool) -> None:
-    """Refuse a directory that holds a run's files; with `overwrite`, delete them first (other files stay)."""
-    existing = [out / name for name in RUN_FILES if (out / name).exists()] + step_checkpoints(out)
+    """Refuse a directory that holds a run's files; with `overwrite`, delete them first (other files stay).
+
+    The old files are first all renamed aside, and put back if any rename fails (an immutable file), so the
+    old run is either kept whole or gone whole.
+    """
+    existing = [out / name for name in RUN_FILES if (out / name).is_symlink() or (out / name).exists()]
+    existing += step_checkpoints(out)
     if not existing:
         return
     if not overwrite:
@@ -131,8 +167,21 @@ def prepare_fresh(out: Path, *, overwrite: bool) -> None:
         raise MechmemError(
             f"{out} already holds a run ({shown}); use --resume to continue it or --overwrite to replace it"
         )
-    for path in existing:
-        path.unlink(missing_ok=True)
+    moved: list[tuple[Path, Path]] = []
+    try:
+        for path in existing:
+            aside = path.with_name(f".{path.name}.{os.getpid()}.old")
+            os.replace(path, aside)
+            moved.append((path, aside))
+    except OSError as exc:
+        for path, aside in reversed(moved):
+            os.replace(aside, path)
+        raise MechmemError(
+            f"--overwrite: cannot remove {exc.filename or path} ({os.strerror(exc.errno or 0).lower()}); "
+            "the old run is left as it was"
+        ) from None
+    for _, aside in moved:
+        aside.unlink(missing_ok=True)
     if (out / "checkpoints").is_dir() and not any((out / "checkpoints").iterdir()):
         (out / "checkpoints").rmdir()
 
@@ -146,6 +195,7 @@ def find_resume_point(out: Path, identity: dict[str, Any]) -> tuple[Path, dict[s
         payload = read_payload(path)
         if payload.get("extra", {}).get("trainer") is None:
             continue
+        check_trainer_state(path, payload["extra"]["trainer"], payload["train_config"])
         diff = run_differences(payload, identity)
         if diff:
             raise MechmemError(
@@ -158,3 +208,13 @@ def find_resume_point(out: Path, identity: dict[str, Any]) -> tuple[Path, dict[s
     if best is None:
         raise MechmemError(f"--resume: no checkpoint with trainer state in {out}")
     return best
+
+
+def check_trainer_state(path: Path, state: Any, train_config: Any) -> None:
+    """Refuse trainer state that cannot continue a run: a step that is not an integer in [0, steps]."""
+    steps = train_config.get("steps") if isinstance(train_config, dict) else None
+    step = state.get("step") if isinstance(state, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool) or not isinstance(steps, int):
+        raise MechmemError(f"--resume: {path} holds no integer trainer step (step {step!r})")
+    if not 0 <= step <= steps:
+        raise MechmemError(f"--resume: {path} claims step {step}, outside the run's [0, {steps}]")

@@ -17,6 +17,8 @@ uninterrupted run exactly.
 
 import fnmatch
 import math
+import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +28,7 @@ import torch
 
 from mechmem.checkpoint import save_checkpoint
 from mechmem.errors import MechmemError, TrainingDiverged
-from mechmem.io import dumps
+from mechmem.io import atomic_write, dumps, open_in_place
 from mechmem.models.adapter import canonical_parameters, load_canonical_state_dict, move_model
 from mechmem.progress import Progress
 from mechmem.tasks.base import Task
@@ -133,7 +135,7 @@ def _truncate_metrics(out: Path, step: int) -> list[dict[str, Any]]:
     if not (out / METRICS).exists():
         return []
     kept = [rec for rec in read_metrics(out) if rec["step"] < step]
-    (out / METRICS).write_text("".join(dumps(rec) + "\n" for rec in kept))
+    atomic_write(out / METRICS, "".join(dumps(rec) + "\n" for rec in kept), root=out)
     return kept
 
 
@@ -184,6 +186,35 @@ def train(
             raise
 
 
+MAX_STEPS = 10**9
+"""Most optimiser steps a run may ask for (at a millisecond a step, eleven days): more cannot finish."""
+
+
+def check_run_fits(model: torch.nn.Module, cfg: TrainConfig, out: Path | None, *, progress: bool) -> None:
+    """Refuse a run the clock or the disk cannot hold, before its first step: more than `MAX_STEPS` steps, or
+    step checkpoints (`save_every`) that would need more than the free space of `out`; say what will be
+    written."""
+    if cfg.steps > MAX_STEPS:
+        raise MechmemError(f"--steps {cfg.steps} is more than the {MAX_STEPS} steps a run can finish")
+    if out is None or not cfg.save_every:
+        return
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    per_file = weights * (3 if cfg.optimizer != "sgd" else 2) + 2**16  # weights, optimiser state, fields
+    files = cfg.steps // cfg.save_every
+    need, free = files * per_file, shutil.disk_usage(out).free
+    if need > free:
+        raise MechmemError(
+            f"--save-every {cfg.save_every}: {files} step checkpoints of about {per_file / 2**20:.2f} MB "
+            f"need {need / 2**20:.0f} MB, more than the {free / 2**20:.0f} MB free in {out}"
+        )
+    if progress:
+        print(
+            f"will write {files} step checkpoints of about {per_file / 2**20:.2f} MB "
+            f"({need / 2**20:.1f} MB of {free / 2**20:.0f} MB free) to {out / 'checkpoints'}",
+            file=sys.stderr,
+        )
+
+
 def _train(
     model: torch.nn.Module,
     task: Task,
@@ -216,6 +247,7 @@ def _train(
         held.extend(hits)
         hold_steps.extend([until] * len(hits))
 
+    check_run_fits(model, cfg, out, progress=progress)
     start = 0
     recent: list[float] = []
     history: list[dict[str, Any]] = []
@@ -232,7 +264,8 @@ def _train(
         history = _truncate_metrics(out, start)
     elif out is not None:
         prepare_fresh(out, overwrite=overwrite)
-        (out / METRICS).write_text("")
+        with open_in_place(out / METRICS, "w"):
+            pass
 
     def checkpoint(path: Path, step: int, summary: dict[str, Any]) -> None:
         _check_finite(model, step - 1)
@@ -262,7 +295,7 @@ def _train(
         model.train()
         history.append(record)
         if out is not None:
-            with open(out / METRICS, "a") as fh:
+            with open_in_place(out / METRICS, "a") as fh:
                 fh.write(dumps(record) + "\n")
         return record
 

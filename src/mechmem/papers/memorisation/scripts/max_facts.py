@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         "--repeat", type=cli.nonnegative_int, default=0, help="repeat index r >= 0: seeds 11r..11r+10"
     )
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
-    p.add_argument("--threads", type=cli.positive_int, default=1, help="torch CPU threads, >= 1")
+    p.add_argument("--threads", type=cli.thread_count, default=1, help="torch CPU threads, >= 1")
     p.add_argument("--out", default=None, help="write the result (a CapacityResult) as JSON here")
     args = p.parse_args(argv)
     if args.out:

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--spot-n", type=cli.positive_int, nargs="*", default=[], help="fact counts at --spot-d"
     )
-    parser.add_argument("--threads", type=cli.positive_int, default=1, help="torch CPU threads, >= 1")
+    parser.add_argument("--threads", type=cli.thread_count, default=1, help="torch CPU threads, >= 1")
     parser.add_argument(
         "--executor", default="local", help="local (this process) or ray (one Ray task per search)"
     )

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1.0,
         help="ray + cuda: GPU share per cell (0.25: 4 per GPU)",
     )
-    p.add_argument("--threads", type=cli.positive_int, default=1, help="torch CPU threads, >= 1")
+    p.add_argument("--threads", type=cli.thread_count, default=1, help="torch CPU threads, >= 1")
     args = p.parse_args(argv)
     try:
         shard, n_shards = (int(x) for x in args.shard.split("/"))
