@@ -9,8 +9,8 @@ The residual stream is read at every stage, in order
 and decoded exactly as the model decodes its last residual: the final norm (if any), then the unembedding. The
 norm's statistics are recomputed from the residual at that stage (`model.ln_final` applied to it). Reusing the
 final layer's cached scale for every stage, as `ActivationCache.apply_ln_to_stack` does by default, mis-scales
-early stages whose norm differs from the final one (TransformerLens issue 1076 (its GitHub tracker)). The last stage
-therefore equals the model's logits exactly (tested).
+early stages whose norm differs from the final one (a TransformerLens behaviour reported on its GitHub
+tracker). The last stage therefore equals the model's logits exactly (tested).
 
 Comparing resid_mid.L with resid_post.L isolates what block L's MLP adds to the answer (the pre/post-FFN
 comparison of the permutation paper): a target whose probability jumps between the two is written by the MLP.
