@@ -16,6 +16,8 @@ Caveats: the bootstrap describes the spread over draws of the same size from the
 model's variation over training seeds; with few units (< 20) percentile intervals are too narrow.
 """
 
+from typing import Any
+
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -76,6 +78,12 @@ def standard_error(values: Float[Tensor, "..."], dim: int = 0) -> Float[Tensor, 
     return values.std(dim) / n**0.5
 
 
+def normal_interval(mean: Any, stderr: Any, *, z: float = Z_95) -> tuple[Any, Any]:
+    """(lower, upper) = mean -+ z standard errors: the normal 95% interval of an estimate whose standard error
+    is known (floats or tensors, elementwise; a NaN standard error gives a NaN interval)."""
+    return mean - z * stderr, mean + z * stderr
+
+
 def normal_interval_from_moments(
     total: Tensor, total_sq: Tensor, n: Tensor, *, z: float = Z_95
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -110,6 +118,7 @@ __all__ = [
     "Z_95",
     "bootstrap_ratio",
     "combine",
+    "normal_interval",
     "normal_interval_from_moments",
     "standard_error",
     "verdict",

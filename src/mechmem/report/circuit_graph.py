@@ -13,7 +13,7 @@ from typing import Any
 
 from mechmem.analysis.circuits import ABLATION_TEXT, build_graph
 from mechmem.analysis.circuits.discovery import CONFIDENCE, Circuit, circuit_prompts, discover_circuit
-from mechmem.analysis.intervals import Z_95
+from mechmem.analysis.intervals import normal_interval
 from mechmem.errors import MechmemError
 from mechmem.report.document import Section, Table
 
@@ -121,8 +121,7 @@ def graph_view(circuit: Circuit, roles: dict[str, str]) -> dict[str, Any]:
     for row in circuit.to_dict()["edges"]:
         err = row["stderr"]
         known = not math.isnan(err) and bool(row["exact"])
-        row["lower"] = row["score"] - Z_95 * err if known else None
-        row["upper"] = row["score"] + Z_95 * err if known else None
+        row["lower"], row["upper"] = normal_interval(row["score"], err) if known else (None, None)
         edges.append(row)
     return {
         "nodes": nodes,

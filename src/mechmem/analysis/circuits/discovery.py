@@ -48,7 +48,7 @@ from torch import Tensor
 
 from mechmem.analysis.circuits.edges import EdgePatcher, Graph, circuit_intervals
 from mechmem.analysis.frames import short_repr
-from mechmem.analysis.intervals import Z_95, combine, standard_error, verdict
+from mechmem.analysis.intervals import combine, normal_interval, standard_error, verdict
 from mechmem.analysis.patching import PatchingResult
 from mechmem.analysis.patching.attribution import TRUST, agreement, judge
 from mechmem.tasks.base import PatchingPair
@@ -93,11 +93,12 @@ def edge_frame(
     estimate = (
         torch.full_like(scores, math.nan) if attribution is None else attribution.detach().float().cpu()
     )
+    lower, upper = normal_interval(scores, stderr)
     columns |= {
         "value": scores.numpy(),
         "stderr": stderr.numpy(),
-        "lower": (scores - Z_95 * stderr).numpy(),
-        "upper": (scores + Z_95 * stderr).numpy(),
+        "lower": lower.numpy(),
+        "upper": upper.numpy(),
         "exact": exact.cpu().numpy(),
         "attribution": estimate.numpy(),
     }
