@@ -16,6 +16,7 @@ Caveats: the bootstrap describes the spread over draws of the same size from the
 model's variation over training seeds; with few units (< 20) percentile intervals are too narrow.
 """
 
+import math
 from typing import Any
 
 import torch
@@ -84,6 +85,40 @@ def normal_interval(mean: Any, stderr: Any, *, z: float = Z_95) -> tuple[Any, An
     return mean - z * stderr, mean + z * stderr
 
 
+def mean_interval(
+    values: Float[Tensor, "unit ..."], dim: int = 0, *, z: float = Z_95
+) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."], Float[Tensor, "..."]]:
+    """(mean, lower, upper) along `dim`: the mean of the units and its normal 95% interval, mean -+ z
+    standard errors (`standard_error`, `normal_interval`); NaN bounds below 2 units.
+
+    Example:
+        >>> import torch
+        >>> mean, lower, upper = mean_interval(torch.tensor([1.0, 2.0, 3.0]))
+        >>> round(float(mean), 3), round(float(lower), 3), round(float(upper), 3)
+        (2.0, 0.868, 3.132)
+    """
+    values = values.float()
+    lower, upper = normal_interval(values.mean(dim), standard_error(values, dim), z=z)
+    return values.mean(dim), lower, upper
+
+
+def covers(lower: Any, upper: Any, value: float = 0.0) -> Any:
+    """Whether each interval [lower, upper] contains `value` (floats or tensors, elementwise). A NaN bound (an
+    interval too few units to estimate) counts as containing it: nothing is ruled out."""
+    if isinstance(lower, Tensor) or isinstance(upper, Tensor):
+        lower, upper = torch.as_tensor(lower), torch.as_tensor(upper)
+        return ~((lower > value) | (upper < value))
+    return not (lower > value or upper < value)
+
+
+def format_interval(lower: Any, upper: Any, fmt: str = ".3f") -> str:
+    """ "[lower, upper]" in `fmt`; "[-]" when either bound is unknown (None or NaN)."""
+    bounds = [None if b is None else float(b) for b in (lower, upper)]
+    if any(b is None or math.isnan(b) for b in bounds):
+        return "[-]"
+    return f"[{format(bounds[0], fmt)}, {format(bounds[1], fmt)}]"
+
+
 def normal_interval_from_moments(
     total: Tensor, total_sq: Tensor, n: Tensor, *, z: float = Z_95
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -118,6 +153,9 @@ __all__ = [
     "Z_95",
     "bootstrap_ratio",
     "combine",
+    "covers",
+    "format_interval",
+    "mean_interval",
     "normal_interval",
     "normal_interval_from_moments",
     "standard_error",

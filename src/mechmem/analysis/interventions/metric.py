@@ -51,13 +51,20 @@ class PatchingMetric:
     def logit_diff(cls, pair: PatchingPair) -> "PatchingMetric":
         """Mean over prompts of logit[correct] - logit[incorrect] at the answer position (`pair.logit_diff`)
         as a batched metric."""
+        per_prompt = cls.logit_diff_per_prompt(pair)
+        return cls("logit_diff", per_prompt.readout, lambda logits: per_prompt.fn(logits).mean(-1))
+
+    @classmethod
+    def logit_diff_per_prompt(cls, pair: PatchingPair) -> "PatchingMetric":
+        """`logit_diff` before the mean: one value per prompt, [patch batch] (`pair.logit_diff_per_prompt`).
+        Its mean over prompts is `logit_diff`; the spread over prompts gives the intervals of patching."""
         correct, incorrect = pair.correct, pair.incorrect
 
         def fn(logits: Tensor) -> Tensor:
             at = logits[..., 0, :]
             idx = torch.stack([correct, incorrect], -1).to(at.device).expand(*at.shape[:-1], 2)
             good, bad = at.gather(-1, idx).unbind(-1)
-            return (good - bad).mean(-1)
+            return good - bad
 
         return cls("logit_diff", pair.answer_pos[:, None], fn)
 

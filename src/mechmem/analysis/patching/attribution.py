@@ -105,7 +105,10 @@ class Attributor:
         device = next(model.parameters()).device
         self.model = model
         self.tokens = {"clean": clean.to(device), "corrupted": corrupted.to(device)}
-        self.metric = resolve_metric(metric, pair, lambda: model(self.tokens["clean"]), readout)
+        self.metric = resolve_metric(
+            metric, pair, lambda: model(self.tokens["clean"]), readout, per_prompt=False
+        )
+        self._exact_metric = (metric, pair, readout)  # exact patching: per prompt, for its intervals
         self.engine = Engine(model, self.metric, memory_mb=memory_mb)
         self.replay = self.engine.replay
         self.qk_exact = qk_exact and self.replay is not None
@@ -188,7 +191,11 @@ class Attributor:
         """Exact patching of the same runs and metric (for the agreement check and the fallback)."""
         if self._exact is None:
             clean, corrupted = self.tokens["clean"], self.tokens["corrupted"]
-            self._exact = Patcher(self.model, clean, corrupted, self.metric, memory_mb=self.memory / 2**20)
+            metric, pair, readout = self._exact_metric
+            memory_mb = self.memory / 2**20
+            self._exact = Patcher(
+                self.model, clean, corrupted, metric, pair=pair, readout=readout, memory_mb=memory_mb
+            )
         return self._exact
 
     def check_sweep(self, result: PatchingResult, n: int = CHECK_CELLS) -> dict[str, Any]:
