@@ -86,27 +86,32 @@ def as_grid(values: Tensor) -> list[list[float]]:
 
 
 def sweep_map(result: PatchingResult) -> dict[str, Any]:
-    """One patching sweep as a heatmap (a position axis across, when it has one): metric after each patch,
-    restored fraction, no interval."""
+    """One patching sweep as a heatmap (a position axis across, when it has one): metric after each patch
+    with its 95% interval over prompts, restored fraction (none where the normalisation is refused)."""
     axes = list(result.axes)
     across = next((axes.index(a) for a in POSITION_AXES if a in axes), len(axes) - 1)
     order = [i for i in range(len(axes)) if i != across] + [across]
     values, restored = result.values.permute(order), result.normalised().permute(order)
     axes = [axes[i] for i in order]
     rows, cols = grid_labels(tuple(axes), tuple(values.shape))
+    iv = result.intervals
+    spread = "no interval" if iv is None else f"95% intervals over {iv.n_prompts} prompts"
+    colour = "restored fraction"
+    if result.normalised_refused:
+        colour = "metric (no restored fraction: the clean - corrupted gap's interval includes 0)"
     return {
         "name": result.sweep,
         "axes": axes,
         "rows": rows,
         "cols": cols,
         "values": as_grid(values),
-        "normalised": as_grid(restored),
-        "lower": None,
-        "upper": None,
+        "normalised": None if result.normalised_refused else as_grid(restored),
+        "lower": None if iv is None else as_grid(iv.lower.permute(order)),
+        "upper": None if iv is None else as_grid(iv.upper.permute(order)),
         "value_label": result.metric,
         "note": (
-            f"{result.method}; clean {result.clean:.3f}, corrupted {result.corrupted:.3f}; colour: restored "
-            "fraction. Patching values have no interval yet."
+            f"{result.method}; clean {result.clean:.3f}, corrupted {result.corrupted:.3f}; colour: {colour}; "
+            f"{spread}."
         ),
     }
 

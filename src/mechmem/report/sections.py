@@ -20,6 +20,7 @@ from torch import Tensor
 
 from mechmem.analysis import ablation, heads, neurons, patching, probes
 from mechmem.analysis.ablation import attribution as ablation_attribution
+from mechmem.analysis.intervals import format_interval
 from mechmem.analysis.interventions import Intervention, intervened_logits, mean
 from mechmem.analysis.logit_lens import answer_probability, decode_residual
 from mechmem.analysis.patching.attribution import attribute_sweeps
@@ -391,15 +392,17 @@ def patching_section(ctx: ReportContext) -> Section:
         "'restored' = (patched - corrupted) / (clean - corrupted), "
         f"1 = the clean answer is fully restored."
     )
+    s.lines += patching.interval_lines(results)
+    iv = by_head.intervals
     rows = [
         [f"L{l}H{h}", float(by_head.values[l, h]), float(restored[l, h])]
+        + ([] if iv is None else [format_interval(iv.normalised_lower[l, h], iv.normalised_upper[l, h])])
         for l in range(restored.shape[0])
         for h in range(restored.shape[1])
     ]
     rows.sort(key=lambda r: -abs(r[2]) if r[2] == r[2] else 0.0)
-    s.tables.append(
-        Table(["head", "metric", "restored"], rows[:10], "Head outputs (all positions), denoising")
-    )
+    headers = ["head", "metric", "restored"] + ([] if iv is None else ["95% interval"])
+    s.tables.append(Table(headers, rows[:10], "Head outputs (all positions), denoising"))
     s.add_figure("resid_pre", patching.plot_patching(resid))
     s.interactive["heatmaps"] = {
         "title": f"Patching sweeps ({len(results)}): metric after each patch",

@@ -20,21 +20,26 @@ from mechmem.analysis.patching.sweeps import (
     PatchingMetric,
     PatchingResult,
     PatchSweep,
+    SweepIntervals,
     cell_index,
     model_sweeps,
     plot_patching,
     resolve_metric,
     run_sweeps,
+    sweep_intervals,
 )
 from mechmem.analysis.patching.tables import (
     METHODS,
     METRIC_DESCRIPTION,
     attribution_notes,
+    cell_texts,
+    interval_lines,
     largest_effects,
     patch_checkpoint,
     patching_lines,
     patching_record,
     run_method,
+    sweep_record,
 )
 
 __all__ = [
@@ -50,10 +55,13 @@ __all__ = [
     "Patcher",
     "PatchingMetric",
     "PatchingResult",
+    "SweepIntervals",
     "agreement",
     "attribute_sweeps",
     "attribution_notes",
     "cell_index",
+    "cell_texts",
+    "interval_lines",
     "judge",
     "largest_effects",
     "model_sweeps",
@@ -66,4 +74,6 @@ __all__ = [
     "run_method",
     "run_sweeps",
     "sample_cells",
+    "sweep_intervals",
+    "sweep_record",
 ]

@@ -2,11 +2,14 @@
 activation patching or attribution patching), summarise the largest effect per sweep, and build the JSON
 record."""
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch import Tensor
 
+from mechmem.analysis.intervals import format_interval
 from mechmem.analysis.patching.attribution import attribute_sweeps
 from mechmem.analysis.patching.sweeps import PatchingResult, model_sweeps, run_sweeps
 from mechmem.errors import MechmemError
@@ -59,14 +62,42 @@ def attribution_notes(results: dict[str, PatchingResult]) -> list[str]:
 
 
 def largest_effects(results: dict[str, PatchingResult]) -> list[list[Any]]:
-    """Per sweep: name, axes, the cell with the largest |value - baseline|, its value and normalised value."""
+    """Per sweep: name, axes, the cell with the largest |value - baseline|, its value with its 95% interval,
+    its normalised value with its interval (NaN where the normalisation is refused)."""
     rows = []
     for name, res in results.items():
         best = int((res.values - res.baseline).abs().flatten().argmax())
         cell = [int(i) for i in torch.unravel_index(torch.tensor(best), res.values.shape)]
         value, normalised = float(res.values.flatten()[best]), float(res.normalised().flatten()[best])
-        rows.append([name, " x ".join(res.axes), str(cell), value, normalised])
+        iv = res.intervals
+        bounds = ["[-]", "[-]"]
+        if iv is not None:
+            at = [(getattr(iv, f"{k}lower"), getattr(iv, f"{k}upper")) for k in ("", "normalised_")]
+            bounds = [format_interval(lo.flatten()[best], hi.flatten()[best]) for lo, hi in at]
+        rows.append([name, " x ".join(res.axes), str(cell), value, bounds[0], normalised, bounds[1]])
     return rows
+
+
+def interval_lines(results: dict[str, PatchingResult]) -> list[str]:
+    """How the intervals were computed, and a warning when the clean and corrupted runs are not told apart
+    (their gap's 95% interval includes 0, so no normalised effect is given)."""
+    first = next(iter(results.values()))
+    iv = first.intervals
+    if iv is None:
+        return ["no intervals: the metric gives one value for all prompts, not one per prompt"]
+    gap, lower, upper = iv.gap
+    lines = [
+        (
+            f"95% intervals over {iv.n_prompts} prompts (mean -+ 1.96 standard errors; normalised: "
+            f"bootstrap); clean - corrupted gap {gap:.4f} {format_interval(lower, upper, '.4f')}"
+        )
+    ]
+    if first.normalised_refused:
+        lines.append(
+            "WARNING: the clean - corrupted gap's 95% interval includes 0: the two runs are not told apart, "
+            "so no normalised effect is given (nan)"
+        )
+    return lines
 
 
 def patching_record(results: dict[str, PatchingResult], **fields: Any) -> dict[str, Any]:
@@ -80,11 +111,21 @@ def patching_record(results: dict[str, PatchingResult], **fields: Any) -> dict[s
         "direction": first.direction,
         "clean": first.clean,
         "corrupted": first.corrupted,
-        "sweeps": {
-            name: {"axes": list(r.axes), "values": r.values.tolist(), "method": r.method, "check": r.check}
-            for name, r in results.items()
-        },
+        "gap": None
+        if first.intervals is None
+        else dict(zip(("value", "lower", "upper"), first.intervals.gap)),
+        "normalised_refused": first.normalised_refused,
+        "sweeps": {name: sweep_record(r) for name, r in results.items()},
     }
+
+
+def sweep_record(result: PatchingResult) -> dict[str, Any]:
+    """One sweep in `patching.json`: axes, values, their 95% intervals (null without), the normalised effects
+    (null where refused) with theirs, method and check."""
+    full = result.to_dict()
+    keys = ["axes", "values", "lower", "upper", "effect_lower", "effect_upper", "normalised"]
+    keys += ["normalised_lower", "normalised_upper", "method", "check"]
+    return {key: full.get(key) for key in keys}
 
 
 def patch_checkpoint(
@@ -111,35 +152,51 @@ def patch_checkpoint(
 def patching_lines(
     results: dict[str, PatchingResult], *, task: str, method: str, direction: str, n: int
 ) -> list[str]:
-    """What `mechmem patch` prints: the unpatched metrics, the attribution notes, the largest effect per
-    sweep and, for each 2-D sweep of at most 16 columns, its table."""
+    """What `mechmem patch` prints: the unpatched metrics, how the intervals were computed (and a warning
+    when the normalised effect is refused), the attribution notes, the largest effect per sweep and, for
+    each 2-D sweep of at most 16 columns, its table (each cell "mean±half-width" of its 95% interval)."""
     first = next(iter(results.values()))
+    headers = ["sweep", "axes", "largest effect at", "metric", "95% interval", "normalised", "95% interval"]
     lines = [
         (
             f"{task}: {first.metric} clean {first.clean:.4f}, corrupted {first.corrupted:.4f} "
             f"({direction}, {method}, {n} pairs)"
         ),
+        *interval_lines(results),
         *attribution_notes(results),
-        format_table(
-            largest_effects(results), ["sweep", "axes", "largest effect at", "metric", "normalised"]
-        ),
+        format_table(largest_effects(results), headers),
     ]
     for name, res in results.items():
         if res.values.ndim == 2 and res.values.shape[1] <= 16:
-            rows = [[i, *row] for i, row in enumerate(res.values.tolist())]
+            half = None if res.intervals is None else (res.upper - res.lower) / 2
+            rows = [
+                [i, *cell_texts(res.values[i], None if half is None else half[i])]
+                for i in range(len(res.values))
+            ]
             headers = [res.axes[0], *(str(j) for j in range(res.values.shape[1]))]
             lines += [f"\n{name} ({res.axes[0]} x {res.axes[1]})", format_table(rows, headers)]
     return lines
+
+
+def cell_texts(values: Tensor, half: Tensor | None) -> list[Any]:
+    """A table row: each value as a float, or as "mean±half-width" of its 95% interval given `half`."""
+    if half is None:
+        return values.tolist()
+    pairs = zip(values.tolist(), half.tolist())
+    return [f"{v:.3f}" if math.isnan(h) else f"{v:.3f}±{h:.3f}" for v, h in pairs]
 
 
 __all__ = [
     "METHODS",
     "METRIC_DESCRIPTION",
     "attribution_notes",
+    "cell_texts",
+    "interval_lines",
     "largest_effects",
     "model_sweeps",
     "patch_checkpoint",
     "patching_lines",
     "patching_record",
     "run_method",
+    "sweep_record",
 ]
