@@ -78,13 +78,17 @@ def test_patching_frame_holds_every_cell(planted, pair):
     for result in run_sweeps(planted, pair, ("resid_pre", "attn_head_out_by_pos")).values():
         frame = result.to_dataframe()
         axes = list(result.axes)
-        assert list(frame.columns) == ["sweep", "stage", "direction", "method", *axes, "value", "normalised"]
+        bounds = ["lower", "upper", "effect_lower", "effect_upper"]
+        tail = ["value", *bounds, "normalised", "normalised_lower", "normalised_upper"]
+        assert list(frame.columns) == ["sweep", "stage", "direction", "method", *axes, *tail]
         rows = by_key(frame, axes)
         assert len(rows) == result.values.numel()
         normalised = result.normalised()
         for cell in cells(result.values.shape):
             row = rows[cell]
             assert same(row["value"], result.values[cell]) and same(row["normalised"], normalised[cell])
+            for name in [*bounds, "normalised_lower", "normalised_upper"]:
+                assert same(row[name], getattr(result.intervals, name)[cell])
             assert (row["sweep"], row["direction"], row["method"]) == (result.sweep, "denoising", "exact")
         assert_short_repr(result, "PatchingResult")
 
@@ -100,7 +104,8 @@ def test_ablation_frame_holds_heads_and_layers():
         metric_name="logsumexp",
     )
     frame = result.to_dataframe()
-    assert list(frame.columns) == ["method", "component", "layer", "head", "value", "delta"]
+    assert list(frame.columns) == ["method", "component", "layer", "head", "value", "delta", "lower", "upper"]
+    assert frame["lower"].isna().all() and frame["upper"].isna().all()  # a scalar metric: no intervals
     rows = by_key(frame, ["method", "component", "layer", "head"])
     n_methods, n_layers, n_heads = result.heads.shape
     assert len(rows) == n_methods * n_layers * (n_heads + 2)

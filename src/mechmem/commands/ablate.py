@@ -72,6 +72,10 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     for i, method in enumerate(result.methods):
         print(f"\n{method} ablation")
         cli.print_table(*result.delta_table(i))
+        intervals = result.interval_table(i)
+        if intervals is not None:
+            print(f"95% interval of each delta ({result.to_dict()['interval']})")
+            cli.print_table(*intervals)
     return {"ablate_heads.json": result.to_dict(), "ablate_heads.png": plot_ablation(result)}
 
 

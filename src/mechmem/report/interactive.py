@@ -118,15 +118,23 @@ def sweep_map(result: PatchingResult) -> dict[str, Any]:
 
 def ablation_map(result: Any, method: str = "mean") -> dict[str, Any]:
     """Ablation deltas as a heatmap: one row per layer; a column per head, the whole attention layer and the
-    MLP (where the model has one); no interval."""
+    MLP (where the model has one); each delta's 95% interval where the result has them."""
     i = list(result.methods).index(method)
     heads = result.heads[i].detach().float().cpu()
     cols = [f"H{h}" for h in range(heads.shape[1])] + ["attn"]
     parts = [heads, result.attn_layers[i].detach().float().cpu()[:, None]]
+    iv = result.intervals
+    bounds = None if iv is None else [[iv.heads_lower[i], iv.attn_lower[i][:, None]]]
+    if iv is not None:
+        bounds.append([iv.heads_upper[i], iv.attn_upper[i][:, None]])
     if result.mlp_layers is not None:
         cols.append("MLP")
         parts.append(result.mlp_layers[i].detach().float().cpu()[:, None])
+        if iv is not None:
+            bounds[0].append(iv.mlp_lower[i][:, None])
+            bounds[1].append(iv.mlp_upper[i][:, None])
     grid = torch.cat(parts, dim=1)
+    lower, upper = (None, None) if bounds is None else (torch.cat(b, dim=1).tolist() for b in bounds)
     return {
         "name": f"{method} ablation",
         "axes": ["layer", "component"],
@@ -134,12 +142,12 @@ def ablation_map(result: Any, method: str = "mean") -> dict[str, Any]:
         "cols": cols,
         "values": grid.tolist(),
         "normalised": None,
-        "lower": None,
-        "upper": None,
+        "lower": lower,
+        "upper": upper,
         "value_label": f"delta {result.metric_name}",
         "note": (
             f"change in {result.metric_name} (baseline {result.baseline:.4f}); "
-            "ablations have no interval yet."
+            + ("no interval." if iv is None else f"95% intervals over {iv.n_sequences} sequences.")
         ),
     }
 

@@ -332,14 +332,14 @@ def ablation_section(ctx: ReportContext) -> Section:
             + ("" if r["head"] is not None else f" L{r['layer']}"),
             r["metric"],
             r["delta"],
+            format_interval(r["delta_lower"], r["delta_upper"]),
         ]
         for r in result.rows()
     ]
     rows.sort(key=lambda r: -abs(r[2]))
     s.lines.append(f"Metric: {desc}; baseline {result.baseline:.4f}. Largest change first.")
-    s.tables.append(
-        Table(["ablated", "loss", "delta"], rows[:10], "Mean ablation (reference: a second eval batch)")
-    )
+    headers = ["ablated", "loss", "delta", "95% interval"]
+    s.tables.append(Table(headers, rows[:10], "Mean ablation (reference: a second eval batch)"))
     s.interactive["heatmaps"] = {
         "title": "Ablation: change in the loss per component",
         "maps": [ablation_map(result)],
