@@ -15,6 +15,11 @@ tracker). The last stage therefore equals the model's logits exactly (tested).
 Comparing resid_mid.L with resid_post.L isolates what block L's MLP adds to the answer (the pre/post-FFN
 comparison of the permutation paper): a target whose probability jumps between the two is written by the MLP.
 
+Each stage's mean target probability (and top-1 accuracy) over the masked positions carries a 95% interval
+over sequences: a percentile bootstrap of the ratio sum over sequences of their masked probabilities / their
+masked positions (`mechmem.analysis.intervals.bootstrap_ratio`, seeded, so the same result gives the same
+interval).
+
 Caveat: early residuals were never trained to be read by the unembedding; a low lens probability says the
 answer is not yet linearly decodable in the output basis, not that the information is absent.
 """
@@ -24,11 +29,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.analysis.frames import grid_frame, shape_text, short_repr, with_tokens
+from mechmem.analysis.intervals import RESAMPLES, bootstrap_ratio
 from mechmem.models.adapter import is_hooked_transformer
 from mechmem.plotting import plt
 
@@ -96,15 +103,29 @@ class LogitLensResult:
                 )
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """Per stage, over the masked positions: mean target probability, mean rank and top-1 accuracy."""
+        """Per stage, over the masked positions: mean target probability with its 95% interval over
+        sequences (`target_prob_lower`, `target_prob_upper`), mean rank, and top-1 accuracy with its
+        interval (`top1_acc_lower`, `top1_acc_upper`)."""
         w = self.mask.double()
         total = w.sum().clamp_min(1.0)
+        per_seq = {
+            "target_prob": (self.target_prob.double() * w).sum(-1).T,  # [batch stage]
+            "top1_acc": ((self.target_rank == 1).double() * w).sum(-1).T,
+        }
+        bounds = {
+            name: bootstrap_ratio(num, w.sum(-1), generator=torch.Generator().manual_seed(0))
+            for name, num in per_seq.items()
+        }
         out = {}
         for i, stage in enumerate(self.stages):
             out[stage] = {
                 "target_prob": float((self.target_prob[i].double() * w).sum() / total),
+                "target_prob_lower": float(bounds["target_prob"][0][i]),
+                "target_prob_upper": float(bounds["target_prob"][1][i]),
                 "target_rank": float((self.target_rank[i].double() * w).sum() / total),
                 "top1_acc": float(((self.target_rank[i] == 1).double() * w).sum() / total),
+                "top1_acc_lower": float(bounds["top1_acc"][0][i]),
+                "top1_acc_upper": float(bounds["top1_acc"][1][i]),
             }
         return out
 
@@ -123,8 +144,9 @@ class LogitLensResult:
 
         With `top_tokens`, one row per stage, sequence, position and top-k entry instead: `stage`, `batch`,
         `pos`, `k` (1 = the most likely token), `token_id`, `token` (its name in `token_names`, e.g.
-        `task.token_names()`, else the id as a string) and `value` (its probability). The lens has no
-        intervals, so there are no `lower` / `upper` columns.
+        `task.token_names()`, else the id as a string) and `value` (its probability). A row is one
+        measurement, so there are no `lower` / `upper` columns: the per-stage means carry the intervals
+        (`summary`).
         """
         import pandas as pd
 
@@ -168,6 +190,10 @@ class LogitLensResult:
             }
         return {
             "metric": "probability and rank (1 = top) of the target token, mean over the masked positions",
+            "interval": (
+                f"target_prob and top1_acc: 95% percentile bootstrap over {self.mask.shape[0]} sequences "
+                f"({RESAMPLES} resamples) of masked sum / masked positions"
+            ),
             "axes": {"stages": ["stage"], "by_pos": ["stage", "pos"], "example_top": ["pos", "k"]},
             "stage_order": list(self.stages),
             "stages": stages,
@@ -241,12 +267,17 @@ def plot_logit_lens(result: LogitLensResult) -> Any:
     )
     fig.colorbar(im, ax=left, shrink=0.8)
     y = range(len(result.stages))
-    right.barh(list(y), [summary[s]["target_prob"] for s in result.stages], color="tab:blue")
+    means = np.array([summary[s]["target_prob"] for s in result.stages])
+    bounds = np.array(
+        [[summary[s]["target_prob_lower"], summary[s]["target_prob_upper"]] for s in result.stages]
+    )
+    errors = np.abs(bounds.T - means).reshape(2, -1)  # distances below and above the mean
+    right.barh(list(y), means, xerr=errors, color="tab:blue", ecolor="k", capsize=2)
     right.set(
         yticks=list(y),
         yticklabels=result.stages,
         xlim=(0, 1),
-        xlabel="mean target probability",
+        xlabel="mean target probability (95% interval over sequences)",
         title="pre/post-FFN logit lens",
     )
     right.invert_yaxis()

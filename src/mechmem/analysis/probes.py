@@ -14,6 +14,11 @@ Built-in probes read a HookedTransformer's weights (`builtin_probes`): token cop
 circuit, previous-position keys and earlier-head token keys through QK circuits, and MLP next-token memories
 against bigram statistics (KL divergence, as in Bietti et al.). TL's `FactoredMatrix` keeps the low-rank
 products (W_V W_O, W_Q W_K^T) factored.
+
+Sampling: a probe read off the weights over all its tokens is exact, a number with no sampling and so no
+interval (`ProbeResult.interval` says so). Only a probe compared with statistics counted on sampled data has
+one: the MLP probe against a bigram table counted on sampled sequences (`BigramSample`) gets 95% percentile
+bootstrap intervals of its recall and KL over those sequences (the table recounted on each resample).
 """
 
 from dataclasses import dataclass, field
@@ -24,10 +29,13 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.analysis.frames import concat, short_repr
+from mechmem.analysis.intervals import LEVEL, RESAMPLES
 from mechmem.models.adapter import FactoredMatrix
 
-PROBE_COLUMNS = ["probe", "matrix", "measure", "value", "n_inputs", "n_outputs"]
+PROBE_COLUMNS = ["probe", "matrix", "measure", "value", "lower", "upper", "n_inputs", "n_outputs"]
 """The columns of a probe's `to_dataframe`."""
+EXACT = "exact: read off the weights over all probed tokens, no sampling, so no interval"
+"""`ProbeResult.interval` of a probe that involves no sampled data."""
 
 
 def recall_scores(
@@ -69,6 +77,10 @@ class ProbeResult:
     n_inputs: int
     n_outputs: int
     extra: dict[str, Any] = field(default_factory=dict)
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """95% intervals of measures computed from sampled data ("recall", "kl"), by measure; empty when exact."""
+    interval: str = EXACT
+    """How the probe's numbers relate to sampling: `EXACT`, or how its intervals were computed."""
 
     @property
     def chance(self) -> float:
@@ -76,16 +88,18 @@ class ProbeResult:
 
     def to_dataframe(self) -> Any:
         """One row per measure of the probe: `probe` (its name), `matrix`, `measure` ("recall", "chance", then
-        each number in `extra`, e.g. "kl" or "suppress_recall"), `value`, `n_inputs`, `n_outputs`. Probes are
-        read off the weights, so they have no interval (no `lower` / `upper` columns) and no token axis."""
+        each number in `extra`, e.g. "kl" or "suppress_recall"), `value`, `lower` / `upper` (the 95% interval
+        of a measure computed from sampled data; NaN for an exact one), `n_inputs`, `n_outputs`."""
         import pandas as pd
 
         measures = {"recall": self.recall, "chance": self.chance}
         measures |= {
             k: v for k, v in self.extra.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
         }
+        nan = (float("nan"), float("nan"))
         rows = [
-            [self.name, self.matrix, measure, float(value), self.n_inputs, self.n_outputs]
+            [self.name, self.matrix, measure, float(value), *self.intervals.get(measure, nan)]
+            + [self.n_inputs, self.n_outputs]
             for measure, value in measures.items()
         ]
         return pd.DataFrame(rows, columns=PROBE_COLUMNS)
@@ -96,9 +110,15 @@ class ProbeResult:
             repr(self.name),
             f"recall {self.recall:.3f} (chance {self.chance:.3f})",
             f"{self.n_inputs} inputs x {self.n_outputs} outputs",
+            "exact" if not self.intervals else "95% intervals over sampled sequences",
         )
 
     def to_dict(self) -> dict[str, Any]:
+        bounds = {
+            f"{k}_{side}": b[i]
+            for k, b in self.intervals.items()
+            for i, side in enumerate(("lower", "upper"))
+        }
         return {
             "name": self.name,
             "matrix": self.matrix,
@@ -107,6 +127,8 @@ class ProbeResult:
             "n_inputs": self.n_inputs,
             "n_outputs": self.n_outputs,
             **self.extra,
+            **bounds,
+            "interval": self.interval,
         }
 
 
@@ -226,42 +248,110 @@ def qk_token_probe(
 def ffn_bigram_probe(
     model: torch.nn.Module,
     layer: int,
-    bigram: Float[Tensor, "d_vocab d_vocab_out"],
+    bigram: "Float[Tensor, 'd_vocab d_vocab_out'] | BigramSample",
     tokens: Int[Tensor, " n"] | None = None,
 ) -> ProbeResult:
     """Does MLP `layer` store next-token statistics? Compares softmax(MLP(W_E(k)) W_U) with bigram(. | k).
 
     Recall is the fraction of tokens k whose top prediction is the bigram's most likely successor; `kl` (in
-    `extra`) is the mean over k of KL(bigram(. | k) || softmax(MLP(W_E(k)) W_U)), as in Bietti et al.
+    `extra`) is the mean over k of KL(bigram(. | k) || softmax(MLP(W_E(k)) W_U)), as in Bietti et al. Given a
+    `BigramSample` instead of a table, the table is counted on its sequences and recall and KL get 95%
+    bootstrap intervals over them (`BigramSample.intervals`); a table is taken as exact.
     """
     ids = _token_ids(model, tokens).to(model.W_E.device)
+    logp = ffn_logprobs(model, layer, ids)
+    sample = bigram if isinstance(bigram, BigramSample) else None
+    table = sample.table(model.cfg.d_vocab, model.cfg.d_vocab_out) if sample is not None else bigram
+    recall, kl = bigram_agreement(logp, table.to(logp.device)[ids])
+    result = ProbeResult(
+        f"ffn_bigram.L{layer}", f"W_E MLP^{layer} W_U vs bigram", recall, len(ids), logp.shape[-1], {"kl": kl}
+    )
+    if sample is None:
+        result.interval = "exact given the bigram table (a BigramSample counts it on sequences, with intervals)"
+    else:
+        result.intervals = sample.intervals(logp, ids, model.cfg.d_vocab)
+        result.interval = (
+            f"95% percentile bootstrap over the {len(sample.tokens)} sequences the bigram table was counted "
+            f"on ({RESAMPLES} resamples, the table recounted on each)"
+        )
+    return result
+
+
+def ffn_logprobs(
+    model: torch.nn.Module, layer: int, ids: Int[Tensor, " n"]
+) -> Float[Tensor, "n d_vocab_out"]:
+    """log softmax(MLP^layer(W_E(k)) W_U) for each token k in `ids`: what the MLP alone predicts next."""
     hidden = model.blocks[layer].mlp(model.W_E[ids].unsqueeze(0)).squeeze(0)
-    logp = (hidden @ model.W_U).float().log_softmax(-1)
-    target = bigram.to(logp.device)[ids].float()
+    return (hidden @ model.W_U).float().log_softmax(-1)
+
+
+def bigram_agreement(
+    logp: Float[Tensor, "n d_vocab_out"], target: Float[Tensor, "n d_vocab_out"]
+) -> tuple[float, float]:
+    """(recall, mean KL): the fraction of rows whose argmax agrees with the target's, and the mean over
+    rows of KL(target || exp(logp)), each target row normalised to sum to 1."""
+    target = target.float()
     target = target / target.sum(-1, keepdim=True).clamp_min(1e-12)
     kl = (target * (target.clamp_min(1e-12).log() - logp)).sum(-1)
-    recall = float((logp.argmax(-1) == target.argmax(-1)).float().mean())
-    return ProbeResult(
-        f"ffn_bigram.L{layer}",
-        f"W_E MLP^{layer} W_U vs bigram",
-        recall,
-        len(ids),
-        logp.shape[-1],
-        {"kl": float(kl.mean())},
-    )
+    return float((logp.argmax(-1) == target.argmax(-1)).float().mean()), float(kl.mean())
+
+
+@dataclass(frozen=True)
+class BigramSample:
+    """Sampled sequences a bigram table is counted on: inputs and their next-token targets, [batch pos]."""
+
+    tokens: Int[Tensor, "batch pos"]
+    targets: Int[Tensor, "batch pos"]
+
+    def table(
+        self, d_vocab: int, d_vocab_out: int, weights: Float[Tensor, " batch"] | None = None
+    ) -> Float[Tensor, "d_vocab d_vocab_out"]:
+        """The table counted on the sequences (`empirical_bigram`), each counted `weights` times (default
+        once)."""
+        return empirical_bigram(self.tokens, self.targets, d_vocab, d_vocab_out, weights=weights)
+
+    def intervals(
+        self,
+        logp: Float[Tensor, "n d_vocab_out"],
+        ids: Int[Tensor, " n"],
+        d_vocab: int,
+        *,
+        resamples: int = RESAMPLES,
+    ) -> dict[str, tuple[float, float]]:
+        """95% percentile bootstrap intervals of (`bigram_agreement`'s) recall and KL of the predictions
+        `logp` for tokens `ids` (of `d_vocab`) over the sequences: each resample draws the sequences with
+        replacement (seeded with 0) and recounts the table."""
+        n = len(self.tokens)
+        gen = torch.Generator().manual_seed(0)
+        draws = torch.randint(n, (resamples, n), generator=gen)
+        stats = []
+        for draw in draws:
+            weights = torch.bincount(draw, minlength=n).float()
+            table = self.table(d_vocab, logp.shape[-1], weights).to(logp.device)
+            stats.append(bigram_agreement(logp, table[ids]))
+        q = torch.tensor([(1 - LEVEL) / 2, (1 + LEVEL) / 2], dtype=torch.float64)
+        bounds = torch.quantile(torch.tensor(stats, dtype=torch.float64), q, dim=0)  # [2, measure]
+        return {name: (float(bounds[0, i]), float(bounds[1, i])) for i, name in enumerate(("recall", "kl"))}
 
 
 def empirical_bigram(
-    tokens: Int[Tensor, "batch pos"], targets: Int[Tensor, "batch pos"], d_vocab: int, d_vocab_out: int
+    tokens: Int[Tensor, "batch pos"],
+    targets: Int[Tensor, "batch pos"],
+    d_vocab: int,
+    d_vocab_out: int,
+    *,
+    weights: Float[Tensor, " batch"] | None = None,
 ) -> Float[Tensor, "d_vocab d_vocab_out"]:
-    """Next-token distribution given the current token, counted over all positions.
+    """Next-token distribution given the current token, counted over all positions (each sequence `weights`
+    times, default once).
 
     Uniform for unseen tokens.
     """
     counts = torch.zeros(d_vocab * d_vocab_out)
-    counts.index_add_(
-        0, (tokens.flatten() * d_vocab_out + targets.flatten()).cpu(), torch.ones(tokens.numel())
+    each = (
+        torch.ones(tokens.shape) if weights is None else weights.float().cpu()[:, None].expand(tokens.shape)
     )
+    counts.index_add_(0, (tokens.flatten() * d_vocab_out + targets.flatten()).cpu(), each.reshape(-1))
     counts = counts.view(d_vocab, d_vocab_out)
     seen = counts.sum(-1, keepdim=True)
     return torch.where(seen > 0, counts / seen.clamp_min(1), torch.full_like(counts, 1.0 / d_vocab_out))
@@ -270,7 +360,7 @@ def empirical_bigram(
 def builtin_probes(
     model: torch.nn.Module,
     *,
-    bigram: Float[Tensor, "d_vocab d_vocab_out"] | None = None,
+    bigram: "Float[Tensor, 'd_vocab d_vocab_out'] | BigramSample | None" = None,
     tokens: Int[Tensor, " n"] | None = None,
     key_tokens: Int[Tensor, " n_keys"] | None = None,
     ffn_tokens: Int[Tensor, " n_ffn"] | None = None,
@@ -283,7 +373,8 @@ def builtin_probes(
 
     Args:
         model: a HookedTransformer.
-        bigram: next-token statistics [d_vocab d_vocab_out] for the MLP probes (skipped when None).
+        bigram: next-token statistics [d_vocab d_vocab_out] for the MLP probes (skipped when None), or the
+            sampled sequences to count them on (`BigramSample`: the MLP probes then get intervals).
         tokens: tokens the OV copying probes range over (default: all).
         key_tokens: tokens of the QK token-key probes (default: `tokens`); e.g. the triggers of the birth
         task. ffn_tokens: tokens of the MLP probes (default: `tokens`); e.g. the non-trigger tokens.

@@ -42,6 +42,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Decode every residual stage; print the per-stage table; return logit_lens.{json,png}."""
     import torch
 
+    from mechmem.analysis.intervals import format_interval
     from mechmem.analysis.logit_lens import logit_lens, plot_logit_lens, unsupported_reason
     from mechmem.progress import working
 
@@ -66,8 +67,13 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     with working(f"logit lens over {ckpt.model.cfg.n_layers} layers on {len(tokens)} sequences"):
         result = logit_lens(ckpt.model, tokens, targets, mask, k=args.top_k)
     summary = result.summary()
-    rows = [(s, v["target_prob"], v["target_rank"], v["top1_acc"]) for s, v in summary.items()]
-    cli.print_table(rows, ["stage", "target p", "mean rank", "top-1 acc"])
+    rows = [
+        (s, v["target_prob"], format_interval(v["target_prob_lower"], v["target_prob_upper"], ".4f"))
+        + (v["target_rank"], v["top1_acc"])
+        for s, v in summary.items()
+    ]
+    cli.print_table(rows, ["stage", "target p", "95% interval", "mean rank", "top-1 acc"])
+    print(f"95% intervals over {len(tokens)} sequences (bootstrap)")
     payload = {
         **result.to_dict(),
         "task": ckpt.task_name,

@@ -29,7 +29,8 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from mechmem.analysis.heads import no_attention_reason
-    from mechmem.analysis.probes import builtin_probes, empirical_bigram, plot_probes
+    from mechmem.analysis.intervals import format_interval
+    from mechmem.analysis.probes import BigramSample, builtin_probes, plot_probes
     from mechmem.progress import working
 
     reason = no_attention_reason(ckpt.model)
@@ -44,21 +45,27 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     source = "task"
     if not isinstance(bigram, torch.Tensor):
         batch = task.train_batch(args.n_samples, generator=torch.Generator().manual_seed(args.seed))
-        bigram = empirical_bigram(batch.tokens, batch.targets, model.cfg.d_vocab, model.cfg.d_vocab_out)
+        bigram = BigramSample(batch.tokens, batch.targets)  # counted there; the MLP probes get intervals
         source = f"counted on {args.n_samples} training sequences"
+    else:
+        bigram = bigram.float()
     sets = task.probe_tokens() if hasattr(task, "probe_tokens") else {}
     with working(f"probing the weights of {model.cfg.n_layers} layers as associative memories"):
         result = builtin_probes(
             model,
-            bigram=bigram.float(),
+            bigram=bigram,
             tokens=sets.get("output_tokens"),
             key_tokens=sets.get("trigger_tokens"),
             ffn_tokens=sets.get("non_trigger_tokens"),
             first_positions=(64,),
         )
     result.info.update({"bigram_source": source, "task": ckpt.task_name})
-    rows = [(p.name, p.recall, p.chance, p.extra.get("kl", "")) for p in result.probes]
-    cli.print_table(rows, ["probe", "recall", "chance", "kl"])
+    rows = [
+        (p.name, p.recall, format_interval(*p.intervals["recall"]) if p.intervals else "exact")
+        + (p.chance, p.extra.get("kl", ""))
+        for p in result.probes
+    ]
+    cli.print_table(rows, ["probe", "recall", "95% interval", "chance", "kl"])
     for line in result.info.get("skipped", []):
         print(f"skipped: {line}")
     return {"memory_probes.json": result.to_dict(), "memory_probes.png": plot_probes(result)}

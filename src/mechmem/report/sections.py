@@ -20,7 +20,7 @@ from torch import Tensor
 
 from mechmem.analysis import ablation, heads, neurons, patching, probes
 from mechmem.analysis.ablation import attribution as ablation_attribution
-from mechmem.analysis.intervals import format_interval
+from mechmem.analysis.intervals import format_interval, mean_interval
 from mechmem.analysis.interventions import Intervention, intervened_logits, mean
 from mechmem.analysis.logit_lens import answer_probability, decode_residual
 from mechmem.analysis.patching.attribution import attribute_sweeps
@@ -190,7 +190,10 @@ def mlp_section(ctx: ReportContext) -> Section:
         answer_probability(decode_residual(model, cache[mid]), pos, targets),
     )
     ablate = Intervention(f"blocks.{layer}.hook_mlp_out", (), mean(reference))
-    drop = float((base - answer_probability(intervened_logits(model, tokens, ablate), pos, targets)).mean())
+    drops = base - answer_probability(intervened_logits(model, tokens, ablate), pos, targets)
+    drop = float(drops.mean())
+    spread = {name: [float(b) for b in mean_interval(x)[1:]] for name, x in (("p", base), ("pre", pre))}
+    spread["drop"] = [float(b) for b in mean_interval(drops)[1:]]
     total = float(effect.sum(-1).mean())
     k = next((k for k in range(1, t.max_key_neurons + 1) if ranking.share(k) >= t.neuron_share), None)
     key = ranking.top(k) if k else []
@@ -198,8 +201,11 @@ def mlp_section(ctx: ReportContext) -> Section:
     s.findings = {
         "layer": layer,
         "p_answer": float(base.mean()),
+        "p_answer_interval": spread["p"],
         "mean_ablation_drop": drop,
+        "mean_ablation_drop_interval": spread["drop"],
         "p_answer_before_mlp": float(pre.mean()),
+        "p_answer_before_mlp_interval": spread["pre"],
         "direct_effect_total": total,
         "key_neurons": key,
         "role": role,
@@ -216,12 +222,14 @@ def mlp_section(ctx: ReportContext) -> Section:
             f"MLP of layer {layer}."
         ),
         (
-            f"Logit lens: mean p(answer) {float(pre.mean()):.3f} read just before the MLP (resid_mid), "
-            f"{float(base.mean()):.3f} after it (the model's output)."
+            f"Logit lens: mean p(answer) {float(pre.mean()):.3f} {format_interval(*spread['pre'])} read just "
+            f"before the MLP (resid_mid), {float(base.mean()):.3f} {format_interval(*spread['p'])} after it "
+            "(the model's output; 95% intervals over the sequences)."
         ),
         (
             f"Role: {role}: mean-ablating the MLP (per-position mean over a second evaluation batch) "
-            f"lowers mean p(answer) from {float(base.mean()):.3f} by {drop:.3f} (threshold {t.mlp_drop}); "
+            f"lowers mean p(answer) from {float(base.mean()):.3f} by {drop:.3f} "
+            f"{format_interval(*spread['drop'])} (threshold {t.mlp_drop}); "
             "its neurons' total "
             f"direct effect on the answer logit is {total:+.3f}."
         ),
