@@ -267,7 +267,9 @@ def ffn_bigram_probe(
         f"ffn_bigram.L{layer}", f"W_E MLP^{layer} W_U vs bigram", recall, len(ids), logp.shape[-1], {"kl": kl}
     )
     if sample is None:
-        result.interval = "exact given the bigram table (a BigramSample counts it on sequences, with intervals)"
+        result.interval = (
+            "exact given the bigram table (a BigramSample counts it on sequences, with intervals)"
+        )
     else:
         result.intervals = sample.intervals(logp, ids, model.cfg.d_vocab)
         result.interval = (
