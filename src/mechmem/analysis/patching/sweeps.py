@@ -441,17 +441,14 @@ class Patcher:
     @torch.no_grad()
     def sweep(self, sweep: str | PatchSweep, direction: str = "denoising") -> PatchingResult:
         """Patch every cell of `sweep` in `direction` (one engine call)."""
-        spec, base_name, source_name = resolve_sweep(sweep, direction, self.model)
-        sizes = self.sizes()
-        shape = [sizes[a] for a in spec.axes]
-        out = torch.stack(self.engine.run(self.tokens[base_name], self.variants(spec, source_name)))
-        out = out.float().cpu()
+        spec = resolve_sweep(sweep, direction, self.model)[0]
+        shape = [self.sizes()[a] for a in spec.axes]
+        out = self.per_prompt_values(spec, direction)
         intervals = None
-        if self.prompt_values is not None:  # [cell prompt] -> [prompt, *shape]
-            per_prompt = out.T.reshape(-1, *shape)
+        if self.prompt_values is not None:
             runs = self.prompt_values
-            intervals = sweep_intervals(per_prompt, runs["clean"], runs["corrupted"], direction)
-            out = per_prompt.mean(0)
+            intervals = sweep_intervals(out, runs["clean"], runs["corrupted"], direction)
+            out = out.mean(0)
         return PatchingResult(
             spec.name,
             spec.axes,
@@ -462,6 +459,18 @@ class Patcher:
             self.values["corrupted"],
             intervals=intervals,
         )
+
+    @torch.no_grad()
+    def per_prompt_values(
+        self, sweep: str | PatchSweep, direction: str = "denoising"
+    ) -> Float[Tensor, "..."]:
+        """The metric of each prompt after each patch of `sweep`, [prompt, *cell axes] (one engine call);
+        for a metric with one value for all prompts, just the cells' values [*cell axes]."""
+        spec, base_name, source_name = resolve_sweep(sweep, direction, self.model)
+        shape = [self.sizes()[a] for a in spec.axes]
+        out = torch.stack(self.engine.run(self.tokens[base_name], self.variants(spec, source_name)))
+        out = out.float().cpu()
+        return out.T.reshape(-1, *shape) if self.per_prompt else out.reshape(shape)
 
     @torch.no_grad()
     def cells(self, sweep: str | PatchSweep, direction: str, cells: Int[Tensor, " cell"]) -> Tensor:
