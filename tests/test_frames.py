@@ -10,7 +10,7 @@ import torch
 from helpers import build_model
 
 from mechmem.analysis import heads, logit_lens, probes, roles
-from mechmem.analysis.ablation.exact import ablate_heads
+from mechmem.analysis.ablation import ablate_heads
 from mechmem.analysis.circuits.discovery import ScoredEdges, discover_circuit
 from mechmem.analysis.dynamics.measure import Dynamics
 from mechmem.analysis.frames import grid_frame, token_labels

@@ -10,20 +10,22 @@ from mechmem.analysis.ablation.attribution import (
 )
 from mechmem.analysis.ablation.exact import (
     METHODS,
-    AblationIntervals,
-    AblationResult,
     SequenceMetric,
     ablate_heads,
     ablate_layer_components,
     ablation_values,
-    delta_intervals,
     method_setter,
     n_variants,
     naive_head_ablation,
-    plot_ablation,
     sequence_losses,
     task_metric,
     variant_names,
+)
+from mechmem.analysis.ablation.result import (
+    AblationIntervals,
+    AblationResult,
+    delta_intervals,
+    plot_ablation,
 )
 
 __all__ = [

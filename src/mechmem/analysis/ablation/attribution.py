@@ -15,7 +15,6 @@ from jaxtyping import Int
 from torch import Tensor
 
 from mechmem.analysis.ablation.exact import (
-    AblationResult,
     Metric,
     ablate_heads,
     ablated_hooks,
@@ -25,6 +24,7 @@ from mechmem.analysis.ablation.exact import (
     reference_tokens,
     variant_names,
 )
+from mechmem.analysis.ablation.result import AblationResult
 from mechmem.analysis.interventions import Engine, Setter, setter_values
 from mechmem.analysis.patching.attribution import TRUST, judge, sample_cells
 

@@ -30,17 +30,16 @@ On large models `analysis.ablation.attribution` estimates every ablation from on
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr
-from mechmem.analysis.intervals import RESAMPLES, bootstrap_ratio, covers, format_interval
+from mechmem.analysis.ablation.result import AblationResult, delta_intervals
+from mechmem.analysis.intervals import bootstrap_ratio
 from mechmem.analysis.interventions import (
     Intervention,
     Setter,
@@ -53,7 +52,6 @@ from mechmem.analysis.interventions import (
 )
 from mechmem.analysis.interventions.reference import naive_intervene
 from mechmem.analysis.options import ABLATION_METHODS
-from mechmem.plotting import plt
 
 METHODS = ABLATION_METHODS
 Metric = Callable[[Tensor], Tensor]
@@ -75,176 +73,6 @@ class SequenceMetric:
 
     def __call__(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Float[Tensor, ""]:
         return self.parts(logits).sum() / self.weights.to(logits.device).sum().clamp_min(1e-12)
-
-
-@dataclass(frozen=True)
-class AblationIntervals:
-    """95% intervals over sequences of every delta (ablated - unablated metric, each sequence paired with
-    itself), shaped like the result's `heads`, `attn_layers` and `mlp_layers`."""
-
-    n_sequences: int
-    """Sequences the metric and the bootstrap are over."""
-    heads_lower: Float[Tensor, "method layer head"]
-    heads_upper: Float[Tensor, "method layer head"]
-    attn_lower: Float[Tensor, "method layer"]
-    attn_upper: Float[Tensor, "method layer"]
-    mlp_lower: Float[Tensor, "method layer"] | None = None
-    mlp_upper: Float[Tensor, "method layer"] | None = None
-
-    def bounds(self, component: str) -> tuple[Tensor, Tensor] | None:
-        """(lower, upper) of "head", "attn" or "mlp" (None for an absent MLP)."""
-        prefix = {"head": "heads", "attn": "attn", "mlp": "mlp"}[component]
-        lower = getattr(self, f"{prefix}_lower")
-        return None if lower is None else (lower, getattr(self, f"{prefix}_upper"))
-
-
-@dataclass
-class AblationResult:
-    """Metric after ablating each head ([method layer head]) and each layer ([method layer]); `intervals`
-    holds every delta's 95% interval over sequences (None for a scalar metric and for estimates)."""
-
-    metric_name: str
-    baseline: float
-    methods: tuple[str, ...]
-    heads: Float[Tensor, "method layer head"]
-    attn_layers: Float[Tensor, "method layer"]
-    mlp_layers: Float[Tensor, "method layer"] | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-    intervals: AblationIntervals | None = None
-
-    def __post_init__(self) -> None:
-        m, n_layers = len(self.methods), self.heads.shape[1]
-        if self.heads.ndim != 3 or self.heads.shape[0] != m:
-            raise ValueError(
-                f"heads must be [method layer head] with {m} methods, got {tuple(self.heads.shape)}"
-            )
-        for name in ("attn_layers", "mlp_layers"):
-            value = getattr(self, name)
-            if value is not None and tuple(value.shape) != (m, n_layers):
-                raise ValueError(f"{name} must be [method layer] = {(m, n_layers)}, got {tuple(value.shape)}")
-
-    def rows(self) -> list[dict[str, Any]]:
-        """One record per ablation: layer, head (None for a whole layer), component, method, metric, delta,
-        and the delta's 95% interval `delta_lower`, `delta_upper` (None without intervals)."""
-        out = []
-        for i, method in enumerate(self.methods):
-            for layer in range(self.heads.shape[1]):
-                for head in range(self.heads.shape[2]):
-                    out.append(self._row((i, layer, head), "head", method, self.heads[i, layer, head]))
-                out.append(self._row((i, layer), "attn", method, self.attn_layers[i, layer]))
-                if self.mlp_layers is not None:
-                    out.append(self._row((i, layer), "mlp", method, self.mlp_layers[i, layer]))
-        return out
-
-    def _row(self, at: tuple[int, ...], component: str, method: str, value: Tensor) -> dict[str, Any]:
-        v = float(value)
-        bounds = None if self.intervals is None else self.intervals.bounds(component)
-        lower, upper = (None, None) if bounds is None else (float(bounds[0][at]), float(bounds[1][at]))
-        return {
-            "layer": at[1],
-            "head": at[2] if len(at) > 2 else None,
-            "component": component,
-            "method": method,
-            "metric": v,
-            "delta": v - self.baseline,
-            "delta_lower": lower,
-            "delta_upper": upper,
-        }
-
-    def to_dataframe(self) -> Any:
-        """One row per ablation: `method`, `component` ("head", "attn" for a whole attention layer, "mlp"),
-        `layer`, `head` (<NA> for a whole layer), `value` (the metric after the ablation), `delta` (value -
-        baseline) and `lower` / `upper`, the delta's 95% interval over sequences (paired with the unablated
-        run; NaN without intervals)."""
-        methods = {"method": self.methods}
-        parts = []
-        for component, values in (("head", self.heads), ("attn", self.attn_layers), ("mlp", self.mlp_layers)):
-            if values is None:
-                continue
-            axes = ("method", "layer", "head") if component == "head" else ("method", "layer")
-            nan = torch.full_like(values, float("nan"))
-            bounds = None if self.intervals is None else self.intervals.bounds(component)
-            lower, upper = (nan, nan) if bounds is None else bounds
-            parts.append(
-                grid_frame(
-                    values, axes, lower=lower, upper=upper, labels=methods, leading={"component": component}
-                )
-            )
-        columns = ["method", "component", "layer", "head", "value", "lower", "upper"]
-        frame = concat(parts, columns)[columns]
-        frame["head"] = frame["head"].astype("Int64")
-        frame.insert(5, "delta", frame["value"] - self.baseline)
-        return frame
-
-    def __repr__(self) -> str:
-        deltas, largest = self.heads - self.baseline, ""
-        if deltas.numel():
-            method, layer, head = np.unravel_index(int(deltas.abs().argmax()), tuple(deltas.shape))
-            where = f"L{layer}H{head} {self.methods[method]}"
-            largest = f"largest head delta {float(deltas[method, layer, head]):+.3g} ({where})"
-            if self.intervals is not None:
-                lower, upper = (b[method, layer, head] for b in self.intervals.bounds("head"))
-                largest += f" {format_interval(lower, upper, '+.3g')}"
-        spread = "no intervals" if self.intervals is None else "95% intervals"
-        if self.intervals is not None:
-            spread += f" over {self.intervals.n_sequences} sequences"
-        return short_repr(
-            "AblationResult",
-            f"{self.metric_name.split(':')[0]!r} baseline {self.baseline:.3g}",
-            f"methods {', '.join(self.methods)}",
-            shape_text(("layer", "head"), self.heads.shape[1:]),
-            largest,
-            spread,
-        )
-
-    def delta_table(self, method: int) -> tuple[list[list[Any]], list[str]]:
-        """(rows, headers) of a layer x head table of deltas for `methods[method]`, plus attn, mlp columns."""
-        rows = []
-        for layer in range(self.heads.shape[1]):
-            row = [layer, *(self.heads[method, layer] - self.baseline).tolist()]
-            row.append(float(self.attn_layers[method, layer]) - self.baseline)
-            if self.mlp_layers is not None:
-                row.append(float(self.mlp_layers[method, layer]) - self.baseline)
-            rows.append(row)
-        headers = ["layer", *(f"H{h}" for h in range(self.heads.shape[2])), "attn"]
-        return rows, headers + (["mlp"] if self.mlp_layers is not None else [])
-
-    def interval_table(self, method: int) -> tuple[list[list[Any]], list[str]] | None:
-        """(rows, headers) laid out as `delta_table`, each cell the delta's 95% interval "[lower, upper]";
-        None without intervals."""
-        if self.intervals is None:
-            return None
-        iv = self.intervals
-        rows = []
-        for layer in range(self.heads.shape[1]):
-            row: list[Any] = [layer]
-            row += [
-                format_interval(lo, hi)
-                for lo, hi in zip(iv.heads_lower[method, layer], iv.heads_upper[method, layer])
-            ]
-            row.append(format_interval(iv.attn_lower[method, layer], iv.attn_upper[method, layer]))
-            if iv.mlp_lower is not None:
-                row.append(format_interval(iv.mlp_lower[method, layer], iv.mlp_upper[method, layer]))
-            rows.append(row)
-        return rows, self.delta_table(method)[1]
-
-    def to_dict(self) -> dict[str, Any]:
-        iv = self.intervals
-        interval = None
-        if iv is not None:
-            interval = (
-                f"95% percentile bootstrap over {iv.n_sequences} sequences ({RESAMPLES} resamples) of each "
-                "delta, every sequence paired with itself in the unablated run"
-            )
-        return {
-            "metric": self.metric_name,
-            "baseline": self.baseline,
-            "methods": list(self.methods),
-            "axes": {"heads": ["method", "layer", "head"], "layers": ["method", "layer"]},
-            "interval": interval,
-            "results": self.rows(),
-            **self.info,
-        }
 
 
 def task_metric(
@@ -435,17 +263,6 @@ def ablate_heads(
     )
 
 
-def delta_intervals(
-    lower: Tensor, upper: Tensor, n_methods: int, cfg: Any, *, n_sequences: int
-) -> AblationIntervals:
-    """`AblationIntervals` from the bounds of every ablation in `ablate_heads`' order (per method and layer:
-    each head, the attention layer, the MLP), over `n_sequences` sequences."""
-    lower, upper = (b.reshape(n_methods, cfg.n_layers, -1) for b in (lower, upper))
-    h = cfg.n_heads
-    mlp = (None, None) if cfg.attn_only else (lower[..., h + 1], upper[..., h + 1])
-    return AblationIntervals(n_sequences, lower[..., :h], upper[..., :h], lower[..., h], upper[..., h], *mlp)
-
-
 def n_variants(model: torch.nn.Module) -> int:
     """Ablations `ablate_heads` makes per method: per layer each head, the attention layer and the MLP."""
     cfg = model.cfg
@@ -473,38 +290,21 @@ def naive_head_ablation(
     return naive_intervene(model, tokens, variants, metric).reshape(cfg.n_layers, cfg.n_heads).float()
 
 
-def plot_ablation(result: AblationResult) -> Any:
-    """Heatmaps of delta (metric change) per layer x head, one panel per method; returns the Figure. Cells
-    whose delta's 95% interval includes 0 are hatched (not told apart from no change)."""
-    from matplotlib.collections import PatchCollection
-    from matplotlib.patches import Rectangle
-
-    deltas = result.heads - result.baseline
-    lim = float(deltas.abs().max()) or 1.0
-    n = len(result.methods)
-    n_layers, n_heads = deltas.shape[1:]
-    iv = result.intervals
-    undecided = None if iv is None else covers(iv.heads_lower, iv.heads_upper).numpy()
-    fig, axes = plt.subplots(
-        1,
-        n,
-        figsize=(1.0 + (1.2 + 0.7 * n_heads) * n, 1.2 + 0.6 * n_layers),
-        squeeze=False,
-        layout="constrained",
-    )
-    for k, (ax, method, d) in enumerate(zip(axes[0], result.methods, deltas)):
-        im = ax.imshow(d.numpy(), cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
-        ax.set(title=f"{method} ablation", xlabel="head", xticks=range(n_heads), yticks=range(n_layers))
-        for (i, j), v in np.ndenumerate(d.numpy()):
-            color = "w" if abs(v) > 0.6 * lim else "k"
-            ax.text(j, i, f"{v:+.2f}", ha="center", va="center", fontsize=7, color=color)
-        if undecided is not None:
-            boxes = [Rectangle((j - 0.5, i - 0.5), 1, 1) for i, j in zip(*np.nonzero(undecided[k]))]
-            ax.add_collection(PatchCollection(boxes, facecolor="none", edgecolor="0.45", hatch="///", lw=0))
-    axes[0][0].set_ylabel("layer")
-    if iv is not None:
-        fig.suptitle(
-            f"hatched: 95% interval of the delta includes 0 ({iv.n_sequences} sequences)", fontsize=8
-        )
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label=f"delta {result.metric_name.split(':')[0]}")
-    return fig
+__all__ = [
+    "METHODS",
+    "Metric",
+    "SequenceMetric",
+    "ablate_heads",
+    "ablate_layer_components",
+    "ablated_hooks",
+    "ablation_values",
+    "component_hooks",
+    "layer_variants",
+    "method_setter",
+    "n_variants",
+    "naive_head_ablation",
+    "reference_tokens",
+    "sequence_losses",
+    "task_metric",
+    "variant_names",
+]

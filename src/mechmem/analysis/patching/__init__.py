@@ -13,20 +13,22 @@ from mechmem.analysis.patching.attribution import (
     reduce_cells,
     sample_cells,
 )
-from mechmem.analysis.patching.sweeps import (
+from mechmem.analysis.patching.result import (
     DIRECTIONS,
     SWEEPS,
-    Patcher,
-    PatchingMetric,
     PatchingResult,
     PatchSweep,
     SweepIntervals,
+    plot_patching,
+    sweep_intervals,
+)
+from mechmem.analysis.patching.sweeps import (
+    Patcher,
+    PatchingMetric,
     cell_index,
     model_sweeps,
-    plot_patching,
     resolve_metric,
     run_sweeps,
-    sweep_intervals,
 )
 from mechmem.analysis.patching.tables import (
     METHODS,

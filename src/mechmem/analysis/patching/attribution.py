@@ -41,14 +41,8 @@ from torch import Tensor
 from mechmem.analysis.interventions import Engine
 from mechmem.analysis.interventions.replay import STAGES
 from mechmem.analysis.patching.qk_correction import swap_effects
-from mechmem.analysis.patching.sweeps import (
-    SWEEPS,
-    Patcher,
-    PatchingResult,
-    PatchSweep,
-    resolve_metric,
-    resolve_sweep,
-)
+from mechmem.analysis.patching.result import SWEEPS, PatchingResult, PatchSweep
+from mechmem.analysis.patching.sweeps import Patcher, resolve_metric, resolve_sweep
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import PatchingPair
 

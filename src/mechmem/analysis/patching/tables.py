@@ -11,7 +11,8 @@ from torch import Tensor
 
 from mechmem.analysis.intervals import format_interval
 from mechmem.analysis.patching.attribution import attribute_sweeps
-from mechmem.analysis.patching.sweeps import PatchingResult, model_sweeps, run_sweeps
+from mechmem.analysis.patching.result import PatchingResult
+from mechmem.analysis.patching.sweeps import model_sweeps, run_sweeps
 from mechmem.errors import MechmemError
 from mechmem.tables import format_table
 from mechmem.tasks.base import PatchingPair

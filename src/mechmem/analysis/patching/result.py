@@ -1,0 +1,326 @@
+"""What a patching sweep is and what it gives: the sweep types, the result record with its intervals over
+prompts, and its figure. The sweeps themselves run in `mechmem.analysis.patching.sweeps`.
+
+Every cell is a mean over prompts and carries its 95% interval over them (`SweepIntervals`, computed by
+`sweep_intervals` with `mechmem.analysis.intervals`): the metric after the patch and its change from the
+unpatched run (paired per prompt) get mean -+ 1.96 standard errors; the normalised effect (patched -
+corrupted) / (clean - corrupted), a ratio of two means, gets a percentile bootstrap over prompts. Where the
+clean - corrupted gap's own interval includes 0 the runs are not told apart and every normalised effect is NaN
+(`PatchingResult.normalised_refused`), rather than a large number divided by noise. This needs a metric with
+one value per prompt: the default logit difference has one, a callable returning one value per prompt too; a
+callable returning a scalar gives means without intervals.
+
+Caveats: the intervals describe redraws of as many prompts from the same distribution. Measured on the
+planted induction model with Gaussian noise of known mean added per prompt
+(docs/record/2026-12-02-intervals.md): values and effects cover the truth 93-95% of the time from 30 to 256
+prompts, the normalised effect 91% at 30 prompts, 93% at 100 and 94% at 256. An effect that a few prompts
+carry while most give exactly 0 gets an interval that is too narrow.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from mechmem.analysis.frames import grid_frame, shape_text, short_repr
+from mechmem.analysis.intervals import bootstrap_ratio, covers, mean_interval
+
+DIRECTIONS = ("denoising", "noising")
+
+
+# -- sweep types ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PatchSweep:
+    """One sweep type: the activation patched and the axes of its cells (the first axis is always `layer`)."""
+
+    name: str
+    """Sweep name, used in results and on the command line."""
+    stage: str
+    """Activation patched: resid_pre, pattern, z, attn_out, resid_mid, mlp_out or resid_post."""
+    axes: tuple[str, ...]
+    """Cell axes, e.g. ("layer", "pos", "head"); sizes come from the model and the inputs."""
+    dims: tuple[int, ...]
+    """For each axis after `layer`, the activation axis (after batch) it selects."""
+
+
+_RESID_LIKE = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
+SWEEPS: dict[str, PatchSweep] = {s: PatchSweep(s, s, ("layer", "pos"), (0,)) for s in _RESID_LIKE} | {
+    "attn_head_out_all_pos": PatchSweep("attn_head_out_all_pos", "z", ("layer", "head"), (1,)),
+    "attn_head_out_by_pos": PatchSweep("attn_head_out_by_pos", "z", ("layer", "pos", "head"), (0, 1)),
+    "attn_head_pattern_all_pos": PatchSweep("attn_head_pattern_all_pos", "pattern", ("layer", "head"), (0,)),
+    "attn_head_pattern_by_pos": PatchSweep(
+        "attn_head_pattern_by_pos", "pattern", ("layer", "head", "dest_pos"), (0, 1)
+    ),
+}
+
+
+# -- results -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SweepIntervals:
+    """95% intervals over prompts of every cell of a sweep (each tensor has the values' shape)."""
+
+    n_prompts: int
+    """Prompts (clean/corrupted pairs) the means and intervals are over."""
+    lower: Float[Tensor, "..."]
+    """Lower bound of the mean metric after each patch (mean - 1.96 standard errors over prompts)."""
+    upper: Float[Tensor, "..."]
+    """Upper bound of it."""
+    effect_lower: Float[Tensor, "..."]
+    """Lower bound of the patch's effect, value - baseline, paired per prompt (the same prompt patched and
+    unpatched)."""
+    effect_upper: Float[Tensor, "..."]
+    """Upper bound of it."""
+    normalised_lower: Float[Tensor, "..."]
+    """Lower bound of (value - corrupted) / (clean - corrupted), a percentile bootstrap of the ratio over
+    prompts (NaN where the gap's interval includes 0)."""
+    normalised_upper: Float[Tensor, "..."]
+    """Upper bound of it."""
+    gap: tuple[float, float, float]
+    """(mean, lower, upper) of clean - corrupted, paired per prompt: the normalised effect's denominator."""
+
+
+def sweep_intervals(
+    per_prompt: Float[Tensor, "prompt ..."],
+    clean: Float[Tensor, " prompt"],
+    corrupted: Float[Tensor, " prompt"],
+    direction: str,
+    *,
+    generator: torch.Generator | None = None,
+) -> SweepIntervals:
+    """The 95% intervals over prompts of a sweep's cells from the metric of every prompt under every patch.
+
+    Args:
+        per_prompt: the metric of each prompt after each patch, prompts first.
+        clean, corrupted: each prompt's metric in the unpatched clean and corrupted runs.
+        direction: "denoising" (the baseline is the corrupted run) or "noising" (the clean run).
+        generator: draws the bootstrap resamples of the normalised effect (default: seeded with 0, so the same
+            values give the same interval).
+    """
+    shape = (-1, *[1] * (per_prompt.ndim - 1))
+    per_prompt, clean, corrupted = per_prompt.double(), clean.double(), corrupted.double()
+    _, lower, upper = mean_interval(per_prompt)
+    base = corrupted if direction == "denoising" else clean
+    _, effect_lower, effect_upper = mean_interval(per_prompt - base.reshape(shape))
+    gap = [float(x) for x in mean_interval(clean - corrupted)]
+    if covers(gap[1], gap[2]):
+        nan = torch.full(per_prompt.shape[1:], float("nan"))
+        norm_lower, norm_upper = nan, nan.clone()
+    else:
+        gen = torch.Generator().manual_seed(0) if generator is None else generator
+        norm_lower, norm_upper = bootstrap_ratio(
+            per_prompt - corrupted.reshape(shape), clean - corrupted, generator=gen
+        )
+    return SweepIntervals(
+        len(clean), lower, upper, effect_lower, effect_upper, norm_lower, norm_upper, tuple(gap)
+    )
+
+
+@dataclass
+class PatchingResult:
+    """The metric after each patch of one sweep; `values` has one axis per name in `axes`.
+
+    Each value is a mean over prompts; `intervals` holds their 95% intervals (None for a metric without one
+    value per prompt, and for estimates).
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> pair = task.patching_pair(32, generator=torch.Generator().manual_seed(0))
+        >>> result = mechmem.run_sweeps(model, pair, ["resid_pre"])["resid_pre"]
+        >>> result.axes, tuple(result.values.shape), tuple(result.lower.shape)
+        (('layer', 'pos'), (2, 16), (2, 16))
+    """
+
+    sweep: str
+    axes: tuple[str, ...]
+    values: Float[Tensor, "..."]
+    direction: str
+    metric: str
+    clean: float
+    """Metric of the unpatched clean run."""
+    corrupted: float
+    """Metric of the unpatched corrupted run."""
+    method: str = "exact"
+    """How the values were computed: "exact" patching, or an estimate (`attribution.Attributor.method`)."""
+    check: dict[str, Any] | None = None
+    """For an estimate: its agreement with exact patching on a sample of cells (`attribution.judge`)."""
+    intervals: SweepIntervals | None = None
+    """95% intervals over prompts (`sweep_intervals`); None without per-prompt values."""
+
+    def __post_init__(self) -> None:
+        if self.values.ndim != len(self.axes):
+            raise ValueError(
+                f"values have {self.values.ndim} axes but {len(self.axes)} axis names {self.axes}"
+            )
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}")
+        if self.intervals is not None and self.intervals.lower.shape != self.values.shape:
+            raise ValueError(
+                f"intervals have shape {tuple(self.intervals.lower.shape)}, values {tuple(self.values.shape)}"
+            )
+
+    @property
+    def baseline(self) -> float:
+        """Metric of the run being patched (corrupted when denoising, clean when noising)."""
+        return self.corrupted if self.direction == "denoising" else self.clean
+
+    @property
+    def lower(self) -> Float[Tensor, "..."] | None:
+        """Lower 95% bound of each value over prompts (None without intervals)."""
+        return None if self.intervals is None else self.intervals.lower
+
+    @property
+    def upper(self) -> Float[Tensor, "..."] | None:
+        """Upper 95% bound of each value over prompts (None without intervals)."""
+        return None if self.intervals is None else self.intervals.upper
+
+    @property
+    def normalised_refused(self) -> bool:
+        """True when the clean - corrupted gap's 95% interval includes 0: the two runs are not told apart, so
+        no normalised effect is given (`normalised()` is NaN). False without intervals (nothing to judge)."""
+        return self.intervals is not None and bool(covers(*self.intervals.gap[1:]))
+
+    def normalised(self) -> Float[Tensor, "..."]:
+        """(value - corrupted) / (clean - corrupted): 0 = corrupted behaviour, 1 = clean behaviour; NaN where
+        the gap is 0 or `normalised_refused`."""
+        span = self.clean - self.corrupted
+        if self.normalised_refused or not span:
+            return torch.full_like(self.values, float("nan"))
+        return (self.values - self.corrupted) / span
+
+    def effect_undecided(self) -> Tensor | None:
+        """Per cell, whether the 95% interval of the effect (value - baseline) includes 0; None without
+        intervals."""
+        if self.intervals is None:
+            return None
+        return covers(self.intervals.effect_lower, self.intervals.effect_upper)
+
+    def to_dataframe(self) -> Any:
+        """One row per patched cell: `sweep`, `stage` (the activation patched; None for a sweep not in
+        `SWEEPS`), `direction`, `method`, one column per axis (`layer`, `pos`, `head`, `dest_pos`, ...),
+        `value` (the metric after the patch, mean over prompts), `lower` / `upper` (its 95% interval),
+        `effect_lower` / `effect_upper` (of value - baseline), `normalised` (`normalised()`) and
+        `normalised_lower` / `normalised_upper`. Without intervals the bounds are NaN."""
+        spec = SWEEPS.get(self.sweep)
+        leading = {
+            "sweep": self.sweep,
+            "stage": spec.stage if spec is not None else None,
+            "direction": self.direction,
+            "method": self.method,
+        }
+        iv = self.intervals
+        nan = torch.full_like(self.values.float(), float("nan"))
+        bound = (lambda name: nan) if iv is None else (lambda name: getattr(iv, name).float())
+        frame = grid_frame(
+            self.values.float(), self.axes, lower=bound("lower"), upper=bound("upper"), leading=leading
+        )
+        columns = {"effect_lower": bound("effect_lower"), "effect_upper": bound("effect_upper")}
+        columns |= {"normalised": self.normalised().float()}
+        columns |= {
+            "normalised_lower": bound("normalised_lower"),
+            "normalised_upper": bound("normalised_upper"),
+        }
+        for name, column in columns.items():
+            frame[name] = column.detach().cpu().reshape(-1).numpy()
+        return frame
+
+    def __repr__(self) -> str:
+        iv = self.intervals
+        spread = "no intervals" if iv is None else f"95% intervals over {iv.n_prompts} prompts"
+        return short_repr(
+            "PatchingResult",
+            f"{self.sweep!r} {self.direction} ({self.method})",
+            shape_text(self.axes, self.values.shape),
+            f"{self.metric} clean {self.clean:.3g}, corrupted {self.corrupted:.3g}",
+            f"values {float(self.values.min()):.3g}..{float(self.values.max()):.3g}"
+            if self.values.numel()
+            else "",
+            spread,
+            "normalised refused: the clean - corrupted gap's interval includes 0"
+            if self.normalised_refused
+            else "",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        iv = self.intervals
+        out = {
+            "sweep": self.sweep,
+            "axes": list(self.axes),
+            "values": self.values.tolist(),
+            "direction": self.direction,
+            "metric": self.metric,
+            "clean": self.clean,
+            "corrupted": self.corrupted,
+            "method": self.method,
+            "check": self.check,
+            "normalised": self.normalised().tolist(),
+            "normalised_refused": self.normalised_refused,
+        }
+        if iv is None:
+            return out | {"interval": None}
+        bounds = ("lower", "upper", "effect_lower", "effect_upper", "normalised_lower", "normalised_upper")
+        return out | {
+            "interval": (
+                f"95% over {iv.n_prompts} prompts: values and effects mean -+ 1.96 standard errors, "
+                "normalised effects a percentile bootstrap of the ratio (200 resamples)"
+            ),
+            "n_prompts": iv.n_prompts,
+            **{name: getattr(iv, name).tolist() for name in bounds},
+            "gap": dict(zip(("value", "lower", "upper"), iv.gap)),
+        }
+
+
+def plot_patching(result: PatchingResult) -> Any:
+    """Heatmap(s) of a sweep, centred on the unpatched run's metric; one panel per layer for 3-axis sweeps.
+
+    Cells whose effect's 95% interval (value - baseline, over prompts) includes 0 are hatched: a colour there
+    is not told apart from no effect. A refused normalisation (the clean - corrupted gap's interval includes
+    0) is said in the title."""
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Rectangle
+    from matplotlib.ticker import MaxNLocator
+
+    from mechmem.plotting import plt
+
+    values = result.values.detach().cpu().float().numpy()
+    undecided = result.effect_undecided()
+    flat = np.zeros(values.shape, dtype=bool) if undecided is None else undecided.numpy()
+    panels = [(values, flat)] if values.ndim == 2 else list(zip(values, flat))
+    rows, cols = (result.axes[0], result.axes[1]) if values.ndim == 2 else result.axes[1:]
+    span = float(abs(values - result.baseline).max()) or 1.0
+    fig, axs = plt.subplots(1, len(panels), figsize=(1 + 3.2 * len(panels), 3), squeeze=False)
+    for i, (ax, (panel, hatched)) in enumerate(zip(axs[0], panels)):
+        im = ax.imshow(
+            panel, cmap="RdBu", vmin=result.baseline - span, vmax=result.baseline + span, aspect="auto"
+        )
+        boxes = [Rectangle((c - 0.5, r - 0.5), 1, 1) for r, c in zip(*np.nonzero(hatched))]
+        ax.add_collection(PatchCollection(boxes, facecolor="none", edgecolor="0.45", hatch="///", lw=0))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(cols)
+        ax.set_ylabel(rows)
+        ax.set_title(result.sweep if values.ndim == 2 else f"{result.sweep} layer {i}", fontsize=9)
+    notes = []
+    if undecided is not None:
+        notes.append(f"hatched: 95% interval of the effect includes 0 ({result.intervals.n_prompts} prompts)")
+    if result.normalised_refused:
+        notes.append("clean - corrupted gap not told apart from 0: no normalised effect")
+    if notes:
+        fig.suptitle("; ".join(notes), fontsize=8, y=1.0)
+    fig.colorbar(im, ax=list(axs[0]), label=f"{result.metric} ({result.direction})")
+    return fig
+
+
+__all__ = [
+    "DIRECTIONS",
+    "SWEEPS",
+    "PatchSweep",
+    "PatchingResult",
+    "SweepIntervals",
+    "plot_patching",
+    "sweep_intervals",
+]
