@@ -219,10 +219,10 @@ def test_hovering_a_heatmap_cell_shows_value_and_interval(browser, reports):
     sweep = report.section("patching").findings["attn_head_out_all_pos"]
     value = sweep["values"][1][1]
     assert info.startswith("attn_head_out_all_pos  L1, H1: logit_diff ") and f"{value:.3f}" in info, info
-    assert "restored" in info and info.endswith("no interval")
+    assert "restored" in info and "; 95% interval [" in info and sweep["lower"][1][1] <= value, info
     hover_cell(browser, ".view[data-section=ablation] canvas", 0, 0)
     info = browser.evaluate("document.querySelector('[data-section=ablation] .mm-heat-info').textContent")
-    assert "L0, H0: delta" in info and info.endswith("no interval")
+    assert "L0, H0: delta" in info and "; 95% interval [" in info, info
 
 
 @needs_browser
