@@ -9,7 +9,7 @@ the metric is the task's logit difference (clean answer minus corrupted answer) 
 `--method attribution` estimates every cell from gradients (AtP*; see docs/patching.md for its measured
 agreement), checks each sweep against exact patching on a sample of cells and falls back to exact patching
 where they disagree (one line per sweep says which). Every cell is a mean over the pairs with its 95% interval
-over them; where the clean - corrupted gap's interval includes 0 no normalised effect is given (a WARNING line).
+over them; where the clean - corrupted gap's interval includes 0 no normalised effect is given (WARNING).
 Prints a summary table (and the layer x position / layer x head tables) and writes DIR/patching.json
 ("sweeps": {name: {"axes", "values", "lower", "upper", "normalised", ..., "method", "check"}}) and one heatmap
 DIR/patching_<sweep>.png per sweep, together (one output set: all of them or none).
