@@ -16,14 +16,15 @@ import argparse
 
 import torch
 
-import mechmem
 from mechmem.analysis.patching import Patcher, sweep_intervals
+from mechmem.analysis.planted import planted_induction_model
+from mechmem.tasks import build_task
 
 
 def coverage(n: int, repeats: int, noise: float, seed: int) -> dict[str, float]:
     """Fraction of covered (repeat, cell) pairs for the value, effect and normalised effect at n prompts."""
-    planted = mechmem.planted_induction_model()
-    task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+    planted = planted_induction_model()
+    task = build_task("repeats", {"d_vocab": 12, "half": 8})
     pair = task.patching_pair(n, generator=torch.Generator().manual_seed(0))
     patcher = Patcher(planted, pair.clean, pair.corrupted, pair=pair)
     exact = patcher.per_prompt_values("attn_head_out_all_pos")

@@ -120,7 +120,7 @@ def test_roles_table_marks_the_deciding_value(reports):
     assert "**1.000**" in md and "**1.000 (1.000)**" in md
 
 
-def test_every_patching_sweep_has_a_heatmap_with_no_interval(reports):
+def test_every_patching_sweep_has_a_heatmap_with_its_intervals(reports):
     from mechmem.analysis.patching import model_sweeps
 
     report = reports["reports"]["permutation"]
@@ -128,7 +128,8 @@ def test_every_patching_sweep_has_a_heatmap_with_no_interval(reports):
     model = __import__("mechmem.papers.permutation.planted", fromlist=["x"]).planted_permutation_model()
     assert [m["name"] for m in view["maps"]] == model_sweeps(model)
     for m in view["maps"]:
-        assert m["lower"] is None and m["upper"] is None
+        bounds = zip(m["lower"], m["values"], m["upper"])
+        assert all(lo <= v + 1e-5 and v - 1e-5 <= hi for rows in bounds for lo, v, hi in zip(*rows))
         assert len(m["values"]) == len(m["rows"]) and all(len(r) == len(m["cols"]) for r in m["values"])
         if "pos" in m["axes"]:
             assert m["axes"][-1] == "pos"  # positions run across
