@@ -208,7 +208,7 @@ def test_detect_heads_command_and_report_roles_give_identical_numbers_and_names(
     assert run_script(load_script("detect_heads").main, [str(path), "--out", str(tmp_path)]) == 0  # defaults
     script = json.loads((tmp_path / "detect_heads.json").read_text())
     ckpt = load_checkpoint(path)
-    roles = head_roles(ckpt.model, ckpt.task, n=16, seed=0)  # the report's call (`build_report`), defaults
+    roles = head_roles(ckpt.model, ckpt.task, seed=0)  # the report's call (`build_report`), at its defaults
     report = roles.info["patterns"]
     assert script["probes"] == report["probes"] and script["decision"] == report["decision"]
     for name, curve in report["curves"].items():

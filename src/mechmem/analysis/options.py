@@ -21,8 +21,9 @@ CIRCUIT_BUDGET = 512
 """Prompts of the circuit verdict's last look (docs/decisions.md)."""
 HEAD_FIRST = 64
 """Sequences per probe of head naming's first look (docs/decisions.md)."""
-HEAD_BUDGET = 1024
-"""Sequences per probe of head naming's last look (`mechmem heads --n-samples` default, the report's)."""
+HEAD_BUDGET = 1000
+"""Sequences per probe of head naming's last look: `mechmem heads --n-samples`'s default, the report's
+`role_samples` and `head_roles`' `n`."""
 PATCH_DIRECTIONS = ("denoising", "noising")
 """Clean into corrupted, or corrupted into clean (`mechmem.analysis.patching.DIRECTIONS`)."""
 PATCH_METHODS = ("exact", "attribution")

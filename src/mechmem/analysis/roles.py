@@ -319,7 +319,7 @@ class PatternEvidence:
     """Per pattern p: p (best score over the probes), p_lower (best corrected lower end over the probes: what
     the rule judges, docs/decisions.md), p_token_lower (best corrected token-selective lower end,
     `heads.kth_highest` over one probe's tokens), p_n_needed (sequences per probe that would decide its
-    undecided tests, smallest over the probes; NaN when none is undecided, inf when one sits on the
+    undecided tests, smallest over the probes; 0 when none is undecided, inf when one sits on the
     threshold)."""
     probes: list[str]
     """What each probe is, in the curves' order."""
@@ -484,9 +484,9 @@ def _evidence_from(decision: Decision, probes: list[str], random: int) -> Patter
 
 
 def _nanmin(x: Tensor) -> Tensor:
-    """The smallest non-NaN value over the first axis (NaN where every value is NaN)."""
+    """The smallest non-NaN value over the first axis (0 where every value is NaN: nothing to decide)."""
     low = x.masked_fill(x.isnan(), float("inf")).amin(0)
-    return low.masked_fill(x.isnan().all(0), float("nan")).float()
+    return low.masked_fill(x.isnan().all(0), 0.0).float()
 
 
 # -- the classifier
@@ -571,8 +571,8 @@ def _clear_pattern(ev: dict[str, float], key: str, t: RoleThresholds) -> ClearPa
 
 def undecided_note(ev: dict[str, float], key: str) -> str | None:
     """Words for a pattern the sequential rule left undecided at its budget (None when it decided it)."""
-    needed = ev.get(f"{key}_n_needed", math.nan)
-    if math.isnan(needed):
+    needed = ev.get(f"{key}_n_needed", 0.0)
+    if needed == 0 or math.isnan(needed):
         return None
     about = "no number of sequences would (the score sits on the threshold)"
     if math.isfinite(needed):
@@ -620,15 +620,16 @@ def head_roles(
     model: Any,
     task: Any = None,
     *,
-    n: int = 1000,
+    n: int = HEAD_POLICY.budget,
     seed: int = 0,
     thresholds: RoleThresholds | None = None,
     policy: DecisionPolicy = HEAD_POLICY,
 ) -> RoleResult:
     """Measure every head's evidence from `seed` and classify it.
 
-    Attention patterns are sampled in rounds by `policy` (`measure_pattern_evidence`, the same call and
-    defaults as `mechmem heads`); task roles use `n` sequences. The report and the reproduction pages call
+    Attention patterns are sampled in rounds by `policy` up to `n` sequences per probe
+    (`measure_pattern_evidence`, the same call and defaults as `mechmem heads`); task roles use `n`
+    sequences. The report and the reproduction pages call
     this with the same `n`, `seed` and policy for a checkpoint, so they print identical numbers. `task` may be
     None (attention-pattern roles only).
 
@@ -645,7 +646,7 @@ def head_roles(
         return RoleResult([], (), t, {"n": n, "seed": seed})
     device = next(model.parameters()).device
     patterns = measure_pattern_evidence(
-        model, task, generator=torch.Generator().manual_seed(seed), policy=policy, threshold=t.attention
+        model, task, generator=torch.Generator().manual_seed(seed), policy=policy, n=n, threshold=t.attention
     )
     evidence = dict(patterns.evidence)
     probes = (

@@ -16,7 +16,7 @@ import argparse
 from typing import Any
 
 from mechmem import cli
-from mechmem.analysis.options import CIRCUIT_ABLATIONS, CIRCUIT_BUDGET
+from mechmem.analysis.options import CIRCUIT_ABLATIONS, CIRCUIT_BUDGET, HEAD_BUDGET
 from mechmem.commands.common import run_analysis
 
 
@@ -31,7 +31,12 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
     p.add_argument("--threshold", type=cli.positive_float, help="keep |score| >= THRESHOLD x |gap| instead")
     p.add_argument("--max-exact", type=cli.positive_int, default=256, help="above: EAP, then exact on top")
     p.add_argument("--attribution", action="store_true", help="also run EAP and report its agreement")
-    p.add_argument("--role-samples", type=cli.positive_int, default=256, help="sequences for head roles")
+    p.add_argument(
+        "--role-samples",
+        type=cli.positive_int,
+        default=HEAD_BUDGET,
+        help="sequences for head roles (per probe, the budget of the sequential rule; the report's default)",
+    )
     return p
 
 

@@ -45,7 +45,6 @@ import torch
 from mechmem.analysis import ablation, heads, logit_lens, patching, probes, roles
 from mechmem.analysis.frames import short_repr
 from mechmem.analysis.options import parse_quantities  # noqa: F401  (the names live with the parsers)
-from mechmem.analysis.sequential import HEAD_POLICY
 from mechmem.analysis.transitions import (
     Event,
     Rule,
@@ -200,9 +199,7 @@ def _patching(model: Any, data: EvalData) -> dict[str, float]:
 
 
 def _roles(model: Any, data: EvalData) -> dict[str, float]:
-    # the pattern evidence's budget is the step's n too (`HEAD_POLICY` otherwise samples up to 1024 a probe)
-    policy = HEAD_POLICY.with_budget(data.n)
-    result = roles.head_roles(model, data.task, n=data.n, seed=data.seed, policy=policy)
+    result = roles.head_roles(model, data.task, n=data.n, seed=data.seed)
     out = {f"{h.name}.role={h.role}": 1.0 for h in result.heads if h.role != "none"}
     out.update(
         {f"{h.name}.{r}_score": h.evidence[f"{r}_score"] for h in result.heads for r in result.task_roles}
