@@ -154,7 +154,8 @@ PLANTED = {"embed->L0H2.v", "L0H2->L1H1.k", "embed->L1H1.q", "embed->L1H1.v", "L
 )
 def test_planted_induction_circuit_is_found_exactly(ablation, expected):
     model = planted_induction_model()
-    pair, _ = circuit_pair(model, None, 16, generator=torch.Generator().manual_seed(0))
+    # 32 prompts: the verdict's intervals need at least `min_units` (20) prompts (docs/decisions.md)
+    pair, _ = circuit_pair(model, None, 32, generator=torch.Generator().manual_seed(0))
     circuit = discover_circuit(model, pair, ablation=ablation)
     assert set(circuit.edge_names()) == expected
     distractors = {"L0H0", "L0H1", "L1H0", "L1H2"}

@@ -152,7 +152,7 @@ def test_script_probes_the_lengths_asked_for_and_rejects_impossible_ones(planted
         task_name="repeats",
         task_config=RepeatsConfig(d_vocab=12, half=6),
     )
-    args = [str(ckpt), "--out", str(tmp_path), "--n-samples", "16"]
+    args = [str(ckpt), "--out", str(tmp_path), "--n-samples", "64"]  # one look: the first round
     assert run_script(module.main, args) == 0
     data = json.loads((tmp_path / "detect_heads.json").read_text())
     # the rule's lengths (4, 8, 12 for n_ctx 24, 12 tokens) plus the task's own (6), then the task's data

@@ -14,10 +14,10 @@ Groups: checkpoints (`load_checkpoint`, `save_checkpoint`, `save_model`, `Checkp
 (`train_preset`), tasks (`build_task`, `task_names`, `register_task`), the intervention engine (`intervene`,
 `Intervention` and the setters `zero`, `mean`, `resample`, `from_run`, `apply`), the analyses (`run_sweeps`
 and `PatchingResult`, `ablate_heads`, `detect_heads`, `logit_lens`, `builtin_probes`, `head_roles`,
-`circuit_prompts` and `discover_circuit`, `run_dynamics`, `attribute_sweeps` for estimates), their figures
-(`plot`), the report (`build_report`, `report_checkpoint`),
-a planted model for trying things (`planted_induction_model`) and the errors (`MechmemError`,
-`CheckpointError`). The command line is `mechmem` (`mechmem --help`).
+`circuit_prompts`, `discover_circuit` and `decided_circuit`, `run_dynamics`, `attribute_sweeps` for
+estimates), their figures (`plot`), the sequential rule every verdict follows (`decide`), the report
+(`build_report`, `report_checkpoint`), a planted model for trying things (`planted_induction_model`) and the
+errors (`MechmemError`, `CheckpointError`). The command line is `mechmem` (`mechmem --help`).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -51,6 +51,8 @@ HOMES = {
     "head_roles": "mechmem.analysis.roles",
     "circuit_prompts": "mechmem.analysis.circuits",
     "discover_circuit": "mechmem.analysis.circuits",
+    "decided_circuit": "mechmem.analysis.circuits",
+    "decide": "mechmem.analysis.sequential",
     "run_dynamics": "mechmem.analysis.dynamics",
     "build_report": "mechmem.report",
     "report_checkpoint": "mechmem.report.checkpoint_report",
@@ -73,6 +75,8 @@ __all__ = [
     "build_task",
     "builtin_probes",
     "circuit_prompts",
+    "decide",
+    "decided_circuit",
     "detect_heads",
     "discover_circuit",
     "from_run",
@@ -114,7 +118,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
     from mechmem.analysis.ablation import ablate_heads
-    from mechmem.analysis.circuits import circuit_prompts, discover_circuit
+    from mechmem.analysis.circuits import circuit_prompts, decided_circuit, discover_circuit
     from mechmem.analysis.dynamics import run_dynamics
     from mechmem.analysis.heads import detect_heads
     from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean, resample, zero
@@ -123,6 +127,7 @@ if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
     from mechmem.analysis.planted import planted_induction_model
     from mechmem.analysis.probes import builtin_probes
     from mechmem.analysis.roles import head_roles
+    from mechmem.analysis.sequential import decide
     from mechmem.checkpoint import Checkpoint, load_checkpoint, save_checkpoint, save_model
     from mechmem.report import build_report
     from mechmem.report.checkpoint_report import report_checkpoint

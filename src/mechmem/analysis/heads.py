@@ -31,7 +31,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr, token_labels, with_tokens
-from mechmem.analysis.intervals import bootstrap_ratio, normal_interval_from_moments
+from mechmem.analysis.intervals import RESAMPLES, Z_95, RatioMoments, bootstrap_ratio
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import attention_scale, is_hooked_transformer
 from mechmem.plotting import plt
@@ -45,8 +45,19 @@ MIN_TOKENS = 2
 """A head is token-selectively clear when at least this many tokens have a clear per-token score."""
 INTERVAL = (
     "95% percentile bootstrap over sequences (200 resamples); "
-    "per token: mean +- 1.96 standard errors over rows"
+    "per token: score +- 1.96 delta-method standard errors over sequences"
 )
+
+
+def kth_highest(lower: Float[Tensor, "... token"], k: int = MIN_TOKENS) -> Float[Tensor, "..."]:
+    """The `k`-th highest per-token lower end (NaN counts as -inf; -inf with fewer than k tokens): a head
+    whose value is >= a threshold does the pattern clearly for at least `k` query tokens. The one
+    token-selective rule: `HeadScores.selective_lower` and the role rule's corrected evidence both reduce
+    with it."""
+    lows = lower.nan_to_num(float("-inf"))
+    if lows.shape[-1] < k:
+        return torch.full(lows.shape[:-1], float("-inf"))
+    return lows.topk(k, dim=-1).values[..., -1]
 
 
 def no_attention_reason(model: torch.nn.Module) -> str | None:
@@ -142,6 +153,14 @@ def chosen_halves(
     return halves
 
 
+def default_halves(model: torch.nn.Module, task: Any = None) -> list[int]:
+    """The role rule's probe half-lengths for a model and its task: `probe_halves` plus the task's own half
+    (`task.config.half`) when it has one; `mechmem heads` and the report both probe these by default."""
+    task_half = getattr(getattr(task, "config", None), "half", None)
+    cfg = model.cfg
+    return chosen_halves(cfg.n_ctx, cfg.d_vocab, task_half=task_half if isinstance(task_half, int) else None)
+
+
 @dataclass
 class HeadScores:
     """Detection scores per pattern, each [layer head], measured on the data described by `data`."""
@@ -158,8 +177,13 @@ class HeadScores:
     by_token: dict[str, Tensor] = field(default_factory=dict)
     """Per pattern, [layer head token]: the score over the rows whose query holds that token (NaN: none)."""
     by_token_lower: dict[str, Tensor] = field(default_factory=dict)
-    """Per pattern, [layer head token]: mean - 1.96 standard errors over those rows (NaN with fewer than
-    `MIN_TOKEN_ROWS` rows)."""
+    """Per pattern, [layer head token]: score - 1.96 standard errors over sequences (the delta method of the
+    ratio, `intervals.RatioMoments`; NaN with fewer than `MIN_TOKEN_ROWS` rows)."""
+    moments: dict[str, RatioMoments] = field(default_factory=dict)
+    """Per pattern: per-sequence sums of (mass on the pattern's keys, rows with a key), [layer head], which
+    the sequential rule accumulates over rounds (`mechmem.analysis.sequential`)."""
+    token_moments: dict[str, RatioMoments] = field(default_factory=dict)
+    """Per pattern: the same restricted to the rows whose query holds each token, [layer head token]."""
 
     def __post_init__(self) -> None:
         shapes = {tuple(v.shape) for d in (self.scores, self.lower, self.upper) for v in d.values()}
@@ -169,13 +193,18 @@ class HeadScores:
         if token_shapes - shapes:
             raise ValueError(f"token scores must be [layer head token], got {sorted(token_shapes)}")
 
-    def selective_lower(self, name: str, min_tokens: int = MIN_TOKENS) -> Float[Tensor, "layer head"]:
-        """The `min_tokens`-th highest per-token lower end of pattern `name` (-inf with fewer such tokens): a
-        head whose value is >= a threshold does the pattern clearly for at least `min_tokens` query tokens."""
-        lows = self.by_token_lower[name].nan_to_num(float("-inf"))
-        if lows.shape[-1] < min_tokens:
-            return torch.full(lows.shape[:2], float("-inf"))
-        return lows.topk(min_tokens, dim=-1).values[..., -1]
+    def selective_lower(
+        self, name: str, min_tokens: int = MIN_TOKENS, *, z: float = Z_95
+    ) -> Float[Tensor, "layer head"]:
+        """The `min_tokens`-th highest per-token lower end (score - z standard errors) of pattern `name`
+        (`kth_highest`). At the default z it reads the marginal `by_token_lower`; the role rule passes the
+        corrected z of every token it tests (docs/decisions.md), so that many tokens near a threshold do not
+        clear it by chance."""
+        if z == Z_95 or name not in self.token_moments:
+            return kth_highest(self.by_token_lower[name], min_tokens)
+        m = self.token_moments[name]
+        lows = (m.ratio() - z * m.stderr()).masked_fill(m.b < MIN_TOKEN_ROWS, float("nan"))
+        return kth_highest(lows.float(), min_tokens)
 
     def ranking(self, name: str) -> list[tuple[int, int, float]]:
         """(layer, head, score) for pattern `name`, best first."""
@@ -260,11 +289,13 @@ def detect_heads(
     data: str = "",
     chunk: int = 256,
     generator: torch.Generator | None = None,
+    resamples: int = RESAMPLES,
 ) -> HeadScores:
     """Score every head against each detection pattern (default: previous-token, duplicate-token, induction).
 
     Besides the score, each pattern gets its 95% bootstrap interval over the sequences and its score per query
-    token (`HeadScores.by_token`, with a lower end where the token has at least `MIN_TOKEN_ROWS` rows).
+    token (`HeadScores.by_token`, with a lower end where the token has at least `MIN_TOKEN_ROWS` rows), and
+    the per-sequence moments of both (`HeadScores.moments`, `token_moments`) for the sequential rule.
 
     Args:
         model: a HookedTransformer.
@@ -275,6 +306,7 @@ def detect_heads(
         chunk: sequences per forward pass (attention patterns are reduced inside the hooks, never stored).
         generator: draws the bootstrap resamples (default: a generator seeded with 0, so a result is a
             function of its inputs).
+        resamples: bootstrap resamples (0: no bootstrap interval, e.g. when the sequential rule judges).
 
     Long because one scoped hook reduces every probed pattern in one pass, and the bootstrap intervals and
     per-token scores are computed from the same reduced tensors.
@@ -296,18 +328,32 @@ def detect_heads(
     )
     per_seq = {k: [] for k in patterns}  # per chunk: mass [batch layer head]
     rows_per_seq = {k: [] for k in patterns}  # per chunk: rows [batch]
-    tok_sum = {k: torch.zeros(*shape, vocab, dtype=torch.float64) for k in patterns}
-    tok_sq = {k: torch.zeros(*shape, vocab, dtype=torch.float64) for k in patterns}
-    tok_rows = {k: torch.zeros(vocab, dtype=torch.float64) for k in patterns}
+    tok = {k: _TokenSums(shape, vocab) for k in patterns}
     tokens = tokens.to(cfg.device)
     for start in range(0, tokens.shape[0], chunk):
         part = tokens[start : start + chunk]
         masks = {k: _as_pattern(spec, part) for k, spec in patterns.items()}
         mass = {k: torch.zeros(len(part), *shape, dtype=torch.float64) for k in patterns}
+        # group the rows by (sequence, query token): the unit of a per-token score is the sequence
+        seq = torch.arange(len(part)).repeat_interleave(part.shape[1])
         flat_tokens = part.flatten().cpu()
+        pairs, group = torch.unique(seq * vocab + flat_tokens, return_inverse=True)
+        group_token = pairs % vocab
+        group_rows = {
+            k: torch.zeros(len(pairs), dtype=torch.float64).index_add_(
+                0, group, m.any(-1).flatten().double().cpu()
+            )
+            for k, m in masks.items()
+        }
 
         def reduce(
-            pattern: Tensor, hook: Any, masks: dict = masks, mass: dict = mass, flat: Tensor = flat_tokens
+            pattern: Tensor,
+            hook: Any,
+            masks: dict = masks,
+            mass: dict = mass,
+            rows: dict = group_rows,
+            group: Tensor = group,
+            group_token: Tensor = group_token,
         ) -> None:
             for name, mask in masks.items():
                 valid = mask.any(-1)  # [batch query_pos]
@@ -316,27 +362,30 @@ def detect_heads(
                 ]  # [batch head query]
                 mass[name][:, hook.layer()] = on.sum(-1).double().cpu()
                 per_row = on.transpose(0, 1).reshape(on.shape[1], -1).double().cpu()  # [head batch*query]
-                tok_sum[name][hook.layer()].index_add_(1, flat, per_row)
-                tok_sq[name][hook.layer()].index_add_(1, flat, per_row.square())
+                per_group = torch.zeros(len(per_row), len(rows[name]), dtype=torch.float64)
+                tok[name].add_layer(
+                    hook.layer(), per_group.index_add_(1, group, per_row), rows[name], group_token
+                )
 
         with model.hooks(fwd_hooks=[(lambda n: n.endswith("attn.hook_pattern"), reduce)]):
             model(part)
         for name, mask in masks.items():
-            valid = mask.any(-1)
             per_seq[name].append(mass[name])
-            rows_per_seq[name].append(valid.sum(-1).double().cpu())
-            tok_rows[name].index_add_(0, flat_tokens, valid.flatten().double().cpu())
+            rows_per_seq[name].append(mask.any(-1).sum(-1).double().cpu())
+            tok[name].add_rows(group_rows[name], group_token, len(part))
     gen = generator or torch.Generator().manual_seed(0)
-    scores, lower, upper, by_token, by_token_lower = {}, {}, {}, {}, {}
+    scores, lower, upper, by_token, by_token_lower, moments, token_moments = {}, {}, {}, {}, {}, {}, {}
     for k in patterns:
         m, r = torch.cat(per_seq[k]), torch.cat(rows_per_seq[k])
         total = r.sum()
         scores[k] = (m.sum(0) / total).float() if total > 0 else torch.full(shape, float("nan"))
-        lower[k], upper[k] = bootstrap_ratio(m, r, generator=gen)
-        n_t = tok_rows[k]
-        mean_t, low_t, _ = normal_interval_from_moments(tok_sum[k], tok_sq[k], n_t)
-        by_token[k] = mean_t.float()
-        by_token_lower[k] = low_t.masked_fill(n_t < MIN_TOKEN_ROWS, float("nan")).float()
+        if resamples:
+            lower[k], upper[k] = bootstrap_ratio(m, r, generator=gen, resamples=resamples)
+        moments[k] = RatioMoments.from_values(m, r)
+        token_moments[k] = tok[k].moments()
+        by_token[k] = token_moments[k].ratio().float()
+        low = token_moments[k].ratio() - Z_95 * token_moments[k].stderr()
+        by_token_lower[k] = low.masked_fill(tok[k].b < MIN_TOKEN_ROWS, float("nan")).float()
     return HeadScores(
         scores,
         data=data,
@@ -345,7 +394,34 @@ def detect_heads(
         upper=upper,
         by_token=by_token,
         by_token_lower=by_token_lower,
+        moments=moments,
+        token_moments=token_moments,
     )
+
+
+class _TokenSums:
+    """Per-token sums over sequences of a pattern's mass a (per layer and head) and rows b (per token): the
+    `RatioMoments` of the per-token scores, with b, b^2 and the support shared by every head."""
+
+    def __init__(self, shape: tuple[int, int], vocab: int) -> None:
+        self.n = 0
+        self.a, self.aa, self.ab = (torch.zeros(*shape, vocab, dtype=torch.float64) for _ in range(3))
+        self.b, self.bb, self.support = (torch.zeros(vocab, dtype=torch.float64) for _ in range(3))
+
+    def add_layer(self, layer: int, mass: Tensor, rows: Tensor, token: Tensor) -> None:
+        """mass [head group], rows [group]: one layer's per-(sequence, token) sums; token [group]."""
+        self.a[layer].index_add_(1, token, mass)
+        self.aa[layer].index_add_(1, token, mass.square())
+        self.ab[layer].index_add_(1, token, mass * rows)
+
+    def add_rows(self, rows: Tensor, token: Tensor, sequences: int) -> None:
+        self.b.index_add_(0, token, rows)
+        self.bb.index_add_(0, token, rows.square())
+        self.support.index_add_(0, token, (rows > 0).double())
+        self.n += sequences
+
+    def moments(self) -> RatioMoments:
+        return RatioMoments(self.n, self.a, self.b, self.aa, self.bb, self.ab, self.support)
 
 
 TASK_DATA = "the task's evaluation data (answer queries; previous-token where induction reads)"
@@ -385,6 +461,7 @@ def detect_heads_on_task(
     tokens: Int[Tensor, "batch pos"],
     answers: Bool[Tensor, "batch pos"],
     generator: torch.Generator | None = None,
+    resamples: int = RESAMPLES,
 ) -> HeadScores:
     """Detection scores on a task's data, counting the answer queries only (see `task_patterns`).
 
@@ -393,6 +470,7 @@ def detect_heads_on_task(
         tokens: the task's evaluation inputs.
         answers: where the task is scored (`batch.loss_mask > 0`).
         generator: draws the bootstrap resamples (see `detect_heads`).
+        resamples: bootstrap resamples (see `detect_heads`).
     Returns:
         `HeadScores` with previous_token, duplicate_token and induction, each [layer head].
     """
@@ -405,6 +483,7 @@ def detect_heads_on_task(
         data=TASK_DATA,
         chunk=max(1, len(tokens)),
         generator=generator,
+        resamples=resamples,
     )
 
 

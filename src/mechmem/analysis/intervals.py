@@ -1,5 +1,7 @@
 """Confidence intervals over prompt draws: the percentile bootstrap of a ratio of sums, the normal interval of
-a mean from its moments, and the three-valued verdict. Every interval the toolkit prints is computed here.
+a mean from its moments, the normal (delta-method) interval of a ratio of sums accumulated over rounds
+(`RatioMoments`), the z of any level (`z_for`), and the three-valued verdict. Every interval the toolkit
+prints is computed here.
 
 Every verdict the toolkit prints about a measured quantity (a head's detection score, a circuit's faithfulness
 or completeness) is judged on an interval rather than on the point estimate, so that two draws of the same
@@ -17,6 +19,8 @@ model's variation over training seeds; with few units (< 20) percentile interval
 """
 
 import math
+from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 import torch
@@ -131,6 +135,121 @@ def normal_interval_from_moments(
     return mean, mean - half, mean + half
 
 
+def z_for(alpha: float) -> float:
+    """The z of a two-sided normal interval at level 1 - alpha: Phi^-1(1 - alpha / 2) (1.95996... at 0.05).
+
+    Example:
+        >>> from mechmem.analysis.intervals import z_for
+        >>> round(z_for(0.05), 3), round(z_for(0.05 / 10), 3)
+        (1.96, 2.807)
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    return NormalDist().inv_cdf(1 - alpha / 2)
+
+
+@dataclass(frozen=True)
+class RatioMoments:
+    """Sums over units (sequences, prompts) of a ratio's per-unit numerator a and denominator b, every test at
+    once: enough for R = sum(a) / sum(b) and its delta-method standard error, and adding two rounds' moments
+    gives the moments of both (`+`). The tensors broadcast to the tests' shape (`shape`); `n` counts every
+    unit, `support` the units whose b is non-zero (per test)."""
+
+    n: int
+    """Units summed over."""
+    a: Tensor
+    """sum a."""
+    b: Tensor
+    """sum b."""
+    aa: Tensor
+    """sum a^2."""
+    bb: Tensor
+    """sum b^2."""
+    ab: Tensor
+    """sum a b."""
+    support: Tensor
+    """Units with b != 0."""
+
+    def __post_init__(self) -> None:
+        try:
+            self.shape  # noqa: B018 (the check)
+        except RuntimeError as exc:
+            shapes = [tuple(t.shape) for t in (self.a, self.b, self.aa, self.bb, self.ab, self.support)]
+            raise ValueError(f"the moments' shapes must broadcast to the tests' shape, got {shapes}") from exc
+
+    @property
+    def shape(self) -> torch.Size:
+        """The tests' shape: the moments broadcast to it (b, b^2 and the support may be shared, e.g. per token
+        for every head)."""
+        return torch.broadcast_shapes(
+            *(t.shape for t in (self.a, self.b, self.aa, self.bb, self.ab, self.support))
+        )
+
+    @classmethod
+    def stack(cls, parts: "list[RatioMoments]") -> "RatioMoments":
+        """The moments of several test tensors, stacked on a new first axis (all over the same units)."""
+        if len({p.n for p in parts}) != 1:
+            raise ValueError("stacked moments must be sums over the same units")
+
+        def both(name: str) -> Tensor:
+            return torch.stack([getattr(p, name).expand(p.shape) for p in parts])
+
+        return cls(parts[0].n, *(both(k) for k in ("a", "b", "aa", "bb", "ab", "support")))
+
+    @classmethod
+    def from_values(
+        cls, num: Float[Tensor, "unit ..."], den: Float[Tensor, "unit ..."] | None = None
+    ) -> "RatioMoments":
+        """The moments of per-unit values: `num` [unit ...], `den` of its shape, [unit] or None (a mean).
+
+        Example:
+            >>> import torch
+            >>> from mechmem.analysis.intervals import RatioMoments
+            >>> m = RatioMoments.from_values(torch.tensor([1.0, 2.0, 3.0]))
+            >>> float(m.ratio()), round(float(m.stderr()), 4)
+            (2.0, 0.5774)
+        """
+        num = num.detach().double().cpu()
+        den = torch.ones(num.shape[0], dtype=torch.float64) if den is None else den.detach().double().cpu()
+        if den.dim() == 1:
+            den = den.reshape(num.shape[0], *([1] * (num.dim() - 1)))
+        den = den.expand_as(num)
+        return cls(
+            num.shape[0],
+            num.sum(0),
+            den.sum(0),
+            num.square().sum(0),
+            den.square().sum(0),
+            (num * den).sum(0),
+            (den != 0).sum(0).double(),
+        )
+
+    def __add__(self, other: "RatioMoments") -> "RatioMoments":
+        return RatioMoments(
+            self.n + other.n,
+            self.a + other.a,
+            self.b + other.b,
+            self.aa + other.aa,
+            self.bb + other.bb,
+            self.ab + other.ab,
+            self.support + other.support,
+        )
+
+    def ratio(self) -> Tensor:
+        """R = sum(a) / sum(b) (NaN where sum(b) = 0)."""
+        return self.a / self.b.masked_fill(self.b == 0, float("nan"))
+
+    def stderr(self) -> Tensor:
+        """The delta method's standard error of R over units: sqrt(sum_i (a_i - R b_i)^2 / (n (n - 1)
+        mean(b)^2)); NaN below 2 units or where sum(b) = 0."""
+        r = self.ratio()
+        spread = (self.aa - 2 * r * self.ab + r.square() * self.bb).clamp_min(0)
+        n = self.n
+        if n < 2:
+            return torch.full_like(r, float("nan"))
+        return (spread * n / (n - 1)).sqrt() / self.b.abs().masked_fill(self.b == 0, float("nan"))
+
+
 def verdict(lower: float, upper: float, threshold: float) -> str:
     """ "yes" when the whole interval is at or above `threshold`, "no" when it is below, else "undecided"."""
     if lower >= threshold:
@@ -151,6 +270,7 @@ __all__ = [
     "LEVEL",
     "RESAMPLES",
     "Z_95",
+    "RatioMoments",
     "bootstrap_ratio",
     "combine",
     "covers",
@@ -160,4 +280,5 @@ __all__ = [
     "normal_interval_from_moments",
     "standard_error",
     "verdict",
+    "z_for",
 ]

@@ -15,7 +15,15 @@ ABLATION_METRICS = ("loss", "accuracy", "logit_diff")
 CIRCUIT_ABLATIONS = ("corrupted", "mean", "zero")
 """What an ablated edge carries (`mechmem.analysis.circuits.ABLATIONS`)."""
 CIRCUIT_PROMPTS = 64
-"""Prompts of the circuit's pair (`mechmem.report.circuit_graph.N_PROMPTS`)."""
+"""Prompts of the circuit's pair (`mechmem.report.circuit_graph.N_PROMPTS`): the first look of the circuit's
+sequential verdict (`mechmem.analysis.sequential.CIRCUIT_POLICY`)."""
+CIRCUIT_BUDGET = 512
+"""Prompts of the circuit verdict's last look (docs/decisions.md)."""
+HEAD_FIRST = 64
+"""Sequences per probe of head naming's first look (docs/decisions.md)."""
+HEAD_BUDGET = 1000
+"""Sequences per probe of head naming's last look: `mechmem heads --n-samples`'s default, the report's
+`role_samples` and `head_roles`' `n`."""
 PATCH_DIRECTIONS = ("denoising", "noising")
 """Clean into corrupted, or corrupted into clean (`mechmem.analysis.patching.DIRECTIONS`)."""
 PATCH_METHODS = ("exact", "attribution")

@@ -46,6 +46,7 @@ and the rule that names a role from them are one concept, kept together so that 
 elsewhere.
 """
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -56,8 +57,10 @@ from torch import Tensor
 
 from mechmem.analysis import heads as head_detection
 from mechmem.analysis.frames import concat, short_repr
+from mechmem.analysis.intervals import RatioMoments
 from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean
 from mechmem.analysis.logit_lens import answer_probability
+from mechmem.analysis.sequential import HEAD_POLICY, UNDECIDED, YES, Decision, DecisionPolicy, decide
 from mechmem.config import ConfigMixin
 from mechmem.tasks.base import RoleProbe
 
@@ -309,18 +312,32 @@ def _probe_evidence(model: Any, probe: RoleProbe, reference: Tensor) -> dict[str
 
 @dataclass
 class PatternEvidence:
-    """Detection evidence over the role rule's probes: per-pattern summaries [layer head] and the curves."""
+    """Detection evidence over the role rule's probes: per-pattern summaries [layer head], the curves, and the
+    sequential decision they come from."""
 
     evidence: dict[str, Float[Tensor, "layer head"]]
-    """Per pattern p: p (best score over the probes), p_lower (best lower end of a score's interval),
-    p_token_lower (best token-selective lower end, `HeadScores.selective_lower`)."""
+    """Per pattern p: p (best score over the probes), p_lower (best corrected lower end over the probes: what
+    the rule judges, docs/decisions.md), p_token_lower (best corrected token-selective lower end,
+    `heads.kth_highest` over one probe's tokens), p_n_needed (sequences per probe that would decide its
+    undecided tests, smallest over the probes; 0 when none is undecided, inf when one sits on the
+    threshold)."""
     probes: list[str]
     """What each probe is, in the curves' order."""
     curves: dict[str, dict[str, Tensor]]
-    """Per pattern: "score", "lower", "upper", "token_lower", each [probe layer head]."""
+    """Per pattern: "score", "lower", "upper" (marginal 95%), "corrected_lower", "corrected_upper",
+    "token_lower" (corrected), each [probe layer head]."""
+    decision: Decision | None = None
+    """The sequential decision: families "overall" [probe pattern layer head] and "token" [random probe
+    pattern layer head token]."""
+
+    @property
+    def n(self) -> int:
+        """Sequences per probe at the last look."""
+        return self.decision.n if self.decision is not None else 0
 
     def rows(self) -> list[list[object]]:
-        """One table row per head and pattern: `LlHh`, the pattern, then "score [lower, upper]" per probe."""
+        """One table row per head and pattern: `LlHh`, the pattern, then "score [lower, upper]" per probe
+        (the marginal 95% interval, for reading)."""
         rows: list[list[object]] = []
         for name, curve in self.curves.items():
             _, n_layers, n_heads = curve["score"].shape
@@ -335,53 +352,141 @@ class PatternEvidence:
         return rows
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "probes": self.probes,
             "curves": {p: {k: v.tolist() for k, v in c.items()} for p, c in self.curves.items()},
-            "interval": head_detection.INTERVAL,
+            "interval": "marginal 95%: score -+ 1.96 delta-method standard errors over sequences",
         }
+        if self.decision is not None:
+            out["decision"] = {
+                "policy": self.decision.policy.to_dict(),
+                "looks": list(self.decision.looks),
+                "stopped": self.decision.stopped,
+                "z": {k: f.z for k, f in self.decision.families.items()},
+                "rule": "docs/decisions.md",
+            }
+        return out
+
+
+def _named(families: Any) -> tuple[Tensor, Tensor]:
+    """Per [pattern layer head]: (named: an overall test yes on some probe, or `MIN_TOKENS` token tests yes on
+    one probe; could still be named: an open overall test, or enough yes-or-open token tests on one probe)."""
+    overall = families["overall"]
+    named, could = (overall.code == YES).any(0), overall.open.any(0)
+    if "token" in families:
+        token = families["token"]
+        named = named | ((token.code == YES).sum(-1) >= head_detection.MIN_TOKENS).any(0)
+        could = could | (((token.code == YES) | token.open).sum(-1) >= head_detection.MIN_TOKENS).any(0)
+    return named, could
+
+
+def names_settled(families: Any) -> bool:
+    """The head rule's stop (docs/decisions.md): every (head, pattern) is named, or no open test could name
+    it."""
+    named, could = _named(families)
+    return bool((named | ~could).all())
+
+
+def _draw_probes(model: Any, task: Any, halves: Sequence[int]) -> Any:
+    """The role rule's probes as a sequential draw: k new sequences per probe -> the families' moments."""
+    cfg = model.cfg
+
+    def draw(k: int, generator: torch.Generator) -> dict[str, RatioMoments]:
+        results = []
+        for half in halves:
+            tokens = head_detection.repeated_random_tokens(k, half, cfg.d_vocab, generator=generator)
+            results.append(head_detection.detect_heads(model, tokens.to(cfg.device), resamples=0))
+        if task is not None:
+            batch = task.eval_batch(k, generator=generator).to(cfg.device)
+            answers = batch.loss_mask > 0
+            results.append(head_detection.detect_heads_on_task(model, batch.tokens, answers, resamples=0))
+        keys = list(head_detection.BUILTIN_PATTERNS)
+        out = {
+            "overall": RatioMoments.stack([RatioMoments.stack([r.moments[p] for p in keys]) for r in results])
+        }
+        if halves:
+            token = [RatioMoments.stack([r.token_moments[p] for p in keys]) for r in results[: len(halves)]]
+            out["token"] = RatioMoments.stack(token)
+        return out
+
+    return draw
 
 
 @torch.no_grad()
 def measure_pattern_evidence(
-    model: Any, task: Any = None, *, n: int, generator: torch.Generator, halves: Sequence[int] | None = None
+    model: Any,
+    task: Any = None,
+    *,
+    generator: torch.Generator,
+    halves: Sequence[int] | None = None,
+    policy: DecisionPolicy = HEAD_POLICY,
+    n: int | None = None,
+    threshold: float | None = None,
 ) -> PatternEvidence:
-    """Detection scores (previous-token, induction, duplicate-token) per head over the role rule's probes.
+    """Detection scores (previous-token, induction, duplicate-token) per head over the role rule's probes,
+    sampled in rounds until every head's name is decided (docs/decisions.md).
 
     The probes (docs/analyses.md, "Role rule"): repeated random sequences [r, r] for every half-length in
-    `halves` (default `heads.probe_halves`) and, with a task, its data at the answer queries
-    (`heads.task_patterns`).
+    `halves` (default `heads.default_halves`: `probe_halves` plus the task's own half) and, with a task, its
+    data at the answer queries (`heads.task_patterns`). Each round adds sequences to every probe
+    (`policy.looks()`); every head, pattern, probe and token is one test against `threshold` (default
+    `RoleThresholds().attention`), corrected for all of them and for every look. `n` replaces the policy's
+    budget.
     """
-    cfg = model.cfg
-    halves = head_detection.probe_halves(cfg.n_ctx, cfg.d_vocab) if halves is None else list(halves)
-    results, probes = [], []
-    boot = torch.Generator().manual_seed(int(torch.randint(2**31, (), generator=generator)))
-    for half in halves:
-        tokens = head_detection.repeated_random_tokens(n, half, cfg.d_vocab, generator=generator)
-        results.append(head_detection.detect_heads(model, tokens.to(cfg.device), generator=boot))
-        probes.append(f"[r, r], |r| = {half}")
-    if task is not None:
-        batch = task.eval_batch(n, generator=generator).to(cfg.device)
-        results.append(head_detection.detect_heads_on_task(model, batch.tokens, batch.loss_mask > 0, boot))
-        probes.append("task data")
-    if not results:
+    halves = head_detection.default_halves(model, task) if halves is None else list(halves)
+    probes = [f"[r, r], |r| = {half}" for half in halves] + (["task data"] if task is not None else [])
+    if not probes:
         return PatternEvidence({}, [], {})
+    policy = policy if n is None else policy.with_budget(n)
+    t = RoleThresholds().attention if threshold is None else threshold
+    families = ("overall", "token") if halves else ("overall",)
+    axes = {
+        "overall": ("probe", "pattern", "layer", "head"),
+        "token": ("probe", "pattern", "layer", "head", "token"),
+    }
+    decision = decide(
+        _draw_probes(model, task, halves),
+        {k: t for k in families},
+        policy=policy,
+        generator=generator,
+        settled=names_settled,
+        axes=axes,
+    )
+    return _evidence_from(decision, probes, len(halves))
+
+
+def _evidence_from(decision: Decision, probes: list[str], random: int) -> PatternEvidence:
+    """Curves [probe layer head] and per-head evidence from the decision (token-selective: random probes)."""
+    overall = decision["overall"]
+    token = decision.families.get("token")
+    selective = torch.full(overall.mean.shape, float("-inf"))
+    if token is not None:
+        lows = token.corrected_lower.masked_fill(~token.testable, float("nan"))
+        selective[:random] = head_detection.kth_highest(lows.float()).double()
+    undecided = (overall.code == UNDECIDED) & overall.testable
+    needed = overall.n_needed.masked_fill(~undecided, float("nan"))
     evidence, curves = {}, {}
-    random = len(halves)  # token-selective scores are judged on the random-repeat probes only
-    for k in results[0].scores:
-        selective = [r.selective_lower(k) for r in results[:random]]
-        selective += [torch.full_like(r.scores[k], float("-inf")) for r in results[random:]]
+    for i, k in enumerate(head_detection.BUILTIN_PATTERNS):
         curve = {
-            "score": torch.stack([r.scores[k] for r in results]).cpu(),
-            "lower": torch.stack([r.lower[k] for r in results]).cpu(),
-            "upper": torch.stack([r.upper[k] for r in results]).cpu(),
-            "token_lower": torch.stack(selective).cpu(),
+            "score": overall.mean[:, i].float(),
+            "lower": overall.lower[:, i].float(),
+            "upper": overall.upper[:, i].float(),
+            "corrected_lower": overall.corrected_lower[:, i].float(),
+            "corrected_upper": overall.corrected_upper[:, i].float(),
+            "token_lower": selective[:, i].float(),
         }
         curves[k] = curve
         evidence[k] = curve["score"].nan_to_num(0.0).amax(0)
-        evidence[f"{k}_lower"] = curve["lower"].nan_to_num(0.0).amax(0)
+        evidence[f"{k}_lower"] = curve["corrected_lower"].nan_to_num(0.0).amax(0)
         evidence[f"{k}_token_lower"] = curve["token_lower"].nan_to_num(0.0, neginf=0.0).amax(0)
-    return PatternEvidence(evidence, probes, curves)
+        evidence[f"{k}_n_needed"] = _nanmin(needed[:, i])
+    return PatternEvidence(evidence, probes, curves, decision)
+
+
+def _nanmin(x: Tensor) -> Tensor:
+    """The smallest non-NaN value over the first axis (0 where every value is NaN: nothing to decide)."""
+    low = x.masked_fill(x.isnan(), float("inf")).amin(0)
+    return low.masked_fill(x.isnan().all(0), 0.0).float()
 
 
 # -- the classifier
@@ -451,16 +556,28 @@ def _clear_pattern(ev: dict[str, float], key: str, t: RoleThresholds) -> ClearPa
     low, token_low = ev[f"{key}_lower"], ev.get(f"{key}_token_lower", float("-inf"))
     if low >= t.attention:
         note = (
-            f"{name}: best score {ev[key]:.2f}, interval lower end {low:.2f} (>= {t.attention}) on some probe"
+            f"{name}: best score {ev[key]:.2f}, corrected interval lower end {low:.2f} (>= {t.attention}) on "
+            "some probe"
         )
         return ClearPattern(True, low, name, note)
     if token_low >= t.attention:
         note = (
-            f"{name} for some tokens only: >= {head_detection.MIN_TOKENS} query tokens with a lower "
-            f"end >= {t.attention} (best such {token_low:.2f}); overall best score {ev[key]:.2f}"
+            f"{name} for some tokens only: >= {head_detection.MIN_TOKENS} query tokens with a corrected "
+            f"lower end >= {t.attention} (best such {token_low:.2f}); overall best score {ev[key]:.2f}"
         )
         return ClearPattern(False, token_low, name, note)
     return None
+
+
+def undecided_note(ev: dict[str, float], key: str) -> str | None:
+    """Words for a pattern the sequential rule left undecided at its budget (None when it decided it)."""
+    needed = ev.get(f"{key}_n_needed", 0.0)
+    if needed == 0 or math.isnan(needed):
+        return None
+    about = "no number of sequences would (the score sits on the threshold)"
+    if math.isfinite(needed):
+        about = f"about {int(needed)} sequences per probe would decide it"
+    return f"{PATTERN_ROLES[key]} undecided at the budget (best score {ev[key]:.2f}): {about}"
 
 
 def classify_heads(
@@ -485,7 +602,11 @@ def classify_heads(
         for head in range(n_heads):
             ev = {k: float(v[layer, head]) for k, v in evidence.items()}
             patterns = sorted((c for k in PATTERN_ROLES if (c := _clear_pattern(ev, k, t))), reverse=True)
+            clear = {p.role for p in patterns}
             notes = [p.note for p in patterns]
+            notes += [
+                u for k in PATTERN_ROLES if PATTERN_ROLES[k] not in clear and (u := undecided_note(ev, k))
+            ]
             task = _task_role(ev, task_roles, t) if task_roles else None
             if task is not None:
                 role, notes = task[0], [task[1]] + [f"also {note}" for note in notes]
@@ -496,12 +617,21 @@ def classify_heads(
 
 
 def head_roles(
-    model: Any, task: Any = None, *, n: int = 1000, seed: int = 0, thresholds: RoleThresholds | None = None
+    model: Any,
+    task: Any = None,
+    *,
+    n: int = HEAD_POLICY.budget,
+    seed: int = 0,
+    thresholds: RoleThresholds | None = None,
+    policy: DecisionPolicy = HEAD_POLICY,
 ) -> RoleResult:
-    """Measure every head's evidence on `n` sequences drawn from `seed` and classify it.
+    """Measure every head's evidence from `seed` and classify it.
 
-    The report and the reproduction pages call this with the same `n` and `seed` for a checkpoint, so they
-    print identical numbers. `task` may be None (attention-pattern roles only).
+    Attention patterns are sampled in rounds by `policy` up to `n` sequences per probe
+    (`measure_pattern_evidence`, the same call and defaults as `mechmem heads`); task roles use `n`
+    sequences. The report and the reproduction pages call
+    this with the same `n`, `seed` and policy for a checkpoint, so they print identical numbers. `task` may be
+    None (attention-pattern roles only).
 
     Example:
         >>> import mechmem, torch
@@ -515,7 +645,9 @@ def head_roles(
     if head_detection.no_attention_reason(model):
         return RoleResult([], (), t, {"n": n, "seed": seed})
     device = next(model.parameters()).device
-    patterns = measure_pattern_evidence(model, task, n=n, generator=torch.Generator().manual_seed(seed))
+    patterns = measure_pattern_evidence(
+        model, task, generator=torch.Generator().manual_seed(seed), policy=policy, n=n, threshold=t.attention
+    )
     evidence = dict(patterns.evidence)
     probes = (
         task.role_probes(n, generator=torch.Generator().manual_seed(seed + 1)) if task is not None else []
@@ -527,6 +659,7 @@ def head_roles(
     task_roles = tuple(p.role for p in probes)
     info = {
         "n": n,
+        "pattern_n": patterns.n,
         "seed": seed,
         "reference": "a separate draw of the task's evaluation batch" if probes else None,
         "patterns": patterns.to_dict(),

@@ -5,23 +5,25 @@
 
 Edges run from each node's output (embeddings, heads, MLPs) into each later input (a head's q, k or v, an MLP,
 the logits); see docs/circuits.md. The pair is the task's clean/corrupted pair, or generic repeated random
-tokens for a task without one. Prints the circuit, its faithfulness and completeness, and the strongest edges;
-writes DIR/circuit.json (nodes, edges with scores, the circuit, faithfulness, method, ablation) and
-DIR/circuit.png, together (one output set: both or neither).
+tokens for a task without one. The edges are scored on the first 64 prompts; the verdict is decided on rounds
+of new prompts up to --n-samples (docs/decisions.md; the report's policy, so both give one verdict). Prints
+the circuit, its faithfulness and completeness, and the strongest edges; writes DIR/circuit.json (nodes, edges
+with scores, the circuit, faithfulness, method, ablation) and DIR/circuit.png, together (one output set: both
+or neither).
 """
 
 import argparse
 from typing import Any
 
 from mechmem import cli
-from mechmem.analysis.options import CIRCUIT_ABLATIONS, CIRCUIT_PROMPTS
+from mechmem.analysis.options import CIRCUIT_ABLATIONS, CIRCUIT_BUDGET, HEAD_BUDGET
 from mechmem.commands.common import run_analysis
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
     """The flags of `mechmem circuit`."""
     p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    cli.add_analysis_args(p, n_samples=CIRCUIT_PROMPTS)
+    cli.add_analysis_args(p, n_samples=CIRCUIT_BUDGET)
     p.add_argument(
         "--ablation", choices=CIRCUIT_ABLATIONS, default="mean", help="value an ablated edge carries"
     )
@@ -29,14 +31,20 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
     p.add_argument("--threshold", type=cli.positive_float, help="keep |score| >= THRESHOLD x |gap| instead")
     p.add_argument("--max-exact", type=cli.positive_int, default=256, help="above: EAP, then exact on top")
     p.add_argument("--attribution", action="store_true", help="also run EAP and report its agreement")
-    p.add_argument("--role-samples", type=cli.positive_int, default=256, help="sequences for head roles")
+    p.add_argument(
+        "--role-samples",
+        type=cli.positive_int,
+        default=HEAD_BUDGET,
+        help="sequences for head roles (per probe, the budget of the sequential rule; the report's default)",
+    )
     return p
 
 
 def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Score every edge, prune to the circuit; print it and its strongest edges; return circuit.{json,png}."""
-    from mechmem.analysis.circuits import attribution_agreement, circuit_prompts, discover_circuit
+    from mechmem.analysis.circuits import attribution_agreement, decided_circuit
     from mechmem.analysis.roles import head_roles
+    from mechmem.analysis.sequential import CIRCUIT_POLICY
     from mechmem.models.adapter import is_hooked_transformer
     from mechmem.progress import working
     from mechmem.report.circuit_graph import edge_table, plot_circuit, summary_lines
@@ -44,13 +52,16 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     if not is_hooked_transformer(ckpt.model):
         reason = f"{type(ckpt.model).__name__} is not a HookedTransformer, which circuit discovery needs"
         return cli.skipped(reason, "circuit.json", {"task": ckpt.task_name})
-    pair, source = circuit_prompts(ckpt.model, ckpt.task, args.n_samples, args.seed)
+    policy = CIRCUIT_POLICY.with_budget(args.n_samples)
     with working(
-        f"scoring edges and pruning the circuit ({args.ablation} ablation, {args.n_samples} prompts)"
+        f"scoring edges and pruning the circuit ({args.ablation} ablation, {policy.first} prompts; "
+        f"verdict on up to {policy.budget})"
     ):
-        circuit = discover_circuit(
+        circuit, source = decided_circuit(
             ckpt.model,
-            pair,
+            ckpt.task,
+            seed=args.seed,
+            policy=policy,
             ablation=args.ablation,
             target=args.target,
             threshold=args.threshold,

@@ -6,10 +6,12 @@
 Probes (docs/analyses.md): repeated random sequences [r, r] from the checkpoint's own vocabulary for every
 half-length |r| in 4, 8, 16, ... the context allows (or `--half` / `--lengths`), plus the task's own length
 when the task has one (`config.half`), plus the task's evaluation data at its answer queries
-(`mechmem.analysis.heads.detect_heads_on_task`, the report's definition). Prints each head's score curve over
-the probes with 95% bootstrap intervals and the attention PATTERN each head shows by the report's rule
-(previous-token, duplicate-token, induction). These pattern labels are not the report's head ROLES, which also
-weigh the task's own evidence (elimination, recall, ...): `mechmem report` names roles. Writes
+(`mechmem.analysis.heads.detect_heads_on_task`, the report's definition). Sequences are drawn in rounds of
+64, 128, ... up to --n-samples per probe until every head's name is decided (docs/decisions.md; the
+report's policy and defaults, so both name the same heads). Prints each head's score curve over the probes
+with marginal 95% intervals and the attention PATTERN each head shows by the report's rule (previous-token,
+duplicate-token, induction). These pattern labels are not the report's head ROLES, which also weigh the
+task's own evidence (elimination, recall, ...): `mechmem report` names roles. Writes
 DIR/detect_heads.json (the curves), DIR/detect_heads.png (scores at the longest random probe),
 DIR/detect_heads_task.png and DIR/attention.png (one task sequence), together.
 """
@@ -18,13 +20,14 @@ import argparse
 from typing import Any
 
 from mechmem import cli
+from mechmem.analysis.options import HEAD_BUDGET
 from mechmem.commands.common import run_analysis
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
     """The flags of `mechmem heads`."""
     p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    cli.add_analysis_args(p, n_samples=256)
+    cli.add_analysis_args(p, n_samples=HEAD_BUDGET)
     p.add_argument("--half", type=cli.positive_int, help="probe only [r, r] with |r| = HALF")
     p.add_argument(
         "--lengths",
@@ -46,15 +49,10 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     if reason:
         return cli.skipped(reason, "detect_heads.json", {"scores": {}})
     model, gen = ckpt.model, torch.Generator().manual_seed(args.seed)
-    task_half = getattr(getattr(ckpt.task, "config", None), "half", None)
-    halves = heads.chosen_halves(
-        model.cfg.n_ctx,
-        model.cfg.d_vocab,
-        half=args.half,
-        lengths=args.lengths,
-        task_half=task_half if isinstance(task_half, int) else None,
-    )
-    with working(f"probing head patterns at halves {sorted(halves)}"):
+    halves = heads.default_halves(model, ckpt.task)
+    if args.half or args.lengths:
+        halves = heads.chosen_halves(model.cfg.n_ctx, model.cfg.d_vocab, half=args.half, lengths=args.lengths)
+    with working(f"probing head patterns at halves {sorted(halves)}, up to {args.n_samples} sequences each"):
         found = measure_pattern_evidence(model, ckpt.task, n=args.n_samples, generator=gen, halves=halves)
     cli.print_table(found.rows(), ["head", "pattern", *found.probes])
     labels = classify_heads(found.evidence)  # pattern evidence only: no task roles
@@ -68,6 +66,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         "patterns": {f"L{h.layer}H{h.head}": {"pattern": h.role, "notes": h.notes} for h in labels},
         "task": ckpt.task_name,
         "n_samples": args.n_samples,
+        "n_sequences": found.n,
         "seed": args.seed,
     }
     files: dict[str, Any] = {"detect_heads.json": payload}

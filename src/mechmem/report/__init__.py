@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from mechmem.analysis.options import HEAD_BUDGET
 from mechmem.analysis.roles import HeadRole, RoleResult, RoleThresholds, head_roles
 from mechmem.progress import Progress
 from mechmem.report.circuit_graph import edges_section
@@ -259,7 +260,7 @@ def build_report(
     meta: dict[str, Any] | None = None,
     n_samples: int = 512,
     seed: int = 0,
-    role_samples: int = 1000,
+    role_samples: int = HEAD_BUDGET,
     thresholds: RoleThresholds | None = None,
     sections: Sequence[Callable[[ReportContext], Section]] = SECTIONS,
     run_dir: str | Path | None = None,
@@ -270,7 +271,8 @@ def build_report(
     Args:
         n_samples: sequences per section's analysis.
         seed: seeds every section's data and the roles' (`head_roles(..., seed=seed)`).
-        role_samples: sequences for the head roles (the reproduction pages use the same default).
+        role_samples: sequences for the head roles, per probe the budget of the sequential rule (the
+            reproduction pages and `mechmem heads` use the same default).
         run_dir: the checkpoint's run directory; adds the training-dynamics section (skipped, with the reason,
             when it holds no step checkpoints).
         progress: print progress lines with the estimated time left (see `ReportCost`).

@@ -12,15 +12,16 @@ import math
 from typing import Any
 
 from mechmem.analysis.circuits import ABLATION_TEXT, build_graph
-from mechmem.analysis.circuits.discovery import CONFIDENCE, Circuit, circuit_prompts, discover_circuit
+from mechmem.analysis.circuits.discovery import CONFIDENCE, Circuit, decided_circuit
 from mechmem.analysis.intervals import normal_interval
 from mechmem.errors import MechmemError
 from mechmem.report.document import Section, Table
 
 PORT_OFFSET = {"q": -0.3, "k": 0.0, "v": 0.3, "in": 0.0}
 N_PROMPTS = 64
-"""Prompts of the report's pair (the exact scores run one batched variant per edge); mechmem circuit's
-default --n-samples, so both measure the same prompts for the same seed (`circuit_prompts`)."""
+"""Prompts the report's edges are scored on (the exact scores run one batched variant per edge): the first
+look of `CIRCUIT_POLICY`, which the report and mechmem circuit both decide the verdict with
+(`decided_circuit`), so they measure the same prompts for the same seed."""
 
 
 def _positions(circuit: Circuit) -> dict[str, tuple[float, float]]:
@@ -184,7 +185,8 @@ def summary_lines(circuit: Circuit, source: str) -> list[str]:
         )
     return [
         (
-            f"Pair: {source}, {circuit.n} prompts; metric: logit difference (clean - corrupted answer). "
+            f"Pair: {source}, {circuit.n} prompts ({circuit.discovery_n or circuit.n} scored the edges); "
+            "metric: logit difference (clean - corrupted answer). "
             f"Ablation: {circuit.ablation} ({ABLATION_TEXT[circuit.ablation]}). Scores: {circuit.method}."
         ),
         f"Circuit: {int(circuit.kept.sum())} of {len(circuit.graph.edges)} edges ({how}): {kept}.",
@@ -193,13 +195,15 @@ def summary_lines(circuit: Circuit, source: str) -> list[str]:
             f"full model {v['full']:.3f}, every edge ablated {v['empty']:.3f}); completeness "
             f"{circuit.completeness:.3f}{interval('completeness')} (circuit's edges ablated: "
             f"{v['complement']:.3f}); gap {circuit.gap:.3f}{interval('gap')}. "
-            "Brackets: 95% bootstrap interval over the prompts."
+            "Brackets: marginal 95% interval over the prompts; the verdict is judged on intervals corrected "
+            "for the three criteria and every look (docs/decisions.md)."
         ),
         (
             f"Confident: {circuit.verdict} (behaviour {crit['behaviour']}: |gap| interval vs >= "
             f"{rule['min_gap']}; faithful {crit['faithful']}: interval vs >= {rule['min_faithfulness']}; "
             f"complete {crit['complete']}: interval vs >= {rule['min_faithfulness']}; "
-            f"sparse {crit['sparse']}: at most {rule['max_edge_fraction']:.0%} of the edges). "
+            f"sparse {crit['sparse']}: at most {rule['max_edge_fraction']:.0%} of the edges)"
+            f"{'; ' + circuit.undecided() if circuit.undecided() else ''}. "
             f"Time {circuit.timings['total']:.2f} s."
         ),
         *agreed,
@@ -211,8 +215,7 @@ def edges_section(ctx: Any) -> Section:
     s = Section("edges", "Circuit: edges between components")
     try:
         build_graph(ctx.model)  # the reason to skip, before any data is drawn
-        pair, source = circuit_prompts(ctx.model, ctx.task, N_PROMPTS, ctx.seed)
-        circuit = discover_circuit(ctx.model, pair.to(ctx.device), ablation="mean")
+        circuit, source = decided_circuit(ctx.model, ctx.task, seed=ctx.seed, ablation="mean")
     except (MechmemError, NotImplementedError) as exc:
         s.skipped = str(exc)
         return s

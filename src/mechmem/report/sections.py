@@ -128,15 +128,14 @@ def heads_section(ctx: ReportContext) -> Section:
     s.findings = {
         "axes": ["layer", "head"],
         "scores": {k: v.tolist() for k, v in scores.items()},
-        "n": ctx.roles.info.get("n"),
+        "n": ctx.roles.info.get("pattern_n"),
     }
     probes = ctx.roles.info.get("patterns", {}).get("probes", [])
     s.lines.append(
         "Score = attention mass on the pattern's keys (1 = a perfect head), the highest over the probes "
-        f"({'; '.join(probes)}); a role needs the lower end of a 95% "
-        "bootstrap interval >= the threshold on some probe, or for at least two query tokens "
-        "(docs/analyses.md, "
-        "Role rule)."
+        f"({'; '.join(probes)}; {ctx.roles.info.get('pattern_n')} sequences each); a role needs the lower "
+        "end of the interval corrected for every head, pattern, probe, token and look >= the threshold on "
+        "some probe, or for at least two query tokens (docs/analyses.md, Role rule; docs/decisions.md)."
     )
     rows = [[h.name, *(h.evidence[k] for k in keys)] for h in ctx.roles.heads]
     s.tables.append(Table(["head", *keys], rows, "Detection scores"))

@@ -19,11 +19,14 @@ with `threshold`, every edge whose |score| is at least threshold x |gap|. Measur
 every edge ablated and gap = m(full) - m(e):
     faithfulness = (m(circuit) - m(e)) / gap        the circuit alone, every other edge ablated
     completeness = (m(full) - m(full minus circuit)) / gap      what ablating only the circuit's edges removes
-Gap, faithfulness and completeness carry 95% bootstrap intervals over the prompts
-(`circuits.circuit_intervals`). The verdict (`CONFIDENCE`) is judged on the intervals, so a checkpoint does
-not flip between yes and no from one draw of prompts to another: each criterion is "yes" when its whole
-interval passes, "no" when its whole interval fails, else "undecided"; the circuit is confident ("yes") when
-every criterion is yes, "no" when one is no.
+Gap, faithfulness and completeness are ratios of sums over prompts; their verdict (`CONFIDENCE`) follows the
+sequential rule (`mechmem.analysis.sequential`, docs/decisions.md): `decided_circuit` discovers the circuit on
+a first round of prompts, then measures it on doubling rounds of new prompts until each criterion's interval,
+corrected for the three criteria and every look, clears its threshold or the budget is reached
+(`discover_circuit` on a fixed pair judges with the same rule at one look). Each criterion is "yes" when its
+whole corrected interval passes, "no" when it fails, else "undecided" (with the prompts that would decide it);
+the circuit is confident ("yes") when every criterion is yes, "no" when one is no. `intervals` holds the
+marginal 95% intervals, for reading.
     behaviour    |gap| interval vs min_gap (the behaviour exists)
     faithful     faithfulness interval vs min_faithfulness (the circuit alone keeps most of it)
     sparse       at most max_edge_fraction of the edges are kept (a count: yes or no)
@@ -46,16 +49,25 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from mechmem.analysis.circuits.edges import EdgePatcher, Graph, circuit_intervals
+from mechmem.analysis.circuits.edges import EdgePatcher, Graph
 from mechmem.analysis.frames import short_repr
-from mechmem.analysis.intervals import combine, normal_interval, standard_error, verdict
+from mechmem.analysis.intervals import RatioMoments, combine, normal_interval, standard_error, verdict
 from mechmem.analysis.patching import PatchingResult
 from mechmem.analysis.patching.attribution import TRUST, agreement, judge
+from mechmem.analysis.sequential import CIRCUIT_POLICY, VERDICTS, Decision, DecisionPolicy, decide
 from mechmem.tasks.base import PatchingPair
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
 CONFIDENCE = {"min_gap": 1.0, "min_faithfulness": 0.8, "max_edge_fraction": 0.5}
 """The rule for a confident circuit, judged on intervals (see the module docstring)."""
+CRITERIA = {"behaviour": "gap", "faithful": "faithfulness", "complete": "completeness"}
+"""The measured criteria of `CONFIDENCE` and the family of the sequential decision each is judged on."""
+THRESHOLDS = {
+    "gap": CONFIDENCE["min_gap"],
+    "faithfulness": CONFIDENCE["min_faithfulness"],
+    "completeness": CONFIDENCE["min_faithfulness"],
+}
+"""Each family's threshold (the gap judged on |gap|)."""
 REPEATS_HALF = 16
 """Longest r of the generic repeats pair [r, r] (cost grows with the length; induction needs no more)."""
 CHECK_EDGES = 32
@@ -133,7 +145,15 @@ class Circuit:
     attribution_check: dict[str, Any] | None = None
     """Agreement of the EAP estimate with the exact scores where both exist (`attribution.judge`)."""
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
-    """95% bootstrap intervals over prompts of "gap", "faithfulness", "completeness" (`circuit_intervals`)."""
+    """Marginal 95% intervals over prompts of "gap", "faithfulness", "completeness" (for reading)."""
+    decision: Decision | None = None
+    """The sequential decision of the three measured criteria (families "gap", "faithfulness",
+    "completeness"), over every prompt drawn; the verdict is judged on its corrected intervals."""
+    discovery_n: int = 0
+    """Prompts the edges were scored and pruned on (the first round)."""
+    prompt_values: Tensor | None = None
+    """[4 prompt]: per-prompt metric of the full model, every edge ablated, the circuit and its complement,
+    over every prompt the verdict used."""
     pruning: dict[str, Any] = field(default_factory=dict)
     """How the kept prefix was searched ("search") and the circuit evaluations it took ("evaluations")."""
 
@@ -159,8 +179,19 @@ class Circuit:
         return self._fraction(self.values["full"] - self.values["complement"])
 
     def criteria(self) -> dict[str, str]:
-        """Each condition of the confidence rule (`CONFIDENCE`): "yes", "no" or "undecided"."""
+        """Each condition of the confidence rule (`CONFIDENCE`): "yes", "no" or "undecided"; behaviour,
+        faithful and complete from the sequential decision (on the intervals when built without one)."""
         rule, kept = CONFIDENCE, self.kept.nonzero().flatten()
+        sparse = "yes" if 0 < len(kept) <= rule["max_edge_fraction"] * len(self.kept) else "no"
+        if self.decision is not None:
+            fam = self.decision.families
+            measured = {k: VERDICTS[int(fam[f].code)] for k, f in CRITERIA.items()}
+            return {
+                "behaviour": measured["behaviour"],
+                "faithful": measured["faithful"],
+                "sparse": sparse,
+                "complete": measured["complete"],
+            }
         gap = self.intervals.get("gap", (self.gap, self.gap))
         low_gap = 0.0 if gap[0] <= 0 <= gap[1] else min(abs(gap[0]), abs(gap[1]))
         faith = self.intervals.get("faithfulness", (self.faithfulness, self.faithfulness))
@@ -168,7 +199,7 @@ class Circuit:
         return {
             "behaviour": verdict(low_gap, max(abs(gap[0]), abs(gap[1])), rule["min_gap"]),
             "faithful": verdict(faith[0], faith[1], rule["min_faithfulness"]),
-            "sparse": "yes" if 0 < len(kept) <= rule["max_edge_fraction"] * len(self.kept) else "no",
+            "sparse": sparse,
             "complete": verdict(complete[0], complete[1], rule["min_faithfulness"]),
         }
 
@@ -180,6 +211,22 @@ class Circuit:
     @property
     def confident(self) -> bool:
         return self.verdict == "yes"
+
+    def undecided(self) -> str:
+        """Why the verdict is undecided, in words ("" when it is decided): at the budget, the prompts the
+        undecided criteria's estimates and spreads suggest would decide them (docs/decisions.md)."""
+        if self.verdict != "undecided" or self.decision is None:
+            return ""
+        fam = self.decision.families
+        needed = [float(fam[f].n_needed) for k, f in CRITERIA.items() if self.criteria()[k] == "undecided"]
+        if not needed:
+            return ""
+        most = max(needed)
+        about = f"about {int(most)} prompts would decide it" if math.isfinite(most) else "no number would"
+        if math.isnan(most):
+            about = f"too few prompts for an interval (at least {self.decision.policy.min_units})"
+        where = "at budget" if self.decision.stopped == "budget" else "at"
+        return f"undecided {where} {self.decision.n} prompts, {about}"
 
     def edge_names(self, which: Bool[Tensor, " edge"] | None = None) -> list[str]:
         which = self.kept if which is None else which
@@ -235,7 +282,10 @@ class Circuit:
             "verdict": self.verdict,
             "criteria": self.criteria(),
             "intervals": self.intervals,
-            "interval": "95% percentile bootstrap over prompts (200 resamples)",
+            "interval": "marginal 95%: value -+ 1.96 delta-method standard errors over prompts",
+            "decision": self.decision.to_dict() if self.decision is not None else None,
+            "discovery_n": self.discovery_n,
+            "undecided": self.undecided(),
             "confidence_rule": CONFIDENCE,
             "timings_s": self.timings,
             "attribution_check": self.attribution_check,
@@ -417,12 +467,43 @@ class ScoredEdges:
         )
 
 
+def criteria_moments(values: Float[Tensor, "4 batch"]) -> dict[str, RatioMoments]:
+    """The sequential decision's families from per-prompt metric values of the full model, every edge ablated,
+    the circuit and its complement (rows in that order): "gap" = mean(full - empty), "faithfulness" =
+    sum(circuit - empty) / sum(full - empty), "completeness" = sum(full - complement) / sum(full - empty)."""
+    full, empty, circuit, complement = values.detach().double().cpu()
+    gap = full - empty
+    return {
+        "gap": RatioMoments.from_values(gap),
+        "faithfulness": RatioMoments.from_values(circuit - empty, gap),
+        "completeness": RatioMoments.from_values(full - complement, gap),
+    }
+
+
+def judge_criteria(draw: Any, policy: DecisionPolicy, generator: torch.Generator | None = None) -> Decision:
+    """The sequential decision of the measured criteria (`THRESHOLDS`; the gap on |gap|): `draw(k,
+    generator)` gives the moments (`criteria_moments`) of k new prompts."""
+    gen = generator or torch.Generator().manual_seed(0)
+    return decide(draw, THRESHOLDS, policy=policy, generator=gen, absolute=("gap",))
+
+
+def single_look(values: Float[Tensor, "4 batch"], policy: DecisionPolicy = CIRCUIT_POLICY) -> Decision:
+    """The criteria of one fixed set of prompts, judged by the sequential rule at one look (K = 1)."""
+    n = values.shape[1]
+    once = DecisionPolicy(policy.alpha, n, n, policy.precision, policy.min_units)
+    return judge_criteria(lambda k, generator: criteria_moments(values), once)
+
+
+def _marginal(decision: Decision) -> dict[str, tuple[float, float]]:
+    return {k: (float(f.lower), float(f.upper)) for k, f in decision.families.items()}
+
+
 def _prune_and_measure(
     patcher: EdgePatcher, scores: Tensor, target: float, threshold: float | None, max_exact: int
-) -> tuple[Tensor, dict[str, float], Any, dict[str, Any]]:
-    """(kept edges, the four circuit values, their intervals, how the pruning searched): the full model and
-    every edge ablated, the pruning (binary search above `max_exact` edges, else the 8-per-round bisection),
-    then the circuit and its complement."""
+) -> tuple[Tensor, dict[str, float], Tensor, dict[str, Any]]:
+    """(kept edges, the four circuit values, their per-prompt values [4 batch], how the pruning searched):
+    the full model and every edge ablated, the pruning (binary search above `max_exact` edges, else the
+    8-per-round bisection), then the circuit and its complement."""
     every = torch.ones(len(patcher.graph.edges), dtype=torch.bool)
     ends = patcher.evaluate(torch.stack([every, ~every]))
     full, empty = ends.mean(1).tolist()
@@ -430,11 +511,10 @@ def _prune_and_measure(
     kept, evaluations = _prune(patcher, scores, target, threshold, full, empty, per_round)
     parts = patcher.evaluate(torch.stack([kept, ~kept]))
     circuit_value, complement = parts.mean(1).tolist()
-    intervals = circuit_intervals(ends[0], ends[1], parts[0], parts[1])
     search = "binary search" if per_round == 1 else f"bisection, {per_round} sizes per round"
     pruning = {"search": search if threshold is None else "threshold", "evaluations": evaluations}
     values = {"full": full, "empty": empty, "circuit": circuit_value, "complement": complement}
-    return kept, values, intervals, pruning
+    return kept, values, torch.cat([ends, parts]), pruning
 
 
 def discover_circuit(
@@ -477,7 +557,10 @@ def discover_circuit(
     setup = time.perf_counter()
     edges = score_edges(patcher, max_exact, with_attribution, steps=steps)
     scored = time.perf_counter()
-    kept, values, intervals, pruning = _prune_and_measure(patcher, edges.scores, target, threshold, max_exact)
+    kept, values, per_prompt, pruning = _prune_and_measure(
+        patcher, edges.scores, target, threshold, max_exact
+    )
+    decision = single_look(per_prompt)
     end = time.perf_counter()
     timings = edges.timings | {"setup": setup - start, "prune": end - scored, "total": end - start}
     return Circuit(
@@ -495,9 +578,69 @@ def discover_circuit(
         threshold=threshold,
         timings=timings,
         attribution_check=edges.check,
-        intervals=intervals,
+        intervals=_marginal(decision),
         pruning=pruning,
+        decision=decision,
+        discovery_n=len(pair.clean),
+        prompt_values=per_prompt.detach().cpu(),
     )
+
+
+def decided_circuit(
+    model: torch.nn.Module,
+    task: Any = None,
+    *,
+    seed: int = 0,
+    policy: DecisionPolicy = CIRCUIT_POLICY,
+    ablation: str = "mean",
+    memory_mb: float = 256.0,
+    **discover: Any,
+) -> tuple[Circuit, str]:
+    """The circuit discovered on a first round of prompts and its verdict decided over rounds of new ones
+    (docs/decisions.md); with the pair's source in words. `mechmem circuit` and the report call this with
+    `CIRCUIT_POLICY`, so a checkpoint and a seed give one circuit and one verdict.
+
+    The first round (`policy.first` prompts) is `circuit_prompts(model, task, policy.first, seed)`; it scores
+    and prunes the edges (`discover_circuit`, with `discover`'s options). Each later round draws new prompts
+    from the same generator and measures the full model, every edge ablated, the circuit and its complement on
+    them (mean ablation averaging over the first round's clean inputs), until the three measured criteria are
+    decided or precise, or the budget is reached. The circuit's values and intervals are over every prompt.
+
+    Example:
+        >>> import mechmem
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> circuit, source = mechmem.decided_circuit(model, None, max_exact=64)
+        >>> circuit.verdict, circuit.decision.looks
+        ('yes', (64,))
+    """
+    device = next(model.parameters()).device
+    found: dict[str, Any] = {}
+    rounds: list[Tensor] = []
+
+    def draw(k: int, generator: torch.Generator) -> dict[str, RatioMoments]:
+        pair, source = circuit_pair(model, task, k, generator=generator)
+        pair = pair.to(device)
+        if not found:  # the first round: discover the circuit on it
+            circuit = discover_circuit(model, pair, ablation=ablation, memory_mb=memory_mb, **discover)
+            reference = discover.get("reference")
+            found.update(
+                circuit=circuit, source=source, reference=pair.clean if reference is None else reference
+            )
+            rounds.append(circuit.prompt_values)
+            return criteria_moments(circuit.prompt_values)
+        patcher = EdgePatcher(model, pair, ablation, reference=found["reference"], memory_mb=memory_mb)
+        kept = found["circuit"].kept
+        every = torch.ones_like(kept)
+        rounds.append(patcher.evaluate(torch.stack([every, ~every, kept, ~kept])).detach().cpu())
+        return criteria_moments(rounds[-1])
+
+    decision = judge_criteria(draw, policy, torch.Generator().manual_seed(seed))
+    circuit = found["circuit"]
+    circuit.prompt_values = torch.cat(rounds, dim=1)
+    means = circuit.prompt_values.double().mean(1).tolist()
+    circuit.values = dict(zip(("full", "empty", "circuit", "complement"), means))
+    circuit.decision, circuit.intervals, circuit.n = decision, _marginal(decision), decision.n
+    return circuit, found["source"]
 
 
 def attribution_agreement(circuit: Circuit, k: int = 10) -> dict[str, float]:
@@ -524,6 +667,7 @@ def attribution_agreement(circuit: Circuit, k: int = 10) -> dict[str, float]:
 __all__ = [
     "CHECK_EDGES",
     "CONFIDENCE",
+    "CRITERIA",
     "EDGE_STEPS",
     "RESCORE_EDGES",
     "Circuit",
@@ -531,6 +675,8 @@ __all__ = [
     "attribution_agreement",
     "circuit_pair",
     "circuit_prompts",
+    "criteria_moments",
+    "decided_circuit",
     "discover_circuit",
     "edge_attribution",
     "score_edges",
