@@ -4,9 +4,10 @@
     mechmem circuit runs/birth --ablation corrupted --attribution    # also EAP and its agreement
 
 Edges run from each node's output (embeddings, heads, MLPs) into each later input (a head's q, k or v, an MLP,
-the logits); see docs/circuits.md. The pair is the task's clean/corrupted pair, or generic repeated random
-tokens for a task without one. Prints the circuit, its faithfulness and completeness, and the strongest edges;
-writes DIR/circuit.json (nodes, edges with scores, the circuit, faithfulness, method, ablation) and
+the logits); see docs/circuits.md. The pair is the task's clean/corrupted pair, or, as a fallback for a task
+without one, generic repeated random tokens; the prompt-fit line says whether the pair is the model's own
+data (docs/analyses.md, "Prompt fit"). Prints the circuit, its faithfulness and completeness and the strongest
+edges; writes DIR/circuit.json (nodes, edges with scores, the circuit, faithfulness, method, ablation) and
 DIR/circuit.png, together (one output set: both or neither).
 """
 
@@ -35,7 +36,10 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
 
 def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Score every edge, prune to the circuit; print it and its strongest edges; return circuit.{json,png}."""
+    import torch
+
     from mechmem.analysis.circuits import attribution_agreement, circuit_prompts, discover_circuit
+    from mechmem.analysis.distribution import prompt_fit
     from mechmem.analysis.roles import head_roles
     from mechmem.models.adapter import is_hooked_transformer
     from mechmem.progress import working
@@ -59,6 +63,11 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         )
     record = {"task": ckpt.task_name, "pair": source, "seed": args.seed, **circuit.to_dict()}
     print("\n".join([f"{ckpt.task_name}:", *summary_lines(circuit, source)]))
+    fit = prompt_fit(
+        ckpt.model, ckpt.task, pair, generator=torch.Generator().manual_seed(args.seed), source=source
+    )
+    record["prompt_fit"] = fit.to_dict()
+    print(fit.message)
     if circuit.attribution is not None:
         record["attribution_agreement"] = agree = attribution_agreement(circuit)
         print("EAP vs exact: " + ", ".join(f"{k} {v:.3f}" for k, v in agree.items()))
