@@ -15,11 +15,12 @@ from mechmem.analysis import distribution
 from mechmem.analysis.distribution import FACTOR, MARGIN_NATS, PromptFit, prompt_fit, prompt_loss, repeats_fit
 from mechmem.commands.main import main
 from mechmem.io import dumps
-from mechmem.report import build_report
+from mechmem.report import build_report, circuit_graph
 from mechmem.report.circuit_graph import edges_section
 from mechmem.report.document import summary_rows, to_markdown
 from mechmem.report.sections import heads_section
 from mechmem.tasks import build_task
+from mechmem.tasks.base import Batch
 
 T = 24
 LETTERS = "abcdefghijkl"
@@ -96,6 +97,20 @@ def test_chunks_give_the_whole_batch_value(monkeypatch, birth):
     assert rows_batch.task_loss == pytest.approx(whole_batch.task_loss, abs=1e-5)
 
 
+def test_at_most_fit_prompts_are_scored_the_first_ones(monkeypatch, birth):
+    model = build_model(d_vocab=birth.d_vocab, n_ctx=T)
+    batch = birth.eval_batch(10, generator=gen(0))
+    pair = birth.patching_pair(10, generator=gen(1))
+    monkeypatch.setattr(distribution, "FIT_PROMPTS", 4)
+    first = Batch(batch.tokens[:4], batch.targets[:4], batch.loss_mask[:4])
+    fit = prompt_fit(model, birth, batch, generator=gen(2))
+    assert fit.n == 4 and fit.prompt_loss == pytest.approx(prompt_loss(model, first), abs=1e-6)
+    fit = prompt_fit(model, birth, pair, generator=gen(2))
+    assert fit.n == 4 and fit.prompt_loss == pytest.approx(
+        prompt_loss(model, pair.rows(slice(0, 4))), abs=1e-6
+    )
+
+
 @pytest.mark.parametrize("task_loss", [0.0, 0.01, 0.5, 2.0, 2.5, 4.0])
 def test_the_rule_needs_both_the_margin_and_the_factor(task_loss):
     def fit(prompt):
@@ -158,7 +173,8 @@ def test_circuit_on_the_task_pair_prints_no_flag(gated_ckpt, tmp_path, capsys):
     assert fit["message"] in text and "OFF" not in text
 
 
-def test_the_report_warns_when_a_section_reads_off_distribution_prompts(birth, gated):
+def test_the_report_warns_when_a_section_reads_off_distribution_prompts(birth, gated, monkeypatch):
+    monkeypatch.setattr(circuit_graph, "N_PROMPTS", 16)  # the edge section's prompts (64): cheaper, same code
     report = build_report(
         gated, birth, n_samples=32, role_samples=32, sections=(heads_section, edges_section)
     )

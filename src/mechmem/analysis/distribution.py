@@ -20,9 +20,10 @@ and flags the prompts as off the model's distribution by the rule in docs/analys
 prompt loss exceeds the task-data loss by more than `MARGIN_NATS` AND is more than `FACTOR` times it. With no
 task (a bare model) there is no reference data, and the check says so.
 
-Caveats: both losses are means over the prompts drawn, without an interval; the check sees only the loss, so
-prompts on which the model is as good as on its data but for another reason pass; and a low loss on prompts
-of the task's own kind says nothing about a behaviour the task never asks for.
+Caveats: both losses are means over the prompts (at most `FIT_PROMPTS`, the first ones), without an
+interval; the check sees only the loss, so prompts on which the model is as good as on its data but for
+another reason pass; and a low loss on prompts of the task's own kind says nothing about a behaviour the task
+never asks for.
 """
 
 from collections.abc import Callable
@@ -41,6 +42,9 @@ MARGIN_NATS = 1.0
 """Off the model's distribution needs the prompt loss more than this many nats above the task-data loss..."""
 FACTOR = 1.5
 """...and more than this many times it (both; fixed before any model was measured, docs/analyses.md)."""
+FIT_PROMPTS = 128
+"""Prompts the check scores at most (the first ones), and the reference draws as many: a mean loss needs no
+more, and on a large model the check then costs a few passes of this many sequences at most."""
 LOGITS_BUDGET = 2**24
 """Logit entries (rows x positions x output vocabulary) one forward pass of the check holds at most."""
 
@@ -205,6 +209,10 @@ def prompt_fit(
         (False, "the repeats task's clean/corrupted pair")
     """
     n = len(prompts.answer_pos) if isinstance(prompts, PatchingPair) else len(prompts)
+    if n > FIT_PROMPTS:
+        first = slice(0, FIT_PROMPTS)
+        prompts = prompts.rows(first) if isinstance(prompts, PatchingPair) else _batch_rows(prompts, first, n)
+        n = FIT_PROMPTS
     loss = prompt_loss(model, prompts)
     if task is None:
         return PromptFit(source, n, loss, None, None)
@@ -217,7 +225,8 @@ def repeats_fit(
 ) -> PromptFit:
     """`prompt_fit` of head detection's random probe: n repeated random sequences [r, r] with |r| = `half`
     over the model's vocabulary (the generic repeats task's data, its repeated half scored)."""
-    batch = RepeatsTask(RepeatsConfig.for_model(model, half=half)).eval_batch(n, generator=generator)
+    task_of_repeats = RepeatsTask(RepeatsConfig.for_model(model, half=half))
+    batch = task_of_repeats.eval_batch(min(n, FIT_PROMPTS), generator=generator)
     return prompt_fit(model, task, batch, generator=generator, source=f"[r, r], |r| = {half}")
 
 
@@ -225,8 +234,9 @@ def own_data_fit(
     model: torch.nn.Module, task: Any, data: str, n: int, *, generator: torch.Generator
 ) -> PromptFit:
     """`prompt_fit` of an analysis that reads the task's own data (`data`: "eval", its evaluation batch, or
-    "pair", its clean/corrupted pair): n such prompts drawn from `generator`, against a second draw. Such
-    prompts are the model's distribution by construction; the check states their loss next to it."""
+    "pair", its clean/corrupted pair): n such prompts drawn from `generator` as the analysis draws them (the
+    first `FIT_PROMPTS` scored), against a second draw. Such prompts are the model's distribution by
+    construction; the check states their loss next to it."""
     if data == "pair":
         prompts: Batch | PatchingPair = task.patching_pair(n, generator=generator)
         source = f"the {task.name} task's clean/corrupted pair"
@@ -237,4 +247,13 @@ def own_data_fit(
     return prompt_fit(model, task, prompts, generator=generator, source=source)
 
 
-__all__ = ["FACTOR", "MARGIN_NATS", "PromptFit", "own_data_fit", "prompt_fit", "prompt_loss", "repeats_fit"]
+__all__ = [
+    "FACTOR",
+    "FIT_PROMPTS",
+    "MARGIN_NATS",
+    "PromptFit",
+    "own_data_fit",
+    "prompt_fit",
+    "prompt_loss",
+    "repeats_fit",
+]
