@@ -63,9 +63,8 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         )
     record = {"task": ckpt.task_name, "pair": source, "seed": args.seed, **circuit.to_dict()}
     print("\n".join([f"{ckpt.task_name}:", *summary_lines(circuit, source)]))
-    fit = prompt_fit(
-        ckpt.model, ckpt.task, pair, generator=torch.Generator().manual_seed(args.seed), source=source
-    )
+    reference = torch.Generator().manual_seed(args.seed + 1)  # not the prompts' own draw (`circuit_prompts`)
+    fit = prompt_fit(ckpt.model, ckpt.task, pair, generator=reference, source=source)
     record["prompt_fit"] = fit.to_dict()
     print(fit.message)
     if circuit.attribution is not None:
