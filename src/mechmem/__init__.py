@@ -14,10 +14,11 @@ Groups: checkpoints (`load_checkpoint`, `save_checkpoint`, `save_model`, `Checkp
 (`train_preset`), tasks (`build_task`, `task_names`, `register_task`), the intervention engine (`intervene`,
 `Intervention` and the setters `zero`, `mean`, `resample`, `from_run`, `apply`), the analyses (`run_sweeps`
 and `PatchingResult`, `ablate_heads`, `detect_heads`, `logit_lens`, `builtin_probes`, `head_roles`,
-`circuit_prompts`, `discover_circuit` and `decided_circuit`, `run_dynamics`, `attribute_sweeps` for
-estimates), their figures (`plot`), the sequential rule every verdict follows (`decide`), the report
-(`build_report`, `report_checkpoint`), a planted model for trying things (`planted_induction_model`) and the
-errors (`MechmemError`, `CheckpointError`). The command line is `mechmem` (`mechmem --help`).
+`circuit_prompts`, `discover_circuit` and `decided_circuit`, `run_dynamics`, `prompt_fit` (are an analysis's
+prompts the model's own data?), `attribute_sweeps` for estimates), their figures (`plot`), the sequential rule
+every verdict follows (`decide`), the report (`build_report`, `report_checkpoint`), a planted model for trying
+things (`planted_induction_model`) and the errors (`MechmemError`, `CheckpointError`). The command line is
+`mechmem` (`mechmem --help`).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,7 @@ HOMES = {
     "decided_circuit": "mechmem.analysis.circuits",
     "decide": "mechmem.analysis.sequential",
     "run_dynamics": "mechmem.analysis.dynamics",
+    "prompt_fit": "mechmem.analysis.distribution",
     "build_report": "mechmem.report",
     "report_checkpoint": "mechmem.report.checkpoint_report",
     "plot": "mechmem.report.plots",
@@ -87,6 +89,7 @@ __all__ = [
     "mean",
     "planted_induction_model",
     "plot",
+    "prompt_fit",
     "register_task",
     "report_checkpoint",
     "resample",
@@ -119,6 +122,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
     from mechmem.analysis.ablation import ablate_heads
     from mechmem.analysis.circuits import circuit_prompts, decided_circuit, discover_circuit
+    from mechmem.analysis.distribution import prompt_fit
     from mechmem.analysis.dynamics import run_dynamics
     from mechmem.analysis.heads import detect_heads
     from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean, resample, zero

@@ -42,6 +42,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from mechmem.analysis.ablation import ablate_heads, plot_ablation, task_metric
+    from mechmem.analysis.distribution import own_data_fit
     from mechmem.analysis.heads import no_attention_reason
     from mechmem.progress import working
 
@@ -67,7 +68,13 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
             generator=gen,
             metric_name=f"{args.metric}: {description}",
         )
+    data = "pair" if args.metric == "logit_diff" else "eval"
+    fit = own_data_fit(
+        ckpt.model, ckpt.task, data, args.n_samples, generator=torch.Generator().manual_seed(args.seed)
+    )
     result.info.update({"task": ckpt.task_name, "n_samples": args.n_samples, "seed": args.seed})
+    result.info["prompt_fit"] = fit.to_dict()
+    print(fit.message)
     print(f"{args.metric} baseline {result.baseline:.4f}; delta after ablation (layer x head):")
     for i, method in enumerate(result.methods):
         print(f"\n{method} ablation")

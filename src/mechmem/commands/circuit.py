@@ -4,12 +4,13 @@
     mechmem circuit runs/birth --ablation corrupted --attribution    # also EAP and its agreement
 
 Edges run from each node's output (embeddings, heads, MLPs) into each later input (a head's q, k or v, an MLP,
-the logits); see docs/circuits.md. The pair is the task's clean/corrupted pair, or generic repeated random
-tokens for a task without one. The edges are scored on the first 64 prompts; the verdict is decided on rounds
-of new prompts up to --n-samples (docs/decisions.md; the report's policy, so both give one verdict). Prints
-the circuit, its faithfulness and completeness, and the strongest edges; writes DIR/circuit.json (nodes, edges
-with scores, the circuit, faithfulness, method, ablation) and DIR/circuit.png, together (one output set: both
-or neither).
+the logits); see docs/circuits.md. The pair is the task's clean/corrupted pair, or, as a fallback for a task
+without one, generic repeated random tokens; the prompt-fit line says whether the pair is the model's own
+data (docs/analyses.md, "Prompt fit"). The edges are scored on the first 64 prompts; the verdict is decided on
+rounds of new prompts up to --n-samples (docs/decisions.md; the report's policy, so both give one verdict).
+Prints the circuit, its faithfulness and completeness, and the strongest edges; writes DIR/circuit.json
+(nodes, edges with scores, the circuit, faithfulness, method, ablation) and DIR/circuit.png, together (one
+output set: both or neither).
 """
 
 import argparse
@@ -42,7 +43,10 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
 
 def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Score every edge, prune to the circuit; print it and its strongest edges; return circuit.{json,png}."""
-    from mechmem.analysis.circuits import attribution_agreement, decided_circuit
+    import torch
+
+    from mechmem.analysis.circuits import attribution_agreement, circuit_prompts, decided_circuit
+    from mechmem.analysis.distribution import prompt_fit
     from mechmem.analysis.roles import head_roles
     from mechmem.analysis.sequential import CIRCUIT_POLICY
     from mechmem.models.adapter import is_hooked_transformer
@@ -70,6 +74,11 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         )
     record = {"task": ckpt.task_name, "pair": source, "seed": args.seed, **circuit.to_dict()}
     print("\n".join([f"{ckpt.task_name}:", *summary_lines(circuit, source)]))
+    reference = torch.Generator().manual_seed(args.seed + 1)  # not the prompts' own draw (`circuit_prompts`)
+    pair, _ = circuit_prompts(ckpt.model, ckpt.task, policy.first, args.seed)  # the first round's prompts
+    fit = prompt_fit(ckpt.model, ckpt.task, pair, generator=reference, source=source)
+    record["prompt_fit"] = fit.to_dict()
+    print(fit.message)
     if circuit.attribution is not None:
         record["attribution_agreement"] = agree = attribution_agreement(circuit)
         print("EAP vs exact: " + ", ".join(f"{k} {v:.3f}" for k, v in agree.items()))

@@ -11,7 +11,8 @@ when the task has one (`config.half`), plus the task's evaluation data at its an
 report's policy and defaults, so both name the same heads). Prints each head's score curve over the probes
 with marginal 95% intervals and the attention PATTERN each head shows by the report's rule (previous-token,
 duplicate-token, induction). These pattern labels are not the report's head ROLES, which also weigh the
-task's own evidence (elimination, recall, ...): `mechmem report` names roles. Writes
+task's own evidence (elimination, recall, ...): `mechmem report` names roles. The prompt-fit line
+(`prompt_fit` in the JSON) says whether the longest random probe is off the model's distribution. Writes
 DIR/detect_heads.json (the curves), DIR/detect_heads.png (scores at the longest random probe),
 DIR/detect_heads_task.png and DIR/attention.png (one task sequence), together.
 """
@@ -42,6 +43,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from mechmem.analysis import heads
+    from mechmem.analysis.distribution import repeats_fit
     from mechmem.analysis.roles import classify_heads, measure_pattern_evidence
     from mechmem.progress import working
 
@@ -58,6 +60,10 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     labels = classify_heads(found.evidence)  # pattern evidence only: no task roles
     shown = ", ".join(f"L{h.layer}H{h.head} {h.role}" for h in labels if h.role != "none")
     print(f"attention patterns: {shown or 'none'} (head roles: mechmem report)")
+    fit = repeats_fit(
+        model, ckpt.task, max(halves), args.n_samples, generator=torch.Generator().manual_seed(args.seed)
+    )
+    print(fit.message)
     scores = {k: found.evidence[k] for k in found.curves}
     payload = {
         **heads.HeadScores(scores, data="best score over the probes").to_dict(),
@@ -68,6 +74,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         "n_samples": args.n_samples,
         "n_sequences": found.n,
         "seed": args.seed,
+        "prompt_fit": fit.to_dict(),
     }
     files: dict[str, Any] = {"detect_heads.json": payload}
     for index, figure in ((len(halves) - 1, "detect_heads.png"), (-1, "detect_heads_task.png")):

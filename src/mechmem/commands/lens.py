@@ -42,6 +42,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Decode every residual stage; print the per-stage table; return logit_lens.{json,png}."""
     import torch
 
+    from mechmem.analysis.distribution import prompt_fit
     from mechmem.analysis.intervals import format_interval
     from mechmem.analysis.logit_lens import logit_lens, plot_logit_lens, unsupported_reason
     from mechmem.progress import working
@@ -61,9 +62,11 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
             return cli.skipped(f"--data pair does not apply: {exc}", "logit_lens.json", {"stages": {}})
         tokens, targets = pair.clean, pair.correct[:, None].expand_as(pair.clean)
         mask = torch.zeros(tokens.shape).scatter_(1, pair.answer_pos[:, None], 1.0)
+        prompts, source = pair, f"the {ckpt.task_name} task's clean/corrupted pair"
     else:
         batch = ckpt.task.eval_batch(args.n_samples, generator=gen)
         tokens, targets, mask = batch.tokens, batch.targets, batch.loss_mask
+        prompts, source = batch, f"the {ckpt.task_name} task's evaluation data"
     with working(f"logit lens over {ckpt.model.cfg.n_layers} layers on {len(tokens)} sequences"):
         result = logit_lens(ckpt.model, tokens, targets, mask, k=args.top_k)
     summary = result.summary()
@@ -74,6 +77,8 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     ]
     cli.print_table(rows, ["stage", "target p", "95% interval", "mean rank", "top-1 acc"])
     print(f"95% intervals over {len(tokens)} sequences (bootstrap)")
+    fit = prompt_fit(ckpt.model, ckpt.task, prompts, generator=gen, source=source)
+    print(fit.message)
     payload = {
         **result.to_dict(),
         "task": ckpt.task_name,
@@ -82,6 +87,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         "data": args.data,
         "example_tokens": tokens[0].tolist(),
         "example_targets": targets[0].tolist(),
+        "prompt_fit": fit.to_dict(),
     }
     return {"logit_lens.json": payload, "logit_lens.png": plot_logit_lens(result)}
 

@@ -46,6 +46,9 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
 
 def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Run the patching sweeps on the task's pairs; print the tables; return patching.json and heatmaps."""
+    import torch
+
+    from mechmem.analysis.distribution import own_data_fit
     from mechmem.analysis.heads import no_attention_reason
     from mechmem.analysis.patching import patch_checkpoint, patching_lines, plot_patching
     from mechmem.progress import working
@@ -71,6 +74,11 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         results, task=ckpt.task_name, method=args.method, direction=args.direction, n=args.n_samples
     ):
         print(line)
+    fit = own_data_fit(
+        ckpt.model, ckpt.task, "pair", args.n_samples, generator=torch.Generator().manual_seed(args.seed)
+    )
+    record["prompt_fit"] = fit.to_dict()
+    print(fit.message)
     figures = {f"patching_{name}.png": plot_patching(res) for name, res in results.items()}
     return {"patching.json": record, **figures}
 

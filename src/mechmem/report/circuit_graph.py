@@ -12,8 +12,10 @@ import math
 from typing import Any
 
 from mechmem.analysis.circuits import ABLATION_TEXT, build_graph
-from mechmem.analysis.circuits.discovery import CONFIDENCE, Circuit, decided_circuit
+from mechmem.analysis.circuits.discovery import CONFIDENCE, Circuit, circuit_prompts, decided_circuit
+from mechmem.analysis.distribution import prompt_fit
 from mechmem.analysis.intervals import normal_interval
+from mechmem.analysis.sequential import CIRCUIT_POLICY
 from mechmem.errors import MechmemError
 from mechmem.report.document import Section, Table
 
@@ -223,6 +225,12 @@ def edges_section(ctx: Any) -> Section:
     s.findings = circuit.to_dict()
     s.findings["pair"] = source
     s.lines += summary_lines(circuit, source)
+    pair, _ = circuit_prompts(
+        ctx.model, ctx.task, CIRCUIT_POLICY.first, ctx.seed
+    )  # the first round's prompts
+    fit = prompt_fit(ctx.model, ctx.task, pair, generator=ctx.generator(12), source=source)
+    s.findings["prompt_fit"] = fit.to_dict()
+    s.lines.append(fit.message)
     s.tables.append(edge_table(circuit))
     s.add_figure("graph", plot_circuit(circuit, roles))
     s.interactive["graph"] = graph_view(circuit, roles)

@@ -181,7 +181,8 @@ def to_html(report: Report) -> str:
 
 def summary_rows(report: Report) -> list[tuple[str, str]]:
     """The verdicts that open a report, as (label, text): the named circuit, the MLP, the headline, the edge
-    circuit's verdict with faithfulness and completeness (and their intervals), and the sections skipped."""
+    circuit's verdict with faithfulness and completeness (and their intervals), a warning naming the sections
+    whose prompts are off the model's distribution (their `prompt_fit`), and the sections skipped."""
     found = {s.key: s for s in report.sections}
     rows = []
     circuit = found.get("circuit")
@@ -212,9 +213,16 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
                 ),
             )
         )
+    off = [f"{s.key}: {s.findings['prompt_fit']['message']}" for s in report.sections if _off(s)]
+    rows += [("prompts off the model's distribution", "; ".join(off))] if off else []
     skipped = [f"{s.key} ({s.skipped})" for s in report.sections if s.skipped]
     rows.append(("skipped", "; ".join(skipped) if skipped else "none"))
     return rows
+
+
+def _off(section: Section) -> bool:
+    """True when the section's prompt-fit check (`mechmem.analysis.distribution`) flagged its prompts."""
+    return bool(section.findings.get("prompt_fit", {}).get("off_distribution")) and not section.skipped
 
 
 def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from mechmem.analysis import ablation, heads, neurons, patching, probes
 from mechmem.analysis.ablation import attribution as ablation_attribution
+from mechmem.analysis.distribution import repeats_fit
 from mechmem.analysis.intervals import format_interval, mean_interval
 from mechmem.analysis.interventions import Intervention, intervened_logits, mean
 from mechmem.analysis.logit_lens import answer_probability, decode_residual
@@ -137,6 +138,11 @@ def heads_section(ctx: ReportContext) -> Section:
         "end of the interval corrected for every head, pattern, probe, token and look >= the threshold on "
         "some probe, or for at least two query tokens (docs/analyses.md, Role rule; docs/decisions.md)."
     )
+    halves = heads.probe_halves(ctx.model.cfg.n_ctx, ctx.model.cfg.d_vocab)
+    if halves:  # the longest random probe, against the task's own data
+        fit = repeats_fit(ctx.model, ctx.task, max(halves), ctx.n_samples, generator=ctx.generator(11))
+        s.findings["prompt_fit"] = fit.to_dict()
+        s.lines.append(fit.message)
     rows = [[h.name, *(h.evidence[k] for k in keys)] for h in ctx.roles.heads]
     s.tables.append(Table(["head", *keys], rows, "Detection scores"))
     s.add_figure("scores", heads.plot_head_scores(heads.HeadScores(scores, data="best over the probes")))

@@ -296,8 +296,9 @@ class Circuit:
 def circuit_pair(
     model: torch.nn.Module, task: Any, n: int, *, generator: torch.Generator
 ) -> tuple[PatchingPair, str]:
-    """The task's clean/corrupted pair, or, for a bare model or a task without one, the generic repeats pair;
-    with the pair's source in words."""
+    """The task's clean/corrupted pair, with the pair's source in words; the generic repeats pair is only the
+    fallback for a bare model or a task without a pair (its words say so): a model trained on other data may
+    not do on random repeats what it does on its own (`mechmem.analysis.distribution.prompt_fit` checks)."""
     if task is not None:
         try:
             return task.patching_pair(n, generator=generator), f"the {task.name} task's clean/corrupted pair"
@@ -306,8 +307,9 @@ def circuit_pair(
     config = RepeatsConfig.for_model(model)
     config = RepeatsConfig.for_model(model, half=min(config.half, REPEATS_HALF))
     pair = RepeatsTask(config).patching_pair(n, generator=generator)
-    words = f"the generic repeated-random-tokens pair ([r, r], |r| = {config.half}, first copy of the answer "
-    return pair, words + "changed)"
+    why = "a bare model" if task is None else f"the {task.name} task has no pair"
+    words = f"fallback ({why}): the generic repeated-random-tokens pair ([r, r], |r| = {config.half}, first "
+    return pair, words + "copy of the answer changed)"
 
 
 def circuit_prompts(model: torch.nn.Module, task: Any, n: int, seed: int) -> tuple[PatchingPair, str]:

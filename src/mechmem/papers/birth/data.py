@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechmem.papers.birth.corpus import CorpusStats
@@ -119,6 +119,22 @@ class TriggerSampler:
             return torch.randint(0, self.n_train_tokens, shape, generator=generator)
         return torch.randint(self.n_train_tokens, self.n_tokens, shape, generator=generator)
 
+    def output_probs(
+        self, triggers: Int[Tensor, " batch"], split: str = "train"
+    ) -> Float[Tensor, "batch d_vocab"]:
+        """The distribution `draw_outputs` draws each trigger's output from, one row per trigger: uniform over
+        all tokens, pi_b(.|trigger), or uniform over the OOD split's token range."""
+        if self.outputs == "bigram":
+            return self.bigram[triggers].float()
+        probs = torch.zeros(len(triggers), self.n_tokens)
+        if self.outputs == "uniform":
+            probs[:] = 1.0 / self.n_tokens
+        elif split == "train":
+            probs[:, : self.n_train_tokens] = 1.0 / self.n_train_tokens
+        else:
+            probs[:, self.n_train_tokens :] = 1.0 / (self.n_tokens - self.n_train_tokens)
+        return probs
+
     def sample(self, n: int, *, generator: torch.Generator, split: str = "train") -> TriggerSequences:
         """`n` sequences of T+1 tokens with their occurrence counters."""
         if split not in SPLITS:
@@ -183,6 +199,30 @@ def occurrence_counter(
     match = tokens.unsqueeze(1) == triggers.unsqueeze(2)  # [batch n_triggers pos]
     seen = match.to(torch.int16).cumsum(-1, dtype=torch.int16)  # counts fit: pos < 32768 is checked below
     return seen.masked_fill_(~match, 0).sum(1).long()
+
+
+@dataclass
+class TriggerOccurrences:
+    """Where each trigger of each sequence first and second occurs among the inputs (0 where it does not)."""
+
+    first: Int[Tensor, "batch n_triggers"]
+    """Input position of the trigger's first occurrence."""
+    second: Int[Tensor, "batch n_triggers"]
+    """Input position of its second occurrence."""
+    repeated: Bool[Tensor, "batch n_triggers"]
+    """True where the trigger occurs at least twice (first and second are then both set)."""
+
+
+def trigger_occurrences(
+    tokens: Int[Tensor, "batch pos"], triggers: Int[Tensor, "batch n_triggers"]
+) -> TriggerOccurrences:
+    """The first and second input positions of every trigger in every sequence."""
+    match = tokens.unsqueeze(1) == triggers.unsqueeze(2)  # [batch n_triggers pos]
+    seen = match.long().cumsum(-1)
+    first, second = match & (seen == 1), match & (seen == 2)
+    return TriggerOccurrences(
+        first=first.long().argmax(-1), second=second.long().argmax(-1), repeated=second.any(-1)
+    )
 
 
 def generation_speed(

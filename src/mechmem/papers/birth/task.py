@@ -22,15 +22,18 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from mechmem.config import ConfigMixin
+from mechmem.errors import MechmemError
 from mechmem.papers.birth.corpus import CorpusStats, load_stats
-from mechmem.papers.birth.data import OUTPUT_MODES, TriggerSampler, TriggerSequences
+from mechmem.papers.birth.data import OUTPUT_MODES, TriggerSampler, TriggerSequences, trigger_occurrences
 from mechmem.papers.birth.models import full_config, is_simplified, simplified_config
 from mechmem.papers.birth.probes import attention_probes, memory_probes
 from mechmem.tasks import register_task
-from mechmem.tasks.base import Batch, Task, masked_cross_entropy
+from mechmem.tasks.base import Batch, PatchingPair, Task, masked_cross_entropy
 from mechmem.training.config import Preset, TrainConfig
 
 N_TOKENS = 65  # tiny Shakespeare's character vocabulary, used by the presets
+PAIR_ROUNDS = 32
+"""Draws of fresh sequences `patching_pair` makes before it gives up finding triggers that occur twice."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,67 @@ class BirthTask(Task):
 
     def loss(self, logits: Tensor, batch: Batch) -> Tensor:
         return masked_cross_entropy(logits, batch.targets, batch.loss_mask)
+
+    def patching_pair(self, n: int, *, generator: torch.Generator) -> PatchingPair:
+        """The in-context answer and its counterfactual, read at a trigger's second occurrence.
+
+        Clean: a sequence of the task (training split) whose answer position holds the second occurrence of
+        one of its triggers q (drawn at random among the triggers that occur twice and whose output is no
+        trigger); the answer `correct` is q's output o, the token that followed q's first occurrence.
+        Corrupted: the same sequence with that one earlier o replaced by a token r drawn from the task's
+        output distribution for q (`TriggerSampler.output_probs`), never o nor a trigger of the sequence, so
+        no trigger's occurrences change; the in-context answer becomes r (`incorrect`). With the worked
+        example of `mechmem.papers.birth.data` (triggers a, t; outputs b, s):
+
+            clean      x  a  b  e  t  s  n  a      answer read at the last a: b
+            corrupted  x  a  k  e  t  s  n  a      answer: k
+
+        Only the token an induction head copies changes, so the pair measures the induction circuit (the
+        global bigram, the same in both runs, cancels in the logit difference).
+        """
+        parts, have = [], 0
+        for _ in range(PAIR_ROUNDS):
+            if have >= n:
+                break
+            part = self._in_context_pair(self.sampler.sample(n, generator=generator), generator)
+            if part is not None:
+                parts.append(part)
+                have += len(part.answer_pos)
+        if have < n:
+            raise MechmemError(
+                f"birth task: fewer than {n} sequences in {PAIR_ROUNDS} draws have a trigger occurring twice "
+                f"(seq_len {self.config.seq_len} is too short for a clean/corrupted pair)"
+            )
+        fields = PatchingPair.__dataclass_fields__
+        return PatchingPair(*(torch.cat([getattr(p, f) for p in parts])[:n] for f in fields))
+
+    def _in_context_pair(self, seqs: TriggerSequences, generator: torch.Generator) -> PatchingPair | None:
+        """The pair of `patching_pair` for the sequences of `seqs` that have a usable trigger (None: none)."""
+        tokens = seqs.seq[:, :-1]
+        at = trigger_occurrences(tokens, seqs.triggers)
+        output_is_trigger = (seqs.outputs.unsqueeze(-1) == seqs.triggers.unsqueeze(1)).any(-1)
+        usable = at.repeated & ~output_is_trigger
+        choice = torch.rand(usable.shape, generator=generator).masked_fill(~usable, -1.0).argmax(-1)
+        rows = torch.arange(len(tokens))
+        rows = rows[usable[rows, choice]]
+        if len(rows) == 0:
+            return None
+        choice, index = choice[rows], torch.arange(len(rows))
+        correct = seqs.outputs[rows, choice]
+        allowed = torch.ones(len(rows), self.stats.n_tokens, dtype=torch.bool)
+        allowed[index[:, None], seqs.triggers[rows]] = False
+        allowed[index, correct] = False
+        if not bool(allowed.any(-1).all()):
+            raise MechmemError(
+                "birth task: no token is left to corrupt the answer with (vocabulary too small)"
+            )
+        probs = self.sampler.output_probs(seqs.triggers[rows, choice]) * allowed
+        probs = torch.where(probs.sum(-1, keepdim=True) > 0, probs, allowed.float())
+        incorrect = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        clean = tokens[rows].contiguous()
+        corrupted = clean.clone()
+        corrupted[index, at.first[rows, choice] + 1] = incorrect
+        return PatchingPair(clean, corrupted, at.second[rows, choice], correct, incorrect)
 
     def batch_metrics(self, logits: Tensor, batch: Batch, prefix: str = "") -> dict[str, float]:
         """In-context / first-occurrence accuracy, global and in-context loss on one batch."""

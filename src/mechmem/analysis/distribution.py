@@ -1,0 +1,259 @@
+"""Prompt fit: how far an analysis's prompts are from the model's own task data.
+
+    from mechmem.analysis.distribution import prompt_fit, repeats_fit
+    fit = repeats_fit(model, task, 32, 256, generator=g)     # head detection's random probe, |r| = 32
+    fit = prompt_fit(model, task, pair, generator=g, source="the generic repeats pair")   # any Batch or pair
+    print(fit.message); fit.to_dict()                         # the line, the JSON
+
+Every analysis reads a model on prompts. When those are not the data the model was trained on (random repeats
+[r, r] for a model of triggered bigrams, the generic repeats pair for a task without a pair), the model may do
+there what it never does on its own data, and a verdict read on them says little about the circuit it uses.
+The check compares the model's loss on the prompts with its loss on the task's own data, the same kind of
+loss:
+
+    prompts        loss on the prompts                          reference (the task's own data)
+    Batch          its masked cross-entropy                     task.eval_batch, scored by task.loss
+    PatchingPair   cross-entropy of `correct` at `answer_pos`   the task's own patching_pair, the same loss
+                   of the clean prompts                         (the task's eval data when it has none)
+
+and flags the prompts as off the model's distribution by the rule in docs/analyses.md ("Prompt fit"): the
+prompt loss exceeds the task-data loss by more than `MARGIN_NATS` AND is more than `FACTOR` times it. With no
+task (a bare model) there is no reference data, and the check says so.
+
+Caveats: both losses are means over the prompts (at most `FIT_PROMPTS`, the first ones), without an
+interval; the check sees only the loss, so prompts on which the model is as good as on its data but for
+another reason pass; and a low loss on prompts of the task's own kind says nothing about a behaviour the task
+never asks for.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float
+from torch import Tensor
+
+from mechmem.tasks.base import Batch, PatchingPair, masked_cross_entropy
+from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
+
+MARGIN_NATS = 1.0
+"""Off the model's distribution needs the prompt loss more than this many nats above the task-data loss..."""
+FACTOR = 1.5
+"""...and more than this many times it (both; fixed before any model was measured, docs/analyses.md)."""
+FIT_PROMPTS = 128
+"""Prompts the check scores at most (the first ones), and the reference draws as many: a mean loss needs no
+more, and on a large model the check then costs a few passes of this many sequences at most."""
+LOGITS_BUDGET = 2**24
+"""Logit entries (rows x positions x output vocabulary) one forward pass of the check holds at most."""
+
+
+@dataclass(frozen=True)
+class PromptFit:
+    """The model's loss on an analysis's prompts next to its loss on its own task data, and the verdict."""
+
+    source: str
+    """What the prompts are, in words."""
+    n: int
+    """Number of prompts (sequences or pairs) the prompt loss averages over."""
+    prompt_loss: float
+    """Mean cross-entropy (nats) on the prompts (see the module docstring for what is scored)."""
+    task_loss: float | None
+    """The same kind of loss on the task's own data; None without a task (no reference data)."""
+    reference: str | None
+    """What the reference data is, in words; None without a task."""
+
+    @property
+    def difference(self) -> float | None:
+        """prompt_loss - task_loss in nats (None without reference data)."""
+        return None if self.task_loss is None else self.prompt_loss - self.task_loss
+
+    @property
+    def ratio(self) -> float | None:
+        """prompt_loss / task_loss (inf when the task-data loss is 0; None without reference data)."""
+        if self.task_loss is None:
+            return None
+        return self.prompt_loss / self.task_loss if self.task_loss > 0 else float("inf")
+
+    @property
+    def off_distribution(self) -> bool:
+        """True when the prompt loss exceeds the task-data loss by more than MARGIN_NATS and FACTOR times."""
+        if self.task_loss is None:
+            return False
+        return self.prompt_loss - self.task_loss > MARGIN_NATS and self.prompt_loss > FACTOR * self.task_loss
+
+    @property
+    def message(self) -> str:
+        """The check in one line, for the printed text and the report."""
+        loss = f"loss {self.prompt_loss:.3f} nats on {self.source} (n = {self.n})"
+        if self.task_loss is None:
+            return f"prompt fit: no reference data (no task): {loss}"
+        rule = f"off when > +{MARGIN_NATS} nat and > {FACTOR}x"
+        vs = (
+            f"{loss} vs {self.task_loss:.3f} on {self.reference} "
+            f"({self.difference:+.3f} nats, {self.ratio:.2f}x; {rule})"
+        )
+        if self.off_distribution:
+            return (
+                f"WARNING prompt fit: OFF the model's distribution: {vs}; results on these prompts may not "
+                "show the circuit the model uses on its own data"
+            )
+        return f"prompt fit: on the model's distribution: {vs}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "n": self.n,
+            "prompt_loss": self.prompt_loss,
+            "task_loss": self.task_loss,
+            "reference": self.reference,
+            "difference": self.difference,
+            "ratio": self.ratio,
+            "off_distribution": self.off_distribution,
+            "rule": {"margin_nats": MARGIN_NATS, "factor": FACTOR},
+            "message": self.message,
+        }
+
+
+@torch.no_grad()
+def prompt_loss(model: torch.nn.Module, prompts: Batch | PatchingPair) -> float:
+    """The model's mean cross-entropy on `prompts`: a Batch's masked loss over its [batch pos] targets, or a
+    pair's loss of `correct` at `answer_pos` of its clean prompts [batch pos] (mean over prompts)."""
+    if isinstance(prompts, Batch):
+        return _chunked_loss(model, prompts, lambda lg, b: masked_cross_entropy(lg, b.targets, b.loss_mask))
+    if isinstance(prompts, PatchingPair):
+        return _chunked_loss(model, prompts, _answer_loss)
+    raise TypeError(f"prompts must be a Batch or a PatchingPair, not {type(prompts).__name__}")
+
+
+def _answer_loss(logits: Float[Tensor, "batch pos d_vocab"], pair: PatchingPair) -> Float[Tensor, ""]:
+    at = logits[torch.arange(len(pair.answer_pos), device=logits.device), pair.answer_pos]
+    return F.cross_entropy(at.float(), pair.correct)
+
+
+def _chunked_loss(
+    model: torch.nn.Module,
+    prompts: Batch | PatchingPair,
+    loss: Callable[[Tensor, Any], Tensor],
+) -> float:
+    """`loss(logits, chunk)` over chunks of rows whose logits stay within `LOGITS_BUDGET`, averaged with each
+    chunk's weight (its scored positions for a Batch, its rows for a pair): the whole batch's value for a
+    masked mean, from a bounded amount of memory."""
+    device = next(model.parameters()).device
+    is_batch = isinstance(prompts, Batch)
+    n, pos = (prompts.tokens if is_batch else prompts.clean).shape
+    vocab = getattr(getattr(model, "cfg", None), "d_vocab_out", None)
+    rows = max(1, LOGITS_BUDGET // (pos * vocab)) if isinstance(vocab, int) and vocab > 0 else n
+    total, weight = 0.0, 0.0
+    for start in range(0, n, rows):
+        index = slice(start, start + rows)
+        part = _batch_rows(prompts, index, n) if is_batch else prompts.rows(index)
+        part = part.to(device)
+        w = float(part.loss_mask.sum()) if is_batch else float(len(part.answer_pos))
+        if w > 0:
+            total += float(loss(model(part.tokens if is_batch else part.clean), part)) * w
+            weight += w
+    return total / weight if weight > 0 else float("nan")
+
+
+def _batch_rows(batch: Batch, index: slice, n: int) -> Batch:
+    """The rows `index` of `batch` (with every `info` tensor that has one entry per row)."""
+    info = {k: v[index] if v.ndim and v.shape[0] == n else v for k, v in batch.info.items()}
+    return Batch(batch.tokens[index], batch.targets[index], batch.loss_mask[index], info)
+
+
+def _task_data_loss(
+    model: torch.nn.Module, task: Any, like: Batch | PatchingPair, *, generator: torch.Generator
+) -> tuple[float, str]:
+    """The reference of `prompt_fit`: the model's loss on as many of the task's own prompts as `like` holds,
+    of the same kind (its pair for a pair, when the task has one; else its eval data scored by `task.loss`),
+    with what they are in words."""
+    n = len(like.answer_pos) if isinstance(like, PatchingPair) else len(like)
+    if isinstance(like, PatchingPair):
+        try:
+            pair = task.patching_pair(n, generator=generator)
+            return prompt_loss(model, pair), f"the {task.name} task's clean/corrupted pair"
+        except NotImplementedError:
+            pass
+    batch = task.eval_batch(n, generator=generator)
+    with torch.no_grad():
+        loss = _chunked_loss(model, batch, task.loss)
+    return loss, f"the {task.name} task's evaluation data"
+
+
+def prompt_fit(
+    model: torch.nn.Module,
+    task: Any,
+    prompts: Batch | PatchingPair,
+    *,
+    generator: torch.Generator,
+    source: str = "the prompts",
+) -> PromptFit:
+    """How far `prompts` are from `model`'s own data (`task`'s; None for a bare model), by the rule of
+    docs/analyses.md ("Prompt fit").
+
+    Args:
+        prompts: a `Batch` (its masked loss is scored) or a `PatchingPair` (the correct answer's loss at the
+            answer position of the clean prompts).
+        generator: draws the task's reference data.
+        source: what the prompts are, in words (for the message).
+
+    Example:
+        >>> import mechmem, torch
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> pair = task.patching_pair(16, generator=torch.Generator().manual_seed(0))
+        >>> fit = mechmem.prompt_fit(model, task, pair, generator=torch.Generator().manual_seed(1))
+        >>> fit.off_distribution, fit.reference
+        (False, "the repeats task's clean/corrupted pair")
+    """
+    n = len(prompts.answer_pos) if isinstance(prompts, PatchingPair) else len(prompts)
+    if n > FIT_PROMPTS:
+        first = slice(0, FIT_PROMPTS)
+        prompts = prompts.rows(first) if isinstance(prompts, PatchingPair) else _batch_rows(prompts, first, n)
+        n = FIT_PROMPTS
+    loss = prompt_loss(model, prompts)
+    if task is None:
+        return PromptFit(source, n, loss, None, None)
+    reference, words = _task_data_loss(model, task, prompts, generator=generator)
+    return PromptFit(source, n, loss, reference, words)
+
+
+def repeats_fit(
+    model: torch.nn.Module, task: Any, half: int, n: int, *, generator: torch.Generator
+) -> PromptFit:
+    """`prompt_fit` of head detection's random probe: n repeated random sequences [r, r] with |r| = `half`
+    over the model's vocabulary (the generic repeats task's data, its repeated half scored)."""
+    task_of_repeats = RepeatsTask(RepeatsConfig.for_model(model, half=half))
+    batch = task_of_repeats.eval_batch(min(n, FIT_PROMPTS), generator=generator)
+    return prompt_fit(model, task, batch, generator=generator, source=f"[r, r], |r| = {half}")
+
+
+def own_data_fit(
+    model: torch.nn.Module, task: Any, data: str, n: int, *, generator: torch.Generator
+) -> PromptFit:
+    """`prompt_fit` of an analysis that reads the task's own data (`data`: "eval", its evaluation batch, or
+    "pair", its clean/corrupted pair): n such prompts drawn from `generator` as the analysis draws them (the
+    first `FIT_PROMPTS` scored), against a second draw. Such prompts are the model's distribution by
+    construction; the check states their loss next to it."""
+    if data == "pair":
+        prompts: Batch | PatchingPair = task.patching_pair(n, generator=generator)
+        source = f"the {task.name} task's clean/corrupted pair"
+    elif data == "eval":
+        prompts, source = task.eval_batch(n, generator=generator), f"the {task.name} task's evaluation data"
+    else:
+        raise ValueError(f"data must be 'eval' or 'pair', not {data!r}")
+    return prompt_fit(model, task, prompts, generator=generator, source=source)
+
+
+__all__ = [
+    "FACTOR",
+    "FIT_PROMPTS",
+    "MARGIN_NATS",
+    "PromptFit",
+    "own_data_fit",
+    "prompt_fit",
+    "prompt_loss",
+    "repeats_fit",
+]
