@@ -139,7 +139,7 @@ def naive_path_patch(model, patcher, edges):
     """metric(full) - metric(edge ablated) per prompt and edge, one `run_with_hooks` per edge (the engine's
     plain reference loop): the port gets its clean value plus the sender's (ablated - clean) output."""
     variants = [[]] + [
-        [Intervention(e.port.hook, e.port.index, apply(lambda a, h, d=patcher.delta[e.sender.name]: a + d))]
+        [Intervention(e.port.hook, e.port.index, apply(lambda a, h, d=patcher.delta(e.sender): a + d))]
         for e in edges
     ]
     values = naive_intervene(model, patcher.tokens, variants, patcher.metric)
