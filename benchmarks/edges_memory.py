@@ -1,6 +1,6 @@
 """Peak memory and time of the report's edge section, this tree's code beside another's, in one run.
 
-    python benchmarks/edges_memory.py                      # 12x768x12 on 1 and 2 prompts, 8x256 on 64
+    python benchmarks/edges_memory.py                      # 12x768x12 on 1, 2 prompts; 8x256 on 4, 8, 64
     python benchmarks/edges_memory.py --runs 2x64:8 --baseline /work/main/src       # about a minute
 
 Each run SIZE:PROMPTS is a random LayerNorm + GELU model LxD[xH] built through mechmem's adapter (MLP 4 D,
@@ -34,7 +34,7 @@ from report_scaling import build, parse_size
 from mechmem.cli import format_table
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = ("12x768x12:1", "12x768x12:2", "8x256:64")
+RUNS = ("12x768x12:1", "8x256:4", "8x256:8", "12x768x12:2", "8x256:64")
 HEADERS = ["size", "prompts", "code", "edges", "peak MB", "before MB", "rise MB", "wall s", "cpu s"]
 HEADERS += ["rows", "floor s", "cpu/floor"]
 
@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                 + [out["peak_mb"] - out["before_mb"], out["wall_s"], out["cpu_s"], out["rows"], floor_s]
                 + [out["cpu_s"] / floor_s]
             )
+            print(f"{run} {code}: {json.dumps(out)}", flush=True)  # as each ends: a long run may be stopped
     print(format_table(rows, HEADERS, floatfmt=".4g"))
     by_size: dict[tuple[str, str], list[list]] = {}
     for row in rows:
