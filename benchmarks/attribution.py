@@ -11,7 +11,10 @@ the exact sweep (`Patcher.sweep` given its cached runs) and of the attribution s
 its cached forward and backward passes), with their ratio. Per model it also prints the one-time costs
 (building a `Patcher`: two forward passes; an `Attributor`'s two forward and backward passes) and the total
 for every sweep in both directions, one-time costs included. Times are the best of --repeats runs, on
---threads torch threads.
+--threads torch threads. Under each model's table, the floor of those two totals (`benchmarks/floor.py`): the
+counted matmul work (exact: the Patcher's two forwards and one forward of the batch per cell, resumed at the
+cell's layer for sweeps by layer; attribution: two forwards and two backwards), the float32 matmul rate
+measured in the same run, the time that implies and the ratio of the measured total to it.
 """
 
 import argparse
@@ -23,6 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from floor import BACKWARD_FACTOR, floor_table, forward_flops, matmul_rate, sweep_flops
 from patching import best_of, random_models, trained_models
 
 from mechmem.analysis.patching import Patcher
@@ -52,12 +56,14 @@ def bench_model(label, model, pair, repeats: int, qk_exact: bool) -> list[list]:
 
     t_patcher, patcher = best_of(lambda: Patcher(model, pair.clean, pair.corrupted, pair=pair), repeats)
     t_att0, att = best_of(attributor, repeats)
-    rows = []
+    rows, sweep_work = [], 0.0
+    batch, pos = pair.clean.shape
     for direction in ("denoising", "noising"):
         for name in model_sweeps(model):
             t_exact, exact = best_of(partial(patcher.sweep, name, direction), repeats)
             t_att, approx = best_of(partial(att.sweep, name, direction), repeats)
             agree = agreement(approx, exact)
+            sweep_work += sweep_flops(model.cfg, exact.axes, tuple(exact.values.shape), batch, pos)
             rows.append(
                 [
                     label,
@@ -81,7 +87,20 @@ def bench_model(label, model, pair, repeats: int, qk_exact: bool) -> list[list]:
         f"speed-up {total_exact / total_att:.1f}x"
     )
     print(format_table(rows, HEADERS, floatfmt=".3g"))
+    forward = forward_flops(model.cfg, batch, pos)
+    work = [
+        ("exact: 2 forwards + 1 per cell", 2 * forward + sweep_work, {"measured": total_exact}),
+        (
+            "attribution: 2 forwards + 2 backwards",
+            2 * (1 + BACKWARD_FACTOR) * forward,
+            {"measured": total_att},
+        ),
+    ]
+    print(floor_table(work, RATE[0] if RATE else matmul_rate()))
     return rows
+
+
+RATE: list[float] = []  # the machine's matmul FLOP/s, measured once per run (`floor.matmul_rate`)
 
 
 def summary(label: str, rows: list[list]) -> str:
@@ -108,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    RATE.append(matmul_rate())
     cases = (
         []
         if args.no_train

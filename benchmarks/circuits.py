@@ -72,8 +72,9 @@ HEADERS = [
 def naive_exact_seconds(model, pair, ablation: str) -> float:
     """Wall time of the exact edge scores as one `run_with_hooks` per edge (the engine's reference)."""
     patcher = EdgePatcher(model, pair, ablation)
+    deltas = {u.name: patcher.delta(u) for u in patcher.senders}
     variants = [
-        [Intervention(e.port.hook, e.port.index, apply(lambda a, h, d=patcher.delta[e.sender.name]: a + d))]
+        [Intervention(e.port.hook, e.port.index, apply(lambda a, h, d=deltas[e.sender.name]: a + d))]
         for e in patcher.graph.edges
     ]
     start = time.perf_counter()

@@ -18,7 +18,10 @@ its API takes one) and of `Patcher.sweep` (given its cached runs) with the metri
 batched `PatchingMetric` and the same logit difference written as a plain callable `metric(logits) -> scalar`
 (vmapped, read-out found by the dependency check); the ratios and the largest difference of each result from
 TL's. Times are the best of --repeats runs (fewer when one run takes over --budget seconds). The one-time cost
-of caching (TL `run_with_cache` vs building a `Patcher`) is printed per model.
+of caching (TL `run_with_cache` vs building a `Patcher`) is printed per model. Under each model's table, the
+floor (`benchmarks/floor.py`): each sweep's counted matmul work (one forward of the batch per cell, resumed at
+the cell's layer for sweeps by layer), the machine's float32 matmul rate measured in the same run on --threads
+threads, the time that work takes at that rate, and the ratio of TL's and mechmem's times to it.
 
 `--archs` times the architectures TransformerLens can express instead (`ARCHITECTURES`: rotary, partial
 rotary, grouped-query, gated MLP, RMSPre, LNPre, parallel attention + MLP, local attention, tied embeddings,
@@ -40,6 +43,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from floor import floor_table, matmul_rate, sweep_flops
+
 from mechmem.analysis.patching import Patcher, model_sweeps
 from mechmem.analysis.patching.reference import TL_SWEEPS
 from mechmem.cli import format_table
@@ -49,6 +55,7 @@ TL = TL_SWEEPS
 
 
 BUDGET = [2.0]  # seconds: stop repeating a timing once one run took longer (set by --budget)
+RATE: list[float] = []  # the machine's matmul FLOP/s, measured once per run (`floor.matmul_rate`)
 
 
 def best_of(fn, repeats: int) -> tuple[float, object]:
@@ -111,10 +118,12 @@ def random_models() -> list[tuple[str, torch.nn.Module, PatchingPair]]:
     out = []
     for label, kw, n, pos in cases:
         norm = {} if kw["d_mlp"] is None else {"normalization_type": "LN"}
-        model = build_transformer(TransformerConfig(**kw, n_ctx=pos, **norm), generator=g)
+        model = build_transformer(TransformerConfig(**kw, n_ctx=pos, **norm), generator=g).eval()
         out.append((label, model, random_pair(kw["d_vocab"], n, pos, g)))
     birth = BirthTask.presets["quick"].model
-    out.append(("birth demo", build_transformer(birth, generator=g), random_pair(birth.d_vocab, 16, 64, g)))
+    out.append(
+        ("birth demo", build_transformer(birth, generator=g).eval(), random_pair(birth.d_vocab, 16, 64, g))
+    )
     return out
 
 
@@ -188,21 +197,28 @@ def bench_model(label: str, model: torch.nn.Module, pair: PatchingPair, repeats:
         f"caching TL {1e3 * t_cache:.2f} ms, "
         f"mechmem {1e3 * t_patcher:.2f} ms (both runs)"
     )
-    rows = []
+    rows, work = [], []
+    batch, pos = pair.clean.shape
     for name in model_sweeps(model):
         with quiet:
             t_tl, ref = best_of(partial(TL[name], model, pair.corrupted, cache, pair.logit_diff), repeats)
         t_ours, res = best_of(partial(patcher.sweep, name), repeats)
         t_call, res_call = best_of(partial(plain.sweep, name), repeats)
         diff = max(float((r.values - ref.cpu()).abs().max()) for r in (res, res_call))
+        flops = sweep_flops(model.cfg, res.axes, tuple(res.values.shape), batch, pos)
+        work.append((name, flops, {"TL": t_tl, "batched": t_ours}))
         rows.append(
             [label, name, res.values.numel(), 1e3 * t_tl, 1e3 * t_ours, 1e3 * t_call]
             + [t_tl / t_ours, t_tl / t_call, t_call / t_ours, diff]
         )
     print(format_table(rows, HEADERS, floatfmt=".3g"))
+    rate = RATE[0] if RATE else matmul_rate()
+    print(f"{label}: work per sweep = {FLOOR_WORK}")
+    print(floor_table(work, rate))
     return rows
 
 
+FLOOR_WORK = "one forward of the batch per cell, resumed at the cell's layer for sweeps by layer"
 HEADERS = ["model", "sweep", "cells", "TL ms", "batched ms", "callable ms"]
 HEADERS += ["TL/batched", "TL/callable", "callable/batched", "max |diff|"]
 
@@ -248,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     BUDGET[0] = args.budget
+    RATE.append(matmul_rate())
     if args.archs is not None:
         return architectures(args.archs, args.repeats)
     if args.ckpts:

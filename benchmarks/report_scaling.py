@@ -28,6 +28,11 @@ cores under the same load (one thread each). Their rows sit under "before" in th
 and the table gives both totals and the ratio of the CPU times (the steadier measure on a shared machine).
 `--baseline-json FILE` attaches the rows of a baseline run made earlier instead.
 
+The floor (`benchmarks/floor.py`): per size, the report's counted forward calls on the model (`rows`
+sequences, each counted as a full forward; the replay's and backward passes are not counted), the float32
+matmul rate measured in the same run on --threads threads, the time that work takes at that rate, and the
+ratio of the report's wall and CPU seconds to it.
+
 The growth law: for every d_model with at least two layer counts, the report's total wall time, and
 separately its CPU time, is fitted as a * L^k by least squares on log time against log L (in-process times
 carry no start-up; --startup S subtracts a further fixed S seconds from the wall time first); the same over
@@ -49,6 +54,9 @@ from typing import Any
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from floor import floor_table, forward_flops, matmul_rate
 
 from mechmem.analysis.circuits.discovery import circuit_pair, discover_circuit
 from mechmem.analysis.roles import head_roles
@@ -249,6 +257,22 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], list[str]]:
     return out, headers
 
 
+def report_floor(rows: list[dict[str, Any]], d_vocab: int, rate: float) -> str:
+    """The floor of each size's report (`floor.py`): its counted model forward calls, each as a full forward
+    of the sequences it ran (the replay's passes and backward passes are not counted, so the true work is
+    larger), against the report's wall and CPU seconds."""
+    work = []
+    for r in rows:
+        cfg = argparse.Namespace(
+            n_layers=r["layers"], d_model=r["d_model"], n_heads=r["heads"], d_head=r["d_model"] // r["heads"]
+        )
+        cfg.d_mlp, cfg.d_vocab = 4 * r["d_model"], d_vocab
+        flops = r["report"]["rows"] * forward_flops(cfg, 1, r["n_ctx"])
+        label = f"{r['layers']}x{r['d_model']}x{r['heads']}@{r['n_ctx']} report, {r['report']['rows']} rows"
+        work.append((label, flops, {"wall": r["report"]["seconds"], "cpu": r["report"]["cpu_seconds"]}))
+    return floor_table(work, rate)
+
+
 def memory_table(rows: list[dict[str, Any]]) -> tuple[list[list[Any]], list[str]]:
     """One row per size: how much each report step raised the process's peak resident memory (MB), and the
     peak after the report (ru_maxrss only grows: a step below an earlier peak shows 0)."""
@@ -326,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json is not None:
         rows, sizes = json.loads(args.from_json.read_text())["rows"], []
     torch.set_num_threads(args.threads)
+    rate = matmul_rate()
     try:
         for size in sizes:
             rows.append(run_size(size, args))
@@ -348,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(cells, headers, floatfmt=".1f"))
     cells, headers = memory_table(rows)
     print(format_table(cells, headers, floatfmt=".0f"))
+    print(report_floor(rows, args.d_vocab, rate))
     symbol = {"layers": "L", "d_model": "d", "n_ctx": "T"}
     for f in fits:
         held = ", ".join(f"{k} {f[k]}" for k in ("layers", "d_model", "heads", "n_ctx") if k != f["over"])
@@ -357,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "torch": torch.__version__,
         "load_average": os.getloadavg(),
+        "matmul_rate": rate,
         "cpus": os.cpu_count(),
         "rows": rows,
         "fits": fits,

@@ -56,14 +56,17 @@ def naive_circuit_metric(model, patcher, keep):
             return act
 
         fwd.append((port.hook, rewrite))
+    mlp = not model.cfg.attn_only  # TransformerLens 3 refuses hook_mlp_in on an attention-only model
     model.set_use_split_qkv_input(True)
-    model.set_use_hook_mlp_in(True)
+    if mlp:
+        model.set_use_hook_mlp_in(True)
     try:
         with torch.no_grad():
             logits = model.run_with_hooks(patcher.tokens, fwd_hooks=fwd)
     finally:
         model.set_use_split_qkv_input(False)
-        model.set_use_hook_mlp_in(False)
+        if mlp:
+            model.set_use_hook_mlp_in(False)
     return patcher.metric(logits)
 
 

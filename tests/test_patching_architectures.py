@@ -138,8 +138,9 @@ def test_replay_gradients_equal_hooked_gradients(case):
 def naive_path_patch(model, patcher, edges):
     """metric(full) - metric(edge ablated) per prompt and edge, one `run_with_hooks` per edge (the engine's
     plain reference loop): the port gets its clean value plus the sender's (ablated - clean) output."""
+    deltas = {u.name: patcher.delta(u) for u in patcher.senders}
     variants = [[]] + [
-        [Intervention(e.port.hook, e.port.index, apply(lambda a, h, d=patcher.delta[e.sender.name]: a + d))]
+        [Intervention(e.port.hook, e.port.index, apply(lambda a, h, d=deltas[e.sender.name]: a + d))]
         for e in edges
     ]
     values = naive_intervene(model, patcher.tokens, variants, patcher.metric)

@@ -31,8 +31,13 @@ Caveats: the position embedding is the same in clean and corrupted runs and equa
 its edges score exactly zero under "corrupted" and "mean" (use "zero" to see them). A corruption shows only
 the paths it disturbs: the generic repeats pair changes one token, so only the value path carrying it moves.
 Effects of single edges need not add up.
+
+Long because the graph, its patcher and the circuit pass are one concept: the patcher stores a head's change
+in z space and every use of it (path patching, the attribution contraction, a circuit's ports) projects it
+through W_O in its own way, next to the graph those uses index.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,8 +175,26 @@ def _share_of(part: PatchingPair, n: int) -> Any:
     return metric
 
 
+def _through_w_o(
+    z: Float[Tensor, "batch pos head d_head"], w_o: Float[Tensor, "head d_head d_model"]
+) -> Float[Tensor, "head batch pos d_model"]:
+    """Each head's share of the attention output (bias aside) from its z: z_h @ W_O[h], per head."""
+    return torch.einsum("bphe,hem->hbpm", z, w_o.to(z.dtype))
+
+
+def _summed_through_w_o(
+    z: Float[Tensor, "batch pos head d_head"], w_o: Float[Tensor, "head d_head d_model"]
+) -> Float[Tensor, "batch pos d_model"]:
+    """The heads' shares summed (one matmul over head and d_head together)."""
+    return z.flatten(-2) @ w_o.to(z.dtype).flatten(0, 1)
+
+
 class EdgePatcher:
     """Clean and ablated outputs of every node on a pair's clean inputs; scores edges and evaluates circuits.
+
+    Memory: a head's output change is kept where the head computes it, in z space (d_head wide, one tensor
+    [batch, pos, head_index, d_head] per layer, `change`), and goes through W_O where a port uses it, so the
+    stored changes are about one residual stream per layer and MLP rather than one per head.
 
     Args:
         model: a `HookedTransformer`.
@@ -201,14 +224,22 @@ class EdgePatcher:
         self.clean = setter_values(model, self.tokens, from_run(self.tokens), hooks)
         self.ablated = setter_values(model, self.tokens, setter, hooks)
         self.senders = [n for n in self.graph.nodes if n.hook is not None]
-        """Every node with an output, in graph order (embeddings, then by depth): `delta_stack`'s rows."""
+        """Every node with an output, in graph order (embeddings, then by depth)."""
+        self.groups: dict[str, list[int]] = {}
+        """Per sender hook, its senders (consecutive indices into `senders`): a layer's heads share hook_z."""
+        for i, u in enumerate(self.senders):
+            self.groups.setdefault(u.hook, []).append(i)
         self.before = {p.hook: sum(u.depth < p.node.depth for u in self.senders) for p in self.graph.ports}
-        """Per port hook: how many senders (a prefix of `senders`) feed it."""
+        """Per port hook: how many senders (a prefix of `senders`, whole groups) feed it."""
         with torch.no_grad():
-            diff = {h: self.ablated[h] - self.clean[h] for h in hooks}
-            self.delta_stack = torch.stack([self.output(u, diff[u.hook]) for u in self.senders])
-        """Each sender's output change when ablated: [sender, batch, pos, d_model]."""
-        self.delta = {u.name: d for u, d in zip(self.senders, self.delta_stack)}
+            self.change = {h: self.ablated[h] - self.clean[h] for h in hooks}
+        """Per sender hook, its senders' change when ablated (ablated - clean) as the hook holds it:
+        [batch, pos, head_index, d_head] at a layer's hook_z (z space; `delta` gives one head's in d_model),
+        [batch, pos, d_model] at the embeddings and MLP outputs."""
+
+    def w_o(self, hook: str) -> Float[Tensor, "head d_head d_model"]:
+        """W_O of the layer whose heads write at `hook` (their hook_z)."""
+        return self.model.blocks[self.senders[self.groups[hook][0]].layer].attn.W_O.detach()
 
     @torch.no_grad()
     def output(self, node: Node, act: Tensor) -> Float[Tensor, "batch pos d_model"]:
@@ -218,6 +249,20 @@ class EdgePatcher:
             attn = self.model.blocks[node.layer].attn
             x = x @ attn.W_O[node.index[-1]].to(x.dtype)
         return x
+
+    def delta(self, sender: Node) -> Float[Tensor, "batch pos d_model"]:
+        """The sender's output change when ablated (its ablated output - its clean output), in d_model."""
+        return self.output(sender, self.change[sender.hook])
+
+    @torch.no_grad()
+    def sender_deltas(
+        self, hook: str, rows: slice = slice(None)
+    ) -> Float[Tensor, "sender batch pos d_model"]:
+        """`delta` of every sender at `hook` (a layer's heads, or one node) on the prompts `rows`."""
+        change = self.change[hook][rows]
+        if self.senders[self.groups[hook][0]].kind == "head":
+            return _through_w_o(change, self.w_o(hook))
+        return change[None]
 
     def metric(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Float[Tensor, " batch"]:
         """The pair's logit difference, per prompt."""
@@ -229,14 +274,12 @@ class EdgePatcher:
 
     def exact(self, edges: list[Edge]) -> Float[Tensor, "edge batch"]:
         """Per prompt: metric(full) - metric(edge ablated), by path patching each edge (one variant per
-        edge)."""
+        edge): the port gets its sender's `delta`, projected through W_O when the variant runs."""
 
-        def shift(delta: Tensor) -> Any:
-            return apply(lambda act, hook: act + delta.to(act.device))
+        def shift(sender: Node) -> Any:
+            return apply(lambda act, hook: act + self.delta(sender).to(act))
 
-        variants = [
-            [Intervention(e.port.hook, e.port.index, shift(self.delta[e.sender.name]))] for e in edges
-        ]
+        variants = [[Intervention(e.port.hook, e.port.index, shift(e.sender))] for e in edges]
         values = self.run([[]] + variants)
         return values[0] - values[1:]
 
@@ -281,76 +324,148 @@ class EdgePatcher:
         size = max(1, int(self.memory_mb * 2**20 // per_prompt))
         return [slice(first, first + size) for first in range(0, len(self.tokens), size)]
 
+    @torch.no_grad()
     def edge_products(self, grads: dict[str, Tensor], rows: slice = slice(None)) -> Float[Tensor, " edge"]:
         """-(u's output change) . grads[port] summed over prompts, positions and d_model, for every edge u ->
-        port, from the gradient (or any tensor shaped like it) at each port's hook on the prompts `rows`: one
-        contraction per port hook over all its senders at once."""
-        by_hook = {}
-        for hook, n in self.before.items():
-            g = grads[hook].to(self.delta_stack.dtype)
-            pattern = "sbpd,bphd->hs" if g.ndim == 4 else "sbpd,bpd->s"
-            by_hook[hook] = -torch.einsum(pattern, self.delta_stack[:n, rows], g)
+        port, from the gradient (or any tensor shaped like it) at each port's hook on the prompts `rows`: per
+        sender hook, its senders' changes go through W_O once (`sender_deltas`) and are contracted with every
+        later port hook's gradient at once, then dropped."""
+        pieces: dict[str, list[Tensor]] = {hook: [] for hook in self.before}
+        for sender_hook, ids in self.groups.items():
+            deltas = None
+            for hook, n in self.before.items():
+                if ids[-1] < n:
+                    deltas = self.sender_deltas(sender_hook, rows) if deltas is None else deltas
+                    g = grads[hook].to(deltas.dtype)
+                    pattern = "sbpd,bphd->hs" if g.ndim == 4 else "sbpd,bpd->s"
+                    pieces[hook].append(-torch.einsum(pattern, deltas, g))
+        by_hook = {hook: torch.cat(parts, dim=-1) for hook, parts in pieces.items()}
         at = {u.name: i for i, u in enumerate(self.senders)}
         scores = [by_hook[e.port.hook][(*e.port.index[1:], at[e.sender.name])] for e in self.graph.edges]
         return torch.stack(scores).cpu()
 
-    def circuit_variant(self, keep: Bool[Tensor, " edge"]) -> list[Intervention]:
-        """Interventions that ablate every edge not in `keep` at once (see the module docstring).
-
-        Each sender hook records the output changes (current - ablated) of its senders that some port drops;
-        each port hook then subtracts, for all its ports at once, the sum of its dropped senders' changes (a
-        0/1 matrix [port, sender] times the stacked changes).
-        """
+    def dropped(self, keep: Bool[Tensor, " edge"]) -> dict[str, Tensor]:
+        """Per port hook with a dropped edge: a 0/1 matrix [row, senders before it], 1 = dropped; the rows
+        are the hook's head axis (key/value heads under grouped-query), or one row."""
         at = {u.name: i for i, u in enumerate(self.senders)}
-        rows: dict[str, int] = {}  # port hook -> its head axis (key/value heads under grouped-query), or 1
+        rows: dict[str, int] = {}
         for p in self.graph.ports:
             rows[p.hook] = max(rows.get(p.hook, 1), p.index[-1] + 1 if p.index else 1)
-        drop: dict[str, Tensor] = {}  # port hook -> [rows, senders before it], 1 = dropped
+        drop: dict[str, Tensor] = {}
         for edge, kept in zip(self.graph.edges, keep.tolist()):
             if not kept:
                 hook = edge.port.hook
                 if hook not in drop:
                     drop[hook] = torch.zeros(rows[hook], self.before[hook])
                 drop[hook][edge.port.index[-1] if edge.port.index else 0, at[edge.sender.name]] = 1.0
-        need = sorted({i for m in drop.values() for i in m.any(0).nonzero().flatten().tolist()})
-        changes: dict[int, Tensor] = {}
-        by_hook: dict[str, list[int]] = {}
-        for i in need:
-            by_hook.setdefault(self.senders[i].hook, []).append(i)
+        return drop
 
-        def record(name: str) -> Any:
-            # Keyed by the requested name: a TransformerLens 4 hook point may carry its canonical one.
-            def fn(act: Tensor, hook: Any) -> Tensor:
-                diff = act - self.ablated[name].to(act.dtype)
-                ids = by_hook[name]
-                if self.senders[ids[0]].kind == "head":
-                    W_O = self.model.blocks[self.senders[ids[0]].layer].attn.W_O.to(act.dtype)
-                    heads = [self.senders[i].index[-1] for i in ids]
-                    outs = torch.einsum("bphd,hdm->hbpm", diff[:, :, heads], W_O[heads])
-                    changes.update(zip(ids, outs))
-                else:
-                    changes[ids[0]] = diff
-                return act
-
-            return fn
-
-        out = [Intervention(hook, (), apply(record(hook))) for hook in sorted(by_hook)]
-        for hook, matrix in drop.items():
-            cols = matrix.any(0).nonzero().flatten().tolist()
-
-            def patch(act: Tensor, hook: Any, cols: list[int] = cols, m: Tensor = matrix) -> Tensor:
-                stacked = torch.stack([changes[i] for i in cols])
-                weights = m[:, cols].to(act)
-                if act.ndim == 4:
-                    return act - torch.einsum("hs,sbpd->bphd", weights, stacked)
-                return act - torch.einsum("s,sbpd->bpd", weights[0], stacked)
-
-            out.append(Intervention(hook, (), apply(patch)))
+    def changed(self, drop: dict[str, Tensor]) -> list[bool]:
+        """Per sender: whether its output can differ from its clean output under the dropped edges `drop`:
+        some port of it drops an edge, or a sender of smaller depth (every one feeds its ports) changed.
+        Those that cannot keep their stored `change`."""
+        hit = {
+            p.node.name
+            for p in self.graph.ports
+            if p.hook in drop and bool(drop[p.hook][p.index[-1] if p.index else 0].any())
+        }
+        out, first = [], math.inf  # the smallest depth of a changed sender so far (senders: by depth)
+        for u in self.senders:
+            out.append(u.name in hit or first < u.depth)
+            first = min(first, u.depth) if out[-1] else first
         return out
+
+    def circuit_variant(self, keep: Bool[Tensor, " edge"]) -> list[Intervention]:
+        """Interventions that ablate every edge not in `keep` at once (see the module docstring).
+
+        Each sender hook whose output can change (`changed`) and that some port drops records its current
+        minus ablated values, in z space for a layer's heads; the others reuse the stored `change`. Each port
+        hook then subtracts, for all its ports at once, the sum of its dropped senders' changes
+        (`_CircuitPass`).
+        """
+        return _CircuitPass(self, keep).interventions()
 
     def evaluate(self, keep: Bool[Tensor, "variant edge"]) -> Float[Tensor, "variant batch"]:
         """Per-prompt metric of each circuit (a row of `keep`), every other edge ablated."""
         return self.run([self.circuit_variant(row) for row in keep])
+
+
+class _CircuitPass:
+    """The interventions of one circuit (`EdgePatcher.circuit_variant`) and what they hold during its pass.
+
+    A port row drops a 0/1 choice of a layer's heads. Its change is written either as the dropped heads'
+    shares (z_h @ W_O[h]), or, when more than half are dropped, as every head's shares summed (one matmul,
+    computed once per layer and pass) minus the kept ones; the heads that need their own share go through
+    W_O together, once per port hook. What the pass recorded is released after its last port.
+    """
+
+    def __init__(self, patcher: EdgePatcher, keep: Bool[Tensor, " edge"]) -> None:
+        self.patcher = patcher
+        self.drop = patcher.dropped(keep)
+        changed = patcher.changed(self.drop)
+        needed = {i for m in self.drop.values() for i in m.any(0).nonzero().flatten().tolist()}
+        self.recorded = sorted({patcher.senders[i].hook for i in needed if changed[i]})
+        """Sender hooks whose current values this pass records."""
+        self.plan = {
+            port: [
+                (h, m[:, ids])
+                for h, ids in patcher.groups.items()
+                if ids[-1] < m.shape[1] and m[:, ids].any()
+            ]
+            for port, m in self.drop.items()
+        }
+        """Per port hook: (sender hook, its 0/1 [row, sender] block) for every sender hook it drops from."""
+        self.current: dict[str, Tensor] = {}
+        self.totals: dict[str, Tensor] = {}
+        self.pending = len(self.drop)
+
+    def interventions(self) -> list[Intervention]:
+        out = [Intervention(hook, (), apply(self.record(hook))) for hook in self.recorded]
+        return out + [Intervention(hook, (), apply(self.patch(hook))) for hook in self.drop]
+
+    def record(self, name: str) -> Any:
+        # Keyed by the requested name: a TransformerLens 4 hook point may carry its canonical one.
+        def fn(act: Tensor, hook: Any) -> Tensor:
+            self.current[name] = act - self.patcher.ablated[name].to(act.dtype)
+            return act
+
+        return fn
+
+    def now(self, hook: str) -> Tensor:
+        """Current minus ablated values at a sender hook: recorded, or (unchanged sender) clean - ablated."""
+        return self.current[hook] if hook in self.recorded else -self.patcher.change[hook]
+
+    def total(self, hook: str) -> Float[Tensor, "batch pos d_model"]:
+        """Every head's share of the layer at `hook` summed (current minus ablated), once per pass."""
+        if hook not in self.totals:
+            self.totals[hook] = _summed_through_w_o(self.now(hook), self.patcher.w_o(hook))
+        return self.totals[hook]
+
+    def correction(self, hook: str, w: Tensor) -> Float[Tensor, "batch pos row d_model"]:
+        """Per port row, the summed change of the senders at `hook` that row drops (`w`: [row, sender])."""
+        diff = self.now(hook)
+        if diff.ndim == 3:  # one node (embedding or MLP): [batch pos d_model]
+            return diff[:, :, None, :] * w[:, 0].to(diff)[:, None]
+        whole = w.sum(1) > w.shape[1] / 2  # rows written as every head minus the kept ones
+        coef = torch.where(whole[:, None], w - 1, w)  # +1: a dropped head added, -1: a kept head taken off
+        heads = coef.any(0).nonzero().flatten().tolist()
+        out = torch.zeros((), dtype=diff.dtype, device=diff.device)
+        if bool(whole.any()):
+            out = out + whole.to(diff)[:, None] * self.total(hook)[:, :, None, :]
+        if heads:
+            shares = _through_w_o(diff[:, :, heads], self.patcher.w_o(hook)[heads])
+            out = out + torch.einsum("rh,hbpm->bprm", coef[:, heads].to(diff), shares)
+        return out
+
+    def patch(self, port: str) -> Any:
+        def fn(act: Tensor, hook: Any) -> Tensor:
+            drop = sum(self.correction(sender, w) for sender, w in self.plan[port])
+            self.pending -= 1
+            if self.pending == 0:  # the pass's last port: release what it recorded
+                self.current, self.totals, self.pending = {}, {}, len(self.drop)
+            return act - (drop if act.ndim == 4 else drop[:, :, 0]).to(act.dtype)
+
+        return fn
 
 
 def circuit_intervals(
