@@ -748,13 +748,18 @@ def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") ->
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            hf_model = _hf_weights(source, name_or_path)
             if BACKEND == "bridge":
                 model = TransformerBridge.boot_transformers(
-                    source, device=str(device), dtype=torch.float32, tokenizer=_placeholder_tokenizer(local)
+                    source,
+                    device=str(device),
+                    dtype=torch.float32,
+                    tokenizer=_placeholder_tokenizer(local),
+                    hf_model=hf_model,
                 )
                 model.enable_compatibility_mode(disable_warnings=True, no_processing=True)
             else:
-                model = _hooked_from_pretrained(source, device)
+                model = _hooked_from_pretrained(source, hf_model, device)
     except MechmemError:
         raise
     except Exception as exc:  # noqa: BLE001 - transformers / TransformerLens say why in their own words
@@ -764,6 +769,29 @@ def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") ->
             f"({type(exc).__name__}: {first[:200]})"
         ) from None
     return model.eval()
+
+
+def _hf_weights(source: str, name: str) -> nn.Module:
+    """The Hugging Face model of `source` as `transformers` loads it, from safetensors only (a pickled
+    pytorch_model.bin is never read), with every weight it declares read from the files: a weight missing
+    (which transformers would draw at random), one left over or one of another shape is a `MechmemError`."""
+    from transformers import AutoModelForCausalLM
+
+    model, info = AutoModelForCausalLM.from_pretrained(
+        source,
+        dtype=torch.float32,
+        use_safetensors=True,
+        attn_implementation="eager",
+        output_loading_info=True,
+    )
+    for what in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        keys = sorted(str(k) for k in info.get(what) or ())
+        if keys:
+            raise MechmemError(
+                f"--hf {name}: its weights do not match its config ({what.replace('_', ' ')}: "
+                f"{', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+            )
+    return model
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
@@ -794,7 +822,7 @@ def _placeholder_tokenizer(folder: Any) -> Any:
     )
 
 
-def _hooked_from_pretrained(source: str, device: str | torch.device) -> nn.Module:
+def _hooked_from_pretrained(source: str, hf_model: nn.Module, device: str | torch.device) -> nn.Module:
     """`HookedTransformer.from_pretrained_no_processing` for a Hub name or a local folder (TransformerLens
     3.9's own entry point looks local folders up among its official names), from TransformerLens's loading
     functions."""
@@ -803,9 +831,7 @@ def _hooked_from_pretrained(source: str, device: str | torch.device) -> nn.Modul
     from pathlib import Path
 
     from transformer_lens import loading
-    from transformers import AutoModelForCausalLM
 
-    hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, use_safetensors=True)
     if not Path(source).is_dir():
         cfg = loading.get_pretrained_model_config(source, device=str(device), dtype=torch.float32)
     else:  # TransformerLens 3.9 takes a path naming "llama" or "gemma" for that family and reads no config
