@@ -508,6 +508,18 @@ def train_phases(sig: int) -> dict[str, Callable[[], None]]:
     }
 
 
+SIGNAL_PHASES = (
+    "lock",
+    "step 4",
+    "metrics append",
+    "checkpoint write",
+    "checkpoint rename",
+    "final checkpoint",
+)
+"""The phases of `train_phases` the round sends each signal at."""
+ANALYSIS_PHASES = (("ablate_heads", "load"), ("ablate_heads", "output write"), ("report", "output rename"))
+
+
 def signal_train_case(root: Path, folder: Path, sig: int, phase: str) -> Callable[[], tuple[str, str, bool]]:
     def case() -> tuple[str, str, bool]:
         out = folder / "R"
@@ -556,7 +568,9 @@ def signal_analysis_case(good: Path, folder: Path, script: str, sig: int, phase:
         outcome, line = outcome_of(status, err)
         after = snapshot(out)
         mixed = first == 0 and sorted(after) != sorted(before)  # neither the old set nor a whole new one
-        bad = leftovers(out) + (["the outputs are not one whole set"] if mixed else [])
+        gone, new = sorted(set(before) - set(after)), sorted(set(after) - set(before))
+        names = [Path(p).name for p in gone[:2]] + [Path(p).name for p in new[:2]]
+        bad = leftovers(out) + ([f"the outputs are not one whole set ({', '.join(names)})"] if mixed else [])
         return outcome, ", ".join(bad) or line, bool(bad)
 
     return case
@@ -1077,7 +1091,7 @@ def process_kinds(root: Path, good: Path) -> list[tuple[str, Callable[[Path], Ca
     kinds: list[tuple[str, Callable[[Path], Callable[[], tuple]]]] = []
     kinds += [(f"env {n}", lambda f, n=n: env_case(good, f, n)) for n in FORK_ENVS]
     for label, sig in SIGNALS.items():
-        for phase in train_phases(sig):
+        for phase in SIGNAL_PHASES:
             kinds.append(
                 (
                     f"signal {label} train at {phase}",
@@ -1087,12 +1101,11 @@ def process_kinds(root: Path, good: Path) -> list[tuple[str, Callable[[Path], Ca
         kinds.append(
             (f"signal {label} train --resume at load", lambda f, s=sig: signal_resume_case(root, f, s))
         )
-        for script in ("ablate_heads", "report"):
-            for phase in ("load", "output write", "output rename"):
-                kinds.append((
-                    f"signal {label} {script} at {phase}",
-                    lambda f, s=sig, sc=script, p=phase: signal_analysis_case(good, f, sc, s, p),
-                ))  # fmt: skip
+        for script, phase in ANALYSIS_PHASES:
+            kinds.append((
+                f"signal {label} {script} at {phase}",
+                lambda f, s=sig, sc=script, p=phase: signal_analysis_case(good, f, sc, s, p),
+            ))  # fmt: skip
     fast = {"report": ["--n-samples", "32"], "ablate_heads": ["--methods", "zero"]}
     pairs = {
         "concurrent two fresh train runs": (TRAIN, TRAIN, "train"),

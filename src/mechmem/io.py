@@ -268,8 +268,8 @@ class OutputSet:
 
     def _commit(self) -> None:
         moved: list[tuple[Path, Path | None]] = []  # (target, where its old version went)
-        check_held_folder(self.out / ".")
         try:
+            check_held_folder(self.out / ".")
             for tmp, target in self.staged:
                 old = None
                 if target.is_symlink() or target.exists():

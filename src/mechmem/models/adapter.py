@@ -776,14 +776,21 @@ def _hf_weights(source: str, name: str) -> nn.Module:
     pytorch_model.bin is never read), with every weight it declares read from the files: a weight missing
     (which transformers would draw at random), one left over or one of another shape is a `MechmemError`."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
-    model, info = AutoModelForCausalLM.from_pretrained(
-        source,
-        dtype=torch.float32,
-        use_safetensors=True,
-        attn_implementation="eager",
-        output_loading_info=True,
-    )
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a tiny model loads at once; an error must stay the one line on stderr
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            source,
+            dtype=torch.float32,
+            use_safetensors=True,
+            attn_implementation="eager",
+            output_loading_info=True,
+        )
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
     for what in ("missing_keys", "unexpected_keys", "mismatched_keys"):
         keys = sorted(str(k) for k in info.get(what) or ())
         if keys:
