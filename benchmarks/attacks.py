@@ -632,6 +632,8 @@ def two_runs_case(
 def folder_changes_case(root: Path, folder: Path, change: str) -> Callable[[], tuple[str, str, bool]]:
     """The run's folder is moved, removed, replaced or emptied of a subfolder while the run writes it."""
     outside = folder.parent / "outside"
+    (outside / "victim.jsonl").write_text('{"step": 0}\n')  # a user's files, there before the run
+    (outside / "victim.pt").write_bytes(b"a user's file")
 
     def case() -> tuple[str, str, bool]:
         out = folder / "R"
@@ -648,7 +650,6 @@ def folder_changes_case(root: Path, folder: Path, change: str) -> Callable[[], t
             (out / "checkpoints").rename(folder / "old-checkpoints")
             (out / "checkpoints").symlink_to(outside, target_is_directory=True)
         elif change == "metrics replaced by a link outside":
-            (outside / "victim.jsonl").write_text('{"step": 0}\n')
             (out / "metrics.jsonl").unlink()
             (out / "metrics.jsonl").symlink_to(outside / "victim.jsonl")
         elif change == "metrics replaced by a FIFO":
@@ -660,7 +661,6 @@ def folder_changes_case(root: Path, folder: Path, change: str) -> Callable[[], t
         elif change == "lock removed":
             (out / ".lock").unlink()
         elif change == "ckpt.pt planted as a link outside":
-            (outside / "victim.pt").write_bytes(b"a user's file")
             (out / "ckpt.pt").symlink_to(outside / "victim.pt")
         status, err = child.wait()
         outcome, line = outcome_of(status, err)
@@ -669,6 +669,8 @@ def folder_changes_case(root: Path, folder: Path, change: str) -> Callable[[], t
             return ("ok" if not bad else "refused"), ", ".join(bad), bool(bad)
         kept = folder / "R2" if change in ("renamed", "replaced by a link outside") else out
         bad = leftovers(kept) if kept.is_dir() and not kept.is_symlink() else []
+        if change.startswith("metrics replaced"):  # the planted file itself is no run's doing
+            bad = [b for b in bad if b != "metrics.jsonl unreadable"]
         return outcome, ", ".join(bad) or line, bool(bad)
 
     return case
@@ -694,6 +696,7 @@ def fill(disk: Path, leave: int) -> None:
 
 MACHINE = ("full disk at the start", "full disk mid-run", "full disk, step checkpoints every step",
            "read-only mid-run", "file-size limit")  # fmt: skip
+"""Read-only is `chattr +i` on the run's folders (a tmpfs in use cannot be remounted read-only)."""
 
 
 def machine_case(root: Path, folder: Path, fault: str) -> Callable[[], tuple[str, str, bool]]:
@@ -710,7 +713,7 @@ def machine_case(root: Path, folder: Path, fault: str) -> Callable[[], tuple[str
 
                 def setup() -> None:
                     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-                    resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000))
+                    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
 
             argv = [*TRAIN, "--out", str(out)]
             if fault == "full disk at the start":
@@ -723,12 +726,14 @@ def machine_case(root: Path, folder: Path, fault: str) -> Callable[[], tuple[str
                 wait_for(out / "checkpoints" / "step_0000002.pt", child)
                 if fault == "full disk mid-run":
                     fill(disk, 0)
-                else:
-                    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=False)
+                else:  # the folder and checkpoints/ made immutable: nothing created, renamed or removed
+                    subprocess.run(["chattr", "+i", str(out), str(out / "checkpoints")], check=False)
             status, err = child.wait()
             outcome, line = outcome_of(status, err)
             if mounted:
-                subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=False)
+                subprocess.run(
+                    ["chattr", "-i", str(out), str(out / "checkpoints")], check=False, capture_output=True
+                )
                 (disk / "filler").unlink(missing_ok=True)
             bad = leftovers(out) if out.exists() else []
             broken = ", ".join(bad) or continues(out, root)

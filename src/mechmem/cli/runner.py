@@ -83,9 +83,10 @@ def terminate_as_interrupt() -> None:
 
 def use_file_backend_when_loaded() -> None:
     """A program writes its figures to files: select matplotlib's Agg backend through MPLBACKEND, which
-    matplotlib reads when it is first imported (so --help still imports no matplotlib). A backend the user
-    set in MPLBACKEND is kept."""
-    os.environ.setdefault("MPLBACKEND", "Agg")
+    matplotlib reads when it is first imported (so --help still imports no matplotlib). Agg replaces any
+    backend set in MPLBACKEND: a file needs no window, and a name matplotlib does not know would stop the
+    script at its first figure."""
+    os.environ["MPLBACKEND"] = "Agg"
 
 
 _CLAIMS: list[ExitStack] = []
