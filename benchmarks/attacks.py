@@ -353,7 +353,7 @@ def script_main(name: str) -> Callable[..., int]:
 
 
 def forked(
-    script: str, argv: list[str], *, setup: Callable[[], None] | None = None, limit_s: int = 60
+    script: str, argv: list[str], *, setup: Callable[[], None] | None = None, limit_s: int = 300
 ) -> "Child":
     """Start `script argv` in a forked child (after `setup()` there); returns a handle to wait on."""
     fd, name = tempfile.mkstemp(prefix="mechmem-attack-err.")

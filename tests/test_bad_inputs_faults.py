@@ -320,3 +320,19 @@ def test_a_gated_mlp_input_bias_is_refused_when_written_by_either_backend(tmp_pa
         biased = {k: v + 0.5 if k.endswith("mlp.b_in") else v for k, v in state.items()}
         with pytest.raises(MechmemError, match="b_in is not zero"):
             adapter.check_portable_weights(config, biased)
+
+
+# -- an odd environment: a backend matplotlib does not know --------------------------------------------------
+def test_a_program_draws_with_agg_whatever_mplbackend_says(monkeypatch, tmp_path):
+    """MPLBACKEND naming no backend stopped a script at its first figure with matplotlib's traceback; a
+    program writes files only, so it always takes Agg (in a fresh interpreter: the backend is read once)."""
+    from mechmem.cli.runner import use_file_backend_when_loaded
+
+    monkeypatch.setenv("MPLBACKEND", "no-such-backend")
+    use_file_backend_when_loaded()
+    assert os.environ["MPLBACKEND"] == "Agg"
+    code = f"import matplotlib.pyplot as plt; fig = plt.figure(); fig.savefig({str(tmp_path / 'f.png')!r})"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=dict(os.environ), capture_output=True, check=False
+    )
+    assert done.returncode == 0 and (tmp_path / "f.png").stat().st_size > 0, done.stderr[-500:]
