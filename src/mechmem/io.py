@@ -91,6 +91,8 @@ def open_nofollow(path: str | os.PathLike, flags: int = os.O_RDONLY) -> int:
     """`os.open` that never follows a link at `path` (O_NOFOLLOW; a dangling link too) and opens only a plain
     file (a FIFO or device there is refused, never waited on): the one way mechmem opens a file in place (the
     lock, the metrics log). Either is a one-line `MechmemError`."""
+    if flags & (os.O_WRONLY | os.O_RDWR):
+        check_held_folder(path)
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, _file_mode())
     except OSError as exc:
@@ -135,6 +137,7 @@ def atomic_write(
     """
     tmp = _stage(Path(path), data, writer, root)
     try:
+        check_held_folder(path)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -142,10 +145,36 @@ def atomic_write(
     return Path(path)
 
 
+_HELD: dict[Path, os.stat_result] = {}
+"""The output folders this process holds (`output_dir`): absolute path -> its identity when taken."""
+
+
+def check_held_folder(path: str | os.PathLike) -> None:
+    """Raise `MechmemError` when `path` lies in an output folder this process holds (`output_dir`) and that
+    folder was moved, removed or replaced (by a link) since it was taken, or a folder between it and `path` is
+    a link: the one check every write into an output folder makes, so a run never recreates a folder it lost
+    or writes through a link planted while it ran."""
+    target = Path(os.path.abspath(path))
+    for root, identity in _HELD.items():
+        if root != target and root not in target.parents:
+            continue
+        try:
+            now = os.lstat(root)
+        except FileNotFoundError:
+            now = None
+        if now is None or not os.path.samestat(now, identity):
+            raise MechmemError(
+                f"{root} was moved, removed or replaced while this process wrote into it; nothing more is "
+                "written (the files written so far stay where the folder went)"
+            )
+        refuse_linked_folder(target.parent, root)
+
+
 def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path:
     """The content written to a new temporary file beside `path` (flushed to disk); the caller renames it."""
     if root is not None:
         refuse_linked_folder(path.parent, Path(root))
+    check_held_folder(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(name)
@@ -164,14 +193,19 @@ def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path
     return tmp
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals that stop a run: Ctrl-C, `kill PID` (a scheduler's stop) and a closed terminal (SIGHUP). The
+scripts turn each into an interrupt (`mechmem.cli.run_script`), and a few renames hold them back."""
+
+
 @contextmanager
 def deferred_interrupts() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back while the block runs (a few renames), then deliver the first one; off the
+    """Hold the `STOP_SIGNALS` back while the block runs (a few renames), then deliver the first one; off the
     main thread, no-op."""
     got: list[Any] = []
     previous: dict[int, Any] = {}
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             previous[sig] = signal.signal(sig, lambda *a: got.append(a))
     except ValueError:  # not the main thread
         yield
@@ -235,6 +269,7 @@ class OutputSet:
     def _commit(self) -> None:
         moved: list[tuple[Path, Path | None]] = []  # (target, where its old version went)
         try:
+            check_held_folder(self.out / ".")
             for tmp, target in self.staged:
                 old = None
                 if target.is_symlink() or target.exists():
@@ -320,13 +355,17 @@ def _locked(out: Path) -> Iterator[None]:
     if os.fstat(fd).st_nlink != 1:  # a hard link to another file would carry our pid there
         os.close(fd)
         raise MechmemError(f"{path} is a hard link to another file; refusing to write it (remove it first)")
+    root = Path(os.path.abspath(out))
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _HELD[root] = os.lstat(root)
         yield
     finally:
-        try:
-            os.unlink(path)
+        _HELD.pop(root, None)
+        try:  # only the lock file we hold: the folder may have moved, and a new one taken its name
+            if os.path.samestat(os.fstat(fd), os.lstat(path)):
+                os.unlink(path)
         except FileNotFoundError:
             pass
         os.close(fd)  # closing releases the lock (so does the process ending, kill -9 included)

@@ -3,10 +3,10 @@
 Every script has `def main(argv: list[str] | None = None) -> int` and ends with
 `raise SystemExit(run_script(main))`. Errors a user can cause (`MechmemError`, including `CheckpointError`,
 and command-line errors from `ArgumentParser`) become one `error: ...` line on stderr and exit status 2;
-errors of the machine (`OSError`: a full disk) exit 1 and an interrupt (SIGINT or SIGTERM) 130, also in one
-line; the output folder is left as it was. Run as a program, `run_script` also installs the interrupt hook,
-so a Ctrl-C while the interpreter shuts down or a late import runs is one line, not a traceback; a library
-call changes no global state.
+errors of the machine (`OSError`: a full disk) exit 1 and an interrupt (SIGINT, SIGTERM or SIGHUP) 130,
+also in one line; the output folder is left as it was. Run as a program, `run_script` also installs the
+interrupt hook, so a Ctrl-C while the interpreter shuts down or a late import runs is one line, not a
+traceback; a library call changes no global state.
 """
 
 import os
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mechmem.errors import MechmemError, one_line
-from mechmem.io import describe_os_error, output_dir
+from mechmem.io import STOP_SIGNALS, describe_os_error, output_dir
 
 
 def run_script(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> int:
@@ -47,8 +47,8 @@ def run_script(main: Callable[[list[str] | None], int | None], argv: list[str] |
         return 130
     finally:
         if argv is None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
 
 
 def install_interrupt_hook() -> None:
@@ -68,21 +68,25 @@ def install_interrupt_hook() -> None:
 
 
 def terminate_as_interrupt() -> None:
-    """Treat SIGTERM (`kill PID`, a job scheduler's stop) as SIGINT: the script stops with one `error:
-    interrupted` line, exit 130, its lock removed and a folder it created gone (main thread only)."""
+    """Treat SIGTERM (`kill PID`, a job scheduler's stop) and SIGHUP (the terminal closed) as SIGINT: the
+    script stops with one `error: interrupted` line, exit 130, its lock removed, no temporary file left and a
+    folder it created gone (main thread only). A SIGHUP the parent ignores (`nohup`) stays ignored."""
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, interrupt)
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            signal.signal(signal.SIGHUP, interrupt)
 
 
 def use_file_backend_when_loaded() -> None:
     """A program writes its figures to files: select matplotlib's Agg backend through MPLBACKEND, which
-    matplotlib reads when it is first imported (so --help still imports no matplotlib). A backend the user
-    set in MPLBACKEND is kept."""
-    os.environ.setdefault("MPLBACKEND", "Agg")
+    matplotlib reads when it is first imported (so --help still imports no matplotlib). Agg replaces any
+    backend set in MPLBACKEND: a file needs no window, and a name matplotlib does not know would stop the
+    script at its first figure."""
+    os.environ["MPLBACKEND"] = "Agg"
 
 
 _CLAIMS: list[ExitStack] = []

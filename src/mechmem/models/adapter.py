@@ -47,12 +47,14 @@ from torch import Tensor, nn
 from mechmem.config import ConfigMixin
 from mechmem.errors import MechmemError
 from mechmem.models import layout
+from mechmem.models.hf_folder import check_hf_folder
 from mechmem.models.registry import register_architecture
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import transformer_lens
     from transformer_lens import FactoredMatrix
+    from transformer_lens.utilities.activation_functions import SUPPORTED_ACTIVATIONS
 
     try:  # TransformerLens 3.x
         from transformer_lens import HookedTransformer, HookedTransformerConfig
@@ -99,6 +101,18 @@ def register_activation(name: str, fn: Callable[[Tensor], Tensor]) -> None:
     _ACTIVATIONS[name] = fn
     if BACKEND == "hooked":
         _tl_activations.SUPPORTED_ACTIVATIONS.setdefault(name, fn)
+
+
+def known_activation(name: str) -> bool:
+    """Whether `act_fn=name` names an activation: one of TransformerLens's (its `SUPPORTED_ACTIVATIONS`, under
+    either version) or one registered with `register_activation`, by mechmem or by a paper plugin (the
+    plugins are loaded on the first unknown name, since a paper registers its activation when imported)."""
+    if name in SUPPORTED_ACTIVATIONS or name in _ACTIVATIONS:
+        return True
+    from mechmem.plugins import load_papers
+
+    load_papers()
+    return name in _ACTIVATIONS
 
 
 # Architecture fields added for models brought from elsewhere; `to_dict` leaves them out at their defaults, so
@@ -188,6 +202,11 @@ class TransformerConfig(ConfigMixin):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.normalization_type not in NORMS:
             raise ValueError(f"normalization_type must be one of {NORMS}")
+        if not known_activation(self.act_fn):  # with or without an MLP: a config never holds garbage
+            raise ValueError(
+                f"act_fn {self.act_fn!r} is neither a TransformerLens activation "
+                f"({', '.join(SUPPORTED_ACTIVATIONS)}) nor one registered with register_activation"
+            )
         if self.d_head is None and self.d_model % self.n_heads:
             raise ValueError("d_model must be divisible by n_heads when d_head is not given")
         if self.positional_embedding_type not in POSITIONS:
@@ -722,20 +741,25 @@ def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") ->
 
     local = Path(name_or_path).expanduser()
     source = str(local.resolve()) if local.exists() else name_or_path
-    if local.exists() and not (local / "config.json").exists():
-        raise MechmemError(
-            f"--hf {name_or_path}: a folder without config.json (not a save_pretrained folder)"
-        )
+    if local.exists() and not local.is_dir():
+        raise MechmemError(f"--hf {name_or_path}: not a folder (a save_pretrained folder or a Hub name)")
+    if local.exists():
+        check_hf_folder(local, name_or_path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            hf_model = _hf_weights(source, name_or_path)
             if BACKEND == "bridge":
                 model = TransformerBridge.boot_transformers(
-                    source, device=str(device), dtype=torch.float32, tokenizer=_placeholder_tokenizer(local)
+                    source,
+                    device=str(device),
+                    dtype=torch.float32,
+                    tokenizer=_placeholder_tokenizer(local),
+                    hf_model=hf_model,
                 )
                 model.enable_compatibility_mode(disable_warnings=True, no_processing=True)
             else:
-                model = _hooked_from_pretrained(source, device)
+                model = _hooked_from_pretrained(source, hf_model, device)
     except MechmemError:
         raise
     except Exception as exc:  # noqa: BLE001 - transformers / TransformerLens say why in their own words
@@ -745,6 +769,36 @@ def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") ->
             f"({type(exc).__name__}: {first[:200]})"
         ) from None
     return model.eval()
+
+
+def _hf_weights(source: str, name: str) -> nn.Module:
+    """The Hugging Face model of `source` as `transformers` loads it, from safetensors only (a pickled
+    pytorch_model.bin is never read), with every weight it declares read from the files: a weight missing
+    (which transformers would draw at random), one left over or one of another shape is a `MechmemError`."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a tiny model loads at once; an error must stay the one line on stderr
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            source,
+            dtype=torch.float32,
+            use_safetensors=True,
+            attn_implementation="eager",
+            output_loading_info=True,
+        )
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+    for what in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        keys = sorted(str(k) for k in info.get(what) or ())
+        if keys:
+            raise MechmemError(
+                f"--hf {name}: its weights do not match its config ({what.replace('_', ' ')}: "
+                f"{', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+            )
+    return model
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
@@ -775,15 +829,26 @@ def _placeholder_tokenizer(folder: Any) -> Any:
     )
 
 
-def _hooked_from_pretrained(source: str, device: str | torch.device) -> nn.Module:
+def _hooked_from_pretrained(source: str, hf_model: nn.Module, device: str | torch.device) -> nn.Module:
     """`HookedTransformer.from_pretrained_no_processing` for a Hub name or a local folder (TransformerLens
     3.9's own entry point looks local folders up among its official names), from TransformerLens's loading
     functions."""
-    from transformer_lens import loading
-    from transformers import AutoModelForCausalLM
+    import shutil
+    import tempfile
+    from pathlib import Path
 
-    hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-    cfg = loading.get_pretrained_model_config(source, device=str(device), dtype=torch.float32)
+    from transformer_lens import loading
+
+    if not Path(source).is_dir():
+        cfg = loading.get_pretrained_model_config(source, device=str(device), dtype=torch.float32)
+    else:  # TransformerLens 3.9 takes a path naming "llama" or "gemma" for that family and reads no config
+        neutral = Path(tempfile.mkdtemp(prefix="mechmem-hf-config.")) / "model"
+        try:
+            neutral.mkdir()
+            shutil.copyfile(Path(source) / "config.json", neutral / "config.json")
+            cfg = loading.get_pretrained_model_config(str(neutral), device=str(device), dtype=torch.float32)
+        finally:
+            shutil.rmtree(neutral.parent, ignore_errors=True)
     cfg.tokenizer_name = None  # mechmem feeds token ids; a folder from save_pretrained may hold no tokenizer
     cfg.default_prepend_bos = False
     model = HookedTransformer(cfg, move_to_device=False)
@@ -817,6 +882,7 @@ __all__ = [
     "initialise",
     "is_bridge",
     "is_hooked_transformer",
+    "known_activation",
     "last_start_layer",
     "load_canonical_state_dict",
     "load_pretrained",
