@@ -49,7 +49,7 @@ def _span(ds: list[int]) -> str:
 
 
 def authors_ratio(record: dict[str, Any], mode: str, crit: str, ds: list[int]) -> float:
-    """a(trained) / a(mode) of fits a d^2 / ln d to the authors' own capacity logs over `ds` (nan if absent)."""
+    """a(trained) / a(mode), fits a d^2 / ln d to the authors' own capacity logs over `ds` (nan if absent)."""
     logs = record["published"].get("construction_authors_any", {}).get("value", {})
     caps = {m: logs.get(m, {}).get(crit, {}) for m in ("trained", mode)}
     if not ds or not all(all(str(d) in caps[m] for d in ds) for m in caps):
@@ -79,7 +79,11 @@ def _exponent_line(record: dict[str, Any], results: list[CapacityResult]) -> str
     """Exponents of the authors' fit form c d^k / ln d (plain slope beside) against the published ones."""
     ce = record["published"]["construction_exponents"]["value"]
     parts = []
-    for mode, key in (("published_hand", "hand_coded"), ("trained", "trained"), ("published_hybrid", "hybrid")):
+    for mode, key in (
+        ("published_hand", "hand_coded"),
+        ("trained", "trained"),
+        ("published_hybrid", "hybrid"),
+    ):
         if mode not in _modes(results):
             continue
         f = mode_fit(results, mode, "0.9")
@@ -247,13 +251,14 @@ def _capacity_section(record: dict[str, Any]) -> Section:
     ce, form = pub["construction_exponents"], pub["construction_fit_form"]
     capacity.lines.append(
         f"Published fitted exponents at acc >= 0.9: hand-coded {ce['value']['hand_coded']}, trained"
-        f" {ce['value']['trained']}, hybrid {ce['value']['hybrid']} ({ce['source']}: \"{ce['quote']}\");"
-        f' their fit form: {form["value"]} ({form["source"]}: `{form["quote"]}`). Ours in that form are the'
+        f' {ce["value"]["trained"]}, hybrid {ce["value"]["hybrid"]} ({ce["source"]}: "{ce["quote"]}");'
+        f" their fit form: {form['value']} ({form['source']}: `{form['quote']}`). Ours in that form are the"
         ' column "k of c d^k / ln d"; the plain power-law slope is beside it.'
     )
     logs = pub["construction_authors_any"]
     capacity.lines.append(
-        f"The authors' own capacities (Any), against which the ratios are set over the same d: {logs['source']}"
+        "The authors' own capacities (Any), against which the ratios are set over the same d:"
+        f" {logs['source']}"
         f' ({logs["note"]}): "{logs["quote"]}".'
     )
     return capacity

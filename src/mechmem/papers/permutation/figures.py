@@ -39,7 +39,11 @@ def plot_losses(res: dict[str, Any], plateaus: dict[str, float]) -> Any:
             )
         ax.axhline(res["floor"], color="k", ls="--", lw=1, label=f"elimination floor {res['floor']:.3f}")
         ax.axhline(
-            plateau, color="tab:red", ls=":", lw=1, label=f"published training-loss plateau {plateau} (no source)"
+            plateau,
+            color="tab:red",
+            ls=":",
+            lw=1,
+            label=f"published training-loss plateau {plateau} (no source)",
         )
         ax.set(title=title, xlabel="step", ylim=(0.9, 1.3))
         ax.legend(fontsize=7)

@@ -61,7 +61,9 @@ def _schedule_name(train: dict[str, Any]) -> str:
 
 
 def _memorisation_max_err(runs: list[dict[str, Any]]) -> list[float]:
-    return [next(r["max_err"] for r in run["bayes"] if str(r["step"]).endswith("memorisation")) for run in runs]
+    return [
+        next(r["max_err"] for r in run["bayes"] if str(r["step"]).endswith("memorisation")) for run in runs
+    ]
 
 
 def headline_text(record: dict[str, Any], values: dict[str, Any]) -> str:
@@ -239,7 +241,7 @@ def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
     )
     s.lines.append(
         "The seed page's MAE and MaxAE against the Bayesian posterior (per step and subgroup) were lost in"
-        f' conversion ({published["bayes_errors"]["source"]}), so the Bayes tables below have no published'
+        f" conversion ({published['bayes_errors']['source']}), so the Bayes tables below have no published"
         " column."
     )
     plateaus = {"task1": published["task1_plateau"]["value"], "task2": published["task2_plateau"]["value"]}
