@@ -368,8 +368,8 @@ def scaling_section(record: dict[str, Any]) -> Section:
     lines = [f"Fits use the base schedule ({short_schedule(record['schedule'])}) only."]
     if not is_published_schedule(record, record["schedule"]):
         lines[0] += (
-            " That schedule is capped: the fits are a sensitivity check (lower bounds), not comparable with the"
-            " authors' E7 fits below, which ran at the E7 schedule."
+            " That schedule is capped: the fits are a sensitivity check (lower bounds), not comparable with"
+            " the authors' E7 fits below, which ran at the E7 schedule."
         )
     lines += [f"{name}: S = {f.a:.2f} d^2 / ln d (free: {f.b:.2f} d^{f.k:.2f})" for name, f in fits.items()]
     lines += _published_scaling_lines(record)
