@@ -9,9 +9,9 @@ keep their first versions (`FIRST_RULES`), evaluated too, so the page shows both
 
 The Section 3 accuracies (2 layers with fixed or random triggers, 1 layer) were first judged on the scale
 ladder (`mechmem.papers.birth.scale`, rules in `birth_rules.json`: a statement held when some rung met its
-band). `judge_as_written` judges the sentence as written instead: "over 99% (resp. 95%)" as > 0.99 and > 0.95,
-"around 55% for one layer" as one claim over both trigger types, each on the plateau of the largest rung run,
-with the measured spread as the margin; the page shows the earlier rules' outcomes beside it.
+band). `judge_as_written` judges the sentence as written instead ("over" as a strict bar, "around ... for one
+layer" as one claim over both trigger types), each level on the plateau of the largest rung run, with the
+measured spread as the margin; the page shows the earlier rules' outcomes beside it.
 """
 
 import json
@@ -258,7 +258,7 @@ def record_context(record: dict[str, Any], ladder: dict[str, dict[str, Any]]) ->
     return Context(histories, record["scale"]["freeze_step"], record["n_tokens"], record["shifted"], ladder)
 
 
-# -- Section 3 as written: "over 99% accuracy (resp. 95%) [...] versus around 55% for one layer"
+# -- Section 3 as written: the two-layer bars and the one-layer level, each claim once
 # ----------------------------------------------------------------------------------------------------------
 WITHIN_SPREAD = "within spread"
 """The verdict of a value closer to its claim's decision boundary than the measurement spread."""

@@ -48,13 +48,13 @@ def at_published_schedule(record: dict[str, Any], published: dict[str, Any]) -> 
         t, task = record[key][0]["train"], record[key][0]["task"]
         epochs = t["steps"] * t["batch_size"] / task["epoch_size"]
         want = published[f"{key}_epochs"]
-        if t["schedule"] != "constant" or t["lr"] != published["lr"] or abs(epochs - want) > 0.01 * want:
+        if t["schedule"] != "constant" or t["lr"] != published["lr"] or round(epochs) != want:
             return False
     return True
 
 
 def _schedule_name(train: dict[str, Any]) -> str:
-    """ "constant" or e.g. "cosine to 0.05 x lr"."""
+    """ "constant", or the decay and its floor as a multiple of lr, e.g. "cosine to 0.1 x lr"."""
     if train["schedule"] == "constant":
         return "constant"
     return f"{train['schedule']} to {train['min_lr_ratio']:g} x lr"
