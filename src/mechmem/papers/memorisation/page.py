@@ -222,6 +222,11 @@ def _any_fits(record: dict[str, Any]) -> dict[str, ScalingFit]:
     return {k.removesuffix(" any"): f for k, f in fits.items() if k.endswith(" any")}
 
 
+def _variants_title(record: dict[str, Any]) -> str:
+    capped = not is_published_schedule(record, record["schedule"])
+    return "Results: the 54 variants" + (" (sensitivity check: capped base schedule)" if capped else "")
+
+
 def variants_section(record: dict[str, Any]) -> Section:
     """The 54 variants at the base schedule (mean +- sd over repeats) and at each one's longest other one."""
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -271,12 +276,7 @@ def variants_section(record: dict[str, Any]) -> Section:
         "Any / Most / All",
         "s ",
     ]
-    title = "Results: the 54 variants" + (
-        ""
-        if is_published_schedule(record, record["schedule"])
-        else " (sensitivity check: capped base schedule)"
-    )
-    section = Section("variants", title, lines=lines, tables=[Table(headers, rows)])
+    section = Section("variants", _variants_title(record), lines=lines, tables=[Table(headers, rows)])
     points = _convergence_points(record)
     if points:
         pub = record["published"].get("anchor_no_mlp_mean")
