@@ -95,7 +95,25 @@ def test_page_numbers_equal_the_record(tiny_record):
     text = (tiny_record / "birth.md").read_text()
     fmt = birth_page.fmt
     judged = [s for s in record["statements"] if s["outcome"] is not None]
-    assert judged and all(f"| {s['outcome']} | {'yes' if s['holds'] else 'no'} |" in text for s in judged)
+    ladder = set(statements.LADDER_KEYS)
+    assert judged and all(
+        f"| {s['outcome']} | {'yes' if s['holds'] else 'no'} |" in text
+        for s in judged
+        if s["key"] not in ladder
+    )
+    # the band rules written first stay on the page beside the claims as written, with their outcomes
+    assert all(s["outcome"] in text for s in judged if s["key"] in ladder)
+    section3 = statements.load_published()["section3_as_written"]
+    for claim in birth_page.section3_claims(record):
+        for cell in claim["cells"]:
+            curve = [
+                v
+                for v in record["ladder"]["records"][f"{cell['rung']}/" + _cell_name(cell)]["curve"][
+                    "eval_icl_acc"
+                ]
+                if v is not None
+            ][-section3["plateau_k"] :]
+            assert f"{sum(curve) / len(curve):.3f} ({cell['verdict']};" in text
     for entry in record["runs"].values():
         row = next(
             line for line in text.splitlines() if line.startswith(f"| {entry['label']} | {entry['group']}")
@@ -112,6 +130,40 @@ def test_page_numbers_equal_the_record(tiny_record):
     assert f"| 0 | {fmt(layer0['previous_token_random'])} / {fmt(layer0['previous_token_task'])} |" in text
     assert f"{record['training_s'] / 60:.1f} min" in text
     assert "Not rerun in this record: " in text and record["not_run"][0]["label"] in text
+
+
+def _cell_name(cell):
+    return f"{cell['model']['n_layers']}l_{'fixed' if cell['model']['fixed_triggers'] else 'random'}"
+
+
+def test_section3_is_judged_as_written_once_per_claim():
+    """'over 95%' is > 0.95 (no band), the one-layer sentence is one claim, and the spread margin decides."""
+    claims = statements.load_published()["section3_as_written"]["claims"]
+    keys = [c["key"] for c in claims]
+    assert len(keys) == len(set(keys)) == 3
+    random2 = next(c for c in claims if c["published"] == "over 95%")
+    assert random2["kind"] == "above" and random2["threshold"] == 0.95
+    margin = 0.03
+    assert statements.level_verdict(random2, 0.99, margin) == "holds"
+    assert statements.level_verdict(random2, 0.93, margin) == statements.WITHIN_SPREAD  # the old band's pass
+    assert statements.level_verdict(random2, 0.9, margin) == "fails"  # 0.05 below: beyond the margin
+    around = {"kind": "around", "target": 0.55, "tolerance": 0.05}
+    assert statements.level_verdict(around, 0.55, margin) == "holds"
+    assert statements.level_verdict(around, 0.505, margin) == statements.WITHIN_SPREAD
+    assert statements.level_verdict(around, 0.4, margin) == "fails"
+    assert statements.plateau([0.1, None, 0.2, 0.4, 0.6], 3) == pytest.approx(0.4)
+    # a claim over two cells: both must hold; one failure fails it; a pass beside a near one is within spread
+    rungs = [{"name": "R0", "d_model": 8, "seq_len": 8, "batch_size": 2, "steps": 1}]
+    section3 = {
+        "plateau_k": 1,
+        "margin": margin,
+        "claims": [{**around, "key": "x", "cells": [{"a": 0}, {"a": 1}]}],
+    }
+    values = {0: 0.55, 1: 0.505}
+    cell = lambda rung, model: {"curve": {"eval_icl_acc": [values[model["a"]]]}, "final": {"icl_acc": 0.0}}
+    assert statements.judge_as_written(section3, rungs, cell)[0]["verdict"] == statements.WITHIN_SPREAD
+    values[1] = 0.3
+    assert statements.judge_as_written(section3, rungs, cell)[0]["verdict"] == "fails"
 
 
 def test_published_and_authors_values_come_from_the_record(tiny_record):

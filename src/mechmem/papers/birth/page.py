@@ -10,7 +10,8 @@ from typing import Any
 
 from mechmem.papers.birth import figures
 from mechmem.papers.birth.experiments import expand_history
-from mechmem.papers.birth.scale import summarise
+from mechmem.papers.birth.scale import cell_key, summarise
+from mechmem.papers.birth.statements import LADDER_KEYS, WITHIN_SPREAD, judge_as_written, load_published
 from mechmem.report.document import Report, Section, Table
 
 TITLE = "Reproduction: Birth of a Transformer: A Memory Viewpoint (Bietti et al., 2023)"
@@ -36,34 +37,139 @@ def _holds(flag: bool | None) -> str:
     return "-" if flag is None else "yes" if flag else "no"
 
 
-def statements_section(record: dict[str, Any]) -> Section:
-    """The paper's statements, each with its published value, its rule, our outcome and whether it holds."""
+def section3_claims(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Section 3 claims as written, judged on the record's ladder (`statements.judge_as_written`)."""
+    ladder = record.get("ladder")
+    section3 = load_published()["section3_as_written"]
+    if not ladder:
+        return [{**c, "cells": [], "verdict": None} for c in section3["claims"]]
+    records = ladder["records"]
+    return judge_as_written(
+        section3, ladder["rules"]["ladder"]["rungs"], lambda rung, model: records.get(cell_key(rung, model))
+    )
+
+
+def _first_rules_text(record: dict[str, Any], keys: list[str]) -> tuple[str, str, str]:
+    """(rules, outcomes, holds) of the statements a Section 3 claim replaces: the ladder's band rules and
+    the first rules before them, as written then."""
+    by_key = {s["key"]: s for s in record["statements"]}
+    rules, outcomes, holds = [], [], []
+    for key in keys:
+        s = by_key.get(key)
+        if s is None:
+            continue
+        entries = [(f"{s['published']}: {s['rule']}", s["outcome"], s["holds"])]
+        if s.get("first_rule"):
+            f = s["first_rule"]
+            entries.append((f"first rule (commit {f['commit']}): {f['rule']}", f["outcome"], f["holds"]))
+        for rule, outcome, flag in entries:
+            rules.append(f"`{key}` {rule}")
+            outcomes.append("not rerun in this record" if outcome is None else outcome)
+            holds.append(_holds(flag))
+    return "<br>".join(rules), "<br>".join(outcomes), "<br>".join(holds)
+
+
+def _cell_text(c: dict[str, Any]) -> str:
+    triggers = "fixed" if c["model"]["fixed_triggers"] else "random"
+    return (
+        f"{triggers} triggers: {c['value']:.3f} ({c['verdict']}; final batch {c['final']:.3f}) at {c['rung']}"
+        f" ({_sizes(c['sizes'])})"
+    )
+
+
+def _section3_table(record: dict[str, Any]) -> Table:
+    """The Section 3 claims as written: the paper's words, our plateau, the judgement, the rules before."""
+    section3 = load_published()["section3_as_written"]
     rows = []
+    for c in section3_claims(record):
+        ours = "<br>".join(_cell_text(x) for x in c["cells"]) or "not rerun in this record"
+        rows.append(
+            [
+                f'"{c["words"]}"',
+                c["published"],
+                ours,
+                c["verdict"] or "-",
+                *_first_rules_text(record, c["first_rules"]),
+            ]
+        )
+    caption = (
+        f'Section 3 ({section3["source"]}): "{section3["quote"]}" Each claim is counted once and judged as'
+        f" written on the {section3['plateau'].format(k=section3['plateau_k'])};"
+        f" margin +-{section3['margin']}"
+        f" ({section3['margin_source']}): a value closer than that to the claim's boundary is"
+        f' "{WITHIN_SPREAD}", not a pass or a failure. The last three columns give the rules written first'
+        " (the scale ladder's band, and the first rule on the quick suite's depth runs) with their outcomes."
+    )
+    headers = ["paper's words", "published", "ours: plateau per cell", "judgement", "rules written first"]
+    return Table(headers + ["their outcome", "holds (then)"], rows, caption=caption)
+
+
+def claim_counts(record: dict[str, Any]) -> dict[str, int]:
+    """Each published claim once: the Section 3 claims as written plus every other statement."""
+    verdicts = [c["verdict"] for c in section3_claims(record)]
+    others = [s["holds"] for s in record["statements"] if s["key"] not in LADDER_KEYS]
+    verdicts += [None if h is None else "holds" if h else "fails" for h in others]
+    return {
+        "claims": len(verdicts),
+        "holds": verdicts.count("holds"),
+        "within spread": verdicts.count(WITHIN_SPREAD),
+        "fails": verdicts.count("fails"),
+        "not run": verdicts.count(None),
+    }
+
+
+def counts_line(record: dict[str, Any]) -> str:
+    n = claim_counts(record)
+    return (
+        f"Of the paper's {n['claims']} claims judged here (each counted once), {n['holds']} hold,"
+        f" {n['within spread']} are within the measurement spread, {n['fails']} fail and {n['not run']} are"
+        " not"
+        " rerun in this record."
+    )
+
+
+def sizes_line(record: dict[str, Any]) -> str:
+    """The largest sizes any run of the record used, against the paper's."""
+    sc, section3 = record["scale"], load_published()["section3_as_written"]
+    configs = [sc] + [r["config"] for r in (record.get("ladder") or {}).get("records", {}).values()]
+    d = sorted({c["d_model"] for c in configs})
+    t = max([c["seq_len"] for c in configs] + [sc.get("depth_seq_len", 0)])
+    b = max(c["batch_size"] for c in configs)
+    return (
+        f"All runs at d = {', '.join(map(str, d))}, T <= {t}, batch <= {b}; the paper:"
+        f" {section3['paper_sizes']}"
+        f" ({section3['paper_sizes_source']})."
+    )
+
+
+def statements_section(record: dict[str, Any]) -> Section:
+    """The paper's claims: Section 3 as written first, then every other statement, its rule and outcome."""
+    rows, quotes = [], {s["key"]: s["quote"] for s in load_published()["statements"]}
     for s in record["statements"]:
+        if s["key"] in LADDER_KEYS:
+            continue
         ours = s["outcome"] if s["outcome"] is not None else "not rerun in this record"
-        rows.append([s["claim"], s["published"], s["where"], s["rule"], ours, _holds(s["holds"])])
+        rows.append(
+            [f'"{quotes.get(s["key"], "-")}"', s["claim"], s["published"], s["where"], s["rule"], ours]
+            + [_holds(s["holds"])]
+        )
         first = s.get("first_rule")
         if first:
             shown = first["outcome"] if first["outcome"] is not None else "not rerun in this record"
             label = f"(same statement, first rule, commit {first['commit']})"
-            rows.append([label, "", "", first["rule"], shown, _holds(first["holds"])])
-    flags = [s["holds"] for s in record["statements"]]
-    line = (
-        f"{flags.count(True)} of {len(flags)} statements hold, {flags.count(False)} do not, "
-        f"{flags.count(None)} not rerun in this record (their runs are listed under Runs)."
-    )
+            rows.append(["", label, "", "", first["rule"], shown, _holds(first["holds"])])
+    lines = [counts_line(record), sizes_line(record)]
     late = [s["key"] for s in record["statements"] if "committed with the first results" in s["since"]]
-    lines = [line]
     if late:
         lines.append(
             f"Not fixed before their runs: {', '.join(f'`{k}`' for k in late)} were committed together with"
             " their"
             " first results (their `since` says so), so their outcome is not a prediction made in advance."
         )
-    headers = ["statement (paper)", "published", "where", "rule", "ours", "holds"]
+    headers = ["paper's words", "statement", "published", "where", "rule", "ours", "holds"]
     section = Section("statements", "The paper's statements side by side", lines=lines)
-    section.tables.append(Table(headers, rows))
-    section.findings = {"holds": flags.count(True), "fails": flags.count(False), "not_run": flags.count(None)}
+    section.tables += [_section3_table(record), Table(headers, rows)]
+    section.findings = claim_counts(record)
     return section
 
 
@@ -255,7 +361,7 @@ def _figure_sections(record: dict[str, Any]) -> list[Section]:
 
 def page(record: dict[str, Any]) -> Report:
     """The reproduction page of a run record."""
-    sc, opt, flags = record["scale"], record["optimizer"], [s["holds"] for s in record["statements"]]
+    sc, opt = record["scale"], record["optimizer"]
     meta = {
         "command": f"`{record['command']}`",
         "scale": (
@@ -271,10 +377,7 @@ def page(record: dict[str, Any]) -> Report:
         "training time": f"{record['training_s'] / 60:.1f} min in all ({record['machine']})",
         "seed": record["seed"],
     }
-    headline = (
-        f"{flags.count(True)} of {len(flags)} statements hold on our runs, {flags.count(False)} do not, "
-        f"{flags.count(None)} not rerun in this record."
-    )
+    headline = f"{counts_line(record)} {sizes_line(record)}"
     sections = [statements_section(record), ladder_section(record), preset_section(record),
                 heads_section(record), speed_section(record), Section("setup", "What is reproduced"),
                 Section("deviations", "Deviations from the paper"), runs_section(record),

@@ -7,9 +7,11 @@ numbers it compared, the outcome as shown on the page, and whether the statement
 missing from the record returns None: that statement is "not run". Rules rewritten after the first quick runs
 keep their first versions (`FIRST_RULES`), evaluated too, so the page shows both outcomes.
 
-The Section 3 accuracies (2 layers with fixed or random triggers, 1 layer) are judged on the scale ladder
-(`mechmem.papers.birth.scale`, rules in `birth_rules.json`): such a statement holds when some rung of the
-ladder meets its rule, and its first rule (on the quick suite's depth runs) is shown beside it.
+The Section 3 accuracies (2 layers with fixed or random triggers, 1 layer) were first judged on the scale
+ladder (`mechmem.papers.birth.scale`, rules in `birth_rules.json`: a statement held when some rung met its
+band). `judge_as_written` judges the sentence as written instead ("over" as a strict bar, "around ... for one
+layer" as one claim over both trigger types), each level on the plateau of the largest rung run, with the
+measured spread as the margin; the page shows the earlier rules' outcomes beside it.
 """
 
 import json
@@ -254,3 +256,75 @@ def record_context(record: dict[str, Any], ladder: dict[str, dict[str, Any]]) ->
     """The `Context` of a run record (histories, freeze step, N, shifted outputs) with a ladder summary."""
     histories = {name: expand_history(e["history"]) for name, e in record["runs"].items()}
     return Context(histories, record["scale"]["freeze_step"], record["n_tokens"], record["shifted"], ladder)
+
+
+# -- Section 3 as written: the two-layer bars and the one-layer level, each claim once
+# ----------------------------------------------------------------------------------------------------------
+WITHIN_SPREAD = "within spread"
+"""The verdict of a value closer to its claim's decision boundary than the measurement spread."""
+
+
+def plateau(curve: list[float | None], k: int) -> float:
+    """Mean of the last `k` logged values of a curve (missing points skipped): the level a run settled at."""
+    values = [v for v in curve if v is not None][-k:]
+    if not values:
+        raise ValueError("the curve has no values")
+    return sum(values) / len(values)
+
+
+def level_verdict(claim: dict[str, Any], value: float, margin: float) -> str:
+    """ "holds", "fails" or `WITHIN_SPREAD` for one value of a level claim, `margin` from each boundary.
+
+    "above" claims (over t): holds above t + margin, fails below t - margin. "around" claims (target +-
+    tolerance): holds within tolerance - margin of the target, fails beyond tolerance + margin.
+    """
+    if claim["kind"] == "above":
+        distance = value - claim["threshold"]
+    elif claim["kind"] == "around":
+        distance = claim["tolerance"] - abs(value - claim["target"])
+    else:
+        raise ValueError(f"unknown claim kind {claim['kind']!r}")
+    return "holds" if distance > margin else "fails" if distance < -margin else WITHIN_SPREAD
+
+
+def _combined(verdicts: list[str]) -> str:
+    if "fails" in verdicts:
+        return "fails"
+    return "holds" if all(v == "holds" for v in verdicts) else WITHIN_SPREAD
+
+
+def judge_as_written(
+    section3: dict[str, Any],
+    rungs: list[dict[str, Any]],
+    cell: Callable[[str, dict[str, Any]], dict[str, Any] | None],
+) -> list[dict[str, Any]]:
+    """Each Section 3 claim (`section3_as_written` of the published file) judged on the ladder's plateaus.
+
+    `rungs` are the ladder's rungs in order; `cell(rung name, model)` is that cell's seed-0 record or None.
+
+    A cell is judged at the largest rung it ran (seed 0), on the `plateau` of its held-out curve; a claim
+    over several cells holds if every cell holds and fails if any fails. Returns dicts with the claim's
+    fields plus "cells" (rung, sizes, plateau, final accuracy, verdict per cell) and "verdict" (None when a
+    cell has no ladder record).
+    """
+    k, margin = section3["plateau_k"], section3["margin"]
+    out = []
+    for claim in section3["claims"]:
+        cells = []
+        for model in claim["cells"]:
+            ran = [r for r in rungs if cell(r["name"], model) is not None]
+            if not ran:
+                cells.append(None)
+                continue
+            rung = ran[-1]
+            rec = cell(rung["name"], model)
+            value = plateau(rec["curve"]["eval_icl_acc"], k)
+            cells.append({
+                "model": model, "rung": rung["name"], "value": value, "final": rec["final"]["icl_acc"],
+                "sizes": {key: rung[key] for key in ("d_model", "seq_len", "batch_size", "steps")},
+                "verdict": level_verdict(claim, value, margin),
+            })  # fmt: skip
+        done = [c for c in cells if c is not None]
+        verdict = _combined([c["verdict"] for c in done]) if done and len(done) == len(cells) else None
+        out.append({**claim, "cells": done, "verdict": verdict})
+    return out

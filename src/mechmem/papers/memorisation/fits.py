@@ -54,3 +54,19 @@ def fit_scaling(d: Sequence[int], capacity: Sequence[float | int]) -> ScalingFit
     a = float(np.exp(np.mean(np.log(ys) - np.log(xs**2 / np.log(xs))))) if pts else math.nan
     k, log_b = np.polyfit(np.log(xs), np.log(ys), 1) if len(pts) >= 2 else (math.nan, math.nan)
     return ScalingFit([p[0] for p in pts], [p[1] for p in pts], a, float(np.exp(log_b)), float(k))
+
+
+def log_power_exponent(d: Sequence[int], capacity: Sequence[float | int]) -> float:
+    """k of the authors' challenge fit S = c d^k / ln d: the slope of log S + log ln d against log d.
+
+    The authors fit their construction capacities this way (`hc2_sweep_plot.py`), so their exponents are about
+    0.3 above the plain power-law slope over d = 16..32. nan with fewer than two points of capacity > 0.
+
+    >>> round(log_power_exponent([16, 32, 64], [d * d / math.log(d) for d in (16, 32, 64)]), 6)
+    2.0
+    """
+    pts = [(float(x), float(y)) for x, y in zip(d, capacity) if y and y > 0]
+    if len({x for x, _ in pts}) < 2:
+        return math.nan
+    xs, ys = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    return float(np.polyfit(np.log(xs), np.log(ys) + np.log(np.log(xs)), 1)[0])

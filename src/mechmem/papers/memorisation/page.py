@@ -20,12 +20,13 @@ from mechmem.papers.memorisation.page_published import (
     MIXING_LABELS,
     b1_summary,
     comparisons_section,
+    is_published_schedule,
+    published_schedule_text,
     table_b1_section,
 )
 from mechmem.papers.memorisation.records import PUBLISHED_NAME
 from mechmem.papers.memorisation.summary import (
     all_cells,
-    best_cells,
     by_name,
     config_cells,
     effect_text,
@@ -100,10 +101,9 @@ def _anchor_line(record: dict[str, Any]) -> str:
     return line + ". " + _no_mlp_line(record["table"])
 
 
-def _ordering_line(record: dict[str, Any]) -> str:
-    """Headline: mixing order and MLP gain (Appendix B pairs), the best cell over every schedule."""
-    table, pub = record["table"], record["published"]
-    effects = toggle_effects(table, exclude_outlier=True)
+def _ordering_parts(records: list[dict[str, Any]]) -> list[str]:
+    """Mixing order and MLP gain over matched pairs (Appendix B pairs, the outlier left out)."""
+    effects = toggle_effects(records, exclude_outlier=True)
     parts = [
         f"{label} in {effects[k].better}/{effects[k].pairs} matched pairs"
         for k, label in (
@@ -113,22 +113,41 @@ def _ordering_line(record: dict[str, Any]) -> str:
         if k in effects
     ]
     if "mlp" in effects:
-        mlp = effect_text(effects["mlp"], facts=True)
-        parts.append(f"the MLP adds {mlp} pairs [published {pub['toggles']['mlp']['value']}]")
-    best, at_best = best_cells(record)
-    base_best = max(table, key=lambda r: r["any"])
-    ceiling = base_best["config"]["n_in"] ** 2
-    reached = ", ".join(
-        f"{r['variant']} at {short_schedule(r['schedule'])}" for r in sorted(at_best, key=sort_key)
-    )
-    full = by_name(table).get("attn+mlp+norms+bias+res/gelu")
+        parts.append(f"the MLP adds {effect_text(effects['mlp'], facts=True)}")
+    return parts
+
+
+def _published_ordering_line(record: dict[str, Any]) -> str:
+    """Headline: mixing order, MLP gain and best cell at the published schedule, beside Appendix B."""
+    pub = record["published"]
+    cells = [r for r in all_cells(record) if is_published_schedule(record, r["schedule"])]
+    cells = [r for r in cells if r.get("repeat", 0) == 0]
+    if not cells:
+        return f"No cell has run at the published schedule ({published_schedule_text(record)}) yet."
+    parts = _ordering_parts(cells) or ["no matched pair yet"]
+    best = max(r["any"] for r in cells)
+    ceiling = pub["ceiling"]["value"]
+    reached = ", ".join(r["variant"] for r in sorted(cells, key=sort_key) if r["any"] == best)
     return (
-        f"At the base schedule ({short_schedule(record['schedule'])}; pairs as in Appendix B, the outlier"
+        f"At the published schedule ({published_schedule_text(record)}; Appendix B's pairs, the outlier"
         " combination left out): "
         + "; ".join(parts)
-        + f". Best over every schedule: {best} facts (Any) of the {ceiling} ceiling"
-        + (" (reached)" if best >= ceiling else "")
-        + f", by {reached}; best at the base schedule: {base_best['variant']}, {base_best['any']}."
+        + f" [published: the MLP adds {pub['toggles']['mlp']['value']}]. Best: {best} facts (Any) of the"
+        f" {ceiling} ceiling" + (" (reached)" if best >= ceiling else "") + f", by {reached}."
+    )
+
+
+def _capped_ordering_line(record: dict[str, Any]) -> str:
+    """Sensitivity: the same comparisons at the capped base schedule (no published value beside them)."""
+    table = record["table"]
+    parts = _ordering_parts(table)
+    base_best = max(table, key=lambda r: r["any"])
+    full = by_name(table).get("attn+mlp+norms+bias+res/gelu")
+    return (
+        f"Sensitivity, capped base schedule ({short_schedule(record['schedule'])}; not comparable with"
+        " Appendix B): "
+        + "; ".join(parts)
+        + f"; best {base_best['variant']}, {base_best['any']}."
         + (
             f" Learned attention across inits (full model): Any {full['any']} vs All {full['all']}."
             if full
@@ -138,27 +157,34 @@ def _ordering_line(record: dict[str, Any]) -> str:
 
 
 def facts_headline(record: dict[str, Any]) -> list[str]:
-    """The facts half of the headline: anchor, Table B.1 counts, component ordering, best cell, scaling."""
+    """The facts half of the headline: Table B.1 at the published schedule first, then the capped runs."""
     table = record["table"]
-    lines = [
-        f"Schedule of the table and scaling: {_schedule(record)}; {_repeats(table)} repeat(s) of 11 inits."
-    ]
+    longer = _longer_lines(record)
+    at_published = [line for line, published in longer if published]
+    lines = [b1_summary(record), *at_published, _published_ordering_line(record)]
+    if not is_published_schedule(record, record["schedule"]):
+        lines.append(
+            "Sensitivity check below (capped schedules; lower bounds, not compared with the paper): the full"
+            f" table and the scaling ran at {_schedule(record)}; {_repeats(table)} repeat(s) of 11 inits."
+        )
     if "2emb" in by_name(table):
-        lines.append(_anchor_line(record))
-    lines += _longer_lines(record)
-    lines += [b1_summary(record), _ordering_line(record)]
+        lines.append("Sensitivity: " + _anchor_line(record))
+    lines += ["Sensitivity: " + line for line, published in longer if not published]
+    lines.append(_capped_ordering_line(record))
     for name, fit in _any_fits(record).items():
         caps = " -> ".join(f"{c:.0f}" for c in fit.capacity)
         ds = " -> ".join(str(d) for d in fit.d)
         lines.append(
-            f"Scaling, {SCALING_LABELS.get(name, name)} model ({name}), d = {ds} (Any): {caps}, "
-            f"S = {fit.a:.2f} d^2 / ln d (free: {fit.b:.2f} d^{fit.k:.2f})."
+            f"Sensitivity: scaling at {short_schedule(record['schedule'])}, {SCALING_LABELS.get(name, name)}"
+            f" model ({name}), d = {ds} (Any): {caps}, S = {fit.a:.2f} d^2 / ln d (free: {fit.b:.2f}"
+            f" d^{fit.k:.2f})."
         )
     return lines
 
 
-def _longer_lines(record: dict[str, Any]) -> list[str]:
-    """One headline line per longer schedule of the table: each variant's Any (All) there, base Any beside."""
+def _longer_lines(record: dict[str, Any]) -> list[tuple[str, bool]]:
+    """One headline line per longer schedule of the table (each variant's Any, All there, base Any beside),
+    with whether that schedule is the published one."""
     base = by_name(record["table"])
     out = []
     for schedule in sorted(
@@ -176,10 +202,17 @@ def _longer_lines(record: dict[str, Any]) -> list[str]:
             if r["variant"] in base
         ]
         if parts:
+            sched = json.loads(schedule)
+            published = is_published_schedule(record, sched)
             out.append(
-                f"At {short_schedule(json.loads(schedule))} (epochs per lr phase / patience), Any: "
-                + ", ".join(parts)
-                + "."
+                (
+                    f"At {short_schedule(sched)}"
+                    + (" (the published schedule)" if published else "")
+                    + " (epochs per lr phase / patience), Any: "
+                    + ", ".join(parts)
+                    + ".",
+                    published,
+                )
             )
     return out
 
@@ -187,6 +220,11 @@ def _longer_lines(record: dict[str, Any]) -> list[str]:
 def _any_fits(record: dict[str, Any]) -> dict[str, ScalingFit]:
     fits = {k: ScalingFit.from_dict(v) for k, v in record["scaling_fits"].items()}
     return {k.removesuffix(" any"): f for k, f in fits.items() if k.endswith(" any")}
+
+
+def _variants_title(record: dict[str, Any]) -> str:
+    capped = not is_published_schedule(record, record["schedule"])
+    return "Results: the 54 variants" + (" (sensitivity check: capped base schedule)" if capped else "")
 
 
 def variants_section(record: dict[str, Any]) -> Section:
@@ -238,7 +276,7 @@ def variants_section(record: dict[str, Any]) -> Section:
         "Any / Most / All",
         "s ",
     ]
-    section = Section("variants", "Results: the 54 variants", lines=lines, tables=[Table(headers, rows)])
+    section = Section("variants", _variants_title(record), lines=lines, tables=[Table(headers, rows)])
     points = _convergence_points(record)
     if points:
         pub = record["published"].get("anchor_no_mlp_mean")
@@ -298,7 +336,7 @@ def _scaling_rows(record: dict[str, Any]) -> list[list[Any]]:
                 r["all"],
                 r["config"]["n_in"] ** 2,
                 pub if pub else "-",
-                f"{100 * (r['any'] / pub - 1):+.0f}%" if pub else "-",
+                (f"{100 * (r['any'] / pub - 1):+.0f}%" if at_e7 else "capped: lower bound") if pub else "-",
                 f"{r['seconds']:.0f}",
             ]
         )
@@ -328,12 +366,18 @@ def scaling_section(record: dict[str, Any]) -> Section:
     """Scaling records (mean over repeats) beside the authors' E7 values, fits and the figure."""
     fits = {k: ScalingFit.from_dict(v) for k, v in record["scaling_fits"].items()}
     lines = [f"Fits use the base schedule ({short_schedule(record['schedule'])}) only."]
+    if not is_published_schedule(record, record["schedule"]):
+        lines[0] += (
+            " That schedule is capped: the fits are a sensitivity check (lower bounds), not comparable with"
+            " the authors' E7 fits below, which ran at the E7 schedule."
+        )
     lines += [f"{name}: S = {f.a:.2f} d^2 / ln d (free: {f.b:.2f} d^{f.k:.2f})" for name, f in fits.items()]
     lines += _published_scaling_lines(record)
     headers = ["model", "d", "epochs / patience", "Any", "Most", "All", "ceiling", "E7 Any", "vs E7", "s"]
     caption = (
         f"E7 Any: {record['published']['e7_any']['source']} (one run per d; source lines in"
-        f" {PUBLISHED_NAME}). (E7) marks a row run at the authors' E7 schedule for its d."
+        f" {PUBLISHED_NAME}). (E7) marks a row run at the authors' E7 schedule for its d; only those rows are"
+        " compared with E7, the capped rows are a sensitivity check (lower bounds)."
     )
     section = Section("scaling", "Results: scaling", lines=lines)
     section.tables.append(Table(headers, _scaling_rows(record), caption=caption))
@@ -467,10 +511,10 @@ def page(record: dict[str, Any]) -> Report:
     headline = Section("headline", "Headline", lines=facts_headline(record) + constructions_headline(record))
     sections = [
         headline,
+        table_b1_section(record),
         commands_section(record),
         Section("setup", "Setup: the 54 variants and the scaling"),
         variants_section(record),
-        table_b1_section(record),
         comparisons_section(record),
         scaling_section(record),
         benchmark_section(record),

@@ -9,8 +9,9 @@ import math
 from typing import Any
 
 from mechmem.papers.memorisation.capacity import THRESHOLDS, CapacityResult
-from mechmem.papers.memorisation.constructions.experiments import capacity_of, fit_ratio, mode_fit
+from mechmem.papers.memorisation.constructions.experiments import capacity_of, fit_ratio, mode_fit, shared_ds
 from mechmem.papers.memorisation.figures import plot_capacity, plot_histograms, plot_sweep
+from mechmem.papers.memorisation.fits import fit_scaling, log_power_exponent
 from mechmem.report.document import Section, Table
 
 LABELS = {
@@ -43,8 +44,62 @@ def _ratio(results: list[CapacityResult], mode: str, crit: str, fmt: str = ".1f"
     return "n/a" if math.isnan(value) else f"{value:{fmt}}x"
 
 
+def _span(ds: list[int]) -> str:
+    return f"{ds[0]}..{ds[-1]}" if ds else "-"
+
+
+def authors_ratio(record: dict[str, Any], mode: str, crit: str, ds: list[int]) -> float:
+    """a(trained) / a(mode), fits a d^2 / ln d to the authors' own capacity logs over `ds` (nan if absent)."""
+    logs = record["published"].get("construction_authors_any", {}).get("value", {})
+    caps = {m: logs.get(m, {}).get(crit, {}) for m in ("trained", mode)}
+    if not ds or not all(all(str(d) in caps[m] for d in ds) for m in caps):
+        return math.nan
+    a = {m: fit_scaling(ds, [caps[m][str(d)] for d in ds]).a for m in caps}
+    return a["trained"] / a[mode]
+
+
+def _like_for_like(record: dict[str, Any], results: list[CapacityResult], mode: str, published: str) -> str:
+    """Ours over the shared sizes beside the authors' logs over the same sizes and the published ratio."""
+    ds, pub = shared_ds(results, "trained", mode), record["published"][published]
+    parts = []
+    for crit in ("0.9", "1"):
+        theirs = authors_ratio(record, mode, crit, ds)
+        parts.append(
+            f"{CRIT[crit]} {_ratio(results, mode, crit)} [the authors' logs over the same d: "
+            + ("n/a" if math.isnan(theirs) else f"{theirs:.2f}x")
+            + "]"
+        )
+    return (
+        f"trained / {LABELS[mode]} over d = {_span(ds)}: {', '.join(parts)}; published {pub['value']}x is"
+        " over d = 16..256"
+    )
+
+
+def _exponent_line(record: dict[str, Any], results: list[CapacityResult]) -> str:
+    """Exponents of the authors' fit form c d^k / ln d (plain slope beside) against the published ones."""
+    ce = record["published"]["construction_exponents"]["value"]
+    parts = []
+    for mode, key in (
+        ("published_hand", "hand_coded"),
+        ("trained", "trained"),
+        ("published_hybrid", "hybrid"),
+    ):
+        if mode not in _modes(results):
+            continue
+        f = mode_fit(results, mode, "0.9")
+        parts.append(
+            f"{LABELS[mode]} {log_power_exponent(f.d, f.capacity):.2f} (plain slope {f.k:.2f}; d ="
+            f" {_span(f.d)}) [published {ce[key]}]"
+        )
+    return (
+        "Exponent k of the authors' fit S = c d^k / ln d at acc >= 0.9: "
+        + "; ".join(parts)
+        + ". The published exponents are fits over d = 16..256."
+    )
+
+
 def constructions_headline(record: dict[str, Any]) -> list[str]:
-    """Ratios trained / construction of the fits a d^2 / ln d (published values and goals in brackets)."""
+    """Ratios trained / construction beside the authors' data over the same sizes; exponents; our entry."""
     results, pub, c = _results(record), record["published"], record["constructions"]
     goals = pub["challenge_goals"]["value"]
     r = lambda mode, crit: _ratio(results, mode, crit)
@@ -53,14 +108,19 @@ def constructions_headline(record: dict[str, Any]) -> list[str]:
         if "keyvalue_hybrid" in _modes(results)
         else math.nan
     )
+    inits = c["grid"]["n_inits"]
     lines = [
         (
-            f"Constructions at d = {', '.join(map(str, _ds(results)))} (ratios of fits a d^2 / ln d over the"
-            f" sizes both modes have): trained / published hand-coded at acc >= 0.9"
-            f" {r('published_hand', '0.9')} [published {pub['ratio_hand_coded']['value']}x], at acc = 1"
-            f" {r('published_hand', '1')}; trained / published hybrid {r('published_hybrid', '0.9')}"
-            f" [published {pub['ratio_hybrid']['value']}x], at acc = 1 {r('published_hybrid', '1')}."
+            f"Constructions at d = {', '.join(map(str, _ds(results)))}, best of {inits} initialisations (the"
+            f" authors: {pub['construction_inits']['value']}); ratios of fits a d^2 / ln d: "
+            + "; ".join(
+                _like_for_like(record, results, m, k)
+                for m, k in (("published_hand", "ratio_hand_coded"), ("published_hybrid", "ratio_hybrid"))
+                if m in _modes(results)
+            )
+            + "."
         ),
+        _exponent_line(record, results),
         (
             f"Trained / our hand-coded key-value table at acc >= 0.9: {r('keyvalue_hand', '0.9')} (goal:"
             f" within {goals['hand_coded']:g}x); at acc = 1 {r('keyvalue_hand', '1')}. Our key-value"
@@ -85,7 +145,7 @@ def constructions_headline(record: dict[str, Any]) -> list[str]:
 
 
 def _setup_lines(record: dict[str, Any]) -> list[str]:
-    g, results = record["constructions"]["grid"], _results(record)
+    g, results, pub = record["constructions"]["grid"], _results(record), record["published"]
     precisions = sorted({r.info.get("precision") for r in results})
     return [
         (
@@ -95,14 +155,19 @@ def _setup_lines(record: dict[str, Any]) -> list[str]:
         ),
         (
             f"Capacity: doubling from d, bisecting to {', '.join(map(str, precisions))} facts; best of"
-            f" {g['n_inits']} initialisations or the best hyperparameter setting."
+            f" {g['n_inits']} initialisations (the authors: {pub['construction_inits']['value']}) or the best"
+            " hyperparameter setting."
         ),
         (
             f"Published hand-coded: S in {g['s_values']} x top_fraction in {g['top_fractions'][0]:.2f} .."
             f" {g['top_fractions'][-1]:.2f} ({len(g['top_fractions'])} values), {g['retries']} tie-break"
             " draws."
         ),
-        f"Published hybrid: S in {g['hybrid_s_values']} x top_fraction in {g['hybrid_top_fractions']}.",
+        (
+            f"Published hybrid: S in {g['hybrid_s_values']} x top_fraction in {g['hybrid_top_fractions']}"
+            f" (the authors: {pub['construction_hybrid_grid']['value']}; source:"
+            f" {pub['construction_hybrid_grid']['source']})."
+        ),
         f"Ours: key sizes k = round(f (d - 1)), f in {g['key_fractions']}, {g['key_retries']} key draws.",
     ]
 
@@ -121,6 +186,7 @@ def _capacity_tables(results: list[CapacityResult]) -> list[Table]:
                 f1.a,
                 f9.a,
                 f9.k,
+                log_power_exponent(f9.d, f9.capacity),
                 _ratio(results, m, "0.9", ".2f"),
             ]
         )
@@ -130,7 +196,8 @@ def _capacity_tables(results: list[CapacityResult]) -> list[Table]:
             *heads,
             "a (acc=1)",
             "a (acc>=0.9)",
-            "exponent (acc>=0.9)",
+            "plain slope (acc>=0.9)",
+            "k of c d^k / ln d (acc>=0.9)",
             "trained / mode (acc>=0.9, fit a)",
         ],
         rows,
@@ -180,10 +247,19 @@ def _capacity_section(record: dict[str, Any]) -> Section:
     fits = {LABELS[m]: {crit: mode_fit(results, m, crit) for crit in THRESHOLDS} for m in _modes(results)}
     capacity.add_figure("capacity", plot_capacity(points, fits))
     capacity.lines.append("Runs that contributed: " + "; ".join(f"`{cmd}`" for cmd in c["runs"]) + ".")
-    ce = record["published"]["construction_exponents"]
+    pub = record["published"]
+    ce, form = pub["construction_exponents"], pub["construction_fit_form"]
     capacity.lines.append(
         f"Published fitted exponents at acc >= 0.9: hand-coded {ce['value']['hand_coded']}, trained"
-        f' {ce["value"]["trained"]} ({ce["source"]}: "{ce["quote"]}"); ours are the exponent column above.'
+        f' {ce["value"]["trained"]}, hybrid {ce["value"]["hybrid"]} ({ce["source"]}: "{ce["quote"]}");'
+        f" their fit form: {form['value']} ({form['source']}: `{form['quote']}`). Ours in that form are the"
+        ' column "k of c d^k / ln d"; the plain power-law slope is beside it.'
+    )
+    logs = pub["construction_authors_any"]
+    capacity.lines.append(
+        "The authors' own capacities (Any), against which the ratios are set over the same d:"
+        f" {logs['source']}"
+        f' ({logs["note"]}): "{logs["quote"]}".'
     )
     return capacity
 

@@ -16,24 +16,38 @@ ROLE_ORDER = {"recall": 0, "elimination": 1, "shared": 2}
 
 
 def plot_losses(res: dict[str, Any], plateaus: dict[str, float]) -> Any:
-    """Test-mapping loss curves of every seed of both models, with the elimination floor and the published
-    plateaus (`plateaus`: {"task1": value, "task2": value})."""
+    """Training-loss curves of every seed of both models against the published training-loss plateaus
+    (`plateaus`: {"task1": value, "task2": value}) and the elimination floor; the test-mapping loss, a
+    different quantity, in grey and labelled so."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
     for ax, key, title in (
         (axes[0], "task1", "Task 1 (1 head, no repeats)"),
         (axes[1], "task2", "Task 2 (2 heads, repeats)"),
     ):
         plateau = plateaus[key]
-        for run in res[key]:
+        for i, run in enumerate(res[key]):
             hist = [h for h in run["history"] if "train_loss" in h]
+            steps = [h["step"] for h in hist]
+            ax.plot(steps, [h["train_loss"] for h in hist], lw=1, label=f"training loss, seed {run['seed']}")
             ax.plot(
-                [h["step"] for h in hist], [h["test_loss"] for h in hist], lw=1, label=f"seed {run['seed']}"
+                steps,
+                [h["test_loss"] for h in hist],
+                lw=0.6,
+                ls="--",
+                color="0.6",
+                label="test-mapping loss (not the plateau's quantity)" if i == 0 else None,
             )
         ax.axhline(res["floor"], color="k", ls="--", lw=1, label=f"elimination floor {res['floor']:.3f}")
-        ax.axhline(plateau, color="tab:red", ls=":", lw=1, label=f"published plateau {plateau}")
+        ax.axhline(
+            plateau,
+            color="tab:red",
+            ls=":",
+            lw=1,
+            label=f"published training-loss plateau {plateau} (no source)",
+        )
         ax.set(title=title, xlabel="step", ylim=(0.9, 1.3))
         ax.legend(fontsize=7)
-    axes[0].set_ylabel("masked test loss")
+    axes[0].set_ylabel("masked loss")
     fig.tight_layout()
     return fig
 

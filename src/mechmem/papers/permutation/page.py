@@ -42,6 +42,62 @@ def final_acc(run: dict[str, Any], suffix: str) -> float:
     return next(r["acc"] for r in run["bayes"] if r["step"].endswith(suffix))
 
 
+def at_published_schedule(record: dict[str, Any], published: dict[str, Any]) -> bool:
+    """Whether Task 1 and Task 2 trained at the published schedule: constant lr, its value and epochs."""
+    for key in ("task1", "task2"):
+        t, task = record[key][0]["train"], record[key][0]["task"]
+        epochs = t["steps"] * t["batch_size"] / task["epoch_size"]
+        want = published[f"{key}_epochs"]
+        if t["schedule"] != "constant" or t["lr"] != published["lr"] or round(epochs) != want:
+            return False
+    return True
+
+
+def _schedule_name(train: dict[str, Any]) -> str:
+    """ "constant", or the decay and its floor as a multiple of lr, e.g. "cosine to 0.1 x lr"."""
+    if train["schedule"] == "constant":
+        return "constant"
+    return f"{train['schedule']} to {train['min_lr_ratio']:g} x lr"
+
+
+def _memorisation_max_err(runs: list[dict[str, Any]]) -> list[float]:
+    return [
+        next(r["max_err"] for r in run["bayes"] if str(r["step"]).endswith("memorisation")) for run in runs
+    ]
+
+
+def headline_text(record: dict[str, Any], values: dict[str, Any]) -> str:
+    """The headline: which schedule the Task 1 / Task 2 numbers come from, then the probes and max err."""
+    t1, t2 = record["task1"], record["task2"]
+    t = t2[0]["train"]
+    if at_published_schedule(record, values):
+        schedule = (
+            f"**Published schedule** (constant lr {values['lr']:g}, {values['task1_epochs']} / "
+            f"{values['task2_epochs']} epochs of {values['epoch_size']} samples):"
+        )
+    else:
+        schedule = (
+            f"**Sensitivity variant, not the published schedule** (lr {t['lr']:g} = "
+            f"{t['lr'] / values['lr']:g}x the published {values['lr']:g}, schedule {_schedule_name(t)}, "
+            f"{t['steps']} steps of {t['batch_size']}; the published-schedule run is the page"
+            " permutation-paper.md):"
+        )
+    return (
+        f"{schedule} Task 2 probe p(recall) {format_ms([r['probe']['p_recall'] for r in t2])} over {len(t2)}"
+        f" seed(s) (published {values['task2_probe_recall_p']}, no primary source); Task 2 memorisation"
+        f" subgroup max err {format_ms(_memorisation_max_err(t2))} (published value lost in conversion);"
+        f" Task 1 probe p(elimination) {format_ms([r['probe']['p_elimination'] for r in t1])} over"
+        f" {len(t1)} seed(s) (published {values['task1_probe_elimination_p']}, not in the seed text)."
+        + (
+            " Larger-V runs: presets "
+            + ", ".join(f"`{p}`" for p in dict.fromkeys(run["preset"] for run in record["scale"]))
+            + " (our sizes and schedules; the seed gives none)."
+            if record["scale"]
+            else ""
+        )
+    )
+
+
 def build_page(record: dict[str, Any]) -> Report:
     """The page's computed content from a run record."""
     published = load_published()["values"]
@@ -53,15 +109,9 @@ def build_page(record: dict[str, Any]) -> Report:
         _probe(record),
         _roles(record),
         _rescue(record),
-        _scale(record, values),
+        _scale(record),
     ]
-    t1, t2 = record["task1"], record["task2"]
-    headline = (
-        f"Task 2 probe p(recall) {format_ms([r['probe']['p_recall'] for r in t2])} over {len(t2)} seed(s) "
-        f"(published {values['task2_probe_recall_p']}); Task 1 probe p(elimination) "
-        f"{format_ms([r['probe']['p_elimination'] for r in t1])} over {len(t1)} seed(s) "
-        f"(published {values['task1_probe_elimination_p']})."
-    )
+    headline = headline_text(record, values)
     cfg = record["config"]
     variant = cfg.get("variant", "full")
     name = "permutation" if variant == "full" else f"permutation-{variant}"
@@ -100,9 +150,7 @@ def _setup(record: dict[str, Any], published: dict[str, Any]) -> Section:
         for preset in dict.fromkeys(run["preset"] for run in runs):
             run = next(r for r in runs if r["preset"] == preset)
             m, t, task = run["model"], run["train"], run["task"]
-            schedule = t["schedule"] + (
-                f" to {t['min_lr_ratio']:g} x lr" if t["schedule"] != "constant" else ""
-            )
+            schedule = _schedule_name(t)
             rows.append(
                 [
                     GROUPS.get(group, "larger V"),
@@ -190,6 +238,11 @@ def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
         f"{format_ms([r['losses']['test'] for r in t2])}; Bayes-optimal loss on the same sequences: "
         f"{t1[0]['losses']['bayes_test']:.3f} (Task 1 data), {t2[0]['losses']['bayes_test']:.3f} "
         f"(Task 2 data); elimination floor {record['floor']:.4f}."
+    )
+    s.lines.append(
+        "The seed page's MAE and MaxAE against the Bayesian posterior (per step and subgroup) were lost in"
+        f" conversion ({published['bayes_errors']['source']}), so the Bayes tables below have no published"
+        " column."
     )
     plateaus = {"task1": published["task1_plateau"]["value"], "task2": published["task2_plateau"]["value"]}
     s.add_figure("losses", figures.plot_losses(record, plateaus))
@@ -495,7 +548,7 @@ def _circuit_line(run: dict[str, Any]) -> str:
     )
 
 
-def _scale(record: dict[str, Any], published: dict[str, Any]) -> Section:
+def _scale(record: dict[str, Any]) -> Section:
     from mechmem.papers.permutation.task import elimination_floor
 
     s = Section("scale", "5. Larger vocabularies")
@@ -507,7 +560,6 @@ def _scale(record: dict[str, Any], published: dict[str, Any]) -> Section:
                 f"`{run['preset']}`",
                 v,
                 f"d={m['d_model']}, {m['n_heads']} heads, {m['n_layers']} layers",
-                published.get(f"v{v}_model", "-"),
                 run["history"][-1]["step"] if run["history"] else "-",
                 run["losses"]["test"],
                 run["losses"]["bayes_test"],
@@ -527,7 +579,6 @@ def _scale(record: dict[str, Any], published: dict[str, Any]) -> Section:
                 "preset",
                 "V",
                 "model",
-                "published size",
                 "steps",
                 "test loss",
                 "Bayes loss",
@@ -542,5 +593,11 @@ def _scale(record: dict[str, Any], published: dict[str, Any]) -> Section:
         )
     )
     if record["scale"]:
+        presets = ", ".join(f"`{p}`" for p in dict.fromkeys(run["preset"] for run in record["scale"]))
+        s.lines.insert(
+            0,
+            f"Built with the presets {presets}: sizes and schedules of our choosing. The seed text gives no"
+            " model size or schedule for these experiments, so there is no published size to compare.",
+        )
         s.add_figure("accuracy", figures.plot_scale(record))
     return s
