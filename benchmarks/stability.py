@@ -32,12 +32,14 @@ from typing import Any
 import torch
 import transformer_lens
 
-import mechmem
-from mechmem.analysis.circuits.discovery import circuit_prompts
-from mechmem.analysis.distribution import repeats_fit
+from mechmem.analysis.circuits.discovery import circuit_prompts, decided_circuit
+from mechmem.analysis.distribution import prompt_fit, repeats_fit
 from mechmem.analysis.heads import probe_halves
+from mechmem.analysis.roles import head_roles
 from mechmem.analysis.sequential import CIRCUIT_POLICY
+from mechmem.checkpoint import load_checkpoint, save_model
 from mechmem.tables import print_table
+from mechmem.tasks.registry import build_task
 
 SEEDS = (0, 1, 2, 3, 4)
 
@@ -72,7 +74,7 @@ SUBJECTS = (
             "rotary_dim": 16,
             "normalization_type": None,
         },
-        lambda: mechmem.build_task("repeats", {"d_vocab": 32, "half": 16}),
+        lambda: build_task("repeats", {"d_vocab": 32, "half": 16}),
         steps=1500,
     ),
     Subject(
@@ -90,7 +92,7 @@ SUBJECTS = (
             "act_fn": "gelu",
             "normalization_type": "LN",
         },
-        lambda: mechmem.build_task("repeats", {"d_vocab": 32, "half": 16}),
+        lambda: build_task("repeats", {"d_vocab": 32, "half": 16}),
         steps=700,
     ),
     Subject(
@@ -108,7 +110,7 @@ SUBJECTS = (
             "act_fn": "relu",
             "normalization_type": "LN",
         },
-        lambda: mechmem.build_task("birth", {"seq_len": 64, "n_triggers": 3, "fixed_triggers": True}),
+        lambda: build_task("birth", {"seq_len": 64, "n_triggers": 3, "fixed_triggers": True}),
         steps=600,
     ),
     Subject(
@@ -124,7 +126,7 @@ SUBJECTS = (
             "act_fn": "relu",
             "normalization_type": "RMS",
         },
-        lambda: mechmem.build_task("permutation", {"vocab_size": 5, "repeat_ratio": 0.3}),
+        lambda: build_task("permutation", {"vocab_size": 5, "repeat_ratio": 0.3}),
         steps=2500,
     ),
 )
@@ -164,7 +166,7 @@ def train(subject: Subject, task: Any, seed: int = 0) -> tuple[torch.nn.Module, 
 def heads_at(model: Any, task: Any, seed: int) -> dict[str, Any]:
     """The report's head naming at `seed`, with the looks taken and its probe's prompt fit."""
     start = time.perf_counter()
-    roles = mechmem.head_roles(model, task, seed=seed)
+    roles = head_roles(model, task, seed=seed)
     named = {h.name: h.role for h in roles.heads if h.role != "none"}
     decision = roles.info.get("patterns", {}).get("decision", {})
     halves = probe_halves(model.cfg.n_ctx, model.cfg.d_vocab)
@@ -185,10 +187,10 @@ def heads_at(model: Any, task: Any, seed: int) -> dict[str, Any]:
 def circuit_at(model: Any, task: Any, seed: int) -> dict[str, Any]:
     """The report's decided circuit at `seed` (mean ablation), with the first round's prompt fit."""
     start = time.perf_counter()
-    circuit, source = mechmem.decided_circuit(model, task, seed=seed, ablation="mean")
+    circuit, source = decided_circuit(model, task, seed=seed, ablation="mean")
     pair, _ = circuit_prompts(model, task, CIRCUIT_POLICY.first, seed)
     gen = torch.Generator().manual_seed(seed * 1000 + 12)
-    fit = mechmem.prompt_fit(model, task, pair, generator=gen, source=source).to_dict()
+    fit = prompt_fit(model, task, pair, generator=gen, source=source).to_dict()
     fam = circuit.decision.families
     return {
         "verdict": circuit.verdict,
@@ -259,14 +261,14 @@ def main(argv: list[str] | None = None) -> None:
         task = subject.task()
         trained, metrics = train(subject, task)
         with tempfile.TemporaryDirectory() as folder:  # into a mechmem checkpoint: `save_model` checks logits
-            path = mechmem.save_model(
+            path = save_model(
                 trained,
                 Path(folder) / "ckpt.pt",
                 task_name=task.name,
                 task_config=task.config,
                 metrics=metrics,
             )
-            ckpt = mechmem.load_checkpoint(path)
+            ckpt = load_checkpoint(path)
         model, task = ckpt.model.eval(), ckpt.task
         print(
             f"{subject.name}: trained {subject.steps} steps in {metrics['train_s']:.0f} s: {metrics}",
