@@ -49,6 +49,7 @@ ARCHITECTURES = {
     "ln_gelu_mlp": {"attn_only": False, "d_mlp": 24, "act_fn": "gelu", "normalization_type": "LN"},
     "odd_head_rms": {"d_head": 5, "normalization_type": "RMSPre", "d_vocab_out": 9},
     "rotary": {"positional_embedding_type": "rotary", "rotary_dim": 8},
+    "rotary_unset_dim": {"positional_embedding_type": "rotary"},  # TransformerLens: the whole head
     "partial_rotary": {"positional_embedding_type": "rotary", "rotary_dim": 4, "rotary_base": 500},
     "shortformer": {"positional_embedding_type": "shortformer"},
     "grouped_query": {"n_key_value_heads": 1, "normalization_type": "RMS"},

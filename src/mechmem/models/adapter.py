@@ -674,6 +674,8 @@ def config_differences(model: nn.Module, config: Any) -> list[str]:
         if name in skip or not hasattr(mine, name):
             continue
         want, got = _plain(getattr(built, name, None)), _plain(getattr(mine, name))
+        if name == "rotary_dim":  # unset: TransformerLens rotates the whole head
+            want, got = want or built.d_head, got or mine.d_head
         if want != got and not (
             isinstance(want, (int, float)) and isinstance(got, (int, float)) and math.isclose(want, got)
         ):
