@@ -286,12 +286,10 @@ LEGITIMATE |= {"lock stale file", "output file a link", "output file a hard link
 
 
 # -- Hugging Face folders with missing or hostile files ------------------------------------------------------
-def hf_case(folder: Path, kind: str) -> Callable[[], object]:
+def save_tiny_llama(hf: Path) -> None:
+    """A 2-layer grouped-query Llama saved by transformers into `hf`, the folder each case edits."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from mechmem.models.adapter import load_pretrained
-
-    hf = folder / "tiny"
     torch.manual_seed(0)  # transformers initialises from the global RNG
     config = LlamaConfig(
         vocab_size=40, max_position_embeddings=24, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -299,6 +297,13 @@ def hf_case(folder: Path, kind: str) -> Callable[[], object]:
     )  # fmt: skip
     with contextlib.redirect_stderr(io.StringIO()):
         LlamaForCausalLM(config).save_pretrained(hf)
+
+
+def hf_case(folder: Path, kind: str) -> Callable[[], object]:
+    from mechmem.models.adapter import load_pretrained
+
+    hf = folder / "tiny"
+    save_tiny_llama(hf)
     weights = hf / "model.safetensors"
     if kind == "hf no config.json":
         (hf / "config.json").unlink()
@@ -1049,19 +1054,11 @@ single weights file is not read."""
 
 
 def hf_new_case(folder: Path, kind: str) -> Callable[[], object]:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from mechmem.models.adapter import load_pretrained
     from mechmem.models.checks import check_finite_weights
 
     hf = folder / "tiny-llama"
-    torch.manual_seed(0)  # transformers initialises from the global RNG
-    config = LlamaConfig(
-        vocab_size=40, max_position_embeddings=24, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=64,
-    )  # fmt: skip
-    with contextlib.redirect_stderr(io.StringIO()):
-        LlamaForCausalLM(config).save_pretrained(hf)
+    save_tiny_llama(hf)
     HF_NEW[kind](hf)
     # what a script does with --hf: load, then refuse non-finite weights (mechmem.cli.load_for_analysis)
     return lambda: check_finite_weights(load_pretrained(str(hf)), allow=False, what=str(hf))
