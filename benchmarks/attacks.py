@@ -430,7 +430,9 @@ def leftovers(folder: Path) -> list[str]:
     from mechmem.checkpoint import read_payload
 
     bad = [p.name for p in folder.rglob("*") if p.name.endswith((".tmp", ".old")) or ".tmp" in p.name]
-    for path in [folder / "ckpt.pt", folder / "resume.pt", *sorted(folder.glob("checkpoints/*.pt"))]:
+    # A link a case planted in the folder leads to a user's files, which are no run's doing.
+    steps = [] if (folder / "checkpoints").is_symlink() else sorted(folder.glob("checkpoints/*.pt"))
+    for path in [folder / "ckpt.pt", folder / "resume.pt", *steps]:
         if path.exists():
             try:
                 read_payload(path)

@@ -93,6 +93,51 @@ def test_equals_transformer_lens_random(random_case, direction):
     assert_no_hooks(model)
 
 
+def sparse_pair(n: int, pos: int, vocab: int, generator: torch.Generator) -> PatchingPair:
+    """Inputs that differ in one token each, at a different position per prompt, read at varying positions
+    (the shape of a triggered-bigram pair): most cells change only some prompts, many none."""
+    clean = torch.randint(vocab, (n, pos), generator=generator)
+    answer_pos = torch.randint(2, pos, (n,), generator=generator)
+    changed = (torch.rand(n, generator=generator) * answer_pos).long()  # in [0, answer_pos)
+    corrupted = clean.clone()
+    corrupted[torch.arange(n), changed] = (clean[torch.arange(n), changed] + 1) % vocab
+    answers = torch.randint(vocab, (2, n), generator=generator)
+    return PatchingPair(clean, corrupted, answer_pos, answers[0], answers[1])
+
+
+@pytest.mark.parametrize("direction", ["denoising", "noising"])
+def test_sparse_pair_equals_transformer_lens(random_case, direction):
+    """Cells that change some prompts only: those are resumed, the others keep the base run's logits; every
+    sweep still equals TransformerLens's, with the batch-mean and a per-prompt callable metric."""
+    model, _ = random_case
+    pair = sparse_pair(6, 8, 11, torch.Generator().manual_seed(3))
+    rows = torch.arange(len(pair.clean))
+
+    def per_prompt(logits):
+        return logits[rows, pair.answer_pos, pair.correct] - logits[rows, pair.answer_pos, pair.incorrect]
+
+    for metric in (pair.logit_diff, per_prompt) if direction == "denoising" else (pair.logit_diff,):
+        patcher = Patcher(
+            model, pair.clean, pair.corrupted, metric if metric is per_prompt else None, pair=pair
+        )
+        for name in SWEEPS:
+            if model.cfg.attn_only and SWEEPS[name].stage in ("resid_mid", "mlp_out"):
+                continue
+            ours = (
+                patcher.per_prompt_values(name, direction)
+                if metric is per_prompt
+                else patcher.sweep(name, direction).values
+            )
+            if metric is per_prompt:  # one TransformerLens sweep per prompt, each reading its prompt
+                ref = torch.stack(
+                    [tl_sweep(model, name, pair, direction, lambda x, b=b: per_prompt(x)[b]) for b in rows]
+                )
+            else:
+                ref = tl_sweep(model, name, pair, direction, metric)
+            torch.testing.assert_close(ours, ref.cpu().float(), atol=1e-5, rtol=0, msg=name)
+    assert_no_hooks(model)
+
+
 def answer_logprob(pair):
     """A plain callable metric, the way TransformerLens users write one:
     log-prob of the answer, per prompt."""

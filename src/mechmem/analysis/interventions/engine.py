@@ -64,8 +64,10 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.analysis.interventions.cells import CellPatches
 from mechmem.analysis.interventions.metric import PatchingMetric, callable_metric
 from mechmem.analysis.interventions.replay import (
+    STAGE_AXES,
     STAGE_HOOKS,
     STAGES,
     Replay,
@@ -279,36 +281,33 @@ def _cell(index: tuple, shape: Sequence[int]) -> list[int] | None:
     return out if len(index) <= len(shape) else None
 
 
-def _stacked(
-    act: Tensor, variants: list[list[Intervention]], values: dict, hook: Any, stage: str, keep: int
-) -> tuple[Tensor, bool]:
-    """[variant, *act]: `act` with each variant's interventions applied (all at `hook`), and whether it is
-    already cut after position `keep` - 1 (`truncate`).
-
-    Variants of one intervention each, sharing one setter that reads another run's values (from_run, mean,
-    resample) and indexing single entries or whole axes (patching sweeps: one cell each) are built at once by
-    a mask on the cut activation (such values are causal, so nothing leaks past the cut); anything else is
-    built one variant at a time at full length.
-    """
+def _cell_patches(
+    act: Tensor, variants: list[list[Intervention]], values: dict, stage: str, keep: int
+) -> CellPatches | None:
+    """The variants as `CellPatches` on `act` cut after position `keep` - 1, when they are patching cells:
+    one intervention each, sharing one setter that reads another run's values (from_run, mean, resample),
+    each indexing single entries or whole axes (such values are causal, so nothing leaks past the cut);
+    None otherwise."""
     ivs = [v[0] for v in variants if len(v) == 1]
     cells = [_cell(iv.index, act.shape[1:]) for iv in ivs]
     same = len(ivs) == len(variants) and len({id(iv.setter) for iv in ivs}) == 1
-    if same and ivs[0].setter.kind in ("from_run", "mean", "resample") and None not in cells:
-        source = values[(id(ivs[0].setter), ivs[0].hook)]
-        ivs[0].check_source(source, act)
-        act, source = truncate(stage, act, keep), truncate(stage, source, keep).to(act.dtype)
-        mask = torch.ones(len(ivs), *[1] * act.ndim, dtype=torch.bool, device=act.device)
-        for d, size in enumerate(act.shape[1:]):
-            at = torch.tensor([c[d] if d < len(c) else -1 for c in cells], device=act.device)
-            if bool((at >= 0).any()):
-                hit = (at[:, None] == torch.arange(size, device=act.device)) | (at[:, None] < 0)
-                mask = mask & hit.reshape(len(ivs), 1, *[size if k == d else 1 for k in range(act.ndim - 1)])
-        return torch.where(mask, source, act), True
+    if not (same and ivs[0].setter.kind in ("from_run", "mean", "resample") and None not in cells):
+        return None
+    source = values[(id(ivs[0].setter), ivs[0].hook)]
+    ivs[0].check_source(source, act)
+    act, source = truncate(stage, act, keep), truncate(stage, source, keep).to(act.dtype)
+    at = torch.tensor([c + [-1] * (act.ndim - 1 - len(c)) for c in cells], dtype=torch.long)
+    return CellPatches(act, source, at.reshape(len(ivs), act.ndim - 1), STAGE_AXES[stage][1])
+
+
+def _stacked(act: Tensor, variants: list[list[Intervention]], values: dict, hook: Any) -> Tensor:
+    """[variant, *act]: `act` with each variant's interventions applied (all at `hook`), one variant at a
+    time at full length (the variants `_cell_patches` does not take)."""
     new = act.expand(len(variants), *act.shape).clone()
     for slot, variant in enumerate(variants):
         for iv in variant:
             iv.set(new[slot], values.get((id(iv.setter), iv.hook)), hook)
-    return new, False
+    return new
 
 
 def _replay_of(model: torch.nn.Module) -> Replay | None:
@@ -577,19 +576,33 @@ class Engine:
         base_value = fn(base.logits[None])[0]
         for (layer, stage), group in groups.items():
             act, hook = full.acts[stage][layer], self.model.hook_dict[STAGE_HOOKS[stage].format(layer)]
+            cells = _cell_patches(act, [variants[i] for i in group], values, stage, keep)
+            if cells is not None:  # one comparison for the group; passes of at most `step` cells
+                out = self.replay.patched_metric(
+                    layer, stage, cells, base, readout, fn, self.pass_overhead, base_value, step
+                )
+                for i, value in zip(group, out):
+                    results[i] = value
+                continue
             for lo in range(0, len(group), step):
                 chunk = group[lo : lo + step]
-                new, cut = _stacked(act, [variants[i] for i in chunk], values, hook, stage, keep)
-                if not cut and stage == "pattern" and keep < act.shape[-1]:
+                new = _stacked(act, [variants[i] for i in chunk], values, hook)
+                if stage == "pattern" and keep < act.shape[-1]:
                     # Attention from a kept query to a cut key would read a cut position: hooks run those.
                     leaks = (new[..., :keep, keep:] != 0).flatten(1).any(1).tolist()
                     left += [i for i, leak in zip(chunk, leaks) if leak]
                     chunk = [i for i, leak in zip(chunk, leaks) if not leak]
                     new = new[[not leak for leak in leaks]]
                 if chunk:
-                    new = new if cut else truncate(stage, new, keep)
                     out = self.replay.patched_metric(
-                        layer, stage, new, base, readout, fn, self.pass_overhead, base_value
+                        layer,
+                        stage,
+                        truncate(stage, new, keep),
+                        base,
+                        readout,
+                        fn,
+                        self.pass_overhead,
+                        base_value,
                     )
                     for i, value in zip(chunk, out):
                         results[i] = value

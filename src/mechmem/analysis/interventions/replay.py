@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.analysis.interventions.cells import CellPatches
 from mechmem.analysis.interventions.schedule import first_position, start_groups
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import attention_scale, replay_unsupported
@@ -105,6 +106,18 @@ def take_pos(x: Tensor, readout: Int[Tensor, "batch read"], batch_dim: int, pos_
     size = list(x.shape)
     size[pos_dim] = readout.shape[1]
     return x.gather(pos_dim, readout.reshape(shape).expand(size))
+
+
+def split_take(
+    late: Float[Tensor, "... batch later d"], whole: Float[Tensor, "batch pos d"], readout: Tensor, start: int
+) -> Tensor:
+    """Rows at `readout` of a residual stream held as `late` (positions `start` on, patched) after the
+    first `start` positions of `whole` (the base run's, unchanged by the patch)."""
+    if not start:
+        return take_pos(late, readout, -3, -2)
+    after = take_pos(late, (readout - start).clamp(min=0), -3, -2)
+    before = take_pos(whole[:, :start], readout.clamp(max=start - 1), -3, -2)
+    return torch.where((readout >= start)[..., None], after, before)
 
 
 def stage_of(hook: str) -> tuple[int, str] | None:
@@ -189,30 +202,38 @@ class Replay:
         h: Float[Tensor, "... pos d_model"],
         readout: Int[Tensor, "batch read"] | None = None,
         past: tuple[Tensor, Tensor] | None = None,
+        h_read: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Attention on normalised input `h`; queries at all its positions, or only at `readout` (keys at
         all).
 
         With `past` = (k, v) of the first positions (unchanged by the patch), `h` holds only the later
-        positions. Returns (pattern [... head q k], k and v [... pos head d_head] over all positions, z [... q
-        head d_head]).
+        positions, and queries at `readout` need `h_read`, the normalised input at the read-out positions
+        (`split_take`); the past keys and values are read where they are (scores and z in two parts, never a
+        copy per patch). Returns (pattern [... head q k] over all keys, k and v [... pos head d_head] of the
+        positions of `h`, z [... q head d_head]).
         """
         start = 0 if past is None else past[0].shape[-3]
         k, v = self.keys_values(layer, h, start)
-        if past is not None:
-            k, v = (torch.cat([p.expand(*x.shape[:-3], *p.shape[-3:]), x], -3) for p, x in zip(past, (k, v)))
-        keys = torch.arange(k.shape[-3], device=h.device)
+        keys = torch.arange(start + k.shape[-3], device=h.device)
         if readout is None:
             hq, queries = h, keys[start:]
         else:
-            hq, queries = take_pos(h, readout, -3, -2), readout
+            hq = take_pos(h, readout, -3, -2) if h_read is None else h_read
+            queries = readout
         mask = self.attention_mask(layer, queries, keys)
         mask = mask if readout is None else mask.unsqueeze(-3)
-        scores = self.scores(layer, self.queries(layer, hq, queries), k)
+        q = self.queries(layer, hq, queries)
+        scores = self.scores(layer, q, k)
+        if past is not None:
+            scores = torch.cat([self.scores(layer, q, past[0]), scores], -1)
         scores = torch.where(mask, scores, torch.tensor(-torch.inf, device=scores.device))  # TL's IGNORE
         pattern = F.softmax(scores, dim=-1)
         pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
-        return pattern, k, v, self.z_from_pattern(pattern, v)
+        if past is None:
+            return pattern, k, v, self.z_from_pattern(pattern, v)
+        z = self.z_from_pattern(pattern[..., :start], past[1]) + self.z_from_pattern(pattern[..., start:], v)
+        return pattern, k, v, z
 
     def keys_values(
         self, layer: int, h: Float[Tensor, "... pos d_model"], start: int = 0
@@ -356,35 +377,43 @@ class Replay:
         base: RunActs,
         readout: Int[Tensor, "batch read"],
         start: int = 0,
+        prompts: Int[Tensor, " prompt"] | None = None,
     ) -> Float[Tensor, "patch batch read d_vocab"]:
         """Logits at `readout` after replacing activation `stage` of `layer` by `act` (leading patch axis).
 
+        With `prompts`, `act` and `readout` hold those prompts of `base` only.
+
         In the last layer `act` holds only the read-out positions (see `effective`), except for `resid_pre`,
-        whose keys and values are needed at every position. Elsewhere `act` may start at position `start` when
-        the patch leaves every earlier position unchanged (causal attention keeps them so in later layers
-        too).
+        whose keys and values are needed at every position. Elsewhere, and for that `resid_pre`, `act` may
+        start at position `start` when the patch leaves every earlier position unchanged (causal attention
+        keeps them so in later layers too): their keys and values are the base run's.
         """
         last = self.n_layers - 1
+
+        def pick(x: Tensor) -> Tensor:  # the base run's values of the resumed prompts
+            return x if prompts is None else x[prompts]
+
         if stage == "resid_pre":
             resid, first = act, layer
         else:
             read = ("resid_pre", "attn_out", "mlp_out") if self.parallel else ("resid_pre", "resid_mid")
-            pieces = {n: base.acts[n][layer][:, start:] for n in read if base.acts[n]}
+            pieces = {n: pick(base.acts[n][layer][:, start:]) for n in read if base.acts[n]}
             if layer == last:
                 pieces = {n: take_pos(x, readout, -3, -2) for n, x in pieces.items()}
-            resid = self.finish_block(layer, stage, act, v=base.v[layer], **pieces)
+            resid = self.finish_block(layer, stage, act, v=pick(base.v[layer]), **pieces)
             if layer == last:
                 return self.unembed(resid)
             first = layer + 1
         for l in range(first, last):
-            past = (base.k[l][:, :start], base.v[l][:, :start]) if start else None
+            past = (pick(base.k[l][:, :start]), pick(base.v[l][:, :start])) if start else None
             z = self.attend(l, self.ln1(l, resid), past=past)[-1]
             resid = self.finish_block(l, "z", z, resid_pre=resid)
-        if start:
-            prefix = base.acts["resid_pre"][last][:, :start]
-            resid = torch.cat([prefix.expand(*resid.shape[:-2], *prefix.shape[-2:]), resid], -2)
-        z = self.attend(last, self.ln1(last, resid), readout)[-1]
-        return self.unembed(self.finish_block(last, "z", z, resid_pre=take_pos(resid, readout, -3, -2)))
+        # The last layer: keys and values of the positions from `start` on (the earlier ones are the base
+        # run's), queries and the rest of the block at the read-out positions only.
+        past = (pick(base.k[last][:, :start]), pick(base.v[last][:, :start])) if start else None
+        resid_read = split_take(resid, pick(base.acts["resid_pre"][last][:, :start]), readout, start)
+        z = self.attend(last, self.ln1(last, resid), readout, past, self.ln1(last, resid_read))[-1]
+        return self.unembed(self.finish_block(last, "z", z, resid_pre=resid_read))
 
     def effective(self, layer: int, stage: str, act: Tensor, readout: Int[Tensor, "batch read"]) -> Tensor:
         """The part of an activation a resumed run reads: after the last attention, the read-out positions."""
@@ -434,40 +463,66 @@ class Replay:
         self,
         layer: int,
         stage: str,
-        new: Tensor,
+        new: Tensor | CellPatches,
         base: RunActs,
         readout: Int[Tensor, "batch read"],
         fn: Callable[[Tensor], Tensor],
         pass_overhead: int = 256,
         base_value: Tensor | None = None,
+        max_cells: int | None = None,
     ) -> Tensor:
         """The metric `fn` after replacing activation `stage` of `layer` by each row of `new` [patch, *act].
 
-        `base` and `new` are cut after the last read-out position (`RunActs.truncated`). Patches that change
-        nothing the read-out depends on are not run: they get the base run's metric, the value a run gives.
-        The others resume at the first position they change (`start_groups`), after the last layer's attention
-        at the read-out positions only. `base_value`: fn on the base run, if known. Returns [patch, *metric
-        output].
+        `base` and `new` (a tensor or `CellPatches`) are cut after the last read-out position
+        (`RunActs.truncated`). Patches that change nothing the read-out depends on are not run: they get the
+        base run's metric, the value a run gives. The others resume at the first position they change
+        (`start_groups`), after the last layer's attention at the read-out positions only, on the prompts
+        they change; the other prompts keep the base run's logits, so `fn` always sees the whole batch.
+        `base_value`: fn on the base run, if known; `max_cells`: at most that many patches per pass. Returns
+        [patch, *metric output].
         """
         base_value = fn(base.logits[None])[0] if base_value is None else base_value
         out = base_value.expand(len(new), *base_value.shape).clone()
-        eff_base = self.effective(layer, stage, base.acts[stage][layer], readout)
-        eff_new = self.effective(layer, stage, new, readout)
-        hit = eff_new != eff_base
-        idx = hit.flatten(1).any(1).nonzero().flatten()
+        pos_dim = STAGE_AXES[stage][1]
+        last = layer == self.n_layers - 1
+        at_readout = readout if last and stage != "resid_pre" else None  # `effective`'s view
+        if isinstance(new, CellPatches):
+            changed, first = new.changes(at_readout)
+        else:
+            eff_base = self.effective(layer, stage, base.acts[stage][layer], readout)
+            eff_new = self.effective(layer, stage, new, readout)
+            hit = eff_new != eff_base
+            changed = hit.flatten(2).any(2).cpu()
+            first = first_position(hit, pos_dim) if at_readout is None else None
+        idx = changed.any(1).nonzero().flatten()
         if not len(idx):
             return out
-        pos_dim = STAGE_AXES[stage][1]
-        if layer == self.n_layers - 1:  # read-out positions only (resid_pre: keys and values at all of them)
-            starts = torch.zeros(len(idx), dtype=torch.long)
-        else:
-            starts = first_position(hit[idx], pos_dim)
-        for group in start_groups(starts, len(readout), pass_overhead):
-            start = int(starts[group].min())
-            rows = eff_new[idx[group.to(idx.device)]]
-            rows = rows.narrow(pos_dim, start, rows.shape[pos_dim] - start).contiguous()
-            logits = self.resume(layer, stage, rows, base, readout, start)
-            out[idx[group.to(idx.device)]] = fn(logits).to(out.dtype)
+        # last layer: read-out positions only (resid_pre: keys and values from its first change on)
+        starts = torch.zeros(len(idx), dtype=torch.long) if at_readout is not None else first[idx]
+        batch = len(readout)
+        groups = start_groups(starts, batch, pass_overhead)
+        if max_cells is not None:
+            groups = [g[lo : lo + max_cells] for g in groups for lo in range(0, len(g), max_cells)]
+        for group in groups:
+            start, cells = int(starts[group].min()), idx[group]
+            # Only the prompts some cell of the group changes are resumed; the others keep the base run's
+            # logits, and the metric sees every prompt's.
+            prompts = changed[cells].any(0).nonzero().flatten()
+            every = len(prompts) == batch
+            sub = None if every else prompts.to(readout.device)
+            if isinstance(new, CellPatches):
+                rows = new.rows(cells, start, at_readout, sub)
+            else:
+                rows = eff_new[cells.to(eff_new.device)]
+                rows = rows if every else rows[:, sub]
+                rows = rows.narrow(pos_dim, start, rows.shape[pos_dim] - start)
+            sub_readout = readout if every else readout[sub]
+            logits = self.resume(layer, stage, rows.contiguous(), base, sub_readout, start, sub)
+            if not every:
+                full = base.logits.expand(len(cells), *base.logits.shape).clone()
+                full[:, sub] = logits.to(full.dtype)
+                logits = full
+            out[cells.to(out.device)] = fn(logits).to(out.dtype)
         return out
 
 
