@@ -42,7 +42,7 @@ class CellPatches:
     def _pair(self, readout: Tensor | None, prompts: Tensor | None = None) -> tuple[Tensor, Tensor]:
         act, source = torch.broadcast_tensors(self.act, self.source)
         if prompts is not None:
-            act, source = act[prompts], source[prompts]
+            act, source = (x.index_select(0, prompts) for x in (act, source))
             readout = None if readout is None else readout[prompts]
         if readout is None:
             return act, source
@@ -114,7 +114,7 @@ class CellPatches:
             act, source = (x.narrow(self.pos_dim, start, size) for x in (self.act, self.source))
             act, source = torch.broadcast_tensors(act, source)
             if prompts is not None:
-                act, source = act[prompts], source[prompts]
+                act, source = (x.index_select(0, prompts) for x in (act, source))
         return torch.where(self.mask(idx, start, readout), source, act)
 
 

@@ -391,7 +391,7 @@ class Replay:
         last = self.n_layers - 1
 
         def pick(x: Tensor) -> Tensor:  # the base run's values of the resumed prompts
-            return x if prompts is None else x[prompts]
+            return x if prompts is None else x.index_select(0, prompts)
 
         if stage == "resid_pre":
             resid, first = act, layer

@@ -15,6 +15,6 @@ PAPER = register_paper(
         run=run.run,
         page=page.page,
         tasks=("birth",),
-        demo=(DemoModel("birth", "birth", "quick", 3.0, save_every=50),),
+        demo=(DemoModel("birth", "birth", "demo", 0.8, save_every=25),),
     )
 )

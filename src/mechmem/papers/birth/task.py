@@ -262,6 +262,12 @@ def _presets() -> dict[str, Preset]:
             _sgd(1500, 64, eval_every=50, eval_samples=256),
             "simplified model, K=5 fixed triggers, T=128, batch 64, head-only loss",
         ),
+        "demo": Preset(
+            quick_model,
+            quick_task,
+            _sgd(400, 64, eval_every=25, eval_samples=256),
+            "the quick preset stopped at 400 steps, for the demo (its induction head is born by step 150)",
+        ),
         "quick_ffn": Preset(
             simplified_config(d_vocab=N_TOKENS, n_ctx=128, d_model=128, ffn=True),
             BirthConfig(seq_len=128, n_triggers=5, fixed_triggers=False, head_only_loss=False),

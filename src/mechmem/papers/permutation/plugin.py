@@ -16,7 +16,7 @@ PAPER = register_paper(
         page=page.build_page,
         tasks=("permutation",),
         demo=(
-            DemoModel("permutation-task1", "permutation", "task1-quick", 1.5),
+            DemoModel("permutation-task1", "permutation", "task1-demo", 0.3),
             DemoModel("permutation-task2", "permutation", "task2-quick", 2.0, save_every=1000),
         ),
     )

@@ -28,6 +28,7 @@ and the optimal loss implement; splitting the derivation from its code would sep
 proves.
 """
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -348,8 +349,19 @@ QUICK_TRAIN = TrainConfig(
     eval_samples=5000,
 )
 
+# The demo's Task 1 preset: task1-quick stopped where the quick run had its circuit (docs/record/
+# 2026-11-29-demo.md, "demo presets": the elimination head by step 2,000 of 20,000). Task 2 keeps task2-quick:
+# stopped at 10,000 steps its probe recall was 0.70 against 0.99 at 20,000.
+DEMO_TASK1_TRAIN = dataclasses.replace(QUICK_TRAIN, steps=4_000, eval_every=1_000, eval_samples=2_000)
+
 PermutationTask.presets.update(
     {
+        "task1-demo": Preset(
+            _model(16, 1),
+            PermutationConfig(),
+            DEMO_TASK1_TRAIN,
+            "Task 1 for the demo: task1-quick stopped at 4,000 steps (cosine over those)",
+        ),
         "task1-quick": Preset(
             _model(16, 1),
             PermutationConfig(),
