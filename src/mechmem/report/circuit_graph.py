@@ -187,8 +187,13 @@ def summary_lines(circuit: Circuit, source: str) -> list[str]:
         )
     return [
         (
-            f"Pair: {source}, {circuit.n} prompts ({circuit.discovery_n or circuit.n} scored the edges); "
-            "metric: logit difference (clean - corrupted answer). "
+            f"Pair: {source}; "
+            + (
+                f"{circuit.discovery_n} prompts scored the edges, {circuit.n} others judged the circuit; "
+                if circuit.held_out
+                else f"{circuit.n} prompts, which both scored the edges and judged the circuit; "
+            )
+            + "metric: logit difference (clean - corrupted answer). "
             f"Ablation: {circuit.ablation} ({ABLATION_TEXT[circuit.ablation]}). Scores: {circuit.method}."
         ),
         f"Circuit: {int(circuit.kept.sum())} of {len(circuit.graph.edges)} edges ({how}): {kept}.",

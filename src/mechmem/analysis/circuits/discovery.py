@@ -150,10 +150,13 @@ class Circuit:
     """The sequential decision of the three measured criteria (families "gap", "faithfulness",
     "completeness"), over every prompt drawn; the verdict is judged on its corrected intervals."""
     discovery_n: int = 0
-    """Prompts the edges were scored and pruned on (the first round)."""
+    """Prompts the edges were scored and pruned on."""
+    held_out: bool = False
+    """Whether the verdict was judged on other prompts than those (`decided_circuit`) or on them
+    (`discover_circuit` on a fixed pair)."""
     prompt_values: Tensor | None = None
     """[4 prompt]: per-prompt metric of the full model, every edge ablated, the circuit and its complement,
-    over every prompt the verdict used."""
+    over every prompt the verdict used (`decided_circuit`: the held-out rounds, not the discovery draw)."""
     pruning: dict[str, Any] = field(default_factory=dict)
     """How the kept prefix was searched ("search") and the circuit evaluations it took ("evaluations")."""
 
@@ -285,6 +288,7 @@ class Circuit:
             "interval": "marginal 95%: value -+ 1.96 delta-method standard errors over prompts",
             "decision": self.decision.to_dict() if self.decision is not None else None,
             "discovery_n": self.discovery_n,
+            "held_out": self.held_out,
             "undecided": self.undecided(),
             "confidence_rule": CONFIDENCE,
             "timings_s": self.timings,
@@ -598,15 +602,18 @@ def decided_circuit(
     memory_mb: float = 256.0,
     **discover: Any,
 ) -> tuple[Circuit, str]:
-    """The circuit discovered on a first round of prompts and its verdict decided over rounds of new ones
+    """The circuit discovered on a first draw of prompts and its verdict decided over rounds of new ones
     (docs/decisions.md); with the pair's source in words. `mechmem circuit` and the report call this with
     `CIRCUIT_POLICY`, so a checkpoint and a seed give one circuit and one verdict.
 
-    The first round (`policy.first` prompts) is `circuit_prompts(model, task, policy.first, seed)`; it scores
-    and prunes the edges (`discover_circuit`, with `discover`'s options). Each later round draws new prompts
-    from the same generator and measures the full model, every edge ablated, the circuit and its complement on
-    them (mean ablation averaging over the first round's clean inputs), until the three measured criteria are
-    decided or precise, or the budget is reached. The circuit's values and intervals are over every prompt.
+    The discovery draw (`policy.first` prompts, `circuit_prompts(model, task, policy.first, seed)`) scores and
+    prunes the edges (`discover_circuit`, with `discover`'s options) and is then set aside: prompts that chose
+    the edges would judge them favourably. Every round, the first included, draws new prompts from the same
+    generator and measures the full model, every edge ablated, the circuit and its complement on them (mean
+    ablation averaging over the discovery draw's clean inputs), until the three measured criteria are decided
+    or precise, or the budget is reached. The circuit's values, intervals and `n` are over those held-out
+    prompts;
+    `discovery_n` counts the discovery draw.
 
     Example:
         >>> import mechmem
@@ -620,17 +627,18 @@ def decided_circuit(
     rounds: list[Tensor] = []
 
     def draw(k: int, generator: torch.Generator) -> dict[str, RatioMoments]:
-        pair, source = circuit_pair(model, task, k, generator=generator)
-        pair = pair.to(device)
-        if not found:  # the first round: discover the circuit on it
+        if not found:  # first: discover the circuit on prompts of its own, which the verdict never reads
+            pair, source = circuit_pair(model, task, k, generator=generator)
+            pair = pair.to(device)
             circuit = discover_circuit(model, pair, ablation=ablation, memory_mb=memory_mb, **discover)
             reference = discover.get("reference")
             found.update(
                 circuit=circuit, source=source, reference=pair.clean if reference is None else reference
             )
-            rounds.append(circuit.prompt_values)
-            return criteria_moments(circuit.prompt_values)
-        patcher = EdgePatcher(model, pair, ablation, reference=found["reference"], memory_mb=memory_mb)
+        pair, _ = circuit_pair(model, task, k, generator=generator)
+        patcher = EdgePatcher(
+            model, pair.to(device), ablation, reference=found["reference"], memory_mb=memory_mb
+        )
         kept = found["circuit"].kept
         every = torch.ones_like(kept)
         rounds.append(patcher.evaluate(torch.stack([every, ~every, kept, ~kept])).detach().cpu())
@@ -642,6 +650,7 @@ def decided_circuit(
     means = circuit.prompt_values.double().mean(1).tolist()
     circuit.values = dict(zip(("full", "empty", "circuit", "complement"), means))
     circuit.decision, circuit.intervals, circuit.n = decision, _marginal(decision), decision.n
+    circuit.held_out = True
     return circuit, found["source"]
 
 
