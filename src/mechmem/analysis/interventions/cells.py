@@ -46,7 +46,9 @@ class CellPatches:
             readout = None if readout is None else readout[prompts]
         if readout is None:
             return act, source
-        return _take(act, readout, self.pos_dim), _take(source, readout, self.pos_dim)
+        return take_pos(act, readout, -act.ndim, self.pos_dim), take_pos(
+            source, readout, -act.ndim, self.pos_dim
+        )
 
     def changes(
         self, readout: Int[Tensor, "batch read"] | None = None
@@ -118,13 +120,17 @@ class CellPatches:
         return torch.where(self.mask(idx, start, readout), source, act)
 
 
-def _take(x: Tensor, readout: Tensor, pos_dim: int) -> Tensor:
-    """x [batch, ...] at positions `readout[b]` along `pos_dim` (as `replay.take_pos` with batch axis 0)."""
+def take_pos(x: Tensor, readout: Int[Tensor, "batch read"], batch_dim: int, pos_dim: int) -> Tensor:
+    """Select, for each prompt b, the positions `readout[b]` along `pos_dim` (prompts along `batch_dim`)."""
+    if x.shape[pos_dim] == 1:
+        return x
     shape = [1] * x.ndim
-    shape[0], shape[pos_dim] = readout.shape
+    shape[batch_dim], shape[pos_dim] = readout.shape
+    if x.shape[batch_dim] == 1:
+        x = x.expand(*[readout.shape[0] if d == x.ndim + batch_dim else -1 for d in range(x.ndim)])
     size = list(x.shape)
     size[pos_dim] = readout.shape[1]
     return x.gather(pos_dim, readout.reshape(shape).expand(size))
 
 
-__all__ = ["CellPatches"]
+__all__ = ["CellPatches", "take_pos"]

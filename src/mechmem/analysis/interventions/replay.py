@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.analysis.interventions.cells import CellPatches
+from mechmem.analysis.interventions.cells import CellPatches, take_pos
 from mechmem.analysis.interventions.schedule import first_position, start_groups
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import attention_scale, replay_unsupported
@@ -93,19 +93,6 @@ def model_stages(cfg: Any) -> tuple[str, ...]:
     if getattr(cfg, "parallel_attn_mlp", False):
         return tuple(s for s in STAGES if s != "resid_mid")
     return STAGES
-
-
-def take_pos(x: Tensor, readout: Int[Tensor, "batch read"], batch_dim: int, pos_dim: int) -> Tensor:
-    """Select, for each prompt b, the positions `readout[b]` along `pos_dim` (prompts along `batch_dim`)."""
-    if x.shape[pos_dim] == 1:
-        return x
-    shape = [1] * x.ndim
-    shape[batch_dim], shape[pos_dim] = readout.shape
-    if x.shape[batch_dim] == 1:
-        x = x.expand(*[readout.shape[0] if d == x.ndim + batch_dim else -1 for d in range(x.ndim)])
-    size = list(x.shape)
-    size[pos_dim] = readout.shape[1]
-    return x.gather(pos_dim, readout.reshape(shape).expand(size))
 
 
 def split_take(
