@@ -2,6 +2,7 @@
 
     python benchmarks/preset_times.py                      # every preset (about 30 minutes on 2 busy cores)
     python benchmarks/preset_times.py --tasks facts --full-s 60 --out /tmp/times.json
+    python benchmarks/preset_times.py --tasks birth --presets birth/demo --update   # one new preset
 
 Each preset is timed over two short probes on the trainer's own clock (model building excluded; no checkpoints
 written): FIRST_PROBE steps, then more (first about --probe-s seconds' worth at the first probe's rate, then 4
@@ -81,6 +82,12 @@ def measure(task: str, preset: str, steps: int, eval_every: int, *, full_s: floa
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="*", default=None, help="tasks to time (default: every task)")
+    parser.add_argument(
+        "--presets",
+        nargs="*",
+        default=None,
+        help="only these TASK/PRESET names (e.g. birth/demo; use with --update)",
+    )
     parser.add_argument("--full-s", type=float, default=90.0, help="train in full below this (seconds)")
     parser.add_argument("--probe-s", type=float, default=15.0, help="about how long the second probe runs")
     parser.add_argument("--out", default=str(TIMES_FILE), help="JSON file (default: the shipped one)")
@@ -103,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     records = dict(old["presets"])
     for task in args.tasks or task_names():
         for preset, spec in sorted(get_task_class(task).presets.items()):
+            if args.presets is not None and f"{task}/{preset}" not in args.presets:
+                continue
             t0 = time.perf_counter()
             train = spec.train
             records[f"{task}/{preset}"] = rec = measure(

@@ -211,10 +211,16 @@ def test_sighup_stops_a_run_as_an_interrupt_and_leaves_nothing_half_written(tmp_
         "2",
         "--no-progress",
     ]
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "analyses" / "train.py"), *argv, "--out", str(out)],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env_with_src(),
-    )  # fmt: skip
+    # The child starts as from a terminal, SIGHUP at its default, even when these tests run under nohup (whose
+    # ignored SIGHUP a child inherits and, by design, keeps).
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "analyses" / "train.py"), *argv, "--out", str(out)],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env_with_src(),
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGHUP, previous)
     deadline = time.monotonic() + 600
     while not any(out.glob("checkpoints/step_*.pt")) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
