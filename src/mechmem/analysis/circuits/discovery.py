@@ -152,8 +152,8 @@ class Circuit:
     discovery_n: int = 0
     """Prompts the edges were scored and pruned on."""
     held_out: bool = False
-    """Whether the verdict was judged on other prompts than those (`decided_circuit`) or on them
-    (`discover_circuit` on a fixed pair)."""
+    """Whether the verdict was judged on prompts other than the discovery prompts (`decided_circuit`) or on
+    the discovery prompts themselves (`discover_circuit` on a fixed pair)."""
     prompt_values: Tensor | None = None
     """[4 prompt]: per-prompt metric of the full model, every edge ablated, the circuit and its complement,
     over every prompt the verdict used (`decided_circuit`: the held-out rounds, not the discovery draw)."""
@@ -612,8 +612,7 @@ def decided_circuit(
     generator and measures the full model, every edge ablated, the circuit and its complement on them (mean
     ablation averaging over the discovery draw's clean inputs), until the three measured criteria are decided
     or precise, or the budget is reached. The circuit's values, intervals and `n` are over those held-out
-    prompts;
-    `discovery_n` counts the discovery draw.
+    prompts; `discovery_n` counts the discovery draw.
 
     Example:
         >>> import mechmem
