@@ -32,7 +32,8 @@ from typing import Any
 import torch
 import transformer_lens
 
-from mechmem.analysis.circuits.discovery import circuit_prompts, decided_circuit
+from mechmem.analysis.circuits.decided import decided_circuit
+from mechmem.analysis.circuits.discovery import circuit_prompts
 from mechmem.analysis.distribution import prompt_fit, repeats_fit
 from mechmem.analysis.heads import probe_halves
 from mechmem.analysis.roles import head_roles

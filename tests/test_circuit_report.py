@@ -36,7 +36,10 @@ def test_section_is_registered_and_draws_the_planted_circuit():
     section = edges_section(ReportContext(model, None, 64, 0, head_roles(model, None, n=64, seed=0)))
     assert section.skipped is None and set(section.findings["circuit"]) == PLANTED
     assert section.findings["faithfulness"] == pytest.approx(1.0, abs=1e-3)
-    assert section.figures["graph"].startswith(b"\x89PNG") and section.tables[0].rows[0][3] == "yes"
+    assert (
+        section.figures["graph"].startswith(b"\x89PNG")
+        and section.tables[0].rows[0][section.tables[0].headers.index("decision")] == "in"
+    )
     assert_no_hooks(model)
 
 
@@ -56,7 +59,7 @@ def test_script_writes_circuit_json_and_figure(planted_ckpt, tmp_path, capsys):
             "--out",
             str(tmp_path),
             "--n-samples",
-            "16",
+            "32",  # at least min_units (20): fewer prompts decide no edge
             "--attribution",
             "--role-samples",
             "32",
@@ -75,7 +78,7 @@ def test_script_writes_circuit_json_and_figure(planted_ckpt, tmp_path, capsys):
 
 
 def test_script_bad_flag_is_one_line_exit_2(planted_ckpt, tmp_path, capsys):
-    rc = run_script(load_script("circuit").main, [str(planted_ckpt), "--out", str(tmp_path), "--target", "0"])
+    rc = run_script(load_script("circuit").main, [str(planted_ckpt), "--out", str(tmp_path), "--share", "0"])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("error:") and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "circuit.json").exists()
@@ -110,6 +113,6 @@ def test_script_describes_the_ablation_it_ran(planted_ckpt, tmp_path, capsys):
     out = capsys.readouterr().out
     assert ABLATION_TEXT["corrupted"] in out and ABLATION_TEXT["mean"] not in out
     assert "over the clean prompts" not in out
-    assert run_script(load_script("circuit").main, [*args, "--threshold", "0.2"]) == 0
+    assert run_script(load_script("circuit").main, [*args, "--share", "0.2"]) == 0
     out = capsys.readouterr().out
-    assert "|score| >= 0.2 x |gap|" in out and "faithfulness >= None" not in out
+    assert "outside (-0.2, 0.2)" in out and "faithfulness >= None" not in out

@@ -44,7 +44,7 @@ MISSING = "/no/such/file.pt"
 
 ERRORS = {
     "ablate_heads": [[MISSING], ["{ckpt}", "--n-samples", "-5"], ["{ckpt}", "--methods", "twice"]],
-    "circuit": [[MISSING], ["{ckpt}", "--target", "nan"]],
+    "circuit": [[MISSING], ["{ckpt}", "--share", "nan"]],
     "demo": [["--jobs", "x"], ["--jobs", "0"]],
     "detect_heads": [[MISSING], ["{ckpt}", "--lengths", "4,x"]],
     "dynamics": [[MISSING], ["{run}", "--quantities", "nope"], ["{run}", "--level", "x"]],

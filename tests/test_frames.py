@@ -211,6 +211,7 @@ def test_circuit_frame_holds_every_edge(circuit):
         "edge",
         *("name", "sender", "receiver", "port"),
         *("value", "stderr", "lower", "upper", "exact", "attribution", "kept"),
+        *("decision", "share", "share_lower", "share_upper", "n_needed"),
     ]
     rows = by_key(frame, ["edge"])
     assert len(rows) == len(circuit.graph.edges)
@@ -226,7 +227,25 @@ def test_circuit_frame_holds_every_edge(circuit):
         assert row["exact"] == bool(circuit.exact[i]) and row["kept"] == bool(circuit.kept[i])
         assert same(row["attribution"], circuit.attribution[i])
     assert sorted(frame.loc[frame["kept"], "name"]) == sorted(circuit.edge_names())
+    assert list(frame["decision"]) == ["in" if k else "out" for k in circuit.kept.tolist()]
     assert_short_repr(circuit, "Circuit")
+
+
+def test_decided_circuit_frame_holds_each_edge_test():
+    from mechmem import planted_induction_model
+    from mechmem.analysis.circuits import decided_circuit
+
+    circuit, _ = decided_circuit(planted_induction_model(), None)
+    frame, family = circuit.to_dataframe(), circuit.edge_decision["edge"]
+    assert list(frame["decision"]) == [{"yes": "in", "no": "out"}.get(v, v) for v in family.verdicts()]
+    assert frame["share"].to_numpy() == pytest.approx(family.mean.numpy())
+    assert frame["share_lower"].to_numpy() == pytest.approx(family.lower.numpy())
+    assert sorted(frame.loc[frame["decision"] == "in", "name"]) == sorted(circuit.edge_names())
+    rows = {r["name"]: r for r in circuit.to_dict()["edges"]}
+    for name in circuit.edge_names():
+        row = rows[name]
+        assert row["decision"] == "in"
+        assert row["share_corrected_lower"] >= 0.05 or row["share_corrected_upper"] <= -0.05
 
 
 def test_scored_edges_frame(circuit):

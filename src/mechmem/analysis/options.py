@@ -19,6 +19,9 @@ CIRCUIT_PROMPTS = 64
 sequential verdict (`mechmem.analysis.sequential.CIRCUIT_POLICY`)."""
 CIRCUIT_BUDGET = 512
 """Prompts of the circuit verdict's last look (docs/decisions.md)."""
+EDGE_SHARE = 0.05
+"""An edge is in the decided circuit when the corrected interval of its share of the gap lies outside
+(-0.05, 0.05) (`mechmem.analysis.circuits.decided`); fixed before the rule's first run (docs/decisions.md)."""
 HEAD_FIRST = 64
 """Sequences per probe of head naming's first look (docs/decisions.md)."""
 HEAD_BUDGET = 1000

@@ -1,4 +1,4 @@
-"""Discover a checkpoint's edge-level circuit: score every edge by path patching, prune, measure faithfulness.
+"""Decide a checkpoint's edge-level circuit: test every edge by path patching, then measure faithfulness.
 
     mechmem circuit runs/task2/ckpt.pt --n-samples 64                # about a second on CPU
     mechmem circuit runs/birth --ablation corrupted --attribution    # also EAP and its agreement
@@ -6,8 +6,9 @@
 Edges run from each node's output (embeddings, heads, MLPs) into each later input (a head's q, k or v, an MLP,
 the logits); see docs/circuits.md. The pair is the task's clean/corrupted pair, or, as a fallback for a task
 without one, generic repeated random tokens; the prompt-fit line says whether the pair is the model's own
-data (docs/analyses.md, "Prompt fit"). The edges are scored on the first 64 prompts; the verdict is decided on
-rounds of new prompts up to --n-samples (docs/decisions.md; the report's policy, so both give one verdict).
+data (docs/analyses.md, "Prompt fit"). Each edge is in when its share of the gap is decided >= --share in
+size over rounds of prompts (64, 128, ... up to --n-samples); the circuit's verdict is then decided on new
+rounds (docs/decisions.md; the report's policy, so both give one verdict).
 Prints the circuit, its faithfulness and completeness, and the strongest edges; writes DIR/circuit.json
 (nodes, edges with scores, the circuit, faithfulness, method, ablation) and DIR/circuit.png, together (one
 output set: both or neither).
@@ -17,7 +18,7 @@ import argparse
 from typing import Any
 
 from mechmem import cli
-from mechmem.analysis.options import CIRCUIT_ABLATIONS, CIRCUIT_BUDGET, HEAD_BUDGET
+from mechmem.analysis.options import CIRCUIT_ABLATIONS, CIRCUIT_BUDGET, EDGE_SHARE, HEAD_BUDGET
 from mechmem.commands.common import run_analysis
 
 
@@ -28,8 +29,12 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
     p.add_argument(
         "--ablation", choices=CIRCUIT_ABLATIONS, default="mean", help="value an ablated edge carries"
     )
-    p.add_argument("--target", type=cli.positive_float, default=0.9, help="faithfulness to reach")
-    p.add_argument("--threshold", type=cli.positive_float, help="keep |score| >= THRESHOLD x |gap| instead")
+    p.add_argument(
+        "--share",
+        type=cli.positive_float,
+        default=EDGE_SHARE,
+        help="an edge is in when its share of the gap is decided >= SHARE in size (docs/decisions.md)",
+    )
     p.add_argument("--max-exact", type=cli.positive_int, default=256, help="above: EAP, then exact on top")
     p.add_argument("--attribution", action="store_true", help="also run EAP and report its agreement")
     p.add_argument(
@@ -42,7 +47,8 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
 
 
 def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """Score every edge, prune to the circuit; print it and its strongest edges; return circuit.{json,png}."""
+    """Decide every edge and the circuit's verdict; print them and the strongest edges; return
+    circuit.{json,png}."""
     import torch
 
     from mechmem.analysis.circuits import attribution_agreement, circuit_prompts, decided_circuit
@@ -58,8 +64,8 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         return cli.skipped(reason, "circuit.json", {"task": ckpt.task_name})
     policy = CIRCUIT_POLICY.with_budget(args.n_samples)
     with working(
-        f"scoring edges and pruning the circuit ({args.ablation} ablation, {policy.first} prompts; "
-        f"verdict on up to {policy.budget})"
+        f"deciding the circuit's edges and verdict ({args.ablation} ablation, rounds of {policy.first} to "
+        f"{policy.budget} prompts)"
     ):
         circuit, source = decided_circuit(
             ckpt.model,
@@ -67,8 +73,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
             seed=args.seed,
             policy=policy,
             ablation=args.ablation,
-            target=args.target,
-            threshold=args.threshold,
+            share=args.share,
             max_exact=args.max_exact,
             with_attribution=args.attribution,
         )

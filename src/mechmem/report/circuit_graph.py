@@ -9,10 +9,12 @@ classifier.
 """
 
 import math
+from collections import Counter
 from typing import Any
 
 from mechmem.analysis.circuits import ABLATION_TEXT, build_graph
-from mechmem.analysis.circuits.discovery import CONFIDENCE, Circuit, circuit_prompts, decided_circuit
+from mechmem.analysis.circuits.decided import decided_circuit
+from mechmem.analysis.circuits.discovery import CONFIDENCE, Circuit, circuit_prompts
 from mechmem.analysis.distribution import prompt_fit
 from mechmem.analysis.intervals import normal_interval
 from mechmem.analysis.sequential import CIRCUIT_POLICY
@@ -138,20 +140,28 @@ def graph_view(circuit: Circuit, roles: dict[str, str]) -> dict[str, Any]:
 def edge_table(circuit: Circuit, top: int = 12) -> Table:
     """The `top` edges by |score|.
 
-    Score, standard error over prompts, kept or not (and EAP, when computed).
+    Score, standard error over prompts, kept or not (and EAP, when computed); for a circuit decided edge by
+    edge, the share of the gap with its marginal 95% interval and the edge's verdict.
     """
     order = circuit.scores.abs().argsort(descending=True)[:top].tolist()
-    eap = circuit.attribution is not None
+    eap, tested = circuit.attribution is not None, circuit.edge_decision is not None
+    shares, verdicts = circuit.edge_shares(), circuit.edge_verdicts()
     rows = []
     for i in order:
-        row = [
-            circuit.graph.edges[i].name,
-            float(circuit.scores[i]),
-            float(circuit.stderr[i]),
-            "yes" if circuit.kept[i] else "no",
-        ]
+        row = [circuit.graph.edges[i].name, float(circuit.scores[i]), float(circuit.stderr[i])]
+        if tested:
+            row += [
+                float(shares["share"][i]),
+                float(shares["lower"][i]),
+                float(shares["upper"][i]),
+                verdicts[i],
+            ]
+        else:
+            row.append("yes" if circuit.kept[i] else "no")
         rows.append(row + ([float(circuit.attribution[i])] if eap else []))
-    headers = ["edge", "score", "stderr", "in circuit"] + (["EAP"] if eap else [])
+    headers = ["edge", "score", "stderr"]
+    headers += ["share", "share lower", "share upper", "decision"] if tested else ["in circuit"]
+    headers += ["EAP"] if eap else []
     return Table(
         headers,
         rows,
@@ -160,17 +170,30 @@ def edge_table(circuit: Circuit, top: int = 12) -> Table:
     )
 
 
-def summary_lines(circuit: Circuit, source: str) -> list[str]:
-    """The section's findings in words: pair, ablation, method, the circuit, its measures and the verdict."""
-    v, rule, ci = circuit.values, CONFIDENCE, circuit.intervals
-    kept = ", ".join(circuit.edge_names()) or "none"
-    if circuit.threshold is not None:
+def selection_words(circuit: Circuit) -> str:
+    """How the circuit's edges were chosen, in words: the share test's counts, the threshold or the prefix."""
+    if circuit.edge_decision is not None:
+        counts = Counter(circuit.edge_verdicts())
+        how = (
+            f"each edge in when the corrected interval of its share of the gap lies outside "
+            f"(-{circuit.threshold}, {circuit.threshold}), over {circuit.edge_decision.n} prompts: "
+            + ", ".join(f"{counts[v]} {v}" for v in ("in", "out", "undecided", "untested") if counts[v])
+        )
+    elif circuit.threshold is not None:
         how = f"every edge with |score| >= {circuit.threshold} x |gap|"
     else:
         how = f"shortest |score| prefix with faithfulness >= {circuit.target}"
         if circuit.pruning:
             search = circuit.pruning
             how += f", {search['search']}: {search['evaluations']} circuit evaluations"
+    return how
+
+
+def summary_lines(circuit: Circuit, source: str) -> list[str]:
+    """The section's findings in words: pair, ablation, method, the circuit, its measures and the verdict."""
+    v, rule, ci = circuit.values, CONFIDENCE, circuit.intervals
+    kept = ", ".join(circuit.edge_names()) or "none"
+    how = selection_words(circuit)
 
     def interval(name: str) -> str:
         return f" [{ci[name][0]:.3f}, {ci[name][1]:.3f}]" if name in ci else ""
@@ -189,7 +212,7 @@ def summary_lines(circuit: Circuit, source: str) -> list[str]:
         (
             f"Pair: {source}; "
             + (
-                f"{circuit.discovery_n} prompts scored the edges, {circuit.n} others judged the circuit; "
+                f"{circuit.discovery_n} prompts decided the edges, {circuit.n} others judged the circuit; "
                 if circuit.held_out
                 else f"{circuit.n} prompts, which both scored the edges and judged the circuit; "
             )
@@ -210,7 +233,8 @@ def summary_lines(circuit: Circuit, source: str) -> list[str]:
             f"{rule['min_gap']}; faithful {crit['faithful']}: interval vs >= {rule['min_faithfulness']}; "
             f"complete {crit['complete']}: interval vs >= {rule['min_faithfulness']}; "
             f"sparse {crit['sparse']}: at most {rule['max_edge_fraction']:.0%} of the edges)"
-            f"{'; ' + circuit.undecided() if circuit.undecided() else ''}. "
+            f"{'; ' + circuit.undecided() if circuit.undecided() else ''}"
+            f"{'; ' + circuit.undecided_edges() if circuit.undecided_edges() else ''}. "
             f"Time {circuit.timings['total']:.2f} s."
         ),
         *agreed,
@@ -242,4 +266,4 @@ def edges_section(ctx: Any) -> Section:
     return s
 
 
-__all__ = ["edge_table", "edges_section", "graph_view", "plot_circuit", "summary_lines"]
+__all__ = ["edge_table", "edges_section", "graph_view", "plot_circuit", "selection_words", "summary_lines"]

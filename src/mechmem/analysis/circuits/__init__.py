@@ -1,7 +1,8 @@
 """Edge-level circuits: the edge graph and its patcher (path patching of every edge), and circuit
-discovery (scoring, pruning, faithfulness).
+discovery (scoring, pruning, faithfulness), and the circuit decided edge by edge over rounds of prompts.
 """
 
+from mechmem.analysis.circuits.decided import EDGE_SHARE, EdgeStage, decide_edges, decided_circuit
 from mechmem.analysis.circuits.discovery import (
     CHECK_EDGES,
     CONFIDENCE,
@@ -13,7 +14,6 @@ from mechmem.analysis.circuits.discovery import (
     circuit_pair,
     circuit_prompts,
     criteria_moments,
-    decided_circuit,
     discover_circuit,
     edge_attribution,
     score_edges,
@@ -36,11 +36,13 @@ __all__ = [
     "CHECK_EDGES",
     "CONFIDENCE",
     "CRITERIA",
+    "EDGE_SHARE",
     "EDGE_STEPS",
     "RESCORE_EDGES",
     "Circuit",
     "Edge",
     "EdgePatcher",
+    "EdgeStage",
     "Graph",
     "Node",
     "Port",
@@ -50,6 +52,7 @@ __all__ = [
     "circuit_pair",
     "circuit_prompts",
     "criteria_moments",
+    "decide_edges",
     "decided_circuit",
     "discover_circuit",
     "edge_attribution",

@@ -20,20 +20,17 @@ every edge ablated and gap = m(full) - m(e):
     faithfulness = (m(circuit) - m(e)) / gap        the circuit alone, every other edge ablated
     completeness = (m(full) - m(full minus circuit)) / gap      what ablating only the circuit's edges removes
 Gap, faithfulness and completeness are ratios of sums over prompts; their verdict (`CONFIDENCE`) follows the
-sequential rule (`mechmem.analysis.sequential`, docs/decisions.md): `decided_circuit` discovers the circuit on
-a first round of prompts, then measures it on doubling rounds of new prompts until each criterion's interval,
-corrected for the three criteria and every look, clears its threshold or the budget is reached
-(`discover_circuit` on a fixed pair judges with the same rule at one look). Each criterion is "yes" when its
-whole corrected interval passes, "no" when it fails, else "undecided" (with the prompts that would decide it);
-the circuit is confident ("yes") when every criterion is yes, "no" when one is no. `intervals` holds the
-marginal 95% intervals, for reading.
+sequential rule (`mechmem.analysis.sequential`, docs/decisions.md). `discover_circuit` on a fixed pair judges
+it at one look, on the prompts that chose the edges; `mechmem.analysis.circuits.decided.decided_circuit`
+decides every edge by its share of the gap over rounds of prompts and then judges the criteria on new ones.
+Each criterion is "yes" when its whole corrected interval passes, "no" when it fails, else "undecided" (with
+the prompts that would decide it); the circuit is confident ("yes") when every criterion is yes, "no" when
+one is no. `intervals` holds the marginal 95% intervals, for reading.
     behaviour    |gap| interval vs min_gap (the behaviour exists)
     faithful     faithfulness interval vs min_faithfulness (the circuit alone keeps most of it)
     sparse       at most max_edge_fraction of the edges are kept (a count: yes or no)
     complete     completeness interval vs min_faithfulness (ablating only the circuit removes most of it)
-Per-edge tests are not part of the verdict: the weakest edge a prefix includes sits near any z threshold, so a
-rule on every kept edge (or on the circuit cut down to its significant edges) flipped between prompt draws of
-one checkpoint (docs/circuits.md). Each edge's standard error is still reported next to its score.
+Here the prefix is chosen on one draw; each edge's standard error is reported next to its score.
 
 Long because it is one pipeline: edge scoring, pruning to the target faithfulness and the bootstrap verdict
 share the Circuit record and the prompt draw, and reading them apart would hide how the verdict follows from
@@ -152,13 +149,16 @@ class Circuit:
     discovery_n: int = 0
     """Prompts the edges were scored and pruned on."""
     held_out: bool = False
-    """Whether the verdict was judged on prompts other than the discovery prompts (`decided_circuit`) or on
-    the discovery prompts themselves (`discover_circuit` on a fixed pair)."""
+    """Whether the verdict was judged on prompts other than those that chose the edges (`decided_circuit`) or
+    on those prompts themselves (`discover_circuit` on a fixed pair)."""
     prompt_values: Tensor | None = None
     """[4 prompt]: per-prompt metric of the full model, every edge ablated, the circuit and its complement,
-    over every prompt the verdict used (`decided_circuit`: the held-out rounds, not the discovery draw)."""
+    over every prompt the verdict used (`decided_circuit`: the criteria stage, not the edge stage)."""
     pruning: dict[str, Any] = field(default_factory=dict)
     """How the kept prefix was searched ("search") and the circuit evaluations it took ("evaluations")."""
+    edge_decision: Decision | None = None
+    """The sequential test of every tested edge's share of the gap (family "edge", one test per edge where
+    `exact`, in graph order) when the edges were decided by the evidence (`decided_circuit`)."""
 
     def __post_init__(self) -> None:
         n = len(self.graph.edges)
@@ -235,12 +235,56 @@ class Circuit:
         which = self.kept if which is None else which
         return [e.name for e, k in zip(self.graph.edges, which.tolist()) if k]
 
+    def edge_verdicts(self) -> list[str]:
+        """Per edge of the graph: "in", "out" or "undecided" as its share test decided (`edge_decision`), or
+        "untested" (only estimated); a circuit pruned on one draw has no tests: "in" where kept, else
+        "out"."""
+        if self.edge_decision is None:
+            return ["in" if k else "out" for k in self.kept.tolist()]
+        words = {"yes": "in", "no": "out", "undecided": "undecided"}
+        tested = iter(self.edge_decision["edge"].verdicts())
+        return [words[next(tested)] if t else "untested" for t in self.exact.tolist()]
+
+    def edge_shares(self) -> dict[str, Tensor]:
+        """Per edge of the graph, from its share test: "share" of the gap, its marginal 95% "lower" / "upper",
+        the "corrected_lower" / "corrected_upper" it is judged on and "n_needed" (NaN where untested, or for a
+        circuit pruned on one draw)."""
+        n = len(self.graph.edges)
+        keys = ("share", "lower", "upper", "corrected_lower", "corrected_upper", "n_needed")
+        out = {k: torch.full((n,), math.nan, dtype=torch.float64) for k in keys}
+        if self.edge_decision is not None:
+            family, where = self.edge_decision["edge"], self.exact.nonzero().flatten()
+            for key in keys:
+                out[key][where] = getattr(family, "mean" if key == "share" else key).double()
+        return out
+
+    def undecided_edges(self) -> str:
+        """The undecided edges in words ("" when none): how many, and the prompts that would decide them."""
+        verdicts = self.edge_verdicts()
+        open_ = [i for i, v in enumerate(verdicts) if v == "undecided"]
+        if not open_ or self.edge_decision is None:
+            return ""
+        most = float(self.edge_shares()["n_needed"][open_].max())
+        about = (
+            f"about {int(most)} would decide them" if math.isfinite(most) else "no number would decide all"
+        )
+        return (
+            f"{len(open_)} edge(s) undecided at {self.edge_decision.n} prompts "
+            f"({', '.join(self.graph.edges[i].name for i in open_)}); {about}"
+        )
+
     def to_dataframe(self) -> Any:
         """One row per edge of the graph (`edge_frame`: `edge`, `name`, `sender`, `receiver`, `port`, `value`,
-        `stderr`, `lower`, `upper`, `exact`, `attribution`) plus `kept` (in the circuit). The circuit's own
-        measures (faithfulness, completeness and their intervals) are in `to_dict` and the repr."""
+        `stderr`, `lower`, `upper`, `exact`, `attribution`) plus `kept` (in the circuit), `decision`
+        (`edge_verdicts`) and the share test's `share`, `share_lower`, `share_upper` (marginal 95%) and
+        `n_needed` (`edge_shares`). The circuit's own measures are in `to_dict` and the repr."""
         frame = edge_frame(self.scores, self.stderr, self.exact, self.attribution, self.graph)
         frame["kept"] = self.kept.cpu().numpy()
+        frame["decision"] = self.edge_verdicts()
+        shares = self.edge_shares()
+        for key, column in (("share", "share"), ("lower", "share_lower"), ("upper", "share_upper")):
+            frame[column] = shares[key].numpy()
+        frame["n_needed"] = shares["n_needed"].numpy()
         return frame
 
     def __repr__(self) -> str:
@@ -253,7 +297,11 @@ class Circuit:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        edges = []
+        edges, verdicts, shares = [], self.edge_verdicts(), self.edge_shares()
+
+        def finite(x: Tensor) -> float | None:
+            return float(x) if math.isfinite(float(x)) else None
+
         for i, e in enumerate(self.graph.edges):
             row = {
                 "name": e.name,
@@ -264,7 +312,12 @@ class Circuit:
                 "stderr": float(self.stderr[i]),
                 "exact": bool(self.exact[i]),
                 "kept": bool(self.kept[i]),
+                "decision": verdicts[i],
             }
+            if self.edge_decision is not None and self.exact[i]:
+                row |= {
+                    k if k in ("share", "n_needed") else f"share_{k}": finite(v[i]) for k, v in shares.items()
+                }
             if self.attribution is not None:
                 row["attribution"] = float(self.attribution[i])
             edges.append(row)
@@ -290,6 +343,8 @@ class Circuit:
             "discovery_n": self.discovery_n,
             "held_out": self.held_out,
             "undecided": self.undecided(),
+            "undecided_edges": self.undecided_edges(),
+            "edge_decision": self.edge_decision.to_dict() if self.edge_decision is not None else None,
             "confidence_rule": CONFIDENCE,
             "timings_s": self.timings,
             "attribution_check": self.attribution_check,
@@ -500,7 +555,8 @@ def single_look(values: Float[Tensor, "4 batch"], policy: DecisionPolicy = CIRCU
     return judge_criteria(lambda k, generator: criteria_moments(values), once)
 
 
-def _marginal(decision: Decision) -> dict[str, tuple[float, float]]:
+def marginal_intervals(decision: Decision) -> dict[str, tuple[float, float]]:
+    """Each family's marginal 95% interval (lower, upper) of a decision of scalar tests (the criteria)."""
     return {k: (float(f.lower), float(f.upper)) for k, f in decision.families.items()}
 
 
@@ -584,73 +640,12 @@ def discover_circuit(
         threshold=threshold,
         timings=timings,
         attribution_check=edges.check,
-        intervals=_marginal(decision),
+        intervals=marginal_intervals(decision),
         pruning=pruning,
         decision=decision,
         discovery_n=len(pair.clean),
         prompt_values=per_prompt.detach().cpu(),
     )
-
-
-def decided_circuit(
-    model: torch.nn.Module,
-    task: Any = None,
-    *,
-    seed: int = 0,
-    policy: DecisionPolicy = CIRCUIT_POLICY,
-    ablation: str = "mean",
-    memory_mb: float = 256.0,
-    **discover: Any,
-) -> tuple[Circuit, str]:
-    """The circuit discovered on a first draw of prompts and its verdict decided over rounds of new ones
-    (docs/decisions.md); with the pair's source in words. `mechmem circuit` and the report call this with
-    `CIRCUIT_POLICY`, so a checkpoint and a seed give one circuit and one verdict.
-
-    The discovery draw (`policy.first` prompts, `circuit_prompts(model, task, policy.first, seed)`) scores and
-    prunes the edges (`discover_circuit`, with `discover`'s options) and is then set aside: prompts that chose
-    the edges would judge them favourably. Every round, the first included, draws new prompts from the same
-    generator and measures the full model, every edge ablated, the circuit and its complement on them (mean
-    ablation averaging over the discovery draw's clean inputs), until the three measured criteria are decided
-    or precise, or the budget is reached. The circuit's values, intervals and `n` are over those held-out
-    prompts; `discovery_n` counts the discovery draw.
-
-    Example:
-        >>> import mechmem
-        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
-        >>> circuit, source = mechmem.decided_circuit(model, None, max_exact=64)
-        >>> circuit.verdict, circuit.decision.looks
-        ('yes', (64,))
-    """
-    device = next(model.parameters()).device
-    found: dict[str, Any] = {}
-    rounds: list[Tensor] = []
-
-    def draw(k: int, generator: torch.Generator) -> dict[str, RatioMoments]:
-        if not found:  # first: discover the circuit on prompts of its own, which the verdict never reads
-            pair, source = circuit_pair(model, task, k, generator=generator)
-            pair = pair.to(device)
-            circuit = discover_circuit(model, pair, ablation=ablation, memory_mb=memory_mb, **discover)
-            reference = discover.get("reference")
-            found.update(
-                circuit=circuit, source=source, reference=pair.clean if reference is None else reference
-            )
-        pair, _ = circuit_pair(model, task, k, generator=generator)
-        patcher = EdgePatcher(
-            model, pair.to(device), ablation, reference=found["reference"], memory_mb=memory_mb
-        )
-        kept = found["circuit"].kept
-        every = torch.ones_like(kept)
-        rounds.append(patcher.evaluate(torch.stack([every, ~every, kept, ~kept])).detach().cpu())
-        return criteria_moments(rounds[-1])
-
-    decision = judge_criteria(draw, policy, torch.Generator().manual_seed(seed))
-    circuit = found["circuit"]
-    circuit.prompt_values = torch.cat(rounds, dim=1)
-    means = circuit.prompt_values.double().mean(1).tolist()
-    circuit.values = dict(zip(("full", "empty", "circuit", "complement"), means))
-    circuit.decision, circuit.intervals, circuit.n = decision, _marginal(decision), decision.n
-    circuit.held_out = True
-    return circuit, found["source"]
 
 
 def attribution_agreement(circuit: Circuit, k: int = 10) -> dict[str, float]:
@@ -686,8 +681,9 @@ __all__ = [
     "circuit_pair",
     "circuit_prompts",
     "criteria_moments",
-    "decided_circuit",
     "discover_circuit",
     "edge_attribution",
+    "judge_criteria",
+    "marginal_intervals",
     "score_edges",
 ]

@@ -1,0 +1,256 @@
+"""The circuit decided by the evidence: every edge tested on its share of the gap over rounds of prompts, then
+the circuit's criteria judged on prompts that chose no edge (docs/decisions.md, "Which edges the circuit
+has").
+
+    from mechmem.analysis.circuits.decided import decided_circuit
+    circuit, source = decided_circuit(model, task, seed=0)      # a `Circuit`; circuit.edge_verdicts()
+
+Two stages share one analysis and its alpha, split equally over four families (`FAMILIES`): the edge stage
+tests every edge's share s = sum(m(full) - m(edge ablated)) / sum(m(full) - m(every edge ablated)) against
+`EDGE_SHARE` on |s|, drawing doubling rounds of new prompts until no edge test is open; the circuit is the
+edges decided in. The criteria stage draws new prompts and judges that circuit's gap, faithfulness and
+completeness (`discovery.judge_criteria`). On graphs above `max_exact` edges a screening draw, set aside,
+chooses which edges are tested (`discovery.score_edges`: EAP-IG on every edge, exact on a fixed number); the
+rest are out, untested.
+"""
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from mechmem.analysis.circuits.discovery import (
+    CRITERIA,
+    EDGE_STEPS,
+    Circuit,
+    circuit_pair,
+    criteria_moments,
+    judge_criteria,
+    marginal_intervals,
+    score_edges,
+)
+from mechmem.analysis.circuits.edges import EdgePatcher, build_graph
+from mechmem.analysis.intervals import RatioMoments, standard_error
+from mechmem.analysis.options import EDGE_SHARE
+from mechmem.analysis.sequential import CIRCUIT_POLICY, YES, Decision, DecisionPolicy, decide
+
+FAMILIES = 1 + len(CRITERIA)
+"""The circuit analysis's families of tests: `edge` and the three measured criteria (alpha split equally)."""
+
+
+def stage_policy(policy: DecisionPolicy, families: int) -> DecisionPolicy:
+    """`policy` at the alpha of `families` of the analysis's `FAMILIES` (the union bound over both stages)."""
+    return DecisionPolicy(
+        policy.alpha * families / FAMILIES, policy.first, policy.budget, policy.precision, policy.min_units
+    )
+
+
+@dataclass(frozen=True)
+class EdgeStage:
+    """What the edge stage measured."""
+
+    tested: Tensor
+    """[edge] bool: the edges the stage tested (every edge, or the screening's exactly scored ones)."""
+    decision: Decision
+    """The family "edge": one test per tested edge, in graph order."""
+    values: Tensor
+    """[tested edge, prompt]: metric(full) - metric(edge ablated) on every prompt of the stage."""
+    reference: Tensor
+    """The clean inputs mean ablation averages over (the first round's, or the caller's)."""
+    screening: Any
+    """The screening's `ScoredEdges` on graphs above `max_exact` (or with attribution), else None."""
+
+    def scores(self) -> tuple[Tensor, Tensor]:
+        """[edge] each edge's mean score and its standard error over the stage's prompts (the screening's
+        estimate and NaN where untested)."""
+        n = len(self.tested)
+        scores = self.screening.scores.clone() if self.screening is not None else torch.zeros(n)
+        stderr = torch.full((n,), float("nan"))
+        where = self.tested.nonzero().flatten()
+        scores[where] = self.values.double().mean(1).float()
+        stderr[where] = standard_error(self.values, dim=1).float()
+        return scores, stderr
+
+    @property
+    def kept(self) -> Tensor:
+        """[edge] bool: the edges decided in."""
+        kept = torch.zeros_like(self.tested)
+        kept[self.tested.nonzero().flatten()] = self.decision["edge"].code == YES
+        return kept
+
+
+def decide_edges(
+    model: torch.nn.Module,
+    task: Any,
+    generator: torch.Generator,
+    *,
+    policy: DecisionPolicy,
+    ablation: str,
+    memory_mb: float,
+    max_exact: int,
+    with_attribution: bool,
+    steps: int,
+    share: float,
+    reference: Tensor | None,
+) -> EdgeStage:
+    """The edge stage: screening where the graph needs one, then rounds of new prompts until no edge test is
+    open (`policy` at the edge family's alpha)."""
+    device = next(model.parameters()).device
+    n_edges = len(build_graph(model).edges)
+    tested, screening = torch.ones(n_edges, dtype=torch.bool), None
+    if n_edges > max_exact or with_attribution:
+        pair, _ = circuit_pair(model, task, policy.first, generator=generator)
+        pair = pair.to(device)
+        patcher = EdgePatcher(model, pair, ablation, reference=reference, memory_mb=memory_mb)
+        screening = score_edges(patcher, max_exact, with_attribution, steps=steps)
+        tested = screening.exact.clone()
+        reference = pair.clean if reference is None else reference
+    edges = [e for e, t in zip(build_graph(model).edges, tested.tolist()) if t]
+    rounds: list[Tensor] = []
+    state = {"reference": reference}
+
+    def draw(k: int, gen: torch.Generator) -> dict[str, RatioMoments]:
+        pair, _ = circuit_pair(model, task, k, generator=gen)
+        pair = pair.to(device)
+        if state["reference"] is None:
+            state["reference"] = pair.clean
+        patcher = EdgePatcher(model, pair, ablation, reference=state["reference"], memory_mb=memory_mb)
+        every = torch.ones(n_edges, dtype=torch.bool)
+        full, empty = patcher.evaluate(torch.stack([every, ~every])).detach().cpu()
+        values = patcher.exact(edges).detach().cpu()
+        rounds.append(values)
+        return {"edge": RatioMoments.from_values(values.T, full - empty)}
+
+    decision = decide(
+        draw,
+        {"edge": share},
+        policy=stage_policy(policy, 1),
+        generator=generator,
+        absolute=("edge",),
+        axes={"edge": ("edge",)},
+    )
+    return EdgeStage(tested, decision, torch.cat(rounds, dim=1), state["reference"], screening)
+
+
+def judge_circuit(
+    model: torch.nn.Module,
+    task: Any,
+    kept: Tensor,
+    reference: Tensor,
+    generator: torch.Generator,
+    *,
+    policy: DecisionPolicy,
+    ablation: str,
+    memory_mb: float,
+) -> tuple[Decision, Tensor, str]:
+    """The criteria stage: the circuit `kept` judged on rounds of new prompts at the criteria's alpha; the
+    decision, the per-prompt values [4 prompt] (full, empty, circuit, complement) and the pair's source."""
+    device = next(model.parameters()).device
+    rounds: list[Tensor] = []
+    source: list[str] = []
+
+    def draw(k: int, gen: torch.Generator) -> dict[str, RatioMoments]:
+        pair, words = circuit_pair(model, task, k, generator=gen)
+        source.append(words)
+        patcher = EdgePatcher(model, pair.to(device), ablation, reference=reference, memory_mb=memory_mb)
+        every = torch.ones_like(kept)
+        rounds.append(patcher.evaluate(torch.stack([every, ~every, kept, ~kept])).detach().cpu())
+        return criteria_moments(rounds[-1])
+
+    decision = judge_criteria(draw, stage_policy(policy, len(CRITERIA)), generator)
+    return decision, torch.cat(rounds, dim=1), source[0]
+
+
+def decided_circuit(
+    model: torch.nn.Module,
+    task: Any = None,
+    *,
+    seed: int = 0,
+    policy: DecisionPolicy = CIRCUIT_POLICY,
+    ablation: str = "mean",
+    memory_mb: float = 256.0,
+    share: float = EDGE_SHARE,
+    max_exact: int = 256,
+    with_attribution: bool = False,
+    steps: int = EDGE_STEPS,
+    reference: Tensor | None = None,
+) -> tuple[Circuit, str]:
+    """The circuit whose edges and verdict are decided over rounds of prompts (docs/decisions.md), and the
+    pair's source in words; `mechmem circuit` and the report call it with `CIRCUIT_POLICY`.
+
+    Args:
+        share: an edge is in when its share of the gap is decided >= share in size (`EDGE_SHARE`).
+        max_exact, with_attribution, steps: which edges are tested on large graphs (`score_edges`).
+        reference: the inputs mean ablation averages over (default: the first round's clean prompts).
+    `scores` and `stderr` are over the edge stage's prompts; values, intervals and `n` over the criteria's.
+
+    Long because it assembles one `Circuit` from both stages' records, whose fields are read in one place.
+
+    Example:
+        >>> import mechmem
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> circuit, source = mechmem.decided_circuit(model, None)
+        >>> circuit.verdict, sorted(circuit.edge_names())
+        ('yes', ['L0H2->L1H1.k', 'L1H1->logits', 'embed->L0H2.v', 'embed->L1H1.q', 'embed->L1H1.v'])
+    """
+    start = time.perf_counter()
+    generator = torch.Generator().manual_seed(seed)
+    stage = decide_edges(
+        model,
+        task,
+        generator,
+        policy=policy,
+        ablation=ablation,
+        memory_mb=memory_mb,
+        max_exact=max_exact,
+        with_attribution=with_attribution,
+        steps=steps,
+        share=share,
+        reference=reference,
+    )
+    kept, mid = stage.kept, time.perf_counter()
+    decision, prompt_values, source = judge_circuit(
+        model, task, kept, stage.reference, generator, policy=policy, ablation=ablation, memory_mb=memory_mb
+    )
+    end = time.perf_counter()
+    graph, screening, (scores, stderr) = build_graph(model), stage.screening, stage.scores()
+    method = "exact path patching of every edge"
+    if screening is not None:
+        method = screening.method + f" (screening draw of {policy.first} prompts); the tested edges exactly"
+    means = prompt_values.double().mean(1).tolist()
+    circuit = Circuit(
+        graph,
+        scores,
+        stderr,
+        stage.tested.clone(),
+        kept,
+        values=dict(zip(("full", "empty", "circuit", "complement"), means)),
+        method=method,
+        ablation=ablation,
+        n=decision.n,
+        attribution=None if screening is None else screening.attribution,
+        threshold=share,
+        timings={"edges": mid - start, "criteria": end - mid, "total": end - start},
+        attribution_check=None if screening is None else screening.check,
+        intervals=marginal_intervals(decision),
+        pruning={"search": "sequential edge tests", "evaluations": 0},
+        decision=decision,
+        discovery_n=stage.decision.n + (policy.first if screening is not None else 0),
+        held_out=True,
+        prompt_values=prompt_values,
+        edge_decision=stage.decision,
+    )
+    return circuit, source
+
+
+__all__ = [
+    "EDGE_SHARE",
+    "FAMILIES",
+    "EdgeStage",
+    "decide_edges",
+    "decided_circuit",
+    "judge_circuit",
+    "stage_policy",
+]
