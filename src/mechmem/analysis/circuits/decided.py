@@ -31,7 +31,7 @@ from mechmem.analysis.circuits.discovery import (
     marginal_intervals,
     score_edges,
 )
-from mechmem.analysis.circuits.edges import EdgePatcher, build_graph
+from mechmem.analysis.circuits.edges import EdgePatcher, Graph, build_graph
 from mechmem.analysis.intervals import RatioMoments, standard_error
 from mechmem.analysis.options import EDGE_SHARE
 from mechmem.analysis.sequential import CIRCUIT_POLICY, YES, Decision, DecisionPolicy, decide
@@ -51,6 +51,8 @@ def stage_policy(policy: DecisionPolicy, families: int) -> DecisionPolicy:
 class EdgeStage:
     """What the edge stage measured."""
 
+    graph: Graph
+    """The model's edge graph."""
     tested: Tensor
     """[edge] bool: the edges the stage tested (every edge, or the screening's exactly scored ones)."""
     decision: Decision
@@ -97,8 +99,8 @@ def decide_edges(
 ) -> EdgeStage:
     """The edge stage: screening where the graph needs one, then rounds of new prompts until no edge test is
     open (`policy` at the edge family's alpha)."""
-    device = next(model.parameters()).device
-    n_edges = len(build_graph(model).edges)
+    device, graph = next(model.parameters()).device, build_graph(model)
+    n_edges = len(graph.edges)
     tested, screening = torch.ones(n_edges, dtype=torch.bool), None
     if n_edges > max_exact or with_attribution:
         pair, _ = circuit_pair(model, task, policy.first, generator=generator)
@@ -107,7 +109,7 @@ def decide_edges(
         screening = score_edges(patcher, max_exact, with_attribution, steps=steps)
         tested = screening.exact.clone()
         reference = pair.clean if reference is None else reference
-    edges = [e for e, t in zip(build_graph(model).edges, tested.tolist()) if t]
+    edges = [e for e, t in zip(graph.edges, tested.tolist()) if t]
     rounds: list[Tensor] = []
     state = {"reference": reference}
 
@@ -131,7 +133,7 @@ def decide_edges(
         absolute=("edge",),
         axes={"edge": ("edge",)},
     )
-    return EdgeStage(tested, decision, torch.cat(rounds, dim=1), state["reference"], screening)
+    return EdgeStage(graph, tested, decision, torch.cat(rounds, dim=1), state["reference"], screening)
 
 
 def judge_circuit(
@@ -215,7 +217,7 @@ def decided_circuit(
         model, task, kept, stage.reference, generator, policy=policy, ablation=ablation, memory_mb=memory_mb
     )
     end = time.perf_counter()
-    graph, screening, (scores, stderr) = build_graph(model), stage.screening, stage.scores()
+    graph, screening, (scores, stderr) = stage.graph, stage.screening, stage.scores()
     method = "exact path patching of every edge"
     if screening is not None:
         method = screening.method + f" (screening draw of {policy.first} prompts); the tested edges exactly"
