@@ -1,6 +1,6 @@
 """Are mechmem's verdicts stable across prompt seeds, on models it did not design?
 
-    OMP_NUM_THREADS=1 nice -n 5 python benchmarks/stability.py    # docs/record/data/2026-12-02-stability.json
+    OMP_NUM_THREADS=1 nice -n 5 python benchmarks/stability.py    # docs/record/data/2026-12-03-stability.json
 
 Trains four small models with plain TransformerLens (`HookedTransformer(HookedTransformerConfig(...))` under
 3.x; under 4.x, which removed it, `TransformerBridge.boot_native(TransformerBridgeConfig(...))`) and a plain
@@ -197,6 +197,9 @@ def circuit_at(model: Any, task: Any, seed: int) -> dict[str, Any]:
         "verdict": circuit.verdict,
         "criteria": circuit.criteria(),
         "edges": circuit.edge_names(),
+        "edge_verdicts": dict(
+            zip([e.name for e in circuit.graph.edges], circuit.edge_verdicts(), strict=True)
+        ),
         "gap": circuit.gap,
         "faithfulness": circuit.faithfulness,
         "completeness": circuit.completeness,
@@ -222,6 +225,41 @@ def heads_cell(named: dict[str, str]) -> str:
     return " ".join(f"{h}:{r}" for h, r in sorted(named.items())) or "-"
 
 
+def edge_stability(runs: list[dict[str, Any]]) -> dict[str, int]:
+    """Per-edge verdicts over the seeds: "stable" (the same verdict at every seed, undecided at every one
+    included), "decided vs undecided" (one decided verdict at some seeds, undecided at the others) and
+    "contradictory" (in at one seed, out at another); edges untested at a seed count as out there."""
+    names = list(runs[0]["circuit"]["edge_verdicts"])
+    counts = {"stable": 0, "decided vs undecided": 0, "contradictory": 0}
+    for name in names:
+        seen = {r["circuit"]["edge_verdicts"][name].replace("untested", "out") for r in runs}
+        kind = (
+            "stable"
+            if len(seen) == 1
+            else "contradictory"
+            if {"in", "out"} <= seen
+            else "decided vs undecided"
+        )
+        counts[kind] += 1
+    return counts
+
+
+def task_role_cells(runs: list[dict[str, Any]]) -> list[str]:
+    """Per seed, each head's task-role verdicts (recall / elimination ...: yes, no, undecided)."""
+    words = {1.0: "y", 0.0: "n", -1.0: "u"}
+    cells = []
+    for r in runs:
+        ev = r["heads"]["evidence"]
+        parts = [
+            f"{head}:"
+            + "".join(words[v[k]] for k in sorted(v) if k.endswith("_verdict") and "score" not in k)
+            for head, v in sorted(ev.items())
+            if any(k.endswith("_verdict") for k in v)
+        ]
+        cells.append(" ".join(parts) or "-")
+    return cells
+
+
 def table_rows(name: str, runs: list[dict[str, Any]]) -> list[list[str]]:
     """Per quantity of one model: its value at every seed and whether they agree."""
     quantities = {
@@ -230,11 +268,16 @@ def table_rows(name: str, runs: list[dict[str, Any]]) -> list[list[str]]:
         "heads probe off-dist": [str((r["heads"]["prompt_fit"] or {}).get("off_distribution")) for r in runs],
         "circuit verdict": [r["circuit"]["verdict"] for r in runs],
         "criteria b/f/s/c": ["/".join(v[0] for v in r["circuit"]["criteria"].values()) for r in runs],
+        "task-role verdicts": task_role_cells(runs),
         "circuit edges": [" ".join(r["circuit"]["edges"]) or "-" for r in runs],
         "circuit looks": [str(r["circuit"]["looks"][-1]) for r in runs],
         "circuit off-dist": [str(r["circuit"]["prompt_fit"]["off_distribution"]) for r in runs],
     }
     rows = [[name, q, *v, stability(v)] for q, v in quantities.items()]
+    counts = edge_stability(runs)
+    rows.append([name, "edges: stable / decided vs undecided / contradictory", *[""] * (len(runs) - 1)])
+    rows[-1].append("/".join(str(c) for c in counts.values()))
+    rows[-1].append("stable" if counts["contradictory"] == 0 else "UNSTABLE")
     for key in ("gap", "faithfulness"):
         cells = [
             f"{r['circuit'][key]:.3f} [{r['circuit']['intervals'][key][0]:.3f}, "
@@ -247,7 +290,7 @@ def table_rows(name: str, runs: list[dict[str, Any]]) -> list[list[str]]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="docs/record/data/2026-12-02-stability.json", help="JSON output")
+    p.add_argument("--out", default="docs/record/data/2026-12-03-stability.json", help="JSON output")
     p.add_argument("--only", nargs="*", default=None, help="subject names to run (default: all)")
     p.add_argument("--steps", type=int, default=None, help="override training steps (for a smoke run)")
     args = p.parse_args(argv)

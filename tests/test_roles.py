@@ -6,7 +6,8 @@ import pytest
 import torch
 from helpers import assert_no_hooks, build_model
 
-from mechmem.analysis.roles import RoleThresholds, classify_heads, head_roles, measure_task_evidence
+from mechmem.analysis.roles import RoleThresholds, classify_heads, head_roles
+from mechmem.analysis.task_roles import measure_task_evidence
 from mechmem.papers.permutation.planted import planted_permutation_model
 from mechmem.papers.permutation.task import PermutationConfig, PermutationTask
 

@@ -7,26 +7,21 @@ the library alike (`head_roles` measures and classifies in one call).
 
 Task roles come from the task (`Task.role_probes`): for each role (e.g. the permutation task's "recall" and
 "elimination") a counterfactual pair that changes only the information that role needs, and the key positions
-a head doing the role attends to. Per head and role we measure, with the intervention engine:
+a head doing the role attends to. Per head, role and sequence the intervention engine measures transfer,
+via_mlp, attention and damage (`mechmem.analysis.task_roles`, which defines them), drawn in rounds until each
+head's role is decided (docs/decisions.md, "Task roles").
 
-    transfer   rise of mean p(counterfactual answer) when the head's output (hook_z, every position) is copied
-               from the counterfactual run into the clean run (the total effect of the head's information);
-    via_mlp    the same with the head's output change reaching only the MLP inputs (path patching
-               head -> MLP input -> logits; the residual stream read by the unembedding and by attention stays
-               clean). It credits a head whose effect reaches the logits only through an MLP;
-    attention  mean attention from the answer query onto the role's keys, on the clean inputs;
-    damage     drop of mean p(correct answer) when the head is mean-ablated (per-position mean over a
-    reference
-               batch from the task's evaluation distribution), shown next to the rest, not used for labels.
-
-The role's *score* of a head is max(transfer, via_mlp); its *share* is the score divided by the sum of all
-heads' positive scores for that role (0 when that sum is below `min_score`: the role is absent from the
-model). A head gets task role r when (1) its score is at least `min_score`, (2) its share of r exceeds its
-share of every other task role by at least `share_margin`, and (3) its attention on r's keys is at least
-`task_attention`. When (1) holds for two roles without (2), the head is "shared". Shares matter because a role
-can be carried jointly: in the one-layer permutation models the MLP reads the query token and both heads
-together, so copying one head alone moves the answer partly (0.1-0.3 for the recall head), yet its share of
-the recall transfer is the largest.
+The role's *score* of a head is max(transfer, via_mlp); its *share* is its part of the sum of the scoring
+heads' scores for that role (0 when that sum is below `min_score`: the role is absent from the model). A head
+gets task role r when, on corrected intervals, (1) its score is at least `min_score`, (2) its share of r leads
+its share of every other task role by at least `share_margin`, and (3) its attention on r's keys is at least
+`task_attention`. When (1) holds for two roles and every role fails, the head is "shared"; when a role is
+still undecided at the budget the head takes no task role and its notes say how many sequences would decide
+it.
+Shares matter because a role can be carried jointly: in the one-layer permutation models the MLP reads the
+query token and both heads together, so copying one head alone moves the answer partly (0.1-0.3 for the recall
+head), yet its share of the recall transfer is the largest. Evidence built by hand with point values only is
+judged by the same three conditions on the point values.
 
 Attention-pattern roles (previous-token, induction, duplicate-token) come from detection scores (attention
 mass on the pattern's keys, `mechmem.analysis.heads`) by the role rule of docs/analyses.md ("Role rule"):
@@ -37,9 +32,10 @@ tokens). A task role, being causal and on-distribution, takes precedence; patter
 stay in its notes. A head with no evidence above threshold is "none".
 
 The thresholds were fixed on development seeds (permutation task2-quick and task1-quick, seed 7) before the
-five-seed acceptance runs (seeds 0-4); they are printed with every result. Caveats: thresholds are fixed
-fractions, not significance tests; transfer assumes the counterfactual leaves the other roles' information
-unchanged; a head that others compensate for looks less important under any single-head test.
+five-seed acceptance runs (seeds 0-4); they are printed with every result. Caveats: the thresholds are fixed
+fractions, and the intervals judged against them are corrected for every head, role and look; transfer
+assumes the counterfactual leaves the other roles' information unchanged; a head that others compensate for
+looks less important under any single-head test.
 
 Long because it is the one place where roles are decided: the pattern evidence, the ablation and lens evidence
 and the rule that names a role from them are one concept, kept together so that no second rule can grow
@@ -58,11 +54,9 @@ from torch import Tensor
 from mechmem.analysis import heads as head_detection
 from mechmem.analysis.frames import concat, short_repr
 from mechmem.analysis.intervals import RatioMoments
-from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean
-from mechmem.analysis.logit_lens import answer_probability
-from mechmem.analysis.sequential import HEAD_POLICY, UNDECIDED, YES, Decision, DecisionPolicy, decide
+from mechmem.analysis.sequential import HEAD_POLICY, NO, UNDECIDED, YES, Decision, DecisionPolicy, decide
+from mechmem.analysis.task_roles import decide_task_roles
 from mechmem.config import ConfigMixin
-from mechmem.tasks.base import RoleProbe
 
 ROLE_COLUMNS = ["layer", "head", "role", "evidence", "value"]
 """The columns of a role's `to_dataframe`."""
@@ -194,122 +188,6 @@ class RoleResult:
 
 # -- measurement
 # ------------------------------------------------------------------------------------------------
-def _heads(model: Any) -> list[tuple[int, int]]:
-    return [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
-
-
-def _via_mlp_variant(
-    model: Any, layer: int, head: int, z_change: Float[Tensor, "batch pos head_index d_head"]
-) -> list[Intervention]:
-    """Add the head's output change to the input of every MLP at or after its layer.
-
-    The output change is the head's part of `z_change` (counterfactual - clean z of its layer) through W_O.
-    """
-    w_o = model.blocks[layer].attn.W_O[head]  # [d_head d_model]
-
-    def add_change(x: Tensor, hook: Any) -> Tensor:
-        # Computed when the hook runs, not held per head: [batch pos d_model] for each of layers x heads
-        # variants would be 29 GB at 1,000 sequences of a 12-layer d_model 768 model.
-        return x + z_change[:, :, head] @ w_o
-
-    return [
-        Intervention(f"blocks.{later}.hook_mlp_in", (), apply(add_change))
-        for later in range(layer, model.cfg.n_layers)
-    ]
-
-
-@torch.no_grad()
-def measure_task_evidence(
-    model: Any, probes: Sequence[RoleProbe], reference: Tensor | None = None
-) -> dict[str, Float[Tensor, "layer head"]]:
-    """Per head and probe: "{role}_transfer", "{role}_via_mlp" (models with MLPs), "{role}_attention" and
-    "{role}_damage" (mean ablation over `reference`, default the probe's clean inputs), each [layer head]."""
-    out: dict[str, Tensor] = {}
-    for probe in probes:
-        evidence = _probe_evidence(model, probe, probe.pair.clean if reference is None else reference)
-        out.update({f"{probe.role}_{k}": v.detach().float().cpu() for k, v in evidence.items()})
-    return out
-
-
-def _clean_and_change(
-    model: Any, pair: Any, rows: Tensor, pos: Tensor
-) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor]]:
-    """(clean logits, {z hook: counterfactual - clean z}, {pattern hook: attention from the answer position
-    [batch head k_pos]}), from one clean and one counterfactual run.
-
-    Kept: the clean run's z until the counterfactual run replaces it by the change, and only the answer row
-    of each pattern (not every query's)."""
-    z_names = [f"blocks.{l}.attn.hook_z" for l in range(model.cfg.n_layers)]
-    pattern_names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.cfg.n_layers)]
-    clean_z: dict[str, Tensor] = {}
-    change: dict[str, Tensor] = {}
-    at_answer: dict[str, Tensor] = {}
-
-    def keep(name: str) -> Any:
-        def fn(act: Tensor, hook: Any) -> None:
-            if name in pattern_names:
-                at_answer[name] = act[rows, :, pos]
-            else:
-                clean_z[name] = act
-
-        return fn
-
-    def subtract(name: str) -> Any:
-        def fn(act: Tensor, hook: Any) -> None:
-            change[name] = act - clean_z.pop(name)
-
-        return fn
-
-    logits = model.run_with_hooks(pair.clean, fwd_hooks=[(n, keep(n)) for n in z_names + pattern_names])
-    model.run_with_hooks(pair.corrupted, fwd_hooks=[(n, subtract(n)) for n in z_names])
-    return logits, change, at_answer
-
-
-def _probe_evidence(model: Any, probe: RoleProbe, reference: Tensor) -> dict[str, Tensor]:
-    heads, shape = _heads(model), (model.cfg.n_layers, model.cfg.n_heads)
-    pair, pos = probe.pair, probe.pair.answer_pos
-    rows = torch.arange(len(pos), device=pos.device)
-    z_names = [f"blocks.{l}.attn.hook_z" for l in range(shape[0])]
-    pattern_names = [f"blocks.{l}.attn.hook_pattern" for l in range(shape[0])]
-    logits, change, at_answer = _clean_and_change(model, pair, rows, pos)
-    base_cf, base_ok = (
-        answer_probability(logits, pos, pair.incorrect).mean(),
-        answer_probability(logits, pos, pair.correct).mean(),
-    )
-
-    def p_counterfactual(lg: Tensor) -> Tensor:
-        return answer_probability(lg, pos, pair.incorrect).mean()
-
-    def p_correct(lg: Tensor) -> Tensor:
-        return answer_probability(lg, pos, pair.correct).mean()
-
-    source, ablate = from_run(pair.corrupted), mean(reference)
-    out = {
-        "transfer": intervene(
-            model,
-            pair.clean,
-            [Intervention(f"blocks.{l}.attn.hook_z", (slice(None), h), source) for l, h in heads],
-            p_counterfactual,
-        )
-        - base_cf,
-        "damage": base_ok
-        - intervene(
-            model,
-            pair.clean,
-            [Intervention(f"blocks.{l}.attn.hook_z", (slice(None), h), ablate) for l, h in heads],
-            p_correct,
-        ),
-    }
-    if not model.cfg.attn_only:
-        paths = [_via_mlp_variant(model, l, h, change[z_names[l]]) for l, h in heads]
-        out["via_mlp"] = intervene(model, pair.clean, paths, p_counterfactual) - base_cf
-    keys = probe.keys.float()
-    out["attention"] = torch.stack(
-        [(at_answer[name] * keys[:, None]).sum(-1).mean(0) for name in pattern_names]
-    )
-    return {k: v.reshape(shape) for k, v in out.items()}
-
-
 @dataclass
 class PatternEvidence:
     """Detection evidence over the role rule's probes: per-pattern summaries [layer head], the curves, and the
@@ -506,8 +384,53 @@ def _score(evidence: dict[str, Tensor], role: str) -> Tensor:
     return transfer if via is None else torch.maximum(transfer, via)
 
 
+def _bounds(ev: dict[str, float], key: str) -> str:
+    """ " [lower, upper]" (corrected) of an evidence quantity, or "" when it has none."""
+    low, high = ev.get(f"{key}_corrected_lower"), ev.get(f"{key}_corrected_upper")
+    return "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
+
+
+def _task_role_decided(
+    ev: dict[str, float], roles: Sequence[str], t: RoleThresholds
+) -> tuple[str, str] | None:
+    """The task role the sequential verdicts support (docs/decisions.md, "Task roles"), "shared", or None."""
+    for role in roles:
+        if ev[f"{role}_verdict"] == YES:
+            return role, (
+                f"{role}: score {ev[f'{role}_score']:.2f}{_bounds(ev, f'{role}_score')} (>= {t.min_score}), "
+                f"share {ev[f'{role}_share']:.2f}{_bounds(ev, f'{role}_share')} leads the other roles by at "
+                f"least {ev[f'{role}_lead_lower']:.2f} (>= {t.share_margin}), attention on its keys "
+                f"{ev[f'{role}_attention']:.2f}{_bounds(ev, f'{role}_attention')} (>= {t.task_attention}); "
+                "corrected 95% intervals"
+            )
+    scoring = [r for r in roles if ev[f"{r}_score_verdict"] == YES]
+    if len(scoring) >= 2 and all(ev[f"{r}_verdict"] == NO for r in roles):
+        return "shared", "scores " + ", ".join(
+            f"{r} {ev[f'{r}_score']:.2f}{_bounds(ev, f'{r}_score')}" for r in scoring
+        ) + " without a lead"
+    return None
+
+
+def task_undecided_notes(ev: dict[str, float], roles: Sequence[str]) -> list[str]:
+    """Words for each task role the sequential rule left undecided for a head (none for point evidence)."""
+    notes = []
+    for role in roles:
+        if ev.get(f"{role}_verdict", NO) != UNDECIDED:
+            continue
+        needed = ev.get(f"{role}_n_needed", float("nan"))
+        about = "no number of sequences would (a quantity sits on its threshold)"
+        if math.isfinite(needed) and needed > 0:
+            about = f"about {int(needed)} sequences per probe would decide it"
+        notes.append(f"task role {role} undecided at the budget (score {ev[f'{role}_score']:.2f}): {about}")
+    return notes
+
+
 def _task_role(ev: dict[str, float], roles: Sequence[str], t: RoleThresholds) -> tuple[str, str] | None:
-    """The task role a head's evidence supports (with the reason), "shared", or None."""
+    """The task role a head's evidence supports (with the reason), "shared", or None. Evidence with the
+    sequential verdicts (`task_roles.decide_task_roles`) is judged on them; point evidence built by hand, on
+    the point values."""
+    if all(f"{r}_verdict" in ev for r in roles):
+        return _task_role_decided(ev, roles, t)
     scoring = [r for r in roles if ev[f"{r}_score"] >= t.min_score]
     for role in scoring:
         others = [ev[f"{o}_share"] for o in roles if o != role]
@@ -517,7 +440,7 @@ def _task_role(ev: dict[str, float], roles: Sequence[str], t: RoleThresholds) ->
                 f"{role}: score {ev[f'{role}_score']:.2f} (>= {t.min_score}), "
                 f"share {ev[f'{role}_share']:.2f} "
                 f"leads the other roles by {lead:.2f} (>= {t.share_margin}), attention on its keys "
-                f"{ev[f'{role}_attention']:.2f} (>= {t.task_attention})"
+                f"{ev[f'{role}_attention']:.2f} (>= {t.task_attention}); point values"
             )
     if len(scoring) >= 2:
         return "shared", "scores " + ", ".join(
@@ -595,7 +518,8 @@ def classify_heads(
     evidence = dict(evidence)
     shares = _shares(evidence, task_roles, t)
     for role in task_roles:
-        evidence[f"{role}_score"], evidence[f"{role}_share"] = _score(evidence, role), shares[role]
+        evidence.setdefault(f"{role}_score", _score(evidence, role))
+        evidence.setdefault(f"{role}_share", shares[role])
     n_layers, n_heads = next(iter(evidence.values())).shape
     roles = []
     for layer in range(n_layers):
@@ -607,6 +531,7 @@ def classify_heads(
             notes += [
                 u for k in PATTERN_ROLES if PATTERN_ROLES[k] not in clear and (u := undecided_note(ev, k))
             ]
+            notes += task_undecided_notes(ev, task_roles)
             task = _task_role(ev, task_roles, t) if task_roles else None
             if task is not None:
                 role, notes = task[0], [task[1]] + [f"also {note}" for note in notes]
@@ -649,19 +574,28 @@ def head_roles(
         model, task, generator=torch.Generator().manual_seed(seed), policy=policy, n=n, threshold=t.attention
     )
     evidence = dict(patterns.evidence)
-    probes = (
-        task.role_probes(n, generator=torch.Generator().manual_seed(seed + 1)) if task is not None else []
-    )
-    if probes:
+    decided = None
+    if task is not None:
         reference = task.eval_batch(n, generator=torch.Generator().manual_seed(seed + 2)).tokens.to(device)
-        probes = [p.to(device) for p in probes]
-        evidence.update(measure_task_evidence(model, probes, reference))
-    task_roles = tuple(p.role for p in probes)
+        decided = decide_task_roles(
+            model,
+            task,
+            generator=torch.Generator().manual_seed(seed + 1),
+            reference=reference,
+            thresholds=t,
+            policy=policy,
+            n=n,
+        )
+    if decided is not None:
+        evidence.update(decided.evidence)
+    task_roles = decided.roles if decided is not None else ()
     info = {
         "n": n,
         "pattern_n": patterns.n,
+        "task_n": decided.n if decided is not None else None,
         "seed": seed,
-        "reference": "a separate draw of the task's evaluation batch" if probes else None,
+        "reference": "a separate draw of the task's evaluation batch" if decided is not None else None,
         "patterns": patterns.to_dict(),
+        "task_decision": decided.to_dict() if decided is not None else None,
     }
     return RoleResult(classify_heads(evidence, task_roles, t), task_roles, t, info)

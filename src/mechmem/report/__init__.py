@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from mechmem.analysis.intervals import format_interval
 from mechmem.analysis.options import HEAD_BUDGET
 from mechmem.analysis.roles import HeadRole, RoleResult, RoleThresholds, head_roles
 from mechmem.progress import Progress
@@ -91,11 +92,23 @@ def role_table(roles: RoleResult) -> Table:
         for k in patterns:
             lower = h.evidence.get(f"{k}_lower")
             row.append(h.evidence[k] if lower is None else f"{h.evidence[k]:.3f} ({lower:.3f})")
-        row += [h.evidence[f"{r}_{k}"] for r, k in task]
+        row += [_with_interval(h.evidence, f"{r}_{k}") for r, k in task]
         rows.append(row)
         marked += [(i, 2 + keys.index(k)) for k in deciding_columns(h, roles.task_roles) if k in keys]
     caption = "Head roles and evidence (marked: the value that decided the role)"
     return Table(headers, rows, caption, groups=groups, marked=marked)
+
+
+def _with_interval(evidence: dict[str, float], key: str) -> Any:
+    """The value, with its marginal 95% interval in brackets where the evidence has one."""
+    value, lower, upper = (
+        evidence.get(key, float("nan")),
+        evidence.get(f"{key}_lower"),
+        evidence.get(f"{key}_upper"),
+    )
+    if lower is None or upper is None:
+        return value
+    return f"{value:.3f} {format_interval(lower, upper)}"
 
 
 def score_table(roles: RoleResult) -> Table | None:
@@ -108,7 +121,7 @@ def score_table(roles: RoleResult) -> Table | None:
     ]
     if not cols:
         return None
-    rows = [[h.name, *(h.evidence.get(f"{r}_{k}", float("nan")) for r, k in cols)] for h in roles.heads]
+    rows = [[h.name, *(_with_interval(h.evidence, f"{r}_{k}") for r, k in cols)] for h in roles.heads]
     groups = [("", 1)] + [
         (r, sum(1 for q, _ in cols if q == r)) for r in roles.task_roles if any(q == r for q, _ in cols)
     ]
@@ -135,12 +148,16 @@ def circuit_section(roles: RoleResult, mlp: Section | None = None) -> Section:
         key = m["key_neurons"] or f"none (distributed: the top {limit} carry less than the share)"
         s.lines.append(f"MLP (layer {m['layer']}): {m['role']}; key neurons {key}.")
     if roles.task_roles:
+        decision = roles.info.get("task_decision") or {}
+        looks = ", ".join(map(str, decision.get("looks", []))) or str(roles.info["n"])
         s.lines.append(
-            f"Task roles ({', '.join(roles.task_roles)}) from counterfactual pairs on {roles.info['n']} "
-            "sequences: transfer = rise of p(counterfactual answer) when the head's output is copied from "
-            "the counterfactual run; via MLP = the same through the MLP inputs only (path patching); share = "
-            "the head's part of the role's total score; attn = attention from the answer onto the role's "
-            "keys; damage = drop of p(answer) under mean ablation (reported, not used for the label)."
+            f"Task roles ({', '.join(roles.task_roles)}) from counterfactual pairs, drawn in rounds of "
+            f'{looks} sequences per role ({decision.get("stopped", "budget")}; docs/decisions.md, "Task '
+            'roles"), each value with its 95% interval; a role is named when its corrected intervals clear '
+            "the thresholds: transfer = rise of p(counterfactual answer) when the head's output is copied "
+            "from the counterfactual run; via MLP = the same through the MLP inputs only (path patching); "
+            "share = the head's part of the role's total score; attn = attention from the answer onto the "
+            "role's keys; damage = drop of p(answer) under mean ablation (reported, not used for the label)."
         )
     s.lines.append(
         "Thresholds: " + ", ".join(f"{k} = {v}" for k, v in roles.thresholds.to_dict().items()) + "."
