@@ -11,6 +11,7 @@ from helpers import assert_no_hooks, load_script
 
 from mechmem.analysis.dynamics import (
     QUANTITIES,
+    CurvePoint,
     EvalData,
     iter_models,
     run_dynamics,
@@ -172,7 +173,7 @@ def test_every_quantity_on_one_step_leaves_no_hooks(series):
     data = EvalData(ckpt.task, 32, 0, torch.device("cpu"))
     for quantity in QUANTITIES.values():
         values = quantity.fn(ckpt.model, data)
-        assert values and all(isinstance(v, float) for v in values.values()), quantity.name
+        assert values and all(isinstance(v, CurvePoint) for v in values.values()), quantity.name
         assert_no_hooks(ckpt.model)
 
 

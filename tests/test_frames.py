@@ -279,17 +279,25 @@ def test_role_frames(planted):
 def test_dynamics_frame():
     curves = {"loss": [2.0, 1.0, 0.5], "acc": [0.1, None, 0.9], "L1H1.induction": [0.0, 0.6, 0.9]}
     groups = {"loss": ["loss", "acc"], "heads": ["L1H1.induction"]}
-    result = Dynamics([10, 20, 30], curves, groups, {"acc": level(0.5), "L1H1.induction": level(0.5)})
+    lower, upper = {"loss": [1.8, None, 0.4]}, {"loss": [2.2, None, 0.6]}
+    rules = {"acc": level(0.5), "L1H1.induction": level(0.5)}
+    result = Dynamics([10, 20, 30], curves, groups, rules, lower=lower, upper=upper, exact=["L1H1.induction"])
     frame = result.to_dataframe()
-    assert list(frame.columns) == ["quantity", "curve", "step", "value"]
+    assert list(frame.columns) == ["quantity", "curve", "step", "value", "lower", "upper", "exact"]
     rows = by_key(frame, ["curve", "step"])
     assert len(rows) == 9
     for quantity, names in groups.items():
         for curve in names:
-            for step, value in zip(result.steps, curves[curve]):
+            for i, (step, value) in enumerate(zip(result.steps, curves[curve])):
                 row = rows[(curve, step)]
                 assert row["quantity"] == quantity
                 assert same(row["value"], math.nan if value is None else value)
+                for side, bounds in (("lower", lower), ("upper", upper)):
+                    bound = bounds.get(curve, [None] * 3)[i]
+                    assert same(row[side], math.nan if bound is None else bound)
+                assert row["exact"] == (curve == "L1H1.induction")
+    with pytest.raises(ValueError):
+        Dynamics([10, 20, 30], curves, groups, rules, lower=lower, upper={})
     assert_short_repr(result, "Dynamics")
 
 

@@ -16,8 +16,11 @@ measured). Two kinds of event are found, each under a rule stated before looking
 The event's `interval` is the pair of saves that brackets it, so its precision is one save interval: the true
 moment lies between them. The order of events is the reached events sorted by step.
 
+Events are read on the point values of a curve, not on their 95% intervals (`Dynamics.lower` / `upper`): the
+intervals show how far each value would move on another evaluation draw, and do not move an event.
+
 Caveat: a first crossing can be a noisy blip on a curve that hovers at the level; compare with the steepest
-rise.
+rise, and with the curve's interval band at the crossing.
 """
 
 import math

@@ -3,7 +3,8 @@
 When the checkpoint's run directory holds `checkpoints/step_N.pt` (`mechmem train --save-every N`), the
 section runs `mechmem.analysis.dynamics.run_dynamics` on them with the script's defaults (so
 `mechmem dynamics RUN_DIR --seed S` prints the same numbers), adding the role classifier when the task
-names task roles (e.g. the permutation task's recall), and shows the curves and the order of events. Without
+names task roles (e.g. the permutation task's recall), and shows the curves with their 95% intervals over the
+evaluation units and the order of events. Without
 step checkpoints it is skipped with the reason.
 """
 
@@ -13,8 +14,8 @@ from typing import Any
 import torch
 
 from mechmem.analysis.dynamics import DEFAULT_QUANTITIES, QUANTITIES, run_dynamics, step_files
-from mechmem.analysis.dynamics.views import plot_dynamics
-from mechmem.analysis.transitions import event_order, format_order
+from mechmem.analysis.dynamics.views import EVENT_HEADERS, event_rows, plot_dynamics
+from mechmem.analysis.transitions import format_order
 from mechmem.errors import MechmemError, one_line
 from mechmem.report.document import Section, Table
 
@@ -58,13 +59,18 @@ def dynamics_section(run_dir: str | Path, task: Any = None, *, seed: int = 0) ->
     missed = [e.curve for e in events if not e.reached]
     if missed:
         s.lines.append(f"Not reached by the last save: {', '.join(missed)}.")
-    rows = [
-        [e.curve, e.rule.describe(), round(e.step), f"{e.interval[0]}-{e.interval[1]}"]
-        for e in event_order(events)
-    ]
-    s.tables.append(Table(["curve", "event", "step", "between saves"], rows, "Order of events"))
-    defs = [[q, QUANTITIES[q].definition, result.cost_s[q]] for q in result.groups]
-    s.tables.append(Table(["quantity", "definition", "seconds"], defs, "What was measured", floatfmt=".1f"))
+    s.lines.append(
+        f"Each value carries its 95% interval over the {DYNAMICS_SAMPLES} evaluation sequences or prompts "
+        "(shaded bands in the figures; how, per quantity, in the table of what was measured); probes read "
+        "off the weights are exact. Events are read on the values."
+    )
+    s.tables.append(Table(EVENT_HEADERS, event_rows(result), "Order of events, and each curve's last value"))
+    defs = [[q, QUANTITIES[q].definition, QUANTITIES[q].interval, result.cost_s[q]] for q in result.groups]
+    s.tables.append(
+        Table(
+            ["quantity", "definition", "95% interval", "seconds"], defs, "What was measured", floatfmt=".1f"
+        )
+    )
     for quantity, curves in result.groups.items():
         if curves:
             s.add_figure(quantity, plot_dynamics(result, quantity))

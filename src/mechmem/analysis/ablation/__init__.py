@@ -4,9 +4,12 @@ from mechmem.analysis.ablation.attribution import (
     CHECK_VARIANTS,
     ESTIMATE_NAME,
     EXACT_ABLATION_VARIANTS,
+    ExactSample,
+    SequenceProducts,
     attribute_ablation,
     estimated_deltas,
     exact_sample,
+    sequence_products,
 )
 from mechmem.analysis.ablation.exact import (
     METHODS,
@@ -35,7 +38,9 @@ __all__ = [
     "METHODS",
     "AblationIntervals",
     "AblationResult",
+    "ExactSample",
     "SequenceMetric",
+    "SequenceProducts",
     "ablate_heads",
     "ablate_layer_components",
     "ablation_values",
@@ -48,6 +53,7 @@ __all__ = [
     "naive_head_ablation",
     "plot_ablation",
     "sequence_losses",
+    "sequence_products",
     "task_metric",
     "variant_names",
 ]

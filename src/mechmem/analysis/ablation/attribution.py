@@ -6,16 +6,27 @@ On large models the L x (H + 2) ablations of `analysis.ablation`, each resumed a
 d metric / d activation), re-computes a fixed sample of them exactly, measures the agreement
 (`attribution.judge`) and falls back to exact ablation when it fails.
 
+Intervals: the estimate is a sum over sequences of per-sequence gradient x difference products. For a metric
+that is a ratio of sums over sequences (`exact.SequenceMetric`, e.g. the task loss), sequence i's estimated
+change of the numerator is sum(weights) x its products (the metric's gradient is that of the whole ratio),
+and every delta gets the interval exact ablation gives: the percentile bootstrap over sequences of
+sum_i change_i / sum_i weight_i (`intervals.bootstrap_ratio`), each sequence paired with itself; the exactly
+re-computed variants use their exact per-sequence changes. They describe the spread over sequence draws,
+not the first-order error, which the exact sample measures. A plain scalar metric gives no intervals.
+
 Caveat: first order; an ablation that moves the loss along a curved direction (a saturated softmax, a
 LayerNorm far from linear) is misestimated, which the exact sample is there to catch.
 """
 
+from dataclasses import dataclass
+
 import torch
-from jaxtyping import Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.analysis.ablation.exact import (
     Metric,
+    SequenceMetric,
     ablate_heads,
     ablated_hooks,
     component_hooks,
@@ -24,8 +35,9 @@ from mechmem.analysis.ablation.exact import (
     reference_tokens,
     variant_names,
 )
-from mechmem.analysis.ablation.result import AblationResult
-from mechmem.analysis.interventions import Engine, Setter, setter_values
+from mechmem.analysis.ablation.result import AblationResult, delta_intervals
+from mechmem.analysis.intervals import RESAMPLES, bootstrap_ratio
+from mechmem.analysis.interventions import Engine, Setter, intervene, setter_values
 from mechmem.analysis.patching.attribution import TRUST, judge, sample_cells
 
 EXACT_ABLATION_VARIANTS = 32
@@ -47,35 +59,80 @@ def _per_layer(model: torch.nn.Module, flat: Tensor) -> tuple[Tensor, Tensor, Te
     return per_layer[..., : cfg.n_heads].float(), per_layer[..., cfg.n_heads].float(), mlp
 
 
+@dataclass(frozen=True)
+class SequenceProducts:
+    """What one gradient pass gives: the metric and each sequence's estimated change under every ablation."""
+
+    value: float
+    """The metric on the unablated inputs."""
+    products: Float[Tensor, "sequence variant"]
+    """Per sequence, in `layer_variants` order: the sum over its entries of (replacement - clean value) x
+    d metric / d activation (float64); summed over sequences, the estimated change of the metric."""
+
+
+def sequence_products(
+    model: torch.nn.Module, engine: Engine, tokens: Tensor, values: dict[str, Tensor]
+) -> SequenceProducts:
+    """Every ablation's gradient x difference products, per sequence.
+
+    One forward and one backward pass (`Engine.gradients`) give the metric's gradient at every `hook_z` and
+    `hook_mlp_out`; a variant's product is the sum over its entries of (replacement - clean value) x gradient
+    (an attention layer: the sum of its heads)."""
+    with torch.enable_grad():  # callers (the report) may run under no_grad
+        value, acts, grads = engine.gradients(tokens, stages=("z", "mlp_out"))  # only what the estimate reads
+    parts = []
+    for layer in range(model.cfg.n_layers):
+        z, mlp = component_hooks(model, layer)
+        heads = ((values[z] - acts["z"][layer]) * grads["z"][layer]).sum((1, 3)).double()  # [batch head]
+        parts += [heads, heads.sum(-1, keepdim=True)]
+        if mlp:
+            change = (values[mlp] - acts["mlp_out"][layer]) * grads["mlp_out"][layer]
+            parts.append(change.sum((1, 2)).double()[:, None])
+    return SequenceProducts(value, torch.cat(parts, -1).detach().cpu())
+
+
 def estimated_deltas(
     model: torch.nn.Module, engine: Engine, tokens: Tensor, values: dict[str, Tensor]
 ) -> tuple[float, Tensor]:
-    """(the metric, every ablation's estimated change in `layer_variants` order, float64).
+    """(the metric, every ablation's estimated change in `layer_variants` order, float64): the
+    `sequence_products` summed over sequences."""
+    found = sequence_products(model, engine, tokens, values)
+    return found.value, found.products.sum(0)
 
-    One forward and one backward pass (`Engine.gradients`) give the metric's gradient at every `hook_z` and
-    `hook_mlp_out`; a variant's estimated change is the sum over its entries of (replacement - clean value) x
-    gradient (an attention layer: the sum of its heads)."""
-    with torch.enable_grad():  # callers (the report) may run under no_grad
-        value, acts, grads = engine.gradients(tokens, stages=("z", "mlp_out"))  # only what the estimate reads
-    estimate = []
-    for layer in range(model.cfg.n_layers):
-        z, mlp = component_hooks(model, layer)
-        heads = ((values[z] - acts["z"][layer]) * grads["z"][layer]).sum((0, 1, 3))
-        estimate += [*heads.tolist(), float(heads.sum())]
-        if mlp:
-            estimate.append(float(((values[mlp] - acts["mlp_out"][layer]) * grads["mlp_out"][layer]).sum()))
-    return value, torch.tensor(estimate, dtype=torch.float64)
+
+@dataclass(frozen=True)
+class ExactSample:
+    """Some ablations computed exactly (`exact_sample`)."""
+
+    baseline: float
+    """The unablated metric."""
+    values: Float[Tensor, " chosen"]
+    """The metric after each chosen ablation (float64)."""
+    changes: Float[Tensor, "sequence chosen"] | None
+    """For a `SequenceMetric`: each sequence's change of the numerator under each chosen ablation (ablated
+    - unablated, the same sequence); None for a scalar metric."""
 
 
 def exact_sample(
-    model: torch.nn.Module, engine: Engine, tokens: Tensor, setter: Setter, chosen: list[int]
-) -> tuple[float, Tensor]:
-    """(the unablated metric, the exact metric after each ablation `chosen`), in one engine call."""
+    model: torch.nn.Module,
+    engine: Engine,
+    tokens: Tensor,
+    setter: Setter,
+    chosen: list[int],
+    metric: Metric | None = None,
+) -> ExactSample:
+    """The unablated metric and the metric after each ablation `chosen`, in one engine call; per sequence too
+    when `metric` is a `SequenceMetric` (its parts are run instead of `engine`'s scalar)."""
     variants = [
         v for layer in range(model.cfg.n_layers) for v in layer_variants(model, layer, lambda h, i: setter)
     ]
-    exact = torch.stack(engine.run(tokens, [[]] + [variants[i] for i in chosen])).detach().cpu().double()
-    return float(exact[0]), exact[1:]
+    picked = [[]] + [variants[i] for i in chosen]
+    if isinstance(metric, SequenceMetric):
+        parts = intervene(model, tokens, picked, metric.parts).detach().cpu().double()  # [variant sequence]
+        means = parts.sum(1) / metric.weights.double().cpu().sum().clamp_min(1e-12)
+        return ExactSample(float(means[0]), means[1:], (parts[1:] - parts[0]).T)
+    exact = torch.stack(engine.run(tokens, picked)).detach().cpu().double()
+    return ExactSample(float(exact[0]), exact[1:], None)
 
 
 def attribute_ablation(
@@ -90,22 +147,24 @@ def attribute_ablation(
     check: int = CHECK_VARIANTS,
     fallback: bool = True,
 ) -> AblationResult:
-    """`ablate_heads` for one method, estimated by attribution (`estimated_deltas`); `check` variants
+    """`ablate_heads` for one method, estimated by attribution (`sequence_products`); `check` variants
     re-computed exactly.
 
     The `check` variants of `attribution.sample_cells` are run exactly in one engine call; their exact values
     replace the estimates, and the agreement of estimated with exact deltas on them (`attribution.judge`, rule
     `attribution.TRUST`) is stored in `info["check"]`. With `fallback`, an estimate that fails it is replaced
-    by `ablate_heads` (every variant exact; `info["method"]` says so).
+    by `ablate_heads` (every variant exact; `info["method"]` says so). With a `SequenceMetric` every delta
+    carries its 95% interval over sequences (see the module docstring; `info["interval"]` says how).
     """
     reference = reference_tokens(tokens, reference)
     setter = method_setter(method, reference, generator)
     values = setter_values(model, tokens, setter, ablated_hooks(model))
     engine = Engine(model, metric)
-    value, effects = estimated_deltas(model, engine, tokens, values)
+    found = sequence_products(model, engine, tokens, values)
+    effects = found.products.sum(0)
     chosen = sample_cells(effects, check).tolist()
-    baseline, exact = exact_sample(model, engine, tokens, setter, chosen)
-    agreement = judge(effects[chosen], exact - baseline)
+    sample = exact_sample(model, engine, tokens, setter, chosen, metric)
+    agreement = judge(effects[chosen], sample.values - sample.baseline)
     if fallback and not agreement["trusted"]:
         result = ablate_heads(
             model,
@@ -122,14 +181,28 @@ def attribute_ablation(
             "check": agreement,
         }
         return result
-    flat = baseline + effects
-    flat[chosen] = exact
+    flat = sample.baseline + effects
+    flat[chosen] = sample.values
     heads, attn, mlp = _per_layer(model, flat)
     names = variant_names(model)
     info = {
         "method": f"{ESTIMATE_NAME} of all {len(flat)} ablations, exact on {len(chosen)} of them",
         "check": agreement,
         "exact_variants": [names[i] for i in chosen],
-        "gradient_metric": value,
+        "gradient_metric": found.value,
     }
-    return AblationResult(metric_name, baseline, (method,), heads, attn, mlp, info=info)
+    intervals = None
+    if sample.changes is not None:
+        weights = metric.weights.double().cpu()
+        changes = found.products * weights.sum().clamp_min(1e-12)  # each sequence's estimated change
+        changes[:, chosen] = sample.changes
+        bounds = bootstrap_ratio(changes, weights, generator=torch.Generator().manual_seed(0))
+        intervals = delta_intervals(*bounds, 1, model.cfg, n_sequences=len(weights))
+        info["interval"] = (
+            f"95% percentile bootstrap over {len(weights)} sequences ({RESAMPLES} resamples) of each delta: "
+            f"per sequence its estimated change (its gradient x difference products), exact on the "
+            f"{len(chosen)} exactly computed variants"
+        )
+    return AblationResult(
+        metric_name, sample.baseline, (method,), heads, attn, mlp, info=info, intervals=intervals
+    )

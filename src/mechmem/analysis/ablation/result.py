@@ -44,7 +44,8 @@ class AblationIntervals:
 @dataclass
 class AblationResult:
     """Metric after ablating each head ([method layer head]) and each layer ([method layer]); `intervals`
-    holds every delta's 95% interval over sequences (None for a scalar metric and for estimates)."""
+    holds every delta's 95% interval over sequences (None for a scalar metric; for an attribution estimate,
+    over each sequence's estimated change, `ablation.attribution`)."""
 
     metric_name: str
     baseline: float

@@ -19,6 +19,23 @@ Quantities (each reuses one analysis of the toolkit; `DEFAULT_QUANTITIES` are th
     roles     the one role classifier (`roles.head_roles` on `n` sequences): "L1H1.role=recall" is 1 while
               the head holds that role (0.5), plus each head's task-role scores (no event); the costliest
 
+Intervals: every value that is a mean over the evaluation units (sequences or prompts) carries its 95%
+interval over them, taken from the analysis that measured it (all computed by `mechmem.analysis.intervals`):
+
+    loss, acc   ratios of sums over sequences (summed loss or hits / masked positions per sequence): the delta
+                method's normal interval (`RatioMoments`); with as many masked positions in every sequence it
+                is the normal interval of the mean of per-sequence values (`mean_interval`)
+    heads       the percentile bootstrap over sequences of `detect_heads` (`HeadScores.lower` / `upper`)
+    lens        the percentile bootstrap over sequences of `LogitLensResult.summary`
+    ablation    the paired bootstrap over sequences of `ablate_heads` (each sequence ablated and not)
+    patching    the percentile bootstrap over prompts of the normalised effect (`SweepIntervals`)
+    probes      exact: read off the weights, no sampling, no interval (`Dynamics.exact`); a probe against
+                sampled statistics keeps its interval (`ProbeResult.intervals`)
+    roles       a verdict and a score built from several analyses, not a mean over units: no interval
+
+The events are read on the point curves (`Dynamics.curves`); the intervals say how far each point would move
+on another evaluation draw of the same size, they do not move an event.
+
 Caveat: the levels are conventions stated before the run, not properties of the model; an event's precision is
 one save interval. The trainer saves no step-0 weights, so the first point is the first save. Models without
 attention heads get only the `loss` curves.
@@ -26,8 +43,8 @@ attention heads get only the `loss` curves.
 Reading the result (the trainer's own log beside it, the printed table, the figure) is `dynamics_views`.
 
 Long because the quantities, the loop that measures them on every checkpoint and the `Dynamics` record of
-their curves (with its table form, `to_dataframe`) are one measurement: a quantity's name, its curves and the
-rule of their events are defined together.
+their curves (with its table form, `to_dataframe`) are one measurement: a quantity's name, its curves, their
+intervals and the rule of their events are defined together.
 """
 
 import fnmatch
@@ -44,6 +61,7 @@ import torch
 
 from mechmem.analysis import ablation, heads, logit_lens, patching, probes, roles
 from mechmem.analysis.frames import short_repr
+from mechmem.analysis.intervals import RatioMoments, normal_interval
 from mechmem.analysis.options import parse_quantities  # noqa: F401  (the names live with the parsers)
 from mechmem.analysis.transitions import (
     Event,
@@ -146,63 +164,107 @@ class EvalData:
             return None
 
 
+@dataclass(frozen=True)
+class CurvePoint:
+    """One curve's value at one step, with its 95% interval over the evaluation units."""
+
+    value: float
+    lower: float = math.nan
+    """Lower end of the 95% interval (NaN: none, e.g. exact or not a mean over units)."""
+    upper: float = math.nan
+    """Upper end of it."""
+    exact: bool = False
+    """Read off the weights with no sampled data: no interval because there is no sampling."""
+
+
+def ratio_point(value: float, moments: RatioMoments) -> CurvePoint:
+    """`value` with the delta method's normal 95% interval of a ratio of sums over units (`moments`)."""
+    lower, upper = normal_interval(value, float(moments.stderr()))
+    return CurvePoint(value, lower, upper)
+
+
 @torch.no_grad()
-def _loss(model: Any, data: EvalData) -> dict[str, float]:
+def _loss(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     b = data.batch
     logits = model(b.tokens)
-    return {"loss": float(data.task.loss(logits, b)), "acc": masked_accuracy(logits, b.targets, b.loss_mask)}
+    mask = b.loss_mask.float()
+    hits = ((logits.argmax(-1) == b.targets).float() * mask).sum(-1)
+    losses = ablation.sequence_losses(b)(logits)
+    return {
+        "loss": ratio_point(float(data.task.loss(logits, b)), RatioMoments.from_values(losses, mask.sum(-1))),
+        "acc": ratio_point(
+            masked_accuracy(logits, b.targets, b.loss_mask), RatioMoments.from_values(hits, mask.sum(-1))
+        ),
+    }
 
 
-def _heads(model: Any, data: EvalData) -> dict[str, float]:
+def _heads(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     found = heads.detect_heads_on_task(model, data.batch.tokens, data.batch.loss_mask > 0)
     return {
-        f"L{l}H{h}.{name}": float(s[l, h])
+        f"L{l}H{h}.{name}": CurvePoint(
+            float(s[l, h]), float(found.lower[name][l, h]), float(found.upper[name][l, h])
+        )
         for name, s in found.scores.items()
         for l in range(s.shape[0])
         for h in range(s.shape[1])
     }
 
 
-def _probes(model: Any, data: EvalData) -> dict[str, float]:
-    own = data.task.probes(model)
-    return own or {p.name: p.recall for p in probes.builtin_probes(model).probes}
+def _probes(model: Any, data: EvalData) -> dict[str, CurvePoint]:
+    own = data.task.probes(model)  # read off the weights against the task's own statistics: exact
+    if own:
+        return {name: CurvePoint(value, exact=True) for name, value in own.items()}
+    out = {}
+    for p in probes.builtin_probes(model).probes:
+        sampled = p.intervals.get("recall")
+        out[p.name] = CurvePoint(p.recall, *sampled) if sampled else CurvePoint(p.recall, exact=True)
+    return out
 
 
-def _lens(model: Any, data: EvalData) -> dict[str, float]:
+def _lens(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     b = data.batch
     summary = logit_lens.logit_lens(model, b.tokens, b.targets, b.loss_mask).summary()
-    return {f"lens.{stage}": v["target_prob"] for stage, v in summary.items()}
-
-
-def _ablation(model: Any, data: EvalData) -> dict[str, float]:
-    b = data.batch
-    result = ablation.ablate_heads(
-        model, b.tokens, lambda lg: data.task.loss(lg, b), methods=("mean",), reference=data.reference
-    )
-    delta = result.heads[0] - result.baseline
     return {
-        f"ablation.L{l}H{h}": float(delta[l, h]) for l in range(delta.shape[0]) for h in range(delta.shape[1])
+        f"lens.{stage}": CurvePoint(v["target_prob"], v["target_prob_lower"], v["target_prob_upper"])
+        for stage, v in summary.items()
     }
 
 
-def _patching(model: Any, data: EvalData) -> dict[str, float]:
+def _ablation(model: Any, data: EvalData) -> dict[str, CurvePoint]:
+    b = data.batch
+    loss = ablation.SequenceMetric(ablation.sequence_losses(b), b.loss_mask.float().sum(-1))
+    result = ablation.ablate_heads(model, b.tokens, loss, methods=("mean",), reference=data.reference)
+    delta, (lower, upper) = result.heads[0] - result.baseline, result.intervals.bounds("head")
+    return {
+        f"ablation.L{l}H{h}": CurvePoint(float(delta[l, h]), float(lower[0, l, h]), float(upper[0, l, h]))
+        for l in range(delta.shape[0])
+        for h in range(delta.shape[1])
+    }
+
+
+def _patching(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     if data.pair is None:
         return {}
-    restored = patching.run_sweeps(model, data.pair, ("attn_head_out_all_pos",))[
-        "attn_head_out_all_pos"
-    ].normalised()
+    result = patching.run_sweeps(model, data.pair, ("attn_head_out_all_pos",))["attn_head_out_all_pos"]
+    restored, iv = result.normalised(), result.intervals
     return {
-        f"patching.L{l}H{h}": float(restored[l, h])
+        f"patching.L{l}H{h}": CurvePoint(
+            float(restored[l, h]), float(iv.normalised_lower[l, h]), float(iv.normalised_upper[l, h])
+        )
         for l in range(restored.shape[0])
         for h in range(restored.shape[1])
     }
 
 
-def _roles(model: Any, data: EvalData) -> dict[str, float]:
+def _roles(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     result = roles.head_roles(model, data.task, n=data.n, seed=data.seed)
-    out = {f"{h.name}.role={h.role}": 1.0 for h in result.heads if h.role != "none"}
+    out = {f"{h.name}.role={h.role}": CurvePoint(1.0) for h in result.heads if h.role != "none"}
     out.update(
-        {f"{h.name}.{r}_score": h.evidence[f"{r}_score"] for h in result.heads for r in result.task_roles}
+        {
+            f"{h.name}.{r}_score": CurvePoint(float(h.evidence[f"{r}_score"]))
+            for h in result.heads
+            for r in result.task_roles
+        }
     )
     return out
 
@@ -213,9 +275,11 @@ class Quantity:
     event."""
 
     name: str
-    fn: Callable[[Any, EvalData], dict[str, float]]
+    fn: Callable[[Any, EvalData], dict[str, CurvePoint]]
     definition: str
     rule: Callable[[str], Rule | None]
+    interval: str
+    """How its curves' 95% intervals are computed, or why they have none."""
     missing: float | None = None
     """The value of a curve at a step where the quantity did not produce it (None: not measured)."""
     needs_heads: bool = True
@@ -230,6 +294,8 @@ QUANTITIES: dict[str, Quantity] = {
             _loss,
             "the task's loss and masked accuracy on the evaluation batch",
             lambda c: steepest("down") if c == "loss" else level(0.5),
+            "95% over sequences: loss and accuracy are ratios of sums over sequences (summed per sequence "
+            "over its masked positions), value -+ 1.96 delta-method standard errors (RatioMoments)",
             needs_heads=False,
         ),
         Quantity(
@@ -238,6 +304,7 @@ QUANTITIES: dict[str, Quantity] = {
             "attention mass on the pattern's keys on the task's evaluation data (answer queries; "
             "previous-token where induction reads), per head: L{layer}H{head}.{pattern}",
             lambda c: level(0.5),
+            "95% percentile bootstrap over sequences (HeadScores.lower / upper)",
         ),
         Quantity(
             "probes",
@@ -245,12 +312,15 @@ QUANTITIES: dict[str, Quantity] = {
             "memory recalls: the task's own probes (Task.probes) or the built-in probes "
             "(fraction of inputs whose best-scoring output is the target)",
             lambda c: steepest("down") if c.endswith("kl") else level(0.9),
+            "exact: read off the weights with no sampled data, so no interval; a probe against sampled "
+            "statistics keeps its 95% bootstrap interval (ProbeResult.intervals)",
         ),
         Quantity(
             "lens",
             _lens,
             "logit lens: mean target probability over the masked positions at each residual stage",
             lambda c: steepest("up"),
+            "95% percentile bootstrap over sequences (LogitLensResult.summary)",
         ),
         Quantity(
             "ablation",
@@ -258,6 +328,8 @@ QUANTITIES: dict[str, Quantity] = {
             "rise of the task loss when the head's output is mean-ablated (reference: a "
             "second evaluation batch)",
             lambda c: steepest("up"),
+            "95% percentile bootstrap over sequences of the loss rise, each sequence paired with itself "
+            "unablated (AblationResult.intervals)",
         ),
         Quantity(
             "patching",
@@ -265,6 +337,8 @@ QUANTITIES: dict[str, Quantity] = {
             "fraction of the clean-corrupted logit difference restored by patching the "
             "head's output (all positions) from the clean run into the corrupted one",
             lambda c: level(0.5),
+            "95% percentile bootstrap over prompts of the fraction restored (SweepIntervals); NaN where "
+            "the clean - corrupted gap's interval includes 0",
         ),
         Quantity(
             "roles",
@@ -272,6 +346,7 @@ QUANTITIES: dict[str, Quantity] = {
             "the role classifier (roles.head_roles on n sequences): role=R is 1 while the head "
             "holds role R; R_score its task-role score",
             lambda c: level(0.5) if ".role=" in c else None,
+            "none: a role is a verdict and its score combines several analyses, not a mean over units",
             missing=0.0,
         ),
     )
@@ -283,7 +358,7 @@ DEFAULT_QUANTITIES = ("loss", "heads", "probes")
 @dataclass
 class Dynamics:
     """Curves of every quantity against step: `curves[name][i]` was measured at `steps[i]` (None: not
-    measured)."""
+    measured), with its 95% interval over the evaluation units `lower[name][i]`, `upper[name][i]`."""
 
     steps: list[int]
     curves: dict[str, list[float | None]]
@@ -294,29 +369,61 @@ class Dynamics:
     cost_s: dict[str, float] = field(default_factory=dict)
     """Quantity -> seconds spent on it over all steps ("load": reading the checkpoints)."""
     info: dict[str, Any] = field(default_factory=dict)
+    lower: dict[str, list[float | None]] = field(default_factory=dict)
+    """Curve -> lower end of each value's 95% interval over the evaluation units (None where the value has
+    none: not measured, exact, or not a mean over units; a curve with no interval at any step is absent)."""
+    upper: dict[str, list[float | None]] = field(default_factory=dict)
+    """Curve -> upper end of it."""
+    exact: list[str] = field(default_factory=list)
+    """Curves read off the weights with no sampled data: exact, so no interval."""
 
     def __post_init__(self) -> None:
-        for name, values in self.curves.items():
-            if len(values) != len(self.steps):
-                raise ValueError(f"curve {name} has {len(values)} values for {len(self.steps)} steps")
+        for kind in (self.curves, self.lower, self.upper):
+            for name, values in kind.items():
+                if len(values) != len(self.steps):
+                    raise ValueError(f"curve {name} has {len(values)} values for {len(self.steps)} steps")
+        if set(self.lower) != set(self.upper) or not set(self.lower) <= set(self.curves):
+            raise ValueError("lower and upper must name the same curves, each one of `curves`")
 
     @property
     def events(self) -> list[Event]:
+        """Events of the point curves (the intervals do not move them)."""
         return find_events(self.steps, self.curves, self.rules)
+
+    def point(self, curve: str, i: int = -1) -> CurvePoint | None:
+        """The value of `curve` at `steps[i]` with its interval (None where not measured)."""
+        value = self.curves[curve][i]
+        if value is None:
+            return None
+        lower, upper = (b.get(curve, [None] * len(self.steps))[i] for b in (self.lower, self.upper))
+        nan = math.nan
+        return CurvePoint(
+            value, nan if lower is None else lower, nan if upper is None else upper, curve in self.exact
+        )
 
     def to_dataframe(self) -> Any:
         """One row per curve and step: `quantity` (the measurement that produced the curve, None for a curve
-        of no group), `curve`, `step`, `value` (NaN where not measured). Curves have no interval, so there
-        are no `lower` / `upper` columns; events are `events`."""
+        of no group), `curve`, `step`, `value` (NaN where not measured), `lower` / `upper` (its 95% interval
+        over the evaluation units; NaN where exact, not measured or not a mean over units) and `exact` (read
+        off the weights: no sampling, no interval). Events are `events`."""
         import pandas as pd
 
         quantity = {c: q for q, names in self.groups.items() for c in names}
+
+        def number(v: float | None) -> float:
+            return math.nan if v is None else float(v)
+
         rows = [
-            (quantity.get(c), c, step, math.nan if v is None else float(v))
+            (quantity.get(c), c, step, number(v), number(lo), number(hi), c in self.exact)
             for c, values in self.curves.items()
-            for step, v in zip(self.steps, values)
+            for step, v, lo, hi in zip(
+                self.steps,
+                values,
+                self.lower.get(c, [None] * len(values)),
+                self.upper.get(c, [None] * len(values)),
+            )
         ]
-        return pd.DataFrame(rows, columns=["quantity", "curve", "step", "value"])
+        return pd.DataFrame(rows, columns=["quantity", "curve", "step", "value", "lower", "upper", "exact"])
 
     def __repr__(self) -> str:
         reached = [e for e in self.events if e.reached]
@@ -324,18 +431,29 @@ class Dynamics:
             "Dynamics",
             f"{len(self.steps)} steps" + (f" {self.steps[0]}..{self.steps[-1]}" if self.steps else ""),
             f"{len(self.curves)} curves of {', '.join(self.groups) or 'no quantity'}",
+            f"{len(self.lower)} with 95% intervals, {len(self.exact)} exact",
             f"{len(reached)} of {len(self.rules)} events reached",
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "axes": {"curves": ["step"]},
+            "axes": {"curves": ["step"], "lower": ["step"], "upper": ["step"]},
             "steps": self.steps,
             "quantities": {
-                q: {"definition": QUANTITIES[q].definition, "curves": names, "cost_s": self.cost_s.get(q)}
+                q: {
+                    "definition": QUANTITIES[q].definition,
+                    "interval": QUANTITIES[q].interval,
+                    "curves": names,
+                    "cost_s": self.cost_s.get(q),
+                }
                 for q, names in self.groups.items()
             },
             "curves": self.curves,
+            "interval": "95% over the evaluation units (sequences or prompts) of each value, per quantity "
+            "as `quantities[q].interval` says; None where a value has none; events read on the point curves",
+            "lower": self.lower,
+            "upper": self.upper,
+            "exact": self.exact,
             "rules": {c: r.to_dict() for c, r in self.rules.items()},
             "events": [e.to_dict() for e in self.events],
             "cost_s": self.cost_s,
@@ -384,7 +502,18 @@ def run_dynamics(
         rows.append(row)
         t0 = time.perf_counter()
     groups = {q.name: list(dict.fromkeys(c for row in rows for c in row[q.name])) for q in chosen}
-    curves = {c: [row[q.name].get(c, q.missing) for row in rows] for q in chosen for c in groups[q.name]}
+    points = {c: [row[q.name].get(c) for row in rows] for q in chosen for c in groups[q.name]}
+    missing = {c: q.missing for q in chosen for c in groups[q.name]}
+    curves = {c: [missing[c] if p is None else p.value for p in ps] for c, ps in points.items()}
+    bounds = {
+        side: {
+            c: [None if p is None or math.isnan(getattr(p, side)) else getattr(p, side) for p in ps]
+            for c, ps in points.items()
+        }
+        for side in ("lower", "upper")
+    }
+    with_interval = [c for c in points if any(v is not None for v in bounds["lower"][c])]
+    exact = [c for c, ps in points.items() if all(p.exact for p in ps if p is not None)]
     rules = {c: r for q in chosen for c in groups[q.name] if (r := q.rule(c)) is not None}
     info = {
         "run_dir": str(run_dir),
@@ -398,7 +527,15 @@ def run_dynamics(
         "first_checkpoint": str(first_path),
     }
     return Dynamics(
-        [s for s, _ in files], curves, groups, rules, {k: round(v, 3) for k, v in cost.items()}, info
+        [s for s, _ in files],
+        curves,
+        groups,
+        rules,
+        {k: round(v, 3) for k, v in cost.items()},
+        info,
+        lower={c: bounds["lower"][c] for c in with_interval},
+        upper={c: bounds["upper"][c] for c in with_interval},
+        exact=exact,
     )
 
 

@@ -1,11 +1,13 @@
 """Reading a `Dynamics` result: its events beside the trainer's own log (metrics.jsonl), the table
-`mechmem dynamics` prints, and the figure of one quantity's curves. The measurement is `dynamics`."""
+`mechmem dynamics` prints (each curve's event, and its last value with the 95% interval), and the figure of
+one quantity's curves with their intervals as shaded bands. The measurement is `dynamics`."""
 
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from mechmem.analysis.dynamics.measure import Dynamics
+from mechmem.analysis.intervals import format_interval
 from mechmem.analysis.transitions import event_order, find_event, format_order
 from mechmem.errors import MechmemError
 from mechmem.tables import format_table
@@ -54,15 +56,37 @@ def metrics_agreement(
     return rows
 
 
+EVENT_HEADERS = ["curve", "event", "step", "between saves", "last value", "95% interval"]
+"""The columns of `event_rows`."""
+
+
+def event_rows(result: Dynamics) -> list[list]:
+    """One row per reached event, in order: curve, rule, step, the saves around it, then the curve's value at
+    the last step with its 95% interval over the evaluation units ("exact" for a curve read off the weights,
+    "[-]" where it has none). The table `mechmem dynamics` prints and the report shows."""
+    rows = []
+    for e in event_order(result.events):
+        last = result.point(e.curve)
+        value = None if last is None else last.value
+        spread = (
+            "exact"
+            if last is not None and last.exact
+            else format_interval(*(None, None) if last is None else (last.lower, last.upper))
+        )
+        rows.append(
+            [e.curve, e.rule.describe(), round(e.step), f"{e.interval[0]}-{e.interval[1]}", value, spread]
+        )
+    return rows
+
+
 def dynamics_lines(result: Dynamics, run_dir: str | Path, matches: dict[str, str] | None = None) -> list[str]:
     """What `mechmem dynamics` prints: the events in order, the cost, and (when the run directory holds
     metrics.jsonl) the same events read from the trainer's metrics, which are also kept in
     `result.info["metrics_agreement"]`."""
     events = event_order(result.events)
-    rows = [(e.curve, e.rule.describe(), round(e.step), f"{e.interval[0]}-{e.interval[1]}") for e in events]
     missed = [e.curve for e in result.events if not e.reached]
     lines = [
-        format_table(rows, ["curve", "event", "step", "between saves"]),
+        format_table(event_rows(result), EVENT_HEADERS),
         f"order of events: {format_order(events)}"
         + (f"\nnot reached: {', '.join(missed)}" if missed else ""),
         f"{len(result.steps)} checkpoints, steps {result.steps[0]}..{result.steps[-1]}; seconds: "
@@ -99,8 +123,9 @@ def _facet(quantity: str, curve: str) -> tuple[str, str]:
 def plot_dynamics(result: Dynamics, quantity: str) -> Any:
     """The curves of one quantity against step, one panel per facet; returns the Figure.
 
-    Facets: one per pattern for `heads`, held roles and scores for `roles`. Each curve's level is dotted and
-    its event marked by a dashed line.
+    Facets: one per pattern for `heads`, held roles and scores for `roles`. Each curve's 95% interval over
+    the evaluation units is a shaded band around it (none for exact curves, labelled so); its level is dotted
+    and its event marked by a dashed line.
     """
     from mechmem.plotting import plt
 
@@ -116,7 +141,20 @@ def plot_dynamics(result: Dynamics, quantity: str) -> Any:
         for i, (name, label) in enumerate(curves):
             values = [float("nan") if v is None else v for v in result.curves[name]]
             color = f"C{i % 10}"
-            ax.plot(result.steps, values, marker=".", ms=3, color=color, label=label)
+            exact = name in result.exact
+            ax.plot(
+                result.steps,
+                values,
+                marker=".",
+                ms=3,
+                color=color,
+                label=label + (" (exact)" if exact else ""),
+            )
+            if name in result.lower:
+                lower, upper = (
+                    [float("nan") if v is None else v for v in b[name]] for b in (result.lower, result.upper)
+                )
+                ax.fill_between(result.steps, lower, upper, color=color, alpha=0.2, lw=0)
             event = events.get(name)
             if event is not None and event.rule.level is not None:
                 ax.axhline(event.rule.level, color="grey", ls=":", lw=0.8)
@@ -124,4 +162,7 @@ def plot_dynamics(result: Dynamics, quantity: str) -> Any:
                 ax.axvline(event.step, color=color, ls="--", lw=0.8)
         ax.set(title=title, xlabel="step")
         ax.legend(fontsize=7)
+    if any(name in result.lower for name in result.groups[quantity]):
+        n = result.info.get("eval", {}).get("n")
+        fig.suptitle(f"bands: 95% intervals over {n} evaluation sequences or prompts", fontsize=8)
     return fig

@@ -26,6 +26,14 @@ Integrated gradients (`steps=k`, the AtP* / EAP-IG family): instead of the gradi
 the gradient averaged over k runs whose token embedding is interpolated between the two runs' embeddings.
 It costs k forward and backward passes instead of one; docs/circuits.md records which agrees better per cost.
 
+Intervals: the estimate is a sum over prompts of per-prompt gradient x difference products, so each prompt has
+its own estimate of every cell, m_i(base) + n x (its products, with its query/key fix), whose mean over the n
+prompts is the cell's estimate. With a metric that has one value per prompt (the default logit difference,
+whose mean the gradient is taken of), every cell gets the 95% intervals over prompts that exact patching
+gives (`sweep_intervals`: value and effect mean -+ 1.96 standard errors, the normalised effect a percentile
+bootstrap). They describe the estimate's spread over prompt draws, not its first-order error, which the
+agreement check below measures.
+
 Every result flags itself: `Attributor.sweep` re-computes a deterministic sample of cells exactly
 (`sample_cells`, one engine call) and stores the agreement in `result.check` (`judge`, rule `TRUST`);
 `attribute_sweeps` falls back to exact patching for a sweep that fails it.
@@ -40,8 +48,14 @@ from torch import Tensor
 
 from mechmem.analysis.interventions import Engine
 from mechmem.analysis.interventions.replay import STAGES
-from mechmem.analysis.patching.qk_correction import swap_effects
-from mechmem.analysis.patching.result import SWEEPS, PatchingResult, PatchSweep
+from mechmem.analysis.patching.qk_correction import prompt_swap_effects
+from mechmem.analysis.patching.result import (
+    SWEEPS,
+    PatchingResult,
+    PatchSweep,
+    SweepIntervals,
+    sweep_intervals,
+)
 from mechmem.analysis.patching.sweeps import Patcher, resolve_metric, resolve_sweep
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import PatchingPair
@@ -158,14 +172,15 @@ class Attributor:
         base, _, value = self.run(base_name)
         grads = self.run(base_name, source_name if self.steps else None)[1]
         source = self.run(source_name)[0]
-        layers = []
+        layers, by_prompt = [], []
         for layer in range(self.model.cfg.n_layers):
             delta = source[spec.stage][layer] - base[spec.stage][layer]
-            cells = reduce_cells(delta * grads[spec.stage][layer], spec)
+            cells = prompt_cells(delta * grads[spec.stage][layer], spec)
             target = self.qk_target(spec.stage, layer)
             if target is not None:
                 cells = cells + self.qk_correction(target, base, grads["pattern"][target], delta)
-            layers.append(value + cells)
+            by_prompt.append(cells)
+            layers.append(value + cells.sum(0))
         values = {name: self.run(name)[2] for name in ("clean", "corrupted")}
         result = PatchingResult(
             spec.name,
@@ -176,10 +191,27 @@ class Attributor:
             values["clean"],
             values["corrupted"],
             method=self.method,
+            intervals=self.prompt_intervals(torch.stack(by_prompt, 1), direction),
         )
         if check:
             result.check = self.check_sweep(result)
         return result
+
+    def prompt_intervals(
+        self, products: Float[Tensor, "prompt layer ..."], direction: str
+    ) -> SweepIntervals | None:
+        """The 95% intervals over prompts of a sweep's estimate from each prompt's summed products
+        (`products`, the metric's gradient being that of the mean over prompts): prompt i's estimate of a cell
+        is m_i(base) + n x products[i], as exact patching's per-prompt value is (`sweep_intervals`). None for
+        a metric without one value per prompt."""
+        exact = self.exact_patcher()
+        if exact.prompt_values is None:
+            return None
+        runs = exact.prompt_values
+        base = runs["corrupted"] if direction == "denoising" else runs["clean"]
+        n = len(base)
+        per_prompt = base.double().reshape(n, *[1] * (products.ndim - 1)) + n * products.double().cpu()
+        return sweep_intervals(per_prompt, runs["clean"], runs["corrupted"], direction)
 
     def exact_patcher(self) -> Patcher:
         """Exact patching of the same runs and metric (for the agreement check and the fallback)."""
@@ -221,27 +253,31 @@ class Attributor:
         base: dict[str, list[Tensor]],
         grad_pattern: Float[Tensor, "batch head_index query_pos key_pos"],
         delta: Float[Tensor, "batch pos d_model"],
-    ) -> Float[Tensor, " pos"]:
-        """Per patched position p: exact minus linearised effect of `delta[:, p]` on `layer`'s attention
-        pattern, each scored by d metric / d pattern (AtP*'s query/key fix)."""
+    ) -> Float[Tensor, "batch pos"]:
+        """Per prompt and patched position p: exact minus linearised effect of `delta[:, p]` on `layer`'s
+        attention pattern, each scored by d metric / d pattern (AtP*'s query/key fix)."""
         resid = base["resid_pre"][layer]
         h = self.replay.ln1(layer, resid)
         with torch.enable_grad():  # gradient of <dM/dP, P(h)> w.r.t. h: the query/key path only
             h_var = h.clone().requires_grad_(True)
             (g_h,) = torch.autograd.grad((grad_pattern * self.replay.attend(layer, h_var)[0]).sum(), h_var)
         dh = torch.func.jvp(lambda r: self.replay.ln1(layer, r), (resid,), (delta,))[1]
-        linear = (g_h * dh).sum((0, 2))
-        exact = swap_effects(
+        linear = (g_h * dh).sum(2)
+        exact = prompt_swap_effects(
             self.replay, layer, h, self.replay.ln1(layer, resid + delta), grad_pattern, self.memory
-        )
+        ).to(linear.dtype)
         active = (delta != 0).any(-1).any(0)  # other positions: no change, no correction
         return torch.where(active, exact - linear, 0.0)
 
 
 def reduce_cells(x: Float[Tensor, "batch ..."], spec: PatchSweep) -> Tensor:
     """Sum per-entry contributions over the batch and every activation axis a cell spans (`spec.dims`)."""
-    x = x.sum(0)
-    spanned = [d for d in range(x.ndim) if d not in spec.dims]
+    return prompt_cells(x, spec).sum(0)
+
+
+def prompt_cells(x: Float[Tensor, "batch ..."], spec: PatchSweep) -> Float[Tensor, "batch ..."]:
+    """Sum per-entry contributions over every activation axis a cell spans (`spec.dims`), per prompt."""
+    spanned = [d + 1 for d in range(x.ndim - 1) if d not in spec.dims]
     return x.sum(spanned) if spanned else x
 
 
@@ -362,6 +398,7 @@ __all__ = [
     "agreement",
     "attribute_sweeps",
     "judge",
+    "prompt_cells",
     "reduce_cells",
     "sample_cells",
 ]

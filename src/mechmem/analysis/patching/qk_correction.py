@@ -34,24 +34,37 @@ def swap_effects(
     h: Float[Tensor, "batch pos d_model"],
     h_new: Float[Tensor, "batch pos d_model"],
     grad_pattern: Float[Tensor, "batch head_index query_pos key_pos"],
-    memory_bytes: float = 256 * 2**20,
+    memory_bytes: float = 256.0 * 2**20,
 ) -> Float[Tensor, " pos"]:
     """Per position p: sum(grad_pattern x (pattern with h[:, p] replaced by h_new[:, p] - pattern)), summed
-    over batch, heads, queries and keys. `h` and `h_new` are `layer`'s normalised attention inputs; rows of
-    the batch are taken in chunks whose float64 score tensors fit `memory_bytes`."""
+    over batch, heads, queries and keys (`prompt_swap_effects` summed over prompts)."""
+    return prompt_swap_effects(replay, layer, h, h_new, grad_pattern, memory_bytes).sum(0).to(h.dtype)
+
+
+def prompt_swap_effects(
+    replay: Replay,
+    layer: int,
+    h: Float[Tensor, "batch pos d_model"],
+    h_new: Float[Tensor, "batch pos d_model"],
+    grad_pattern: Float[Tensor, "batch head_index query_pos key_pos"],
+    memory_bytes: float = 256.0 * 2**20,
+) -> Float[Tensor, "batch pos"]:
+    """`swap_effects` of each prompt: per prompt and position p, summed over heads, queries and keys. `h` and
+    `h_new` are `layer`'s normalised attention inputs; rows of the batch are taken in chunks whose float64
+    score tensors fit `memory_bytes`. In float64."""
     n_batch, n_pos = h.shape[:2]
     per_row = 8 * 16 * grad_pattern.shape[1] * n_pos * n_pos  # about 16 live [head q k] float64 tensors
     chunk = max(1, int(memory_bytes // per_row))
-    total = torch.zeros(n_pos, dtype=torch.float64, device=h.device)
-    for first in range(0, n_batch, chunk):
-        rows = slice(first, first + chunk)
-        total += _chunk_effects(replay, layer, h[rows], h_new[rows], grad_pattern[rows])
-    return total.to(h.dtype)
+    parts = [
+        _chunk_effects(replay, layer, h[rows], h_new[rows], grad_pattern[rows])
+        for rows in (slice(first, first + chunk) for first in range(0, n_batch, chunk))
+    ]
+    return torch.cat(parts)
 
 
 def _chunk_effects(
     replay: Replay, layer: int, h: Tensor, h_new: Tensor, grad: Tensor
-) -> Float[Tensor, " pos"]:
+) -> Float[Tensor, "batch pos"]:
     positions = torch.arange(h.shape[1], device=h.device)
     mask = replay.attention_mask(layer, positions, positions)  # [q k]
     q, q_new = (replay.queries(layer, x, positions).double() for x in (h, h_new))
@@ -70,13 +83,13 @@ def _chunk_effects(
     average = (positive - rest).exp() - (negative - rest).exp()
     after = average * (rest - lse_new).exp() + grad * (changed - lse_new).exp()
     others = mask & ~torch.eye(len(positions), dtype=torch.bool, device=h.device)
-    columns = torch.where(others, after - before, 0.0).sum((0, 1, 2))
+    columns = torch.where(others, after - before, 0.0).sum((1, 2))
 
     # row p: the query and its own key both moved
     own = (q_new * k_new).sum(-1).transpose(-1, -2) / replay.scales[layer]  # q'_p . k'_p, [batch head p]
     row_scores = replay.scores(layer, q_new, k).diagonal_scatter(own, dim1=-2, dim2=-1)
     row_pattern = row_scores.masked_fill(~mask, -torch.inf).softmax(-1)
-    rows = ((grad * row_pattern).sum(-1) - before.squeeze(-1)).sum((0, 1))
+    rows = ((grad * row_pattern).sum(-1) - before.squeeze(-1)).sum(1)
     return columns + rows
 
 
@@ -88,4 +101,4 @@ def _without_each(x: Float[Tensor, "... k"]) -> Float[Tensor, "... k"]:
     return torch.logaddexp(prefix, suffix)
 
 
-__all__ = ["swap_effects"]
+__all__ = ["prompt_swap_effects", "swap_effects"]

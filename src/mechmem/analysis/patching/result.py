@@ -8,7 +8,8 @@ corrupted) / (clean - corrupted), a ratio of two means, gets a percentile bootst
 clean - corrupted gap's own interval includes 0 the runs are not told apart and every normalised effect is NaN
 (`PatchingResult.normalised_refused`), rather than a large number divided by noise. This needs a metric with
 one value per prompt: the default logit difference has one, a callable returning one value per prompt too; a
-callable returning a scalar gives means without intervals.
+callable returning a scalar gives means without intervals. Attribution estimates carry the same intervals,
+over each prompt's own estimate (`mechmem.analysis.patching.attribution`).
 
 Caveats: the intervals describe redraws of as many prompts from the same distribution. Measured on the
 planted induction model with Gaussian noise of known mean added per prompt
@@ -123,7 +124,8 @@ class PatchingResult:
     """The metric after each patch of one sweep; `values` has one axis per name in `axes`.
 
     Each value is a mean over prompts; `intervals` holds their 95% intervals (None for a metric without one
-    value per prompt, and for estimates).
+    value per prompt). For an attribution estimate they are the intervals of the estimate over prompts, from
+    each prompt's own estimate (`attribution.Attributor.prompt_intervals`).
 
     Example:
         >>> import mechmem, torch
