@@ -236,3 +236,39 @@ def test_rules_committed_with_their_results_are_named_on_the_page():
     for s in changed["statements"]:
         s["since"] = "abc1234"
     assert not any(x.startswith("Not fixed") for x in birth_page.statements_section(changed).lines)
+
+
+def test_a_rising_curve_does_not_pass_a_level_claim_on_entering_its_band():
+    """The plateau rule: a curve still climbing through the 'around 55%' band is 'not settled', while the same
+    level on a flat curve holds; a rising curve already clear above an 'over' bar keeps its pass."""
+    margin = 0.03
+    around = {"kind": "around", "target": 0.55, "tolerance": 0.05, "key": "one", "cells": [{"a": 0}]}
+    above = {"kind": "above", "threshold": 0.95, "key": "two", "cells": [{"a": 0}]}
+    rungs = [{"name": "R0", "d_model": 8, "seq_len": 8, "batch_size": 2, "steps": 1}]
+    rising = [0.2 + 0.35 * i / 15 for i in range(16)]  # ends at 0.55: inside the band, still climbing
+    flat = [0.55] * 16
+    curves = {"curve": rising}
+
+    def cell(rung, model):
+        return {"curve": {"eval_icl_acc": curves["curve"]}, "final": {"icl_acc": curves["curve"][-1]}}
+
+    section3 = {"plateau_k": 1, "margin": margin, "claims": [around]}
+    judged = statements.judge_as_written(section3, rungs, cell)[0]
+    assert judged["verdict_plateau_only"] == "holds"  # the plateau alone would pass it
+    assert judged["verdict"] == statements.NOT_SETTLED
+    curves["curve"] = flat
+    assert statements.judge_as_written(section3, rungs, cell)[0]["verdict"] == "holds"
+    curves["curve"] = [v + 0.5 for v in rising]  # 0.7 .. 1.05, rising, far above 0.95 at the end
+    section3["claims"] = [above]
+    assert statements.judge_as_written(section3, rungs, cell)[0]["verdict"] == "holds"
+    assert statements.settled_verdict(above, "within spread", 0.1, margin) == statements.NOT_SETTLED
+    assert statements.settled_verdict(around, "fails", -0.1, margin) == statements.NOT_SETTLED
+    assert statements.settled_verdict(around, "fails", 0.01, margin) == "fails"
+
+
+def test_the_page_says_whether_the_paper_sizes_were_run():
+    record = json.loads((ROOT / "docs" / "reproductions" / "data" / "birth.json").read_text())
+    assert "are not yet done" in birth_page.sizes_line(record)
+    changed = copy.deepcopy(record)
+    changed["scale"].update(d_model=128, seq_len=256, batch_size=512)
+    assert "are not yet done" not in birth_page.sizes_line(changed)
