@@ -317,3 +317,22 @@ def test_committed_record_rebuilds_its_page():
     want = [mean(probes), stdev(probes), len(probes)]
     assert_records_close(table.rows[4][3:], want, rel=1e-12, abs=1e-15)
     assert report.section("roles").skipped or report.section("roles").tables
+
+
+def test_values_without_a_primary_source_are_named_so_on_the_page():
+    """Every published number whose source says "no primary source" is called that in the headline and listed
+    under the published table; a value with a source is quoted with it instead."""
+    import json
+
+    record = json.loads((DOCS / "data" / "permutation-paper.json").read_text())
+    published = copy.deepcopy(page.load_published()["values"])
+    assert all(not re.search(r"\bissue\b", v["source"]) for v in published.values())
+    headline = page.headline_text(record, published)
+    assert headline.startswith("**Published schedule**")
+    assert headline.count("no primary source") == 2  # both probes
+    lines = page.build_page(record).section("published").lines
+    listed = next(x for x in lines if x.startswith("Published values without a primary source"))
+    assert "Task 1 training-loss plateau" in listed and "Task 2 probe" in listed
+    published["task1_probe_elimination_p"]["source"] = "seed page, a sentence"
+    headline = page.headline_text(record, published)
+    assert headline.count("no primary source") == 1 and "source: seed page, a sentence" in headline

@@ -66,8 +66,18 @@ def _memorisation_max_err(runs: list[dict[str, Any]]) -> list[float]:
     ]
 
 
-def headline_text(record: dict[str, Any], values: dict[str, Any]) -> str:
-    """The headline: which schedule the Task 1 / Task 2 numbers come from, then the probes and max err."""
+def provenance(entry: dict[str, Any]) -> str:
+    """A published value's provenance in a few words: "no primary source" where published.json says so, else
+    its source."""
+    source = entry["source"]
+    return "no primary source" if source.startswith("no primary source") else f"source: {source}"
+
+
+def headline_text(record: dict[str, Any], published: dict[str, Any]) -> str:
+    """The headline: which schedule the Task 1 / Task 2 numbers come from, then the probes and max err.
+
+    `published` is published.json's "values" (each value with its source)."""
+    values = {k: v["value"] for k, v in published.items()}
     t1, t2 = record["task1"], record["task2"]
     t = t2[0]["train"]
     if at_published_schedule(record, values):
@@ -84,10 +94,13 @@ def headline_text(record: dict[str, Any], values: dict[str, Any]) -> str:
         )
     return (
         f"{schedule} Task 2 probe p(recall) {format_ms([r['probe']['p_recall'] for r in t2])} over {len(t2)}"
-        f" seed(s) (published {values['task2_probe_recall_p']}, no primary source); Task 2 memorisation"
-        f" subgroup max err {format_ms(_memorisation_max_err(t2))} (published value lost in conversion);"
+        f" seed(s) (published {values['task2_probe_recall_p']},"
+        f" {provenance(published['task2_probe_recall_p'])}); Task 2 memorisation subgroup max err"
+        f" {format_ms(_memorisation_max_err(t2))} (the published MaxAE was lost in conversion of the seed"
+        " document);"
         f" Task 1 probe p(elimination) {format_ms([r['probe']['p_elimination'] for r in t1])} over"
-        f" {len(t1)} seed(s) (published {values['task1_probe_elimination_p']}, not in the seed text)."
+        f" {len(t1)} seed(s) (published {values['task1_probe_elimination_p']},"
+        f" {provenance(published['task1_probe_elimination_p'])})."
         + (
             " Larger-V runs: presets "
             + ", ".join(f"`{p}`" for p in dict.fromkeys(run["preset"] for run in record["scale"]))
@@ -111,7 +124,7 @@ def build_page(record: dict[str, Any]) -> Report:
         _rescue(record),
         _scale(record),
     ]
-    headline = headline_text(record, values)
+    headline = headline_text(record, published)
     cfg = record["config"]
     variant = cfg.get("variant", "full")
     name = "permutation" if variant == "full" else f"permutation-{variant}"
@@ -243,6 +256,17 @@ def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
         "The seed page's MAE and MaxAE against the Bayesian posterior (per step and subgroup) were lost in"
         f" conversion ({published['bayes_errors']['source']}), so the Bayes tables below have no published"
         " column."
+    )
+    # numbers only: the V=10 / V=15 size guesses are not published values and are not shown
+    unsourced = [
+        v
+        for v in published.values()
+        if provenance(v) == "no primary source" and isinstance(v["value"], int | float)
+    ]
+    s.lines.append(
+        "Published values without a primary source (the values the project was given, of unknown origin): "
+        + "; ".join(f"{v['quantity']} {v['value']}" for v in unsourced)
+        + "."
     )
     plateaus = {"task1": published["task1_plateau"]["value"], "task2": published["task2_plateau"]["value"]}
     s.add_figure("losses", figures.plot_losses(record, plateaus))
