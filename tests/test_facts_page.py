@@ -82,7 +82,10 @@ def test_page_numbers_equal_the_record(record):
         return math.exp(sum(logs) / 2)
 
     ratio = a("trained", "0.9") / a("published_hand", "0.9")
-    assert f"trained / hand-coded (published) over d = 16..32: acc>=0.9 {ratio:.1f}x" in page
+    g = record["constructions"]["grid"]
+    setup = f"S in 1..{g['s_values'][-1]} x top_fraction 0.00..{g['top_fractions'][-1]:.2f}"
+    assert f"trained / hand-coded (published) over d = 16..32 ({setup}, " in page
+    assert f"): acc>=0.9 {ratio:.1f}x [the authors'" in page
     published = record["published"]["ratio_hand_coded"]["value"]
     assert f"published {published}x is over d = 16..256" in page
     # the authors' own logs over the same d, fitted here by hand: a = geometric mean of S ln d / d^2
@@ -406,3 +409,25 @@ def test_norms_without_mlp_verdict_is_the_records(record):
     assert f"inside it {inside or 'none'}" in line
     below = [labels[m] for m, g in gains.items() if g < lo]
     assert ("below it " + ", ".join(below) in line) if below else "below it" not in line
+
+
+def test_construction_numbers_carry_their_set_up_beside_the_authors(record):
+    """Each construction row and the headline ratio of the hybrid name our initialisations and grid beside the
+    authors' (read from the record), so a ratio is never shown without the set-up difference."""
+    import copy
+
+    from mechmem.papers.memorisation import page_constructions as pc
+
+    g, pub = record["constructions"]["grid"], record["published"]
+    for mode in pc.TRAINED_MODES:
+        assert f"best of {g['n_inits']} inits (the authors: {pub['construction_inits']['value']})" in (
+            pc.setup_of(record, mode)
+        )
+    hybrid = pc.setup_of(record, "published_hybrid")
+    assert str(g["hybrid_s_values"]) in hybrid and pub["construction_hybrid_grid"]["value"] in hybrid
+    assert "inits" not in pc.setup_of(record, "published_hand")
+    headline = " ".join(pc.constructions_headline(record))
+    assert f"({hybrid})" in headline
+    changed = copy.deepcopy(record)
+    changed["constructions"]["grid"]["n_inits"] = 11
+    assert "best of 11 inits" in pc.setup_of(changed, "trained")
