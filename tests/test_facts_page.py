@@ -87,7 +87,8 @@ def test_page_numbers_equal_the_record(record):
     assert f"trained / hand-coded (published) over d = 16..32 ({setup}, " in page
     assert f"): acc>=0.9 {ratio:.1f}x [the authors'" in page
     published = record["published"]["ratio_hand_coded"]["value"]
-    assert f"published {published}x is over d = 16..256" in page
+    low, high = record["published"]["construction_d_range"]["value"]
+    assert f"published {published}x is over d = {low}..{high}" in page
     # the authors' own logs over the same d, fitted here by hand: a = geometric mean of S ln d / d^2
     logs = record["published"]["construction_authors_any"]["value"]
     theirs = math.sqrt(
@@ -103,6 +104,20 @@ def test_page_numbers_equal_the_record(record):
         f"S = {fit['a_d2_over_lnd']:.2f} d^2 / ln d (free: {fit['power_b']:.2f} d^{fit['power_k']:.2f})"
         in page
     )
+
+
+def test_published_construction_range_is_read_from_published_json(record):
+    """The d range of the published fits is the authors' logs' range, and the page prints whatever
+    published.json holds (a changed range shows up in both sentences that name it)."""
+    from mechmem.papers.memorisation import page_constructions as pc
+
+    pub = record["published"]
+    logs = pub["construction_authors_any"]["value"]
+    ds = sorted({int(d) for model in logs.values() for crit in model.values() for d in crit})
+    assert pub["construction_d_range"]["value"] == [ds[0], ds[-1]]
+    moved = {**record, "published": {**pub, "construction_d_range": {"value": [8, 512]}}}
+    lines = " ".join(pc.constructions_headline(moved))
+    assert "over d = 8..512" in lines and f"over d = {ds[0]}..{ds[-1]}" not in lines
 
 
 def test_toggle_effect_pairs_only_matched_variants():

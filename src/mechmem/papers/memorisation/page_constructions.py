@@ -77,6 +77,12 @@ def _span(ds: list[int]) -> str:
     return f"{ds[0]}..{ds[-1]}" if ds else "-"
 
 
+def published_span(record: dict[str, Any]) -> str:
+    """The model sizes of the published construction fits and ratios, e.g. "16..256" (published.json)."""
+    low, high = record["published"]["construction_d_range"]["value"]
+    return f"{low}..{high}"
+
+
 def authors_ratio(record: dict[str, Any], mode: str, crit: str, ds: list[int]) -> float:
     """a(trained) / a(mode), fits a d^2 / ln d to the authors' own capacity logs over `ds` (nan if absent)."""
     logs = record["published"].get("construction_authors_any", {}).get("value", {})
@@ -100,7 +106,7 @@ def _like_for_like(record: dict[str, Any], results: list[CapacityResult], mode: 
         )
     return (
         f"trained / {LABELS[mode]} over d = {_span(ds)} ({setup_of(record, mode)}): {', '.join(parts)};"
-        f" published {pub['value']}x is over d = 16..256"
+        f" published {pub['value']}x is over d = {published_span(record)}"
     )
 
 
@@ -123,7 +129,7 @@ def _exponent_line(record: dict[str, Any], results: list[CapacityResult]) -> str
     return (
         "Exponent k of the authors' fit S = c d^k / ln d at acc >= 0.9: "
         + "; ".join(parts)
-        + ". The published exponents are fits over d = 16..256."
+        + f". The published exponents are fits over d = {published_span(record)}."
     )
 
 
