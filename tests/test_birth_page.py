@@ -5,6 +5,7 @@ import ast
 import copy
 import json
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -215,12 +216,37 @@ def test_committed_page_is_the_committed_record_rendered(tmp_path):
     """docs/reproductions/birth.md is exactly what `--page-only`
     makes of docs/reproductions/data/birth.json."""
     docs = ROOT / "docs" / "reproductions"
-    record = json.loads((docs / "data" / "birth.json").read_text())
+    record = birth_page.attach_spread(json.loads((docs / "data" / "birth.json").read_text()), docs / "data")
     md = write_page(birth_page.page(record), tmp_path / "birth.md", prose=docs / "prose" / "birth.md")
     assert md.read_text() == (docs / "birth.md").read_text()
     assert {p.name for p in (tmp_path / "figures").iterdir()} <= {
         p.name for p in (docs / "figures").iterdir()
     }
+
+
+def test_margin_readings_are_computed_from_the_spread_file(tmp_path):
+    """The readings quoted beside the margin are the spread file's, computed on the page (range and sample sd
+    of the small batches), not text of published.json; without the file the page says it is missing."""
+    data = ROOT / "docs" / "reproductions" / "data"
+    record = json.loads((data / "birth.json").read_text())
+    readings = json.loads((data / "birth_eval_spread.json").read_text())
+    assert "eval_spread" not in record and birth_page.attach_spread(record, tmp_path) is record
+    assert "not beside this record" in birth_page.spread_text(record)
+    margin_source = statements.load_published()["section3_as_written"]["margin_source"]
+    assert not re.search(r"\d\.\d", margin_source)  # no reading written as text
+    batches = list(readings["other_batches_128"].values())
+    text = birth_page.spread_text(birth_page.attach_spread(record, data))
+    assert f"read {readings['final_batch_1024_seed1000']:.3f}" in text
+    assert f"sample {readings['fresh_4096_seed5000']:.3f}" in text
+    assert (
+        f"{len(batches)} other 128-sequence batches spread over {min(batches):.2f} .. {max(batches):.2f}"
+        in text
+    )
+    assert f"sample sd {statistics.stdev(batches):.3f}" in text
+    moved = {**readings, "fresh_4096_seed5000": 0.123, "other_batches_128": {"3": 0.5, "4": 0.7}}
+    (tmp_path / "birth_eval_spread.json").write_text(json.dumps(moved))
+    text = birth_page.spread_text(birth_page.attach_spread(record, tmp_path))
+    assert "sample 0.123" in text and "2 other 128-sequence batches spread over 0.50 .. 0.70" in text
 
 
 def test_rules_committed_with_their_results_are_named_on_the_page():

@@ -10,6 +10,10 @@ heads, speed, runs, figures); the judging itself lives in `statements`, and spli
 modules would only scatter one page's layout.
 """
 
+import json
+import re
+from pathlib import Path
+from statistics import stdev
 from typing import Any
 
 from mechmem.papers.birth import figures
@@ -87,6 +91,42 @@ def _cell_text(c: dict[str, Any]) -> str:
     )
 
 
+SPREAD_FILE = "birth_eval_spread.json"
+"""The metric's spread check (`mechmem.papers.birth.scripts.eval_spread`), in the data folder."""
+
+
+def attach_spread(record: dict[str, Any], data: Path) -> dict[str, Any]:
+    """`record` with "eval_spread" (the file name and its readings) when the spread check's file is in `data`;
+    the plugin's `references`, read when the page is built, never written into the record."""
+    path = Path(data) / SPREAD_FILE
+    if not path.exists():
+        return record
+    return {**record, "eval_spread": {"file": path.name, "readings": json.loads(path.read_text())}}
+
+
+def spread_text(record: dict[str, Any]) -> str:
+    """The spread check's readings of one model, computed from its file: the final batch, a larger fresh
+    sample, and the range and sample sd of the other small batches."""
+    attached = record.get("eval_spread")
+    if not attached:
+        return f"the spread check's file {SPREAD_FILE} is not beside this record"
+    r = attached["readings"]
+    final = next(k for k in r if k.startswith("final_batch_"))
+    fresh = next(k for k in r if k.startswith("fresh_"))
+    others = next(k for k in r if k.startswith("other_batches_"))
+    size = {
+        k: re.search(r"\d+", k).group() for k in (final, fresh, others)
+    }  # sequences: the key's first number
+    batches = list(r[others].values())
+    return (
+        f"its readings ({attached['file']}, {r['run']}): the final {size[final]}-sequence batch read"
+        f" {r[final]:.3f} and a"
+        f" {size[fresh]}-sequence fresh sample {r[fresh]:.3f} of the same model, and {len(batches)} other"
+        f" {size[others]}-sequence batches spread over {min(batches):.2f} .. {max(batches):.2f} (sample sd"
+        f" {stdev(batches):.3f})"
+    )
+
+
 def _section3_table(record: dict[str, Any]) -> Table:
     """The Section 3 claims as written: the paper's words, our plateau, the judgement, the rules before."""
     section3 = load_published()["section3_as_written"]
@@ -106,7 +146,8 @@ def _section3_table(record: dict[str, Any]) -> Table:
         f'Section 3 ({section3["source"]}): "{section3["quote"]}" Each claim is counted once and judged as'
         f" written on the {section3['plateau'].format(k=section3['plateau_k'])};"
         f" margin +-{section3['margin']}"
-        f" ({section3['margin_source']}): a value closer than that to the claim's boundary is"
+        f" ({section3['margin_source']}; {spread_text(record)}): a value closer than that to the claim's"
+        " boundary is"
         f' "{WITHIN_SPREAD}", not a pass or a failure. {section3["settled"]} The judgement column gives in'
         f" brackets the verdict without that check ({section3['settled_since']}). The last three columns give"
         " the rules written first (the scale ladder's band, and the first rule on the quick suite's depth"
