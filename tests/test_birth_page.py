@@ -5,6 +5,7 @@ import ast
 import copy
 import json
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -215,12 +216,37 @@ def test_committed_page_is_the_committed_record_rendered(tmp_path):
     """docs/reproductions/birth.md is exactly what `--page-only`
     makes of docs/reproductions/data/birth.json."""
     docs = ROOT / "docs" / "reproductions"
-    record = json.loads((docs / "data" / "birth.json").read_text())
+    record = birth_page.attach_spread(json.loads((docs / "data" / "birth.json").read_text()), docs / "data")
     md = write_page(birth_page.page(record), tmp_path / "birth.md", prose=docs / "prose" / "birth.md")
     assert md.read_text() == (docs / "birth.md").read_text()
     assert {p.name for p in (tmp_path / "figures").iterdir()} <= {
         p.name for p in (docs / "figures").iterdir()
     }
+
+
+def test_margin_readings_are_computed_from_the_spread_file(tmp_path):
+    """The readings quoted beside the margin are the spread file's, computed on the page (range and sample sd
+    of the small batches), not text of published.json; without the file the page says it is missing."""
+    data = ROOT / "docs" / "reproductions" / "data"
+    record = json.loads((data / "birth.json").read_text())
+    readings = json.loads((data / "birth_eval_spread.json").read_text())
+    assert "eval_spread" not in record and birth_page.attach_spread(record, tmp_path) is record
+    assert "not beside this record" in birth_page.spread_text(record)
+    margin_source = statements.load_published()["section3_as_written"]["margin_source"]
+    assert not re.search(r"\d\.\d", margin_source)  # no reading written as text
+    batches = list(readings["other_batches_128"].values())
+    text = birth_page.spread_text(birth_page.attach_spread(record, data))
+    assert f"read {readings['final_batch_1024_seed1000']:.3f}" in text
+    assert f"sample {readings['fresh_4096_seed5000']:.3f}" in text
+    assert (
+        f"{len(batches)} other 128-sequence batches spread over {min(batches):.2f} .. {max(batches):.2f}"
+        in text
+    )
+    assert f"sample sd {statistics.stdev(batches):.3f}" in text
+    moved = {**readings, "fresh_4096_seed5000": 0.123, "other_batches_128": {"3": 0.5, "4": 0.7}}
+    (tmp_path / "birth_eval_spread.json").write_text(json.dumps(moved))
+    text = birth_page.spread_text(birth_page.attach_spread(record, tmp_path))
+    assert "sample 0.123" in text and "2 other 128-sequence batches spread over 0.50 .. 0.70" in text
 
 
 def test_rules_committed_with_their_results_are_named_on_the_page():
@@ -236,3 +262,39 @@ def test_rules_committed_with_their_results_are_named_on_the_page():
     for s in changed["statements"]:
         s["since"] = "abc1234"
     assert not any(x.startswith("Not fixed") for x in birth_page.statements_section(changed).lines)
+
+
+def test_a_rising_curve_does_not_pass_a_level_claim_on_entering_its_band():
+    """The plateau rule: a curve still climbing through the 'around 55%' band is 'not settled', while the same
+    level on a flat curve holds; a rising curve already clear above an 'over' bar keeps its pass."""
+    margin = 0.03
+    around = {"kind": "around", "target": 0.55, "tolerance": 0.05, "key": "one", "cells": [{"a": 0}]}
+    above = {"kind": "above", "threshold": 0.95, "key": "two", "cells": [{"a": 0}]}
+    rungs = [{"name": "R0", "d_model": 8, "seq_len": 8, "batch_size": 2, "steps": 1}]
+    rising = [0.2 + 0.35 * i / 15 for i in range(16)]  # ends at 0.55: inside the band, still climbing
+    flat = [0.55] * 16
+    curves = {"curve": rising}
+
+    def cell(rung, model):
+        return {"curve": {"eval_icl_acc": curves["curve"]}, "final": {"icl_acc": curves["curve"][-1]}}
+
+    section3 = {"plateau_k": 1, "margin": margin, "claims": [around]}
+    judged = statements.judge_as_written(section3, rungs, cell)[0]
+    assert judged["verdict_plateau_only"] == "holds"  # the plateau alone would pass it
+    assert judged["verdict"] == statements.NOT_SETTLED
+    curves["curve"] = flat
+    assert statements.judge_as_written(section3, rungs, cell)[0]["verdict"] == "holds"
+    curves["curve"] = [v + 0.5 for v in rising]  # 0.7 .. 1.05, rising, far above 0.95 at the end
+    section3["claims"] = [above]
+    assert statements.judge_as_written(section3, rungs, cell)[0]["verdict"] == "holds"
+    assert statements.settled_verdict(above, "within spread", 0.1, margin) == statements.NOT_SETTLED
+    assert statements.settled_verdict(around, "fails", -0.1, margin) == statements.NOT_SETTLED
+    assert statements.settled_verdict(around, "fails", 0.01, margin) == "fails"
+
+
+def test_the_page_says_whether_the_paper_sizes_were_run():
+    record = json.loads((ROOT / "docs" / "reproductions" / "data" / "birth.json").read_text())
+    assert "are not yet done" in birth_page.sizes_line(record)
+    changed = copy.deepcopy(record)
+    changed["scale"].update(d_model=128, seq_len=256, batch_size=512)
+    assert "are not yet done" not in birth_page.sizes_line(changed)

@@ -82,9 +82,13 @@ def test_page_numbers_equal_the_record(record):
         return math.exp(sum(logs) / 2)
 
     ratio = a("trained", "0.9") / a("published_hand", "0.9")
-    assert f"trained / hand-coded (published) over d = 16..32: acc>=0.9 {ratio:.1f}x" in page
+    g = record["constructions"]["grid"]
+    setup = f"S in 1..{g['s_values'][-1]} x top_fraction 0.00..{g['top_fractions'][-1]:.2f}"
+    assert f"trained / hand-coded (published) over d = 16..32 ({setup}, " in page
+    assert f"): acc>=0.9 {ratio:.1f}x [the authors'" in page
     published = record["published"]["ratio_hand_coded"]["value"]
-    assert f"published {published}x is over d = 16..256" in page
+    low, high = record["published"]["construction_d_range"]["value"]
+    assert f"published {published}x is over d = {low}..{high}" in page
     # the authors' own logs over the same d, fitted here by hand: a = geometric mean of S ln d / d^2
     logs = record["published"]["construction_authors_any"]["value"]
     theirs = math.sqrt(
@@ -100,6 +104,20 @@ def test_page_numbers_equal_the_record(record):
         f"S = {fit['a_d2_over_lnd']:.2f} d^2 / ln d (free: {fit['power_b']:.2f} d^{fit['power_k']:.2f})"
         in page
     )
+
+
+def test_published_construction_range_is_read_from_published_json(record):
+    """The d range of the published fits is the authors' logs' range, and the page prints whatever
+    published.json holds (a changed range shows up in both sentences that name it)."""
+    from mechmem.papers.memorisation import page_constructions as pc
+
+    pub = record["published"]
+    logs = pub["construction_authors_any"]["value"]
+    ds = sorted({int(d) for model in logs.values() for crit in model.values() for d in crit})
+    assert pub["construction_d_range"]["value"] == [ds[0], ds[-1]]
+    moved = {**record, "published": {**pub, "construction_d_range": {"value": [8, 512]}}}
+    lines = " ".join(pc.constructions_headline(moved))
+    assert "over d = 8..512" in lines and f"over d = {ds[0]}..{ds[-1]}" not in lines
 
 
 def test_toggle_effect_pairs_only_matched_variants():
@@ -406,3 +424,25 @@ def test_norms_without_mlp_verdict_is_the_records(record):
     assert f"inside it {inside or 'none'}" in line
     below = [labels[m] for m, g in gains.items() if g < lo]
     assert ("below it " + ", ".join(below) in line) if below else "below it" not in line
+
+
+def test_construction_numbers_carry_their_set_up_beside_the_authors(record):
+    """Each construction row and the headline ratio of the hybrid name our initialisations and grid beside the
+    authors' (read from the record), so a ratio is never shown without the set-up difference."""
+    import copy
+
+    from mechmem.papers.memorisation import page_constructions as pc
+
+    g, pub = record["constructions"]["grid"], record["published"]
+    for mode in pc.TRAINED_MODES:
+        assert f"best of {g['n_inits']} inits (the authors: {pub['construction_inits']['value']})" in (
+            pc.setup_of(record, mode)
+        )
+    hybrid = pc.setup_of(record, "published_hybrid")
+    assert str(g["hybrid_s_values"]) in hybrid and pub["construction_hybrid_grid"]["value"] in hybrid
+    assert "inits" not in pc.setup_of(record, "published_hand")
+    headline = " ".join(pc.constructions_headline(record))
+    assert f"({hybrid})" in headline
+    changed = copy.deepcopy(record)
+    changed["constructions"]["grid"]["n_inits"] = 11
+    assert "best of 11 inits" in pc.setup_of(changed, "trained")

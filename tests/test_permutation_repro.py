@@ -4,15 +4,18 @@ the page's tables equal the record, the hand check is computed, and page.py type
 
 import copy
 import itertools
+import json
 import math
 import re
+import shutil
 from pathlib import Path
 from statistics import mean, stdev
 
 import pytest
 import torch
-from helpers import ROOT, assert_records_close
+from helpers import ROOT, assert_records_close, load_script
 
+from mechmem.analysis.stats import format_mean_sd
 from mechmem.errors import MechmemError
 from mechmem.papers.permutation import page
 from mechmem.papers.permutation.run import (
@@ -185,7 +188,7 @@ def test_pipeline_writes_every_section_and_figure(record, tmp_path):
     assert record["published"] == page.load_published()  # the record keeps a copy
     report = page.build_page(record)
     keys = [s.key for s in report.sections]
-    assert keys == ["setup", "published", "bayes", "probe", "roles", "rescue", "scale"]
+    assert keys == ["published", "setup", "bayes", "probe", "roles", "rescue", "scale"]  # results first
     assert not any(s.skipped for s in report.sections)
     md = write_page(report, tmp_path / "permutation.md", prose=DOCS / "prose" / "permutation.md")
     names = {p.name for p in (tmp_path / "figures").glob("permutation_*.png")}
@@ -201,13 +204,15 @@ def test_prose_blocks_match_section_keys(record):
     assert set(prose) - {"intro"} <= {s.key for s in page.build_page(record).sections}
 
 
-def test_published_table_equals_record_aggregates(record):
-    table = page.build_page(record).section("published").tables[0]
+def _expected_published_rows(record):
     published = page.load_published()["values"]
     t1, t2, v = record["task1"], record["task2"], record["task2"][0]["vocab_size"]
 
     def final(run, suffix):
         return next(r["acc"] for r in run["bayes"] if r["step"].endswith(suffix))
+
+    def max_err(run):
+        return next(r["max_err"] for r in run["bayes"] if r["step"].endswith("memorisation"))
 
     expected = [
         (published["elimination_floor"], [record["floor"]]),
@@ -219,12 +224,74 @@ def test_published_table_equals_record_aggregates(record):
         (published["final_step_acc"], [final(r, "elimination") for r in t2]),
         (published["final_step_acc"], [final(r, "memorisation") for r in t2]),
     ]
-    assert len(table.rows) == len(expected)
-    for row, (pub, ours) in zip(table.rows, expected):
+    rows = []
+    for pub, ours in expected:
+        # the sample sd (`stats.mean_sd`); none for one value; published values as published, not rounded
+        sd = stdev(ours) if len(ours) > 1 else "-"
+        rows.append([f"{pub['value']:g}", pub["source"], mean(ours), sd, len(ours)])
+    errs = [max_err(r) for r in t2]
+    rows.append(["-", published["bayes_errors"]["source"], mean(errs), stdev(errs), len(errs)])
+    return rows
+
+
+def test_published_table_equals_record_aggregates(record):
+    """The tiny record is not at the published schedule and has no published-schedule record beside it: its
+    table is the only one, labelled a sensitivity check, without the source column."""
+    published = page.load_published()["values"]
+    rows = page.published_rows(record, published)
+    want = _expected_published_rows(record)
+    assert len(rows) == len(want)
+    for row, expected in zip(rows, want):
         # the page's mean and sd against the statistics module: equal up to summation order (1e-12 relative)
-        sd = stdev(ours) if len(ours) > 1 else "-"  # the sample sd (`stats.mean_sd`); none for one value
-        want = [pub["value"], pub["source"], mean(ours), sd, len(ours)]
-        assert_records_close(row[1:], want, rel=1e-12, abs=1e-15)
+        assert_records_close(row[1:], expected, rel=1e-12, abs=1e-15)
+    tables = page.build_page(record).section("published").tables
+    assert len(tables) == 1 and tables[0].caption.startswith(
+        "**Sensitivity check, not the published schedule**"
+    )
+    assert tables[0].rows == [r[:2] + r[3:] for r in rows]
+    assert page.headline_text(record, published).startswith(
+        "**Sensitivity variant, not the published schedule**"
+    )
+
+
+def _at_published_schedule(record):
+    """`record` retrained, on paper, at the published schedule (constant lr, its value, its epochs)."""
+    values = {k: v["value"] for k, v in page.load_published()["values"].items()}
+    out = copy.deepcopy(record)
+    for key in ("task1", "task2"):
+        for run in out[key]:
+            run["train"].update(schedule="constant", lr=values["lr"], batch_size=values["epoch_size"])
+            run["train"]["steps"] = values[f"{key}_epochs"]
+            run["task"]["epoch_size"] = values["epoch_size"]
+            run["probe"]["p_recall"] += 0.5  # a value the tuned record does not hold
+    return out
+
+
+def test_first_table_is_the_published_schedule_record_beside_it(record, tmp_path):
+    """A record at another schedule gets the published-schedule record of its data folder as its first table
+    and headline; its own runs follow as the sensitivity check. A record beside it that is not at the
+    published schedule is not put first."""
+    published = page.load_published()["values"]
+    paper = _at_published_schedule(record)
+    assert page.attach_published_schedule(record, tmp_path) is record  # nothing beside it
+    (tmp_path / "permutation-paper.json").write_text(json.dumps(record))  # not at the published schedule
+    assert page.attach_published_schedule(record, tmp_path) is record
+    (tmp_path / "permutation-paper.json").write_text(json.dumps(paper))
+    shown = page.attach_published_schedule(record, tmp_path)
+    assert page.attach_published_schedule(paper, tmp_path) is paper  # already at it: shown alone
+    first, second = page.build_page(shown).section("published").tables
+    assert first.caption.startswith("**Published schedule**") and "permutation-paper.json" in first.caption
+    assert_records_close(first.rows, page.published_rows(paper, published), rel=1e-12, abs=1e-15)
+    assert second.caption.startswith("**Sensitivity check, not the published schedule**")
+    assert f"{record['task2'][0]['train']['lr']:g} = " in second.caption
+    assert second.rows == [r[:2] + r[3:] for r in page.published_rows(record, published)]
+    headline = page.headline_text(shown, published)
+    p_paper = format_mean_sd([r["probe"]["p_recall"] for r in paper["task2"]])
+    p_ours = format_mean_sd([r["probe"]["p_recall"] for r in record["task2"]])
+    assert headline.startswith("**Published schedule**")
+    assert headline.index(p_paper) < headline.index("**Sensitivity check") < headline.index(p_ours)
+    only = page.build_page(paper).section("published").tables
+    assert len(only) == 1 and only[0].caption.startswith("**Published schedule**")
 
 
 def test_roles_table_rows_equal_record_heads(record):
@@ -307,13 +374,47 @@ def test_variants_and_options_make_the_spec():
 
 
 def test_committed_record_rebuilds_its_page():
-    import json
-
+    """permutation.md: the first table is the committed published-schedule record, the second this record."""
     record = json.loads((DOCS / "data" / "permutation.json").read_text())
-    report = page.build_page(record)
-    table = report.section("published").tables[0]
-    probes = [r["probe"]["p_recall"] for r in record["task2"]]
-    # mean and sample sd of recorded floats: any summation order agrees to 1e-12 relative
-    want = [mean(probes), stdev(probes), len(probes)]
-    assert_records_close(table.rows[4][3:], want, rel=1e-12, abs=1e-15)
+    paper = json.loads((DOCS / "data" / "permutation-paper.json").read_text())
+    report = page.build_page(page.attach_published_schedule(record, DOCS / "data"))
+    first, second = report.section("published").tables
+    for table, rec, cells in ((first, paper, slice(3, None)), (second, record, slice(2, None))):
+        probes = [r["probe"]["p_recall"] for r in rec["task2"]]
+        # mean and sample sd of recorded floats: any summation order agrees to 1e-12 relative
+        want = [mean(probes), stdev(probes), len(probes)]
+        assert_records_close(table.rows[4][cells], want, rel=1e-12, abs=1e-15)
     assert report.section("roles").skipped or report.section("roles").tables
+
+
+def test_page_only_puts_the_published_schedule_record_first(tmp_path):
+    """`reproduce permutation --page-only` hands the page the published-schedule record beside its own (the
+    plugin's `references`) and rebuilds the committed page byte for byte."""
+    docs = tmp_path / "docs"
+    (docs / "data").mkdir(parents=True)
+    for name in ("permutation.json", "permutation-paper.json"):
+        shutil.copy(DOCS / "data" / name, docs / "data")
+    shutil.copytree(DOCS / "prose", docs / "prose")
+    assert load_script("reproduce").main(["permutation", "--page-only", "--docs", str(docs)]) == 0
+    text = (docs / "permutation.md").read_text()
+    assert text == (DOCS / "permutation.md").read_text()
+    assert text.index("**Published schedule**") < text.index(
+        "**Sensitivity check, not the published schedule**"
+    )
+
+
+def test_values_without_a_primary_source_are_named_so_on_the_page():
+    """Every published number whose source says "no primary source" is called that in the headline and listed
+    under the published table; a value with a source is quoted with it instead."""
+    record = json.loads((DOCS / "data" / "permutation-paper.json").read_text())
+    published = copy.deepcopy(page.load_published()["values"])
+    assert all(not re.search(r"\bissue\b", v["source"]) for v in published.values())
+    headline = page.headline_text(record, published)
+    assert headline.startswith("**Published schedule**")
+    assert headline.count("no primary source") == 2  # both probes
+    lines = page.build_page(record).section("published").lines
+    listed = next(x for x in lines if x.startswith("Published values without a primary source"))
+    assert "Task 1 training-loss plateau" in listed and "Task 2 probe" in listed
+    published["task1_probe_elimination_p"]["source"] = "seed page, a sentence"
+    headline = page.headline_text(record, published)
+    assert headline.count("no primary source") == 1 and "source: seed page, a sentence" in headline

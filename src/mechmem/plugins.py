@@ -7,7 +7,8 @@ paper's is `mechmem.papers.NAME.plugin`; the package's `__init__` imports nothin
 
     spec = paper.spec(variant, options)  # "quick" (CPU minutes), "paper" (published scale); options: str->str
     results = paper.run(spec, log)       # trains what is missing, measures; the run record (a JSON-able dict)
-    page = paper.page(results)           # a `mechmem.report.document.Report`, written by `write_page`
+    shown = paper.references(results, data) if paper.references else results   # other committed records
+    page = paper.page(shown)             # a `mechmem.report.document.Report`, written by `write_page`
 
 A paper also declares its demo models (`DemoModel`, trained and reported on by `make demo`). Every paper
 folder has the same parts; docs/papers.md draws the skeleton.
@@ -26,6 +27,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from mechmem.errors import MechmemError
@@ -71,6 +73,10 @@ class Paper:
     """Names of the tasks the plugin registers."""
     demo: tuple[DemoModel, ...] = field(default_factory=tuple)
     """The paper's models in `make demo` (none: the paper adds no demo model)."""
+    references: Callable[[dict[str, Any], Path], dict[str, Any]] | None = None
+    """(run record, data folder) -> the record with the other committed files its page shows beside it (a
+    companion variant's record, a separate measurement), read each time the page is built and never written
+    into the record; None: the page shows its record alone."""
 
 
 PAPERS: dict[str, Paper] = {}

@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         record = paper.run(spec, lambda line: print(line, flush=True))
         write_json(record_path, record)
     prose = docs / "prose" / f"{paper.name}.md"
-    page = write_page(paper.page(record), docs / f"{stem}.md", prose=prose if prose.exists() else None)
+    shown = paper.references(record, docs / "data") if paper.references else record
+    page = write_page(paper.page(shown), docs / f"{stem}.md", prose=prose if prose.exists() else None)
     print(f"wrote {page} from {record_path}")
     return 0

@@ -245,6 +245,16 @@ def at_step(history: list[dict[str, Any]], key: str, step: int) -> float:
     return values[-1] if values else float("nan")
 
 
+def late_rise(curve: list[float | None]) -> float | None:
+    """Mean of the curve's last quarter minus the mean of the quarter before (None for fewer than 8 points):
+    whether a run was still improving when it stopped."""
+    values = [v for v in curve if v is not None]
+    q = len(values) // 4
+    if q < 2:
+        return None
+    return round(sum(values[-q:]) / q - sum(values[-2 * q : -q]) / q, 5)
+
+
 def compact_history(history: list[dict[str, Any]], digits: int = 5) -> dict[str, list[Any]]:
     """A history as columns for the run record: {"step": [...], key: [value or None, ...]}, floats rounded."""
     keys = sorted({k for rec in history for k in rec}, key=lambda k: (k != "step", k))

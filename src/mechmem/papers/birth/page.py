@@ -4,14 +4,28 @@ Every number on the page is read from the record (`mechmem.papers.birth.run.run`
 published values and the authors'-code reference from their committed data files; the hand-written text (what
 is reproduced, the deviations) lives in docs/reproductions/prose/birth.md, one block per section key used
 here.
+
+Long because the page is one concept with one section per part of the paper (statements, ladder, preset,
+heads, speed, runs, figures); the judging itself lives in `statements`, and splitting the sections over
+modules would only scatter one page's layout.
 """
 
+import json
+import re
+from pathlib import Path
+from statistics import stdev
 from typing import Any
 
 from mechmem.papers.birth import figures
 from mechmem.papers.birth.experiments import expand_history
 from mechmem.papers.birth.scale import cell_key, summarise
-from mechmem.papers.birth.statements import LADDER_KEYS, WITHIN_SPREAD, judge_as_written, load_published
+from mechmem.papers.birth.statements import (
+    LADDER_KEYS,
+    NOT_SETTLED,
+    WITHIN_SPREAD,
+    judge_as_written,
+    load_published,
+)
 from mechmem.report.document import Report, Section, Table
 
 TITLE = "Reproduction: Birth of a Transformer: A Memory Viewpoint (Bietti et al., 2023)"
@@ -72,8 +86,44 @@ def _first_rules_text(record: dict[str, Any], keys: list[str]) -> tuple[str, str
 def _cell_text(c: dict[str, Any]) -> str:
     triggers = "fixed" if c["model"]["fixed_triggers"] else "random"
     return (
-        f"{triggers} triggers: {c['value']:.3f} ({c['verdict']}; final batch {c['final']:.3f}) at {c['rung']}"
-        f" ({_sizes(c['sizes'])})"
+        f"{triggers} triggers: {c['value']:.3f} ({c['verdict']}; final batch {c['final']:.3f}; last quarter"
+        f" minus the one before {fmt(c['late_rise'])}) at {c['rung']} ({_sizes(c['sizes'])})"
+    )
+
+
+SPREAD_FILE = "birth_eval_spread.json"
+"""The metric's spread check (`mechmem.papers.birth.scripts.eval_spread`), in the data folder."""
+
+
+def attach_spread(record: dict[str, Any], data: Path) -> dict[str, Any]:
+    """`record` with "eval_spread" (the file name and its readings) when the spread check's file is in `data`;
+    the plugin's `references`, read when the page is built, never written into the record."""
+    path = Path(data) / SPREAD_FILE
+    if not path.exists():
+        return record
+    return {**record, "eval_spread": {"file": path.name, "readings": json.loads(path.read_text())}}
+
+
+def spread_text(record: dict[str, Any]) -> str:
+    """The spread check's readings of one model, computed from its file: the final batch, a larger fresh
+    sample, and the range and sample sd of the other small batches."""
+    attached = record.get("eval_spread")
+    if not attached:
+        return f"the spread check's file {SPREAD_FILE} is not beside this record"
+    r = attached["readings"]
+    final = next(k for k in r if k.startswith("final_batch_"))
+    fresh = next(k for k in r if k.startswith("fresh_"))
+    others = next(k for k in r if k.startswith("other_batches_"))
+    size = {
+        k: re.search(r"\d+", k).group() for k in (final, fresh, others)
+    }  # sequences: the key's first number
+    batches = list(r[others].values())
+    return (
+        f"its readings ({attached['file']}, {r['run']}): the final {size[final]}-sequence batch read"
+        f" {r[final]:.3f} and a"
+        f" {size[fresh]}-sequence fresh sample {r[fresh]:.3f} of the same model, and {len(batches)} other"
+        f" {size[others]}-sequence batches spread over {min(batches):.2f} .. {max(batches):.2f} (sample sd"
+        f" {stdev(batches):.3f})"
     )
 
 
@@ -88,7 +138,7 @@ def _section3_table(record: dict[str, Any]) -> Table:
                 f'"{c["words"]}"',
                 c["published"],
                 ours,
-                c["verdict"] or "-",
+                f"{c['verdict'] or '-'} (without the settled check: {c['verdict_plateau_only'] or '-'})",
                 *_first_rules_text(record, c["first_rules"]),
             ]
         )
@@ -96,9 +146,12 @@ def _section3_table(record: dict[str, Any]) -> Table:
         f'Section 3 ({section3["source"]}): "{section3["quote"]}" Each claim is counted once and judged as'
         f" written on the {section3['plateau'].format(k=section3['plateau_k'])};"
         f" margin +-{section3['margin']}"
-        f" ({section3['margin_source']}): a value closer than that to the claim's boundary is"
-        f' "{WITHIN_SPREAD}", not a pass or a failure. The last three columns give the rules written first'
-        " (the scale ladder's band, and the first rule on the quick suite's depth runs) with their outcomes."
+        f" ({section3['margin_source']}; {spread_text(record)}): a value closer than that to the claim's"
+        " boundary is"
+        f' "{WITHIN_SPREAD}", not a pass or a failure. {section3["settled"]} The judgement column gives in'
+        f" brackets the verdict without that check ({section3['settled_since']}). The last three columns give"
+        " the rules written first (the scale ladder's band, and the first rule on the quick suite's depth"
+        " runs) with their outcomes."
     )
     headers = ["paper's words", "published", "ours: plateau per cell", "judgement", "rules written first"]
     return Table(headers + ["their outcome", "holds (then)"], rows, caption=caption)
@@ -113,6 +166,7 @@ def claim_counts(record: dict[str, Any]) -> dict[str, int]:
         "claims": len(verdicts),
         "holds": verdicts.count("holds"),
         "within spread": verdicts.count(WITHIN_SPREAD),
+        "not settled": verdicts.count(NOT_SETTLED),
         "fails": verdicts.count("fails"),
         "not run": verdicts.count(None),
     }
@@ -122,9 +176,8 @@ def counts_line(record: dict[str, Any]) -> str:
     n = claim_counts(record)
     return (
         f"Of the paper's {n['claims']} claims judged here (each counted once), {n['holds']} hold,"
-        f" {n['within spread']} are within the measurement spread, {n['fails']} fail and {n['not run']} are"
-        " not"
-        " rerun in this record."
+        f" {n['within spread']} are within the measurement spread, {n['not settled']} have not settled,"
+        f" {n['fails']} fail and {n['not run']} are not rerun in this record."
     )
 
 
@@ -135,10 +188,18 @@ def sizes_line(record: dict[str, Any]) -> str:
     d = sorted({c["d_model"] for c in configs})
     t = max([c["seq_len"] for c in configs] + [sc.get("depth_seq_len", 0)])
     b = max(c["batch_size"] for c in configs)
+    paper = section3["paper_config"]
+    done = [c for c in configs if all(c.get(key, 0) >= value for key, value in paper.items())]
+    sizes = f"d = {paper['d_model']}, T = {paper['seq_len']}, batch {paper['batch_size']}"
+    status = (
+        f"{len(done)} run(s) of this record are at the paper's sizes."
+        if done
+        else f"The runs at the paper's sizes ({sizes}) are not yet done: no run in this record reaches them,"
+        " so every verdict on this page is at smaller sizes."
+    )
     return (
-        f"All runs at d = {', '.join(map(str, d))}, T <= {t}, batch <= {b}; the paper:"
-        f" {section3['paper_sizes']}"
-        f" ({section3['paper_sizes_source']})."
+        f"All runs at d = {', '.join(map(str, d))}, T <= {t}, batch <= {b}; the paper: {sizes}"
+        f" ({section3['paper_sizes_source']}). {status}"
     )
 
 
@@ -179,7 +240,7 @@ def _sizes(z: dict[str, Any]) -> str:
 
 def ladder_section(record: dict[str, Any]) -> Section:
     """The scale ladder: each Section 3 accuracy's climb, rung by rung, judged by its committed rule."""
-    section = Section("ladder", "Section 3 accuracies on the scale ladder")
+    section = Section("ladder", "Section 3 accuracies on the scale ladder (the rule written first)")
     ladder = record.get("ladder")
     if not ladder:
         section.skipped = "the ladder is not in this record"

@@ -14,6 +14,7 @@ PAPER = register_paper(
         variants=spec.VARIANTS,
         run=run.run,
         page=page.page,
+        references=page.attach_spread,
         tasks=("birth",),
         demo=(DemoModel("birth", "birth", "demo", 0.8, save_every=25),),
     )

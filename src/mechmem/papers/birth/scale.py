@@ -27,6 +27,7 @@ import torch
 
 from mechmem.executor import Cell, load_records, run_cells
 from mechmem.models.adapter import build_transformer
+from mechmem.papers.birth.experiments import late_rise
 from mechmem.papers.birth.models import full_config
 from mechmem.papers.birth.statements import judge, load_published, record_context
 from mechmem.papers.birth.task import N_TOKENS, BirthConfig
@@ -246,16 +247,6 @@ def summarise(rules: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict
             "not_reached": [r["name"] for r in rungs[len(climb) :]] if status_below(last) else [],
         }
     return out
-
-
-def late_rise(curve: list[float | None]) -> float | None:
-    """Mean of the curve's last quarter minus the mean of the quarter before (None for fewer than 8 points):
-    whether a run was still improving when it stopped."""
-    values = [v for v in curve if v is not None]
-    q = len(values) // 4
-    if q < 2:
-        return None
-    return round(sum(values[-q:]) / q - sum(values[-2 * q : -q]) / q, 5)
 
 
 def status_below(row: dict[str, Any] | None) -> bool:

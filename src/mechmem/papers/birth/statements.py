@@ -11,7 +11,8 @@ The Section 3 accuracies (2 layers with fixed or random triggers, 1 layer) were 
 ladder (`mechmem.papers.birth.scale`, rules in `birth_rules.json`: a statement held when some rung met its
 band). `judge_as_written` judges the sentence as written instead ("over" as a strict bar, "around ... for one
 layer" as one claim over both trigger types), each level on the plateau of the largest rung run, with the
-measured spread as the margin; the page shows the earlier rules' outcomes beside it.
+measured spread as the margin and only where the curve has settled; the page shows the earlier rules' outcomes
+beside it.
 """
 
 import json
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mechmem.papers.birth.experiments import at_step, expand_history, final, first_step
+from mechmem.papers.birth.experiments import at_step, expand_history, final, first_step, late_rise
 
 History = list[dict[str, Any]]
 
@@ -262,6 +263,8 @@ def record_context(record: dict[str, Any], ladder: dict[str, dict[str, Any]]) ->
 # ----------------------------------------------------------------------------------------------------------
 WITHIN_SPREAD = "within spread"
 """The verdict of a value closer to its claim's decision boundary than the measurement spread."""
+NOT_SETTLED = "not settled"
+"""The verdict of a cell whose curve still moved by more than the margin when it stopped: no plateau yet."""
 
 
 def plateau(curve: list[float | None], k: int) -> float:
@@ -287,9 +290,25 @@ def level_verdict(claim: dict[str, Any], value: float, margin: float) -> str:
     return "holds" if distance > margin else "fails" if distance < -margin else WITHIN_SPREAD
 
 
+def settled_verdict(claim: dict[str, Any], verdict: str, rise: float | None, margin: float) -> str:
+    """`verdict` of a level claim, or `NOT_SETTLED` when the curve still moved by more than `margin` over its
+    last quarter (`late_rise`) and that movement could change the verdict.
+
+    A rising curve already above an "above" claim's bar by more than the margin only moves further above it,
+    so that pass stands; every other verdict on a curve without a plateau waits for one.
+    """
+    if rise is None or abs(rise) <= margin:
+        return verdict
+    if claim["kind"] == "above" and verdict == "holds" and rise > 0:
+        return verdict
+    return NOT_SETTLED
+
+
 def _combined(verdicts: list[str]) -> str:
     if "fails" in verdicts:
         return "fails"
+    if NOT_SETTLED in verdicts:
+        return NOT_SETTLED
     return "holds" if all(v == "holds" for v in verdicts) else WITHIN_SPREAD
 
 
@@ -302,10 +321,12 @@ def judge_as_written(
 
     `rungs` are the ladder's rungs in order; `cell(rung name, model)` is that cell's seed-0 record or None.
 
-    A cell is judged at the largest rung it ran (seed 0), on the `plateau` of its held-out curve; a claim
-    over several cells holds if every cell holds and fails if any fails. Returns dicts with the claim's
-    fields plus "cells" (rung, sizes, plateau, final accuracy, verdict per cell) and "verdict" (None when a
-    cell has no ladder record).
+    A cell is judged at the largest rung it ran (seed 0), on the `plateau` of its held-out curve, and only
+    if the curve has settled there (`settled_verdict`: a curve that still rises through a band does not pass
+    by reaching it); a claim over several cells holds if every cell holds and fails if any fails. Returns
+    dicts with the claim's fields plus "cells" (rung, sizes, plateau, late rise, final accuracy, verdict and
+    "plateau_only", the verdict without the settled check, per cell), "verdict" and "verdict_plateau_only"
+    (None when a cell has no ladder record).
     """
     k, margin = section3["plateau_k"], section3["margin"]
     out = []
@@ -318,13 +339,18 @@ def judge_as_written(
                 continue
             rung = ran[-1]
             rec = cell(rung["name"], model)
-            value = plateau(rec["curve"]["eval_icl_acc"], k)
+            curve = rec["curve"]["eval_icl_acc"]
+            value, rise = plateau(curve, k), late_rise(curve)
+            first = level_verdict(claim, value, margin)
             cells.append({
                 "model": model, "rung": rung["name"], "value": value, "final": rec["final"]["icl_acc"],
                 "sizes": {key: rung[key] for key in ("d_model", "seq_len", "batch_size", "steps")},
-                "verdict": level_verdict(claim, value, margin),
+                "late_rise": rise, "plateau_only": first,
+                "verdict": settled_verdict(claim, first, rise, margin),
             })  # fmt: skip
         done = [c for c in cells if c is not None]
-        verdict = _combined([c["verdict"] for c in done]) if done and len(done) == len(cells) else None
-        out.append({**claim, "cells": done, "verdict": verdict})
+        complete = done and len(done) == len(cells)
+        verdict = _combined([c["verdict"] for c in done]) if complete else None
+        first = _combined([c["plateau_only"] for c in done]) if complete else None
+        out.append({**claim, "cells": done, "verdict": verdict, "verdict_plateau_only": first})
     return out

@@ -44,8 +44,43 @@ def _ratio(results: list[CapacityResult], mode: str, crit: str, fmt: str = ".1f"
     return "n/a" if math.isnan(value) else f"{value:{fmt}}x"
 
 
+TRAINED_MODES = ("trained", "rand_emb", "published_hybrid", "keyvalue_hybrid")
+"""Modes that train weights from random initialisations (the rest are constructed, with tie-break draws)."""
+
+
+def setup_of(record: dict[str, Any], mode: str) -> str:
+    """How a mode's capacity was searched here, beside the authors' set-up where it differs (the
+    initialisations, and the hybrid's grid of S x top_fraction)."""
+    g, pub = record["constructions"]["grid"], record["published"]
+    theirs = pub["construction_inits"]["value"]
+    parts = []
+    if mode in TRAINED_MODES:
+        parts.append(f"best of {g['n_inits']} inits (the authors: {theirs})")
+    if mode == "published_hand":
+        parts.append(
+            f"S in {g['s_values'][0]}..{g['s_values'][-1]} x top_fraction {g['top_fractions'][0]:.2f}.."
+            f"{g['top_fractions'][-1]:.2f}, {g['retries']} tie-break draws"
+        )
+    if mode == "published_hybrid":
+        parts.append(
+            f"S in {g['hybrid_s_values']} x top_fraction in {g['hybrid_top_fractions']} (the authors:"
+            f" {pub['construction_hybrid_grid']['value']})"
+        )
+    if mode in ("keyvalue_hand", "keyvalue_hybrid"):
+        parts.append(
+            f"key fractions {g['key_fractions']}, {g['key_retries']} key draws (ours; no authors' set-up)"
+        )
+    return "; ".join(parts)
+
+
 def _span(ds: list[int]) -> str:
     return f"{ds[0]}..{ds[-1]}" if ds else "-"
+
+
+def published_span(record: dict[str, Any]) -> str:
+    """The model sizes of the published construction fits and ratios, e.g. "16..256" (published.json)."""
+    low, high = record["published"]["construction_d_range"]["value"]
+    return f"{low}..{high}"
 
 
 def authors_ratio(record: dict[str, Any], mode: str, crit: str, ds: list[int]) -> float:
@@ -70,8 +105,8 @@ def _like_for_like(record: dict[str, Any], results: list[CapacityResult], mode: 
             + "]"
         )
     return (
-        f"trained / {LABELS[mode]} over d = {_span(ds)}: {', '.join(parts)}; published {pub['value']}x is"
-        " over d = 16..256"
+        f"trained / {LABELS[mode]} over d = {_span(ds)} ({setup_of(record, mode)}): {', '.join(parts)};"
+        f" published {pub['value']}x is over d = {published_span(record)}"
     )
 
 
@@ -94,7 +129,7 @@ def _exponent_line(record: dict[str, Any], results: list[CapacityResult]) -> str
     return (
         "Exponent k of the authors' fit S = c d^k / ln d at acc >= 0.9: "
         + "; ".join(parts)
-        + ". The published exponents are fits over d = 16..256."
+        + f". The published exponents are fits over d = {published_span(record)}."
     )
 
 
@@ -172,7 +207,7 @@ def _setup_lines(record: dict[str, Any]) -> list[str]:
     ]
 
 
-def _capacity_tables(results: list[CapacityResult]) -> list[Table]:
+def _capacity_tables(record: dict[str, Any], results: list[CapacityResult]) -> list[Table]:
     ds, modes = _ds(results), _modes(results)
     cell = lambda m, d, c: "-" if capacity_of(results, m, d, c) is None else capacity_of(results, m, d, c)
     heads = [f"d={d} {CRIT[c]}" for d in ds for c in THRESHOLDS]
@@ -188,6 +223,7 @@ def _capacity_tables(results: list[CapacityResult]) -> list[Table]:
                 f9.k,
                 log_power_exponent(f9.d, f9.capacity),
                 _ratio(results, m, "0.9", ".2f"),
+                setup_of(record, m),
             ]
         )
     capacity = Table(
@@ -199,6 +235,7 @@ def _capacity_tables(results: list[CapacityResult]) -> list[Table]:
             "plain slope (acc>=0.9)",
             "k of c d^k / ln d (acc>=0.9)",
             "trained / mode (acc>=0.9, fit a)",
+            "set-up (ours; the authors')",
         ],
         rows,
         floatfmt=".2f",
@@ -218,7 +255,9 @@ def _capacity_section(record: dict[str, Any]) -> Section:
     """Capacity of every mode, ratios, spot checks, the figure, and the published exponents at acc >= 0.9."""
     c, results = record["constructions"], _results(record)
     capacity = Section(
-        "construction_capacity", "Capacity: the four modes and our entry", tables=_capacity_tables(results)
+        "construction_capacity",
+        "Capacity: the four modes and our entry",
+        tables=_capacity_tables(record, results),
     )
     if c["spot"]:
         spot = [[int(d), int(n), acc] for d, by_n in c["spot"].items() for n, acc in by_n.items()]

@@ -1,8 +1,11 @@
 """The permutation-memory reproduction page.
 
 The run record (`run_reproduction`) -> a `Report` of computed lines, tables and figures. Words that are not
-computed live in docs/reproductions/prose/permutation.md, one block per section key (setup, published, bayes,
-probe, roles, rescue, scale); the published values in published.json.
+computed live in docs/reproductions/prose/permutation.md, one block per section key (published, setup, bayes,
+probe, roles, rescue, scale); the published values in published.json. The first table is always the
+published-schedule result beside the published values: a record trained at another schedule (the default
+variant's tuned one) is shown below it as a sensitivity check, and `attach_published_schedule` hands the page
+the committed published-schedule record to put first.
 
 Long because it is one page: each function renders one section of it from the run record, in page order.
 """
@@ -19,6 +22,14 @@ from mechmem.report.document import Report, Section, Table
 TITLE = 'Reproduction: "Can a Tiny Transformer Learn to Remember?" (permutation memory)'
 PUBLISHED_PATH = Path(__file__).with_name("published.json")
 GROUPS = {"task1": "Task 1", "task2": "Task 2"}
+PUBLISHED_SCHEDULE_VARIANT = "paper"
+"""The variant that trains Task 1 and Task 2 at the published schedule; its record is
+docs/reproductions/data/permutation-paper.json."""
+
+
+def _values(published: dict[str, Any]) -> dict[str, Any]:
+    """published.json's "values" without their sources: key -> number (or text)."""
+    return {k: v["value"] for k, v in published.items()}
 
 
 def load_published() -> dict[str, Any]:
@@ -53,6 +64,21 @@ def at_published_schedule(record: dict[str, Any], published: dict[str, Any]) -> 
     return True
 
 
+def attach_published_schedule(record: dict[str, Any], data: Path) -> dict[str, Any]:
+    """`record` with "published_schedule" (the file name and the record of the published-schedule variant in
+    `data`) when `record` is trained at another schedule and that record is there and at the published one;
+    else `record` as it is. The plugin's `references`: read when the page is built, never written into the
+    record."""
+    values = _values(load_published()["values"])
+    path = Path(data) / f"permutation-{PUBLISHED_SCHEDULE_VARIANT}.json"
+    if at_published_schedule(record, values) or not path.exists():
+        return record
+    other = json.loads(path.read_text())
+    if not at_published_schedule(other, values):
+        return record
+    return {**record, "published_schedule": {"file": path.name, "record": other}}
+
+
 def _schedule_name(train: dict[str, Any]) -> str:
     """ "constant", or the decay and its floor as a multiple of lr, e.g. "cosine to 0.1 x lr"."""
     if train["schedule"] == "constant":
@@ -66,52 +92,92 @@ def _memorisation_max_err(runs: list[dict[str, Any]]) -> list[float]:
     ]
 
 
-def headline_text(record: dict[str, Any], values: dict[str, Any]) -> str:
-    """The headline: which schedule the Task 1 / Task 2 numbers come from, then the probes and max err."""
+def provenance(entry: dict[str, Any]) -> str:
+    """A published value's provenance in a few words: "no primary source" where published.json says so, else
+    its source."""
+    source = entry["source"]
+    return "no primary source" if source.startswith("no primary source") else f"source: {source}"
+
+
+def _published_schedule_text(values: dict[str, Any]) -> str:
+    return (
+        f"constant lr {values['lr']:g}, {values['task1_epochs']} / {values['task2_epochs']} epochs of"
+        f" {values['epoch_size']} samples"
+    )
+
+
+def _sensitivity_text(record: dict[str, Any], values: dict[str, Any]) -> str:
+    """What differs from the published schedule: lr (as a multiple of the published one), schedule, length."""
+    t = record["task2"][0]["train"]
+    epochs = " / ".join(
+        f"{run[0]['train']['steps'] * run[0]['train']['batch_size'] / run[0]['task']['epoch_size']:g}"
+        for run in (record["task1"], record["task2"])
+    )
+    return (
+        f"lr {t['lr']:g} = {t['lr'] / values['lr']:g}x the published {values['lr']:g}, schedule"
+        f" {_schedule_name(t)} instead of constant, {t['steps']} steps of {t['batch_size']} = {epochs} epochs"
+        f" instead of {values['task1_epochs']} / {values['task2_epochs']}"
+    )
+
+
+def _results_text(record: dict[str, Any], published: dict[str, Any]) -> str:
+    """Task 2 probe p(recall), Task 2 memorisation max err and Task 1 probe p(elimination) of one record."""
+    values = _values(published)
     t1, t2 = record["task1"], record["task2"]
-    t = t2[0]["train"]
+    return (
+        f"Task 2 probe p(recall) {format_ms([r['probe']['p_recall'] for r in t2])} over {len(t2)}"
+        f" seed(s) (published {values['task2_probe_recall_p']},"
+        f" {provenance(published['task2_probe_recall_p'])}); Task 2 memorisation subgroup max err"
+        f" {format_ms(_memorisation_max_err(t2))} (the published MaxAE was lost in conversion of the seed"
+        " document);"
+        f" Task 1 probe p(elimination) {format_ms([r['probe']['p_elimination'] for r in t1])} over"
+        f" {len(t1)} seed(s) (published {values['task1_probe_elimination_p']},"
+        f" {provenance(published['task1_probe_elimination_p'])})."
+    )
+
+
+def headline_text(record: dict[str, Any], published: dict[str, Any]) -> str:
+    """The headline: the published-schedule result first (this record's, or the attached published-schedule
+    record's), then this record's tuned runs as a sensitivity check, then the larger-V presets.
+
+    `published` is published.json's "values" (each value with its source)."""
+    values = _values(published)
+    attached = record.get("published_schedule")
     if at_published_schedule(record, values):
-        schedule = (
-            f"**Published schedule** (constant lr {values['lr']:g}, {values['task1_epochs']} / "
-            f"{values['task2_epochs']} epochs of {values['epoch_size']} samples):"
+        text = (
+            f"**Published schedule** ({_published_schedule_text(values)}): {_results_text(record, published)}"
+        )
+    elif attached:
+        text = (
+            f"**Published schedule** ({_published_schedule_text(values)}; record `{attached['file']}`):"
+            f" {_results_text(attached['record'], published)} **Sensitivity check, this page's own runs**"
+            f" ({_sensitivity_text(record, values)}): {_results_text(record, published)}"
         )
     else:
-        schedule = (
-            f"**Sensitivity variant, not the published schedule** (lr {t['lr']:g} = "
-            f"{t['lr'] / values['lr']:g}x the published {values['lr']:g}, schedule {_schedule_name(t)}, "
-            f"{t['steps']} steps of {t['batch_size']}; the published-schedule run is the page"
-            " permutation-paper.md):"
+        text = (
+            f"**Sensitivity variant, not the published schedule** ({_sensitivity_text(record, values)}; no"
+            f" published-schedule record beside this one): {_results_text(record, published)}"
         )
-    return (
-        f"{schedule} Task 2 probe p(recall) {format_ms([r['probe']['p_recall'] for r in t2])} over {len(t2)}"
-        f" seed(s) (published {values['task2_probe_recall_p']}, no primary source); Task 2 memorisation"
-        f" subgroup max err {format_ms(_memorisation_max_err(t2))} (published value lost in conversion);"
-        f" Task 1 probe p(elimination) {format_ms([r['probe']['p_elimination'] for r in t1])} over"
-        f" {len(t1)} seed(s) (published {values['task1_probe_elimination_p']}, not in the seed text)."
-        + (
-            " Larger-V runs: presets "
-            + ", ".join(f"`{p}`" for p in dict.fromkeys(run["preset"] for run in record["scale"]))
-            + " (our sizes and schedules; the seed gives none)."
-            if record["scale"]
-            else ""
-        )
-    )
+    if record["scale"]:
+        presets = ", ".join(f"`{p}`" for p in dict.fromkeys(run["preset"] for run in record["scale"]))
+        text += f" Larger-V runs: presets {presets} (our sizes and schedules; the seed gives none)."
+    return text
 
 
 def build_page(record: dict[str, Any]) -> Report:
     """The page's computed content from a run record."""
     published = load_published()["values"]
-    values = {k: v["value"] for k, v in published.items()}
+    values = _values(published)
     sections = [
-        _setup(record, values),
         _published(record, published),
+        _setup(record, values),
         _bayes(record),
         _probe(record),
         _roles(record),
         _rescue(record),
         _scale(record),
     ]
-    headline = headline_text(record, values)
+    headline = headline_text(record, published)
     cfg = record["config"]
     variant = cfg.get("variant", "full")
     name = "permutation" if variant == "full" else f"permutation-{variant}"
@@ -126,6 +192,10 @@ def build_page(record: dict[str, Any]) -> Report:
         "(add `--page-only` to redraw from the record)",
         "runs": f"`{cfg['runs']}/PRESET/seedN`, reused when complete",
     }
+    if "published_schedule" in record:
+        meta["published-schedule record (first table and headline)"] = (
+            f"`docs/reproductions/data/{record['published_schedule']['file']}`"
+        )
     return Report(TITLE, headline, meta, sections)
 
 
@@ -199,7 +269,8 @@ def _setup(record: dict[str, Any], published: dict[str, Any]) -> Section:
 
 
 def published_rows(record: dict[str, Any], published: dict[str, Any]) -> list[list[Any]]:
-    """Rows of the published-vs-ours table: quantity, published value, its source, our mean, sd, runs."""
+    """Rows of the published-vs-ours table: quantity, published value (as text, every digit), its source, our
+    mean, sd, runs; the last row the memorisation subgroup's max err, whose published value was lost."""
     t1, t2 = record["task1"], record["task2"]
     v = t2[0]["vocab_size"]
     ours = {
@@ -214,27 +285,71 @@ def published_rows(record: dict[str, Any], published: dict[str, Any]) -> list[li
         "Task 2 final-step accuracy, elimination": [final_acc(r, "elimination") for r in t2],
         "Task 2 final-step accuracy, memorisation": [final_acc(r, "memorisation") for r in t2],
     }
+    # published values as published (all their digits, not the table's 3 decimals)
     rows = [
-        [published[k]["quantity"], published[k]["value"], published[k]["source"], *_mean_and_sd(x), len(x)]
+        [
+            published[k]["quantity"],
+            f"{published[k]['value']:g}",
+            published[k]["source"],
+            *_mean_and_sd(x),
+            len(x),
+        ]
         for k, x in ours.items()
     ]
     final = published["final_step_acc"]
-    rows += [[name, final["value"], final["source"], *_mean_and_sd(x), len(x)] for name, x in finals.items()]
+    rows += [
+        [name, f"{final['value']:g}", final["source"], *_mean_and_sd(x), len(x)] for name, x in finals.items()
+    ]
+    max_err = _memorisation_max_err(t2)
+    rows.append(
+        [
+            "Task 2 memorisation subgroup max err against the Bayesian posterior",
+            "-",
+            published["bayes_errors"]["source"],
+            *_mean_and_sd(max_err),
+            len(max_err),
+        ]
+    )
     return rows
+
+
+def comparison_tables(record: dict[str, Any], published: dict[str, Any]) -> list[Table]:
+    """The published-schedule result beside the published values first; a record trained at another schedule
+    below it as a sensitivity check (alone, labelled so, when no published-schedule record is attached)."""
+    values = _values(published)
+    headers = ["quantity", "published", "source", "ours (mean)", "sd", "runs"]
+    if at_published_schedule(record, values):
+        caption = f"**Published schedule** ({_published_schedule_text(values)}): mean and sd over seeds."
+        return [Table(headers, published_rows(record, published), caption=caption)]
+    tables = []
+    attached = record.get("published_schedule")
+    if attached:
+        caption = (
+            f"**Published schedule** ({_published_schedule_text(values)}; record `{attached['file']}`, the"
+            f" page `{Path(attached['file']).stem}.md`): mean and sd over seeds."
+        )
+        tables.append(Table(headers, published_rows(attached["record"], published), caption=caption))
+    caption = (
+        "**Sensitivity check, not the published schedule**: this page's own runs"
+        f" ({_sensitivity_text(record, values)}). Mean and sd over seeds; every section after this table"
+        " shows these runs."
+    )
+    short = [row[:2] + row[3:] for row in published_rows(record, published)]
+    tables.append(Table(headers[:2] + headers[3:], short, caption=caption))
+    return tables
 
 
 def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
     t1, t2 = record["task1"], record["task2"]
     s = Section("published", "Published vs ours")
-    s.tables.append(
-        Table(
-            ["quantity", "published", "source", "ours (mean)", "sd", "runs"],
-            published_rows(record, published),
-            caption="Mean and sd over seeds.",
-        )
+    s.tables += comparison_tables(record, published)
+    own = (
+        ""
+        if at_published_schedule(record, _values(published))
+        else "This page's own runs (sensitivity check): "
     )
     s.lines.append(
-        f"Test-mapping loss: Task 1 {format_ms([r['losses']['test'] for r in t1])}, Task 2 "
+        f"{own}Test-mapping loss: Task 1 {format_ms([r['losses']['test'] for r in t1])}, Task 2 "
         f"{format_ms([r['losses']['test'] for r in t2])}; Bayes-optimal loss on the same sequences: "
         f"{t1[0]['losses']['bayes_test']:.3f} (Task 1 data), {t2[0]['losses']['bayes_test']:.3f} "
         f"(Task 2 data); elimination floor {record['floor']:.4f}."
@@ -243,6 +358,17 @@ def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
         "The seed page's MAE and MaxAE against the Bayesian posterior (per step and subgroup) were lost in"
         f" conversion ({published['bayes_errors']['source']}), so the Bayes tables below have no published"
         " column."
+    )
+    # numbers only: the V=10 / V=15 size guesses are not published values and are not shown
+    unsourced = [
+        v
+        for v in published.values()
+        if provenance(v) == "no primary source" and isinstance(v["value"], int | float)
+    ]
+    s.lines.append(
+        "Published values without a primary source (the values the project was given, of unknown origin): "
+        + "; ".join(f"{v['quantity']} {v['value']}" for v in unsourced)
+        + "."
     )
     plateaus = {"task1": published["task1_plateau"]["value"], "task2": published["task2_plateau"]["value"]}
     s.add_figure("losses", figures.plot_losses(record, plateaus))

@@ -14,6 +14,7 @@ PAPER = register_paper(
         variants=spec.VARIANTS,
         run=run.run,
         page=page.build_page,
+        references=page.attach_published_schedule,
         tasks=("permutation",),
         demo=(
             DemoModel("permutation-task1", "permutation", "task1-demo", 0.3),
