@@ -15,17 +15,20 @@ Two shortcuts make the resumed pass cheaper while leaving its result unchanged:
 The replay mirrors TransformerLens's own arithmetic (same `F.linear` projections, causal mask with the
 module's `IGNORE` value, softmax, NaN clean-up), calling the model's own norm, MLP and unembedding modules;
 results equal TransformerLens's forward up to float rounding. It bypasses hook points, so hooks attached to
-the model are ignored (and none are ever added). Supported: decoder-only `HookedTransformer`s with learned
+the model are ignored (and none are ever added). Supported: decoder-only `HookedTransformer`s and
+TransformerLens 4 bridges around TransformerLens's native model (what the adapter builds), with learned
 (standard) or rotary positions (also rotary on the first `rotary_dim < d_head` dimensions of a head: queries
-and keys are rotated by their absolute positions with the attention module's own sin/cos tables before the
-pattern), grouped-query attention (key/value heads computed once per group and repeated over its query heads,
-as TransformerLens does), local attention (`attn_types`: a local layer's mask also hides keys `window_size` or
-more positions back), sequential or parallel attention and MLP (a parallel block's MLP reads `resid_pre` and
-there is no `resid_mid`), any norm and MLP TransformerLens builds (the model's own modules are called), a
-custom attention scale and any output vocabulary. Other configurations (shortformer positions, QK norms,
-soft caps, post-norms, ...) raise `MechmemError`, and the engine runs those models on hooks. TransformerLens 4
-bridges replay with learned positions and one key/value head per query head (their rotary layout and shared
-key/value views are not HookedTransformer's; `adapter.replay_unsupported` says so).
+and keys are rotated by their absolute positions with the model's own sin/cos tables and rotation before the
+pattern, HookedTransformer's halves or the native model's adjacent pairs, from `adapter.rotary_tables`),
+grouped-query attention (the shared key/value heads of `adapter.attention_weights`, computed once per group
+and repeated over its query heads, as TransformerLens does), local attention (`attn_types`: a local layer's
+mask also hides keys `window_size` or more positions back), sequential or parallel attention and MLP (a
+parallel block's MLP reads `resid_pre` and there is no `resid_mid`), any norm and MLP TransformerLens builds
+(gated, LN / LNPre / RMS / RMSPre: the model's own modules are called), a custom attention scale and any
+output vocabulary. Other configurations (shortformer positions, QK norms, soft caps, post-norms, ...) raise
+`MechmemError`, and the engine runs those models on hooks; so do TransformerLens 4 bridges of Hugging Face
+models with rotary positions or grouped-query attention, whose rotary embedding and key/value weights live in
+the Hugging Face modules (`adapter.replay_unsupported` says so).
 
 This is the execution strategy the intervention engine (`mechmem.analysis.interventions`) picks for variants
 that replace one activation of a model the replay supports (`stage_of` names the hooks,
