@@ -5,6 +5,7 @@
     python benchmarks/patching.py --no-train --models random attn-only --repeats 2   # brief: two random
     models
     python benchmarks/patching.py --archs --repeats 3        # every architecture beside the plain model
+    python benchmarks/patching.py --archs Llama-like --hooks --repeats 1   # replay vs the hooks strategy
 
 
 Models: each checkpoint given (its task's clean/corrupted pair), or, without paths, permutation task1-quick
@@ -25,9 +26,11 @@ threads, the time that work takes at that rate, and the ratio of TL's and mechme
 
 `--archs` times the architectures TransformerLens can express instead (`ARCHITECTURES`: rotary, partial
 rotary, grouped-query, gated MLP, RMSPre, LNPre, parallel attention + MLP, local attention, tied embeddings,
-d_vocab_out != d_vocab, a NeoX-like mix, shortformer), each a random 3-layer model of the same size as the
-`plain` model beside them (d=64, 4 heads, MLP 256, LayerNorm unless named, batch 8, 24 positions), and ends
-with one line per architecture: the engine's strategy and the speed-up over TransformerLens side by side.
+d_vocab_out != d_vocab, a NeoX-like mix, a Llama-like mix, shortformer), each a random 3-layer model of the
+same size as the `plain` model beside them (d=64, 4 heads, MLP 256, LayerNorm unless named, batch 8, 24
+positions), and ends with one line per architecture: the engine's strategy and the speed-up over
+TransformerLens side by side; `--hooks` adds the time of the same sweeps with the engine forced onto its hooks
+strategy (what a model the replay cannot run gets), in the same process.
 """
 
 import argparse
@@ -155,17 +158,28 @@ ARCHITECTURES = {
         "act_fn": "gelu",
         "parallel_attn_mlp": True,
     },
+    "Llama-like": {
+        "positional_embedding_type": "rotary",
+        "rotary_dim": 8,
+        "n_key_value_heads": 2,
+        "gated_mlp": True,
+        "act_fn": "silu",
+        "normalization_type": "RMS",
+    },
     "shortformer": {"positional_embedding_type": "shortformer"},
 }
 """--archs: architecture name -> `TransformerConfig` fields over `ARCH_BASE`."""
 
 
-def architecture_models() -> list[tuple[str, torch.nn.Module, PatchingPair]]:
-    """One random model per architecture, the same size, on the same kind of random pair."""
+def architecture_models(names: list[str]) -> list[tuple[str, torch.nn.Module, PatchingPair]]:
+    """One random model per architecture in `names` (all when empty), the same size, on the same kind of
+    random pair."""
     from mechmem.models.adapter import TransformerConfig, build_transformer
 
     out = []
     for name, kw in ARCHITECTURES.items():
+        if names and name not in names:
+            continue
         g = torch.Generator().manual_seed(0)
         model = build_transformer(TransformerConfig(**(ARCH_BASE | kw), n_ctx=24), generator=g).eval()
         if name == "tied":
@@ -261,12 +275,17 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         help="time the architecture models instead (ARCHITECTURES; names to pick some, none for all)",
     )
+    parser.add_argument(
+        "--hooks",
+        action="store_true",
+        help="with --archs: also time every sweep with the engine forced onto hooks (its fallback strategy)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     BUDGET[0] = args.budget
     RATE.append(matmul_rate())
     if args.archs is not None:
-        return architectures(args.archs, args.repeats)
+        return architectures(args.archs, args.repeats, args.hooks)
     if args.ckpts:
         from mechmem.checkpoint import load_checkpoint
 
@@ -292,25 +311,41 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(r[9] <= 1e-5 for r in rows) else 1
 
 
-def architectures(names: list[str], repeats: int) -> int:
-    """Every sweep on each architecture model, then one line per architecture with its ratios."""
-    cases = [c for c in architecture_models() if not names or c[0] in names]
-    rows, strategies = [], {}
+def hooks_ms(model: torch.nn.Module, pair: PatchingPair, repeats: int) -> float:
+    """Milliseconds of every sweep of `model` with the engine forced onto its hooks strategy (as on a model
+    the replay cannot run), batched metric."""
+    patcher = Patcher(model, pair.clean, pair.corrupted, pair=pair)
+    patcher.engine.replay = None
+    return 1e3 * sum(best_of(partial(patcher.sweep, name), repeats)[0] for name in model_sweeps(model))
+
+
+def architectures(names: list[str], repeats: int, hooks: bool = False) -> int:
+    """Every sweep on each architecture model, then one line per architecture with its ratios (with `hooks`,
+    also the time of all its sweeps on the engine's hooks strategy)."""
+    cases = architecture_models(names)
+    rows, strategies, on_hooks = [], {}, {}
     for label, model, pair in cases:
         strategies[label] = Patcher(model, pair.clean, pair.corrupted, pair=pair).engine.strategy
         rows += bench_model(label, model, pair, repeats)
+        if hooks:
+            on_hooks[label] = hooks_ms(model, pair, repeats)
     table = []
     for label, _, _ in cases:
         mine = [r for r in rows if r[0] == label]
         ratios = [r[6] for r in mine]
+        ours = sum(r[4] for r in mine)
         table.append(
-            [label, strategies[label], len(mine), sum(r[3] for r in mine), sum(r[4] for r in mine)]
-            + [sum(r[3] for r in mine) / sum(r[4] for r in mine), statistics.median(ratios), min(ratios)]
+            [label, strategies[label], len(mine), sum(r[3] for r in mine), ours]
+            + [sum(r[3] for r in mine) / ours, statistics.median(ratios), min(ratios)]
             + [max(r[9] for r in mine)]
+            + ([on_hooks[label], on_hooks[label] / ours] if hooks else [])
         )
     print()
     head = ["architecture", "strategy", "sweeps", "TL ms (all)", "mechmem ms (all)", "TL/mechmem (all)"]
-    print(format_table(table, head + ["median TL/mechmem", "worst", "max |diff|"], floatfmt=".3g"))
+    head += ["median TL/mechmem", "worst", "max |diff|"] + (
+        ["hooks ms (all)", "hooks/mechmem"] if hooks else []
+    )
+    print(format_table(table, head, floatfmt=".3g"))
     return 0 if all(r[9] <= 1e-5 for r in rows) else 1
 
 

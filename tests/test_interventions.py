@@ -3,7 +3,7 @@ both of its execution strategies (the hook-free replay and hooks)."""
 
 import pytest
 import torch
-from helpers import assert_no_hooks, build_model, random_tokens
+from helpers import assert_no_hooks, build_model, build_transformer_cfg, random_tokens
 
 from mechmem.analysis.interventions import (
     Engine,
@@ -20,8 +20,14 @@ from mechmem.analysis.interventions import (
 )
 from mechmem.analysis.interventions.metric import PatchingMetric
 from mechmem.analysis.interventions.reference import naive_intervene
-from mechmem.analysis.interventions.replay import STAGE_HOOKS
-from mechmem.models.adapter import BACKEND, canonical_parameters, replay_unsupported
+from mechmem.analysis.interventions.replay import STAGE_HOOKS, Replay
+from mechmem.errors import MechmemError
+from mechmem.models.adapter import (
+    BACKEND,
+    canonical_parameters,
+    hooked_transformer_config,
+    raw_hooked_transformer,
+)
 
 ARCHS = {
     "ln3": {"normalization_type": "LN", "n_layers": 3},
@@ -312,12 +318,18 @@ def test_replay_reads_only_up_to_the_metric_and_leaking_patterns_go_to_hooks(tok
 
 
 def unsupported_model():
-    """A model the replay cannot run, so the engine falls back to hooks: shortformer positions (rotary under
-    TransformerLens 4, which builds no shortformer model: the replay reads HookedTransformer's rotary layout
-    only)."""
-    positions = "shortformer" if BACKEND == "hooked" else "rotary"
-    model = build_model(act_fn="gelu", normalization_type="LN", d_head=8, positional_embedding_type=positions)
-    assert replay_unsupported(model)
+    """A model the replay cannot run, so the engine falls back to hooks: shortformer positions, or under
+    TransformerLens 4 (which builds no shortformer model) TransformerLens's native model with soft-capped
+    attention scores, built from its raw config."""
+    if BACKEND == "hooked":
+        model = build_model(
+            act_fn="gelu", normalization_type="LN", d_head=8, positional_embedding_type="shortformer"
+        )
+    else:
+        cfg = build_transformer_cfg(act_fn="gelu", normalization_type="LN", d_head=8).tl_kwargs()
+        model = raw_hooked_transformer(hooked_transformer_config(**cfg, attn_scores_soft_cap=0.5)).eval()
+    with pytest.raises(MechmemError):
+        Replay(model)
     return model
 
 

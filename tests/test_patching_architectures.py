@@ -1,9 +1,10 @@
 """Exact patching, attribution patching and circuits on every architecture TransformerLens can express.
 
 Each architecture is a tiny random model with non-zero biases. Exact patching must equal TransformerLens's own
-`transformer_lens.patching.get_act_patch_*` on every sweep the model has (the engine's replay strategy on the
-architectures it reimplements, hooks on the others); the replay's gradients must equal those of a hooked
-backward pass; and circuit discovery's path patching must equal a naive hooked run per edge.
+`transformer_lens.patching.get_act_patch_*` on every sweep the model has, and the engine must take its replay
+strategy on every architecture the backend builds but shortformer (hooks), on HookedTransformer and
+TransformerLens 4's native bridge alike; the replay's gradients must equal those of a hooked backward pass;
+and circuit discovery's path patching must equal a naive hooked run per edge.
 """
 
 import pytest
@@ -51,6 +52,18 @@ ARCHITECTURES = {
         "parallel_attn_mlp": True,
         "normalization_type": "LN",
     },
+    "llama_like": {  # partial rotary, grouped-query, gated MLP, RMS and d_head * n_heads != d_model together
+        "n_layers": 3,
+        "n_heads": 4,
+        "d_head": 8,
+        "positional_embedding_type": "rotary",
+        "rotary_dim": 4,
+        "rotary_base": 100.0,
+        "n_key_value_heads": 2,
+        "gated_mlp": True,
+        "act_fn": "silu",
+        "normalization_type": "RMS",
+    },
     "shortformer": {"positional_embedding_type": "shortformer"},  # not replayed: hooks
 }
 HOOKS_ONLY = {"shortformer"}
@@ -89,8 +102,7 @@ def test_exact_patching_equals_transformer_lens(case):
     patcher = Patcher(model, pair.clean, pair.corrupted, pair=pair)
     replayed = replay_unsupported(model) is None
     assert patcher.engine.strategy == ("replay" if replayed else "hooks")
-    if BACKEND == "hooked":  # on a HookedTransformer the replay runs every architecture but shortformer
-        assert replayed == (name not in HOOKS_ONLY)
+    assert replayed == (name not in HOOKS_ONLY)  # under either backend, every architecture it builds
     runs = [(s, "denoising") for s in model_sweeps(model)]
     runs += [("resid_pre", "noising"), ("attn_head_out_by_pos", "noising")]
     for sweep, direction in runs:
@@ -118,8 +130,9 @@ def test_missing_activations_are_refused_in_one_line(case):
 def test_replay_gradients_equal_hooked_gradients(case):
     """Attribution patching's gradients (every stage, every layer) are the same on the replay and on hooks,
     and the attribution estimate runs, checked against exact patching on sampled cells."""
-    _, model, pair = case
+    name, model, pair = case
     att = Attributor(model, pair.clean, pair.corrupted, pair=pair)
+    assert att.engine.strategy == ("hooks" if name in HOOKS_ONLY else "replay")
     hooks = Engine(model, att.metric)
     hooks.replay = None  # as on a model the replay cannot run
     value, acts, grads = att.engine.gradients(pair.corrupted)

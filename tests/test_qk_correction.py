@@ -2,9 +2,9 @@
 pattern once per swapped position (what the fix did before), on the architectures whose attention differs:
 rotary, grouped-query, local windows, a custom attention scale, and near one-hot patterns.
 
-The fix needs the engine's replay; on TransformerLens 4 the replay reads learned positions and full-head
-attention only, so the other architectures are checked by `make test-tl3` (TransformerLens 3.9), which runs
-this file."""
+The fix needs the engine's replay, which runs every case either backend builds (TransformerLens 4 builds
+no local or parallel model: those are checked by `make test-tl3`, TransformerLens 3.9, which runs this
+file)."""
 
 import pytest
 import torch
@@ -15,18 +15,24 @@ from mechmem.analysis.interventions.replay import Replay
 from mechmem.analysis.patching.qk_correction import swap_effects
 from mechmem.models.adapter import BACKEND, bridge_unsupported, replay_unsupported
 
-CASES = ["tied", "attn_scale", "rotary", "partial_rotary", "grouped_query", "local", "neox_like"]
+CASES = [
+    "tied",
+    "attn_scale",
+    "rotary",
+    "partial_rotary",
+    "grouped_query",
+    "local",
+    "neox_like",
+    "llama_like",
+]
 
 
 def replayable(name: str):
-    """The model of architecture `name` and its replay, or a skip where this backend cannot replay it."""
+    """The model of architecture `name` and its replay, or a skip where this backend does not build it."""
     if BACKEND == "bridge" and bridge_unsupported(build_transformer_cfg(**(BASE | ARCHITECTURES[name]))):
         pytest.skip("TransformerLens 4 does not build it")
     model = arch_model(name)
-    reason = replay_unsupported(model)
-    if reason:
-        assert BACKEND == "bridge", reason  # TransformerLens 3.9 replays every case here
-        pytest.skip(f"no replay here (checked by make test-tl3): {reason}")
+    assert replay_unsupported(model) is None
     return model, Replay(model)
 
 

@@ -32,8 +32,9 @@ tested against). The engine
             the sequences are replayed in chunks of rows and the metric is computed once on the patched
             logits of all of them (same numbers; tests/test_interventions_chunked.py).
     hooks   everything else, and every variant on a model the replay cannot run (shortformer positions, QK
-            norms, soft caps and other settings `patching_replay` names, a TransformerLens 4 bridge with
-            rotary positions or grouped-query attention, other `HookedRootModule`s): variants stacked along
+            norms, soft caps and other settings `patching_replay` names, a TransformerLens 4 bridge of a
+            Hugging Face model with rotary positions or grouped-query attention, other
+            `HookedRootModule`s): variants stacked along
             the batch axis and, on a TransformerLens transformer, resumed at the earliest intervened layer
             from the cached clean residual stream (`model(resid, start_at_layer=L)`), chunked to a memory
             budget. Hooks before the first block (`hook_embed`, `hook_pos_embed`), shortformer models and

@@ -15,17 +15,20 @@ Two shortcuts make the resumed pass cheaper while leaving its result unchanged:
 The replay mirrors TransformerLens's own arithmetic (same `F.linear` projections, causal mask with the
 module's `IGNORE` value, softmax, NaN clean-up), calling the model's own norm, MLP and unembedding modules;
 results equal TransformerLens's forward up to float rounding. It bypasses hook points, so hooks attached to
-the model are ignored (and none are ever added). Supported: decoder-only `HookedTransformer`s with learned
+the model are ignored (and none are ever added). Supported: decoder-only `HookedTransformer`s and
+TransformerLens 4 bridges around TransformerLens's native model (what the adapter builds), with learned
 (standard) or rotary positions (also rotary on the first `rotary_dim < d_head` dimensions of a head: queries
-and keys are rotated by their absolute positions with the attention module's own sin/cos tables before the
-pattern), grouped-query attention (key/value heads computed once per group and repeated over its query heads,
-as TransformerLens does), local attention (`attn_types`: a local layer's mask also hides keys `window_size` or
-more positions back), sequential or parallel attention and MLP (a parallel block's MLP reads `resid_pre` and
-there is no `resid_mid`), any norm and MLP TransformerLens builds (the model's own modules are called), a
-custom attention scale and any output vocabulary. Other configurations (shortformer positions, QK norms,
-soft caps, post-norms, ...) raise `MechmemError`, and the engine runs those models on hooks. TransformerLens 4
-bridges replay with learned positions and one key/value head per query head (their rotary layout and shared
-key/value views are not HookedTransformer's; `adapter.replay_unsupported` says so).
+and keys are rotated by their absolute positions with the model's own sin/cos tables and rotation before the
+pattern, HookedTransformer's halves or the native model's adjacent pairs, from `adapter.rotary_tables`),
+grouped-query attention (the shared key/value heads of `adapter.attention_weights`, computed once per group
+and repeated over its query heads, as TransformerLens does), local attention (`attn_types`: a local layer's
+mask also hides keys `window_size` or more positions back), sequential or parallel attention and MLP (a
+parallel block's MLP reads `resid_pre` and there is no `resid_mid`), any norm and MLP TransformerLens builds
+(gated, LN / LNPre / RMS / RMSPre: the model's own modules are called), a custom attention scale and any
+output vocabulary. Other configurations (shortformer positions, QK norms, soft caps, post-norms, ...) raise
+`MechmemError`, and the engine runs those models on hooks; so do TransformerLens 4 bridges of Hugging Face
+models with rotary positions or grouped-query attention, whose rotary embedding and key/value weights live in
+the Hugging Face modules (`adapter.replay_unsupported` says so).
 
 This is the execution strategy the intervention engine (`mechmem.analysis.interventions`) picks for variants
 that replace one activation of a model the replay supports (`stage_of` names the hooks,
@@ -47,7 +50,7 @@ from torch import Tensor
 from mechmem.analysis.interventions.cells import CellPatches, take_pos
 from mechmem.analysis.interventions.schedule import first_position, start_groups
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import attention_scale, replay_unsupported
+from mechmem.models.adapter import attention_scale, attention_weights, replay_unsupported, rotary_tables
 
 # Activations a patch may replace, in forward order within a block.
 STAGES = ("resid_pre", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")
@@ -165,22 +168,19 @@ class Replay:
         self.parallel = bool(getattr(cfg, "parallel_attn_mlp", False)) and not self.attn_only
         self.rotary = cfg.positional_embedding_type == "rotary"
         self.has_final_norm = cfg.normalization_type is not None
-        # Grouped-query attention: keys and values from the n_key_value_heads shared heads (TransformerLens's
-        # _W_K / _W_V), repeated over each group's query heads before the pattern and z.
-        grouped = getattr(cfg, "n_key_value_heads", None) is not None
-        grouped = grouped and not getattr(cfg, "ungroup_grouped_query_attention", False)
-        self.kv_heads = cfg.n_key_value_heads if grouped else cfg.n_heads
         self.local = [getattr(block.attn, "attn_type", "global") == "local" for block in model.blocks]
         """Per layer: local attention (keys window_size or more positions back are masked; TL's attn_type)."""
         self.weights = []
         self.scales = [attention_scale(model, layer) for layer in range(cfg.n_layers)]
-        for block in model.blocks:
-            a = block.attn
-            kv = (a._W_K, a._W_V, a._b_K, a._b_V) if grouped else (a.W_K, a.W_V, a.b_K, a.b_V)
-            flat = [w.detach().permute(0, 2, 1).reshape(-1, cfg.d_model) for w in (a.W_Q, *kv[:2])]
-            biases = [b.detach().reshape(-1) for b in (a.b_Q, *kv[2:])]
-            w_o = a.W_O.detach().reshape(-1, cfg.d_model).T.contiguous()
-            self.weights.append((*flat, *biases, w_o, a.b_O.detach()))
+        for layer in range(cfg.n_layers):
+            w = attention_weights(model, layer)
+            flat = [x.detach().permute(0, 2, 1).reshape(-1, cfg.d_model) for x in (w.W_Q, w.W_K, w.W_V)]
+            biases = [b.detach().reshape(-1) for b in (w.b_Q, w.b_K, w.b_V)]
+            w_o = w.W_O.detach().reshape(-1, cfg.d_model).T.contiguous()
+            self.weights.append((*flat, *biases, w_o, w.b_O.detach()))
+        # Grouped-query attention: keys and values of the shared key/value heads, repeated over each group's
+        # query heads before the pattern and z.
+        self.kv_heads = attention_weights(model, 0).W_K.shape[0]
 
     # -- pieces of a block ------------------------------------------------------------------------------
     def attend(
@@ -265,13 +265,12 @@ class Replay:
         sin/cos tables and rotation (TransformerLens's `apply_rotary` at offset 0); unchanged otherwise."""
         if not self.rotary:
             return x
-        attn, dim = self.model.blocks[layer].attn, self.cfg.rotary_dim
         needed = int(positions.max()) + 1 if positions.numel() else 0
-        if needed > attn.rotary_cos.shape[0]:  # TransformerLens grows its tables on use; let it, once
-            attn.apply_rotary(torch.zeros(1, needed, 1, self.cfg.d_head, device=x.device))
-        cos, sin = (t[positions].unsqueeze(-2).to(x.dtype) for t in (attn.rotary_cos, attn.rotary_sin))
+        cos, sin, rotate = rotary_tables(self.model, layer, needed)
+        dim = cos.shape[-1]
+        cos, sin = (t[positions].unsqueeze(-2).to(x.dtype) for t in (cos, sin))
         x_rot, x_pass = x[..., :dim], x[..., dim:]
-        return torch.cat([x_rot * cos + attn.rotate_every_two(x_rot) * sin, x_pass], dim=-1)
+        return torch.cat([x_rot * cos + rotate(x_rot) * sin, x_pass], dim=-1)
 
     @staticmethod
     def z_from_pattern(
