@@ -117,7 +117,7 @@ def test_roles_table_marks_the_deciding_value(reports):
             start += n
     assert len(table.headers) <= 14  # readable at 1280 px (the full scores have their own table)
     md = to_markdown(report)
-    assert "**1.000**" in md and "**1.000 (1.000)**" in md
+    assert "**1.000 [1.000, 1.000]**" in md and "**1.000 (1.000)**" in md  # a task share, a pattern score
 
 
 def test_every_patching_sweep_has_a_heatmap_with_its_intervals(reports):

@@ -155,6 +155,9 @@ def attribute_ablation(
     `attribution.TRUST`) is stored in `info["check"]`. With `fallback`, an estimate that fails it is replaced
     by `ablate_heads` (every variant exact; `info["method"]` says so). With a `SequenceMetric` every delta
     carries its 95% interval over sequences (see the module docstring; `info["interval"]` says how).
+
+    Long because the estimate, the exact check of its chosen variants and the per-sequence intervals over
+    both are computed from one set of products and must agree variant by variant.
     """
     reference = reference_tokens(tokens, reference)
     setter = method_setter(method, reference, generator)

@@ -483,6 +483,9 @@ def run_dynamics(
         >>> dynamics = mechmem.run_dynamics(run, ["loss"], n=8)
         >>> dynamics.steps, "loss" in dynamics.curves
         ([2, 4], True)
+
+    Long because it is one loop over the checkpoints: loading each, measuring every quantity on the same
+    evaluation draw and collecting curves, bounds and cost must stay in step order together.
     """
     chosen = [QUANTITIES[q] for q in quantities]
     files = step_files(run_dir)
