@@ -172,3 +172,20 @@ def test_json_is_strict_and_markdown_matches_html(tmp_path):
     assert data["sections"]["x"]["findings"] == {"score": None, "nested": [None, 1.0]}
     assert "_Skipped: no reason_" in to_markdown(report)
     assert "a &lt; b" in to_html(report) and "Skipped: no reason" in to_html(report)
+
+
+def test_html_table_stacks_bounds_under_their_value_and_escapes_them():
+    from mechmem.report import Table
+    from mechmem.report.html import table_html
+
+    t = Table(
+        ["head", "share", "score", "note"],
+        [["L0H0", "0.234 [0.130, 0.339]", "1.000 (0.875)", "a <b> [c]"]],
+    )
+    cells = re.findall(r"<td>(.*?)</td>", table_html(t))
+    assert cells == [
+        "L0H0",
+        '0.234<br><span class="ci">[0.130, 0.339]</span>',
+        '1.000<br><span class="ci">(0.875)</span>',
+        "a &lt;b&gt; [c]",  # text with brackets that is not "value bounds" stays on one line
+    ]

@@ -19,6 +19,7 @@ interactive page".
 import base64
 import html
 import json
+import re
 import math
 from importlib import resources
 from typing import Any
@@ -50,6 +51,20 @@ def json_blob(data: Any) -> str:
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
+BOUNDS = re.compile(r"^(\S+) ([\[(][^\[\]()]*[\])])$")
+"""A cell "value [lower, upper]" or "value (lower end)": the value and its bounds, which html stacks."""
+
+
+def stacked(cell: str) -> str:
+    """One escaped table cell; a value with bounds after it gets them on a second, smaller line, so that
+    tables of intervals stay narrow."""
+    found = BOUNDS.match(cell)
+    if found is None:
+        return html.escape(cell)
+    value, bounds = found.groups()
+    return f'{html.escape(value)}<br><span class="ci">{html.escape(bounds)}</span>'
+
+
 def table_html(t: Any) -> str:
     """A `document.Table`: optional header groups, headers, cells; marked cells get class "decided"."""
     e = html.escape
@@ -61,9 +76,9 @@ def table_html(t: Any) -> str:
     body = "".join(
         "<tr>"
         + "".join(
-            f'<td class="decided" title="decided the result">{e(c)}</td>'
+            f'<td class="decided" title="decided the result">{stacked(c)}</td>'
             if (r, i) in marked
-            else f"<td>{e(c)}</td>"
+            else f"<td>{stacked(c)}</td>"
             for i, c in enumerate(row)
         )
         + "</tr>"
