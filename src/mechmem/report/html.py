@@ -19,8 +19,8 @@ interactive page".
 import base64
 import html
 import json
-import re
 import math
+import re
 from importlib import resources
 from typing import Any
 
