@@ -3,7 +3,7 @@ exactly; random models give no confident circuit; EAP is exact where the metric 
 
 import pytest
 import torch
-from helpers import assert_no_hooks, build_model
+from helpers import assert_no_hooks, build_model, trained_induction_model
 
 from mechmem.analysis.circuits import EdgePatcher, build_graph, circuit_intervals
 from mechmem.analysis.circuits.discovery import (
@@ -16,9 +16,7 @@ from mechmem.analysis.circuits.discovery import (
 from mechmem.analysis.intervals import bootstrap_ratio, combine, verdict
 from mechmem.analysis.interventions import activation_grads
 from mechmem.analysis.planted import planted_induction_model
-from mechmem.models.adapter import TransformerConfig, build_transformer
 from mechmem.tasks.base import PatchingPair
-from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
 
 @pytest.fixture(scope="module")
@@ -233,19 +231,7 @@ def test_circuit_intervals_hold_the_point_estimates(model, pair):
 
 @pytest.fixture(scope="module")
 def trained_induction():
-    """A 2-layer attention-only model trained briefly on [r, r], |r| from 4 to 12 (n_ctx 24, 16 tokens)."""
-    cfg = TransformerConfig(n_layers=2, d_model=32, n_heads=2, d_vocab=16, n_ctx=24)
-    model = build_transformer(cfg, generator=torch.Generator().manual_seed(0))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    gen = torch.Generator().manual_seed(1)
-    for _ in range(300):
-        task = RepeatsTask(RepeatsConfig(d_vocab=16, half=int(torch.randint(4, 13, (), generator=gen))))
-        batch = task.train_batch(64, generator=gen)
-        loss = task.loss(model(batch.tokens), batch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model.eval()
+    return trained_induction_model()
 
 
 @pytest.mark.parametrize("kind", ["planted", "trained"])

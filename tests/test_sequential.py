@@ -220,3 +220,48 @@ def test_detect_heads_command_and_report_roles_give_identical_numbers_and_names(
     assert {k: v["pattern"] for k, v in script["patterns"].items()} == named
     assert named["L0H2"] == "previous-token" and named["L1H1"] == "induction"
     capsys.readouterr()
+
+
+def test_frozen_tests_keep_their_look_and_are_not_asked_for_again():
+    means = torch.tensor([1.5, 0.55], dtype=torch.float64)  # far above 0.5, and near it
+    policy = DecisionPolicy(first=32, budget=256, precision=0.0)
+    asked: list[dict] = []
+
+    def draw(k: int, generator: torch.Generator, measured: dict) -> dict[str, RatioMoments]:
+        asked.append({f: m.clone() for f, m in measured.items()})
+        return normal_draw(means, 0.5)(k, generator)
+
+    result = decide(
+        draw, {"x": 0.5}, policy=policy, generator=torch.Generator().manual_seed(0), freeze=("x",)
+    )
+    x = result["x"]
+    assert asked[0] == {} and len(asked) == len(result.looks) >= 2
+    assert all(m["x"].tolist() == [False, True] for m in asked[1:])  # test 0 froze at the first look
+    assert x.units.tolist() == [32, result.n] and x.code[0] == YES
+    # its interval is the first look's: the same as a run stopped there
+    first = decide(
+        normal_draw(means, 0.5),
+        {"x": 0.5},
+        policy=policy.with_budget(32),
+        generator=torch.Generator().manual_seed(0),
+    )["x"]
+    assert float(x.mean[0]) == pytest.approx(float(first.mean[0]))
+    assert x.to_dict()["units"] == [32.0, float(result.n)]
+
+
+def test_frozen_tests_still_cover_the_truth_under_optional_stopping():
+    far = torch.tensor([0.7, 0.3, 0.58, 0.52], dtype=torch.float64)
+    policy = DecisionPolicy(first=16, budget=512, precision=0.0)
+    covered, frozen_early = 0, 0
+    for rep in range(REPEATS):
+
+        def draw(k, generator, measured):
+            return normal_draw(far, 0.5)(k, generator)
+
+        result = decide(
+            draw, {"x": 0.5}, policy=policy, generator=torch.Generator().manual_seed(rep), freeze=("x",)
+        )
+        x = result["x"]
+        covered += bool(((x.corrected_lower <= far) & (far <= x.corrected_upper)).all())
+        frozen_early += x.units is not None and bool((x.units < result.n).any())
+    assert covered / REPEATS >= 0.95 and frozen_early >= REPEATS // 2, (covered, frozen_early)

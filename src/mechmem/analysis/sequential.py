@@ -23,7 +23,7 @@ are); the normal interval of a bounded score near 0 or 1 with few units is too n
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -51,8 +51,10 @@ DECISION_COLUMNS = [
 ]
 """The columns of `Decision.to_dataframe` (plus one column per axis of a family)."""
 
-Draw = Callable[[int, torch.Generator], Mapping[str, RatioMoments]]
-"""(how many new units, generator) -> per family, the moments of those units' values."""
+Draw = Callable[..., Mapping[str, RatioMoments]]
+"""(how many new units, generator) -> per family, the moments of those units' values. With
+`decide(freeze=)` a third argument: per freezing family, the [tests] mask of those still measured (a family
+absent from it: every test); the moments of the others are ignored, so a draw may skip measuring them."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,9 @@ class FamilyDecision:
     """Units the estimate and spread suggest would decide an undecided test, rounded up to a look (inf: the
     mean sits on the threshold; NaN: untestable); n for a decided one."""
     axes: tuple[str, ...] = ()
+    units: Tensor | None = None
+    """Per test, the units it was judged on where that differs between tests (frozen tests,
+    `decide(freeze=)`); None: `n` for every test."""
 
     def __post_init__(self) -> None:
         shape = self.mean.shape
@@ -176,7 +181,8 @@ class FamilyDecision:
         columns |= {axis: index[i].numpy() for i, axis in enumerate(axes)}
         for key in ("mean", "lower", "upper", "corrected_lower", "corrected_upper"):
             columns[key] = getattr(self, key).flatten().float().numpy()
-        columns |= {"n": self.n, "verdict": self.verdicts(), "n_needed": self.n_needed.flatten().numpy()}
+        n = self.n if self.units is None else self.units.flatten().numpy()
+        columns |= {"n": n, "verdict": self.verdicts(), "n_needed": self.n_needed.flatten().numpy()}
         return pd.DataFrame(columns)
 
     def to_dict(self) -> dict[str, Any]:
@@ -199,7 +205,7 @@ class FamilyDecision:
             "corrected_upper": plain(self.corrected_upper),
             "verdict": [VERDICTS[int(c)] for c in self.code.flatten().tolist()],
             "n_needed": plain(self.n_needed.double()),
-        }
+        } | ({} if self.units is None else {"units": plain(self.units.double())})
 
 
 @dataclass(frozen=True)
@@ -303,6 +309,29 @@ def judge(
     )
 
 
+_FROZEN_FIELDS = (
+    "threshold", "mean", "lower", "upper", "corrected_lower", "corrected_upper", "testable", "reachable",
+    "code", "precise", "n_needed",
+)  # fmt: skip
+"""The per-test fields of a `FamilyDecision` that a frozen test keeps from the look that froze it."""
+
+
+def _frozen_tests(family: FamilyDecision) -> Tensor:
+    """Tests that stop being measured under `decide(freeze=)`: decided (yes or no) or precise."""
+    return (family.code != UNDECIDED) | family.precise
+
+
+def _keep_frozen(before: FamilyDecision, now: FamilyDecision, frozen: Tensor) -> FamilyDecision:
+    """`now`, except that the `frozen` tests keep every per-test value of `before` (their look's)."""
+    kept = {
+        name: torch.where(frozen, *(getattr(d, name).expand_as(frozen) for d in (before, now)))
+        for name in _FROZEN_FIELDS
+    }
+    units_before = before.units if before.units is not None else torch.full(frozen.shape, before.n)
+    units = torch.where(frozen, units_before, torch.full(frozen.shape, now.n))
+    return replace(now, **kept, units=units)
+
+
 def no_open_tests(families: Mapping[str, FamilyDecision]) -> bool:
     """The default stop: no test is open (every one is decided, precise or untestable)."""
     return not any(bool(f.open.any()) for f in families.values())
@@ -317,6 +346,7 @@ def decide(
     absolute: Collection[str] = (),
     settled: Callable[[Mapping[str, FamilyDecision]], bool] = no_open_tests,
     axes: Mapping[str, tuple[str, ...]] | None = None,
+    freeze: Collection[str] = (),
 ) -> Decision:
     """Draw units in rounds until every verdict is settled or the budget is reached (docs/decisions.md).
 
@@ -330,6 +360,10 @@ def decide(
         settled: after each look, True when the analysis's verdicts no longer depend on more units (default:
             no open test).
         axes: per family, the names of its axes (for the data frame).
+        freeze: families whose tests are frozen at the look that decides them or makes them precise: their
+            intervals, verdicts and units stay that look's (`FamilyDecision.units`), and `draw` gets a third
+            argument, per such family the mask of tests still measured. Valid under the same union bound: a
+            frozen test's final interval is one of the intervals it already covers.
 
     Example:
         >>> import torch
@@ -347,24 +381,33 @@ def decide(
     total: dict[str, RatioMoments] | None = None
     taken: list[int] = []
     families: dict[str, FamilyDecision] = {}
+    stopped: dict[str, Tensor] = {}  # per freezing family, after a look: its frozen tests
     for size in planned:
-        new = draw(size - (taken[-1] if taken else 0), generator)
+        k = size - (taken[-1] if taken else 0)
+        new = draw(k, generator, {f: ~m for f, m in stopped.items()}) if freeze else draw(k, generator)
         total = dict(new) if total is None else {k: total[k] + new[k] for k in total}
         if set(total) != set(thresholds):
             raise ValueError(f"draw gave families {sorted(total)}, thresholds name {sorted(thresholds)}")
         taken.append(size)
-        families = {
-            name: judge(
-                m,
-                thresholds[name],
-                z=policy.z(math.prod(m.shape), len(total)),
-                policy=policy,
-                absolute=name in absolute,
-                name=name,
-                axes=tuple((axes or {}).get(name, ())),
-            )
-            for name, m in total.items()
-        }
+        before, families = (
+            families,
+            {
+                name: judge(
+                    m,
+                    thresholds[name],
+                    z=policy.z(math.prod(m.shape), len(total)),
+                    policy=policy,
+                    absolute=name in absolute,
+                    name=name,
+                    axes=tuple((axes or {}).get(name, ())),
+                )
+                for name, m in total.items()
+            },
+        )
+        for name in freeze:
+            if name in stopped:
+                families[name] = _keep_frozen(before[name], families[name], stopped[name])
+            stopped[name] = _frozen_tests(families[name])
         if settled(families):
             return Decision(families, policy, tuple(taken), "settled")
     return Decision(families, policy, tuple(taken), "budget")

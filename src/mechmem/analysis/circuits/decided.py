@@ -7,15 +7,16 @@ has").
 
 Two stages share one analysis and its alpha, split equally over four families (`FAMILIES`): the edge stage
 tests every edge's share s = sum(m(full) - m(edge ablated)) / sum(m(full) - m(every edge ablated)) against
-`EDGE_SHARE` on |s|, drawing doubling rounds of new prompts until no edge test is open; the circuit is the
-edges decided in. The criteria stage draws new prompts and judges that circuit's gap, faithfulness and
-completeness (`discovery.judge_criteria`). On graphs above `max_exact` edges a screening draw, set aside,
-chooses which edges are tested (`discovery.score_edges`: EAP-IG on every edge, exact on a fixed number); the
-rest are out, untested.
+`EDGE_SHARE` on |s|, drawing doubling rounds of new prompts until no edge test is open (a test decided or
+precise at a look is frozen there and not measured again; the stage stops early when the corrected interval of
+the gap shows it absent); the circuit is the edges decided in. The criteria stage draws new prompts and judges
+that circuit's gap, faithfulness and completeness (`discovery.judge_criteria`). On graphs above `max_exact`
+edges a screening draw, set aside, chooses which edges are tested (`discovery.score_edges`: EAP-IG on every
+edge, exact on a fixed number); the rest are out, untested.
 """
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ from torch import Tensor
 from mechmem.analysis.circuits.discovery import (
     CRITERIA,
     EDGE_STEPS,
+    THRESHOLDS,
     Circuit,
     circuit_pair,
     criteria_moments,
@@ -34,7 +36,16 @@ from mechmem.analysis.circuits.discovery import (
 from mechmem.analysis.circuits.edges import EdgePatcher, Graph, build_graph
 from mechmem.analysis.intervals import RatioMoments, standard_error
 from mechmem.analysis.options import EDGE_SHARE
-from mechmem.analysis.sequential import CIRCUIT_POLICY, YES, Decision, DecisionPolicy, decide
+from mechmem.analysis.sequential import (
+    CIRCUIT_POLICY,
+    NO,
+    YES,
+    Decision,
+    DecisionPolicy,
+    decide,
+    judge,
+    no_open_tests,
+)
 
 FAMILIES = 1 + len(CRITERIA)
 """The circuit analysis's families of tests: `edge` and the three measured criteria (alpha split equally)."""
@@ -58,7 +69,8 @@ class EdgeStage:
     decision: Decision
     """The family "edge": one test per tested edge, in graph order."""
     values: Tensor
-    """[tested edge, prompt]: metric(full) - metric(edge ablated) on every prompt of the stage."""
+    """[tested edge, prompt]: metric(full) - metric(edge ablated) on every prompt of the stage; NaN on the
+    rounds after the edge's test froze (decided or precise: not measured again)."""
     reference: Tensor
     """The clean inputs mean ablation averages over (the first round's, or the caller's)."""
     screening: Any
@@ -71,8 +83,10 @@ class EdgeStage:
         scores = self.screening.scores.clone() if self.screening is not None else torch.zeros(n)
         stderr = torch.full((n,), float("nan"))
         where = self.tested.nonzero().flatten()
-        scores[where] = self.values.double().mean(1).float()
-        stderr[where] = standard_error(self.values, dim=1).float()
+        for row, edge in zip(self.values, where.tolist()):  # an edge's prompts: those before it froze
+            measured = row[~row.isnan()]
+            scores[edge] = measured.double().mean().float()
+            stderr[edge] = standard_error(measured, dim=0).float()
         return scores, stderr
 
     @property
@@ -98,7 +112,12 @@ def decide_edges(
     reference: Tensor | None,
 ) -> EdgeStage:
     """The edge stage: screening where the graph needs one, then rounds of new prompts until no edge test is
-    open (`policy` at the edge family's alpha)."""
+    open (`policy` at the edge family's alpha). Each round path-patches only the edges still open (decided or
+    precise ones are frozen: `decide(freeze=)`); the stage stops, with `stopped` "no behaviour", once the gap
+    m(full) - m(every edge ablated) is shown inside (-min_gap, min_gap) at the criteria's gap level (a
+    stopping rule only: docs/decisions.md, "Measuring only what is still open").
+
+    Long because the round's draw, the gap's stopping rule and the freezing share the stage's state."""
     device, graph = next(model.parameters()).device, build_graph(model)
     n_edges = len(graph.edges)
     tested, screening = torch.ones(n_edges, dtype=torch.bool), None
@@ -111,9 +130,11 @@ def decide_edges(
         reference = pair.clean if reference is None else reference
     edges = [e for e, t in zip(graph.edges, tested.tolist()) if t]
     rounds: list[Tensor] = []
-    state = {"reference": reference}
+    state: dict[str, Any] = {"reference": reference, "gap": None, "absent": False}
+    gap_policy = stage_policy(policy, len(CRITERIA))
+    gap_z = gap_policy.z(1, len(CRITERIA))
 
-    def draw(k: int, gen: torch.Generator) -> dict[str, RatioMoments]:
+    def draw(k: int, gen: torch.Generator, measured: dict[str, Tensor]) -> dict[str, RatioMoments]:
         pair, _ = circuit_pair(model, task, k, generator=gen)
         pair = pair.to(device)
         if state["reference"] is None:
@@ -121,9 +142,22 @@ def decide_edges(
         patcher = EdgePatcher(model, pair, ablation, reference=state["reference"], memory_mb=memory_mb)
         every = torch.ones(n_edges, dtype=torch.bool)
         full, empty = patcher.evaluate(torch.stack([every, ~every])).detach().cpu()
-        values = patcher.exact(edges).detach().cpu()
+        gap = RatioMoments.from_values((full - empty).double())
+        state["gap"] = gap if state["gap"] is None else state["gap"] + gap
+        open_ = measured.get("edge", torch.ones(len(edges), dtype=torch.bool))
+        values = torch.full((len(edges), k), float("nan"))  # frozen edges are not measured again
+        if bool(open_.any()):
+            values[open_] = patcher.exact([e for e, o in zip(edges, open_.tolist()) if o]).detach().cpu()
         rounds.append(values)
-        return {"edge": RatioMoments.from_values(values.T, full - empty)}
+        return {"edge": RatioMoments.from_values(values.nan_to_num(0.0).T, full - empty)}
+
+    def settled(families: dict[str, Any]) -> bool:
+        """No edge test open, or the gap shown absent (a stopping rule only: docs/decisions.md)."""
+        if no_open_tests(families):
+            return True
+        gap = judge(state["gap"], THRESHOLDS["gap"], z=gap_z, policy=gap_policy, absolute=True)
+        state["absent"] = bool(gap.code == NO)
+        return state["absent"]
 
     decision = decide(
         draw,
@@ -132,7 +166,11 @@ def decide_edges(
         generator=generator,
         absolute=("edge",),
         axes={"edge": ("edge",)},
+        settled=settled,
+        freeze=("edge",),
     )
+    if state["absent"]:
+        decision = replace(decision, stopped="no behaviour")
     return EdgeStage(graph, tested, decision, torch.cat(rounds, dim=1), state["reference"], screening)
 
 

@@ -268,6 +268,8 @@ class Circuit:
         about = (
             f"about {int(most)} would decide them" if math.isfinite(most) else "no number would decide all"
         )
+        if self.edge_decision.stopped == "no behaviour":  # the stage stopped: docs/decisions.md
+            about = "sampling stopped: the gap was shown absent, no share of it to attribute"
         return (
             f"{len(open_)} edge(s) undecided at {self.edge_decision.n} prompts "
             f"({', '.join(self.graph.edges[i].name for i in open_)}); {about}"
@@ -675,6 +677,7 @@ __all__ = [
     "CRITERIA",
     "EDGE_STEPS",
     "RESCORE_EDGES",
+    "THRESHOLDS",
     "Circuit",
     "ScoredEdges",
     "attribution_agreement",

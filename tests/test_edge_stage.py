@@ -1,0 +1,84 @@
+"""The circuit's edge stage measures only what is still open (docs/decisions.md, "Measuring only what is still
+open"): an edge test decided or precise at a look is frozen there and not path-patched again, and the stage
+stops when the gap it would share out is shown absent."""
+
+import math
+
+import pytest
+import torch
+from helpers import assert_no_hooks, build_model, trained_induction_model
+
+from mechmem.analysis.circuits.decided import decide_edges, decided_circuit
+from mechmem.analysis.planted import planted_induction_model
+from mechmem.analysis.sequential import UNDECIDED, DecisionPolicy
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return trained_induction_model()
+
+
+def stage(model, budget: int):
+    return decide_edges(
+        model,
+        None,
+        torch.Generator().manual_seed(0),
+        policy=DecisionPolicy(first=32, budget=budget),
+        ablation="mean",
+        memory_mb=256.0,
+        max_exact=256,
+        with_attribution=False,
+        steps=1,
+        share=0.05,
+        reference=None,
+    )
+
+
+def test_frozen_edges_keep_the_look_that_decided_them_and_are_not_measured_again(trained):
+    full = stage(trained, 512)
+    edge = full.decision["edge"]
+    units = edge.units
+    # this model has edges frozen at several looks and others measured to the budget
+    assert units is not None and len(set(units.tolist())) >= 3, units
+    # a test's units are exactly the prompts it was measured on; later rounds are missing (NaN)
+    measured = (~full.values.isnan()).sum(1)
+    assert torch.equal(measured, units.long()), (measured, units)
+    frozen = units < full.decision.n
+    assert bool(((edge.code[frozen] != UNDECIDED) | edge.precise[frozen]).all())
+    # a frozen edge's estimate is the one on its own prompts: the same as a run that stopped at that look
+    short = stage(trained, 64)
+    assert short.decision["edge"].units is not None
+    both = (units == 64) & (short.decision["edge"].units == 64)
+    assert bool(both.any())
+    torch.testing.assert_close(edge.mean[both], short.decision["edge"].mean[both])
+    # the reported score of every tested edge is the mean over the prompts it was measured on
+    scores, stderr = full.scores()
+    where = full.tested.nonzero().flatten()
+    expected = torch.stack([row[~row.isnan()].double().mean() for row in full.values]).float()
+    torch.testing.assert_close(scores[where], expected)
+    assert bool(stderr[where].isfinite().all())
+    assert_no_hooks(trained)
+
+
+def test_the_stage_stops_at_the_first_look_when_the_gap_is_shown_absent():
+    random_model = build_model(0, n_ctx=24, d_vocab=12)
+    circuit, _ = decided_circuit(random_model, None, seed=0)
+    assert circuit.edge_decision.stopped == "no behaviour"
+    assert circuit.edge_decision.looks == (64,)
+    assert circuit.criteria()["behaviour"] == "no"  # judged again by the criteria stage, on held-out prompts
+    assert "gap was shown absent" in circuit.undecided_edges()
+    # a model with the behaviour runs the stage as before
+    planted, _ = decided_circuit(planted_induction_model(), None, seed=0)
+    assert planted.edge_decision.stopped == "settled" and planted.verdict == "yes"
+    assert_no_hooks(random_model)
+
+
+def test_frozen_edges_reach_the_json_and_the_frame(trained):
+    circuit, _ = decided_circuit(trained, None, seed=0)
+    record = circuit.to_dict()["edge_decision"]["families"]["edge"]
+    units = circuit.edge_decision["edge"].units
+    assert units is not None and bool((units < circuit.edge_decision.n).any())  # some edges froze early
+    assert record["units"] == [float(u) for u in units.tolist()]
+    frame = circuit.edge_decision.to_dataframe()
+    assert frame["n"].tolist() == units.tolist()
+    assert all(math.isfinite(u) for u in record["units"])
