@@ -12,6 +12,8 @@ from mechmem.analysis.circuits.discovery import (
     circuit_pair,
     circuit_prompts,
     discover_circuit,
+    edge_attribution,
+    score_edges,
 )
 from mechmem.analysis.intervals import bootstrap_ratio, combine, verdict
 from mechmem.analysis.interventions import activation_grads
@@ -191,6 +193,19 @@ def test_large_graph_path_and_threshold_pruning(model, pair):
     torch.testing.assert_close(part.scores[part.exact], full.scores[part.exact], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(part.scores[~part.exact], part.attribution[~part.exact])
     assert torch.equal(part.kept, part.scores.abs() >= 0.05 * abs(part.gap)) and part.target is None
+    assert_no_hooks(model)
+
+
+def test_screened_edges_carry_the_estimates_standard_error(model, pair):
+    patcher = EdgePatcher(model, pair, "corrupted")
+    scored = score_edges(patcher, 10, False, steps=2)
+    estimated = ~scored.exact
+    each = edge_attribution(patcher, 2, per_prompt=True)
+    torch.testing.assert_close(scored.scores[estimated], each.mean(1)[estimated])
+    torch.testing.assert_close(scored.stderr[estimated], each.std(1)[estimated] / len(pair.clean) ** 0.5)
+    assert bool(scored.stderr.isfinite().all())
+    frame = scored.to_dataframe(patcher.graph)
+    assert frame.loc[estimated.numpy(), ["lower", "upper"]].notna().all().all()
     assert_no_hooks(model)
 
 

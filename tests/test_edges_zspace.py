@@ -130,3 +130,20 @@ def test_circuits_equal_the_d_model_path(case, density):
         torch.testing.assert_close(value, naive_circuit_metric(model, patcher, row), atol=1e-5, rtol=1e-5)
     assert not any(patcher.changed(patcher.dropped(~late)))
     assert_no_hooks(model)
+
+
+def test_per_prompt_attribution_averages_to_the_estimate_and_equals_one_prompt_runs(case):
+    """Per-prompt EAP values: their mean is the batch estimate, and each equals the estimate of a patcher
+    built on that prompt alone (same clean and ablated outputs: the "corrupted" ablation of a prompt does not
+    depend on the other prompts)."""
+    from mechmem.analysis.circuits.edges import EdgePatcher
+
+    model, patcher = case
+    alphas = (None, 0.5)
+    whole = patcher.attribution(alphas)
+    each = patcher.attribution(alphas, per_prompt=True)
+    assert each.shape == (len(patcher.graph.edges), len(patcher.tokens))
+    torch.testing.assert_close(each.mean(1), whole, atol=1e-5, rtol=1e-4)
+    for i in (0, len(patcher.tokens) - 1):
+        single = EdgePatcher(model, patcher.pair.rows(slice(i, i + 1)), "corrupted")
+        torch.testing.assert_close(each[:, i], single.attribution(alphas), atol=1e-5, rtol=1e-4)

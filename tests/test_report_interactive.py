@@ -157,8 +157,10 @@ def test_graph_edges_carry_their_evidence(reports):
     assert "L1H1->logits" in kept
     for e in view["edges"]:
         assert {"score", "stderr", "lower", "upper", "exact", "sender", "receiver", "port"} <= set(e)
-        if e["exact"]:
+        if e["stderr"] is not None:  # exact edges, and estimated ones with their estimate's interval
             assert e["lower"] <= e["score"] <= e["upper"]
+        else:
+            assert e["lower"] is None and e["upper"] is None
 
 
 def test_json_blob_cannot_end_the_script_early():

@@ -109,8 +109,9 @@ def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title
 
 def graph_view(circuit: Circuit, roles: dict[str, str]) -> dict[str, Any]:
     """The interactive circuit graph's data: every node with its place (`_positions`) and role, every edge
-    with its score, standard error, normal 95% interval (score -+ 1.96 stderr; None where only an estimate
-    exists), whether it is exact and kept."""
+    with its score, standard error, normal 95% interval (score -+ 1.96 stderr; for an edge only estimated, the
+    interval of the estimate's mean over prompts; None without a standard error), whether it is exact and
+    kept."""
     pos = _positions(circuit)
     nodes = [
         {
@@ -125,7 +126,7 @@ def graph_view(circuit: Circuit, roles: dict[str, str]) -> dict[str, Any]:
     edges = []
     for row in circuit.to_dict()["edges"]:
         err = row["stderr"]
-        known = not math.isnan(err) and bool(row["exact"])
+        known = not math.isnan(err)
         row["lower"], row["upper"] = normal_interval(row["score"], err) if known else (None, None)
         edges.append(row)
     return {

@@ -77,11 +77,12 @@ class EdgeStage:
     """The screening's `ScoredEdges` on graphs above `max_exact` (or with attribution), else None."""
 
     def scores(self) -> tuple[Tensor, Tensor]:
-        """[edge] each edge's mean score and its standard error over the stage's prompts (the screening's
-        estimate and NaN where untested)."""
+        """[edge] each edge's mean score and its standard error over the stage's prompts (where untested, the
+        screening's estimate and its standard error)."""
         n = len(self.tested)
-        scores = self.screening.scores.clone() if self.screening is not None else torch.zeros(n)
-        stderr = torch.full((n,), float("nan"))
+        screened = self.screening is not None
+        scores = self.screening.scores.clone() if screened else torch.zeros(n)
+        stderr = self.screening.stderr.clone() if screened else torch.full((n,), float("nan"))
         where = self.tested.nonzero().flatten()
         for row, edge in zip(self.values, where.tolist()):  # an edge's prompts: those before it froze
             measured = row[~row.isnan()]

@@ -88,8 +88,9 @@ def edge_frame(
     graph: Graph | None = None,
 ) -> Any:
     """One row per edge: `edge` (its index), with a graph `name`, `sender`, `receiver`, `port`; then `value`
-    (the score), `stderr`, `lower` / `upper` (the normal 95% interval, score -+ 1.96 stderr; NaN where only
-    estimated), `exact` and `attribution` (the EAP estimate; NaN when none was computed)."""
+    (the score), `stderr`, `lower` / `upper` (the normal 95% interval, score -+ 1.96 stderr; where only
+    estimated, the estimate's over prompts), `exact` and `attribution` (the EAP estimate; NaN when none was
+    computed)."""
     import pandas as pd
 
     columns: dict[str, Any] = {"edge": range(len(scores))}
@@ -122,7 +123,8 @@ class Circuit:
     scores: Float[Tensor, " edge"]
     """metric(full) - metric(edge ablated), mean over prompts (exact, or EAP where `exact` is False)."""
     stderr: Float[Tensor, " edge"]
-    """Standard error of the exact score over prompts (NaN where only EAP was run)."""
+    """Standard error of the score over prompts: the exact score's, or the EAP estimate's where only that was
+    run (`ScoredEdges.stderr`)."""
     exact: Bool[Tensor, " edge"]
     """Whether the edge's score is exact."""
     kept: Bool[Tensor, " edge"]
@@ -431,16 +433,20 @@ def _prune(
     return mask(hi), evaluations
 
 
-def edge_attribution(patcher: EdgePatcher, steps: int = EDGE_STEPS) -> Float[Tensor, " edge"]:
+def edge_attribution(
+    patcher: EdgePatcher, steps: int = EDGE_STEPS, *, per_prompt: bool = False
+) -> Float[Tensor, "edge ..."]:
     """Every edge's score estimated from gradients: -(u_ablated - u_clean) . d metric / d port, summed over
-    prompts, positions and d_model (the sign of `EdgePatcher.exact`).
+    prompts, positions and d_model (the sign of `EdgePatcher.exact`); with `per_prompt`, [edge, prompt]: each
+    prompt's estimate, whose mean is that score.
 
     steps = 0: the gradient on the clean run (EAP, one forward and one backward pass;
     `EdgePatcher.attribution`). steps = k: integrated gradients (EAP-IG): the gradient averaged over k runs
     whose token and position embeddings lie (i + 1/2) / k of the way from their clean to their ablated values
     (k passes).
     """
-    return patcher.attribution((None,) if steps == 0 else tuple((i + 0.5) / steps for i in range(steps)))
+    alphas = (None,) if steps == 0 else tuple((i + 0.5) / steps for i in range(steps))
+    return patcher.attribution(alphas, per_prompt=per_prompt)
 
 
 def score_edges(
@@ -460,7 +466,8 @@ def score_edges(
     n_edges, attribution, check = len(edges), None, None
     max_fallback = 4 * max_exact if max_fallback is None else max_fallback
     if n_edges > max_exact or with_attribution:
-        attribution = edge_attribution(patcher, steps)
+        estimates = edge_attribution(patcher, steps, per_prompt=True)
+        attribution, attribution_stderr = estimates.mean(1), standard_error(estimates, dim=1)
     mid = time.perf_counter()
     chosen = torch.arange(n_edges)
     estimate = "EAP" if not steps else f"EAP-IG ({steps} steps)"
@@ -490,7 +497,7 @@ def score_edges(
                 f"< {TRUST['pearson']}"
             )
     scores = attribution.clone() if attribution is not None else torch.zeros(n_edges)
-    stderr = torch.full((n_edges,), math.nan)
+    stderr = attribution_stderr.clone() if attribution is not None else torch.full((n_edges,), math.nan)
     exact = torch.zeros(n_edges, dtype=torch.bool)
     scores[chosen], exact[chosen] = per_prompt.mean(1), True
     stderr[chosen] = standard_error(per_prompt, dim=1)
@@ -505,7 +512,9 @@ class ScoredEdges:
     scores: Float[Tensor, " edge"]
     """The exact score where `exact`, else the EAP estimate."""
     stderr: Float[Tensor, " edge"]
-    """Standard error over prompts of the exact scores (NaN where estimated, or with one prompt)."""
+    """Standard error over prompts of each score: the exact one's, or where only estimated the estimate's
+    (the spread of the per-prompt EAP or EAP-IG values: it covers the estimate's mean over prompts, not its
+    error as an estimate of the exact score); NaN with one prompt."""
     exact: Bool[Tensor, " edge"]
     """Whether the edge was scored by exact path patching."""
     attribution: Float[Tensor, " edge"] | None

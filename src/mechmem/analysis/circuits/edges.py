@@ -283,7 +283,9 @@ class EdgePatcher:
         values = self.run([[]] + variants)
         return values[0] - values[1:]
 
-    def attribution(self, alphas: tuple[float | None, ...] = (None,)) -> Float[Tensor, " edge"]:
+    def attribution(
+        self, alphas: tuple[float | None, ...] = (None,), *, per_prompt: bool = False
+    ) -> Float[Tensor, "edge ..."]:
         """Edge attribution patching: -(u_ablated - u_clean) . d metric / d port for every edge, summed over
         prompts, positions and d_model, the gradient averaged over one run per entry of `alphas`: None is the
         clean run (EAP, one forward and one backward pass), a number w a run whose token and position
@@ -291,12 +293,14 @@ class EdgePatcher:
 
         The prompts go through in chunks (`row_chunks`): each chunk's port gradients are contracted with its
         senders' changes before the next, so memory does not grow with the prompts; the metric is the mean
-        over all prompts, so the sum over chunks is the whole batch's number.
+        over all prompts, so the sum over chunks is the whole batch's number. With `per_prompt`, [edge,
+        prompt]: each prompt's own estimate (its term of the sum times the number of prompts), whose mean over
+        prompts is the number above and whose spread gives its standard error.
         """
         hooks = sorted({p.hook for p in self.graph.ports})
         embeds = [n.hook for n in self.graph.nodes if n.kind in ("embed", "pos")]
         n = len(self.tokens)
-        scores = torch.zeros(len(self.graph.edges))
+        scores = torch.zeros(len(self.graph.edges), *((n,) if per_prompt else ()))
         for rows in self.row_chunks():
             part = self.pair.rows(rows)
             total: dict[str, Tensor] = {}
@@ -306,7 +310,10 @@ class EdgePatcher:
                 for h in hooks:
                     g = grads[h] / len(alphas)
                     total[h] = total[h] + g if h in total else g
-            scores += self.edge_products(total, rows)
+            if per_prompt:
+                scores[:, rows] = n * self.edge_products(total, rows, per_prompt=True)
+            else:
+                scores += self.edge_products(total, rows)
         return scores
 
     def _toward_ablated(self, hook: str, rows: slice, w: float) -> Intervention:
@@ -325,11 +332,15 @@ class EdgePatcher:
         return [slice(first, first + size) for first in range(0, len(self.tokens), size)]
 
     @torch.no_grad()
-    def edge_products(self, grads: dict[str, Tensor], rows: slice = slice(None)) -> Float[Tensor, " edge"]:
+    def edge_products(
+        self, grads: dict[str, Tensor], rows: slice = slice(None), *, per_prompt: bool = False
+    ) -> Float[Tensor, "edge ..."]:
         """-(u's output change) . grads[port] summed over prompts, positions and d_model, for every edge u ->
         port, from the gradient (or any tensor shaped like it) at each port's hook on the prompts `rows`: per
         sender hook, its senders' changes go through W_O once (`sender_deltas`) and are contracted with every
-        later port hook's gradient at once, then dropped."""
+        later port hook's gradient at once, then dropped. With `per_prompt`, [edge, prompt]: not summed over
+        the prompts."""
+        keep = "b" if per_prompt else ""
         pieces: dict[str, list[Tensor]] = {hook: [] for hook in self.before}
         for sender_hook, ids in self.groups.items():
             deltas = None
@@ -337,9 +348,9 @@ class EdgePatcher:
                 if ids[-1] < n:
                     deltas = self.sender_deltas(sender_hook, rows) if deltas is None else deltas
                     g = grads[hook].to(deltas.dtype)
-                    pattern = "sbpd,bphd->hs" if g.ndim == 4 else "sbpd,bpd->s"
+                    pattern = f"sbpd,bphd->hs{keep}" if g.ndim == 4 else f"sbpd,bpd->s{keep}"
                     pieces[hook].append(-torch.einsum(pattern, deltas, g))
-        by_hook = {hook: torch.cat(parts, dim=-1) for hook, parts in pieces.items()}
+        by_hook = {hook: torch.cat(parts, dim=-2 if per_prompt else -1) for hook, parts in pieces.items()}
         at = {u.name: i for i, u in enumerate(self.senders)}
         scores = [by_hook[e.port.hook][(*e.port.index[1:], at[e.sender.name])] for e in self.graph.edges]
         return torch.stack(scores).cpu()
