@@ -19,6 +19,9 @@ are); the normal interval of a bounded score near 0 or 1 with few units is too n
 
     from mechmem.analysis.sequential import DecisionPolicy, decide
     result = decide(draw, {"score": 0.5}, policy=DecisionPolicy(), generator=torch.Generator().manual_seed(0))
+
+Long because the policy, the judgement of a family at a look, the frozen tests and the loop over looks are one
+rule, which docs/decisions.md states in one place and which must be read against it in one piece.
 """
 
 import math
