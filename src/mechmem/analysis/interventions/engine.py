@@ -643,18 +643,23 @@ class Engine:
             if not value.requires_grad:
                 raise MechmemError(f"attribution needs a differentiable metric; {metric.name!r} is not")
             (at_logits,) = torch.autograd.grad(value, leaf)
-        acts: list[list[Tensor]] = [[] for _ in keys]
-        grads: list[list[Tensor]] = [[] for _ in keys]
+        # Filled chunk by chunk in place: concatenating the chunks at the end would hold every activation and
+        # gradient twice at the peak.
+        acts: list[Tensor] = []
+        grads: list[Tensor] = []
         for r, e in zip(rows, part):
             run = self.replay.run(tokens[r], readout[r], grad=True, embed=e)
             chunk = [run.acts[s][l] for s, l in keys]
             with torch.enable_grad():
                 found = torch.autograd.grad(run.logits, chunk, at_logits[r], materialize_grads=True)
+            if not acts:
+                acts = [a.new_empty((len(tokens), *a.shape[1:])) for a in chunk]
+                grads = [g.new_empty((len(tokens), *g.shape[1:])) for g in found]
             for i, (a, g) in enumerate(zip(chunk, found)):
-                acts[i].append(a.detach())
-                grads[i].append(g)
-            del run, chunk
-        return value, [torch.cat(a) for a in acts], [torch.cat(g) for g in grads]
+                acts[i][r] = a.detach()
+                grads[i][r] = g
+            del run, chunk, found
+        return value, acts, grads
 
     def gradients(
         self,
