@@ -48,22 +48,8 @@ def build_model(seed: int = 0, **overrides: Any) -> Any:
 def trained_induction_model() -> Any:
     """A 2-layer attention-only model trained briefly (300 steps, ~3 s) on the generic repeats task [r, r],
     |r| from 4 to 12 (n_ctx 24, 16 tokens): an induction circuit with real spread over prompts, unlike the
-    planted model's."""
-    from mechmem.models.adapter import TransformerConfig, build_transformer
-    from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
-
-    cfg = TransformerConfig(n_layers=2, d_model=32, n_heads=2, d_vocab=16, n_ctx=24)
-    model = build_transformer(cfg, generator=torch.Generator().manual_seed(0))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    gen = torch.Generator().manual_seed(1)
-    for _ in range(300):
-        task = RepeatsTask(RepeatsConfig(d_vocab=16, half=int(torch.randint(4, 13, (), generator=gen))))
-        batch = task.train_batch(64, generator=gen)
-        loss = task.loss(model(batch.tokens), batch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model.eval()
+    planted model's. The one definition is benchmarks/decisions.py's `trained`."""
+    return load_script("benchmarks/decisions.py").trained()
 
 
 def random_tokens(model: Any, batch: int = 8, pos: int | None = None, seed: int = 0) -> torch.Tensor:
