@@ -82,3 +82,19 @@ def test_frozen_edges_reach_the_json_and_the_frame(trained):
     frame = circuit.edge_decision.to_dataframe()
     assert frame["n"].tolist() == units.tolist()
     assert all(math.isfinite(u) for u in record["units"])
+
+
+def test_a_screening_draw_without_behaviour_screens_and_tests_no_edge():
+    """On graphs that need screening (here forced with max_exact=0) the screening draw's own full and empty
+    runs decide whether any edge is scored: without behaviour none is, with it the screening runs."""
+    random_model = build_model(0, n_ctx=24, d_vocab=12)
+    circuit, _ = decided_circuit(random_model, None, seed=0, max_exact=0)
+    assert circuit.edge_decision.stopped == "no behaviour"
+    assert circuit.edge_decision.looks == (64,)
+    assert circuit.attribution is None  # nothing was screened
+    assert len(circuit.edge_decision["edge"].mean) == 0  # and nothing tested
+    assert circuit.edge_names() == [] and circuit.criteria()["behaviour"] == "no"
+    planted, _ = decided_circuit(planted_induction_model(), None, seed=0, max_exact=0)
+    assert planted.attribution is not None and len(planted.edge_decision["edge"].mean) > 0
+    assert planted.edge_decision.stopped != "no behaviour" and len(planted.edge_names()) > 0
+    assert_no_hooks(random_model)

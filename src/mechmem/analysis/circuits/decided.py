@@ -116,24 +116,34 @@ def decide_edges(
     open (`policy` at the edge family's alpha). Each round path-patches only the edges still open (decided or
     precise ones are frozen: `decide(freeze=)`); the stage stops, with `stopped` "no behaviour", once the gap
     m(full) - m(every edge ablated) is shown inside (-min_gap, min_gap) at the criteria's gap level (a
-    stopping rule only: docs/decisions.md, "Measuring only what is still open").
+    stopping rule only: docs/decisions.md, "Measuring only what is still open"), on the screening draw too,
+    where it then screens and tests no edge.
 
     Long because the round's draw, the gap's stopping rule and the freezing share the stage's state."""
     device, graph = next(model.parameters()).device, build_graph(model)
     n_edges = len(graph.edges)
     tested, screening = torch.ones(n_edges, dtype=torch.bool), None
+    gap_policy = stage_policy(policy, len(CRITERIA))
+    gap_z = gap_policy.z(1, len(CRITERIA))
+
+    def absent(gap: RatioMoments) -> bool:
+        """The gap shown inside (-min_gap, min_gap) at the criteria's gap level (a stopping rule only)."""
+        return bool(judge(gap, THRESHOLDS["gap"], z=gap_z, policy=gap_policy, absolute=True).code == NO)
+
+    state: dict[str, Any] = {"reference": reference, "gap": None, "absent": False}
     if n_edges > max_exact or with_attribution:
         pair, _ = circuit_pair(model, task, policy.first, generator=generator)
         pair = pair.to(device)
         patcher = EdgePatcher(model, pair, ablation, reference=reference, memory_mb=memory_mb)
-        screening = score_edges(patcher, max_exact, with_attribution, steps=steps)
-        tested = screening.exact.clone()
-        reference = pair.clean if reference is None else reference
+        state["absent"] = absent(_gap_moments(patcher, n_edges))
+        if state["absent"]:  # no behaviour, no screening: every edge out, untested
+            tested = torch.zeros(n_edges, dtype=torch.bool)
+        else:
+            screening = score_edges(patcher, max_exact, with_attribution, steps=steps)
+            tested = screening.exact.clone()
+        state["reference"] = pair.clean if reference is None else reference
     edges = [e for e, t in zip(graph.edges, tested.tolist()) if t]
     rounds: list[Tensor] = []
-    state: dict[str, Any] = {"reference": reference, "gap": None, "absent": False}
-    gap_policy = stage_policy(policy, len(CRITERIA))
-    gap_z = gap_policy.z(1, len(CRITERIA))
 
     def draw(k: int, gen: torch.Generator, measured: dict[str, Tensor]) -> dict[str, RatioMoments]:
         pair, _ = circuit_pair(model, task, k, generator=gen)
@@ -141,8 +151,7 @@ def decide_edges(
         if state["reference"] is None:
             state["reference"] = pair.clean
         patcher = EdgePatcher(model, pair, ablation, reference=state["reference"], memory_mb=memory_mb)
-        every = torch.ones(n_edges, dtype=torch.bool)
-        full, empty = patcher.evaluate(torch.stack([every, ~every])).detach().cpu()
+        full, empty = _full_and_empty(patcher, n_edges)
         gap = RatioMoments.from_values((full - empty).double())
         state["gap"] = gap if state["gap"] is None else state["gap"] + gap
         open_ = measured.get("edge", torch.ones(len(edges), dtype=torch.bool))
@@ -154,10 +163,9 @@ def decide_edges(
 
     def settled(families: dict[str, Any]) -> bool:
         """No edge test open, or the gap shown absent (a stopping rule only: docs/decisions.md)."""
-        if no_open_tests(families):
+        if state["absent"] or no_open_tests(families):
             return True
-        gap = judge(state["gap"], THRESHOLDS["gap"], z=gap_z, policy=gap_policy, absolute=True)
-        state["absent"] = bool(gap.code == NO)
+        state["absent"] = absent(state["gap"])
         return state["absent"]
 
     decision = decide(
@@ -173,6 +181,17 @@ def decide_edges(
     if state["absent"]:
         decision = replace(decision, stopped="no behaviour")
     return EdgeStage(graph, tested, decision, torch.cat(rounds, dim=1), state["reference"], screening)
+
+
+def _full_and_empty(patcher: EdgePatcher, n_edges: int) -> Tensor:
+    """[2 prompt] the metric with every edge and with none (every edge ablated) on the patcher's pair."""
+    every = torch.ones(n_edges, dtype=torch.bool)
+    return patcher.evaluate(torch.stack([every, ~every])).detach().cpu()
+
+
+def _gap_moments(patcher: EdgePatcher, n_edges: int) -> RatioMoments:
+    full, empty = _full_and_empty(patcher, n_edges)
+    return RatioMoments.from_values((full - empty).double())
 
 
 def judge_circuit(
