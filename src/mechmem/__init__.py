@@ -12,13 +12,13 @@ They are imported on first use, so `import mechmem` is fast and imports neither 
 
 Groups: checkpoints (`load_checkpoint`, `save_checkpoint`, `save_model`, `Checkpoint`), training
 (`train_preset`), tasks (`build_task`, `task_names`, `register_task`), the intervention engine (`intervene`,
-`Intervention` and the setters `zero`, `mean`, `resample`, `from_run`, `apply`), the analyses (`run_sweeps`
-and `PatchingResult`, `ablate_heads`, `detect_heads`, `logit_lens`, `builtin_probes`, `head_roles`,
-`circuit_prompts`, `discover_circuit` and `decided_circuit`, `run_dynamics`, `prompt_fit` (are an analysis's
-prompts the model's own data?), `attribute_sweeps` for estimates), their figures (`plot`), the sequential rule
-every verdict follows (`decide`), the report (`build_report`, `report_checkpoint`), a planted model for trying
-things (`planted_induction_model`) and the errors (`MechmemError`, `CheckpointError`). The command line is
-`mechmem` (`mechmem --help`).
+`Intervention` and the setters `zero`, `mean`, `resample`, `from_run`, `apply`), the analyses (`run_sweeps`,
+`decided_patching` and `PatchingResult`, `ablate_heads`, `detect_heads`, `logit_lens`, `builtin_probes`,
+`head_roles`, `circuit_prompts`, `discover_circuit` and `decided_circuit`, `run_dynamics`, `prompt_fit` (are
+an analysis's prompts the model's own data?), `attribute_sweeps` for estimates), their figures (`plot`), the
+sequential rule every verdict follows (`decide`), the report (`build_report`, `report_checkpoint`), a planted
+model for trying things (`planted_induction_model`) and the errors (`MechmemError`, `CheckpointError`). The
+command line is `mechmem` (`mechmem --help`).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -44,6 +44,7 @@ HOMES = {
     "apply": "mechmem.analysis.interventions",
     "run_sweeps": "mechmem.analysis.patching",
     "attribute_sweeps": "mechmem.analysis.patching",
+    "decided_patching": "mechmem.analysis.patching",
     "PatchingResult": "mechmem.analysis.patching",
     "ablate_heads": "mechmem.analysis.ablation",
     "detect_heads": "mechmem.analysis.heads",
@@ -79,6 +80,7 @@ __all__ = [
     "circuit_prompts",
     "decide",
     "decided_circuit",
+    "decided_patching",
     "detect_heads",
     "discover_circuit",
     "from_run",
@@ -127,7 +129,7 @@ if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
     from mechmem.analysis.heads import detect_heads
     from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean, resample, zero
     from mechmem.analysis.logit_lens import logit_lens
-    from mechmem.analysis.patching import PatchingResult, attribute_sweeps, run_sweeps
+    from mechmem.analysis.patching import PatchingResult, attribute_sweeps, decided_patching, run_sweeps
     from mechmem.analysis.planted import planted_induction_model
     from mechmem.analysis.probes import builtin_probes
     from mechmem.analysis.roles import head_roles

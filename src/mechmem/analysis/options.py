@@ -27,6 +27,17 @@ HEAD_FIRST = 64
 HEAD_BUDGET = 1000
 """Sequences per probe of head naming's last look: `mechmem heads --n-samples`'s default, the report's
 `role_samples` and `head_roles`' `n`."""
+MIN_GAP = 1.0
+"""A behaviour is there when the corrected interval of its clean - corrupted gap (the task's metric, e.g. the
+logit difference) lies outside (-1, 1): the circuit's behaviour criterion and patching's gap test
+(docs/decisions.md)."""
+PATCH_SHARE = 0.1
+"""A patched cell matters when the corrected interval of its share of the gap lies outside (-0.1, 0.1)
+(`mechmem.analysis.patching.decided`); fixed before the rule's first run (docs/decisions.md)."""
+PATCH_FIRST = 64
+"""Pairs of activation patching's first look (docs/decisions.md)."""
+PATCH_BUDGET = 512
+"""Pairs of activation patching's last look: `mechmem patch --n-samples`'s default and the report's."""
 PATCH_DIRECTIONS = ("denoising", "noising")
 """Clean into corrupted, or corrupted into clean (`mechmem.analysis.patching.DIRECTIONS`)."""
 PATCH_METHODS = ("exact", "attribution")

@@ -34,7 +34,14 @@ from torch import Tensor
 
 from mechmem.analysis.frames import concat, short_repr
 from mechmem.analysis.intervals import Z_95, RatioMoments, z_for
-from mechmem.analysis.options import CIRCUIT_BUDGET, CIRCUIT_PROMPTS, HEAD_BUDGET, HEAD_FIRST
+from mechmem.analysis.options import (
+    CIRCUIT_BUDGET,
+    CIRCUIT_PROMPTS,
+    HEAD_BUDGET,
+    HEAD_FIRST,
+    PATCH_BUDGET,
+    PATCH_FIRST,
+)
 from mechmem.config import ConfigMixin
 
 YES, NO, UNDECIDED = 1, 0, -1
@@ -116,6 +123,9 @@ HEAD_POLICY = DecisionPolicy(first=HEAD_FIRST, budget=HEAD_BUDGET)
 CIRCUIT_POLICY = DecisionPolicy(first=CIRCUIT_PROMPTS, budget=CIRCUIT_BUDGET)
 """The circuit verdict, in prompts (`circuits.discovery.decided_circuit`): the report's and mechmem
 circuit's."""
+PATCH_POLICY = DecisionPolicy(first=PATCH_FIRST, budget=PATCH_BUDGET)
+"""Activation patching, in clean/corrupted pairs (`patching.decided_patching`): the report's and mechmem
+patch's."""
 
 
 @dataclass(frozen=True)
@@ -421,6 +431,7 @@ __all__ = [
     "DECISION_COLUMNS",
     "HEAD_POLICY",
     "NO",
+    "PATCH_POLICY",
     "UNDECIDED",
     "VERDICTS",
     "YES",

@@ -8,25 +8,29 @@ Denoising patches clean activations into the corrupted run, noising corrupted ac
 the metric is the task's logit difference (clean answer minus corrupted answer) at the answer position.
 `--method attribution` estimates every cell from gradients (AtP*; see docs/patching.md for its measured
 agreement), checks each sweep against exact patching on a sample of cells and falls back to exact patching
-where they disagree (one line per sweep says which). Every cell is a mean over the pairs with its 95% interval
-over them; where the clean - corrupted gap's interval includes 0 no normalised effect is given (WARNING).
-Prints a summary table (and the layer x position / layer x head tables) and writes DIR/patching.json
-("sweeps": {name: {"axes", "values", "lower", "upper", "normalised", ..., "method", "check"}}) and one heatmap
-DIR/patching_<sweep>.png per sweep, together (one output set: all of them or none).
+where they disagree (one line per sweep says which). Pairs are drawn in rounds (64, 128, ... up to
+`--n-samples`, default 512) until every cell is decided to matter or not (its share of the clean - corrupted
+gap against 0.1) or the gap is shown absent: the rule of docs/decisions.md, the report's too, so one
+checkpoint and one seed give one number in both. Every cell is a mean over the pairs drawn with its 95%
+interval over them; where the clean - corrupted gap's interval includes 0 no normalised effect is given
+(WARNING). Prints a summary table (and the layer x position / layer x head tables) and writes
+DIR/patching.json ("sweeps": {name: {"axes", "values", "lower", "upper", "normalised", ..., "method", "check",
+"decision"}}, "decision": the looks and the gap's test) and one heatmap DIR/patching_<sweep>.png per sweep,
+together (one output set: all of them or none).
 """
 
 import argparse
 from typing import Any
 
 from mechmem import cli
-from mechmem.analysis.options import PATCH_DIRECTIONS, PATCH_METHODS, PATCH_SWEEPS
+from mechmem.analysis.options import PATCH_BUDGET, PATCH_DIRECTIONS, PATCH_METHODS, PATCH_SWEEPS
 from mechmem.commands.common import run_analysis
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
     """The flags of `mechmem patch`."""
     p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    cli.add_analysis_args(p, n_samples=256)
+    cli.add_analysis_args(p, n_samples=PATCH_BUDGET)
     p.add_argument("--sweeps", nargs="+", choices=PATCH_SWEEPS, help="sweeps to run (default: all there are)")
     p.add_argument(
         "--direction",
@@ -51,13 +55,14 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.analysis.distribution import own_data_fit
     from mechmem.analysis.heads import no_attention_reason
     from mechmem.analysis.patching import patch_checkpoint, patching_lines, plot_patching
+    from mechmem.analysis.patching.decided import decision_lines
     from mechmem.progress import working
 
     empty = {"task": ckpt.task_name, "sweeps": {}}
     reason = no_attention_reason(ckpt.model)
     if reason:
         return cli.skipped(reason, "patching.json", empty)
-    with working(f"patching sweeps ({args.method}, {args.n_samples} pairs)"):
+    with working(f"patching sweeps ({args.method}, up to {args.n_samples} pairs)"):
         found = patch_checkpoint(
             ckpt,
             args.sweeps,
@@ -69,10 +74,13 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         )
     if isinstance(found, str):  # the task has no clean/corrupted pairs
         return cli.skipped(found, "patching.json", empty)
-    results, record = found
+    decided, record = found
+    results = decided.results
     for line in patching_lines(
-        results, task=ckpt.task_name, method=args.method, direction=args.direction, n=args.n_samples
+        results, task=ckpt.task_name, method=args.method, direction=args.direction, n=decided.n
     ):
+        print(line)
+    for line in decision_lines(decided):
         print(line)
     fit = own_data_fit(
         ckpt.model, ckpt.task, "pair", args.n_samples, generator=torch.Generator().manual_seed(args.seed)

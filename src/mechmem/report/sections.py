@@ -24,8 +24,10 @@ from mechmem.analysis.distribution import repeats_fit
 from mechmem.analysis.intervals import format_interval, mean_interval
 from mechmem.analysis.interventions import Intervention, intervened_logits, mean
 from mechmem.analysis.logit_lens import answer_probability, decode_residual
-from mechmem.analysis.patching.attribution import attribute_sweeps
+from mechmem.analysis.options import PATCH_SHARE
+from mechmem.analysis.patching.decided import decision_lines
 from mechmem.analysis.roles import RoleResult, RoleThresholds
+from mechmem.analysis.sequential import PATCH_POLICY, VERDICTS
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import is_hooked_transformer
 from mechmem.report.document import Section, Table
@@ -300,7 +302,7 @@ def probes_section(ctx: ReportContext) -> Section:
 
 EXACT_PATCHING_CELLS = 512
 """Above this many cells in the patching section's sweeps (layers x (heads + positions)), they are estimated
-by attribution patching (`attribution.attribute_sweeps`: one forward and backward pass, a sample of cells
+by attribution patching (`decided_patching(method="attribution")`: a few passes per round, a sample of cells
 re-computed exactly, exact patching of any sweep whose estimate fails the agreement check) instead of patching
 every cell: exact patching of the residual stream costs one pass resumed at each layer per position, which
 grows as layers^2. The one- and two-layer models this project trains stay below it (exact)."""
@@ -362,6 +364,22 @@ def ablation_section(ctx: ReportContext) -> Section:
     return s
 
 
+def _head_patching_table(by_head: patching.PatchingResult) -> Table:
+    """The ten heads whose output restores most of the clean behaviour, with intervals and verdicts."""
+    restored, iv, verdicts = by_head.normalised(), by_head.intervals, by_head.decision.code
+    rows = [
+        [f"L{l}H{h}", float(by_head.values[l, h]), float(restored[l, h])]
+        + ([] if iv is None else [format_interval(iv.normalised_lower[l, h], iv.normalised_upper[l, h])])
+        + [VERDICTS[int(verdicts[l, h])]]
+        for l in range(restored.shape[0])
+        for h in range(restored.shape[1])
+    ]
+    rows.sort(key=lambda r: -abs(r[2]) if r[2] == r[2] else 0.0)
+    headers = ["head", "metric", "restored"] + ([] if iv is None else ["95% interval"])
+    headers.append(f"matters (|share| >= {PATCH_SHARE})")
+    return Table(headers, rows[:10], "Head outputs (all positions), denoising")
+
+
 def patching_section(ctx: ReportContext) -> Section:
     """Activation patching on the task's clean/corrupted pair: head outputs and the residual stream
     (denoising)."""
@@ -374,21 +392,28 @@ def patching_section(ctx: ReportContext) -> Section:
     if s.skipped:
         return s
     try:
-        pair = ctx.task.patching_pair(ctx.n_samples, generator=ctx.generator(8)).to(ctx.device)
+        n_pos = ctx.task.patching_pair(1, generator=ctx.generator(8)).clean.shape[1]
     except NotImplementedError as exc:
         s.skipped = str(exc)
         return s
     cfg = ctx.model.cfg
-    large = cfg.n_layers * (cfg.n_heads + pair.clean.shape[1]) > EXACT_PATCHING_CELLS
-    # Exact patching runs every sweep the model has (those `mechmem patch` runs); an estimate the two the
-    # section's table and figure read.
+    large = cfg.n_layers * (cfg.n_heads + n_pos) > EXACT_PATCHING_CELLS
+    # Exact patching runs every sweep the model has (those `mechmem patch` runs, so both give one number for
+    # one seed); an estimate the two the section's table and figure read.
     names = ("attn_head_out_all_pos", "resid_pre") if large else patching.model_sweeps(ctx.model)
-    sweep = attribute_sweeps if large else patching.run_sweeps
     try:
-        results = sweep(ctx.model, pair, names, direction="denoising")
+        found = patching.decided_patching(
+            ctx.model,
+            ctx.task,
+            names,
+            seed=ctx.seed,
+            policy=PATCH_POLICY.with_budget(ctx.n_samples),
+            method="attribution" if large else "exact",
+        )
     except MechmemError as exc:  # an architecture patching does not run on: this section only
         s.skipped = str(exc)
         return s
+    results = found.results
     by_head, resid = results["attn_head_out_all_pos"], results["resid_pre"]
     for r in results.values():
         if r.check is not None:
@@ -397,8 +422,8 @@ def patching_section(ctx: ReportContext) -> Section:
                 f"{r.sweep}: {r.method}; estimate vs exact on {c['cells']} sampled cells: Pearson "
                 f"{c['pearson']:.2f}, Spearman {c['spearman']:.2f}, top-{c['k']} overlap {c['top_k']:.2f}."
             )
-    restored = by_head.normalised()
     s.findings = {name: r.to_dict() for name, r in results.items()}
+    s.findings["decision"] = found.record()
     s.lines.append(
         f"Metric: {by_head.metric}; clean {by_head.clean:.3f}, corrupted {by_head.corrupted:.3f}. "
         "Each activation is patched from the clean run into the corrupted one; "
@@ -406,16 +431,8 @@ def patching_section(ctx: ReportContext) -> Section:
         f"1 = the clean answer is fully restored."
     )
     s.lines += patching.interval_lines(results)
-    iv = by_head.intervals
-    rows = [
-        [f"L{l}H{h}", float(by_head.values[l, h]), float(restored[l, h])]
-        + ([] if iv is None else [format_interval(iv.normalised_lower[l, h], iv.normalised_upper[l, h])])
-        for l in range(restored.shape[0])
-        for h in range(restored.shape[1])
-    ]
-    rows.sort(key=lambda r: -abs(r[2]) if r[2] == r[2] else 0.0)
-    headers = ["head", "metric", "restored"] + ([] if iv is None else ["95% interval"])
-    s.tables.append(Table(headers, rows[:10], "Head outputs (all positions), denoising"))
+    s.lines += decision_lines(found)
+    s.tables.append(_head_patching_table(by_head))
     s.add_figure("resid_pre", patching.plot_patching(resid))
     s.interactive["heatmaps"] = {
         "title": f"Patching sweeps ({len(results)}): metric after each patch",

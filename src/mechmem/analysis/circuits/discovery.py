@@ -49,13 +49,14 @@ from torch import Tensor
 from mechmem.analysis.circuits.edges import EdgePatcher, Graph
 from mechmem.analysis.frames import short_repr
 from mechmem.analysis.intervals import RatioMoments, combine, normal_interval, standard_error, verdict
+from mechmem.analysis.options import MIN_GAP
 from mechmem.analysis.patching import PatchingResult
 from mechmem.analysis.patching.attribution import TRUST, agreement, judge
 from mechmem.analysis.sequential import CIRCUIT_POLICY, VERDICTS, Decision, DecisionPolicy, decide
 from mechmem.tasks.base import PatchingPair
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
-CONFIDENCE = {"min_gap": 1.0, "min_faithfulness": 0.8, "max_edge_fraction": 0.5}
+CONFIDENCE = {"min_gap": MIN_GAP, "min_faithfulness": 0.8, "max_edge_fraction": 0.5}
 """The rule for a confident circuit, judged on intervals (see the module docstring)."""
 CRITERIA = {"behaviour": "gap", "faithful": "faithfulness", "complete": "completeness"}
 """The measured criteria of `CONFIDENCE` and the family of the sequential decision each is judged on."""

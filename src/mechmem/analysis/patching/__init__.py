@@ -13,6 +13,7 @@ from mechmem.analysis.patching.attribution import (
     reduce_cells,
     sample_cells,
 )
+from mechmem.analysis.patching.decided import DecidedPatching, decided_patching
 from mechmem.analysis.patching.result import (
     DIRECTIONS,
     SWEEPS,
@@ -53,6 +54,7 @@ __all__ = [
     "SWEEPS",
     "TRUST",
     "Attributor",
+    "DecidedPatching",
     "PatchSweep",
     "Patcher",
     "PatchingMetric",
@@ -63,6 +65,7 @@ __all__ = [
     "attribution_notes",
     "cell_index",
     "cell_texts",
+    "decided_patching",
     "interval_lines",
     "judge",
     "largest_effects",

@@ -56,7 +56,6 @@ from mechmem.analysis.patching.result import (
     SWEEPS,
     PatchingResult,
     PatchSweep,
-    SweepIntervals,
     sweep_intervals,
 )
 from mechmem.analysis.patching.sweeps import Patcher, resolve_metric, resolve_sweep
@@ -185,6 +184,8 @@ class Attributor:
             by_prompt.append(cells)
             layers.append(value + cells.sum(0))
         values = {name: self.run(name)[2] for name in ("clean", "corrupted")}
+        per_prompt = self.prompt_values(torch.stack(by_prompt, 1), direction)
+        runs = self.exact_patcher().prompt_values
         result = PatchingResult(
             spec.name,
             spec.axes,
@@ -194,27 +195,28 @@ class Attributor:
             values["clean"],
             values["corrupted"],
             method=self.method,
-            intervals=self.prompt_intervals(torch.stack(by_prompt, 1), direction),
+            intervals=None
+            if per_prompt is None
+            else sweep_intervals(per_prompt, runs["clean"], runs["corrupted"], direction),
+            per_prompt=per_prompt,
         )
         if check:
             result.check = self.check_sweep(result)
         return result
 
-    def prompt_intervals(
+    def prompt_values(
         self, products: Float[Tensor, "prompt layer ..."], direction: str
-    ) -> SweepIntervals | None:
-        """The 95% intervals over prompts of a sweep's estimate from each prompt's summed products
-        (`products`, the metric's gradient being that of the mean over prompts): prompt i's estimate of a cell
-        is m_i(base) + n x products[i], as exact patching's per-prompt value is (`sweep_intervals`). None for
-        a metric without one value per prompt."""
+    ) -> Float[Tensor, "prompt layer ..."] | None:
+        """Each prompt's estimate of every cell from its summed products (`products`, the metric's
+        gradient being that of the mean over prompts): m_i(base) + n x products[i], as exact patching's
+        per-prompt value is. None for a metric without one value per prompt."""
         exact = self.exact_patcher()
         if exact.prompt_values is None:
             return None
         runs = exact.prompt_values
         base = runs["corrupted"] if direction == "denoising" else runs["clean"]
         n = len(base)
-        per_prompt = base.double().reshape(n, *[1] * (products.ndim - 1)) + n * products.double().cpu()
-        return sweep_intervals(per_prompt, runs["clean"], runs["corrupted"], direction)
+        return base.double().reshape(n, *[1] * (products.ndim - 1)) + n * products.double().cpu()
 
     def exact_patcher(self) -> Patcher:
         """Exact patching of the same runs and metric (for the agreement check and the fallback)."""

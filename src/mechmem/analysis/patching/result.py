@@ -18,7 +18,7 @@ prompts, the normalised effect 91% at 30 prompts, 93% at 100 and 94% at 256. An 
 carry while most give exactly 0 gets an interval that is too narrow.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -125,7 +125,7 @@ class PatchingResult:
 
     Each value is a mean over prompts; `intervals` holds their 95% intervals (None for a metric without one
     value per prompt). For an attribution estimate they are the intervals of the estimate over prompts, from
-    each prompt's own estimate (`attribution.Attributor.prompt_intervals`).
+    each prompt's own estimate (`attribution.Attributor.prompt_values`).
 
     Example:
         >>> import mechmem, torch
@@ -152,6 +152,11 @@ class PatchingResult:
     """For an estimate: its agreement with exact patching on a sample of cells (`attribution.judge`)."""
     intervals: SweepIntervals | None = None
     """95% intervals over prompts (`sweep_intervals`); None without per-prompt values."""
+    per_prompt: Float[Tensor, "prompt ..."] | None = field(default=None, repr=False)
+    """The metric of each prompt after each patch, prompts first (None for a scalar metric)."""
+    decision: Any = None
+    """Where the sweep was decided over rounds (`decided.decided_patching`): the `FamilyDecision` of its
+    cells' shares of the gap, one test per cell."""
 
     def __post_init__(self) -> None:
         if self.values.ndim != len(self.axes):
@@ -206,7 +211,8 @@ class PatchingResult:
         `SWEEPS`), `direction`, `method`, one column per axis (`layer`, `pos`, `head`, `dest_pos`, ...),
         `value` (the metric after the patch, mean over prompts), `lower` / `upper` (its 95% interval),
         `effect_lower` / `effect_upper` (of value - baseline), `normalised` (`normalised()`) and
-        `normalised_lower` / `normalised_upper`. Without intervals the bounds are NaN."""
+        `normalised_lower` / `normalised_upper`. Without intervals the bounds are NaN. A decided sweep adds
+        `share` (the cell's share of the gap), its corrected bounds and the cell's `verdict`."""
         spec = SWEEPS.get(self.sweep)
         leading = {
             "sweep": self.sweep,
@@ -226,8 +232,14 @@ class PatchingResult:
             "normalised_lower": bound("normalised_lower"),
             "normalised_upper": bound("normalised_upper"),
         }
+        if self.decision is not None:
+            d = self.decision
+            columns |= {"share": d.mean, "share_corrected_lower": d.corrected_lower}
+            columns |= {"share_corrected_upper": d.corrected_upper}
         for name, column in columns.items():
             frame[name] = column.detach().cpu().reshape(-1).numpy()
+        if self.decision is not None:
+            frame["verdict"] = self.decision.verdicts()
         return frame
 
     def __repr__(self) -> str:
@@ -262,6 +274,8 @@ class PatchingResult:
             "normalised": self.normalised().tolist(),
             "normalised_refused": self.normalised_refused,
         }
+        if self.decision is not None:
+            out["decision"] = self.decision.to_dict()
         if iv is None:
             return out | {"interval": None}
         bounds = ("lower", "upper", "effect_lower", "effect_upper", "normalised_lower", "normalised_upper")

@@ -195,11 +195,11 @@ class Patcher:
         spec = resolve_sweep(sweep, direction, self.model)[0]
         shape = [self.sizes()[a] for a in spec.axes]
         out = self.per_prompt_values(spec, direction)
-        intervals = None
+        intervals, per_prompt = None, None
         if self.prompt_values is not None:
             runs = self.prompt_values
             intervals = sweep_intervals(out, runs["clean"], runs["corrupted"], direction)
-            out = out.mean(0)
+            out, per_prompt = out.mean(0), out
         return PatchingResult(
             spec.name,
             spec.axes,
@@ -209,6 +209,7 @@ class Patcher:
             self.values["clean"],
             self.values["corrupted"],
             intervals=intervals,
+            per_prompt=per_prompt,
         )
 
     @torch.no_grad()

@@ -11,8 +11,10 @@ from torch import Tensor
 
 from mechmem.analysis.intervals import format_interval
 from mechmem.analysis.patching.attribution import attribute_sweeps
+from mechmem.analysis.patching.decided import DecidedPatching, decided_patching
 from mechmem.analysis.patching.result import PatchingResult
 from mechmem.analysis.patching.sweeps import model_sweeps, run_sweeps
+from mechmem.analysis.sequential import PATCH_POLICY
 from mechmem.errors import MechmemError
 from mechmem.tables import format_table
 from mechmem.tasks.base import PatchingPair
@@ -125,7 +127,7 @@ def sweep_record(result: PatchingResult) -> dict[str, Any]:
     (null where refused) with theirs, method and check."""
     full = result.to_dict()
     keys = ["axes", "values", "lower", "upper", "effect_lower", "effect_upper", "normalised"]
-    keys += ["normalised_lower", "normalised_upper", "method", "check"]
+    keys += ["normalised_lower", "normalised_upper", "method", "check", "decision"]
     return {key: full.get(key) for key in keys}
 
 
@@ -138,16 +140,34 @@ def patch_checkpoint(
     method: str = "exact",
     direction: str = "denoising",
     memory_mb: float = 256.0,
-) -> tuple[dict[str, PatchingResult], dict[str, Any]] | str:
-    """`mechmem patch`'s work: the sweeps (`run_method`) on `n` pairs of the checkpoint's task drawn from
-    `seed`, and their `patching_record`; the reason as a string when the task defines no pairs."""
+) -> tuple[DecidedPatching, dict[str, Any]] | str:
+    """`mechmem patch`'s work: the sweeps decided over rounds of the checkpoint's task pairs drawn from `seed`
+    up to a budget of `n` (`decided_patching` with `PATCH_POLICY`'s looks, the report's call), and their
+    `patching_record`; the reason as a string when the task defines no pairs."""
+    policy = PATCH_POLICY.with_budget(n)
     try:
-        pair = ckpt.task.patching_pair(n, generator=torch.Generator().manual_seed(seed))
+        found = decided_patching(
+            ckpt.model,
+            ckpt.task,
+            sweeps,
+            seed=seed,
+            policy=policy,
+            method=method,
+            direction=direction,
+            memory_mb=memory_mb,
+        )
     except NotImplementedError as exc:
         return str(exc)
-    results = run_method(ckpt.model, pair, sweeps, method=method, direction=direction, memory_mb=memory_mb)
-    record = patching_record(results, task=ckpt.task_name, method=method, n_samples=n, seed=seed)
-    return results, record
+    record = patching_record(
+        found.results,
+        task=ckpt.task_name,
+        method=method,
+        n_samples=found.n,
+        budget=n,
+        seed=seed,
+        decision=found.record(),
+    )
+    return found, record
 
 
 def patching_lines(

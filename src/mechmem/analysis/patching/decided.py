@@ -1,0 +1,248 @@
+"""Activation patching decided by the evidence: pairs drawn in rounds until every cell's verdict is settled
+(docs/decisions.md, "Activation patching").
+
+    from mechmem.analysis.patching.decided import decided_patching
+    found = decided_patching(model, task, ["resid_pre"], seed=0)   # `DecidedPatching`
+    found.results["resid_pre"].to_dataframe()                       # with each cell's verdict
+
+Each round draws new clean/corrupted pairs from the task (one generator seeded with the seed) and patches
+every cell of every sweep on them, exactly or by attribution. After each look the analysis judges, with the
+sequential rule of `mechmem.analysis.sequential`, the gap (|mean of m(clean) - m(corrupted)| against
+`MIN_GAP`) and every cell's share of it (sum of m(patched) - m(base) over sum of m(clean) - m(corrupted),
+on |share| against `PATCH_SHARE`); it stops when no test is open, when the gap is shown absent ("no
+behaviour"), or at the budget. The printed values are the means over every pair drawn with their marginal
+95% intervals (`result.sweep_intervals`), exactly as a single draw of that many pairs would give them.
+`mechmem patch` and the report call `decided_patching` with the same policy, so one checkpoint and one seed
+give one number in both.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from mechmem.analysis.intervals import RatioMoments
+from mechmem.analysis.options import MIN_GAP, PATCH_SHARE
+from mechmem.analysis.patching.attribution import Attributor
+from mechmem.analysis.patching.result import PatchingResult, sweep_intervals
+from mechmem.analysis.patching.sweeps import Patcher, model_sweeps, resolve_sweep
+from mechmem.analysis.sequential import (
+    NO,
+    PATCH_POLICY,
+    UNDECIDED,
+    Decision,
+    DecisionPolicy,
+    decide,
+    no_open_tests,
+)
+from mechmem.errors import MechmemError
+
+GAP = "gap"
+"""The decision's family of the clean - corrupted gap (the other families are named after their sweeps)."""
+
+
+@dataclass(frozen=True)
+class DecidedPatching:
+    """What `decided_patching` found: per sweep its result over every pair drawn, and the decision."""
+
+    results: dict[str, PatchingResult]
+    """Per sweep: means and marginal 95% intervals over every pair drawn; its cells' verdicts in its
+    `decision`."""
+    decision: Decision
+    """Families `gap` and one per sweep (its cells' shares of the gap)."""
+    checks: dict[str, Any] = field(default_factory=dict)
+    """Attribution only: per sweep, its agreement with exact patching on the first round's pairs."""
+
+    @property
+    def n(self) -> int:
+        """Pairs drawn."""
+        return self.decision.n
+
+    def record(self) -> dict[str, Any]:
+        """The decision for JSON: the policy, looks, why it stopped, and the gap's test (the cells' tests are
+        in each sweep's record)."""
+        full = self.decision.to_dict()
+        return full | {"families": {GAP: full["families"][GAP]}}
+
+
+def _round(
+    model: torch.nn.Module,
+    pair: Any,
+    names: Sequence[str],
+    *,
+    method: str,
+    direction: str,
+    memory_mb: float,
+    trusted: dict[str, bool] | None,
+) -> tuple[dict[str, PatchingResult], dict[str, Tensor]]:
+    """One round's sweeps on `pair` and each pair's unpatched clean and corrupted metric. By attribution,
+    `trusted` None checks every sweep against exact patching (the first round); afterwards the sweeps it
+    marks False are patched exactly."""
+    att = None
+    if method == "exact":
+        exact = Patcher(model, pair.clean, pair.corrupted, pair=pair, memory_mb=memory_mb)
+    else:
+        stages = {resolve_sweep(name, direction, model)[0].stage for name in names} | {"resid_pre", "pattern"}
+        att = Attributor(model, pair.clean, pair.corrupted, pair=pair, stages=stages, memory_mb=memory_mb)
+        exact = att.exact_patcher()
+    if exact.prompt_values is None:
+        raise MechmemError("decided patching needs a metric with one value per pair")
+    if att is None:
+        return {name: exact.sweep(name, direction) for name in names}, exact.prompt_values
+    out = {}
+    for name in names:
+        if trusted is not None and not trusted[name]:
+            out[name] = exact.sweep(name, direction)
+            continue
+        result = att.sweep(name, direction, check=trusted is None)
+        if trusted is None and not result.check["trusted"]:
+            check = result.check
+            result = exact.sweep(name, direction)
+            result.method = f"exact (fallback: {att.method} failed the agreement check)"
+            result.check = check
+        out[name] = result
+    return out, exact.prompt_values
+
+
+def _pooled(
+    name: str,
+    rounds: list[dict[str, PatchingResult]],
+    runs: list[dict[str, Tensor]],
+    decision: Decision,
+    direction: str,
+    checks: dict[str, Any],
+) -> PatchingResult:
+    """One sweep over every round's pairs: the means and marginal intervals of all of them, the first round's
+    method and check, and the sweep's family of the decision."""
+    first = rounds[0][name]
+    clean = torch.cat([r["clean"] for r in runs])
+    corrupted = torch.cat([r["corrupted"] for r in runs])
+    per_prompt = torch.cat([r[name].per_prompt.double() for r in rounds])
+    return PatchingResult(
+        name,
+        first.axes,
+        per_prompt.mean(0).float(),
+        direction,
+        first.metric,
+        float(clean.double().mean()),
+        float(corrupted.double().mean()),
+        method=first.method,
+        check=checks.get(name, first.check),
+        intervals=sweep_intervals(per_prompt, clean, corrupted, direction),
+        per_prompt=per_prompt,
+        decision=decision[name],
+    )
+
+
+def decided_patching(
+    model: torch.nn.Module,
+    task: Any,
+    sweeps: Sequence[str] | None = None,
+    *,
+    seed: int = 0,
+    policy: DecisionPolicy = PATCH_POLICY,
+    method: str = "exact",
+    direction: str = "denoising",
+    memory_mb: float = 256.0,
+    share: float = PATCH_SHARE,
+    min_gap: float = MIN_GAP,
+) -> DecidedPatching:
+    """Patching sweeps on rounds of the task's clean/corrupted pairs until every verdict is settled
+    (docs/decisions.md, "Activation patching").
+
+    Args:
+        task: gives the pairs (`task.patching_pair(n, generator=)`; NotImplementedError when it has none).
+        sweeps: the sweeps (default: every sweep the model has, `model_sweeps`).
+        seed: seeds the one generator every round draws its pairs from.
+        policy: the looks and level (`PATCH_POLICY`; `policy.with_budget(n)` for another budget).
+        method: "exact" patching, or "attribution" (each round estimated, checked against exact patching on
+            the first round; a sweep that fails is patched exactly from then on).
+        share: a cell matters when its share of the gap is decided >= share in size.
+        min_gap: the behaviour is there when |gap| is decided >= min_gap.
+
+    Example:
+        >>> import mechmem
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> found = mechmem.decided_patching(model, task, ["attn_head_out_all_pos"])
+        >>> found.n, found.results["attn_head_out_all_pos"].decision.verdicts()    # L1H1 alone matters
+        (64, ['no', 'no', 'no', 'no', 'yes', 'no'])
+    """
+    if method not in ("exact", "attribution"):
+        raise MechmemError(f"method must be exact or attribution, got {method!r}")
+    names = list(sweeps or model_sweeps(model))
+    device = next(model.parameters()).device
+    rounds: list[dict[str, PatchingResult]] = []
+    runs: list[dict[str, Tensor]] = []
+    state: dict[str, Any] = {"trusted": None, "checks": {}, "absent": False}
+
+    def draw(k: int, gen: torch.Generator) -> dict[str, RatioMoments]:
+        pair = task.patching_pair(k, generator=gen).to(device)
+        trusted = state["trusted"]
+        found, prompt = _round(
+            model, pair, names, method=method, direction=direction, memory_mb=memory_mb, trusted=trusted
+        )
+        if method == "attribution" and state["trusted"] is None:
+            state["checks"] = {name: r.check for name, r in found.items()}
+            state["trusted"] = {name: not r.method.startswith("exact") for name, r in found.items()}
+        rounds.append(found)
+        runs.append(prompt)
+        gap = (prompt["clean"] - prompt["corrupted"]).double()
+        base = prompt["corrupted"] if direction == "denoising" else prompt["clean"]
+        moments = {GAP: RatioMoments.from_values(gap)}
+        for name, result in found.items():
+            effect = result.per_prompt.double() - base.double().reshape(-1, *[1] * (result.values.ndim))
+            moments[name] = RatioMoments.from_values(effect, gap)
+        return moments
+
+    def settled(families: dict[str, Any]) -> bool:
+        state["absent"] = bool(families[GAP].code == NO)
+        return state["absent"] or no_open_tests(families)
+
+    decision = decide(
+        draw,
+        {GAP: min_gap, **dict.fromkeys(names, share)},
+        policy=policy,
+        generator=torch.Generator().manual_seed(seed),
+        absolute=(GAP, *names),
+        settled=settled,
+        axes={name: resolve_sweep(name, direction, model)[0].axes for name in names},
+    )
+    if state["absent"]:
+        decision = replace(decision, stopped="no behaviour")
+    results = {name: _pooled(name, rounds, runs, decision, direction, state["checks"]) for name in names}
+    return DecidedPatching(results, decision, state["checks"])
+
+
+def decision_lines(found: DecidedPatching) -> list[str]:
+    """What the decision says in words: the looks, why sampling stopped, the gap's verdict and, per sweep,
+    how many cells matter, do not, or are undecided (with the pairs that would decide them)."""
+    d = found.decision
+    gap = d[GAP]
+    first = (
+        f'Decided over rounds of pairs (docs/decisions.md, "Activation patching"): looks '
+        f"{', '.join(map(str, d.looks))} ({d.stopped}); gap {float(gap.mean):+.3f} "
+        f"[{float(gap.lower):+.3f}, {float(gap.upper):+.3f}], behaviour (|gap| >= "
+        f"{float(gap.threshold):g}): {gap.verdicts()[0]}."
+    )
+    lines = [first]
+    for name, result in found.results.items():
+        cells = result.decision
+        verdicts = cells.verdicts()
+        counts = {v: verdicts.count(v) for v in ("yes", "no", "undecided")}
+        share = float(cells.threshold.flatten()[0])
+        line = (
+            f"{name}: {counts['yes']} cells matter (share of the gap decided >= {share:g} in size), "
+            f"{counts['no']} do not, {counts['undecided']} undecided"
+        )
+        needed = cells.n_needed[cells.code == UNDECIDED]
+        finite = needed[needed.isfinite()]
+        if counts["undecided"] and len(finite):
+            line += f" (about {int(finite.max())} pairs would decide the last of them)"
+        lines.append(line + ".")
+    return lines
+
+
+__all__ = ["GAP", "DecidedPatching", "decided_patching", "decision_lines"]
