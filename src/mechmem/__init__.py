@@ -13,12 +13,12 @@ They are imported on first use, so `import mechmem` is fast and imports neither 
 Groups: checkpoints (`load_checkpoint`, `save_checkpoint`, `save_model`, `Checkpoint`), training
 (`train_preset`), tasks (`build_task`, `task_names`, `register_task`), the intervention engine (`intervene`,
 `Intervention` and the setters `zero`, `mean`, `resample`, `from_run`, `apply`), the analyses (`run_sweeps`,
-`decided_patching` and `PatchingResult`, `ablate_heads`, `detect_heads`, `logit_lens`, `builtin_probes`,
-`head_roles`, `circuit_prompts`, `discover_circuit` and `decided_circuit`, `run_dynamics`, `prompt_fit` (are
-an analysis's prompts the model's own data?), `attribute_sweeps` for estimates), their figures (`plot`), the
-sequential rule every verdict follows (`decide`), the report (`build_report`, `report_checkpoint`), a planted
-model for trying things (`planted_induction_model`) and the errors (`MechmemError`, `CheckpointError`). The
-command line is `mechmem` (`mechmem --help`).
+`decided_patching` and `PatchingResult`, `ablate_heads` and `decided_ablation`, `detect_heads`, `logit_lens`,
+`builtin_probes`, `head_roles`, `circuit_prompts`, `discover_circuit` and `decided_circuit`, `run_dynamics`,
+`prompt_fit` (are an analysis's prompts the model's own data?), `attribute_sweeps` for estimates), their
+figures (`plot`), the sequential rule every verdict follows (`decide`), the report (`build_report`,
+`report_checkpoint`), a planted model for trying things (`planted_induction_model`) and the errors
+(`MechmemError`, `CheckpointError`). The command line is `mechmem` (`mechmem --help`).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -47,6 +47,7 @@ HOMES = {
     "decided_patching": "mechmem.analysis.patching",
     "PatchingResult": "mechmem.analysis.patching",
     "ablate_heads": "mechmem.analysis.ablation",
+    "decided_ablation": "mechmem.analysis.ablation",
     "detect_heads": "mechmem.analysis.heads",
     "logit_lens": "mechmem.analysis.logit_lens",
     "builtin_probes": "mechmem.analysis.probes",
@@ -79,6 +80,7 @@ __all__ = [
     "builtin_probes",
     "circuit_prompts",
     "decide",
+    "decided_ablation",
     "decided_circuit",
     "decided_patching",
     "detect_heads",
@@ -122,7 +124,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
-    from mechmem.analysis.ablation import ablate_heads
+    from mechmem.analysis.ablation import ablate_heads, decided_ablation
     from mechmem.analysis.circuits import circuit_prompts, decided_circuit, discover_circuit
     from mechmem.analysis.distribution import prompt_fit
     from mechmem.analysis.dynamics import run_dynamics

@@ -12,6 +12,14 @@ ABLATION_METHODS = ("zero", "mean", "resample")
 """What an ablated head's output z is set to (`mechmem.analysis.ablation`)."""
 ABLATION_METRICS = ("loss", "accuracy", "logit_diff")
 """The metric an ablation changes (`mechmem.analysis.ablation.task_metric`)."""
+ABLATION_DELTA = 0.05
+"""A component matters when the corrected interval of the change of the task loss on ablating it lies outside
+(-0.05, 0.05) nats (`mechmem.analysis.ablation.decided`); fixed before the rule's first run
+(docs/decisions.md)."""
+ABLATION_FIRST = 64
+"""Sequences of ablation's first look (docs/decisions.md)."""
+ABLATION_BUDGET = 512
+"""Sequences of ablation's last look: `mechmem ablate --n-samples`'s default and the report's."""
 CIRCUIT_ABLATIONS = ("corrupted", "mean", "zero")
 """What an ablated edge carries (`mechmem.analysis.circuits.ABLATIONS`)."""
 CIRCUIT_PROMPTS = 64

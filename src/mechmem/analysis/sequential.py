@@ -35,6 +35,8 @@ from torch import Tensor
 from mechmem.analysis.frames import concat, short_repr
 from mechmem.analysis.intervals import Z_95, RatioMoments, z_for
 from mechmem.analysis.options import (
+    ABLATION_BUDGET,
+    ABLATION_FIRST,
     CIRCUIT_BUDGET,
     CIRCUIT_PROMPTS,
     HEAD_BUDGET,
@@ -123,6 +125,8 @@ HEAD_POLICY = DecisionPolicy(first=HEAD_FIRST, budget=HEAD_BUDGET)
 CIRCUIT_POLICY = DecisionPolicy(first=CIRCUIT_PROMPTS, budget=CIRCUIT_BUDGET)
 """The circuit verdict, in prompts (`circuits.discovery.decided_circuit`): the report's and mechmem
 circuit's."""
+ABLATION_POLICY = DecisionPolicy(first=ABLATION_FIRST, budget=ABLATION_BUDGET)
+"""Ablation, in evaluation sequences (`ablation.decided_ablation`): the report's and mechmem ablate's."""
 PATCH_POLICY = DecisionPolicy(first=PATCH_FIRST, budget=PATCH_BUDGET)
 """Activation patching, in clean/corrupted pairs (`patching.decided_patching`): the report's and mechmem
 patch's."""
@@ -427,6 +431,7 @@ def decide(
 
 
 __all__ = [
+    "ABLATION_POLICY",
     "CIRCUIT_POLICY",
     "DECISION_COLUMNS",
     "HEAD_POLICY",

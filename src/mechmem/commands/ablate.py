@@ -4,22 +4,26 @@
     mechmem ablate runs/task2 --metric logit_diff --methods zero mean
 
 Zero, mean and resample ablation of each head's output z; means and resampled sequences come from a second
-draw of the task's evaluation data. Prints a layer x head table of deltas per method and writes
-DIR/ablate_heads.json ("results": one record per ablation) and DIR/ablate_heads.png.
+draw of the task's evaluation data. With the default `--metric loss` the sequences are drawn in rounds (64,
+128, ... up to `--n-samples`, default 512) until every ablation is decided to change the task loss by at least
+0.05 nats or not: the rule of docs/decisions.md ("Ablation"), the report's too, so one checkpoint and one seed
+give one number in both (with `--methods mean`, the report's method). Other metrics use one draw of
+`--n-samples` sequences. Prints a layer x head table of deltas per method and writes DIR/ablate_heads.json
+("results": one record per ablation; "decision": the verdicts) and DIR/ablate_heads.png.
 """
 
 import argparse
 from typing import Any
 
 from mechmem import cli
-from mechmem.analysis.options import ABLATION_METHODS, ABLATION_METRICS
+from mechmem.analysis.options import ABLATION_BUDGET, ABLATION_METHODS, ABLATION_METRICS
 from mechmem.commands.common import run_analysis
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
     """The flags of `mechmem ablate`."""
     p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    cli.add_analysis_args(p, n_samples=256)
+    cli.add_analysis_args(p, n_samples=ABLATION_BUDGET)
     p.add_argument(
         "--metric",
         default="loss",
@@ -37,29 +41,37 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
     return p
 
 
-def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """Ablate every head and layer of `ckpt.model`; print the delta tables; return ablate_heads.{json,png}."""
+def ablate(ckpt: Any, args: argparse.Namespace) -> Any:
+    """The ablations `args` ask for: decided over rounds of sequences for the loss (the report's rule,
+    docs/decisions.md), one draw of `--n-samples` for the other metrics; the reason as a string when the
+    metric does not apply to the task."""
     import torch
 
-    from mechmem.analysis.ablation import ablate_heads, plot_ablation, task_metric
-    from mechmem.analysis.distribution import own_data_fit
-    from mechmem.analysis.heads import no_attention_reason
+    from mechmem.analysis.ablation import ablate_heads, decided_ablation, task_metric
+    from mechmem.analysis.sequential import ABLATION_POLICY
     from mechmem.progress import working
 
-    reason = no_attention_reason(ckpt.model)
-    if reason:
-        return cli.skipped(reason, "ablate_heads.json", {"results": []})
+    cfg = ckpt.model.cfg
+    doing = f"ablating {cfg.n_layers * cfg.n_heads} heads x {len(args.methods)} methods"
+    if args.metric == "loss":
+        with working(doing + f", up to {args.n_samples} sequences"):
+            result = decided_ablation(
+                ckpt.model,
+                ckpt.task,
+                seed=args.seed,
+                policy=ABLATION_POLICY.with_budget(args.n_samples),
+                methods=tuple(args.methods),
+            )
+        result.metric_name = f"loss: {result.metric_name}"
+        return result
     gen = torch.Generator().manual_seed(args.seed)
     try:
         tokens, metric, description = task_metric(ckpt.task, args.metric, args.n_samples, generator=gen)
         reference, _, _ = task_metric(ckpt.task, args.metric, args.n_samples, generator=gen)
     except NotImplementedError as exc:
-        return cli.skipped(
-            f"--metric {args.metric} does not apply: {exc}", "ablate_heads.json", {"results": []}
-        )
-    cfg = ckpt.model.cfg
-    with working(f"ablating {cfg.n_layers * cfg.n_heads} heads x {len(args.methods)} methods"):
-        result = ablate_heads(
+        return f"--metric {args.metric} does not apply: {exc}"
+    with working(doing):
+        return ablate_heads(
             ckpt.model,
             tokens,
             metric,
@@ -68,13 +80,32 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
             generator=gen,
             metric_name=f"{args.metric}: {description}",
         )
+
+
+def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Ablate every head and layer of `ckpt.model`; print the delta tables; return ablate_heads.{json,png}."""
+    import torch
+
+    from mechmem.analysis.ablation import decision_line, plot_ablation
+    from mechmem.analysis.distribution import own_data_fit
+    from mechmem.analysis.heads import no_attention_reason
+
+    reason = no_attention_reason(ckpt.model)
+    if reason:
+        return cli.skipped(reason, "ablate_heads.json", {"results": []})
+    result = ablate(ckpt, args)
+    if isinstance(result, str):
+        return cli.skipped(result, "ablate_heads.json", {"results": []})
     data = "pair" if args.metric == "logit_diff" else "eval"
     fit = own_data_fit(
         ckpt.model, ckpt.task, data, args.n_samples, generator=torch.Generator().manual_seed(args.seed)
     )
-    result.info.update({"task": ckpt.task_name, "n_samples": args.n_samples, "seed": args.seed})
+    n = result.info.get("n_sequences", args.n_samples)
+    result.info.update({"task": ckpt.task_name, "n_samples": n, "budget": args.n_samples, "seed": args.seed})
     result.info["prompt_fit"] = fit.to_dict()
     print(fit.message)
+    if result.decision is not None:
+        print(decision_line(result))
     print(f"{args.metric} baseline {result.baseline:.4f}; delta after ablation (layer x head):")
     for i, method in enumerate(result.methods):
         print(f"\n{method} ablation")

@@ -24,10 +24,10 @@ from mechmem.analysis.distribution import repeats_fit
 from mechmem.analysis.intervals import format_interval, mean_interval
 from mechmem.analysis.interventions import Intervention, intervened_logits, mean
 from mechmem.analysis.logit_lens import answer_probability, decode_residual
-from mechmem.analysis.options import PATCH_SHARE
+from mechmem.analysis.options import ABLATION_DELTA, PATCH_SHARE
 from mechmem.analysis.patching.decided import decision_lines
 from mechmem.analysis.roles import RoleResult, RoleThresholds
-from mechmem.analysis.sequential import PATCH_POLICY, VERDICTS
+from mechmem.analysis.sequential import ABLATION_POLICY, PATCH_POLICY, VERDICTS
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import is_hooked_transformer
 from mechmem.report.document import Section, Table
@@ -317,15 +317,14 @@ def ablation_section(ctx: ReportContext) -> Section:
     )
     if s.skipped:
         return s
-    tokens, metric, desc = ablation.task_metric(ctx.task, "loss", ctx.n_samples, generator=ctx.generator(6))
-    reference = ctx.task.eval_batch(ctx.n_samples, generator=ctx.generator(7)).tokens
-    args = (ctx.model, tokens.to(ctx.device), metric)
-    kwargs = {"reference": reference.to(ctx.device), "metric_name": desc}
     above = ablation_attribution.EXACT_ABLATION_VARIANTS
-    if ablation.n_variants(ctx.model) > above:
-        result = ablation_attribution.attribute_ablation(*args, method="mean", **kwargs)
-    else:
-        result = ablation.ablate_heads(*args, methods=("mean",), **kwargs)
+    result = ablation.decided_ablation(
+        ctx.model,
+        ctx.task,
+        seed=ctx.seed,
+        policy=ABLATION_POLICY.with_budget(ctx.n_samples),
+        estimate=ablation.n_variants(ctx.model) > above,
+    )
     s.findings = result.to_dict()
     if "check" in result.info:
         c = result.info["check"]
@@ -348,12 +347,14 @@ def ablation_section(ctx: ReportContext) -> Section:
             r["metric"],
             r["delta"],
             format_interval(r["delta_lower"], r["delta_upper"]),
+            verdict,
         ]
-        for r in result.rows()
+        for r, verdict in zip(result.rows(), result.decision.verdicts())
     ]
     rows.sort(key=lambda r: -abs(r[2]))
-    s.lines.append(f"Metric: {desc}; baseline {result.baseline:.4f}. Largest change first.")
-    headers = ["ablated", "loss", "delta", "95% interval"]
+    s.lines.append(f"Metric: {result.metric_name}; baseline {result.baseline:.4f}. Largest change first.")
+    s.lines.append(ablation.decision_line(result))
+    headers = ["ablated", "loss", "delta", "95% interval", f"matters (|delta| >= {ABLATION_DELTA})"]
     s.tables.append(Table(headers, rows[:10], "Mean ablation (reference: a second eval batch)"))
     s.interactive["heatmaps"] = {
         "title": "Ablation: change in the loss per component",

@@ -11,6 +11,7 @@ from mechmem.analysis.ablation.attribution import (
     exact_sample,
     sequence_products,
 )
+from mechmem.analysis.ablation.decided import decided_ablation, decision_line
 from mechmem.analysis.ablation.exact import (
     METHODS,
     SequenceMetric,
@@ -27,6 +28,7 @@ from mechmem.analysis.ablation.exact import (
 from mechmem.analysis.ablation.result import (
     AblationIntervals,
     AblationResult,
+    SequenceChanges,
     delta_intervals,
     plot_ablation,
 )
@@ -39,12 +41,15 @@ __all__ = [
     "AblationIntervals",
     "AblationResult",
     "ExactSample",
+    "SequenceChanges",
     "SequenceMetric",
     "SequenceProducts",
     "ablate_heads",
     "ablate_layer_components",
     "ablation_values",
     "attribute_ablation",
+    "decided_ablation",
+    "decision_line",
     "delta_intervals",
     "estimated_deltas",
     "exact_sample",

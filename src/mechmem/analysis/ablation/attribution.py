@@ -35,7 +35,7 @@ from mechmem.analysis.ablation.exact import (
     reference_tokens,
     variant_names,
 )
-from mechmem.analysis.ablation.result import AblationResult, delta_intervals
+from mechmem.analysis.ablation.result import AblationResult, SequenceChanges, delta_intervals
 from mechmem.analysis.intervals import RESAMPLES, bootstrap_ratio
 from mechmem.analysis.interventions import Engine, Setter, intervene, setter_values
 from mechmem.analysis.patching.attribution import TRUST, judge, sample_cells
@@ -111,6 +111,8 @@ class ExactSample:
     changes: Float[Tensor, "sequence chosen"] | None
     """For a `SequenceMetric`: each sequence's change of the numerator under each chosen ablation (ablated
     - unablated, the same sequence); None for a scalar metric."""
+    numerators: Float[Tensor, " sequence"] | None = None
+    """For a `SequenceMetric`: each sequence's unablated numerator."""
 
 
 def exact_sample(
@@ -130,7 +132,7 @@ def exact_sample(
     if isinstance(metric, SequenceMetric):
         parts = intervene(model, tokens, picked, metric.parts).detach().cpu().double()  # [variant sequence]
         means = parts.sum(1) / metric.weights.double().cpu().sum().clamp_min(1e-12)
-        return ExactSample(float(means[0]), means[1:], (parts[1:] - parts[0]).T)
+        return ExactSample(float(means[0]), means[1:], (parts[1:] - parts[0]).T, parts[0])
     exact = torch.stack(engine.run(tokens, picked)).detach().cpu().double()
     return ExactSample(float(exact[0]), exact[1:], None)
 
@@ -146,6 +148,7 @@ def attribute_ablation(
     metric_name: str = "metric",
     check: int = CHECK_VARIANTS,
     fallback: bool = True,
+    exact_variants: list[int] | None = None,
 ) -> AblationResult:
     """`ablate_heads` for one method, estimated by attribution (`sequence_products`); `check` variants
     re-computed exactly.
@@ -155,6 +158,8 @@ def attribute_ablation(
     `attribution.TRUST`) is stored in `info["check"]`. With `fallback`, an estimate that fails it is replaced
     by `ablate_heads` (every variant exact; `info["method"]` says so). With a `SequenceMetric` every delta
     carries its 95% interval over sequences (see the module docstring; `info["interval"]` says how).
+    `exact_variants` (indices in `variant_names` order) replaces the sample: those are computed exactly
+    (`info["exact_index"]` holds the chosen indices either way).
 
     Long because the estimate, the exact check of its chosen variants and the per-sequence intervals over
     both are computed from one set of products and must agree variant by variant.
@@ -165,7 +170,7 @@ def attribute_ablation(
     engine = Engine(model, metric)
     found = sequence_products(model, engine, tokens, values)
     effects = found.products.sum(0)
-    chosen = sample_cells(effects, check).tolist()
+    chosen = sample_cells(effects, check).tolist() if exact_variants is None else list(exact_variants)
     sample = exact_sample(model, engine, tokens, setter, chosen, metric)
     agreement = judge(effects[chosen], sample.values - sample.baseline)
     if fallback and not agreement["trusted"]:
@@ -192,20 +197,30 @@ def attribute_ablation(
         "method": f"{ESTIMATE_NAME} of all {len(flat)} ablations, exact on {len(chosen)} of them",
         "check": agreement,
         "exact_variants": [names[i] for i in chosen],
+        "exact_index": chosen,
         "gradient_metric": found.value,
     }
-    intervals = None
+    intervals, sequences = None, None
     if sample.changes is not None:
         weights = metric.weights.double().cpu()
         changes = found.products * weights.sum().clamp_min(1e-12)  # each sequence's estimated change
         changes[:, chosen] = sample.changes
         bounds = bootstrap_ratio(changes, weights, generator=torch.Generator().manual_seed(0))
         intervals = delta_intervals(*bounds, 1, model.cfg, n_sequences=len(weights))
+        sequences = SequenceChanges(changes, weights, sample.numerators)
         info["interval"] = (
             f"95% percentile bootstrap over {len(weights)} sequences ({RESAMPLES} resamples) of each delta: "
             f"per sequence its estimated change (its gradient x difference products), exact on the "
             f"{len(chosen)} exactly computed variants"
         )
     return AblationResult(
-        metric_name, sample.baseline, (method,), heads, attn, mlp, info=info, intervals=intervals
+        metric_name,
+        sample.baseline,
+        (method,),
+        heads,
+        attn,
+        mlp,
+        info=info,
+        intervals=intervals,
+        sequences=sequences,
     )

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.analysis.ablation.result import AblationResult, delta_intervals
+from mechmem.analysis.ablation.result import AblationResult, SequenceChanges, delta_intervals
 from mechmem.analysis.intervals import bootstrap_ratio
 from mechmem.analysis.interventions import (
     Intervention,
@@ -246,7 +246,7 @@ def ablate_heads(
             variants += layer_variants(model, layer, lambda hook, index, setter=setter: setter)
     parts = metric.parts if isinstance(metric, SequenceMetric) else metric
     out = intervene(model, tokens, variants, parts).double()
-    intervals = None
+    intervals, sequences = None, None
     if out.ndim == 2:  # [variant sequence]: a ratio of sums over sequences
         weights = metric.weights if isinstance(metric, SequenceMetric) else torch.ones(out.shape[1])
         weights = weights.double().cpu()
@@ -254,12 +254,20 @@ def ablate_heads(
         gen = torch.Generator().manual_seed(0)
         bounds = bootstrap_ratio(deltas, weights, generator=gen)
         intervals = delta_intervals(*bounds, len(methods), cfg, n_sequences=out.shape[1])
+        sequences = SequenceChanges(deltas.cpu(), weights, out[0].cpu())
         out = out.sum(1) / weights.sum()
     baseline, per_layer = float(out[0]), out[1:].float().reshape(len(methods), cfg.n_layers, -1)
     heads, attn = per_layer[..., : cfg.n_heads], per_layer[..., cfg.n_heads]
     mlp = None if cfg.attn_only else per_layer[..., cfg.n_heads + 1].float()
     return AblationResult(
-        metric_name, baseline, tuple(methods), heads.float(), attn.float(), mlp, intervals=intervals
+        metric_name,
+        baseline,
+        tuple(methods),
+        heads.float(),
+        attn.float(),
+        mlp,
+        intervals=intervals,
+        sequences=sequences,
     )
 
 

@@ -41,6 +41,18 @@ class AblationIntervals:
         return None if lower is None else (lower, getattr(self, f"{prefix}_upper"))
 
 
+@dataclass(frozen=True)
+class SequenceChanges:
+    """Per sequence, each ablation's change of a ratio-of-sums metric's numerator (ablated - unablated, the
+    same sequence), with the sequences' weights: delta = changes.sum(0) / weights.sum()."""
+
+    changes: Float[Tensor, "sequence variant"]
+    """In `ablate_heads`' order: per method, per layer, each head, the attention layer, the MLP."""
+    weights: Float[Tensor, " sequence"]
+    numerators: Float[Tensor, " sequence"]
+    """Each sequence's unablated numerator (baseline = numerators.sum() / weights.sum())."""
+
+
 @dataclass
 class AblationResult:
     """Metric after ablating each head ([method layer head]) and each layer ([method layer]); `intervals`
@@ -55,6 +67,11 @@ class AblationResult:
     mlp_layers: Float[Tensor, "method layer"] | None = None
     info: dict[str, Any] = field(default_factory=dict)
     intervals: AblationIntervals | None = None
+    sequences: SequenceChanges | None = field(default=None, repr=False)
+    """The per-sequence changes the deltas and intervals come from (None for a scalar metric)."""
+    decision: Any = None
+    """Where the ablations were decided over rounds (`decided.decided_ablation`): the `FamilyDecision` of
+    every delta, [method, variant] in `SequenceChanges.changes`' order."""
 
     def __post_init__(self) -> None:
         m, n_layers = len(self.methods), self.heads.shape[1]
@@ -188,7 +205,7 @@ class AblationResult:
             "interval": interval,
             "results": self.rows(),
             **self.info,
-        }
+        } | ({} if self.decision is None else {"decision": self.decision.to_dict()})
 
 
 def delta_intervals(

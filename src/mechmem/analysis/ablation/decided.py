@@ -1,0 +1,164 @@
+"""Ablation decided by the evidence: evaluation sequences drawn in rounds until every component's verdict is
+settled (docs/decisions.md, "Ablation").
+
+    from mechmem.analysis.ablation.decided import decided_ablation
+    result = decided_ablation(model, task, seed=0)        # an `AblationResult` with its `decision`
+
+One generator seeded with the seed draws the mean / resample reference first (`policy.budget` evaluation
+sequences), then each round's new sequences; every round ablates every head, attention layer and MLP on them
+(exactly, or estimated by attribution with a fixed set of variants computed exactly); resampled sequences
+come from a second generator seeded with seed + 1, so the sequences drawn do not depend on the methods. After
+each look every component's change of the task loss, a ratio of sums over sequences, is judged against
+`ABLATION_DELTA` on |delta| with the sequential rule (`mechmem.analysis.sequential`); sampling stops when no
+test is open or at the budget. The values printed are the means over every sequence drawn with their
+bootstrap intervals, as one ablation of that many sequences would give them. `mechmem ablate` and the report
+call it with the same policy.
+"""
+
+from typing import Any
+
+import torch
+
+from mechmem.analysis.ablation.attribution import attribute_ablation
+from mechmem.analysis.ablation.exact import ablate_heads, task_metric
+from mechmem.analysis.ablation.result import AblationResult, SequenceChanges, delta_intervals
+from mechmem.analysis.intervals import RatioMoments, bootstrap_ratio
+from mechmem.analysis.options import ABLATION_DELTA
+from mechmem.analysis.sequential import ABLATION_POLICY, UNDECIDED, DecisionPolicy, decide
+from mechmem.errors import MechmemError
+
+FAMILY = "delta"
+"""The decision's one family: every ablation's change of the task loss, [method, variant]."""
+
+
+def decided_ablation(
+    model: torch.nn.Module,
+    task: Any,
+    *,
+    seed: int = 0,
+    policy: DecisionPolicy = ABLATION_POLICY,
+    methods: tuple[str, ...] = ("mean",),
+    estimate: bool = False,
+    threshold: float = ABLATION_DELTA,
+) -> AblationResult:
+    """Ablate every head, attention layer and MLP on rounds of the task's evaluation sequences until every
+    change of the task loss is decided (docs/decisions.md, "Ablation").
+
+    Args:
+        task: gives the evaluation sequences and the loss (`ablation.task_metric(task, "loss", ...)`).
+        seed: seeds the one generator the reference and every round are drawn from.
+        policy: the looks and level (`ABLATION_POLICY`; `policy.with_budget(n)` for another budget).
+        methods: ablation methods ("zero", "mean", "resample").
+        estimate: estimate the ablations by attribution (one method only), with `CHECK_VARIANTS` of them
+            computed exactly; an estimate that fails its check on the first round makes every round exact.
+        threshold: a component matters when its |delta| is decided >= threshold (nats).
+
+    Example:
+        >>> import mechmem
+        >>> model = mechmem.planted_induction_model()    # L0H2 previous-token, L1H1 induction head
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> result = mechmem.decided_ablation(model, task)
+        >>> result.decision.verdicts()    # per layer: heads 0-2, the attention layer
+        ['no', 'no', 'yes', 'yes', 'no', 'yes', 'no', 'yes']
+    """
+    if estimate and len(methods) != 1:
+        raise MechmemError("an estimated ablation takes one method")
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    reference = task_metric(task, "loss", policy.budget, generator=generator)[0].to(device)
+    resampler = torch.Generator().manual_seed(seed + 1)
+    rounds: list[AblationResult] = []
+    state: dict[str, Any] = {"exact": not estimate, "chosen": None, "first": None}
+
+    def draw(k: int, gen: torch.Generator) -> dict[str, RatioMoments]:
+        tokens, metric, name = task_metric(task, "loss", k, generator=gen)
+        args = (model, tokens.to(device), metric)
+        if state["exact"]:
+            found = ablate_heads(
+                *args, methods=methods, reference=reference, generator=resampler, metric_name=name
+            )
+        else:
+            chosen = state["chosen"]
+            found = attribute_ablation(
+                *args,
+                method=methods[0],
+                reference=reference,
+                generator=resampler,
+                metric_name=name,
+                fallback=chosen is None,
+                exact_variants=chosen,
+            )
+            if chosen is None:  # the first round: its check decides every round's method
+                state["first"] = found.info
+                state["exact"] = "exact_index" not in found.info
+                state["chosen"] = found.info.get("exact_index")
+        rounds.append(found)
+        changes = found.sequences.changes.reshape(k, len(methods), -1)
+        return {FAMILY: RatioMoments.from_values(changes, found.sequences.weights)}
+
+    decision = decide(
+        draw,
+        {FAMILY: threshold},
+        policy=policy,
+        generator=generator,
+        absolute=(FAMILY,),
+        axes={FAMILY: ("method", "variant")},
+    )
+    return _pooled(model, rounds, decision, methods, state["first"])
+
+
+def _pooled(
+    model: torch.nn.Module,
+    rounds: list[AblationResult],
+    decision: Any,
+    methods: tuple[str, ...],
+    first_info: dict[str, Any] | None,
+) -> AblationResult:
+    """Every round's sequences as one ablation: the means, the bootstrap intervals, and the decision."""
+    cfg = model.cfg
+    sequences = SequenceChanges(
+        *(torch.cat([getattr(r.sequences, f) for r in rounds]) for f in ("changes", "weights", "numerators"))
+    )
+    total = sequences.weights.sum().clamp_min(1e-12)
+    baseline = float(sequences.numerators.sum() / total)
+    per_layer = (baseline + sequences.changes.sum(0) / total).float().reshape(len(methods), cfg.n_layers, -1)
+    bounds = bootstrap_ratio(sequences.changes, sequences.weights, generator=torch.Generator().manual_seed(0))
+    intervals = delta_intervals(*bounds, len(methods), cfg, n_sequences=len(sequences.weights))
+    info = dict(rounds[0].info)
+    if first_info is not None and "check" in first_info:
+        info["check"] = first_info["check"]
+    info["n_sequences"] = len(sequences.weights)
+    return AblationResult(
+        rounds[0].metric_name,
+        baseline,
+        methods,
+        per_layer[..., : cfg.n_heads],
+        per_layer[..., cfg.n_heads],
+        None if cfg.attn_only else per_layer[..., cfg.n_heads + 1],
+        info=info,
+        intervals=intervals,
+        sequences=sequences,
+        decision=decision[FAMILY],
+    )
+
+
+def decision_line(result: AblationResult) -> str:
+    """The decision in words: the looks, why sampling stopped, and how many components matter, do not, or
+    are undecided (with the sequences that would decide the last of them)."""
+    d = result.decision
+    verdicts = d.verdicts()
+    counts = {v: verdicts.count(v) for v in ("yes", "no", "undecided")}
+    n, threshold = result.info.get("n_sequences", d.n), float(d.threshold.flatten()[0])
+    line = (
+        f'Decided over rounds of sequences (docs/decisions.md, "Ablation"): {n} sequences; '
+        f"{counts['yes']} ablations matter (|change of the loss| decided >= {threshold:g}), "
+        f"{counts['no']} do not, {counts['undecided']} undecided"
+    )
+    needed = d.n_needed[d.code == UNDECIDED]
+    finite = needed[needed.isfinite()]
+    if counts["undecided"] and len(finite):
+        line += f" (about {int(finite.max())} sequences would decide the last of them)"
+    return line + "."
+
+
+__all__ = ["FAMILY", "decided_ablation", "decision_line"]
