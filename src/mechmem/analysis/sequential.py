@@ -127,6 +127,8 @@ CIRCUIT_POLICY = DecisionPolicy(first=CIRCUIT_PROMPTS, budget=CIRCUIT_BUDGET)
 circuit's."""
 ABLATION_POLICY = DecisionPolicy(first=ABLATION_FIRST, budget=ABLATION_BUDGET)
 """Ablation, in evaluation sequences (`ablation.decided_ablation`): the report's and mechmem ablate's."""
+MLP_POLICY = DecisionPolicy(first=ABLATION_FIRST, budget=ABLATION_BUDGET)
+"""The MLP's role, in evaluation sequences (`mlp_role.decided_mlp_role`): the report's MLP section."""
 PATCH_POLICY = DecisionPolicy(first=PATCH_FIRST, budget=PATCH_BUDGET)
 """Activation patching, in clean/corrupted pairs (`patching.decided_patching`): the report's and mechmem
 patch's."""
@@ -435,6 +437,7 @@ __all__ = [
     "CIRCUIT_POLICY",
     "DECISION_COLUMNS",
     "HEAD_POLICY",
+    "MLP_POLICY",
     "NO",
     "PATCH_POLICY",
     "UNDECIDED",

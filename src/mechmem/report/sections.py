@@ -16,18 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from mechmem.analysis import ablation, heads, neurons, patching, probes
 from mechmem.analysis.ablation import attribution as ablation_attribution
 from mechmem.analysis.distribution import repeats_fit
 from mechmem.analysis.intervals import format_interval, mean_interval
-from mechmem.analysis.interventions import Intervention, intervened_logits, mean
-from mechmem.analysis.logit_lens import answer_probability, decode_residual
+from mechmem.analysis.mlp_role import FAMILY as MLP_FAMILY
+from mechmem.analysis.mlp_role import decided_mlp_role
 from mechmem.analysis.options import ABLATION_DELTA, PATCH_SHARE
 from mechmem.analysis.patching.decided import decision_lines
 from mechmem.analysis.roles import RoleResult, RoleThresholds
-from mechmem.analysis.sequential import ABLATION_POLICY, PATCH_POLICY, VERDICTS
+from mechmem.analysis.sequential import ABLATION_POLICY, MLP_POLICY, PATCH_POLICY, VERDICTS
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import is_hooked_transformer
 from mechmem.report.document import Section, Table
@@ -67,14 +66,6 @@ def _needs_hooks(ctx: ReportContext) -> str | None:
         return None
     name = type(ctx.model).__name__
     return f"{name} is not a HookedTransformer: it has none of the hook points this analysis uses"
-
-
-def _last_masked(batch: Any) -> tuple[Tensor, Tensor]:
-    """Per sequence: the last loss-masked position and its target."""
-    n, pos = batch.loss_mask.shape
-    idx = (batch.loss_mask > 0).float() * torch.arange(1, pos + 1)
-    last = idx.argmax(-1)
-    return last, batch.targets[torch.arange(n), last]
 
 
 # -- closeness to the optimum
@@ -183,28 +174,19 @@ def mlp_section(ctx: ReportContext) -> Section:
         s.skipped = "attention and MLP run in parallel: there is no resid_mid before the MLP to read"
     if s.skipped:
         return s
-    model, t = ctx.model, ctx.thresholds
-    layer = model.cfg.n_layers - 1
-    batch = ctx.task.eval_batch(ctx.n_samples, generator=ctx.generator(5)).to(ctx.device)
-    reference = ctx.task.eval_batch(ctx.n_samples, generator=ctx.generator(7)).tokens.to(ctx.device)
-    tokens, (pos, targets) = batch.tokens, _last_masked(batch)
-    effect = neurons.neuron_direct_effect(model, tokens, layer, pos, targets)
-    ranking = neurons.rank_neurons(effect, layer)
-    mid = f"blocks.{layer}.hook_resid_mid"
-    logits, cache = model.run_with_cache(tokens, names_filter=lambda x: x == mid)
-    base, pre = (
-        answer_probability(logits, pos, targets),
-        answer_probability(decode_residual(model, cache[mid]), pos, targets),
+    t = ctx.thresholds
+    found = decided_mlp_role(
+        ctx.model, ctx.task, seed=ctx.seed, policy=MLP_POLICY.with_budget(ctx.n_samples), threshold=t.mlp_drop
     )
-    ablate = Intervention(f"blocks.{layer}.hook_mlp_out", (), mean(reference))
-    drops = base - answer_probability(intervened_logits(model, tokens, ablate), pos, targets)
-    drop = float(drops.mean())
+    layer, test = found.layer, found.decision[MLP_FAMILY]
+    ranking = neurons.rank_neurons(found.effect, layer)
+    base, pre, drop = found.p_answer, found.p_before, float(found.drops.mean())
     spread = {name: [float(b) for b in mean_interval(x)[1:]] for name, x in (("p", base), ("pre", pre))}
-    spread["drop"] = [float(b) for b in mean_interval(drops)[1:]]
-    total = float(effect.sum(-1).mean())
+    spread["drop"] = [float(test.lower), float(test.upper)]
+    total = float(found.effect.sum(-1).mean())
     k = next((k for k in range(1, t.max_key_neurons + 1) if ranking.share(k) >= t.neuron_share), None)
     key = ranking.top(k) if k else []
-    role = "contributes to the answer" if drop >= t.mlp_drop else "none"
+    role = found.role
     s.findings = {
         "layer": layer,
         "p_answer": float(base.mean()),
@@ -216,6 +198,8 @@ def mlp_section(ctx: ReportContext) -> Section:
         "direct_effect_total": total,
         "key_neurons": key,
         "role": role,
+        "n": found.n,
+        "decision": found.decision.to_dict(),
         "thresholds": {
             "mlp_drop": t.mlp_drop,
             "neuron_share": t.neuron_share,
@@ -223,10 +207,13 @@ def mlp_section(ctx: ReportContext) -> Section:
         },
         "ranking": ranking.to_dict(),
     }
+    decided = f"looks {', '.join(map(str, found.decision.looks))}, {found.decision.stopped}"
+    if role == "undecided":
+        decided += f"; about {int(test.n_needed)} sequences would decide it"
     s.lines += [
         (
-            f"Measured at the last answer position of {ctx.n_samples} evaluation sequences; "
-            f"MLP of layer {layer}."
+            f"Measured at the last answer position of {found.n} evaluation sequences, drawn in rounds until "
+            f'the role was decided ({decided}; docs/decisions.md, "The MLP\'s role"); MLP of layer {layer}.'
         ),
         (
             f"Logit lens: mean p(answer) {float(pre.mean()):.3f} {format_interval(*spread['pre'])} read just "
@@ -234,11 +221,11 @@ def mlp_section(ctx: ReportContext) -> Section:
             "(the model's output; 95% intervals over the sequences)."
         ),
         (
-            f"Role: {role}: mean-ablating the MLP (per-position mean over a second evaluation batch) "
-            f"lowers mean p(answer) from {float(base.mean()):.3f} by {drop:.3f} "
-            f"{format_interval(*spread['drop'])} (threshold {t.mlp_drop}); "
-            "its neurons' total "
-            f"direct effect on the answer logit is {total:+.3f}."
+            f"Role: {role}: mean-ablating the MLP (per-position mean over a reference batch of evaluation "
+            f"sequences) lowers mean p(answer) from {float(base.mean()):.3f} by {drop:.3f} "
+            f"{format_interval(*spread['drop'])} (threshold {t.mlp_drop}, judged on the interval corrected "
+            f"for the looks: [{float(test.corrected_lower):.3f}, {float(test.corrected_upper):.3f}]); its "
+            f"neurons' total direct effect on the answer logit is {total:+.3f}."
         ),
     ]
     if key:
