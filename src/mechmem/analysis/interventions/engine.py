@@ -159,6 +159,14 @@ def _resid_name(model: torch.nn.Module, layer: int) -> str:
     return f"blocks.{layer - 1}.hook_resid_post"
 
 
+GATHER_FACTOR = 4
+"""`Engine._gather` keeps a few stages of each chunk's run, so its chunks are a quarter of `row_chunks`' (a
+chunk's whole run, briefly, within a quarter of the cache budget)."""
+SOURCE_MB = 256.0
+"""Activations of one pass over a setter's source sequences (a mean's reference batch, a run patched from) are
+kept under this many MB: the sequences run in chunks, only the hooks read are cached."""
+
+
 def _sources(
     model: torch.nn.Module, tokens: Tensor, variants: list[list[Intervention]], extra: set[str] | None = None
 ) -> tuple[dict[tuple[int, str], Tensor], dict[str, Tensor]]:
@@ -171,10 +179,18 @@ def _sources(
         needs.setdefault(id(iv.setter.tokens), (iv.setter.tokens, set()))[1].add(iv.hook)
     runs: dict[tuple[int, str], Tensor] = {}
     for key, (run_tokens, names) in needs.items():
-        if names:
+        if names:  # in chunks of sequences: a pass's peak memory grows with the batch, the kept hooks do not
             keep = names.__contains__
-            _, cache = model.run_with_cache(run_tokens.to(_device(model)), names_filter=keep)
-            runs.update({(key, name): cache[name] for name in names})
+            step = max(
+                1, int(SOURCE_MB * 2**20 // _per_sequence_bytes(model, run_tokens[:1].to(_device(model))))
+            )
+            parts = []
+            for lo in range(0, run_tokens.shape[0], step):
+                _, cache = model.run_with_cache(
+                    run_tokens[lo : lo + step].to(_device(model)), names_filter=keep
+                )
+                parts.append({name: cache[name] for name in names})
+            runs.update({(key, name): torch.cat([part[name] for part in parts]) for name in names})
     values = {}
     for iv in (iv for variant in variants for iv in variant if iv.setter.tokens is not None):
         if (id(iv.setter), iv.hook) not in values:
@@ -521,7 +537,8 @@ class Engine:
         """Setter values ((id(setter), hook) -> [batch or 1, *act]) of the variants in `groups`, from the
         replayed runs on each setter's tokens.
 
-        rows None: every setter, from the cached whole runs. Otherwise only the activations needed are kept,
+        rows None: every setter, from the cached whole runs (a mean's reference: only the stages it reads,
+        gathered chunk by chunk, as below). Otherwise only the activations needed are kept,
         gathered over chunks of rows: with `row_wise`, the `from_run` setters whose values are each
         sequence's own, for the sequences `rows`; without, the other setters, for all sequences.
         """
@@ -536,7 +553,9 @@ class Engine:
         values = {}
         batch = len(tokens) if rows is None or not row_wise else len(tokens[rows])
         for ref_tokens, by_stage in needed.values():
-            if rows is None:
+            # a mean's reference batch is read once and reduced: gather only its stages, chunk by chunk
+            means_only = all(iv.setter.kind == "mean" for ivs in by_stage.values() for iv in ivs)
+            if rows is None and not means_only:
                 run = self.replay_run(ref_tokens, readout=False)
                 acts = {(l, s): run.acts[s][l] for l, s in by_stage}
             else:
@@ -552,7 +571,7 @@ class Engine:
         (only those are kept)."""
         x = tokens.to(_device(self.model))
         parts: dict[tuple[int, str], list[Tensor]] = {key: [] for key in keys}
-        for r in self.row_chunks(x):
+        for r in self.row_chunks(x, factor=GATHER_FACTOR):
             run = self.replay.run(x[r], torch.zeros(len(x[r]), 1, dtype=torch.long, device=x.device))
             for l, s in keys:
                 parts[(l, s)].append(run.acts[s][l])
