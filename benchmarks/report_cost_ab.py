@@ -31,12 +31,12 @@ HERE = Path(__file__).resolve().parent.parent
 
 
 def random_checkpoint(size: str, folder: Path, seed: int = 0) -> Path:
-    """A random LxD model (4 heads, MLP 4 D, LayerNorm, GELU, context 64, vocabulary 64) saved with the
-    repeats task."""
-    layers, d_model = (int(x) for x in size.split("x"))
+    """A random LxD or LxDxH model (H heads, default 4; MLP 4 D, LayerNorm, GELU, context 64, vocabulary 64)
+    saved with the repeats task."""
+    layers, d_model, *heads = (int(x) for x in size.split("x"))
     config = TransformerConfig(
-        n_layers=layers, d_model=d_model, n_heads=4, d_vocab=64, n_ctx=64, d_mlp=4 * d_model,
-        act_fn="gelu", normalization_type="LN",
+        n_layers=layers, d_model=d_model, n_heads=heads[0] if heads else 4, d_vocab=64, n_ctx=64,
+        d_mlp=4 * d_model, act_fn="gelu", normalization_type="LN",
     )  # fmt: skip
     model = build_transformer(config, generator=torch.Generator().manual_seed(seed)).eval()
     path = folder / f"random-{size}" / "ckpt.pt"
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoints", nargs="*", type=Path)
     parser.add_argument("--baseline", type=Path, required=True, help="source tree to compare with")
-    parser.add_argument("--random", nargs="*", default=[], help="random models LxD, e.g. 8x256")
+    parser.add_argument("--random", nargs="*", default=[], help="random models LxD or LxDxH, e.g. 8x256")
     parser.add_argument("--out", type=Path, default=None, help="write the rows here (JSON)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="mechmem-report-ab-"))
