@@ -14,7 +14,8 @@ from typing import Any
 
 from mechmem.analysis.circuits import ABLATION_TEXT, build_graph
 from mechmem.analysis.circuits.decided import decided_circuit
-from mechmem.analysis.circuits.discovery import CONFIDENCE, Circuit, circuit_prompts
+from mechmem.analysis.circuits.discovery import circuit_prompts
+from mechmem.analysis.circuits.record import CONFIDENCE, Circuit
 from mechmem.analysis.distribution import prompt_fit
 from mechmem.analysis.intervals import normal_interval
 from mechmem.analysis.sequential import CIRCUIT_POLICY

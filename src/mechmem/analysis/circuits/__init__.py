@@ -1,15 +1,13 @@
-"""Edge-level circuits: the edge graph and its patcher (path patching of every edge), and circuit
-discovery (scoring, pruning, faithfulness), and the circuit decided edge by edge over rounds of prompts.
+"""Edge-level circuits: the edge graph and its patcher (path patching of every edge), the circuit record,
+circuit discovery (scoring, pruning, faithfulness), and the circuit decided edge by edge over rounds of
+prompts.
 """
 
 from mechmem.analysis.circuits.decided import EDGE_SHARE, EdgeStage, decide_edges, decided_circuit
 from mechmem.analysis.circuits.discovery import (
     CHECK_EDGES,
-    CONFIDENCE,
-    CRITERIA,
     EDGE_STEPS,
     RESCORE_EDGES,
-    Circuit,
     attribution_agreement,
     circuit_pair,
     circuit_prompts,
@@ -29,6 +27,7 @@ from mechmem.analysis.circuits.edges import (
     build_graph,
     circuit_intervals,
 )
+from mechmem.analysis.circuits.record import CONFIDENCE, CRITERIA, Circuit, edge_frame
 
 __all__ = [
     "ABLATIONS",
@@ -56,5 +55,6 @@ __all__ = [
     "decided_circuit",
     "discover_circuit",
     "edge_attribution",
+    "edge_frame",
     "score_edges",
 ]

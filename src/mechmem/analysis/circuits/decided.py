@@ -23,10 +23,7 @@ import torch
 from torch import Tensor
 
 from mechmem.analysis.circuits.discovery import (
-    CRITERIA,
     EDGE_STEPS,
-    THRESHOLDS,
-    Circuit,
     circuit_pair,
     criteria_moments,
     judge_criteria,
@@ -34,6 +31,7 @@ from mechmem.analysis.circuits.discovery import (
     score_edges,
 )
 from mechmem.analysis.circuits.edges import EdgePatcher, Graph, build_graph
+from mechmem.analysis.circuits.record import CRITERIA, THRESHOLDS, Circuit
 from mechmem.analysis.intervals import RatioMoments, standard_error
 from mechmem.analysis.options import EDGE_SHARE
 from mechmem.analysis.sequential import (

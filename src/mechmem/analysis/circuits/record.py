@@ -1,0 +1,305 @@
+"""The circuit record: what a circuit analysis found (`Circuit`: every edge's score, the kept edges, the
+criteria and their verdicts), the confidence rule it is judged by, and its edges as a data frame. Built by
+`mechmem.analysis.circuits.discovery` (one draw) and `mechmem.analysis.circuits.decided` (over rounds).
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from mechmem.analysis.circuits.edges import Graph
+from mechmem.analysis.frames import short_repr
+from mechmem.analysis.intervals import combine, normal_interval, verdict
+from mechmem.analysis.options import MIN_GAP
+from mechmem.analysis.sequential import VERDICTS, Decision
+
+CONFIDENCE = {"min_gap": MIN_GAP, "min_faithfulness": 0.8, "max_edge_fraction": 0.5}
+"""The rule for a confident circuit, judged on intervals (see the module docstring)."""
+CRITERIA = {"behaviour": "gap", "faithful": "faithfulness", "complete": "completeness"}
+"""The measured criteria of `CONFIDENCE` and the family of the sequential decision each is judged on."""
+THRESHOLDS = {
+    "gap": CONFIDENCE["min_gap"],
+    "faithfulness": CONFIDENCE["min_faithfulness"],
+    "completeness": CONFIDENCE["min_faithfulness"],
+}
+"""Each family's threshold (the gap judged on |gap|)."""
+
+
+def edge_frame(
+    scores: Tensor,
+    stderr: Tensor,
+    exact: Tensor,
+    attribution: Tensor | None,
+    graph: Graph | None = None,
+) -> Any:
+    """One row per edge: `edge` (its index), with a graph `name`, `sender`, `receiver`, `port`; then `value`
+    (the score), `stderr`, `lower` / `upper` (the normal 95% interval, score -+ 1.96 stderr; where only
+    estimated, the estimate's over prompts), `exact` and `attribution` (the EAP estimate; NaN when none was
+    computed)."""
+    import pandas as pd
+
+    columns: dict[str, Any] = {"edge": range(len(scores))}
+    if graph is not None:
+        columns["name"] = [e.name for e in graph.edges]
+        columns["sender"] = [e.sender.name for e in graph.edges]
+        columns["receiver"] = [e.port.node.name for e in graph.edges]
+        columns["port"] = [e.port.port for e in graph.edges]
+    scores, stderr = scores.detach().float().cpu(), stderr.detach().float().cpu()
+    estimate = (
+        torch.full_like(scores, math.nan) if attribution is None else attribution.detach().float().cpu()
+    )
+    lower, upper = normal_interval(scores, stderr)
+    columns |= {
+        "value": scores.numpy(),
+        "stderr": stderr.numpy(),
+        "lower": lower.numpy(),
+        "upper": upper.numpy(),
+        "exact": exact.cpu().numpy(),
+        "attribution": estimate.numpy(),
+    }
+    return pd.DataFrame(columns)
+
+
+@dataclass
+class Circuit:
+    """Every edge's score, the kept edges, and the circuit's faithfulness and completeness."""
+
+    graph: Graph
+    scores: Float[Tensor, " edge"]
+    """metric(full) - metric(edge ablated), mean over prompts (exact, or EAP where `exact` is False)."""
+    stderr: Float[Tensor, " edge"]
+    """Standard error of the score over prompts: the exact score's, or the EAP estimate's where only that was
+    run (`ScoredEdges.stderr`)."""
+    exact: Bool[Tensor, " edge"]
+    """Whether the edge's score is exact."""
+    kept: Bool[Tensor, " edge"]
+    """The circuit."""
+    values: dict[str, float]
+    """Metric of the full model, of every edge ablated ("empty"), of the circuit, of the full model minus
+    it ("complement")."""
+    method: str
+    ablation: str
+    metric: str = "logit_diff"
+    n: int = 0
+    attribution: Float[Tensor, " edge"] | None = None
+    """The EAP estimate of every edge (when computed)."""
+    target: float | None = None
+    threshold: float | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    attribution_check: dict[str, Any] | None = None
+    """Agreement of the EAP estimate with the exact scores where both exist (`attribution.judge`)."""
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Marginal 95% intervals over prompts of "gap", "faithfulness", "completeness" (for reading)."""
+    decision: Decision | None = None
+    """The sequential decision of the three measured criteria (families "gap", "faithfulness",
+    "completeness"), over every prompt drawn; the verdict is judged on its corrected intervals."""
+    discovery_n: int = 0
+    """Prompts the edges were scored and pruned on."""
+    held_out: bool = False
+    """Whether the verdict was judged on prompts other than those that chose the edges (`decided_circuit`) or
+    on those prompts themselves (`discover_circuit` on a fixed pair)."""
+    prompt_values: Tensor | None = None
+    """[4 prompt]: per-prompt metric of the full model, every edge ablated, the circuit and its complement,
+    over every prompt the verdict used (`decided_circuit`: the criteria stage, not the edge stage)."""
+    pruning: dict[str, Any] = field(default_factory=dict)
+    """How the kept prefix was searched ("search") and the circuit evaluations it took ("evaluations")."""
+    edge_decision: Decision | None = None
+    """The sequential test of every tested edge's share of the gap (family "edge", one test per edge where
+    `exact`, in graph order) when the edges were decided by the evidence (`decided_circuit`)."""
+
+    def __post_init__(self) -> None:
+        n = len(self.graph.edges)
+        for name in ("scores", "stderr", "exact", "kept"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"{name} must have one entry per edge ({n})")
+
+    @property
+    def gap(self) -> float:
+        return self.values["full"] - self.values["empty"]
+
+    def _fraction(self, value: float) -> float:
+        return value / self.gap if self.gap else math.nan
+
+    @property
+    def faithfulness(self) -> float:
+        return self._fraction(self.values["circuit"] - self.values["empty"])
+
+    @property
+    def completeness(self) -> float:
+        return self._fraction(self.values["full"] - self.values["complement"])
+
+    def criteria(self) -> dict[str, str]:
+        """Each condition of the confidence rule (`CONFIDENCE`): "yes", "no" or "undecided"; behaviour,
+        faithful and complete from the sequential decision (on the intervals when built without one)."""
+        rule, kept = CONFIDENCE, self.kept.nonzero().flatten()
+        sparse = "yes" if 0 < len(kept) <= rule["max_edge_fraction"] * len(self.kept) else "no"
+        if self.decision is not None:
+            fam = self.decision.families
+            measured = {k: VERDICTS[int(fam[f].code)] for k, f in CRITERIA.items()}
+            return {
+                "behaviour": measured["behaviour"],
+                "faithful": measured["faithful"],
+                "sparse": sparse,
+                "complete": measured["complete"],
+            }
+        gap = self.intervals.get("gap", (self.gap, self.gap))
+        low_gap = 0.0 if gap[0] <= 0 <= gap[1] else min(abs(gap[0]), abs(gap[1]))
+        faith = self.intervals.get("faithfulness", (self.faithfulness, self.faithfulness))
+        complete = self.intervals.get("completeness", (self.completeness, self.completeness))
+        return {
+            "behaviour": verdict(low_gap, max(abs(gap[0]), abs(gap[1])), rule["min_gap"]),
+            "faithful": verdict(faith[0], faith[1], rule["min_faithfulness"]),
+            "sparse": sparse,
+            "complete": verdict(complete[0], complete[1], rule["min_faithfulness"]),
+        }
+
+    @property
+    def verdict(self) -> str:
+        """ "yes" (confident), "no" or "undecided" (`intervals.combine` of the criteria)."""
+        return combine(list(self.criteria().values()))
+
+    @property
+    def confident(self) -> bool:
+        return self.verdict == "yes"
+
+    def undecided(self) -> str:
+        """Why the verdict is undecided, in words ("" when it is decided): at the budget, the prompts the
+        undecided criteria's estimates and spreads suggest would decide them (docs/decisions.md)."""
+        if self.verdict != "undecided" or self.decision is None:
+            return ""
+        fam = self.decision.families
+        needed = [float(fam[f].n_needed) for k, f in CRITERIA.items() if self.criteria()[k] == "undecided"]
+        if not needed:
+            return ""
+        most = max(needed)
+        about = f"about {int(most)} prompts would decide it" if math.isfinite(most) else "no number would"
+        if math.isnan(most):
+            about = f"too few prompts for an interval (at least {self.decision.policy.min_units})"
+        where = "at budget" if self.decision.stopped == "budget" else "at"
+        return f"undecided {where} {self.decision.n} prompts, {about}"
+
+    def edge_names(self, which: Bool[Tensor, " edge"] | None = None) -> list[str]:
+        which = self.kept if which is None else which
+        return [e.name for e, k in zip(self.graph.edges, which.tolist()) if k]
+
+    def edge_verdicts(self) -> list[str]:
+        """Per edge of the graph: "in", "out" or "undecided" as its share test decided (`edge_decision`), or
+        "untested" (only estimated); a circuit pruned on one draw has no tests: "in" where kept, else
+        "out"."""
+        if self.edge_decision is None:
+            return ["in" if k else "out" for k in self.kept.tolist()]
+        words = {"yes": "in", "no": "out", "undecided": "undecided"}
+        tested = iter(self.edge_decision["edge"].verdicts())
+        return [words[next(tested)] if t else "untested" for t in self.exact.tolist()]
+
+    def edge_shares(self) -> dict[str, Tensor]:
+        """Per edge of the graph, from its share test: "share" of the gap, its marginal 95% "lower" / "upper",
+        the "corrected_lower" / "corrected_upper" it is judged on and "n_needed" (NaN where untested, or for a
+        circuit pruned on one draw)."""
+        n = len(self.graph.edges)
+        keys = ("share", "lower", "upper", "corrected_lower", "corrected_upper", "n_needed")
+        out = {k: torch.full((n,), math.nan, dtype=torch.float64) for k in keys}
+        if self.edge_decision is not None:
+            family, where = self.edge_decision["edge"], self.exact.nonzero().flatten()
+            for key in keys:
+                out[key][where] = getattr(family, "mean" if key == "share" else key).double()
+        return out
+
+    def undecided_edges(self) -> str:
+        """The undecided edges in words ("" when none): how many, and the prompts that would decide them."""
+        verdicts = self.edge_verdicts()
+        open_ = [i for i, v in enumerate(verdicts) if v == "undecided"]
+        if not open_ or self.edge_decision is None:
+            return ""
+        most = float(self.edge_shares()["n_needed"][open_].max())
+        about = (
+            f"about {int(most)} would decide them" if math.isfinite(most) else "no number would decide all"
+        )
+        if self.edge_decision.stopped == "no behaviour":  # the stage stopped: docs/decisions.md
+            about = "sampling stopped: the gap was shown absent, no share of it to attribute"
+        return (
+            f"{len(open_)} edge(s) undecided at {self.edge_decision.n} prompts "
+            f"({', '.join(self.graph.edges[i].name for i in open_)}); {about}"
+        )
+
+    def to_dataframe(self) -> Any:
+        """One row per edge of the graph (`edge_frame`: `edge`, `name`, `sender`, `receiver`, `port`, `value`,
+        `stderr`, `lower`, `upper`, `exact`, `attribution`) plus `kept` (in the circuit), `decision`
+        (`edge_verdicts`) and the share test's `share`, `share_lower`, `share_upper` (marginal 95%) and
+        `n_needed` (`edge_shares`). The circuit's own measures are in `to_dict` and the repr."""
+        frame = edge_frame(self.scores, self.stderr, self.exact, self.attribution, self.graph)
+        frame["kept"] = self.kept.cpu().numpy()
+        frame["decision"] = self.edge_verdicts()
+        shares = self.edge_shares()
+        for key, column in (("share", "share"), ("lower", "share_lower"), ("upper", "share_upper")):
+            frame[column] = shares[key].numpy()
+        frame["n_needed"] = shares["n_needed"].numpy()
+        return frame
+
+    def __repr__(self) -> str:
+        return short_repr(
+            "Circuit",
+            f"{int(self.kept.sum())} of {len(self.kept)} edges kept",
+            f"{self.ablation} ablation, {self.metric}",
+            f"faithfulness {self.faithfulness:.3f}, completeness {self.completeness:.3f}",
+            f"verdict {self.verdict}",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        edges, verdicts, shares = [], self.edge_verdicts(), self.edge_shares()
+
+        def finite(x: Tensor) -> float | None:
+            return float(x) if math.isfinite(float(x)) else None
+
+        for i, e in enumerate(self.graph.edges):
+            row = {
+                "name": e.name,
+                "sender": e.sender.name,
+                "receiver": e.port.node.name,
+                "port": e.port.port,
+                "score": float(self.scores[i]),
+                "stderr": float(self.stderr[i]),
+                "exact": bool(self.exact[i]),
+                "kept": bool(self.kept[i]),
+                "decision": verdicts[i],
+            }
+            if self.edge_decision is not None and self.exact[i]:
+                row |= {
+                    k if k in ("share", "n_needed") else f"share_{k}": finite(v[i]) for k, v in shares.items()
+                }
+            if self.attribution is not None:
+                row["attribution"] = float(self.attribution[i])
+            edges.append(row)
+        return {
+            **self.graph.to_dict(),
+            "edges": edges,
+            "circuit": self.edge_names(),
+            "method": self.method,
+            "ablation": self.ablation,
+            "metric": self.metric,
+            "n": self.n,
+            "values": self.values,
+            "faithfulness": self.faithfulness,
+            "completeness": self.completeness,
+            "target": self.target,
+            "threshold": self.threshold,
+            "confident": self.confident,
+            "verdict": self.verdict,
+            "criteria": self.criteria(),
+            "intervals": self.intervals,
+            "interval": "marginal 95%: value -+ 1.96 delta-method standard errors over prompts",
+            "decision": self.decision.to_dict() if self.decision is not None else None,
+            "discovery_n": self.discovery_n,
+            "held_out": self.held_out,
+            "undecided": self.undecided(),
+            "undecided_edges": self.undecided_edges(),
+            "edge_decision": self.edge_decision.to_dict() if self.edge_decision is not None else None,
+            "confidence_rule": CONFIDENCE,
+            "timings_s": self.timings,
+            "attribution_check": self.attribution_check,
+            "pruning": self.pruning,
+        }
