@@ -12,6 +12,7 @@ Long because it holds every section the report runs, each one short function ove
 seeded generators; the edge and dynamics sections, with their own figures, have their own modules.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -208,8 +209,15 @@ def mlp_section(ctx: ReportContext) -> Section:
         "ranking": ranking.to_dict(),
     }
     decided = f"looks {', '.join(map(str, found.decision.looks))}, {found.decision.stopped}"
+    needed = float(test.n_needed)
     if role == "undecided":
-        decided += f"; about {int(test.n_needed)} sequences would decide it"
+        decided += (
+            f"; about {int(needed)} sequences would decide it"
+            if math.isfinite(needed)
+            else "; too few sequences to judge it"
+            if math.isnan(needed)
+            else "; the drop sits on the threshold"
+        )
     s.lines += [
         (
             f"Measured at the last answer position of {found.n} evaluation sequences, drawn in rounds until "
