@@ -23,7 +23,7 @@ from mechmem.analysis.planted import (
     planted_induction_model,
 )
 from mechmem.analysis.roles import RoleThresholds, classify_heads, head_roles
-from mechmem.analysis.sequential import HEAD_POLICY, NO, UNDECIDED, YES, DecisionPolicy, decide
+from mechmem.analysis.sequential import HEAD_POLICY, NO, UNDECIDED, YES, DecisionPolicy, decide, judge
 from mechmem.io import strict_json
 
 REPEATS = 200
@@ -265,3 +265,19 @@ def test_frozen_tests_still_cover_the_truth_under_optional_stopping():
         covered += bool(((x.corrected_lower <= far) & (far <= x.corrected_upper)).all())
         frozen_early += x.units is not None and bool((x.units < result.n).any())
     assert covered / REPEATS >= 0.95 and frozen_early >= REPEATS // 2, (covered, frozen_early)
+
+
+def test_tally_counts_the_verdicts_and_names_the_units_that_would_decide():
+    values = torch.tensor([0.9, 0.1, 0.5]) + 0.3 * torch.randn(
+        32, 3, generator=torch.Generator().manual_seed(0)
+    )
+    family = judge(
+        RatioMoments.from_values(values), 0.5, z=3.0, policy=DecisionPolicy(first=32, budget=64), name="s"
+    )
+    verdicts = family.verdicts()
+    text = family.tally("cells", "matter", "pairs")
+    assert text.startswith(f"{verdicts.count('yes')} cells matter, {verdicts.count('no')} do not, ")
+    assert f"{verdicts.count('undecided')} undecided" in text
+    assert ("would decide the last of them" in text) == bool(
+        family.n_needed[family.code == UNDECIDED].isfinite().any()
+    )

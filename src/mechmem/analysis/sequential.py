@@ -185,6 +185,20 @@ class FamilyDecision:
         """Every test's verdict in words, in flat order."""
         return [VERDICTS[int(c)] for c in self.code.flatten().tolist()]
 
+    def tally(self, tests: str, matter: str, units: str) -> str:
+        """The verdicts counted in words: "k {tests} {matter}, m do not, u undecided", with the {units} the
+        estimates suggest would decide the last undecided one (where finite)."""
+        verdicts = self.verdicts()
+        undecided = verdicts.count("undecided")
+        text = (
+            f"{verdicts.count('yes')} {tests} {matter}, {verdicts.count('no')} do not, {undecided} undecided"
+        )
+        needed = self.n_needed[self.code == UNDECIDED]
+        finite = needed[needed.isfinite()]
+        if undecided and len(finite):
+            text += f" (about {int(finite.max())} {units} would decide the last of them)"
+        return text
+
     def to_dataframe(self) -> Any:
         """One row per test (`DECISION_COLUMNS` plus one column per axis)."""
         import pandas as pd

@@ -24,7 +24,7 @@ from mechmem.analysis.ablation.exact import ablate_heads, task_metric
 from mechmem.analysis.ablation.result import AblationResult, SequenceChanges, delta_intervals
 from mechmem.analysis.intervals import RatioMoments, bootstrap_ratio
 from mechmem.analysis.options import ABLATION_DELTA
-from mechmem.analysis.sequential import ABLATION_POLICY, UNDECIDED, DecisionPolicy, decide
+from mechmem.analysis.sequential import ABLATION_POLICY, DecisionPolicy, decide
 from mechmem.errors import MechmemError
 
 FAMILY = "delta"
@@ -146,18 +146,11 @@ def decision_line(result: AblationResult) -> str:
     """The decision in words: the looks, why sampling stopped, and how many components matter, do not, or
     are undecided (with the sequences that would decide the last of them)."""
     d = result.decision
-    verdicts = d.verdicts()
-    counts = {v: verdicts.count(v) for v in ("yes", "no", "undecided")}
     n, threshold = result.info.get("n_sequences", d.n), float(d.threshold.flatten()[0])
-    line = (
-        f'Decided over rounds of sequences (docs/decisions.md, "Ablation"): {n} sequences; '
-        f"{counts['yes']} ablations matter (|change of the loss| decided >= {threshold:g}), "
-        f"{counts['no']} do not, {counts['undecided']} undecided"
+    matter = f"matter (|change of the loss| decided >= {threshold:g})"
+    line = f'Decided over rounds of sequences (docs/decisions.md, "Ablation"): {n} sequences; ' + d.tally(
+        "ablations", matter, "sequences"
     )
-    needed = d.n_needed[d.code == UNDECIDED]
-    finite = needed[needed.isfinite()]
-    if counts["undecided"] and len(finite):
-        line += f" (about {int(finite.max())} sequences would decide the last of them)"
     return line + "."
 
 

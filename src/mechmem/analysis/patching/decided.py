@@ -31,7 +31,6 @@ from mechmem.analysis.patching.sweeps import Patcher, model_sweeps, resolve_swee
 from mechmem.analysis.sequential import (
     NO,
     PATCH_POLICY,
-    UNDECIDED,
     Decision,
     DecisionPolicy,
     decide,
@@ -230,17 +229,9 @@ def decision_lines(found: DecidedPatching) -> list[str]:
     lines = [first]
     for name, result in found.results.items():
         cells = result.decision
-        verdicts = cells.verdicts()
-        counts = {v: verdicts.count(v) for v in ("yes", "no", "undecided")}
         share = float(cells.threshold.flatten()[0])
-        line = (
-            f"{name}: {counts['yes']} cells matter (share of the gap decided >= {share:g} in size), "
-            f"{counts['no']} do not, {counts['undecided']} undecided"
-        )
-        needed = cells.n_needed[cells.code == UNDECIDED]
-        finite = needed[needed.isfinite()]
-        if counts["undecided"] and len(finite):
-            line += f" (about {int(finite.max())} pairs would decide the last of them)"
+        matter = f"matter (share of the gap decided >= {share:g} in size)"
+        line = f"{name}: " + cells.tally("cells", matter, "pairs")
         lines.append(line + ".")
     return lines
 
