@@ -267,6 +267,72 @@ def test_frozen_tests_still_cover_the_truth_under_optional_stopping():
     assert covered / REPEATS >= 0.95 and frozen_early >= REPEATS // 2, (covered, frozen_early)
 
 
+def test_stale_tests_are_frozen_open_or_not_and_stay_frozen():
+    means = torch.tensor([0.52, 0.55, 0.9], dtype=torch.float64)  # two open for long, one decided at once
+    policy = DecisionPolicy(first=32, budget=256, precision=0.0)
+    asked: list[dict] = []
+
+    def draw(k: int, generator: torch.Generator, measured: dict) -> dict[str, RatioMoments]:
+        asked.append({f: m.clone() for f, m in measured.items()})
+        return normal_draw(means, 0.5)(k, generator)
+
+    def stale(families):  # test 0 stops mattering once test 2 is decided yes
+        x = families["x"]
+        return {"x": torch.tensor([bool(x.code[2] == YES), False, False])}
+
+    result = decide(
+        draw,
+        {"x": 0.5},
+        policy=policy,
+        generator=torch.Generator().manual_seed(0),
+        freeze=("x",),
+        stale=stale,
+    )
+    x = result["x"]
+    assert len(asked) >= 2 and all(m["x"].tolist() == [False, True, False] for m in asked[1:])
+    assert int(x.code[0]) == UNDECIDED and x.units.tolist()[0] == 32 and x.units.tolist()[1] == result.n
+    plain = decide(normal_draw(means, 0.5), {"x": 0.5}, policy=policy.with_budget(32),
+                   generator=torch.Generator().manual_seed(0))["x"]  # fmt: skip
+    assert float(x.mean[0]) == pytest.approx(float(plain.mean[0]))  # the first look's, kept
+
+
+def test_head_naming_skips_probes_with_nothing_open_and_names_as_measuring_everything(monkeypatch):
+    """The rule "Head naming measures only what can still change a name": later rounds draw only the
+    probes with a test that can still change a name, and the names equal those of measuring every test."""
+    import mechmem.analysis.heads as heads_module
+    from mechmem.analysis import roles as roles_module
+    from mechmem.tasks import build_task
+
+    model = planted_induction_model()
+    task = build_task("repeats", {"d_vocab": 12, "half": 8})
+    halves = heads_module.default_halves(model, task)
+    calls: list[int] = []
+    real = heads_module.detect_heads
+
+    def counted(model, tokens, *args, **kwargs):
+        calls.append(len(tokens))
+        return real(model, tokens, *args, **kwargs)
+
+    monkeypatch.setattr(heads_module, "detect_heads", counted)
+    found = roles_module.measure_pattern_evidence(model, task, generator=torch.Generator().manual_seed(0))
+    looks = found.decision.looks
+    assert len(looks) >= 2 and len(calls) < len(halves) * len(looks)  # some probe was skipped
+    assert sorted(found.probe_n) != [found.n] * len(found.probes) and max(found.probe_n) == found.n
+    everything = decide(
+        roles_module.draw_probes(model, task, halves),
+        {"overall": 0.5, "token": 0.5},
+        policy=HEAD_POLICY,
+        generator=torch.Generator().manual_seed(0),
+        settled=roles_module.names_settled,
+    )
+    named = roles_module.named_heads
+    assert all(torch.equal(a, b) for a, b in zip(named(found.decision.families), named(everything.families)))
+    assert [(h.layer, h.head, h.role) for h in classify_heads(found.evidence) if h.role != "none"] == [
+        (*PREVIOUS_TOKEN_HEAD, "previous-token"),
+        (*INDUCTION_HEAD, "induction"),
+    ]
+
+
 def test_tally_counts_the_verdicts_and_names_the_units_that_would_decide():
     values = torch.tensor([0.9, 0.1, 0.5]) + 0.3 * torch.randn(
         32, 3, generator=torch.Generator().manual_seed(0)

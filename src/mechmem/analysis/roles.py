@@ -210,8 +210,28 @@ class PatternEvidence:
 
     @property
     def n(self) -> int:
-        """Sequences per probe at the last look."""
+        """Sequences per probe at the last look (the most any probe was drawn on: `probe_n`)."""
         return self.decision.n if self.decision is not None else 0
+
+    @property
+    def probe_n(self) -> list[int]:
+        """Per probe, the sequences it was drawn on: a probe stops being drawn once none of its tests can
+        still change a name (docs/decisions.md)."""
+        if self.decision is None:
+            return []
+        n = []
+        for i in range(len(self.probes)):
+            units = [
+                f.units[i]
+                for f in self.decision.families.values()
+                if f.units is not None and i < len(f.units)
+            ]
+            n.append(int(max(float(u.max()) for u in units)) if units else self.decision.n)
+        return n
+
+    def probe_text(self) -> str:
+        """The probes with their sequences, e.g. "[r, r], |r| = 8: 64 sequences; task data: 256 sequences"."""
+        return "; ".join(f"{p}: {k} sequences" for p, k in zip(self.probes, self.probe_n))
 
     def rows(self) -> list[list[object]]:
         """One table row per head and pattern: `LlHh`, the pattern, then "score [lower, upper]" per probe
@@ -232,6 +252,7 @@ class PatternEvidence:
     def to_dict(self) -> dict[str, Any]:
         out = {
             "probes": self.probes,
+            "probe_n": self.probe_n,
             "curves": {p: {k: v.tolist() for k, v in c.items()} for p, c in self.curves.items()},
             "interval": "marginal 95%: score -+ 1.96 delta-method standard errors over sequences",
         }
@@ -246,7 +267,7 @@ class PatternEvidence:
         return out
 
 
-def _named(families: Any) -> tuple[Tensor, Tensor]:
+def named_heads(families: Any) -> tuple[Tensor, Tensor]:
     """Per [pattern layer head]: (named: an overall test yes on some probe, or `MIN_TOKENS` token tests yes on
     one probe; could still be named: an open overall test, or enough yes-or-open token tests on one probe)."""
     overall = families["overall"]
@@ -261,30 +282,69 @@ def _named(families: Any) -> tuple[Tensor, Tensor]:
 def names_settled(families: Any) -> bool:
     """The head rule's stop (docs/decisions.md): every (head, pattern) is named, or no open test could name
     it."""
-    named, could = _named(families)
+    named, could = named_heads(families)
     return bool((named | ~could).all())
 
 
-def _draw_probes(model: Any, task: Any, halves: Sequence[int]) -> Any:
-    """The role rule's probes as a sequential draw: k new sequences per probe -> the families' moments."""
-    cfg = model.cfg
+def stale_names(families: Any) -> dict[str, Tensor]:
+    """Per family, the tests of settled (head, pattern)s: named, or no open test could name them. They stop
+    being measured (docs/decisions.md, "Head naming measures only what can still change a name")."""
+    named, could = named_heads(families)
+    settled = named | ~could  # [pattern layer head]
+    out = {"overall": settled.unsqueeze(0).expand_as(families["overall"].code)}
+    if "token" in families:
+        out["token"] = settled.unsqueeze(0).unsqueeze(-1).expand_as(families["token"].code)
+    return out
 
-    def draw(k: int, generator: torch.Generator) -> dict[str, RatioMoments]:
-        results = []
-        for half in halves:
+
+def _unmeasured(k: int, shape: Sequence[int]) -> RatioMoments:
+    """The moments of a probe not drawn this round: `k` units, none measured (its tests are all frozen, so
+    `decide` keeps their earlier values)."""
+    zero = torch.zeros(tuple(shape), dtype=torch.float64)
+    return RatioMoments(k, zero, zero, zero, zero, zero, zero)
+
+
+def draw_probes(model: Any, task: Any, halves: Sequence[int]) -> Any:
+    """The role rule's probes as a sequential draw: k new sequences per probe still measured -> the
+    families' moments (a probe none of whose tests is measured is not drawn)."""
+    cfg = model.cfg
+    keys = list(head_detection.BUILTIN_PATTERNS)
+    overall_shape = (len(keys), cfg.n_layers, cfg.n_heads)
+    token_shape = (*overall_shape, cfg.d_vocab)
+
+    def draw(
+        k: int, generator: torch.Generator, measured: dict[str, Tensor] | None = None
+    ) -> dict[str, RatioMoments]:
+        overall, token = (measured or {}).get("overall"), (measured or {}).get("token")
+
+        def wanted(i: int) -> bool:
+            return (
+                overall is None
+                or bool(overall[i].any())
+                or (token is not None and i < len(halves) and bool(token[i].any()))
+            )
+
+        overall_parts, token_parts = [], []
+        for i, half in enumerate(halves):
+            if not wanted(i):
+                overall_parts.append(_unmeasured(k, overall_shape))
+                token_parts.append(_unmeasured(k, token_shape))
+                continue
             tokens = head_detection.repeated_random_tokens(k, half, cfg.d_vocab, generator=generator)
-            results.append(head_detection.detect_heads(model, tokens.to(cfg.device), resamples=0))
+            r = head_detection.detect_heads(model, tokens.to(cfg.device), resamples=0)
+            overall_parts.append(RatioMoments.stack([r.moments[p] for p in keys]))
+            token_parts.append(RatioMoments.stack([r.token_moments[p] for p in keys]))
         if task is not None:
-            batch = task.eval_batch(k, generator=generator).to(cfg.device)
-            answers = batch.loss_mask > 0
-            results.append(head_detection.detect_heads_on_task(model, batch.tokens, answers, resamples=0))
-        keys = list(head_detection.BUILTIN_PATTERNS)
-        out = {
-            "overall": RatioMoments.stack([RatioMoments.stack([r.moments[p] for p in keys]) for r in results])
-        }
+            if wanted(len(halves)):
+                batch = task.eval_batch(k, generator=generator).to(cfg.device)
+                answers = batch.loss_mask > 0
+                r = head_detection.detect_heads_on_task(model, batch.tokens, answers, resamples=0)
+                overall_parts.append(RatioMoments.stack([r.moments[p] for p in keys]))
+            else:
+                overall_parts.append(_unmeasured(k, overall_shape))
+        out = {"overall": RatioMoments.stack(overall_parts)}
         if halves:
-            token = [RatioMoments.stack([r.token_moments[p] for p in keys]) for r in results[: len(halves)]]
-            out["token"] = RatioMoments.stack(token)
+            out["token"] = RatioMoments.stack(token_parts)
         return out
 
     return draw
@@ -323,12 +383,14 @@ def measure_pattern_evidence(
         "token": ("probe", "pattern", "layer", "head", "token"),
     }
     decision = decide(
-        _draw_probes(model, task, halves),
+        draw_probes(model, task, halves),
         {k: t for k in families},
         policy=policy,
         generator=generator,
         settled=names_settled,
         axes=axes,
+        freeze=families,
+        stale=stale_names,
     )
     return _evidence_from(decision, probes, len(halves))
 

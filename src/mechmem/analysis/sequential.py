@@ -380,6 +380,7 @@ def decide(
     settled: Callable[[Mapping[str, FamilyDecision]], bool] = no_open_tests,
     axes: Mapping[str, tuple[str, ...]] | None = None,
     freeze: Collection[str] = (),
+    stale: Callable[[Mapping[str, FamilyDecision]], Mapping[str, Tensor]] | None = None,
 ) -> Decision:
     """Draw units in rounds until every verdict is settled or the budget is reached (docs/decisions.md).
 
@@ -397,6 +398,9 @@ def decide(
             intervals, verdicts and units stay that look's (`FamilyDecision.units`), and `draw` gets a third
             argument, per such family the mask of tests still measured. Valid under the same union bound: a
             frozen test's final interval is one of the intervals it already covers.
+        stale: with `freeze`, after each look: per freezing family, a mask of further tests to freeze, open
+            or not, whose verdicts can no longer change the analysis's (e.g. the tests of a settled head). The
+            same union bound covers them.
 
     Example:
         >>> import torch
@@ -440,7 +444,10 @@ def decide(
         for name in freeze:
             if name in stopped:
                 families[name] = _keep_frozen(before[name], families[name], stopped[name])
-            stopped[name] = _frozen_tests(families[name])
+            stopped[name] = stopped.get(name, False) | _frozen_tests(families[name])
+        if stale is not None:
+            for name, mask in stale(families).items():
+                stopped[name] = stopped[name] | mask.expand_as(stopped[name])
         if settled(families):
             return Decision(families, policy, tuple(taken), "settled")
     return Decision(families, policy, tuple(taken), "budget")

@@ -60,6 +60,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     labels = classify_heads(found.evidence)  # pattern evidence only: no task roles
     shown = ", ".join(f"L{h.layer}H{h.head} {h.role}" for h in labels if h.role != "none")
     print(f"attention patterns: {shown or 'none'} (head roles: mechmem report)")
+    print(f"sequences per probe: {found.probe_text()}")
     fit = repeats_fit(
         model, ckpt.task, max(halves), args.n_samples, generator=torch.Generator().manual_seed(args.seed)
     )

@@ -125,10 +125,11 @@ def heads_section(ctx: ReportContext) -> Section:
         "scores": {k: v.tolist() for k, v in scores.items()},
         "n": ctx.roles.info.get("pattern_n"),
     }
-    probes = ctx.roles.info.get("patterns", {}).get("probes", [])
+    patterns = ctx.roles.info.get("patterns", {})
+    probes = [f"{p}: {k} sequences" for p, k in zip(patterns.get("probes", []), patterns.get("probe_n", []))]
     s.lines.append(
         "Score = attention mass on the pattern's keys (1 = a perfect head), the highest over the probes "
-        f"({'; '.join(probes)}; {ctx.roles.info.get('pattern_n')} sequences each); a role needs the lower "
+        f"({'; '.join(probes)}: a probe stops once no name can change); a role needs the lower "
         "end of the interval corrected for every head, pattern, probe, token and look >= the threshold on "
         "some probe, or for at least two query tokens (docs/analyses.md, Role rule; docs/decisions.md)."
     )
