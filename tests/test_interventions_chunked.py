@@ -10,6 +10,7 @@ from helpers import assert_no_hooks, load_script
 from test_interventions import last_logprob, make_model, make_setter
 
 from mechmem.analysis.interventions import Engine, Intervention
+from mechmem.analysis.interventions.engine import GRADIENT_FACTOR
 from mechmem.analysis.interventions.reference import naive_intervene
 
 ARCHS = {
@@ -97,8 +98,8 @@ def test_chunked_gradients_equal_the_whole_batch(model, tokens):
         return logits[:, -2:].log_softmax(-1)[..., 3].mean()
 
     whole = Engine(model, metric, cache_mb=1e6)
-    chunked = Engine(model, metric, cache_mb=4 * 4.5 / rows_per_mb(model, tokens.shape[1]))
-    assert [r.stop - r.start for r in chunked.row_chunks(tokens, factor=4)] == [4, 2]
+    chunked = Engine(model, metric, cache_mb=GRADIENT_FACTOR * 4.5 / rows_per_mb(model, tokens.shape[1]))
+    assert [r.stop - r.start for r in chunked.row_chunks(tokens, factor=GRADIENT_FACTOR)] == [4, 2]
     embed = model.W_E[tokens].detach() * 0.7
     reference = whole.gradients(tokens)[2]
     for kwargs in ({}, {"embed": embed}):
@@ -116,6 +117,33 @@ def test_chunked_gradients_equal_the_whole_batch(model, tokens):
     assert {s for s, a in only.items() if a} == {"z", "resid_pre"}
     for a, b in zip(only_grads["z"], reference["z"]):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    assert_no_hooks(model)
+
+
+def test_gradient_sums_reduce_each_chunk_as_the_whole_batch_row_by_row(model, tokens):
+    def metric(logits):
+        return logits[:, -2:].log_softmax(-1)[..., 3].mean()
+
+    def per_sequence(r, acts, grads):  # a reduction that reads every layer of both stages
+        total = sum((a * g).sum((1, 2, 3)) for a, g in zip(acts["z"], grads["z"]))
+        return total + sum((a * g).sum((1, 2)) for a, g in zip(acts["resid_pre"], grads["resid_pre"]))
+
+    whole = Engine(model, metric, cache_mb=1e6)
+    chunked = Engine(model, metric, cache_mb=GRADIENT_FACTOR * 4.5 / rows_per_mb(model, tokens.shape[1]))
+    assert len(chunked.row_chunks(tokens, factor=GRADIENT_FACTOR)) == 2
+    seen: list[slice] = []
+
+    def recorded(r, acts, grads):
+        seen.append(r)
+        assert {s for s, a in acts.items() if a} == {"z", "resid_pre"}
+        return per_sequence(r, acts, grads)
+
+    value, acts, grads = whole.gradients(tokens, stages=("z", "resid_pre"))
+    expected = per_sequence(slice(None), acts, grads)
+    got_value, got = chunked.gradient_sums(tokens, ("z", "resid_pre"), recorded)
+    assert seen == [slice(0, 4), slice(4, 6)] and got.shape == (len(tokens),)
+    assert abs(value - got_value) < 1e-5 and bool(expected.abs().max() > 1e-4)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
     assert_no_hooks(model)
 
 

@@ -17,6 +17,7 @@ and of the circuit section, and the memory they needed, in `report.cost` and rep
 the estimated time left.
 """
 
+import ctypes
 import resource
 import sys
 import time
@@ -185,6 +186,18 @@ def peak_rss_mb() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
+def release_freed_memory() -> None:
+    """Hand the heap memory the process has freed back to the system (glibc's `malloc_trim`; a no-op
+    elsewhere). Freed tensors below the allocator's mmap threshold stay in the heap, so without it each step
+    would start from the previous steps' high-water mark."""
+    if sys.platform != "linux":
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (e.g. musl): nothing to trim
+        return
+
+
 class ReportCost:
     """Wall time, CPU time, model passes and memory of each step of one report, with optional progress lines.
 
@@ -241,6 +254,7 @@ class ReportCost:
             self.progress.close()
 
     def run(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        release_freed_memory()  # what the last step freed, back to the system: each step starts low
         cuda = self.device.type == "cuda"
         if cuda:
             torch.cuda.synchronize(self.device)

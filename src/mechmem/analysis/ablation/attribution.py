@@ -77,18 +77,24 @@ def sequence_products(
 
     One forward and one backward pass (`Engine.gradients`) give the metric's gradient at every `hook_z` and
     `hook_mlp_out`; a variant's product is the sum over its entries of (replacement - clean value) x gradient
-    (an attention layer: the sum of its heads)."""
-    with torch.enable_grad():  # callers (the report) may run under no_grad
-        value, acts, grads = engine.gradients(tokens, stages=("z", "mlp_out"))  # only what the estimate reads
-    parts = []
-    for layer in range(model.cfg.n_layers):
-        z, mlp = component_hooks(model, layer)
-        heads = ((values[z] - acts["z"][layer]) * grads["z"][layer]).sum((1, 3)).double()  # [batch head]
-        parts += [heads, heads.sum(-1, keepdim=True)]
-        if mlp:
-            change = (values[mlp] - acts["mlp_out"][layer]) * grads["mlp_out"][layer]
-            parts.append(change.sum((1, 2)).double()[:, None])
-    return SequenceProducts(value, torch.cat(parts, -1).detach().cpu())
+    (an attention layer: the sum of its heads). The products are taken chunk by chunk of sequences
+    (`Engine.gradient_sums`), so the activations and gradients of all sequences are never held at once."""
+
+    def products(r: slice, acts: dict[str, list[Tensor]], grads: dict[str, list[Tensor]]) -> Tensor:
+        parts = []
+        for layer in range(model.cfg.n_layers):
+            z, mlp = component_hooks(model, layer)
+            change = (values[z][r] - acts["z"][layer]) * grads["z"][layer]
+            heads = change.sum((1, 3)).double()  # [batch head]
+            parts += [heads, heads.sum(-1, keepdim=True)]
+            if mlp:
+                change = (values[mlp][r] - acts["mlp_out"][layer]) * grads["mlp_out"][layer]
+                parts.append(change.sum((1, 2)).double()[:, None])
+        return torch.cat(parts, -1).detach().cpu()
+
+    with torch.enable_grad():  # callers (the report) may run under no_grad; only what the estimate reads:
+        value, found = engine.gradient_sums(tokens, ("z", "mlp_out"), products)
+    return SequenceProducts(value, found)
 
 
 def estimated_deltas(

@@ -94,9 +94,10 @@ from mechmem.models.adapter import is_hooked_transformer, last_start_layer
 
 Megabytes = int | float
 """A memory budget in MiB (an int or a float: the runtime type checks tell them apart)."""
-CACHE_MB = 1024.0
+CACHE_MB = 256.0
 """Default budget in MiB for the replay's cached run (`Engine.cache_mb`): above it, the sequences are replayed
-in chunks of rows."""
+in chunks of rows (the same floating-point work; 256 keeps the report of an 8-layer d_model 256 model under
+2 GB, docs/record/2026-12-04-report-memory.md)."""
 Metric = Callable[[Tensor], Any] | PatchingMetric
 """logits [batch pos d_vocab] -> a tensor (a scalar or one value per sequence), or it in batched form."""
 
@@ -162,6 +163,10 @@ def _resid_name(model: torch.nn.Module, layer: int) -> str:
 GATHER_FACTOR = 4
 """`Engine._gather` keeps a few stages of each chunk's run, so its chunks are a quarter of `row_chunks`' (a
 chunk's whole run, briefly, within a quarter of the cache budget)."""
+GRADIENT_FACTOR = 2
+"""`Engine.gradients` chunks: a chunk's replayed run with its autograd graph costs about four times the cached
+run (`row_chunks`' unit), so chunks of half the cache budget's rows keep a chunk's graph near twice that
+budget. Smaller chunks would cost no floating-point work but run slower (smaller matrix products)."""
 SOURCE_MB = 256.0
 """Activations of one pass over a setter's source sequences (a mean's reference batch, a run patched from) are
 kept under this many MB: the sequences run in chunks, only the hooks read are cached."""
@@ -172,25 +177,37 @@ def _sources(
 ) -> tuple[dict[tuple[int, str], Tensor], dict[str, Tensor]]:
     """Setter values ((id(setter), hook) -> [batch or 1, ...]) and the clean activations `extra` on `tokens`.
 
-    One run per distinct token tensor, caching only the hooks read from it.
+    One run per distinct token tensor, caching only the hooks read from it, in chunks of sequences. A hook
+    read only by mean setters keeps a running sum (float64) instead of every sequence's activation, so a large
+    reference costs one chunk's memory; the others are filled in place (never held twice).
     """
     needs: dict[int, tuple[Tensor, set[str]]] = {id(tokens): (tokens, set(extra or ()))}
+    readers: dict[tuple[int, str], set[str]] = {(id(tokens), name): {"clean"} for name in extra or ()}
     for iv in (iv for variant in variants for iv in variant if iv.setter.tokens is not None):
         needs.setdefault(id(iv.setter.tokens), (iv.setter.tokens, set()))[1].add(iv.hook)
+        readers.setdefault((id(iv.setter.tokens), iv.hook), set()).add(iv.setter.kind)
     runs: dict[tuple[int, str], Tensor] = {}
     for key, (run_tokens, names) in needs.items():
-        if names:  # in chunks of sequences: a pass's peak memory grows with the batch, the kept hooks do not
-            keep = names.__contains__
-            step = max(
-                1, int(SOURCE_MB * 2**20 // _per_sequence_bytes(model, run_tokens[:1].to(_device(model))))
-            )
-            parts = []
-            for lo in range(0, run_tokens.shape[0], step):
-                _, cache = model.run_with_cache(
-                    run_tokens[lo : lo + step].to(_device(model)), names_filter=keep
-                )
-                parts.append({name: cache[name] for name in names})
-            runs.update({(key, name): torch.cat([part[name] for part in parts]) for name in names})
+        if not names:
+            continue
+        keep, n = names.__contains__, run_tokens.shape[0]
+        averaged = {name for name in names if readers[(key, name)] == {"mean"}}
+        dtypes: dict[str, torch.dtype] = {}
+        step = max(1, int(SOURCE_MB * 2**20 // _per_sequence_bytes(model, run_tokens[:1].to(_device(model)))))
+        for lo in range(0, n, step):  # a pass's peak memory grows with the batch, the kept hooks do not
+            _, cache = model.run_with_cache(run_tokens[lo : lo + step].to(_device(model)), names_filter=keep)
+            for name in names:
+                act = cache[name]
+                if name in averaged:
+                    dtypes[name], part = act.dtype, act.double().sum(0, keepdim=True)
+                    runs[(key, name)] = part if lo == 0 else runs[(key, name)] + part
+                    continue
+                if lo == 0:
+                    runs[(key, name)] = act.new_empty((n, *act.shape[1:]))
+                runs[(key, name)][lo : lo + len(act)] = act
+            del cache
+        for name in averaged:  # the mean over every sequence, [1, ...], in the activation's dtype
+            runs[(key, name)] = (runs[(key, name)] / n).to(dtypes[name])
     values = {}
     for iv in (iv for variant in variants for iv in variant if iv.setter.tokens is not None):
         if (id(iv.setter), iv.hook) not in values:
@@ -400,6 +417,9 @@ class Engine:
         """Every stage activation of the replayed run on `tokens` (full length), cached per token tensor; with
         `readout`, the logits at the metric's read-out positions."""
         key = (id(tokens), readout)
+        read = self._runs.get((id(tokens), True))
+        if not readout and read is not None and read[0] is tokens:
+            return read[1]  # the same activations; its extra read-out logits are never read
         if key not in self._runs or self._runs[key][0] is not tokens:
             x = tokens.to(_device(self.model))
             rows = self.compiled(x).readout if readout else torch.zeros(len(x), 1, dtype=torch.long)
@@ -559,24 +579,39 @@ class Engine:
                 run = self.replay_run(ref_tokens, readout=False)
                 acts = {(l, s): run.acts[s][l] for l, s in by_stage}
             else:
-                acts = self._gather(ref_tokens[rows] if row_wise else ref_tokens, list(by_stage))
+                acts = self._gather(
+                    ref_tokens[rows] if row_wise else ref_tokens, list(by_stage), mean=means_only
+                )
             for key, ivs in by_stage.items():
                 for iv in ivs:
                     if (id(iv.setter), iv.hook) not in values:
                         values[(id(iv.setter), iv.hook)] = iv.setter.source(acts[key], batch)
         return values
 
-    def _gather(self, tokens: Tensor, keys: list[tuple[int, str]]) -> dict[tuple[int, str], Tensor]:
+    def _gather(
+        self, tokens: Tensor, keys: list[tuple[int, str]], mean: bool = False
+    ) -> dict[tuple[int, str], Tensor]:
         """The activations `keys` ((layer, stage)) of the replayed run on `tokens`, chunk by chunk of rows
-        (only those are kept)."""
+        (only those are kept, filled in place); with `mean`, only their mean over the sequences, [1, ...] (a
+        running float64 sum: one chunk's memory whatever the number of sequences)."""
         x = tokens.to(_device(self.model))
-        parts: dict[tuple[int, str], list[Tensor]] = {key: [] for key in keys}
+        out: dict[tuple[int, str], Tensor] = {}
+        dtype = torch.get_default_dtype()
         for r in self.row_chunks(x, factor=GATHER_FACTOR):
             run = self.replay.run(x[r], torch.zeros(len(x[r]), 1, dtype=torch.long, device=x.device))
             for l, s in keys:
-                parts[(l, s)].append(run.acts[s][l])
+                act = run.acts[s][l]
+                if mean:
+                    dtype, part = act.dtype, act.double().sum(0, keepdim=True)
+                    out[(l, s)] = part if r.start == 0 else out[(l, s)] + part
+                    continue
+                if r.start == 0:
+                    out[(l, s)] = act.new_empty((len(x), *act.shape[1:]))
+                out[(l, s)][r] = act
             del run
-        return {key: torch.cat(p) for key, p in parts.items()}
+        if mean:
+            out = {key: (total / len(x)).to(dtype) for key, total in out.items()}
+        return out
 
     def _replay_groups(
         self,
@@ -647,9 +682,15 @@ class Engine:
         return results
 
     def _chunked_gradients(
-        self, tokens: Tensor, embed: Tensor | None, keys: list[tuple[str, int]], rows: list[slice]
+        self,
+        tokens: Tensor,
+        embed: Tensor | None,
+        keys: list[tuple[str, int]],
+        rows: list[slice],
+        each: Callable[[slice, list[Tensor], list[Tensor]], None] | None = None,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-        """`gradients` on the replay, chunk by chunk of rows (see there): (value, activations, gradients)."""
+        """`gradients` on the replay, chunk by chunk of rows (see there): (value, activations, gradients).
+        With `each`, every chunk's activations and gradients go to it instead (none are gathered)."""
         metric = self.compiled(tokens)
         readout = metric.readout.to(tokens.device)
         part = [None if embed is None else embed[r] for r in rows]
@@ -671,6 +712,10 @@ class Engine:
             chunk = [run.acts[s][l] for s, l in keys]
             with torch.enable_grad():
                 found = torch.autograd.grad(run.logits, chunk, at_logits[r], materialize_grads=True)
+            if each is not None:
+                each(r, [a.detach() for a in chunk], list(found))
+                del run, chunk, found
+                continue
             if not acts:
                 acts = [a.new_empty((len(tokens), *a.shape[1:])) for a in chunk]
                 grads = [g.new_empty((len(tokens), *g.shape[1:])) for g in found]
@@ -679,6 +724,38 @@ class Engine:
                 grads[i][r] = g
             del run, chunk, found
         return value, acts, grads
+
+    def gradient_sums(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        stages: Sequence[str],
+        reduce: Callable[[slice, dict[str, list[Tensor]], dict[str, list[Tensor]]], Tensor],
+    ) -> tuple[float, Tensor]:
+        """(the metric, `reduce` of every chunk of rows, concatenated on the first axis): `gradients`, with
+        each chunk's activations and gradients, `acts[stage][layer]` of those rows only, reduced as it comes
+        (e.g. to a value per sequence), so they are never all held at once. Same values as reducing
+        `gradients`'s output row by row."""
+        tokens = tokens.to(_device(self.model))
+        rows = self.row_chunks(tokens, factor=GRADIENT_FACTOR) if self.replay is not None else []
+        if len(rows) <= 1:
+            value, acts, grads = self.gradients(tokens, stages=stages)
+            return value, reduce(slice(None), acts, grads)
+        chosen = [s for s in model_stages(self.model.cfg) if s in stages]
+        keys = [(s, l) for s in chosen for l in range(self.model.cfg.n_layers)]
+        parts: list[Tensor] = []
+
+        def each(r: slice, acts: list[Tensor], grads: list[Tensor]) -> None:
+            by_stage: tuple[dict[str, list[Tensor]], dict[str, list[Tensor]]] = (
+                {s: [] for s in STAGES},
+                {s: [] for s in STAGES},
+            )
+            for (s, _), a, g in zip(keys, acts, grads):
+                by_stage[0][s].append(a)
+                by_stage[1][s].append(g)
+            parts.append(reduce(r, *by_stage))
+
+        value = self._chunked_gradients(tokens, None, keys, rows, each)[0]
+        return float(value.detach()), torch.cat(parts)
 
     def gradients(
         self,
@@ -699,7 +776,7 @@ class Engine:
         tokens = tokens.to(_device(self.model))
         stages = [s for s in model_stages(self.model.cfg) if stages is None or s in stages]
         keys = [(s, l) for s in stages for l in range(self.model.cfg.n_layers)]
-        rows = self.row_chunks(tokens, factor=4) if self.replay is not None else []
+        rows = self.row_chunks(tokens, factor=GRADIENT_FACTOR) if self.replay is not None else []
         if self.replay is not None and len(rows) == 1:
             metric = self.compiled(tokens)
             with torch.enable_grad():  # also under a caller's no_grad (build_report runs under one)
