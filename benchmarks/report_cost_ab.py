@@ -7,7 +7,8 @@ For each checkpoint (and each `--random LxD` model: a random LayerNorm + GELU mo
 task, saved once by this tree), `analyses/report.py CKPT --out DIR` runs at its DEFAULT settings from this
 tree and from the baseline tree at the same time, each a subprocess on one thread with its own tree's `src`
 first on the path, so the two share the machine's load. Each report's own cost record (report.json's "cost")
-gives its CPU seconds, model forward passes (`passes`) and sequences (`rows`). Prints one row per checkpoint:
+gives its CPU seconds, model forward passes (`passes`), sequences (`rows`) and peak resident memory (the
+largest of its steps' `peak_rss_mb`). Prints one row per checkpoint:
 before, after, and the ratio of the CPU times; `--out FILE` keeps the rows as JSON.
 """
 
@@ -55,7 +56,8 @@ def cost_of(proc: subprocess.Popen, out: Path) -> dict[str, Any]:
     if proc.returncode:
         return {"error": (err.strip().splitlines() or ["?"])[-1]}
     cost = json.loads((out / "report.json").read_text())["cost"]
-    return {k: cost[k] for k in ("seconds", "cpu_seconds", "passes", "rows")}
+    peak = max((step.get("peak_rss_mb", 0.0) for step in cost["steps"].values()), default=None)
+    return {**{k: cost[k] for k in ("seconds", "cpu_seconds", "passes", "rows")}, "peak_rss_mb": peak}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,11 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         ok = "error" not in b and "error" not in a
         table.append([
             r["model"],
-            b.get("cpu_seconds", b.get("error")), b.get("passes"), b.get("rows"),
-            a.get("cpu_seconds", a.get("error")), a.get("passes"), a.get("rows"),
+            b.get("cpu_seconds", b.get("error")), b.get("passes"), b.get("rows"), b.get("peak_rss_mb"),
+            a.get("cpu_seconds", a.get("error")), a.get("passes"), a.get("rows"), a.get("peak_rss_mb"),
             round(a["cpu_seconds"] / b["cpu_seconds"], 2) if ok else None,
         ])  # fmt: skip
-    headers = ["model", "before CPU s", "passes", "rows", "after CPU s", "passes", "rows", "after/before CPU"]
+    headers = [
+        "model", "before CPU s", "passes", "rows", "peak MiB",
+        "after CPU s", "passes", "rows", "peak MiB", "after/before CPU",
+    ]  # fmt: skip
     print(format_table(table, headers))
     if args.out:
         args.out.write_text(json.dumps({"baseline": str(args.baseline), "rows": rows}, indent=1))
