@@ -98,3 +98,23 @@ def test_a_screening_draw_without_behaviour_screens_and_tests_no_edge():
     assert planted.attribution is not None and len(planted.edge_decision["edge"].mean) > 0
     assert planted.edge_decision.stopped != "no behaviour" and len(planted.edge_names()) > 0
     assert_no_hooks(random_model)
+
+
+def test_a_criterion_decided_no_ends_the_criteria_stage_and_only_with_the_rule():
+    """'A "no" ends the criteria stage': the faithfulness of a gap near 0 stays open, the gap is decided no at
+    once; with the rule the stage stops at its first look, without it it runs to its budget."""
+    from mechmem.analysis.circuits.discovery import criteria_moments, judge_criteria
+
+    def draw(k, generator):  # full - empty ~ 0.001 + noise: gap absent, faithfulness undecidable
+        full = 0.001 + 0.01 * torch.randn(k, generator=generator)
+        empty = torch.zeros(k)
+        circuit = 0.5 * full + 0.01 * torch.randn(k, generator=generator)
+        return criteria_moments(torch.stack([full, empty, circuit, full - circuit]))
+
+    policy = DecisionPolicy(first=32, budget=256)
+    stopped = judge_criteria(draw, policy, torch.Generator().manual_seed(0), stop_at_no=True)
+    plain = judge_criteria(draw, policy, torch.Generator().manual_seed(0))
+    assert stopped.looks == (32,) and stopped.stopped == "a criterion decided no"
+    assert stopped["gap"].verdicts() == ["no"]
+    assert stopped["faithfulness"].verdicts() == ["undecided"]
+    assert plain.looks == (32, 64, 128, 256) and plain.stopped == "budget"

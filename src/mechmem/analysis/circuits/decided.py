@@ -217,7 +217,7 @@ def judge_circuit(
         rounds.append(patcher.evaluate(torch.stack([every, ~every, kept, ~kept])).detach().cpu())
         return criteria_moments(rounds[-1])
 
-    decision = judge_criteria(draw, stage_policy(policy, len(CRITERIA)), generator)
+    decision = judge_criteria(draw, stage_policy(policy, len(CRITERIA)), generator, stop_at_no=True)
     return decision, torch.cat(rounds, dim=1), source[0]
 
 

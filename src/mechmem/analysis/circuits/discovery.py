@@ -39,7 +39,7 @@ prompt draw, and reading them apart would hide how the verdict follows from the 
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -52,7 +52,7 @@ from mechmem.analysis.frames import short_repr
 from mechmem.analysis.intervals import RatioMoments, standard_error
 from mechmem.analysis.patching import PatchingResult
 from mechmem.analysis.patching.attribution import TRUST, agreement, judge
-from mechmem.analysis.sequential import CIRCUIT_POLICY, Decision, DecisionPolicy, decide
+from mechmem.analysis.sequential import CIRCUIT_POLICY, NO, Decision, DecisionPolicy, decide, no_open_tests
 from mechmem.tasks.base import PatchingPair
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
@@ -267,11 +267,22 @@ def criteria_moments(values: Float[Tensor, "4 batch"]) -> dict[str, RatioMoments
     }
 
 
-def judge_criteria(draw: Any, policy: DecisionPolicy, generator: torch.Generator | None = None) -> Decision:
+def judge_criteria(
+    draw: Any, policy: DecisionPolicy, generator: torch.Generator | None = None, *, stop_at_no: bool = False
+) -> Decision:
     """The sequential decision of the measured criteria (`THRESHOLDS`; the gap on |gap|): `draw(k,
-    generator)` gives the moments (`criteria_moments`) of k new prompts."""
+    generator)` gives the moments (`criteria_moments`) of k new prompts. With `stop_at_no`, sampling also
+    stops once one criterion is decided "no" (the verdict is then "no" whatever the others say; `stopped`
+    reads "a criterion decided no": docs/decisions.md, 'A "no" ends the criteria stage')."""
     gen = generator or torch.Generator().manual_seed(0)
-    return decide(draw, THRESHOLDS, policy=policy, generator=gen, absolute=("gap",))
+
+    def settled(families: dict[str, Any]) -> bool:
+        return no_open_tests(families) or (stop_at_no and any(int(f.code) == NO for f in families.values()))
+
+    decision = decide(draw, THRESHOLDS, policy=policy, generator=gen, absolute=("gap",), settled=settled)
+    if decision.stopped == "settled" and not no_open_tests(decision.families):
+        decision = replace(decision, stopped="a criterion decided no")
+    return decision
 
 
 def single_look(values: Float[Tensor, "4 batch"], policy: DecisionPolicy = CIRCUIT_POLICY) -> Decision:
