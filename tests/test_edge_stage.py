@@ -118,3 +118,29 @@ def test_a_criterion_decided_no_ends_the_criteria_stage_and_only_with_the_rule()
     assert stopped["gap"].verdicts() == ["no"]
     assert stopped["faithfulness"].verdicts() == ["undecided"]
     assert plain.looks == (32, 64, 128, 256) and plain.stopped == "budget"
+
+
+def test_a_circuit_asked_for_twice_runs_once_with_the_same_values(monkeypatch):
+    from mechmem.analysis.circuits.edges import EdgePatcher
+    from mechmem.tasks import build_task
+
+    model = planted_induction_model()
+    task = build_task("repeats", {"d_vocab": 12, "half": 8})
+    pair = task.patching_pair(16, generator=torch.Generator().manual_seed(0))
+    patcher = EdgePatcher(model, pair, "mean")
+    n = len(patcher.graph.edges)
+    every, some = torch.ones(n, dtype=torch.bool), torch.arange(n) % 3 == 0
+    ran: list[int] = []
+    real = EdgePatcher.run
+
+    def counted(self, variants):
+        ran.append(len(variants))
+        return real(self, variants)
+
+    monkeypatch.setattr(EdgePatcher, "run", counted)
+    twice = patcher.evaluate(torch.stack([every, ~every, some, ~every, every]))
+    assert ran == [3]
+    once = torch.cat([patcher.evaluate(row[None]) for row in (every, ~every, some)])
+    torch.testing.assert_close(twice, once[[0, 1, 2, 1, 0]])
+    assert float((twice[0] - twice[1]).abs().max()) > 0.1  # the circuits differ
+    assert_no_hooks(model)

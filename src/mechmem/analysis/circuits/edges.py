@@ -397,8 +397,12 @@ class EdgePatcher:
         return _CircuitPass(self, keep).interventions()
 
     def evaluate(self, keep: Bool[Tensor, "variant edge"]) -> Float[Tensor, "variant batch"]:
-        """Per-prompt metric of each circuit (a row of `keep`), every other edge ablated."""
-        return self.run([self.circuit_variant(row) for row in keep])
+        """Per-prompt metric of each circuit (a row of `keep`), every other edge ablated. A circuit asked for
+        twice (e.g. an empty circuit beside every edge ablated) runs once."""
+        unique, where = torch.unique(keep, dim=0, return_inverse=True)
+        if len(unique) == len(keep):
+            return self.run([self.circuit_variant(row) for row in keep])
+        return self.run([self.circuit_variant(row) for row in unique])[where]
 
 
 class _CircuitPass:
