@@ -18,7 +18,7 @@ def estimate_mb_per_sequence(model: Any) -> float:
     its residual, attention and MLP activations (6 d_model + 2 d_mlp), the residual stream of every layer
     (n_layers d_model: what the lens and the probes keep), and the logits with their softmax (2 d_vocab_out).
     Measured against it: the report of a 12-layer d_model 768 model at 512 sequences peaked at 7.7 GB
-    before the engine's caches were capped, and at the figure of docs/record/2026-12-04-report-memory.md after.
+    before the engine's caches were capped; after, see docs/record/2026-12-04-report-memory.md.
     """
     cfg = getattr(model, "cfg", None)
     get = lambda name, default: int(getattr(cfg, name, None) or default)
