@@ -197,14 +197,8 @@ def _sources(
         for lo in range(0, n, step):  # a pass's peak memory grows with the batch, the kept hooks do not
             _, cache = model.run_with_cache(run_tokens[lo : lo + step].to(_device(model)), names_filter=keep)
             for name in names:
-                act = cache[name]
-                if name in averaged:
-                    dtypes[name], part = act.dtype, act.double().sum(0, keepdim=True)
-                    runs[(key, name)] = part if lo == 0 else runs[(key, name)] + part
-                    continue
-                if lo == 0:
-                    runs[(key, name)] = act.new_empty((n, *act.shape[1:]))
-                runs[(key, name)][lo : lo + len(act)] = act
+                dtypes[name] = cache[name].dtype
+                _add_rows(runs, (key, name), cache[name], slice(lo, lo + step), n, name in averaged)
             del cache
         for name in averaged:  # the mean over every sequence, [1, ...], in the activation's dtype
             runs[(key, name)] = (runs[(key, name)] / n).to(dtypes[name])
@@ -214,6 +208,19 @@ def _sources(
             ref = runs[(id(iv.setter.tokens), iv.hook)]
             values[(id(iv.setter), iv.hook)] = iv.setter.source(ref, tokens.shape[0])
     return values, {name: runs[(id(tokens), name)] for name in extra or ()}
+
+
+def _add_rows(out: dict, key: Any, act: Tensor, rows: slice, n: int, mean: bool) -> None:
+    """Gather one chunk's activation `act` (the sequences `rows` of `n`) under `key`: filled in place into
+    one [n, ...] tensor, or with `mean` only added to a running float64 sum [1, ...] (divide by n at the
+    end)."""
+    if mean:
+        part = act.double().sum(0, keepdim=True)
+        out[key] = out[key] + part if key in out else part
+        return
+    if key not in out:
+        out[key] = act.new_empty((n, *act.shape[1:]))
+    out[key][rows] = act
 
 
 def _check_hooks(model: torch.nn.Module, variants: list[list[Intervention]]) -> set[str]:
@@ -600,14 +607,8 @@ class Engine:
         for r in self.row_chunks(x, factor=GATHER_FACTOR):
             run = self.replay.run(x[r], torch.zeros(len(x[r]), 1, dtype=torch.long, device=x.device))
             for l, s in keys:
-                act = run.acts[s][l]
-                if mean:
-                    dtype, part = act.dtype, act.double().sum(0, keepdim=True)
-                    out[(l, s)] = part if r.start == 0 else out[(l, s)] + part
-                    continue
-                if r.start == 0:
-                    out[(l, s)] = act.new_empty((len(x), *act.shape[1:]))
-                out[(l, s)][r] = act
+                dtype = run.acts[s][l].dtype
+                _add_rows(out, (l, s), run.acts[s][l], r, len(x), mean)
             del run
         if mean:
             out = {key: (total / len(x)).to(dtype) for key, total in out.items()}
