@@ -55,15 +55,19 @@ def sweep_flops(cfg: Any, axes: tuple[str, ...], shape: tuple[int, ...], sequenc
     return per_layer * sum(forward_flops(cfg, sequences, pos, from_layer=l) for l in range(shape[0]))
 
 
-def matmul_rate(n: int = 2048, repeats: int = 3) -> float:
-    """FLOP/s of an n x n float32 matmul on torch's current thread count: the best of `repeats` timings."""
+def matmul_rate(n: int = 2048, repeats: int = 3, device: str = "cpu") -> float:
+    """FLOP/s of an n x n float32 matmul on torch's current thread count (or on a CUDA `device`, timed to
+    its completion): the best of `repeats` timings."""
     gen = torch.Generator().manual_seed(0)
-    a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
+    a, b = torch.randn(n, n, generator=gen).to(device), torch.randn(n, n, generator=gen).to(device)
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     a @ b  # warm-up
+    sync()
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
         a @ b
+        sync()
         best = min(best, time.perf_counter() - start)
     return 2.0 * n**3 / best
 

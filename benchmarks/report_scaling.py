@@ -30,8 +30,8 @@ and the table gives both totals and the ratio of the CPU times (the steadier mea
 
 The floor (`benchmarks/floor.py`): per size, the report's counted forward calls on the model (`rows`
 sequences, each counted as a full forward; the replay's and backward passes are not counted), the float32
-matmul rate measured in the same run on --threads threads, the time that work takes at that rate, and the
-ratio of the report's wall and CPU seconds to it.
+matmul rate measured in the same run on --threads threads (on the GPU with --device cuda), the time that work
+takes at that rate, and the ratio of the report's wall and CPU seconds to it.
 
 The growth law: for every d_model with at least two layer counts, the report's total wall time, and
 separately its CPU time, is fitted as a * L^k by least squares on log time against log L (in-process times
@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json is not None:
         rows, sizes = json.loads(args.from_json.read_text())["rows"], []
     torch.set_num_threads(args.threads)
-    rate = matmul_rate()
+    rate = matmul_rate(device=args.device)
     try:
         for size in sizes:
             rows.append(run_size(size, args))

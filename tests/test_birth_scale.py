@@ -94,6 +94,24 @@ def test_ladder_climbs_until_met_and_resumes(tmp_path, monkeypatch):
     assert again["one_layer_fixed"]["status"] == summary["one_layer_fixed"]["status"]
 
 
+def test_a_rung_runs_every_statement_whatever_the_climb_decided(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_cell(**kw):
+        calls.append(kw)
+        return {"final": {"icl_acc": 0.1 * kw["n_layers"], "n_icl_positions": 10}, "wall_s": 1.0, "curve": {}}
+
+    monkeypatch.setattr(scale, "train_cell", fake_cell)
+    rules, records = tiny_rules(), tmp_path / "cells.jsonl"
+    values = scale.run_rung(rules, records, "T2", statements=["one_layer_fixed", "two_layer_fixed"],
+                            device="cuda", log=lambda line: None)  # fmt: skip
+    assert values == {"one_layer_fixed": 0.1, "two_layer_fixed": 0.2}
+    assert [(c["steps"], c["device"]) for c in calls] == [(6, "cuda"), (6, "cuda")]
+    assert set(scale.read_records(records)) == {"T2/1l_fixed", "T2/2l_fixed"}  # the keys the climb reads
+    assert scale.run_rung(rules, records, "T2", log=lambda line: None).keys() == set(LADDER_KEYS)
+    assert len(calls) == 4  # the two cells already run are reused
+
+
 def test_unfinished_climb_reports_its_gap_and_the_rungs_not_reached():
     rules = tiny_rules()
     rec = {"final": {"icl_acc": 0.98, "n_icl_positions": 10}, "wall_s": 2.0}
@@ -164,5 +182,7 @@ def test_script_bad_input_exits_2_with_one_line(capsys):
     assert run_script(module.main, ["--statements", "nope"]) == 2
     assert run_script(module.main, ["--max-rung", "R9"]) == 2
     assert run_script(module.main, ["--no-run", "--record", "no/such/record.json"]) == 2
+    assert run_script(module.main, ["--rung", "R9"]) == 2
+    assert run_script(module.main, ["--rung", "R4", "--device", "tpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
+    assert len(err) == 5 and all(line.startswith("error: ") for line in err)

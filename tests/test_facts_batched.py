@@ -11,9 +11,10 @@ from mechmem.papers.memorisation.batched import (
     Schedule,
     fact_logits,
     train_batched,
+    train_counts,
     train_reference,
 )
-from mechmem.papers.memorisation.data import generate_facts
+from mechmem.papers.memorisation.data import fact_sequence, generate_facts
 from mechmem.papers.memorisation.fused import FactBatch, loss_grad
 from mechmem.papers.memorisation.heap import retain_freed_memory
 from mechmem.papers.memorisation.models import (
@@ -52,6 +53,29 @@ def test_batched_equals_per_init(cfg):
     b_logits = forward_params(cfg, batched.params, INPUTS, last_only=True)
     r_logits = forward_params(cfg, reference.params, INPUTS, last_only=True)
     torch.testing.assert_close(b_logits, r_logits, atol=2e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [FactsModelConfig(mixing="attn"), FactsModelConfig(mixing="2emb", mlp_residual=False, norms=False)],
+    ids=lambda c: c.name,
+)
+def test_train_counts_equals_one_training_per_count(cfg):
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # the sums run in another order: exact outcomes need float64
+    try:
+        schedule = Schedule(max_epochs=150, patience=25)
+        counts = [120, 30, 75]
+        together = train_counts(cfg, *fact_sequence(120, 32, 16), counts, [0, 1, 2], schedule)
+        assert list(together) == counts
+        for n in counts:
+            alone = train_batched(cfg, *generate_facts(n, 32, 16), [0, 1, 2], schedule)
+            assert together[n].to_dict() == alone.to_dict()
+            for name, p in alone.params.items():
+                torch.testing.assert_close(together[n].params[name], p, atol=1e-8, rtol=1e-8)
+        assert len({tuple(together[n].epochs.tolist()) for n in counts}) == 3  # the counts really differ
+    finally:
+        torch.set_default_dtype(before)
 
 
 def test_success_stops_early_and_inits_are_independent():

@@ -2,8 +2,11 @@
 committed sweeps (the merged search retraces every recorded search exactly), and a tiny end-to-end search."""
 
 import json
+import random
+from contextlib import contextmanager
 
 import pytest
+import torch
 from helpers import ROOT
 
 from mechmem.errors import MechmemError
@@ -16,9 +19,19 @@ from mechmem.papers.memorisation.capacity import (
     measure_capacity,
 )
 from mechmem.papers.memorisation.models import FactsModelConfig
-from mechmem.papers.memorisation.search import Memo, search_capacity
+from mechmem.papers.memorisation.search import Memo, authors_counts, search_capacity
 
 DATA = ROOT / "docs" / "reproductions" / "data"
+
+
+@contextmanager
+def torch_default_dtype(dtype):
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
 
 
 def brute_force(passes, limit: int) -> int:
@@ -131,6 +144,35 @@ def test_committed_constructions_searches_replay():
                 start=result.d,
             )
             assert again == search
+
+
+@pytest.mark.parametrize(("limit", "precision"), [(1024, 8), (4096, 32), (300, 1), (64, 3), (9, 8)])
+def test_authors_counts_hold_every_count_a_search_tries(limit, precision):
+    counts = set(authors_counts(limit, precision))
+    assert len(counts) == len(authors_counts(limit, precision)) and counts <= set(range(1, limit + 1))
+    rng, seen = random.Random(0), set()
+    for trial in range(400):  # monotone and noisy oracles reach every branch
+        threshold = rng.randint(0, limit + 1)
+        noise = 0.0 if trial % 2 else 0.3
+        result = search_capacity(
+            lambda n, t=threshold, q=noise: rng.random() < 0.5 if rng.random() < q else n <= t,
+            limit,
+            precision=precision,
+        )
+        seen |= {n for n, _ in result.trace}
+    assert seen <= counts
+    assert len(counts) - len(seen) <= len(counts) // 8  # the tree is not padded with counts never tried
+
+
+def test_all_at_once_is_the_same_search():
+    cfg = FactsModelConfig(n_in=8, n_out=4, d_model=4, d_mlp=4, mixing="attn")
+    schedule = Schedule(max_epochs=80, patience=20)
+    with torch_default_dtype(torch.float64):  # float sums in another order must not flip an outcome
+        one_by_one = find_capacity(cfg, schedule=schedule, seeds=[0, 1, 2], precision=4)
+        at_once = find_capacity(cfg, schedule=schedule, seeds=[0, 1, 2], precision=4, all_at_once=True)
+    assert at_once.searches == one_by_one.searches and at_once.scores == one_by_one.scores
+    assert at_once.info["trained_counts"] == len(authors_counts(64, 4))
+    assert "trained_counts" not in one_by_one.info
 
 
 def test_find_capacity_tiny():

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mechmem.errors import MechmemError
-from mechmem.papers.memorisation.data import generate_facts
+from mechmem.papers.memorisation.data import fact_sequence, generate_facts
 
 
 def test_small_case_by_hand():
@@ -38,6 +38,14 @@ def test_prefix_property():
     small, small_labels = generate_facts(32, n_in=32, n_out=16)
     big_set = {(tuple(p), l) for p, l in zip(big.tolist(), big_labels.tolist())}
     assert {(tuple(p), l) for p, l in zip(small.tolist(), small_labels.tolist())} <= big_set
+
+
+def test_fact_sequence_prefixes_are_the_fact_sets():
+    inputs, labels = fact_sequence(200, n_in=32, n_out=16)
+    for n in (1, 17, 64, 200):
+        sorted_inputs, sorted_labels = generate_facts(n, n_in=32, n_out=16)
+        prefix = {(tuple(p), l) for p, l in zip(inputs[:n].tolist(), labels[:n].tolist())}
+        assert prefix == {(tuple(p), l) for p, l in zip(sorted_inputs.tolist(), sorted_labels.tolist())}
 
 
 def test_too_many_facts():

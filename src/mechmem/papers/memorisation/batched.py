@@ -183,17 +183,89 @@ def train_batched(
     Each init is drawn from `torch.Generator().manual_seed(seed)`.
     """
     device = torch.device(device)
-    if device.type == "cpu":
-        retain_freed_memory()
-    n_init, n_facts = len(seeds), labels.shape[0]
-    inputs, labels = inputs.to(device), labels.to(device)
-    need, cont = _hits_needed(n_facts, schedule.target_acc), _hits_needed(n_facts, schedule.continue_above)
+    n_facts = labels.shape[0]
+    need = torch.full((len(seeds),), _hits_needed(n_facts, schedule.target_acc))
+    cont = torch.full((len(seeds),), _hits_needed(n_facts, schedule.continue_above))
     inits = [init_params(cfg, generator=torch.Generator().manual_seed(s)) for s in seeds]
     final: Params = {k: torch.stack([p[k] for p in inits]) for k in inits[0]}
+    inputs, labels = inputs.to(device), labels.to(device)
+    batch = FactBatch(inputs, labels, cfg.n_in, cfg.n_out, final["embed.W_E"].dtype)
+    totals, success = _train_stack(cfg, batch, final, need, cont, schedule, device)
+    return TrainOutcome(
+        seeds=list(seeds),
+        success=success,
+        best_acc=totals["best"].float() / n_facts,
+        final_acc=totals["last"].float() / n_facts,
+        epochs=totals["epochs"],
+        phases=totals["phases"],
+        params=final,
+    )
+
+
+def train_counts(
+    cfg: FactsModelConfig,
+    inputs: Int[Tensor, "n_facts 2"],
+    labels: Int[Tensor, " n_facts"],
+    counts: list[int],
+    seeds: list[int],
+    schedule: Schedule = Schedule(),
+    *,
+    device: str | torch.device = "cpu",
+) -> dict[int, TrainOutcome]:
+    """`train_batched` on the first n facts, for every n in `counts`, all in one stack; n -> its outcome.
+
+    `inputs`/`labels` are the facts in the order drawn (`data.fact_sequence`), so the first n are the set of
+    `generate_facts(n)`. Row (n, seed) starts from the seed's init and sees only its first n facts: the same
+    algorithm as one `train_batched` per n, in one tensor (a GPU runs the many fact counts of a capacity
+    search at the cost of its slowest). Float sums run in another order than `train_batched`'s, so single
+    epochs may differ in the last bits.
+    """
+    device = torch.device(device)
+    counts = list(dict.fromkeys(counts))
+    rows = torch.tensor([n for n in counts for _ in seeds])
+    need = torch.tensor([_hits_needed(int(n), schedule.target_acc) for n in rows])
+    cont = torch.tensor([_hits_needed(int(n), schedule.continue_above) for n in rows])
+    inits = [init_params(cfg, generator=torch.Generator().manual_seed(s)) for s in seeds]
+    final: Params = {k: torch.stack([p[k] for p in inits] * len(counts)) for k in inits[0]}
+    inputs, labels = inputs[: max(counts)].to(device), labels[: max(counts)].to(device)
+    dtype = final["embed.W_E"].dtype
+    batch = FactBatch(inputs, labels, cfg.n_in, cfg.n_out, dtype, counts=rows.to(device))
+    totals, success = _train_stack(cfg, batch, final, need, cont, schedule, device)
+    out, k = {}, len(seeds)
+    for i, n in enumerate(counts):
+        part = slice(i * k, (i + 1) * k)
+        out[n] = TrainOutcome(
+            seeds=list(seeds),
+            success=success[part],
+            best_acc=totals["best"][part].float() / n,
+            final_acc=totals["last"][part].float() / n,
+            epochs=totals["epochs"][part],
+            phases=totals["phases"][part],
+            params={name: p[part] for name, p in final.items()},
+        )
+    return out
+
+
+def _train_stack(
+    cfg: FactsModelConfig,
+    batch: FactBatch,
+    final: Params,
+    need: Int[Tensor, " row"],
+    cont: Int[Tensor, " row"],
+    schedule: Schedule,
+    device: torch.device,
+) -> tuple[dict[str, Tensor], Tensor]:
+    """The schedule on every row of `final` (initial weights, overwritten with each row's final weights);
+    returns the per-row totals (best, last, epochs, phases) and successes. `need` and `cont` are the hits
+    each row needs to succeed and to go on to the next phase."""
+    if device.type == "cpu":
+        retain_freed_memory()
+    n_rows = need.shape[0]
     stack, lr_table = ParamStack(final, device), torch.tensor(schedule.lrs, device=device)
-    totals = {k: torch.zeros(n_init, dtype=torch.long) for k in ("best", "last", "epochs", "phases")}
-    success = torch.zeros(n_init, dtype=torch.bool)
-    batch = FactBatch(inputs, labels, cfg.n_in, cfg.n_out, stack.flat.dtype)
+    need_all, cont_all = need.to(device), cont.to(device)
+    totals = {k: torch.zeros(n_rows, dtype=torch.long) for k in ("best", "last", "epochs", "phases")}
+    success = torch.zeros(n_rows, dtype=torch.bool)
+    full, need = batch, need_all
     while stack.ids.numel():
         grad, hits = loss_grad(cfg, stack.flat, stack.params(), batch)
         with torch.no_grad():
@@ -203,8 +275,8 @@ def train_batched(
             over = won | (stack.since >= schedule.patience) | (stack.phase_epoch >= schedule.max_epochs)
             if not bool(over.any()):
                 continue
-            # Bookkeeping on the (rare) epochs where some init ends a phase.
-            go_on = over & ~won & (stack.best >= cont) & (stack.phase + 1 < len(schedule.lrs))
+            # Bookkeeping on the (rare) epochs where some row ends a phase.
+            go_on = over & ~won & (stack.best >= cont_all[stack.ids]) & (stack.phase + 1 < len(schedule.lrs))
             finished, cpu = over & ~go_on, stack.ids.cpu()
             totals["best"][cpu] = torch.maximum(totals["best"][cpu], stack.best.cpu())
             totals["last"][cpu] = hits.cpu()
@@ -216,15 +288,8 @@ def train_batched(
                 for k, p in stack.params(stack.flat[finished].detach().cpu()).items():
                     final[k][cpu[finished.cpu()]] = p
                 stack.keep(~finished)
-    return TrainOutcome(
-        seeds=list(seeds),
-        success=success,
-        best_acc=totals["best"].float() / n_facts,
-        final_acc=totals["last"].float() / n_facts,
-        epochs=totals["epochs"],
-        phases=totals["phases"],
-        params=final,
-    )
+                batch, need = full.select(stack.ids), need_all[stack.ids]
+    return totals, success
 
 
 def train_reference(

@@ -18,6 +18,29 @@ from torch import Tensor
 from mechmem.errors import MechmemError
 
 
+def fact_sequence(
+    n_facts: int, n_in: int, n_out: int, seed: int = 42, *, device: str = "cpu"
+) -> tuple[Int[Tensor, "n_facts 2"], Int[Tensor, " n_facts"]]:
+    """The published facts in the order they are drawn, before the sort by label; on CPU.
+
+    The set of `generate_facts(n)` is the first n of these, for every n: the fact sets of a capacity search
+    are nested, so one sequence serves every fact count (`batched.train_counts`). Arguments and errors as in
+    `generate_facts`.
+    """
+    if n_in < 1 or n_out < 1 or n_facts < 1:
+        raise MechmemError(f"n_facts, n_in and n_out must be positive, got {n_facts}, {n_in}, {n_out}")
+    if n_facts > n_in**2:
+        raise MechmemError(f"cannot make {n_facts} distinct facts from {n_in}^2 = {n_in**2} input pairs")
+    try:
+        generator = torch.Generator(device=device).manual_seed(seed)
+        perm = torch.randperm(n_in**2, generator=generator, device=device).cpu()
+    except (RuntimeError, AssertionError) as err:
+        raise MechmemError(f"cannot draw the fact permutation on device {device!r}: {err}") from None
+    tokens = torch.arange(n_in)
+    pairs = torch.cartesian_prod(tokens, tokens)
+    return pairs[perm[:n_facts]], torch.arange(n_facts) % n_out
+
+
 def generate_facts(
     n_facts: int, n_in: int, n_out: int, seed: int = 42, *, device: str = "cpu"
 ) -> tuple[Int[Tensor, "n_facts 2"], Int[Tensor, " n_facts"]]:
@@ -33,19 +56,7 @@ def generate_facts(
     Raises:
         MechmemError: if n_facts exceeds n_in**2, a size is not positive or the device is unavailable.
     """
-    if n_in < 1 or n_out < 1 or n_facts < 1:
-        raise MechmemError(f"n_facts, n_in and n_out must be positive, got {n_facts}, {n_in}, {n_out}")
-    if n_facts > n_in**2:
-        raise MechmemError(f"cannot make {n_facts} distinct facts from {n_in}^2 = {n_in**2} input pairs")
-    try:
-        generator = torch.Generator(device=device).manual_seed(seed)
-        perm = torch.randperm(n_in**2, generator=generator, device=device).cpu()
-    except (RuntimeError, AssertionError) as err:
-        raise MechmemError(f"cannot draw the fact permutation on device {device!r}: {err}") from None
-    tokens = torch.arange(n_in)
-    pairs = torch.cartesian_prod(tokens, tokens)
-    inputs = pairs[perm[:n_facts]]
-    labels = torch.arange(n_facts) % n_out
+    inputs, labels = fact_sequence(n_facts, n_in, n_out, seed, device=device)
     # The published code uses the default (unstable) argsort; keep it, since the stable sort orders ties
     # differently for large n_facts and the fact order fixes which facts a capacity search sees.
     order = torch.argsort(labels)

@@ -14,6 +14,7 @@ over 16 labels is then an elementwise pass over contiguous rows, several times f
 16-wide last axis, and no intermediate is kept for autograd.
 """
 
+import copy
 import math
 
 import torch
@@ -54,11 +55,19 @@ def mixing_tables(cfg: FactsModelConfig, params: Params) -> dict[str, Tensor]:
 class FactBatch:
     """The facts of one training run in the forms the step reads.
 
-    One-hot gather matrices and scaled labels.
+    One-hot gather matrices and scaled labels. With `counts` (one per row of the stack), row r trains on the
+    first counts[r] facts only: its loss is the mean over those, its hits count those (`weights`, `mask`);
+    the other facts are computed and ignored. `select` keeps the rows still training.
     """
 
     def __init__(
-        self, tokens: Int[Tensor, "n 2"], labels: Int[Tensor, " n"], n_in: int, n_out: int, dtype: torch.dtype
+        self,
+        tokens: Int[Tensor, "n 2"],
+        labels: Int[Tensor, " n"],
+        n_in: int,
+        n_out: int,
+        dtype: torch.dtype,
+        counts: Int[Tensor, " row"] | None = None,
     ) -> None:
         n = labels.shape[0]
         eye = torch.eye(n_in, dtype=dtype, device=tokens.device)
@@ -67,9 +76,33 @@ class FactBatch:
         self.both_t, self.second_t = self.both.t().contiguous(), self.second.t().contiguous()
         self.pair = tokens[:, 1] * n_in + tokens[:, 0]  # index into gap.flatten(1)
         self.labels = labels
+        one_hot = torch.eye(n_out, dtype=dtype, device=labels.device)[:, labels]  # [n_out, n]
         # cross-entropy gradient = softmax / n - one_hot(label) / n (each init's mean loss)
-        self.target = torch.eye(n_out, dtype=dtype, device=labels.device)[:, labels] / n  # [n_out, n]
+        self.target = one_hot / n
         self.n = n
+        self.weights: Tensor | None = None  # [row, 1, n]: 1 / counts[r] on the row's facts, else 0
+        self.mask: Tensor | None = None  # [row, 1, n]: the row's facts
+        if counts is not None:
+            if int(counts.min()) < 1 or int(counts.max()) > n:
+                raise ValueError(f"counts must lie in [1, {n}]")
+            self.counts, self.one_hot = counts.to(labels.device), one_hot
+            self.mask = (torch.arange(n, device=labels.device) < counts.to(labels.device)[:, None])[:, None]
+            self.weights = self.mask / counts.to(device=labels.device, dtype=dtype)[:, None, None]
+
+    def select(self, rows: Tensor) -> "FactBatch":
+        """The batch of the rows `rows` (indices into the rows of `counts`), cut to the facts they still read
+        (the first max(counts[rows])); itself when it has no counts."""
+        if self.weights is None:
+            return self
+        out = copy.copy(self)
+        out.counts = self.counts[rows]
+        m = int(out.counts.max()) if out.counts.numel() else 0
+        out.weights, out.mask = self.weights[rows, :, :m], self.mask[rows, :, :m]
+        out.first, out.second, out.both = self.first[:m], self.second[:m], self.both[:m]
+        out.both_t, out.second_t = self.both_t[:, :m].contiguous(), self.second_t[:, :m].contiguous()
+        out.pair, out.labels, out.one_hot = self.pair[:m], self.labels[:m], self.one_hot[:, :m]
+        out.n = m
+        return out
 
 
 def _gather(tables: list[Tensor], rows_t: Tensor) -> Tensor:
@@ -156,9 +189,14 @@ def _readout_grad(
         yn, params["unembed.W_U"], params.get("unembed.b_U"), params["ln_final.w"] if norms else None
     )
     top = logits.amax(1, keepdim=True)
-    hits = (logits.gather(1, batch.labels.expand(logits.shape[0], 1, -1)) >= top).sum((1, 2))
+    correct = logits.gather(1, batch.labels.expand(logits.shape[0], 1, -1)) >= top
     probs = (logits - top).exp_()
-    grad = probs.mul_((1.0 / batch.n) / probs.sum(1, keepdim=True)).sub_(batch.target)
+    if batch.weights is None:
+        hits = correct.sum((1, 2))
+        grad = probs.mul_((1.0 / batch.n) / probs.sum(1, keepdim=True)).sub_(batch.target)
+    else:  # rows with their own fact counts
+        hits = correct.logical_and_(batch.mask).sum((1, 2))
+        grad = probs.div_(probs.sum(1, keepdim=True)).sub_(batch.one_hot).mul_(batch.weights)
     grad = _linear_t_backward(grad, yn, W_U, ("unembed.W_U", "unembed.b_U", "ln_final.w"), params, out)
     if norms:
         grad = _rms_t_backward(grad, yn, rf)

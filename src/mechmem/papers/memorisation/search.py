@@ -89,6 +89,24 @@ def search_capacity(
     raise MechmemError(f"unknown bracket {bracket!r} (use {' or '.join(BRACKETS)})")
 
 
+def authors_counts(limit: int, precision: int) -> list[int]:
+    """Every n the authors' bracket can try for some oracle, in breadth-first order (the bisection tree and
+    `limit` itself): training all of them at once answers any search in one round (`find_capacity`)."""
+    if precision < 1 or limit < 1:
+        raise MechmemError(f"need precision, limit >= 1, got {precision}, {limit}")
+    out, queue = [], [(1, limit)]
+    while queue:
+        lo, hi = queue.pop(0)
+        if hi - lo < precision:
+            if hi == limit:
+                out.append(limit)
+            continue
+        mid = (lo + hi) // 2
+        out.append(mid)
+        queue += [(lo, mid - 1), (mid + 1, hi)]
+    return list(dict.fromkeys(out))
+
+
 def _authors(test: Callable[[int], bool], limit: int, precision: int) -> int:
     lo, hi, best = 1, limit, 0
     while hi - lo >= precision:

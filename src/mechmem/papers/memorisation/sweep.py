@@ -75,8 +75,11 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
     return list(load_cell_records(Path(path), flat=True).values())
 
 
-def search_cell(cell: SearchCell, device: str) -> dict[str, Any]:
-    """One cell's capacity search on `device` (resolved in the worker): its record, JSON-able."""
+def search_cell(cell: SearchCell, device: str, all_at_once: bool = False) -> dict[str, Any]:
+    """One cell's capacity search on `device` (resolved in the worker): its record, JSON-able.
+
+    `all_at_once`: train every fact count the search could try in one stack (`find_capacity`).
+    """
     from mechmem.training.trainer import resolve_device
 
     result = find_capacity(
@@ -86,6 +89,7 @@ def search_cell(cell: SearchCell, device: str) -> dict[str, Any]:
         precision=cell.precision,
         data_device=cell.facts_device,
         device=resolve_device(device),
+        all_at_once=all_at_once,
     )
     result.info.update(key=cell.key, repeat=cell.repeat)
     return {**result.to_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -101,15 +105,18 @@ def run_sweep(
     gpus_per_cell: float = 1.0,
     progress: bool = True,
     reuse: Iterable[str | Path] = (),
+    all_at_once: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Run every cell not yet in `path` (one JSON line each, appended when done); key -> record of all cells.
 
     `executor`, `address` and `gpus_per_cell` choose where the cells run (`mechmem.executor.run_cells`);
     `device` is cpu, cuda or auto, resolved by each cell where it runs. Cells finished in a `reuse` file (same
     key: same variant, size, repeat, schedule, precision and fact device) are copied, not rerun.
+    `all_at_once` trains each cell's fact counts in one stack (`find_capacity`; the same search).
     """
     cells = list(cells)
-    jobs = [Cell(c.key, search_cell, {"cell": c, "device": device}) for c in cells]
+    options = {"device": device, "all_at_once": all_at_once}
+    jobs = [Cell(c.key, search_cell, {"cell": c, **options}) for c in cells]
     label = "capacity cells" if progress else None
     return run_cells(
         jobs,

@@ -5,6 +5,8 @@
     # every statement, every rung
     python -m mechmem.papers.birth.scripts.scale
     python -m mechmem.papers.birth.scripts.scale --seed-check docs/reproductions/data/birth_seed_check.json
+    # every statement at the paper's sizes, on a GPU, whatever the climb decided
+    python -m mechmem.papers.birth.scripts.scale --rung R4 --device cuda
     # a rung's cells as Ray tasks
     python -m mechmem.papers.birth.scripts.scale --executor ray --address auto
 
@@ -55,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument(
+        "--rung", default=None, help="run every chosen statement at this rung, without climbing (e.g. R4)"
+    )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda: where the cells train (default cpu)")
+    parser.add_argument(
         "--executor", default="local", help="local (this process) or ray (one Ray task per cell)"
     )
     parser.add_argument("--address", default=None, help="ray: cluster to join (auto or host:port)")
@@ -71,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         attach_ladder,
         load_rules,
         run_ladder,
+        run_rung,
         run_seed_check,
     )
 
@@ -82,11 +89,18 @@ def main(argv: list[str] | None = None) -> int:
     if chosen and set(chosen) - set(keys):
         raise MechmemError(f"unknown statement in {args.statements!r} (known: {', '.join(keys)})")
     rungs = [r["name"] for r in rules["ladder"]["rungs"]]
-    if args.max_rung is not None and args.max_rung not in rungs:
-        raise MechmemError(f"unknown rung {args.max_rung!r} (known: {', '.join(rungs)})")
+    for rung in (args.max_rung, args.rung):
+        if rung is not None and rung not in rungs:
+            raise MechmemError(f"unknown rung {rung!r} (known: {', '.join(rungs)})")
+    if args.device != "cpu" and not args.device.startswith("cuda"):
+        raise MechmemError(f"unknown device {args.device!r} (use cpu or cuda)")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise MechmemError("--device cuda requested but no CUDA device is available")
     torch.set_num_threads(args.threads)
     records, where = Path(args.records or RECORDS_FILE), {"executor": args.executor, "address": args.address}
-    if args.seed_check and not args.no_run:
+    if args.rung and not args.no_run:
+        run_rung(rules, records, args.rung, statements=chosen, device=args.device, log=LOG, **where)
+    elif args.seed_check and not args.no_run:
         run_seed_check(rules, json.loads(Path(args.seed_check).read_text()), records, log=LOG, **where)
     elif not args.no_run:
         status = run_ladder(rules, records, statements=chosen, max_rung=args.max_rung, log=LOG, **where)

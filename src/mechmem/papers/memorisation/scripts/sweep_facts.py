@@ -7,9 +7,9 @@
     # d=16, 32
     python -m mechmem.papers.memorisation.scripts.sweep_facts scaling --variant reduced --max-epochs 150 \
         --patience 50
-    # the GPU job
+    # the GPU job (each cell's fact counts trained in one stack)
     python -m mechmem.papers.memorisation.scripts.sweep_facts scaling --ds 16 32 64 128 --gpu-sizes \
-        --device cuda
+        --device cuda --all-at-once
     # tables + fits from the JSONL
     python -m mechmem.papers.memorisation.scripts.sweep_facts report --max-epochs 150 --patience 50
     # cells as Ray tasks (docs/distributed.md)
@@ -68,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         help="ray + cuda: GPU share per cell (0.25: 4 per GPU)",
     )
     p.add_argument("--threads", type=cli.thread_count, default=1, help="torch CPU threads, >= 1")
+    p.add_argument(
+        "--all-at-once",
+        action="store_true",
+        help="train every fact count a cell's search could try in one stack (for a GPU; the same search)",
+    )
     args = p.parse_args(argv)
     try:
         shard, n_shards = (int(x) for x in args.shard.split("/"))
@@ -84,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     from mechmem.papers.memorisation.batched import Schedule
 
     torch.set_num_threads(args.threads)
-    where = {k: getattr(args, k) for k in ("device", "executor", "address", "gpus_per_cell")}
+    where = {k: getattr(args, k) for k in ("device", "executor", "address", "gpus_per_cell", "all_at_once")}
     schedule = Schedule(max_epochs=args.max_epochs, patience=args.patience, target_acc=args.acc)
     if args.mode == "table":
         cells = sweep.table_cells(args.only, args.repeats, schedule, facts_device=args.facts_device)
