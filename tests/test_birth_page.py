@@ -294,7 +294,16 @@ def test_a_rising_curve_does_not_pass_a_level_claim_on_entering_its_band():
 
 def test_the_page_says_whether_the_paper_sizes_were_run():
     record = json.loads((ROOT / "docs" / "reproductions" / "data" / "birth.json").read_text())
-    assert "are not yet done" in birth_page.sizes_line(record)
-    changed = copy.deepcopy(record)
-    changed["scale"].update(d_model=128, seq_len=256, batch_size=512)
-    assert "are not yet done" not in birth_page.sizes_line(changed)
+    cells = record["ladder"]["records"]
+    at_paper = sorted(
+        k for k, r in cells.items() if r["config"]["d_model"] == 128 and r["config"]["seq_len"] == 256
+    )
+    line = birth_page.sizes_line(record)
+    assert f"{len(at_paper)} run(s) of this record are at the paper's sizes" in line and at_paper
+    assert all(key in line for key in at_paper)
+    smaller = copy.deepcopy(record)
+    for key in at_paper:
+        del smaller["ladder"]["records"][key]
+    assert "are not yet done" in birth_page.sizes_line(smaller)
+    smaller["scale"].update(d_model=128, seq_len=256, batch_size=512)
+    assert "are not yet done" not in birth_page.sizes_line(smaller)

@@ -110,6 +110,10 @@ def test_a_rung_runs_every_statement_whatever_the_climb_decided(tmp_path, monkey
     assert set(scale.read_records(records)) == {"T2/1l_fixed", "T2/2l_fixed"}  # the keys the climb reads
     assert scale.run_rung(rules, records, "T2", log=lambda line: None).keys() == set(LADDER_KEYS)
     assert len(calls) == 4  # the two cells already run are reused
+    summary = scale.summarise(rules, scale.read_records(records))
+    entry = summary["one_layer_fixed"]  # no climb ran: the rung is shown beside it, never as its outcome
+    assert entry["outcome"] is None and entry["status"] == "not run"
+    assert [(row["rung"], row["value"]) for row in entry["beyond"]] == [("T2", 0.1)]
 
 
 def test_unfinished_climb_reports_its_gap_and_the_rungs_not_reached():

@@ -31,9 +31,9 @@ FAMILY = "drop"
 def last_answer(batch: Any) -> tuple[Int[Tensor, " batch"], Int[Tensor, " batch"]]:
     """Per sequence of a task batch: its last loss-masked position and the target there."""
     n, pos = batch.loss_mask.shape
-    idx = (batch.loss_mask > 0).float() * torch.arange(1, pos + 1)
+    idx = (batch.loss_mask > 0).float() * torch.arange(1, pos + 1, device=batch.loss_mask.device)
     last = idx.argmax(-1)
-    return last, batch.targets[torch.arange(n), last]
+    return last, batch.targets[torch.arange(n, device=last.device), last]
 
 
 @dataclass(frozen=True)

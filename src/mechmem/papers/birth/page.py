@@ -184,15 +184,18 @@ def counts_line(record: dict[str, Any]) -> str:
 def sizes_line(record: dict[str, Any]) -> str:
     """The largest sizes any run of the record used, against the paper's."""
     sc, section3 = record["scale"], load_published()["section3_as_written"]
-    configs = [sc] + [r["config"] for r in (record.get("ladder") or {}).get("records", {}).values()]
+    cells = {key: r["config"] for key, r in (record.get("ladder") or {}).get("records", {}).items()}
+    configs = [sc, *cells.values()]
     d = sorted({c["d_model"] for c in configs})
     t = max([c["seq_len"] for c in configs] + [sc.get("depth_seq_len", 0)])
     b = max(c["batch_size"] for c in configs)
     paper = section3["paper_config"]
     done = [c for c in configs if all(c.get(key, 0) >= value for key, value in paper.items())]
+    at_paper = [key for key, c in cells.items() if any(c is run for run in done)]
     sizes = f"d = {paper['d_model']}, T = {paper['seq_len']}, batch {paper['batch_size']}"
+    which = f" (scale-ladder cells {', '.join(at_paper)}); the other runs are smaller" if at_paper else ""
     status = (
-        f"{len(done)} run(s) of this record are at the paper's sizes."
+        f"{len(done)} run(s) of this record are at the paper's sizes{which}."
         if done
         else f"The runs at the paper's sizes ({sizes}) are not yet done: no run in this record reaches them,"
         " so every verdict on this page is at smaller sizes."
@@ -271,10 +274,14 @@ def ladder_section(record: dict[str, Any]) -> Section:
     climb = [[key, c["rung"], _sizes(c["sizes"]), f"{c['value']:.4f}", str(c["n_icl_positions"]),
               fmt(c["curve_end"]), fmt(c["late_rise"]), c["verdict"], f"{c['wall_s'] / 60:.1f} min"]
              for key, s in summary.items() for c in s["climb"]]  # fmt: skip
+    climb += [[key, c["rung"], _sizes(c["sizes"]), f"{c['value']:.4f}", str(c["n_icl_positions"]),
+               fmt(c["curve_end"]), fmt(c["late_rise"]), f"{c['verdict']} (run after the climb stopped)",
+               f"{c['wall_s'] / 60:.1f} min"]
+              for key, s in summary.items() for c in s.get("beyond", [])]  # fmt: skip
     headers = ["statement", "rung", "sizes", "accuracy", "in-context positions", "curve's last point",
                "curve: last quarter minus the one before", "verdict", "wall-clock"]  # fmt: skip
     section.tables.append(Table(headers, climb))
-    reached = {c["rung"] for s in summary.values() for c in s["climb"]}
+    reached = {c["rung"] for s in summary.values() for c in s["climb"] + s.get("beyond", [])}
     section.tables.append(
         Table(["rung", "sizes", "why", "run"],
               [[r["name"], _sizes(r), r["why"], "yes" if r["name"] in reached else "no"]

@@ -241,8 +241,9 @@ def summarise(rules: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict
 
     Returns statement key -> {"claim", "published", "text", "rule", "climb": [{"rung", "sizes", "value",
     "verdict", "gap", "n_icl_positions", "curve_end" (the last held-out curve value), "late_rise", "wall_s"}],
-    "outcome": the last climb row (None when nothing ran) with "seeds" (seed -> accuracy of the seed check at
-    that rung), "status": "met" / "below" / "above" / "not run", "not_reached": [rung names]}.
+    "beyond": rows of the same form for rungs run after the climb stopped (never its outcome), "outcome": the
+    last climb row (None when nothing ran) with "seeds" (seed -> accuracy of the seed check at that rung),
+    "status": "met" / "below" / "above" / "not run", "not_reached": [rung names]}.
     """
     rungs, out = rules["ladder"]["rungs"], {}
     for s in rules["statements"]:
@@ -251,16 +252,7 @@ def summarise(rules: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict
             record = records.get(cell_key(rung["name"], s["model"]))
             if record is None:
                 break
-            value = record["final"]["icl_acc"]
-            climb.append({
-                "rung": rung["name"],
-                "sizes": {k: rung[k] for k in ("d_model", "seq_len", "batch_size", "steps")},
-                "value": value, "verdict": verdict(s["rule"], value), "gap": round(gap(s["rule"], value), 5),
-                "n_icl_positions": record["final"]["n_icl_positions"],
-                "curve_end": record.get("curve", {}).get("eval_icl_acc", [None])[-1],
-                "wall_s": record["wall_s"],
-                "late_rise": late_rise(record.get("curve", {}).get("eval_icl_acc", [])),
-            })  # fmt: skip
+            climb.append(_climb_row(s["rule"], rung, record))
             if climb[-1]["verdict"] != "below":
                 break
         last = climb[-1] if climb else None
@@ -269,14 +261,33 @@ def summarise(rules: dict[str, Any], records: dict[str, dict[str, Any]]) -> dict
             last["seeds"] = {
                 k[len(prefix) :]: r["final"]["icl_acc"] for k, r in records.items() if k.startswith(prefix)
             }
+        beyond = [
+            _climb_row(s["rule"], rung, records[cell_key(rung["name"], s["model"])])
+            for rung in rungs[len(climb) :]
+            if cell_key(rung["name"], s["model"]) in records
+        ]
         out[s["key"]] = {
             **{k: s[k] for k in ("claim", "published", "text", "rule")},
             "climb": climb,
+            "beyond": beyond,
             "outcome": last,
             "status": last["verdict"] if last else "not run",
             "not_reached": [r["name"] for r in rungs[len(climb) :]] if status_below(last) else [],
         }
     return out
+
+
+def _climb_row(rule: dict[str, Any], rung: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    value = record["final"]["icl_acc"]
+    return {
+        "rung": rung["name"],
+        "sizes": {k: rung[k] for k in ("d_model", "seq_len", "batch_size", "steps")},
+        "value": value, "verdict": verdict(rule, value), "gap": round(gap(rule, value), 5),
+        "n_icl_positions": record["final"]["n_icl_positions"],
+        "curve_end": record.get("curve", {}).get("eval_icl_acc", [None])[-1],
+        "wall_s": record["wall_s"],
+        "late_rise": late_rise(record.get("curve", {}).get("eval_icl_acc", [])),
+    }  # fmt: skip
 
 
 def status_below(row: dict[str, Any] | None) -> bool:
