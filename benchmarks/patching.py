@@ -173,7 +173,9 @@ ARCHITECTURES = {
 
 def architecture_models(names: list[str]) -> list[tuple[str, torch.nn.Module, PatchingPair]]:
     """One random model per architecture in `names` (all when empty), the same size, on the same kind of
-    random pair."""
+    random pair; an architecture the installed TransformerLens cannot build is skipped with a line saying why
+    (an error when it was named)."""
+    from mechmem.errors import MechmemError
     from mechmem.models.adapter import TransformerConfig, build_transformer
 
     out = []
@@ -181,7 +183,13 @@ def architecture_models(names: list[str]) -> list[tuple[str, torch.nn.Module, Pa
         if names and name not in names:
             continue
         g = torch.Generator().manual_seed(0)
-        model = build_transformer(TransformerConfig(**(ARCH_BASE | kw), n_ctx=24), generator=g).eval()
+        try:
+            model = build_transformer(TransformerConfig(**(ARCH_BASE | kw), n_ctx=24), generator=g).eval()
+        except MechmemError as err:
+            if names:
+                raise
+            print(f"skipped {name}: {err}", flush=True)
+            continue
         if name == "tied":
             with torch.no_grad():
                 model.unembed.W_U.copy_(model.embed.W_E.T)
