@@ -1,6 +1,7 @@
 """Sweep plumbing: JSONL records are appended once per
 cell and finished cells are skipped; fits recover laws."""
 
+import json
 import math
 
 import pytest
@@ -36,6 +37,30 @@ def test_run_sweep_appends_and_skips(tmp_path):
     assert 0 <= records[0]["all"] <= records[0]["most"] <= records[0]["any"] <= 16
     assert table_rows(records)[0][0] == "2emb (d=2)" and records[0]["facts_device"] == "cpu"
     assert len(table_cells(None, 2, Schedule())) == 108 and len(table_cells("2emb+mlp", 1, Schedule())) == 16
+
+
+def test_an_interrupted_cell_resumes_after_its_last_finished_training(tmp_path, monkeypatch):
+    from mechmem.papers.memorisation import capacity
+
+    cfg = FactsModelConfig(n_in=6, n_out=3, d_model=3, d_mlp=3, mixing="2emb", norms=False)
+    cells = [SearchCell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=2)]
+    whole, trials = run_sweep(cells, tmp_path / "a.jsonl", progress=False, trials=tmp_path / "t.jsonl"), []
+    lines = (tmp_path / "t.jsonl").read_text().splitlines()
+    record = whole[cells[0].key]
+    assert sorted(int(n) for n in record["successes"]) == sorted(int(json.loads(x)["n"]) for x in lines)
+    # The run is cut during its fourth training: three trainings and no cell record were written.
+    (tmp_path / "t2.jsonl").write_text("\n".join(lines[:3]) + "\n" + lines[3][:40])
+    real = capacity.train_batched
+    monkeypatch.setattr(
+        capacity, "train_batched", lambda *a, **k: trials.append(a[2].shape[0]) or real(*a, **k)
+    )
+    resumed = run_sweep(cells, tmp_path / "b.jsonl", progress=False, trials=tmp_path / "t2.jsonl")[
+        cells[0].key
+    ]
+    assert len(trials) == len(lines) - 3  # only the trainings not finished before
+    assert resumed["searches"] == record["searches"] and resumed["successes"] == record["successes"]
+    assert resumed["counts_from_earlier_runs"] == 3 and "counts_from_earlier_runs" not in record
+    assert len((tmp_path / "t2.jsonl").read_text().splitlines()) == len(lines)  # the cut line was dropped
 
 
 def test_fits_recover_known_laws():

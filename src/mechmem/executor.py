@@ -101,7 +101,9 @@ def _canonical(record: Any, key: str) -> dict:
         raise MechmemError(f"cell {key!r} returned a record that is not JSON: {err}") from None
 
 
-def _append(path: Path, key: str, record: dict, flat: bool) -> None:
+def append_record(path: Path, key: str, record: dict, flat: bool = False) -> None:
+    """Append one record line to a records file (`flat`: the record's fields beside "key", else under
+    "record"); an unfinished last line left by a killed writer is dropped first."""
     if flat and record.get("key", key) != key:
         raise MechmemError(f"cell {key!r} returned a record with key {record['key']!r}")
     line = dumps({"key": key, **record} if flat else {"key": key, "record": record})
@@ -122,7 +124,7 @@ def _copy_reused(
         for key in [k for k in keys if k in found and k not in done]:
             done[key] = found[key]
             if records is not None:
-                _append(records, key, found[key], flat)
+                append_record(records, key, found[key], flat)
 
 
 def call_cell(fn: Callable[..., dict], kwargs: dict, threads: int) -> dict:
@@ -193,7 +195,7 @@ def run_cells(
         for cell, raw in run:
             done[cell.key] = _canonical(raw, cell.key)
             if records is not None:
-                _append(records, cell.key, done[cell.key], flat)
+                append_record(records, cell.key, done[cell.key], flat)
             bar.set_postfix(cell=cell.key)
             bar.update()
     return {k: done[k] for k in keys}

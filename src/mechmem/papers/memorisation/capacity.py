@@ -135,6 +135,7 @@ def find_capacity(
     device: str | torch.device = "cpu",
     on_trial: Callable[[int, TrainOutcome], None] | None = None,
     all_at_once: bool = False,
+    known: dict[int, int] | None = None,
 ) -> CapacityResult:
     """Capacity of one facts variant under Any / Most / All, by the authors' search; inits trained batched.
 
@@ -152,7 +153,10 @@ def find_capacity(
         data_seed: seed of `generate_facts`.
         data_device: device of `generate_facts`' permutation ("cpu"; the published runs drew it on "cuda").
         device: torch device for training.
-        on_trial: called with (n, outcome) after each new training run (progress reporting).
+        on_trial: called with (n, outcome) after each new training run (progress reporting, or recording it
+            so that an interrupted search resumes).
+        known: successes of fact counts trained by an earlier, interrupted run of the same search (same
+            variant, schedule, seeds, facts): read instead of trained again. The search retraces its path.
     """
     unknown = [c for c in criteria if c not in CRITERIA]
     if unknown:
@@ -162,7 +166,11 @@ def find_capacity(
 
     limit, trained = cfg.n_in**2, {}
 
+    known = dict(known or {})
+
     def successes(n: int) -> int:
+        if n in known:
+            return known[n]
         if all_at_once:
             if not trained:
                 inputs, labels = fact_sequence(limit, cfg.n_in, cfg.n_out, seed=data_seed, device=data_device)
@@ -191,4 +199,7 @@ def find_capacity(
     result = measure_capacity(
         successes, rules, limit, name=cfg.name, d=cfg.d_model, precision=precision, info=info
     )
+    reused = len(set(result.scores) & set(known))
+    if reused:
+        result.info["counts_from_earlier_runs"] = reused
     return result

@@ -5,6 +5,10 @@ executor (`mechmem.executor.run_cells`: in-process, or Ray tasks with `executor=
 JSON line per finished cell and skips cells whose key is already in the file, so an interrupted sweep resumes
 where it stopped. Repeat r uses init seeds 11r .. 11r + 10 (the published repeats drew fresh random inits).
 
+With a trials file (`--trials`), every finished training of a cell (one fact count, 11 inits) is appended
+there too, and a cell started again reads them instead of training them again: a cell interrupted mid-search
+loses at most the training it was in.
+
 Scaling follows the authors: n_in = 2d, d_model = d_mlp = n_out = d, search precision 8 (d/16)^2; their E7
 also let the epoch cap per lr phase grow with d (50,000 x 1, 2, 4, 8 for d = 16, 32, 64, 128) with patience
 5,000 throughout, which `e7_schedule` applies to any base schedule. The fits are `fits.fit_scaling`
@@ -20,7 +24,7 @@ from typing import Any
 
 from mechmem.analysis.stats import format_mean_sd
 from mechmem.errors import MechmemError
-from mechmem.executor import Cell, run_cells
+from mechmem.executor import Cell, append_record, run_cells
 from mechmem.executor import load_records as load_cell_records
 from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.capacity import CRITERIA, N_INITS, find_capacity
@@ -75,12 +79,32 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
     return list(load_cell_records(Path(path), flat=True).values())
 
 
-def search_cell(cell: SearchCell, device: str, all_at_once: bool = False) -> dict[str, Any]:
+def trials_of(path: str | Path, cell_key: str) -> dict[int, dict[str, Any]]:
+    """Fact count -> record of each training of cell `cell_key` in a trials file."""
+    records = load_cell_records(Path(path), flat=True).values()
+    return {int(r["n"]): r for r in records if r.get("cell") == cell_key}
+
+
+def search_cell(
+    cell: SearchCell, device: str, all_at_once: bool = False, trials: str | None = None
+) -> dict[str, Any]:
     """One cell's capacity search on `device` (resolved in the worker): its record, JSON-able.
 
-    `all_at_once`: train every fact count the search could try in one stack (`find_capacity`).
+    `all_at_once`: train every fact count the search could try in one stack (`find_capacity`). `trials`: a
+    JSONL file that receives one line per finished training (fact count) of the cell and is read when the cell
+    starts, so a cell interrupted mid-search resumes after its last finished training.
     """
     from mechmem.training.trainer import resolve_device
+
+    earlier, last = (trials_of(trials, cell.key) if trials else {}), [time.perf_counter()]
+
+    def record_trial(n: int, outcome: Any) -> None:
+        now = time.perf_counter()
+        line = {"cell": cell.key, "n": n, "successes": outcome.n_success, **outcome.to_dict(),
+                "seconds": round(now - last[0], 2),
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+        last[0] = now
+        append_record(Path(trials), f"{cell.key}|n={n}", line, flat=True)
 
     result = find_capacity(
         cell.config,
@@ -90,7 +114,11 @@ def search_cell(cell: SearchCell, device: str, all_at_once: bool = False) -> dic
         data_device=cell.facts_device,
         device=resolve_device(device),
         all_at_once=all_at_once,
+        known={n: int(r["successes"]) for n, r in earlier.items()},
+        on_trial=record_trial if trials else None,
     )
+    if earlier:  # the cell's time includes its trainings in earlier runs
+        result.seconds += sum(float(r.get("seconds", 0.0)) for n, r in earlier.items() if n in result.scores)
     result.info.update(key=cell.key, repeat=cell.repeat)
     return {**result.to_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
@@ -106,16 +134,19 @@ def run_sweep(
     progress: bool = True,
     reuse: Iterable[str | Path] = (),
     all_at_once: bool = False,
+    trials: str | Path | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run every cell not yet in `path` (one JSON line each, appended when done); key -> record of all cells.
 
     `executor`, `address` and `gpus_per_cell` choose where the cells run (`mechmem.executor.run_cells`);
     `device` is cpu, cuda or auto, resolved by each cell where it runs. Cells finished in a `reuse` file (same
     key: same variant, size, repeat, schedule, precision and fact device) are copied, not rerun.
-    `all_at_once` trains each cell's fact counts in one stack (`find_capacity`; the same search).
+    `all_at_once` trains each cell's fact counts in one stack (`find_capacity`; the same search). `trials`: a
+    JSONL file of finished trainings, so a cell interrupted mid-search resumes (`search_cell`).
     """
     cells = list(cells)
-    options = {"device": device, "all_at_once": all_at_once}
+    trials = None if trials is None else str(trials)
+    options = {"device": device, "all_at_once": all_at_once, "trials": trials}
     jobs = [Cell(c.key, search_cell, {"cell": c, **options}) for c in cells]
     label = "capacity cells" if progress else None
     return run_cells(

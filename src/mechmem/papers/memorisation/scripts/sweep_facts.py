@@ -15,7 +15,9 @@
     # cells as Ray tasks (docs/distributed.md)
     python -m mechmem.papers.memorisation.scripts.sweep_facts table --executor ray --address auto
 
-Records append to docs/reproductions/data/facts_{table,scaling}.jsonl (change with --data). `report` prints
+Records append to docs/reproductions/data/facts_{table,scaling}.jsonl (change with --data), and each finished
+training of a cell to facts_trials.jsonl beside it (--trials), so a cell stopped mid-search resumes after its
+last finished training. `report` prints
 the records of the given schedule (mean +- sd over repeats) and the fits S = a d^2/ln d and S = b d^k, and
 writes facts_scaling_fits.json; the page is `python analyses/reproduce.py memorisation`.
 
@@ -69,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--threads", type=cli.thread_count, default=1, help="torch CPU threads, >= 1")
     p.add_argument(
+        "--trials",
+        type=Path,
+        default=None,
+        help="JSONL of finished trainings, read and appended, so an interrupted cell resumes mid-search "
+        "(default data/facts_trials.jsonl; 'none': do not record them)",
+    )
+    p.add_argument(
         "--all-at-once",
         action="store_true",
         help="train every fact count a cell's search could try in one stack (for a GPU; the same search)",
@@ -90,14 +99,16 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     where = {k: getattr(args, k) for k in ("device", "executor", "address", "gpus_per_cell", "all_at_once")}
+    data = args.data or DATA / f"facts_{args.mode}.jsonl"
+    trials = args.trials or data.parent / "facts_trials.jsonl"
+    where["trials"] = None if str(args.trials) == "none" else trials
     schedule = Schedule(max_epochs=args.max_epochs, patience=args.patience, target_acc=args.acc)
     if args.mode == "table":
         cells = sweep.table_cells(args.only, args.repeats, schedule, facts_device=args.facts_device)
-        sweep.run_sweep(cells[shard::n_shards], args.data or DATA / "facts_table.jsonl", **where)
+        sweep.run_sweep(cells[shard::n_shards], data, **where)
     elif args.mode == "scaling":
         cells = sweep.scaling_cells(args.variant, args.ds, args.repeats, schedule, args.facts_device)
-        path = args.data or DATA / "facts_scaling.jsonl"
-        sweep.run_sweep(cells[shard::n_shards], path, reuse=[path.parent / "facts_table.jsonl"], **where)
+        sweep.run_sweep(cells[shard::n_shards], data, reuse=[data.parent / "facts_table.jsonl"], **where)
     else:
         print(f"schedule: {args.max_epochs} epochs/phase, patience {args.patience}, acc >= {args.acc}")
         for name in ("facts_table.jsonl", "facts_scaling.jsonl"):
