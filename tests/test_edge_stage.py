@@ -100,6 +100,20 @@ def test_a_screening_draw_without_behaviour_screens_and_tests_no_edge():
     assert_no_hooks(random_model)
 
 
+def test_the_screening_draw_without_behaviour_is_the_edge_stages_first_look(monkeypatch):
+    """docs/decisions.md: with no behaviour on the screening draw the edge stage draws no new prompts; the
+    criteria stage still draws its own."""
+    from mechmem.analysis.circuits import decided
+
+    drawn, real = [], decided.circuit_pair
+    monkeypatch.setattr(decided, "circuit_pair", lambda *a, **k: drawn.append(a[2]) or real(*a, **k))
+    circuit, _ = decided_circuit(build_model(0, n_ctx=24, d_vocab=12), None, seed=0, max_exact=0)
+    assert circuit.edge_decision.looks == (64,) and circuit.edge_decision.stopped == "no behaviour"
+    assert drawn == [64, 64]  # the screening draw and the criteria stage's first look, no third draw
+    planted, _ = decided_circuit(planted_induction_model(), None, seed=0, max_exact=0)
+    assert len(drawn) > 4  # with behaviour, the edge stage draws its own rounds after screening
+
+
 def test_a_criterion_decided_no_ends_the_criteria_stage_and_only_with_the_rule():
     """'A "no" ends the criteria stage': the faithfulness of a gap near 0 stays open, the gap is decided no at
     once; with the rule the stage stops at its first look, without it it runs to its budget."""

@@ -147,3 +147,16 @@ def test_per_prompt_attribution_averages_to_the_estimate_and_equals_one_prompt_r
     for i in (0, len(patcher.tokens) - 1):
         single = EdgePatcher(model, patcher.pair.rows(slice(i, i + 1)), "corrupted")
         torch.testing.assert_close(each[:, i], single.attribution(alphas), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("ablation", ["corrupted", "mean", "zero"])
+def test_every_edge_ablated_in_one_edit_equals_the_forked_pass(case, ablation):
+    """The empty circuit, computed as one edit of the logits' input, equals the circuit pass that drops every
+    edge at every port (biases stay, every sender's output is its ablated one)."""
+    model, patcher = case
+    patcher = EdgePatcher(model, patcher.pair, ablation)
+    none = torch.zeros(len(patcher.graph.edges), dtype=torch.bool)
+    forked = patcher.run([patcher.circuit_variant(none)])[0]
+    assert not torch.allclose(forked, patcher.run([[]])[0], atol=1e-3)  # the edit changes the metric
+    torch.testing.assert_close(patcher.evaluate(none[None])[0], forked, atol=1e-5, rtol=1e-5)
+    assert_no_hooks(model)

@@ -133,9 +133,10 @@ def decide_edges(
         pair, _ = circuit_pair(model, task, policy.first, generator=generator)
         pair = pair.to(device)
         patcher = EdgePatcher(model, pair, ablation, reference=reference, memory_mb=memory_mb)
-        state["absent"] = absent(_gap_moments(patcher, n_edges))
-        if state["absent"]:  # no behaviour, no screening: every edge out, untested
-            tested = torch.zeros(n_edges, dtype=torch.bool)
+        full, empty = _full_and_empty(patcher, n_edges)
+        state["absent"] = absent(RatioMoments.from_values((full - empty).double()))
+        if state["absent"]:  # no behaviour, no screening: every edge out, untested; this is the first look
+            tested, state["screened"] = torch.zeros(n_edges, dtype=torch.bool), full - empty
         else:
             screening = score_edges(patcher, max_exact, with_attribution, steps=steps)
             tested = screening.exact.clone()
@@ -144,6 +145,11 @@ def decide_edges(
     rounds: list[Tensor] = []
 
     def draw(k: int, gen: torch.Generator, measured: dict[str, Tensor]) -> dict[str, RatioMoments]:
+        screened = state.pop("screened", None)
+        if screened is not None and not edges and len(screened) == k:  # docs/decisions.md: the first look
+            state["gap"] = RatioMoments.from_values(screened.double())
+            rounds.append(torch.zeros(0, k))
+            return {"edge": RatioMoments.from_values(rounds[-1].T, screened)}
         pair, _ = circuit_pair(model, task, k, generator=gen)
         pair = pair.to(device)
         if state["reference"] is None:
@@ -185,11 +191,6 @@ def _full_and_empty(patcher: EdgePatcher, n_edges: int) -> Tensor:
     """[2 prompt] the metric with every edge and with none (every edge ablated) on the patcher's pair."""
     every = torch.ones(n_edges, dtype=torch.bool)
     return patcher.evaluate(torch.stack([every, ~every])).detach().cpu()
-
-
-def _gap_moments(patcher: EdgePatcher, n_edges: int) -> RatioMoments:
-    full, empty = _full_and_empty(patcher, n_edges)
-    return RatioMoments.from_values((full - empty).double())
 
 
 def judge_circuit(
