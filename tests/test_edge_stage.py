@@ -110,7 +110,7 @@ def test_the_screening_draw_without_behaviour_is_the_edge_stages_first_look(monk
     circuit, _ = decided_circuit(build_model(0, n_ctx=24, d_vocab=12), None, seed=0, max_exact=0)
     assert circuit.edge_decision.looks == (64,) and circuit.edge_decision.stopped == "no behaviour"
     assert drawn == [64, 64]  # the screening draw and the criteria stage's first look, no third draw
-    planted, _ = decided_circuit(planted_induction_model(), None, seed=0, max_exact=0)
+    decided_circuit(planted_induction_model(), None, seed=0, max_exact=0)
     assert len(drawn) > 4  # with behaviour, the edge stage draws its own rounds after screening
 
 
