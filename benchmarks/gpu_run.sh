@@ -12,6 +12,8 @@
 #     (default 8) at a time, in the file's order;
 #   - the Birth statements at the paper's sizes (rung R4: d = 128, T = 256, batch 512), one process each;
 #   - benchmarks/report_scaling.py on 8 x 256 and 12 x 768 x 12 (--skip-circuit).
+# JOBS names the groups to run (default "e7 birth report table"). On 2026-12-04 twelve capacity processes on one
+# H200 finished none in 7.7 minutes (docs/record/2026-12-04-gpu-session.md): give E7 the GPU alone, JOBS="e7".
 # OUT receives: log.txt, env.txt, facts_table.jsonl, facts_scaling.jsonl, birth_R4.jsonl, report_gpu.json.
 # Needs transformer-lens and its missing dependencies importable (the caller installs them). A dry run on a CPU:
 #   DEVICE=cpu E7_DS=8 E7_EPOCHS=20 TABLE_EPOCHS=20 PATIENCE=5 RUNG=RT RULES=rules.json REPORT_SIZES=1x16 \
@@ -21,6 +23,7 @@ OUT=${1:?usage: gpu_run.sh OUT DEADLINE_S [TABLE_ORDER_FILE]}
 DEADLINE=${2:?usage: gpu_run.sh OUT DEADLINE_S [TABLE_ORDER_FILE]}
 ORDER=${3:-}
 TABLE_JOBS=${TABLE_JOBS:-8}
+JOBS=${JOBS:-e7 birth report table}  # which of the four job groups run
 DEVICE=${DEVICE:-cuda}
 E7_EPOCHS=${E7_EPOCHS:-100000}
 E7_DS=${E7_DS:-32}
@@ -111,18 +114,19 @@ run() {  # run NAME CMD...: in the background, stopped at the deadline
 }
 
 FACTS="-m mechmem.papers.memorisation.scripts.sweep_facts"
-for variant in nb full; do
+want() { case " $JOBS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+want e7 && for variant in nb full; do
     run "e7_$variant" "$PY" $FACTS scaling --variant "$variant" --ds "$E7_DS" --max-epochs "$E7_EPOCHS" \
         --patience "$PATIENCE" --device "$DEVICE" --all-at-once --data "$WORK/facts_scaling.$variant.jsonl"
 done
-for key in two_layer_fixed two_layer_random one_layer_random one_layer_fixed; do
+want birth && for key in two_layer_fixed two_layer_random one_layer_random one_layer_fixed; do
     run "birth_$key" "$PY" -m mechmem.papers.birth.scripts.scale --rules "$RULES" --rung "$RUNG" \
         --statements "$key" --device "$DEVICE" --records "$WORK/birth_R4.$key.jsonl"
 done
 # shellcheck disable=SC2086
-run report "$PY" benchmarks/report_scaling.py --sizes $REPORT_SIZES --device "$DEVICE" --skip-circuit \
+want report && run report "$PY" benchmarks/report_scaling.py --sizes $REPORT_SIZES --device "$DEVICE" --skip-circuit \
     --out "$OUT/report_gpu.json"
-if [ -n "$ORDER" ]; then
+if [ -n "$ORDER" ] && want table; then
     # shellcheck disable=SC2016
     xargs -a "$ORDER" -d '\n' -P "$TABLE_JOBS" -I{} bash -c '
         n=$(echo "$1" | tr "+/" "__"); t=$(($2 - $(date +%s)))
