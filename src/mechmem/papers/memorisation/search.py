@@ -90,21 +90,33 @@ def search_capacity(
 
 
 def authors_counts(limit: int, precision: int) -> list[int]:
-    """Every n the authors' bracket can try for some oracle, in breadth-first order (the bisection tree and
-    `limit` itself): training all of them at once answers any search in one round (`find_capacity`)."""
+    """Every n the authors' bracket can try for some oracle (the bisection tree and `limit` itself), found by
+    running that bracket on every sequence of answers: training all of them at once answers any search in one
+    round (`find_capacity`)."""
     if precision < 1 or limit < 1:
         raise MechmemError(f"need precision, limit >= 1, got {precision}, {limit}")
-    out, queue = [], [(1, limit)]
-    while queue:
-        lo, hi = queue.pop(0)
-        if hi - lo < precision:
-            if hi == limit:
-                out.append(limit)
-            continue
-        mid = (lo + hi) // 2
-        out.append(mid)
-        queue += [(lo, mid - 1), (mid + 1, hi)]
-    return list(dict.fromkeys(out))
+    out: dict[int, None] = {}
+    pending: list[tuple[bool, ...]] = [()]
+    while pending:
+        answers, asked = pending.pop(), []
+
+        def test(n: int, answers: tuple[bool, ...] = answers, asked: list[int] = asked) -> bool:
+            if len(asked) == len(answers):
+                out[n] = None
+                pending.extend([(*answers, True), (*answers, False)])
+                raise _Unanswered
+            asked.append(n)
+            return answers[len(asked) - 1]
+
+        try:
+            _authors(test, limit, precision)
+        except _Unanswered:
+            pass
+    return sorted(out)
+
+
+class _Unanswered(Exception):
+    """Raised by `authors_counts`' oracle at the first question it has no answer for."""
 
 
 def _authors(test: Callable[[int], bool], limit: int, precision: int) -> int:
