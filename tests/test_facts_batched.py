@@ -6,9 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from mechmem.errors import MechmemError
+from mechmem.papers.memorisation import batched
 from mechmem.papers.memorisation.batched import (
     ParamStack,
     Schedule,
+    Snapshots,
     fact_logits,
     train_batched,
     train_counts,
@@ -90,6 +93,37 @@ def test_success_stops_early_and_inits_are_independent():
     assert both.epochs[1] == alone.epochs[0]
     for name in alone.params:
         torch.testing.assert_close(both.params[name][1], alone.params[name][0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cut", [4, 17, 40])
+def test_a_training_stopped_mid_run_resumes_from_its_snapshot_exactly(tmp_path, monkeypatch, cut):
+    """Stopped after `cut` epochs (rows finished and phases changed by then at the later cuts), started again
+    from its snapshot, a training ends bit for bit as the uninterrupted one."""
+    cfg = FactsModelConfig(mixing="attn")
+    schedule = Schedule(max_epochs=30, patience=5, continue_above=0.0)
+    seeds = [0, 1, 2, 3]
+    whole = train_batched(cfg, INPUTS, LABELS, seeds, schedule)
+    saves = Snapshots(tmp_path / "run.pt", "cell|n=64", every=0.0)
+    calls, stop, real = [0], [cut], batched.loss_grad
+
+    def stop_at_cut(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] > stop[0]:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batched, "loss_grad", stop_at_cut)
+    with pytest.raises(KeyboardInterrupt):
+        train_batched(cfg, INPUTS, LABELS, seeds, schedule, snapshots=saves)
+    assert saves.path.exists() and int(whole.epochs.max()) > cut
+    calls[0], stop[0] = 0, 10**9
+    resumed = train_batched(cfg, INPUTS, LABELS, seeds, schedule, snapshots=saves)
+    assert calls[0] == int(whole.epochs.max()) - cut  # it went on from epoch `cut`, not from the start
+    assert resumed.to_dict() == whole.to_dict()
+    for name in whole.params:
+        assert torch.equal(resumed.params[name], whole.params[name]), name
+    with pytest.raises(MechmemError, match="snapshot of another training"):
+        train_batched(cfg, INPUTS, LABELS, seeds, schedule, snapshots=Snapshots(saves.path, "other", 0.0))
 
 
 def test_relaxed_target():

@@ -19,6 +19,7 @@ from mechmem.papers.memorisation.sweep import (
     run_sweep,
     scaling_cells,
     scaling_fits,
+    snapshot_dir,
     table_cells,
     table_rows,
 )
@@ -44,7 +45,10 @@ def test_an_interrupted_cell_resumes_after_its_last_finished_training(tmp_path, 
 
     cfg = FactsModelConfig(n_in=6, n_out=3, d_model=3, d_mlp=3, mixing="2emb", norms=False)
     cells = [SearchCell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=2)]
-    whole, trials = run_sweep(cells, tmp_path / "a.jsonl", progress=False, trials=tmp_path / "t.jsonl"), []
+    whole = run_sweep(
+        cells, tmp_path / "a.jsonl", progress=False, trials=tmp_path / "t.jsonl", snapshot_every=0.0
+    )
+    trials = []
     lines = (tmp_path / "t.jsonl").read_text().splitlines()
     record = whole[cells[0].key]
     assert sorted(int(n) for n in record["successes"]) == sorted(int(json.loads(x)["n"]) for x in lines)
@@ -61,6 +65,10 @@ def test_an_interrupted_cell_resumes_after_its_last_finished_training(tmp_path, 
     assert resumed["searches"] == record["searches"] and resumed["successes"] == record["successes"]
     assert resumed["counts_from_earlier_runs"] == 3 and "counts_from_earlier_runs" not in record
     assert len((tmp_path / "t2.jsonl").read_text().splitlines()) == len(lines)  # the cut line was dropped
+    # Each training saved its state while it ran (every epoch here) and removed it once its line was written.
+    assert snapshot_dir(tmp_path / "t.jsonl").is_dir() and not any(
+        snapshot_dir(tmp_path / "t.jsonl").iterdir()
+    )
 
 
 def test_fits_recover_known_laws():

@@ -421,21 +421,16 @@ class Checkpoint:
         return build_task(self.task_name, self.task_config)
 
 
-def read_payload(path: str | os.PathLike) -> dict[str, Any]:
-    """Load and validate the raw dict of a checkpoint file without building the model."""
-    path = Path(path)
+def read_torch_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> tuple[Any, int]:
+    """What `torch.save` wrote to `path`, loaded with `weights_only=True` (pickled Python objects are refused,
+    never run), and the file's size; any unreadable file is a one-line `CheckpointError`."""
     if not path.exists():
         raise CheckpointError(f"{path}: no such file")
-    if path.is_dir():
-        candidate = path / "ckpt.pt"
-        if not candidate.exists():
-            raise CheckpointError(f"{path}: is a directory without ckpt.pt")
-        path = candidate
     size = path.stat().st_size
     if size == 0:
         raise CheckpointError(f"{path}: file is empty")
-    if size > MAX_FILE_BYTES:
-        raise CheckpointError(f"{path}: {size} bytes, more than the {MAX_FILE_BYTES} a checkpoint may have")
+    if size > max_bytes:
+        raise CheckpointError(f"{path}: {size} bytes, more than the {max_bytes} a checkpoint may have")
     with open(path, "rb") as fh:
         head = fh.read(4)
     if not head.startswith((b"PK\x03\x04", b"\x80")):  # a zip archive (torch.save) or a legacy pickle
@@ -443,7 +438,7 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
             f"{path}: not a readable checkpoint (not a file torch.save writes; it begins {head!r})"
         )
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True), size
     except pickle.UnpicklingError:
         raise CheckpointError(
             f"{path}: not a mechmem checkpoint "
@@ -457,6 +452,17 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a readable checkpoint ({reason})") from None
     except Exception as exc:  # noqa: BLE001 - any other unpickling failure is a bad file, not a crash
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__})") from None
+
+
+def read_payload(path: str | os.PathLike) -> dict[str, Any]:
+    """Load and validate the raw dict of a checkpoint file without building the model."""
+    path = Path(path)
+    if path.is_dir():
+        candidate = path / "ckpt.pt"
+        if not candidate.exists():
+            raise CheckpointError(f"{path}: is a directory without ckpt.pt")
+        path = candidate
+    payload, size = read_torch_file(path)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a mechmem checkpoint (no 'format': {FORMAT!r} field)")
     version = payload.get("format_version")

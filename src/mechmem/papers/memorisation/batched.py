@@ -16,17 +16,26 @@ Why not the project's one training loop (`mechmem.training.train`): that loop st
 task for a fixed number of steps, one model at a time. This is a different algorithm: many inits in one
 tensor, a fixed full batch, per-init stopping, phases and restarts; `train_reference` is the naive loop it is
 tested against.
+
+A long training (hours on a CPU at the published schedule) can save its state every few minutes
+(`Snapshots`): the stack's weights, Adam moments, step counts, phases, patience and the finished rows'
+results. Started again with the same snapshot file, it goes on from the last save and ends exactly as an
+uninterrupted run does (full-batch training draws no random numbers after the init).
 """
 
 import math
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from mechmem.checkpoint import atomic_torch_save, read_torch_file
 from mechmem.config import ConfigMixin
+from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.fused import FactBatch, loss_grad, mixing_tables
 from mechmem.papers.memorisation.heap import retain_freed_memory
 from mechmem.papers.memorisation.models import (
@@ -93,6 +102,20 @@ class TrainOutcome:
             "epochs": self.epochs.tolist(),
             "phases": self.phases.tolist(),
         }
+
+
+@dataclass(frozen=True)
+class Snapshots:
+    """Where a training saves its state while it runs, and how often; `key` names the training (a saved
+    state of another training is refused, never trained on)."""
+
+    path: Path
+    key: str
+    every: float = 300.0
+    """Seconds between saves (0: after every epoch)."""
+
+
+STACK_STATE = ("flat", "m", "v", "ids", "step", "phase", "phase_epoch", "best", "since")
 
 
 def fact_logits(
@@ -165,8 +188,43 @@ class ParamStack:
 
     def keep(self, rows: Tensor) -> None:
         self.flat = self.flat[rows].detach().requires_grad_(True)
-        for name in ("m", "v", "ids", "step", "phase", "phase_epoch", "best", "since"):
+        for name in STACK_STATE[1:]:
             setattr(self, name, getattr(self, name)[rows])
+
+    def state(self) -> dict[str, Tensor]:
+        return {name: getattr(self, name).detach().cpu() for name in STACK_STATE}
+
+    def load_state(self, state: dict[str, Tensor]) -> None:
+        device = self.flat.device
+        for name in STACK_STATE[1:]:
+            setattr(self, name, state[name].to(device))
+        self.flat = state["flat"].to(device).requires_grad_(True)
+
+
+def _save_snapshot(
+    snapshots: Snapshots, stack: ParamStack, final: Params, totals: dict[str, Tensor], success: Tensor
+) -> None:
+    state = {f"stack.{k}": t for k, t in stack.state().items()}
+    state |= {f"final.{k}": t for k, t in final.items()} | {f"totals.{k}": t for k, t in totals.items()}
+    atomic_torch_save({"key": snapshots.key, "success": success, **state}, snapshots.path)
+
+
+def _load_snapshot(
+    snapshots: Snapshots, stack: ParamStack, final: Params, totals: dict[str, Tensor], success: Tensor
+) -> None:
+    """Restore a saved state into the freshly built `stack`, `final`, `totals` and `success` (in place)."""
+    saved, _ = read_torch_file(snapshots.path)
+    if not isinstance(saved, dict) or saved.get("key") != snapshots.key:
+        found = saved.get("key") if isinstance(saved, dict) else None
+        raise MechmemError(f"{snapshots.path} is the snapshot of another training ({found!r})")
+    parts = {"final": final, "totals": totals}
+    for prefix, target in parts.items():
+        for k, t in target.items():
+            if saved[f"{prefix}.{k}"].shape != t.shape:
+                raise MechmemError(f"{snapshots.path}: {prefix}.{k} has another shape than this training's")
+            t.copy_(saved[f"{prefix}.{k}"])
+    success.copy_(saved["success"])
+    stack.load_state({k: saved[f"stack.{k}"] for k in STACK_STATE})
 
 
 def train_batched(
@@ -177,10 +235,12 @@ def train_batched(
     schedule: Schedule = Schedule(),
     *,
     device: str | torch.device = "cpu",
+    snapshots: Snapshots | None = None,
 ) -> TrainOutcome:
     """Train one init per seed as one stacked model.
 
-    Each init is drawn from `torch.Generator().manual_seed(seed)`.
+    Each init is drawn from `torch.Generator().manual_seed(seed)`. With `snapshots`, the state is saved every
+    `snapshots.every` seconds, and a run started with an existing snapshot file goes on from it.
     """
     device = torch.device(device)
     n_facts = labels.shape[0]
@@ -190,7 +250,7 @@ def train_batched(
     final: Params = {k: torch.stack([p[k] for p in inits]) for k in inits[0]}
     inputs, labels = inputs.to(device), labels.to(device)
     batch = FactBatch(inputs, labels, cfg.n_in, cfg.n_out, final["embed.W_E"].dtype)
-    totals, success = _train_stack(cfg, batch, final, need, cont, schedule, device)
+    totals, success = _train_stack(cfg, batch, final, need, cont, schedule, device, snapshots)
     return TrainOutcome(
         seeds=list(seeds),
         success=success,
@@ -254,10 +314,11 @@ def _train_stack(
     cont: Int[Tensor, " row"],
     schedule: Schedule,
     device: torch.device,
+    snapshots: Snapshots | None = None,
 ) -> tuple[dict[str, Tensor], Tensor]:
     """The schedule on every row of `final` (initial weights, overwritten with each row's final weights);
     returns the per-row totals (best, last, epochs, phases) and successes. `need` and `cont` are the hits
-    each row needs to succeed and to go on to the next phase."""
+    each row needs to succeed and to go on to the next phase. `snapshots`: see `train_batched`."""
     if device.type == "cpu":
         retain_freed_memory()
     n_rows = need.shape[0]
@@ -266,7 +327,14 @@ def _train_stack(
     totals = {k: torch.zeros(n_rows, dtype=torch.long) for k in ("best", "last", "epochs", "phases")}
     success = torch.zeros(n_rows, dtype=torch.bool)
     full, need = batch, need_all
+    if snapshots is not None and snapshots.path.exists():
+        _load_snapshot(snapshots, stack, final, totals, success)
+        batch, need = full.select(stack.ids), need_all[stack.ids]
+    saved = time.monotonic()
     while stack.ids.numel():
+        if snapshots is not None and time.monotonic() - saved >= snapshots.every:
+            _save_snapshot(snapshots, stack, final, totals, success)
+            saved = time.monotonic()
         grad, hits = loss_grad(cfg, stack.flat, stack.params(), batch)
         with torch.no_grad():
             stack.adam_step(grad, lr_table)

@@ -22,7 +22,13 @@ from typing import Any
 import torch
 
 from mechmem.errors import MechmemError
-from mechmem.papers.memorisation.batched import Schedule, TrainOutcome, train_batched, train_counts
+from mechmem.papers.memorisation.batched import (
+    Schedule,
+    Snapshots,
+    TrainOutcome,
+    train_batched,
+    train_counts,
+)
 from mechmem.papers.memorisation.data import fact_sequence, generate_facts
 from mechmem.papers.memorisation.models import FactsModelConfig
 from mechmem.papers.memorisation.search import (
@@ -136,6 +142,7 @@ def find_capacity(
     on_trial: Callable[[int, TrainOutcome], None] | None = None,
     all_at_once: bool = False,
     known: dict[int, int] | None = None,
+    snapshots: Callable[[int], Snapshots] | None = None,
 ) -> CapacityResult:
     """Capacity of one facts variant under Any / Most / All, by the authors' search; inits trained batched.
 
@@ -157,6 +164,8 @@ def find_capacity(
             so that an interrupted search resumes).
         known: successes of fact counts trained by an earlier, interrupted run of the same search (same
             variant, schedule, seeds, facts): read instead of trained again. The search retraces its path.
+        snapshots: n -> where the training of n facts saves its state while it runs and resumes from
+            (`batched.Snapshots`); not used with `all_at_once`.
     """
     unknown = [c for c in criteria if c not in CRITERIA]
     if unknown:
@@ -181,7 +190,8 @@ def find_capacity(
                         on_trial(m, outcome)
             return trained[n].n_success
         inputs, labels = generate_facts(n, cfg.n_in, cfg.n_out, seed=data_seed, device=data_device)
-        outcome = train_batched(cfg, inputs, labels, seeds, schedule, device=device)
+        saves = None if snapshots is None else snapshots(n)
+        outcome = train_batched(cfg, inputs, labels, seeds, schedule, device=device, snapshots=saves)
         if on_trial is not None:
             on_trial(n, outcome)
         return outcome.n_success

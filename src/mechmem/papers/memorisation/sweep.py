@@ -7,7 +7,9 @@ where it stopped. Repeat r uses init seeds 11r .. 11r + 10 (the published repeat
 
 With a trials file (`--trials`), every finished training of a cell (one fact count, 11 inits) is appended
 there too, and a cell started again reads them instead of training them again: a cell interrupted mid-search
-loses at most the training it was in.
+loses at most the training it was in. Each training in progress also saves its state every few minutes in a
+folder beside the trials file (`snapshot_dir`), so a cell stopped mid-training loses only the minutes since
+its last save; the snapshot is removed once the training's line is written.
 
 Scaling follows the authors: n_in = 2d, d_model = d_mlp = n_out = d, search precision 8 (d/16)^2; their E7
 also let the epoch cap per lr phase grow with d (50,000 x 1, 2, 4, 8 for d = 16, 32, 64, 128) with patience
@@ -15,6 +17,7 @@ also let the epoch cap per lr phase grow with d (50,000 x 1, 2, 4, 8 for d = 16,
 (`scaling_fits` groups the records by variant and criterion).
 """
 
+import hashlib
 import statistics
 import time
 from collections.abc import Iterable
@@ -26,7 +29,7 @@ from mechmem.analysis.stats import format_mean_sd
 from mechmem.errors import MechmemError
 from mechmem.executor import Cell, append_record, run_cells
 from mechmem.executor import load_records as load_cell_records
-from mechmem.papers.memorisation.batched import Schedule
+from mechmem.papers.memorisation.batched import Schedule, Snapshots
 from mechmem.papers.memorisation.capacity import CRITERIA, N_INITS, find_capacity
 from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
 from mechmem.papers.memorisation.models import FactsModelConfig, all_variants
@@ -85,18 +88,34 @@ def trials_of(path: str | Path, cell_key: str) -> dict[int, dict[str, Any]]:
     return {int(r["n"]): r for r in records if r.get("cell") == cell_key}
 
 
+def snapshot_dir(trials: str | Path) -> Path:
+    """The folder of a trials file's trainings in progress: facts_trials.jsonl -> facts_trials.snapshots."""
+    trials = Path(trials)
+    return trials.with_name(f"{trials.stem}.snapshots")
+
+
 def search_cell(
-    cell: SearchCell, device: str, all_at_once: bool = False, trials: str | None = None
+    cell: SearchCell,
+    device: str,
+    all_at_once: bool = False,
+    trials: str | None = None,
+    snapshot_every: float = 300.0,
 ) -> dict[str, Any]:
     """One cell's capacity search on `device` (resolved in the worker): its record, JSON-able.
 
     `all_at_once`: train every fact count the search could try in one stack (`find_capacity`). `trials`: a
     JSONL file that receives one line per finished training (fact count) of the cell and is read when the cell
-    starts, so a cell interrupted mid-search resumes after its last finished training.
+    starts, so a cell interrupted mid-search resumes after its last finished training; with it, each training
+    in progress saves its state every `snapshot_every` seconds (`snapshot_dir`) and resumes from there.
     """
     from mechmem.training.trainer import resolve_device
 
     earlier, last = (trials_of(trials, cell.key) if trials else {}), [time.perf_counter()]
+
+    def snapshots(n: int) -> Snapshots:
+        key = f"{cell.key}|n={n}"
+        name = hashlib.sha256(key.encode()).hexdigest()[:20]
+        return Snapshots(snapshot_dir(trials) / f"{name}.pt", key, every=snapshot_every)
 
     def record_trial(n: int, outcome: Any) -> None:
         now = time.perf_counter()
@@ -105,6 +124,7 @@ def search_cell(
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
         last[0] = now
         append_record(Path(trials), f"{cell.key}|n={n}", line, flat=True)
+        snapshots(n).path.unlink(missing_ok=True)
 
     result = find_capacity(
         cell.config,
@@ -116,6 +136,7 @@ def search_cell(
         all_at_once=all_at_once,
         known={n: int(r["successes"]) for n, r in earlier.items()},
         on_trial=record_trial if trials else None,
+        snapshots=snapshots if trials else None,
     )
     if earlier:  # the cell's time includes its trainings in earlier runs
         result.seconds += sum(float(r.get("seconds", 0.0)) for n, r in earlier.items() if n in result.scores)
@@ -135,6 +156,7 @@ def run_sweep(
     reuse: Iterable[str | Path] = (),
     all_at_once: bool = False,
     trials: str | Path | None = None,
+    snapshot_every: float = 300.0,
 ) -> dict[str, dict[str, Any]]:
     """Run every cell not yet in `path` (one JSON line each, appended when done); key -> record of all cells.
 
@@ -142,11 +164,17 @@ def run_sweep(
     `device` is cpu, cuda or auto, resolved by each cell where it runs. Cells finished in a `reuse` file (same
     key: same variant, size, repeat, schedule, precision and fact device) are copied, not rerun.
     `all_at_once` trains each cell's fact counts in one stack (`find_capacity`; the same search). `trials`: a
-    JSONL file of finished trainings, so a cell interrupted mid-search resumes (`search_cell`).
+    JSONL file of finished trainings, so a cell interrupted mid-search resumes (`search_cell`), with the
+    trainings in progress saved every `snapshot_every` seconds.
     """
     cells = list(cells)
     trials = None if trials is None else str(trials)
-    options = {"device": device, "all_at_once": all_at_once, "trials": trials}
+    options = {
+        "device": device,
+        "all_at_once": all_at_once,
+        "trials": trials,
+        "snapshot_every": snapshot_every,
+    }
     jobs = [Cell(c.key, search_cell, {"cell": c, **options}) for c in cells]
     label = "capacity cells" if progress else None
     return run_cells(

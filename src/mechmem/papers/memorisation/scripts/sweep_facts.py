@@ -78,6 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         "(default data/facts_trials.jsonl; 'none': do not record them)",
     )
     p.add_argument(
+        "--snapshot-every",
+        type=cli.positive_float,
+        default=300.0,
+        help="with trials: seconds between saves of a training in progress (beside the trials file, in "
+        "<trials>.snapshots/), so a cell stopped mid-training resumes from its last save",
+    )
+    p.add_argument(
         "--all-at-once",
         action="store_true",
         help="train every fact count a cell's search could try in one stack (for a GPU; the same search)",
@@ -102,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     data = args.data or DATA / f"facts_{args.mode}.jsonl"
     trials = args.trials or data.parent / "facts_trials.jsonl"
     where["trials"] = None if str(args.trials) == "none" else trials
+    where["snapshot_every"] = args.snapshot_every
     schedule = Schedule(max_epochs=args.max_epochs, patience=args.patience, target_acc=args.acc)
     if args.mode == "table":
         cells = sweep.table_cells(args.only, args.repeats, schedule, facts_device=args.facts_device)
