@@ -16,7 +16,14 @@ turned into a mechmem checkpoint with `save_model` (which checks the reloaded lo
 Then for each model and prompt seed 0..4: `head_roles(model, task, seed=s)` (the report's defaults) and
 `decided_circuit(model, task, seed=s, ablation="mean")` (the report's call), with the prompt fit the report
 prints beside each (`repeats_fit` of head detection's longest random probe; `prompt_fit` of the circuit's
-first round). A quantity is "stable" when its verdict is identical at every seed (or undecided at every seed).
+first round); and the report's other decided verdicts, called as the report calls them: `decided_patching`
+(every sweep the model has, exact), `decided_ablation` (mean ablation of every head and MLP) and
+`decided_mlp_role` (the last MLP; not on attention-only models). A quantity is "stable" when its verdict is
+identical at every seed (or undecided at every seed); for the many-test analyses (edges, patching cells,
+ablations) each test is counted as stable, "decided vs undecided" (one decided verdict at some seeds,
+undecided at the others) or contradictory (yes at one seed, no at another).
+
+`--skip-decided` leaves out the patching, ablation and MLP verdicts (the record of 2026-12-04 ran without).
 """
 
 import argparse
@@ -32,13 +39,17 @@ from typing import Any
 import torch
 import transformer_lens
 
+from mechmem.analysis.ablation import decided_ablation
 from mechmem.analysis.circuits.decided import decided_circuit
 from mechmem.analysis.circuits.discovery import circuit_prompts
 from mechmem.analysis.distribution import prompt_fit, repeats_fit
 from mechmem.analysis.heads import probe_halves
-from mechmem.analysis.roles import head_roles
+from mechmem.analysis.mlp_role import decided_mlp_role
+from mechmem.analysis.patching.decided import decided_patching
+from mechmem.analysis.roles import RoleThresholds, head_roles
 from mechmem.analysis.sequential import CIRCUIT_POLICY
 from mechmem.checkpoint import load_checkpoint, save_model
+from mechmem.errors import MechmemError
 from mechmem.tables import print_table
 from mechmem.tasks.registry import build_task
 
@@ -217,6 +228,59 @@ def circuit_at(model: Any, task: Any, seed: int) -> dict[str, Any]:
     }
 
 
+def verdicts_of(decision: Any) -> dict[str, list[str]]:
+    """Every test's verdict in words, per family (a `Decision`, or one `FamilyDecision`)."""
+    families = getattr(decision, "families", None) or {"": decision}
+    return {name: family.verdicts() for name, family in families.items()}
+
+
+def decided_at(model: Any, task: Any, seed: int) -> dict[str, Any]:
+    """The report's patching, ablation and MLP verdicts at `seed`, each called as the report calls it."""
+    start, out = time.perf_counter(), {}
+    try:
+        out["patching"] = verdicts_of(decided_patching(model, task, seed=seed).decision)
+    except (NotImplementedError, MechmemError) as exc:
+        out["patching"] = {"skipped": [str(exc)]}
+    out["ablation"] = verdicts_of(decided_ablation(model, task, seed=seed).decision)
+    if not model.cfg.attn_only:
+        role = decided_mlp_role(model, task, seed=seed, threshold=RoleThresholds().mlp_drop)
+        out["mlp"] = verdicts_of(role.decision)
+    out["seconds"] = time.perf_counter() - start
+    return out
+
+
+def per_test_stability(runs: list[list[str]]) -> dict[str, int]:
+    """Per test (position in the verdict lists), across seeds: stable / decided vs undecided /
+    contradictory."""
+    counts = {"stable": 0, "decided vs undecided": 0, "contradictory": 0}
+    for seen in map(set, zip(*runs, strict=True)):
+        kind = (
+            "stable"
+            if len(seen) == 1
+            else "contradictory"
+            if {"yes", "no"} <= seen
+            else "decided vs undecided"
+        )
+        counts[kind] += 1
+    return counts
+
+
+def decided_rows(name: str, runs: list[dict[str, Any]]) -> list[list[str]]:
+    """Per analysis and family of the decided verdicts: its tests' stability over the seeds."""
+    rows = []
+    for analysis in ("patching", "ablation", "mlp"):
+        if analysis not in runs[0]["decided"]:
+            continue
+        for family in runs[0]["decided"][analysis]:
+            per_seed = [r["decided"][analysis][family] for r in runs]
+            tally = [f"{v.count('yes')}y {v.count('no')}n {v.count('undecided')}u" for v in per_seed]
+            counts = per_test_stability(per_seed)
+            label = f"{analysis} {family}".strip() + ": stable / dec. vs undec. / contradictory"
+            state = "stable" if counts["contradictory"] == 0 else "UNSTABLE"
+            rows.append([name, label, *tally, "/".join(map(str, counts.values())) + f" {state}"])
+    return rows
+
+
 def stability(values: list[Any]) -> str:
     return "stable" if all(v == values[0] for v in values) else "UNSTABLE"
 
@@ -285,6 +349,8 @@ def table_rows(name: str, runs: list[dict[str, Any]]) -> list[list[str]]:
             for r in runs
         ]
         rows.append([name, f"{key} [95%]", *cells, "(value)"])
+    if "decided" in runs[0]:
+        rows += decided_rows(name, runs)
     return rows
 
 
@@ -293,6 +359,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="docs/record/data/2026-12-03-stability.json", help="JSON output")
     p.add_argument("--only", nargs="*", default=None, help="subject names to run (default: all)")
     p.add_argument("--steps", type=int, default=None, help="override training steps (for a smoke run)")
+    p.add_argument("--skip-decided", action="store_true", help="no patching, ablation or MLP verdicts")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     out: dict[str, Any] = {"seeds": list(SEEDS), "models": {}}
@@ -325,6 +392,8 @@ def main(argv: list[str] | None = None) -> None:
                 "heads": heads_at(model, task, seed),
                 "circuit": circuit_at(model, task, seed),
             }
+            if not args.skip_decided:
+                run["decided"] = decided_at(model, task, seed)
             named = heads_cell(run["heads"]["heads"])
             print(
                 f"  seed {seed}: heads {named} ({run['heads']['seconds']:.0f} s); "
