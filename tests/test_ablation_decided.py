@@ -21,32 +21,34 @@ def trained():
     return trained_induction_model(), RepeatsTask(RepeatsConfig(d_vocab=16, half=8))
 
 
-def rounds_of(task, seed: int, policy: DecisionPolicy, looks: tuple[int, ...]):
+def rounds_of(task, seed: int, policy: DecisionPolicy, looks: tuple[int, ...], metric: str = "loss"):
     """The reference and each round's (tokens, metric), drawn the way `decided_ablation` draws them."""
     gen = torch.Generator().manual_seed(seed)
-    reference = task_metric(task, "loss", policy.budget, generator=gen)[0]
+    reference = task_metric(task, metric, policy.budget, generator=gen)[0]
     out, taken = [], 0
     for look in looks:
-        tokens, metric, _ = task_metric(task, "loss", look - taken, generator=gen)
-        out.append((tokens, metric))
+        tokens, metric_fn, _ = task_metric(task, metric, look - taken, generator=gen)
+        out.append((tokens, metric_fn))
         taken = look
     return reference, out
 
 
-def test_pooled_deltas_equal_plain_ablation_of_the_same_sequences(trained):
+@pytest.mark.parametrize("metric", ["loss", "accuracy", "logit_diff"])
+def test_pooled_deltas_equal_plain_ablation_of_the_same_sequences(trained, metric):
     model, task = trained
     policy = DecisionPolicy(first=16, budget=128)
-    result = mechmem.decided_ablation(model, task, seed=5, policy=policy)
+    result = mechmem.decided_ablation(model, task, seed=5, policy=policy, metric=metric)
     looks = tuple(p for p in policy.looks() if p <= result.decision.n)
     assert len(looks) >= 2, result.decision  # the equality is about pooling rounds
-    reference, rounds = rounds_of(task, 5, policy, looks)
+    assert result.info["metric"] == metric
+    reference, rounds = rounds_of(task, 5, policy, looks, metric)
     # per round one forward pass per head with run_with_hooks (the naive reference), pooled as a ratio of sums
     numerator, weight, base = torch.zeros(2, 2, dtype=torch.float64), 0.0, 0.0
-    for tokens, metric in rounds:
+    for tokens, measure in rounds:
         values = ablation_values(model, tokens, "mean", reference=reference)
-        w = float(metric.weights.sum())
-        numerator += naive_head_ablation(model, tokens, metric, values).double() * w
-        base += float(metric(model(tokens).detach())) * w
+        w = float(measure.weights.sum())
+        numerator += naive_head_ablation(model, tokens, measure, values).double() * w
+        base += float(measure(model(tokens).detach())) * w
         weight += w
     torch.testing.assert_close(result.heads[0].double(), numerator / weight, atol=1e-4, rtol=0)
     assert result.baseline == pytest.approx(base / weight, abs=1e-5)
@@ -82,6 +84,37 @@ def test_the_estimate_keeps_its_first_rounds_exact_variants(trained):
     if exact.decision.n == result.decision.n:  # the same sequences: the estimate tracks the exact deltas
         a, b = exact.heads.flatten() - exact.baseline, result.heads.flatten() - result.baseline
         assert torch.corrcoef(torch.stack([a, b]))[0, 1] > 0.8
+
+
+@pytest.mark.parametrize("metric", ["accuracy", "logit_diff"])
+def test_the_other_metrics_give_a_planted_circuit_its_known_verdicts(metric):
+    planted = mechmem.planted_induction_model()  # L0H2 previous-token, L1H1 induction head
+    task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+    result = mechmem.decided_ablation(planted, task, metric=metric)
+    heads = result.decision.code.reshape(2, 4)[:, :3]
+    expected = torch.full((2, 3), NO, dtype=torch.int8)
+    expected[0, 2] = expected[1, 1] = YES
+    assert torch.equal(heads, expected), result.decision.verdicts()
+    threshold = {"accuracy": 0.05, "logit_diff": 0.1}[metric]
+    assert float(result.decision.threshold.flatten()[0]) == threshold
+
+
+def test_the_command_decides_every_metric_as_the_function_does(trained):
+    model, task = trained
+    ckpt = argparse.Namespace(model=model, task=task, task_name="repeats")
+    args = argparse.Namespace(metric="logit_diff", methods=["mean", "zero"], n_samples=128, seed=2)
+    command = ablate(ckpt, args)
+    direct = mechmem.decided_ablation(
+        model,
+        task,
+        seed=2,
+        policy=DecisionPolicy(first=64, budget=128),
+        methods=("mean", "zero"),
+        metric="logit_diff",
+    )
+    assert command.to_dict()["results"] == direct.to_dict()["results"]
+    assert command.to_dict()["decision"] == direct.to_dict()["decision"]
+    assert command.metric_name.startswith("logit_diff: ")
 
 
 def test_the_command_and_the_report_give_one_number_for_one_seed(trained):

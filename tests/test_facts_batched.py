@@ -11,7 +11,6 @@ from mechmem.papers.memorisation import batched
 from mechmem.papers.memorisation.batched import (
     ParamStack,
     Schedule,
-    Snapshots,
     fact_logits,
     train_batched,
     train_counts,
@@ -27,6 +26,7 @@ from mechmem.papers.memorisation.models import (
     forward_params,
     init_params,
 )
+from mechmem.papers.memorisation.snapshots import Snapshots
 
 INPUTS, LABELS = generate_facts(64, 32, 16)
 # Short phases so every init walks through all three learning rates (continue_above=0 always continues).

@@ -206,6 +206,11 @@ def test_dependency_check_and_declared_readout(random_case):
     assert got.tolist() == [[2, 2], [5, 5], [1, 6]]
     # Positions read through a non-differentiable function are found by perturbation.
     assert find_readout(lambda x: x[:, 3].argmax(-1).sum().item(), probe).unique().tolist() == [3]
+    # Accuracy at confident positions: no small move changes an argmax there, a swamping one does.
+    confident = probe.clone()
+    confident[:, :, 0] += 1e3
+    hits = lambda x: (x[:, [1, 4]].argmax(-1) == 0).float().sum()
+    assert find_readout(hits, confident).unique().tolist() == [1, 4]
     with pytest.raises(MechmemError):
         find_readout(lambda x: torch.tensor(1.0), probe)
     # A declared read-out is used as given (negative = from the end) and gives TL's numbers.

@@ -16,6 +16,10 @@ ABLATION_DELTA = 0.05
 """A component matters when the corrected interval of the change of the task loss on ablating it lies outside
 (-0.05, 0.05) nats (`mechmem.analysis.ablation.decided`); fixed before the rule's first run
 (docs/decisions.md)."""
+ABLATION_THRESHOLDS = {"loss": ABLATION_DELTA, "accuracy": 0.05, "logit_diff": 0.1}
+"""Per metric, the size of change that makes a component matter: 0.05 nats of loss, five points of accuracy,
+0.1 logits of logit difference (a tenth of `MIN_GAP`); fixed before each rule's first run
+(docs/decisions.md, "Ablation" and "Ablation on the other metrics")."""
 ABLATION_FIRST = 64
 """Sequences of ablation's first look (docs/decisions.md)."""
 ABLATION_BUDGET = 512

@@ -4,12 +4,13 @@
     mechmem ablate runs/task2 --metric logit_diff --methods zero mean
 
 Zero, mean and resample ablation of each head's output z; means and resampled sequences come from a second
-draw of the task's evaluation data. With the default `--metric loss` the sequences are drawn in rounds (64,
-128, ... up to `--n-samples`, default 512) until every ablation is decided to change the task loss by at least
-0.05 nats or not: the rule of docs/decisions.md ("Ablation"), the report's too, so one checkpoint and one seed
-give one number in both (with `--methods mean`, the report's method). Other metrics use one draw of
-`--n-samples` sequences. Prints a layer x head table of deltas per method and writes DIR/ablate_heads.json
-("results": one record per ablation; "decision": the verdicts) and DIR/ablate_heads.png.
+draw of the task's evaluation data. The sequences are drawn in rounds (64, 128, ... up to `--n-samples`,
+default 512) until every ablation is decided to change the metric by at least its threshold or not (0.05
+nats of loss, the default; 0.05 of accuracy; 0.1 logits of the logit difference on the task's pair): the
+rule of docs/decisions.md ("Ablation"), the report's too, so one checkpoint and one seed give one number in
+both (`--metric loss --methods mean`, the report's). Prints a layer x head table of deltas per method and
+writes DIR/ablate_heads.json ("results": one record per ablation; "decision": the verdicts) and
+DIR/ablate_heads.png.
 """
 
 import argparse
@@ -42,44 +43,28 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
 
 
 def ablate(ckpt: Any, args: argparse.Namespace) -> Any:
-    """The ablations `args` ask for: decided over rounds of sequences for the loss (the report's rule,
-    docs/decisions.md), one draw of `--n-samples` for the other metrics; the reason as a string when the
-    metric does not apply to the task."""
-    import torch
-
-    from mechmem.analysis.ablation import ablate_heads, decided_ablation, task_metric
+    """The ablations `args` ask for, decided over rounds of sequences (the report's rule, docs/decisions.md);
+    the reason as a string when the metric does not apply to the task."""
+    from mechmem.analysis.ablation import decided_ablation
     from mechmem.analysis.sequential import ABLATION_POLICY
     from mechmem.progress import working
 
     cfg = ckpt.model.cfg
     doing = f"ablating {cfg.n_layers * cfg.n_heads} heads x {len(args.methods)} methods"
-    if args.metric == "loss":
-        with working(doing + f", up to {args.n_samples} sequences"):
+    with working(doing + f", up to {args.n_samples} sequences"):
+        try:
             result = decided_ablation(
                 ckpt.model,
                 ckpt.task,
                 seed=args.seed,
                 policy=ABLATION_POLICY.with_budget(args.n_samples),
                 methods=tuple(args.methods),
+                metric=args.metric,
             )
-        result.metric_name = f"loss: {result.metric_name}"
-        return result
-    gen = torch.Generator().manual_seed(args.seed)
-    try:
-        tokens, metric, description = task_metric(ckpt.task, args.metric, args.n_samples, generator=gen)
-        reference, _, _ = task_metric(ckpt.task, args.metric, args.n_samples, generator=gen)
-    except NotImplementedError as exc:
-        return f"--metric {args.metric} does not apply: {exc}"
-    with working(doing):
-        return ablate_heads(
-            ckpt.model,
-            tokens,
-            metric,
-            methods=tuple(args.methods),
-            reference=reference,
-            generator=gen,
-            metric_name=f"{args.metric}: {description}",
-        )
+        except NotImplementedError as exc:
+            return f"--metric {args.metric} does not apply: {exc}"
+    result.metric_name = f"{args.metric}: {result.metric_name}"
+    return result
 
 
 def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:

@@ -8,9 +8,10 @@ One generator seeded with the seed draws the mean / resample reference first (`p
 sequences), then each round's new sequences; every round ablates every head, attention layer and MLP on them
 (exactly, or estimated by attribution with a fixed set of variants computed exactly); resampled sequences
 come from a second generator seeded with seed + 1, so the sequences drawn do not depend on the methods. After
-each look every component's change of the task loss, a ratio of sums over sequences, is judged against
-`ABLATION_DELTA` on |delta| with the sequential rule (`mechmem.analysis.sequential`); sampling stops when no
-test is open or at the budget. The values printed are the means over every sequence drawn with their
+each look every component's change of the metric (the task loss by default; accuracy, or the logit
+difference on the task's pair), a ratio of sums over sequences, is judged against the metric's
+`ABLATION_THRESHOLDS` on |delta| with the sequential rule (`mechmem.analysis.sequential`); sampling stops
+when no test is open or at the budget. The values printed are the means over every sequence drawn with their
 bootstrap intervals, as one ablation of that many sequences would give them. `mechmem ablate` and the report
 call it with the same policy.
 """
@@ -23,12 +24,13 @@ from mechmem.analysis.ablation.attribution import attribute_ablation
 from mechmem.analysis.ablation.exact import ablate_heads, task_metric
 from mechmem.analysis.ablation.result import AblationResult, SequenceChanges, delta_intervals
 from mechmem.analysis.intervals import RatioMoments, bootstrap_ratio
-from mechmem.analysis.options import ABLATION_DELTA
+from mechmem.analysis.options import ABLATION_METRICS, ABLATION_THRESHOLDS
 from mechmem.analysis.sequential import ABLATION_POLICY, DecisionPolicy, decide
 from mechmem.errors import MechmemError
 
 FAMILY = "delta"
-"""The decision's one family: every ablation's change of the task loss, [method, variant]."""
+"""The decision's one family: every ablation's change of the metric, [method, variant]."""
+UNITS = {"loss": "nats", "accuracy": "of accuracy", "logit_diff": "logits"}
 
 
 def decided_ablation(
@@ -39,19 +41,23 @@ def decided_ablation(
     policy: DecisionPolicy = ABLATION_POLICY,
     methods: tuple[str, ...] = ("mean",),
     estimate: bool = False,
-    threshold: float = ABLATION_DELTA,
+    metric: str = "loss",
+    threshold: float | None = None,
 ) -> AblationResult:
     """Ablate every head, attention layer and MLP on rounds of the task's evaluation sequences until every
-    change of the task loss is decided (docs/decisions.md, "Ablation").
+    change of the metric is decided (docs/decisions.md, "Ablation" and "Ablation on the other metrics").
 
     Args:
-        task: gives the evaluation sequences and the loss (`ablation.task_metric(task, "loss", ...)`).
+        task: gives the sequences and the metric (`ablation.task_metric(task, metric, ...)`: evaluation
+            sequences for "loss" and "accuracy", the clean prompts of its pair for "logit_diff").
         seed: seeds the one generator the reference and every round are drawn from.
         policy: the looks and level (`ABLATION_POLICY`; `policy.with_budget(n)` for another budget).
         methods: ablation methods ("zero", "mean", "resample").
         estimate: estimate the ablations by attribution (one method only), with `CHECK_VARIANTS` of them
             computed exactly; an estimate that fails its check on the first round makes every round exact.
-        threshold: a component matters when its |delta| is decided >= threshold (nats).
+        metric: "loss", "accuracy" or "logit_diff".
+        threshold: a component matters when its |delta| is decided >= threshold (default: the metric's
+            `ABLATION_THRESHOLDS`, fixed before the rule's first run).
 
     Example:
         >>> import mechmem
@@ -63,16 +69,19 @@ def decided_ablation(
     """
     if estimate and len(methods) != 1:
         raise MechmemError("an estimated ablation takes one method")
+    if metric not in ABLATION_METRICS:
+        raise MechmemError(f"unknown metric {metric!r} ({', '.join(ABLATION_METRICS)})")
+    threshold = ABLATION_THRESHOLDS[metric] if threshold is None else threshold
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
-    reference = task_metric(task, "loss", policy.budget, generator=generator)[0].to(device)
+    reference = task_metric(task, metric, policy.budget, generator=generator)[0].to(device)
     resampler = torch.Generator().manual_seed(seed + 1)
     rounds: list[AblationResult] = []
     state: dict[str, Any] = {"exact": not estimate, "chosen": None, "first": None}
 
     def draw(k: int, gen: torch.Generator) -> dict[str, RatioMoments]:
-        tokens, metric, name = task_metric(task, "loss", k, generator=gen)
-        args = (model, tokens.to(device), metric)
+        tokens, measure, name = task_metric(task, metric, k, generator=gen)
+        args = (model, tokens.to(device), measure)
         if state["exact"]:
             found = ablate_heads(
                 *args, methods=methods, reference=reference, generator=resampler, metric_name=name
@@ -104,7 +113,9 @@ def decided_ablation(
         absolute=(FAMILY,),
         axes={FAMILY: ("method", "variant")},
     )
-    return _pooled(model, rounds, decision, methods, state["first"])
+    result = _pooled(model, rounds, decision, methods, state["first"])
+    result.info["metric"] = metric
+    return result
 
 
 def _pooled(
@@ -147,7 +158,9 @@ def decision_line(result: AblationResult) -> str:
     are undecided (with the sequences that would decide the last of them)."""
     d = result.decision
     n, threshold = result.info.get("n_sequences", d.n), float(d.threshold.flatten()[0])
-    matter = f"matter (|change of the loss| decided >= {threshold:g})"
+    metric = result.info.get("metric", "loss")
+    what = {"loss": "the loss", "accuracy": "the accuracy", "logit_diff": "the logit difference"}[metric]
+    matter = f"matter (|change of {what}| decided >= {threshold:g} {UNITS[metric]})"
     line = f'Decided over rounds of sequences (docs/decisions.md, "Ablation"): {n} sequences; ' + d.tally(
         "ablations", matter, "sequences"
     )

@@ -10,7 +10,8 @@ metrics, is turned into that form by `callable_metric`:
     - positions: declared by the user (`readout=`), or found by a dependency check: the gradient of the metric
       with respect to the logits, on the clean run's logits and on a perturbed copy, is non-zero exactly at
       the positions it reads. A metric without a gradient (it calls `.item()`, `argmax`, ...) is probed
-      instead by perturbing one position at a time and watching its value.
+      instead by perturbing one position at a time and watching its value: first a small move, then one that
+      swamps the logits there, in either direction (so a metric of the argmax, like accuracy, sees it).
     - evaluation: the read-out logits are written into a full-size logits tensor (the clean run's logits fill
       the positions the metric does not read; the tensor is allocated once and reused, only its read-out
       positions rewritten), and the metric is mapped over the patch axis with
@@ -96,6 +97,11 @@ def per_patch(
     return loop, "loop"
 
 
+OVERWHELM = 1e4
+"""The dependency check's large move, in units of the probe's spread: it decides the argmax at the position it
+moves, so a metric of the argmax changes there unless every prompt's prediction stays right (or wrong)."""
+
+
 def find_readout(
     metric: Callable[[Tensor], Any], probe: Float[Tensor, "batch pos d_vocab"]
 ) -> Int[Tensor, "batch read"]:
@@ -114,10 +120,16 @@ def find_readout(
             reads |= (grad != 0).any(-1)
     except (RuntimeError, TypeError):  # no gradient: perturb one position (all prompts) at a time
         fn, _ = per_patch(metric, probe)
+        # A small move, then one that swamps the logits (either sign): a metric of the argmax (accuracy) does
+        # not move under a small change where the model is confident, and would be taken not to read there.
+        moves = (scale, OVERWHELM * scale, -OVERWHELM * scale)
         for p in range(probe.shape[1]):
-            moved = probe.clone()
-            moved[:, p] += scale * noise[:, p]
-            reads[:, p] = bool(fn(torch.stack([probe, moved])).diff(dim=0).ne(0).any())
+            for size in moves:
+                moved = probe.clone()
+                moved[:, p] += size * noise[:, p]
+                if bool(fn(torch.stack([probe, moved])).diff(dim=0).ne(0).any()):
+                    reads[:, p] = True
+                    break
     if not reads.any():
         raise MechmemError("the metric reads no position of the logits (declare readout= if it does)")
     return pad_rows([row.nonzero().flatten() for row in reads])

@@ -17,25 +17,21 @@ task for a fixed number of steps, one model at a time. This is a different algor
 tensor, a fixed full batch, per-init stopping, phases and restarts; `train_reference` is the naive loop it is
 tested against.
 
-A long training (hours on a CPU at the published schedule) can save its state every few minutes
-(`Snapshots`): the stack's weights, Adam moments, step counts, phases, patience and the finished rows'
-results. Started again with the same snapshot file, it goes on from the last save and ends exactly as an
-uninterrupted run does (full-batch training draws no random numbers after the init).
+A long training (hours on a CPU at the published schedule) can save its whole state every few minutes
+(`snapshots.Snapshots`); started again with the same snapshot file, it goes on from the last save and ends
+exactly as an uninterrupted run does.
 """
 
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from mechmem.checkpoint import atomic_torch_save, read_torch_file
 from mechmem.config import ConfigMixin
-from mechmem.errors import MechmemError
 from mechmem.papers.memorisation.fused import FactBatch, loss_grad, mixing_tables
 from mechmem.papers.memorisation.heap import retain_freed_memory
 from mechmem.papers.memorisation.models import (
@@ -46,6 +42,7 @@ from mechmem.papers.memorisation.models import (
     model_params,
     readout,
 )
+from mechmem.papers.memorisation.snapshots import Snapshots, load_snapshot, save_snapshot
 
 BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
@@ -102,17 +99,6 @@ class TrainOutcome:
             "epochs": self.epochs.tolist(),
             "phases": self.phases.tolist(),
         }
-
-
-@dataclass(frozen=True)
-class Snapshots:
-    """Where a training saves its state while it runs, and how often; `key` names the training (a saved
-    state of another training is refused, never trained on)."""
-
-    path: Path
-    key: str
-    every: float = 300.0
-    """Seconds between saves (0: after every epoch)."""
 
 
 STACK_STATE = ("flat", "m", "v", "ids", "step", "phase", "phase_epoch", "best", "since")
@@ -199,32 +185,6 @@ class ParamStack:
         for name in STACK_STATE[1:]:
             setattr(self, name, state[name].to(device))
         self.flat = state["flat"].to(device).requires_grad_(True)
-
-
-def _save_snapshot(
-    snapshots: Snapshots, stack: ParamStack, final: Params, totals: dict[str, Tensor], success: Tensor
-) -> None:
-    state = {f"stack.{k}": t for k, t in stack.state().items()}
-    state |= {f"final.{k}": t for k, t in final.items()} | {f"totals.{k}": t for k, t in totals.items()}
-    atomic_torch_save({"key": snapshots.key, "success": success, **state}, snapshots.path)
-
-
-def _load_snapshot(
-    snapshots: Snapshots, stack: ParamStack, final: Params, totals: dict[str, Tensor], success: Tensor
-) -> None:
-    """Restore a saved state into the freshly built `stack`, `final`, `totals` and `success` (in place)."""
-    saved, _ = read_torch_file(snapshots.path)
-    if not isinstance(saved, dict) or saved.get("key") != snapshots.key:
-        found = saved.get("key") if isinstance(saved, dict) else None
-        raise MechmemError(f"{snapshots.path} is the snapshot of another training ({found!r})")
-    parts = {"final": final, "totals": totals}
-    for prefix, target in parts.items():
-        for k, t in target.items():
-            if saved[f"{prefix}.{k}"].shape != t.shape:
-                raise MechmemError(f"{snapshots.path}: {prefix}.{k} has another shape than this training's")
-            t.copy_(saved[f"{prefix}.{k}"])
-    success.copy_(saved["success"])
-    stack.load_state({k: saved[f"stack.{k}"] for k in STACK_STATE})
 
 
 def train_batched(
@@ -328,12 +288,12 @@ def _train_stack(
     success = torch.zeros(n_rows, dtype=torch.bool)
     full, need = batch, need_all
     if snapshots is not None and snapshots.path.exists():
-        _load_snapshot(snapshots, stack, final, totals, success)
+        stack.load_state(load_snapshot(snapshots, final, totals, success))
         batch, need = full.select(stack.ids), need_all[stack.ids]
     saved = time.monotonic()
     while stack.ids.numel():
         if snapshots is not None and time.monotonic() - saved >= snapshots.every:
-            _save_snapshot(snapshots, stack, final, totals, success)
+            save_snapshot(snapshots, stack.state(), final, totals, success)
             saved = time.monotonic()
         grad, hits = loss_grad(cfg, stack.flat, stack.params(), batch)
         with torch.no_grad():

@@ -22,13 +22,7 @@ from typing import Any
 import torch
 
 from mechmem.errors import MechmemError
-from mechmem.papers.memorisation.batched import (
-    Schedule,
-    Snapshots,
-    TrainOutcome,
-    train_batched,
-    train_counts,
-)
+from mechmem.papers.memorisation.batched import Schedule, TrainOutcome, train_batched, train_counts
 from mechmem.papers.memorisation.data import fact_sequence, generate_facts
 from mechmem.papers.memorisation.models import FactsModelConfig
 from mechmem.papers.memorisation.search import (
@@ -38,6 +32,7 @@ from mechmem.papers.memorisation.search import (
     authors_counts,
     search_capacity,
 )
+from mechmem.papers.memorisation.snapshots import Snapshots
 
 N_INITS = 11
 CRITERIA: dict[str, Callable[[int, int], bool]] = {
@@ -173,9 +168,7 @@ def find_capacity(
     schedule = Schedule() if schedule is None else schedule
     seeds = list(range(N_INITS)) if seeds is None else list(seeds)
 
-    limit, trained = cfg.n_in**2, {}
-
-    known = dict(known or {})
+    limit, trained, known = cfg.n_in**2, {}, dict(known or {})
 
     def successes(n: int) -> int:
         if n in known:

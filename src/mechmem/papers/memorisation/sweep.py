@@ -29,10 +29,11 @@ from mechmem.analysis.stats import format_mean_sd
 from mechmem.errors import MechmemError
 from mechmem.executor import Cell, append_record, run_cells
 from mechmem.executor import load_records as load_cell_records
-from mechmem.papers.memorisation.batched import Schedule, Snapshots
+from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.capacity import CRITERIA, N_INITS, find_capacity
 from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
 from mechmem.papers.memorisation.models import FactsModelConfig, all_variants
+from mechmem.papers.memorisation.snapshots import Snapshots
 
 SCALING_VARIANTS = {
     "full": FactsModelConfig(
