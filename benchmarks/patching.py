@@ -6,6 +6,7 @@
     models
     python benchmarks/patching.py --archs --repeats 3        # every architecture beside the plain model
     python benchmarks/patching.py --archs Llama-like --hooks --repeats 1   # replay vs the hooks strategy
+    python benchmarks/patching.py --heldout --repeats 1      # four larger models of today's architectures
 
 
 Models: each checkpoint given (its task's clean/corrupted pair), or, without paths, permutation task1-quick
@@ -197,6 +198,45 @@ def architecture_models(names: list[str]) -> list[tuple[str, torch.nn.Module, Pa
     return out
 
 
+HELDOUT = {
+    "rotary GQA 2x128x8": (
+        {"n_layers": 2, "d_model": 128, "n_heads": 8, "n_key_value_heads": 2, "d_mlp": 512, "d_vocab": 256,
+         "positional_embedding_type": "rotary", "normalization_type": "RMS", "act_fn": "silu"},
+        16, 48,
+    ),
+    "partial-rotary LN gelu_new 3x128x4": (
+        {"n_layers": 3, "d_model": 128, "n_heads": 4, "d_mlp": 512, "d_vocab": 256, "rotary_dim": 16,
+         "positional_embedding_type": "rotary", "normalization_type": "LN", "act_fn": "gelu_new"},
+        16, 40,
+    ),
+    "LNPre attn-only 5x64x8": (
+        {"n_layers": 5, "d_model": 64, "n_heads": 8, "d_mlp": None, "d_vocab": 128,
+         "normalization_type": "LNPre"},
+        32, 32,
+    ),
+    "RMS gated gelu_new 4x96x6": (
+        {"n_layers": 4, "d_model": 96, "n_heads": 6, "d_mlp": 384, "d_vocab": 128, "gated_mlp": True,
+         "normalization_type": "RMS", "act_fn": "gelu_new"},
+        16, 32,
+    ),
+}  # fmt: skip
+"""--heldout: label -> (`TransformerConfig` fields, batch, positions): models at the sizes of the models
+new users brought (2-5 layers, d_model 64-128, up to 8 heads), each with a feature of today's small models;
+none of them is a model any other benchmark or test of the project uses."""
+
+
+def heldout_models() -> list[tuple[str, torch.nn.Module, PatchingPair]]:
+    """One random model per `HELDOUT` entry on a random token pair of its size."""
+    from mechmem.models.adapter import TransformerConfig, build_transformer
+
+    out = []
+    for label, (kw, n, pos) in HELDOUT.items():
+        g = torch.Generator().manual_seed(1)
+        model = build_transformer(TransformerConfig(**kw, n_ctx=pos), generator=g).eval()
+        out.append((label, model, random_pair(kw["d_vocab"], n, pos, g)))
+    return out
+
+
 def plain_logit_diff(pair: PatchingPair):
     """The logit difference as a user writes it: a plain callable, not recognised as `pair.logit_diff`."""
     rows = torch.arange(len(pair.clean))
@@ -284,6 +324,11 @@ def main(argv: list[str] | None = None) -> int:
         help="time the architecture models instead (ARCHITECTURES; names to pick some, none for all)",
     )
     parser.add_argument(
+        "--heldout",
+        action="store_true",
+        help="time the held-out models instead (HELDOUT: rotary, grouped-query, gated, LNPre; 2-5 layers)",
+    )
+    parser.add_argument(
         "--hooks",
         action="store_true",
         help="with --archs: also time every sweep with the engine forced onto hooks (its fallback strategy)",
@@ -294,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     RATE.append(matmul_rate())
     if args.archs is not None:
         return architectures(args.archs, args.repeats, args.hooks)
+    if args.heldout:
+        rows = [row for case in heldout_models() for row in bench_model(*case, args.repeats)]
+        print("\n" + summary("held-out models", rows))
+        return 0 if all(r[9] <= 1e-5 for r in rows) else 1
     if args.ckpts:
         from mechmem.checkpoint import load_checkpoint
 
