@@ -214,9 +214,11 @@ class Replay:
         scores = self.scores(layer, q, k)
         if past is not None:
             scores = torch.cat([self.scores(layer, q, past[0]), scores], -1)
-        scores = torch.where(mask, scores, torch.tensor(-torch.inf, device=scores.device))  # TL's IGNORE
+        # TL's IGNORE and its NaN guard, in place where no gradient is taken (`scores` and `pattern` are fresh
+        # tensors here; softmax's backward reads its output).
+        scores = scores.masked_fill_(~mask, -torch.inf)
         pattern = F.softmax(scores, dim=-1)
-        pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
+        pattern = torch.nan_to_num(pattern, nan=0.0) if pattern.requires_grad else pattern.nan_to_num_(0.0)
         if past is None:
             return pattern, k, v, self.z_from_pattern(pattern, v)
         z = self.z_from_pattern(pattern[..., :start], past[1]) + self.z_from_pattern(pattern[..., start:], v)
@@ -255,7 +257,7 @@ class Replay:
         self, layer: int, q: Float[Tensor, "... q head d_head"], k: Float[Tensor, "... k head d_head"]
     ) -> Float[Tensor, "... head q k"]:
         """Attention scores before masking: q . k / the layer's attention scale."""
-        return q.movedim(-2, -3) @ k.movedim(-3, -1) / self.scales[layer]
+        return (q.movedim(-2, -3) @ k.movedim(-3, -1)).div_(self.scales[layer])
 
     def rotate(
         self, layer: int, x: Float[Tensor, "... pos head_index d_head"], positions: Int[Tensor, "*b pos"]
