@@ -18,7 +18,7 @@ from mechmem.papers.memorisation.batched import (
 )
 from mechmem.papers.memorisation.data import fact_sequence, generate_facts
 from mechmem.papers.memorisation.fused import FactBatch, loss_grad
-from mechmem.papers.memorisation.heap import retain_freed_memory
+from mechmem.papers.memorisation.heap import cpu_training, retain_freed_memory
 from mechmem.papers.memorisation.models import (
     FactsModelConfig,
     RMSNormFunction,
@@ -184,3 +184,25 @@ def test_freed_memory_stays_mapped():
     for _ in range(10):
         loss_grad(cfg, stack.flat, stack.params(), batch)
     assert (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10 < 200
+
+
+def test_training_flushes_denormals_and_restores_the_default(monkeypatch):
+    """Inside the trainer, products below float32's smallest normal number are 0 (the CPU's slow path is
+    never taken); before and after it, they are the denormals torch computes by default."""
+    tiny = torch.tensor([1e-38])
+    seen = []
+    real = batched.loss_grad
+
+    def watch(*args, **kwargs):
+        seen.append(float(tiny / 100))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batched, "loss_grad", watch)
+    cfg = FactsModelConfig(mixing="2emb", mlp=False, norms=False)
+    train_batched(cfg, INPUTS, LABELS, [0], Schedule(max_epochs=3, patience=3))
+    assert seen and all(v == 0.0 for v in seen)
+    assert float(tiny / 100) > 0.0
+    with pytest.raises(RuntimeError), cpu_training(torch.device("cpu")):
+        assert float(tiny / 100) == 0.0
+        raise RuntimeError("an error inside the block")
+    assert float(tiny / 100) > 0.0  # restored on the way out, also after an error

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from mechmem.config import ConfigMixin
 from mechmem.papers.memorisation.fused import FactBatch, loss_grad, mixing_tables
-from mechmem.papers.memorisation.heap import retain_freed_memory
+from mechmem.papers.memorisation.heap import cpu_training
 from mechmem.papers.memorisation.models import (
     FactsModelConfig,
     Params,
@@ -279,45 +279,46 @@ def _train_stack(
     """The schedule on every row of `final` (initial weights, overwritten with each row's final weights);
     returns the per-row totals (best, last, epochs, phases) and successes. `need` and `cont` are the hits
     each row needs to succeed and to go on to the next phase. `snapshots`: see `train_batched`."""
-    if device.type == "cpu":
-        retain_freed_memory()
-    n_rows = need.shape[0]
-    stack, lr_table = ParamStack(final, device), torch.tensor(schedule.lrs, device=device)
-    need_all, cont_all = need.to(device), cont.to(device)
-    totals = {k: torch.zeros(n_rows, dtype=torch.long) for k in ("best", "last", "epochs", "phases")}
-    success = torch.zeros(n_rows, dtype=torch.bool)
-    full, need = batch, need_all
-    if snapshots is not None and snapshots.path.exists():
-        stack.load_state(load_snapshot(snapshots, final, totals, success))
-        batch, need = full.select(stack.ids), need_all[stack.ids]
-    saved = time.monotonic()
-    while stack.ids.numel():
-        if snapshots is not None and time.monotonic() - saved >= snapshots.every:
-            save_snapshot(snapshots, stack.state(), final, totals, success)
-            saved = time.monotonic()
-        grad, hits = loss_grad(cfg, stack.flat, stack.params(), batch)
-        with torch.no_grad():
-            stack.adam_step(grad, lr_table)
-            stack.track(hits)
-            won = hits >= need
-            over = won | (stack.since >= schedule.patience) | (stack.phase_epoch >= schedule.max_epochs)
-            if not bool(over.any()):
-                continue
-            # Bookkeeping on the (rare) epochs where some row ends a phase.
-            go_on = over & ~won & (stack.best >= cont_all[stack.ids]) & (stack.phase + 1 < len(schedule.lrs))
-            finished, cpu = over & ~go_on, stack.ids.cpu()
-            totals["best"][cpu] = torch.maximum(totals["best"][cpu], stack.best.cpu())
-            totals["last"][cpu] = hits.cpu()
-            totals["epochs"][cpu] += over.cpu() * stack.phase_epoch.cpu()
-            totals["phases"][cpu] = stack.phase.cpu() + 1
-            success[cpu] = won.cpu() & finished.cpu()
-            stack.restart(go_on)
-            if bool(finished.any()):
-                for k, p in stack.params(stack.flat[finished].detach().cpu()).items():
-                    final[k][cpu[finished.cpu()]] = p
-                stack.keep(~finished)
-                batch, need = full.select(stack.ids), need_all[stack.ids]
-    return totals, success
+    with cpu_training(device):  # denormals flushed, freed memory kept (`heap.cpu_training`)
+        n_rows = need.shape[0]
+        stack, lr_table = ParamStack(final, device), torch.tensor(schedule.lrs, device=device)
+        need_all, cont_all = need.to(device), cont.to(device)
+        totals = {k: torch.zeros(n_rows, dtype=torch.long) for k in ("best", "last", "epochs", "phases")}
+        success = torch.zeros(n_rows, dtype=torch.bool)
+        full, need = batch, need_all
+        if snapshots is not None and snapshots.path.exists():
+            stack.load_state(load_snapshot(snapshots, final, totals, success))
+            batch, need = full.select(stack.ids), need_all[stack.ids]
+        saved = time.monotonic()
+        while stack.ids.numel():
+            if snapshots is not None and time.monotonic() - saved >= snapshots.every:
+                save_snapshot(snapshots, stack.state(), final, totals, success)
+                saved = time.monotonic()
+            grad, hits = loss_grad(cfg, stack.flat, stack.params(), batch)
+            with torch.no_grad():
+                stack.adam_step(grad, lr_table)
+                stack.track(hits)
+                won = hits >= need
+                over = won | (stack.since >= schedule.patience) | (stack.phase_epoch >= schedule.max_epochs)
+                if not bool(over.any()):
+                    continue
+                # Bookkeeping on the (rare) epochs where some row ends a phase.
+                go_on = (
+                    over & ~won & (stack.best >= cont_all[stack.ids]) & (stack.phase + 1 < len(schedule.lrs))
+                )
+                finished, cpu = over & ~go_on, stack.ids.cpu()
+                totals["best"][cpu] = torch.maximum(totals["best"][cpu], stack.best.cpu())
+                totals["last"][cpu] = hits.cpu()
+                totals["epochs"][cpu] += over.cpu() * stack.phase_epoch.cpu()
+                totals["phases"][cpu] = stack.phase.cpu() + 1
+                success[cpu] = won.cpu() & finished.cpu()
+                stack.restart(go_on)
+                if bool(finished.any()):
+                    for k, p in stack.params(stack.flat[finished].detach().cpu()).items():
+                        final[k][cpu[finished.cpu()]] = p
+                    stack.keep(~finished)
+                    batch, need = full.select(stack.ids), need_all[stack.ids]
+        return totals, success
 
 
 def train_reference(
