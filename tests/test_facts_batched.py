@@ -96,14 +96,15 @@ def test_success_stops_early_and_inits_are_independent():
 
 
 @pytest.mark.parametrize("cut", [4, 17, 40])
-def test_a_training_stopped_mid_run_resumes_from_its_snapshot_exactly(tmp_path, monkeypatch, cut):
+@pytest.mark.parametrize("every", [0.0, 1e9], ids=["saved every epoch", "saved on the interrupt only"])
+def test_a_training_stopped_mid_run_resumes_from_its_snapshot_exactly(tmp_path, monkeypatch, cut, every):
     """Stopped after `cut` epochs (rows finished and phases changed by then at the later cuts), started again
     from its snapshot, a training ends bit for bit as the uninterrupted one."""
     cfg = FactsModelConfig(mixing="attn")
     schedule = Schedule(max_epochs=30, patience=5, continue_above=0.0)
     seeds = [0, 1, 2, 3]
     whole = train_batched(cfg, INPUTS, LABELS, seeds, schedule)
-    saves = Snapshots(tmp_path / "run.pt", "cell|n=64", every=0.0)
+    saves = Snapshots(tmp_path / "run.pt", "cell|n=64", every=every)
     calls, stop, real = [0], [cut], batched.loss_grad
 
     def stop_at_cut(*args, **kwargs):

@@ -200,7 +200,8 @@ def train_batched(
     """Train one init per seed as one stacked model.
 
     Each init is drawn from `torch.Generator().manual_seed(seed)`. With `snapshots`, the state is saved every
-    `snapshots.every` seconds, and a run started with an existing snapshot file goes on from it.
+    `snapshots.every` seconds and when the run is interrupted (Ctrl-C), and a run started with an existing
+    snapshot file goes on from it.
     """
     device = torch.device(device)
     n_facts = labels.shape[0]
@@ -294,7 +295,12 @@ def _train_stack(
             if snapshots is not None and time.monotonic() - saved >= snapshots.every:
                 save_snapshot(snapshots, stack.state(), final, totals, success)
                 saved = time.monotonic()
-            grad, hits = loss_grad(cfg, stack.flat, stack.params(), batch)
+            try:
+                grad, hits = loss_grad(cfg, stack.flat, stack.params(), batch)
+            except KeyboardInterrupt:  # Ctrl-C: keep every finished epoch, then stop
+                if snapshots is not None:
+                    save_snapshot(snapshots, stack.state(), final, totals, success)
+                raise
             with torch.no_grad():
                 stack.adam_step(grad, lr_table)
                 stack.track(hits)
