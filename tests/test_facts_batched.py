@@ -120,6 +120,7 @@ def test_a_training_stopped_mid_run_resumes_from_its_snapshot_exactly(tmp_path, 
     calls[0], stop[0] = 0, 10**9
     resumed = train_batched(cfg, INPUTS, LABELS, seeds, schedule, snapshots=saves)
     assert calls[0] == int(whole.epochs.max()) - cut  # it went on from epoch `cut`, not from the start
+    assert whole.earlier_seconds == 0.0 and resumed.earlier_seconds > 0.0  # the time before the stop counts
     assert resumed.to_dict() == whole.to_dict()
     for name in whole.params:
         assert torch.equal(resumed.params[name], whole.params[name]), name

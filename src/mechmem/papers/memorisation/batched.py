@@ -79,6 +79,8 @@ class TrainOutcome:
     epochs: Int[Tensor, " init"]
     phases: Int[Tensor, " init"]
     params: Params
+    earlier_seconds: float = 0.0
+    """Wall seconds this training ran in earlier, interrupted runs (from its snapshot)."""
 
     def __post_init__(self) -> None:
         n = len(self.seeds)
@@ -211,7 +213,7 @@ def train_batched(
     final: Params = {k: torch.stack([p[k] for p in inits]) for k in inits[0]}
     inputs, labels = inputs.to(device), labels.to(device)
     batch = FactBatch(inputs, labels, cfg.n_in, cfg.n_out, final["embed.W_E"].dtype)
-    totals, success = _train_stack(cfg, batch, final, need, cont, schedule, device, snapshots)
+    totals, success, earlier = _train_stack(cfg, batch, final, need, cont, schedule, device, snapshots)
     return TrainOutcome(
         seeds=list(seeds),
         success=success,
@@ -220,6 +222,7 @@ def train_batched(
         epochs=totals["epochs"],
         phases=totals["phases"],
         params=final,
+        earlier_seconds=earlier,
     )
 
 
@@ -251,7 +254,7 @@ def train_counts(
     inputs, labels = inputs[: max(counts)].to(device), labels[: max(counts)].to(device)
     dtype = final["embed.W_E"].dtype
     batch = FactBatch(inputs, labels, cfg.n_in, cfg.n_out, dtype, counts=rows.to(device))
-    totals, success = _train_stack(cfg, batch, final, need, cont, schedule, device)
+    totals, success, _ = _train_stack(cfg, batch, final, need, cont, schedule, device)
     out, k = {}, len(seeds)
     for i, n in enumerate(counts):
         part = slice(i * k, (i + 1) * k)
@@ -276,30 +279,34 @@ def _train_stack(
     schedule: Schedule,
     device: torch.device,
     snapshots: Snapshots | None = None,
-) -> tuple[dict[str, Tensor], Tensor]:
+) -> tuple[dict[str, Tensor], Tensor, float]:
     """The schedule on every row of `final` (initial weights, overwritten with each row's final weights);
-    returns the per-row totals (best, last, epochs, phases) and successes. `need` and `cont` are the hits
-    each row needs to succeed and to go on to the next phase. `snapshots`: see `train_batched`."""
+    returns the per-row totals (best, last, epochs, phases), successes, and the seconds run before a resumed
+    snapshot. `need` and `cont` are the hits each row needs to succeed and to go on to the next phase.
+    `snapshots`: see `train_batched`."""
     with cpu_training(device):  # denormals flushed, freed memory kept (`heap.cpu_training`)
         n_rows = need.shape[0]
         stack, lr_table = ParamStack(final, device), torch.tensor(schedule.lrs, device=device)
         need_all, cont_all = need.to(device), cont.to(device)
         totals = {k: torch.zeros(n_rows, dtype=torch.long) for k in ("best", "last", "epochs", "phases")}
         success = torch.zeros(n_rows, dtype=torch.bool)
-        full, need = batch, need_all
+        full, need, earlier = batch, need_all, 0.0
         if snapshots is not None and snapshots.path.exists():
-            stack.load_state(load_snapshot(snapshots, final, totals, success))
-            batch, need = full.select(stack.ids), need_all[stack.ids]
-        saved = time.monotonic()
+            resumed = load_snapshot(snapshots, final, totals, success)
+            stack.load_state(resumed.stack)
+            batch, need, earlier = full.select(stack.ids), need_all[stack.ids], resumed.seconds
+        started = saved = time.monotonic()
         while stack.ids.numel():
             if snapshots is not None and time.monotonic() - saved >= snapshots.every:
-                save_snapshot(snapshots, stack.state(), final, totals, success)
+                ran = earlier + time.monotonic() - started
+                save_snapshot(snapshots, stack.state(), final, totals, success, ran)
                 saved = time.monotonic()
             try:
                 grad, hits = loss_grad(cfg, stack.flat, stack.params(), batch)
             except KeyboardInterrupt:  # Ctrl-C: keep every finished epoch, then stop
                 if snapshots is not None:
-                    save_snapshot(snapshots, stack.state(), final, totals, success)
+                    ran = earlier + time.monotonic() - started
+                    save_snapshot(snapshots, stack.state(), final, totals, success, ran)
                 raise
             with torch.no_grad():
                 stack.adam_step(grad, lr_table)
@@ -324,7 +331,7 @@ def _train_stack(
                         final[k][cpu[finished.cpu()]] = p
                     stack.keep(~finished)
                     batch, need = full.select(stack.ids), need_all[stack.ids]
-        return totals, success
+        return totals, success, earlier
 
 
 def train_reference(

@@ -27,24 +27,38 @@ class Snapshots:
     """Seconds between saves (0: after every epoch)."""
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """What a snapshot gives back beyond what it restores in place."""
+
+    stack: dict[str, Tensor]
+    """The active stack's tensors (`batched.ParamStack.load_state`)."""
+    seconds: float
+    """Wall seconds the training had run before the snapshot, over every earlier run (0 in snapshots written
+    before they recorded it)."""
+
+
 def save_snapshot(
     snapshots: Snapshots,
     stack: dict[str, Tensor],
     final: dict[str, Tensor],
     totals: dict[str, Tensor],
     success: Tensor,
+    seconds: float,
 ) -> None:
-    """Write the training's state: the active stack's tensors, the final weights, the totals and successes."""
+    """Write the training's state: the active stack's tensors, the final weights, the totals and successes,
+    and the wall seconds it has run so far."""
     state = {f"stack.{k}": t for k, t in stack.items()}
     state |= {f"final.{k}": t for k, t in final.items()} | {f"totals.{k}": t for k, t in totals.items()}
-    atomic_torch_save({"key": snapshots.key, "success": success, **state}, snapshots.path)
+    atomic_torch_save({"key": snapshots.key, "success": success, "seconds": seconds, **state}, snapshots.path)
 
 
 def load_snapshot(
     snapshots: Snapshots, final: dict[str, Tensor], totals: dict[str, Tensor], success: Tensor
-) -> dict[str, Tensor]:
+) -> Resumed:
     """Restore a saved state into a fresh training's `final`, `totals` and `success` (in place); returns the
-    active stack's tensors. A snapshot of another training, or of other shapes, is refused."""
+    active stack's tensors and the seconds run before. A snapshot of another training, or of other shapes,
+    is refused."""
     saved, _ = read_torch_file(snapshots.path)
     if not isinstance(saved, dict) or saved.get("key") != snapshots.key:
         found = saved.get("key") if isinstance(saved, dict) else None
@@ -56,4 +70,5 @@ def load_snapshot(
                 raise MechmemError(f"{snapshots.path}: {prefix}.{k} does not fit this training")
             t.copy_(got)
     success.copy_(saved["success"])
-    return {k[len("stack.") :]: t for k, t in saved.items() if k.startswith("stack.")}
+    stack = {k[len("stack.") :]: t for k, t in saved.items() if k.startswith("stack.")}
+    return Resumed(stack, float(saved.get("seconds", 0.0)))

@@ -121,8 +121,10 @@ def search_cell(
     def record_trial(n: int, outcome: Any) -> None:
         now = time.perf_counter()
         line = {"cell": cell.key, "n": n, "successes": outcome.n_success, **outcome.to_dict(),
-                "seconds": round(now - last[0], 2),
+                "seconds": round(now - last[0] + outcome.earlier_seconds, 2),
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+        if outcome.earlier_seconds:  # resumed from a snapshot: the seconds include its earlier runs
+            line["seconds_in_earlier_runs"] = round(outcome.earlier_seconds, 2)
         last[0] = now
         append_record(Path(trials), f"{cell.key}|n={n}", line, flat=True)
         snapshots(n).path.unlink(missing_ok=True)
