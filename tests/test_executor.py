@@ -95,30 +95,28 @@ PATTERN = "python_functions=ray_and_local_*"
 def test_ray_and_local_give_identical_records_and_resume():
     """The one test on a real Ray instance (about 40 s, most of it Ray's start and its workers importing
     torch), run in its own pytest process: a Ray driver inside a pytest-xdist worker once took the worker down
-    with it at shutdown ("node down: Not properly terminated"), failing the run with no assertion to read."""
+    with it at shutdown ("node down: Not properly terminated"), failing the run with no assertion to read.
+
+    On a loaded 2-core machine the Ray process has also once exited with status 1 after the test body had
+    passed (its "." printed, no summary, nothing on stderr): Ray's own shutdown, not an assertion. So a run
+    that ends that way is run once more; the test passes only on a run that reports "1 passed"."""
     test = f"{__file__}::ray_and_local_give_identical_records_and_resume"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:xdist",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "-o",
-            PATTERN,
-            test,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        env=env,
-        cwd=tempfile.gettempdir(),
-    )
+    command = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q"]
+    command += ["-o", PATTERN, test]
+    for _ in range(2):
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+            env=env,
+            cwd=tempfile.gettempdir(),
+        )
+        died_after_passing = done.returncode != 0 and done.stdout.strip() == "." and not done.stderr.strip()
+        if not died_after_passing:
+            break
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "\n1 passed" in "\n" + done.stdout  # it ran (not deselected or skipped)
 
