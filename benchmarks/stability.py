@@ -290,22 +290,12 @@ def heads_cell(named: dict[str, str]) -> str:
 
 
 def edge_stability(runs: list[dict[str, Any]]) -> dict[str, int]:
-    """Per-edge verdicts over the seeds: "stable" (the same verdict at every seed, undecided at every one
-    included), "decided vs undecided" (one decided verdict at some seeds, undecided at the others) and
-    "contradictory" (in at one seed, out at another); edges untested at a seed count as out there."""
+    """Per-edge verdicts over the seeds, counted as `per_test_stability` counts them ("in" is yes, "out"
+    no); edges untested at a seed count as out there."""
+    words = {"in": "yes", "out": "no", "untested": "no"}
     names = list(runs[0]["circuit"]["edge_verdicts"])
-    counts = {"stable": 0, "decided vs undecided": 0, "contradictory": 0}
-    for name in names:
-        seen = {r["circuit"]["edge_verdicts"][name].replace("untested", "out") for r in runs}
-        kind = (
-            "stable"
-            if len(seen) == 1
-            else "contradictory"
-            if {"in", "out"} <= seen
-            else "decided vs undecided"
-        )
-        counts[kind] += 1
-    return counts
+    per_seed = [[words.get(r["circuit"]["edge_verdicts"][n], "undecided") for n in names] for r in runs]
+    return per_test_stability(per_seed)
 
 
 def task_role_cells(runs: list[dict[str, Any]]) -> list[str]:
