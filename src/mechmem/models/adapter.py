@@ -431,6 +431,13 @@ def is_hooked_transformer(model: Any) -> bool:
     return isinstance(model, TransformerBridge)
 
 
+def attention_zeroes_nan(model: Any) -> bool:
+    """True where `model`'s attention sets every NaN of its pattern to 0 (HookedTransformer's guard). A
+    TransformerLens 4 bridge sets only the masked entries to 0, so a NaN or infinite score leaves its row
+    NaN."""
+    return not is_bridge(model)
+
+
 def replay_unsupported(model: Any) -> str | None:
     """Why the engine's hook-free replay (`analysis.interventions.replay`) cannot run `model` (None: it can).
 

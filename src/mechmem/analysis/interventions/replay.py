@@ -6,29 +6,33 @@ replace (`resid_pre`, `pattern`, `z`, `attn_out`, `resid_mid`, `mlp_out`, `resid
 resumes a forward pass from a replaced activation, with a leading *patch* axis so that many patched runs share
 one pass.
 
-Two shortcuts make the resumed pass cheaper while leaving its result unchanged:
+Three shortcuts make the resumed pass cheaper while leaving its result unchanged:
     - causal attention: logits at the read-out positions depend only on earlier positions, so inputs may be
       truncated after the last read-out position;
     - everything after the last layer's attention is position-wise, so the last layer computes queries, MLP,
-      final norm and unembedding only at the read-out positions (`readout`, one row of positions per prompt).
+      final norm and unembedding only at the read-out positions (`readout`, one row of positions per prompt);
+    - the rest of the patched block after its attention is position-wise too, so it is computed only on the
+      rows a patch changed (`finish_rows`); the others keep the base run's values.
+A resumed pass keeps no attention pattern; its attention (`attention.attention_z`) reads the base run's keys
+and values of the unchanged positions where they are, for every patch at once.
 
 The replay mirrors TransformerLens's own arithmetic (same `F.linear` projections, causal mask with the
-module's `IGNORE` value, softmax, NaN clean-up), calling the model's own norm, MLP and unembedding modules;
-results equal TransformerLens's forward up to float rounding. It bypasses hook points, so hooks attached to
-the model are ignored (and none are ever added). Supported: decoder-only `HookedTransformer`s and
-TransformerLens 4 bridges around TransformerLens's native model (what the adapter builds), with learned
-(standard) or rotary positions (also rotary on the first `rotary_dim < d_head` dimensions of a head: queries
-and keys are rotated by their absolute positions with the model's own sin/cos tables and rotation before the
-pattern, HookedTransformer's halves or the native model's adjacent pairs, from `adapter.rotary_tables`),
-grouped-query attention (the shared key/value heads of `adapter.attention_weights`, computed once per group
-and repeated over its query heads, as TransformerLens does), local attention (`attn_types`: a local layer's
-mask also hides keys `window_size` or more positions back), sequential or parallel attention and MLP (a
-parallel block's MLP reads `resid_pre` and there is no `resid_mid`), any norm and MLP TransformerLens builds
-(gated, LN / LNPre / RMS / RMSPre: the model's own modules are called), a custom attention scale and any
-output vocabulary. Other configurations (shortformer positions, QK norms, soft caps, post-norms, ...) raise
-`MechmemError`, and the engine runs those models on hooks; so do TransformerLens 4 bridges of Hugging Face
-models with rotary positions or grouped-query attention, whose rotary embedding and key/value weights live in
-the Hugging Face modules (`adapter.replay_unsupported` says so).
+module's `IGNORE` value, softmax, the backend's NaN clean-up), calling the model's own norm, MLP and
+unembedding modules; results equal TransformerLens's forward up to float rounding. It bypasses hook points, so
+hooks attached to the model are ignored (and none are ever added). Supported: decoder-only
+`HookedTransformer`s and TransformerLens 4 bridges around TransformerLens's native model (what the adapter
+builds), with learned (standard) or rotary positions (also rotary on the first `rotary_dim < d_head`
+dimensions of a head: queries and keys are rotated by their absolute positions with the model's own sin/cos
+tables and rotation before the pattern, HookedTransformer's halves or the native model's adjacent pairs, from
+`adapter.rotary_tables`), grouped-query attention (the shared key/value heads of `adapter.attention_weights`,
+computed once per group and repeated over its query heads, as TransformerLens does), local attention
+(`attn_types`: a local layer's mask also hides keys `window_size` or more positions back), sequential or
+parallel attention and MLP (a parallel block's MLP reads `resid_pre` and there is no `resid_mid`), any norm
+and MLP TransformerLens builds (gated, LN / LNPre / RMS / RMSPre: the model's own modules are called), a
+custom attention scale and any output vocabulary. Other configurations (shortformer positions, QK norms, soft
+caps, post-norms, ...) raise `MechmemError`, and the engine runs those models on hooks; so do TransformerLens
+4 bridges of Hugging Face models with rotary positions or grouped-query attention, whose rotary embedding and
+key/value weights live in the Hugging Face modules (`adapter.replay_unsupported` says so).
 
 This is the execution strategy the intervention engine (`mechmem.analysis.interventions`) picks for variants
 that replace one activation of a model the replay supports (`stage_of` names the hooks,
@@ -47,10 +51,17 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.analysis.interventions.attention import attention_z
 from mechmem.analysis.interventions.cells import CellPatches, take_pos
 from mechmem.analysis.interventions.schedule import first_position, start_groups
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import attention_scale, attention_weights, replay_unsupported, rotary_tables
+from mechmem.models.adapter import (
+    attention_scale,
+    attention_weights,
+    attention_zeroes_nan,
+    replay_unsupported,
+    rotary_tables,
+)
 
 # Activations a patch may replace, in forward order within a block.
 STAGES = ("resid_pre", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")
@@ -168,6 +179,7 @@ class Replay:
         self.parallel = bool(getattr(cfg, "parallel_attn_mlp", False)) and not self.attn_only
         self.rotary = cfg.positional_embedding_type == "rotary"
         self.has_final_norm = cfg.normalization_type is not None
+        self.nan_to_zero = attention_zeroes_nan(model)
         self.local = [getattr(block.attn, "attn_type", "global") == "local" for block in model.blocks]
         """Per layer: local attention (keys window_size or more positions back are masked; TL's attn_type)."""
         self.weights = []
@@ -200,6 +212,54 @@ class Replay:
         copy per patch). Returns (pattern [... head q k] over all keys, k and v [... pos head d_head] of the
         positions of `h`, z [... q head d_head]).
         """
+        q, k, v, mask = self.attention_inputs(layer, h, readout, past, h_read)
+        start = 0 if past is None else past[0].shape[-3]
+        mask = mask if readout is None else mask.unsqueeze(-3)
+        scores = self.scores(layer, q, k)
+        if past is not None:
+            scores = torch.cat([self.scores(layer, q, past[0]), scores], -1)
+        # The mask and the backend's clean-up after softmax (HookedTransformer: every NaN to 0;
+        # TransformerLens 4: the masked entries to 0), in place where no gradient is taken (`scores` and
+        # `pattern` are fresh tensors here; softmax's backward reads its output).
+        scores = scores.masked_fill_(~mask, -torch.inf)
+        pattern = F.softmax(scores, dim=-1)
+        grad = pattern.requires_grad
+        if self.nan_to_zero:
+            pattern = torch.nan_to_num(pattern, nan=0.0) if grad else pattern.nan_to_num_(0.0)
+        else:
+            pattern = pattern.masked_fill(~mask, 0.0) if grad else pattern.masked_fill_(~mask, 0.0)
+        if past is None:
+            return pattern, k, v, self.z_from_pattern(pattern, v)
+        z = self.z_from_pattern(pattern[..., :start], past[1]) + self.z_from_pattern(pattern[..., start:], v)
+        return pattern, k, v, z
+
+    def attend_z(
+        self,
+        layer: int,
+        h: Float[Tensor, "... pos d_model"],
+        readout: Int[Tensor, "batch read"] | None = None,
+        past: tuple[Tensor, Tensor] | None = None,
+        h_read: Tensor | None = None,
+    ) -> Float[Tensor, "... q head_index d_head"]:
+        """`attend`'s z alone, for a resumed pass (no pattern kept, no gradient), by `attention_z`; by
+        `attend` where that gives a NaN (a NaN or infinite score, masked or not: `attention_z` adds its mask,
+        so a masked non-finite score gives NaN where TransformerLens's masked fill does not)."""
+        q, k, v, mask = self.attention_inputs(layer, h, readout, past, h_read)
+        z = attention_z(q, k, v, mask, self.scales[layer], past)
+        if bool(z.isnan().any()):
+            return self.attend(layer, h, readout, past, h_read)[-1]
+        return z
+
+    def attention_inputs(
+        self,
+        layer: int,
+        h: Float[Tensor, "... pos d_model"],
+        readout: Int[Tensor, "batch read"] | None,
+        past: tuple[Tensor, Tensor] | None,
+        h_read: Tensor | None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Queries, the keys and values of the positions of `h`, and the mask ([q, k], or [batch, read, k]
+        with `readout`; True: attend) of `attend`."""
         start = 0 if past is None else past[0].shape[-3]
         k, v = self.keys_values(layer, h, start)
         keys = torch.arange(start + k.shape[-3], device=h.device)
@@ -208,21 +268,7 @@ class Replay:
         else:
             hq = take_pos(h, readout, -3, -2) if h_read is None else h_read
             queries = readout
-        mask = self.attention_mask(layer, queries, keys)
-        mask = mask if readout is None else mask.unsqueeze(-3)
-        q = self.queries(layer, hq, queries)
-        scores = self.scores(layer, q, k)
-        if past is not None:
-            scores = torch.cat([self.scores(layer, q, past[0]), scores], -1)
-        # TL's IGNORE and its NaN guard, in place where no gradient is taken (`scores` and `pattern` are fresh
-        # tensors here; softmax's backward reads its output).
-        scores = scores.masked_fill_(~mask, -torch.inf)
-        pattern = F.softmax(scores, dim=-1)
-        pattern = torch.nan_to_num(pattern, nan=0.0) if pattern.requires_grad else pattern.nan_to_num_(0.0)
-        if past is None:
-            return pattern, k, v, self.z_from_pattern(pattern, v)
-        z = self.z_from_pattern(pattern[..., :start], past[1]) + self.z_from_pattern(pattern[..., start:], v)
-        return pattern, k, v, z
+        return self.queries(layer, hq, queries), k, v, self.attention_mask(layer, queries, keys)
 
     def keys_values(
         self, layer: int, h: Float[Tensor, "... pos d_model"], start: int = 0
@@ -388,20 +434,56 @@ class Replay:
             pieces = {n: pick(base.acts[n][layer][:, start:]) for n in read if base.acts[n]}
             if layer == last:
                 pieces = {n: take_pos(x, readout, -3, -2) for n, x in pieces.items()}
-            resid = self.finish_block(layer, stage, act, v=pick(base.v[layer]), **pieces)
             if layer == last:
-                return self.unembed(resid)
+                return self.unembed(self.finish_block(layer, stage, act, v=pick(base.v[layer]), **pieces))
+            if stage == "pattern":  # z is per query row too: what follows reads only rows that changed
+                act, stage = self.z_from_pattern(act, pick(base.v[layer])), "z"
+                base_act = pick(base.acts["z"][layer][:, start:])
+            else:
+                base_act = pick(base.acts[stage][layer][:, start:])
+            resid = self.finish_rows(
+                layer, stage, act, base_act, pick(base.acts["resid_post"][layer][:, start:]), pieces
+            )
             first = layer + 1
         for l in range(first, last):
             past = (pick(base.k[l][:, :start]), pick(base.v[l][:, :start])) if start else None
-            z = self.attend(l, self.ln1(l, resid), past=past)[-1]
+            z = self.attend_z(l, self.ln1(l, resid), past=past)
             resid = self.finish_block(l, "z", z, resid_pre=resid)
         # The last layer: keys and values of the positions from `start` on (the earlier ones are the base
         # run's), queries and the rest of the block at the read-out positions only.
         past = (pick(base.k[last][:, :start]), pick(base.v[last][:, :start])) if start else None
         resid_read = split_take(resid, pick(base.acts["resid_pre"][last][:, :start]), readout, start)
-        z = self.attend(last, self.ln1(last, resid), readout, past, self.ln1(last, resid_read))[-1]
+        z = self.attend_z(last, self.ln1(last, resid), readout, past, self.ln1(last, resid_read))
         return self.unembed(self.finish_block(last, "z", z, resid_pre=resid_read))
+
+    def finish_rows(
+        self,
+        layer: int,
+        stage: str,
+        act: Tensor,
+        base_act: Tensor,
+        base_post: Float[Tensor, "batch pos d_model"],
+        pieces: dict[str, Tensor],
+    ) -> Float[Tensor, "patch batch pos d_model"]:
+        """`finish_block` after a stage whose rest of block is position-wise (not `resid_pre` or `pattern`),
+        computed only on the rows (patch, prompt, position) where `act` differs from the base run's
+        `base_act`; the others are the base run's `base_post`, the value a recomputation gives. Dense where
+        most rows differ."""
+        if stage == "resid_post":  # nothing left to compute
+            return act
+        rows_axis = STAGE_AXES[stage][1]  # z: [..., pos, head, d_head]; the others [..., pos, d_model]
+        differs = (act != base_act).flatten(rows_axis + 1).any(-1)  # [patch, batch, pos]
+        n_rows = int(differs.sum())
+        if n_rows * 2 > differs.numel():
+            return self.finish_block(layer, stage, act, **pieces)
+        out = base_post.expand(*differs.shape, base_post.shape[-1]).clone()
+        if not n_rows:
+            return out
+        patch, prompt, pos = differs.nonzero(as_tuple=True)
+        rows = act[patch, prompt, pos].unsqueeze(rows_axis)  # one position per row
+        row_pieces = {n: x[prompt, pos].unsqueeze(-2) for n, x in pieces.items()}
+        out[patch, prompt, pos] = self.finish_block(layer, stage, rows, **row_pieces).squeeze(-2)
+        return out
 
     def effective(self, layer: int, stage: str, act: Tensor, readout: Int[Tensor, "batch read"]) -> Tensor:
         """The part of an activation a resumed run reads: after the last attention, the read-out positions."""
