@@ -434,16 +434,11 @@ class Replay:
             pieces = {n: pick(base.acts[n][layer][:, start:]) for n in read if base.acts[n]}
             if layer == last:
                 pieces = {n: take_pos(x, readout, -3, -2) for n, x in pieces.items()}
-            if layer == last:
                 return self.unembed(self.finish_block(layer, stage, act, v=pick(base.v[layer]), **pieces))
-            if stage == "pattern":  # z is per query row too: what follows reads only rows that changed
-                act, stage = self.z_from_pattern(act, pick(base.v[layer])), "z"
-                base_act = pick(base.acts["z"][layer][:, start:])
-            else:
-                base_act = pick(base.acts[stage][layer][:, start:])
-            resid = self.finish_rows(
-                layer, stage, act, base_act, pick(base.acts["resid_post"][layer][:, start:]), pieces
-            )
+            pos_axis = STAGE_AXES[stage][1]
+            base_act = pick(base.acts[stage][layer]).narrow(pos_axis, start, act.shape[pos_axis])
+            base_post = pick(base.acts["resid_post"][layer][:, start:])
+            resid = self.finish_rows(layer, stage, act, base_act, base_post, pieces, pick(base.v[layer]))
             first = layer + 1
         for l in range(first, last):
             past = (pick(base.k[l][:, :start]), pick(base.v[l][:, :start])) if start else None
@@ -464,23 +459,30 @@ class Replay:
         base_act: Tensor,
         base_post: Float[Tensor, "batch pos d_model"],
         pieces: dict[str, Tensor],
+        v: Float[Tensor, "batch key head_index d_head"],
     ) -> Float[Tensor, "patch batch pos d_model"]:
-        """`finish_block` after a stage whose rest of block is position-wise (not `resid_pre` or `pattern`),
-        computed only on the rows (patch, prompt, position) where `act` differs from the base run's
-        `base_act`; the others are the base run's `base_post`, the value a recomputation gives. Dense where
-        most rows differ."""
+        """`finish_block` after any stage but `resid_pre` (whose attention mixes positions): the rest of the
+        block is position-wise (per query row for `pattern`), so it is computed only on the rows (patch,
+        prompt, position) where `act` differs from the base run's `base_act`; the others are the base run's
+        `base_post`, the value a recomputation gives. Dense where most rows differ."""
         if stage == "resid_post":  # nothing left to compute
             return act
-        rows_axis = STAGE_AXES[stage][1]  # z: [..., pos, head, d_head]; the others [..., pos, d_model]
-        differs = (act != base_act).flatten(rows_axis + 1).any(-1)  # [patch, batch, pos]
-        n_rows = int(differs.sum())
+        if stage == "pattern":  # [..., head, q, k]: a row is a query position across heads and keys
+            differs = (act != base_act).any(-1).any(-2)
+        else:  # z: [..., pos, head, d_head]; the others [..., pos, d_model]
+            differs = (act != base_act).flatten(STAGE_AXES[stage][1] + 1).any(-1)
+        n_rows = int(differs.sum())  # differs: [patch, batch, pos]
         if n_rows * 2 > differs.numel():
-            return self.finish_block(layer, stage, act, **pieces)
+            return self.finish_block(layer, stage, act, v=v, **pieces)
         out = base_post.expand(*differs.shape, base_post.shape[-1]).clone()
         if not n_rows:
             return out
         patch, prompt, pos = differs.nonzero(as_tuple=True)
-        rows = act[patch, prompt, pos].unsqueeze(rows_axis)  # one position per row
+        if stage == "pattern":  # each row's z from its pattern row and its prompt's values
+            rows = self.z_from_pattern(act.transpose(-3, -2)[patch, prompt, pos].unsqueeze(-2), v[prompt])
+            stage = "z"
+        else:
+            rows = act[patch, prompt, pos].unsqueeze(STAGE_AXES[stage][1])  # one position per row
         row_pieces = {n: x[prompt, pos].unsqueeze(-2) for n, x in pieces.items()}
         out[patch, prompt, pos] = self.finish_block(layer, stage, rows, **row_pieces).squeeze(-2)
         return out
