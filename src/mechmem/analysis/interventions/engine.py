@@ -32,7 +32,7 @@ tested against). The engine
             the sequences are replayed in chunks of rows and the metric is computed once on the patched
             logits of all of them (same numbers; tests/test_interventions_chunked.py).
     hooks   everything else, and every variant on a model the replay cannot run (shortformer positions, QK
-            norms, soft caps and other settings `patching_replay` names, a TransformerLens 4 bridge of a
+            norms, soft caps and other settings `interventions.replay` names, a TransformerLens 4 bridge of a
             Hugging Face model with rotary positions or grouped-query attention, other
             `HookedRootModule`s): variants stacked along
             the batch axis and, on a TransformerLens transformer, resumed at the earliest intervened layer
@@ -366,7 +366,7 @@ class Engine:
     gradients.
 
     The engine picks the execution strategy; callers never do. Variants that replace one activation the replay
-    resumes from (`patching_replay.stage_of`: resid_pre, pattern, z, attn_out, resid_mid, mlp_out, resid_post)
+    resumes from (`replay.stage_of`: resid_pre, pattern, z, attn_out, resid_mid, mlp_out, resid_post)
     on a model the replay supports run on the replay: the clean run is cached once, each patched run resumes
     at the replaced activation, only up to the last position the metric reads, and patches that change nothing
     the metric reads are not run. Everything else runs on hooks (`run_with_hooks` semantics, stacked variants,

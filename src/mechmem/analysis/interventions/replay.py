@@ -51,17 +51,11 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.analysis.interventions.attention import attention_z
+from mechmem.analysis.interventions.attention import AttentionReplay
 from mechmem.analysis.interventions.cells import CellPatches, take_pos
 from mechmem.analysis.interventions.schedule import first_position, start_groups
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import (
-    attention_scale,
-    attention_weights,
-    attention_zeroes_nan,
-    replay_unsupported,
-    rotary_tables,
-)
+from mechmem.models.adapter import replay_unsupported
 
 # Activations a patch may replace, in forward order within a block.
 STAGES = ("resid_pre", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")
@@ -152,8 +146,9 @@ class RunActs:
         return RunActs(acts, [k[:, :keep] for k in self.k], [v[:, :keep] for v in self.v], self.logits)
 
 
-class Replay:
-    """Run and resume a `HookedTransformer`'s forward pass outside its hooks (see the module docstring)."""
+class Replay(AttentionReplay):
+    """Run and resume a `HookedTransformer`'s forward pass outside its hooks (see the module docstring); the
+    attention of each block is `AttentionReplay`'s."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         cfg = getattr(model, "cfg", None)
@@ -174,158 +169,12 @@ class Replay:
             bad.append("post-norm architecture")
         if bad:
             raise MechmemError(f"patching does not support this model configuration ({', '.join(bad)})")
-        self.model, self.cfg = model, cfg
+        super().__init__(model)
         self.n_layers, self.attn_only = cfg.n_layers, bool(cfg.attn_only)
         self.parallel = bool(getattr(cfg, "parallel_attn_mlp", False)) and not self.attn_only
-        self.rotary = cfg.positional_embedding_type == "rotary"
         self.has_final_norm = cfg.normalization_type is not None
-        self.nan_to_zero = attention_zeroes_nan(model)
-        self.local = [getattr(block.attn, "attn_type", "global") == "local" for block in model.blocks]
-        """Per layer: local attention (keys window_size or more positions back are masked; TL's attn_type)."""
-        self.weights = []
-        self.scales = [attention_scale(model, layer) for layer in range(cfg.n_layers)]
-        for layer in range(cfg.n_layers):
-            w = attention_weights(model, layer)
-            flat = [x.detach().permute(0, 2, 1).reshape(-1, cfg.d_model) for x in (w.W_Q, w.W_K, w.W_V)]
-            biases = [b.detach().reshape(-1) for b in (w.b_Q, w.b_K, w.b_V)]
-            w_o = w.W_O.detach().reshape(-1, cfg.d_model).T.contiguous()
-            self.weights.append((*flat, *biases, w_o, w.b_O.detach()))
-        # Grouped-query attention: keys and values of the shared key/value heads, repeated over each group's
-        # query heads before the pattern and z.
-        self.kv_heads = attention_weights(model, 0).W_K.shape[0]
 
     # -- pieces of a block ------------------------------------------------------------------------------
-    def attend(
-        self,
-        layer: int,
-        h: Float[Tensor, "... pos d_model"],
-        readout: Int[Tensor, "batch read"] | None = None,
-        past: tuple[Tensor, Tensor] | None = None,
-        h_read: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Attention on normalised input `h`; queries at all its positions, or only at `readout` (keys at
-        all).
-
-        With `past` = (k, v) of the first positions (unchanged by the patch), `h` holds only the later
-        positions, and queries at `readout` need `h_read`, the normalised input at the read-out positions
-        (`split_take`); the past keys and values are read where they are (scores and z in two parts, never a
-        copy per patch). Returns (pattern [... head q k] over all keys, k and v [... pos head d_head] of the
-        positions of `h`, z [... q head d_head]).
-        """
-        q, k, v, mask = self.attention_inputs(layer, h, readout, past, h_read)
-        start = 0 if past is None else past[0].shape[-3]
-        mask = mask if readout is None else mask.unsqueeze(-3)
-        scores = self.scores(layer, q, k)
-        if past is not None:
-            scores = torch.cat([self.scores(layer, q, past[0]), scores], -1)
-        # The mask and the backend's clean-up after softmax (HookedTransformer: every NaN to 0;
-        # TransformerLens 4: the masked entries to 0), in place where no gradient is taken (`scores` and
-        # `pattern` are fresh tensors here; softmax's backward reads its output).
-        scores = scores.masked_fill_(~mask, -torch.inf)
-        pattern = F.softmax(scores, dim=-1)
-        grad = pattern.requires_grad
-        if self.nan_to_zero:
-            pattern = torch.nan_to_num(pattern, nan=0.0) if grad else pattern.nan_to_num_(0.0)
-        else:
-            pattern = pattern.masked_fill(~mask, 0.0) if grad else pattern.masked_fill_(~mask, 0.0)
-        if past is None:
-            return pattern, k, v, self.z_from_pattern(pattern, v)
-        z = self.z_from_pattern(pattern[..., :start], past[1]) + self.z_from_pattern(pattern[..., start:], v)
-        return pattern, k, v, z
-
-    def attend_z(
-        self,
-        layer: int,
-        h: Float[Tensor, "... pos d_model"],
-        readout: Int[Tensor, "batch read"] | None = None,
-        past: tuple[Tensor, Tensor] | None = None,
-        h_read: Tensor | None = None,
-    ) -> Float[Tensor, "... q head_index d_head"]:
-        """`attend`'s z alone, for a resumed pass (no pattern kept, no gradient), by `attention_z`; by
-        `attend` where that gives a NaN (a NaN or infinite score, masked or not: `attention_z` adds its mask,
-        so a masked non-finite score gives NaN where TransformerLens's masked fill does not)."""
-        q, k, v, mask = self.attention_inputs(layer, h, readout, past, h_read)
-        z = attention_z(q, k, v, mask, self.scales[layer], past)
-        if bool(z.isnan().any()):
-            return self.attend(layer, h, readout, past, h_read)[-1]
-        return z
-
-    def attention_inputs(
-        self,
-        layer: int,
-        h: Float[Tensor, "... pos d_model"],
-        readout: Int[Tensor, "batch read"] | None,
-        past: tuple[Tensor, Tensor] | None,
-        h_read: Tensor | None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Queries, the keys and values of the positions of `h`, and the mask ([q, k], or [batch, read, k]
-        with `readout`; True: attend) of `attend`."""
-        start = 0 if past is None else past[0].shape[-3]
-        k, v = self.keys_values(layer, h, start)
-        keys = torch.arange(start + k.shape[-3], device=h.device)
-        if readout is None:
-            hq, queries = h, keys[start:]
-        else:
-            hq = take_pos(h, readout, -3, -2) if h_read is None else h_read
-            queries = readout
-        return self.queries(layer, hq, queries), k, v, self.attention_mask(layer, queries, keys)
-
-    def keys_values(
-        self, layer: int, h: Float[Tensor, "... pos d_model"], start: int = 0
-    ) -> tuple[Tensor, Tensor]:
-        """Keys (rotated to positions start, start + 1, ...) and values [... pos head d_head] of normalised
-        input `h`, the shared heads of grouped-query attention repeated over their query heads."""
-        _, w_k, w_v, _, b_k, b_v, _, _ = self.weights[layer]
-        k = F.linear(h, w_k, b_k).unflatten(-1, (self.kv_heads, self.cfg.d_head))
-        v = F.linear(h, w_v, b_v).unflatten(-1, (self.kv_heads, self.cfg.d_head))
-        k = self.rotate(layer, k, torch.arange(start, start + k.shape[-3], device=h.device))
-        if self.kv_heads != self.cfg.n_heads:
-            k, v = (x.repeat_interleave(self.cfg.n_heads // self.kv_heads, dim=-2) for x in (k, v))
-        return k, v
-
-    def queries(
-        self, layer: int, h: Float[Tensor, "... q d_model"], positions: Int[Tensor, "*b q"]
-    ) -> Float[Tensor, "... q head_index d_head"]:
-        """Queries of normalised input `h` whose rows sit at `positions` (rotated there)."""
-        w_q, b_q = self.weights[layer][0], self.weights[layer][3]
-        q = F.linear(h, w_q, b_q).unflatten(-1, (self.cfg.n_heads, self.cfg.d_head))
-        return self.rotate(layer, q, positions)
-
-    def attention_mask(self, layer: int, queries: Tensor, keys: Int[Tensor, " k"]) -> Tensor:
-        """Which keys each query attends to ([*queries.shape, k]): causal, and within the window of local
-        attention."""
-        mask = queries[..., None] >= keys
-        if self.local[layer]:
-            mask = mask & (keys > queries[..., None] - self.cfg.window_size)
-        return mask
-
-    def scores(
-        self, layer: int, q: Float[Tensor, "... q head d_head"], k: Float[Tensor, "... k head d_head"]
-    ) -> Float[Tensor, "... head q k"]:
-        """Attention scores before masking: q . k / the layer's attention scale."""
-        return (q.movedim(-2, -3) @ k.movedim(-3, -1)).div_(self.scales[layer])
-
-    def rotate(
-        self, layer: int, x: Float[Tensor, "... pos head_index d_head"], positions: Int[Tensor, "*b pos"]
-    ) -> Float[Tensor, "... pos head_index d_head"]:
-        """Rotary positions: queries or keys `x` rotated by their absolute `positions` ([pos], or [batch
-        read] for read-out queries), on the first rotary_dim dimensions, with the attention module's own
-        sin/cos tables and rotation (TransformerLens's `apply_rotary` at offset 0); unchanged otherwise."""
-        if not self.rotary:
-            return x
-        needed = int(positions.max()) + 1 if positions.numel() else 0
-        cos, sin, rotate = rotary_tables(self.model, layer, needed)
-        dim = cos.shape[-1]
-        cos, sin = (t[positions].unsqueeze(-2).to(x.dtype) for t in (cos, sin))
-        x_rot, x_pass = x[..., :dim], x[..., dim:]
-        return torch.cat([x_rot * cos + rotate(x_rot) * sin, x_pass], dim=-1)
-
-    @staticmethod
-    def z_from_pattern(
-        pattern: Float[Tensor, "*pb head_index q k"], v: Float[Tensor, "*vb k head_index d_head"]
-    ) -> Float[Tensor, "*pb q head_index d_head"]:
-        return (pattern.to(v.dtype) @ v.movedim(-3, -2)).movedim(-3, -2)
-
     def attn_out(
         self, layer: int, z: Float[Tensor, "... pos head_index d_head"]
     ) -> Float[Tensor, "... pos d_model"]:

@@ -17,7 +17,8 @@ hook, the cell's index, the source run's values. The results equal TransformerLe
 `transformer_lens.patching.get_act_patch_*` (one hooked forward pass per patch), but the engine computes them
 much faster while staying exact (on models its hook-free replay supports; elsewhere it runs them on hooks):
     - many patches share one forward pass along a leading patch axis, in chunks that fit a memory budget;
-    - each patched run resumes at the patched activation from the cached unpatched run (`patching_replay`);
+    - each patched run resumes at the patched activation from the cached unpatched run
+      (`interventions.replay`);
     - patches that provably cannot move the metric are not run but get the unpatched run's metric, the value a
       full run would produce: patches whose replaced entries already equal the base run's (e.g. every position
       before the first token where clean and corrupted differ), positions after the last read-out position
@@ -85,7 +86,7 @@ def resolve_metric(
 
 def model_sweeps(model: torch.nn.Module) -> list[str]:
     """Every sweep the model has: attention-only models have no resid_mid / mlp_out, parallel attention and
-    MLP blocks no resid_mid (`patching_replay.model_stages`)."""
+    MLP blocks no resid_mid (`interventions.replay.model_stages`)."""
     stages = model_stages(model.cfg)
     return [name for name, spec in SWEEPS.items() if spec.stage in stages]
 
