@@ -43,7 +43,8 @@ def attention_z(
     scale: float,
     past: tuple[Tensor, Tensor] | None = None,
 ) -> Float[Tensor, "*patch batch query head d_head"]:
-    """softmax(q . [past_k, k] / scale, masked) @ [past_v, v] per patch; None where the result has a NaN.
+    """softmax(q . [past_k, k] / scale, masked) @ [past_v, v] per patch (a row with a non-finite score may
+    come out NaN: see the module docstring).
 
     `past` = (k, v) [batch, start, head, d_head] of the first positions, shared by every patch; `k`, `v` hold
     the positions from `start` on. `mask` (True: attend) is [query, all_keys] or [batch, query, all_keys].
@@ -61,7 +62,7 @@ def attention_z(
     if bias.dim() == 3:  # per prompt: [batch, 1 (head), 1 (patch), query, key]
         bias = bias[:, None, None]
     scores = queries @ to_blocks(k).transpose(-1, -2)
-    past_hidden = start and bool((bias[..., :start] != 0).any())
+    past_hidden = start > 0 and bool((bias[..., :start] != 0).any())  # a window or read-out hides some
     if not past_hidden:
         scores = scores.add_(bias[..., start:])
     if start:
