@@ -115,9 +115,10 @@ class AttentionReplay:
 
         With `past` = (k, v) of the first positions (unchanged by the patch), `h` holds only the later
         positions, and queries at `readout` need `h_read`, the normalised input at the read-out positions
-        (`split_take`); the past keys and values are read where they are (scores and z in two parts, never a
-        copy per patch). Returns (pattern [... head q k] over all keys, k and v [... pos head d_head] of the
-        positions of `h`, z [... q head d_head]).
+        (`split_take`); scores and z are computed in two parts (past and fresh keys). This is
+        TransformerLens's order of operations, for whole runs, gradients and `attend_z`'s NaN cases; a resumed
+        pass of many patches takes `attend_z`. Returns (pattern [... head q k] over all keys, k and v [... pos
+        head d_head] of the positions of `h`, z [... q head d_head]).
         """
         q, k, v, mask = self.attention_inputs(layer, h, readout, past, h_read)
         start = 0 if past is None else past[0].shape[-3]
