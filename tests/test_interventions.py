@@ -1,6 +1,8 @@
 """The intervention engine equals one run_with_hooks per variant, for every setter, hook and architecture, on
 both of its execution strategies (the hook-free replay and hooks)."""
 
+import itertools
+
 import pytest
 import torch
 from helpers import assert_no_hooks, build_model, build_transformer_cfg, random_tokens
@@ -136,6 +138,33 @@ def test_patching_the_same_run_changes_nothing(model, tokens):
     out = intervene(model, tokens, variants, last_logprob)
     clean = last_logprob(model(tokens))
     torch.testing.assert_close(out, clean.expand_as(out), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["from_run", "mean", "resample"])
+def test_pattern_cells_equal_naive_and_an_unchanged_row_is_not_run(model, tokens, kind):
+    """Pattern cells (whole rows of a head, a head at every query, single entries), patched from another run:
+    the replay equals one hooked run per variant. Patched from the run itself, every variant keeps the
+    unpatched metric exactly, so no pass ran."""
+    n_pos = tokens.shape[1]
+    rows, entries = [(1, n_pos - 1), (0, 3), (1,)], [(0, n_pos - 1, 2), (1, 4, 4)]  # run apart, and together
+    for (source, exact), cells in itertools.product(
+        ((make_setter(kind, model), False), (from_run(tokens), True)), (rows, entries, rows + entries)
+    ):
+        variants = [
+            Intervention(f"blocks.{layer}.attn.hook_pattern", cell, source)
+            for layer in range(model.cfg.n_layers)
+            for cell in cells
+        ]
+        engine = Engine(model, last_logprob)
+        fast = torch.stack(engine.run(tokens, variants)).cpu()
+        clean = last_logprob(model(tokens)).cpu()
+        if exact:
+            assert torch.equal(fast, clean.expand_as(fast))
+            continue
+        naive = naive_intervene(model, tokens, variants, last_logprob)
+        torch.testing.assert_close(fast, naive, atol=1e-5, rtol=0)
+        assert (fast - clean).abs().amax(1).gt(1e-4).sum() >= len(variants) // 3  # the patches do act
+    assert_no_hooks(model)
 
 
 def test_positions_after_the_read_out_have_no_effect(model, tokens):

@@ -336,6 +336,20 @@ class Replay(AttentionReplay):
         out[patch, prompt, pos] = self.finish_block(layer, stage, rows, **row_pieces).squeeze(-2)
         return out
 
+    def pattern_cells_as_z(self, layer: int, cells: CellPatches, base: RunActs) -> CellPatches:
+        """Cells of whole pattern rows (a head, a query position or all, every key) as the same cells of z.
+
+        A pattern row enters the rest of the block only through its z (the row times the values), so the
+        source's z, computed once for every row, stands for the source's pattern: each cell's z patch is one
+        row per prompt instead of a pattern row of every key to build, compare and multiply per cell. Rows
+        where the source's pattern equals the base run's keep the base run's z, so a cell that changes no
+        pattern changes no z either and is not run."""
+        act, source = torch.broadcast_tensors(cells.act, cells.source)  # [batch, head, q, k]
+        base_z = base.acts["z"][layer]  # [batch, q, head, d_head]
+        same = (act == source).all(-1).transpose(-1, -2).unsqueeze(-1)  # [batch, q, head, 1]
+        source_z = torch.where(same, base_z, self.z_from_pattern(source, base.v[layer]))
+        return CellPatches(base_z, source_z, cells.cells[:, [1, 0, 2]], STAGE_AXES["z"][1])
+
     def effective(self, layer: int, stage: str, act: Tensor, readout: Int[Tensor, "batch read"]) -> Tensor:
         """The part of an activation a resumed run reads: after the last attention, the read-out positions."""
         if layer == self.n_layers - 1 and stage != "resid_pre":
@@ -399,11 +413,14 @@ class Replay(AttentionReplay):
         base run's metric, the value a run gives. The others resume at the first position they change
         (`start_groups`), after the last layer's attention at the read-out positions only, on the prompts
         they change; the other prompts keep the base run's logits, so `fn` always sees the whole batch.
+        Pattern cells of whole rows run as the same cells of z (`pattern_cells_as_z`).
         `base_value`: fn on the base run, if known; `max_cells`: at most that many patches per pass. Returns
         [patch, *metric output].
         """
         base_value = fn(base.logits[None])[0] if base_value is None else base_value
         out = base_value.expand(len(new), *base_value.shape).clone()
+        if stage == "pattern" and isinstance(new, CellPatches) and bool((new.cells[:, -1] < 0).all()):
+            new, stage = self.pattern_cells_as_z(layer, new, base), "z"
         pos_dim = STAGE_AXES[stage][1]
         last = layer == self.n_layers - 1
         at_readout = readout if last and stage != "resid_pre" else None  # `effective`'s view
