@@ -393,3 +393,33 @@ def test_gradients_on_both_strategies_equal_autograd_through_hooks(tokens):
         torch.testing.assert_close(acts[stage][layer], cache[name], atol=1e-5, rtol=0)
         torch.testing.assert_close(grads[stage][layer], by_hook[name], atol=1e-5, rtol=1e-4)
     assert_no_hooks(model)
+
+
+@pytest.mark.parametrize("strategy", ["replay", "replay in chunks of rows", "hooks"])
+def test_activations_are_those_of_gradients_and_of_the_cache(tokens, strategy):
+    """`Engine.activations` (no gradients) gives `gradients`'s metric and activations, which are the cached
+    run's, on both strategies, whole or chunked by rows."""
+    model = unsupported_model() if strategy == "hooks" else make_model(normalization_type="LN", n_layers=2)
+    cache_mb = 1e-9 if "chunks" in strategy else 256.0
+
+    def metric(logits):
+        return logits[:, -1].log_softmax(-1)[:, 2].mean()
+
+    engine = Engine(model, metric, cache_mb=cache_mb)
+    assert engine.strategy == strategy.split()[0]
+    assert len(engine.row_chunks(tokens)) == (len(tokens) if "chunks" in strategy else 1)
+    stages = ("resid_pre", "pattern", "z", "mlp_out")
+    value, acts = engine.activations(tokens, stages=stages)
+    grad_value, grad_acts, _ = engine.gradients(tokens, stages=stages)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens)
+        assert value == pytest.approx(grad_value, abs=1e-6)
+        assert value == pytest.approx(float(metric(model(tokens))), abs=1e-5)
+    assert [s for s in acts if acts[s]] == list(stages)
+    for stage in stages:
+        assert len(acts[stage]) == model.cfg.n_layers
+        for layer, act in enumerate(acts[stage]):
+            assert not act.requires_grad
+            torch.testing.assert_close(act, grad_acts[stage][layer], atol=1e-6, rtol=0)
+            torch.testing.assert_close(act, cache[STAGE_HOOKS[stage].format(layer)], atol=1e-5, rtol=0)
+    assert_no_hooks(model)

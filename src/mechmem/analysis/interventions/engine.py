@@ -758,6 +758,40 @@ class Engine:
         value = self._chunked_gradients(tokens, None, keys, rows, each)[0]
         return float(value.detach()), torch.cat(parts)
 
+    @torch.no_grad()
+    def activations(
+        self, tokens: Int[Tensor, "batch pos"], stages: Sequence[str] | None = None
+    ) -> tuple[float, dict[str, list[Tensor]]]:
+        """The metric on `tokens` and every stage activation, `acts[stage][layer]`: `gradients`'s first two
+        outputs from one forward pass without gradients (a patching source run needs no gradient). Chunked
+        by rows as `gradients` is, so the activations are those it gives."""
+        tokens = tokens.to(_device(self.model))
+        stages = [s for s in model_stages(self.model.cfg) if stages is None or s in stages]
+        keys = [(s, l) for s in stages for l in range(self.model.cfg.n_layers)]
+        out: dict[str, list[Tensor]] = {s: [] for s in STAGES}
+        if self.replay is None:
+            names = [
+                STAGE_HOOKS[s].format(l) for s, l in keys if STAGE_HOOKS[s].format(l) in self.model.hook_dict
+            ]
+            value, seen = _capture(self.model, tokens, names, [], self.metric)
+            for name in names:
+                if name in seen:  # in stage-then-layer order, as `keys`
+                    out[name.rsplit("hook_", 1)[-1]].append(seen[name])
+            return float(value), out
+        metric = self.compiled(tokens)
+        readout = metric.readout.to(tokens.device)
+        gathered: dict[tuple[str, int], Tensor] = {}
+        logits = []
+        for r in self.row_chunks(tokens, factor=GRADIENT_FACTOR):
+            run = self.replay.run(tokens[r], readout[r])
+            for s, l in keys:
+                _add_rows(gathered, (s, l), run.acts[s][l], r, len(tokens), mean=False)
+            logits.append(run.logits)
+            del run
+        for (s, _), act in gathered.items():
+            out[s].append(act)
+        return float(metric.fn(torch.cat(logits)[None])[0]), out
+
     def gradients(
         self,
         tokens: Int[Tensor, "batch pos"],
@@ -885,6 +919,13 @@ def capture_acts(
 ) -> dict[str, Tensor]:
     """The activations at `hooks` in the run on `tokens` under `variant` (hook strategy); a hook the forward
     pass does not reach (e.g. hook_resid_mid of a parallel attention/MLP block) is left out."""
+    return _capture(model, tokens, hooks, variant, lambda x: x[:0])[1]
+
+
+def _capture(
+    model: torch.nn.Module, tokens: Tensor, hooks: Sequence[str], variant: Sequence[Intervention], metric: Any
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """`capture_acts` and the metric of the same run."""
     seen: dict[str, Tensor] = {}
 
     def keep(name: str) -> Callable[[Tensor, Any], Tensor]:
@@ -895,8 +936,8 @@ def capture_acts(
         return fn
 
     taps = [Intervention(h, (), apply(keep(h))) for h in hooks]
-    _run(model, tokens, [[*variant, *taps]], lambda x: x[:0], 1.0)
-    return seen
+    value = _run(model, tokens, [[*variant, *taps]], metric, 1.0)[0]
+    return value, seen
 
 
 @torch.no_grad()

@@ -125,6 +125,7 @@ class Attributor:
         self.steps, self.memory = steps, memory_mb * 2**20
         self.attn_only = bool(model.cfg.attn_only)
         self._runs: dict[Any, tuple[dict[str, list[Tensor]], dict[str, list[Tensor]], float]] = {}
+        self._sources: dict[str, tuple[dict[str, list[Tensor]], float]] = {}
         self._exact: Patcher | None = None
         self.stages = None if stages is None else tuple(stages)
 
@@ -163,7 +164,20 @@ class Attributor:
                         else:
                             grads[s][layer] = grads[s][layer] + g / self.steps
         self._runs[key] = (acts, grads, value)
+        if toward is None:  # `source` reads this run from now on
+            self._sources.pop(name, None)
         return self._runs[key]
+
+    def source(self, name: str) -> tuple[dict, float]:
+        """Activations and the metric of run `name` as a patching source: `run`'s where it was computed, else
+        from one forward pass without gradients (kept)."""
+        if (name, None) in self._runs:
+            acts, _, value = self._runs[(name, None)]
+            return acts, value
+        if name not in self._sources:
+            value, acts = self.engine.activations(self.tokens[name], stages=self.stages)
+            self._sources[name] = (acts, value)
+        return self._sources[name]
 
     def sweep(
         self, sweep: str | PatchSweep, direction: str = "denoising", *, check: bool = True
@@ -173,7 +187,7 @@ class Attributor:
         spec, base_name, source_name = resolve_sweep(sweep, direction, self.model)
         base, _, value = self.run(base_name)
         grads = self.run(base_name, source_name if self.steps else None)[1]
-        source = self.run(source_name)[0]
+        source = self.source(source_name)[0]
         layers, by_prompt = [], []
         for layer in range(self.model.cfg.n_layers):
             delta = source[spec.stage][layer] - base[spec.stage][layer]
@@ -183,7 +197,7 @@ class Attributor:
                 cells = cells + self.qk_correction(target, base, grads["pattern"][target], delta)
             by_prompt.append(cells)
             layers.append(value + cells.sum(0))
-        values = {name: self.run(name)[2] for name in ("clean", "corrupted")}
+        values = {name: self.source(name)[1] for name in ("clean", "corrupted")}
         per_prompt = self.prompt_values(torch.stack(by_prompt, 1), direction)
         runs = self.exact_patcher().prompt_values
         result = PatchingResult(
