@@ -15,6 +15,7 @@ from mechmem.papers.memorisation.models import FactsModelConfig
 from mechmem.papers.memorisation.scripts import sweep_facts
 from mechmem.papers.memorisation.sweep import (
     SearchCell,
+    in_progress,
     load_records,
     run_sweep,
     scaling_cells,
@@ -69,6 +70,32 @@ def test_an_interrupted_cell_resumes_after_its_last_finished_training(tmp_path, 
     assert snapshot_dir(tmp_path / "t.jsonl").is_dir() and not any(
         snapshot_dir(tmp_path / "t.jsonl").iterdir()
     )
+
+
+def test_a_running_search_shows_each_criterion_once_its_search_has_ended(tmp_path):
+    """`in_progress` on the first k trainings of a finished cell: a criterion's capacity is the finished
+    record's exactly when every fact count its search tried is among them, else None (running)."""
+    cfg = FactsModelConfig(n_in=6, n_out=3, d_model=3, d_mlp=3, mixing="2emb", norms=False)
+    cells = [SearchCell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=2)]
+    record = run_sweep(cells, tmp_path / "a.jsonl", progress=False, trials=tmp_path / "t.jsonl")[cells[0].key]
+    lines = (tmp_path / "t.jsonl").read_text().splitlines()
+    tried = {c: {n for n, _ in s["trace"]} for c, s in record["searches"].items()}
+    assert len(lines) >= 3 and len({frozenset(t) for t in tried.values()}) >= 2  # criteria end apart
+    mixed = set()
+    for k in range(len(lines) + 1):
+        (tmp_path / "part.jsonl").write_text("".join(f"{x}\n" for x in lines[:k]))
+        running = in_progress(tmp_path / "part.jsonl", cells, done=set())
+        if k == 0:
+            assert running == []
+            continue
+        (row,) = running
+        done = {int(json.loads(x)["n"]) for x in lines[:k]}
+        assert row["trainings"] == k and row["key"] == cells[0].key and row["d"] == cfg.d_model
+        for crit, counts in tried.items():
+            assert row[crit] == (record[crit] if counts <= done else None), (k, crit)
+        mixed.add(tuple(row[c] is None for c in tried))
+    assert len(mixed) >= 2  # some prefix ends one criterion's search before another's
+    assert in_progress(tmp_path / "t.jsonl", cells, done={cells[0].key}) == []  # a finished cell is a record
 
 
 def test_fits_recover_known_laws():

@@ -206,3 +206,32 @@ def find_capacity(
     if reused:
         result.info["counts_from_earlier_runs"] = reused
     return result
+
+
+class _NotTrained(Exception):
+    """Raised by `finished_searches`' oracle at a fact count no training has answered yet."""
+
+
+def finished_searches(
+    known: dict[int, int],
+    n_seeds: int,
+    limit: int,
+    precision: int,
+    criteria: tuple[str, ...] = tuple(CRITERIA),
+) -> dict[str, int | None]:
+    """Each criterion's answer from the trainings finished so far (`known`: fact count -> successes of
+    `n_seeds` inits), retracing `find_capacity`'s search: the capacity where that search has ended, None where
+    it still needs a fact count no training has answered (the search is running)."""
+
+    def passes(n: int, rule: Callable[[int, int], bool]) -> bool:
+        if n not in known:
+            raise _NotTrained
+        return rule(known[n], n_seeds)
+
+    out: dict[str, int | None] = {}
+    for c in criteria:
+        try:
+            out[c] = search_capacity(lambda n, c=c: passes(n, CRITERIA[c]), limit, precision=precision).best
+        except _NotTrained:
+            out[c] = None
+    return out

@@ -317,27 +317,32 @@ def _e7_schedule(record: dict[str, Any], d: int) -> tuple[int, int] | None:
 
 
 def _scaling_rows(record: dict[str, Any]) -> list[list[Any]]:
-    """One row per scaling record (every schedule), with the authors' E7 Any at its d beside it."""
+    """One row per scaling record (every schedule) and per search still running, with the authors' E7 Any at
+    its d beside it."""
     e7, rows = _e7(record), []
-    every = record["scaling"] + record.get("scaling_other", [])
+    every = record["scaling"] + record.get("scaling_other", []) + record.get("scaling_running", [])
     for r in sorted(
         every,
         key=lambda r: (r["variant"] not in SCALING_LABELS, r["variant"], r["d"], r["schedule"]["max_epochs"]),
     ):
         pub = e7.get(r["variant"], {}).get(r["d"])
         at_e7 = _e7_schedule(record, r["d"]) == (r["schedule"]["max_epochs"], r["schedule"]["patience"])
+        vs = "-"
+        if pub and r["any"] is not None:
+            vs = f"{100 * (r['any'] / pub - 1):+.0f}%" if at_e7 else "capped: lower bound"
+        seconds = f"{r['seconds']:.0f}"
+        if "trainings" in r:  # a search still running: its trainings so far
+            seconds += f" ({r['trainings']} trainings so far)"
         rows.append(
             [
                 SCALING_LABELS.get(r["variant"], r["variant"]),
                 r["d"],
                 short_schedule(r["schedule"]) + (" (E7)" if at_e7 else ""),
-                r["any"],
-                r["most"],
-                r["all"],
+                *("running" if r[c] is None else r[c] for c in ("any", "most", "all")),
                 r["config"]["n_in"] ** 2,
                 pub if pub else "-",
-                (f"{100 * (r['any'] / pub - 1):+.0f}%" if at_e7 else "capped: lower bound") if pub else "-",
-                f"{r['seconds']:.0f}",
+                vs,
+                seconds,
             ]
         )
     return rows
@@ -379,6 +384,12 @@ def scaling_section(record: dict[str, Any]) -> Section:
         f" {PUBLISHED_NAME}). (E7) marks a row run at the authors' E7 schedule for its d; only those rows are"
         " compared with E7, the capped rows are a sensitivity check (lower bounds)."
     )
+    if record.get("scaling_running"):
+        caption += (
+            " running: that criterion's search has not ended; the row's other criteria are those whose"
+            " searches have, read from the trainings finished so far (facts_trials.jsonl), and its s is their"
+            " time so far."
+        )
     section = Section("scaling", "Results: scaling", lines=lines)
     section.tables.append(Table(headers, _scaling_rows(record), caption=caption))
     any_fits = _any_fits(record)

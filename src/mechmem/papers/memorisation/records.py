@@ -5,6 +5,9 @@
     facts_table.jsonl              one line per (variant, repeat, schedule) search of the 54-variant table
     facts_anchor_2emb_nomlp.json   the anchor variant under a 20x longer schedule (optional)
     facts_scaling.jsonl            the d-scaling searches
+    facts_trials.jsonl             each finished training of a search in progress (optional): a scaling cell
+                                   at a shown schedule that is still searching enters `scaling_running` with
+                                   the criteria whose searches have ended
     facts_benchmark.json           batched vs per-init training time (optional)
     constructions_capacity_TAG.json, constructions_misc_TAG.json    the constructions (TAG = full | quick)
 
@@ -24,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from mechmem.errors import MechmemError
-from mechmem.papers.memorisation.sweep import load_records, scaling_fits
+from mechmem.papers.memorisation.batched import Schedule
+from mechmem.papers.memorisation.sweep import in_progress, load_records, scaling_cells, scaling_fits
 
 PUBLISHED = Path(__file__).with_name("published.json")
 """The published-values file, read relative to this package."""
@@ -39,6 +43,30 @@ def _read(path: Path) -> Any:
 def _brief(record: dict[str, Any]) -> dict[str, Any]:
     keep = ("variant", "d", "config", "repeat", "schedule", "any", "most", "all", "seconds")
     return {**{k: record[k] for k in keep if k in record}, "facts_device": record.get("facts_device", "cpu")}
+
+
+def _running(
+    data_dir: Path, scaling_all: list[dict[str, Any]], per_d: dict[int, dict[str, Any]], e7: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The authors' two scaled models still searching at the authors' E7 schedule (or the requested one) of
+    a d the scaling ran (`sweep.in_progress`: the criteria whose searches have ended on the finished
+    trainings)."""
+    schedules = {}
+    for d in sorted({r["d"] for r in scaling_all}):
+        if str(d) in e7["max_epochs"]:
+            schedules.setdefault(d, []).append(
+                Schedule(max_epochs=e7["max_epochs"][str(d)], patience=e7["patience"])
+            )
+        if d in per_d:
+            schedules.setdefault(d, []).append(Schedule.from_dict(per_d[d]))
+    cells = [
+        c
+        for d, scheds in schedules.items()
+        for sched in dict.fromkeys(scheds)
+        for v in ("nb", "full")
+        for c in scaling_cells(v, [d], 1, sched)
+    ]
+    return in_progress(data_dir / "facts_trials.jsonl", cells, {r["key"] for r in scaling_all})
 
 
 def collect(
@@ -71,6 +99,8 @@ def collect(
     per_d = scaling_schedules or {}
     scaling = [r for r in scaling_all if r["schedule"] == per_d.get(r["d"], schedule)]
     scaling_keys = {r["key"] for r in scaling}
+    published_values = json.loads(published_path.read_text(encoding="utf-8"))
+    running = _running(data_dir, scaling_all, per_d, published_values["scaling_schedule"]["value"])
     cap_name, misc_name = f"constructions_capacity_{tag}.json", f"constructions_misc_{tag}.json"
     capacities, misc = _read(data_dir / cap_name), _read(data_dir / misc_name)
     if not table or capacities is None or misc is None:
@@ -78,6 +108,7 @@ def collect(
             f"{data_dir} lacks facts_table.jsonl records of schedule {schedule} or {cap_name} / {misc_name}"
         )
     sources = ["facts_table.jsonl", "facts_scaling.jsonl", cap_name, misc_name]
+    sources += ["facts_trials.jsonl"] if running else []
     anchor, bench = _read(data_dir / "facts_anchor_2emb_nomlp.json"), _read(data_dir / "facts_benchmark.json")
     sources += [
         n for n, x in (("facts_anchor_2emb_nomlp.json", anchor), ("facts_benchmark.json", bench)) if x
@@ -90,10 +121,11 @@ def collect(
         "anchor": anchor,
         "scaling": scaling,
         "scaling_other": [_brief(r) for r in scaling_all if r["key"] not in scaling_keys],
+        "scaling_running": running,
         "facts_devices": sorted({r.get("facts_device", "cpu") for r in table_all + scaling_all}),
         "scaling_fits": {k: f.to_dict() for k, f in scaling_fits(scaling).items()},
         "benchmark": bench,
         "constructions": {**capacities, **misc, "tag": tag},
-        "published": json.loads(published_path.read_text(encoding="utf-8")),
+        "published": published_values,
         "sources": sources,
     }

@@ -30,7 +30,7 @@ from mechmem.errors import MechmemError
 from mechmem.executor import Cell, append_record, run_cells
 from mechmem.executor import load_records as load_cell_records
 from mechmem.papers.memorisation.batched import Schedule
-from mechmem.papers.memorisation.capacity import CRITERIA, N_INITS, find_capacity
+from mechmem.papers.memorisation.capacity import CRITERIA, N_INITS, find_capacity, finished_searches
 from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
 from mechmem.papers.memorisation.models import FactsModelConfig, all_variants
 from mechmem.papers.memorisation.snapshots import Snapshots
@@ -87,6 +87,33 @@ def trials_of(path: str | Path, cell_key: str) -> dict[int, dict[str, Any]]:
     """Fact count -> record of each training of cell `cell_key` in a trials file."""
     records = load_cell_records(Path(path), flat=True).values()
     return {int(r["n"]): r for r in records if r.get("cell") == cell_key}
+
+
+def in_progress(trials: str | Path, cells: list[SearchCell], done: set[str]) -> list[dict[str, Any]]:
+    """The cells of `cells` with trainings in `trials` but no finished record (key not in `done`), each in
+    brief: the capacity under each criterion whose search has ended on those trainings (`finished_searches`;
+    None: still running), how many trainings finished and their seconds so far."""
+    out = []
+    for cell in cells:
+        found = {} if cell.key in done else trials_of(trials, cell.key)
+        if not found:
+            continue
+        known = {n: int(r["successes"]) for n, r in found.items()}
+        answers = finished_searches(known, len(cell.seeds), cell.config.n_in**2, cell.precision)
+        out.append(
+            {
+                "key": cell.key,
+                "variant": cell.config.name,
+                "d": cell.config.d_model,
+                "config": cell.config.to_dict(),
+                "schedule": cell.schedule.to_dict(),
+                "repeat": cell.repeat,
+                **answers,
+                "trainings": len(known),
+                "seconds": round(sum(float(r.get("seconds", 0.0)) for r in found.values()), 2),
+            }
+        )
+    return out
 
 
 def snapshot_dir(trials: str | Path) -> Path:
