@@ -181,7 +181,7 @@ def test_quick_variant_end_to_end(tmp_path):
 def test_searches_still_running_show_their_ended_criteria_beside_e7():
     """A scaling cell at E7's schedule with trainings but no record: one row, each criterion's capacity where
     its search has ended and "running" where not, compared with E7 only where Any has ended."""
-    from mechmem.papers.memorisation.page import scaling_section
+    from mechmem.papers.memorisation.page import facts_headline, scaling_section
 
     base = json.loads((DOCS / "data" / "memorisation.json").read_text())
     e7 = {v: {p["d"]: p["any"] for p in ps} for v, ps in base["published"]["e7_any"]["models"].items()}
@@ -192,11 +192,13 @@ def test_searches_still_running_show_their_ended_criteria_beside_e7():
     )
     finished["config"] = dict(template["config"], n_in=64)
     running = dict(finished, any=None, most=2500)
-    for row, any_text, most_text, vs in (
-        (finished, "3000", "running", f"{100 * (3000 / e7[template['variant']][32] - 1):+.0f}%"),
-        (running, "running", "2500", "-"),
+    pub = e7[template["variant"]][32]
+    for row, any_text, most_text, vs, headline in (
+        (finished, "3000", "running", f"{100 * (3000 / pub - 1):+.0f}%", f"d = 32: 3000 [E7 {pub}, "),
+        (running, "running", "2500", "-", "d = 32: search running (4 trainings so far)"),
     ):
         record = dict(base, scaling_running=[row])
+        assert headline in " ".join(facts_headline(record))
         table = scaling_section(record).tables[0]
         (got,) = [r for r in table.rows if "trainings so far" in str(r[-1])]
         assert [str(x) for x in got[2:6]] == ["100,000 / 5,000 (E7)", any_text, most_text, "running"]

@@ -162,6 +162,7 @@ def facts_headline(record: dict[str, Any]) -> list[str]:
     longer = _longer_lines(record)
     at_published = [line for line, published in longer if published]
     lines = [b1_summary(record), *at_published, _published_ordering_line(record)]
+    lines += [line for line in [_e7_scaling_line(record)] if line]
     if not is_published_schedule(record, record["schedule"]):
         lines.append(
             "Sensitivity check below (capped schedules; lower bounds, not compared with the paper): the full"
@@ -180,6 +181,37 @@ def facts_headline(record: dict[str, Any]) -> list[str]:
             f" d^{fit.k:.2f})."
         )
     return lines
+
+
+def _e7_scaling_line(record: dict[str, Any]) -> str:
+    """The scaled models at the authors' E7 schedule of each d, Any beside E7's Any (searches still running
+    say so); empty when none ran at it."""
+    e7, parts = _e7(record), []
+    every = record["scaling"] + record.get("scaling_other", []) + record.get("scaling_running", [])
+    for variant, by_d in e7.items():
+        at = {
+            r["d"]: r
+            for r in every
+            if r["variant"] == variant
+            and _e7_schedule(record, r["d"]) == (r["schedule"]["max_epochs"], r["schedule"]["patience"])
+        }
+        cells = []
+        for d, r in sorted(at.items()):
+            pub = by_d.get(d)
+            if r["any"] is None:
+                cells.append(f"d = {d}: search running ({r['trainings']} trainings so far)")
+                continue
+            vs = f" [E7 {pub}, {100 * (r['any'] / pub - 1):+.0f}%]" if pub else ""
+            rest = [c for c in ("most", "all") if r[c] is None]
+            cells.append(
+                f"d = {d}: {r['any']}{vs}"
+                + (f" ({', '.join(c.capitalize() for c in rest)} still running)" if rest else "")
+            )
+        if cells:
+            parts.append(f"{SCALING_LABELS.get(variant, variant)} model " + "; ".join(cells))
+    if not parts:
+        return ""
+    return "Scaling at the authors' E7 schedule of each d, Any: " + "; ".join(parts) + "."
 
 
 def _longer_lines(record: dict[str, Any]) -> list[tuple[str, bool]]:
