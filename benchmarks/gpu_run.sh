@@ -7,14 +7,17 @@
 #
 # Jobs (all with --device cuda):
 #   - E7 at d = 32 at the authors' schedule (100,000 / 5,000), both models (the `nb` and `full` scaling
-#     variants), each cell's fact counts trained in one stack (--all-at-once);
+#     variants), each cell's fact counts trained in one stack (--all-at-once); the trainings committed in
+#     docs/reproductions/data/facts_trials.jsonl are read (--trials on a copy), so only the counts the
+#     searches can still try are trained, and the new ones come back in OUT/facts_trials.jsonl;
 #   - the Table B.1 variants named one per line in TABLE_ORDER_FILE at 50,000 / 5,000, at most TABLE_JOBS
 #     (default 8) at a time, in the file's order;
 #   - the Birth statements at the paper's sizes (rung R4: d = 128, T = 256, batch 512), one process each;
 #   - benchmarks/report_scaling.py on 8 x 256 and 12 x 768 x 12 (--skip-circuit).
 # JOBS names the groups to run (default "e7 birth report table"). On 2026-12-04 twelve capacity processes on one
 # H200 finished none in 7.7 minutes (docs/record/2026-12-04-gpu-session.md): give E7 the GPU alone, JOBS="e7".
-# OUT receives: log.txt, env.txt, facts_table.jsonl, facts_scaling.jsonl, birth_R4.jsonl, report_gpu.json.
+# OUT receives: log.txt, env.txt, facts_table.jsonl, facts_scaling.jsonl, facts_trials.jsonl (new lines only),
+# birth_R4.jsonl, report_gpu.json.
 # Needs transformer-lens and its missing dependencies importable (the caller installs them). A dry run on a CPU:
 #   DEVICE=cpu E7_DS=8 E7_EPOCHS=20 TABLE_EPOCHS=20 PATIENCE=5 RUNG=RT RULES=rules.json REPORT_SIZES=1x16 \
 #       benchmarks/gpu_run.sh /tmp/out 120 order.txt
@@ -27,6 +30,7 @@ JOBS=${JOBS:-e7 birth report table}  # which of the four job groups run
 DEVICE=${DEVICE:-cuda}
 E7_EPOCHS=${E7_EPOCHS:-100000}
 E7_DS=${E7_DS:-32}
+TRIALS=${TRIALS:-docs/reproductions/data/facts_trials.jsonl}  # trainings finished before (read, not changed)
 TABLE_EPOCHS=${TABLE_EPOCHS:-50000}
 PATIENCE=${PATIENCE:-5000}
 RUNG=${RUNG:-R4}
@@ -49,6 +53,11 @@ merge() {  # finished records so far, each file replaced atomically
             cat "$WORK/$name".*.jsonl >"$OUT/.$name.tmp" && mv "$OUT/.$name.tmp" "$OUT/$name.jsonl"
         fi
     done
+    if compgen -G "$WORK/facts_trials.*.jsonl" >/dev/null; then  # the trainings the copies did not hold
+        cat "$WORK"/facts_trials.*.jsonl | { if [ -s "$TRIALS" ]; then grep -vxF -f "$TRIALS"; else cat; fi; } \
+            >"$OUT/.facts_trials.tmp"
+        mv "$OUT/.facts_trials.tmp" "$OUT/facts_trials.jsonl"
+    fi
 }
 
 # Preflight, so a broken set-up fails in seconds (and can be rerun on the still-warm machine).
@@ -116,8 +125,10 @@ run() {  # run NAME CMD...: in the background, stopped at the deadline
 FACTS="-m mechmem.papers.memorisation.scripts.sweep_facts"
 want() { case " $JOBS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 want e7 && for variant in nb full; do
+    cp "$TRIALS" "$WORK/facts_trials.$variant.jsonl" 2>/dev/null || : >"$WORK/facts_trials.$variant.jsonl"
     run "e7_$variant" "$PY" $FACTS scaling --variant "$variant" --ds "$E7_DS" --max-epochs "$E7_EPOCHS" \
-        --patience "$PATIENCE" --device "$DEVICE" --all-at-once --data "$WORK/facts_scaling.$variant.jsonl"
+        --patience "$PATIENCE" --device "$DEVICE" --all-at-once --data "$WORK/facts_scaling.$variant.jsonl" \
+        --trials "$WORK/facts_trials.$variant.jsonl"
 done
 want birth && for key in two_layer_fixed two_layer_random one_layer_random one_layer_fixed; do
     run "birth_$key" "$PY" -m mechmem.papers.birth.scripts.scale --rules "$RULES" --rung "$RUNG" \
@@ -151,6 +162,6 @@ for f in "$WORK"/*.log; do
     echo "== $(basename "$f")"
     tail -5 "$f"
 done >>"$OUT/log.txt"
-for name in facts_table facts_scaling birth_R4; do
+for name in facts_table facts_scaling facts_trials birth_R4; do
     log "$name: $(cat "$OUT/$name.jsonl" 2>/dev/null | wc -l) records"
 done

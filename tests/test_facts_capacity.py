@@ -162,6 +162,15 @@ def test_authors_counts_hold_every_count_a_search_tries(limit, precision):
         seen |= {n for n, _ in result.trace}
     assert seen <= counts
     assert len(counts) - len(seen) <= len(counts) // 8  # the tree is not padded with counts never tried
+    for trial in range(100):  # with some answers known: the counts a search agreeing with them still tries
+        threshold = rng.randint(0, limit + 1)
+        first = search_capacity(lambda n, t=threshold: n <= t, limit, precision=precision)
+        answered = dict(rng.sample(first.trace, rng.randint(0, len(first.trace))))
+        left = set(authors_counts(limit, precision, answered))
+        assert left <= counts and not left & set(answered)
+        asked = {n for n, _ in first.trace} - set(answered)
+        assert asked <= left
+    assert authors_counts(limit, precision, {}) == authors_counts(limit, precision)
 
 
 def test_all_at_once_is_the_same_search():
@@ -173,6 +182,14 @@ def test_all_at_once_is_the_same_search():
     assert at_once.searches == one_by_one.searches and at_once.scores == one_by_one.scores
     assert at_once.info["trained_counts"] == len(authors_counts(64, 4))
     assert "trained_counts" not in one_by_one.info
+    # Resumed with some counts trained before: only the counts the searches can still try are trained.
+    known = {n: one_by_one.scores[n] for n, _ in one_by_one.searches["any"].trace[:3]}
+    with torch_default_dtype(torch.float64):
+        resumed = find_capacity(
+            cfg, schedule=schedule, seeds=[0, 1, 2], precision=4, all_at_once=True, known=known
+        )
+    assert resumed.searches == one_by_one.searches
+    assert resumed.info["trained_counts"] < len(authors_counts(64, 4))
 
 
 def test_find_capacity_tiny():

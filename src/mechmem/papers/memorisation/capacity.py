@@ -142,8 +142,9 @@ def find_capacity(
     """Capacity of one facts variant under Any / Most / All, by the authors' search; inits trained batched.
 
     With `all_at_once`, every fact count the search could try (`search.authors_counts`, 128 at the published
-    sizes) is trained in one stack first (`batched.train_counts`) and the search reads its answers: the same
-    search, one round of training instead of 13-17 in a row. Worth it where one step of a large stack costs
+    sizes; with `known`, only those the searches can still try) is trained in one stack first
+    (`batched.train_counts`) and the search reads its answers: the same search, one round of training instead
+    of 13-17 in a row. Worth it where one step of a large stack costs
     about what a small one does (a GPU); on a CPU it does about 8 times the work.
 
     Args:
@@ -170,14 +171,20 @@ def find_capacity(
 
     limit, trained, known = cfg.n_in**2, {}, dict(known or {})
 
+    def to_train() -> list[int]:  # every count some criterion's search can still try, the known ones left out
+        counts = set()
+        for c in criteria:
+            answered = {n: CRITERIA[c](k, len(seeds)) for n, k in known.items()}
+            counts |= set(authors_counts(limit, precision, answered))
+        return sorted(counts)
+
     def successes(n: int) -> int:
         if n in known:
             return known[n]
         if all_at_once:
             if not trained:
                 inputs, labels = fact_sequence(limit, cfg.n_in, cfg.n_out, seed=data_seed, device=data_device)
-                counts = authors_counts(limit, precision)
-                trained.update(train_counts(cfg, inputs, labels, counts, seeds, schedule, device=device))
+                trained.update(train_counts(cfg, inputs, labels, to_train(), seeds, schedule, device=device))
                 for m, outcome in trained.items():
                     if on_trial is not None:
                         on_trial(m, outcome)
@@ -198,7 +205,7 @@ def find_capacity(
         "device": str(device),
     }
     if all_at_once:
-        info["trained_counts"] = len(authors_counts(limit, precision))
+        info["trained_counts"] = len(to_train())
     result = measure_capacity(
         successes, rules, limit, name=cfg.name, d=cfg.d_model, precision=precision, info=info
     )

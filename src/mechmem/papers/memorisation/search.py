@@ -89,18 +89,22 @@ def search_capacity(
     raise MechmemError(f"unknown bracket {bracket!r} (use {' or '.join(BRACKETS)})")
 
 
-def authors_counts(limit: int, precision: int) -> list[int]:
+def authors_counts(limit: int, precision: int, answered: dict[int, bool] | None = None) -> list[int]:
     """Every n the authors' bracket can try for some oracle (the bisection tree and `limit` itself), found by
     running that bracket on every sequence of answers: training all of them at once answers any search in one
-    round (`find_capacity`)."""
+    round (`find_capacity`). With `answered` (n -> passed?, e.g. trainings finished earlier), only the counts
+    a search agreeing with those answers can still try, those answers left out."""
     if precision < 1 or limit < 1:
         raise MechmemError(f"need precision, limit >= 1, got {precision}, {limit}")
+    answered = answered or {}
     out: dict[int, None] = {}
     pending: list[tuple[bool, ...]] = [()]
     while pending:
         answers, asked = pending.pop(), []
 
         def test(n: int, answers: tuple[bool, ...] = answers, asked: list[int] = asked) -> bool:
+            if n in answered:
+                return answered[n]
             if len(asked) == len(answers):
                 out[n] = None
                 pending.extend([(*answers, True), (*answers, False)])
