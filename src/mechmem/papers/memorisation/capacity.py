@@ -170,13 +170,7 @@ def find_capacity(
     seeds = list(range(N_INITS)) if seeds is None else list(seeds)
 
     limit, trained, known = cfg.n_in**2, {}, dict(known or {})
-
-    def to_train() -> list[int]:  # every count some criterion's search can still try, the known ones left out
-        counts = set()
-        for c in criteria:
-            answered = {n: CRITERIA[c](k, len(seeds)) for n, k in known.items()}
-            counts |= set(authors_counts(limit, precision, answered))
-        return sorted(counts)
+    left = lambda: counts_left(limit, precision, known, criteria, len(seeds))
 
     def successes(n: int) -> int:
         if n in known:
@@ -184,7 +178,7 @@ def find_capacity(
         if all_at_once:
             if not trained:
                 inputs, labels = fact_sequence(limit, cfg.n_in, cfg.n_out, seed=data_seed, device=data_device)
-                trained.update(train_counts(cfg, inputs, labels, to_train(), seeds, schedule, device=device))
+                trained.update(train_counts(cfg, inputs, labels, left(), seeds, schedule, device=device))
                 for m, outcome in trained.items():
                     if on_trial is not None:
                         on_trial(m, outcome)
@@ -205,7 +199,7 @@ def find_capacity(
         "device": str(device),
     }
     if all_at_once:
-        info["trained_counts"] = len(to_train())
+        info["trained_counts"] = len(left())
     result = measure_capacity(
         successes, rules, limit, name=cfg.name, d=cfg.d_model, precision=precision, info=info
     )
@@ -213,6 +207,18 @@ def find_capacity(
     if reused:
         result.info["counts_from_earlier_runs"] = reused
     return result
+
+
+def counts_left(
+    limit: int, precision: int, known: dict[int, int], criteria: tuple[str, ...], n_seeds: int
+) -> list[int]:
+    """Every fact count some criterion's search (the authors' bracket) can still try, given the successes
+    `known` of counts trained before (those left out): what an all-at-once search still trains."""
+    counts: set[int] = set()
+    for c in criteria:
+        answered = {n: CRITERIA[c](k, n_seeds) for n, k in known.items()}
+        counts |= set(authors_counts(limit, precision, answered))
+    return sorted(counts)
 
 
 class _NotTrained(Exception):
