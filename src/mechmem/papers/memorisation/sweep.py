@@ -93,9 +93,12 @@ def in_progress(trials: str | Path, cells: list[SearchCell], done: set[str]) -> 
     """The cells of `cells` with trainings in `trials` but no finished record (key not in `done`), each in
     brief: the capacity under each criterion whose search has ended on those trainings (`finished_searches`;
     None: still running), how many trainings finished and their seconds so far."""
+    by_cell: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in load_cell_records(Path(trials), flat=True).values():  # the file read once for every cell
+        by_cell.setdefault(r.get("cell", ""), {})[int(r["n"])] = r
     out = []
     for cell in cells:
-        found = {} if cell.key in done else trials_of(trials, cell.key)
+        found = {} if cell.key in done else by_cell.get(cell.key, {})
         if not found:
             continue
         known = {n: int(r["successes"]) for n, r in found.items()}
