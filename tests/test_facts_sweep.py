@@ -145,3 +145,51 @@ def test_unavailable_fact_device_is_one_line(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert code != 0 and "cuda" in err and "Traceback" not in err
+
+
+def test_a_helper_worker_shares_a_cells_trainings_with_the_worker_searching_it(tmp_path, monkeypatch):
+    """`help_cells` runs some criteria's searches and writes no record; a whole-cell worker then trains only the
+    counts the helper did not, including those the helper finishes while that worker is already running (the
+    trials file is read before each training), and its record equals a single worker's."""
+    from mechmem.papers.memorisation import capacity
+    from mechmem.papers.memorisation.sweep import help_cells
+
+    cfg = FactsModelConfig(n_in=6, n_out=3, d_model=3, d_mlp=3, mixing="2emb", norms=False)
+    cells = [SearchCell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=2)]
+    alone = run_sweep(cells, tmp_path / "a.jsonl", progress=False, trials=tmp_path / "a_t.jsonl")[
+        cells[0].key
+    ]
+    tried = {c: {n for n, _ in s["trace"]} for c, s in alone["searches"].items()}
+    theirs = tried["most"] | tried["all"]
+    assert theirs - tried["any"] and tried["any"] - theirs  # each worker has counts of its own
+
+    helped = help_cells(cells, tmp_path / "b.jsonl", ("most", "all"), tmp_path / "helper.jsonl")[cells[0].key]
+    assert set(helped["searches"]) == {"most", "all"} and not (tmp_path / "b.jsonl").exists()
+    assert all(helped["searches"][c] == alone["searches"][c] for c in ("most", "all"))
+    helper_lines = (tmp_path / "helper.jsonl").read_text().splitlines()
+    assert {json.loads(x)["n"] for x in helper_lines} == theirs
+
+    # The whole-cell worker starts on an empty trials file; the helper's lines land there during its first
+    # training, as if the helper finished them meanwhile.
+    trained, real = [], capacity.train_batched
+
+    def train(*args, **kwargs):
+        if not trained:
+            (tmp_path / "t.jsonl").write_text("".join(f"{x}\n" for x in helper_lines))
+        trained.append(args[2].shape[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(capacity, "train_batched", train)
+    record = run_sweep(cells, tmp_path / "b.jsonl", progress=False, trials=tmp_path / "t.jsonl")[cells[0].key]
+    first = alone["searches"]["any"]["trace"][0][0]
+    assert sorted(trained) == sorted({first} | tried["any"] - theirs)
+    assert record["searches"] == alone["searches"] and record["successes"] == alone["successes"]
+    assert record["counts_from_earlier_runs"] == len(theirs - {first})
+    assert load_records(tmp_path / "b.jsonl") == [record]
+
+
+def test_a_helper_worker_needs_a_trials_file(tmp_path, capsys):
+    argv = ["table", "--only", "2emb", "--criteria", "all", "--trials", "none", "--data", str(tmp_path / "x")]
+    assert run_script(sweep_facts.main, argv) != 0
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--criteria" in err and not (tmp_path / "x").exists()

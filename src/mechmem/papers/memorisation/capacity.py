@@ -137,6 +137,7 @@ def find_capacity(
     on_trial: Callable[[int, TrainOutcome], None] | None = None,
     all_at_once: bool = False,
     known: dict[int, int] | None = None,
+    recorded: Callable[[int], int | None] | None = None,
     snapshots: Callable[[int], Snapshots] | None = None,
 ) -> CapacityResult:
     """Capacity of one facts variant under Any / Most / All, by the authors' search; inits trained batched.
@@ -160,8 +161,14 @@ def find_capacity(
             so that an interrupted search resumes).
         known: successes of fact counts trained by an earlier, interrupted run of the same search (same
             variant, schedule, seeds, facts): read instead of trained again. The search retraces its path.
+        recorded: n -> successes of a training of n that another worker on the same search finished after
+            this one started (None: none has): asked before each training, so two workers can share a
+            search (`sweep.help_cells`).
         snapshots: n -> where the training of n facts saves its state while it runs and resumes from
             (`batched.Snapshots`); not used with `all_at_once`.
+
+    Long because its docstring documents each of the ways a search is resumed or shared (known, recorded,
+    snapshots, all at once); the body is one oracle and one call of `measure_capacity`.
     """
     unknown = [c for c in criteria if c not in CRITERIA]
     if unknown:
@@ -175,6 +182,9 @@ def find_capacity(
     def successes(n: int) -> int:
         if n in known:
             return known[n]
+        if recorded is not None and (found := recorded(n)) is not None:
+            known[n] = found
+            return found
         if all_at_once:
             if not trained:
                 inputs, labels = fact_sequence(limit, cfg.n_in, cfg.n_out, seed=data_seed, device=data_device)

@@ -9,7 +9,8 @@ With a trials file (`--trials`), every finished training of a cell (one fact cou
 there too, and a cell started again reads them instead of training them again: a cell interrupted mid-search
 loses at most the training it was in. Each training in progress also saves its state every few minutes in a
 folder beside the trials file (`snapshot_dir`), so a cell stopped mid-training loses only the minutes since
-its last save; the snapshot is removed once the training's line is written.
+its last save; the snapshot is removed once the training's line is written. A helper worker (`help_cells`)
+runs only some criteria's searches of a cell and shares its trainings through the same trials file.
 
 Scaling follows the authors: n_in = 2d, d_model = d_mlp = n_out = d, search precision 8 (d/16)^2; their E7
 also let the epoch cap per lr phase grow with d (50,000 x 1, 2, 4, 8 for d = 16, 32, 64, 128) with patience
@@ -131,22 +132,30 @@ def search_cell(
     all_at_once: bool = False,
     trials: str | None = None,
     snapshot_every: float = 300.0,
+    criteria: tuple[str, ...] = tuple(CRITERIA),
 ) -> dict[str, Any]:
     """One cell's capacity search on `device` (resolved in the worker): its record, JSON-able.
 
     `all_at_once`: train every fact count the search could try in one stack (`find_capacity`). `trials`: a
     JSONL file that receives one line per finished training (fact count) of the cell and is read when the cell
     starts, so a cell interrupted mid-search resumes after its last finished training; with it, each training
-    in progress saves its state every `snapshot_every` seconds (`snapshot_dir`) and resumes from there.
+    in progress saves its state every `snapshot_every` seconds (`snapshot_dir`) and resumes from there, and
+    the file is read again before each training, so a count another worker has finished meanwhile
+    (`help_cells`) is not trained twice. `criteria`: the searches to run (a record only when all three).
     """
     from mechmem.training.trainer import resolve_device
 
     earlier, last = (trials_of(trials, cell.key) if trials else {}), [time.perf_counter()]
+    mine: set[int] = set()
 
     def snapshots(n: int) -> Snapshots:
         key = f"{cell.key}|n={n}"
         name = hashlib.sha256(key.encode()).hexdigest()[:20]
         return Snapshots(snapshot_dir(trials) / f"{name}.pt", key, every=snapshot_every)
+
+    def recorded(n: int) -> int | None:
+        found = trials_of(trials, cell.key).get(n)
+        return None if found is None else int(found["successes"])
 
     def record_trial(n: int, outcome: Any) -> None:
         now = time.perf_counter()
@@ -156,6 +165,7 @@ def search_cell(
         if outcome.earlier_seconds:  # resumed from a snapshot: the seconds include its earlier runs
             line["seconds_in_earlier_runs"] = round(outcome.earlier_seconds, 2)
         last[0] = now
+        mine.add(n)
         append_record(Path(trials), f"{cell.key}|n={n}", line, flat=True)
         snapshots(n).path.unlink(missing_ok=True)
 
@@ -163,18 +173,44 @@ def search_cell(
         cell.config,
         schedule=cell.schedule,
         seeds=cell.seeds,
+        criteria=criteria,
         precision=cell.precision,
         data_device=cell.facts_device,
         device=resolve_device(device),
         all_at_once=all_at_once,
         known={n: int(r["successes"]) for n, r in earlier.items()},
+        recorded=recorded if trials else None,
         on_trial=record_trial if trials else None,
         snapshots=snapshots if trials else None,
     )
-    if earlier:  # the cell's time includes its trainings in earlier runs
-        result.seconds += sum(float(r.get("seconds", 0.0)) for n, r in earlier.items() if n in result.scores)
+    if trials:  # the cell's time includes its trainings in earlier runs and by other workers
+        found = trials_of(trials, cell.key)
+        result.seconds += sum(float(found[n].get("seconds", 0.0)) for n in result.scores if n not in mine)
     result.info.update(key=cell.key, repeat=cell.repeat)
     return {**result.to_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def help_cells(
+    cells: Iterable[SearchCell],
+    path: str | Path,
+    criteria: tuple[str, ...],
+    trials: str | Path,
+    *,
+    device: str = "cpu",
+    snapshot_every: float = 300.0,
+) -> dict[str, dict[str, Any]]:
+    """A helper worker: for each cell not finished in `path`, only the searches of `criteria`, in this
+    process; key -> those searches. Its trainings go to `trials`, where a worker searching the whole cell
+    (`run_sweep` with the same trials file) reads them before each training of its own, so the two share the
+    cell's trainings and that worker writes the cell's record. Two workers that reach the same fact count at
+    the same time both train it (the same result twice); a helper is best given the criterion the whole-cell
+    worker reaches last (it searches any, most, all in that order).
+    """
+    if not criteria or set(criteria) - set(CRITERIA):
+        raise MechmemError(f"criteria must be some of {', '.join(CRITERIA)}, got {criteria!r}")
+    done = {r["key"] for r in load_records(path)}
+    options = {"trials": str(trials), "snapshot_every": snapshot_every, "criteria": tuple(criteria)}
+    return {c.key: search_cell(c, device, **options) for c in cells if c.key not in done}
 
 
 def run_sweep(

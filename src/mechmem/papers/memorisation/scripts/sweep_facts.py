@@ -10,6 +10,8 @@
     # the GPU job (each cell's fact counts trained in one stack)
     python -m mechmem.papers.memorisation.scripts.sweep_facts scaling --ds 16 32 64 128 --gpu-sizes \
         --device cuda --all-at-once
+    # a second worker on a cell another process is searching: only its All search, sharing the trials file
+    python -m mechmem.papers.memorisation.scripts.sweep_facts scaling --ds 32 --criteria all
     # tables + fits from the JSONL
     python -m mechmem.papers.memorisation.scripts.sweep_facts report --max-epochs 150 --patience 50
     # cells as Ray tasks (docs/distributed.md)
@@ -89,6 +91,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="train every fact count a cell's search could try in one stack (for a GPU; the same search)",
     )
+    p.add_argument(
+        "--criteria",
+        nargs="+",
+        choices=["any", "most", "all"],
+        default=None,
+        help="a helper worker: run only these searches of each cell, beside a worker searching the whole "
+        "cell with the same trials file; its trainings go there and it writes no cell record",
+    )
     args = p.parse_args(argv)
     try:
         shard, n_shards = (int(x) for x in args.shard.split("/"))
@@ -99,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "scaling" and max(args.ds) >= 64 and not args.gpu_sizes:
         raise MechmemError("d >= 64 is a GPU job: add --gpu-sizes (and --device cuda)")
     check_executor(args.executor, args.address)
+    if args.criteria and (args.mode == "report" or str(args.trials) == "none" or args.executor != "local"):
+        raise MechmemError("--criteria runs a helper worker: table or scaling mode, a trials file, local")
     import torch  # torch is imported from here on, after every check the flags alone decide
 
     from mechmem.papers.memorisation import sweep
@@ -111,7 +123,19 @@ def main(argv: list[str] | None = None) -> int:
     where["trials"] = None if str(args.trials) == "none" else trials
     where["snapshot_every"] = args.snapshot_every
     schedule = Schedule(max_epochs=args.max_epochs, patience=args.patience, target_acc=args.acc)
-    if args.mode == "table":
+    if args.criteria:
+        cells = (
+            sweep.table_cells(args.only, args.repeats, schedule, facts_device=args.facts_device)
+            if args.mode == "table"
+            else sweep.scaling_cells(args.variant, args.ds, args.repeats, schedule, args.facts_device)
+        )
+        found = sweep.help_cells(
+            cells[shard::n_shards], data, tuple(args.criteria), trials, device=args.device,
+            snapshot_every=args.snapshot_every,
+        )  # fmt: skip
+        for key, record in found.items():
+            print(key, {c: record[c] for c in args.criteria})
+    elif args.mode == "table":
         cells = sweep.table_cells(args.only, args.repeats, schedule, facts_device=args.facts_device)
         sweep.run_sweep(cells[shard::n_shards], data, **where)
     elif args.mode == "scaling":
