@@ -148,9 +148,9 @@ def test_unavailable_fact_device_is_one_line(tmp_path, capsys):
 
 
 def test_a_helper_worker_shares_a_cells_trainings_with_the_worker_searching_it(tmp_path, monkeypatch):
-    """`help_cells` runs some criteria's searches and writes no record; a whole-cell worker then trains only the
-    counts the helper did not, including those the helper finishes while that worker is already running (the
-    trials file is read before each training), and its record equals a single worker's."""
+    """`help_cells` runs some criteria's searches and writes no record; a whole-cell worker then trains only
+    the counts the helper did not, including those the helper finishes while that worker is already running
+    (the trials file is read before each training), and its record equals a single worker's."""
     from mechmem.papers.memorisation import capacity
     from mechmem.papers.memorisation.sweep import help_cells
 

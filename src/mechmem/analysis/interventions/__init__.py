@@ -1,16 +1,9 @@
 """The intervention engine: one batched run of many interventions (zero, mean, resample, from-run,
-any function), its hook-free replay, the patching metric it evaluates, and its naive reference.
+any function), by its hook-free replay or by hooks, the patching metric it evaluates, and its naive reference.
 """
 
-from mechmem.analysis.interventions.engine import (
-    Engine,
-    Variant,
-    activation_grads,
-    capture_acts,
-    intervene,
-    intervened_logits,
-    setter_values,
-)
+from mechmem.analysis.interventions.engine import Engine, Variant, intervene, intervened_logits
+from mechmem.analysis.interventions.hooked import activation_grads, capture_acts, setter_values
 from mechmem.analysis.interventions.spec import (
     KINDS,
     Intervention,

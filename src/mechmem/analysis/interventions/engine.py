@@ -34,31 +34,25 @@ tested against). The engine
     hooks   everything else, and every variant on a model the replay cannot run (shortformer positions, QK
             norms, soft caps and other settings `interventions.replay` names, a TransformerLens 4 bridge of a
             Hugging Face model with rotary positions or grouped-query attention, other
-            `HookedRootModule`s): variants stacked along
-            the batch axis and, on a TransformerLens transformer, resumed at the earliest intervened layer
-            from the cached clean residual stream (`model(resid, start_at_layer=L)`), chunked to a memory
-            budget. Hooks before the first block (`hook_embed`, `hook_pos_embed`), shortformer models and
-            models without `start_at_layer` get full runs. Hooks TransformerLens computes only on request
-            (`hook_mlp_in`, `hook_attn_in`, `hook_q/k/v_input`, `attn.hook_result`) get their flag switched
-            on for the call and restored afterwards, also when a hook or the metric raises.
+            `HookedRootModule`s): variants stacked along the batch axis and resumed at the earliest
+            intervened layer from the cached clean residual stream (`interventions.hooked`).
 The metric convention is one: `metric(logits [batch pos d_vocab]) -> tensor` (a scalar or one value per
 sequence), or the same metric in batched form (`PatchingMetric`). Gradients go through the same engine:
 `Engine.gradients` (every stage activation and its gradient, replay or hooks) and `activation_grads` (any
-hooks).
+hooks; `interventions.hooked`).
 
 Caveats: an intervention fixes one activation and lets everything downstream react; effects of several
 interventions need not add up. Mean and resample ablation depend on the reference distribution: name it.
 
-The intervention and setter types live in `mechmem.analysis.interventions.spec` (re-exported here).
+The intervention and setter types live in `mechmem.analysis.interventions.spec` (re-exported by the package).
 
-Long because it is the one intervention engine: both execution strategies (replay and hooks), the replay over
-chunks of rows within `cache_mb`, and the gradient pass share the variant batching, the source-run cache, the
-setter values and the flag handling; a split would hand the engine's private state across modules.
+Long because it is the one intervention engine: it picks the strategy per variant, and the replay strategy's
+batching (groups of cells, chunks of rows within `cache_mb`, the setter values gathered from replayed runs)
+and its gradient pass share the engine's cached runs; the hook strategy and the source runs of the setters
+live in `interventions.hooked`.
 """
 
-import contextlib
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -66,6 +60,16 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.analysis.interventions.cells import CellPatches
+from mechmem.analysis.interventions.hooked import (
+    Megabytes,
+    activation_grads,
+    add_rows,
+    capture_acts,
+    capture_run,
+    check_hooks,
+    model_device,
+    run_hooked,
+)
 from mechmem.analysis.interventions.metric import PatchingMetric, callable_metric
 from mechmem.analysis.interventions.replay import (
     STAGE_AXES,
@@ -75,90 +79,23 @@ from mechmem.analysis.interventions.replay import (
     RunActs,
     model_stages,
     stage_of,
-    take_pos,
     truncate,
 )
 from mechmem.analysis.interventions.spec import (
     Intervention,
-    Setter,
     Variant,
     apply,
     as_lists,
-    from_run,
-    mean,
-    resample,
-    zero,
 )
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import is_hooked_transformer, last_start_layer
+from mechmem.models.adapter import is_hooked_transformer
 
-Megabytes = int | float
-"""A memory budget in MiB (an int or a float: the runtime type checks tell them apart)."""
 CACHE_MB = 256.0
 """Default budget in MiB for the replay's cached run (`Engine.cache_mb`): above it, the sequences are replayed
 in chunks of rows (the same floating-point work; 256 keeps the report of an 8-layer d_model 256 model under
 2 GB, docs/record/2026-12-04-report-memory.md)."""
 Metric = Callable[[Tensor], Any] | PatchingMetric
 """logits [batch pos d_vocab] -> a tensor (a scalar or one value per sequence), or it in batched form."""
-
-# Hooks TransformerLens only computes with a config flag on: hook-name suffix -> the flag.
-_FLAGS = {"hook_mlp_in": "use_hook_mlp_in", "hook_attn_in": "use_attn_in"}
-_FLAGS |= {"attn.hook_result": "use_attn_result"} | {f"hook_{x}_input": "use_split_qkv_input" for x in "qkv"}
-
-
-def _device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-@contextlib.contextmanager
-def _flags(model: torch.nn.Module, hooks: set[str]) -> Iterator[None]:
-    """Switch on TL's flags for the on-request hooks in `hooks`; restore the old values afterwards."""
-    wanted = sorted({flag for h in hooks for suffix, flag in _FLAGS.items() if h.endswith(suffix)})
-    if not wanted:
-        yield
-        return
-    if not is_hooked_transformer(model):
-        raise ValueError(f"hooks needing TransformerLens flags {wanted} on a {type(model).__name__}")
-    if "use_hook_mlp_in" in wanted and model.cfg.attn_only:
-        raise ValueError("hook_mlp_in on an attention-only model")
-    if {"use_attn_in", "use_split_qkv_input"} <= set(wanted):
-        raise ValueError("hook_attn_in and hook_q/k/v_input together (TransformerLens ignores attn_in)")
-    old = {flag: getattr(model.cfg, flag) for flag in wanted}
-    try:
-        for flag in wanted:
-            getattr(model, f"set_{flag}")(True)  # set_use_hook_mlp_in, set_use_attn_in, ...
-        yield
-    finally:
-        for flag, value in old.items():
-            getattr(model, f"set_{flag}")(value)
-
-
-def _start_layer(model: torch.nn.Module, variant: list[Intervention]) -> int | None:
-    """Block where a pass for `variant` may start (n_layers: final norm and unembedding only); None = full.
-
-    The model's backend bounds it (`last_start_layer`: shortformer models always run in full).
-    """
-    last = last_start_layer(model)
-    if last is None:
-        return None
-    layers = []
-    for iv in variant:
-        head = iv.hook.split(".")
-        if head[0] == "blocks":
-            layers.append(int(head[1]))
-        elif head[0] == "ln_final":
-            layers.append(model.cfg.n_layers)
-        else:
-            return None
-    return min(*layers, last) if layers else last
-
-
-def _resid_name(model: torch.nn.Module, layer: int) -> str:
-    """Residual stream entering block `layer` (the last block's output for layer = n_layers)."""
-    if layer < model.cfg.n_layers:
-        return f"blocks.{layer}.hook_resid_pre"
-    return f"blocks.{layer - 1}.hook_resid_post"
-
 
 GATHER_FACTOR = 4
 """`Engine._gather` keeps a few stages of each chunk's run, so its chunks are a quarter of `row_chunks`' (a
@@ -167,146 +104,6 @@ GRADIENT_FACTOR = 2
 """`Engine.gradients` chunks: a chunk's replayed run with its autograd graph costs about four times the cached
 run (`row_chunks`' unit), so chunks of half the cache budget's rows keep a chunk's graph near twice that
 budget. Smaller chunks would cost no floating-point work but run slower (smaller matrix products)."""
-SOURCE_MB = 256.0
-"""Activations of one pass over a setter's source sequences (a mean's reference batch, a run patched from) are
-kept under this many MB: the sequences run in chunks, only the hooks read are cached."""
-
-
-def _sources(
-    model: torch.nn.Module, tokens: Tensor, variants: list[list[Intervention]], extra: set[str] | None = None
-) -> tuple[dict[tuple[int, str], Tensor], dict[str, Tensor]]:
-    """Setter values ((id(setter), hook) -> [batch or 1, ...]) and the clean activations `extra` on `tokens`.
-
-    One run per distinct token tensor, caching only the hooks read from it, in chunks of sequences. A hook
-    read only by mean setters keeps a running sum (float64) instead of every sequence's activation, so a large
-    reference costs one chunk's memory; the others are filled in place (never held twice).
-    """
-    needs: dict[int, tuple[Tensor, set[str]]] = {id(tokens): (tokens, set(extra or ()))}
-    readers: dict[tuple[int, str], set[str]] = {(id(tokens), name): {"clean"} for name in extra or ()}
-    for iv in (iv for variant in variants for iv in variant if iv.setter.tokens is not None):
-        needs.setdefault(id(iv.setter.tokens), (iv.setter.tokens, set()))[1].add(iv.hook)
-        readers.setdefault((id(iv.setter.tokens), iv.hook), set()).add(iv.setter.kind)
-    runs: dict[tuple[int, str], Tensor] = {}
-    for key, (run_tokens, names) in needs.items():
-        if not names:
-            continue
-        keep, n = names.__contains__, run_tokens.shape[0]
-        averaged = {name for name in names if readers[(key, name)] == {"mean"}}
-        dtypes: dict[str, torch.dtype] = {}
-        step = max(1, int(SOURCE_MB * 2**20 // _per_sequence_bytes(model, run_tokens[:1].to(_device(model)))))
-        for lo in range(0, n, step):  # a pass's peak memory grows with the batch, the kept hooks do not
-            _, cache = model.run_with_cache(run_tokens[lo : lo + step].to(_device(model)), names_filter=keep)
-            for name in names:
-                dtypes[name] = cache[name].dtype
-                _add_rows(runs, (key, name), cache[name], slice(lo, lo + step), n, name in averaged)
-            del cache
-        for name in averaged:  # the mean over every sequence, [1, ...], in the activation's dtype
-            runs[(key, name)] = (runs[(key, name)] / n).to(dtypes[name])
-    values = {}
-    for iv in (iv for variant in variants for iv in variant if iv.setter.tokens is not None):
-        if (id(iv.setter), iv.hook) not in values:
-            ref = runs[(id(iv.setter.tokens), iv.hook)]
-            values[(id(iv.setter), iv.hook)] = iv.setter.source(ref, tokens.shape[0])
-    return values, {name: runs[(id(tokens), name)] for name in extra or ()}
-
-
-def _add_rows(out: dict, key: Any, act: Tensor, rows: slice, n: int, mean: bool) -> None:
-    """Gather one chunk's activation `act` (the sequences `rows` of `n`) under `key`: filled in place into
-    one [n, ...] tensor, or with `mean` only added to a running float64 sum [1, ...] (divide by n at the
-    end)."""
-    if mean:
-        part = act.double().sum(0, keepdim=True)
-        out[key] = out[key] + part if key in out else part
-        return
-    if key not in out:
-        out[key] = act.new_empty((n, *act.shape[1:]))
-    out[key][rows] = act
-
-
-def _check_hooks(model: torch.nn.Module, variants: list[list[Intervention]]) -> set[str]:
-    hooks = {iv.hook for variant in variants for iv in variant}
-    if unknown := sorted(hooks - set(model.hook_dict)):
-        raise ValueError(f"unknown hook(s) {', '.join(unknown)}")
-    return hooks
-
-
-def _stacked_hook(
-    name: str, slots: list[tuple[int, Intervention]], n: int, batch: int, values: dict
-) -> Callable[[Tensor, Any], Tensor]:
-    """A hook on `name` for n stacked variants: slot s intervenes on rows s * batch .. (s + 1) * batch."""
-
-    def hook_fn(act: Tensor, hook: Any) -> Tensor:
-        out = act.unflatten(0, (n, batch)).clone()
-        for slot, iv in slots:
-            iv.set(out[slot], values.get((id(iv.setter), name)), hook)
-        return out.flatten(0, 1)
-
-    return hook_fn
-
-
-def _per_sequence_bytes(model: torch.nn.Module, tokens: Tensor) -> int:
-    """Bytes of all hooked activations and logits of one sequence: a generous cost of one row of a pass."""
-    total = [0]
-
-    def count(act: Tensor, hook: Any) -> None:
-        total[0] += act.numel() * act.element_size()
-
-    with warnings.catch_warnings():  # TransformerLens 4 warns about every hook whose flag is off
-        warnings.simplefilter("ignore", UserWarning)
-        with model.hooks(fwd_hooks=[(lambda name: True, count)]):
-            logits = model(tokens[:1])
-    return total[0] + logits.numel() * logits.element_size()
-
-
-def _metric_on_logits(metric: Any) -> Callable[[Tensor], Tensor]:
-    """The metric as a function of full logits [batch pos d_vocab] (a `PatchingMetric` reads its own)."""
-    if isinstance(metric, PatchingMetric):
-        readout = metric.readout
-        return lambda logits: metric.fn(take_pos(logits, readout.to(logits.device), -3, -2)[None])[0]
-    return metric
-
-
-def _evaluate(metric: Any, logits: Tensor, n: int) -> list[Tensor]:
-    """The metric of each of the n variants stacked in `logits` [n * batch, pos, d_vocab]."""
-    fn = _metric_on_logits(metric)
-    return [torch.as_tensor(fn(x)) for x in logits.unflatten(0, (n, logits.shape[0] // n))]
-
-
-def _run(
-    model: torch.nn.Module,
-    tokens: Tensor,
-    variants: list[list[Intervention]],
-    metric: Any,
-    memory_mb: Megabytes,
-) -> list[Tensor]:
-    """The hook strategy: per start layer, chunks of stacked variants resumed from the clean residuals."""
-    hooks = _check_hooks(model, variants)
-    tokens = tokens.to(_device(model))
-    batch = tokens.shape[0]
-    starts = [_start_layer(model, v) for v in variants]
-    results: list[Tensor] = [torch.zeros(0)] * len(variants)
-    with _flags(model, hooks):
-        resid = {_resid_name(model, s) for s in starts if s is not None}
-        values, clean = _sources(model, tokens, variants, resid)
-        step = max(1, int(memory_mb * 2**20 // (batch * _per_sequence_bytes(model, tokens))))
-        for start in sorted(set(starts), key=lambda s: -1 if s is None else s):
-            group = [i for i, s in enumerate(starts) if s == start]
-            for lo in range(0, len(group), step):
-                chunk = group[lo : lo + step]
-                slots: dict[str, list[tuple[int, Intervention]]] = {}
-                for slot, i in enumerate(chunk):
-                    for iv in variants[i]:
-                        slots.setdefault(iv.hook, []).append((slot, iv))
-                fwd = [(h, _stacked_hook(h, s, len(chunk), batch, values)) for h, s in slots.items()]
-                with model.hooks(fwd_hooks=fwd):
-                    if start is None:
-                        logits = model(tokens.repeat(len(chunk), 1))
-                    else:
-                        x = clean[_resid_name(model, start)].repeat(len(chunk), 1, 1)
-                        logits = model(x, start_at_layer=start)
-                for i, value in zip(chunk, _evaluate(metric, logits, len(chunk))):
-                    results[i] = value
-    return results
 
 
 def _cell(index: tuple, shape: Sequence[int]) -> list[int] | None:
@@ -410,7 +207,7 @@ class Engine:
     def compiled(self, tokens: Int[Tensor, "batch pos"]) -> PatchingMetric:
         """The metric in batched form (a callable is checked on the logits of `tokens`, once)."""
         if self._compiled is None:
-            tokens = tokens.to(_device(self.model))
+            tokens = tokens.to(model_device(self.model))
             every = torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape[0], -1)
             if self.replay is None:
                 probe = self.model(tokens)
@@ -428,7 +225,7 @@ class Engine:
         if not readout and read is not None and read[0] is tokens:
             return read[1]  # the same activations; its extra read-out logits are never read
         if key not in self._runs or self._runs[key][0] is not tokens:
-            x = tokens.to(_device(self.model))
+            x = tokens.to(model_device(self.model))
             rows = self.compiled(x).readout if readout else torch.zeros(len(x), 1, dtype=torch.long)
             self._runs[key] = (tokens, self.replay.run(x, rows.to(x.device)))
         return self._runs[key][1]
@@ -481,7 +278,7 @@ class Engine:
         Variants whose kept logits would exceed `cache_mb` are done in waves, each replaying the chunks again.
         """
         metric = self.compiled(tokens)
-        readout = metric.readout.to(_device(self.model))
+        readout = metric.readout.to(model_device(self.model))
         keep = int(readout.max()) + 1
         groups: dict[Any, list[int]] = {}
         for i in members:
@@ -516,7 +313,7 @@ class Engine:
         """`_run_replay` over chunks of rows `rows`: per variant, the logits at the read-out positions of
         every chunk, then the metric once on all of them; returns the variants left to the hooks."""
         metric = self.compiled(tokens)
-        readout = metric.readout.to(_device(self.model))
+        readout = metric.readout.to(model_device(self.model))
         keep = int(readout.max()) + 1
         per_variant = len(tokens) * readout.shape[1] * self.model.cfg.d_vocab_out * 4
         wave = max(1, int(self.cache_mb * 2**20 // per_variant))
@@ -601,14 +398,14 @@ class Engine:
         """The activations `keys` ((layer, stage)) of the replayed run on `tokens`, chunk by chunk of rows
         (only those are kept, filled in place); with `mean`, only their mean over the sequences, [1, ...] (a
         running float64 sum: one chunk's memory whatever the number of sequences)."""
-        x = tokens.to(_device(self.model))
+        x = tokens.to(model_device(self.model))
         out: dict[tuple[int, str], Tensor] = {}
         dtype = torch.get_default_dtype()
         for r in self.row_chunks(x, factor=GATHER_FACTOR):
             run = self.replay.run(x[r], torch.zeros(len(x[r]), 1, dtype=torch.long, device=x.device))
             for l, s in keys:
                 dtype = run.acts[s][l].dtype
-                _add_rows(out, (l, s), run.acts[s][l], r, len(x), mean)
+                add_rows(out, (l, s), run.acts[s][l], r, len(x), mean)
             del run
         if mean:
             out = {key: (total / len(x)).to(dtype) for key, total in out.items()}
@@ -668,7 +465,7 @@ class Engine:
     def run(self, tokens: Int[Tensor, "batch pos"], variants: Sequence[Variant]) -> list[Tensor]:
         """The metric on `tokens` under each variant (on the model's device), by the strategy it picks."""
         variants = as_lists(variants)
-        _check_hooks(self.model, variants)
+        check_hooks(self.model, variants)
         results: list[Any] = [None] * len(variants)
         keys = [self.replay_key(v) for v in variants]
         replayed = [i for i, key in enumerate(keys) if key is not None]
@@ -677,7 +474,7 @@ class Engine:
             hooked += self._run_replay(tokens, variants, keys, replayed, results)
         if hooked:
             metric = self._compiled if self._compiled is not None else self.metric
-            out = _run(self.model, tokens, [variants[i] for i in hooked], metric, self.memory_mb)
+            out = run_hooked(self.model, tokens, [variants[i] for i in hooked], metric, self.memory_mb)
             for i, value in zip(hooked, out):
                 results[i] = value
         return results
@@ -736,7 +533,7 @@ class Engine:
         each chunk's activations and gradients, `acts[stage][layer]` of those rows only, reduced as it comes
         (e.g. to a value per sequence), so they are never all held at once. Same values as reducing
         `gradients`'s output row by row."""
-        tokens = tokens.to(_device(self.model))
+        tokens = tokens.to(model_device(self.model))
         rows = self.row_chunks(tokens, factor=GRADIENT_FACTOR) if self.replay is not None else []
         if len(rows) <= 1:
             value, acts, grads = self.gradients(tokens, stages=stages)
@@ -765,7 +562,7 @@ class Engine:
         """The metric on `tokens` and every stage activation, `acts[stage][layer]`: `gradients`'s first two
         outputs from one forward pass without gradients (a patching source run needs no gradient). Chunked
         by rows as `gradients` is, so the activations are those it gives."""
-        tokens = tokens.to(_device(self.model))
+        tokens = tokens.to(model_device(self.model))
         stages = [s for s in model_stages(self.model.cfg) if stages is None or s in stages]
         keys = [(s, l) for s in stages for l in range(self.model.cfg.n_layers)]
         out: dict[str, list[Tensor]] = {s: [] for s in STAGES}
@@ -773,7 +570,7 @@ class Engine:
             names = [
                 STAGE_HOOKS[s].format(l) for s, l in keys if STAGE_HOOKS[s].format(l) in self.model.hook_dict
             ]
-            value, seen = _capture(self.model, tokens, names, [], self.metric)
+            value, seen = capture_run(self.model, tokens, names, [], self.metric)
             for name in names:
                 if name in seen:  # in stage-then-layer order, as `keys`
                     out[name.rsplit("hook_", 1)[-1]].append(seen[name])
@@ -785,7 +582,7 @@ class Engine:
         for r in self.row_chunks(tokens, factor=GRADIENT_FACTOR):
             run = self.replay.run(tokens[r], readout[r])
             for s, l in keys:
-                _add_rows(gathered, (s, l), run.acts[s][l], r, len(tokens), mean=False)
+                add_rows(gathered, (s, l), run.acts[s][l], r, len(tokens), mean=False)
             logits.append(run.logits)
             del run
         for (s, _), act in gathered.items():
@@ -808,7 +605,7 @@ class Engine:
         those logits, then each chunk's forward and backward pass carries that gradient back (the chain
         rule, so the same gradients; one forward pass more).
         """
-        tokens = tokens.to(_device(self.model))
+        tokens = tokens.to(model_device(self.model))
         stages = [s for s in model_stages(self.model.cfg) if stages is None or s in stages]
         keys = [(s, l) for s in stages for l in range(self.model.cfg.n_layers)]
         rows = self.row_chunks(tokens, factor=GRADIENT_FACTOR) if self.replay is not None else []
@@ -874,72 +671,6 @@ def intervene(
     return torch.stack(out).detach().cpu() if out else torch.zeros(0)
 
 
-def activation_grads(
-    model: torch.nn.Module,
-    tokens: Int[Tensor, "batch pos"],
-    hooks: Sequence[str],
-    metric: Any,
-    variant: Sequence[Intervention] = (),
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """The metric (a scalar) on `tokens` and its gradient with respect to each hook's whole activation.
-
-    One forward and one backward pass through the hook strategy, with the interventions of `variant` applied
-    too. An `apply` setter at each hook adds a zero leaf tensor to the activation (its gradient is the
-    activation's, and the graph upstream stays intact); on-request hooks get their flags switched on as for
-    any intervention. Returns (metric value, {hook: gradient shaped like the activation}); a hook the metric
-    does not depend on gets zeros.
-    """
-    leaves: dict[str, Tensor] = {}
-
-    def capture(name: str) -> Callable[[Tensor, Any], Tensor]:
-        # Keyed by the requested name: a TransformerLens 4 hook point may carry another (its canonical) name.
-        def fn(act: Tensor, hook: Any) -> Tensor:
-            leaves[name] = torch.zeros_like(act, requires_grad=True)
-            return act + leaves[name]
-
-        return fn
-
-    taps = [Intervention(h, (), apply(capture(h))) for h in hooks]
-    with torch.enable_grad():
-        value = _run(model, tokens, [[*variant, *taps]], metric, 1.0)[0]
-        if not value.requires_grad:  # as the replay strategy says it (Engine.gradients)
-            raise MechmemError("attribution needs a differentiable metric; this one is not")
-        grads = torch.autograd.grad(
-            value, [leaves[h] for h in hooks], allow_unused=True, materialize_grads=True
-        )
-    return value.detach(), {h: g.detach() for h, g in zip(hooks, grads)}
-
-
-@torch.no_grad()
-def capture_acts(
-    model: torch.nn.Module,
-    tokens: Int[Tensor, "batch pos"],
-    hooks: Sequence[str],
-    variant: Sequence[Intervention],
-) -> dict[str, Tensor]:
-    """The activations at `hooks` in the run on `tokens` under `variant` (hook strategy); a hook the forward
-    pass does not reach (e.g. hook_resid_mid of a parallel attention/MLP block) is left out."""
-    return _capture(model, tokens, hooks, variant, lambda x: x[:0])[1]
-
-
-def _capture(
-    model: torch.nn.Module, tokens: Tensor, hooks: Sequence[str], variant: Sequence[Intervention], metric: Any
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """`capture_acts` and the metric of the same run."""
-    seen: dict[str, Tensor] = {}
-
-    def keep(name: str) -> Callable[[Tensor, Any], Tensor]:
-        def fn(act: Tensor, hook: Any) -> Tensor:
-            seen[name] = act.clone()
-            return act
-
-        return fn
-
-    taps = [Intervention(h, (), apply(keep(h))) for h in hooks]
-    value = _run(model, tokens, [[*variant, *taps]], metric, 1.0)[0]
-    return value, seen
-
-
 @torch.no_grad()
 def intervened_logits(
     model: torch.nn.Module,
@@ -957,39 +688,4 @@ def _identity(logits: Tensor) -> Tensor:
     return logits
 
 
-@torch.no_grad()
-def setter_values(
-    model: torch.nn.Module, tokens: Int[Tensor, "batch pos"], setter: Setter, hooks: Sequence[str]
-) -> dict[str, Tensor]:
-    """The whole activation each hook gets from `setter` on `tokens` (an intervention with index ()).
-
-    Shaped like the activation on `tokens`; for inspection and for references that replay the values.
-    """
-    variants = [[Intervention(hook, (), setter)] for hook in hooks]
-    _check_hooks(model, variants)
-    with _flags(model, set(hooks)):
-        values, clean = _sources(model, tokens.to(_device(model)), variants, set(hooks))
-    out = {}
-    for hook in hooks:
-        act = clean[hook].clone()
-        Intervention(hook, (), setter).set(act, values.get((id(setter), hook)), model.hook_dict[hook])
-        out[hook] = act
-    return out
-
-
-__all__ = [
-    "Engine",
-    "Intervention",
-    "Setter",
-    "Variant",
-    "activation_grads",
-    "apply",
-    "capture_acts",
-    "from_run",
-    "intervene",
-    "intervened_logits",
-    "mean",
-    "resample",
-    "setter_values",
-    "zero",
-]
+__all__ = ["CACHE_MB", "Engine", "Metric", "Variant", "intervene", "intervened_logits"]
