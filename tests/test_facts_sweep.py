@@ -193,3 +193,78 @@ def test_a_helper_worker_needs_a_trials_file(tmp_path, capsys):
     assert run_script(sweep_facts.main, argv) != 0
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--criteria" in err and not (tmp_path / "x").exists()
+
+
+def test_a_claim_is_held_only_by_a_live_process_of_this_host(tmp_path):
+    import os
+    import socket
+    import subprocess
+
+    from mechmem.papers.memorisation.snapshots import Snapshots, claim, claim_path, held_elsewhere, release
+
+    saves = Snapshots(tmp_path / "s" / "x.pt", "key")
+    assert not held_elsewhere(saves)  # no claim
+    claim(saves)
+    assert claim_path(saves).exists() and not held_elsewhere(saves)  # our own
+    other = subprocess.Popen(["sleep", "30"])
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    try:
+        for pid, host, held in [
+            (other.pid, socket.gethostname(), True),
+            (ended.pid, socket.gethostname(), False),
+            (other.pid, "elsewhere", False),
+        ]:
+            claim_path(saves).write_text(json.dumps({"host": host, "pid": pid}))
+            assert held_elsewhere(saves) is held, (pid, host)
+        claim_path(saves).write_text(json.dumps({"host": socket.gethostname(), "pid": other.pid}))
+        release(saves)
+        assert claim_path(saves).exists()  # another live worker's claim stays
+        claim_path(saves).write_text('{"host": "' + socket.gethostname() + '", "pi')  # cut mid-write
+        assert not held_elsewhere(saves)
+        claim_path(saves).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+        release(saves)
+        assert not claim_path(saves).exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_search_waits_for_a_count_another_worker_is_training(tmp_path, monkeypatch):
+    """A count claimed by another live worker is not trained: the search waits until that worker's line
+    arrives in the trials file, reads it, and ends as a single worker would; it leaves no claim behind."""
+    import socket
+    import subprocess
+    import threading
+
+    from mechmem.papers.memorisation import capacity, sweep
+    from mechmem.papers.memorisation.snapshots import claim_path
+
+    cfg = FactsModelConfig(n_in=6, n_out=3, d_model=3, d_mlp=3, mixing="2emb", norms=False)
+    cells = [SearchCell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=2)]
+    alone = run_sweep(cells, tmp_path / "a.jsonl", progress=False, trials=tmp_path / "a_t.jsonl")[
+        cells[0].key
+    ]
+    lines = (tmp_path / "a_t.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])["n"]
+    trials = tmp_path / "t.jsonl"
+    saves = sweep.training_snapshots(trials, cells[0].key, first)
+    other = subprocess.Popen(["sleep", "30"])
+    saves.path.parent.mkdir(parents=True)
+    claim_path(saves).write_text(json.dumps({"host": socket.gethostname(), "pid": other.pid}))
+    monkeypatch.setattr(sweep, "CLAIM_POLL", 0.05)
+    trained, real = [], capacity.train_batched
+    monkeypatch.setattr(
+        capacity, "train_batched", lambda *a, **k: trained.append(a[2].shape[0]) or real(*a, **k)
+    )
+    finish = threading.Timer(0.5, lambda: trials.write_text(lines[0] + "\n"))  # the other worker's line
+    finish.start()
+    try:
+        record = run_sweep(cells, tmp_path / "b.jsonl", progress=False, trials=trials)[cells[0].key]
+    finally:
+        finish.cancel()
+        other.kill()
+        other.wait()
+    assert first not in trained and len(trained) == len(lines) - 1
+    assert record["searches"] == alone["searches"] and record["successes"] == alone["successes"]
+    assert [p.name for p in sweep.snapshot_dir(trials).iterdir()] == [claim_path(saves).name]  # the other's

@@ -5,8 +5,16 @@ moments, step counts, phases, patience), the finished rows' weights and results,
 training. Started again with the same file, it restores them and goes on; full-batch training draws no random
 numbers after the init, so it ends exactly as an uninterrupted run (tests/test_facts_batched.py). Files are
 written atomically and read without unpickling code (`checkpoint.read_torch_file`).
+
+A training in progress is also *claimed* (`claim`): a small JSON file beside its snapshot names the process
+running it (host and PID), so a second worker on the same search waits for that training's result instead of
+training the same count (`held_elsewhere`). A claim of a process that has ended is free; a claim from another
+host is not honoured (its process cannot be checked from here).
 """
 
+import json
+import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +22,7 @@ from torch import Tensor
 
 from mechmem.checkpoint import atomic_torch_save, read_torch_file
 from mechmem.errors import MechmemError
+from mechmem.io import atomic_write
 
 
 @dataclass(frozen=True)
@@ -72,3 +81,38 @@ def load_snapshot(
     success.copy_(saved["success"])
     stack = {k[len("stack.") :]: t for k, t in saved.items() if k.startswith("stack.")}
     return Resumed(stack, float(saved.get("seconds", 0.0)))
+
+
+def claim_path(snapshots: Snapshots) -> Path:
+    """The claim file of the training that saves to `snapshots` (beside its snapshot)."""
+    return snapshots.path.with_name(f"{snapshots.path.stem}.claim")
+
+
+def held_elsewhere(snapshots: Snapshots) -> bool:
+    """Whether another process on this host, still running, has claimed this training (`claim`)."""
+    try:
+        owner = json.loads(claim_path(snapshots).read_text())
+        pid = int(owner["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # no claim, or one cut mid-write: free
+    if owner.get("host") != socket.gethostname() or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
+
+
+def claim(snapshots: Snapshots) -> None:
+    """Mark this training as run by this process (removed by `release`; a dead process's claim is free)."""
+    snapshots.path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(claim_path(snapshots), json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+
+
+def release(snapshots: Snapshots) -> None:
+    """Remove this process's claim of the training, if it holds one."""
+    if not held_elsewhere(snapshots):
+        claim_path(snapshots).unlink(missing_ok=True)

@@ -20,6 +20,7 @@ also let the epoch cap per lr phase grow with d (50,000 x 1, 2, 4, 8 for d = 16,
 
 import hashlib
 import statistics
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -34,7 +35,10 @@ from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.capacity import CRITERIA, N_INITS, find_capacity, finished_searches
 from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
 from mechmem.papers.memorisation.models import FactsModelConfig, all_variants
-from mechmem.papers.memorisation.snapshots import Snapshots
+from mechmem.papers.memorisation.snapshots import Snapshots, claim, held_elsewhere, release
+
+CLAIM_POLL = 30.0
+"""Seconds between looks at the trials file while another worker trains the fact count a search needs."""
 
 SCALING_VARIANTS = {
     "full": FactsModelConfig(
@@ -126,6 +130,25 @@ def snapshot_dir(trials: str | Path) -> Path:
     return trials.with_name(f"{trials.stem}.snapshots")
 
 
+def training_snapshots(trials: str | Path, cell_key: str, n: int, every: float = 300.0) -> Snapshots:
+    """Where the cell's training of n facts saves its state (and its claim), in `snapshot_dir(trials)`."""
+    key = f"{cell_key}|n={n}"
+    name = hashlib.sha256(key.encode()).hexdigest()[:20]
+    return Snapshots(snapshot_dir(trials) / f"{name}.pt", key, every=every)
+
+
+def await_training(trials: str, cell_key: str, n: int, saves: Snapshots) -> dict[str, Any] | None:
+    """The trials line of the cell's training of n facts, waiting (`CLAIM_POLL`) while another worker on this
+    host trains it (`snapshots.held_elsewhere`); None when no worker has trained it or is training it."""
+    told = False
+    while held_elsewhere(saves) and n not in trials_of(trials, cell_key):
+        if not told:
+            print(f"n = {n} is in training by another worker; waiting for its result", file=sys.stderr)
+            told = True
+        time.sleep(CLAIM_POLL)
+    return trials_of(trials, cell_key).get(n)
+
+
 def search_cell(
     cell: SearchCell,
     device: str,
@@ -141,20 +164,27 @@ def search_cell(
     starts, so a cell interrupted mid-search resumes after its last finished training; with it, each training
     in progress saves its state every `snapshot_every` seconds (`snapshot_dir`) and resumes from there, and
     the file is read again before each training, so a count another worker has finished meanwhile
-    (`help_cells`) is not trained twice. `criteria`: the searches to run (a record only when all three).
+    (`help_cells`) is not trained twice; a count another worker on this host is training (its claim,
+    `snapshots.claim`) is waited for. `criteria`: the searches to run (a record only when all three).
+
+    Long because the trials file does three jobs for the cell's search: resume it, record each training, and
+    share the trainings with other workers.
     """
     from mechmem.training.trainer import resolve_device
 
     earlier, last = (trials_of(trials, cell.key) if trials else {}), [time.perf_counter()]
     mine: set[int] = set()
+    claimed: set[int] = set()
 
     def snapshots(n: int) -> Snapshots:
-        key = f"{cell.key}|n={n}"
-        name = hashlib.sha256(key.encode()).hexdigest()[:20]
-        return Snapshots(snapshot_dir(trials) / f"{name}.pt", key, every=snapshot_every)
+        return training_snapshots(trials, cell.key, n, snapshot_every)
 
     def recorded(n: int) -> int | None:
-        found = trials_of(trials, cell.key).get(n)
+        """Another worker's result for n (waiting while it trains n); else None, and n is claimed."""
+        found = await_training(trials, cell.key, n, snapshots(n))
+        if found is None:
+            claim(snapshots(n))
+            claimed.add(n)
         return None if found is None else int(found["successes"])
 
     def record_trial(n: int, outcome: Any) -> None:
@@ -168,21 +198,26 @@ def search_cell(
         mine.add(n)
         append_record(Path(trials), f"{cell.key}|n={n}", line, flat=True)
         snapshots(n).path.unlink(missing_ok=True)
+        release(snapshots(n))
 
-    result = find_capacity(
-        cell.config,
-        schedule=cell.schedule,
-        seeds=cell.seeds,
-        criteria=criteria,
-        precision=cell.precision,
-        data_device=cell.facts_device,
-        device=resolve_device(device),
-        all_at_once=all_at_once,
-        known={n: int(r["successes"]) for n, r in earlier.items()},
-        recorded=recorded if trials else None,
-        on_trial=record_trial if trials else None,
-        snapshots=snapshots if trials else None,
-    )
+    try:
+        result = find_capacity(
+            cell.config,
+            schedule=cell.schedule,
+            seeds=cell.seeds,
+            criteria=criteria,
+            precision=cell.precision,
+            data_device=cell.facts_device,
+            device=resolve_device(device),
+            all_at_once=all_at_once,
+            known={n: int(r["successes"]) for n, r in earlier.items()},
+            recorded=recorded if trials and not all_at_once else None,
+            on_trial=record_trial if trials else None,
+            snapshots=snapshots if trials else None,
+        )
+    finally:  # an interrupted training's claim is freed (its snapshot stays)
+        for n in claimed:
+            release(snapshots(n))
     if trials:  # the cell's time includes its trainings in earlier runs and by other workers
         found = trials_of(trials, cell.key)
         result.seconds += sum(float(found[n].get("seconds", 0.0)) for n in result.scores if n not in mine)
@@ -202,9 +237,8 @@ def help_cells(
     """A helper worker: for each cell not finished in `path`, only the searches of `criteria`, in this
     process; key -> those searches. Its trainings go to `trials`, where a worker searching the whole cell
     (`run_sweep` with the same trials file) reads them before each training of its own, so the two share the
-    cell's trainings and that worker writes the cell's record. Two workers that reach the same fact count at
-    the same time both train it (the same result twice); a helper is best given the criterion the whole-cell
-    worker reaches last (it searches any, most, all in that order).
+    cell's trainings and that worker writes the cell's record. A count one worker is training is claimed
+    (`snapshots.claim`), and the other waits for its result (on the same host).
     """
     if not criteria or set(criteria) - set(CRITERIA):
         raise MechmemError(f"criteria must be some of {', '.join(CRITERIA)}, got {criteria!r}")
