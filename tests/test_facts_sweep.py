@@ -268,3 +268,54 @@ def test_a_search_waits_for_a_count_another_worker_is_training(tmp_path, monkeyp
     assert first not in trained and len(trained) == len(lines) - 1
     assert record["searches"] == alone["searches"] and record["successes"] == alone["successes"]
     assert [p.name for p in sweep.snapshot_dir(trials).iterdir()] == [claim_path(saves).name]  # the other's
+
+
+def test_status_shows_each_training_in_progress_as_its_uninterrupted_run_had_it(
+    tmp_path, monkeypatch, capsys
+):
+    """A training stopped after `cut` epochs: `brief` of its snapshot agrees with the uninterrupted training
+    (inits stored by then, inits still training, the epoch), and `sweep_facts status` prints it with its
+    worker (here a claim whose process has ended)."""
+    import socket
+    import subprocess
+
+    from mechmem.papers.memorisation import batched, sweep
+    from mechmem.papers.memorisation.data import generate_facts
+    from mechmem.papers.memorisation.snapshots import claim_path
+
+    cfg = FactsModelConfig(n_in=8, n_out=4, d_model=3, d_mlp=3, mixing="2emb", norms=False)
+    inputs, labels = generate_facts(48, 8, 4)
+    schedule, seeds, cut = Schedule(max_epochs=400, patience=400), list(range(6)), 450
+    whole = batched.train_batched(cfg, inputs, labels, seeds, schedule)
+    epochs, stored = whole.epochs.tolist(), whole.success.tolist()
+    # By the cut some inits have stored every fact, some have stopped without, and one trains in phase 2.
+    assert {(s, e <= cut) for s, e in zip(stored, epochs)} == {(True, True), (False, True), (True, False)}
+    trials = tmp_path / "facts_trials.jsonl"
+    saves = sweep.training_snapshots(trials, "cellkey", 48, every=1e9)
+    saves.path.parent.mkdir(parents=True)
+    calls, real = [0], batched.loss_grad
+
+    def stop_at_cut(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] > cut:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(batched, "loss_grad", stop_at_cut)
+    with pytest.raises(KeyboardInterrupt):
+        batched.train_batched(cfg, inputs, labels, seeds, schedule, snapshots=saves)
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    claim_path(saves).write_text(json.dumps({"host": socket.gethostname(), "pid": ended.pid}))
+
+    (b,) = sweep.trainings_in_progress(trials)
+    assert b.key == "cellkey|n=48" and b.inits == len(seeds) and b.worker == "ended"
+    assert b.stored == sum(s and e <= cut for s, e in zip(stored, epochs))
+    assert b.training == sum(e > cut for e in epochs) and (b.phase, b.epoch) == (2, cut - 400)
+    assert 0 < b.best < 48 and b.seconds > 0
+    assert run_script(sweep_facts.main, ["status", "--trials", str(trials)]) == 0
+    row = capsys.readouterr().out.splitlines()[-1].split()
+    assert row[:5] == ["cellkey", "48", str(b.stored), "of", str(b.inits)] and row[-1] == "ended"
+    saves.path.write_bytes(b"PK\x03\x04 cut")
+    assert run_script(sweep_facts.main, ["status", "--trials", str(trials)]) != 0
+    assert capsys.readouterr().err.strip().count("\n") == 0

@@ -9,7 +9,8 @@ written atomically and read without unpickling code (`checkpoint.read_torch_file
 A training in progress is also *claimed* (`claim`): a small JSON file beside its snapshot names the process
 running it (host and PID), so a second worker on the same search waits for that training's result instead of
 training the same count (`held_elsewhere`). A claim of a process that has ended is free; a claim from another
-host is not honoured (its process cannot be checked from here).
+host is not honoured (its process cannot be checked from here). `brief` reads a snapshot for a look at a
+training that runs for hours (`sweep_facts status`).
 """
 
 import json
@@ -116,3 +117,63 @@ def release(snapshots: Snapshots) -> None:
     """Remove this process's claim of the training, if it holds one."""
     if not held_elsewhere(snapshots):
         claim_path(snapshots).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class SnapshotBrief:
+    """What a snapshot says of its training in progress (`brief`)."""
+
+    key: str
+    """The training's key (the cell's key and `|n=` its fact count, in the sweeps)."""
+    inits: int
+    stored: int
+    """Inits that have finished storing every fact."""
+    training: int
+    """Inits still training (the others have finished: stored, or stopped by patience or the epoch cap)."""
+    phase: int
+    """Learning-rate phase of the inits still training, from 1."""
+    epoch: int
+    """Epochs of that phase so far."""
+    best: int
+    """Most facts any init still training has stored at once."""
+    seconds: float
+    """Wall seconds of training so far, over every run."""
+    saved: float
+    """When the snapshot was written (seconds since the epoch)."""
+    worker: str
+    """Who runs it: "PID p" (a running process of this host), "ended" (its process ended), "PID p on host h"
+    (another host), or "none" (no claim)."""
+
+
+def claim_owner(snapshots: Snapshots) -> str:
+    """The worker of a training, for reading (`SnapshotBrief.worker`)."""
+    try:
+        owner = json.loads(claim_path(snapshots).read_text())
+        pid, host = int(owner["pid"]), str(owner["host"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "none"
+    if host != socket.gethostname():
+        return f"PID {pid} on host {host}"
+    return f"PID {pid}" if pid == os.getpid() or held_elsewhere(snapshots) else "ended"
+
+
+def brief(path: Path) -> SnapshotBrief:
+    """The state of the training saved at `path`, in brief (read without unpickling code)."""
+    saved, _ = read_torch_file(path)
+    try:
+        success, ids = saved["success"], saved["stack.ids"]
+        running = ids.numel() > 0
+        return SnapshotBrief(
+            key=str(saved["key"]),
+            inits=int(success.numel()),
+            stored=int(success.sum()),
+            training=int(ids.numel()),
+            phase=int(saved["stack.phase"].max()) + 1 if running else 0,
+            epoch=int(saved["stack.phase_epoch"].max()) if running else 0,
+            best=int(saved["stack.best"].max()) if running else 0,
+            seconds=float(saved.get("seconds", 0.0)),
+            saved=path.stat().st_mtime,
+            worker=claim_owner(Snapshots(path, str(saved["key"]))),
+        )
+    except (KeyError, TypeError, AttributeError, RuntimeError):
+        raise MechmemError(f"{path}: not a training snapshot (fields missing or of the wrong kind)") from None

@@ -35,7 +35,14 @@ from mechmem.papers.memorisation.batched import Schedule
 from mechmem.papers.memorisation.capacity import CRITERIA, N_INITS, find_capacity, finished_searches
 from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
 from mechmem.papers.memorisation.models import FactsModelConfig, all_variants
-from mechmem.papers.memorisation.snapshots import Snapshots, claim, held_elsewhere, release
+from mechmem.papers.memorisation.snapshots import (
+    SnapshotBrief,
+    Snapshots,
+    brief,
+    claim,
+    held_elsewhere,
+    release,
+)
 
 CLAIM_POLL = 30.0
 """Seconds between looks at the trials file while another worker trains the fact count a search needs."""
@@ -128,6 +135,13 @@ def snapshot_dir(trials: str | Path) -> Path:
     """The folder of a trials file's trainings in progress: facts_trials.jsonl -> facts_trials.snapshots."""
     trials = Path(trials)
     return trials.with_name(f"{trials.stem}.snapshots")
+
+
+def trainings_in_progress(trials: str | Path) -> list[SnapshotBrief]:
+    """The trainings saved beside a trials file (`snapshot_dir`), in brief, oldest save first."""
+    folder = snapshot_dir(trials)
+    found = [brief(p) for p in folder.glob("*.pt")] if folder.is_dir() else []
+    return sorted(found, key=lambda b: b.saved)
 
 
 def training_snapshots(trials: str | Path, cell_key: str, n: int, every: float = 300.0) -> Snapshots:

@@ -12,6 +12,8 @@
         --device cuda --all-at-once
     # a second worker on a cell another process is searching: only its All search, sharing the trials file
     python -m mechmem.papers.memorisation.scripts.sweep_facts scaling --ds 32 --criteria all
+    # the trainings in progress: how far each has got, and which worker runs it
+    python -m mechmem.papers.memorisation.scripts.sweep_facts status
     # tables + fits from the JSONL
     python -m mechmem.papers.memorisation.scripts.sweep_facts report --max-epochs 150 --patience 50
     # cells as Ray tasks (docs/distributed.md)
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     imported.
     """
     p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["table", "scaling", "report"], help="what to run")
+    p.add_argument("mode", choices=["table", "scaling", "report", "status"], help="what to run")
     p.add_argument(
         "--repeats", type=cli.positive_int, default=1, help="repeats, >= 1 (fresh seeds each); published 4"
     )
@@ -109,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "scaling" and max(args.ds) >= 64 and not args.gpu_sizes:
         raise MechmemError("d >= 64 is a GPU job: add --gpu-sizes (and --device cuda)")
     check_executor(args.executor, args.address)
-    if args.criteria and (args.mode == "report" or str(args.trials) == "none" or args.executor != "local"):
+    if args.criteria and (
+        args.mode in ("report", "status") or str(args.trials) == "none" or args.executor != "local"
+    ):
         raise MechmemError("--criteria runs a helper worker: table or scaling mode, a trials file, local")
     import torch  # torch is imported from here on, after every check the flags alone decide
 
@@ -123,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     where["trials"] = None if str(args.trials) == "none" else trials
     where["snapshot_every"] = args.snapshot_every
     schedule = Schedule(max_epochs=args.max_epochs, patience=args.patience, target_acc=args.acc)
-    if args.criteria:
+    if args.mode == "status":
+        print_status(trials)
+    elif args.criteria:
         cells = (
             sweep.table_cells(args.only, args.repeats, schedule, facts_device=args.facts_device)
             if args.mode == "table"
@@ -155,6 +161,29 @@ def main(argv: list[str] | None = None) -> int:
         if fits:
             cli.write_json(DATA / "facts_scaling_fits.json", {c: f.to_dict() for c, f in fits.items()})
     return 0
+
+
+def print_status(trials: Path) -> None:
+    """The trainings in progress beside `trials`: one row each."""
+    import time
+
+    from mechmem.papers.memorisation.sweep import snapshot_dir, trainings_in_progress
+
+    found = trainings_in_progress(trials)
+    if not found:
+        print(f"no training in progress in {snapshot_dir(trials)}")
+        return
+    rows = []
+    for b in found:
+        cell, _, n = b.key.rpartition("|n=")
+        where = f"phase {b.phase}, epoch {b.epoch:,}" if b.training else "-"
+        best = f"{b.best:,} of {n}" if b.training else "-"
+        saved = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(b.saved))
+        rows.append(
+            [cell, n, f"{b.stored} of {b.inits}", b.training, where, best, round(b.seconds), saved, b.worker]
+        )
+    headers = ["cell", "n", "stored", "training", "where", "best stored", "s so far", "saved", "worker"]
+    cli.print_table(rows, headers)
 
 
 if __name__ == "__main__":
