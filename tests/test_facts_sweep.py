@@ -20,10 +20,10 @@ from mechmem.papers.memorisation.sweep import (
     run_sweep,
     scaling_cells,
     scaling_fits,
-    snapshot_dir,
     table_cells,
     table_rows,
 )
+from mechmem.papers.memorisation.trials import snapshot_dir
 
 
 def test_run_sweep_appends_and_skips(tmp_path):
@@ -237,7 +237,8 @@ def test_a_search_waits_for_a_count_another_worker_is_training(tmp_path, monkeyp
     import subprocess
     import threading
 
-    from mechmem.papers.memorisation import capacity, sweep
+    from mechmem.papers.memorisation import capacity
+    from mechmem.papers.memorisation import trials as trials_module
     from mechmem.papers.memorisation.snapshots import claim_path
 
     cfg = FactsModelConfig(n_in=6, n_out=3, d_model=3, d_mlp=3, mixing="2emb", norms=False)
@@ -248,11 +249,11 @@ def test_a_search_waits_for_a_count_another_worker_is_training(tmp_path, monkeyp
     lines = (tmp_path / "a_t.jsonl").read_text().splitlines()
     first = json.loads(lines[0])["n"]
     trials = tmp_path / "t.jsonl"
-    saves = sweep.training_snapshots(trials, cells[0].key, first)
+    saves = trials_module.training_snapshots(trials, cells[0].key, first)
     other = subprocess.Popen(["sleep", "30"])
     saves.path.parent.mkdir(parents=True)
     claim_path(saves).write_text(json.dumps({"host": socket.gethostname(), "pid": other.pid}))
-    monkeypatch.setattr(sweep, "CLAIM_POLL", 0.05)
+    monkeypatch.setattr(trials_module, "CLAIM_POLL", 0.05)
     trained, real = [], capacity.train_batched
     monkeypatch.setattr(
         capacity, "train_batched", lambda *a, **k: trained.append(a[2].shape[0]) or real(*a, **k)
@@ -267,7 +268,9 @@ def test_a_search_waits_for_a_count_another_worker_is_training(tmp_path, monkeyp
         other.wait()
     assert first not in trained and len(trained) == len(lines) - 1
     assert record["searches"] == alone["searches"] and record["successes"] == alone["successes"]
-    assert [p.name for p in sweep.snapshot_dir(trials).iterdir()] == [claim_path(saves).name]  # the other's
+    assert [p.name for p in trials_module.snapshot_dir(trials).iterdir()] == [
+        claim_path(saves).name
+    ]  # the other's
 
 
 def test_status_shows_each_training_in_progress_as_its_uninterrupted_run_had_it(
@@ -279,7 +282,8 @@ def test_status_shows_each_training_in_progress_as_its_uninterrupted_run_had_it(
     import socket
     import subprocess
 
-    from mechmem.papers.memorisation import batched, sweep
+    from mechmem.papers.memorisation import batched
+    from mechmem.papers.memorisation import trials as trials_module
     from mechmem.papers.memorisation.data import generate_facts
     from mechmem.papers.memorisation.snapshots import claim_path
 
@@ -291,7 +295,7 @@ def test_status_shows_each_training_in_progress_as_its_uninterrupted_run_had_it(
     # By the cut some inits have stored every fact, some have stopped without, and one trains in phase 2.
     assert {(s, e <= cut) for s, e in zip(stored, epochs)} == {(True, True), (False, True), (True, False)}
     trials = tmp_path / "facts_trials.jsonl"
-    saves = sweep.training_snapshots(trials, "cellkey", 48, every=1e9)
+    saves = trials_module.training_snapshots(trials, "cellkey", 48, every=1e9)
     saves.path.parent.mkdir(parents=True)
     calls, real = [0], batched.loss_grad
 
@@ -308,7 +312,7 @@ def test_status_shows_each_training_in_progress_as_its_uninterrupted_run_had_it(
     ended.wait()
     claim_path(saves).write_text(json.dumps({"host": socket.gethostname(), "pid": ended.pid}))
 
-    (b,) = sweep.trainings_in_progress(trials)
+    (b,) = trials_module.trainings_in_progress(trials)
     assert b.key == "cellkey|n=48" and b.inits == len(seeds) and b.worker == "ended"
     assert b.stored == sum(s and e <= cut for s, e in zip(stored, epochs))
     assert b.training == sum(e > cut for e in epochs) and (b.phase, b.epoch) == (2, cut - 400)
@@ -319,3 +323,76 @@ def test_status_shows_each_training_in_progress_as_its_uninterrupted_run_had_it(
     saves.path.write_bytes(b"PK\x03\x04 cut")
     assert run_script(sweep_facts.main, ["status", "--trials", str(trials)]) != 0
     assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_next_count_is_the_count_the_search_trains_next(tmp_path):
+    """On every prefix of a finished cell's trainings (in the order one worker ran them), `next_count` is the
+    count that worker trained next, and None once all were run."""
+    from mechmem.papers.memorisation.capacity import next_count
+
+    cfg = FactsModelConfig(n_in=6, n_out=3, d_model=3, d_mlp=3, mixing="2emb", norms=False)
+    cells = [SearchCell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=2)]
+    run_sweep(cells, tmp_path / "a.jsonl", progress=False, trials=tmp_path / "t.jsonl")
+    order = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert len(order) >= 4
+    for k in range(len(order) + 1):
+        known = {r["n"]: r["successes"] for r in order[:k]}
+        want = order[k]["n"] if k < len(order) else None
+        assert next_count(known, 11, 36, 2) == want, k
+    assert next_count({}, 11, 36, 2, ("all",)) == order[0]["n"]  # every search starts at the same count
+
+
+def test_a_speculating_worker_trains_a_likely_next_count_while_it_waits(tmp_path, monkeypatch):
+    """While another live worker trains the count the search needs, a speculating worker trains a count
+    the search asks next under some outcome of it; the record is a single worker's, the claimed count
+    untrained."""
+    import socket
+    import subprocess
+    import threading
+
+    from mechmem.papers.memorisation import capacity
+    from mechmem.papers.memorisation import trials as trials_module
+    from mechmem.papers.memorisation.capacity import next_count
+    from mechmem.papers.memorisation.snapshots import claim_path
+
+    cfg = FactsModelConfig(n_in=6, n_out=3, d_model=3, d_mlp=3, mixing="2emb", norms=False)
+    cells = [SearchCell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=2)]
+    alone = run_sweep(cells, tmp_path / "a.jsonl", progress=False, trials=tmp_path / "a_t.jsonl")[
+        cells[0].key
+    ]
+    lines = (tmp_path / "a_t.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])["n"]
+    trials = tmp_path / "t.jsonl"
+    saves = trials_module.training_snapshots(trials, cells[0].key, first)
+    other = subprocess.Popen(["sleep", "30"])
+    saves.path.parent.mkdir(parents=True)
+    claim_path(saves).write_text(json.dumps({"host": socket.gethostname(), "pid": other.pid}))
+    monkeypatch.setattr(trials_module, "CLAIM_POLL", 0.05)
+    trained, real = [], capacity.train_batched
+    monkeypatch.setattr(
+        capacity, "train_batched", lambda *a, **k: trained.append(a[2].shape[0]) or real(*a, **k)
+    )
+
+    seen = []
+
+    def deliver():  # the other worker finishes once this one has trained a count of its own (or after 20 s)
+        for _ in range(2000):
+            if trained:
+                break
+            threading.Event().wait(0.01)
+        seen.append(len(trained))
+        with open(trials, "a") as fh:
+            fh.write(lines[0] + "\n")
+
+    finish = threading.Thread(target=deliver, daemon=True)
+    finish.start()
+    try:
+        record = run_sweep(cells, tmp_path / "b.jsonl", progress=False, trials=trials, speculate=True)[
+            cells[0].key
+        ]
+    finally:
+        other.kill()
+        other.wait()
+    assert first not in trained and seen[0] >= 1  # it trained while the other worker still trained `first`
+    assert trained[0] in {next_count({first: k}, 11, 36, 2) for k in range(12)}
+    assert record["searches"] == alone["searches"] and record["successes"] == alone["successes"]

@@ -193,9 +193,8 @@ def find_capacity(
                     if on_trial is not None:
                         on_trial(m, outcome)
             return trained[n].n_success
-        inputs, labels = generate_facts(n, cfg.n_in, cfg.n_out, seed=data_seed, device=data_device)
         saves = None if snapshots is None else snapshots(n)
-        outcome = train_batched(cfg, inputs, labels, seeds, schedule, device=device, snapshots=saves)
+        outcome = train_count(cfg, n, seeds, schedule, data_seed, data_device, device, saves)
         if on_trial is not None:
             on_trial(n, outcome)
         return outcome.n_success
@@ -219,6 +218,21 @@ def find_capacity(
     return result
 
 
+def train_count(
+    cfg: FactsModelConfig,
+    n: int,
+    seeds: list[int],
+    schedule: Schedule,
+    data_seed: int = 42,
+    data_device: str = "cpu",
+    device: str | torch.device = "cpu",
+    snapshots: Snapshots | None = None,
+) -> TrainOutcome:
+    """One training of a capacity search: the inits `seeds` on the first n facts of `generate_facts`."""
+    inputs, labels = generate_facts(n, cfg.n_in, cfg.n_out, seed=data_seed, device=data_device)
+    return train_batched(cfg, inputs, labels, seeds, schedule, device=device, snapshots=snapshots)
+
+
 def counts_left(
     limit: int, precision: int, known: dict[int, int], criteria: tuple[str, ...], n_seeds: int
 ) -> list[int]:
@@ -232,7 +246,41 @@ def counts_left(
 
 
 class _NotTrained(Exception):
-    """Raised by `finished_searches`' oracle at a fact count no training has answered yet."""
+    """Raised by a retraced search's oracle at a fact count no training has answered yet (`n`)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.n = n
+
+
+def _retrace(known: dict[int, int], n_seeds: int, limit: int, precision: int, criterion: str) -> int:
+    """The capacity `find_capacity`'s search under `criterion` finds on the trainings `known` (fact count ->
+    successes of `n_seeds` inits); raises `_NotTrained` at the first count it asks that none answered."""
+    rule = CRITERIA[criterion]
+
+    def passes(n: int) -> bool:
+        if n not in known:
+            raise _NotTrained(n)
+        return rule(known[n], n_seeds)
+
+    return search_capacity(passes, limit, precision=precision).best
+
+
+def next_count(
+    known: dict[int, int],
+    n_seeds: int,
+    limit: int,
+    precision: int,
+    criteria: tuple[str, ...] = tuple(CRITERIA),
+) -> int | None:
+    """The fact count `find_capacity`'s searches (criteria in this order) ask next, given the successes
+    `known` of the counts trained so far; None when every search has ended on them."""
+    for c in criteria:
+        try:
+            _retrace(known, n_seeds, limit, precision, c)
+        except _NotTrained as missing:
+            return missing.n
+    return None
 
 
 def finished_searches(
@@ -245,16 +293,10 @@ def finished_searches(
     """Each criterion's answer from the trainings finished so far (`known`: fact count -> successes of
     `n_seeds` inits), retracing `find_capacity`'s search: the capacity where that search has ended, None where
     it still needs a fact count no training has answered (the search is running)."""
-
-    def passes(n: int, rule: Callable[[int, int], bool]) -> bool:
-        if n not in known:
-            raise _NotTrained
-        return rule(known[n], n_seeds)
-
     out: dict[str, int | None] = {}
     for c in criteria:
         try:
-            out[c] = search_capacity(lambda n, c=c: passes(n, CRITERIA[c]), limit, precision=precision).best
+            out[c] = _retrace(known, n_seeds, limit, precision, c)
         except _NotTrained:
             out[c] = None
     return out

@@ -8,9 +8,11 @@ where it stopped. Repeat r uses init seeds 11r .. 11r + 10 (the published repeat
 With a trials file (`--trials`), every finished training of a cell (one fact count, 11 inits) is appended
 there too, and a cell started again reads them instead of training them again: a cell interrupted mid-search
 loses at most the training it was in. Each training in progress also saves its state every few minutes in a
-folder beside the trials file (`snapshot_dir`), so a cell stopped mid-training loses only the minutes since
-its last save; the snapshot is removed once the training's line is written. A helper worker (`help_cells`)
-runs only some criteria's searches of a cell and shares its trainings through the same trials file.
+folder beside the trials file (`trials.snapshot_dir`), so a cell stopped mid-training loses only the minutes
+since its last save; the snapshot is removed once the training's line is written. A helper worker
+(`help_cells`) runs only some criteria's searches of a cell and shares its trainings through the same trials
+file; a worker waits for a count another one is training (its claim), or with `speculate` trains the count
+likely asked next (`mechmem.papers.memorisation.trials`).
 
 Scaling follows the authors: n_in = 2d, d_model = d_mlp = n_out = d, search precision 8 (d/16)^2; their E7
 also let the epoch cap per lr phase grow with d (50,000 x 1, 2, 4, 8 for d = 16, 32, 64, 128) with patience
@@ -18,9 +20,7 @@ also let the epoch cap per lr phase grow with d (50,000 x 1, 2, 4, 8 for d = 16,
 (`scaling_fits` groups the records by variant and criterion).
 """
 
-import hashlib
 import statistics
-import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -32,20 +32,28 @@ from mechmem.errors import MechmemError
 from mechmem.executor import Cell, append_record, run_cells
 from mechmem.executor import load_records as load_cell_records
 from mechmem.papers.memorisation.batched import Schedule
-from mechmem.papers.memorisation.capacity import CRITERIA, N_INITS, find_capacity, finished_searches
+from mechmem.papers.memorisation.capacity import (
+    CRITERIA,
+    N_INITS,
+    find_capacity,
+    finished_searches,
+    train_count,
+)
 from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
 from mechmem.papers.memorisation.models import FactsModelConfig, all_variants
 from mechmem.papers.memorisation.snapshots import (
-    SnapshotBrief,
     Snapshots,
-    brief,
     claim,
     held_elsewhere,
     release,
 )
-
-CLAIM_POLL = 30.0
-"""Seconds between looks at the trials file while another worker trains the fact count a search needs."""
+from mechmem.papers.memorisation.trials import (
+    await_training,
+    outcomes_left,
+    speculations,
+    training_snapshots,
+    trials_of,
+)
 
 SCALING_VARIANTS = {
     "full": FactsModelConfig(
@@ -95,12 +103,6 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
     return list(load_cell_records(Path(path), flat=True).values())
 
 
-def trials_of(path: str | Path, cell_key: str) -> dict[int, dict[str, Any]]:
-    """Fact count -> record of each training of cell `cell_key` in a trials file."""
-    records = load_cell_records(Path(path), flat=True).values()
-    return {int(r["n"]): r for r in records if r.get("cell") == cell_key}
-
-
 def in_progress(trials: str | Path, cells: list[SearchCell], done: set[str]) -> list[dict[str, Any]]:
     """The cells of `cells` with trainings in `trials` but no finished record (key not in `done`), each in
     brief: the capacity under each criterion whose search has ended on those trainings (`finished_searches`;
@@ -131,38 +133,6 @@ def in_progress(trials: str | Path, cells: list[SearchCell], done: set[str]) -> 
     return out
 
 
-def snapshot_dir(trials: str | Path) -> Path:
-    """The folder of a trials file's trainings in progress: facts_trials.jsonl -> facts_trials.snapshots."""
-    trials = Path(trials)
-    return trials.with_name(f"{trials.stem}.snapshots")
-
-
-def trainings_in_progress(trials: str | Path) -> list[SnapshotBrief]:
-    """The trainings saved beside a trials file (`snapshot_dir`), in brief, oldest save first."""
-    folder = snapshot_dir(trials)
-    found = [brief(p) for p in folder.glob("*.pt")] if folder.is_dir() else []
-    return sorted(found, key=lambda b: b.saved)
-
-
-def training_snapshots(trials: str | Path, cell_key: str, n: int, every: float = 300.0) -> Snapshots:
-    """Where the cell's training of n facts saves its state (and its claim), in `snapshot_dir(trials)`."""
-    key = f"{cell_key}|n={n}"
-    name = hashlib.sha256(key.encode()).hexdigest()[:20]
-    return Snapshots(snapshot_dir(trials) / f"{name}.pt", key, every=every)
-
-
-def await_training(trials: str, cell_key: str, n: int, saves: Snapshots) -> dict[str, Any] | None:
-    """The trials line of the cell's training of n facts, waiting (`CLAIM_POLL`) while another worker on this
-    host trains it (`snapshots.held_elsewhere`); None when no worker has trained it or is training it."""
-    told = False
-    while held_elsewhere(saves) and n not in trials_of(trials, cell_key):
-        if not told:
-            print(f"n = {n} is in training by another worker; waiting for its result", file=sys.stderr)
-            told = True
-        time.sleep(CLAIM_POLL)
-    return trials_of(trials, cell_key).get(n)
-
-
 def search_cell(
     cell: SearchCell,
     device: str,
@@ -170,16 +140,20 @@ def search_cell(
     trials: str | None = None,
     snapshot_every: float = 300.0,
     criteria: tuple[str, ...] = tuple(CRITERIA),
+    speculate: bool = False,
 ) -> dict[str, Any]:
     """One cell's capacity search on `device` (resolved in the worker): its record, JSON-able.
 
     `all_at_once`: train every fact count the search could try in one stack (`find_capacity`). `trials`: a
     JSONL file that receives one line per finished training (fact count) of the cell and is read when the cell
-    starts, so a cell interrupted mid-search resumes after its last finished training; with it, each training
-    in progress saves its state every `snapshot_every` seconds (`snapshot_dir`) and resumes from there, and
-    the file is read again before each training, so a count another worker has finished meanwhile
-    (`help_cells`) is not trained twice; a count another worker on this host is training (its claim,
-    `snapshots.claim`) is waited for. `criteria`: the searches to run (a record only when all three).
+    starts, so a cell interrupted mid-search resumes after its last finished training; with it, each
+    training in progress saves its state every `snapshot_every` seconds (`trials.snapshot_dir`) and resumes
+    from there, and the file is read again before each training, so a count another worker has finished
+    meanwhile (`help_cells`) is not trained twice; a count another worker on this host is training (its
+    claim, `snapshots.claim`) is waited for. With `speculate`, the wait is spent training the count the
+    searches would ask next under most of the outcomes that training's snapshot still allows
+    (`trials.speculations`).
+    `criteria`: the searches to run (a record only when all three).
 
     Long because the trials file does three jobs for the cell's search: resume it, record each training, and
     share the trainings with other workers.
@@ -187,15 +161,37 @@ def search_cell(
     from mechmem.training.trainer import resolve_device
 
     earlier, last = (trials_of(trials, cell.key) if trials else {}), [time.perf_counter()]
-    mine: set[int] = set()
     claimed: set[int] = set()
 
     def snapshots(n: int) -> Snapshots:
         return training_snapshots(trials, cell.key, n, snapshot_every)
 
+    def train(n: int) -> bool:
+        """Train n now (a speculative training, while another worker trains the count the search needs)."""
+        claim(snapshots(n))
+        claimed.add(n)
+        last[0] = time.perf_counter()
+        where = {
+            "data_device": cell.facts_device,
+            "device": resolve_device(device),
+            "snapshots": snapshots(n),
+        }
+        record_trial(n, train_count(cell.config, n, cell.seeds, cell.schedule, **where))
+        return True
+
+    def guess(n: int) -> bool:
+        done = {m: int(r["successes"]) for m, r in trials_of(trials, cell.key).items()}
+        outcomes = outcomes_left(snapshots(n), len(cell.seeds))
+        options = speculations(
+            done, n, outcomes, len(cell.seeds), cell.config.n_in**2, cell.precision, criteria
+        )
+        free = [m for m in options if not held_elsewhere(snapshots(m))]
+        return bool(free) and train(free[0])
+
     def recorded(n: int) -> int | None:
         """Another worker's result for n (waiting while it trains n); else None, and n is claimed."""
-        found = await_training(trials, cell.key, n, snapshots(n))
+        idle = (lambda: guess(n)) if speculate else None
+        found = await_training(trials, cell.key, n, snapshots(n), idle)
         if found is None:
             claim(snapshots(n))
             claimed.add(n)
@@ -209,7 +205,6 @@ def search_cell(
         if outcome.earlier_seconds:  # resumed from a snapshot: the seconds include its earlier runs
             line["seconds_in_earlier_runs"] = round(outcome.earlier_seconds, 2)
         last[0] = now
-        mine.add(n)
         append_record(Path(trials), f"{cell.key}|n={n}", line, flat=True)
         snapshots(n).path.unlink(missing_ok=True)
         release(snapshots(n))
@@ -232,9 +227,9 @@ def search_cell(
     finally:  # an interrupted training's claim is freed (its snapshot stays)
         for n in claimed:
             release(snapshots(n))
-    if trials:  # the cell's time includes its trainings in earlier runs and by other workers
+    if trials:  # the cell's time: its trainings', in earlier runs and by other workers too
         found = trials_of(trials, cell.key)
-        result.seconds += sum(float(found[n].get("seconds", 0.0)) for n in result.scores if n not in mine)
+        result.seconds = sum(float(found[n].get("seconds", 0.0)) for n in result.scores)
     result.info.update(key=cell.key, repeat=cell.repeat)
     return {**result.to_dict(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
@@ -247,17 +242,20 @@ def help_cells(
     *,
     device: str = "cpu",
     snapshot_every: float = 300.0,
+    speculate: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """A helper worker: for each cell not finished in `path`, only the searches of `criteria`, in this
     process; key -> those searches. Its trainings go to `trials`, where a worker searching the whole cell
     (`run_sweep` with the same trials file) reads them before each training of its own, so the two share the
     cell's trainings and that worker writes the cell's record. A count one worker is training is claimed
-    (`snapshots.claim`), and the other waits for its result (on the same host).
+    (`snapshots.claim`), and the other waits for its result (on the same host), or with `speculate` trains
+    meanwhile the count its searches would likely ask next (`search_cell`).
     """
     if not criteria or set(criteria) - set(CRITERIA):
         raise MechmemError(f"criteria must be some of {', '.join(CRITERIA)}, got {criteria!r}")
     done = {r["key"] for r in load_records(path)}
     options = {"trials": str(trials), "snapshot_every": snapshot_every, "criteria": tuple(criteria)}
+    options["speculate"] = speculate
     return {c.key: search_cell(c, device, **options) for c in cells if c.key not in done}
 
 
@@ -274,6 +272,7 @@ def run_sweep(
     all_at_once: bool = False,
     trials: str | Path | None = None,
     snapshot_every: float = 300.0,
+    speculate: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Run every cell not yet in `path` (one JSON line each, appended when done); key -> record of all cells.
 
@@ -282,7 +281,8 @@ def run_sweep(
     key: same variant, size, repeat, schedule, precision and fact device) are copied, not rerun.
     `all_at_once` trains each cell's fact counts in one stack (`find_capacity`; the same search). `trials`: a
     JSONL file of finished trainings, so a cell interrupted mid-search resumes (`search_cell`), with the
-    trainings in progress saved every `snapshot_every` seconds.
+    trainings in progress saved every `snapshot_every` seconds; `speculate`: while another worker trains the
+    count a search needs, train the one it likely asks next (`search_cell`).
     """
     cells = list(cells)
     trials = None if trials is None else str(trials)
@@ -291,6 +291,7 @@ def run_sweep(
         "all_at_once": all_at_once,
         "trials": trials,
         "snapshot_every": snapshot_every,
+        "speculate": speculate,
     }
     jobs = [Cell(c.key, search_cell, {"cell": c, **options}) for c in cells]
     label = "capacity cells" if progress else None

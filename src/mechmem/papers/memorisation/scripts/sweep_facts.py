@@ -101,6 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         help="a helper worker: run only these searches of each cell, beside a worker searching the whole "
         "cell with the same trials file; its trainings go there and it writes no cell record",
     )
+    p.add_argument(
+        "--speculate",
+        action="store_true",
+        help="with another worker on the same cells: while it trains the count a search needs, train the "
+        "count the search likely asks next (from that training's snapshot) instead of waiting",
+    )
     args = p.parse_args(argv)
     try:
         shard, n_shards = (int(x) for x in args.shard.split("/"))
@@ -126,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     trials = args.trials or data.parent / "facts_trials.jsonl"
     where["trials"] = None if str(args.trials) == "none" else trials
     where["snapshot_every"] = args.snapshot_every
+    where["speculate"] = args.speculate
     schedule = Schedule(max_epochs=args.max_epochs, patience=args.patience, target_acc=args.acc)
     if args.mode == "status":
         print_status(trials)
@@ -137,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         found = sweep.help_cells(
             cells[shard::n_shards], data, tuple(args.criteria), trials, device=args.device,
-            snapshot_every=args.snapshot_every,
+            snapshot_every=args.snapshot_every, speculate=args.speculate,
         )  # fmt: skip
         for key, record in found.items():
             print(key, {c: record[c] for c in args.criteria})
@@ -167,7 +174,7 @@ def print_status(trials: Path) -> None:
     """The trainings in progress beside `trials`: one row each."""
     import time
 
-    from mechmem.papers.memorisation.sweep import snapshot_dir, trainings_in_progress
+    from mechmem.papers.memorisation.trials import snapshot_dir, trainings_in_progress
 
     found = trainings_in_progress(trials)
     if not found:
