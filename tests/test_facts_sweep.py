@@ -3,6 +3,11 @@ cell and finished cells are skipped; fits recover laws."""
 
 import json
 import math
+import socket
+import subprocess
+import threading
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -197,8 +202,6 @@ def test_a_helper_worker_needs_a_trials_file(tmp_path, capsys):
 
 def test_a_claim_is_held_only_by_a_live_process_of_this_host(tmp_path):
     import os
-    import socket
-    import subprocess
 
     from mechmem.papers.memorisation.snapshots import Snapshots, claim, claim_path, held_elsewhere, release
 
@@ -230,47 +233,61 @@ def test_a_claim_is_held_only_by_a_live_process_of_this_host(tmp_path):
         other.wait()
 
 
-def test_a_search_waits_for_a_count_another_worker_is_training(tmp_path, monkeypatch):
-    """A count claimed by another live worker is not trained: the search waits until that worker's line
-    arrives in the trials file, reads it, and ends as a single worker would; it leaves no claim behind."""
-    import socket
-    import subprocess
-    import threading
+class ClaimedCell(NamedTuple):
+    """A small cell searched by one worker alone, and a fresh trials file whose first count another live
+    process has claimed (`claimed_cell`)."""
 
+    cells: list[SearchCell]
+    alone: dict
+    """The record of the search by one worker alone."""
+    lines: list[str]
+    """Its trials lines, in training order."""
+    first: int
+    """The first count its search trained: the one claimed by the other process."""
+    trials: Path
+    claim: Path
+    trained: list[int]
+    """The fact counts trained in this process from here on."""
+
+
+@pytest.fixture
+def claimed_cell(tmp_path, monkeypatch):
     from mechmem.papers.memorisation import capacity
     from mechmem.papers.memorisation import trials as trials_module
     from mechmem.papers.memorisation.snapshots import claim_path
 
     cfg = FactsModelConfig(n_in=6, n_out=3, d_model=3, d_mlp=3, mixing="2emb", norms=False)
     cells = [SearchCell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=2)]
-    alone = run_sweep(cells, tmp_path / "a.jsonl", progress=False, trials=tmp_path / "a_t.jsonl")[
-        cells[0].key
-    ]
+    alone = run_sweep(cells, tmp_path / "a.jsonl", progress=False, trials=tmp_path / "a_t.jsonl")
     lines = (tmp_path / "a_t.jsonl").read_text().splitlines()
-    first = json.loads(lines[0])["n"]
-    trials = tmp_path / "t.jsonl"
-    saves = trials_module.training_snapshots(trials, cells[0].key, first)
-    other = subprocess.Popen(["sleep", "30"])
-    saves.path.parent.mkdir(parents=True)
-    claim_path(saves).write_text(json.dumps({"host": socket.gethostname(), "pid": other.pid}))
+    first, trials = json.loads(lines[0])["n"], tmp_path / "t.jsonl"
+    claim = claim_path(trials_module.training_snapshots(trials, cells[0].key, first))
+    other = subprocess.Popen(["sleep", "60"])
+    claim.parent.mkdir(parents=True)
+    claim.write_text(json.dumps({"host": socket.gethostname(), "pid": other.pid}))
     monkeypatch.setattr(trials_module, "CLAIM_POLL", 0.05)
     trained, real = [], capacity.train_batched
     monkeypatch.setattr(
         capacity, "train_batched", lambda *a, **k: trained.append(a[2].shape[0]) or real(*a, **k)
     )
-    finish = threading.Timer(0.5, lambda: trials.write_text(lines[0] + "\n"))  # the other worker's line
+    yield ClaimedCell(cells, alone[cells[0].key], lines, first, trials, claim, trained)
+    other.kill()
+    other.wait()
+
+
+def test_a_search_waits_for_a_count_another_worker_is_training(tmp_path, claimed_cell):
+    """A count claimed by another live worker is not trained: the search waits until that worker's line
+    arrives in the trials file, reads it, and ends as a single worker would; it leaves no claim behind."""
+    c = claimed_cell
+    finish = threading.Timer(0.5, lambda: c.trials.write_text(c.lines[0] + "\n"))  # the other worker's line
     finish.start()
     try:
-        record = run_sweep(cells, tmp_path / "b.jsonl", progress=False, trials=trials)[cells[0].key]
+        record = run_sweep(c.cells, tmp_path / "b.jsonl", progress=False, trials=c.trials)[c.cells[0].key]
     finally:
         finish.cancel()
-        other.kill()
-        other.wait()
-    assert first not in trained and len(trained) == len(lines) - 1
-    assert record["searches"] == alone["searches"] and record["successes"] == alone["successes"]
-    assert [p.name for p in trials_module.snapshot_dir(trials).iterdir()] == [
-        claim_path(saves).name
-    ]  # the other's
+    assert c.first not in c.trained and len(c.trained) == len(c.lines) - 1
+    assert record["searches"] == c.alone["searches"] and record["successes"] == c.alone["successes"]
+    assert list(c.claim.parent.iterdir()) == [c.claim]  # the other worker's claim, and none of ours
 
 
 def test_status_shows_each_training_in_progress_as_its_uninterrupted_run_had_it(
@@ -279,8 +296,6 @@ def test_status_shows_each_training_in_progress_as_its_uninterrupted_run_had_it(
     """A training stopped after `cut` epochs: `brief` of its snapshot agrees with the uninterrupted training
     (inits stored by then, inits still training, the epoch), and `sweep_facts status` prints it with its
     worker (here a claim whose process has ended)."""
-    import socket
-    import subprocess
 
     from mechmem.papers.memorisation import batched
     from mechmem.papers.memorisation import trials as trials_module
@@ -342,57 +357,26 @@ def test_next_count_is_the_count_the_search_trains_next(tmp_path):
     assert next_count({}, 11, 36, 2, ("all",)) == order[0]["n"]  # every search starts at the same count
 
 
-def test_a_speculating_worker_trains_a_likely_next_count_while_it_waits(tmp_path, monkeypatch):
+def test_a_speculating_worker_trains_a_likely_next_count_while_it_waits(tmp_path, claimed_cell):
     """While another live worker trains the count the search needs, a speculating worker trains a count
     the search asks next under some outcome of it; the record is a single worker's, the claimed count
     untrained."""
-    import socket
-    import subprocess
-    import threading
-
-    from mechmem.papers.memorisation import capacity
-    from mechmem.papers.memorisation import trials as trials_module
     from mechmem.papers.memorisation.capacity import next_count
-    from mechmem.papers.memorisation.snapshots import claim_path
 
-    cfg = FactsModelConfig(n_in=6, n_out=3, d_model=3, d_mlp=3, mixing="2emb", norms=False)
-    cells = [SearchCell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=2)]
-    alone = run_sweep(cells, tmp_path / "a.jsonl", progress=False, trials=tmp_path / "a_t.jsonl")[
-        cells[0].key
-    ]
-    lines = (tmp_path / "a_t.jsonl").read_text().splitlines()
-    first = json.loads(lines[0])["n"]
-    trials = tmp_path / "t.jsonl"
-    saves = trials_module.training_snapshots(trials, cells[0].key, first)
-    other = subprocess.Popen(["sleep", "30"])
-    saves.path.parent.mkdir(parents=True)
-    claim_path(saves).write_text(json.dumps({"host": socket.gethostname(), "pid": other.pid}))
-    monkeypatch.setattr(trials_module, "CLAIM_POLL", 0.05)
-    trained, real = [], capacity.train_batched
-    monkeypatch.setattr(
-        capacity, "train_batched", lambda *a, **k: trained.append(a[2].shape[0]) or real(*a, **k)
-    )
-
-    seen = []
+    c, seen = claimed_cell, []
 
     def deliver():  # the other worker finishes once this one has trained a count of its own (or after 20 s)
         for _ in range(2000):
-            if trained:
+            if c.trained:
                 break
             threading.Event().wait(0.01)
-        seen.append(len(trained))
-        with open(trials, "a") as fh:
-            fh.write(lines[0] + "\n")
+        seen.append(len(c.trained))
+        with open(c.trials, "a") as fh:
+            fh.write(c.lines[0] + "\n")
 
-    finish = threading.Thread(target=deliver, daemon=True)
-    finish.start()
-    try:
-        record = run_sweep(cells, tmp_path / "b.jsonl", progress=False, trials=trials, speculate=True)[
-            cells[0].key
-        ]
-    finally:
-        other.kill()
-        other.wait()
-    assert first not in trained and seen[0] >= 1  # it trained while the other worker still trained `first`
-    assert trained[0] in {next_count({first: k}, 11, 36, 2) for k in range(12)}
-    assert record["searches"] == alone["searches"] and record["successes"] == alone["successes"]
+    threading.Thread(target=deliver, daemon=True).start()
+    record = run_sweep(c.cells, tmp_path / "b.jsonl", progress=False, trials=c.trials, speculate=True)
+    assert c.first not in c.trained and seen[0] >= 1  # it trained while the other still trained `first`
+    assert c.trained[0] in {next_count({c.first: k}, 11, 36, 2) for k in range(12)}
+    assert record[c.cells[0].key]["searches"] == c.alone["searches"]
+    assert record[c.cells[0].key]["successes"] == c.alone["successes"]
