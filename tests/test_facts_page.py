@@ -181,7 +181,7 @@ def test_quick_variant_end_to_end(tmp_path):
 def test_searches_still_running_show_their_ended_criteria_beside_e7():
     """A scaling cell at E7's schedule with trainings but no record: one row, each criterion's capacity where
     its search has ended and "running" where not, compared with E7 only where Any has ended."""
-    from mechmem.papers.memorisation.page import facts_headline, scaling_section
+    from mechmem.papers.memorisation.page import commands_section, facts_headline, scaling_section
 
     base = json.loads((DOCS / "data" / "memorisation.json").read_text())
     e7 = {v: {p["d"]: p["any"] for p in ps} for v, ps in base["published"]["e7_any"]["models"].items()}
@@ -204,6 +204,10 @@ def test_searches_still_running_show_their_ended_criteria_beside_e7():
         assert [str(x) for x in got[2:6]] == ["100,000 / 5,000 (E7)", any_text, most_text, "running"]
         assert got[8] == vs and got[9] == "9 (4 trainings so far)"
         assert "running: that criterion's search has not ended" in table.caption
+        # The command that runs (and resumes) it, marked as still running.
+        (line,) = [x for x in commands_section(record).lines if "still running" in x]
+        assert "scaling --variant nb --ds 32 --max-epochs 100000 --patience 5000`" in line
+    assert not [x for x in commands_section(dict(base, scaling_running=[])).lines if "still running" in x]
 
 
 def test_longer_schedules_are_shown_beside_the_base_ones(record):

@@ -507,6 +507,12 @@ def _groups(records: list[dict[str, Any]]) -> dict[tuple[int, int], list[dict[st
     return dict(sorted(out.items()))
 
 
+RUNNING_NOTE = (
+    ", search still running (the same command resumes it from `data/facts_trials.jsonl`; a second worker"
+    " beside it: the same command with `--criteria all most --speculate`)"
+)
+
+
 def commands_section(record: dict[str, Any]) -> Section:
     """The sweep commands that produce the records in the data files, one per schedule (and model)."""
     lines = [
@@ -532,12 +538,18 @@ def commands_section(record: dict[str, Any]) -> Section:
     for (epochs, patience), rs in _groups(scaling).items():
         for r in rs:
             by_model.setdefault((r["variant"], epochs, patience), []).append(r["d"])
-    for (variant, epochs, patience), ds in sorted(by_model.items()):
-        lines.append(
-            f"Scaling, {SCALING_LABELS.get(variant, variant)} model at {epochs:,} / {patience:,}:"
-            f" `{SWEEP} scaling --variant {SCALING_SWEEP.get(variant, variant)} --ds"
-            f" {' '.join(map(str, sorted(set(ds))))} --max-epochs {epochs} --patience {patience}`."
+    running: dict[tuple[str, int, int], list[int]] = {}
+    for r in record.get("scaling_running", []):
+        running.setdefault((r["variant"], r["schedule"]["max_epochs"], r["schedule"]["patience"]), []).append(
+            r["d"]
         )
+    for group, note in ((by_model, ""), (running, RUNNING_NOTE)):
+        for (variant, epochs, patience), ds in sorted(group.items()):
+            lines.append(
+                f"Scaling, {SCALING_LABELS.get(variant, variant)} model at {epochs:,} / {patience:,}{note}:"
+                f" `{SWEEP} scaling --variant {SCALING_SWEEP.get(variant, variant)} --ds"
+                f" {' '.join(map(str, sorted(set(ds))))} --max-epochs {epochs} --patience {patience}`."
+            )
     if record.get("anchor"):
         a = record["anchor"]["schedule"]
         lines.append(
