@@ -209,7 +209,7 @@ def test_a_claim_is_held_only_by_a_live_process_of_this_host(tmp_path):
     assert not held_elsewhere(saves)  # no claim
     claim(saves)
     assert claim_path(saves).exists() and not held_elsewhere(saves)  # our own
-    other = subprocess.Popen(["sleep", "30"])
+    other = subprocess.Popen(["sleep", "600"])
     ended = subprocess.Popen(["true"])
     ended.wait()
     try:
@@ -262,7 +262,7 @@ def claimed_cell(tmp_path, monkeypatch):
     lines = (tmp_path / "a_t.jsonl").read_text().splitlines()
     first, trials = json.loads(lines[0])["n"], tmp_path / "t.jsonl"
     claim = claim_path(trials_module.training_snapshots(trials, cells[0].key, first))
-    other = subprocess.Popen(["sleep", "60"])
+    other = subprocess.Popen(["sleep", "600"])
     claim.parent.mkdir(parents=True)
     claim.write_text(json.dumps({"host": socket.gethostname(), "pid": other.pid}))
     monkeypatch.setattr(trials_module, "CLAIM_POLL", 0.05)
