@@ -380,3 +380,21 @@ def test_a_speculating_worker_trains_a_likely_next_count_while_it_waits(tmp_path
     assert c.trained[0] in {next_count({c.first: k}, 11, 36, 2) for k in range(12)}
     assert record[c.cells[0].key]["searches"] == c.alone["searches"]
     assert record[c.cells[0].key]["successes"] == c.alone["successes"]
+
+
+def test_a_brief_gives_the_phase_and_epoch_of_the_init_furthest_along(tmp_path):
+    import torch
+
+    from mechmem.papers.memorisation.snapshots import Snapshots, brief, save_snapshot
+
+    saves = Snapshots(tmp_path / "x.pt", "cell|n=10")
+    stack = {
+        "ids": torch.tensor([0, 2, 3]),
+        "phase": torch.tensor([0, 1, 0]),
+        "phase_epoch": torch.tensor([500, 20, 500]),
+        "best": torch.tensor([7, 9, 8]),
+    }
+    save_snapshot(saves, stack, {}, {}, torch.tensor([False, True, False, False]), 12.5)
+    b = brief(saves.path)
+    assert (b.inits, b.stored, b.training, b.phase, b.epoch, b.best) == (4, 1, 3, 2, 20, 9)
+    assert b.seconds == 12.5 and b.worker == "none"

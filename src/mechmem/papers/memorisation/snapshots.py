@@ -131,9 +131,9 @@ class SnapshotBrief:
     training: int
     """Inits still training (the others have finished: stored, or stopped by patience or the epoch cap)."""
     phase: int
-    """Learning-rate phase of the inits still training, from 1."""
+    """Learning-rate phase (from 1) of the init still training that is furthest along (the latest phase)."""
     epoch: int
-    """Epochs of that phase so far."""
+    """That init's epochs in its phase so far (the most among the inits in that phase)."""
     best: int
     """Most facts any init still training has stored at once."""
     seconds: float
@@ -161,15 +161,16 @@ def brief(path: Path) -> SnapshotBrief:
     """The state of the training saved at `path`, in brief (read without unpickling code)."""
     saved, _ = read_torch_file(path)
     try:
-        success, ids = saved["success"], saved["stack.ids"]
+        success, ids, phases = saved["success"], saved["stack.ids"], saved["stack.phase"]
         running = ids.numel() > 0
+        latest = phases == phases.max() if running else phases
         return SnapshotBrief(
             key=str(saved["key"]),
             inits=int(success.numel()),
             stored=int(success.sum()),
             training=int(ids.numel()),
-            phase=int(saved["stack.phase"].max()) + 1 if running else 0,
-            epoch=int(saved["stack.phase_epoch"].max()) if running else 0,
+            phase=int(phases.max()) + 1 if running else 0,
+            epoch=int(saved["stack.phase_epoch"][latest].max()) if running else 0,
             best=int(saved["stack.best"].max()) if running else 0,
             seconds=float(saved.get("seconds", 0.0)),
             saved=path.stat().st_mtime,
