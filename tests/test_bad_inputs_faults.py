@@ -342,3 +342,24 @@ def test_a_program_draws_with_agg_whatever_mplbackend_says(monkeypatch, tmp_path
         [sys.executable, "-c", code], env=dict(os.environ), capture_output=True, check=False
     )
     assert done.returncode == 0 and (tmp_path / "f.png").stat().st_size > 0, done.stderr[-500:]
+
+
+def test_an_interrupt_masked_by_the_writers_clean_up_is_still_an_interrupt(tmp_path):
+    """torch.save's zip writer, cut by an interrupt, fails again while closing (RuntimeError "unexpected
+    pos"), which would turn a stop into a traceback: the write raises the interrupt, leaves no temporary file
+    and keeps the old content."""
+    path = tmp_path / "ckpt.pt"
+    path.write_bytes(b"old")
+
+    def writer(fh):
+        try:
+            fh.write(b"partial")
+            raise KeyboardInterrupt
+        finally:
+            raise RuntimeError("unexpected pos 44608 vs 44520")  # as the zip writer's close does
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(path, writer=writer)
+    assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+    with pytest.raises(RuntimeError, match="unexpected pos"):  # a failure with no interrupt behind it stays
+        atomic_write(path, writer=lambda fh: (_ for _ in ()).throw(RuntimeError("unexpected pos")))

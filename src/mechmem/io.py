@@ -187,8 +187,12 @@ def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path
                 fh.write(data.encode() if isinstance(data, str) else data)
             fh.flush()
             os.fsync(fh.fileno())
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if not isinstance(exc, KeyboardInterrupt) and isinstance(exc.__context__, KeyboardInterrupt):
+            # An interrupt inside the writer, masked by the writer's own clean-up failing on the cut stream
+            # (torch.save's zip writer does this): the interrupt is what happened.
+            raise exc.__context__ from None
         raise
     return tmp
 
