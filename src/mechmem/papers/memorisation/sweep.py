@@ -192,9 +192,10 @@ def search_cell(
         """Another worker's result for n (waiting while it trains n); else None, and n is claimed."""
         idle = (lambda: guess(n)) if speculate else None
         found = await_training(trials, cell.key, n, snapshots(n), idle)
-        if found is None:
+        if found is None:  # n is trained here, from now (its seconds leave out the wait)
             claim(snapshots(n))
             claimed.add(n)
+            last[0] = time.perf_counter()
         return None if found is None else int(found["successes"])
 
     def record_trial(n: int, outcome: Any) -> None:
