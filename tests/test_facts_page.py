@@ -236,6 +236,49 @@ def test_longer_schedules_are_shown_beside_the_base_ones(record):
     assert "memorisation_variants-convergence.png" in page
 
 
+def test_convergence_figure_draws_each_variant_in_its_mixing_column(record):
+    """Every variant that ran at two or more caps is one line in its mixing's column, Any above and All
+    below, with the record's capacities at each cap (read here from the table rows directly)."""
+    from mechmem.papers.memorisation.figures import plot_convergence
+    from mechmem.papers.memorisation.page import convergence_series
+
+    d, acc = record["table"][0]["d"], record["schedule"]["target_acc"]
+    rows = [r for r in record["table"] + record["other_schedules"] if r["d"] == d] + [record["anchor"]]
+    caps: dict[str, dict[int, dict]] = {}
+    for r in rows:
+        if r.get("repeat", 0) == 0 and r["schedule"]["target_acc"] == acc:
+            caps.setdefault(r["variant"], {})[r["schedule"]["max_epochs"]] = r
+    expected = {v: c for v, c in caps.items() if len(c) >= 2}
+    series = convergence_series(record)
+    assert sorted(s.variant for s in series) == sorted(expected)
+    for s in series:
+        by_cap = expected[s.variant]
+        assert s.epochs == tuple(sorted(by_cap))
+        assert s.any == tuple(by_cap[e]["any"] for e in s.epochs)
+        assert s.all == tuple(by_cap[e]["all"] for e in s.epochs)
+        assert (s.mixing, s.mlp, s.norms) == tuple(
+            by_cap[s.epochs[0]]["config"][k] for k in ("mixing", "mlp", "norms")
+        )
+
+    fig = plot_convergence(series, published=208.0)
+    try:
+        for c, ax in enumerate(fig.axes[:3]):
+            mixing = ("2emb", "uniform", "attn")[c]
+            mine = sorted(s.any for s in series if s.mixing == mixing)
+            drawn = sorted(
+                tuple(int(y) for y in line.get_ydata())
+                for line in ax.lines
+                if len(line.get_ydata()) > 1 and line.get_linestyle() == "-"
+            )
+            assert drawn == mine, mixing
+            assert fig.axes[c + 3].get_title() == f"{mixing}: All"
+            assert len([ln for ln in fig.axes[c + 3].lines if ln.get_linestyle() == "--"]) == len(mine)
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
 # --- published values: every value carries its source and the exact text it is read from ---
 
 

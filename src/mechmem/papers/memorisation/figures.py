@@ -1,10 +1,13 @@
 """Figures of the memorisation page, each drawn from run-record data (no training): a matplotlib `Figure`."""
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from matplotlib.lines import Line2D
 
 from mechmem.papers.memorisation.fits import ScalingFit
+from mechmem.papers.memorisation.summary import MIXING_ORDER
 from mechmem.plotting import plt
 
 
@@ -91,21 +94,63 @@ def plot_histograms(rows: dict[str, dict[str, dict[str, Any]]]) -> Any:
     return fig
 
 
-def plot_convergence(points: dict[str, list[tuple[int, int, int]]], *, published: float | None = None) -> Any:
-    """Capacity (Any, and All as a dashed line) against the epoch cap per lr phase, one colour per variant.
+@dataclass(frozen=True)
+class ScheduleSeries:
+    """One variant's capacities at each epoch cap it ran with (caps ascending)."""
+
+    variant: str
+    mixing: str
+    mlp: bool
+    norms: bool
+    epochs: tuple[int, ...]
+    any: tuple[int, ...]
+    all: tuple[int, ...]
+
+
+def plot_convergence(
+    series: list[ScheduleSeries],
+    *,
+    published: float | None = None,
+    published_mixings: tuple[str, ...] = ("2emb", "uniform"),
+) -> Any:
+    """Capacity against the epoch cap per lr phase: a column per mixing, Any above and All below.
+
+    A line is one variant; its colour says whether it has norms, its marker whether it has an MLP, so that a
+    column shows which components gain most from a longer schedule without a legend entry per variant.
 
     Args:
-        points: variant -> [(max_epochs, any, all)], one per schedule the variant ran with.
-        published: a published capacity to mark (horizontal line), if any.
+        series: the variants that ran with two or more schedules.
+        published: a published MLP-less capacity to mark (dotted line) in the columns of `published_mixings`.
     """
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for i, (label, pts) in enumerate(points.items()):
-        epochs, any_, all_ = zip(*sorted(pts))
-        ax.plot(epochs, any_, "o-", color=f"C{i % 10}", label=f"{label} (Any)")
-        ax.plot(epochs, all_, "x--", color=f"C{i % 10}", alpha=0.6, label=f"{label} (All)")
+    mixings = [m for m in MIXING_ORDER if any(s.mixing == m for s in series)]
+    mixings += sorted({s.mixing for s in series} - set(mixings))
+    fig, axes = plt.subplots(
+        2, len(mixings), figsize=(3.6 * len(mixings), 6), sharex=True, sharey="row", squeeze=False
+    )
+    for c, mixing in enumerate(mixings):
+        for s in (s for s in series if s.mixing == mixing):
+            style = {"color": "C1" if s.norms else "C0", "marker": "o" if s.mlp else "x", "alpha": 0.7}
+            axes[0, c].plot(s.epochs, s.any, "-", **style)
+            axes[1, c].plot(s.epochs, s.all, "--", **style)
+        for r, crit in enumerate(("Any", "All")):
+            ax = axes[r, c]
+            if published is not None and mixing in published_mixings:
+                ax.axhline(published, color="k", lw=0.8, ls=":")
+            ax.set_xscale("log")
+            ax.set_title(f"{mixing}: {crit}", fontsize=10)
+            if r == 1:
+                ax.set_xlabel("epoch cap per lr phase")
+        axes[0, 0].set_ylabel("facts stored (Any)")
+        axes[1, 0].set_ylabel("facts stored (All)")
+    handles = [
+        Line2D([], [], color="C1", lw=2, label="norms"),
+        Line2D([], [], color="C0", lw=2, label="no norms"),
+        Line2D([], [], color="grey", marker="o", ls="", label="MLP"),
+        Line2D([], [], color="grey", marker="x", ls="", label="no MLP"),
+    ]
     if published is not None:
-        ax.axhline(published, color="k", lw=0.8, ls=":", label=f"published, no MLP ({published:g})")
-    ax.set(xscale="log", xlabel="epoch cap per lr phase (patience scaled with it)", ylabel="facts stored")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+        handles.append(Line2D([], [], color="k", lw=0.8, ls=":", label=f"published, no MLP ({published:g})"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.suptitle("Capacity by epoch cap (patience scaled with it), one line per variant", fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig

@@ -13,7 +13,7 @@ import json
 import math
 from typing import Any
 
-from mechmem.papers.memorisation.figures import plot_convergence, plot_scaling
+from mechmem.papers.memorisation.figures import ScheduleSeries, plot_convergence, plot_scaling
 from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
 from mechmem.papers.memorisation.page_constructions import constructions_headline, constructions_sections
 from mechmem.papers.memorisation.page_published import (
@@ -309,30 +309,43 @@ def variants_section(record: dict[str, Any]) -> Section:
         "s ",
     ]
     section = Section("variants", _variants_title(record), lines=lines, tables=[Table(headers, rows)])
-    points = _convergence_points(record)
-    if points:
+    series = convergence_series(record)
+    if series:
         pub = record["published"].get("anchor_no_mlp_mean")
         section.add_figure(
-            "convergence", plot_convergence(points, published=float(pub["value"]) if pub else None)
+            "convergence", plot_convergence(series, published=float(pub["value"]) if pub else None)
         )
     return section
 
 
-def _convergence_points(record: dict[str, Any]) -> dict[str, list[tuple[int, int, int]]]:
-    """variant -> [(epoch cap, Any, All)] for variants with 2+ schedules (repeat 0; the anchor file too)."""
+def convergence_series(record: dict[str, Any]) -> list[ScheduleSeries]:
+    """The variants with 2+ schedules, with their capacities per epoch cap (repeat 0; the anchor file too)."""
     d = record["table"][0]["d"]
     base = [r for r in record["table"] if r.get("repeat", 0) == 0]
     other = [r for r in record.get("other_schedules", []) if r["d"] == d and r.get("repeat", 0) == 0]
     anchor = [record["anchor"]] if record.get("anchor") else []
-    points: dict[str, dict[int, tuple[int, int, int]]] = {}
+    cells: dict[str, dict[int, dict[str, Any]]] = {}
     for r in base + other + anchor:
         if r["schedule"]["target_acc"] == record["schedule"]["target_acc"]:
-            points.setdefault(r["variant"], {})[r["schedule"]["max_epochs"]] = (
-                r["schedule"]["max_epochs"],
-                r["any"],
-                r["all"],
+            cells.setdefault(r["variant"], {})[r["schedule"]["max_epochs"]] = r
+    series = []
+    for variant, by_cap in cells.items():
+        if len(by_cap) < 2:
+            continue
+        rows = [by_cap[cap] for cap in sorted(by_cap)]
+        config = rows[0]["config"]
+        series.append(
+            ScheduleSeries(
+                variant=variant,
+                mixing=config["mixing"],
+                mlp=config["mlp"],
+                norms=config["norms"],
+                epochs=tuple(sorted(by_cap)),
+                any=tuple(r["any"] for r in rows),
+                all=tuple(r["all"] for r in rows),
             )
-    return {v: sorted(p.values()) for v, p in points.items() if len(p) >= 2}
+        )
+    return series
 
 
 def _e7(record: dict[str, Any]) -> dict[str, dict[int, int]]:
