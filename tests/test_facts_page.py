@@ -210,6 +210,48 @@ def test_searches_still_running_show_their_ended_criteria_beside_e7():
     assert not [x for x in commands_section(dict(base, scaling_running=[])).lines if "still running" in x]
 
 
+def test_e7_fits_use_the_finished_sizes_at_e7_schedule_beside_the_authors_same_d():
+    """With two finished sizes at E7's schedule a model gets its two-point exponent beside the authors' E7
+    over the same d and the secant exponent of d^2 / ln d (computed here by hand); a model whose second size
+    still runs, or that ran it only at a capped schedule, gets none."""
+    from mechmem.papers.memorisation.page import e7_fits, facts_headline, scaling_section
+
+    base = json.loads((DOCS / "data" / "memorisation.json").read_text())
+    e7 = {v: {p["d"]: p["any"] for p in ps} for v, ps in base["published"]["e7_any"]["models"].items()}
+    simple, full = "2emb+mlp/relu", "attn+mlp+norms+bias+res/gelu"
+    templates = {
+        v: next(r for r in base["scaling"] if r["d"] == 16 and r["variant"] == v) for v in (simple, full)
+    }
+
+    def row(variant, d, any_, epochs):
+        t = templates[variant]
+        return dict(
+            t, d=d, any=any_, schedule=dict(t["schedule"], max_epochs=epochs, patience=5_000), trainings=3
+        )
+
+    rows = [row(simple, 16, 800, 50_000), row(simple, 32, 3000, 100_000), row(full, 16, 700, 50_000)]
+    record = dict(base, scaling=[], scaling_other=rows, scaling_running=[row(full, 32, None, 100_000)])
+    (fit,) = e7_fits(record)
+    k = math.log(3000 / 800) / math.log(2)
+    k_e7 = math.log(e7[simple][32] / e7[simple][16]) / math.log(2)
+    law = 2 - math.log(math.log(32) / math.log(16)) / math.log(2)
+    a = math.sqrt(800 / (16**2 / math.log(16)) * 3000 / (32**2 / math.log(32)))
+    assert fit.model == simple and fit.ours.d == [16, 32]
+    assert fit.ours.k == pytest.approx(k) and fit.authors.k == pytest.approx(k_e7)
+    assert fit.ours.a == pytest.approx(a) and fit.law_exponent == pytest.approx(law)
+    headline = " ".join(facts_headline(record))
+    assert (
+        f"free exponent over d = 16 .. 32: {k:.2f} [E7 {k_e7:.2f}; d^2 / ln d itself {law:.2f}]" in headline
+    )
+    assert headline.count("free exponent") == 1
+    assert any(
+        line.startswith("At the authors' E7 schedule, simple model") for line in scaling_section(record).lines
+    )
+    # The same size at a capped schedule is no E7 point.
+    capped = dict(record, scaling_other=[rows[0], row(simple, 32, 3000, 5_000), rows[2]])
+    assert e7_fits(capped) == []
+
+
 def test_longer_schedules_are_shown_beside_the_base_ones(record):
     # Each variant's row carries the Any / Most / All of its longest other schedule, with that schedule named.
     page = (DOCS / "memorisation.md").read_text()

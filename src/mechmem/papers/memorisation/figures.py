@@ -37,6 +37,30 @@ def plot_scaling(fits: dict[str, ScalingFit], *, ceiling_per_d2: float = 4.0) ->
     return fig
 
 
+def plot_e7_scaling(ours: dict[str, ScalingFit], authors: dict[str, ScalingFit]) -> Any:
+    """Any at the authors' E7 schedule against d, ours (filled, solid) beside the authors' E7 (open, dashed),
+    one colour per model, with the law a d^2 / ln d at the authors' fitted a (dotted)."""
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for i, label in enumerate(dict.fromkeys([*ours, *authors])):
+        colour = f"C{i % 10}"
+        if label in ours:
+            ax.plot(ours[label].d, ours[label].capacity, "o-", color=colour, label=f"{label} (ours)")
+        if label in authors:
+            fit = authors[label]
+            ax.plot(fit.d, fit.capacity, "s--", color=colour, mfc="none", label=f"{label} (authors' E7)")
+            grid = np.geomspace(min(fit.d), max(fit.d), 50)
+            ax.plot(grid, fit.a * grid**2 / np.log(grid), ":", color=colour, lw=0.8)
+    ax.plot([], [], "k:", lw=0.8, label="a d^2 / ln d (authors' a)")
+    ax.set(
+        xscale="log", yscale="log", xlabel="d (n_in = 2d, d_model = d_mlp = n_out = d)", ylabel="facts stored"
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_title("Any at E7's schedule of each d", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def plot_sweep(sweep: dict[str, Any]) -> Any:
     """Heatmap of the published construction's accuracy over S x top_fraction (a `SweepResult` dict)."""
     fig, ax = plt.subplots(figsize=(7, 3.6))

@@ -11,9 +11,15 @@ Long because it is one page: each function renders one section of it from the ru
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from mechmem.papers.memorisation.figures import ScheduleSeries, plot_convergence, plot_scaling
+from mechmem.papers.memorisation.figures import (
+    ScheduleSeries,
+    plot_convergence,
+    plot_e7_scaling,
+    plot_scaling,
+)
 from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
 from mechmem.papers.memorisation.page_constructions import constructions_headline, constructions_sections
 from mechmem.papers.memorisation.page_published import (
@@ -183,18 +189,52 @@ def facts_headline(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _at_e7(record: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
+    """Scaling model -> d -> its row at the authors' E7 schedule for that d (searches still running too)."""
+    every = record["scaling"] + record.get("scaling_other", []) + record.get("scaling_running", [])
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in every:
+        if _e7_schedule(record, r["d"]) == (r["schedule"]["max_epochs"], r["schedule"]["patience"]):
+            out.setdefault(r["variant"], {})[r["d"]] = r
+    return out
+
+
+@dataclass(frozen=True)
+class E7Fit:
+    """One scaled model's Any at the E7 schedule over the d its searches finished, and the authors' E7 Any
+    fitted over the same d (None where E7 lacks one of them)."""
+
+    model: str
+    ours: ScalingFit
+    authors: ScalingFit | None
+
+    @property
+    def law_exponent(self) -> float:
+        """The secant exponent of d^2 / ln d itself between the first and last d."""
+        lo, hi = self.ours.d[0], self.ours.d[-1]
+        return 2 - math.log(math.log(hi) / math.log(lo)) / math.log(hi / lo)
+
+
+def e7_fits(record: dict[str, Any]) -> list[E7Fit]:
+    """The scaled models with 2+ finished sizes at the E7 schedule, each fitted beside E7's values."""
+    e7, out = _e7(record), []
+    for variant, at in _at_e7(record).items():
+        ds = sorted(d for d, r in at.items() if r["any"] is not None)
+        if len(ds) < 2:
+            continue
+        pub = e7.get(variant, {})
+        authors = fit_scaling(ds, [pub[d] for d in ds]) if all(d in pub for d in ds) else None
+        out.append(E7Fit(variant, fit_scaling(ds, [at[d]["any"] for d in ds]), authors))
+    return out
+
+
 def _e7_scaling_line(record: dict[str, Any]) -> str:
     """The scaled models at the authors' E7 schedule of each d, Any beside E7's Any (searches still running
-    say so); empty when none ran at it."""
+    say so), and the free exponent where two sizes have finished; empty when none ran at it."""
     e7, parts = _e7(record), []
-    every = record["scaling"] + record.get("scaling_other", []) + record.get("scaling_running", [])
-    for variant, by_d in e7.items():
-        at = {
-            r["d"]: r
-            for r in every
-            if r["variant"] == variant
-            and _e7_schedule(record, r["d"]) == (r["schedule"]["max_epochs"], r["schedule"]["patience"])
-        }
+    fits = {f.model: f for f in e7_fits(record)}
+    for variant, at in _at_e7(record).items():
+        by_d = e7.get(variant, {})
         cells = []
         for d, r in sorted(at.items()):
             pub = by_d.get(d)
@@ -206,6 +246,12 @@ def _e7_scaling_line(record: dict[str, Any]) -> str:
             cells.append(
                 f"d = {d}: {r['any']}{vs}"
                 + (f" ({', '.join(c.capitalize() for c in rest)} still running)" if rest else "")
+            )
+        if fit := fits.get(variant):
+            theirs = f"E7 {fit.authors.k:.2f}; " if fit.authors else ""
+            cells.append(
+                f"free exponent over d = {fit.ours.d[0]} .. {fit.ours.d[-1]}: {fit.ours.k:.2f}"
+                f" [{theirs}d^2 / ln d itself {fit.law_exponent:.2f}]"
             )
         if cells:
             parts.append(f"{SCALING_LABELS.get(variant, variant)} model " + "; ".join(cells))
@@ -423,6 +469,7 @@ def scaling_section(record: dict[str, Any]) -> Section:
         )
     lines += [f"{name}: S = {f.a:.2f} d^2 / ln d (free: {f.b:.2f} d^{f.k:.2f})" for name, f in fits.items()]
     lines += _published_scaling_lines(record)
+    lines += [_e7_fit_line(f) for f in e7_fits(record)]
     headers = ["model", "d", "epochs / patience", "Any", "Most", "All", "ceiling", "E7 Any", "vs E7", "s"]
     caption = (
         f"E7 Any: {record['published']['e7_any']['source']} (one run per d; source lines in"
@@ -447,7 +494,32 @@ def scaling_section(record: dict[str, Any]) -> Section:
         section.add_figure(
             "capacity", plot_scaling({SCALING_LABELS.get(k, k): f for k, f in any_fits.items()})
         )
+    ours = {SCALING_LABELS.get(f.model, f.model): f.ours for f in e7_fits(record)}
+    if ours:
+        authors = {}
+        for name, by_d in _e7(record).items():
+            ds = sorted(by_d)
+            authors[SCALING_LABELS.get(name, name)] = fit_scaling(ds, [by_d[d] for d in ds])
+        section.add_figure("e7", plot_e7_scaling(ours, authors))
     return section
+
+
+def _e7_fit_line(fit: E7Fit) -> str:
+    """One model's fit at the E7 schedule beside the authors' E7 values fitted over the same d."""
+    ours, lo, hi = fit.ours, fit.ours.d[0], fit.ours.d[-1]
+    name = SCALING_LABELS.get(fit.model, fit.model)
+    line = (
+        f"At the authors' E7 schedule, {name} model, Any over d = {lo} .. {hi}:"
+        f" {' -> '.join(f'{c:g}' for c in ours.capacity)}, S = {ours.a:.2f} d^2 / ln d (free: {ours.b:.2f}"
+        f" d^{ours.k:.2f})"
+    )
+    if fit.authors:
+        a = fit.authors
+        line += (
+            f" [the authors' E7 over the same d: {' -> '.join(f'{c:g}' for c in a.capacity)}, S = {a.a:.2f}"
+            f" d^2 / ln d (free: {a.b:.2f} d^{a.k:.2f})]"
+        )
+    return line + "."
 
 
 def benchmark_section(record: dict[str, Any]) -> Section:
