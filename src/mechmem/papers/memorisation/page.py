@@ -461,12 +461,13 @@ def _published_scaling_lines(record: dict[str, Any]) -> list[str]:
 def scaling_section(record: dict[str, Any]) -> Section:
     """Scaling records (mean over repeats) beside the authors' E7 values, fits and the figure."""
     fits = {k: ScalingFit.from_dict(v) for k, v in record["scaling_fits"].items()}
-    lines = [f"Fits use the base schedule ({short_schedule(record['schedule'])}) only."]
+    first = f"The first fits use the base schedule ({short_schedule(record['schedule'])})."
     if not is_published_schedule(record, record["schedule"]):
-        lines[0] += (
-            " That schedule is capped: the fits are a sensitivity check (lower bounds), not comparable with"
-            " the authors' E7 fits below, which ran at the E7 schedule."
+        first += (
+            " That schedule is capped: they are a sensitivity check (lower bounds), not comparable with the"
+            " authors' E7 values."
         )
+    lines = [first + " The fits at the authors' E7 schedule come last, beside E7's values over the same d."]
     lines += [f"{name}: S = {f.a:.2f} d^2 / ln d (free: {f.b:.2f} d^{f.k:.2f})" for name, f in fits.items()]
     lines += _published_scaling_lines(record)
     lines += [_e7_fit_line(f) for f in e7_fits(record)]
