@@ -214,7 +214,8 @@ def test_e7_fits_use_the_finished_sizes_at_e7_schedule_beside_the_authors_same_d
     """With two finished sizes at E7's schedule a model gets its two-point exponent beside the authors' E7
     over the same d and the secant exponent of d^2 / ln d (computed here by hand); a model whose second size
     still runs, or that ran it only at a capped schedule, gets none."""
-    from mechmem.papers.memorisation.page import e7_fits, facts_headline, scaling_section
+    from mechmem.papers.memorisation.e7 import e7_fits
+    from mechmem.papers.memorisation.page import facts_headline, scaling_section
 
     base = json.loads((DOCS / "data" / "memorisation.json").read_text())
     e7 = {v: {p["d"]: p["any"] for p in ps} for v, ps in base["published"]["e7_any"]["models"].items()}

@@ -4,23 +4,24 @@ Every number here is read or computed from the record (`records.collect`): the s
 constructions' capacity results and the published values (the package's `published.json`, copied into the
 record), which give each value's source and the exact sentence, table row or code line it is read from. The
 pair comparisons follow Appendix B (the outlier combination left out); the project's earlier inclusion is
-shown beside them. The constructions' sections are in `page_constructions`.
+shown beside them. The constructions' sections are in `page_constructions`; the E7 comparison's data and
+fits in `e7`.
 
 Long because it is one page: each function renders one section of it from the run record, in page order.
 """
 
 import json
 import math
-from dataclasses import dataclass
 from typing import Any
 
+from mechmem.papers.memorisation.e7 import E7Fit, authors_fits, e7_any, e7_fits, e7_schedule, rows_at_e7
 from mechmem.papers.memorisation.figures import (
     ScheduleSeries,
     plot_convergence,
     plot_e7_scaling,
     plot_scaling,
 )
-from mechmem.papers.memorisation.fits import ScalingFit, fit_scaling
+from mechmem.papers.memorisation.fits import ScalingFit
 from mechmem.papers.memorisation.page_constructions import constructions_headline, constructions_sections
 from mechmem.papers.memorisation.page_published import (
     MIXING_LABELS,
@@ -189,51 +190,12 @@ def facts_headline(record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _at_e7(record: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
-    """Scaling model -> d -> its row at the authors' E7 schedule for that d (searches still running too)."""
-    every = record["scaling"] + record.get("scaling_other", []) + record.get("scaling_running", [])
-    out: dict[str, dict[int, dict[str, Any]]] = {}
-    for r in every:
-        if _e7_schedule(record, r["d"]) == (r["schedule"]["max_epochs"], r["schedule"]["patience"]):
-            out.setdefault(r["variant"], {})[r["d"]] = r
-    return out
-
-
-@dataclass(frozen=True)
-class E7Fit:
-    """One scaled model's Any at the E7 schedule over the d its searches finished, and the authors' E7 Any
-    fitted over the same d (None where E7 lacks one of them)."""
-
-    model: str
-    ours: ScalingFit
-    authors: ScalingFit | None
-
-    @property
-    def law_exponent(self) -> float:
-        """The secant exponent of d^2 / ln d itself between the first and last d."""
-        lo, hi = self.ours.d[0], self.ours.d[-1]
-        return 2 - math.log(math.log(hi) / math.log(lo)) / math.log(hi / lo)
-
-
-def e7_fits(record: dict[str, Any]) -> list[E7Fit]:
-    """The scaled models with 2+ finished sizes at the E7 schedule, each fitted beside E7's values."""
-    e7, out = _e7(record), []
-    for variant, at in _at_e7(record).items():
-        ds = sorted(d for d, r in at.items() if r["any"] is not None)
-        if len(ds) < 2:
-            continue
-        pub = e7.get(variant, {})
-        authors = fit_scaling(ds, [pub[d] for d in ds]) if all(d in pub for d in ds) else None
-        out.append(E7Fit(variant, fit_scaling(ds, [at[d]["any"] for d in ds]), authors))
-    return out
-
-
 def _e7_scaling_line(record: dict[str, Any]) -> str:
     """The scaled models at the authors' E7 schedule of each d, Any beside E7's Any (searches still running
     say so), and the free exponent where two sizes have finished; empty when none ran at it."""
-    e7, parts = _e7(record), []
+    e7, parts = e7_any(record), []
     fits = {f.model: f for f in e7_fits(record)}
-    for variant, at in _at_e7(record).items():
+    for variant, at in rows_at_e7(record).items():
         by_d = e7.get(variant, {})
         cells = []
         for d, r in sorted(at.items()):
@@ -394,30 +356,17 @@ def convergence_series(record: dict[str, Any]) -> list[ScheduleSeries]:
     return series
 
 
-def _e7(record: dict[str, Any]) -> dict[str, dict[int, int]]:
-    """Scaling model -> d -> the authors' E7 Any (published values file)."""
-    models = record["published"]["e7_any"]["models"]
-    return {name: {p["d"]: p["any"] for p in points} for name, points in models.items()}
-
-
-def _e7_schedule(record: dict[str, Any], d: int) -> tuple[int, int] | None:
-    """(epochs per lr phase, patience) of the authors' E7 at d, or None for a d E7 did not run."""
-    pub = record["published"]["scaling_schedule"]["value"]
-    epochs = pub["max_epochs"].get(str(d))
-    return (epochs, pub["patience"]) if epochs else None
-
-
 def _scaling_rows(record: dict[str, Any]) -> list[list[Any]]:
     """One row per scaling record (every schedule) and per search still running, with the authors' E7 Any at
     its d beside it."""
-    e7, rows = _e7(record), []
+    e7, rows = e7_any(record), []
     every = record["scaling"] + record.get("scaling_other", []) + record.get("scaling_running", [])
     for r in sorted(
         every,
         key=lambda r: (r["variant"] not in SCALING_LABELS, r["variant"], r["d"], r["schedule"]["max_epochs"]),
     ):
         pub = e7.get(r["variant"], {}).get(r["d"])
-        at_e7 = _e7_schedule(record, r["d"]) == (r["schedule"]["max_epochs"], r["schedule"]["patience"])
+        at_e7 = e7_schedule(record, r["d"]) == (r["schedule"]["max_epochs"], r["schedule"]["patience"])
         vs = "-"
         if pub and r["any"] is not None:
             vs = f"{100 * (r['any'] / pub - 1):+.0f}%" if at_e7 else "capped: lower bound"
@@ -442,11 +391,10 @@ def _scaling_rows(record: dict[str, Any]) -> list[list[Any]]:
 def _published_scaling_lines(record: dict[str, Any]) -> list[str]:
     """The authors' E7 Any fitted by our code, and the published law (no fitted exponent for these models)."""
     lines = []
-    for name, by_d in _e7(record).items():
-        ds = sorted(by_d)
-        f = fit_scaling(ds, [by_d[d] for d in ds])
+    for name, f in authors_fits(record).items():
+        label = SCALING_LABELS.get(name, name)
         lines.append(
-            f"The authors' E7 Any, {SCALING_LABELS.get(name, name)} model, d = {ds[0]} .. {ds[-1]}, fitted by"
+            f"The authors' E7 Any, {label} model, d = {f.d[0]} .. {f.d[-1]}, fitted by"
             f" the same code: S = {f.a:.2f} d^2 / ln d (free: {f.b:.2f} d^{f.k:.2f})."
         )
     law, ce = record["published"]["scaling_law"], record["published"]["construction_exponents"]["value"]
@@ -497,10 +445,7 @@ def scaling_section(record: dict[str, Any]) -> Section:
         )
     ours = {SCALING_LABELS.get(f.model, f.model): f.ours for f in e7_fits(record)}
     if ours:
-        authors = {}
-        for name, by_d in _e7(record).items():
-            ds = sorted(by_d)
-            authors[SCALING_LABELS.get(name, name)] = fit_scaling(ds, [by_d[d] for d in ds])
+        authors = {SCALING_LABELS.get(name, name): f for name, f in authors_fits(record).items()}
         section.add_figure("e7", plot_e7_scaling(ours, authors))
     return section
 
