@@ -66,7 +66,7 @@ def test_the_stage_stops_at_the_first_look_when_the_gap_is_shown_absent():
     assert circuit.edge_decision.stopped == "no behaviour"
     assert circuit.edge_decision.looks == (64,)
     assert circuit.criteria()["behaviour"] == "no"  # judged again by the criteria stage, on held-out prompts
-    assert "gap was shown absent" in circuit.undecided_edges()
+    assert "gap was shown smaller than 1.0 in size (corrected interval [" in circuit.undecided_edges()
     # a model with the behaviour runs the stage as before
     planted, _ = decided_circuit(planted_induction_model(), None, seed=0)
     assert planted.edge_decision.stopped == "settled" and planted.verdict == "yes"

@@ -125,3 +125,58 @@ def planted_induction_model(d_vocab: int = 12, n_ctx: int = 24, *, strength: flo
         a1.W_Q[2, layout.pos, :n_ctx] = c * eye_t
         a1.W_K[2, layout.pos, :n_ctx] = c * eye_t
     return model
+
+
+def planted_split_model(
+    movers: int = 4, readers: int = 6, d_vocab: int = 12, half: int = 8, *, suppressor: float = 0.0
+) -> torch.nn.Module:
+    """A 2-layer attention-only model whose one job is split over several heads, for the repeats pair [r, r]
+    with |r| = `half` (the answer r[-1] read at position 2 half - 2).
+
+    Layer 0: heads 0 .. movers - 1 each attend from position t to t - (half - 1) (by position) and write a
+    1/movers share of that token into the MID block (`PlantedLayout.prev`). Layer 1: heads 0 .. readers - 1
+    each attend to themselves and copy a 1/readers share of MID into OUT, which W_U reads. So every
+    mover -> reader edge carries 1 / (movers x readers) of the logit difference (about 4% at 4 x 6: no edge
+    alone carries 5% of it), while each mover carries 1 / movers of it jointly. With `suppressor` > 0, layer 1
+    head `readers` writes -suppressor x MID into OUT: a circuit without it overshoots the full model.
+
+    Example:
+        >>> import mechmem, torch
+        >>> from mechmem.analysis.planted import planted_split_model
+        >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
+        >>> pair = task.patching_pair(8, generator=torch.Generator().manual_seed(0))
+        >>> logits = planted_split_model()(pair.clean)[:, -2]
+        >>> bool((logits.argmax(-1) == pair.correct).all())
+        True
+    """
+    n_ctx, n_heads = 2 * half, max(movers, readers + (suppressor > 0))
+    layout = PlantedLayout(d_vocab, n_ctx)
+    config = TransformerConfig(
+        n_layers=2,
+        d_model=layout.d_model,
+        n_heads=n_heads,
+        d_head=layout.d_head,
+        d_vocab=d_vocab,
+        n_ctx=n_ctx,
+    )
+    model = build_transformer(config, generator=torch.Generator().manual_seed(0))
+    eye_v, eye_t, c, offset = torch.eye(d_vocab), torch.eye(n_ctx), 10.0, half - 1
+    with torch.no_grad():
+        for param in model.parameters():
+            param.zero_()
+        model.embed.W_E[:, layout.tok] = eye_v
+        model.pos_embed.W_pos[:, layout.pos] = eye_t
+        model.unembed.W_U[layout.out, :] = c * eye_v
+        a0, a1 = model.blocks[0].attn, model.blocks[1].attn
+        for j in range(movers):
+            a0.W_Q[j, layout.pos, :n_ctx] = c * eye_t
+            a0.W_K[j, layout.pos.start : layout.pos.stop - offset, offset:n_ctx] = c * eye_t[offset:, offset:]
+            a0.W_V[j, layout.tok, :d_vocab] = eye_v
+            a0.W_O[j, :d_vocab, layout.prev] = eye_v / movers
+        weights = [1.0 / readers] * readers + ([-suppressor] if suppressor > 0 else [])
+        for i, weight in enumerate(weights):
+            a1.W_Q[i, layout.pos, :n_ctx] = c * eye_t
+            a1.W_K[i, layout.pos, :n_ctx] = c * eye_t
+            a1.W_V[i, layout.prev, :d_vocab] = eye_v
+            a1.W_O[i, :d_vocab, layout.out] = weight * eye_v
+    return model

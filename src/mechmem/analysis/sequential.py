@@ -135,6 +135,19 @@ patch's."""
 
 
 @dataclass(frozen=True)
+class Band:
+    """A two-sided threshold: a test is "yes" when its corrected interval lies inside [lower, upper] and "no"
+    when it lies wholly below `lower` or wholly above `upper`."""
+
+    lower: float
+    upper: float
+
+    def __post_init__(self) -> None:
+        if not self.lower < self.upper:
+            raise ValueError(f"a band needs lower < upper, got [{self.lower}, {self.upper}]")
+
+
+@dataclass(frozen=True)
 class FamilyDecision:
     """One family of tests after the last look: every tensor has the family's shape."""
 
@@ -167,6 +180,8 @@ class FamilyDecision:
     units: Tensor | None = None
     """Per test, the units it was judged on where that differs between tests (frozen tests,
     `decide(freeze=)`); None: `n` for every test."""
+    ceiling: float | None = None
+    """The upper end of a `Band` threshold (`threshold` is its lower end); None for a one-sided test."""
 
     def __post_init__(self) -> None:
         shape = self.mean.shape
@@ -229,6 +244,7 @@ class FamilyDecision:
             "axes": list(self.axes),
             "threshold": plain(self.threshold.double()),
             "absolute": self.absolute,
+            "ceiling": self.ceiling,
             "z": self.z,
             "n": self.n,
             "mean": plain(self.mean),
@@ -296,7 +312,7 @@ class Decision:
 
 def judge(
     moments: RatioMoments,
-    threshold: float | Tensor,
+    threshold: float | Tensor | Band,
     *,
     z: float,
     policy: DecisionPolicy,
@@ -306,11 +322,15 @@ def judge(
 ) -> FamilyDecision:
     """One family's intervals, verdicts, precision and n_needed from its accumulated moments at level z."""
     mean, se = moments.ratio().expand(moments.shape), moments.stderr().expand(moments.shape)
-    t = torch.as_tensor(threshold, dtype=torch.float64).expand_as(mean)
+    band = threshold if isinstance(threshold, Band) else None
+    t = torch.as_tensor(threshold if band is None else band.lower, dtype=torch.float64).expand_as(mean)
     support = moments.support.expand(moments.shape)
     testable = support >= policy.min_units
     low, high = mean - z * se, mean + z * se
-    if absolute:
+    if band is not None:
+        yes, no = (low >= band.lower) & (high <= band.upper), (high < band.lower) | (low > band.upper)
+        distance = torch.minimum((mean - band.lower).abs(), (mean - band.upper).abs())
+    elif absolute:
         yes, no = (low >= t) | (high <= -t), (high < t) & (low > -t)
         distance = (mean.abs() - t).abs()
     else:
@@ -339,6 +359,7 @@ def judge(
         (z * se <= policy.precision) & testable,
         needed,
         axes,
+        ceiling=None if band is None else band.upper,
     )
 
 
@@ -372,7 +393,7 @@ def no_open_tests(families: Mapping[str, FamilyDecision]) -> bool:
 
 def decide(
     draw: Draw,
-    thresholds: Mapping[str, float | Tensor],
+    thresholds: Mapping[str, float | Tensor | Band],
     *,
     policy: DecisionPolicy,
     generator: torch.Generator,
@@ -387,7 +408,8 @@ def decide(
     Args:
         draw: (new units, generator) -> per family, `RatioMoments` of the new units' values, each of the
             family's fixed shape of tests.
-        thresholds: per family, its threshold (a float, or a tensor broadcasting to the family's shape).
+        thresholds: per family, its threshold (a float, a tensor broadcasting to the family's shape, or a
+            `Band` for a two-sided test).
         policy: the looks, the level and the precision target.
         generator: handed to every `draw`, so a decision is a function of its seed.
         absolute: families judged on |value| (e.g. a gap whose sign is not known in advance).
@@ -464,6 +486,7 @@ __all__ = [
     "UNDECIDED",
     "VERDICTS",
     "YES",
+    "Band",
     "Decision",
     "DecisionPolicy",
     "Draw",

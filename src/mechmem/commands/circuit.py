@@ -67,6 +67,10 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         f"deciding the circuit's edges and verdict ({args.ablation} ablation, rounds of {policy.first} to "
         f"{policy.budget} prompts)"
     ):
+        roles = {
+            h.name: h.role
+            for h in head_roles(ckpt.model, ckpt.task, n=args.role_samples, seed=args.seed).heads
+        }
         circuit, source = decided_circuit(
             ckpt.model,
             ckpt.task,
@@ -76,9 +80,10 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
             share=args.share,
             max_exact=args.max_exact,
             with_attribution=args.attribution,
+            heads=[name for name, role in roles.items() if role != "none"],
         )
     record = {"task": ckpt.task_name, "pair": source, "seed": args.seed, **circuit.to_dict()}
-    print("\n".join([f"{ckpt.task_name}:", *summary_lines(circuit, source)]))
+    print("\n".join([f"{ckpt.task_name}:", *summary_lines(circuit, source, roles)]))
     reference = torch.Generator().manual_seed(args.seed + 1)  # not the prompts' own draw (`circuit_prompts`)
     pair, _ = circuit_prompts(ckpt.model, ckpt.task, policy.first, args.seed)  # the first round's prompts
     fit = prompt_fit(ckpt.model, ckpt.task, pair, generator=reference, source=source)
@@ -89,9 +94,8 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         print("EAP vs exact: " + ", ".join(f"{k} {v:.3f}" for k, v in agree.items()))
     table = edge_table(circuit)
     cli.print_table(table.rows, table.headers)
-    roles = head_roles(ckpt.model, ckpt.task, n=args.role_samples, seed=args.seed)
-    record["roles"] = {h.name: h.role for h in roles.heads}
-    return {"circuit.json": record, "circuit.png": plot_circuit(circuit, record["roles"])}
+    record["roles"] = roles
+    return {"circuit.json": record, "circuit.png": plot_circuit(circuit, roles)}
 
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:

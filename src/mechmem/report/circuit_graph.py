@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from mechmem.analysis.circuits import ABLATION_TEXT, build_graph
-from mechmem.analysis.circuits.decided import decided_circuit
+from mechmem.analysis.circuits.decided import SELECTION_BAND, decided_circuit
 from mechmem.analysis.circuits.discovery import circuit_prompts
 from mechmem.analysis.circuits.record import CONFIDENCE, Circuit
 from mechmem.analysis.distribution import prompt_fit
@@ -181,6 +181,13 @@ def selection_words(circuit: Circuit) -> str:
             f"(-{circuit.threshold}, {circuit.threshold}), over {circuit.edge_decision.n} prompts: "
             + ", ".join(f"{counts[v]} {v}" for v in ("in", "out", "undecided", "untested") if counts[v])
         )
+        joint = 0 if circuit.joint is None else int(circuit.joint.sum())
+        if joint:
+            band = SELECTION_BAND
+            how += (
+                f"; {joint} more kept jointly (removing them takes the faithfulness of what remains out of "
+                f"[{band.lower}, {band.upper}] on those prompts)"
+            )
     elif circuit.threshold is not None:
         how = f"every edge with |score| >= {circuit.threshold} x |gap|"
     else:
@@ -191,14 +198,40 @@ def selection_words(circuit: Circuit) -> str:
     return how
 
 
-def summary_lines(circuit: Circuit, source: str) -> list[str]:
-    """The section's findings in words: pair, ablation, method, the circuit, its measures and the verdict."""
+def left_out_lines(circuit: Circuit, roles: dict[str, str] | None = None) -> list[str]:
+    """One line per head the role step names that the circuit leaves out, with its measured reason."""
+    roles = roles or {}
+    return [
+        f"Roles and circuit disagree: {h.head}"
+        + (f" ({roles[h.head]})" if h.head in roles else "")
+        + f" is named by the role step but not in the circuit: {h.reason()}."
+        for h in circuit.left_out
+    ]
+
+
+def summary_lines(circuit: Circuit, source: str, roles: dict[str, str] | None = None) -> list[str]:
+    """The section's findings in words: pair, ablation, method, the circuit, its measures and the verdict;
+    with the role step's `roles` (head name -> role), the named heads the circuit leaves out."""
     v, rule, ci = circuit.values, CONFIDENCE, circuit.intervals
     kept = ", ".join(circuit.edge_names()) or "none"
     how = selection_words(circuit)
+    unreadable = circuit.unreadable()
 
     def interval(name: str) -> str:
         return f" [{ci[name][0]:.3f}, {ci[name][1]:.3f}]" if name in ci else ""
+
+    def ratio(name: str) -> str:
+        if unreadable.get(name):
+            return f"{name}: not measurable here ({unreadable[name]})"
+        return f"{name} {getattr(circuit, name):.3f}{interval(name)}"
+
+    faithful = f"faithful {circuit.criteria()['faithful']}: interval vs [{rule['min_faithfulness']}, "
+    faithful += f"{rule['max_faithfulness']}]"
+    if circuit.overshoots():
+        faithful += (
+            " (the circuit overshoots: alone it does more than the full model, so something outside it "
+            "suppresses the behaviour)"
+        )
 
     crit = circuit.criteria()
     check = circuit.attribution_check
@@ -223,22 +256,22 @@ def summary_lines(circuit: Circuit, source: str) -> list[str]:
         ),
         f"Circuit: {int(circuit.kept.sum())} of {len(circuit.graph.edges)} edges ({how}): {kept}.",
         (
-            f"Faithfulness {circuit.faithfulness:.3f}{interval('faithfulness')} (circuit {v['circuit']:.3f}, "
-            f"full model {v['full']:.3f}, every edge ablated {v['empty']:.3f}); completeness "
-            f"{circuit.completeness:.3f}{interval('completeness')} (circuit's edges ablated: "
-            f"{v['complement']:.3f}); gap {circuit.gap:.3f}{interval('gap')}. "
+            f"{ratio('faithfulness').capitalize()} (circuit {v['circuit']:.3f}, "
+            f"full model {v['full']:.3f}, every edge ablated {v['empty']:.3f}); {ratio('completeness')} "
+            f"(circuit's edges ablated: {v['complement']:.3f}); gap {circuit.gap:.3f}{interval('gap')}. "
             "Brackets: marginal 95% interval over the prompts; the verdict is judged on intervals corrected "
             "for the three criteria and every look (docs/decisions.md)."
         ),
         (
             f"Confident: {circuit.verdict} (behaviour {crit['behaviour']}: |gap| interval vs >= "
-            f"{rule['min_gap']}; faithful {crit['faithful']}: interval vs >= {rule['min_faithfulness']}; "
+            f"{rule['min_gap']}; {faithful}; "
             f"complete {crit['complete']}: interval vs >= {rule['min_faithfulness']}; "
             f"sparse {crit['sparse']}: at most {rule['max_edge_fraction']:.0%} of the edges)"
             f"{'; ' + circuit.undecided() if circuit.undecided() else ''}"
             f"{'; ' + circuit.undecided_edges() if circuit.undecided_edges() else ''}. "
             f"Time {circuit.timings['total']:.2f} s."
         ),
+        *left_out_lines(circuit, roles),
         *agreed,
     ]
 
@@ -248,14 +281,15 @@ def edges_section(ctx: Any) -> Section:
     s = Section("edges", "Circuit: edges between components")
     try:
         build_graph(ctx.model)  # the reason to skip, before any data is drawn
-        circuit, source = decided_circuit(ctx.model, ctx.task, seed=ctx.seed, ablation="mean")
+        roles = {h.name: h.role for h in ctx.roles.heads}
+        named = [name for name, role in roles.items() if role != "none"]
+        circuit, source = decided_circuit(ctx.model, ctx.task, seed=ctx.seed, ablation="mean", heads=named)
     except (MechmemError, NotImplementedError) as exc:
         s.skipped = str(exc)
         return s
-    roles = {h.name: h.role for h in ctx.roles.heads}
     s.findings = circuit.to_dict()
     s.findings["pair"] = source
-    s.lines += summary_lines(circuit, source)
+    s.lines += summary_lines(circuit, source, roles)
     pair, _ = circuit_prompts(
         ctx.model, ctx.task, CIRCUIT_POLICY.first, ctx.seed
     )  # the first round's prompts
@@ -268,4 +302,12 @@ def edges_section(ctx: Any) -> Section:
     return s
 
 
-__all__ = ["edge_table", "edges_section", "graph_view", "plot_circuit", "selection_words", "summary_lines"]
+__all__ = [
+    "edge_table",
+    "edges_section",
+    "graph_view",
+    "left_out_lines",
+    "plot_circuit",
+    "selection_words",
+    "summary_lines",
+]

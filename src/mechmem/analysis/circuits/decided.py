@@ -31,22 +31,27 @@ from mechmem.analysis.circuits.discovery import (
     score_edges,
 )
 from mechmem.analysis.circuits.edges import EdgePatcher, Graph, build_graph
-from mechmem.analysis.circuits.record import CRITERIA, THRESHOLDS, Circuit
-from mechmem.analysis.intervals import RatioMoments, standard_error
+from mechmem.analysis.circuits.record import CRITERIA, THRESHOLDS, Circuit, LeftOut
+from mechmem.analysis.intervals import Z_95, RatioMoments, standard_error
 from mechmem.analysis.options import EDGE_SHARE
 from mechmem.analysis.sequential import (
     CIRCUIT_POLICY,
     NO,
     YES,
+    Band,
     Decision,
     DecisionPolicy,
     decide,
     judge,
     no_open_tests,
 )
+from mechmem.tasks.base import PatchingPair
 
 FAMILIES = 1 + len(CRITERIA)
 """The circuit analysis's families of tests: `edge` and the three measured criteria (alpha split equally)."""
+SELECTION_BAND = Band(0.9, 1.1)
+"""Edges are removed while the faithfulness of what remains, on the edge stage's prompts, stays inside this
+band (`select_edges`); fixed before the rule's first run (docs/decisions.md)."""
 
 
 def stage_policy(policy: DecisionPolicy, families: int) -> DecisionPolicy:
@@ -73,6 +78,8 @@ class EdgeStage:
     """The clean inputs mean ablation averages over (the first round's, or the caller's)."""
     screening: Any
     """The screening's `ScoredEdges` on graphs above `max_exact` (or with attribution), else None."""
+    pairs: tuple[PatchingPair, ...] = ()
+    """Every round's prompts, in order (what `select_edges` judges removals on)."""
 
     def scores(self) -> tuple[Tensor, Tensor]:
         """[edge] each edge's mean score and its standard error over the stage's prompts (where untested, the
@@ -143,6 +150,7 @@ def decide_edges(
         state["reference"] = pair.clean if reference is None else reference
     edges = [e for e, t in zip(graph.edges, tested.tolist()) if t]
     rounds: list[Tensor] = []
+    pairs: list[PatchingPair] = []
 
     def draw(k: int, gen: torch.Generator, measured: dict[str, Tensor]) -> dict[str, RatioMoments]:
         screened = state.pop("screened", None)
@@ -152,6 +160,7 @@ def decide_edges(
             return {"edge": RatioMoments.from_values(rounds[-1].T, screened)}
         pair, _ = circuit_pair(model, task, k, generator=gen)
         pair = pair.to(device)
+        pairs.append(pair)
         if state["reference"] is None:
             state["reference"] = pair.clean
         patcher = EdgePatcher(model, pair, ablation, reference=state["reference"], memory_mb=memory_mb)
@@ -183,8 +192,52 @@ def decide_edges(
         freeze=("edge",),
     )
     if state["absent"]:
-        decision = replace(decision, stopped="no behaviour")
-    return EdgeStage(graph, tested, decision, torch.cat(rounds, dim=1), state["reference"], screening)
+        gap = judge(state["gap"], THRESHOLDS["gap"], z=gap_z, policy=gap_policy, absolute=True, name="gap")
+        decision = replace(decision, stopped="no behaviour", info=decision.info | {"gap": gap.to_dict()})
+    values = torch.cat(rounds, dim=1)
+    return EdgeStage(graph, tested, decision, values, state["reference"], screening, tuple(pairs))
+
+
+def select_edges(
+    model: torch.nn.Module, stage: EdgeStage, *, ablation: str, memory_mb: float
+) -> tuple[Tensor, int]:
+    """[edge] bool: the circuit, every edge decided in plus those the kept set needs, and the circuit
+    evaluations it took (docs/decisions.md, "The circuit is what the kept set needs").
+
+    Starting from every edge, blocks of the other edges (untested first, then by |score|, smallest first)
+    are removed while the faithfulness of what remains, on the stage's prompts pooled, stays inside
+    `SELECTION_BAND`; a block that leaves it is halved, down to single edges, which then stay."""
+    sure, n_edges = stage.kept, len(stage.graph.edges)
+    if stage.decision.stopped == "no behaviour" or not stage.pairs or bool(sure.all()):
+        return sure.clone(), 0
+    fields = PatchingPair.__dataclass_fields__
+    pair = PatchingPair(*(torch.cat([getattr(p, name) for p in stage.pairs]) for name in fields))
+    patcher = EdgePatcher(model, pair, ablation, reference=stage.reference, memory_mb=memory_mb)
+    full, empty = _full_and_empty(patcher, n_edges).double().sum(1).tolist()
+    if full == empty:
+        return sure.clone(), 0
+    scores, _ = stage.scores()
+    order = sorted(
+        (i for i in range(n_edges) if not sure[i]),
+        key=lambda i: (bool(stage.tested[i]), abs(float(scores[i]))),
+    )
+    keep, evaluations = torch.ones(n_edges, dtype=torch.bool), 0
+
+    def remove(block: list[int]) -> None:
+        nonlocal evaluations
+        trial = keep.clone()
+        trial[block] = False
+        evaluations += 1
+        value = float(patcher.evaluate(trial[None]).double().sum())
+        if SELECTION_BAND.lower <= (value - empty) / (full - empty) <= SELECTION_BAND.upper:
+            keep[block] = False
+        elif len(block) > 1:
+            remove(block[: len(block) // 2])
+            remove(block[len(block) // 2 :])
+
+    if order:
+        remove(order)
+    return keep, evaluations
 
 
 def _full_and_empty(patcher: EdgePatcher, n_edges: int) -> Tensor:
@@ -203,23 +256,54 @@ def judge_circuit(
     policy: DecisionPolicy,
     ablation: str,
     memory_mb: float,
+    outgoing: Tensor | None = None,
 ) -> tuple[Decision, Tensor, str]:
     """The criteria stage: the circuit `kept` judged on rounds of new prompts at the criteria's alpha; the
-    decision, the per-prompt values [4 prompt] (full, empty, circuit, complement) and the pair's source."""
+    decision, the per-prompt values [4 + 2 h, prompt] (full, empty, circuit, complement, then per row of
+    `outgoing` [h, edge], the full model without those edges and the circuit with them) and the pair's
+    source."""
     device = next(model.parameters()).device
     rounds: list[Tensor] = []
     source: list[str] = []
+    every = torch.ones_like(kept)
+    masks = [every, ~every, kept, ~kept]
+    for row in outgoing if outgoing is not None else []:
+        masks += [every & ~row, kept | row]
 
     def draw(k: int, gen: torch.Generator) -> dict[str, RatioMoments]:
         pair, words = circuit_pair(model, task, k, generator=gen)
         source.append(words)
         patcher = EdgePatcher(model, pair.to(device), ablation, reference=reference, memory_mb=memory_mb)
-        every = torch.ones_like(kept)
-        rounds.append(patcher.evaluate(torch.stack([every, ~every, kept, ~kept])).detach().cpu())
-        return criteria_moments(rounds[-1])
+        rounds.append(patcher.evaluate(torch.stack(masks)).detach().cpu())
+        return criteria_moments(rounds[-1][:4])
 
     decision = judge_criteria(draw, stage_policy(policy, len(CRITERIA)), generator, stop_at_no=True)
     return decision, torch.cat(rounds, dim=1), source[0]
+
+
+def left_out_heads(circuit_heads: list[str], heads: list[str], graph: Any) -> tuple[list[str], Tensor]:
+    """The `heads` (node names) with no outgoing edge among `circuit_heads`' and, per such head, the [edge]
+    mask of its outgoing edges."""
+    names = {n.name for n in graph.nodes if n.kind == "head"}
+    out = [h for h in dict.fromkeys(heads) if h in names and h not in circuit_heads]
+    masks = torch.tensor([[e.sender.name == h for e in graph.edges] for h in out], dtype=torch.bool)
+    return out, masks.reshape(len(out), len(graph.edges))
+
+
+def measured_left_out(names: list[str], masks: Tensor, values: Tensor) -> tuple[LeftOut, ...]:
+    """Each left-out head's `LeftOut` from the criteria stage's per-prompt values (`judge_circuit`)."""
+    full, empty, circuit = values[0].double(), values[1].double(), values[2].double()
+    gap, found = full - empty, []
+
+    def interval(num: Tensor) -> tuple[float, float, float]:
+        m = RatioMoments.from_values(num, gap)
+        r, se = float(m.ratio()), float(m.stderr())
+        return (r, r - Z_95 * se, r + Z_95 * se)
+
+    for i, (name, mask) in enumerate(zip(names, masks)):
+        without, plus = values[4 + 2 * i].double(), values[5 + 2 * i].double()
+        found.append(LeftOut(name, int(mask.sum()), interval(full - without), interval(plus - circuit)))
+    return tuple(found)
 
 
 def decided_circuit(
@@ -235,6 +319,7 @@ def decided_circuit(
     with_attribution: bool = False,
     steps: int = EDGE_STEPS,
     reference: Tensor | None = None,
+    heads: list[str] | tuple[str, ...] = (),
 ) -> tuple[Circuit, str]:
     """The circuit whose edges and verdict are decided over rounds of prompts (docs/decisions.md), and the
     pair's source in words; `mechmem circuit` and the report call it with `CIRCUIT_POLICY`.
@@ -243,7 +328,10 @@ def decided_circuit(
         share: an edge is in when its share of the gap is decided >= share in size (`EDGE_SHARE`).
         max_exact, with_attribution, steps: which edges are tested on large graphs (`score_edges`).
         reference: the inputs mean ablation averages over (default: the first round's clean prompts).
-    `scores` and `stderr` are over the edge stage's prompts; values, intervals and `n` over the criteria's.
+        heads: head names (e.g. those the role step names); each one the circuit leaves out is measured on
+            the criteria's prompts and reported with the reason (`Circuit.left_out`).
+    The circuit is every edge decided in plus those the kept set needs (`select_edges`). `scores` and
+    `stderr` are over the edge stage's prompts; values, intervals and `n` over the criteria's.
 
     Long because it assembles one `Circuit` from both stages' records, whose fields are read in one place.
 
@@ -269,10 +357,23 @@ def decided_circuit(
         share=share,
         reference=reference,
     )
-    kept, mid = stage.kept, time.perf_counter()
+    kept, evaluations = select_edges(model, stage, ablation=ablation, memory_mb=memory_mb)
+    mid = time.perf_counter()
+    in_circuit = [e.sender.name for e, k in zip(stage.graph.edges, kept.tolist()) if k]
+    out_names, outgoing = left_out_heads(in_circuit, list(heads), stage.graph)
     decision, prompt_values, source = judge_circuit(
-        model, task, kept, stage.reference, generator, policy=policy, ablation=ablation, memory_mb=memory_mb
+        model,
+        task,
+        kept,
+        stage.reference,
+        generator,
+        policy=policy,
+        ablation=ablation,
+        memory_mb=memory_mb,
+        outgoing=outgoing,
     )
+    left_out = measured_left_out(out_names, outgoing, prompt_values)
+    prompt_values = prompt_values[:4]
     end = time.perf_counter()
     graph, screening, (scores, stderr) = stage.graph, stage.screening, stage.scores()
     method = "exact path patching of every edge"
@@ -294,12 +395,17 @@ def decided_circuit(
         timings={"edges": mid - start, "criteria": end - mid, "total": end - start},
         attribution_check=None if screening is None else screening.check,
         intervals=marginal_intervals(decision),
-        pruning={"search": "sequential edge tests", "evaluations": 0},
+        pruning={
+            "search": "sequential edge tests, then removal judged on what remains",
+            "evaluations": evaluations,
+        },
         decision=decision,
         discovery_n=stage.decision.n + (policy.first if screening is not None else 0),
         held_out=True,
         prompt_values=prompt_values,
         edge_decision=stage.decision,
+        joint=kept & ~stage.kept,
+        left_out=left_out,
     )
     return circuit, source
 
@@ -307,9 +413,13 @@ def decided_circuit(
 __all__ = [
     "EDGE_SHARE",
     "FAMILIES",
+    "SELECTION_BAND",
     "EdgeStage",
     "decide_edges",
     "decided_circuit",
     "judge_circuit",
+    "left_out_heads",
+    "measured_left_out",
+    "select_edges",
     "stage_policy",
 ]

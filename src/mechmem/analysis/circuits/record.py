@@ -14,19 +14,83 @@ from torch import Tensor
 from mechmem.analysis.circuits.edges import Graph
 from mechmem.analysis.frames import short_repr
 from mechmem.analysis.intervals import combine, normal_interval, verdict
-from mechmem.analysis.options import MIN_GAP
-from mechmem.analysis.sequential import VERDICTS, Decision
+from mechmem.analysis.options import EDGE_SHARE, MIN_GAP
+from mechmem.analysis.sequential import VERDICTS, Band, Decision
 
-CONFIDENCE = {"min_gap": MIN_GAP, "min_faithfulness": 0.8, "max_edge_fraction": 0.5}
-"""The rule for a confident circuit, judged on intervals (see the module docstring)."""
+CONFIDENCE = {
+    "min_gap": MIN_GAP,
+    "min_faithfulness": 0.8,
+    "max_faithfulness": 1.25,
+    "max_edge_fraction": 0.5,
+}
+"""The rule for a confident circuit, judged on intervals (see the module docstring): faithfulness inside
+[min_faithfulness, max_faithfulness] (1.25 = 1 / 0.8), completeness at least min_faithfulness."""
 CRITERIA = {"behaviour": "gap", "faithful": "faithfulness", "complete": "completeness"}
 """The measured criteria of `CONFIDENCE` and the family of the sequential decision each is judged on."""
 THRESHOLDS = {
     "gap": CONFIDENCE["min_gap"],
-    "faithfulness": CONFIDENCE["min_faithfulness"],
+    "faithfulness": Band(CONFIDENCE["min_faithfulness"], CONFIDENCE["max_faithfulness"]),
     "completeness": CONFIDENCE["min_faithfulness"],
 }
-"""Each family's threshold (the gap judged on |gap|)."""
+"""Each family's threshold (the gap judged on |gap|, faithfulness on a band)."""
+MAX_RATIO_WIDTH = 1.0
+"""A ratio whose marginal 95% interval is wider than this is printed as not measurable (docs/decisions.md)."""
+
+
+def not_measurable(
+    interval: tuple[float, float] | None, denominator: tuple[float, float] | None = None
+) -> str:
+    """Why a ratio with this marginal 95% `interval` (and its `denominator`'s) cannot be read, in words, or ""
+    when it can: the denominator's interval includes 0, the interval is wider than `MAX_RATIO_WIDTH`, or there
+    is no interval (docs/decisions.md, "Not measurable here")."""
+    if denominator is not None and not denominator[0] > 0 and not denominator[1] < 0:
+        return f"the gap's 95% interval [{denominator[0]:.3g}, {denominator[1]:.3g}] includes 0"
+    if interval is None or not all(map(math.isfinite, interval)):
+        return "no interval (too few prompts)"
+    if interval[1] - interval[0] > MAX_RATIO_WIDTH:
+        return f"its 95% interval [{interval[0]:.3g}, {interval[1]:.3g}] is wider than {MAX_RATIO_WIDTH}"
+    return ""
+
+
+def band_verdict(lower: float, upper: float, band: Band) -> str:
+    """ "yes" when [lower, upper] lies inside the band, "no" when wholly outside it, else "undecided"."""
+    if band.lower <= lower and upper <= band.upper:
+        return "yes"
+    if upper < band.lower or lower > band.upper:
+        return "no"
+    return "undecided"
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A head the role step names whose outgoing edges are all out of the circuit, and what they measure on
+    the criteria stage's prompts (docs/decisions.md, "Named heads the circuit leaves out")."""
+
+    head: str
+    """The head's node name (`L{layer}H{head}`)."""
+    edges: int
+    """Its outgoing edges in the graph."""
+    share: tuple[float, float, float]
+    """(value, lower, upper): their joint share of the gap in the full model, marginal 95% interval."""
+    added: tuple[float, float, float]
+    """(value, lower, upper): the faithfulness of the circuit with them minus the circuit's."""
+
+    def reason(self) -> str:
+        """The measured reason in words."""
+        share, added = self.share, self.added
+        words = (
+            f"its {self.edges} outgoing edges jointly carry {share[0]:.3f} [{share[1]:.3f}, {share[2]:.3f}]"
+        )
+        words += f" of the gap and add {added[0]:+.3f} [{added[1]:+.3f}, {added[2]:+.3f}] to the circuit's"
+        words += " faithfulness"
+        if share[1] > -EDGE_SHARE and share[2] < EDGE_SHARE:
+            return words + f" (less than {EDGE_SHARE} of the gap: it does not carry the behaviour here)"
+        if added[1] > -EDGE_SHARE and added[2] < EDGE_SHARE:
+            return words + " (the circuit already does its job without it: redundant with what is kept)"
+        return words
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"head": self.head, "edges": self.edges, "share": list(self.share), "added": list(self.added)}
 
 
 def edge_frame(
@@ -110,6 +174,12 @@ class Circuit:
     edge_decision: Decision | None = None
     """The sequential test of every tested edge's share of the gap (family "edge", one test per edge where
     `exact`, in graph order) when the edges were decided by the evidence (`decided_circuit`)."""
+    joint: Bool[Tensor, " edge"] | None = None
+    """Edges in the circuit that no share test put there: kept because removing them takes what remains out
+    of the selection band (`decided.select_edges`); None for a circuit chosen otherwise."""
+    left_out: tuple[LeftOut, ...] = ()
+    """The heads named by the role step (`decided_circuit(heads=...)`) that the circuit leaves out, each with
+    its measured reason."""
 
     def __post_init__(self) -> None:
         n = len(self.graph.edges)
@@ -152,7 +222,7 @@ class Circuit:
         complete = self.intervals.get("completeness", (self.completeness, self.completeness))
         return {
             "behaviour": verdict(low_gap, max(abs(gap[0]), abs(gap[1])), rule["min_gap"]),
-            "faithful": verdict(faith[0], faith[1], rule["min_faithfulness"]),
+            "faithful": band_verdict(*faith, THRESHOLDS["faithfulness"]),
             "sparse": sparse,
             "complete": verdict(complete[0], complete[1], rule["min_faithfulness"]),
         }
@@ -165,6 +235,28 @@ class Circuit:
     @property
     def confident(self) -> bool:
         return self.verdict == "yes"
+
+    def overshoots(self) -> bool:
+        """Whether the circuit alone does more than the full model: its faithfulness interval (corrected, or
+        marginal without a decision) lies wholly above the band."""
+        upper = CONFIDENCE["max_faithfulness"]
+        if self.decision is not None:
+            return bool(self.decision.families["faithfulness"].corrected_lower > upper)
+        return self.intervals.get("faithfulness", (self.faithfulness,))[0] > upper
+
+    def unreadable(self) -> dict[str, str]:
+        """Per ratio ("faithfulness", "completeness"), why it is not measurable here ("" when it is:
+        `not_measurable` of its marginal interval and the gap's)."""
+        gap = self.intervals.get("gap")
+        return {k: not_measurable(self.intervals.get(k), gap) for k in ("faithfulness", "completeness")}
+
+    def heads(self, which: Bool[Tensor, " edge"] | None = None) -> list[str]:
+        """The heads with an outgoing edge in `which` (default: the circuit), in graph order."""
+        which = self.kept if which is None else which
+        names = [
+            e.sender.name for e, k in zip(self.graph.edges, which.tolist()) if k and e.sender.kind == "head"
+        ]
+        return list(dict.fromkeys(names))
 
     def undecided(self) -> str:
         """Why the verdict is undecided, in words ("" when it is decided): at the budget, the prompts the
@@ -220,7 +312,17 @@ class Circuit:
             f"about {int(most)} would decide them" if math.isfinite(most) else "no number would decide all"
         )
         if self.edge_decision.stopped == "no behaviour":  # the stage stopped: docs/decisions.md
-            about = "sampling stopped: the gap was shown absent, no share of it to attribute"
+            gap = self.edge_decision.info.get("gap", {})
+            low, high = gap.get("corrected_lower"), gap.get("corrected_upper")
+            shown = (
+                f" (corrected interval [{low:.3g}, {high:.3g}])"
+                if low is not None and high is not None
+                else ""
+            )
+            about = (
+                "sampling stopped: the edge stage's gap was shown smaller than "
+                f"{CONFIDENCE['min_gap']} in size{shown}, no share of it to attribute"
+            )
         return (
             f"{len(open_)} edge(s) undecided at {self.edge_decision.n} prompts "
             f"({', '.join(self.graph.edges[i].name for i in open_)}); {about}"
@@ -228,11 +330,13 @@ class Circuit:
 
     def to_dataframe(self) -> Any:
         """One row per edge of the graph (`edge_frame`: `edge`, `name`, `sender`, `receiver`, `port`, `value`,
-        `stderr`, `lower`, `upper`, `exact`, `attribution`) plus `kept` (in the circuit), `decision`
+        `stderr`, `lower`, `upper`, `exact`, `attribution`) plus `kept` (in the circuit), `joint` (kept
+        only jointly: `Circuit.joint`), `decision`
         (`edge_verdicts`) and the share test's `share`, `share_lower`, `share_upper` (marginal 95%) and
         `n_needed` (`edge_shares`). The circuit's own measures are in `to_dict` and the repr."""
         frame = edge_frame(self.scores, self.stderr, self.exact, self.attribution, self.graph)
         frame["kept"] = self.kept.cpu().numpy()
+        frame["joint"] = (self.joint if self.joint is not None else torch.zeros_like(self.kept)).cpu().numpy()
         frame["decision"] = self.edge_verdicts()
         shares = self.edge_shares()
         for key, column in (("share", "share"), ("lower", "share_lower"), ("upper", "share_upper")):
@@ -245,8 +349,11 @@ class Circuit:
             "Circuit",
             f"{int(self.kept.sum())} of {len(self.kept)} edges kept",
             f"{self.ablation} ablation, {self.metric}",
-            f"faithfulness {self.faithfulness:.3f}, completeness {self.completeness:.3f}",
-            f"verdict {self.verdict}",
+            *(
+                f"{k} not measurable ({why})" if why else f"{k} {getattr(self, k):.3f}"
+                for k, why in self.unreadable().items()
+            ),
+            f"verdict {self.verdict}" + (" (overshoots)" if self.overshoots() else ""),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -265,6 +372,7 @@ class Circuit:
                 "stderr": float(self.stderr[i]),
                 "exact": bool(self.exact[i]),
                 "kept": bool(self.kept[i]),
+                "joint": bool(self.joint[i]) if self.joint is not None else False,
                 "decision": verdicts[i],
             }
             if self.edge_decision is not None and self.exact[i]:
@@ -278,6 +386,11 @@ class Circuit:
             **self.graph.to_dict(),
             "edges": edges,
             "circuit": self.edge_names(),
+            "heads": self.heads(),
+            "kept_jointly": self.edge_names(self.joint) if self.joint is not None else [],
+            "left_out": [h.to_dict() | {"reason": h.reason()} for h in self.left_out],
+            "not_measurable": {k: why for k, why in self.unreadable().items() if why},
+            "overshoots": self.overshoots(),
             "method": self.method,
             "ablation": self.ablation,
             "metric": self.metric,
