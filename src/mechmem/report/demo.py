@@ -180,7 +180,9 @@ def index_entry(data: dict[str, Any]) -> dict[str, Any]:
         "headline": data["headline"],
         "roles": sections["circuit"]["findings"].get("summary", ""),
         "verdict": found.get("verdict", "n/a"),
-        "faithfulness": found.get("faithfulness"),
+        "faithfulness": None
+        if found.get("not_measurable", {}).get("faithfulness")
+        else found.get("faithfulness"),
     }
 
 

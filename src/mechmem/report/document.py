@@ -181,8 +181,9 @@ def to_html(report: Report) -> str:
 
 def summary_rows(report: Report) -> list[tuple[str, str]]:
     """The verdicts that open a report, as (label, text): the named circuit, the MLP, the headline, the edge
-    circuit's verdict with faithfulness and completeness (and their intervals), a warning naming the sections
-    whose prompts are off the model's distribution (their `prompt_fit`), and the sections skipped."""
+    circuit's verdict with faithfulness and completeness (and their intervals, or why they are not
+    measurable), the named heads the circuit leaves out, a warning naming the sections whose prompts are off
+    the model's distribution (their `prompt_fit`), and the sections skipped."""
     found = {s.key: s for s in report.sections}
     rows = []
     circuit = found.get("circuit")
@@ -198,21 +199,29 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
         f, ci = edges.findings, edges.findings.get("intervals", {})
 
         def measure(name: str) -> str:
-            lo_hi = ci.get(name)
+            why, lo_hi = f.get("not_measurable", {}).get(name), ci.get(name)
+            if why:
+                return f"{name} not measurable here ({why})"
             return f"{name} {f[name]:.3f}" + (
                 f" [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else " (no interval)"
             )
 
         kept = len(f.get("circuit", []))
+        overshoots = "; the circuit overshoots the full model" if f.get("overshoots") else ""
         rows.append(
             (
                 "edge circuit",
                 (
                     f"confident: {f['verdict']}; {measure('faithfulness')}, {measure('completeness')}; "
-                    f"{kept} of {len(f.get('edges', []))} edges"
+                    f"{kept} of {len(f.get('edges', []))} edges{overshoots}"
                 ),
             )
         )
+        left_out = [f"{h['head']}: {h['reason']}" for h in f.get("left_out", [])]
+        if left_out:
+            rows.append(
+                ("roles and circuit disagree", "named but not in the circuit: " + "; ".join(left_out))
+            )
     off = [f"{s.key}: {s.findings['prompt_fit']['message']}" for s in report.sections if _off(s)]
     rows += [("prompts off the model's distribution", "; ".join(off))] if off else []
     skipped = [f"{s.key} ({s.skipped})" for s in report.sections if s.skipped]
