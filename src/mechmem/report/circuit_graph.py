@@ -156,7 +156,7 @@ def edge_table(circuit: Circuit, top: int = 12) -> Table:
                 float(shares["share"][i]),
                 float(shares["lower"][i]),
                 float(shares["upper"][i]),
-                verdicts[i],
+                verdicts[i] + (", kept jointly" if circuit.joint is not None and circuit.joint[i] else ""),
             ]
         else:
             row.append("yes" if circuit.kept[i] else "no")
