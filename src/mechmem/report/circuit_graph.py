@@ -148,14 +148,15 @@ def edge_table(circuit: Circuit, top: int = 12) -> Table:
     order = circuit.scores.abs().argsort(descending=True)[:top].tolist()
     eap, tested = circuit.attribution is not None, circuit.edge_decision is not None
     shares, verdicts = circuit.edge_shares(), circuit.edge_verdicts()
+    gap = circuit.intervals.get("gap", (circuit.gap, circuit.gap))
+    no_gap = gap[0] <= 0 <= gap[1]  # a share of a gap whose interval holds 0 is not measurable
     rows = []
     for i in order:
         row = [circuit.graph.edges[i].name, float(circuit.scores[i]), float(circuit.stderr[i])]
         if tested:
             row += [
-                float(shares["share"][i]),
-                float(shares["lower"][i]),
-                float(shares["upper"][i]),
+                "not measurable" if no_gap else float(shares[key][i]) for key in ("share", "lower", "upper")
+            ] + [
                 verdicts[i] + (", kept jointly" if circuit.joint is not None and circuit.joint[i] else ""),
             ]
         else:
