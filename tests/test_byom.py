@@ -88,19 +88,17 @@ def test_converted_models_reload_with_identical_logits(tmp_path, name):
     if BACKEND == "bridge" and name in TL4_UNBUILDABLE:
         pytest.skip(f"TransformerLens {TL_VERSION} cannot build a {name} model")
     model = randomised(tl_model(**overrides))
-    gated_bias = BACKEND == "hooked" and overrides.get("gated_mlp")  # 4.x's gated MLP has no b_in at all
-    biases = [block.mlp.b_in for block in model.blocks] if gated_bias else []
-    if biases:  # TransformerLens 3.9: a gated b_in that 4.x could not load is refused when written
-        with pytest.raises(MechmemError, match="b_in is not zero"):
-            save_model(model, tmp_path / "ckpt.pt")
-        with torch.no_grad():
-            for b in biases:
-                b.zero_()
     if BACKEND == "bridge" and name in TL4_NOT_AS_CONFIGURED:
         with pytest.raises(MechmemError, match="cannot build|does not match"):
             save_model(model, tmp_path / "ckpt.pt")
         return
-    ckpt = load_checkpoint(save_model(model, tmp_path / "ckpt.pt"))
+    if (
+        name in TL4_UNBUILDABLE
+    ):  # written by TransformerLens 3.9 with the line TransformerLens 4 refuses it with
+        with pytest.warns(UserWarning, match="TransformerLens 4 cannot compute this model"):
+            ckpt = load_checkpoint(save_model(model, tmp_path / "ckpt.pt"))
+    else:
+        ckpt = load_checkpoint(save_model(model, tmp_path / "ckpt.pt"))
     tokens = torch.randint(14, (3, 10), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         torch.testing.assert_close(ckpt.model(tokens), model(tokens), rtol=0, atol=1e-6)
