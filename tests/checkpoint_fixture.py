@@ -8,6 +8,7 @@
     PYTHONPATH=../src $T checkpoint_fixture.py data/gated_tl3.pt gated
     PYTHONPATH=../src $T checkpoint_fixture.py data/parallel_tl3.pt parallel
     PYTHONPATH=../src $T checkpoint_fixture.py data/shortformer_tl3.pt shortformer
+    PYTHONPATH=../src $T checkpoint_fixture.py data/unscaled_tl3.pt unscaled
 
 Each is a tiny model (one layer, d_model 8) whose every weight, biases included, is drawn from N(0, 0.5**2),
 so a loader that drops or zeroes any of them gives other logits. The file stores, as its metric
@@ -37,6 +38,7 @@ KINDS = {
     "gated": {"act_fn": "silu", "normalization_type": "RMS", "gated_mlp": True},
     "parallel": {"act_fn": "gelu", "normalization_type": "LN", "parallel_attn_mlp": True},
     "shortformer": {"act_fn": "relu", "positional_embedding_type": "shortformer"},
+    "unscaled": {"act_fn": "relu", "attn_scale": 1.0},
 }
 """Architectures by name, on top of `BASE`."""
 

@@ -187,6 +187,7 @@ FIXTURES = {
     "gated_tl3.pt": "a gated MLP with a nonzero b_in, which TransformerLens 4's gated MLP lacks",
     "parallel_tl3.pt": "parallel attention and MLP",
     "shortformer_tl3.pt": "shortformer positions",
+    "unscaled_tl3.pt": "attn_scale=1.0, which TransformerLens 4 refuses as a setting",
 }
 """Files written under TransformerLens 3.9 (format 2 in the canonical layout, of either version:
 tests/test_backends.py)."""
@@ -198,17 +199,27 @@ def probe_logits(model) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("fixture", FIXTURES)
-def test_every_written_format_loads_with_its_recorded_logits(fixture):
+def test_every_written_format_loads_with_its_recorded_logits(fixture, tmp_path):
+    """Under TransformerLens 4, a model it cannot compute is refused with the line TransformerLens 3.9 warns
+    with when it writes one."""
     payload = read_payload(DATA / fixture)
     refusal = bridge_unsupported(model_config_from_dict(payload["model_config"]))
-    if BACKEND == "bridge" and refusal:  # the line TransformerLens 3.9 warned with when it wrote the file
+    if BACKEND == "bridge" and refusal:
         with pytest.raises(CheckpointError) as err:
             load_checkpoint(DATA / fixture)
         assert str(err.value) == f"{DATA / fixture}: {refusal}"
-        assert "transformer-lens>=3.9,<4" in refusal
+        assert refusal.endswith("it loads with transformer-lens>=3.9,<4")
         return
-    got = probe_logits(load_checkpoint(DATA / fixture).model)
+    ckpt = load_checkpoint(DATA / fixture)
+    got = probe_logits(ckpt.model)
     torch.testing.assert_close(got, torch.tensor(payload["metrics"]["probe_logits"]), rtol=0, atol=1e-6)
+    if refusal:
+        with pytest.warns(UserWarning) as warned:
+            save_checkpoint(
+                tmp_path / fixture, model=ckpt.model, model_config=ckpt.model_config,
+                task_name=ckpt.task_name, task_config=ckpt.task_config,
+            )  # fmt: skip
+        assert refusal in [str(w.message) for w in warned]
 
 
 def test_buffers_are_validated_against_the_config_then_dropped(tmp_path):

@@ -12,7 +12,7 @@ weight views (`W_Q`, `W_E`, `blocks[L].attn.W_O`, `OV`, ...), `run_with_hooks`, 
 `mechmem.models.native_hooks`. Weights travel in one canonical layout
 (HookedTransformer's names and shapes, `mechmem.models.layout`): `canonical_state_dict` /
 `load_canonical_state_dict` convert, so a checkpoint written under either version loads under the other with
-the same logits.
+the same logits, but for the models TransformerLens 4 cannot compute (`bridge_unsupported`).
 
 `TransformerConfig` maps onto either config; `build_transformer` draws the initial weights in the canonical
 layout from an explicit `torch.Generator` (TransformerLens's own init seeds the global RNG, which library code
@@ -370,8 +370,6 @@ def bridge_unsupported(config: Any) -> str | None:
         reason = "parallel attention and MLP (its native block is sequential)"
     elif config.attn_types is not None and "local" in config.attn_types:
         reason = "local attention (its native model ignores attn_types: every layer is global)"
-    elif config.use_attn_scale and config.attn_scale is not None and math.isclose(config.attn_scale, 1.0):
-        reason = "attn_scale=1.0 (it refuses that value; use_attn_scale=False computes the same)"
     else:
         return None
     return f"TransformerLens 4 cannot compute this model: {reason}; it loads with {TL3_REQUIREMENT}"
@@ -380,12 +378,16 @@ def bridge_unsupported(config: Any) -> str | None:
 def _native_model(config: TransformerConfig) -> nn.Module:
     """TransformerLens 4's native model for `config`, given the three things HookedTransformer has and it
     lacks: a trained unembedding bias b_U, the gated MLP's output bias b_out, unscaled attention for
-    use_attn_scale=False (and activations registered with `register_activation`). Instance attributes only;
-    TL's code is untouched."""
+    use_attn_scale=False or attn_scale=1.0 (and activations registered with `register_activation`; a gated
+    MLP's input bias is folded into b_out by `layout.to_bridge`). Instance attributes only; TL's code is
+    untouched."""
     reason = bridge_unsupported(config)
     if reason:
         raise MechmemError(reason)
     kwargs = config.tl_kwargs()
+    unscaled = not config.use_attn_scale or math.isclose(kwargs.get("attn_scale", 0.0), 1.0)
+    if unscaled:  # TransformerLens 4 refuses attn_scale=1.0: each block is given its scale below
+        kwargs.pop("attn_scale", None)
     custom_act = _ACTIVATIONS.get(config.act_fn) if config.d_mlp is not None else None
     if custom_act is not None:
         kwargs["act_fn"] = "relu"  # a placeholder the native MLP accepts; replaced below
@@ -393,7 +395,7 @@ def _native_model(config: TransformerConfig) -> nn.Module:
     model = NativeModel(copy.deepcopy(cfg))
     model.head = nn.Linear(config.d_model, model.head.out_features, bias=True)
     for block in model.layers:
-        if not config.use_attn_scale:
+        if unscaled:
             block.attn.scale = 1.0
         if config.d_mlp is not None and config.gated_mlp:
             block.mlp.out = nn.Linear(config.d_mlp, config.d_model, bias=True)
@@ -401,6 +403,8 @@ def _native_model(config: TransformerConfig) -> nn.Module:
             block.mlp.act = custom_act
     if custom_act is not None:
         cfg.act_fn = config.act_fn
+    if config.attn_scale is not None:
+        cfg.attn_scale = config.attn_scale
     native_hooks.prepare(model)
     bridge = build_bridge_from_module(
         model,
