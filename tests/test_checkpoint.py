@@ -222,6 +222,13 @@ def test_every_written_format_loads_with_its_recorded_logits(fixture, tmp_path):
         assert refusal in [str(w.message) for w in warned]
 
 
+def with_entries(payload: dict, path: Path, entries: dict[str, torch.Tensor]) -> Path:
+    """`payload` written to `path` with `entries` added to its state dict, under a digest that matches."""
+    changed = {**payload, "state_dict": {**payload["state_dict"], **entries}}
+    torch.save({**changed, "digest": payload_digest(changed)}, path)
+    return path
+
+
 def test_buffers_are_validated_against_the_config_then_dropped(tmp_path):
     """TransformerLens before 3.9 kept an [n_ctx, n_ctx] causal mask and IGNORE -1e5: loaded as 3.9's empty
     mask and -inf. A mask that is not the layer's causal mask, or a buffer of the wrong kind, is refused."""
@@ -229,14 +236,13 @@ def test_buffers_are_validated_against_the_config_then_dropped(tmp_path):
     want = torch.tensor(payload["metrics"]["probe_logits"])
     n_ctx = payload["model_config"]["n_ctx"]
 
-    def resaved(name: str, **buffers: torch.Tensor):
-        state = {**payload["state_dict"], **{f"blocks.0.attn.{k}": v for k, v in buffers.items()}}
-        changed = {**payload, "state_dict": state}
-        torch.save({**changed, "digest": payload_digest(changed)}, tmp_path / name)
-        return tmp_path / name
+    def resaved(**buffers: torch.Tensor) -> Path:
+        return with_entries(
+            payload, tmp_path / "resaved.pt", {f"blocks.0.attn.{k}": v for k, v in buffers.items()}
+        )
 
     causal = torch.ones(n_ctx, n_ctx, dtype=torch.bool).tril()
-    older = resaved("older.pt", mask=causal, IGNORE=torch.tensor(-1e5))
+    older = resaved(mask=causal, IGNORE=torch.tensor(-1e5))
     torch.testing.assert_close(probe_logits(load_checkpoint(older).model), want, rtol=0, atol=1e-6)
     bad = {
         "not the causal mask": {"mask": torch.ones(n_ctx, n_ctx, dtype=torch.bool)},
@@ -249,10 +255,32 @@ def test_buffers_are_validated_against_the_config_then_dropped(tmp_path):
     }
     for message, buffers in bad.items():
         with pytest.raises(CheckpointError, match=message) as err:
-            load_checkpoint(resaved("bad.pt", **buffers))
+            load_checkpoint(resaved(**buffers))
         assert "\n" not in str(err.value)
-    stray = {**payload["state_dict"], "blocks.3.attn.mask": causal}
-    changed = {**payload, "state_dict": stray}
-    torch.save({**changed, "digest": payload_digest(changed)}, tmp_path / "stray.pt")
+    stray = with_entries(payload, tmp_path / "stray.pt", {"blocks.3.attn.mask": causal})
     with pytest.raises(CheckpointError, match="blocks.3.attn.mask is not a buffer of an attention layer"):
-        load_checkpoint(tmp_path / "stray.pt")
+        load_checkpoint(stray)
+
+
+def test_rotary_tables_beside_the_weights_are_checked_and_dropped(tmp_path):
+    """A rotary HookedTransformer's state dict holds its sin/cos tables [positions, rotary_dim] per layer."""
+    cfg = build_transformer_cfg(positional_embedding_type="rotary", rotary_dim=4)
+    model = build_model(cfg, generator=torch.Generator().manual_seed(0)).eval()
+    path = save_checkpoint(
+        tmp_path / "rotary.pt", model=model, model_config=cfg, task_name="permutation",
+        task_config=PermutationConfig(),
+    )  # fmt: skip
+    payload = torch.load(path, weights_only=True)
+    angles = torch.arange(cfg.n_ctx)[:, None] / 10 ** torch.arange(4)
+    tables = {
+        f"blocks.{layer}.attn.{name}": table
+        for layer in range(cfg.n_layers)
+        for name, table in (("rotary_sin", angles.sin()), ("rotary_cos", angles.cos()))
+    }
+    tokens = probe_tokens() % cfg.d_vocab
+    loaded = load_checkpoint(with_entries(payload, tmp_path / "tables.pt", tables)).model
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(tokens), model(tokens), rtol=0, atol=0)
+    narrow = with_entries(payload, tmp_path / "narrow.pt", {"blocks.0.attn.rotary_cos": angles[:, :3].cos()})
+    with pytest.raises(CheckpointError, match=r"rotary_cos must be \[positions, 4\]"):
+        load_checkpoint(narrow)
