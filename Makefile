@@ -98,9 +98,10 @@ clean-venv:
 
 # A second environment on TransformerLens 3.9 (HookedTransformer) beside the default one: the backend-equivalence
 # tests (every analysis number compared with the default environment, tests/test_backends.py) and the analysis
-# tests run there, and the third round of bad inputs (the Hugging Face and gated-MLP cases differ by backend).
+# tests run there, the checkpoint fixtures of every format, and the third round of bad inputs (the Hugging Face
+# cases differ by backend).
 VENV_TL3 ?= $(ROOT)/.venv-tl3
-TL3_TESTS ?= $(addprefix $(ROOT)/tests/,test_backends.py test_interventions.py test_patching.py \
+TL3_TESTS ?= $(addprefix $(ROOT)/tests/,test_backends.py test_checkpoint.py test_interventions.py test_patching.py \
 	test_attribution.py test_circuits.py test_heads.py test_ablation.py test_logit_lens.py test_neurons.py \
 	test_probes.py test_roles.py test_dynamics.py test_circuit_report.py test_patching_architectures.py test_byom.py \
 	test_qk_correction.py test_bad_inputs_faults.py test_attention_z.py)

@@ -96,7 +96,7 @@ def test_settings_the_bridge_cannot_compute_are_refused_by_name(setting):
     if BACKEND == "hooked":
         assert build_transformer(config, generator=torch.Generator().manual_seed(0)) is not None
     else:
-        with pytest.raises(MechmemError, match=f"cannot build this model: {setting}"):
+        with pytest.raises(MechmemError, match=f"cannot compute this model: {setting}"):
             build_transformer(config, generator=torch.Generator().manual_seed(0))
 
 
@@ -105,7 +105,7 @@ def test_bridge_layout_round_trips_exactly(name):
     config = _config(name)
     gen = torch.Generator().manual_seed(3)
     state = {k: torch.randn(s, generator=gen) for k, s in layout.canonical_shapes(config).items()}
-    if config.gated_mlp:  # the bridge's gated MLP has no input bias
+    if config.gated_mlp:  # the bridge folds a gated MLP's input bias into its output bias
         state = {k: torch.zeros_like(v) if k.endswith("mlp.b_in") else v for k, v in state.items()}
     back = layout.from_bridge(layout.to_bridge(state, config), config)
     assert list(back) == list(state)

@@ -302,32 +302,6 @@ def test_a_training_run_whose_folder_is_moved_stops_in_one_line_and_resumes_wher
     assert (moved / "ckpt.pt").exists() and not (moved / ".lock").exists()
 
 
-# -- TransformerLens 3.9 models with a gated MLP's input bias ------------------------------------------------
-def test_a_gated_mlp_input_bias_is_refused_when_written_by_either_backend(tmp_path):
-    """HookedTransformer (3.9) has a gated-MLP b_in, TransformerLens 4's native MLP none: nonzero, it is
-    refused at save with real weights under 3.9, and by the same portability check under 4.x."""
-    from mechmem.models.registry import build_model
-
-    config = adapter.TransformerConfig(
-        n_layers=1, d_model=16, n_heads=2, d_head=8, n_ctx=10, d_vocab=14, d_mlp=24, gated_mlp=True,
-        act_fn="silu", normalization_type="RMS",
-    )  # fmt: skip
-    model = build_model(config, generator=torch.Generator().manual_seed(0))
-    state = adapter.canonical_state_dict(model)
-    adapter.check_portable_weights(config, state)  # zero b_in: portable
-    if adapter.BACKEND == "hooked":
-        with torch.no_grad():
-            model.blocks[0].mlp.b_in.fill_(0.5)
-        with pytest.raises(MechmemError, match="b_in is not zero"):
-            save_model(model, tmp_path / "ckpt.pt")
-        assert not (tmp_path / "ckpt.pt").exists()
-    else:
-        assert "blocks.0.mlp.b_in" in state and not any(state["blocks.0.mlp.b_in"].tolist())
-        biased = {k: v + 0.5 if k.endswith("mlp.b_in") else v for k, v in state.items()}
-        with pytest.raises(MechmemError, match="b_in is not zero"):
-            adapter.check_portable_weights(config, biased)
-
-
 # -- an odd environment: a backend matplotlib does not know --------------------------------------------------
 def test_a_program_draws_with_agg_whatever_mplbackend_says(monkeypatch, tmp_path):
     """MPLBACKEND naming no backend stopped a script at its first figure with matplotlib's traceback; a

@@ -365,32 +365,6 @@ def test_sigterm_is_an_interrupt_one_line_and_no_lock_left(script, good, tmp_pat
 
 
 # -- models from elsewhere ---------------------------------------------------------------------------------
-def test_a_gated_mlp_with_an_input_bias_is_refused_when_written(tmp_path, monkeypatch):
-    """TransformerLens 4 has no gated-MLP input bias: such weights (a TransformerLens 3.9 model) are refused
-    at save, on either backend, instead of written and refused by every later load."""
-    from mechmem.checkpoint import save_checkpoint
-    from mechmem.models import adapter
-    from mechmem.models.registry import build_model
-    from mechmem.tasks.generic import RepeatsConfig
-
-    config = adapter.TransformerConfig(
-        n_layers=1, d_model=16, n_heads=2, d_head=8, n_ctx=10, d_vocab=14, d_mlp=24, gated_mlp=True,
-        act_fn="silu", normalization_type="RMS",
-    )  # fmt: skip
-    model = build_model(config, generator=torch.Generator().manual_seed(0))
-    state = adapter.canonical_state_dict(model)
-    assert "blocks.0.mlp.b_in" in state
-    adapter.check_portable_weights(config, state)  # a zero b_in is portable
-    biased = {k: v + 0.5 if k.endswith("mlp.b_in") else v for k, v in state.items()}
-    monkeypatch.setattr(adapter, "canonical_state_dict", lambda m, **kw: biased)
-    with pytest.raises(MechmemError, match="b_in is not zero") as info:
-        save_checkpoint(
-            tmp_path / "ckpt.pt", model=model, model_config=config, task_name="repeats",
-            task_config=RepeatsConfig.for_model(model),
-        )  # fmt: skip
-    assert "\n" not in str(info.value) and not (tmp_path / "ckpt.pt").exists()
-
-
 def test_metrics_records_are_validated_by_the_one_reader(tmp_path):
     from mechmem.training.rundir import read_metrics
 

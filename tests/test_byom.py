@@ -69,6 +69,8 @@ TL4_NOT_AS_CONFIGURED = {"no_attn_scale", "local"}
 """Settings TransformerLens 4's native model accepts but does not compute (it scales attention by sqrt(d_head)
 without use_attn_scale and ignores attn_types): mechmem refuses to save such a model in one line, since no
 config it writes would rebuild what the model computes on both backends."""
+WRITTEN_WITH_A_WARNING = {"shortformer", "parallel", "local"}
+"""Settings TransformerLens 3.9 saves with a warning: the line TransformerLens 4 refuses their files with."""
 
 
 def randomised(model):
@@ -88,19 +90,15 @@ def test_converted_models_reload_with_identical_logits(tmp_path, name):
     if BACKEND == "bridge" and name in TL4_UNBUILDABLE:
         pytest.skip(f"TransformerLens {TL_VERSION} cannot build a {name} model")
     model = randomised(tl_model(**overrides))
-    gated_bias = BACKEND == "hooked" and overrides.get("gated_mlp")  # 4.x's gated MLP has no b_in at all
-    biases = [block.mlp.b_in for block in model.blocks] if gated_bias else []
-    if biases:  # TransformerLens 3.9: a gated b_in that 4.x could not load is refused when written
-        with pytest.raises(MechmemError, match="b_in is not zero"):
-            save_model(model, tmp_path / "ckpt.pt")
-        with torch.no_grad():
-            for b in biases:
-                b.zero_()
     if BACKEND == "bridge" and name in TL4_NOT_AS_CONFIGURED:
-        with pytest.raises(MechmemError, match="cannot build|does not match"):
+        with pytest.raises(MechmemError, match="cannot compute|does not match"):
             save_model(model, tmp_path / "ckpt.pt")
         return
-    ckpt = load_checkpoint(save_model(model, tmp_path / "ckpt.pt"))
+    if name in WRITTEN_WITH_A_WARNING:
+        with pytest.warns(UserWarning, match="TransformerLens 4 cannot compute this model"):
+            ckpt = load_checkpoint(save_model(model, tmp_path / "ckpt.pt"))
+    else:
+        ckpt = load_checkpoint(save_model(model, tmp_path / "ckpt.pt"))
     tokens = torch.randint(14, (3, 10), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         torch.testing.assert_close(ckpt.model(tokens), model(tokens), rtol=0, atol=1e-6)

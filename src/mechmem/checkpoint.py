@@ -13,9 +13,12 @@ classes, only tensors, strings, numbers, lists and dicts. It carries everything 
     extra                         optional: trainer state for --resume (optimiser, RNG, step)
     digest                        SHA-256 over every other field; a mismatch means the file was altered
 
-Version 1 files (digest over configs and weights only) still load. `save_checkpoint` refuses a model that does
-not match its config (the rebuilt model must give the same logits) and a task that does not fit the model;
-`load_checkpoint` validates all of it and raises `CheckpointError` with a one-line reason. Writes go to a
+Version 1 files (digest over configs and weights only) still load, and so do files that carry
+HookedTransformer's buffers beside the weights (`check_buffers`: validated, then dropped). `save_checkpoint`
+refuses a model that does not match its config (the rebuilt model must give the same logits) and a task that
+does not fit the model, and warns when TransformerLens 4 could not load what it writes (`bridge_unsupported`:
+the same line refuses the file there); `load_checkpoint` validates all of it and raises `CheckpointError`
+with a one-line reason. Writes go to a
 temporary file in the same folder and are renamed into place, so an interrupted save never clobbers an
 existing file.
 
@@ -28,6 +31,7 @@ import hashlib
 import json
 import os
 import pickle
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,7 +137,12 @@ WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _check_state_dict(path: Path, state: Any) -> None:
-    """Raise `CheckpointError` unless `state` maps weight names (strings) to dense floating-point tensors."""
+    """Raise `CheckpointError` unless `state` maps weight names (strings) to dense floating-point tensors.
+
+    Names of HookedTransformer buffers (`layout.BUFFER_SUFFIXES`: a causal mask is bool) are not weights:
+    `check_buffers` checks them against the model config once it is read."""
+    from mechmem.models.layout import BUFFER_SUFFIXES
+
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: state_dict is not a mapping of tensors")
     for name, tensor in state.items():
@@ -141,7 +150,7 @@ def _check_state_dict(path: Path, state: Any) -> None:
             raise CheckpointError(f"{path}: state_dict has a key {name!r} that is not a weight name")
         if not isinstance(tensor, torch.Tensor):
             raise CheckpointError(f"{path}: state_dict[{name!r}] is not a tensor")
-        if tensor.dtype not in WEIGHT_DTYPES:
+        if tensor.dtype not in WEIGHT_DTYPES and not name.endswith(BUFFER_SUFFIXES):
             raise CheckpointError(
                 f"{path}: weight {name} is {str(tensor.dtype).removeprefix('torch.')}, not floating point "
                 "(refused rather than cast)"
@@ -178,16 +187,14 @@ MAX_BUFFER_BYTES = 2**30
 def check_declared_sizes(path: Path, skeleton: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Compare the sizes a model config declares with the stored weights before any memory is allocated.
 
-    `skeleton` is the model built on the meta device (shapes, no storage): every weight must be stored with
-    its shape, and its buffers (attention masks, rotary tables, sized by n_ctx) may take at most
-    `MAX_BUFFER_BYTES`. Raises `CheckpointError` naming the first weight that differs.
+    `skeleton` is the model built on the meta device (shapes, no storage): every weight of `state` (stored
+    buffers already dropped by `check_buffers`) must be stored with its shape, and the model's own buffers
+    (attention masks, rotary tables, sized by n_ctx) may take at most `MAX_BUFFER_BYTES`. Raises
+    `CheckpointError` naming the first weight that differs.
     """
-    from mechmem.models.adapter import canonical_state_dict, is_hooked_transformer
-    from mechmem.models.layout import canonical_weights
+    from mechmem.models.adapter import canonical_state_dict
 
     expected = canonical_state_dict(skeleton)
-    if is_hooked_transformer(skeleton):
-        state = canonical_weights(state)
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
@@ -205,6 +212,22 @@ def check_declared_sizes(path: Path, skeleton: torch.nn.Module, state: dict[str,
             f"{path}: its model config declares {buffers} bytes of buffers (attention masks, rotary tables), "
             f"more than {MAX_BUFFER_BYTES}; n_ctx is probably too large"
         )
+
+
+def check_buffers(path: Path, model_config: Any, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The weights of `state` without its HookedTransformer buffers, each checked to be what TransformerLens
+    keeps there for `model_config` (`layout.buffer_problem`); raises `CheckpointError` naming the first that
+    is not. A model that is not a mechmem transformer has no such buffers: its state is returned whole."""
+    from mechmem.models.adapter import TransformerConfig
+    from mechmem.models.layout import BUFFER_SUFFIXES, buffer_problem, canonical_weights
+
+    if not isinstance(model_config, TransformerConfig):
+        return state
+    for name, tensor in state.items():
+        problem = buffer_problem(name, tensor, model_config) if name.endswith(BUFFER_SUFFIXES) else None
+        if problem:
+            raise CheckpointError(f"{path}: buffer {name} {problem}")
+    return canonical_weights(state)
 
 
 def _meta_model(model_config: Any) -> torch.nn.Module | None:
@@ -348,7 +371,7 @@ def save_checkpoint(
         'repeats'
     """
     from mechmem.io import strict_json
-    from mechmem.models.adapter import canonical_state_dict, check_portable_weights
+    from mechmem.models.adapter import bridge_unsupported, canonical_state_dict
     from mechmem.tasks import build_task, get_task_class
 
     def as_dict(cfg: Any) -> dict[str, Any]:
@@ -360,8 +383,10 @@ def save_checkpoint(
         from mechmem.models.registry import model_config_from_dict
 
         model_config = model_config_from_dict(model_config)
-    check_portable_weights(model_config, canonical_state_dict(model))
     check_model_matches_config(model, model_config)
+    refusal = bridge_unsupported(model_config)
+    if refusal:  # written by TransformerLens 3.9, which computes it; TransformerLens 4 refuses to load it
+        warnings.warn(refusal, stacklevel=2)
     get_task_class(task_name).check_config_fits(task_config, model)
     task = build_task(task_name, task_config)
     task.check_model(model)
@@ -503,12 +528,7 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
         ('Checkpoint', 'ckpt.pt')
     """
     from mechmem.errors import one_line
-    from mechmem.models.adapter import (
-        is_hooked_transformer,
-        load_canonical_state_dict,
-        move_model,
-    )
-    from mechmem.models.layout import canonical_weights
+    from mechmem.models.adapter import BACKEND, bridge_unsupported, load_canonical_state_dict, move_model
     from mechmem.models.registry import build_model, model_config_from_dict
     from mechmem.tasks import build_task, get_task_class
 
@@ -521,9 +541,15 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
         model_config = model_config_from_dict(payload["model_config"])
     except Exception as exc:  # noqa: BLE001 - a config that passes the digest but builds no model: bad file
         raise CheckpointError(f"{path}: bad model config ({one_line(exc)})") from None
+    # Weights are stored in the canonical layout (HookedTransformer's names), whichever TransformerLens wrote
+    # them; older files also carry HookedTransformer's buffers, which are checked and dropped.
+    state = check_buffers(path, model_config, payload["state_dict"])
+    refusal = bridge_unsupported(model_config) if BACKEND == "bridge" else None
+    if refusal:
+        raise CheckpointError(f"{path}: {refusal}")
     skeleton = _meta_model(model_config)
     if skeleton is not None:  # shapes only: the declared sizes are checked before anything is allocated
-        check_declared_sizes(path, skeleton, payload["state_dict"])
+        check_declared_sizes(path, skeleton, state)
     else:
         _check_context_fits(path, payload["model_config"])
     try:
@@ -531,13 +557,8 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     except Exception as exc:  # noqa: BLE001 - as above
         raise CheckpointError(f"{path}: bad model config ({one_line(exc)})") from None
     if skeleton is None:
-        check_declared_sizes(path, model, payload["state_dict"])
+        check_declared_sizes(path, model, state)
     del skeleton
-    # Weights are stored in the canonical layout (HookedTransformer's names), whichever TransformerLens wrote
-    # them; older files also carry HookedTransformer's buffers, which are not weights.
-    state = payload["state_dict"]
-    if is_hooked_transformer(model):
-        state = canonical_weights(state)
     try:
         load_canonical_state_dict(model, state)
     except MechmemError as exc:

@@ -12,7 +12,7 @@ weight views (`W_Q`, `W_E`, `blocks[L].attn.W_O`, `OV`, ...), `run_with_hooks`, 
 `mechmem.models.native_hooks`. Weights travel in one canonical layout
 (HookedTransformer's names and shapes, `mechmem.models.layout`): `canonical_state_dict` /
 `load_canonical_state_dict` convert, so a checkpoint written under either version loads under the other with
-the same logits.
+the same logits, but for the models TransformerLens 4 cannot compute (`bridge_unsupported`).
 
 `TransformerConfig` maps onto either config; `build_transformer` draws the initial weights in the canonical
 layout from an explicit `torch.Generator` (TransformerLens's own init seeds the global RNG, which library code
@@ -351,29 +351,43 @@ def apply_freezing(model: nn.Module, patterns: tuple[str, ...] | list[str]) -> l
 
 
 # -- the two backends ----------------------------------------------------------------------------------------
-def bridge_unsupported(config: TransformerConfig) -> str | None:
-    """Why TransformerLens 4's native model cannot compute `config` as HookedTransformer does (None if it
-    can)."""
+TL3_REQUIREMENT = "transformer-lens>=3.9,<4"
+"""The environment that builds every `TransformerConfig` (HookedTransformer)."""
+
+
+def bridge_unsupported(config: Any) -> str | None:
+    """Why TransformerLens 4's native model cannot compute `config` as HookedTransformer does, in one line
+    naming the environment that can; None if it can (or `config` is not a `TransformerConfig`).
+
+    The same line refuses to build such a model under TransformerLens 4, refuses to load its checkpoint
+    there, and warns when TransformerLens 3.9 writes one.
+    """
+    if not isinstance(config, TransformerConfig):
+        return None
     if config.positional_embedding_type == "shortformer":
-        return "shortformer positions (TransformerLens 4's native model has standard and rotary only)"
-    if config.parallel_attn_mlp:
-        return "parallel attention and MLP (TransformerLens 4's native block is sequential)"
-    if config.attn_types is not None and "local" in config.attn_types:
-        return "local attention (TransformerLens 4's native model ignores attn_types: every layer is global)"
-    if config.use_attn_scale and config.attn_scale is not None and math.isclose(config.attn_scale, 1.0):
-        return "attn_scale=1.0 (TransformerLens 4 refuses it; use use_attn_scale=False)"
-    return None
+        reason = "shortformer positions (its native model has standard and rotary positions only)"
+    elif config.parallel_attn_mlp:
+        reason = "parallel attention and MLP (its native block is sequential)"
+    elif config.attn_types is not None and "local" in config.attn_types:
+        reason = "local attention (its native model ignores attn_types: every layer is global)"
+    else:
+        return None
+    return f"TransformerLens 4 cannot compute this model: {reason}; it loads with {TL3_REQUIREMENT}"
 
 
 def _native_model(config: TransformerConfig) -> nn.Module:
     """TransformerLens 4's native model for `config`, given the three things HookedTransformer has and it
     lacks: a trained unembedding bias b_U, the gated MLP's output bias b_out, unscaled attention for
-    use_attn_scale=False (and activations registered with `register_activation`). Instance attributes only;
-    TL's code is untouched."""
+    use_attn_scale=False or attn_scale=1.0 (and activations registered with `register_activation`; a gated
+    MLP's input bias is folded into b_out by `layout.to_bridge`). Instance attributes only; TL's code is
+    untouched."""
     reason = bridge_unsupported(config)
     if reason:
-        raise MechmemError(f"TransformerLens {TL_VERSION} cannot build this model: {reason}")
+        raise MechmemError(reason)
     kwargs = config.tl_kwargs()
+    unscaled = not config.use_attn_scale or math.isclose(kwargs.get("attn_scale", 0.0), 1.0)
+    if unscaled:  # TransformerLens 4 refuses attn_scale=1.0: each block is given its scale below
+        kwargs.pop("attn_scale", None)
     custom_act = _ACTIVATIONS.get(config.act_fn) if config.d_mlp is not None else None
     if custom_act is not None:
         kwargs["act_fn"] = "relu"  # a placeholder the native MLP accepts; replaced below
@@ -381,7 +395,7 @@ def _native_model(config: TransformerConfig) -> nn.Module:
     model = NativeModel(copy.deepcopy(cfg))
     model.head = nn.Linear(config.d_model, model.head.out_features, bias=True)
     for block in model.layers:
-        if not config.use_attn_scale:
+        if unscaled:
             block.attn.scale = 1.0
         if config.d_mlp is not None and config.gated_mlp:
             block.mlp.out = nn.Linear(config.d_mlp, config.d_model, bias=True)
@@ -389,6 +403,8 @@ def _native_model(config: TransformerConfig) -> nn.Module:
             block.mlp.act = custom_act
     if custom_act is not None:
         cfg.act_fn = config.act_fn
+    if config.attn_scale is not None:
+        cfg.attn_scale = config.attn_scale
     native_hooks.prepare(model)
     bridge = build_bridge_from_module(
         model,
@@ -615,24 +631,10 @@ def _config_of(model: nn.Module) -> "TransformerConfig":
     return config if isinstance(config, TransformerConfig) else config_from_hooked_transformer(model)
 
 
-def check_portable_weights(config: Any, state: Mapping[str, Tensor]) -> None:
-    """Raise `MechmemError` unless both TransformerLens 3.9 and 4.x can load these canonical weights: a gated
-    MLP must have a zero b_in (TransformerLens 4's gated MLP has no input bias). `save_checkpoint` asks this
-    before writing, so a checkpoint either loads under both versions or is refused when written."""
-    if getattr(config, "gated_mlp", False) and getattr(config, "d_mlp", None) is not None:
-        b_in = [v for k, v in state.items() if k.endswith("mlp.b_in")]
-        if any(t.numel() and bool(t.abs().max() > 0) for t in b_in):
-            raise MechmemError(
-                "cannot keep this gated MLP: its b_in is not zero, and TransformerLens 4's gated MLP has no "
-                "input bias (fold b_in away or set it to zero first)"
-            )
-
-
 def load_canonical_state_dict(model: nn.Module, state: Mapping[str, Tensor]) -> None:
     """Load canonical weights (buffers of older files are ignored) into either backend's model."""
     if is_bridge(model):
         config = _config_of(model)
-        check_portable_weights(config, state)
         model.load_state_dict(layout.to_bridge(state, config), strict=True)
         return
     if is_hooked_transformer(model):
@@ -937,6 +939,7 @@ register_architecture("transformer", TransformerConfig, build_transformer)
 
 __all__ = [
     "BACKEND",
+    "TL3_REQUIREMENT",
     "TL_VERSION",
     "AttentionWeights",
     "FactoredMatrix",

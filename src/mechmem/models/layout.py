@@ -3,14 +3,18 @@
 A checkpoint stores weights under `HookedTransformer`'s parameter names and shapes, whichever TransformerLens
 wrote it: `embed.W_E [d_vocab d_model]`, `blocks.L.attn.W_Q [head_index d_model d_head]`, `blocks.L.mlp.W_in
 [d_model d_mlp]`, `unembed.W_U [d_model d_vocab_out]`, ... (grouped-query attention keeps TransformerLens's
-`_W_K`/`_W_V`/`_b_K`/`_b_V` names for the shared key/value heads). Buffers (`mask`, `IGNORE`, `rotary_sin`,
-`rotary_cos`) are not weights and are not stored; files written before this layout carry them and they are
-dropped on load.
+`_W_K`/`_W_V`/`_b_K`/`_b_V` names for the shared key/value heads). HookedTransformer's buffers (`mask`,
+`IGNORE`, `rotary_sin`, `rotary_cos`) are not weights and are not stored; files written before this layout,
+and state dicts of HookedTransformers, carry them: `buffer_problem` checks each is what TransformerLens keeps
+there for the model's config, and they are dropped on load (the model computes its own).
 
 TransformerLens 4's `TransformerBridge` names the same tensors after `nn.Linear` modules
 (`blocks.L.attn.q.weight [(head_index d_head) d_model]`, `blocks.L.mlp.in.weight [d_mlp d_model]`,
 `unembed.weight [d_vocab_out d_model]`). `to_bridge` and `from_bridge` convert between the two; they are exact
-inverses (a reshape, a transpose or a permutation per tensor). One difference is more than a reshape: the
+inverses (a reshape, a transpose or a permutation per tensor) but for a gated MLP's input bias, which the
+bridge's gated MLP lacks: HookedTransformer adds `b_in` after the gate product, so it reaches the output as
+the constant `b_in @ W_out`, which `to_bridge` folds into `b_out` (the same logits; the bridge's
+`mlp.hook_post` shows the hidden activations without `b_in`). One difference is more than a reshape: the
 bridge's native model rotates adjacent pairs of query/key dimensions (2i, 2i+1) where HookedTransformer
 rotates dimension i with i + rotary_dim / 2, so the rotary dimensions of W_Q, W_K, b_Q and b_K are permuted on
 the way. Attention scores are unchanged by it (queries and keys are permuted alike); the bridge's
@@ -31,6 +35,69 @@ BUFFER_SUFFIXES = (".mask", ".IGNORE", ".rotary_sin", ".rotary_cos")
 def canonical_weights(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """`state` without the HookedTransformer buffers (the weights a checkpoint holds)."""
     return {k: v for k, v in state.items() if not k.endswith(BUFFER_SUFFIXES)}
+
+
+def buffer_problem(name: str, tensor: Tensor, cfg) -> str | None:
+    """Why `tensor`, stored as HookedTransformer buffer `name`, is not what TransformerLens keeps there for a
+    model of config `cfg` (a `TransformerConfig`); None when it is.
+
+    A buffer lives on a block's attention (`blocks.L.attn.mask`). `mask` is a bool [k, k] causal mask: empty
+    in TransformerLens 3.9 (which builds it per pass), [n_ctx, n_ctx] before, True exactly where a query may
+    read a key (at or before it, and for a local layer fewer than window_size positions back). `IGNORE` is
+    the floating scalar masked scores are set to: -inf, or at most -1e4 (older TransformerLens used -1e5).
+    The rotary tables `rotary_sin`/`rotary_cos` (rotary models only) are floating [rows, rotary_dim] with
+    entries in [-1, 1].
+    """
+    parts = name.split(".")
+    kind = parts[-1]
+    layer = parts[1] if len(parts) == 4 else ""
+    if parts[0] != "blocks" or parts[2:3] != ["attn"] or not layer.isdigit() or int(layer) >= cfg.n_layers:
+        return "is not a buffer of an attention layer of this model"
+    if kind == "mask":
+        if tensor.dtype != torch.bool or tensor.dim() != 2 or tensor.shape[0] != tensor.shape[1]:
+            return f"must be a square bool causal mask, got {_describe(tensor)}"
+        if tensor.shape[0] > cfg.n_ctx:
+            return f"is {tensor.shape[0]} positions wide, more than the model's n_ctx {cfg.n_ctx}"
+        keys, queries = torch.arange(tensor.shape[0]), torch.arange(tensor.shape[0])[:, None]
+        allowed = keys <= queries
+        if cfg.attn_types is not None and cfg.attn_types[int(layer)] == "local":
+            allowed &= keys > queries - cfg.window_size
+        if not torch.equal(tensor, allowed):
+            return "is not the causal mask of this layer (its attention would read other positions)"
+        return None
+    if not tensor.is_floating_point():
+        return f"must be floating point, got {_describe(tensor)}"
+    if kind == "IGNORE":
+        if tensor.dim() != 0 or not float(tensor) <= -1e4:
+            return f"must be a scalar of -inf or at most -1e4 (a masked key's score), got {_describe(tensor)}"
+        return None
+    rotary_dim = cfg.rotary_dim or cfg.head_dim
+    if cfg.positional_embedding_type != "rotary":
+        return "is a rotary table, and this model has no rotary positions"
+    if tensor.dim() != 2 or tensor.shape[1] != rotary_dim or not bool((tensor.abs() <= 1).all()):
+        return f"must be [positions, {rotary_dim}] with entries in [-1, 1], got {_describe(tensor)}"
+    return None
+
+
+def _describe(tensor: Tensor) -> str:
+    """`tensor`'s dtype and shape, with its value when it is a scalar."""
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    if tensor.dim() == 0:
+        return f"{dtype} {tensor.item()}"
+    return f"{dtype} {tuple(tensor.shape)}"
+
+
+def fold_gated_input_bias(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Canonical weights of a gated MLP with each `b_in` folded into its `b_out` (`b_out + b_in @ W_out`) and
+    dropped: HookedTransformer computes `(act(x W_gate) * (x W_in) + b_in) W_out + b_out`, so the outputs are
+    the same. A `b_in` without its `W_out` and `b_out` (a partial state) is dropped."""
+    out = dict(state)
+    for name in [k for k in state if k.endswith("mlp.b_in")]:
+        prefix = name.removesuffix("b_in")
+        b_in = out.pop(name)
+        if f"{prefix}b_out" in out and f"{prefix}W_out" in out:
+            out[f"{prefix}b_out"] = out[f"{prefix}b_out"] + b_in @ out[f"{prefix}W_out"]
+    return out
 
 
 def canonical_shapes(cfg) -> dict[str, tuple[int, ...]]:
@@ -118,16 +185,15 @@ def _rows_to_heads(t: Tensor, d_head: int) -> Tensor:
 
 def to_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
     """Canonical weights -> the `TransformerBridge.state_dict()` layout of the same model (see module
-    docstring).
-
-    The bridge's gated MLP has no `in` bias: `b_in` of a gated MLP must be zero (the caller checks) and is
-    dropped.
-    """
+    docstring; a gated MLP's `b_in` is folded into its `b_out`)."""
     d_head = cfg.head_dim
     rotary = cfg.positional_embedding_type == "rotary"
     perm = rotary_permutation(cfg.rotary_dim or d_head, d_head) if rotary else None
+    state = canonical_weights(state)
+    if cfg.gated_mlp:
+        state = fold_gated_input_bias(state)
     out: dict[str, Tensor] = {}
-    for name, t in canonical_weights(state).items():
+    for name, t in state.items():
         prefix, leaf = name.rsplit(".", 1)
         leaf = leaf.lstrip("_")
         if leaf in ("W_Q", "W_K", "W_V"):
@@ -145,8 +211,7 @@ def to_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
         elif leaf in ("W_in", "W_out", "W_gate"):
             out[f"{prefix}.{leaf[2:]}.weight"] = t.T
         elif leaf in ("b_in", "b_out"):
-            if not (leaf == "b_in" and cfg.gated_mlp):
-                out[f"{prefix}.{leaf[2:]}.bias"] = t
+            out[f"{prefix}.{leaf[2:]}.bias"] = t
         elif leaf in ("W_E", "W_pos"):
             out[f"{prefix}.weight"] = t
         elif leaf == "W_U":
