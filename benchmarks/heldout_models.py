@@ -83,7 +83,7 @@ REPEATS = {"d_vocab": 32, "half": 12}
 MODELS = (
     HeldOut(
         name="split",
-        about="2L attn-only, LN, rotary, 4 heads; induction split over 3+ heads (layer-1 head dropout 0.3)",
+        about="2L attn-only, LN, rotary, 4 heads; induction split over 3+ heads",
         config={
             "n_layers": 2,
             "d_model": 32,
@@ -97,7 +97,6 @@ MODELS = (
         task="repeats",
         task_config=REPEATS,
         steps=3000,
-        dropout={1: 0.3},
     ),
     HeldOut(
         name="noln",
@@ -121,7 +120,7 @@ MODELS = (
     ),
     HeldOut(
         name="backup",
-        about="2L, LN, rotary, GELU MLP, 2 heads; both layer-1 heads do induction alone (dropout 0.5)",
+        about="2L, RMSNorm, rotary, GELU MLP, 2 heads; both layer-1 heads do induction: a backup pair",
         config={
             "n_layers": 2,
             "d_model": 32,
@@ -131,12 +130,12 @@ MODELS = (
             "n_ctx": 24,
             "d_mlp": 32,
             "act_fn": "gelu",
+            "normalization_type": "RMS",
             "positional_embedding_type": "rotary",
         },
         task="repeats",
         task_config=REPEATS,
         steps=3000,
-        dropout={1: 0.5},
     ),
     HeldOut(
         name="perm",
@@ -155,8 +154,7 @@ MODELS = (
         task_config={"vocab_size": 5, "repeat_ratio": 0.3},
         steps=1500,
         batch=128,
-        job="induction",
-        job_at_answer=True,
+        job="ablation",
     ),
     HeldOut(
         name="rotary",
@@ -168,7 +166,7 @@ MODELS = (
             "d_head": 8,
             "d_vocab": 32,
             "n_ctx": 24,
-            "d_mlp": 32,
+            "d_mlp": 64,
             "act_fn": "silu",
             "gated_mlp": True,
             "normalization_type": "RMS",
@@ -176,7 +174,7 @@ MODELS = (
         },
         task="repeats",
         task_config=REPEATS,
-        steps=2000,
+        steps=3000,
     ),
 )
 
@@ -207,9 +205,9 @@ def head_dropout(dropout: dict[int, float], generator: torch.Generator, n: int, 
 
 
 def shifted_repeats(spec: HeldOut, generator: torch.Generator) -> Any:
-    """[noise, r, r, noise] of the model's context with |r| drawn from 4..half and the start drawn uniformly
-    per sequence, the loss on the second copy: induction cannot be a fixed positional offset (as it can on
-    the task's fixed [r, r])."""
+    """[noise, r, r] of the model's context with |r| drawn from 4..half per sequence, the loss on the second
+    copy: the offset back to the first copy varies, so induction cannot be a fixed positional offset (as it
+    can on the task's fixed [r, r])."""
     from mechmem.tasks.base import Batch
 
     n, vocab, length = spec.batch, spec.task_config["d_vocab"], spec.config["n_ctx"]
@@ -217,11 +215,10 @@ def shifted_repeats(spec: HeldOut, generator: torch.Generator) -> Any:
     mask = torch.zeros(n, length)
     halves = torch.randint(4, spec.task_config["half"] + 1, (n,), generator=generator)
     for row, h in enumerate(halves.tolist()):
-        start = int(torch.randint(length - 2 * h + 1, (1,), generator=generator))
         r = torch.randperm(vocab, generator=generator)[:h]
-        tokens[row, start : start + h] = r
-        tokens[row, start + h : start + 2 * h] = r
-        mask[row, start + h : start + 2 * h - 1] = 1.0
+        tokens[row, length - 2 * h : length - h] = r
+        tokens[row, length - h :] = r
+        mask[row, length - h : length - 1] = 1.0
     targets = torch.cat([tokens[:, 1:], torch.zeros(n, 1, dtype=tokens.dtype)], dim=1)
     return Batch(tokens, targets, mask)
 
@@ -421,11 +418,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def circuit_heads(circuit: Any) -> list[str]:
-    """Heads appearing in the circuit's kept edges (as sender or receiver)."""
+def circuit_heads(circuit: Any, *, senders_only: bool) -> list[str]:
+    """Heads in the circuit's kept edges: as senders only (the heads whose output the circuit keeps), or at
+    either end."""
     heads = set()
     for edge in circuit.edge_names():
-        for end in edge.split("->"):
+        ends = edge.split("->")
+        for end in ends[:1] if senders_only else ends:
             node = end.split(".")[0]
             if node.startswith("L") and "H" in node:
                 heads.add(node)
@@ -443,13 +442,15 @@ def measure_one(path: Path, seed: int) -> dict[str, Any]:
     circuit, source = mechmem.decided_circuit(model, task, seed=seed)
     end = time.perf_counter()
     named = sorted(h.name for h in roles.heads if h.role != "none")
-    kept = circuit_heads(circuit)
+    kept = circuit_heads(circuit, senders_only=True)
     interval = circuit.intervals.get("faithfulness")
     return {
         "seed": seed,
         "roles": {h.name: h.role for h in roles.heads},
         "named": named,
         "circuit_heads": kept,
+        "heads_touched": circuit_heads(circuit, senders_only=False),
+        "kept_edges": sorted(circuit.edge_names()),
         "edges_kept": int(circuit.kept.sum()),
         "edges": int(circuit.kept.numel()),
         "faithfulness": circuit.faithfulness,
@@ -468,7 +469,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     data = Path(args.data)
     rows, lines = [], []
     lines.append(
-        "| model | seed | roles (non-none) | ground-truth job heads | circuit heads"
+        "| model | seed | roles (non-none) | ground-truth job heads | circuit heads (senders of kept edges)"
         " | named heads missing from circuit | truth heads missing from circuit | edges kept"
         " | faithfulness [interval] | verdict |"
     )
