@@ -10,19 +10,20 @@ only as the data generator), computes its ground truth with plain TransformerLen
 patterns and per-head ablations through `hook_z` hooks: nothing from mechmem's analysis code), and writes
 `NAME.pt` (a mechmem checkpoint, `mechmem.save_model`) and `NAME.truth.json` beside it.
 
-Head dropout (a `hook_z` hook zeroing each head of one layer per sequence with probability p, inverted
-scaling) is what spreads a job over several heads or makes a head's twin a backup: no head can be relied on.
+Head dropout (a `hook_z` hook zeroing each head of a layer per sequence with probability p, inverted scaling;
+`HeldOut.dropout`) spreads a job over several heads: no head can be relied on. Where it is not used, the jobs
+spread by themselves (split, rotary) or pair up (backup), as the ground truth shows.
 
 `measure` loads each checkpoint, runs `mechmem.head_roles` and `mechmem.decided_circuit` at each prompt seed,
 and prints per model and seed the roles, the heads in the circuit's kept edges against the heads the roles
-name and the ground-truth heads, faithfulness with its interval, and the verdict.
+name and the ground-truth heads, faithfulness and completeness with their intervals, and the verdict.
 
-Kinds (see `MODELS`):
-    split      2 layers attn-only, LayerNorm, 4 heads; induction split over 3+ layer-1 heads.
-    noln       2 layers attn-only, no LayerNorm; the previous-token job split over layer-0 heads.
-    backup     2 layers, LayerNorm, GELU MLPs, 2 heads; both layer-1 heads do induction alone.
+Kinds (see `MODELS`; the repeats models train on [noise, r, r] with |r| from 4 to 12, `shifted_repeats`):
+    split      2 layers attn-only, LayerNorm, rotary, 4 heads; induction spread over the 4 layer-1 heads.
+    noln       2 layers attn-only, no LayerNorm, 4 heads, layer-0 head dropout 0.5; 4 previous-token heads.
+    backup     2 layers, RMSNorm, rotary, GELU MLPs, 2 heads; both layer-1 heads do induction (a pair).
     perm       2 layers, LayerNorm, ReLU MLPs; permutation Task 2 (a task with its own clean/corrupted pair).
-    rotary     2 layers, RMSNorm, rotary positions, SwiGLU gated MLP; induction on repeats.
+    rotary     2 layers, RMSNorm, rotary positions, SwiGLU gated MLP; induction on 3 heads, one main.
 """
 
 import argparse
@@ -455,6 +456,11 @@ def measure_one(path: Path, seed: int) -> dict[str, Any]:
         "edges": int(circuit.kept.numel()),
         "faithfulness": circuit.faithfulness,
         "faithfulness_interval": list(interval) if interval else None,
+        "completeness": circuit.completeness,
+        "completeness_interval": list(circuit.intervals["completeness"])
+        if "completeness" in circuit.intervals
+        else None,
+        "criteria": circuit.criteria(),
         "verdict": circuit.verdict,
         "source": source,
         "seconds": {"roles": round(mid - start, 1), "circuit": round(end - mid, 1)},
@@ -471,9 +477,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
     lines.append(
         "| model | seed | roles (non-none) | ground-truth job heads | circuit heads (senders of kept edges)"
         " | named heads missing from circuit | truth heads missing from circuit | edges kept"
-        " | faithfulness [interval] | verdict |"
+        " | faithfulness [interval] | completeness [interval] | verdict |"
     )
-    lines.append("| --- " * 10 + "|")
+    lines.append("| --- " * 11 + "|")
     for spec in MODELS:
         if args.only and spec.name not in args.only:
             continue
@@ -491,7 +497,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
                 f"| {spec.name} | {seed} | {named} | {', '.join(truth['job_heads'])} ({truth['job']}) | "
                 f"{', '.join(row['circuit_heads']) or 'none'} | {', '.join(row['named_missing']) or '-'} | "
                 f"{', '.join(row['truth_missing']) or '-'} | {row['edges_kept']}/{row['edges']} | "
-                f"{row['faithfulness']:.2f} {fmt_interval(row['faithfulness_interval'])} | {row['verdict']} |"
+                f"{row['faithfulness']:.2f} {fmt_interval(row['faithfulness_interval'])} | "
+                f"{row['completeness']:.2f} {fmt_interval(row['completeness_interval'])} | {row['verdict']} |"
             )
             lines.append(line)
             print(line, flush=True)
