@@ -396,7 +396,7 @@ def ground_truth(model: torch.nn.Module, spec: HeldOut) -> dict[str, Any]:
 
 # -- commands ------------------------------------------------------------------------------------------------
 def cmd_train(args: argparse.Namespace) -> int:
-    import mechmem
+    from mechmem.checkpoint import save_model
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -406,7 +406,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         model, record = train(spec)
         truth = ground_truth(model, spec)
         truth = {"model": spec.name, "about": spec.about, "spec": asdict(spec), "training": record, **truth}
-        path = mechmem.save_model(
+        path = save_model(
             model, out / f"{spec.name}.pt", task_name=spec.task, task_config=spec.task_config, metrics=record
         )
         (out / f"{spec.name}.truth.json").write_text(json.dumps(truth, indent=1) + "\n")
@@ -433,14 +433,16 @@ def circuit_heads(circuit: Any, *, senders_only: bool) -> list[str]:
 
 
 def measure_one(path: Path, seed: int) -> dict[str, Any]:
-    import mechmem
+    from mechmem.analysis.circuits import decided_circuit
+    from mechmem.analysis.roles import head_roles
+    from mechmem.checkpoint import load_checkpoint
 
-    ckpt = mechmem.load_checkpoint(path)
+    ckpt = load_checkpoint(path)
     model, task = ckpt.model, ckpt.task
     start = time.perf_counter()
-    roles = mechmem.head_roles(model, task, seed=seed)
+    roles = head_roles(model, task, seed=seed)
     mid = time.perf_counter()
-    circuit, source = mechmem.decided_circuit(model, task, seed=seed)
+    circuit, source = decided_circuit(model, task, seed=seed)
     end = time.perf_counter()
     named = sorted(h.name for h in roles.heads if h.role != "none")
     kept = circuit_heads(circuit, senders_only=True)
