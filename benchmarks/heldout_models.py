@@ -442,9 +442,9 @@ def measure_one(path: Path, seed: int) -> dict[str, Any]:
     start = time.perf_counter()
     roles = head_roles(model, task, seed=seed)
     mid = time.perf_counter()
-    circuit, source = decided_circuit(model, task, seed=seed)
-    end = time.perf_counter()
     named = sorted(h.name for h in roles.heads if h.role != "none")
+    circuit, source = decided_circuit(model, task, seed=seed, heads=named)
+    end = time.perf_counter()
     kept = circuit_heads(circuit, senders_only=True)
     interval = circuit.intervals.get("faithfulness")
     return {
@@ -464,9 +464,25 @@ def measure_one(path: Path, seed: int) -> dict[str, Any]:
         else None,
         "criteria": circuit.criteria(),
         "verdict": circuit.verdict,
+        "kept_jointly": int(circuit.joint.sum()) if circuit.joint is not None else 0,
+        "left_out": [h.to_dict() | {"reason": h.reason()} for h in circuit.left_out],
+        "not_measurable": {k: why for k, why in circuit.unreadable().items() if why},
+        "overshoots": circuit.overshoots(),
         "source": source,
         "seconds": {"roles": round(mid - start, 1), "circuit": round(end - mid, 1)},
     }
+
+
+def left_out_words(left_out: list[dict[str, Any]]) -> str:
+    """Each named head the circuit leaves out: its edges' joint share and what they add, with intervals."""
+    return (
+        "; ".join(
+            f"{h['head']} {h['share'][0]:.2f} {fmt_interval(h['share'][1:])}, {h['added'][0]:+.2f} "
+            f"{fmt_interval(h['added'][1:])}"
+            for h in left_out
+        )
+        or "-"
+    )
 
 
 def fmt_interval(interval: list[float] | None) -> str:
@@ -479,9 +495,10 @@ def cmd_measure(args: argparse.Namespace) -> int:
     lines.append(
         "| model | seed | roles (non-none) | ground-truth job heads | circuit heads (senders of kept edges)"
         " | named heads missing from circuit | truth heads missing from circuit | edges kept"
-        " | faithfulness [interval] | completeness [interval] | verdict |"
+        " | faithfulness [interval] | completeness [interval] | verdict | named heads left out: joint share"
+        " [interval], added faithfulness [interval] |"
     )
-    lines.append("| --- " * 11 + "|")
+    lines.append("| --- " * 12 + "|")
     for spec in MODELS:
         if args.only and spec.name not in args.only:
             continue
@@ -500,7 +517,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
                 f"{', '.join(row['circuit_heads']) or 'none'} | {', '.join(row['named_missing']) or '-'} | "
                 f"{', '.join(row['truth_missing']) or '-'} | {row['edges_kept']}/{row['edges']} | "
                 f"{row['faithfulness']:.2f} {fmt_interval(row['faithfulness_interval'])} | "
-                f"{row['completeness']:.2f} {fmt_interval(row['completeness_interval'])} | {row['verdict']} |"
+                f"{row['completeness']:.2f} {fmt_interval(row['completeness_interval'])} | "
+                f"{row['verdict']} | {left_out_words(row['left_out'])} |"
             )
             lines.append(line)
             print(line, flush=True)

@@ -161,3 +161,23 @@ def test_roles_name_the_split_heads():
     roles = mechmem.head_roles(ckpt.model, ckpt.task, seed=0)
     induction = {h.name for h in roles.heads if h.role == "induction"}
     assert set(truth["job_heads"]) <= induction, (roles.summary(), truth["job_heads"])
+
+
+@pytest.mark.parametrize("name", ["noln", "split"])
+def test_the_circuit_keeps_or_explains_every_named_head(name):
+    """On the model whose previous-token job is split over four heads without LayerNorm, the circuit keeps all
+    four and is faithful; on every model, each head the role step names is in the circuit or reported as left
+    out with its measured joint share (docs/decisions.md, "Named heads the circuit leaves out")."""
+    ckpt, truth = fixture(name)
+    roles = mechmem.head_roles(ckpt.model, ckpt.task, seed=0)
+    named = [h.name for h in roles.heads if h.role != "none"]
+    circuit, _ = mechmem.decided_circuit(ckpt.model, ckpt.task, seed=0, heads=named)
+    left_out = {h.head for h in circuit.left_out}
+    assert set(named) == (set(named) & set(circuit.heads())) | left_out
+    assert not left_out & set(circuit.heads())
+    if name == "noln":
+        assert set(truth["job_heads"]) <= set(circuit.heads()) and circuit.joint.any()
+        low, high = circuit.intervals["faithfulness"]
+        assert 0.8 <= low and high <= 1.25 and circuit.verdict == "yes"
+    for head in circuit.left_out:
+        assert head.share[1] <= head.share[0] <= head.share[2]
