@@ -225,6 +225,8 @@ def test_the_report_warns_when_a_section_reads_off_distribution_prompts(birth, g
     warning = dict(summary_rows(report))["prompts off the model's distribution"]
     assert warning.startswith("heads: WARNING prompt fit: OFF") and "edges:" not in warning
     assert warning in to_markdown(report) and heads.findings["prompt_fit"]["message"] in heads.lines
-    assert json.loads(dumps(report.to_dict()))["sections"]["heads"]["findings"]["prompt_fit"][
-        "off_distribution"
-    ]
+    record = json.loads(dumps(report.to_dict()))
+    assert record["sections"]["heads"]["findings"]["prompt_fit"]["off_distribution"]
+    assert record["off_distribution"] == ["heads"]
+    assert report.flagged_headline.endswith("WARNING: prompts off the model's distribution in heads")
+    assert f"**{report.flagged_headline}**" in to_markdown(report)
