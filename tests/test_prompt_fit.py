@@ -123,7 +123,7 @@ def test_at_most_fit_prompts_are_scored_the_first_ones(monkeypatch, birth):
 @pytest.mark.parametrize("task_loss", [0.0, 0.01, 0.5, 2.0, 2.5, 4.0])
 def test_the_rule_needs_both_the_margin_and_the_factor(task_loss):
     def fit(prompt):
-        return PromptFit("p", 8, prompt, prompt, prompt, math.log(10**6), task_loss, "r")
+        return PromptFit("p", 8, prompt, prompt, prompt, 10**6, task_loss, "r")
 
     threshold = max(task_loss + MARGIN_NATS, FACTOR * task_loss)
     assert fit(threshold + 1e-6).off_distribution
@@ -151,7 +151,7 @@ def test_prompts_not_shown_better_than_a_uniform_guess_are_flagged(task_loss):
     uniform = math.log(64)
 
     def fit(lower, upper, point=5.3):
-        return PromptFit("p", 8, point, lower, upper, uniform, task_loss, None if task_loss is None else "r")
+        return PromptFit("p", 8, point, lower, upper, 64, task_loss, None if task_loss is None else "r")
 
     flagged = fit(5.2, 5.4)
     assert flagged.off_distribution and flagged.no_better_than_uniform

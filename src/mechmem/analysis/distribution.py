@@ -70,8 +70,8 @@ class PromptFit:
     """Lower end of the prompt loss's 95% percentile bootstrap interval over the prompts."""
     prompt_upper: float
     """Upper end of that interval."""
-    uniform_loss: float
-    """The loss of a uniform guess over the model's output vocabulary, ln(d_vocab_out), in nats."""
+    d_vocab_out: int
+    """The model's output vocabulary: a uniform guess over it loses ln(d_vocab_out) nats."""
     task_loss: float | None
     """The same kind of loss on the task's own data; None without a task (no reference data)."""
     reference: str | None
@@ -88,6 +88,11 @@ class PromptFit:
         if self.task_loss is None:
             return None
         return self.prompt_loss / self.task_loss if self.task_loss > 0 else float("inf")
+
+    @property
+    def uniform_loss(self) -> float:
+        """ln(d_vocab_out): the cross-entropy of a uniform guess over the model's output vocabulary."""
+        return math.log(self.d_vocab_out)
 
     @property
     def no_better_than_uniform(self) -> bool:
@@ -112,7 +117,7 @@ class PromptFit:
         """Why the prompts are flagged, in words (empty when they are not)."""
         out = []
         if self.no_better_than_uniform:
-            out.append(f"no better than a uniform guess (ln {round(math.exp(self.uniform_loss))})")
+            out.append(f"no better than a uniform guess (ln {self.d_vocab_out})")
         if self.above_task_data:
             out.append(f"more than {MARGIN_NATS} nat and {FACTOR}x above the task data")
         return out
@@ -120,10 +125,10 @@ class PromptFit:
     @property
     def message(self) -> str:
         """The check in one line, for the printed text and the report."""
-        vocab = round(math.exp(self.uniform_loss))
         loss = (
             f"loss {self.prompt_loss:.3f} [{self.prompt_lower:.3f}, {self.prompt_upper:.3f}] nats on "
-            f"{self.source} (n = {self.n}) vs {self.uniform_loss:.3f} for a uniform guess (ln {vocab})"
+            f"{self.source} (n = {self.n}) vs {self.uniform_loss:.3f} for a uniform guess "
+            f"(ln {self.d_vocab_out})"
         )
         if self.task_loss is None:
             rule = "off when the interval reaches the uniform guess; no task, so no task-data reference"
@@ -144,6 +149,7 @@ class PromptFit:
             "n": self.n,
             "prompt_loss": self.prompt_loss,
             "prompt_interval": [self.prompt_lower, self.prompt_upper],
+            "d_vocab_out": self.d_vocab_out,
             "uniform_loss": self.uniform_loss,
             "task_loss": self.task_loss,
             "reference": self.reference,
@@ -199,11 +205,11 @@ def prompt_loss(model: torch.nn.Module, prompts: Batch | PatchingPair) -> float:
     return row_losses(model, prompts).mean
 
 
-def uniform_loss(model: torch.nn.Module) -> float:
-    """ln(d_vocab_out): the cross-entropy of a uniform guess over the model's output vocabulary."""
-    cfg = model.cfg
-    out = getattr(cfg, "d_vocab_out", -1)
-    return math.log(out if isinstance(out, int) and out > 0 else cfg.d_vocab)
+def output_vocab(model: torch.nn.Module) -> int:
+    """The model's output vocabulary: cfg.d_vocab_out, or cfg.d_vocab where that is unset (TransformerLens's
+    -1)."""
+    out = getattr(model.cfg, "d_vocab_out", -1)
+    return out if isinstance(out, int) and out > 0 else model.cfg.d_vocab
 
 
 def _chunks(model: torch.nn.Module, prompts: Batch | PatchingPair) -> Iterator[tuple[Any, Tensor]]:
@@ -212,8 +218,7 @@ def _chunks(model: torch.nn.Module, prompts: Batch | PatchingPair) -> Iterator[t
     device = next(model.parameters()).device
     is_batch = isinstance(prompts, Batch)
     n, pos = (prompts.tokens if is_batch else prompts.clean).shape
-    vocab = getattr(getattr(model, "cfg", None), "d_vocab_out", None)
-    rows = max(1, LOGITS_BUDGET // (pos * vocab)) if isinstance(vocab, int) and vocab > 0 else n
+    rows = max(1, LOGITS_BUDGET // (pos * output_vocab(model)))
     for start in range(0, n, rows):
         index = slice(start, start + rows)
         part = (_batch_rows(prompts, index, n) if is_batch else prompts.rows(index)).to(device)
@@ -284,7 +289,7 @@ def prompt_fit(
         (None, None) if task is None else _task_data_loss(model, task, prompts, generator=generator)
     )
     lower, upper = bootstrap_ratio(rows.total, rows.scored, generator=generator)
-    return PromptFit(source, n, rows.mean, float(lower), float(upper), uniform_loss(model), reference, words)
+    return PromptFit(source, n, rows.mean, float(lower), float(upper), output_vocab(model), reference, words)
 
 
 def repeats_fit(
@@ -321,10 +326,10 @@ __all__ = [
     "MARGIN_NATS",
     "PromptFit",
     "RowLosses",
+    "output_vocab",
     "own_data_fit",
     "prompt_fit",
     "prompt_loss",
     "repeats_fit",
     "row_losses",
-    "uniform_loss",
 ]
