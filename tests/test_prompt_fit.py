@@ -227,6 +227,6 @@ def test_the_report_warns_when_a_section_reads_off_distribution_prompts(birth, g
     assert warning in to_markdown(report) and heads.findings["prompt_fit"]["message"] in heads.lines
     record = json.loads(dumps(report.to_dict()))
     assert record["sections"]["heads"]["findings"]["prompt_fit"]["off_distribution"]
-    assert record["off_distribution"] == ["heads"]
+    assert record["off_distribution"] == ["heads"] and record["headline"] == report.flagged_headline
     assert report.flagged_headline.endswith("WARNING: prompts off the model's distribution in heads")
     assert f"**{report.flagged_headline}**" in to_markdown(report)

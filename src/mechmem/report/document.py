@@ -129,7 +129,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {
             "title": self.title,
-            "headline": self.headline,
+            "headline": self.flagged_headline,
             "off_distribution": self.off_distribution,
             "meta": self.meta,
             "sections": {s.key: s.to_dict() for s in self.sections},
