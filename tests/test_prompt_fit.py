@@ -144,6 +144,16 @@ def test_a_bare_model_has_no_reference_data():
     assert fit.message.startswith("prompt fit: on the model's distribution") and "no task-data" in fit.message
     assert fit.uniform_loss == pytest.approx(math.log(12))
 
+    class NoConfig(torch.nn.Module):  # a model without TransformerLens's cfg, as the facts models are
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, tokens):
+            return self.inner(tokens)
+
+    assert prompt_fit(NoConfig(), None, pair, generator=gen(1)) == fit  # the vocabulary read off the logits
+
 
 @pytest.mark.parametrize("task_loss", [None, 0.5, 5.2])
 def test_prompts_not_shown_better_than_a_uniform_guess_are_flagged(task_loss):

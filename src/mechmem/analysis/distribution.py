@@ -171,6 +171,8 @@ class RowLosses:
 
     total: Float[Tensor, " batch"]
     scored: Float[Tensor, " batch"]
+    d_vocab_out: int
+    """The model's output vocabulary (its logits' last axis)."""
 
     @property
     def mean(self) -> float:
@@ -196,7 +198,7 @@ def row_losses(model: torch.nn.Module, prompts: Batch | PatchingPair) -> RowLoss
             at = logits[torch.arange(len(part.answer_pos), device=logits.device), part.answer_pos]
             totals.append(F.cross_entropy(at.float(), part.correct, reduction="none"))
             scored.append(torch.ones_like(totals[-1]))
-    return RowLosses(torch.cat(totals).double().cpu(), torch.cat(scored).double().cpu())
+    return RowLosses(torch.cat(totals).double().cpu(), torch.cat(scored).double().cpu(), logits.shape[-1])
 
 
 def prompt_loss(model: torch.nn.Module, prompts: Batch | PatchingPair) -> float:
@@ -205,20 +207,14 @@ def prompt_loss(model: torch.nn.Module, prompts: Batch | PatchingPair) -> float:
     return row_losses(model, prompts).mean
 
 
-def output_vocab(model: torch.nn.Module) -> int:
-    """The model's output vocabulary: cfg.d_vocab_out, or cfg.d_vocab where that is unset (TransformerLens's
-    -1)."""
-    out = getattr(model.cfg, "d_vocab_out", -1)
-    return out if isinstance(out, int) and out > 0 else model.cfg.d_vocab
-
-
 def _chunks(model: torch.nn.Module, prompts: Batch | PatchingPair) -> Iterator[tuple[Any, Tensor]]:
     """Chunks of rows of `prompts` on the model's device, with their logits, each chunk's logits within
     `LOGITS_BUDGET` entries: the whole batch from a bounded amount of memory."""
     device = next(model.parameters()).device
     is_batch = isinstance(prompts, Batch)
     n, pos = (prompts.tokens if is_batch else prompts.clean).shape
-    rows = max(1, LOGITS_BUDGET // (pos * output_vocab(model)))
+    vocab = getattr(getattr(model, "cfg", None), "d_vocab_out", None)
+    rows = max(1, LOGITS_BUDGET // (pos * vocab)) if isinstance(vocab, int) and vocab > 0 else n
     for start in range(0, n, rows):
         index = slice(start, start + rows)
         part = (_batch_rows(prompts, index, n) if is_batch else prompts.rows(index)).to(device)
@@ -289,7 +285,7 @@ def prompt_fit(
         (None, None) if task is None else _task_data_loss(model, task, prompts, generator=generator)
     )
     lower, upper = bootstrap_ratio(rows.total, rows.scored, generator=generator)
-    return PromptFit(source, n, rows.mean, float(lower), float(upper), output_vocab(model), reference, words)
+    return PromptFit(source, n, rows.mean, float(lower), float(upper), rows.d_vocab_out, reference, words)
 
 
 def repeats_fit(
@@ -326,7 +322,6 @@ __all__ = [
     "MARGIN_NATS",
     "PromptFit",
     "RowLosses",
-    "output_vocab",
     "own_data_fit",
     "prompt_fit",
     "prompt_loss",
