@@ -253,3 +253,15 @@ def test_the_readme_notebook_call_names_the_heads_the_report_names(task, tmp_pat
     roles = namespace["roles"]
     assert roles.summary() == report["summary"] and roles.labels == report["labels"]
     assert (roles.info["n"], roles.info["seed"]) == (report["n"], report["seed"])
+
+
+def test_a_pattern_still_open_on_some_query_tokens_is_undecided():
+    """The rule stopped at its budget with token tests open: no overall test is undecided (n_needed 0), yet
+    more sequences could name the head, so it is "none (undecided: induction)", not a plain "none"."""
+    ev = evidence([0.0], [0.0])
+    ev |= {"induction": torch.tensor([[0.45]]), "induction_lower": torch.tensor([[0.3]])}
+    ev |= {"induction_n_needed": torch.tensor([[0.0]]), "induction_open": torch.tensor([[1.0]])}
+    (head,) = classify_heads(ev, ROLES)
+    assert head.label == "L0H0 none (undecided: induction)" and "query tokens" in head.notes[0]
+    ev["induction_open"] = torch.tensor([[0.0]])
+    assert classify_heads(ev, ROLES)[0].label == "L0H0 none"

@@ -228,7 +228,8 @@ class PatternEvidence:
     the rule judges, docs/decisions.md), p_token_lower (best corrected token-selective lower end,
     `heads.kth_highest` over one probe's tokens), p_n_needed (sequences per probe that would decide its
     undecided tests, smallest over the probes; 0 when none is undecided, inf when one sits on the
-    threshold)."""
+    threshold), p_open (1 when the head is not named p but an open test, overall or on its query tokens,
+    could still name it: the rule stopped at its budget)."""
     probes: list[str]
     """What each probe is, in the curves' order."""
     curves: dict[str, dict[str, Tensor]]
@@ -435,6 +436,7 @@ def _evidence_from(decision: Decision, probes: list[str], random: int) -> Patter
         selective[:random] = head_detection.kth_highest(lows.float()).double()
     undecided = (overall.code == UNDECIDED) & overall.testable
     needed = overall.n_needed.masked_fill(~undecided, float("nan"))
+    named, could = named_heads(decision.families)  # [pattern layer head]
     evidence, curves = {}, {}
     for i, k in enumerate(head_detection.BUILTIN_PATTERNS):
         curve = {
@@ -450,6 +452,7 @@ def _evidence_from(decision: Decision, probes: list[str], random: int) -> Patter
         evidence[f"{k}_lower"] = curve["corrected_lower"].nan_to_num(0.0).amax(0)
         evidence[f"{k}_token_lower"] = curve["token_lower"].nan_to_num(0.0, neginf=0.0).amax(0)
         evidence[f"{k}_n_needed"] = _nanmin(needed[:, i])
+        evidence[f"{k}_open"] = (could[i] & ~named[i]).float()
     return PatternEvidence(evidence, probes, curves, decision)
 
 
@@ -587,10 +590,13 @@ def _clear_pattern(ev: dict[str, float], key: str, t: RoleThresholds) -> ClearPa
 def undecided_note(ev: dict[str, float], key: str) -> str | None:
     """Words for a pattern the sequential rule left undecided at its budget (None when it decided it)."""
     needed = ev.get(f"{key}_n_needed", 0.0)
-    if needed == 0 or math.isnan(needed):
+    overall = not (needed == 0 or math.isnan(needed))
+    if not overall and not ev.get(f"{key}_open", 0.0):
         return None
-    about = "no number of sequences would (the score sits on the threshold)"
-    if math.isfinite(needed):
+    about = "tests on some query tokens are still open: more sequences could name it"
+    if overall:
+        about = "no number of sequences would (the score sits on the threshold)"
+    if overall and math.isfinite(needed):
         about = f"about {int(needed)} sequences per probe would decide it"
     return f"{PATTERN_ROLES[key]} undecided at the budget (best score {ev[key]:.2f}): {about}"
 
