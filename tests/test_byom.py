@@ -1,8 +1,9 @@
-"""Bring your own model: the one-call conversion, the config check at save, the generic task, and the docs
-example."""
+"""Bring your own model: the one-call conversion, the config check at save, the generic task and the warning
+that says it was attached, and the docs example (with TransformerLens 4's path and an own task)."""
 
 import re
 import shlex
+import warnings
 
 import pytest
 import torch
@@ -191,9 +192,20 @@ def _run_the_docs_example(tmp_path, monkeypatch, capsys, *, skip: tuple[str, ...
     text = DOC.read_text()
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}  # one session, as a reader would run the blocks
+    warned: list[bool] = []
     for block in re.findall(r"```python\n(.*?)```", text, re.DOTALL):
-        exec(compile(block, str(DOC), "exec"), namespace)  # noqa: S102 - the docs' own example, run as a reader would
-    assert "scale_attn_by_inverse_layer_idx" in capsys.readouterr().out
+        if "boot_native" in block and BACKEND == "hooked":
+            continue  # the TransformerLens 4 path
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UserWarning)
+            exec(compile(block, str(DOC), "exec"), namespace)  # noqa: S102 - the docs' own example, run as a reader would
+        attached = any("attached the generic repeats task" in str(w.message) for w in caught)
+        warned += [attached]
+        assert not (attached and "task_name=" in block), block  # a task given: no warning
+    assert sum(warned) == (2 if BACKEND == "bridge" else 1)  # the worked example's save (and boot_native's)
+    out = capsys.readouterr().out
+    assert "scale_attn_by_inverse_layer_idx" in out
+    assert "'eval_acc': 1.0" in out and "L0H2 previous-token, L1H1 induction" in out  # the own-task example
     commands = [
         line.split("#")[0].strip()
         for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL)
@@ -217,3 +229,24 @@ def test_the_docs_worked_example_runs(tmp_path, monkeypatch, capsys):
 def test_the_docs_worked_example_runs_with_its_report(tmp_path, monkeypatch, capsys):
     _run_the_docs_example(tmp_path, monkeypatch, capsys)
     assert "L1H1" in (tmp_path / "byom" / "report" / "report.md").read_text()
+
+
+def test_save_model_without_a_task_says_which_it_attached(tmp_path, monkeypatch):
+    with pytest.warns(UserWarning, match="no task given: attached the generic repeats task"):
+        path = save_model(planted_induction_model(), tmp_path / "ckpt.pt")
+    ckpt = load_checkpoint(path)
+    assert (
+        ckpt.task_name == "repeats"
+        and "its own data only if it was trained on repeats" in (ckpt.extra["task_attached"])
+    )
+    from mechmem.report import checkpoint_report as module
+    from mechmem.report.document import Report
+
+    monkeypatch.setattr(module, "build_report", lambda *args, **kwargs: Report("", "", kwargs["meta"], []))
+    assert ckpt.extra["task_attached"] in module.checkpoint_report(ckpt, n_samples=8).meta["task"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a task given: no warning, no note
+        named = load_checkpoint(
+            save_model(planted_induction_model(), tmp_path / "named.pt", task_name="repeats")
+        )
+    assert "task_attached" not in named.extra and named.task_config == ckpt.task_config

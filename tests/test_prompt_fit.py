@@ -1,6 +1,7 @@
 """The prompt-fit check: its losses equal plain TransformerLens computations, its rule flags exactly what it
-says, and a planted model that does induction only after the birth task's triggers is flagged on random
-repeats but not on its own task's data, in the commands' text and JSON and in the report."""
+says, a planted model that does induction only after the birth task's triggers is flagged on random repeats
+but not on its own task's data, in the commands' text and JSON and in the report, and a model given a task it
+was not trained on is flagged on that task's own data."""
 
 import json
 import math
@@ -12,7 +13,15 @@ from helpers import build_model
 
 import mechmem
 from mechmem.analysis import distribution
-from mechmem.analysis.distribution import FACTOR, MARGIN_NATS, PromptFit, prompt_fit, prompt_loss, repeats_fit
+from mechmem.analysis.distribution import (
+    FACTOR,
+    MARGIN_NATS,
+    PromptFit,
+    own_data_fit,
+    prompt_fit,
+    prompt_loss,
+    repeats_fit,
+)
 from mechmem.commands.main import main
 from mechmem.io import dumps
 from mechmem.report import build_report, circuit_graph
@@ -114,7 +123,7 @@ def test_at_most_fit_prompts_are_scored_the_first_ones(monkeypatch, birth):
 @pytest.mark.parametrize("task_loss", [0.0, 0.01, 0.5, 2.0, 2.5, 4.0])
 def test_the_rule_needs_both_the_margin_and_the_factor(task_loss):
     def fit(prompt):
-        return PromptFit("p", 8, prompt, task_loss, "r")
+        return PromptFit("p", 8, prompt, prompt, prompt, 10**6, task_loss, "r")
 
     threshold = max(task_loss + MARGIN_NATS, FACTOR * task_loss)
     assert fit(threshold + 1e-6).off_distribution
@@ -129,10 +138,52 @@ def test_the_rule_needs_both_the_margin_and_the_factor(task_loss):
 
 def test_a_bare_model_has_no_reference_data():
     model = mechmem.planted_induction_model()
-    pair = build_task("repeats", {"d_vocab": 12, "half": 8}).patching_pair(8, generator=gen(0))
+    pair = build_task("repeats", {"d_vocab": 12, "half": 8}).patching_pair(8, generator=gen(1))
     fit = prompt_fit(model, None, pair, generator=gen(1))
     assert fit.task_loss is None and fit.ratio is None and not fit.off_distribution
-    assert fit.message.startswith("prompt fit: no reference data")
+    assert fit.message.startswith("prompt fit: on the model's distribution") and "no task-data" in fit.message
+    assert fit.uniform_loss == pytest.approx(math.log(12))
+
+    class NoConfig(torch.nn.Module):  # a model without TransformerLens's cfg, as the facts models are
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, tokens):
+            return self.inner(tokens)
+
+    assert prompt_fit(NoConfig(), None, pair, generator=gen(1)) == fit  # the vocabulary read off the logits
+
+
+@pytest.mark.parametrize("task_loss", [None, 0.5, 5.2])
+def test_prompts_not_shown_better_than_a_uniform_guess_are_flagged(task_loss):
+    """5.3 nats against ln 64 = 4.16 passed the relative rule alone when the task-data loss was as high."""
+    uniform = math.log(64)
+
+    def fit(lower, upper, point=5.3):
+        return PromptFit("p", 8, point, lower, upper, 64, task_loss, None if task_loss is None else "r")
+
+    flagged = fit(5.2, 5.4)
+    assert flagged.off_distribution and flagged.no_better_than_uniform
+    assert flagged.reasons[0] == "no better than a uniform guess (ln 64)" and "OFF" in flagged.message
+    assert flagged.above_task_data == (task_loss == 0.5)
+    assert fit(3.0, uniform).off_distribution  # the interval reaches the guess: not shown better
+    near = fit(3.0, uniform - 1e-6, point=3.5)
+    assert not near.no_better_than_uniform and near.off_distribution == (task_loss == 0.5)
+
+
+def test_a_model_given_a_task_it_was_not_trained_on_is_flagged_on_that_task():
+    """The planted recall/elimination model (a permutation model) with the generic repeats task, as
+    `save_model` attaches it: the own-data check compares the repeats data with a second draw of it, which
+    cannot differ, so only the uniform guess can flag it."""
+    from mechmem.papers.permutation.planted import planted_permutation_model
+    from mechmem.tasks.generic import RepeatsConfig
+
+    model = planted_permutation_model()
+    repeats = build_task("repeats", RepeatsConfig.for_model(model))
+    fit = own_data_fit(model, repeats, "eval", 64, generator=gen(0))
+    assert fit.off_distribution and fit.no_better_than_uniform and not fit.above_task_data, fit.message
+    assert fit.prompt_lower >= fit.uniform_loss
 
 
 def test_trigger_only_induction_is_flagged_on_repeats_not_on_its_own_data(birth, gated):
@@ -184,6 +235,8 @@ def test_the_report_warns_when_a_section_reads_off_distribution_prompts(birth, g
     warning = dict(summary_rows(report))["prompts off the model's distribution"]
     assert warning.startswith("heads: WARNING prompt fit: OFF") and "edges:" not in warning
     assert warning in to_markdown(report) and heads.findings["prompt_fit"]["message"] in heads.lines
-    assert json.loads(dumps(report.to_dict()))["sections"]["heads"]["findings"]["prompt_fit"][
-        "off_distribution"
-    ]
+    record = json.loads(dumps(report.to_dict()))
+    assert record["sections"]["heads"]["findings"]["prompt_fit"]["off_distribution"]
+    assert record["off_distribution"] == ["heads"] and record["headline"] == report.flagged_headline
+    assert report.flagged_headline.endswith("WARNING: prompts off the model's distribution in heads")
+    assert f"**{report.flagged_headline}**" in to_markdown(report)

@@ -1,15 +1,21 @@
-"""The head-role classifier (`mechmem.analysis.roles`): synthetic evidence with known labels, the evidence
-itself against a naive hook loop, and planted 2-layer models with a recall circuit (previous-token head +
-induction-style recall head) and an elimination head, in both head orders."""
+"""The head-role classifier (`mechmem.analysis.roles`): synthetic evidence with known labels, a head whose
+task roles stay undecided saying it fell back, the evidence itself against a naive hook loop, planted 2-layer
+models with a recall circuit (previous-token head + induction-style recall head) and an elimination head, in
+both head orders, and the README's notebook call giving the report's roles."""
+
+import re
 
 import pytest
 import torch
-from helpers import assert_no_hooks, build_model
+from helpers import ROOT, assert_no_hooks, build_model
 
-from mechmem.analysis.roles import RoleThresholds, classify_heads, head_roles
+from mechmem.analysis.roles import RoleResult, RoleThresholds, classify_heads, head_roles
+from mechmem.analysis.sequential import NO, UNDECIDED, YES
 from mechmem.analysis.task_roles import measure_task_evidence
-from mechmem.papers.permutation.planted import planted_permutation_model
+from mechmem.checkpoint import save_checkpoint
+from mechmem.papers.permutation.planted import planted_permutation_config, planted_permutation_model
 from mechmem.papers.permutation.task import PermutationConfig, PermutationTask
+from mechmem.report import build_report, circuit_section
 
 ROLES = ("recall", "elimination")
 
@@ -179,3 +185,83 @@ def test_random_models_get_no_task_role(task):
         )
         roles = {h.role for h in head_roles(model, task, n=200, seed=0).heads}
         assert not roles & {"recall", "elimination", "shared"}
+
+
+def undecided_evidence(verdict):
+    """Two heads: L0H0 a clear duplicate-token pattern, L0H1 an induction pattern undecided at the budget;
+    L0H0's recall carries the sequential `verdict` (its elimination is undecided), L0H1's task roles NO."""
+    ev = evidence([0.3, 0.0], [0.0, 0.0])
+    for role in ROLES:
+        ev[f"{role}_verdict"] = torch.tensor([[verdict if role == "recall" else UNDECIDED, NO]]).float()
+        ev[f"{role}_score_verdict"] = torch.tensor([[verdict, NO]]).float()
+        ev[f"{role}_lead_lower"] = torch.tensor([[0.5, 0.0]])
+    ev["duplicate_token"] = torch.tensor([[0.9, 0.1]])
+    ev["induction"] = torch.tensor([[0.0, 0.45]])
+    ev["induction_lower"] = torch.tensor([[0.0, 0.3]])
+    ev["induction_n_needed"] = torch.tensor([[0.0, 500.0]])
+    return ev
+
+
+def test_a_head_whose_task_roles_stay_undecided_says_it_fell_back():
+    heads = classify_heads(undecided_evidence(UNDECIDED), ROLES)
+    result = RoleResult(heads, ROLES, RoleThresholds(), {"n": 64})
+    assert [h.role for h in heads] == ["duplicate-token", "none"]
+    assert heads[0].fallback and heads[0].undecided == ["recall", "elimination"]
+    assert not heads[1].fallback and heads[1].undecided == ["induction"]
+    fell_back = (
+        "L0H0 duplicate-token (fell back to its attention pattern: task roles recall, elimination undecided)"
+    )
+    assert result.summary() == f"{fell_back}, L0H1 none (undecided: induction)"
+    assert fell_back in repr(result) and fell_back in repr(heads[0])
+    frame = result.to_dataframe().groupby("head").first()
+    assert frame["fallback"].tolist() == [True, False]
+    assert frame["undecided"].tolist() == ["recall, elimination", "induction"]
+    assert result.to_dict()["heads"][0]["fallback"] and result.to_dict()["heads"][1]["undecided"] == [
+        "induction"
+    ]
+    lines = circuit_section(result).lines
+    assert f"Heads: {result.summary()}." in lines and any(line.startswith(f"{fell_back}: ") for line in lines)
+
+
+def test_a_decided_task_role_is_no_fallback():
+    heads = classify_heads(undecided_evidence(YES), ROLES)
+    assert [h.role for h in heads] == ["recall", "none"]
+    assert not heads[0].fallback and heads[0].undecided == [] and heads[0].label == "L0H0 recall"
+    assert (
+        RoleResult(heads, ROLES, RoleThresholds()).summary()
+        == "L0H0 recall, L0H1 none (undecided: induction)"
+    )
+
+
+def test_the_readme_notebook_call_names_the_heads_the_report_names(task, tmp_path, monkeypatch):
+    """The README's notebook snippet, run as written on a checkpoint at t2/ckpt.pt, measures the roles with
+    the report's own call (same sequences, seed and policy), so it prints the report's answer."""
+    readme = (ROOT / "README.md").read_text()
+    snippet = re.search(r"## Use it from a notebook\n\n```python\n(.*?)```", readme, re.DOTALL).group(1)
+    model = planted_permutation_model(4)
+    save_checkpoint(
+        tmp_path / "t2" / "ckpt.pt",
+        model=model,
+        model_config=planted_permutation_config(4),
+        task_name="permutation",
+        task_config=task.config,
+    )
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(snippet, "README.md", "exec"), namespace)  # noqa: S102 - the README's own snippet
+    report = build_report(model, task, sections=()).section("circuit").findings
+    roles = namespace["roles"]
+    assert roles.summary() == report["summary"] and roles.labels == report["labels"]
+    assert (roles.info["n"], roles.info["seed"]) == (report["n"], report["seed"])
+
+
+def test_a_pattern_still_open_on_some_query_tokens_is_undecided():
+    """The rule stopped at its budget with token tests open: no overall test is undecided (n_needed 0), yet
+    more sequences could name the head, so it is "none (undecided: induction)", not a plain "none"."""
+    ev = evidence([0.0], [0.0])
+    ev |= {"induction": torch.tensor([[0.45]]), "induction_lower": torch.tensor([[0.3]])}
+    ev |= {"induction_n_needed": torch.tensor([[0.0]]), "induction_open": torch.tensor([[1.0]])}
+    (head,) = classify_heads(ev, ROLES)
+    assert head.label == "L0H0 none (undecided: induction)" and "query tokens" in head.notes[0]
+    ev["induction_open"] = torch.tensor([[0.0]])
+    assert classify_heads(ev, ROLES)[0].label == "L0H0 none"

@@ -10,7 +10,8 @@ classes, only tensors, strings, numbers, lists and dicts. It carries everything 
     train_config                  the trainer's config dict
     metrics                       a summary (final evaluation, wall time, ...); strict JSON (NaN -> None)
     state_dict                    the weights
-    extra                         optional: trainer state for --resume (optimiser, RNG, step)
+    extra                         optional: trainer state for --resume (optimiser, RNG, step), or
+                                  "task_attached": `save_model`'s note when it attached the generic task
     digest                        SHA-256 over every other field; a mismatch means the file was altered
 
 Version 1 files (digest over configs and weights only) still load, and so do files that carry
@@ -592,16 +593,17 @@ def save_model(
     model: torch.nn.Module,
     path: str | os.PathLike,
     *,
-    task_name: str = "repeats",
+    task_name: str | None = None,
     task_config: Any = None,
     metrics: dict[str, Any] | None = None,
 ) -> Path:
     """Turn a TransformerLens model (weights + cfg) into a mechmem checkpoint at `path`.
 
-    The config is derived from `model.cfg` (`config_from_hooked_transformer`); the task defaults to the
-    generic "repeats" task sized to the model. After writing, the checkpoint is reloaded and must give the
-    model's logits on a probe input, else the file is removed and `MechmemError` raised. Returns the
-    checkpoint's path.
+    The config is derived from `model.cfg` (`config_from_hooked_transformer`). Without `task_name` the
+    generic "repeats" task sized to the model is attached, and the call says so: a `UserWarning` naming the
+    task and what it implies, kept in the checkpoint as `extra["task_attached"]` (the report prints it). After
+    writing, the checkpoint is reloaded and must give the model's logits on a probe input, else the file is
+    removed and `MechmemError` raised. Returns the checkpoint's path.
 
     Example:
         >>> import mechmem, tempfile, pathlib
@@ -614,6 +616,16 @@ def save_model(
     from mechmem.tasks.generic import RepeatsConfig
 
     config = config_from_hooked_transformer(model)
+    attached = None
+    if task_name is None:
+        task_name = "repeats"
+        attached = (
+            "no task given: attached the generic repeats task (random sequences [r, r] over the model's "
+            "vocabulary); every analysis reads the model on those, which are its own data only if it was "
+            "trained on repeats (the prompt-fit check flags them where the model is no better than a uniform "
+            "guess); pass task_name and task_config for the model's own task"
+        )
+        warnings.warn(attached, UserWarning, stacklevel=2)
     if task_config is None and task_name == "repeats":
         task_config = RepeatsConfig.for_model(model)
     path = save_checkpoint(
@@ -623,6 +635,7 @@ def save_model(
         task_name=task_name,
         task_config=task_config,
         metrics=metrics,
+        extra={"task_attached": attached} if attached else None,
     )
     reloaded = load_checkpoint(path).model
     probe = torch.randint(config.d_vocab, (2, config.n_ctx), generator=torch.Generator().manual_seed(1))

@@ -8,25 +8,29 @@
 Every analysis reads a model on prompts. When those are not the data the model was trained on (random repeats
 [r, r] for a model of triggered bigrams, the generic repeats pair for a task without a pair), the model may do
 there what it never does on its own data, and a verdict read on them says little about the circuit it uses.
-The check compares the model's loss on the prompts with its loss on the task's own data, the same kind of
-loss:
+The check compares the model's loss on the prompts with two references: the loss of a uniform guess over the
+model's output vocabulary, ln(d_vocab_out), and its loss on the task's own data, the same kind of loss:
 
     prompts        loss on the prompts                          reference (the task's own data)
     Batch          its masked cross-entropy                     task.eval_batch, scored by task.loss
     PatchingPair   cross-entropy of `correct` at `answer_pos`   the task's own patching_pair, the same loss
                    of the clean prompts                         (the task's eval data when it has none)
 
-and flags the prompts as off the model's distribution by the rule in docs/analyses.md ("Prompt fit"): the
-prompt loss exceeds the task-data loss by more than `MARGIN_NATS` AND is more than `FACTOR` times it. With no
-task (a bare model) there is no reference data, and the check says so.
+and flags the prompts as off the model's distribution by the rule in docs/analyses.md ("Prompt fit") when
+either holds: the upper end of the prompt loss's 95% interval is at or above the uniform guess (the model
+is not shown to predict the prompts better than chance), or the prompt loss exceeds the task-data loss by more
+than `MARGIN_NATS` AND is more than `FACTOR` times it. The first needs no task: it also judges a bare model,
+and prompts of the task's own kind, whose task-data reference is a second draw of the same prompts and so can
+never differ from them.
 
-Caveats: both losses are means over the prompts (at most `FIT_PROMPTS`, the first ones), without an
-interval; the check sees only the loss, so prompts on which the model is as good as on its data but for
-another reason pass; and a low loss on prompts of the task's own kind says nothing about a behaviour the task
-never asks for.
+Caveats: the prompt loss is a mean over the prompts (at most `FIT_PROMPTS`, the first ones) with a percentile
+bootstrap interval over them; the task-data loss is a mean without one; the check sees only the loss, so
+prompts on which the model is as good as on its data but for another reason pass; and a low loss on prompts of
+the task's own kind says nothing about a behaviour the task never asks for.
 """
 
-from collections.abc import Callable
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,13 +39,15 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from mechmem.tasks.base import Batch, PatchingPair, masked_cross_entropy
+from mechmem.analysis.intervals import bootstrap_ratio
+from mechmem.tasks.base import Batch, PatchingPair
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
 MARGIN_NATS = 1.0
 """Off the model's distribution needs the prompt loss more than this many nats above the task-data loss..."""
 FACTOR = 1.5
-"""...and more than this many times it (both; fixed before any model was measured, docs/analyses.md)."""
+"""...and more than this many times it (both; fixed before any model was measured, docs/analyses.md). The
+uniform-guess reference, ln(d_vocab_out), is a property of the model and needs no constant."""
 FIT_PROMPTS = 128
 """Prompts the check scores at most (the first ones), and the reference draws as many: a mean loss needs no
 more, and on a large model the check then costs a few passes of this many sequences at most."""
@@ -51,7 +57,8 @@ LOGITS_BUDGET = 2**24
 
 @dataclass(frozen=True)
 class PromptFit:
-    """The model's loss on an analysis's prompts next to its loss on its own task data, and the verdict."""
+    """The model's loss on an analysis's prompts next to a uniform guess's and its loss on its own task data,
+    and the verdict."""
 
     source: str
     """What the prompts are, in words."""
@@ -59,6 +66,12 @@ class PromptFit:
     """Number of prompts (sequences or pairs) the prompt loss averages over."""
     prompt_loss: float
     """Mean cross-entropy (nats) on the prompts (see the module docstring for what is scored)."""
+    prompt_lower: float
+    """Lower end of the prompt loss's 95% percentile bootstrap interval over the prompts."""
+    prompt_upper: float
+    """Upper end of that interval."""
+    d_vocab_out: int
+    """The model's output vocabulary: a uniform guess over it loses ln(d_vocab_out) nats."""
     task_loss: float | None
     """The same kind of loss on the task's own data; None without a task (no reference data)."""
     reference: str | None
@@ -77,84 +90,135 @@ class PromptFit:
         return self.prompt_loss / self.task_loss if self.task_loss > 0 else float("inf")
 
     @property
-    def off_distribution(self) -> bool:
+    def uniform_loss(self) -> float:
+        """ln(d_vocab_out): the cross-entropy of a uniform guess over the model's output vocabulary."""
+        return math.log(self.d_vocab_out)
+
+    @property
+    def no_better_than_uniform(self) -> bool:
+        """True when the prompt loss's interval reaches the uniform guess: the model is not shown to predict
+        the prompts better than chance."""
+        return self.prompt_upper >= self.uniform_loss
+
+    @property
+    def above_task_data(self) -> bool:
         """True when the prompt loss exceeds the task-data loss by more than MARGIN_NATS and FACTOR times."""
         if self.task_loss is None:
             return False
         return self.prompt_loss - self.task_loss > MARGIN_NATS and self.prompt_loss > FACTOR * self.task_loss
 
     @property
+    def off_distribution(self) -> bool:
+        """True when either test flags the prompts (docs/analyses.md, "Prompt fit")."""
+        return self.no_better_than_uniform or self.above_task_data
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why the prompts are flagged, in words (empty when they are not)."""
+        out = []
+        if self.no_better_than_uniform:
+            out.append(f"no better than a uniform guess (ln {self.d_vocab_out})")
+        if self.above_task_data:
+            out.append(f"more than {MARGIN_NATS} nat and {FACTOR}x above the task data")
+        return out
+
+    @property
     def message(self) -> str:
         """The check in one line, for the printed text and the report."""
-        loss = f"loss {self.prompt_loss:.3f} nats on {self.source} (n = {self.n})"
-        if self.task_loss is None:
-            return f"prompt fit: no reference data (no task): {loss}"
-        rule = f"off when > +{MARGIN_NATS} nat and > {FACTOR}x"
-        vs = (
-            f"{loss} vs {self.task_loss:.3f} on {self.reference} "
-            f"({self.difference:+.3f} nats, {self.ratio:.2f}x; {rule})"
+        loss = (
+            f"loss {self.prompt_loss:.3f} [{self.prompt_lower:.3f}, {self.prompt_upper:.3f}] nats on "
+            f"{self.source} (n = {self.n}) vs {self.uniform_loss:.3f} for a uniform guess "
+            f"(ln {self.d_vocab_out})"
         )
+        if self.task_loss is None:
+            rule = "off when the interval reaches the uniform guess; no task, so no task-data reference"
+        else:
+            away = f"{self.difference:+.3f} nats, {self.ratio:.2f}x"
+            loss += f" and {self.task_loss:.3f} on {self.reference} ({away})"
+            rule = f"off when the interval reaches the uniform guess, or > +{MARGIN_NATS} nat and > {FACTOR}x"
         if self.off_distribution:
             return (
-                f"WARNING prompt fit: OFF the model's distribution: {vs}; results on these prompts may not "
-                "show the circuit the model uses on its own data"
+                f"WARNING prompt fit: OFF the model's distribution ({'; '.join(self.reasons)}): {loss} "
+                f"({rule}); results on these prompts may not show the circuit the model uses on its own data"
             )
-        return f"prompt fit: on the model's distribution: {vs}"
+        return f"prompt fit: on the model's distribution: {loss} ({rule})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "n": self.n,
             "prompt_loss": self.prompt_loss,
+            "prompt_interval": [self.prompt_lower, self.prompt_upper],
+            "d_vocab_out": self.d_vocab_out,
+            "uniform_loss": self.uniform_loss,
             "task_loss": self.task_loss,
             "reference": self.reference,
             "difference": self.difference,
             "ratio": self.ratio,
+            "no_better_than_uniform": self.no_better_than_uniform,
+            "above_task_data": self.above_task_data,
             "off_distribution": self.off_distribution,
-            "rule": {"margin_nats": MARGIN_NATS, "factor": FACTOR},
+            "reasons": self.reasons,
+            "rule": {"uniform": "ln(d_vocab_out)", "margin_nats": MARGIN_NATS, "factor": FACTOR},
             "message": self.message,
         }
 
 
+@dataclass(frozen=True)
+class RowLosses:
+    """Per prompt, the summed cross-entropy over its scored positions and their number: the prompt loss is
+    sum(total) / sum(scored), and its interval resamples prompts."""
+
+    total: Float[Tensor, " batch"]
+    scored: Float[Tensor, " batch"]
+    d_vocab_out: int
+    """The model's output vocabulary (its logits' last axis)."""
+
+    @property
+    def mean(self) -> float:
+        """The mean loss per scored position (NaN when nothing is scored)."""
+        scored = float(self.scored.sum())
+        return float(self.total.sum()) / scored if scored > 0 else float("nan")
+
+
 @torch.no_grad()
+def row_losses(model: torch.nn.Module, prompts: Batch | PatchingPair) -> RowLosses:
+    """The model's cross-entropy per prompt: a Batch's over its masked [batch pos] targets, or a pair's of
+    `correct` at `answer_pos` of its clean prompts [batch pos] (one scored position per prompt)."""
+    if not isinstance(prompts, (Batch, PatchingPair)):
+        raise TypeError(f"prompts must be a Batch or a PatchingPair, not {type(prompts).__name__}")
+    totals, scored = [], []
+    for part, logits in _chunks(model, prompts):
+        if isinstance(part, Batch):
+            per_pos = F.cross_entropy(logits.transpose(1, 2).float(), part.targets, reduction="none")
+            mask = part.loss_mask.to(per_pos.dtype)
+            totals.append((per_pos * mask).sum(1))
+            scored.append(mask.sum(1))
+        else:
+            at = logits[torch.arange(len(part.answer_pos), device=logits.device), part.answer_pos]
+            totals.append(F.cross_entropy(at.float(), part.correct, reduction="none"))
+            scored.append(torch.ones_like(totals[-1]))
+    return RowLosses(torch.cat(totals).double().cpu(), torch.cat(scored).double().cpu(), logits.shape[-1])
+
+
 def prompt_loss(model: torch.nn.Module, prompts: Batch | PatchingPair) -> float:
-    """The model's mean cross-entropy on `prompts`: a Batch's masked loss over its [batch pos] targets, or a
-    pair's loss of `correct` at `answer_pos` of its clean prompts [batch pos] (mean over prompts)."""
-    if isinstance(prompts, Batch):
-        return _chunked_loss(model, prompts, lambda lg, b: masked_cross_entropy(lg, b.targets, b.loss_mask))
-    if isinstance(prompts, PatchingPair):
-        return _chunked_loss(model, prompts, _answer_loss)
-    raise TypeError(f"prompts must be a Batch or a PatchingPair, not {type(prompts).__name__}")
+    """The model's mean cross-entropy on `prompts` (`row_losses`): a Batch's masked loss over its targets, or
+    a pair's loss of `correct` at `answer_pos` of its clean prompts (mean over prompts)."""
+    return row_losses(model, prompts).mean
 
 
-def _answer_loss(logits: Float[Tensor, "batch pos d_vocab"], pair: PatchingPair) -> Float[Tensor, ""]:
-    at = logits[torch.arange(len(pair.answer_pos), device=logits.device), pair.answer_pos]
-    return F.cross_entropy(at.float(), pair.correct)
-
-
-def _chunked_loss(
-    model: torch.nn.Module,
-    prompts: Batch | PatchingPair,
-    loss: Callable[[Tensor, Any], Tensor],
-) -> float:
-    """`loss(logits, chunk)` over chunks of rows whose logits stay within `LOGITS_BUDGET`, averaged with each
-    chunk's weight (its scored positions for a Batch, its rows for a pair): the whole batch's value for a
-    masked mean, from a bounded amount of memory."""
+def _chunks(model: torch.nn.Module, prompts: Batch | PatchingPair) -> Iterator[tuple[Any, Tensor]]:
+    """Chunks of rows of `prompts` on the model's device, with their logits, each chunk's logits within
+    `LOGITS_BUDGET` entries: the whole batch from a bounded amount of memory."""
     device = next(model.parameters()).device
     is_batch = isinstance(prompts, Batch)
     n, pos = (prompts.tokens if is_batch else prompts.clean).shape
     vocab = getattr(getattr(model, "cfg", None), "d_vocab_out", None)
     rows = max(1, LOGITS_BUDGET // (pos * vocab)) if isinstance(vocab, int) and vocab > 0 else n
-    total, weight = 0.0, 0.0
     for start in range(0, n, rows):
         index = slice(start, start + rows)
-        part = _batch_rows(prompts, index, n) if is_batch else prompts.rows(index)
-        part = part.to(device)
-        w = float(part.loss_mask.sum()) if is_batch else float(len(part.answer_pos))
-        if w > 0:
-            total += float(loss(model(part.tokens if is_batch else part.clean), part)) * w
-            weight += w
-    return total / weight if weight > 0 else float("nan")
+        part = (_batch_rows(prompts, index, n) if is_batch else prompts.rows(index)).to(device)
+        yield part, model(part.tokens if is_batch else part.clean)
 
 
 def _batch_rows(batch: Batch, index: slice, n: int) -> Batch:
@@ -177,9 +241,12 @@ def _task_data_loss(
         except NotImplementedError:
             pass
     batch = task.eval_batch(n, generator=generator)
+    total, weight = 0.0, 0.0
     with torch.no_grad():
-        loss = _chunked_loss(model, batch, task.loss)
-    return loss, f"the {task.name} task's evaluation data"
+        for part, logits in _chunks(model, batch):  # task.loss is a masked mean: weigh it by its positions
+            w = float(part.loss_mask.sum())
+            total, weight = total + (float(task.loss(logits, part)) * w if w > 0 else 0.0), weight + w
+    return total / weight if weight > 0 else float("nan"), f"the {task.name} task's evaluation data"
 
 
 def prompt_fit(
@@ -190,13 +257,13 @@ def prompt_fit(
     generator: torch.Generator,
     source: str = "the prompts",
 ) -> PromptFit:
-    """How far `prompts` are from `model`'s own data (`task`'s; None for a bare model), by the rule of
-    docs/analyses.md ("Prompt fit").
+    """How far `prompts` are from `model`'s own data (`task`'s; None for a bare model) and from a uniform
+    guess, by the rule of docs/analyses.md ("Prompt fit").
 
     Args:
         prompts: a `Batch` (its masked loss is scored) or a `PatchingPair` (the correct answer's loss at the
             answer position of the clean prompts).
-        generator: draws the task's reference data.
+        generator: draws the task's reference data, then the bootstrap resamples of the prompt loss.
         source: what the prompts are, in words (for the message).
 
     Example:
@@ -213,11 +280,12 @@ def prompt_fit(
         first = slice(0, FIT_PROMPTS)
         prompts = prompts.rows(first) if isinstance(prompts, PatchingPair) else _batch_rows(prompts, first, n)
         n = FIT_PROMPTS
-    loss = prompt_loss(model, prompts)
-    if task is None:
-        return PromptFit(source, n, loss, None, None)
-    reference, words = _task_data_loss(model, task, prompts, generator=generator)
-    return PromptFit(source, n, loss, reference, words)
+    rows = row_losses(model, prompts)
+    reference, words = (
+        (None, None) if task is None else _task_data_loss(model, task, prompts, generator=generator)
+    )
+    lower, upper = bootstrap_ratio(rows.total, rows.scored, generator=generator)
+    return PromptFit(source, n, rows.mean, float(lower), float(upper), rows.d_vocab_out, reference, words)
 
 
 def repeats_fit(
@@ -235,8 +303,9 @@ def own_data_fit(
 ) -> PromptFit:
     """`prompt_fit` of an analysis that reads the task's own data (`data`: "eval", its evaluation batch, or
     "pair", its clean/corrupted pair): n such prompts drawn from `generator` as the analysis draws them (the
-    first `FIT_PROMPTS` scored), against a second draw. Such prompts are the model's distribution by
-    construction; the check states their loss next to it."""
+    first `FIT_PROMPTS` scored), against a second draw and a uniform guess. A second draw of the same kind
+    cannot differ from them, so here only the uniform guess can flag them: a model no better than chance on
+    its task's own data was not trained on that task (a task attached by default, say)."""
     if data == "pair":
         prompts: Batch | PatchingPair = task.patching_pair(n, generator=generator)
         source = f"the {task.name} task's clean/corrupted pair"
@@ -252,8 +321,10 @@ __all__ = [
     "FIT_PROMPTS",
     "MARGIN_NATS",
     "PromptFit",
+    "RowLosses",
     "own_data_fit",
     "prompt_fit",
     "prompt_loss",
     "repeats_fit",
+    "row_losses",
 ]

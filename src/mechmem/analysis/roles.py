@@ -17,7 +17,9 @@ gets task role r when, on corrected intervals, (1) its score is at least `min_sc
 its share of every other task role by at least `share_margin`, and (3) its attention on r's keys is at least
 `task_attention`. When (1) holds for two roles and every role fails, the head is "shared"; when a role is
 still undecided at the budget the head takes no task role and its notes say how many sequences would decide
-it.
+it. Such a head *falls back*: its name comes from its attention pattern (or is "none"), and the result says
+so (`HeadRole.fallback`, `undecided`) in its summary, repr, data frame and the report's line, since more
+sequences could give it a task role.
 Shares matter because a role can be carried jointly: in the one-layer permutation models the MLP reads the
 query token and both heads together, so copying one head alone moves the answer partly (0.1-0.3 for the recall
 head), yet its share of the recall transfer is the largest. Evidence built by hand with point values only is
@@ -58,7 +60,7 @@ from mechmem.analysis.sequential import HEAD_POLICY, NO, UNDECIDED, YES, Decisio
 from mechmem.analysis.task_roles import decide_task_roles
 from mechmem.config import ConfigMixin
 
-ROLE_COLUMNS = ["layer", "head", "role", "evidence", "value"]
+ROLE_COLUMNS = ["layer", "head", "role", "fallback", "undecided", "evidence", "value"]
 """The columns of a role's `to_dataframe`."""
 PATTERN_ROLES = {
     "previous_token": "previous-token",
@@ -100,28 +102,54 @@ class HeadRole:
     role: str
     evidence: dict[str, float]
     notes: list[str] = field(default_factory=list)
+    undecided: list[str] = field(default_factory=list)
+    """The roles left undecided at the budget that could still name the head: its task roles when none was
+    decided, and its attention patterns when it has no name (empty: the name is decided)."""
 
     @property
     def name(self) -> str:
         return f"L{self.layer}H{self.head}"
 
+    @property
+    def fallback(self) -> bool:
+        """True when the head is named by its attention pattern because its task roles stayed undecided."""
+        return self.role in PATTERN_ROLES.values() and bool(self.undecided)
+
+    @property
+    def label(self) -> str:
+        """The name with what it rests on: "L1H1 recall" when decided, "L1H0 none (undecided: induction)",
+        or "L0H0 duplicate-token (fell back to its attention pattern: task roles recall, elimination
+        undecided)"."""
+        if self.fallback:
+            return f"{self.name} {self.role} (fell back to its attention pattern: task roles " + (
+                f"{', '.join(self.undecided)} undecided)"
+            )
+        if self.undecided:
+            return f"{self.name} {self.role} (undecided: {', '.join(self.undecided)})"
+        return f"{self.name} {self.role}"
+
     def to_dataframe(self) -> Any:
-        """One row per evidence quantity of the head (`ROLE_COLUMNS`): `layer`, `head`, `role`, `evidence`
-        (its name, e.g. "induction_lower" or "recall_transfer") and `value`. Intervals enter as their own
-        quantities (`*_lower`), so there are no `lower` / `upper` columns."""
+        """One row per evidence quantity of the head (`ROLE_COLUMNS`): `layer`, `head`, `role`, `fallback`
+        (named by its attention pattern because its task roles stayed undecided), `undecided` (those roles,
+        comma-separated; "" when the name is decided), `evidence` (its name, e.g. "induction_lower" or
+        "recall_transfer") and `value`. Intervals enter as their own quantities (`*_lower`), so there are no
+        `lower` / `upper` columns."""
         import pandas as pd
 
-        rows = [[self.layer, self.head, self.role, k, float(v)] for k, v in self.evidence.items()]
+        head = [self.layer, self.head, self.role, self.fallback, ", ".join(self.undecided)]
+        rows = [[*head, k, float(v)] for k, v in self.evidence.items()]
         return pd.DataFrame(rows, columns=ROLE_COLUMNS)
 
     def __repr__(self) -> str:
-        return short_repr("HeadRole", f"{self.name} {self.role}", f"{len(self.evidence)} evidence values")
+        return short_repr("HeadRole", self.label, f"{len(self.evidence)} evidence values")
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "layer": self.layer,
             "head": self.head,
             "role": self.role,
+            "fallback": self.fallback,
+            "undecided": self.undecided,
             "evidence": self.evidence,
             "notes": self.notes,
         }
@@ -156,10 +184,12 @@ class RoleResult:
         return out
 
     def summary(self) -> str:
-        """A one-line description such as "L0H2 previous-token, L1H1 induction" (or "no head roles found")."""
+        """A one-line description such as "L0H2 previous-token, L1H1 induction" (or "no head roles found"),
+        each head's `label`: a head that fell back to its attention pattern, or has no name while a role is
+        undecided, says so."""
         if not self.heads:
             return "no attention heads analysed"
-        named = [f"{h.name} {h.role}" for h in self.heads if h.role != "none"]
+        named = [h.label for h in self.heads if h.role != "none" or h.undecided]
         return ", ".join(named) if named else "no head roles found"
 
     def to_dataframe(self) -> Any:
@@ -198,7 +228,8 @@ class PatternEvidence:
     the rule judges, docs/decisions.md), p_token_lower (best corrected token-selective lower end,
     `heads.kth_highest` over one probe's tokens), p_n_needed (sequences per probe that would decide its
     undecided tests, smallest over the probes; 0 when none is undecided, inf when one sits on the
-    threshold)."""
+    threshold), p_open (1 when the head is not named p but an open test, overall or on its query tokens,
+    could still name it: the rule stopped at its budget)."""
     probes: list[str]
     """What each probe is, in the curves' order."""
     curves: dict[str, dict[str, Tensor]]
@@ -405,6 +436,7 @@ def _evidence_from(decision: Decision, probes: list[str], random: int) -> Patter
         selective[:random] = head_detection.kth_highest(lows.float()).double()
     undecided = (overall.code == UNDECIDED) & overall.testable
     needed = overall.n_needed.masked_fill(~undecided, float("nan"))
+    named, could = named_heads(decision.families)  # [pattern layer head]
     evidence, curves = {}, {}
     for i, k in enumerate(head_detection.BUILTIN_PATTERNS):
         curve = {
@@ -420,6 +452,7 @@ def _evidence_from(decision: Decision, probes: list[str], random: int) -> Patter
         evidence[f"{k}_lower"] = curve["corrected_lower"].nan_to_num(0.0).amax(0)
         evidence[f"{k}_token_lower"] = curve["token_lower"].nan_to_num(0.0, neginf=0.0).amax(0)
         evidence[f"{k}_n_needed"] = _nanmin(needed[:, i])
+        evidence[f"{k}_open"] = (could[i] & ~named[i]).float()
     return PatternEvidence(evidence, probes, curves, decision)
 
 
@@ -557,10 +590,13 @@ def _clear_pattern(ev: dict[str, float], key: str, t: RoleThresholds) -> ClearPa
 def undecided_note(ev: dict[str, float], key: str) -> str | None:
     """Words for a pattern the sequential rule left undecided at its budget (None when it decided it)."""
     needed = ev.get(f"{key}_n_needed", 0.0)
-    if needed == 0 or math.isnan(needed):
+    overall = not (needed == 0 or math.isnan(needed))
+    if not overall and not ev.get(f"{key}_open", 0.0):
         return None
-    about = "no number of sequences would (the score sits on the threshold)"
-    if math.isfinite(needed):
+    about = "tests on some query tokens are still open: more sequences could name it"
+    if overall:
+        about = "no number of sequences would (the score sits on the threshold)"
+    if overall and math.isfinite(needed):
         about = f"about {int(needed)} sequences per probe would decide it"
     return f"{PATTERN_ROLES[key]} undecided at the budget (best score {ev[key]:.2f}): {about}"
 
@@ -595,11 +631,15 @@ def classify_heads(
             ]
             notes += task_undecided_notes(ev, task_roles)
             task = _task_role(ev, task_roles, t) if task_roles else None
+            undecided: list[str] = []
             if task is not None:
                 role, notes = task[0], [task[1]] + [f"also {note}" for note in notes]
             else:
                 role = patterns[0].role if patterns else "none"
-            roles.append(HeadRole(layer, head, role, ev, notes))
+                undecided = [r for r in task_roles if ev.get(f"{r}_verdict", NO) == UNDECIDED]
+                if not patterns:
+                    undecided += [PATTERN_ROLES[k] for k in PATTERN_ROLES if undecided_note(ev, k)]
+            roles.append(HeadRole(layer, head, role, ev, notes, undecided))
     return roles
 
 

@@ -167,7 +167,7 @@ def circuit_section(roles: RoleResult, mlp: Section | None = None) -> Section:
         s.tables.append(role_table(roles))
         parts = score_table(roles)
         s.tables += [parts] if parts is not None else []
-    s.lines += [f"{h.name} {h.role}: " + "; ".join(h.notes) for h in roles.heads if h.notes]
+    s.lines += [f"{h.label}: " + "; ".join(h.notes) for h in roles.heads if h.notes]
     return s
 
 

@@ -58,7 +58,8 @@ def checkpoint_report(
     """
     meta = {
         "checkpoint": str(ckpt.path),
-        "task": f"{ckpt.task_name} {ckpt.task_config}",
+        "task": f"{ckpt.task_name} {ckpt.task_config}"
+        + (f" ({ckpt.extra['task_attached']})" if "task_attached" in ckpt.extra else ""),
         "model": type(ckpt.model).__name__,
         "versions": ", ".join(f"{k} {v}" for k, v in ckpt.versions.items()),
         "seed / samples": f"{seed} / {n_samples}",

@@ -113,10 +113,24 @@ class Report:
                 return s
         raise KeyError(key)
 
+    @property
+    def off_distribution(self) -> list[str]:
+        """The sections whose prompts the prompt-fit check (`mechmem.analysis.distribution`) flagged."""
+        return [s.key for s in self.sections if _off(s)]
+
+    @property
+    def flagged_headline(self) -> str:
+        """The headline, followed by a warning naming the sections whose prompts are off the model's
+        distribution (the headline alone when there are none)."""
+        off = self.off_distribution
+        warning = f"WARNING: prompts off the model's distribution in {', '.join(off)}" if off else ""
+        return " | ".join(part for part in (self.headline, warning) if part)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "title": self.title,
-            "headline": self.headline,
+            "headline": self.flagged_headline,
+            "off_distribution": self.off_distribution,
             "meta": self.meta,
             "sections": {s.key: s.to_dict() for s in self.sections},
             "cost": self.cost,
@@ -138,7 +152,8 @@ def to_markdown(report: Report, *, figure_dir: str | None = "figures", figure_pr
 
     `figure_dir=None` leaves the figures out.
     """
-    out = [f"# {report.title}", "", f"**{report.headline}**" if report.headline else "", ""]
+    headline = report.flagged_headline
+    out = [f"# {report.title}", "", f"**{headline}**" if headline else "", ""]
     out += [f"- **{k}**: {v}" for k, v in summary_rows(report)] + [""]
     out += [f"- {k}: {v}" for k, v in report.meta.items()] + [""]
     for s in report.sections:
@@ -180,10 +195,10 @@ def to_html(report: Report) -> str:
 
 
 def summary_rows(report: Report) -> list[tuple[str, str]]:
-    """The verdicts that open a report, as (label, text): the named circuit, the MLP, the headline, the edge
+    """The verdicts that open a report, as (label, text): the named circuit, the MLP, the headline, a warning
+    naming the sections whose prompts are off the model's distribution (their `prompt_fit`), the edge
     circuit's verdict with faithfulness and completeness (and their intervals, or why they are not
-    measurable), the named heads the circuit leaves out, a warning naming the sections whose prompts are off
-    the model's distribution (their `prompt_fit`), and the sections skipped."""
+    measurable), the named heads the circuit leaves out, and the sections skipped."""
     found = {s.key: s for s in report.sections}
     rows = []
     circuit = found.get("circuit")
@@ -194,6 +209,8 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
             rows.append(("MLP", f"layer {m['layer']}: {m['role']}; key neurons {m['key_neurons'] or 'none'}"))
     if report.headline:
         rows.append(("headline", report.headline))
+    off = [f"{s.key}: {s.findings['prompt_fit']['message']}" for s in report.sections if _off(s)]
+    rows += [("prompts off the model's distribution", "; ".join(off))] if off else []
     edges = found.get("edges")
     if edges is not None and not edges.skipped and "verdict" in edges.findings:
         f, ci = edges.findings, edges.findings.get("intervals", {})
@@ -222,8 +239,6 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
             rows.append(
                 ("roles and circuit disagree", "named but not in the circuit: " + "; ".join(left_out))
             )
-    off = [f"{s.key}: {s.findings['prompt_fit']['message']}" for s in report.sections if _off(s)]
-    rows += [("prompts off the model's distribution", "; ".join(off))] if off else []
     skipped = [f"{s.key} ({s.skipped})" for s in report.sections if s.skipped]
     rows.append(("skipped", "; ".join(skipped) if skipped else "none"))
     return rows

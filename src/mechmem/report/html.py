@@ -125,7 +125,7 @@ def report_page(report: Any, summary: list[tuple[str, str]]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{e(report.title)}</title><style>{asset('report.css')}</style></head><body>"
         f'<div class="mm-report"><h1>{e(report.title)}</h1>'
-        f'<p class="headline">{e(report.headline)}</p>'
+        f'<p class="headline">{e(report.flagged_headline)}</p>'
         f'<table class="summary" id="summary">{rows}</table>'
         f'<nav class="toc">{toc} · <button type="button" id="mm-toggle">collapse all</button></nav>'
         f'<details class="meta"><summary>provenance</summary><ul>{meta}</ul></details>'

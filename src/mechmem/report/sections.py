@@ -20,7 +20,7 @@ import torch
 
 from mechmem.analysis import ablation, heads, neurons, patching, probes
 from mechmem.analysis.ablation import attribution as ablation_attribution
-from mechmem.analysis.distribution import repeats_fit
+from mechmem.analysis.distribution import own_data_fit, repeats_fit
 from mechmem.analysis.intervals import format_interval, mean_interval
 from mechmem.analysis.mlp_role import FAMILY as MLP_FAMILY
 from mechmem.analysis.mlp_role import decided_mlp_role
@@ -72,7 +72,8 @@ def _needs_hooks(ctx: ReportContext) -> str | None:
 # -- closeness to the optimum
 # ---------------------------------------------------------------------------------
 def optimum_section(ctx: ReportContext) -> Section:
-    """The task's own evaluation and headline, with the task's optimum where it has one."""
+    """The task's own evaluation and headline, with the task's optimum where it has one, and the prompt fit of
+    the task's evaluation data (a model no better than a uniform guess there was not trained on this task)."""
     s = Section("optimum", "Task performance and closeness to the optimum")
     if ctx.task is None:
         s.skipped = "no task: a bare model has no evaluation"
@@ -82,6 +83,9 @@ def optimum_section(ctx: ReportContext) -> Section:
     s.findings["headline"] = ctx.task.headline(metrics)
     s.lines.append(f"Headline: {s.findings['headline'] or 'n/a'} (on {ctx.n_samples} evaluation sequences).")
     s.lines += _optimum_lines(ctx, s.findings)
+    fit = own_data_fit(ctx.model, ctx.task, "eval", ctx.n_samples, generator=ctx.generator(13))
+    s.findings["prompt_fit"] = fit.to_dict()
+    s.lines.append(fit.message)
     rows = [[k, float(v)] for k, v in metrics.items() if isinstance(v, (int, float))]
     s.tables.append(Table(["metric", "value"], rows, "Task evaluation", floatfmt=".4f"))
     return s
