@@ -61,7 +61,7 @@ def test_every_edge_decided_in_stays_and_the_selection_says_so(split):
 def test_a_named_head_left_out_is_reported_with_its_joint_effect(split):
     (zero_head,) = split.left_out  # L0H4 writes nothing; the movers are in the circuit
     assert zero_head.head == "L0H4" and zero_head.share[0] == pytest.approx(0.0, abs=1e-6)
-    assert "does not carry the behaviour" in zero_head.reason()
+    assert "idle on these prompts, or a backup" in zero_head.reason()
     lines = summary_lines(split, "the repeats pair", {"L0H4": "induction"})
     assert any(line.startswith("Roles and circuit disagree: L0H4 (induction)") for line in lines)
     assert split.to_dict()["left_out"][0]["head"] == "L0H4"

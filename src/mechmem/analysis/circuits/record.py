@@ -83,10 +83,17 @@ class LeftOut:
         )
         words += f" of the gap and add {added[0]:+.3f} [{added[1]:+.3f}, {added[2]:+.3f}] to the circuit's"
         words += " faithfulness"
-        if share[1] > -EDGE_SHARE and share[2] < EDGE_SHARE:
-            return words + f" (less than {EDGE_SHARE} of the gap: it does not carry the behaviour here)"
-        if added[1] > -EDGE_SHARE and added[2] < EDGE_SHARE:
-            return words + " (the circuit already does its job without it: redundant with what is kept)"
+        small_share = share[1] > -EDGE_SHARE and share[2] < EDGE_SHARE
+        small_added = added[1] > -EDGE_SHARE and added[2] < EDGE_SHARE
+        if small_share and small_added:
+            return words + (
+                f" (both within {EDGE_SHARE} of 0: idle on these prompts, or a backup of heads the circuit "
+                "keeps)"
+            )
+        if small_share:
+            return words + f" (removing it costs the full model less than {EDGE_SHARE} of the gap)"
+        if small_added:
+            return words + " (the circuit does its job without it: redundant with what is kept)"
         return words
 
     def to_dict(self) -> dict[str, Any]:
