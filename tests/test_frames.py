@@ -210,7 +210,7 @@ def test_circuit_frame_holds_every_edge(circuit):
     assert list(frame.columns) == [
         "edge",
         *("name", "sender", "receiver", "port"),
-        *("value", "stderr", "lower", "upper", "exact", "attribution", "kept"),
+        *("value", "stderr", "lower", "upper", "exact", "attribution", "kept", "joint"),
         *("decision", "share", "share_lower", "share_upper", "n_needed"),
     ]
     rows = by_key(frame, ["edge"])
@@ -228,6 +228,7 @@ def test_circuit_frame_holds_every_edge(circuit):
         assert same(row["attribution"], circuit.attribution[i])
     assert sorted(frame.loc[frame["kept"], "name"]) == sorted(circuit.edge_names())
     assert list(frame["decision"]) == ["in" if k else "out" for k in circuit.kept.tolist()]
+    assert not frame["joint"].any()  # a circuit pruned on one draw keeps no edge jointly
     assert_short_repr(circuit, "Circuit")
 
 
@@ -240,9 +241,12 @@ def test_decided_circuit_frame_holds_each_edge_test():
     assert list(frame["decision"]) == [{"yes": "in", "no": "out"}.get(v, v) for v in family.verdicts()]
     assert frame["share"].to_numpy() == pytest.approx(family.mean.numpy())
     assert frame["share_lower"].to_numpy() == pytest.approx(family.lower.numpy())
-    assert sorted(frame.loc[frame["decision"] == "in", "name"]) == sorted(circuit.edge_names())
+    assert sorted(frame.loc[frame["decision"] == "in", "name"]) == sorted(
+        circuit.edge_names(circuit.kept & ~circuit.joint)
+    )
+    assert list(frame["joint"]) == circuit.joint.tolist()
     rows = {r["name"]: r for r in circuit.to_dict()["edges"]}
-    for name in circuit.edge_names():
+    for name in circuit.edge_names(circuit.kept & ~circuit.joint):
         row = rows[name]
         assert row["decision"] == "in"
         assert row["share_corrected_lower"] >= 0.05 or row["share_corrected_upper"] <= -0.05

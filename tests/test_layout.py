@@ -17,10 +17,6 @@ SRC = ROOT / "src" / "mechmem"
 CORE = [p for p in SRC.rglob("*.py") if "papers" not in p.relative_to(SRC).parts]
 PAPERS = sorted(p.name for p in (SRC / "papers").iterdir() if (p / "__init__.py").exists())
 SCRIPT_DIRS = [ROOT / "analyses", ROOT / "benchmarks"]
-MAX_MODULE, MAX_SCRIPT, MAX_FUNCTION = 400, 80, 60
-LONG_REASON = "Long because"
-"""A function may run past MAX_FUNCTION lines, a module past MAX_MODULE and a script past MAX_SCRIPT, when its
-docstring says why, starting with these words."""
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -58,50 +54,6 @@ def test_papers_register_through_the_plugin_loader():
     tasks, papers = out.strip().split("] [")
     assert {"permutation", "birth", "facts"} <= set(eval(tasks + "]"))
     assert {"permutation", "birth", "memorisation"} <= set(eval("[" + papers))
-
-
-def test_long_modules_and_scripts_say_why():
-    """Size is a prompt to split by concept, not a cap: a module past MAX_MODULE lines (a script past
-    MAX_SCRIPT) says in its docstring why it holds one concept, with the words of LONG_REASON."""
-
-    def unexplained(path: Path, limit: int) -> str | None:
-        n = len(path.read_text().splitlines())
-        docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
-        if n > limit and LONG_REASON not in docstring:
-            return f"{path.relative_to(ROOT)} ({n} lines)"
-        return None
-
-    modules = [unexplained(p, MAX_MODULE) for p in SRC.rglob("*.py")]
-    scripts = [
-        unexplained(p, MAX_SCRIPT)
-        for p in [*(ROOT / "analyses").glob("*.py"), *SRC.glob("papers/*/scripts/*.py")]
-        if p.name != "__init__.py"
-    ]
-    assert [m for m in modules + scripts if m] == []
-
-
-def docstring_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
-    """Lines of a function's docstring (its runnable example included), which its length does not count."""
-    first = node.body[0]
-    if (
-        isinstance(first, ast.Expr)
-        and isinstance(first.value, ast.Constant)
-        and isinstance(first.value.value, str)
-    ):
-        return first.end_lineno - first.lineno + 1
-    return 0
-
-
-def test_long_functions_say_why():
-    """A function's code (its docstring not counted) past MAX_FUNCTION lines says why in its docstring."""
-    offenders = []
-    for path in SRC.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                length = node.end_lineno - node.lineno + 1 - docstring_lines(node)
-                if length > MAX_FUNCTION and LONG_REASON not in (ast.get_docstring(node) or ""):
-                    offenders.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name} ({length} lines)")
-    assert offenders == []
 
 
 # -- the layers ----------------------------------------------------------------------------------------------

@@ -122,9 +122,7 @@ def decide_edges(
     precise ones are frozen: `decide(freeze=)`); the stage stops, with `stopped` "no behaviour", once the gap
     m(full) - m(every edge ablated) is shown inside (-min_gap, min_gap) at the criteria's gap level (a
     stopping rule only: docs/decisions.md, "Measuring only what is still open"), on the screening draw too,
-    where it then screens and tests no edge.
-
-    Long because the round's draw, the gap's stopping rule and the freezing share the stage's state."""
+    where it then screens and tests no edge."""
     device, graph = next(model.parameters()).device, build_graph(model)
     n_edges = len(graph.edges)
     tested, screening = torch.ones(n_edges, dtype=torch.bool), None
@@ -332,8 +330,6 @@ def decided_circuit(
             the criteria's prompts and reported with the reason (`Circuit.left_out`).
     The circuit is every edge decided in plus those the kept set needs (`select_edges`). `scores` and
     `stderr` are over the edge stage's prompts; values, intervals and `n` over the criteria's.
-
-    Long because it assembles one `Circuit` from both stages' records, whose fields are read in one place.
 
     Example:
         >>> import mechmem

@@ -32,9 +32,7 @@ one is no. `intervals` holds the marginal 95% intervals, for reading.
     complete     completeness interval vs min_faithfulness (ablating only the circuit removes most of it)
 Here the prefix is chosen on one draw; each edge's standard error is reported next to its score.
 
-Long because it is one pipeline: edge scoring, pruning to the target faithfulness and the verdict share the
-prompt draw, and reading them apart would hide how the verdict follows from the scores. The record they fill,
-`Circuit`, and the confidence rule live in `mechmem.analysis.circuits.record`.
+The record they fill, `Circuit`, and the confidence rule live in `mechmem.analysis.circuits.record`.
 """
 
 import math
