@@ -71,6 +71,19 @@ def planted_config(d_vocab: int = 12, n_ctx: int = 24) -> TransformerConfig:
     )
 
 
+def blank_model(config: TransformerConfig, layout: PlantedLayout, strength: float) -> torch.nn.Module:
+    """A model of `config` with every weight zero but the one-hot blocks: W_E writes the token into TOK, W_pos
+    the position into POS, and W_U reads OUT (scaled by `strength`)."""
+    model = build_transformer(config, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for param in model.parameters():
+            param.zero_()
+        model.embed.W_E[:, layout.tok] = torch.eye(layout.d_vocab)
+        model.pos_embed.W_pos[:, layout.pos] = torch.eye(layout.n_ctx)
+        model.unembed.W_U[layout.out, :] = strength * torch.eye(layout.d_vocab)
+    return model
+
+
 def planted_induction_model(d_vocab: int = 12, n_ctx: int = 24, *, strength: float = 10.0) -> torch.nn.Module:
     """A `HookedTransformer` with a planted previous-token head (L0H2) and induction head (L1H1).
 
@@ -90,15 +103,10 @@ def planted_induction_model(d_vocab: int = 12, n_ctx: int = 24, *, strength: flo
         True
     """
     layout = PlantedLayout(d_vocab, n_ctx)
-    model = build_transformer(planted_config(d_vocab, n_ctx), generator=torch.Generator().manual_seed(0))
+    model = blank_model(planted_config(d_vocab, n_ctx), layout, strength)
     eye_v, eye_t = torch.eye(d_vocab), torch.eye(n_ctx)
     c = strength
     with torch.no_grad():
-        for param in model.parameters():
-            param.zero_()
-        model.embed.W_E[:, layout.tok] = eye_v
-        model.pos_embed.W_pos[:, layout.pos] = eye_t
-        model.unembed.W_U[layout.out, :] = c * eye_v
         a0, a1 = model.blocks[0].attn, model.blocks[1].attn
         # L0H0: attend to self (query position t matches key position t).
         a0.W_Q[0, layout.pos, :n_ctx] = c * eye_t
@@ -159,14 +167,9 @@ def planted_split_model(
         d_vocab=d_vocab,
         n_ctx=n_ctx,
     )
-    model = build_transformer(config, generator=torch.Generator().manual_seed(0))
     eye_v, eye_t, c, offset = torch.eye(d_vocab), torch.eye(n_ctx), 10.0, half - 1
+    model = blank_model(config, layout, c)
     with torch.no_grad():
-        for param in model.parameters():
-            param.zero_()
-        model.embed.W_E[:, layout.tok] = eye_v
-        model.pos_embed.W_pos[:, layout.pos] = eye_t
-        model.unembed.W_U[layout.out, :] = c * eye_v
         a0, a1 = model.blocks[0].attn, model.blocks[1].attn
         for j in range(movers):
             a0.W_Q[j, layout.pos, :n_ctx] = c * eye_t
