@@ -1,4 +1,4 @@
-"""Issue 25: the scripts against bad inputs and a bad machine. Nothing hangs, nothing is half-written.
+"""The scripts against bad inputs and a bad machine. Nothing hangs, nothing is half-written.
 
 Each case runs a real script (`analyses/*.py`, in-process through `run_script(main, argv)`; in a subprocess
 only where a signal must arrive) and checks the three things a user sees: the exit status, the lines on stderr

@@ -1,4 +1,4 @@
-"""Issue 24 item 5: every script answers `--help` and every argument error the flags alone decide before torch
+"""Every script answers `--help` and every argument error the flags alone decide before torch
 or TransformerLens is imported.
 
 Each case runs the script in a fresh interpreter, as a user does (`python analyses/X.py`, `python -m

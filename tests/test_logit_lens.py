@@ -1,5 +1,5 @@
 """Logit lens: the last stage equals the logits,
-norms are recomputed per stage (TransformerLens GitHub issue 1076), planted stages."""
+norms are recomputed per stage (TransformerLens GitHub #1076), planted stages."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Issue 13, the cases themselves: every bad input to a
+"""The cases themselves: every bad input to a
 script ends in one `error:` line and exit 2, before any work.
 
 Also: strict JSON, a digest over every field, config field types,

@@ -1,4 +1,4 @@
-"""Issue 13, training: --resume continues only the identical run, fresh runs never mix with old files, one
+"""Training: --resume continues only the identical run, fresh runs never mix with old files, one
 writer per directory, and no checkpoint is ever written from non-finite weights (the last step included)."""
 
 import shutil
