@@ -1,6 +1,6 @@
-"""The circuit decided by the evidence: every edge tested on its share of the gap over rounds of prompts, then
-the circuit's criteria judged on prompts that chose no edge (docs/decisions.md, "Which edges the circuit
-has").
+"""The circuit decided by the evidence: every edge tested on its share of the gap over rounds of prompts, the
+edges the kept set needs added, then the circuit's criteria judged on prompts that chose no edge
+(docs/decisions.md, "Which edges the circuit has" and "The circuit is what the kept set needs").
 
     from mechmem.analysis.circuits.decided import decided_circuit
     circuit, source = decided_circuit(model, task, seed=0)      # a `Circuit`; circuit.edge_verdicts()
@@ -9,10 +9,13 @@ Two stages share one analysis and its alpha, split equally over four families (`
 tests every edge's share s = sum(m(full) - m(edge ablated)) / sum(m(full) - m(every edge ablated)) against
 `EDGE_SHARE` on |s|, drawing doubling rounds of new prompts until no edge test is open (a test decided or
 precise at a look is frozen there and not measured again; the stage stops early when the corrected interval of
-the gap shows it absent); the circuit is the edges decided in. The criteria stage draws new prompts and judges
-that circuit's gap, faithfulness and completeness (`discovery.judge_criteria`). On graphs above `max_exact`
-edges a screening draw, set aside, chooses which edges are tested (`discovery.score_edges`: EAP-IG on every
-edge, exact on a fixed number); the rest are out, untested.
+the gap shows it absent). The circuit is the edges decided in plus those whose removal, judged on the stage's
+own prompts, takes the faithfulness of what remains out of `SELECTION_BAND` (`select_edges`): a job shared by
+several heads, each edge carrying too little to pass alone, stays. The criteria stage draws new prompts and
+judges that circuit's gap, faithfulness (two-sided) and completeness (`discovery.judge_criteria`), and
+measures the named heads it leaves out (`measured_left_out`). On graphs above `max_exact` edges a screening
+draw, set aside, chooses which edges are tested (`discovery.score_edges`: EAP-IG on every edge, exact on a
+fixed number); the rest are untested, and removed first.
 """
 
 import time

@@ -27,7 +27,8 @@ Each criterion is "yes" when its whole corrected interval passes, "no" when it f
 the prompts that would decide it); the circuit is confident ("yes") when every criterion is yes, "no" when
 one is no. `intervals` holds the marginal 95% intervals, for reading.
     behaviour    |gap| interval vs min_gap (the behaviour exists)
-    faithful     faithfulness interval vs min_faithfulness (the circuit alone keeps most of it)
+    faithful     faithfulness interval inside [min_faithfulness, max_faithfulness] (the circuit alone keeps
+                 about the full model's behaviour: neither much less nor much more)
     sparse       at most max_edge_fraction of the edges are kept (a count: yes or no)
     complete     completeness interval vs min_faithfulness (ablating only the circuit removes most of it)
 Here the prefix is chosen on one draw; each edge's standard error is reported next to its score.
