@@ -184,3 +184,8 @@ def test_the_planted_induction_circuit_is_unchanged():
         "embed->L1H1.v",
     ]
     assert not circuit.joint.any()
+
+
+def test_an_unknown_head_name_fails_before_any_work():
+    with pytest.raises(ValueError, match=r"\['L5H0'\] are not heads of this model"):
+        decided_circuit(planted_induction_model(), None, heads=["L1H1", "L5H0"])

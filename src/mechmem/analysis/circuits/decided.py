@@ -211,10 +211,27 @@ def select_edges(
     sure, n_edges = stage.kept, len(stage.graph.edges)
     if stage.decision.stopped == "no behaviour" or not stage.pairs or bool(sure.all()):
         return sure.clone(), 0
+    shapes: dict[tuple[int, ...], list[PatchingPair]] = {}
+    for pair in stage.pairs:  # one patcher per prompt length, its rounds pooled
+        shapes.setdefault(tuple(pair.clean.shape[1:]), []).append(pair)
     fields = PatchingPair.__dataclass_fields__
-    pair = PatchingPair(*(torch.cat([getattr(p, name) for p in stage.pairs]) for name in fields))
-    patcher = EdgePatcher(model, pair, ablation, reference=stage.reference, memory_mb=memory_mb)
-    full, empty = _full_and_empty(patcher, n_edges).double().sum(1).tolist()
+    patchers = [
+        EdgePatcher(
+            model,
+            PatchingPair(*(torch.cat([getattr(p, name) for p in group]) for name in fields)),
+            ablation,
+            reference=stage.reference,
+            memory_mb=memory_mb,
+        )
+        for group in shapes.values()
+    ]
+
+    def total(masks: Tensor) -> Tensor:
+        """[variant] the metric summed over every prompt of the stage."""
+        return sum(patcher.evaluate(masks).double().sum(1) for patcher in patchers)
+
+    every = torch.ones(n_edges, dtype=torch.bool)
+    full, empty = total(torch.stack([every, ~every])).tolist()
     if full == empty:
         return sure.clone(), 0
     scores, _ = stage.scores()
@@ -229,7 +246,7 @@ def select_edges(
         trial = keep.clone()
         trial[block] = False
         evaluations += 1
-        value = float(patcher.evaluate(trial[None]).double().sum())
+        value = float(total(trial[None]))
         if SELECTION_BAND.lower <= (value - empty) / (full - empty) <= SELECTION_BAND.upper:
             keep[block] = False
         elif len(block) > 1:
@@ -284,9 +301,12 @@ def judge_circuit(
 
 def left_out_heads(circuit_heads: list[str], heads: list[str], graph: Any) -> tuple[list[str], Tensor]:
     """The `heads` (node names) with no outgoing edge among `circuit_heads`' and, per such head, the [edge]
-    mask of its outgoing edges."""
-    names = {n.name for n in graph.nodes if n.kind == "head"}
-    out = [h for h in dict.fromkeys(heads) if h in names and h not in circuit_heads]
+    mask of its outgoing edges. A name that is no head of the graph is a `ValueError`."""
+    names = [n.name for n in graph.nodes if n.kind == "head"]
+    unknown = [h for h in heads if h not in names]
+    if unknown:
+        raise ValueError(f"heads {unknown} are not heads of this model (its heads: {', '.join(names)})")
+    out = [h for h in dict.fromkeys(heads) if h not in circuit_heads]
     masks = torch.tensor([[e.sender.name == h for e in graph.edges] for h in out], dtype=torch.bool)
     return out, masks.reshape(len(out), len(graph.edges))
 
@@ -342,6 +362,8 @@ def decided_circuit(
         ('yes', ['L0H2->L1H1.k', 'L1H1->logits', 'embed->L0H2.v', 'embed->L1H1.q', 'embed->L1H1.v'])
     """
     start = time.perf_counter()
+    if heads:
+        left_out_heads([], list(heads), build_graph(model))  # an unknown head name fails before any work
     generator = torch.Generator().manual_seed(seed)
     stage = decide_edges(
         model,
