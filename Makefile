@@ -28,23 +28,25 @@ define bootstrap
 	test -x $(PY) || python3 -m venv $(VENV)
 	@if $(PY) -m pip install -q uv >/dev/null 2>&1; then \
 		echo "installing with uv$(if $(LOCAL_TORCH), (the local CPU build of torch),)"; \
-		$(VENV)/bin/uv pip install -q --python $(PY) $(UV_FLAGS) $(TORCH_PIN) '$(TL_DEFAULT)' -e '$(ROOT)$(1)'; \
+		$(VENV)/bin/uv pip install -q --python $(PY) $(UV_FLAGS) $(TORCH_PIN) '$(TL_DEFAULT)' -e '$(ROOT)$(1)' \
+			-e '$(ROOT)/papers'; \
 	else \
 		echo "uv unavailable: installing with pip"; \
 		if [ -n "$(LOCAL_TORCH)" ]; then $(PY) -m pip install -q torch==2.13.0; fi; \
-		$(PY) -m pip install -q '$(TL_DEFAULT)' -e '$(ROOT)$(1)'; \
+		$(PY) -m pip install -q '$(TL_DEFAULT)' -e '$(ROOT)$(1)' -e '$(ROOT)/papers'; \
 	fi
 endef
 
-$(VENV)/.installed: $(ROOT)/pyproject.toml
+$(VENV)/.installed: $(ROOT)/pyproject.toml $(ROOT)/papers/pyproject.toml
 	$(call bootstrap,)
 	touch $@
 
-$(VENV)/.installed-test: $(ROOT)/pyproject.toml
+$(VENV)/.installed-test: $(ROOT)/pyproject.toml $(ROOT)/papers/pyproject.toml
 	$(call bootstrap,[test])
 	touch $@ $(VENV)/.installed
 
-# `make install` (or `make venv`): .venv with mechmem installed (editable) and its `mechmem` command in .venv/bin.
+# `make install` (or `make venv`): .venv with mechmem and the reproductions (papers/, the plugin package
+# mechmem_papers) installed editable, and the `mechmem` command in .venv/bin.
 install venv: $(VENV)/.installed
 
 demo: $(VENV)/.installed
@@ -105,11 +107,11 @@ TL3_TESTS ?= $(addprefix $(ROOT)/tests/,test_backends.py test_checkpoint.py test
 	test_attribution.py test_circuits.py test_heads.py test_ablation.py test_logit_lens.py test_neurons.py \
 	test_probes.py test_roles.py test_dynamics.py test_circuit_report.py test_patching_architectures.py test_byom.py \
 	test_qk_correction.py test_bad_inputs_faults.py test_attention_z.py)
-$(VENV_TL3)/.installed: $(ROOT)/pyproject.toml
+$(VENV_TL3)/.installed: $(ROOT)/pyproject.toml $(ROOT)/papers/pyproject.toml
 	test -x $(VENV_TL3)/bin/python || python3 -m venv $(VENV_TL3)
 	$(VENV_TL3)/bin/python -m pip install -q uv
 	$(VENV_TL3)/bin/uv pip install -q --python $(VENV_TL3)/bin/python $(UV_FLAGS) $(TORCH_PIN) \
-		'transformer-lens>=3.9,<4' -e '$(ROOT)[test]'
+		'transformer-lens>=3.9,<4' -e '$(ROOT)[test]' -e '$(ROOT)/papers'
 	touch $@
 
 test-tl3: $(VENV)/.installed-test $(VENV_TL3)/.installed

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from mechmem.cli import print_table, run_script
-from mechmem.papers.memorisation.batched import Schedule
-from mechmem.papers.memorisation.sweep import run_sweep, table_cells
+from mechmem_papers.memorisation.batched import Schedule
+from mechmem_papers.memorisation.sweep import run_sweep, table_cells
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -72,10 +72,10 @@ if ! "$PY" -c "import transformer_lens" 2>"$WORK/import.err"; then
 fi
 if ! timeout 120 "$PY" - >>"$OUT/log.txt" 2>&1 <<SMOKE
 import time, torch
-from mechmem.papers.memorisation.batched import Schedule, train_counts
-from mechmem.papers.memorisation.data import fact_sequence
-from mechmem.papers.memorisation.models import FactsModelConfig
-from mechmem.papers.birth.scale import train_cell
+from mechmem_papers.memorisation.batched import Schedule, train_counts
+from mechmem.tasks.facts import fact_sequence
+from mechmem.models.facts import FactsModelConfig
+from mechmem_papers.birth.scale import train_cell
 t = time.time()
 out = train_counts(FactsModelConfig(mixing="attn"), *fact_sequence(64, 32, 16), [16, 64], [0, 1],
                    Schedule(max_epochs=30, patience=5), device="$DEVICE")
@@ -122,7 +122,7 @@ run() {  # run NAME CMD...: in the background, stopped at the deadline
     pids+=($!)
 }
 
-FACTS="-m mechmem.papers.memorisation.scripts.sweep_facts"
+FACTS="-m mechmem_papers.memorisation.scripts.sweep_facts"
 want() { case " $JOBS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 want e7 && for variant in nb full; do
     cp "$TRIALS" "$WORK/facts_trials.$variant.jsonl" 2>/dev/null || : >"$WORK/facts_trials.$variant.jsonl"
@@ -131,7 +131,7 @@ want e7 && for variant in nb full; do
         --trials "$WORK/facts_trials.$variant.jsonl"
 done
 want birth && for key in two_layer_fixed two_layer_random one_layer_random one_layer_fixed; do
-    run "birth_$key" "$PY" -m mechmem.papers.birth.scripts.scale --rules "$RULES" --rung "$RUNG" \
+    run "birth_$key" "$PY" -m mechmem_papers.birth.scripts.scale --rules "$RULES" --rung "$RUNG" \
         --statements "$key" --device "$DEVICE" --records "$WORK/birth_R4.$key.jsonl"
 done
 # shellcheck disable=SC2086
@@ -142,7 +142,7 @@ if [ -n "$ORDER" ] && want table; then
     xargs -a "$ORDER" -d '\n' -P "$TABLE_JOBS" -I{} bash -c '
         n=$(echo "$1" | tr "+/" "__"); t=$(($2 - $(date +%s)))
         if [ "$t" -le 0 ]; then echo "table $1 not started"; exit 0; fi
-        timeout "$t" "$3" -m mechmem.papers.memorisation.scripts.sweep_facts table --only "$1" \
+        timeout "$t" "$3" -m mechmem_papers.memorisation.scripts.sweep_facts table --only "$1" \
             --max-epochs "$5" --patience "$6" --device "$7" --all-at-once --data "$4/facts_table.$n.jsonl" \
             >"$4/table.$n.log" 2>&1
         echo "table $1 rc=$? at $(date -u +%T)"' _ {} "$END" "$PY" "$WORK" "$TABLE_EPOCHS" "$PATIENCE" \

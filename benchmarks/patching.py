@@ -101,7 +101,7 @@ def random_pair(vocab: int, n: int, pos: int, g: torch.Generator) -> PatchingPai
 def random_models() -> list[tuple[str, torch.nn.Module, PatchingPair]]:
     """Models the project never trained, at the sizes a new user tried (see the module docstring)."""
     from mechmem.models.adapter import TransformerConfig, build_transformer
-    from mechmem.papers.birth.task import BirthTask
+    from mechmem.tasks.birth.task import BirthTask
 
     g = torch.Generator().manual_seed(0)
     cases = [

@@ -36,7 +36,7 @@ PAPER_SCRIPTS = {
     "memorisation.reproduce_constructions": None,
     "memorisation.sweep_facts": ["report", "--max-epochs", "150", "--patience", "50"],
 }
-"""Paper scripts (`python -m mechmem.papers.NAME.scripts.X`) and the arguments of their first-output run
+"""Paper scripts (`python -m mechmem_papers.NAME.scripts.X`) and the arguments of their first-output run
 (None: the script prints only when its minutes of work are done, so only its --help is timed)."""
 FIRST_OUTPUT = {
     "ablate_heads": ["{ckpt}", "--out", "{tmp}/o", "--n-samples", "16", "--methods", "zero"],
@@ -87,7 +87,7 @@ def wall(cmd: list[str], environ: dict[str, str], *, first_output: bool, limit_s
 def script_cmd(python: str, name: str) -> list[str]:
     if name in PAPER_SCRIPTS:
         paper, script = name.split(".")
-        return [python, "-m", f"mechmem.papers.{paper}.scripts.{script}"]
+        return [python, "-m", f"mechmem_papers.{paper}.scripts.{script}"]
     return [python, str(ANALYSES / f"{name}.py")]
 
 

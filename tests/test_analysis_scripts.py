@@ -209,8 +209,8 @@ def test_command_line_error_is_one_line(tmp_path):
 
 
 def test_models_without_attention_are_skipped(tmp_path, capsys):
-    facts = pytest.importorskip("mechmem.papers.memorisation.models")
-    task = pytest.importorskip("mechmem.papers.memorisation.task")
+    facts = pytest.importorskip("mechmem.models.facts")
+    task = pytest.importorskip("mechmem.tasks.facts")
     cfg = facts.FactsModelConfig(n_in=4, n_out=2, d_model=4, d_mlp=4, mixing="2emb", mlp=False, norms=False)
     model = build_model(cfg, generator=torch.Generator().manual_seed(0))
     ckpt = save_checkpoint(

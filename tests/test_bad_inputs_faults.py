@@ -62,7 +62,7 @@ def test_an_activation_a_paper_registers_is_known_before_any_paper_is_imported()
         """
         import sys
         from mechmem.models.adapter import TransformerConfig
-        assert not any(name.startswith("mechmem.papers.birth") for name in sys.modules)
+        assert not any(name.startswith("mechmem_papers.birth") for name in sys.modules)
         TransformerConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=5, n_ctx=4, d_mlp=8, act_fn="linear")
         try:
             TransformerConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=5, n_ctx=4, act_fn="nonlinear")

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from mechmem.errors import MechmemError
-from mechmem.papers.birth.corpus import count_text, load_stats
-from mechmem.papers.birth.data import TriggerSampler, alias_tables, occurrence_counter, reference_sequences
+from mechmem.tasks.birth.corpus import count_text, load_stats
+from mechmem.tasks.birth.data import TriggerSampler, alias_tables, occurrence_counter, reference_sequences
 
 
 @pytest.fixture(scope="module")

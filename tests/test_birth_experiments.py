@@ -7,7 +7,11 @@ import torch
 from helpers import ROOT
 
 from mechmem.models.adapter import build_transformer
-from mechmem.papers.birth.experiments import (
+from mechmem.tasks import build_task
+from mechmem.tasks.birth.models import simplified_config
+from mechmem.tasks.birth.task import BirthConfig
+from mechmem.training import TrainConfig
+from mechmem_papers.birth.experiments import (
     QUICK,
     WK1,
     WK2,
@@ -21,11 +25,7 @@ from mechmem.papers.birth.experiments import (
     first_step,
     run_experiment,
 )
-from mechmem.papers.birth.models import simplified_config
-from mechmem.papers.birth.statements import FIRST_RULES, LADDER_KEYS, RULES, Context, judge, load_published
-from mechmem.papers.birth.task import BirthConfig
-from mechmem.tasks import build_task
-from mechmem.training import TrainConfig
+from mechmem_papers.birth.statements import FIRST_RULES, LADDER_KEYS, RULES, Context, judge, load_published
 
 DATA = ROOT / "docs" / "reproductions" / "data"
 

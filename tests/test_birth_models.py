@@ -8,10 +8,10 @@ import torch
 
 from mechmem.checkpoint import load_checkpoint
 from mechmem.models.adapter import build_transformer, canonical_parameters
-from mechmem.papers.birth.models import full_config, simplified_config
-from mechmem.papers.birth.probes import attention_probes, wk1_recall, wk2_recall, wo2_recall
-from mechmem.papers.birth.task import BirthConfig
 from mechmem.tasks import build_task, get_preset
+from mechmem.tasks.birth.models import full_config, simplified_config
+from mechmem.tasks.birth.probes import attention_probes, wk1_recall, wk2_recall, wo2_recall
+from mechmem.tasks.birth.task import BirthConfig
 from mechmem.training import TrainConfig, train
 
 N = 65
@@ -216,7 +216,7 @@ def test_probes_equal_their_definitions_on_a_random_model():
     """The toolkit-backed probes equal the direct constructions of Bietti et al.
     (recall_rate on raw weights)."""
     from mechmem.analysis.probes import recall_rate
-    from mechmem.papers.birth.probes import wf_kl
+    from mechmem.tasks.birth.probes import wf_kl
 
     model = simplified(ffn=True, d_model=32, n_ctx=16)
     with torch.no_grad():

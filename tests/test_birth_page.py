@@ -12,16 +12,16 @@ import pytest
 from helpers import ROOT, load_script
 
 from mechmem.cli import run_script
-from mechmem.papers.birth import page as birth_page
-from mechmem.papers.birth import run as reproduce
-from mechmem.papers.birth import statements
-from mechmem.papers.birth.experiments import SCALES, Scale
-from mechmem.papers.birth.models import simplified_config
-from mechmem.papers.birth.task import BirthConfig
+from mechmem.config import Preset
 from mechmem.plugins import get_paper
 from mechmem.report.document import page_markdown, write_page
+from mechmem.tasks.birth.models import simplified_config
+from mechmem.tasks.birth.task import BirthConfig
 from mechmem.training import TrainConfig
-from mechmem.training.config import Preset
+from mechmem_papers.birth import page as birth_page
+from mechmem_papers.birth import run as reproduce
+from mechmem_papers.birth import statements
+from mechmem_papers.birth.experiments import SCALES, Scale
 
 TINY = Scale(
     d_model=16,

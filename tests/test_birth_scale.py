@@ -12,12 +12,12 @@ from helpers import ROOT
 
 from mechmem.cli import run_script
 from mechmem.models.adapter import build_transformer
-from mechmem.papers.birth import page as birth_page
-from mechmem.papers.birth import scale
-from mechmem.papers.birth.models import full_config
-from mechmem.papers.birth.statements import LADDER_KEYS
-from mechmem.papers.birth.task import BirthConfig
 from mechmem.tasks import build_task
+from mechmem.tasks.birth.models import full_config
+from mechmem.tasks.birth.task import BirthConfig
+from mechmem_papers.birth import page as birth_page
+from mechmem_papers.birth import scale
+from mechmem_papers.birth.statements import LADDER_KEYS
 
 DATA = ROOT / "docs" / "reproductions" / "data"
 AT_LEAST = {"kind": "at_least", "threshold": 0.99}
@@ -181,7 +181,7 @@ def test_page_ladder_numbers_come_from_the_records(tmp_path, monkeypatch):
 
 
 def test_script_bad_input_exits_2_with_one_line(capsys):
-    from mechmem.papers.birth.scripts import scale as module
+    from mechmem_papers.birth.scripts import scale as module
 
     assert run_script(module.main, ["--statements", "nope"]) == 2
     assert run_script(module.main, ["--max-rung", "R9"]) == 2

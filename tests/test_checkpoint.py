@@ -16,7 +16,7 @@ from mechmem.checkpoint import FORMAT_VERSION, load_checkpoint, payload_digest, 
 from mechmem.errors import CheckpointError
 from mechmem.models import build_model, model_config_from_dict
 from mechmem.models.adapter import BACKEND, bridge_unsupported
-from mechmem.papers.permutation.task import PermutationConfig
+from mechmem.tasks.permutation import PermutationConfig
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -9,22 +9,22 @@ from helpers import assert_no_hooks
 
 from mechmem.checkpoint import load_checkpoint, save_checkpoint
 from mechmem.errors import MechmemError
-from mechmem.papers.memorisation.capacity import CapacityResult
-from mechmem.papers.memorisation.constructions.appendix_a import appendix_a
-from mechmem.papers.memorisation.constructions.assignment import assign_neurons, max_overlap, overlap_feasible
-from mechmem.papers.memorisation.constructions.experiments import capacity_of, fit_ratio, mode_fit, shared_ds
-from mechmem.papers.memorisation.constructions.keyvalue import keyvalue_construction
-from mechmem.papers.memorisation.constructions.model import ChallengeConfig, ChallengeMLP
-from mechmem.papers.memorisation.constructions.published import published_construction, published_embeddings
-from mechmem.papers.memorisation.constructions.training import (
+from mechmem.tasks.facts import generate_facts
+from mechmem_papers.memorisation.capacity import CapacityResult
+from mechmem_papers.memorisation.constructions.appendix_a import appendix_a
+from mechmem_papers.memorisation.constructions.assignment import assign_neurons, max_overlap, overlap_feasible
+from mechmem_papers.memorisation.constructions.experiments import capacity_of, fit_ratio, mode_fit, shared_ds
+from mechmem_papers.memorisation.constructions.keyvalue import keyvalue_construction
+from mechmem_papers.memorisation.constructions.model import ChallengeConfig, ChallengeMLP
+from mechmem_papers.memorisation.constructions.published import published_construction, published_embeddings
+from mechmem_papers.memorisation.constructions.training import (
     ChallengeTrainConfig,
     hidden_activations,
     stacked_accuracy,
     train_full,
     train_unembedding,
 )
-from mechmem.papers.memorisation.data import generate_facts
-from mechmem.papers.memorisation.search import SearchResult
+from mechmem_papers.memorisation.search import SearchResult
 
 
 def naive_logits(E1, E2, U, inputs):
@@ -271,7 +271,7 @@ def test_capacity_table_helpers_match_hand_computation():
 
 def test_script_rejects_bad_mode(capsys):
     from mechmem.cli import run_script
-    from mechmem.papers.memorisation.scripts import reproduce_constructions as module
+    from mechmem_papers.memorisation.scripts import reproduce_constructions as module
 
     assert run_script(module.main, ["--modes", "nonsense"]) == 2
     assert "error:" in capsys.readouterr().err
@@ -283,7 +283,7 @@ def test_quick_script_end_to_end(tmp_path):
     and the capacities it reports retrace (minutes: slow)."""
     import json
 
-    from mechmem.papers.memorisation.scripts import reproduce_constructions as module
+    from mechmem_papers.memorisation.scripts import reproduce_constructions as module
 
     assert module.main(["--quick", "--data", str(tmp_path)]) == 0
     caps = json.loads((tmp_path / "constructions_capacity_quick.json").read_text())

@@ -189,9 +189,9 @@ def test_set_levels_changes_the_rule(series_result):
 def test_probes_from_checkpoints_equal_the_logged_probes(tmp_path):
     """The birth trainer logs its memory probes at step s
     before the update, i.e. on the weights of step_s.pt."""
-    from mechmem.papers.birth.models import simplified_config
-    from mechmem.papers.birth.task import BirthConfig
-    from mechmem.training.config import Preset, TrainConfig
+    from mechmem.config import Preset, TrainConfig
+    from mechmem.tasks.birth.models import simplified_config
+    from mechmem.tasks.birth.task import BirthConfig
     from mechmem.training.run import train_preset
 
     preset = Preset(

@@ -18,9 +18,9 @@ from helpers import ROOT
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
 from mechmem.executor import Cell, call_cell, load_records, run_cells
-from mechmem.papers.memorisation.batched import Schedule
-from mechmem.papers.memorisation.models import FactsModelConfig
-from mechmem.papers.memorisation.sweep import SearchCell, run_sweep
+from mechmem.models.facts import FactsModelConfig
+from mechmem_papers.memorisation.batched import Schedule
+from mechmem_papers.memorisation.sweep import SearchCell, run_sweep
 
 RUN_FIELDS = ("seconds", "finished")  # what measures the run itself, not its result
 
@@ -226,8 +226,8 @@ def test_missing_ray_says_what_to_install(tmp_path, monkeypatch):
 
 
 def test_scripts_reject_a_bad_executor(capsys):
-    from mechmem.papers.birth.scripts import scale
-    from mechmem.papers.memorisation.scripts import sweep_facts
+    from mechmem_papers.birth.scripts import scale
+    from mechmem_papers.memorisation.scripts import sweep_facts
 
     rules = str(ROOT / "docs" / "reproductions" / "data" / "birth_rules.json")  # found from any folder
     for script, args in ((sweep_facts, ["table"]), (scale, ["--no-run", "--rules", rules])):

@@ -7,8 +7,16 @@ import torch
 import torch.nn.functional as F
 
 from mechmem.errors import MechmemError
-from mechmem.papers.memorisation import batched
-from mechmem.papers.memorisation.batched import (
+from mechmem.models.facts import (
+    FactsModelConfig,
+    RMSNormFunction,
+    all_variants,
+    forward_params,
+    init_params,
+)
+from mechmem.tasks.facts import fact_sequence, generate_facts
+from mechmem_papers.memorisation import batched
+from mechmem_papers.memorisation.batched import (
     ParamStack,
     Schedule,
     fact_logits,
@@ -16,17 +24,9 @@ from mechmem.papers.memorisation.batched import (
     train_counts,
     train_reference,
 )
-from mechmem.papers.memorisation.data import fact_sequence, generate_facts
-from mechmem.papers.memorisation.fused import FactBatch, loss_grad
-from mechmem.papers.memorisation.heap import cpu_training, retain_freed_memory
-from mechmem.papers.memorisation.models import (
-    FactsModelConfig,
-    RMSNormFunction,
-    all_variants,
-    forward_params,
-    init_params,
-)
-from mechmem.papers.memorisation.snapshots import Snapshots
+from mechmem_papers.memorisation.fused import FactBatch, loss_grad
+from mechmem_papers.memorisation.heap import cpu_training, retain_freed_memory
+from mechmem_papers.memorisation.snapshots import Snapshots
 
 INPUTS, LABELS = generate_facts(64, 32, 16)
 # Short phases so every init walks through all three learning rates (continue_above=0 always continues).

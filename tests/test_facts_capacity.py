@@ -10,16 +10,16 @@ import torch
 from helpers import ROOT
 
 from mechmem.errors import MechmemError
-from mechmem.papers.memorisation.batched import Schedule
-from mechmem.papers.memorisation.capacity import (
+from mechmem.models.facts import FactsModelConfig
+from mechmem_papers.memorisation.batched import Schedule
+from mechmem_papers.memorisation.capacity import (
     CRITERIA,
     THRESHOLDS,
     CapacityResult,
     find_capacity,
     measure_capacity,
 )
-from mechmem.papers.memorisation.models import FactsModelConfig
-from mechmem.papers.memorisation.search import Memo, authors_counts, search_capacity
+from mechmem_papers.memorisation.search import Memo, authors_counts, search_capacity
 
 DATA = ROOT / "docs" / "reproductions" / "data"
 

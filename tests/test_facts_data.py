@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mechmem.errors import MechmemError
-from mechmem.papers.memorisation.data import fact_sequence, generate_facts
+from mechmem.tasks.facts import fact_sequence, generate_facts
 
 
 def test_small_case_by_hand():

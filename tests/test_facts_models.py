@@ -7,8 +7,7 @@ from helpers import assert_no_hooks
 from mechmem.checkpoint import load_checkpoint
 from mechmem.models import build_model
 from mechmem.models.adapter import canonical_parameters, is_hooked_transformer
-from mechmem.papers.memorisation.data import generate_facts
-from mechmem.papers.memorisation.models import (
+from mechmem.models.facts import (
     FactsModelConfig,
     FactsTransformer,
     all_variants,
@@ -18,6 +17,7 @@ from mechmem.papers.memorisation.models import (
     model_params,
 )
 from mechmem.tasks import build_task, get_preset
+from mechmem.tasks.facts import generate_facts
 from mechmem.training import TrainConfig, train
 
 VARIANTS = all_variants()

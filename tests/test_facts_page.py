@@ -13,11 +13,11 @@ from helpers import ROOT, assert_records_close, load_script
 
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
-from mechmem.papers.memorisation.batched import Schedule
-from mechmem.papers.memorisation.records import collect
-from mechmem.papers.memorisation.spec import make_spec as spec
-from mechmem.papers.memorisation.summary import toggle_effect
 from mechmem.plugins import get_paper
+from mechmem_papers.memorisation.batched import Schedule
+from mechmem_papers.memorisation.records import collect
+from mechmem_papers.memorisation.spec import make_spec as spec
+from mechmem_papers.memorisation.summary import toggle_effect
 
 DOCS = ROOT / "docs" / "reproductions"
 
@@ -114,7 +114,7 @@ def test_page_numbers_equal_the_record(record):
 def test_published_construction_range_is_read_from_published_json(record):
     """The d range of the published fits is the authors' logs' range, and the page prints whatever
     published.json holds (a changed range shows up in both sentences that name it)."""
-    from mechmem.papers.memorisation import page_constructions as pc
+    from mechmem_papers.memorisation import page_constructions as pc
 
     pub = record["published"]
     logs = pub["construction_authors_any"]["value"]
@@ -181,7 +181,7 @@ def test_quick_variant_end_to_end(tmp_path):
 def test_searches_still_running_show_their_ended_criteria_beside_e7():
     """A scaling cell at E7's schedule with trainings but no record: one row, each criterion's capacity where
     its search has ended and "running" where not, compared with E7 only where Any has ended."""
-    from mechmem.papers.memorisation.page import commands_section, facts_headline, scaling_section
+    from mechmem_papers.memorisation.page import commands_section, facts_headline, scaling_section
 
     base = json.loads((DOCS / "data" / "memorisation.json").read_text())
     e7 = {v: {p["d"]: p["any"] for p in ps} for v, ps in base["published"]["e7_any"]["models"].items()}
@@ -214,8 +214,8 @@ def test_e7_fits_use_the_finished_sizes_at_e7_schedule_beside_the_authors_same_d
     """With two finished sizes at E7's schedule a model gets its two-point exponent beside the authors' E7
     over the same d and the secant exponent of d^2 / ln d (computed here by hand); a model whose second size
     still runs, or that ran it only at a capped schedule, gets none."""
-    from mechmem.papers.memorisation.e7 import e7_fits
-    from mechmem.papers.memorisation.page import facts_headline, scaling_section
+    from mechmem_papers.memorisation.e7 import e7_fits
+    from mechmem_papers.memorisation.page import facts_headline, scaling_section
 
     base = json.loads((DOCS / "data" / "memorisation.json").read_text())
     e7 = {v: {p["d"]: p["any"] for p in ps} for v, ps in base["published"]["e7_any"]["models"].items()}
@@ -282,8 +282,8 @@ def test_longer_schedules_are_shown_beside_the_base_ones(record):
 def test_convergence_figure_draws_each_variant_in_its_mixing_column(record):
     """Every variant that ran at two or more caps is one line in its mixing's column, Any above and All
     below, with the record's capacities at each cap (read here from the table rows directly)."""
-    from mechmem.papers.memorisation.figures import plot_convergence
-    from mechmem.papers.memorisation.page import convergence_series
+    from mechmem_papers.memorisation.figures import plot_convergence
+    from mechmem_papers.memorisation.page import convergence_series
 
     d, acc = record["table"][0]["d"], record["schedule"]["target_acc"]
     rows = [r for r in record["table"] + record["other_schedules"] if r["d"] == d] + [record["anchor"]]
@@ -336,7 +336,7 @@ def _sourced(entry: dict) -> bool:
 
 
 def test_every_published_value_has_a_source_and_a_quote():
-    memo = _package_json("mechmem.papers.memorisation")
+    memo = _package_json("mechmem_papers.memorisation")
     values = {k: v for k, v in memo.items() if isinstance(v, dict) and "value" in v}
     values |= {f"toggles.{k}": v for k, v in memo["toggles"].items()}
     assert len(values) >= 15 and all(_sourced(v) for v in values.values()), [
@@ -350,18 +350,18 @@ def test_every_published_value_has_a_source_and_a_quote():
     for points in memo["e7_any"]["models"].values():
         assert all(_sourced(p) and f'"max_facts": {p["any"]}' in p["quote"] for p in points)
 
-    birth = _package_json("mechmem.papers.birth")
+    birth = _package_json("mechmem_papers.birth")
     assert birth["statements"] and all(s["where"] and s["quote"].strip() for s in birth["statements"])
     assert _sourced(birth["preset_targets"]) and _sourced(birth["speed_target"])
 
-    perm = _package_json("mechmem.papers.permutation")["values"]
+    perm = _package_json("mechmem_papers.permutation")["values"]
     assert perm and all(_sourced(v) for v in perm.values())
     assert perm["task2_probe_recall_p"]["value"] == 0.9985  # the value as given, not the rounded 0.998
 
 
 def test_published_files_are_read_from_the_packages():
-    from mechmem.papers.birth import statements
-    from mechmem.papers.memorisation import records
+    from mechmem_papers.birth import statements
+    from mechmem_papers.memorisation import records
 
     assert records.PUBLISHED.parent == Path(records.__file__).parent and records.PUBLISHED.exists()
     assert statements.PUBLISHED.parent == Path(statements.__file__).parent
@@ -374,8 +374,8 @@ def test_published_files_are_read_from_the_packages():
 
 
 def test_compare_to_published_on_a_hand_example():
-    from mechmem.papers.memorisation.page_published import b1_counts
-    from mechmem.papers.memorisation.summary import compare_to_published
+    from mechmem_papers.memorisation.page_published import b1_counts
+    from mechmem_papers.memorisation.summary import compare_to_published
 
     a = compare_to_published(816, [664, 688, 736, 816])  # mean 726, range 664 - 816
     assert (a.mean, a.low, a.high) == (726, 664, 816)
@@ -396,9 +396,9 @@ def test_compare_to_published_on_a_hand_example():
 def test_appendix_b_method_gives_back_the_published_ranges_from_table_b1():
     """Applied to the means of Table B.1's repeats, the pairing with the outlier left out (Appendix B's
     method) gives the absolute ranges Appendix B states; keeping the outlier does not (norms with an MLP)."""
-    from mechmem.papers.memorisation.summary import published_records, toggle_effects
+    from mechmem_papers.memorisation.summary import published_records, toggle_effects
 
-    memo = _package_json("mechmem.papers.memorisation")
+    memo = _package_json("mechmem_papers.memorisation")
     records = published_records(memo["table_b1"]["rows"])
     excluded = toggle_effects(records, exclude_outlier=True)
     kept = toggle_effects(records)
@@ -486,11 +486,11 @@ def test_best_and_ceiling_read_every_schedule(record):
 
 
 def test_paper_variant_runs_the_e7_schedule_per_d():
-    from mechmem.papers.memorisation.sweep import scaling_cells
+    from mechmem_papers.memorisation.sweep import scaling_cells
 
     s = spec("paper", {})
     assert (s.max_epochs, s.patience, s.grow_epochs, s.ds) == (50_000, 5_000, True, (16, 32, 64, 128))
-    e7 = _package_json("mechmem.papers.memorisation")["scaling_schedule"]["value"]
+    e7 = _package_json("mechmem_papers.memorisation")["scaling_schedule"]["value"]
     base = Schedule(max_epochs=s.max_epochs, patience=s.patience)
     for model in ("nb", "full"):
         cells = scaling_cells(model, list(s.ds), 1, base, grow_epochs=s.grow_epochs)
@@ -557,7 +557,7 @@ def test_construction_numbers_carry_their_set_up_beside_the_authors(record):
     authors' (read from the record), so a ratio is never shown without the set-up difference."""
     import copy
 
-    from mechmem.papers.memorisation import page_constructions as pc
+    from mechmem_papers.memorisation import page_constructions as pc
 
     g, pub = record["constructions"]["grid"], record["published"]
     for mode in pc.TRAINED_MODES:

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from mechmem.cli import run_script
-from mechmem.papers.memorisation.batched import Schedule
-from mechmem.papers.memorisation.figures import plot_scaling
-from mechmem.papers.memorisation.fits import fit_scaling
-from mechmem.papers.memorisation.models import FactsModelConfig
-from mechmem.papers.memorisation.scripts import sweep_facts
-from mechmem.papers.memorisation.sweep import (
+from mechmem.models.facts import FactsModelConfig
+from mechmem_papers.memorisation.batched import Schedule
+from mechmem_papers.memorisation.figures import plot_scaling
+from mechmem_papers.memorisation.fits import fit_scaling
+from mechmem_papers.memorisation.scripts import sweep_facts
+from mechmem_papers.memorisation.sweep import (
     SearchCell,
     in_progress,
     load_records,
@@ -28,7 +28,7 @@ from mechmem.papers.memorisation.sweep import (
     table_cells,
     table_rows,
 )
-from mechmem.papers.memorisation.trials import snapshot_dir
+from mechmem_papers.memorisation.trials import snapshot_dir
 
 
 def test_run_sweep_appends_and_skips(tmp_path):
@@ -47,7 +47,7 @@ def test_run_sweep_appends_and_skips(tmp_path):
 
 
 def test_an_interrupted_cell_resumes_after_its_last_finished_training(tmp_path, monkeypatch):
-    from mechmem.papers.memorisation import capacity
+    from mechmem_papers.memorisation import capacity
 
     cfg = FactsModelConfig(n_in=6, n_out=3, d_model=3, d_mlp=3, mixing="2emb", norms=False)
     cells = [SearchCell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=2)]
@@ -156,8 +156,8 @@ def test_a_helper_worker_shares_a_cells_trainings_with_the_worker_searching_it(t
     """`help_cells` runs some criteria's searches and writes no record; a whole-cell worker then trains only
     the counts the helper did not, including those the helper finishes while that worker is already running
     (the trials file is read before each training), and its record equals a single worker's."""
-    from mechmem.papers.memorisation import capacity
-    from mechmem.papers.memorisation.sweep import help_cells
+    from mechmem_papers.memorisation import capacity
+    from mechmem_papers.memorisation.sweep import help_cells
 
     cfg = FactsModelConfig(n_in=6, n_out=3, d_model=3, d_mlp=3, mixing="2emb", norms=False)
     cells = [SearchCell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=2)]
@@ -203,7 +203,7 @@ def test_a_helper_worker_needs_a_trials_file(tmp_path, capsys):
 def test_a_claim_is_held_only_by_a_live_process_of_this_host(tmp_path):
     import os
 
-    from mechmem.papers.memorisation.snapshots import Snapshots, claim, claim_path, held_elsewhere, release
+    from mechmem_papers.memorisation.snapshots import Snapshots, claim, claim_path, held_elsewhere, release
 
     saves = Snapshots(tmp_path / "s" / "x.pt", "key")
     assert not held_elsewhere(saves)  # no claim
@@ -252,9 +252,9 @@ class ClaimedCell(NamedTuple):
 
 @pytest.fixture
 def claimed_cell(tmp_path, monkeypatch):
-    from mechmem.papers.memorisation import capacity
-    from mechmem.papers.memorisation import trials as trials_module
-    from mechmem.papers.memorisation.snapshots import claim_path
+    from mechmem_papers.memorisation import capacity
+    from mechmem_papers.memorisation import trials as trials_module
+    from mechmem_papers.memorisation.snapshots import claim_path
 
     cfg = FactsModelConfig(n_in=6, n_out=3, d_model=3, d_mlp=3, mixing="2emb", norms=False)
     cells = [SearchCell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=2)]
@@ -297,10 +297,10 @@ def test_status_shows_each_training_in_progress_as_its_uninterrupted_run_had_it(
     (inits stored by then, inits still training, the epoch), and `sweep_facts status` prints it with its
     worker (here a claim whose process has ended)."""
 
-    from mechmem.papers.memorisation import batched
-    from mechmem.papers.memorisation import trials as trials_module
-    from mechmem.papers.memorisation.data import generate_facts
-    from mechmem.papers.memorisation.snapshots import claim_path
+    from mechmem.tasks.facts import generate_facts
+    from mechmem_papers.memorisation import batched
+    from mechmem_papers.memorisation import trials as trials_module
+    from mechmem_papers.memorisation.snapshots import claim_path
 
     cfg = FactsModelConfig(n_in=8, n_out=4, d_model=3, d_mlp=3, mixing="2emb", norms=False)
     inputs, labels = generate_facts(48, 8, 4)
@@ -343,7 +343,7 @@ def test_status_shows_each_training_in_progress_as_its_uninterrupted_run_had_it(
 def test_next_count_is_the_count_the_search_trains_next(tmp_path):
     """On every prefix of a finished cell's trainings (in the order one worker ran them), `next_count` is the
     count that worker trained next, and None once all were run."""
-    from mechmem.papers.memorisation.capacity import next_count
+    from mechmem_papers.memorisation.capacity import next_count
 
     cfg = FactsModelConfig(n_in=6, n_out=3, d_model=3, d_mlp=3, mixing="2emb", norms=False)
     cells = [SearchCell(cfg, 0, Schedule(max_epochs=40, patience=10), precision=2)]
@@ -361,7 +361,7 @@ def test_a_speculating_worker_trains_a_likely_next_count_while_it_waits(tmp_path
     """While another live worker trains the count the search needs, a speculating worker trains a count
     the search asks next under some outcome of it; the record is a single worker's, the claimed count
     untrained."""
-    from mechmem.papers.memorisation.capacity import next_count
+    from mechmem_papers.memorisation.capacity import next_count
 
     c, seen = claimed_cell, []
 
@@ -385,7 +385,7 @@ def test_a_speculating_worker_trains_a_likely_next_count_while_it_waits(tmp_path
 def test_a_brief_gives_the_phase_and_epoch_of_the_init_furthest_along(tmp_path):
     import torch
 
-    from mechmem.papers.memorisation.snapshots import Snapshots, brief, save_snapshot
+    from mechmem_papers.memorisation.snapshots import Snapshots, brief, save_snapshot
 
     saves = Snapshots(tmp_path / "x.pt", "cell|n=10")
     stack = {

@@ -2,7 +2,7 @@
 or TransformerLens is imported.
 
 Each case runs the script in a fresh interpreter, as a user does (`python analyses/X.py`, `python -m
-mechmem.papers.NAME.scripts.X`), through a small wrapper that reports which heavy modules `sys.modules` holds
+mechmem_papers.NAME.scripts.X`), through a small wrapper that reports which heavy modules `sys.modules` holds
 when the script exits. No timing is asserted (the machine's load decides that; `benchmarks/startup.py`
 measures it): only that neither module was imported, which is what makes the answer immediate.
 """
@@ -36,8 +36,8 @@ WRAPPER = textwrap.dedent(
 
 ANALYSES = sorted(p.stem for p in (ROOT / "analyses").glob("*.py"))
 PAPER_SCRIPTS = sorted(
-    ".".join(p.relative_to(ROOT / "src").with_suffix("").parts)
-    for p in (ROOT / "src" / "mechmem" / "papers").glob("*/scripts/*.py")
+    ".".join(p.relative_to(ROOT / "papers").with_suffix("").parts)
+    for p in (ROOT / "papers" / "mechmem_papers").glob("*/scripts/*.py")
     if p.name != "__init__.py"
 )
 MISSING = "/no/such/file.pt"
@@ -54,12 +54,12 @@ ERRORS = {
     "report": [[MISSING], ["{ckpt}", "--n-samples", "0"]],
     "reproduce": [["--set", "novalue"]],
     "train": [["permutation"], ["permutation", "--preset", "q", "--steps", "-1"], ["--task-module", MISSING]],
-    "mechmem.papers.birth.scripts.corpus_stats": [[MISSING]],
-    "mechmem.papers.birth.scripts.eval_spread": [[]],
-    "mechmem.papers.birth.scripts.scale": [["--threads", "0"], ["--rules", MISSING], ["--executor", "nope"]],
-    "mechmem.papers.memorisation.scripts.max_facts": [["--d", "0"], ["--mixing", "nope"]],
-    "mechmem.papers.memorisation.scripts.reproduce_constructions": [["--ds", "2"], ["--modes", "nope"]],
-    "mechmem.papers.memorisation.scripts.sweep_facts": [
+    "mechmem_papers.birth.scripts.corpus_stats": [[MISSING]],
+    "mechmem_papers.birth.scripts.eval_spread": [[]],
+    "mechmem_papers.birth.scripts.scale": [["--threads", "0"], ["--rules", MISSING], ["--executor", "nope"]],
+    "mechmem_papers.memorisation.scripts.max_facts": [["--d", "0"], ["--mixing", "nope"]],
+    "mechmem_papers.memorisation.scripts.reproduce_constructions": [["--ds", "2"], ["--modes", "nope"]],
+    "mechmem_papers.memorisation.scripts.sweep_facts": [
         ["table", "--shard", "3/2"],
         ["scaling", "--ds", "64"],
     ],
@@ -107,10 +107,11 @@ def test_help_and_argument_errors_answer_before_torch(target, tmp_path):
 def test_the_light_name_lists_are_the_ones_the_analyses_use():
     from mechmem.analysis import ablation, circuits, dynamics, options, patching
     from mechmem.analysis.patching import tables as patching_tables
-    from mechmem.papers.memorisation import options as facts_options
-    from mechmem.papers.memorisation import sweep
-    from mechmem.papers.memorisation.constructions import evaluators
+    from mechmem.models import facts as facts_models
     from mechmem.report import circuit_graph
+    from mechmem_papers.memorisation import options as facts_options
+    from mechmem_papers.memorisation import sweep
+    from mechmem_papers.memorisation.constructions import evaluators
 
     assert ablation.METHODS == options.ABLATION_METHODS
     assert circuits.ABLATIONS == options.CIRCUIT_ABLATIONS
@@ -121,3 +122,4 @@ def test_the_light_name_lists_are_the_ones_the_analyses_use():
     assert tuple(dynamics.QUANTITIES) == options.DYNAMICS_QUANTITIES
     assert tuple(evaluators.EVALUATORS) == facts_options.EVALUATORS
     assert tuple(sweep.SCALING_VARIANTS) == facts_options.SCALING_VARIANTS
+    assert (facts_models.MIXINGS, facts_models.ACTS) == (facts_options.MIXINGS, facts_options.ACTS)

@@ -234,7 +234,7 @@ def test_hooks_before_the_first_block_and_on_request_hooks(tokens):
 
 @pytest.mark.parametrize("mixing", ["2emb", "attn"])
 def test_hooked_root_modules_without_start_at_layer(mixing):
-    from mechmem.papers.memorisation.models import FactsModelConfig, build_facts_model
+    from mechmem.models.facts import FactsModelConfig, build_facts_model
 
     cfg = FactsModelConfig(n_in=8, n_out=5, d_model=8, d_mlp=12, mixing=mixing, mlp_residual=False)
     model = build_facts_model(cfg, generator=torch.Generator().manual_seed(0))

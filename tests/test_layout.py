@@ -14,8 +14,9 @@ import pytest
 from helpers import ROOT
 
 SRC = ROOT / "src" / "mechmem"
-CORE = [p for p in SRC.rglob("*.py") if "papers" not in p.relative_to(SRC).parts]
-PAPERS = sorted(p.name for p in (SRC / "papers").iterdir() if (p / "__init__.py").exists())
+CORE = list(SRC.rglob("*.py"))
+PAPER_SRC = ROOT / "papers" / "mechmem_papers"
+PAPERS = sorted(p.name for p in PAPER_SRC.iterdir() if (p / "__init__.py").exists())
 SCRIPT_DIRS = [ROOT / "analyses", ROOT / "benchmarks"]
 
 
@@ -32,11 +33,7 @@ def imported_modules(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("path", CORE, ids=lambda p: str(p.relative_to(SRC)))
 def test_core_imports_no_paper(path):
-    papers = sorted(n for n in imported_modules(path) if n.startswith("mechmem.papers"))
-    if (
-        path.name == "plugins.py"
-    ):  # the loader imports the folder of built-in plugins to discover them, by path
-        papers = [n for n in papers if n != "mechmem.papers"]
+    papers = sorted(n for n in imported_modules(path) if n.startswith("mechmem_papers"))
     assert papers == [], f"{path.relative_to(SRC)} imports paper code: {papers}"
     # The loader imports plugins by name; the package's __init__ imports each public name on first use.
     lazy = path.name == "plugins.py" or path == SRC / "__init__.py"
@@ -47,7 +44,7 @@ def test_papers_register_through_the_plugin_loader():
     # A fresh interpreter: importing the core registers nothing; asking for a task loads every paper.
     code = (
         "import mechmem.tasks as t, mechmem.plugins as p, sys\n"
-        "assert not any(m.startswith('mechmem.papers.') for m in sys.modules)\n"
+        "assert not any(m.startswith('mechmem_papers.') for m in sys.modules)\n"
         "print(sorted(t.task_names()), p.paper_names())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -73,17 +70,18 @@ LAYERS = [
 """Bottom to top: a module may import its own layer or a lower one, never a higher one
 (docs/architecture.md)."""
 LAYER_OF = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}
-ALLOWED_UPWARD = {("mechmem.plugins", "mechmem.papers")}
-"""The plugin loader lists the folder of built-in plugins (the package `mechmem.papers`, which imports
-nothing)."""
+ALLOWED_UPWARD = {("mechmem.tasks.birth.probes", "mechmem.analysis.probes")}
+"""The birth task logs the associative-memory probes of `mechmem.analysis.probes` while it trains (the
+training curves of Bietti et al.); no other import points upwards."""
 
 
 def module_files() -> dict[str, Path]:
     """Every module of the library and every script, by dotted name (scripts: "scripts.<folder>.<name>")."""
     modules = {}
-    for path in SRC.rglob("*.py"):
-        parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
-        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for package in (SRC, PAPER_SRC):
+        for path in package.rglob("*.py"):
+            parts = list(path.relative_to(package.parent).with_suffix("").parts)
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     for folder in SCRIPT_DIRS:
         for path in folder.glob("*.py"):
             modules[f"scripts.{folder.name}.{path.stem}"] = path
@@ -116,23 +114,27 @@ def import_graph() -> dict[str, set[str]]:
                 ]
             else:
                 continue
-            edges.update(resolve(t) for t in targets if t.split(".")[0] == "mechmem")
+            edges.update(resolve(t) for t in targets if t.split(".")[0] in ("mechmem", "mechmem_papers"))
         graph[name] = edges - {name}
     return graph
 
 
 def unit_of(module: str) -> str:
-    """The layer unit of a module: "scripts" for scripts (a paper's scripts/ and benchmarks/ too), else the
-    first name below mechmem ("mechmem" for the package itself)."""
+    """The layer unit of a module: "scripts" for scripts (a paper's scripts/ and benchmarks/ too), "papers"
+    for the rest of the papers, else the first name below mechmem ("mechmem" for the package itself)."""
     parts = module.split(".")
-    if parts[0] == "scripts" or (parts[1:2] == ["papers"] and parts[3:4] in (["scripts"], ["benchmarks"])):
+    if parts[0] == "scripts" or (
+        parts[0] == "mechmem_papers" and parts[2:3] in (["scripts"], ["benchmarks"])
+    ):
         return "scripts"
+    if parts[0] == "mechmem_papers":
+        return "papers"
     return parts[1] if len(parts) > 1 else "mechmem"
 
 
 def paper_of(module: str) -> str | None:
     parts = module.split(".")
-    return parts[2] if parts[1:2] == ["papers"] and len(parts) > 2 else None
+    return parts[1] if parts[0] == "mechmem_papers" and len(parts) > 1 else None
 
 
 def test_every_module_has_a_layer():
@@ -204,14 +206,14 @@ def test_no_import_cycle():
     assert find_cycles(import_graph()) == []
 
 
-PRIVATE_CHECKED = [SRC, ROOT / "analyses", ROOT / "benchmarks", ROOT / "examples", ROOT / "tests"]
-LOCAL_MODULES = {p.stem for folder in PRIVATE_CHECKED[1:] for p in folder.glob("*.py")}
+PRIVATE_CHECKED = [SRC, ROOT / "analyses", ROOT / "benchmarks", ROOT / "examples", ROOT / "tests", PAPER_SRC]
+LOCAL_MODULES = {p.stem for folder in PRIVATE_CHECKED[1:-1] for p in folder.glob("*.py")}
 """Modules of the repository that are not in the package: scripts, benchmarks and test modules, imported by
 their bare names."""
 
 
 def is_project_module(name: str) -> bool:
-    return name.split(".")[0] == "mechmem" or name in LOCAL_MODULES
+    return name.split(".")[0] in ("mechmem", "mechmem_papers") or name in LOCAL_MODULES
 
 
 def private_crossings(path: Path, root: Path = ROOT) -> list[str]:
@@ -277,18 +279,15 @@ def test_every_paper_has_the_skeleton():
         "benchmarks",
     ]
     missing = [
-        f"{paper}/{part}"
-        for paper in PAPERS
-        for part in parts
-        if not (SRC / "papers" / paper / part).exists()
+        f"{paper}/{part}" for paper in PAPERS for part in parts if not (PAPER_SRC / paper / part).exists()
     ]
     assert missing == []
 
 
 def test_paper_scripts_run_as_modules_from_any_directory(tmp_path):
-    # `python -m mechmem.papers.NAME.scripts.X --help` from a folder that is not the repository
-    for script in [p for p in sorted(SRC.glob("papers/*/scripts/*.py")) if p.name != "__init__.py"][:1]:
-        module = ".".join(script.relative_to(SRC.parent).with_suffix("").parts)
+    # `python -m mechmem_papers.NAME.scripts.X --help` from a folder that is not the repository
+    for script in [p for p in sorted(PAPER_SRC.glob("*/scripts/*.py")) if p.name != "__init__.py"][:1]:
+        module = ".".join(script.relative_to(PAPER_SRC.parent).with_suffix("").parts)
         out = subprocess.run(
             [sys.executable, "-m", module, "--help"],
             cwd=tmp_path,

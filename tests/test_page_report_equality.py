@@ -20,17 +20,17 @@ from mechmem.analysis.roles import RoleResult, RoleThresholds, head_roles
 from mechmem.checkpoint import load_checkpoint
 from mechmem.cli import run_script
 from mechmem.models.adapter import build_transformer
-from mechmem.papers.birth.experiments import first_step
-from mechmem.papers.birth.models import simplified_config
-from mechmem.papers.birth.run import head_scores
-from mechmem.papers.birth.task import N_TOKENS, BirthConfig
-from mechmem.papers.permutation.run import ffn_rescue, last_step_groups
-from mechmem.papers.permutation.task import PermutationConfig, PermutationTask
 from mechmem.report.sections import ReportContext, heads_section, mlp_section, probes_section
 from mechmem.tasks import build_task
 from mechmem.tasks.base import Batch
+from mechmem.tasks.birth.models import simplified_config
+from mechmem.tasks.birth.task import N_TOKENS, BirthConfig
+from mechmem.tasks.permutation import PermutationConfig, PermutationTask
 from mechmem.training import TrainConfig, train
 from mechmem.training.rundir import read_metrics
+from mechmem_papers.birth.experiments import first_step
+from mechmem_papers.birth.run import head_scores
+from mechmem_papers.permutation.run import ffn_rescue, last_step_groups
 
 ROUNDED = 5e-6
 """The page records scores rounded to 5 decimals."""
@@ -164,8 +164,8 @@ def test_permutation_lens_before_and_after_the_mlp_page_equals_report(permutatio
 def test_permutation_page_sd_is_the_one_sample_sd():
     """The page's "mean ± sd" and the memorisation tables' use one definition (`stats.format_mean_sd`)."""
     from mechmem.analysis.stats import format_mean_sd, mean_sd
-    from mechmem.papers.memorisation.summary import mean_sd as facts_mean_sd
-    from mechmem.papers.permutation import page
+    from mechmem_papers.memorisation.summary import mean_sd as facts_mean_sd
+    from mechmem_papers.permutation import page
 
     values = [0.1, 0.4, 0.25]
     m, sd = mean_sd(values)

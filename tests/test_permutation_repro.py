@@ -16,19 +16,19 @@ import torch
 from helpers import ROOT, assert_records_close, load_script
 
 from mechmem.analysis.stats import format_mean_sd
+from mechmem.config import Preset, TrainConfig
 from mechmem.errors import MechmemError
-from mechmem.papers.permutation import page
-from mechmem.papers.permutation.run import (
+from mechmem.report.document import read_prose, write_page
+from mechmem.tasks.permutation import PermutationConfig, PermutationTask, bayes_posterior
+from mechmem_papers.permutation import page
+from mechmem_papers.permutation.run import (
     ReproConfig,
     bayes_table,
     last_step_groups,
     probe_stats,
     run_reproduction,
 )
-from mechmem.papers.permutation.spec import make_spec
-from mechmem.papers.permutation.task import PermutationConfig, PermutationTask, bayes_posterior
-from mechmem.report.document import read_prose, write_page
-from mechmem.training.config import Preset, TrainConfig
+from mechmem_papers.permutation.spec import make_spec
 
 DOCS = ROOT / "docs" / "reproductions"
 V = 4

@@ -1,19 +1,18 @@
 """The plugin loader: a broken plugin is one line on stderr and is skipped; the others load, and every later
-call sees the same papers; the demo takes its models from the papers."""
+call sees the same papers."""
 
 import sys
-from importlib.metadata import EntryPoint
+from importlib.metadata import EntryPoint, entry_points
 
 import pytest
 from helpers import load_script
 
-import mechmem.papers
 from mechmem import plugins
 from mechmem.cli import run_script
 
 BROKEN = "import mechmem_no_such_module_for_the_test  # the plugin's own dependency is missing\n"
 TOY = """
-from mechmem.plugins import DemoModel, Paper, register_paper
+from mechmem.plugins import Paper, register_paper
 
 register_paper(
     Paper(
@@ -23,7 +22,6 @@ register_paper(
         variants=("quick",),
         run=lambda spec, log: {},
         page=lambda record: None,
-        demo=(DemoModel("toy-model", "repeats", "no-such-preset"),),
     )
 )
 """
@@ -32,30 +30,22 @@ RAISING = "raise RuntimeError('the plugin failed\\nwhile importing')  # a two-li
 
 @pytest.fixture
 def fresh_loader(monkeypatch, tmp_path):
-    """The loader as in a new process, with plugin modules written under tmp_path: `install(name, source,
-    entry_point=True)` adds an entry point (in call order), `entry_point=False` a built-in paper folder."""
-    plugins.load_papers()  # the built-in papers are imported once; re-importing them later is a no-op
+    """The loader as in a new process, with plugin modules written under tmp_path: `install(name, source)`
+    adds an entry point after the installed ones (in call order)."""
+    plugins.load_papers()  # the installed papers are imported once; re-importing them later is a no-op
     monkeypatch.setattr(plugins, "_STATE", "unloaded")
     monkeypatch.setattr(plugins, "PAPERS", dict(plugins.PAPERS))
     monkeypatch.setattr(plugins, "_FAILED", {})
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    folder = tmp_path / "builtin"
-    monkeypatch.setattr(mechmem.papers, "__path__", [*mechmem.papers.__path__, str(folder)])
-    points: list[EntryPoint] = []
+    points = list(entry_points(group=plugins.ENTRY_POINT_GROUP))
     monkeypatch.setattr(plugins, "entry_points", lambda group: [p for p in points if p.group == group])
     installed = []
 
-    def install(name: str, source: str, *, entry_point: bool = True) -> None:
-        if entry_point:
-            (tmp_path / "site").mkdir(exist_ok=True)
-            (tmp_path / "site" / f"{name}.py").write_text(source)
-            points.append(EntryPoint(name=name, value=name, group=plugins.ENTRY_POINT_GROUP))
-            installed.append(name)
-        else:
-            (folder / name).mkdir(parents=True)
-            (folder / name / "__init__.py").write_text("")
-            (folder / name / "plugin.py").write_text(source)  # what the loader imports
-            installed.extend([f"mechmem.papers.{name}", f"mechmem.papers.{name}.plugin"])
+    def install(name: str, source: str) -> None:
+        (tmp_path / "site").mkdir(exist_ok=True)
+        (tmp_path / "site" / f"{name}.py").write_text(source)
+        points.append(EntryPoint(name=name, value=name, group=plugins.ENTRY_POINT_GROUP))
+        installed.append(name)
 
     yield install
     for name in installed:
@@ -78,13 +68,13 @@ def test_a_broken_entry_point_is_one_line_and_the_others_load(fresh_loader, caps
     assert list(plugins.failed_plugins()) == ["mechmem_test_broken"]
 
 
-def test_a_broken_builtin_folder_is_one_line_and_the_others_load(fresh_loader, capsys):
-    fresh_loader("aaa_broken", RAISING, entry_point=False)  # sorts before every built-in paper
+def test_a_raising_plugin_is_one_line_and_the_others_load(fresh_loader, capsys):
+    fresh_loader("mechmem_test_raising", RAISING)
     fresh_loader("mechmem_test_toy", TOY)
     assert plugins.paper_names() == plugins.paper_names() == ["birth", "memorisation", "permutation", "toy"]
     (line,) = stderr_lines(capsys)
     assert line == (
-        "warning: paper plugin 'mechmem.papers.aaa_broken' failed to load, skipped "
+        "warning: paper plugin 'mechmem_test_raising' failed to load, skipped "
         "(RuntimeError: the plugin failed while importing)"
     )
 
@@ -107,10 +97,11 @@ def test_reproduce_list_shows_the_loaded_papers_without_a_traceback(fresh_loader
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-def test_demo_models_come_from_every_loaded_paper(fresh_loader):
-    from mechmem.report.demo import available
+def test_every_demo_model_is_a_preset_of_a_core_task():
+    from mechmem.report.demo import DEMO_MODELS, available
 
-    fresh_loader("mechmem_test_toy", TOY)
-    names = [m.name for m in plugins.demo_models()]
-    assert names[-1] == "toy-model" and {"birth", "facts", "permutation-task1"} <= set(names)
-    assert "toy-model" not in [m.name for m in available()]  # its preset does not exist
+    assert available() == list(DEMO_MODELS) and {m.task for m in DEMO_MODELS} == {
+        "birth",
+        "facts",
+        "permutation",
+    }

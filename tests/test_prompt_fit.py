@@ -176,8 +176,8 @@ def test_a_model_given_a_task_it_was_not_trained_on_is_flagged_on_that_task():
     """The planted recall/elimination model (a permutation model) with the generic repeats task, as
     `save_model` attaches it: the own-data check compares the repeats data with a second draw of it, which
     cannot differ, so only the uniform guess can flag it."""
-    from mechmem.papers.permutation.planted import planted_permutation_model
     from mechmem.tasks.generic import RepeatsConfig
+    from mechmem_papers.permutation.planted import planted_permutation_model
 
     model = planted_permutation_model()
     repeats = build_task("repeats", RepeatsConfig.for_model(model))

@@ -31,7 +31,7 @@ def permutation_task():
 
 @pytest.fixture(scope="module")
 def pair_report(permutation_task):
-    from mechmem.papers.permutation import planted
+    from mechmem_papers.permutation import planted
 
     model = planted.planted_permutation_model()
     report = build_report(model, permutation_task, title="planted elimination/recall", n_samples=128)
@@ -82,8 +82,8 @@ def test_report_and_reproduction_page_print_identical_role_numbers(permutation_t
     """The page's measurement (`experiments.measure_seed`) and the report call one classifier on the same
     data."""
     from mechmem.checkpoint import save_checkpoint
-    from mechmem.papers.permutation import planted
-    from mechmem.papers.permutation import run as experiments
+    from mechmem_papers.permutation import planted
+    from mechmem_papers.permutation import run as experiments
 
     model = planted.planted_permutation_model()
     cfg = experiments.ReproConfig(runs=str(tmp_path), n_eval=64, n_analysis=64, role_samples=96)
@@ -152,7 +152,7 @@ def test_html_escapes_text(pair_report):
 # are left in its own test (test_ablation, test_attribution, test_circuits, test_heads, test_roles, ...).
 @pytest.mark.slow
 def test_no_hooks_left_behind(permutation_task):
-    from mechmem.papers.permutation import planted
+    from mechmem_papers.permutation import planted
 
     model = planted.planted_permutation_model()
     build_report(model, permutation_task, n_samples=32)

@@ -19,10 +19,10 @@ CHROMIUM = next(
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 def test_report_html_renders_offline(tmp_path):
-    from mechmem.papers.permutation import planted
     from mechmem.plotting import plt
     from mechmem.report import build_report, write_report
     from mechmem.tasks import build_task
+    from mechmem_papers.permutation import planted
 
     report = build_report(
         planted.planted_permutation_model(),

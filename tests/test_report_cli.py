@@ -11,8 +11,8 @@ from mechmem.cli import run_script
 @pytest.fixture(scope="module")
 def planted_ckpt(tmp_path_factory):
     from mechmem.checkpoint import save_checkpoint
-    from mechmem.papers.permutation import planted
-    from mechmem.papers.permutation.task import PermutationConfig
+    from mechmem.tasks.permutation import PermutationConfig
+    from mechmem_papers.permutation import planted
 
     path = tmp_path_factory.mktemp("planted") / "ckpt.pt"
     save_checkpoint(
@@ -55,10 +55,10 @@ def test_report_script_bad_input_is_one_line(argv, planted_ckpt, tmp_path, capsy
 def test_demo_writes_index_and_reuses_checkpoints(tmp_path, monkeypatch):
     """The demo with its training stubbed by an existing checkpoint: reports, index links, skip-if-trained."""
     from mechmem.checkpoint import save_checkpoint
-    from mechmem.papers.permutation import planted
-    from mechmem.papers.permutation.task import PermutationConfig, PermutationTask
     from mechmem.report import demo
+    from mechmem.tasks.permutation import PermutationConfig, PermutationTask
     from mechmem.training import Preset, TrainConfig
+    from mechmem_papers.permutation import planted
 
     # A "planted" preset whose finished run is the planted model: reused, since it is this very run.
     preset = Preset(planted.planted_permutation_config(), PermutationConfig(repeat_ratio=0.3), TrainConfig())

@@ -31,10 +31,10 @@ MAX_BYTES = 2 * 2**20
 def reports(tmp_path_factory):
     """Two small reports written to disk, and the index linking them."""
     from mechmem.analysis.planted import planted_induction_model
-    from mechmem.papers.permutation import planted
     from mechmem.report import build_report
     from mechmem.report.demo import index_entry
     from mechmem.tasks import build_task
+    from mechmem_papers.permutation import planted
 
     root = tmp_path_factory.mktemp("reports")
     built = {
@@ -125,7 +125,7 @@ def test_every_patching_sweep_has_a_heatmap_with_its_intervals(reports):
 
     report = reports["reports"]["permutation"]
     view = report.section("patching").interactive["heatmaps"]
-    model = __import__("mechmem.papers.permutation.planted", fromlist=["x"]).planted_permutation_model()
+    model = __import__("mechmem_papers.permutation.planted", fromlist=["x"]).planted_permutation_model()
     assert [m["name"] for m in view["maps"]] == model_sweeps(model)
     for m in view["maps"]:
         bounds = zip(m["lower"], m["values"], m["upper"])

@@ -13,9 +13,9 @@ from mechmem.analysis.roles import RoleResult, RoleThresholds, classify_heads, h
 from mechmem.analysis.sequential import NO, UNDECIDED, YES
 from mechmem.analysis.task_roles import measure_task_evidence
 from mechmem.checkpoint import save_checkpoint
-from mechmem.papers.permutation.planted import planted_permutation_config, planted_permutation_model
-from mechmem.papers.permutation.task import PermutationConfig, PermutationTask
 from mechmem.report import build_report, circuit_section
+from mechmem.tasks.permutation import PermutationConfig, PermutationTask
+from mechmem_papers.permutation.planted import planted_permutation_config, planted_permutation_model
 
 ROLES = ("recall", "elimination")
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from mechmem.papers.permutation.task import answer_stats, bayes_posterior, elimination_floor
 from mechmem.tasks import build_task
+from mechmem.tasks.permutation import answer_stats, bayes_posterior, elimination_floor
 
 
 def _task(**cfg):

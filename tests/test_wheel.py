@@ -58,6 +58,18 @@ def user_env(bin_dir: Path) -> dict:
     }
 
 
+def test_the_wheel_holds_the_tasks_and_no_paper_code(installed):
+    import zipfile
+
+    wheel = next((installed.parent.parent / "dist").glob("mechmem-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert [n for n in names if "papers" in n] == []
+    assert {"mechmem/tasks/permutation.py", "mechmem/tasks/facts.py", "mechmem/tasks/birth/task.py"} <= set(
+        names
+    )
+    assert "mechmem/tasks/birth/tinyshakespeare_stats.json" in names
+
+
 def site_files(bin_dir: Path) -> set[Path]:
     return {p for p in (bin_dir.parent / "lib").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 

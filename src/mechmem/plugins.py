@@ -1,28 +1,21 @@
-"""Papers as plugins: each reproduced work is one folder that registers its tasks, architectures and page.
+"""Papers as plugins: each reproduced work is one installed package that registers its page and experiments.
 
-A paper plugin is a module that, when imported, calls `register_task` for its tasks, `register_architecture`
-for any model family TransformerLens cannot express, and `register_paper` once with a `Paper` (a built-in
-paper's is `mechmem.papers.NAME.plugin`; the package's `__init__` imports nothing heavy, so that
-`python -m mechmem.papers.NAME.scripts.X --help` answers before torch is imported):
+A paper plugin is a module named by an entry point of the group "mechmem.papers"; importing it may call
+`register_task` and `register_architecture` for what the core lacks, and calls `register_paper` once with a
+`Paper`:
 
     spec = paper.spec(variant, options)  # "quick" (CPU minutes), "paper" (published scale); options: str->str
     results = paper.run(spec, log)       # trains what is missing, measures; the run record (a JSON-able dict)
     shown = paper.references(results, data) if paper.references else results   # other committed records
     page = paper.page(shown)             # a `mechmem.report.document.Report`, written by `write_page`
 
-A paper also declares its demo models (`DemoModel`, trained and reported on by `make demo`). Every paper
-folder has the same parts; docs/papers.md draws the skeleton.
-
-The core (models, tasks, training, analysis, report) never imports a paper by name: `load_papers` imports the
-`plugin` module of every sub-package of `mechmem.papers` (the built-in plugins; a fifth paper is a new folder
-there) and every entry point of the group "mechmem.papers" (plugins installed from other distributions), once,
-on first need. A plugin that fails to import is reported in one line on stderr (its name and the error),
-remembered in `failed_plugins()`, and skipped: the others still load, and every later call sees the same set
-of papers.
+The three reproductions of this repository are the distribution in `papers/` (package `mechmem_papers`,
+installed by `make install`; the mechmem wheel carries none of it); docs/papers.md draws a paper's skeleton.
+The core never imports a paper: `load_papers` imports every entry point once, on first need. A plugin that
+fails to import is reported in one line on stderr (its name and the error), remembered in `failed_plugins()`,
+and skipped: the others still load, and every later call sees the same set of papers.
 """
 
-import importlib
-import pkgutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,23 +26,6 @@ from typing import Any
 from mechmem.errors import MechmemError
 
 ENTRY_POINT_GROUP = "mechmem.papers"
-
-
-@dataclass(frozen=True)
-class DemoModel:
-    """One model of `make demo`: a name, and the task preset it is trained from."""
-
-    name: str
-    """Run and report directory name."""
-    task: str
-    """Task registry name."""
-    preset: str
-    """Preset of that task."""
-    minutes: float = 1.0
-    """Rough single-thread training time; the longest jobs start first so the parallel jobs finish
-    together."""
-    save_every: int | None = None
-    """Keep a step checkpoint every this many steps (the report's training-dynamics section reads them)."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +47,6 @@ class Paper:
     """run record -> a `Report`; prose that is not computed lives in docs/reproductions/prose/<name>.md."""
     tasks: tuple[str, ...] = field(default_factory=tuple)
     """Names of the tasks the plugin registers."""
-    demo: tuple[DemoModel, ...] = field(default_factory=tuple)
-    """The paper's models in `make demo` (none: the paper adds no demo model)."""
     references: Callable[[dict[str, Any], Path], dict[str, Any]] | None = None
     """(run record, data folder) -> the record with the other committed files its page shows beside it (a
     companion variant's record, a separate measurement), read each time the page is built and never written
@@ -103,7 +77,7 @@ def load_plugin(name: str, load: Callable[[], object], *, kind: str = "paper plu
 
 
 def load_papers() -> None:
-    """Import every built-in paper's `plugin` module and every installed "mechmem.papers" entry point (once).
+    """Import every installed "mechmem.papers" entry point (once).
 
     Loading is marked done only after every import was attempted, so a later call never returns a partial set;
     a call made while the plugins are being imported (a plugin asking for a task) returns at once.
@@ -113,12 +87,6 @@ def load_papers() -> None:
         return
     _STATE = "loading"
     try:
-        import mechmem.papers as builtin
-
-        for info in sorted(pkgutil.iter_modules(builtin.__path__), key=lambda m: m.name):
-            if info.ispkg:
-                package = f"{builtin.__name__}.{info.name}"
-                load_plugin(package, lambda package=package: importlib.import_module(f"{package}.plugin"))
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             load_plugin(ep.name, ep.load)
     finally:
@@ -141,10 +109,8 @@ def get_paper(name: str) -> Paper:
     """The paper registered as `name`."""
     load_papers()
     if name not in PAPERS:
-        raise MechmemError(f"unknown paper {name!r} (known: {', '.join(sorted(PAPERS)) or 'none'})")
+        known = (
+            ", ".join(sorted(PAPERS)) or "none: the reproductions install from a clone, pip install -e papers"
+        )
+        raise MechmemError(f"unknown paper {name!r} (known: {known})")
     return PAPERS[name]
-
-
-def demo_models() -> list[DemoModel]:
-    """Every registered paper's demo models, papers in name order."""
-    return [model for name in paper_names() for model in PAPERS[name].demo]

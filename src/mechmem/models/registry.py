@@ -21,20 +21,20 @@ def register_architecture(name: str, config_cls: type, builder: Builder) -> None
     _ARCHITECTURES[name] = (config_cls, builder)
 
 
-def _ensure_builtin() -> None:
-    # The adapter registers the TransformerLens architecture when `mechmem.models` is imported (the package
-    # imports it; the registry never imports the adapter, which imports the registry); paper plugins register
-    # their own when imported.
-    from mechmem.plugins import load_papers
+def _known(arch: Any) -> bool:
+    """Whether `arch` is registered: `mechmem.models` registers its own architectures when imported (the
+    registry never imports them, they import the registry); paper plugins register theirs when loaded."""
+    if arch not in _ARCHITECTURES:
+        from mechmem.plugins import load_papers
 
-    load_papers()
+        load_papers()
+    return arch in _ARCHITECTURES
 
 
 def model_config_from_dict(data: dict[str, Any]) -> Any:
     """Rebuild a model config from its `to_dict()` form (which carries the `arch` name)."""
-    _ensure_builtin()
     arch = data.get("arch") if isinstance(data, dict) else None
-    if arch not in _ARCHITECTURES:
+    if not _known(arch):
         raise MechmemError(f"unknown model architecture {arch!r}")
     config_cls, _ = _ARCHITECTURES[arch]
     return config_cls.from_dict(data)
@@ -42,8 +42,7 @@ def model_config_from_dict(data: dict[str, Any]) -> Any:
 
 def build_model(config: Any, *, generator: torch.Generator | None = None) -> torch.nn.Module:
     """Build a fresh model for `config`; initial weights are drawn from `generator`."""
-    _ensure_builtin()
     arch = getattr(config, "arch", None)
-    if arch not in _ARCHITECTURES:
+    if not _known(arch):
         raise MechmemError(f"unknown model architecture {arch!r}")
     return _ARCHITECTURES[arch][1](config, generator=generator)

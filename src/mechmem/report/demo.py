@@ -1,12 +1,11 @@
-"""The demo: train one small model per demo model the papers declare, report on each, and link the reports.
+"""The demo: train one small model per memory task preset in `DEMO_MODELS`, report on each, link the reports.
 
-The models come from the paper plugins (`mechmem.plugins.Paper.demo`, gathered by
-`mechmem.plugins.demo_models`). Each model is one job: train it (unless its checkpoint exists) with
+Each model is one job: train it (unless its checkpoint exists) with
 `mechmem.training.run.train_preset`, then write its report with
 `mechmem.report.checkpoint_report.report_checkpoint`, each step's output going to the model's log file; the
 library calls these functions, never a script. Jobs run `jobs` at a time in forked worker processes, each on
 one CPU thread, so two of them share a 2-core machine without oversubscribing it. The parent imports
-TransformerLens and the papers once before forking, so no job pays that import again (several seconds each),
+TransformerLens and the tasks once before forking, so no job pays that import again (several seconds each),
 and a model's report starts as soon as its own training ends. Without
 `os.fork` (or with `jobs=1`) the jobs run one after another in this process.
 """
@@ -19,13 +18,13 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mechmem.checkpoint import load_checkpoint
 from mechmem.cli import format_table, run_script
 from mechmem.errors import MechmemError
-from mechmem.plugins import DemoModel, demo_models
 from mechmem.progress import LogRelay
 from mechmem.report.checkpoint_report import report_checkpoint
 from mechmem.report.document import write_index
@@ -34,10 +33,36 @@ from mechmem.training.run import preset_identity, train_preset
 from mechmem.training.rundir import finished_run
 
 
+@dataclass(frozen=True)
+class DemoModel:
+    """One model of `make demo`: a name, and the task preset it is trained from."""
+
+    name: str
+    """Run and report directory name."""
+    task: str
+    """Task registry name."""
+    preset: str
+    """Preset of that task."""
+    minutes: float = 1.0
+    """Rough single-thread training time; the longest jobs start first so the parallel jobs finish
+    together."""
+    save_every: int | None = None
+    """Keep a step checkpoint every this many steps (the report's training-dynamics section reads them)."""
+
+
+DEMO_MODELS = (
+    DemoModel("birth", "birth", "demo", 0.8, save_every=25),
+    DemoModel("facts", "facts", "quick", 0.5),
+    DemoModel("permutation-task1", "permutation", "task1-demo", 0.3),
+    DemoModel("permutation-task2", "permutation", "task2-quick", 2.0, save_every=1000),
+)
+"""The demo's models: one or two presets of each memory task, in name order."""
+
+
 def available(models: list[DemoModel] | None = None) -> list[DemoModel]:
-    """The demo models (default: every paper's) whose task and preset exist in this installation."""
+    """The demo models (default: `DEMO_MODELS`) whose task and preset exist in this installation."""
     out = []
-    for m in demo_models() if models is None else models:
+    for m in DEMO_MODELS if models is None else models:
         try:
             if m.preset in get_task_class(m.task).presets:
                 out.append(m)
@@ -198,7 +223,8 @@ def run_demo(
 ) -> list[dict[str, object]]:
     """Train (unless a checkpoint exists) and report on every model, write `reports/index.html`; one row per
     model."""
-    demo_models()  # import TransformerLens and the papers once, before forking
+    for m in models:  # import TransformerLens and the tasks once, before forking
+        get_task_class(m.task)
     order = sorted(models, key=lambda m: -m.minutes)
     print(f"training and reporting on {', '.join(m.name for m in order)} ({jobs} at a time)", flush=True)
     specs = [

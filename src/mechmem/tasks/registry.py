@@ -1,9 +1,9 @@
 """Tasks by name: the registry every task registers into, and the loading of task plugins.
 
-Tasks come from three places: the core (`generic.py`: "repeats", which fits any model), paper plugins
-(imported by `mechmem.plugins.load_papers`), and your own code: a file passed to the scripts as
-`--task-module FILE` (`load_task_module`) or an entry point of the group "mechmem.tasks" in an installed
-distribution.
+Tasks come from three places: the core (`generic`: "repeats", which fits any model; the three memory tasks
+`permutation`, `birth` and `facts`), paper plugins (imported by `mechmem.plugins.load_papers`), and your own
+code: a file passed to the scripts as `--task-module FILE` (`load_task_module`) or an entry point of the group
+"mechmem.tasks" in an installed distribution.
 """
 
 import importlib.util
@@ -15,8 +15,8 @@ from typing import Any
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import Task
 
-# Paper plugins register their tasks when imported; `mechmem.plugins.load_papers` imports them on first need,
-# so importing mechmem stays cheap and the core names no paper.
+# The memory tasks (entry points of mechmem's own distribution, pyproject.toml) and the plugins register when
+# imported, on first need, so importing mechmem stays cheap.
 _REGISTRY: dict[str, type[Task]] = {}
 ENTRY_POINT_GROUP = "mechmem.tasks"
 _PLUGINS_LOADED = False
@@ -39,15 +39,16 @@ def register_task(cls: type[Task]) -> type[Task]:
 
 
 def _load_plugins() -> None:
-    """Import paper plugins and every "mechmem.tasks" entry point (once; a broken one is one stderr line)."""
+    """Import every "mechmem.tasks" entry point (the memory tasks among them) and the paper plugins (once; a
+    broken plugin is one stderr line)."""
     global _PLUGINS_LOADED
     from mechmem.plugins import load_papers, load_plugin
 
-    load_papers()
     if not _PLUGINS_LOADED:
         _PLUGINS_LOADED = True
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             load_plugin(ep.name, ep.load, kind="task plugin")
+        load_papers()
 
 
 def load_task_module(path: str | Path) -> None:

@@ -5,10 +5,10 @@ from typing import Any
 
 import torch
 
+from mechmem.config import Preset, TrainConfig
 from mechmem.errors import MechmemError
 from mechmem.models import build_model
 from mechmem.tasks import build_task, get_preset
-from mechmem.training.config import Preset, TrainConfig
 from mechmem.training.rundir import run_identity
 from mechmem.training.trainer import TrainResult, resolve_device, train
 

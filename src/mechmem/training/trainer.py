@@ -27,12 +27,12 @@ from typing import Any
 import torch
 
 from mechmem.checkpoint import save_checkpoint
+from mechmem.config import TrainConfig
 from mechmem.errors import MechmemError, TrainingDiverged
 from mechmem.io import atomic_write, dumps, open_in_place
 from mechmem.models.adapter import canonical_parameters, load_canonical_state_dict, move_model
 from mechmem.progress import Progress
 from mechmem.tasks.base import Task
-from mechmem.training.config import TrainConfig
 from mechmem.training.rundir import (
     METRICS,
     RUN_FILES,

@@ -1,0 +1,176 @@
+"""Evaluators of the challenge model: fact count n -> the best accuracy one mode reaches on n facts.
+
+An *evaluator* maps n to the best accuracy reached on `generate_facts(n, 2d, d)` by that mode's best
+initialisation / hyperparameters (the challenge's "Any" criterion). The capacity search over n is the shared
+one (`memorisation.capacity.measure_capacity`, doubling bracket from n = d, criteria acc = 1 and acc >= 0.9).
+
+Evaluators (d_mlp = n_out = d, n_in = 2d):
+    trained            all weights learned from `n_inits` initialisations
+    rand_emb           random frozen embeddings, U learned
+    published_hand     the published construction, max over the S x top_fraction grid and `retries` tie-breaks
+    published_hybrid   the published embeddings frozen, U learned, max over a smaller grid
+    keyvalue_hand      our random-key value table, max over key sizes k and `retries` key draws
+    keyvalue_hybrid    its embeddings frozen, U learned
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from mechmem.tasks.facts import generate_facts
+from mechmem_papers.memorisation.constructions.keyvalue import keyvalue_construction
+from mechmem_papers.memorisation.constructions.model import ChallengeConfig, ChallengeMLP
+from mechmem_papers.memorisation.constructions.published import published_construction
+from mechmem_papers.memorisation.constructions.training import (
+    ChallengeTrainConfig,
+    hidden_activations,
+    random_embeddings,
+    stacked_accuracy,
+    train_full,
+    train_unembedding,
+)
+
+Evaluator = Callable[[int], float]
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """Hyperparameter grids and repeat counts for the capacity search."""
+
+    n_inits: int = 4
+    """Initialisations per trained / rand-emb evaluation."""
+    s_values: tuple[int, ...] = tuple(range(1, 11))
+    """Neurons per label S for the published hand-coded sweep (clipped to d)."""
+    top_fractions: tuple[float, ...] = tuple(round(0.02 * i, 2) for i in range(20))
+    """top_fraction values 0.00..0.38 for the published hand-coded sweep."""
+    hybrid_s_values: tuple[int, ...] = (2, 3, 4, 6)
+    """S values for the published hybrid (each trains a U)."""
+    hybrid_top_fractions: tuple[float, ...] = (0.1, 0.2, 0.3)
+    """top_fraction values for the published hybrid."""
+    key_fractions: tuple[float, ...] = (0.25, 0.35, 0.5)
+    """Key sizes k = round(f * (d - 1)) for our key-value table."""
+    retries: int = 2
+    """Random tie-break draws per published hand-coded setting (the authors used 2)."""
+    key_retries: int = 4
+    """Random key draws per key size for our key-value table."""
+    train: ChallengeTrainConfig = field(default_factory=ChallengeTrainConfig)
+    """Training recipe for the learned modes."""
+
+
+def _facts(n: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return generate_facts(n, 2 * d, d, seed=42)
+
+
+def _hand_accuracy(E1: torch.Tensor, E2: torch.Tensor, U: torch.Tensor, inputs, labels) -> torch.Tensor:
+    return stacked_accuracy(hidden_activations(E1, E2, inputs) @ U, labels)
+
+
+def trained_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
+    def evaluate(n: int) -> float:
+        inputs, labels = _facts(n, d)
+        model = ChallengeMLP(
+            ChallengeConfig(2 * d, d, d, n_models=grid.n_inits), generator=torch.Generator().manual_seed(seed)
+        )
+        best, _ = train_full(model.E1, model.E2, model.U, inputs, labels, grid.train)
+        return float(best.max())
+
+    return evaluate
+
+
+def rand_emb_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
+    def evaluate(n: int) -> float:
+        inputs, labels = _facts(n, d)
+        g = torch.Generator().manual_seed(seed)
+        E1, E2 = random_embeddings(grid.n_inits, 2 * d, d, generator=g)
+        best, _ = train_unembedding(hidden_activations(E1, E2, inputs), labels, d, grid.train, generator=g)
+        return float(best.max())
+
+    return evaluate
+
+
+def published_stack(n: int, d: int, settings: list[tuple[int, float]], seed: int) -> tuple[torch.Tensor, ...]:
+    """Stacked (E1, E2, U) of the published construction for each (S, top_fraction) setting."""
+    inputs, labels = _facts(n, d)
+    g = torch.Generator().manual_seed(seed)
+    built = [published_construction(inputs, labels, 2 * d, d, d, s, tf, generator=g) for s, tf in settings]
+    return tuple(torch.stack(parts) for parts in zip(*built))
+
+
+def _hand_evaluator(d: int, retries: int, seed: int, stack: Callable[[int, int], tuple]) -> Evaluator:
+    """Best accuracy over `retries` constructions `stack(n, seed + retry)`, no training.
+
+    The constructions are stacked (E1, E2, U).
+    """
+
+    def evaluate(n: int) -> float:
+        inputs, labels = _facts(n, d)
+        best = 0.0
+        for retry in range(retries):
+            E1, E2, U = stack(n, seed + retry)
+            best = max(best, float(_hand_accuracy(E1, E2, U, inputs, labels).max()))
+        return best
+
+    return evaluate
+
+
+def published_hand_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
+    settings = [(s, tf) for s in grid.s_values if s <= d for tf in grid.top_fractions]
+    return _hand_evaluator(d, grid.retries, seed, lambda n, sd: published_stack(n, d, settings, sd))
+
+
+def published_hybrid_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
+    settings = [(s, tf) for s in grid.hybrid_s_values if s <= d for tf in grid.hybrid_top_fractions]
+
+    def evaluate(n: int) -> float:
+        inputs, labels = _facts(n, d)
+        E1, E2, _ = published_stack(n, d, settings, seed)
+        g = torch.Generator().manual_seed(seed)
+        best, _ = train_unembedding(hidden_activations(E1, E2, inputs), labels, d, grid.train, generator=g)
+        return float(best.max())
+
+    return evaluate
+
+
+def key_sizes(d: int, grid: SweepGrid) -> list[int]:
+    """Distinct key sizes k for d - 1 selector neurons."""
+    return sorted({max(1, min(d - 1, round(f * (d - 1)))) for f in grid.key_fractions})
+
+
+def keyvalue_stack(n: int, d: int, ks: list[int], seed: int) -> tuple[torch.Tensor, ...]:
+    """Stacked (E1, E2, U) of our key-value table for each key size."""
+    inputs, labels = _facts(n, d)
+    g = torch.Generator().manual_seed(seed)
+    built = [keyvalue_construction(inputs, labels, 2 * d, d, d, k, generator=g) for k in ks]
+    return tuple(torch.stack(parts) for parts in zip(*built))
+
+
+def keyvalue_hand_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
+    ks = key_sizes(d, grid)
+    return _hand_evaluator(d, grid.key_retries, seed, lambda n, sd: keyvalue_stack(n, d, ks, sd))
+
+
+def keyvalue_hybrid_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
+    ks = key_sizes(d, grid)
+
+    def evaluate(n: int) -> float:
+        inputs, labels = _facts(n, d)
+        E1, E2, _ = keyvalue_stack(n, d, ks, seed)
+        hidden = hidden_activations(E1, E2, inputs)
+        hidden = hidden / hidden.amax(dim=(1, 2), keepdim=True).clamp_min(1e-6)  # unit scale for Adam
+        best, _ = train_unembedding(
+            hidden, labels, d, grid.train, generator=torch.Generator().manual_seed(seed)
+        )
+        return float(best.max())
+
+    return evaluate
+
+
+EVALUATORS: dict[str, Callable[..., Evaluator]] = {
+    "trained": trained_evaluator,
+    "rand_emb": rand_emb_evaluator,
+    "published_hand": published_hand_evaluator,
+    "published_hybrid": published_hybrid_evaluator,
+    "keyvalue_hand": keyvalue_hand_evaluator,
+    "keyvalue_hybrid": keyvalue_hybrid_evaluator,
+}

@@ -1,0 +1,20 @@
+"""The memorisation paper as a mechmem plugin: importing this module registers its `Paper` (the entry point
+`mechmem.papers` names this module; the package `__init__` stays free of torch so the scripts answer --help
+at once).
+"""
+
+from mechmem.plugins import Paper, register_paper
+from mechmem_papers.memorisation import page, run, spec
+from mechmem_papers.memorisation.constructions import model  # noqa: F401  (registers "challenge_mlp")
+
+PAPER = register_paper(
+    Paper(
+        name="memorisation",
+        title=page.TITLE,
+        spec=spec.make_spec,
+        variants=spec.VARIANTS,
+        run=run.run,
+        page=page.page,
+        tasks=("facts",),
+    )
+)

@@ -1,0 +1,729 @@
+"""The permutation-memory reproduction page.
+
+The run record (`run_reproduction`) -> a `Report` of computed lines, tables and figures. Words that are not
+computed live in docs/reproductions/prose/permutation.md, one block per section key (published, setup, bayes,
+probe, roles, rescue, scale); the published values in published.json. The first table is always the
+published-schedule result beside the published values: a record trained at another schedule (the default
+variant's tuned one) is shown below it as a sensitivity check, and `attach_published_schedule` hands the page
+the committed published-schedule record to put first.
+
+Long because it is one page: each function renders one section of it from the run record, in page order.
+"""
+
+import json
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+from mechmem.analysis.stats import format_mean_sd, mean_sd
+from mechmem.report.document import Report, Section, Table
+from mechmem_papers.permutation import figures
+
+TITLE = 'Reproduction: "Can a Tiny Transformer Learn to Remember?" (permutation memory)'
+PUBLISHED_PATH = Path(__file__).with_name("published.json")
+GROUPS = {"task1": "Task 1", "task2": "Task 2"}
+PUBLISHED_SCHEDULE_VARIANT = "paper"
+"""The variant that trains Task 1 and Task 2 at the published schedule; its record is
+docs/reproductions/data/permutation-paper.json."""
+
+
+def _values(published: dict[str, Any]) -> dict[str, Any]:
+    """published.json's "values" without their sources: key -> number (or text)."""
+    return {k: v["value"] for k, v in published.items()}
+
+
+def load_published() -> dict[str, Any]:
+    """The published values: {"paper": str, "values": {key: {"value", "quantity", "source"}}}."""
+    return json.loads(PUBLISHED_PATH.read_text())
+
+
+def format_ms(values: list[float], fmt: str = ".3f") -> str:
+    """Mean ± sample sd of the values (a single value alone): `stats.format_mean_sd`."""
+    return format_mean_sd(values, fmt)
+
+
+def _mean_and_sd(values: list[float]) -> list[Any]:
+    """[mean, sample sd ("-" for one value)] as table cells (`stats.mean_sd`)."""
+    m, sd = mean_sd(values)
+    return [m, "-" if sd is None else sd]
+
+
+def final_acc(run: dict[str, Any], suffix: str) -> float:
+    """Accuracy of the Bayes-table row whose step name ends with `suffix` (e.g. "5", "elimination")."""
+    return next(r["acc"] for r in run["bayes"] if r["step"].endswith(suffix))
+
+
+def at_published_schedule(record: dict[str, Any], published: dict[str, Any]) -> bool:
+    """Whether Task 1 and Task 2 trained at the published schedule: constant lr, its value and epochs."""
+    for key in ("task1", "task2"):
+        t, task = record[key][0]["train"], record[key][0]["task"]
+        epochs = t["steps"] * t["batch_size"] / task["epoch_size"]
+        want = published[f"{key}_epochs"]
+        if t["schedule"] != "constant" or t["lr"] != published["lr"] or round(epochs) != want:
+            return False
+    return True
+
+
+def attach_published_schedule(record: dict[str, Any], data: Path) -> dict[str, Any]:
+    """`record` with "published_schedule" (the file name and the record of the published-schedule variant in
+    `data`) when `record` is trained at another schedule and that record is there and at the published one;
+    else `record` as it is. The plugin's `references`: read when the page is built, never written into the
+    record."""
+    values = _values(load_published()["values"])
+    path = Path(data) / f"permutation-{PUBLISHED_SCHEDULE_VARIANT}.json"
+    if at_published_schedule(record, values) or not path.exists():
+        return record
+    other = json.loads(path.read_text())
+    if not at_published_schedule(other, values):
+        return record
+    return {**record, "published_schedule": {"file": path.name, "record": other}}
+
+
+def _schedule_name(train: dict[str, Any]) -> str:
+    """ "constant", or the decay and its floor as a multiple of lr, e.g. "cosine to 0.1 x lr"."""
+    if train["schedule"] == "constant":
+        return "constant"
+    return f"{train['schedule']} to {train['min_lr_ratio']:g} x lr"
+
+
+def _memorisation_max_err(runs: list[dict[str, Any]]) -> list[float]:
+    return [
+        next(r["max_err"] for r in run["bayes"] if str(r["step"]).endswith("memorisation")) for run in runs
+    ]
+
+
+def provenance(entry: dict[str, Any]) -> str:
+    """A published value's provenance in a few words: "no primary source" where published.json says so, else
+    its source."""
+    source = entry["source"]
+    return "no primary source" if source.startswith("no primary source") else f"source: {source}"
+
+
+def _published_schedule_text(values: dict[str, Any]) -> str:
+    return (
+        f"constant lr {values['lr']:g}, {values['task1_epochs']} / {values['task2_epochs']} epochs of"
+        f" {values['epoch_size']} samples"
+    )
+
+
+def _sensitivity_text(record: dict[str, Any], values: dict[str, Any]) -> str:
+    """What differs from the published schedule: lr (as a multiple of the published one), schedule, length."""
+    t = record["task2"][0]["train"]
+    epochs = " / ".join(
+        f"{run[0]['train']['steps'] * run[0]['train']['batch_size'] / run[0]['task']['epoch_size']:g}"
+        for run in (record["task1"], record["task2"])
+    )
+    return (
+        f"lr {t['lr']:g} = {t['lr'] / values['lr']:g}x the published {values['lr']:g}, schedule"
+        f" {_schedule_name(t)} instead of constant, {t['steps']} steps of {t['batch_size']} = {epochs} epochs"
+        f" instead of {values['task1_epochs']} / {values['task2_epochs']}"
+    )
+
+
+def _results_text(record: dict[str, Any], published: dict[str, Any]) -> str:
+    """Task 2 probe p(recall), Task 2 memorisation max err and Task 1 probe p(elimination) of one record."""
+    values = _values(published)
+    t1, t2 = record["task1"], record["task2"]
+    return (
+        f"Task 2 probe p(recall) {format_ms([r['probe']['p_recall'] for r in t2])} over {len(t2)}"
+        f" seed(s) (published {values['task2_probe_recall_p']},"
+        f" {provenance(published['task2_probe_recall_p'])}); Task 2 memorisation subgroup max err"
+        f" {format_ms(_memorisation_max_err(t2))} (the published MaxAE was lost in conversion of the seed"
+        " document);"
+        f" Task 1 probe p(elimination) {format_ms([r['probe']['p_elimination'] for r in t1])} over"
+        f" {len(t1)} seed(s) (published {values['task1_probe_elimination_p']},"
+        f" {provenance(published['task1_probe_elimination_p'])})."
+    )
+
+
+def headline_text(record: dict[str, Any], published: dict[str, Any]) -> str:
+    """The headline: the published-schedule result first (this record's, or the attached published-schedule
+    record's), then this record's tuned runs as a sensitivity check, then the larger-V presets.
+
+    `published` is published.json's "values" (each value with its source)."""
+    values = _values(published)
+    attached = record.get("published_schedule")
+    if at_published_schedule(record, values):
+        text = (
+            f"**Published schedule** ({_published_schedule_text(values)}): {_results_text(record, published)}"
+        )
+    elif attached:
+        text = (
+            f"**Published schedule** ({_published_schedule_text(values)}; record `{attached['file']}`):"
+            f" {_results_text(attached['record'], published)} **Sensitivity check, this page's own runs**"
+            f" ({_sensitivity_text(record, values)}): {_results_text(record, published)}"
+        )
+    else:
+        text = (
+            f"**Sensitivity variant, not the published schedule** ({_sensitivity_text(record, values)}; no"
+            f" published-schedule record beside this one): {_results_text(record, published)}"
+        )
+    if record["scale"]:
+        presets = ", ".join(f"`{p}`" for p in dict.fromkeys(run["preset"] for run in record["scale"]))
+        text += f" Larger-V runs: presets {presets} (our sizes and schedules; the seed gives none)."
+    return text
+
+
+def build_page(record: dict[str, Any]) -> Report:
+    """The page's computed content from a run record."""
+    published = load_published()["values"]
+    values = _values(published)
+    sections = [
+        _published(record, published),
+        _setup(record, values),
+        _bayes(record),
+        _probe(record),
+        _roles(record),
+        _rescue(record),
+        _scale(record),
+    ]
+    headline = headline_text(record, published)
+    cfg = record["config"]
+    variant = cfg.get("variant", "full")
+    name = "permutation" if variant == "full" else f"permutation-{variant}"
+    kind = "paper" if variant == "paper" else "quick"
+    scale = list(cfg.get("scale_presets", []))
+    options = (
+        "" if scale == [f"v10-{kind}", f"v15-{kind}"] else f" --set scale_presets={','.join(scale) or 'none'}"
+    )
+    meta = {
+        "record": f"`docs/reproductions/data/{name}.json`",
+        "rebuild": f"`python analyses/reproduce.py permutation --variant {variant}{options}` "
+        "(add `--page-only` to redraw from the record)",
+        "runs": f"`{cfg['runs']}/PRESET/seedN`, reused when complete",
+    }
+    if "published_schedule" in record:
+        meta["published-schedule record (first table and headline)"] = (
+            f"`docs/reproductions/data/{record['published_schedule']['file']}`"
+        )
+    return Report(TITLE, headline, meta, sections)
+
+
+# -- set-up and published numbers
+# ------------------------------------------------------------------------------
+def _setup(record: dict[str, Any], published: dict[str, Any]) -> Section:
+    """The set-up section: split, evaluation sizes and every hyperparameter beside the published one.
+
+    Long because it renders the set-up table, one row per published hyperparameter, beside ours.
+    """
+    cfg = record["config"]
+    s = Section("setup", "Set-up")
+    share = record["task2"][0]["task"]["train_fraction"]
+    s.lines.append(f"Train/test split of the permutations: {share:.0%} / {1 - share:.0%} of the mappings.")
+    s.lines.append(
+        f"Evaluation: {cfg['n_eval']} test sequences (test mappings only), analyses on "
+        f"{cfg['n_analysis']}, evaluation seed {cfg['eval_seed']}: every model sees the same sequences."
+    )
+    epochs = {"task1": published["task1_epochs"], "task2": published["task2_epochs"]}
+    rows = []
+    for group, runs in (("task1", record["task1"]), ("task2", record["task2"]), ("scale", record["scale"])):
+        for preset in dict.fromkeys(run["preset"] for run in runs):
+            run = next(r for r in runs if r["preset"] == preset)
+            m, t, task = run["model"], run["train"], run["task"]
+            schedule = _schedule_name(t)
+            rows.append(
+                [
+                    GROUPS.get(group, "larger V"),
+                    f"`{preset}`",
+                    ", ".join(str(r["seed"]) for r in runs if r["preset"] == preset),
+                    task["vocab_size"],
+                    task["repeat_ratio"],
+                    m["d_model"],
+                    m["n_heads"],
+                    m["n_layers"],
+                    m["d_mlp"],
+                    t["steps"],
+                    t["batch_size"],
+                    t["steps"] * t["batch_size"] / task["epoch_size"],
+                    f"{t['lr']:g}",
+                    schedule,
+                    epochs.get(group, "-"),
+                ]
+            )
+    s.tables.append(
+        Table(
+            [
+                "model",
+                "preset",
+                "seeds",
+                "V",
+                "repeat ratio",
+                "d_model",
+                "heads",
+                "layers",
+                "d_mlp",
+                "steps",
+                "batch",
+                "epochs",
+                "lr",
+                "schedule",
+                "published epochs",
+            ],
+            rows,
+            caption=f"Models and training, from the run record (published lr {published['lr']:g}, "
+            f"epochs of {published['epoch_size']} samples).",
+            floatfmt=".1f",
+        )
+    )
+    return s
+
+
+def published_rows(record: dict[str, Any], published: dict[str, Any]) -> list[list[Any]]:
+    """Rows of the published-vs-ours table: quantity, published value (as text, every digit), its source, our
+    mean, sd, runs; the last row the memorisation subgroup's max err, whose published value was lost."""
+    t1, t2 = record["task1"], record["task2"]
+    v = t2[0]["vocab_size"]
+    ours = {
+        "elimination_floor": [record["floor"]],
+        "task1_plateau": [r["losses"]["train"] for r in t1],
+        "task2_plateau": [r["losses"]["train"] for r in t2],
+        "task1_probe_elimination_p": [r["probe"]["p_elimination"] for r in t1],
+        "task2_probe_recall_p": [r["probe"]["p_recall"] for r in t2],
+    }
+    finals = {
+        "Task 1 final-step accuracy": [final_acc(r, str(v)) for r in t1],
+        "Task 2 final-step accuracy, elimination": [final_acc(r, "elimination") for r in t2],
+        "Task 2 final-step accuracy, memorisation": [final_acc(r, "memorisation") for r in t2],
+    }
+    # published values as published (all their digits, not the table's 3 decimals)
+    rows = [
+        [
+            published[k]["quantity"],
+            f"{published[k]['value']:g}",
+            published[k]["source"],
+            *_mean_and_sd(x),
+            len(x),
+        ]
+        for k, x in ours.items()
+    ]
+    final = published["final_step_acc"]
+    rows += [
+        [name, f"{final['value']:g}", final["source"], *_mean_and_sd(x), len(x)] for name, x in finals.items()
+    ]
+    max_err = _memorisation_max_err(t2)
+    rows.append(
+        [
+            "Task 2 memorisation subgroup max err against the Bayesian posterior",
+            "-",
+            published["bayes_errors"]["source"],
+            *_mean_and_sd(max_err),
+            len(max_err),
+        ]
+    )
+    return rows
+
+
+def comparison_tables(record: dict[str, Any], published: dict[str, Any]) -> list[Table]:
+    """The published-schedule result beside the published values first; a record trained at another schedule
+    below it as a sensitivity check (alone, labelled so, when no published-schedule record is attached)."""
+    values = _values(published)
+    headers = ["quantity", "published", "source", "ours (mean)", "sd", "runs"]
+    if at_published_schedule(record, values):
+        caption = f"**Published schedule** ({_published_schedule_text(values)}): mean and sd over seeds."
+        return [Table(headers, published_rows(record, published), caption=caption)]
+    tables = []
+    attached = record.get("published_schedule")
+    if attached:
+        caption = (
+            f"**Published schedule** ({_published_schedule_text(values)}; record `{attached['file']}`, the"
+            f" page `{Path(attached['file']).stem}.md`): mean and sd over seeds."
+        )
+        tables.append(Table(headers, published_rows(attached["record"], published), caption=caption))
+    caption = (
+        "**Sensitivity check, not the published schedule**: this page's own runs"
+        f" ({_sensitivity_text(record, values)}). Mean and sd over seeds; every section after this table"
+        " shows these runs."
+    )
+    short = [row[:2] + row[3:] for row in published_rows(record, published)]
+    tables.append(Table(headers[:2] + headers[3:], short, caption=caption))
+    return tables
+
+
+def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
+    t1, t2 = record["task1"], record["task2"]
+    s = Section("published", "Published vs ours")
+    s.tables += comparison_tables(record, published)
+    own = (
+        ""
+        if at_published_schedule(record, _values(published))
+        else "This page's own runs (sensitivity check): "
+    )
+    s.lines.append(
+        f"{own}Test-mapping loss: Task 1 {format_ms([r['losses']['test'] for r in t1])}, Task 2 "
+        f"{format_ms([r['losses']['test'] for r in t2])}; Bayes-optimal loss on the same sequences: "
+        f"{t1[0]['losses']['bayes_test']:.3f} (Task 1 data), {t2[0]['losses']['bayes_test']:.3f} "
+        f"(Task 2 data); elimination floor {record['floor']:.4f}."
+    )
+    s.lines.append(
+        "The seed page's MAE and MaxAE against the Bayesian posterior (per step and subgroup) were lost in"
+        f" conversion ({published['bayes_errors']['source']}), so the Bayes tables below have no published"
+        " column."
+    )
+    # numbers only: the V=10 / V=15 size guesses are not published values and are not shown
+    unsourced = [
+        v
+        for v in published.values()
+        if provenance(v) == "no primary source" and isinstance(v["value"], int | float)
+    ]
+    s.lines.append(
+        "Published values without a primary source (the values the project was given, of unknown origin): "
+        + "; ".join(f"{v['quantity']} {v['value']}" for v in unsourced)
+        + "."
+    )
+    plateaus = {"task1": published["task1_plateau"]["value"], "task2": published["task2_plateau"]["value"]}
+    s.add_figure("losses", figures.plot_losses(record, plateaus))
+    return s
+
+
+# -- Bayes table and probe
+# -------------------------------------------------------------------------------------
+def _bayes_rows(runs: list[dict[str, Any]]) -> list[list[Any]]:
+    rows = []
+    for i, first in enumerate(runs[0]["bayes"]):
+        col = {k: [run["bayes"][i][k] for run in runs] for k in first if k != "step"}
+        rows.append(
+            [
+                first["step"],
+                first["n"],
+                format_ms(col["acc"]),
+                first["bayes_acc"],
+                format_ms(col["p_target"]),
+                format_ms(col["mae"], ".4f"),
+                format_ms(col["max_err"]),
+                format_ms(col["loss"]),
+                first["bayes_loss"],
+            ]
+        )
+    return rows
+
+
+def _max_err_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """How the memorisation subgroup's max err is made: one worst sequence, against the typical one."""
+    rows = [
+        r
+        for run in runs
+        for r in run["bayes"]
+        if str(r["step"]).endswith("memorisation") and "seq_err_q" in r
+    ]
+    if not rows:
+        return []
+    q = [[r["seq_err_q"][i] for r in rows] for i in range(3)]
+    return [
+        (
+            f"Task 2, memorisation subgroup ({rows[0]['n']} sequences per seed): `max err` is the largest"
+            f" single entry over all of them, {format_ms([r['max_err'] for r in rows])};"
+            f" each sequence's own largest entry has median {format_ms(q[0], '.4f')},"
+            f" 90th percentile {format_ms(q[1], '.4f')} and 99th percentile {format_ms(q[2])}"
+            " (mean ± sd over seeds)."
+        )
+    ]
+
+
+def _bayes(record: dict[str, Any]) -> Section:
+    s = Section("bayes", "1. Bayesian evaluation")
+    headers = ["step", "n", "acc", "Bayes", "p(target)", "MAE", "max err", "loss", "Bayes loss"]
+    for key, title in (
+        ("task1", "Task 1 (test data without repeats)"),
+        ("task2", "Task 2 (test data with repeats)"),
+    ):
+        s.tables.append(
+            Table(headers, _bayes_rows(record[key]), caption=f"**{title}**, mean ± sd over seeds")
+        )
+    run = record["task2"][0]
+    s.lines.append(
+        f"Task 2 seed {run['seed']}, final answer: accuracy {final_acc(run, 'elimination'):.3f} "
+        f"without a repeat and {final_acc(run, 'memorisation'):.3f} with one."
+    )
+    s.lines += _max_err_lines(record["task2"])
+    s.add_figure("accuracy", figures.plot_bayes(record))
+    return s
+
+
+def _probe(record: dict[str, Any]) -> Section:
+    s = Section("probe", "2. The probe")
+    s.lines.append(f"{record['config']['n_eval']} probes per model.")
+    rows = [
+        [
+            GROUPS[k],
+            r["seed"],
+            r["probe"]["p_recall"],
+            r["probe"]["p_elimination"],
+            r["probe"]["argmax_recall"],
+            r["probe"]["argmax_elimination"],
+        ]
+        for k in GROUPS
+        for r in record[k]
+    ]
+    s.tables.append(
+        Table(
+            ["model", "seed", "p(recall)", "p(elimination)", "argmax = recall", "argmax = elimination"], rows
+        )
+    )
+    s.add_figure("probe", figures.plot_probe(record))
+    return s
+
+
+# -- head roles
+# --------------------------------------------------------------------------------------------------
+EVIDENCE = ("transfer", "via_mlp", "attention", "damage")
+"""Per-role evidence columns of the roles table, after each role's score and share."""
+
+
+def roles_table(runs: list[dict[str, Any]], caption: str = "") -> Table:
+    """One row per seed and head: label, each task role's score and share, then its raw evidence."""
+    roles = runs[0]["roles"]["task_roles"]
+    headers = ["seed", "head", "role"] + [f"{r} {k}" for r in roles for k in ("score", "share")]
+    headers += [f"{r} {k.replace('_', ' ')}" for r in roles for k in EVIDENCE]
+    rows = []
+    for run in runs:
+        for h in run["roles"]["heads"]:
+            ev = h["evidence"]
+            rows.append(
+                [run["seed"], f"L{h['layer']}H{h['head']}", f"**{h['role']}**"]
+                + [ev.get(f"{r}_{k}", "-") for r in roles for k in ("score", "share")]
+                + [ev.get(f"{r}_{k}", "-") for r in roles for k in EVIDENCE]
+            )
+    return Table(headers, rows, caption=caption)
+
+
+def matching_x_attention(run: dict[str, Any]) -> tuple[list[list[float]], str]:
+    """Last-x attention on the matching x per [layer][head], and what it measures.
+
+    From `circuit_attention` (repeat sequences, mass on the matching x itself) when the record has it, else
+    from the roles' recall_attention evidence (recall probes, mass on the matching x and its y).
+    """
+    if "circuit_attention" in run:
+        return run["circuit_attention"]["match"], "circuit attention on the matching x"
+    labels = run["roles"]["labels"]
+    att = [[0.0] * len(layer) for layer in labels]
+    for h in run["roles"]["heads"]:
+        att[h["layer"]][h["head"]] = h["evidence"]["recall_attention"]
+    return att, "recall_attention (matching x and its y)"
+
+
+def hand_check(run: dict[str, Any]) -> list[Any]:
+    """seed, the head whose last-x row puts the most mass on the matching x, that mass, the recall-labelled
+    head(s), and whether the two agree."""
+    att, source = matching_x_attention(run)
+    cells = [(layer, head) for layer, row in enumerate(att) for head in range(len(row))]
+    layer, head = max(cells, key=lambda cell: att[cell[0]][cell[1]])
+    recall = [(h["layer"], h["head"]) for h in run["roles"]["heads"] if h["role"] == "recall"]
+    names = ", ".join(f"L{a}H{b}" for a, b in recall) or "none"
+    return [
+        run["seed"],
+        f"L{layer}H{head}",
+        att[layer][head],
+        source,
+        names,
+        "yes" if recall == [(layer, head)] else "no",
+    ]
+
+
+def _roles(record: dict[str, Any]) -> Section:
+    s = Section("roles", "3. Head roles, measured")
+    groups = [(k, [r for r in record[k] if "roles" in r]) for k in GROUPS]
+    groups = [(k, runs) for k, runs in groups if runs]
+    if not groups:
+        s.skipped = (
+            "the record has no head-role measurements "
+            "(run `analyses/reproduce.py permutation` to measure them)"
+        )
+        return s
+    first = groups[0][1][0]["roles"]
+    s.lines.append(
+        f"Measured by `mechmem.analysis.roles.head_roles` on n={first['n']} sequences per probe, seed "
+        f"{first['seed']}; mean-ablation reference: {first['reference']}."
+    )
+    s.tables.append(
+        Table(
+            ["threshold", "value"],
+            [[k, v] for k, v in first["thresholds"].items()],
+            caption="Thresholds (fixed before the runs; from the record)",
+            floatfmt="g",
+        )
+    )
+    if any(r["roles"]["thresholds"] != first["thresholds"] for _, runs in groups for r in runs):
+        s.lines.append("The runs were classified with different thresholds; each run's are in the record.")
+    for key, runs in groups:
+        s.tables.append(roles_table(runs, f"**{GROUPS[key]}**: role and evidence per seed and head"))
+        split = sum(
+            sorted(lab for layer in r["roles"]["labels"] for lab in layer) == ["elimination", "recall"]
+            for r in runs
+        )
+        s.lines.append(
+            f"{GROUPS[key]}: exactly one recall and one elimination head on {split} of {len(runs)} "
+            "seeds; labels per seed: "
+            + "; ".join(f"seed {r['seed']}: {r['roles']['summary']}" for r in runs)
+            + "."
+        )
+    runs = dict(groups).get("task2", [])
+    if runs:
+        checks = [hand_check(r) for r in runs]
+        s.tables.append(
+            Table(
+                ["seed", "head most on matching x", "its attention", "measured as", "recall head", "agrees"],
+                checks,
+                caption="**Task 2 hand check, automated**",
+            )
+        )
+        s.lines.append(
+            f"Task 2: the head that sits on the matching x is the recall-labelled head on "
+            f"{sum(c[-1] == 'yes' for c in checks)} of {len(checks)} seeds."
+        )
+    if any("attention_example" in r for r in runs):
+        s.add_figure("attention", figures.plot_heads(record))
+    return s
+
+
+# -- FFN rescue and larger vocabularies
+# ----------------------------------------------------------------------------
+def _ablation(run: dict[str, Any], prefix: str, k: int) -> dict[str, Any]:
+    return next(r for r in run["rescue"]["ablation"] if r["ablated"].startswith(prefix) and r["k"] == k)
+
+
+def _neuron_row(run: dict[str, Any]) -> list[Any]:
+    rk = run["rescue"]["ranking"]
+    top, eff = rk["order"][0], rk["mean_effect"]
+    positive = sum(max(e, 0.0) for e in eff)
+
+    def pair(prefix: str, k: int) -> str:
+        row = _ablation(run, prefix, k)
+        return f"{row['recall_acc']:.3f} / {row['elimination_acc']:.3f}"
+
+    return [
+        run["seed"],
+        top,
+        eff[top],
+        f"{max(eff[top], 0) / positive:.0%}" if positive else "-",
+        run["rescue"]["ranking_elimination"]["mean_effect"][top],
+        pair("none", 0),
+        pair("top", 1),
+        pair("top", 4),
+        pair("random", 4),
+    ]
+
+
+def _rescue(record: dict[str, Any]) -> Section:
+    s = Section("rescue", "4. The FFN rescue")
+    runs = [r for r in record["task2"] if "rescue" in r]
+    if not runs:
+        s.skipped = "the record has no FFN-rescue measurements"
+        return s
+    lens = {
+        stage: {k: [r["rescue"]["lens"][stage][k] for r in runs] for k in runs[0]["rescue"]["lens"][stage]}
+        for stage in ("pre_ffn", "post_ffn")
+    }
+    s.tables.append(
+        Table(
+            ["stage", "recall acc", "recall p(correct)", "elimination acc", "elimination p(correct)"],
+            [
+                [stage.replace("_", "-")]
+                + [format_ms(v[k]) for k in ("recall_acc", "recall_p", "elimination_acc", "elimination_p")]
+                for stage, v in lens.items()
+            ],
+            caption="Logit lens at the last x, mean ± sd over seeds",
+        )
+    )
+    s.tables.append(
+        Table(
+            [
+                "seed",
+                "top neuron",
+                "its direct effect (recall)",
+                "share of positive effect",
+                "its direct effect (elimination)",
+                "acc: none ablated",
+                "top-1 ablated",
+                "top-4 ablated",
+                "4 random ablated",
+            ],
+            [_neuron_row(r) for r in runs],
+            caption="Top recall neuron; accuracies are recall / elimination",
+        )
+    )
+
+    def acc(prefix: str, k: int, group: str) -> str:
+        return format_ms([_ablation(r, prefix, k)[group] for r in runs])
+
+    s.lines.append(
+        f"Right before the MLP: {format_ms(lens['pre_ffn']['recall_acc'])} of recall cases, "
+        f"{format_ms(lens['pre_ffn']['elimination_acc'])} of elimination cases; after it: "
+        f"{format_ms(lens['post_ffn']['recall_acc'])} and {format_ms(lens['post_ffn']['elimination_acc'])}."
+    )
+    s.lines.append(
+        f"Recall / elimination accuracy with the top recall neuron zero-ablated: "
+        f"{acc('top', 1, 'recall_acc')} / {acc('top', 1, 'elimination_acc')}; the top 4: "
+        f"{acc('top', 4, 'recall_acc')} / {acc('top', 4, 'elimination_acc')}; 4 random neurons: "
+        f"{acc('random', 4, 'recall_acc')} / {acc('random', 4, 'elimination_acc')}."
+    )
+    s.add_figure("neurons", figures.plot_rescue(record))
+    return s
+
+
+def _circuit_line(run: dict[str, Any]) -> str:
+    ca, m = run["circuit_attention"], run["model"]
+    prev = max(range(m["n_heads"]), key=lambda h: ca["previous_token"][0][h])
+    last = m["n_layers"] - 1
+    ind = max(range(m["n_heads"]), key=lambda h: ca["bound"][last][h])
+    return (
+        f"V={run['vocab_size']}: layer 0 head {prev} puts {ca['previous_token'][0][prev]:.2f} of each y's "
+        f"attention on the x before it; at a repeated last x, layer {last} head {ind} puts "
+        f"{ca['bound'][last][ind]:.2f} on the y after the matching x ({ca['match'][last][ind]:.2f} on the "
+        f"matching x); layer {last} heads on that y: {', '.join(f'{b:.3f}' for b in ca['bound'][last])}, "
+        f"on each other earlier y: {', '.join(f'{o:.3f}' for o in ca['other_y_each'][last])}."
+    )
+
+
+def _scale(record: dict[str, Any]) -> Section:
+    from mechmem.tasks.permutation import elimination_floor
+
+    s = Section("scale", "5. Larger vocabularies")
+    rows = []
+    for run in record["scale"]:
+        m, v = run["model"], run["vocab_size"]
+        rows.append(
+            [
+                f"`{run['preset']}`",
+                v,
+                f"d={m['d_model']}, {m['n_heads']} heads, {m['n_layers']} layers",
+                run["history"][-1]["step"] if run["history"] else "-",
+                run["losses"]["test"],
+                run["losses"]["bayes_test"],
+                elimination_floor(v),
+                final_acc(run, "elimination"),
+                final_acc(run, "memorisation"),
+                mean(r["mae"] for r in run["bayes"][:v]),
+                run["probe"]["p_recall"],
+                run["probe"]["p_elimination"],
+            ]
+        )
+        if run.get("circuit_attention") and m["n_layers"] > 1:
+            s.lines.append(_circuit_line(run))
+    s.tables.append(
+        Table(
+            [
+                "preset",
+                "V",
+                "model",
+                "steps",
+                "test loss",
+                "Bayes loss",
+                "elim. floor",
+                "final acc elim.",
+                "final acc memo.",
+                "mean MAE",
+                "probe p(recall)",
+                "probe p(elim.)",
+            ],
+            rows,
+        )
+    )
+    if record["scale"]:
+        presets = ", ".join(f"`{p}`" for p in dict.fromkeys(run["preset"] for run in record["scale"]))
+        s.lines.insert(
+            0,
+            f"Built with the presets {presets}: sizes and schedules of our choosing. The seed text gives no"
+            " model size or schedule for these experiments, so there is no published size to compare.",
+        )
+        s.add_figure("accuracy", figures.plot_scale(record))
+    return s

@@ -1,0 +1,20 @@
+"""The permutation paper as a mechmem plugin: importing this module registers its `Paper` (the entry point
+`mechmem.papers` names this module; the package `__init__` stays free of torch so the scripts answer --help
+at once).
+"""
+
+from mechmem.plugins import Paper, register_paper
+from mechmem_papers.permutation import page, run, spec
+
+PAPER = register_paper(
+    Paper(
+        name="permutation",
+        title=page.TITLE,
+        spec=spec.make_spec,
+        variants=spec.VARIANTS,
+        run=run.run,
+        page=page.build_page,
+        references=page.attach_published_schedule,
+        tasks=("permutation",),
+    )
+)

@@ -1,4 +1,0 @@
-"""Benchmarks of the birth paper, each run as a module:
-
-python -m mechmem.papers.birth.benchmarks.data --batch 512 --seq-len 256     # triggered-bigram data speed
-"""
