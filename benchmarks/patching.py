@@ -39,7 +39,7 @@ TransformerLens 4 bridge of a Hugging Face Llama-style model of the same size, `
 TransformerLens's function, of the engine's hooks strategy (TransformerLens's own machinery: variants stacked
 on the batch axis, resumed with `start_at_layer`) and of the engine's default strategy (the replay where the
 model supports it), with both speed-ups over TransformerLens and the replay's over hooks, then their median
-and worst case; `--small` halves each model's prompts and positions.
+and worst case; `--small` halves each model's prompts and positions, `--models` picks models by label.
 """
 
 import argparse
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--models",
         nargs="+",
-        help="only the random models whose label starts with one of these (e.g. random)",
+        help="only the random (or with --fast-path, held-out) models whose label starts with one of these",
     )
     parser.add_argument(
         "--archs",
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.archs is not None:
         return architectures(args.archs, args.repeats, args.hooks)
     if args.heldout and args.fast_path:
-        return fast_path_table(args.repeats, args.small)
+        return fast_path_table(args.repeats, args.small, args.models)
     if args.heldout:
         rows = [row for case in heldout_models() for row in bench_model(*case, args.repeats)]
         print("\n" + summary("held-out models", rows))
@@ -464,13 +464,14 @@ def halved(case: tuple[str, torch.nn.Module, PatchingPair]) -> tuple[str, torch.
     return label, model, cut
 
 
-def fast_path_table(repeats: int, small: bool = False) -> int:
+def fast_path_table(repeats: int, small: bool = False, only: list[str] | None = None) -> int:
     """Per held-out sweep: TransformerLens, the hooks strategy and the default strategy (replay where the
     model supports it), ratios side by side, then the median and worst case of each ratio."""
     quiet = contextlib.redirect_stderr(io.StringIO())  # TL's per-sweep tqdm bars
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         cases = heldout_models() + [hf_bridge_model(tmp)]
+        cases = [c for c in cases if not only or c[0].startswith(tuple(only))]
         if small:
             cases = [halved(c) for c in cases]
         for label, model, pair in cases:
