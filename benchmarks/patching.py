@@ -7,6 +7,7 @@
     python benchmarks/patching.py --archs --repeats 3        # every architecture beside the plain model
     python benchmarks/patching.py --archs Llama-like --hooks --repeats 1   # replay vs the hooks strategy
     python benchmarks/patching.py --heldout --repeats 1      # four larger models of today's architectures
+    python benchmarks/patching.py --heldout --fast-path --repeats 1   # TL vs hooks vs replay, one table
 
 
 Models: each checkpoint given (its task's clean/corrupted pair), or, without paths, permutation task1-quick
@@ -32,6 +33,13 @@ same size as the `plain` model beside them (d=64, 4 heads, MLP 256, LayerNorm un
 positions), and ends with one line per architecture: the engine's strategy and the speed-up over
 TransformerLens side by side; `--hooks` adds the time of the same sweeps with the engine forced onto its hooks
 strategy (what a model the replay cannot run gets), in the same process.
+
+`--heldout --fast-path` prints one table instead: per held-out sweep (the `HELDOUT` models plus a
+TransformerLens 4 bridge of a Hugging Face Llama-style model of the same size, `hf_bridge_model`), the time of
+TransformerLens's function, of the engine's hooks strategy (TransformerLens's own machinery: variants stacked
+on the batch axis, resumed with `start_at_layer`) and of the engine's default strategy (the replay where the
+model supports it), with both speed-ups over TransformerLens and the replay's over hooks, then their median
+and worst case; `--small` halves each model's prompts and positions, `--models` picks models by label.
 """
 
 import argparse
@@ -316,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--models",
         nargs="+",
-        help="only the random models whose label starts with one of these (e.g. random)",
+        help="only the random (or with --fast-path, held-out) models whose label starts with one of these",
     )
     parser.add_argument(
         "--archs",
@@ -333,12 +341,24 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --archs: also time every sweep with the engine forced onto hooks (its fallback strategy)",
     )
+    parser.add_argument(
+        "--fast-path",
+        action="store_true",
+        help="with --heldout: one table of TL, hooks and replay per sweep (adds an HF bridge)",
+    )
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help="with --fast-path: half the prompts and half the positions of each model (a run of minutes)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     BUDGET[0] = args.budget
     RATE.append(matmul_rate())
     if args.archs is not None:
         return architectures(args.archs, args.repeats, args.hooks)
+    if args.heldout and args.fast_path:
+        return fast_path_table(args.repeats, args.small, args.models)
     if args.heldout:
         rows = [row for case in heldout_models() for row in bench_model(*case, args.repeats)]
         print("\n" + summary("held-out models", rows))
@@ -404,6 +424,86 @@ def architectures(names: list[str], repeats: int, hooks: bool = False) -> int:
     )
     print(format_table(table, head, floatfmt=".3g"))
     return 0 if all(r[9] <= 1e-5 for r in rows) else 1
+
+
+def hf_bridge_model(folder: str) -> tuple[str, torch.nn.Module, PatchingPair]:
+    """A random Llama-style `transformers` model (2 layers, d_model 128, 8 heads, 2 key-value heads, gated
+    MLP, RMSNorm, rotary) saved to `folder` and loaded by path: a TransformerLens 4 bridge under TL 4."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from mechmem.models.adapter import load_pretrained
+
+    vocab, pos, n = 256, 48, 16
+    torch.manual_seed(1)  # transformers initialises from the global RNG (benchmark only)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        max_position_embeddings=pos,
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        intermediate_size=512,
+    )
+    LlamaForCausalLM(config).eval().save_pretrained(folder)
+    words = Tokenizer(WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
+    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0").save_pretrained(folder)
+    model = load_pretrained(folder).eval()
+    return "HF Llama bridge 2x128x8", model, random_pair(vocab, n, pos, torch.Generator().manual_seed(1))
+
+
+def halved(case: tuple[str, torch.nn.Module, PatchingPair]) -> tuple[str, torch.nn.Module, PatchingPair]:
+    """`case` on the first half of its prompts cut to the first half of its positions (answer at the last)."""
+    label, model, pair = case
+    n, pos = len(pair.clean) // 2, pair.clean.shape[1] // 2
+    cut = PatchingPair(
+        pair.clean[:n, :pos], pair.corrupted[:n, :pos], torch.full((n,), pos - 1), pair.correct[:n],
+        pair.incorrect[:n],
+    )  # fmt: skip
+    return label, model, cut
+
+
+def fast_path_table(repeats: int, small: bool = False, only: list[str] | None = None) -> int:
+    """Per held-out sweep: TransformerLens, the hooks strategy and the default strategy (replay where the
+    model supports it), ratios side by side, then the median and worst case of each ratio."""
+    quiet = contextlib.redirect_stderr(io.StringIO())  # TL's per-sweep tqdm bars
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cases = heldout_models() + [hf_bridge_model(tmp)]
+        cases = [c for c in cases if not only or c[0].startswith(tuple(only))]
+        if small:
+            cases = [halved(c) for c in cases]
+        for label, model, pair in cases:
+            _, cache = model.run_with_cache(pair.clean)
+            replay = Patcher(model, pair.clean, pair.corrupted, pair=pair)
+            hooks = Patcher(model, pair.clean, pair.corrupted, pair=pair)
+            hooks.engine.replay = None
+            for name in model_sweeps(model):
+                with quiet:
+                    t_tl, ref = best_of(
+                        partial(TL[name], model, pair.corrupted, cache, pair.logit_diff), repeats
+                    )
+                t_hooks, res_h = best_of(partial(hooks.sweep, name), repeats)
+                t_replay, res_r = best_of(partial(replay.sweep, name), repeats)
+                diff = max(float((r.values - ref.cpu()).abs().max()) for r in (res_h, res_r))
+                rows.append(
+                    [label, replay.engine.strategy, name, 1e3 * t_tl, 1e3 * t_hooks, 1e3 * t_replay]
+                    + [t_tl / t_hooks, t_tl / t_replay, t_hooks / t_replay, diff]
+                )
+                print(format_table(rows[-1:], FAST_HEADERS, floatfmt=".3g").splitlines()[-1], flush=True)
+    print()
+    print(format_table(rows, FAST_HEADERS, floatfmt=".3g"))
+    for i, what in ((6, "TL/hooks"), (7, "TL/replay"), (8, "hooks/replay")):
+        values = [r[i] for r in rows]
+        print(
+            f"{what}: median {statistics.median(values):.2f}, worst {min(values):.2f} ({len(values)} sweeps)"
+        )
+    return 0 if all(r[9] <= 1e-5 for r in rows) else 1
+
+
+FAST_HEADERS = ["model", "strategy", "sweep", "TL ms", "hooks ms", "replay ms"]
+FAST_HEADERS += ["TL/hooks", "TL/replay", "hooks/replay", "max |diff|"]
 
 
 if __name__ == "__main__":

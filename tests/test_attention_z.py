@@ -9,8 +9,8 @@ import torch
 from helpers import build_model, random_tokens
 
 from mechmem.analysis.interventions import Engine, Intervention, apply
-from mechmem.analysis.interventions.attention import attention_z
 from mechmem.analysis.interventions.reference import naive_intervene
+from mechmem.analysis.interventions.replay.attention import attention_z
 
 
 def naive_z(q, k, v, mask, scale, past):

@@ -386,7 +386,7 @@ def test_script_writes_patching_json(trained, tmp_path, capsys):
 
 
 def test_start_groups_and_metric_recognition(random_case):
-    from mechmem.analysis.interventions.schedule import start_groups
+    from mechmem.analysis.interventions.replay.schedule import start_groups
 
     starts = torch.tensor([5, 0, 5, 0, 7])
     # Large batches: extra positions cost more than a pass, so one pass per start position.

@@ -15,6 +15,7 @@ from test_patching import random_pair, tl_sweep
 from mechmem.analysis.circuits import EdgePatcher, build_graph
 from mechmem.analysis.interventions import Engine, Intervention, apply
 from mechmem.analysis.interventions.reference import naive_intervene
+from mechmem.analysis.interventions.replay import replay_unsupported
 from mechmem.analysis.patching import SWEEPS, Patcher, model_sweeps
 from mechmem.analysis.patching.attribution import Attributor
 from mechmem.errors import MechmemError
@@ -22,7 +23,6 @@ from mechmem.models.adapter import (
     BACKEND,
     bridge_unsupported,
     canonical_parameters,
-    replay_unsupported,
 )
 
 ATOL = 1e-5

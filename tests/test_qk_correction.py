@@ -11,9 +11,9 @@ import torch
 from helpers import build_transformer_cfg
 from test_patching_architectures import ARCHITECTURES, BASE, arch_model
 
-from mechmem.analysis.interventions.replay import Replay
+from mechmem.analysis.interventions.replay import Replay, replay_unsupported
 from mechmem.analysis.patching.qk_correction import swap_effects
-from mechmem.models.adapter import BACKEND, bridge_unsupported, replay_unsupported
+from mechmem.models.adapter import BACKEND, bridge_unsupported
 
 CASES = [
     "tied",

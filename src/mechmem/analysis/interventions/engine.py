@@ -59,7 +59,6 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.analysis.interventions.cells import CellPatches
 from mechmem.analysis.interventions.hooked import (
     Megabytes,
     activation_grads,
@@ -81,6 +80,7 @@ from mechmem.analysis.interventions.replay import (
     stage_of,
     truncate,
 )
+from mechmem.analysis.interventions.replay.cells import CellPatches
 from mechmem.analysis.interventions.spec import (
     Intervention,
     Variant,
@@ -194,7 +194,7 @@ class Engine:
         self.cache_mb = cache_mb
         self.replay = _replay_of(model)
         self.pass_overhead = 256
-        """Fixed cost of one replayed pass, in token-layers (see `replay_schedule.start_groups`)."""
+        """Fixed cost of one replayed pass, in token-layers (see `replay.schedule.start_groups`)."""
         self._compiled = metric if isinstance(metric, PatchingMetric) else None
         self._runs: dict[tuple[int, bool], tuple[Tensor, RunActs]] = {}
         self._truncated: dict[int, tuple[RunActs, RunActs]] = {}

@@ -24,7 +24,7 @@ hooks attached to the model are ignored (and none are ever added). Supported: de
 builds), with learned (standard) or rotary positions (also rotary on the first `rotary_dim < d_head`
 dimensions of a head: queries and keys are rotated by their absolute positions with the model's own sin/cos
 tables and rotation before the pattern, HookedTransformer's halves or the native model's adjacent pairs, from
-`adapter.rotary_tables`), grouped-query attention (the shared key/value heads of `adapter.attention_weights`,
+`support.rotary_tables`), grouped-query attention (the shared key/value heads of `support.attention_weights`,
 computed once per group and repeated over its query heads, as TransformerLens does), local attention
 (`attn_types`: a local layer's mask also hides keys `window_size` or more positions back), sequential or
 parallel attention and MLP (a parallel block's MLP reads `resid_pre` and there is no `resid_mid`), any norm
@@ -32,7 +32,7 @@ and MLP TransformerLens builds (gated, LN / LNPre / RMS / RMSPre: the model's ow
 custom attention scale and any output vocabulary. Other configurations (shortformer positions, QK norms, soft
 caps, post-norms, ...) raise `MechmemError`, and the engine runs those models on hooks; so do TransformerLens
 4 bridges of Hugging Face models with rotary positions or grouped-query attention, whose rotary embedding and
-key/value weights live in the Hugging Face modules (`adapter.replay_unsupported` says so).
+key/value weights live in the Hugging Face modules (`support.replay_unsupported` says so).
 
 This is the execution strategy the intervention engine (`mechmem.analysis.interventions`) picks for variants
 that replace one activation of a model the replay supports (`stage_of` names the hooks,
@@ -51,11 +51,11 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.analysis.interventions.attention import AttentionReplay
-from mechmem.analysis.interventions.cells import CellPatches, take_pos
-from mechmem.analysis.interventions.schedule import first_position, start_groups
+from mechmem.analysis.interventions.replay.attention import AttentionReplay
+from mechmem.analysis.interventions.replay.cells import CellPatches, take_pos
+from mechmem.analysis.interventions.replay.schedule import first_position, start_groups
+from mechmem.analysis.interventions.replay.support import replay_unsupported
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import replay_unsupported
 
 # Activations a patch may replace, in forward order within a block.
 STAGES = ("resid_pre", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resid_post")
@@ -154,7 +154,7 @@ class Replay(AttentionReplay):
         cfg = getattr(model, "cfg", None)
         if cfg is None or not hasattr(model, "blocks"):
             raise MechmemError("patching needs a TransformerLens HookedTransformer")
-        if reason := replay_unsupported(model):  # the adapter's predicate, for either backend
+        if reason := replay_unsupported(model):  # `support`'s predicate, for either backend
             raise MechmemError(f"patching: {reason}")
         bad = [k for k, default in _UNSUPPORTED.items() if getattr(cfg, k, default) != default]
         if cfg.positional_embedding_type not in _POSITIONS:

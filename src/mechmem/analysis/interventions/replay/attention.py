@@ -31,8 +31,13 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from mechmem.analysis.interventions.cells import take_pos
-from mechmem.models.adapter import attention_scale, attention_weights, attention_zeroes_nan, rotary_tables
+from mechmem.analysis.interventions.replay.cells import take_pos
+from mechmem.analysis.interventions.replay.support import (
+    attention_weights,
+    attention_zeroes_nan,
+    rotary_tables,
+)
+from mechmem.models.adapter import attention_scale
 
 
 def attention_z(
