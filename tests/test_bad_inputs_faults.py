@@ -12,12 +12,11 @@ import struct
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 import torch
-from helpers import ROOT
-from test_bad_inputs import load_main, run_case
+from helpers import ROOT, wait_for
+from script_cases import load_main, run_case
 
 from mechmem.analysis.planted import planted_induction_model
 from mechmem.checkpoint import save_model
@@ -221,9 +220,7 @@ def test_sighup_stops_a_run_as_an_interrupt_and_leaves_nothing_half_written(tmp_
         )  # fmt: skip
     finally:
         signal.signal(signal.SIGHUP, previous)
-    deadline = time.monotonic() + 600
-    while not any(out.glob("checkpoints/step_*.pt")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: any(out.glob("checkpoints/step_*.pt")), proc, timeout_s=600)
     proc.send_signal(signal.SIGHUP)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 130 and err.strip().splitlines()[-1] == "error: interrupted", err
