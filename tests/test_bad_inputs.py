@@ -441,6 +441,7 @@ runpy.run_path({script!r}, run_name="__main__")
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("when", ["startup", "mid-write", "shutdown"])
 def test_interrupts_are_one_line_and_leave_the_folder_as_it_was(when, finished, good, tmp_path):
     script = "ablate_heads"

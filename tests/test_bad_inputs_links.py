@@ -342,6 +342,7 @@ def _lock_holder(out: Path) -> str | None:
         return None
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("script", ["train", "report"])
 def test_sigterm_is_an_interrupt_one_line_and_no_lock_left(script, good, tmp_path):
     out = tmp_path / "new"

@@ -43,6 +43,7 @@ def test_core_imports_no_paper(path):
     assert "importlib.import_module" not in path.read_text() or lazy
 
 
+@pytest.mark.subprocess
 def test_papers_register_through_the_plugin_loader():
     # A fresh interpreter: importing the core registers nothing; asking for a task loads every paper.
     code = (
@@ -285,6 +286,7 @@ def test_every_paper_has_the_skeleton():
     assert missing == []
 
 
+@pytest.mark.subprocess
 def test_paper_scripts_run_as_modules_from_any_directory(tmp_path):
     # `python -m mechmem.papers.NAME.scripts.X --help` from a folder that is not the repository
     for script in [p for p in sorted(SRC.glob("papers/*/scripts/*.py")) if p.name != "__init__.py"][:1]:

@@ -195,6 +195,7 @@ def test_json_writer_turns_every_non_finite_float_into_null(value, tmp_path):
     assert again["value"] == parsed["value"]
 
 
+@pytest.mark.subprocess
 def test_scripts_load_user_tasks_with_task_module(tmp_path):
     from mechmem.tasks import load_task_module
 
