@@ -252,6 +252,23 @@ def test_private_names_stay_in_their_module():
     assert [c for p in paths for c in private_crossings(p)] == []
 
 
+def test_test_modules_import_no_test_module():
+    """Tests share fixtures through conftest.py and builders through helper modules (helpers.py,
+    engine_cases.py, hf_models.py, script_cases.py), never by importing another test module."""
+    found = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            found += [f"{path.name}:{node.lineno} {n}" for n in names if n.split(".")[-1].startswith("test_")]
+            found += [f"{path.name}:{node.lineno} {n}" for n in names if n.split(".")[0] == "tests"]
+    assert found == []
+
+
 def test_private_crossings_are_found(tmp_path):
     path = tmp_path / "x.py"
     lines = [
