@@ -18,7 +18,7 @@ PYTEST := $(PY) -m pytest
 # (PYTHONDONTWRITEBYTECODE=1), each start would otherwise recompile torch, transformers and TransformerLens.
 UV_FLAGS ?= --compile-bytecode
 
-.PHONY: demo install venv lint test test-slow test-wheel bench clean-venv notebooks test-tl3 docs
+.PHONY: demo install venv lint test test-unit test-subprocess test-slow test-wheel bench clean-venv notebooks test-tl3 docs
 
 # The default environment takes whatever `transformer-lens>=3.9` resolves to (4.x today: TransformerBridge); the
 # whole suite runs there. `make test-tl3` checks the other major version (3.9, HookedTransformer) beside it.
@@ -58,6 +58,14 @@ lint: $(VENV)/.installed-test
 
 test: lint
 	cd $(TEST_CWD) && $(PYTEST) $(TEST_ARGS) -m "not slow and not wheel" $(ROOT)/tests
+
+# The default run split in two: the in-process tests, and those that start a child Python process (marked
+# `subprocess`; `make test` runs both).
+test-unit: $(VENV)/.installed-test
+	cd $(TEST_CWD) && $(PYTEST) $(TEST_ARGS) -m "not slow and not wheel and not subprocess" $(ROOT)/tests
+
+test-subprocess: $(VENV)/.installed-test
+	cd $(TEST_CWD) && $(PYTEST) $(TEST_ARGS) -m "subprocess and not slow and not wheel" $(ROOT)/tests
 
 # The wheel of this checkout installed into a fresh venv outside the repository (not editable) and used from an
 # empty folder: `mechmem --help`, a training run, `mechmem analyse`, the README snippet, every example.

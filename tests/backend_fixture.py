@@ -9,6 +9,7 @@ The file also stores, as its metric `probe_logits`, the logits its TransformerLe
 import sys
 
 import torch
+from helpers import train_briefly
 
 from mechmem.checkpoint import save_checkpoint
 from mechmem.models.adapter import TransformerConfig, build_transformer
@@ -23,15 +24,7 @@ CONFIG = TransformerConfig(
 def main(path: str) -> None:
     model = build_transformer(CONFIG, generator=torch.Generator().manual_seed(0))
     task = build_task("repeats", RepeatsConfig.for_model(model))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    gen = torch.Generator().manual_seed(1)
-    for _ in range(60):
-        batch = task.train_batch(32, generator=gen)
-        loss = task.loss(model(batch.tokens), batch)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
+    train_briefly(model, task, 60, batch_size=32, lr=1e-2, seed=1)
     with torch.no_grad():
         logits = model(probe_tokens())
     save_checkpoint(

@@ -9,13 +9,13 @@ One process for all scripts, so TransformerLens is imported once. `tests/test_ba
 TransformerLens major version and compares the JSON files number by number.
 """
 
-import importlib.util
 import sys
 from pathlib import Path
 
+from helpers import load_script
+
 from mechmem.cli import run_script
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = {  # output folder -> (script, its flags after the checkpoint)
     "detect_heads": ("detect_heads", ["--n-samples", "48"]),
     "ablate_heads": ("ablate_heads", ["--n-samples", "48"]),
@@ -94,9 +94,7 @@ def run(ckpt: str, out: str, names: list[str]) -> int:
             print("train_step: exit 0", flush=True)
             continue
         script, flags = SCRIPTS[name]
-        spec = importlib.util.spec_from_file_location(f"runner_{script}", ROOT / "analyses" / f"{script}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = load_script(script)
         source = ckpt
         if script == "dynamics":
             source = str(Path(out) / "series")

@@ -1,5 +1,6 @@
-"""Shared fixtures: determinism, the repository root and the engine tests' input tokens (helpers such as
-`load_script` live in helpers.py)."""
+"""Shared fixtures: determinism, one intra-op thread where a module asks for it, and the engine tests' input
+tokens. Helpers that are not fixtures live in helper modules beside this file (helpers.py, engine_cases.py,
+hf_models.py, script_cases.py); test modules import those, never each other."""
 
 import os
 import random
@@ -25,3 +26,13 @@ def tokens():
     """Six random sequences of nine tokens from a vocabulary of six (the engine tests' inputs); a test module
     may define its own."""
     return torch.randint(6, (6, 9), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models run far faster on one intra-op thread when the cores are shared; a module asks for it with
+    `pytestmark = pytest.mark.usefixtures("one_thread")`, and the thread count is restored after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

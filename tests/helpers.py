@@ -1,8 +1,12 @@
 """Shared test helpers: the repository root, the one script loader, small model builders with overridable
-defaults, the one hook-leak check and the one tolerant comparison of records."""
+defaults, the one brief training loop, the one wait on a child process, the one hook-leak check and the one
+tolerant comparison of records."""
 
 import importlib.util
 import math
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -52,10 +56,52 @@ def trained_induction_model() -> Any:
     return load_script("benchmarks/decisions.py").trained()
 
 
+def train_briefly(
+    model: torch.nn.Module,
+    task: Any,
+    steps: int,
+    *,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    optimizer: type[torch.optim.Optimizer] = torch.optim.Adam,
+    **optimizer_kwargs: Any,
+) -> torch.nn.Module:
+    """Train `model` in place for `steps` steps on `task`'s masked next-token loss, with batches of
+    `batch_size` drawn from a generator seeded with `seed` and `optimizer(params, lr=lr, **optimizer_kwargs)`;
+    return it in eval mode. The tests' one hand-written training loop, for a briefly trained model; training
+    itself is tested through mechmem's trainer."""
+    opt = optimizer(model.parameters(), lr=lr, **optimizer_kwargs)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        batch = task.train_batch(batch_size, generator=gen)
+        loss = task.loss(model(batch.tokens), batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
 def random_tokens(model: Any, batch: int = 8, pos: int | None = None, seed: int = 0) -> torch.Tensor:
     """Uniform random tokens for `model`, [batch pos] (pos defaults to the model's context)."""
     pos = model.cfg.n_ctx if pos is None else pos
     return torch.randint(model.cfg.d_vocab, (batch, pos), generator=torch.Generator().manual_seed(seed))
+
+
+def wait_for(condition: Callable[[], bool], proc: subprocess.Popen, *, timeout_s: float) -> bool:
+    """Wait until `condition()` holds while `proc` runs: True once it does, False when `proc` ended first or
+    `timeout_s` passed. Between looks it waits on the process itself (at most 50 ms), so its end stops the
+    wait at once; there is no fixed sleep."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        try:
+            proc.wait(timeout=0.05)
+        except subprocess.TimeoutExpired:
+            continue
+        return condition()
+    return True
 
 
 def assert_no_hooks(model: torch.nn.Module) -> None:

@@ -222,7 +222,7 @@ def test_attribution_ablation_falls_back_to_exact_when_the_check_fails(model, to
 def test_attribution_ablation_on_attention_only_and_hook_strategy_models(kind):
     """An attention-only model (no MLP ablations) and a model the engine runs on hooks (no replay): with every
     ablation in the exact sample, the result equals exact ablation and the check covers all of them."""
-    from test_interventions import unsupported_model
+    from engine_cases import unsupported_model
 
     from mechmem.analysis import ablation
     from mechmem.analysis.ablation import attribution as ablation_attribution

@@ -195,6 +195,7 @@ def test_bad_flags_exit_2_with_one_line(checkpoints, capsys):
 # Slow (a fresh interpreter importing torch and TransformerLens, 20-100 s): by default the same error path
 # runs in-process in test_bad_flags_exit_2_with_one_line, and a real command line (analyses/train.py) ends in
 # one line and exit 2 in test_checkpoint.py::test_train_script_bad_checkpoint_dir_exits_2_without_traceback.
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_command_line_error_is_one_line(tmp_path):
     proc = subprocess.run(

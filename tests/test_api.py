@@ -18,6 +18,7 @@ ALLOWED_IMPORTS = {"os", "pathlib", "torch", "mechmem", "tempfile"}
 and `mechmem` itself (only its public names)."""
 
 
+@pytest.mark.subprocess
 def test_import_mechmem_is_light():
     code = "import sys, mechmem; print(sorted(m for m in ('torch', 'transformer_lens') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -58,6 +59,7 @@ sys.exit(1 if failed else 0)
 """
 
 
+@pytest.mark.subprocess
 def test_docstring_examples_run(tmp_path):
     """Every public docstring's example, in a fresh interpreter (their registrations stay there) and an empty
     folder (examples write only where they say)."""
@@ -124,6 +126,7 @@ def test_old_name_of_save_model_is_kept():
     assert save_hooked_transformer is mechmem.save_model
 
 
+@pytest.mark.subprocess
 def test_plotting_forces_no_backend():
     code = (
         "import matplotlib; matplotlib.use('svg'); import mechmem.analysis.heads, mechmem.plotting; "

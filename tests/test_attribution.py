@@ -6,8 +6,8 @@ Thresholds were fixed before the tests were first run on these models."""
 
 import pytest
 import torch
+from engine_cases import MODELS, random_pair, unsupported_model
 from helpers import assert_no_hooks, build_model
-from test_patching import random_pair
 
 from mechmem.analysis.patching import SWEEPS, Patcher
 from mechmem.analysis.patching.attribution import Attributor, agreement, attribute_sweeps
@@ -16,12 +16,7 @@ from mechmem.errors import MechmemError
 DIRECTIONS = ("denoising", "noising")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def sweeps_of(model):
@@ -90,8 +85,6 @@ def test_qk_fix_helps_under_saturated_attention():
 def test_agreement_with_exact_on_random_models(kind):
     """Random weights, random pairs: median Pearson correlation
     over sweeps and directions >= 0.5 (fixed first)."""
-    from test_patching import MODELS
-
     model = build_model(1, d_vocab=11, n_ctx=8, **MODELS[kind])
     pair = random_pair(5, 6, 11, torch.Generator().manual_seed(1))
     patcher, att = both(model, pair)
@@ -215,8 +208,6 @@ def test_edge_attribution_flags_itself_and_falls_back(monkeypatch):
 def test_attribution_on_the_hook_strategy_equals_the_replay():
     """The engine's gradients on hooks (what a model the replay cannot run gets) give the same first-order
     estimates as on the replay; on such a model the AtP* fix is off and the method says so."""
-    from test_interventions import unsupported_model
-
     model = build_model(1, n_layers=2, d_model=16, n_heads=2, d_mlp=24, normalization_type="LN", d_vocab=11)
     pair = random_pair(5, 6, 11, torch.Generator().manual_seed(1))
     replay = Attributor(model, pair.clean, pair.corrupted, pair=pair, qk_exact=False)

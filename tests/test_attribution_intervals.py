@@ -7,8 +7,8 @@ import json
 
 import pytest
 import torch
+from engine_cases import random_pair
 from helpers import build_model
-from test_patching import random_pair
 
 from mechmem.analysis import ablation
 from mechmem.analysis.ablation import attribution as ablation_attribution

@@ -256,6 +256,7 @@ def both_runs(tmp_path_factory):
     return out / "here", out / "other", logs
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "output",
     [

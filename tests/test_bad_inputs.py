@@ -10,24 +10,22 @@ counts are printed at the end of the module's run.
 
 import errno
 import os
-import signal
 import subprocess
 import sys
 import textwrap
 from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, load_script
+from helpers import ROOT
+from script_cases import FAST, SCRIPTS, classify, load_main, run_case, snapshot
 
 from mechmem.analysis.planted import planted_induction_model
 from mechmem.checkpoint import payload_digest, save_model
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
 
-SCRIPTS = ("ablate_heads", "detect_heads", "logit_lens", "patch", "probe_memory", "report")
 OUTPUTS = {
     "ablate_heads": ["ablate_heads.json", "ablate_heads.png"],
     "circuit": ["circuit.json", "circuit.png"],
@@ -39,22 +37,11 @@ OUTPUTS = {
 }
 """The scripts whose outputs are written as one set, each with the files a run of it writes (all of them, or
 the first few of a longer list)."""
-FAST = {
-    "report": ["--n-samples", "32"],
-    "ablate_heads": ["--methods", "zero"],
-    "circuit": ["--n-samples", "8", "--role-samples", "32"],
-    "detect_heads": ["--n-samples", "16"],
-    "patch": ["--n-samples", "16", "--sweeps", "resid_pre", "attn_head_out_all_pos"],
-}
 HANG_S = 60
 """Seconds after which a case counts as a hang (the nested-list checkpoint used to run for ever)."""
 
 OUTCOMES: Counter = Counter()
 """Category -> number of cases, printed when the module ends."""
-
-
-def load_main(name):
-    return load_script(name).main
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -66,76 +53,6 @@ def print_counts(request):
         counts = ", ".join(f"{k} {v}" for k, v in sorted(OUTCOMES.items()))
         with capture.global_and_fixture_disabled():
             reporter.write_line(f"\ntest_bad_inputs outcomes: {counts}")
-
-
-def snapshot(folder: Path) -> dict[str, tuple]:
-    """Every entry under `folder`: (kind, bytes or link target, mode); {} when it does not exist."""
-    if not folder.exists():
-        return {}
-    out = {}
-    for path in sorted(folder.rglob("*")):
-        rel = str(path.relative_to(folder))
-        if path.is_symlink():
-            out[rel] = ("link", os.readlink(path), None)
-        elif path.is_dir():
-            out[rel] = ("dir", None, None)
-        else:
-            out[rel] = ("file", path.read_bytes(), path.stat().st_mode & 0o777)
-    return out
-
-
-def classify(status, err: str, before: dict, after: dict, *, outside: dict | None = None) -> str:
-    """The issue's category of one outcome (what a user would notice first)."""
-    if outside is not None and outside["before"] != outside["after"]:
-        return "clobbered"
-    leftovers = [k for k in after if k.endswith((".tmp", ".lock")) or "/." in f"/{k}" and ".tmp" in k]
-    if status == "hang":
-        return "hang"
-    if "Traceback" in err:
-        return "traceback"
-    if status != 0 and (leftovers or after != before):
-        return "half-written"
-    lines = err.strip().splitlines()
-    if status != 0:
-        return "one-line" if len(lines) == 1 and lines[0].startswith("error: ") else "multi-line"
-    return "ok"
-
-
-class Hang(BaseException):
-    """Raised in a case that runs past its time (a BaseException, so no script handler catches it)."""
-
-
-@contextmanager
-def within(seconds: int | None):
-    """Raise `Hang` when the block runs longer than `seconds` (main thread, SIGALRM); None: no limit."""
-    if seconds is None:
-        yield
-        return
-
-    def alarm(*_):
-        raise Hang(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def run_case(script: str, argv: list[str], capsys, folder: Path, *, limit_s: int | None = None):
-    """Run `script` in-process (a `Hang` after `limit_s` seconds); return (exit status or "hang", stderr,
-    folder before, folder after)."""
-    before = snapshot(folder)
-    capsys.readouterr()
-    try:
-        with within(limit_s):
-            status = run_script(load_main(script), argv)
-    except Hang:
-        status = "hang"
-    err = capsys.readouterr().err
-    return status, err, before, snapshot(folder)
 
 
 # -- bad checkpoints -----------------------------------------------------------------------------------------
@@ -467,7 +384,7 @@ def test_a_lock_is_removed_when_the_writer_ends_and_only_one_writer_wins(tmp_pat
 
 # -- "does not apply" is a skip ------------------------------------------------------------------------------
 def test_patch_on_a_task_without_pairs_is_a_skip(tmp_path, capsys):
-    from test_reliability import USER_TASK
+    from script_cases import USER_TASK
 
     from mechmem.analysis.planted import planted_config
     from mechmem.checkpoint import save_checkpoint
@@ -524,6 +441,7 @@ runpy.run_path({script!r}, run_name="__main__")
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("when", ["startup", "mid-write", "shutdown"])
 def test_interrupts_are_one_line_and_leave_the_folder_as_it_was(when, finished, good, tmp_path):
     script = "ablate_heads"

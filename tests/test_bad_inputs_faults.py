@@ -12,12 +12,11 @@ import struct
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 import torch
-from helpers import ROOT
-from test_bad_inputs import load_main, run_case
+from helpers import ROOT, wait_for
+from script_cases import load_main, run_case
 
 from mechmem.analysis.planted import planted_induction_model
 from mechmem.checkpoint import save_model
@@ -55,6 +54,7 @@ def test_an_unknown_activation_is_refused_with_or_without_an_mlp(tmp_path):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.subprocess
 def test_an_activation_a_paper_registers_is_known_before_any_paper_is_imported():
     """The birth paper registers "linear" when its plugin is imported; a config naming it in a fresh process
     (no paper imported yet) loads the plugins to find it, and a name no plugin registers is still refused."""
@@ -199,6 +199,7 @@ def test_a_safetensors_header_is_checked_against_the_file_size(tmp_path, llama_f
 
 
 # -- a closed terminal: SIGHUP -------------------------------------------------------------------------------
+@pytest.mark.subprocess
 def test_sighup_stops_a_run_as_an_interrupt_and_leaves_nothing_half_written(tmp_path):
     out = tmp_path / "R"
     argv = [
@@ -221,9 +222,7 @@ def test_sighup_stops_a_run_as_an_interrupt_and_leaves_nothing_half_written(tmp_
         )  # fmt: skip
     finally:
         signal.signal(signal.SIGHUP, previous)
-    deadline = time.monotonic() + 600
-    while not any(out.glob("checkpoints/step_*.pt")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: any(out.glob("checkpoints/step_*.pt")), proc, timeout_s=600)
     proc.send_signal(signal.SIGHUP)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 130 and err.strip().splitlines()[-1] == "error: interrupted", err
@@ -303,6 +302,7 @@ def test_a_training_run_whose_folder_is_moved_stops_in_one_line_and_resumes_wher
 
 
 # -- an odd environment: a backend matplotlib does not know --------------------------------------------------
+@pytest.mark.subprocess
 def test_a_program_draws_with_agg_whatever_mplbackend_says(monkeypatch, tmp_path):
     """MPLBACKEND naming no backend stopped a script at its first figure with matplotlib's traceback; a
     program writes files only, so it always takes Agg (in a fresh interpreter: the backend is read once)."""

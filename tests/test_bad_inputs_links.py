@@ -3,9 +3,7 @@ the disk or the clock cannot hold, malformed checkpoints and run logs, signals, 
 
 Each case runs a real script in-process (`run_script(main, argv)`; in a subprocess where a signal must arrive)
 and checks what a user sees: the exit status, one `error:` line, and that nothing outside the output folder
-changed (`test_bad_inputs.snapshot`).
-
-Long because it holds every listed case of the round, each a test that failed before its fix.
+changed (`script_cases.snapshot`).
 """
 
 import errno
@@ -14,14 +12,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import namedtuple
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT
-from test_bad_inputs import FAST, SCRIPTS, classify, load_main, run_case, snapshot
+from helpers import ROOT, wait_for
+from script_cases import FAST, SCRIPTS, classify, load_main, run_case, snapshot
 
 from mechmem.analysis.planted import planted_induction_model
 from mechmem.checkpoint import load_checkpoint, payload_digest, save_model
@@ -337,6 +334,15 @@ def test_a_thread_count_beyond_the_machine_is_a_usage_error(tmp_path, capsys):
 
 
 # -- signals -------------------------------------------------------------------------------------------------
+def _lock_holder(out: Path) -> str | None:
+    """The pid written in `out`'s lock file, or None while there is none."""
+    try:
+        return (out / ".lock").read_text().strip()
+    except FileNotFoundError:
+        return None
+
+
+@pytest.mark.subprocess
 @pytest.mark.parametrize("script", ["train", "report"])
 def test_sigterm_is_an_interrupt_one_line_and_no_lock_left(script, good, tmp_path):
     out = tmp_path / "new"
@@ -353,10 +359,8 @@ def test_sigterm_is_an_interrupt_one_line_and_no_lock_left(script, good, tmp_pat
         text=True,
         env=env,
     )
-    deadline = time.monotonic() + 120
-    while not (out / ".lock").exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)
+    # The lock file carries the child's pid once the lock is held, inside the block that removes it again.
+    wait_for(lambda: _lock_holder(out) == str(proc.pid), proc, timeout_s=120)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and err.strip().splitlines()[-1] == "error: interrupted", err

@@ -156,6 +156,7 @@ def test_interrupted_save_leaves_existing_file_intact(saved, tmp_path, monkeypat
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
 
 
+@pytest.mark.subprocess
 def test_train_script_bad_checkpoint_dir_exits_2_without_traceback(tmp_path):
     (tmp_path / "ckpt.pt").write_text("garbage")
     proc = subprocess.run(

@@ -3,6 +3,7 @@ exactly; random models give no confident circuit; EAP is exact where the metric 
 
 import pytest
 import torch
+from engine_cases import naive_circuit_metric
 from helpers import assert_no_hooks, build_model, trained_induction_model
 
 from mechmem.analysis.circuits import EdgePatcher, build_graph, circuit_intervals
@@ -31,43 +32,6 @@ def pair(model):
     g = torch.Generator().manual_seed(5)
     clean, corrupted = (torch.randint(6, (6, 8), generator=g) for _ in range(2))
     return PatchingPair(clean, corrupted, torch.full((6,), 7), clean[:, 3].clone(), corrupted[:, 3].clone())
-
-
-def naive_circuit_metric(model, patcher, keep):
-    """Reference: one run_with_hooks that records every sender's output and rewrites each port by hand."""
-    current, fwd = {}, []
-    ablated = patcher.ablated
-    for node in patcher.graph.nodes:
-        if node.hook is not None:
-            fwd.append((node.hook, lambda act, hook, name=node.hook: current.__setitem__(name, act.clone())))
-    for port in patcher.graph.ports:
-        senders = [e.sender for e, k in zip(patcher.graph.edges, keep.tolist()) if e.port is port and not k]
-
-        def rewrite(act, hook, senders=senders, port=port):
-            act = act.clone()
-            sel = (slice(None), *port.index)
-            for u in senders:
-                usel = (slice(None), *u.index)
-                w = model.blocks[u.layer].attn.W_O[u.index[-1]] if u.kind == "head" else None
-                now, abl = current[u.hook][usel], ablated[u.hook][usel]
-                act[sel] = (
-                    act[sel] - (now @ w if w is not None else now) + (abl @ w if w is not None else abl)
-                )
-            return act
-
-        fwd.append((port.hook, rewrite))
-    mlp = not model.cfg.attn_only  # TransformerLens 3 refuses hook_mlp_in on an attention-only model
-    model.set_use_split_qkv_input(True)
-    if mlp:
-        model.set_use_hook_mlp_in(True)
-    try:
-        with torch.no_grad():
-            logits = model.run_with_hooks(patcher.tokens, fwd_hooks=fwd)
-    finally:
-        model.set_use_split_qkv_input(False)
-        if mlp:
-            model.set_use_hook_mlp_in(False)
-    return patcher.metric(logits)
 
 
 def test_graph_has_k_composition_and_no_same_layer_edges(model):

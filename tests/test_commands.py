@@ -16,6 +16,7 @@ def run_mechmem(*argv: str, cwd=None) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.subprocess
 def test_help_lists_every_subcommand(tmp_path):
     done = run_mechmem("--help", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -26,6 +27,7 @@ def test_help_lists_every_subcommand(tmp_path):
     assert set(COMMANDS) >= {"reproduce", "demo", "analyse"}
 
 
+@pytest.mark.subprocess
 def test_every_subcommand_answers_help_before_torch():
     code = (
         "import sys, contextlib, io\n"
@@ -46,6 +48,7 @@ def test_every_subcommand_answers_help_before_torch():
     assert done.returncode == 0 and done.stdout.startswith("ok"), done.stderr[-2000:]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -61,11 +64,13 @@ def test_bad_input_is_one_line_and_status_2(argv, message, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.subprocess
 def test_no_argument_prints_usage_with_status_2(tmp_path):
     done = run_mechmem(cwd=tmp_path)
     assert done.returncode == 2 and done.stdout.startswith("usage: mechmem")
 
 
+@pytest.mark.subprocess
 def test_importing_the_cli_changes_no_global_hook():
     code = (
         "import sys; import mechmem.cli, mechmem.commands.main; print(sys.excepthook is sys.__excepthook__)"

@@ -10,9 +10,8 @@ and Llama (grouped-query) models loaded through it (TransformerLens 4 bridges th
 
 import pytest
 import torch
+from engine_cases import naive_circuit_metric, random_pair
 from helpers import assert_no_hooks, build_model
-from test_circuits import naive_circuit_metric
-from test_patching import random_pair
 
 from mechmem.analysis.circuits import EdgePatcher
 from mechmem.analysis.interventions import Intervention, apply
@@ -29,7 +28,7 @@ BUILT = {
 
 def loaded(kind: str, folder):
     """A tiny random Hugging Face model (test_hf) saved to `folder` and loaded through the adapter."""
-    from test_hf import tiny_hf_model, tiny_tokenizer
+    from hf_models import tiny_hf_model, tiny_tokenizer
 
     from mechmem.models.adapter import load_pretrained
 

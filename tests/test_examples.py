@@ -24,6 +24,7 @@ def test_examples_exist_in_percent_format():
         assert path.read_text().startswith("# %%"), path.name
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "path",
     [pytest.param(p, marks=_slow_unless(p.stem != IN_A_KERNEL)) for p in EXAMPLES],

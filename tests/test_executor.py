@@ -92,6 +92,7 @@ def ray_instance(monkeypatch):
 PATTERN = "python_functions=ray_and_local_*"
 
 
+@pytest.mark.subprocess
 def test_ray_and_local_give_identical_records_and_resume():
     """The one test on a real Ray instance (about 40 s, most of it Ray's start and its workers importing
     torch), run in its own pytest process: a Ray driver inside a pytest-xdist worker once took the worker down

@@ -200,6 +200,7 @@ def test_a_helper_worker_needs_a_trials_file(tmp_path, capsys):
     assert err.count("\n") == 0 and "--criteria" in err and not (tmp_path / "x").exists()
 
 
+@pytest.mark.subprocess
 def test_a_claim_is_held_only_by_a_live_process_of_this_host(tmp_path):
     import os
 
@@ -275,6 +276,7 @@ def claimed_cell(tmp_path, monkeypatch):
     other.wait()
 
 
+@pytest.mark.subprocess
 def test_a_search_waits_for_a_count_another_worker_is_training(tmp_path, claimed_cell):
     """A count claimed by another live worker is not trained: the search waits until that worker's line
     arrives in the trials file, reads it, and ends as a single worker would; it leaves no claim behind."""
@@ -290,6 +292,7 @@ def test_a_search_waits_for_a_count_another_worker_is_training(tmp_path, claimed
     assert list(c.claim.parent.iterdir()) == [c.claim]  # the other worker's claim, and none of ours
 
 
+@pytest.mark.subprocess
 def test_status_shows_each_training_in_progress_as_its_uninterrupted_run_had_it(
     tmp_path, monkeypatch, capsys
 ):
@@ -357,6 +360,7 @@ def test_next_count_is_the_count_the_search_trains_next(tmp_path):
     assert next_count({}, 11, 36, 2, ("all",)) == order[0]["n"]  # every search starts at the same count
 
 
+@pytest.mark.subprocess
 def test_a_speculating_worker_trains_a_likely_next_count_while_it_waits(tmp_path, claimed_cell):
     """While another live worker trains the count the search needs, a speculating worker trains a count
     the search asks next under some outcome of it; the record is a single worker's, the claimed count

@@ -89,6 +89,7 @@ def test_every_script_has_its_cases():
     assert sorted(ERRORS) == sorted([*ANALYSES, *PAPER_SCRIPTS])
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("target", [*ANALYSES, *PAPER_SCRIPTS])
 def test_help_and_argument_errors_answer_before_torch(target, tmp_path):
     ckpt = tmp_path / "ckpt.pt"

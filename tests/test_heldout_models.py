@@ -19,6 +19,7 @@ Kinds:
 
 import pytest
 import torch
+from helpers import train_briefly
 
 from mechmem.analysis.planted import PlantedLayout, planted_induction_model
 from mechmem.models.adapter import TransformerConfig, build_transformer, canonical_parameters
@@ -135,16 +136,16 @@ def trained_lngelu(steps: int = 150, seed: int = 0) -> torch.nn.Module:
     )
     model = build_transformer(cfg, generator=torch.Generator().manual_seed(seed))
     task = RepeatsTask(RepeatsConfig(d_vocab=48, half=16))
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
-    gen = torch.Generator().manual_seed(seed + 1)
-    for _ in range(steps):
-        batch = task.train_batch(64, generator=gen)
-        logits = model(batch.tokens)
-        loss = task.loss(logits, batch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model.eval()
+    return train_briefly(
+        model,
+        task,
+        steps,
+        batch_size=64,
+        lr=3e-3,
+        seed=seed + 1,
+        optimizer=torch.optim.AdamW,
+        weight_decay=0.0,
+    )
 
 
 def trigger_model() -> torch.nn.Module:

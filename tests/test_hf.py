@@ -8,61 +8,11 @@ import json
 import pytest
 import torch
 from helpers import load_script
-from transformers import (
-    GPT2Config,
-    GPT2LMHeadModel,
-    GPTNeoXConfig,
-    GPTNeoXForCausalLM,
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedTokenizerFast,
-)
+from hf_models import CTX, VOCAB, tiny_hf_model, tiny_tokenizer
 
 from mechmem.analysis.heads import no_attention_reason
 from mechmem.cli import run_script
 from mechmem.models.adapter import BACKEND, TL_VERSION, load_pretrained
-
-VOCAB, CTX = 40, 24
-
-
-def tiny_hf_model(kind: str) -> torch.nn.Module:
-    torch.manual_seed(0)  # transformers initialises from the global RNG; tests only
-    if kind == "gpt2":
-        config = GPT2Config(vocab_size=VOCAB, n_positions=CTX, n_embd=32, n_layer=2, n_head=4)
-        return GPT2LMHeadModel(config).eval()
-    if kind == "neox":
-        config = GPTNeoXConfig(
-            vocab_size=VOCAB,
-            max_position_embeddings=CTX,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            rotary_pct=0.5,
-        )
-        return GPTNeoXForCausalLM(config).eval()
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        max_position_embeddings=CTX,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-    )
-    return LlamaForCausalLM(config).eval()
-
-
-def tiny_tokenizer() -> PreTrainedTokenizerFast:
-    """A word-level tokenizer over the tiny vocabulary, saved beside the weights as a published model's is."""
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-
-    vocab = {f"t{i}": i for i in range(VOCAB)}
-    return PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="t0")), unk_token="t0"
-    )
-
 
 # TransformerLens 3.9 reads GPT2Config.n_ctx, which transformers 5 removed; its 4.x bridge reads GPT-2 fine.
 _KNOWN = {("hooked", "gpt2"): f"TransformerLens {TL_VERSION} reads GPT2Config.n_ctx (gone in transformers 5)"}

@@ -23,13 +23,7 @@ from mechmem.analysis.patching import Patcher, patching_lines, patching_record, 
 from mechmem.analysis.probes import EXACT, BigramSample, builtin_probes, empirical_bigram, ffn_bigram_probe
 from mechmem.tasks.base import Batch, PatchingPair, masked_cross_entropy
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

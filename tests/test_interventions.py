@@ -5,7 +5,8 @@ import itertools
 
 import pytest
 import torch
-from helpers import assert_no_hooks, build_model, build_transformer_cfg, random_tokens
+from engine_cases import last_logprob, make_model, make_setter, unsupported_model
+from helpers import assert_no_hooks, random_tokens
 
 from mechmem.analysis.interventions import (
     Engine,
@@ -22,14 +23,7 @@ from mechmem.analysis.interventions import (
 )
 from mechmem.analysis.interventions.metric import PatchingMetric
 from mechmem.analysis.interventions.reference import naive_intervene
-from mechmem.analysis.interventions.replay import STAGE_HOOKS, Replay
-from mechmem.errors import MechmemError
-from mechmem.models.adapter import (
-    BACKEND,
-    canonical_parameters,
-    hooked_transformer_config,
-    raw_hooked_transformer,
-)
+from mechmem.analysis.interventions.replay import STAGE_HOOKS
 
 ARCHS = {
     "ln3": {"normalization_type": "LN", "n_layers": 3},
@@ -50,28 +44,6 @@ EVERY_ARCH = ARCHS | {  # every other kind TransformerConfig builds: pre-norms, 
 SETTERS = ("zero", "mean", "resample", "from_run", "apply")
 
 
-def make_model(**overrides):
-    """A random model with non-zero biases, so that zeroing an activation is not the same as removing it."""
-    model = build_model(seed=1, **overrides)
-    with torch.no_grad():
-        for name, p in canonical_parameters(model).items():  # HookedTransformer's names on either backend
-            if name.rsplit(".", 1)[-1].startswith("b_"):
-                p.copy_(0.2 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
-    return model
-
-
-def make_setter(kind, model, seed=5):
-    if kind == "zero":
-        return zero()
-    if kind == "mean":
-        return mean(random_tokens(model, 11, seed=seed))
-    if kind == "resample":
-        return resample(random_tokens(model, 11, seed=seed), torch.Generator().manual_seed(seed))
-    if kind == "from_run":
-        return from_run(random_tokens(model, 6, seed=seed))
-    return apply(lambda act, hook: act.flip(0) * 1.5 - 0.3)
-
-
 def hooks_of(model):
     """(hook, index) pairs covering z, mlp_out, mlp.hook_post,
     resid_pre, hook_mlp_in and pattern, every layer."""
@@ -89,11 +61,6 @@ def hooks_of(model):
                 (f"blocks.{layer}.hook_mlp_in", (slice(4, None),)),
             ]
     return out
-
-
-def last_logprob(logits):
-    """Per-sequence log-probability of token 2 at the last position: [batch]."""
-    return logits[:, -1].log_softmax(-1)[:, 2]
 
 
 @pytest.fixture(scope="module", params=list(ARCHS))
@@ -344,22 +311,6 @@ def test_replay_reads_only_up_to_the_metric_and_leaking_patterns_go_to_hooks(tok
         rtol=0,
     )
     assert engine.compiled(tokens).readout.unique().tolist() == [4]
-
-
-def unsupported_model():
-    """A model the replay cannot run, so the engine falls back to hooks: shortformer positions, or under
-    TransformerLens 4 (which builds no shortformer model) TransformerLens's native model with soft-capped
-    attention scores, built from its raw config."""
-    if BACKEND == "hooked":
-        model = build_model(
-            act_fn="gelu", normalization_type="LN", d_head=8, positional_embedding_type="shortformer"
-        )
-    else:
-        cfg = build_transformer_cfg(act_fn="gelu", normalization_type="LN", d_head=8).tl_kwargs()
-        model = raw_hooked_transformer(hooked_transformer_config(**cfg, attn_scores_soft_cap=0.5)).eval()
-    with pytest.raises(MechmemError):
-        Replay(model)
-    return model
 
 
 def test_unsupported_models_fall_back_to_hooks(tokens):

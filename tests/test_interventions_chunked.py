@@ -6,8 +6,8 @@ import json
 
 import pytest
 import torch
+from engine_cases import last_logprob, make_model, make_setter
 from helpers import assert_no_hooks, load_script
-from test_interventions import last_logprob, make_model, make_setter
 
 from mechmem.analysis.interventions import Engine, Intervention
 from mechmem.analysis.interventions.engine import GRADIENT_FACTOR

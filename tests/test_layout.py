@@ -40,6 +40,7 @@ def test_core_imports_no_paper(path):
     assert "importlib.import_module" not in path.read_text() or lazy
 
 
+@pytest.mark.subprocess
 def test_papers_register_through_the_plugin_loader():
     # A fresh interpreter: importing the core registers nothing; asking for a task loads every paper.
     code = (
@@ -253,6 +254,23 @@ def test_private_names_stay_in_their_module():
     assert [c for p in paths for c in private_crossings(p)] == []
 
 
+def test_test_modules_import_no_test_module():
+    """Tests share fixtures through conftest.py and builders through helper modules (helpers.py,
+    engine_cases.py, hf_models.py, script_cases.py), never by importing another test module."""
+    found = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            found += [f"{path.name}:{node.lineno} {n}" for n in names if n.split(".")[-1].startswith("test_")]
+            found += [f"{path.name}:{node.lineno} {n}" for n in names if n.split(".")[0] == "tests"]
+    assert found == []
+
+
 def test_private_crossings_are_found(tmp_path):
     path = tmp_path / "x.py"
     lines = [
@@ -284,6 +302,7 @@ def test_every_paper_has_the_skeleton():
     assert missing == []
 
 
+@pytest.mark.subprocess
 def test_paper_scripts_run_as_modules_from_any_directory(tmp_path):
     # `python -m mechmem_papers.NAME.scripts.X --help` from a folder that is not the repository
     for script in [p for p in sorted(PAPER_SRC.glob("*/scripts/*.py")) if p.name != "__init__.py"][:1]:

@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from engine_cases import MODELS, random_pair, tl_sweep
 from helpers import assert_no_hooks, build_transformer_cfg, load_script
 
 from mechmem.analysis.patching import (
@@ -22,52 +23,8 @@ from mechmem.tasks.base import PatchingPair
 TL = TL_SWEEPS
 assert set(TL) == set(SWEEPS)
 
-MODELS = {
-    "mlp-ln": {
-        "n_layers": 3,
-        "d_model": 16,
-        "n_heads": 3,
-        "d_head": 5,
-        "d_mlp": 32,
-        "normalization_type": "LN",
-    },
-    "attn-only": {"n_layers": 2, "d_model": 12, "n_heads": 3, "d_mlp": None},
-    "rms-gelu": {
-        "n_layers": 2,
-        "d_model": 16,
-        "n_heads": 2,
-        "d_mlp": 24,
-        "act_fn": "gelu",
-        "normalization_type": "RMS",
-    },
-}
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run far faster on one intra-op thread when the cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def random_pair(
-    n: int, pos: int, vocab: int, generator: torch.Generator, first_diff: int = 3
-) -> PatchingPair:
-    """Inputs that agree before `first_diff`; answers read at varying positions."""
-    clean = torch.randint(vocab, (n, pos), generator=generator)
-    corrupted = clean.clone()
-    corrupted[:, first_diff:] = torch.randint(vocab, (n, pos - first_diff), generator=generator)
-    answer_pos = torch.randint(first_diff, pos - 1, (n,), generator=generator)  # never the last: skips happen
-    answers = torch.randint(vocab, (2, n), generator=generator)
-    return PatchingPair(clean, corrupted, answer_pos, answers[0], answers[1])
-
-
-def tl_sweep(model, name, pair, direction, metric):
-    base, source = (pair.corrupted, pair.clean) if direction == "denoising" else (pair.clean, pair.corrupted)
-    _, cache = model.run_with_cache(source)
-    return TL[name](model, base, cache, metric)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
@@ -259,7 +216,7 @@ def test_equals_transformer_lens_trained(trained, direction):
 
 def test_models_the_replay_cannot_run_equal_transformer_lens():
     """Shortformer positions: the engine runs the sweeps on hooks, with TL's numbers."""
-    from test_interventions import unsupported_model
+    from engine_cases import unsupported_model
 
     model = unsupported_model()
     pair = random_pair(4, 6, 6, torch.Generator().manual_seed(2))

@@ -9,8 +9,8 @@ and circuit discovery's path patching must equal a naive hooked run per edge.
 
 import pytest
 import torch
-from helpers import assert_no_hooks, build_model, build_transformer_cfg
-from test_patching import random_pair, tl_sweep
+from engine_cases import ARCHITECTURES, BASE, arch_model, random_pair, tl_sweep
+from helpers import assert_no_hooks, build_transformer_cfg
 
 from mechmem.analysis.circuits import EdgePatcher, build_graph
 from mechmem.analysis.interventions import Engine, Intervention, apply
@@ -22,66 +22,13 @@ from mechmem.errors import MechmemError
 from mechmem.models.adapter import (
     BACKEND,
     bridge_unsupported,
-    canonical_parameters,
 )
 
 ATOL = 1e-5
 """Float tolerance against TransformerLens (float32, the same arithmetic in another order)."""
 
-BASE = {"n_layers": 2, "d_model": 16, "n_heads": 2, "d_vocab": 11, "n_ctx": 8, "d_mlp": 24}
-ARCHITECTURES = {
-    "rotary": {"positional_embedding_type": "rotary"},
-    "partial_rotary": {"positional_embedding_type": "rotary", "rotary_dim": 4, "rotary_base": 500.0},
-    "grouped_query": {"n_heads": 4, "n_key_value_heads": 2, "normalization_type": "RMS"},
-    "gated_mlp": {"gated_mlp": True, "act_fn": "silu", "normalization_type": "RMS"},
-    "rms_pre": {"normalization_type": "RMSPre"},
-    "ln_pre": {"normalization_type": "LNPre", "eps": 1e-3},
-    "parallel": {"parallel_attn_mlp": True, "normalization_type": "LN"},
-    "local": {"attn_types": ("local", "global"), "window_size": 3, "normalization_type": "LN"},
-    "tied": {"normalization_type": "LN"},  # W_U set to W_E^T below
-    "vocab_out": {"d_vocab_out": 7, "act_fn": "gelu_new"},
-    "attn_scale": {"attn_scale": 1.7, "d_mlp": None},
-    "neox_like": {  # partial rotary, grouped-query, gated MLP and parallel blocks together
-        "n_layers": 3,
-        "n_heads": 4,
-        "positional_embedding_type": "rotary",
-        "rotary_dim": 2,
-        "n_key_value_heads": 1,
-        "gated_mlp": True,
-        "act_fn": "gelu",
-        "parallel_attn_mlp": True,
-        "normalization_type": "LN",
-    },
-    "llama_like": {  # partial rotary, grouped-query, gated MLP, RMS and d_head * n_heads != d_model together
-        "n_layers": 3,
-        "n_heads": 4,
-        "d_head": 8,
-        "positional_embedding_type": "rotary",
-        "rotary_dim": 4,
-        "rotary_base": 100.0,
-        "n_key_value_heads": 2,
-        "gated_mlp": True,
-        "act_fn": "silu",
-        "normalization_type": "RMS",
-    },
-    "shortformer": {"positional_embedding_type": "shortformer"},  # not replayed: hooks
-}
 HOOKS_ONLY = {"shortformer"}
 """Architectures the replay does not reimplement: the engine runs them on hooks."""
-
-
-def arch_model(name: str):
-    """The random model of architecture `name`, every bias non-zero (zeroing is then not removing)."""
-    model = build_model(seed=3, **(BASE | ARCHITECTURES[name]))
-    weights = canonical_parameters(model)  # HookedTransformer's names on either backend
-    with torch.no_grad():
-        for pname, p in weights.items():
-            if pname.rsplit(".", 1)[-1].startswith("b_"):
-                p.copy_(0.2 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(pname))))
-        if name == "tied":  # W_U = W_E^T (a TransformerLens 4 bridge may hold W_U as [d_vocab d_model])
-            w_e, w_u = weights["embed.W_E"], weights["unembed.W_U"]
-            w_u.copy_(w_e.T if w_u.shape == w_e.T.shape else w_e)
-    return model
 
 
 @pytest.fixture(scope="module", params=list(ARCHITECTURES))
@@ -191,7 +138,7 @@ def test_circuit_edges_equal_naive_path_patching(case):
 def test_models_from_hugging_face_patch_exactly(tmp_path, kind):
     """Held-out: tiny random GPT-NeoX (partial rotary, parallel blocks) and Llama (grouped-query attention,
     gated MLP, RMSNorm) models from `transformers` configs, loaded by path, patch as TransformerLens does."""
-    from test_hf import tiny_hf_model, tiny_tokenizer
+    from hf_models import tiny_hf_model, tiny_tokenizer
 
     from mechmem.models.adapter import load_pretrained
 

@@ -71,17 +71,31 @@ def test_log_relay_prints_each_moved_job_once_per_interval(tmp_path):
     ]
 
 
-def test_demo_jobs_report_progress_and_completion(tmp_path, capsys):
+def test_demo_jobs_report_progress_and_completion(tmp_path, capsys, monkeypatch):
     """The demo's forked jobs: their progress lines are relayed while they run, each says when it ends,
     results come back in order, and a job that raises is reported failed without stopping the others."""
-    import time
+    import multiprocessing
 
+    from mechmem.report import demo
     from mechmem.report.demo import run_jobs
+
+    # Each job runs until the relay has read its progress line (an event the forked child inherits), not for
+    # a fixed time.
+    relayed = {f"j{i}": multiprocessing.get_context("fork").Event() for i in range(3)}
+
+    class Relay(demo.LogRelay):
+        def poll(self, logs):
+            super().poll(logs)
+            for name in logs:
+                if name in self.shown:
+                    relayed[name].set()
+
+    monkeypatch.setattr(demo, "LogRelay", Relay)
 
     def job(i):
         def fn():
             (tmp_path / f"{i}.log").write_text("train t: step 1/2 (50%) elapsed 0s\n")
-            time.sleep(0.5)
+            relayed[f"j{i}"].wait(timeout=60)
             if i == 2:
                 raise RuntimeError("boom")
             return {"i": i, "pid": os.getpid()}

@@ -8,8 +8,8 @@ file)."""
 
 import pytest
 import torch
+from engine_cases import ARCHITECTURES, BASE, arch_model
 from helpers import build_transformer_cfg
-from test_patching_architectures import ARCHITECTURES, BASE, arch_model
 
 from mechmem.analysis.interventions.replay import Replay, replay_unsupported
 from mechmem.analysis.patching.qk_correction import swap_effects

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import ROOT, load_script
+from script_cases import USER_TASK
 
 from mechmem.analysis.planted import planted_induction_model
 from mechmem.checkpoint import load_checkpoint, payload_digest, save_checkpoint, save_model
@@ -194,32 +195,7 @@ def test_json_writer_turns_every_non_finite_float_into_null(value, tmp_path):
     assert again["value"] == parsed["value"]
 
 
-USER_TASK = '''
-import torch
-from dataclasses import dataclass
-from mechmem.config import ConfigMixin
-from mechmem.tasks import Batch, Task, register_task
-
-@dataclass(frozen=True)
-class CountConfig(ConfigMixin):
-    """Tokens 0, 1, 2, ... (mod d_vocab)."""
-    d_vocab: int = 12
-    """Vocabulary."""
-
-@register_task
-class CountTask(Task):
-    name = "rel_user_count"
-    config_cls = CountConfig
-    d_vocab = property(lambda self: self.config.d_vocab)
-    seq_len = property(lambda self: 8)
-
-    def train_batch(self, n, *, generator):
-        start = torch.randint(self.config.d_vocab, (n, 1), generator=generator)
-        seq = (start + torch.arange(9)) % self.config.d_vocab
-        return Batch(seq[:, :-1], seq[:, 1:], torch.ones(n, 8))
-'''
-
-
+@pytest.mark.subprocess
 def test_scripts_load_user_tasks_with_task_module(tmp_path):
     from mechmem.tasks import load_task_module
 

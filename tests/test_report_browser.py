@@ -17,6 +17,7 @@ CHROMIUM = next(
 )
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 def test_report_html_renders_offline(tmp_path):
     from mechmem.plotting import plt

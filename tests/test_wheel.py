@@ -74,6 +74,7 @@ def site_files(bin_dir: Path) -> set[Path]:
     return {p for p in (bin_dir.parent / "lib").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 
 
+@pytest.mark.subprocess
 def test_installed_from_a_wheel_and_used_from_an_empty_folder(installed, tmp_path):
     env, work = user_env(installed), tmp_path / "work"
     work.mkdir()
@@ -106,6 +107,7 @@ def test_installed_from_a_wheel_and_used_from_an_empty_folder(installed, tmp_pat
     assert site_files(installed) == before, "nothing may be written inside the environment"
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.py")), ids=lambda p: p.stem)
 def test_examples_run_from_the_wheel(installed, example, tmp_path):
     env = user_env(installed) | {"MECHMEM_EXAMPLE_STEPS": "30"}
