@@ -34,6 +34,7 @@ from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr, 
 from mechmem.analysis.intervals import RESAMPLES, Z_95, RatioMoments, bootstrap_ratio
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import attention_scale, is_hooked_transformer
+from mechmem.models.parts import model_device
 from mechmem.plotting import plt
 
 PatternFn = Callable[[Tensor], Tensor]
@@ -329,7 +330,7 @@ def detect_heads(
     per_seq = {k: [] for k in patterns}  # per chunk: mass [batch layer head]
     rows_per_seq = {k: [] for k in patterns}  # per chunk: rows [batch]
     tok = {k: _TokenSums(shape, vocab) for k in patterns}
-    tokens = tokens.to(cfg.device)
+    tokens = tokens.to(model_device(model))
     for start in range(0, tokens.shape[0], chunk):
         part = tokens[start : start + chunk]
         masks = {k: _as_pattern(spec, part) for k, spec in patterns.items()}
@@ -493,7 +494,7 @@ def attention_patterns(
 ) -> Float[Tensor, "layer batch head query_pos key_pos"]:
     """Every layer's attention pattern on `tokens` (keep the batch small: this is stored in full)."""
     _, cache = model.run_with_cache(
-        tokens.to(model.cfg.device), names_filter=lambda n: n.endswith("hook_pattern")
+        tokens.to(model_device(model)), names_filter=lambda n: n.endswith("hook_pattern")
     )
     return torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"] for layer in range(model.cfg.n_layers)])
 

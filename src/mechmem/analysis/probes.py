@@ -35,6 +35,7 @@ from torch import Tensor
 from mechmem.analysis.frames import concat, short_repr
 from mechmem.analysis.intervals import LEVEL, RESAMPLES
 from mechmem.models.adapter import FactoredMatrix
+from mechmem.models.parts import model_device
 
 PROBE_COLUMNS = ["probe", "matrix", "measure", "value", "lower", "upper", "n_inputs", "n_outputs"]
 """The columns of a probe's `to_dataframe`."""
@@ -190,7 +191,7 @@ def ov_copy_probe(
     Bietti et al.'s W_O^2 probe when the probed tokens are a subset (e.g. held-out outputs). Direct path
     only (layer-0 embeddings).
     """
-    ids = _token_ids(model, tokens).to(model.W_E.device)
+    ids = _token_ids(model, tokens).to(model_device(model))
     scores = recall_scores(model.W_E[ids].detach(), model.OV[layer, head], model.W_U.T.detach())
     return ProbeResult(
         f"ov_copy.L{layer}H{head}",
@@ -235,7 +236,7 @@ def qk_token_probe(
     This is the induction head's key memory: the source (previous-token) head writes the previous token into
     the residual, and the query (the current token) must match it.
     """
-    ids = _token_ids(model, tokens).to(model.W_E.device)
+    ids = _token_ids(model, tokens).to(model_device(model))
     sl, sh = source
     keys = (model.W_E[ids] @ model.OV[sl, sh]).AB
     return _probe(
@@ -262,7 +263,7 @@ def ffn_bigram_probe(
     `BigramSample` instead of a table, the table is counted on its sequences and recall and KL get 95%
     bootstrap intervals over them (`BigramSample.intervals`); a table is taken as exact.
     """
-    ids = _token_ids(model, tokens).to(model.W_E.device)
+    ids = _token_ids(model, tokens).to(model_device(model))
     logp = ffn_logprobs(model, layer, ids)
     sample = bigram if isinstance(bigram, BigramSample) else None
     table = sample.table(model.cfg.d_vocab, model.cfg.d_vocab_out) if sample is not None else bigram

@@ -59,6 +59,7 @@ from mechmem.analysis.intervals import RatioMoments
 from mechmem.analysis.sequential import HEAD_POLICY, NO, UNDECIDED, YES, Decision, DecisionPolicy, decide
 from mechmem.analysis.task_roles import decide_task_roles
 from mechmem.config import ConfigMixin
+from mechmem.models.parts import model_device
 
 ROLE_COLUMNS = ["layer", "head", "role", "fallback", "undecided", "evidence", "value"]
 """The columns of a role's `to_dataframe`."""
@@ -362,12 +363,12 @@ def draw_probes(model: Any, task: Any, halves: Sequence[int]) -> Any:
                 token_parts.append(_unmeasured(k, token_shape))
                 continue
             tokens = head_detection.repeated_random_tokens(k, half, cfg.d_vocab, generator=generator)
-            r = head_detection.detect_heads(model, tokens.to(cfg.device), resamples=0)
+            r = head_detection.detect_heads(model, tokens.to(model_device(model)), resamples=0)
             overall_parts.append(RatioMoments.stack([r.moments[p] for p in keys]))
             token_parts.append(RatioMoments.stack([r.token_moments[p] for p in keys]))
         if task is not None:
             if wanted(len(halves)):
-                batch = task.eval_batch(k, generator=generator).to(cfg.device)
+                batch = task.eval_batch(k, generator=generator).to(model_device(model))
                 answers = batch.loss_mask > 0
                 r = head_detection.detect_heads_on_task(model, batch.tokens, answers, resamples=0)
                 overall_parts.append(RatioMoments.stack([r.moments[p] for p in keys]))
@@ -671,7 +672,7 @@ def head_roles(
     t = thresholds or RoleThresholds()
     if head_detection.no_attention_reason(model):
         return RoleResult([], (), t, {"n": n, "seed": seed})
-    device = next(model.parameters()).device
+    device = model_device(model)
     patterns = measure_pattern_evidence(
         model, task, generator=torch.Generator().manual_seed(seed), policy=policy, n=n, threshold=t.attention
     )

@@ -30,6 +30,7 @@ from mechmem.analysis.roles import RoleResult, RoleThresholds
 from mechmem.analysis.sequential import ABLATION_POLICY, MLP_POLICY, PATCH_POLICY, VERDICTS
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import is_hooked_transformer
+from mechmem.models.parts import model_device
 from mechmem.report.document import Section, Table
 from mechmem.report.interactive import EXAMPLES, ablation_map, attention_view, sweep_map
 
@@ -54,7 +55,7 @@ class ReportContext:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return model_device(self.model)
 
 
 def _needs_task(ctx: ReportContext, what: str) -> str | None:

@@ -74,6 +74,7 @@ from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.models.adapter import load_canonical_state_dict
 from mechmem.models.checks import check_finite_weights, check_n_samples
+from mechmem.models.parts import model_device
 from mechmem.tasks.base import Batch, PatchingPair, masked_accuracy
 from mechmem.training.rundir import payload_identity, run_differences, step_checkpoints
 from mechmem.training.trainer import resolve_device
@@ -496,7 +497,7 @@ def run_dynamics(
         cost["load"] += time.perf_counter() - t0
         if data is None:
             check_n_samples(n, ckpt.model, minimum=2)
-            data = EvalData(ckpt.task, n, seed, next(ckpt.model.parameters()).device)
+            data = EvalData(ckpt.task, n, seed, model_device(ckpt.model))
         row, headless = {}, heads.no_attention_reason(ckpt.model)
         for q in chosen:
             t0 = time.perf_counter()
