@@ -34,7 +34,7 @@ from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr, 
 from mechmem.analysis.intervals import RESAMPLES, Z_95, RatioMoments, bootstrap_ratio
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import attention_scale, is_hooked_transformer
-from mechmem.models.parts import model_device
+from mechmem.models.parts import Head, model_device
 from mechmem.plotting import plt
 
 PatternFn = Callable[[Tensor], Tensor]
@@ -247,7 +247,7 @@ class HeadScores:
         for name, s in self.scores.items():
             if s.numel() and not bool(s.isnan().all()):
                 layer, head = divmod(int(s.nan_to_num(float("-inf")).argmax()), s.shape[1])
-                best.append(f"{name} L{layer}H{head} {float(s[layer, head]):.2f}")
+                best.append(f"{name} {Head(layer, head)} {float(s[layer, head]):.2f}")
         shape = next(iter(self.scores.values())).shape if self.scores else ()
         return short_repr(
             "HeadScores",
@@ -560,7 +560,7 @@ def plot_attention(
         for head in range(n_heads):
             ax = axes[layer][head]
             ax.imshow(patterns[layer, head].detach().cpu().numpy(), vmin=0, vmax=1, cmap="Blues")
-            ax.set_title(f"L{layer}H{head}", fontsize=9)
+            ax.set_title(str(Head(layer, head)), fontsize=9)
             ax.set_xticks(ticks, labels, fontsize=6, rotation=90)
             ax.set_yticks(ticks, labels, fontsize=6)
     fig.supxlabel("key position" + (":token" if show_tokens else ""), fontsize=9)

@@ -59,7 +59,7 @@ from mechmem.analysis.intervals import RatioMoments
 from mechmem.analysis.sequential import HEAD_POLICY, NO, UNDECIDED, YES, Decision, DecisionPolicy, decide
 from mechmem.analysis.task_roles import decide_task_roles
 from mechmem.config import ConfigMixin
-from mechmem.models.parts import model_device
+from mechmem.models.parts import Head, model_device
 
 ROLE_COLUMNS = ["layer", "head", "role", "fallback", "undecided", "evidence", "value"]
 """The columns of a role's `to_dataframe`."""
@@ -109,7 +109,7 @@ class HeadRole:
 
     @property
     def name(self) -> str:
-        return f"L{self.layer}H{self.head}"
+        return Head(self.layer, self.head).name
 
     @property
     def fallback(self) -> bool:
@@ -278,7 +278,7 @@ class PatternEvidence:
                         f"{float(s):.2f} [{float(lo):.2f}, {float(hi):.2f}]"
                         for s, lo, hi in zip(curve["score"][at], curve["lower"][at], curve["upper"][at])
                     ]
-                    rows.append([f"L{layer}H{head}", name, *cells])
+                    rows.append([str(Head(layer, head)), name, *cells])
         return rows
 
     def to_dict(self) -> dict[str, Any]:
