@@ -261,11 +261,7 @@ def _roles(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     result = roles.head_roles(model, data.task, n=data.n, seed=data.seed)
     out = {f"{h.name}.role={h.role}": CurvePoint(1.0) for h in result.heads if h.role != "none"}
     out.update(
-        {
-            f"{h.name}.{r}_score": CurvePoint(float(h.evidence[f"{r}_score"]))
-            for h in result.heads
-            for r in result.task_roles
-        }
+        {f"{h.name}.{r}_score": CurvePoint(h.task(r).score) for h in result.heads for r in result.task_roles}
     )
     return out
 
