@@ -21,6 +21,7 @@ from mechmem.analysis.heads import (
 )
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
 from mechmem.models.adapter import HookedRootModule, build_transformer
+from mechmem.models.parts import Head
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +175,11 @@ def test_script_probes_the_lengths_asked_for_and_rejects_impossible_ones(planted
     assert run_script(module.main, [*args, "--half", "13"]) == 2  # 2 x 13 > n_ctx = 24
     err = capsys.readouterr().err
     assert err.startswith("error:") and len(err.strip().splitlines()) == 1
+
+
+def test_head_names_round_trip_and_bad_text_is_refused():
+    assert str(Head(0, 1)) == Head(0, 1).name == "L0H1" and f"{Head(12, 3)}.OV" == "L12H3.OV"
+    assert Head.parse("L12H3") == Head(12, 3) and Head.parse(Head(2, 0).name) == Head(2, 0)
+    for bad in ("L1", "H1", "L1H", "LxH1", "L1H2.OV", "mlp"):
+        with pytest.raises(ValueError, match="names no head"):
+            Head.parse(bad)

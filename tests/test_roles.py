@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import ROOT, assert_no_hooks, build_model
 
-from mechmem.analysis.roles import RoleResult, RoleThresholds, classify_heads, head_roles
+from mechmem.analysis.roles import RoleEvidence, RoleResult, RoleThresholds, classify_heads, head_roles
 from mechmem.analysis.sequential import NO, UNDECIDED, YES
 from mechmem.analysis.task_roles import measure_task_evidence
 from mechmem.checkpoint import save_checkpoint
@@ -52,6 +52,18 @@ def test_a_role_absent_from_the_model_gives_no_share():
     result = classify_heads(evidence([0.004], [0.95]), ROLES)
     assert [h.role for h in result] == ["elimination"]
     assert result[0].evidence["recall_share"] == 0.0 and result[0].evidence["elimination_share"] == 1.0
+
+
+def test_a_head_reads_its_role_evidence_as_a_record():
+    head = classify_heads(evidence([0.26], [0.01]), ROLES)[0]
+    recall = head.task("recall")
+    assert isinstance(recall, RoleEvidence) and recall.role == "recall"
+    assert (recall.score, recall.share, recall.attention) == (
+        head.evidence["recall_score"],
+        head.evidence["recall_share"],
+        head.evidence["recall_attention"],
+    )
+    assert recall.verdict is None and recall.bounds("score") == ""  # point evidence: no verdict, no bounds
 
 
 def test_thresholds_are_used():

@@ -40,6 +40,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechmem.analysis.intervals import bootstrap_ratio
+from mechmem.models.parts import model_device
 from mechmem.tasks.base import Batch, PatchingPair
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
@@ -210,7 +211,7 @@ def prompt_loss(model: torch.nn.Module, prompts: Batch | PatchingPair) -> float:
 def _chunks(model: torch.nn.Module, prompts: Batch | PatchingPair) -> Iterator[tuple[Any, Tensor]]:
     """Chunks of rows of `prompts` on the model's device, with their logits, each chunk's logits within
     `LOGITS_BUDGET` entries: the whole batch from a bounded amount of memory."""
-    device = next(model.parameters()).device
+    device = model_device(model)
     is_batch = isinstance(prompts, Batch)
     n, pos = (prompts.tokens if is_batch else prompts.clean).shape
     vocab = getattr(getattr(model, "cfg", None), "d_vocab_out", None)

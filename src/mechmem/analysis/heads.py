@@ -34,6 +34,7 @@ from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr, 
 from mechmem.analysis.intervals import RESAMPLES, Z_95, RatioMoments, bootstrap_ratio
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import attention_scale, is_hooked_transformer
+from mechmem.models.parts import Head, model_device
 from mechmem.plotting import plt
 
 PatternFn = Callable[[Tensor], Tensor]
@@ -246,7 +247,7 @@ class HeadScores:
         for name, s in self.scores.items():
             if s.numel() and not bool(s.isnan().all()):
                 layer, head = divmod(int(s.nan_to_num(float("-inf")).argmax()), s.shape[1])
-                best.append(f"{name} L{layer}H{head} {float(s[layer, head]):.2f}")
+                best.append(f"{name} {Head(layer, head)} {float(s[layer, head]):.2f}")
         shape = next(iter(self.scores.values())).shape if self.scores else ()
         return short_repr(
             "HeadScores",
@@ -329,7 +330,7 @@ def detect_heads(
     per_seq = {k: [] for k in patterns}  # per chunk: mass [batch layer head]
     rows_per_seq = {k: [] for k in patterns}  # per chunk: rows [batch]
     tok = {k: _TokenSums(shape, vocab) for k in patterns}
-    tokens = tokens.to(cfg.device)
+    tokens = tokens.to(model_device(model))
     for start in range(0, tokens.shape[0], chunk):
         part = tokens[start : start + chunk]
         masks = {k: _as_pattern(spec, part) for k, spec in patterns.items()}
@@ -493,7 +494,7 @@ def attention_patterns(
 ) -> Float[Tensor, "layer batch head query_pos key_pos"]:
     """Every layer's attention pattern on `tokens` (keep the batch small: this is stored in full)."""
     _, cache = model.run_with_cache(
-        tokens.to(model.cfg.device), names_filter=lambda n: n.endswith("hook_pattern")
+        tokens.to(model_device(model)), names_filter=lambda n: n.endswith("hook_pattern")
     )
     return torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"] for layer in range(model.cfg.n_layers)])
 
@@ -559,7 +560,7 @@ def plot_attention(
         for head in range(n_heads):
             ax = axes[layer][head]
             ax.imshow(patterns[layer, head].detach().cpu().numpy(), vmin=0, vmax=1, cmap="Blues")
-            ax.set_title(f"L{layer}H{head}", fontsize=9)
+            ax.set_title(str(Head(layer, head)), fontsize=9)
             ax.set_xticks(ticks, labels, fontsize=6, rotation=90)
             ax.set_yticks(ticks, labels, fontsize=6)
     fig.supxlabel("key position" + (":token" if show_tokens else ""), fontsize=9)

@@ -37,6 +37,7 @@ from torch import Tensor
 from mechmem.analysis.frames import grid_frame, shape_text, short_repr, with_tokens
 from mechmem.analysis.intervals import RESAMPLES, bootstrap_ratio
 from mechmem.models.adapter import is_hooked_transformer
+from mechmem.models.parts import model_device
 from mechmem.plotting import plt
 
 
@@ -228,8 +229,8 @@ def logit_lens(
         1.0
     """
     stages = lens_stages(model)
-    tokens = tokens.to(model.cfg.device)
-    targets = targets.to(model.cfg.device)
+    tokens = tokens.to(model_device(model))
+    targets = targets.to(model_device(model))
     wanted = {hook for _, hook in stages}
     _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in wanted)
     probs_t, ranks, top_t, top_p = [], [], [], []

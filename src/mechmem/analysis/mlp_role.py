@@ -23,6 +23,7 @@ from mechmem.analysis.interventions import Intervention, intervened_logits, mean
 from mechmem.analysis.logit_lens import answer_probability, decode_residual
 from mechmem.analysis.neurons import neuron_direct_effect
 from mechmem.analysis.sequential import MLP_POLICY, NO, YES, Decision, DecisionPolicy, decide
+from mechmem.models.parts import model_device
 
 FAMILY = "drop"
 """The decision's one family: the mean drop of p(answer) when the MLP is mean-ablated."""
@@ -78,7 +79,7 @@ def decided_mlp_role(
     the reference batch the mean is taken over.
     """
     layer = model.cfg.n_layers - 1 if layer is None else layer
-    device = next(model.parameters()).device
+    device = model_device(model)
     generator = torch.Generator().manual_seed(seed)
     reference = task.eval_batch(policy.budget, generator=generator).tokens.to(device)
     ablate = Intervention(f"blocks.{layer}.hook_mlp_out", (), mean(reference))

@@ -35,6 +35,7 @@ from torch import Tensor
 from mechmem.analysis.frames import concat, short_repr
 from mechmem.analysis.intervals import LEVEL, RESAMPLES
 from mechmem.models.adapter import FactoredMatrix
+from mechmem.models.parts import Head, model_device
 
 PROBE_COLUMNS = ["probe", "matrix", "measure", "value", "lower", "upper", "n_inputs", "n_outputs"]
 """The columns of a probe's `to_dataframe`."""
@@ -190,10 +191,10 @@ def ov_copy_probe(
     Bietti et al.'s W_O^2 probe when the probed tokens are a subset (e.g. held-out outputs). Direct path
     only (layer-0 embeddings).
     """
-    ids = _token_ids(model, tokens).to(model.W_E.device)
+    ids = _token_ids(model, tokens).to(model_device(model))
     scores = recall_scores(model.W_E[ids].detach(), model.OV[layer, head], model.W_U.T.detach())
     return ProbeResult(
-        f"ov_copy.L{layer}H{head}",
+        f"ov_copy.{Head(layer, head)}",
         f"W_E W_V^{layer}.{head} W_O^{layer}.{head} W_U",
         float((scores.argmax(-1) == ids).float().mean()),
         len(ids),
@@ -213,7 +214,7 @@ def qk_previous_position_probe(
     n = model.cfg.n_ctx if n_positions is None else min(n_positions, model.cfg.n_ctx)
     suffix = "" if n == model.cfg.n_ctx else f".first{n}"
     return _probe(
-        f"qk_prev_pos.L{layer}H{head}{suffix}",
+        f"qk_prev_pos.{Head(layer, head)}{suffix}",
         f"W_pos W_Q^{layer}.{head} W_K^{layer}.{head}T W_pos^T",
         model.W_pos[1:n],
         model.QK[layer, head],
@@ -235,11 +236,11 @@ def qk_token_probe(
     This is the induction head's key memory: the source (previous-token) head writes the previous token into
     the residual, and the query (the current token) must match it.
     """
-    ids = _token_ids(model, tokens).to(model.W_E.device)
+    ids = _token_ids(model, tokens).to(model_device(model))
     sl, sh = source
     keys = (model.W_E[ids] @ model.OV[sl, sh]).AB
     return _probe(
-        f"qk_token.L{layer}H{head}<-L{sl}H{sh}",
+        f"qk_token.{Head(layer, head)}<-{Head(sl, sh)}",
         f"W_E W_Q^{layer}.{head} W_K^{layer}.{head}T (W_E W_V^{sl}.{sh} W_O^{sl}.{sh})^T",
         model.W_E[ids],
         model.QK[layer, head],
@@ -262,7 +263,7 @@ def ffn_bigram_probe(
     `BigramSample` instead of a table, the table is counted on its sequences and recall and KL get 95%
     bootstrap intervals over them (`BigramSample.intervals`); a table is taken as exact.
     """
-    ids = _token_ids(model, tokens).to(model.W_E.device)
+    ids = _token_ids(model, tokens).to(model_device(model))
     logp = ffn_logprobs(model, layer, ids)
     sample = bigram if isinstance(bigram, BigramSample) else None
     table = sample.table(model.cfg.d_vocab, model.cfg.d_vocab_out) if sample is not None else bigram

@@ -59,6 +59,7 @@ from mechmem.analysis.intervals import RatioMoments
 from mechmem.analysis.sequential import HEAD_POLICY, NO, UNDECIDED, YES, Decision, DecisionPolicy, decide
 from mechmem.analysis.task_roles import decide_task_roles
 from mechmem.config import ConfigMixin
+from mechmem.models.parts import Head, model_device
 
 ROLE_COLUMNS = ["layer", "head", "role", "fallback", "undecided", "evidence", "value"]
 """The columns of a role's `to_dataframe`."""
@@ -108,7 +109,11 @@ class HeadRole:
 
     @property
     def name(self) -> str:
-        return f"L{self.layer}H{self.head}"
+        return Head(self.layer, self.head).name
+
+    def task(self, role: str) -> "RoleEvidence":
+        """The head's evidence for task role `role`."""
+        return RoleEvidence.read(self.evidence, role)
 
     @property
     def fallback(self) -> bool:
@@ -277,7 +282,7 @@ class PatternEvidence:
                         f"{float(s):.2f} [{float(lo):.2f}, {float(hi):.2f}]"
                         for s, lo, hi in zip(curve["score"][at], curve["lower"][at], curve["upper"][at])
                     ]
-                    rows.append([f"L{layer}H{head}", name, *cells])
+                    rows.append([str(Head(layer, head)), name, *cells])
         return rows
 
     def to_dict(self) -> dict[str, Any]:
@@ -362,12 +367,12 @@ def draw_probes(model: Any, task: Any, halves: Sequence[int]) -> Any:
                 token_parts.append(_unmeasured(k, token_shape))
                 continue
             tokens = head_detection.repeated_random_tokens(k, half, cfg.d_vocab, generator=generator)
-            r = head_detection.detect_heads(model, tokens.to(cfg.device), resamples=0)
+            r = head_detection.detect_heads(model, tokens.to(model_device(model)), resamples=0)
             overall_parts.append(RatioMoments.stack([r.moments[p] for p in keys]))
             token_parts.append(RatioMoments.stack([r.token_moments[p] for p in keys]))
         if task is not None:
             if wanted(len(halves)):
-                batch = task.eval_batch(k, generator=generator).to(cfg.device)
+                batch = task.eval_batch(k, generator=generator).to(model_device(model))
                 answers = batch.loss_mask > 0
                 r = head_detection.detect_heads_on_task(model, batch.tokens, answers, resamples=0)
                 overall_parts.append(RatioMoments.stack([r.moments[p] for p in keys]))
@@ -479,44 +484,81 @@ def _score(evidence: dict[str, Tensor], role: str) -> Tensor:
     return transfer if via is None else torch.maximum(transfer, via)
 
 
-def _bounds(ev: dict[str, float], key: str) -> str:
-    """ " [lower, upper]" (corrected) of an evidence quantity, or "" when it has none."""
-    low, high = ev.get(f"{key}_corrected_lower"), ev.get(f"{key}_corrected_upper")
-    return "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
+@dataclass(frozen=True)
+class RoleEvidence:
+    """One head's evidence for one task role: the keys "{role}_{quantity}" of `HeadRole.evidence`, as fields
+    (`task_roles.decide_task_roles` writes them; point evidence built by hand has no verdicts or bounds)."""
+
+    role: str
+    score: float
+    share: float
+    attention: float
+    lead_lower: float
+    """Corrected lower bound of the share's lead over the other roles (nan for point evidence)."""
+    verdict: float | None
+    """The role's sequential code (`YES`, `NO`, `UNDECIDED`); None for point evidence."""
+    score_verdict: float | None
+    n_needed: float
+    """Sequences per probe that would decide the role (nan: none would)."""
+    corrected: dict[str, tuple[float, float]]
+    """Quantity ("score", "share", "attention") -> its corrected 95% interval, where measured."""
+
+    @classmethod
+    def read(cls, ev: dict[str, float], role: str) -> "RoleEvidence":
+        """The role's fields from a head's flat evidence."""
+        nan = float("nan")
+        corrected = {
+            q: (ev[f"{role}_{q}_corrected_lower"], ev[f"{role}_{q}_corrected_upper"])
+            for q in ("score", "share", "attention")
+            if f"{role}_{q}_corrected_lower" in ev and f"{role}_{q}_corrected_upper" in ev
+        }
+        return cls(
+            role,
+            ev[f"{role}_score"],
+            ev[f"{role}_share"],
+            ev.get(f"{role}_attention", nan),
+            ev.get(f"{role}_lead_lower", nan),
+            ev.get(f"{role}_verdict"),
+            ev.get(f"{role}_score_verdict"),
+            ev.get(f"{role}_n_needed", nan),
+            corrected,
+        )
+
+    def bounds(self, quantity: str) -> str:
+        """ " [lower, upper]" (corrected) of a quantity, or "" when it has none."""
+        low, high = self.corrected.get(quantity, (None, None))
+        return "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
 
 
-def _task_role_decided(
-    ev: dict[str, float], roles: Sequence[str], t: RoleThresholds
-) -> tuple[str, str] | None:
+def _task_role_decided(evs: list[RoleEvidence], t: RoleThresholds) -> tuple[str, str] | None:
     """The task role the sequential verdicts support (docs/decisions.md, "Task roles"), "shared", or None."""
-    for role in roles:
-        if ev[f"{role}_verdict"] == YES:
-            return role, (
-                f"{role}: score {ev[f'{role}_score']:.2f}{_bounds(ev, f'{role}_score')} (>= {t.min_score}), "
-                f"share {ev[f'{role}_share']:.2f}{_bounds(ev, f'{role}_share')} leads the other roles by at "
-                f"least {ev[f'{role}_lead_lower']:.2f} (>= {t.share_margin}), attention on its keys "
-                f"{ev[f'{role}_attention']:.2f}{_bounds(ev, f'{role}_attention')} (>= {t.task_attention}); "
+    for e in evs:
+        if e.verdict == YES:
+            return e.role, (
+                f"{e.role}: score {e.score:.2f}{e.bounds('score')} (>= {t.min_score}), "
+                f"share {e.share:.2f}{e.bounds('share')} leads the other roles by at "
+                f"least {e.lead_lower:.2f} (>= {t.share_margin}), attention on its keys "
+                f"{e.attention:.2f}{e.bounds('attention')} (>= {t.task_attention}); "
                 "corrected 95% intervals"
             )
-    scoring = [r for r in roles if ev[f"{r}_score_verdict"] == YES]
-    if len(scoring) >= 2 and all(ev[f"{r}_verdict"] == NO for r in roles):
+    scoring = [e for e in evs if e.score_verdict == YES]
+    if len(scoring) >= 2 and all(e.verdict == NO for e in evs):
         return "shared", "scores " + ", ".join(
-            f"{r} {ev[f'{r}_score']:.2f}{_bounds(ev, f'{r}_score')}" for r in scoring
-        ) + " without a lead"
+            f"{e.role} {e.score:.2f}{e.bounds('score')}" for e in scoring
+        ) + (" without a lead")
     return None
 
 
 def task_undecided_notes(ev: dict[str, float], roles: Sequence[str]) -> list[str]:
     """Words for each task role the sequential rule left undecided for a head (none for point evidence)."""
     notes = []
-    for role in roles:
-        if ev.get(f"{role}_verdict", NO) != UNDECIDED:
+    for e in (RoleEvidence.read(ev, role) for role in roles):
+        if e.verdict != UNDECIDED:
             continue
-        needed = ev.get(f"{role}_n_needed", float("nan"))
         about = "no number of sequences would (a quantity sits on its threshold)"
-        if math.isfinite(needed) and needed > 0:
-            about = f"about {int(needed)} sequences per probe would decide it"
-        notes.append(f"task role {role} undecided at the budget (score {ev[f'{role}_score']:.2f}): {about}")
+        if math.isfinite(e.n_needed) and e.n_needed > 0:
+            about = f"about {int(e.n_needed)} sequences per probe would decide it"
+        notes.append(f"task role {e.role} undecided at the budget (score {e.score:.2f}): {about}")
     return notes
 
 
@@ -524,23 +566,20 @@ def _task_role(ev: dict[str, float], roles: Sequence[str], t: RoleThresholds) ->
     """The task role a head's evidence supports (with the reason), "shared", or None. Evidence with the
     sequential verdicts (`task_roles.decide_task_roles`) is judged on them; point evidence built by hand, on
     the point values."""
-    if all(f"{r}_verdict" in ev for r in roles):
-        return _task_role_decided(ev, roles, t)
-    scoring = [r for r in roles if ev[f"{r}_score"] >= t.min_score]
-    for role in scoring:
-        others = [ev[f"{o}_share"] for o in roles if o != role]
-        lead = ev[f"{role}_share"] - max(others, default=0.0)
-        if lead >= t.share_margin and ev[f"{role}_attention"] >= t.task_attention:
-            return role, (
-                f"{role}: score {ev[f'{role}_score']:.2f} (>= {t.min_score}), "
-                f"share {ev[f'{role}_share']:.2f} "
+    evs = [RoleEvidence.read(ev, r) for r in roles]
+    if all(e.verdict is not None for e in evs):
+        return _task_role_decided(evs, t)
+    scoring = [e for e in evs if e.score >= t.min_score]
+    for e in scoring:
+        lead = e.share - max((o.share for o in evs if o.role != e.role), default=0.0)
+        if lead >= t.share_margin and e.attention >= t.task_attention:
+            return e.role, (
+                f"{e.role}: score {e.score:.2f} (>= {t.min_score}), share {e.share:.2f} "
                 f"leads the other roles by {lead:.2f} (>= {t.share_margin}), attention on its keys "
-                f"{ev[f'{role}_attention']:.2f} (>= {t.task_attention}); point values"
+                f"{e.attention:.2f} (>= {t.task_attention}); point values"
             )
     if len(scoring) >= 2:
-        return "shared", "scores " + ", ".join(
-            f"{r} {ev[f'{r}_score']:.2f}" for r in scoring
-        ) + " without a lead"
+        return "shared", "scores " + ", ".join(f"{e.role} {e.score:.2f}" for e in scoring) + " without a lead"
     return None
 
 
@@ -636,7 +675,7 @@ def classify_heads(
                 role, notes = task[0], [task[1]] + [f"also {note}" for note in notes]
             else:
                 role = patterns[0].role if patterns else "none"
-                undecided = [r for r in task_roles if ev.get(f"{r}_verdict", NO) == UNDECIDED]
+                undecided = [r for r in task_roles if RoleEvidence.read(ev, r).verdict == UNDECIDED]
                 if not patterns:
                     undecided += [PATTERN_ROLES[k] for k in PATTERN_ROLES if undecided_note(ev, k)]
             roles.append(HeadRole(layer, head, role, ev, notes, undecided))
@@ -671,7 +710,7 @@ def head_roles(
     t = thresholds or RoleThresholds()
     if head_detection.no_attention_reason(model):
         return RoleResult([], (), t, {"n": n, "seed": seed})
-    device = next(model.parameters()).device
+    device = model_device(model)
     patterns = measure_pattern_evidence(
         model, task, generator=torch.Generator().manual_seed(seed), policy=policy, n=n, threshold=t.attention
     )

@@ -47,6 +47,7 @@ from mechmem.analysis.sequential import (
     FamilyDecision,
     judge,
 )
+from mechmem.models.parts import model_device
 from mechmem.tasks.base import RoleProbe
 
 QUANTITIES = ("transfer", "via_mlp", "attention", "damage")
@@ -355,7 +356,7 @@ def decide_task_roles(
         n: the budget (sequences per probe), replacing the policy's.
     """
     policy = policy if n is None else policy.with_budget(n)
-    device = next(model.parameters()).device
+    device = model_device(model)
     reference = reference.to(device)
     values: dict[str, list[Tensor]] = {}
     roles: tuple[str, ...] = ()

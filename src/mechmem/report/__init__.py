@@ -30,6 +30,7 @@ import torch
 from mechmem.analysis.intervals import format_interval
 from mechmem.analysis.options import HEAD_BUDGET
 from mechmem.analysis.roles import HeadRole, RoleResult, RoleThresholds, head_roles
+from mechmem.models.parts import model_device
 from mechmem.progress import Progress
 from mechmem.report.circuit_graph import edges_section
 from mechmem.report.document import Report, Section, Table, to_html, to_markdown, write_index, write_report
@@ -226,7 +227,7 @@ class ReportCost:
         self, steps: int, model: torch.nn.Module, *, progress: bool = False, every_s: float = 5.0
     ) -> None:
         self.model = model
-        self.device = next(model.parameters()).device
+        self.device = model_device(model)
         # stdout, like the scripts' other progress lines (`mechmem.progress.working`): stderr is for errors.
         self.progress = Progress(steps, desc="report", enabled=progress, every_s=every_s, stream=sys.stdout)
         self.steps: dict[str, dict[str, float]] = {}

@@ -20,6 +20,7 @@ from mechmem.analysis.distribution import prompt_fit
 from mechmem.analysis.intervals import normal_interval
 from mechmem.analysis.sequential import CIRCUIT_POLICY
 from mechmem.errors import MechmemError
+from mechmem.models.parts import Head
 from mechmem.report.document import Section, Table
 
 PORT_OFFSET = {"q": -0.3, "k": 0.0, "v": 0.3, "in": 0.0}
@@ -33,12 +34,12 @@ def _positions(circuit: Circuit) -> dict[str, tuple[float, float]]:
     """(x, y) of every node: heads spread along x in their layer's row, MLPs and the logits centred, the
     embeddings below and outside the heads' columns (so their edges do not run through a head)."""
     heads = [n for n in circuit.graph.nodes if n.kind == "head"]
-    width = max([int(n.name.split("H")[1]) for n in heads], default=0) + 1
+    width = max([Head.parse(n.name).head for n in heads], default=0) + 1
     side = 0.7 * (width - 1) + 1.0
     pos = {"embed": (-side, -1.0), "pos": (side, -1.0)}
     for node in circuit.graph.nodes:
         if node.kind == "head":
-            pos[node.name] = (1.4 * (int(node.name.split("H")[1]) - (width - 1) / 2), node.depth)
+            pos[node.name] = (1.4 * (Head.parse(node.name).head - (width - 1) / 2), node.depth)
         elif node.kind in ("mlp", "logits"):
             pos[node.name] = (0.0, node.depth)
     return pos

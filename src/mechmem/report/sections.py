@@ -30,6 +30,7 @@ from mechmem.analysis.roles import RoleResult, RoleThresholds
 from mechmem.analysis.sequential import ABLATION_POLICY, MLP_POLICY, PATCH_POLICY, VERDICTS
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import is_hooked_transformer
+from mechmem.models.parts import Head, model_device
 from mechmem.report.document import Section, Table
 from mechmem.report.interactive import EXAMPLES, ablation_map, attention_view, sweep_map
 
@@ -54,7 +55,7 @@ class ReportContext:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return model_device(self.model)
 
 
 def _needs_task(ctx: ReportContext, what: str) -> str | None:
@@ -280,10 +281,10 @@ def probes_section(ctx: ReportContext) -> Section:
         for head in range(model.cfg.n_heads):
             probe = probes.ov_copy_probe(model, layer, head)
             copy, suppress = probe.recall, probe.extra["suppress_recall"]
-            rows.append([f"L{layer}H{head}", copy, suppress])
+            rows.append([str(Head(layer, head)), copy, suppress])
             findings.append(
                 {
-                    "name": f"L{layer}H{head}.OV",
+                    "name": f"{Head(layer, head)}.OV",
                     "matrix": f"blocks.{layer}.attn.OV[{head}]",
                     "copy_recall": copy,
                     "suppress_recall": suppress,
@@ -341,7 +342,7 @@ def ablation_section(ctx: ReportContext) -> Section:
                 if r["component"] == "mlp"
                 else "attn"
                 if r["head"] is None
-                else f"L{r['layer']}H{r['head']}"
+                else str(Head(r["layer"], r["head"]))
             )
             + ("" if r["head"] is not None else f" L{r['layer']}"),
             r["metric"],
@@ -369,7 +370,7 @@ def _head_patching_table(by_head: patching.PatchingResult) -> Table:
     """The ten heads whose output restores most of the clean behaviour, with intervals and verdicts."""
     restored, iv, verdicts = by_head.normalised(), by_head.intervals, by_head.decision.code
     rows = [
-        [f"L{l}H{h}", float(by_head.values[l, h]), float(restored[l, h])]
+        [str(Head(l, h)), float(by_head.values[l, h]), float(restored[l, h])]
         + ([] if iv is None else [format_interval(iv.normalised_lower[l, h], iv.normalised_upper[l, h])])
         + [VERDICTS[int(verdicts[l, h])]]
         for l in range(restored.shape[0])

@@ -52,6 +52,7 @@ from mechmem.analysis.interventions import (
 )
 from mechmem.analysis.interventions.reference import naive_intervene
 from mechmem.analysis.options import ABLATION_METHODS
+from mechmem.models.parts import Head
 
 METHODS = ABLATION_METHODS
 Metric = Callable[[Tensor], Tensor]
@@ -281,7 +282,7 @@ def variant_names(model: torch.nn.Module) -> list[str]:
     """Names of one method's ablations in the engine's order: per layer "L0H0".., "L0 attn", "L0 mlp"."""
     cfg, out = model.cfg, []
     for layer in range(cfg.n_layers):
-        out += [f"L{layer}H{head}" for head in range(cfg.n_heads)] + [f"L{layer} attn"]
+        out += [str(Head(layer, head)) for head in range(cfg.n_heads)] + [f"L{layer} attn"]
         out += [] if cfg.attn_only else [f"L{layer} mlp"]
     return out
 

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr
 from mechmem.analysis.intervals import RESAMPLES, covers, format_interval
+from mechmem.models.parts import Head
 from mechmem.plotting import plt
 
 
@@ -141,7 +142,7 @@ class AblationResult:
         deltas, largest = self.heads - self.baseline, ""
         if deltas.numel():
             method, layer, head = np.unravel_index(int(deltas.abs().argmax()), tuple(deltas.shape))
-            where = f"L{layer}H{head} {self.methods[method]}"
+            where = f"{Head(int(layer), int(head))} {self.methods[method]}"
             largest = f"largest head delta {float(deltas[method, layer, head]):+.3g} ({where})"
             if self.intervals is not None:
                 lower, upper = (b[method, layer, head] for b in self.intervals.bounds("head"))

@@ -58,6 +58,7 @@ from mechmem.analysis.interventions import (
 )
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import split_qkv_unsupported
+from mechmem.models.parts import Head
 from mechmem.tasks.base import PatchingPair
 
 ABLATIONS = ("corrupted", "mean", "zero")
@@ -144,7 +145,7 @@ def build_graph(model: torch.nn.Module) -> Graph:
     ports = []
     for l in range(cfg.n_layers):
         for h in range(cfg.n_heads):
-            node = Node(f"L{l}H{h}", "head", float(l), f"blocks.{l}.attn.hook_z", (slice(None), h))
+            node = Node(str(Head(l, h)), "head", float(l), f"blocks.{l}.attn.hook_z", (slice(None), h))
             nodes.append(node)
             ports.append(Port(node, "q", f"blocks.{l}.hook_q_input", (slice(None), h)))
             if h % group == 0:  # grouped-query: one key/value input per group, named after its first head

@@ -74,6 +74,7 @@ from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.models.adapter import load_canonical_state_dict
 from mechmem.models.checks import check_finite_weights, check_n_samples
+from mechmem.models.parts import Head, model_device
 from mechmem.tasks.base import Batch, PatchingPair, masked_accuracy
 from mechmem.training.rundir import payload_identity, run_differences, step_checkpoints
 from mechmem.training.trainer import resolve_device
@@ -201,7 +202,7 @@ def _loss(model: Any, data: EvalData) -> dict[str, CurvePoint]:
 def _heads(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     found = heads.detect_heads_on_task(model, data.batch.tokens, data.batch.loss_mask > 0)
     return {
-        f"L{l}H{h}.{name}": CurvePoint(
+        f"{Head(l, h)}.{name}": CurvePoint(
             float(s[l, h]), float(found.lower[name][l, h]), float(found.upper[name][l, h])
         )
         for name, s in found.scores.items()
@@ -236,7 +237,7 @@ def _ablation(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     result = ablation.ablate_heads(model, b.tokens, loss, methods=("mean",), reference=data.reference)
     delta, (lower, upper) = result.heads[0] - result.baseline, result.intervals.bounds("head")
     return {
-        f"ablation.L{l}H{h}": CurvePoint(float(delta[l, h]), float(lower[0, l, h]), float(upper[0, l, h]))
+        f"ablation.{Head(l, h)}": CurvePoint(float(delta[l, h]), float(lower[0, l, h]), float(upper[0, l, h]))
         for l in range(delta.shape[0])
         for h in range(delta.shape[1])
     }
@@ -248,7 +249,7 @@ def _patching(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     result = patching.run_sweeps(model, data.pair, ("attn_head_out_all_pos",))["attn_head_out_all_pos"]
     restored, iv = result.normalised(), result.intervals
     return {
-        f"patching.L{l}H{h}": CurvePoint(
+        f"patching.{Head(l, h)}": CurvePoint(
             float(restored[l, h]), float(iv.normalised_lower[l, h]), float(iv.normalised_upper[l, h])
         )
         for l in range(restored.shape[0])
@@ -260,11 +261,7 @@ def _roles(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     result = roles.head_roles(model, data.task, n=data.n, seed=data.seed)
     out = {f"{h.name}.role={h.role}": CurvePoint(1.0) for h in result.heads if h.role != "none"}
     out.update(
-        {
-            f"{h.name}.{r}_score": CurvePoint(float(h.evidence[f"{r}_score"]))
-            for h in result.heads
-            for r in result.task_roles
-        }
+        {f"{h.name}.{r}_score": CurvePoint(h.task(r).score) for h in result.heads for r in result.task_roles}
     )
     return out
 
@@ -496,7 +493,7 @@ def run_dynamics(
         cost["load"] += time.perf_counter() - t0
         if data is None:
             check_n_samples(n, ckpt.model, minimum=2)
-            data = EvalData(ckpt.task, n, seed, next(ckpt.model.parameters()).device)
+            data = EvalData(ckpt.task, n, seed, model_device(ckpt.model))
         row, headless = {}, heads.no_attention_reason(ckpt.model)
         for q in chosen:
             t0 = time.perf_counter()

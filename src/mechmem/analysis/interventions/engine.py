@@ -66,7 +66,6 @@ from mechmem.analysis.interventions.hooked import (
     capture_acts,
     capture_run,
     check_hooks,
-    model_device,
     run_hooked,
 )
 from mechmem.analysis.interventions.metric import PatchingMetric, callable_metric
@@ -89,6 +88,7 @@ from mechmem.analysis.interventions.spec import (
 )
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import is_hooked_transformer
+from mechmem.models.parts import model_device
 
 CACHE_MB = 256.0
 """Default budget in MiB for the replay's cached run (`Engine.cache_mb`): above it, the sequences are replayed

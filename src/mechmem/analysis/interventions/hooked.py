@@ -27,6 +27,7 @@ from mechmem.analysis.interventions.replay import take_pos
 from mechmem.analysis.interventions.spec import Intervention, Setter, apply
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import is_hooked_transformer, last_start_layer
+from mechmem.models.parts import model_device
 
 Megabytes = int | float
 """A memory budget in MiB (an int or a float: the runtime type checks tell them apart)."""
@@ -37,11 +38,6 @@ kept under this many MB: the sequences run in chunks, only the hooks read are ca
 # Hooks TransformerLens only computes with a config flag on: hook-name suffix -> the flag.
 FLAGS = {"hook_mlp_in": "use_hook_mlp_in", "hook_attn_in": "use_attn_in"}
 FLAGS |= {"attn.hook_result": "use_attn_result"} | {f"hook_{x}_input": "use_split_qkv_input" for x in "qkv"}
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    """The device of the model's parameters."""
-    return next(model.parameters()).device
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from mechmem.analysis.interventions.metric import PatchingMetric
 from mechmem.analysis.interventions.spec import Intervention, Variant, as_lists
+from mechmem.models.parts import model_device
 
 FLAG_OF_HOOK = {
     "hook_mlp_in": "use_hook_mlp_in",
@@ -74,7 +75,7 @@ def naive_intervene(
     hooks = {iv.hook for variant in variants for iv in variant}
     if unknown := sorted(hooks - set(model.hook_dict)):
         raise ValueError(f"unknown hook(s) {', '.join(unknown)}")
-    device = next(model.parameters()).device
+    device = model_device(model)
     tokens = tokens.to(device)
     out = []
     with hook_flags(model, hooks):

@@ -60,6 +60,7 @@ from mechmem.analysis.patching.result import (
 )
 from mechmem.analysis.patching.sweeps import Patcher, resolve_metric, resolve_sweep
 from mechmem.errors import MechmemError
+from mechmem.models.parts import model_device
 from mechmem.tasks.base import PatchingPair
 
 TRUST = {"pearson": 0.8}
@@ -112,7 +113,7 @@ class Attributor:
             raise MechmemError("clean and corrupted inputs must have the same shape")
         if steps < 0:
             raise MechmemError(f"steps must be 0 (first order) or a positive number of IG steps, got {steps}")
-        device = next(model.parameters()).device
+        device = model_device(model)
         self.model = model
         self.tokens = {"clean": clean.to(device), "corrupted": corrupted.to(device)}
         self.metric = resolve_metric(

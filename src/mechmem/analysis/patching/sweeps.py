@@ -49,6 +49,7 @@ from mechmem.analysis.patching.result import (
     sweep_intervals,
 )
 from mechmem.errors import MechmemError
+from mechmem.models.parts import model_device
 from mechmem.tasks.base import PatchingPair
 
 
@@ -152,7 +153,7 @@ class Patcher:
             raise MechmemError("clean and corrupted inputs must have the same shape")
         if getattr(model, "cfg", None) is None:
             raise MechmemError("patching needs a TransformerLens model (with a cfg)")
-        device = next(model.parameters()).device
+        device = model_device(model)
         self.model = model
         self.tokens = {"clean": clean.to(device), "corrupted": corrupted.to(device)}
         self.metric = resolve_metric(metric, pair, lambda: model(self.tokens["clean"]), readout)
