@@ -475,6 +475,87 @@ def decide(
     return Decision(families, policy, tuple(taken), "budget")
 
 
+Measure = Callable[..., tuple[Any, Mapping[str, RatioMoments]]]
+"""(how many new units, generator[, mask of the tests still measured]) -> (the round's record, per family the
+moments of the new units): a `Draw` that also hands back what it measured, for pooling."""
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """What `run_rounds` found: the decision and every round's record, in order."""
+
+    decision: Decision
+    records: list[Any]
+
+
+def run_rounds(
+    measure: Measure,
+    thresholds: Mapping[str, float | Tensor | Band],
+    *,
+    policy: DecisionPolicy,
+    generator: torch.Generator,
+    absent: Callable[[Mapping[str, FamilyDecision]], bool] | None = None,
+    settled: Callable[[Mapping[str, FamilyDecision]], bool] = no_open_tests,
+    **options: Any,
+) -> Rounds:
+    """The one sequential runner: `decide` over rounds of `measure`, keeping each round's record.
+
+    `absent`, judged after each look before `settled`, is True once the behaviour the tests share out is
+    shown absent: sampling stops there and the decision's `stopped` reads "no behaviour". `options` go to
+    `decide` (absolute, axes, freeze, stale)."""
+    records: list[Any] = []
+
+    def draw(k: int, gen: torch.Generator, *measured: Any) -> Mapping[str, RatioMoments]:
+        record, moments = measure(k, gen, *measured)
+        records.append(record)
+        return moments
+
+    gone = False
+
+    def stop(families: Mapping[str, FamilyDecision]) -> bool:
+        nonlocal gone
+        gone = absent is not None and absent(families)
+        return gone or settled(families)
+
+    decision = decide(draw, thresholds, policy=policy, generator=generator, settled=stop, **options)
+    return Rounds(replace(decision, stopped="no behaviour") if gone else decision, records)
+
+
+class FirstRoundCheck:
+    """Estimate, check, fall back: on the first round each part (a sweep, an ablation) is estimated with its
+    check against exact measurement; a part that fails is measured exactly on that round and every later one,
+    and one that passes is estimated unchecked from then on, from what its check kept."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, Any] = {}
+        """Per part that passed: what its check kept (handed to every later estimate)."""
+        self.failed: set[str] = set()
+        self.checks: dict[str, Any] = {}
+        """Per part: its first round's check."""
+
+    def measure(
+        self,
+        part: str,
+        estimate: Callable[[Any], Any],
+        exact: Callable[[Any], Any],
+        check: Callable[[Any], tuple[bool, Any, Any]],
+    ) -> Any:
+        """The part's measurement this round. `estimate(kept)`: the estimate, checked where `kept` is None
+        (the first round); `check(result)` -> (passed, kept, record); `exact(failed)`: the exact measurement,
+        given the first round's failed estimate on that round (None later)."""
+        if part in self.failed:
+            return exact(None)
+        if part in self.kept:
+            return estimate(self.kept[part])
+        result = estimate(None)
+        passed, kept, self.checks[part] = check(result)
+        if passed:
+            self.kept[part] = kept
+            return result
+        self.failed.add(part)
+        return exact(result)
+
+
 __all__ = [
     "ABLATION_POLICY",
     "CIRCUIT_POLICY",
@@ -491,7 +572,11 @@ __all__ = [
     "DecisionPolicy",
     "Draw",
     "FamilyDecision",
+    "FirstRoundCheck",
+    "Measure",
+    "Rounds",
     "decide",
     "judge",
     "no_open_tests",
+    "run_rounds",
 ]
