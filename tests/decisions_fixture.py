@@ -14,7 +14,7 @@ from helpers import build_model
 
 import mechmem
 from mechmem.analysis.circuits.decided import decided_circuit
-from mechmem.analysis.sequential import DecisionPolicy
+from mechmem.analysis.stats import DecisionPolicy
 
 
 def _plain(x: Any) -> Any:

@@ -23,9 +23,15 @@ import torch
 from mechmem.analysis.ablation.attribution import attribute_ablation
 from mechmem.analysis.ablation.exact import ablate_heads, task_metric
 from mechmem.analysis.ablation.result import AblationResult, SequenceChanges, delta_intervals
-from mechmem.analysis.intervals import RatioMoments, bootstrap_ratio
-from mechmem.analysis.options import ABLATION_METRICS, ABLATION_THRESHOLDS
-from mechmem.analysis.sequential import ABLATION_POLICY, DecisionPolicy, FirstRoundCheck, run_rounds
+from mechmem.analysis.options import ABLATION_METRICS
+from mechmem.analysis.sequential import FirstRoundCheck, run_rounds
+from mechmem.analysis.stats import (
+    ABLATION_POLICY,
+    ABLATION_THRESHOLDS,
+    DecisionPolicy,
+    RatioMoments,
+    bootstrap_ratio,
+)
 from mechmem.errors import MechmemError
 
 FAMILY = "delta"

@@ -35,18 +35,20 @@ from mechmem.analysis.circuits.discovery import (
 )
 from mechmem.analysis.circuits.edges import EdgePatcher, Graph, build_graph
 from mechmem.analysis.circuits.record import CRITERIA, THRESHOLDS, Circuit, LeftOut
-from mechmem.analysis.intervals import Z_95, RatioMoments, standard_error
-from mechmem.analysis.options import EDGE_SHARE
-from mechmem.analysis.sequential import (
+from mechmem.analysis.sequential import run_rounds
+from mechmem.analysis.stats import (
     CIRCUIT_POLICY,
+    EDGE_SHARE,
     NO,
     YES,
+    Z_95,
     Band,
     Decision,
     DecisionPolicy,
+    RatioMoments,
     judge,
     no_open_tests,
-    run_rounds,
+    standard_error,
 )
 from mechmem.tasks.base import PatchingPair
 

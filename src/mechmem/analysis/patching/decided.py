@@ -23,18 +23,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mechmem.analysis.intervals import RatioMoments
-from mechmem.analysis.options import MIN_GAP, PATCH_SHARE
 from mechmem.analysis.patching.attribution import Attributor
 from mechmem.analysis.patching.result import PatchingResult, sweep_intervals
 from mechmem.analysis.patching.sweeps import Patcher, model_sweeps, resolve_sweep
-from mechmem.analysis.sequential import (
+from mechmem.analysis.sequential import FirstRoundCheck, run_rounds
+from mechmem.analysis.stats import (
+    MIN_GAP,
     NO,
     PATCH_POLICY,
+    PATCH_SHARE,
     Decision,
     DecisionPolicy,
-    FirstRoundCheck,
-    run_rounds,
+    RatioMoments,
 )
 from mechmem.errors import MechmemError
 
