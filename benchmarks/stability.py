@@ -47,7 +47,7 @@ from mechmem.analysis.heads import probe_halves
 from mechmem.analysis.mlp_role import decided_mlp_role
 from mechmem.analysis.patching.decided import decided_patching
 from mechmem.analysis.roles import RoleThresholds, head_roles
-from mechmem.analysis.sequential import CIRCUIT_POLICY
+from mechmem.analysis.stats import CIRCUIT_POLICY
 from mechmem.checkpoint import load_checkpoint, save_model
 from mechmem.errors import MechmemError
 from mechmem.tables import print_table

@@ -13,10 +13,10 @@ from helpers import build_model
 from mechmem.analysis import ablation
 from mechmem.analysis.ablation import attribution as ablation_attribution
 from mechmem.analysis.ablation.exact import SequenceMetric, ablated_hooks, method_setter
-from mechmem.analysis.intervals import bootstrap_ratio, mean_interval
 from mechmem.analysis.interventions import Engine, setter_values
 from mechmem.analysis.patching import Patcher
 from mechmem.analysis.patching.attribution import Attributor
+from mechmem.analysis.stats import bootstrap_ratio, mean_interval
 from mechmem.models.adapter import build_transformer
 
 BOUNDS = ("lower", "upper", "effect_lower", "effect_upper")

@@ -10,9 +10,8 @@ import mechmem
 from mechmem.analysis.circuits.decided import decided_circuit, judge_circuit, measured_left_out
 from mechmem.analysis.circuits.edges import build_graph
 from mechmem.analysis.circuits.record import Circuit, band_verdict, not_measurable
-from mechmem.analysis.intervals import RatioMoments
 from mechmem.analysis.planted import planted_induction_model, planted_split_model
-from mechmem.analysis.sequential import NO, UNDECIDED, YES, Band, DecisionPolicy, judge
+from mechmem.analysis.stats import NO, UNDECIDED, YES, Band, DecisionPolicy, RatioMoments, judge
 from mechmem.report.circuit_graph import summary_lines
 
 MOVERS = ["L0H0", "L0H1", "L0H2", "L0H3"]

@@ -16,9 +16,9 @@ from mechmem.analysis.circuits.discovery import (
     edge_attribution,
     score_edges,
 )
-from mechmem.analysis.intervals import bootstrap_ratio, combine, verdict
 from mechmem.analysis.interventions import activation_grads
 from mechmem.analysis.planted import planted_induction_model
+from mechmem.analysis.stats import bootstrap_ratio, combine, verdict
 from mechmem.tasks.base import PatchingPair
 
 

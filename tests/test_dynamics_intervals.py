@@ -20,7 +20,7 @@ from mechmem.analysis.dynamics import (
     run_dynamics,
     step_files,
 )
-from mechmem.analysis.intervals import Z_95, mean_interval
+from mechmem.analysis.stats import Z_95, mean_interval
 
 N = 32
 

@@ -10,7 +10,7 @@ from helpers import assert_no_hooks, build_model, trained_induction_model
 
 from mechmem.analysis.circuits.decided import decide_edges, decided_circuit
 from mechmem.analysis.planted import planted_induction_model
-from mechmem.analysis.sequential import UNDECIDED, DecisionPolicy
+from mechmem.analysis.stats import UNDECIDED, DecisionPolicy
 
 
 @pytest.fixture(scope="module")

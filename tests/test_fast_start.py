@@ -106,7 +106,7 @@ def test_help_and_argument_errors_answer_before_torch(target, tmp_path):
 
 
 def test_the_light_name_lists_are_the_ones_the_analyses_use():
-    from mechmem.analysis import ablation, circuits, dynamics, options, patching
+    from mechmem.analysis import ablation, circuits, dynamics, options, patching, stats
     from mechmem.analysis.patching import tables as patching_tables
     from mechmem.models import facts as facts_models
     from mechmem.report import circuit_graph
@@ -116,7 +116,7 @@ def test_the_light_name_lists_are_the_ones_the_analyses_use():
 
     assert ablation.METHODS == options.ABLATION_METHODS
     assert circuits.ABLATIONS == options.CIRCUIT_ABLATIONS
-    assert circuit_graph.N_PROMPTS == options.CIRCUIT_PROMPTS
+    assert circuit_graph.N_PROMPTS == stats.CIRCUIT_PROMPTS
     assert patching.DIRECTIONS == options.PATCH_DIRECTIONS
     assert tuple(patching.SWEEPS) == options.PATCH_SWEEPS
     assert patching_tables.METHODS == options.PATCH_METHODS

@@ -14,9 +14,9 @@ from mechmem.analysis.ablation import ablate_heads
 from mechmem.analysis.circuits.discovery import ScoredEdges, discover_circuit
 from mechmem.analysis.dynamics.measure import Dynamics
 from mechmem.analysis.frames import grid_frame, token_labels
-from mechmem.analysis.intervals import Z_95
 from mechmem.analysis.patching import run_sweeps
 from mechmem.analysis.planted import planted_induction_model
+from mechmem.analysis.stats import Z_95
 from mechmem.analysis.transitions import level
 from mechmem.tasks import build_task
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask

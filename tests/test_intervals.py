@@ -15,12 +15,12 @@ from helpers import assert_no_hooks, build_model
 
 import mechmem
 from mechmem.analysis.ablation import SequenceMetric, ablate_heads, sequence_losses
-from mechmem.analysis.intervals import RESAMPLES, Z_95, covers, mean_interval
 from mechmem.analysis.interventions import Intervention, zero
 from mechmem.analysis.interventions.reference import naive_intervene
 from mechmem.analysis.logit_lens import logit_lens
 from mechmem.analysis.patching import Patcher, patching_lines, patching_record, run_sweeps, sweep_intervals
 from mechmem.analysis.probes import EXACT, BigramSample, builtin_probes, empirical_bigram, ffn_bigram_probe
+from mechmem.analysis.stats import RESAMPLES, Z_95, covers, mean_interval
 from mechmem.tasks.base import Batch, PatchingPair, masked_cross_entropy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -56,7 +56,7 @@ def answered_pair(model, n: int) -> PatchingPair:
 
 def naive_bootstrap(num, den, seed=0):
     """The percentile bootstrap of sum(num) / sum(den) written as a loop over resamples, drawing the same
-    indices as `intervals.bootstrap_ratio` (one randint call of [resample, unit])."""
+    indices as `stats.bootstrap_ratio` (one randint call of [resample, unit])."""
     n = len(num)
     draws = torch.randint(n, (RESAMPLES, n), generator=torch.Generator().manual_seed(seed))
     stats = np.array([num[d].sum(0).numpy() / den[d].sum(0).numpy() for d in draws])

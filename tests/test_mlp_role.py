@@ -7,7 +7,7 @@ from helpers import assert_no_hooks, build_model
 
 import mechmem
 from mechmem.analysis.mlp_role import decided_mlp_role, last_answer
-from mechmem.analysis.sequential import DecisionPolicy
+from mechmem.analysis.stats import DecisionPolicy
 
 
 def test_each_drop_equals_a_run_with_hooks_that_writes_the_mlps_mean():

@@ -10,7 +10,7 @@ from helpers import assert_no_hooks, build_model, trained_induction_model
 
 import mechmem
 from mechmem.analysis.patching import Patcher, decided_patching, patch_checkpoint, run_sweeps
-from mechmem.analysis.sequential import NO, UNDECIDED, YES, DecisionPolicy
+from mechmem.analysis.stats import NO, UNDECIDED, YES, DecisionPolicy
 from mechmem.report.sections import ReportContext, patching_section
 from mechmem.tasks.base import PatchingPair
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask

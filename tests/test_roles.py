@@ -10,7 +10,7 @@ import torch
 from helpers import ROOT, assert_no_hooks, build_model
 
 from mechmem.analysis.roles import RoleEvidence, RoleResult, RoleThresholds, classify_heads, head_roles
-from mechmem.analysis.sequential import NO, UNDECIDED, YES
+from mechmem.analysis.stats import NO, UNDECIDED, YES
 from mechmem.analysis.task_roles import measure_task_evidence
 from mechmem.checkpoint import save_checkpoint
 from mechmem.report import build_report, circuit_section

@@ -15,7 +15,6 @@ from mechmem.analysis.heads import (
     kth_highest,
     repeated_random_tokens,
 )
-from mechmem.analysis.intervals import Z_95, RatioMoments, z_for
 from mechmem.analysis.planted import (
     INDUCTION_HEAD,
     PREVIOUS_TOKEN_HEAD,
@@ -23,7 +22,18 @@ from mechmem.analysis.planted import (
     planted_induction_model,
 )
 from mechmem.analysis.roles import RoleThresholds, classify_heads, head_roles
-from mechmem.analysis.sequential import HEAD_POLICY, NO, UNDECIDED, YES, DecisionPolicy, decide, judge
+from mechmem.analysis.sequential import decide
+from mechmem.analysis.stats import (
+    HEAD_POLICY,
+    NO,
+    UNDECIDED,
+    YES,
+    Z_95,
+    DecisionPolicy,
+    RatioMoments,
+    judge,
+    z_for,
+)
 from mechmem.io import strict_json
 
 REPEATS = 200

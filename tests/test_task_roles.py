@@ -6,9 +6,8 @@ import pytest
 import torch
 from helpers import assert_no_hooks, build_model
 
-from mechmem.analysis.intervals import mean_interval
 from mechmem.analysis.roles import RoleThresholds, classify_heads, head_roles
-from mechmem.analysis.sequential import NO, UNDECIDED, YES, DecisionPolicy
+from mechmem.analysis.stats import NO, UNDECIDED, YES, DecisionPolicy, mean_interval
 from mechmem.analysis.task_roles import decide_task_roles, measure_task_evidence, probe_values
 from mechmem.tasks.permutation import PermutationConfig, PermutationTask
 from mechmem_papers.permutation.planted import planted_permutation_model

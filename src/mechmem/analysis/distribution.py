@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-from mechmem.analysis.intervals import bootstrap_ratio
+from mechmem.analysis.stats import bootstrap_ratio
 from mechmem.models.parts import model_device
 from mechmem.tasks.base import Batch, PatchingPair
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask

@@ -31,7 +31,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr, token_labels, with_tokens
-from mechmem.analysis.intervals import RESAMPLES, Z_95, RatioMoments, bootstrap_ratio
+from mechmem.analysis.stats import RESAMPLES, Z_95, RatioMoments, bootstrap_ratio
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import attention_scale, is_hooked_transformer
 from mechmem.models.parts import Head, model_device
@@ -179,7 +179,7 @@ class HeadScores:
     """Per pattern, [layer head token]: the score over the rows whose query holds that token (NaN: none)."""
     by_token_lower: dict[str, Tensor] = field(default_factory=dict)
     """Per pattern, [layer head token]: score - 1.96 standard errors over sequences (the delta method of the
-    ratio, `intervals.RatioMoments`; NaN with fewer than `MIN_TOKEN_ROWS` rows)."""
+    ratio, `stats.RatioMoments`; NaN with fewer than `MIN_TOKEN_ROWS` rows)."""
     moments: dict[str, RatioMoments] = field(default_factory=dict)
     """Per pattern: per-sequence sums of (mass on the pattern's keys, rows with a key), [layer head], which
     the sequential rule accumulates over rounds (`mechmem.analysis.sequential`)."""

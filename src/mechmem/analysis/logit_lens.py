@@ -17,7 +17,7 @@ comparison of the permutation paper): a target whose probability jumps between t
 
 Each stage's mean target probability (and top-1 accuracy) over the masked positions carries a 95% interval
 over sequences: a percentile bootstrap of the ratio sum over sequences of their masked probabilities / their
-masked positions (`mechmem.analysis.intervals.bootstrap_ratio`, seeded, so the same result gives the same
+masked positions (`mechmem.analysis.stats.bootstrap_ratio`, seeded, so the same result gives the same
 interval).
 
 Caveat: early residuals were never trained to be read by the unembedding; a low lens probability says the
@@ -35,7 +35,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.analysis.frames import grid_frame, shape_text, short_repr, with_tokens
-from mechmem.analysis.intervals import RESAMPLES, bootstrap_ratio
+from mechmem.analysis.stats import RESAMPLES, bootstrap_ratio
 from mechmem.models.adapter import is_hooked_transformer
 from mechmem.models.parts import model_device
 from mechmem.plotting import plt

@@ -18,11 +18,11 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.analysis.intervals import RatioMoments
 from mechmem.analysis.interventions import Intervention, intervened_logits, mean
 from mechmem.analysis.logit_lens import answer_probability, decode_residual
 from mechmem.analysis.neurons import neuron_direct_effect
-from mechmem.analysis.sequential import MLP_POLICY, NO, YES, Decision, DecisionPolicy, decide
+from mechmem.analysis.sequential import decide
+from mechmem.analysis.stats import MLP_POLICY, NO, YES, Decision, DecisionPolicy, RatioMoments
 from mechmem.models.parts import model_device
 
 FAMILY = "drop"

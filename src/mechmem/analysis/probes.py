@@ -33,7 +33,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.analysis.frames import concat, short_repr
-from mechmem.analysis.intervals import LEVEL, RESAMPLES
+from mechmem.analysis.stats import LEVEL, RESAMPLES
 from mechmem.models.adapter import FactoredMatrix
 from mechmem.models.parts import Head, model_device
 

@@ -55,8 +55,8 @@ from torch import Tensor
 
 from mechmem.analysis import heads as head_detection
 from mechmem.analysis.frames import concat, short_repr
-from mechmem.analysis.intervals import RatioMoments
-from mechmem.analysis.sequential import HEAD_POLICY, NO, UNDECIDED, YES, Decision, DecisionPolicy, decide
+from mechmem.analysis.sequential import decide
+from mechmem.analysis.stats import HEAD_POLICY, NO, UNDECIDED, YES, Decision, DecisionPolicy, RatioMoments
 from mechmem.analysis.task_roles import decide_task_roles
 from mechmem.config import ConfigMixin
 from mechmem.models.parts import Head, model_device

@@ -12,8 +12,8 @@ and head the engine measures
     damage     drop of p(correct answer) when the head is mean-ablated over a reference batch (reported).
 
 Every quantity is a mean over sequences, and a head's share of a role a ratio of sums over them, so each has
-the delta method's interval (`intervals.RatioMoments`). The verdicts use the corrected intervals of the
-sequential rule (`sequential.judge`): a role is "yes" when its score (transfer or via MLP), its lead in share
+the delta method's interval (`stats.RatioMoments`). The verdicts use the corrected intervals of the
+sequential rule (`stats.judge`): a role is "yes" when its score (transfer or via MLP), its lead in share
 over the other roles and its attention all clear their thresholds, "no" when one of them falls below, and more
 sequences are drawn while some head's verdict could still change. `roles.classify_heads` turns the verdicts
 into names.
@@ -35,16 +35,16 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from mechmem.analysis.intervals import RatioMoments
 from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean
 from mechmem.analysis.logit_lens import answer_probability
-from mechmem.analysis.sequential import (
+from mechmem.analysis.stats import (
     HEAD_POLICY,
     NO,
     UNDECIDED,
     YES,
     DecisionPolicy,
     FamilyDecision,
+    RatioMoments,
     judge,
 )
 from mechmem.models.parts import model_device
@@ -191,7 +191,7 @@ class TaskRoleEvidence:
     """Per role r and quantity q (transfer, via_mlp, attention, damage, share): r_q, r_q_lower, r_q_upper
     (marginal 95%) and, for the judged ones, r_q_corrected_lower / r_q_corrected_upper; r_score (the larger
     of transfer and via MLP) with its bounds; r_lead_lower / r_lead_upper (corrected); r_score_verdict and
-    r_verdict (codes `sequential.YES`, `NO`, `UNDECIDED`); r_n_needed (sequences per probe that would decide
+    r_verdict (codes `stats.YES`, `NO`, `UNDECIDED`); r_n_needed (sequences per probe that would decide
     an undecided verdict, 0 when decided)."""
     families: dict[str, FamilyDecision]
     """Per judged quantity, its tests [role layer head] after the last look."""

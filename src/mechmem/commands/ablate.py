@@ -46,7 +46,7 @@ def ablate(ckpt: Any, args: argparse.Namespace) -> Any:
     """The ablations `args` ask for, decided over rounds of sequences (the report's rule, docs/decisions.md);
     the reason as a string when the metric does not apply to the task."""
     from mechmem.analysis.ablation import decided_ablation
-    from mechmem.analysis.sequential import ABLATION_POLICY
+    from mechmem.analysis.stats import ABLATION_POLICY
     from mechmem.progress import working
 
     cfg = ckpt.model.cfg

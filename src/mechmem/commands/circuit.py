@@ -18,7 +18,7 @@ import argparse
 from typing import Any
 
 from mechmem import cli
-from mechmem.analysis.options import CIRCUIT_ABLATIONS, CIRCUIT_BUDGET, EDGE_SHARE, HEAD_BUDGET
+from mechmem.analysis.options import CIRCUIT_ABLATIONS, CIRCUIT_BUDGET, HEAD_BUDGET
 from mechmem.commands.common import run_analysis
 
 
@@ -32,8 +32,9 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
     p.add_argument(
         "--share",
         type=cli.positive_float,
-        default=EDGE_SHARE,
-        help="an edge is in when its share of the gap is decided >= SHARE in size (docs/decisions.md)",
+        default=None,
+        help="an edge is in when its share of the gap is decided >= SHARE in size (default: the rule's "
+        "EDGE_SHARE, docs/decisions.md)",
     )
     p.add_argument("--max-exact", type=cli.positive_int, default=256, help="above: EAP, then exact on top")
     p.add_argument("--attribution", action="store_true", help="also run EAP and report its agreement")
@@ -54,7 +55,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.analysis.circuits import attribution_agreement, circuit_prompts, decided_circuit
     from mechmem.analysis.distribution import prompt_fit
     from mechmem.analysis.roles import head_roles
-    from mechmem.analysis.sequential import CIRCUIT_POLICY
+    from mechmem.analysis.stats import CIRCUIT_POLICY, EDGE_SHARE
     from mechmem.models.adapter import is_hooked_transformer
     from mechmem.progress import working
     from mechmem.report.circuit_graph import edge_table, plot_circuit, summary_lines
@@ -77,7 +78,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
             seed=args.seed,
             policy=policy,
             ablation=args.ablation,
-            share=args.share,
+            share=EDGE_SHARE if args.share is None else args.share,
             max_exact=args.max_exact,
             with_attribution=args.attribution,
             heads=[name for name, role in roles.items() if role != "none"],

@@ -43,8 +43,8 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from mechmem.analysis.distribution import prompt_fit
-    from mechmem.analysis.intervals import format_interval
     from mechmem.analysis.logit_lens import logit_lens, plot_logit_lens, unsupported_reason
+    from mechmem.analysis.stats import format_interval
     from mechmem.progress import working
 
     reason = unsupported_reason(ckpt.model)

@@ -29,8 +29,8 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from mechmem.analysis.heads import no_attention_reason
-    from mechmem.analysis.intervals import format_interval
     from mechmem.analysis.probes import BigramSample, builtin_probes, plot_probes
+    from mechmem.analysis.stats import format_interval
     from mechmem.progress import working
 
     reason = no_attention_reason(ckpt.model)

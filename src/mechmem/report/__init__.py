@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from mechmem.analysis.intervals import format_interval
 from mechmem.analysis.options import HEAD_BUDGET
 from mechmem.analysis.roles import HeadRole, RoleResult, RoleThresholds, head_roles
+from mechmem.analysis.stats import format_interval
 from mechmem.models.parts import model_device
 from mechmem.progress import Progress
 from mechmem.report.circuit_graph import edges_section

@@ -17,8 +17,7 @@ from mechmem.analysis.circuits.decided import SELECTION_BAND, decided_circuit
 from mechmem.analysis.circuits.discovery import circuit_prompts
 from mechmem.analysis.circuits.record import CONFIDENCE, Circuit
 from mechmem.analysis.distribution import prompt_fit
-from mechmem.analysis.intervals import normal_interval
-from mechmem.analysis.sequential import CIRCUIT_POLICY
+from mechmem.analysis.stats import CIRCUIT_POLICY, normal_interval
 from mechmem.errors import MechmemError
 from mechmem.models.parts import Head
 from mechmem.report.document import Section, Table

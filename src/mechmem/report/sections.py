@@ -21,13 +21,20 @@ import torch
 from mechmem.analysis import ablation, heads, neurons, patching, probes
 from mechmem.analysis.ablation import attribution as ablation_attribution
 from mechmem.analysis.distribution import own_data_fit, repeats_fit
-from mechmem.analysis.intervals import format_interval, mean_interval
 from mechmem.analysis.mlp_role import FAMILY as MLP_FAMILY
 from mechmem.analysis.mlp_role import decided_mlp_role
-from mechmem.analysis.options import ABLATION_DELTA, PATCH_SHARE
 from mechmem.analysis.patching.decided import decision_lines
 from mechmem.analysis.roles import RoleResult, RoleThresholds
-from mechmem.analysis.sequential import ABLATION_POLICY, MLP_POLICY, PATCH_POLICY, VERDICTS
+from mechmem.analysis.stats import (
+    ABLATION_DELTA,
+    ABLATION_POLICY,
+    MLP_POLICY,
+    PATCH_POLICY,
+    PATCH_SHARE,
+    VERDICTS,
+    format_interval,
+    mean_interval,
+)
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import is_hooked_transformer
 from mechmem.models.parts import Head, model_device

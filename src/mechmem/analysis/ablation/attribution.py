@@ -10,7 +10,7 @@ Intervals: the estimate is a sum over sequences of per-sequence gradient x diffe
 that is a ratio of sums over sequences (`exact.SequenceMetric`, e.g. the task loss), sequence i's estimated
 change of the numerator is sum(weights) x its products (the metric's gradient is that of the whole ratio),
 and every delta gets the interval exact ablation gives: the percentile bootstrap over sequences of
-sum_i change_i / sum_i weight_i (`intervals.bootstrap_ratio`), each sequence paired with itself; the exactly
+sum_i change_i / sum_i weight_i (`stats.bootstrap_ratio`), each sequence paired with itself; the exactly
 re-computed variants use their exact per-sequence changes. They describe the spread over sequence draws,
 not the first-order error, which the exact sample measures. A plain scalar metric gives no intervals.
 
@@ -36,9 +36,9 @@ from mechmem.analysis.ablation.exact import (
     variant_names,
 )
 from mechmem.analysis.ablation.result import AblationResult, SequenceChanges, delta_intervals
-from mechmem.analysis.intervals import RESAMPLES, bootstrap_ratio
 from mechmem.analysis.interventions import Engine, Setter, intervene, setter_values
 from mechmem.analysis.patching.attribution import TRUST, judge, sample_cells
+from mechmem.analysis.stats import RESAMPLES, bootstrap_ratio
 
 EXACT_ABLATION_VARIANTS = 32
 """Above this many variants (`ablation.n_variants`: layers x (heads + attention layer + MLP)), the report's

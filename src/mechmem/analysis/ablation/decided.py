@@ -23,9 +23,15 @@ import torch
 from mechmem.analysis.ablation.attribution import attribute_ablation
 from mechmem.analysis.ablation.exact import ablate_heads, task_metric
 from mechmem.analysis.ablation.result import AblationResult, SequenceChanges, delta_intervals
-from mechmem.analysis.intervals import RatioMoments, bootstrap_ratio
-from mechmem.analysis.options import ABLATION_METRICS, ABLATION_THRESHOLDS
-from mechmem.analysis.sequential import ABLATION_POLICY, DecisionPolicy, decide
+from mechmem.analysis.options import ABLATION_METRICS
+from mechmem.analysis.sequential import FirstRoundCheck, run_rounds
+from mechmem.analysis.stats import (
+    ABLATION_POLICY,
+    ABLATION_THRESHOLDS,
+    DecisionPolicy,
+    RatioMoments,
+    bootstrap_ratio,
+)
 from mechmem.errors import MechmemError
 
 FAMILY = "delta"
@@ -76,44 +82,41 @@ def decided_ablation(
     generator = torch.Generator().manual_seed(seed)
     reference = task_metric(task, metric, policy.budget, generator=generator)[0].to(device)
     resampler = torch.Generator().manual_seed(seed + 1)
-    rounds: list[AblationResult] = []
-    state: dict[str, Any] = {"exact": not estimate, "chosen": None, "first": None}
+    checker = FirstRoundCheck()
 
-    def draw(k: int, gen: torch.Generator) -> dict[str, RatioMoments]:
-        tokens, measure, name = task_metric(task, metric, k, generator=gen)
-        args = (model, tokens.to(device), measure)
-        if state["exact"]:
-            found = ablate_heads(
-                *args, methods=methods, reference=reference, generator=resampler, metric_name=name
+    def measure(k: int, gen: torch.Generator) -> tuple[AblationResult, dict[str, RatioMoments]]:
+        tokens, metric_fn, name = task_metric(task, metric, k, generator=gen)
+        args = (model, tokens.to(device), metric_fn)
+        shared = {"reference": reference, "generator": resampler, "metric_name": name}
+
+        def exact(failed: AblationResult | None) -> AblationResult:
+            return failed if failed is not None else ablate_heads(*args, methods=methods, **shared)
+
+        def estimated(kept: list[int] | None) -> AblationResult:
+            first = kept is None  # the first round falls back inside; its check decides every round's method
+            return attribute_ablation(*args, method=methods[0], fallback=first, exact_variants=kept, **shared)
+
+        if estimate:
+            found = checker.measure(
+                FAMILY,
+                estimated,
+                exact,
+                lambda r: ("exact_index" in r.info, r.info.get("exact_index"), r.info),
             )
         else:
-            chosen = state["chosen"]
-            found = attribute_ablation(
-                *args,
-                method=methods[0],
-                reference=reference,
-                generator=resampler,
-                metric_name=name,
-                fallback=chosen is None,
-                exact_variants=chosen,
-            )
-            if chosen is None:  # the first round: its check decides every round's method
-                state["first"] = found.info
-                state["exact"] = "exact_index" not in found.info
-                state["chosen"] = found.info.get("exact_index")
-        rounds.append(found)
+            found = exact(None)
         changes = found.sequences.changes.reshape(k, len(methods), -1)
-        return {FAMILY: RatioMoments.from_values(changes, found.sequences.weights)}
+        return found, {FAMILY: RatioMoments.from_values(changes, found.sequences.weights)}
 
-    decision = decide(
-        draw,
+    run = run_rounds(
+        measure,
         {FAMILY: threshold},
         policy=policy,
         generator=generator,
         absolute=(FAMILY,),
         axes={FAMILY: ("method", "variant")},
     )
-    result = _pooled(model, rounds, decision, methods, state["first"])
+    result = _pooled(model, run.records, run.decision, methods, checker.checks.get(FAMILY))
     result.info["metric"] = metric
     return result
 

@@ -23,7 +23,7 @@ Intervals: a metric that is a ratio of sums over sequences (`SequenceMetric`: th
 masked cross-entropy per sequence over the masked positions per sequence, accuracy the hits per sequence over
 them, the logit difference one value per prompt over one) gives every delta a 95% interval over sequences: a
 percentile bootstrap of sum_i (ablated_i - unablated_i) / sum_i weight_i, each sequence paired with itself in
-the unablated run (`mechmem.analysis.intervals.bootstrap_ratio`). A callable returning one value per sequence
+the unablated run (`mechmem.analysis.stats.bootstrap_ratio`). A callable returning one value per sequence
 counts as such a metric with weights 1; a callable returning a scalar gives deltas without intervals.
 
 On large models `analysis.ablation.attribution` estimates every ablation from one gradient pass instead.
@@ -39,7 +39,6 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.analysis.ablation.result import AblationResult, SequenceChanges, delta_intervals
-from mechmem.analysis.intervals import bootstrap_ratio
 from mechmem.analysis.interventions import (
     Intervention,
     Setter,
@@ -52,6 +51,7 @@ from mechmem.analysis.interventions import (
 )
 from mechmem.analysis.interventions.reference import naive_intervene
 from mechmem.analysis.options import ABLATION_METHODS
+from mechmem.analysis.stats import bootstrap_ratio
 from mechmem.models.parts import Head
 
 METHODS = ABLATION_METHODS

@@ -3,7 +3,7 @@ the tables and the figure. The ablations themselves run in `mechmem.analysis.abl
 
 A delta is the metric after an ablation minus the unablated metric, each sequence paired with itself; its
 interval is a percentile bootstrap over sequences of sum_i (ablated_i - unablated_i) / sum_i weight_i
-(`mechmem.analysis.intervals.bootstrap_ratio`), for a metric that is a ratio of sums over sequences
+(`mechmem.analysis.stats.bootstrap_ratio`), for a metric that is a ratio of sums over sequences
 (`exact.SequenceMetric`).
 """
 
@@ -16,7 +16,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr
-from mechmem.analysis.intervals import RESAMPLES, covers, format_interval
+from mechmem.analysis.stats import RESAMPLES, covers, format_interval
 from mechmem.models.parts import Head
 from mechmem.plotting import plt
 

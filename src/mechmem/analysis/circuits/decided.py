@@ -35,18 +35,20 @@ from mechmem.analysis.circuits.discovery import (
 )
 from mechmem.analysis.circuits.edges import EdgePatcher, Graph, build_graph
 from mechmem.analysis.circuits.record import CRITERIA, THRESHOLDS, Circuit, LeftOut
-from mechmem.analysis.intervals import Z_95, RatioMoments, standard_error
-from mechmem.analysis.options import EDGE_SHARE
-from mechmem.analysis.sequential import (
+from mechmem.analysis.sequential import run_rounds
+from mechmem.analysis.stats import (
     CIRCUIT_POLICY,
+    EDGE_SHARE,
     NO,
     YES,
+    Z_95,
     Band,
     Decision,
     DecisionPolicy,
-    decide,
+    RatioMoments,
     judge,
     no_open_tests,
+    standard_error,
 )
 from mechmem.tasks.base import PatchingPair
 
@@ -150,18 +152,16 @@ def decide_edges(
             tested = screening.exact.clone()
         state["reference"] = pair.clean if reference is None else reference
     edges = [e for e, t in zip(graph.edges, tested.tolist()) if t]
-    rounds: list[Tensor] = []
-    pairs: list[PatchingPair] = []
 
-    def draw(k: int, gen: torch.Generator, measured: dict[str, Tensor]) -> dict[str, RatioMoments]:
+    def measure(k: int, gen: torch.Generator, measured: dict[str, Tensor]) -> tuple[Any, dict[str, Any]]:
+        """(this round's values [tested edge, k] and prompts, the edge family's moments)."""
         screened = state.pop("screened", None)
         if screened is not None and not edges and len(screened) == k:  # docs/decisions.md: the first look
             state["gap"] = RatioMoments.from_values(screened.double())
-            rounds.append(torch.zeros(0, k))
-            return {"edge": RatioMoments.from_values(rounds[-1].T, screened)}
+            values = torch.zeros(0, k)
+            return (values, None), {"edge": RatioMoments.from_values(values.T, screened)}
         pair, _ = circuit_pair(model, task, k, generator=gen)
         pair = pair.to(device)
-        pairs.append(pair)
         if state["reference"] is None:
             state["reference"] = pair.clean
         patcher = EdgePatcher(model, pair, ablation, reference=state["reference"], memory_mb=memory_mb)
@@ -172,31 +172,30 @@ def decide_edges(
         values = torch.full((len(edges), k), float("nan"))  # frozen edges are not measured again
         if bool(open_.any()):
             values[open_] = patcher.exact([e for e, o in zip(edges, open_.tolist()) if o]).detach().cpu()
-        rounds.append(values)
-        return {"edge": RatioMoments.from_values(values.nan_to_num(0.0).T, full - empty)}
+        return (values, pair), {"edge": RatioMoments.from_values(values.nan_to_num(0.0).T, full - empty)}
 
-    def settled(families: dict[str, Any]) -> bool:
-        """No edge test open, or the gap shown absent (a stopping rule only: docs/decisions.md)."""
-        if state["absent"] or no_open_tests(families):
-            return True
-        state["absent"] = absent(state["gap"])
-        return state["absent"]
+    def shown_absent(families: dict[str, Any]) -> bool:
+        """The gap shown absent, by the screening draw or once an edge test is still open (a stopping rule
+        only: docs/decisions.md)."""
+        return state["absent"] or (not no_open_tests(families) and absent(state["gap"]))
 
-    decision = decide(
-        draw,
+    run = run_rounds(
+        measure,
         {"edge": share},
         policy=stage_policy(policy, 1),
         generator=generator,
+        absent=shown_absent,
         absolute=("edge",),
         axes={"edge": ("edge",)},
-        settled=settled,
         freeze=("edge",),
     )
-    if state["absent"]:
+    decision = run.decision
+    if decision.stopped == "no behaviour":
         gap = judge(state["gap"], THRESHOLDS["gap"], z=gap_z, policy=gap_policy, absolute=True, name="gap")
-        decision = replace(decision, stopped="no behaviour", info=decision.info | {"gap": gap.to_dict()})
-    values = torch.cat(rounds, dim=1)
-    return EdgeStage(graph, tested, decision, values, state["reference"], screening, tuple(pairs))
+        decision = replace(decision, info=decision.info | {"gap": gap.to_dict()})
+    values = torch.cat([v for v, _ in run.records], dim=1)
+    pairs = tuple(p for _, p in run.records if p is not None)
+    return EdgeStage(graph, tested, decision, values, state["reference"], screening, pairs)
 
 
 def select_edges(

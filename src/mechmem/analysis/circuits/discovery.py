@@ -48,10 +48,18 @@ from torch import Tensor
 from mechmem.analysis.circuits.edges import EdgePatcher, Graph
 from mechmem.analysis.circuits.record import CONFIDENCE, CRITERIA, THRESHOLDS, Circuit, edge_frame
 from mechmem.analysis.frames import short_repr
-from mechmem.analysis.intervals import RatioMoments, standard_error
 from mechmem.analysis.patching import PatchingResult
 from mechmem.analysis.patching.attribution import TRUST, agreement, judge
-from mechmem.analysis.sequential import CIRCUIT_POLICY, NO, Decision, DecisionPolicy, decide, no_open_tests
+from mechmem.analysis.sequential import decide
+from mechmem.analysis.stats import (
+    CIRCUIT_POLICY,
+    NO,
+    Decision,
+    DecisionPolicy,
+    RatioMoments,
+    no_open_tests,
+    standard_error,
+)
 from mechmem.tasks.base import PatchingPair
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 

@@ -45,7 +45,6 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from mechmem.analysis.intervals import bootstrap_ratio
 from mechmem.analysis.interventions import (
     Intervention,
     activation_grads,
@@ -56,6 +55,7 @@ from mechmem.analysis.interventions import (
     setter_values,
     zero,
 )
+from mechmem.analysis.stats import bootstrap_ratio
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import split_qkv_unsupported
 from mechmem.models.parts import Head
@@ -516,7 +516,7 @@ def circuit_intervals(
     *,
     generator: torch.Generator | None = None,
 ) -> dict[str, tuple[float, float]]:
-    """95% percentile bootstrap intervals over prompts (`mechmem.analysis.intervals`) of a circuit's measures.
+    """95% percentile bootstrap intervals over prompts (`mechmem.analysis.stats`) of a circuit's measures.
 
     From per-prompt metric values of the full model, every edge ablated, the circuit alone and the full model
     minus the circuit: "gap" = mean(full - empty), "faithfulness" = sum(circuit - empty) / sum(full - empty),

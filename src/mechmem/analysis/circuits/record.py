@@ -13,9 +13,16 @@ from torch import Tensor
 
 from mechmem.analysis.circuits.edges import Graph
 from mechmem.analysis.frames import short_repr
-from mechmem.analysis.intervals import combine, normal_interval, verdict
-from mechmem.analysis.options import EDGE_SHARE, MIN_GAP
-from mechmem.analysis.sequential import VERDICTS, Band, Decision
+from mechmem.analysis.stats import (
+    EDGE_SHARE,
+    MIN_GAP,
+    VERDICTS,
+    Band,
+    Decision,
+    combine,
+    normal_interval,
+    verdict,
+)
 
 CONFIDENCE = {
     "min_gap": MIN_GAP,
@@ -236,7 +243,7 @@ class Circuit:
 
     @property
     def verdict(self) -> str:
-        """ "yes" (confident), "no" or "undecided" (`intervals.combine` of the criteria)."""
+        """ "yes" (confident), "no" or "undecided" (`stats.combine` of the criteria)."""
         return combine(list(self.criteria().values()))
 
     @property

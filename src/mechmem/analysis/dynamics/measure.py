@@ -20,7 +20,7 @@ Quantities (each reuses one analysis of the toolkit; `DEFAULT_QUANTITIES` are th
               the head holds that role (0.5), plus each head's task-role scores (no event); the costliest
 
 Intervals: every value that is a mean over the evaluation units (sequences or prompts) carries its 95%
-interval over them, taken from the analysis that measured it (all computed by `mechmem.analysis.intervals`):
+interval over them, taken from the analysis that measured it (all computed by `mechmem.analysis.stats`):
 
     loss, acc   ratios of sums over sequences (summed loss or hits / masked positions per sequence): the delta
                 method's normal interval (`RatioMoments`); with as many masked positions in every sequence it
@@ -61,8 +61,8 @@ import torch
 
 from mechmem.analysis import ablation, heads, logit_lens, patching, probes, roles
 from mechmem.analysis.frames import short_repr
-from mechmem.analysis.intervals import RatioMoments, normal_interval
-from mechmem.analysis.options import parse_quantities  # noqa: F401  (the names live with the parsers)
+from mechmem.analysis.options import parse_quantities  # noqa: F401  (the names live with the parsers
+from mechmem.analysis.stats import RatioMoments, normal_interval
 from mechmem.analysis.transitions import (
     Event,
     Rule,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from mechmem.analysis.dynamics.measure import Dynamics
-from mechmem.analysis.intervals import format_interval
+from mechmem.analysis.stats import format_interval
 from mechmem.analysis.transitions import event_order, find_event, format_order
 from mechmem.errors import MechmemError
 from mechmem.tables import format_table

@@ -17,24 +17,24 @@ give one number in both.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from mechmem.analysis.intervals import RatioMoments
-from mechmem.analysis.options import MIN_GAP, PATCH_SHARE
 from mechmem.analysis.patching.attribution import Attributor
 from mechmem.analysis.patching.result import PatchingResult, sweep_intervals
 from mechmem.analysis.patching.sweeps import Patcher, model_sweeps, resolve_sweep
-from mechmem.analysis.sequential import (
+from mechmem.analysis.sequential import FirstRoundCheck, run_rounds
+from mechmem.analysis.stats import (
+    MIN_GAP,
     NO,
     PATCH_POLICY,
+    PATCH_SHARE,
     Decision,
     DecisionPolicy,
-    decide,
-    no_open_tests,
+    RatioMoments,
 )
 from mechmem.errors import MechmemError
 
@@ -74,12 +74,10 @@ def _round(
     method: str,
     direction: str,
     memory_mb: float,
-    trusted: dict[str, bool] | None,
+    checker: FirstRoundCheck,
 ) -> tuple[dict[str, PatchingResult], dict[str, Tensor]]:
-    """One round's sweeps on `pair` and each pair's unpatched clean and corrupted metric. By attribution,
-    `trusted` None checks every sweep against exact patching (the first round); afterwards the sweeps it
-    marks False are patched exactly."""
-    att = None
+    """One round's sweeps on `pair` and each pair's unpatched clean and corrupted metric; by attribution,
+    every sweep estimated, checked and falling back through `checker`."""
     if method == "exact":
         exact = Patcher(model, pair.clean, pair.corrupted, pair=pair, memory_mb=memory_mb)
     else:
@@ -88,20 +86,25 @@ def _round(
         exact = att.exact_patcher()
     if exact.prompt_values is None:
         raise MechmemError("decided patching needs a metric with one value per pair")
-    if att is None:
+    if method == "exact":
         return {name: exact.sweep(name, direction) for name in names}, exact.prompt_values
-    out = {}
-    for name in names:
-        if trusted is not None and not trusted[name]:
-            out[name] = exact.sweep(name, direction)
-            continue
-        result = att.sweep(name, direction, check=trusted is None)
-        if trusted is None and not result.check["trusted"]:
-            check = result.check
-            result = exact.sweep(name, direction)
+
+    def fallback(name: str, failed: PatchingResult | None) -> PatchingResult:
+        result = exact.sweep(name, direction)
+        if failed is not None:
             result.method = f"exact (fallback: {att.method} failed the agreement check)"
-            result.check = check
-        out[name] = result
+            result.check = failed.check
+        return result
+
+    out = {
+        name: checker.measure(
+            name,
+            lambda kept, name=name: att.sweep(name, direction, check=kept is None),
+            lambda failed, name=name: fallback(name, failed),
+            lambda result: (result.check["trusted"], True, result.check),
+        )
+        for name in names
+    }
     return out, exact.prompt_values
 
 
@@ -173,46 +176,33 @@ def decided_patching(
         raise MechmemError(f"method must be exact or attribution, got {method!r}")
     names = list(sweeps or model_sweeps(model))
     device = next(model.parameters()).device
-    rounds: list[dict[str, PatchingResult]] = []
-    runs: list[dict[str, Tensor]] = []
-    state: dict[str, Any] = {"trusted": None, "checks": {}, "absent": False}
+    checker = FirstRoundCheck()
 
-    def draw(k: int, gen: torch.Generator) -> dict[str, RatioMoments]:
+    def measure(k: int, gen: torch.Generator) -> tuple[Any, dict[str, RatioMoments]]:
         pair = task.patching_pair(k, generator=gen).to(device)
-        trusted = state["trusted"]
         found, prompt = _round(
-            model, pair, names, method=method, direction=direction, memory_mb=memory_mb, trusted=trusted
+            model, pair, names, method=method, direction=direction, memory_mb=memory_mb, checker=checker
         )
-        if method == "attribution" and state["trusted"] is None:
-            state["checks"] = {name: r.check for name, r in found.items()}
-            state["trusted"] = {name: not r.method.startswith("exact") for name, r in found.items()}
-        rounds.append(found)
-        runs.append(prompt)
         gap = (prompt["clean"] - prompt["corrupted"]).double()
         base = prompt["corrupted"] if direction == "denoising" else prompt["clean"]
         moments = {GAP: RatioMoments.from_values(gap)}
         for name, result in found.items():
             effect = result.per_prompt.double() - base.double().reshape(-1, *[1] * (result.values.ndim))
             moments[name] = RatioMoments.from_values(effect, gap)
-        return moments
+        return (found, prompt), moments
 
-    def settled(families: dict[str, Any]) -> bool:
-        state["absent"] = bool(families[GAP].code == NO)
-        return state["absent"] or no_open_tests(families)
-
-    decision = decide(
-        draw,
+    run = run_rounds(
+        measure,
         {GAP: min_gap, **dict.fromkeys(names, share)},
         policy=policy,
         generator=torch.Generator().manual_seed(seed),
+        absent=lambda families: bool(families[GAP].code == NO),
         absolute=(GAP, *names),
-        settled=settled,
         axes={name: resolve_sweep(name, direction, model)[0].axes for name in names},
     )
-    if state["absent"]:
-        decision = replace(decision, stopped="no behaviour")
-    results = {name: _pooled(name, rounds, runs, decision, direction, state["checks"]) for name in names}
-    return DecidedPatching(results, decision, state["checks"])
+    rounds, runs = [r for r, _ in run.records], [p for _, p in run.records]
+    results = {name: _pooled(name, rounds, runs, run.decision, direction, checker.checks) for name in names}
+    return DecidedPatching(results, run.decision, checker.checks)
 
 
 def decision_lines(found: DecidedPatching) -> list[str]:

@@ -2,7 +2,7 @@
 prompts, and its figure. The sweeps themselves run in `mechmem.analysis.patching.sweeps`.
 
 Every cell is a mean over prompts and carries its 95% interval over them (`SweepIntervals`, computed by
-`sweep_intervals` with `mechmem.analysis.intervals`): the metric after the patch and its change from the
+`sweep_intervals` with `mechmem.analysis.stats`): the metric after the patch and its change from the
 unpatched run (paired per prompt) get mean -+ 1.96 standard errors; the normalised effect (patched -
 corrupted) / (clean - corrupted), a ratio of two means, gets a percentile bootstrap over prompts. Where the
 clean - corrupted gap's own interval includes 0 the runs are not told apart and every normalised effect is NaN
@@ -27,7 +27,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechmem.analysis.frames import grid_frame, shape_text, short_repr
-from mechmem.analysis.intervals import bootstrap_ratio, covers, mean_interval
+from mechmem.analysis.stats import bootstrap_ratio, covers, mean_interval
 
 DIRECTIONS = ("denoising", "noising")
 

@@ -9,12 +9,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mechmem.analysis.intervals import format_interval
 from mechmem.analysis.patching.attribution import attribute_sweeps
 from mechmem.analysis.patching.decided import DecidedPatching, decided_patching
 from mechmem.analysis.patching.result import PatchingResult
 from mechmem.analysis.patching.sweeps import model_sweeps, run_sweeps
-from mechmem.analysis.sequential import PATCH_POLICY
+from mechmem.analysis.stats import PATCH_POLICY, format_interval
 from mechmem.errors import MechmemError
 from mechmem.tables import format_table
 from mechmem.tasks.base import PatchingPair

@@ -1,0 +1,34 @@
+"""Same seed, same decisions: the three decided analyses (patching, ablation, circuit) give exactly the
+decisions, verdicts, intervals and round counts stored in `data/decisions_before.json`, which
+`decisions_fixture.py` recorded with each harness's own loop before the three shared one runner."""
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from decisions_fixture import CASES, record
+
+STORED = json.loads((Path(__file__).parent / "data" / "decisions_before.json").read_text())
+
+
+def assert_same(ours: Any, theirs: Any, where: str = "") -> None:
+    """Equal structure and values; floats to 1e-9."""
+    if isinstance(theirs, dict):
+        assert isinstance(ours, dict) and sorted(ours) == sorted(theirs), where
+        for key in theirs:
+            assert_same(ours[key], theirs[key], f"{where}.{key}")
+    elif isinstance(theirs, list):
+        assert isinstance(ours, list) and len(ours) == len(theirs), where
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            assert_same(a, b, f"{where}[{i}]")
+    elif isinstance(theirs, float) and not isinstance(ours, bool | str):
+        assert math.isclose(ours, theirs, rel_tol=0, abs_tol=1e-9), (where, ours, theirs)
+    else:
+        assert ours == theirs, (where, ours, theirs)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_same_seed_gives_the_stored_decisions(name):
+    assert_same(json.loads(json.dumps(record(name))), STORED[name], name)
