@@ -107,17 +107,18 @@ def test_help_and_argument_errors_answer_before_torch(target, tmp_path):
 def test_the_light_name_lists_are_the_ones_the_analyses_use():
     from mechmem.analysis import ablation, circuits, dynamics, options, patching
     from mechmem.analysis.patching import tables as patching_tables
+    from mechmem.cli import args
     from mechmem.papers.memorisation import options as facts_options
     from mechmem.papers.memorisation import sweep
     from mechmem.papers.memorisation.constructions import evaluators
     from mechmem.report import circuit_graph
 
-    assert ablation.METHODS == options.ABLATION_METHODS
-    assert circuits.ABLATIONS == options.CIRCUIT_ABLATIONS
+    assert ablation.METHODS == args.ABLATION_METHODS
+    assert circuits.ABLATIONS == args.CIRCUIT_ABLATIONS
     assert circuit_graph.N_PROMPTS == options.CIRCUIT_PROMPTS
-    assert patching.DIRECTIONS == options.PATCH_DIRECTIONS
-    assert tuple(patching.SWEEPS) == options.PATCH_SWEEPS
-    assert patching_tables.METHODS == options.PATCH_METHODS
-    assert tuple(dynamics.QUANTITIES) == options.DYNAMICS_QUANTITIES
+    assert patching.DIRECTIONS == args.PATCH_DIRECTIONS
+    assert tuple(patching.SWEEPS) == args.PATCH_SWEEPS
+    assert patching_tables.METHODS == args.PATCH_METHODS
+    assert tuple(dynamics.QUANTITIES) == args.DYNAMICS_QUANTITIES
     assert tuple(evaluators.EVALUATORS) == facts_options.EVALUATORS
     assert tuple(sweep.SCALING_VARIANTS) == facts_options.SCALING_VARIANTS
