@@ -62,11 +62,10 @@ LAYERS = [
     ("models and tasks", ("models", "tasks")),
     ("checkpoint", ("checkpoint", "pretrained")),
     ("training", ("training", "executor")),
-    ("cli", ("cli",)),
     ("analysis", ("analysis",)),
     ("report", ("report",)),
+    ("cli", ("cli",)),
     ("papers", ("papers",)),
-    ("commands", ("commands",)),
     ("api", ("mechmem", "__main__")),
     ("scripts", ("scripts",)),
 ]
