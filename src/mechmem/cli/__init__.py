@@ -14,11 +14,9 @@ points over the same subcommand `main` functions, and a paper's scripts use the 
     files = cli.skipped(reason, "x.json")                   # does not apply: `skipped: REASON`, exit 0
     cli.write_outputs(out, {"x.json": obj, "x.png": fig})   # staged, then renamed together (mechmem.io)
 
-Each analysis subcommand (heads, ablate, patch, lens, probe, circuit) is three functions: `parser(prog)` (its
-flags; nothing heavy imported), `outputs(ckpt, args)` (the analysis on a loaded checkpoint: prints its tables,
-returns the files to write) and `main(argv, *, prog)` (`run_analysis`). `mechmem analyse` calls every analysis
-command's `outputs` on one loaded checkpoint with the flags each command's own parser gives, and stages each
-one's files exactly as the single command writes them (`stage_outputs`), under OUT/NAME/.
+Each analysis subcommand is `parser(prog)` (its flags; nothing heavy imported), `outputs(ckpt, args)` (the
+files it writes) and `main` (`run_analysis`); `mechmem analyse` stages every `outputs` under OUT/NAME/ with
+the same writer (`stage_outputs`), so it writes what the single commands write.
 
 Nothing here imports torch at import time. The library below (analysis, report) does not use this package;
 the strict-JSON writers live in `mechmem.io`, tables in `mechmem.tables`, and `one_line` in `mechmem.errors`,
