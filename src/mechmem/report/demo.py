@@ -5,7 +5,8 @@ The models come from the paper plugins (`mechmem.plugins.Paper.demo`, gathered b
 `mechmem.training.run.train_preset`, then write its report with
 `mechmem.report.checkpoint_report.report_checkpoint`, each step's output going to the model's log file; the
 library calls these functions, never a script. Jobs run `jobs` at a time in forked worker processes, each on
-one CPU thread, so two of them share a 2-core machine without oversubscribing it. The parent imports
+one CPU thread (each runs as the executor's local path runs a cell, `mechmem.executor.call_cell`), so two of
+them share a 2-core machine without oversubscribing it. The parent imports
 TransformerLens and the papers once before forking, so no job pays that import again (several seconds each),
 and a model's report starts as soon as its own training ends. Without
 `os.fork` (or with `jobs=1`) the jobs run one after another in this process.
@@ -24,6 +25,7 @@ from typing import Any
 
 from mechmem.checkpoint import load_checkpoint
 from mechmem.errors import MechmemError, one_line
+from mechmem.executor import call_cell
 from mechmem.io import describe_os_error
 from mechmem.plugins import DemoModel, demo_models
 from mechmem.progress import LogRelay
@@ -121,17 +123,14 @@ def demo_job(
 
 
 def _forked(fn: Callable[[], dict[str, Any]], out: Path) -> int:
-    """Fork a child that runs `fn` on one CPU thread and writes its result to `out`; returns the child's
-    pid."""
+    """Fork a child that runs `fn` as the executor runs a cell (`mechmem.executor.call_cell`: one CPU thread)
+    and writes its result to `out`; returns the child's pid."""
     pid = os.fork()
     if pid:
         return pid
     code = 1
     try:
-        import torch
-
-        torch.set_num_threads(1)
-        out.write_text(json.dumps(fn()))
+        out.write_text(json.dumps(call_cell(fn, {}, threads=1)))
         code = 0
     except BaseException:  # noqa: BLE001 - the forked child logs whatever stops it, then always exits
         traceback.print_exc()
