@@ -2,12 +2,12 @@
 
     python analyses/ablate_heads.py --help        # the same command as `mechmem ablate`
 
-A thin entry point: the command lives in `mechmem.commands.ablate` (its flags, what it writes), which the
+A thin entry point: the command lives in `mechmem.cli.ablate` (its flags, what it writes), which the
 installed `mechmem ablate` runs too.
 """
 
 from mechmem.cli import run_script
-from mechmem.commands.ablate import main
+from mechmem.cli.ablate import main
 
 if __name__ == "__main__":
     raise SystemExit(run_script(main))

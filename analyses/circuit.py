@@ -2,12 +2,12 @@
 
     python analyses/circuit.py --help        # the same command as `mechmem circuit`
 
-A thin entry point: the command lives in `mechmem.commands.circuit` (its flags, what it writes), which the
+A thin entry point: the command lives in `mechmem.cli.circuit` (its flags, what it writes), which the
 installed `mechmem circuit` runs too.
 """
 
 from mechmem.cli import run_script
-from mechmem.commands.circuit import main
+from mechmem.cli.circuit import main
 
 if __name__ == "__main__":
     raise SystemExit(run_script(main))

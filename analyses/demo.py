@@ -2,12 +2,12 @@
 
     python analyses/demo.py --help        # the same command as `mechmem demo`
 
-A thin entry point: the command lives in `mechmem.commands.demo` (its flags, what it writes), which the
+A thin entry point: the command lives in `mechmem.cli.demo` (its flags, what it writes), which the
 installed `mechmem demo` runs too.
 """
 
 from mechmem.cli import run_script
-from mechmem.commands.demo import main
+from mechmem.cli.demo import main
 
 if __name__ == "__main__":
     raise SystemExit(run_script(main))

@@ -2,12 +2,12 @@
 
     python analyses/detect_heads.py --help        # the same command as `mechmem heads`
 
-A thin entry point: the command lives in `mechmem.commands.heads` (its flags, what it writes), which the
+A thin entry point: the command lives in `mechmem.cli.heads` (its flags, what it writes), which the
 installed `mechmem heads` runs too.
 """
 
 from mechmem.cli import run_script
-from mechmem.commands.heads import main
+from mechmem.cli.heads import main
 
 if __name__ == "__main__":
     raise SystemExit(run_script(main))

@@ -2,12 +2,12 @@
 
     python analyses/logit_lens.py --help        # the same command as `mechmem lens`
 
-A thin entry point: the command lives in `mechmem.commands.lens` (its flags, what it writes), which the
+A thin entry point: the command lives in `mechmem.cli.lens` (its flags, what it writes), which the
 installed `mechmem lens` runs too.
 """
 
 from mechmem.cli import run_script
-from mechmem.commands.lens import main
+from mechmem.cli.lens import main
 
 if __name__ == "__main__":
     raise SystemExit(run_script(main))

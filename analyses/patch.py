@@ -2,12 +2,12 @@
 
     python analyses/patch.py --help        # the same command as `mechmem patch`
 
-A thin entry point: the command lives in `mechmem.commands.patch` (its flags, what it writes), which the
+A thin entry point: the command lives in `mechmem.cli.patch` (its flags, what it writes), which the
 installed `mechmem patch` runs too.
 """
 
 from mechmem.cli import run_script
-from mechmem.commands.patch import main
+from mechmem.cli.patch import main
 
 if __name__ == "__main__":
     raise SystemExit(run_script(main))

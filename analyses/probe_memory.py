@@ -2,12 +2,12 @@
 
     python analyses/probe_memory.py --help        # the same command as `mechmem probe`
 
-A thin entry point: the command lives in `mechmem.commands.probe` (its flags, what it writes), which the
+A thin entry point: the command lives in `mechmem.cli.probe` (its flags, what it writes), which the
 installed `mechmem probe` runs too.
 """
 
 from mechmem.cli import run_script
-from mechmem.commands.probe import main
+from mechmem.cli.probe import main
 
 if __name__ == "__main__":
     raise SystemExit(run_script(main))

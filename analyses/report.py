@@ -2,12 +2,12 @@
 
     python analyses/report.py --help        # the same command as `mechmem report`
 
-A thin entry point: the command lives in `mechmem.commands.report` (its flags, what it writes), which the
+A thin entry point: the command lives in `mechmem.cli.report` (its flags, what it writes), which the
 installed `mechmem report` runs too.
 """
 
 from mechmem.cli import run_script
-from mechmem.commands.report import main
+from mechmem.cli.report import main
 
 if __name__ == "__main__":
     raise SystemExit(run_script(main))

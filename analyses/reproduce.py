@@ -2,12 +2,12 @@
 
     python analyses/reproduce.py --help        # the same command as `mechmem reproduce`
 
-A thin entry point: the command lives in `mechmem.commands.reproduce` (its flags, what it writes), which the
+A thin entry point: the command lives in `mechmem.cli.reproduce` (its flags, what it writes), which the
 installed `mechmem reproduce` runs too.
 """
 
 from mechmem.cli import run_script
-from mechmem.commands.reproduce import main
+from mechmem.cli.reproduce import main
 
 if __name__ == "__main__":
     raise SystemExit(run_script(main))

@@ -352,7 +352,7 @@ SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGHUP": signal.
 
 
 def script_main(name: str) -> Callable[..., int]:
-    from mechmem.commands import ablate, report, train
+    from mechmem.cli import ablate, report, train
 
     return {"train": train.main, "report": report.main, "ablate_heads": ablate.main}[name]
 

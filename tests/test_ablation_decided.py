@@ -11,7 +11,7 @@ from helpers import assert_no_hooks, build_model, trained_induction_model
 import mechmem
 from mechmem.analysis.ablation import ablation_values, naive_head_ablation, task_metric
 from mechmem.analysis.stats import NO, YES, DecisionPolicy
-from mechmem.commands.ablate import ablate
+from mechmem.cli.ablate import ablate
 from mechmem.report.sections import ReportContext, ablation_section
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 

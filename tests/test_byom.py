@@ -13,7 +13,7 @@ from mechmem.analysis.heads import detect_heads, detect_heads_on_task, task_patt
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
 from mechmem.checkpoint import load_checkpoint, save_checkpoint, save_model
 from mechmem.cli import run_script
-from mechmem.commands.main import COMMANDS
+from mechmem.cli.main import COMMANDS
 from mechmem.errors import MechmemError
 from mechmem.models.adapter import (
     BACKEND,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mechmem.commands.main import COMMANDS, main
+from mechmem.cli.main import COMMANDS, main
 
 
 def run_mechmem(*argv: str, cwd=None) -> subprocess.CompletedProcess:
@@ -31,7 +31,7 @@ def test_help_lists_every_subcommand(tmp_path):
 def test_every_subcommand_answers_help_before_torch():
     code = (
         "import sys, contextlib, io\n"
-        "from mechmem.commands.main import COMMANDS, main\n"
+        "from mechmem.cli.main import COMMANDS, main\n"
         "for name in COMMANDS:\n"
         "    out = io.StringIO()\n"
         "    with contextlib.redirect_stdout(out):\n"
@@ -72,9 +72,7 @@ def test_no_argument_prints_usage_with_status_2(tmp_path):
 
 @pytest.mark.subprocess
 def test_importing_the_cli_changes_no_global_hook():
-    code = (
-        "import sys; import mechmem.cli, mechmem.commands.main; print(sys.excepthook is sys.__excepthook__)"
-    )
+    code = "import sys; import mechmem.cli, mechmem.cli.main; print(sys.excepthook is sys.__excepthook__)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "True"
 

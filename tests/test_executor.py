@@ -17,8 +17,8 @@ from helpers import ROOT
 
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
-from mechmem.executor import Cell, call_cell, load_records, run_cells
 from mechmem.models.facts import FactsModelConfig
+from mechmem_papers.executor import Cell, call_cell, load_records, run_cells
 from mechmem_papers.memorisation.batched import Schedule
 from mechmem_papers.memorisation.sweep import SearchCell, run_sweep
 

@@ -22,7 +22,7 @@ from mechmem.analysis.distribution import (
     prompt_loss,
     repeats_fit,
 )
-from mechmem.commands.main import main
+from mechmem.cli.main import main
 from mechmem.io import dumps
 from mechmem.report import build_report, circuit_graph
 from mechmem.report.circuit_graph import edges_section

@@ -1,6 +1,6 @@
 """`python -m mechmem ...`: the `mechmem` command."""
 
-from mechmem.commands.main import entry_point
+from mechmem.cli.main import entry_point
 
 if __name__ == "__main__":
     entry_point()

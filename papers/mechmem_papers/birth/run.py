@@ -13,7 +13,7 @@ head-detection scores and attention maps; the data-generation speed; and the pub
 authors'-code reference it was compared with, copied from their committed data files (`references`) so that
 the record alone rebuilds the page.
 
-Each training run is a cell of `mechmem.executor.run_cells` (`run_cell`: train unless the checkpoint is
+Each training run is a cell of `mechmem_papers.executor.run_cells` (`run_cell`: train unless the checkpoint is
 current, then the run's entry), in this process or as Ray tasks; finished checkpoints make a killed
 reproduction resume.
 """
@@ -30,7 +30,6 @@ import torch
 from mechmem.analysis.heads import TASK_DATA, attention_patterns
 from mechmem.analysis.roles import measure_pattern_evidence
 from mechmem.checkpoint import load_checkpoint
-from mechmem.executor import Cell, run_cells
 from mechmem.tasks import get_preset
 from mechmem.tasks.birth.corpus import load_stats
 from mechmem.tasks.birth.data import TriggerSampler, generation_speed
@@ -47,6 +46,7 @@ from mechmem_papers.birth.experiments import (
 from mechmem_papers.birth.scale import attach_ladder
 from mechmem_papers.birth.spec import BirthSpec
 from mechmem_papers.birth.statements import Context, judge, load_published
+from mechmem_papers.executor import Cell, run_cells
 
 FINAL_KEYS = ("icl_acc", "eval_icl_acc", "eval_ood_icl_acc", "wo2_recall", "wk2_recall", "wk1_recall",
               "wk1_recall_64", "wf_kl", "global_loss")  # fmt: skip

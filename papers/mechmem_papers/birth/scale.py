@@ -25,7 +25,6 @@ from typing import Any
 
 import torch
 
-from mechmem.executor import Cell, load_records, run_cells
 from mechmem.models.adapter import build_transformer
 from mechmem.tasks import build_task
 from mechmem.tasks.birth.models import full_config
@@ -33,6 +32,7 @@ from mechmem.tasks.birth.task import N_TOKENS, BirthConfig
 from mechmem.training import TrainConfig, train
 from mechmem_papers.birth.experiments import late_rise
 from mechmem_papers.birth.statements import judge, load_published, record_context
+from mechmem_papers.executor import Cell, load_records, run_cells
 
 DATA = Path("docs/reproductions/data")
 RULES_FILE = DATA / "birth_rules.json"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from mechmem.config import apply_options
 from mechmem.errors import MechmemError
-from mechmem.executor import check_executor
 from mechmem_papers.birth.experiments import SCALES, Scale
+from mechmem_papers.executor import check_executor
 
 VARIANTS = ("quick", "default", "paper")
 """quick: CPU minutes per run; default: the sizes of the task's `quick` preset; paper: the published sizes."""
@@ -56,7 +56,7 @@ class BirthSpec:
     threads: int = 1
     """torch CPU threads."""
     executor: str = "local"
-    """Where the runs train: local or ray (`mechmem.executor`)."""
+    """Where the runs train: local or ray (`mechmem_papers.executor`)."""
     address: str = ""
     """Ray cluster to join; empty: a local instance."""
     workers: int = 2

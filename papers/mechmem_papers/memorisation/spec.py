@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields, replace
 
 from mechmem.config import apply_options
 from mechmem.errors import MechmemError
-from mechmem.executor import check_executor
+from mechmem_papers.executor import check_executor
 from mechmem_papers.memorisation.constructions.evaluators import EVALUATORS
 
 VARIANTS = ("committed", "quick", "table", "scaling", "constructions", "paper")
@@ -52,7 +52,7 @@ class MemorisationSpec:
     facts_device: str = "cpu"
     """Device of the facts' permutation (the published runs drew it on cuda: another fact set)."""
     executor: str = "local"
-    """Where sweep cells run: local (this process) or ray (`mechmem.executor`)."""
+    """Where sweep cells run: local (this process) or ray (`mechmem_papers.executor`)."""
     address: str = ""
     """Ray cluster to join (auto or host:port); empty: a local Ray instance."""
 

@@ -1,7 +1,7 @@
 """Sweeps of capacity searches: resumable JSONL records, the 54-variant table, and d-scaling fits.
 
 A sweep is a list of `SearchCell`s (variant, sizes, repeat, schedule). `run_sweep` runs them through the one
-executor (`mechmem.executor.run_cells`: in-process, or Ray tasks with `executor="ray"`), which appends one
+executor (`mechmem_papers.executor.run_cells`: in-process, or Ray tasks), which appends one
 JSON line per finished cell and skips cells whose key is already in the file, so an interrupted sweep resumes
 where it stopped. Repeat r uses init seeds 11r .. 11r + 10 (the published repeats drew fresh random inits).
 
@@ -29,9 +29,9 @@ from typing import Any
 
 from mechmem.analysis.stats import format_mean_sd
 from mechmem.errors import MechmemError
-from mechmem.executor import Cell, append_record, run_cells
-from mechmem.executor import load_records as load_cell_records
 from mechmem.models.facts import FactsModelConfig, all_variants
+from mechmem_papers.executor import Cell, append_record, run_cells
+from mechmem_papers.executor import load_records as load_cell_records
 from mechmem_papers.memorisation.batched import Schedule
 from mechmem_papers.memorisation.capacity import (
     CRITERIA,
@@ -277,7 +277,7 @@ def run_sweep(
 ) -> dict[str, dict[str, Any]]:
     """Run every cell not yet in `path` (one JSON line each, appended when done); key -> record of all cells.
 
-    `executor`, `address` and `gpus_per_cell` choose where the cells run (`mechmem.executor.run_cells`);
+    `executor`, `address` and `gpus_per_cell` choose where the cells run (`executor.run_cells`);
     `device` is cpu, cuda or auto, resolved by each cell where it runs. Cells finished in a `reuse` file (same
     key: same variant, size, repeat, schedule, precision and fact device) are copied, not rerun.
     `all_at_once` trains each cell's fact counts in one stack (`find_capacity`; the same search). `trials`: a

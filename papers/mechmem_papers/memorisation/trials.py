@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mechmem.errors import MechmemError
-from mechmem.executor import load_records as load_cell_records
+from mechmem_papers.executor import load_records as load_cell_records
 from mechmem_papers.memorisation.capacity import next_count
 from mechmem_papers.memorisation.snapshots import SnapshotBrief, Snapshots, brief, held_elsewhere
 

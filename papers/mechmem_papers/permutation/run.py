@@ -2,7 +2,7 @@
 
 Each function takes a trained model and the task, draws its own sequences from an explicit generator, and
 returns a small result (plain dicts of floats or dataclasses with `to_dict`). `run_reproduction` runs one cell
-per (preset, seed) through `mechmem.executor.run_cells` (in-process, or Ray tasks with `executor="ray"`): each
+per (preset, seed) through `mechmem_papers.executor.run_cells` (in-process, or Ray tasks): each
 cell trains the run unless its checkpoint is current (so a killed reproduction resumes) and measures every
 experiment on it; the cells' records make one JSON-able dict (the run record); `page.build_page` turns it into
 the page.
@@ -27,13 +27,13 @@ from torch import Tensor
 from mechmem.analysis.logit_lens import decode_residual
 from mechmem.analysis.neurons import ablate_neurons, neuron_direct_effect, rank_neurons
 from mechmem.analysis.roles import head_roles
-from mechmem.executor import Cell, run_cells
 from mechmem.tasks.permutation import (
     PermutationTask,
     bayes_posterior,
     elimination_floor,
 )
 from mechmem.training.rundir import finished_run, read_metrics, run_identity
+from mechmem_papers.executor import Cell, run_cells
 from mechmem_papers.permutation.page import load_published
 
 
@@ -349,7 +349,7 @@ class ReproConfig:
     device: str = "cpu"
     """Device for training (measurements run on the CPU)."""
     executor: str = "local"
-    """Where the cells run: local (this process, one at a time) or ray (`mechmem.executor`)."""
+    """Where the cells run: local (this process, one at a time) or ray (`mechmem_papers.executor`)."""
     address: str = ""
     """Ray cluster to join (auto or host:port); empty: a local instance.
 

@@ -7,8 +7,8 @@ The `run` module holds the spec dataclass, `ReproConfig`, beside the experiments
 
 from mechmem.config import apply_options
 from mechmem.errors import MechmemError
-from mechmem.executor import check_executor
 from mechmem.tasks.permutation import SCALE_PRESET_NAMES
+from mechmem_papers.executor import check_executor
 from mechmem_papers.permutation.run import ReproConfig
 
 VARIANTS = ("full", "quick", "paper")

@@ -1,6 +1,8 @@
-"""The scripts' plumbing, by concept: running a script (`runner`: one-line errors, interrupts, claimed output
-folders), its arguments (`args`: the parser, range-checked types, the shared flags), loading what it analyses
-(`load`) and writing what it found (`output`). A script reaches all of them as `from mechmem import cli`:
+"""The command line: the `mechmem` command (`main` dispatches), one module per subcommand, and the plumbing
+they share, by concept: running a command (`runner`: one-line errors, interrupts, claimed output folders), its
+arguments (`args`: the parser, range-checked types, the shared flags and the names each flag accepts), loading
+what it analyses (`load`) and writing what it found (`output`). The scripts in `analyses/` are thin entry
+points over the same subcommand `main` functions, and a paper's scripts use the same plumbing:
 
     parser = cli.ArgumentParser(description=...)            # usage errors: one line, exit 2
     cli.add_analysis_args(parser)                           # CKPT, --out, --device, --seed, --n-samples, ...
@@ -11,6 +13,10 @@ folders), its arguments (`args`: the parser, range-checked types, the shared fla
     from mechmem.analysis.x import ...                      # heavy imports after the checks
     files = cli.skipped(reason, "x.json")                   # does not apply: `skipped: REASON`, exit 0
     cli.write_outputs(out, {"x.json": obj, "x.png": fig})   # staged, then renamed together (mechmem.io)
+
+Each analysis subcommand is `parser(prog)` (its flags; nothing heavy imported), `outputs(ckpt, args)` (the
+files it writes) and `main` (`run_analysis`); `mechmem analyse` stages every `outputs` under OUT/NAME/ with
+the same writer (`stage_outputs`), so it writes what the single commands write.
 
 Nothing here imports torch at import time. The library below (analysis, report) does not use this package;
 the strict-JSON writers live in `mechmem.io`, tables in `mechmem.tables`, and `one_line` in `mechmem.errors`,
@@ -36,7 +42,14 @@ from mechmem.cli.args import (
     thread_count,
 )
 from mechmem.cli.load import check_out_dir, load_for_analysis, load_source
-from mechmem.cli.output import figure_png, save_figure, skipped, write_outputs
+from mechmem.cli.output import (
+    figure_png,
+    run_analysis,
+    save_figure,
+    skipped,
+    stage_outputs,
+    write_outputs,
+)
 from mechmem.cli.runner import claim_out, install_interrupt_hook, run_script
 from mechmem.errors import one_line
 from mechmem.io import dumps, strict_json, write_json
@@ -67,10 +80,12 @@ __all__ = [
     "positive_int",
     "positive_int_list",
     "print_table",
+    "run_analysis",
     "run_script",
     "save_figure",
     "seed_int",
     "skipped",
+    "stage_outputs",
     "strict_json",
     "thread_count",
     "write_json",

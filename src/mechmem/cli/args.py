@@ -1,9 +1,11 @@
-"""Command-line arguments: the parser with one-line errors, range-checked argument types and the flags
-every analysis script shares.
+"""Command-line arguments: the parser with one-line errors, range-checked argument types, the flags every
+analysis command shares and the names the analysis flags accept.
 
-Nothing here imports torch: a script's parser, built from this module and from light name lists
-(`mechmem.analysis.options`), answers `--help` and usage errors before torch or TransformerLens is imported
-(docs/analyses.md, "Start-up").
+Nothing here imports torch: a command's parser, built from this module and the light defaults of
+`mechmem.analysis.options`, answers `--help` and usage errors before torch or TransformerLens is imported
+(docs/analyses.md, "Start-up"). Each name list below is the one its analysis module offers (a test checks
+`ablation.METHODS`, `circuits.ABLATIONS`, `patching.DIRECTIONS`, `patching.SWEEPS`, `patching.tables.METHODS`
+and `dynamics.QUANTITIES` against them).
 """
 
 import argparse
@@ -14,6 +16,29 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from mechmem.errors import MechmemError
+
+ABLATION_METHODS = ("zero", "mean", "resample")
+"""What an ablated head's output z is set to (`mechmem ablate --methods`)."""
+CIRCUIT_ABLATIONS = ("corrupted", "mean", "zero")
+"""What an ablated edge carries (`mechmem circuit --ablation`)."""
+PATCH_DIRECTIONS = ("denoising", "noising")
+"""Clean into corrupted, or corrupted into clean (`mechmem patch --direction`)."""
+PATCH_METHODS = ("exact", "attribution")
+"""Exact patching or its first-order estimate (`mechmem patch --method`)."""
+PATCH_SWEEPS = (
+    "resid_pre",
+    "resid_mid",
+    "resid_post",
+    "attn_out",
+    "mlp_out",
+    "attn_head_out_all_pos",
+    "attn_head_out_by_pos",
+    "attn_head_pattern_all_pos",
+    "attn_head_pattern_by_pos",
+)
+"""The activation patching sweeps (`mechmem patch --sweeps`)."""
+DYNAMICS_QUANTITIES = ("loss", "heads", "probes", "lens", "ablation", "patching", "roles")
+"""What `mechmem dynamics --quantities` can measure over a run's step checkpoints."""
 
 
 class UsageError(MechmemError):
@@ -193,3 +218,18 @@ def add_hf_arg(parser: argparse.ArgumentParser) -> None:
         metavar="NAME_OR_PATH",
         help="analyse a Hugging Face causal LM (Hub name or save_pretrained folder) instead of CKPT",
     )
+
+
+def parse_quantities(text: str) -> tuple[str, ...]:
+    """'heads,probes' -> ('heads', 'probes'); 'all' is every quantity; unknown names are a one-line error."""
+    names = (
+        DYNAMICS_QUANTITIES
+        if text.strip() == "all"
+        else tuple(n.strip() for n in text.split(",") if n.strip())
+    )
+    unknown = [n for n in names if n not in DYNAMICS_QUANTITIES]
+    if unknown or not names:
+        raise MechmemError(
+            f"unknown quantities {unknown or [text]} (choose from {', '.join(DYNAMICS_QUANTITIES)} or all)"
+        )
+    return names

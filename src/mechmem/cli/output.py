@@ -1,10 +1,14 @@
-"""Writing a script's outputs: figures as PNG, every file of a run staged and renamed together, and the
-record of an analysis that does not apply."""
+"""Writing a command's outputs: figures as PNG, every file of a run staged and renamed together, the record
+of an analysis that does not apply, and the run of one analysis command (parse, load, write)."""
 
+import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mechmem.cli.args import ArgumentParser
+from mechmem.cli.load import load_for_analysis
 from mechmem.io import OutputSet, atomic_write, dumps
 
 
@@ -32,9 +36,20 @@ def write_outputs(out: str | os.PathLike, files: dict[str, Any]) -> list[Path]:
     is a matplotlib figure, any other is written as strict JSON. Every file is staged first and all are
     renamed into place at the end, so a failure leaves the previous outputs as they were."""
     with OutputSet(out) as staged:
-        for name, value in files.items():
-            staged.add(name, figure_png(value) if name.endswith(".png") else dumps(value, indent=2) + "\n")
+        stage_outputs(staged, files)
     return [Path(out) / name for name in files]
+
+
+def stage_outputs(staged: OutputSet, files: dict[str, Any], folder: str = "") -> list[str]:
+    """Stage `files` (name -> figure or JSON value) in `staged`, under `folder`/ when given; returns the
+    staged names. `write_outputs` and `mechmem analyse` both write through it, so one analysis writes the
+    same files alone (`mechmem heads --out DIR`: DIR/...) as in `mechmem analyse --out OUT`
+    (OUT/heads/...)."""
+    names = []
+    for name, value in files.items():
+        names.append(f"{folder}/{name}" if folder else name)
+        staged.add(names[-1], figure_png(value) if name.endswith(".png") else dumps(value, indent=2) + "\n")
+    return names
 
 
 def skipped(reason: str, name: str, record: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -42,3 +57,20 @@ def skipped(reason: str, name: str, record: dict[str, Any] | None = None) -> dic
     `{"skipped": REASON, ...record}` (the script writes it like any other output; exit status 0)."""
     print(f"skipped: {reason}")
     return {name: {"skipped": reason, **(record or {})}}
+
+
+def run_analysis(
+    parser: ArgumentParser,
+    outputs: Callable[[Any, argparse.Namespace], dict[str, Any]],
+    argv: list[str] | None,
+    *,
+    min_samples: int = 1,
+) -> int:
+    """An analysis command's `main`: parse `argv`, load the checkpoint (`load_for_analysis`: every check
+    before any work), run `outputs` (its files: name -> figure or JSON value) and write them together."""
+    args = parser.parse_args(argv)
+    ckpt, out = load_for_analysis(args, min_samples=min_samples)  # torch is imported from here on
+    files = outputs(ckpt, args)
+    write_outputs(out, files)
+    print(f"wrote {', '.join(sorted(files))} in {out}")
+    return 0

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from mechmem.checkpoint import load_checkpoint
-from mechmem.cli import format_table, run_script
-from mechmem.errors import MechmemError
+from mechmem.errors import MechmemError, one_line
+from mechmem.io import describe_os_error
 from mechmem.progress import LogRelay
 from mechmem.report.checkpoint_report import report_checkpoint
 from mechmem.report.document import write_index
+from mechmem.tables import format_table
 from mechmem.tasks import get_task_class
 from mechmem.training.run import preset_identity, train_preset
 from mechmem.training.rundir import finished_run
@@ -73,8 +74,9 @@ def available(models: list[DemoModel] | None = None) -> list[DemoModel]:
 
 def run_in_log(fn: Callable[[], Any], log: Path) -> tuple[int, float]:
     """Call `fn()` in this process with stdout and stderr (file descriptors 1 and 2) sent to `log`; returns
-    (exit status, seconds). A user error is one `error:` line, status 2 (`run_script`); an unexpected
-    exception is logged with its traceback, status 1."""
+    (exit status, seconds). A user error is one `error:` line, status 2 (a machine's error, such as a full
+    disk, status 1), as a command prints them; an unexpected exception is logged with its traceback, status
+    1."""
     log.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -83,13 +85,15 @@ def run_in_log(fn: Callable[[], Any], log: Path) -> tuple[int, float]:
     with open(log, "w") as fh:
         os.dup2(fh.fileno(), 1)
         os.dup2(fh.fileno(), 2)
-
-        def call(_argv: list[str] | None) -> int:
-            fn()
-            return 0
-
+        rc = 0
         try:
-            rc = run_script(call, [])  # an argv: a library call, not a program (run_script's signal handling)
+            fn()
+        except MechmemError as exc:
+            print(f"error: {one_line(exc)}", file=sys.stderr)
+            rc = 2
+        except OSError as exc:
+            print(f"error: {describe_os_error(exc)}", file=sys.stderr)
+            rc = 1
         except Exception:  # noqa: BLE001 - a failed job is logged with its traceback; the demo goes on
             traceback.print_exc()
             rc = 1

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from mechmem.cli import ArgumentParser, input_file, positive_int, run_script, write_json
 from mechmem.errors import MechmemError
-from mechmem.executor import check_executor
+from mechmem_papers.executor import check_executor
 
 LOG = functools.partial(print, flush=True)
 

@@ -7,7 +7,7 @@ trained spot checks, the commands that contributed) and `constructions_misc_{tag
 sweep, the grid, histogram counts) into a data folder; the page is drawn from these files by
 `memorisation.page`.
 
-The capacity searches and spot checks are cells of `mechmem.executor.run_cells` (in-process or Ray tasks).
+The capacity searches and spot checks are cells of `mechmem_papers.executor.run_cells` (in-process or Ray).
 While they run, finished cells are kept in `constructions_cells_{tag}.jsonl`, so a killed run resumes; the
 file is removed once the capacity file is written (a later run recomputes the modes it is asked for, as
 before).
@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mechmem.executor import Cell, check_executor, run_cells
 from mechmem.io import write_json
 from mechmem.tasks.facts import generate_facts
+from mechmem_papers.executor import Cell, check_executor, run_cells
 from mechmem_papers.memorisation.capacity import CapacityResult
 from mechmem_papers.memorisation.constructions.evaluators import (
     EVALUATORS,
@@ -138,7 +138,7 @@ def run_constructions(
 ) -> dict[str, Path]:
     """Run Appendix A, the sweep, the capacity searches (`reuse`: keep earlier ones) and the histograms.
 
-    `executor` and `address` choose where the capacity searches and spot checks run (`mechmem.executor`).
+    `executor` and `address` choose where the capacity searches and spot checks run (`executor.run_cells`).
 
     Long because it runs the constructions' experiments in the published order, each a short call, and records
     each result as it ends.

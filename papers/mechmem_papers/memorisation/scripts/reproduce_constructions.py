@@ -26,7 +26,7 @@ from pathlib import Path
 
 from mechmem import cli
 from mechmem.cli import ArgumentParser, run_script
-from mechmem.executor import check_executor
+from mechmem_papers.executor import check_executor
 from mechmem_papers.memorisation.options import EVALUATORS
 
 

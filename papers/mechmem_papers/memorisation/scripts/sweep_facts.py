@@ -34,7 +34,7 @@ from pathlib import Path
 
 from mechmem import cli
 from mechmem.errors import MechmemError
-from mechmem.executor import check_executor
+from mechmem_papers.executor import check_executor
 from mechmem_papers.memorisation.options import SCALING_VARIANTS, add_schedule_args
 
 DATA = Path("docs/reproductions/data")

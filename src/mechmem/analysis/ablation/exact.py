@@ -50,11 +50,11 @@ from mechmem.analysis.interventions import (
     zero,
 )
 from mechmem.analysis.interventions.reference import naive_intervene
-from mechmem.analysis.options import ABLATION_METHODS
 from mechmem.analysis.stats import bootstrap_ratio
 from mechmem.models.parts import Head
 
-METHODS = ABLATION_METHODS
+METHODS = ("zero", "mean", "resample")
+"""What an ablated head's output z is set to (`mechmem.cli.args.ABLATION_METHODS` names the same)."""
 Metric = Callable[[Tensor], Tensor]
 """logits [batch pos d_vocab] -> a scalar tensor (or one value per sequence, or a `SequenceMetric`)."""
 

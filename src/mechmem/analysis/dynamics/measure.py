@@ -61,7 +61,6 @@ import torch
 
 from mechmem.analysis import ablation, heads, logit_lens, patching, probes, roles
 from mechmem.analysis.frames import short_repr
-from mechmem.analysis.options import parse_quantities  # noqa: F401  (the names live with the parsers
 from mechmem.analysis.stats import RatioMoments, normal_interval
 from mechmem.analysis.transitions import (
     Event,

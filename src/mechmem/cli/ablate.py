@@ -17,8 +17,8 @@ import argparse
 from typing import Any
 
 from mechmem import cli
-from mechmem.analysis.options import ABLATION_BUDGET, ABLATION_METHODS, ABLATION_METRICS
-from mechmem.commands.common import run_analysis
+from mechmem.analysis.options import ABLATION_BUDGET, ABLATION_METRICS
+from mechmem.cli.args import ABLATION_METHODS
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
@@ -104,4 +104,4 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """`mechmem ablate`: parse, load, ablate, write."""
-    return run_analysis(parser(prog), outputs, argv)
+    return cli.run_analysis(parser(prog), outputs, argv)

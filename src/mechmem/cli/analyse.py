@@ -15,7 +15,7 @@ fails on bad input is named in one `error:` line after the others are written.
 import time
 
 from mechmem import cli
-from mechmem.commands import ablate, circuit, heads, lens, patch, probe, report
+from mechmem.cli import ablate, circuit, heads, lens, patch, probe, report
 from mechmem.errors import MechmemError, one_line
 
 ANALYSES = {
@@ -59,17 +59,13 @@ def _sub_args(module: object, args: object) -> object:
 def stage_one(name: str, ckpt: object, args: object, staged: object) -> dict:
     """Run analysis `name` on `ckpt` and stage its files under NAME/ in `staged`; returns its summary entry
     (files, and the reason when it did not apply)."""
-    from mechmem.io import dumps
     from mechmem.report.document import stage_report
 
     if name == "report":
         stage_report(report.build(ckpt, _sub_args(report, args)), staged, "report")
         return {"files": ["report/report.html", "report/report.json", "report/report.md"]}
     files = ANALYSES[name].outputs(ckpt, _sub_args(ANALYSES[name], args))
-    for file_name, value in files.items():
-        data = cli.figure_png(value) if file_name.endswith(".png") else dumps(value, indent=2) + "\n"
-        staged.add(f"{name}/{file_name}", data)
-    entry = {"files": sorted(f"{name}/{f}" for f in files)}
+    entry = {"files": sorted(cli.stage_outputs(staged, files, name))}
     reasons = [v["skipped"] for v in files.values() if isinstance(v, dict) and "skipped" in v]
     return entry | ({"skipped": reasons[0]} if reasons else {})
 

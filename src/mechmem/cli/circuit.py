@@ -18,8 +18,8 @@ import argparse
 from typing import Any
 
 from mechmem import cli
-from mechmem.analysis.options import CIRCUIT_ABLATIONS, CIRCUIT_BUDGET, HEAD_BUDGET
-from mechmem.commands.common import run_analysis
+from mechmem.analysis.options import CIRCUIT_BUDGET, HEAD_BUDGET
+from mechmem.cli.args import CIRCUIT_ABLATIONS
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
@@ -101,4 +101,4 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """`mechmem circuit`: parse, load, discover, write."""
-    return run_analysis(parser(prog), outputs, argv)
+    return cli.run_analysis(parser(prog), outputs, argv)

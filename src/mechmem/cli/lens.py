@@ -14,7 +14,6 @@ import argparse
 from typing import Any
 
 from mechmem import cli
-from mechmem.commands.common import run_analysis
 from mechmem.errors import MechmemError
 
 
@@ -94,4 +93,4 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """`mechmem lens`: parse, load, decode, write."""
-    return run_analysis(parser(prog), outputs, argv)
+    return cli.run_analysis(parser(prog), outputs, argv)

@@ -22,7 +22,6 @@ from typing import Any
 
 from mechmem import cli
 from mechmem.analysis.options import HEAD_BUDGET
-from mechmem.commands.common import run_analysis
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
@@ -89,4 +88,4 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """`mechmem heads`: parse, load, score, write."""
-    return run_analysis(parser(prog), outputs, argv)
+    return cli.run_analysis(parser(prog), outputs, argv)

@@ -23,8 +23,8 @@ import argparse
 from typing import Any
 
 from mechmem import cli
-from mechmem.analysis.options import PATCH_BUDGET, PATCH_DIRECTIONS, PATCH_METHODS, PATCH_SWEEPS
-from mechmem.commands.common import run_analysis
+from mechmem.analysis.options import PATCH_BUDGET
+from mechmem.cli.args import PATCH_DIRECTIONS, PATCH_METHODS, PATCH_SWEEPS
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
@@ -93,4 +93,4 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """`mechmem patch`: parse, load, patch, write."""
-    return run_analysis(parser(prog), outputs, argv)
+    return cli.run_analysis(parser(prog), outputs, argv)

@@ -14,7 +14,6 @@ import argparse
 from typing import Any
 
 from mechmem import cli
-from mechmem.commands.common import run_analysis
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
@@ -73,4 +72,4 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """`mechmem probe`: parse, load, probe, write."""
-    return run_analysis(parser(prog), outputs, argv)
+    return cli.run_analysis(parser(prog), outputs, argv)

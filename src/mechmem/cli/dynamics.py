@@ -14,8 +14,8 @@ one OUT/dynamics_QUANTITY.png per quantity, together (one output set).
 """
 
 from mechmem import cli
-from mechmem.analysis.options import parse_quantities
 from mechmem.analysis.transitions import parse_levels, parse_pairs
+from mechmem.cli.args import parse_quantities
 
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:

@@ -5,7 +5,7 @@
     mechmem analyse t2/ckpt.pt                            # every analysis that applies, one output set
     mechmem heads t2/ckpt.pt --n-samples 128              # one analysis; `mechmem heads --help` for its flags
 
-Each subcommand is the `main` of one module of `mechmem.commands`; the scripts in `analyses/` call the same
+Each subcommand is the `main` of one module of `mechmem.cli`; the scripts in `analyses/` call the same
 functions, so `mechmem heads ...` and `python analyses/detect_heads.py ...` take the same flags and write the
 same files. Nothing heavy is imported before a subcommand has parsed its arguments: `--help` and usage errors
 answer at once.
@@ -13,8 +13,8 @@ answer at once.
 
 import sys
 
-from mechmem.cli import UsageError, run_script
-from mechmem.commands import (
+from mechmem.cli import (
+    UsageError,
     ablate,
     analyse,
     circuit,
@@ -26,6 +26,7 @@ from mechmem.commands import (
     probe,
     report,
     reproduce,
+    run_script,
     train,
 )
 from mechmem.version import __version__
