@@ -3,7 +3,7 @@ same analyses, numbers and training step under TransformerLens 3.9 (HookedTransf
 (TransformerBridge).
 
 Runs under whichever TransformerLens this environment has. The cross-version comparison runs the analyses once
-here and once in the other environment (the first of `.venv`, `.venv-tl4`, `.venv-tl3` on the other major
+here and once in the other environment (the first of `.venv`, `.venv-tl3` on the other major
 version: `make test-tl3` bootstraps `.venv-tl3`; or set MECHMEM_OTHER_PYTHON) and compares every number
 of their JSON outputs: head detection, ablation, logit lens, probes, exact and attribution patching, circuits,
 the report, dynamics over a series of checkpoints, and one training step.
@@ -193,11 +193,11 @@ def _major(python: Path) -> str:
 
 def _other_python() -> Path | None:
     """The environment with the other TransformerLens major version: MECHMEM_OTHER_PYTHON, else the first of
-    `.venv`, `.venv-tl4`, `.venv-tl3` that has it."""
+    `.venv`, `.venv-tl3` that has it."""
     named = os.environ.get("MECHMEM_OTHER_PYTHON")
     if named:
         return Path(named)
-    for venv in (".venv", ".venv-tl4", ".venv-tl3"):
+    for venv in (".venv", ".venv-tl3"):
         python = ROOT / venv / "bin" / "python"
         if python.exists() and _major(python) != TL_VERSION[:1]:
             return python

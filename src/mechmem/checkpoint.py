@@ -22,10 +22,6 @@ the same line refuses the file there); `load_checkpoint` validates all of it and
 with a one-line reason. Writes go to a
 temporary file in the same folder and are renamed into place, so an interrupted save never clobbers an
 existing file.
-
-Long because a checkpoint is one contract: the format, the bounded reading that runs before any work, the
-checks of model against config and task against model, the atomic write, and bringing in a TransformerLens
-model of one's own.
 """
 
 import hashlib
@@ -516,9 +512,6 @@ def read_payload(path: str | os.PathLike) -> dict[str, Any]:
 
 def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> Checkpoint:
     """Load a checkpoint safely (never executes pickled code) and rebuild its model on `device`.
-
-    Long because the safe load is one sequence of checks (bounded payload, format version, digest, config,
-    shapes, finite weights) before the model is built, each with its own one-line error.
 
     Example:
         >>> import mechmem, tempfile, pathlib

@@ -4,10 +4,6 @@ Every number on the page is read from the record (`mechmem_papers.birth.run.run`
 published values and the authors'-code reference from their committed data files; the hand-written text (what
 is reproduced, the deviations) lives in docs/reproductions/prose/birth.md, one block per section key used
 here.
-
-Long because the page is one concept with one section per part of the paper (statements, ladder, preset,
-heads, speed, runs, figures); the judging itself lives in `statements`, and splitting the sections over
-modules would only scatter one page's layout.
 """
 
 import json

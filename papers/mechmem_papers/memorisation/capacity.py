@@ -166,9 +166,6 @@ def find_capacity(
             search (`sweep.help_cells`).
         snapshots: n -> where the training of n facts saves its state while it runs and resumes from
             (`batched.Snapshots`); not used with `all_at_once`.
-
-    Long because its docstring documents each of the ways a search is resumed or shared (known, recorded,
-    snapshots, all at once); the body is one oracle and one call of `measure_capacity`.
     """
     unknown = [c for c in criteria if c not in CRITERIA]
     if unknown:

@@ -6,8 +6,6 @@ record), which give each value's source and the exact sentence, table row or cod
 pair comparisons follow Appendix B (the outlier combination left out); the project's earlier inclusion is
 shown beside them. The constructions' sections are in `page_constructions`; the E7 comparison's data and
 fits in `e7`.
-
-Long because it is one page: each function renders one section of it from the run record, in page order.
 """
 
 import json

@@ -154,9 +154,6 @@ def search_cell(
     searches would ask next under most of the outcomes that training's snapshot still allows
     (`trials.speculations`).
     `criteria`: the searches to run (a record only when all three).
-
-    Long because the trials file does three jobs for the cell's search: resume it, record each training, and
-    share the trainings with other workers.
     """
     from mechmem.training.trainer import resolve_device
 

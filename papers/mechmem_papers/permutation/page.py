@@ -6,8 +6,6 @@ probe, roles, rescue, scale); the published values in published.json. The first 
 published-schedule result beside the published values: a record trained at another schedule (the default
 variant's tuned one) is shown below it as a sensitivity check, and `attach_published_schedule` hands the page
 the committed published-schedule record to put first.
-
-Long because it is one page: each function renders one section of it from the run record, in page order.
 """
 
 import json
@@ -202,10 +200,7 @@ def build_page(record: dict[str, Any]) -> Report:
 # -- set-up and published numbers
 # ------------------------------------------------------------------------------
 def _setup(record: dict[str, Any], published: dict[str, Any]) -> Section:
-    """The set-up section: split, evaluation sizes and every hyperparameter beside the published one.
-
-    Long because it renders the set-up table, one row per published hyperparameter, beside ours.
-    """
+    """The set-up section: split, evaluation sizes and every hyperparameter beside the published one."""
     cfg = record["config"]
     s = Section("setup", "Set-up")
     share = record["task2"][0]["task"]["train_fraction"]

@@ -9,10 +9,6 @@ the page.
 
 The larger-V presets live in `mechmem.tasks.permutation`: `v10-quick`, `v15-quick` (CPU) and
 `v10-paper`, `v15-paper` (GPU-sized), all trained on repeat data (repeat_ratio 0.3).
-
-Long because it holds the paper's experiments, one function each (Bayes floor, head roles, ablations, FFN
-rescue, probes), and the one loop that runs them per cell; each is short and they share the cell's model and
-draws.
 """
 
 from collections.abc import Callable

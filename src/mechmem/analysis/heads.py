@@ -15,9 +15,6 @@ practice.
 Caveats: a score says where a head looks, not what it moves (see the OV probes in `probes.py`); with a small
 vocabulary, random sequences hold chance duplicates, so an attend-to-self head and a duplicate-token head can
 overlap on the duplicate-token pattern.
-
-Long because the pattern scores, their bootstrap intervals and the per-token scores are reduced from the same
-scoped hook, so they are computed in one module.
 """
 
 import math
@@ -308,9 +305,6 @@ def detect_heads(
         generator: draws the bootstrap resamples (default: a generator seeded with 0, so a result is a
             function of its inputs).
         resamples: bootstrap resamples (0: no bootstrap interval, e.g. when the sequential rule judges).
-
-    Long because one scoped hook reduces every probed pattern in one pass, and the bootstrap intervals and
-    per-token scores are computed from the same reduced tensors.
 
     Example:
         >>> import mechmem, torch

@@ -19,10 +19,6 @@ Sampling: a probe read off the weights over all its tokens is exact, a number wi
 interval (`ProbeResult.interval` says so). Only a probe compared with statistics counted on sampled data has
 one: the MLP probe against a bigram table counted on sampled sequences (`BigramSample`) gets 95% percentile
 bootstrap intervals of its recall and KL over those sequences (the table recounted on each resample).
-
-Long because every probe is one short function over the same `ProbeResult`, and the MLP probe's sampled
-bigram table (counting, recounting on resamples) belongs to that probe; split, each part would import the
-other's record.
 """
 
 from dataclasses import dataclass, field

@@ -38,10 +38,6 @@ five-seed acceptance runs (seeds 0-4); they are printed with every result. Cavea
 fractions, and the intervals judged against them are corrected for every head, role and look; transfer
 assumes the counterfactual leaves the other roles' information unchanged; a head that others compensate for
 looks less important under any single-head test.
-
-Long because it is the one place where roles are decided: the pattern evidence, the ablation and lens evidence
-and the rule that names a role from them are one concept, kept together so that no second rule can grow
-elsewhere.
 """
 
 import math

@@ -21,9 +21,6 @@ into names.
 Caveats: the share's set of scoring heads is read off the point estimates at each look; the lead's interval is
 built from the share intervals' ends (conservative); transfer assumes the counterfactual leaves the other
 roles' information unchanged.
-
-Long because measuring a role's evidence per sequence and deciding it in rounds are one procedure: the
-quantities, their share and lead, and the stopping rule that reads them are defined together.
 """
 
 import math

@@ -27,10 +27,6 @@ Fixed and frozen parameters:
     trained (on the bridge, the module weight that holds the canonical tensor is frozen). `init_std` overrides
     the normal init's standard deviation of the matrices (`W_*`); default is TransformerLens's gpt2 rule 0.8 /
     sqrt(d_model).
-
-Long because it is the one seam to TransformerLens: every construction and loading call of both backends
-(HookedTransformer on 3.9, TransformerBridge on 4.x) lives here, so that nothing else knows which backend
-runs.
 """
 
 import copy

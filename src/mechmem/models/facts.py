@@ -233,10 +233,6 @@ def forward_params(
 ) -> Float[Tensor, "init batch pos d_vocab_out"]:
     """Logits of a stack of models whose parameters carry a leading `init` axis.
 
-    Long because it is one function for every variant on purpose (about 65 lines): the variant toggles are
-    read in the order the model computes, so the forward pass can be checked line by line against the authors'
-    `models.py`.
-
     Args:
         cfg: the variant.
         params: name -> [init, *shape] tensors, names as in `param_specs`.

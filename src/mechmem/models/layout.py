@@ -106,8 +106,6 @@ def canonical_shapes(cfg) -> dict[str, tuple[int, ...]]:
 
     `cfg` is a `TransformerConfig`. The order matters: initial weights are drawn in it, so the same seed gives
     the same weights under either TransformerLens backend (a test checks it against `HookedTransformer`).
-
-    Long because it lists the shape of every canonical weight of every architecture field in one table.
     """
     d_model, n_heads, d_head = cfg.d_model, cfg.n_heads, cfg.head_dim
     n_kv = cfg.n_key_value_heads

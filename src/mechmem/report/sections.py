@@ -7,9 +7,6 @@ sections are reproducible one by one. Head roles are measured once (`mechmem.ana
 classifier the reproduction pages use too) and shared through the context. No section knows any particular
 task: tasks supply what is task-specific through the `Task` contract (`evaluate`, `optimal_loss`,
 `role_probes`, `patching_pair`).
-
-Long because it holds every section the report runs, each one short function over the same context and its
-seeded generators; the edge and dynamics sections, with their own figures, have their own modules.
 """
 
 import math
@@ -175,11 +172,8 @@ def heads_section(ctx: ReportContext) -> Section:
 # -- MLP: direct effect and key neurons
 # ------------------------------------------------------------------------
 def mlp_section(ctx: ReportContext) -> Section:
-    """The last MLP's direct effect on the answer logit, its key neurons, and the effect of mean-ablating it.
-
-    Long because the section's measurements (lens, mean ablation, neuron ranking) and the sentences that
-    report them read best side by side.
-    """
+    """The last MLP's direct effect on the answer logit, its key neurons, and the effect of mean-ablating
+    it."""
     s = Section("mlp", "MLP: direct effect on the answer and key neurons")
     s.skipped = _needs_hooks(ctx) or _needs_task(ctx, "no answers to attribute")
     if s.skipped is None and ctx.model.cfg.attn_only:

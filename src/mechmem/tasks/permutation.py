@@ -22,10 +22,6 @@ unused y's. Hence for the answer to x_k:
     - otherwise it is uniform over the y values not yet used, i.e. 1 / (V - #distinct y's seen) each.
 Without repeats step k therefore has V - k + 1 candidates and the masked loss of a Bayes-optimal model is
 (ln V + ln(V-1) + ... + ln 1) / V (0.957 for V = 5): the "elimination floor".
-
-Long because the task's docstring carries the worked sequence and the Bayes-optimal derivation the generator
-and the optimal loss implement; splitting the derivation from its code would separate the proof from what it
-proves.
 """
 
 import dataclasses

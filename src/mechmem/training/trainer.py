@@ -227,10 +227,7 @@ def _train(
     overwrite: bool,
     progress: bool,
 ) -> TrainResult:
-    """The loop of `train`, with the run directory locked.
-
-    Long because the training loop (schedule, guards, evaluation, checkpoints) reads best in one piece.
-    """
+    """The loop of `train`, with the run directory locked."""
     device = torch.device(device)
     move_model(model, device)
     params = _trainable(model)

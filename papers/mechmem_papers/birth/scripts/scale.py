@@ -16,9 +16,6 @@ resumes. With --record, the birth run record is then given the ladder and its st
 the histories it holds (no suite run is retrained); `python analyses/reproduce.py birth --page-only` shows it:
 
     python -m mechmem_papers.birth.scripts.scale --no-run --record docs/reproductions/data/birth.json
-
-Long because it drives the whole ladder (rules, rungs, executor, seed check and re-judging a record) from one
-command line.
 """
 
 import functools
@@ -33,10 +30,7 @@ LOG = functools.partial(print, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Climb the ladder, run the seed check, or give a record the ladder.
-
-    Long because its flags (rules, rungs, executor, seed check, record) are checked before torch is imported.
-    """
+    """Climb the ladder, run the seed check, or give a record the ladder."""
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--rules",

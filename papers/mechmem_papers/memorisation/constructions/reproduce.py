@@ -139,9 +139,6 @@ def run_constructions(
     """Run Appendix A, the sweep, the capacity searches (`reuse`: keep earlier ones) and the histograms.
 
     `executor` and `address` choose where the capacity searches and spot checks run (`executor.run_cells`).
-
-    Long because it runs the constructions' experiments in the published order, each a short call, and records
-    each result as it ends.
     """
     check_executor(executor, address)
     grid, tag = (QUICK_GRID, "quick") if quick else (SweepGrid(), "full")

@@ -11,9 +11,6 @@
 
 Defaults are the published variant sizes (n_in=32, d=16), schedule (lr 1e-2, 3e-3, 1e-3; 50,000 epochs per
 phase, patience 5,000) and search (the authors' bracket, precision 8); on CPU cap the schedule.
-
-Long because its argument parsing states each flag's valid range, and the capacity search it runs has several
-published options.
 """
 
 import argparse
@@ -25,10 +22,7 @@ from mechmem_papers.memorisation.options import ACTS, MIXINGS, add_schedule_args
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Search one variant's capacity.
-
-    Long because each flag states its range and the flags are checked before torch is imported.
-    """
+    """Search one variant's capacity."""
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--mixing", choices=MIXINGS, default="attn", help="learned attention, uniform attention or 2Emb"

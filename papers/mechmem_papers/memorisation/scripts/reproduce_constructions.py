@@ -16,8 +16,6 @@ Writes constructions_capacity_{full,quick}.json and constructions_misc_*.json in
 docs/reproductions/data); --reuse keeps the capacities already there and recomputes only --modes at --ds. The
 page is drawn from these files: `python analyses/reproduce.py memorisation` (or `--variant constructions`,
 which runs this with the defaults and then writes the page).
-
-Long because each construction experiment of the paper is one flag with its own published settings.
 """
 
 import shlex

@@ -24,9 +24,6 @@ training of a cell to facts_trials.jsonl beside it (--trials), so a cell stopped
 last finished training. `report` prints
 the records of the given schedule (mean +- sd over repeats) and the fits S = a d^2/ln d and S = b d^k, and
 writes facts_scaling_fits.json; the page is `python analyses/reproduce.py memorisation`.
-
-Long because it runs the three sweep modes (table, scaling, report) with their executor and device options
-from one command line.
 """
 
 import argparse
@@ -42,11 +39,7 @@ HEADERS = ["variant", "repeats", "any", "most", "all", "s/cell"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the table or scaling sweep, or report on its records.
-
-    Long because it parses the three modes' flags, each with its range, and checks them all before torch is
-    imported.
-    """
+    """Run the table or scaling sweep, or report on its records."""
     p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["table", "scaling", "report", "status"], help="what to run")
     p.add_argument(

@@ -166,9 +166,6 @@ def attribute_ablation(
     carries its 95% interval over sequences (see the module docstring; `info["interval"]` says how).
     `exact_variants` (indices in `variant_names` order) replaces the sample: those are computed exactly
     (`info["exact_index"]` holds the chosen indices either way).
-
-    Long because the estimate, the exact check of its chosen variants and the per-sequence intervals over
-    both are computed from one set of products and must agree variant by variant.
     """
     reference = reference_tokens(tokens, reference)
     setter = method_setter(method, reference, generator)

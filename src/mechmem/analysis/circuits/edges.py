@@ -31,10 +31,6 @@ Caveats: the position embedding is the same in clean and corrupted runs and equa
 its edges score exactly zero under "corrupted" and "mean" (use "zero" to see them). A corruption shows only
 the paths it disturbs: the generic repeats pair changes one token, so only the value path carrying it moves.
 Effects of single edges need not add up.
-
-Long because the graph, its patcher and the circuit pass are one concept: the patcher stores a head's change
-in z space and every use of it (path patching, the attribution contraction, a circuit's ports) projects it
-through W_O in its own way, next to the graph those uses index.
 """
 
 import math

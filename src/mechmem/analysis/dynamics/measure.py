@@ -41,10 +41,6 @@ one save interval. The trainer saves no step-0 weights, so the first point is th
 attention heads get only the `loss` curves.
 
 Reading the result (the trainer's own log beside it, the printed table, the figure) is `dynamics_views`.
-
-Long because the quantities, the loop that measures them on every checkpoint and the `Dynamics` record of
-their curves (with its table form, `to_dataframe`) are one measurement: a quantity's name, its curves, their
-intervals and the rule of their events are defined together.
 """
 
 import fnmatch
@@ -479,9 +475,6 @@ def run_dynamics(
         >>> dynamics = mechmem.run_dynamics(run, ["loss"], n=8)
         >>> dynamics.steps, "loss" in dynamics.curves
         ([2, 4], True)
-
-    Long because it is one loop over the checkpoints: loading each, measuring every quantity on the same
-    evaluation draw and collecting curves, bounds and cost must stay in step order together.
     """
     chosen = [QUANTITIES[q] for q in quantities]
     files = step_files(run_dir)

@@ -45,11 +45,6 @@ Caveats: an intervention fixes one activation and lets everything downstream rea
 interventions need not add up. Mean and resample ablation depend on the reference distribution: name it.
 
 The intervention and setter types live in `mechmem.analysis.interventions.spec` (re-exported by the package).
-
-Long because it is the one intervention engine: it picks the strategy per variant, and the replay strategy's
-batching (groups of cells, chunks of rows within `cache_mb`, the setter values gathered from replayed runs)
-and its gradient pass share the engine's cached runs; the hook strategy and the source runs of the setters
-live in `interventions.hooked`.
 """
 
 from collections.abc import Callable, Sequence

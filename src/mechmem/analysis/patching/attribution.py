@@ -37,9 +37,6 @@ agreement check below measures.
 Every result flags itself: `Attributor.sweep` re-computes a deterministic sample of cells exactly
 (`sample_cells`, one engine call) and stores the agreement in `result.check` (`judge`, rule `TRUST`);
 `attribute_sweeps` falls back to exact patching for a sweep that fails it.
-
-Long because the estimate, its per-prompt intervals and the check that decides whether it is trusted are one
-measurement: a cell's estimate is not usable without the other two.
 """
 
 import math

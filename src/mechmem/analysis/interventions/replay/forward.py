@@ -37,9 +37,6 @@ key/value weights live in the Hugging Face modules (`support.replay_unsupported`
 This is the execution strategy the intervention engine (`mechmem.analysis.interventions`) picks for variants
 that replace one activation of a model the replay supports (`stage_of` names the hooks,
 `Replay.patched_metric` runs them); the engine uses hooks for everything else.
-
-Long because it is one forward pass written out: every stage of a block for every architecture the replay
-supports, which must be read against TransformerLens's own forward in one piece.
 """
 
 from collections.abc import Callable
