@@ -1,9 +1,8 @@
 """Results as tables: the long-form pandas DataFrames and the short reprs of the analysis results.
 
-Every result's `to_dataframe()` has one row per measured cell, one column per axis (`layer`, `head`,
-`pos`, `stage`, `method`, ...), the measurement in `value`, and `lower` / `upper` where the result
-stores an interval. Rows with a token axis carry `token_id` and `token` (`Task.token_names`, else the id
-as a string).
+Every result's `to_dataframe()` has one row per measured cell, one column per axis (`layer`, `head`, `pos`,
+`stage`, `method`, ...), the measurement in `value`, and `lower` / `upper` where the result stores an
+interval. Rows with a token axis carry `token_id` and `token` (`Task.token_names`, else the id as a string).
 
     frame = result.to_dataframe()
     frame.pivot_table(index="layer", columns="head", values="value")      # back to a grid

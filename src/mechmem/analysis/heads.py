@@ -275,8 +275,7 @@ def detect_heads(
     generator: torch.Generator | None = None,
     resamples: int = RESAMPLES,
 ) -> HeadScores:
-    """Score every head against each detection pattern (default: previous-token, duplicate-token,
-    induction).
+    """Score every head against each detection pattern (default: previous-token, duplicate-token, induction).
 
     Each pattern also gets its 95% bootstrap interval over sequences, its score per query token
     (`HeadScores.by_token`) and the per-sequence moments of both for the sequential rule.

@@ -6,12 +6,11 @@ The residual stream is read at every stage, in order
     resid_mid.L   after block L's attention, before its MLP (absent in attention-only models)
     resid_post.L  output of block L (equal to resid_pre.L+1)
 
-and decoded as the model decodes its last residual: the final norm with its statistics recomputed at
-that stage (not the final layer's cached scale, which `ActivationCache.apply_ln_to_stack` reuses by
-default), then the unembedding; the last stage equals the model's logits (tested). resid_mid.L vs
-resid_post.L isolates what block L's MLP adds. Each stage's mean target probability and top-1 accuracy
-over the masked positions carry a 95% percentile bootstrap interval over sequences
-(`stats.bootstrap_ratio`, seeded).
+and decoded as the model decodes its last residual: the final norm with its statistics recomputed at that
+stage (not the final layer's cached scale, which `ActivationCache.apply_ln_to_stack` reuses by default), then
+the unembedding; the last stage equals the model's logits (tested). resid_mid.L vs resid_post.L isolates what
+block L's MLP adds. Each stage's mean target probability and top-1 accuracy over the masked positions carry a
+95% percentile bootstrap interval over sequences (`stats.bootstrap_ratio`, seeded).
 
 Caveat: early residuals were never trained to be read by the unembedding; a low lens probability says
 the answer is not yet linearly decodable in the output basis, not that the information is absent.

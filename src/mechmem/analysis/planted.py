@@ -134,11 +134,10 @@ def planted_split_model(
     """A 2-layer attention-only model whose one job is split over several heads, for the repeats pair [r,
     r] with |r| = `half`.
 
-    Layer 0: heads 0 .. movers - 1 each attend from t to t - (half - 1) and write a 1/movers share of
-    that token into MID (`PlantedLayout.prev`). Layer 1: heads 0 .. readers - 1 attend to themselves and
-    copy a 1/readers share of MID into OUT. Every mover -> reader edge carries 1 / (movers x readers) of
-    the logit difference. With `suppressor` > 0, layer 1 head `readers` writes -suppressor x MID into
-    OUT.
+    Layer 0: heads 0 .. movers - 1 each attend from t to t - (half - 1) and write a 1/movers share of that
+    token into MID (`PlantedLayout.prev`). Layer 1: heads 0 .. readers - 1 attend to themselves and copy a
+    1/readers share of MID into OUT. Every mover -> reader edge carries 1 / (movers x readers) of the logit
+    difference. With `suppressor` > 0, layer 1 head `readers` writes -suppressor x MID into OUT.
 
     Example:
         >>> import mechmem, torch

@@ -1,5 +1,4 @@
-"""Head and layer ablation estimated by attribution, for models too large to ablate every component
-exactly.
+"""Head and layer ablation estimated by attribution, for models too large to ablate every component exactly.
 
 `attribute_ablation` estimates all L x (H + 2) ablations from one forward and one backward pass (the
 metric's change ~ (ablated - clean activation) x d metric / d activation), re-computes a fixed sample
@@ -141,8 +140,7 @@ def attribute_ablation(
     fallback: bool = True,
     exact_variants: list[int] | None = None,
 ) -> AblationResult:
-    """`ablate_heads` for one method, estimated by attribution, with the `check` variants re-computed
-    exactly.
+    """`ablate_heads` for one method, estimated by attribution, with the `check` variants re-computed exactly.
 
     Their exact values replace the estimates and their agreement is stored in `info["check"]` (rule
     `attribution.TRUST`); with `fallback`, a failing estimate is replaced by `ablate_heads`.

@@ -1,10 +1,9 @@
 """Training dynamics: run the toolkit's analyses on every step checkpoint of a run, in step order.
 
-`mechmem train --save-every N` keeps `RUN_DIR/checkpoints/step_N.pt`. `run_dynamics(RUN_DIR)` loads them
-in step order (one model is built from the first, later weights are loaded into it), measures named
-quantities on each, all on the same evaluation data (drawn once with `seed`), and returns a step x curve
-table with each quantity's definition and the rule its events are read with
-(`mechmem.analysis.transitions`).
+`mechmem train --save-every N` keeps `RUN_DIR/checkpoints/step_N.pt`. `run_dynamics(RUN_DIR)` loads them in
+step order (one model is built from the first, later weights are loaded into it), measures named quantities on
+each, all on the same evaluation data (drawn once with `seed`), and returns a step x curve table with each
+quantity's definition and the rule its events are read with (`mechmem.analysis.transitions`).
 
 Quantities (each reuses one analysis; `DEFAULT_QUANTITIES` are the cheap ones), with their event rule:
 

@@ -47,8 +47,7 @@ from mechmem.tasks.base import PatchingPair
 
 TRUST = {"pearson": 0.8}
 """An estimate is trusted when the Pearson correlation of estimated and exact effects (value minus the
-unpatched metric) over the sampled cells is at least 0.8, or when every sampled effect is within 1e-6 of
-0."""
+unpatched metric) over the sampled cells is at least 0.8, or when every sampled effect is within 1e-6 of 0."""
 CHECK_CELLS = 32
 """Cells of a result whose exact values the agreement check computes."""
 DEFAULT_STEPS = 0
@@ -57,9 +56,8 @@ gradients")."""
 
 
 class Attributor:
-    """Clean and corrupted runs with the metric's gradients (`Engine.gradients`); `sweep` estimates a
-    patching sweep from them, with its agreement with exact patching on a sample of cells
-    (`check_sweep`).
+    """Clean and corrupted runs with the metric's gradients (`Engine.gradients`); `sweep` estimates a patching
+    sweep from them, with its agreement with exact patching on a sample of cells (`check_sweep`).
 
     Args are those of `mechmem.analysis.patching.Patcher` (the metric must be differentiable), plus:
         qk_exact: recompute the attention pattern exactly for the patched query/key (AtP*; needs the replay).

@@ -271,8 +271,7 @@ class PatchingResult:
 
 def plot_patching(result: PatchingResult) -> Any:
     """Heatmap(s) of a sweep, centred on the unpatched run's metric; one panel per layer for 3-axis sweeps.
-    Cells whose effect's 95% interval includes 0 are hatched; a refused normalisation is said in the
-    title."""
+    Cells whose effect's 95% interval includes 0 are hatched; a refused normalisation is said in the title."""
     from matplotlib.collections import PatchCollection
     from matplotlib.patches import Rectangle
     from matplotlib.ticker import MaxNLocator

@@ -1,12 +1,11 @@
 """Activation patching: which activations carry the information that separates two inputs?
 
-Run the model on a *clean* input and a *corrupted* one that differ in a key detail, replace one
-activation of one run by the same activation of the other run and measure a metric of the output
-(default: the task's logit difference). Denoising patches clean activations into the corrupted run (a
-large recovery: the activation is *sufficient*); noising patches corrupted activations into the clean
-run (a large drop: it is *necessary*). Sweeps cover the residual stream and attention and MLP outputs by
-layer x position, each head's z by layer x head and layer x position x head, and each head's pattern by
-layer x head (x dest pos).
+Run the model on a *clean* input and a *corrupted* one that differ in a key detail, replace one activation of
+one run by the same activation of the other run and measure a metric of the output (default: the task's logit
+difference). Denoising patches clean activations into the corrupted run (a large recovery: the activation is
+*sufficient*); noising patches corrupted activations into the clean run (a large drop: it is *necessary*).
+Sweeps cover the residual stream and attention and MLP outputs by layer x position, each head's z by layer x
+head and layer x position x head, and each head's pattern by layer x head (x dest pos).
 
 Each cell is one `Intervention` (the sweep's hook, the cell's index, the source run's values) run by the
 intervention engine; results equal TransformerLens's `patching.get_act_patch_*` (tested). Each cell is a

@@ -1,6 +1,5 @@
 """The replay: the intervention engine's accelerator, a hook-free re-implementation of TransformerLens's
-forward pass that resumes at any patched activation (docs/patching.md, "What the replay buys and
-costs").
+forward pass that resumes at any patched activation (docs/patching.md, "What the replay buys and costs").
 
 Modules: `forward` (`Replay`), `attention` (attention for many patches at once), `cells` (patching cells
 as base, source and index), `schedule` (where passes resume), `support` (which models it runs).

@@ -1,5 +1,4 @@
-"""Patching cells kept as one activation, a source and each cell's index, built only where a pass reads
-them.
+"""Patching cells kept as one activation, a source and each cell's index, built only where a pass reads them.
 
 `CellPatches` keeps the base activation, the source and the cells' indices instead of a full copy per
 variant; one comparison of source and base finds which cells change anything and from which position.

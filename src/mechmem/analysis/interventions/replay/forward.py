@@ -280,9 +280,8 @@ class Replay(AttentionReplay):
         pieces: dict[str, Tensor],
         v: Float[Tensor, "batch key head_index d_head"],
     ) -> Float[Tensor, "patch batch pos d_model"]:
-        """`finish_block` after any stage but `resid_pre`, computed only on the rows (patch, prompt,
-        position) where `act` differs from `base_act`; the others are `base_post`. Dense where most rows
-        differ."""
+        """`finish_block` after any stage but `resid_pre`, computed only on the rows (patch, prompt, position)
+        where `act` differs from `base_act`; the others are `base_post`. Dense where most rows differ."""
         if stage == "resid_post":  # nothing left to compute
             return act
         if stage == "pattern":  # [..., head, q, k]: a row is a query position across heads and keys
@@ -368,8 +367,7 @@ class Replay(AttentionReplay):
         base_value: Tensor | None = None,
         max_cells: int | None = None,
     ) -> Tensor:
-        """The metric `fn` after replacing activation `stage` of `layer` by each row of `new` [patch,
-        *act].
+        """The metric `fn` after replacing activation `stage` of `layer` by each row of `new` [patch, *act].
 
         `base` and `new` (a tensor or `CellPatches`) are cut after the last read-out position. Patches
         that change nothing the read-out depends on get the base run's metric; the others resume at the
