@@ -1,21 +1,14 @@
 """Head and layer ablation: knock a component out and measure how much a metric moves.
 
-Each attention head's output z (`blocks.L.attn.hook_z`, before W_O) is replaced by
-    zero      zeros: the head writes nothing but its share of the bias b_O;
-    mean      its mean over a reference batch's sequences, per position;
-    resample  its value on another, randomly chosen reference sequence (same position).
-A whole attention layer is ablated on all its heads at once, an MLP layer on `blocks.L.hook_mlp_out`. The
-result holds the metric after each ablation and its change from the baseline ("delta").
+Each attention head's output z (`blocks.L.attn.hook_z`, before W_O) is set by `METHODS`: zero (the head
+writes only its share of b_O), mean (its mean over a reference batch, per position) or resample (its
+value on another reference sequence). A whole attention layer is ablated on all its heads, an MLP layer
+on `blocks.L.hook_mlp_out`; the result holds the metric after each ablation and its "delta" from the
+baseline. `naive_head_ablation` is the reference the engine is tested against. A `SequenceMetric` gives
+every delta a paired 95% bootstrap interval over sequences (`ablation.result`).
 
-Zero ablation can push the model off-distribution; mean ablation removes only the input-dependent part;
-resample keeps the activation's distribution. Caveat: ablations measure necessity one component at a
-time; redundant (backup) heads each look unimportant.
-
-Ablations are interventions (`mechmem.analysis.interventions`); `naive_head_ablation` is the reference
-they are tested against. A `SequenceMetric` (a ratio of sums over sequences) gives every delta a 95%
-percentile bootstrap interval of sum_i (ablated_i - unablated_i) / sum_i weight_i
-(`stats.bootstrap_ratio`); a callable returning one value per sequence counts with weights 1, one
-returning a scalar gives no intervals.
+Caveats: zero ablation can push the model off-distribution; ablations measure necessity one component at
+a time, so redundant (backup) heads each look unimportant.
 """
 
 from collections.abc import Callable

@@ -1,25 +1,11 @@
 """Training dynamics: run the toolkit's analyses on every step checkpoint of a run, in step order.
 
-`mechmem train --save-every N` keeps `RUN_DIR/checkpoints/step_N.pt`. `run_dynamics(RUN_DIR)` loads them in
-step order (one model is built from the first, later weights are loaded into it), measures named quantities on
-each, all on the same evaluation data (drawn once with `seed`), and returns a step x curve table with each
-quantity's definition and the rule its events are read with (`mechmem.analysis.transitions`).
-
-Quantities (each reuses one analysis; `DEFAULT_QUANTITIES` are the cheap ones), with their event rule:
-
-    loss      the task's loss and masked accuracy on the evaluation batch     loss: steepest fall; acc: 0.5
-    heads     detection scores on the task's data (`heads.detect_heads_on_task`): "L1H0.induction", ...  0.5
-    probes    the task's own memory probes (`Task.probes`), else `probes.builtin_probes`                  0.9
-    lens      logit lens: mean target probability at every residual stage              steepest rise
-    ablation  mean ablation of each head: rise of the task loss (`ablation.ablate_heads`)  steepest rise
-    patching  head outputs patched clean -> corrupted, fraction restored (`patching.run_sweeps`)      0.5
-    roles     `roles.head_roles`: "L1H1.role=recall" is 1 while the head holds that role (0.5), plus
-              each head's task-role scores (no event); the costliest
-
-Every value that is a mean over the evaluation units carries the 95% interval of the analysis that
-measured it (loss and acc: `RatioMoments`; heads, lens, ablation, patching: bootstrap over sequences or
-prompts). Probes read off the weights are exact (`Dynamics.exact`); roles have no interval. Events are
-read on the point curves.
+`mechmem train --save-every N` keeps `RUN_DIR/checkpoints/step_N.pt`. `run_dynamics(RUN_DIR)` loads them
+in step order (one model is built from the first, later weights are loaded into it), measures the named
+`QUANTITIES` on each, all on one evaluation draw (seeded with `seed`), and returns a step x curve table
+with each quantity's definition, the 95% interval of each value that is a mean over the evaluation
+units, and the rule each curve's event is read with (`mechmem.analysis.transitions`, on the point
+curves).
 
 Caveat: the levels are conventions stated before the run; an event's precision is one save interval. The
 first point is the first save. Models without attention heads get only the `loss` curves.

@@ -1,21 +1,12 @@
 """The intervention engine: run a model with some activations replaced, many variants per forward pass.
 
-An *intervention* names an activation (a TransformerLens hook name), a slice of it (indexing the axes after
-the batch axis) and a *setter* giving the slice its new values:
-
-    Intervention("blocks.0.attn.hook_z", (slice(None), 1), zero())       head 1's z at every position -> 0
-    Intervention("blocks.1.hook_resid_pre", (3,), from_run(clean))       position 3 of the residual, clean run
-    Intervention("blocks.0.mlp.hook_post", (slice(None), [2, 5]), mean(ref))    neurons 2 and 5 -> their mean
-
-Setters: `zero()`; `mean(reference_tokens)`, the activation's mean over the reference sequences at each
-position; `resample(reference_tokens, g)`, the activation on another reference sequence; `from_run(tokens)`,
-the same sequence's activation in another run (activation patching); `apply(fn)`, fn(act_slice, hook).
-
-A *variant* is one intervention or a list applied together; `intervene` returns the metric of every variant,
-equal to one `run_with_hooks` per variant (`interventions.reference.naive_intervene`, tested). `Engine` runs a
-variant that replaces one activation the hook-free replay resumes from (`interventions.replay`) on the replay,
-and everything else on hooks, stacked along the batch axis (`interventions.hooked`). The metric is
-`metric(logits [batch pos d_vocab]) -> tensor` (a scalar or one value per sequence) or a `PatchingMetric`.
+An `Intervention` names an activation (a TransformerLens hook name), a slice of it and a setter (`zero`,
+`mean`, `resample`, `from_run`, `apply`; `interventions.spec`). A *variant* is one intervention or a
+list applied together; `intervene` returns the metric of every variant, equal to one `run_with_hooks`
+per variant (`interventions.reference.naive_intervene`, tested). `Engine` runs a variant that replaces
+one activation the hook-free replay resumes from on the replay (`interventions.replay`), everything else
+on hooks (`interventions.hooked`). The metric is `metric(logits [batch pos d_vocab]) -> tensor` (a
+scalar or one value per sequence) or a `PatchingMetric`.
 
 Caveats: an intervention fixes one activation and lets everything downstream react; effects of several
 interventions need not add up. Mean and resample ablation depend on the reference distribution: name it.

@@ -5,23 +5,16 @@ patching by a first-order Taylor expansion of the metric around the run being pa
 
     metric(patch) ~ metric(base) + sum over the patched entries of (source - base) * d metric / d activation
 
-Denoising differentiates the corrupted run, noising the clean run; results are `PatchingResult`s.
+Caveats: the estimate is exact only where the metric is linear in the activation. Where a patch
+saturates a softmax (Kramar et al. 2024, "AtP*") `qk_exact=True` recomputes the attention pattern
+exactly for the patched query and key (`qk_correction`); `steps=k` averages the gradient over k runs
+with interpolated token embeddings (integrated gradients). Agreement with exact patching:
+`docs/patching.md`.
 
-Caveats: the estimate is exact only where the metric is linear in the activation. Its worst case (Kramar
-et al. 2024, "AtP*") is attention saturation, where the gradient through a saturated softmax is near
-zero. With `qk_exact=True`, for sweeps whose change enters the residual stream read by a layer's
-attention, that layer's pattern is recomputed exactly with the patched position's query and key, and
-only the pattern change's effect on the metric is linearised; later softmaxes stay first order.
-Integrated gradients (`steps=k`) average the gradient over k runs with interpolated token embeddings.
-Measured agreement: `docs/patching.md`, `benchmarks/attribution.py`.
-
-Intervals: each prompt has its own estimate of every cell, m_i(base) + n x (its products), whose mean is
-the cell's estimate; with a per-prompt metric, cells get exact patching's intervals over prompts
-(`sweep_intervals`). They describe spread over prompt draws, not the first-order error.
-
-`Attributor.sweep` re-computes a deterministic sample of cells exactly (`sample_cells`) and stores the
-agreement in `result.check` (`judge`, rule `TRUST`); `attribute_sweeps` falls back to exact patching for
-a sweep that fails it.
+Each prompt's own estimate, m_i(base) + n x (its products), gives every cell exact patching's intervals
+over prompts (`sweep_intervals`), which describe spread over prompt draws, not the first-order error:
+that is measured by re-computing a sample of cells exactly (`Attributor.check_sweep`, rule `TRUST`);
+`attribute_sweeps` falls back to exact patching for a sweep that fails it.
 """
 
 import math

@@ -1,20 +1,15 @@
 """A hook-free replay of a `HookedTransformer` forward pass that can resume at any activation.
 
-`Replay` (1) runs a model once and keeps every activation a patch may replace (`resid_pre`, `pattern`,
-`z`, `attn_out`, `resid_mid`, `mlp_out`, `resid_post` per layer), and (2) resumes a forward pass from a
-replaced activation, with a leading *patch* axis so that many patched runs share one pass. Shortcuts
-that leave the result unchanged: inputs are truncated after the last read-out position (causal
-attention); after the last layer's attention only the read-out positions are computed (`readout`); the
-rest of a patched block is computed only on the rows a patch changed (`finish_rows`); unchanged
-positions reuse the base run's keys and values (`attention.attention_z`).
+`Replay` runs a model once, keeping every activation a patch may replace (`STAGES` per layer), and
+resumes a forward pass from a replaced activation with a leading *patch* axis, so many patched runs
+share one pass. It truncates inputs after the last read-out position, computes the last layer only at
+the read-out positions, recomputes only the rows a patch changed (`finish_rows`) and reuses the base
+run's keys and values.
 
-The replay mirrors TransformerLens's arithmetic (same `F.linear` projections, causal mask with `IGNORE`,
-softmax, NaN clean-up) and calls the model's own norm, MLP and unembedding modules; results equal
-TransformerLens's forward up to float rounding. Hooks on the model are ignored. Supported: decoder-only
-`HookedTransformer`s and TransformerLens 4 bridges around the native model, with learned or rotary
-positions (also partial `rotary_dim`), grouped-query, local and parallel attention, any norm and MLP
-TransformerLens builds, a custom attention scale and any output vocabulary. Other configurations raise
-`MechmemError` (`support.replay_unsupported` says why) and the engine runs them on hooks.
+It mirrors TransformerLens's arithmetic (same projections, causal mask with `IGNORE`, softmax, NaN
+clean-up) and calls the model's own norm, MLP and unembedding modules, so results equal
+TransformerLens's forward up to float rounding (tested); hooks on the model are ignored.
+`support.replay_unsupported` names the models it cannot run (the engine runs those on hooks).
 """
 
 from collections.abc import Callable
