@@ -5,8 +5,8 @@ embedding v_j of its target partner. With TransformerLens's row-vector conventio
 
     R = mean_i [ argmax_j (u_i W v_j^T) == target(i) ]
 
-If W is a sum of outer products over near-orthogonal embeddings, R = 1; a random W gives about 1 /
-#outputs. Caveat: R only looks at the argmax, not the margin.
+If W is a sum of outer products over near-orthogonal embeddings, R = 1; a random W gives chance, about
+1 / #outputs. Caveat: R only looks at the argmax, not the margin.
 
 Built-in probes (`builtin_probes`): token copying through each head's OV circuit, previous-position and
 earlier-head token keys through QK circuits, and MLP next-token memories against bigram statistics (KL,
@@ -56,10 +56,9 @@ def recall_rate(
     return float((scores.argmax(-1) == targets.to(scores.device)).float().mean())
 
 
-# -- built-in probes on a HookedTransformer's weights
-# ---------------------------------------------------------- Each probe reads one weight product as an
-# associative memory. Norms and biases are left out (the probes describe the matrices, as in Bietti et al.,
-# whose model has neither); on models with LayerNorm they are approximate.
+# -- built-in probes on a HookedTransformer's weights -------------------------------------------------------
+# Each probe reads one weight product as an associative memory. Norms and biases are left out (as in Bietti
+# et al., whose model has neither); on models with LayerNorm they are approximate.
 
 
 @dataclass
@@ -193,8 +192,8 @@ def ov_copy_probe(
 def qk_previous_position_probe(
     model: torch.nn.Module, layer: int, head: int, n_positions: int | None = None
 ) -> ProbeResult:
-    """Do positional keys point back one step? For queries p_t (t >= 1): argmax_s p_t W_Q W_K^T p_s^T == t
-    - 1."""
+    """Do positional keys point back one step? For queries p_t (t >= 1):
+    argmax_s p_t W_Q W_K^T p_s^T == t - 1."""
     n = model.cfg.n_ctx if n_positions is None else min(n_positions, model.cfg.n_ctx)
     suffix = "" if n == model.cfg.n_ctx else f".first{n}"
     return _probe(

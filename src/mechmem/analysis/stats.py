@@ -1,10 +1,10 @@
 """The statistics of every verdict the toolkit prints: per-unit moments, intervals, and the sequential
 decision rule that judges them (docs/decisions.md).
 
-Every measured quantity is a ratio of sums over units (sequences or prompts), sum(num) / sum(den): a mean (den
-= 1), a score averaged over rows, a faithfulness. A verdict is judged on an interval, not the point estimate:
-the normal (delta-method) interval from `RatioMoments`, whose sums add up over rounds and which the sequential
-rule judges (trusted from `DecisionPolicy.min_units` units on), or the percentile bootstrap
+Every measured quantity is a ratio of sums over units (sequences or prompts), sum(num) / sum(den): a mean
+(den = 1), a score averaged over rows, a faithfulness. A verdict is judged on an interval, not the point
+estimate: the normal (delta-method) interval from `RatioMoments`, whose sums add up over rounds and which the
+sequential rule judges (trusted from `DecisionPolicy.min_units` units on), or the percentile bootstrap
 (`bootstrap_ratio`). Both describe draws of the same size from one distribution, not variation over training
 seeds; over repeated runs `mean_sd` gives the mean and the sample standard deviation (n - 1).
 
