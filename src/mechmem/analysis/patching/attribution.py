@@ -128,7 +128,7 @@ class Attributor:
                         else:
                             grads[s][layer] = grads[s][layer] + g / self.steps
         self._runs[key] = (acts, grads, value)
-        if toward is None:  # `source` reads this run from now on
+        if toward is None:  # later `source` calls read this run
             self._sources.pop(name, None)
         return self._runs[key]
 
