@@ -1,4 +1,1 @@
-"""Analyses that run on any mechmem checkpoint.
-
-Patching, ablation, logit lens, head detection, memory probes.
-"""
+"""Analyses that run on any mechmem checkpoint: patching, ablation, logit lens, head detection, probes."""

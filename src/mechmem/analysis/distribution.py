@@ -5,28 +5,21 @@
     fit = prompt_fit(model, task, pair, generator=g, source="the generic repeats pair")   # any Batch or pair
     print(fit.message); fit.to_dict()                         # the line, the JSON
 
-Every analysis reads a model on prompts. When those are not the data the model was trained on (random repeats
-[r, r] for a model of triggered bigrams, the generic repeats pair for a task without a pair), the model may do
-there what it never does on its own data, and a verdict read on them says little about the circuit it uses.
-The check compares the model's loss on the prompts with two references: the loss of a uniform guess over the
-model's output vocabulary, ln(d_vocab_out), and its loss on the task's own data, the same kind of loss:
+A verdict read on prompts the model was not trained on says little about the circuit it uses on its own
+data. The check compares the model's loss on the prompts with a uniform guess, ln(d_vocab_out), and with
+its loss on the task's own data of the same kind:
 
     prompts        loss on the prompts                          reference (the task's own data)
     Batch          its masked cross-entropy                     task.eval_batch, scored by task.loss
     PatchingPair   cross-entropy of `correct` at `answer_pos`   the task's own patching_pair, the same loss
                    of the clean prompts                         (the task's eval data when it has none)
 
-and flags the prompts as off the model's distribution by the rule in docs/analyses.md ("Prompt fit") when
-either holds: the upper end of the prompt loss's 95% interval is at or above the uniform guess (the model
-is not shown to predict the prompts better than chance), or the prompt loss exceeds the task-data loss by more
-than `MARGIN_NATS` AND is more than `FACTOR` times it. The first needs no task: it also judges a bare model,
-and prompts of the task's own kind, whose task-data reference is a second draw of the same prompts and so can
-never differ from them.
+The prompts are off the model's distribution (docs/analyses.md, "Prompt fit") when the upper end of the
+prompt loss's 95% bootstrap interval reaches the uniform guess, or the prompt loss exceeds the task-data
+loss by more than `MARGIN_NATS` and more than `FACTOR` times.
 
-Caveats: the prompt loss is a mean over the prompts (at most `FIT_PROMPTS`, the first ones) with a percentile
-bootstrap interval over them; the task-data loss is a mean without one; the check sees only the loss, so
-prompts on which the model is as good as on its data but for another reason pass; and a low loss on prompts of
-the task's own kind says nothing about a behaviour the task never asks for.
+Caveats: the check sees only the loss (at most `FIT_PROMPTS` prompts), and a low loss on prompts of the
+task's own kind says nothing about a behaviour the task never asks for.
 """
 
 import math
@@ -47,19 +40,17 @@ from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 MARGIN_NATS = 1.0
 """Off the model's distribution needs the prompt loss more than this many nats above the task-data loss..."""
 FACTOR = 1.5
-"""...and more than this many times it (both; fixed before any model was measured, docs/analyses.md). The
-uniform-guess reference, ln(d_vocab_out), is a property of the model and needs no constant."""
+"""...and more than this many times it (both; fixed before any model was measured, docs/analyses.md)."""
 FIT_PROMPTS = 128
-"""Prompts the check scores at most (the first ones), and the reference draws as many: a mean loss needs no
-more, and on a large model the check then costs a few passes of this many sequences at most."""
+"""Prompts the check scores at most (the first ones); the reference draws as many."""
 LOGITS_BUDGET = 2**24
 """Logit entries (rows x positions x output vocabulary) one forward pass of the check holds at most."""
 
 
 @dataclass(frozen=True)
 class PromptFit:
-    """The model's loss on an analysis's prompts next to a uniform guess's and its loss on its own task data,
-    and the verdict."""
+    """The model's loss on an analysis's prompts next to a uniform guess's and its task-data loss, and the
+    verdict."""
 
     source: str
     """What the prompts are, in words."""
@@ -97,8 +88,7 @@ class PromptFit:
 
     @property
     def no_better_than_uniform(self) -> bool:
-        """True when the prompt loss's interval reaches the uniform guess: the model is not shown to predict
-        the prompts better than chance."""
+        """True when the prompt loss's interval reaches the uniform guess."""
         return self.prompt_upper >= self.uniform_loss
 
     @property
@@ -167,8 +157,7 @@ class PromptFit:
 
 @dataclass(frozen=True)
 class RowLosses:
-    """Per prompt, the summed cross-entropy over its scored positions and their number: the prompt loss is
-    sum(total) / sum(scored), and its interval resamples prompts."""
+    """Per prompt, the summed cross-entropy over its scored positions and their number."""
 
     total: Float[Tensor, " batch"]
     scored: Float[Tensor, " batch"]
@@ -184,8 +173,8 @@ class RowLosses:
 
 @torch.no_grad()
 def row_losses(model: torch.nn.Module, prompts: Batch | PatchingPair) -> RowLosses:
-    """The model's cross-entropy per prompt: a Batch's over its masked [batch pos] targets, or a pair's of
-    `correct` at `answer_pos` of its clean prompts [batch pos] (one scored position per prompt)."""
+    """The model's cross-entropy per prompt: a Batch's over its masked targets, or a pair's of `correct` at
+    `answer_pos` of its clean prompts (one scored position per prompt)."""
     if not isinstance(prompts, (Batch, PatchingPair)):
         raise TypeError(f"prompts must be a Batch or a PatchingPair, not {type(prompts).__name__}")
     totals, scored = [], []
@@ -203,14 +192,13 @@ def row_losses(model: torch.nn.Module, prompts: Batch | PatchingPair) -> RowLoss
 
 
 def prompt_loss(model: torch.nn.Module, prompts: Batch | PatchingPair) -> float:
-    """The model's mean cross-entropy on `prompts` (`row_losses`): a Batch's masked loss over its targets, or
-    a pair's loss of `correct` at `answer_pos` of its clean prompts (mean over prompts)."""
+    """The model's mean cross-entropy on `prompts` (`row_losses`)."""
     return row_losses(model, prompts).mean
 
 
 def _chunks(model: torch.nn.Module, prompts: Batch | PatchingPair) -> Iterator[tuple[Any, Tensor]]:
-    """Chunks of rows of `prompts` on the model's device, with their logits, each chunk's logits within
-    `LOGITS_BUDGET` entries: the whole batch from a bounded amount of memory."""
+    """Chunks of rows of `prompts` on the model's device with their logits, each within `LOGITS_BUDGET`
+    entries."""
     device = model_device(model)
     is_batch = isinstance(prompts, Batch)
     n, pos = (prompts.tokens if is_batch else prompts.clean).shape
@@ -231,9 +219,8 @@ def _batch_rows(batch: Batch, index: slice, n: int) -> Batch:
 def _task_data_loss(
     model: torch.nn.Module, task: Any, like: Batch | PatchingPair, *, generator: torch.Generator
 ) -> tuple[float, str]:
-    """The reference of `prompt_fit`: the model's loss on as many of the task's own prompts as `like` holds,
-    of the same kind (its pair for a pair, when the task has one; else its eval data scored by `task.loss`),
-    with what they are in words."""
+    """The reference of `prompt_fit`: the model's loss on as many of the task's own prompts of the same
+    kind as `like` holds, with what they are in words."""
     n = len(like.answer_pos) if isinstance(like, PatchingPair) else len(like)
     if isinstance(like, PatchingPair):
         try:
@@ -258,14 +245,9 @@ def prompt_fit(
     generator: torch.Generator,
     source: str = "the prompts",
 ) -> PromptFit:
-    """How far `prompts` are from `model`'s own data (`task`'s; None for a bare model) and from a uniform
-    guess, by the rule of docs/analyses.md ("Prompt fit").
-
-    Args:
-        prompts: a `Batch` (its masked loss is scored) or a `PatchingPair` (the correct answer's loss at the
-            answer position of the clean prompts).
-        generator: draws the task's reference data, then the bootstrap resamples of the prompt loss.
-        source: what the prompts are, in words (for the message).
+    """How far `prompts` (a `Batch` or `PatchingPair`) are from `model`'s own data (`task`'s; None for a
+    bare model) and from a uniform guess (docs/analyses.md, "Prompt fit"). `generator` draws the task's
+    reference data, then the bootstrap resamples; `source` names the prompts in the message.
 
     Example:
         >>> import mechmem, torch
@@ -292,8 +274,7 @@ def prompt_fit(
 def repeats_fit(
     model: torch.nn.Module, task: Any, half: int, n: int, *, generator: torch.Generator
 ) -> PromptFit:
-    """`prompt_fit` of head detection's random probe: n repeated random sequences [r, r] with |r| = `half`
-    over the model's vocabulary (the generic repeats task's data, its repeated half scored)."""
+    """`prompt_fit` of head detection's random probe: n repeated random sequences [r, r] with |r| = `half`."""
     task_of_repeats = RepeatsTask(RepeatsConfig.for_model(model, half=half))
     batch = task_of_repeats.eval_batch(min(n, FIT_PROMPTS), generator=generator)
     return prompt_fit(model, task, batch, generator=generator, source=f"[r, r], |r| = {half}")
@@ -302,11 +283,8 @@ def repeats_fit(
 def own_data_fit(
     model: torch.nn.Module, task: Any, data: str, n: int, *, generator: torch.Generator
 ) -> PromptFit:
-    """`prompt_fit` of an analysis that reads the task's own data (`data`: "eval", its evaluation batch, or
-    "pair", its clean/corrupted pair): n such prompts drawn from `generator` as the analysis draws them (the
-    first `FIT_PROMPTS` scored), against a second draw and a uniform guess. A second draw of the same kind
-    cannot differ from them, so here only the uniform guess can flag them: a model no better than chance on
-    its task's own data was not trained on that task (a task attached by default, say)."""
+    """`prompt_fit` of an analysis that reads the task's own data (`data`: "eval" or "pair"), drawn from
+    `generator` as the analysis draws them; only the uniform guess can flag them."""
     if data == "pair":
         prompts: Batch | PatchingPair = task.patching_pair(n, generator=generator)
         source = f"the {task.name} task's clean/corrupted pair"

@@ -1,10 +1,8 @@
 """Results as tables: the long-form pandas DataFrames and the short reprs of the analysis results.
 
-Every analysis result has `to_dataframe()`: one row per measured cell, one column per axis named as the result
-names it (`layer`, `head`, `pos`, `stage`, `method`, `pattern`, `probe`, ...), the measurement in `value`,
-and `lower` / `upper` where the result stores an interval for it (a result without intervals has no such
-columns). Rows with a token axis carry `token_id` (the integer id) and `token` (the task's name for it,
-`Task.token_names`, else the id written as a string). pandas is imported only when a frame is built.
+Every result's `to_dataframe()` has one row per measured cell, one column per axis (`layer`, `head`, `pos`,
+`stage`, `method`, ...), the measurement in `value`, and `lower` / `upper` where the result stores an
+interval. Rows with a token axis carry `token_id` and `token` (`Task.token_names`, else the id as a string).
 
     frame = result.to_dataframe()
     frame.pivot_table(index="layer", columns="head", values="value")      # back to a grid
@@ -27,14 +25,8 @@ def grid_frame(
     leading: Mapping[str, Any] | None = None,
 ) -> Any:
     """One row per cell of `values`, in row-major order: a column per axis, then `value` (and `lower`,
-    `upper`, of `values`' shape, when given).
-
-    Args:
-        values: the measurement, one tensor axis per name in `axes`.
-        axes: the column name of each axis; a column holds the cell's index on that axis ...
-        labels: ... or, for an axis named here, `labels[axis][index]` (e.g. a method's name).
-        leading: constant columns placed first (e.g. the sweep's name).
-    """
+    `upper` when given). An axis named in `labels` holds `labels[axis][index]` instead of the index;
+    `leading` columns are placed first."""
     import pandas as pd
 
     array = values.detach().cpu().numpy()

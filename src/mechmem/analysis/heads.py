@@ -1,20 +1,14 @@
 """Attention-head detection on token tensors, and attention heatmaps.
 
-A detection pattern marks, for every query position, the key positions a head of some kind should attend to:
-a previous-token head attends to q - 1, a duplicate-token head to earlier positions holding the same token, an
-induction head to the position just after an earlier occurrence of the current token. A head's score for a
-pattern is the attention mass it puts on the marked keys, averaged over the query rows where the pattern marks
-at least one key (rows with nothing to find are skipped, so a perfect head scores 1 whatever the data). Scores
-lie in [0, 1].
+A detection pattern marks, for every query position, the key positions a head of some kind should attend
+to: a previous-token head attends to q - 1, a duplicate-token head to earlier positions holding the same
+token, an induction head to the position just after an earlier occurrence of the current token. A head's
+score in [0, 1] is its attention mass on the marked keys, averaged over the query rows where the pattern
+marks at least one key. It works on raw token tensors (no tokenizer, unlike TransformerLens's
+`detect_head`); repeated random sequences [r, r] are the standard probe for induction heads.
 
-This works on raw token tensors, so no tokenizer is needed (TransformerLens's `detect_head` needs one, and
-`evals.induction_loss` assumes a large vocabulary). Repeated random sequences [r, r] drawn from the model's
-own vocabulary are the standard probe for induction heads; a task's own data shows what the heads do in
-practice.
-
-Caveats: a score says where a head looks, not what it moves (see the OV probes in `probes.py`); with a small
-vocabulary, random sequences hold chance duplicates, so an attend-to-self head and a duplicate-token head can
-overlap on the duplicate-token pattern.
+Caveats: a score says where a head looks, not what it moves (see `probes.py`); with a small vocabulary,
+random sequences hold chance duplicates, so attend-to-self and duplicate-token heads can overlap.
 """
 
 import math
@@ -49,9 +43,7 @@ INTERVAL = (
 
 def kth_highest(lower: Float[Tensor, "... token"], k: int = MIN_TOKENS) -> Float[Tensor, "..."]:
     """The `k`-th highest per-token lower end (NaN counts as -inf; -inf with fewer than k tokens): a head
-    whose value is >= a threshold does the pattern clearly for at least `k` query tokens. The one
-    token-selective rule: `HeadScores.selective_lower` and the role rule's corrected evidence both reduce
-    with it."""
+    whose value is >= a threshold does the pattern clearly for at least `k` query tokens."""
     lows = lower.nan_to_num(float("-inf"))
     if lows.shape[-1] < k:
         return torch.full(lows.shape[:-1], float("-inf"))
@@ -101,10 +93,8 @@ BUILTIN_PATTERNS: dict[str, PatternFn] = {
 def repeated_random_tokens(
     n: int, half: int, d_vocab: int, *, generator: torch.Generator, distinct: bool = True
 ) -> Int[Tensor, "batch pos"]:
-    """n sequences [r, r] of length 2 * half.
-
-    r holds no repeated token when `distinct` and half <= d_vocab.
-    """
+    """n sequences [r, r] of length 2 * half; r holds no repeated token when `distinct` and half <=
+    d_vocab."""
     if distinct and half <= d_vocab:
         first = torch.rand(n, d_vocab, generator=generator).argsort(-1)[:, :half]
     else:
@@ -133,9 +123,9 @@ def chosen_halves(
     lengths: Sequence[int] | None = None,
     task_half: int | None = None,
 ) -> list[int]:
-    """The probe half-lengths a user asked for: `half` alone, else `lengths`, else the role rule's
-    (`probe_halves`) plus the task's own `task_half`. Raises `MechmemError` (one line) for a length the
-    model cannot hold (2 x half <= n_ctx, half <= d_vocab, half >= 2)."""
+    """The probe half-lengths a user asked for: `half` alone, else `lengths`, else `probe_halves` plus
+    `task_half`. Raises `MechmemError` for a length the model cannot hold (2 x half <= n_ctx, half <=
+    d_vocab, half >= 2)."""
     if half is not None:
         halves = [half]
     elif lengths:
@@ -152,8 +142,7 @@ def chosen_halves(
 
 
 def default_halves(model: torch.nn.Module, task: Any = None) -> list[int]:
-    """The role rule's probe half-lengths for a model and its task: `probe_halves` plus the task's own half
-    (`task.config.half`) when it has one; `mechmem heads` and the report both probe these by default."""
+    """`probe_halves` plus the task's own half (`task.config.half`) when it has one."""
     task_half = getattr(getattr(task, "config", None), "half", None)
     cfg = model.cfg
     return chosen_halves(cfg.n_ctx, cfg.d_vocab, task_half=task_half if isinstance(task_half, int) else None)
@@ -178,8 +167,7 @@ class HeadScores:
     """Per pattern, [layer head token]: score - 1.96 standard errors over sequences (the delta method of the
     ratio, `stats.RatioMoments`; NaN with fewer than `MIN_TOKEN_ROWS` rows)."""
     moments: dict[str, RatioMoments] = field(default_factory=dict)
-    """Per pattern: per-sequence sums of (mass on the pattern's keys, rows with a key), [layer head], which
-    the sequential rule accumulates over rounds (`mechmem.analysis.sequential`)."""
+    """Per pattern: per-sequence sums of (mass on the pattern's keys, rows with a key), [layer head]."""
     token_moments: dict[str, RatioMoments] = field(default_factory=dict)
     """Per pattern: the same restricted to the rows whose query holds each token, [layer head token]."""
 
@@ -195,9 +183,7 @@ class HeadScores:
         self, name: str, min_tokens: int = MIN_TOKENS, *, z: float = Z_95
     ) -> Float[Tensor, "layer head"]:
         """The `min_tokens`-th highest per-token lower end (score - z standard errors) of pattern `name`
-        (`kth_highest`). At the default z it reads the marginal `by_token_lower`; the role rule passes the
-        corrected z of every token it tests (docs/decisions.md), so that many tokens near a threshold do not
-        clear it by chance."""
+        (`kth_highest`); the role rule passes a multiplicity-corrected z (docs/decisions.md)."""
         if z == Z_95 or name not in self.token_moments:
             return kth_highest(self.by_token_lower[name], min_tokens)
         m = self.token_moments[name]
@@ -211,13 +197,13 @@ class HeadScores:
         return [(i // s.shape[1], i % s.shape[1], float(s.flatten()[i])) for i in order]
 
     def to_dataframe(self, *, by_token: bool = False, token_names: Sequence[str] | None = None) -> Any:
-        """One row per pattern and head: `pattern`, `layer`, `head`, `value` (the score), and, when the
-        bootstrap intervals were computed, `lower` / `upper` (NaN for a pattern without one).
+        """One row per pattern and head: `pattern`, `layer`, `head`, `value`, and `lower` / `upper` when
+        bootstrap intervals were computed (NaN for a pattern without one).
 
-        With `by_token`, one row per pattern, head and query token instead (`by_token`): `token_id`,
-        `token` (its name in `token_names`, e.g. `task.token_names()`, else the id as a string), `value` (NaN
-        where the token never holds a query row), and `lower` / `upper`, mean -+ 1.96 standard errors over the
-        token's rows (NaN with fewer than `MIN_TOKEN_ROWS` rows; the upper end mirrors the stored lower one).
+        With `by_token`, one row per pattern, head and query token: `token_id`, `token` (its name in
+        `token_names`, else the id), `value` (NaN where the token holds no query row), and `lower` /
+        `upper`, mean -+ 1.96 standard errors over the token's rows (NaN with fewer than
+        `MIN_TOKEN_ROWS` rows).
         """
         columns = ["pattern", "layer", "head", "token_id", "value", "lower", "upper"]
         if by_token:
@@ -291,9 +277,8 @@ def detect_heads(
 ) -> HeadScores:
     """Score every head against each detection pattern (default: previous-token, duplicate-token, induction).
 
-    Besides the score, each pattern gets its 95% bootstrap interval over the sequences and its score per query
-    token (`HeadScores.by_token`, with a lower end where the token has at least `MIN_TOKEN_ROWS` rows), and
-    the per-sequence moments of both (`HeadScores.moments`, `token_moments`) for the sequential rule.
+    Each pattern also gets its 95% bootstrap interval over sequences, its score per query token
+    (`HeadScores.by_token`) and the per-sequence moments of both for the sequential rule.
 
     Args:
         model: a HookedTransformer.
@@ -301,10 +286,9 @@ def detect_heads(
         patterns: name -> a function of the tokens returning bool [batch query_pos key_pos], or a fixed
             bool [query_pos key_pos] tensor.
         data: a description of `tokens`, stored with the result.
-        chunk: sequences per forward pass (attention patterns are reduced inside the hooks, never stored).
-        generator: draws the bootstrap resamples (default: a generator seeded with 0, so a result is a
-            function of its inputs).
-        resamples: bootstrap resamples (0: no bootstrap interval, e.g. when the sequential rule judges).
+        chunk: sequences per forward pass (patterns are reduced inside the hooks, never stored).
+        generator: draws the bootstrap resamples (default: seeded with 0).
+        resamples: bootstrap resamples (0: no bootstrap interval).
 
     Example:
         >>> import mechmem, torch
@@ -395,8 +379,7 @@ def detect_heads(
 
 
 class _TokenSums:
-    """Per-token sums over sequences of a pattern's mass a (per layer and head) and rows b (per token): the
-    `RatioMoments` of the per-token scores, with b, b^2 and the support shared by every head."""
+    """Per-token sums over sequences of a pattern's mass a (per layer and head) and rows b (per token)."""
 
     def __init__(self, shape: tuple[int, int], vocab: int) -> None:
         self.n = 0
@@ -424,14 +407,12 @@ TASK_DATA = "the task's evaluation data (answer queries; previous-token where in
 
 
 def task_patterns(answers: Bool[Tensor, "batch pos"]) -> dict[str, PatternFn]:
-    """The detection patterns restricted to where a task's heads do their work.
+    """The detection patterns restricted to where a task's heads do their work (the one definition of
+    "task" scores).
 
-    This is the one definition of "task" scores.
-
-    Duplicate-token and induction count only the answer queries (`answers`, e.g. the loss-masked positions);
-    the previous-token pattern counts only the positions an induction head reads from some answer query (just
-    after an earlier occurrence of the query's token), which is where a previous-token head is needed. The
-    returned functions expect the whole batch the mask belongs to (use `chunk=len(batch)`).
+    Duplicate-token and induction count only the answer queries (`answers`); previous-token counts only
+    the positions an induction head reads from some answer query. The functions expect the whole batch
+    the mask belongs to (use `chunk=len(batch)`).
     """
 
     def induction_at_answers(t: Tensor) -> Tensor:
@@ -458,17 +439,9 @@ def detect_heads_on_task(
     generator: torch.Generator | None = None,
     resamples: int = RESAMPLES,
 ) -> HeadScores:
-    """Detection scores on a task's data, counting the answer queries only (see `task_patterns`).
-
-    Args:
-        model: a HookedTransformer.
-        tokens: the task's evaluation inputs.
-        answers: where the task is scored (`batch.loss_mask > 0`).
-        generator: draws the bootstrap resamples (see `detect_heads`).
-        resamples: bootstrap resamples (see `detect_heads`).
-    Returns:
-        `HeadScores` with previous_token, duplicate_token and induction, each [layer head].
-    """
+    """Detection scores on a task's data, counting the answer queries only (`answers`, e.g.
+    `batch.loss_mask > 0`; see `task_patterns`): `HeadScores` with previous_token, duplicate_token and
+    induction, each [layer head]."""
     if answers.shape != tokens.shape:
         raise ValueError(f"answers {tuple(answers.shape)} must have the tokens' shape {tuple(tokens.shape)}")
     return detect_heads(
@@ -496,11 +469,8 @@ def attention_patterns(
 def attention_from_weights(
     model: torch.nn.Module, x: Float[Tensor, "batch pos d_model"], layer: int
 ) -> Float[Tensor, "batch head query_pos key_pos"]:
-    """The attention pattern rebuilt from W_Q, W_K, biases and the causal mask.
-
-    `x` is the attention layer's input: the normalised residual (`blocks.L.ln1.hook_normalized`) when the
-    model has a norm, else `blocks.L.hook_resid_pre`.
-    """
+    """The attention pattern rebuilt from W_Q, W_K, biases and the causal mask; `x` is the attention
+    layer's input (`blocks.L.ln1.hook_normalized`, or `blocks.L.hook_resid_pre` without a norm)."""
     attn = model.blocks[layer].attn
     q = torch.einsum("bpd,hde->bphe", x, attn.W_Q) + attn.b_Q
     k = torch.einsum("bpd,hde->bphe", x, attn.W_K) + attn.b_K
@@ -533,10 +503,7 @@ def plot_attention(
     token_names: Sequence[str] | None = None,
 ) -> Any:
     """A grid of attention heatmaps (rows: layers, columns: heads) for one sequence; returns the Figure.
-
-    Ticks show positions, with the token after a colon when `tokens` is given and the sequence is short: its
-    name in `token_names` (e.g. `task.token_names()`), else its id.
-    """
+    Ticks show positions, and the tokens (names from `token_names`) when the sequence is short."""
     n_layers, n_heads, n, _ = patterns.shape
     side = 3.0 if n <= 32 else 4.5
     fig, axes = plt.subplots(

@@ -6,22 +6,14 @@ The residual stream is read at every stage, in order
     resid_mid.L   after block L's attention, before its MLP (absent in attention-only models)
     resid_post.L  output of block L (equal to resid_pre.L+1)
 
-and decoded exactly as the model decodes its last residual: the final norm (if any), then the unembedding. The
-norm's statistics are recomputed from the residual at that stage (`model.ln_final` applied to it). Reusing the
-final layer's cached scale for every stage, as `ActivationCache.apply_ln_to_stack` does by default, mis-scales
-early stages whose norm differs from the final one (a TransformerLens behaviour reported on its GitHub
-tracker). The last stage therefore equals the model's logits exactly (tested).
+and decoded as the model decodes its last residual: the final norm with its statistics recomputed at that
+stage (not the final layer's cached scale, which `ActivationCache.apply_ln_to_stack` reuses by default), then
+the unembedding; the last stage equals the model's logits (tested). resid_mid.L vs resid_post.L isolates what
+block L's MLP adds. Each stage's mean target probability and top-1 accuracy over the masked positions carry a
+95% percentile bootstrap interval over sequences (`stats.bootstrap_ratio`, seeded).
 
-Comparing resid_mid.L with resid_post.L isolates what block L's MLP adds to the answer (the pre/post-FFN
-comparison of the permutation paper): a target whose probability jumps between the two is written by the MLP.
-
-Each stage's mean target probability (and top-1 accuracy) over the masked positions carries a 95% interval
-over sequences: a percentile bootstrap of the ratio sum over sequences of their masked probabilities / their
-masked positions (`mechmem.analysis.stats.bootstrap_ratio`, seeded, so the same result gives the same
-interval).
-
-Caveat: early residuals were never trained to be read by the unembedding; a low lens probability says the
-answer is not yet linearly decodable in the output basis, not that the information is absent.
+Caveat: early residuals were never trained to be read by the unembedding; a low lens probability says
+the answer is not yet linearly decodable in the output basis, not that the information is absent.
 """
 
 import math
@@ -63,8 +55,7 @@ def lens_stages(model: torch.nn.Module) -> list[tuple[str, str]]:
 def decode_residual(
     model: torch.nn.Module, resid: Float[Tensor, "batch pos d_model"]
 ) -> Float[Tensor, "batch pos d_vocab_out"]:
-    """Logits of a residual stream read as if it were the last one: final norm (recomputed), then
-    unembedding."""
+    """Logits of a residual stream read as the last one: final norm (recomputed), then unembedding."""
     if model.cfg.normalization_type is not None:
         resid = model.ln_final(resid)
     return model.unembed(resid)
@@ -73,8 +64,7 @@ def decode_residual(
 def answer_probability(
     logits: Float[Tensor, "batch pos d_vocab_out"], pos: Int[Tensor, " batch"], answer: Int[Tensor, " batch"]
 ) -> Float[Tensor, " batch"]:
-    """p(answer): per sequence, the softmax probability of token `answer[i]` at position `pos[i]`
-    (of the model's logits, or of a residual decoded by `decode_residual`)."""
+    """p(answer): per sequence, the softmax probability of token `answer[i]` at position `pos[i]`."""
     rows = torch.arange(logits.shape[0], device=logits.device)
     return logits[rows, pos].float().softmax(-1)[rows, answer]
 
@@ -104,9 +94,8 @@ class LogitLensResult:
                 )
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """Per stage, over the masked positions: mean target probability with its 95% interval over
-        sequences (`target_prob_lower`, `target_prob_upper`), mean rank, and top-1 accuracy with its
-        interval (`top1_acc_lower`, `top1_acc_upper`)."""
+        """Per stage, over the masked positions: mean target probability and top-1 accuracy with their 95%
+        intervals over sequences (`*_lower`, `*_upper`), and mean rank."""
         w = self.mask.double()
         total = w.sum().clamp_min(1.0)
         per_seq = {
@@ -139,15 +128,12 @@ class LogitLensResult:
         return {"target_prob": prob.float(), "target_rank": rank.float()}
 
     def to_dataframe(self, *, top_tokens: bool = False, token_names: Sequence[str] | None = None) -> Any:
-        """One row per stage, sequence and position: `stage` (ordered as the forward pass), `batch`, `pos`,
-        `weight` (the mask: how the position counts in summaries), `value` (the target's probability) and
-        `rank` (the target's rank, 1 = top).
+        """One row per stage, sequence and position: `stage`, `batch`, `pos`, `weight` (the mask), `value`
+        (the target's probability) and `rank` (1 = top).
 
-        With `top_tokens`, one row per stage, sequence, position and top-k entry instead: `stage`, `batch`,
-        `pos`, `k` (1 = the most likely token), `token_id`, `token` (its name in `token_names`, e.g.
-        `task.token_names()`, else the id as a string) and `value` (its probability). A row is one
-        measurement, so there are no `lower` / `upper` columns: the per-stage means carry the intervals
-        (`summary`).
+        With `top_tokens`, one row per stage, sequence, position and top-k entry: `stage`, `batch`,
+        `pos`, `k`, `token_id`, `token` (its name in `token_names`, else the id) and `value` (its
+        probability).
         """
         import pandas as pd
 
@@ -210,14 +196,8 @@ def logit_lens(
     *,
     k: int = 5,
 ) -> LogitLensResult:
-    """Decode every residual stage and score the targets.
-
-    Args:
-        model: a HookedTransformer.
-        tokens: inputs.
-        targets: the token each position should predict.
-        mask: which positions count in summaries (default: all).
-        k: number of top tokens kept per stage and position.
+    """Decode every residual stage and score `targets` (the token each position should predict); `mask`:
+    positions that count in summaries (default: all); `k`: top tokens kept per stage and position.
 
     Example:
         >>> import mechmem, torch

@@ -3,12 +3,10 @@
     from mechmem.analysis.mlp_role import decided_mlp_role
     found = decided_mlp_role(model, task, seed=0)     # found.role, found.decision["drop"]
 
-The MLP "contributes to the answer" when mean-ablating its output lowers p(answer) at the last answer position
-by at least `threshold` on average. Evaluation sequences are drawn in rounds (`MLP_POLICY`) until the
-corrected interval of that mean drop is clear of the threshold, or precise, or the budget is reached; one
-generator seeded with the seed draws the mean's reference batch first. Measured on the same sequences and
-reported over all of them, not judged: the logit lens p(answer) before and after the MLP and every neuron's
-direct effect on the answer logit.
+The MLP "contributes to the answer" when mean-ablating its output lowers p(answer) at the last answer
+position by at least `threshold` on average, decided over rounds of evaluation sequences (`MLP_POLICY`).
+Also measured on the same sequences, not judged: the logit lens p(answer) before and after the MLP and
+every neuron's direct effect on the answer logit.
 """
 
 from dataclasses import dataclass
@@ -74,10 +72,8 @@ def decided_mlp_role(
     threshold: float = 0.05,
     layer: int | None = None,
 ) -> MlpRole:
-    """The MLP of `layer` (default: the last) judged on rounds of the task's evaluation sequences
-    (docs/decisions.md, "The MLP's role"): the report's MLP section. `policy.budget` is also the size of
-    the reference batch the mean is taken over.
-    """
+    """The MLP of `layer` (default: the last) judged on rounds of the task's evaluation sequences;
+    `policy.budget` is also the size of the mean's reference batch."""
     layer = model.cfg.n_layers - 1 if layer is None else layer
     device = model_device(model)
     generator = torch.Generator().manual_seed(seed)

@@ -1,20 +1,15 @@
 """MLP neurons: direct effect on a target logit, the top neurons, and neuron ablation.
 
-Technique. Neuron n of layer l writes act_n * W_out[l][n] into the residual stream. Its *direct effect* on the
+Neuron n of layer l writes act_n * W_out[l][n] into the residual stream; its *direct effect* on the
 logit of token t is that vector read straight through the unembedding,
 
     DE_n(t) = act_n * (W_out[l][n] / scale) . (w_ln * W_U[:, t])
 
-where `scale` is the final norm's per-position scale (LayerNorm: the vector is centred first; RMSNorm: not)
-and `w_ln` its weight; without a final norm both are 1. The direct effects of all neurons plus all other
-components sum to the logits (up to the biases), so the neurons with the largest DE on the correct logit are
-candidates for "the neuron that writes the answer".
+with `scale` the final norm's per-position scale (LayerNorm centres the vector first) and `w_ln` its
+weight; both 1 without a final norm.
 
-Intuition and caveats: the direct effect ignores paths through later layers (it is exact only for the last
-layer's MLP and a model without final norm, where it equals the logit change from zero-ablating the neuron),
-and it freezes the norm scale measured on the clean run. Confirm candidates by ablation (`ablate_neurons`, an
-intervention of the engine): zero ablation sets the activation to 0, mean ablation to its mean over a
-reference batch's sequences at each position (mechmem's one mean ablation; default reference: the inputs).
+Caveats: the direct effect ignores paths through later layers and freezes the clean run's norm scale;
+confirm candidates by ablation (`ablate_neurons`).
 """
 
 from collections.abc import Sequence
@@ -123,11 +118,8 @@ def ablate_neurons(
     mode: str = "zero",
     reference: Int[Tensor, "ref pos"] | None = None,
 ) -> Float[Tensor, "batch pos d_vocab"]:
-    """Logits with the given neurons of `layer`'s MLP ablated at every position (an engine intervention).
-
-    mode "zero" sets them to 0; "mean" to the one mean ablation: their mean over the `reference` sequences
-    (default: `tokens`), separately at each position.
-    """
+    """Logits with the given neurons of `layer`'s MLP ablated at every position: "zero" sets them to 0,
+    "mean" to their mean over the `reference` sequences (default: `tokens`) at each position."""
     if mode not in ("zero", "mean"):
         raise ValueError("mode must be 'zero' or 'mean'")
     setter = zero() if mode == "zero" else mean(tokens if reference is None else reference)

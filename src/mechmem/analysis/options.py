@@ -1,6 +1,5 @@
-"""The analyses' fixed sizes and thresholds, in a module that imports nothing heavy, so the command line
-(`mechmem.cli`, which also holds the names each flag accepts) reads its defaults before torch is imported.
-"""
+"""The analyses' fixed sizes and thresholds, importing nothing heavy (the command line reads its defaults
+before torch is imported)."""
 
 ABLATION_METRICS = ("loss", "accuracy", "logit_diff")
 """The metric an ablation changes (`mechmem.analysis.ablation.task_metric`)."""
@@ -9,7 +8,6 @@ ABLATION_BUDGET = 512
 CIRCUIT_BUDGET = 512
 """Prompts of the circuit verdict's last look (docs/decisions.md)."""
 HEAD_BUDGET = 1000
-"""Sequences per probe of head naming's last look: `mechmem heads --n-samples`'s default, the report's
-`role_samples` and `head_roles`' `n`."""
+"""Sequences per probe of head naming's last look (`mechmem heads`, the report, `head_roles`)."""
 PATCH_BUDGET = 512
 """Pairs of activation patching's last look: `mechmem patch --n-samples`'s default and the report's."""

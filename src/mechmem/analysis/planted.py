@@ -1,20 +1,17 @@
 """Hand-set models with a known circuit, for tests and demos of the analysis toolkit.
 
-`planted_induction_model` builds a 2-layer attention-only transformer whose weights are written by hand so
-that one head is a previous-token head and one head is an induction head, among distractor heads with other
-attention patterns. The residual stream is split into four orthogonal blocks of one-hot coordinates:
+`planted_induction_model` builds a 2-layer attention-only transformer with a hand-written previous-token
+head and induction head among distractor heads. The residual stream is split into four one-hot blocks:
 
     TOK  [0, V)            the current token (W_E is the identity into this block)
     POS  [V, V+T)          the position (W_pos is the identity into this block)
     PREV [V+T, 2V+T)       the previous token, written by the previous-token head
     OUT  [2V+T, 3V+T)      the predicted token, written by the induction head; W_U reads only this block
 
-Layer 0: head 0 attends to itself, head 1 to the first position, head 2 (the previous-token head) to position
-t-1 and copies that token into PREV. Layer 1: head 0 attends uniformly, head 1 (the induction head) matches
-its current token (TOK) against the keys' PREV block, i.e. attends to the position after an earlier occurrence
-of the current token, and copies that position's token into OUT (position 0, which has no previous token, is
-scored down); head 2 attends to itself. Distractor heads have a zero OV circuit, so ablating them changes
-nothing. On a repeated random sequence [r, r] the model predicts the second half perfectly.
+Layer 0: head 0 attends to itself, head 1 to the first position, head 2 (previous-token) to t-1 and
+copies that token into PREV. Layer 1: head 0 attends uniformly, head 1 (induction) matches TOK against
+the keys' PREV and copies the attended token into OUT, head 2 attends to itself. Distractors have a zero
+OV circuit. On a repeated random sequence [r, r] the model predicts the second half perfectly.
 """
 
 from dataclasses import dataclass
@@ -72,8 +69,8 @@ def planted_config(d_vocab: int = 12, n_ctx: int = 24) -> TransformerConfig:
 
 
 def blank_model(config: TransformerConfig, layout: PlantedLayout, strength: float) -> torch.nn.Module:
-    """A model of `config` with every weight zero but the one-hot blocks: W_E writes the token into TOK, W_pos
-    the position into POS, and W_U reads OUT (scaled by `strength`)."""
+    """A model of `config` with every weight zero but the one-hot blocks: W_E writes TOK, W_pos writes POS,
+    W_U reads OUT (scaled by `strength`)."""
     model = build_transformer(config, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         for param in model.parameters():
@@ -87,12 +84,8 @@ def blank_model(config: TransformerConfig, layout: PlantedLayout, strength: floa
 def planted_induction_model(d_vocab: int = 12, n_ctx: int = 24, *, strength: float = 10.0) -> torch.nn.Module:
     """A `HookedTransformer` with a planted previous-token head (L0H2) and induction head (L1H1).
 
-    Args:
-        d_vocab: number of tokens V.
-        n_ctx: number of positions T.
-        strength: scale of the query and key maps (the attention logit of a match is strength^2 /
-        sqrt(d_head))
-            and of the unembedding (the logit of a copied token).
+    `strength` scales the query and key maps (a match's attention logit is strength^2 / sqrt(d_head))
+    and the unembedding.
 
     Example:
         >>> import mechmem, torch
@@ -138,15 +131,13 @@ def planted_induction_model(d_vocab: int = 12, n_ctx: int = 24, *, strength: flo
 def planted_split_model(
     movers: int = 4, readers: int = 6, d_vocab: int = 12, half: int = 8, *, suppressor: float = 0.0
 ) -> torch.nn.Module:
-    """A 2-layer attention-only model whose one job is split over several heads, for the repeats pair [r, r]
-    with |r| = `half` (the answer r[-1] read at position 2 half - 2).
+    """A 2-layer attention-only model whose one job is split over several heads, for the repeats pair [r,
+    r] with |r| = `half`.
 
-    Layer 0: heads 0 .. movers - 1 each attend from position t to t - (half - 1) (by position) and write a
-    1/movers share of that token into the MID block (`PlantedLayout.prev`). Layer 1: heads 0 .. readers - 1
-    each attend to themselves and copy a 1/readers share of MID into OUT, which W_U reads. So every
-    mover -> reader edge carries 1 / (movers x readers) of the logit difference (about 4% at 4 x 6: no edge
-    alone carries 5% of it), while each mover carries 1 / movers of it jointly. With `suppressor` > 0, layer 1
-    head `readers` writes -suppressor x MID into OUT: a circuit without it overshoots the full model.
+    Layer 0: heads 0 .. movers - 1 each attend from t to t - (half - 1) and write a 1/movers share of that
+    token into MID (`PlantedLayout.prev`). Layer 1: heads 0 .. readers - 1 attend to themselves and copy a
+    1/readers share of MID into OUT. Every mover -> reader edge carries 1 / (movers x readers) of the logit
+    difference. With `suppressor` > 0, layer 1 head `readers` writes -suppressor x MID into OUT.
 
     Example:
         >>> import mechmem, torch

@@ -1,24 +1,18 @@
 """Associative-memory recall probes (Bietti et al. 2023, generalised).
 
-A weight matrix W is read as an associative memory: it should map each input embedding u_i to the output
-embedding v_j of its target partner. With TransformerLens's row-vector convention the score of output j for
-input i is (u_i W) . v_j, and the recall R is the fraction of inputs whose best-scoring output is the target:
+A weight matrix W is read as an associative memory mapping each input embedding u_i to the output
+embedding v_j of its target partner. With TransformerLens's row-vector convention the recall is
 
     R = mean_i [ argmax_j (u_i W v_j^T) == target(i) ]
 
-Intuition: if W = sum_k v_{t(k)}^T u_k (a sum of outer products, written transposed for row vectors) and the
-embeddings are near-orthogonal, each input recalls its partner and R = 1; a random W gives R near 1 /
-#outputs. Caveat: R only looks at the argmax; a memory that is right but barely (small margin) still counts.
+If W is a sum of outer products over near-orthogonal embeddings, R = 1; a random W gives chance, about
+1 / #outputs. Caveat: R only looks at the argmax, not the margin.
 
-Built-in probes read a HookedTransformer's weights (`builtin_probes`): token copying through each head's OV
-circuit, previous-position keys and earlier-head token keys through QK circuits, and MLP next-token memories
-against bigram statistics (KL divergence, as in Bietti et al.). TL's `FactoredMatrix` keeps the low-rank
-products (W_V W_O, W_Q W_K^T) factored.
-
-Sampling: a probe read off the weights over all its tokens is exact, a number with no sampling and so no
-interval (`ProbeResult.interval` says so). Only a probe compared with statistics counted on sampled data has
-one: the MLP probe against a bigram table counted on sampled sequences (`BigramSample`) gets 95% percentile
-bootstrap intervals of its recall and KL over those sequences (the table recounted on each resample).
+Built-in probes (`builtin_probes`): token copying through each head's OV circuit, previous-position and
+earlier-head token keys through QK circuits, and MLP next-token memories against bigram statistics (KL,
+as in Bietti et al.), with TL's `FactoredMatrix` keeping low-rank products factored. A probe read off
+the weights is exact (no interval); an MLP probe against a table counted on sampled sequences
+(`BigramSample`) gets 95% percentile bootstrap intervals over those sequences.
 """
 
 from dataclasses import dataclass, field
@@ -62,10 +56,9 @@ def recall_rate(
     return float((scores.argmax(-1) == targets.to(scores.device)).float().mean())
 
 
-# -- built-in probes on a HookedTransformer's weights
-# ---------------------------------------------------------- Each probe reads one weight product as an
-# associative memory. Norms and biases are left out (the probes describe the matrices, as in Bietti et al.,
-# whose model has neither); on models with LayerNorm they are approximate.
+# -- built-in probes on a HookedTransformer's weights -------------------------------------------------------
+# Each probe reads one weight product as an associative memory. Norms and biases are left out (as in Bietti
+# et al., whose model has neither); on models with LayerNorm they are approximate.
 
 
 @dataclass
@@ -88,9 +81,8 @@ class ProbeResult:
         return 1.0 / self.n_outputs
 
     def to_dataframe(self) -> Any:
-        """One row per measure of the probe: `probe` (its name), `matrix`, `measure` ("recall", "chance", then
-        each number in `extra`, e.g. "kl" or "suppress_recall"), `value`, `lower` / `upper` (the 95% interval
-        of a measure computed from sampled data; NaN for an exact one), `n_inputs`, `n_outputs`."""
+        """One row per measure: `probe`, `matrix`, `measure` ("recall", "chance", then each number in
+        `extra`), `value`, `lower` / `upper` (NaN for an exact measure), `n_inputs`, `n_outputs`."""
         import pandas as pd
 
         measures = {"recall": self.recall, "chance": self.chance}
@@ -180,12 +172,9 @@ def ov_copy_probe(
 ) -> ProbeResult:
     """Does head (layer, head)'s OV circuit copy tokens? The one definition of OV copy recall.
 
-    For every probed token k (default: all), the scores W_E(k) W_V W_O W_U over ALL output tokens: the
-    recall is the fraction of k whose own logit is the highest (argmax == k), and `extra["suppress_recall"]`
-    the fraction whose own logit is the lowest (argmin == k, a suppressing head). Ranking against every
-    output, not only the probed tokens, asks what the head's output does to the model's prediction; it is
-    Bietti et al.'s W_O^2 probe when the probed tokens are a subset (e.g. held-out outputs). Direct path
-    only (layer-0 embeddings).
+    For every probed token k (default: all), the scores W_E(k) W_V W_O W_U over all output tokens:
+    recall is the fraction of k whose own logit is the highest, `extra["suppress_recall"]` the fraction
+    whose own logit is the lowest. Direct path only (layer-0 embeddings).
     """
     ids = _token_ids(model, tokens).to(model_device(model))
     scores = recall_scores(model.W_E[ids].detach(), model.OV[layer, head], model.W_U.T.detach())
@@ -203,10 +192,8 @@ def ov_copy_probe(
 def qk_previous_position_probe(
     model: torch.nn.Module, layer: int, head: int, n_positions: int | None = None
 ) -> ProbeResult:
-    """Do positional keys point back one step?
-
-    For queries p_t (t >= 1): argmax_s p_t W_Q W_K^T p_s^T == t - 1.
-    """
+    """Do positional keys point back one step? For queries p_t (t >= 1):
+    argmax_s p_t W_Q W_K^T p_s^T == t - 1."""
     n = model.cfg.n_ctx if n_positions is None else min(n_positions, model.cfg.n_ctx)
     suffix = "" if n == model.cfg.n_ctx else f".first{n}"
     return _probe(
@@ -227,11 +214,8 @@ def qk_token_probe(
     source: tuple[int, int],
     tokens: Int[Tensor, " n"] | None = None,
 ) -> ProbeResult:
-    """Keys written by an earlier head's OV: argmax_k' [W_E(k) W_Q W_K^T (W_E(k') OV_source)^T] == k.
-
-    This is the induction head's key memory: the source (previous-token) head writes the previous token into
-    the residual, and the query (the current token) must match it.
-    """
+    """Keys written by an earlier head's OV (the induction head's key memory):
+    argmax_k' [W_E(k) W_Q W_K^T (W_E(k') OV_source)^T] == k."""
     ids = _token_ids(model, tokens).to(model_device(model))
     sl, sh = source
     keys = (model.W_E[ids] @ model.OV[sl, sh]).AB
@@ -254,10 +238,9 @@ def ffn_bigram_probe(
 ) -> ProbeResult:
     """Does MLP `layer` store next-token statistics? Compares softmax(MLP(W_E(k)) W_U) with bigram(. | k).
 
-    Recall is the fraction of tokens k whose top prediction is the bigram's most likely successor; `kl` (in
-    `extra`) is the mean over k of KL(bigram(. | k) || softmax(MLP(W_E(k)) W_U)), as in Bietti et al. Given a
-    `BigramSample` instead of a table, the table is counted on its sequences and recall and KL get 95%
-    bootstrap intervals over them (`BigramSample.intervals`); a table is taken as exact.
+    Recall: the fraction of tokens k whose top prediction is the bigram's most likely successor; `kl`
+    (in `extra`): the mean over k of KL(bigram(. | k) || softmax(MLP(W_E(k)) W_U)). Given a
+    `BigramSample`, recall and KL get 95% bootstrap intervals (`BigramSample.intervals`).
     """
     ids = _token_ids(model, tokens).to(model_device(model))
     logp = ffn_logprobs(model, layer, ids)
@@ -309,8 +292,7 @@ class BigramSample:
     def table(
         self, d_vocab: int, d_vocab_out: int, weights: Float[Tensor, " batch"] | None = None
     ) -> Float[Tensor, "d_vocab d_vocab_out"]:
-        """The table counted on the sequences (`empirical_bigram`), each counted `weights` times (default
-        once)."""
+        """The table counted on the sequences (`empirical_bigram`), each counted `weights` times."""
         return empirical_bigram(self.tokens, self.targets, d_vocab, d_vocab_out, weights=weights)
 
     def intervals(
@@ -321,9 +303,8 @@ class BigramSample:
         *,
         resamples: int = RESAMPLES,
     ) -> dict[str, tuple[float, float]]:
-        """95% percentile bootstrap intervals of (`bigram_agreement`'s) recall and KL of the predictions
-        `logp` for tokens `ids` (of `d_vocab`) over the sequences: each resample draws the sequences with
-        replacement (seeded with 0) and recounts the table."""
+        """95% percentile bootstrap intervals of `bigram_agreement`'s recall and KL of `logp` for tokens
+        `ids`, resampling the sequences (seeded with 0) and recounting the table."""
         n = len(self.tokens)
         gen = torch.Generator().manual_seed(0)
         draws = torch.randint(n, (resamples, n), generator=gen)
@@ -346,10 +327,7 @@ def empirical_bigram(
     weights: Float[Tensor, " batch"] | None = None,
 ) -> Float[Tensor, "d_vocab d_vocab_out"]:
     """Next-token distribution given the current token, counted over all positions (each sequence `weights`
-    times, default once).
-
-    Uniform for unseen tokens.
-    """
+    times); uniform for unseen tokens."""
     counts = torch.zeros(d_vocab * d_vocab_out)
     each = (
         torch.ones(tokens.shape) if weights is None else weights.float().cpu()[:, None].expand(tokens.shape)
@@ -369,19 +347,15 @@ def builtin_probes(
     ffn_tokens: Int[Tensor, " n_ffn"] | None = None,
     first_positions: tuple[int, ...] = (),
 ) -> MemoryProbes:
-    """Every built-in probe that applies to `model`.
-
-    OV copying and previous-position keys for each head, token keys through each earlier head's OV for heads
-    after layer 0, and (given `bigram`) each MLP against it.
+    """Every built-in probe that applies to `model`: OV copying and previous-position keys for each head,
+    token keys through each earlier head's OV, and (given `bigram`) each MLP against it.
 
     Args:
-        model: a HookedTransformer.
-        bigram: next-token statistics [d_vocab d_vocab_out] for the MLP probes (skipped when None), or the
-            sampled sequences to count them on (`BigramSample`: the MLP probes then get intervals).
+        bigram: next-token statistics [d_vocab d_vocab_out], or a `BigramSample` (then with intervals).
         tokens: tokens the OV copying probes range over (default: all).
-        key_tokens: tokens of the QK token-key probes (default: `tokens`); e.g. the triggers of the birth
-        task. ffn_tokens: tokens of the MLP probes (default: `tokens`); e.g. the non-trigger tokens.
-        first_positions: extra previous-position probes restricted to the first n positions (e.g. 64).
+        key_tokens: tokens of the QK token-key probes (default: `tokens`).
+        ffn_tokens: tokens of the MLP probes (default: `tokens`).
+        first_positions: extra previous-position probes restricted to the first n positions.
 
     Example:
         >>> import mechmem

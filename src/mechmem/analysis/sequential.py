@@ -1,15 +1,10 @@
 """Sequential decisions: draw units in rounds until every verdict is decided (docs/decisions.md).
 
-The one runner of the rule in `mechmem.analysis.stats`: `decide` draws the doubling looks of a
-`DecisionPolicy`, judges every family of tests after each (`judge`, at the union bound's corrected z) and
-stops once the analysis's verdicts no longer depend on more units; tests decided or precise at a look can be
-frozen there and measured no more. `run_rounds` is what an analysis calls: it hands each round's measurement
-to `decide`, keeps the rounds for pooling, and stops on a behaviour shown absent; `FirstRoundCheck` is the
-estimate, check and fallback step of the analyses that estimate (patching and ablation by attribution).
-
-    from mechmem.analysis.sequential import decide
-    from mechmem.analysis.stats import DecisionPolicy
-    result = decide(draw, {"score": 0.5}, policy=DecisionPolicy(), generator=torch.Generator().manual_seed(0))
+`decide` draws the doubling looks of a `DecisionPolicy`, judges every family of tests after each
+(`judge`, at the corrected z) and stops once the verdicts no longer depend on more units; tests decided
+or precise at a look can be frozen there. `run_rounds` hands each round's measurement to `decide` and
+keeps the rounds; `FirstRoundCheck` is the estimate, check and fallback step of the analyses that
+estimate.
 """
 
 import math
@@ -33,8 +28,7 @@ from mechmem.analysis.stats import (
 
 Draw = Callable[..., Mapping[str, RatioMoments]]
 """(how many new units, generator) -> per family, the moments of those units' values. With
-`decide(freeze=)` a third argument: per freezing family, the [tests] mask of those still measured (a family
-absent from it: every test); the moments of the others are ignored, so a draw may skip measuring them."""
+`decide(freeze=)` a third argument: per freezing family, the [tests] mask of those still measured."""
 
 
 _FROZEN_FIELDS = (
@@ -75,23 +69,16 @@ def decide(
     """Draw units in rounds until every verdict is settled or the budget is reached (docs/decisions.md).
 
     Args:
-        draw: (new units, generator) -> per family, `RatioMoments` of the new units' values, each of the
-            family's fixed shape of tests.
-        thresholds: per family, its threshold (a float, a tensor broadcasting to the family's shape, or a
-            `Band` for a two-sided test).
+        draw: (new units, generator) -> per family, `RatioMoments` of the new units' values.
+        thresholds: per family, a float, a tensor broadcasting to the family's shape, or a `Band`.
         policy: the looks, the level and the precision target.
         generator: handed to every `draw`, so a decision is a function of its seed.
-        absolute: families judged on |value| (e.g. a gap whose sign is not known in advance).
-        settled: after each look, True when the analysis's verdicts no longer depend on more units (default:
-            no open test).
+        absolute: families judged on |value|.
+        settled: after each look, True when the verdicts no longer depend on more units (default: none open).
         axes: per family, the names of its axes (for the data frame).
-        freeze: families whose tests are frozen at the look that decides them or makes them precise: their
-            intervals, verdicts and units stay that look's (`FamilyDecision.units`), and `draw` gets a third
-            argument, per such family the mask of tests still measured. Valid under the same union bound: a
-            frozen test's final interval is one of the intervals it already covers.
-        stale: with `freeze`, after each look: per freezing family, a mask of further tests to freeze, open
-            or not, whose verdicts can no longer change the analysis's (e.g. the tests of a settled head). The
-            same union bound covers them.
+        freeze: families whose tests are frozen at the look that decides them or makes them precise;
+            `draw` then gets a third argument, per such family the mask of tests still measured.
+        stale: with `freeze`, after each look, per freezing family a mask of further tests to freeze.
 
     Example:
         >>> import torch
@@ -145,8 +132,8 @@ def decide(
 
 
 Measure = Callable[..., tuple[Any, Mapping[str, RatioMoments]]]
-"""(how many new units, generator[, mask of the tests still measured]) -> (the round's record, per family the
-moments of the new units): a `Draw` that also hands back what it measured, for pooling."""
+"""(how many new units, generator[, mask]) -> (the round's record, per family the moments of the new
+units)."""
 
 
 @dataclass(frozen=True)
@@ -167,11 +154,9 @@ def run_rounds(
     settled: Callable[[Mapping[str, FamilyDecision]], bool] = no_open_tests,
     **options: Any,
 ) -> Rounds:
-    """The one sequential runner: `decide` over rounds of `measure`, keeping each round's record.
-
-    `absent`, judged after each look before `settled`, is True once the behaviour the tests share out is
-    shown absent: sampling stops there and the decision's `stopped` reads "no behaviour". `options` go to
-    `decide` (absolute, axes, freeze, stale)."""
+    """`decide` over rounds of `measure`, keeping each round's record. Sampling stops once `absent` (judged
+    after each look) says the behaviour is absent (`stopped` reads "no behaviour"); `options` go to
+    `decide`."""
     records: list[Any] = []
 
     def draw(k: int, gen: torch.Generator, *measured: Any) -> Mapping[str, RatioMoments]:
@@ -191,9 +176,8 @@ def run_rounds(
 
 
 class FirstRoundCheck:
-    """Estimate, check, fall back: on the first round each part (a sweep, an ablation) is estimated with its
-    check against exact measurement; a part that fails is measured exactly on that round and every later one,
-    and one that passes is estimated unchecked from then on, from what its check kept."""
+    """Estimate, check, fall back: on the first round each part is estimated and checked against exact
+    measurement; a failing part is measured exactly from then on, a passing one estimated unchecked."""
 
     def __init__(self) -> None:
         self.kept: dict[str, Any] = {}
@@ -209,9 +193,8 @@ class FirstRoundCheck:
         exact: Callable[[Any], Any],
         check: Callable[[Any], tuple[bool, Any, Any]],
     ) -> Any:
-        """The part's measurement this round. `estimate(kept)`: the estimate, checked where `kept` is None
-        (the first round); `check(result)` -> (passed, kept, record); `exact(failed)`: the exact measurement,
-        given the first round's failed estimate on that round (None later)."""
+        """The part's measurement this round. `estimate(kept)`: the estimate, checked where `kept` is None;
+        `check(result)` -> (passed, kept, record); `exact(failed)`: the exact measurement."""
         if part in self.failed:
             return exact(None)
         if part in self.kept:

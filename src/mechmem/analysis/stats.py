@@ -1,33 +1,19 @@
 """The statistics of every verdict the toolkit prints: per-unit moments, intervals, and the sequential
 decision rule that judges them (docs/decisions.md).
 
-A verdict on a measured quantity ("this head attends to the previous token", "this circuit is faithful") is
-judged on an interval rather than on the point estimate, so that two draws of the same size from the same
-checkpoint do not give opposite answers when the quantity sits near a threshold. Every quantity is a ratio of
-sums over units (sequences or prompts), sum(num[units]) / sum(den[units]): a mean (den = 1), a score averaged
-over rows, a faithfulness. Its intervals come in two kinds:
+Every measured quantity is a ratio of sums over units (sequences or prompts), sum(num) / sum(den): a mean
+(den = 1), a score averaged over rows, a faithfulness. A verdict is judged on an interval, not the point
+estimate: the normal (delta-method) interval from `RatioMoments`, whose sums add up over rounds and which the
+sequential rule judges (trusted from `DecisionPolicy.min_units` units on), or the percentile bootstrap
+(`bootstrap_ratio`). Both describe draws of the same size from one distribution, not variation over training
+seeds; over repeated runs `mean_sd` gives the mean and the sample standard deviation (n - 1).
 
-- the normal (delta-method) interval from `RatioMoments`, sums that two rounds' moments add up, which the
-  sequential rule judges; trusted from `DecisionPolicy.min_units` units on (a bounded score near 0 or 1 with
-  few units gets too narrow an interval);
-- the percentile bootstrap (`bootstrap_ratio`): resample the units with replacement from an explicit
-  generator, recompute the statistic, take the (1 - level) / 2 and (1 + level) / 2 quantiles (too narrow
-  below about 20 units).
-
-Both describe the spread over draws of the same size from the same distribution, not a model's variation over
-training seeds; over repeated runs (seeds) `mean_sd` gives the mean and the SAMPLE standard deviation (n - 1:
-the repeats are a sample of the runs the same settings could produce; a single value has no sd).
-
-The rule. A fixed sample size is too many for a clear verdict and too few for a borderline one, so units are
-drawn in doubling rounds (`DecisionPolicy.looks`: first, 2 x first, ... up to a budget) and, after each, every
-test's corrected interval is judged (`judge`) until every verdict is settled (the loop:
-`mechmem.analysis.sequential`). Peeking after every round, and judging many tests (every head, pattern and
-token) each at 95%, would make the intervals miss far more often than 5% of the time; the correction is a
-union bound over both: alpha is split equally over the families of tests, and each family's share over its
-tests and over every planned look (`DecisionPolicy.z`), so the final corrected intervals cover their truths
-jointly with probability at least 1 - alpha whenever the procedure stops. Bonferroni is conservative when
-tests are correlated (the heads of one model are). The thresholds and first looks of each analysis's rule
-sit here, fixed before the rule's first run.
+The rule: units are drawn in doubling rounds (`DecisionPolicy.looks`) and after each every test's
+corrected interval is judged (`judge`) until every verdict is settled (the loop:
+`mechmem.analysis.sequential`). The correction is a Bonferroni union bound: alpha is split over the
+families of tests, each family's share over its tests and every planned look (`DecisionPolicy.z`), so
+the final intervals cover their truths jointly with probability at least 1 - alpha whenever the
+procedure stops (conservative for correlated tests).
 """
 
 import math
@@ -61,12 +47,8 @@ def bootstrap_ratio(
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."]]:
     """(lower, upper): the percentile bootstrap interval of sum(num) / sum(den) over the units (dim 0).
 
-    Args:
-        num: per-unit numerators.
-        den: per-unit denominators with num's shape or shape [unit] (None: ones, so the statistic is a mean).
-        generator: draws the resampled unit indices.
-    Returns:
-        Two tensors of num's trailing shape; NaN where a resample's denominator is zero throughout.
+    `den` has num's shape or shape [unit] (None: ones, a mean). Returns two tensors of num's trailing
+    shape; NaN where a resample's denominator is zero throughout.
     """
     n = num.shape[0]
     num = num.double()
@@ -89,8 +71,7 @@ def bootstrap_ratio(
 
 
 Z_95 = 1.96
-"""The standard normal's 0.975 quantile to two decimals (1.95996...): a normal 95% interval is mean +- Z_95
-standard errors."""
+"""The standard normal's 0.975 quantile to two decimals."""
 
 
 def standard_error(values: Float[Tensor, "..."], dim: int = 0) -> Float[Tensor, "..."]:
@@ -102,16 +83,14 @@ def standard_error(values: Float[Tensor, "..."], dim: int = 0) -> Float[Tensor, 
 
 
 def normal_interval(mean: Any, stderr: Any, *, z: float = Z_95) -> tuple[Any, Any]:
-    """(lower, upper) = mean -+ z standard errors: the normal 95% interval of an estimate whose standard error
-    is known (floats or tensors, elementwise; a NaN standard error gives a NaN interval)."""
+    """(lower, upper) = mean -+ z standard errors, elementwise (a NaN standard error gives NaN bounds)."""
     return mean - z * stderr, mean + z * stderr
 
 
 def mean_interval(
     values: Float[Tensor, "unit ..."], dim: int = 0, *, z: float = Z_95
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."], Float[Tensor, "..."]]:
-    """(mean, lower, upper) along `dim`: the mean of the units and its normal 95% interval, mean -+ z
-    standard errors (`standard_error`, `normal_interval`); NaN bounds below 2 units.
+    """(mean, lower, upper) along `dim`: the mean and its normal 95% interval; NaN bounds below 2 units.
 
     Example:
         >>> import torch
@@ -125,8 +104,8 @@ def mean_interval(
 
 
 def covers(lower: Any, upper: Any, value: float = 0.0) -> Any:
-    """Whether each interval [lower, upper] contains `value` (floats or tensors, elementwise). A NaN bound (an
-    interval too few units to estimate) counts as containing it: nothing is ruled out."""
+    """Whether each interval [lower, upper] contains `value`, elementwise; a NaN bound counts as containing
+    it."""
     if isinstance(lower, Tensor) or isinstance(upper, Tensor):
         lower, upper = torch.as_tensor(lower), torch.as_tensor(upper)
         return ~((lower > value) | (upper < value))
@@ -144,8 +123,8 @@ def format_interval(lower: Any, upper: Any, fmt: str = ".3f") -> str:
 def normal_interval_from_moments(
     total: Tensor, total_sq: Tensor, n: Tensor, *, z: float = Z_95
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(mean, lower, upper) of means accumulated as sums: `total` = sum x, `total_sq` = sum x^2 over `n` rows
-    (elementwise; the variance uses n - 1). Where n < 2 the interval has no width to estimate and is NaN."""
+    """(mean, lower, upper) from `total` = sum x and `total_sq` = sum x^2 over `n` rows (elementwise,
+    variance with n - 1); NaN where n < 2."""
     mean = total / n
     var = (total_sq / n - mean.square()).clamp_min(0) * n / (n - 1).clamp_min(1)
     half = z * (var / n).sqrt()
@@ -168,10 +147,9 @@ def z_for(alpha: float) -> float:
 
 @dataclass(frozen=True)
 class RatioMoments:
-    """Sums over units (sequences, prompts) of a ratio's per-unit numerator a and denominator b, every test at
-    once: enough for R = sum(a) / sum(b) and its delta-method standard error, and adding two rounds' moments
-    gives the moments of both (`+`). The tensors broadcast to the tests' shape (`shape`); `n` counts every
-    unit, `support` the units whose b is non-zero (per test)."""
+    """Sums over units of a ratio's per-unit numerator a and denominator b, for every test at once: enough
+    for R = sum(a) / sum(b) and its delta-method standard error; two rounds' moments add (`+`). `n`
+    counts every unit, `support` the units whose b is non-zero."""
 
     n: int
     """Units summed over."""
@@ -197,8 +175,7 @@ class RatioMoments:
 
     @property
     def shape(self) -> torch.Size:
-        """The tests' shape: the moments broadcast to it (b, b^2 and the support may be shared, e.g. per token
-        for every head)."""
+        """The tests' shape, to which the moments broadcast."""
         return torch.broadcast_shapes(
             *(t.shape for t in (self.a, self.b, self.aa, self.bb, self.ab, self.support))
         )
@@ -303,23 +280,18 @@ def format_mean_sd(values: Sequence[float | int], fmt: str = ".3f", sep: str = "
 
 
 MIN_GAP = 1.0
-"""A behaviour is there when the corrected interval of its clean - corrupted gap (the task's metric, e.g. the
-logit difference) lies outside (-1, 1): the circuit's behaviour criterion and patching's gap test
+"""A behaviour is there when the corrected interval of its clean - corrupted gap lies outside (-1, 1)
 (docs/decisions.md)."""
 PATCH_SHARE = 0.1
-"""A patched cell matters when the corrected interval of its share of the gap lies outside (-0.1, 0.1)
-(`mechmem.analysis.patching.decided`); fixed before the rule's first run (docs/decisions.md)."""
+"""A patched cell matters when the corrected interval of its share of the gap lies outside (-0.1, 0.1)."""
 EDGE_SHARE = 0.05
 """An edge is in the decided circuit when the corrected interval of its share of the gap lies outside
-(-0.05, 0.05) (`mechmem.analysis.circuits.decided`); fixed before the rule's first run (docs/decisions.md)."""
+(-0.05, 0.05)."""
 ABLATION_DELTA = 0.05
-"""A component matters when the corrected interval of the change of the task loss on ablating it lies outside
-(-0.05, 0.05) nats (`mechmem.analysis.ablation.decided`); fixed before the rule's first run
-(docs/decisions.md)."""
+"""A component matters when the corrected interval of the change of the task loss on ablating it lies
+outside (-0.05, 0.05) nats."""
 ABLATION_THRESHOLDS = {"loss": ABLATION_DELTA, "accuracy": 0.05, "logit_diff": 0.1}
-"""Per metric, the size of change that makes a component matter: 0.05 nats of loss, five points of accuracy,
-0.1 logits of logit difference (a tenth of `MIN_GAP`); fixed before each rule's first run
-(docs/decisions.md, "Ablation" and "Ablation on the other metrics")."""
+"""Per metric, the size of change that makes a component matter (docs/decisions.md, "Ablation")."""
 HEAD_FIRST = 64
 """Sequences per probe of head naming's first look (docs/decisions.md)."""
 PATCH_FIRST = 64
@@ -327,8 +299,7 @@ PATCH_FIRST = 64
 ABLATION_FIRST = 64
 """Sequences of ablation's first look (docs/decisions.md)."""
 CIRCUIT_PROMPTS = 64
-"""Prompts of the circuit's pair (`mechmem.report.circuit_graph.N_PROMPTS`): the first look of the circuit's
-sequential verdict (`CIRCUIT_POLICY`)."""
+"""Prompts of the circuit's pair: the first look of `CIRCUIT_POLICY`."""
 
 YES, NO, UNDECIDED = 1, 0, -1
 """The codes of `FamilyDecision.code`."""
@@ -372,8 +343,8 @@ class DecisionPolicy(ConfigMixin):
             raise ValueError("precision must be >= 0 and min_units >= 2")
 
     def looks(self) -> tuple[int, ...]:
-        """The planned look sizes: first, 2 x first, 4 x first, ... while below the budget, then the budget
-        itself."""
+        """The planned look sizes: first, 2 x first, 4 x first, ... while below the budget, then the
+        budget."""
         sizes, n = [], self.first
         while n < self.budget:
             sizes.append(n)
@@ -381,8 +352,8 @@ class DecisionPolicy(ConfigMixin):
         return (*sizes, self.budget)
 
     def z(self, tests: int, families: int = 1) -> float:
-        """The corrected z of one test of a family of `tests` among `families`: two-sided level
-        1 - alpha / (families x tests x K) at each of the K looks."""
+        """The corrected z of one test: two-sided level 1 - alpha / (families x tests x K) at each of K
+        looks."""
         return z_for(self.alpha / (families * max(tests, 1) * len(self.looks())))
 
     def rounded(self, n: float) -> float:
@@ -402,15 +373,13 @@ class DecisionPolicy(ConfigMixin):
 HEAD_POLICY = DecisionPolicy(first=HEAD_FIRST, budget=HEAD_BUDGET)
 """Head naming, in sequences per probe (`roles.measure_pattern_evidence`): the report's and mechmem heads'."""
 CIRCUIT_POLICY = DecisionPolicy(first=CIRCUIT_PROMPTS, budget=CIRCUIT_BUDGET)
-"""The circuit verdict, in prompts (`circuits.discovery.decided_circuit`): the report's and mechmem
-circuit's."""
+"""The circuit verdict, in prompts (`circuits.discovery.decided_circuit`)."""
 ABLATION_POLICY = DecisionPolicy(first=ABLATION_FIRST, budget=ABLATION_BUDGET)
 """Ablation, in evaluation sequences (`ablation.decided_ablation`): the report's and mechmem ablate's."""
 MLP_POLICY = DecisionPolicy(first=ABLATION_FIRST, budget=ABLATION_BUDGET)
 """The MLP's role, in evaluation sequences (`mlp_role.decided_mlp_role`): the report's MLP section."""
 PATCH_POLICY = DecisionPolicy(first=PATCH_FIRST, budget=PATCH_BUDGET)
-"""Activation patching, in clean/corrupted pairs (`patching.decided_patching`): the report's and mechmem
-patch's."""
+"""Activation patching, in clean/corrupted pairs (`patching.decided_patching`)."""
 
 
 @dataclass(frozen=True)
@@ -453,12 +422,11 @@ class FamilyDecision:
     precise: Tensor
     """Corrected half-width <= the policy's precision."""
     n_needed: Tensor
-    """Units the estimate and spread suggest would decide an undecided test, rounded up to a look (inf: the
-    mean sits on the threshold; NaN: untestable); n for a decided one."""
+    """Units that would decide an undecided test, rounded up to a look (inf: the mean sits on the
+    threshold; NaN: untestable); n for a decided one."""
     axes: tuple[str, ...] = ()
     units: Tensor | None = None
-    """Per test, the units it was judged on where that differs between tests (frozen tests,
-    `decide(freeze=)`); None: `n` for every test."""
+    """Per test, the units it was judged on where tests differ (`decide(freeze=)`); None: `n` for all."""
     ceiling: float | None = None
     """The upper end of a `Band` threshold (`threshold` is its lower end); None for a one-sided test."""
 
@@ -471,8 +439,8 @@ class FamilyDecision:
 
     @property
     def open(self) -> Tensor:
-        """Tests that would still gain from more units: undecided, not precise, and testable or expected to
-        become so within the budget (a token seen too rarely to ever count does not hold the others up)."""
+        """Tests that would still gain from more units: undecided, not precise, and testable within the
+        budget."""
         return (self.code == UNDECIDED) & self.reachable & ~self.precise
 
     def verdicts(self) -> list[str]:
@@ -480,8 +448,8 @@ class FamilyDecision:
         return [VERDICTS[int(c)] for c in self.code.flatten().tolist()]
 
     def tally(self, tests: str, matter: str, units: str) -> str:
-        """The verdicts counted in words: "k {tests} {matter}, m do not, u undecided", with the {units} the
-        estimates suggest would decide the last undecided one (where finite)."""
+        """The verdicts counted in words: "k {tests} {matter}, m do not, u undecided", with the {units}
+        suggested to decide the last undecided one (where finite)."""
         verdicts = self.verdicts()
         undecided = verdicts.count("undecided")
         text = (

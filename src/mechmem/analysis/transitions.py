@@ -1,26 +1,18 @@
 """Transitions on training curves: when does a quantity cross a stated level, or change fastest?
 
-A curve is a quantity measured at a run's saved steps s_0 < s_1 < ... (values v_i; NaN where it was not
-measured). Two kinds of event are found, each under a rule stated before looking at the curve:
+A curve is a quantity measured at a run's saved steps s_0 < s_1 < ... (values v_i; NaN where not
+measured). Two kinds of event, each under a rule stated before looking at the curve:
 
     level     the first save where the curve reaches the level (v_i >= level going up, <= going down) after a
-              save where it had not; the step is interpolated linearly between the two saves:
+              save where it had not, interpolated linearly between the two saves:
                   step = s_{i-1} + (level - v_{i-1}) / (v_i - v_{i-1}) * (s_i - s_{i-1})
-              A curve already at the level at its first save is reported at that save, marked "at start"
-              (it formed at or before it). A curve that never reaches the level is "not reached", not an
-              error.
-    steepest  the interval between consecutive saves with the largest rise (or fall) per step; the event is
-    its
-              midpoint. A curve that never rises (falls) has no such event.
+              A curve at the level at its first save is reported there, marked "at start"; one that never
+              reaches it is "not reached".
+    steepest  the midpoint of the interval between consecutive saves with the largest rise (or fall) per
+              step; none for a curve that never rises (falls).
 
-The event's `interval` is the pair of saves that brackets it, so its precision is one save interval: the true
-moment lies between them. The order of events is the reached events sorted by step.
-
-Events are read on the point values of a curve, not on their 95% intervals (`Dynamics.lower` / `upper`): the
-intervals show how far each value would move on another evaluation draw, and do not move an event.
-
-Caveat: a first crossing can be a noisy blip on a curve that hovers at the level; compare with the steepest
-rise, and with the curve's interval band at the crossing.
+The event's `interval` is the pair of saves that brackets it. Events are read on the point values, not
+on their 95% intervals. Caveat: a first crossing can be a noisy blip; compare with the steepest rise.
 """
 
 import math
@@ -183,8 +175,8 @@ def format_order(events: Sequence[Event]) -> str:
 
 
 def parse_pairs(texts: Sequence[str], flag: str, *, last: bool = False) -> dict[str, str]:
-    """['A=B', ...] -> {A: B}, split at the first '=' (`last`: the last one; curve names may hold '=', as in
-    'L0H0.role=recall'); a malformed pair is a one-line error naming `flag`."""
+    """['A=B', ...] -> {A: B}, split at the first '=' (`last`: the last one); a malformed pair is a
+    one-line error naming `flag`."""
     out = {}
     for text in texts:
         left, sep, right = text.rpartition("=") if last else text.partition("=")

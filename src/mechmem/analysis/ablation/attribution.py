@@ -1,21 +1,13 @@
 """Head and layer ablation estimated by attribution, for models too large to ablate every component exactly.
 
-On large models the L x (H + 2) ablations of `analysis.ablation`, each resumed at its layer, cost ~L^2 passes.
-`attribute_ablation` estimates them all from one forward and one backward pass instead (attribution, as
-`analysis.patching.attribution` does for patching: the metric's change ~ (ablated - clean activation) x
-d metric / d activation), re-computes a fixed sample of them exactly, measures the agreement
-(`attribution.judge`) and falls back to exact ablation when it fails.
+`attribute_ablation` estimates all L x (H + 2) ablations from one forward and one backward pass (the
+metric's change ~ (ablated - clean activation) x d metric / d activation), re-computes a fixed sample
+exactly, measures the agreement (`attribution.judge`) and falls back to exact ablation when it fails.
+For a `SequenceMetric`, sequence i's estimated change is sum(weights) x its products and every delta
+gets exact ablation's paired bootstrap interval over sequences; a scalar metric gives none.
 
-Intervals: the estimate is a sum over sequences of per-sequence gradient x difference products. For a metric
-that is a ratio of sums over sequences (`exact.SequenceMetric`, e.g. the task loss), sequence i's estimated
-change of the numerator is sum(weights) x its products (the metric's gradient is that of the whole ratio),
-and every delta gets the interval exact ablation gives: the percentile bootstrap over sequences of
-sum_i change_i / sum_i weight_i (`stats.bootstrap_ratio`), each sequence paired with itself; the exactly
-re-computed variants use their exact per-sequence changes. They describe the spread over sequence draws,
-not the first-order error, which the exact sample measures. A plain scalar metric gives no intervals.
-
-Caveat: first order; an ablation that moves the loss along a curved direction (a saturated softmax, a
-LayerNorm far from linear) is misestimated, which the exact sample is there to catch.
+Caveat: first order; an ablation along a curved direction (a saturated softmax, a far-from-linear
+LayerNorm) is misestimated, which the exact sample is there to catch.
 """
 
 from dataclasses import dataclass
@@ -41,18 +33,15 @@ from mechmem.analysis.patching.attribution import TRUST, judge, sample_cells
 from mechmem.analysis.stats import RESAMPLES, bootstrap_ratio
 
 EXACT_ABLATION_VARIANTS = 32
-"""Above this many variants (`ablation.n_variants`: layers x (heads + attention layer + MLP)), the report's
-ablation section estimates them by attribution (`attribute_ablation`); at or below it, every variant is exact.
-Fixed before any measurement (docs/report.md, "Rules written before the run")."""
+"""Above this many variants (`ablation.n_variants`), the report's ablation section estimates them by
+attribution (docs/report.md, "Rules written before the run")."""
 CHECK_VARIANTS = 16
-"""Variants `attribute_ablation` re-computes exactly: the half it ranks highest by |delta| and the others
-drawn with seed 0 (`attribution.sample_cells`)."""
+"""Variants `attribute_ablation` re-computes exactly (`attribution.sample_cells`)."""
 ESTIMATE_NAME = "first-order attribution (gradient x delta)"
 
 
 def _per_layer(model: torch.nn.Module, flat: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(heads [1 layer head], attn [1 layer], mlp [1 layer] or None) from values in `layer_variants`
-    order."""
+    """(heads [1 layer head], attn [1 layer], mlp [1 layer] or None) from values in `layer_variants` order."""
     cfg = model.cfg
     per_layer = flat.reshape(1, cfg.n_layers, -1)
     mlp = None if cfg.attn_only else per_layer[..., cfg.n_heads + 1].float()
@@ -67,18 +56,14 @@ class SequenceProducts:
     """The metric on the unablated inputs."""
     products: Float[Tensor, "sequence variant"]
     """Per sequence, in `layer_variants` order: the sum over its entries of (replacement - clean value) x
-    d metric / d activation (float64); summed over sequences, the estimated change of the metric."""
+    d metric / d activation (float64)."""
 
 
 def sequence_products(
     model: torch.nn.Module, engine: Engine, tokens: Tensor, values: dict[str, Tensor]
 ) -> SequenceProducts:
-    """Every ablation's gradient x difference products, per sequence.
-
-    One forward and one backward pass (`Engine.gradients`) give the metric's gradient at every `hook_z` and
-    `hook_mlp_out`; a variant's product is the sum over its entries of (replacement - clean value) x gradient
-    (an attention layer: the sum of its heads). The products are taken chunk by chunk of sequences
-    (`Engine.gradient_sums`), so the activations and gradients of all sequences are never held at once."""
+    """Every ablation's gradient x difference products per sequence, from `Engine.gradient_sums` (an
+    attention layer: the sum of its heads)."""
 
     def products(r: slice, acts: dict[str, list[Tensor]], grads: dict[str, list[Tensor]]) -> Tensor:
         parts = []
@@ -100,8 +85,7 @@ def sequence_products(
 def estimated_deltas(
     model: torch.nn.Module, engine: Engine, tokens: Tensor, values: dict[str, Tensor]
 ) -> tuple[float, Tensor]:
-    """(the metric, every ablation's estimated change in `layer_variants` order, float64): the
-    `sequence_products` summed over sequences."""
+    """(the metric, every ablation's estimated change in `layer_variants` order, float64)."""
     found = sequence_products(model, engine, tokens, values)
     return found.value, found.products.sum(0)
 
@@ -115,8 +99,8 @@ class ExactSample:
     values: Float[Tensor, " chosen"]
     """The metric after each chosen ablation (float64)."""
     changes: Float[Tensor, "sequence chosen"] | None
-    """For a `SequenceMetric`: each sequence's change of the numerator under each chosen ablation (ablated
-    - unablated, the same sequence); None for a scalar metric."""
+    """For a `SequenceMetric`: each sequence's change of the numerator under each chosen ablation; None for
+    a scalar metric."""
     numerators: Float[Tensor, " sequence"] | None = None
     """For a `SequenceMetric`: each sequence's unablated numerator."""
 
@@ -129,8 +113,8 @@ def exact_sample(
     chosen: list[int],
     metric: Metric | None = None,
 ) -> ExactSample:
-    """The unablated metric and the metric after each ablation `chosen`, in one engine call; per sequence too
-    when `metric` is a `SequenceMetric` (its parts are run instead of `engine`'s scalar)."""
+    """The unablated metric and the metric after each ablation `chosen`, in one engine call (per sequence
+    too for a `SequenceMetric`)."""
     variants = [
         v for layer in range(model.cfg.n_layers) for v in layer_variants(model, layer, lambda h, i: setter)
     ]
@@ -156,16 +140,12 @@ def attribute_ablation(
     fallback: bool = True,
     exact_variants: list[int] | None = None,
 ) -> AblationResult:
-    """`ablate_heads` for one method, estimated by attribution (`sequence_products`); `check` variants
-    re-computed exactly.
+    """`ablate_heads` for one method, estimated by attribution, with the `check` variants re-computed exactly.
 
-    The `check` variants of `attribution.sample_cells` are run exactly in one engine call; their exact values
-    replace the estimates, and the agreement of estimated with exact deltas on them (`attribution.judge`, rule
-    `attribution.TRUST`) is stored in `info["check"]`. With `fallback`, an estimate that fails it is replaced
-    by `ablate_heads` (every variant exact; `info["method"]` says so). With a `SequenceMetric` every delta
-    carries its 95% interval over sequences (see the module docstring; `info["interval"]` says how).
-    `exact_variants` (indices in `variant_names` order) replaces the sample: those are computed exactly
-    (`info["exact_index"]` holds the chosen indices either way).
+    Their exact values replace the estimates and their agreement is stored in `info["check"]` (rule
+    `attribution.TRUST`); with `fallback`, a failing estimate is replaced by `ablate_heads`.
+    `exact_variants` (indices in `variant_names` order) replaces the sample (`info["exact_index"]` holds
+    the indices).
     """
     reference = reference_tokens(tokens, reference)
     setter = method_setter(method, reference, generator)

@@ -1,19 +1,14 @@
-"""Ablation decided by the evidence: evaluation sequences drawn in rounds until every component's verdict is
-settled (docs/decisions.md, "Ablation").
+"""Ablation decided by the evidence: evaluation sequences drawn in rounds until every component's verdict
+is settled (docs/decisions.md, "Ablation").
 
     from mechmem.analysis.ablation.decided import decided_ablation
     result = decided_ablation(model, task, seed=0)        # an `AblationResult` with its `decision`
 
-One generator seeded with the seed draws the mean / resample reference first (`policy.budget` evaluation
-sequences), then each round's new sequences; every round ablates every head, attention layer and MLP on them
-(exactly, or estimated by attribution with a fixed set of variants computed exactly); resampled sequences
-come from a second generator seeded with seed + 1, so the sequences drawn do not depend on the methods. After
-each look every component's change of the metric (the task loss by default; accuracy, or the logit
-difference on the task's pair), a ratio of sums over sequences, is judged against the metric's
-`ABLATION_THRESHOLDS` on |delta| with the sequential rule (`mechmem.analysis.sequential`); sampling stops
-when no test is open or at the budget. The values printed are the means over every sequence drawn with their
-bootstrap intervals, as one ablation of that many sequences would give them. `mechmem ablate` and the report
-call it with the same policy.
+One generator seeded with the seed draws the mean / resample reference first, then each round's
+sequences; resampling uses a second generator seeded with seed + 1. After each look every component's
+change of the metric is judged against `ABLATION_THRESHOLDS` on |delta|; sampling stops when no test is
+open or at the budget. Printed values are means over every sequence drawn with their bootstrap
+intervals.
 """
 
 from typing import Any
@@ -50,20 +45,19 @@ def decided_ablation(
     metric: str = "loss",
     threshold: float | None = None,
 ) -> AblationResult:
-    """Ablate every head, attention layer and MLP on rounds of the task's evaluation sequences until every
-    change of the metric is decided (docs/decisions.md, "Ablation" and "Ablation on the other metrics").
+    """Ablate every head, attention layer and MLP on rounds of the task's sequences until every change of
+    the metric is decided (docs/decisions.md, "Ablation").
 
     Args:
-        task: gives the sequences and the metric (`ablation.task_metric(task, metric, ...)`: evaluation
-            sequences for "loss" and "accuracy", the clean prompts of its pair for "logit_diff").
+        task: gives the sequences and the metric (`ablation.task_metric`).
         seed: seeds the one generator the reference and every round are drawn from.
         policy: the looks and level (`ABLATION_POLICY`; `policy.with_budget(n)` for another budget).
         methods: ablation methods ("zero", "mean", "resample").
-        estimate: estimate the ablations by attribution (one method only), with `CHECK_VARIANTS` of them
-            computed exactly; an estimate that fails its check on the first round makes every round exact.
+        estimate: estimate by attribution (one method only), `CHECK_VARIANTS` computed exactly; failing the
+            first round's check makes every round exact.
         metric: "loss", "accuracy" or "logit_diff".
         threshold: a component matters when its |delta| is decided >= threshold (default: the metric's
-            `ABLATION_THRESHOLDS`, fixed before the rule's first run).
+            `ABLATION_THRESHOLDS`).
 
     Example:
         >>> import mechmem
@@ -158,7 +152,7 @@ def _pooled(
 
 def decision_line(result: AblationResult) -> str:
     """The decision in words: the looks, why sampling stopped, and how many components matter, do not, or
-    are undecided (with the sequences that would decide the last of them)."""
+    are undecided."""
     d = result.decision
     n, threshold = result.info.get("n_sequences", d.n), float(d.threshold.flatten()[0])
     metric = result.info.get("metric", "loss")

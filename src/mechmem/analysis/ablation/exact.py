@@ -1,32 +1,14 @@
 """Head and layer ablation: knock a component out and measure how much a metric moves.
 
-Each attention head's output z (`blocks.L.attn.hook_z`, before W_O) is replaced by
-    zero      zeros: the head writes nothing but its share of the bias b_O;
-    mean      its mean over a reference batch's sequences, per position (mechmem's one mean ablation; the
-              reference is a separate draw from the task's evaluation distribution in the library callers);
-    resample  its value on another, randomly chosen reference sequence (same position).
-A whole attention layer is ablated the same way on all its heads at once, an MLP layer on
-`blocks.L.hook_mlp_out`. The result holds the metric after each ablation and its change from the unablated
-baseline ("delta").
+Each attention head's output z (`blocks.L.attn.hook_z`, before W_O) is set by `METHODS`: zero (the head
+writes only its share of b_O), mean (its mean over a reference batch, per position) or resample (its
+value on another reference sequence). A whole attention layer is ablated on all its heads, an MLP layer
+on `blocks.L.hook_mlp_out`; the result holds the metric after each ablation and its "delta" from the
+baseline. `naive_head_ablation` is the reference the engine is tested against. A `SequenceMetric` gives
+every delta a paired 95% bootstrap interval over sequences (`ablation.result`).
 
-Intuition: zero ablation asks "what if the head were absent" and can push the model off-distribution; mean
-ablation keeps the head's average contribution and removes only its input-dependent part; resample ablation
-keeps the activation's distribution but cuts its dependence on the current input. They differ most on heads
-whose average output is large. Caveat: ablations measure necessity one component at a time; redundant heads
-(backup heads) each look unimportant.
-
-Every ablation is an intervention of `mechmem.analysis.interventions` (setters zero, mean, resample), so
-the engine stacks them along the batch axis and starts each pass at the ablated layer from the cached clean
-residual stream. `naive_head_ablation` (one run per head) is the reference it is tested against.
-
-Intervals: a metric that is a ratio of sums over sequences (`SequenceMetric`: the task loss is the summed
-masked cross-entropy per sequence over the masked positions per sequence, accuracy the hits per sequence over
-them, the logit difference one value per prompt over one) gives every delta a 95% interval over sequences: a
-percentile bootstrap of sum_i (ablated_i - unablated_i) / sum_i weight_i, each sequence paired with itself in
-the unablated run (`mechmem.analysis.stats.bootstrap_ratio`). A callable returning one value per sequence
-counts as such a metric with weights 1; a callable returning a scalar gives deltas without intervals.
-
-On large models `analysis.ablation.attribution` estimates every ablation from one gradient pass instead.
+Caveats: zero ablation can push the model off-distribution; ablations measure necessity one component at
+a time, so redundant (backup) heads each look unimportant.
 """
 
 from collections.abc import Callable
@@ -61,11 +43,8 @@ Metric = Callable[[Tensor], Tensor]
 
 @dataclass(frozen=True)
 class SequenceMetric:
-    """A metric that is a ratio of sums over sequences: sum_i parts(logits)_i / sum_i weights_i.
-
-    Called on logits it gives that scalar, so it stands wherever a scalar metric does; `ablate_heads` reads
-    the parts to give every delta an interval over sequences.
-    """
+    """A metric that is a ratio of sums over sequences: sum_i parts(logits)_i / sum_i weights_i. Called on
+    logits it gives that scalar; `ablate_heads` reads the parts for intervals over sequences."""
 
     parts: Callable[[Tensor], Tensor]
     """logits [batch pos d_vocab] -> each sequence's share of the numerator [batch]."""
@@ -79,14 +58,8 @@ class SequenceMetric:
 def task_metric(
     task: Any, name: str, n: int, *, generator: torch.Generator
 ) -> tuple[Tensor, SequenceMetric, str]:
-    """Inputs and a metric from a task: "loss" or "accuracy" on an eval batch, "logit_diff" on its patching
-    pair, each a `SequenceMetric` (so ablations of it get intervals over sequences).
-
-    "loss" is the masked cross-entropy (the tasks' `loss`): per sequence the summed loss at its masked
-    positions, over the masked positions; "accuracy" the hits at them; "logit_diff" one value per prompt.
-
-    Returns (tokens, metric, description).
-    """
+    """(tokens, metric, description) from a task: "loss" (masked cross-entropy) or "accuracy" on an eval
+    batch, "logit_diff" on its patching pair, each a `SequenceMetric`."""
     if name == "logit_diff":
         pair = task.patching_pair(n, generator=generator)
         metric = SequenceMetric(pair.logit_diff_per_prompt, torch.ones(len(pair.clean)))
@@ -110,8 +83,8 @@ def task_metric(
 
 
 def sequence_losses(batch: Any) -> Callable[[Tensor], Tensor]:
-    """logits [batch pos d_vocab] -> each sequence's cross-entropy summed over its masked positions [batch]
-    (over the batch's masked positions: `masked_cross_entropy`, the tasks' loss)."""
+    """logits [batch pos d_vocab] -> each sequence's cross-entropy summed over its masked positions
+    [batch]."""
 
     def losses(logits: Tensor) -> Tensor:
         targets, mask = batch.targets.to(logits.device), batch.loss_mask.to(logits.device)
@@ -177,10 +150,8 @@ def ablation_values(
     reference: Int[Tensor, "ref pos"] | None = None,
     generator: torch.Generator | None = None,
 ) -> dict[str, Tensor]:
-    """Replacement values for every `hook_z` and `hook_mlp_out`, each shaped like the activation on `tokens`.
-
-    `reference` (default: `tokens`) is the batch the mean is taken over and resampled sequences come from.
-    """
+    """Replacement values for every `hook_z` and `hook_mlp_out`, shaped like the activation on `tokens`;
+    `reference` (default: `tokens`) is the batch means and resamples come from."""
     setter = method_setter(method, reference_tokens(tokens, reference), generator)
     return setter_values(model, tokens, setter, ablated_hooks(model))
 
@@ -193,10 +164,8 @@ def ablate_layer_components(
     values: dict[str, Tensor],
     layer: int,
 ) -> tuple[Float[Tensor, " head"], float, float | None]:
-    """Metric after ablating each head of `layer`, the whole attention layer, and its MLP (None if absent).
-
-    `values` are the replacement activations (from `ablation_values`); the engine runs from `layer` onward.
-    """
+    """Metric after ablating each head of `layer`, the whole attention layer, and its MLP (None if absent);
+    `values` from `ablation_values`."""
     out = intervene(model, tokens, layer_variants(model, layer, _replay(values)), metric).tolist()
     n_heads = model.cfg.n_heads
     return torch.tensor(out[:n_heads]), out[n_heads], (out[n_heads + 1] if len(out) > n_heads + 1 else None)
@@ -216,14 +185,9 @@ def ablate_heads(
     """Ablate every head, every attention layer and every MLP layer with each method; return the metrics.
 
     Args:
-        model: a HookedTransformer.
-        tokens: the inputs the metric is measured on.
         metric: logits [batch pos d_vocab] -> scalar (closes over the targets of `tokens`).
-        methods: any of "zero", "mean", "resample" (as the engine's setters; "mean" is the one mean ablation,
-            per position over `reference`).
-        reference: the batch means and resamples come from (default: `tokens`); use another draw from the
-        task's
-            evaluation distribution to keep the two apart.
+        methods: any of "zero", "mean", "resample".
+        reference: the batch means and resamples come from (default: `tokens`).
         generator: draws the resampled sequences.
         metric_name: a description stored with the result.
 

@@ -1,10 +1,9 @@
-"""What an ablation sweep gives: the metric after each ablation, every delta's 95% interval over sequences,
-the tables and the figure. The ablations themselves run in `mechmem.analysis.ablation.exact`.
+"""Ablation results: the metric after each ablation, every delta's 95% interval over sequences, the tables
+and the figure.
 
-A delta is the metric after an ablation minus the unablated metric, each sequence paired with itself; its
-interval is a percentile bootstrap over sequences of sum_i (ablated_i - unablated_i) / sum_i weight_i
-(`mechmem.analysis.stats.bootstrap_ratio`), for a metric that is a ratio of sums over sequences
-(`exact.SequenceMetric`).
+A delta is the metric after an ablation minus the unablated metric, each sequence paired with itself;
+its interval is a percentile bootstrap over sequences of sum_i (ablated_i - unablated_i) / sum_i
+weight_i (`stats.bootstrap_ratio`), for an `exact.SequenceMetric`.
 """
 
 from dataclasses import dataclass, field
@@ -23,8 +22,8 @@ from mechmem.plotting import plt
 
 @dataclass(frozen=True)
 class AblationIntervals:
-    """95% intervals over sequences of every delta (ablated - unablated metric, each sequence paired with
-    itself), shaped like the result's `heads`, `attn_layers` and `mlp_layers`."""
+    """95% intervals over sequences of every delta, shaped like the result's `heads`, `attn_layers` and
+    `mlp_layers`."""
 
     n_sequences: int
     """Sequences the metric and the bootstrap are over."""
@@ -44,8 +43,8 @@ class AblationIntervals:
 
 @dataclass(frozen=True)
 class SequenceChanges:
-    """Per sequence, each ablation's change of a ratio-of-sums metric's numerator (ablated - unablated, the
-    same sequence), with the sequences' weights: delta = changes.sum(0) / weights.sum()."""
+    """Per sequence, each ablation's change of a ratio-of-sums metric's numerator, with the sequences'
+    weights: delta = changes.sum(0) / weights.sum()."""
 
     changes: Float[Tensor, "sequence variant"]
     """In `ablate_heads`' order: per method, per layer, each head, the attention layer, the MLP."""
@@ -57,8 +56,7 @@ class SequenceChanges:
 @dataclass
 class AblationResult:
     """Metric after ablating each head ([method layer head]) and each layer ([method layer]); `intervals`
-    holds every delta's 95% interval over sequences (None for a scalar metric; for an attribution estimate,
-    over each sequence's estimated change, `ablation.attribution`)."""
+    holds every delta's 95% interval over sequences (None for a scalar metric)."""
 
     metric_name: str
     baseline: float
@@ -71,8 +69,8 @@ class AblationResult:
     sequences: SequenceChanges | None = field(default=None, repr=False)
     """The per-sequence changes the deltas and intervals come from (None for a scalar metric)."""
     decision: Any = None
-    """Where the ablations were decided over rounds (`decided.decided_ablation`): the `FamilyDecision` of
-    every delta, [method, variant] in `SequenceChanges.changes`' order."""
+    """The `FamilyDecision` of every delta, [method, variant], where the ablations were decided over
+    rounds."""
 
     def __post_init__(self) -> None:
         m, n_layers = len(self.methods), self.heads.shape[1]
@@ -87,7 +85,7 @@ class AblationResult:
 
     def rows(self) -> list[dict[str, Any]]:
         """One record per ablation: layer, head (None for a whole layer), component, method, metric, delta,
-        and the delta's 95% interval `delta_lower`, `delta_upper` (None without intervals)."""
+        `delta_lower`, `delta_upper` (None without intervals)."""
         out = []
         for i, method in enumerate(self.methods):
             for layer in range(self.heads.shape[1]):
@@ -114,10 +112,8 @@ class AblationResult:
         }
 
     def to_dataframe(self) -> Any:
-        """One row per ablation: `method`, `component` ("head", "attn" for a whole attention layer, "mlp"),
-        `layer`, `head` (<NA> for a whole layer), `value` (the metric after the ablation), `delta` (value -
-        baseline) and `lower` / `upper`, the delta's 95% interval over sequences (paired with the unablated
-        run; NaN without intervals)."""
+        """One row per ablation: `method`, `component` ("head", "attn", "mlp"), `layer`, `head` (<NA> for a
+        whole layer), `value`, `delta` (value - baseline) and `lower` / `upper` (NaN without intervals)."""
         methods = {"method": self.methods}
         parts = []
         for component, values in (("head", self.heads), ("attn", self.attn_layers), ("mlp", self.mlp_layers)):
@@ -172,8 +168,7 @@ class AblationResult:
         return rows, headers + (["mlp"] if self.mlp_layers is not None else [])
 
     def interval_table(self, method: int) -> tuple[list[list[Any]], list[str]] | None:
-        """(rows, headers) laid out as `delta_table`, each cell the delta's 95% interval "[lower, upper]";
-        None without intervals."""
+        """(rows, headers) laid out as `delta_table`, each cell "[lower, upper]"; None without intervals."""
         if self.intervals is None:
             return None
         iv = self.intervals
@@ -212,8 +207,7 @@ class AblationResult:
 def delta_intervals(
     lower: Tensor, upper: Tensor, n_methods: int, cfg: Any, *, n_sequences: int
 ) -> AblationIntervals:
-    """`AblationIntervals` from the bounds of every ablation in `ablate_heads`' order (per method and layer:
-    each head, the attention layer, the MLP), over `n_sequences` sequences."""
+    """`AblationIntervals` from the bounds of every ablation in `ablate_heads`' order."""
     lower, upper = (b.reshape(n_methods, cfg.n_layers, -1) for b in (lower, upper))
     h = cfg.n_heads
     mlp = (None, None) if cfg.attn_only else (lower[..., h + 1], upper[..., h + 1])
@@ -221,8 +215,8 @@ def delta_intervals(
 
 
 def plot_ablation(result: AblationResult) -> Any:
-    """Heatmaps of delta (metric change) per layer x head, one panel per method; returns the Figure. Cells
-    whose delta's 95% interval includes 0 are hatched (not told apart from no change)."""
+    """Heatmaps of delta per layer x head, one panel per method; returns the Figure. Cells whose delta's
+    95% interval includes 0 are hatched."""
     from matplotlib.collections import PatchCollection
     from matplotlib.patches import Rectangle
 

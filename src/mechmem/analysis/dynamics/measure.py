@@ -1,46 +1,14 @@
 """Training dynamics: run the toolkit's analyses on every step checkpoint of a run, in step order.
 
 `mechmem train --save-every N` keeps `RUN_DIR/checkpoints/step_N.pt`. `run_dynamics(RUN_DIR)` loads them
-in step order (through `mechmem.checkpoint`, which never unpickles code: one model is built from the first and
-every later checkpoint's weights are loaded into it), measures named quantities on each, and returns a step x
-curve table with each quantity's definition and the rule its events are read with
-(`mechmem.analysis.transitions`). Every step is measured on the SAME evaluation data (drawn once from the task
-with `seed`), so the curves compare.
+in step order (one model is built from the first, later weights are loaded into it), measures the named
+`QUANTITIES` on each, all on one evaluation draw (seeded with `seed`), and returns a step x curve table
+with each quantity's definition, the 95% interval of each value that is a mean over the evaluation
+units, and the rule each curve's event is read with (`mechmem.analysis.transitions`, on the point
+curves).
 
-Quantities (each reuses one analysis of the toolkit; `DEFAULT_QUANTITIES` are the cheap ones):
-
-    loss      the task's loss and masked accuracy on the evaluation batch     loss: steepest fall; acc: 0.5
-    heads     detection scores on the task's data (`heads.detect_heads_on_task`): "L1H0.induction", ...  0.5
-    probes    the task's own memory probes (`Task.probes`, e.g. the birth task's wk1/wk2/wo2 recalls, the very
-              numbers its trainer logs), else the toolkit's built-in probes (`probes.builtin_probes`)     0.9
-    lens      logit lens: mean target probability at every residual stage              steepest rise
-    ablation  mean ablation of each head: rise of the task loss (`ablation.ablate_heads`)  steepest rise
-    patching  head outputs patched clean -> corrupted, fraction restored (`patching.run_sweeps`)      0.5
-    roles     the one role classifier (`roles.head_roles` on `n` sequences): "L1H1.role=recall" is 1 while
-              the head holds that role (0.5), plus each head's task-role scores (no event); the costliest
-
-Intervals: every value that is a mean over the evaluation units (sequences or prompts) carries its 95%
-interval over them, taken from the analysis that measured it (all computed by `mechmem.analysis.stats`):
-
-    loss, acc   ratios of sums over sequences (summed loss or hits / masked positions per sequence): the delta
-                method's normal interval (`RatioMoments`); with as many masked positions in every sequence it
-                is the normal interval of the mean of per-sequence values (`mean_interval`)
-    heads       the percentile bootstrap over sequences of `detect_heads` (`HeadScores.lower` / `upper`)
-    lens        the percentile bootstrap over sequences of `LogitLensResult.summary`
-    ablation    the paired bootstrap over sequences of `ablate_heads` (each sequence ablated and not)
-    patching    the percentile bootstrap over prompts of the normalised effect (`SweepIntervals`)
-    probes      exact: read off the weights, no sampling, no interval (`Dynamics.exact`); a probe against
-                sampled statistics keeps its interval (`ProbeResult.intervals`)
-    roles       a verdict and a score built from several analyses, not a mean over units: no interval
-
-The events are read on the point curves (`Dynamics.curves`); the intervals say how far each point would move
-on another evaluation draw of the same size, they do not move an event.
-
-Caveat: the levels are conventions stated before the run, not properties of the model; an event's precision is
-one save interval. The trainer saves no step-0 weights, so the first point is the first save. Models without
-attention heads get only the `loss` curves.
-
-Reading the result (the trainer's own log beside it, the printed table, the figure) is `dynamics_views`.
+Caveat: the levels are conventions stated before the run; an event's precision is one save interval. The
+first point is the first save. Models without attention heads get only the `loss` curves.
 """
 
 import fnmatch
@@ -78,8 +46,7 @@ STEP_NAME = re.compile(r"step_(\d+)\.pt")
 
 
 def step_files(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every `checkpoints/step_N.pt` in `run_dir`, by step; a one-line error when there are
-    none."""
+    """(step, path) of every `checkpoints/step_N.pt` in `run_dir`, by step; a one-line error when none."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise MechmemError(f"{run_dir}: not a run directory")
@@ -97,8 +64,7 @@ def step_files(run_dir: str | Path) -> list[tuple[int, Path]]:
 
 
 def run_dir_of(checkpoint: str | Path) -> Path:
-    """The run directory a checkpoint file belongs to: its folder, or the run above
-    `checkpoints/step_N.pt`."""
+    """The run directory of a checkpoint file: its folder, or the run above `checkpoints/step_N.pt`."""
     folder = Path(checkpoint).parent
     return (
         folder.parent
@@ -109,10 +75,8 @@ def run_dir_of(checkpoint: str | Path) -> Path:
 
 def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Iterator[tuple[int, Checkpoint]]:
     """Yield (step, checkpoint) in order; one model object is reused, each step's weights loaded into it.
-
-    Every file is validated by `read_payload` (format, digest, no pickled code) and must be of the same run as
-    the first (model, task and training config), else a one-line `CheckpointError` names the differences.
-    """
+    Every file must be of the same run as the first, else a one-line `CheckpointError` names the
+    differences."""
     first = load_checkpoint(files[0][1], device=resolve_device(device))
     identity = payload_identity(read_payload(files[0][1]))
     yield files[0][0], first
@@ -132,8 +96,7 @@ def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Itera
 
 @dataclass
 class EvalData:
-    """The evaluation data every step is measured on, drawn once from the task (each part from its own
-    seed)."""
+    """The evaluation data every step is measured on, drawn once from the task (each part from its seed)."""
 
     task: Any
     n: int
@@ -263,8 +226,7 @@ def _roles(model: Any, data: EvalData) -> dict[str, CurvePoint]:
 
 @dataclass(frozen=True)
 class Quantity:
-    """A named measurement of one checkpoint: its curves, what they mean, and the rule of each curve's
-    event."""
+    """A named measurement of one checkpoint: its curves, what they mean, and the rule of each event."""
 
     name: str
     fn: Callable[[Any, EvalData], dict[str, CurvePoint]]
@@ -350,7 +312,7 @@ DEFAULT_QUANTITIES = ("loss", "heads", "probes")
 @dataclass
 class Dynamics:
     """Curves of every quantity against step: `curves[name][i]` was measured at `steps[i]` (None: not
-    measured), with its 95% interval over the evaluation units `lower[name][i]`, `upper[name][i]`."""
+    measured), with its 95% interval `lower[name][i]`, `upper[name][i]`."""
 
     steps: list[int]
     curves: dict[str, list[float | None]]
@@ -362,8 +324,7 @@ class Dynamics:
     """Quantity -> seconds spent on it over all steps ("load": reading the checkpoints)."""
     info: dict[str, Any] = field(default_factory=dict)
     lower: dict[str, list[float | None]] = field(default_factory=dict)
-    """Curve -> lower end of each value's 95% interval over the evaluation units (None where the value has
-    none: not measured, exact, or not a mean over units; a curve with no interval at any step is absent)."""
+    """Curve -> lower end of each value's 95% interval (None where the value has none)."""
     upper: dict[str, list[float | None]] = field(default_factory=dict)
     """Curve -> upper end of it."""
     exact: list[str] = field(default_factory=list)
@@ -394,10 +355,8 @@ class Dynamics:
         )
 
     def to_dataframe(self) -> Any:
-        """One row per curve and step: `quantity` (the measurement that produced the curve, None for a curve
-        of no group), `curve`, `step`, `value` (NaN where not measured), `lower` / `upper` (its 95% interval
-        over the evaluation units; NaN where exact, not measured or not a mean over units) and `exact` (read
-        off the weights: no sampling, no interval). Events are `events`."""
+        """One row per curve and step: `quantity` (None for a curve of no group), `curve`, `step`, `value`
+        (NaN where not measured), `lower` / `upper` (NaN where there is no interval) and `exact`."""
         import pandas as pd
 
         quantity = {c: q for q, names in self.groups.items() for c in names}
@@ -532,8 +491,8 @@ def run_dynamics(
 
 
 def set_levels(result: Dynamics, levels: dict[str, float]) -> None:
-    """Replace the rule of every curve matching a glob (`{"*.induction": 0.4}`) by a level rule at that value
-    (falling for curves whose rule falls); a glob that matches no curve is a one-line error."""
+    """Replace the rule of every curve matching a glob (`{"*.induction": 0.4}`) by a level rule at that
+    value (falling for falling curves); a glob that matches no curve is a one-line error."""
     for pattern, value in levels.items():
         hits = [c for c in result.curves if fnmatch.fnmatch(c, pattern)]
         if not hits:
@@ -546,8 +505,8 @@ def set_levels(result: Dynamics, levels: dict[str, float]) -> None:
 
 
 def checked_steps(run_dir: str | Path, *, allow_nonfinite: bool = False) -> list[tuple[int, Path]]:
-    """The run's step checkpoints (`step_files`), each checked before any measurement: all of one run (the
-    check `--resume` makes, `iter_models`) and with finite weights (unless `allow_nonfinite`)."""
+    """The run's step checkpoints, each checked before any measurement: all of one run (`iter_models`) and
+    with finite weights (unless `allow_nonfinite`)."""
     files = step_files(run_dir)
     for step, ckpt in iter_models(files):
         check_finite_weights(ckpt.model, allow=allow_nonfinite, what=f"step {step}")

@@ -1,6 +1,5 @@
-"""Reading a `Dynamics` result: its events beside the trainer's own log (metrics.jsonl), the table
-`mechmem dynamics` prints (each curve's event, and its last value with the 95% interval), and the figure of
-one quantity's curves with their intervals as shaded bands. The measurement is `dynamics`."""
+"""Reading a `Dynamics` result: its events beside the trainer's log (metrics.jsonl), the table `mechmem
+dynamics` prints, and the figure of one quantity's curves with their intervals as shaded bands."""
 
 from itertools import pairwise
 from pathlib import Path
@@ -19,10 +18,9 @@ def metrics_agreement(
 ) -> list[dict]:
     """Events of the trainer's logged curves (metrics.jsonl) next to the same events from the checkpoints.
 
-    Compared: every metrics.jsonl key that names a curve (e.g. the birth task's probe recalls, logged by its
-    trainer) and the pairs in `matches` (metrics key -> curve); each logged curve is read with its curve's
-    rule. `gap` is the difference in steps, `within` whether it is at most one interval (the largest gap
-    between consecutive saves or log records, the coarser series' precision; both "not reached" also agree).
+    Compared: every metrics.jsonl key that names a curve and the pairs in `matches` (metrics key ->
+    curve), each read with its curve's rule. `gap` is the difference in steps, `within` whether it is at
+    most one interval (the coarser series' largest gap between records; both "not reached" also agree).
     """
     steps, logged = metrics_curves(run_dir)
     matches = {**{k: k for k in logged if k in result.rules}, **(matches or {})}
@@ -61,9 +59,8 @@ EVENT_HEADERS = ["curve", "event", "step", "between saves", "last value", "95% i
 
 
 def event_rows(result: Dynamics) -> list[list]:
-    """One row per reached event, in order: curve, rule, step, the saves around it, then the curve's value at
-    the last step with its 95% interval over the evaluation units ("exact" for a curve read off the weights,
-    "[-]" where it has none). The table `mechmem dynamics` prints and the report shows."""
+    """One row per reached event, in order: curve, rule, step, the saves around it, then the curve's last
+    value with its 95% interval ("exact" for a curve read off the weights, "[-]" where it has none)."""
     rows = []
     for e in event_order(result.events):
         last = result.point(e.curve)
@@ -80,9 +77,8 @@ def event_rows(result: Dynamics) -> list[list]:
 
 
 def dynamics_lines(result: Dynamics, run_dir: str | Path, matches: dict[str, str] | None = None) -> list[str]:
-    """What `mechmem dynamics` prints: the events in order, the cost, and (when the run directory holds
-    metrics.jsonl) the same events read from the trainer's metrics, which are also kept in
-    `result.info["metrics_agreement"]`."""
+    """What `mechmem dynamics` prints: the events in order, the cost, and the same events read from the
+    trainer's metrics.jsonl when there is one (also kept in `result.info["metrics_agreement"]`)."""
     events = event_order(result.events)
     missed = [e.curve for e in result.events if not e.reached]
     lines = [
@@ -121,12 +117,8 @@ def _facet(quantity: str, curve: str) -> tuple[str, str]:
 
 
 def plot_dynamics(result: Dynamics, quantity: str) -> Any:
-    """The curves of one quantity against step, one panel per facet; returns the Figure.
-
-    Facets: one per pattern for `heads`, held roles and scores for `roles`. Each curve's 95% interval over
-    the evaluation units is a shaded band around it (none for exact curves, labelled so); its level is dotted
-    and its event marked by a dashed line.
-    """
+    """The curves of one quantity against step, one panel per facet; returns the Figure. Each curve's 95%
+    interval is a shaded band; its level is dotted and its event a dashed line."""
     from mechmem.plotting import plt
 
     panels: dict[str, list[tuple[str, str]]] = {}

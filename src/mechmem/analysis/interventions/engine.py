@@ -1,50 +1,15 @@
 """The intervention engine: run a model with some activations replaced, many variants per forward pass.
 
-An *intervention* names an activation (a TransformerLens hook name), a slice of it and a *setter* giving the
-slice its new values:
-
-    Intervention("blocks.0.attn.hook_z", (slice(None), 1), zero())       head 1's z at every position -> 0
-    Intervention("blocks.1.hook_resid_pre", (3,), from_run(clean))       position 3 of the residual, clean run
-    Intervention("blocks.0.mlp.hook_post", (slice(None), [2, 5]), mean(ref))    neurons 2 and 5 -> their mean
-
-`index` indexes the activation's axes after the batch axis. Setters:
-    zero()                          zeros;
-    mean(reference_tokens)          THE mean ablation of mechmem: the activation's mean over the reference
-                                    batch's sequences, separately at each position (and head, neuron, ...);
-    resample(reference_tokens, g)   the activation on another reference sequence (drawn once per setter);
-    from_run(source_tokens)         the same sequence's activation in another run (activation patching);
-    apply(fn)                       fn(act_slice, hook) -> new values: anything else.
-Setters that read activations of other inputs get them from one cached run on those inputs (only the hooks
-they need), shared by every variant and setter that uses the same token tensor.
-
-A *variant* is one intervention or a list applied together; `intervene` returns the metric of every variant.
-It equals one `run_with_hooks` per variant (`interventions_reference.naive_intervene`, the reference it is
-tested against). The engine
-(`Engine`) picks one of two execution strategies per variant; callers never choose:
-    replay  a variant that replaces one activation the hook-free replay resumes from (`resid_pre`, `pattern`,
-            `z`, `attn_out`, `resid_mid`, `mlp_out`, `resid_post`) on a model the replay supports
-            (`interventions.replay`: learned or rotary positions, also partial; grouped-query,
-            local and parallel attention; any norm, MLP, attention scale and output vocabulary): the clean
-            run is cached once, each variant's new activation is stacked along a patch axis and the pass
-            resumes there, only up to the last position the metric reads; variants that change nothing the
-            metric reads are not run. The metric is put in batched form (`patching_metric.callable_metric`)
-            for this. Where the cached run of all sequences would exceed `cache_mb` (default `CACHE_MB`),
-            the sequences are replayed in chunks of rows and the metric is computed once on the patched
-            logits of all of them (same numbers; tests/test_interventions_chunked.py).
-    hooks   everything else, and every variant on a model the replay cannot run (shortformer positions, QK
-            norms, soft caps and other settings `interventions.replay` names, a TransformerLens 4 bridge of a
-            Hugging Face model with rotary positions or grouped-query attention, other
-            `HookedRootModule`s): variants stacked along the batch axis and resumed at the earliest
-            intervened layer from the cached clean residual stream (`interventions.hooked`).
-The metric convention is one: `metric(logits [batch pos d_vocab]) -> tensor` (a scalar or one value per
-sequence), or the same metric in batched form (`PatchingMetric`). Gradients go through the same engine:
-`Engine.gradients` (every stage activation and its gradient, replay or hooks) and `activation_grads` (any
-hooks; `interventions.hooked`).
+An `Intervention` names an activation (a TransformerLens hook name), a slice of it and a setter (`zero`,
+`mean`, `resample`, `from_run`, `apply`; `interventions.spec`). A *variant* is one intervention or a
+list applied together; `intervene` returns the metric of every variant, equal to one `run_with_hooks`
+per variant (`interventions.reference.naive_intervene`, tested). `Engine` runs a variant that replaces
+one activation the hook-free replay resumes from on the replay (`interventions.replay`), everything else
+on hooks (`interventions.hooked`). The metric is `metric(logits [batch pos d_vocab]) -> tensor` (a
+scalar or one value per sequence) or a `PatchingMetric`.
 
 Caveats: an intervention fixes one activation and lets everything downstream react; effects of several
 interventions need not add up. Mean and resample ablation depend on the reference distribution: name it.
-
-The intervention and setter types live in `mechmem.analysis.interventions.spec` (re-exported by the package).
 """
 
 from collections.abc import Callable, Sequence
@@ -86,19 +51,16 @@ from mechmem.models.adapter import is_hooked_transformer
 from mechmem.models.parts import model_device
 
 CACHE_MB = 256.0
-"""Default budget in MiB for the replay's cached run (`Engine.cache_mb`): above it, the sequences are replayed
-in chunks of rows (the same floating-point work; 256 keeps the report of an 8-layer d_model 256 model under
-2 GB, docs/record/2026-12-04-report-memory.md)."""
+"""Default budget in MiB for the replay's cached run (`Engine.cache_mb`); above it the sequences are replayed
+in chunks of rows."""
 Metric = Callable[[Tensor], Any] | PatchingMetric
 """logits [batch pos d_vocab] -> a tensor (a scalar or one value per sequence), or it in batched form."""
 
 GATHER_FACTOR = 4
-"""`Engine._gather` keeps a few stages of each chunk's run, so its chunks are a quarter of `row_chunks`' (a
-chunk's whole run, briefly, within a quarter of the cache budget)."""
+"""`Engine._gather` chunks are a quarter of `row_chunks`' (it keeps a few stages of each chunk's run)."""
 GRADIENT_FACTOR = 2
-"""`Engine.gradients` chunks: a chunk's replayed run with its autograd graph costs about four times the cached
-run (`row_chunks`' unit), so chunks of half the cache budget's rows keep a chunk's graph near twice that
-budget. Smaller chunks would cost no floating-point work but run slower (smaller matrix products)."""
+"""`Engine.gradients` chunks are half of `row_chunks`' (a replayed run with its graph costs about four
+cached runs)."""
 
 
 def _cell(index: tuple, shape: Sequence[int]) -> list[int] | None:
@@ -117,10 +79,8 @@ def _cell(index: tuple, shape: Sequence[int]) -> list[int] | None:
 def _cell_patches(
     act: Tensor, variants: list[list[Intervention]], values: dict, stage: str, keep: int
 ) -> CellPatches | None:
-    """The variants as `CellPatches` on `act` cut after position `keep` - 1, when they are patching cells:
-    one intervention each, sharing one setter that reads another run's values (from_run, mean, resample),
-    each indexing single entries or whole axes (such values are causal, so nothing leaks past the cut);
-    None otherwise."""
+    """The variants as `CellPatches` on `act` cut after position `keep` - 1 when each is one intervention
+    indexing single entries or whole axes, all sharing one from_run/mean/resample setter; None otherwise."""
     ivs = [v[0] for v in variants if len(v) == 1]
     cells = [_cell(iv.index, act.shape[1:]) for iv in ivs]
     same = len(ivs) == len(variants) and len({id(iv.setter) for iv in ivs}) == 1
@@ -134,8 +94,7 @@ def _cell_patches(
 
 
 def _stacked(act: Tensor, variants: list[list[Intervention]], values: dict, hook: Any) -> Tensor:
-    """[variant, *act]: `act` with each variant's interventions applied (all at `hook`), one variant at a
-    time at full length (the variants `_cell_patches` does not take)."""
+    """[variant, *act]: `act` with each variant's interventions applied (all at `hook`)."""
     new = act.expand(len(variants), *act.shape).clone()
     for slot, variant in enumerate(variants):
         for iv in variant:
@@ -155,25 +114,15 @@ def _replay_of(model: torch.nn.Module) -> Replay | None:
 
 class Engine:
     """One model and one metric; `run` gives the metric under each variant, `gradients` its activation
-    gradients.
-
-    The engine picks the execution strategy; callers never do. Variants that replace one activation the replay
-    resumes from (`replay.stage_of`: resid_pre, pattern, z, attn_out, resid_mid, mlp_out, resid_post)
-    on a model the replay supports run on the replay: the clean run is cached once, each patched run resumes
-    at the replaced activation, only up to the last position the metric reads, and patches that change nothing
-    the metric reads are not run. Everything else runs on hooks (`run_with_hooks` semantics, stacked variants,
-    resumed at the first intervened block with `start_at_layer`). Both give the same numbers (tests).
+    gradients. Replay and hooks give the same numbers (tests).
 
     Args:
         model: a HookedTransformer or another TL `HookedRootModule` (the latter always runs on hooks).
-        metric: the one metric convention: `metric(logits [batch pos d_vocab]) -> tensor` (a scalar or one
-            value per sequence, as TransformerLens users write it), or the same metric already in batched form
-            (`PatchingMetric`). A callable is put in batched form by `callable_metric` when the replay needs
-            it.
+        metric: `metric(logits [batch pos d_vocab]) -> tensor` (a scalar or one value per sequence), or a
+            `PatchingMetric`.
         readout: positions the metric reads (see `callable_metric`); None: found by a dependency check.
         memory_mb: budget for the activations of one batched pass; variants are chunked to fit.
-        cache_mb: budget for the cached run the replay resumes from (every stage of every layer); above it
-            the sequences are replayed in chunks of rows (`row_chunks`), the same numbers.
+        cache_mb: budget for the replay's cached run; above it the sequences are replayed in chunks of rows.
     """
 
     def __init__(
@@ -264,14 +213,8 @@ class Engine:
         results: list,
     ) -> list[int]:
         """Replay `members` (indices into `variants`, at `keys[i]`) into `results`; returns those left to the
-        hooks.
-
-        When the cached run of all sequences exceeds `cache_mb` (and no member has an `apply` setter, whose
-        function may read the whole batch), the sequences are replayed in chunks of rows: each chunk's run is
-        cached, its patched logits at the read-out positions are kept, and the metric is computed once on the
-        logits of all sequences, so a metric that averages over the batch gives the unchunked numbers.
-        Variants whose kept logits would exceed `cache_mb` are done in waves, each replaying the chunks again.
-        """
+        hooks. Above `cache_mb` (and without `apply` setters) the rows are replayed in chunks and the
+        metric is computed once on all their logits, so batch-averaging metrics give the unchunked numbers."""
         metric = self.compiled(tokens)
         readout = metric.readout.to(model_device(self.model))
         keep = int(readout.max()) + 1
@@ -354,13 +297,9 @@ class Engine:
         row_wise: bool = False,
     ) -> dict[tuple[int, str], Tensor]:
         """Setter values ((id(setter), hook) -> [batch or 1, *act]) of the variants in `groups`, from the
-        replayed runs on each setter's tokens.
-
-        rows None: every setter, from the cached whole runs (a mean's reference: only the stages it reads,
-        gathered chunk by chunk, as below). Otherwise only the activations needed are kept,
-        gathered over chunks of rows: with `row_wise`, the `from_run` setters whose values are each
-        sequence's own, for the sequences `rows`; without, the other setters, for all sequences.
-        """
+        replayed runs on each setter's tokens. rows None: every setter, from cached whole runs; otherwise,
+        gathered over chunks of rows, the own-row `from_run` setters for `rows` (`row_wise`) or the others
+        for all rows."""
         needed: dict[int, tuple[Tensor, dict[tuple[int, str], list[Intervention]]]] = {}
         for i in (i for g in groups.values() for i in g):
             for iv in (iv for iv in variants[i] if iv.setter.tokens is not None):
@@ -390,9 +329,8 @@ class Engine:
     def _gather(
         self, tokens: Tensor, keys: list[tuple[int, str]], mean: bool = False
     ) -> dict[tuple[int, str], Tensor]:
-        """The activations `keys` ((layer, stage)) of the replayed run on `tokens`, chunk by chunk of rows
-        (only those are kept, filled in place); with `mean`, only their mean over the sequences, [1, ...] (a
-        running float64 sum: one chunk's memory whatever the number of sequences)."""
+        """The activations `keys` ((layer, stage)) of the replayed run on `tokens`, gathered chunk by chunk of
+        rows; with `mean`, their mean over the sequences, [1, ...] (a running float64 sum)."""
         x = tokens.to(model_device(self.model))
         out: dict[tuple[int, str], Tensor] = {}
         dtype = torch.get_default_dtype()
@@ -524,10 +462,9 @@ class Engine:
         stages: Sequence[str],
         reduce: Callable[[slice, dict[str, list[Tensor]], dict[str, list[Tensor]]], Tensor],
     ) -> tuple[float, Tensor]:
-        """(the metric, `reduce` of every chunk of rows, concatenated on the first axis): `gradients`, with
-        each chunk's activations and gradients, `acts[stage][layer]` of those rows only, reduced as it comes
-        (e.g. to a value per sequence), so they are never all held at once. Same values as reducing
-        `gradients`'s output row by row."""
+        """(the metric, `reduce` of every chunk of rows concatenated on the first axis): `gradients` reduced
+        chunk by chunk (`acts[stage][layer]` of those rows), equal to reducing `gradients`'s output row by
+        row."""
         tokens = tokens.to(model_device(self.model))
         rows = self.row_chunks(tokens, factor=GRADIENT_FACTOR) if self.replay is not None else []
         if len(rows) <= 1:
@@ -555,8 +492,7 @@ class Engine:
         self, tokens: Int[Tensor, "batch pos"], stages: Sequence[str] | None = None
     ) -> tuple[float, dict[str, list[Tensor]]]:
         """The metric on `tokens` and every stage activation, `acts[stage][layer]`: `gradients`'s first two
-        outputs from one forward pass without gradients (a patching source run needs no gradient). Chunked
-        by rows as `gradients` is, so the activations are those it gives."""
+        outputs from one forward pass without gradients, chunked by rows as `gradients` is."""
         tokens = tokens.to(model_device(self.model))
         stages = [s for s in model_stages(self.model.cfg) if stages is None or s in stages]
         keys = [(s, l) for s in stages for l in range(self.model.cfg.n_layers)]
@@ -592,13 +528,10 @@ class Engine:
     ) -> tuple[float, dict[str, list[Tensor]], dict[str, list[Tensor]]]:
         """The metric (a scalar) on `tokens`, every stage activation and its gradient, `acts[stage][layer]`.
 
-        One forward and one backward pass (replay or hooks). `embed` replaces the token embedding
-        (hook_embed), e.g. to interpolate between two inputs for integrated gradients. `stages`: only these
-        (default: every stage the model computes; the others come back as empty lists). When the replayed
-        pass with its autograd graph exceeds `cache_mb`, the sequences go through in chunks of rows: one
-        pass without gradients gives the logits of all of them, the metric and its gradient with respect to
-        those logits, then each chunk's forward and backward pass carries that gradient back (the chain
-        rule, so the same gradients; one forward pass more).
+        `embed` replaces the token embedding (hook_embed), e.g. for integrated gradients. `stages`: only
+        these (default: every stage the model computes; others are empty lists). Above `cache_mb`, one pass
+        without gradients gives the metric's gradient with respect to the logits, which each chunk of rows
+        carries back (the chain rule: the same gradients).
         """
         tokens = tokens.to(model_device(self.model))
         stages = [s for s in model_stages(self.model.cfg) if stages is None or s in stages]

@@ -1,16 +1,11 @@
 """The hook strategy of the intervention engine, and the source runs setters read.
 
-`run_hooked` runs variants through TransformerLens hooks: the variants are stacked along the batch axis and,
-on a TransformerLens transformer, the pass resumes at the earliest intervened layer from the cached clean
-residual stream (`model(resid, start_at_layer=L)`), in chunks that fit a memory budget. Hooks before the
-first block (`hook_embed`, `hook_pos_embed`), shortformer models and models without `start_at_layer` get full
-runs. Hooks TransformerLens computes only on request (`hook_mlp_in`, `hook_attn_in`, `hook_q/k/v_input`,
-`attn.hook_result`) get their flag switched on for the call and restored afterwards, also when a hook or the
-metric raises (`tl_flags`). `Engine` (`interventions.engine`) sends here every variant its replay does not
-take; `activation_grads`, `capture_acts` and `setter_values` always run here.
-
-`source_values` computes what the setters that read other runs (mean, resample, from_run) set: one run per
-distinct token tensor, chunked by sequences, caching only the hooks read.
+`run_hooked` stacks variants along the batch axis and, on a TransformerLens transformer, resumes at the
+earliest intervened layer from the cached clean residual stream (`model(resid, start_at_layer=L)`), in
+chunks that fit a memory budget. Hooks TransformerLens computes only on request (`hook_mlp_in`,
+`hook_attn_in`, `hook_q/k/v_input`, `attn.hook_result`) get their flag switched on for the call
+(`tl_flags`). `source_values` computes what the setters that read other runs set: one run per distinct
+token tensor, chunked by sequences, caching only the hooks read.
 """
 
 import contextlib
@@ -32,8 +27,7 @@ from mechmem.models.parts import model_device
 Megabytes = int | float
 """A memory budget in MiB (an int or a float: the runtime type checks tell them apart)."""
 SOURCE_MB = 256.0
-"""Activations of one pass over a setter's source sequences (a mean's reference batch, a run patched from) are
-kept under this many MB: the sequences run in chunks, only the hooks read are cached."""
+"""Activations of one pass over a setter's source sequences are kept under this many MB."""
 
 # Hooks TransformerLens only computes with a config flag on: hook-name suffix -> the flag.
 FLAGS = {"hook_mlp_in": "use_hook_mlp_in", "hook_attn_in": "use_attn_in"}
@@ -64,10 +58,7 @@ def tl_flags(model: torch.nn.Module, hooks: set[str]) -> Iterator[None]:
 
 
 def start_layer(model: torch.nn.Module, variant: list[Intervention]) -> int | None:
-    """Block where a pass for `variant` may start (n_layers: final norm and unembedding only); None = full.
-
-    The model's backend bounds it (`last_start_layer`: shortformer models always run in full).
-    """
+    """Block where a pass for `variant` may start (n_layers: final norm and unembedding only); None = full."""
     last = last_start_layer(model)
     if last is None:
         return None
@@ -93,12 +84,9 @@ def resid_name(model: torch.nn.Module, layer: int) -> str:
 def source_values(
     model: torch.nn.Module, tokens: Tensor, variants: list[list[Intervention]], extra: set[str] | None = None
 ) -> tuple[dict[tuple[int, str], Tensor], dict[str, Tensor]]:
-    """Setter values ((id(setter), hook) -> [batch or 1, ...]) and the clean activations `extra` on `tokens`.
-
-    One run per distinct token tensor, caching only the hooks read from it, in chunks of sequences. A hook
-    read only by mean setters keeps a running sum (float64) instead of every sequence's activation, so a large
-    reference costs one chunk's memory; the others are filled in place (never held twice).
-    """
+    """Setter values ((id(setter), hook) -> [batch or 1, ...]) and the clean activations `extra` on
+    `tokens`: one run per distinct token tensor in chunks of sequences; a hook read only by mean setters
+    keeps a running float64 sum."""
     needs: dict[int, tuple[Tensor, set[str]]] = {id(tokens): (tokens, set(extra or ()))}
     readers: dict[tuple[int, str], set[str]] = {(id(tokens), name): {"clean"} for name in extra or ()}
     for iv in (iv for variant in variants for iv in variant if iv.setter.tokens is not None):
@@ -131,8 +119,7 @@ def source_values(
 
 def add_rows(out: dict, key: Any, act: Tensor, rows: slice, n: int, mean: bool) -> None:
     """Gather one chunk's activation `act` (the sequences `rows` of `n`) under `key`: filled in place into
-    one [n, ...] tensor, or with `mean` only added to a running float64 sum [1, ...] (divide by n at the
-    end)."""
+    one [n, ...] tensor, or with `mean` added to a running float64 sum [1, ...]."""
     if mean:
         part = act.double().sum(0, keepdim=True)
         out[key] = out[key] + part if key in out else part
@@ -235,14 +222,9 @@ def activation_grads(
     metric: Any,
     variant: Sequence[Intervention] = (),
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """The metric (a scalar) on `tokens` and its gradient with respect to each hook's whole activation.
-
-    One forward and one backward pass through the hook strategy, with the interventions of `variant` applied
-    too. An `apply` setter at each hook adds a zero leaf tensor to the activation (its gradient is the
-    activation's, and the graph upstream stays intact); on-request hooks get their flags switched on as for
-    any intervention. Returns (metric value, {hook: gradient shaped like the activation}); a hook the metric
-    does not depend on gets zeros.
-    """
+    """The metric (a scalar) on `tokens` and its gradient with respect to each hook's whole activation:
+    (metric value, {hook: gradient shaped like the activation}), zeros for a hook the metric does not
+    depend on; `variant`'s interventions are applied too."""
     leaves: dict[str, Tensor] = {}
 
     def capture(name: str) -> Callable[[Tensor, Any], Tensor]:
@@ -271,8 +253,8 @@ def capture_acts(
     hooks: Sequence[str],
     variant: Sequence[Intervention],
 ) -> dict[str, Tensor]:
-    """The activations at `hooks` in the run on `tokens` under `variant` (hook strategy); a hook the forward
-    pass does not reach (e.g. hook_resid_mid of a parallel attention/MLP block) is left out."""
+    """The activations at `hooks` in the run on `tokens` under `variant`; hooks the pass does not reach are
+    left out."""
     return capture_run(model, tokens, hooks, variant, lambda x: x[:0])[1]
 
 
@@ -298,10 +280,7 @@ def capture_run(
 def setter_values(
     model: torch.nn.Module, tokens: Int[Tensor, "batch pos"], setter: Setter, hooks: Sequence[str]
 ) -> dict[str, Tensor]:
-    """The whole activation each hook gets from `setter` on `tokens` (an intervention with index ()).
-
-    Shaped like the activation on `tokens`; for inspection and for references that replay the values.
-    """
+    """The whole activation each hook gets from `setter` on `tokens` (an intervention with index ())."""
     variants = [[Intervention(hook, (), setter)] for hook in hooks]
     check_hooks(model, variants)
     with tl_flags(model, set(hooks)):

@@ -1,25 +1,15 @@
 """Metrics for activation patching, in the batched form the patching engine evaluates.
 
-The intervention engine's replay (`mechmem.analysis.interventions.Engine`) computes logits only at the
-positions a metric reads and evaluates all variants of one forward pass at once. A `PatchingMetric` says both:
-`readout` (the positions) and `fn` (logits at those positions, with a leading patch axis, to one value per
-patch).
+A `PatchingMetric` has `readout` (the positions whose logits it reads) and `fn` (logits at those
+positions, with a leading patch axis, to one value per patch). `callable_metric` turns any
+`metric(logits [batch pos d_vocab]) -> scalar` into that form: the positions are declared (`readout=`)
+or found by a dependency check (non-zero gradients with respect to the logits; without a gradient,
+perturbing one position at a time), and the read-out logits are written into a reused full-size tensor
+filled with the clean run's logits and mapped over the patch axis with `torch.func.vmap`, or called once
+per patch (`mode="loop"`) where vmap raises or disagrees on two small inputs.
 
-Any plain callable `metric(logits [batch pos d_vocab]) -> scalar`, the way TransformerLens users write
-metrics, is turned into that form by `callable_metric`:
-    - positions: declared by the user (`readout=`), or found by a dependency check: the gradient of the metric
-      with respect to the logits, on the clean run's logits and on a perturbed copy, is non-zero exactly at
-      the positions it reads. A metric without a gradient (it calls `.item()`, `argmax`, ...) is probed
-      instead by perturbing one position at a time and watching its value: first a small move, then one that
-      swamps the logits there, in either direction (so a metric of the argmax, like accuracy, sees it).
-    - evaluation: the read-out logits are written into a full-size logits tensor (the clean run's logits fill
-      the positions the metric does not read; the tensor is allocated once and reused, only its read-out
-      positions rewritten), and the metric is mapped over the patch axis with
-      `torch.func.vmap`. Whether vmap gives the same values as calling the metric once per patch is checked on
-      two small inputs first; when it raises or disagrees, the metric is called once per patch
-      (`mode="loop"`).
-Caveat: a dependency check can only see what the probe inputs exercise; a metric that reads a position only
-for some logits values (a branch on a threshold, say) should declare `readout=`.
+Caveat: a dependency check sees only what the probe inputs exercise; a metric that reads a position only
+for some logits values should declare `readout=`.
 """
 
 from collections.abc import Callable, Sequence
@@ -45,20 +35,19 @@ class PatchingMetric:
     fn: Callable[[Tensor], Tensor]
     """Logits at `readout`, with a leading patch axis, to the metric of each patch (a scalar or a tensor)."""
     mode: str = "batched"
-    """How patches are evaluated: "batched" (written for it), "vmap" (a callable, mapped) or "loop" (one call
-    each)."""
+    """How patches are evaluated: "batched", "vmap" or "loop" (one call each)."""
 
     @classmethod
     def logit_diff(cls, pair: PatchingPair) -> "PatchingMetric":
-        """Mean over prompts of logit[correct] - logit[incorrect] at the answer position (`pair.logit_diff`)
-        as a batched metric."""
+        """Mean over prompts of logit[correct] - logit[incorrect] at the answer position
+        (`pair.logit_diff`)."""
         per_prompt = cls.logit_diff_per_prompt(pair)
         return cls("logit_diff", per_prompt.readout, lambda logits: per_prompt.fn(logits).mean(-1))
 
     @classmethod
     def logit_diff_per_prompt(cls, pair: PatchingPair) -> "PatchingMetric":
-        """`logit_diff` before the mean: one value per prompt, [patch batch] (`pair.logit_diff_per_prompt`).
-        Its mean over prompts is `logit_diff`; the spread over prompts gives the intervals of patching."""
+        """`logit_diff` before the mean: one value per prompt, [patch batch]
+        (`pair.logit_diff_per_prompt`)."""
         correct, incorrect = pair.correct, pair.incorrect
 
         def fn(logits: Tensor) -> Tensor:
@@ -78,10 +67,8 @@ def _tensor(value: Any, like: Tensor) -> Tensor:
 def per_patch(
     metric: Callable[[Tensor], Any], probe: Float[Tensor, "batch pos d_vocab"]
 ) -> tuple[Callable, str]:
-    """`metric` over a leading patch axis: vmapped when that agrees with one call per patch, else a loop.
-
-    Returns (fn [patch batch pos d_vocab] -> [patch, *output of one call], "vmap" or "loop").
-    """
+    """(fn [patch batch pos d_vocab] -> [patch, *output of one call], "vmap" or "loop"): `metric` over a
+    leading patch axis, vmapped when that agrees with one call per patch."""
     inputs = torch.stack([probe, probe.flip(0) if len(probe) > 1 else probe * 0.5])
 
     def loop(x: Tensor) -> Tensor:
@@ -98,17 +85,14 @@ def per_patch(
 
 
 OVERWHELM = 1e4
-"""The dependency check's large move, in units of the probe's spread: it decides the argmax at the position it
-moves, so a metric of the argmax changes there unless every prompt's prediction stays right (or wrong)."""
+"""The dependency check's large move, in units of the probe's spread (it decides the argmax there)."""
 
 
 def find_readout(
     metric: Callable[[Tensor], Any], probe: Float[Tensor, "batch pos d_vocab"]
 ) -> Int[Tensor, "batch read"]:
-    """The positions `metric` reads, per prompt, found by a dependency check (see the module docstring).
-
-    Rows are padded with repeats of their first position (the metric reads every position it names anyway).
-    """
+    """The positions `metric` reads, per prompt, found by a dependency check; rows padded with their first
+    position."""
     noise = torch.randn(probe.shape, generator=torch.Generator().manual_seed(20231)).to(probe)
     scale = probe.std().clamp_min(1.0)
     reads = torch.zeros(probe.shape[:2], dtype=torch.bool, device=probe.device)
@@ -163,16 +147,9 @@ def callable_metric(
     readout: Any = None,
     name: str | None = None,
 ) -> PatchingMetric:
-    """Any `metric(logits [batch pos d_vocab]) -> tensor` in batched form (see the module docstring).
-
-    Args:
-        metric: the callable.
-        probe: full logits of a representative run (the clean run); used for the checks and to fill the
-            positions the metric does not read.
-        readout: positions the metric reads (list shared by all prompts, or [batch read]); None: found by
-            `find_readout`.
-        name: name in results (default: the callable's `__name__`).
-    """
+    """Any `metric(logits [batch pos d_vocab]) -> tensor` in batched form. `probe`: full logits of the
+    clean run (for the checks and the positions not read); `readout`: positions the metric reads (None:
+    `find_readout`); `name`: default the callable's `__name__`."""
     probe = probe.detach()
     batch, n_pos = probe.shape[:2]
     rows = as_readout(readout, batch, n_pos) if readout is not None else find_readout(metric, probe)

@@ -1,11 +1,7 @@
 """The intervention engine's reference: one full `run_with_hooks` per variant, written without the engine.
 
-`interventions.intervene` (batched, replayed or stacked hooked runs) is tested against `naive_intervene`, and
-the analyses' own references (`ablation.naive_head_ablation`, the circuit benchmark) call it. It shares only
-the specification (`Intervention` and its setters) with the engine: the hook check, the TransformerLens
-flags for on-request hooks, the setters' source runs and the metric's read-out are its own, written in the
-plainest way (one cached run per intervention, one hooked run per variant), so a mistake in the engine's
-batching, caching or replay cannot hide in both.
+It shares only `Intervention` and its setters with the engine, so a mistake in the engine's batching,
+caching or replay cannot hide in both.
 """
 
 import contextlib

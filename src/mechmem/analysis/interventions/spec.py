@@ -1,11 +1,8 @@
 """What an intervention is: an activation (a TransformerLens hook name), a slice of it, and a setter.
 
-    Intervention("blocks.0.attn.hook_z", (slice(None), 1), zero())       head 1's z at every position -> 0
-    Intervention("blocks.1.hook_resid_pre", (3,), from_run(clean))       position 3 of the residual, clean run
-
-The setters (`zero`, `mean`, `resample`, `from_run`, `apply`) say where the new values come from; a *variant*
-is one intervention or a list applied together. How variants are run - one forward pass for many, by replay or
-by hooks - is the engine's business (`mechmem.analysis.interventions`), which re-exports these names.
+The setters (`zero`, `mean`, `resample`, `from_run`, `apply`) say where the new values come from; a
+*variant* is one intervention or a list applied together. `mechmem.analysis.interventions` runs them and
+re-exports these names.
 """
 
 from collections.abc import Callable, Sequence
@@ -48,10 +45,8 @@ class Setter:
         return ref
 
     def draw(self, batch: int, n_ref: int) -> Int[Tensor, " batch"]:
-        """Reference sequence of each input: (i + offset_i) mod n_ref, offset_i uniform in 1..n_ref-1.
-
-        With the inputs themselves as reference, every sequence gets another one. Drawn once per batch size.
-        """
+        """Reference sequence of each input: (i + offset_i) mod n_ref, offset_i uniform in 1..n_ref-1 (with
+        the inputs as reference, every sequence gets another one). Drawn once per batch size."""
         if batch not in self._draws:
             offset = torch.randint(1, n_ref, (batch,), generator=self.generator) if n_ref > 1 else 0
             self._draws[batch] = (torch.arange(batch) + offset) % n_ref

@@ -1,41 +1,19 @@
 """Attribution patching: every cell of a patching sweep from one forward and one backward pass per run.
 
-Exact activation patching (`mechmem.analysis.patching`) runs the model once per patched cell. Attribution
-patching (AtP; Nanda 2023, Syed et al. 2023) replaces each patched run by a first-order Taylor expansion of
-the metric around the run being patched:
+Attribution patching (AtP; Nanda 2023, Syed et al. 2023) replaces each patched run of exact activation
+patching by a first-order Taylor expansion of the metric around the run being patched:
 
     metric(patch) ~ metric(base) + sum over the patched entries of (source - base) * d metric / d activation
 
-so one forward and one backward pass on the base run (and one forward on the source run) give the whole sweep,
-every sweep type at once. Both directions are served: denoising differentiates the corrupted run, noising the
-clean run. Results are `PatchingResult`s, directly comparable with exact patching.
+Caveats: the estimate is exact only where the metric is linear in the activation. Where a patch
+saturates a softmax (Kramar et al. 2024, "AtP*") `qk_exact=True` recomputes the attention pattern
+exactly for the patched query and key (`qk_correction`); `steps=k` averages the gradient over k runs
+with interpolated token embeddings (integrated gradients). Agreement with exact patching:
+`docs/patching.md`.
 
-Caveats: the estimate is exact only where the metric is linear in the activation (e.g. the last layer's head
-outputs under a logit difference in a model without final LayerNorm); it is poor where a patch moves the
-activation far along a curved direction. The worst case, named by Kramar et al. (2024, "AtP*"), is attention
-saturation: when a patch changes a key or query so much that a softmax moves from one position to another, the
-gradient through the saturated softmax is near zero and AtP reports no effect. With `qk_exact=True` (default),
-for sweeps whose change enters the residual stream read by a layer's attention (`resid_pre`, and `resid_post`
-/ `mlp_out` of the layer before; `attn_out` too in attention-only models), that layer's attention pattern is
-recomputed exactly with the patched position's query and key, and only the effect of the pattern change on the
-metric is linearised (the linearised query/key path is subtracted and the exact one added). Other paths, and
-later layers' softmaxes, stay first order. Measured agreement with exact patching: `docs/patching.md`,
-`benchmarks/attribution.py`.
-
-Integrated gradients (`steps=k`, the AtP* / EAP-IG family): instead of the gradient at the run being patched,
-the gradient averaged over k runs whose token embedding is interpolated between the two runs' embeddings.
-It costs k forward and backward passes instead of one; docs/circuits.md records which agrees better per cost.
-
-Intervals: the estimate is a sum over prompts of per-prompt gradient x difference products, so each prompt has
-its own estimate of every cell, m_i(base) + n x (its products, with its query/key fix), whose mean over the n
-prompts is the cell's estimate. With a metric that has one value per prompt (the default logit difference,
-whose mean the gradient is taken of), every cell gets the 95% intervals over prompts that exact patching
-gives (`sweep_intervals`: value and effect mean -+ 1.96 standard errors, the normalised effect a percentile
-bootstrap). They describe the estimate's spread over prompt draws, not its first-order error, which the
-agreement check below measures.
-
-Every result flags itself: `Attributor.sweep` re-computes a deterministic sample of cells exactly
-(`sample_cells`, one engine call) and stores the agreement in `result.check` (`judge`, rule `TRUST`);
+Each prompt's own estimate, m_i(base) + n x (its products), gives every cell exact patching's intervals
+over prompts (`sweep_intervals`), which describe spread over prompt draws, not the first-order error:
+that is measured by re-computing a sample of cells exactly (`Attributor.check_sweep`, rule `TRUST`);
 `attribute_sweeps` falls back to exact patching for a sweep that fails it.
 """
 
@@ -61,35 +39,25 @@ from mechmem.models.parts import model_device
 from mechmem.tasks.base import PatchingPair
 
 TRUST = {"pearson": 0.8}
-"""When an estimate is trusted: the Pearson correlation between estimated and exact effects (value minus the
-unpatched metric) over the sampled cells is at least 0.8; with no effect to rank (every sampled exact and
-estimated effect within 1e-6 of zero) it is trusted too. Fixed before any agreement was measured."""
+"""An estimate is trusted when the Pearson correlation of estimated and exact effects (value minus the
+unpatched metric) over the sampled cells is at least 0.8, or when every sampled effect is within 1e-6 of 0."""
 CHECK_CELLS = 32
 """Cells of a result whose exact values the agreement check computes."""
 DEFAULT_STEPS = 0
-"""Default of `Attributor(steps=...)`: first order. Measured (docs/circuits.md, "First order or integrated
-gradients"): first order with the AtP* query/key fix already agrees with exact patching at median Pearson >=
-0.996 over the sweeps on the planted and the held-out models; integrated gradients (4 or 16 steps) do not
-agree better and cost 2.5-8.5x the passes."""
+"""Default of `Attributor(steps=...)`: first order (docs/circuits.md, "First order or integrated
+gradients")."""
 
 
 class Attributor:
-    """Clean and corrupted runs with the metric's gradients; `sweep` estimates a patching sweep from them.
-
-    Gradients come from the intervention engine (`Engine.gradients`: replay where the model allows, else
-    hooks). Every result carries its measured agreement with exact patching on a sample of its cells
-    (`check_sweep`).
+    """Clean and corrupted runs with the metric's gradients (`Engine.gradients`); `sweep` estimates a patching
+    sweep from them, with its agreement with exact patching on a sample of cells (`check_sweep`).
 
     Args are those of `mechmem.analysis.patching.Patcher` (the metric must be differentiable), plus:
-        qk_exact: recompute the attention pattern exactly for the patched query/key (AtP*, see module
-        docstring;
-            needs the replay, so it is off on models the engine runs on hooks).
-        steps: 0 for first order (the gradient at the run being patched), k >= 1 for integrated gradients
-            (the gradient averaged over k runs whose token embedding lies (i + 1/2) / k of the way from the
-            patched run's to the source run's, i = 0..k-1).
+        qk_exact: recompute the attention pattern exactly for the patched query/key (AtP*; needs the replay).
+        steps: 0 for first order, k >= 1 for integrated gradients (the gradient averaged over k runs whose
+            token embedding lies (i + 1/2) / k of the way from the patched run's to the source run's).
         memory_mb: budget for the stacked patterns of the exact query/key recomputation.
-        stages: the stages whose activations and gradients are kept (default: all; sweeps may read only
-            these, and the query/key fix reads resid_pre and pattern).
+        stages: the stages whose activations and gradients are kept (default: all).
     """
 
     def __init__(
@@ -139,10 +107,8 @@ class Attributor:
         return max(1, self.steps) + 1
 
     def run(self, name: str, toward: str | None = None) -> tuple[dict, dict, float]:
-        """Activations, d metric / d activation (same layout) and the metric of run `name`, computed once.
-
-        With `toward` (integrated gradients), the gradients are averaged over the interpolated runs.
-        """
+        """Activations, d metric / d activation (same layout) and the metric of run `name`, computed once;
+        with `toward` (integrated gradients), the gradients are averaged over the interpolated runs."""
         key = (name, toward)
         if key in self._runs:
             return self._runs[key]
@@ -162,13 +128,12 @@ class Attributor:
                         else:
                             grads[s][layer] = grads[s][layer] + g / self.steps
         self._runs[key] = (acts, grads, value)
-        if toward is None:  # `source` reads this run from now on
+        if toward is None:  # later `source` calls read this run
             self._sources.pop(name, None)
         return self._runs[key]
 
     def source(self, name: str) -> tuple[dict, float]:
-        """Activations and the metric of run `name` as a patching source: `run`'s where it was computed, else
-        from one forward pass without gradients (kept)."""
+        """Activations and the metric of run `name` as a patching source (`run`'s, else one forward pass)."""
         if (name, None) in self._runs:
             acts, _, value = self._runs[(name, None)]
             return acts, value
@@ -180,8 +145,8 @@ class Attributor:
     def sweep(
         self, sweep: str | PatchSweep, direction: str = "denoising", *, check: bool = True
     ) -> PatchingResult:
-        """The estimate of every cell of `sweep` in `direction` (same result layout as `Patcher.sweep`), with
-        its agreement with exact patching on a sample of cells (`check_sweep`) unless `check` is False."""
+        """The estimate of every cell of `sweep` in `direction` (`Patcher.sweep`'s layout), checked against
+        exact patching on a sample of cells unless `check` is False."""
         spec, base_name, source_name = resolve_sweep(sweep, direction, self.model)
         base, _, value = self.run(base_name)
         grads = self.run(base_name, source_name if self.steps else None)[1]
@@ -219,9 +184,8 @@ class Attributor:
     def prompt_values(
         self, products: Float[Tensor, "prompt layer ..."], direction: str
     ) -> Float[Tensor, "prompt layer ..."] | None:
-        """Each prompt's estimate of every cell from its summed products (`products`, the metric's
-        gradient being that of the mean over prompts): m_i(base) + n x products[i], as exact patching's
-        per-prompt value is. None for a metric without one value per prompt."""
+        """Each prompt's estimate of every cell: m_i(base) + n x products[i]; None for a metric without one
+        value per prompt."""
         exact = self.exact_patcher()
         if exact.prompt_values is None:
             return None
@@ -242,11 +206,7 @@ class Attributor:
         return self._exact
 
     def check_sweep(self, result: PatchingResult, n: int = CHECK_CELLS) -> dict[str, Any]:
-        """Agreement of `result` with exact patching on a deterministic sample of its cells (see `TRUST`).
-
-        The sample: the n/2 cells the estimate ranks highest by |effect| and n/2 of the others drawn with a
-        fixed seed (all cells when there are at most n). Their exact values cost one engine call.
-        """
+        """Agreement of `result` with exact patching on `sample_cells` of its cells (see `TRUST`)."""
         flat = (result.values - result.baseline).flatten()
         cells = sample_cells(flat, n)
         exact = self.exact_patcher().cells(result.sweep, result.direction, cells)
@@ -272,7 +232,7 @@ class Attributor:
         delta: Float[Tensor, "batch pos d_model"],
     ) -> Float[Tensor, "batch pos"]:
         """Per prompt and patched position p: exact minus linearised effect of `delta[:, p]` on `layer`'s
-        attention pattern, each scored by d metric / d pattern (AtP*'s query/key fix)."""
+        attention pattern, scored by d metric / d pattern (AtP*'s query/key fix)."""
         resid = base["resid_pre"][layer]
         h = self.replay.ln1(layer, resid)
         with torch.enable_grad():  # gradient of <dM/dP, P(h)> w.r.t. h: the query/key path only
@@ -309,10 +269,7 @@ def attribute_sweeps(
     steps: int = DEFAULT_STEPS,
     fallback: bool = True,
 ) -> dict[str, PatchingResult]:
-    """`run_sweeps` by attribution patching: several sweeps from the same few forward/backward passes.
-
-    With `fallback`, a sweep whose sampled agreement fails `TRUST` is replaced by exact patching (its `method`
-    and `check` say so).
+    """`run_sweeps` by attribution patching; with `fallback`, a sweep failing `TRUST` is patched exactly.
 
     Example:
         >>> import mechmem, torch
@@ -343,8 +300,8 @@ def attribute_sweeps(
 
 
 def sample_cells(effects: Float[Tensor, " cell"], n: int = CHECK_CELLS) -> Int[Tensor, " sample"]:
-    """A deterministic sample of cell indices: the n/2 largest |effects|, then n/2 of the rest drawn with seed
-    0 (every cell when there are at most n), sorted."""
+    """A deterministic sample of cell indices: the n/2 largest |effects|, then n/2 of the rest drawn with
+    seed 0 (every cell when there are at most n), sorted."""
     if len(effects) <= n:
         return torch.arange(len(effects))
     top = effects.abs().argsort(descending=True, stable=True)[: n // 2]
@@ -387,12 +344,9 @@ def _pearson(a: Tensor, b: Tensor) -> float:
 
 
 def agreement(approx: PatchingResult, exact: PatchingResult, k: int = 10) -> dict[str, float]:
-    """How well `approx` (e.g. attribution) ranks and sizes the cells of `exact`.
-
-    Effects are values minus the unpatched run's metric. Returns Pearson and Spearman correlation of the
-    effects over all cells, and top-k overlap: the fraction of the k cells with the largest |effect| in
-    `exact` that are also among the k largest in `approx` (k capped at the number of cells).
-    """
+    """How well `approx` ranks and sizes the cells of `exact` (effects: values minus the unpatched metric):
+    Pearson and Spearman correlation over all cells, and the top-k overlap (the fraction of the k
+    largest |effect| cells of `exact` also among the k largest of `approx`)."""
     if approx.values.shape != exact.values.shape:
         raise MechmemError("results of different shapes cannot be compared")
     a = (approx.values - approx.baseline).flatten().double()

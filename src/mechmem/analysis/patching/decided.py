@@ -5,15 +5,11 @@
     found = decided_patching(model, task, ["resid_pre"], seed=0)   # `DecidedPatching`
     found.results["resid_pre"].to_dataframe()                       # with each cell's verdict
 
-Each round draws new clean/corrupted pairs from the task (one generator seeded with the seed) and patches
-every cell of every sweep on them, exactly or by attribution. After each look the analysis judges, with the
-sequential rule of `mechmem.analysis.sequential`, the gap (|mean of m(clean) - m(corrupted)| against
-`MIN_GAP`) and every cell's share of it (sum of m(patched) - m(base) over sum of m(clean) - m(corrupted),
-on |share| against `PATCH_SHARE`); it stops when no test is open, when the gap is shown absent ("no
-behaviour"), or at the budget. The printed values are the means over every pair drawn with their marginal
-95% intervals (`result.sweep_intervals`), exactly as a single draw of that many pairs would give them.
-`mechmem patch` and the report call `decided_patching` with the same policy, so one checkpoint and one seed
-give one number in both.
+Each round draws new clean/corrupted pairs and patches every cell of every sweep, exactly or by
+attribution. After each look the sequential rule judges the gap (|mean of m(clean) - m(corrupted)|
+against `MIN_GAP`) and every cell's share of it (on |share| against `PATCH_SHARE`); it stops when no
+test is open, when the gap is shown absent, or at the budget. Printed values are means over every pair
+drawn with marginal 95% intervals.
 """
 
 from collections.abc import Sequence
@@ -47,7 +43,7 @@ class DecidedPatching:
     """What `decided_patching` found: per sweep its result over every pair drawn, and the decision."""
 
     results: dict[str, PatchingResult]
-    """Per sweep: means and marginal 95% intervals over every pair drawn; its cells' verdicts in its
+    """Per sweep: means and marginal 95% intervals over every pair drawn; its cells' verdicts in
     `decision`."""
     decision: Decision
     """Families `gap` and one per sweep (its cells' shares of the gap)."""
@@ -60,8 +56,7 @@ class DecidedPatching:
         return self.decision.n
 
     def record(self) -> dict[str, Any]:
-        """The decision for JSON: the policy, looks, why it stopped, and the gap's test (the cells' tests are
-        in each sweep's record)."""
+        """The decision for JSON: the policy, looks, why it stopped, and the gap's test."""
         full = self.decision.to_dict()
         return full | {"families": {GAP: full["families"][GAP]}}
 
@@ -77,7 +72,7 @@ def _round(
     checker: FirstRoundCheck,
 ) -> tuple[dict[str, PatchingResult], dict[str, Tensor]]:
     """One round's sweeps on `pair` and each pair's unpatched clean and corrupted metric; by attribution,
-    every sweep estimated, checked and falling back through `checker`."""
+    estimated, checked and falling back through `checker`."""
     if method == "exact":
         exact = Patcher(model, pair.clean, pair.corrupted, pair=pair, memory_mb=memory_mb)
     else:
@@ -116,8 +111,8 @@ def _pooled(
     direction: str,
     checks: dict[str, Any],
 ) -> PatchingResult:
-    """One sweep over every round's pairs: the means and marginal intervals of all of them, the first round's
-    method and check, and the sweep's family of the decision."""
+    """One sweep over every round's pairs: means and marginal intervals, the first round's method and
+    check, and the sweep's family of the decision."""
     first = rounds[0][name]
     clean = torch.cat([r["clean"] for r in runs])
     corrupted = torch.cat([r["corrupted"] for r in runs])
@@ -151,16 +146,14 @@ def decided_patching(
     share: float = PATCH_SHARE,
     min_gap: float = MIN_GAP,
 ) -> DecidedPatching:
-    """Patching sweeps on rounds of the task's clean/corrupted pairs until every verdict is settled
-    (docs/decisions.md, "Activation patching").
+    """Patching sweeps on rounds of the task's clean/corrupted pairs until every verdict is settled.
 
     Args:
-        task: gives the pairs (`task.patching_pair(n, generator=)`; NotImplementedError when it has none).
+        task: gives the pairs (`task.patching_pair`; NotImplementedError when it has none).
         sweeps: the sweeps (default: every sweep the model has, `model_sweeps`).
         seed: seeds the one generator every round draws its pairs from.
         policy: the looks and level (`PATCH_POLICY`; `policy.with_budget(n)` for another budget).
-        method: "exact" patching, or "attribution" (each round estimated, checked against exact patching on
-            the first round; a sweep that fails is patched exactly from then on).
+        method: "exact" or "attribution" (a sweep failing its first-round check is patched exactly).
         share: a cell matters when its share of the gap is decided >= share in size.
         min_gap: the behaviour is there when |gap| is decided >= min_gap.
 
@@ -206,8 +199,8 @@ def decided_patching(
 
 
 def decision_lines(found: DecidedPatching) -> list[str]:
-    """What the decision says in words: the looks, why sampling stopped, the gap's verdict and, per sweep,
-    how many cells matter, do not, or are undecided (with the pairs that would decide them)."""
+    """The decision in words: the looks, why sampling stopped, the gap's verdict and, per sweep, how many
+    cells matter, do not, or are undecided."""
     d = found.decision
     gap = d[GAP]
     first = (

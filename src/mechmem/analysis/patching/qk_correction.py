@@ -1,24 +1,19 @@
 """The exact part of AtP*'s query/key fix: how much one layer's attention pattern moves the metric when the
 attention input of one position is replaced, for every position at once.
 
-Patching the residual stream at position p changes the normalised attention input h at p only (the norm works
-per position). In the layer's scores S = q k^T / scale that moves row p (the query at p, whose own key
-also moved) and column p (the key at p, seen by every later query). Scored by the gradient of the metric with
-respect to the pattern, G, the effect of position p is, summed over batch and heads,
+Replacing the normalised attention input h at position p moves row p (the query) and column p (the key)
+of the scores S = q k^T / scale. Scored by the gradient G of the metric with respect to the pattern, the
+effect of position p, summed over batch and heads, is
 
     sum_j G[p, j] (P'[p, j] - P[p, j])  +  sum_{r != p} sum_j G[r, j] (P'[r, j] - P[r, j])
 
-where P' is the pattern after the swap. Row p is a fresh softmax of q'_p against the old keys with k'_p on the
-diagonal. Any other row r sees one changed score, S[r, p] -> c = q_r . k'_p / scale, so its softmax changes in
-closed form. With rest = log sum_{j != p} exp(S[r, j]) (from prefix and suffix log-cumulative sums, so nothing
-cancels when p held nearly all the row's weight), lse' = log(exp(rest) + exp(c)) and B the average of G[r, j]
-over j != p under the pattern without key p,
+Row p is a fresh softmax; any other row r sees one changed score c = q_r . k'_p / scale, so with
+rest = log sum_{j != p} exp(S[r, j]), lse' = log(exp(rest) + exp(c)) and B the average of G[r, j] over
+j != p under the pattern without key p,
 
     sum_j G[r, j] P'[r, j] = B exp(rest - lse') + G[r, p] exp(c - lse').
 
-Every position costs O(batch x heads x positions) beyond two score matrices, instead of one attention
-recomputation per patched position. The closed form is computed in float64; `tests/test_qk_correction.py`
-checks it against that recomputation.
+Computed in float64; `tests/test_qk_correction.py` checks it against recomputing the attention.
 """
 
 import torch
@@ -37,7 +32,7 @@ def swap_effects(
     memory_bytes: float = 256.0 * 2**20,
 ) -> Float[Tensor, " pos"]:
     """Per position p: sum(grad_pattern x (pattern with h[:, p] replaced by h_new[:, p] - pattern)), summed
-    over batch, heads, queries and keys (`prompt_swap_effects` summed over prompts)."""
+    over batch, heads, queries and keys."""
     return prompt_swap_effects(replay, layer, h, h_new, grad_pattern, memory_bytes).sum(0).to(h.dtype)
 
 
@@ -49,9 +44,8 @@ def prompt_swap_effects(
     grad_pattern: Float[Tensor, "batch head_index query_pos key_pos"],
     memory_bytes: float = 256.0 * 2**20,
 ) -> Float[Tensor, "batch pos"]:
-    """`swap_effects` of each prompt: per prompt and position p, summed over heads, queries and keys. `h` and
-    `h_new` are `layer`'s normalised attention inputs; rows of the batch are taken in chunks whose float64
-    score tensors fit `memory_bytes`. In float64."""
+    """`swap_effects` per prompt, in float64; rows are taken in chunks whose score tensors fit
+    `memory_bytes`."""
     n_batch, n_pos = h.shape[:2]
     per_row = 8 * 16 * grad_pattern.shape[1] * n_pos * n_pos  # about 16 live [head q k] float64 tensors
     chunk = max(1, int(memory_bytes // per_row))

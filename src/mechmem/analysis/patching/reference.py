@@ -1,9 +1,5 @@
-"""TransformerLens's own patching functions, keyed by mechmem sweep name: the reference that mechmem's fast
-engine must equal (tests) and beat (benchmarks/patching.py).
-
-`transformer_lens.patching` has no resid_post sweep by layer x position, so that one is assembled from TL's
-generic engine and its layer x position setter, exactly as TL builds its other sweeps.
-"""
+"""TransformerLens's own patching functions, keyed by mechmem sweep name: the reference the engine must
+equal (tests); resid_post by layer x position is assembled from TL's generic engine and setter."""
 
 import warnings
 from collections.abc import Callable

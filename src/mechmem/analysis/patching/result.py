@@ -1,21 +1,13 @@
-"""What a patching sweep is and what it gives: the sweep types, the result record with its intervals over
-prompts, and its figure. The sweeps themselves run in `mechmem.analysis.patching.sweeps`.
+"""Patching sweep types, the result record with its intervals over prompts, and its figure.
 
-Every cell is a mean over prompts and carries its 95% interval over them (`SweepIntervals`, computed by
-`sweep_intervals` with `mechmem.analysis.stats`): the metric after the patch and its change from the
-unpatched run (paired per prompt) get mean -+ 1.96 standard errors; the normalised effect (patched -
-corrupted) / (clean - corrupted), a ratio of two means, gets a percentile bootstrap over prompts. Where the
-clean - corrupted gap's own interval includes 0 the runs are not told apart and every normalised effect is NaN
-(`PatchingResult.normalised_refused`), rather than a large number divided by noise. This needs a metric with
-one value per prompt: the default logit difference has one, a callable returning one value per prompt too; a
-callable returning a scalar gives means without intervals. Attribution estimates carry the same intervals,
-over each prompt's own estimate (`mechmem.analysis.patching.attribution`).
+Every cell is a mean over prompts with its 95% interval (`sweep_intervals`): the metric after the patch
+and its change from the unpatched run (paired per prompt) get mean -+ 1.96 standard errors; the
+normalised effect (patched - corrupted) / (clean - corrupted) gets a percentile bootstrap over prompts,
+and is NaN where the gap's own interval includes 0 (`PatchingResult.normalised_refused`). A scalar
+metric gives means without intervals.
 
-Caveats: the intervals describe redraws of as many prompts from the same distribution. Measured on the
-planted induction model with Gaussian noise of known mean added per prompt
-(docs/record/2026-12-02-intervals.md): values and effects cover the truth 93-95% of the time from 30 to 256
-prompts, the normalised effect 91% at 30 prompts, 93% at 100 and 94% at 256. An effect that a few prompts
-carry while most give exactly 0 gets an interval that is too narrow.
+Caveats: the intervals describe redraws of as many prompts (coverage measured in
+docs/record/2026-12-02-intervals.md); an effect that a few prompts carry gets too narrow an interval.
 """
 
 from dataclasses import dataclass, field
@@ -70,13 +62,12 @@ class SweepIntervals:
     upper: Float[Tensor, "..."]
     """Upper bound of it."""
     effect_lower: Float[Tensor, "..."]
-    """Lower bound of the patch's effect, value - baseline, paired per prompt (the same prompt patched and
-    unpatched)."""
+    """Lower bound of the patch's effect, value - baseline, paired per prompt."""
     effect_upper: Float[Tensor, "..."]
     """Upper bound of it."""
     normalised_lower: Float[Tensor, "..."]
-    """Lower bound of (value - corrupted) / (clean - corrupted), a percentile bootstrap of the ratio over
-    prompts (NaN where the gap's interval includes 0)."""
+    """Lower bound of (value - corrupted) / (clean - corrupted), a percentile bootstrap over prompts (NaN
+    where the gap's interval includes 0)."""
     normalised_upper: Float[Tensor, "..."]
     """Upper bound of it."""
     gap: tuple[float, float, float]
@@ -91,15 +82,10 @@ def sweep_intervals(
     *,
     generator: torch.Generator | None = None,
 ) -> SweepIntervals:
-    """The 95% intervals over prompts of a sweep's cells from the metric of every prompt under every patch.
-
-    Args:
-        per_prompt: the metric of each prompt after each patch, prompts first.
-        clean, corrupted: each prompt's metric in the unpatched clean and corrupted runs.
-        direction: "denoising" (the baseline is the corrupted run) or "noising" (the clean run).
-        generator: draws the bootstrap resamples of the normalised effect (default: seeded with 0, so the same
-            values give the same interval).
-    """
+    """The 95% intervals over prompts of a sweep's cells from `per_prompt`, the metric of each prompt after
+    each patch (prompts first), and each prompt's `clean` and `corrupted` metric. `direction`:
+    "denoising" (the baseline is the corrupted run) or "noising"; `generator` draws the bootstrap
+    (default: seeded with 0)."""
     shape = (-1, *[1] * (per_prompt.ndim - 1))
     per_prompt, clean, corrupted = per_prompt.double(), clean.double(), corrupted.double()
     _, lower, upper = mean_interval(per_prompt)
@@ -121,11 +107,8 @@ def sweep_intervals(
 
 @dataclass
 class PatchingResult:
-    """The metric after each patch of one sweep; `values` has one axis per name in `axes`.
-
-    Each value is a mean over prompts; `intervals` holds their 95% intervals (None for a metric without one
-    value per prompt). For an attribution estimate they are the intervals of the estimate over prompts, from
-    each prompt's own estimate (`attribution.Attributor.prompt_values`).
+    """The metric after each patch of one sweep; `values` has one axis per name in `axes`, each a mean over
+    prompts with its 95% interval in `intervals` (None for a scalar metric).
 
     Example:
         >>> import mechmem, torch
@@ -155,8 +138,7 @@ class PatchingResult:
     per_prompt: Float[Tensor, "prompt ..."] | None = field(default=None, repr=False)
     """The metric of each prompt after each patch, prompts first (None for a scalar metric)."""
     decision: Any = None
-    """Where the sweep was decided over rounds (`decided.decided_patching`): the `FamilyDecision` of its
-    cells' shares of the gap, one test per cell."""
+    """The `FamilyDecision` of the cells' shares of the gap, where the sweep was decided over rounds."""
 
     def __post_init__(self) -> None:
         if self.values.ndim != len(self.axes):
@@ -187,32 +169,29 @@ class PatchingResult:
 
     @property
     def normalised_refused(self) -> bool:
-        """True when the clean - corrupted gap's 95% interval includes 0: the two runs are not told apart, so
-        no normalised effect is given (`normalised()` is NaN). False without intervals (nothing to judge)."""
+        """True when the clean - corrupted gap's 95% interval includes 0 (`normalised()` is then NaN);
+        False without intervals."""
         return self.intervals is not None and bool(covers(*self.intervals.gap[1:]))
 
     def normalised(self) -> Float[Tensor, "..."]:
-        """(value - corrupted) / (clean - corrupted): 0 = corrupted behaviour, 1 = clean behaviour; NaN where
-        the gap is 0 or `normalised_refused`."""
+        """(value - corrupted) / (clean - corrupted): 0 = corrupted behaviour, 1 = clean behaviour; NaN
+        where the gap is 0 or `normalised_refused`."""
         span = self.clean - self.corrupted
         if self.normalised_refused or not span:
             return torch.full_like(self.values, float("nan"))
         return (self.values - self.corrupted) / span
 
     def effect_undecided(self) -> Tensor | None:
-        """Per cell, whether the 95% interval of the effect (value - baseline) includes 0; None without
-        intervals."""
+        """Per cell, whether the effect's 95% interval includes 0; None without intervals."""
         if self.intervals is None:
             return None
         return covers(self.intervals.effect_lower, self.intervals.effect_upper)
 
     def to_dataframe(self) -> Any:
-        """One row per patched cell: `sweep`, `stage` (the activation patched; None for a sweep not in
-        `SWEEPS`), `direction`, `method`, one column per axis (`layer`, `pos`, `head`, `dest_pos`, ...),
-        `value` (the metric after the patch, mean over prompts), `lower` / `upper` (its 95% interval),
-        `effect_lower` / `effect_upper` (of value - baseline), `normalised` (`normalised()`) and
-        `normalised_lower` / `normalised_upper`. Without intervals the bounds are NaN. A decided sweep adds
-        `share` (the cell's share of the gap), its corrected bounds and the cell's `verdict`."""
+        """One row per patched cell: `sweep`, `stage`, `direction`, `method`, one column per axis, `value`,
+        `lower` / `upper`, `effect_lower` / `effect_upper`, `normalised` and `normalised_lower` /
+        `normalised_upper` (NaN bounds without intervals). A decided sweep adds `share`, its corrected
+        bounds and `verdict`."""
         spec = SWEEPS.get(self.sweep)
         leading = {
             "sweep": self.sweep,
@@ -292,10 +271,7 @@ class PatchingResult:
 
 def plot_patching(result: PatchingResult) -> Any:
     """Heatmap(s) of a sweep, centred on the unpatched run's metric; one panel per layer for 3-axis sweeps.
-
-    Cells whose effect's 95% interval (value - baseline, over prompts) includes 0 are hatched: a colour there
-    is not told apart from no effect. A refused normalisation (the clean - corrupted gap's interval includes
-    0) is said in the title."""
+    Cells whose effect's 95% interval includes 0 are hatched; a refused normalisation is said in the title."""
     from matplotlib.collections import PatchCollection
     from matplotlib.patches import Rectangle
     from matplotlib.ticker import MaxNLocator

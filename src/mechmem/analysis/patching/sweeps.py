@@ -1,33 +1,17 @@
 """Activation patching: which activations carry the information that separates two inputs?
 
-Run the model on a *clean* input and a *corrupted* one that differ in a key detail (here: the last x repeats
-an earlier x, so the answer is recalled rather than eliminated). Then replace one activation of one run by the
-same activation of the other run and measure a metric of the output (default: the task's logit difference
-between the clean and the corrupted answer). Both directions are named explicitly:
-    - denoising: clean activations into the corrupted run. A large recovery means the activation is
-    *sufficient*
-      to carry the clean behaviour (given the rest of the corrupted run).
-    - noising: corrupted activations into the clean run. A large drop means the activation is *necessary*.
-Sweeps cover the residual stream (resid_pre / resid_mid / resid_post) and the attention and MLP outputs by
-layer x position, each head's output z by layer x head (all positions at once) and layer x position x head,
-and each head's attention pattern by layer x head (and layer x head x destination position).
+Run the model on a *clean* input and a *corrupted* one that differ in a key detail, replace one activation of
+one run by the same activation of the other run and measure a metric of the output (default: the task's logit
+difference). Denoising patches clean activations into the corrupted run (a large recovery: the activation is
+*sufficient*); noising patches corrupted activations into the clean run (a large drop: it is *necessary*).
+Sweeps cover the residual stream and attention and MLP outputs by layer x position, each head's z by layer x
+head and layer x position x head, and each head's pattern by layer x head (x dest pos).
 
-Each cell is one `Intervention` of the intervention engine (`mechmem.analysis.interventions`): the sweep's
-hook, the cell's index, the source run's values. The results equal TransformerLens's
-`transformer_lens.patching.get_act_patch_*` (one hooked forward pass per patch), but the engine computes them
-much faster while staying exact (on models its hook-free replay supports; elsewhere it runs them on hooks):
-    - many patches share one forward pass along a leading patch axis, in chunks that fit a memory budget;
-    - each patched run resumes at the patched activation from the cached unpatched run
-      (`interventions.replay`);
-    - patches that provably cannot move the metric are not run but get the unpatched run's metric, the value a
-      full run would produce: patches whose replaced entries already equal the base run's (e.g. every position
-      before the first token where clean and corrupted differ), positions after the last read-out position
-      (causal attention), and, after the last layer's attention, where the network is position-wise, every
-      position that is not read out.
-Each cell is a mean over prompts with its 95% interval over them (`mechmem.analysis.patching.result`).
+Each cell is one `Intervention` (the sweep's hook, the cell's index, the source run's values) run by the
+intervention engine; results equal TransformerLens's `patching.get_act_patch_*` (tested). Each cell is a
+mean over prompts with its 95% interval (`mechmem.analysis.patching.result`).
 
-Caveats: patching measures the effect of one activation with everything else held at one run's values; effects
-need not add up, and a clean/corrupted pair that differs in several ways mixes their effects.
+Caveats: effects need not add up, and a pair that differs in several ways mixes their effects.
 """
 
 import itertools
@@ -62,10 +46,8 @@ def resolve_metric(
     *,
     per_prompt: bool = True,
 ) -> PatchingMetric:
-    """None -> the pair's logit difference; `pair.logit_diff` itself is recognised; any callable is put in
-    batched form by `callable_metric` (`probe()` gives the clean run's full logits, computed only then).
-    With `per_prompt` the logit difference comes one value per prompt (`PatchingMetric.logit_diff_per_prompt`,
-    for intervals), else as the mean (a scalar, for gradients)."""
+    """None -> the pair's logit difference (one value per prompt with `per_prompt`, else the mean); any
+    callable is put in batched form by `callable_metric` (`probe()` gives the clean run's logits)."""
     if isinstance(metric, PatchingMetric):
         return metric
     logit_diff = PatchingMetric.logit_diff_per_prompt if per_prompt else PatchingMetric.logit_diff
@@ -86,8 +68,7 @@ def resolve_metric(
 
 
 def model_sweeps(model: torch.nn.Module) -> list[str]:
-    """Every sweep the model has: attention-only models have no resid_mid / mlp_out, parallel attention and
-    MLP blocks no resid_mid (`interventions.replay.model_stages`)."""
+    """Every sweep the model has (`interventions.replay.model_stages`)."""
     stages = model_stages(model.cfg)
     return [name for name, spec in SWEEPS.items() if spec.stage in stages]
 
@@ -95,8 +76,7 @@ def model_sweeps(model: torch.nn.Module) -> list[str]:
 def resolve_sweep(
     sweep: str | PatchSweep, direction: str, model: torch.nn.Module
 ) -> tuple[PatchSweep, str, str]:
-    """The sweep spec and the (base, source) run names of `direction`; one-line errors for bad requests
-    (also for a sweep of an activation `model` does not compute)."""
+    """The sweep spec and the (base, source) run names of `direction`; one-line errors for bad requests."""
     spec = SWEEPS.get(sweep) if isinstance(sweep, str) else sweep
     if spec is None:
         raise MechmemError(f"unknown sweep {sweep!r}; choose from {', '.join(SWEEPS)}")
@@ -121,17 +101,11 @@ def cell_index(spec: PatchSweep, cell: Sequence[int]) -> tuple:
 class Patcher:
     """Clean and corrupted runs of one model; `sweep` patches between them through the intervention engine.
 
-    Each cell of a sweep is one `Intervention` (the sweep's hook, the cell's index, `from_run` of the source
-    run), the way TransformerLens's patch setters write it; the engine
-    (`mechmem.analysis.interventions.Engine`) runs them all, on the hook-free replay where the model allows
-    (see the module docstring), else on hooks.
-
     Args:
-        model: a TransformerLens `HookedTransformer` (or another hooked model with a `cfg`).
+        model: a `HookedTransformer` (or another hooked model with a `cfg`).
         clean, corrupted: input tokens [batch pos] of equal shape.
-        metric: a `PatchingMetric`, any callable `metric(logits [batch pos d_vocab]) -> scalar` (evaluated
-        over
-            all patches at once, see `patching_metric`), or None for the logit difference of `pair`.
+        metric: a `PatchingMetric`, a callable `metric(logits [batch pos d_vocab]) -> scalar`, or None for
+            the logit difference of `pair`.
         pair: the task's `PatchingPair` (gives the default metric).
         readout: positions a callable metric reads (shared list, negative from the end, or [batch read]);
             None: found by a dependency check.
@@ -218,8 +192,8 @@ class Patcher:
     def per_prompt_values(
         self, sweep: str | PatchSweep, direction: str = "denoising"
     ) -> Float[Tensor, "..."]:
-        """The metric of each prompt after each patch of `sweep`, [prompt, *cell axes] (one engine call);
-        for a metric with one value for all prompts, just the cells' values [*cell axes]."""
+        """The metric of each prompt after each patch of `sweep`, [prompt, *cell axes]; for a scalar metric
+        the cells' values [*cell axes]."""
         spec, base_name, source_name = resolve_sweep(sweep, direction, self.model)
         shape = [self.sizes()[a] for a in spec.axes]
         out = torch.stack(self.engine.run(self.tokens[base_name], self.variants(spec, source_name)))

@@ -1,6 +1,5 @@
-"""What `mechmem patch` prints and writes, as library functions: run the sweeps by a chosen method (exact
-activation patching or attribution patching), summarise the largest effect per sweep, and build the JSON
-record."""
+"""What `mechmem patch` prints and writes: the sweeps by exact or attribution patching, the largest effect
+per sweep, and the JSON record."""
 
 import math
 from collections.abc import Sequence
@@ -35,8 +34,7 @@ def run_method(
     memory_mb: float = 256.0,
 ) -> dict[str, PatchingResult]:
     """Sweeps (default: all the model has) by exact patching (`run_sweeps`) or attribution
-    (`attribute_sweeps`, which falls back to exact patching for a sweep whose sampled agreement fails
-    `attribution.TRUST`)."""
+    (`attribute_sweeps`, with its exact fallback)."""
     sweeps = list(sweeps or model_sweeps(model))
     if method == "exact":
         return run_sweeps(model, pair, sweeps, direction=direction, memory_mb=memory_mb)
@@ -64,8 +62,8 @@ def attribution_notes(results: dict[str, PatchingResult]) -> list[str]:
 
 
 def largest_effects(results: dict[str, PatchingResult]) -> list[list[Any]]:
-    """Per sweep: name, axes, the cell with the largest |value - baseline|, its value with its 95% interval,
-    its normalised value with its interval (NaN where the normalisation is refused)."""
+    """Per sweep: name, axes, the cell with the largest |value - baseline|, its value and normalised value
+    with their 95% intervals (NaN where the normalisation is refused)."""
     rows = []
     for name, res in results.items():
         best = int((res.values - res.baseline).abs().flatten().argmax())
@@ -81,8 +79,7 @@ def largest_effects(results: dict[str, PatchingResult]) -> list[list[Any]]:
 
 
 def interval_lines(results: dict[str, PatchingResult]) -> list[str]:
-    """How the intervals were computed, and a warning when the clean and corrupted runs are not told apart
-    (their gap's 95% interval includes 0, so no normalised effect is given)."""
+    """How the intervals were computed, and a warning when the clean - corrupted gap's interval includes 0."""
     first = next(iter(results.values()))
     iv = first.intervals
     if iv is None:
@@ -103,8 +100,7 @@ def interval_lines(results: dict[str, PatchingResult]) -> list[str]:
 
 
 def patching_record(results: dict[str, PatchingResult], **fields: Any) -> dict[str, Any]:
-    """The `patching.json` record: `fields` (task, method, n_samples, seed...), the unpatched metrics and
-    the sweeps."""
+    """The `patching.json` record: `fields`, the unpatched metrics and the sweeps."""
     first = next(iter(results.values()))
     return {
         **fields,
@@ -122,7 +118,7 @@ def patching_record(results: dict[str, PatchingResult], **fields: Any) -> dict[s
 
 
 def sweep_record(result: PatchingResult) -> dict[str, Any]:
-    """One sweep in `patching.json`: axes, values, their 95% intervals (null without), the normalised effects
+    """One sweep in `patching.json`: axes, values, 95% intervals (null without), the normalised effects
     (null where refused) with theirs, method and check."""
     full = result.to_dict()
     keys = ["axes", "values", "lower", "upper", "effect_lower", "effect_upper", "normalised"]
@@ -140,9 +136,8 @@ def patch_checkpoint(
     direction: str = "denoising",
     memory_mb: float = 256.0,
 ) -> tuple[DecidedPatching, dict[str, Any]] | str:
-    """`mechmem patch`'s work: the sweeps decided over rounds of the checkpoint's task pairs drawn from `seed`
-    up to a budget of `n` (`decided_patching` with `PATCH_POLICY`'s looks, the report's call), and their
-    `patching_record`; the reason as a string when the task defines no pairs."""
+    """`mechmem patch`'s work: `decided_patching` on the checkpoint's task pairs from `seed` up to `n`
+    pairs, and its `patching_record`; the reason as a string when the task defines no pairs."""
     policy = PATCH_POLICY.with_budget(n)
     try:
         found = decided_patching(
@@ -172,9 +167,8 @@ def patch_checkpoint(
 def patching_lines(
     results: dict[str, PatchingResult], *, task: str, method: str, direction: str, n: int
 ) -> list[str]:
-    """What `mechmem patch` prints: the unpatched metrics, how the intervals were computed (and a warning
-    when the normalised effect is refused), the attribution notes, the largest effect per sweep and, for
-    each 2-D sweep of at most 16 columns, its table (each cell "mean±half-width" of its 95% interval)."""
+    """What `mechmem patch` prints: the unpatched metrics, the intervals note, the attribution notes, the
+    largest effect per sweep and a table of each 2-D sweep of at most 16 columns."""
     first = next(iter(results.values()))
     headers = ["sweep", "axes", "largest effect at", "metric", "95% interval", "normalised", "95% interval"]
     lines = [

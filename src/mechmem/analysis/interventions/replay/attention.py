@@ -1,26 +1,15 @@
 """The replay's attention: TransformerLens's arithmetic from a block's weights, and its output z for many
 patched runs at once, laid out so that shared keys are never copied.
 
-`AttentionReplay` holds each block's attention weights, scale, rotary tables and mask kind as the replay reads
-them (`Replay` is one): `attend` computes a block's pattern, keys, values and z in TransformerLens's order of
-operations (what a whole run keeps, and what gradients flow through); `attend_z` computes only z for a resumed
-pass, by `attention_z`.
+`AttentionReplay.attend` computes a block's pattern, keys, values and z in TransformerLens's order of
+operations (whole runs and gradients); `attend_z` computes only z for a resumed pass, by `attention_z`:
+the patch axis sits next to the query positions ([batch, head, patch, query, ...]) so the base run's
+past keys meet every patch's queries in one product, the causal mask is a 0 / -inf bias on the fresh
+part only, and the scale is applied to the queries.
 
-A resumed pass (`Replay.resume`) needs only z, not the pattern, and its inputs have a leading *patch* axis:
-queries, keys and values of the positions a patch changes differ per patch, while the keys and values of the
-earlier positions (`past`) are the base run's, one copy shared by every patch. Written the obvious way
-(`q @ k.T` per patch, the past part broadcast), a matrix product copies the past keys and values once per
-patch and the scores are concatenated, masked, cleaned and sliced again, several passes over the largest
-tensor of the pass. Here the patch axis is moved next to the query positions ([batch, head, patch, query,
-...]), so that the past keys meet every patch's queries in one product with nothing copied, the causal mask is
-added as a 0 / -inf bias to the fresh part only (the past keys precede every query unless a window or a
-read-out query hides some), and the scale is applied to the queries rather than to the scores.
-
-Where every score is finite, the result equals TransformerLens's arithmetic up to float rounding (a causal row
-always sees its own key, so no row is wholly masked). A NaN or infinite score, masked or not, may make its
-row NaN, where TransformerLens's masked fill and its backend's clean-up (HookedTransformer: every NaN to 0)
-give something else; the caller checks z for NaN and recomputes such a pass TransformerLens's way
-(`AttentionReplay.attend_z`).
+Where every score is finite the result equals TransformerLens's up to float rounding. A NaN or infinite
+score may make its row NaN where TransformerLens's masked fill gives something else; `attend_z` then
+recomputes that pass with `attend`.
 """
 
 import math
@@ -48,12 +37,9 @@ def attention_z(
     scale: float,
     past: tuple[Tensor, Tensor] | None = None,
 ) -> Float[Tensor, "*patch batch query head d_head"]:
-    """softmax(q . [past_k, k] / scale, masked) @ [past_v, v] per patch (a row with a non-finite score may
-    come out NaN: see the module docstring).
-
-    `past` = (k, v) [batch, start, head, d_head] of the first positions, shared by every patch; `k`, `v` hold
-    the positions from `start` on. `mask` (True: attend) is [query, all_keys] or [batch, query, all_keys].
-    """
+    """softmax(q . [past_k, k] / scale, masked) @ [past_v, v] per patch. `past` = (k, v) [batch, start,
+    head, d_head] of the first positions, shared by every patch; `k`, `v` hold the positions from
+    `start` on. `mask` (True: attend) is [query, all_keys] or [batch, query, all_keys]."""
     *lead, batch, n_query, heads, d_head = q.shape
     n_fresh = k.shape[-3]
     start = 0 if past is None else past[0].shape[-3]
@@ -115,15 +101,11 @@ class AttentionReplay:
         past: tuple[Tensor, Tensor] | None = None,
         h_read: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Attention on normalised input `h`; queries at all its positions, or only at `readout` (keys at
-        all).
+        """Attention on normalised input `h`; queries at all its positions, or only at `readout`.
 
-        With `past` = (k, v) of the first positions (unchanged by the patch), `h` holds only the later
-        positions, and queries at `readout` need `h_read`, the normalised input at the read-out positions
-        (`split_take`); scores and z are computed in two parts (past and fresh keys). This is
-        TransformerLens's order of operations, for whole runs, gradients and `attend_z`'s NaN cases; a resumed
-        pass of many patches takes `attend_z`. Returns (pattern [... head q k] over all keys, k and v [... pos
-        head d_head] of the positions of `h`, z [... q head d_head]).
+        With `past` = (k, v) of the first positions, `h` holds only the later positions and queries at
+        `readout` need `h_read` (`split_take`). Returns (pattern [... head q k] over all keys, k and v
+        [... pos head d_head] of the positions of `h`, z [... q head d_head]).
         """
         q, k, v, mask = self.attention_inputs(layer, h, readout, past, h_read)
         start = 0 if past is None else past[0].shape[-3]
@@ -154,9 +136,8 @@ class AttentionReplay:
         past: tuple[Tensor, Tensor] | None = None,
         h_read: Tensor | None = None,
     ) -> Float[Tensor, "... q head_index d_head"]:
-        """`attend`'s z alone, for a resumed pass (no pattern kept, no gradient), by `attention_z`; by
-        `attend` where that gives a NaN (a NaN or infinite score, masked or not: `attention_z` adds its mask,
-        so a masked non-finite score gives NaN where TransformerLens's masked fill does not)."""
+        """`attend`'s z alone for a resumed pass (no pattern, no gradient), by `attention_z`; by `attend`
+        where that gives a NaN."""
         q, k, v, mask = self.attention_inputs(layer, h, readout, past, h_read)
         z = attention_z(q, k, v, mask, self.scales[layer], past)
         if bool(z.isnan().any()):
@@ -186,8 +167,8 @@ class AttentionReplay:
     def keys_values(
         self, layer: int, h: Float[Tensor, "... pos d_model"], start: int = 0
     ) -> tuple[Tensor, Tensor]:
-        """Keys (rotated to positions start, start + 1, ...) and values [... pos head d_head] of normalised
-        input `h`, the shared heads of grouped-query attention repeated over their query heads."""
+        """Keys (rotated to positions start, start + 1, ...) and values [... pos head d_head] of `h`,
+        grouped-query heads repeated over their query heads."""
         _, w_k, w_v, _, b_k, b_v, _, _ = self.weights[layer]
         k = F.linear(h, w_k, b_k).unflatten(-1, (self.kv_heads, self.cfg.d_head))
         v = F.linear(h, w_v, b_v).unflatten(-1, (self.kv_heads, self.cfg.d_head))
@@ -205,8 +186,7 @@ class AttentionReplay:
         return self.rotate(layer, q, positions)
 
     def attention_mask(self, layer: int, queries: Tensor, keys: Int[Tensor, " k"]) -> Tensor:
-        """Which keys each query attends to ([*queries.shape, k]): causal, and within the window of local
-        attention."""
+        """Which keys each query attends to ([*queries.shape, k]): causal, and within a local window."""
         mask = queries[..., None] >= keys
         if self.local[layer]:
             mask = mask & (keys > queries[..., None] - self.cfg.window_size)
@@ -221,9 +201,9 @@ class AttentionReplay:
     def rotate(
         self, layer: int, x: Float[Tensor, "... pos head_index d_head"], positions: Int[Tensor, "*b pos"]
     ) -> Float[Tensor, "... pos head_index d_head"]:
-        """Rotary positions: queries or keys `x` rotated by their absolute `positions` ([pos], or [batch
-        read] for read-out queries), on the first rotary_dim dimensions, with the attention module's own
-        sin/cos tables and rotation (TransformerLens's `apply_rotary` at offset 0); unchanged otherwise."""
+        """Queries or keys `x` rotated by their absolute `positions` ([pos] or [batch read]) on the first
+        rotary_dim dimensions with the module's own sin/cos tables (TransformerLens's `apply_rotary` at
+        offset 0); unchanged without rotary positions."""
         if not self.rotary:
             return x
         needed = int(positions.max()) + 1 if positions.numel() else 0

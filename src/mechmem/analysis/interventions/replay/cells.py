@@ -1,13 +1,8 @@
 """Patching cells kept as one activation, a source and each cell's index, built only where a pass reads them.
 
-A patching sweep replaces one cell of an activation per variant (a position, a head, a position and a head, or
-the whole activation) by another run's values. Stacking every variant as a full copy of the activation costs
-cells x batch x positions x width of memory and comparisons, although each variant differs from the base run
-only inside its cell. `CellPatches` keeps the base activation, the source and the cells' indices instead:
-which cells change anything, and from which position, come from one comparison of the source with the base;
-the rows a resumed pass reads are built from that position on (or at the read-out positions), for those cells
-only. The rows equal the stacked copies' bit for bit, so results do not change (`Replay.patched_metric` takes
-either form).
+`CellPatches` keeps the base activation, the source and the cells' indices instead of a full copy per
+variant; one comparison of source and base finds which cells change anything and from which position.
+The rows equal the stacked copies' bit for bit (`Replay.patched_metric` takes either form).
 """
 
 from dataclasses import dataclass
@@ -20,11 +15,8 @@ from torch import Tensor
 @dataclass(frozen=True)
 class CellPatches:
     """Variants of one activation: variant i equals `source` inside cell `cells[i]` and `act` elsewhere.
-
-    `act` and `source` are [batch or 1, *axes] (broadcastable); `cells` [cell, len(axes)] holds one index per
-    axis after the batch, -1 for the whole axis; `pos_dim` (negative) is the position axis along which a
-    resumed pass starts.
-    """
+    `act` and `source` are [batch or 1, *axes]; `cells` [cell, len(axes)] holds one index per axis after
+    the batch (-1: the whole axis); `pos_dim` (negative) is the position axis."""
 
     act: Tensor
     source: Tensor
@@ -54,8 +46,7 @@ class CellPatches:
         self, readout: Int[Tensor, "batch read"] | None = None
     ) -> tuple[Bool[Tensor, "cell batch"], Int[Tensor, " cell"]]:
         """(whether cell i changes anything in prompt b, cell i's first changed position) for every cell;
-        with `readout`, only the read-out positions count (what a last layer reads), and every first
-        position is 0."""
+        with `readout`, only the read-out positions count and every first position is 0."""
         act, source = self._pair(readout)
         diff = act != source  # [batch, *axes]
         pos = self._pos_axis
@@ -106,8 +97,8 @@ class CellPatches:
     def rows(
         self, idx: Tensor, start: int = 0, readout: Tensor | None = None, prompts: Tensor | None = None
     ) -> Tensor:
-        """[len(idx), batch, *axes]: the variants `idx` from position `start` on, or at `readout` only; of
-        the prompts `prompts` only, if given."""
+        """[len(idx), batch, *axes]: the variants `idx` from position `start` on, or at `readout`; of
+        `prompts` only, if given."""
         if readout is not None:
             act, source = self._pair(readout, prompts)
             readout = readout if prompts is None else readout[prompts]

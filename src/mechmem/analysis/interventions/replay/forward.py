@@ -1,42 +1,15 @@
 """A hook-free replay of a `HookedTransformer` forward pass that can resume at any activation.
 
-Activation patching needs one forward pass per patch, but every patched run is identical to the unpatched run
-up to the patched activation. `Replay` therefore (1) runs a model once and keeps every activation a patch may
-replace (`resid_pre`, `pattern`, `z`, `attn_out`, `resid_mid`, `mlp_out`, `resid_post` per layer), and (2)
-resumes a forward pass from a replaced activation, with a leading *patch* axis so that many patched runs share
-one pass.
+`Replay` runs a model once, keeping every activation a patch may replace (`STAGES` per layer), and
+resumes a forward pass from a replaced activation with a leading *patch* axis, so many patched runs
+share one pass. It truncates inputs after the last read-out position, computes the last layer only at
+the read-out positions, recomputes only the rows a patch changed (`finish_rows`) and reuses the base
+run's keys and values.
 
-Three shortcuts make the resumed pass cheaper while leaving its result unchanged:
-    - causal attention: logits at the read-out positions depend only on earlier positions, so inputs may be
-      truncated after the last read-out position;
-    - everything after the last layer's attention is position-wise, so the last layer computes queries, MLP,
-      final norm and unembedding only at the read-out positions (`readout`, one row of positions per prompt);
-    - the rest of the patched block after its attention is position-wise too, so it is computed only on the
-      rows a patch changed (`finish_rows`); the others keep the base run's values.
-A resumed pass keeps no attention pattern; its attention (`attention.attention_z`) reads the base run's keys
-and values of the unchanged positions where they are, for every patch at once.
-
-The replay mirrors TransformerLens's own arithmetic (same `F.linear` projections, causal mask with the
-module's `IGNORE` value, softmax, the backend's NaN clean-up), calling the model's own norm, MLP and
-unembedding modules; results equal TransformerLens's forward up to float rounding. It bypasses hook points, so
-hooks attached to the model are ignored (and none are ever added). Supported: decoder-only
-`HookedTransformer`s and TransformerLens 4 bridges around TransformerLens's native model (what the adapter
-builds), with learned (standard) or rotary positions (also rotary on the first `rotary_dim < d_head`
-dimensions of a head: queries and keys are rotated by their absolute positions with the model's own sin/cos
-tables and rotation before the pattern, HookedTransformer's halves or the native model's adjacent pairs, from
-`support.rotary_tables`), grouped-query attention (the shared key/value heads of `support.attention_weights`,
-computed once per group and repeated over its query heads, as TransformerLens does), local attention
-(`attn_types`: a local layer's mask also hides keys `window_size` or more positions back), sequential or
-parallel attention and MLP (a parallel block's MLP reads `resid_pre` and there is no `resid_mid`), any norm
-and MLP TransformerLens builds (gated, LN / LNPre / RMS / RMSPre: the model's own modules are called), a
-custom attention scale and any output vocabulary. Other configurations (shortformer positions, QK norms, soft
-caps, post-norms, ...) raise `MechmemError`, and the engine runs those models on hooks; so do TransformerLens
-4 bridges of Hugging Face models with rotary positions or grouped-query attention, whose rotary embedding and
-key/value weights live in the Hugging Face modules (`support.replay_unsupported` says so).
-
-This is the execution strategy the intervention engine (`mechmem.analysis.interventions`) picks for variants
-that replace one activation of a model the replay supports (`stage_of` names the hooks,
-`Replay.patched_metric` runs them); the engine uses hooks for everything else.
+It mirrors TransformerLens's arithmetic (same projections, causal mask with `IGNORE`, softmax, NaN
+clean-up) and calls the model's own norm, MLP and unembedding modules, so results equal
+TransformerLens's forward up to float rounding (tested); hooks on the model are ignored.
+`support.replay_unsupported` names the models it cannot run (the engine runs those on hooks).
 """
 
 from collections.abc import Callable
@@ -91,8 +64,8 @@ _POSITIONS = ("standard", "rotary")
 
 
 def model_stages(cfg: Any) -> tuple[str, ...]:
-    """The stages a model with TransformerLens config `cfg` computes: no `resid_mid` / `mlp_out` in an
-    attention-only model, no `resid_mid` where attention and MLP run in parallel."""
+    """The stages a model with config `cfg` computes: no `resid_mid` / `mlp_out` in an attention-only
+    model, no `resid_mid` where attention and MLP run in parallel."""
     if cfg.attn_only:
         return tuple(s for s in STAGES if s not in ("resid_mid", "mlp_out"))
     if getattr(cfg, "parallel_attn_mlp", False):
@@ -104,7 +77,7 @@ def split_take(
     late: Float[Tensor, "... batch later d"], whole: Float[Tensor, "batch pos d"], readout: Tensor, start: int
 ) -> Tensor:
     """Rows at `readout` of a residual stream held as `late` (positions `start` on, patched) after the
-    first `start` positions of `whole` (the base run's, unchanged by the patch)."""
+    first `start` positions of `whole` (the base run's)."""
     if not start:
         return take_pos(late, readout, -3, -2)
     after = take_pos(late, (readout - start).clamp(min=0), -3, -2)
@@ -144,8 +117,7 @@ class RunActs:
 
 
 class Replay(AttentionReplay):
-    """Run and resume a `HookedTransformer`'s forward pass outside its hooks (see the module docstring); the
-    attention of each block is `AttentionReplay`'s."""
+    """Run and resume a `HookedTransformer`'s forward pass outside its hooks (see the module docstring)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         cfg = getattr(model, "cfg", None)
@@ -205,11 +177,9 @@ class Replay(AttentionReplay):
         grad: bool = False,
         embed: Float[Tensor, "batch pos d_model"] | None = None,
     ) -> RunActs:
-        """Run the model on `tokens`, keeping every patchable activation and the logits at `readout`.
-
-        With `grad`, the activations stay in the autograd graph (attribution patching differentiates through
-        them). `embed` replaces the token embedding (hook_embed) when given.
-        """
+        """Run the model on `tokens`, keeping every patchable activation and the logits at `readout`; with
+        `grad` the activations stay in the autograd graph; `embed` replaces the token embedding
+        (hook_embed)."""
         with torch.set_grad_enabled(grad):
             return self._run(tokens, readout, embed)
 
@@ -261,12 +231,10 @@ class Replay(AttentionReplay):
     ) -> Float[Tensor, "patch batch read d_vocab"]:
         """Logits at `readout` after replacing activation `stage` of `layer` by `act` (leading patch axis).
 
-        With `prompts`, `act` and `readout` hold those prompts of `base` only.
-
-        In the last layer `act` holds only the read-out positions (see `effective`), except for `resid_pre`,
-        whose keys and values are needed at every position. Elsewhere, and for that `resid_pre`, `act` may
-        start at position `start` when the patch leaves every earlier position unchanged (causal attention
-        keeps them so in later layers too): their keys and values are the base run's.
+        With `prompts`, `act` and `readout` hold those prompts of `base` only. In the last layer `act`
+        holds only the read-out positions (`effective`), except for `resid_pre`. `act` may start at
+        position `start` when the patch leaves every earlier position unchanged; their keys and values
+        are the base run's.
         """
         last = self.n_layers - 1
 
@@ -307,10 +275,8 @@ class Replay(AttentionReplay):
         pieces: dict[str, Tensor],
         v: Float[Tensor, "batch key head_index d_head"],
     ) -> Float[Tensor, "patch batch pos d_model"]:
-        """`finish_block` after any stage but `resid_pre` (whose attention mixes positions): the rest of the
-        block is position-wise (per query row for `pattern`), so it is computed only on the rows (patch,
-        prompt, position) where `act` differs from the base run's `base_act`; the others are the base run's
-        `base_post`, the value a recomputation gives. Dense where most rows differ."""
+        """`finish_block` after any stage but `resid_pre`, computed only on the rows (patch, prompt, position)
+        where `act` differs from `base_act`; the others are `base_post`. Dense where most rows differ."""
         if stage == "resid_post":  # nothing left to compute
             return act
         if stage == "pattern":  # [..., head, q, k]: a row is a query position across heads and keys
@@ -334,13 +300,9 @@ class Replay(AttentionReplay):
         return out
 
     def pattern_cells_as_z(self, layer: int, cells: CellPatches, base: RunActs) -> CellPatches:
-        """Cells of whole pattern rows (a head, a query position or all, every key) as the same cells of z.
-
-        A pattern row enters the rest of the block only through its z (the row times the values), so the
-        source's z, computed once for every row, stands for the source's pattern: each cell's z patch is one
-        row per prompt instead of a pattern row of every key to build, compare and multiply per cell. Rows
-        where the source's pattern equals the base run's keep the base run's z, so a cell that changes no
-        pattern changes no z either and is not run."""
+        """Cells of whole pattern rows (a head, a query position or all, every key) as the same cells of z:
+        a pattern row enters the block only through its z, so the source's z stands for its pattern
+        (rows where the source's pattern equals the base run's keep the base z)."""
         act, source = torch.broadcast_tensors(cells.act, cells.source)  # [batch, head, q, k]
         base_z = base.acts["z"][layer]  # [batch, q, head, d_head]
         same = (act == source).all(-1).transpose(-1, -2).unsqueeze(-1)  # [batch, q, head, 1]
@@ -365,12 +327,9 @@ class Replay(AttentionReplay):
         mlp_out: Tensor | None = None,
         v: Tensor | None = None,
     ) -> Float[Tensor, "... pos d_model"]:
-        """The rest of block `layer` after `stage` holds `act`, with the unpatched inputs the rest reads.
-
-        `v` is needed after `pattern`, `resid_pre` after `pattern`/`z`/`attn_out`, `resid_mid` after
-        `mlp_out`. A parallel block reads `resid_pre` and the unpatched `attn_out` after `mlp_out`, and the
-        unpatched `mlp_out` (recomputed from `resid_pre` when not given) after an attention stage.
-        """
+        """The rest of block `layer` after `stage` holds `act`, with the unpatched inputs the rest reads:
+        `v` after `pattern`, `resid_pre` after `pattern`/`z`/`attn_out`, `resid_mid` after `mlp_out`; a
+        parallel block reads `resid_pre` and the unpatched `attn_out` / `mlp_out`."""
         x = act
         if stage == "pattern":
             x = self.z_from_pattern(x, v)
@@ -405,14 +364,11 @@ class Replay(AttentionReplay):
     ) -> Tensor:
         """The metric `fn` after replacing activation `stage` of `layer` by each row of `new` [patch, *act].
 
-        `base` and `new` (a tensor or `CellPatches`) are cut after the last read-out position
-        (`RunActs.truncated`). Patches that change nothing the read-out depends on are not run: they get the
-        base run's metric, the value a run gives. The others resume at the first position they change
-        (`start_groups`), after the last layer's attention at the read-out positions only, on the prompts
-        they change; the other prompts keep the base run's logits, so `fn` always sees the whole batch.
-        Pattern cells of whole rows run as the same cells of z (`pattern_cells_as_z`).
-        `base_value`: fn on the base run, if known; `max_cells`: at most that many patches per pass. Returns
-        [patch, *metric output].
+        `base` and `new` (a tensor or `CellPatches`) are cut after the last read-out position. Patches
+        that change nothing the read-out depends on get the base run's metric; the others resume at the
+        first position they change (`start_groups`), on the prompts they change, so `fn` always sees the
+        whole batch. `base_value`: fn on the base run, if known; `max_cells`: at most that many patches
+        per pass. Returns [patch, *metric output].
         """
         base_value = fn(base.logits[None])[0] if base_value is None else base_value
         out = base_value.expand(len(new), *base_value.shape).clone()

@@ -1,7 +1,5 @@
-"""Scheduling the replay's patched passes: where each patched cell's pass may resume, and which cells share a
-pass. A cell changes nothing before its first changed position, so its pass resumes there; cells whose starts
-are close share one pass, when the extra positions cost less than a pass's fixed cost (`Replay.patched_metric`
-runs the groups)."""
+"""Scheduling the replay's patched passes: each cell's pass resumes at its first changed position, and
+cells whose starts are close share one pass."""
 
 import torch
 from jaxtyping import Int
@@ -16,11 +14,8 @@ def first_position(hit: Tensor, pos_dim: int) -> Int[Tensor, " cell"]:
 
 
 def start_groups(starts: Int[Tensor, " cell"], batch: int, overhead: int = 256) -> list[Tensor]:
-    """Group cells into passes that each resume at their earliest start position.
-
-    A pass over extra positions costs about `batch` token-layers per cell and position; a separate pass costs
-    about `overhead` token-layers of fixed cost, so a group joins the previous pass when that is cheaper.
-    """
+    """Group cells into passes that each resume at their earliest start position: a group joins the
+    previous pass when its extra positions (about `batch` token-layers each) cost less than `overhead`."""
     order = torch.argsort(starts, stable=True)
     groups: list[list[int]] = []
     first_start = 0

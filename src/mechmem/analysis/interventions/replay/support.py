@@ -1,13 +1,5 @@
-"""Which models the replay runs, and what it reads from them: the replay's one seam with TransformerLens.
-
-The replay (`Replay`) re-implements TransformerLens's forward arithmetic from a block's weights, its rotary
-tables and its attention scale, so it reads TransformerLens internals that hooks never see: the shared
-key/value heads of grouped-query attention, the sin/cos tables and rotation of rotary positions (in the
-backend's own dimension order), and the backend's clean-up of NaN attention scores. Those readers live here,
-beside the predicate that says which models they can read (`replay_unsupported`); the adapter
-(`mechmem.models.adapter`) keeps what every analysis needs (`is_bridge`, `is_native_bridge`,
-`attention_scale`, `last_start_layer`). When a TransformerLens release changes these internals, this
-module and the replay's reference tests are what must follow it.
+"""Which models the replay runs, and what it reads from them: the replay's seam with TransformerLens
+internals (grouped-query key/value heads, rotary tables and rotation, the backend's NaN clean-up).
 """
 
 from collections.abc import Callable
@@ -22,24 +14,14 @@ from mechmem.models.adapter import is_bridge, is_hooked_transformer, is_native_b
 
 
 def attention_zeroes_nan(model: Any) -> bool:
-    """True where `model`'s attention sets every NaN of its pattern to 0 (HookedTransformer's guard). A
-    TransformerLens 4 bridge sets only the masked entries to 0, so a NaN or infinite score leaves its row
-    NaN."""
+    """True where `model`'s attention sets every NaN of its pattern to 0 (HookedTransformer); a
+    TransformerLens 4 bridge zeroes only masked entries."""
     return not is_bridge(model)
 
 
 def replay_unsupported(model: Any) -> str | None:
-    """Why the engine's hook-free replay cannot run `model` (None: it can).
-
-    The replay re-implements TransformerLens's forward arithmetic from the weights, rotary tables and
-    attention scale read here and in the adapter (`attention_weights`, `rotary_tables`,
-    `attention_scale`), so it takes a HookedTransformer or a bridge around TransformerLens 4's native model
-    (what `build_transformer` builds) with learned or rotary positions, grouped-query attention included
-    (`replay.forward` lists the rest). A bridge around a Hugging Face model (`load_pretrained`) replays
-    with learned positions and one key/value head per query head only: its rotary embedding and key/value
-    weights are the Hugging Face modules', which these functions do not read. Anything else is patched
-    through hooks.
-    """
+    """Why the engine's hook-free replay cannot run `model` (None: it can). A bridge around a Hugging Face
+    model replays only with learned positions and one key/value head per query head."""
     if not is_hooked_transformer(model):
         return f"{type(model).__name__} is not a TransformerLens transformer"
     positions = model.cfg.positional_embedding_type
@@ -55,9 +37,9 @@ def replay_unsupported(model: Any) -> str | None:
 
 
 class AttentionWeights(NamedTuple):
-    """One block's attention weights as its forward uses them, in HookedTransformer's shapes. Keys and values
-    come per key/value head: n_key_value_heads of them under grouped-query attention, each read by
-    n_heads / n_key_value_heads consecutive query heads."""
+    """One block's attention weights in HookedTransformer's shapes; keys and values per key/value head
+    (n_key_value_heads under grouped-query attention, each read by n_heads / n_key_value_heads query
+    heads)."""
 
     W_Q: Float[Tensor, "head_index d_model d_head"]
     W_K: Float[Tensor, "kv_head d_model d_head"]
@@ -70,13 +52,8 @@ class AttentionWeights(NamedTuple):
 
 
 def attention_weights(model: Any, layer: int) -> AttentionWeights:
-    """Block `layer`'s attention weights, under either backend (live views: detach before keeping them).
-
-    HookedTransformer's `W_K`/`W_V` repeat grouped-query heads over their query heads; the shared heads are
-    `_W_K`/`_W_V` (unless `ungroup_grouped_query_attention` made them full). A TransformerLens 4 bridge shows
-    the shared heads as `W_K`/`W_V`. On a native bridge with rotary positions the query and key dimensions
-    are in the native model's order (adjacent pairs rotate together), the order `rotary_tables` rotates.
-    """
+    """Block `layer`'s attention weights under either backend (live views: detach before keeping them),
+    with the shared grouped-query heads (`_W_K`/`_W_V` on HookedTransformer, `W_K`/`W_V` on a bridge)."""
     a = model.blocks[layer].attn
     cfg = model.cfg
     grouped = getattr(cfg, "n_key_value_heads", None) is not None
@@ -86,9 +63,8 @@ def attention_weights(model: Any, layer: int) -> AttentionWeights:
 
 
 class Rotary(NamedTuple):
-    """A block's rotary position embedding: a query or key x at position p becomes
-    cat(x_rot * cos[p] + rotate(x_rot) * sin[p], x_pass), where x_rot is its first rotary_dim =
-    cos.shape[-1] dimensions and x_pass the rest."""
+    """A block's rotary position embedding: x at position p becomes cat(x_rot * cos[p] + rotate(x_rot) *
+    sin[p], x_pass), x_rot being its first rotary_dim = cos.shape[-1] dimensions."""
 
     cos: Float[Tensor, "pos rotary_dim"]
     sin: Float[Tensor, "pos rotary_dim"]
@@ -96,13 +72,9 @@ class Rotary(NamedTuple):
 
 
 def rotary_tables(model: Any, layer: int, n_positions: int) -> Rotary:
-    """Block `layer`'s rotary tables (at least `n_positions` rows) and rotation, under either backend.
-
-    HookedTransformer keeps sin/cos tables on each attention module and rotates with `rotate_every_two` (the
-    halves i, i + rotary_dim / 2 by default); it grows the tables on use, so they are grown here, once, when
-    a pass needs more positions. TransformerLens 4's native model shares one `NativeRotary` between blocks:
-    tables of n_ctx rows (any `rope_scaling` applied) and adjacent pairs (2i, 2i + 1) rotating together.
-    """
+    """Block `layer`'s rotary tables (at least `n_positions` rows) and rotation, under either backend:
+    HookedTransformer's per-module tables (grown here when needed) with `rotate_every_two`, or the
+    native model's shared `NativeRotary` (adjacent pairs)."""
     attn = model.blocks[layer].attn
     if is_bridge(model):
         if not is_native_bridge(model):
