@@ -92,11 +92,13 @@ def ray_instance(monkeypatch):
 PATTERN = "python_functions=ray_and_local_*"
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_ray_and_local_give_identical_records_and_resume():
     """The one test on a real Ray instance (about 40 s, most of it Ray's start and its workers importing
-    torch), run in its own pytest process: a Ray driver inside a pytest-xdist worker once took the worker down
-    with it at shutdown ("node down: Not properly terminated"), failing the run with no assertion to read.
+    torch: `make test-slow`), run in its own pytest process: a Ray driver inside a pytest-xdist worker once
+    took the worker down with it at shutdown ("node down: Not properly terminated"), failing the run with no
+    assertion to read.
 
     On a loaded 2-core machine the Ray process has also once exited with status 1 after the test body had
     passed (its "." printed, no summary, nothing on stderr): Ray's own shutdown, not an assertion. So a run

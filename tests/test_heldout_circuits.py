@@ -7,6 +7,7 @@ the ground-truth heads of the split-job model.
 Regenerate: `PYTHONPATH=src python benchmarks/heldout_models.py train --out tests/data/heldout`.
 """
 
+import functools
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 import mechmem
+from mechmem.analysis.roles import RoleResult
 
 DATA = Path(__file__).parent / "data" / "heldout"
 NAMES = ("split", "noln", "backup", "perm", "rotary")
@@ -21,6 +23,13 @@ NAMES = ("split", "noln", "backup", "perm", "rotary")
 
 def fixture(name: str) -> tuple[mechmem.Checkpoint, dict]:
     return mechmem.load_checkpoint(DATA / f"{name}.pt"), json.loads((DATA / f"{name}.truth.json").read_text())
+
+
+@functools.cache
+def roles_at_defaults(name: str) -> tuple[mechmem.Checkpoint, dict, RoleResult]:
+    """The model, its truth and the role step's result at its defaults (seed 0), measured once per module."""
+    ckpt, truth = fixture(name)
+    return ckpt, truth, mechmem.head_roles(ckpt.model, ckpt.task, seed=0)
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -157,8 +166,7 @@ def test_claims():
 
 def test_roles_name_the_split_heads():
     """The role step at its defaults names every ground-truth induction head of the split-job model."""
-    ckpt, truth = fixture("split")
-    roles = mechmem.head_roles(ckpt.model, ckpt.task, seed=0)
+    _, truth, roles = roles_at_defaults("split")
     induction = {h.name for h in roles.heads if h.role == "induction"}
     assert set(truth["job_heads"]) <= induction, (roles.summary(), truth["job_heads"])
 
@@ -168,8 +176,7 @@ def test_the_circuit_keeps_or_explains_every_named_head(name):
     """On the model whose previous-token job is split over four heads without LayerNorm, the circuit keeps all
     four and is faithful; on every model, each head the role step names is in the circuit or reported as left
     out with its measured joint share (docs/decisions.md, "Named heads the circuit leaves out")."""
-    ckpt, truth = fixture(name)
-    roles = mechmem.head_roles(ckpt.model, ckpt.task, seed=0)
+    ckpt, truth, roles = roles_at_defaults(name)
     named = [h.name for h in roles.heads if h.role != "none"]
     circuit, _ = mechmem.decided_circuit(ckpt.model, ckpt.task, seed=0, heads=named)
     left_out = {h.head for h in circuit.left_out}

@@ -182,11 +182,17 @@ def record(tmp_path_factory):
         mp.undo()
 
 
-def test_pipeline_writes_every_section_and_figure(record, tmp_path):
+@pytest.fixture(scope="module")
+def built(record):
+    """The page of the tiny record, built once (its figures take a few seconds)."""
+    return page.build_page(record)
+
+
+def test_pipeline_writes_every_section_and_figure(record, built, tmp_path):
     assert [r["seed"] for r in record["task2"]] == [0, 1] and record["scale"][0]["vocab_size"] == 10
     assert len(record["scale"][0]["circuit_attention"]["previous_token"]) == 2  # [layer][head]
     assert record["published"] == page.load_published()  # the record keeps a copy
-    report = page.build_page(record)
+    report = built
     keys = [s.key for s in report.sections]
     assert keys == ["published", "setup", "bayes", "probe", "roles", "rescue", "scale"]  # results first
     assert not any(s.skipped for s in report.sections)
@@ -199,9 +205,9 @@ def test_pipeline_writes_every_section_and_figure(record, tmp_path):
     assert all(f"figures/{n}" in md.read_text() for n in names)
 
 
-def test_prose_blocks_match_section_keys(record):
+def test_prose_blocks_match_section_keys(built):
     prose = read_prose(DOCS / "prose" / "permutation.md")
-    assert set(prose) - {"intro"} <= {s.key for s in page.build_page(record).sections}
+    assert set(prose) - {"intro"} <= {s.key for s in built.sections}
 
 
 def _expected_published_rows(record):
@@ -234,7 +240,7 @@ def _expected_published_rows(record):
     return rows
 
 
-def test_published_table_equals_record_aggregates(record):
+def test_published_table_equals_record_aggregates(record, built):
     """The tiny record is not at the published schedule and has no published-schedule record beside it: its
     table is the only one, labelled a sensitivity check, without the source column."""
     published = page.load_published()["values"]
@@ -244,7 +250,7 @@ def test_published_table_equals_record_aggregates(record):
     for row, expected in zip(rows, want):
         # the page's mean and sd against the statistics module: equal up to summation order (1e-12 relative)
         assert_records_close(row[1:], expected, rel=1e-12, abs=1e-15)
-    tables = page.build_page(record).section("published").tables
+    tables = built.section("published").tables
     assert len(tables) == 1 and tables[0].caption.startswith(
         "**Sensitivity check, not the published schedule**"
     )
@@ -294,8 +300,8 @@ def test_first_table_is_the_published_schedule_record_beside_it(record, tmp_path
     assert len(only) == 1 and only[0].caption.startswith("**Published schedule**")
 
 
-def test_roles_table_rows_equal_record_heads(record):
-    section = page.build_page(record).section("roles")
+def test_roles_table_rows_equal_record_heads(record, built):
+    section = built.section("roles")
     tables = [t for t in section.tables if "role" in t.headers]
     assert [t.caption.split("**")[1] for t in tables] == ["Task 1", "Task 2"]  # one table per group, in order
     heads = [
