@@ -399,10 +399,7 @@ def model_params(cfg: FactsModelConfig, model: torch.nn.Module) -> Params:
 
 
 def build_facts_model(cfg: FactsModelConfig, *, generator: torch.Generator | None = None) -> torch.nn.Module:
-    """A freshly initialised hooked model for `cfg`.
-
-    Published PyTorch-default init drawn from `generator`.
-    """
+    """A freshly initialised hooked model for `cfg`. Published PyTorch-default init drawn from `generator`."""
     return model_from_params(cfg, init_params(cfg, generator=generator))
 
 
