@@ -271,28 +271,26 @@ class OutputSet:
                 os.replace(tmp, target)
         except BaseException:
             for target, old in reversed(moved):  # put the old set back
-                if target.is_dir() and not target.is_symlink():
-                    shutil.rmtree(target, ignore_errors=True)
-                else:
-                    target.unlink(missing_ok=True)
+                _remove(target)
                 if old is not None:
                     os.replace(old, target)
             self._discard()
             raise
         for _, old in moved:
-            if old is None:
-                continue
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                old.unlink(missing_ok=True)
+            if old is not None:
+                _remove(old)
 
     def _discard(self) -> None:
         for tmp, _ in self.staged:
-            if tmp.is_dir():
-                shutil.rmtree(tmp, ignore_errors=True)
-            else:
-                tmp.unlink(missing_ok=True)
+            _remove(tmp)
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, a link (never followed) or a folder with its contents; a missing path is no error."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 @contextmanager
