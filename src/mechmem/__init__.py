@@ -1,7 +1,6 @@
 """mechmem: tiny transformers trained on synthetic memory tasks, taken apart with TransformerLens hooks.
 
-The public API is the names below (`mechmem.__all__`); each has a docstring with a short example that runs.
-They are imported on first use, so `import mechmem` is fast and imports neither torch nor TransformerLens.
+The public API is `mechmem.__all__`, imported on first use (`import mechmem` imports no torch).
 
     >>> import mechmem
     >>> model = mechmem.planted_induction_model()          # a hand-set previous-token + induction circuit
@@ -10,15 +9,7 @@ They are imported on first use, so `import mechmem` is fast and imports neither 
     >>> sorted(h.name for h in roles.heads if h.role != "none")
     ['L0H2', 'L1H1']
 
-Groups: checkpoints (`load_checkpoint`, `save_checkpoint`, `save_model`, `Checkpoint`), training
-(`train_preset`), tasks (`build_task`, `task_names`, `register_task`), the intervention engine (`intervene`,
-`Intervention` and the setters `zero`, `mean`, `resample`, `from_run`, `apply`), the analyses (`run_sweeps`,
-`decided_patching` and `PatchingResult`, `ablate_heads` and `decided_ablation`, `detect_heads`, `logit_lens`,
-`builtin_probes`, `head_roles`, `circuit_prompts`, `discover_circuit` and `decided_circuit`, `run_dynamics`,
-`prompt_fit` (are an analysis's prompts the model's own data?), `attribute_sweeps` for estimates), their
-figures (`plot`), the sequential rule every verdict follows (`decide`), the report (`build_report`,
-`report_checkpoint`), a planted model for trying things (`planted_induction_model`) and the errors
-(`MechmemError`, `CheckpointError`). The command line is `mechmem` (`mechmem --help`).
+The command line is `mechmem` (`mechmem --help`).
 """
 
 from typing import TYPE_CHECKING, Any

@@ -14,14 +14,8 @@ classes, only tensors, strings, numbers, lists and dicts. It carries everything 
                                   "task_attached": `save_model`'s note when it attached the generic task
     digest                        SHA-256 over every other field; a mismatch means the file was altered
 
-Version 1 files (digest over configs and weights only) still load, and so do files that carry
-HookedTransformer's buffers beside the weights (`check_buffers`: validated, then dropped). `save_checkpoint`
-refuses a model that does not match its config (the rebuilt model must give the same logits) and a task that
-does not fit the model, and warns when TransformerLens 4 could not load what it writes (`bridge_unsupported`:
-the same line refuses the file there); `load_checkpoint` validates all of it and raises `CheckpointError`
-with a one-line reason. Writes go to a
-temporary file in the same folder and are renamed into place, so an interrupted save never clobbers an
-existing file.
+Version 1 files (digest over configs and weights only) and files carrying HookedTransformer's buffers
+still load. `load_checkpoint` raises `CheckpointError` with a one-line reason; writes are atomic.
 """
 
 import hashlib
@@ -68,9 +62,7 @@ LIMITS: dict[str, tuple[int, int]] = {
     "state_dict": (2, 100_000),
     "extra": (12, 1_000_000),
 }
-"""Per field: (deepest nesting of lists/dicts, most elements counted over every level). Checked right after
-`torch.load`, before the digest or anything else walks a field, so a small file of shared nested lists (60
-levels of `[x, x]` reach 2**60 elements) is refused at once instead of hashed for ever."""
+"""Per field: (deepest nesting of lists/dicts, most elements over every level), checked before hashing."""
 MAX_SCALAR_FIELD = 10_000
 """Longest string in the scalar fields (format, versions, task name, digest)."""
 
@@ -134,10 +126,7 @@ WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _check_state_dict(path: Path, state: Any) -> None:
-    """Raise `CheckpointError` unless `state` maps weight names (strings) to dense floating-point tensors.
-
-    Names of HookedTransformer buffers (`layout.BUFFER_SUFFIXES`: a causal mask is bool) are not weights:
-    `check_buffers` checks them against the model config once it is read."""
+    """Raise `CheckpointError` unless `state` maps weight names to floating-point tensors (buffers exempt)."""
     from mechmem.models.layout import BUFFER_SUFFIXES
 
     if not isinstance(state, dict):
@@ -158,13 +147,11 @@ STORED_SIZES = (
     "n_layers", "d_model", "n_heads", "d_vocab", "d_head", "d_mlp", "d_vocab_out", "n_key_value_heads",
     "rotary_dim", "window_size",
 )  # fmt: skip
-"""Model-config sizes that no stored weight can be smaller than (the context length n_ctx is not among them:
-a rotary model stores no weight sized by it; its buffers are bounded by `check_declared_sizes`)."""
+"""Model-config sizes that cannot exceed the number of stored weight elements."""
 
 
 def _check_sizes_fit_weights(path: Path, model_config: Any, state: dict[str, torch.Tensor]) -> None:
-    """Refuse a config size larger than all the numbers the file stores, before any model (even on the meta
-    device, whose build still loops over layers and heads) is built."""
+    """Refuse a config size larger than all the numbers the file stores, before any model is built."""
     if not isinstance(model_config, dict):
         return
     stored = sum(t.numel() for t in state.values())
@@ -182,13 +169,8 @@ MAX_BUFFER_BYTES = 2**30
 
 
 def check_declared_sizes(path: Path, skeleton: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Compare the sizes a model config declares with the stored weights before any memory is allocated.
-
-    `skeleton` is the model built on the meta device (shapes, no storage): every weight of `state` (stored
-    buffers already dropped by `check_buffers`) must be stored with its shape, and the model's own buffers
-    (attention masks, rotary tables, sized by n_ctx) may take at most `MAX_BUFFER_BYTES`. Raises
-    `CheckpointError` naming the first weight that differs.
-    """
+    """Raise `CheckpointError` unless `state` has the weight shapes of `skeleton` (a meta-device model) and
+    its buffers take at most `MAX_BUFFER_BYTES`."""
     from mechmem.models.adapter import canonical_state_dict
 
     expected = canonical_state_dict(skeleton)
@@ -212,9 +194,8 @@ def check_declared_sizes(path: Path, skeleton: torch.nn.Module, state: dict[str,
 
 
 def check_buffers(path: Path, model_config: Any, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The weights of `state` without its HookedTransformer buffers, each checked to be what TransformerLens
-    keeps there for `model_config` (`layout.buffer_problem`); raises `CheckpointError` naming the first that
-    is not. A model that is not a mechmem transformer has no such buffers: its state is returned whole."""
+    """`state` without its HookedTransformer buffers, each checked (`layout.buffer_problem`); raises
+    `CheckpointError` naming the first bad one."""
     from mechmem.models.adapter import TransformerConfig
     from mechmem.models.layout import BUFFER_SUFFIXES, buffer_problem, canonical_weights
 
@@ -228,8 +209,7 @@ def check_buffers(path: Path, model_config: Any, state: dict[str, torch.Tensor])
 
 
 def _meta_model(model_config: Any) -> torch.nn.Module | None:
-    """The model of `model_config` built on the meta device (shapes, no storage), or None when this
-    architecture cannot be built there (an initialisation that reads a value, such as a gated MLP's)."""
+    """The model of `model_config` built on the meta device, or None when it cannot be built there."""
     from mechmem.models.registry import build_model
 
     try:
@@ -240,8 +220,7 @@ def _meta_model(model_config: Any) -> torch.nn.Module | None:
 
 
 def _check_context_fits(path: Path, model_config: Any) -> None:
-    """Without a meta-device model: refuse a context whose causal masks (n_ctx**2 bytes a layer) would pass
-    `MAX_BUFFER_BYTES`."""
+    """Refuse a context whose causal masks (n_ctx**2 bytes a layer) would pass `MAX_BUFFER_BYTES`."""
     n_ctx, layers = model_config.get("n_ctx"), model_config.get("n_layers")
     if isinstance(n_ctx, int) and isinstance(layers, int) and n_ctx * n_ctx * layers > MAX_BUFFER_BYTES:
         raise CheckpointError(
@@ -292,13 +271,8 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
 
 
 def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> None:
-    """Raise `MechmemError` unless `model_config` rebuilds `model`: same weight names and shapes, same logits.
-
-    A model built by mechmem from this very config is trusted. Any other model (a hand-built or converted
-    TransformerLens model) is rebuilt from the config, given the model's weights, and run on a probe input;
-    the logits must agree (atol 1e-4 relative to their scale). A TransformerLens model's cfg is also compared
-    field by field, so the message names the setting the config does not reproduce.
-    """
+    """Raise `MechmemError` unless `model_config` rebuilds `model`: same weight names and shapes, and logits
+    within 1e-4 (relative to their scale) on a probe input."""
     from mechmem.models.adapter import canonical_state_dict, config_differences, load_canonical_state_dict
     from mechmem.models.registry import build_model
 
@@ -352,9 +326,7 @@ def save_checkpoint(
 ) -> Path:
     """Write a checkpoint atomically, after checking the model against its config and the task against it.
 
-    Configs may be config dataclasses or plain dicts. `task_config=None` means the task's default config,
-    which is stored explicitly and must fit the model like any other. Raises `MechmemError` (one line) on a
-    mismatch.
+    Configs may be dataclasses or dicts; `task_config=None` stores the task's default. Raises `MechmemError`.
 
     Example:
         >>> import mechmem, tempfile, pathlib
@@ -444,8 +416,7 @@ class Checkpoint:
 
 
 def read_torch_file(path: Path, max_bytes: int = MAX_FILE_BYTES) -> tuple[Any, int]:
-    """What `torch.save` wrote to `path`, loaded with `weights_only=True` (pickled Python objects are refused,
-    never run), and the file's size; any unreadable file is a one-line `CheckpointError`."""
+    """The object at `path` loaded with `weights_only=True`, and the file's size; raises `CheckpointError`."""
     if not path.exists():
         raise CheckpointError(f"{path}: no such file")
     size = path.stat().st_size
@@ -535,8 +506,6 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
         model_config = model_config_from_dict(payload["model_config"])
     except Exception as exc:  # noqa: BLE001 - a config that passes the digest but builds no model: bad file
         raise CheckpointError(f"{path}: bad model config ({one_line(exc)})") from None
-    # Weights are stored in the canonical layout (HookedTransformer's names), whichever TransformerLens wrote
-    # them; older files also carry HookedTransformer's buffers, which are checked and dropped.
     state = check_buffers(path, model_config, payload["state_dict"])
     refusal = bridge_unsupported(model_config) if BACKEND == "bridge" else None
     if refusal:
@@ -592,11 +561,9 @@ def save_model(
 ) -> Path:
     """Turn a TransformerLens model (weights + cfg) into a mechmem checkpoint at `path`.
 
-    The config is derived from `model.cfg` (`config_from_hooked_transformer`). Without `task_name` the
-    generic "repeats" task sized to the model is attached, and the call says so: a `UserWarning` naming the
-    task and what it implies, kept in the checkpoint as `extra["task_attached"]` (the report prints it). After
-    writing, the checkpoint is reloaded and must give the model's logits on a probe input, else the file is
-    removed and `MechmemError` raised. Returns the checkpoint's path.
+    Without `task_name` the generic "repeats" task is attached with a `UserWarning`, kept as
+    `extra["task_attached"]`. The reloaded checkpoint must give the model's logits, else the file is removed
+    and `MechmemError` raised. Returns the checkpoint's path.
 
     Example:
         >>> import mechmem, tempfile, pathlib
@@ -644,4 +611,4 @@ def save_model(
 
 
 save_hooked_transformer = save_model
-"""The former name of `save_model` (from when every model was a HookedTransformer), kept for old code."""
+"""Alias of `save_model`."""

@@ -1,9 +1,7 @@
 """Serialisable frozen dataclass configs.
 
-Every config in mechmem is a frozen stdlib dataclass with a docstring per field. `ConfigMixin` gives it a
-JSON-safe `to_dict` and a strict `from_dict` that rejects unknown keys (a checkpoint from a newer version, a
-typo in a preset) and values of the wrong type (`n_layers="abc"`) with a one-line `MechmemError`. Two of them
-live here because every layer reads them: `TrainConfig` (how to train) and `Preset` (a task's named run).
+`ConfigMixin` gives a frozen dataclass a JSON-safe `to_dict` and a `from_dict` that rejects unknown keys and
+wrongly typed values with a one-line `MechmemError`. `TrainConfig` and `Preset` live here.
 """
 
 import dataclasses
@@ -184,10 +182,7 @@ class TrainConfig(ConfigMixin):
     weight_decay: float = 0.0
     """Weight decay (decoupled for AdamW, L2 for Adam and SGD)."""
     schedule: str = "constant"
-    """Learning-rate schedule after warm-up: constant, cosine or linear.
-
-    Cosine and linear decay to min_lr_ratio.
-    """
+    """Learning-rate schedule after warm-up: constant, cosine or linear (decaying to min_lr_ratio)."""
     warmup_steps: int = 0
     """Linear warm-up steps from 0 to lr."""
     min_lr_ratio: float = 0.0
@@ -201,10 +196,7 @@ class TrainConfig(ConfigMixin):
     save_every: int = 0
     """Write an intermediate checkpoint every this many steps (0: only the final one)."""
     frozen_until: tuple[tuple[str, int], ...] = ()
-    """(parameter glob, step) pairs: matching parameters get no update before that step.
-
-    For freezing experiments.
-    """
+    """(parameter glob, step) pairs: matching parameters get no update before that step."""
     seed: int = 0
     """Seeds model init (seed), training data (seed + 1) and evaluation data (seed + 2)."""
 

@@ -1,8 +1,6 @@
 """Output files that are never half-written, never written through a link, never written by two at once.
 
-The lowest layer of mechmem with `errors` and `config`. Every file mechmem writes (checkpoints, JSON, PNG
-figures, markdown, html) goes through here; JSON is strict (NaN and +-inf become null, so every file is valid
-RFC 8259 JSON), and `mechmem.cli` re-exports the JSON writers for the scripts:
+Every file mechmem writes goes through here; JSON is strict (NaN and +-inf become null):
 
     write_json(path, obj)             strict JSON, written atomically
 
@@ -14,11 +12,8 @@ RFC 8259 JSON), and `mechmem.cli` re-exports the JSON writers for the scripts:
     with output_dir(out):             creates `out` if needed, holds `out/.lock` (a second writer is refused),
         ...                           removes the lock when it ends, and the folders it created if it failed
 
-Symbolic links: a rename replaces a link at the target path instead of writing through it, and a folder inside
-the output folder that is a link (`out/figures -> /elsewhere`) is refused or replaced; the output folder named
-by the user may itself be a link. A file opened in place (the lock, the trainer's metrics log) goes through
-`open_nofollow`: never through a link, only a plain file, and a lock never a hard link. Files get mode 0666
-minus the umask (0644 usually), the mode of a plainly opened file.
+A rename replaces a link at the target instead of writing through it; a linked folder inside the output
+folder is refused. Files opened in place go through `open_nofollow`. Files get mode 0666 minus the umask.
 """
 
 import errno
@@ -88,9 +83,7 @@ def _file_mode() -> int:
 
 
 def open_nofollow(path: str | os.PathLike, flags: int = os.O_RDONLY) -> int:
-    """`os.open` that never follows a link at `path` (O_NOFOLLOW; a dangling link too) and opens only a plain
-    file (a FIFO or device there is refused, never waited on): the one way mechmem opens a file in place (the
-    lock, the metrics log). Either is a one-line `MechmemError`."""
+    """`os.open` that never follows a link at `path` and opens only a plain file; else `MechmemError`."""
     if flags & (os.O_WRONLY | os.O_RDWR):
         check_held_folder(path)
     try:
@@ -151,9 +144,7 @@ _HELD: dict[Path, os.stat_result] = {}
 
 def check_held_folder(path: str | os.PathLike) -> None:
     """Raise `MechmemError` when `path` lies in an output folder this process holds (`output_dir`) and that
-    folder was moved, removed or replaced (by a link) since it was taken, or a folder between it and `path` is
-    a link: the one check every write into an output folder makes, so a run never recreates a folder it lost
-    or writes through a link planted while it ran."""
+    folder was moved, removed or replaced since it was taken, or a folder between it and `path` is a link."""
     target = Path(os.path.abspath(path))
     for root, identity in _HELD.items():
         if root != target and root not in target.parents:
@@ -190,16 +181,15 @@ def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if not isinstance(exc, KeyboardInterrupt) and isinstance(exc.__context__, KeyboardInterrupt):
-            # An interrupt inside the writer, masked by the writer's own clean-up failing on the cut stream
-            # (torch.save's zip writer does this): the interrupt is what happened.
+            # an interrupt masked by the writer's own clean-up failing (torch.save's zip writer)
             raise exc.__context__ from None
         raise
     return tmp
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""The signals that stop a run: Ctrl-C, `kill PID` (a scheduler's stop) and a closed terminal (SIGHUP). The
-scripts turn each into an interrupt (`mechmem.cli.run_script`), and a few renames hold them back."""
+"""The signals that stop a run (Ctrl-C, `kill PID`, a closed terminal); `mechmem.cli.run_script` turns each
+into an interrupt."""
 
 
 @contextmanager
@@ -232,9 +222,7 @@ def deferred_interrupts() -> Iterator[None]:
 class OutputSet:
     """Files that appear together in `out`: staged on `add`, renamed into place when the `with` block ends.
 
-    `add_dir(name, files)` stages a whole folder (e.g. figures/) that replaces the old one. The old files are
-    moved aside first and put back if any rename fails (an immutable file, a full disk), so the folder holds
-    either the whole new set or the whole old one. A block that fails (or is interrupted) removes every staged
+    The folder holds either the whole new set or the whole old one; a block that fails removes every staged
     file.
     """
 
@@ -283,36 +271,33 @@ class OutputSet:
                 os.replace(tmp, target)
         except BaseException:
             for target, old in reversed(moved):  # put the old set back
-                if target.is_dir() and not target.is_symlink():
-                    shutil.rmtree(target, ignore_errors=True)
-                else:
-                    target.unlink(missing_ok=True)
+                _remove(target)
                 if old is not None:
                     os.replace(old, target)
             self._discard()
             raise
         for _, old in moved:
-            if old is None:
-                continue
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                old.unlink(missing_ok=True)
+            if old is not None:
+                _remove(old)
 
     def _discard(self) -> None:
         for tmp, _ in self.staged:
-            if tmp.is_dir():
-                shutil.rmtree(tmp, ignore_errors=True)
-            else:
-                tmp.unlink(missing_ok=True)
+            _remove(tmp)
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, a link (never followed) or a folder with its contents; a missing path is no error."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 @contextmanager
 def output_dir(out: str | os.PathLike, *, lock: bool = True) -> Iterator[Path]:
     """Create `out` (and missing parents) and hold `out/.lock` while the block writes into it.
 
-    A second writer that finds the lock held stops with the holder's pid. When the block ends the lock file is
-    removed; when it fails, the folders this call created are removed too if nothing but the lock is in them.
+    A second writer stops with the holder's pid. On failure the empty folders this call created are removed.
     """
     out = Path(out)
     created = []

@@ -9,11 +9,8 @@ A paper plugin is a module named by an entry point of the group "mechmem.papers"
     shown = paper.references(results, data) if paper.references else results   # other committed records
     page = paper.page(shown)             # a `mechmem.report.document.Report`, written by `write_page`
 
-The three reproductions of this repository are the distribution in `papers/` (package `mechmem_papers`,
-installed by `make install`; the mechmem wheel carries none of it); docs/papers.md draws a paper's skeleton.
 The core never imports a paper: `load_papers` imports every entry point once, on first need. A plugin that
-fails to import is reported in one line on stderr (its name and the error), remembered in `failed_plugins()`,
-and skipped: the others still load, and every later call sees the same set of papers.
+fails to import is reported in one line on stderr, remembered in `failed_plugins()`, and skipped.
 """
 
 import sys
@@ -48,16 +45,14 @@ class Paper:
     tasks: tuple[str, ...] = field(default_factory=tuple)
     """Names of the tasks the plugin registers."""
     references: Callable[[dict[str, Any], Path], dict[str, Any]] | None = None
-    """(run record, data folder) -> the record with the other committed files its page shows beside it (a
-    companion variant's record, a separate measurement), read each time the page is built and never written
-    into the record; None: the page shows its record alone."""
+    """(run record, data folder) -> the record with the other committed files its page shows beside it;
+    None: the page shows its record alone."""
 
 
 PAPERS: dict[str, Paper] = {}
 _FAILED: dict[str, str] = {}
 _STATE = "unloaded"
-"""unloaded -> loading (imports under way; a nested call returns at once) -> loaded (every import
-attempted)."""
+"""unloaded -> loading (a nested call returns at once) -> loaded."""
 
 
 def register_paper(paper: Paper) -> Paper:
@@ -79,8 +74,7 @@ def load_plugin(name: str, load: Callable[[], object], *, kind: str = "paper plu
 def load_papers() -> None:
     """Import every installed "mechmem.papers" entry point (once).
 
-    Loading is marked done only after every import was attempted, so a later call never returns a partial set;
-    a call made while the plugins are being imported (a plugin asking for a task) returns at once.
+    A call made while the plugins are being imported returns at once.
     """
     global _STATE
     if _STATE != "unloaded":

@@ -1,8 +1,7 @@
 """A Hugging Face model as an in-memory checkpoint, so every checkpoint script takes `--hf NAME_OR_PATH`.
 
-The model comes from `adapter.load_pretrained` (TransformerLens's conversion, weights as published); its task
-is the generic `repeats` task sized to the model's vocabulary and context (`RepeatsConfig.for_model`). A
-script's default output folder is NAME-mechmem in the working directory.
+Its task is the generic `repeats` task sized to the model (`RepeatsConfig.for_model`); a script's default
+output folder is NAME-mechmem in the working directory.
 """
 
 from pathlib import Path
@@ -18,8 +17,6 @@ def pretrained_checkpoint(name_or_path: str, *, device: str | torch.device = "cp
     """`load_pretrained(name_or_path)` with the generic task, as a `Checkpoint` (its path names the model)."""
     model = load_pretrained(name_or_path, device=device)
     task_config = RepeatsConfig.for_model(model)
-    # Outputs go (by default, beside the "checkpoint") to a new folder in the working directory, never into
-    # the model's own folder.
     folder = Path.cwd() / (Path(name_or_path.rstrip("/")).name + "-mechmem")
     return Checkpoint(
         model=model,

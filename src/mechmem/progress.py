@@ -1,16 +1,11 @@
 """Progress of long loops (training, sweeps, the demo) that shows on a terminal and in logs alike.
 
-On a terminal, `Progress` is a tqdm bar. When output is not a terminal (CI, `make demo > log`, a subprocess
-writing to a log file) a bar would print nothing useful, so it writes one plain line at regular intervals
-instead, and one when it closes:
+On a terminal, `Progress` is a tqdm bar; otherwise it writes one plain line at regular intervals:
 
     train permutation: step 300/1500 (20%) loss 1.2345 elapsed 12s left ~48s
 
-`working(what)` is for a step that cannot count its progress (one library call of an analysis script): a line
-when it starts, one every few seconds while it runs, and its duration.
-
-`LogRelay` follows the log files of parallel jobs (the demo's) and prints, at regular intervals, the latest
-such line of each job that has moved on, prefixed by the job's name.
+`working(what)` reports a step that cannot count its progress; `LogRelay` relays the progress lines of
+parallel jobs.
 """
 
 import sys
@@ -84,8 +79,7 @@ class Progress:
             self.write_line()
 
     def line(self) -> str:
-        """The plain progress line: step, share done, postfix values, elapsed time and an estimate of the
-        rest."""
+        """The plain progress line: step, share done, postfix values, elapsed and estimated time left."""
         elapsed = self.clock() - self.t0
         done = self.n - self.start_n
         left = elapsed / done * (self.total - self.n) if done > 0 else None
@@ -157,8 +151,7 @@ class LogRelay:
 @contextmanager
 def working(what: str, *, every_s: float = 10.0, stream: Any = None) -> Iterator[None]:
     """Say what a script is doing: one line now (`what ...`), one every `every_s` seconds while the block runs
-    (`what: elapsed 20s`), and the time it took when it took more than `every_s`. Written to stdout by
-    default, so stderr stays for the one `error:` line."""
+    (`what: elapsed 20s`), and the time it took when it took more than `every_s`."""
     stream = stream if stream is not None else sys.stdout
     print(f"{what} ...", file=stream, flush=True)
     t0, done = time.monotonic(), threading.Event()

@@ -1,26 +1,18 @@
-"""The command line: the `mechmem` command (`main` dispatches), one module per subcommand, and the plumbing
-they share, by concept: running a command (`runner`: one-line errors, interrupts, claimed output folders), its
-arguments (`args`: the parser, range-checked types, the shared flags and the names each flag accepts), loading
-what it analyses (`load`) and writing what it found (`output`). The scripts in `analyses/` are thin entry
-points over the same subcommand `main` functions, and a paper's scripts use the same plumbing:
+"""The command line: the `mechmem` command (`main` dispatches), one module per subcommand, and their shared
+plumbing: `runner` (one-line errors, interrupts), `args` (the parser and flags), `load` and `output`:
 
     parser = cli.ArgumentParser(description=...)            # usage errors: one line, exit 2
     cli.add_analysis_args(parser)                           # CKPT, --out, --device, --seed, --n-samples, ...
     parser.add_argument("--top-k", type=cli.int_range(1))   # every number is range-checked by its type
     args = parser.parse_args(argv)                          # no torch yet: --help and usage errors are fast
-    ckpt, out = cli.load_for_analysis(args)                 # checks --out, then loads task modules, the
-                                                            # checkpoint, its task, finite weights
+    ckpt, out = cli.load_for_analysis(args)                 # every check, then the checkpoint and task
     from mechmem.analysis.x import ...                      # heavy imports after the checks
     files = cli.skipped(reason, "x.json")                   # does not apply: `skipped: REASON`, exit 0
     cli.write_outputs(out, {"x.json": obj, "x.png": fig})   # staged, then renamed together (mechmem.io)
 
-Each analysis subcommand is `parser(prog)` (its flags; nothing heavy imported), `outputs(ckpt, args)` (the
-files it writes) and `main` (`run_analysis`); `mechmem analyse` stages every `outputs` under OUT/NAME/ with
-the same writer (`stage_outputs`), so it writes what the single commands write.
-
-Nothing here imports torch at import time. The library below (analysis, report) does not use this package;
-the strict-JSON writers live in `mechmem.io`, tables in `mechmem.tables`, and `one_line` in `mechmem.errors`,
-re-exported here for the scripts.
+Each analysis subcommand is `parser(prog)`, `outputs(ckpt, args)` (the files it writes) and `main`
+(`run_analysis`); `mechmem analyse` stages every `outputs` under OUT/NAME/. Nothing here imports torch at
+import time.
 """
 
 from mechmem.cli.args import (

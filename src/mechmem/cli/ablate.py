@@ -3,14 +3,9 @@
     mechmem ablate runs/task2/ckpt.pt --n-samples 256            # a few seconds on CPU
     mechmem ablate runs/task2 --metric logit_diff --methods zero mean
 
-Zero, mean and resample ablation of each head's output z; means and resampled sequences come from a second
-draw of the task's evaluation data. The sequences are drawn in rounds (64, 128, ... up to `--n-samples`,
-default 512) until every ablation is decided to change the metric by at least its threshold or not (0.05
-nats of loss, the default; 0.05 of accuracy; 0.1 logits of the logit difference on the task's pair): the
-rule of docs/decisions.md ("Ablation"), the report's too, so one checkpoint and one seed give one number in
-both (`--metric loss --methods mean`, the report's). Prints a layer x head table of deltas per method and
-writes DIR/ablate_heads.json ("results": one record per ablation; "decision": the verdicts) and
-DIR/ablate_heads.png.
+Zero, mean and resample ablation of each head's output z. Sequences are drawn in rounds (64, 128, ... up to
+`--n-samples`) until every ablation is decided (docs/decisions.md, "Ablation"; the report's rule). Writes
+DIR/ablate_heads.json ("results", "decision") and DIR/ablate_heads.png.
 """
 
 import argparse
@@ -43,8 +38,8 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
 
 
 def ablate(ckpt: Any, args: argparse.Namespace) -> Any:
-    """The ablations `args` ask for, decided over rounds of sequences (the report's rule, docs/decisions.md);
-    the reason as a string when the metric does not apply to the task."""
+    """The ablations `args` ask for, decided over rounds of sequences; the reason as a string when the metric
+    does not apply to the task."""
     from mechmem.analysis.ablation import decided_ablation
     from mechmem.analysis.stats import ABLATION_POLICY
     from mechmem.progress import working

@@ -3,13 +3,9 @@
     mechmem analyse runs/t2/ckpt.pt                 # heads, ablate, patch, lens, probe, circuit, report
     mechmem analyse runs/t2 --only heads,patch --out reports/t2-quick
 
-The checkpoint is loaded once (torch and TransformerLens are imported once), then each analysis runs with the
-flags its own command's parser gives it (`mechmem heads --help`, ...) plus the shared --seed, --device and,
-when given, --n-samples: so `mechmem analyse CKPT` writes the same numbers as `mechmem heads CKPT` and the
-others for the same seed. Each analysis's files go into OUT/NAME/ (the report into OUT/report/), and
-OUT/analyse.json lists what ran, what was skipped and why, and the seconds each took. Every file is staged and
-renamed into place together at the end. An analysis that does not apply is skipped with its reason; one that
-fails on bad input is named in one `error:` line after the others are written.
+The checkpoint is loaded once; each analysis runs with its own command's defaults plus the shared --seed,
+--device and --n-samples, so it writes the numbers its single command writes, into OUT/NAME/. OUT/analyse.json
+lists what ran, what was skipped and why, and the seconds each took.
 """
 
 import time
@@ -57,8 +53,7 @@ def _sub_args(module: object, args: object) -> object:
 
 
 def stage_one(name: str, ckpt: object, args: object, staged: object) -> dict:
-    """Run analysis `name` on `ckpt` and stage its files under NAME/ in `staged`; returns its summary entry
-    (files, and the reason when it did not apply)."""
+    """Run analysis `name` on `ckpt`, staging its files under NAME/; returns its summary entry."""
     from mechmem.report.document import stage_report
 
     if name == "report":

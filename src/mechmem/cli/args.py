@@ -1,11 +1,8 @@
 """Command-line arguments: the parser with one-line errors, range-checked argument types, the flags every
 analysis command shares and the names the analysis flags accept.
 
-Nothing here imports torch: a command's parser, built from this module and the light defaults of
-`mechmem.analysis.options`, answers `--help` and usage errors before torch or TransformerLens is imported
-(docs/analyses.md, "Start-up"). Each name list below is the one its analysis module offers (a test checks
-`ablation.METHODS`, `circuits.ABLATIONS`, `patching.DIRECTIONS`, `patching.SWEEPS`, `patching.tables.METHODS`
-and `dynamics.QUANTITIES` against them).
+Nothing here imports torch, so `--help` and usage errors answer at once. Each name list below is the one its
+analysis module offers (a test checks them).
 """
 
 import argparse
@@ -46,8 +43,7 @@ class UsageError(MechmemError):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with one-line errors: a usage error raises `UsageError` (one line, exit 2 under
-    `run_script`)."""
+    """argparse whose usage errors raise `UsageError` (one line, exit 2 under `run_script`)."""
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
@@ -109,8 +105,7 @@ def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
 
 
 def input_path(text: str) -> str:
-    """A file or folder that exists (a checkpoint, a run directory, a corpus); checked while parsing, before
-    anything heavy is imported."""
+    """A file or folder that exists (a checkpoint, a run directory, a corpus); checked while parsing."""
     if not Path(text).exists():
         raise argparse.ArgumentTypeError(f"{text}: no such file")
     return text
@@ -136,8 +131,7 @@ def _parse(kind: type, text: str, what: str) -> Any:
 def add_analysis_args(
     parser: argparse.ArgumentParser, *, n_samples: int | None = 512
 ) -> argparse.ArgumentParser:
-    """The arguments every analysis script shares: CKPT, --out, --device, --seed, --n-samples,
-    --task-module."""
+    """Arguments every analysis shares: CKPT, --out, --device, --seed, --n-samples, --task-module."""
     parser.add_argument(
         "ckpt",
         metavar="CKPT",

@@ -4,14 +4,9 @@
     mechmem circuit runs/birth --ablation corrupted --attribution    # also EAP and its agreement
 
 Edges run from each node's output (embeddings, heads, MLPs) into each later input (a head's q, k or v, an MLP,
-the logits); see docs/circuits.md. The pair is the task's clean/corrupted pair, or, as a fallback for a task
-without one, generic repeated random tokens; the prompt-fit line says whether the pair is the model's own
-data (docs/analyses.md, "Prompt fit"). Each edge is in when its share of the gap is decided >= --share in
-size over rounds of prompts (64, 128, ... up to --n-samples); the circuit's verdict is then decided on new
-rounds (docs/decisions.md; the report's policy, so both give one verdict).
-Prints the circuit, its faithfulness and completeness, and the strongest edges; writes DIR/circuit.json
-(nodes, edges with scores, the circuit, faithfulness, method, ablation) and DIR/circuit.png, together (one
-output set: both or neither).
+the logits); see docs/circuits.md. Each edge is in when its share of the gap is decided >= --share over
+rounds of prompts; the circuit's verdict is then decided on new rounds (the report's policy). Writes
+DIR/circuit.json and DIR/circuit.png.
 """
 
 import argparse
@@ -48,8 +43,7 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
 
 
 def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """Decide every edge and the circuit's verdict; print them and the strongest edges; return
-    circuit.{json,png}."""
+    """Decide every edge and the circuit's verdict; print them; return circuit.{json,png}."""
     import torch
 
     from mechmem.analysis.circuits import attribution_agreement, circuit_prompts, decided_circuit

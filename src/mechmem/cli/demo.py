@@ -3,9 +3,8 @@
     mechmem demo --out runs/demo --reports reports       # `make demo`: about 2-3 minutes on 2 idle cores
     mechmem demo --steps 200 --out /tmp/demo --reports /tmp/demo/reports   # a quick smoke run
 
-Models: `mechmem.report.demo.DEMO_MODELS` (permutation task1-demo and task2-quick, birth demo, facts quick).
-Each model is one job (train, then report); jobs run --jobs at a time in forked workers, one CPU thread each.
-A model whose checkpoint exists is not retrained unless --retrain. Ends by printing a summary table.
+Models: `mechmem.report.demo.DEMO_MODELS`; jobs (train, then report) run --jobs at a time. A model whose
+checkpoint exists is not retrained unless --retrain.
 """
 
 import time

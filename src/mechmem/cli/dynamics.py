@@ -1,16 +1,12 @@
-"""Run analyses on every step checkpoint of a run,
-in step order, and find when each part of the circuit forms.
+"""Run analyses on every step checkpoint of a run and find when each part of the circuit forms.
 
     mechmem train birth --preset quick --out runs/birth --save-every 50    # 30 checkpoints
     mechmem dynamics runs/birth                                            # about 30 s on CPU
     mechmem dynamics runs/task2 --quantities loss,heads,roles --level '*.induction=0.4'
 
-Every checkpoint (RUN_DIR/checkpoints/step_N.pt) is measured on one evaluation draw, so the curves compare.
-Quantities: loss, heads, probes (default), lens, ablation, patching, roles (see mechmem.analysis.dynamics).
-Each curve's event is a stated level crossing (interpolated between saves) or its steepest change; the order
-of events is printed, and beside it the same events read from the trainer's metrics.jsonl (same-named curves
-and --match KEY=CURVE pairs). Writes OUT/dynamics.json (steps, curves, definitions, rules, events, cost) and
-one OUT/dynamics_QUANTITY.png per quantity, together (one output set).
+Every checkpoint (RUN_DIR/checkpoints/step_N.pt) is measured on one evaluation draw. Each curve's event is a
+stated level crossing or its steepest change. Writes OUT/dynamics.json and one OUT/dynamics_QUANTITY.png per
+quantity.
 """
 
 from mechmem import cli

@@ -3,18 +3,10 @@
     mechmem heads runs/task2/ckpt.pt --n-samples 128          # a second on CPU
     mechmem heads runs/birth --out reports/birth --lengths 4,16,64
 
-Probes (docs/analyses.md): repeated random sequences [r, r] from the checkpoint's own vocabulary for every
-half-length |r| in 4, 8, 16, ... the context allows (or `--half` / `--lengths`), plus the task's own length
-when the task has one (`config.half`), plus the task's evaluation data at its answer queries
-(`mechmem.analysis.heads.detect_heads_on_task`, the report's definition). Sequences are drawn in rounds of
-64, 128, ... up to --n-samples per probe until every head's name is decided (docs/decisions.md; the
-report's policy and defaults, so both name the same heads). Prints each head's score curve over the probes
-with marginal 95% intervals and the attention PATTERN each head shows by the report's rule (previous-token,
-duplicate-token, induction). These pattern labels are not the report's head ROLES, which also weigh the
-task's own evidence (elimination, recall, ...): `mechmem report` names roles. The prompt-fit line
-(`prompt_fit` in the JSON) says whether the longest random probe is off the model's distribution. Writes
-DIR/detect_heads.json (the curves), DIR/detect_heads.png (scores at the longest random probe),
-DIR/detect_heads_task.png and DIR/attention.png (one task sequence), together.
+Probes (docs/analyses.md): repeated random sequences [r, r] for every half-length |r| in 4, 8, 16, ... the
+context allows (or `--half` / `--lengths`), plus the task's own data. Sequences are drawn in rounds until
+every head's pattern is decided (the report's policy). These pattern labels are not the report's head roles.
+Writes DIR/detect_heads.json, DIR/detect_heads.png, DIR/detect_heads_task.png and DIR/attention.png.
 """
 
 import argparse

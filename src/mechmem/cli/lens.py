@@ -3,11 +3,9 @@
     mechmem lens runs/task1/ckpt.pt --n-samples 256             # a second on CPU
     mechmem lens runs/task2 --data pair --out reports/task2     # the recall probe's answer
 
-Decodes resid_pre.L, resid_mid.L (models with MLPs) and resid_post.L through the final norm (recomputed at
-each stage) and the unembedding, on an eval batch of the checkpoint's task, scoring the masked target
-positions (--data pair: the clean prompts of the task's patching pair, scoring the correct answer at the
-answer position). Writes DIR/logit_lens.json ("stages": per-stage target probability and rank) and
-DIR/logit_lens.png.
+Decodes resid_pre.L, resid_mid.L and resid_post.L through the final norm and the unembedding, scoring the
+masked targets of an eval batch (--data pair: the patching pair's correct answer). Writes DIR/logit_lens.json
+and DIR/logit_lens.png.
 """
 
 import argparse

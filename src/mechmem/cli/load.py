@@ -13,8 +13,7 @@ from mechmem.errors import MechmemError
 
 
 def check_out_dir(path: str | os.PathLike, *, flag: str = "--out") -> Path:
-    """Refuse an output directory that is empty text, names a file or cannot be created/written; creates
-    nothing."""
+    """Refuse an output directory that is empty text, names a file or cannot be written; creates nothing."""
     if not str(path).strip():
         raise MechmemError(f"{flag} is empty; name a folder (leave {flag} out for the default)")
     path = Path(path)
@@ -52,10 +51,8 @@ def load_source(args: argparse.Namespace, *, device: Any, load: Callable[..., An
 def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tuple[Any, Path]:
     """Check the flags, load task modules and the checkpoint named by `args.ckpt`; return it and the out dir.
 
-    In this order, before any work: --n-samples >= `min_samples`, --out is usable (both before torch is
-    imported, as are the checks of the parser's types: CKPT exists, each number in range), user task modules
-    import, the checkpoint loads and its task fits its model, --n-samples fits the memory budget. Only then is
-    --out created.
+    In this order: --n-samples >= `min_samples`, --out is usable, task modules import, the checkpoint loads
+    and fits its task, --n-samples fits the memory budget. Only then is --out created.
     """
     n = getattr(args, "n_samples", None)
     if n is not None and n < min_samples:

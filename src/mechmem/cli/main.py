@@ -6,9 +6,7 @@
     mechmem heads t2/ckpt.pt --n-samples 128              # one analysis; `mechmem heads --help` for its flags
 
 Each subcommand is the `main` of one module of `mechmem.cli`; the scripts in `analyses/` call the same
-functions, so `mechmem heads ...` and `python analyses/detect_heads.py ...` take the same flags and write the
-same files. Nothing heavy is imported before a subcommand has parsed its arguments: `--help` and usage errors
-answer at once.
+functions.
 """
 
 import sys

@@ -33,8 +33,7 @@ def save_figure(fig: Any, path: str | os.PathLike) -> Path:
 
 def write_outputs(out: str | os.PathLike, files: dict[str, Any]) -> list[Path]:
     """Write a script's outputs into `out` together (`mechmem.io.OutputSet`): a value whose name ends in .png
-    is a matplotlib figure, any other is written as strict JSON. Every file is staged first and all are
-    renamed into place at the end, so a failure leaves the previous outputs as they were."""
+    is a matplotlib figure, any other is written as strict JSON."""
     with OutputSet(out) as staged:
         stage_outputs(staged, files)
     return [Path(out) / name for name in files]
@@ -42,9 +41,7 @@ def write_outputs(out: str | os.PathLike, files: dict[str, Any]) -> list[Path]:
 
 def stage_outputs(staged: OutputSet, files: dict[str, Any], folder: str = "") -> list[str]:
     """Stage `files` (name -> figure or JSON value) in `staged`, under `folder`/ when given; returns the
-    staged names. `write_outputs` and `mechmem analyse` both write through it, so one analysis writes the
-    same files alone (`mechmem heads --out DIR`: DIR/...) as in `mechmem analyse --out OUT`
-    (OUT/heads/...)."""
+    staged names."""
     names = []
     for name, value in files.items():
         names.append(f"{folder}/{name}" if folder else name)
@@ -54,7 +51,7 @@ def stage_outputs(staged: OutputSet, files: dict[str, Any], folder: str = "") ->
 
 def skipped(reason: str, name: str, record: dict[str, Any] | None = None) -> dict[str, Any]:
     """An analysis that does not apply: print `skipped: REASON` and return its one output file, `name`, as
-    `{"skipped": REASON, ...record}` (the script writes it like any other output; exit status 0)."""
+    `{"skipped": REASON, ...record}`."""
     print(f"skipped: {reason}")
     return {name: {"skipped": reason, **(record or {})}}
 
@@ -66,8 +63,8 @@ def run_analysis(
     *,
     min_samples: int = 1,
 ) -> int:
-    """An analysis command's `main`: parse `argv`, load the checkpoint (`load_for_analysis`: every check
-    before any work), run `outputs` (its files: name -> figure or JSON value) and write them together."""
+    """An analysis command's `main`: parse `argv`, load the checkpoint (`load_for_analysis`), run `outputs`
+    and write its files together."""
     args = parser.parse_args(argv)
     ckpt, out = load_for_analysis(args, min_samples=min_samples)  # torch is imported from here on
     files = outputs(ckpt, args)

@@ -4,19 +4,11 @@
     mechmem patch runs/t2 --sweeps resid_pre attn_head_out_by_pos --direction noising
     mechmem patch runs/t2 --method attribution        # first-order estimate, one backward per run
 
-Denoising patches clean activations into the corrupted run, noising corrupted activations into the clean run;
-the metric is the task's logit difference (clean answer minus corrupted answer) at the answer position.
-`--method attribution` estimates every cell from gradients (AtP*; see docs/patching.md for its measured
-agreement), checks each sweep against exact patching on a sample of cells and falls back to exact patching
-where they disagree (one line per sweep says which). Pairs are drawn in rounds (64, 128, ... up to
-`--n-samples`, default 512) until every cell is decided to matter or not (its share of the clean - corrupted
-gap against 0.1) or the gap is shown absent: the rule of docs/decisions.md, the report's too, so one
-checkpoint and one seed give one number in both. Every cell is a mean over the pairs drawn with its 95%
-interval over them; where the clean - corrupted gap's interval includes 0 no normalised effect is given
-(WARNING). Prints a summary table (and the layer x position / layer x head tables) and writes
-DIR/patching.json ("sweeps": {name: {"axes", "values", "lower", "upper", "normalised", ..., "method", "check",
-"decision"}}, "decision": the looks and the gap's test) and one heatmap DIR/patching_<sweep>.png per sweep,
-together (one output set: all of them or none).
+Denoising patches clean activations into the corrupted run, noising corrupted into clean; the metric is the
+task's logit difference at the answer position. `--method attribution` estimates every cell from gradients
+(AtP*), checked against exact patching on a sample of cells. Pairs are drawn in rounds until every cell is
+decided (docs/decisions.md; the report's rule). Writes DIR/patching.json and one DIR/patching_<sweep>.png per
+sweep.
 """
 
 import argparse

@@ -3,11 +3,8 @@
     mechmem probe runs/birth/ckpt.pt                           # a second on CPU
     mechmem probe runs/task2 --n-samples 4096 --out reports/task2
 
-Probes (see mechmem.analysis.probes): token copying through each head's OV circuit, previous-position keys
-through each QK circuit, token keys written by each earlier head's OV, and each MLP against bigram statistics
-(the task's own bigram table when it has one, else counted on --n-samples training sequences), over the token
-sets a task names in `probe_tokens()` (the birth task: outputs, triggers, non-triggers). Writes
-DIR/memory_probes.json ("probes": name, matrix, recall, chance) and DIR/memory_probes.png.
+Probes (mechmem.analysis.probes): OV token copying, QK previous-position and token keys, and each MLP against
+bigram statistics. Writes DIR/memory_probes.json and DIR/memory_probes.png.
 """
 
 import argparse

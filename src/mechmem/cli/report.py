@@ -1,13 +1,10 @@
-"""Write an automated circuit report for a checkpoint: report.md, a self-contained report.html and
-report.json.
+"""Write an automated circuit report for a checkpoint: report.md, report.html and report.json.
 
     mechmem train permutation --preset task2-quick --out runs/task2    # about 2 minutes on CPU
     mechmem report runs/task2/ckpt.pt --out runs/task2/report         # about 10 seconds on CPU
 
-Runs the analyses that fit the checkpoint's task and architecture (head detection, elimination/recall roles,
-MLP direct effects, OV memory probes, ablation, patching, closeness to the task's optimum, and training
-dynamics when the checkpoint's directory holds step checkpoints from --save-every), names each head's role
-from the measured evidence with explicit thresholds, and prints the named circuit. See docs/report.md.
+Runs the analyses that fit the checkpoint's task and architecture, names each head's role from the measured
+evidence, and prints the named circuit. See docs/report.md.
 """
 
 import argparse
@@ -16,8 +13,7 @@ from typing import Any
 from mechmem import cli
 
 MIN_SAMPLES = 32
-"""Smallest --n-samples the report accepts (role evidence compares groups of sequences, which a few samples
-may not fill)."""
+"""Smallest --n-samples the report accepts."""
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:

@@ -6,9 +6,8 @@
     mechmem reproduce birth --variant quick --set runs=runs/birth_repro
 
 The record goes to docs/reproductions/data/NAME.json, the page to docs/reproductions/NAME.md (prose from
-docs/reproductions/prose/NAME.md, figures to docs/reproductions/figures/NAME_*.png). Only the paper's default
-variant (its first) writes there; another variant writes NAME-VARIANT.json / NAME-VARIANT.md beside them, so a
-smoke run never overwrites the committed page.
+docs/reproductions/prose/NAME.md, figures to docs/reproductions/figures/NAME_*.png); a non-default variant
+writes NAME-VARIANT.json / NAME-VARIANT.md.
 """
 
 import json

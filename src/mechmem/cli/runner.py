@@ -1,12 +1,7 @@
 """Running a script: one-line errors, interrupts, and the output folders it claims.
 
 Every script has `def main(argv: list[str] | None = None) -> int` and ends with
-`raise SystemExit(run_script(main))`. Errors a user can cause (`MechmemError`, including `CheckpointError`,
-and command-line errors from `ArgumentParser`) become one `error: ...` line on stderr and exit status 2;
-errors of the machine (`OSError`: a full disk) exit 1 and an interrupt (SIGINT, SIGTERM or SIGHUP) 130,
-also in one line; the output folder is left as it was. Run as a program, `run_script` also installs the
-interrupt hook, so a Ctrl-C while the interpreter shuts down or a late import runs is one line, not a
-traceback; a library call changes no global state.
+`raise SystemExit(run_script(main))`.
 """
 
 import os
@@ -25,9 +20,8 @@ from mechmem.io import STOP_SIGNALS, describe_os_error, output_dir
 def run_script(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> int:
     """Run a script's `main`; every error a user or the machine causes ends in one `error:` line on stderr.
 
-    `MechmemError` (bad input) exits 2, `OSError` (a full disk, a read-only file) 1, an interrupt 130. The
-    output folders the script claimed (`claim_out`) are unlocked when it ends and removed when it failed in a
-    folder it created. Run as a program (`argv` None), a Ctrl-C while the interpreter shuts down is ignored.
+    `MechmemError` (bad input) exits 2, `OSError` 1, an interrupt 130. Claimed output folders (`claim_out`)
+    are unlocked when it ends and removed when it failed in a folder it created.
     """
     if argv is None:
         install_interrupt_hook()
@@ -68,9 +62,7 @@ def install_interrupt_hook() -> None:
 
 
 def terminate_as_interrupt() -> None:
-    """Treat SIGTERM (`kill PID`, a job scheduler's stop) and SIGHUP (the terminal closed) as SIGINT: the
-    script stops with one `error: interrupted` line, exit 130, its lock removed, no temporary file left and a
-    folder it created gone (main thread only). A SIGHUP the parent ignores (`nohup`) stays ignored."""
+    """Treat SIGTERM and SIGHUP as SIGINT (main thread only); a SIGHUP the parent ignores stays ignored."""
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -82,10 +74,7 @@ def terminate_as_interrupt() -> None:
 
 
 def use_file_backend_when_loaded() -> None:
-    """A program writes its figures to files: select matplotlib's Agg backend through MPLBACKEND, which
-    matplotlib reads when it is first imported (so --help still imports no matplotlib). Agg replaces any
-    backend set in MPLBACKEND: a file needs no window, and a name matplotlib does not know would stop the
-    script at its first figure."""
+    """Select matplotlib's Agg backend through MPLBACKEND (read when matplotlib is first imported)."""
     os.environ["MPLBACKEND"] = "Agg"
 
 
@@ -106,8 +95,7 @@ def _claimed_outputs() -> Iterator[None]:
 def claim_out(path: str | os.PathLike) -> Path:
     """Create the output folder and hold its lock (`mechmem.io.output_dir`) until the script ends.
 
-    Under `run_script` a second writer to the same folder is refused, and a folder created here is removed
-    again when the script fails. Outside `run_script` (a library call) the folder is only created.
+    Outside `run_script` (a library call) the folder is only created.
     """
     path = Path(path)
     if _CLAIMS:

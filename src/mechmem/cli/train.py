@@ -5,11 +5,8 @@
     mechmem train --list                           # every task and preset, with its measured time
     mechmem train --list facts                     # and each facts preset's time here and now
 
-Writes DIR/ckpt.pt (a self-describing checkpoint) and DIR/metrics.jsonl (one JSON line per evaluation), and
-prints the final metrics. --save-every N also keeps DIR/checkpoints/step_N.pt for training-dynamics analyses;
---resume continues an interrupted run of the very same configuration (else it names the fields that differ);
-a DIR that already holds a run is refused unless --overwrite (which deletes the old run's files first).
-The times --list shows were measured by benchmarks/preset_times.py (mechmem/training/preset_times.json).
+Writes DIR/ckpt.pt and DIR/metrics.jsonl (one JSON line per evaluation); --save-every N also keeps
+DIR/checkpoints/step_N.pt. A DIR that already holds a run is refused unless --overwrite or --resume.
 """
 
 from pathlib import Path

@@ -12,13 +12,9 @@ MEMORY_BUDGET_MB = 8192.0
 def estimate_mb_per_sequence(model: Any) -> float:
     """Rough activation memory (MB, float32) one sequence costs an analysis at its peak.
 
-    The analyses run their passes over chunks of sequences or keep filtered caches (the intervention engine's
-    cached runs are capped by `Engine.cache_mb`), so a sequence costs one layer's working set at a time, not
-    a cache of every layer. Counts per position: one layer's attention scores and pattern (2 n_heads n_ctx),
-    its residual, attention and MLP activations (6 d_model + 2 d_mlp), the residual stream of every layer
-    (n_layers d_model: what the lens and the probes keep), and the logits with their softmax (2 d_vocab_out).
-    Measured against it: the report of a 12-layer d_model 768 model at 512 sequences peaked at 7.7 GB
-    before the engine's caches were capped; after, see docs/record/2026-12-04-report-memory.md.
+    Counts per position: one layer's attention scores and pattern (2 n_heads n_ctx), its activations
+    (6 d_model + 2 d_mlp), the residual stream of every layer (n_layers d_model) and the logits with their
+    softmax (2 d_vocab_out).
     """
     cfg = getattr(model, "cfg", None)
     get = lambda name, default: int(getattr(cfg, name, None) or default)
@@ -46,10 +42,7 @@ def check_n_samples(
 
 
 def check_finite_weights(model: Any, *, allow: bool = False, what: str = "the checkpoint") -> None:
-    """Raise `MechmemError` naming the weights that hold NaN or inf (a blown-up run), unless `allow`.
-
-    Buffers that are infinite by design (TransformerLens's attention mask constant `IGNORE`) are not weights.
-    """
+    """Raise `MechmemError` naming the weights (not buffers) that hold NaN or inf, unless `allow`."""
     import torch
 
     from mechmem.models.adapter import canonical_parameters  # weights under their canonical names

@@ -9,19 +9,14 @@ Architecture (Linsefors & Bushnaq, `models.MemoryToyModel`), inputs are the two 
                        (without the MLP residual: resid_post = the MLP output alone)
     logits             = W_U ln_final(resid_post) + b_U, read at the last position only.
 
-Norms are RMSNorms with a learned gain (eps 1e-5, as TransformerLens; the published code used torch's
-default eps, a negligible difference). `bias` switches both MLP biases and the unembedding bias; attention
-never has biases. Initialisation follows the published PyTorch defaults: embeddings N(0, 1), linear weights
-and biases U(+-1/sqrt(fan_in)), norm gains 1.
+Norms are RMSNorms with a learned gain (eps 1e-5). `bias` switches both MLP biases and the unembedding bias;
+attention never has biases. Initialisation: embeddings N(0, 1), linear weights and biases
+U(+-1/sqrt(fan_in)), norm gains 1.
 
-Where TransformerLens can express a variant (attention or uniform mixing, with the MLP residual when there is
-an MLP) `build_facts_model` returns a `HookedTransformer`; otherwise (2Emb, no MLP residual) a
-`FactsTransformer`, a `HookedRootModule` with the same parameter and hook names. For 2Emb the second embedding
-is `embed.W_E2`, and the "mixing" shows up as `blocks.0.hook_attn_out` = W_E[t1] at the last position (zero at
-the first), so `resid_mid` is the running sum of the position-specific embeddings.
-
-`forward_params` is the one implementation of the forward pass; it takes parameters with a leading `init` axis
-so the batched trainer runs 11 initialisations at once, and the hooked module calls it with one init.
+`build_facts_model` returns a `HookedTransformer` where TransformerLens can express the variant, else a
+`FactsTransformer` with the same parameter and hook names (2Emb: second embedding `embed.W_E2`, and
+`blocks.0.hook_attn_out` = W_E[t1] at the last position). `forward_params` is the one forward pass; its
+parameters carry a leading `init` axis so the batched trainer runs many initialisations at once.
 """
 
 import math
@@ -66,10 +61,7 @@ class FactsModelConfig(ConfigMixin):
     d_mlp: int = 16
     """MLP hidden width."""
     mixing: str = "attn"
-    """How the two tokens meet.
-
-    "attn" (learned attention), "uniform" (fixed 1/2, 1/2) or "2emb" (summed embeddings).
-    """
+    """How the two tokens meet: "attn" (learned), "uniform" (fixed 1/2, 1/2) or "2emb" (summed embeddings)."""
     mlp: bool = True
     """Whether the block has an MLP."""
     norms: bool = True
@@ -113,10 +105,7 @@ class FactsModelConfig(ConfigMixin):
         return "+".join(parts) + (f"/{self.act_fn}" if self.mlp else "")
 
     def to_transformer_config(self) -> TransformerConfig:
-        """The equivalent TL config.
-
-        Non-published parameters (attention biases, ...) fixed at zero and frozen.
-        """
+        """The equivalent TL config; non-published parameters fixed at zero and frozen."""
         if not self.tl_expressible:
             raise ValueError(f"variant {self.name} is not expressible as a HookedTransformer")
         zero = ["blocks.0.attn.b_Q", "blocks.0.attn.b_K", "blocks.0.attn.b_V", "blocks.0.attn.b_O"]
@@ -140,10 +129,7 @@ class FactsModelConfig(ConfigMixin):
 
 
 def param_specs(cfg: FactsModelConfig) -> dict[str, tuple[tuple[int, ...], str, int]]:
-    """name -> (shape, init rule, fan_in) of the published parameters, in drawing order.
-
-    TL names and shapes.
-    """
+    """name -> (shape, init rule, fan_in) of the published parameters in drawing order (TL names, shapes)."""
     d, h = cfg.d_model, cfg.d_mlp
     specs: dict[str, tuple[tuple[int, ...], str, int]] = {"embed.W_E": ((cfg.n_in, d), "normal", 0)}
     if cfg.mixing == "2emb":
@@ -188,10 +174,7 @@ def init_params(cfg: FactsModelConfig, *, generator: torch.Generator | None = No
 
 
 def _lin(x: Tensor, W: Tensor, b: Tensor | None = None) -> Tensor:
-    """x [init, ..., d_in] @ W [init, d_in, d_out] (+ b [init, d_out]) as one bmm.
-
-    A broadcast matmul would loop.
-    """
+    """x [init, ..., d_in] @ W [init, d_in, d_out] (+ b [init, d_out]) as one bmm."""
     n_init = W.shape[0]
     flat = x.expand(n_init, *x.shape[1:]).reshape(n_init, -1, x.shape[-1])
     out = torch.bmm(flat, W) if b is None else torch.baddbmm(b[:, None, :], flat, W)
@@ -199,8 +182,7 @@ def _lin(x: Tensor, W: Tensor, b: Tensor | None = None) -> Tensor:
 
 
 class RMSNormFunction(torch.autograd.Function):
-    """x / rms(x) over the last axis, with a hand-written backward: a third of the kernels of autograd's
-    composite, which matters at [11 inits, 1,024 facts, 16]."""
+    """x / rms(x) over the last axis, with a hand-written backward (fewer kernels than autograd's)."""
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
@@ -302,10 +284,7 @@ def readout(
     *,
     hook: Hook | None = None,
 ) -> Float[Tensor, "init batch pos d_vocab_out"]:
-    """Logits from the residual stream after the mixing (`resid_mid`): the MLP, if any, and the unembedding.
-
-    `forward_params` ends with it; the batched trainer calls it on its own (factorised) `resid_mid`.
-    """
+    """Logits from the residual stream after the mixing (`resid_mid`): MLP (if any) and unembedding."""
     hk = hook if hook is not None else _identity
     norm = _norm_fn(cfg, params, hk)
 
@@ -378,10 +357,7 @@ class FactsTransformer(HookedRootModule):
 
 
 def model_from_params(cfg: FactsModelConfig, params: Params) -> torch.nn.Module:
-    """A hooked model with these weights.
-
-    HookedTransformer where TL can express `cfg`, else FactsTransformer.
-    """
+    """A hooked model with these weights: HookedTransformer where TL can, else FactsTransformer."""
     if not cfg.tl_expressible:
         return FactsTransformer(cfg, params)
     model = build_transformer(cfg.to_transformer_config(), generator=torch.Generator().manual_seed(0))
@@ -399,10 +375,7 @@ def model_params(cfg: FactsModelConfig, model: torch.nn.Module) -> Params:
 
 
 def build_facts_model(cfg: FactsModelConfig, *, generator: torch.Generator | None = None) -> torch.nn.Module:
-    """A freshly initialised hooked model for `cfg`.
-
-    Published PyTorch-default init drawn from `generator`.
-    """
+    """A freshly initialised hooked model for `cfg`. Published PyTorch-default init drawn from `generator`."""
     return model_from_params(cfg, init_params(cfg, generator=generator))
 
 
@@ -412,10 +385,8 @@ register_architecture("facts", FactsModelConfig, build_facts_model)
 def all_variants(
     n_in: int = 32, n_out: int = 16, d_model: int = 16, d_mlp: int = 16
 ) -> list[FactsModelConfig]:
-    """The 54 published variants: 48 with an MLP (mixing x bias x norms x MLP residual x act) and 6 without.
-
-    As in the authors' sweep, the 6 MLP-less variants keep `bias=True` (the unembedding bias).
-    """
+    """The 54 published variants: 48 with an MLP (mixing x bias x norms x MLP residual x act) and 6 without
+    (those keep `bias=True`, as in the authors' sweep)."""
     base = FactsModelConfig(n_in=n_in, n_out=n_out, d_model=d_model, d_mlp=d_mlp)
     out = []
     for mixing in ("2emb", "uniform", "attn"):

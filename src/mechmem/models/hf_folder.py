@@ -1,18 +1,8 @@
 """What a local Hugging Face folder may hold before `transformers` or TransformerLens reads any of it.
 
-`--hf DIR` hands a folder written by `save_pretrained` (or a download) to `transformers`, which opens the
-files it expects there and trusts their contents. `check_hf_folder` reads only bounded headers first and
-refuses, each in one line:
-
-    a special file (FIFO, device, socket) or a dangling link in the folder: reading it would block or fail
-    config.json missing, over `MAX_CONFIG_BYTES`, not a JSON object, nested deeper than `MAX_CONFIG_DEPTH`
-    weights only as pickles (pytorch_model.bin, *.pt, *.ckpt): mechmem never unpickles, so they are not read
-    no safetensors weights; a safetensors file whose header is cut, too long or not JSON, whose tensors are
-      not floating point or whose data runs past the end of the file (a truncated download)
-    a size in config.json (vocab_size, hidden_size, ...) larger than the numbers the weights store, so a
-      forged config cannot make the model allocate more than its files hold
-
-Links are read through (a Hugging Face cache links its snapshot files to blobs elsewhere); nothing is written.
+`check_hf_folder` reads only bounded headers and refuses, each in one line: special files or dangling links;
+a missing, oversized, non-object or too deeply nested config.json; pickled weights only; safetensors files
+that are cut, malformed or not floating point; config sizes larger than the numbers the weights store.
 """
 
 import json

@@ -4,23 +4,16 @@ A checkpoint stores weights under `HookedTransformer`'s parameter names and shap
 wrote it: `embed.W_E [d_vocab d_model]`, `blocks.L.attn.W_Q [head_index d_model d_head]`, `blocks.L.mlp.W_in
 [d_model d_mlp]`, `unembed.W_U [d_model d_vocab_out]`, ... (grouped-query attention keeps TransformerLens's
 `_W_K`/`_W_V`/`_b_K`/`_b_V` names for the shared key/value heads). HookedTransformer's buffers (`mask`,
-`IGNORE`, `rotary_sin`, `rotary_cos`) are not weights and are not stored; files written before this layout,
-and state dicts of HookedTransformers, carry them: `buffer_problem` checks each is what TransformerLens keeps
-there for the model's config, and they are dropped on load (the model computes its own).
+`IGNORE`, `rotary_sin`, `rotary_cos`) are not stored; where a file carries them, `buffer_problem` checks
+them and they are dropped on load.
 
 TransformerLens 4's `TransformerBridge` names the same tensors after `nn.Linear` modules
 (`blocks.L.attn.q.weight [(head_index d_head) d_model]`, `blocks.L.mlp.in.weight [d_mlp d_model]`,
-`unembed.weight [d_vocab_out d_model]`). `to_bridge` and `from_bridge` convert between the two; they are exact
-inverses (a reshape, a transpose or a permutation per tensor) but for a gated MLP's input bias, which the
-bridge's gated MLP lacks: HookedTransformer adds `b_in` after the gate product, so it reaches the output as
-the constant `b_in @ W_out`, which `to_bridge` folds into `b_out` (the same logits; the bridge's
-`mlp.hook_post` shows the hidden activations without `b_in`). One difference is more than a reshape: the
-bridge's native model rotates adjacent pairs of query/key dimensions (2i, 2i+1) where HookedTransformer
-rotates dimension i with i + rotary_dim / 2, so the rotary dimensions of W_Q, W_K, b_Q and b_K are permuted on
-the way. Attention scores are unchanged by it (queries and keys are permuted alike); the bridge's
-`hook_q`/`hook_k` show the permuted order.
-
-This module is plain tensor work and imports no TransformerLens.
+`unembed.weight [d_vocab_out d_model]`). `to_bridge` and `from_bridge` are exact inverses (a reshape, a
+transpose or a permutation per tensor) but for a gated MLP's `b_in`, which `to_bridge` folds into `b_out`
+(same logits). The bridge rotates adjacent query/key dimension pairs (2i, 2i+1) where HookedTransformer
+rotates i with i + rotary_dim / 2, so the rotary dimensions of W_Q, W_K, b_Q and b_K are permuted on the way
+(attention scores are unchanged). This module imports no TransformerLens.
 """
 
 from collections.abc import Mapping
@@ -41,12 +34,8 @@ def buffer_problem(name: str, tensor: Tensor, cfg) -> str | None:
     """Why `tensor`, stored as HookedTransformer buffer `name`, is not what TransformerLens keeps there for a
     model of config `cfg` (a `TransformerConfig`); None when it is.
 
-    A buffer lives on a block's attention (`blocks.L.attn.mask`). `mask` is a bool [k, k] causal mask: empty
-    in TransformerLens 3.9 (which builds it per pass), [n_ctx, n_ctx] before, True exactly where a query may
-    read a key (at or before it, and for a local layer fewer than window_size positions back). `IGNORE` is
-    the floating scalar masked scores are set to: -inf, or at most -1e4 (older TransformerLens used -1e5).
-    The rotary tables `rotary_sin`/`rotary_cos` (rotary models only) are floating [rows, rotary_dim] with
-    entries in [-1, 1].
+    `mask` is a bool [k, k] causal mask (k = 0 or n_ctx, local layers limited to window_size); `IGNORE` a
+    floating scalar, -inf or at most -1e4; `rotary_sin`/`rotary_cos` floating [rows, rotary_dim] in [-1, 1].
     """
     parts = name.split(".")
     kind = parts[-1]
@@ -89,8 +78,7 @@ def _describe(tensor: Tensor) -> str:
 
 def fold_gated_input_bias(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """Canonical weights of a gated MLP with each `b_in` folded into its `b_out` (`b_out + b_in @ W_out`) and
-    dropped: HookedTransformer computes `(act(x W_gate) * (x W_in) + b_in) W_out + b_out`, so the outputs are
-    the same. A `b_in` without its `W_out` and `b_out` (a partial state) is dropped."""
+    dropped (also from a partial state)."""
     out = dict(state)
     for name in [k for k in state if k.endswith("mlp.b_in")]:
         prefix = name.removesuffix("b_in")
@@ -104,8 +92,7 @@ def canonical_shapes(cfg) -> dict[str, tuple[int, ...]]:
     """Every weight of a transformer with config `cfg`, in HookedTransformer's parameter order, with its
     shape.
 
-    `cfg` is a `TransformerConfig`. The order matters: initial weights are drawn in it, so the same seed gives
-    the same weights under either TransformerLens backend (a test checks it against `HookedTransformer`).
+    Initial weights are drawn in this order, so a seed gives the same weights under either backend.
     """
     d_model, n_heads, d_head = cfg.d_model, cfg.n_heads, cfg.head_dim
     n_kv = cfg.n_key_value_heads
@@ -164,8 +151,7 @@ def canonical_shapes(cfg) -> dict[str, tuple[int, ...]]:
 
 
 def rotary_permutation(rotary_dim: int, d_head: int) -> Tensor:
-    """Index p with bridge dimension j = HookedTransformer dimension p[j] (pairs (i, i + r/2) -> (2i, 2i +
-    1))."""
+    """Index p with bridge dimension j = HookedTransformer dimension p[j] ((i, i + r/2) -> (2i, 2i + 1))."""
     half = rotary_dim // 2
     order = [d for i in range(half) for d in (i, i + half)] + list(range(rotary_dim, d_head))
     return torch.tensor(order)
@@ -182,8 +168,7 @@ def _rows_to_heads(t: Tensor, d_head: int) -> Tensor:
 
 
 def to_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
-    """Canonical weights -> the `TransformerBridge.state_dict()` layout of the same model (see module
-    docstring; a gated MLP's `b_in` is folded into its `b_out`)."""
+    """Canonical weights -> the `TransformerBridge.state_dict()` layout of the same model."""
     d_head = cfg.head_dim
     rotary = cfg.positional_embedding_type == "rotary"
     perm = rotary_permutation(cfg.rotary_dim or d_head, d_head) if rotary else None
@@ -224,8 +209,7 @@ def to_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
 
 
 def from_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
-    """A `TransformerBridge.state_dict()` -> canonical weights, in canonical order (inverse of
-    `to_bridge`)."""
+    """A `TransformerBridge.state_dict()` -> canonical weights in canonical order (inverse of `to_bridge`)."""
     d_head = cfg.head_dim
     rotary = cfg.positional_embedding_type == "rotary"
     perm = rotary_permutation(cfg.rotary_dim or d_head, d_head) if rotary else None

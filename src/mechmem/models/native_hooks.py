@@ -1,33 +1,14 @@
 """HookedTransformer's on-request attention hooks for TransformerLens 4's natively built models.
 
-HookedTransformer computes four attention hooks when a flag asks for them: with `use_split_qkv_input` every
-head reads its own copy of the residual stream before the block's first norm, `blocks.L.hook_q_input`,
-`hook_k_input` and `hook_v_input` [batch pos head_index d_model], so one head's query, key or value input can
-be patched alone (edge-level circuits need that); with `use_attn_in` one copy, `hook_attn_in`, feeds all
-three; with `use_attn_result` each head's share of the attention output, `attn.hook_result` [batch pos
-head_index d_model], is a hook of its own. TransformerLens 4.3's native attention (a plain `AttentionBridge`
-around `NativeAttention`) has these hook points but never fires them, and its `set_use_*` setters refuse the
-model.
+HookedTransformer fires per-head input hooks (`use_split_qkv_input`: `blocks.L.hook_q_input`, `hook_k_input`,
+`hook_v_input` [batch pos head_index d_model]), `hook_attn_in` (`use_attn_in`) and `attn.hook_result`
+(`use_attn_result`) on request; TransformerLens 4.3's native attention has these hook points but never fires
+them. `ForkingAttentionBridge` honours the flags (TransformerLens's own forward while none is on) and
+`NativeHookBridge` accepts them, so every backend shows the same hooks and numbers.
 
-`ForkingAttentionBridge` is that attention bridge with the three flags honoured: while none is on, it is
-TransformerLens's own forward, untouched; with one on, it computes the attention of the wrapped module from
-the per-head copies (each normalised by the block's first norm, projected by that head's rows of W_Q, W_K,
-W_V) and fires the hooks where HookedTransformer does. `NativeHookBridge` is the `TransformerBridge` whose
-setters accept the flags for such models. The adapter builds every native model with both (`attach`), so an
-analysis, or a user writing plain TransformerLens code, sees the same hooks and numbers under either major
-version (tests/test_backends.py, tests/test_circuits.py).
-
-One more difference is fixed here: TransformerLens 4 aliases `blocks.L.hook_resid_mid` to the input of the
-block's second norm, so an edit there reaches the MLP but not the residual connection around it (reading it
-gives the right value). `ResidMidBlockBridge` gives the block its own hook point on the residual stream
-between attention and MLP, fired by `MidHookedNativeBlock`'s forward (TransformerLens's native block forward
-with that one hook added), as HookedTransformer's `hook_resid_mid` is.
-
-A copy made with `copy.deepcopy` is a model of its own: TransformerLens 4's blocks capture the residual stream
-for the per-head forks (and feed `hook_mlp_in`) through forward pre-hooks that hold weak proxies of the
-block's own attention and hook, and a deep copy keeps those hooks as they are, so the copy's forks would read
-the normalised input instead (other numbers than HookedTransformer's for edge patching) and raise
-ReferenceError once the original is gone. `NativeHookBridge.__deepcopy__` wires the copy's hooks anew.
+`ResidMidBlockBridge` gives each block a `hook_resid_mid` on the residual stream between attention and MLP
+(TransformerLens 4 aliases it to the second norm's input). `NativeHookBridge.__deepcopy__` rewires a copy's
+forward pre-hooks, which hold weak proxies of the original's modules.
 
 Imported by `mechmem.models.adapter` under TransformerLens 4 only.
 """
@@ -49,8 +30,7 @@ FLAGS = ("use_split_qkv_input", "use_attn_in", "use_attn_result")
 
 
 class ForkingAttentionBridge(AttentionBridge):
-    """A native model's attention bridge that fires the on-request hooks when their flag is on (module
-    docstring)."""
+    """A native model's attention bridge that fires the on-request hooks when their flag is on."""
 
     supports_attn_result = True
 
@@ -150,9 +130,7 @@ class ForkingAttentionBridge(AttentionBridge):
 
 
 class NativeHookBridge(TransformerBridge):
-    """A `TransformerBridge` of a native model whose attention is `ForkingAttentionBridge`: its setters accept
-    the on-request attention flags (TransformerLens's own check admits only its reconstructing attention
-    classes)."""
+    """A `TransformerBridge` of a native model whose setters accept the on-request attention flags."""
 
     def set_use_split_qkv_input(self, use_split_qkv_input: bool) -> None:
         self._set_attention_flag("use_split_qkv_input", use_split_qkv_input, "use_attn_in")
@@ -181,8 +159,7 @@ class NativeHookBridge(TransformerBridge):
 
 
 class ResidMidBlockBridge(BlockBridge):
-    """A native model's block bridge whose `hook_resid_mid` is a hook point on the residual stream itself
-    (module docstring)."""
+    """A native model's block bridge whose `hook_resid_mid` is a hook point on the residual stream itself."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -214,7 +191,7 @@ def prepare(model: torch.nn.Module) -> None:
 
 def use_hooked_components(adapter: Any) -> None:
     """`build_bridge_from_module`'s post-adapter hook: the blocks become `ResidMidBlockBridge`s and their
-    attention `ForkingAttentionBridge` (same names, configuration, submodules and other hook aliases)."""
+    attention `ForkingAttentionBridge`."""
     plain = adapter.component_mapping["blocks"]
     submodules = dict(plain.submodules)
     attn = submodules["attn"]

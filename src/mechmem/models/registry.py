@@ -22,8 +22,7 @@ def register_architecture(name: str, config_cls: type, builder: Builder) -> None
 
 
 def _known(arch: Any) -> bool:
-    """Whether `arch` is registered: `mechmem.models` registers its own architectures when imported (the
-    registry never imports them, they import the registry); paper plugins register theirs when loaded."""
+    """Whether `arch` is registered (by `mechmem.models` on import, or by a loaded paper plugin)."""
     if arch not in _ARCHITECTURES:
         from mechmem.plugins import load_papers
 

@@ -7,14 +7,9 @@
     report = build_report(ckpt.model, ckpt.task, title="task2")
     write_report(report, "runs/task2/report")      # report.md, report.html (self-contained), report.json
 
-`build_report` measures every head's role once (`mechmem.analysis.roles.head_roles`, the one classifier, with
-its explicit thresholds), runs one section function per analysis (`sections.py`), and puts the named circuit
-first. A section that does not apply to the model or task is kept, with the reason it was skipped.
-
-Every report records what each of its steps cost (`ReportCost`): the wall time of the roles, of each section
-and of the circuit section, and the memory they needed, in `report.cost` and report.json's "cost". With
-`progress=True` it prints a progress line (`mechmem.progress.Progress`) after the steps of a long report, with
-the estimated time left.
+`build_report` measures every head's role once (`head_roles`), runs one section function per analysis and
+puts the named circuit first; a section that does not apply is kept with the reason it was skipped. Each
+step's cost is recorded (`ReportCost`, report.json's "cost").
 """
 
 import ctypes
@@ -58,16 +53,13 @@ SECTIONS: tuple[Callable[[ReportContext], Section], ...] = (
 
 PATTERN_COLUMNS = {"previous_token": "prev-token", "duplicate_token": "dup-token", "induction": "induction"}
 TASK_COLUMNS = {"score": "score", "share": "share", "attention": "attn", "damage": "damage"}
-"""Evidence in the roles table, with its column header: the attention patterns (score, and the lower end of
-its interval in brackets), then per task role its score, share, attention on its keys and damage."""
+"""Evidence in the roles table, with its column header: attention patterns, then per task role."""
 SCORE_PARTS = {"transfer": "transfer", "via_mlp": "via MLP"}
 """The two measurements a task role's score is the larger of (their own table)."""
 
 
 def deciding_columns(head: HeadRole, task_roles: Sequence[str]) -> list[str]:
-    """The evidence keys that decided `head`'s role: the share of its task role (the lead the rule checks),
-    the shares of the roles a "shared" head scores on, or the score of its attention pattern; none for
-    "none"."""
+    """The evidence keys that decided `head`'s role (a task role's share, or its pattern's score)."""
     if head.role in task_roles:
         return [f"{head.role}_share"]
     if head.role == "shared":
@@ -77,8 +69,7 @@ def deciding_columns(head: HeadRole, task_roles: Sequence[str]) -> list[str]:
 
 
 def role_table(roles: RoleResult) -> Table:
-    """One row per head: its role and the evidence, grouped by pattern and by task role; the value that
-    decided the role is marked."""
+    """One row per head: its role and the evidence; the value that decided the role is marked."""
     present = {key for h in roles.heads for key in h.evidence}
     patterns = [k for k in PATTERN_COLUMNS if k in present]
     task = [(r, k) for r in roles.task_roles for k in TASK_COLUMNS if f"{r}_{k}" in present]
@@ -188,9 +179,7 @@ def peak_rss_mb() -> float:
 
 
 def release_freed_memory() -> None:
-    """Hand the heap memory the process has freed back to the system (glibc's `malloc_trim`; a no-op
-    elsewhere). Freed tensors below the allocator's mmap threshold stay in the heap, so without it each step
-    would start from the previous steps' high-water mark."""
+    """Hand freed heap memory back to the system (glibc's `malloc_trim`; a no-op elsewhere)."""
     if sys.platform != "linux":
         return
     try:
@@ -202,19 +191,10 @@ def release_freed_memory() -> None:
 class ReportCost:
     """Wall time, CPU time, model passes and memory of each step of one report, with optional progress lines.
 
-    Used as a context manager around the report's steps: `run(name, fn, *args)` calls `fn(*args)`, records
-    its cost under `name` (a section's own key when it returns a `Section`) and returns its result; on exit
-    the clocks stop and the pass counter is removed from the model. `to_dict()` gives {"seconds",
-    "cpu_seconds", "passes", "rows", "device" (the model's), "steps": {name: {the same, "peak_rss_mb",
-    "rss_rise_mb"[, "peak_cuda_mb"]}}, "memory": what the memory fields mean}. The steps' times add up to at
-    most the total (the rest is the report's own bookkeeping).
-
-    cpu_seconds is the process's CPU time (all its threads): on a machine shared with other work it is the
-    steadier measure of the work done, while seconds includes the time spent waiting for a core. passes counts
-    the model's forward calls (a forward pre-hook on the model; a pass resumed at a later layer counts as one)
-    and rows the sequences they ran (stacked variants count once each): work that no load changes. Work that
-    does not call the model (the intervention engine's hook-free replay, which the patching sweeps and
-    ablations use) is not counted.
+    A context manager: `run(name, fn, *args)` calls `fn(*args)` and records its cost under `name` (a
+    section's own key). `to_dict()` gives {"seconds", "cpu_seconds", "passes", "rows", "device", "steps":
+    {name: {the same, "peak_rss_mb", "rss_rise_mb"[, "peak_cuda_mb"]}}, "memory"}. passes counts the model's
+    forward calls and rows the sequences they ran; hook-free replays are not counted.
 
     Args:
         steps: how many steps the report will run (for the progress line's estimate of the time left).
@@ -228,7 +208,6 @@ class ReportCost:
     ) -> None:
         self.model = model
         self.device = model_device(model)
-        # stdout, like the scripts' other progress lines (`mechmem.progress.working`): stderr is for errors.
         self.progress = Progress(steps, desc="report", enabled=progress, every_s=every_s, stream=sys.stdout)
         self.steps: dict[str, dict[str, float]] = {}
         self.count = {"passes": 0, "rows": 0}
@@ -303,14 +282,9 @@ def build_report(
     Args:
         n_samples: sequences per section's analysis.
         seed: seeds every section's data and the roles' (`head_roles(..., seed=seed)`).
-        role_samples: sequences for the head roles, per probe the budget of the sequential rule (the
-            reproduction pages and `mechmem heads` use the same default).
-        run_dir: the checkpoint's run directory; adds the training-dynamics section (skipped, with the reason,
-            when it holds no step checkpoints).
+        role_samples: sequences for the head roles, per probe the budget of the sequential rule.
+        run_dir: the checkpoint's run directory; adds the training-dynamics section.
         progress: print progress lines with the estimated time left (see `ReportCost`).
-
-    The report's `cost` (and report.json's "cost") holds each step's wall and CPU time, model passes and
-    memory (`ReportCost`).
 
     Example:
         >>> import mechmem, torch

@@ -1,8 +1,7 @@
 """The circuit report of one saved checkpoint: what `mechmem report` and the demo both write.
 
-`report_checkpoint` adds the checkpoint's provenance (path, task, model class, library versions, seed and
-sample count) to the report's metadata, reads the run directory's step checkpoints for the training-dynamics
-section when there are any, and writes report.md, report.html and report.json.
+`report_checkpoint` adds the checkpoint's provenance to the report's metadata, adds the training-dynamics
+section when the run directory has step checkpoints, and writes report.md, report.html and report.json.
 """
 
 from pathlib import Path
@@ -23,9 +22,9 @@ def report_checkpoint(
     progress: bool = False,
 ) -> tuple[Report, dict[str, Path]]:
     """Build the report of `ckpt` (`checkpoint_report`) and write it into `out`; returns the report and the
-    paths written (report.md, report.html, report.json).
+    paths written.
 
-    Example (a planted induction model saved as a checkpoint; about ten seconds on CPU):
+    Example:
 
         >>> import tempfile, pathlib, mechmem
         >>> folder = pathlib.Path(tempfile.mkdtemp())

@@ -1,11 +1,8 @@
 """The report's edge-level circuit: the graph drawn by layer, its faithfulness, and the strongest edges.
 
-`edges_section(ctx)` discovers the circuit of the report's model on its task's clean/corrupted pair (or the
-generic repeats pair) with mean ablation (`mechmem.analysis.circuits.discovery.discover_circuit`), and
-`plot_circuit` draws it: embeddings at the bottom, one row per layer (heads, then the MLP half a layer up),
-the logits on top; each head shows its q, k and v input ports; edge width is proportional to |score|, blue
-edges support the clean answer and red ones oppose it; each head carries its role from the report's
-classifier.
+`edges_section(ctx)` discovers the circuit on the task's clean/corrupted pair with mean ablation
+(`discover_circuit`); `plot_circuit` draws it: embeddings at the bottom, one row per layer, logits on top;
+edge width is proportional to |score|, blue edges support the clean answer and red ones oppose it.
 """
 
 import math
@@ -24,14 +21,11 @@ from mechmem.report.document import Section, Table
 
 PORT_OFFSET = {"q": -0.3, "k": 0.0, "v": 0.3, "in": 0.0}
 N_PROMPTS = 64
-"""Prompts the report's edges are scored on (the exact scores run one batched variant per edge): the first
-look of `CIRCUIT_POLICY`, which the report and mechmem circuit both decide the verdict with
-(`decided_circuit`), so they measure the same prompts for the same seed."""
+"""Prompts the report's edges are scored on: the first look of `CIRCUIT_POLICY` (as `mechmem circuit`)."""
 
 
 def _positions(circuit: Circuit) -> dict[str, tuple[float, float]]:
-    """(x, y) of every node: heads spread along x in their layer's row, MLPs and the logits centred, the
-    embeddings below and outside the heads' columns (so their edges do not run through a head)."""
+    """(x, y) of every node: heads along their layer's row, MLPs and logits centred, embeddings below."""
     heads = [n for n in circuit.graph.nodes if n.kind == "head"]
     width = max([Head.parse(n.name).head for n in heads], default=0) + 1
     side = 0.7 * (width - 1) + 1.0
@@ -45,10 +39,7 @@ def _positions(circuit: Circuit) -> dict[str, tuple[float, float]]:
 
 
 def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title: str = "") -> Any:
-    """The circuit's kept edges between its nodes, placed by layer; returns a Figure.
-
-    See the module docstring for the layout.
-    """
+    """The circuit's kept edges between its nodes, placed by layer; returns a Figure."""
     from mechmem.plotting import plt
 
     roles = roles or {}
@@ -109,10 +100,8 @@ def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title
 
 
 def graph_view(circuit: Circuit, roles: dict[str, str]) -> dict[str, Any]:
-    """The interactive circuit graph's data: every node with its place (`_positions`) and role, every edge
-    with its score, standard error, normal 95% interval (score -+ 1.96 stderr; for an edge only estimated, the
-    interval of the estimate's mean over prompts; None without a standard error), whether it is exact and
-    kept."""
+    """The interactive circuit graph's data: every node with its place and role, every edge with its score,
+    standard error, 95% interval (None without a standard error), whether it is exact and kept."""
     pos = _positions(circuit)
     nodes = [
         {
@@ -140,11 +129,8 @@ def graph_view(circuit: Circuit, roles: dict[str, str]) -> dict[str, Any]:
 
 
 def edge_table(circuit: Circuit, top: int = 12) -> Table:
-    """The `top` edges by |score|.
-
-    Score, standard error over prompts, kept or not (and EAP, when computed); for a circuit decided edge by
-    edge, the share of the gap with its marginal 95% interval and the edge's verdict.
-    """
+    """The `top` edges by |score|: score, standard error, kept or not (EAP, share of the gap, verdict where
+    computed)."""
     order = circuit.scores.abs().argsort(descending=True)[:top].tolist()
     eap, tested = circuit.attribution is not None, circuit.edge_decision is not None
     shares, verdicts = circuit.edge_shares(), circuit.edge_verdicts()
@@ -211,8 +197,8 @@ def left_out_lines(circuit: Circuit, roles: dict[str, str] | None = None) -> lis
 
 
 def summary_lines(circuit: Circuit, source: str, roles: dict[str, str] | None = None) -> list[str]:
-    """The section's findings in words: pair, ablation, method, the circuit, its measures and the verdict;
-    with the role step's `roles` (head name -> role), the named heads the circuit leaves out."""
+    """The section's findings in words: pair, ablation, method, circuit, measures, verdict, and the named
+    heads (`roles`) the circuit leaves out."""
     v, rule, ci = circuit.values, CONFIDENCE, circuit.intervals
     kept = ", ".join(circuit.edge_names()) or "none"
     how = selection_words(circuit)

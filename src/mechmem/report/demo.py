@@ -1,13 +1,8 @@
 """The demo: train one small model per memory task preset in `DEMO_MODELS`, report on each, link the reports.
 
-Each model is one job: train it (unless its checkpoint exists) with
-`mechmem.training.run.train_preset`, then write its report with
-`mechmem.report.checkpoint_report.report_checkpoint`, each step's output going to the model's log file; the
-library calls these functions, never a script. Jobs run `jobs` at a time in forked worker processes, each on
-one CPU thread, so two of them share a 2-core machine without oversubscribing it. The parent imports
-TransformerLens and the tasks once before forking, so no job pays that import again (several seconds each),
-and a model's report starts as soon as its own training ends. Without
-`os.fork` (or with `jobs=1`) the jobs run one after another in this process.
+Each model is one job: train it (unless its checkpoint exists) with `train_preset`, then write its report with
+`report_checkpoint`, output going to the model's log file. Jobs run `jobs` at a time in forked worker
+processes, each on one CPU thread; without `os.fork` (or with `jobs=1`) they run one after another here.
 """
 
 import json
@@ -45,8 +40,7 @@ class DemoModel:
     preset: str
     """Preset of that task."""
     minutes: float = 1.0
-    """Rough single-thread training time; the longest jobs start first so the parallel jobs finish
-    together."""
+    """Rough single-thread training time; the longest jobs start first."""
     save_every: int | None = None
     """Keep a step checkpoint every this many steps (the report's training-dynamics section reads them)."""
 
@@ -73,10 +67,8 @@ def available(models: list[DemoModel] | None = None) -> list[DemoModel]:
 
 
 def run_in_log(fn: Callable[[], Any], log: Path) -> tuple[int, float]:
-    """Call `fn()` in this process with stdout and stderr (file descriptors 1 and 2) sent to `log`; returns
-    (exit status, seconds). A user error is one `error:` line, status 2 (a machine's error, such as a full
-    disk, status 1), as a command prints them; an unexpected exception is logged with its traceback, status
-    1."""
+    """Call `fn()` with stdout and stderr (file descriptors 1 and 2) sent to `log`; returns (exit status,
+    seconds), the status and error line as a command gives them."""
     log.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -126,8 +118,8 @@ def _report(m: DemoModel, run: Path, out: Path, n_samples: int) -> None:
 def demo_job(
     m: DemoModel, runs: Path, reports: Path, *, retrain: bool, steps: int | None, n_samples: int
 ) -> dict[str, Any]:
-    """Train `m` (unless its run directory holds this very run, finished, and not `retrain`; see
-    `rundir.finished_run`), then report on it; returns its summary row."""
+    """Train `m` (unless its run directory holds this very run, finished, and not `retrain`), then report on
+    it; returns its summary row."""
     row: dict[str, Any] = {"model": m.name, "preset": f"{m.task}/{m.preset}", "train_s": "cached"}
     run = runs / m.name
     # a shortened smoke run still keeps about ten step checkpoints
@@ -146,8 +138,7 @@ def demo_job(
 
 
 def _forked(fn: Callable[[], dict[str, Any]], out: Path) -> int:
-    """Fork a child that runs `fn` on one CPU thread and writes its result to `out`; returns the child's
-    pid."""
+    """Fork a child that runs `fn` on one CPU thread and writes its result to `out`; returns its pid."""
     pid = os.fork()
     if pid:
         return pid
@@ -168,12 +159,7 @@ def run_jobs(
     jobs: list[tuple[str, Callable[[], dict[str, Any]], list[Path]]], parallel: int, *, every_s: float = 15.0
 ) -> list[dict[str, Any]]:
     """Run (name, job, logs) triples, `parallel` at a time in forked children; returns each job's row, in
-    order.
-
-    Says when each job ends and, every `every_s` seconds, prints each running job's latest progress line from
-    its logs (`mechmem.progress.LogRelay`), so a long demo is never silent, on a terminal or in a log file.
-    A job that dies returns {"failed": exit status}.
-    """
+    order ({"failed": exit status} for a job that dies), relaying the jobs' progress lines."""
     if parallel <= 1 or not hasattr(os, "fork"):
         return [fn() for _, fn, _ in jobs]
     results: list[dict[str, Any]] = [{} for _ in jobs]
@@ -200,8 +186,7 @@ def run_jobs(
 
 
 def index_entry(data: dict[str, Any]) -> dict[str, Any]:
-    """A report's row of the index, from its report.json: headline, named roles, and the edge circuit's
-    verdict and faithfulness (with why not, when the edge section was skipped)."""
+    """The index row of a report from its report.json: headline, named roles, edge verdict, faithfulness."""
     sections = data["sections"]
     edges = sections.get("edges", {})
     found = edges.get("findings", {}) if not edges.get("skipped") else {}

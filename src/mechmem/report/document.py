@@ -1,12 +1,8 @@
 """The report as data, and its three writers: markdown, self-contained html, and json.
 
-A `Report` is a title, a headline and a list of `Section`s. Each section holds findings in words (`lines`),
-tables, PNG figures, a JSON-able `findings` dict and the JSON-able data of its interactive views
-(`interactive`: attention patterns, heatmaps, the edge graph); a section that does not apply says why in
-`skipped`. The markdown and html are rendered from the same structure, so they always agree: the markdown
-shows the lines, tables (the cells that decided a result in bold) and linked figures, the html
-(`mechmem.report.html`) the same plus the interactive views, drawn by a small inline script from one embedded
-JSON blob. The html loads nothing from anywhere else, so it opens offline from any folder.
+A `Report` is a title, a headline and a list of `Section`s (lines, tables, PNG figures, `findings`, and the
+data of the html's interactive views). Markdown and html render the same structure; the html is
+self-contained.
 """
 
 import html
@@ -29,8 +25,7 @@ class Table:
     caption: str = ""
     floatfmt: str = ".3f"
     groups: list[tuple[str, int]] = field(default_factory=list)
-    """Optional header groups over the columns, left to right: (label, number of columns); they add up to the
-    columns."""
+    """Optional header groups over the columns, left to right: (label, number of columns)."""
     marked: list[tuple[int, int]] = field(default_factory=list)
     """(row, column) of the cells that decided a result (bold in markdown, highlighted in html)."""
 
@@ -70,10 +65,7 @@ class Section:
     findings: dict[str, Any] = field(default_factory=dict)
     skipped: str | None = None
     interactive: dict[str, Any] = field(default_factory=dict)
-    """JSON-able data of the section's interactive views in the html, by view: "attention" (patterns of a few
-    example sequences per layer and head, with token names), "heatmaps" (patching and ablation grids with
-    each cell's value and interval, or None where there is none), "graph" (the circuit's nodes and edges).
-    Not in report.json (`findings` holds the results); the markdown shows the tables and figures instead."""
+    """Data of the html's interactive views: "attention", "heatmaps", "graph" (not in report.json)."""
 
     def add_figure(self, name: str, fig: Any) -> None:
         """Store a matplotlib figure as PNG bytes (and close it)."""
@@ -120,8 +112,7 @@ class Report:
 
     @property
     def flagged_headline(self) -> str:
-        """The headline, followed by a warning naming the sections whose prompts are off the model's
-        distribution (the headline alone when there are none)."""
+        """The headline, followed by a warning naming the sections whose prompts are off-distribution."""
         off = self.off_distribution
         warning = f"WARNING: prompts off the model's distribution in {', '.join(off)}" if off else ""
         return " | ".join(part for part in (self.headline, warning) if part)
@@ -137,9 +128,7 @@ class Report:
         }
 
     def _repr_html_(self) -> str:
-        """The report inline in a notebook (IPython's rich display hook): the very page `to_html` writes, in
-        an iframe (`srcdoc`), so its style sheet and script stay inside it and two reports in one notebook do
-        not see each other's data."""
+        """The report inline in a notebook: the page `to_html` writes, in an iframe."""
         page = html.escape(to_html(self), quote=True)
         return (
             f'<iframe title="{html.escape(self.title)}" srcdoc="{page}" '
@@ -148,10 +137,7 @@ class Report:
 
 
 def to_markdown(report: Report, *, figure_dir: str | None = "figures", figure_prefix: str = "") -> str:
-    """Markdown with figures linked as `{figure_dir}/{figure_prefix}{section}-{name}.png`.
-
-    `figure_dir=None` leaves the figures out.
-    """
+    """Markdown with figures linked as `{figure_dir}/{figure_prefix}{section}-{name}.png` (None: none)."""
     headline = report.flagged_headline
     out = [f"# {report.title}", "", f"**{headline}**" if headline else "", ""]
     out += [f"- **{k}**: {v}" for k, v in summary_rows(report)] + [""]
@@ -189,16 +175,13 @@ def section_markdown(s: Section, *, figure_dir: str | None = "figures", figure_p
 
 
 def to_html(report: Report) -> str:
-    """One self-contained interactive html page (`mechmem.report.html.report_page`): inline CSS and script,
-    the sections' data as one embedded JSON blob, figures as base64 data URIs, no links out."""
+    """One self-contained interactive html page (`mechmem.report.html.report_page`)."""
     return report_page(report, summary_rows(report))
 
 
 def summary_rows(report: Report) -> list[tuple[str, str]]:
-    """The verdicts that open a report, as (label, text): the named circuit, the MLP, the headline, a warning
-    naming the sections whose prompts are off the model's distribution (their `prompt_fit`), the edge
-    circuit's verdict with faithfulness and completeness (and their intervals, or why they are not
-    measurable), the named heads the circuit leaves out, and the sections skipped."""
+    """The verdicts that open a report, as (label, text): circuit, MLP, headline, off-distribution warning,
+    edge circuit, heads it leaves out, sections skipped."""
     found = {s.key: s for s in report.sections}
     rows = []
     circuit = found.get("circuit")
@@ -245,25 +228,22 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
 
 
 def _off(section: Section) -> bool:
-    """True when the section's prompt-fit check (`mechmem.analysis.distribution`) flagged its prompts."""
+    """True when the section's prompt-fit check flagged its prompts."""
     return bool(section.findings.get("prompt_fit", {}).get("off_distribution")) and not section.skipped
 
 
 def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     """Write report.md (+ figures/*.png), report.html and report.json into `out_dir`; returns their paths.
 
-    The set is committed together (`mechmem.io.OutputSet`): every file is staged first and renamed into place
-    only when all are written, so a full disk or an interrupt leaves the previous report whole, and figures/
-    is replaced as one folder (a link planted there is replaced, never written through).
+    The files are committed together (`mechmem.io.OutputSet`).
     """
     with OutputSet(Path(out_dir)) as files:
         return stage_report(report, files)
 
 
 def stage_report(report: Report, files: OutputSet, folder: str = "") -> dict[str, Path]:
-    """Stage report.md, report.html, report.json and figures/ in `files` (under `folder`, "" for its top);
-    returns their final paths by kind. `write_report` and `mechmem analyse` (one output set for every
-    analysis) both call it."""
+    """Stage report.md, report.html, report.json and figures/ in `files` under `folder`; returns their paths
+    by kind."""
     prefix = f"{folder}/" if folder else ""
     figures = {f"{s.key}-{name}.png": png for s in report.sections for name, png in s.figures.items()}
     files.add_dir(f"{prefix}figures", figures)
@@ -277,8 +257,7 @@ def stage_report(report: Report, files: OutputSet, folder: str = "") -> dict[str
 def read_prose(path: str | Path) -> dict[str, str]:
     """Hand-written page text by section key: a markdown file of `<!-- section: KEY -->` blocks.
 
-    Text before the first marker is keyed "intro". Prose lives in docs/, never in Python strings, so a page's
-    words can be edited without touching code and its numbers cannot be typed in by hand.
+    Text before the first marker is keyed "intro".
     """
     blocks: dict[str, list[str]] = {"intro": []}
     key = "intro"
@@ -299,11 +278,7 @@ def page_markdown(
     figure_dir: str = "figures",
     figure_prefix: str = "",
 ) -> str:
-    """A reproduction page: the report's computed sections, each preceded by its hand-written prose (if any).
-
-    Sections render as in `to_markdown` (lines as bullets, tables, figures linked as
-    `{figure_dir}/{figure_prefix}{section key}-{figure name}.png`).
-    """
+    """A reproduction page: the report's sections (as in `to_markdown`), each after its prose (if any)."""
     prose = prose or {}
     out = [f"# {report.title}", ""]
     out += [report.headline, ""] if report.headline else []

@@ -1,11 +1,7 @@
 """The report's training-dynamics section: how the circuit formed over the run's step checkpoints.
 
-When the checkpoint's run directory holds `checkpoints/step_N.pt` (`mechmem train --save-every N`), the
-section runs `mechmem.analysis.dynamics.run_dynamics` on them with the script's defaults (so
-`mechmem dynamics RUN_DIR --seed S` prints the same numbers), adding the role classifier when the task
-names task roles (e.g. the permutation task's recall), and shows the curves with their 95% intervals over the
-evaluation units and the order of events. Without
-step checkpoints it is skipped with the reason.
+The section runs `run_dynamics` on `checkpoints/step_N.pt` with the defaults of `mechmem dynamics` (the same
+numbers for the same seed) and shows the curves with their 95% intervals and the order of events.
 """
 
 from pathlib import Path
@@ -30,10 +26,7 @@ def dynamics_quantities(task: Any) -> tuple[str, ...]:
 
 
 def dynamics_section(run_dir: str | Path, task: Any = None, *, seed: int = 0) -> Section:
-    """Curves of every default quantity against step and the order of events.
-
-    Read from `run_dir`'s step checkpoints.
-    """
+    """Curves of every default quantity against step and the order of events, from `run_dir`'s checkpoints."""
     s = Section("dynamics", "Training dynamics: when each part formed")
     try:
         step_files(run_dir)

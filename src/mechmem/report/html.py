@@ -1,19 +1,9 @@
 """The report's html: one self-contained page a researcher explores, and the index that links the reports.
 
-`report_page` renders every section as a collapsible block (its lines, tables with the deciding cells
-marked, figures as base64 `data:` URIs) under a summary of the verdicts, and embeds the sections'
-`interactive` data as one JSON blob (`<script type="application/json" id="mm-data">`) that a small inline
-script (`assets/report.js`, no library, no build step) draws: the attention explorer (layer, head and example
-chosen in the page, token names, weights on hover), patching and ablation heatmaps (value and interval on
-hover, "no interval" where the analysis has none), and the circuit graph (edge sign by colour, size by width;
-selecting an edge shows its score, interval, whether it is exact and the nodes it joins). The page loads
-nothing from
-anywhere: it opens offline from any folder and makes no network request. Without the script it still reads
-top to bottom. `index_page` is the sortable table of every report.
-
-The writers take the document model's records (`document.Report`, `Section`, `Table`) without importing them
-(that module imports this one). Why a script of our own rather than CircuitsVis: docs/report.md, "The
-interactive page".
+`report_page` renders every section as a collapsible block (lines, tables, figures as base64 `data:` URIs)
+under a summary of the verdicts, and embeds the sections' `interactive` data as one JSON blob that an inline
+script (`assets/report.js`) draws. The page loads nothing from anywhere. `index_page` is the sortable table of
+every report.
 """
 
 import base64
@@ -25,8 +15,7 @@ from importlib import resources
 from typing import Any
 
 DIGITS = 6
-"""Significant digits kept for the numbers in the embedded JSON (the page shows 3 decimals; the attention
-weights, the bulk of the data, are rounded to 3 decimals where they are gathered)."""
+"""Significant digits kept for the numbers in the embedded JSON (the page shows 3 decimals)."""
 
 
 def asset(name: str) -> str:
@@ -56,8 +45,7 @@ BOUNDS = re.compile(r"^(\S+) ([\[(][^\[\]()]*[\])])$")
 
 
 def stacked(cell: str) -> str:
-    """One escaped table cell; a value with bounds after it gets them on a second, smaller line, so that
-    tables of intervals stay narrow."""
+    """One escaped table cell; bounds after a value go on a second, smaller line."""
     found = BOUNDS.match(cell)
     if found is None:
         return html.escape(cell)

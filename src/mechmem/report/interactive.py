@@ -1,15 +1,8 @@
 """The data of the report's interactive views: JSON-able dicts a section keeps in `Section.interactive`.
 
-The page's script (`assets/report.js`) draws them; nothing here draws. Three views:
-
-- `attention_view`: every layer's and head's attention pattern on a few example sequences, with each
-  position's token name (`Task.token_names()`, or the ids where the task has none) and the heads' roles;
-- `sweep_map` / `ablation_map`: one grid per patching sweep or per ablation method, with each cell's value and
-  its 95% interval where the analysis gives one (patching and ablation give none yet: the page then says
-  "no interval");
-- the circuit graph is built beside its figure (`circuit_graph.graph_view`).
-
-Numbers are rounded when the page embeds them (`html.compact`), so these stay full precision.
+The page's script (`assets/report.js`) draws them: `attention_view` (patterns on a few examples, with token
+names and head roles), `sweep_map` / `ablation_map` (grids with each cell's value and 95% interval where there
+is one); the circuit graph is `circuit_graph.graph_view`.
 """
 
 from typing import Any
@@ -23,8 +16,7 @@ from mechmem.analysis.patching import PatchingResult
 EXAMPLES = 3
 """Example sequences in the attention explorer."""
 WEIGHT_DECIMALS = 3
-"""Decimals kept of each attention weight (the page shows three): a 128-position sequence of a 2-layer model
-stays about 0.1 MB per example."""
+"""Decimals kept of each attention weight (the page shows three)."""
 
 
 def token_labels(tokens: Int[Tensor, " pos"], names: list[str] | None) -> list[str]:
@@ -70,8 +62,7 @@ POSITION_AXES = ("pos", "dest_pos")
 
 
 def grid_labels(axes: tuple[str, ...], shape: tuple[int, ...]) -> tuple[list[str], list[str]]:
-    """Row and column labels of values drawn as a 2-D grid: the last axis across, every other axis (in order)
-    down, e.g. ("layer", "head", "pos") -> rows "L0 H0", "L0 H1", ... and columns "pos0", ..."""
+    """Row and column labels of a 2-D grid: the last axis across, the others down ("L0 H0"; "pos0")."""
     short = {"layer": "L", "head": "H", "pos": "pos", "dest_pos": "dest"}
     rows = [""]
     for axis, n in zip(axes[:-1], shape[:-1]):
@@ -86,8 +77,7 @@ def as_grid(values: Tensor) -> list[list[float]]:
 
 
 def sweep_map(result: PatchingResult) -> dict[str, Any]:
-    """One patching sweep as a heatmap (a position axis across, when it has one): metric after each patch
-    with its 95% interval over prompts, restored fraction (none where the normalisation is refused)."""
+    """One patching sweep as a heatmap: metric after each patch with its 95% interval, restored fraction."""
     axes = list(result.axes)
     across = next((axes.index(a) for a in POSITION_AXES if a in axes), len(axes) - 1)
     order = [i for i in range(len(axes)) if i != across] + [across]
@@ -117,8 +107,7 @@ def sweep_map(result: PatchingResult) -> dict[str, Any]:
 
 
 def ablation_map(result: Any, method: str = "mean") -> dict[str, Any]:
-    """Ablation deltas as a heatmap: one row per layer; a column per head, the whole attention layer and the
-    MLP (where the model has one); each delta's 95% interval where the result has them."""
+    """Ablation deltas as a heatmap: one row per layer; a column per head, the attention layer and the MLP."""
     i = list(result.methods).index(method)
     heads = result.heads[i].detach().float().cpu()
     cols = [f"H{h}" for h in range(heads.shape[1])] + ["attn"]

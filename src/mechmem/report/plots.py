@@ -1,8 +1,6 @@
 """One figure function for every analysis result: `plot(result)` picks the result's own plot.
 
-Each analysis module keeps its figure next to its result (`plot_patching`, `plot_ablation`, ...); this is the
-one name a notebook needs. The figure is a matplotlib `Figure`, never shown: a notebook displays it inline,
-a script saves it.
+The figure is a matplotlib `Figure`, never shown.
 """
 
 from typing import Any

@@ -1,12 +1,8 @@
 """Evidence gathering: one function per analysis, each returning a report `Section`.
 
-Every section function takes a `ReportContext` and returns a `Section`; one that does not apply to the model's
-architecture or task returns a section with `skipped` set to the reason, so the report always shows what was
-and was not looked at. Each section draws its data from its own generator seeded from the context's seed, so
-sections are reproducible one by one. Head roles are measured once (`mechmem.analysis.roles.head_roles`, the
-classifier the reproduction pages use too) and shared through the context. No section knows any particular
-task: tasks supply what is task-specific through the `Task` contract (`evaluate`, `optimal_loss`,
-`role_probes`, `patching_pair`).
+A section that does not apply returns with `skipped` set to the reason. Each section draws its data from its
+own generator seeded from the context's seed; head roles are measured once and shared through the context.
+No section knows any particular task: tasks supply what is task-specific through the `Task` contract.
 """
 
 import math
@@ -74,11 +70,9 @@ def _needs_hooks(ctx: ReportContext) -> str | None:
     return f"{name} is not a HookedTransformer: it has none of the hook points this analysis uses"
 
 
-# -- closeness to the optimum
-# ---------------------------------------------------------------------------------
+# -- closeness to the optimum --------------------------------------------------------------------------------
 def optimum_section(ctx: ReportContext) -> Section:
-    """The task's own evaluation and headline, with the task's optimum where it has one, and the prompt fit of
-    the task's evaluation data (a model no better than a uniform guess there was not trained on this task)."""
+    """The task's own evaluation and headline, its optimum where known, and the prompt fit of its data."""
     s = Section("optimum", "Task performance and closeness to the optimum")
     if ctx.task is None:
         s.skipped = "no task: a bare model has no evaluation"
@@ -97,8 +91,7 @@ def optimum_section(ctx: ReportContext) -> Section:
 
 
 def _optimum_lines(ctx: ReportContext, findings: dict[str, Any]) -> list[str]:
-    """The model's masked loss next to the task's optimal predictor's loss on the same sequences (if
-    known)."""
+    """The model's masked loss next to the task's optimal predictor's loss on the same sequences."""
     batch = ctx.task.eval_batch(ctx.n_samples, generator=ctx.generator(10))
     optimum = ctx.task.optimal_loss(batch)
     if optimum is None:
@@ -113,11 +106,9 @@ def _optimum_lines(ctx: ReportContext, findings: dict[str, Any]) -> list[str]:
     ]
 
 
-# -- attention-pattern evidence
-# --------------------------------------------------------------------------------
+# -- attention-pattern evidence ------------------------------------------------------------------------------
 def heads_section(ctx: ReportContext) -> Section:
-    """Previous-token, duplicate-token and induction scores (measured with the roles), and attention
-    heatmaps."""
+    """Previous-token, duplicate-token and induction scores (from the roles), and attention heatmaps."""
     s = Section("heads", "Attention patterns: previous-token, duplicate-token, induction")
     s.skipped = heads.no_attention_reason(ctx.model)
     if s.skipped:
@@ -169,11 +160,9 @@ def heads_section(ctx: ReportContext) -> Section:
     return s
 
 
-# -- MLP: direct effect and key neurons
-# ------------------------------------------------------------------------
+# -- MLP: direct effect and key neurons ----------------------------------------------------------------------
 def mlp_section(ctx: ReportContext) -> Section:
-    """The last MLP's direct effect on the answer logit, its key neurons, and the effect of mean-ablating
-    it."""
+    """The last MLP's direct effect on the answer logit, its key neurons, and its mean-ablation effect."""
     s = Section("mlp", "MLP: direct effect on the answer and key neurons")
     s.skipped = _needs_hooks(ctx) or _needs_task(ctx, "no answers to attribute")
     if s.skipped is None and ctx.model.cfg.attn_only:
@@ -264,11 +253,9 @@ def mlp_section(ctx: ReportContext) -> Section:
     return s
 
 
-# -- memory probes
-# -----------------------------------------------------------------------------------------------
+# -- memory probes -------------------------------------------------------------------------------------------
 def probes_section(ctx: ReportContext) -> Section:
-    """Token -> token memories in each head's OV circuit (W_E, W_V W_O, W_U): does the head copy or
-    suppress?"""
+    """Token -> token memories in each head's OV circuit (W_E W_V W_O W_U): does it copy or suppress?"""
     s = Section("probes", "Associative-memory probes: each head's OV circuit")
     s.skipped = heads.no_attention_reason(ctx.model)
     if s.skipped:
@@ -304,10 +291,7 @@ def probes_section(ctx: ReportContext) -> Section:
 
 EXACT_PATCHING_CELLS = 512
 """Above this many cells in the patching section's sweeps (layers x (heads + positions)), they are estimated
-by attribution patching (`decided_patching(method="attribution")`: a few passes per round, a sample of cells
-re-computed exactly, exact patching of any sweep whose estimate fails the agreement check) instead of patching
-every cell: exact patching of the residual stream costs one pass resumed at each layer per position, which
-grows as layers^2. The one- and two-layer models this project trains stay below it (exact)."""
+by attribution patching (`decided_patching(method="attribution")`) instead of patching every cell."""
 
 
 # -- ablation and patching summaries -------------------------------------------------------------------------
@@ -384,8 +368,7 @@ def _head_patching_table(by_head: patching.PatchingResult) -> Table:
 
 
 def patching_section(ctx: ReportContext) -> Section:
-    """Activation patching on the task's clean/corrupted pair: head outputs and the residual stream
-    (denoising)."""
+    """Activation patching (denoising) on the task's clean/corrupted pair: head outputs, residual stream."""
     s = Section("patching", "Activation patching: clean into corrupted")
     s.skipped = (
         _needs_hooks(ctx)
@@ -401,8 +384,7 @@ def patching_section(ctx: ReportContext) -> Section:
         return s
     cfg = ctx.model.cfg
     large = cfg.n_layers * (cfg.n_heads + n_pos) > EXACT_PATCHING_CELLS
-    # Exact patching runs every sweep the model has (those `mechmem patch` runs, so both give one number for
-    # one seed); an estimate the two the section's table and figure read.
+    # exact: every sweep the model has (as `mechmem patch`); estimated: the two the table and figure read
     names = ("attn_head_out_all_pos", "resid_pre") if large else patching.model_sweeps(ctx.model)
     try:
         found = patching.decided_patching(

@@ -1,9 +1,7 @@
 """Task registry: tasks by name, rebuilt from a checkpoint's task name and config (`registry`).
 
-Tasks come from three places: the core (`generic`: "repeats", which fits any model; the memory tasks
-`permutation`, `birth` and `facts`, imported on first need), paper plugins (`mechmem.plugins.load_papers`),
-and your own code: a file passed to the scripts as `--task-module FILE` (`load_task_module`) or an entry point
-of the group "mechmem.tasks" in an installed distribution.
+The core's tasks ("repeats"; `permutation`, `birth` and `facts` on first need), paper plugins, a
+`--task-module FILE` or an entry point of the group "mechmem.tasks" register here.
 """
 
 from mechmem.tasks import generic  # noqa: F401  (registers the core's generic task, "repeats")

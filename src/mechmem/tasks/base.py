@@ -8,9 +8,8 @@ A task turns a config into batches and knows how to score a model on itself:
     train_metrics(model, batch, logits) -> dict   metrics on a training batch, computed before the step
     evaluate(model, generator=g) -> dict          the task's default evaluation
     patching_pair(n, generator=g) -> PatchingPair clean/corrupted inputs with answers, for activation patching
-    role_probes(n, generator=g) -> [RoleProbe]    optional: one counterfactual pair per task role (e.g.
-    recall) probes(model) -> {name: value}                optional: the task's own weight probes (e.g. memory
-    recalls)
+    role_probes(n, generator=g) -> [RoleProbe]    optional: one counterfactual pair per task role
+    probes(model) -> {name: value}                optional: the task's own weight probes
 
 Every method that draws random numbers takes an explicit `torch.Generator`; nothing seeds globally.
 """
@@ -104,12 +103,7 @@ class PatchingPair:
 @dataclass
 class RoleProbe:
     """What a head doing one task role is tested on: a counterfactual pair that changes only the information
-    that role needs, and the keys such a head attends to from the answer position.
-
-    Example (permutation task, role "recall"): `pair.clean` repeats x_j as its last x (answer y_j =
-    `correct`), `pair.corrupted` repeats another earlier x_i instead (answer y_i = `incorrect`); `keys` marks,
-    per sequence of `pair.clean`, the matching x_j and the y_j that followed it.
-    """
+    that role needs, and the keys such a head attends to from the answer position."""
 
     role: str
     """Name of the role, e.g. "recall" or "elimination"."""
@@ -178,9 +172,7 @@ class Task:
         raise NotImplementedError
 
     def token_names(self) -> list[str] | None:
-        """A short, distinct, readable name for every input token id (`d_vocab` of them), for the `token`
-        column of results' tables and the token labels of figures; None (the default) when the tokens have
-        no names, and integer ids are shown."""
+        """A short, distinct name for every input token id, for tables and figures; None shows the ids."""
         return None
 
     @property
@@ -216,9 +208,7 @@ class Task:
 
     @classmethod
     def check_config_fits(cls, config: Any, model: torch.nn.Module) -> None:
-        """`check_model` before the task is built, from its config alone (building may allocate tables sized
-        by the config, e.g. a vocabulary of 10**11). Raises `MechmemError` for a config that is invalid or
-        does not fit; sizes that only a built task knows are left to `check_model` after building."""
+        """`check_model` from the config alone, before the task is built; raises `MechmemError`."""
         shell = cls.__new__(cls)
         try:
             Task.__init__(shell, config if config is not None else cls.config_cls())
@@ -236,19 +226,16 @@ class Task:
         raise NotImplementedError(f"task {self.name!r} defines no clean/corrupted pairs")
 
     def role_probes(self, n: int, *, generator: torch.Generator) -> list[RoleProbe]:
-        """One `RoleProbe` per task-specific head role (none by default: only attention-pattern roles
-        apply)."""
+        """One `RoleProbe` per task-specific head role (none by default)."""
         return []
 
     def probes(self, model: torch.nn.Module) -> dict[str, float]:
-        """Named memory-probe values of `model` that this task defines (none by default); see the birth
-        task."""
+        """Named memory-probe values of `model` that this task defines (none by default)."""
         return {}
 
     # -- scoring ----------------------------------------------------------------------------------------
     def optimal_loss(self, batch: Batch) -> float | None:
-        """The loss of the optimal predictor on `batch` (e.g. an exact Bayes posterior), if the task knows
-        it."""
+        """The loss of the optimal predictor on `batch`, if the task knows it."""
         return None
 
     def loss(self, logits: Float[Tensor, "batch pos d_vocab"], batch: Batch) -> Float[Tensor, ""]:

@@ -12,9 +12,8 @@ n_facts, give fact i the label i % n_out, then sort the facts by label. Worked e
 n_facts=3, seed=42: randperm(4) = [2, 3, 0, 1] picks pairs (1,0), (1,1), (0,0) with labels 0, 1, 0; sorted by
 label the inputs are [[1,0], [0,0], [1,1]] and the labels [0, 0, 1].
 
-The published code draws the permutation on torch's default device, which was CUDA in their runs; a CUDA
-generator gives a different permutation from a CPU one with the same seed, so the fact set depends on the
-device. `device` chooses it (default "cpu"); results record which one they used (`facts_device`).
+A CUDA generator gives a different permutation from a CPU one with the same seed: `device` chooses it
+(default "cpu"); results record it as `facts_device`.
 """
 
 from dataclasses import dataclass
@@ -36,9 +35,7 @@ def fact_sequence(
 ) -> tuple[Int[Tensor, "n_facts 2"], Int[Tensor, " n_facts"]]:
     """The published facts in the order they are drawn, before the sort by label; on CPU.
 
-    The set of `generate_facts(n)` is the first n of these, for every n: the fact sets of a capacity search
-    are nested, so one sequence serves every fact count (`batched.train_counts`). Arguments and errors as in
-    `generate_facts`.
+    The set of `generate_facts(n)` is the first n of these. Arguments and errors as in `generate_facts`.
     """
     if n_in < 1 or n_out < 1 or n_facts < 1:
         raise MechmemError(f"n_facts, n_in and n_out must be positive, got {n_facts}, {n_in}, {n_out}")
@@ -70,8 +67,7 @@ def generate_facts(
         MechmemError: if n_facts exceeds n_in**2, a size is not positive or the device is unavailable.
     """
     inputs, labels = fact_sequence(n_facts, n_in, n_out, seed, device=device)
-    # The published code uses the default (unstable) argsort; keep it, since the stable sort orders ties
-    # differently for large n_facts and the fact order fixes which facts a capacity search sees.
+    # The published code's default (unstable) argsort: the stable one orders ties differently.
     order = torch.argsort(labels)
     return inputs[order], labels[order]
 

@@ -6,16 +6,13 @@ previous-token heads. With `half=4` and `d_vocab=10`, one sequence (r = 7 2 9 4)
     position   0  1  2  3  4  5  6  7
     tokens     7  2  9  4  7  2  9  4
     targets    2  9  4  7  2  9  4  0      (next token; the last one has none and is padding)
-    loss_mask  0  0  0  0  1  1  1  0      (only the repeated half is predictable: from position half to
-    2*half-2)
+    loss_mask  0  0  0  0  1  1  1  0      (the predictable half: positions half to 2*half-2)
 
 A model that has learnt induction predicts every masked target (accuracy 1); a unigram model gets 1 / d_vocab.
 The patching pair corrupts the first copy of the answer: clean `7 2 9 4 7 2 9 4`, corrupted `7 2 9 5 7 2 9 4`,
 answer read at position 6 (token 9): clean answer 4, corrupted answer 5.
 
 `RepeatsConfig.for_model(model)` sizes the task to a model (its whole vocabulary, half its context or less).
-That size is the task's data, not the only probe of head roles: the role rule (docs/analyses.md) probes every
-half-length 4, 8, 16, ... the context allows, so a model trained on shorter repeats is read at its own length.
 """
 
 from dataclasses import dataclass
@@ -46,9 +43,8 @@ class RepeatsConfig(ConfigMixin):
 
     @classmethod
     def for_model(cls, model: Any, **overrides: Any) -> "RepeatsConfig":
-        """The config that fits `model`: its whole vocabulary (input and output: the smaller one) and half its
-        context (at most that vocabulary - 1, so r holds distinct tokens and the patching pair has a token
-        outside r to corrupt with). A model with n_ctx < 4 or a vocabulary < 3 is refused with one line."""
+        """The config that fits `model`: its whole vocabulary and half its context (at most that vocabulary
+        - 1); a model with n_ctx < 4 or a vocabulary < 3 is refused with one line."""
         cfg = getattr(model, "cfg", None)
         if cfg is None or not hasattr(cfg, "d_vocab") or not hasattr(cfg, "n_ctx"):
             raise MechmemError(f"{type(model).__name__} has no cfg.d_vocab / cfg.n_ctx to size the task from")
@@ -87,8 +83,7 @@ class RepeatsTask(Task):
         return torch.randint(cfg.d_vocab, (n, length), generator=generator)
 
     def train_batch(self, n: int, *, generator: torch.Generator) -> Batch:
-        """n sequences [r, r] with next-token targets, masked to the predictable half (see the module
-        docstring)."""
+        """n sequences [r, r] with next-token targets, masked to the predictable half."""
         h = self.config.half
         first = self._draw(n, h, generator)
         tokens = torch.cat([first, first], dim=1)
@@ -98,8 +93,7 @@ class RepeatsTask(Task):
         return Batch(tokens, targets, mask)
 
     def patching_pair(self, n: int, *, generator: torch.Generator) -> PatchingPair:
-        """Clean [r, r]; corrupted: the first copy of the answer r[-1] replaced by a token not in r (if
-        any)."""
+        """Clean [r, r]; corrupted: the first copy of the answer r[-1] replaced by a token not in r."""
         h, vocab = self.config.half, self.config.d_vocab
         drawn = self._draw(n, h + 1, generator)
         clean = torch.cat([drawn[:, :h], drawn[:, :h]], dim=1)

@@ -73,10 +73,7 @@ def elimination_floor(vocab_size: int) -> float:
 
 
 def bayes_posterior(tokens: Int[Tensor, "batch pos"], vocab_size: int) -> Float[Tensor, "batch step d_vocab"]:
-    """Exact posterior of each answer y_k given the prefix (see the module docstring for the derivation).
-
-    `tokens` are model inputs (x1 y1 x2 y2 ... xV); answer step k is read at input position 2k.
-    """
+    """Exact posterior of each answer y_k given the prefix; answer step k is read at input position 2k."""
     batch, pos = tokens.shape
     n_steps = (pos + 1) // 2
     xs = tokens[:, 0::2]
@@ -198,10 +195,7 @@ class PermutationTask(Task):
         return {"tokens": tokens, "original": original, "recall": seq[:, 1], "elimination": seq[:, -1]}
 
     def patching_pair(self, n: int, *, generator: torch.Generator) -> PatchingPair:
-        """Clean: a probe (last x repeats x1, answer = x1's y).
-
-        Corrupted: the true last x (answer = unused y).
-        """
+        """Clean: a probe (last x repeats x1, answer x1's y); corrupted: the true last x (answer unused y)."""
         p = self.probe(n, generator=generator)
         pos = torch.full((n,), self.seq_len - 1, dtype=torch.long)
         return PatchingPair(p["tokens"], p["original"], pos, p["recall"], p["elimination"])
@@ -249,10 +243,7 @@ class PermutationTask(Task):
     def evaluate(
         self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 5000
     ) -> dict[str, float]:
-        """Losses on train and test mappings, per-step accuracy, Bayes error, probe answers.
-
-        The per-step accuracy is against the targets.
-        """
+        """Losses on train and test mappings, per-step accuracy (against the targets), Bayes error, probes."""
         device = next(model.parameters()).device
         out: dict[str, float] = {}
         for split in ("train", "test"):
@@ -331,9 +322,7 @@ def _paper_steps(epochs: int, batch: int, epoch_size: int = 100_000) -> int:
     return epochs * epoch_size // batch
 
 
-# CPU presets: more, larger steps than the page's schedule, annealed so that Adam settles. With a constant
-# 3e-3 the Task 2 recall circuit stayed noisy on some seeds (seed 0: probe recall 0.87; with the cosine decay:
-# 0.985).
+# CPU presets: more, larger steps than the page's schedule, annealed so that Adam settles.
 QUICK_TRAIN = TrainConfig(
     steps=20_000,
     batch_size=128,
@@ -344,9 +333,7 @@ QUICK_TRAIN = TrainConfig(
     eval_samples=5000,
 )
 
-# The demo's Task 1 preset: task1-quick stopped where the quick run had its circuit (docs/record/
-# 2026-11-29-demo.md, "demo presets": the elimination head by step 2,000 of 20,000). Task 2 keeps task2-quick:
-# stopped at 10,000 steps its probe recall was 0.70 against 0.99 at 20,000.
+# The demo's Task 1 preset: task1-quick stopped once its circuit has formed (docs/record/2026-11-29-demo.md).
 DEMO_TASK1_TRAIN = dataclasses.replace(QUICK_TRAIN, steps=4_000, eval_every=1_000, eval_samples=2_000)
 
 PermutationTask.presets.update(
@@ -399,8 +386,7 @@ def _scale_preset(v: int, d: int, heads: int, steps: int, lr: float, note: str) 
     )
 
 
-# Larger vocabularies (the page's V = 10 and V = 15 experiments; its sizes are unknown, see the reproduction
-# doc).
+# Larger vocabularies (the page's V = 10 and V = 15 experiments).
 PermutationTask.presets.update(
     {
         "v10-quick": _scale_preset(

@@ -1,9 +1,7 @@
 """Tasks by name: the registry every task registers into, and the loading of task plugins.
 
-Tasks come from three places: the core (`generic`: "repeats", which fits any model; the three memory tasks
-`permutation`, `birth` and `facts`), paper plugins (imported by `mechmem.plugins.load_papers`), and your own
-code: a file passed to the scripts as `--task-module FILE` (`load_task_module`) or an entry point of the group
-"mechmem.tasks" in an installed distribution.
+Tasks come from the core, paper plugins, a `--task-module FILE` (`load_task_module`) or an entry point of
+the group "mechmem.tasks".
 """
 
 import importlib.util
@@ -15,8 +13,6 @@ from typing import Any
 from mechmem.errors import MechmemError
 from mechmem.tasks.base import Task
 
-# The memory tasks (entry points of mechmem's own distribution, pyproject.toml) and the plugins register when
-# imported, on first need, so importing mechmem stays cheap.
 _REGISTRY: dict[str, type[Task]] = {}
 ENTRY_POINT_GROUP = "mechmem.tasks"
 _PLUGINS_LOADED = False
@@ -39,8 +35,7 @@ def register_task(cls: type[Task]) -> type[Task]:
 
 
 def _load_plugins() -> None:
-    """Import every "mechmem.tasks" entry point (the memory tasks among them) and the paper plugins (once; a
-    broken plugin is one stderr line)."""
+    """Import every "mechmem.tasks" entry point and the paper plugins (once)."""
     global _PLUGINS_LOADED
     from mechmem.plugins import load_papers, load_plugin
 
@@ -52,8 +47,7 @@ def _load_plugins() -> None:
 
 
 def load_task_module(path: str | Path) -> None:
-    """Import a Python file that registers tasks (`--task-module FILE`); a bad file is a one-line
-    `MechmemError`."""
+    """Import a Python file that registers tasks (`--task-module FILE`); a bad file is a `MechmemError`."""
     path = Path(path)
     if not path.is_file():
         raise MechmemError(f"--task-module {path}: no such file")

@@ -39,8 +39,7 @@ def _preset_run(
 
 
 def preset_identity(task_name: str, preset: str | Preset, **overrides: Any) -> dict[str, Any]:
-    """The identity (`rundir.run_identity`) of the run `train_preset(task_name, preset, **overrides)` makes;
-    `rundir.finished_run(out, preset_identity(...))` says whether `out` already holds it, finished."""
+    """The `rundir.run_identity` of the run `train_preset(task_name, preset, **overrides)` makes."""
     spec, cfg = _preset_run(task_name, preset, **overrides)
     return run_identity(spec.model, task_name, spec.task, cfg)
 
@@ -61,8 +60,7 @@ def train_preset(
 ) -> TrainResult:
     """Train `task_name` with a named preset (or a `Preset`), applying command-line style overrides.
 
-    The model's initial weights come from `torch.Generator().manual_seed(seed)`, so the same seed gives the
-    same run.
+    The model's initial weights come from `torch.Generator().manual_seed(seed)`.
 
     Example:
         >>> import mechmem, tempfile, pathlib

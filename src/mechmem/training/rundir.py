@@ -6,14 +6,9 @@ config (seed, steps, schedule, ...). A run directory holds one run:
     ckpt.pt, resume.pt, checkpoints/step_*.pt, metrics.jsonl    the run's files
     .lock                                                       held (fcntl) by the process writing the run
 
-- A fresh run refuses a directory that already holds a run's files, unless `overwrite`, which first deletes
-  them
-  (other files, such as a launcher's log, stay).
-- `--resume` continues only an identical run: every checkpoint with trainer state in the directory must carry
-  the
-  same configuration, else the error names the fields that differ (`train.seed 5 != 9`).
-- A second process that tries to write the same directory while the first holds the lock stops with the first
-  one's pid. The lock is released when the process ends, however it ends (kill -9 included).
+- A fresh run refuses a directory that already holds a run's files, unless `overwrite` (other files stay).
+- `--resume` continues only an identical run; the error names the differing fields (`train.seed 5 != 9`).
+- A second process writing the same directory stops with the first one's pid.
 """
 
 import json
@@ -39,9 +34,8 @@ MAX_METRICS_DEPTH = 32
 def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """The records of `run_dir/metrics.jsonl` in order (the one reader of the trainer's log).
 
-    Each line must be a JSON object with an integer "step" >= 0, nested at most `MAX_METRICS_DEPTH` deep. A
-    missing or unreadable file, a link, or a line that is anything else is a one-line `MechmemError` naming
-    the line.
+    Each line must be a JSON object with an integer "step" >= 0, nested at most `MAX_METRICS_DEPTH` deep;
+    anything else is a one-line `MechmemError`.
     """
     path = Path(run_dir) / METRICS
     try:
@@ -98,19 +92,14 @@ def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
 def run_differences(
     payload: dict[str, Any], identity: dict[str, Any], parts: tuple[str, ...] = ("model", "task", "train")
 ) -> list[str]:
-    """Is this the same run? The dotted fields where checkpoint `payload` differs from the run `identity`,
-    over `parts` (all three by default; the steps of one run share "model" and "task"); empty: the same run.
-
-    The one answer to "is this the same run?": `--resume` (`find_resume_point`), reusing a finished run
-    (`finished_run`), the papers' reproductions and the dynamics of a run's step checkpoints all ask it.
-    """
+    """The dotted fields where checkpoint `payload` differs from the run `identity`, over `parts` (all three
+    by default); empty: the same run."""
     got = payload_identity(payload)
     return differences({k: got[k] for k in parts}, {k: identity[k] for k in parts})
 
 
 def finished_run(run_dir: str | os.PathLike, identity: dict[str, Any]) -> bool:
-    """True when `run_dir/ckpt.pt` is a valid checkpoint of exactly the run `identity` (so it can be reused
-    instead of trained again); False when it is missing, unreadable or of another run."""
+    """True when `run_dir/ckpt.pt` is a valid checkpoint of exactly the run `identity`."""
     path = Path(run_dir) / "ckpt.pt"
     if not path.exists():
         return False
@@ -137,15 +126,13 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
 
 @contextmanager
 def run_lock(out: Path) -> Iterator[None]:
-    """Hold `out/.lock` while writing the run (`mechmem.io.output_dir`): a second writer is refused with our
-    pid, the lock file goes when the run ends, and a folder this run created goes too if the run fails."""
+    """Hold `out/.lock` while writing the run (`mechmem.io.output_dir`)."""
     with output_dir(out):
         yield
 
 
 def step_checkpoints(out: Path) -> list[Path]:
-    """The step checkpoints of the run in `out`; a `checkpoints` folder that is a link is refused (a run
-    never deletes or writes files through a folder it did not create)."""
+    """The step checkpoints of the run in `out`; a `checkpoints` folder that is a link is refused."""
     refuse_linked_folder(out / "checkpoints", out)
     return sorted((out / "checkpoints").glob("step_*.pt"))
 
@@ -153,8 +140,7 @@ def step_checkpoints(out: Path) -> list[Path]:
 def prepare_fresh(out: Path, *, overwrite: bool) -> None:
     """Refuse a directory that holds a run's files; with `overwrite`, delete them first (other files stay).
 
-    The old files are first all renamed aside, and put back if any rename fails (an immutable file), so the
-    old run is either kept whole or gone whole.
+    The old run is either kept whole or gone whole.
     """
     existing = [out / name for name in RUN_FILES if (out / name).is_symlink() or (out / name).exists()]
     existing += step_checkpoints(out)

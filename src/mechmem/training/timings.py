@@ -1,9 +1,7 @@
 """How long each training preset took when it was measured (`benchmarks/preset_times.py`).
 
-`mechmem train --list` shows these times beside each preset instead of a guess. The file
 `preset_times.json` (beside this module) records, per "task/preset", the steps, the seconds, how they were
-obtained (a full run, or an extrapolation from a stated number of measured steps) and the machine's load, plus
-the command and the machine of the whole measurement. A preset added since has no time ("not measured").
+obtained and the machine's load; `mechmem train --list` shows them.
 """
 
 import json
@@ -23,8 +21,7 @@ def recorded_times(path: str | Path | None = None) -> dict[str, Any]:
 
 
 def describe_time(times: dict[str, Any], task: str, preset: str, steps: int) -> str:
-    """The recorded time of a preset in words ("5m17s (full run, load 4.1)"); scaled when `steps` differs
-    from the measured run's steps; "not measured" when the file has no entry."""
+    """The recorded time of a preset in words ("5m17s (full run, load 4.1)"), scaled to `steps`."""
     from mechmem.progress import format_seconds
 
     rec = times.get("presets", {}).get(f"{task}/{preset}")
@@ -49,8 +46,7 @@ def time_here(task: str, preset: str, steps: int, device: str = "cpu") -> float:
 
 
 def preset_rows(task: str | None = None, *, device: str = "cpu") -> tuple[list[tuple], list[str], str]:
-    """`mechmem train --list [TASK]`: (rows, headers, a note). Each preset with its steps, its recorded
-    time (`recorded_times`) and description; with `task`, also its time here (`time_here`)."""
+    """`mechmem train --list [TASK]`: (rows, headers, a note); with `task`, also its time here."""
     from mechmem.progress import format_seconds, working
     from mechmem.tasks import get_task_class, task_names
 

@@ -4,14 +4,8 @@ Each step draws a fresh batch from the task with an explicit generator, computes
 optimiser step on the trainable parameters. Every `eval_every` steps it records the training-batch metrics
 (computed before the step) and the task's evaluation to `metrics.jsonl`, one JSON object per line.
 
-Run directories hold one run each (see `rundir.py`): a fresh run refuses a non-empty directory unless
-`overwrite`, `resume` continues only an identical run, and a lock stops a second process writing the same
-directory. Weights are checked before every checkpoint and at the end: a non-finite loss or weight is
-`TrainingDiverged` (exit 2 in the scripts) and the last good checkpoint stays.
-
-Determinism: model init, training data and evaluation data come from three generators seeded from
-`TrainConfig.seed`, so the same seed gives identical weights on CPU. `--resume` restores the weights, the
-optimiser state and the data generator's state, so an interrupted run resumed from step s matches the
+A non-finite loss or weight is `TrainingDiverged` and the last good checkpoint stays. Model init, training
+data and evaluation data come from three generators seeded from `TrainConfig.seed`; a resumed run matches the
 uninterrupted run exactly.
 """
 
@@ -89,9 +83,7 @@ class TrainResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dataframe(self) -> Any:
-        """One row per evaluation and logged number: `step`, `metric` (e.g. "loss", "eval_acc"), `value`.
-        Records hold no intervals, so there are no `lower` / `upper` columns; non-numeric entries are left
-        out."""
+        """One row per evaluation and logged number: `step`, `metric` (e.g. "loss", "eval_acc"), `value`."""
         import pandas as pd
 
         rows = [
@@ -191,9 +183,7 @@ MAX_STEPS = 10**9
 
 
 def check_run_fits(model: torch.nn.Module, cfg: TrainConfig, out: Path | None, *, progress: bool) -> None:
-    """Refuse a run the clock or the disk cannot hold, before its first step: more than `MAX_STEPS` steps, or
-    step checkpoints (`save_every`) that would need more than the free space of `out`; say what will be
-    written."""
+    """Refuse more than `MAX_STEPS` steps, or step checkpoints that would not fit the free space of `out`."""
     if cfg.steps > MAX_STEPS:
         raise MechmemError(f"--steps {cfg.steps} is more than the {MAX_STEPS} steps a run can finish")
     if out is None or not cfg.save_every:

@@ -1,12 +1,8 @@
 """Character unigram and bigram statistics of a text corpus (the "global" distributions of Bietti et al.).
 
-The triggered-bigram task samples non-trigger tokens from a character bigram model pi_b(.|i) and the first
-token and random triggers from the unigram pi_u. Both come from counts over a text: the unigram counts every
-character, the bigram counts every adjacent pair (the authors count over the whole text, as here). The
-vocabulary is the sorted set of characters, so ids agree with the authors' `meta.pkl` for the same text.
-
-The task ships the counts of tiny Shakespeare (`tinyshakespeare_stats.json` beside this module, read as
-package data; made by `python -m mechmem_papers.birth.scripts.corpus_stats`), never the text itself.
+The unigram pi_u counts every character, the bigram pi_b(.|i) every adjacent pair of the whole text; the
+vocabulary is the sorted set of characters. The task ships the counts of tiny Shakespeare
+(`tinyshakespeare_stats.json`), never the text itself.
 """
 
 import json
@@ -54,8 +50,7 @@ class CorpusStats:
         return u / u.sum()
 
     def bigram_probs(self) -> Float[Tensor, "d_vocab d_vocab"]:
-        """pi_b(j | i): rows of the bigram counts normalised; a character never followed by anything gets a
-        uniform row."""
+        """pi_b(j | i): rows of the bigram counts normalised (uniform for a character never followed)."""
         b = self.bigram.double()
         rows = b.sum(-1, keepdim=True)
         uniform = torch.full_like(b, 1.0 / self.n_tokens)
@@ -115,8 +110,7 @@ def stats_from_corpus(path: str | Path) -> CorpusStats:
 
 
 def load_stats(path: str | Path | None = None) -> CorpusStats:
-    """Statistics from a JSON file written by `scripts/corpus_stats.py`, a text corpus (any other suffix), or,
-    with no path, the shipped tiny Shakespeare counts."""
+    """Statistics from a JSON file of counts, a text corpus (any other suffix), or the shipped counts."""
     if path is None:
         text = resources.files(__package__).joinpath(SHIPPED).read_text()
         return CorpusStats.from_dict(json.loads(text))

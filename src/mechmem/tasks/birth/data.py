@@ -18,12 +18,8 @@ A worked example, K=2, triggers (a, t) with outputs (b, s), T=12 (letters stand 
 "In-context" predictions are those with counter >= 2: the output has been seen after the same trigger earlier
 in the sequence, so an induction head can copy it. Counter == 1 outputs are unpredictable (uniform outputs).
 
-Vectorisation: triggers (Gumbel top-k), outputs, all uniforms and the occurrence counter (a cumulative sum
-over one-hot trigger indices) are drawn or computed for the whole [batch, position] grid in single tensor
-operations. The Markov recursion itself (token t+1 depends on token t) runs as T steps, each one alias-method
-draw for the whole batch (three gathers and two `where`s on [batch] vectors, in numpy on views of the torch
-draws); there is no per-token Python loop. `reference_sequences` is a per-token loop written like the authors'
-generator, for tests and the benchmark.
+Everything but the Markov recursion is drawn for the whole [batch, position] grid at once; the recursion runs
+as T batch-wide alias-method steps. `reference_sequences` is a per-token loop like the authors' generator.
 """
 
 import time
@@ -95,10 +91,7 @@ class TriggerSampler:
         self.fixed = torch.from_numpy(np.argsort(self.unigram.numpy(), kind="stable")[-n_triggers:].copy())
 
     def draw_triggers(self, n: int, generator: torch.Generator) -> Int[Tensor, "batch n_triggers"]:
-        """Fixed triggers, or K distinct tokens per sequence drawn from pi_u without replacement.
-
-        Drawn by Gumbel top-k, which equals successive weighted draws without replacement.
-        """
+        """Fixed triggers, or K distinct tokens per sequence from pi_u without replacement (Gumbel top-k)."""
         if self.fixed_triggers:
             return self.fixed.expand(n, -1).clone()
         u = torch.rand(n, self.n_tokens, generator=generator, dtype=torch.float64).clamp_min(1e-300)
@@ -151,8 +144,7 @@ class TriggerSampler:
         coin = torch.rand(self.seq_len, n, generator=generator, dtype=torch.float64)
         cur = torch.searchsorted(self.unigram_cdf.expand(n, -1).contiguous(), first, right=True)
         cur = cur.squeeze(1).clamp_max(self.n_tokens - 1).numpy()
-        # The Markov recursion: one batch-wide step per position, on numpy views of the torch draws (numpy's
-        # per-call overhead on [batch] vectors is a few times lower than torch's).
+        # The Markov recursion: one batch-wide step per position, on numpy views of the torch draws.
         col, flip = column.numpy(), coin.numpy()
         keep_prob, alias = self.alias_prob.numpy(), self.alias_index.numpy()
         forced_flat = next_of.flatten().numpy()
@@ -174,7 +166,7 @@ def alias_tables(
     probs: Float[Tensor, "rows d_vocab"],
 ) -> tuple[Float[Tensor, "rows d_vocab"], Int[Tensor, "rows d_vocab"]]:
     """Walker/Vose alias tables, one per row: draw a column j uniformly, keep it with probability
-    prob[i, j], else take index[i, j]. This samples exactly from probs[i] with O(1) work per draw."""
+    prob[i, j], else take index[i, j]."""
     n_rows, n = probs.shape
     prob = torch.ones(n_rows, n, dtype=torch.float64)
     index = torch.arange(n).repeat(n_rows, 1)
@@ -246,10 +238,7 @@ def generation_speed(
 def reference_sequences(
     sampler: TriggerSampler, n: int, *, rng: np.random.Generator, split: str = "train"
 ) -> TriggerSequences:
-    """The same distribution, one token at a time with numpy, written like the authors' generator.
-
-    Used to check the vectorised sampler statistically and as the benchmark's baseline.
-    """
+    """The same distribution, one token at a time with numpy, written like the authors' generator."""
     tok_range = np.arange(sampler.n_tokens)
     marginal = sampler.unigram.numpy()
     cond = sampler.bigram.numpy()

@@ -13,9 +13,7 @@ TransformerLens terms: `blocks.{0,1}.attn`, biases zeroed and frozen; the option
 d_mlp = d_model whose layer-0 copy is zeroed and frozen and whose layer-1 W_out is frozen at the identity, so
 the layer-1 MLP adds exactly x W_in = W_F x (TL's row-vector convention).
 
-Initialisation follows the authors' code in distribution: embeddings and positions N(0, 1); other matrices
-with the standard deviation of PyTorch's `nn.Linear` default, 1/sqrt(3 d) (the authors' values are uniform,
-ours normal).
+Initialisation: embeddings and positions N(0, 1); other matrices normal with std 1/sqrt(3 d).
 
 Full model: a standard pre-LayerNorm transformer (single-head attention as in the paper, ReLU MLPs of width
 4d, trainable embeddings), 1 or 2 layers, LayerNorm optional.

@@ -12,9 +12,8 @@ it does, with `mechmem.analysis.probes.recall_rate` (row-vector convention: scor
            positions, which are learned first.
     W_F    not a recall: mean over non-trigger tokens k of KL(pi_b(.|k) || softmax(w_E(k) W_F W_U)).
 
-Caveats: the probes read single matrices on clean embeddings, so they ignore the cross-talk of the residual
-stream (e.g. positional components in keys); a recall of 1 says the memory is there, not that the forward
-pass uses it. The attention probes read the actual attention maps on sequences instead.
+Caveat: the probes read single matrices on clean embeddings; a recall of 1 says the memory is there, not that
+the forward pass uses it.
 """
 
 import torch
@@ -31,22 +30,19 @@ from mechmem.analysis.probes import (
 
 @torch.no_grad()
 def wo2_recall(model: torch.nn.Module, tokens: Int[Tensor, " n"]) -> float:
-    """Recall of W_O^2: does w_E(k) W_V^2 W_O^2 W_U score token k highest among all N outputs? (The toolkit's
-    `ov_copy_probe` of layer 1's head, which ranks every output token, as the authors' probe does.)"""
+    """Recall of W_O^2: does w_E(k) W_V^2 W_O^2 W_U score token k highest among all N outputs?"""
     return ov_copy_probe(model, 1, 0, tokens).recall
 
 
 @torch.no_grad()
 def wk2_recall(model: torch.nn.Module, tokens: Int[Tensor, " n"]) -> float:
-    """Recall of W_K^2: does query w_E(k) match the key of the previous-token head's output for k best?
-    (The toolkit's `qk_token_probe` for layer 1 reading layer 0's OV.)"""
+    """Recall of W_K^2: does query w_E(k) match the key of the previous-token head's output for k best?"""
     return qk_token_probe(model, 1, 0, source=(0, 0), tokens=tokens).recall
 
 
 @torch.no_grad()
 def wk1_recall(model: torch.nn.Module, n_positions: int | None = None) -> float:
-    """Recall of W_K^1 over the first `n_positions` positions: does p_t attend most to p_{t-1}?
-    (The toolkit's `qk_previous_position_probe`.)"""
+    """Recall of W_K^1 over the first `n_positions` positions: does p_t attend most to p_{t-1}?"""
     return qk_previous_position_probe(model, 0, 0, n_positions).recall
 
 
@@ -54,8 +50,7 @@ def wk1_recall(model: torch.nn.Module, n_positions: int | None = None) -> float:
 def wf_kl(
     model: torch.nn.Module, tokens: Int[Tensor, " n"], bigram: Float[Tensor, "d_vocab d_vocab"]
 ) -> float:
-    """Mean KL(pi_b(.|k) || softmax(w_E(k) W_F W_U)) over `tokens`, W_F the last layer's MLP (the toolkit's
-    `ffn_bigram_probe`)."""
+    """Mean KL(pi_b(.|k) || softmax(w_E(k) W_F W_U)) over `tokens`, W_F the last layer's MLP."""
     return ffn_bigram_probe(model, len(model.blocks) - 1, bigram, tokens).extra["kl"]
 
 

@@ -1,14 +1,9 @@
-"""The "birth" task: triggered bigrams from Bietti et al. (2023).
-
-The paper is "Birth of a Transformer: A Memory Viewpoint".
+"""The "birth" task: triggered bigrams of Bietti et al. (2023, "Birth of a Transformer").
 
 Sequences follow a character bigram model except that K trigger tokens are always followed by their own output
-token (see `mechmem.tasks.birth.data`). A two-layer transformer solves the in-context part (a trigger's
-second and later occurrences) with an induction head. Metrics, computed on each fresh training batch before
-the optimiser step: in-context accuracy (counter >= 2), first-occurrence accuracy (counter == 1), global loss
-(non-trigger positions), in-context loss, and the memory probes of `mechmem.tasks.birth.probes` for the
-simplified model. The evaluation adds the same accuracies on a held-out batch (and on the OOD test split for
-`outputs="ood"`) and the attention-map probes.
+token (`mechmem.tasks.birth.data`); a two-layer transformer solves a trigger's later occurrences with an
+induction head. Metrics: in-context accuracy (counter >= 2), first-occurrence accuracy (counter == 1), global
+and in-context loss, and the memory probes; evaluation adds held-out (and OOD) accuracies, attention probes.
 
     python analyses/train.py birth --preset quick --out runs/birth_quick
 """
@@ -46,10 +41,7 @@ class BirthConfig(ConfigMixin):
     fixed_triggers: bool = False
     """True: the K most frequent tokens in every sequence; False: K drawn from pi_u per sequence."""
     outputs: str = "uniform"
-    """Output tokens: "uniform" over all tokens, "bigram" from pi_b(.|trigger), or "ood".
-
-    "ood": a train/test token split.
-    """
+    """Output tokens: "uniform" over all tokens, "bigram" from pi_b(.|trigger), or "ood" (a token split)."""
     head_only_loss: bool = True
     """Train only on trigger outputs from their 2nd occurrence on; False: on every position."""
     corpus: str | None = None
@@ -131,19 +123,14 @@ class BirthTask(Task):
     def patching_pair(self, n: int, *, generator: torch.Generator) -> PatchingPair:
         """The in-context answer and its counterfactual, read at a trigger's second occurrence.
 
-        Clean: a sequence of the task (training split) whose answer position holds the second occurrence of
-        one of its triggers q (drawn at random among the triggers that occur twice and whose output is no
-        trigger); the answer `correct` is q's output o, the token that followed q's first occurrence.
-        Corrupted: the same sequence with that one earlier o replaced by a token r drawn from the task's
-        output distribution for q (`TriggerSampler.output_probs`), never o nor a trigger of the sequence, so
-        no trigger's occurrences change; the in-context answer becomes r (`incorrect`). With the worked
-        example of `mechmem.tasks.birth.data` (triggers a, t; outputs b, s):
+        Clean: the answer position holds the second occurrence of a trigger q; `correct` is q's output o.
+        Corrupted: that earlier o replaced by a token r from q's output distribution (never o nor a trigger);
+        the answer becomes r (`incorrect`). With triggers a, t and outputs b, s:
 
             clean      x  a  b  e  t  s  n  a      answer read at the last a: b
             corrupted  x  a  k  e  t  s  n  a      answer: k
 
-        Only the token an induction head copies changes, so the pair measures the induction circuit (the
-        global bigram, the same in both runs, cancels in the logit difference).
+        Only the token an induction head copies changes.
         """
         parts, have = [], 0
         for _ in range(PAIR_ROUNDS):
