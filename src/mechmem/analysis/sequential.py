@@ -71,6 +71,7 @@ def decide(
     axes: Mapping[str, tuple[str, ...]] | None = None,
     freeze: Collection[str] = (),
     stale: Callable[[Mapping[str, FamilyDecision]], Mapping[str, Tensor]] | None = None,
+    cumulative: bool = False,
 ) -> Decision:
     """Draw units in rounds until every verdict is settled or the budget is reached (docs/decisions.md).
 
@@ -92,6 +93,8 @@ def decide(
         stale: with `freeze`, after each look: per freezing family, a mask of further tests to freeze, open
             or not, whose verdicts can no longer change the analysis's (e.g. the tests of a settled head). The
             same union bound covers them.
+        cumulative: `draw` returns the moments of every unit drawn so far, not of the new ones only (for a
+            family that is not a sum over units, e.g. a share whose scoring heads are read off pooled means).
 
     Example:
         >>> import torch
@@ -113,7 +116,7 @@ def decide(
     for size in planned:
         k = size - (taken[-1] if taken else 0)
         new = draw(k, generator, {f: ~m for f, m in stopped.items()}) if freeze else draw(k, generator)
-        total = dict(new) if total is None else {k: total[k] + new[k] for k in total}
+        total = dict(new) if total is None or cumulative else {k: total[k] + new[k] for k in total}
         if set(total) != set(thresholds):
             raise ValueError(f"draw gave families {sorted(total)}, thresholds name {sorted(thresholds)}")
         taken.append(size)
