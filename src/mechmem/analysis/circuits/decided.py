@@ -46,6 +46,7 @@ from mechmem.analysis.stats import (
     normal_interval,
     standard_error,
 )
+from mechmem.models.parts import model_device
 from mechmem.tasks.base import PatchingPair
 
 FAMILIES = 1 + len(CRITERIA)
@@ -57,9 +58,7 @@ band (`select_edges`); fixed before the rule's first run (docs/decisions.md)."""
 
 def stage_policy(policy: DecisionPolicy, families: int) -> DecisionPolicy:
     """`policy` at the alpha of `families` of the analysis's `FAMILIES` (the union bound over both stages)."""
-    return DecisionPolicy(
-        policy.alpha * families / FAMILIES, policy.first, policy.budget, policy.precision, policy.min_units
-    )
+    return replace(policy, alpha=policy.alpha * families / FAMILIES)
 
 
 @dataclass(frozen=True)
@@ -122,14 +121,18 @@ def decide_edges(
     the edges still open, until no edge test is open. It stops with `stopped` "no behaviour" once the gap is
     shown inside (-min_gap, min_gap) at the criteria's gap level, on the screening draw too (a stopping rule
     only: docs/decisions.md, "Measuring only what is still open")."""
-    device, graph = next(model.parameters()).device, build_graph(model)
+    device, graph = model_device(model), build_graph(model)
     n_edges = len(graph.edges)
     tested, screening = torch.ones(n_edges, dtype=torch.bool), None
     gap_policy = stage_policy(policy, len(CRITERIA))
     gap_z = gap_policy.z(1, len(CRITERIA))
 
+    def gap_test(gap: RatioMoments) -> Any:
+        """The gap judged at the criteria's gap level (here a stopping rule only)."""
+        return judge(gap, THRESHOLDS["gap"], z=gap_z, policy=gap_policy, absolute=True, name="gap")
+
     def absent(gap: RatioMoments) -> bool:
-        return bool(judge(gap, THRESHOLDS["gap"], z=gap_z, policy=gap_policy, absolute=True).code == NO)
+        return bool(gap_test(gap).code == NO)
 
     state: dict[str, Any] = {"reference": reference, "gap": None, "absent": False}
     if n_edges > max_exact or with_attribution:
@@ -182,8 +185,7 @@ def decide_edges(
     )
     decision = run.decision
     if decision.stopped == "no behaviour":
-        gap = judge(state["gap"], THRESHOLDS["gap"], z=gap_z, policy=gap_policy, absolute=True, name="gap")
-        decision = replace(decision, info=decision.info | {"gap": gap.to_dict()})
+        decision = replace(decision, info=decision.info | {"gap": gap_test(state["gap"]).to_dict()})
     values = torch.cat([v for v, _ in run.records], dim=1)
     pairs = tuple(p for _, p in run.records if p is not None)
     return EdgeStage(graph, tested, decision, values, state["reference"], screening, pairs)
@@ -268,7 +270,7 @@ def judge_circuit(
     """The criteria stage on rounds of new prompts: (the decision, the per-prompt values [4 + 2 h, prompt]:
     full, empty, circuit, complement, then per row of `outgoing` [h, edge] the full model without those edges
     and the circuit with them, the pair's source)."""
-    device = next(model.parameters()).device
+    device = model_device(model)
     rounds: list[Tensor] = []
     source: list[str] = []
     every = torch.ones_like(kept)

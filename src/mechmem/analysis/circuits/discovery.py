@@ -271,24 +271,6 @@ def marginal_intervals(decision: Decision) -> dict[str, tuple[float, float]]:
     return {k: (float(f.lower), float(f.upper)) for k, f in decision.families.items()}
 
 
-def _prune_and_measure(
-    patcher: EdgePatcher, scores: Tensor, target: float, threshold: float | None, max_exact: int
-) -> tuple[Tensor, dict[str, float], Tensor, dict[str, Any]]:
-    """(kept edges, the four circuit values, their per-prompt values [4 batch], how the pruning searched);
-    binary search above `max_exact` edges, else 8 sizes per round."""
-    every = torch.ones(len(patcher.graph.edges), dtype=torch.bool)
-    ends = patcher.evaluate(torch.stack([every, ~every]))
-    full, empty = ends.mean(1).tolist()
-    per_round = 1 if len(every) > max_exact else 8
-    kept, evaluations = _prune(patcher, scores, target, threshold, full, empty, per_round)
-    parts = patcher.evaluate(torch.stack([kept, ~kept]))
-    circuit_value, complement = parts.mean(1).tolist()
-    search = "binary search" if per_round == 1 else f"bisection, {per_round} sizes per round"
-    pruning = {"search": search if threshold is None else "threshold", "evaluations": evaluations}
-    values = {"full": full, "empty": empty, "circuit": circuit_value, "complement": complement}
-    return kept, values, torch.cat([ends, parts]), pruning
-
-
 def discover_circuit(
     model: torch.nn.Module,
     pair: PatchingPair,
@@ -324,9 +306,14 @@ def discover_circuit(
     setup = time.perf_counter()
     edges = score_edges(patcher, max_exact, with_attribution, steps=steps)
     scored = time.perf_counter()
-    kept, values, per_prompt, pruning = _prune_and_measure(
-        patcher, edges.scores, target, threshold, max_exact
-    )
+    every = torch.ones(len(patcher.graph.edges), dtype=torch.bool)
+    ends = patcher.evaluate(torch.stack([every, ~every]))
+    full, empty = ends.mean(1).tolist()
+    per_round = 1 if len(every) > max_exact else 8  # binary search above max_exact edges
+    kept, evaluations = _prune(patcher, edges.scores, target, threshold, full, empty, per_round)
+    per_prompt = torch.cat([ends, patcher.evaluate(torch.stack([kept, ~kept]))])
+    search = "binary search" if per_round == 1 else f"bisection, {per_round} sizes per round"
+    pruning = {"search": search if threshold is None else "threshold", "evaluations": evaluations}
     decision = single_look(per_prompt)
     end = time.perf_counter()
     timings = edges.timings | {"setup": setup - start, "prune": end - scored, "total": end - start}
@@ -336,7 +323,7 @@ def discover_circuit(
         edges.stderr,
         edges.exact,
         kept,
-        values=values,
+        values=dict(zip(("full", "empty", "circuit", "complement"), per_prompt.mean(1).tolist())),
         method=edges.method,
         ablation=ablation,
         n=len(pair.clean),

@@ -143,10 +143,6 @@ def build_graph(model: torch.nn.Module) -> Graph:
     return Graph(nodes, ports, edges)
 
 
-def _take(act: Tensor, index: tuple) -> Tensor:
-    return act[(slice(None), *index)]
-
-
 def _share_of(part: PatchingPair, n: int) -> Any:
     """The chunk's logit differences summed, over all `n` prompts (the chunks' gradients add up to the
     mean's)."""
@@ -221,7 +217,7 @@ class EdgePatcher:
     @torch.no_grad()
     def output(self, node: Node, act: Tensor) -> Float[Tensor, "batch pos d_model"]:
         """The node's output (what it adds to the residual stream) from the whole activation at its hook."""
-        x = _take(act, node.index)
+        x = act[(slice(None), *node.index)]
         if node.kind == "head":
             attn = self.model.blocks[node.layer].attn
             x = x @ attn.W_O[node.index[-1]].to(x.dtype)
