@@ -651,14 +651,9 @@ def head_roles(
     decided = None
     if task is not None:
         reference = task.eval_batch(n, generator=torch.Generator().manual_seed(seed + 2)).tokens.to(device)
+        gen = torch.Generator().manual_seed(seed + 1)
         decided = decide_task_roles(
-            model,
-            task,
-            generator=torch.Generator().manual_seed(seed + 1),
-            reference=reference,
-            thresholds=t,
-            policy=policy,
-            n=n,
+            model, task, generator=gen, reference=reference, thresholds=t, policy=policy, n=n
         )
     if decided is not None:
         evidence.update(decided.evidence)

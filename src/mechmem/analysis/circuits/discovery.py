@@ -261,8 +261,7 @@ def judge_criteria(
 
 def single_look(values: Float[Tensor, "4 batch"], policy: DecisionPolicy = CIRCUIT_POLICY) -> Decision:
     """The criteria of one fixed set of prompts, judged by the sequential rule at one look (K = 1)."""
-    n = values.shape[1]
-    once = DecisionPolicy(policy.alpha, n, n, policy.precision, policy.min_units)
+    once = replace(policy, first=values.shape[1], budget=values.shape[1])
     return judge_criteria(lambda k, generator: criteria_moments(values), once)
 
 

@@ -19,16 +19,12 @@ from mechmem.analysis.stats import (
     Band,
     Decision,
     combine,
+    covers,
     normal_interval,
     verdict,
 )
 
-CONFIDENCE = {
-    "min_gap": MIN_GAP,
-    "min_faithfulness": 0.8,
-    "max_faithfulness": 1.25,
-    "max_edge_fraction": 0.5,
-}
+CONFIDENCE = {"min_gap": MIN_GAP, "min_faithfulness": 0.8, "max_faithfulness": 1.25, "max_edge_fraction": 0.5}
 """The rule for a confident circuit, judged on intervals: faithfulness inside [min_faithfulness,
 max_faithfulness] (1.25 = 1 / 0.8), completeness at least min_faithfulness."""
 CRITERIA = {"behaviour": "gap", "faithful": "faithfulness", "complete": "completeness"}
@@ -48,7 +44,7 @@ def not_measurable(
 ) -> str:
     """Why a ratio with this marginal 95% `interval` (and its `denominator`'s) cannot be read, or "" when it
     can (docs/decisions.md, "Not measurable here")."""
-    if denominator is not None and not denominator[0] > 0 and not denominator[1] < 0:
+    if denominator is not None and covers(*denominator):
         return f"the gap's 95% interval [{denominator[0]:.3g}, {denominator[1]:.3g}] includes 0"
     if interval is None or not all(map(math.isfinite, interval)):
         return "no interval (too few prompts)"
@@ -106,11 +102,7 @@ class LeftOut:
 
 
 def edge_frame(
-    scores: Tensor,
-    stderr: Tensor,
-    exact: Tensor,
-    attribution: Tensor | None,
-    graph: Graph | None = None,
+    scores: Tensor, stderr: Tensor, exact: Tensor, attribution: Tensor | None, graph: Graph | None = None
 ) -> Any:
     """One row per edge: `edge` (its index), with a graph `name`, `sender`, `receiver`, `port`; then `value`
     (the score), `stderr`, `lower` / `upper` (score -+ 1.96 stderr), `exact` and `attribution` (NaN when none
