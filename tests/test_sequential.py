@@ -357,3 +357,24 @@ def test_tally_counts_the_verdicts_and_names_the_units_that_would_decide():
     assert ("would decide the last of them" in text) == bool(
         family.n_needed[family.code == UNDECIDED].isfinite().any()
     )
+
+
+def test_cumulative_draws_give_the_pooled_moments_themselves():
+    """With `cumulative`, a draw returns the moments of every unit so far: pooling them itself gives the same
+    decision as handing `decide` the new units' moments."""
+    means = torch.tensor([1.5, 0.55], dtype=torch.float64)
+    policy = DecisionPolicy(first=32, budget=256, precision=0.0)
+    seen: list[RatioMoments] = []
+
+    def pooled(k: int, generator: torch.Generator) -> dict[str, RatioMoments]:
+        new = normal_draw(means, 0.5)(k, generator)["x"]
+        seen.append(new if not seen else seen[-1] + new)
+        return {"x": seen[-1]}
+
+    got = decide(
+        pooled, {"x": 0.5}, policy=policy, generator=torch.Generator().manual_seed(0), cumulative=True
+    )
+    want = decide(
+        normal_draw(means, 0.5), {"x": 0.5}, policy=policy, generator=torch.Generator().manual_seed(0)
+    )
+    assert got.looks == want.looks and got["x"].to_dict() == want["x"].to_dict()

@@ -1,43 +1,26 @@
-"""Head roles, decided in one place.
+"""Head roles: what each attention head does, from measured evidence and fixed thresholds, by one classifier
+(`classify_heads`; `head_roles` measures and classifies in one call).
 
-What each attention head does, from measured evidence and fixed thresholds.
+Task roles come from the task's role probes (`Task.role_probes`, measured and decided in
+`mechmem.analysis.task_roles`). A head's *score* for role r is max(transfer, via_mlp); its *share* is its part
+of the scoring heads' summed score (0 when that sum is below `min_score`: the role is absent). A head gets r
+when, on corrected intervals, (1) its score is at least `min_score`, (2) its share of r leads its share of
+every other role by at least `share_margin`, and (3) its attention on r's keys is at least `task_attention`
+(docs/decisions.md, "Task roles"). When (1) holds for two roles and every role fails, the head is "shared".
+A head whose task roles stay undecided at the budget falls back to its attention pattern (or "none") and says
+so (`HeadRole.fallback`, `undecided`). Evidence built by hand with point values is judged by the same three
+conditions on the point values. Shares matter because a role can be carried jointly: copying one head alone
+may move the answer only partly, yet its share of the transfer is the largest.
 
-Two kinds of roles, one classifier (`classify_heads`), used by the circuit report, the reproduction pages and
-the library alike (`head_roles` measures and classifies in one call).
-
-Task roles come from the task (`Task.role_probes`): for each role (e.g. the permutation task's "recall" and
-"elimination") a counterfactual pair that changes only the information that role needs, and the key positions
-a head doing the role attends to. Per head, role and sequence the intervention engine measures transfer,
-via_mlp, attention and damage (`mechmem.analysis.task_roles`, which defines them), drawn in rounds until each
-head's role is decided (docs/decisions.md, "Task roles").
-
-The role's *score* of a head is max(transfer, via_mlp); its *share* is its part of the sum of the scoring
-heads' scores for that role (0 when that sum is below `min_score`: the role is absent from the model). A head
-gets task role r when, on corrected intervals, (1) its score is at least `min_score`, (2) its share of r leads
-its share of every other task role by at least `share_margin`, and (3) its attention on r's keys is at least
-`task_attention`. When (1) holds for two roles and every role fails, the head is "shared"; when a role is
-still undecided at the budget the head takes no task role and its notes say how many sequences would decide
-it. Such a head *falls back*: its name comes from its attention pattern (or is "none"), and the result says
-so (`HeadRole.fallback`, `undecided`) in its summary, repr, data frame and the report's line, since more
-sequences could give it a task role.
-Shares matter because a role can be carried jointly: in the one-layer permutation models the MLP reads the
-query token and both heads together, so copying one head alone moves the answer partly (0.1-0.3 for the recall
-head), yet its share of the recall transfer is the largest. Evidence built by hand with point values only is
-judged by the same three conditions on the point values.
-
-Attention-pattern roles (previous-token, induction, duplicate-token) come from detection scores (attention
-mass on the pattern's keys, `mechmem.analysis.heads`) by the role rule of docs/analyses.md ("Role rule"):
-probes of repeated random sequences [r, r] at every half-length 4, 8, 16, ... the context allows, plus the
-task's data; a head whose score's 95% bootstrap interval lies at or above `attention` on ANY probe has the
-pattern, and so does a head that clears it for at least two query tokens (induction on a handful of trigger
-tokens). A task role, being causal and on-distribution, takes precedence; patterns a task head also matches
-stay in its notes. A head with no evidence above threshold is "none".
+Attention-pattern roles (previous-token, induction, duplicate-token) follow the role rule of docs/analyses.md
+("Role rule"): probes [r, r] at every half-length 4, 8, 16, ... the context allows, plus the task's data; a
+head whose detection score's corrected lower end is at least `attention` on any probe has the pattern, and so
+does one that clears it for at least `heads.MIN_TOKENS` query tokens. A task role takes precedence; a head
+with no evidence above threshold is "none".
 
 The thresholds were fixed on development seeds (permutation task2-quick and task1-quick, seed 7) before the
-five-seed acceptance runs (seeds 0-4); they are printed with every result. Caveats: the thresholds are fixed
-fractions, and the intervals judged against them are corrected for every head, role and look; transfer
-assumes the counterfactual leaves the other roles' information unchanged; a head that others compensate for
-looks less important under any single-head test.
+five-seed acceptance runs (seeds 0-4). Caveats: transfer assumes the counterfactual leaves the other roles'
+information unchanged; a head that others compensate for looks less important under any single-head test.
 """
 
 import math
@@ -71,8 +54,7 @@ class RoleThresholds(ConfigMixin):
     """The evidence a role needs; every number here is printed next to the measurements it judges."""
 
     attention: float = 0.5
-    """Min lower end of a detection score's interval (attention mass on the pattern's keys), on any probe, for
-    previous-token, induction, duplicate-token."""
+    """Min corrected lower end of a detection score (attention mass on the pattern's keys), on any probe."""
     min_score: float = 0.1
     """Min task-role score, max(transfer, via_mlp), in units of p(answer)."""
     share_margin: float = 0.25
@@ -82,10 +64,8 @@ class RoleThresholds(ConfigMixin):
     mlp_drop: float = 0.05
     """Min drop in mean p(answer) under mean ablation of a layer's MLP, to name it as contributing."""
     neuron_share: float = 0.5
-    """Share of the MLP's positive effect that the key neurons make up.
-
-    Key neurons: the fewest neurons whose direct effects make up this share.
-    """
+    """Key neurons: the fewest neurons whose direct effects make up this share of the MLP's positive
+    effect."""
     max_key_neurons: int = 5
     """At most this many key neurons are listed."""
 
@@ -100,8 +80,7 @@ class HeadRole:
     evidence: dict[str, float]
     notes: list[str] = field(default_factory=list)
     undecided: list[str] = field(default_factory=list)
-    """The roles left undecided at the budget that could still name the head: its task roles when none was
-    decided, and its attention patterns when it has no name (empty: the name is decided)."""
+    """The roles left undecided at the budget that could still name the head (empty: the name is decided)."""
 
     @property
     def name(self) -> str:
@@ -118,9 +97,8 @@ class HeadRole:
 
     @property
     def label(self) -> str:
-        """The name with what it rests on: "L1H1 recall" when decided, "L1H0 none (undecided: induction)",
-        or "L0H0 duplicate-token (fell back to its attention pattern: task roles recall, elimination
-        undecided)"."""
+        """The name with what it rests on: "L1H1 recall", "L1H0 none (undecided: induction)" or "L0H0
+        duplicate-token (fell back to its attention pattern: task roles recall, elimination undecided)"."""
         if self.fallback:
             return f"{self.name} {self.role} (fell back to its attention pattern: task roles " + (
                 f"{', '.join(self.undecided)} undecided)"
@@ -130,11 +108,8 @@ class HeadRole:
         return f"{self.name} {self.role}"
 
     def to_dataframe(self) -> Any:
-        """One row per evidence quantity of the head (`ROLE_COLUMNS`): `layer`, `head`, `role`, `fallback`
-        (named by its attention pattern because its task roles stayed undecided), `undecided` (those roles,
-        comma-separated; "" when the name is decided), `evidence` (its name, e.g. "induction_lower" or
-        "recall_transfer") and `value`. Intervals enter as their own quantities (`*_lower`), so there are no
-        `lower` / `upper` columns."""
+        """One row per evidence quantity of the head (`ROLE_COLUMNS`): `layer`, `head`, `role`, `fallback`,
+        `undecided` (comma-separated), `evidence` (e.g. "induction_lower", "recall_transfer") and `value`."""
         import pandas as pd
 
         head = [self.layer, self.head, self.role, self.fallback, ", ".join(self.undecided)]
@@ -185,9 +160,8 @@ class RoleResult:
         return out
 
     def summary(self) -> str:
-        """A one-line description such as "L0H2 previous-token, L1H1 induction" (or "no head roles found"),
-        each head's `label`: a head that fell back to its attention pattern, or has no name while a role is
-        undecided, says so."""
+        """The named or undecided heads' `label`s, e.g. "L0H2 previous-token, L1H1 induction" (or "no head
+        roles found")."""
         if not self.heads:
             return "no attention heads analysed"
         named = [h.label for h in self.heads if h.role != "none" or h.undecided]
@@ -225,12 +199,10 @@ class PatternEvidence:
     sequential decision they come from."""
 
     evidence: dict[str, Float[Tensor, "layer head"]]
-    """Per pattern p: p (best score over the probes), p_lower (best corrected lower end over the probes: what
-    the rule judges, docs/decisions.md), p_token_lower (best corrected token-selective lower end,
-    `heads.kth_highest` over one probe's tokens), p_n_needed (sequences per probe that would decide its
-    undecided tests, smallest over the probes; 0 when none is undecided, inf when one sits on the
-    threshold), p_open (1 when the head is not named p but an open test, overall or on its query tokens,
-    could still name it: the rule stopped at its budget)."""
+    """Per pattern p: p (best score over the probes), p_lower (best corrected lower end: what the rule
+    judges), p_token_lower (best corrected token-selective lower end, `heads.kth_highest`), p_n_needed
+    (sequences per probe that would decide its undecided tests, smallest over the probes; 0: none undecided,
+    inf: one sits on the threshold), p_open (1 when the head is not named p but an open test could)."""
     probes: list[str]
     """What each probe is, in the curves' order."""
     curves: dict[str, dict[str, Tensor]]
@@ -247,8 +219,7 @@ class PatternEvidence:
 
     @property
     def probe_n(self) -> list[int]:
-        """Per probe, the sequences it was drawn on: a probe stops being drawn once none of its tests can
-        still change a name (docs/decisions.md)."""
+        """Per probe, the sequences it was drawn on (it stops once none of its tests can change a name)."""
         if self.decision is None:
             return []
         n = []
@@ -266,8 +237,8 @@ class PatternEvidence:
         return "; ".join(f"{p}: {k} sequences" for p, k in zip(self.probes, self.probe_n))
 
     def rows(self) -> list[list[object]]:
-        """One table row per head and pattern: `LlHh`, the pattern, then "score [lower, upper]" per probe
-        (the marginal 95% interval, for reading)."""
+        """One table row per head and pattern: `LlHh`, the pattern, then "score [lower, upper]" (marginal 95%)
+        per probe."""
         rows: list[list[object]] = []
         for name, curve in self.curves.items():
             _, n_layers, n_heads = curve["score"].shape
@@ -312,15 +283,14 @@ def named_heads(families: Any) -> tuple[Tensor, Tensor]:
 
 
 def names_settled(families: Any) -> bool:
-    """The head rule's stop (docs/decisions.md): every (head, pattern) is named, or no open test could name
-    it."""
+    """The head rule's stop: every (head, pattern) is named, or no open test could name it."""
     named, could = named_heads(families)
     return bool((named | ~could).all())
 
 
 def stale_names(families: Any) -> dict[str, Tensor]:
-    """Per family, the tests of settled (head, pattern)s: named, or no open test could name them. They stop
-    being measured (docs/decisions.md, "Head naming measures only what can still change a name")."""
+    """Per family, the tests of settled (head, pattern)s, no longer measured (docs/decisions.md, "Head naming
+    measures only what can still change a name")."""
     named, could = named_heads(families)
     settled = named | ~could  # [pattern layer head]
     out = {"overall": settled.unsqueeze(0).expand_as(families["overall"].code)}
@@ -330,15 +300,14 @@ def stale_names(families: Any) -> dict[str, Tensor]:
 
 
 def _unmeasured(k: int, shape: Sequence[int]) -> RatioMoments:
-    """The moments of a probe not drawn this round: `k` units, none measured (its tests are all frozen, so
-    `decide` keeps their earlier values)."""
+    """The moments of a probe not drawn this round (its tests are all frozen): `k` units, none measured."""
     zero = torch.zeros(tuple(shape), dtype=torch.float64)
     return RatioMoments(k, zero, zero, zero, zero, zero, zero)
 
 
 def draw_probes(model: Any, task: Any, halves: Sequence[int]) -> Any:
-    """The role rule's probes as a sequential draw: k new sequences per probe still measured -> the
-    families' moments (a probe none of whose tests is measured is not drawn)."""
+    """The role rule's probes as a sequential draw: k new sequences per probe with a test still measured ->
+    the families' moments."""
     cfg = model.cfg
     keys = list(head_detection.BUILTIN_PATTERNS)
     overall_shape = (len(keys), cfg.n_layers, cfg.n_heads)
@@ -394,15 +363,10 @@ def measure_pattern_evidence(
     threshold: float | None = None,
 ) -> PatternEvidence:
     """Detection scores (previous-token, induction, duplicate-token) per head over the role rule's probes,
-    sampled in rounds until every head's name is decided (docs/decisions.md).
-
-    The probes (docs/analyses.md, "Role rule"): repeated random sequences [r, r] for every half-length in
-    `halves` (default `heads.default_halves`: `probe_halves` plus the task's own half) and, with a task, its
-    data at the answer queries (`heads.task_patterns`). Each round adds sequences to every probe
-    (`policy.looks()`); every head, pattern, probe and token is one test against `threshold` (default
-    `RoleThresholds().attention`), corrected for all of them and for every look. `n` replaces the policy's
-    budget.
-    """
+    sampled in rounds until every head's name is decided (docs/decisions.md): [r, r] for every half-length in
+    `halves` (default `heads.default_halves`) and, with a task, its data at the answer queries. Every head,
+    pattern, probe and token is one test against `threshold` (default `RoleThresholds().attention`); `n`
+    replaces the policy's budget."""
     halves = head_detection.default_halves(model, task) if halves is None else list(halves)
     probes = [f"[r, r], |r| = {half}" for half in halves] + (["task data"] if task is not None else [])
     if not probes:
@@ -440,18 +404,12 @@ def _evidence_from(decision: Decision, probes: list[str], random: int) -> Patter
     named, could = named_heads(decision.families)  # [pattern layer head]
     evidence, curves = {}, {}
     for i, k in enumerate(head_detection.BUILTIN_PATTERNS):
-        curve = {
-            "score": overall.mean[:, i].float(),
-            "lower": overall.lower[:, i].float(),
-            "upper": overall.upper[:, i].float(),
-            "corrected_lower": overall.corrected_lower[:, i].float(),
-            "corrected_upper": overall.corrected_upper[:, i].float(),
-            "token_lower": selective[:, i].float(),
-        }
-        curves[k] = curve
+        ends = ("lower", "upper", "corrected_lower", "corrected_upper")
+        curve = {"score": overall.mean[:, i].float()} | {e: getattr(overall, e)[:, i].float() for e in ends}
+        curves[k] = curve | {"token_lower": selective[:, i].float()}
         evidence[k] = curve["score"].nan_to_num(0.0).amax(0)
         evidence[f"{k}_lower"] = curve["corrected_lower"].nan_to_num(0.0).amax(0)
-        evidence[f"{k}_token_lower"] = curve["token_lower"].nan_to_num(0.0, neginf=0.0).amax(0)
+        evidence[f"{k}_token_lower"] = curves[k]["token_lower"].nan_to_num(0.0, neginf=0.0).amax(0)
         evidence[f"{k}_n_needed"] = _nanmin(needed[:, i])
         evidence[f"{k}_open"] = (could[i] & ~named[i]).float()
     return PatternEvidence(evidence, probes, curves, decision)
@@ -465,19 +423,13 @@ def _nanmin(x: Tensor) -> Tensor:
 
 # -- the classifier
 # -----------------------------------------------------------------------------------------------
-def _shares(evidence: dict[str, Tensor], roles: Sequence[str], t: RoleThresholds) -> dict[str, Tensor]:
-    shares = {}
-    for role in roles:
-        score = _score(evidence, role)
-        total = score.clamp_min(0).sum()
-        shares[role] = score.clamp_min(0) / total if float(total) >= t.min_score else torch.zeros_like(score)
-    return shares
-
-
-def _score(evidence: dict[str, Tensor], role: str) -> Tensor:
-    transfer = evidence[f"{role}_transfer"]
-    via = evidence.get(f"{role}_via_mlp")
-    return transfer if via is None else torch.maximum(transfer, via)
+def _score_and_share(evidence: dict[str, Tensor], role: str, t: RoleThresholds) -> tuple[Tensor, Tensor]:
+    """A role's point score max(transfer, via_mlp) [layer head] and each head's share of the positive scores
+    (0 when they sum below `min_score`)."""
+    transfer, via = evidence[f"{role}_transfer"], evidence.get(f"{role}_via_mlp")
+    score = transfer if via is None else torch.maximum(transfer, via)
+    total = score.clamp_min(0).sum()
+    return score, score.clamp_min(0) / total if float(total) >= t.min_score else torch.zeros_like(score)
 
 
 @dataclass(frozen=True)
@@ -502,23 +454,19 @@ class RoleEvidence:
     @classmethod
     def read(cls, ev: dict[str, float], role: str) -> "RoleEvidence":
         """The role's fields from a head's flat evidence."""
-        nan = float("nan")
+        nan, of = (
+            float("nan"),
+            {k.removeprefix(f"{role}_"): v for k, v in ev.items() if k.startswith(f"{role}_")},
+        )
         corrected = {
-            q: (ev[f"{role}_{q}_corrected_lower"], ev[f"{role}_{q}_corrected_upper"])
+            q: (of[f"{q}_corrected_lower"], of[f"{q}_corrected_upper"])
             for q in ("score", "share", "attention")
-            if f"{role}_{q}_corrected_lower" in ev and f"{role}_{q}_corrected_upper" in ev
+            if f"{q}_corrected_lower" in of and f"{q}_corrected_upper" in of
         }
         return cls(
-            role,
-            ev[f"{role}_score"],
-            ev[f"{role}_share"],
-            ev.get(f"{role}_attention", nan),
-            ev.get(f"{role}_lead_lower", nan),
-            ev.get(f"{role}_verdict"),
-            ev.get(f"{role}_score_verdict"),
-            ev.get(f"{role}_n_needed", nan),
-            corrected,
-        )
+            role, of["score"], of["share"], of.get("attention", nan), of.get("lead_lower", nan),
+            of.get("verdict"), of.get("score_verdict"), of.get("n_needed", nan), corrected,
+        )  # fmt: skip
 
     def bounds(self, quantity: str) -> str:
         """ " [lower, upper]" (corrected) of a quantity, or "" when it has none."""
@@ -559,9 +507,8 @@ def task_undecided_notes(ev: dict[str, float], roles: Sequence[str]) -> list[str
 
 
 def _task_role(ev: dict[str, float], roles: Sequence[str], t: RoleThresholds) -> tuple[str, str] | None:
-    """The task role a head's evidence supports (with the reason), "shared", or None. Evidence with the
-    sequential verdicts (`task_roles.decide_task_roles`) is judged on them; point evidence built by hand, on
-    the point values."""
+    """(the task role a head's evidence supports or "shared", the reason), or None: on the sequential verdicts
+    where the evidence has them, else on the point values."""
     evs = [RoleEvidence.read(ev, r) for r in roles]
     if all(e.verdict is not None for e in evs):
         return _task_role_decided(evs, t)
@@ -593,11 +540,8 @@ class ClearPattern(NamedTuple):
 
 
 def _clear_pattern(ev: dict[str, float], key: str, t: RoleThresholds) -> ClearPattern | None:
-    """The head's pattern `key` when it is clear (the role rule), else None.
-
-    With interval evidence (`key_lower`, `key_token_lower`) the lower ends are judged; with a point score only
-    (evidence built by hand), the score is.
-    """
+    """The head's pattern `key` when the role rule calls it clear (on its lower ends, or the point score for
+    evidence without intervals), else None."""
     name = PATTERN_ROLES[key]
     if key not in ev:
         return None
@@ -639,20 +583,17 @@ def undecided_note(ev: dict[str, float], key: str) -> str | None:
 def classify_heads(
     evidence: dict[str, Tensor], task_roles: Sequence[str] = (), thresholds: RoleThresholds | None = None
 ) -> list[HeadRole]:
-    """One `HeadRole` per head from evidence tensors [layer head] (rule in the module docstring).
-
-    Recognised keys: previous_token, induction, duplicate_token (detection scores) and, per task role r,
-    r_transfer, r_via_mlp, r_attention, r_damage. Scores and shares of each task role are added to the
-    evidence.
-    """
+    """One `HeadRole` per head from evidence tensors [layer head] (the module docstring's rule): detection
+    scores (previous_token, induction, duplicate_token) and per task role r r_transfer, r_via_mlp,
+    r_attention, r_damage; each role's score and share are added to the evidence."""
     t = thresholds or RoleThresholds()
     if not evidence:
         return []
     evidence = dict(evidence)
-    shares = _shares(evidence, task_roles, t)
-    for role in task_roles:
-        evidence.setdefault(f"{role}_score", _score(evidence, role))
-        evidence.setdefault(f"{role}_share", shares[role])
+    points = {role: _score_and_share(evidence, role, t) for role in task_roles}
+    for role, (score, share) in points.items():
+        evidence.setdefault(f"{role}_score", score)
+        evidence.setdefault(f"{role}_share", share)
     n_layers, n_heads = next(iter(evidence.values())).shape
     roles = []
     for layer in range(n_layers):
@@ -687,13 +628,9 @@ def head_roles(
     thresholds: RoleThresholds | None = None,
     policy: DecisionPolicy = HEAD_POLICY,
 ) -> RoleResult:
-    """Measure every head's evidence from `seed` and classify it.
-
-    Attention patterns are sampled in rounds by `policy` up to `n` sequences per probe
-    (`measure_pattern_evidence`, the same call and defaults as `mechmem heads`); task roles use `n`
-    sequences. The report and the reproduction pages call
-    this with the same `n`, `seed` and policy for a checkpoint, so they print identical numbers. `task` may be
-    None (attention-pattern roles only).
+    """Measure every head's evidence from `seed` (patterns by `measure_pattern_evidence`, task roles by
+    `task_roles.decide_task_roles`, each up to `n` sequences per probe) and classify it; `task` may be None
+    (attention-pattern roles only).
 
     Example:
         >>> import mechmem, torch
@@ -714,14 +651,9 @@ def head_roles(
     decided = None
     if task is not None:
         reference = task.eval_batch(n, generator=torch.Generator().manual_seed(seed + 2)).tokens.to(device)
+        gen = torch.Generator().manual_seed(seed + 1)
         decided = decide_task_roles(
-            model,
-            task,
-            generator=torch.Generator().manual_seed(seed + 1),
-            reference=reference,
-            thresholds=t,
-            policy=policy,
-            n=n,
+            model, task, generator=gen, reference=reference, thresholds=t, policy=policy, n=n
         )
     if decided is not None:
         evidence.update(decided.evidence)

@@ -65,6 +65,7 @@ def decide(
     axes: Mapping[str, tuple[str, ...]] | None = None,
     freeze: Collection[str] = (),
     stale: Callable[[Mapping[str, FamilyDecision]], Mapping[str, Tensor]] | None = None,
+    cumulative: bool = False,
 ) -> Decision:
     """Draw units in rounds until every verdict is settled or the budget is reached (docs/decisions.md).
 
@@ -79,6 +80,8 @@ def decide(
         freeze: families whose tests are frozen at the look that decides them or makes them precise;
             `draw` then gets a third argument, per such family the mask of tests still measured.
         stale: with `freeze`, after each look, per freezing family a mask of further tests to freeze.
+        cumulative: `draw` returns the moments of every unit drawn so far, not of the new ones only (for a
+            family that is not a sum over units, e.g. a share whose scoring heads are read off pooled means).
 
     Example:
         >>> import torch
@@ -100,7 +103,7 @@ def decide(
     for size in planned:
         k = size - (taken[-1] if taken else 0)
         new = draw(k, generator, {f: ~m for f, m in stopped.items()}) if freeze else draw(k, generator)
-        total = dict(new) if total is None else {k: total[k] + new[k] for k in total}
+        total = dict(new) if total is None or cumulative else {k: total[k] + new[k] for k in total}
         if set(total) != set(thresholds):
             raise ValueError(f"draw gave families {sorted(total)}, thresholds name {sorted(thresholds)}")
         taken.append(size)

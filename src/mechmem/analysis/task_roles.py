@@ -3,29 +3,23 @@ drawn in rounds until every head's task role is decided (docs/decisions.md, "Tas
 
 A task role (the permutation task's "recall" and "elimination") is tested on a `RoleProbe`: a counterfactual
 pair that changes only the information the role needs, and the keys a head doing it attends to. Per sequence
-and head the engine measures
+and head:
 
-    transfer   rise of p(counterfactual answer) when the head's output (hook_z, every position) is copied
-               from the counterfactual run into the clean run;
+    transfer   rise of p(counterfactual answer) when the head's hook_z (every position) is copied from the
+               counterfactual run into the clean run;
     via_mlp    the same with the head's output change reaching only the MLP inputs (models with an MLP);
     attention  attention from the answer query onto the role's keys, on the clean inputs;
     damage     drop of p(correct answer) when the head is mean-ablated over a reference batch (reported).
 
-Every quantity is a mean over sequences, and a head's share of a role a ratio of sums over them, so each has
-the delta method's interval (`stats.RatioMoments`). The verdicts use the corrected intervals of the
-sequential rule (`stats.judge`): a role is "yes" when its score (transfer or via MLP), its lead in share
-over the other roles and its attention all clear their thresholds, "no" when one of them falls below, and more
-sequences are drawn while some head's verdict could still change. `roles.classify_heads` turns the verdicts
-into names.
-
-Caveats: the share's set of scoring heads is read off the point estimates at each look; the lead's interval is
-built from the share intervals' ends (conservative); transfer assumes the counterfactual leaves the other
-roles' information unchanged.
+Each is a mean over sequences and a head's share of a role a ratio of sums, with the delta method's interval
+(`stats.RatioMoments`), judged by the sequential rule (`sequential.decide`): a role is "yes" when its score,
+its lead in share over the other roles and its attention clear their thresholds, "no" when one falls below.
+`roles.classify_heads` turns the verdicts into names. Caveats: the share's scoring heads are read off the
+point estimates at each look; the lead's interval is built from the share intervals' ends (conservative).
 """
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -34,6 +28,7 @@ from torch import Tensor
 
 from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean
 from mechmem.analysis.logit_lens import answer_probability
+from mechmem.analysis.sequential import decide
 from mechmem.analysis.stats import (
     HEAD_POLICY,
     NO,
@@ -55,22 +50,15 @@ JUDGED = ("transfer", "via_mlp", "attention", "share")
 
 # -- per-sequence evidence
 # -----------------------------------------------------------------------------------------
-def _heads(model: Any) -> list[tuple[int, int]]:
-    return [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
-
-
 def _via_mlp_variant(
     model: Any, layer: int, head: int, z_change: Float[Tensor, "batch pos head_index d_head"]
 ) -> list[Intervention]:
-    """Add the head's output change to the input of every MLP at or after its layer.
-
-    The output change is the head's part of `z_change` (counterfactual - clean z of its layer) through W_O.
-    """
+    """Add the head's output change (its part of `z_change`, counterfactual - clean z, through W_O) to the
+    input of every MLP at or after its layer."""
     w_o = model.blocks[layer].attn.W_O[head]  # [d_head d_model]
 
     def add_change(x: Tensor, hook: Any) -> Tensor:
-        # Computed when the hook runs, not held per head: [batch pos d_model] for each of layers x heads
-        # variants would be 29 GB at 1,000 sequences of a 12-layer d_model 768 model.
+        # computed when the hook runs: held per head it would be [batch pos d_model] per variant
         return x + z_change[:, :, head] @ w_o
 
     return [
@@ -83,10 +71,7 @@ def _clean_and_change(
     model: Any, pair: Any, rows: Tensor, pos: Tensor
 ) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor]]:
     """(clean logits, {z hook: counterfactual - clean z}, {pattern hook: attention from the answer position
-    [batch head k_pos]}), from one clean and one counterfactual run.
-
-    Kept: the clean run's z until the counterfactual run replaces it by the change, and only the answer row
-    of each pattern (not every query's)."""
+    [batch head k_pos]}), from one clean and one counterfactual run."""
     z_names = [f"blocks.{l}.attn.hook_z" for l in range(model.cfg.n_layers)]
     pattern_names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.cfg.n_layers)]
     clean_z: dict[str, Tensor] = {}
@@ -120,7 +105,8 @@ def probe_values(
     """Per sequence of the probe and per head: transfer, damage, via_mlp (models with an MLP) and attention,
     each [batch layer head] on CPU (the module docstring defines them). `reference`: the mean-ablation
     reference (default: the probe's clean inputs)."""
-    heads, shape = _heads(model), (model.cfg.n_layers, model.cfg.n_heads)
+    shape = (model.cfg.n_layers, model.cfg.n_heads)
+    heads = [(layer, head) for layer in range(shape[0]) for head in range(shape[1])]
     pair, pos = probe.pair, probe.pair.answer_pos
     reference = pair.clean if reference is None else reference
     rows = torch.arange(len(pos), device=pos.device)
@@ -135,22 +121,15 @@ def probe_values(
         return answer_probability(lg, pos, pair.correct)
 
     base_cf, base_ok = p_counterfactual(logits).cpu(), p_correct(logits).cpu()
-    source, ablate = from_run(pair.corrupted), mean(reference)
+
+    def patched(setter: Any, metric: Any) -> Tensor:
+        """[variant batch] the metric with each head's z set by `setter`."""
+        variants = [Intervention(z_names[l], (slice(None), h), setter) for l, h in heads]
+        return intervene(model, pair.clean, variants, metric)
+
     out = {
-        "transfer": intervene(
-            model,
-            pair.clean,
-            [Intervention(f"blocks.{l}.attn.hook_z", (slice(None), h), source) for l, h in heads],
-            p_counterfactual,
-        )
-        - base_cf,
-        "damage": base_ok
-        - intervene(
-            model,
-            pair.clean,
-            [Intervention(f"blocks.{l}.attn.hook_z", (slice(None), h), ablate) for l, h in heads],
-            p_correct,
-        ),
+        "transfer": patched(from_run(pair.corrupted), p_counterfactual) - base_cf,
+        "damage": base_ok - patched(mean(reference), p_correct),
     }
     if not model.cfg.attn_only:
         paths = [_via_mlp_variant(model, l, h, change[z_names[l]]) for l, h in heads]
@@ -179,23 +158,82 @@ def measure_task_evidence(
 # -- the decision
 # -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class Estimate:
+    """One quantity per head [layer head]: its mean, marginal 95% interval and, for a judged quantity, the
+    corrected interval it is judged on."""
+
+    mean: Tensor
+    lower: Tensor
+    upper: Tensor
+    corrected_lower: Tensor | None = None
+    corrected_upper: Tensor | None = None
+
+    @classmethod
+    def of(cls, family: FamilyDecision, i: int, judged: bool = True) -> "Estimate":
+        """Role `i`'s slice of a family [role layer head]."""
+        ends = (family.corrected_lower[i].float(), family.corrected_upper[i].float()) if judged else ()
+        return cls(family.mean[i].float(), family.lower[i].float(), family.upper[i].float(), *ends)
+
+    @classmethod
+    def largest(cls, parts: Sequence["Estimate"]) -> "Estimate":
+        """Field by field, the largest of `parts` (a role's score: the larger of transfer and via MLP)."""
+        return cls(*(torch.stack([getattr(p, f.name) for p in parts]).amax(0) for f in fields(cls)))
+
+
+@dataclass(frozen=True)
+class RoleHeads:
+    """One task role's evidence per head [layer head]: the quantities with their intervals, the share's lead
+    over the other roles (corrected), the verdicts (codes `stats.YES`, `NO`, `UNDECIDED`) and the sequences
+    per probe that would decide an undecided verdict (0 when decided)."""
+
+    role: str
+    transfer: Estimate
+    via_mlp: Estimate | None
+    attention: Estimate
+    share: Estimate
+    damage: Estimate
+    score: Estimate
+    """The larger of transfer and via MLP."""
+    lead_lower: Tensor
+    lead_upper: Tensor
+    score_verdict: Tensor
+    verdict: Tensor
+    n_needed: Tensor
+
+    def flat(self) -> dict[str, Tensor]:
+        """The "{role}_{quantity}" keys of `HeadRole.evidence`: r_q, r_q_lower, r_q_upper and, judged,
+        r_q_corrected_lower / r_q_corrected_upper; r_lead_lower, r_lead_upper, r_score_verdict, r_verdict,
+        r_n_needed."""
+        out: dict[str, Tensor] = {}
+        for q in ("transfer", "via_mlp", "attention", "share", "damage", "score"):
+            est = getattr(self, q)
+            for end in (f.name for f in fields(Estimate)) if est is not None else ():
+                if getattr(est, end) is not None:
+                    out[f"{self.role}_{q}" + ("" if end == "mean" else f"_{end}")] = getattr(est, end)
+        for name in ("lead_lower", "lead_upper", "score_verdict", "verdict", "n_needed"):
+            out[f"{self.role}_{name}"] = getattr(self, name)
+        return out
+
+
+@dataclass(frozen=True)
 class TaskRoleEvidence:
-    """What `decide_task_roles` found: per-head evidence [layer head] with intervals and verdicts, the
-    families' decisions, and the looks taken."""
+    """What `decide_task_roles` found: each role's per-head evidence, the families' decisions and the looks
+    taken."""
 
     roles: tuple[str, ...]
-    evidence: dict[str, Float[Tensor, "layer head"]]
-    """Per role r and quantity q (transfer, via_mlp, attention, damage, share): r_q, r_q_lower, r_q_upper
-    (marginal 95%) and, for the judged ones, r_q_corrected_lower / r_q_corrected_upper; r_score (the larger
-    of transfer and via MLP) with its bounds; r_lead_lower / r_lead_upper (corrected); r_score_verdict and
-    r_verdict (codes `stats.YES`, `NO`, `UNDECIDED`); r_n_needed (sequences per probe that would decide
-    an undecided verdict, 0 when decided)."""
+    heads: tuple[RoleHeads, ...]
+    """Per role, in `roles`' order."""
     families: dict[str, FamilyDecision]
-    """Per judged quantity, its tests [role layer head] after the last look."""
+    """Per quantity, its tests [role layer head] after the last look."""
     looks: tuple[int, ...]
     stopped: str
     """ "settled" or "budget"."""
     policy: DecisionPolicy
+
+    @property
+    def evidence(self) -> dict[str, Float[Tensor, "layer head"]]:
+        """Every role's evidence under the keys of `HeadRole.evidence` (`RoleHeads.flat`)."""
+        return {k: v for role in self.heads for k, v in role.flat().items()}
 
     @property
     def n(self) -> int:
@@ -224,8 +262,7 @@ def _share_moments(
     """Each head's share of each role's score, a ratio of sums over sequences (docs/decisions.md)."""
     nums, dens = [], []
     for r in roles:
-        transfer = torch.cat(values[f"{r}_transfer"])  # [unit layer head]
-        v = transfer
+        v = transfer = torch.cat(values[f"{r}_transfer"])  # [unit layer head]
         if via:
             via_mlp = torch.cat(values[f"{r}_via_mlp"])
             v = torch.where(via_mlp.mean(0) > transfer.mean(0), via_mlp, transfer)
@@ -233,9 +270,7 @@ def _share_moments(
         if float(v.mean(0)[scoring].sum()) < min_score:  # the role is absent from the model: share 0
             scoring = torch.zeros_like(scoring)
         num = v * scoring
-        den = num.flatten(1).sum(1)
-        if not bool(scoring.any()):
-            den = torch.ones_like(den)
+        den = num.flatten(1).sum(1) if bool(scoring.any()) else torch.ones(len(num))
         nums.append(num)
         dens.append(den[:, None, None].expand_as(num))
     return RatioMoments.from_values(torch.stack(nums, 1), torch.stack(dens, 1))
@@ -259,8 +294,7 @@ def _code(yes: Tensor, no: Tensor) -> Tensor:
 def _verdicts(families: dict[str, FamilyDecision], margin: float) -> _Verdicts:
     transfer, attention, share = families["transfer"], families["attention"], families["share"]
     via = families.get("via_mlp")
-    score_yes = transfer.code == YES
-    score_no = transfer.code == NO
+    score_yes, score_no = transfer.code == YES, transfer.code == NO
     if via is not None:
         score_yes, score_no = score_yes | (via.code == YES), score_no & (via.code == NO)
     low, high = share.corrected_lower, share.corrected_upper
@@ -290,7 +324,7 @@ def _settled(families: dict[str, FamilyDecision], v: _Verdicts) -> bool:
 
 
 def _n_needed(
-    families: dict[str, FamilyDecision], v: _Verdicts, margin: float, n: int, policy: Any
+    families: dict[str, FamilyDecision], v: _Verdicts, margin: float, n: int, policy: DecisionPolicy
 ) -> Tensor:
     """Per [role layer head], sequences per probe that would decide an undecided verdict (0: decided)."""
     parts = [families["attention"].n_needed.masked_fill(families["attention"].code != UNDECIDED, 0)]
@@ -308,28 +342,27 @@ def _n_needed(
     return needed.masked_fill(v.role != UNDECIDED, 0.0)
 
 
-def _head_evidence(
-    roles: Sequence[str], families: dict[str, FamilyDecision], verdicts: _Verdicts, needed: Tensor, via: bool
-) -> dict[str, Tensor]:
-    """The per-head evidence tensors [layer head] of `TaskRoleEvidence.evidence`."""
-    evidence: dict[str, Tensor] = {}
-    for i, r in enumerate(roles):
-        for q, f in families.items():
-            evidence[f"{r}_{q}"] = f.mean[i].float()
-            evidence[f"{r}_{q}_lower"], evidence[f"{r}_{q}_upper"] = f.lower[i].float(), f.upper[i].float()
-            if q != "damage":
-                evidence[f"{r}_{q}_corrected_lower"] = f.corrected_lower[i].float()
-                evidence[f"{r}_{q}_corrected_upper"] = f.corrected_upper[i].float()
-        parts = ("transfer", "via_mlp") if via else ("transfer",)
-        evidence[f"{r}_score"] = torch.stack([evidence[f"{r}_{q}"] for q in parts]).amax(0)
-        for end in ("lower", "upper", "corrected_lower", "corrected_upper"):
-            evidence[f"{r}_score_{end}"] = torch.stack([evidence[f"{r}_{q}_{end}"] for q in parts]).amax(0)
-        evidence[f"{r}_lead_lower"] = verdicts.lead_lower[i].float()
-        evidence[f"{r}_lead_upper"] = verdicts.lead_upper[i].float()
-        evidence[f"{r}_score_verdict"] = verdicts.score[i].float()
-        evidence[f"{r}_verdict"] = verdicts.role[i].float()
-        evidence[f"{r}_n_needed"] = needed[i].float()
-    return evidence
+def _role_heads(
+    i: int, role: str, families: dict[str, FamilyDecision], verdicts: _Verdicts, needed: Tensor
+) -> RoleHeads:
+    """Role `i`'s `RoleHeads` from the families [role layer head]."""
+    est = {q: Estimate.of(f, i, judged=q != "damage") for q, f in families.items()}
+    score = Estimate.largest([est[q] for q in ("transfer", "via_mlp") if q in est])
+    v = verdicts
+    codes = {
+        "lead_lower": v.lead_lower,
+        "lead_upper": v.lead_upper,
+        "score_verdict": v.score,
+        "verdict": v.role,
+    }
+    codes["n_needed"] = needed
+    return RoleHeads(
+        role, **({"via_mlp": None} | est), score=score, **{k: t[i].float() for k, t in codes.items()}
+    )
+
+
+class _NoRoleProbes(Exception):
+    """The task defines no role probes."""
 
 
 @torch.no_grad()
@@ -350,54 +383,66 @@ def decide_task_roles(
         generator: draws the probes' sequences, round after round.
         reference: mean-ablation reference tokens (the damage column), drawn once by the caller.
         thresholds: a `roles.RoleThresholds` (min_score, share_margin, task_attention).
-        n: the budget (sequences per probe), replacing the policy's.
     """
     policy = policy if n is None else policy.with_budget(n)
     device = model_device(model)
     reference = reference.to(device)
     values: dict[str, list[Tensor]] = {}
-    roles: tuple[str, ...] = ()
+    roles: list[tuple[str, ...]] = [()]
     via = not model.cfg.attn_only
     judged = [q for q in JUDGED if via or q != "via_mlp"]
-    thresholds_of = {
-        "transfer": thresholds.min_score,
-        "via_mlp": thresholds.min_score,
-        "attention": thresholds.task_attention,
-        "share": thresholds.share_margin,
+    t = thresholds
+    limits = {
+        "transfer": t.min_score,
+        "via_mlp": t.min_score,
+        "attention": t.task_attention,
+        "share": t.share_margin,
     }
-    taken: list[int] = []
-    families: dict[str, FamilyDecision] = {}
-    stopped = "budget"
-    for size in policy.looks():
-        probes = task.role_probes(size - (taken[-1] if taken else 0), generator=generator)
+    axes = ("role", "layer", "head")
+
+    def draw(k: int, gen: torch.Generator) -> dict[str, RatioMoments]:
+        """Every sequence's moments so far, per judged quantity [role layer head]."""
+        probes = task.role_probes(k, generator=gen)
         if not probes:
-            return None
-        roles = tuple(p.role for p in probes)
+            raise _NoRoleProbes
+        roles[0] = tuple(p.role for p in probes)
         for probe in probes:
-            for k, v in probe_values(model, probe.to(device), reference).items():
-                values.setdefault(f"{probe.role}_{k}", []).append(v)
-        taken.append(size)
-        moments = {q: _moments(values, roles, q) for q in judged if q != "share"}
-        moments["share"] = _share_moments(values, roles, thresholds.min_score, via)
-        moments["damage"] = _moments(values, roles, "damage")
-        z = policy.z(math.prod(moments["share"].shape), len(judged))
-        axes = ("role", "layer", "head")
-        families = {
-            q: judge(moments[q], thresholds_of.get(q, 0.0), z=z, policy=policy, name=q, axes=axes)
-            for q in (*judged, "damage")
-        }
-        verdicts = _verdicts({q: families[q] for q in judged}, thresholds.share_margin)
-        if _settled({q: families[q] for q in judged}, verdicts):
-            stopped = "settled"
-            break
-    needed = _n_needed(families, verdicts, thresholds.share_margin, taken[-1], policy)
-    evidence = _head_evidence(roles, families, verdicts, needed, via)
-    return TaskRoleEvidence(roles, evidence, families, tuple(taken), stopped, policy)
+            for q, v in probe_values(model, probe.to(device), reference).items():
+                values.setdefault(f"{probe.role}_{q}", []).append(v)
+        moments = {q: _moments(values, roles[0], q) for q in judged if q != "share"}
+        return moments | {"share": _share_moments(values, roles[0], t.min_score, via)}
+
+    def settled(families: dict[str, FamilyDecision]) -> bool:
+        return _settled(families, _verdicts(families, t.share_margin))
+
+    try:
+        decision = decide(
+            draw,
+            {q: limits[q] for q in judged},
+            policy=policy,
+            generator=generator,
+            settled=settled,
+            axes={q: axes for q in judged},
+            cumulative=True,
+        )
+    except _NoRoleProbes:
+        return None
+    families = {q: decision.families[q] for q in judged}
+    z = families["share"].z
+    families["damage"] = judge(
+        _moments(values, roles[0], "damage"), 0.0, z=z, policy=policy, name="damage", axes=axes
+    )
+    verdicts = _verdicts(families, t.share_margin)
+    needed = _n_needed(families, verdicts, t.share_margin, decision.n, policy)
+    heads = tuple(_role_heads(i, r, families, verdicts, needed) for i, r in enumerate(roles[0]))
+    return TaskRoleEvidence(roles[0], heads, families, decision.looks, decision.stopped, policy)
 
 
 __all__ = [
     "JUDGED",
     "QUANTITIES",
+    "Estimate",
+    "RoleHeads",
     "TaskRoleEvidence",
     "decide_task_roles",
     "measure_task_evidence",

@@ -1,21 +1,17 @@
-"""The circuit decided by the evidence: every edge tested on its share of the gap over rounds of prompts, the
-edges the kept set needs added, then the circuit's criteria judged on prompts that chose no edge
-(docs/decisions.md, "Which edges the circuit has" and "The circuit is what the kept set needs").
+"""The circuit decided by the evidence (docs/decisions.md, "Which edges the circuit has" and "The circuit is
+what the kept set needs").
 
     from mechmem.analysis.circuits.decided import decided_circuit
     circuit, source = decided_circuit(model, task, seed=0)      # a `Circuit`; circuit.edge_verdicts()
 
-Two stages share one analysis and its alpha, split equally over four families (`FAMILIES`): the edge stage
-tests every edge's share s = sum(m(full) - m(edge ablated)) / sum(m(full) - m(every edge ablated)) against
-`EDGE_SHARE` on |s|, drawing doubling rounds of new prompts until no edge test is open (a test decided or
-precise at a look is frozen there and not measured again; the stage stops early when the corrected interval of
-the gap shows it absent). The circuit is the edges decided in plus those whose removal, judged on the stage's
-own prompts, takes the faithfulness of what remains out of `SELECTION_BAND` (`select_edges`): a job shared by
-several heads, each edge carrying too little to pass alone, stays. The criteria stage draws new prompts and
-judges that circuit's gap, faithfulness (two-sided) and completeness (`discovery.judge_criteria`), and
-measures the named heads it leaves out (`measured_left_out`). On graphs above `max_exact` edges a screening
-draw, set aside, chooses which edges are tested (`discovery.score_edges`: EAP-IG on every edge, exact on a
-fixed number); the rest are untested, and removed first.
+Two stages share one alpha, split equally over the four families (`FAMILIES`). The edge stage tests every
+edge's share s = sum(m(full) - m(edge ablated)) / sum(m(full) - m(every edge ablated)) against `EDGE_SHARE`
+on |s| over doubling rounds of new prompts (a test decided or precise at a look is frozen there), stopping
+early once the gap is shown absent. The circuit is the edges decided in plus those whose removal takes the
+faithfulness of what remains out of `SELECTION_BAND` (`select_edges`). The criteria stage judges its gap,
+faithfulness and completeness on new prompts (`discovery.judge_criteria`) and measures the named heads it
+leaves out (`measured_left_out`). Above `max_exact` edges a screening draw, set aside, chooses which edges are
+tested (`discovery.score_edges`); the rest are untested, and removed first.
 """
 
 import time
@@ -41,15 +37,16 @@ from mechmem.analysis.stats import (
     EDGE_SHARE,
     NO,
     YES,
-    Z_95,
     Band,
     Decision,
     DecisionPolicy,
     RatioMoments,
     judge,
     no_open_tests,
+    normal_interval,
     standard_error,
 )
+from mechmem.models.parts import model_device
 from mechmem.tasks.base import PatchingPair
 
 FAMILIES = 1 + len(CRITERIA)
@@ -61,9 +58,7 @@ band (`select_edges`); fixed before the rule's first run (docs/decisions.md)."""
 
 def stage_policy(policy: DecisionPolicy, families: int) -> DecisionPolicy:
     """`policy` at the alpha of `families` of the analysis's `FAMILIES` (the union bound over both stages)."""
-    return DecisionPolicy(
-        policy.alpha * families / FAMILIES, policy.first, policy.budget, policy.precision, policy.min_units
-    )
+    return replace(policy, alpha=policy.alpha * families / FAMILIES)
 
 
 @dataclass(frozen=True)
@@ -122,21 +117,22 @@ def decide_edges(
     share: float,
     reference: Tensor | None,
 ) -> EdgeStage:
-    """The edge stage: screening where the graph needs one, then rounds of new prompts until no edge test is
-    open (`policy` at the edge family's alpha). Each round path-patches only the edges still open (decided or
-    precise ones are frozen: `decide(freeze=)`); the stage stops, with `stopped` "no behaviour", once the gap
-    m(full) - m(every edge ablated) is shown inside (-min_gap, min_gap) at the criteria's gap level (a
-    stopping rule only: docs/decisions.md, "Measuring only what is still open"), on the screening draw too,
-    where it then screens and tests no edge."""
-    device, graph = next(model.parameters()).device, build_graph(model)
+    """The edge stage: screening where the graph needs one, then rounds of new prompts, path-patching only
+    the edges still open, until no edge test is open. It stops with `stopped` "no behaviour" once the gap is
+    shown inside (-min_gap, min_gap) at the criteria's gap level, on the screening draw too (a stopping rule
+    only: docs/decisions.md, "Measuring only what is still open")."""
+    device, graph = model_device(model), build_graph(model)
     n_edges = len(graph.edges)
     tested, screening = torch.ones(n_edges, dtype=torch.bool), None
     gap_policy = stage_policy(policy, len(CRITERIA))
     gap_z = gap_policy.z(1, len(CRITERIA))
 
+    def gap_test(gap: RatioMoments) -> Any:
+        """The gap judged at the criteria's gap level (here a stopping rule only)."""
+        return judge(gap, THRESHOLDS["gap"], z=gap_z, policy=gap_policy, absolute=True, name="gap")
+
     def absent(gap: RatioMoments) -> bool:
-        """The gap shown inside (-min_gap, min_gap) at the criteria's gap level (a stopping rule only)."""
-        return bool(judge(gap, THRESHOLDS["gap"], z=gap_z, policy=gap_policy, absolute=True).code == NO)
+        return bool(gap_test(gap).code == NO)
 
     state: dict[str, Any] = {"reference": reference, "gap": None, "absent": False}
     if n_edges > max_exact or with_attribution:
@@ -175,8 +171,6 @@ def decide_edges(
         return (values, pair), {"edge": RatioMoments.from_values(values.nan_to_num(0.0).T, full - empty)}
 
     def shown_absent(families: dict[str, Any]) -> bool:
-        """The gap shown absent, by the screening draw or once an edge test is still open (a stopping rule
-        only: docs/decisions.md)."""
         return state["absent"] or (not no_open_tests(families) and absent(state["gap"]))
 
     run = run_rounds(
@@ -191,8 +185,7 @@ def decide_edges(
     )
     decision = run.decision
     if decision.stopped == "no behaviour":
-        gap = judge(state["gap"], THRESHOLDS["gap"], z=gap_z, policy=gap_policy, absolute=True, name="gap")
-        decision = replace(decision, info=decision.info | {"gap": gap.to_dict()})
+        decision = replace(decision, info=decision.info | {"gap": gap_test(state["gap"]).to_dict()})
     values = torch.cat([v for v, _ in run.records], dim=1)
     pairs = tuple(p for _, p in run.records if p is not None)
     return EdgeStage(graph, tested, decision, values, state["reference"], screening, pairs)
@@ -201,12 +194,11 @@ def decide_edges(
 def select_edges(
     model: torch.nn.Module, stage: EdgeStage, *, ablation: str, memory_mb: float
 ) -> tuple[Tensor, int]:
-    """[edge] bool: the circuit, every edge decided in plus those the kept set needs, and the circuit
-    evaluations it took (docs/decisions.md, "The circuit is what the kept set needs").
+    """([edge] bool: every edge decided in plus those the kept set needs, the circuit evaluations it took).
 
-    Starting from every edge, blocks of the other edges (untested first, then by |score|, smallest first)
-    are removed while the faithfulness of what remains, on the stage's prompts pooled, stays inside
-    `SELECTION_BAND`; a block that leaves it is halved, down to single edges, which then stay."""
+    From every edge, blocks of the others (untested first, then by |score|, smallest first) are removed while
+    the faithfulness of what remains, on the stage's prompts pooled, stays inside `SELECTION_BAND`; a block
+    that leaves it is halved, down to single edges, which then stay (docs/decisions.md)."""
     sure, n_edges = stage.kept, len(stage.graph.edges)
     if stage.decision.stopped == "no behaviour" or not stage.pairs or bool(sure.all()):
         return sure.clone(), 0
@@ -275,11 +267,10 @@ def judge_circuit(
     memory_mb: float,
     outgoing: Tensor | None = None,
 ) -> tuple[Decision, Tensor, str]:
-    """The criteria stage: the circuit `kept` judged on rounds of new prompts at the criteria's alpha; the
-    decision, the per-prompt values [4 + 2 h, prompt] (full, empty, circuit, complement, then per row of
-    `outgoing` [h, edge], the full model without those edges and the circuit with them) and the pair's
-    source."""
-    device = next(model.parameters()).device
+    """The criteria stage on rounds of new prompts: (the decision, the per-prompt values [4 + 2 h, prompt]:
+    full, empty, circuit, complement, then per row of `outgoing` [h, edge] the full model without those edges
+    and the circuit with them, the pair's source)."""
+    device = model_device(model)
     rounds: list[Tensor] = []
     source: list[str] = []
     every = torch.ones_like(kept)
@@ -299,8 +290,8 @@ def judge_circuit(
 
 
 def left_out_heads(circuit_heads: list[str], heads: list[str], graph: Any) -> tuple[list[str], Tensor]:
-    """The `heads` (node names) with no outgoing edge among `circuit_heads`' and, per such head, the [edge]
-    mask of its outgoing edges. A name that is no head of the graph is a `ValueError`."""
+    """(the `heads` not among `circuit_heads`, per such head its outgoing edges [edge]); `ValueError` for a
+    name that is no head of the graph."""
     names = [n.name for n in graph.nodes if n.kind == "head"]
     unknown = [h for h in heads if h not in names]
     if unknown:
@@ -318,7 +309,7 @@ def measured_left_out(names: list[str], masks: Tensor, values: Tensor) -> tuple[
     def interval(num: Tensor) -> tuple[float, float, float]:
         m = RatioMoments.from_values(num, gap)
         r, se = float(m.ratio()), float(m.stderr())
-        return (r, r - Z_95 * se, r + Z_95 * se)
+        return (r, *normal_interval(r, se))
 
     for i, (name, mask) in enumerate(zip(names, masks)):
         without, plus = values[4 + 2 * i].double(), values[5 + 2 * i].double()
@@ -341,8 +332,7 @@ def decided_circuit(
     reference: Tensor | None = None,
     heads: list[str] | tuple[str, ...] = (),
 ) -> tuple[Circuit, str]:
-    """The circuit whose edges and verdict are decided over rounds of prompts (docs/decisions.md), and the
-    pair's source in words; `mechmem circuit` and the report call it with `CIRCUIT_POLICY`.
+    """(the circuit whose edges and verdict are decided over rounds of prompts, the pair's source in words).
 
     Args:
         share: an edge is in when its share of the gap is decided >= share in size (`EDGE_SHARE`).
@@ -350,8 +340,7 @@ def decided_circuit(
         reference: the inputs mean ablation averages over (default: the first round's clean prompts).
         heads: head names (e.g. those the role step names); each one the circuit leaves out is measured on
             the criteria's prompts and reported with the reason (`Circuit.left_out`).
-    The circuit is every edge decided in plus those the kept set needs (`select_edges`). `scores` and
-    `stderr` are over the edge stage's prompts; values, intervals and `n` over the criteria's.
+    `scores` and `stderr` are over the edge stage's prompts; values, intervals and `n` over the criteria's.
 
     Example:
         >>> import mechmem
@@ -364,33 +353,17 @@ def decided_circuit(
     if heads:
         left_out_heads([], list(heads), build_graph(model))  # an unknown head name fails before any work
     generator = torch.Generator().manual_seed(seed)
+    engine = {"ablation": ablation, "memory_mb": memory_mb}
     stage = decide_edges(
-        model,
-        task,
-        generator,
-        policy=policy,
-        ablation=ablation,
-        memory_mb=memory_mb,
-        max_exact=max_exact,
-        with_attribution=with_attribution,
-        steps=steps,
-        share=share,
-        reference=reference,
-    )
-    kept, evaluations = select_edges(model, stage, ablation=ablation, memory_mb=memory_mb)
+        model, task, generator, policy=policy, max_exact=max_exact, with_attribution=with_attribution,
+        steps=steps, share=share, reference=reference, **engine
+    )  # fmt: skip
+    kept, evaluations = select_edges(model, stage, **engine)
     mid = time.perf_counter()
     in_circuit = [e.sender.name for e, k in zip(stage.graph.edges, kept.tolist()) if k]
     out_names, outgoing = left_out_heads(in_circuit, list(heads), stage.graph)
     decision, prompt_values, source = judge_circuit(
-        model,
-        task,
-        kept,
-        stage.reference,
-        generator,
-        policy=policy,
-        ablation=ablation,
-        memory_mb=memory_mb,
-        outgoing=outgoing,
+        model, task, kept, stage.reference, generator, policy=policy, outgoing=outgoing, **engine
     )
     left_out = measured_left_out(out_names, outgoing, prompt_values)
     prompt_values = prompt_values[:4]

@@ -1,39 +1,27 @@
-"""Circuit discovery: score every edge, prune to the smallest circuit reaching a target faithfulness, measure
-it.
+"""Circuit discovery on one draw: score every edge, prune to the smallest circuit reaching a target
+faithfulness, measure it.
 
     from mechmem.analysis.circuits.discovery import circuit_pair, discover_circuit
     pair, _ = circuit_pair(model, task, 64, generator=torch.Generator().manual_seed(0))
     circuit = discover_circuit(model, pair, ablation="mean")        # a `Circuit`; circuit.to_dict() for JSON
 
-Scores (`mechmem.analysis.circuits`, run by the intervention engine): exact path patching of every edge, or,
-on graphs with more than `max_exact` edges, edge attribution patching (EAP, `edge_attribution`) of every edge
-followed by exact path patching of a fixed number of edges whatever the graph's size: the `RESCORE_EDGES`
-(at most `max_exact`) EAP ranks highest plus `CHECK_EDGES` others drawn with a fixed seed (the rest keep their
-EAP estimate). The estimate flags itself: its agreement with the exact
-scores on those edges is stored in `Circuit.attribution_check` (`attribution.judge`, rule
-`attribution.TRUST`); when it fails, every edge is scored exactly (up to `max_fallback` edges; beyond, the
-method says the ranking is untrusted). Pruning: edges ranked by |score|; the circuit is the shortest prefix of
-the ranking whose faithfulness reaches `target` (found by a batched bisection over the prefix length, or on
-graphs above `max_exact` edges a binary search costing log2(edges) circuit evaluations; see `_prune`), or,
-with `threshold`, every edge whose |score| is at least threshold x |gap|. Measures, with e =
-every edge ablated and gap = m(full) - m(e):
+Scores: exact path patching of every edge or, on graphs above `max_exact` edges, edge attribution patching
+(EAP, `edge_attribution`) of every edge and exact path patching of the `RESCORE_EDGES` it ranks highest plus
+`CHECK_EDGES` drawn with a fixed seed. The estimate's agreement with the exact scores on those edges is
+`Circuit.attribution_check` (rule `attribution.TRUST`); when it fails, every edge is scored exactly (up to
+`max_fallback` edges; beyond, the method says the ranking is untrusted). Pruning: the shortest prefix of the
+|score| ranking whose faithfulness reaches `target` (`_prune`), or with `threshold` every edge with |score| >=
+threshold x |gap|. With e = every edge ablated and gap = m(full) - m(e):
     faithfulness = (m(circuit) - m(e)) / gap        the circuit alone, every other edge ablated
     completeness = (m(full) - m(full minus circuit)) / gap      what ablating only the circuit's edges removes
-Gap, faithfulness and completeness are ratios of sums over prompts; their verdict (`CONFIDENCE`) follows the
-sequential rule (`mechmem.analysis.sequential`, docs/decisions.md). `discover_circuit` on a fixed pair judges
-it at one look, on the prompts that chose the edges; `mechmem.analysis.circuits.decided.decided_circuit`
-decides every edge by its share of the gap over rounds of prompts and then judges the criteria on new ones.
-Each criterion is "yes" when its whole corrected interval passes, "no" when it fails, else "undecided" (with
-the prompts that would decide it); the circuit is confident ("yes") when every criterion is yes, "no" when
-one is no. `intervals` holds the marginal 95% intervals, for reading.
-    behaviour    |gap| interval vs min_gap (the behaviour exists)
-    faithful     faithfulness interval inside [min_faithfulness, max_faithfulness] (the circuit alone keeps
-                 about the full model's behaviour: neither much less nor much more)
-    sparse       at most max_edge_fraction of the edges are kept (a count: yes or no)
-    complete     completeness interval vs min_faithfulness (ablating only the circuit removes most of it)
-Here the prefix is chosen on one draw; each edge's standard error is reported next to its score.
-
-The record they fill, `Circuit`, and the confidence rule live in `mechmem.analysis.circuits.record`.
+ratios of sums over prompts, judged by the sequential rule (docs/decisions.md) against `CONFIDENCE`:
+    behaviour    |gap| vs min_gap
+    faithful     faithfulness inside [min_faithfulness, max_faithfulness]
+    sparse       at most max_edge_fraction of the edges kept (a count)
+    complete     completeness vs min_faithfulness
+each "yes" when its corrected interval passes, "no" when it fails, else "undecided"; the circuit is "yes" when
+every criterion is. `discover_circuit` judges at one look, on the prompts that chose the edges;
+`decided.decided_circuit` decides the edges over rounds and judges the criteria on new prompts.
 """
 
 import math
@@ -69,21 +57,17 @@ CHECK_EDGES = 32
 """Edges outside EAP's top `RESCORE_EDGES` that are also scored exactly, to measure EAP's agreement."""
 RESCORE_EDGES = 32
 """On graphs above `max_exact` edges: the edges EAP ranks highest that are re-scored exactly (at most
-`max_exact`). A fixed number, so the exact work grows with the layers (each edge one pass), not with the edges
-(layers^2). Fixed before any measurement (docs/report.md, "Rules written before the run")."""
+`max_exact`; docs/report.md, "Rules written before the run")."""
 EDGE_STEPS = 4
-"""Default of `edge_attribution(steps=...)`: EAP-IG with 4 steps. Measured (docs/circuits.md, "First order or
-integrated gradients"): against exact path patching of every edge, Pearson 0.64 -> 0.81 on the planted model
-and 0.46 -> 0.94, 0.57 -> 0.82 on a held-out 3-layer LayerNorm/GELU model (two seeds), for 4 passes instead of
-1 (16 steps: no better)."""
+"""Default of `edge_attribution(steps=...)`: EAP-IG with 4 steps (docs/circuits.md, "First order or integrated
+gradients": closer to exact path patching than EAP; 16 steps no better)."""
 
 
 def circuit_pair(
     model: torch.nn.Module, task: Any, n: int, *, generator: torch.Generator
 ) -> tuple[PatchingPair, str]:
-    """The task's clean/corrupted pair, with the pair's source in words; the generic repeats pair is only the
-    fallback for a bare model or a task without a pair (its words say so): a model trained on other data may
-    not do on random repeats what it does on its own (`mechmem.analysis.distribution.prompt_fit` checks)."""
+    """(the task's clean/corrupted pair, its source in words); for a bare model or a task without a pair, the
+    generic repeats pair, and the words say so (`mechmem.analysis.distribution.prompt_fit` checks its fit)."""
     if task is not None:
         try:
             return task.patching_pair(n, generator=generator), f"the {task.name} task's clean/corrupted pair"
@@ -98,9 +82,7 @@ def circuit_pair(
 
 
 def circuit_prompts(model: torch.nn.Module, task: Any, n: int, seed: int) -> tuple[PatchingPair, str]:
-    """The prompts of a circuit for `seed`: `circuit_pair` drawn from a generator seeded with `seed`. The
-    report's edge section and mechmem circuit both call this, so they measure the same prompts for the
-    same seed.
+    """`circuit_pair` drawn from a generator seeded with `seed` (the report and `mechmem circuit` alike).
 
     Example:
         >>> import mechmem, torch
@@ -122,14 +104,9 @@ def _prune(
     empty: float,
     per_round: int = 8,
 ) -> tuple[Tensor, int]:
-    """The kept edges and the circuit evaluations it took: by threshold on |score| / |gap|, else the shortest
-    |score| prefix reaching `target`.
-
-    The prefix is found by a batched bisection: each round evaluates `per_round` sizes spread over the bracket
-    (one engine call) and keeps the sub-bracket where faithfulness first reaches the target; per_round = 1 is
-    a binary search (ceil(log2 edges) evaluations). It returns the shortest prefix when faithfulness grows
-    with the prefix, else a prefix k reaching it with k - 1 not.
-    """
+    """(kept edges, circuit evaluations): by threshold on |score| / |gap|, else the shortest |score| prefix
+    reaching `target`, by a bisection evaluating `per_round` sizes per round (1: a binary search). Where
+    faithfulness does not grow with the prefix, a prefix k reaching it with k - 1 not."""
     if threshold is not None:
         return scores.abs() >= threshold * abs(full - empty), 0
     order = scores.abs().argsort(descending=True, stable=True)
@@ -158,15 +135,9 @@ def _prune(
 def edge_attribution(
     patcher: EdgePatcher, steps: int = EDGE_STEPS, *, per_prompt: bool = False
 ) -> Float[Tensor, "edge ..."]:
-    """Every edge's score estimated from gradients: -(u_ablated - u_clean) . d metric / d port, summed over
-    prompts, positions and d_model (the sign of `EdgePatcher.exact`); with `per_prompt`, [edge, prompt]: each
-    prompt's estimate, whose mean is that score.
-
-    steps = 0: the gradient on the clean run (EAP, one forward and one backward pass;
-    `EdgePatcher.attribution`). steps = k: integrated gradients (EAP-IG): the gradient averaged over k runs
-    whose token and position embeddings lie (i + 1/2) / k of the way from their clean to their ablated values
-    (k passes).
-    """
+    """Every edge's score estimated from gradients (`EdgePatcher.attribution`; [edge, prompt] with
+    `per_prompt`): steps = 0 is EAP on the clean run, steps = k EAP-IG over k runs whose embeddings lie
+    (i + 1/2) / k of the way from clean to ablated."""
     alphas = (None,) if steps == 0 else tuple((i + 0.5) / steps for i in range(steps))
     return patcher.attribution(alphas, per_prompt=per_prompt)
 
@@ -180,10 +151,9 @@ def score_edges(
     max_fallback: int | None = None,
     rescore: int = RESCORE_EDGES,
 ) -> "ScoredEdges":
-    """Every edge's score (`ScoredEdges`): exact path patching of every edge, or, when there are more than
-    `max_exact`, of the min(rescore, max_exact) edges EAP ranks highest and `CHECK_EDGES` others (the rest
-    keep their EAP estimate); every edge exactly when EAP fails its agreement check (up to `max_fallback`,
-    default 4 x max_exact)."""
+    """Every edge's score (`ScoredEdges`): exact path patching of every edge, or above `max_exact` edges of
+    the min(rescore, max_exact) EAP ranks highest and `CHECK_EDGES` others, the rest keeping their estimate;
+    every edge exactly when EAP fails its agreement check (up to `max_fallback`, default 4 x max_exact)."""
     edges, start = patcher.graph.edges, time.perf_counter()
     n_edges, attribution, check = len(edges), None, None
     max_fallback = 4 * max_exact if max_fallback is None else max_fallback
@@ -234,8 +204,7 @@ class ScoredEdges:
     scores: Float[Tensor, " edge"]
     """The exact score where `exact`, else the EAP estimate."""
     stderr: Float[Tensor, " edge"]
-    """Standard error over prompts of each score: the exact one's, or where only estimated the estimate's
-    (the spread of the per-prompt EAP or EAP-IG values: it covers the estimate's mean over prompts, not its
+    """Standard error over prompts of each score (where only estimated, of the per-prompt estimates: not its
     error as an estimate of the exact score); NaN with one prompt."""
     exact: Bool[Tensor, " edge"]
     """Whether the edge was scored by exact path patching."""
@@ -262,9 +231,8 @@ class ScoredEdges:
 
 
 def criteria_moments(values: Float[Tensor, "4 batch"]) -> dict[str, RatioMoments]:
-    """The sequential decision's families from per-prompt metric values of the full model, every edge ablated,
-    the circuit and its complement (rows in that order): "gap" = mean(full - empty), "faithfulness" =
-    sum(circuit - empty) / sum(full - empty), "completeness" = sum(full - complement) / sum(full - empty)."""
+    """The criteria's moments from per-prompt values of the full model, every edge ablated, the circuit and
+    its complement (rows in that order): "gap", "faithfulness", "completeness" (the module docstring)."""
     full, empty, circuit, complement = values.detach().double().cpu()
     gap = full - empty
     return {
@@ -277,10 +245,9 @@ def criteria_moments(values: Float[Tensor, "4 batch"]) -> dict[str, RatioMoments
 def judge_criteria(
     draw: Any, policy: DecisionPolicy, generator: torch.Generator | None = None, *, stop_at_no: bool = False
 ) -> Decision:
-    """The sequential decision of the measured criteria (`THRESHOLDS`; the gap on |gap|): `draw(k,
-    generator)` gives the moments (`criteria_moments`) of k new prompts. With `stop_at_no`, sampling also
-    stops once one criterion is decided "no" (the verdict is then "no" whatever the others say; `stopped`
-    reads "a criterion decided no": docs/decisions.md, 'A "no" ends the criteria stage')."""
+    """The sequential decision of the criteria (`THRESHOLDS`; the gap on |gap|) over `draw(k, generator)`'s
+    moments (`criteria_moments`). With `stop_at_no`, sampling stops once one is decided "no" (`stopped` "a
+    criterion decided no": docs/decisions.md, 'A "no" ends the criteria stage')."""
     gen = generator or torch.Generator().manual_seed(0)
 
     def settled(families: dict[str, Any]) -> bool:
@@ -294,33 +261,13 @@ def judge_criteria(
 
 def single_look(values: Float[Tensor, "4 batch"], policy: DecisionPolicy = CIRCUIT_POLICY) -> Decision:
     """The criteria of one fixed set of prompts, judged by the sequential rule at one look (K = 1)."""
-    n = values.shape[1]
-    once = DecisionPolicy(policy.alpha, n, n, policy.precision, policy.min_units)
+    once = replace(policy, first=values.shape[1], budget=values.shape[1])
     return judge_criteria(lambda k, generator: criteria_moments(values), once)
 
 
 def marginal_intervals(decision: Decision) -> dict[str, tuple[float, float]]:
     """Each family's marginal 95% interval (lower, upper) of a decision of scalar tests (the criteria)."""
     return {k: (float(f.lower), float(f.upper)) for k, f in decision.families.items()}
-
-
-def _prune_and_measure(
-    patcher: EdgePatcher, scores: Tensor, target: float, threshold: float | None, max_exact: int
-) -> tuple[Tensor, dict[str, float], Tensor, dict[str, Any]]:
-    """(kept edges, the four circuit values, their per-prompt values [4 batch], how the pruning searched):
-    the full model and every edge ablated, the pruning (binary search above `max_exact` edges, else the
-    8-per-round bisection), then the circuit and its complement."""
-    every = torch.ones(len(patcher.graph.edges), dtype=torch.bool)
-    ends = patcher.evaluate(torch.stack([every, ~every]))
-    full, empty = ends.mean(1).tolist()
-    per_round = 1 if len(every) > max_exact else 8
-    kept, evaluations = _prune(patcher, scores, target, threshold, full, empty, per_round)
-    parts = patcher.evaluate(torch.stack([kept, ~kept]))
-    circuit_value, complement = parts.mean(1).tolist()
-    search = "binary search" if per_round == 1 else f"bisection, {per_round} sizes per round"
-    pruning = {"search": search if threshold is None else "threshold", "evaluations": evaluations}
-    values = {"full": full, "empty": empty, "circuit": circuit_value, "complement": complement}
-    return kept, values, torch.cat([ends, parts]), pruning
 
 
 def discover_circuit(
@@ -336,18 +283,13 @@ def discover_circuit(
     memory_mb: float = 256.0,
     steps: int = EDGE_STEPS,
 ) -> Circuit:
-    """Score every edge (exact, or above `max_exact` edges EAP then exact on a fixed sample), prune, and
-    measure the circuit.
+    """Score every edge (`score_edges`), prune to `target` faithfulness (or keep every edge with |score| >=
+    threshold x |gap|), and measure the circuit on the same prompts.
 
     Args:
-        ablation: "corrupted", "mean" or "zero" (`mechmem.analysis.circuits`); reference: mean-ablation
-        inputs. target: faithfulness the pruned circuit must reach (ignored with `threshold`).
-        threshold: keep every edge with |score| >= threshold x |m(full) - m(every edge ablated)| instead.
+        ablation: "corrupted", "mean" or "zero"; reference: the mean ablation's inputs.
         with_attribution: also compute EAP when every edge is scored exactly (for the agreement).
         steps: 0 for EAP, k for EAP-IG with k interpolation steps (`edge_attribution`).
-        max_exact: graphs with more edges are scored by EAP with `RESCORE_EDGES` + `CHECK_EDGES` edges exact
-            and pruned by binary search (`_prune` with one evaluation per round); smaller ones exactly, pruned
-            by the 8-per-round bisection.
 
     Example:
         >>> import mechmem, torch
@@ -363,9 +305,14 @@ def discover_circuit(
     setup = time.perf_counter()
     edges = score_edges(patcher, max_exact, with_attribution, steps=steps)
     scored = time.perf_counter()
-    kept, values, per_prompt, pruning = _prune_and_measure(
-        patcher, edges.scores, target, threshold, max_exact
-    )
+    every = torch.ones(len(patcher.graph.edges), dtype=torch.bool)
+    ends = patcher.evaluate(torch.stack([every, ~every]))
+    full, empty = ends.mean(1).tolist()
+    per_round = 1 if len(every) > max_exact else 8  # binary search above max_exact edges
+    kept, evaluations = _prune(patcher, edges.scores, target, threshold, full, empty, per_round)
+    per_prompt = torch.cat([ends, patcher.evaluate(torch.stack([kept, ~kept]))])
+    search = "binary search" if per_round == 1 else f"bisection, {per_round} sizes per round"
+    pruning = {"search": search if threshold is None else "threshold", "evaluations": evaluations}
     decision = single_look(per_prompt)
     end = time.perf_counter()
     timings = edges.timings | {"setup": setup - start, "prune": end - scored, "total": end - start}
@@ -375,7 +322,7 @@ def discover_circuit(
         edges.stderr,
         edges.exact,
         kept,
-        values=values,
+        values=dict(zip(("full", "empty", "circuit", "complement"), per_prompt.mean(1).tolist())),
         method=edges.method,
         ablation=ablation,
         n=len(pair.clean),
@@ -393,8 +340,7 @@ def discover_circuit(
 
 
 def attribution_agreement(circuit: Circuit, k: int = 10) -> dict[str, float]:
-    """Pearson and Spearman correlation and top-k overlap of the EAP estimates with the exact scores (the
-    patching `agreement`, over the exactly scored edges)."""
+    """The patching `agreement` (Pearson, Spearman, top-k overlap) of EAP with the exact scores."""
     if circuit.attribution is None:
         raise ValueError("the circuit was discovered without attribution (with_attribution=True)")
     idx = circuit.exact.nonzero().flatten()

@@ -1,36 +1,25 @@
 """Edge-level circuits: which component feeds which, scored by path patching; a small graph's faithfulness.
 
-The graph. Nodes are the token embedding, the position embedding, every attention head, every MLP and the
-logits. The residual stream read anywhere is the sum of every earlier node's output (plus biases), so each
-*input port* is such a sum and an *edge* u -> v.port is the term u's output contributes to v's port. Ports
-(TransformerLens hooks, all before the layer norm that follows them):
+Nodes are the token embedding, the position embedding (absent under rotary and shortformer positions), every
+attention head, every MLP and the logits. Each *input port* reads the sum of every earlier node's output (plus
+biases), and an *edge* u -> v.port is u's term in it. Ports (TransformerLens hooks, before the layer norm):
 
-    head LlHh      q, k, v    blocks.l.hook_q_input / hook_k_input / hook_v_input, one copy per head, so a
-                              previous-token head feeding an induction head's keys (K-composition) is its own
-                              edge
+    head LlHh      q, k, v    blocks.l.hook_q_input / hook_k_input / hook_v_input (one per head; under
+                              grouped-query attention k and v once per key/value head)
     MLPl           in         blocks.l.hook_mlp_in
-    logits         in         blocks.{last}.hook_resid_post (the final residual stream, before the final norm)
+    logits         in         blocks.{last}.hook_resid_post
 
-and outputs hook_embed, hook_pos_embed, a head's z times its W_O (its share of the attention output, bias b_O
-aside; the same as TransformerLens's attn.hook_result without computing it for every head) and an MLP's
-hook_mlp_out. A head feeds every port of later layers and its own layer's MLP (not in a parallel block,
-whose MLP reads the block's input beside the heads). Under grouped-query attention a group of heads shares
-one key and one value input (ports L.H.k / L.H.v of the group's first head, index: the key/value head).
-Rotary and shortformer positions add nothing to the residual stream, so those models have no pos node.
+Outputs: hook_embed, hook_pos_embed, a head's z times its W_O (bias aside) and hook_mlp_out. A head feeds
+every port of later layers and its own layer's MLP (not in a parallel block).
 
-Ablating edges. A port whose incoming edges from senders S are dropped gets its value in the current run
-minus, over u in S, (u's output in the current run - u's ablated output); every other port is left alone. One
-dropped edge is path patching of that edge (its sender's change reaches the model through that port only);
-many dropped edges evaluate a circuit with the ACDC convention (a kept edge carries what its sender computes
-from its own, possibly ablated, inputs: the senders' outputs are read in the same pass). Ablated outputs
-(`ABLATIONS`): "corrupted" = the sender's output on the pair's corrupted inputs (same sequence index), "mean"
-= its mean over reference sequences at each position (the engine's `mean` setter), "zero" = zeros. Everything
-runs through the intervention engine (`apply` setters, variants stacked into batched passes).
+Ablating edges: a port whose edges from senders S are dropped gets its current value minus, over u in S, u's
+current output minus its ablated one. One dropped edge is path patching of that edge; many evaluate a circuit
+with the ACDC convention (a kept edge carries what its sender computes from its own, possibly ablated,
+inputs). Ablated outputs (`ABLATIONS`): "corrupted" = on the pair's corrupted inputs, "mean" = the mean
+over reference sequences per position, "zero" = zeros. Everything runs through the intervention engine.
 
-Caveats: the position embedding is the same in clean and corrupted runs and equals its per-position mean, so
-its edges score exactly zero under "corrupted" and "mean" (use "zero" to see them). A corruption shows only
-the paths it disturbs: the generic repeats pair changes one token, so only the value path carrying it moves.
-Effects of single edges need not add up.
+Caveats: the position embedding's edges score exactly zero under "corrupted" and "mean" (use "zero"); a
+corruption shows only the paths it disturbs; effects of single edges need not add up.
 """
 
 import math
@@ -68,18 +57,14 @@ ABLATION_TEXT = {
 
 @dataclass(frozen=True)
 class Node:
-    """A component: kind "embed", "pos", "head", "mlp" or "logits".
-
-    `depth` orders them: embeddings -1, head of layer l at l, MLP of layer l at l + 0.5 (at l in a parallel
-    block, beside its heads), logits at n_layers.
-    """
+    """A component: kind "embed", "pos", "head", "mlp" or "logits"; `depth` orders them: embeddings -1, heads
+    of layer l at l, its MLP at l + 0.5 (l in a parallel block), logits at n_layers."""
 
     name: str
     kind: str
     depth: float
     hook: str | None = None
-    """Hook the node's output is read from (None for the logits); for a head, its z (times W_O: its
-    output)."""
+    """Hook the node's output is read from (None for the logits); for a head, its z."""
     index: tuple = ()
     """Slice of that hook's axes after batch: (slice(None), h) for head h."""
 
@@ -158,13 +143,9 @@ def build_graph(model: torch.nn.Module) -> Graph:
     return Graph(nodes, ports, edges)
 
 
-def _take(act: Tensor, index: tuple) -> Tensor:
-    return act[(slice(None), *index)]
-
-
 def _share_of(part: PatchingPair, n: int) -> Any:
-    """The metric of a chunk of prompts: their logit differences summed, over all `n` prompts (so the chunks'
-    gradients add up to the mean's)."""
+    """The chunk's logit differences summed, over all `n` prompts (the chunks' gradients add up to the
+    mean's)."""
 
     def metric(logits: Tensor) -> Tensor:
         return part.logit_diff_per_prompt(logits).sum() / n
@@ -188,10 +169,7 @@ def _summed_through_w_o(
 
 class EdgePatcher:
     """Clean and ablated outputs of every node on a pair's clean inputs; scores edges and evaluates circuits.
-
-    Memory: a head's output change is kept where the head computes it, in z space (d_head wide, one tensor
-    [batch, pos, head_index, d_head] per layer, `change`), and goes through W_O where a port uses it, so the
-    stored changes are about one residual stream per layer and MLP rather than one per head.
+    A head's output change is kept in z space (`change`) and goes through W_O where a port uses it.
 
     Args:
         model: a `HookedTransformer`.
@@ -230,9 +208,7 @@ class EdgePatcher:
         """Per port hook: how many senders (a prefix of `senders`, whole groups) feed it."""
         with torch.no_grad():
             self.change = {h: self.ablated[h] - self.clean[h] for h in hooks}
-        """Per sender hook, its senders' change when ablated (ablated - clean) as the hook holds it:
-        [batch, pos, head_index, d_head] at a layer's hook_z (z space; `delta` gives one head's in d_model),
-        [batch, pos, d_model] at the embeddings and MLP outputs."""
+        """Per sender hook, ablated - clean as the hook holds it ([batch pos head_index d_head] at hook_z)."""
 
     def w_o(self, hook: str) -> Float[Tensor, "head d_head d_model"]:
         """W_O of the layer whose heads write at `hook` (their hook_z)."""
@@ -241,7 +217,7 @@ class EdgePatcher:
     @torch.no_grad()
     def output(self, node: Node, act: Tensor) -> Float[Tensor, "batch pos d_model"]:
         """The node's output (what it adds to the residual stream) from the whole activation at its hook."""
-        x = _take(act, node.index)
+        x = act[(slice(None), *node.index)]
         if node.kind == "head":
             attn = self.model.blocks[node.layer].attn
             x = x @ attn.W_O[node.index[-1]].to(x.dtype)
@@ -270,8 +246,7 @@ class EdgePatcher:
         return intervene(self.model, self.tokens, variants, self.metric, memory_mb=self.memory_mb)
 
     def exact(self, edges: list[Edge]) -> Float[Tensor, "edge batch"]:
-        """Per prompt: metric(full) - metric(edge ablated), by path patching each edge (one variant per
-        edge): the port gets its sender's `delta`, projected through W_O when the variant runs."""
+        """Per prompt: metric(full) - metric(edge ablated), path patching each edge (one variant per edge)."""
 
         def shift(sender: Node) -> Any:
             return apply(lambda act, hook: act + self.delta(sender).to(act))
@@ -284,16 +259,9 @@ class EdgePatcher:
         self, alphas: tuple[float | None, ...] = (None,), *, per_prompt: bool = False
     ) -> Float[Tensor, "edge ..."]:
         """Edge attribution patching: -(u_ablated - u_clean) . d metric / d port for every edge, summed over
-        prompts, positions and d_model, the gradient averaged over one run per entry of `alphas`: None is the
-        clean run (EAP, one forward and one backward pass), a number w a run whose token and position
-        embeddings lie w of the way from their clean to their ablated values (EAP-IG).
-
-        The prompts go through in chunks (`row_chunks`): each chunk's port gradients are contracted with its
-        senders' changes before the next, so memory does not grow with the prompts; the metric is the mean
-        over all prompts, so the sum over chunks is the whole batch's number. With `per_prompt`, [edge,
-        prompt]: each prompt's own estimate (its term of the sum times the number of prompts), whose mean over
-        prompts is the number above and whose spread gives its standard error.
-        """
+        prompts, positions and d_model, the gradient averaged over one run per entry of `alphas` (None: the
+        clean run, EAP; w: embeddings w of the way from clean to ablated, EAP-IG). With `per_prompt`, [edge,
+        prompt]: each prompt's own estimate, whose mean over prompts is that number."""
         hooks = sorted({p.hook for p in self.graph.ports})
         embeds = [n.hook for n in self.graph.nodes if n.kind in ("embed", "pos")]
         n = len(self.tokens)
@@ -318,11 +286,8 @@ class EdgePatcher:
         return Intervention(hook, (), apply(lambda a, h: a + w * (target.to(a) - a)))
 
     def row_chunks(self) -> list[slice]:
-        """Chunks of prompts for the gradient passes of `attribution`, each within `memory_mb`. A hooked
-        backward pass holds, per prompt, the port activations, their zero leaves and gradients, the running
-        average and the pass's saved activations: estimated as 16 port-sized float32 tensors (d_model per
-        head and position for each of the query, key and value inputs, 2 x d_model for the MLP input and the
-        logits' residual stream)."""
+        """Chunks of prompts for `attribution`'s gradient passes, each within `memory_mb` (estimated as 16
+        port-sized float32 tensors per prompt)."""
         cfg = self.model.cfg
         per_prompt = 16 * 4 * self.tokens.shape[1] * cfg.d_model * (3 * cfg.n_heads + 2) * cfg.n_layers
         size = max(1, int(self.memory_mb * 2**20 // per_prompt))
@@ -332,11 +297,8 @@ class EdgePatcher:
     def edge_products(
         self, grads: dict[str, Tensor], rows: slice = slice(None), *, per_prompt: bool = False
     ) -> Float[Tensor, "edge ..."]:
-        """-(u's output change) . grads[port] summed over prompts, positions and d_model, for every edge u ->
-        port, from the gradient (or any tensor shaped like it) at each port's hook on the prompts `rows`: per
-        sender hook, its senders' changes go through W_O once (`sender_deltas`) and are contracted with every
-        later port hook's gradient at once, then dropped. With `per_prompt`, [edge, prompt]: not summed over
-        the prompts."""
+        """-(u's output change) . grads[port] summed over prompts (unless `per_prompt`), positions and
+        d_model, for every edge u -> port, from a tensor at each port hook on the prompts `rows`."""
         keep = "b" if per_prompt else ""
         pieces: dict[str, list[Tensor]] = {hook: [] for hook in self.before}
         for sender_hook, ids in self.groups.items():
@@ -353,8 +315,8 @@ class EdgePatcher:
         return torch.stack(scores).cpu()
 
     def dropped(self, keep: Bool[Tensor, " edge"]) -> dict[str, Tensor]:
-        """Per port hook with a dropped edge: a 0/1 matrix [row, senders before it], 1 = dropped; the rows
-        are the hook's head axis (key/value heads under grouped-query), or one row."""
+        """Per port hook with a dropped edge: a 0/1 matrix [row (the hook's head axis, or one), sender before
+        it], 1 = dropped."""
         at = {u.name: i for i, u in enumerate(self.senders)}
         rows: dict[str, int] = {}
         for p in self.graph.ports:
@@ -369,9 +331,8 @@ class EdgePatcher:
         return drop
 
     def changed(self, drop: dict[str, Tensor]) -> list[bool]:
-        """Per sender: whether its output can differ from its clean output under the dropped edges `drop`:
-        some port of it drops an edge, or a sender of smaller depth (every one feeds its ports) changed.
-        Those that cannot keep their stored `change`."""
+        """Per sender: whether its output can differ from its clean output under `drop` (a port of it drops
+        an edge, or a sender of smaller depth changed)."""
         hit = {
             p.node.name
             for p in self.graph.ports
@@ -384,19 +345,12 @@ class EdgePatcher:
         return out
 
     def circuit_variant(self, keep: Bool[Tensor, " edge"]) -> list[Intervention]:
-        """Interventions that ablate every edge not in `keep` at once (see the module docstring).
-
-        Each sender hook whose output can change (`changed`) and that some port drops records its current
-        minus ablated values, in z space for a layer's heads; the others reuse the stored `change`. Each port
-        hook then subtracts, for all its ports at once, the sum of its dropped senders' changes
-        (`_CircuitPass`).
-        """
+        """Interventions that ablate every edge not in `keep` at once (the module docstring)."""
         return _CircuitPass(self, keep).interventions()
 
     def evaluate(self, keep: Bool[Tensor, "variant edge"]) -> Float[Tensor, "variant batch"]:
-        """Per-prompt metric of each circuit (a row of `keep`), every other edge ablated. A circuit asked for
-        twice (e.g. an empty circuit beside every edge ablated) runs once; the empty circuit is one edit of
-        the logits' input (`every_edge_ablated`)."""
+        """Per-prompt metric of each circuit (a row of `keep`), every other edge ablated; each distinct
+        circuit runs once."""
         unique, where = torch.unique(keep, dim=0, return_inverse=True)
         variants = [
             self.circuit_variant(row) if bool(row.any()) else self.every_edge_ablated() for row in unique
@@ -404,14 +358,8 @@ class EdgePatcher:
         return self.run(variants)[where]
 
     def every_edge_ablated(self) -> list[Intervention]:
-        """The empty circuit as one edit: the clean run with the logits' input plus every sender's change.
-
-        With every edge ablated, each port reads its current input minus every earlier sender's current
-        output plus its ablated one, i.e. the biases plus the ablated outputs; only the logits' port reaches
-        the metric, and the clean run's input there minus the clean outputs plus the ablated ones is the same
-        sum. Equal to `circuit_variant` of no edge (tested), at the cost of resuming the run at its last
-        layer instead of one forked pass.
-        """
+        """The empty circuit as one edit: the clean run with the logits' input plus every sender's change
+        (equal to `circuit_variant` of no edge: only the logits' port reaches the metric)."""
         port = next(p for p in self.graph.ports if p.node.kind == "logits")
 
         def shift(act: Tensor, hook: Any) -> Tensor:
@@ -428,12 +376,8 @@ class EdgePatcher:
 
 class _CircuitPass:
     """The interventions of one circuit (`EdgePatcher.circuit_variant`) and what they hold during its pass.
-
-    A port row drops a 0/1 choice of a layer's heads. Its change is written either as the dropped heads'
-    shares (z_h @ W_O[h]), or, when more than half are dropped, as every head's shares summed (one matmul,
-    computed once per layer and pass) minus the kept ones; the heads that need their own share go through
-    W_O together, once per port hook. What the pass recorded is released after its last port.
-    """
+    A port row's change is the dropped heads' shares, or, when more than half are dropped, every head's
+    shares summed minus the kept ones."""
 
     def __init__(self, patcher: EdgePatcher, keep: Bool[Tensor, " edge"]) -> None:
         self.patcher = patcher
@@ -460,7 +404,7 @@ class _CircuitPass:
         return out + [Intervention(hook, (), apply(self.patch(hook))) for hook in self.drop]
 
     def record(self, name: str) -> Any:
-        # Keyed by the requested name: a TransformerLens 4 hook point may carry its canonical one.
+        # keyed by the requested name: a TransformerLens 4 hook point may carry its canonical one
         def fn(act: Tensor, hook: Any) -> Tensor:
             self.current[name] = act - self.patcher.ablated[name].to(act.dtype)
             return act
@@ -512,14 +456,9 @@ def circuit_intervals(
     *,
     generator: torch.Generator | None = None,
 ) -> dict[str, tuple[float, float]]:
-    """95% percentile bootstrap intervals over prompts (`mechmem.analysis.stats`) of a circuit's measures.
-
-    From per-prompt metric values of the full model, every edge ablated, the circuit alone and the full model
-    minus the circuit: "gap" = mean(full - empty), "faithfulness" = sum(circuit - empty) / sum(full - empty),
-    "completeness" = sum(full - complement) / sum(full - empty); the prompts are resampled together, so each
-    resample is one redraw of the prompt set. `generator` defaults to one seeded with 0 (same prompts, same
-    interval).
-    """
+    """95% percentile bootstrap intervals over prompts of "gap" = mean(full - empty), "faithfulness" =
+    sum(circuit - empty) / sum(full - empty) and "completeness" = sum(full - complement) / sum(full - empty),
+    the prompts resampled together (`generator`: default seeded with 0)."""
     gen = generator or torch.Generator().manual_seed(0)
     full, empty, circuit, complement = (x.detach().double().cpu() for x in (full, empty, circuit, complement))
     gap = full - empty

@@ -1,6 +1,5 @@
-"""The circuit record: what a circuit analysis found (`Circuit`: every edge's score, the kept edges, the
-criteria and their verdicts), the confidence rule it is judged by, and its edges as a data frame. Built by
-`mechmem.analysis.circuits.discovery` (one draw) and `mechmem.analysis.circuits.decided` (over rounds).
+"""The circuit record (`Circuit`: every edge's score, the kept edges, the criteria and their verdicts), the
+confidence rule it is judged by, and its edges as a data frame.
 """
 
 import math
@@ -20,18 +19,14 @@ from mechmem.analysis.stats import (
     Band,
     Decision,
     combine,
+    covers,
     normal_interval,
     verdict,
 )
 
-CONFIDENCE = {
-    "min_gap": MIN_GAP,
-    "min_faithfulness": 0.8,
-    "max_faithfulness": 1.25,
-    "max_edge_fraction": 0.5,
-}
-"""The rule for a confident circuit, judged on intervals (see the module docstring): faithfulness inside
-[min_faithfulness, max_faithfulness] (1.25 = 1 / 0.8), completeness at least min_faithfulness."""
+CONFIDENCE = {"min_gap": MIN_GAP, "min_faithfulness": 0.8, "max_faithfulness": 1.25, "max_edge_fraction": 0.5}
+"""The rule for a confident circuit, judged on intervals: faithfulness inside [min_faithfulness,
+max_faithfulness] (1.25 = 1 / 0.8), completeness at least min_faithfulness."""
 CRITERIA = {"behaviour": "gap", "faithful": "faithfulness", "complete": "completeness"}
 """The measured criteria of `CONFIDENCE` and the family of the sequential decision each is judged on."""
 THRESHOLDS = {
@@ -47,10 +42,9 @@ MAX_RATIO_WIDTH = 1.0
 def not_measurable(
     interval: tuple[float, float] | None, denominator: tuple[float, float] | None = None
 ) -> str:
-    """Why a ratio with this marginal 95% `interval` (and its `denominator`'s) cannot be read, in words, or ""
-    when it can: the denominator's interval includes 0, the interval is wider than `MAX_RATIO_WIDTH`, or there
-    is no interval (docs/decisions.md, "Not measurable here")."""
-    if denominator is not None and not denominator[0] > 0 and not denominator[1] < 0:
+    """Why a ratio with this marginal 95% `interval` (and its `denominator`'s) cannot be read, or "" when it
+    can (docs/decisions.md, "Not measurable here")."""
+    if denominator is not None and covers(*denominator):
         return f"the gap's 95% interval [{denominator[0]:.3g}, {denominator[1]:.3g}] includes 0"
     if interval is None or not all(map(math.isfinite, interval)):
         return "no interval (too few prompts)"
@@ -70,8 +64,8 @@ def band_verdict(lower: float, upper: float, band: Band) -> str:
 
 @dataclass(frozen=True)
 class LeftOut:
-    """A head the role step names whose outgoing edges are all out of the circuit, and what they measure on
-    the criteria stage's prompts (docs/decisions.md, "Named heads the circuit leaves out")."""
+    """A named head whose outgoing edges are all out of the circuit, measured on the criteria stage's prompts
+    (docs/decisions.md, "Named heads the circuit leaves out")."""
 
     head: str
     """The head's node name (`L{layer}H{head}`)."""
@@ -108,16 +102,11 @@ class LeftOut:
 
 
 def edge_frame(
-    scores: Tensor,
-    stderr: Tensor,
-    exact: Tensor,
-    attribution: Tensor | None,
-    graph: Graph | None = None,
+    scores: Tensor, stderr: Tensor, exact: Tensor, attribution: Tensor | None, graph: Graph | None = None
 ) -> Any:
     """One row per edge: `edge` (its index), with a graph `name`, `sender`, `receiver`, `port`; then `value`
-    (the score), `stderr`, `lower` / `upper` (the normal 95% interval, score -+ 1.96 stderr; where only
-    estimated, the estimate's over prompts), `exact` and `attribution` (the EAP estimate; NaN when none was
-    computed)."""
+    (the score), `stderr`, `lower` / `upper` (score -+ 1.96 stderr), `exact` and `attribution` (NaN when none
+    was computed)."""
     import pandas as pd
 
     columns: dict[str, Any] = {"edge": range(len(scores))}
@@ -150,8 +139,7 @@ class Circuit:
     scores: Float[Tensor, " edge"]
     """metric(full) - metric(edge ablated), mean over prompts (exact, or EAP where `exact` is False)."""
     stderr: Float[Tensor, " edge"]
-    """Standard error of the score over prompts: the exact score's, or the EAP estimate's where only that was
-    run (`ScoredEdges.stderr`)."""
+    """Standard error of the score over prompts (`ScoredEdges.stderr`)."""
     exact: Bool[Tensor, " edge"]
     """Whether the edge's score is exact."""
     kept: Bool[Tensor, " edge"]
@@ -173,27 +161,24 @@ class Circuit:
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Marginal 95% intervals over prompts of "gap", "faithfulness", "completeness" (for reading)."""
     decision: Decision | None = None
-    """The sequential decision of the three measured criteria (families "gap", "faithfulness",
-    "completeness"), over every prompt drawn; the verdict is judged on its corrected intervals."""
+    """The sequential decision of the measured criteria (families "gap", "faithfulness", "completeness")."""
     discovery_n: int = 0
     """Prompts the edges were scored and pruned on."""
     held_out: bool = False
-    """Whether the verdict was judged on prompts other than those that chose the edges (`decided_circuit`) or
-    on those prompts themselves (`discover_circuit` on a fixed pair)."""
+    """Whether the verdict was judged on prompts other than those that chose the edges."""
     prompt_values: Tensor | None = None
     """[4 prompt]: per-prompt metric of the full model, every edge ablated, the circuit and its complement,
-    over every prompt the verdict used (`decided_circuit`: the criteria stage, not the edge stage)."""
+    on the prompts the verdict used."""
     pruning: dict[str, Any] = field(default_factory=dict)
     """How the kept prefix was searched ("search") and the circuit evaluations it took ("evaluations")."""
     edge_decision: Decision | None = None
     """The sequential test of every tested edge's share of the gap (family "edge", one test per edge where
-    `exact`, in graph order) when the edges were decided by the evidence (`decided_circuit`)."""
+    `exact`), when the edges were decided by the evidence."""
     joint: Bool[Tensor, " edge"] | None = None
-    """Edges in the circuit that no share test put there: kept because removing them takes what remains out
-    of the selection band (`decided.select_edges`); None for a circuit chosen otherwise."""
+    """Edges kept only because removing them takes what remains out of the selection band
+    (`decided.select_edges`); None for a circuit chosen otherwise."""
     left_out: tuple[LeftOut, ...] = ()
-    """The heads named by the role step (`decided_circuit(heads=...)`) that the circuit leaves out, each with
-    its measured reason."""
+    """The named heads (`decided_circuit(heads=...)`) the circuit leaves out, each with its reason."""
 
     def __post_init__(self) -> None:
         n = len(self.graph.edges)
@@ -217,18 +202,17 @@ class Circuit:
         return self._fraction(self.values["full"] - self.values["complement"])
 
     def criteria(self) -> dict[str, str]:
-        """Each condition of the confidence rule (`CONFIDENCE`): "yes", "no" or "undecided"; behaviour,
-        faithful and complete from the sequential decision (on the intervals when built without one)."""
+        """Each condition of `CONFIDENCE`: "yes", "no" or "undecided" (from the sequential decision, or the
+        intervals without one)."""
         rule, kept = CONFIDENCE, self.kept.nonzero().flatten()
         sparse = "yes" if 0 < len(kept) <= rule["max_edge_fraction"] * len(self.kept) else "no"
         if self.decision is not None:
-            fam = self.decision.families
-            measured = {k: VERDICTS[int(fam[f].code)] for k, f in CRITERIA.items()}
+            v = {k: VERDICTS[int(self.decision.families[f].code)] for k, f in CRITERIA.items()}
             return {
-                "behaviour": measured["behaviour"],
-                "faithful": measured["faithful"],
+                "behaviour": v["behaviour"],
+                "faithful": v["faithful"],
                 "sparse": sparse,
-                "complete": measured["complete"],
+                "complete": v["complete"],
             }
         gap = self.intervals.get("gap", (self.gap, self.gap))
         low_gap = 0.0 if gap[0] <= 0 <= gap[1] else min(abs(gap[0]), abs(gap[1]))
@@ -251,16 +235,14 @@ class Circuit:
         return self.verdict == "yes"
 
     def overshoots(self) -> bool:
-        """Whether the circuit alone does more than the full model: its faithfulness interval (corrected, or
-        marginal without a decision) lies wholly above the band."""
+        """Whether the circuit's faithfulness interval lies wholly above the band."""
         upper = CONFIDENCE["max_faithfulness"]
         if self.decision is not None:
             return bool(self.decision.families["faithfulness"].corrected_lower > upper)
         return self.intervals.get("faithfulness", (self.faithfulness,))[0] > upper
 
     def unreadable(self) -> dict[str, str]:
-        """Per ratio ("faithfulness", "completeness"), why it is not measurable here ("" when it is:
-        `not_measurable` of its marginal interval and the gap's)."""
+        """Per ratio ("faithfulness", "completeness"), `not_measurable` of its interval and the gap's."""
         gap = self.intervals.get("gap")
         return {k: not_measurable(self.intervals.get(k), gap) for k in ("faithfulness", "completeness")}
 
@@ -273,8 +255,7 @@ class Circuit:
         return list(dict.fromkeys(names))
 
     def undecided(self) -> str:
-        """Why the verdict is undecided, in words ("" when it is decided): at the budget, the prompts the
-        undecided criteria's estimates and spreads suggest would decide them (docs/decisions.md)."""
+        """Why the verdict is undecided and the prompts that would decide it, in words ("" when decided)."""
         if self.verdict != "undecided" or self.decision is None:
             return ""
         fam = self.decision.families
@@ -293,9 +274,8 @@ class Circuit:
         return [e.name for e, k in zip(self.graph.edges, which.tolist()) if k]
 
     def edge_verdicts(self) -> list[str]:
-        """Per edge of the graph: "in", "out" or "undecided" as its share test decided (`edge_decision`), or
-        "untested" (only estimated); a circuit pruned on one draw has no tests: "in" where kept, else
-        "out"."""
+        """Per edge: "in", "out" or "undecided" by its share test, or "untested"; without tests, "in" where
+        kept, else "out"."""
         if self.edge_decision is None:
             return ["in" if k else "out" for k in self.kept.tolist()]
         words = {"yes": "in", "no": "out", "undecided": "undecided"}
@@ -303,9 +283,8 @@ class Circuit:
         return [words[next(tested)] if t else "untested" for t in self.exact.tolist()]
 
     def edge_shares(self) -> dict[str, Tensor]:
-        """Per edge of the graph, from its share test: "share" of the gap, its marginal 95% "lower" / "upper",
-        the "corrected_lower" / "corrected_upper" it is judged on and "n_needed" (NaN where untested, or for a
-        circuit pruned on one draw)."""
+        """Per edge, from its share test: "share", "lower", "upper" (marginal 95%), "corrected_lower",
+        "corrected_upper" and "n_needed" (NaN where untested)."""
         n = len(self.graph.edges)
         keys = ("share", "lower", "upper", "corrected_lower", "corrected_upper", "n_needed")
         out = {k: torch.full((n,), math.nan, dtype=torch.float64) for k in keys}
@@ -343,11 +322,8 @@ class Circuit:
         )
 
     def to_dataframe(self) -> Any:
-        """One row per edge of the graph (`edge_frame`: `edge`, `name`, `sender`, `receiver`, `port`, `value`,
-        `stderr`, `lower`, `upper`, `exact`, `attribution`) plus `kept` (in the circuit), `joint` (kept
-        only jointly: `Circuit.joint`), `decision`
-        (`edge_verdicts`) and the share test's `share`, `share_lower`, `share_upper` (marginal 95%) and
-        `n_needed` (`edge_shares`). The circuit's own measures are in `to_dict` and the repr."""
+        """One row per edge (`edge_frame`) plus `kept`, `joint`, `decision` (`edge_verdicts`) and the share
+        test's `share`, `share_lower`, `share_upper` and `n_needed` (`edge_shares`)."""
         frame = edge_frame(self.scores, self.stderr, self.exact, self.attribution, self.graph)
         frame["kept"] = self.kept.cpu().numpy()
         frame["joint"] = (self.joint if self.joint is not None else torch.zeros_like(self.kept)).cpu().numpy()
