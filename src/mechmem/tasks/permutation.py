@@ -35,6 +35,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.config import ConfigMixin, Preset, TrainConfig
+from mechmem.models.parts import model_device
 from mechmem.tasks.base import Batch, PatchingPair, RoleProbe, Task, masked_cross_entropy
 from mechmem.tasks.registry import register_task
 
@@ -253,7 +254,7 @@ class PermutationTask(Task):
 
         The per-step accuracy is against the targets.
         """
-        device = next(model.parameters()).device
+        device = model_device(model)
         out: dict[str, float] = {}
         for split in ("train", "test"):
             batch = self.eval_batch(n, generator=generator, split=split).to(device)
