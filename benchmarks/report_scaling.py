@@ -61,7 +61,9 @@ from floor import floor_table, forward_flops, matmul_rate
 from mechmem.analysis.circuits.discovery import circuit_pair, discover_circuit
 from mechmem.analysis.roles import head_roles
 from mechmem.cli import format_table
-from mechmem.models.adapter import TransformerConfig, build_transformer, move_model
+from mechmem.models.backend import move_model
+from mechmem.models.transformer import build_transformer
+from mechmem.models.transformer_config import TransformerConfig
 from mechmem.report import build_report, peak_rss_mb
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 

@@ -30,7 +30,7 @@ def loaded(kind: str, folder):
     """A tiny random Hugging Face model (test_hf) saved to `folder` and loaded through the adapter."""
     from hf_models import tiny_hf_model, tiny_tokenizer
 
-    from mechmem.models.adapter import load_pretrained
+    from mechmem.models.huggingface import load_pretrained
 
     tiny_hf_model(kind).save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)

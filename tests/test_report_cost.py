@@ -153,7 +153,7 @@ def test_report_on_an_explicit_device_moves_everything_with_the_model(written):
 
     import torch
 
-    from mechmem.models.adapter import move_model
+    from mechmem.models.backend import move_model
 
     model, report, _ = written
     moved = move_model(copy.deepcopy(model), torch.device("cpu"))

@@ -1,7 +1,7 @@
 """A Hugging Face model as an in-memory checkpoint, so every checkpoint script takes `--hf NAME_OR_PATH`.
 
-The model comes from `adapter.load_pretrained` (TransformerLens's conversion, weights as published); its task
-is the generic `repeats` task sized to the model's vocabulary and context (`RepeatsConfig.for_model`). A
+The model comes from `huggingface.load_pretrained` (TransformerLens's conversion, weights as published); its
+task is the generic `repeats` task sized to the model's vocabulary and context (`RepeatsConfig.for_model`). A
 script's default output folder is NAME-mechmem in the working directory.
 """
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from mechmem.checkpoint import Checkpoint
-from mechmem.models.adapter import TL_VERSION, load_pretrained
+from mechmem.models.backend import TL_VERSION
+from mechmem.models.huggingface import load_pretrained
 from mechmem.tasks.generic import RepeatsConfig
 
 

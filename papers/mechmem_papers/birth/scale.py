@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from mechmem.models.adapter import build_transformer
 from mechmem.models.parts import model_device
+from mechmem.models.transformer import build_transformer
 from mechmem.tasks import build_task
 from mechmem.tasks.birth.models import full_config
 from mechmem.tasks.birth.task import N_TOKENS, BirthConfig

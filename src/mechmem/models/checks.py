@@ -52,7 +52,7 @@ def check_finite_weights(model: Any, *, allow: bool = False, what: str = "the ch
     """
     import torch
 
-    from mechmem.models.adapter import canonical_parameters  # weights under their canonical names
+    from mechmem.models.weights import canonical_parameters  # weights under their canonical names
 
     bad = [
         name

@@ -13,7 +13,7 @@ model.
 TransformerLens's own forward, untouched; with one on, it computes the attention of the wrapped module from
 the per-head copies (each normalised by the block's first norm, projected by that head's rows of W_Q, W_K,
 W_V) and fires the hooks where HookedTransformer does. `NativeHookBridge` is the `TransformerBridge` whose
-setters accept the flags for such models. The adapter builds every native model with both (`attach`), so an
+setters accept the flags for such models. `build_transformer` gives every native model both (`attach`), so an
 analysis, or a user writing plain TransformerLens code, sees the same hooks and numbers under either major
 version (tests/test_backends.py, tests/test_circuits.py).
 
@@ -29,7 +29,7 @@ block's own attention and hook, and a deep copy keeps those hooks as they are, s
 the normalised input instead (other numbers than HookedTransformer's for edge patching) and raise
 ReferenceError once the original is gone. `NativeHookBridge.__deepcopy__` wires the copy's hooks anew.
 
-Imported by `mechmem.models.adapter` under TransformerLens 4 only.
+Imported by `mechmem.models.backend` under TransformerLens 4 only.
 """
 
 import copy

@@ -315,7 +315,7 @@ def answer_stats(
 
 
 def _model(d_model: int, n_heads: int, vocab_size: int = 5, n_layers: int = 1) -> Any:
-    from mechmem.models.adapter import TransformerConfig
+    from mechmem.models.transformer_config import TransformerConfig
 
     return TransformerConfig(
         n_layers=n_layers,

@@ -37,7 +37,7 @@ from mechmem.analysis.interventions.replay.support import (
     attention_zeroes_nan,
     rotary_tables,
 )
-from mechmem.models.adapter import attention_scale
+from mechmem.models.backend import attention_scale
 
 
 def attention_z(

@@ -20,7 +20,7 @@ The replay mirrors TransformerLens's own arithmetic (same `F.linear` projections
 module's `IGNORE` value, softmax, the backend's NaN clean-up), calling the model's own norm, MLP and
 unembedding modules; results equal TransformerLens's forward up to float rounding. It bypasses hook points, so
 hooks attached to the model are ignored (and none are ever added). Supported: decoder-only
-`HookedTransformer`s and TransformerLens 4 bridges around TransformerLens's native model (what the adapter
+`HookedTransformer`s and TransformerLens 4 bridges around TransformerLens's native model (what mechmem
 builds), with learned (standard) or rotary positions (also rotary on the first `rotary_dim < d_head`
 dimensions of a head: queries and keys are rotated by their absolute positions with the model's own sin/cos
 tables and rotation before the pattern, HookedTransformer's halves or the native model's adjacent pairs, from

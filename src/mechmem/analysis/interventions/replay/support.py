@@ -4,8 +4,8 @@ The replay (`Replay`) re-implements TransformerLens's forward arithmetic from a 
 tables and its attention scale, so it reads TransformerLens internals that hooks never see: the shared
 key/value heads of grouped-query attention, the sin/cos tables and rotation of rotary positions (in the
 backend's own dimension order), and the backend's clean-up of NaN attention scores. Those readers live here,
-beside the predicate that says which models they can read (`replay_unsupported`); the adapter
-(`mechmem.models.adapter`) keeps what every analysis needs (`is_bridge`, `is_native_bridge`,
+beside the predicate that says which models they can read (`replay_unsupported`); the backend module
+(`mechmem.models.backend`) keeps what every analysis needs (`is_bridge`, `is_native_bridge`,
 `attention_scale`, `last_start_layer`). When a TransformerLens release changes these internals, this
 module and the replay's reference tests are what must follow it.
 """
@@ -18,7 +18,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import is_bridge, is_hooked_transformer, is_native_bridge
+from mechmem.models.backend import is_bridge, is_native_bridge, is_transformer_lens_model
 
 
 def attention_zeroes_nan(model: Any) -> bool:
@@ -32,7 +32,7 @@ def replay_unsupported(model: Any) -> str | None:
     """Why the engine's hook-free replay cannot run `model` (None: it can).
 
     The replay re-implements TransformerLens's forward arithmetic from the weights, rotary tables and
-    attention scale read here and in the adapter (`attention_weights`, `rotary_tables`,
+    attention scale read here and in `mechmem.models.backend` (`attention_weights`, `rotary_tables`,
     `attention_scale`), so it takes a HookedTransformer or a bridge around TransformerLens 4's native model
     (what `build_transformer` builds) with learned or rotary positions, grouped-query attention included
     (`replay.forward` lists the rest). A bridge around a Hugging Face model (`load_pretrained`) replays
@@ -40,7 +40,7 @@ def replay_unsupported(model: Any) -> str | None:
     weights are the Hugging Face modules', which these functions do not read. Anything else is patched
     through hooks.
     """
-    if not is_hooked_transformer(model):
+    if not is_transformer_lens_model(model):
         return f"{type(model).__name__} is not a TransformerLens transformer"
     positions = model.cfg.positional_embedding_type
     foreign = is_bridge(model) and not is_native_bridge(model)
