@@ -300,7 +300,7 @@ def save_tiny_llama(hf: Path) -> None:
 
 
 def hf_case(folder: Path, kind: str) -> Callable[[], object]:
-    from mechmem.models.adapter import load_pretrained
+    from mechmem.models.huggingface import load_pretrained
 
     hf = folder / "tiny"
     save_tiny_llama(hf)
@@ -1056,8 +1056,8 @@ single weights file is not read."""
 
 
 def hf_new_case(folder: Path, kind: str) -> Callable[[], object]:
-    from mechmem.models.adapter import load_pretrained
     from mechmem.models.checks import check_finite_weights
+    from mechmem.models.huggingface import load_pretrained
 
     hf = folder / "tiny-llama"
     save_tiny_llama(hf)

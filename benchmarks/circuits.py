@@ -112,7 +112,8 @@ def bench(label: str, model, task, args) -> tuple[list, list[str]]:
 def trained_repeats_model(steps: int, seed: int = 0) -> torch.nn.Module:
     """The held-out kind: 3 layers, LayerNorm, GELU MLPs, 4 heads per layer, trained with Adam on [r, r] with
     |r| drawn from 6..16 per batch (loss on the second copy)."""
-    from mechmem.models.adapter import TransformerConfig, build_transformer
+    from mechmem.models.transformer import build_transformer
+    from mechmem.models.transformer_config import TransformerConfig
 
     cfg = TransformerConfig(
         n_layers=3, d_model=64, n_heads=4, d_vocab=48, n_ctx=32, d_mlp=256, act_fn="gelu",

@@ -17,7 +17,8 @@ import torch
 from mechmem.analysis.circuits import circuit_prompts, decided_circuit, discover_circuit
 from mechmem.analysis.planted import planted_induction_model
 from mechmem.analysis.roles import classify_heads, measure_pattern_evidence
-from mechmem.models.adapter import TransformerConfig, build_transformer
+from mechmem.models.transformer import build_transformer
+from mechmem.models.transformer_config import TransformerConfig
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
 

@@ -3,7 +3,7 @@
     python benchmarks/edges_memory.py                      # 12x768x12 on 1, 2 prompts; 8x256 on 4, 8, 64
     python benchmarks/edges_memory.py --runs 2x64:8 --baseline /work/main/src       # about a minute
 
-Each run SIZE:PROMPTS is a random LayerNorm + GELU model LxD[xH] built through mechmem's adapter (MLP 4 D,
+Each run SIZE:PROMPTS is a random LayerNorm + GELU model LxD[xH] built by `build_transformer` (MLP 4 D,
 context --n-ctx, vocabulary --d-vocab, the generic repeats task sized to it: `report_scaling.build`) and the
 edge section's computation on PROMPTS prompts: `circuit_prompts` then `discover_circuit(ablation="mean")`,
 what the report's edge section (`mechmem.report.circuit_graph.edges_section`) calls. Every run is a fresh

@@ -342,6 +342,8 @@ def truth_data(model: torch.nn.Module, spec: HeldOut, n: int = 256, seed: int = 
 
 def ground_truth(model: torch.nn.Module, spec: HeldOut) -> dict[str, Any]:
     """Attention scores and ablation effects per head, plus the job's heads and the claims they support."""
+    from mechmem.models.parts import Head
+
     data = truth_data(model, spec)
     scores = attention_scores(model, data["batch"].tokens)
     answer = attention_scores(model, data["pair"].clean, data["pair"].answer_pos)
@@ -349,7 +351,7 @@ def ground_truth(model: torch.nn.Module, spec: HeldOut) -> dict[str, Any]:
     base = ablated_metrics(model, [], "zero", data)
     heads = [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
     ablation = {
-        f"L{l}H{h}": {how: ablated_metrics(model, [(l, h)], how, data) for how in ("zero", "mean")}
+        Head(l, h).name: {how: ablated_metrics(model, [(l, h)], how, data) for how in ("zero", "mean")}
         for l, h in heads
     }
     if (
@@ -359,7 +361,7 @@ def ground_truth(model: torch.nn.Module, spec: HeldOut) -> dict[str, Any]:
         job = [
             (l, h)
             for l, h in heads
-            if ablation[f"L{l}H{h}"]["mean"]["logit_diff"] <= (1 - spec.threshold) * full
+            if ablation[Head(l, h).name]["mean"]["logit_diff"] <= (1 - spec.threshold) * full
         ]
     else:
         job = [
@@ -368,7 +370,7 @@ def ground_truth(model: torch.nn.Module, spec: HeldOut) -> dict[str, Any]:
             if job_scores[spec.job][spec.job_layer][h] >= spec.threshold
         ]
     groups = {"job heads": {how: ablated_metrics(model, job, how, data) for how in ("zero", "mean")}}
-    by_effect = sorted(job, key=lambda lh: ablation[f"L{lh[0]}H{lh[1]}"]["mean"]["logit_diff"])
+    by_effect = sorted(job, key=lambda lh: ablation[Head(*lh).name]["mean"]["logit_diff"])
     if len(by_effect) >= 2:
         groups["top two job heads"] = {
             how: ablated_metrics(model, by_effect[:2], how, data) for how in ("zero", "mean")
@@ -388,8 +390,8 @@ def ground_truth(model: torch.nn.Module, spec: HeldOut) -> dict[str, Any]:
         "ablation": ablation,
         "job": spec.job,
         "job_threshold": spec.threshold,
-        "job_heads": [f"L{l}H{h}" for l, h in job],
-        "job_heads_by_effect": [f"L{l}H{h}" for l, h in by_effect],
+        "job_heads": [Head(l, h).name for l, h in job],
+        "job_heads_by_effect": [Head(l, h).name for l, h in by_effect],
         "group_ablation": groups,
     }
 

@@ -108,7 +108,8 @@ def random_pair(vocab: int, n: int, pos: int, g: torch.Generator) -> PatchingPai
 
 def random_models() -> list[tuple[str, torch.nn.Module, PatchingPair]]:
     """Models the project never trained, at the sizes a new user tried (see the module docstring)."""
-    from mechmem.models.adapter import TransformerConfig, build_transformer
+    from mechmem.models.transformer import build_transformer
+    from mechmem.models.transformer_config import TransformerConfig
     from mechmem.tasks.birth.task import BirthTask
 
     g = torch.Generator().manual_seed(0)
@@ -185,7 +186,8 @@ def architecture_models(names: list[str]) -> list[tuple[str, torch.nn.Module, Pa
     random pair; an architecture the installed TransformerLens cannot build is skipped with a line saying why
     (an error when it was named)."""
     from mechmem.errors import MechmemError
-    from mechmem.models.adapter import TransformerConfig, build_transformer
+    from mechmem.models.transformer import build_transformer
+    from mechmem.models.transformer_config import TransformerConfig
 
     out = []
     for name, kw in ARCHITECTURES.items():
@@ -235,7 +237,8 @@ none of them is a model any other benchmark or test of the project uses."""
 
 def heldout_models() -> list[tuple[str, torch.nn.Module, PatchingPair]]:
     """One random model per `HELDOUT` entry on a random token pair of its size."""
-    from mechmem.models.adapter import TransformerConfig, build_transformer
+    from mechmem.models.transformer import build_transformer
+    from mechmem.models.transformer_config import TransformerConfig
 
     out = []
     for label, (kw, n, pos) in HELDOUT.items():
@@ -433,7 +436,7 @@ def hf_bridge_model(folder: str) -> tuple[str, torch.nn.Module, PatchingPair]:
     from tokenizers.models import WordLevel
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from mechmem.models.adapter import load_pretrained
+    from mechmem.models.huggingface import load_pretrained
 
     vocab, pos, n = 256, 48, 16
     torch.manual_seed(1)  # transformers initialises from the global RNG (benchmark only)

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from mechmem.checkpoint import save_model
-from mechmem.models.adapter import TransformerConfig, build_transformer
+from mechmem.models.transformer import build_transformer
+from mechmem.models.transformer_config import TransformerConfig
 from mechmem.tables import format_table
 from mechmem.tasks.generic import RepeatsConfig
 

@@ -9,7 +9,7 @@ fitted growth law in the number of layers.
 The measurements kept in the repository are in docs/record/data/ (report_scaling_DATE_WHAT.json), described in
 docs/record/2026-12-01-report-cost.md.
 
-Each size LxD[xH][@T] is a random TransformerLens model built through mechmem's adapter
+Each size LxD[xH][@T] is a random TransformerLens model built by `build_transformer`
 (`build_transformer`): L layers, d_model D, H heads (default --heads), LayerNorm, GELU MLP of width 4 D,
 vocabulary --d-vocab, context T (default --n-ctx), on the generic "repeats" task sized to it. For each size,
 in this one process, it runs `build_report` at the given settings (its `cost` gives every section's wall time
@@ -61,7 +61,9 @@ from floor import floor_table, forward_flops, matmul_rate
 from mechmem.analysis.circuits.discovery import circuit_pair, discover_circuit
 from mechmem.analysis.roles import head_roles
 from mechmem.cli import format_table
-from mechmem.models.adapter import TransformerConfig, build_transformer, move_model
+from mechmem.models.backend import move_model
+from mechmem.models.transformer import build_transformer
+from mechmem.models.transformer_config import TransformerConfig
 from mechmem.report import build_report, peak_rss_mb
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 

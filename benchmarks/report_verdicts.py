@@ -22,13 +22,14 @@ from typing import Any
 def verdicts(path: Path, n_samples: int) -> dict[str, Any]:
     """What the report of the checkpoint at `path` concludes (see the module docstring)."""
     from mechmem.checkpoint import load_checkpoint
+    from mechmem.models.parts import Head
     from mechmem.report import build_report
 
     ckpt = load_checkpoint(path)
     report = build_report(ckpt.model, ckpt.task, title=str(path), n_samples=n_samples, seed=0)
     circuit, mlp, edges = (report.section(k) for k in ("circuit", "mlp", "edges"))
     out = {
-        "roles": {f"L{h['layer']}H{h['head']}": h["role"] for h in circuit.findings.get("heads", [])},
+        "roles": {Head(h["layer"], h["head"]).name: h["role"] for h in circuit.findings.get("heads", [])},
         "mlp": None if mlp.skipped else [mlp.findings["role"], mlp.findings["key_neurons"]],
         "edges": None if edges.skipped else [edges.findings[k] for k in ("circuit", "verdict", "method")],
         "headline": report.headline,

@@ -12,7 +12,8 @@ import torch
 from helpers import train_briefly
 
 from mechmem.checkpoint import save_checkpoint
-from mechmem.models.adapter import TransformerConfig, build_transformer
+from mechmem.models.transformer import build_transformer
+from mechmem.models.transformer_config import TransformerConfig
 from mechmem.tasks import build_task
 from mechmem.tasks.generic import RepeatsConfig
 

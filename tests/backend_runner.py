@@ -35,7 +35,7 @@ def write_series(ckpt: str, run_dir: Path, steps: tuple[int, ...] = (10, 20, 30)
     import torch
 
     from mechmem.checkpoint import load_checkpoint, save_checkpoint
-    from mechmem.models.adapter import canonical_state_dict, initial_weights, load_canonical_state_dict
+    from mechmem.models.weights import canonical_state_dict, initial_weights, load_canonical_state_dict
 
     loaded = load_checkpoint(ckpt)
     trained = {k: v.clone() for k, v in canonical_state_dict(loaded.model).items()}  # the model changes below
@@ -63,7 +63,7 @@ def train_step(ckpt: str, out: Path) -> None:
 
     from mechmem.checkpoint import load_checkpoint
     from mechmem.cli import write_json
-    from mechmem.models.adapter import canonical_parameters, canonical_state_dict
+    from mechmem.models.weights import canonical_parameters, canonical_state_dict
 
     loaded = load_checkpoint(ckpt)
     model, task = loaded.model.train(), loaded.task

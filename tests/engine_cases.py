@@ -11,12 +11,8 @@ from mechmem.analysis.interventions import apply, from_run, mean, resample, zero
 from mechmem.analysis.interventions.replay import Replay
 from mechmem.analysis.patching.reference import TL_SWEEPS
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import (
-    BACKEND,
-    canonical_parameters,
-    hooked_transformer_config,
-    raw_hooked_transformer,
-)
+from mechmem.models.backend import BACKEND, hooked_transformer_config, raw_hooked_transformer
+from mechmem.models.weights import canonical_parameters
 from mechmem.tasks.base import PatchingPair
 
 

@@ -33,7 +33,7 @@ def load_script(script: str) -> ModuleType:
 
 def build_transformer_cfg(**overrides: Any) -> Any:
     """A small TransformerConfig; pass keyword arguments to change any field."""
-    from mechmem.models.adapter import TransformerConfig
+    from mechmem.models.transformer_config import TransformerConfig
 
     defaults = {"n_layers": 2, "d_model": 16, "n_heads": 2, "d_vocab": 6, "n_ctx": 9, "d_mlp": 32}
     defaults.update(overrides)
@@ -43,7 +43,7 @@ def build_transformer_cfg(**overrides: Any) -> Any:
 def build_model(seed: int = 0, **overrides: Any) -> Any:
     """A random HookedTransformer from `build_transformer_cfg(**overrides)`, weights drawn from `seed`, in
     eval mode."""
-    from mechmem.models.adapter import build_transformer
+    from mechmem.models.transformer import build_transformer
 
     cfg = build_transformer_cfg(**overrides)
     return build_transformer(cfg, generator=torch.Generator().manual_seed(seed)).eval()

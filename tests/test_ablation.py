@@ -18,7 +18,7 @@ from mechmem.analysis.ablation import (
 )
 from mechmem.analysis.heads import repeated_random_tokens
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
-from mechmem.models.adapter import build_transformer
+from mechmem.models.transformer import build_transformer
 
 
 @pytest.fixture(scope="module")

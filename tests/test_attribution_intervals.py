@@ -17,7 +17,7 @@ from mechmem.analysis.interventions import Engine, setter_values
 from mechmem.analysis.patching import Patcher
 from mechmem.analysis.patching.attribution import Attributor
 from mechmem.analysis.stats import bootstrap_ratio, mean_interval
-from mechmem.models.adapter import build_transformer
+from mechmem.models.transformer import build_transformer
 
 BOUNDS = ("lower", "upper", "effect_lower", "effect_upper")
 

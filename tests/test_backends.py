@@ -1,5 +1,5 @@
-"""Two TransformerLens backends behind one adapter: the canonical weight layout, portable checkpoints, and the
-same analyses, numbers and training step under TransformerLens 3.9 (HookedTransformer) and 4.x
+"""Two TransformerLens backends behind `mechmem.models`: the canonical weight layout, portable checkpoints,
+and the same analyses, numbers and training step under TransformerLens 3.9 (HookedTransformer) and 4.x
 (TransformerBridge).
 
 Runs under whichever TransformerLens this environment has. The cross-version comparison runs the analyses once
@@ -25,15 +25,13 @@ from backend_fixture import probe_tokens
 from mechmem.checkpoint import load_checkpoint, read_payload
 from mechmem.errors import MechmemError
 from mechmem.models import layout
-from mechmem.models.adapter import (
-    BACKEND,
-    TL_VERSION,
-    TransformerConfig,
-    build_transformer,
+from mechmem.models.backend import BACKEND, TL_VERSION, is_bridge
+from mechmem.models.transformer import build_transformer
+from mechmem.models.transformer_config import TransformerConfig
+from mechmem.models.weights import (
     canonical_parameters,
     canonical_state_dict,
     initial_weights,
-    is_bridge,
     load_canonical_state_dict,
 )
 

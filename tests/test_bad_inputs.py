@@ -149,7 +149,7 @@ def test_bad_checkpoint_is_one_line_in_bounded_time(
 
 
 def test_byom_output_vocabulary_and_tiny_models_are_refused_or_fitted(tmp_path):
-    from mechmem.models.adapter import hooked_transformer_config, raw_hooked_transformer
+    from mechmem.models.backend import hooked_transformer_config, raw_hooked_transformer
 
     def model(**kw):
         cfg = {

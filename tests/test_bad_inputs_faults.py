@@ -23,7 +23,8 @@ from mechmem.checkpoint import save_model
 from mechmem.cli import run_script
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.io import OutputSet, atomic_write, output_dir
-from mechmem.models import adapter
+from mechmem.models.huggingface import load_pretrained
+from mechmem.models.transformer_config import TransformerConfig
 
 TRAIN = ["permutation", "--preset", "task1-quick", "--steps", "4", "--save-every", "2", "--no-progress"]
 
@@ -39,7 +40,7 @@ def env_with_src() -> dict[str, str]:
 def test_an_unknown_activation_is_refused_with_or_without_an_mlp(tmp_path):
     for d_mlp in (None, 16):
         with pytest.raises(ValueError, match="act_fn 'evil' is neither"):
-            adapter.TransformerConfig(
+            TransformerConfig(
                 n_layers=1, d_model=8, n_heads=2, d_vocab=5, n_ctx=4, d_mlp=d_mlp, act_fn="evil"
             )
     good = save_model(planted_induction_model(), tmp_path / "good.pt")  # attention only
@@ -61,7 +62,7 @@ def test_an_activation_a_paper_registers_is_known_before_any_paper_is_imported()
     code = textwrap.dedent(
         """
         import sys
-        from mechmem.models.adapter import TransformerConfig
+        from mechmem.models.transformer_config import TransformerConfig
         assert not any(name.startswith("mechmem_papers.birth") for name in sys.modules)
         TransformerConfig(n_layers=1, d_model=8, n_heads=2, d_vocab=5, n_ctx=4, d_mlp=8, act_fn="linear")
         try:
@@ -96,11 +97,12 @@ def tiny_llama(folder):
 
 
 def test_a_folder_whose_name_says_llama_loads_with_the_transformers_logits(tmp_path):
-    """TransformerLens 3.9 takes a path naming "llama" for the original LLaMA and reads no config; the adapter
-    hands it the config under a neutral name, so the folder's name does not matter under either backend."""
+    """TransformerLens 3.9 takes a path naming "llama" for the original LLaMA and reads no config;
+    `load_pretrained` hands it the config under a neutral name, so the folder's name does not matter under
+    either backend."""
     folder = tmp_path / "my-tiny-llama-gemma"
     hf = tiny_llama(folder)
-    model = adapter.load_pretrained(str(folder))
+    model = load_pretrained(str(folder))
     tokens = torch.randint(40, (2, 24), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         gap = float((model(tokens) - hf(tokens).logits).abs().max())

@@ -228,7 +228,7 @@ def test_malformed_weights_and_declared_sizes_are_one_line_before_any_allocation
 
 
 def test_a_rotary_model_with_a_huge_context_is_refused_by_its_buffers(tmp_path):
-    from mechmem.models.adapter import hooked_transformer_config, raw_hooked_transformer
+    from mechmem.models.backend import hooked_transformer_config, raw_hooked_transformer
 
     torch.manual_seed(0)
     cfg = hooked_transformer_config(

@@ -6,7 +6,7 @@ import json
 import torch
 from helpers import ROOT
 
-from mechmem.models.adapter import build_transformer
+from mechmem.models.transformer import build_transformer
 from mechmem.tasks import build_task
 from mechmem.tasks.birth.models import simplified_config
 from mechmem.tasks.birth.task import BirthConfig

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from mechmem.checkpoint import load_checkpoint
-from mechmem.models.adapter import build_transformer, canonical_parameters
+from mechmem.models.transformer import build_transformer
+from mechmem.models.weights import canonical_parameters
 from mechmem.tasks import build_task, get_preset
 from mechmem.tasks.birth.models import full_config, simplified_config
 from mechmem.tasks.birth.probes import attention_probes, wk1_recall, wk2_recall, wo2_recall

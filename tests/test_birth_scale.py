@@ -11,7 +11,7 @@ import torch
 from helpers import ROOT
 
 from mechmem.cli import run_script
-from mechmem.models.adapter import build_transformer
+from mechmem.models.transformer import build_transformer
 from mechmem.tasks import build_task
 from mechmem.tasks.birth.models import full_config
 from mechmem.tasks.birth.task import BirthConfig

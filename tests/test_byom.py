@@ -15,14 +15,8 @@ from mechmem.checkpoint import load_checkpoint, save_checkpoint, save_model
 from mechmem.cli import run_script
 from mechmem.cli.main import COMMANDS
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import (
-    BACKEND,
-    TL_VERSION,
-    TransformerConfig,
-    config_from_hooked_transformer,
-    hooked_transformer_config,
-    raw_hooked_transformer,
-)
+from mechmem.models.backend import BACKEND, TL_VERSION, hooked_transformer_config, raw_hooked_transformer
+from mechmem.models.transformer_config import TransformerConfig, config_from_hooked_transformer
 from mechmem.tasks import build_task
 from mechmem.tasks.generic import RepeatsConfig
 

@@ -15,7 +15,8 @@ from helpers import ROOT, build_transformer_cfg
 from mechmem.checkpoint import FORMAT_VERSION, load_checkpoint, payload_digest, read_payload, save_checkpoint
 from mechmem.errors import CheckpointError
 from mechmem.models import build_model, model_config_from_dict
-from mechmem.models.adapter import BACKEND, bridge_unsupported
+from mechmem.models.backend import BACKEND
+from mechmem.models.transformer_config import bridge_unsupported
 from mechmem.tasks.permutation import PermutationConfig
 
 DATA = Path(__file__).resolve().parent / "data"

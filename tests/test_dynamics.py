@@ -106,7 +106,7 @@ def write_series(
     from mechmem.analysis import planted
     from mechmem.checkpoint import save_checkpoint
     from mechmem.models import build_model
-    from mechmem.models.adapter import canonical_state_dict, load_canonical_state_dict
+    from mechmem.models.weights import canonical_state_dict, load_canonical_state_dict
     from mechmem.tasks.generic import RepeatsConfig
 
     target, config = planted.planted_induction_model(), planted.planted_config()

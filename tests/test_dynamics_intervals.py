@@ -31,7 +31,7 @@ def series(tmp_path_factory):
     from mechmem.analysis import planted
     from mechmem.checkpoint import save_checkpoint
     from mechmem.models import build_model
-    from mechmem.models.adapter import canonical_state_dict, load_canonical_state_dict
+    from mechmem.models.weights import canonical_state_dict, load_canonical_state_dict
     from mechmem.tasks.generic import RepeatsConfig
 
     out, config = tmp_path_factory.mktemp("series"), planted.planted_config()

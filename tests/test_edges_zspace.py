@@ -4,8 +4,9 @@
 it. The references here work in d_model throughout, from TransformerLens's own per-head outputs
 (`attn.hook_result`, every head's z @ W_O): path patching one `run_with_hooks` per edge, the attribution
 contraction as a loop over edges, and a circuit evaluated by hand (`naive_circuit_metric`). Models: several
-heads, grouped-query attention, attention only and rotary, built by mechmem's adapter, and Hugging Face GPT-2
-and Llama (grouped-query) models loaded through it (TransformerLens 4 bridges them another way).
+heads, grouped-query attention, attention only and rotary, built by `build_transformer`, and Hugging Face
+GPT-2 and Llama (grouped-query) models loaded with `load_pretrained` (TransformerLens 4 bridges them another
+way).
 """
 
 import pytest
@@ -27,10 +28,10 @@ BUILT = {
 
 
 def loaded(kind: str, folder):
-    """A tiny random Hugging Face model (test_hf) saved to `folder` and loaded through the adapter."""
+    """A tiny random Hugging Face model (test_hf) saved to `folder` and loaded with `load_pretrained`."""
     from hf_models import tiny_hf_model, tiny_tokenizer
 
-    from mechmem.models.adapter import load_pretrained
+    from mechmem.models.huggingface import load_pretrained
 
     tiny_hf_model(kind).save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)

@@ -6,7 +6,7 @@ from helpers import assert_no_hooks
 
 from mechmem.checkpoint import load_checkpoint
 from mechmem.models import build_model
-from mechmem.models.adapter import canonical_parameters, is_hooked_transformer
+from mechmem.models.backend import is_transformer_lens_model
 from mechmem.models.facts import (
     FactsModelConfig,
     FactsTransformer,
@@ -16,6 +16,7 @@ from mechmem.models.facts import (
     init_params,
     model_params,
 )
+from mechmem.models.weights import canonical_parameters
 from mechmem.tasks import build_task, get_preset
 from mechmem.tasks.facts import generate_facts
 from mechmem.training import TrainConfig, train
@@ -37,7 +38,7 @@ def test_variant_matches_functional_forward(cfg):
     last = forward_params(cfg, {k: v[None] for k, v in params.items()}, INPUTS, last_only=True)[0, :, 0]
     torch.testing.assert_close(last, ref[:, -1], atol=1e-5, rtol=1e-5)
     model = build_facts_model(cfg, generator=torch.Generator().manual_seed(3))
-    assert is_hooked_transformer(model) == cfg.tl_expressible
+    assert is_transformer_lens_model(model) == cfg.tl_expressible
     torch.testing.assert_close(model(INPUTS)[:, -1], ref[:, -1], atol=1e-5, rtol=1e-5)
     for name, value in model_params(cfg, model).items():
         torch.testing.assert_close(value, params[name])

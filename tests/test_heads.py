@@ -20,8 +20,9 @@ from mechmem.analysis.heads import (
     repeated_random_tokens,
 )
 from mechmem.analysis.planted import INDUCTION_HEAD, PREVIOUS_TOKEN_HEAD, planted_induction_model
-from mechmem.models.adapter import HookedRootModule, build_transformer
+from mechmem.models.backend import HookedRootModule
 from mechmem.models.parts import Head
+from mechmem.models.transformer import build_transformer
 
 
 @pytest.fixture(scope="module")

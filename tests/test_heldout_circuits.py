@@ -16,6 +16,7 @@ import torch
 
 import mechmem
 from mechmem.analysis.roles import RoleResult
+from mechmem.models.parts import Head
 
 DATA = Path(__file__).parent / "data" / "heldout"
 NAMES = ("split", "noln", "backup", "perm", "rotary")
@@ -101,9 +102,8 @@ def ablated(
 ) -> tuple:
     """Masked loss and mean clean logit difference with `heads` zeroed (means None) or mean-ablated."""
     chosen: dict[int, list[int]] = {}
-    for head in heads:
-        layer, h = map(int, head[1:].split("H"))
-        chosen.setdefault(layer, []).append(h)
+    for head in map(Head.parse, heads):
+        chosen.setdefault(head.layer, []).append(head.head)
 
     def hook(z, hook):
         layer = int(hook.name.split(".")[1])

@@ -22,7 +22,9 @@ import torch
 from helpers import train_briefly
 
 from mechmem.analysis.planted import PlantedLayout, planted_induction_model
-from mechmem.models.adapter import TransformerConfig, build_transformer, canonical_parameters
+from mechmem.models.transformer import build_transformer
+from mechmem.models.transformer_config import TransformerConfig
+from mechmem.models.weights import canonical_parameters
 from mechmem.report import build_report
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 

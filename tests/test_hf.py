@@ -12,7 +12,8 @@ from hf_models import CTX, VOCAB, tiny_hf_model, tiny_tokenizer
 
 from mechmem.analysis.heads import no_attention_reason
 from mechmem.cli import run_script
-from mechmem.models.adapter import BACKEND, TL_VERSION, load_pretrained
+from mechmem.models.backend import BACKEND, TL_VERSION
+from mechmem.models.huggingface import load_pretrained
 
 # TransformerLens 3.9 reads GPT2Config.n_ctx, which transformers 5 removed; its 4.x bridge reads GPT-2 fine.
 _KNOWN = {("hooked", "gpt2"): f"TransformerLens {TL_VERSION} reads GPT2Config.n_ctx (gone in transformers 5)"}

@@ -8,7 +8,7 @@ from helpers import assert_no_hooks, build_transformer_cfg
 from mechmem.analysis.heads import repeated_random_tokens
 from mechmem.analysis.logit_lens import decode_residual, lens_stages, logit_lens, plot_logit_lens
 from mechmem.analysis.planted import planted_induction_model
-from mechmem.models.adapter import build_transformer
+from mechmem.models.transformer import build_transformer
 
 
 def tiny(norm, **kw):

@@ -6,7 +6,9 @@ import torch
 from helpers import assert_no_hooks
 
 from mechmem.analysis.neurons import ablate_neurons, neuron_direct_effect, rank_neurons
-from mechmem.models.adapter import TransformerConfig, build_transformer, canonical_parameters
+from mechmem.models.transformer import build_transformer
+from mechmem.models.transformer_config import TransformerConfig
+from mechmem.models.weights import canonical_parameters
 
 
 def make_model(norm=None, n_layers=1):

@@ -19,7 +19,7 @@ from mechmem.analysis import transitions
 from mechmem.analysis.roles import RoleResult, RoleThresholds, head_roles
 from mechmem.checkpoint import load_checkpoint
 from mechmem.cli import run_script
-from mechmem.models.adapter import build_transformer
+from mechmem.models.transformer import build_transformer
 from mechmem.report.sections import ReportContext, heads_section, mlp_section, probes_section
 from mechmem.tasks import build_task
 from mechmem.tasks.base import Batch

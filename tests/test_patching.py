@@ -17,7 +17,7 @@ from mechmem.analysis.patching import (
     run_sweeps,
 )
 from mechmem.analysis.patching.reference import TL_SWEEPS
-from mechmem.models.adapter import build_transformer
+from mechmem.models.transformer import build_transformer
 from mechmem.tasks.base import PatchingPair
 
 TL = TL_SWEEPS

@@ -19,10 +19,8 @@ from mechmem.analysis.interventions.replay import replay_unsupported
 from mechmem.analysis.patching import SWEEPS, Patcher, model_sweeps
 from mechmem.analysis.patching.attribution import Attributor
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import (
-    BACKEND,
-    bridge_unsupported,
-)
+from mechmem.models.backend import BACKEND
+from mechmem.models.transformer_config import bridge_unsupported
 
 ATOL = 1e-5
 """Float tolerance against TransformerLens (float32, the same arithmetic in another order)."""
@@ -140,7 +138,7 @@ def test_models_from_hugging_face_patch_exactly(tmp_path, kind):
     gated MLP, RMSNorm) models from `transformers` configs, loaded by path, patch as TransformerLens does."""
     from hf_models import tiny_hf_model, tiny_tokenizer
 
-    from mechmem.models.adapter import load_pretrained
+    from mechmem.models.huggingface import load_pretrained
 
     torch.set_num_threads(1)
     tiny_hf_model(kind).save_pretrained(tmp_path)

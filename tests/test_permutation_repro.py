@@ -143,7 +143,7 @@ def test_key_sets_partition_the_prefix_on_repeats(task):
 def record(tmp_path_factory):
     """A real run record from tiny presets (30 training steps each):
     two Task 2 seeds, one 2-layer V=10 run."""
-    from mechmem.models.adapter import TransformerConfig
+    from mechmem.models.transformer_config import TransformerConfig
 
     def tiny(v, heads, ratio, layers=1):
         model = TransformerConfig(

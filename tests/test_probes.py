@@ -15,7 +15,8 @@ from mechmem.analysis.probes import (
     recall_rate,
     recall_scores,
 )
-from mechmem.models.adapter import FactoredMatrix, build_transformer, register_activation
+from mechmem.models.backend import FactoredMatrix, register_activation
+from mechmem.models.transformer import build_transformer
 
 
 @pytest.fixture(scope="module")

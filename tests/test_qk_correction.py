@@ -13,7 +13,8 @@ from helpers import build_transformer_cfg
 
 from mechmem.analysis.interventions.replay import Replay, replay_unsupported
 from mechmem.analysis.patching.qk_correction import swap_effects
-from mechmem.models.adapter import BACKEND, bridge_unsupported
+from mechmem.models.backend import BACKEND
+from mechmem.models.transformer_config import bridge_unsupported
 
 CASES = [
     "tied",

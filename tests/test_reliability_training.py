@@ -8,7 +8,7 @@ import torch
 
 from mechmem.checkpoint import load_checkpoint, read_payload
 from mechmem.errors import MechmemError, TrainingDiverged
-from mechmem.models.adapter import canonical_state_dict
+from mechmem.models.weights import canonical_state_dict
 from mechmem.tasks import build_task
 from mechmem.training.run import train_preset
 from mechmem.training.rundir import run_lock

@@ -147,13 +147,13 @@ def test_benchmark_runs_a_baseline_side_by_side(tmp_path, capsys):
 
 
 def test_report_on_an_explicit_device_moves_everything_with_the_model(written):
-    """The --device path: a copy moved with the adapter's move_model to an explicitly named device gives the
+    """The --device path: a copy moved with `move_model` to an explicitly named device gives the
     same findings (every section reads the model's device) and records where it ran."""
     import copy
 
     import torch
 
-    from mechmem.models.adapter import move_model
+    from mechmem.models.backend import move_model
 
     model, report, _ = written
     moved = move_model(copy.deepcopy(model), torch.device("cpu"))

@@ -7,7 +7,7 @@ import torch
 
 from mechmem.errors import MechmemError, TrainingDiverged
 from mechmem.models import build_model
-from mechmem.models.adapter import canonical_state_dict
+from mechmem.models.weights import canonical_state_dict
 from mechmem.tasks import build_task, get_preset
 from mechmem.training import TrainConfig, lr_at, train
 from mechmem.training.run import train_preset

@@ -171,7 +171,7 @@ MAX_BUFFER_BYTES = 2**30
 def check_declared_sizes(path: Path, skeleton: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Raise `CheckpointError` unless `state` has the weight shapes of `skeleton` (a meta-device model) and
     its buffers take at most `MAX_BUFFER_BYTES`."""
-    from mechmem.models.adapter import canonical_state_dict
+    from mechmem.models.weights import canonical_state_dict
 
     expected = canonical_state_dict(skeleton)
     missing = sorted(set(expected) - set(state))
@@ -196,8 +196,8 @@ def check_declared_sizes(path: Path, skeleton: torch.nn.Module, state: dict[str,
 def check_buffers(path: Path, model_config: Any, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """`state` without its HookedTransformer buffers, each checked (`layout.buffer_problem`); raises
     `CheckpointError` naming the first bad one."""
-    from mechmem.models.adapter import TransformerConfig
     from mechmem.models.layout import BUFFER_SUFFIXES, buffer_problem, canonical_weights
+    from mechmem.models.transformer_config import TransformerConfig
 
     if not isinstance(model_config, TransformerConfig):
         return state
@@ -273,8 +273,9 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
 def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> None:
     """Raise `MechmemError` unless `model_config` rebuilds `model`: same weight names and shapes, and logits
     within 1e-4 (relative to their scale) on a probe input."""
-    from mechmem.models.adapter import canonical_state_dict, config_differences, load_canonical_state_dict
     from mechmem.models.registry import build_model
+    from mechmem.models.transformer_config import config_differences
+    from mechmem.models.weights import canonical_state_dict, load_canonical_state_dict
 
     if getattr(model, "mechmem_config", None) == model_config:
         return
@@ -340,7 +341,8 @@ def save_checkpoint(
         'repeats'
     """
     from mechmem.io import strict_json
-    from mechmem.models.adapter import bridge_unsupported, canonical_state_dict
+    from mechmem.models.transformer_config import bridge_unsupported
+    from mechmem.models.weights import canonical_state_dict
     from mechmem.tasks import build_task, get_task_class
 
     def as_dict(cfg: Any) -> dict[str, Any]:
@@ -379,7 +381,7 @@ def save_checkpoint(
 
 
 def _tl_version() -> str:
-    from mechmem.models.adapter import TL_VERSION
+    from mechmem.models.backend import TL_VERSION
 
     return TL_VERSION
 
@@ -493,8 +495,10 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
         ('Checkpoint', 'ckpt.pt')
     """
     from mechmem.errors import one_line
-    from mechmem.models.adapter import BACKEND, bridge_unsupported, load_canonical_state_dict, move_model
+    from mechmem.models.backend import BACKEND, move_model
     from mechmem.models.registry import build_model, model_config_from_dict
+    from mechmem.models.transformer_config import bridge_unsupported
+    from mechmem.models.weights import load_canonical_state_dict
     from mechmem.tasks import build_task, get_task_class
 
     path = Path(path)
@@ -572,7 +576,7 @@ def save_model(
         >>> path.name, mechmem.load_checkpoint(path).task_name
         ('ckpt.pt', 'repeats')
     """
-    from mechmem.models.adapter import config_from_hooked_transformer
+    from mechmem.models.transformer_config import config_from_hooked_transformer
     from mechmem.tasks.generic import RepeatsConfig
 
     config = config_from_hooked_transformer(model)

@@ -13,6 +13,10 @@ class TrainingDiverged(MechmemError):
     """The loss became NaN or infinite."""
 
 
+class NotApplicable(MechmemError):
+    """An analysis does not apply to this model or task; its command prints `skipped: REASON`, exit 0."""
+
+
 def one_line(exc: BaseException) -> str:
     """The first line of an exception's message (its class name when empty)."""
     text = str(exc).strip()

@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 
 from mechmem.checkpoint import Checkpoint
-from mechmem.models.adapter import TL_VERSION, load_pretrained
+from mechmem.models.backend import TL_VERSION
+from mechmem.models.huggingface import load_pretrained
 from mechmem.tasks.generic import RepeatsConfig
 
 

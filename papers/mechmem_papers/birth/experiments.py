@@ -19,7 +19,8 @@ import torch
 
 from mechmem.analysis import transitions
 from mechmem.checkpoint import load_checkpoint, read_payload
-from mechmem.models.adapter import TransformerConfig, build_transformer
+from mechmem.models.transformer import build_transformer
+from mechmem.models.transformer_config import TransformerConfig
 from mechmem.tasks import build_task
 from mechmem.tasks.birth.corpus import load_stats
 from mechmem.tasks.birth.models import full_config, simplified_config

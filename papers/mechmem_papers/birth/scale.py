@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from mechmem.models.adapter import build_transformer
+from mechmem.models.parts import model_device
+from mechmem.models.transformer import build_transformer
 from mechmem.tasks import build_task
 from mechmem.tasks.birth.models import full_config
 from mechmem.tasks.birth.task import N_TOKENS, BirthConfig
@@ -52,7 +53,7 @@ def final_accuracy(model: torch.nn.Module, task: Any, n: int, seed: int, chunk: 
     With the number of in-context positions it averages over.
     """
     batch = task.eval_batch(n, generator=torch.Generator().manual_seed(1000 + seed))
-    device = next(model.parameters()).device
+    device = model_device(model)
     logits = torch.cat([model(batch.tokens[i : i + chunk].to(device)).cpu() for i in range(0, n, chunk)])
     out = task.batch_metrics(logits, batch)
     out["n_icl_positions"] = int((batch.info["counter"] >= 2).sum())

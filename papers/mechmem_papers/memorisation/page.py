@@ -8,7 +8,6 @@ shown beside them. The constructions' sections are in `page_constructions`; the 
 fits in `e7`.
 """
 
-import json
 import math
 from typing import Any
 
@@ -34,6 +33,7 @@ from mechmem_papers.memorisation.records import PUBLISHED_NAME
 from mechmem_papers.memorisation.summary import (
     all_cells,
     by_name,
+    by_schedule,
     config_cells,
     effect_text,
     longest_schedules,
@@ -225,22 +225,16 @@ def _longer_lines(record: dict[str, Any]) -> list[tuple[str, bool]]:
     with whether that schedule is the published one."""
     base = by_name(record["table"])
     out = []
-    for schedule in sorted(
-        {json.dumps(r["schedule"], sort_keys=True) for r in record.get("other_schedules", [])},
-        key=lambda s: -json.loads(s)["max_epochs"],
-    ):
-        rs = [
-            r
-            for r in record["other_schedules"]
-            if json.dumps(r["schedule"], sort_keys=True) == schedule and r["d"] == record["table"][0]["d"]
-        ]
+    groups = by_schedule(record.get("other_schedules", [])).values()
+    for rows in sorted(groups, key=lambda rs: -rs[0]["schedule"]["max_epochs"]):
+        rs = [r for r in rows if r["d"] == record["table"][0]["d"]]
         parts = [
             f"{r['variant']} {r['any']} (All {r['all']}; base {base[r['variant']]['any']})"
             for r in sorted(rs, key=sort_key)
             if r["variant"] in base
         ]
         if parts:
-            sched = json.loads(schedule)
+            sched = rows[0]["schedule"]
             published = is_published_schedule(record, sched)
             out.append(
                 (
@@ -509,12 +503,9 @@ def deviations_section(record: dict[str, Any], other: list[dict[str, Any]]) -> S
         if odd
         else []
     )
-    for s in sorted(
-        {json.dumps(r["schedule"], sort_keys=True) for r in other}, key=lambda s: json.loads(s)["max_epochs"]
-    ):
-        rs = [r for r in other if json.dumps(r["schedule"], sort_keys=True) == s]
+    for rs in sorted(by_schedule(other).values(), key=lambda rs: rs[0]["schedule"]["max_epochs"]):
         mean_s = sum(r["seconds"] for r in rs) / len(rs)
-        sched = json.loads(s)
+        sched = rs[0]["schedule"]
         lines.append(
             f"Cells at {sched['max_epochs']:,} epochs per phase, patience {sched['patience']:,}"
             f" ({len(rs)} in the data file): {mean_s:.0f} s per cell on average."

@@ -14,7 +14,6 @@ the best of them, and the table cells they share (`yes_no`, `short_schedule`, `e
 """
 
 import itertools
-import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -252,16 +251,23 @@ def longest_schedules(record: dict[str, Any]) -> dict[str, list[dict[str, Any]]]
     return out
 
 
+def schedule_key(schedule: dict[str, Any]) -> tuple:
+    """A training schedule as a hashable key: its (field, value) pairs by field name, lists as tuples."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in schedule.items()))
+
+
+def by_schedule(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
+    """Records grouped by their schedule (`schedule_key`), in the order each schedule first appears."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(schedule_key(r["schedule"]), []).append(r)
+    return groups
+
+
 def schedule_groups(record: dict[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """(schedule, its records) for the base schedule and every other one, shortest first."""
     groups = [(record["schedule"], record["table"])]
-    for s in {json.dumps(r["schedule"], sort_keys=True) for r in record.get("other_schedules", [])}:
-        groups.append(
-            (
-                json.loads(s),
-                [r for r in record["other_schedules"] if json.dumps(r["schedule"], sort_keys=True) == s],
-            )
-        )
+    groups += [(rs[0]["schedule"], rs) for rs in by_schedule(record.get("other_schedules", [])).values()]
     return sorted(groups, key=lambda g: g[0]["max_epochs"])
 
 

@@ -14,6 +14,7 @@ from statistics import mean
 from typing import Any
 
 from mechmem.analysis.stats import format_mean_sd, mean_sd
+from mechmem.models.parts import Head
 from mechmem.report.document import Report, Section, Table
 from mechmem_papers.permutation import figures
 
@@ -474,7 +475,7 @@ def roles_table(runs: list[dict[str, Any]], caption: str = "") -> Table:
         for h in run["roles"]["heads"]:
             ev = h["evidence"]
             rows.append(
-                [run["seed"], f"L{h['layer']}H{h['head']}", f"**{h['role']}**"]
+                [run["seed"], Head(h["layer"], h["head"]).name, f"**{h['role']}**"]
                 + [ev.get(f"{r}_{k}", "-") for r in roles for k in ("score", "share")]
                 + [ev.get(f"{r}_{k}", "-") for r in roles for k in EVIDENCE]
             )
@@ -503,10 +504,10 @@ def hand_check(run: dict[str, Any]) -> list[Any]:
     cells = [(layer, head) for layer, row in enumerate(att) for head in range(len(row))]
     layer, head = max(cells, key=lambda cell: att[cell[0]][cell[1]])
     recall = [(h["layer"], h["head"]) for h in run["roles"]["heads"] if h["role"] == "recall"]
-    names = ", ".join(f"L{a}H{b}" for a, b in recall) or "none"
+    names = ", ".join(Head(a, b).name for a, b in recall) or "none"
     return [
         run["seed"],
-        f"L{layer}H{head}",
+        Head(layer, head).name,
         att[layer][head],
         source,
         names,

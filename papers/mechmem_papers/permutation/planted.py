@@ -22,7 +22,8 @@ Bayes-optimal: both layer-1 heads can only look at position 0 there, so x1 is pu
 
 import torch
 
-from mechmem.models.adapter import TransformerConfig, build_transformer
+from mechmem.models.transformer import build_transformer
+from mechmem.models.transformer_config import TransformerConfig
 
 PREVIOUS_TOKEN_HEAD = (0, 0)
 ELIMINATION_HEAD = (1, 0)

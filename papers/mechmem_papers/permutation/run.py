@@ -23,6 +23,7 @@ from torch import Tensor
 from mechmem.analysis.logit_lens import decode_residual
 from mechmem.analysis.neurons import ablate_neurons, neuron_direct_effect, rank_neurons
 from mechmem.analysis.roles import head_roles
+from mechmem.models.parts import model_device
 from mechmem.tasks.permutation import (
     PermutationTask,
     bayes_posterior,
@@ -84,7 +85,7 @@ def bayes_table(
     """
     seq, repeat = task.sequences(n, generator=generator, split="test")
     tokens, targets = seq[:, :-1], seq[:, 1::2]
-    device = next(model.parameters()).device
+    device = model_device(model)
     probs = model(tokens.to(device))[:, 0::2].float().softmax(-1).cpu()
     post = bayes_posterior(tokens, task.config.vocab_size)
     v = task.config.vocab_size
@@ -122,7 +123,7 @@ def bayes_table(
 def probe_stats(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator) -> dict[str, float]:
     """Mean p(recall answer) and p(elimination answer) on n probes, and how often each is the argmax."""
     probe = task.probe(n, generator=generator)
-    device = next(model.parameters()).device
+    device = model_device(model)
     probs = model(probe["tokens"].to(device))[:, -1].float().softmax(-1).cpu()
     rows = torch.arange(n)
     top = probs.argmax(-1)
@@ -308,7 +309,7 @@ def masked_losses(
     from mechmem.tasks.base import masked_cross_entropy
 
     out = {}
-    device = next(model.parameters()).device
+    device = model_device(model)
     for split in ("train", "test"):
         batch = task.eval_batch(n, generator=generator, split=split)
         out[split] = float(

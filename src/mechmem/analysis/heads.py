@@ -24,7 +24,7 @@ from torch import Tensor
 from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr, token_labels, with_tokens
 from mechmem.analysis.stats import RESAMPLES, Z_95, RatioMoments, bootstrap_ratio
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import attention_scale, is_hooked_transformer
+from mechmem.models.backend import attention_scale, is_transformer_lens_model
 from mechmem.models.parts import Head, model_device
 from mechmem.plotting import plt
 
@@ -52,7 +52,7 @@ def kth_highest(lower: Float[Tensor, "... token"], k: int = MIN_TOKENS) -> Float
 
 def no_attention_reason(model: torch.nn.Module) -> str | None:
     """Why head analyses do not apply to `model` (None when they do)."""
-    if not is_hooked_transformer(model):
+    if not is_transformer_lens_model(model):
         return f"{type(model).__name__} is not a HookedTransformer, so it has no attention heads to analyse"
     if model.cfg.n_heads < 1:
         return "the model has no attention heads"

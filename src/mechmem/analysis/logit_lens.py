@@ -28,14 +28,14 @@ from torch import Tensor
 
 from mechmem.analysis.frames import grid_frame, shape_text, short_repr, with_tokens
 from mechmem.analysis.stats import RESAMPLES, bootstrap_ratio
-from mechmem.models.adapter import is_hooked_transformer
+from mechmem.models.backend import is_transformer_lens_model
 from mechmem.models.parts import model_device
 from mechmem.plotting import plt
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
     """Why the lens does not apply to `model` (None when it does)."""
-    if not is_hooked_transformer(model):
+    if not is_transformer_lens_model(model):
         return f"{type(model).__name__} is not a HookedTransformer, so it has no residual stages to decode"
     return None
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mechmem.models.adapter import TransformerConfig, build_transformer
+from mechmem.models.transformer import build_transformer
+from mechmem.models.transformer_config import TransformerConfig
 
 PREVIOUS_TOKEN_HEAD = (0, 2)
 """(layer, head) of the planted previous-token head."""

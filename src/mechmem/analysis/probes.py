@@ -24,7 +24,7 @@ from torch import Tensor
 
 from mechmem.analysis.frames import concat, short_repr
 from mechmem.analysis.stats import LEVEL, RESAMPLES
-from mechmem.models.adapter import FactoredMatrix
+from mechmem.models.backend import FactoredMatrix
 from mechmem.models.parts import Head, model_device
 
 PROBE_COLUMNS = ["probe", "matrix", "measure", "value", "lower", "upper", "n_inputs", "n_outputs"]

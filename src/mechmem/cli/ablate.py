@@ -14,6 +14,7 @@ from typing import Any
 from mechmem import cli
 from mechmem.analysis.options import ABLATION_BUDGET, ABLATION_METRICS
 from mechmem.cli.args import ABLATION_METHODS
+from mechmem.errors import NotApplicable
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
@@ -38,7 +39,7 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
 
 
 def ablate(ckpt: Any, args: argparse.Namespace) -> Any:
-    """The ablations `args` ask for, decided over rounds of sequences; the reason as a string when the metric
+    """The ablations `args` ask for, decided over rounds of sequences; raises `NotApplicable` when the metric
     does not apply to the task."""
     from mechmem.analysis.ablation import decided_ablation
     from mechmem.analysis.stats import ABLATION_POLICY
@@ -57,7 +58,7 @@ def ablate(ckpt: Any, args: argparse.Namespace) -> Any:
                 metric=args.metric,
             )
         except NotImplementedError as exc:
-            return f"--metric {args.metric} does not apply: {exc}"
+            raise NotApplicable(f"--metric {args.metric} does not apply: {exc}") from None
     result.metric_name = f"{args.metric}: {result.metric_name}"
     return result
 
@@ -73,9 +74,10 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     reason = no_attention_reason(ckpt.model)
     if reason:
         return cli.skipped(reason, "ablate_heads.json", {"results": []})
-    result = ablate(ckpt, args)
-    if isinstance(result, str):
-        return cli.skipped(result, "ablate_heads.json", {"results": []})
+    try:
+        result = ablate(ckpt, args)
+    except NotApplicable as exc:
+        return cli.skipped(str(exc), "ablate_heads.json", {"results": []})
     data = "pair" if args.metric == "logit_diff" else "eval"
     fit = own_data_fit(
         ckpt.model, ckpt.task, data, args.n_samples, generator=torch.Generator().manual_seed(args.seed)

@@ -50,11 +50,11 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.analysis.distribution import prompt_fit
     from mechmem.analysis.roles import head_roles
     from mechmem.analysis.stats import CIRCUIT_POLICY, EDGE_SHARE
-    from mechmem.models.adapter import is_hooked_transformer
+    from mechmem.models.backend import is_transformer_lens_model
     from mechmem.progress import working
     from mechmem.report.circuit_graph import edge_table, plot_circuit, summary_lines
 
-    if not is_hooked_transformer(ckpt.model):
+    if not is_transformer_lens_model(ckpt.model):
         reason = f"{type(ckpt.model).__name__} is not a HookedTransformer, which circuit discovery needs"
         return cli.skipped(reason, "circuit.json", {"task": ckpt.task_name})
     policy = CIRCUIT_POLICY.with_budget(args.n_samples)

@@ -36,6 +36,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.analysis import heads
     from mechmem.analysis.distribution import repeats_fit
     from mechmem.analysis.roles import classify_heads, measure_pattern_evidence
+    from mechmem.models.parts import Head
     from mechmem.progress import working
 
     reason = heads.no_attention_reason(ckpt.model)
@@ -49,7 +50,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         found = measure_pattern_evidence(model, ckpt.task, n=args.n_samples, generator=gen, halves=halves)
     cli.print_table(found.rows(), ["head", "pattern", *found.probes])
     labels = classify_heads(found.evidence)  # pattern evidence only: no task roles
-    shown = ", ".join(f"L{h.layer}H{h.head} {h.role}" for h in labels if h.role != "none")
+    shown = ", ".join(f"{Head(h.layer, h.head)} {h.role}" for h in labels if h.role != "none")
     print(f"attention patterns: {shown or 'none'} (head roles: mechmem report)")
     print(f"sequences per probe: {found.probe_text()}")
     fit = repeats_fit(
@@ -61,7 +62,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         **heads.HeadScores(scores, data="best score over the probes").to_dict(),
         "lower": {k: found.evidence[f"{k}_lower"].tolist() for k in found.curves},
         **found.to_dict(),
-        "patterns": {f"L{h.layer}H{h.head}": {"pattern": h.role, "notes": h.notes} for h in labels},
+        "patterns": {Head(h.layer, h.head).name: {"pattern": h.role, "notes": h.notes} for h in labels},
         "task": ckpt.task_name,
         "n_samples": args.n_samples,
         "n_sequences": found.n,

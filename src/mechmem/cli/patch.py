@@ -48,25 +48,26 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.analysis.heads import no_attention_reason
     from mechmem.analysis.patching import patch_checkpoint, patching_lines, plot_patching
     from mechmem.analysis.patching.decided import decision_lines
+    from mechmem.errors import NotApplicable
     from mechmem.progress import working
 
     empty = {"task": ckpt.task_name, "sweeps": {}}
     reason = no_attention_reason(ckpt.model)
     if reason:
         return cli.skipped(reason, "patching.json", empty)
-    with working(f"patching sweeps ({args.method}, up to {args.n_samples} pairs)"):
-        found = patch_checkpoint(
-            ckpt,
-            args.sweeps,
-            n=args.n_samples,
-            seed=args.seed,
-            method=args.method,
-            direction=args.direction,
-            memory_mb=args.memory_mb,
-        )
-    if isinstance(found, str):  # the task has no clean/corrupted pairs
-        return cli.skipped(found, "patching.json", empty)
-    decided, record = found
+    try:
+        with working(f"patching sweeps ({args.method}, up to {args.n_samples} pairs)"):
+            decided, record = patch_checkpoint(
+                ckpt,
+                args.sweeps,
+                n=args.n_samples,
+                seed=args.seed,
+                method=args.method,
+                direction=args.direction,
+                memory_mb=args.memory_mb,
+            )
+    except NotApplicable as exc:  # the task has no clean/corrupted pairs
+        return cli.skipped(str(exc), "patching.json", empty)
     results = decided.results
     for line in patching_lines(
         results, task=ckpt.task_name, method=args.method, direction=args.direction, n=decided.n

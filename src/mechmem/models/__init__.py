@@ -1,8 +1,8 @@
-"""Model configs and builders. TransformerLens model classes are touched only in `adapter.py`."""
+"""Model configs and builders. TransformerLens's model classes are imported only in `backend.py`."""
 
 from mechmem.models import (  # noqa: F401  (each registers its architecture)
-    adapter,  # "transformer": TransformerLens models
     facts,  # "facts": the one-layer fact-memorisation model
+    transformer,  # "transformer": TransformerLens models
 )
 from mechmem.models.registry import build_model, model_config_from_dict, register_architecture
 

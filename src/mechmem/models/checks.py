@@ -45,7 +45,7 @@ def check_finite_weights(model: Any, *, allow: bool = False, what: str = "the ch
     """Raise `MechmemError` naming the weights (not buffers) that hold NaN or inf, unless `allow`."""
     import torch
 
-    from mechmem.models.adapter import canonical_parameters  # weights under their canonical names
+    from mechmem.models.weights import canonical_parameters  # weights under their canonical names
 
     bad = [
         name

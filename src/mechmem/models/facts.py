@@ -29,15 +29,11 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.config import ConfigMixin
-from mechmem.models.adapter import (
-    HookedRootModule,
-    HookPoint,
-    TransformerConfig,
-    build_transformer,
-    canonical_state_dict,
-    load_canonical_state_dict,
-)
+from mechmem.models.backend import HookedRootModule, HookPoint
 from mechmem.models.registry import register_architecture
+from mechmem.models.transformer import build_transformer
+from mechmem.models.transformer_config import TransformerConfig
+from mechmem.models.weights import canonical_state_dict, load_canonical_state_dict
 
 EPS = 1e-5
 MIXINGS = ("attn", "uniform", "2emb")

@@ -10,7 +10,7 @@ them. `ForkingAttentionBridge` honours the flags (TransformerLens's own forward 
 (TransformerLens 4 aliases it to the second norm's input). `NativeHookBridge.__deepcopy__` rewires a copy's
 forward pre-hooks, which hold weak proxies of the original's modules.
 
-Imported by `mechmem.models.adapter` under TransformerLens 4 only.
+Imported by `mechmem.models.backend` under TransformerLens 4 only.
 """
 
 import copy

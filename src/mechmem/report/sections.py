@@ -29,7 +29,7 @@ from mechmem.analysis.stats import (
     mean_interval,
 )
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import is_hooked_transformer
+from mechmem.models.backend import is_transformer_lens_model
 from mechmem.models.parts import Head, model_device
 from mechmem.report.document import Section, Table
 from mechmem.report.interactive import EXAMPLES, ablation_map, attention_view, sweep_map
@@ -64,7 +64,7 @@ def _needs_task(ctx: ReportContext, what: str) -> str | None:
 
 def _needs_hooks(ctx: ReportContext) -> str | None:
     """Why an analysis that hooks a HookedTransformer's activations does not apply (None when it does)."""
-    if is_hooked_transformer(ctx.model):
+    if is_transformer_lens_model(ctx.model):
         return None
     name = type(ctx.model).__name__
     return f"{name} is not a HookedTransformer: it has none of the hook points this analysis uses"

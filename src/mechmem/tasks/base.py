@@ -23,6 +23,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechmem.errors import MechmemError
+from mechmem.models.parts import model_device
 
 
 @dataclass
@@ -250,7 +251,7 @@ class Task:
         self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 2048
     ) -> dict[str, float]:
         """Default evaluation: masked loss and accuracy on a held-out batch."""
-        device = next(model.parameters()).device
+        device = model_device(model)
         batch = self.eval_batch(n, generator=generator).to(device)
         logits = model(batch.tokens)
         return {

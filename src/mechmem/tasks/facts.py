@@ -26,6 +26,7 @@ from torch import Tensor
 from mechmem.config import ConfigMixin, Preset, TrainConfig
 from mechmem.errors import MechmemError
 from mechmem.models.facts import FactsModelConfig
+from mechmem.models.parts import model_device
 from mechmem.tasks.base import Batch, PatchingPair, Task
 from mechmem.tasks.registry import register_task
 
@@ -177,7 +178,7 @@ class FactsTask(Task):
         self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 2048
     ) -> dict[str, float]:
         """Loss and accuracy on all facts, and the number of facts stored (argmax correct)."""
-        device = next(model.parameters()).device
+        device = model_device(model)
         batch = self.train_batch(n, generator=generator).to(device)
         logits = model(batch.tokens)
         stored = int((logits[:, -1].argmax(-1) == batch.targets[:, -1]).sum())

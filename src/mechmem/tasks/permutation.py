@@ -35,6 +35,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.config import ConfigMixin, Preset, TrainConfig
+from mechmem.models.parts import model_device
 from mechmem.tasks.base import Batch, PatchingPair, RoleProbe, Task, masked_cross_entropy
 from mechmem.tasks.registry import register_task
 
@@ -244,7 +245,7 @@ class PermutationTask(Task):
         self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 5000
     ) -> dict[str, float]:
         """Losses on train and test mappings, per-step accuracy (against the targets), Bayes error, probes."""
-        device = next(model.parameters()).device
+        device = model_device(model)
         out: dict[str, float] = {}
         for split in ("train", "test"):
             batch = self.eval_batch(n, generator=generator, split=split).to(device)
@@ -305,7 +306,7 @@ def answer_stats(
 
 
 def _model(d_model: int, n_heads: int, vocab_size: int = 5, n_layers: int = 1) -> Any:
-    from mechmem.models.adapter import TransformerConfig
+    from mechmem.models.transformer_config import TransformerConfig
 
     return TransformerConfig(
         n_layers=n_layers,

@@ -24,7 +24,8 @@ from mechmem.checkpoint import save_checkpoint
 from mechmem.config import TrainConfig
 from mechmem.errors import MechmemError, TrainingDiverged
 from mechmem.io import atomic_write, dumps, open_in_place
-from mechmem.models.adapter import canonical_parameters, load_canonical_state_dict, move_model
+from mechmem.models.backend import move_model
+from mechmem.models.weights import canonical_parameters, load_canonical_state_dict
 from mechmem.progress import Progress
 from mechmem.tasks.base import Task
 from mechmem.training.rundir import (

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     check_out_dir(Path(args.out).parent, flag="--out")
     import torch  # torch is imported from here on, after every check the flags alone decide
 
-    from mechmem.models.adapter import build_transformer
+    from mechmem.models.transformer import build_transformer
     from mechmem.tasks import build_task
     from mechmem.tasks.birth.models import full_config
     from mechmem.tasks.birth.task import N_TOKENS, BirthConfig

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from mechmem.config import ConfigMixin
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import HookedRootModule, HookPoint
+from mechmem.models.backend import HookedRootModule, HookPoint
 from mechmem.models.registry import register_architecture
 
 ARCH = "challenge_mlp"

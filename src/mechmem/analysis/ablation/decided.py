@@ -28,6 +28,7 @@ from mechmem.analysis.stats import (
     bootstrap_ratio,
 )
 from mechmem.errors import MechmemError
+from mechmem.models.parts import model_device
 
 FAMILY = "delta"
 """The decision's one family: every ablation's change of the metric, [method, variant]."""
@@ -72,7 +73,7 @@ def decided_ablation(
     if metric not in ABLATION_METRICS:
         raise MechmemError(f"unknown metric {metric!r} ({', '.join(ABLATION_METRICS)})")
     threshold = ABLATION_THRESHOLDS[metric] if threshold is None else threshold
-    device = next(model.parameters()).device
+    device = model_device(model)
     generator = torch.Generator().manual_seed(seed)
     reference = task_metric(task, metric, policy.budget, generator=generator)[0].to(device)
     resampler = torch.Generator().manual_seed(seed + 1)

@@ -42,7 +42,7 @@ from mechmem.analysis.interventions import (
 )
 from mechmem.analysis.stats import bootstrap_ratio
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import split_qkv_unsupported
+from mechmem.models.backend import split_qkv_unsupported
 from mechmem.models.parts import Head
 from mechmem.tasks.base import PatchingPair
 

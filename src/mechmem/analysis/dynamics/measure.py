@@ -35,9 +35,9 @@ from mechmem.analysis.transitions import (
 )
 from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
 from mechmem.errors import CheckpointError, MechmemError
-from mechmem.models.adapter import load_canonical_state_dict
 from mechmem.models.checks import check_finite_weights, check_n_samples
 from mechmem.models.parts import Head, model_device
+from mechmem.models.weights import load_canonical_state_dict
 from mechmem.tasks.base import Batch, PatchingPair, masked_accuracy
 from mechmem.training.rundir import payload_identity, run_differences, step_checkpoints
 from mechmem.training.trainer import resolve_device

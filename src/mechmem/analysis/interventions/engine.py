@@ -47,7 +47,7 @@ from mechmem.analysis.interventions.spec import (
     as_lists,
 )
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import is_hooked_transformer
+from mechmem.models.backend import is_transformer_lens_model
 from mechmem.models.parts import model_device
 
 CACHE_MB = 256.0
@@ -104,7 +104,7 @@ def _stacked(act: Tensor, variants: list[list[Intervention]], values: dict, hook
 
 def _replay_of(model: torch.nn.Module) -> Replay | None:
     """The hook-free replay of `model`, or None where it cannot run it (the engine then uses hooks)."""
-    if not is_hooked_transformer(model):
+    if not is_transformer_lens_model(model):
         return None
     try:
         return Replay(model)

@@ -21,7 +21,7 @@ from mechmem.analysis.interventions.metric import PatchingMetric
 from mechmem.analysis.interventions.replay import take_pos
 from mechmem.analysis.interventions.spec import Intervention, Setter, apply
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import is_hooked_transformer, last_start_layer
+from mechmem.models.backend import is_transformer_lens_model, last_start_layer
 from mechmem.models.parts import model_device
 
 Megabytes = int | float
@@ -41,7 +41,7 @@ def tl_flags(model: torch.nn.Module, hooks: set[str]) -> Iterator[None]:
     if not wanted:
         yield
         return
-    if not is_hooked_transformer(model):
+    if not is_transformer_lens_model(model):
         raise ValueError(f"hooks needing TransformerLens flags {wanted} on a {type(model).__name__}")
     if "use_hook_mlp_in" in wanted and model.cfg.attn_only:
         raise ValueError("hook_mlp_in on an attention-only model")

@@ -33,6 +33,7 @@ from mechmem.analysis.stats import (
     RatioMoments,
 )
 from mechmem.errors import MechmemError
+from mechmem.models.parts import model_device
 
 GAP = "gap"
 """The decision's family of the clean - corrupted gap (the other families are named after their sweeps)."""
@@ -168,7 +169,7 @@ def decided_patching(
     if method not in ("exact", "attribution"):
         raise MechmemError(f"method must be exact or attribution, got {method!r}")
     names = list(sweeps or model_sweeps(model))
-    device = next(model.parameters()).device
+    device = model_device(model)
     checker = FirstRoundCheck()
 
     def measure(k: int, gen: torch.Generator) -> tuple[Any, dict[str, RatioMoments]]:

@@ -13,7 +13,7 @@ from mechmem.analysis.patching.decided import DecidedPatching, decided_patching
 from mechmem.analysis.patching.result import PatchingResult
 from mechmem.analysis.patching.sweeps import model_sweeps, run_sweeps
 from mechmem.analysis.stats import PATCH_POLICY, format_interval
-from mechmem.errors import MechmemError
+from mechmem.errors import MechmemError, NotApplicable
 from mechmem.tables import format_table
 from mechmem.tasks.base import PatchingPair
 
@@ -135,9 +135,9 @@ def patch_checkpoint(
     method: str = "exact",
     direction: str = "denoising",
     memory_mb: float = 256.0,
-) -> tuple[DecidedPatching, dict[str, Any]] | str:
+) -> tuple[DecidedPatching, dict[str, Any]]:
     """`mechmem patch`'s work: `decided_patching` on the checkpoint's task pairs from `seed` up to `n`
-    pairs, and its `patching_record`; the reason as a string when the task defines no pairs."""
+    pairs, and its `patching_record`; raises `NotApplicable` when the task defines no pairs."""
     policy = PATCH_POLICY.with_budget(n)
     try:
         found = decided_patching(
@@ -151,7 +151,7 @@ def patch_checkpoint(
             memory_mb=memory_mb,
         )
     except NotImplementedError as exc:
-        return str(exc)
+        raise NotApplicable(str(exc)) from None
     record = patching_record(
         found.results,
         task=ckpt.task_name,

@@ -21,7 +21,8 @@ Full model: a standard pre-LayerNorm transformer (single-head attention as in th
 
 import math
 
-from mechmem.models.adapter import TransformerConfig, register_activation
+from mechmem.models.backend import register_activation
+from mechmem.models.transformer_config import TransformerConfig
 
 
 def _identity(x):

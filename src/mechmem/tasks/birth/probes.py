@@ -26,6 +26,7 @@ from mechmem.analysis.probes import (
     qk_previous_position_probe,
     qk_token_probe,
 )
+from mechmem.models.parts import model_device
 
 
 @torch.no_grad()
@@ -63,7 +64,7 @@ def memory_probes(
     bigram: Float[Tensor, "d_vocab d_vocab"] | None,
 ) -> dict[str, float]:
     """All probes of the simplified model; `wf_kl` only when the model has an MLP."""
-    device = model.W_E.device
+    device = model_device(model)
     out = {
         "wo2_recall": wo2_recall(model, output_tokens.to(device)),
         "wk2_recall": wk2_recall(model, trigger_tokens.to(device)),

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from mechmem.config import ConfigMixin, Preset, TrainConfig
 from mechmem.errors import MechmemError
+from mechmem.models.parts import model_device
 from mechmem.tasks.base import Batch, PatchingPair, Task, masked_cross_entropy
 from mechmem.tasks.birth.corpus import CorpusStats, load_stats
 from mechmem.tasks.birth.data import OUTPUT_MODES, TriggerSampler, TriggerSequences, trigger_occurrences
@@ -212,7 +213,7 @@ class BirthTask(Task):
     def evaluate(
         self, model: torch.nn.Module, *, generator: torch.Generator, n: int = 2048
     ) -> dict[str, float]:
-        device = next(model.parameters()).device
+        device = model_device(model)
         batch = self.eval_batch(n, generator=generator).to(device)
         names = [f"blocks.{i}.attn.hook_pattern" for i in range(len(model.blocks))]
         logits, cache = model.run_with_cache(batch.tokens, names_filter=lambda name: name in names)

@@ -26,7 +26,7 @@ from mechmem.analysis.interventions.replay.support import (
     attention_zeroes_nan,
     rotary_tables,
 )
-from mechmem.models.adapter import attention_scale
+from mechmem.models.backend import attention_scale
 
 
 def attention_z(

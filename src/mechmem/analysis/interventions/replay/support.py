@@ -10,7 +10,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechmem.errors import MechmemError
-from mechmem.models.adapter import is_bridge, is_hooked_transformer, is_native_bridge
+from mechmem.models.backend import is_bridge, is_native_bridge, is_transformer_lens_model
 
 
 def attention_zeroes_nan(model: Any) -> bool:
@@ -22,7 +22,7 @@ def attention_zeroes_nan(model: Any) -> bool:
 def replay_unsupported(model: Any) -> str | None:
     """Why the engine's hook-free replay cannot run `model` (None: it can). A bridge around a Hugging Face
     model replays only with learned positions and one key/value head per query head."""
-    if not is_hooked_transformer(model):
+    if not is_transformer_lens_model(model):
         return f"{type(model).__name__} is not a TransformerLens transformer"
     positions = model.cfg.positional_embedding_type
     foreign = is_bridge(model) and not is_native_bridge(model)
