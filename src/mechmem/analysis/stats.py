@@ -170,15 +170,17 @@ class RatioMoments:
         try:
             self.shape  # noqa: B018 (the check)
         except RuntimeError as exc:
-            shapes = [tuple(t.shape) for t in (self.a, self.b, self.aa, self.bb, self.ab, self.support)]
+            shapes = [tuple(t.shape) for t in self.sums()]
             raise ValueError(f"the moments' shapes must broadcast to the tests' shape, got {shapes}") from exc
 
     @property
     def shape(self) -> torch.Size:
         """The tests' shape, to which the moments broadcast."""
-        return torch.broadcast_shapes(
-            *(t.shape for t in (self.a, self.b, self.aa, self.bb, self.ab, self.support))
-        )
+        return torch.broadcast_shapes(*(t.shape for t in self.sums()))
+
+    def sums(self) -> tuple[Tensor, ...]:
+        """(a, b, aa, bb, ab, support), in the constructor's order."""
+        return self.a, self.b, self.aa, self.bb, self.ab, self.support
 
     @classmethod
     def stack(cls, parts: "list[RatioMoments]") -> "RatioMoments":
@@ -186,10 +188,8 @@ class RatioMoments:
         if len({p.n for p in parts}) != 1:
             raise ValueError("stacked moments must be sums over the same units")
 
-        def both(name: str) -> Tensor:
-            return torch.stack([getattr(p, name).expand(p.shape) for p in parts])
-
-        return cls(parts[0].n, *(both(k) for k in ("a", "b", "aa", "bb", "ab", "support")))
+        sums = [[t.expand(p.shape) for t in p.sums()] for p in parts]
+        return cls(parts[0].n, *(torch.stack(ts) for ts in zip(*sums)))
 
     @classmethod
     def from_values(
@@ -220,15 +220,7 @@ class RatioMoments:
         )
 
     def __add__(self, other: "RatioMoments") -> "RatioMoments":
-        return RatioMoments(
-            self.n + other.n,
-            self.a + other.a,
-            self.b + other.b,
-            self.aa + other.aa,
-            self.bb + other.bb,
-            self.ab + other.ab,
-            self.support + other.support,
-        )
+        return RatioMoments(self.n + other.n, *(x + y for x, y in zip(self.sums(), other.sums())))
 
     def ratio(self) -> Tensor:
         """R = sum(a) / sum(b) (NaN where sum(b) = 0)."""
@@ -317,6 +309,8 @@ DECISION_COLUMNS = [
     "n_needed",
 ]
 """The columns of `Decision.to_dataframe` (plus one column per axis of a family)."""
+INTERVAL_FIELDS = DECISION_COLUMNS[2:7]
+"""A `FamilyDecision`'s mean and bounds, in column order."""
 
 
 @dataclass(frozen=True)
@@ -474,7 +468,7 @@ class FamilyDecision:
         )
         columns: dict[str, Any] = {"family": self.name, "test": flat.numpy()}
         columns |= {axis: index[i].numpy() for i, axis in enumerate(axes)}
-        for key in ("mean", "lower", "upper", "corrected_lower", "corrected_upper"):
+        for key in INTERVAL_FIELDS:
             columns[key] = getattr(self, key).flatten().float().numpy()
         n = self.n if self.units is None else self.units.flatten().numpy()
         columns |= {"n": n, "verdict": self.verdicts(), "n_needed": self.n_needed.flatten().numpy()}
@@ -494,12 +488,8 @@ class FamilyDecision:
             "ceiling": self.ceiling,
             "z": self.z,
             "n": self.n,
-            "mean": plain(self.mean),
-            "lower": plain(self.lower),
-            "upper": plain(self.upper),
-            "corrected_lower": plain(self.corrected_lower),
-            "corrected_upper": plain(self.corrected_upper),
-            "verdict": [VERDICTS[int(c)] for c in self.code.flatten().tolist()],
+            **{key: plain(getattr(self, key)) for key in INTERVAL_FIELDS},
+            "verdict": self.verdicts(),
             "n_needed": plain(self.n_needed.double()),
         } | ({} if self.units is None else {"units": plain(self.units.double())})
 
@@ -542,13 +532,11 @@ class Decision:
         }
 
     def __repr__(self) -> str:
-        counts = []
-        for name, f in self.families.items():
-            c = f.code
-            counts.append(
-                f"{name}: {int((c == YES).sum())} yes, {int((c == NO).sum())} no, "
-                f"{int((c == UNDECIDED).sum())} undecided"
-            )
+        counts = [
+            f"{name}: "
+            + ", ".join(f"{int((f.code == code).sum())} {word}" for code, word in VERDICTS.items())
+            for name, f in self.families.items()
+        ]
         return short_repr(
             "Decision",
             f"looks {', '.join(map(str, self.looks))} ({self.stopped})",
