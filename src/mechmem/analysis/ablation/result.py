@@ -89,17 +89,20 @@ class AblationResult:
         out = []
         for i, method in enumerate(self.methods):
             for layer in range(self.heads.shape[1]):
-                for head in range(self.heads.shape[2]):
-                    out.append(self._row((i, layer, head), "head", method, self.heads[i, layer, head]))
-                out.append(self._row((i, layer), "attn", method, self.attn_layers[i, layer]))
-                if self.mlp_layers is not None:
-                    out.append(self._row((i, layer), "mlp", method, self.mlp_layers[i, layer]))
+                for component, values in self.components().items():
+                    for at in ((i, layer, *rest) for rest in np.ndindex(values.shape[2:])):
+                        out.append(self._row(at, component, method, values[at]))
         return out
+
+    def components(self) -> dict[str, Tensor]:
+        """The values of each component present: "head" [method layer head], "attn", "mlp" [method layer]."""
+        parts = {"head": self.heads, "attn": self.attn_layers, "mlp": self.mlp_layers}
+        return {name: values for name, values in parts.items() if values is not None}
 
     def _row(self, at: tuple[int, ...], component: str, method: str, value: Tensor) -> dict[str, Any]:
         v = float(value)
         bounds = None if self.intervals is None else self.intervals.bounds(component)
-        lower, upper = (None, None) if bounds is None else (float(bounds[0][at]), float(bounds[1][at]))
+        lower, upper = (None, None) if bounds is None else (float(b[at]) for b in bounds)
         return {
             "layer": at[1],
             "head": at[2] if len(at) > 2 else None,
@@ -116,10 +119,8 @@ class AblationResult:
         whole layer), `value`, `delta` (value - baseline) and `lower` / `upper` (NaN without intervals)."""
         methods = {"method": self.methods}
         parts = []
-        for component, values in (("head", self.heads), ("attn", self.attn_layers), ("mlp", self.mlp_layers)):
-            if values is None:
-                continue
-            axes = ("method", "layer", "head") if component == "head" else ("method", "layer")
+        for component, values in self.components().items():
+            axes = ("method", "layer", "head")[: values.dim()]
             nan = torch.full_like(values, float("nan"))
             bounds = None if self.intervals is None else self.intervals.bounds(component)
             lower, upper = (nan, nan) if bounds is None else bounds
@@ -135,17 +136,15 @@ class AblationResult:
         return frame
 
     def __repr__(self) -> str:
-        deltas, largest = self.heads - self.baseline, ""
+        deltas, largest, iv = self.heads - self.baseline, "", self.intervals
         if deltas.numel():
             method, layer, head = np.unravel_index(int(deltas.abs().argmax()), tuple(deltas.shape))
             where = f"{Head(int(layer), int(head))} {self.methods[method]}"
             largest = f"largest head delta {float(deltas[method, layer, head]):+.3g} ({where})"
-            if self.intervals is not None:
-                lower, upper = (b[method, layer, head] for b in self.intervals.bounds("head"))
+            if iv is not None:
+                lower, upper = (b[method, layer, head] for b in iv.bounds("head"))
                 largest += f" {format_interval(lower, upper, '+.3g')}"
-        spread = "no intervals" if self.intervals is None else "95% intervals"
-        if self.intervals is not None:
-            spread += f" over {self.intervals.n_sequences} sequences"
+        spread = "no intervals" if iv is None else f"95% intervals over {iv.n_sequences} sequences"
         return short_repr(
             "AblationResult",
             f"{self.metric_name.split(':')[0]!r} baseline {self.baseline:.3g}",
@@ -157,31 +156,23 @@ class AblationResult:
 
     def delta_table(self, method: int) -> tuple[list[list[Any]], list[str]]:
         """(rows, headers) of a layer x head table of deltas for `methods[method]`, plus attn, mlp columns."""
+        layers = list(self.components().items())[1:]
         rows = []
         for layer in range(self.heads.shape[1]):
             row = [layer, *(self.heads[method, layer] - self.baseline).tolist()]
-            row.append(float(self.attn_layers[method, layer]) - self.baseline)
-            if self.mlp_layers is not None:
-                row.append(float(self.mlp_layers[method, layer]) - self.baseline)
-            rows.append(row)
-        headers = ["layer", *(f"H{h}" for h in range(self.heads.shape[2])), "attn"]
-        return rows, headers + (["mlp"] if self.mlp_layers is not None else [])
+            rows.append(row + [float(values[method, layer]) - self.baseline for _, values in layers])
+        return rows, ["layer", *(f"H{h}" for h in range(self.heads.shape[2])), *(name for name, _ in layers)]
 
     def interval_table(self, method: int) -> tuple[list[list[Any]], list[str]] | None:
         """(rows, headers) laid out as `delta_table`, each cell "[lower, upper]"; None without intervals."""
         if self.intervals is None:
             return None
-        iv = self.intervals
         rows = []
         for layer in range(self.heads.shape[1]):
             row: list[Any] = [layer]
-            row += [
-                format_interval(lo, hi)
-                for lo, hi in zip(iv.heads_lower[method, layer], iv.heads_upper[method, layer])
-            ]
-            row.append(format_interval(iv.attn_lower[method, layer], iv.attn_upper[method, layer]))
-            if iv.mlp_lower is not None:
-                row.append(format_interval(iv.mlp_lower[method, layer], iv.mlp_upper[method, layer]))
+            for component in self.components():
+                lower, upper = (b[method, layer].reshape(-1) for b in self.intervals.bounds(component))
+                row += [format_interval(lo, hi) for lo, hi in zip(lower, upper)]
             rows.append(row)
         return rows, self.delta_table(method)[1]
 
