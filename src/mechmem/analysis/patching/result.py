@@ -22,6 +22,8 @@ from mechmem.analysis.frames import grid_frame, shape_text, short_repr
 from mechmem.analysis.stats import bootstrap_ratio, covers, mean_interval
 
 DIRECTIONS = ("denoising", "noising")
+BOUNDS = ("lower", "upper", "effect_lower", "effect_upper", "normalised_lower", "normalised_upper")
+"""The bound tensors of `SweepIntervals`, in its field order."""
 
 
 # -- sweep types ---------------------------------------------------------------------------------------------
@@ -199,20 +201,15 @@ class PatchingResult:
             "direction": self.direction,
             "method": self.method,
         }
-        iv = self.intervals
         nan = torch.full_like(self.values.float(), float("nan"))
-        bound = (lambda name: nan) if iv is None else (lambda name: getattr(iv, name).float())
+        bound = {k: nan if self.intervals is None else getattr(self.intervals, k).float() for k in BOUNDS}
         frame = grid_frame(
-            self.values.float(), self.axes, lower=bound("lower"), upper=bound("upper"), leading=leading
+            self.values.float(), self.axes, lower=bound["lower"], upper=bound["upper"], leading=leading
         )
-        columns = {"effect_lower": bound("effect_lower"), "effect_upper": bound("effect_upper")}
-        columns |= {"normalised": self.normalised().float()}
-        columns |= {
-            "normalised_lower": bound("normalised_lower"),
-            "normalised_upper": bound("normalised_upper"),
-        }
-        if self.decision is not None:
-            d = self.decision
+        bound["normalised"] = self.normalised().float()
+        names = ("effect_lower", "effect_upper", "normalised", "normalised_lower", "normalised_upper")
+        columns = {name: bound[name] for name in names}
+        if (d := self.decision) is not None:
             columns |= {"share": d.mean, "share_corrected_lower": d.corrected_lower}
             columns |= {"share_corrected_upper": d.corrected_upper}
         for name, column in columns.items():
@@ -257,14 +254,13 @@ class PatchingResult:
             out["decision"] = self.decision.to_dict()
         if iv is None:
             return out | {"interval": None}
-        bounds = ("lower", "upper", "effect_lower", "effect_upper", "normalised_lower", "normalised_upper")
         return out | {
             "interval": (
                 f"95% over {iv.n_prompts} prompts: values and effects mean -+ 1.96 standard errors, "
                 "normalised effects a percentile bootstrap of the ratio (200 resamples)"
             ),
             "n_prompts": iv.n_prompts,
-            **{name: getattr(iv, name).tolist() for name in bounds},
+            **{name: getattr(iv, name).tolist() for name in BOUNDS},
             "gap": dict(zip(("value", "lower", "upper"), iv.gap)),
         }
 
