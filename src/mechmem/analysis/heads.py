@@ -50,6 +50,13 @@ def kth_highest(lower: Float[Tensor, "... token"], k: int = MIN_TOKENS) -> Float
     return lows.topk(k, dim=-1).values[..., -1]
 
 
+def token_lower(moments: RatioMoments, z: float = Z_95) -> Float[Tensor, "... token"]:
+    """Per token, score - z delta-method standard errors over sequences (NaN with fewer than
+    `MIN_TOKEN_ROWS` rows)."""
+    lows = moments.ratio() - z * moments.stderr()
+    return lows.masked_fill(moments.b < MIN_TOKEN_ROWS, float("nan")).float()
+
+
 def no_attention_reason(model: torch.nn.Module) -> str | None:
     """Why head analyses do not apply to `model` (None when they do)."""
     if not is_transformer_lens_model(model):
@@ -62,9 +69,7 @@ def no_attention_reason(model: torch.nn.Module) -> str | None:
 def previous_token_pattern(tokens: Int[Tensor, "batch pos"]) -> Bool[Tensor, "batch query_pos key_pos"]:
     """Key q - 1 for every query q >= 1."""
     n = tokens.shape[1]
-    mask = torch.zeros(n, n, dtype=torch.bool, device=tokens.device)
-    rows = torch.arange(1, n, device=tokens.device)
-    mask[rows, rows - 1] = True
+    mask = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril(-1).triu(-1)
     return mask.unsqueeze(0).expand(tokens.shape[0], n, n)
 
 
@@ -186,9 +191,7 @@ class HeadScores:
         (`kth_highest`); the role rule passes a multiplicity-corrected z (docs/decisions.md)."""
         if z == Z_95 or name not in self.token_moments:
             return kth_highest(self.by_token_lower[name], min_tokens)
-        m = self.token_moments[name]
-        lows = (m.ratio() - z * m.stderr()).masked_fill(m.b < MIN_TOKEN_ROWS, float("nan"))
-        return kth_highest(lows.float(), min_tokens)
+        return kth_highest(token_lower(self.token_moments[name], z), min_tokens)
 
     def ranking(self, name: str) -> list[tuple[int, int, float]]:
         """(layer, head, score) for pattern `name`, best first."""
@@ -301,10 +304,8 @@ def detect_heads(
     """
     patterns = dict(BUILTIN_PATTERNS if patterns is None else patterns)
     cfg = model.cfg
-    shape, vocab = (
-        (cfg.n_layers, cfg.n_heads),
-        max(cfg.d_vocab, int(tokens.max()) + 1 if tokens.numel() else 1),
-    )
+    shape = (cfg.n_layers, cfg.n_heads)
+    vocab = max(cfg.d_vocab, int(tokens.max()) + 1 if tokens.numel() else 1)
     per_seq = {k: [] for k in patterns}  # per chunk: mass [batch layer head]
     rows_per_seq = {k: [] for k in patterns}  # per chunk: rows [batch]
     tok = {k: _TokenSums(shape, vocab) for k in patterns}
@@ -335,10 +336,8 @@ def detect_heads(
             group_token: Tensor = group_token,
         ) -> None:
             for name, mask in masks.items():
-                valid = mask.any(-1)  # [batch query_pos]
-                on = (pattern * mask[:, None].to(pattern.dtype)).sum(-1) * valid[
-                    :, None
-                ]  # [batch head query]
+                valid = mask.any(-1)[:, None]  # [batch 1 query_pos]
+                on = (pattern * mask[:, None].to(pattern.dtype)).sum(-1) * valid  # [batch head query]
                 mass[name][:, hook.layer()] = on.sum(-1).double().cpu()
                 per_row = on.transpose(0, 1).reshape(on.shape[1], -1).double().cpu()  # [head batch*query]
                 per_group = torch.zeros(len(per_row), len(rows[name]), dtype=torch.float64)
@@ -363,8 +362,7 @@ def detect_heads(
         moments[k] = RatioMoments.from_values(m, r)
         token_moments[k] = tok[k].moments()
         by_token[k] = token_moments[k].ratio().float()
-        low = token_moments[k].ratio() - Z_95 * token_moments[k].stderr()
-        by_token_lower[k] = low.masked_fill(tok[k].b < MIN_TOKEN_ROWS, float("nan")).float()
+        by_token_lower[k] = token_lower(token_moments[k])
     return HeadScores(
         scores,
         data=data,
