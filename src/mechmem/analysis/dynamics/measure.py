@@ -12,6 +12,7 @@ first point is the first save. Models without attention heads get only the `loss
 """
 
 import fnmatch
+import itertools
 import math
 import re
 import time
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from mechmem.analysis import ablation, heads, logit_lens, patching, probes, roles
 from mechmem.analysis.frames import short_repr
@@ -157,16 +159,20 @@ def _loss(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     }
 
 
+def head_points(name: str, value: Tensor, lower: Tensor, upper: Tensor) -> dict[str, CurvePoint]:
+    """One point per head of [layer head] values and bounds, each named `name` with `{head}` filled in."""
+    return {
+        name.format(head=Head(l, h)): CurvePoint(float(value[l, h]), float(lower[l, h]), float(upper[l, h]))
+        for l, h in itertools.product(range(value.shape[0]), range(value.shape[1]))
+    }
+
+
 def _heads(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     found = heads.detect_heads_on_task(model, data.batch.tokens, data.batch.loss_mask > 0)
-    return {
-        f"{Head(l, h)}.{name}": CurvePoint(
-            float(s[l, h]), float(found.lower[name][l, h]), float(found.upper[name][l, h])
-        )
-        for name, s in found.scores.items()
-        for l in range(s.shape[0])
-        for h in range(s.shape[1])
-    }
+    out = {}
+    for name, s in found.scores.items():
+        out |= head_points(f"{{head}}.{name}", s, found.lower[name], found.upper[name])
+    return out
 
 
 def _probes(model: Any, data: EvalData) -> dict[str, CurvePoint]:
@@ -193,26 +199,16 @@ def _ablation(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     b = data.batch
     loss = ablation.SequenceMetric(ablation.sequence_losses(b), b.loss_mask.float().sum(-1))
     result = ablation.ablate_heads(model, b.tokens, loss, methods=("mean",), reference=data.reference)
-    delta, (lower, upper) = result.heads[0] - result.baseline, result.intervals.bounds("head")
-    return {
-        f"ablation.{Head(l, h)}": CurvePoint(float(delta[l, h]), float(lower[0, l, h]), float(upper[0, l, h]))
-        for l in range(delta.shape[0])
-        for h in range(delta.shape[1])
-    }
+    lower, upper = result.intervals.bounds("head")
+    return head_points("ablation.{head}", result.heads[0] - result.baseline, lower[0], upper[0])
 
 
 def _patching(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     if data.pair is None:
         return {}
     result = patching.run_sweeps(model, data.pair, ("attn_head_out_all_pos",))["attn_head_out_all_pos"]
-    restored, iv = result.normalised(), result.intervals
-    return {
-        f"patching.{Head(l, h)}": CurvePoint(
-            float(restored[l, h]), float(iv.normalised_lower[l, h]), float(iv.normalised_upper[l, h])
-        )
-        for l in range(restored.shape[0])
-        for h in range(restored.shape[1])
-    }
+    iv = result.intervals
+    return head_points("patching.{head}", result.normalised(), iv.normalised_lower, iv.normalised_upper)
 
 
 def _roles(model: Any, data: EvalData) -> dict[str, CurvePoint]:
