@@ -33,10 +33,8 @@ def metrics_agreement(
                 f"{curve in result.rules}"
             )
         rule = result.rules[curve]
-        ours, theirs = (
-            find_event(result.steps, result.curves[curve], rule),
-            find_event(steps, logged[key], rule),
-        )
+        ours = find_event(result.steps, result.curves[curve], rule)
+        theirs = find_event(steps, logged[key], rule)
         gap = None if ours.step is None or theirs.step is None else abs(ours.step - theirs.step)
         rows.append(
             {
@@ -65,11 +63,7 @@ def event_rows(result: Dynamics) -> list[list]:
     for e in event_order(result.events):
         last = result.point(e.curve)
         value = None if last is None else last.value
-        spread = (
-            "exact"
-            if last is not None and last.exact
-            else format_interval(*(None, None) if last is None else (last.lower, last.upper))
-        )
+        spread = "[-]" if last is None else "exact" if last.exact else format_interval(last.lower, last.upper)
         rows.append(
             [e.curve, e.rule.describe(), round(e.step), f"{e.interval[0]}-{e.interval[1]}", value, spread]
         )
@@ -131,22 +125,15 @@ def plot_dynamics(result: Dynamics, quantity: str) -> Any:
     events = {e.curve: e for e in result.events}
     for ax, (title, curves) in zip(axes[0], panels.items()):
         for i, (name, label) in enumerate(curves):
-            values = [float("nan") if v is None else v for v in result.curves[name]]
-            color = f"C{i % 10}"
-            exact = name in result.exact
-            ax.plot(
-                result.steps,
-                values,
-                marker=".",
-                ms=3,
-                color=color,
-                label=label + (" (exact)" if exact else ""),
+            values, *band = (
+                [float("nan") if v is None else v for v in b.get(name, ())]
+                for b in (result.curves, result.lower, result.upper)
             )
+            color = f"C{i % 10}"
+            label += " (exact)" if name in result.exact else ""
+            ax.plot(result.steps, values, marker=".", ms=3, color=color, label=label)
             if name in result.lower:
-                lower, upper = (
-                    [float("nan") if v is None else v for v in b[name]] for b in (result.lower, result.upper)
-                )
-                ax.fill_between(result.steps, lower, upper, color=color, alpha=0.2, lw=0)
+                ax.fill_between(result.steps, *band, color=color, alpha=0.2, lw=0)
             event = events.get(name)
             if event is not None and event.rule.level is not None:
                 ax.axhline(event.rule.level, color="grey", ls=":", lw=0.8)
