@@ -459,13 +459,9 @@ class FamilyDecision:
         """One row per test (`DECISION_COLUMNS` plus one column per axis)."""
         import pandas as pd
 
-        flat = torch.arange(self.mean.numel())
-        index = torch.stack(torch.unravel_index(flat, self.mean.shape)) if self.mean.dim() else flat[None]
-        axes = (
-            self.axes
-            if len(self.axes) == self.mean.dim()
-            else tuple(f"axis{i}" for i in range(self.mean.dim()))
-        )
+        flat, n_axes = torch.arange(self.mean.numel()), self.mean.dim()
+        index = torch.stack(torch.unravel_index(flat, self.mean.shape)) if n_axes else flat[None]
+        axes = self.axes if len(self.axes) == n_axes else [f"axis{i}" for i in range(n_axes)]
         columns: dict[str, Any] = {"family": self.name, "test": flat.numpy()}
         columns |= {axis: index[i].numpy() for i, axis in enumerate(axes)}
         for key in INTERVAL_FIELDS:
@@ -561,7 +557,7 @@ def judge(
     t = torch.as_tensor(threshold if band is None else band.lower, dtype=torch.float64).expand_as(mean)
     support = moments.support.expand(moments.shape)
     testable = support >= policy.min_units
-    low, high = mean - z * se, mean + z * se
+    low, high = normal_interval(mean, se, z=z)
     if band is not None:
         yes, no = (low >= band.lower) & (high <= band.upper), (high < band.lower) | (low > band.upper)
         distance = torch.minimum((mean - band.lower).abs(), (mean - band.upper).abs())
@@ -584,8 +580,7 @@ def judge(
         z,
         moments.n,
         mean,
-        mean - Z_95 * se,
-        mean + Z_95 * se,
+        *normal_interval(mean, se),
         low,
         high,
         testable,
