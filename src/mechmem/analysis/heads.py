@@ -504,13 +504,8 @@ def plot_attention(
     Ticks show positions, and the tokens (names from `token_names`) when the sequence is short."""
     n_layers, n_heads, n, _ = patterns.shape
     side = 3.0 if n <= 32 else 4.5
-    fig, axes = plt.subplots(
-        n_layers,
-        n_heads,
-        figsize=(side * n_heads + 0.6, side * n_layers),
-        squeeze=False,
-        layout="constrained",
-    )
+    size = (side * n_heads + 0.6, side * n_layers)
+    fig, axes = plt.subplots(n_layers, n_heads, figsize=size, squeeze=False, layout="constrained")
     ticks = list(range(0, n, max(1, n // 12)))
     show_tokens = tokens is not None and n <= 48
     names = token_labels([int(tokens[i]) for i in ticks], token_names) if show_tokens else []

@@ -217,13 +217,8 @@ def plot_ablation(result: AblationResult) -> Any:
     n_layers, n_heads = deltas.shape[1:]
     iv = result.intervals
     undecided = None if iv is None else covers(iv.heads_lower, iv.heads_upper).numpy()
-    fig, axes = plt.subplots(
-        1,
-        n,
-        figsize=(1.0 + (1.2 + 0.7 * n_heads) * n, 1.2 + 0.6 * n_layers),
-        squeeze=False,
-        layout="constrained",
-    )
+    size = (1.0 + (1.2 + 0.7 * n_heads) * n, 1.2 + 0.6 * n_layers)
+    fig, axes = plt.subplots(1, n, figsize=size, squeeze=False, layout="constrained")
     for k, (ax, method, d) in enumerate(zip(axes[0], result.methods, deltas)):
         im = ax.imshow(d.numpy(), cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
         ax.set(title=f"{method} ablation", xlabel="head", xticks=range(n_heads), yticks=range(n_layers))
