@@ -107,11 +107,9 @@ class ProbeResult:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        bounds = {
-            f"{k}_{side}": b[i]
-            for k, b in self.intervals.items()
-            for i, side in enumerate(("lower", "upper"))
-        }
+        bounds = {}
+        for k, (lower, upper) in self.intervals.items():
+            bounds |= {f"{k}_lower": lower, f"{k}_upper": upper}
         return {
             "name": self.name,
             "matrix": self.matrix,
