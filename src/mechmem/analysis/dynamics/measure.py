@@ -68,11 +68,9 @@ def step_files(run_dir: str | Path) -> list[tuple[int, Path]]:
 def run_dir_of(checkpoint: str | Path) -> Path:
     """The run directory of a checkpoint file: its folder, or the run above `checkpoints/step_N.pt`."""
     folder = Path(checkpoint).parent
-    return (
-        folder.parent
-        if folder.name == "checkpoints" and STEP_NAME.fullmatch(Path(checkpoint).name)
-        else folder
-    )
+    if folder.name == "checkpoints" and STEP_NAME.fullmatch(Path(checkpoint).name):
+        return folder.parent
+    return folder
 
 
 def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Iterator[tuple[int, Checkpoint]]:

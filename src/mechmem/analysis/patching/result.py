@@ -289,8 +289,7 @@ def plot_patching(result: PatchingResult) -> Any:
         ax.add_collection(PatchCollection(boxes, facecolor="none", edgecolor="0.45", hatch="///", lw=0))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel(cols)
-        ax.set_ylabel(rows)
+        ax.set(xlabel=cols, ylabel=rows)
         ax.set_title(result.sweep if values.ndim == 2 else f"{result.sweep} layer {i}", fontsize=9)
     notes = []
     if undecided is not None:
