@@ -354,6 +354,7 @@ class Dynamics:
         import pandas as pd
 
         quantity = {c: q for q, names in self.groups.items() for c in names}
+        none = [None] * len(self.steps)
 
         def number(v: float | None) -> float:
             return math.nan if v is None else float(v)
@@ -361,12 +362,7 @@ class Dynamics:
         rows = [
             (quantity.get(c), c, step, number(v), number(lo), number(hi), c in self.exact)
             for c, values in self.curves.items()
-            for step, v, lo, hi in zip(
-                self.steps,
-                values,
-                self.lower.get(c, [None] * len(values)),
-                self.upper.get(c, [None] * len(values)),
-            )
+            for step, v, lo, hi in zip(self.steps, values, self.lower.get(c, none), self.upper.get(c, none))
         ]
         return pd.DataFrame(rows, columns=["quantity", "curve", "step", "value", "lower", "upper", "exact"])
 
