@@ -157,10 +157,14 @@ def _loss(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     }
 
 
-def head_points(name: str, value: Tensor, lower: Tensor, upper: Tensor) -> dict[str, CurvePoint]:
-    """One point per head of [layer head] values and bounds, each named `name` with `{head}` filled in."""
+def head_points(
+    value: Tensor, lower: Tensor, upper: Tensor, *, prefix: str = "", suffix: str = ""
+) -> dict[str, CurvePoint]:
+    """One point per head of [layer head] values and bounds, named prefix + head + suffix."""
     return {
-        name.format(head=Head(l, h)): CurvePoint(float(value[l, h]), float(lower[l, h]), float(upper[l, h]))
+        f"{prefix}{Head(l, h)}{suffix}": CurvePoint(
+            float(value[l, h]), float(lower[l, h]), float(upper[l, h])
+        )
         for l, h in itertools.product(range(value.shape[0]), range(value.shape[1]))
     }
 
@@ -169,7 +173,7 @@ def _heads(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     found = heads.detect_heads_on_task(model, data.batch.tokens, data.batch.loss_mask > 0)
     out = {}
     for name, s in found.scores.items():
-        out |= head_points(f"{{head}}.{name}", s, found.lower[name], found.upper[name])
+        out |= head_points(s, found.lower[name], found.upper[name], suffix=f".{name}")
     return out
 
 
@@ -198,7 +202,7 @@ def _ablation(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     loss = ablation.SequenceMetric(ablation.sequence_losses(b), b.loss_mask.float().sum(-1))
     result = ablation.ablate_heads(model, b.tokens, loss, methods=("mean",), reference=data.reference)
     lower, upper = result.intervals.bounds("head")
-    return head_points("ablation.{head}", result.heads[0] - result.baseline, lower[0], upper[0])
+    return head_points(result.heads[0] - result.baseline, lower[0], upper[0], prefix="ablation.")
 
 
 def _patching(model: Any, data: EvalData) -> dict[str, CurvePoint]:
@@ -206,7 +210,7 @@ def _patching(model: Any, data: EvalData) -> dict[str, CurvePoint]:
         return {}
     result = patching.run_sweeps(model, data.pair, ("attn_head_out_all_pos",))["attn_head_out_all_pos"]
     iv = result.intervals
-    return head_points("patching.{head}", result.normalised(), iv.normalised_lower, iv.normalised_upper)
+    return head_points(result.normalised(), iv.normalised_lower, iv.normalised_upper, prefix="patching.")
 
 
 def _roles(model: Any, data: EvalData) -> dict[str, CurvePoint]:
