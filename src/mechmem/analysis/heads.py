@@ -352,7 +352,8 @@ def detect_heads(
             rows_per_seq[name].append(mask.any(-1).sum(-1).double().cpu())
             tok[name].add_rows(group_rows[name], group_token, len(part))
     gen = generator or torch.Generator().manual_seed(0)
-    scores, lower, upper, by_token, by_token_lower, moments, token_moments = {}, {}, {}, {}, {}, {}, {}
+    scores, lower, upper, moments = {}, {}, {}, {}
+    token_moments = {k: sums.moments() for k, sums in tok.items()}
     for k in patterns:
         m, r = torch.cat(per_seq[k]), torch.cat(rows_per_seq[k])
         total = r.sum()
@@ -360,17 +361,14 @@ def detect_heads(
         if resamples:
             lower[k], upper[k] = bootstrap_ratio(m, r, generator=gen, resamples=resamples)
         moments[k] = RatioMoments.from_values(m, r)
-        token_moments[k] = tok[k].moments()
-        by_token[k] = token_moments[k].ratio().float()
-        by_token_lower[k] = token_lower(token_moments[k])
     return HeadScores(
         scores,
         data=data,
         extra={"rows": {k: int(torch.cat(v).sum()) for k, v in rows_per_seq.items()}},
         lower=lower,
         upper=upper,
-        by_token=by_token,
-        by_token_lower=by_token_lower,
+        by_token={k: m.ratio().float() for k, m in token_moments.items()},
+        by_token_lower={k: token_lower(m) for k, m in token_moments.items()},
         moments=moments,
         token_moments=token_moments,
     )
