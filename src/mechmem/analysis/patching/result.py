@@ -195,12 +195,8 @@ class PatchingResult:
         `normalised_upper` (NaN bounds without intervals). A decided sweep adds `share`, its corrected
         bounds and `verdict`."""
         spec = SWEEPS.get(self.sweep)
-        leading = {
-            "sweep": self.sweep,
-            "stage": spec.stage if spec is not None else None,
-            "direction": self.direction,
-            "method": self.method,
-        }
+        stage = None if spec is None else spec.stage
+        leading = {"sweep": self.sweep, "stage": stage, "direction": self.direction, "method": self.method}
         nan = torch.full_like(self.values.float(), float("nan"))
         bound = {k: nan if self.intervals is None else getattr(self.intervals, k).float() for k in BOUNDS}
         frame = grid_frame(
