@@ -225,21 +225,19 @@ def run_demo(
         for m in order
     ]
     done = dict(zip([m.name for m in order], run_jobs(specs, jobs)))
-    rows: dict[str, dict[str, Any]] = {}
+    rows, entries = [], []
     for m in models:
-        rows[m.name] = {"model": m.name, "preset": f"{m.task}/{m.preset}", **done[m.name]}
-    entries = []
-    for m in models:
+        row = {"model": m.name, "preset": f"{m.task}/{m.preset}", **done[m.name]}
         path = reports / m.name / "report.json"
-        if rows[m.name].get("report_rc") == 0 and path.exists():
+        if row.get("report_rc") == 0 and path.exists():
             data = json.loads(path.read_text())
-            circuit = data["sections"]["circuit"]["findings"]["summary"]
-            rows[m.name].update(headline=data["headline"], circuit=circuit)
+            row.update(headline=data["headline"], circuit=data["sections"]["circuit"]["findings"]["summary"])
             entries.append({"name": m.name, "href": f"{m.name}/report.html", **index_entry(data)})
         else:
-            rows[m.name].update(headline="failed: see the log", circuit="")
+            row.update(headline="failed: see the log", circuit="")
             entries.append(
                 {"name": m.name, "href": f"{m.name}/report.log", "headline": "failed (log)", "roles": ""}
             )
+        rows.append(row)
     write_index(entries, reports / "index.html")
-    return list(rows.values())
+    return rows
