@@ -308,14 +308,9 @@ def ablation_section(ctx: ReportContext) -> Section:
         )
     rows = [
         [
-            (
-                "MLP"
-                if r["component"] == "mlp"
-                else "attn"
-                if r["head"] is None
-                else str(Head(r["layer"], r["head"]))
-            )
-            + ("" if r["head"] is not None else f" L{r['layer']}"),
+            str(Head(r["layer"], r["head"]))
+            if r["head"] is not None
+            else f"{'MLP' if r['component'] == 'mlp' else 'attn'} L{r['layer']}",
             r["metric"],
             r["delta"],
             format_interval(r["delta_lower"], r["delta_upper"]),
