@@ -13,6 +13,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,11 +59,9 @@ def available(models: list[DemoModel] | None = None) -> list[DemoModel]:
     """The demo models (default: `DEMO_MODELS`) whose task and preset exist in this installation."""
     out = []
     for m in DEMO_MODELS if models is None else models:
-        try:
+        with suppress(MechmemError):
             if m.preset in get_task_class(m.task).presets:
                 out.append(m)
-        except MechmemError:
-            pass
     return out
 
 
@@ -92,10 +91,9 @@ def run_in_log(fn: Callable[[], Any], log: Path) -> tuple[int, float]:
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
+            for fd, copy in enumerate(saved, start=1):
+                os.dup2(copy, fd)
+                os.close(copy)
     return rc, time.perf_counter() - t0
 
 
