@@ -198,9 +198,8 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
             why, lo_hi = f.get("not_measurable", {}).get(name), ci.get(name)
             if why:
                 return f"{name} not measurable here ({why})"
-            return f"{name} {f[name]:.3f}" + (
-                f" [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else " (no interval)"
-            )
+            bounds = f" [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else " (no interval)"
+            return f"{name} {f[name]:.3f}{bounds}"
 
         kept = len(f.get("circuit", []))
         overshoots = "; the circuit overshoots the full model" if f.get("overshoots") else ""
