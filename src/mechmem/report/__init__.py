@@ -113,12 +113,8 @@ def score_table(roles: RoleResult) -> Table | None:
         return None
     rows = [[h.name, *(_with_interval(h.evidence, f"{r}_{k}") for r, k in cols)] for h in roles.heads]
     groups = [("", 1), *Counter(r for r, _ in cols).items()]
-    return Table(
-        ["head", *(SCORE_PARTS[k] for _, k in cols)],
-        rows,
-        "Task-role score = max(transfer, via MLP)",
-        groups=groups,
-    )
+    headers = ["head", *(SCORE_PARTS[k] for _, k in cols)]
+    return Table(headers, rows, "Task-role score = max(transfer, via MLP)", groups=groups)
 
 
 def circuit_section(roles: RoleResult, mlp: Section | None = None) -> Section:

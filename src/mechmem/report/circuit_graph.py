@@ -149,12 +149,8 @@ def edge_table(circuit: Circuit, top: int = 12) -> Table:
     headers = ["edge", "score", "stderr"]
     headers += ["share", "share lower", "share upper", "decision"] if tested else ["in circuit"]
     headers += ["EAP"] if eap else []
-    return Table(
-        headers,
-        rows,
-        f"Strongest edges (of {len(circuit.graph.edges)}); score = metric drop when the edge "
-        "alone is ablated",
-    )
+    what = "score = metric drop when the edge alone is ablated"
+    return Table(headers, rows, f"Strongest edges (of {len(circuit.graph.edges)}); {what}")
 
 
 def selection_words(circuit: Circuit) -> str:

@@ -228,14 +228,9 @@ def mlp_section(ctx: ReportContext) -> Section:
             f"No key neurons: the top {t.max_key_neurons} carry {ranking.share(t.max_key_neurons):.0%} "
             f"of the positive direct effect (< {t.neuron_share:.0%}); the effect is distributed."
         )
-    top = ranking.top(min(8, len(ranking.order)))
-    s.tables.append(
-        Table(
-            ["neuron", "mean direct effect"],
-            [[i, float(ranking.mean_effect[i])] for i in top],
-            "Top neurons by mean direct effect on the answer logit",
-        )
-    )
+    rows = [[i, float(ranking.mean_effect[i])] for i in ranking.top(min(8, len(ranking.order)))]
+    caption = "Top neurons by mean direct effect on the answer logit"
+    s.tables.append(Table(["neuron", "mean direct effect"], rows, caption))
     return s
 
 
