@@ -328,12 +328,9 @@ def _locked(out: Path) -> Iterator[None]:
             raise MechmemError(
                 f"{out} is being written by another process (pid {holder}); wait or use another --out"
             ) from None
-        try:  # the holder before us may have removed the file after we opened it: lock the file at the path
-            same = os.path.samestat(os.fstat(fd), os.lstat(path))
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
+        with suppress(FileNotFoundError):  # the holder before us may have removed the file after we opened it
+            if os.path.samestat(os.fstat(fd), os.lstat(path)):  # we lock the file at the path
+                break
         os.close(fd)
     if os.fstat(fd).st_nlink != 1:  # a hard link to another file would carry our pid there
         os.close(fd)
