@@ -208,27 +208,6 @@ def check_buffers(path: Path, model_config: Any, state: dict[str, torch.Tensor])
     return canonical_weights(state)
 
 
-def _meta_model(model_config: Any) -> torch.nn.Module | None:
-    """The model of `model_config` built on the meta device, or None when it cannot be built there."""
-    from mechmem.models.registry import build_model
-
-    try:
-        with torch.device("meta"):
-            return build_model(model_config, generator=torch.Generator().manual_seed(0))
-    except Exception:  # noqa: BLE001 - the real build reports a bad config; this is only a first look
-        return None
-
-
-def _check_context_fits(path: Path, model_config: Any) -> None:
-    """Refuse a context whose causal masks (n_ctx**2 bytes a layer) would pass `MAX_BUFFER_BYTES`."""
-    n_ctx, layers = model_config.get("n_ctx"), model_config.get("n_layers")
-    if isinstance(n_ctx, int) and isinstance(layers, int) and n_ctx * n_ctx * layers > MAX_BUFFER_BYTES:
-        raise CheckpointError(
-            f"{path}: its model config declares n_ctx {n_ctx}, whose attention masks would take more than "
-            f"{MAX_BUFFER_BYTES} bytes"
-        )
-
-
 def _feed(h: Any, obj: Any) -> None:
     """Hash any plain-data value: tensors by dtype, shape and bytes; containers in a fixed key order."""
     if isinstance(obj, torch.Tensor):
@@ -341,6 +320,7 @@ def save_checkpoint(
         'repeats'
     """
     from mechmem.io import strict_json
+    from mechmem.models.backend import TL_VERSION
     from mechmem.models.transformer_config import bridge_unsupported
     from mechmem.models.weights import canonical_state_dict
     from mechmem.tasks import build_task, get_task_class
@@ -365,7 +345,7 @@ def save_checkpoint(
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "mechmem_version": __version__,
-        "transformer_lens_version": _tl_version(),
+        "transformer_lens_version": TL_VERSION,
         "model_config": as_dict(model_config),
         "task_name": task_name,
         "task_config": as_dict(task.config),
@@ -378,12 +358,6 @@ def save_checkpoint(
     payload["digest"] = payload_digest(payload)
     atomic_torch_save(payload, path)
     return Path(path)
-
-
-def _tl_version() -> str:
-    from mechmem.models.backend import TL_VERSION
-
-    return TL_VERSION
 
 
 @dataclass
@@ -514,11 +488,20 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     refusal = bridge_unsupported(model_config) if BACKEND == "bridge" else None
     if refusal:
         raise CheckpointError(f"{path}: {refusal}")
-    skeleton = _meta_model(model_config)
+    try:
+        with torch.device("meta"):
+            skeleton = build_model(model_config, generator=torch.Generator().manual_seed(0))
+    except Exception:  # noqa: BLE001 - the real build below reports a bad config; this is only a first look
+        skeleton = None
     if skeleton is not None:  # shapes only: the declared sizes are checked before anything is allocated
         check_declared_sizes(path, skeleton, state)
-    else:
-        _check_context_fits(path, payload["model_config"])
+    else:  # the causal masks take n_ctx**2 bytes a layer
+        n_ctx, layers = payload["model_config"].get("n_ctx"), payload["model_config"].get("n_layers")
+        if isinstance(n_ctx, int) and isinstance(layers, int) and n_ctx * n_ctx * layers > MAX_BUFFER_BYTES:
+            raise CheckpointError(
+                f"{path}: its model config declares n_ctx {n_ctx}, whose attention masks would take more "
+                f"than {MAX_BUFFER_BYTES} bytes"
+            )
     try:
         model = build_model(model_config, generator=torch.Generator().manual_seed(0))
     except Exception as exc:  # noqa: BLE001 - as above

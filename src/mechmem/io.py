@@ -26,7 +26,7 @@ import signal
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -72,14 +72,11 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
     return atomic_write(path, dumps(obj, indent=2) + "\n")
 
 
-def _umask() -> int:
+def _mode(bits: int = 0o666) -> int:
+    """`bits` minus the process's umask (the mode of a new file or, with 0o777, a new folder)."""
     mask = os.umask(0)
     os.umask(mask)
-    return mask
-
-
-def _file_mode() -> int:
-    return 0o666 & ~_umask()
+    return bits & ~mask
 
 
 def open_nofollow(path: str | os.PathLike, flags: int = os.O_RDONLY) -> int:
@@ -87,7 +84,7 @@ def open_nofollow(path: str | os.PathLike, flags: int = os.O_RDONLY) -> int:
     if flags & (os.O_WRONLY | os.O_RDWR):
         check_held_folder(path)
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, _file_mode())
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, _mode())
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise MechmemError(f"{path} is a symbolic link; refusing to follow it (remove it)") from None
@@ -170,7 +167,7 @@ def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(name)
     try:
-        os.fchmod(fd, _file_mode())
+        os.fchmod(fd, _mode())
         with os.fdopen(fd, "wb") as fh:
             if writer is not None:
                 writer(fh)
@@ -246,7 +243,7 @@ class OutputSet:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
         self.staged.append((tmp, target))
-        os.chmod(tmp, 0o777 & ~_umask())
+        os.chmod(tmp, _mode(0o777))
         for file_name, data in files.items():
             atomic_write(tmp / file_name, data)
         return target
@@ -307,10 +304,7 @@ def output_dir(out: str | os.PathLike, *, lock: bool = True) -> Iterator[Path]:
         probe = probe.parent
     out.mkdir(parents=True, exist_ok=True)
     try:
-        if lock:
-            with _locked(out):
-                yield out
-        else:
+        with _locked(out) if lock else nullcontext():
             yield out
     except BaseException:
         for folder in created:  # innermost first
@@ -334,12 +328,9 @@ def _locked(out: Path) -> Iterator[None]:
             raise MechmemError(
                 f"{out} is being written by another process (pid {holder}); wait or use another --out"
             ) from None
-        try:  # the holder before us may have removed the file after we opened it: lock the file at the path
-            same = os.path.samestat(os.fstat(fd), os.lstat(path))
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
+        with suppress(FileNotFoundError):  # the holder before us may have removed the file after we opened it
+            if os.path.samestat(os.fstat(fd), os.lstat(path)):  # we lock the file at the path
+                break
         os.close(fd)
     if os.fstat(fd).st_nlink != 1:  # a hard link to another file would carry our pid there
         os.close(fd)
@@ -352,18 +343,13 @@ def _locked(out: Path) -> Iterator[None]:
         yield
     finally:
         _HELD.pop(root, None)
-        try:  # only the lock file we hold: the folder may have moved, and a new one taken its name
+        with suppress(FileNotFoundError):  # only the lock file we hold: the folder may have moved since
             if os.path.samestat(os.fstat(fd), os.lstat(path)):
                 os.unlink(path)
-        except FileNotFoundError:
-            pass
         os.close(fd)  # closing releases the lock (so does the process ending, kill -9 included)
 
 
 def describe_os_error(exc: OSError) -> str:
     """One line for an error the machine caused: "cannot write runs/x/a.json: no space left on device"."""
     reason = os.strerror(exc.errno).lower() if exc.errno else (str(exc) or type(exc).__name__)
-    if exc.errno == errno.ENOSPC:
-        reason = "no space left on device"
-    where = exc.filename if exc.filename else None
-    return f"{where}: {reason}" if where else reason
+    return f"{exc.filename}: {reason}" if exc.filename else reason

@@ -16,7 +16,9 @@ import ctypes
 import resource
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -76,9 +78,7 @@ def role_table(roles: RoleResult) -> Table:
     keys = patterns + [f"{r}_{k}" for r, k in task]
     headers = ["head", "role", *(PATTERN_COLUMNS[k] for k in patterns), *(TASK_COLUMNS[k] for _, k in task)]
     groups = [("", 2)] + ([("attention pattern (lower end)", len(patterns))] if patterns else [])
-    groups += [
-        (r, sum(1 for q, _ in task if q == r)) for r in roles.task_roles if any(q == r for q, _ in task)
-    ]
+    groups += Counter(r for r, _ in task).items()
     rows, marked = [], []
     for i, h in enumerate(roles.heads):
         row: list[Any] = [h.name, h.role]
@@ -94,11 +94,8 @@ def role_table(roles: RoleResult) -> Table:
 
 def _with_interval(evidence: dict[str, float], key: str) -> Any:
     """The value, with its marginal 95% interval in brackets where the evidence has one."""
-    value, lower, upper = (
-        evidence.get(key, float("nan")),
-        evidence.get(f"{key}_lower"),
-        evidence.get(f"{key}_upper"),
-    )
+    value = evidence.get(key, float("nan"))
+    lower, upper = evidence.get(f"{key}_lower"), evidence.get(f"{key}_upper")
     if lower is None or upper is None:
         return value
     return f"{value:.3f} {format_interval(lower, upper)}"
@@ -115,15 +112,9 @@ def score_table(roles: RoleResult) -> Table | None:
     if not cols:
         return None
     rows = [[h.name, *(_with_interval(h.evidence, f"{r}_{k}") for r, k in cols)] for h in roles.heads]
-    groups = [("", 1)] + [
-        (r, sum(1 for q, _ in cols if q == r)) for r in roles.task_roles if any(q == r for q, _ in cols)
-    ]
-    return Table(
-        ["head", *(SCORE_PARTS[k] for _, k in cols)],
-        rows,
-        "Task-role score = max(transfer, via MLP)",
-        groups=groups,
-    )
+    groups = [("", 1), *Counter(r for r, _ in cols).items()]
+    headers = ["head", *(SCORE_PARTS[k] for _, k in cols)]
+    return Table(headers, rows, "Task-role score = max(transfer, via MLP)", groups=groups)
 
 
 def circuit_section(roles: RoleResult, mlp: Section | None = None) -> Section:
@@ -180,12 +171,9 @@ def peak_rss_mb() -> float:
 
 def release_freed_memory() -> None:
     """Hand freed heap memory back to the system (glibc's `malloc_trim`; a no-op elsewhere)."""
-    if sys.platform != "linux":
-        return
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (e.g. musl): nothing to trim
-        return
+    if sys.platform == "linux":
+        with suppress(OSError, AttributeError):  # not glibc (e.g. musl): nothing to trim
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 class ReportCost:

@@ -113,12 +113,10 @@ def graph_view(circuit: Circuit, roles: dict[str, str]) -> dict[str, Any]:
         }
         for n in circuit.graph.nodes
     ]
-    edges = []
-    for row in circuit.to_dict()["edges"]:
+    edges = circuit.to_dict()["edges"]
+    for row in edges:
         err = row["stderr"]
-        known = not math.isnan(err)
-        row["lower"], row["upper"] = normal_interval(row["score"], err) if known else (None, None)
-        edges.append(row)
+        row["lower"], row["upper"] = (None, None) if math.isnan(err) else normal_interval(row["score"], err)
     return {
         "nodes": nodes,
         "edges": edges,
@@ -151,12 +149,8 @@ def edge_table(circuit: Circuit, top: int = 12) -> Table:
     headers = ["edge", "score", "stderr"]
     headers += ["share", "share lower", "share upper", "decision"] if tested else ["in circuit"]
     headers += ["EAP"] if eap else []
-    return Table(
-        headers,
-        rows,
-        f"Strongest edges (of {len(circuit.graph.edges)}); score = metric drop when the edge "
-        "alone is ablated",
-    )
+    what = "score = metric drop when the edge alone is ablated"
+    return Table(headers, rows, f"Strongest edges (of {len(circuit.graph.edges)}); {what}")
 
 
 def selection_words(circuit: Circuit) -> str:
@@ -277,9 +271,7 @@ def edges_section(ctx: Any) -> Section:
     s.findings = circuit.to_dict()
     s.findings["pair"] = source
     s.lines += summary_lines(circuit, source, roles)
-    pair, _ = circuit_prompts(
-        ctx.model, ctx.task, CIRCUIT_POLICY.first, ctx.seed
-    )  # the first round's prompts
+    pair, _ = circuit_prompts(ctx.model, ctx.task, CIRCUIT_POLICY.first, ctx.seed)  # first round's prompts
     fit = prompt_fit(ctx.model, ctx.task, pair, generator=ctx.generator(12), source=source)
     s.findings["prompt_fit"] = fit.to_dict()
     s.lines.append(fit.message)

@@ -13,6 +13,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,11 +59,9 @@ def available(models: list[DemoModel] | None = None) -> list[DemoModel]:
     """The demo models (default: `DEMO_MODELS`) whose task and preset exist in this installation."""
     out = []
     for m in DEMO_MODELS if models is None else models:
-        try:
+        with suppress(MechmemError):
             if m.preset in get_task_class(m.task).presets:
                 out.append(m)
-        except MechmemError:
-            pass
     return out
 
 
@@ -92,10 +91,9 @@ def run_in_log(fn: Callable[[], Any], log: Path) -> tuple[int, float]:
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
+            for fd, copy in enumerate(saved, start=1):
+                os.dup2(copy, fd)
+                os.close(copy)
     return rc, time.perf_counter() - t0
 
 
@@ -225,21 +223,19 @@ def run_demo(
         for m in order
     ]
     done = dict(zip([m.name for m in order], run_jobs(specs, jobs)))
-    rows: dict[str, dict[str, Any]] = {}
+    rows, entries = [], []
     for m in models:
-        rows[m.name] = {"model": m.name, "preset": f"{m.task}/{m.preset}", **done[m.name]}
-    entries = []
-    for m in models:
+        row = {"model": m.name, "preset": f"{m.task}/{m.preset}", **done[m.name]}
         path = reports / m.name / "report.json"
-        if rows[m.name].get("report_rc") == 0 and path.exists():
+        if row.get("report_rc") == 0 and path.exists():
             data = json.loads(path.read_text())
-            circuit = data["sections"]["circuit"]["findings"]["summary"]
-            rows[m.name].update(headline=data["headline"], circuit=circuit)
+            row.update(headline=data["headline"], circuit=data["sections"]["circuit"]["findings"]["summary"])
             entries.append({"name": m.name, "href": f"{m.name}/report.html", **index_entry(data)})
         else:
-            rows[m.name].update(headline="failed: see the log", circuit="")
+            row.update(headline="failed: see the log", circuit="")
             entries.append(
                 {"name": m.name, "href": f"{m.name}/report.log", "headline": "failed (log)", "roles": ""}
             )
+        rows.append(row)
     write_index(entries, reports / "index.html")
-    return list(rows.values())
+    return rows

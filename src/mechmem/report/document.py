@@ -143,12 +143,8 @@ def to_markdown(report: Report, *, figure_dir: str | None = "figures", figure_pr
     out += [f"- **{k}**: {v}" for k, v in summary_rows(report)] + [""]
     out += [f"- {k}: {v}" for k, v in report.meta.items()] + [""]
     for s in report.sections:
-        out += [
-            f"## {s.title}",
-            "",
-            section_markdown(s, figure_dir=figure_dir, figure_prefix=figure_prefix),
-            "",
-        ]
+        out += [f"## {s.title}", ""]
+        out += [section_markdown(s, figure_dir=figure_dir, figure_prefix=figure_prefix), ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -202,21 +198,13 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
             why, lo_hi = f.get("not_measurable", {}).get(name), ci.get(name)
             if why:
                 return f"{name} not measurable here ({why})"
-            return f"{name} {f[name]:.3f}" + (
-                f" [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else " (no interval)"
-            )
+            bounds = f" [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else " (no interval)"
+            return f"{name} {f[name]:.3f}{bounds}"
 
         kept = len(f.get("circuit", []))
         overshoots = "; the circuit overshoots the full model" if f.get("overshoots") else ""
-        rows.append(
-            (
-                "edge circuit",
-                (
-                    f"confident: {f['verdict']}; {measure('faithfulness')}, {measure('completeness')}; "
-                    f"{kept} of {len(f.get('edges', []))} edges{overshoots}"
-                ),
-            )
-        )
+        verdict = f"confident: {f['verdict']}; {measure('faithfulness')}, {measure('completeness')}; "
+        rows.append(("edge circuit", f"{verdict}{kept} of {len(f.get('edges', []))} edges{overshoots}"))
         left_out = [f"{h['head']}: {h['reason']}" for h in f.get("left_out", [])]
         if left_out:
             rows.append(

@@ -59,11 +59,8 @@ def dynamics_section(run_dir: str | Path, task: Any = None, *, seed: int = 0) ->
     )
     s.tables.append(Table(EVENT_HEADERS, event_rows(result), "Order of events, and each curve's last value"))
     defs = [[q, QUANTITIES[q].definition, QUANTITIES[q].interval, result.cost_s[q]] for q in result.groups]
-    s.tables.append(
-        Table(
-            ["quantity", "definition", "95% interval", "seconds"], defs, "What was measured", floatfmt=".1f"
-        )
-    )
+    headers = ["quantity", "definition", "95% interval", "seconds"]
+    s.tables.append(Table(headers, defs, "What was measured", floatfmt=".1f"))
     for quantity, curves in result.groups.items():
         if curves:
             s.add_figure(quantity, plot_dynamics(result, quantity))

@@ -61,14 +61,10 @@ def table_html(t: Any) -> str:
     if t.groups:
         head = "<tr>" + "".join(f'<th colspan="{n}" class="group">{e(g)}</th>' for g, n in t.groups) + "</tr>"
     head += "<tr>" + "".join(f"<th>{e(h)}</th>" for h in t.headers) + "</tr>"
+    decided = ' class="decided" title="decided the result"'
     body = "".join(
         "<tr>"
-        + "".join(
-            f'<td class="decided" title="decided the result">{stacked(c)}</td>'
-            if (r, i) in marked
-            else f"<td>{stacked(c)}</td>"
-            for i, c in enumerate(row)
-        )
+        + "".join(f"<td{decided if (r, i) in marked else ''}>{stacked(c)}</td>" for i, c in enumerate(row))
         + "</tr>"
         for r, row in enumerate(t.cells())
     )
@@ -81,8 +77,7 @@ def section_html(s: Any) -> str:
     e = html.escape
     parts = [f'<details class="section" id="{e(s.key)}" open><summary><h2>{e(s.title)}</h2></summary>']
     if s.skipped:
-        parts.append(f'<p class="skip">Skipped: {e(s.skipped)}</p></details>')
-        return "".join(parts)
+        return parts[0] + f'<p class="skip">Skipped: {e(s.skipped)}</p></details>'
     if s.lines:
         parts.append("<ul>" + "".join(f"<li>{e(line)}</li>" for line in s.lines) + "</ul>")
     for view in s.interactive:

@@ -113,17 +113,15 @@ def ablation_map(result: Any, method: str = "mean") -> dict[str, Any]:
     cols = [f"H{h}" for h in range(heads.shape[1])] + ["attn"]
     parts = [heads, result.attn_layers[i].detach().float().cpu()[:, None]]
     iv = result.intervals
-    bounds = None if iv is None else [[iv.heads_lower[i], iv.attn_lower[i][:, None]]]
-    if iv is not None:
-        bounds.append([iv.heads_upper[i], iv.attn_upper[i][:, None]])
+    lower = None if iv is None else [iv.heads_lower[i], iv.attn_lower[i][:, None]]
+    upper = None if iv is None else [iv.heads_upper[i], iv.attn_upper[i][:, None]]
     if result.mlp_layers is not None:
         cols.append("MLP")
         parts.append(result.mlp_layers[i].detach().float().cpu()[:, None])
         if iv is not None:
-            bounds[0].append(iv.mlp_lower[i][:, None])
-            bounds[1].append(iv.mlp_upper[i][:, None])
+            lower.append(iv.mlp_lower[i][:, None])
+            upper.append(iv.mlp_upper[i][:, None])
     grid = torch.cat(parts, dim=1)
-    lower, upper = (None, None) if bounds is None else (torch.cat(b, dim=1).tolist() for b in bounds)
     return {
         "name": f"{method} ablation",
         "axes": ["layer", "component"],
@@ -131,8 +129,8 @@ def ablation_map(result: Any, method: str = "mean") -> dict[str, Any]:
         "cols": cols,
         "values": grid.tolist(),
         "normalised": None,
-        "lower": lower,
-        "upper": upper,
+        "lower": None if iv is None else torch.cat(lower, dim=1).tolist(),
+        "upper": None if iv is None else torch.cat(upper, dim=1).tolist(),
         "value_label": f"delta {result.metric_name}",
         "note": (
             f"change in {result.metric_name} (baseline {result.baseline:.4f}); "

@@ -81,29 +81,21 @@ def optimum_section(ctx: ReportContext) -> Section:
     s.findings["metrics"] = metrics
     s.findings["headline"] = ctx.task.headline(metrics)
     s.lines.append(f"Headline: {s.findings['headline'] or 'n/a'} (on {ctx.n_samples} evaluation sequences).")
-    s.lines += _optimum_lines(ctx, s.findings)
+    batch = ctx.task.eval_batch(ctx.n_samples, generator=ctx.generator(10))
+    optimum = ctx.task.optimal_loss(batch)
+    if optimum is not None:  # the model's masked loss next to the optimal predictor's, on the same sequences
+        model_loss = float(ctx.task.loss(ctx.model(batch.tokens.to(ctx.device)).float().cpu(), batch))
+        s.findings.update(optimal_loss=optimum, model_loss_same_batch=model_loss)
+        s.lines.append(
+            f"Masked loss {model_loss:.4f} vs {optimum:.4f} for the task's optimal predictor on the same "
+            f"{ctx.n_samples} evaluation sequences (gap {model_loss - optimum:+.4f})."
+        )
     fit = own_data_fit(ctx.model, ctx.task, "eval", ctx.n_samples, generator=ctx.generator(13))
     s.findings["prompt_fit"] = fit.to_dict()
     s.lines.append(fit.message)
     rows = [[k, float(v)] for k, v in metrics.items() if isinstance(v, (int, float))]
     s.tables.append(Table(["metric", "value"], rows, "Task evaluation", floatfmt=".4f"))
     return s
-
-
-def _optimum_lines(ctx: ReportContext, findings: dict[str, Any]) -> list[str]:
-    """The model's masked loss next to the task's optimal predictor's loss on the same sequences."""
-    batch = ctx.task.eval_batch(ctx.n_samples, generator=ctx.generator(10))
-    optimum = ctx.task.optimal_loss(batch)
-    if optimum is None:
-        return []
-    model_loss = float(ctx.task.loss(ctx.model(batch.tokens.to(ctx.device)).float().cpu(), batch))
-    findings.update(optimal_loss=optimum, model_loss_same_batch=model_loss)
-    return [
-        (
-            f"Masked loss {model_loss:.4f} vs {optimum:.4f} for the task's optimal predictor on the same "
-            f"{ctx.n_samples} evaluation sequences (gap {model_loss - optimum:+.4f})."
-        )
-    ]
 
 
 # -- attention-pattern evidence ------------------------------------------------------------------------------
@@ -142,10 +134,8 @@ def heads_section(ctx: ReportContext) -> Section:
     s.tables.append(Table(["head", *keys], rows, "Detection scores"))
     s.add_figure("scores", heads.plot_head_scores(heads.HeadScores(scores, data="best over the probes")))
     if ctx.task is not None:
-        examples, source = (
-            ctx.task.eval_batch(EXAMPLES, generator=ctx.generator(3)).tokens,
-            "evaluation sequences",
-        )
+        examples = ctx.task.eval_batch(EXAMPLES, generator=ctx.generator(3)).tokens
+        source = "evaluation sequences"
     else:
         half = max(2, ctx.model.cfg.n_ctx // 2)
         examples = heads.repeated_random_tokens(
@@ -197,11 +187,7 @@ def mlp_section(ctx: ReportContext) -> Section:
         "role": role,
         "n": found.n,
         "decision": found.decision.to_dict(),
-        "thresholds": {
-            "mlp_drop": t.mlp_drop,
-            "neuron_share": t.neuron_share,
-            "max_key_neurons": t.max_key_neurons,
-        },
+        "thresholds": {k: getattr(t, k) for k in ("mlp_drop", "neuron_share", "max_key_neurons")},
         "ranking": ranking.to_dict(),
     }
     decided = f"looks {', '.join(map(str, found.decision.looks))}, {found.decision.stopped}"
@@ -242,14 +228,9 @@ def mlp_section(ctx: ReportContext) -> Section:
             f"No key neurons: the top {t.max_key_neurons} carry {ranking.share(t.max_key_neurons):.0%} "
             f"of the positive direct effect (< {t.neuron_share:.0%}); the effect is distributed."
         )
-    top = ranking.top(min(8, len(ranking.order)))
-    s.tables.append(
-        Table(
-            ["neuron", "mean direct effect"],
-            [[i, float(ranking.mean_effect[i])] for i in top],
-            "Top neurons by mean direct effect on the answer logit",
-        )
-    )
+    rows = [[i, float(ranking.mean_effect[i])] for i in ranking.top(min(8, len(ranking.order)))]
+    caption = "Top neurons by mean direct effect on the answer logit"
+    s.tables.append(Table(["neuron", "mean direct effect"], rows, caption))
     return s
 
 
@@ -322,14 +303,9 @@ def ablation_section(ctx: ReportContext) -> Section:
         )
     rows = [
         [
-            (
-                "MLP"
-                if r["component"] == "mlp"
-                else "attn"
-                if r["head"] is None
-                else str(Head(r["layer"], r["head"]))
-            )
-            + ("" if r["head"] is not None else f" L{r['layer']}"),
+            str(Head(r["layer"], r["head"]))
+            if r["head"] is not None
+            else f"{'MLP' if r['component'] == 'mlp' else 'attn'} L{r['layer']}",
             r["metric"],
             r["delta"],
             format_interval(r["delta_lower"], r["delta_upper"]),
