@@ -226,14 +226,12 @@ def _train(
         raise MechmemError("the model has no trainable parameters")
     optimizer = make_optimizer([p for _, p in params], cfg)
     data_gen = torch.Generator().manual_seed(cfg.seed + 1)
-    held: list[torch.nn.Parameter] = []
-    hold_steps: list[int] = []
+    held: list[tuple[torch.nn.Parameter, int]] = []
     for pattern, until in cfg.frozen_until:
-        hits = [p for n, p in params if fnmatch.fnmatch(n, pattern)]
+        hits = [(p, until) for n, p in params if fnmatch.fnmatch(n, pattern)]
         if not hits:
             raise MechmemError(f"frozen_until pattern {pattern!r} matches no trainable parameter")
-        held.extend(hits)
-        hold_steps.extend([until] * len(hits))
+        held += hits
 
     check_run_fits(model, cfg, out, progress=progress)
     start = 0
@@ -310,7 +308,7 @@ def _train(
             evaluate(step, record)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        for p, until in zip(held, hold_steps):
+        for p, until in held:
             if step < until:
                 p.grad = None
         if cfg.grad_clip is not None:
