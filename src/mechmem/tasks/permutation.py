@@ -39,9 +39,8 @@ from mechmem.models.parts import model_device
 from mechmem.tasks.base import Batch, PatchingPair, RoleProbe, Task, masked_cross_entropy
 from mechmem.tasks.registry import register_task
 
-ENUMERATE_UP_TO = (
-    8  # V! permutations are listed explicitly up to V = 8 (40,320); beyond, a hash decides the split
-)
+ENUMERATE_UP_TO = 8
+"""V! permutations are listed explicitly up to V = 8 (40,320); beyond, a hash decides the split."""
 
 
 @dataclass(frozen=True)
@@ -215,9 +214,8 @@ class PermutationTask(Task):
         seq, _ = self.sequences(n, generator=generator, split="test", repeat_ratio=0.0)
         rows = torch.arange(n)
         j = torch.randint(v - 1, (n,), generator=generator)
-        i = (j + 1 + torch.randint(v - 2, (n,), generator=generator)) % (
-            v - 1
-        )  # another earlier pair, i != j
+        # another earlier pair, i != j
+        i = (j + 1 + torch.randint(v - 2, (n,), generator=generator)) % (v - 1)
         tokens = seq[:, :-1]
         clean, counter = tokens.clone(), tokens.clone()
         clean[:, -1], counter[:, -1] = seq[rows, 2 * j], seq[rows, 2 * i]
@@ -315,7 +313,6 @@ def _model(d_model: int, n_heads: int, vocab_size: int = 5, n_layers: int = 1) -
         d_mlp=2 * d_model,
         d_vocab=vocab_size + 1,
         n_ctx=2 * vocab_size - 1,
-        act_fn="relu",
     )
 
 
@@ -388,6 +385,7 @@ def _scale_preset(v: int, d: int, heads: int, steps: int, lr: float, note: str) 
 
 
 # Larger vocabularies (the page's V = 10 and V = 15 experiments).
+_PAPER_STEPS = _paper_steps(50, 128)
 PermutationTask.presets.update(
     {
         "v10-quick": _scale_preset(
@@ -397,20 +395,10 @@ PermutationTask.presets.update(
             15, 64, 4, 12_000, 3e-3, "V=15 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"
         ),
         "v10-paper": _scale_preset(
-            10,
-            128,
-            4,
-            _paper_steps(50, 128),
-            1e-3,
-            "V=10, GPU-sized: d=128, 4 heads, 2 layers, 50 epochs of 100k",
+            10, 128, 4, _PAPER_STEPS, 1e-3, "V=10, GPU-sized: d=128, 4 heads, 2 layers, 50 epochs of 100k"
         ),
         "v15-paper": _scale_preset(
-            15,
-            256,
-            8,
-            _paper_steps(50, 128),
-            1e-3,
-            "V=15, GPU-sized: d=256, 8 heads, 2 layers, 50 epochs of 100k",
+            15, 256, 8, _PAPER_STEPS, 1e-3, "V=15, GPU-sized: d=256, 8 heads, 2 layers, 50 epochs of 100k"
         ),
     }
 )
