@@ -19,6 +19,7 @@ U(+-1/sqrt(fan_in)), norm gains 1.
 parameters carry a leading `init` axis so the batched trainer runs many initialisations at once.
 """
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -135,9 +136,8 @@ def param_specs(cfg: FactsModelConfig) -> dict[str, tuple[tuple[int, ...], str, 
         if cfg.norms:
             specs["blocks.0.ln1.w"] = ((d,), "one", 0)
         names = ["W_V"] if cfg.mixing == "uniform" else ["W_Q", "W_K", "W_V"]
-        for name in names:
+        for name in [*names, "W_O"]:
             specs[f"blocks.0.attn.{name}"] = ((1, d, d), "uniform", d)
-        specs["blocks.0.attn.W_O"] = ((1, d, d), "uniform", d)
     if cfg.mlp:
         if cfg.norms:
             specs["blocks.0.ln2.w"] = ((d,), "one", 0)
@@ -243,9 +243,8 @@ def forward_params(
         if cfg.mixing == "attn":
             q = _lin(x[:, :, rows], params["blocks.0.attn.W_Q"][:, 0])
             q = hk("blocks.0.attn.hook_q", q.unsqueeze(-2)).squeeze(-2)
-            k = hk("blocks.0.attn.hook_k", _lin(x, params["blocks.0.attn.W_K"][:, 0]).unsqueeze(-2)).squeeze(
-                -2
-            )
+            k = _lin(x, params["blocks.0.attn.W_K"][:, 0])
+            k = hk("blocks.0.attn.hook_k", k.unsqueeze(-2)).squeeze(-2)
             scores = (q[..., :, None, :] * k[..., None, :, :]).sum(-1) / math.sqrt(cfg.d_model)
             scores = scores.masked_fill(~causal, float("-inf"))
             scores = hk("blocks.0.attn.hook_attn_scores", scores.unsqueeze(2)).squeeze(2)
@@ -384,16 +383,12 @@ def all_variants(
     """The 54 published variants: 48 with an MLP (mixing x bias x norms x MLP residual x act) and 6 without
     (those keep `bias=True`, as in the authors' sweep)."""
     base = FactsModelConfig(n_in=n_in, n_out=n_out, d_model=d_model, d_mlp=d_mlp)
-    out = []
-    for mixing in ("2emb", "uniform", "attn"):
-        for bias in (False, True):
-            for norms in (False, True):
-                for res in (False, True):
-                    for act in ("gelu", "relu"):
-                        out.append(
-                            base.replace(mixing=mixing, bias=bias, norms=norms, mlp_residual=res, act_fn=act)
-                        )
-    for mixing in ("2emb", "uniform", "attn"):
-        for norms in (False, True):
-            out.append(base.replace(mixing=mixing, mlp=False, norms=norms, bias=True))
-    return out
+    mixings, flags = ("2emb", "uniform", "attn"), (False, True)
+    out = [
+        base.replace(mixing=mixing, bias=bias, norms=norms, mlp_residual=res, act_fn=act)
+        for mixing, bias, norms, res, act in itertools.product(mixings, flags, flags, flags, ("gelu", "relu"))
+    ]
+    return out + [
+        base.replace(mixing=mixing, mlp=False, norms=norms, bias=True)
+        for mixing, norms in itertools.product(mixings, flags)
+    ]
