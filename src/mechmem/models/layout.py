@@ -179,30 +179,24 @@ def to_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
     for name, t in state.items():
         prefix, leaf = name.rsplit(".", 1)
         leaf = leaf.lstrip("_")
+        if perm is not None and leaf in ("W_Q", "W_K", "b_Q", "b_K"):
+            t = t[..., perm]
         if leaf in ("W_Q", "W_K", "W_V"):
-            if perm is not None and leaf != "W_V":
-                t = t[..., perm]
             out[f"{prefix}.{leaf[-1].lower()}.weight"] = _heads_to_rows(t)
         elif leaf in ("b_Q", "b_K", "b_V"):
-            if perm is not None and leaf != "b_V":
-                t = t[..., perm]
             out[f"{prefix}.{leaf[-1].lower()}.bias"] = t.reshape(-1)
         elif leaf == "W_O":
             out[f"{prefix}.o.weight"] = t.reshape(-1, t.shape[-1]).T
-        elif leaf == "b_O":
-            out[f"{prefix}.o.bias"] = t
+        elif leaf in ("b_O", "b_in", "b_out"):
+            out[f"{prefix}.{leaf[2:].lower()}.bias"] = t
         elif leaf in ("W_in", "W_out", "W_gate"):
             out[f"{prefix}.{leaf[2:]}.weight"] = t.T
-        elif leaf in ("b_in", "b_out"):
-            out[f"{prefix}.{leaf[2:]}.bias"] = t
-        elif leaf in ("W_E", "W_pos"):
+        elif leaf in ("W_E", "W_pos", "w"):
             out[f"{prefix}.weight"] = t
         elif leaf == "W_U":
             out[f"{prefix}.weight"] = t.T
-        elif leaf == "b_U":
+        elif leaf in ("b_U", "b"):
             out[f"{prefix}.bias"] = t
-        elif leaf in ("w", "b"):
-            out[f"{prefix}.{'weight' if leaf == 'w' else 'bias'}"] = t
         else:
             raise KeyError(f"no bridge name for weight {name!r}")
     return {k: v.contiguous() for k, v in out.items()}
@@ -220,12 +214,8 @@ def from_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
         plain = leaf.lstrip("_")
         if plain in ("W_Q", "W_K", "W_V"):
             t = _rows_to_heads(state[f"{prefix}.{plain[-1].lower()}.weight"], d_head)
-            if inverse is not None and plain != "W_V":
-                t = t[..., inverse]
         elif plain in ("b_Q", "b_K", "b_V"):
             t = state[f"{prefix}.{plain[-1].lower()}.bias"].reshape(shape)
-            if inverse is not None and plain != "b_V":
-                t = t[..., inverse]
         elif plain == "W_O":
             t = state[f"{prefix}.o.weight"].T.reshape(shape)
         elif plain == "b_O":
@@ -235,13 +225,13 @@ def from_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
         elif plain in ("b_in", "b_out"):
             key = f"{prefix}.{plain[2:]}.bias"
             t = state[key] if key in state else torch.zeros(shape)
-        elif plain in ("W_E", "W_pos"):
-            t = state[f"{prefix}.weight"]
         elif plain == "W_U":
             t = state[f"{prefix}.weight"].T
         elif plain == "b_U":  # a bridge booted by TransformerLens itself has no unembedding bias
             t = state.get(f"{prefix}.bias", torch.zeros(shape))
-        else:
-            t = state[f"{prefix}.{'weight' if plain == 'w' else 'bias'}"]
+        else:  # W_E, W_pos and the norms' w and b
+            t = state[f"{prefix}.{'bias' if plain == 'b' else 'weight'}"]
+        if inverse is not None and plain in ("W_Q", "W_K", "b_Q", "b_K"):
+            t = t[..., inverse]
         out[name] = t.contiguous()
     return out
