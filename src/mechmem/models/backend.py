@@ -99,9 +99,7 @@ def is_native_bridge(model: Any) -> bool:
 def is_transformer_lens_model(model: Any) -> bool:
     """True for a TransformerLens transformer (a `HookedTransformer`, or under TransformerLens 4 a
     `TransformerBridge`): hook names, weight views and `cfg` as the analyses expect them."""
-    if BACKEND == "hooked":
-        return isinstance(model, HookedTransformer)
-    return isinstance(model, TransformerBridge)
+    return isinstance(model, HookedTransformer if BACKEND == "hooked" else TransformerBridge)
 
 
 def last_start_layer(model: Any) -> int | None:
