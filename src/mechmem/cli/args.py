@@ -195,10 +195,8 @@ def memory_mb(text: str) -> float:
 
 def thread_count(text: str) -> int:
     """A number of CPU threads in [1, 4 x the CPUs here] (more only exhausts memory on thread stacks)."""
-    value = _parse(int, text, "an integer")
+    value = positive_int(text)
     most = 4 * (os.cpu_count() or 1)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
     if value > most:
         raise argparse.ArgumentTypeError(f"{text} is outside [1, {most}] (4 x this machine's CPUs)")
     return value
