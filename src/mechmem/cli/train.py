@@ -34,11 +34,9 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         parser.error("TASK and --preset are required; --list shows them")
     if args.resume and args.overwrite:
         parser.error("--resume and --overwrite exclude each other")
-    out = (
-        None
-        if args.list
-        else str(cli.check_out_dir(args.out if args.out is not None else f"runs/{args.task}-{args.preset}"))
-    )
+    out = None
+    if not args.list:
+        out = str(cli.check_out_dir(args.out if args.out is not None else f"runs/{args.task}-{args.preset}"))
     # torch and TransformerLens are imported from here on, after every check the flags alone decide
     import torch
 
