@@ -25,16 +25,11 @@ def _preset_run(
     """The preset and its training config with command-line style overrides applied."""
     spec = get_preset(task_name, preset) if isinstance(preset, str) else preset
     changes: dict[str, Any] = dict(train_overrides)
-    if seed is not None:
-        changes["seed"] = seed
-    if steps is not None:
-        if steps < 0:
-            raise MechmemError("--steps must be >= 0")
-        changes["steps"] = steps
-    if save_every is not None:
-        if save_every < 0:
-            raise MechmemError("--save-every must be >= 0")
-        changes["save_every"] = save_every
+    for name, value in (("seed", seed), ("steps", steps), ("save_every", save_every)):
+        if value is not None and name != "seed" and value < 0:
+            raise MechmemError(f"--{name.replace('_', '-')} must be >= 0")
+        if value is not None:
+            changes[name] = value
     return spec, spec.train.replace(**changes) if changes else spec.train
 
 
