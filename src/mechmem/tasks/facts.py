@@ -99,6 +99,7 @@ def _preset(model: FactsModelConfig, n_facts: int, steps: int, description: str)
 
 
 _BASE = FactsModelConfig()
+_NO_MLP = _BASE.replace(mixing="2emb", mlp=False, norms=False)
 
 
 @register_task
@@ -108,12 +109,7 @@ class FactsTask(Task):
     name = "facts"
     config_cls = FactsTaskConfig
     presets: ClassVar[dict[str, Preset]] = {
-        "quick": _preset(
-            _BASE.replace(mixing="2emb", mlp=False, norms=False),
-            128,
-            600,
-            "2Emb without MLP or norms (d=16) memorising 128 facts",
-        ),
+        "quick": _preset(_NO_MLP, 128, 600, "2Emb without MLP or norms (d=16) memorising 128 facts"),
         "attn": _preset(_BASE, 192, 3000, "learned attention + MLP + norms + bias (d=16), 192 facts"),
         "uniform": _preset(
             _BASE.replace(mixing="uniform"), 192, 3000, "uniform attention + MLP + norms, 192 facts"
@@ -122,10 +118,7 @@ class FactsTask(Task):
             _BASE.replace(mixing="2emb"), 192, 3000, "2Emb + MLP + norms + bias (d=16), 192 facts"
         ),
         "no-mlp": _preset(
-            _BASE.replace(mixing="2emb", mlp=False, norms=False),
-            200,
-            5000,
-            "2Emb without MLP or norms near its published capacity (208 facts)",
+            _NO_MLP, 200, 5000, "2Emb without MLP or norms near its published capacity (208 facts)"
         ),
     }
 
