@@ -68,10 +68,9 @@ def canonical_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
         return dict(model.named_parameters())
     config = _config_of(model)
     bridge_params = dict(model.state_dict(keep_vars=True))
-    probe = {name: torch.zeros(shape) for name, shape in layout.canonical_shapes(config).items()}
     out = {}
-    for name, value in probe.items():
-        keys = layout.to_bridge({name: value}, config)
+    for name, shape in layout.canonical_shapes(config).items():
+        keys = layout.to_bridge({name: torch.zeros(shape)}, config)
         param = bridge_params.get(next(iter(keys)), None) if keys else None
         if isinstance(param, nn.Parameter):
             out[name] = param
@@ -122,8 +121,7 @@ def _config_of(model: nn.Module) -> "TransformerConfig":
 def load_canonical_state_dict(model: nn.Module, state: Mapping[str, Tensor]) -> None:
     """Load canonical weights (buffers of older files are ignored) into either backend's model."""
     if is_bridge(model):
-        config = _config_of(model)
-        model.load_state_dict(layout.to_bridge(state, config), strict=True)
+        model.load_state_dict(layout.to_bridge(state, _config_of(model)), strict=True)
         return
     if is_transformer_lens_model(model):
         missing = model.load_state_dict(layout.canonical_weights(state), strict=False)
