@@ -50,9 +50,8 @@ class ForkingAttentionBridge(AttentionBridge):
             )
         finally:
             self._captured_pre_ln_residual = None
-        self._fire_post_hoc_hook(
-            self.hook_attn_scores, pattern, "hook_attn_scores"
-        )  # as the plain forward does
+        # as the plain forward does
+        self._fire_post_hoc_hook(self.hook_attn_scores, pattern, "hook_attn_scores")
         return self.hook_out(out), pattern
 
     def _forks(self, hidden: Tensor, split: bool, shared: bool) -> list[Tensor | None]:
