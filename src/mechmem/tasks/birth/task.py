@@ -19,7 +19,7 @@ from torch import Tensor
 from mechmem.config import ConfigMixin, Preset, TrainConfig
 from mechmem.errors import MechmemError
 from mechmem.models.parts import model_device
-from mechmem.tasks.base import Batch, PatchingPair, Task, masked_cross_entropy
+from mechmem.tasks.base import Batch, PatchingPair, Task
 from mechmem.tasks.birth.corpus import CorpusStats, load_stats
 from mechmem.tasks.birth.data import OUTPUT_MODES, TriggerSampler, TriggerSequences, trigger_occurrences
 from mechmem.tasks.birth.models import full_config, is_simplified, simplified_config
@@ -117,9 +117,6 @@ class BirthTask(Task):
     def ood_batch(self, n: int, *, generator: torch.Generator) -> Batch:
         """Sequences whose outputs come from the held-out token range (outputs="ood")."""
         return self._batch(self.sampler.sample(n, generator=generator, split="test"))
-
-    def loss(self, logits: Tensor, batch: Batch) -> Tensor:
-        return masked_cross_entropy(logits, batch.targets, batch.loss_mask)
 
     def patching_pair(self, n: int, *, generator: torch.Generator) -> PatchingPair:
         """The in-context answer and its counterfactual, read at a trigger's second occurrence.
