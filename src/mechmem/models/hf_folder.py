@@ -6,6 +6,7 @@ that are cut, malformed or not floating point; config sizes larger than the numb
 """
 
 import json
+import math
 import stat
 import struct
 from pathlib import Path
@@ -120,10 +121,7 @@ def _stored_numbers(path: Path, name: str) -> int:
             raise MechmemError(
                 f"--hf {name}: {path.name}: tensor {key} runs past the end of the file (truncated?)"
             )
-        numel = 1
-        for n in shape:
-            numel *= n
-        total += numel
+        total += math.prod(shape)
     return total
 
 
