@@ -34,14 +34,7 @@ from mechmem.cli.args import (
     thread_count,
 )
 from mechmem.cli.load import check_out_dir, load_for_analysis, load_source
-from mechmem.cli.output import (
-    figure_png,
-    run_analysis,
-    save_figure,
-    skipped,
-    stage_outputs,
-    write_outputs,
-)
+from mechmem.cli.output import figure_png, run_analysis, save_figure, skipped, stage_outputs, write_outputs
 from mechmem.cli.runner import claim_out, install_interrupt_hook, run_script
 from mechmem.errors import one_line
 from mechmem.io import dumps, strict_json, write_json
