@@ -90,15 +90,8 @@ class FactsModelConfig(ConfigMixin):
     @property
     def name(self) -> str:
         """Short variant name, e.g. "attn+mlp+norms+bias+res/gelu" or "2emb"."""
-        parts = [self.mixing]
-        if self.mlp:
-            parts.append("mlp")
-        if self.norms:
-            parts.append("norms")
-        if self.bias and self.mlp:
-            parts.append("bias")
-        if self.mlp and self.mlp_residual:
-            parts.append("res")
+        flags = (self.mlp, self.norms, self.bias and self.mlp, self.mlp and self.mlp_residual)
+        parts = [self.mixing, *(part for part, on in zip(("mlp", "norms", "bias", "res"), flags) if on)]
         return "+".join(parts) + (f"/{self.act_fn}" if self.mlp else "")
 
     def to_transformer_config(self) -> TransformerConfig:
