@@ -109,10 +109,6 @@ class TrainResult:
         )
 
 
-def _trainable(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
-    return [(n, p) for n, p in canonical_parameters(model).items() if p.requires_grad]
-
-
 def _check_finite(model: torch.nn.Module, step: int) -> None:
     """Raise `TrainingDiverged` if any weight is NaN or infinite after the update of `step`."""
     bad = [n for n, p in canonical_parameters(model).items() if not bool(torch.isfinite(p).all())]
@@ -221,7 +217,7 @@ def _train(
     """The loop of `train`, with the run directory locked."""
     device = torch.device(device)
     move_model(model, device)
-    params = _trainable(model)
+    params = [(n, p) for n, p in canonical_parameters(model).items() if p.requires_grad]
     if not params:
         raise MechmemError("the model has no trainable parameters")
     optimizer = make_optimizer([p for _, p in params], cfg)
