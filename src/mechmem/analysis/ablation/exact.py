@@ -223,16 +223,9 @@ def ablate_heads(
         out = out.sum(1) / weights.sum()
     baseline, per_layer = float(out[0]), out[1:].float().reshape(len(methods), cfg.n_layers, -1)
     heads, attn = per_layer[..., : cfg.n_heads], per_layer[..., cfg.n_heads]
-    mlp = None if cfg.attn_only else per_layer[..., cfg.n_heads + 1].float()
+    mlp = None if cfg.attn_only else per_layer[..., cfg.n_heads + 1]
     return AblationResult(
-        metric_name,
-        baseline,
-        tuple(methods),
-        heads.float(),
-        attn.float(),
-        mlp,
-        intervals=intervals,
-        sequences=sequences,
+        metric_name, baseline, tuple(methods), heads, attn, mlp, intervals=intervals, sequences=sequences
     )
 
 
