@@ -224,14 +224,8 @@ def logit_lens(
         top_p.append(p)
         top_t.append(t)
     mask = torch.ones(tokens.shape) if mask is None else mask
-    return LogitLensResult(
-        tuple(name for name, _ in stages),
-        torch.stack(probs_t).cpu(),
-        torch.stack(ranks).cpu(),
-        torch.stack(top_t).cpu(),
-        torch.stack(top_p).cpu(),
-        mask.float().cpu(),
-    )
+    stacked = (torch.stack(values).cpu() for values in (probs_t, ranks, top_t, top_p))
+    return LogitLensResult(tuple(name for name, _ in stages), *stacked, mask.float().cpu())
 
 
 def plot_logit_lens(result: LogitLensResult) -> Any:

@@ -22,6 +22,7 @@ from mechmem.analysis.ablation.exact import (
     ablate_heads,
     ablated_hooks,
     component_hooks,
+    layer_parts,
     layer_variants,
     method_setter,
     reference_tokens,
@@ -38,14 +39,6 @@ attribution (docs/report.md, "Rules written before the run")."""
 CHECK_VARIANTS = 16
 """Variants `attribute_ablation` re-computes exactly (`attribution.sample_cells`)."""
 ESTIMATE_NAME = "first-order attribution (gradient x delta)"
-
-
-def _per_layer(model: torch.nn.Module, flat: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(heads [1 layer head], attn [1 layer], mlp [1 layer] or None) from values in `layer_variants` order."""
-    cfg = model.cfg
-    per_layer = flat.reshape(1, cfg.n_layers, -1)
-    mlp = None if cfg.attn_only else per_layer[..., cfg.n_heads + 1].float()
-    return per_layer[..., : cfg.n_heads].float(), per_layer[..., cfg.n_heads].float(), mlp
 
 
 @dataclass(frozen=True)
@@ -174,7 +167,7 @@ def attribute_ablation(
         return result
     flat = sample.baseline + effects
     flat[chosen] = sample.values
-    heads, attn, mlp = _per_layer(model, flat)
+    heads, attn, mlp = layer_parts(model, flat, 1)
     names = variant_names(model)
     info = {
         "method": f"{ESTIMATE_NAME} of all {len(flat)} ablations, exact on {len(chosen)} of them",
@@ -197,13 +190,5 @@ def attribute_ablation(
             f"{len(chosen)} exactly computed variants"
         )
     return AblationResult(
-        metric_name,
-        sample.baseline,
-        (method,),
-        heads,
-        attn,
-        mlp,
-        info=info,
-        intervals=intervals,
-        sequences=sequences,
+        metric_name, sample.baseline, (method,), heads, attn, mlp, info, intervals, sequences
     )

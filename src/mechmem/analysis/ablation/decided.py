@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from mechmem.analysis.ablation.attribution import attribute_ablation
-from mechmem.analysis.ablation.exact import ablate_heads, task_metric
+from mechmem.analysis.ablation.exact import ablate_heads, layer_parts, task_metric
 from mechmem.analysis.ablation.result import AblationResult, SequenceChanges, delta_intervals
 from mechmem.analysis.options import ABLATION_METRICS
 from mechmem.analysis.sequential import FirstRoundCheck, run_rounds
@@ -124,15 +124,14 @@ def _pooled(
     first_info: dict[str, Any] | None,
 ) -> AblationResult:
     """Every round's sequences as one ablation: the means, the bootstrap intervals, and the decision."""
-    cfg = model.cfg
     sequences = SequenceChanges(
         *(torch.cat([getattr(r.sequences, f) for r in rounds]) for f in ("changes", "weights", "numerators"))
     )
     total = sequences.weights.sum().clamp_min(1e-12)
     baseline = float(sequences.numerators.sum() / total)
-    per_layer = (baseline + sequences.changes.sum(0) / total).float().reshape(len(methods), cfg.n_layers, -1)
+    values = baseline + sequences.changes.sum(0) / total
     bounds = bootstrap_ratio(sequences.changes, sequences.weights, generator=torch.Generator().manual_seed(0))
-    intervals = delta_intervals(*bounds, len(methods), cfg, n_sequences=len(sequences.weights))
+    intervals = delta_intervals(*bounds, len(methods), model.cfg, n_sequences=len(sequences.weights))
     info = dict(rounds[0].info)
     if first_info is not None and "check" in first_info:
         info["check"] = first_info["check"]
@@ -141,9 +140,7 @@ def _pooled(
         rounds[0].metric_name,
         baseline,
         methods,
-        per_layer[..., : cfg.n_heads],
-        per_layer[..., cfg.n_heads],
-        None if cfg.attn_only else per_layer[..., cfg.n_heads + 1],
+        *layer_parts(model, values, len(methods)),
         info=info,
         intervals=intervals,
         sequences=sequences,

@@ -136,6 +136,17 @@ def layer_variants(
     return variants + ([Intervention(mlp, (), setter(mlp, ()))] if mlp else [])
 
 
+def layer_parts(
+    model: torch.nn.Module, values: Tensor, n_methods: int
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(heads [method layer head], attn [method layer], mlp [method layer] or None), float32, from each
+    method's values in `layer_variants` order."""
+    cfg = model.cfg
+    per_layer = values.float().reshape(n_methods, cfg.n_layers, -1)
+    mlp = None if cfg.attn_only else per_layer[..., cfg.n_heads + 1]
+    return per_layer[..., : cfg.n_heads], per_layer[..., cfg.n_heads], mlp
+
+
 def _replay(values: dict[str, Tensor]) -> Callable[[str, tuple], Setter]:
     """Setters writing precomputed replacement values (hook -> full activation) into the slice."""
     return lambda hook, index: apply(lambda act, _hook: values[hook][(slice(None), *index)])
@@ -221,18 +232,9 @@ def ablate_heads(
         intervals = delta_intervals(*bounds, len(methods), cfg, n_sequences=out.shape[1])
         sequences = SequenceChanges(deltas.cpu(), weights, out[0].cpu())
         out = out.sum(1) / weights.sum()
-    baseline, per_layer = float(out[0]), out[1:].float().reshape(len(methods), cfg.n_layers, -1)
-    heads, attn = per_layer[..., : cfg.n_heads], per_layer[..., cfg.n_heads]
-    mlp = None if cfg.attn_only else per_layer[..., cfg.n_heads + 1].float()
+    baseline, (heads, attn, mlp) = float(out[0]), layer_parts(model, out[1:], len(methods))
     return AblationResult(
-        metric_name,
-        baseline,
-        tuple(methods),
-        heads.float(),
-        attn.float(),
-        mlp,
-        intervals=intervals,
-        sequences=sequences,
+        metric_name, baseline, tuple(methods), heads, attn, mlp, intervals=intervals, sequences=sequences
     )
 
 
@@ -272,6 +274,7 @@ __all__ = [
     "ablated_hooks",
     "ablation_values",
     "component_hooks",
+    "layer_parts",
     "layer_variants",
     "method_setter",
     "n_variants",

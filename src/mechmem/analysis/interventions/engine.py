@@ -12,7 +12,7 @@ Caveats: an intervention fixes one activation and lets everything downstream rea
 interventions need not add up. Mean and resample ablation depend on the reference distribution: name it.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -100,6 +100,14 @@ def _stacked(act: Tensor, variants: list[list[Intervention]], values: dict, hook
         for iv in variant:
             iv.set(new[slot], values.get((id(iv.setter), iv.hook)), hook)
     return new
+
+
+def _by_stage(keys: list[tuple[str, int]], tensors: Iterable[Tensor]) -> dict[str, list[Tensor]]:
+    """`tensors` (one per (stage, layer) key) as `out[stage][layer]`, detached; every stage present."""
+    out: dict[str, list[Tensor]] = {s: [] for s in STAGES}
+    for (s, _), t in zip(keys, tensors):
+        out[s].append(t.detach())
+    return out
 
 
 def _replay_of(model: torch.nn.Module) -> Replay | None:
@@ -475,14 +483,7 @@ class Engine:
         parts: list[Tensor] = []
 
         def each(r: slice, acts: list[Tensor], grads: list[Tensor]) -> None:
-            by_stage: tuple[dict[str, list[Tensor]], dict[str, list[Tensor]]] = (
-                {s: [] for s in STAGES},
-                {s: [] for s in STAGES},
-            )
-            for (s, _), a, g in zip(keys, acts, grads):
-                by_stage[0][s].append(a)
-                by_stage[1][s].append(g)
-            parts.append(reduce(r, *by_stage))
+            parts.append(reduce(r, _by_stage(keys, acts), _by_stage(keys, grads)))
 
         value = self._chunked_gradients(tokens, None, keys, rows, each)[0]
         return float(value.detach()), torch.cat(parts)
@@ -496,16 +497,12 @@ class Engine:
         tokens = tokens.to(model_device(self.model))
         stages = [s for s in model_stages(self.model.cfg) if stages is None or s in stages]
         keys = [(s, l) for s in stages for l in range(self.model.cfg.n_layers)]
-        out: dict[str, list[Tensor]] = {s: [] for s in STAGES}
         if self.replay is None:
-            names = [
-                STAGE_HOOKS[s].format(l) for s, l in keys if STAGE_HOOKS[s].format(l) in self.model.hook_dict
-            ]
-            value, seen = capture_run(self.model, tokens, names, [], self.metric)
-            for name in names:
-                if name in seen:  # in stage-then-layer order, as `keys`
-                    out[name.rsplit("hook_", 1)[-1]].append(seen[name])
-            return float(value), out
+            names = {key: STAGE_HOOKS[key[0]].format(key[1]) for key in keys}
+            hooked = [names[key] for key in keys if names[key] in self.model.hook_dict]
+            value, seen = capture_run(self.model, tokens, hooked, [], self.metric)
+            keys = [key for key in keys if names[key] in seen]
+            return float(value), _by_stage(keys, [seen[names[key]] for key in keys])
         metric = self.compiled(tokens)
         readout = metric.readout.to(tokens.device)
         gathered: dict[tuple[str, int], Tensor] = {}
@@ -516,9 +513,7 @@ class Engine:
                 add_rows(gathered, (s, l), run.acts[s][l], r, len(tokens), mean=False)
             logits.append(run.logits)
             del run
-        for (s, _), act in gathered.items():
-            out[s].append(act)
-        return float(metric.fn(torch.cat(logits)[None])[0]), out
+        return float(metric.fn(torch.cat(logits)[None])[0]), _by_stage(list(gathered), gathered.values())
 
     def gradients(
         self,
@@ -557,12 +552,7 @@ class Engine:
             names = [name for name in names if name in seen]
             value, by_hook = activation_grads(self.model, tokens, names, self.metric, extra)
             acts, grads = [seen[n] for n in names], [by_hook[n] for n in names]
-        out_acts: dict[str, list[Tensor]] = {s: [] for s in STAGES}
-        out_grads: dict[str, list[Tensor]] = {s: [] for s in STAGES}
-        for (s, _), a, g in zip(keys, acts, grads):
-            out_acts[s].append(a.detach())
-            out_grads[s].append(g.detach())
-        return float(value.detach()), out_acts, out_grads
+        return float(value.detach()), _by_stage(keys, acts), _by_stage(keys, grads)
 
 
 @torch.no_grad()

@@ -164,18 +164,14 @@ def per_sequence_bytes(model: torch.nn.Module, tokens: Tensor) -> int:
     return total[0] + logits.numel() * logits.element_size()
 
 
-def _metric_on_logits(metric: Any) -> Callable[[Tensor], Tensor]:
-    """The metric as a function of full logits [batch pos d_vocab] (a `PatchingMetric` reads its own)."""
-    if isinstance(metric, PatchingMetric):
-        readout = metric.readout
-        return lambda logits: metric.fn(take_pos(logits, readout.to(logits.device), -3, -2)[None])[0]
-    return metric
-
-
 def _evaluate(metric: Any, logits: Tensor, n: int) -> list[Tensor]:
-    """The metric of each of the n variants stacked in `logits` [n * batch, pos, d_vocab]."""
-    fn = _metric_on_logits(metric)
-    return [torch.as_tensor(fn(x)) for x in logits.unflatten(0, (n, logits.shape[0] // n))]
+    """The metric of each of the n variants stacked in `logits` [n * batch, pos, d_vocab] (a `PatchingMetric`
+    reads its own positions)."""
+    stacked = logits.unflatten(0, (n, logits.shape[0] // n))
+    if isinstance(metric, PatchingMetric):
+        readout = metric.readout.to(logits.device)
+        return [torch.as_tensor(metric.fn(take_pos(x, readout, -3, -2)[None])[0]) for x in stacked]
+    return [torch.as_tensor(metric(x)) for x in stacked]
 
 
 def run_hooked(

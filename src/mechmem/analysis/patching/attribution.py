@@ -117,16 +117,13 @@ class Attributor:
         else:
             acts, _, value = self.run(name)
             start, end = (self.model.embed(self.tokens[n]).detach() for n in (name, toward))
-            grads = {s: [] for s in STAGES}
+            grads: dict[str, list[Tensor]] = {}
             for i in range(self.steps):
                 mixed = start + (i + 0.5) / self.steps * (end - start)
                 step = self.engine.gradients(self.tokens[name], embed=mixed, stages=self.stages)[2]
                 for s in STAGES:
-                    for layer, g in enumerate(step[s]):
-                        if i == 0:
-                            grads[s].append(g / self.steps)
-                        else:
-                            grads[s][layer] = grads[s][layer] + g / self.steps
+                    part = [g / self.steps for g in step[s]]
+                    grads[s] = part if i == 0 else [a + b for a, b in zip(grads[s], part)]
         self._runs[key] = (acts, grads, value)
         if toward is None:  # later `source` calls read this run
             self._sources.pop(name, None)
@@ -349,16 +346,8 @@ def agreement(approx: PatchingResult, exact: PatchingResult, k: int = 10) -> dic
     largest |effect| cells of `exact` also among the k largest of `approx`)."""
     if approx.values.shape != exact.values.shape:
         raise MechmemError("results of different shapes cannot be compared")
-    a = (approx.values - approx.baseline).flatten().double()
-    e = (exact.values - exact.baseline).flatten().double()
-    k = min(k, len(e))
-    top_a, top_e = set(a.abs().topk(k).indices.tolist()), set(e.abs().topk(k).indices.tolist())
-    return {
-        "pearson": _pearson(a, e),
-        "spearman": _pearson(_ranks(a), _ranks(e)),
-        "top_k": len(top_a & top_e) / k,
-        "k": k,
-    }
+    found = judge(approx.values - approx.baseline, exact.values - exact.baseline, k)
+    return {key: found[key] for key in ("pearson", "spearman", "top_k", "k")}
 
 
 __all__ = [

@@ -215,8 +215,7 @@ def decision_lines(found: DecidedPatching) -> list[str]:
         cells = result.decision
         share = float(cells.threshold.flatten()[0])
         matter = f"matter (share of the gap decided >= {share:g} in size)"
-        line = f"{name}: " + cells.tally("cells", matter, "pairs")
-        lines.append(line + ".")
+        lines.append(f"{name}: " + cells.tally("cells", matter, "pairs") + ".")
     return lines
 
 
