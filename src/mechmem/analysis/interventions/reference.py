@@ -1,7 +1,7 @@
 """The intervention engine's reference: one full `run_with_hooks` per variant, written without the engine.
 
-It shares only `Intervention`, its setters and the table of flagged hooks (`hooked.FLAGS`) with the
-engine, so a mistake in the engine's batching, caching or replay cannot hide in both.
+It shares only `Intervention` and its setters with the engine, so a mistake in the engine's batching,
+caching or replay cannot hide in both.
 """
 
 import contextlib
@@ -12,12 +12,18 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from mechmem.analysis.interventions.hooked import FLAGS
 from mechmem.analysis.interventions.metric import PatchingMetric
 from mechmem.analysis.interventions.spec import Intervention, Variant, as_lists
 from mechmem.models.parts import model_device
 
-FLAG_OF_HOOK = FLAGS
+FLAG_OF_HOOK = {
+    "hook_mlp_in": "use_hook_mlp_in",
+    "hook_attn_in": "use_attn_in",
+    "attn.hook_result": "use_attn_result",
+    "hook_q_input": "use_split_qkv_input",
+    "hook_k_input": "use_split_qkv_input",
+    "hook_v_input": "use_split_qkv_input",
+}
 """TransformerLens's on-request hooks (by name suffix) and the config flag that switches each on."""
 
 
