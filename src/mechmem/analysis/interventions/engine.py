@@ -1,12 +1,17 @@
 """The intervention engine: run a model with some activations replaced, many variants per forward pass.
 
 An `Intervention` names an activation (a TransformerLens hook name), a slice of it and a setter (`zero`,
-`mean`, `resample`, `from_run`, `apply`; `interventions.spec`). A *variant* is one intervention or a
-list applied together; `intervene` returns the metric of every variant, equal to one `run_with_hooks`
-per variant (`interventions.reference.naive_intervene`, tested). `Engine` runs a variant that replaces
-one activation the hook-free replay resumes from on the replay (`interventions.replay`), everything else
-on hooks (`interventions.hooked`). The metric is `metric(logits [batch pos d_vocab]) -> tensor` (a
-scalar or one value per sequence) or a `PatchingMetric`.
+`mean`, `resample`, `from_run`, `apply`; `interventions.spec`); `index` indexes the axes after the batch:
+
+    Intervention("blocks.0.attn.hook_z", (slice(None), 1), zero())       head 1's z at every position -> 0
+    Intervention("blocks.1.hook_resid_pre", (3,), from_run(clean))       position 3 of the residual, clean run
+    Intervention("blocks.0.mlp.hook_post", (slice(None), [2, 5]), mean(ref))    neurons 2 and 5 -> their mean
+
+A *variant* is one intervention or a list applied together; `intervene` returns the metric of every variant,
+equal to one `run_with_hooks` per variant (`interventions.reference.naive_intervene`, tested). `Engine` runs a
+variant that replaces one activation the hook-free replay resumes from on the replay (`interventions.replay`),
+everything else on hooks (`interventions.hooked`). The metric is `metric(logits [batch pos d_vocab]) ->
+tensor` (a scalar or one value per sequence) or a `PatchingMetric`.
 
 Caveats: an intervention fixes one activation and lets everything downstream react; effects of several
 interventions need not add up. Mean and resample ablation depend on the reference distribution: name it.
