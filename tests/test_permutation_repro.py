@@ -410,17 +410,22 @@ def test_page_only_puts_the_published_schedule_record_first(tmp_path):
 
 
 def test_values_without_a_primary_source_are_named_so_on_the_page():
-    """Every published number whose source says "no primary source" is called that in the headline and listed
-    under the published table; a value with a source is quoted with it instead."""
+    """Every published number whose source says "no primary source" is called "no primary source the project
+    holds" in the headline and listed under the published table; a value with a source is quoted with it."""
     record = json.loads((DOCS / "data" / "permutation-paper.json").read_text())
     published = copy.deepcopy(page.load_published()["values"])
     assert all(not re.search(r"\bissue\b", v["source"]) for v in published.values())
     headline = page.headline_text(record, published)
     assert headline.startswith("**Published schedule**")
-    assert headline.count("no primary source") == 2  # both probes
+    assert headline.count("no primary source the project holds") == 2  # both probes
     lines = page.build_page(record).section("published").lines
-    listed = next(x for x in lines if x.startswith("Published values without a primary source"))
+    listed = next(
+        x for x in lines if x.startswith("Published values with no primary source the project holds")
+    )
     assert "Task 1 training-loss plateau" in listed and "Task 2 probe" in listed
     published["task1_probe_elimination_p"]["source"] = "seed page, a sentence"
     headline = page.headline_text(record, published)
-    assert headline.count("no primary source") == 1 and "source: seed page, a sentence" in headline
+    assert (
+        headline.count("no primary source the project holds") == 1
+        and "source: seed page, a sentence" in headline
+    )

@@ -23,6 +23,7 @@ from mechmem_papers.memorisation.fits import ScalingFit
 from mechmem_papers.memorisation.page_constructions import constructions_headline, constructions_sections
 from mechmem_papers.memorisation.page_published import (
     MIXING_LABELS,
+    b1_failures,
     b1_summary,
     comparisons_section,
     is_published_schedule,
@@ -166,7 +167,8 @@ def facts_headline(record: dict[str, Any]) -> list[str]:
     table = record["table"]
     longer = _longer_lines(record)
     at_published = [line for line, published in longer if published]
-    lines = [b1_summary(record), *at_published, _published_ordering_line(record)]
+    lines = [b1_summary(record), *[x for x in [b1_failures(record)] if x], *at_published]
+    lines.append(_published_ordering_line(record))
     lines += [line for line in [_e7_scaling_line(record)] if line]
     if not is_published_schedule(record, record["schedule"]):
         lines.append(

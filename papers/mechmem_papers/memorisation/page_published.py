@@ -128,6 +128,38 @@ def b1_summary(record: dict[str, Any]) -> str:
     )
 
 
+def b1_failures(record: dict[str, Any]) -> str | None:
+    """The published findings that fail at the published schedule, by rules fixed before the runs: a Table B.1
+    row fails when ours is both outside the published range and more than 10% from its mean; Appendix B's
+    outlier finding fails for a mixing where that combination is not our lowest MLP variant."""
+    failed = [
+        f"{r['variant']} {c.ours} [published {c.low:.0f} - {c.high:.0f}, mean {c.mean:.0f}]"
+        for r, _, c in _at_published(record, b1_comparisons(record))
+        if not (c.inside or c.within_10)
+    ]
+    cells = _cells(record, published=True)
+    odd = {m: o for m in MIXINGS if (o := outlier(cells, m)) and not o["is_lowest"]}
+    if not failed and not odd:
+        return None
+    parts = []
+    if odd:
+        pub = record["published"]["outlier"]
+        parts.append(
+            f'Appendix B\'s "{pub["quote"].split(". ")[0]}" fails for '
+            + ", ".join(
+                f"{MIXING_LABELS[m]} ({o['any']} facts; the lowest MLP variant stores {o['lowest_any']})"
+                for m, o in odd.items()
+            )
+        )
+    if failed:
+        parts.append(f"{len(failed)} Table B.1 rows fail: " + ", ".join(failed))
+    return (
+        "Published findings that do not reproduce at the published schedule (ours is one repeat of the whole"
+        " search, the paper's Table B.1 four; a row fails when it is outside the published range and more"
+        " than 10% from its mean): " + "; ".join(parts) + "."
+    )
+
+
 def _norms_no_mlp(record: dict[str, Any], *, published: bool) -> str:
     """Norms on vs off without an MLP, per mixing, at the published schedule or at each capped one."""
     parts = []

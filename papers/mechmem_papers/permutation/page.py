@@ -92,10 +92,11 @@ def _memorisation_max_err(runs: list[dict[str, Any]]) -> list[float]:
 
 
 def provenance(entry: dict[str, Any]) -> str:
-    """A published value's provenance in a few words: "no primary source" where published.json says so, else
-    its source."""
+    """A published value's provenance in a few words: "no primary source the project holds" where
+    published.json says so (the seed page may state it; the project's copy lost it), else its source."""
     source = entry["source"]
-    return "no primary source" if source.startswith("no primary source") else f"source: {source}"
+    held = "no primary source the project holds"
+    return held if source.startswith("no primary source") else f"source: {source}"
 
 
 def _published_schedule_text(values: dict[str, Any]) -> str:
@@ -359,10 +360,11 @@ def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
     unsourced = [
         v
         for v in published.values()
-        if provenance(v) == "no primary source" and isinstance(v["value"], int | float)
+        if v["source"].startswith("no primary source") and isinstance(v["value"], int | float)
     ]
     s.lines.append(
-        "Published values without a primary source (the values the project was given, of unknown origin): "
+        "Published values with no primary source the project holds (the seed page may state them; the"
+        " project's copy of its text lost the numbers, so these are the values the project was given): "
         + "; ".join(f"{v['quantity']} {v['value']}" for v in unsourced)
         + "."
     )
