@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import ROOT, assert_records_close, load_script
 
 from mechmem.cli import run_script
@@ -577,3 +578,34 @@ def test_construction_numbers_carry_their_set_up_beside_the_authors(record):
     changed = copy.deepcopy(record)
     changed["constructions"]["grid"]["n_inits"] = 11
     assert "best of 11 inits" in pc.setup_of(changed, "trained")
+
+
+def test_trained_parameters_are_those_the_model_trains():
+    """`trainable_parameters` against the built model's own parameter count, for all 54 variants."""
+    from mechmem.models.facts import all_variants, build_facts_model
+    from mechmem_papers.memorisation.bits import trainable_parameters
+
+    for cfg in all_variants():
+        model = build_facts_model(cfg, generator=torch.Generator().manual_seed(0))
+        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        assert trainable_parameters(cfg.to_dict()) == trained, cfg.name
+
+
+def test_stored_bits_bound_is_zero_at_chance_and_full_at_perfect_recall():
+    from mechmem_papers.memorisation.bits import stored_bits
+
+    for k in (2, 16, 64):
+        assert stored_bits(100, k, 1.0) == pytest.approx(100 * math.log2(k))
+        assert stored_bits(100, k, 1 / k) == pytest.approx(0.0, abs=1e-9)
+        assert 0 < stored_bits(100, k, 0.9) < stored_bits(100, k, 1.0)
+
+
+def test_bits_table_is_the_record_in_bits(record):
+    """The page's bits table recomputed from the record's Any capacities: N log2 n_out / trained params."""
+    rows = _table_rows((DOCS / "memorisation.md").read_text().split("## Capacity in bits")[1], "variant")
+    configs = {r["variant"]: r["config"] for r in record["table"]}
+    assert len(rows) == 54
+    for variant, params, _, facts, ours, pub_mean, pub in rows:
+        n_out = configs[variant]["n_out"]
+        assert float(ours) == pytest.approx(int(facts) * math.log2(n_out) / int(params), abs=0.006)
+        assert float(pub) == pytest.approx(float(pub_mean) * math.log2(n_out) / int(params), abs=0.02)

@@ -178,3 +178,23 @@ def plot_convergence(
     fig.suptitle("Capacity by epoch cap (patience scaled with it), one line per variant", fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
+
+
+def plot_bits_per_parameter(
+    ours: dict[str, float], published: dict[str, float], anchor: float, capped: set[str]
+) -> Any:
+    """Bits per trainable parameter per variant, ours (hatched: a capped schedule, a lower bound) and the
+    published mean, with the anchor's line."""
+    names = list(ours)
+    fig, ax = plt.subplots(figsize=(11, 3.8))
+    x = np.arange(len(names))
+    bars = ax.bar(x - 0.2, [ours[n] for n in names], 0.4, label="ours (Any; hatched: capped schedule)")
+    for bar, name in zip(bars, names):
+        bar.set_hatch("//" if name in capped else "")
+    ax.bar(x + 0.2, [published[n] for n in names], 0.4, label="published mean (Any)")
+    ax.axhline(anchor, color="k", ls="--", lw=0.8, label=f"{anchor:g} bits / parameter (Allen-Zhu & Li)")
+    ax.set_xticks(x, names, rotation=90, fontsize=6)
+    ax.set(ylabel="bits per trained parameter")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -12,6 +12,8 @@ import statistics
 from typing import Any
 
 from mechmem.report.document import Section, Table
+from mechmem_papers.memorisation.bits import bits_per_parameter, trainable_parameters
+from mechmem_papers.memorisation.figures import plot_bits_per_parameter
 from mechmem_papers.memorisation.records import PUBLISHED_NAME
 from mechmem_papers.memorisation.summary import (
     PublishedComparison,
@@ -158,6 +160,45 @@ def b1_failures(record: dict[str, Any]) -> str | None:
         " search, the paper's Table B.1 four; a row fails when it is outside the published range and more"
         " than 10% from its mean): " + "; ".join(parts) + "."
     )
+
+
+def bits_section(record: dict[str, Any]) -> Section:
+    """Table B.1's capacities, ours at each variant's longest schedule and the published mean, in bits per
+    trainable parameter, beside Allen-Zhu & Li's 2 bits per parameter."""
+    anchor = record["published"]["knowledge_capacity"]
+    rows, ours, theirs = [], {}, {}
+    for r, row, c in b1_comparisons(record):
+        params = trainable_parameters(r["config"])
+        ours[r["variant"]] = bits_per_parameter(c.ours, r["config"])
+        theirs[r["variant"]] = bits_per_parameter(c.mean, r["config"])
+        rows.append(
+            [r["variant"], params, short_schedule(r["schedule"]), c.ours, f"{ours[r['variant']]:.2f}"]
+            + [f"{c.mean:.0f}", f"{theirs[r['variant']]:.2f}"]
+        )
+    at_published = [r["variant"] for r, _, _ in _at_published(record, b1_comparisons(record))]
+    best = max(at_published, key=ours.__getitem__, default=None)
+    lines = [
+        (
+            "A label is one of n_out = d equally likely values, so N facts recalled at argmax carry N log2"
+            " n_out bits, a lower bound on what the weights store (accuracy-based; Allen-Zhu & Li count bits"
+            " from the loss, which the record does not keep). Divided by the parameters the variant trains."
+            f' Anchor: {anchor["value"]:g} bits per parameter ({anchor["source"]}: "{anchor["quote"]}").'
+        ),
+        f"At the published schedule {sum(ours[v] >= anchor['value'] for v in at_published)} of"
+        f" {len(at_published)} variants reach {anchor['value']:g} bits per parameter"
+        + (f"; the most is {best}, {ours[best]:.2f}." if best else "."),
+        (
+            "Rows at the 1,024-fact ceiling (every input pair a fact) are censored: their bits are lower"
+            " bounds. Not computed yet: the int8 check (it needs the trained weights, which the record does"
+            " not keep), the constructions, and the permutation and Birth memories."
+        ),
+    ]
+    section = Section("bits", "Capacity in bits per parameter", lines=lines)
+    headers = ["variant", "trained parameters", "our schedule", "ours (Any)", "ours bits / param"]
+    section.tables.append(Table([*headers, "published mean", "published bits / param"], rows))
+    capped = set(ours) - set(at_published)
+    section.add_figure("per_parameter", plot_bits_per_parameter(ours, theirs, anchor["value"], capped))
+    return section
 
 
 def _norms_no_mlp(record: dict[str, Any], *, published: bool) -> str:
