@@ -609,3 +609,17 @@ def test_bits_table_is_the_record_in_bits(record):
         n_out = configs[variant]["n_out"]
         assert float(ours) == pytest.approx(int(facts) * math.log2(n_out) / int(params), abs=0.006)
         assert float(pub) == pytest.approx(float(pub_mean) * math.log2(n_out) / int(params), abs=0.02)
+
+
+def test_construction_bits_table_is_the_record_in_bits(record):
+    """Each row: Fano's bound at the recorded accuracy, over 5 d^2 weights (E1, E2: 2d x d; U: d x d)."""
+    section = (DOCS / "memorisation.md").read_text().split("## Constructions in bits")[1]
+    rows = _table_rows(section, "mode")
+    assert len(rows) == sum(len(r["searches"]) for r in record["constructions"]["results"])
+    for _, d, _, facts, acc, bits, weights, per_weight, _, _ in rows:
+        d, n, a = int(d), int(facts), float(acc)
+        h = 0.0 if a == 1 else -(a * math.log2(a) + (1 - a) * math.log2(1 - a))
+        expected = n * (math.log2(d) - h - (1 - a) * math.log2(d - 1))
+        assert int(weights) == 5 * d * d
+        assert float(bits) == pytest.approx(expected, abs=0.01 * n + 1)
+        assert float(per_weight) == pytest.approx(float(bits) / int(weights), abs=0.006)

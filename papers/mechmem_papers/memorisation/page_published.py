@@ -190,7 +190,7 @@ def bits_section(record: dict[str, Any]) -> Section:
         (
             "Rows at the 1,024-fact ceiling (every input pair a fact) are censored: their bits are lower"
             " bounds. Not computed yet: the int8 check (it needs the trained weights, which the record does"
-            " not keep), the constructions, and the permutation and Birth memories."
+            " not keep) and the permutation and Birth memories; the constructions have their own table below."
         ),
     ]
     section = Section("bits", "Capacity in bits per parameter", lines=lines)
