@@ -114,7 +114,10 @@ def test_page_numbers_equal_the_record(tiny_record):
                 ]
                 if v is not None
             ][-section3["plateau_k"] :]
-            assert f"{sum(curve) / len(curve):.3f} ({cell['verdict']};" in text
+            final = record["ladder"]["records"][f"{cell['rung']}/" + _cell_name(cell)]["final"]["icl_acc"]
+            assert (
+                f"{final:.3f} ({cell['verdict']}; the curve's plateau {sum(curve) / len(curve):.3f}," in text
+            )
     for entry in record["runs"].values():
         row = next(
             line for line in text.splitlines() if line.startswith(f"| {entry['label']} | {entry['group']}")
@@ -161,10 +164,12 @@ def test_section3_is_judged_as_written_once_per_claim():
         "claims": [{**around, "key": "x", "cells": [{"a": 0}, {"a": 1}]}],
     }
     values = {0: 0.55, 1: 0.505}
-    cell = lambda rung, model: {"curve": {"eval_icl_acc": [values[model["a"]]]}, "final": {"icl_acc": 0.0}}
+    cell = lambda rung, model: {"curve": {"eval_icl_acc": [0.55]}, "final": {"icl_acc": values[model["a"]]}}
     assert statements.judge_as_written(section3, rungs, cell)[0]["verdict"] == statements.WITHIN_SPREAD
     values[1] = 0.3
-    assert statements.judge_as_written(section3, rungs, cell)[0]["verdict"] == "fails"
+    judged = statements.judge_as_written(section3, rungs, cell)[0]
+    assert judged["verdict"] == "fails"  # judged on the fresh sequences ...
+    assert judged["verdict_curve"] == "holds"  # ... while the curve's plateau, shown beside, would pass it
 
 
 def test_published_and_authors_values_come_from_the_record(tiny_record):

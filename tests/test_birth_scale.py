@@ -154,6 +154,9 @@ def test_train_cell_record_is_deterministic_json():
     a, b = scale.train_cell(**kw), scale.train_cell(**kw)
     assert json.loads(json.dumps(a))["config"]["steps"] == 3 and a["curve"]["step"] == [0, 1, 2, 3]
     assert a["final"] == b["final"] and a["curve"] == b["curve"]
+    # where it ran and with what, in every record
+    assert a["device"] == "cpu" and a["software"]["torch"] == torch.__version__
+    assert set(a["software"]) == {"python", "torch", "transformer_lens", "backend"}
 
 
 def test_committed_rules_cover_the_ladder_statements():

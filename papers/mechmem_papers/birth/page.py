@@ -82,8 +82,9 @@ def _first_rules_text(record: dict[str, Any], keys: list[str]) -> tuple[str, str
 def _cell_text(c: dict[str, Any]) -> str:
     triggers = "fixed" if c["model"]["fixed_triggers"] else "random"
     return (
-        f"{triggers} triggers: {c['value']:.3f} ({c['verdict']}; final batch {c['final']:.3f}; last quarter"
-        f" minus the one before {fmt(c['late_rise'])}) at {c['rung']} ({_sizes(c['sizes'])})"
+        f"{triggers} triggers: {c['value']:.3f} ({c['verdict']}; the curve's plateau"
+        f" {c['curve_plateau']:.3f}, {c['curve_verdict']}; its last quarter minus the one before"
+        f" {fmt(c['late_rise'])}) at {c['rung']} ({_sizes(c['sizes'])})"
     )
 
 
@@ -134,7 +135,10 @@ def _section3_table(record: dict[str, Any]) -> Table:
                 f'"{c["words"]}"',
                 c["published"],
                 ours,
-                f"{c['verdict'] or '-'} (without the settled check: {c['verdict_plateau_only'] or '-'})",
+                (
+                    f"{c['verdict'] or '-'} (without the settled check: {c['verdict_plateau_only'] or '-'};"
+                    f" on the curve's plateau: {c.get('verdict_curve') or '-'})"
+                ),
                 *_first_rules_text(record, c["first_rules"]),
             ]
         )
@@ -145,11 +149,11 @@ def _section3_table(record: dict[str, Any]) -> Table:
         f" ({section3['margin_source']}; {spread_text(record)}): a value closer than that to the claim's"
         " boundary is"
         f' "{WITHIN_SPREAD}", not a pass or a failure. {section3["settled"]} The judgement column gives in'
-        f" brackets the verdict without that check ({section3['settled_since']}). The last three columns give"
-        " the rules written first (the scale ladder's band, and the first rule on the quick suite's depth"
-        " runs) with their outcomes."
+        f" brackets the verdict without that check ({section3['settled_since']}) and the verdict on the"
+        f" curve's plateau ({section3['reading_since']}). The last three columns give the rules written first"
+        " (the scale ladder's band, and the first rule on the quick suite's depth runs) with their outcomes."
     )
-    headers = ["paper's words", "published", "ours: plateau per cell", "judgement", "rules written first"]
+    headers = ["paper's words", "published", "ours per cell", "judgement", "rules written first"]
     return Table(headers + ["their outcome", "holds (then)"], rows, caption=caption)
 
 

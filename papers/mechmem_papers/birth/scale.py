@@ -18,6 +18,7 @@ metric curves. `run_ladder` climbs; `summarise` turns the rules and the records 
 import json
 import math
 import os
+import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 import torch
 
+from mechmem.models.backend import BACKEND, TL_VERSION
 from mechmem.models.parts import model_device
 from mechmem.models.transformer import build_transformer
 from mechmem.tasks import build_task
@@ -100,6 +102,13 @@ def train_cell(
         "machine": f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch thread(s), "
         f"load average {load:.1f} at start"
         + (f", trained on {torch.cuda.get_device_name(device)}" if device.startswith("cuda") else ""),
+        "device": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
+        "software": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformer_lens": TL_VERSION,
+            "backend": BACKEND,
+        },
         "curve": curve,
     }
 

@@ -10,9 +10,9 @@ keep their first versions (`FIRST_RULES`), evaluated too, so the page shows both
 The Section 3 accuracies (2 layers with fixed or random triggers, 1 layer) were first judged on the scale
 ladder (`mechmem_papers.birth.scale`, rules in `birth_rules.json`: a statement held when some rung met its
 band). `judge_as_written` judges the sentence as written instead ("over" as a strict bar, "around ... for one
-layer" as one claim over both trigger types), each level on the plateau of the largest rung run, with the
-measured spread as the margin and only where the curve has settled; the page shows the earlier rules' outcomes
-beside it.
+layer" as one claim over both trigger types), each level on the fresh-sequence accuracy of the largest rung
+run, with the measured spread as the margin and only where the curve has settled; the page shows the earlier
+rules' and readings' outcomes beside it.
 """
 
 import json
@@ -321,12 +321,14 @@ def judge_as_written(
 
     `rungs` are the ladder's rungs in order; `cell(rung name, model)` is that cell's seed-0 record or None.
 
-    A cell is judged at the largest rung it ran (seed 0), on the `plateau` of its held-out curve, and only
-    if the curve has settled there (`settled_verdict`: a curve that still rises through a band does not pass
-    by reaching it); a claim over several cells holds if every cell holds and fails if any fails. Returns
-    dicts with the claim's fields plus "cells" (rung, sizes, plateau, late rise, final accuracy, verdict and
-    "plateau_only", the verdict without the settled check, per cell), "verdict" and "verdict_plateau_only"
-    (None when a cell has no ladder record).
+    A cell is judged at the largest rung it ran (seed 0), on its final in-context accuracy over fresh
+    sequences (the metric the ladder's rules state), and only if its held-out curve has settled there
+    (`settled_verdict`: a curve that still rises through a band does not pass by reaching it); a claim over
+    several cells holds if every cell holds and fails if any fails. The curve's `plateau` (the same held-out
+    sequences at every point) is judged beside it, the reading the page used first. Returns dicts with the
+    claim's fields plus "cells" (rung, sizes, value, curve plateau, late rise, verdict, "plateau_only" the
+    verdict without the settled check, and "curve_verdict"), "verdict", "verdict_plateau_only" and
+    "verdict_curve" (None when a cell has no ladder record).
     """
     k, margin = section3["plateau_k"], section3["margin"]
     out = []
@@ -340,17 +342,22 @@ def judge_as_written(
             rung = ran[-1]
             rec = cell(rung["name"], model)
             curve = rec["curve"]["eval_icl_acc"]
-            value, rise = plateau(curve, k), late_rise(curve)
+            value, on_curve, rise = rec["final"]["icl_acc"], plateau(curve, k), late_rise(curve)
             first = level_verdict(claim, value, margin)
             cells.append({
-                "model": model, "rung": rung["name"], "value": value, "final": rec["final"]["icl_acc"],
+                "model": model, "rung": rung["name"], "value": value, "curve_plateau": on_curve,
                 "sizes": {key: rung[key] for key in ("d_model", "seq_len", "batch_size", "steps")},
                 "late_rise": rise, "plateau_only": first,
                 "verdict": settled_verdict(claim, first, rise, margin),
+                "curve_verdict": settled_verdict(claim, level_verdict(claim, on_curve, margin), rise, margin),
             })  # fmt: skip
         done = [c for c in cells if c is not None]
         complete = done and len(done) == len(cells)
-        verdict = _combined([c["verdict"] for c in done]) if complete else None
-        first = _combined([c["plateau_only"] for c in done]) if complete else None
-        out.append({**claim, "cells": done, "verdict": verdict, "verdict_plateau_only": first})
+
+        keys = ("verdict", "plateau_only", "curve_verdict")
+        v = {key: _combined([c[key] for c in done]) if complete else None for key in keys}
+        out.append({
+            **claim, "cells": done, "verdict": v["verdict"], "verdict_plateau_only": v["plateau_only"],
+            "verdict_curve": v["curve_verdict"],
+        })  # fmt: skip
     return out
