@@ -234,9 +234,16 @@ def _expected_published_rows(record):
     for pub, ours in expected:
         # the sample sd (`stats.mean_sd`); none for one value; published values as published, not rounded
         sd = stdev(ours) if len(ours) > 1 else "-"
-        rows.append([f"{pub['value']:g}", pub["source"], mean(ours), sd, len(ours)])
+        span = f"{min(ours):.3f} .. {max(ours):.3f}"
+        near = (
+            "yes"
+            if any(abs(x - pub["value"]) <= published["seed_tolerance"]["value"] for x in ours)
+            else "no"
+        )
+        rows.append([f"{pub['value']:g}", pub["source"], mean(ours), sd, span, len(ours), near])
     errs = [max_err(r) for r in t2]
-    rows.append(["-", published["bayes_errors"]["source"], mean(errs), stdev(errs), len(errs)])
+    span = f"{min(errs):.3f} .. {max(errs):.3f}"
+    rows.append(["-", published["bayes_errors"]["source"], mean(errs), stdev(errs), span, len(errs), "-"])
     return rows
 
 
@@ -388,8 +395,8 @@ def test_committed_record_rebuilds_its_page():
     for table, rec, cells in ((first, paper, slice(3, None)), (second, record, slice(2, None))):
         probes = [r["probe"]["p_recall"] for r in rec["task2"]]
         # mean and sample sd of recorded floats: any summation order agrees to 1e-12 relative
-        want = [mean(probes), stdev(probes), len(probes)]
-        assert_records_close(table.rows[4][cells], want, rel=1e-12, abs=1e-15)
+        want = [mean(probes), stdev(probes), f"{min(probes):.3f} .. {max(probes):.3f}", len(probes)]
+        assert_records_close(table.rows[4][cells][:4], want, rel=1e-12, abs=1e-15)
     assert report.section("roles").skipped or report.section("roles").tables
 
 

@@ -283,38 +283,32 @@ def published_rows(record: dict[str, Any], published: dict[str, Any]) -> list[li
         "Task 2 final-step accuracy, memorisation": [final_acc(r, "memorisation") for r in t2],
     }
     # published values as published (all their digits, not the table's 3 decimals)
-    rows = [
-        [
-            published[k]["quantity"],
-            f"{published[k]['value']:g}",
-            published[k]["source"],
-            *_mean_and_sd(x),
-            len(x),
-        ]
-        for k, x in ours.items()
-    ]
-    final = published["final_step_acc"]
-    rows += [
-        [name, f"{final['value']:g}", final["source"], *_mean_and_sd(x), len(x)] for name, x in finals.items()
-    ]
+    tol = published["seed_tolerance"]["value"]
+    rows = [_row(published[k]["quantity"], published[k], x, tol) for k, x in ours.items()]
+    rows += [_row(name, published["final_step_acc"], x, tol) for name, x in finals.items()]
     max_err = _memorisation_max_err(t2)
-    rows.append(
-        [
-            "Task 2 memorisation subgroup max err against the Bayesian posterior",
-            "-",
-            published["bayes_errors"]["source"],
-            *_mean_and_sd(max_err),
-            len(max_err),
-        ]
-    )
+    name = "Task 2 memorisation subgroup max err against the Bayesian posterior"
+    rows.append(_row(name, {"value": None, "source": published["bayes_errors"]["source"]}, max_err, tol))
     return rows
+
+
+def _row(name: str, entry: dict[str, Any], values: list[float], tolerance: float) -> list[Any]:
+    """quantity, published, source, our mean, sd, our seeds' range, runs, and whether one of our seeds comes
+    within `tolerance` of the published value (one run on the seed page)."""
+    pub = entry["value"]
+    lo, hi = min(values), max(values)
+    near = pub is not None and min(abs(x - pub) for x in values) <= tolerance
+    inside = "-" if pub is None else "yes" if near else "no"
+    shown = "-" if pub is None else f"{pub:g}"
+    return [name, shown, entry["source"], *_mean_and_sd(values), f"{lo:.3f} .. {hi:.3f}", len(values), inside]
 
 
 def comparison_tables(record: dict[str, Any], published: dict[str, Any]) -> list[Table]:
     """The published-schedule result beside the published values first; a record trained at another schedule
     below it as a sensitivity check (alone, labelled so, when no published-schedule record is attached)."""
     values = _values(published)
-    headers = ["quantity", "published", "source", "ours (mean)", "sd", "runs"]
+    headers = ["quantity", "published", "source", "ours (mean)", "sd", "our seeds", "runs"]
+    headers.append(f"a seed within {published['seed_tolerance']['value']:g}")
     if at_published_schedule(record, values):
         caption = f"**Published schedule** ({_published_schedule_text(values)}): mean and sd over seeds."
         return [Table(headers, published_rows(record, published), caption=caption)]
