@@ -390,7 +390,7 @@ def test_committed_record_rebuilds_its_page():
     """permutation.md: the first table is the committed published-schedule record, the second this record."""
     record = json.loads((DOCS / "data" / "permutation.json").read_text())
     paper = json.loads((DOCS / "data" / "permutation-paper.json").read_text())
-    report = page.build_page(page.attach_published_schedule(record, DOCS / "data"))
+    report = page.build_page(page.attach_references(record, DOCS / "data"))
     first, second = report.section("published").tables
     for table, rec, cells in ((first, paper, slice(3, None)), (second, record, slice(2, None))):
         probes = [r["probe"]["p_recall"] for r in rec["task2"]]
@@ -436,3 +436,19 @@ def test_values_without_a_primary_source_are_named_so_on_the_page():
         headline.count("no primary source the project holds") == 1
         and "source: seed page, a sentence" in headline
     )
+
+
+def test_accumulated_gradient_check_is_shown_from_its_file(record, tmp_path):
+    """The loop-as-printed check appears only with its file beside the record, its numbers read from it."""
+    published = page.load_published()["values"]
+    assert page.accumulated_line(page.attach_references(record, tmp_path), published) is None
+    runs = [
+        {"seed": 0, "p_recall": 0.5, "memorisation_acc": 0.25, "memorisation_max_err": 0.75},
+        {"seed": 1, "p_recall": 0.7, "memorisation_acc": 0.35, "memorisation_max_err": 0.25},
+    ]
+    data = {"preset": "task2-paper", "steps": 7, "loop": "no zero_grad", "runs": runs}
+    (tmp_path / page.ACCUMULATED_FILE).write_text(json.dumps(data))
+    line = page.accumulated_line(page.attach_references(record, tmp_path), published)
+    assert "7 steps, 2 seed(s)" in line and "p(recall) 0.600 ± 0.141 (0.500 .. 0.700)" in line
+    assert "max err against the Bayesian posterior 0.500 ± 0.354 (0.250 .. 0.750)" in line
+    assert line in page.build_page(page.attach_references(record, tmp_path)).section("published").lines

@@ -78,6 +78,42 @@ def attach_published_schedule(record: dict[str, Any], data: Path) -> dict[str, A
     return {**record, "published_schedule": {"file": path.name, "record": other}}
 
 
+ACCUMULATED_FILE = "permutation_accumulated.json"
+"""The seed page's loop as printed, gradients never zeroed (scripts.accumulated_grads), data folder."""
+
+
+def attach_references(record: dict[str, Any], data: Path) -> dict[str, Any]:
+    """The plugin's `references`: `attach_published_schedule`, and "accumulated" (the file name and its runs)
+    when the accumulated-gradient check's file is in `data`. Read when the page is built, never written into
+    the record."""
+    record = attach_published_schedule(record, data)
+    path = Path(data) / ACCUMULATED_FILE
+    if not path.exists():
+        return record
+    return {**record, "accumulated": {"file": path.name, **json.loads(path.read_text())}}
+
+
+def accumulated_line(record: dict[str, Any], published: dict[str, Any]) -> str | None:
+    """The accumulated-gradient check beside the published values and our published-schedule seeds."""
+    acc = record.get("accumulated")
+    if not acc or not acc["runs"]:
+        return None
+    runs = acc["runs"]
+
+    def spread(key: str) -> str:
+        values = [r[key] for r in runs]
+        return f"{format_ms(values)} ({min(values):.3f} .. {max(values):.3f})"
+
+    return (
+        "Sensitivity check, the seed page's loop as printed (no `optimizer.zero_grad()`, so Adam reads the"
+        f" sum of every gradient so far; `{acc['file']}`, preset {acc['preset']}, {acc['steps']} steps,"
+        f" {len(runs)} seed(s), mean ± sd (range)): Task 2 probe p(recall) {spread('p_recall')} [published"
+        f" {published['task2_probe_recall_p']['value']:g}]; memorisation subgroup last-step accuracy"
+        f" {spread('memorisation_acc')} [published {published['final_step_acc']['value']:g}], max err against"
+        f" the Bayesian posterior {spread('memorisation_max_err')}."
+    )
+
+
 def _schedule_name(train: dict[str, Any]) -> str:
     """ "constant", or the decay and its floor as a multiple of lr, e.g. "cosine to 0.1 x lr"."""
     if train["schedule"] == "constant":
@@ -362,6 +398,7 @@ def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
         + "; ".join(f"{v['quantity']} {v['value']}" for v in unsourced)
         + "."
     )
+    s.lines += [line for line in [accumulated_line(record, published)] if line]
     plateaus = {"task1": published["task1_plateau"]["value"], "task2": published["task2_plateau"]["value"]}
     s.add_figure("losses", figures.plot_losses(record, plateaus))
     return s

@@ -14,7 +14,7 @@ PAPER = register_paper(
         variants=spec.VARIANTS,
         run=run.run,
         page=page.build_page,
-        references=page.attach_published_schedule,
+        references=page.attach_references,
         tasks=("permutation",),
     )
 )
