@@ -18,8 +18,7 @@ from mechmem.analysis.options import HEAD_BUDGET
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
     """The flags of `mechmem heads`."""
-    p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    cli.add_analysis_args(p, n_samples=HEAD_BUDGET)
+    p = cli.analysis_parser(prog, __doc__, n_samples=HEAD_BUDGET)
     p.add_argument("--half", type=cli.positive_int, help="probe only [r, r] with |r| = HALF")
     p.add_argument(
         "--lengths",
@@ -79,6 +78,4 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     return files
 
 
-def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
-    """`mechmem heads`: parse, load, score, write."""
-    return cli.run_analysis(parser(prog), outputs, argv)
+main = cli.analysis_main(parser, outputs)
