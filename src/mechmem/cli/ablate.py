@@ -70,8 +70,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.analysis.distribution import own_data_fit
     from mechmem.analysis.heads import no_attention_reason
 
-    reason = no_attention_reason(ckpt.model)
-    if reason:
+    if reason := no_attention_reason(ckpt.model):
         return cli.skipped(reason, "ablate_heads.json", {"results": []})
     try:
         result = ablate(ckpt, args)

@@ -38,8 +38,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.models.parts import Head
     from mechmem.progress import working
 
-    reason = heads.no_attention_reason(ckpt.model)
-    if reason:
+    if reason := heads.no_attention_reason(ckpt.model):
         return cli.skipped(reason, "detect_heads.json", {"scores": {}})
     model, gen = ckpt.model, torch.Generator().manual_seed(args.seed)
     halves = heads.default_halves(model, ckpt.task)

@@ -43,8 +43,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.analysis.stats import format_interval
     from mechmem.progress import working
 
-    reason = unsupported_reason(ckpt.model)
-    if reason:
+    if reason := unsupported_reason(ckpt.model):
         return cli.skipped(reason, "logit_lens.json", {"stages": {}})
     if args.top_k > ckpt.model.cfg.d_vocab_out:
         raise MechmemError(

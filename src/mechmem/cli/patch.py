@@ -51,8 +51,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.progress import working
 
     empty = {"task": ckpt.task_name, "sweeps": {}}
-    reason = no_attention_reason(ckpt.model)
-    if reason:
+    if reason := no_attention_reason(ckpt.model):
         return cli.skipped(reason, "patching.json", empty)
     try:
         with working(f"patching sweeps ({args.method}, up to {args.n_samples} pairs)"):

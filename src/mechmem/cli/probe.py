@@ -27,8 +27,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.analysis.stats import format_interval
     from mechmem.progress import working
 
-    reason = no_attention_reason(ckpt.model)
-    if reason:
+    if reason := no_attention_reason(ckpt.model):
         return cli.skipped(reason, "memory_probes.json", {"probes": []})
     model, task = ckpt.model, ckpt.task
     # Optional task protocol: `bigram` [d_vocab d_vocab_out] (the birth task keeps it on its sampler) and
