@@ -1,8 +1,7 @@
 """The command line: the `mechmem` command (`main` dispatches), one module per subcommand, and their shared
 plumbing: `runner` (one-line errors, interrupts), `args` (the parser and flags), `load` and `output`:
 
-    parser = cli.ArgumentParser(description=...)            # usage errors: one line, exit 2
-    cli.add_analysis_args(parser)                           # CKPT, --out, --device, --seed, --n-samples, ...
+    parser = cli.analysis_parser(prog, __doc__, n_samples=64)  # CKPT, --out, --seed, ...; errors: exit 2
     parser.add_argument("--top-k", type=cli.int_range(1))   # every number is range-checked by its type
     args = parser.parse_args(argv)                          # no torch yet: --help and usage errors are fast
     ckpt, out = cli.load_for_analysis(args)                 # every check, then the checkpoint and task
@@ -10,18 +9,18 @@ plumbing: `runner` (one-line errors, interrupts), `args` (the parser and flags),
     files = cli.skipped(reason, "x.json")                   # does not apply: `skipped: REASON`, exit 0
     cli.write_outputs(out, {"x.json": obj, "x.png": fig})   # staged, then renamed together (mechmem.io)
 
-Each analysis subcommand is `parser(prog)`, `outputs(ckpt, args)` (the files it writes) and `main`
-(`run_analysis`); `mechmem analyse` stages every `outputs` under OUT/NAME/. Nothing here imports torch at
-import time.
+Each analysis subcommand is `parser(prog)`, `outputs(ckpt, args)` (the files it writes) and
+`main = cli.analysis_main(parser, outputs)`; `mechmem analyse` stages every `outputs` under OUT/NAME/.
+Nothing here imports torch at import time.
 """
 
 from mechmem.cli.args import (
     ArgumentParser,
     UsageError,
     add_analysis_args,
-    add_hf_arg,
     add_nonfinite_flag,
     add_task_module_arg,
+    analysis_parser,
     input_file,
     input_path,
     int_range,
@@ -33,9 +32,9 @@ from mechmem.cli.args import (
     seed_int,
     thread_count,
 )
-from mechmem.cli.load import check_out_dir, load_for_analysis, load_source
-from mechmem.cli.output import figure_png, run_analysis, save_figure, skipped, stage_outputs, write_outputs
-from mechmem.cli.runner import claim_out, install_interrupt_hook, run_script
+from mechmem.cli.load import check_out_dir, load_for_analysis
+from mechmem.cli.output import analysis_main, skipped, stage_outputs, write_outputs
+from mechmem.cli.runner import claim_out, run_script
 from mechmem.errors import one_line
 from mechmem.io import dumps, strict_json, write_json
 from mechmem.tables import format_table, print_table
@@ -44,20 +43,18 @@ __all__ = [
     "ArgumentParser",
     "UsageError",
     "add_analysis_args",
-    "add_hf_arg",
     "add_nonfinite_flag",
     "add_task_module_arg",
+    "analysis_main",
+    "analysis_parser",
     "check_out_dir",
     "claim_out",
     "dumps",
-    "figure_png",
     "format_table",
     "input_file",
     "input_path",
-    "install_interrupt_hook",
     "int_range",
     "load_for_analysis",
-    "load_source",
     "memory_mb",
     "nonnegative_int",
     "one_line",
@@ -65,9 +62,7 @@ __all__ = [
     "positive_int",
     "positive_int_list",
     "print_table",
-    "run_analysis",
     "run_script",
-    "save_figure",
     "seed_int",
     "skipped",
     "stage_outputs",

@@ -19,8 +19,7 @@ from mechmem.errors import NotApplicable
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
     """The flags of `mechmem ablate`."""
-    p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    cli.add_analysis_args(p, n_samples=ABLATION_BUDGET)
+    p = cli.analysis_parser(prog, __doc__, n_samples=ABLATION_BUDGET)
     p.add_argument(
         "--metric",
         default="loss",
@@ -71,8 +70,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.analysis.distribution import own_data_fit
     from mechmem.analysis.heads import no_attention_reason
 
-    reason = no_attention_reason(ckpt.model)
-    if reason:
+    if reason := no_attention_reason(ckpt.model):
         return cli.skipped(reason, "ablate_heads.json", {"results": []})
     try:
         result = ablate(ckpt, args)
@@ -99,6 +97,4 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {"ablate_heads.json": result.to_dict(), "ablate_heads.png": plot_ablation(result)}
 
 
-def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
-    """`mechmem ablate`: parse, load, ablate, write."""
-    return cli.run_analysis(parser(prog), outputs, argv)
+main = cli.analysis_main(parser, outputs)

@@ -14,22 +14,14 @@ from mechmem import cli
 from mechmem.cli import ablate, circuit, heads, lens, patch, probe, report
 from mechmem.errors import MechmemError, one_line
 
-ANALYSES = {
-    "heads": heads,
-    "ablate": ablate,
-    "patch": patch,
-    "lens": lens,
-    "probe": probe,
-    "circuit": circuit,
-}
+ANALYSES = {m.__name__.removeprefix("mechmem.cli."): m for m in (heads, ablate, patch, lens, probe, circuit)}
 """The analysis commands `analyse` runs, in order (then the report)."""
 ORDER = (*ANALYSES, "report")
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
     """The flags of `mechmem analyse`."""
-    p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    cli.add_analysis_args(p, n_samples=None)
+    p = cli.analysis_parser(prog, __doc__, n_samples=None)
     p.add_argument(
         "--only",
         type=lambda text: [name.strip() for name in text.split(",") if name.strip()],

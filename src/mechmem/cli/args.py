@@ -58,14 +58,6 @@ def seed_int(text: str) -> int:
     return value
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1."""
-    value = _parse(int, text, "an integer")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return value
-
-
 def nonnegative_int(text: str) -> int:
     """An integer >= 0."""
     value = _parse(int, text, "an integer")
@@ -104,6 +96,10 @@ def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+positive_int = int_range(1)
+"""An integer >= 1."""
+
+
 def input_path(text: str) -> str:
     """A file or folder that exists (a checkpoint, a run directory, a corpus); checked while parsing."""
     if not Path(text).exists():
@@ -131,7 +127,8 @@ def _parse(kind: type, text: str, what: str) -> Any:
 def add_analysis_args(
     parser: argparse.ArgumentParser, *, n_samples: int | None = 512
 ) -> argparse.ArgumentParser:
-    """Arguments every analysis shares: CKPT, --out, --device, --seed, --n-samples, --task-module."""
+    """Arguments every analysis shares: CKPT (or --hf NAME_OR_PATH), --out, --device, --seed, --n-samples,
+    --task-module, --allow-nonfinite."""
     parser.add_argument(
         "ckpt",
         metavar="CKPT",
@@ -140,7 +137,12 @@ def add_analysis_args(
         type=input_path,
         help="checkpoint file (or a run directory holding ckpt.pt)",
     )
-    add_hf_arg(parser)
+    parser.add_argument(
+        "--hf",
+        default=None,
+        metavar="NAME_OR_PATH",
+        help="analyse a Hugging Face causal LM (Hub name or save_pretrained folder) instead of CKPT",
+    )
     parser.add_argument("--out", default=None, help="output directory (default: beside the checkpoint)")
     parser.add_argument("--device", default="cpu", help="auto, cpu or cuda (default: cpu)")
     parser.add_argument(
@@ -155,6 +157,14 @@ def add_analysis_args(
     )
     add_task_module_arg(parser)
     add_nonfinite_flag(parser)
+    return parser
+
+
+def analysis_parser(prog: str | None, doc: str, *, n_samples: int | None) -> ArgumentParser:
+    """An analysis command's parser: described by the first line of its module's `doc`, with the shared flags
+    (`add_analysis_args`)."""
+    parser = ArgumentParser(prog=prog, description=doc.split("\n")[0])
+    add_analysis_args(parser, n_samples=n_samples)
     return parser
 
 
@@ -200,16 +210,6 @@ def thread_count(text: str) -> int:
     if value > most:
         raise argparse.ArgumentTypeError(f"{text} is outside [1, {most}] (4 x this machine's CPUs)")
     return value
-
-
-def add_hf_arg(parser: argparse.ArgumentParser) -> None:
-    """`--hf NAME_OR_PATH`: a Hugging Face model instead of a checkpoint (CKPT is then left out)."""
-    parser.add_argument(
-        "--hf",
-        default=None,
-        metavar="NAME_OR_PATH",
-        help="analyse a Hugging Face causal LM (Hub name or save_pretrained folder) instead of CKPT",
-    )
 
 
 def parse_quantities(text: str) -> tuple[str, ...]:

@@ -19,8 +19,7 @@ from mechmem.cli.args import CIRCUIT_ABLATIONS
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
     """The flags of `mechmem circuit`."""
-    p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    cli.add_analysis_args(p, n_samples=CIRCUIT_BUDGET)
+    p = cli.analysis_parser(prog, __doc__, n_samples=CIRCUIT_BUDGET)
     p.add_argument(
         "--ablation", choices=CIRCUIT_ABLATIONS, default="mean", help="value an ablated edge carries"
     )
@@ -93,6 +92,4 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {"circuit.json": record, "circuit.png": plot_circuit(circuit, roles)}
 
 
-def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
-    """`mechmem circuit`: parse, load, discover, write."""
-    return cli.run_analysis(parser(prog), outputs, argv)
+main = cli.analysis_main(parser, outputs)

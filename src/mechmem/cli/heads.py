@@ -18,8 +18,7 @@ from mechmem.analysis.options import HEAD_BUDGET
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
     """The flags of `mechmem heads`."""
-    p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    cli.add_analysis_args(p, n_samples=HEAD_BUDGET)
+    p = cli.analysis_parser(prog, __doc__, n_samples=HEAD_BUDGET)
     p.add_argument("--half", type=cli.positive_int, help="probe only [r, r] with |r| = HALF")
     p.add_argument(
         "--lengths",
@@ -39,8 +38,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.models.parts import Head
     from mechmem.progress import working
 
-    reason = heads.no_attention_reason(ckpt.model)
-    if reason:
+    if reason := heads.no_attention_reason(ckpt.model):
         return cli.skipped(reason, "detect_heads.json", {"scores": {}})
     model, gen = ckpt.model, torch.Generator().manual_seed(args.seed)
     halves = heads.default_halves(model, ckpt.task)
@@ -79,6 +77,4 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     return files
 
 
-def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
-    """`mechmem heads`: parse, load, score, write."""
-    return cli.run_analysis(parser(prog), outputs, argv)
+main = cli.analysis_main(parser, outputs)

@@ -17,8 +17,7 @@ from mechmem.errors import MechmemError
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
     """The flags of `mechmem lens`."""
-    p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    cli.add_analysis_args(p, n_samples=256)
+    p = cli.analysis_parser(prog, __doc__, n_samples=256)
     p.add_argument(
         "--data",
         default="eval",
@@ -44,8 +43,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.analysis.stats import format_interval
     from mechmem.progress import working
 
-    reason = unsupported_reason(ckpt.model)
-    if reason:
+    if reason := unsupported_reason(ckpt.model):
         return cli.skipped(reason, "logit_lens.json", {"stages": {}})
     if args.top_k > ckpt.model.cfg.d_vocab_out:
         raise MechmemError(
@@ -89,6 +87,4 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {"logit_lens.json": payload, "logit_lens.png": plot_logit_lens(result)}
 
 
-def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
-    """`mechmem lens`: parse, load, decode, write."""
-    return cli.run_analysis(parser(prog), outputs, argv)
+main = cli.analysis_main(parser, outputs)

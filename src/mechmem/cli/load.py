@@ -4,7 +4,6 @@ modules, and the checks of the model against the flags, in an order that refuses
 import argparse
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,20 +35,9 @@ def check_out_dir(path: str | os.PathLike, *, flag: str = "--out") -> Path:
     return path
 
 
-def load_source(args: argparse.Namespace, *, device: Any, load: Callable[..., Any]) -> Any:
-    """The checkpoint named by CKPT, or the Hugging Face model named by --hf (exactly one of them)."""
-    hf = getattr(args, "hf", None)
-    if (args.ckpt is None) == (hf is None):
-        raise MechmemError("give a checkpoint (CKPT) or --hf NAME_OR_PATH, not both or neither")
-    if hf is None:
-        return load(args.ckpt, device=device)
-    from mechmem.pretrained import pretrained_checkpoint
-
-    return pretrained_checkpoint(hf, device=device)
-
-
 def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tuple[Any, Path]:
-    """Check the flags, load task modules and the checkpoint named by `args.ckpt`; return it and the out dir.
+    """Check the flags, load task modules and the checkpoint named by CKPT (or the Hugging Face model named by
+    --hf, exactly one of them); return it and the out dir.
 
     In this order: --n-samples >= `min_samples`, --out is usable, task modules import, the checkpoint loads
     and fits its task, --n-samples fits the memory budget. Only then is --out created.
@@ -67,7 +55,15 @@ def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tupl
 
     for module in getattr(args, "task_module", None) or []:
         load_task_module(module)
-    ckpt = load_source(args, device=resolve_device(args.device), load=load_checkpoint)
+    hf, device = getattr(args, "hf", None), resolve_device(args.device)
+    if (args.ckpt is None) == (hf is None):
+        raise MechmemError("give a checkpoint (CKPT) or --hf NAME_OR_PATH, not both or neither")
+    if hf is None:
+        ckpt = load_checkpoint(args.ckpt, device=device)
+    else:
+        from mechmem.pretrained import pretrained_checkpoint
+
+        ckpt = pretrained_checkpoint(hf, device=device)
     out = check_out_dir(args.out) if args.out is not None else check_out_dir(ckpt.path.parent)
     if n is not None:
         check_n_samples(n, ckpt.model, minimum=min_samples)

@@ -1,5 +1,5 @@
 """Writing a command's outputs: figures as PNG, every file of a run staged and renamed together, the record
-of an analysis that does not apply, and the run of one analysis command (parse, load, write)."""
+of an analysis that does not apply, and the `main` of an analysis command (parse, load, write)."""
 
 import argparse
 import os
@@ -9,7 +9,7 @@ from typing import Any
 
 from mechmem.cli.args import ArgumentParser
 from mechmem.cli.load import load_for_analysis
-from mechmem.io import OutputSet, atomic_write, dumps
+from mechmem.io import OutputSet, dumps
 
 
 def figure_png(fig: Any) -> bytes:
@@ -24,11 +24,6 @@ def figure_png(fig: Any) -> bytes:
     finally:
         plt.close(fig)
     return buf.getvalue()
-
-
-def save_figure(fig: Any, path: str | os.PathLike) -> Path:
-    """Save a matplotlib figure as PNG atomically and close it."""
-    return atomic_write(path, figure_png(fig))
 
 
 def write_outputs(out: str | os.PathLike, files: dict[str, Any]) -> list[Path]:
@@ -56,18 +51,19 @@ def skipped(reason: str, name: str, record: dict[str, Any] | None = None) -> dic
     return {name: {"skipped": reason, **(record or {})}}
 
 
-def run_analysis(
-    parser: ArgumentParser,
+def analysis_main(
+    parser: Callable[[str | None], ArgumentParser],
     outputs: Callable[[Any, argparse.Namespace], dict[str, Any]],
-    argv: list[str] | None,
-    *,
-    min_samples: int = 1,
-) -> int:
-    """An analysis command's `main`: parse `argv`, load the checkpoint (`load_for_analysis`), run `outputs`
-    and write its files together."""
-    args = parser.parse_args(argv)
-    ckpt, out = load_for_analysis(args, min_samples=min_samples)  # torch is imported from here on
-    files = outputs(ckpt, args)
-    write_outputs(out, files)
-    print(f"wrote {', '.join(sorted(files))} in {out}")
-    return 0
+) -> Callable[..., int]:
+    """The `main(argv=None, *, prog=None)` of an analysis command: parse `argv` with `parser(prog)`, load the
+    checkpoint (`load_for_analysis`), run `outputs` and write its files together."""
+
+    def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
+        args = parser(prog).parse_args(argv)
+        ckpt, out = load_for_analysis(args)  # torch is imported from here on
+        files = outputs(ckpt, args)
+        write_outputs(out, files)
+        print(f"wrote {', '.join(sorted(files))} in {out}")
+        return 0
+
+    return main

@@ -21,8 +21,7 @@ from mechmem.cli.args import PATCH_DIRECTIONS, PATCH_METHODS, PATCH_SWEEPS
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
     """The flags of `mechmem patch`."""
-    p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    cli.add_analysis_args(p, n_samples=PATCH_BUDGET)
+    p = cli.analysis_parser(prog, __doc__, n_samples=PATCH_BUDGET)
     p.add_argument("--sweeps", nargs="+", choices=PATCH_SWEEPS, help="sweeps to run (default: all there are)")
     p.add_argument(
         "--direction",
@@ -52,8 +51,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.progress import working
 
     empty = {"task": ckpt.task_name, "sweeps": {}}
-    reason = no_attention_reason(ckpt.model)
-    if reason:
+    if reason := no_attention_reason(ckpt.model):
         return cli.skipped(reason, "patching.json", empty)
     try:
         with working(f"patching sweeps ({args.method}, up to {args.n_samples} pairs)"):
@@ -84,6 +82,4 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {"patching.json": record, **figures}
 
 
-def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
-    """`mechmem patch`: parse, load, patch, write."""
-    return cli.run_analysis(parser(prog), outputs, argv)
+main = cli.analysis_main(parser, outputs)

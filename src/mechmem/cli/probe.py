@@ -15,9 +15,7 @@ from mechmem import cli
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
     """The flags of `mechmem probe`."""
-    p = cli.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    cli.add_analysis_args(p, n_samples=1024)
-    return p
+    return cli.analysis_parser(prog, __doc__, n_samples=1024)
 
 
 def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -29,8 +27,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.analysis.stats import format_interval
     from mechmem.progress import working
 
-    reason = no_attention_reason(ckpt.model)
-    if reason:
+    if reason := no_attention_reason(ckpt.model):
         return cli.skipped(reason, "memory_probes.json", {"probes": []})
     model, task = ckpt.model, ckpt.task
     # Optional task protocol: `bigram` [d_vocab d_vocab_out] (the birth task keeps it on its sampler) and
@@ -67,6 +64,4 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {"memory_probes.json": result.to_dict(), "memory_probes.png": plot_probes(result)}
 
 
-def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
-    """`mechmem probe`: parse, load, probe, write."""
-    return cli.run_analysis(parser(prog), outputs, argv)
+main = cli.analysis_main(parser, outputs)

@@ -18,13 +18,6 @@ from mechmem.errors import MechmemError
 from mechmem.plugins import get_paper, paper_names
 
 
-def _options(items: list[str]) -> dict[str, str]:
-    bad = [item for item in items if "=" not in item]
-    if bad:
-        raise MechmemError(f"--set takes KEY=VALUE, got {bad[0]!r}")
-    return dict(item.split("=", 1) for item in items)
-
-
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     parser = ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("paper", nargs="?", help="paper name (see --list)")
@@ -34,7 +27,10 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     parser.add_argument("--page-only", action="store_true", help="rebuild the page from the existing record")
     parser.add_argument("--docs", default="docs/reproductions", help="folder of pages, records and prose")
     args = parser.parse_args(argv)
-    options = _options(args.set)
+    bad = [item for item in args.set if "=" not in item]
+    if bad:
+        raise MechmemError(f"--set takes KEY=VALUE, got {bad[0]!r}")
+    options = dict(item.split("=", 1) for item in args.set)
     from mechmem.report.document import write_page  # torch is imported from here on (so are the papers)
 
     if args.list or not args.paper:

@@ -46,15 +46,8 @@ def checkpoint_report(
     title: str | None = None,
     progress: bool = False,
 ) -> Report:
-    """The report of `ckpt`, not yet written: `build_report` on its model and task, with its provenance.
-
-    Args:
-        ckpt: a loaded checkpoint (`mechmem.checkpoint.load_checkpoint`).
-        n_samples: sequences per analysis.
-        seed: seed of every generator the analyses draw from.
-        title: report title (default: "<run directory>: <task>").
-        progress: print the report's progress lines (`mechmem.report.ReportCost`).
-    """
+    """The report of `ckpt`, not yet written: `build_report` on its model and task (`n_samples` sequences per
+    analysis, generators seeded from `seed`) with its provenance; title default: "<run directory>: <task>"."""
     meta = {
         "checkpoint": str(ckpt.path),
         "task": f"{ckpt.task_name} {ckpt.task_config}"

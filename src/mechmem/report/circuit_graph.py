@@ -50,8 +50,10 @@ def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title
     )
     kept = circuit.kept.nonzero().flatten().tolist()
     top = float(circuit.scores[kept].abs().max()) if kept else 1.0
+    used: set[str] = set()  # the nodes a kept edge leaves or enters
     for i in kept:
         edge = circuit.graph.edges[i]
+        used |= {edge.sender.name, edge.port.node.name}
         (x0, y0), (x1, y1) = pos[edge.sender.name], pos[edge.port.node.name]
         score = float(circuit.scores[i])
         drop = 0.2 if edge.port.port in "qkv" else 0.1
@@ -69,9 +71,6 @@ def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title
                 "connectionstyle": "arc3,rad=0.08",
             },
         )
-    used = {circuit.graph.edges[i].sender.name for i in kept} | {
-        circuit.graph.edges[i].port.node.name for i in kept
-    }
     for node in circuit.graph.nodes:
         if node.name not in used and node.kind not in ("head", "logits"):
             continue  # an input no kept edge leaves (e.g. `pos`) would dangle

@@ -286,14 +286,9 @@ def write_page(
     prose: str | Path | None = None,
     figure_dir: str | Path | None = None,
 ) -> Path:
-    """Write a reproduction page (markdown) and its figures (PNG files named `{stem}_{section}-{name}.png`).
-
-    Args:
-        report: the page's computed content, from the paper's `page(record)`.
-        md_path: the markdown file to write.
-        prose: the hand-written text (see `read_prose`), or None.
-        figure_dir: where figures go (default: `figures/` beside the page).
-    """
+    """Write a reproduction page (markdown, the paper's `page(record)` after the hand-written `prose`, see
+    `read_prose`) and its figures as `{stem}_{section}-{name}.png` in `figure_dir` (default: `figures/` beside
+    the page)."""
     md_path = Path(md_path)
     fig_dir = Path(figure_dir) if figure_dir is not None else md_path.parent / "figures"
     stem = md_path.stem

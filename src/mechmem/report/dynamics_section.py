@@ -19,18 +19,15 @@ DYNAMICS_SAMPLES = 128
 """Evaluation sequences per step (the default of mechmem dynamics)."""
 
 
-def dynamics_quantities(task: Any) -> tuple[str, ...]:
-    """The cheap defaults, plus `roles` when the task defines task roles (its `role_probes`)."""
-    named = task is not None and bool(task.role_probes(2, generator=torch.Generator().manual_seed(0)))
-    return (*DEFAULT_QUANTITIES, "roles") if named else DEFAULT_QUANTITIES
-
-
 def dynamics_section(run_dir: str | Path, task: Any = None, *, seed: int = 0) -> Section:
-    """Curves of every default quantity against step and the order of events, from `run_dir`'s checkpoints."""
+    """Curves of every default quantity against step and the order of events, from `run_dir`'s checkpoints;
+    `roles` too when the task defines task roles (its `role_probes`)."""
     s = Section("dynamics", "Training dynamics: when each part formed")
     try:
         step_files(run_dir)
-        result = run_dynamics(run_dir, dynamics_quantities(task), n=DYNAMICS_SAMPLES, seed=seed)
+        named = task is not None and bool(task.role_probes(2, generator=torch.Generator().manual_seed(0)))
+        quantities = (*DEFAULT_QUANTITIES, "roles") if named else DEFAULT_QUANTITIES
+        result = run_dynamics(run_dir, quantities, n=DYNAMICS_SAMPLES, seed=seed)
     except MechmemError as exc:  # no step checkpoints, or an unreadable one: the rest of the report stands
         s.skipped = one_line(exc)
         return s

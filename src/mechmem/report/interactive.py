@@ -33,15 +33,9 @@ def attention_view(
     *,
     source: str,
 ) -> dict[str, Any]:
-    """The attention explorer's data: per example its token names and patterns[layer][head][query][key].
-
-    Args:
-        patterns: `heads.attention_patterns` of the examples.
-        tokens: the examples.
-        names: the task's token names (None: ids).
-        roles: head name ("L0H1") -> role, shown beside the head.
-        source: where the examples come from, in words.
-    """
+    """The attention explorer's data: per example its token names (`names`, None: ids) and
+    patterns[layer][head][query][key] (`heads.attention_patterns` of the examples `tokens`), with each head's
+    role ("L0H1" -> role) and where the examples come from (`source`, in words)."""
     n_layers, batch, n_heads = patterns.shape[:3]
     examples = [
         {
@@ -137,16 +131,3 @@ def ablation_map(result: Any, method: str = "mean") -> dict[str, Any]:
             + ("no interval." if iv is None else f"95% intervals over {iv.n_sequences} sequences.")
         ),
     }
-
-
-__all__ = [
-    "EXAMPLES",
-    "POSITION_AXES",
-    "WEIGHT_DECIMALS",
-    "ablation_map",
-    "as_grid",
-    "attention_view",
-    "grid_labels",
-    "sweep_map",
-    "token_labels",
-]

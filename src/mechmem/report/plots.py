@@ -19,11 +19,7 @@ def plot(result: Any, **options: Any) -> Any:
     """The figure of an analysis result: patching heatmap, ablation deltas, head scores, logit lens, memory
     probes, circuit graph, or one quantity's training curves (`quantity=`, a `Dynamics` result).
 
-    Args:
-        result: what an analysis returned (`run_sweeps`'s values, `ablate_heads`, `detect_heads`,
-            `logit_lens`, `builtin_probes`, `discover_circuit`, `run_dynamics`).
-        options: passed to the result's own plot function (e.g. `title=` for head scores, `roles=` for a
-            circuit, `quantity=` for dynamics).
+    `options` go to the result's own plot function (e.g. `title=` for head scores, `roles=` for a circuit).
 
     Example:
         >>> import mechmem, torch

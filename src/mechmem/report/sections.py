@@ -17,7 +17,7 @@ from mechmem.analysis.distribution import own_data_fit, repeats_fit
 from mechmem.analysis.mlp_role import FAMILY as MLP_FAMILY
 from mechmem.analysis.mlp_role import decided_mlp_role
 from mechmem.analysis.patching.decided import decision_lines
-from mechmem.analysis.roles import RoleResult, RoleThresholds
+from mechmem.analysis.roles import RoleResult
 from mechmem.analysis.stats import (
     ABLATION_DELTA,
     ABLATION_POLICY,
@@ -45,10 +45,6 @@ class ReportContext:
     seed: int
     roles: RoleResult
     """Every head's role and evidence, measured once for the whole report."""
-
-    @property
-    def thresholds(self) -> RoleThresholds:
-        return self.roles.thresholds
 
     def generator(self, offset: int) -> torch.Generator:
         return torch.Generator().manual_seed(self.seed * 1000 + offset)
@@ -161,7 +157,7 @@ def mlp_section(ctx: ReportContext) -> Section:
         s.skipped = "attention and MLP run in parallel: there is no resid_mid before the MLP to read"
     if s.skipped:
         return s
-    t = ctx.thresholds
+    t = ctx.roles.thresholds
     found = decided_mlp_role(
         ctx.model, ctx.task, seed=ctx.seed, policy=MLP_POLICY.with_budget(ctx.n_samples), threshold=t.mlp_drop
     )
