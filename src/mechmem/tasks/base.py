@@ -50,6 +50,12 @@ class Batch:
             {k: v.to(device) for k, v in self.info.items()},
         )
 
+    def rows(self, index: slice) -> "Batch":
+        """The sequences `index` selects (with every `info` tensor that has one entry per sequence)."""
+        n = len(self)
+        info = {k: v[index] if v.ndim and v.shape[0] == n else v for k, v in self.info.items()}
+        return Batch(self.tokens[index], self.targets[index], self.loss_mask[index], info)
+
     def __len__(self) -> int:
         return self.tokens.shape[0]
 
@@ -82,6 +88,9 @@ class PatchingPair:
     def rows(self, index: slice | Tensor) -> "PatchingPair":
         """The pair of the prompts `index` selects."""
         return PatchingPair(*(getattr(self, n)[index] for n in self.__dataclass_fields__))
+
+    def __len__(self) -> int:
+        return self.clean.shape[0]
 
     def logit_diff(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Float[Tensor, ""]:
         """Mean over the batch of logit[correct] - logit[incorrect] at the answer position."""
