@@ -201,18 +201,15 @@ class Task:
             }
         except NotImplementedError:
             return
-        d_vocab = getattr(cfg, "d_vocab", None)
-        d_vocab_out = getattr(cfg, "d_vocab_out", None)
+        d_vocab, d_vocab_out = getattr(cfg, "d_vocab", None), getattr(cfg, "d_vocab_out", None)
+        if not (isinstance(d_vocab_out, int) and d_vocab_out > 0):
+            d_vocab_out = d_vocab
         have = {
             "vocabulary": d_vocab,
-            "output vocabulary": d_vocab_out if isinstance(d_vocab_out, int) and d_vocab_out > 0 else d_vocab,
+            "output vocabulary": d_vocab_out,
             "context": getattr(cfg, "n_ctx", None),
         }
-        bad = [
-            f"{k} {need[k]} > model's {have[k]}"
-            for k in need
-            if isinstance(have[k], int) and need[k] > have[k]
-        ]
+        bad = [f"{k} {need[k]} > model's {v}" for k, v in have.items() if isinstance(v, int) and need[k] > v]
         if bad:
             raise MechmemError(f"task {self.name!r} does not fit the model: {'; '.join(bad)}")
 

@@ -56,15 +56,11 @@ class BirthConfig(ConfigMixin):
 
 
 def _accuracy(logits: Tensor, targets: Tensor, mask: Tensor) -> float:
-    if not mask.any():
-        return float("nan")
-    return float((logits[mask].argmax(-1) == targets[mask]).float().mean())
+    return float((logits[mask].argmax(-1) == targets[mask]).float().mean()) if mask.any() else float("nan")
 
 
 def _ce(logits: Tensor, targets: Tensor, mask: Tensor) -> float:
-    if not mask.any():
-        return float("nan")
-    return float(F.cross_entropy(logits[mask].float(), targets[mask]))
+    return float(F.cross_entropy(logits[mask].float(), targets[mask])) if mask.any() else float("nan")
 
 
 @register_task
