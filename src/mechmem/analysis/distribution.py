@@ -175,10 +175,8 @@ class RowLosses:
 def row_losses(model: torch.nn.Module, prompts: Batch | PatchingPair) -> RowLosses:
     """The model's cross-entropy per prompt: a Batch's over its masked targets, or a pair's of `correct` at
     `answer_pos` of its clean prompts (one scored position per prompt)."""
-    if not isinstance(prompts, (Batch, PatchingPair)):
-        raise TypeError(f"prompts must be a Batch or a PatchingPair, not {type(prompts).__name__}")
     totals, scored = [], []
-    for part, logits in _chunks(model, prompts):
+    for part, logits in _chunks(model, _checked(prompts)):
         if isinstance(part, Batch):
             per_pos = F.cross_entropy(logits.transpose(1, 2).float(), part.targets, reduction="none")
             mask = part.loss_mask.to(per_pos.dtype)
@@ -196,6 +194,12 @@ def prompt_loss(model: torch.nn.Module, prompts: Batch | PatchingPair) -> float:
     return row_losses(model, prompts).mean
 
 
+def _checked(prompts: Any) -> Batch | PatchingPair:
+    if not isinstance(prompts, (Batch, PatchingPair)):
+        raise TypeError(f"prompts must be a Batch or a PatchingPair, not {type(prompts).__name__}")
+    return prompts
+
+
 def _chunks(model: torch.nn.Module, prompts: Batch | PatchingPair) -> Iterator[tuple[Any, Tensor]]:
     """Chunks of rows of `prompts` on the model's device with their logits, each within `LOGITS_BUDGET`
     entries."""
@@ -205,15 +209,8 @@ def _chunks(model: torch.nn.Module, prompts: Batch | PatchingPair) -> Iterator[t
     vocab = getattr(getattr(model, "cfg", None), "d_vocab_out", None)
     rows = max(1, LOGITS_BUDGET // (pos * vocab)) if isinstance(vocab, int) and vocab > 0 else n
     for start in range(0, n, rows):
-        index = slice(start, start + rows)
-        part = (_batch_rows(prompts, index, n) if is_batch else prompts.rows(index)).to(device)
+        part = prompts.rows(slice(start, start + rows)).to(device)
         yield part, model(part.tokens if is_batch else part.clean)
-
-
-def _batch_rows(batch: Batch, index: slice, n: int) -> Batch:
-    """The rows `index` of `batch` (with every `info` tensor that has one entry per row)."""
-    info = {k: v[index] if v.ndim and v.shape[0] == n else v for k, v in batch.info.items()}
-    return Batch(batch.tokens[index], batch.targets[index], batch.loss_mask[index], info)
 
 
 def _task_data_loss(
@@ -221,7 +218,7 @@ def _task_data_loss(
 ) -> tuple[float, str]:
     """The reference of `prompt_fit`: the model's loss on as many of the task's own prompts of the same
     kind as `like` holds, with what they are in words."""
-    n = len(like.answer_pos) if isinstance(like, PatchingPair) else len(like)
+    n = len(like)
     if isinstance(like, PatchingPair):
         try:
             pair = task.patching_pair(n, generator=generator)
@@ -258,17 +255,15 @@ def prompt_fit(
         >>> fit.off_distribution, fit.reference
         (False, "the repeats task's clean/corrupted pair")
     """
-    n = len(prompts.answer_pos) if isinstance(prompts, PatchingPair) else len(prompts)
-    if n > FIT_PROMPTS:
-        first = slice(0, FIT_PROMPTS)
-        prompts = prompts.rows(first) if isinstance(prompts, PatchingPair) else _batch_rows(prompts, first, n)
-        n = FIT_PROMPTS
+    prompts = _checked(prompts).rows(slice(0, FIT_PROMPTS))
     rows = row_losses(model, prompts)
     reference, words = (
         (None, None) if task is None else _task_data_loss(model, task, prompts, generator=generator)
     )
     lower, upper = bootstrap_ratio(rows.total, rows.scored, generator=generator)
-    return PromptFit(source, n, rows.mean, float(lower), float(upper), rows.d_vocab_out, reference, words)
+    return PromptFit(
+        source, len(prompts), rows.mean, float(lower), float(upper), rows.d_vocab_out, reference, words
+    )
 
 
 def repeats_fit(

@@ -98,25 +98,25 @@ class LogitLensResult:
         intervals over sequences (`*_lower`, `*_upper`), and mean rank."""
         w = self.mask.double()
         total = w.sum().clamp_min(1.0)
-        per_seq = {
-            "target_prob": (self.target_prob.double() * w).sum(-1).T,  # [batch stage]
-            "top1_acc": ((self.target_rank == 1).double() * w).sum(-1).T,
+        values = {
+            "target_prob": self.target_prob.double(),
+            "target_rank": self.target_rank.double(),
+            "top1_acc": (self.target_rank == 1).double(),
         }
         bounds = {
-            name: bootstrap_ratio(num, w.sum(-1), generator=torch.Generator().manual_seed(0))
-            for name, num in per_seq.items()
+            name: bootstrap_ratio(
+                (values[name] * w).sum(-1).T, w.sum(-1), generator=torch.Generator().manual_seed(0)
+            )
+            for name in ("target_prob", "top1_acc")
         }
-        out = {}
+        out: dict[str, dict[str, float]] = {stage: {} for stage in self.stages}
         for i, stage in enumerate(self.stages):
-            out[stage] = {
-                "target_prob": float((self.target_prob[i].double() * w).sum() / total),
-                "target_prob_lower": float(bounds["target_prob"][0][i]),
-                "target_prob_upper": float(bounds["target_prob"][1][i]),
-                "target_rank": float((self.target_rank[i].double() * w).sum() / total),
-                "top1_acc": float(((self.target_rank[i] == 1).double() * w).sum() / total),
-                "top1_acc_lower": float(bounds["top1_acc"][0][i]),
-                "top1_acc_upper": float(bounds["top1_acc"][1][i]),
-            }
+            for name, value in values.items():
+                out[stage][name] = float((value[i] * w).sum() / total)
+                if name in bounds:
+                    out[stage][f"{name}_lower"], out[stage][f"{name}_upper"] = (
+                        float(b[i]) for b in bounds[name]
+                    )
         return out
 
     def by_position(self) -> dict[str, Tensor]:

@@ -61,11 +61,16 @@ class PlantedLayout:
         return max(self.d_vocab + 1, self.n_ctx)
 
 
-def planted_config(d_vocab: int = 12, n_ctx: int = 24) -> TransformerConfig:
+def planted_config(d_vocab: int = 12, n_ctx: int = 24, n_heads: int = 3) -> TransformerConfig:
     """The `TransformerConfig` of the planted model (so it can be checkpointed like any mechmem model)."""
     layout = PlantedLayout(d_vocab, n_ctx)
     return TransformerConfig(
-        n_layers=2, d_model=layout.d_model, n_heads=3, d_head=layout.d_head, d_vocab=d_vocab, n_ctx=n_ctx
+        n_layers=2,
+        d_model=layout.d_model,
+        n_heads=n_heads,
+        d_head=layout.d_head,
+        d_vocab=d_vocab,
+        n_ctx=n_ctx,
     )
 
 
@@ -151,16 +156,8 @@ def planted_split_model(
     """
     n_ctx, n_heads = 2 * half, max(movers, readers + (suppressor > 0))
     layout = PlantedLayout(d_vocab, n_ctx)
-    config = TransformerConfig(
-        n_layers=2,
-        d_model=layout.d_model,
-        n_heads=n_heads,
-        d_head=layout.d_head,
-        d_vocab=d_vocab,
-        n_ctx=n_ctx,
-    )
     eye_v, eye_t, c, offset = torch.eye(d_vocab), torch.eye(n_ctx), 10.0, half - 1
-    model = blank_model(config, layout, c)
+    model = blank_model(planted_config(d_vocab, n_ctx, n_heads), layout, c)
     with torch.no_grad():
         a0, a1 = model.blocks[0].attn, model.blocks[1].attn
         for j in range(movers):

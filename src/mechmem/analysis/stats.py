@@ -37,6 +37,14 @@ LEVEL = 0.95
 """Coverage of the intervals."""
 
 
+def _unit_values(num: Tensor, den: Tensor | None) -> tuple[Tensor, Tensor]:
+    """(num, den) in float64, den expanded to num's shape from num's shape, [unit] or None (ones)."""
+    den = torch.ones(num.shape[0], dtype=torch.float64) if den is None else den.double()
+    if den.dim() == 1:
+        den = den.reshape(num.shape[0], *([1] * (num.dim() - 1)))
+    return num, den.expand_as(num)
+
+
 def bootstrap_ratio(
     num: Float[Tensor, "unit ..."],
     den: Float[Tensor, "unit ..."] | None = None,
@@ -51,10 +59,7 @@ def bootstrap_ratio(
     shape; NaN where a resample's denominator is zero throughout.
     """
     n = num.shape[0]
-    num = num.double()
-    den = torch.ones(n, dtype=torch.float64) if den is None else den.double()
-    if den.dim() == 1:
-        den = den.reshape(n, *([1] * (num.dim() - 1)))
+    num, den = _unit_values(num.double(), den)
     if n == 0:
         nan = torch.full(num.shape[1:], float("nan"))
         return nan, nan.clone()
@@ -63,7 +68,7 @@ def bootstrap_ratio(
         1, idx, torch.ones(resamples, n, dtype=torch.float64)
     )  # how often each unit is drawn in each resample
     flat_num = num.reshape(n, -1)
-    flat_den = den.expand_as(num).reshape(n, -1)
+    flat_den = den.reshape(n, -1)
     stats = (counts @ flat_num) / (counts @ flat_den)
     q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
     lower, upper = torch.nanquantile(stats, q, dim=0)
@@ -118,18 +123,6 @@ def format_interval(lower: Any, upper: Any, fmt: str = ".3f") -> str:
     if any(b is None or math.isnan(b) for b in bounds):
         return "[-]"
     return f"[{format(bounds[0], fmt)}, {format(bounds[1], fmt)}]"
-
-
-def normal_interval_from_moments(
-    total: Tensor, total_sq: Tensor, n: Tensor, *, z: float = Z_95
-) -> tuple[Tensor, Tensor, Tensor]:
-    """(mean, lower, upper) from `total` = sum x and `total_sq` = sum x^2 over `n` rows (elementwise,
-    variance with n - 1); NaN where n < 2."""
-    mean = total / n
-    var = (total_sq / n - mean.square()).clamp_min(0) * n / (n - 1).clamp_min(1)
-    half = z * (var / n).sqrt()
-    half = half.masked_fill(n < 2, float("nan"))
-    return mean, mean - half, mean + half
 
 
 def z_for(alpha: float) -> float:
@@ -204,11 +197,7 @@ class RatioMoments:
             >>> float(m.ratio()), round(float(m.stderr()), 4)
             (2.0, 0.5774)
         """
-        num = num.detach().double().cpu()
-        den = torch.ones(num.shape[0], dtype=torch.float64) if den is None else den.detach().double().cpu()
-        if den.dim() == 1:
-            den = den.reshape(num.shape[0], *([1] * (num.dim() - 1)))
-        den = den.expand_as(num)
+        num, den = _unit_values(num.detach().double().cpu(), None if den is None else den.detach().cpu())
         return cls(
             num.shape[0],
             num.sum(0),
@@ -297,17 +286,9 @@ YES, NO, UNDECIDED = 1, 0, -1
 """The codes of `FamilyDecision.code`."""
 VERDICTS = {YES: "yes", NO: "no", UNDECIDED: "undecided"}
 DECISION_COLUMNS = [
-    "family",
-    "test",
-    "mean",
-    "lower",
-    "upper",
-    "corrected_lower",
-    "corrected_upper",
-    "n",
-    "verdict",
+    "family", "test", "mean", "lower", "upper", "corrected_lower", "corrected_upper", "n", "verdict",
     "n_needed",
-]
+]  # fmt: skip
 """The columns of `Decision.to_dataframe` (plus one column per axis of a family)."""
 INTERVAL_FIELDS = DECISION_COLUMNS[2:7]
 """A `FamilyDecision`'s mean and bounds, in column order."""
@@ -636,7 +617,6 @@ __all__ = [
     "mean_sd",
     "no_open_tests",
     "normal_interval",
-    "normal_interval_from_moments",
     "standard_error",
     "verdict",
     "z_for",

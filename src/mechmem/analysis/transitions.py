@@ -121,15 +121,13 @@ def level_crossing(
         raise ValueError("level_crossing needs a level rule")
     sign = 1.0 if rule.direction == "up" else -1.0
     points = _finite(steps, values)
-    met = [sign * (v - rule.level) >= 0 for _, v in points]
-    for i, ok in enumerate(met):
-        if not ok:
-            continue
-        if i == 0:
-            return Event(curve, rule, float(points[0][0]), (points[0][0], points[0][0]), at_start=True)
-        (s0, v0), (s1, v1) = points[i - 1], points[i]
-        return Event(curve, rule, s0 + (rule.level - v0) / (v1 - v0) * (s1 - s0), (s0, s1))
-    return Event(curve, rule, None)
+    i = next((i for i, (_, v) in enumerate(points) if sign * (v - rule.level) >= 0), None)
+    if i is None:
+        return Event(curve, rule, None)
+    if i == 0:
+        return Event(curve, rule, float(points[0][0]), (points[0][0], points[0][0]), at_start=True)
+    (s0, v0), (s1, v1) = points[i - 1], points[i]
+    return Event(curve, rule, s0 + (rule.level - v0) / (v1 - v0) * (s1 - s0), (s0, s1))
 
 
 def steepest_change(

@@ -50,6 +50,12 @@ class Batch:
             {k: v.to(device) for k, v in self.info.items()},
         )
 
+    def rows(self, index: slice) -> "Batch":
+        """The sequences `index` selects (with every `info` tensor that has one entry per sequence)."""
+        n = len(self)
+        info = {k: v[index] if v.ndim and v.shape[0] == n else v for k, v in self.info.items()}
+        return Batch(self.tokens[index], self.targets[index], self.loss_mask[index], info)
+
     def __len__(self) -> int:
         return self.tokens.shape[0]
 
@@ -82,6 +88,9 @@ class PatchingPair:
     def rows(self, index: slice | Tensor) -> "PatchingPair":
         """The pair of the prompts `index` selects."""
         return PatchingPair(*(getattr(self, n)[index] for n in self.__dataclass_fields__))
+
+    def __len__(self) -> int:
+        return self.clean.shape[0]
 
     def logit_diff(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Float[Tensor, ""]:
         """Mean over the batch of logit[correct] - logit[incorrect] at the answer position."""
@@ -192,18 +201,15 @@ class Task:
             }
         except NotImplementedError:
             return
-        d_vocab = getattr(cfg, "d_vocab", None)
-        d_vocab_out = getattr(cfg, "d_vocab_out", None)
+        d_vocab, d_vocab_out = getattr(cfg, "d_vocab", None), getattr(cfg, "d_vocab_out", None)
+        if not (isinstance(d_vocab_out, int) and d_vocab_out > 0):
+            d_vocab_out = d_vocab
         have = {
             "vocabulary": d_vocab,
-            "output vocabulary": d_vocab_out if isinstance(d_vocab_out, int) and d_vocab_out > 0 else d_vocab,
+            "output vocabulary": d_vocab_out,
             "context": getattr(cfg, "n_ctx", None),
         }
-        bad = [
-            f"{k} {need[k]} > model's {have[k]}"
-            for k in need
-            if isinstance(have[k], int) and need[k] > have[k]
-        ]
+        bad = [f"{k} {need[k]} > model's {v}" for k, v in have.items() if isinstance(v, int) and need[k] > v]
         if bad:
             raise MechmemError(f"task {self.name!r} does not fit the model: {'; '.join(bad)}")
 

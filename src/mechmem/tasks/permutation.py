@@ -303,103 +303,67 @@ def answer_stats(
     }
 
 
-def _model(d_model: int, n_heads: int, vocab_size: int = 5, n_layers: int = 1) -> Any:
+def _preset(d: int, heads: int, train: TrainConfig, note: str, *, v: int = 5, repeat: float = 0.0) -> Preset:
+    """A d-wide model with `heads` heads (one layer for V = 5, two beyond) on the task with vocabulary `v`."""
     from mechmem.models.transformer_config import TransformerConfig
 
-    return TransformerConfig(
-        n_layers=n_layers,
-        d_model=d_model,
-        n_heads=n_heads,
-        d_mlp=2 * d_model,
-        d_vocab=vocab_size + 1,
-        n_ctx=2 * vocab_size - 1,
+    model = TransformerConfig(
+        n_layers=1 if v == 5 else 2, d_model=d, n_heads=heads, d_mlp=2 * d, d_vocab=v + 1, n_ctx=2 * v - 1
     )
+    return Preset(model, PermutationConfig(vocab_size=v, repeat_ratio=repeat), train, note)
 
 
-def _paper_steps(epochs: int, batch: int, epoch_size: int = 100_000) -> int:
-    return epochs * epoch_size // batch
+def _train(steps: int, lr: float, every: int = 5000, samples: int = 5000) -> TrainConfig:
+    return TrainConfig(steps=steps, batch_size=128, lr=lr, eval_every=every, eval_samples=samples)
 
 
 # CPU presets: more, larger steps than the page's schedule, annealed so that Adam settles.
-QUICK_TRAIN = TrainConfig(
-    steps=20_000,
-    batch_size=128,
-    lr=3e-3,
-    schedule="cosine",
-    min_lr_ratio=0.05,
-    eval_every=2000,
-    eval_samples=5000,
-)
-
+QUICK_TRAIN = dataclasses.replace(_train(20_000, 3e-3, 2000), schedule="cosine", min_lr_ratio=0.05)
 # The demo's Task 1 preset: task1-quick stopped once its circuit has formed (docs/record/2026-11-29-demo.md).
 DEMO_TASK1_TRAIN = dataclasses.replace(QUICK_TRAIN, steps=4_000, eval_every=1_000, eval_samples=2_000)
-
-PermutationTask.presets.update(
-    {
-        "task1-demo": Preset(
-            _model(16, 1),
-            PermutationConfig(),
-            DEMO_TASK1_TRAIN,
-            "Task 1 for the demo: task1-quick stopped at 4,000 steps (cosine over those)",
-        ),
-        "task1-quick": Preset(
-            _model(16, 1),
-            PermutationConfig(),
-            QUICK_TRAIN,
-            "Task 1 on CPU: d=16, 1 head, no repeats, Adam 3e-3 with cosine decay",
-        ),
-        "task2-quick": Preset(
-            _model(32, 2),
-            PermutationConfig(repeat_ratio=0.3),
-            QUICK_TRAIN,
-            "Task 2 on CPU: d=32, 2 heads, repeat 0.3, Adam 3e-3 with cosine decay",
-        ),
-        "task1-paper": Preset(
-            _model(16, 1),
-            PermutationConfig(),
-            TrainConfig(
-                steps=_paper_steps(20, 128), batch_size=128, lr=1e-3, eval_every=5000, eval_samples=5000
-            ),
-            "Task 1 as published: 20 epochs of 100k samples, Adam 1e-3 (batch size unknown: 128)",
-        ),
-        "task2-paper": Preset(
-            _model(32, 2),
-            PermutationConfig(repeat_ratio=0.3),
-            TrainConfig(
-                steps=_paper_steps(50, 128), batch_size=128, lr=1e-3, eval_every=5000, eval_samples=5000
-            ),
-            "Task 2 as published: 50 epochs of 100k samples, Adam 1e-3, repeat 0.3 (batch size unknown: 128)",
-        ),
-    }
-)
+_PAPER_STEPS = 50 * 100_000 // 128
+"""50 epochs of the paper's 100k samples in batches of 128 (the published batch size is unknown)."""
 
 
 def _scale_preset(v: int, d: int, heads: int, steps: int, lr: float, note: str) -> Preset:
-    train = TrainConfig(steps=steps, batch_size=128, lr=lr, eval_every=max(steps // 10, 1), eval_samples=2000)
-    return Preset(
-        _model(d, heads, vocab_size=v, n_layers=2),
-        PermutationConfig(vocab_size=v, repeat_ratio=0.3),
-        train,
-        note,
-    )
+    return _preset(d, heads, _train(steps, lr, steps // 10, 2000), note, v=v, repeat=0.3)
 
 
-# Larger vocabularies (the page's V = 10 and V = 15 experiments).
-_PAPER_STEPS = _paper_steps(50, 128)
-PermutationTask.presets.update(
-    {
-        "v10-quick": _scale_preset(
-            10, 64, 4, 6_000, 3e-3, "V=10 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"
-        ),
-        "v15-quick": _scale_preset(
-            15, 64, 4, 12_000, 3e-3, "V=15 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"
-        ),
-        "v10-paper": _scale_preset(
-            10, 128, 4, _PAPER_STEPS, 1e-3, "V=10, GPU-sized: d=128, 4 heads, 2 layers, 50 epochs of 100k"
-        ),
-        "v15-paper": _scale_preset(
-            15, 256, 8, _PAPER_STEPS, 1e-3, "V=15, GPU-sized: d=256, 8 heads, 2 layers, 50 epochs of 100k"
-        ),
-    }
-)
+PermutationTask.presets |= {
+    "task1-demo": _preset(
+        16, 1, DEMO_TASK1_TRAIN, "Task 1 for the demo: task1-quick stopped at 4,000 steps (cosine over those)"
+    ),
+    "task1-quick": _preset(
+        16, 1, QUICK_TRAIN, "Task 1 on CPU: d=16, 1 head, no repeats, Adam 3e-3 with cosine decay"
+    ),
+    "task2-quick": _preset(
+        32,
+        2,
+        QUICK_TRAIN,
+        "Task 2 on CPU: d=32, 2 heads, repeat 0.3, Adam 3e-3 with cosine decay",
+        repeat=0.3,
+    ),
+    "task1-paper": _preset(
+        16,
+        1,
+        _train(20 * 100_000 // 128, 1e-3),
+        "Task 1 as published: 20 epochs of 100k samples, Adam 1e-3 (batch size unknown: 128)",
+    ),
+    "task2-paper": _preset(
+        32,
+        2,
+        _train(_PAPER_STEPS, 1e-3),
+        "Task 2 as published: 50 epochs of 100k samples, Adam 1e-3, repeat 0.3 (batch size unknown: 128)",
+        repeat=0.3,
+    ),
+    # Larger vocabularies (the page's V = 10 and V = 15 experiments).
+    "v10-quick": _scale_preset(10, 64, 4, 6_000, 3e-3, "V=10 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
+    "v15-quick": _scale_preset(15, 64, 4, 12_000, 3e-3, "V=15 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),
+    "v10-paper": _scale_preset(
+        10, 128, 4, _PAPER_STEPS, 1e-3, "V=10, GPU-sized: d=128, 4 heads, 2 layers, 50 epochs of 100k"
+    ),
+    "v15-paper": _scale_preset(
+        15, 256, 8, _PAPER_STEPS, 1e-3, "V=15, GPU-sized: d=256, 8 heads, 2 layers, 50 epochs of 100k"
+    ),
+}
 SCALE_PRESET_NAMES = ("v10-quick", "v15-quick", "v10-paper", "v15-paper")

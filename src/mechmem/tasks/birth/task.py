@@ -56,15 +56,11 @@ class BirthConfig(ConfigMixin):
 
 
 def _accuracy(logits: Tensor, targets: Tensor, mask: Tensor) -> float:
-    if not mask.any():
-        return float("nan")
-    return float((logits[mask].argmax(-1) == targets[mask]).float().mean())
+    return float((logits[mask].argmax(-1) == targets[mask]).float().mean()) if mask.any() else float("nan")
 
 
 def _ce(logits: Tensor, targets: Tensor, mask: Tensor) -> float:
-    if not mask.any():
-        return float("nan")
-    return float(F.cross_entropy(logits[mask].float(), targets[mask]))
+    return float(F.cross_entropy(logits[mask].float(), targets[mask])) if mask.any() else float("nan")
 
 
 @register_task
@@ -234,16 +230,16 @@ def _sgd(steps: int, batch_size: int, lr: float = 0.2, **kw: object) -> TrainCon
 
 
 def _presets() -> dict[str, Preset]:
+    frozen = {"freeze_embeddings": True, "freeze_unembedding": True}
+    quick_model = simplified_config(d_vocab=N_TOKENS, n_ctx=128, d_model=128, **frozen)
     quick_task = BirthConfig(seq_len=128, n_triggers=5, fixed_triggers=True)
-    quick_model = simplified_config(
-        d_vocab=N_TOKENS, n_ctx=128, d_model=128, freeze_embeddings=True, freeze_unembedding=True
-    )
-    paper_task = BirthConfig(seq_len=256, n_triggers=5, fixed_triggers=False)
+    quick = _sgd(1500, 64, eval_every=50, eval_samples=256)
+    paper = _sgd(3000, 512, eval_every=10, eval_samples=512)
     return {
         "quick": Preset(
             quick_model,
             quick_task,
-            _sgd(1500, 64, eval_every=50, eval_samples=256),
+            quick,
             "simplified model, K=5 fixed triggers, T=128, batch 64, head-only loss",
         ),
         "demo": Preset(
@@ -255,27 +251,25 @@ def _presets() -> dict[str, Preset]:
         "quick_ffn": Preset(
             simplified_config(d_vocab=N_TOKENS, n_ctx=128, d_model=128, ffn=True),
             BirthConfig(seq_len=128, n_triggers=5, fixed_triggers=False, head_only_loss=False),
-            _sgd(1500, 64, eval_every=50, eval_samples=256),
+            quick,
             "simplified model with W_F, random triggers, all layers trained jointly on every token (Fig. 4)",
         ),
         "quick_full": Preset(
             full_config(d_vocab=N_TOKENS, n_ctx=128, n_layers=2, d_model=128),
             BirthConfig(seq_len=128, n_triggers=5, fixed_triggers=True, head_only_loss=False),
-            _sgd(1500, 64, eval_every=50, eval_samples=256),
+            quick,
             "full 2-layer transformer (MLPs, LayerNorm), fixed triggers, loss on every token",
         ),
         "paper": Preset(
             simplified_config(d_vocab=N_TOKENS, n_ctx=256, d_model=128),
-            paper_task,
-            _sgd(3000, 512, eval_every=10, eval_samples=512),
+            BirthConfig(seq_len=256, n_triggers=5, fixed_triggers=False),
+            paper,
             "the paper's sizes: d=128, T=256, batch 512, random triggers (GPU)",
         ),
         "paper_fixed": Preset(
-            simplified_config(
-                d_vocab=N_TOKENS, n_ctx=256, d_model=128, freeze_embeddings=True, freeze_unembedding=True
-            ),
+            simplified_config(d_vocab=N_TOKENS, n_ctx=256, d_model=128, **frozen),
             BirthConfig(seq_len=256, n_triggers=5, fixed_triggers=True),
-            _sgd(3000, 512, eval_every=10, eval_samples=512),
+            paper,
             "the paper's sizes with fixed triggers and frozen embeddings (GPU)",
         ),
     }
