@@ -84,13 +84,11 @@ class EdgeStage:
     def scores(self) -> tuple[Tensor, Tensor]:
         """[edge] each edge's mean score and its standard error over the stage's prompts (where untested, the
         screening's estimate and its standard error)."""
-        n = len(self.tested)
-        screened = self.screening is not None
-        scores = self.screening.scores.clone() if screened else torch.zeros(n)
-        stderr = self.screening.stderr.clone() if screened else torch.full((n,), float("nan"))
-        where = self.tested.nonzero().flatten()
-        for row, edge in zip(self.values, where.tolist()):  # an edge's prompts: those before it froze
-            measured = row[~row.isnan()]
+        n, screening = len(self.tested), self.screening
+        scores = screening.scores.clone() if screening is not None else torch.zeros(n)
+        stderr = screening.stderr.clone() if screening is not None else torch.full((n,), float("nan"))
+        for row, edge in zip(self.values, self.tested.nonzero().flatten().tolist()):
+            measured = row[~row.isnan()]  # the edge's prompts: those before it froze
             scores[edge] = measured.double().mean().float()
             stderr[edge] = standard_error(measured, dim=0).float()
         return scores, stderr

@@ -116,15 +116,13 @@ def _prune(
         out[order[:k]] = True
         return out
 
-    lo, hi = 0, len(order)  # faithfulness(0) = 0 < target <= 1 = faithfulness(all edges)
-    evaluations = 0
+    lo, hi, evaluations = 0, len(order), 0  # faithfulness(0) = 0 < target <= 1 = faithfulness(all edges)
+    gap = (full - empty) or math.nan
     while hi - lo > 1:
         sizes = sorted(
             {lo + max(1, (hi - lo) * i // (per_round + 1)) for i in range(1, per_round + 1)} - {hi}
         )
-        faith = (patcher.evaluate(torch.stack([mask(k) for k in sizes])).mean(1) - empty) / (
-            (full - empty) or math.nan
-        )
+        faith = (patcher.evaluate(torch.stack([mask(k) for k in sizes])).mean(1) - empty) / gap
         evaluations += len(sizes)
         reached = [k for k, f in zip(sizes, faith.tolist()) if f >= target]
         hi = reached[0] if reached else hi

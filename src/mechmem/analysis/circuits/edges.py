@@ -294,7 +294,7 @@ class EdgePatcher:
         keep = "b" if per_prompt else ""
         pieces: dict[str, list[Tensor]] = {hook: [] for hook in self.before}
         for sender_hook, ids in self.groups.items():  # every sender feeds at least the logits
-            change = self.change[sender_hook][rows]  # [sender batch pos d_model]: every sender's delta
+            change = self.change[sender_hook][rows]  # deltas: [sender batch pos d_model]
             deltas = _through_w_o(change, self.w_o(sender_hook)) if change.ndim == 4 else change[None]
             for hook, n in self.before.items():
                 if ids[-1] < n:
