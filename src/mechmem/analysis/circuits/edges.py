@@ -103,6 +103,14 @@ class Edge:
     def name(self) -> str:
         return f"{self.sender.name}->{self.port.name}"
 
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "name": self.name,
+            "sender": self.sender.name,
+            "receiver": self.port.node.name,
+            "port": self.port.port,
+        }
+
 
 @dataclass
 class Graph:

@@ -84,8 +84,7 @@ class LeftOut:
         )
         words += f" of the gap and add {added[0]:+.3f} [{added[1]:+.3f}, {added[2]:+.3f}] to the circuit's"
         words += " faithfulness"
-        small_share = share[1] > -EDGE_SHARE and share[2] < EDGE_SHARE
-        small_added = added[1] > -EDGE_SHARE and added[2] < EDGE_SHARE
+        small_share, small_added = (x[1] > -EDGE_SHARE and x[2] < EDGE_SHARE for x in (share, added))
         if small_share and small_added:
             return words + (
                 f" (both within {EDGE_SHARE} of 0: idle on these prompts, or a backup of heads the circuit "
@@ -111,10 +110,8 @@ def edge_frame(
 
     columns: dict[str, Any] = {"edge": range(len(scores))}
     if graph is not None:
-        columns["name"] = [e.name for e in graph.edges]
-        columns["sender"] = [e.sender.name for e in graph.edges]
-        columns["receiver"] = [e.port.node.name for e in graph.edges]
-        columns["port"] = [e.port.port for e in graph.edges]
+        rows = [e.to_dict() for e in graph.edges]
+        columns |= {k: [row[k] for row in rows] for k in ("name", "sender", "receiver", "port")}
     scores, stderr = scores.detach().float().cpu(), stderr.detach().float().cpu()
     estimate = (
         torch.full_like(scores, math.nan) if attribution is None else attribution.detach().float().cpu()
@@ -348,11 +345,7 @@ class Circuit:
             return float(x) if math.isfinite(float(x)) else None
 
         for i, e in enumerate(self.graph.edges):
-            row = {
-                "name": e.name,
-                "sender": e.sender.name,
-                "receiver": e.port.node.name,
-                "port": e.port.port,
+            row = e.to_dict() | {
                 "score": float(self.scores[i]),
                 "stderr": float(self.stderr[i]),
                 "exact": bool(self.exact[i]),
