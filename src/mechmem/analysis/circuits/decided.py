@@ -84,13 +84,11 @@ class EdgeStage:
     def scores(self) -> tuple[Tensor, Tensor]:
         """[edge] each edge's mean score and its standard error over the stage's prompts (where untested, the
         screening's estimate and its standard error)."""
-        n = len(self.tested)
-        screened = self.screening is not None
-        scores = self.screening.scores.clone() if screened else torch.zeros(n)
-        stderr = self.screening.stderr.clone() if screened else torch.full((n,), float("nan"))
-        where = self.tested.nonzero().flatten()
-        for row, edge in zip(self.values, where.tolist()):  # an edge's prompts: those before it froze
-            measured = row[~row.isnan()]
+        n, screening = len(self.tested), self.screening
+        scores = screening.scores.clone() if screening is not None else torch.zeros(n)
+        stderr = screening.stderr.clone() if screening is not None else torch.full((n,), float("nan"))
+        for row, edge in zip(self.values, self.tested.nonzero().flatten().tolist()):
+            measured = row[~row.isnan()]  # the edge's prompts: those before it froze
             scores[edge] = measured.double().mean().float()
             stderr[edge] = standard_error(measured, dim=0).float()
         return scores, stderr
@@ -135,18 +133,24 @@ def decide_edges(
         return bool(gap_test(gap).code == NO)
 
     state: dict[str, Any] = {"reference": reference, "gap": None, "absent": False}
+
+    def draw(k: int, gen: torch.Generator) -> tuple[PatchingPair, EdgePatcher, Tensor]:
+        """k new prompts, their patcher (mean ablation over the first draw's, or the caller's, reference)
+        and full - empty [prompt]."""
+        pair = circuit_pair(model, task, k, generator=gen)[0].to(device)
+        patcher = EdgePatcher(model, pair, ablation, reference=state["reference"], memory_mb=memory_mb)
+        state["reference"] = pair.clean if state["reference"] is None else state["reference"]
+        full, empty = patcher.full_and_empty().detach().cpu()
+        return pair, patcher, full - empty
+
     if n_edges > max_exact or with_attribution:
-        pair, _ = circuit_pair(model, task, policy.first, generator=generator)
-        pair = pair.to(device)
-        patcher = EdgePatcher(model, pair, ablation, reference=reference, memory_mb=memory_mb)
-        full, empty = _full_and_empty(patcher, n_edges)
-        state["absent"] = absent(RatioMoments.from_values((full - empty).double()))
+        _, patcher, gap = draw(policy.first, generator)
+        state["absent"] = absent(RatioMoments.from_values(gap.double()))
         if state["absent"]:  # no behaviour, no screening: every edge out, untested; this is the first look
-            tested, state["screened"] = torch.zeros(n_edges, dtype=torch.bool), full - empty
+            tested, state["screened"] = torch.zeros(n_edges, dtype=torch.bool), gap
         else:
             screening = score_edges(patcher, max_exact, with_attribution, steps=steps)
             tested = screening.exact.clone()
-        state["reference"] = pair.clean if reference is None else reference
     edges = [e for e, t in zip(graph.edges, tested.tolist()) if t]
 
     def measure(k: int, gen: torch.Generator, measured: dict[str, Tensor]) -> tuple[Any, dict[str, Any]]:
@@ -156,19 +160,14 @@ def decide_edges(
             state["gap"] = RatioMoments.from_values(screened.double())
             values = torch.zeros(0, k)
             return (values, None), {"edge": RatioMoments.from_values(values.T, screened)}
-        pair, _ = circuit_pair(model, task, k, generator=gen)
-        pair = pair.to(device)
-        if state["reference"] is None:
-            state["reference"] = pair.clean
-        patcher = EdgePatcher(model, pair, ablation, reference=state["reference"], memory_mb=memory_mb)
-        full, empty = _full_and_empty(patcher, n_edges)
-        gap = RatioMoments.from_values((full - empty).double())
+        pair, patcher, diff = draw(k, gen)
+        gap = RatioMoments.from_values(diff.double())
         state["gap"] = gap if state["gap"] is None else state["gap"] + gap
         open_ = measured.get("edge", torch.ones(len(edges), dtype=torch.bool))
         values = torch.full((len(edges), k), float("nan"))  # frozen edges are not measured again
         if bool(open_.any()):
             values[open_] = patcher.exact([e for e, o in zip(edges, open_.tolist()) if o]).detach().cpu()
-        return (values, pair), {"edge": RatioMoments.from_values(values.nan_to_num(0.0).T, full - empty)}
+        return (values, pair), {"edge": RatioMoments.from_values(values.nan_to_num(0.0).T, diff)}
 
     def shown_absent(families: dict[str, Any]) -> bool:
         return state["absent"] or (not no_open_tests(families) and absent(state["gap"]))
@@ -206,23 +205,16 @@ def select_edges(
     for pair in stage.pairs:  # one patcher per prompt length, its rounds pooled
         shapes.setdefault(tuple(pair.clean.shape[1:]), []).append(pair)
     fields = PatchingPair.__dataclass_fields__
+    pooled = (PatchingPair(*(torch.cat([getattr(p, f) for p in g]) for f in fields)) for g in shapes.values())
     patchers = [
-        EdgePatcher(
-            model,
-            PatchingPair(*(torch.cat([getattr(p, name) for p in group]) for name in fields)),
-            ablation,
-            reference=stage.reference,
-            memory_mb=memory_mb,
-        )
-        for group in shapes.values()
+        EdgePatcher(model, pair, ablation, reference=stage.reference, memory_mb=memory_mb) for pair in pooled
     ]
 
     def total(masks: Tensor) -> Tensor:
         """[variant] the metric summed over every prompt of the stage."""
         return sum(patcher.evaluate(masks).double().sum(1) for patcher in patchers)
 
-    every = torch.ones(n_edges, dtype=torch.bool)
-    full, empty = total(torch.stack([every, ~every])).tolist()
+    full, empty = sum(patcher.full_and_empty().double().sum(1) for patcher in patchers).tolist()
     if full == empty:
         return sure.clone(), 0
     scores, _ = stage.scores()
@@ -247,12 +239,6 @@ def select_edges(
     if order:
         remove(order)
     return keep, evaluations
-
-
-def _full_and_empty(patcher: EdgePatcher, n_edges: int) -> Tensor:
-    """[2 prompt] the metric with every edge and with none (every edge ablated) on the patcher's pair."""
-    every = torch.ones(n_edges, dtype=torch.bool)
-    return patcher.evaluate(torch.stack([every, ~every])).detach().cpu()
 
 
 def judge_circuit(
@@ -303,18 +289,17 @@ def left_out_heads(circuit_heads: list[str], heads: list[str], graph: Any) -> tu
 
 def measured_left_out(names: list[str], masks: Tensor, values: Tensor) -> tuple[LeftOut, ...]:
     """Each left-out head's `LeftOut` from the criteria stage's per-prompt values (`judge_circuit`)."""
-    full, empty, circuit = values[0].double(), values[1].double(), values[2].double()
-    gap, found = full - empty, []
+    full, empty, circuit, _, *rest = values.double()
 
     def interval(num: Tensor) -> tuple[float, float, float]:
-        m = RatioMoments.from_values(num, gap)
+        m = RatioMoments.from_values(num, full - empty)
         r, se = float(m.ratio()), float(m.stderr())
         return (r, *normal_interval(r, se))
 
-    for i, (name, mask) in enumerate(zip(names, masks)):
-        without, plus = values[4 + 2 * i].double(), values[5 + 2 * i].double()
-        found.append(LeftOut(name, int(mask.sum()), interval(full - without), interval(plus - circuit)))
-    return tuple(found)
+    return tuple(
+        LeftOut(name, int(mask.sum()), interval(full - without), interval(plus - circuit))
+        for name, mask, without, plus in zip(names, masks, rest[0::2], rest[1::2])
+    )
 
 
 def decided_circuit(
@@ -368,15 +353,14 @@ def decided_circuit(
     left_out = measured_left_out(out_names, outgoing, prompt_values)
     prompt_values = prompt_values[:4]
     end = time.perf_counter()
-    graph, screening, (scores, stderr) = stage.graph, stage.screening, stage.scores()
+    screening, search = stage.screening, "sequential edge tests, then removal judged on what remains"
     method = "exact path patching of every edge"
     if screening is not None:
         method = screening.method + f" (screening draw of {policy.first} prompts); the tested edges exactly"
     means = prompt_values.double().mean(1).tolist()
-    circuit = Circuit(
-        graph,
-        scores,
-        stderr,
+    return Circuit(
+        stage.graph,
+        *stage.scores(),
         stage.tested.clone(),
         kept,
         values=dict(zip(("full", "empty", "circuit", "complement"), means)),
@@ -388,10 +372,7 @@ def decided_circuit(
         timings={"edges": mid - start, "criteria": end - mid, "total": end - start},
         attribution_check=None if screening is None else screening.check,
         intervals=marginal_intervals(decision),
-        pruning={
-            "search": "sequential edge tests, then removal judged on what remains",
-            "evaluations": evaluations,
-        },
+        pruning={"search": search, "evaluations": evaluations},
         decision=decision,
         discovery_n=stage.decision.n + (policy.first if screening is not None else 0),
         held_out=True,
@@ -399,8 +380,7 @@ def decided_circuit(
         edge_decision=stage.decision,
         joint=kept & ~stage.kept,
         left_out=left_out,
-    )
-    return circuit, source
+    ), source
 
 
 __all__ = [

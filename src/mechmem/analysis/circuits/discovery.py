@@ -116,15 +116,13 @@ def _prune(
         out[order[:k]] = True
         return out
 
-    lo, hi = 0, len(order)  # faithfulness(0) = 0 < target <= 1 = faithfulness(all edges)
-    evaluations = 0
+    lo, hi, evaluations = 0, len(order), 0  # faithfulness(0) = 0 < target <= 1 = faithfulness(all edges)
+    gap = (full - empty) or math.nan
     while hi - lo > 1:
         sizes = sorted(
             {lo + max(1, (hi - lo) * i // (per_round + 1)) for i in range(1, per_round + 1)} - {hi}
         )
-        faith = (patcher.evaluate(torch.stack([mask(k) for k in sizes])).mean(1) - empty) / (
-            (full - empty) or math.nan
-        )
+        faith = (patcher.evaluate(torch.stack([mask(k) for k in sizes])).mean(1) - empty) / gap
         evaluations += len(sizes)
         reached = [k for k, f in zip(sizes, faith.tolist()) if f >= target]
         hi = reached[0] if reached else hi
@@ -155,13 +153,13 @@ def score_edges(
     the min(rescore, max_exact) EAP ranks highest and `CHECK_EDGES` others, the rest keeping their estimate;
     every edge exactly when EAP fails its agreement check (up to `max_fallback`, default 4 x max_exact)."""
     edges, start = patcher.graph.edges, time.perf_counter()
-    n_edges, attribution, check = len(edges), None, None
-    max_fallback = 4 * max_exact if max_fallback is None else max_fallback
+    n_edges, chosen, attribution, check = len(edges), torch.arange(len(edges)), None, None
+    scores, stderr = torch.zeros(n_edges), torch.full((n_edges,), math.nan)
     if n_edges > max_exact or with_attribution:
         estimates = edge_attribution(patcher, steps, per_prompt=True)
-        attribution, attribution_stderr = estimates.mean(1), standard_error(estimates, dim=1)
+        attribution, stderr = estimates.mean(1), standard_error(estimates, dim=1)
+        scores = attribution.clone()
     mid = time.perf_counter()
-    chosen = torch.arange(n_edges)
     estimate = "EAP" if not steps else f"EAP-IG ({steps} steps)"
     method = "exact path patching of every edge"
     if n_edges > max_exact:
@@ -170,26 +168,17 @@ def score_edges(
         rest = order[top:]
         drawn = rest[torch.randperm(len(rest), generator=torch.Generator().manual_seed(0))[:CHECK_EDGES]]
         chosen = torch.cat([order[:top], drawn]).sort().values
+        method = f"{estimate} on all {n_edges} edges, exact path patching on {len(chosen)} of them"
     per_prompt = patcher.exact([edges[i] for i in chosen.tolist()])
     if attribution is not None:
         check = judge(attribution[chosen], per_prompt.mean(1)) | {"estimate": estimate}
-        if n_edges > max_exact:
-            method = f"{estimate} on all {n_edges} edges, exact path patching on {len(chosen)} of them"
     if check is not None and not check["trusted"] and len(chosen) < n_edges:
-        if n_edges <= max_fallback:
-            chosen = torch.arange(n_edges)
-            per_prompt = patcher.exact(edges)
-            method = (
-                f"exact path patching of every edge ({estimate} agreed at Pearson {check['pearson']:.2f} < "
-                f"{TRUST['pearson']} on {check['cells']} edges)"
-            )
+        agreed = f"{estimate} agreed at Pearson {check['pearson']:.2f} < {TRUST['pearson']}"
+        if n_edges <= (4 * max_exact if max_fallback is None else max_fallback):
+            chosen, per_prompt = torch.arange(n_edges), patcher.exact(edges)
+            method = f"exact path patching of every edge ({agreed} on {check['cells']} edges)"
         else:
-            method += (
-                f"; UNTRUSTED ranking: {estimate} agreed at Pearson {check['pearson']:.2f} "
-                f"< {TRUST['pearson']}"
-            )
-    scores = attribution.clone() if attribution is not None else torch.zeros(n_edges)
-    stderr = attribution_stderr.clone() if attribution is not None else torch.full((n_edges,), math.nan)
+            method += f"; UNTRUSTED ranking: {agreed}"
     exact = torch.zeros(n_edges, dtype=torch.bool)
     scores[chosen], exact[chosen] = per_prompt.mean(1), True
     stderr[chosen] = standard_error(per_prompt, dim=1)
@@ -259,12 +248,6 @@ def judge_criteria(
     return decision
 
 
-def single_look(values: Float[Tensor, "4 batch"], policy: DecisionPolicy = CIRCUIT_POLICY) -> Decision:
-    """The criteria of one fixed set of prompts, judged by the sequential rule at one look (K = 1)."""
-    once = replace(policy, first=values.shape[1], budget=values.shape[1])
-    return judge_criteria(lambda k, generator: criteria_moments(values), once)
-
-
 def marginal_intervals(decision: Decision) -> dict[str, tuple[float, float]]:
     """Each family's marginal 95% interval (lower, upper) of a decision of scalar tests (the criteria)."""
     return {k: (float(f.lower), float(f.upper)) for k, f in decision.families.items()}
@@ -305,15 +288,15 @@ def discover_circuit(
     setup = time.perf_counter()
     edges = score_edges(patcher, max_exact, with_attribution, steps=steps)
     scored = time.perf_counter()
-    every = torch.ones(len(patcher.graph.edges), dtype=torch.bool)
-    ends = patcher.evaluate(torch.stack([every, ~every]))
+    ends = patcher.full_and_empty()
     full, empty = ends.mean(1).tolist()
-    per_round = 1 if len(every) > max_exact else 8  # binary search above max_exact edges
+    per_round = 1 if len(patcher.graph.edges) > max_exact else 8  # binary search above max_exact edges
     kept, evaluations = _prune(patcher, edges.scores, target, threshold, full, empty, per_round)
     per_prompt = torch.cat([ends, patcher.evaluate(torch.stack([kept, ~kept]))])
     search = "binary search" if per_round == 1 else f"bisection, {per_round} sizes per round"
     pruning = {"search": search if threshold is None else "threshold", "evaluations": evaluations}
-    decision = single_look(per_prompt)
+    once = replace(CIRCUIT_POLICY, first=len(pair.clean), budget=len(pair.clean))  # judged at one look
+    decision = judge_criteria(lambda k, generator: criteria_moments(per_prompt), once)
     end = time.perf_counter()
     timings = edges.timings | {"setup": setup - start, "prune": end - scored, "total": end - start}
     return Circuit(
@@ -343,17 +326,9 @@ def attribution_agreement(circuit: Circuit, k: int = 10) -> dict[str, float]:
     """The patching `agreement` (Pearson, Spearman, top-k overlap) of EAP with the exact scores."""
     if circuit.attribution is None:
         raise ValueError("the circuit was discovered without attribution (with_attribution=True)")
-    idx = circuit.exact.nonzero().flatten()
+    idx, full, empty = circuit.exact.nonzero().flatten(), circuit.values["full"], circuit.values["empty"]
     as_result = [
-        PatchingResult(
-            "edges",
-            ("edge",),
-            circuit.values["full"] - x[idx],
-            "noising",
-            circuit.metric,
-            circuit.values["full"],
-            circuit.values["empty"],
-        )
+        PatchingResult("edges", ("edge",), full - x[idx], "noising", circuit.metric, full, empty)
         for x in (circuit.attribution, circuit.scores)
     ]
     return agreement(*as_result, k=k)

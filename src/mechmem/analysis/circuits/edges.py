@@ -86,6 +86,11 @@ class Port:
     def name(self) -> str:
         return self.node.name if self.port == "in" else f"{self.node.name}.{self.port}"
 
+    @property
+    def row(self) -> int:
+        """The port's row at its hook: its head (or key/value head), 0 for a hook without a head axis."""
+        return self.index[-1] if self.index else 0
+
 
 @dataclass(frozen=True)
 class Edge:
@@ -97,6 +102,14 @@ class Edge:
     @property
     def name(self) -> str:
         return f"{self.sender.name}->{self.port.name}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "name": self.name,
+            "sender": self.sender.name,
+            "receiver": self.port.node.name,
+            "port": self.port.port,
+        }
 
 
 @dataclass
@@ -141,16 +154,6 @@ def build_graph(model: torch.nn.Module) -> Graph:
     ports.append(Port(nodes[-1], "in", f"blocks.{cfg.n_layers - 1}.hook_resid_post"))
     edges = [Edge(u, p) for p in ports for u in nodes if u.hook is not None and u.depth < p.node.depth]
     return Graph(nodes, ports, edges)
-
-
-def _share_of(part: PatchingPair, n: int) -> Any:
-    """The chunk's logit differences summed, over all `n` prompts (the chunks' gradients add up to the
-    mean's)."""
-
-    def metric(logits: Tensor) -> Tensor:
-        return part.logit_diff_per_prompt(logits).sum() / n
-
-    return metric
 
 
 def _through_w_o(
@@ -200,6 +203,8 @@ class EdgePatcher:
         self.ablated = setter_values(model, self.tokens, setter, hooks)
         self.senders = [n for n in self.graph.nodes if n.hook is not None]
         """Every node with an output, in graph order (embeddings, then by depth)."""
+        self.at = {u.name: i for i, u in enumerate(self.senders)}
+        """Each sender's index into `senders`, by name."""
         self.groups: dict[str, list[int]] = {}
         """Per sender hook, its senders (consecutive indices into `senders`): a layer's heads share hook_z."""
         for i, u in enumerate(self.senders):
@@ -226,16 +231,6 @@ class EdgePatcher:
     def delta(self, sender: Node) -> Float[Tensor, "batch pos d_model"]:
         """The sender's output change when ablated (its ablated output - its clean output), in d_model."""
         return self.output(sender, self.change[sender.hook])
-
-    @torch.no_grad()
-    def sender_deltas(
-        self, hook: str, rows: slice = slice(None)
-    ) -> Float[Tensor, "sender batch pos d_model"]:
-        """`delta` of every sender at `hook` (a layer's heads, or one node) on the prompts `rows`."""
-        change = self.change[hook][rows]
-        if self.senders[self.groups[hook][0]].kind == "head":
-            return _through_w_o(change, self.w_o(hook))
-        return change[None]
 
     def metric(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Float[Tensor, " batch"]:
         """The pair's logit difference, per prompt."""
@@ -268,10 +263,15 @@ class EdgePatcher:
         scores = torch.zeros(len(self.graph.edges), *((n,) if per_prompt else ()))
         for rows in self.row_chunks():
             part = self.pair.rows(rows)
+
+            def share(logits: Tensor, part: PatchingPair = part) -> Tensor:
+                """The chunk's logit differences summed, over all n prompts (the chunks' gradients add up)."""
+                return part.logit_diff_per_prompt(logits).sum() / n
+
             total: dict[str, Tensor] = {}
             for w in alphas:
                 mix = [] if w is None else [self._toward_ablated(h, rows, w) for h in embeds]
-                _, grads = activation_grads(self.model, self.tokens[rows], hooks, _share_of(part, n), mix)
+                _, grads = activation_grads(self.model, self.tokens[rows], hooks, share, mix)
                 for h in hooks:
                     g = grads[h] / len(alphas)
                     total[h] = total[h] + g if h in total else g
@@ -301,43 +301,37 @@ class EdgePatcher:
         d_model, for every edge u -> port, from a tensor at each port hook on the prompts `rows`."""
         keep = "b" if per_prompt else ""
         pieces: dict[str, list[Tensor]] = {hook: [] for hook in self.before}
-        for sender_hook, ids in self.groups.items():
-            deltas = None
+        for sender_hook, ids in self.groups.items():  # every sender feeds at least the logits
+            change = self.change[sender_hook][rows]  # deltas: [sender batch pos d_model]
+            deltas = _through_w_o(change, self.w_o(sender_hook)) if change.ndim == 4 else change[None]
             for hook, n in self.before.items():
                 if ids[-1] < n:
-                    deltas = self.sender_deltas(sender_hook, rows) if deltas is None else deltas
                     g = grads[hook].to(deltas.dtype)
                     pattern = f"sbpd,bphd->hs{keep}" if g.ndim == 4 else f"sbpd,bpd->s{keep}"
                     pieces[hook].append(-torch.einsum(pattern, deltas, g))
         by_hook = {hook: torch.cat(parts, dim=-2 if per_prompt else -1) for hook, parts in pieces.items()}
-        at = {u.name: i for i, u in enumerate(self.senders)}
-        scores = [by_hook[e.port.hook][(*e.port.index[1:], at[e.sender.name])] for e in self.graph.edges]
+        scores = [by_hook[e.port.hook][(*e.port.index[1:], self.at[e.sender.name])] for e in self.graph.edges]
         return torch.stack(scores).cpu()
 
     def dropped(self, keep: Bool[Tensor, " edge"]) -> dict[str, Tensor]:
         """Per port hook with a dropped edge: a 0/1 matrix [row (the hook's head axis, or one), sender before
         it], 1 = dropped."""
-        at = {u.name: i for i, u in enumerate(self.senders)}
         rows: dict[str, int] = {}
         for p in self.graph.ports:
-            rows[p.hook] = max(rows.get(p.hook, 1), p.index[-1] + 1 if p.index else 1)
+            rows[p.hook] = max(rows.get(p.hook, 1), p.row + 1)
         drop: dict[str, Tensor] = {}
         for edge, kept in zip(self.graph.edges, keep.tolist()):
             if not kept:
                 hook = edge.port.hook
                 if hook not in drop:
                     drop[hook] = torch.zeros(rows[hook], self.before[hook])
-                drop[hook][edge.port.index[-1] if edge.port.index else 0, at[edge.sender.name]] = 1.0
+                drop[hook][edge.port.row, self.at[edge.sender.name]] = 1.0
         return drop
 
     def changed(self, drop: dict[str, Tensor]) -> list[bool]:
         """Per sender: whether its output can differ from its clean output under `drop` (a port of it drops
         an edge, or a sender of smaller depth changed)."""
-        hit = {
-            p.node.name
-            for p in self.graph.ports
-            if p.hook in drop and bool(drop[p.hook][p.index[-1] if p.index else 0].any())
-        }
+        hit = {p.node.name for p in self.graph.ports if p.hook in drop and bool(drop[p.hook][p.row].any())}
         out, first = [], math.inf  # the smallest depth of a changed sender so far (senders: by depth)
         for u in self.senders:
             out.append(u.name in hit or first < u.depth)
@@ -357,17 +351,21 @@ class EdgePatcher:
         ]
         return self.run(variants)[where]
 
+    def full_and_empty(self) -> Float[Tensor, "2 batch"]:
+        """The per-prompt metric with every edge and with none (every edge ablated)."""
+        every = torch.ones(len(self.graph.edges), dtype=torch.bool)
+        return self.evaluate(torch.stack([every, ~every]))
+
     def every_edge_ablated(self) -> list[Intervention]:
         """The empty circuit as one edit: the clean run with the logits' input plus every sender's change
         (equal to `circuit_variant` of no edge: only the logits' port reaches the metric)."""
         port = next(p for p in self.graph.ports if p.node.kind == "logits")
 
         def shift(act: Tensor, hook: Any) -> Tensor:
+            change = self.change  # summed in sender order
             total = sum(
-                _summed_through_w_o(self.change[h], self.w_o(h))
-                if self.senders[ids[0]].kind == "head"
-                else self.change[h]
-                for h, ids in self.groups.items()
+                _summed_through_w_o(change[h], self.w_o(h)) if change[h].ndim == 4 else change[h]
+                for h in self.groups
             )
             return act + total.to(act)
 

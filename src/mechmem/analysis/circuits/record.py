@@ -84,8 +84,7 @@ class LeftOut:
         )
         words += f" of the gap and add {added[0]:+.3f} [{added[1]:+.3f}, {added[2]:+.3f}] to the circuit's"
         words += " faithfulness"
-        small_share = share[1] > -EDGE_SHARE and share[2] < EDGE_SHARE
-        small_added = added[1] > -EDGE_SHARE and added[2] < EDGE_SHARE
+        small_share, small_added = (x[1] > -EDGE_SHARE and x[2] < EDGE_SHARE for x in (share, added))
         if small_share and small_added:
             return words + (
                 f" (both within {EDGE_SHARE} of 0: idle on these prompts, or a backup of heads the circuit "
@@ -111,10 +110,8 @@ def edge_frame(
 
     columns: dict[str, Any] = {"edge": range(len(scores))}
     if graph is not None:
-        columns["name"] = [e.name for e in graph.edges]
-        columns["sender"] = [e.sender.name for e in graph.edges]
-        columns["receiver"] = [e.port.node.name for e in graph.edges]
-        columns["port"] = [e.port.port for e in graph.edges]
+        rows = [e.to_dict() for e in graph.edges]
+        columns |= {k: [row[k] for row in rows] for k in ("name", "sender", "receiver", "port")}
     scores, stderr = scores.detach().float().cpu(), stderr.detach().float().cpu()
     estimate = (
         torch.full_like(scores, math.nan) if attribution is None else attribution.detach().float().cpu()
@@ -204,26 +201,23 @@ class Circuit:
     def criteria(self) -> dict[str, str]:
         """Each condition of `CONFIDENCE`: "yes", "no" or "undecided" (from the sequential decision, or the
         intervals without one)."""
-        rule, kept = CONFIDENCE, self.kept.nonzero().flatten()
-        sparse = "yes" if 0 < len(kept) <= rule["max_edge_fraction"] * len(self.kept) else "no"
+        rule = CONFIDENCE
         if self.decision is not None:
             v = {k: VERDICTS[int(self.decision.families[f].code)] for k, f in CRITERIA.items()}
-            return {
-                "behaviour": v["behaviour"],
-                "faithful": v["faithful"],
-                "sparse": sparse,
-                "complete": v["complete"],
+        else:
+            gap = self.intervals.get("gap", (self.gap, self.gap))
+            low_gap = 0.0 if gap[0] <= 0 <= gap[1] else min(abs(gap[0]), abs(gap[1]))
+            faith = self.intervals.get("faithfulness", (self.faithfulness, self.faithfulness))
+            complete = self.intervals.get("completeness", (self.completeness, self.completeness))
+            v = {
+                "behaviour": verdict(low_gap, max(abs(gap[0]), abs(gap[1])), rule["min_gap"]),
+                "faithful": band_verdict(*faith, THRESHOLDS["faithfulness"]),
+                "complete": verdict(complete[0], complete[1], rule["min_faithfulness"]),
             }
-        gap = self.intervals.get("gap", (self.gap, self.gap))
-        low_gap = 0.0 if gap[0] <= 0 <= gap[1] else min(abs(gap[0]), abs(gap[1]))
-        faith = self.intervals.get("faithfulness", (self.faithfulness, self.faithfulness))
-        complete = self.intervals.get("completeness", (self.completeness, self.completeness))
-        return {
-            "behaviour": verdict(low_gap, max(abs(gap[0]), abs(gap[1])), rule["min_gap"]),
-            "faithful": band_verdict(*faith, THRESHOLDS["faithfulness"]),
-            "sparse": sparse,
-            "complete": verdict(complete[0], complete[1], rule["min_faithfulness"]),
-        }
+        v["sparse"] = (
+            "yes" if 0 < int(self.kept.sum()) <= rule["max_edge_fraction"] * len(self.kept) else "no"
+        )
+        return {k: v[k] for k in ("behaviour", "faithful", "sparse", "complete")}
 
     @property
     def verdict(self) -> str:
@@ -307,11 +301,7 @@ class Circuit:
         if self.edge_decision.stopped == "no behaviour":  # the stage stopped: docs/decisions.md
             gap = self.edge_decision.info.get("gap", {})
             low, high = gap.get("corrected_lower"), gap.get("corrected_upper")
-            shown = (
-                f" (corrected interval [{low:.3g}, {high:.3g}])"
-                if low is not None and high is not None
-                else ""
-            )
+            shown = "" if low is None or high is None else f" (corrected interval [{low:.3g}, {high:.3g}])"
             about = (
                 "sampling stopped: the edge stage's gap was shown smaller than "
                 f"{CONFIDENCE['min_gap']} in size{shown}, no share of it to attribute"
@@ -326,13 +316,15 @@ class Circuit:
         test's `share`, `share_lower`, `share_upper` and `n_needed` (`edge_shares`)."""
         frame = edge_frame(self.scores, self.stderr, self.exact, self.attribution, self.graph)
         frame["kept"] = self.kept.cpu().numpy()
-        frame["joint"] = (self.joint if self.joint is not None else torch.zeros_like(self.kept)).cpu().numpy()
+        frame["joint"] = self._joint().cpu().numpy()
         frame["decision"] = self.edge_verdicts()
         shares = self.edge_shares()
-        for key, column in (("share", "share"), ("lower", "share_lower"), ("upper", "share_upper")):
-            frame[column] = shares[key].numpy()
-        frame["n_needed"] = shares["n_needed"].numpy()
+        for key in ("share", "lower", "upper", "n_needed"):
+            frame[key if key in ("share", "n_needed") else f"share_{key}"] = shares[key].numpy()
         return frame
+
+    def _joint(self) -> Bool[Tensor, " edge"]:
+        return self.joint if self.joint is not None else torch.zeros_like(self.kept)
 
     def __repr__(self) -> str:
         return short_repr(
@@ -347,22 +339,18 @@ class Circuit:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        edges, verdicts, shares = [], self.edge_verdicts(), self.edge_shares()
+        edges, verdicts, shares, joint = [], self.edge_verdicts(), self.edge_shares(), self._joint()
 
         def finite(x: Tensor) -> float | None:
             return float(x) if math.isfinite(float(x)) else None
 
         for i, e in enumerate(self.graph.edges):
-            row = {
-                "name": e.name,
-                "sender": e.sender.name,
-                "receiver": e.port.node.name,
-                "port": e.port.port,
+            row = e.to_dict() | {
                 "score": float(self.scores[i]),
                 "stderr": float(self.stderr[i]),
                 "exact": bool(self.exact[i]),
                 "kept": bool(self.kept[i]),
-                "joint": bool(self.joint[i]) if self.joint is not None else False,
+                "joint": bool(joint[i]),
                 "decision": verdicts[i],
             }
             if self.edge_decision is not None and self.exact[i]:
@@ -381,17 +369,8 @@ class Circuit:
             "left_out": [h.to_dict() | {"reason": h.reason()} for h in self.left_out],
             "not_measurable": {k: why for k, why in self.unreadable().items() if why},
             "overshoots": self.overshoots(),
-            "method": self.method,
-            "ablation": self.ablation,
-            "metric": self.metric,
-            "n": self.n,
-            "values": self.values,
-            "faithfulness": self.faithfulness,
-            "completeness": self.completeness,
-            "target": self.target,
-            "threshold": self.threshold,
-            "confident": self.confident,
-            "verdict": self.verdict,
+            **{k: getattr(self, k) for k in ("method", "ablation", "metric", "n", "values", "faithfulness")},
+            **{k: getattr(self, k) for k in ("completeness", "target", "threshold", "confident", "verdict")},
             "criteria": self.criteria(),
             "intervals": self.intervals,
             "interval": "marginal 95%: value -+ 1.96 delta-method standard errors over prompts",
