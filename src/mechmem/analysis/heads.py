@@ -389,21 +389,18 @@ def task_patterns(answers: Bool[Tensor, "batch pos"]) -> dict[str, PatternFn]:
     the mask belongs to (use `chunk=len(batch)`).
     """
 
-    def induction_at_answers(t: Tensor) -> Tensor:
-        return induction_pattern(t) & answers.to(t.device)[:, :, None]
+    def at_answers(pattern: PatternFn) -> PatternFn:
+        return lambda t: pattern(t) & answers.to(t.device)[:, :, None]
 
     def previous_token_where_read(t: Tensor) -> Tensor:
-        read = induction_at_answers(t).any(1)
+        read = at_answers(induction_pattern)(t).any(1)
         return previous_token_pattern(t) & read[:, :, None]
 
-    def duplicate_at_answers(t: Tensor) -> Tensor:
-        return duplicate_token_pattern(t) & answers.to(t.device)[:, :, None]
-
-    return {
-        "previous_token": previous_token_where_read,
-        "duplicate_token": duplicate_at_answers,
-        "induction": induction_at_answers,
+    patterns = {
+        "duplicate_token": at_answers(duplicate_token_pattern),
+        "induction": at_answers(induction_pattern),
     }
+    return {"previous_token": previous_token_where_read} | patterns
 
 
 def detect_heads_on_task(

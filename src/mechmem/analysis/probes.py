@@ -107,20 +107,11 @@ class ProbeResult:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        bounds = {}
+        out = {k: getattr(self, k) for k in ("name", "matrix", "recall", "chance", "n_inputs", "n_outputs")}
+        out |= self.extra
         for k, (lower, upper) in self.intervals.items():
-            bounds |= {f"{k}_lower": lower, f"{k}_upper": upper}
-        return {
-            "name": self.name,
-            "matrix": self.matrix,
-            "recall": self.recall,
-            "chance": self.chance,
-            "n_inputs": self.n_inputs,
-            "n_outputs": self.n_outputs,
-            **self.extra,
-            **bounds,
-            "interval": self.interval,
-        }
+            out |= {f"{k}_lower": lower, f"{k}_upper": upper}
+        return out | {"interval": self.interval}
 
 
 @dataclass

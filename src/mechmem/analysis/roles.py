@@ -364,10 +364,8 @@ def measure_pattern_evidence(
     policy = policy if n is None else policy.with_budget(n)
     t = RoleThresholds().attention if threshold is None else threshold
     families = ("overall", "token") if halves else ("overall",)
-    axes = {
-        "overall": ("probe", "pattern", "layer", "head"),
-        "token": ("probe", "pattern", "layer", "head", "token"),
-    }
+    overall = ("probe", "pattern", "layer", "head")
+    axes = {"overall": overall, "token": (*overall, "token")}
     decision = decide(
         draw_probes(model, task, halves),
         {k: t for k in families},
@@ -455,25 +453,6 @@ class RoleEvidence:
         return "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
 
 
-def _task_role_decided(evs: list[RoleEvidence], t: RoleThresholds) -> tuple[str, str] | None:
-    """The task role the sequential verdicts support (docs/decisions.md, "Task roles"), "shared", or None."""
-    for e in evs:
-        if e.verdict == YES:
-            return e.role, (
-                f"{e.role}: score {e.score:.2f}{e.bounds('score')} (>= {t.min_score}), "
-                f"share {e.share:.2f}{e.bounds('share')} leads the other roles by at "
-                f"least {e.lead_lower:.2f} (>= {t.share_margin}), attention on its keys "
-                f"{e.attention:.2f}{e.bounds('attention')} (>= {t.task_attention}); "
-                "corrected 95% intervals"
-            )
-    scoring = [e for e in evs if e.score_verdict == YES]
-    if len(scoring) >= 2 and all(e.verdict == NO for e in evs):
-        return "shared", "scores " + ", ".join(
-            f"{e.role} {e.score:.2f}{e.bounds('score')}" for e in scoring
-        ) + (" without a lead")
-    return None
-
-
 def task_undecided_notes(ev: dict[str, float], roles: Sequence[str]) -> list[str]:
     """Words for each task role the sequential rule left undecided for a head (none for point evidence)."""
     notes = []
@@ -489,21 +468,29 @@ def task_undecided_notes(ev: dict[str, float], roles: Sequence[str]) -> list[str
 
 def _task_role(ev: dict[str, float], roles: Sequence[str], t: RoleThresholds) -> tuple[str, str] | None:
     """(the task role a head's evidence supports or "shared", the reason), or None: on the sequential verdicts
-    where the evidence has them, else on the point values."""
+    where the evidence has them (docs/decisions.md, "Task roles"), else on the point values."""
     evs = [RoleEvidence.read(ev, r) for r in roles]
-    if all(e.verdict is not None for e in evs):
-        return _task_role_decided(evs, t)
-    scoring = [e for e in evs if e.score >= t.min_score]
-    for e in scoring:
+    decided = all(e.verdict is not None for e in evs)
+    scoring = [e for e in evs if (e.score_verdict == YES if decided else e.score >= t.min_score)]
+    for e in evs if decided else scoring:
+        if decided and e.verdict == YES:
+            return e.role, (
+                f"{e.role}: score {e.score:.2f}{e.bounds('score')} (>= {t.min_score}), "
+                f"share {e.share:.2f}{e.bounds('share')} leads the other roles by at "
+                f"least {e.lead_lower:.2f} (>= {t.share_margin}), attention on its keys "
+                f"{e.attention:.2f}{e.bounds('attention')} (>= {t.task_attention}); "
+                "corrected 95% intervals"
+            )
         lead = e.share - max((o.share for o in evs if o.role != e.role), default=0.0)
-        if lead >= t.share_margin and e.attention >= t.task_attention:
+        if not decided and lead >= t.share_margin and e.attention >= t.task_attention:
             return e.role, (
                 f"{e.role}: score {e.score:.2f} (>= {t.min_score}), share {e.share:.2f} "
                 f"leads the other roles by {lead:.2f} (>= {t.share_margin}), attention on its keys "
                 f"{e.attention:.2f} (>= {t.task_attention}); point values"
             )
-    if len(scoring) >= 2:
-        return "shared", "scores " + ", ".join(f"{e.role} {e.score:.2f}" for e in scoring) + " without a lead"
+    if len(scoring) >= 2 and (not decided or all(e.verdict == NO for e in evs)):
+        scores = [f"{e.role} {e.score:.2f}{e.bounds('score') if decided else ''}" for e in scoring]
+        return "shared", f"scores {', '.join(scores)} without a lead"
     return None
 
 
