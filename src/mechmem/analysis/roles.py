@@ -23,6 +23,7 @@ five-seed acceptance runs (seeds 0-4). Caveats: transfer assumes the counterfact
 information unchanged; a head that others compensate for looks less important under any single-head test.
 """
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -234,15 +235,13 @@ class PatternEvidence:
         per probe."""
         rows: list[list[object]] = []
         for name, curve in self.curves.items():
-            _, n_layers, n_heads = curve["score"].shape
-            for layer in range(n_layers):
-                for head in range(n_heads):
-                    at = (slice(None), layer, head)
-                    cells = [
-                        f"{float(s):.2f} [{float(lo):.2f}, {float(hi):.2f}]"
-                        for s, lo, hi in zip(curve["score"][at], curve["lower"][at], curve["upper"][at])
-                    ]
-                    rows.append([str(Head(layer, head)), name, *cells])
+            for layer, head in itertools.product(*map(range, curve["score"].shape[1:])):
+                at = (slice(None), layer, head)
+                cells = [
+                    f"{float(s):.2f} [{float(lo):.2f}, {float(hi):.2f}]"
+                    for s, lo, hi in zip(curve["score"][at], curve["lower"][at], curve["upper"][at])
+                ]
+                rows.append([str(Head(layer, head)), name, *cells])
         return rows
 
     def to_dict(self) -> dict[str, Any]:
