@@ -306,18 +306,20 @@ def detect_heads(
     cfg = model.cfg
     shape = (cfg.n_layers, cfg.n_heads)
     vocab = max(cfg.d_vocab, int(tokens.max()) + 1 if tokens.numel() else 1)
+    tokens = tokens.to(model_device(model))
+    # per token, sums over sequences: mass a [layer head token] and rows b [token] (a, b, aa, bb, ab, support)
+    sums_shapes = [(*shape, vocab), (vocab,)] * 3
+    tok = {k: RatioMoments(len(tokens), *(torch.zeros(s).double() for s in sums_shapes)) for k in patterns}
     per_seq = {k: [] for k in patterns}  # per chunk: mass [batch layer head]
     rows_per_seq = {k: [] for k in patterns}  # per chunk: rows [batch]
-    tok = {k: _TokenSums(shape, vocab) for k in patterns}
-    tokens = tokens.to(model_device(model))
-    for start in range(0, tokens.shape[0], chunk):
-        part = tokens[start : start + chunk]
+
+    def measure(part: Tensor) -> None:
+        """Adds one chunk of sequences to the sums; the patterns are reduced inside the hooks."""
         masks = {k: _as_pattern(spec, part) for k, spec in patterns.items()}
         mass = {k: torch.zeros(len(part), *shape, dtype=torch.float64) for k in patterns}
         # group the rows by (sequence, query token): the unit of a per-token score is the sequence
         seq = torch.arange(len(part)).repeat_interleave(part.shape[1])
-        flat_tokens = part.flatten().cpu()
-        pairs, group = torch.unique(seq * vocab + flat_tokens, return_inverse=True)
+        pairs, group = torch.unique(seq * vocab + part.flatten().cpu(), return_inverse=True)
         group_token = pairs % vocab
         group_rows = {
             k: torch.zeros(len(pairs), dtype=torch.float64).index_add_(
@@ -326,34 +328,34 @@ def detect_heads(
             for k, m in masks.items()
         }
 
-        def reduce(
-            pattern: Tensor,
-            hook: Any,
-            masks: dict = masks,
-            mass: dict = mass,
-            rows: dict = group_rows,
-            group: Tensor = group,
-            group_token: Tensor = group_token,
-        ) -> None:
+        def reduce(pattern: Tensor, hook: Any) -> None:
+            layer = hook.layer()
             for name, mask in masks.items():
                 valid = mask.any(-1)[:, None]  # [batch 1 query_pos]
                 on = (pattern * mask[:, None].to(pattern.dtype)).sum(-1) * valid  # [batch head query]
-                mass[name][:, hook.layer()] = on.sum(-1).double().cpu()
+                mass[name][:, layer] = on.sum(-1).double().cpu()
                 per_row = on.transpose(0, 1).reshape(on.shape[1], -1).double().cpu()  # [head batch*query]
-                per_group = torch.zeros(len(per_row), len(rows[name]), dtype=torch.float64)
-                tok[name].add_layer(
-                    hook.layer(), per_group.index_add_(1, group, per_row), rows[name], group_token
-                )
+                per_group = torch.zeros(len(per_row), len(pairs), dtype=torch.float64)
+                per_group.index_add_(1, group, per_row)
+                sums = tok[name]
+                sums.a[layer].index_add_(1, group_token, per_group)
+                sums.aa[layer].index_add_(1, group_token, per_group.square())
+                sums.ab[layer].index_add_(1, group_token, per_group * group_rows[name])
 
         with model.hooks(fwd_hooks=[(lambda n: n.endswith("attn.hook_pattern"), reduce)]):
             model(part)
         for name, mask in masks.items():
             per_seq[name].append(mass[name])
             rows_per_seq[name].append(mask.any(-1).sum(-1).double().cpu())
-            tok[name].add_rows(group_rows[name], group_token, len(part))
+            rows, sums = group_rows[name], tok[name]
+            sums.b.index_add_(0, group_token, rows)
+            sums.bb.index_add_(0, group_token, rows.square())
+            sums.support.index_add_(0, group_token, (rows > 0).double())
+
+    for start in range(0, tokens.shape[0], chunk):
+        measure(tokens[start : start + chunk])
     gen = generator or torch.Generator().manual_seed(0)
     scores, lower, upper, moments = {}, {}, {}, {}
-    token_moments = {k: sums.moments() for k, sums in tok.items()}
     for k in patterns:
         m, r = torch.cat(per_seq[k]), torch.cat(rows_per_seq[k])
         total = r.sum()
@@ -367,35 +369,11 @@ def detect_heads(
         extra={"rows": {k: int(torch.cat(v).sum()) for k, v in rows_per_seq.items()}},
         lower=lower,
         upper=upper,
-        by_token={k: m.ratio().float() for k, m in token_moments.items()},
-        by_token_lower={k: token_lower(m) for k, m in token_moments.items()},
+        by_token={k: m.ratio().float() for k, m in tok.items()},
+        by_token_lower={k: token_lower(m) for k, m in tok.items()},
         moments=moments,
-        token_moments=token_moments,
+        token_moments=tok,
     )
-
-
-class _TokenSums:
-    """Per-token sums over sequences of a pattern's mass a (per layer and head) and rows b (per token)."""
-
-    def __init__(self, shape: tuple[int, int], vocab: int) -> None:
-        self.n = 0
-        self.a, self.aa, self.ab = (torch.zeros(*shape, vocab, dtype=torch.float64) for _ in range(3))
-        self.b, self.bb, self.support = (torch.zeros(vocab, dtype=torch.float64) for _ in range(3))
-
-    def add_layer(self, layer: int, mass: Tensor, rows: Tensor, token: Tensor) -> None:
-        """mass [head group], rows [group]: one layer's per-(sequence, token) sums; token [group]."""
-        self.a[layer].index_add_(1, token, mass)
-        self.aa[layer].index_add_(1, token, mass.square())
-        self.ab[layer].index_add_(1, token, mass * rows)
-
-    def add_rows(self, rows: Tensor, token: Tensor, sequences: int) -> None:
-        self.b.index_add_(0, token, rows)
-        self.bb.index_add_(0, token, rows.square())
-        self.support.index_add_(0, token, (rows > 0).double())
-        self.n += sequences
-
-    def moments(self) -> RatioMoments:
-        return RatioMoments(self.n, self.a, self.b, self.aa, self.bb, self.ab, self.support)
 
 
 TASK_DATA = "the task's evaluation data (answer queries; previous-token where induction reads)"
@@ -411,21 +389,18 @@ def task_patterns(answers: Bool[Tensor, "batch pos"]) -> dict[str, PatternFn]:
     the mask belongs to (use `chunk=len(batch)`).
     """
 
-    def induction_at_answers(t: Tensor) -> Tensor:
-        return induction_pattern(t) & answers.to(t.device)[:, :, None]
+    def at_answers(pattern: PatternFn) -> PatternFn:
+        return lambda t: pattern(t) & answers.to(t.device)[:, :, None]
 
     def previous_token_where_read(t: Tensor) -> Tensor:
-        read = induction_at_answers(t).any(1)
+        read = at_answers(induction_pattern)(t).any(1)
         return previous_token_pattern(t) & read[:, :, None]
 
-    def duplicate_at_answers(t: Tensor) -> Tensor:
-        return duplicate_token_pattern(t) & answers.to(t.device)[:, :, None]
-
-    return {
-        "previous_token": previous_token_where_read,
-        "duplicate_token": duplicate_at_answers,
-        "induction": induction_at_answers,
+    patterns = {
+        "duplicate_token": at_answers(duplicate_token_pattern),
+        "induction": at_answers(induction_pattern),
     }
+    return {"previous_token": previous_token_where_read} | patterns
 
 
 def detect_heads_on_task(

@@ -107,20 +107,11 @@ class ProbeResult:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        bounds = {}
+        out = {k: getattr(self, k) for k in ("name", "matrix", "recall", "chance", "n_inputs", "n_outputs")}
+        out |= self.extra
         for k, (lower, upper) in self.intervals.items():
-            bounds |= {f"{k}_lower": lower, f"{k}_upper": upper}
-        return {
-            "name": self.name,
-            "matrix": self.matrix,
-            "recall": self.recall,
-            "chance": self.chance,
-            "n_inputs": self.n_inputs,
-            "n_outputs": self.n_outputs,
-            **self.extra,
-            **bounds,
-            "interval": self.interval,
-        }
+            out |= {f"{k}_lower": lower, f"{k}_upper": upper}
+        return out | {"interval": self.interval}
 
 
 @dataclass
@@ -161,7 +152,7 @@ def _probe(
 
 
 def _token_ids(model: torch.nn.Module, tokens: Int[Tensor, " n"] | None) -> Tensor:
-    return torch.arange(model.cfg.d_vocab) if tokens is None else tokens.cpu()
+    return (torch.arange(model.cfg.d_vocab) if tokens is None else tokens.cpu()).to(model_device(model))
 
 
 @torch.no_grad()
@@ -174,7 +165,7 @@ def ov_copy_probe(
     recall is the fraction of k whose own logit is the highest, `extra["suppress_recall"]` the fraction
     whose own logit is the lowest. Direct path only (layer-0 embeddings).
     """
-    ids = _token_ids(model, tokens).to(model_device(model))
+    ids = _token_ids(model, tokens)
     scores = recall_scores(model.W_E[ids].detach(), model.OV[layer, head], model.W_U.T.detach())
     return ProbeResult(
         f"ov_copy.{Head(layer, head)}",
@@ -214,7 +205,7 @@ def qk_token_probe(
 ) -> ProbeResult:
     """Keys written by an earlier head's OV (the induction head's key memory):
     argmax_k' [W_E(k) W_Q W_K^T (W_E(k') OV_source)^T] == k."""
-    ids = _token_ids(model, tokens).to(model_device(model))
+    ids = _token_ids(model, tokens)
     sl, sh = source
     keys = (model.W_E[ids] @ model.OV[sl, sh]).AB
     return _probe(
@@ -240,7 +231,7 @@ def ffn_bigram_probe(
     (in `extra`): the mean over k of KL(bigram(. | k) || softmax(MLP(W_E(k)) W_U)). Given a
     `BigramSample`, recall and KL get 95% bootstrap intervals (`BigramSample.intervals`).
     """
-    ids = _token_ids(model, tokens).to(model_device(model))
+    ids = _token_ids(model, tokens)
     logp = ffn_logprobs(model, layer, ids)
     sample = bigram if isinstance(bigram, BigramSample) else None
     table = sample.table(model.cfg.d_vocab, model.cfg.d_vocab_out) if sample is not None else bigram

@@ -23,6 +23,7 @@ five-seed acceptance runs (seeds 0-4). Caveats: transfer assumes the counterfact
 information unchanged; a head that others compensate for looks less important under any single-head test.
 """
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -120,15 +121,8 @@ class HeadRole:
         return short_repr("HeadRole", self.label, f"{len(self.evidence)} evidence values")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "layer": self.layer,
-            "head": self.head,
-            "role": self.role,
-            "fallback": self.fallback,
-            "undecided": self.undecided,
-            "evidence": self.evidence,
-            "notes": self.notes,
-        }
+        keys = ("layer", "head", "role", "fallback", "undecided", "evidence", "notes")
+        return {k: getattr(self, k) for k in keys}
 
 
 @dataclass
@@ -241,15 +235,13 @@ class PatternEvidence:
         per probe."""
         rows: list[list[object]] = []
         for name, curve in self.curves.items():
-            _, n_layers, n_heads = curve["score"].shape
-            for layer in range(n_layers):
-                for head in range(n_heads):
-                    at = (slice(None), layer, head)
-                    cells = [
-                        f"{float(s):.2f} [{float(lo):.2f}, {float(hi):.2f}]"
-                        for s, lo, hi in zip(curve["score"][at], curve["lower"][at], curve["upper"][at])
-                    ]
-                    rows.append([str(Head(layer, head)), name, *cells])
+            for layer, head in itertools.product(*map(range, curve["score"].shape[1:])):
+                at = (slice(None), layer, head)
+                cells = [
+                    f"{float(s):.2f} [{float(lo):.2f}, {float(hi):.2f}]"
+                    for s, lo, hi in zip(curve["score"][at], curve["lower"][at], curve["upper"][at])
+                ]
+                rows.append([str(Head(layer, head)), name, *cells])
         return rows
 
     def to_dict(self) -> dict[str, Any]:
@@ -299,8 +291,13 @@ def stale_names(families: Any) -> dict[str, Tensor]:
     return out
 
 
-def _unmeasured(k: int, shape: Sequence[int]) -> RatioMoments:
-    """The moments of a probe not drawn this round (its tests are all frozen): `k` units, none measured."""
+def _stacked(
+    moments: dict[str, RatioMoments] | None, keys: list[str], k: int, shape: Sequence[int]
+) -> RatioMoments:
+    """One probe's moments of the patterns `keys`, stacked; for a probe not drawn this round (`moments` None:
+    its tests are all frozen), `k` units, none measured."""
+    if moments is not None:
+        return RatioMoments.stack([moments[p] for p in keys])
     zero = torch.zeros(tuple(shape), dtype=torch.float64)
     return RatioMoments(k, zero, zero, zero, zero, zero, zero)
 
@@ -317,32 +314,24 @@ def draw_probes(model: Any, task: Any, halves: Sequence[int]) -> Any:
         k: int, generator: torch.Generator, measured: dict[str, Tensor] | None = None
     ) -> dict[str, RatioMoments]:
         overall, token = (measured or {}).get("overall"), (measured or {}).get("token")
-
-        def wanted(i: int) -> bool:
-            return (
+        overall_parts, token_parts = [], []
+        for i, half in enumerate([*halves, None] if task is not None else halves):  # None: the task's data
+            wanted = (
                 overall is None
                 or bool(overall[i].any())
-                or (token is not None and i < len(halves) and bool(token[i].any()))
+                or (token is not None and half is not None and bool(token[i].any()))
             )
-
-        overall_parts, token_parts = [], []
-        for i, half in enumerate(halves):
-            if not wanted(i):
-                overall_parts.append(_unmeasured(k, overall_shape))
-                token_parts.append(_unmeasured(k, token_shape))
-                continue
-            tokens = head_detection.repeated_random_tokens(k, half, cfg.d_vocab, generator=generator)
-            r = head_detection.detect_heads(model, tokens.to(model_device(model)), resamples=0)
-            overall_parts.append(RatioMoments.stack([r.moments[p] for p in keys]))
-            token_parts.append(RatioMoments.stack([r.token_moments[p] for p in keys]))
-        if task is not None:
-            if wanted(len(halves)):
+            r = None
+            if wanted and half is None:
                 batch = task.eval_batch(k, generator=generator).to(model_device(model))
                 answers = batch.loss_mask > 0
                 r = head_detection.detect_heads_on_task(model, batch.tokens, answers, resamples=0)
-                overall_parts.append(RatioMoments.stack([r.moments[p] for p in keys]))
-            else:
-                overall_parts.append(_unmeasured(k, overall_shape))
+            elif wanted:
+                tokens = head_detection.repeated_random_tokens(k, half, cfg.d_vocab, generator=generator)
+                r = head_detection.detect_heads(model, tokens.to(model_device(model)), resamples=0)
+            overall_parts.append(_stacked(r.moments if r else None, keys, k, overall_shape))
+            if half is not None:
+                token_parts.append(_stacked(r.token_moments if r else None, keys, k, token_shape))
         out = {"overall": RatioMoments.stack(overall_parts)}
         if halves:
             out["token"] = RatioMoments.stack(token_parts)
@@ -374,10 +363,8 @@ def measure_pattern_evidence(
     policy = policy if n is None else policy.with_budget(n)
     t = RoleThresholds().attention if threshold is None else threshold
     families = ("overall", "token") if halves else ("overall",)
-    axes = {
-        "overall": ("probe", "pattern", "layer", "head"),
-        "token": ("probe", "pattern", "layer", "head", "token"),
-    }
+    overall = ("probe", "pattern", "layer", "head")
+    axes = {"overall": overall, "token": (*overall, "token")}
     decision = decide(
         draw_probes(model, task, halves),
         {k: t for k in families},
@@ -423,15 +410,6 @@ def _nanmin(x: Tensor) -> Tensor:
 
 # -- the classifier
 # -----------------------------------------------------------------------------------------------
-def _score_and_share(evidence: dict[str, Tensor], role: str, t: RoleThresholds) -> tuple[Tensor, Tensor]:
-    """A role's point score max(transfer, via_mlp) [layer head] and each head's share of the positive scores
-    (0 when they sum below `min_score`)."""
-    transfer, via = evidence[f"{role}_transfer"], evidence.get(f"{role}_via_mlp")
-    score = transfer if via is None else torch.maximum(transfer, via)
-    total = score.clamp_min(0).sum()
-    return score, score.clamp_min(0) / total if float(total) >= t.min_score else torch.zeros_like(score)
-
-
 @dataclass(frozen=True)
 class RoleEvidence:
     """One head's evidence for one task role: the keys "{role}_{quantity}" of `HeadRole.evidence`, as fields
@@ -474,25 +452,6 @@ class RoleEvidence:
         return "" if low is None or high is None else f" [{low:.2f}, {high:.2f}]"
 
 
-def _task_role_decided(evs: list[RoleEvidence], t: RoleThresholds) -> tuple[str, str] | None:
-    """The task role the sequential verdicts support (docs/decisions.md, "Task roles"), "shared", or None."""
-    for e in evs:
-        if e.verdict == YES:
-            return e.role, (
-                f"{e.role}: score {e.score:.2f}{e.bounds('score')} (>= {t.min_score}), "
-                f"share {e.share:.2f}{e.bounds('share')} leads the other roles by at "
-                f"least {e.lead_lower:.2f} (>= {t.share_margin}), attention on its keys "
-                f"{e.attention:.2f}{e.bounds('attention')} (>= {t.task_attention}); "
-                "corrected 95% intervals"
-            )
-    scoring = [e for e in evs if e.score_verdict == YES]
-    if len(scoring) >= 2 and all(e.verdict == NO for e in evs):
-        return "shared", "scores " + ", ".join(
-            f"{e.role} {e.score:.2f}{e.bounds('score')}" for e in scoring
-        ) + (" without a lead")
-    return None
-
-
 def task_undecided_notes(ev: dict[str, float], roles: Sequence[str]) -> list[str]:
     """Words for each task role the sequential rule left undecided for a head (none for point evidence)."""
     notes = []
@@ -508,21 +467,29 @@ def task_undecided_notes(ev: dict[str, float], roles: Sequence[str]) -> list[str
 
 def _task_role(ev: dict[str, float], roles: Sequence[str], t: RoleThresholds) -> tuple[str, str] | None:
     """(the task role a head's evidence supports or "shared", the reason), or None: on the sequential verdicts
-    where the evidence has them, else on the point values."""
+    where the evidence has them (docs/decisions.md, "Task roles"), else on the point values."""
     evs = [RoleEvidence.read(ev, r) for r in roles]
-    if all(e.verdict is not None for e in evs):
-        return _task_role_decided(evs, t)
-    scoring = [e for e in evs if e.score >= t.min_score]
-    for e in scoring:
+    decided = all(e.verdict is not None for e in evs)
+    scoring = [e for e in evs if (e.score_verdict == YES if decided else e.score >= t.min_score)]
+    for e in evs if decided else scoring:
+        if decided and e.verdict == YES:
+            return e.role, (
+                f"{e.role}: score {e.score:.2f}{e.bounds('score')} (>= {t.min_score}), "
+                f"share {e.share:.2f}{e.bounds('share')} leads the other roles by at "
+                f"least {e.lead_lower:.2f} (>= {t.share_margin}), attention on its keys "
+                f"{e.attention:.2f}{e.bounds('attention')} (>= {t.task_attention}); "
+                "corrected 95% intervals"
+            )
         lead = e.share - max((o.share for o in evs if o.role != e.role), default=0.0)
-        if lead >= t.share_margin and e.attention >= t.task_attention:
+        if not decided and lead >= t.share_margin and e.attention >= t.task_attention:
             return e.role, (
                 f"{e.role}: score {e.score:.2f} (>= {t.min_score}), share {e.share:.2f} "
                 f"leads the other roles by {lead:.2f} (>= {t.share_margin}), attention on its keys "
                 f"{e.attention:.2f} (>= {t.task_attention}); point values"
             )
-    if len(scoring) >= 2:
-        return "shared", "scores " + ", ".join(f"{e.role} {e.score:.2f}" for e in scoring) + " without a lead"
+    if len(scoring) >= 2 and (not decided or all(e.verdict == NO for e in evs)):
+        scores = [f"{e.role} {e.score:.2f}{e.bounds('score') if decided else ''}" for e in scoring]
+        return "shared", f"scores {', '.join(scores)} without a lead"
     return None
 
 
@@ -543,13 +510,10 @@ def _clear_pattern(ev: dict[str, float], key: str, t: RoleThresholds) -> ClearPa
     """The head's pattern `key` when the role rule calls it clear (on its lower ends, or the point score for
     evidence without intervals), else None."""
     name = PATTERN_ROLES[key]
-    if key not in ev:
+    if key not in ev or (f"{key}_lower" not in ev and ev[key] < t.attention):
         return None
     if f"{key}_lower" not in ev:
-        point = ev[key]
-        if point < t.attention:
-            return None
-        return ClearPattern(True, point, name, f"{name} score {point:.2f} (>= {t.attention})")
+        return ClearPattern(True, ev[key], name, f"{name} score {ev[key]:.2f} (>= {t.attention})")
     low, token_low = ev[f"{key}_lower"], ev.get(f"{key}_token_lower", float("-inf"))
     if low >= t.attention:
         note = (
@@ -590,8 +554,13 @@ def classify_heads(
     if not evidence:
         return []
     evidence = dict(evidence)
-    points = {role: _score_and_share(evidence, role, t) for role in task_roles}
-    for role, (score, share) in points.items():
+    for (
+        role
+    ) in task_roles:  # the point score max(transfer, via_mlp), and each head's share of its positive sum
+        transfer, via = evidence[f"{role}_transfer"], evidence.get(f"{role}_via_mlp")
+        score = transfer if via is None else torch.maximum(transfer, via)
+        total = score.clamp_min(0).sum()
+        share = score.clamp_min(0) / total if float(total) >= t.min_score else torch.zeros_like(score)
         evidence.setdefault(f"{role}_score", score)
         evidence.setdefault(f"{role}_share", share)
     n_layers, n_heads = next(iter(evidence.values())).shape
@@ -643,28 +612,21 @@ def head_roles(
     t = thresholds or RoleThresholds()
     if head_detection.no_attention_reason(model):
         return RoleResult([], (), t, {"n": n, "seed": seed})
-    device = model_device(model)
     patterns = measure_pattern_evidence(
         model, task, generator=torch.Generator().manual_seed(seed), policy=policy, n=n, threshold=t.attention
     )
-    evidence = dict(patterns.evidence)
+    info = {"n": n, "pattern_n": patterns.n, "task_n": None, "seed": seed, "reference": None}
+    info |= {"patterns": patterns.to_dict(), "task_decision": None}
     decided = None
     if task is not None:
-        reference = task.eval_batch(n, generator=torch.Generator().manual_seed(seed + 2)).tokens.to(device)
+        reference = task.eval_batch(n, generator=torch.Generator().manual_seed(seed + 2)).tokens
         gen = torch.Generator().manual_seed(seed + 1)
         decided = decide_task_roles(
             model, task, generator=gen, reference=reference, thresholds=t, policy=policy, n=n
         )
-    if decided is not None:
-        evidence.update(decided.evidence)
-    task_roles = decided.roles if decided is not None else ()
-    info = {
-        "n": n,
-        "pattern_n": patterns.n,
-        "task_n": decided.n if decided is not None else None,
-        "seed": seed,
-        "reference": "a separate draw of the task's evaluation batch" if decided is not None else None,
-        "patterns": patterns.to_dict(),
-        "task_decision": decided.to_dict() if decided is not None else None,
-    }
-    return RoleResult(classify_heads(evidence, task_roles, t), task_roles, t, info)
+    if decided is None:
+        return RoleResult(classify_heads(patterns.evidence, (), t), (), t, info)
+    info |= {"task_n": decided.n, "reference": "a separate draw of the task's evaluation batch"}
+    info["task_decision"] = decided.to_dict()
+    evidence = patterns.evidence | decided.evidence
+    return RoleResult(classify_heads(evidence, decided.roles, t), decided.roles, t, info)

@@ -18,8 +18,9 @@ its lead in share over the other roles and its attention clear their thresholds,
 point estimates at each look; the lead's interval is built from the share intervals' ends (conservative).
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Any
 
 import torch
@@ -67,37 +68,6 @@ def _via_mlp_variant(
     ]
 
 
-def _clean_and_change(
-    model: Any, pair: Any, rows: Tensor, pos: Tensor
-) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor]]:
-    """(clean logits, {z hook: counterfactual - clean z}, {pattern hook: attention from the answer position
-    [batch head k_pos]}), from one clean and one counterfactual run."""
-    z_names = [f"blocks.{l}.attn.hook_z" for l in range(model.cfg.n_layers)]
-    pattern_names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.cfg.n_layers)]
-    clean_z: dict[str, Tensor] = {}
-    change: dict[str, Tensor] = {}
-    at_answer: dict[str, Tensor] = {}
-
-    def keep(name: str) -> Any:
-        def fn(act: Tensor, hook: Any) -> None:
-            if name in pattern_names:
-                at_answer[name] = act[rows, :, pos]
-            else:
-                clean_z[name] = act
-
-        return fn
-
-    def subtract(name: str) -> Any:
-        def fn(act: Tensor, hook: Any) -> None:
-            change[name] = act - clean_z.pop(name)
-
-        return fn
-
-    logits = model.run_with_hooks(pair.clean, fwd_hooks=[(n, keep(n)) for n in z_names + pattern_names])
-    model.run_with_hooks(pair.corrupted, fwd_hooks=[(n, subtract(n)) for n in z_names])
-    return logits, change, at_answer
-
-
 @torch.no_grad()
 def probe_values(
     model: Any, probe: RoleProbe, reference: Tensor | None = None
@@ -109,17 +79,30 @@ def probe_values(
     heads = [(layer, head) for layer in range(shape[0]) for head in range(shape[1])]
     pair, pos = probe.pair, probe.pair.answer_pos
     reference = pair.clean if reference is None else reference
-    rows = torch.arange(len(pos), device=pos.device)
+    rows, keys = torch.arange(len(pos), device=pos.device), probe.keys.float()
     z_names = [f"blocks.{l}.attn.hook_z" for l in range(shape[0])]
     pattern_names = [f"blocks.{l}.attn.hook_pattern" for l in range(shape[0])]
-    logits, change, at_answer = _clean_and_change(model, pair, rows, pos)
+    clean_z: dict[str, Tensor] = {}
+    change: dict[str, Tensor] = {}  # counterfactual - clean z
+    attention: dict[str, Tensor] = {}  # from the answer query onto the role's keys [batch head]
 
-    def p_counterfactual(lg: Tensor) -> Tensor:
-        return answer_probability(lg, pos, pair.incorrect)
+    def store(into: dict[str, Tensor], name: str, value: Callable[[Tensor], Tensor]) -> Any:
+        def fn(act: Tensor, hook: Any) -> None:
+            into[name] = value(act)
 
-    def p_correct(lg: Tensor) -> Tensor:
-        return answer_probability(lg, pos, pair.correct)
+        return fn
 
+    def on_keys(act: Tensor) -> Tensor:
+        return (act[rows, :, pos] * keys[:, None]).sum(-1)
+
+    clean_hooks = [(n, store(clean_z, n, lambda act: act)) for n in z_names]
+    logits = model.run_with_hooks(
+        pair.clean, fwd_hooks=clean_hooks + [(n, store(attention, n, on_keys)) for n in pattern_names]
+    )
+    change_hooks = [(n, store(change, n, lambda act, n=n: act - clean_z.pop(n))) for n in z_names]
+    model.run_with_hooks(pair.corrupted, fwd_hooks=change_hooks)
+    p_counterfactual = partial(answer_probability, pos=pos, answer=pair.incorrect)
+    p_correct = partial(answer_probability, pos=pos, answer=pair.correct)
     base_cf, base_ok = p_counterfactual(logits).cpu(), p_correct(logits).cpu()
 
     def patched(setter: Any, metric: Any) -> Tensor:
@@ -135,9 +118,7 @@ def probe_values(
         paths = [_via_mlp_variant(model, l, h, change[z_names[l]]) for l, h in heads]
         out["via_mlp"] = intervene(model, pair.clean, paths, p_counterfactual) - base_cf
     values = {k: v.float().T.reshape(len(pos), *shape) for k, v in out.items()}  # [variant batch] -> heads
-    keys = probe.keys.float()
-    attention = torch.stack([(at_answer[name] * keys[:, None]).sum(-1) for name in pattern_names], 1)
-    values["attention"] = attention.float().cpu()  # [batch layer head]
+    values["attention"] = torch.stack([attention[n] for n in pattern_names], 1).float().cpu()
     return values
 
 
@@ -315,9 +296,9 @@ def _verdicts(families: dict[str, FamilyDecision], margin: float) -> _Verdicts:
 
 def _settled(families: dict[str, FamilyDecision], v: _Verdicts) -> bool:
     """No head's role verdict can still change with more sequences (docs/decisions.md)."""
-    open_ = families["transfer"].open | families["attention"].open
-    if "via_mlp" in families:
-        open_ = open_ | families["via_mlp"].open
+    open_ = torch.stack(
+        [families[q].open for q in ("transfer", "attention", "via_mlp") if q in families]
+    ).any(0)
     share_imprecise = (~families["share"].precise).any(0, keepdim=True)  # [1 layer head]
     open_ = open_ | ((v.lead == UNDECIDED) & share_imprecise)
     return not bool((open_ & (v.role == UNDECIDED)).any())
@@ -348,17 +329,10 @@ def _role_heads(
     """Role `i`'s `RoleHeads` from the families [role layer head]."""
     est = {q: Estimate.of(f, i, judged=q != "damage") for q, f in families.items()}
     score = Estimate.largest([est[q] for q in ("transfer", "via_mlp") if q in est])
+    quantities = (est.get(q) for q in ("transfer", "via_mlp", "attention", "share", "damage"))
     v = verdicts
-    codes = {
-        "lead_lower": v.lead_lower,
-        "lead_upper": v.lead_upper,
-        "score_verdict": v.score,
-        "verdict": v.role,
-    }
-    codes["n_needed"] = needed
-    return RoleHeads(
-        role, **({"via_mlp": None} | est), score=score, **{k: t[i].float() for k, t in codes.items()}
-    )
+    codes = (t[i].float() for t in (v.lead_lower, v.lead_upper, v.score, v.role, needed))
+    return RoleHeads(role, *quantities, score, *codes)
 
 
 class _NoRoleProbes(Exception):
@@ -412,26 +386,21 @@ def decide_task_roles(
         moments = {q: _moments(values, roles[0], q) for q in judged if q != "share"}
         return moments | {"share": _share_moments(values, roles[0], t.min_score, via)}
 
-    def settled(families: dict[str, FamilyDecision]) -> bool:
-        return _settled(families, _verdicts(families, t.share_margin))
-
     try:
         decision = decide(
             draw,
             {q: limits[q] for q in judged},
             policy=policy,
             generator=generator,
-            settled=settled,
+            settled=lambda families: _settled(families, _verdicts(families, t.share_margin)),
             axes={q: axes for q in judged},
             cumulative=True,
         )
     except _NoRoleProbes:
         return None
     families = {q: decision.families[q] for q in judged}
-    z = families["share"].z
-    families["damage"] = judge(
-        _moments(values, roles[0], "damage"), 0.0, z=z, policy=policy, name="damage", axes=axes
-    )
+    damage = _moments(values, roles[0], "damage")
+    families["damage"] = judge(damage, 0.0, z=families["share"].z, policy=policy, name="damage", axes=axes)
     verdicts = _verdicts(families, t.share_margin)
     needed = _n_needed(families, verdicts, t.share_margin, decision.n, policy)
     heads = tuple(_role_heads(i, r, families, verdicts, needed) for i, r in enumerate(roles[0]))
