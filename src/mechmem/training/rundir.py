@@ -20,7 +20,7 @@ from typing import Any
 
 from mechmem.checkpoint import read_payload
 from mechmem.errors import CheckpointError, MechmemError
-from mechmem.io import open_in_place, output_dir, refuse_linked_folder
+from mechmem.io import nesting_depth, open_in_place, output_dir, refuse_linked_folder
 
 METRICS = "metrics.jsonl"
 """The trainer's log in a run directory: one JSON object per evaluation, in step order."""
@@ -48,11 +48,7 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
 
 def _metrics_record(path: Path, n: int, line: str) -> dict[str, Any]:
     """One validated line of metrics.jsonl."""
-    depth = deepest = 0
-    for char in line:  # brackets inside strings only overcount, which errs on the side of refusing
-        depth += 1 if char in "[{" else -1 if char in "]}" else 0
-        deepest = max(deepest, depth)
-    if deepest > MAX_METRICS_DEPTH:
+    if nesting_depth(line.encode()) > MAX_METRICS_DEPTH:
         raise MechmemError(f"{path}: line {n} nests deeper than {MAX_METRICS_DEPTH} levels")
     try:
         record = json.loads(line)
@@ -82,11 +78,7 @@ def _as_dict(config: Any) -> dict[str, Any]:
 
 def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
     """`run_identity` of a checkpoint payload."""
-    return {
-        "model": payload["model_config"],
-        "task": {"name": payload["task_name"], **payload["task_config"]},
-        "train": payload["train_config"],
-    }
+    return run_identity(*(payload[k] for k in ("model_config", "task_name", "task_config", "train_config")))
 
 
 def run_differences(
