@@ -106,6 +106,13 @@ class ConfigMixin:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
 
+def config_dict(config: Any) -> dict[str, Any]:
+    """A config as a dict: its `to_dict()`, a copy of a mapping, {} for None."""
+    if config is None:
+        return {}
+    return config.to_dict() if hasattr(config, "to_dict") else dict(config)
+
+
 OptionParser = Callable[[str], Any]
 """A `--set` value parser: the text after `=` -> the field's value; raises ValueError or MechmemError."""
 

@@ -52,11 +52,6 @@ def initial_weights(config: TransformerConfig, generator: torch.Generator | None
     return state
 
 
-def initialise(model: nn.Module, config: TransformerConfig, generator: torch.Generator | None) -> None:
-    """Give `model` the initial weights `initial_weights(config, generator)`."""
-    load_canonical_state_dict(model, initial_weights(config, generator))
-
-
 def canonical_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     """Canonical weight name -> the parameter that holds it (on the bridge, the module weight it lives in).
 
@@ -139,6 +134,5 @@ __all__ = [
     "canonical_parameters",
     "canonical_state_dict",
     "initial_weights",
-    "initialise",
     "load_canonical_state_dict",
 ]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mechmem.checkpoint import read_payload
+from mechmem.config import config_dict
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.io import nesting_depth, open_in_place, output_dir, refuse_linked_folder
 
@@ -66,14 +67,10 @@ def run_identity(model_config: Any, task_name: str, task_config: Any, train_conf
     """The configuration that identifies a run (model, task name and config, training), as stored in its
     checkpoints."""
     return {
-        "model": _as_dict(model_config),
-        "task": {"name": task_name, **_as_dict(task_config)},
-        "train": _as_dict(train_config),
+        "model": config_dict(model_config),
+        "task": {"name": task_name, **config_dict(task_config)},
+        "train": config_dict(train_config),
     }
-
-
-def _as_dict(config: Any) -> dict[str, Any]:
-    return config if isinstance(config, dict) else config.to_dict()
 
 
 def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
