@@ -19,17 +19,14 @@ from mechmem.models.transformer_config import TransformerConfig, config_from_hoo
 
 
 def _apply_rule(param: Tensor, rule: str, name: str, generator: torch.Generator | None) -> None:
-    if rule == "zero":
-        param.zero_()
-    elif rule == "one":
-        param.fill_(1.0)
-    elif rule == "normal":
+    if rule == "identity" and param.shape[-1] != param.shape[-2]:
+        raise MechmemError(f"cannot fix {name} to the identity: shape {tuple(param.shape)} is not square")
+    if rule == "normal":
         param.copy_(torch.randn(param.shape, generator=generator))
     elif rule == "identity":
-        if param.shape[-1] != param.shape[-2]:
-            raise MechmemError(f"cannot fix {name} to the identity: shape {tuple(param.shape)} is not square")
-        eye = torch.eye(param.shape[-1])
-        param.copy_(eye.expand_as(param))
+        param.copy_(torch.eye(param.shape[-1]).expand_as(param))
+    else:
+        param.fill_(1.0 if rule == "one" else 0.0)
 
 
 def initial_weights(config: TransformerConfig, generator: torch.Generator | None) -> dict[str, Tensor]:
