@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from mechmem.config import config_dict
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.io import atomic_write
 from mechmem.version import __version__
@@ -38,18 +39,9 @@ FORMAT = "mechmem-checkpoint"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 REQUIRED = (
-    "format",
-    "format_version",
-    "mechmem_version",
-    "transformer_lens_version",
-    "model_config",
-    "task_name",
-    "task_config",
-    "train_config",
-    "metrics",
-    "state_dict",
-    "digest",
-)
+    "format", "format_version", "mechmem_version", "transformer_lens_version", "model_config", "task_name",
+    "task_config", "train_config", "metrics", "state_dict", "digest",
+)  # fmt: skip
 OPTIONAL = ("extra",)
 
 MAX_FILE_BYTES = 16 * 2**30
@@ -208,12 +200,16 @@ def check_buffers(path: Path, model_config: Any, state: dict[str, torch.Tensor])
     return canonical_weights(state)
 
 
+def _tensor_bytes(tensor: torch.Tensor) -> bytes:
+    t = tensor.detach().to("cpu").contiguous()
+    return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
 def _feed(h: Any, obj: Any) -> None:
     """Hash any plain-data value: tensors by dtype, shape and bytes; containers in a fixed key order."""
     if isinstance(obj, torch.Tensor):
-        t = obj.detach().to("cpu").contiguous()
-        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(f"T{obj.dtype}{tuple(obj.shape)}".encode())
+        h.update(_tensor_bytes(obj))
     elif isinstance(obj, dict):
         h.update(f"D{len(obj)}".encode())
         for key in sorted(obj, key=repr):
@@ -230,23 +226,26 @@ def _feed(h: Any, obj: Any) -> None:
 def payload_digest(payload: dict[str, Any]) -> str:
     """SHA-256 over every field but the digest (format version 1: configs and weights only)."""
     h = hashlib.sha256()
-    if payload.get("format_version") == 1:
-        for key in ("model_config", "task_name", "task_config", "train_config"):
-            h.update(json.dumps(payload[key], sort_keys=True).encode())
-        for name in sorted(payload["state_dict"]):
-            tensor = payload["state_dict"][name].detach().to("cpu").contiguous()
-            h.update(name.encode())
-            h.update(str(tuple(tensor.shape)).encode())
-            h.update(str(tensor.dtype).encode())
-            h.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    if payload.get("format_version") != 1:
+        _feed(h, {k: v for k, v in payload.items() if k != "digest"})
         return h.hexdigest()
-    _feed(h, {k: v for k, v in payload.items() if k != "digest"})
+    for key in ("model_config", "task_name", "task_config", "train_config"):
+        h.update(json.dumps(payload[key], sort_keys=True).encode())
+    for name, tensor in sorted(payload["state_dict"].items()):
+        h.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}".encode())
+        h.update(_tensor_bytes(tensor))
     return h.hexdigest()
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     """`torch.save` to a temporary file beside `path`, then renamed into place (`mechmem.io.atomic_write`)."""
     atomic_write(path, writer=lambda fh: torch.save(obj, fh))
+
+
+def _logits_gap(got: torch.Tensor, want: torch.Tensor) -> float | None:
+    """The largest difference of two models' logits where it passes 1e-4 of their scale (at least 1)."""
+    gap = float((got - want).abs().max())
+    return None if gap <= 1e-4 * max(1.0, float(want.abs().max())) else gap
 
 
 def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> None:
@@ -285,8 +284,8 @@ def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> Non
     with torch.no_grad():
         got, want = model(probe.to(device)).float().cpu(), reference(probe).float()
     model.train(was_training)
-    gap = float((got - want).abs().max())
-    if not gap <= 1e-4 * max(1.0, float(want.abs().max())):
+    gap = _logits_gap(got, want)
+    if gap is not None:
         raise MechmemError(
             f"the model does not match model_config: rebuilt from the config it gives other logits "
             f"(max |dlogit| {gap:.3g} on a probe input)"
@@ -325,11 +324,6 @@ def save_checkpoint(
     from mechmem.models.weights import canonical_state_dict
     from mechmem.tasks import build_task, get_task_class
 
-    def as_dict(cfg: Any) -> dict[str, Any]:
-        if cfg is None:
-            return {}
-        return cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
-
     if isinstance(model_config, dict):
         from mechmem.models.registry import model_config_from_dict
 
@@ -346,10 +340,10 @@ def save_checkpoint(
         "format_version": FORMAT_VERSION,
         "mechmem_version": __version__,
         "transformer_lens_version": TL_VERSION,
-        "model_config": as_dict(model_config),
+        "model_config": config_dict(model_config),
         "task_name": task_name,
-        "task_config": as_dict(task.config),
-        "train_config": as_dict(train_config),
+        "task_config": config_dict(task.config),
+        "train_config": config_dict(train_config),
         "metrics": strict_json(json.loads(json.dumps(metrics or {}))),
         "state_dict": {k: v.detach().to("cpu").clone() for k, v in canonical_state_dict(model).items()},
     }
@@ -587,9 +581,8 @@ def save_model(
     reloaded = load_checkpoint(path).model
     probe = torch.randint(config.d_vocab, (2, config.n_ctx), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        want = model(probe.to(model.cfg.device)).float().cpu()
-        gap = float((reloaded(probe).float() - want).abs().max())
-    if not gap <= 1e-4 * max(1.0, float(want.abs().max())):
+        gap = _logits_gap(reloaded(probe).float(), model(probe.to(model.cfg.device)).float().cpu())
+    if gap is not None:
         path.unlink(missing_ok=True)
         raise MechmemError(
             f"the reloaded checkpoint gives other logits (max |dlogit| {gap:.3g}); nothing saved"

@@ -5,6 +5,7 @@ wrongly typed values with a one-line `MechmemError`. `TrainConfig` and `Preset` 
 """
 
 import dataclasses
+import types
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -26,38 +27,39 @@ def _to_jsonable(value: Any) -> Any:
     return value
 
 
+UNIONS = (typing.Union, types.UnionType)
+
+
 def _coerce(tp: Any, value: Any) -> Any:
     """Turn JSON lists back into tuples where the field type asks for one."""
-    origin = typing.get_origin(tp)
-    if origin is tuple and isinstance(value, list):
+    if not isinstance(value, list):
+        return value
+    if typing.get_origin(tp) is tuple:
         args = typing.get_args(tp)
-        inner = args[0] if args else Any
-        return tuple(_coerce(inner, v) for v in value)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        for arg in typing.get_args(tp):
-            if arg is type(None):
-                continue
-            if typing.get_origin(arg) is tuple and isinstance(value, list):
-                return _coerce(arg, value)
+        return tuple(_coerce(args[0] if args else Any, v) for v in value)
+    if typing.get_origin(tp) in UNIONS:
+        tuples = [arg for arg in typing.get_args(tp) if typing.get_origin(arg) is tuple]
+        return _coerce(tuples[0], value) if tuples else value
     return value
+
+
+SCALARS: dict[Any, Any] = {
+    bool: lambda v: isinstance(v, bool),
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    str: lambda v: isinstance(v, str),
+    type(None): lambda v: v is None,
+    Any: lambda v: True,
+}
+"""Annotation -> whether a JSON value fits it (a bool is no number)."""
 
 
 def _type_ok(tp: Any, value: Any) -> bool:
     """Whether `value` (after `_coerce`) fits the annotation `tp`; unfamiliar annotations are accepted."""
-    if tp is Any:
-        return True
-    if tp is type(None):
-        return value is None
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is str:
-        return isinstance(value, str)
+    if tp in SCALARS:
+        return SCALARS[tp](value)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in UNIONS:
         return any(_type_ok(arg, value) for arg in args)
     if origin is tuple:
         if not isinstance(value, tuple):
@@ -102,6 +104,13 @@ class ConfigMixin:
 
     def replace(self: C, **changes: Any) -> C:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """A config as a dict: its `to_dict()`, a copy of a mapping, {} for None."""
+    if config is None:
+        return {}
+    return config.to_dict() if hasattr(config, "to_dict") else dict(config)
 
 
 OptionParser = Callable[[str], Any]

@@ -62,6 +62,16 @@ def plain_json(obj: Any) -> Any:
     return strict_json(json.loads(json.dumps(obj, default=jsonable)))
 
 
+def nesting_depth(text: bytes) -> int:
+    """Deepest bracket nesting in JSON `text`, counted before parsing it (brackets inside strings overcount,
+    which errs on the side of refusing)."""
+    depth = deepest = 0
+    for byte in text:
+        depth += 1 if byte in b"[{" else -1 if byte in b"]}" else 0
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def dumps(obj: Any, **kwargs: Any) -> str:
     """`json.dumps` of `strict_json(obj)`; never writes NaN or Infinity."""
     return json.dumps(strict_json(obj), allow_nan=False, **kwargs)

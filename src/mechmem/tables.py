@@ -6,13 +6,7 @@ from typing import Any
 
 def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *, floatfmt: str = ".4f") -> str:
     """A plain-text table with right-aligned numbers."""
-
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return format(v, floatfmt)
-        return str(v)
-
-    body = [[cell(v) for v in row] for row in rows]
+    body = [[format(v, floatfmt) if isinstance(v, float) else str(v) for v in row] for row in rows]
     widths = [
         max(len(str(h)), *(len(r[i]) for r in body)) if body else len(str(h)) for i, h in enumerate(headers)
     ]

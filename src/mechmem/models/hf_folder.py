@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mechmem.errors import MechmemError
+from mechmem.io import nesting_depth
 
 MAX_CONFIG_BYTES = 2**20
 """Largest config.json read (1 MiB; published ones are a few kB)."""
@@ -69,7 +70,7 @@ def _read_config(path: Path, name: str) -> dict[str, Any]:
     if path.stat().st_size > MAX_CONFIG_BYTES:
         raise MechmemError(f"--hf {name}: config.json is larger than {MAX_CONFIG_BYTES} bytes")
     text = path.read_bytes()
-    if _depth(text) > MAX_CONFIG_DEPTH:
+    if nesting_depth(text) > MAX_CONFIG_DEPTH:
         raise MechmemError(f"--hf {name}: config.json nests deeper than {MAX_CONFIG_DEPTH} levels")
     try:
         config = json.loads(text)
@@ -78,15 +79,6 @@ def _read_config(path: Path, name: str) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise MechmemError(f"--hf {name}: config.json is a JSON {type(config).__name__}, not an object")
     return config
-
-
-def _depth(text: bytes) -> int:
-    """Deepest bracket nesting in `text` (brackets inside strings overcount, which errs on refusing)."""
-    depth = deepest = 0
-    for byte in text:
-        depth += 1 if byte in b"[{" else -1 if byte in b"]}" else 0
-        deepest = max(deepest, depth)
-    return deepest
 
 
 def _stored_numbers(path: Path, name: str) -> int:

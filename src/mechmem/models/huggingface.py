@@ -1,7 +1,11 @@
 """Hugging Face causal language models as TransformerLens models, weights exactly as published
 (`load_pretrained`)."""
 
+import json
+import shutil
+import tempfile
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,8 +25,6 @@ def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") ->
     model's); 4.x: `TransformerBridge.boot_transformers` in compatibility mode. Raises `MechmemError` with one
     line when the model cannot be read or converted.
     """
-    from pathlib import Path
-
     local = Path(name_or_path).expanduser()
     source = str(local.resolve()) if local.exists() else name_or_path
     if local.exists() and not local.is_dir():
@@ -93,8 +95,6 @@ def _placeholder_tokenizer(folder: Any) -> Any:
     """For a local folder without a tokenizer (a tiny model needs none: mechmem feeds token ids), a word-level
     tokenizer naming each id of the config's vocabulary (`t0`, `t1`, ...); None otherwise (the model's own
     tokenizer is loaded)."""
-    import json
-
     if not folder.is_dir() or any((folder / name).exists() for name in TOKENIZER_FILES):
         return None
     try:
@@ -117,10 +117,6 @@ def _hooked_from_pretrained(source: str, hf_model: nn.Module, device: str | torc
     """`HookedTransformer.from_pretrained_no_processing` for a Hub name or a local folder (TransformerLens
     3.9's own entry point looks local folders up among its official names), from TransformerLens's loading
     functions."""
-    import shutil
-    import tempfile
-    from pathlib import Path
-
     from transformer_lens import loading
 
     if not Path(source).is_dir():

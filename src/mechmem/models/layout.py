@@ -128,23 +128,13 @@ def canonical_shapes(cfg) -> dict[str, tuple[int, ...]]:
             f"{attn}.{kv}b_K": (kv_heads, d_head),
             f"{attn}.{kv}b_V": (kv_heads, d_head),
         }
-        if cfg.d_mlp is not None:
-            mlp, d_mlp = f"{block}.mlp", cfg.d_mlp
-            if cfg.gated_mlp:
-                shapes |= {
-                    f"{mlp}.W_in": (d_model, d_mlp),
-                    f"{mlp}.W_out": (d_mlp, d_model),
-                    f"{mlp}.W_gate": (d_model, d_mlp),
-                    f"{mlp}.b_in": (d_mlp,),
-                    f"{mlp}.b_out": (d_model,),
-                }
-            else:
-                shapes |= {
-                    f"{mlp}.W_in": (d_model, d_mlp),
-                    f"{mlp}.b_in": (d_mlp,),
-                    f"{mlp}.W_out": (d_mlp, d_model),
-                    f"{mlp}.b_out": (d_model,),
-                }
+        if cfg.d_mlp is not None:  # HookedTransformer's gated MLP registers its parameters in another order
+            gated = ("W_in", "W_out", "W_gate", "b_in", "b_out")
+            d_mlp = cfg.d_mlp
+            mlp = {"W_in": (d_model, d_mlp), "W_gate": (d_model, d_mlp), "W_out": (d_mlp, d_model)}
+            mlp |= {"b_in": (d_mlp,), "b_out": (d_model,)}
+            order = gated if cfg.gated_mlp else ("W_in", "b_in", "W_out", "b_out")
+            shapes |= {f"{block}.mlp.{leaf}": mlp[leaf] for leaf in order}
     shapes |= norm_weights("ln_final")
     shapes |= {"unembed.W_U": (d_model, d_vocab_out), "unembed.b_U": (d_vocab_out,)}
     return shapes
@@ -157,14 +147,40 @@ def rotary_permutation(rotary_dim: int, d_head: int) -> Tensor:
     return torch.tensor(order)
 
 
-def _heads_to_rows(t: Tensor) -> Tensor:
-    """[head_index d_model d_head] -> [(head_index d_head) d_model] (an nn.Linear weight)."""
-    return t.permute(0, 2, 1).reshape(-1, t.shape[1])
+ROTATED = ("W_Q", "W_K", "b_Q", "b_K")
+"""Weights whose rotary dimensions the two layouts order differently (`rotary_permutation`)."""
+TRANSPOSED = ("W_in", "W_out", "W_gate", "W_U")
+"""Matrices the bridge stores as `nn.Linear` weights, [d_out d_in]."""
+UNNESTED = ("W_E", "W_pos", "W_U", "b_U", "w", "b")
+"""Weights the bridge keeps under the canonical module's own name (`unembed.W_U` -> `unembed.weight`)."""
+LEAVES = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "W_O", "b_O", "b_in", "b_out", *TRANSPOSED[:3], *UNNESTED)
+"""Every canonical weight name's last part (without the `_` of grouped key/value heads)."""
 
 
-def _rows_to_heads(t: Tensor, d_head: int) -> Tensor:
-    """[(head_index d_head) d_model] -> [head_index d_model d_head]."""
-    return t.reshape(-1, d_head, t.shape[1]).permute(0, 2, 1)
+def _bridge_name(prefix: str, leaf: str) -> str:
+    """The bridge name of canonical weight `prefix.leaf`: `blocks.0.attn.W_Q` -> `blocks.0.attn.q.weight`."""
+    module = "" if leaf in UNNESTED else f".{leaf[2:].lower()}"
+    return f"{prefix}{module}.{'weight' if leaf[0] in 'Ww' else 'bias'}"
+
+
+def _to_bridge_tensor(leaf: str, t: Tensor) -> Tensor:
+    if leaf in ("W_Q", "W_K", "W_V"):  # [head_index d_model d_head] -> [(head_index d_head) d_model]
+        return t.permute(0, 2, 1).reshape(-1, t.shape[1])
+    if leaf in ("b_Q", "b_K", "b_V"):
+        return t.reshape(-1)
+    if leaf == "W_O":
+        return t.reshape(-1, t.shape[-1]).T
+    return t.T if leaf in TRANSPOSED else t
+
+
+def _from_bridge_tensor(leaf: str, t: Tensor, shape: tuple[int, ...]) -> Tensor:
+    if leaf in ("W_Q", "W_K", "W_V"):  # [(head_index d_head) d_model] -> [head_index d_model d_head]
+        return t.reshape(-1, shape[-1], t.shape[1]).permute(0, 2, 1)
+    if leaf in ("b_Q", "b_K", "b_V"):
+        return t.reshape(shape)
+    if leaf == "W_O":
+        return t.T.reshape(shape)
+    return t.T if leaf in TRANSPOSED else t
 
 
 def to_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
@@ -179,59 +195,31 @@ def to_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
     for name, t in state.items():
         prefix, leaf = name.rsplit(".", 1)
         leaf = leaf.lstrip("_")
-        if perm is not None and leaf in ("W_Q", "W_K", "b_Q", "b_K"):
-            t = t[..., perm]
-        if leaf in ("W_Q", "W_K", "W_V"):
-            out[f"{prefix}.{leaf[-1].lower()}.weight"] = _heads_to_rows(t)
-        elif leaf in ("b_Q", "b_K", "b_V"):
-            out[f"{prefix}.{leaf[-1].lower()}.bias"] = t.reshape(-1)
-        elif leaf == "W_O":
-            out[f"{prefix}.o.weight"] = t.reshape(-1, t.shape[-1]).T
-        elif leaf in ("b_O", "b_in", "b_out"):
-            out[f"{prefix}.{leaf[2:].lower()}.bias"] = t
-        elif leaf in ("W_in", "W_out", "W_gate"):
-            out[f"{prefix}.{leaf[2:]}.weight"] = t.T
-        elif leaf in ("W_E", "W_pos", "w"):
-            out[f"{prefix}.weight"] = t
-        elif leaf == "W_U":
-            out[f"{prefix}.weight"] = t.T
-        elif leaf in ("b_U", "b"):
-            out[f"{prefix}.bias"] = t
-        else:
+        if leaf not in LEAVES:
             raise KeyError(f"no bridge name for weight {name!r}")
-    return {k: v.contiguous() for k, v in out.items()}
+        if perm is not None and leaf in ROTATED:
+            t = t[..., perm]
+        out[_bridge_name(prefix, leaf)] = _to_bridge_tensor(leaf, t).contiguous()
+    return out
 
 
 def from_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
-    """A `TransformerBridge.state_dict()` -> canonical weights in canonical order (inverse of `to_bridge`)."""
+    """A `TransformerBridge.state_dict()` -> canonical weights in canonical order (inverse of `to_bridge`).
+
+    A missing MLP or unembedding bias is zero (a bridge booted by TransformerLens itself has no b_U)."""
     d_head = cfg.head_dim
     rotary = cfg.positional_embedding_type == "rotary"
-    perm = rotary_permutation(cfg.rotary_dim or d_head, d_head) if rotary else None
-    inverse = torch.argsort(perm) if perm is not None else None
+    inverse = torch.argsort(rotary_permutation(cfg.rotary_dim or d_head, d_head)) if rotary else None
     out: dict[str, Tensor] = {}
     for name, shape in canonical_shapes(cfg).items():
         prefix, leaf = name.rsplit(".", 1)
-        plain = leaf.lstrip("_")
-        if plain in ("W_Q", "W_K", "W_V"):
-            t = _rows_to_heads(state[f"{prefix}.{plain[-1].lower()}.weight"], d_head)
-        elif plain in ("b_Q", "b_K", "b_V"):
-            t = state[f"{prefix}.{plain[-1].lower()}.bias"].reshape(shape)
-        elif plain == "W_O":
-            t = state[f"{prefix}.o.weight"].T.reshape(shape)
-        elif plain == "b_O":
-            t = state[f"{prefix}.o.bias"]
-        elif plain in ("W_in", "W_out", "W_gate"):
-            t = state[f"{prefix}.{plain[2:]}.weight"].T
-        elif plain in ("b_in", "b_out"):
-            key = f"{prefix}.{plain[2:]}.bias"
-            t = state[key] if key in state else torch.zeros(shape)
-        elif plain == "W_U":
-            t = state[f"{prefix}.weight"].T
-        elif plain == "b_U":  # a bridge booted by TransformerLens itself has no unembedding bias
-            t = state.get(f"{prefix}.bias", torch.zeros(shape))
-        else:  # W_E, W_pos and the norms' w and b
-            t = state[f"{prefix}.{'bias' if plain == 'b' else 'weight'}"]
-        if inverse is not None and plain in ("W_Q", "W_K", "b_Q", "b_K"):
+        leaf = leaf.lstrip("_")
+        key = _bridge_name(prefix, leaf)
+        if key not in state and leaf in ("b_in", "b_out", "b_U"):
+            t = torch.zeros(shape)
+        else:
+            t = _from_bridge_tensor(leaf, state[key], shape)
+        if inverse is not None and leaf in ROTATED:
             t = t[..., inverse]
         out[name] = t.contiguous()
     return out

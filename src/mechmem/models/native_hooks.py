@@ -39,15 +39,9 @@ class ForkingAttentionBridge(AttentionBridge):
         if not (split or shared or result):
             return super().forward(*args, **kwargs)
         hidden = kwargs.pop("hidden_states") if "hidden_states" in kwargs else args[0]
+        mask, positions = kwargs.get("attention_mask"), kwargs.get("position_ids")
         try:
-            out, pattern = self._attend(
-                self.hook_in(hidden),
-                split,
-                shared,
-                result,
-                kwargs.get("attention_mask"),
-                kwargs.get("position_ids"),
-            )
+            out, pattern = self._attend(self.hook_in(hidden), split, shared, result, mask, positions)
         finally:
             self._captured_pre_ln_residual = None
         # as the plain forward does

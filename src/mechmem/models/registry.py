@@ -21,27 +21,25 @@ def register_architecture(name: str, config_cls: type, builder: Builder) -> None
     _ARCHITECTURES[name] = (config_cls, builder)
 
 
-def _known(arch: Any) -> bool:
-    """Whether `arch` is registered (by `mechmem.models` on import, or by a loaded paper plugin)."""
+def _registered(arch: Any) -> tuple[type, Builder]:
+    """The config class and builder of `arch`, registered by `mechmem.models` on import or by a paper plugin
+    (loaded on the first unknown name)."""
     if arch not in _ARCHITECTURES:
         from mechmem.plugins import load_papers
 
         load_papers()
-    return arch in _ARCHITECTURES
+    if arch not in _ARCHITECTURES:
+        raise MechmemError(f"unknown model architecture {arch!r}")
+    return _ARCHITECTURES[arch]
 
 
 def model_config_from_dict(data: dict[str, Any]) -> Any:
     """Rebuild a model config from its `to_dict()` form (which carries the `arch` name)."""
-    arch = data.get("arch") if isinstance(data, dict) else None
-    if not _known(arch):
-        raise MechmemError(f"unknown model architecture {arch!r}")
-    config_cls, _ = _ARCHITECTURES[arch]
+    config_cls, _ = _registered(data.get("arch") if isinstance(data, dict) else None)
     return config_cls.from_dict(data)
 
 
 def build_model(config: Any, *, generator: torch.Generator | None = None) -> torch.nn.Module:
     """Build a fresh model for `config`; initial weights are drawn from `generator`."""
-    arch = getattr(config, "arch", None)
-    if not _known(arch):
-        raise MechmemError(f"unknown model architecture {arch!r}")
-    return _ARCHITECTURES[arch][1](config, generator=generator)
+    _, builder = _registered(getattr(config, "arch", None))
+    return builder(config, generator=generator)

@@ -23,7 +23,7 @@ from mechmem.models.backend import (
 )
 from mechmem.models.registry import register_architecture
 from mechmem.models.transformer_config import TransformerConfig, bridge_unsupported
-from mechmem.models.weights import apply_freezing, initialise
+from mechmem.models.weights import apply_freezing, initial_weights, load_canonical_state_dict
 
 
 def _native_model(config: TransformerConfig) -> nn.Module:
@@ -74,7 +74,7 @@ def build_transformer(config: TransformerConfig, *, generator: torch.Generator |
         warnings.simplefilter("ignore", DeprecationWarning)
         model = HookedTransformer(config.to_hooked_config()) if BACKEND == "hooked" else _native_model(config)
     model.mechmem_config = config  # type: ignore[attr-defined]
-    initialise(model, config, generator)
+    load_canonical_state_dict(model, initial_weights(config, generator))
     apply_freezing(model, config.frozen)
     return model
 

@@ -11,6 +11,7 @@ Fixed and frozen parameters:
     sqrt(d_model).
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -32,22 +33,18 @@ FIX_RULES = ("identity", "zero", "one", "normal")
 NORMS = (None, "LN", "LNPre", "RMS", "RMSPre")
 POSITIONS = ("standard", "rotary", "shortformer")
 
-# Architecture fields added for models brought from elsewhere; `to_dict` leaves them out at their defaults, so
-# the config dict of every model mechmem trained before them (and the run identity built from it) is
-# unchanged.
-_ARCH_DEFAULTS: dict[str, Any] = {
-    "positional_embedding_type": "standard",
-    "rotary_dim": None,
-    "rotary_base": 10000.0,
-    "n_key_value_heads": None,
-    "gated_mlp": False,
-    "parallel_attn_mlp": False,
-    "attn_types": None,
-    "window_size": None,
-    "eps": 1e-5,
-    "attn_scale": None,
-}
-
+ARCH_FIELDS = (
+    "positional_embedding_type", "rotary_dim", "rotary_base", "n_key_value_heads", "gated_mlp",
+    "parallel_attn_mlp", "attn_types", "window_size", "eps", "attn_scale",
+)  # fmt: skip
+"""Architecture fields added for models brought from elsewhere; `to_dict` leaves them out at their defaults,
+so the config dict of every model mechmem trained before them (and the run identity built from it) is
+unchanged."""
+TL_FIELDS = (
+    "n_layers", "d_model", "n_heads", "d_mlp", "d_vocab", "n_ctx", "normalization_type", "use_attn_scale",
+    "positional_embedding_type", "n_key_value_heads", "gated_mlp", "parallel_attn_mlp", "eps",
+)  # fmt: skip
+"""Fields passed to TransformerLens's config as they are."""
 
 OPTIONAL_SIZES = ("d_head", "d_mlp", "d_vocab_out", "rotary_dim", "n_key_value_heads", "window_size")
 """Sizes a `TransformerConfig` may leave None (derived or unused); given, each is an integer >= 1."""
@@ -142,9 +139,9 @@ class TransformerConfig(ConfigMixin):
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
-        for name, default in _ARCH_DEFAULTS.items():
-            if data[name] == default:
-                del data[name]
+        for f in dataclasses.fields(self):
+            if f.name in ARCH_FIELDS and data[f.name] == f.default:
+                del data[f.name]
         return data
 
     @property
@@ -153,24 +150,12 @@ class TransformerConfig(ConfigMixin):
 
     def tl_kwargs(self) -> dict[str, Any]:
         """The TransformerLens config fields of this model (common to both backends' config classes)."""
-        kwargs: dict[str, Any] = {
-            "n_layers": self.n_layers,
-            "d_model": self.d_model,
-            "n_heads": self.n_heads,
+        kwargs: dict[str, Any] = {name: getattr(self, name) for name in TL_FIELDS}
+        kwargs |= {
             "d_head": self.head_dim,
-            "d_mlp": self.d_mlp,
-            "d_vocab": self.d_vocab,
             "d_vocab_out": self.d_vocab_out if self.d_vocab_out is not None else self.d_vocab,
-            "n_ctx": self.n_ctx,
             "act_fn": self.act_fn if self.d_mlp is not None else None,
             "attn_only": self.d_mlp is None,
-            "normalization_type": self.normalization_type,
-            "use_attn_scale": self.use_attn_scale,
-            "positional_embedding_type": self.positional_embedding_type,
-            "n_key_value_heads": self.n_key_value_heads,
-            "gated_mlp": self.gated_mlp,
-            "parallel_attn_mlp": self.parallel_attn_mlp,
-            "eps": self.eps,
             "init_weights": False,
             "default_prepend_bos": False,
             "device": "cpu",
@@ -211,52 +196,16 @@ def bridge_unsupported(config: Any) -> str | None:
     return f"TransformerLens 4 cannot compute this model: {reason}; it loads with {TL3_REQUIREMENT}"
 
 
-_BEHAVIOUR = [
-    "n_layers",
-    "d_model",
-    "n_heads",
-    "d_head",
-    "d_mlp",
-    "d_vocab",
-    "d_vocab_out",
-    "n_ctx",
-    "act_fn",
-    "attn_only",
-    "normalization_type",
-    "use_attn_scale",
-    "attn_scale",
-    "eps",
-    "positional_embedding_type",
-    "rotary_dim",
-    "rotary_base",
-    "n_key_value_heads",
-    "gated_mlp",
-    "parallel_attn_mlp",
-    "attn_types",
-    "window_size",
-    "use_local_attn",
-    "final_rms",
-    "rotary_adjacent_pairs",
-    "use_qk_norm",
-    "post_embedding_ln",
-    "use_normalization_before_and_after",
-    "attn_scores_soft_cap",
-    "output_logits_soft_cap",
-    "scale_attn_by_inverse_layer_idx",
-    "attention_dir",
-    "use_NTK_by_parts_rope",
-    "rope_scaling",
-    "dtype",
-    "relative_attention_max_distance",
-    "num_experts",
-    "clip_qkv",
-    "use_logn_attn",
-    "use_dynamic_ntk_rope",
-    "rotary_base_local",
-    "rotary_scaling_factor",
-    "use_yarn_rope",
-    "use_attention_sinks",
-]
+_BEHAVIOUR = (
+    "n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "d_vocab_out", "n_ctx", "act_fn",
+    "attn_only", "normalization_type", "use_attn_scale", "attn_scale", "eps", "positional_embedding_type",
+    "rotary_dim", "rotary_base", "n_key_value_heads", "gated_mlp", "parallel_attn_mlp", "attn_types",
+    "window_size", "use_local_attn", "final_rms", "rotary_adjacent_pairs", "use_qk_norm", "post_embedding_ln",
+    "use_normalization_before_and_after", "attn_scores_soft_cap", "output_logits_soft_cap",
+    "scale_attn_by_inverse_layer_idx", "attention_dir", "use_NTK_by_parts_rope", "rope_scaling", "dtype",
+    "relative_attention_max_distance", "num_experts", "clip_qkv", "use_logn_attn", "use_dynamic_ntk_rope",
+    "rotary_base_local", "rotary_scaling_factor", "use_yarn_rope", "use_attention_sinks",
+)  # fmt: skip
 """TransformerLens config fields that change what a model computes (compared at save; both backends have
 them)."""
 
@@ -316,11 +265,7 @@ def config_from_hooked_transformer(model: nn.Module) -> TransformerConfig:
     local = getattr(cfg, "attn_types", None) if getattr(cfg, "use_local_attn", False) else None
     try:
         config = TransformerConfig(
-            n_layers=cfg.n_layers,
-            d_model=cfg.d_model,
-            n_heads=cfg.n_heads,
-            d_vocab=cfg.d_vocab,
-            n_ctx=cfg.n_ctx,
+            **{name: getattr(cfg, name) for name in ("n_layers", "d_model", "n_heads", "d_vocab", "n_ctx")},
             d_head=None if cfg.d_head * cfg.n_heads == cfg.d_model else cfg.d_head,
             d_mlp=None if cfg.attn_only else cfg.d_mlp,
             act_fn=(cfg.act_fn or "relu") if not cfg.attn_only else "relu",

@@ -19,17 +19,14 @@ from mechmem.models.transformer_config import TransformerConfig, config_from_hoo
 
 
 def _apply_rule(param: Tensor, rule: str, name: str, generator: torch.Generator | None) -> None:
-    if rule == "zero":
-        param.zero_()
-    elif rule == "one":
-        param.fill_(1.0)
-    elif rule == "normal":
+    if rule == "identity" and param.shape[-1] != param.shape[-2]:
+        raise MechmemError(f"cannot fix {name} to the identity: shape {tuple(param.shape)} is not square")
+    if rule == "normal":
         param.copy_(torch.randn(param.shape, generator=generator))
     elif rule == "identity":
-        if param.shape[-1] != param.shape[-2]:
-            raise MechmemError(f"cannot fix {name} to the identity: shape {tuple(param.shape)} is not square")
-        eye = torch.eye(param.shape[-1])
-        param.copy_(eye.expand_as(param))
+        param.copy_(torch.eye(param.shape[-1]).expand_as(param))
+    else:
+        param.fill_(1.0 if rule == "one" else 0.0)
 
 
 def initial_weights(config: TransformerConfig, generator: torch.Generator | None) -> dict[str, Tensor]:
@@ -50,11 +47,6 @@ def initial_weights(config: TransformerConfig, generator: torch.Generator | None
         for name in hits:
             _apply_rule(state[name], rule, name, generator)
     return state
-
-
-def initialise(model: nn.Module, config: TransformerConfig, generator: torch.Generator | None) -> None:
-    """Give `model` the initial weights `initial_weights(config, generator)`."""
-    load_canonical_state_dict(model, initial_weights(config, generator))
 
 
 def canonical_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
@@ -139,6 +131,5 @@ __all__ = [
     "canonical_parameters",
     "canonical_state_dict",
     "initial_weights",
-    "initialise",
     "load_canonical_state_dict",
 ]

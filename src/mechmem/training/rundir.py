@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from mechmem.checkpoint import read_payload
+from mechmem.config import config_dict
 from mechmem.errors import CheckpointError, MechmemError
-from mechmem.io import open_in_place, output_dir, refuse_linked_folder
+from mechmem.io import nesting_depth, open_in_place, output_dir, refuse_linked_folder
 
 METRICS = "metrics.jsonl"
 """The trainer's log in a run directory: one JSON object per evaluation, in step order."""
@@ -48,11 +49,7 @@ def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
 
 def _metrics_record(path: Path, n: int, line: str) -> dict[str, Any]:
     """One validated line of metrics.jsonl."""
-    depth = deepest = 0
-    for char in line:  # brackets inside strings only overcount, which errs on the side of refusing
-        depth += 1 if char in "[{" else -1 if char in "]}" else 0
-        deepest = max(deepest, depth)
-    if deepest > MAX_METRICS_DEPTH:
+    if nesting_depth(line.encode()) > MAX_METRICS_DEPTH:
         raise MechmemError(f"{path}: line {n} nests deeper than {MAX_METRICS_DEPTH} levels")
     try:
         record = json.loads(line)
@@ -70,23 +67,15 @@ def run_identity(model_config: Any, task_name: str, task_config: Any, train_conf
     """The configuration that identifies a run (model, task name and config, training), as stored in its
     checkpoints."""
     return {
-        "model": _as_dict(model_config),
-        "task": {"name": task_name, **_as_dict(task_config)},
-        "train": _as_dict(train_config),
+        "model": config_dict(model_config),
+        "task": {"name": task_name, **config_dict(task_config)},
+        "train": config_dict(train_config),
     }
-
-
-def _as_dict(config: Any) -> dict[str, Any]:
-    return config if isinstance(config, dict) else config.to_dict()
 
 
 def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
     """`run_identity` of a checkpoint payload."""
-    return {
-        "model": payload["model_config"],
-        "task": {"name": payload["task_name"], **payload["task_config"]},
-        "train": payload["train_config"],
-    }
+    return run_identity(*(payload[k] for k in ("model_config", "task_name", "task_config", "train_config")))
 
 
 def run_differences(

@@ -14,6 +14,8 @@ import math
 import shutil
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,53 +130,6 @@ def _truncate_metrics(out: Path, step: int) -> list[dict[str, Any]]:
     return kept
 
 
-def train(
-    model: torch.nn.Module,
-    task: Task,
-    cfg: TrainConfig,
-    *,
-    model_config: Any,
-    out_dir: str | Path | None = None,
-    device: str | torch.device = "cpu",
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: bool = True,
-) -> TrainResult:
-    """Train `model` on `task` and, if `out_dir` is given, write metrics.jsonl and ckpt.pt there.
-
-    Args:
-        model: a freshly built model (its initial weights define the run).
-        task: the task that supplies batches, loss and metrics.
-        cfg: optimiser, schedule, length, logging.
-        model_config: the model's config, stored in checkpoints so the model can be rebuilt.
-        out_dir: where to write `metrics.jsonl`, `ckpt.pt`, `resume.pt` and `checkpoints/step_*.pt`.
-        device: torch device for the model and batches.
-        resume: continue from the latest checkpoint in `out_dir` with trainer state (only of this very run).
-        overwrite: a fresh run into a directory holding an old run deletes the old run's files first.
-        progress: show progress (a bar on a terminal, a line every 10 s otherwise; `mechmem.progress`).
-    """
-    kwargs = {
-        "model_config": model_config,
-        "device": device,
-        "resume": resume,
-        "overwrite": overwrite,
-        "progress": progress,
-    }
-    if out_dir is None:
-        return _train(model, task, cfg, out=None, **kwargs)
-    out = Path(out_dir)
-    with run_lock(out):
-        held = any((out / name).exists() for name in RUN_FILES) or step_checkpoints(out)
-        ours = not resume and (overwrite or not held)  # the files the run writes will be this run's
-        try:
-            return _train(model, task, cfg, out=out, **kwargs)
-        except BaseException:
-            resumable = any((out / n).exists() for n in ("ckpt.pt", "resume.pt")) or step_checkpoints(out)
-            if ours and not resumable:  # a failed fresh run with nothing to resume from leaves no file behind
-                (out / METRICS).unlink(missing_ok=True)
-            raise
-
-
 MAX_STEPS = 10**9
 """Most optimiser steps a run may ask for (at a millisecond a step, eleven days): more cannot finish."""
 
@@ -202,132 +157,169 @@ def check_run_fits(model: torch.nn.Module, cfg: TrainConfig, out: Path | None, *
         )
 
 
-def _train(
+@contextmanager
+def _run_dir(out: Path | None, *, resume: bool, overwrite: bool) -> Iterator[None]:
+    """Hold `out`'s lock while the run writes into it (`run_lock`); a failed fresh run with nothing to resume
+    from leaves no file behind."""
+    if out is None:
+        yield
+        return
+    with run_lock(out):
+        held = any((out / name).exists() for name in RUN_FILES) or step_checkpoints(out)
+        ours = not resume and (overwrite or not held)  # the files the run writes will be this run's
+        try:
+            yield
+        except BaseException:
+            resumable = any((out / n).exists() for n in ("ckpt.pt", "resume.pt")) or step_checkpoints(out)
+            if ours and not resumable:
+                (out / METRICS).unlink(missing_ok=True)
+            raise
+
+
+def train(
     model: torch.nn.Module,
     task: Task,
     cfg: TrainConfig,
     *,
     model_config: Any,
-    out: Path | None,
-    device: str | torch.device,
-    resume: bool,
-    overwrite: bool,
-    progress: bool,
+    out_dir: str | Path | None = None,
+    device: str | torch.device = "cpu",
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
 ) -> TrainResult:
-    """The loop of `train`, with the run directory locked."""
-    device = torch.device(device)
-    move_model(model, device)
-    params = [(n, p) for n, p in canonical_parameters(model).items() if p.requires_grad]
-    if not params:
-        raise MechmemError("the model has no trainable parameters")
-    optimizer = make_optimizer([p for _, p in params], cfg)
-    data_gen = torch.Generator().manual_seed(cfg.seed + 1)
-    held: list[tuple[torch.nn.Parameter, int]] = []
-    for pattern, until in cfg.frozen_until:
-        hits = [(p, until) for n, p in params if fnmatch.fnmatch(n, pattern)]
-        if not hits:
-            raise MechmemError(f"frozen_until pattern {pattern!r} matches no trainable parameter")
-        held += hits
+    """Train `model` on `task` and, if `out_dir` is given, write metrics.jsonl and ckpt.pt there.
 
-    check_run_fits(model, cfg, out, progress=progress)
-    start = 0
-    recent: list[float] = []
-    history: list[dict[str, Any]] = []
-    if resume:
-        if out is None:
-            raise MechmemError("--resume needs an output directory")
-        _, payload = find_resume_point(out, run_identity(model_config, task.name, task.config, cfg))
-        load_canonical_state_dict(model, payload["state_dict"])
-        state = payload["extra"]["trainer"]
-        optimizer.load_state_dict(state["optimizer"])
-        data_gen.set_state(state["data_rng"])
-        start = int(state["step"])
-        recent = [float(x) for x in state.get("recent_losses", [])]
-        history = _truncate_metrics(out, start)
-    elif out is not None:
-        prepare_fresh(out, overwrite=overwrite)
-        with open_in_place(out / METRICS, "w"):
-            pass
+    Args:
+        model: a freshly built model (its initial weights define the run).
+        task: the task that supplies batches, loss and metrics.
+        cfg: optimiser, schedule, length, logging.
+        model_config: the model's config, stored in checkpoints so the model can be rebuilt.
+        out_dir: where to write `metrics.jsonl`, `ckpt.pt`, `resume.pt` and `checkpoints/step_*.pt`.
+        device: torch device for the model and batches.
+        resume: continue from the latest checkpoint in `out_dir` with trainer state (only of this very run).
+        overwrite: a fresh run into a directory holding an old run deletes the old run's files first.
+        progress: show progress (a bar on a terminal, a line every 10 s otherwise; `mechmem.progress`).
+    """
+    out = Path(out_dir) if out_dir is not None else None
+    with _run_dir(out, resume=resume, overwrite=overwrite):
+        device = torch.device(device)
+        move_model(model, device)
+        params = [(n, p) for n, p in canonical_parameters(model).items() if p.requires_grad]
+        if not params:
+            raise MechmemError("the model has no trainable parameters")
+        optimizer = make_optimizer([p for _, p in params], cfg)
+        data_gen = torch.Generator().manual_seed(cfg.seed + 1)
+        held: list[tuple[torch.nn.Parameter, int]] = []
+        for pattern, until in cfg.frozen_until:
+            hits = [(p, until) for n, p in params if fnmatch.fnmatch(n, pattern)]
+            if not hits:
+                raise MechmemError(f"frozen_until pattern {pattern!r} matches no trainable parameter")
+            held += hits
 
-    def checkpoint(path: Path, step: int, summary: dict[str, Any]) -> None:
-        _check_finite(model, step - 1)
-        save_checkpoint(
-            path,
-            model=model,
-            model_config=model_config,
-            task_name=task.name,
-            task_config=task.config,
-            train_config=cfg,
-            metrics=summary,
-            extra={
-                "trainer": {
-                    "step": step,
-                    "optimizer": optimizer.state_dict(),
-                    "data_rng": data_gen.get_state(),
-                    "recent_losses": list(recent),
-                }
-            },
-        )
+        check_run_fits(model, cfg, out, progress=progress)
+        start = 0
+        recent: list[float] = []
+        history: list[dict[str, Any]] = []
+        if resume:
+            if out is None:
+                raise MechmemError("--resume needs an output directory")
+            _, payload = find_resume_point(out, run_identity(model_config, task.name, task.config, cfg))
+            load_canonical_state_dict(model, payload["state_dict"])
+            state = payload["extra"]["trainer"]
+            optimizer.load_state_dict(state["optimizer"])
+            data_gen.set_state(state["data_rng"])
+            start = int(state["step"])
+            recent = [float(x) for x in state.get("recent_losses", [])]
+            history = _truncate_metrics(out, start)
+        elif out is not None:
+            prepare_fresh(out, overwrite=overwrite)
+            with open_in_place(out / METRICS, "w"):
+                pass
 
-    def evaluate(step: int, record: dict[str, Any]) -> dict[str, Any]:
-        model.eval()
-        record.update(
-            task.evaluate(model, generator=torch.Generator().manual_seed(cfg.seed + 2), n=cfg.eval_samples)
-        )
-        model.train()
-        history.append(record)
-        if out is not None:
-            with open_in_place(out / METRICS, "a") as fh:
-                fh.write(dumps(record) + "\n")
-        return record
-
-    t0 = time.perf_counter()
-    model.train()
-    bar = Progress(cfg.steps, initial=start, enabled=progress, desc=f"train {task.name}")
-    for step in range(start, cfg.steps):
-        lr = lr_at(step, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        batch = task.train_batch(cfg.batch_size, generator=data_gen).to(device)
-        logits = model(batch.tokens)
-        loss = task.loss(logits, batch)
-        if not torch.isfinite(loss):
-            bar.close()
-            raise TrainingDiverged(
-                f"loss became {loss.item()} at step {step}; lower the learning rate or enable grad_clip"
+        def checkpoint(path: Path, step: int, summary: dict[str, Any]) -> None:
+            _check_finite(model, step - 1)
+            save_checkpoint(
+                path,
+                model=model,
+                model_config=model_config,
+                task_name=task.name,
+                task_config=task.config,
+                train_config=cfg,
+                metrics=summary,
+                extra={
+                    "trainer": {
+                        "step": step,
+                        "optimizer": optimizer.state_dict(),
+                        "data_rng": data_gen.get_state(),
+                        "recent_losses": list(recent),
+                    }
+                },
             )
-        recent = (recent + [loss.item()])[-100:]
-        if step % cfg.eval_every == 0:
-            with torch.no_grad():
-                record = {"step": step, "lr": lr, "loss": loss.item()}
-                record.update(task.train_metrics(model, batch, logits.detach()))
-            evaluate(step, record)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        for p, until in held:
-            if step < until:
-                p.grad = None
-        if cfg.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_([p for _, p in params], cfg.grad_clip)
-        optimizer.step()
-        bar.update(1)
-        if step % 20 == 0:
-            bar.set_postfix(loss=f"{recent[-1]:.4f}")
-        done = step + 1
-        if out is not None and cfg.save_every and done % cfg.save_every == 0:
-            checkpoint(out / "checkpoints" / f"step_{done:07d}.pt", done, {"step": done})
-        elif out is not None and done % cfg.eval_every == 0:
-            checkpoint(out / "resume.pt", done, {"step": done})
-    bar.close()
-    _check_finite(model, cfg.steps - 1)
 
-    final = evaluate(cfg.steps, {"step": cfg.steps, "loss": sum(recent) / len(recent) if recent else None})
-    summary = {k: v for k, v in final.items() if k != "lr"}
-    summary["train_loss_last100"] = summary.pop("loss")
-    summary["wall_time_s"] = round(time.perf_counter() - t0, 2)
-    ckpt_path = None
-    if out is not None:
-        ckpt_path = out / "ckpt.pt"
-        checkpoint(ckpt_path, cfg.steps, summary)
-        (out / "resume.pt").unlink(missing_ok=True)
-    return TrainResult(model=model, history=history, summary=summary, checkpoint=ckpt_path)
+        def evaluate(step: int, record: dict[str, Any]) -> dict[str, Any]:
+            model.eval()
+            record.update(
+                task.evaluate(
+                    model, generator=torch.Generator().manual_seed(cfg.seed + 2), n=cfg.eval_samples
+                )
+            )
+            model.train()
+            history.append(record)
+            if out is not None:
+                with open_in_place(out / METRICS, "a") as fh:
+                    fh.write(dumps(record) + "\n")
+            return record
+
+        t0 = time.perf_counter()
+        model.train()
+        bar = Progress(cfg.steps, initial=start, enabled=progress, desc=f"train {task.name}")
+        for step in range(start, cfg.steps):
+            lr = lr_at(step, cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            batch = task.train_batch(cfg.batch_size, generator=data_gen).to(device)
+            logits = model(batch.tokens)
+            loss = task.loss(logits, batch)
+            if not torch.isfinite(loss):
+                bar.close()
+                raise TrainingDiverged(
+                    f"loss became {loss.item()} at step {step}; lower the learning rate or enable grad_clip"
+                )
+            recent = (recent + [loss.item()])[-100:]
+            if step % cfg.eval_every == 0:
+                with torch.no_grad():
+                    record = {"step": step, "lr": lr, "loss": loss.item()}
+                    record.update(task.train_metrics(model, batch, logits.detach()))
+                evaluate(step, record)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            for p, until in held:
+                if step < until:
+                    p.grad = None
+            if cfg.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_([p for _, p in params], cfg.grad_clip)
+            optimizer.step()
+            bar.update(1)
+            if step % 20 == 0:
+                bar.set_postfix(loss=f"{recent[-1]:.4f}")
+            done = step + 1
+            if out is not None and cfg.save_every and done % cfg.save_every == 0:
+                checkpoint(out / "checkpoints" / f"step_{done:07d}.pt", done, {"step": done})
+            elif out is not None and done % cfg.eval_every == 0:
+                checkpoint(out / "resume.pt", done, {"step": done})
+        bar.close()
+        _check_finite(model, cfg.steps - 1)
+
+        final = evaluate(
+            cfg.steps, {"step": cfg.steps, "loss": sum(recent) / len(recent) if recent else None}
+        )
+        summary = {k: v for k, v in final.items() if k != "lr"}
+        summary["train_loss_last100"] = summary.pop("loss")
+        summary["wall_time_s"] = round(time.perf_counter() - t0, 2)
+        ckpt_path = None
+        if out is not None:
+            ckpt_path = out / "ckpt.pt"
+            checkpoint(ckpt_path, cfg.steps, summary)
+            (out / "resume.pt").unlink(missing_ok=True)
+        return TrainResult(model=model, history=history, summary=summary, checkpoint=ckpt_path)
