@@ -45,14 +45,8 @@ from mechmem.analysis.interventions.replay import (
     truncate,
 )
 from mechmem.analysis.interventions.replay.cells import CellPatches
-from mechmem.analysis.interventions.spec import (
-    Intervention,
-    Variant,
-    apply,
-    as_lists,
-)
+from mechmem.analysis.interventions.spec import Intervention, Variant, apply, as_lists
 from mechmem.errors import MechmemError
-from mechmem.models.backend import is_transformer_lens_model
 from mechmem.models.parts import model_device
 
 CACHE_MB = 256.0
@@ -115,16 +109,6 @@ def _by_stage(keys: list[tuple[str, int]], tensors: Iterable[Tensor]) -> dict[st
     return out
 
 
-def _replay_of(model: torch.nn.Module) -> Replay | None:
-    """The hook-free replay of `model`, or None where it cannot run it (the engine then uses hooks)."""
-    if not is_transformer_lens_model(model):
-        return None
-    try:
-        return Replay(model)
-    except MechmemError:
-        return None
-
-
 class Engine:
     """One model and one metric; `run` gives the metric under each variant, `gradients` its activation
     gradients. Replay and hooks give the same numbers (tests).
@@ -149,12 +133,14 @@ class Engine:
     ) -> None:
         self.model, self.metric, self.readout, self.memory_mb = model, metric, readout, memory_mb
         self.cache_mb = cache_mb
-        self.replay = _replay_of(model)
+        try:
+            self.replay: Replay | None = Replay(model)
+        except MechmemError:  # a model the replay cannot run: the engine uses hooks
+            self.replay = None
         self.pass_overhead = 256
         """Fixed cost of one replayed pass, in token-layers (see `replay.schedule.start_groups`)."""
         self._compiled = metric if isinstance(metric, PatchingMetric) else None
         self._runs: dict[tuple[int, bool], tuple[Tensor, RunActs]] = {}
-        self._truncated: dict[int, tuple[RunActs, RunActs]] = {}
 
     @property
     def strategy(self) -> str:
@@ -226,8 +212,9 @@ class Engine:
         results: list,
     ) -> list[int]:
         """Replay `members` (indices into `variants`, at `keys[i]`) into `results`; returns those left to the
-        hooks. Above `cache_mb` (and without `apply` setters) the rows are replayed in chunks and the
-        metric is computed once on all their logits, so batch-averaging metrics give the unchunked numbers."""
+        hooks. Above `cache_mb` (and without `apply` setters) the rows are replayed in chunks: per variant,
+        the logits at the read-out positions of every chunk, then the metric once on all of them, so
+        batch-averaging metrics give the unchunked numbers."""
         metric = self.compiled(tokens)
         readout = metric.readout.to(model_device(self.model))
         keep = int(readout.max()) + 1
@@ -236,13 +223,9 @@ class Engine:
             groups.setdefault(keys[i], []).append(i)
         clean = groups.pop("clean", [])
         rows = self.row_chunks(tokens)
-        if any(iv.setter.kind == "apply" for i in members for iv in variants[i]):
-            rows = [slice(0, len(tokens))]
-        if len(rows) == 1:
+        if len(rows) == 1 or any(iv.setter.kind == "apply" for i in members for iv in variants[i]):
             full = self.replay_run(tokens)
-            if self._truncated.get(id(full), (None,))[0] is not full:
-                self._truncated[id(full)] = (full, full.truncated(keep))
-            base = self._truncated[id(full)][1]
+            base = full.truncated(keep)
             base_value = metric.fn(base.logits[None])[0].clone()
             for i in clean:
                 results[i] = base_value
@@ -250,22 +233,6 @@ class Engine:
             return self._replay_groups(
                 full, base, readout, keep, groups, variants, values, metric.fn, results
             )
-        return self._run_replay_rows(tokens, variants, groups, clean, rows, results)
-
-    def _run_replay_rows(
-        self,
-        tokens: Tensor,
-        variants: list[list[Intervention]],
-        groups: dict[Any, list[int]],
-        clean: list[int],
-        rows: list[slice],
-        results: list,
-    ) -> list[int]:
-        """`_run_replay` over chunks of rows `rows`: per variant, the logits at the read-out positions of
-        every chunk, then the metric once on all of them; returns the variants left to the hooks."""
-        metric = self.compiled(tokens)
-        readout = metric.readout.to(model_device(self.model))
-        keep = int(readout.max()) + 1
         per_variant = len(tokens) * readout.shape[1] * self.model.cfg.d_vocab_out * 4
         wave = max(1, int(self.cache_mb * 2**20 // per_variant))
         todo = [i for g in groups.values() for i in g]
@@ -278,8 +245,7 @@ class Engine:
             logits: dict[Any, list[Tensor]] = {i: [] for i in part}
             logits["clean"] = []
             for r in rows:
-                x = tokens[r].to(readout.device)
-                full = self.replay.run(x, readout[r])
+                full = self.replay.run(tokens[r].to(readout.device), readout[r])
                 base = full.truncated(keep)
                 logits["clean"].append(base.logits)
                 chunk_values = {k: v[r] if v.shape[0] == len(tokens) else v for k, v in values.items()}
@@ -313,14 +279,15 @@ class Engine:
         replayed runs on each setter's tokens. rows None: every setter, from cached whole runs; otherwise,
         gathered over chunks of rows, the own-row `from_run` setters for `rows` (`row_wise`) or the others
         for all rows."""
-        needed: dict[int, tuple[Tensor, dict[tuple[int, str], list[Intervention]]]] = {}
+        needed: dict[int, tuple[Tensor, dict[tuple[str, int], list[Intervention]]]] = {}
         for i in (i for g in groups.values() for i in g):
             for iv in (iv for iv in variants[i] if iv.setter.tokens is not None):
                 own_rows = iv.setter.kind == "from_run" and len(iv.setter.tokens) == len(tokens)
                 if rows is not None and row_wise != own_rows:
                     continue
                 entry = needed.setdefault(id(iv.setter.tokens), (iv.setter.tokens, {}))
-                entry[1].setdefault(stage_of(iv.hook), []).append(iv)
+                layer, stage = stage_of(iv.hook)
+                entry[1].setdefault((stage, layer), []).append(iv)
         values = {}
         batch = len(tokens) if rows is None or not row_wise else len(tokens[rows])
         for ref_tokens, by_stage in needed.values():
@@ -328,11 +295,11 @@ class Engine:
             means_only = all(iv.setter.kind == "mean" for ivs in by_stage.values() for iv in ivs)
             if rows is None and not means_only:
                 run = self.replay_run(ref_tokens, readout=False)
-                acts = {(l, s): run.acts[s][l] for l, s in by_stage}
+                acts = {(s, l): run.acts[s][l] for s, l in by_stage}
             else:
-                acts = self._gather(
-                    ref_tokens[rows] if row_wise else ref_tokens, list(by_stage), mean=means_only
-                )
+                acts = self._gather(ref_tokens[rows] if row_wise else ref_tokens, list(by_stage), means_only)[
+                    0
+                ]
             for key, ivs in by_stage.items():
                 for iv in ivs:
                     if (id(iv.setter), iv.hook) not in values:
@@ -340,22 +307,30 @@ class Engine:
         return values
 
     def _gather(
-        self, tokens: Tensor, keys: list[tuple[int, str]], mean: bool = False
-    ) -> dict[tuple[int, str], Tensor]:
-        """The activations `keys` ((layer, stage)) of the replayed run on `tokens`, gathered chunk by chunk of
-        rows; with `mean`, their mean over the sequences, [1, ...] (a running float64 sum)."""
+        self,
+        tokens: Tensor,
+        keys: list[tuple[str, int]],
+        mean: bool = False,
+        readout: Tensor | None = None,
+        factor: int = GATHER_FACTOR,
+    ) -> tuple[dict[tuple[str, int], Tensor], Tensor]:
+        """The activations `keys` ((stage, layer)) of the replayed run on `tokens` and its logits at `readout`
+        (default: position 0), gathered chunk by chunk of `row_chunks(factor)`; with `mean`, the activations'
+        mean over the sequences, [1, ...] (a running float64 sum)."""
         x = tokens.to(model_device(self.model))
-        out: dict[tuple[int, str], Tensor] = {}
-        dtype = torch.get_default_dtype()
-        for r in self.row_chunks(x, factor=GATHER_FACTOR):
-            run = self.replay.run(x[r], torch.zeros(len(x[r]), 1, dtype=torch.long, device=x.device))
-            for l, s in keys:
+        readout = torch.zeros(len(x), 1, dtype=torch.long, device=x.device) if readout is None else readout
+        out: dict[tuple[str, int], Tensor] = {}
+        logits, dtype = [], torch.get_default_dtype()
+        for r in self.row_chunks(x, factor=factor):
+            run = self.replay.run(x[r], readout[r])
+            for s, l in keys:
                 dtype = run.acts[s][l].dtype
-                add_rows(out, (l, s), run.acts[s][l], r, len(x), mean)
+                add_rows(out, (s, l), run.acts[s][l], r, len(x), mean)
+            logits.append(run.logits)
             del run
         if mean:
             out = {key: (total / len(x)).to(dtype) for key, total in out.items()}
-        return out
+        return out, torch.cat(logits)
 
     def _replay_groups(
         self,
@@ -373,15 +348,19 @@ class Engine:
         `base` (`full` cut after position `keep` - 1) into `results`; returns those left to the hooks."""
         step, left = self._chunk(readout, keep), []
         base_value = fn(base.logits[None])[0]
+
+        def evaluate(chunk: list[int], new: Tensor | CellPatches, max_cells: int | None = None) -> None:
+            out = self.replay.patched_metric(
+                layer, stage, new, base, readout, fn, self.pass_overhead, base_value, max_cells
+            )
+            for i, value in zip(chunk, out):
+                results[i] = value
+
         for (layer, stage), group in groups.items():
             act, hook = full.acts[stage][layer], self.model.hook_dict[STAGE_HOOKS[stage].format(layer)]
             cells = _cell_patches(act, [variants[i] for i in group], values, stage, keep)
             if cells is not None:  # one comparison for the group; passes of at most `step` cells
-                out = self.replay.patched_metric(
-                    layer, stage, cells, base, readout, fn, self.pass_overhead, base_value, step
-                )
-                for i, value in zip(group, out):
-                    results[i] = value
+                evaluate(group, cells, step)
                 continue
             for lo in range(0, len(group), step):
                 chunk = group[lo : lo + step]
@@ -393,18 +372,7 @@ class Engine:
                     chunk = [i for i, leak in zip(chunk, leaks) if not leak]
                     new = new[[not leak for leak in leaks]]
                 if chunk:
-                    out = self.replay.patched_metric(
-                        layer,
-                        stage,
-                        truncate(stage, new, keep),
-                        base,
-                        readout,
-                        fn,
-                        self.pass_overhead,
-                        base_value,
-                    )
-                    for i, value in zip(chunk, out):
-                        results[i] = value
+                    evaluate(chunk, truncate(stage, new, keep))
         return left
 
     @torch.no_grad()
@@ -425,16 +393,26 @@ class Engine:
                 results[i] = value
         return results
 
+    def _keys(self, stages: Sequence[str] | None) -> list[tuple[str, int]]:
+        """(stage, layer) of every layer of each stage the model computes (of `stages` only, if given)."""
+        chosen = [s for s in model_stages(self.model.cfg) if stages is None or s in stages]
+        return [(s, l) for s in chosen for l in range(self.model.cfg.n_layers)]
+
+    def _hook_names(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """The hook name of each (stage, layer) key whose hook the model has."""
+        names = {key: STAGE_HOOKS[key[0]].format(key[1]) for key in keys}
+        return {key: name for key, name in names.items() if name in self.model.hook_dict}
+
     def _chunked_gradients(
         self,
         tokens: Tensor,
         embed: Tensor | None,
         keys: list[tuple[str, int]],
         rows: list[slice],
-        each: Callable[[slice, list[Tensor], list[Tensor]], None] | None = None,
-    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-        """`gradients` on the replay, chunk by chunk of rows (see there): (value, activations, gradients).
-        With `each`, every chunk's activations and gradients go to it instead (none are gathered)."""
+        each: Callable[[slice, list[Tensor], list[Tensor]], None],
+    ) -> Tensor:
+        """`gradients` on the replay, chunk by chunk of rows (see there): the metric; every chunk's
+        activations and gradients go to `each` (rows, activations, gradients in the order of `keys`)."""
         metric = self.compiled(tokens)
         readout = metric.readout.to(tokens.device)
         part = [None if embed is None else embed[r] for r in rows]
@@ -447,27 +425,14 @@ class Engine:
             if not value.requires_grad:
                 raise MechmemError(f"attribution needs a differentiable metric; {metric.name!r} is not")
             (at_logits,) = torch.autograd.grad(value, leaf)
-        # Filled chunk by chunk in place: concatenating the chunks at the end would hold every activation and
-        # gradient twice at the peak.
-        acts: list[Tensor] = []
-        grads: list[Tensor] = []
         for r, e in zip(rows, part):
             run = self.replay.run(tokens[r], readout[r], grad=True, embed=e)
             chunk = [run.acts[s][l] for s, l in keys]
             with torch.enable_grad():
                 found = torch.autograd.grad(run.logits, chunk, at_logits[r], materialize_grads=True)
-            if each is not None:
-                each(r, [a.detach() for a in chunk], list(found))
-                del run, chunk, found
-                continue
-            if not acts:
-                acts = [a.new_empty((len(tokens), *a.shape[1:])) for a in chunk]
-                grads = [g.new_empty((len(tokens), *g.shape[1:])) for g in found]
-            for i, (a, g) in enumerate(zip(chunk, found)):
-                acts[i][r] = a.detach()
-                grads[i][r] = g
+            each(r, [a.detach() for a in chunk], list(found))
             del run, chunk, found
-        return value, acts, grads
+        return value
 
     def gradient_sums(
         self,
@@ -483,14 +448,13 @@ class Engine:
         if len(rows) <= 1:
             value, acts, grads = self.gradients(tokens, stages=stages)
             return value, reduce(slice(None), acts, grads)
-        chosen = [s for s in model_stages(self.model.cfg) if s in stages]
-        keys = [(s, l) for s in chosen for l in range(self.model.cfg.n_layers)]
+        keys = self._keys(stages)
         parts: list[Tensor] = []
 
         def each(r: slice, acts: list[Tensor], grads: list[Tensor]) -> None:
             parts.append(reduce(r, _by_stage(keys, acts), _by_stage(keys, grads)))
 
-        value = self._chunked_gradients(tokens, None, keys, rows, each)[0]
+        value = self._chunked_gradients(tokens, None, keys, rows, each)
         return float(value.detach()), torch.cat(parts)
 
     @torch.no_grad()
@@ -500,25 +464,16 @@ class Engine:
         """The metric on `tokens` and every stage activation, `acts[stage][layer]`: `gradients`'s first two
         outputs from one forward pass without gradients, chunked by rows as `gradients` is."""
         tokens = tokens.to(model_device(self.model))
-        stages = [s for s in model_stages(self.model.cfg) if stages is None or s in stages]
-        keys = [(s, l) for s in stages for l in range(self.model.cfg.n_layers)]
+        keys = self._keys(stages)
         if self.replay is None:
-            names = {key: STAGE_HOOKS[key[0]].format(key[1]) for key in keys}
-            hooked = [names[key] for key in keys if names[key] in self.model.hook_dict]
-            value, seen = capture_run(self.model, tokens, hooked, [], self.metric)
-            keys = [key for key in keys if names[key] in seen]
+            names = self._hook_names(keys)
+            value, seen = capture_run(self.model, tokens, list(names.values()), [], self.metric)
+            keys = [key for key, name in names.items() if name in seen]
             return float(value), _by_stage(keys, [seen[names[key]] for key in keys])
         metric = self.compiled(tokens)
         readout = metric.readout.to(tokens.device)
-        gathered: dict[tuple[str, int], Tensor] = {}
-        logits = []
-        for r in self.row_chunks(tokens, factor=GRADIENT_FACTOR):
-            run = self.replay.run(tokens[r], readout[r])
-            for s, l in keys:
-                add_rows(gathered, (s, l), run.acts[s][l], r, len(tokens), mean=False)
-            logits.append(run.logits)
-            del run
-        return float(metric.fn(torch.cat(logits)[None])[0]), _by_stage(list(gathered), gathered.values())
+        acts, logits = self._gather(tokens, keys, readout=readout, factor=GRADIENT_FACTOR)
+        return float(metric.fn(logits[None])[0]), _by_stage(list(acts), acts.values())
 
     def gradients(
         self,
@@ -534,8 +489,7 @@ class Engine:
         carries back (the chain rule: the same gradients).
         """
         tokens = tokens.to(model_device(self.model))
-        stages = [s for s in model_stages(self.model.cfg) if stages is None or s in stages]
-        keys = [(s, l) for s in stages for l in range(self.model.cfg.n_layers)]
+        keys = self._keys(stages)
         rows = self.row_chunks(tokens, factor=GRADIENT_FACTOR) if self.replay is not None else []
         if self.replay is not None and len(rows) == 1:
             metric = self.compiled(tokens)
@@ -547,16 +501,25 @@ class Engine:
                 acts = [run.acts[s][l] for s, l in keys]
                 grads = torch.autograd.grad(value, acts, materialize_grads=True)
         elif self.replay is not None:
-            value, acts, grads = self._chunked_gradients(tokens, embed, keys, rows)
+            # Filled chunk by chunk in place: concatenating the chunks at the end would hold every activation
+            # and gradient twice at the peak.
+            by_key: tuple[dict, dict] = ({}, {})
+
+            def fill(r: slice, chunk_acts: list[Tensor], chunk_grads: list[Tensor]) -> None:
+                for key, a, g in zip(keys, chunk_acts, chunk_grads):
+                    add_rows(by_key[0], key, a, r, len(tokens), mean=False)
+                    add_rows(by_key[1], key, g, r, len(tokens), mean=False)
+
+            value = self._chunked_gradients(tokens, embed, keys, rows, fill)
+            acts, grads = list(by_key[0].values()), list(by_key[1].values())
         else:
-            keys = [(s, l) for s, l in keys if STAGE_HOOKS[s].format(l) in self.model.hook_dict]
-            names = [STAGE_HOOKS[s].format(l) for s, l in keys]
+            names = self._hook_names(keys)
             extra = [] if embed is None else [Intervention("hook_embed", (), apply(lambda x, h: embed))]
-            seen = capture_acts(self.model, tokens, names, extra)  # the hooks the pass reaches
-            keys = [key for key, name in zip(keys, names) if name in seen]
-            names = [name for name in names if name in seen]
-            value, by_hook = activation_grads(self.model, tokens, names, self.metric, extra)
-            acts, grads = [seen[n] for n in names], [by_hook[n] for n in names]
+            seen = capture_acts(self.model, tokens, list(names.values()), extra)  # the hooks the pass reaches
+            names = {key: name for key, name in names.items() if name in seen}
+            value, by_hook = activation_grads(self.model, tokens, list(names.values()), self.metric, extra)
+            keys, found = list(names), list(names.values())
+            acts, grads = [seen[n] for n in found], [by_hook[n] for n in found]
         return float(value.detach()), _by_stage(keys, acts), _by_stage(keys, grads)
 
 

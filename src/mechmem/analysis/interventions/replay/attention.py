@@ -21,12 +21,8 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from mechmem.analysis.interventions.replay.cells import take_pos
-from mechmem.analysis.interventions.replay.support import (
-    attention_weights,
-    attention_zeroes_nan,
-    rotary_tables,
-)
-from mechmem.models.backend import attention_scale
+from mechmem.analysis.interventions.replay.support import attention_weights, rotary_tables
+from mechmem.models.backend import attention_scale, is_bridge
 
 
 def attention_z(
@@ -78,7 +74,8 @@ class AttentionReplay:
         cfg = model.cfg
         self.model, self.cfg = model, cfg
         self.rotary = cfg.positional_embedding_type == "rotary"
-        self.nan_to_zero = attention_zeroes_nan(model)
+        self.nan_to_zero = not is_bridge(model)
+        """HookedTransformer sets every NaN of a pattern to 0, a TransformerLens 4 bridge masked entries."""
         self.local = [getattr(block.attn, "attn_type", "global") == "local" for block in model.blocks]
         """Per layer: local attention (keys window_size or more positions back are masked; TL's attn_type)."""
         self.weights = []
@@ -89,9 +86,8 @@ class AttentionReplay:
             biases = [b.detach().reshape(-1) for b in (w.b_Q, w.b_K, w.b_V)]
             w_o = w.W_O.detach().reshape(-1, cfg.d_model).T.contiguous()
             self.weights.append((*flat, *biases, w_o, w.b_O.detach()))
-        # Grouped-query attention: keys and values of the shared key/value heads, repeated over each group's
-        # query heads before the pattern and z.
-        self.kv_heads = attention_weights(model, 0).W_K.shape[0]
+        self.kv_heads = w.W_K.shape[0]
+        """Key/value heads (grouped-query attention: each repeated over its group's query heads)."""
 
     def attend(
         self,

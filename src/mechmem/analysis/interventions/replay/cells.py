@@ -31,16 +31,20 @@ class CellPatches:
         """The position axis among the axes after the batch (0-based)."""
         return self.act.ndim + self.pos_dim - 1
 
-    def _pair(self, readout: Tensor | None, prompts: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        act, source = torch.broadcast_tensors(self.act, self.source)
-        if prompts is not None:
-            act, source = (x.index_select(0, prompts) for x in (act, source))
-            readout = None if readout is None else readout[prompts]
-        if readout is None:
-            return act, source
-        return take_pos(act, readout, -act.ndim, self.pos_dim), take_pos(
-            source, readout, -act.ndim, self.pos_dim
+    def _pair(
+        self, readout: Tensor | None, prompts: Tensor | None = None, start: int = 0
+    ) -> tuple[Tensor, Tensor]:
+        """(act, source) broadcast together, from position `start` on or at `readout`, of `prompts` only."""
+        size = self.act.shape[self.pos_dim] - start
+        pair = torch.broadcast_tensors(
+            *(x.narrow(self.pos_dim, start, size) for x in (self.act, self.source))
         )
+        if prompts is not None:
+            pair = [x.index_select(0, prompts) for x in pair]
+            readout = None if readout is None else readout[prompts]
+        if readout is not None:
+            pair = [take_pos(x, readout, -x.ndim, self.pos_dim) for x in pair]
+        return pair[0], pair[1]
 
     def changes(
         self, readout: Int[Tensor, "batch read"] | None = None
@@ -99,15 +103,8 @@ class CellPatches:
     ) -> Tensor:
         """[len(idx), batch, *axes]: the variants `idx` from position `start` on, or at `readout`; of
         `prompts` only, if given."""
-        if readout is not None:
-            act, source = self._pair(readout, prompts)
-            readout = readout if prompts is None else readout[prompts]
-        else:
-            size = self.act.shape[self.pos_dim] - start
-            act, source = (x.narrow(self.pos_dim, start, size) for x in (self.act, self.source))
-            act, source = torch.broadcast_tensors(act, source)
-            if prompts is not None:
-                act, source = (x.index_select(0, prompts) for x in (act, source))
+        act, source = self._pair(readout, prompts, start if readout is None else 0)
+        readout = readout if readout is None or prompts is None else readout[prompts]
         return torch.where(self.mask(idx, start, readout), source, act)
 
 

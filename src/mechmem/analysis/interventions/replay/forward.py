@@ -1,14 +1,12 @@
 """A hook-free replay of a `HookedTransformer` forward pass that can resume at any activation.
 
-`Replay` runs a model once, keeping every activation a patch may replace (`STAGES` per layer), and
-resumes a forward pass from a replaced activation with a leading *patch* axis, so many patched runs
-share one pass. It truncates inputs after the last read-out position, computes the last layer only at
-the read-out positions, recomputes only the rows a patch changed (`finish_rows`) and reuses the base
-run's keys and values.
+`Replay` runs a model once, keeping every activation a patch may replace (`STAGES` per layer), and resumes
+a forward pass from a replaced activation with a leading *patch* axis, so many patched runs share one pass.
+It truncates inputs after the last read-out position, computes the last layer only at the read-out
+positions, recomputes only the rows a patch changed (`finish_rows`) and reuses the base run's keys and values.
 
-It mirrors TransformerLens's arithmetic (same projections, causal mask with `IGNORE`, softmax, NaN
-clean-up) and calls the model's own norm, MLP and unembedding modules, so results equal
-TransformerLens's forward up to float rounding (tested); hooks on the model are ignored.
+It mirrors TransformerLens's arithmetic and calls the model's own norm, MLP and unembedding modules, so
+results equal TransformerLens's forward up to float rounding (tested); hooks on the model are ignored.
 `support.replay_unsupported` names the models it cannot run (the engine runs those on hooks).
 """
 
@@ -33,19 +31,9 @@ STAGES = ("resid_pre", "pattern", "z", "attn_out", "resid_mid", "mlp_out", "resi
 # allowed.
 STAGE_AXES = {"pattern": (-4, -2), "z": (-4, -3)} | {s: (-3, -2) for s in STAGES if s not in ("pattern", "z")}
 
-# TransformerLens hook of each stage, per layer.
-STAGE_HOOKS = {
-    "resid_pre": "blocks.{}.hook_resid_pre",
-    "pattern": "blocks.{}.attn.hook_pattern",
-    "z": "blocks.{}.attn.hook_z",
-    "attn_out": "blocks.{}.hook_attn_out",
-    "resid_mid": "blocks.{}.hook_resid_mid",
-    "mlp_out": "blocks.{}.hook_mlp_out",
-    "resid_post": "blocks.{}.hook_resid_post",
-}
-_BY_HOOK = {
-    tuple(template.split("{}")): stage for stage, template in STAGE_HOOKS.items()
-}  # (prefix, suffix) -> stage
+# TransformerLens hook of each stage, per layer: "blocks.{}.hook_resid_pre", "blocks.{}.attn.hook_z", ...
+STAGE_HOOKS = {s: "blocks.{}." + ("attn." if s in ("pattern", "z") else "") + f"hook_{s}" for s in STAGES}
+_BY_SUFFIX = {hook.split("{}.")[1]: stage for stage, hook in STAGE_HOOKS.items()}  # "attn.hook_z" -> "z"
 
 _UNSUPPORTED = {
     "use_attn_in": False,
@@ -59,8 +47,9 @@ _UNSUPPORTED = {
     "attn_scores_soft_cap": -1.0,
     "output_logits_soft_cap": -1.0,
     "clip_qkv": None,
+    "attention_dir": "causal",
 }
-_POSITIONS = ("standard", "rotary")
+_POST_NORM = ("Olmo2ForCausalLM", "Olmo3ForCausalLM", "OlmoeForCausalLM")
 
 
 def model_stages(cfg: Any) -> tuple[str, ...]:
@@ -71,6 +60,12 @@ def model_stages(cfg: Any) -> tuple[str, ...]:
     if getattr(cfg, "parallel_attn_mlp", False):
         return tuple(s for s in STAGES if s != "resid_mid")
     return STAGES
+
+
+def _by_rows(fn: Callable[[Tensor], Tensor], x: Float[Tensor, "... pos d"]) -> Tensor:
+    """`fn` of `x` with its leading axes flattened into one batch axis, unflattened again."""
+    out = fn(x.reshape(-1, *x.shape[-2:]))
+    return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
 def split_take(
@@ -88,10 +83,9 @@ def split_take(
 def stage_of(hook: str) -> tuple[int, str] | None:
     """(layer, stage) of a hook name the replay can resume from, e.g. "blocks.2.attn.hook_z" -> (2, "z")."""
     parts = hook.split(".", 2)
-    if len(parts) < 3 or parts[0] != "blocks" or not parts[1].isdigit():
+    if len(parts) < 3 or parts[0] != "blocks" or not parts[1].isdigit() or parts[2] not in _BY_SUFFIX:
         return None
-    stage = _BY_HOOK.get(("blocks.", "." + parts[2]))
-    return None if stage is None else (int(parts[1]), stage)
+    return int(parts[1]), _BY_SUFFIX[parts[2]]
 
 
 def truncate(stage: str, act: Tensor, keep: int) -> Tensor:
@@ -120,21 +114,11 @@ class Replay(AttentionReplay):
     """Run and resume a `HookedTransformer`'s forward pass outside its hooks (see the module docstring)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
-        cfg = getattr(model, "cfg", None)
-        if cfg is None or not hasattr(model, "blocks"):
-            raise MechmemError("patching needs a TransformerLens HookedTransformer")
         if reason := replay_unsupported(model):  # `support`'s predicate, for either backend
             raise MechmemError(f"patching: {reason}")
-        bad = [k for k, default in _UNSUPPORTED.items() if getattr(cfg, k, default) != default]
-        if cfg.positional_embedding_type not in _POSITIONS:
-            bad.append(f"positional_embedding_type={cfg.positional_embedding_type}")
-        if cfg.attention_dir != "causal":
-            bad.append(f"attention_dir={cfg.attention_dir}")
-        if getattr(cfg, "original_architecture", None) in (
-            "Olmo2ForCausalLM",
-            "Olmo3ForCausalLM",
-            "OlmoeForCausalLM",
-        ):
+        cfg = model.cfg
+        bad = [f"{k}={getattr(cfg, k)}" for k, ok in _UNSUPPORTED.items() if getattr(cfg, k, ok) != ok]
+        if getattr(cfg, "original_architecture", None) in _POST_NORM:
             bad.append("post-norm architecture")
         if bad:
             raise MechmemError(f"patching does not support this model configuration ({', '.join(bad)})")
@@ -143,7 +127,7 @@ class Replay(AttentionReplay):
         self.parallel = bool(getattr(cfg, "parallel_attn_mlp", False)) and not self.attn_only
         self.has_final_norm = cfg.normalization_type is not None
 
-    # -- pieces of a block ------------------------------------------------------------------------------
+    # -- pieces of a block: TransformerLens's modules take [batch pos d], so leading axes are flattened ----
     def attn_out(
         self, layer: int, z: Float[Tensor, "... pos head_index d_head"]
     ) -> Float[Tensor, "... pos d_model"]:
@@ -155,19 +139,14 @@ class Replay(AttentionReplay):
     ) -> Float[Tensor, "... pos d_model"]:
         """The MLP's output on the residual stream it reads (resid_mid; resid_pre in a parallel block)."""
         block = self.model.blocks[layer]
-        flat = resid.reshape(-1, *resid.shape[-2:]).contiguous()
-        return block.mlp(block.ln2(flat)).reshape(resid.shape)
+        return _by_rows(lambda x: block.mlp(block.ln2(x.contiguous())), resid)
 
     def unembed(self, resid: Float[Tensor, "... pos d_model"]) -> Float[Tensor, "... pos d_vocab"]:
-        flat = resid.reshape(-1, *resid.shape[-2:])
-        if self.has_final_norm:
-            flat = self.model.ln_final(flat)
-        out = self.model.unembed(flat)
-        return out.reshape(*resid.shape[:-1], out.shape[-1])
+        model = self.model
+        return _by_rows(lambda x: model.unembed(model.ln_final(x) if self.has_final_norm else x), resid)
 
     def ln1(self, layer: int, resid: Float[Tensor, "... pos d_model"]) -> Float[Tensor, "... pos d_model"]:
-        flat = resid.reshape(-1, *resid.shape[-2:])
-        return self.model.blocks[layer].ln1(flat).reshape(resid.shape)
+        return _by_rows(self.model.blocks[layer].ln1, resid)
 
     # -- whole runs -------------------------------------------------------------------------------------
     def run(
@@ -181,42 +160,32 @@ class Replay(AttentionReplay):
         `grad` the activations stay in the autograd graph; `embed` replaces the token embedding
         (hook_embed)."""
         with torch.set_grad_enabled(grad):
-            return self._run(tokens, readout, embed)
-
-    def _run(
-        self, tokens: Int[Tensor, "batch pos"], readout: Int[Tensor, "batch read"], embed: Tensor | None
-    ) -> RunActs:
-        model = self.model
-        # W_E[tokens] (+ W_pos[:pos]) is what either backend's embedding modules compute (no hook fires).
-        resid = model.W_E[tokens] if embed is None else embed
-        if not self.rotary:
-            resid = resid + model.W_pos[: tokens.shape[-1]]
-        if torch.is_grad_enabled():  # gradients w.r.t. activations, even where the parameters are frozen
-            resid = resid.detach().requires_grad_(True)
-        acts: dict[str, list[Tensor]] = {s: [] for s in STAGES}
-        ks, vs = [], []
-        for layer in range(self.n_layers):
-            acts["resid_pre"].append(resid)
-            pattern, k, v, z = self.attend(layer, self.ln1(layer, resid))
-            attn_out = self.attn_out(layer, z)
-            ks.append(k)
-            vs.append(v)
-            for name, act in (("pattern", pattern), ("z", z), ("attn_out", attn_out)):
-                acts[name].append(act)
-            if self.parallel:  # attention and MLP both read resid_pre
-                mlp_out = self.mlp_out(layer, resid)
-                acts["mlp_out"].append(mlp_out)
-                resid = resid + attn_out + mlp_out
-            else:
-                resid = resid + attn_out
-                if not self.attn_only:
-                    acts["resid_mid"].append(resid)
-                    mlp_out = self.mlp_out(layer, resid)
-                    acts["mlp_out"].append(mlp_out)
-                    resid = resid + mlp_out
-            acts["resid_post"].append(resid)
-        logits = self.unembed(take_pos(resid, readout, -3, -2))
-        return RunActs(acts, ks, vs, logits)
+            # W_E[tokens] (+ W_pos[:pos]) is what either backend's embedding modules compute (no hook fires).
+            resid = self.model.W_E[tokens] if embed is None else embed
+            if not self.rotary:
+                resid = resid + self.model.W_pos[: tokens.shape[-1]]
+            if grad:  # gradients w.r.t. activations, even where the parameters are frozen
+                resid = resid.detach().requires_grad_(True)
+            acts: dict[str, list[Tensor]] = {s: [] for s in STAGES}
+            ks, vs = [], []
+            for layer in range(self.n_layers):
+                pattern, k, v, z = self.attend(layer, self.ln1(layer, resid))
+                now = {"resid_pre": resid, "pattern": pattern, "z": z, "attn_out": self.attn_out(layer, z)}
+                if self.parallel:  # attention and MLP both read resid_pre
+                    now["mlp_out"] = self.mlp_out(layer, resid)
+                    resid = resid + now["attn_out"] + now["mlp_out"]
+                elif self.attn_only:
+                    resid = resid + now["attn_out"]
+                else:
+                    now["resid_mid"] = resid = resid + now["attn_out"]
+                    now["mlp_out"] = self.mlp_out(layer, resid)
+                    resid = resid + now["mlp_out"]
+                now["resid_post"] = resid
+                for stage, act in now.items():
+                    acts[stage].append(act)
+                ks.append(k)
+                vs.append(v)
+            return RunActs(acts, ks, vs, self.unembed(take_pos(resid, readout, -3, -2)))
 
     @torch.no_grad()
     def resume(
@@ -232,7 +201,7 @@ class Replay(AttentionReplay):
         """Logits at `readout` after replacing activation `stage` of `layer` by `act` (leading patch axis).
 
         With `prompts`, `act` and `readout` hold those prompts of `base` only. In the last layer `act`
-        holds only the read-out positions (`effective`), except for `resid_pre`. `act` may start at
+        holds only the read-out positions, except for `resid_pre`. `act` may start at
         position `start` when the patch leaves every earlier position unchanged; their keys and values
         are the base run's.
         """
@@ -309,42 +278,28 @@ class Replay(AttentionReplay):
         source_z = torch.where(same, base_z, self.z_from_pattern(source, base.v[layer]))
         return CellPatches(base_z, source_z, cells.cells[:, [1, 0, 2]], STAGE_AXES["z"][1])
 
-    def effective(self, layer: int, stage: str, act: Tensor, readout: Int[Tensor, "batch read"]) -> Tensor:
-        """The part of an activation a resumed run reads: after the last attention, the read-out positions."""
-        if layer == self.n_layers - 1 and stage != "resid_pre":
-            return take_pos(act, readout, *STAGE_AXES[stage])
-        return act
-
     def finish_block(
-        self,
-        layer: int,
-        stage: str,
-        act: Tensor,
-        *,
-        resid_pre: Tensor | None = None,
-        resid_mid: Tensor | None = None,
-        attn_out: Tensor | None = None,
-        mlp_out: Tensor | None = None,
-        v: Tensor | None = None,
+        self, layer: int, stage: str, act: Tensor, **inputs: Tensor
     ) -> Float[Tensor, "... pos d_model"]:
-        """The rest of block `layer` after `stage` holds `act`, with the unpatched inputs the rest reads:
+        """The rest of block `layer` after `stage` holds `act`, with the unpatched `inputs` the rest reads:
         `v` after `pattern`, `resid_pre` after `pattern`/`z`/`attn_out`, `resid_mid` after `mlp_out`; a
         parallel block reads `resid_pre` and the unpatched `attn_out` / `mlp_out`."""
-        x = act
+        x, resid_pre = act, inputs.get("resid_pre")
         if stage == "pattern":
-            x = self.z_from_pattern(x, v)
+            x = self.z_from_pattern(x, inputs["v"])
         if stage in ("pattern", "z"):
             x = self.attn_out(layer, x)
         if self.parallel and stage != "resid_post":  # resid_post = resid_pre + attn_out + mlp_out
             if stage == "mlp_out":
-                return resid_pre + attn_out + x
-            return resid_pre + x + (self.mlp_out(layer, resid_pre) if mlp_out is None else mlp_out)
+                return resid_pre + inputs["attn_out"] + x
+            mlp_out = inputs["mlp_out"] if "mlp_out" in inputs else self.mlp_out(layer, resid_pre)
+            return resid_pre + x + mlp_out
         if stage in ("pattern", "z", "attn_out"):
             x = resid_pre + x
         if self.attn_only:
             return x
         if stage == "mlp_out":
-            return resid_mid + x
+            return inputs["resid_mid"] + x
         if stage != "resid_post":
             x = x + self.mlp_out(layer, x)
         return x
@@ -375,13 +330,15 @@ class Replay(AttentionReplay):
         if stage == "pattern" and isinstance(new, CellPatches) and bool((new.cells[:, -1] < 0).all()):
             new, stage = self.pattern_cells_as_z(layer, new, base), "z"
         pos_dim = STAGE_AXES[stage][1]
-        last = layer == self.n_layers - 1
-        at_readout = readout if last and stage != "resid_pre" else None  # `effective`'s view
+        # After the last attention a resumed run reads only the read-out positions.
+        at_readout = readout if layer == self.n_layers - 1 and stage != "resid_pre" else None
         if isinstance(new, CellPatches):
             changed, first = new.changes(at_readout)
         else:
-            eff_base = self.effective(layer, stage, base.acts[stage][layer], readout)
-            eff_new = self.effective(layer, stage, new, readout)
+            eff_base, eff_new = (
+                x if at_readout is None else take_pos(x, readout, *STAGE_AXES[stage])
+                for x in (base.acts[stage][layer], new)
+            )
             hit = eff_new != eff_base
             changed = hit.flatten(2).any(2).cpu()
             first = first_position(hit, pos_dim) if at_readout is None else None

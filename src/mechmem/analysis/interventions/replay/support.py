@@ -1,6 +1,5 @@
 """Which models the replay runs, and what it reads from them: the replay's seam with TransformerLens
-internals (grouped-query key/value heads, rotary tables and rotation, the backend's NaN clean-up).
-"""
+internals (grouped-query key/value heads, rotary tables and rotation)."""
 
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -11,12 +10,6 @@ from torch import Tensor
 
 from mechmem.errors import MechmemError
 from mechmem.models.backend import is_bridge, is_native_bridge, is_transformer_lens_model
-
-
-def attention_zeroes_nan(model: Any) -> bool:
-    """True where `model`'s attention sets every NaN of its pattern to 0 (HookedTransformer); a
-    TransformerLens 4 bridge zeroes only masked entries."""
-    return not is_bridge(model)
 
 
 def replay_unsupported(model: Any) -> str | None:
@@ -38,8 +31,7 @@ def replay_unsupported(model: Any) -> str | None:
 
 class AttentionWeights(NamedTuple):
     """One block's attention weights in HookedTransformer's shapes; keys and values per key/value head
-    (n_key_value_heads under grouped-query attention, each read by n_heads / n_key_value_heads query
-    heads)."""
+    (n_key_value_heads under grouped-query attention)."""
 
     W_Q: Float[Tensor, "head_index d_model d_head"]
     W_K: Float[Tensor, "kv_head d_model d_head"]
@@ -90,7 +82,6 @@ __all__ = [
     "AttentionWeights",
     "Rotary",
     "attention_weights",
-    "attention_zeroes_nan",
     "replay_unsupported",
     "rotary_tables",
 ]
