@@ -195,23 +195,24 @@ class PatchingResult:
         `normalised_upper` (NaN bounds without intervals). A decided sweep adds `share`, its corrected
         bounds and `verdict`."""
         spec = SWEEPS.get(self.sweep)
-        stage = None if spec is None else spec.stage
-        leading = {"sweep": self.sweep, "stage": stage, "direction": self.direction, "method": self.method}
+        leading = {"sweep": self.sweep, "stage": spec and spec.stage, "direction": self.direction}
         nan = torch.full_like(self.values.float(), float("nan"))
         bound = {k: nan if self.intervals is None else getattr(self.intervals, k).float() for k in BOUNDS}
         frame = grid_frame(
-            self.values.float(), self.axes, lower=bound["lower"], upper=bound["upper"], leading=leading
+            self.values.float(),
+            self.axes,
+            lower=bound.pop("lower"),
+            upper=bound.pop("upper"),
+            leading=leading | {"method": self.method},
         )
-        bound["normalised"] = self.normalised().float()
-        names = ("effect_lower", "effect_upper", "normalised", "normalised_lower", "normalised_upper")
-        columns = {name: bound[name] for name in names}
+        columns = dict(list(bound.items())[:2]) | {"normalised": self.normalised().float()} | bound
         if (d := self.decision) is not None:
             columns |= {"share": d.mean, "share_corrected_lower": d.corrected_lower}
             columns |= {"share_corrected_upper": d.corrected_upper}
         for name, column in columns.items():
             frame[name] = column.detach().cpu().reshape(-1).numpy()
-        if self.decision is not None:
-            frame["verdict"] = self.decision.verdicts()
+        if d is not None:
+            frame["verdict"] = d.verdicts()
         return frame
 
     def __repr__(self) -> str:
@@ -261,11 +262,18 @@ class PatchingResult:
         }
 
 
+def hatch_cells(ax: Any, mask: np.ndarray) -> None:
+    """Hatch the heatmap cells where `mask` [row col] is True (an effect's interval includes 0)."""
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Rectangle
+
+    boxes = [Rectangle((c - 0.5, r - 0.5), 1, 1) for r, c in zip(*np.nonzero(mask))]
+    ax.add_collection(PatchCollection(boxes, facecolor="none", edgecolor="0.45", hatch="///", lw=0))
+
+
 def plot_patching(result: PatchingResult) -> Any:
     """Heatmap(s) of a sweep, centred on the unpatched run's metric; one panel per layer for 3-axis sweeps.
     Cells whose effect's 95% interval includes 0 are hatched; a refused normalisation is said in the title."""
-    from matplotlib.collections import PatchCollection
-    from matplotlib.patches import Rectangle
     from matplotlib.ticker import MaxNLocator
 
     from mechmem.plotting import plt
@@ -274,15 +282,14 @@ def plot_patching(result: PatchingResult) -> Any:
     undecided = result.effect_undecided()
     flat = np.zeros(values.shape, dtype=bool) if undecided is None else undecided.numpy()
     panels = [(values, flat)] if values.ndim == 2 else list(zip(values, flat))
-    rows, cols = (result.axes[0], result.axes[1]) if values.ndim == 2 else result.axes[1:]
+    rows, cols = result.axes[-2:]
     span = float(abs(values - result.baseline).max()) or 1.0
     fig, axs = plt.subplots(1, len(panels), figsize=(1 + 3.2 * len(panels), 3), squeeze=False)
     for i, (ax, (panel, hatched)) in enumerate(zip(axs[0], panels)):
         im = ax.imshow(
             panel, cmap="RdBu", vmin=result.baseline - span, vmax=result.baseline + span, aspect="auto"
         )
-        boxes = [Rectangle((c - 0.5, r - 0.5), 1, 1) for r, c in zip(*np.nonzero(hatched))]
-        ax.add_collection(PatchCollection(boxes, facecolor="none", edgecolor="0.45", hatch="///", lw=0))
+        hatch_cells(ax, hatched)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set(xlabel=cols, ylabel=rows)
@@ -296,14 +303,3 @@ def plot_patching(result: PatchingResult) -> Any:
         fig.suptitle("; ".join(notes), fontsize=8, y=1.0)
     fig.colorbar(im, ax=list(axs[0]), label=f"{result.metric} ({result.direction})")
     return fig
-
-
-__all__ = [
-    "DIRECTIONS",
-    "SWEEPS",
-    "PatchSweep",
-    "PatchingResult",
-    "SweepIntervals",
-    "plot_patching",
-    "sweep_intervals",
-]

@@ -25,13 +25,7 @@ from torch import Tensor
 from mechmem.analysis.interventions import Engine, Intervention, from_run
 from mechmem.analysis.interventions.metric import PatchingMetric, callable_metric
 from mechmem.analysis.interventions.replay import STAGE_HOOKS, model_stages
-from mechmem.analysis.patching.result import (
-    DIRECTIONS,
-    SWEEPS,
-    PatchingResult,
-    PatchSweep,
-    sweep_intervals,
-)
+from mechmem.analysis.patching.result import DIRECTIONS, SWEEPS, PatchingResult, PatchSweep, sweep_intervals
 from mechmem.errors import MechmemError
 from mechmem.models.parts import model_device
 from mechmem.tasks.base import PatchingPair
