@@ -135,6 +135,3 @@ def decision_line(result: AblationResult) -> str:
         "ablations", matter, "sequences"
     )
     return line + "."
-
-
-__all__ = ["FAMILY", "decided_ablation", "decision_line"]

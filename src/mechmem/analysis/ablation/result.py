@@ -118,8 +118,7 @@ class AblationResult:
         for component, values in self.components().items():
             axes = ("method", "layer", "head")[: values.dim()]
             nan = torch.full_like(values, float("nan"))
-            bounds = None if self.intervals is None else self.intervals.bounds(component)
-            lower, upper = (nan, nan) if bounds is None else bounds
+            lower, upper = (nan, nan) if self.intervals is None else self.intervals.bounds(component)
             parts.append(
                 grid_frame(
                     values, axes, lower=lower, upper=upper, labels=methods, leading={"component": component}

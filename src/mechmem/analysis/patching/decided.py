@@ -13,7 +13,7 @@ drawn with marginal 95% intervals.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -144,15 +144,11 @@ def decided_patching(
     for name in names:
         first = run.records[0][0][name]
         per_prompt = torch.cat([r[name].per_prompt.double() for r, _ in run.records])
-        results[name] = PatchingResult(
-            name,
-            first.axes,
-            per_prompt.mean(0).float(),
-            direction,
-            first.metric,
-            float(clean.double().mean()),
-            float(corrupted.double().mean()),
-            method=first.method,
+        results[name] = replace(
+            first,
+            values=per_prompt.mean(0).float(),
+            clean=float(clean.double().mean()),
+            corrupted=float(corrupted.double().mean()),
             check=checker.checks.get(name, first.check),
             intervals=sweep_intervals(per_prompt, clean, corrupted, direction),
             per_prompt=per_prompt,

@@ -234,19 +234,9 @@ class PatchingResult:
 
     def to_dict(self) -> dict[str, Any]:
         iv = self.intervals
-        out = {
-            "sweep": self.sweep,
-            "axes": list(self.axes),
-            "values": self.values.tolist(),
-            "direction": self.direction,
-            "metric": self.metric,
-            "clean": self.clean,
-            "corrupted": self.corrupted,
-            "method": self.method,
-            "check": self.check,
-            "normalised": self.normalised().tolist(),
-            "normalised_refused": self.normalised_refused,
-        }
+        out = {"sweep": self.sweep, "axes": list(self.axes), "values": self.values.tolist()}
+        out |= {k: getattr(self, k) for k in ("direction", "metric", "clean", "corrupted", "method", "check")}
+        out |= {"normalised": self.normalised().tolist(), "normalised_refused": self.normalised_refused}
         if self.decision is not None:
             out["decision"] = self.decision.to_dict()
         if iv is None:
