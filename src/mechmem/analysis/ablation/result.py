@@ -53,7 +53,7 @@ class SequenceChanges:
     numerators: Float[Tensor, " sequence"]
     """Each sequence's unablated numerator (baseline = numerators.sum() / weights.sum())."""
 
-    def intervals(self, n_methods: int, cfg: Any) -> "AblationIntervals":
+    def intervals(self, n_methods: int, cfg: Any) -> AblationIntervals:
         """Every delta's 95% percentile bootstrap interval over the sequences (resamples seeded with 0)."""
         bounds = bootstrap_ratio(self.changes, self.weights, generator=torch.Generator().manual_seed(0))
         return delta_intervals(*bounds, n_methods, cfg, n_sequences=len(self.weights))

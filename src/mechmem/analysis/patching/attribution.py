@@ -79,7 +79,8 @@ class Attributor:
         self.metric = resolve_metric(
             metric, pair, lambda: model(self.tokens["clean"]), readout, per_prompt=False
         )
-        self._exact_metric = (metric, pair, readout)  # exact patching: per prompt, for its intervals
+        # exact patching: the metric per prompt, for its intervals
+        self._exact_args = {"metric": metric, "pair": pair, "readout": readout, "memory_mb": memory_mb}
         self.engine = Engine(model, self.metric, memory_mb=memory_mb)
         self.replay = self.engine.replay
         self.qk_exact = qk_exact and self.replay is not None
@@ -152,7 +153,6 @@ class Attributor:
                 cells = cells + self.qk_correction(target, base, grads["pattern"][target], delta)
             by_prompt.append(cells)
             layers.append(value + cells.sum(0))
-        values = {name: self.source(name)[1] for name in ("clean", "corrupted")}
         per_prompt = self.prompt_values(torch.stack(by_prompt, 1), direction)
         runs = self.exact_patcher().prompt_values
         result = PatchingResult(
@@ -161,8 +161,7 @@ class Attributor:
             torch.stack(layers).cpu(),
             direction,
             self.metric.name,
-            values["clean"],
-            values["corrupted"],
+            *(self.source(name)[1] for name in ("clean", "corrupted")),
             method=self.method,
             intervals=None
             if per_prompt is None
@@ -188,10 +187,9 @@ class Attributor:
     ) -> Float[Tensor, "prompt layer ..."] | None:
         """Each prompt's estimate of every cell: m_i(base) + n x products[i]; None for a metric without one
         value per prompt."""
-        exact = self.exact_patcher()
-        if exact.prompt_values is None:
+        runs = self.exact_patcher().prompt_values
+        if runs is None:
             return None
-        runs = exact.prompt_values
         base = runs["corrupted"] if direction == "denoising" else runs["clean"]
         n = len(base)
         return base.double().reshape(n, *[1] * (products.ndim - 1)) + n * products.double().cpu()
@@ -199,12 +197,7 @@ class Attributor:
     def exact_patcher(self) -> Patcher:
         """Exact patching of the same runs and metric (for the agreement check and the fallback)."""
         if self._exact is None:
-            clean, corrupted = self.tokens["clean"], self.tokens["corrupted"]
-            metric, pair, readout = self._exact_metric
-            memory_mb = self.memory / 2**20
-            self._exact = Patcher(
-                self.model, clean, corrupted, metric, pair=pair, readout=readout, memory_mb=memory_mb
-            )
+            self._exact = Patcher(self.model, *self.tokens.values(), **self._exact_args)
         return self._exact
 
     def check_sweep(self, result: PatchingResult, n: int = CHECK_CELLS) -> dict[str, Any]:
