@@ -171,7 +171,6 @@ def decision_lines(found: DecidedPatching) -> list[str]:
     lines = [first]
     for name, result in found.results.items():
         cells = result.decision
-        share = float(cells.threshold.flatten()[0])
-        matter = f"matter (share of the gap decided >= {share:g} in size)"
+        matter = f"matter (share of the gap decided >= {float(cells.threshold.flatten()[0]):g} in size)"
         lines.append(f"{name}: " + cells.tally("cells", matter, "pairs") + ".")
     return lines
