@@ -77,19 +77,17 @@ def decided_ablation(
         tokens, metric_fn, name = task_metric(task, metric, k, generator=gen)
         args = (model, tokens.to(device), metric_fn)
         shared = {"reference": reference, "generator": resampler, "metric_name": name}
-        found = (
-            checker.measure(
+        if not estimate:
+            found = ablate_heads(*args, methods=methods, **shared)
+        else:  # the first round falls back inside; its check decides every round's method
+            found = checker.measure(
                 FAMILY,
-                # the first round falls back inside; its check decides every round's method
                 lambda kept: attribute_ablation(
                     *args, method=methods[0], fallback=kept is None, exact_variants=kept, **shared
                 ),
                 lambda failed: failed or ablate_heads(*args, methods=methods, **shared),
                 lambda r: ("exact_index" in r.info, r.info.get("exact_index"), r.info),
             )
-            if estimate
-            else ablate_heads(*args, methods=methods, **shared)
-        )
         changes = found.sequences.changes.reshape(k, len(methods), -1)
         return found, {FAMILY: RatioMoments.from_values(changes, found.sequences.weights)}
 

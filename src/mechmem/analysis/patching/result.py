@@ -195,24 +195,23 @@ class PatchingResult:
         `normalised_upper` (NaN bounds without intervals). A decided sweep adds `share`, its corrected
         bounds and `verdict`."""
         spec = SWEEPS.get(self.sweep)
-        leading = {"sweep": self.sweep, "stage": spec and spec.stage, "direction": self.direction}
+        stage = None if spec is None else spec.stage
+        leading = {"sweep": self.sweep, "stage": stage, "direction": self.direction, "method": self.method}
         nan = torch.full_like(self.values.float(), float("nan"))
         bound = {k: nan if self.intervals is None else getattr(self.intervals, k).float() for k in BOUNDS}
         frame = grid_frame(
-            self.values.float(),
-            self.axes,
-            lower=bound.pop("lower"),
-            upper=bound.pop("upper"),
-            leading=leading | {"method": self.method},
+            self.values.float(), self.axes, lower=bound["lower"], upper=bound["upper"], leading=leading
         )
-        columns = dict(list(bound.items())[:2]) | {"normalised": self.normalised().float()} | bound
+        bound["normalised"] = self.normalised().float()
+        names = ("effect_lower", "effect_upper", "normalised", "normalised_lower", "normalised_upper")
+        columns = {name: bound[name] for name in names}
         if (d := self.decision) is not None:
             columns |= {"share": d.mean, "share_corrected_lower": d.corrected_lower}
             columns |= {"share_corrected_upper": d.corrected_upper}
         for name, column in columns.items():
             frame[name] = column.detach().cpu().reshape(-1).numpy()
-        if d is not None:
-            frame["verdict"] = d.verdicts()
+        if self.decision is not None:
+            frame["verdict"] = self.decision.verdicts()
         return frame
 
     def __repr__(self) -> str:
