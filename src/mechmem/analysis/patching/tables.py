@@ -101,20 +101,10 @@ def interval_lines(results: dict[str, PatchingResult]) -> list[str]:
 
 def patching_record(results: dict[str, PatchingResult], **fields: Any) -> dict[str, Any]:
     """The `patching.json` record: `fields`, the unpatched metrics and the sweeps."""
-    first = next(iter(results.values()))
-    return {
-        **fields,
-        "metric": first.metric,
-        "metric_description": METRIC_DESCRIPTION,
-        "direction": first.direction,
-        "clean": first.clean,
-        "corrupted": first.corrupted,
-        "gap": None
-        if first.intervals is None
-        else dict(zip(("value", "lower", "upper"), first.intervals.gap)),
-        "normalised_refused": first.normalised_refused,
-        "sweeps": {name: sweep_record(r) for name, r in results.items()},
-    }
+    full = next(iter(results.values())).to_dict()
+    out = {**fields, "metric": full["metric"], "metric_description": METRIC_DESCRIPTION}
+    out |= {key: full.get(key) for key in ("direction", "clean", "corrupted", "gap", "normalised_refused")}
+    return out | {"sweeps": {name: sweep_record(r) for name, r in results.items()}}
 
 
 def sweep_record(result: PatchingResult) -> dict[str, Any]:
