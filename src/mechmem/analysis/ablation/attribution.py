@@ -28,10 +28,10 @@ from mechmem.analysis.ablation.exact import (
     reference_tokens,
     variant_names,
 )
-from mechmem.analysis.ablation.result import AblationResult, SequenceChanges, delta_intervals
+from mechmem.analysis.ablation.result import AblationResult, SequenceChanges
 from mechmem.analysis.interventions import Engine, Setter, intervene, setter_values
 from mechmem.analysis.patching.attribution import TRUST, judge, sample_cells
-from mechmem.analysis.stats import RESAMPLES, bootstrap_ratio
+from mechmem.analysis.stats import RESAMPLES
 
 EXACT_ABLATION_VARIANTS = 32
 """Above this many variants (`ablation.n_variants`), the report's ablation section estimates them by
@@ -150,15 +150,8 @@ def attribute_ablation(
     sample = exact_sample(model, engine, tokens, setter, chosen, metric)
     agreement = judge(effects[chosen], sample.values - sample.baseline)
     if fallback and not agreement["trusted"]:
-        result = ablate_heads(
-            model,
-            tokens,
-            metric,
-            methods=(method,),
-            reference=reference,
-            generator=generator,
-            metric_name=metric_name,
-        )
+        shared = {"reference": reference, "generator": generator, "metric_name": metric_name}
+        result = ablate_heads(model, tokens, metric, methods=(method,), **shared)
         result.info = {
             "method": f"exact (fallback: {ESTIMATE_NAME} agreed at Pearson {agreement['pearson']:.2f} < "
             f"{TRUST['pearson']} on {agreement['cells']} variants)",
@@ -167,7 +160,6 @@ def attribute_ablation(
         return result
     flat = sample.baseline + effects
     flat[chosen] = sample.values
-    heads, attn, mlp = layer_parts(model, flat, 1)
     names = variant_names(model)
     info = {
         "method": f"{ESTIMATE_NAME} of all {len(flat)} ablations, exact on {len(chosen)} of them",
@@ -181,14 +173,12 @@ def attribute_ablation(
         weights = metric.weights.double().cpu()
         changes = found.products * weights.sum().clamp_min(1e-12)  # each sequence's estimated change
         changes[:, chosen] = sample.changes
-        bounds = bootstrap_ratio(changes, weights, generator=torch.Generator().manual_seed(0))
-        intervals = delta_intervals(*bounds, 1, model.cfg, n_sequences=len(weights))
         sequences = SequenceChanges(changes, weights, sample.numerators)
+        intervals = sequences.intervals(1, model.cfg)
         info["interval"] = (
             f"95% percentile bootstrap over {len(weights)} sequences ({RESAMPLES} resamples) of each delta: "
             f"per sequence its estimated change (its gradient x difference products), exact on the "
             f"{len(chosen)} exactly computed variants"
         )
-    return AblationResult(
-        metric_name, sample.baseline, (method,), heads, attn, mlp, info, intervals, sequences
-    )
+    parts = layer_parts(model, flat, 1)
+    return AblationResult(metric_name, sample.baseline, (method,), *parts, info, intervals, sequences)

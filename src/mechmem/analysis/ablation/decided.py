@@ -17,16 +17,10 @@ import torch
 
 from mechmem.analysis.ablation.attribution import attribute_ablation
 from mechmem.analysis.ablation.exact import ablate_heads, layer_parts, task_metric
-from mechmem.analysis.ablation.result import AblationResult, SequenceChanges, delta_intervals
+from mechmem.analysis.ablation.result import AblationResult, SequenceChanges
 from mechmem.analysis.options import ABLATION_METRICS
 from mechmem.analysis.sequential import FirstRoundCheck, run_rounds
-from mechmem.analysis.stats import (
-    ABLATION_POLICY,
-    ABLATION_THRESHOLDS,
-    DecisionPolicy,
-    RatioMoments,
-    bootstrap_ratio,
-)
+from mechmem.analysis.stats import ABLATION_POLICY, ABLATION_THRESHOLDS, DecisionPolicy, RatioMoments
 from mechmem.errors import MechmemError
 from mechmem.models.parts import model_device
 
@@ -83,23 +77,17 @@ def decided_ablation(
         tokens, metric_fn, name = task_metric(task, metric, k, generator=gen)
         args = (model, tokens.to(device), metric_fn)
         shared = {"reference": reference, "generator": resampler, "metric_name": name}
-
-        def exact(failed: AblationResult | None) -> AblationResult:
-            return failed if failed is not None else ablate_heads(*args, methods=methods, **shared)
-
-        def estimated(kept: list[int] | None) -> AblationResult:
-            first = kept is None  # the first round falls back inside; its check decides every round's method
-            return attribute_ablation(*args, method=methods[0], fallback=first, exact_variants=kept, **shared)
-
-        if estimate:
+        if not estimate:
+            found = ablate_heads(*args, methods=methods, **shared)
+        else:  # the first round falls back inside; its check decides every round's method
             found = checker.measure(
                 FAMILY,
-                estimated,
-                exact,
+                lambda kept: attribute_ablation(
+                    *args, method=methods[0], fallback=kept is None, exact_variants=kept, **shared
+                ),
+                lambda failed: failed or ablate_heads(*args, methods=methods, **shared),
                 lambda r: ("exact_index" in r.info, r.info.get("exact_index"), r.info),
             )
-        else:
-            found = exact(None)
         changes = found.sequences.changes.reshape(k, len(methods), -1)
         return found, {FAMILY: RatioMoments.from_values(changes, found.sequences.weights)}
 
@@ -111,40 +99,25 @@ def decided_ablation(
         absolute=(FAMILY,),
         axes={FAMILY: ("method", "variant")},
     )
-    result = _pooled(model, run.records, run.decision, methods, checker.checks.get(FAMILY))
-    result.info["metric"] = metric
-    return result
-
-
-def _pooled(
-    model: torch.nn.Module,
-    rounds: list[AblationResult],
-    decision: Any,
-    methods: tuple[str, ...],
-    first_info: dict[str, Any] | None,
-) -> AblationResult:
-    """Every round's sequences as one ablation: the means, the bootstrap intervals, and the decision."""
+    rounds, first_info = run.records, checker.checks.get(FAMILY)
     sequences = SequenceChanges(
         *(torch.cat([getattr(r.sequences, f) for r in rounds]) for f in ("changes", "weights", "numerators"))
     )
     total = sequences.weights.sum().clamp_min(1e-12)
     baseline = float(sequences.numerators.sum() / total)
-    values = baseline + sequences.changes.sum(0) / total
-    bounds = bootstrap_ratio(sequences.changes, sequences.weights, generator=torch.Generator().manual_seed(0))
-    intervals = delta_intervals(*bounds, len(methods), model.cfg, n_sequences=len(sequences.weights))
     info = dict(rounds[0].info)
     if first_info is not None and "check" in first_info:
         info["check"] = first_info["check"]
-    info["n_sequences"] = len(sequences.weights)
+    info |= {"n_sequences": len(sequences.weights), "metric": metric}
     return AblationResult(
         rounds[0].metric_name,
         baseline,
         methods,
-        *layer_parts(model, values, len(methods)),
+        *layer_parts(model, baseline + sequences.changes.sum(0) / total, len(methods)),
         info=info,
-        intervals=intervals,
+        intervals=sequences.intervals(len(methods), model.cfg),
         sequences=sequences,
-        decision=decision[FAMILY],
+        decision=run.decision[FAMILY],
     )
 
 
@@ -160,6 +133,3 @@ def decision_line(result: AblationResult) -> str:
         "ablations", matter, "sequences"
     )
     return line + "."
-
-
-__all__ = ["FAMILY", "decided_ablation", "decision_line"]

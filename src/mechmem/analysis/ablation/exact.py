@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from mechmem.analysis.ablation.result import AblationResult, SequenceChanges, delta_intervals
+from mechmem.analysis.ablation.result import AblationResult, SequenceChanges
 from mechmem.analysis.interventions import (
     Intervention,
     Setter,
@@ -32,7 +32,6 @@ from mechmem.analysis.interventions import (
     zero,
 )
 from mechmem.analysis.interventions.reference import naive_intervene
-from mechmem.analysis.stats import bootstrap_ratio
 from mechmem.models.parts import Head
 
 METHODS = ("zero", "mean", "resample")
@@ -226,11 +225,8 @@ def ablate_heads(
     if out.ndim == 2:  # [variant sequence]: a ratio of sums over sequences
         weights = metric.weights if isinstance(metric, SequenceMetric) else torch.ones(out.shape[1])
         weights = weights.double().cpu()
-        deltas = (out[1:] - out[0]).T  # [sequence variant], paired
-        gen = torch.Generator().manual_seed(0)
-        bounds = bootstrap_ratio(deltas, weights, generator=gen)
-        intervals = delta_intervals(*bounds, len(methods), cfg, n_sequences=out.shape[1])
-        sequences = SequenceChanges(deltas.cpu(), weights, out[0].cpu())
+        sequences = SequenceChanges((out[1:] - out[0]).T.cpu(), weights, out[0].cpu())  # paired changes
+        intervals = sequences.intervals(len(methods), cfg)
         out = out.sum(1) / weights.sum()
     baseline, (heads, attn, mlp) = float(out[0]), layer_parts(model, out[1:], len(methods))
     return AblationResult(
@@ -240,8 +236,7 @@ def ablate_heads(
 
 def n_variants(model: torch.nn.Module) -> int:
     """Ablations `ablate_heads` makes per method: per layer each head, the attention layer and the MLP."""
-    cfg = model.cfg
-    return cfg.n_layers * (cfg.n_heads + 1 + (0 if cfg.attn_only else 1))
+    return len(variant_names(model))
 
 
 def variant_names(model: torch.nn.Module) -> list[str]:
@@ -263,24 +258,3 @@ def naive_head_ablation(
     for layer in range(cfg.n_layers):
         variants += layer_variants(model, layer, _replay(values))[: cfg.n_heads]
     return naive_intervene(model, tokens, variants, metric).reshape(cfg.n_layers, cfg.n_heads).float()
-
-
-__all__ = [
-    "METHODS",
-    "Metric",
-    "SequenceMetric",
-    "ablate_heads",
-    "ablate_layer_components",
-    "ablated_hooks",
-    "ablation_values",
-    "component_hooks",
-    "layer_parts",
-    "layer_variants",
-    "method_setter",
-    "n_variants",
-    "naive_head_ablation",
-    "reference_tokens",
-    "sequence_losses",
-    "task_metric",
-    "variant_names",
-]

@@ -15,7 +15,8 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr
-from mechmem.analysis.stats import RESAMPLES, covers, format_interval
+from mechmem.analysis.patching.result import hatch_cells
+from mechmem.analysis.stats import RESAMPLES, bootstrap_ratio, covers, format_interval
 from mechmem.models.parts import Head
 from mechmem.plotting import plt
 
@@ -51,6 +52,11 @@ class SequenceChanges:
     weights: Float[Tensor, " sequence"]
     numerators: Float[Tensor, " sequence"]
     """Each sequence's unablated numerator (baseline = numerators.sum() / weights.sum())."""
+
+    def intervals(self, n_methods: int, cfg: Any) -> AblationIntervals:
+        """Every delta's 95% percentile bootstrap interval over the sequences (resamples seeded with 0)."""
+        bounds = bootstrap_ratio(self.changes, self.weights, generator=torch.Generator().manual_seed(0))
+        return delta_intervals(*bounds, n_methods, cfg, n_sequences=len(self.weights))
 
 
 @dataclass
@@ -90,29 +96,19 @@ class AblationResult:
         for i, method in enumerate(self.methods):
             for layer in range(self.heads.shape[1]):
                 for component, values in self.components().items():
+                    bounds = None if self.intervals is None else self.intervals.bounds(component)
                     for at in ((i, layer, *rest) for rest in np.ndindex(values.shape[2:])):
-                        out.append(self._row(at, component, method, values[at]))
+                        v = float(values[at])
+                        lower, upper = (None, None) if bounds is None else (float(b[at]) for b in bounds)
+                        row = {"layer": layer, "head": at[2] if len(at) > 2 else None, "component": component}
+                        row |= {"method": method, "metric": v, "delta": v - self.baseline}
+                        out.append(row | {"delta_lower": lower, "delta_upper": upper})
         return out
 
     def components(self) -> dict[str, Tensor]:
         """The values of each component present: "head" [method layer head], "attn", "mlp" [method layer]."""
         parts = {"head": self.heads, "attn": self.attn_layers, "mlp": self.mlp_layers}
         return {name: values for name, values in parts.items() if values is not None}
-
-    def _row(self, at: tuple[int, ...], component: str, method: str, value: Tensor) -> dict[str, Any]:
-        v = float(value)
-        bounds = None if self.intervals is None else self.intervals.bounds(component)
-        lower, upper = (None, None) if bounds is None else (float(b[at]) for b in bounds)
-        return {
-            "layer": at[1],
-            "head": at[2] if len(at) > 2 else None,
-            "component": component,
-            "method": method,
-            "metric": v,
-            "delta": v - self.baseline,
-            "delta_lower": lower,
-            "delta_upper": upper,
-        }
 
     def to_dataframe(self) -> Any:
         """One row per ablation: `method`, `component` ("head", "attn", "mlp"), `layer`, `head` (<NA> for a
@@ -122,8 +118,7 @@ class AblationResult:
         for component, values in self.components().items():
             axes = ("method", "layer", "head")[: values.dim()]
             nan = torch.full_like(values, float("nan"))
-            bounds = None if self.intervals is None else self.intervals.bounds(component)
-            lower, upper = (nan, nan) if bounds is None else bounds
+            lower, upper = (nan, nan) if self.intervals is None else self.intervals.bounds(component)
             parts.append(
                 grid_frame(
                     values, axes, lower=lower, upper=upper, labels=methods, leading={"component": component}
@@ -208,9 +203,6 @@ def delta_intervals(
 def plot_ablation(result: AblationResult) -> Any:
     """Heatmaps of delta per layer x head, one panel per method; returns the Figure. Cells whose delta's
     95% interval includes 0 are hatched."""
-    from matplotlib.collections import PatchCollection
-    from matplotlib.patches import Rectangle
-
     deltas = result.heads - result.baseline
     lim = float(deltas.abs().max()) or 1.0
     n = len(result.methods)
@@ -226,8 +218,7 @@ def plot_ablation(result: AblationResult) -> Any:
             color = "w" if abs(v) > 0.6 * lim else "k"
             ax.text(j, i, f"{v:+.2f}", ha="center", va="center", fontsize=7, color=color)
         if undecided is not None:
-            boxes = [Rectangle((j - 0.5, i - 0.5), 1, 1) for i, j in zip(*np.nonzero(undecided[k]))]
-            ax.add_collection(PatchCollection(boxes, facecolor="none", edgecolor="0.45", hatch="///", lw=0))
+            hatch_cells(ax, undecided[k])
     axes[0][0].set_ylabel("layer")
     if iv is not None:
         fig.suptitle(
@@ -235,6 +226,3 @@ def plot_ablation(result: AblationResult) -> Any:
         )
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label=f"delta {result.metric_name.split(':')[0]}")
     return fig
-
-
-__all__ = ["AblationIntervals", "AblationResult", "delta_intervals", "plot_ablation"]

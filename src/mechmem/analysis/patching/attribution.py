@@ -27,12 +27,7 @@ from torch import Tensor
 from mechmem.analysis.interventions import Engine
 from mechmem.analysis.interventions.replay import STAGES
 from mechmem.analysis.patching.qk_correction import prompt_swap_effects
-from mechmem.analysis.patching.result import (
-    SWEEPS,
-    PatchingResult,
-    PatchSweep,
-    sweep_intervals,
-)
+from mechmem.analysis.patching.result import SWEEPS, PatchingResult, PatchSweep, sweep_intervals
 from mechmem.analysis.patching.sweeps import Patcher, resolve_metric, resolve_sweep
 from mechmem.errors import MechmemError
 from mechmem.models.parts import model_device
@@ -84,7 +79,8 @@ class Attributor:
         self.metric = resolve_metric(
             metric, pair, lambda: model(self.tokens["clean"]), readout, per_prompt=False
         )
-        self._exact_metric = (metric, pair, readout)  # exact patching: per prompt, for its intervals
+        # exact patching: the metric per prompt, for its intervals
+        self._exact_args = {"metric": metric, "pair": pair, "readout": readout, "memory_mb": memory_mb}
         self.engine = Engine(model, self.metric, memory_mb=memory_mb)
         self.replay = self.engine.replay
         self.qk_exact = qk_exact and self.replay is not None
@@ -157,7 +153,6 @@ class Attributor:
                 cells = cells + self.qk_correction(target, base, grads["pattern"][target], delta)
             by_prompt.append(cells)
             layers.append(value + cells.sum(0))
-        values = {name: self.source(name)[1] for name in ("clean", "corrupted")}
         per_prompt = self.prompt_values(torch.stack(by_prompt, 1), direction)
         runs = self.exact_patcher().prompt_values
         result = PatchingResult(
@@ -166,8 +161,7 @@ class Attributor:
             torch.stack(layers).cpu(),
             direction,
             self.metric.name,
-            values["clean"],
-            values["corrupted"],
+            *(self.source(name)[1] for name in ("clean", "corrupted")),
             method=self.method,
             intervals=None
             if per_prompt is None
@@ -178,15 +172,24 @@ class Attributor:
             result.check = self.check_sweep(result)
         return result
 
+    def exact_sweep(
+        self, sweep: str | PatchSweep, direction: str, failed: PatchingResult | None = None
+    ) -> PatchingResult:
+        """`sweep` by exact patching; with `failed`, marked as the fallback of that estimate."""
+        result = self.exact_patcher().sweep(sweep, direction)
+        if failed is not None:
+            result.method = f"exact (fallback: {failed.method} failed the agreement check)"
+            result.check = failed.check
+        return result
+
     def prompt_values(
         self, products: Float[Tensor, "prompt layer ..."], direction: str
     ) -> Float[Tensor, "prompt layer ..."] | None:
         """Each prompt's estimate of every cell: m_i(base) + n x products[i]; None for a metric without one
         value per prompt."""
-        exact = self.exact_patcher()
-        if exact.prompt_values is None:
+        runs = self.exact_patcher().prompt_values
+        if runs is None:
             return None
-        runs = exact.prompt_values
         base = runs["corrupted"] if direction == "denoising" else runs["clean"]
         n = len(base)
         return base.double().reshape(n, *[1] * (products.ndim - 1)) + n * products.double().cpu()
@@ -194,12 +197,7 @@ class Attributor:
     def exact_patcher(self) -> Patcher:
         """Exact patching of the same runs and metric (for the agreement check and the fallback)."""
         if self._exact is None:
-            clean, corrupted = self.tokens["clean"], self.tokens["corrupted"]
-            metric, pair, readout = self._exact_metric
-            memory_mb = self.memory / 2**20
-            self._exact = Patcher(
-                self.model, clean, corrupted, metric, pair=pair, readout=readout, memory_mb=memory_mb
-            )
+            self._exact = Patcher(self.model, *self.tokens.values(), **self._exact_args)
         return self._exact
 
     def check_sweep(self, result: PatchingResult, n: int = CHECK_CELLS) -> dict[str, Any]:
@@ -278,22 +276,22 @@ def attribute_sweeps(
         >>> estimate.axes, "trusted" in estimate.check
         (('layer', 'head'), True)
     """
-    # Only the stages these sweeps and the query/key fix read are kept (activations and gradients of both
-    # runs: every stage of a 12-layer d_model 768 model at 512 pairs would be about 34 GB).
-    stages = {resolve_sweep(name, direction, model)[0].stage for name in sweeps} | {"resid_pre", "pattern"}
+    stages = sweep_stages(model, sweeps, direction)
     att = Attributor(
         model, pair.clean, pair.corrupted, metric, pair=pair, qk_exact=qk_exact, steps=steps, stages=stages
     )
     out = {}
     for name in sweeps:
-        result = att.sweep(name, direction)
+        out[name] = result = att.sweep(name, direction)
         if fallback and not result.check["trusted"]:
-            exact = att.exact_patcher().sweep(name, direction)
-            exact.method = f"exact (fallback: {result.method} failed the agreement check)"
-            exact.check = result.check
-            result = exact
-        out[name] = result
+            out[name] = att.exact_sweep(name, direction, result)
     return out
+
+
+def sweep_stages(model: torch.nn.Module, sweeps: Any, direction: str) -> set[str]:
+    """The stages `sweeps` and the query/key fix read: `Attributor(stages=...)` keeps only their
+    activations and gradients (every stage of a 12-layer d_model 768 model at 512 pairs is about 34 GB)."""
+    return {resolve_sweep(name, direction, model)[0].stage for name in sweeps} | {"resid_pre", "pattern"}
 
 
 def sample_cells(effects: Float[Tensor, " cell"], n: int = CHECK_CELLS) -> Int[Tensor, " sample"]:
@@ -348,17 +346,3 @@ def agreement(approx: PatchingResult, exact: PatchingResult, k: int = 10) -> dic
         raise MechmemError("results of different shapes cannot be compared")
     found = judge(approx.values - approx.baseline, exact.values - exact.baseline, k)
     return {key: found[key] for key in ("pearson", "spearman", "top_k", "k")}
-
-
-__all__ = [
-    "CHECK_CELLS",
-    "DEFAULT_STEPS",
-    "TRUST",
-    "Attributor",
-    "agreement",
-    "attribute_sweeps",
-    "judge",
-    "prompt_cells",
-    "reduce_cells",
-    "sample_cells",
-]

@@ -13,13 +13,12 @@ drawn with marginal 95% intervals.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-from torch import Tensor
 
-from mechmem.analysis.patching.attribution import Attributor
+from mechmem.analysis.patching.attribution import Attributor, sweep_stages
 from mechmem.analysis.patching.result import PatchingResult, sweep_intervals
 from mechmem.analysis.patching.sweeps import Patcher, model_sweeps, resolve_sweep
 from mechmem.analysis.sequential import FirstRoundCheck, run_rounds
@@ -62,78 +61,6 @@ class DecidedPatching:
         return full | {"families": {GAP: full["families"][GAP]}}
 
 
-def _round(
-    model: torch.nn.Module,
-    pair: Any,
-    names: Sequence[str],
-    *,
-    method: str,
-    direction: str,
-    memory_mb: float,
-    checker: FirstRoundCheck,
-) -> tuple[dict[str, PatchingResult], dict[str, Tensor]]:
-    """One round's sweeps on `pair` and each pair's unpatched clean and corrupted metric; by attribution,
-    estimated, checked and falling back through `checker`."""
-    if method == "exact":
-        exact = Patcher(model, pair.clean, pair.corrupted, pair=pair, memory_mb=memory_mb)
-    else:
-        stages = {resolve_sweep(name, direction, model)[0].stage for name in names} | {"resid_pre", "pattern"}
-        att = Attributor(model, pair.clean, pair.corrupted, pair=pair, stages=stages, memory_mb=memory_mb)
-        exact = att.exact_patcher()
-    if exact.prompt_values is None:
-        raise MechmemError("decided patching needs a metric with one value per pair")
-    if method == "exact":
-        return {name: exact.sweep(name, direction) for name in names}, exact.prompt_values
-
-    def fallback(name: str, failed: PatchingResult | None) -> PatchingResult:
-        result = exact.sweep(name, direction)
-        if failed is not None:
-            result.method = f"exact (fallback: {att.method} failed the agreement check)"
-            result.check = failed.check
-        return result
-
-    out = {
-        name: checker.measure(
-            name,
-            lambda kept, name=name: att.sweep(name, direction, check=kept is None),
-            lambda failed, name=name: fallback(name, failed),
-            lambda result: (result.check["trusted"], True, result.check),
-        )
-        for name in names
-    }
-    return out, exact.prompt_values
-
-
-def _pooled(
-    name: str,
-    rounds: list[dict[str, PatchingResult]],
-    runs: list[dict[str, Tensor]],
-    decision: Decision,
-    direction: str,
-    checks: dict[str, Any],
-) -> PatchingResult:
-    """One sweep over every round's pairs: means and marginal intervals, the first round's method and
-    check, and the sweep's family of the decision."""
-    first = rounds[0][name]
-    clean = torch.cat([r["clean"] for r in runs])
-    corrupted = torch.cat([r["corrupted"] for r in runs])
-    per_prompt = torch.cat([r[name].per_prompt.double() for r in rounds])
-    return PatchingResult(
-        name,
-        first.axes,
-        per_prompt.mean(0).float(),
-        direction,
-        first.metric,
-        float(clean.double().mean()),
-        float(corrupted.double().mean()),
-        method=first.method,
-        check=checks.get(name, first.check),
-        intervals=sweep_intervals(per_prompt, clean, corrupted, direction),
-        per_prompt=per_prompt,
-        decision=decision[name],
-    )
-
-
 def decided_patching(
     model: torch.nn.Module,
     task: Any,
@@ -172,11 +99,29 @@ def decided_patching(
     device = model_device(model)
     checker = FirstRoundCheck()
 
+    def sweep(name: str, exact: Patcher, att: Attributor | None) -> PatchingResult:
+        """One sweep of a round: exact, or estimated, checked and falling back through `checker`."""
+        if att is None:
+            return exact.sweep(name, direction)
+        return checker.measure(
+            name,
+            lambda kept: att.sweep(name, direction, check=kept is None),
+            lambda failed: att.exact_sweep(name, direction, failed),
+            lambda result: (result.check["trusted"], True, result.check),
+        )
+
     def measure(k: int, gen: torch.Generator) -> tuple[Any, dict[str, RatioMoments]]:
         pair = task.patching_pair(k, generator=gen).to(device)
-        found, prompt = _round(
-            model, pair, names, method=method, direction=direction, memory_mb=memory_mb, checker=checker
-        )
+        att = None
+        if method == "exact":
+            exact = Patcher(model, pair.clean, pair.corrupted, pair=pair, memory_mb=memory_mb)
+        else:
+            stages = sweep_stages(model, names, direction)
+            att = Attributor(model, pair.clean, pair.corrupted, pair=pair, stages=stages, memory_mb=memory_mb)
+            exact = att.exact_patcher()
+        if (prompt := exact.prompt_values) is None:
+            raise MechmemError("decided patching needs a metric with one value per pair")
+        found = {name: sweep(name, exact, att) for name in names}
         gap = (prompt["clean"] - prompt["corrupted"]).double()
         base = prompt["corrupted"] if direction == "denoising" else prompt["clean"]
         moments = {GAP: RatioMoments.from_values(gap)}
@@ -194,8 +139,21 @@ def decided_patching(
         absolute=(GAP, *names),
         axes={name: resolve_sweep(name, direction, model)[0].axes for name in names},
     )
-    rounds, runs = [r for r, _ in run.records], [p for _, p in run.records]
-    results = {name: _pooled(name, rounds, runs, run.decision, direction, checker.checks) for name in names}
+    clean, corrupted = (torch.cat([p[key] for _, p in run.records]) for key in ("clean", "corrupted"))
+    results = {}
+    for name in names:
+        first = run.records[0][0][name]
+        per_prompt = torch.cat([r[name].per_prompt.double() for r, _ in run.records])
+        results[name] = replace(
+            first,
+            values=per_prompt.mean(0).float(),
+            clean=float(clean.double().mean()),
+            corrupted=float(corrupted.double().mean()),
+            check=checker.checks.get(name, first.check),
+            intervals=sweep_intervals(per_prompt, clean, corrupted, direction),
+            per_prompt=per_prompt,
+            decision=run.decision[name],
+        )
     return DecidedPatching(results, run.decision, checker.checks)
 
 
@@ -213,10 +171,6 @@ def decision_lines(found: DecidedPatching) -> list[str]:
     lines = [first]
     for name, result in found.results.items():
         cells = result.decision
-        share = float(cells.threshold.flatten()[0])
-        matter = f"matter (share of the gap decided >= {share:g} in size)"
+        matter = f"matter (share of the gap decided >= {float(cells.threshold.flatten()[0]):g} in size)"
         lines.append(f"{name}: " + cells.tally("cells", matter, "pairs") + ".")
     return lines
-
-
-__all__ = ["GAP", "DecidedPatching", "decided_patching", "decision_lines"]

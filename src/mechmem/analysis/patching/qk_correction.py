@@ -93,6 +93,3 @@ def _without_each(x: Float[Tensor, "... k"]) -> Float[Tensor, "... k"]:
     prefix = torch.cat([none, x.logcumsumexp(-1)[..., :-1]], -1)
     suffix = torch.cat([x.flip(-1).logcumsumexp(-1).flip(-1)[..., 1:], none], -1)
     return torch.logaddexp(prefix, suffix)
-
-
-__all__ = ["prompt_swap_effects", "swap_effects"]

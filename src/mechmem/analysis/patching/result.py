@@ -233,19 +233,9 @@ class PatchingResult:
 
     def to_dict(self) -> dict[str, Any]:
         iv = self.intervals
-        out = {
-            "sweep": self.sweep,
-            "axes": list(self.axes),
-            "values": self.values.tolist(),
-            "direction": self.direction,
-            "metric": self.metric,
-            "clean": self.clean,
-            "corrupted": self.corrupted,
-            "method": self.method,
-            "check": self.check,
-            "normalised": self.normalised().tolist(),
-            "normalised_refused": self.normalised_refused,
-        }
+        out = {"sweep": self.sweep, "axes": list(self.axes), "values": self.values.tolist()}
+        out |= {k: getattr(self, k) for k in ("direction", "metric", "clean", "corrupted", "method", "check")}
+        out |= {"normalised": self.normalised().tolist(), "normalised_refused": self.normalised_refused}
         if self.decision is not None:
             out["decision"] = self.decision.to_dict()
         if iv is None:
@@ -261,11 +251,18 @@ class PatchingResult:
         }
 
 
+def hatch_cells(ax: Any, mask: np.ndarray) -> None:
+    """Hatch the heatmap cells where `mask` [row col] is True (an effect's interval includes 0)."""
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Rectangle
+
+    boxes = [Rectangle((c - 0.5, r - 0.5), 1, 1) for r, c in zip(*np.nonzero(mask))]
+    ax.add_collection(PatchCollection(boxes, facecolor="none", edgecolor="0.45", hatch="///", lw=0))
+
+
 def plot_patching(result: PatchingResult) -> Any:
     """Heatmap(s) of a sweep, centred on the unpatched run's metric; one panel per layer for 3-axis sweeps.
     Cells whose effect's 95% interval includes 0 are hatched; a refused normalisation is said in the title."""
-    from matplotlib.collections import PatchCollection
-    from matplotlib.patches import Rectangle
     from matplotlib.ticker import MaxNLocator
 
     from mechmem.plotting import plt
@@ -274,15 +271,14 @@ def plot_patching(result: PatchingResult) -> Any:
     undecided = result.effect_undecided()
     flat = np.zeros(values.shape, dtype=bool) if undecided is None else undecided.numpy()
     panels = [(values, flat)] if values.ndim == 2 else list(zip(values, flat))
-    rows, cols = (result.axes[0], result.axes[1]) if values.ndim == 2 else result.axes[1:]
+    rows, cols = result.axes[-2:]
     span = float(abs(values - result.baseline).max()) or 1.0
     fig, axs = plt.subplots(1, len(panels), figsize=(1 + 3.2 * len(panels), 3), squeeze=False)
     for i, (ax, (panel, hatched)) in enumerate(zip(axs[0], panels)):
         im = ax.imshow(
             panel, cmap="RdBu", vmin=result.baseline - span, vmax=result.baseline + span, aspect="auto"
         )
-        boxes = [Rectangle((c - 0.5, r - 0.5), 1, 1) for r, c in zip(*np.nonzero(hatched))]
-        ax.add_collection(PatchCollection(boxes, facecolor="none", edgecolor="0.45", hatch="///", lw=0))
+        hatch_cells(ax, hatched)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set(xlabel=cols, ylabel=rows)
@@ -296,14 +292,3 @@ def plot_patching(result: PatchingResult) -> Any:
         fig.suptitle("; ".join(notes), fontsize=8, y=1.0)
     fig.colorbar(im, ax=list(axs[0]), label=f"{result.metric} ({result.direction})")
     return fig
-
-
-__all__ = [
-    "DIRECTIONS",
-    "SWEEPS",
-    "PatchSweep",
-    "PatchingResult",
-    "SweepIntervals",
-    "plot_patching",
-    "sweep_intervals",
-]

@@ -25,13 +25,7 @@ from torch import Tensor
 from mechmem.analysis.interventions import Engine, Intervention, from_run
 from mechmem.analysis.interventions.metric import PatchingMetric, callable_metric
 from mechmem.analysis.interventions.replay import STAGE_HOOKS, model_stages
-from mechmem.analysis.patching.result import (
-    DIRECTIONS,
-    SWEEPS,
-    PatchingResult,
-    PatchSweep,
-    sweep_intervals,
-)
+from mechmem.analysis.patching.result import DIRECTIONS, SWEEPS, PatchingResult, PatchSweep, sweep_intervals
 from mechmem.errors import MechmemError
 from mechmem.models.parts import model_device
 from mechmem.tasks.base import PatchingPair
@@ -169,17 +163,15 @@ class Patcher:
     def sweep(self, sweep: str | PatchSweep, direction: str = "denoising") -> PatchingResult:
         """Patch every cell of `sweep` in `direction` (one engine call)."""
         spec = resolve_sweep(sweep, direction, self.model)[0]
-        shape = [self.sizes()[a] for a in spec.axes]
-        out = self.per_prompt_values(spec, direction)
-        intervals, per_prompt = None, None
-        if self.prompt_values is not None:
-            runs = self.prompt_values
+        out = self.per_prompt_values(spec, direction)  # [*cell axes] for a scalar metric
+        intervals, per_prompt, runs = None, None, self.prompt_values
+        if runs is not None:
             intervals = sweep_intervals(out, runs["clean"], runs["corrupted"], direction)
             out, per_prompt = out.mean(0), out
         return PatchingResult(
             spec.name,
             spec.axes,
-            out.reshape(shape),
+            out,
             direction,
             self.metric.name,
             self.values["clean"],
@@ -234,14 +226,3 @@ def run_sweeps(
         model, pair.clean, pair.corrupted, metric, pair=pair, memory_mb=memory_mb, readout=readout
     )
     return {name: patcher.sweep(name, direction) for name in sweeps}
-
-
-__all__ = [
-    "Patcher",
-    "PatchingMetric",
-    "cell_index",
-    "model_sweeps",
-    "resolve_metric",
-    "resolve_sweep",
-    "run_sweeps",
-]

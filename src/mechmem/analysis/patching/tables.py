@@ -101,20 +101,10 @@ def interval_lines(results: dict[str, PatchingResult]) -> list[str]:
 
 def patching_record(results: dict[str, PatchingResult], **fields: Any) -> dict[str, Any]:
     """The `patching.json` record: `fields`, the unpatched metrics and the sweeps."""
-    first = next(iter(results.values()))
-    return {
-        **fields,
-        "metric": first.metric,
-        "metric_description": METRIC_DESCRIPTION,
-        "direction": first.direction,
-        "clean": first.clean,
-        "corrupted": first.corrupted,
-        "gap": None
-        if first.intervals is None
-        else dict(zip(("value", "lower", "upper"), first.intervals.gap)),
-        "normalised_refused": first.normalised_refused,
-        "sweeps": {name: sweep_record(r) for name, r in results.items()},
-    }
+    full = next(iter(results.values())).to_dict()
+    out = {**fields, "metric": full["metric"], "metric_description": METRIC_DESCRIPTION}
+    out |= {key: full.get(key) for key in ("direction", "clean", "corrupted", "gap", "normalised_refused")}
+    return out | {"sweeps": {name: sweep_record(r) for name, r in results.items()}}
 
 
 def sweep_record(result: PatchingResult) -> dict[str, Any]:
@@ -138,17 +128,10 @@ def patch_checkpoint(
 ) -> tuple[DecidedPatching, dict[str, Any]]:
     """`mechmem patch`'s work: `decided_patching` on the checkpoint's task pairs from `seed` up to `n`
     pairs, and its `patching_record`; raises `NotApplicable` when the task defines no pairs."""
-    policy = PATCH_POLICY.with_budget(n)
+    policy, options = PATCH_POLICY.with_budget(n), {"direction": direction, "memory_mb": memory_mb}
     try:
         found = decided_patching(
-            ckpt.model,
-            ckpt.task,
-            sweeps,
-            seed=seed,
-            policy=policy,
-            method=method,
-            direction=direction,
-            memory_mb=memory_mb,
+            ckpt.model, ckpt.task, sweeps, seed=seed, policy=policy, method=method, **options
         )
     except NotImplementedError as exc:
         raise NotApplicable(str(exc)) from None
@@ -182,11 +165,8 @@ def patching_lines(
     ]
     for name, res in results.items():
         if res.values.ndim == 2 and res.values.shape[1] <= 16:
-            half = None if res.intervals is None else (res.upper - res.lower) / 2
-            rows = [
-                [i, *cell_texts(res.values[i], None if half is None else half[i])]
-                for i in range(len(res.values))
-            ]
+            half = [None] * len(res.values) if res.intervals is None else (res.upper - res.lower) / 2
+            rows = [[i, *cell_texts(v, h)] for i, (v, h) in enumerate(zip(res.values, half))]
             headers = [res.axes[0], *(str(j) for j in range(res.values.shape[1]))]
             lines += [f"\n{name} ({res.axes[0]} x {res.axes[1]})", format_table(rows, headers)]
     return lines
@@ -198,19 +178,3 @@ def cell_texts(values: Tensor, half: Tensor | None) -> list[Any]:
         return values.tolist()
     pairs = zip(values.tolist(), half.tolist())
     return [f"{v:.3f}" if math.isnan(h) else f"{v:.3f}±{h:.3f}" for v, h in pairs]
-
-
-__all__ = [
-    "METHODS",
-    "METRIC_DESCRIPTION",
-    "attribution_notes",
-    "cell_texts",
-    "interval_lines",
-    "largest_effects",
-    "model_sweeps",
-    "patch_checkpoint",
-    "patching_lines",
-    "patching_record",
-    "run_method",
-    "sweep_record",
-]
