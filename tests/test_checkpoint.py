@@ -214,7 +214,8 @@ def test_every_written_format_loads_with_its_recorded_logits(fixture, tmp_path):
         return
     ckpt = load_checkpoint(DATA / fixture)
     got = probe_logits(ckpt.model)
-    torch.testing.assert_close(got, torch.tensor(payload["metrics"]["probe_logits"]), rtol=0, atol=1e-6)
+    # the logits the writing machine recorded: float32 kernels differ between CPUs by a few 1e-7 here
+    torch.testing.assert_close(got, torch.tensor(payload["metrics"]["probe_logits"]), rtol=0, atol=1e-5)
     if refusal:
         with pytest.warns(UserWarning) as warned:
             save_checkpoint(

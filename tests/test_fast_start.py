@@ -56,6 +56,7 @@ ERRORS = {
     "train": [["permutation"], ["permutation", "--preset", "q", "--steps", "-1"], ["--task-module", MISSING]],
     "mechmem_papers.birth.scripts.corpus_stats": [[MISSING]],
     "mechmem_papers.birth.scripts.eval_spread": [[]],
+    "mechmem_papers.permutation.scripts.accumulated_grads": [[], ["--out", "x.json", "--steps", "0"]],
     "mechmem_papers.birth.scripts.scale": [["--threads", "0"], ["--rules", MISSING], ["--executor", "nope"]],
     "mechmem_papers.memorisation.scripts.max_facts": [["--d", "0"], ["--mixing", "nope"]],
     "mechmem_papers.memorisation.scripts.reproduce_constructions": [["--ds", "2"], ["--modes", "nope"]],

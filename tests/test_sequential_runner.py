@@ -14,7 +14,8 @@ STORED = json.loads((Path(__file__).parent / "data" / "decisions_before.json").r
 
 
 def assert_same(ours: Any, theirs: Any, where: str = "") -> None:
-    """Equal structure and values; floats to 1e-9."""
+    """Equal structure, decisions, verdicts and counts; floats to 1e-5 (float32 kernels differ between CPUs:
+    on the no-behaviour model, whose effects are noise of size 1e-6, by up to a few 1e-6)."""
     if isinstance(theirs, dict):
         assert isinstance(ours, dict) and sorted(ours) == sorted(theirs), where
         for key in theirs:
@@ -24,7 +25,7 @@ def assert_same(ours: Any, theirs: Any, where: str = "") -> None:
         for i, (a, b) in enumerate(zip(ours, theirs)):
             assert_same(a, b, f"{where}[{i}]")
     elif isinstance(theirs, float) and not isinstance(ours, bool | str):
-        assert math.isclose(ours, theirs, rel_tol=0, abs_tol=1e-9), (where, ours, theirs)
+        assert math.isclose(ours, theirs, rel_tol=1e-5, abs_tol=1e-5), (where, ours, theirs)
     else:
         assert ours == theirs, (where, ours, theirs)
 

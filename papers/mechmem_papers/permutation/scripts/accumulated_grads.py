@@ -17,7 +17,7 @@ and a seed already in it is not trained again.
 import json
 from pathlib import Path
 
-from mechmem.cli import ArgumentParser, check_out_dir, run_script, write_json
+from mechmem.cli import ArgumentParser, check_out_dir, positive_int, run_script, write_json
 from mechmem.errors import MechmemError
 
 PRESET = "task2-paper"
@@ -27,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="training seeds")
-    parser.add_argument("--steps", type=int, default=None, help="steps (default: the preset's)")
+    parser.add_argument(
+        "--steps", type=positive_int, default=None, help="steps, >= 1 (default: the preset's)"
+    )
     args = parser.parse_args(argv)
     check_out_dir(Path(args.out).parent, flag="--out")
     import torch  # torch is imported from here on, after every check the flags alone decide
