@@ -401,11 +401,11 @@ def test_committed_record_rebuilds_its_page():
 
 
 def test_page_only_puts_the_published_schedule_record_first(tmp_path):
-    """`reproduce permutation --page-only` hands the page the published-schedule record beside its own (the
-    plugin's `references`) and rebuilds the committed page byte for byte."""
+    """`reproduce permutation --page-only` hands the page the published-schedule record and the side check
+    beside its own (the plugin's `references`) and rebuilds the committed page byte for byte."""
     docs = tmp_path / "docs"
     (docs / "data").mkdir(parents=True)
-    for name in ("permutation.json", "permutation-paper.json"):
+    for name in ("permutation.json", "permutation-paper.json", page.ACCUMULATED_FILE):
         shutil.copy(DOCS / "data" / name, docs / "data")
     shutil.copytree(DOCS / "prose", docs / "prose")
     assert load_script("reproduce").main(["permutation", "--page-only", "--docs", str(docs)]) == 0

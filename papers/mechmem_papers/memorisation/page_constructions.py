@@ -318,10 +318,11 @@ def _bits_section(record: dict[str, Any]) -> Section:
             if crit not in r.searches:
                 continue
             n = r.searches[crit].best
-            bits = stored_bits(n, n_out, float(r.scores[n]))
+            acc = float(r.scores[n]) if n in r.scores else None  # None: no fact count met the criterion
+            bits = stored_bits(n, n_out, 1.0 if acc is None else acc)
             per_trained = f"{bits / trained:.2f}" if trained else "- (none trained)"
             rows.append(
-                [LABELS[r.name], r.d, label, n, f"{r.scores[n]:.3f}", f"{bits:.0f}"]
+                [LABELS[r.name], r.d, label, n, "-" if acc is None else f"{acc:.3f}", f"{bits:.0f}"]
                 + [weights, f"{bits / weights:.2f}", trained, per_trained]
             )
     anchor = record["published"]["knowledge_capacity"]["value"]
