@@ -166,8 +166,8 @@ def bits_section(record: dict[str, Any]) -> Section:
     """Table B.1's capacities, ours at each variant's longest schedule and the published mean, in bits per
     trainable parameter, beside Allen-Zhu & Li's 2 bits per parameter."""
     anchor = record["published"]["knowledge_capacity"]
-    rows, ours, theirs = [], {}, {}
-    for r, row, c in b1_comparisons(record):
+    rows, ours, theirs, comparisons = [], {}, {}, b1_comparisons(record)
+    for r, _, c in comparisons:
         params = trainable_parameters(r["config"])
         ours[r["variant"]] = bits_per_parameter(c.ours, r["config"])
         theirs[r["variant"]] = bits_per_parameter(c.mean, r["config"])
@@ -175,7 +175,7 @@ def bits_section(record: dict[str, Any]) -> Section:
             [r["variant"], params, short_schedule(r["schedule"]), c.ours, f"{ours[r['variant']]:.2f}"]
             + [f"{c.mean:.0f}", f"{theirs[r['variant']]:.2f}"]
         )
-    at_published = [r["variant"] for r, _, _ in _at_published(record, b1_comparisons(record))]
+    at_published = [r["variant"] for r, _, _ in _at_published(record, comparisons)]
     best = max(at_published, key=ours.__getitem__, default=None)
     lines = [
         (
