@@ -102,7 +102,7 @@ def accumulated_line(record: dict[str, Any], published: dict[str, Any]) -> str |
 
     def spread(key: str) -> str:
         values = [r[key] for r in runs]
-        return f"{format_ms(values)} ({min(values):.3f} .. {max(values):.3f})"
+        return f"{format_ms(values)} ({_span(values)})"
 
     return (
         "Sensitivity check, the seed page's loop as printed (no `optimizer.zero_grad()`, so Adam reads the"
@@ -328,15 +328,19 @@ def published_rows(record: dict[str, Any], published: dict[str, Any]) -> list[li
     return rows
 
 
+def _span(values: list[float]) -> str:
+    """The range of our seeds' values, "min .. max" to three decimals."""
+    return f"{min(values):.3f} .. {max(values):.3f}"
+
+
 def _row(name: str, entry: dict[str, Any], values: list[float], tolerance: float) -> list[Any]:
     """quantity, published, source, our mean, sd, our seeds' range, runs, and whether one of our seeds comes
     within `tolerance` of the published value (one run on the seed page)."""
     pub = entry["value"]
-    lo, hi = min(values), max(values)
     near = pub is not None and min(abs(x - pub) for x in values) <= tolerance
     inside = "-" if pub is None else "yes" if near else "no"
     shown = "-" if pub is None else f"{pub:g}"
-    return [name, shown, entry["source"], *_mean_and_sd(values), f"{lo:.3f} .. {hi:.3f}", len(values), inside]
+    return [name, shown, entry["source"], *_mean_and_sd(values), _span(values), len(values), inside]
 
 
 def comparison_tables(record: dict[str, Any], published: dict[str, Any]) -> list[Table]:
