@@ -241,6 +241,97 @@ def test_hybrid_learns_appendix_features():
     assert stacked_accuracy(hidden_activations(E1[None], E2[None], inputs) @ U, labels).item() >= 0.9
 
 
+def test_authors_hybrid_grid_is_their_s_sweep():
+    """S values of the authors' hybrid search (`S_sweep_for` in their hc2_hybrid_capacity_search.py)."""
+    from mechmem_papers.memorisation.constructions.evaluators import authors_s_values
+
+    assert authors_s_values(16) == tuple(range(1, 11))
+    assert authors_s_values(32) == (*range(1, 12), 13)
+    assert authors_s_values(64) == tuple(range(1, 17))
+    assert authors_s_values(256) == tuple(range(1, 25))
+    assert authors_s_values(6) == tuple(range(1, 7))  # clipped to d
+
+
+def test_hybrid_on_the_authors_grid_is_the_best_draw(monkeypatch):
+    """One draw equals the plain hybrid on the same grid; several draws give the best of the draws computed
+    by hand (draw a > 0: tie-breaks and U's initialisation from seed + a, label columns permuted); the draws
+    stop at the first that stores every fact."""
+    from dataclasses import replace
+
+    from mechmem_papers.memorisation.constructions import evaluators as ev
+
+    d, seed = 6, 3
+    train = ChallengeTrainConfig(max_epochs=30, patience=10)
+    grid = ev.SweepGrid(top_fractions=(0.0, 0.2), train=train, authors_attempts=1)
+    same = replace(grid, hybrid_s_values=ev.authors_s_values(d), hybrid_top_fractions=grid.top_fractions)
+    n, draws = 40, 3
+    assert ev.published_hybrid_authors_evaluator(d, grid, seed)(n) == ev.published_hybrid_evaluator(
+        d, same, seed
+    )(n)
+    settings = [(s, tf) for s in ev.authors_s_values(d) for tf in grid.top_fractions]
+
+    def by_hand(n: int) -> list[float]:
+        inputs, labels = generate_facts(n, 2 * d, d, seed=42)
+        out = []
+        for a in range(draws):
+            g = torch.Generator().manual_seed(seed + a)
+            columns = torch.randperm(d, generator=g) if a else None
+            E1, E2, _ = ev.published_stack(n, d, settings, seed + a, columns)
+            reached, _ = train_unembedding(hidden_activations(E1, E2, inputs), labels, d, train, generator=g)
+            out.append(float(reached.max()))
+        return out
+
+    several = replace(grid, authors_attempts=draws)
+    accs = by_hand(n)
+    assert max(accs) < 1.0 and len(set(accs)) > 1  # the draws differ and none stores all 40
+    assert ev.published_hybrid_authors_evaluator(d, several, seed)(n) == max(accs)
+    small = by_hand(6)
+    assert small.index(1.0) < draws - 1  # a later draw stores them all: the last is never trained
+    calls = []
+    real = ev.train_unembedding
+    monkeypatch.setattr(ev, "train_unembedding", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert ev.published_hybrid_authors_evaluator(d, several, seed)(6) == 1.0
+    assert len(calls) == small.index(1.0) + 1
+
+
+def test_int8_rounding_keeps_the_constructions_and_errs_by_half_a_step():
+    from mechmem_papers.memorisation.constructions.int8 import int8_rounded
+
+    w = torch.randn(50, 7, generator=torch.Generator().manual_seed(0)) * 3
+    q, step = int8_rounded(w), float(w.abs().max()) / 127
+    assert float((q - w).abs().max()) <= step / 2 + 1e-6
+    assert torch.unique(torch.round(q / step)).numel() <= 255
+    assert float(q.abs().max()) == pytest.approx(float(w.abs().max()))
+    assert torch.equal(int8_rounded(torch.zeros(3)), torch.zeros(3))
+    inputs, labels = generate_facts(20, 8, 4)
+    built = published_construction(
+        inputs, labels, 8, 4, 4, 2, 0.2, generator=torch.Generator().manual_seed(0)
+    )
+    assert all(torch.equal(int8_rounded(t), t) for t in built)  # values {+1, 0, -1} and {0, -2}: exact
+
+
+def test_int8_check_rebuilds_the_weights_the_search_judged():
+    """The int8 check's accuracy before rounding is the evaluator's for the constructions (the same weights),
+    and at most the best reached during training for the trained mode (it judges the final weights)."""
+    from mechmem_papers.memorisation.constructions import evaluators as ev
+    from mechmem_papers.memorisation.constructions.int8 import int8_row
+
+    grid = ev.SweepGrid(
+        n_inits=2,
+        s_values=(1, 2),
+        top_fractions=(0.0, 0.2),
+        retries=2,
+        key_retries=2,
+        train=ChallengeTrainConfig(max_epochs=40, patience=10),
+    )
+    d = 6
+    for mode, n in (("published_hand", 10), ("keyvalue_hand", 30), ("trained", 30)):
+        row = int8_row(mode, d, "1", n, grid)
+        searched = ev.EVALUATORS[mode](d, grid)(n)
+        assert row["accuracy"] == searched if mode != "trained" else row["accuracy"] <= searched
+        assert 0.0 <= row["accuracy_int8"] <= 1.0
+
+
 def test_capacity_table_helpers_match_hand_computation():
     """capacity_of / mode_fit / fit_ratio on hand-made results:
     ratios of a d^2/ln d fits over shared sizes."""

@@ -58,6 +58,7 @@ ERRORS = {
     "mechmem_papers.birth.scripts.eval_spread": [[]],
     "mechmem_papers.permutation.scripts.accumulated_grads": [[], ["--out", "x.json", "--steps", "0"]],
     "mechmem_papers.birth.scripts.scale": [["--threads", "0"], ["--rules", MISSING], ["--executor", "nope"]],
+    "mechmem_papers.memorisation.scripts.int8_check": [["--ds", "2"], ["--modes", "nope"]],
     "mechmem_papers.memorisation.scripts.max_facts": [["--d", "0"], ["--mixing", "nope"]],
     "mechmem_papers.memorisation.scripts.reproduce_constructions": [["--ds", "2"], ["--modes", "nope"]],
     "mechmem_papers.memorisation.scripts.sweep_facts": [

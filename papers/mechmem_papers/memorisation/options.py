@@ -18,10 +18,13 @@ EVALUATORS = (
     "rand_emb",
     "published_hand",
     "published_hybrid",
+    "published_hybrid_authors",
     "keyvalue_hand",
     "keyvalue_hybrid",
 )
 """The constructions' capacity evaluators (`constructions.evaluators.EVALUATORS`)."""
+INT8_MODES = ("trained", "published_hand", "published_hybrid", "keyvalue_hand")
+"""The constructions' modes whose weights the int8 check rebuilds (`constructions.int8`)."""
 SCALING_VARIANTS = ("full", "reduced", "nb")
 """The models of the d-scaling sweep (`sweep.SCALING_VARIANTS`)."""
 

@@ -108,6 +108,9 @@ def collect(
             f"{data_dir} lacks facts_table.jsonl records of schedule {schedule} or {cap_name} / {misc_name}"
         )
     sources = ["facts_table.jsonl", "facts_scaling.jsonl", cap_name, misc_name]
+    int8_name = f"constructions_int8_{tag}.json"
+    int8 = _read(data_dir / int8_name)
+    sources += [int8_name] if int8 else []
     sources += ["facts_trials.jsonl"] if running else []
     anchor, bench = _read(data_dir / "facts_anchor_2emb_nomlp.json"), _read(data_dir / "facts_benchmark.json")
     sources += [
@@ -125,7 +128,7 @@ def collect(
         "facts_devices": sorted({r.get("facts_device", "cpu") for r in table_all + scaling_all}),
         "scaling_fits": {k: f.to_dict() for k, f in scaling_fits(scaling).items()},
         "benchmark": bench,
-        "constructions": {**capacities, **misc, "tag": tag},
+        "constructions": {**capacities, **misc, "tag": tag, **({"int8": int8} if int8 else {})},
         "published": published_values,
         "sources": sources,
     }

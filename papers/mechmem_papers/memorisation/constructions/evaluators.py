@@ -9,6 +9,8 @@ Evaluators (d_mlp = n_out = d, n_in = 2d):
     rand_emb           random frozen embeddings, U learned
     published_hand     the published construction, max over the S x top_fraction grid and `retries` tie-breaks
     published_hybrid   the published embeddings frozen, U learned, max over a smaller grid
+    published_hybrid_authors   the same on the authors' grid: their S values per d x the hand-coded
+                       top_fraction grid, `authors_attempts` draws per setting (their n_attempts)
     keyvalue_hand      our random-key value table, max over key sizes k and `retries` key draws
     keyvalue_hybrid    its embeddings frozen, U learned
 """
@@ -50,6 +52,8 @@ class SweepGrid:
     """top_fraction values for the published hybrid."""
     key_fractions: tuple[float, ...] = (0.25, 0.35, 0.5)
     """Key sizes k = round(f * (d - 1)) for our key-value table."""
+    authors_attempts: int = 11
+    """Draws per setting of the hybrid on the authors' grid (their n_attempts: 11)."""
     retries: int = 2
     """Random tie-break draws per published hand-coded setting (the authors used 2)."""
     key_retries: int = 4
@@ -89,11 +93,17 @@ def rand_emb_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
     return evaluate
 
 
-def published_stack(n: int, d: int, settings: list[tuple[int, float]], seed: int) -> tuple[torch.Tensor, ...]:
-    """Stacked (E1, E2, U) of the published construction for each (S, top_fraction) setting."""
+def published_stack(
+    n: int, d: int, settings: list[tuple[int, float]], seed: int, columns: torch.Tensor | None = None
+) -> tuple[torch.Tensor, ...]:
+    """Stacked (E1, E2, U) of the published construction for each (S, top_fraction) setting, the
+    neuron-label code's label columns permuted by `columns` if given."""
     inputs, labels = _facts(n, d)
     g = torch.Generator().manual_seed(seed)
-    built = [published_construction(inputs, labels, 2 * d, d, d, s, tf, generator=g) for s, tf in settings]
+    built = [
+        published_construction(inputs, labels, 2 * d, d, d, s, tf, generator=g, columns=columns)
+        for s, tf in settings
+    ]
     return tuple(torch.stack(parts) for parts in zip(*built))
 
 
@@ -119,17 +129,49 @@ def published_hand_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluato
     return _hand_evaluator(d, grid.retries, seed, lambda n, sd: published_stack(n, d, settings, sd))
 
 
-def published_hybrid_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
-    settings = [(s, tf) for s in grid.hybrid_s_values if s <= d for tf in grid.hybrid_top_fractions]
+def authors_s_values(d: int) -> tuple[int, ...]:
+    """The S values the authors' hybrid search sweeps at size d (their `S_sweep_for`), clipped to d."""
+    top = next(hi for limit, hi in ((16, 10), (32, 13), (64, 16), (128, 20), (10**9, 24)) if d <= limit)
+    values = (*range(1, 12), 13) if top == 13 else tuple(range(1, top + 1))
+    return tuple(s for s in values if s <= d)
+
+
+def _hybrid_evaluator(
+    d: int, grid: SweepGrid, seed: int, settings: list[tuple[int, float]], attempts: int
+) -> Evaluator:
+    """Published embeddings frozen, U trained for every setting: the best accuracy over `attempts` draws.
+
+    Draw a > 0 draws the tie-breaks and U's initialisation from seed + a and permutes the neuron-label
+    code's label columns (as the authors' attempts do); draw 0 keeps the code as built. Draws stop once
+    one reaches accuracy 1, which no later draw can beat.
+    """
 
     def evaluate(n: int) -> float:
         inputs, labels = _facts(n, d)
-        E1, E2, _ = published_stack(n, d, settings, seed)
-        g = torch.Generator().manual_seed(seed)
-        best, _ = train_unembedding(hidden_activations(E1, E2, inputs), labels, d, grid.train, generator=g)
-        return float(best.max())
+        best = 0.0
+        for attempt in range(attempts):
+            g = torch.Generator().manual_seed(seed + attempt)
+            columns = torch.randperm(d, generator=g) if attempt else None
+            E1, E2, _ = published_stack(n, d, settings, seed + attempt, columns)
+            reached, _ = train_unembedding(
+                hidden_activations(E1, E2, inputs), labels, d, grid.train, generator=g
+            )
+            best = max(best, float(reached.max()))
+            if best >= 1.0:
+                break
+        return best
 
     return evaluate
+
+
+def published_hybrid_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
+    settings = [(s, tf) for s in grid.hybrid_s_values if s <= d for tf in grid.hybrid_top_fractions]
+    return _hybrid_evaluator(d, grid, seed, settings, 1)
+
+
+def published_hybrid_authors_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
+    settings = [(s, tf) for s in authors_s_values(d) for tf in grid.top_fractions]
+    return _hybrid_evaluator(d, grid, seed, settings, grid.authors_attempts)
 
 
 def key_sizes(d: int, grid: SweepGrid) -> list[int]:
@@ -171,6 +213,7 @@ EVALUATORS: dict[str, Callable[..., Evaluator]] = {
     "rand_emb": rand_emb_evaluator,
     "published_hand": published_hand_evaluator,
     "published_hybrid": published_hybrid_evaluator,
+    "published_hybrid_authors": published_hybrid_authors_evaluator,
     "keyvalue_hand": keyvalue_hand_evaluator,
     "keyvalue_hybrid": keyvalue_hybrid_evaluator,
 }

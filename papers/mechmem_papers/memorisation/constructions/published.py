@@ -80,13 +80,16 @@ def published_construction(
     *,
     generator: torch.Generator,
     seed: int = 0,
+    columns: Int[Tensor, " n_out"] | None = None,
 ) -> tuple[Float[Tensor, "n_in d_mlp"], Float[Tensor, "n_in d_mlp"], Float[Tensor, "d_mlp n_out"]]:
     """(E1, E2, U) of the published construction for S neurons per label and the given top_fraction.
 
-    The neuron-label code depends only on (d_mlp, n_out, S, seed) and is cached, as in the authors' code; the
-    tie-breaks of the embedding rule are drawn from `generator`.
+    The neuron-label code depends only on (d_mlp, n_out, S, seed) and is cached, as in the authors' code
+    (`columns`, if given, permutes its label columns, as their repeated attempts do); the tie-breaks of the
+    embedding rule are drawn from `generator`.
     """
     conn = cached_assignment(d_mlp, n_out, s, seed)
+    conn = conn if columns is None else conn[:, columns]
     E1, E2 = published_embeddings(inputs, labels, conn, n_in, top_fraction, generator=generator)
     return E1, E2, published_unembedding(conn)
 

@@ -45,6 +45,7 @@ QUICK_GRID = SweepGrid(
     top_fractions=(0.0, 0.06, 0.12, 0.18, 0.24, 0.3, 0.36),
     hybrid_s_values=(2, 3, 4),
     hybrid_top_fractions=(0.1, 0.2, 0.3),
+    authors_attempts=1,
     retries=1,
     key_retries=2,
 )
