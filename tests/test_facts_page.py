@@ -623,3 +623,38 @@ def test_construction_bits_table_is_the_record_in_bits(record):
         assert int(weights) == 5 * d * d
         assert float(bits) == pytest.approx(expected, abs=0.01 * n + 1)
         assert float(per_weight) == pytest.approx(float(bits) / int(weights), abs=0.006)
+
+
+def test_int8_table_is_the_record_in_bits(record):
+    """The int8 table: each row's accuracies as recorded and Fano's bound before and after rounding over 5 d^2
+    weights; the summary line's worst share per mode recomputed from the rows."""
+    section = (DOCS / "memorisation.md").read_text().split("## Constructions in bits")[1].split("\n## ")[0]
+    rows = _table_rows(section.split("After int8 rounding (")[1], "mode")
+    recorded = record["constructions"]["int8"]["rows"]
+    assert len(rows) == len(recorded)
+
+    def fano(n: int, d: int, a: float) -> float:
+        h = 0.0 if a in (0.0, 1.0) else -(a * math.log2(a) + (1 - a) * math.log2(1 - a))
+        return n * max(0.0, math.log2(d) - h - (1 - a) * math.log2(d - 1))
+
+    kept: dict[str, float] = {}
+    for (label, d, _, facts, acc, acc8, per_weight, per_weight8), r in zip(
+        rows, recorded_in_page_order(recorded)
+    ):
+        d, n = int(d), int(facts)
+        assert (d, n) == (r["d"], r["n"]) and float(acc) == pytest.approx(r["accuracy"], abs=1e-3)
+        assert float(acc8) == pytest.approx(r["accuracy_int8"], abs=1e-3)
+        assert float(per_weight) == pytest.approx(fano(n, d, r["accuracy"]) / (5 * d * d), abs=0.006)
+        assert float(per_weight8) == pytest.approx(fano(n, d, r["accuracy_int8"]) / (5 * d * d), abs=0.006)
+        share = fano(n, d, r["accuracy_int8"]) / fano(n, d, r["accuracy"])
+        kept[label] = min(kept.get(label, 1.0), share)
+    line = next(x for x in section.splitlines() if x.startswith("- After int8 rounding, the share"))
+    for label, share in kept.items():
+        assert f"{label} {share:.1%} (d = " in line
+
+
+def recorded_in_page_order(rows: list[dict]) -> list[dict]:
+    """The int8 rows in the page's order: mode as the labels list them, then d, then acc = 1 before 0.9."""
+    from mechmem_papers.memorisation.page_constructions import LABELS
+
+    return sorted(rows, key=lambda r: (list(LABELS).index(r["mode"]), r["d"], r["criterion"] != "1"))

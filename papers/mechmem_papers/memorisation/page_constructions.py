@@ -381,14 +381,37 @@ def _bits_section(record: dict[str, Any]) -> Section:
     )
     if record["constructions"].get("int8"):
         section.tables.append(_int8_table(record))
+        section.lines.append(_int8_line(record))
     return section
+
+
+def _int8_line(record: dict[str, Any]) -> str:
+    """Per mode, the row that keeps the smallest share of its bits after int8 rounding."""
+    worst: dict[str, tuple[float, dict]] = {}
+    for r in record["constructions"]["int8"]["rows"]:
+        before = stored_bits(r["n"], r["d"], r["accuracy"])
+        kept = stored_bits(r["n"], r["d"], r["accuracy_int8"]) / before if before else 1.0
+        if r["mode"] not in worst or kept < worst[r["mode"]][0]:
+            worst[r["mode"]] = (kept, r)
+    parts = [
+        f"{LABELS[m]} {kept:.1%} (d = {r['d']}, {CRIT[r['criterion']]})"
+        for m, (kept, r) in sorted(worst.items(), key=lambda kv: list(LABELS).index(kv[0]))
+    ]
+    anchor = record["published"]["knowledge_capacity"]
+    return (
+        "After int8 rounding, the share of the bits kept, at worst over sizes and criteria: "
+        + "; ".join(parts)
+        + f". The anchor ({anchor['source']}): {anchor['value']:g} bits per parameter, kept after int8"
+        " quantisation."
+    )
 
 
 def _int8_table(record: dict[str, Any]) -> Table:
     """Bits per weight before and after rounding every weight tensor to int8 (`constructions.int8`)."""
     int8 = record["constructions"]["int8"]
     rows = []
-    for r in sorted(int8["rows"], key=lambda r: (list(LABELS).index(r["mode"]), r["d"], r["criterion"])):
+    order = lambda r: (list(LABELS).index(r["mode"]), r["d"], list(CRIT).index(r["criterion"]))
+    for r in sorted(int8["rows"], key=order):
         weights = 2 * (2 * r["d"]) * r["d"] + r["d"] * r["d"]
         before, after = (stored_bits(r["n"], r["d"], r[k]) for k in ("accuracy", "accuracy_int8"))
         rows.append(
@@ -403,6 +426,7 @@ def _int8_table(record: dict[str, Any]) -> Table:
         " rebuilt here reach slightly different accuracies than the committed search recorded (its records"
         " keep no software versions, so the cause is not known). Runs: "
         + "; ".join(f"`{cmd}`" for cmd in int8["runs"])
+        + "."
     )
     headers = ["mode", "d", "criterion", "facts", "accuracy", "accuracy, int8", "bits / weight"]
     return Table([*headers, "bits / weight, int8"], rows, caption=caption)
