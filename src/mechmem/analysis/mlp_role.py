@@ -99,5 +99,3 @@ def decided_mlp_role(
     joined = {name: torch.cat(values) for name, values in parts.items()}
     return MlpRole(layer, decision, joined["base"], joined["pre"], joined["drops"], joined["effect"])
 
-
-__all__ = ["FAMILY", "MlpRole", "decided_mlp_role", "last_answer"]

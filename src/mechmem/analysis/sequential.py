@@ -210,5 +210,3 @@ class FirstRoundCheck:
         self.failed.add(part)
         return exact(result)
 
-
-__all__ = ["Draw", "FirstRoundCheck", "Measure", "Rounds", "decide", "run_rounds"]

@@ -198,15 +198,8 @@ class RatioMoments:
             (2.0, 0.5774)
         """
         num, den = _unit_values(num.detach().double().cpu(), None if den is None else den.detach().cpu())
-        return cls(
-            num.shape[0],
-            num.sum(0),
-            den.sum(0),
-            num.square().sum(0),
-            den.square().sum(0),
-            (num * den).sum(0),
-            (den != 0).sum(0).double(),
-        )
+        sums = (x.sum(0) for x in (num, den, num.square(), den.square(), num * den))
+        return cls(num.shape[0], *sums, (den != 0).sum(0).double())
 
     def __add__(self, other: "RatioMoments") -> "RatioMoments":
         return RatioMoments(self.n + other.n, *(x + y for x, y in zip(self.sums(), other.sums())))
@@ -577,47 +570,3 @@ def judge(
 def no_open_tests(families: Mapping[str, FamilyDecision]) -> bool:
     """The default stop: no test is open (every one is decided, precise or untestable)."""
     return not any(bool(f.open.any()) for f in families.values())
-
-
-__all__ = [
-    "ABLATION_DELTA",
-    "ABLATION_FIRST",
-    "ABLATION_POLICY",
-    "ABLATION_THRESHOLDS",
-    "CIRCUIT_POLICY",
-    "CIRCUIT_PROMPTS",
-    "DECISION_COLUMNS",
-    "EDGE_SHARE",
-    "HEAD_FIRST",
-    "HEAD_POLICY",
-    "LEVEL",
-    "MIN_GAP",
-    "MLP_POLICY",
-    "NO",
-    "PATCH_FIRST",
-    "PATCH_POLICY",
-    "PATCH_SHARE",
-    "RESAMPLES",
-    "UNDECIDED",
-    "VERDICTS",
-    "YES",
-    "Z_95",
-    "Band",
-    "Decision",
-    "DecisionPolicy",
-    "FamilyDecision",
-    "RatioMoments",
-    "bootstrap_ratio",
-    "combine",
-    "covers",
-    "format_interval",
-    "format_mean_sd",
-    "judge",
-    "mean_interval",
-    "mean_sd",
-    "no_open_tests",
-    "normal_interval",
-    "standard_error",
-    "verdict",
-    "z_for",
-]

@@ -406,14 +406,3 @@ def decide_task_roles(
     heads = tuple(_role_heads(i, r, families, verdicts, needed) for i, r in enumerate(roles[0]))
     return TaskRoleEvidence(roles[0], heads, families, decision.looks, decision.stopped, policy)
 
-
-__all__ = [
-    "JUDGED",
-    "QUANTITIES",
-    "Estimate",
-    "RoleHeads",
-    "TaskRoleEvidence",
-    "decide_task_roles",
-    "measure_task_evidence",
-    "probe_values",
-]
