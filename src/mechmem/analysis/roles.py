@@ -432,10 +432,8 @@ class RoleEvidence:
     @classmethod
     def read(cls, ev: dict[str, float], role: str) -> "RoleEvidence":
         """The role's fields from a head's flat evidence."""
-        nan, of = (
-            float("nan"),
-            {k.removeprefix(f"{role}_"): v for k, v in ev.items() if k.startswith(f"{role}_")},
-        )
+        nan, prefix = float("nan"), f"{role}_"
+        of = {k.removeprefix(prefix): v for k, v in ev.items() if k.startswith(prefix)}
         corrected = {
             q: (of[f"{q}_corrected_lower"], of[f"{q}_corrected_upper"])
             for q in ("score", "share", "attention")
@@ -554,9 +552,8 @@ def classify_heads(
     if not evidence:
         return []
     evidence = dict(evidence)
-    for (
-        role
-    ) in task_roles:  # the point score max(transfer, via_mlp), and each head's share of its positive sum
+    # the point score max(transfer, via_mlp), and each head's share of its positive sum
+    for role in task_roles:
         transfer, via = evidence[f"{role}_transfer"], evidence.get(f"{role}_via_mlp")
         score = transfer if via is None else torch.maximum(transfer, via)
         total = score.clamp_min(0).sum()
@@ -565,26 +562,25 @@ def classify_heads(
         evidence.setdefault(f"{role}_share", share)
     n_layers, n_heads = next(iter(evidence.values())).shape
     roles = []
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            ev = {k: float(v[layer, head]) for k, v in evidence.items()}
-            patterns = sorted((c for k in PATTERN_ROLES if (c := _clear_pattern(ev, k, t))), reverse=True)
-            clear = {p.role for p in patterns}
-            notes = [p.note for p in patterns]
-            notes += [
-                u for k in PATTERN_ROLES if PATTERN_ROLES[k] not in clear and (u := undecided_note(ev, k))
-            ]
-            notes += task_undecided_notes(ev, task_roles)
-            task = _task_role(ev, task_roles, t) if task_roles else None
-            undecided: list[str] = []
-            if task is not None:
-                role, notes = task[0], [task[1]] + [f"also {note}" for note in notes]
-            else:
-                role = patterns[0].role if patterns else "none"
-                undecided = [r for r in task_roles if RoleEvidence.read(ev, r).verdict == UNDECIDED]
-                if not patterns:
-                    undecided += [PATTERN_ROLES[k] for k in PATTERN_ROLES if undecided_note(ev, k)]
-            roles.append(HeadRole(layer, head, role, ev, notes, undecided))
+    for layer, head in itertools.product(range(n_layers), range(n_heads)):
+        ev = {k: float(v[layer, head]) for k, v in evidence.items()}
+        patterns = sorted((c for k in PATTERN_ROLES if (c := _clear_pattern(ev, k, t))), reverse=True)
+        clear = {p.role for p in patterns}
+        notes = [p.note for p in patterns]
+        notes += [
+            u for k, name in PATTERN_ROLES.items() if name not in clear and (u := undecided_note(ev, k))
+        ]
+        notes += task_undecided_notes(ev, task_roles)
+        task = _task_role(ev, task_roles, t) if task_roles else None
+        undecided: list[str] = []
+        if task is not None:
+            role, notes = task[0], [task[1]] + [f"also {note}" for note in notes]
+        else:
+            role = patterns[0].role if patterns else "none"
+            undecided = [r for r in task_roles if RoleEvidence.read(ev, r).verdict == UNDECIDED]
+            if not patterns:
+                undecided += [name for k, name in PATTERN_ROLES.items() if undecided_note(ev, k)]
+        roles.append(HeadRole(layer, head, role, ev, notes, undecided))
     return roles
 
 
