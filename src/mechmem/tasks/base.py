@@ -43,12 +43,8 @@ class Batch:
             )
 
     def to(self, device: str | torch.device) -> "Batch":
-        return Batch(
-            self.tokens.to(device),
-            self.targets.to(device),
-            self.loss_mask.to(device),
-            {k: v.to(device) for k, v in self.info.items()},
-        )
+        info = {k: v.to(device) for k, v in self.info.items()}
+        return Batch(self.tokens.to(device), self.targets.to(device), self.loss_mask.to(device), info)
 
     def rows(self, index: slice) -> "Batch":
         """The sequences `index` selects (with every `info` tensor that has one entry per sequence)."""
@@ -94,9 +90,7 @@ class PatchingPair:
 
     def logit_diff(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Float[Tensor, ""]:
         """Mean over the batch of logit[correct] - logit[incorrect] at the answer position."""
-        rows = torch.arange(logits.shape[0], device=logits.device)
-        at = logits[rows, self.answer_pos.to(logits.device)]
-        return (at[rows, self.correct.to(logits.device)] - at[rows, self.incorrect.to(logits.device)]).mean()
+        return self.logit_diff_per_prompt(logits).mean()
 
     def logit_diff_per_prompt(
         self, logits: Float[Tensor, "... batch pos d_vocab"]
