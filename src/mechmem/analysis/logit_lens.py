@@ -82,16 +82,11 @@ class LogitLensResult:
 
     def __post_init__(self) -> None:
         shape = (len(self.stages), *self.mask.shape)
-        for name in ("target_prob", "target_rank"):
-            if tuple(getattr(self, name).shape) != shape:
-                raise ValueError(
-                    f"{name} must be [stage batch pos] = {shape}, got {tuple(getattr(self, name).shape)}"
-                )
-        for name in ("top_tokens", "top_probs"):
-            if tuple(getattr(self, name).shape[:3]) != shape:
-                raise ValueError(
-                    f"{name} must be [stage batch pos k], got {tuple(getattr(self, name).shape)}"
-                )
+        for name in ("target_prob", "target_rank", "top_tokens", "top_probs"):
+            got, per_token = tuple(getattr(self, name).shape), name.startswith("top")
+            if (got[:3] if per_token else got) != shape:
+                axes = "[stage batch pos k]" if per_token else f"[stage batch pos] = {shape}"
+                raise ValueError(f"{name} must be {axes}, got {got}")
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per stage, over the masked positions: mean target probability and top-1 accuracy with their 95%

@@ -387,7 +387,9 @@ def _evidence_from(decision: Decision, probes: list[str], random: int) -> Patter
         lows = token.corrected_lower.masked_fill(~token.testable, float("nan"))
         selective[:random] = head_detection.kth_highest(lows.float()).double()
     undecided = (overall.code == UNDECIDED) & overall.testable
-    needed = overall.n_needed.masked_fill(~undecided, float("nan"))
+    needed = overall.n_needed.masked_fill(~undecided, float("nan"))  # [probe pattern layer head]
+    # the fewest over the probes; 0 where no probe has an undecided test (nothing to decide)
+    fewest = needed.masked_fill(needed.isnan(), float("inf")).amin(0).masked_fill(needed.isnan().all(0), 0.0)
     named, could = named_heads(decision.families)  # [pattern layer head]
     evidence, curves = {}, {}
     for i, k in enumerate(head_detection.BUILTIN_PATTERNS):
@@ -397,15 +399,9 @@ def _evidence_from(decision: Decision, probes: list[str], random: int) -> Patter
         evidence[k] = curve["score"].nan_to_num(0.0).amax(0)
         evidence[f"{k}_lower"] = curve["corrected_lower"].nan_to_num(0.0).amax(0)
         evidence[f"{k}_token_lower"] = curves[k]["token_lower"].nan_to_num(0.0, neginf=0.0).amax(0)
-        evidence[f"{k}_n_needed"] = _nanmin(needed[:, i])
+        evidence[f"{k}_n_needed"] = fewest[i].float()
         evidence[f"{k}_open"] = (could[i] & ~named[i]).float()
     return PatternEvidence(evidence, probes, curves, decision)
-
-
-def _nanmin(x: Tensor) -> Tensor:
-    """The smallest non-NaN value over the first axis (0 where every value is NaN: nothing to decide)."""
-    low = x.masked_fill(x.isnan(), float("inf")).amin(0)
-    return low.masked_fill(x.isnan().all(0), 0.0).float()
 
 
 # -- the classifier

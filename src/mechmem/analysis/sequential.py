@@ -38,11 +38,6 @@ _FROZEN_FIELDS = (
 """The per-test fields of a `FamilyDecision` that a frozen test keeps from the look that froze it."""
 
 
-def _frozen_tests(family: FamilyDecision) -> Tensor:
-    """Tests that stop being measured under `decide(freeze=)`: decided (yes or no) or precise."""
-    return (family.code != UNDECIDED) | family.precise
-
-
 def _keep_frozen(before: FamilyDecision, now: FamilyDecision, frozen: Tensor) -> FamilyDecision:
     """`now`, except that the `frozen` tests keep every per-test value of `before` (their look's)."""
     kept = {
@@ -125,7 +120,8 @@ def decide(
         for name in freeze:
             if name in stopped:
                 families[name] = _keep_frozen(before[name], families[name], stopped[name])
-            stopped[name] = stopped.get(name, False) | _frozen_tests(families[name])
+            decided = (families[name].code != UNDECIDED) | families[name].precise
+            stopped[name] = stopped.get(name, False) | decided
         if stale is not None:
             for name, mask in stale(families).items():
                 stopped[name] = stopped[name] | mask.expand_as(stopped[name])
@@ -209,4 +205,3 @@ class FirstRoundCheck:
             return result
         self.failed.add(part)
         return exact(result)
-

@@ -366,12 +366,7 @@ def decide_task_roles(
     via = not model.cfg.attn_only
     judged = [q for q in JUDGED if via or q != "via_mlp"]
     t = thresholds
-    limits = {
-        "transfer": t.min_score,
-        "via_mlp": t.min_score,
-        "attention": t.task_attention,
-        "share": t.share_margin,
-    }
+    limits = dict(zip(JUDGED, (t.min_score, t.min_score, t.task_attention, t.share_margin)))
     axes = ("role", "layer", "head")
 
     def draw(k: int, gen: torch.Generator) -> dict[str, RatioMoments]:
@@ -405,4 +400,3 @@ def decide_task_roles(
     needed = _n_needed(families, verdicts, t.share_margin, decision.n, policy)
     heads = tuple(_role_heads(i, r, families, verdicts, needed) for i, r in enumerate(roles[0]))
     return TaskRoleEvidence(roles[0], heads, families, decision.looks, decision.stopped, policy)
-
