@@ -82,20 +82,15 @@ def bayes_posterior(tokens: Int[Tensor, "batch pos"], vocab_size: int) -> Float[
     post = torch.zeros(batch, n_steps, vocab_size + 1, device=tokens.device)
     for k in range(n_steps):
         used = torch.zeros(batch, vocab_size + 1, dtype=torch.bool, device=tokens.device)
-        if k:
-            used.scatter_(1, ys[:, :k], True)
+        used.scatter_(1, ys[:, :k], True)
         used[:, 0] = True
         free = (~used).float()
-        uniform = free / free.sum(-1, keepdim=True).clamp_min(1.0)
+        post[:, k] = free / free.sum(-1, keepdim=True).clamp_min(1.0)  # uniform over the unused y's
         if k:
             match = xs[:, :k] == xs[:, k : k + 1]  # earlier occurrences of this x
-            seen = match.any(-1)
-            first = match.float().argmax(-1)
-            recalled = ys.gather(1, first[:, None]).squeeze(1)
-            point = torch.zeros_like(uniform).scatter_(1, recalled[:, None], 1.0)
-            post[:, k] = torch.where(seen[:, None], point, uniform)
-        else:
-            post[:, k] = uniform
+            recalled = ys.gather(1, match.float().argmax(-1, keepdim=True))
+            point = torch.zeros_like(post[:, k]).scatter_(1, recalled, 1.0)
+            post[:, k] = torch.where(match.any(-1, keepdim=True), point, post[:, k])
     return post
 
 

@@ -28,13 +28,7 @@ from torch import Tensor
 from mechmem.analysis import ablation, heads, logit_lens, patching, probes, roles
 from mechmem.analysis.frames import short_repr
 from mechmem.analysis.stats import RatioMoments, normal_interval
-from mechmem.analysis.transitions import (
-    Event,
-    Rule,
-    find_events,
-    level,
-    steepest,
-)
+from mechmem.analysis.transitions import Event, Rule, find_events, level, steepest
 from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.models.checks import check_finite_weights, check_n_samples
@@ -147,12 +141,12 @@ def _loss(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     b = data.batch
     logits = model(b.tokens)
     mask = b.loss_mask.float()
-    hits = ((logits.argmax(-1) == b.targets).float() * mask).sum(-1)
-    losses = ablation.sequence_losses(b)(logits)
+    hits, rows = ((logits.argmax(-1) == b.targets).float() * mask).sum(-1), mask.sum(-1)
+    losses = RatioMoments.from_values(ablation.sequence_losses(b)(logits), rows)
     return {
-        "loss": ratio_point(float(data.task.loss(logits, b)), RatioMoments.from_values(losses, mask.sum(-1))),
+        "loss": ratio_point(float(data.task.loss(logits, b)), losses),
         "acc": ratio_point(
-            masked_accuracy(logits, b.targets, b.loss_mask), RatioMoments.from_values(hits, mask.sum(-1))
+            masked_accuracy(logits, b.targets, b.loss_mask), RatioMoments.from_values(hits, rows)
         ),
     }
 
@@ -161,11 +155,10 @@ def head_points(
     value: Tensor, lower: Tensor, upper: Tensor, *, prefix: str = "", suffix: str = ""
 ) -> dict[str, CurvePoint]:
     """One point per head of [layer head] values and bounds, named prefix + head + suffix."""
+    cells = itertools.product(range(value.shape[0]), range(value.shape[1]))
     return {
-        f"{prefix}{Head(l, h)}{suffix}": CurvePoint(
-            float(value[l, h]), float(lower[l, h]), float(upper[l, h])
-        )
-        for l, h in itertools.product(range(value.shape[0]), range(value.shape[1]))
+        f"{prefix}{Head(l, h)}{suffix}": CurvePoint(*(float(t[l, h]) for t in (value, lower, upper)))
+        for l, h in cells
     }
 
 
