@@ -365,16 +365,9 @@ def measure_pattern_evidence(
     families = ("overall", "token") if halves else ("overall",)
     overall = ("probe", "pattern", "layer", "head")
     axes = {"overall": overall, "token": (*overall, "token")}
-    decision = decide(
-        draw_probes(model, task, halves),
-        {k: t for k in families},
-        policy=policy,
-        generator=generator,
-        settled=names_settled,
-        axes=axes,
-        freeze=families,
-        stale=stale_names,
-    )
+    draw, limits = draw_probes(model, task, halves), dict.fromkeys(families, t)
+    options = {"settled": names_settled, "axes": axes, "freeze": families, "stale": stale_names}
+    decision = decide(draw, limits, policy=policy, generator=generator, **options)
     return _evidence_from(decision, probes, len(halves))
 
 

@@ -102,21 +102,11 @@ def decide(
         if set(total) != set(thresholds):
             raise ValueError(f"draw gave families {sorted(total)}, thresholds name {sorted(thresholds)}")
         taken.append(size)
-        before, families = (
-            families,
-            {
-                name: judge(
-                    m,
-                    thresholds[name],
-                    z=policy.z(math.prod(m.shape), len(total)),
-                    policy=policy,
-                    absolute=name in absolute,
-                    name=name,
-                    axes=tuple((axes or {}).get(name, ())),
-                )
-                for name, m in total.items()
-            },
-        )
+        before, families = families, {}
+        for name, m in total.items():
+            z, named_axes = policy.z(math.prod(m.shape), len(total)), tuple((axes or {}).get(name, ()))
+            options = {"absolute": name in absolute, "name": name, "axes": named_axes}
+            families[name] = judge(m, thresholds[name], z=z, policy=policy, **options)
         for name in freeze:
             if name in stopped:
                 families[name] = _keep_frozen(before[name], families[name], stopped[name])

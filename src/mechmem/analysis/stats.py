@@ -547,24 +547,11 @@ def judge(
     needed = policy.first * torch.exp2(torch.log2(needed / policy.first).ceil().clamp_min(0))
     needed = needed.masked_fill(distance == 0, float("inf"))
     needed = needed.masked_fill(code != UNDECIDED, float(moments.n)).masked_fill(~testable, float("nan"))
-    return FamilyDecision(
-        name,
-        t,
-        absolute,
-        z,
-        moments.n,
-        mean,
-        *normal_interval(mean, se),
-        low,
-        high,
-        testable,
-        testable | (support * policy.budget / max(moments.n, 1) >= policy.min_units),
-        code,
-        (z * se <= policy.precision) & testable,
-        needed,
-        axes,
-        ceiling=None if band is None else band.upper,
-    )
+    intervals = (mean, *normal_interval(mean, se), low, high)
+    reachable = testable | (support * policy.budget / max(moments.n, 1) >= policy.min_units)
+    tests = (testable, reachable, code, (z * se <= policy.precision) & testable, needed)
+    ceiling = None if band is None else band.upper
+    return FamilyDecision(name, t, absolute, z, moments.n, *intervals, *tests, axes, ceiling=ceiling)
 
 
 def no_open_tests(families: Mapping[str, FamilyDecision]) -> bool:

@@ -294,8 +294,9 @@ def _verdicts(families: dict[str, FamilyDecision], margin: float) -> _Verdicts:
     return _Verdicts(score, lead_lower, lead_upper, lead, _code(role_yes, role_no))
 
 
-def _settled(families: dict[str, FamilyDecision], v: _Verdicts) -> bool:
+def _settled(families: dict[str, FamilyDecision], margin: float) -> bool:
     """No head's role verdict can still change with more sequences (docs/decisions.md)."""
+    v = _verdicts(families, margin)
     open_ = torch.stack(
         [families[q].open for q in ("transfer", "attention", "via_mlp") if q in families]
     ).any(0)
@@ -367,6 +368,7 @@ def decide_task_roles(
     judged = [q for q in JUDGED if via or q != "via_mlp"]
     t = thresholds
     limits = dict(zip(JUDGED, (t.min_score, t.min_score, t.task_attention, t.share_margin)))
+    limits = {q: limits[q] for q in judged}
     axes = ("role", "layer", "head")
 
     def draw(k: int, gen: torch.Generator) -> dict[str, RatioMoments]:
@@ -382,15 +384,8 @@ def decide_task_roles(
         return moments | {"share": _share_moments(values, roles[0], t.min_score, via)}
 
     try:
-        decision = decide(
-            draw,
-            {q: limits[q] for q in judged},
-            policy=policy,
-            generator=generator,
-            settled=lambda families: _settled(families, _verdicts(families, t.share_margin)),
-            axes={q: axes for q in judged},
-            cumulative=True,
-        )
+        options = {"settled": partial(_settled, margin=t.share_margin), "axes": dict.fromkeys(judged, axes)}
+        decision = decide(draw, limits, policy=policy, generator=generator, cumulative=True, **options)
     except _NoRoleProbes:
         return None
     families = {q: decision.families[q] for q in judged}

@@ -464,17 +464,9 @@ def run_dynamics(
         },
         "first_checkpoint": str(first_path),
     }
-    return Dynamics(
-        [s for s, _ in files],
-        curves,
-        groups,
-        rules,
-        {k: round(v, 3) for k, v in cost.items()},
-        info,
-        lower={c: bounds["lower"][c] for c in with_interval},
-        upper={c: bounds["upper"][c] for c in with_interval},
-        exact=exact,
-    )
+    lower, upper = ({c: bounds[side][c] for c in with_interval} for side in ("lower", "upper"))
+    cost_s = {k: round(v, 3) for k, v in cost.items()}
+    return Dynamics([s for s, _ in files], curves, groups, rules, cost_s, info, lower, upper, exact)
 
 
 def set_levels(result: Dynamics, levels: dict[str, float]) -> None:
