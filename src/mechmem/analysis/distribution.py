@@ -49,7 +49,7 @@ LOGITS_BUDGET = 2**24
 
 @dataclass(frozen=True)
 class PromptFit:
-    """The model's loss on an analysis's prompts next to a uniform guess's and its task-data loss, and the
+    """The model's loss on an analysis's prompts beside a uniform guess's and its task-data loss, and the
     verdict."""
 
     source: str
@@ -189,8 +189,7 @@ def _checked(prompts: Any) -> Batch | PatchingPair:
 
 
 def _chunks(model: torch.nn.Module, prompts: Batch | PatchingPair) -> Iterator[tuple[Any, Tensor]]:
-    """Chunks of rows of `prompts` on the model's device with their logits, each within `LOGITS_BUDGET`
-    entries."""
+    """Chunks of `prompts` on the model's device with their logits, each within `LOGITS_BUDGET` entries."""
     device = model_device(model)
     is_batch = isinstance(prompts, Batch)
     n, pos = (prompts.tokens if is_batch else prompts.clean).shape

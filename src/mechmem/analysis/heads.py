@@ -51,8 +51,7 @@ def kth_highest(lower: Float[Tensor, "... token"], k: int = MIN_TOKENS) -> Float
 
 
 def token_lower(moments: RatioMoments, z: float = Z_95) -> Float[Tensor, "... token"]:
-    """Per token, score - z delta-method standard errors over sequences (NaN with fewer than
-    `MIN_TOKEN_ROWS` rows)."""
+    """Per token, score - z delta-method standard errors (NaN below `MIN_TOKEN_ROWS` rows)."""
     lows = moments.ratio() - z * moments.stderr()
     return lows.masked_fill(moments.b < MIN_TOKEN_ROWS, float("nan")).float()
 
@@ -98,8 +97,7 @@ BUILTIN_PATTERNS: dict[str, PatternFn] = {
 def repeated_random_tokens(
     n: int, half: int, d_vocab: int, *, generator: torch.Generator, distinct: bool = True
 ) -> Int[Tensor, "batch pos"]:
-    """n sequences [r, r] of length 2 * half; r holds no repeated token when `distinct` and half <=
-    d_vocab."""
+    """n sequences [r, r]; r holds no repeated token when `distinct` and half <= d_vocab."""
     if distinct and half <= d_vocab:
         first = torch.rand(n, d_vocab, generator=generator).argsort(-1)[:, :half]
     else:
@@ -128,9 +126,8 @@ def chosen_halves(
     lengths: Sequence[int] | None = None,
     task_half: int | None = None,
 ) -> list[int]:
-    """The probe half-lengths a user asked for: `half` alone, else `lengths`, else `probe_halves` plus
-    `task_half`. Raises `MechmemError` for a length the model cannot hold (2 x half <= n_ctx, half <=
-    d_vocab, half >= 2)."""
+    """The probe half-lengths asked for: `half`, else `lengths`, else `probe_halves` plus `task_half`.
+    Raises `MechmemError` for a length the model cannot hold (2 x half <= n_ctx, 2 <= half <= d_vocab)."""
     if half is not None:
         halves = [half]
     elif lengths:
@@ -410,9 +407,8 @@ def detect_heads_on_task(
     generator: torch.Generator | None = None,
     resamples: int = RESAMPLES,
 ) -> HeadScores:
-    """Detection scores on a task's data, counting the answer queries only (`answers`, e.g.
-    `batch.loss_mask > 0`; see `task_patterns`): `HeadScores` with previous_token, duplicate_token and
-    induction, each [layer head]."""
+    """Detection scores [layer head] on a task's data, counting the answer queries only (`answers`, e.g.
+    `batch.loss_mask > 0`; see `task_patterns`)."""
     if answers.shape != tokens.shape:
         raise ValueError(f"answers {tuple(answers.shape)} must have the tokens' shape {tuple(tokens.shape)}")
     return detect_heads(

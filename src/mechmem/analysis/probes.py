@@ -181,8 +181,7 @@ def ov_copy_probe(
 def qk_previous_position_probe(
     model: torch.nn.Module, layer: int, head: int, n_positions: int | None = None
 ) -> ProbeResult:
-    """Do positional keys point back one step? For queries p_t (t >= 1):
-    argmax_s p_t W_Q W_K^T p_s^T == t - 1."""
+    """Do positional keys point back one step: argmax_s p_t W_Q W_K^T p_s^T == t - 1 for t >= 1?"""
     n = model.cfg.n_ctx if n_positions is None else min(n_positions, model.cfg.n_ctx)
     suffix = "" if n == model.cfg.n_ctx else f".first{n}"
     return _probe(

@@ -65,8 +65,7 @@ class RoleThresholds(ConfigMixin):
     mlp_drop: float = 0.05
     """Min drop in mean p(answer) under mean ablation of a layer's MLP, to name it as contributing."""
     neuron_share: float = 0.5
-    """Key neurons: the fewest neurons whose direct effects make up this share of the MLP's positive
-    effect."""
+    """Key neurons: the fewest whose direct effects make up this share of the MLP's positive effect."""
     max_key_neurons: int = 5
     """At most this many key neurons are listed."""
 
@@ -154,8 +153,7 @@ class RoleResult:
         return out
 
     def summary(self) -> str:
-        """The named or undecided heads' `label`s, e.g. "L0H2 previous-token, L1H1 induction" (or "no head
-        roles found")."""
+        """The named or undecided heads' `label`s, e.g. "L0H2 previous-token, L1H1 induction"."""
         if not self.heads:
             return "no attention heads analysed"
         named = [h.label for h in self.heads if h.role != "none" or h.undecided]
@@ -203,8 +201,7 @@ class PatternEvidence:
     """Per pattern: "score", "lower", "upper" (marginal 95%), "corrected_lower", "corrected_upper",
     "token_lower" (corrected), each [probe layer head]."""
     decision: Decision | None = None
-    """The sequential decision: families "overall" [probe pattern layer head] and "token" [random probe
-    pattern layer head token]."""
+    """Families "overall" [probe pattern layer head] and "token" [random probe pattern layer head token]."""
 
     @property
     def n(self) -> int:
@@ -231,8 +228,7 @@ class PatternEvidence:
         return "; ".join(f"{p}: {k} sequences" for p, k in zip(self.probes, self.probe_n))
 
     def rows(self) -> list[list[object]]:
-        """One table row per head and pattern: `LlHh`, the pattern, then "score [lower, upper]" (marginal 95%)
-        per probe."""
+        """Per head and pattern: `LlHh`, the pattern, then "score [lower, upper]" (marginal 95%) per probe."""
         rows: list[list[object]] = []
         for name, curve in self.curves.items():
             for layer, head in itertools.product(*map(range, curve["score"].shape[1:])):
@@ -303,8 +299,7 @@ def _stacked(
 
 
 def draw_probes(model: Any, task: Any, halves: Sequence[int]) -> Any:
-    """The role rule's probes as a sequential draw: k new sequences per probe with a test still measured ->
-    the families' moments."""
+    """The role rule's probes as a `sequential.Draw`: k new sequences per probe with a test still measured."""
     cfg = model.cfg
     keys = list(head_detection.BUILTIN_PATTERNS)
     overall_shape = (len(keys), cfg.n_layers, cfg.n_heads)
@@ -351,11 +346,10 @@ def measure_pattern_evidence(
     n: int | None = None,
     threshold: float | None = None,
 ) -> PatternEvidence:
-    """Detection scores (previous-token, induction, duplicate-token) per head over the role rule's probes,
-    sampled in rounds until every head's name is decided (docs/decisions.md): [r, r] for every half-length in
-    `halves` (default `heads.default_halves`) and, with a task, its data at the answer queries. Every head,
-    pattern, probe and token is one test against `threshold` (default `RoleThresholds().attention`); `n`
-    replaces the policy's budget."""
+    """Detection scores per head over the role rule's probes, sampled in rounds until every head's name is
+    decided (docs/decisions.md): [r, r] for every half-length in `halves` (default `heads.default_halves`)
+    and, with a task, its data at the answer queries. Every head, pattern, probe and token is one test
+    against `threshold` (default `RoleThresholds().attention`); `n` replaces the policy's budget."""
     halves = head_detection.default_halves(model, task) if halves is None else list(halves)
     probes = [f"[r, r], |r| = {half}" for half in halves] + (["task data"] if task is not None else [])
     if not probes:

@@ -121,8 +121,7 @@ def decide(
 
 
 Measure = Callable[..., tuple[Any, Mapping[str, RatioMoments]]]
-"""(how many new units, generator[, mask]) -> (the round's record, per family the moments of the new
-units)."""
+"""(new units, generator[, mask]) -> (the round's record, per family the moments of the new units)."""
 
 
 @dataclass(frozen=True)
@@ -144,8 +143,7 @@ def run_rounds(
     **options: Any,
 ) -> Rounds:
     """`decide` over rounds of `measure`, keeping each round's record. Sampling stops once `absent` (judged
-    after each look) says the behaviour is absent (`stopped` reads "no behaviour"); `options` go to
-    `decide`."""
+    after each look) says the behaviour is absent (`stopped`: "no behaviour"); `options` go to `decide`."""
     records: list[Any] = []
 
     def draw(k: int, gen: torch.Generator, *measured: Any) -> Mapping[str, RatioMoments]:

@@ -109,8 +109,7 @@ def mean_interval(
 
 
 def covers(lower: Any, upper: Any, value: float = 0.0) -> Any:
-    """Whether each interval [lower, upper] contains `value`, elementwise; a NaN bound counts as containing
-    it."""
+    """Whether each interval [lower, upper] contains `value`, elementwise (a NaN bound contains it)."""
     if isinstance(lower, Tensor) or isinstance(upper, Tensor):
         lower, upper = torch.as_tensor(lower), torch.as_tensor(upper)
         return ~((lower > value) | (upper < value))
@@ -254,16 +253,13 @@ def format_mean_sd(values: Sequence[float | int], fmt: str = ".3f", sep: str = "
 
 
 MIN_GAP = 1.0
-"""A behaviour is there when the corrected interval of its clean - corrupted gap lies outside (-1, 1)
-(docs/decisions.md)."""
+"""A behaviour is there when the corrected interval of its clean - corrupted gap lies outside (-1, 1)."""
 PATCH_SHARE = 0.1
 """A patched cell matters when the corrected interval of its share of the gap lies outside (-0.1, 0.1)."""
 EDGE_SHARE = 0.05
-"""An edge is in the decided circuit when the corrected interval of its share of the gap lies outside
-(-0.05, 0.05)."""
+"""An edge is in the decided circuit when the corrected interval of its share lies outside (-0.05, 0.05)."""
 ABLATION_DELTA = 0.05
-"""A component matters when the corrected interval of the change of the task loss on ablating it lies
-outside (-0.05, 0.05) nats."""
+"""A component matters when the corrected interval of its ablation's loss change is outside +-0.05 nats."""
 ABLATION_THRESHOLDS = {"loss": ABLATION_DELTA, "accuracy": 0.05, "logit_diff": 0.1}
 """Per metric, the size of change that makes a component matter (docs/decisions.md, "Ablation")."""
 HEAD_FIRST = 64
@@ -311,8 +307,7 @@ class DecisionPolicy(ConfigMixin):
             raise ValueError("precision must be >= 0 and min_units >= 2")
 
     def looks(self) -> tuple[int, ...]:
-        """The planned look sizes: first, 2 x first, 4 x first, ... while below the budget, then the
-        budget."""
+        """The planned look sizes: first, 2 x first, 4 x first, ... while below the budget, then it."""
         sizes, n = [], self.first
         while n < self.budget:
             sizes.append(n)
@@ -320,8 +315,7 @@ class DecisionPolicy(ConfigMixin):
         return (*sizes, self.budget)
 
     def z(self, tests: int, families: int = 1) -> float:
-        """The corrected z of one test: two-sided level 1 - alpha / (families x tests x K) at each of K
-        looks."""
+        """The corrected z of one test: two-sided level 1 - alpha / (families x tests x K), K looks."""
         return z_for(self.alpha / (families * max(tests, 1) * len(self.looks())))
 
     def rounded(self, n: float) -> float:
@@ -407,8 +401,7 @@ class FamilyDecision:
 
     @property
     def open(self) -> Tensor:
-        """Tests that would still gain from more units: undecided, not precise, and testable within the
-        budget."""
+        """Tests that would gain from more units: undecided, not precise, testable within the budget."""
         return (self.code == UNDECIDED) & self.reachable & ~self.precise
 
     def verdicts(self) -> list[str]:

@@ -182,9 +182,8 @@ class RoleHeads:
     n_needed: Tensor
 
     def flat(self) -> dict[str, Tensor]:
-        """The "{role}_{quantity}" keys of `HeadRole.evidence`: r_q, r_q_lower, r_q_upper and, judged,
-        r_q_corrected_lower / r_q_corrected_upper; r_lead_lower, r_lead_upper, r_score_verdict, r_verdict,
-        r_n_needed."""
+        """The keys of `HeadRole.evidence`: r_q, r_q_lower, r_q_upper and, judged, r_q_corrected_lower /
+        r_q_corrected_upper; r_lead_lower, r_lead_upper, r_score_verdict, r_verdict, r_n_needed."""
         out: dict[str, Tensor] = {}
         for q in ("transfer", "via_mlp", "attention", "share", "damage", "score"):
             est = getattr(self, q)
@@ -198,8 +197,7 @@ class RoleHeads:
 
 @dataclass(frozen=True)
 class TaskRoleEvidence:
-    """What `decide_task_roles` found: each role's per-head evidence, the families' decisions and the looks
-    taken."""
+    """What `decide_task_roles` found: each role's per-head evidence, the families' decisions, the looks."""
 
     roles: tuple[str, ...]
     heads: tuple[RoleHeads, ...]

@@ -69,8 +69,7 @@ def run_dir_of(checkpoint: str | Path) -> Path:
 
 def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Iterator[tuple[int, Checkpoint]]:
     """Yield (step, checkpoint) in order; one model object is reused, each step's weights loaded into it.
-    Every file must be of the same run as the first, else a one-line `CheckpointError` names the
-    differences."""
+    Every file must be of the first's run, else a one-line `CheckpointError` names the differences."""
     first = load_checkpoint(files[0][1], device=resolve_device(device))
     identity = payload_identity(read_payload(files[0][1]))
     yield files[0][0], first
