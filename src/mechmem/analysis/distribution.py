@@ -49,8 +49,7 @@ LOGITS_BUDGET = 2**24
 
 @dataclass(frozen=True)
 class PromptFit:
-    """The model's loss on an analysis's prompts beside a uniform guess's and its task-data loss, and the
-    verdict."""
+    """The model's loss on an analysis's prompts beside a uniform guess's and task-data loss; a verdict."""
 
     source: str
     """What the prompts are, in words."""

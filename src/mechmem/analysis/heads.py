@@ -360,16 +360,12 @@ def detect_heads(
         if resamples:
             lower[k], upper[k] = bootstrap_ratio(m, r, generator=gen, resamples=resamples)
         moments[k] = RatioMoments.from_values(m, r)
+    extra = {"rows": {k: int(torch.cat(v).sum()) for k, v in rows_per_seq.items()}}
+    by_token = {k: m.ratio().float() for k, m in tok.items()}
+    by_token_lower = {k: token_lower(m) for k, m in tok.items()}
+    intervals = {"lower": lower, "upper": upper, "by_token_lower": by_token_lower}
     return HeadScores(
-        scores,
-        data=data,
-        extra={"rows": {k: int(torch.cat(v).sum()) for k, v in rows_per_seq.items()}},
-        lower=lower,
-        upper=upper,
-        by_token={k: m.ratio().float() for k, m in tok.items()},
-        by_token_lower={k: token_lower(m) for k, m in tok.items()},
-        moments=moments,
-        token_moments=tok,
+        scores, data, extra=extra, by_token=by_token, moments=moments, token_moments=tok, **intervals
     )
 
 
@@ -407,14 +403,14 @@ def detect_heads_on_task(
     generator: torch.Generator | None = None,
     resamples: int = RESAMPLES,
 ) -> HeadScores:
-    """Detection scores [layer head] on a task's data, counting the answer queries only (`answers`, e.g.
-    `batch.loss_mask > 0`; see `task_patterns`)."""
+    """Detection scores on a task's data at the answer queries `answers` (e.g. `batch.loss_mask > 0`)."""
     if answers.shape != tokens.shape:
         raise ValueError(f"answers {tuple(answers.shape)} must have the tokens' shape {tuple(tokens.shape)}")
+    patterns = task_patterns(answers.bool())
     return detect_heads(
         model,
         tokens,
-        task_patterns(answers.bool()),
+        patterns,
         data=TASK_DATA,
         chunk=max(1, len(tokens)),
         generator=generator,

@@ -183,12 +183,10 @@ class RoleResult:
         }
 
 
-# -- measurement
-# ------------------------------------------------------------------------------------------------
+# -- measurement ---------------------------------------------------------------------------------------------
 @dataclass
 class PatternEvidence:
-    """Detection evidence over the role rule's probes: per-pattern summaries [layer head], the curves, and the
-    sequential decision they come from."""
+    """Detection evidence over the role rule's probes: summaries [layer head], curves, and their decision."""
 
     evidence: dict[str, Float[Tensor, "layer head"]]
     """Per pattern p: p (best score over the probes), p_lower (best corrected lower end: what the rule
@@ -198,8 +196,8 @@ class PatternEvidence:
     probes: list[str]
     """What each probe is, in the curves' order."""
     curves: dict[str, dict[str, Tensor]]
-    """Per pattern: "score", "lower", "upper" (marginal 95%), "corrected_lower", "corrected_upper",
-    "token_lower" (corrected), each [probe layer head]."""
+    """Per pattern, each [probe layer head]: "score", "lower", "upper" (marginal 95%), "corrected_lower",
+    "corrected_upper", "token_lower" (corrected)."""
     decision: Decision | None = None
     """Families "overall" [probe pattern layer head] and "token" [random probe pattern layer head token]."""
 
@@ -391,8 +389,7 @@ def _evidence_from(decision: Decision, probes: list[str], random: int) -> Patter
     return PatternEvidence(evidence, probes, curves, decision)
 
 
-# -- the classifier
-# -----------------------------------------------------------------------------------------------
+# -- the classifier ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RoleEvidence:
     """One head's evidence for one task role: the keys "{role}_{quantity}" of `HeadRole.evidence`, as fields
@@ -488,8 +485,7 @@ class ClearPattern(NamedTuple):
 
 
 def _clear_pattern(ev: dict[str, float], key: str, t: RoleThresholds) -> ClearPattern | None:
-    """The head's pattern `key` when the role rule calls it clear (on its lower ends, or the point score for
-    evidence without intervals), else None."""
+    """The head's pattern `key` when the role rule calls it clear (lower ends, or point scores), else None."""
     name = PATTERN_ROLES[key]
     if key not in ev or (f"{key}_lower" not in ev and ev[key] < t.attention):
         return None

@@ -49,8 +49,7 @@ JUDGED = ("transfer", "via_mlp", "attention", "share")
 """The families of tests, each [role layer head]; damage is reported, not judged."""
 
 
-# -- per-sequence evidence
-# -----------------------------------------------------------------------------------------
+# -- per-sequence evidence -----------------------------------------------------------------------------------
 def _via_mlp_variant(
     model: Any, layer: int, head: int, z_change: Float[Tensor, "batch pos head_index d_head"]
 ) -> list[Intervention]:
@@ -136,12 +135,10 @@ def measure_task_evidence(
     return out
 
 
-# -- the decision
-# -----------------------------------------------------------------------------------------------
+# -- the decision --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Estimate:
-    """One quantity per head [layer head]: its mean, marginal 95% interval and, for a judged quantity, the
-    corrected interval it is judged on."""
+    """One quantity [layer head]: mean, marginal 95% interval and, if judged, the corrected interval."""
 
     mean: Tensor
     lower: Tensor

@@ -186,23 +186,15 @@ class Task:
 
     def check_model(self, model: torch.nn.Module) -> None:
         """Raise `MechmemError` when the model's input or output vocabulary or context is too small."""
-        cfg = getattr(model, "cfg", None)
+        cfg, limits = getattr(model, "cfg", None), ("vocabulary", "output vocabulary", "context")
         try:
-            need = {
-                "vocabulary": self.d_vocab,
-                "output vocabulary": self.d_vocab_out,
-                "context": self.seq_len,
-            }
+            need = dict(zip(limits, (self.d_vocab, self.d_vocab_out, self.seq_len)))
         except NotImplementedError:
             return
         d_vocab, d_vocab_out = getattr(cfg, "d_vocab", None), getattr(cfg, "d_vocab_out", None)
         if not (isinstance(d_vocab_out, int) and d_vocab_out > 0):
             d_vocab_out = d_vocab
-        have = {
-            "vocabulary": d_vocab,
-            "output vocabulary": d_vocab_out,
-            "context": getattr(cfg, "n_ctx", None),
-        }
+        have = dict(zip(limits, (d_vocab, d_vocab_out, getattr(cfg, "n_ctx", None))))
         bad = [f"{k} {need[k]} > model's {v}" for k, v in have.items() if isinstance(v, int) and need[k] > v]
         if bad:
             raise MechmemError(f"task {self.name!r} does not fit the model: {'; '.join(bad)}")

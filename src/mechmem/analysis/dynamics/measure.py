@@ -452,15 +452,12 @@ def run_dynamics(
     with_interval = [c for c in points if any(v is not None for v in bounds["lower"][c])]
     exact = [c for c, ps in points.items() if all(p.exact for p in ps if p is not None)]
     rules = {c: r for q in chosen for c in groups[q.name] if (r := q.rule(c)) is not None}
+    drawn = {"n": n, "seed": seed, "data": "one draw of the task's evaluation batch, used for every step"}
     info = {
         "run_dir": str(run_dir),
         "checkpoints": [p.name for _, p in files],
         "task": ckpt.task_name,
-        "eval": {
-            "n": n,
-            "seed": seed,
-            "data": "one draw of the task's evaluation batch, used for every step",
-        },
+        "eval": drawn,
         "first_checkpoint": str(first_path),
     }
     lower, upper = ({c: bounds[side][c] for c in with_interval} for side in ("lower", "upper"))
@@ -483,8 +480,7 @@ def set_levels(result: Dynamics, levels: dict[str, float]) -> None:
 
 
 def checked_steps(run_dir: str | Path, *, allow_nonfinite: bool = False) -> list[tuple[int, Path]]:
-    """The run's step checkpoints, each checked before any measurement: all of one run (`iter_models`) and
-    with finite weights (unless `allow_nonfinite`)."""
+    """The run's step checkpoints, checked first: all of one run, finite (unless `allow_nonfinite`)."""
     files = step_files(run_dir)
     for step, ckpt in iter_models(files):
         check_finite_weights(ckpt.model, allow=allow_nonfinite, what=f"step {step}")

@@ -270,9 +270,4 @@ def reference_sequences(
         counters.append(counter)
         trigs.append(idxs)
         outs.append(out)
-    return TriggerSequences(
-        seq=torch.tensor(seqs),
-        counter=torch.tensor(counters),
-        triggers=torch.tensor(trigs),
-        outputs=torch.tensor(outs),
-    )
+    return TriggerSequences(*(torch.tensor(x) for x in (seqs, counters, trigs, outs)))
