@@ -11,7 +11,6 @@ Caveats: a score says where a head looks, not what it moves (see `probes.py`); w
 random sequences hold chance duplicates, so attend-to-self and duplicate-token heads can overlap.
 """
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +23,7 @@ from torch import Tensor
 from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr, token_labels, with_tokens
 from mechmem.analysis.stats import RESAMPLES, Z_95, RatioMoments, bootstrap_ratio
 from mechmem.errors import MechmemError
+from mechmem.io import strict_json
 from mechmem.models.backend import attention_scale, is_transformer_lens_model
 from mechmem.models.parts import Head, model_device
 from mechmem.plotting import plt
@@ -242,9 +242,7 @@ class HeadScores:
 
     def to_dict(self) -> dict[str, Any]:
         def nested(d: dict[str, Tensor]) -> dict[str, Any]:
-            return {
-                k: [[None if math.isnan(x) else x for x in row] for row in v.tolist()] for k, v in d.items()
-            }
+            return {k: strict_json(v.tolist()) for k, v in d.items()}
 
         out = {
             "axes": list(self.axes),

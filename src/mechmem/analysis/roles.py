@@ -211,14 +211,10 @@ class PatternEvidence:
         """Per probe, the sequences it was drawn on (it stops once none of its tests can change a name)."""
         if self.decision is None:
             return []
-        n = []
+        frozen, n = [f.units for f in self.decision.families.values() if f.units is not None], []
         for i in range(len(self.probes)):
-            units = [
-                f.units[i]
-                for f in self.decision.families.values()
-                if f.units is not None and i < len(f.units)
-            ]
-            n.append(int(max(float(u.max()) for u in units)) if units else self.decision.n)
+            ends = [float(u[i].max()) for u in frozen if i < len(u)]
+            n.append(int(max(ends)) if ends else self.decision.n)
         return n
 
     def probe_text(self) -> str:

@@ -30,6 +30,7 @@ from torch import Tensor
 from mechmem.analysis.frames import concat, short_repr
 from mechmem.analysis.options import ABLATION_BUDGET, CIRCUIT_BUDGET, HEAD_BUDGET, PATCH_BUDGET
 from mechmem.config import ConfigMixin
+from mechmem.io import strict_json
 
 RESAMPLES = 200
 """Bootstrap resamples used unless a caller asks for more."""
@@ -439,22 +440,19 @@ class FamilyDecision:
 
     def to_dict(self) -> dict[str, Any]:
         def plain(t: Tensor) -> Any:
-            if t.dim() == 0:
-                x = float(t)
-                return x if math.isfinite(x) else None
-            return [plain(row) for row in t]
+            return strict_json(t.double().tolist())
 
         return {
             "axes": list(self.axes),
-            "threshold": plain(self.threshold.double()),
+            "threshold": plain(self.threshold),
             "absolute": self.absolute,
             "ceiling": self.ceiling,
             "z": self.z,
             "n": self.n,
             **{key: plain(getattr(self, key)) for key in INTERVAL_FIELDS},
             "verdict": self.verdicts(),
-            "n_needed": plain(self.n_needed.double()),
-        } | ({} if self.units is None else {"units": plain(self.units.double())})
+            "n_needed": plain(self.n_needed),
+        } | ({} if self.units is None else {"units": plain(self.units)})
 
 
 @dataclass(frozen=True)
