@@ -49,8 +49,7 @@ LOGITS_BUDGET = 2**24
 
 @dataclass(frozen=True)
 class PromptFit:
-    """The model's loss on an analysis's prompts next to a uniform guess's and its task-data loss, and the
-    verdict."""
+    """The model's loss on an analysis's prompts beside a uniform guess's and task-data loss; a verdict."""
 
     source: str
     """What the prompts are, in words."""
@@ -135,24 +134,12 @@ class PromptFit:
         return f"prompt fit: on the model's distribution: {loss} ({rule})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "n": self.n,
-            "prompt_loss": self.prompt_loss,
-            "prompt_interval": [self.prompt_lower, self.prompt_upper],
-            "d_vocab_out": self.d_vocab_out,
-            "uniform_loss": self.uniform_loss,
-            "task_loss": self.task_loss,
-            "reference": self.reference,
-            "difference": self.difference,
-            "ratio": self.ratio,
-            "no_better_than_uniform": self.no_better_than_uniform,
-            "above_task_data": self.above_task_data,
-            "off_distribution": self.off_distribution,
-            "reasons": self.reasons,
-            "rule": {"uniform": "ln(d_vocab_out)", "margin_nats": MARGIN_NATS, "factor": FACTOR},
-            "message": self.message,
-        }
+        out = {"source": self.source, "n": self.n, "prompt_loss": self.prompt_loss}
+        out["prompt_interval"] = [self.prompt_lower, self.prompt_upper]
+        names = ("d_vocab_out", "uniform_loss", "task_loss", "reference", "difference", "ratio")
+        names += ("no_better_than_uniform", "above_task_data", "off_distribution", "reasons")
+        rule = {"uniform": "ln(d_vocab_out)", "margin_nats": MARGIN_NATS, "factor": FACTOR}
+        return out | {k: getattr(self, k) for k in names} | {"rule": rule, "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -201,8 +188,7 @@ def _checked(prompts: Any) -> Batch | PatchingPair:
 
 
 def _chunks(model: torch.nn.Module, prompts: Batch | PatchingPair) -> Iterator[tuple[Any, Tensor]]:
-    """Chunks of rows of `prompts` on the model's device with their logits, each within `LOGITS_BUDGET`
-    entries."""
+    """Chunks of `prompts` on the model's device with their logits, each within `LOGITS_BUDGET` entries."""
     device = model_device(model)
     is_batch = isinstance(prompts, Batch)
     n, pos = (prompts.tokens if is_batch else prompts.clean).shape
@@ -288,17 +274,3 @@ def own_data_fit(
     else:
         raise ValueError(f"data must be 'eval' or 'pair', not {data!r}")
     return prompt_fit(model, task, prompts, generator=generator, source=source)
-
-
-__all__ = [
-    "FACTOR",
-    "FIT_PROMPTS",
-    "MARGIN_NATS",
-    "PromptFit",
-    "RowLosses",
-    "own_data_fit",
-    "prompt_fit",
-    "prompt_loss",
-    "repeats_fit",
-    "row_losses",
-]

@@ -11,7 +11,6 @@ Caveats: a score says where a head looks, not what it moves (see `probes.py`); w
 random sequences hold chance duplicates, so attend-to-self and duplicate-token heads can overlap.
 """
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +23,7 @@ from torch import Tensor
 from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr, token_labels, with_tokens
 from mechmem.analysis.stats import RESAMPLES, Z_95, RatioMoments, bootstrap_ratio
 from mechmem.errors import MechmemError
+from mechmem.io import strict_json
 from mechmem.models.backend import attention_scale, is_transformer_lens_model
 from mechmem.models.parts import Head, model_device
 from mechmem.plotting import plt
@@ -51,8 +51,7 @@ def kth_highest(lower: Float[Tensor, "... token"], k: int = MIN_TOKENS) -> Float
 
 
 def token_lower(moments: RatioMoments, z: float = Z_95) -> Float[Tensor, "... token"]:
-    """Per token, score - z delta-method standard errors over sequences (NaN with fewer than
-    `MIN_TOKEN_ROWS` rows)."""
+    """Per token, score - z delta-method standard errors (NaN below `MIN_TOKEN_ROWS` rows)."""
     lows = moments.ratio() - z * moments.stderr()
     return lows.masked_fill(moments.b < MIN_TOKEN_ROWS, float("nan")).float()
 
@@ -98,8 +97,7 @@ BUILTIN_PATTERNS: dict[str, PatternFn] = {
 def repeated_random_tokens(
     n: int, half: int, d_vocab: int, *, generator: torch.Generator, distinct: bool = True
 ) -> Int[Tensor, "batch pos"]:
-    """n sequences [r, r] of length 2 * half; r holds no repeated token when `distinct` and half <=
-    d_vocab."""
+    """n sequences [r, r]; r holds no repeated token when `distinct` and half <= d_vocab."""
     if distinct and half <= d_vocab:
         first = torch.rand(n, d_vocab, generator=generator).argsort(-1)[:, :half]
     else:
@@ -128,9 +126,8 @@ def chosen_halves(
     lengths: Sequence[int] | None = None,
     task_half: int | None = None,
 ) -> list[int]:
-    """The probe half-lengths a user asked for: `half` alone, else `lengths`, else `probe_halves` plus
-    `task_half`. Raises `MechmemError` for a length the model cannot hold (2 x half <= n_ctx, half <=
-    d_vocab, half >= 2)."""
+    """The probe half-lengths asked for: `half`, else `lengths`, else `probe_halves` plus `task_half`.
+    Raises `MechmemError` for a length the model cannot hold (2 x half <= n_ctx, 2 <= half <= d_vocab)."""
     if half is not None:
         halves = [half]
     elif lengths:
@@ -245,9 +242,7 @@ class HeadScores:
 
     def to_dict(self) -> dict[str, Any]:
         def nested(d: dict[str, Tensor]) -> dict[str, Any]:
-            return {
-                k: [[None if math.isnan(x) else x for x in row] for row in v.tolist()] for k, v in d.items()
-            }
+            return {k: strict_json(v.tolist()) for k, v in d.items()}
 
         out = {
             "axes": list(self.axes),
@@ -363,16 +358,12 @@ def detect_heads(
         if resamples:
             lower[k], upper[k] = bootstrap_ratio(m, r, generator=gen, resamples=resamples)
         moments[k] = RatioMoments.from_values(m, r)
+    extra = {"rows": {k: int(torch.cat(v).sum()) for k, v in rows_per_seq.items()}}
+    by_token = {k: m.ratio().float() for k, m in tok.items()}
+    by_token_lower = {k: token_lower(m) for k, m in tok.items()}
+    intervals = {"lower": lower, "upper": upper, "by_token_lower": by_token_lower}
     return HeadScores(
-        scores,
-        data=data,
-        extra={"rows": {k: int(torch.cat(v).sum()) for k, v in rows_per_seq.items()}},
-        lower=lower,
-        upper=upper,
-        by_token={k: m.ratio().float() for k, m in tok.items()},
-        by_token_lower={k: token_lower(m) for k, m in tok.items()},
-        moments=moments,
-        token_moments=tok,
+        scores, data, extra=extra, by_token=by_token, moments=moments, token_moments=tok, **intervals
     )
 
 
@@ -410,15 +401,14 @@ def detect_heads_on_task(
     generator: torch.Generator | None = None,
     resamples: int = RESAMPLES,
 ) -> HeadScores:
-    """Detection scores on a task's data, counting the answer queries only (`answers`, e.g.
-    `batch.loss_mask > 0`; see `task_patterns`): `HeadScores` with previous_token, duplicate_token and
-    induction, each [layer head]."""
+    """Detection scores on a task's data at the answer queries `answers` (e.g. `batch.loss_mask > 0`)."""
     if answers.shape != tokens.shape:
         raise ValueError(f"answers {tuple(answers.shape)} must have the tokens' shape {tuple(tokens.shape)}")
+    patterns = task_patterns(answers.bool())
     return detect_heads(
         model,
         tokens,
-        task_patterns(answers.bool()),
+        patterns,
         data=TASK_DATA,
         chunk=max(1, len(tokens)),
         generator=generator,

@@ -16,7 +16,6 @@ Caveat: early residuals were never trained to be read by the unembedding; a low 
 the answer is not yet linearly decodable in the output basis, not that the information is absent.
 """
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from torch import Tensor
 
 from mechmem.analysis.frames import grid_frame, shape_text, short_repr, with_tokens
 from mechmem.analysis.stats import RESAMPLES, bootstrap_ratio
+from mechmem.io import strict_json
 from mechmem.models.backend import is_transformer_lens_model
 from mechmem.models.parts import model_device
 from mechmem.plotting import plt
@@ -82,16 +82,11 @@ class LogitLensResult:
 
     def __post_init__(self) -> None:
         shape = (len(self.stages), *self.mask.shape)
-        for name in ("target_prob", "target_rank"):
-            if tuple(getattr(self, name).shape) != shape:
-                raise ValueError(
-                    f"{name} must be [stage batch pos] = {shape}, got {tuple(getattr(self, name).shape)}"
-                )
-        for name in ("top_tokens", "top_probs"):
-            if tuple(getattr(self, name).shape[:3]) != shape:
-                raise ValueError(
-                    f"{name} must be [stage batch pos k], got {tuple(getattr(self, name).shape)}"
-                )
+        for name in ("target_prob", "target_rank", "top_tokens", "top_probs"):
+            got, per_token = tuple(getattr(self, name).shape), name.startswith("top")
+            if (got[:3] if per_token else got) != shape:
+                axes = "[stage batch pos k]" if per_token else f"[stage batch pos] = {shape}"
+                raise ValueError(f"{name} must be {axes}, got {got}")
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per stage, over the masked positions: mean target probability and top-1 accuracy with their 95%
@@ -161,17 +156,14 @@ class LogitLensResult:
         )
 
     def to_dict(self, *, example: int = 0) -> dict[str, Any]:
-        def clean(values: list[float]) -> list[float | None]:
-            return [None if math.isnan(v) else v for v in values]
-
         per_pos = self.by_position()
         summary = self.summary()
         stages = {}
         for i, stage in enumerate(self.stages):
             stages[stage] = {
                 **summary[stage],
-                "target_prob_by_pos": clean(per_pos["target_prob"][i].tolist()),
-                "target_rank_by_pos": clean(per_pos["target_rank"][i].tolist()),
+                "target_prob_by_pos": strict_json(per_pos["target_prob"][i].tolist()),
+                "target_rank_by_pos": strict_json(per_pos["target_rank"][i].tolist()),
                 "example_top_tokens": self.top_tokens[i, example].tolist(),
                 "example_top_probs": self.top_probs[i, example].tolist(),
             }

@@ -53,8 +53,7 @@ class MlpRole:
 
     @property
     def role(self) -> str:
-        """ "contributes to the answer" (the drop decided >= threshold), "none" (decided below) or
-        "undecided"."""
+        """ "contributes to the answer" (drop decided >= threshold), "none" (decided below) or "undecided"."""
         code = int(self.decision[FAMILY].code)
         return "contributes to the answer" if code == YES else "none" if code == NO else "undecided"
 
@@ -98,6 +97,3 @@ def decided_mlp_role(
     decision = decide(draw, {FAMILY: threshold}, policy=policy, generator=generator)
     joined = {name: torch.cat(values) for name, values in parts.items()}
     return MlpRole(layer, decision, joined["base"], joined["pre"], joined["drops"], joined["effect"])
-
-
-__all__ = ["FAMILY", "MlpRole", "decided_mlp_role", "last_answer"]

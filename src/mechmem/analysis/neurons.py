@@ -47,8 +47,7 @@ def neuron_direct_effect(
     pos: Int[Tensor, " batch"],
     target: Int[Tensor, " batch"],
 ) -> Float[Tensor, "batch d_mlp"]:
-    """Direct effect of every neuron of `layer`'s MLP at position `pos` on the logit of `target`, per
-    sequence."""
+    """Per sequence, the direct effect of every neuron of `layer`'s MLP at `pos` on the logit of `target`."""
     names = {f"blocks.{layer}.mlp.hook_post", "ln_final.hook_scale"}
     _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
     rows = torch.arange(tokens.shape[0], device=tokens.device)

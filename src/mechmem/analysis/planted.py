@@ -75,8 +75,7 @@ def planted_config(d_vocab: int = 12, n_ctx: int = 24, n_heads: int = 3) -> Tran
 
 
 def blank_model(config: TransformerConfig, layout: PlantedLayout, strength: float) -> torch.nn.Module:
-    """A model of `config` with every weight zero but the one-hot blocks: W_E writes TOK, W_pos writes POS,
-    W_U reads OUT (scaled by `strength`)."""
+    """A model of `config`, all zero but W_E writing TOK, W_pos writing POS, W_U reading OUT x `strength`."""
     model = build_transformer(config, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         for param in model.parameters():

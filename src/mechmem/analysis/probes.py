@@ -167,32 +167,23 @@ def ov_copy_probe(
     """
     ids = _token_ids(model, tokens)
     scores = recall_scores(model.W_E[ids].detach(), model.OV[layer, head], model.W_U.T.detach())
-    return ProbeResult(
-        f"ov_copy.{Head(layer, head)}",
-        f"W_E W_V^{layer}.{head} W_O^{layer}.{head} W_U",
-        float((scores.argmax(-1) == ids).float().mean()),
-        len(ids),
-        scores.shape[-1],
-        {"suppress_recall": float((scores.argmin(-1) == ids).float().mean())},
-    )
+    name, matrix = f"ov_copy.{Head(layer, head)}", f"W_E W_V^{layer}.{head} W_O^{layer}.{head} W_U"
+    recall = float((scores.argmax(-1) == ids).float().mean())
+    suppress = float((scores.argmin(-1) == ids).float().mean())
+    return ProbeResult(name, matrix, recall, len(ids), scores.shape[-1], {"suppress_recall": suppress})
 
 
 @torch.no_grad()
 def qk_previous_position_probe(
     model: torch.nn.Module, layer: int, head: int, n_positions: int | None = None
 ) -> ProbeResult:
-    """Do positional keys point back one step? For queries p_t (t >= 1):
-    argmax_s p_t W_Q W_K^T p_s^T == t - 1."""
+    """Do positional keys point back one step: argmax_s p_t W_Q W_K^T p_s^T == t - 1 for t >= 1?"""
     n = model.cfg.n_ctx if n_positions is None else min(n_positions, model.cfg.n_ctx)
     suffix = "" if n == model.cfg.n_ctx else f".first{n}"
-    return _probe(
-        f"qk_prev_pos.{Head(layer, head)}{suffix}",
-        f"W_pos W_Q^{layer}.{head} W_K^{layer}.{head}T W_pos^T",
-        model.W_pos[1:n],
-        model.QK[layer, head],
-        model.W_pos[: n - 1],
-        torch.arange(n - 1),
-    )
+    name = f"qk_prev_pos.{Head(layer, head)}{suffix}"
+    matrix = f"W_pos W_Q^{layer}.{head} W_K^{layer}.{head}T W_pos^T"
+    queries, keys = model.W_pos[1:n], model.W_pos[: n - 1]
+    return _probe(name, matrix, queries, model.QK[layer, head], keys, torch.arange(n - 1))
 
 
 @torch.no_grad()
@@ -208,14 +199,9 @@ def qk_token_probe(
     ids = _token_ids(model, tokens)
     sl, sh = source
     keys = (model.W_E[ids] @ model.OV[sl, sh]).AB
-    return _probe(
-        f"qk_token.{Head(layer, head)}<-{Head(sl, sh)}",
-        f"W_E W_Q^{layer}.{head} W_K^{layer}.{head}T (W_E W_V^{sl}.{sh} W_O^{sl}.{sh})^T",
-        model.W_E[ids],
-        model.QK[layer, head],
-        keys,
-        torch.arange(len(ids)),
-    )
+    name = f"qk_token.{Head(layer, head)}<-{Head(sl, sh)}"
+    matrix = f"W_E W_Q^{layer}.{head} W_K^{layer}.{head}T (W_E W_V^{sl}.{sh} W_O^{sl}.{sh})^T"
+    return _probe(name, matrix, model.W_E[ids], model.QK[layer, head], keys, torch.arange(len(ids)))
 
 
 @torch.no_grad()

@@ -65,8 +65,7 @@ class RoleThresholds(ConfigMixin):
     mlp_drop: float = 0.05
     """Min drop in mean p(answer) under mean ablation of a layer's MLP, to name it as contributing."""
     neuron_share: float = 0.5
-    """Key neurons: the fewest neurons whose direct effects make up this share of the MLP's positive
-    effect."""
+    """Key neurons: the fewest whose direct effects make up this share of the MLP's positive effect."""
     max_key_neurons: int = 5
     """At most this many key neurons are listed."""
 
@@ -154,8 +153,7 @@ class RoleResult:
         return out
 
     def summary(self) -> str:
-        """The named or undecided heads' `label`s, e.g. "L0H2 previous-token, L1H1 induction" (or "no head
-        roles found")."""
+        """The named or undecided heads' `label`s, e.g. "L0H2 previous-token, L1H1 induction"."""
         if not self.heads:
             return "no attention heads analysed"
         named = [h.label for h in self.heads if h.role != "none" or h.undecided]
@@ -185,12 +183,10 @@ class RoleResult:
         }
 
 
-# -- measurement
-# ------------------------------------------------------------------------------------------------
+# -- measurement ---------------------------------------------------------------------------------------------
 @dataclass
 class PatternEvidence:
-    """Detection evidence over the role rule's probes: per-pattern summaries [layer head], the curves, and the
-    sequential decision they come from."""
+    """Detection evidence over the role rule's probes: summaries [layer head], curves, and their decision."""
 
     evidence: dict[str, Float[Tensor, "layer head"]]
     """Per pattern p: p (best score over the probes), p_lower (best corrected lower end: what the rule
@@ -200,11 +196,10 @@ class PatternEvidence:
     probes: list[str]
     """What each probe is, in the curves' order."""
     curves: dict[str, dict[str, Tensor]]
-    """Per pattern: "score", "lower", "upper" (marginal 95%), "corrected_lower", "corrected_upper",
-    "token_lower" (corrected), each [probe layer head]."""
+    """Per pattern, each [probe layer head]: "score", "lower", "upper" (marginal 95%), "corrected_lower",
+    "corrected_upper", "token_lower" (corrected)."""
     decision: Decision | None = None
-    """The sequential decision: families "overall" [probe pattern layer head] and "token" [random probe
-    pattern layer head token]."""
+    """Families "overall" [probe pattern layer head] and "token" [random probe pattern layer head token]."""
 
     @property
     def n(self) -> int:
@@ -216,14 +211,10 @@ class PatternEvidence:
         """Per probe, the sequences it was drawn on (it stops once none of its tests can change a name)."""
         if self.decision is None:
             return []
-        n = []
+        frozen, n = [f.units for f in self.decision.families.values() if f.units is not None], []
         for i in range(len(self.probes)):
-            units = [
-                f.units[i]
-                for f in self.decision.families.values()
-                if f.units is not None and i < len(f.units)
-            ]
-            n.append(int(max(float(u.max()) for u in units)) if units else self.decision.n)
+            ends = [float(u[i].max()) for u in frozen if i < len(u)]
+            n.append(int(max(ends)) if ends else self.decision.n)
         return n
 
     def probe_text(self) -> str:
@@ -231,8 +222,7 @@ class PatternEvidence:
         return "; ".join(f"{p}: {k} sequences" for p, k in zip(self.probes, self.probe_n))
 
     def rows(self) -> list[list[object]]:
-        """One table row per head and pattern: `LlHh`, the pattern, then "score [lower, upper]" (marginal 95%)
-        per probe."""
+        """Per head and pattern: `LlHh`, the pattern, then "score [lower, upper]" (marginal 95%) per probe."""
         rows: list[list[object]] = []
         for name, curve in self.curves.items():
             for layer, head in itertools.product(*map(range, curve["score"].shape[1:])):
@@ -303,8 +293,7 @@ def _stacked(
 
 
 def draw_probes(model: Any, task: Any, halves: Sequence[int]) -> Any:
-    """The role rule's probes as a sequential draw: k new sequences per probe with a test still measured ->
-    the families' moments."""
+    """The role rule's probes as a `sequential.Draw`: k new sequences per probe with a test still measured."""
     cfg = model.cfg
     keys = list(head_detection.BUILTIN_PATTERNS)
     overall_shape = (len(keys), cfg.n_layers, cfg.n_heads)
@@ -351,11 +340,10 @@ def measure_pattern_evidence(
     n: int | None = None,
     threshold: float | None = None,
 ) -> PatternEvidence:
-    """Detection scores (previous-token, induction, duplicate-token) per head over the role rule's probes,
-    sampled in rounds until every head's name is decided (docs/decisions.md): [r, r] for every half-length in
-    `halves` (default `heads.default_halves`) and, with a task, its data at the answer queries. Every head,
-    pattern, probe and token is one test against `threshold` (default `RoleThresholds().attention`); `n`
-    replaces the policy's budget."""
+    """Detection scores per head over the role rule's probes, sampled in rounds until every head's name is
+    decided (docs/decisions.md): [r, r] for every half-length in `halves` (default `heads.default_halves`)
+    and, with a task, its data at the answer queries. Every head, pattern, probe and token is one test
+    against `threshold` (default `RoleThresholds().attention`); `n` replaces the policy's budget."""
     halves = head_detection.default_halves(model, task) if halves is None else list(halves)
     probes = [f"[r, r], |r| = {half}" for half in halves] + (["task data"] if task is not None else [])
     if not probes:
@@ -365,16 +353,9 @@ def measure_pattern_evidence(
     families = ("overall", "token") if halves else ("overall",)
     overall = ("probe", "pattern", "layer", "head")
     axes = {"overall": overall, "token": (*overall, "token")}
-    decision = decide(
-        draw_probes(model, task, halves),
-        {k: t for k in families},
-        policy=policy,
-        generator=generator,
-        settled=names_settled,
-        axes=axes,
-        freeze=families,
-        stale=stale_names,
-    )
+    draw, limits = draw_probes(model, task, halves), dict.fromkeys(families, t)
+    options = {"settled": names_settled, "axes": axes, "freeze": families, "stale": stale_names}
+    decision = decide(draw, limits, policy=policy, generator=generator, **options)
     return _evidence_from(decision, probes, len(halves))
 
 
@@ -387,7 +368,9 @@ def _evidence_from(decision: Decision, probes: list[str], random: int) -> Patter
         lows = token.corrected_lower.masked_fill(~token.testable, float("nan"))
         selective[:random] = head_detection.kth_highest(lows.float()).double()
     undecided = (overall.code == UNDECIDED) & overall.testable
-    needed = overall.n_needed.masked_fill(~undecided, float("nan"))
+    needed = overall.n_needed.masked_fill(~undecided, float("nan"))  # [probe pattern layer head]
+    # the fewest over the probes; 0 where no probe has an undecided test (nothing to decide)
+    fewest = needed.masked_fill(needed.isnan(), float("inf")).amin(0).masked_fill(needed.isnan().all(0), 0.0)
     named, could = named_heads(decision.families)  # [pattern layer head]
     evidence, curves = {}, {}
     for i, k in enumerate(head_detection.BUILTIN_PATTERNS):
@@ -397,19 +380,12 @@ def _evidence_from(decision: Decision, probes: list[str], random: int) -> Patter
         evidence[k] = curve["score"].nan_to_num(0.0).amax(0)
         evidence[f"{k}_lower"] = curve["corrected_lower"].nan_to_num(0.0).amax(0)
         evidence[f"{k}_token_lower"] = curves[k]["token_lower"].nan_to_num(0.0, neginf=0.0).amax(0)
-        evidence[f"{k}_n_needed"] = _nanmin(needed[:, i])
+        evidence[f"{k}_n_needed"] = fewest[i].float()
         evidence[f"{k}_open"] = (could[i] & ~named[i]).float()
     return PatternEvidence(evidence, probes, curves, decision)
 
 
-def _nanmin(x: Tensor) -> Tensor:
-    """The smallest non-NaN value over the first axis (0 where every value is NaN: nothing to decide)."""
-    low = x.masked_fill(x.isnan(), float("inf")).amin(0)
-    return low.masked_fill(x.isnan().all(0), 0.0).float()
-
-
-# -- the classifier
-# -----------------------------------------------------------------------------------------------
+# -- the classifier ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RoleEvidence:
     """One head's evidence for one task role: the keys "{role}_{quantity}" of `HeadRole.evidence`, as fields
@@ -432,10 +408,8 @@ class RoleEvidence:
     @classmethod
     def read(cls, ev: dict[str, float], role: str) -> "RoleEvidence":
         """The role's fields from a head's flat evidence."""
-        nan, of = (
-            float("nan"),
-            {k.removeprefix(f"{role}_"): v for k, v in ev.items() if k.startswith(f"{role}_")},
-        )
+        nan, prefix = float("nan"), f"{role}_"
+        of = {k.removeprefix(prefix): v for k, v in ev.items() if k.startswith(prefix)}
         corrected = {
             q: (of[f"{q}_corrected_lower"], of[f"{q}_corrected_upper"])
             for q in ("score", "share", "attention")
@@ -507,8 +481,7 @@ class ClearPattern(NamedTuple):
 
 
 def _clear_pattern(ev: dict[str, float], key: str, t: RoleThresholds) -> ClearPattern | None:
-    """The head's pattern `key` when the role rule calls it clear (on its lower ends, or the point score for
-    evidence without intervals), else None."""
+    """The head's pattern `key` when the role rule calls it clear (lower ends, or point scores), else None."""
     name = PATTERN_ROLES[key]
     if key not in ev or (f"{key}_lower" not in ev and ev[key] < t.attention):
         return None
@@ -554,9 +527,8 @@ def classify_heads(
     if not evidence:
         return []
     evidence = dict(evidence)
-    for (
-        role
-    ) in task_roles:  # the point score max(transfer, via_mlp), and each head's share of its positive sum
+    # the point score max(transfer, via_mlp), and each head's share of its positive sum
+    for role in task_roles:
         transfer, via = evidence[f"{role}_transfer"], evidence.get(f"{role}_via_mlp")
         score = transfer if via is None else torch.maximum(transfer, via)
         total = score.clamp_min(0).sum()
@@ -565,26 +537,25 @@ def classify_heads(
         evidence.setdefault(f"{role}_share", share)
     n_layers, n_heads = next(iter(evidence.values())).shape
     roles = []
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            ev = {k: float(v[layer, head]) for k, v in evidence.items()}
-            patterns = sorted((c for k in PATTERN_ROLES if (c := _clear_pattern(ev, k, t))), reverse=True)
-            clear = {p.role for p in patterns}
-            notes = [p.note for p in patterns]
-            notes += [
-                u for k in PATTERN_ROLES if PATTERN_ROLES[k] not in clear and (u := undecided_note(ev, k))
-            ]
-            notes += task_undecided_notes(ev, task_roles)
-            task = _task_role(ev, task_roles, t) if task_roles else None
-            undecided: list[str] = []
-            if task is not None:
-                role, notes = task[0], [task[1]] + [f"also {note}" for note in notes]
-            else:
-                role = patterns[0].role if patterns else "none"
-                undecided = [r for r in task_roles if RoleEvidence.read(ev, r).verdict == UNDECIDED]
-                if not patterns:
-                    undecided += [PATTERN_ROLES[k] for k in PATTERN_ROLES if undecided_note(ev, k)]
-            roles.append(HeadRole(layer, head, role, ev, notes, undecided))
+    for layer, head in itertools.product(range(n_layers), range(n_heads)):
+        ev = {k: float(v[layer, head]) for k, v in evidence.items()}
+        patterns = sorted((c for k in PATTERN_ROLES if (c := _clear_pattern(ev, k, t))), reverse=True)
+        clear = {p.role for p in patterns}
+        notes = [p.note for p in patterns]
+        notes += [
+            u for k, name in PATTERN_ROLES.items() if name not in clear and (u := undecided_note(ev, k))
+        ]
+        notes += task_undecided_notes(ev, task_roles)
+        task = _task_role(ev, task_roles, t) if task_roles else None
+        undecided: list[str] = []
+        if task is not None:
+            role, notes = task[0], [task[1]] + [f"also {note}" for note in notes]
+        else:
+            role = patterns[0].role if patterns else "none"
+            undecided = [r for r in task_roles if RoleEvidence.read(ev, r).verdict == UNDECIDED]
+            if not patterns:
+                undecided += [name for k, name in PATTERN_ROLES.items() if undecided_note(ev, k)]
+        roles.append(HeadRole(layer, head, role, ev, notes, undecided))
     return roles
 
 

@@ -38,11 +38,6 @@ _FROZEN_FIELDS = (
 """The per-test fields of a `FamilyDecision` that a frozen test keeps from the look that froze it."""
 
 
-def _frozen_tests(family: FamilyDecision) -> Tensor:
-    """Tests that stop being measured under `decide(freeze=)`: decided (yes or no) or precise."""
-    return (family.code != UNDECIDED) | family.precise
-
-
 def _keep_frozen(before: FamilyDecision, now: FamilyDecision, frozen: Tensor) -> FamilyDecision:
     """`now`, except that the `frozen` tests keep every per-test value of `before` (their look's)."""
     kept = {
@@ -107,25 +102,16 @@ def decide(
         if set(total) != set(thresholds):
             raise ValueError(f"draw gave families {sorted(total)}, thresholds name {sorted(thresholds)}")
         taken.append(size)
-        before, families = (
-            families,
-            {
-                name: judge(
-                    m,
-                    thresholds[name],
-                    z=policy.z(math.prod(m.shape), len(total)),
-                    policy=policy,
-                    absolute=name in absolute,
-                    name=name,
-                    axes=tuple((axes or {}).get(name, ())),
-                )
-                for name, m in total.items()
-            },
-        )
+        before, families = families, {}
+        for name, m in total.items():
+            z, named_axes = policy.z(math.prod(m.shape), len(total)), tuple((axes or {}).get(name, ()))
+            options = {"absolute": name in absolute, "name": name, "axes": named_axes}
+            families[name] = judge(m, thresholds[name], z=z, policy=policy, **options)
         for name in freeze:
             if name in stopped:
                 families[name] = _keep_frozen(before[name], families[name], stopped[name])
-            stopped[name] = stopped.get(name, False) | _frozen_tests(families[name])
+            decided = (families[name].code != UNDECIDED) | families[name].precise
+            stopped[name] = stopped.get(name, False) | decided
         if stale is not None:
             for name, mask in stale(families).items():
                 stopped[name] = stopped[name] | mask.expand_as(stopped[name])
@@ -135,8 +121,7 @@ def decide(
 
 
 Measure = Callable[..., tuple[Any, Mapping[str, RatioMoments]]]
-"""(how many new units, generator[, mask]) -> (the round's record, per family the moments of the new
-units)."""
+"""(new units, generator[, mask]) -> (the round's record, per family the moments of the new units)."""
 
 
 @dataclass(frozen=True)
@@ -158,8 +143,7 @@ def run_rounds(
     **options: Any,
 ) -> Rounds:
     """`decide` over rounds of `measure`, keeping each round's record. Sampling stops once `absent` (judged
-    after each look) says the behaviour is absent (`stopped` reads "no behaviour"); `options` go to
-    `decide`."""
+    after each look) says the behaviour is absent (`stopped`: "no behaviour"); `options` go to `decide`."""
     records: list[Any] = []
 
     def draw(k: int, gen: torch.Generator, *measured: Any) -> Mapping[str, RatioMoments]:
@@ -209,6 +193,3 @@ class FirstRoundCheck:
             return result
         self.failed.add(part)
         return exact(result)
-
-
-__all__ = ["Draw", "FirstRoundCheck", "Measure", "Rounds", "decide", "run_rounds"]

@@ -30,6 +30,7 @@ from torch import Tensor
 from mechmem.analysis.frames import concat, short_repr
 from mechmem.analysis.options import ABLATION_BUDGET, CIRCUIT_BUDGET, HEAD_BUDGET, PATCH_BUDGET
 from mechmem.config import ConfigMixin
+from mechmem.io import strict_json
 
 RESAMPLES = 200
 """Bootstrap resamples used unless a caller asks for more."""
@@ -109,8 +110,7 @@ def mean_interval(
 
 
 def covers(lower: Any, upper: Any, value: float = 0.0) -> Any:
-    """Whether each interval [lower, upper] contains `value`, elementwise; a NaN bound counts as containing
-    it."""
+    """Whether each interval [lower, upper] contains `value`, elementwise (a NaN bound contains it)."""
     if isinstance(lower, Tensor) or isinstance(upper, Tensor):
         lower, upper = torch.as_tensor(lower), torch.as_tensor(upper)
         return ~((lower > value) | (upper < value))
@@ -198,15 +198,8 @@ class RatioMoments:
             (2.0, 0.5774)
         """
         num, den = _unit_values(num.detach().double().cpu(), None if den is None else den.detach().cpu())
-        return cls(
-            num.shape[0],
-            num.sum(0),
-            den.sum(0),
-            num.square().sum(0),
-            den.square().sum(0),
-            (num * den).sum(0),
-            (den != 0).sum(0).double(),
-        )
+        sums = (x.sum(0) for x in (num, den, num.square(), den.square(), num * den))
+        return cls(num.shape[0], *sums, (den != 0).sum(0).double())
 
     def __add__(self, other: "RatioMoments") -> "RatioMoments":
         return RatioMoments(self.n + other.n, *(x + y for x, y in zip(self.sums(), other.sums())))
@@ -261,16 +254,13 @@ def format_mean_sd(values: Sequence[float | int], fmt: str = ".3f", sep: str = "
 
 
 MIN_GAP = 1.0
-"""A behaviour is there when the corrected interval of its clean - corrupted gap lies outside (-1, 1)
-(docs/decisions.md)."""
+"""A behaviour is there when the corrected interval of its clean - corrupted gap lies outside (-1, 1)."""
 PATCH_SHARE = 0.1
 """A patched cell matters when the corrected interval of its share of the gap lies outside (-0.1, 0.1)."""
 EDGE_SHARE = 0.05
-"""An edge is in the decided circuit when the corrected interval of its share of the gap lies outside
-(-0.05, 0.05)."""
+"""An edge is in the decided circuit when the corrected interval of its share lies outside (-0.05, 0.05)."""
 ABLATION_DELTA = 0.05
-"""A component matters when the corrected interval of the change of the task loss on ablating it lies
-outside (-0.05, 0.05) nats."""
+"""A component matters when the corrected interval of its ablation's loss change is outside +-0.05 nats."""
 ABLATION_THRESHOLDS = {"loss": ABLATION_DELTA, "accuracy": 0.05, "logit_diff": 0.1}
 """Per metric, the size of change that makes a component matter (docs/decisions.md, "Ablation")."""
 HEAD_FIRST = 64
@@ -318,8 +308,7 @@ class DecisionPolicy(ConfigMixin):
             raise ValueError("precision must be >= 0 and min_units >= 2")
 
     def looks(self) -> tuple[int, ...]:
-        """The planned look sizes: first, 2 x first, 4 x first, ... while below the budget, then the
-        budget."""
+        """The planned look sizes: first, 2 x first, 4 x first, ... while below the budget, then it."""
         sizes, n = [], self.first
         while n < self.budget:
             sizes.append(n)
@@ -327,8 +316,7 @@ class DecisionPolicy(ConfigMixin):
         return (*sizes, self.budget)
 
     def z(self, tests: int, families: int = 1) -> float:
-        """The corrected z of one test: two-sided level 1 - alpha / (families x tests x K) at each of K
-        looks."""
+        """The corrected z of one test: two-sided level 1 - alpha / (families x tests x K), K looks."""
         return z_for(self.alpha / (families * max(tests, 1) * len(self.looks())))
 
     def rounded(self, n: float) -> float:
@@ -414,8 +402,7 @@ class FamilyDecision:
 
     @property
     def open(self) -> Tensor:
-        """Tests that would still gain from more units: undecided, not precise, and testable within the
-        budget."""
+        """Tests that would gain from more units: undecided, not precise, testable within the budget."""
         return (self.code == UNDECIDED) & self.reachable & ~self.precise
 
     def verdicts(self) -> list[str]:
@@ -453,22 +440,19 @@ class FamilyDecision:
 
     def to_dict(self) -> dict[str, Any]:
         def plain(t: Tensor) -> Any:
-            if t.dim() == 0:
-                x = float(t)
-                return x if math.isfinite(x) else None
-            return [plain(row) for row in t]
+            return strict_json(t.double().tolist())
 
         return {
             "axes": list(self.axes),
-            "threshold": plain(self.threshold.double()),
+            "threshold": plain(self.threshold),
             "absolute": self.absolute,
             "ceiling": self.ceiling,
             "z": self.z,
             "n": self.n,
             **{key: plain(getattr(self, key)) for key in INTERVAL_FIELDS},
             "verdict": self.verdicts(),
-            "n_needed": plain(self.n_needed.double()),
-        } | ({} if self.units is None else {"units": plain(self.units.double())})
+            "n_needed": plain(self.n_needed),
+        } | ({} if self.units is None else {"units": plain(self.units)})
 
 
 @dataclass(frozen=True)
@@ -554,70 +538,13 @@ def judge(
     needed = policy.first * torch.exp2(torch.log2(needed / policy.first).ceil().clamp_min(0))
     needed = needed.masked_fill(distance == 0, float("inf"))
     needed = needed.masked_fill(code != UNDECIDED, float(moments.n)).masked_fill(~testable, float("nan"))
-    return FamilyDecision(
-        name,
-        t,
-        absolute,
-        z,
-        moments.n,
-        mean,
-        *normal_interval(mean, se),
-        low,
-        high,
-        testable,
-        testable | (support * policy.budget / max(moments.n, 1) >= policy.min_units),
-        code,
-        (z * se <= policy.precision) & testable,
-        needed,
-        axes,
-        ceiling=None if band is None else band.upper,
-    )
+    intervals = (mean, *normal_interval(mean, se), low, high)
+    reachable = testable | (support * policy.budget / max(moments.n, 1) >= policy.min_units)
+    tests = (testable, reachable, code, (z * se <= policy.precision) & testable, needed)
+    ceiling = None if band is None else band.upper
+    return FamilyDecision(name, t, absolute, z, moments.n, *intervals, *tests, axes, ceiling=ceiling)
 
 
 def no_open_tests(families: Mapping[str, FamilyDecision]) -> bool:
     """The default stop: no test is open (every one is decided, precise or untestable)."""
     return not any(bool(f.open.any()) for f in families.values())
-
-
-__all__ = [
-    "ABLATION_DELTA",
-    "ABLATION_FIRST",
-    "ABLATION_POLICY",
-    "ABLATION_THRESHOLDS",
-    "CIRCUIT_POLICY",
-    "CIRCUIT_PROMPTS",
-    "DECISION_COLUMNS",
-    "EDGE_SHARE",
-    "HEAD_FIRST",
-    "HEAD_POLICY",
-    "LEVEL",
-    "MIN_GAP",
-    "MLP_POLICY",
-    "NO",
-    "PATCH_FIRST",
-    "PATCH_POLICY",
-    "PATCH_SHARE",
-    "RESAMPLES",
-    "UNDECIDED",
-    "VERDICTS",
-    "YES",
-    "Z_95",
-    "Band",
-    "Decision",
-    "DecisionPolicy",
-    "FamilyDecision",
-    "RatioMoments",
-    "bootstrap_ratio",
-    "combine",
-    "covers",
-    "format_interval",
-    "format_mean_sd",
-    "judge",
-    "mean_interval",
-    "mean_sd",
-    "no_open_tests",
-    "normal_interval",
-    "standard_error",
-    "verdict",
-    "z_for",
-]

@@ -49,8 +49,7 @@ JUDGED = ("transfer", "via_mlp", "attention", "share")
 """The families of tests, each [role layer head]; damage is reported, not judged."""
 
 
-# -- per-sequence evidence
-# -----------------------------------------------------------------------------------------
+# -- per-sequence evidence -----------------------------------------------------------------------------------
 def _via_mlp_variant(
     model: Any, layer: int, head: int, z_change: Float[Tensor, "batch pos head_index d_head"]
 ) -> list[Intervention]:
@@ -136,12 +135,10 @@ def measure_task_evidence(
     return out
 
 
-# -- the decision
-# -----------------------------------------------------------------------------------------------
+# -- the decision --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Estimate:
-    """One quantity per head [layer head]: its mean, marginal 95% interval and, for a judged quantity, the
-    corrected interval it is judged on."""
+    """One quantity [layer head]: mean, marginal 95% interval and, if judged, the corrected interval."""
 
     mean: Tensor
     lower: Tensor
@@ -182,9 +179,8 @@ class RoleHeads:
     n_needed: Tensor
 
     def flat(self) -> dict[str, Tensor]:
-        """The "{role}_{quantity}" keys of `HeadRole.evidence`: r_q, r_q_lower, r_q_upper and, judged,
-        r_q_corrected_lower / r_q_corrected_upper; r_lead_lower, r_lead_upper, r_score_verdict, r_verdict,
-        r_n_needed."""
+        """The keys of `HeadRole.evidence`: r_q, r_q_lower, r_q_upper and, judged, r_q_corrected_lower /
+        r_q_corrected_upper; r_lead_lower, r_lead_upper, r_score_verdict, r_verdict, r_n_needed."""
         out: dict[str, Tensor] = {}
         for q in ("transfer", "via_mlp", "attention", "share", "damage", "score"):
             est = getattr(self, q)
@@ -198,8 +194,7 @@ class RoleHeads:
 
 @dataclass(frozen=True)
 class TaskRoleEvidence:
-    """What `decide_task_roles` found: each role's per-head evidence, the families' decisions and the looks
-    taken."""
+    """What `decide_task_roles` found: each role's per-head evidence, the families' decisions, the looks."""
 
     roles: tuple[str, ...]
     heads: tuple[RoleHeads, ...]
@@ -294,8 +289,9 @@ def _verdicts(families: dict[str, FamilyDecision], margin: float) -> _Verdicts:
     return _Verdicts(score, lead_lower, lead_upper, lead, _code(role_yes, role_no))
 
 
-def _settled(families: dict[str, FamilyDecision], v: _Verdicts) -> bool:
+def _settled(families: dict[str, FamilyDecision], margin: float) -> bool:
     """No head's role verdict can still change with more sequences (docs/decisions.md)."""
+    v = _verdicts(families, margin)
     open_ = torch.stack(
         [families[q].open for q in ("transfer", "attention", "via_mlp") if q in families]
     ).any(0)
@@ -366,12 +362,8 @@ def decide_task_roles(
     via = not model.cfg.attn_only
     judged = [q for q in JUDGED if via or q != "via_mlp"]
     t = thresholds
-    limits = {
-        "transfer": t.min_score,
-        "via_mlp": t.min_score,
-        "attention": t.task_attention,
-        "share": t.share_margin,
-    }
+    limits = dict(zip(JUDGED, (t.min_score, t.min_score, t.task_attention, t.share_margin)))
+    limits = {q: limits[q] for q in judged}
     axes = ("role", "layer", "head")
 
     def draw(k: int, gen: torch.Generator) -> dict[str, RatioMoments]:
@@ -387,15 +379,8 @@ def decide_task_roles(
         return moments | {"share": _share_moments(values, roles[0], t.min_score, via)}
 
     try:
-        decision = decide(
-            draw,
-            {q: limits[q] for q in judged},
-            policy=policy,
-            generator=generator,
-            settled=lambda families: _settled(families, _verdicts(families, t.share_margin)),
-            axes={q: axes for q in judged},
-            cumulative=True,
-        )
+        options = {"settled": partial(_settled, margin=t.share_margin), "axes": dict.fromkeys(judged, axes)}
+        decision = decide(draw, limits, policy=policy, generator=generator, cumulative=True, **options)
     except _NoRoleProbes:
         return None
     families = {q: decision.families[q] for q in judged}
@@ -405,15 +390,3 @@ def decide_task_roles(
     needed = _n_needed(families, verdicts, t.share_margin, decision.n, policy)
     heads = tuple(_role_heads(i, r, families, verdicts, needed) for i, r in enumerate(roles[0]))
     return TaskRoleEvidence(roles[0], heads, families, decision.looks, decision.stopped, policy)
-
-
-__all__ = [
-    "JUDGED",
-    "QUANTITIES",
-    "Estimate",
-    "RoleHeads",
-    "TaskRoleEvidence",
-    "decide_task_roles",
-    "measure_task_evidence",
-    "probe_values",
-]

@@ -173,7 +173,7 @@ def format_order(events: Sequence[Event]) -> str:
 
 
 def parse_pairs(texts: Sequence[str], flag: str, *, last: bool = False) -> dict[str, str]:
-    """['A=B', ...] -> {A: B}, split at the first '=' (`last`: the last one); a malformed pair is a
+    """['A=B', ...] -> {A: B}, split at the first '=' (`last`: the last); a malformed pair is a
     one-line error naming `flag`."""
     out = {}
     for text in texts:

@@ -43,12 +43,8 @@ class Batch:
             )
 
     def to(self, device: str | torch.device) -> "Batch":
-        return Batch(
-            self.tokens.to(device),
-            self.targets.to(device),
-            self.loss_mask.to(device),
-            {k: v.to(device) for k, v in self.info.items()},
-        )
+        info = {k: v.to(device) for k, v in self.info.items()}
+        return Batch(self.tokens.to(device), self.targets.to(device), self.loss_mask.to(device), info)
 
     def rows(self, index: slice) -> "Batch":
         """The sequences `index` selects (with every `info` tensor that has one entry per sequence)."""
@@ -94,9 +90,7 @@ class PatchingPair:
 
     def logit_diff(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Float[Tensor, ""]:
         """Mean over the batch of logit[correct] - logit[incorrect] at the answer position."""
-        rows = torch.arange(logits.shape[0], device=logits.device)
-        at = logits[rows, self.answer_pos.to(logits.device)]
-        return (at[rows, self.correct.to(logits.device)] - at[rows, self.incorrect.to(logits.device)]).mean()
+        return self.logit_diff_per_prompt(logits).mean()
 
     def logit_diff_per_prompt(
         self, logits: Float[Tensor, "... batch pos d_vocab"]
@@ -192,23 +186,15 @@ class Task:
 
     def check_model(self, model: torch.nn.Module) -> None:
         """Raise `MechmemError` when the model's input or output vocabulary or context is too small."""
-        cfg = getattr(model, "cfg", None)
+        cfg, limits = getattr(model, "cfg", None), ("vocabulary", "output vocabulary", "context")
         try:
-            need = {
-                "vocabulary": self.d_vocab,
-                "output vocabulary": self.d_vocab_out,
-                "context": self.seq_len,
-            }
+            need = dict(zip(limits, (self.d_vocab, self.d_vocab_out, self.seq_len)))
         except NotImplementedError:
             return
         d_vocab, d_vocab_out = getattr(cfg, "d_vocab", None), getattr(cfg, "d_vocab_out", None)
         if not (isinstance(d_vocab_out, int) and d_vocab_out > 0):
             d_vocab_out = d_vocab
-        have = {
-            "vocabulary": d_vocab,
-            "output vocabulary": d_vocab_out,
-            "context": getattr(cfg, "n_ctx", None),
-        }
+        have = dict(zip(limits, (d_vocab, d_vocab_out, getattr(cfg, "n_ctx", None))))
         bad = [f"{k} {need[k]} > model's {v}" for k, v in have.items() if isinstance(v, int) and need[k] > v]
         if bad:
             raise MechmemError(f"task {self.name!r} does not fit the model: {'; '.join(bad)}")

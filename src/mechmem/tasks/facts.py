@@ -158,12 +158,9 @@ class FactsTask(Task):
             other[same] = torch.randint(0, m, (int(same.sum()),), generator=generator)
         keep = self.labels[other] != self.labels[clean]
         clean, other = clean[keep], other[keep]
+        pos = torch.ones(len(clean), dtype=torch.long)
         return PatchingPair(
-            clean=self.inputs[clean],
-            corrupted=self.inputs[other],
-            answer_pos=torch.ones(len(clean), dtype=torch.long),
-            correct=self.labels[clean],
-            incorrect=self.labels[other],
+            self.inputs[clean], self.inputs[other], pos, self.labels[clean], self.labels[other]
         )
 
     @torch.no_grad()

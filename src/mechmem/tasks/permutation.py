@@ -25,6 +25,7 @@ Without repeats step k therefore has V - k + 1 candidates and the masked loss of
 """
 
 import dataclasses
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -82,20 +83,15 @@ def bayes_posterior(tokens: Int[Tensor, "batch pos"], vocab_size: int) -> Float[
     post = torch.zeros(batch, n_steps, vocab_size + 1, device=tokens.device)
     for k in range(n_steps):
         used = torch.zeros(batch, vocab_size + 1, dtype=torch.bool, device=tokens.device)
-        if k:
-            used.scatter_(1, ys[:, :k], True)
+        used.scatter_(1, ys[:, :k], True)
         used[:, 0] = True
         free = (~used).float()
-        uniform = free / free.sum(-1, keepdim=True).clamp_min(1.0)
+        post[:, k] = free / free.sum(-1, keepdim=True).clamp_min(1.0)  # uniform over the unused y's
         if k:
             match = xs[:, :k] == xs[:, k : k + 1]  # earlier occurrences of this x
-            seen = match.any(-1)
-            first = match.float().argmax(-1)
-            recalled = ys.gather(1, first[:, None]).squeeze(1)
-            point = torch.zeros_like(uniform).scatter_(1, recalled[:, None], 1.0)
-            post[:, k] = torch.where(seen[:, None], point, uniform)
-        else:
-            post[:, k] = uniform
+            recalled = ys.gather(1, match.float().argmax(-1, keepdim=True))
+            point = torch.zeros_like(post[:, k]).scatter_(1, recalled, 1.0)
+            post[:, k] = torch.where(match.any(-1, keepdim=True), point, post[:, k])
     return post
 
 
@@ -325,36 +321,33 @@ _PAPER_STEPS = 50 * 100_000 // 128
 """50 epochs of the paper's 100k samples in batches of 128 (the published batch size is unknown)."""
 
 
+_task1 = functools.partial(_preset, 16, 1)
+"""Task 1's model (d=16, one head) on the task without repeats."""
+_task2 = functools.partial(_preset, 32, 2, repeat=0.3)
+"""Task 2's model (d=32, two heads) on the task with repeat ratio 0.3."""
+
+
 def _scale_preset(v: int, d: int, heads: int, steps: int, lr: float, note: str) -> Preset:
     return _preset(d, heads, _train(steps, lr, steps // 10, 2000), note, v=v, repeat=0.3)
 
 
 PermutationTask.presets |= {
-    "task1-demo": _preset(
-        16, 1, DEMO_TASK1_TRAIN, "Task 1 for the demo: task1-quick stopped at 4,000 steps (cosine over those)"
+    "task1-demo": _task1(
+        DEMO_TASK1_TRAIN, "Task 1 for the demo: task1-quick stopped at 4,000 steps (cosine over those)"
     ),
-    "task1-quick": _preset(
-        16, 1, QUICK_TRAIN, "Task 1 on CPU: d=16, 1 head, no repeats, Adam 3e-3 with cosine decay"
+    "task1-quick": _task1(
+        QUICK_TRAIN, "Task 1 on CPU: d=16, 1 head, no repeats, Adam 3e-3 with cosine decay"
     ),
-    "task2-quick": _preset(
-        32,
-        2,
-        QUICK_TRAIN,
-        "Task 2 on CPU: d=32, 2 heads, repeat 0.3, Adam 3e-3 with cosine decay",
-        repeat=0.3,
+    "task2-quick": _task2(
+        QUICK_TRAIN, "Task 2 on CPU: d=32, 2 heads, repeat 0.3, Adam 3e-3 with cosine decay"
     ),
-    "task1-paper": _preset(
-        16,
-        1,
+    "task1-paper": _task1(
         _train(20 * 100_000 // 128, 1e-3),
         "Task 1 as published: 20 epochs of 100k samples, Adam 1e-3 (batch size unknown: 128)",
     ),
-    "task2-paper": _preset(
-        32,
-        2,
+    "task2-paper": _task2(
         _train(_PAPER_STEPS, 1e-3),
         "Task 2 as published: 50 epochs of 100k samples, Adam 1e-3, repeat 0.3 (batch size unknown: 128)",
-        repeat=0.3,
     ),
     # Larger vocabularies (the page's V = 10 and V = 15 experiments).
     "v10-quick": _scale_preset(10, 64, 4, 6_000, 3e-3, "V=10 on CPU: d=64, 4 heads, 2 layers, repeat 0.3"),

@@ -28,13 +28,7 @@ from torch import Tensor
 from mechmem.analysis import ablation, heads, logit_lens, patching, probes, roles
 from mechmem.analysis.frames import short_repr
 from mechmem.analysis.stats import RatioMoments, normal_interval
-from mechmem.analysis.transitions import (
-    Event,
-    Rule,
-    find_events,
-    level,
-    steepest,
-)
+from mechmem.analysis.transitions import Event, Rule, find_events, level, steepest
 from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.models.checks import check_finite_weights, check_n_samples
@@ -75,8 +69,7 @@ def run_dir_of(checkpoint: str | Path) -> Path:
 
 def iter_models(files: Sequence[tuple[int, Path]], device: str = "cpu") -> Iterator[tuple[int, Checkpoint]]:
     """Yield (step, checkpoint) in order; one model object is reused, each step's weights loaded into it.
-    Every file must be of the same run as the first, else a one-line `CheckpointError` names the
-    differences."""
+    Every file must be of the first's run, else a one-line `CheckpointError` names the differences."""
     first = load_checkpoint(files[0][1], device=resolve_device(device))
     identity = payload_identity(read_payload(files[0][1]))
     yield files[0][0], first
@@ -147,12 +140,12 @@ def _loss(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     b = data.batch
     logits = model(b.tokens)
     mask = b.loss_mask.float()
-    hits = ((logits.argmax(-1) == b.targets).float() * mask).sum(-1)
-    losses = ablation.sequence_losses(b)(logits)
+    hits, rows = ((logits.argmax(-1) == b.targets).float() * mask).sum(-1), mask.sum(-1)
+    losses = RatioMoments.from_values(ablation.sequence_losses(b)(logits), rows)
     return {
-        "loss": ratio_point(float(data.task.loss(logits, b)), RatioMoments.from_values(losses, mask.sum(-1))),
+        "loss": ratio_point(float(data.task.loss(logits, b)), losses),
         "acc": ratio_point(
-            masked_accuracy(logits, b.targets, b.loss_mask), RatioMoments.from_values(hits, mask.sum(-1))
+            masked_accuracy(logits, b.targets, b.loss_mask), RatioMoments.from_values(hits, rows)
         ),
     }
 
@@ -161,11 +154,10 @@ def head_points(
     value: Tensor, lower: Tensor, upper: Tensor, *, prefix: str = "", suffix: str = ""
 ) -> dict[str, CurvePoint]:
     """One point per head of [layer head] values and bounds, named prefix + head + suffix."""
+    cells = itertools.product(range(value.shape[0]), range(value.shape[1]))
     return {
-        f"{prefix}{Head(l, h)}{suffix}": CurvePoint(
-            float(value[l, h]), float(lower[l, h]), float(upper[l, h])
-        )
-        for l, h in itertools.product(range(value.shape[0]), range(value.shape[1]))
+        f"{prefix}{Head(l, h)}{suffix}": CurvePoint(*(float(t[l, h]) for t in (value, lower, upper)))
+        for l, h in cells
     }
 
 
@@ -460,28 +452,17 @@ def run_dynamics(
     with_interval = [c for c in points if any(v is not None for v in bounds["lower"][c])]
     exact = [c for c, ps in points.items() if all(p.exact for p in ps if p is not None)]
     rules = {c: r for q in chosen for c in groups[q.name] if (r := q.rule(c)) is not None}
+    drawn = {"n": n, "seed": seed, "data": "one draw of the task's evaluation batch, used for every step"}
     info = {
         "run_dir": str(run_dir),
         "checkpoints": [p.name for _, p in files],
         "task": ckpt.task_name,
-        "eval": {
-            "n": n,
-            "seed": seed,
-            "data": "one draw of the task's evaluation batch, used for every step",
-        },
+        "eval": drawn,
         "first_checkpoint": str(first_path),
     }
-    return Dynamics(
-        [s for s, _ in files],
-        curves,
-        groups,
-        rules,
-        {k: round(v, 3) for k, v in cost.items()},
-        info,
-        lower={c: bounds["lower"][c] for c in with_interval},
-        upper={c: bounds["upper"][c] for c in with_interval},
-        exact=exact,
-    )
+    lower, upper = ({c: bounds[side][c] for c in with_interval} for side in ("lower", "upper"))
+    cost_s = {k: round(v, 3) for k, v in cost.items()}
+    return Dynamics([s for s, _ in files], curves, groups, rules, cost_s, info, lower, upper, exact)
 
 
 def set_levels(result: Dynamics, levels: dict[str, float]) -> None:
@@ -499,8 +480,7 @@ def set_levels(result: Dynamics, levels: dict[str, float]) -> None:
 
 
 def checked_steps(run_dir: str | Path, *, allow_nonfinite: bool = False) -> list[tuple[int, Path]]:
-    """The run's step checkpoints, each checked before any measurement: all of one run (`iter_models`) and
-    with finite weights (unless `allow_nonfinite`)."""
+    """The run's step checkpoints, checked first: all of one run, finite (unless `allow_nonfinite`)."""
     files = step_files(run_dir)
     for step, ckpt in iter_models(files):
         check_finite_weights(ckpt.model, allow=allow_nonfinite, what=f"step {step}")

@@ -57,8 +57,7 @@ class CorpusStats:
         return torch.where(rows > 0, b / rows.clamp_min(1.0), uniform)
 
     def token_names(self) -> list[str]:
-        """Each token's character, made visible: "␣" for the space, an escape such as "\\n" for the other
-        characters that print as nothing."""
+        """Each token's character, made visible: "␣" for the space, an escape such as "\\n" for blanks."""
         return [
             c if c.isprintable() and not c.isspace() else ("␣" if c == " " else repr(c)[1:-1])
             for c in self.chars
@@ -78,12 +77,8 @@ class CorpusStats:
     @classmethod
     def from_dict(cls, data: dict) -> "CorpusStats":
         try:
-            return cls(
-                chars=data["chars"],
-                unigram=torch.tensor(data["unigram"], dtype=torch.long),
-                bigram=torch.tensor(data["bigram"], dtype=torch.long),
-                source=data.get("source", ""),
-            )
+            counts = [torch.tensor(data[k], dtype=torch.long) for k in ("unigram", "bigram")]
+            return cls(data["chars"], *counts, data.get("source", ""))
         except (KeyError, ValueError, TypeError) as exc:
             raise MechmemError(f"corpus statistics are malformed: {exc}") from None
 

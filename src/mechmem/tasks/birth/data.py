@@ -165,8 +165,7 @@ class TriggerSampler:
 def alias_tables(
     probs: Float[Tensor, "rows d_vocab"],
 ) -> tuple[Float[Tensor, "rows d_vocab"], Int[Tensor, "rows d_vocab"]]:
-    """Walker/Vose alias tables, one per row: draw a column j uniformly, keep it with probability
-    prob[i, j], else take index[i, j]."""
+    """Walker/Vose alias tables per row: draw a column j uniformly, keep it w.p. prob[i, j], else index."""
     n_rows, n = probs.shape
     prob = torch.ones(n_rows, n, dtype=torch.float64)
     index = torch.arange(n).repeat(n_rows, 1)
@@ -186,8 +185,7 @@ def alias_tables(
 def occurrence_counter(
     tokens: Int[Tensor, "batch pos"], triggers: Int[Tensor, "batch n_triggers"]
 ) -> Int[Tensor, "batch pos"]:
-    """0 where tokens[b, t] is not one of the sequence's triggers, else how many times that trigger has
-    occurred at positions <= t."""
+    """0 where tokens[b, t] is not a trigger of the sequence, else that trigger's occurrences at <= t."""
     match = tokens.unsqueeze(1) == triggers.unsqueeze(2)  # [batch n_triggers pos]
     seen = match.to(torch.int16).cumsum(-1, dtype=torch.int16)  # counts fit: pos < 32768 is checked below
     return seen.masked_fill_(~match, 0).sum(1).long()
@@ -272,9 +270,4 @@ def reference_sequences(
         counters.append(counter)
         trigs.append(idxs)
         outs.append(out)
-    return TriggerSequences(
-        seq=torch.tensor(seqs),
-        counter=torch.tensor(counters),
-        triggers=torch.tensor(trigs),
-        outputs=torch.tensor(outs),
-    )
+    return TriggerSequences(*(torch.tensor(x) for x in (seqs, counters, trigs, outs)))

@@ -77,14 +77,8 @@ class BirthTask(Task):
 
     @cached_property
     def sampler(self) -> TriggerSampler:
-        cfg = self.config
-        return TriggerSampler(
-            self.stats,
-            seq_len=cfg.seq_len,
-            n_triggers=cfg.n_triggers,
-            fixed_triggers=cfg.fixed_triggers,
-            outputs=cfg.outputs,
-        )
+        options = {k: getattr(self.config, k) for k in ("seq_len", "n_triggers", "fixed_triggers", "outputs")}
+        return TriggerSampler(self.stats, **options)
 
     @property
     def d_vocab(self) -> int:
@@ -100,10 +94,8 @@ class BirthTask(Task):
 
     def _batch(self, seqs: TriggerSequences) -> Batch:
         tokens, targets = seqs.seq[:, :-1], seqs.seq[:, 1:]
-        if self.config.head_only_loss:
-            mask = (seqs.counter >= 2).float()
-        else:
-            mask = torch.ones_like(tokens, dtype=torch.float)
+        head_only = self.config.head_only_loss
+        mask = (seqs.counter >= 2).float() if head_only else torch.ones_like(tokens, dtype=torch.float)
         info = {"counter": seqs.counter, "triggers": seqs.triggers, "outputs": seqs.outputs}
         return Batch(tokens=tokens.contiguous(), targets=targets.contiguous(), loss_mask=mask, info=info)
 
