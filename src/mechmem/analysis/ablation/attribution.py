@@ -75,14 +75,6 @@ def sequence_products(
     return SequenceProducts(value, found)
 
 
-def estimated_deltas(
-    model: torch.nn.Module, engine: Engine, tokens: Tensor, values: dict[str, Tensor]
-) -> tuple[float, Tensor]:
-    """(the metric, every ablation's estimated change in `layer_variants` order, float64)."""
-    found = sequence_products(model, engine, tokens, values)
-    return found.value, found.products.sum(0)
-
-
 @dataclass(frozen=True)
 class ExactSample:
     """Some ablations computed exactly (`exact_sample`)."""

@@ -242,11 +242,6 @@ class Attributor:
         return torch.where(active, exact - linear, 0.0)
 
 
-def reduce_cells(x: Float[Tensor, "batch ..."], spec: PatchSweep) -> Tensor:
-    """Sum per-entry contributions over the batch and every activation axis a cell spans (`spec.dims`)."""
-    return prompt_cells(x, spec).sum(0)
-
-
 def prompt_cells(x: Float[Tensor, "batch ..."], spec: PatchSweep) -> Float[Tensor, "batch ..."]:
     """Sum per-entry contributions over every activation axis a cell spans (`spec.dims`), per prompt."""
     spanned = [d + 1 for d in range(x.ndim - 1) if d not in spec.dims]

@@ -83,15 +83,6 @@ def resolve_sweep(
     return spec, base, source
 
 
-# -- sweeps on the engine ------------------------------------------------------------------------------
-def cell_index(spec: PatchSweep, cell: Sequence[int]) -> tuple:
-    """The intervention index of one cell (its values on the axes after `layer`): e.g. (slice(None), h)."""
-    index: list[Any] = [slice(None)] * (max(spec.dims) + 1)
-    for dim, value in zip(spec.dims, cell):
-        index[dim] = int(value)
-    return tuple(index)
-
-
 class Patcher:
     """Clean and corrupted runs of one model; `sweep` patches between them through the intervention engine.
 
@@ -148,16 +139,18 @@ class Patcher:
         return {"layer": cfg.n_layers, "pos": self.n_pos, "dest_pos": self.n_pos, "head": cfg.n_heads}
 
     def variants(self, spec: PatchSweep, source: str) -> list[Intervention]:
-        """One intervention per cell of `spec`, in the order of the result's values (layer first)."""
+        """One intervention per cell of `spec`, in the order of the result's values (layer first); a cell's
+        index holds its value on each of `spec.dims`, e.g. (slice(None), h)."""
         sizes = self.sizes()
         shape = [sizes[a] for a in spec.axes]
-        cells = list(itertools.product(*(range(s) for s in shape[1:])))
+        indices = []
+        for cell in itertools.product(*(range(s) for s in shape[1:])):
+            index: list[Any] = [slice(None)] * (max(spec.dims) + 1)
+            for dim, value in zip(spec.dims, cell):
+                index[dim] = value
+            indices.append(tuple(index))
         setter, template = self.setters[source], STAGE_HOOKS[spec.stage]
-        return [
-            Intervention(template.format(layer), cell_index(spec, cell), setter)
-            for layer in range(shape[0])
-            for cell in cells
-        ]
+        return [Intervention(template.format(layer), i, setter) for layer in range(shape[0]) for i in indices]
 
     @torch.no_grad()
     def sweep(self, sweep: str | PatchSweep, direction: str = "denoising") -> PatchingResult:
