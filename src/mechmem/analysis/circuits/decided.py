@@ -381,18 +381,3 @@ def decided_circuit(
         joint=kept & ~stage.kept,
         left_out=left_out,
     ), source
-
-
-__all__ = [
-    "EDGE_SHARE",
-    "FAMILIES",
-    "SELECTION_BAND",
-    "EdgeStage",
-    "decide_edges",
-    "decided_circuit",
-    "judge_circuit",
-    "left_out_heads",
-    "measured_left_out",
-    "select_edges",
-    "stage_policy",
-]

@@ -34,7 +34,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from mechmem.analysis.circuits.edges import EdgePatcher, Graph
-from mechmem.analysis.circuits.record import CONFIDENCE, CRITERIA, THRESHOLDS, Circuit, edge_frame
+from mechmem.analysis.circuits.record import THRESHOLDS, Circuit, edge_frame
 from mechmem.analysis.frames import short_repr
 from mechmem.analysis.patching import PatchingResult
 from mechmem.analysis.patching.attribution import TRUST, agreement, judge
@@ -332,24 +332,3 @@ def attribution_agreement(circuit: Circuit, k: int = 10) -> dict[str, float]:
         for x in (circuit.attribution, circuit.scores)
     ]
     return agreement(*as_result, k=k)
-
-
-__all__ = [
-    "CHECK_EDGES",
-    "CONFIDENCE",
-    "CRITERIA",
-    "EDGE_STEPS",
-    "RESCORE_EDGES",
-    "THRESHOLDS",
-    "Circuit",
-    "ScoredEdges",
-    "attribution_agreement",
-    "circuit_pair",
-    "circuit_prompts",
-    "criteria_moments",
-    "discover_circuit",
-    "edge_attribution",
-    "judge_criteria",
-    "marginal_intervals",
-    "score_edges",
-]

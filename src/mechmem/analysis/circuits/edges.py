@@ -471,16 +471,3 @@ def circuit_intervals(
         gen.set_state(state)
         out[name] = (float(low), float(high))
     return out
-
-
-__all__ = [
-    "ABLATIONS",
-    "ABLATION_TEXT",
-    "Edge",
-    "EdgePatcher",
-    "Graph",
-    "Node",
-    "Port",
-    "build_graph",
-    "circuit_intervals",
-]

@@ -572,6 +572,3 @@ def intervened_logits(
 
 def _identity(logits: Tensor) -> Tensor:
     return logits
-
-
-__all__ = ["CACHE_MB", "Engine", "Metric", "Variant", "intervene", "intervened_logits"]

@@ -168,6 +168,3 @@ def callable_metric(
         return mapped(full.scatter_(2, index, logits))
 
     return PatchingMetric(name or getattr(metric, "__name__", "metric"), rows.cpu(), fn, mode)
-
-
-__all__ = ["PatchingMetric", "as_readout", "callable_metric", "find_readout", "pad_rows", "per_patch"]

@@ -85,6 +85,3 @@ def naive_intervene(
                 fwd.append((iv.hook, _hook(iv, value)))
             out.append(metric_of_logits(metric, model.run_with_hooks(tokens, fwd_hooks=fwd)))
     return torch.stack(out).detach().cpu() if out else torch.zeros(0)
-
-
-__all__ = ["FLAG_OF_HOOK", "hook_flags", "metric_of_logits", "naive_intervene"]
