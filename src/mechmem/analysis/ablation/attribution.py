@@ -46,7 +46,7 @@ class SequenceProducts:
     """What one gradient pass gives: the metric and each sequence's estimated change under every ablation."""
 
     value: float
-    """The metric on the unablated inputs."""
+    """The unablated metric."""
     products: Float[Tensor, "sequence variant"]
     """Per sequence, in `layer_variants` order: the sum over its entries of (replacement - clean value) x
     d metric / d activation (float64)."""
@@ -80,7 +80,6 @@ class ExactSample:
     """Some ablations computed exactly (`exact_sample`)."""
 
     baseline: float
-    """The unablated metric."""
     values: Float[Tensor, " chosen"]
     """The metric after each chosen ablation (float64)."""
     changes: Float[Tensor, "sequence chosen"] | None

@@ -115,7 +115,7 @@ def reference_tokens(tokens: Tensor, reference: Tensor | None) -> Tensor:
 
 
 def component_hooks(model: torch.nn.Module, layer: int) -> tuple[str, str | None]:
-    """(the layer's head outputs `hook_z`, its `hook_mlp_out` or None on an attention-only model)."""
+    """(the layer's `hook_z`, its `hook_mlp_out` or None on an attention-only model)."""
     mlp = None if model.cfg.attn_only else f"blocks.{layer}.hook_mlp_out"
     return f"blocks.{layer}.attn.hook_z", mlp
 
@@ -192,14 +192,12 @@ def ablate_heads(
     generator: torch.Generator | None = None,
     metric_name: str = "metric",
 ) -> AblationResult:
-    """Ablate every head, every attention layer and every MLP layer with each method; return the metrics.
+    """Ablate every head, every attention layer and every MLP layer with each method of `METHODS`.
 
     Args:
         metric: logits [batch pos d_vocab] -> scalar (closes over the targets of `tokens`).
-        methods: any of "zero", "mean", "resample".
         reference: the batch means and resamples come from (default: `tokens`).
         generator: draws the resampled sequences.
-        metric_name: a description stored with the result.
 
     Example:
         >>> import mechmem, torch

@@ -1,12 +1,10 @@
 """Metrics for activation patching, in the batched form the patching engine evaluates.
 
-A `PatchingMetric` has `readout` (the positions whose logits it reads) and `fn` (logits at those
-positions, with a leading patch axis, to one value per patch). `callable_metric` turns any
-`metric(logits [batch pos d_vocab]) -> scalar` into that form: the positions are declared (`readout=`)
-or found by a dependency check (non-zero gradients with respect to the logits; without a gradient,
-perturbing one position at a time), and the read-out logits are written into a reused full-size tensor
-filled with the clean run's logits and mapped over the patch axis with `torch.func.vmap`, or called once
-per patch (`mode="loop"`) where vmap raises or disagrees on two small inputs.
+`callable_metric` turns any `metric(logits [batch pos d_vocab]) -> scalar` into a `PatchingMetric`: the
+positions it reads are declared (`readout=`) or found by a dependency check (non-zero gradients with respect
+to the logits; without a gradient, perturbing one position at a time); the read-out logits are written into
+a reused full-size tensor of the clean run's logits and mapped over the patch axis with `torch.func.vmap`, or
+called once per patch (`mode="loop"`) where vmap raises or disagrees on two small inputs.
 
 Caveat: a dependency check sees only what the probe inputs exercise; a metric that reads a position only
 for some logits values should declare `readout=`.
@@ -29,7 +27,6 @@ class PatchingMetric:
     """A metric in batched form: `fn(logits at readout [patch batch read d_vocab]) -> [patch, *output]`."""
 
     name: str
-    """Name recorded in results."""
     readout: Int[Tensor, "batch read"]
     """Positions whose logits the metric reads, per prompt."""
     fn: Callable[[Tensor], Tensor]

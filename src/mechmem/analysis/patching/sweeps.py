@@ -7,9 +7,8 @@ difference). Denoising patches clean activations into the corrupted run (a large
 Sweeps cover the residual stream and attention and MLP outputs by layer x position, each head's z by layer x
 head and layer x position x head, and each head's pattern by layer x head (x dest pos).
 
-Each cell is one `Intervention` (the sweep's hook, the cell's index, the source run's values) run by the
-intervention engine; results equal TransformerLens's `patching.get_act_patch_*` (tested). Each cell is a
-mean over prompts with its 95% interval (`mechmem.analysis.patching.result`).
+Each cell is one `Intervention` run by the intervention engine; results equal TransformerLens's
+`patching.get_act_patch_*` (tested), as means over prompts with 95% intervals (`patching.result`).
 
 Caveats: effects need not add up, and a pair that differs in several ways mixes their effects.
 """
@@ -31,7 +30,6 @@ from mechmem.models.parts import model_device
 from mechmem.tasks.base import PatchingPair
 
 
-# -- metrics -------------------------------------------------------------------------------------------------
 def resolve_metric(
     metric: Any,
     pair: PatchingPair | None,
