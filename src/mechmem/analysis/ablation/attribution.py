@@ -97,8 +97,7 @@ def exact_sample(
     chosen: list[int],
     metric: Metric | None = None,
 ) -> ExactSample:
-    """The unablated metric and the metric after each ablation `chosen`, in one engine call (per sequence
-    too for a `SequenceMetric`)."""
+    """The unablated metric and the metric after each ablation `chosen` (one engine call)."""
     variants = [
         v for layer in range(model.cfg.n_layers) for v in layer_variants(model, layer, lambda h, i: setter)
     ]

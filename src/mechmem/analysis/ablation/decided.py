@@ -119,8 +119,7 @@ def decided_ablation(
 
 
 def decision_line(result: AblationResult) -> str:
-    """The decision in words: the looks, why sampling stopped, and how many components matter, do not, or
-    are undecided."""
+    """The decision in words: how many components matter, do not, or are undecided, and why it stopped."""
     d = result.decision
     n, threshold = result.info.get("n_sequences", d.n), float(d.threshold.flatten()[0])
     metric = result.info.get("metric", "loss")

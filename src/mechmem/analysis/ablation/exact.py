@@ -82,8 +82,7 @@ def task_metric(
 
 
 def sequence_losses(batch: Any) -> Callable[[Tensor], Tensor]:
-    """logits [batch pos d_vocab] -> each sequence's cross-entropy summed over its masked positions
-    [batch]."""
+    """logits [batch pos d_vocab] -> each sequence's cross-entropy summed over its masked positions."""
 
     def losses(logits: Tensor) -> Tensor:
         targets, mask = batch.targets.to(logits.device), batch.loss_mask.to(logits.device)
@@ -138,8 +137,7 @@ def layer_variants(
 def layer_parts(
     model: torch.nn.Module, values: Tensor, n_methods: int
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(heads [method layer head], attn [method layer], mlp [method layer] or None), float32, from each
-    method's values in `layer_variants` order."""
+    """(heads [method layer head], attn, mlp [method layer] or None) from `layer_variants` order."""
     cfg = model.cfg
     per_layer = values.float().reshape(n_methods, cfg.n_layers, -1)
     mlp = None if cfg.attn_only else per_layer[..., cfg.n_heads + 1]
@@ -174,8 +172,7 @@ def ablate_layer_components(
     values: dict[str, Tensor],
     layer: int,
 ) -> tuple[Float[Tensor, " head"], float, float | None]:
-    """Metric after ablating each head of `layer`, the whole attention layer, and its MLP (None if absent);
-    `values` from `ablation_values`."""
+    """Metric after ablating each head of `layer`, the attention layer and its MLP (None if absent)."""
     out = intervene(model, tokens, layer_variants(model, layer, _replay(values)), metric).tolist()
     n_heads = model.cfg.n_heads
     return torch.tensor(out[:n_heads]), out[n_heads], (out[n_heads + 1] if len(out) > n_heads + 1 else None)

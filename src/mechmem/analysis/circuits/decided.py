@@ -271,8 +271,7 @@ def judge_circuit(
 
 
 def left_out_heads(circuit_heads: list[str], heads: list[str], graph: Any) -> tuple[list[str], Tensor]:
-    """(the `heads` not among `circuit_heads`, per such head its outgoing edges [edge]); `ValueError` for a
-    name that is no head of the graph."""
+    """(the `heads` not among `circuit_heads`, per such head its outgoing edges [edge]); checks the names."""
     names = [n.name for n in graph.nodes if n.kind == "head"]
     unknown = [h for h in heads if h not in names]
     if unknown:

@@ -340,8 +340,7 @@ class EdgePatcher:
         return _CircuitPass(self, keep).interventions()
 
     def evaluate(self, keep: Bool[Tensor, "variant edge"]) -> Float[Tensor, "variant batch"]:
-        """Per-prompt metric of each circuit (a row of `keep`), every other edge ablated; each distinct
-        circuit runs once."""
+        """Per-prompt metric of each circuit (a row of `keep`, each distinct one run once)."""
         unique, where = torch.unique(keep, dim=0, return_inverse=True)
         variants = [
             self.circuit_variant(row) if bool(row.any()) else self.every_edge_ablated() for row in unique

@@ -165,8 +165,7 @@ def per_sequence_bytes(model: torch.nn.Module, tokens: Tensor) -> int:
 
 
 def _evaluate(metric: Any, logits: Tensor, n: int) -> list[Tensor]:
-    """The metric of each of the n variants stacked in `logits` [n * batch, pos, d_vocab] (a `PatchingMetric`
-    reads its own positions)."""
+    """The metric of each of the n variants stacked in `logits` [n * batch, pos, d_vocab]."""
     stacked = logits.unflatten(0, (n, logits.shape[0] // n))
     if isinstance(metric, PatchingMetric):
         readout = metric.readout.to(logits.device)
@@ -245,8 +244,7 @@ def capture_acts(
     hooks: Sequence[str],
     variant: Sequence[Intervention],
 ) -> dict[str, Tensor]:
-    """The activations at `hooks` in the run on `tokens` under `variant`; hooks the pass does not reach are
-    left out."""
+    """The activations at `hooks` in the run on `tokens` under `variant` (those the pass reaches)."""
     return capture_run(model, tokens, hooks, variant, lambda x: x[:0])[1]
 
 

@@ -36,15 +36,13 @@ class PatchingMetric:
 
     @classmethod
     def logit_diff(cls, pair: PatchingPair) -> "PatchingMetric":
-        """Mean over prompts of logit[correct] - logit[incorrect] at the answer position
-        (`pair.logit_diff`)."""
+        """Mean over prompts of logit[correct] - logit[incorrect] at the answer position."""
         per_prompt = cls.logit_diff_per_prompt(pair)
         return cls("logit_diff", per_prompt.readout, lambda logits: per_prompt.fn(logits).mean(-1))
 
     @classmethod
     def logit_diff_per_prompt(cls, pair: PatchingPair) -> "PatchingMetric":
-        """`logit_diff` before the mean: one value per prompt, [patch batch]
-        (`pair.logit_diff_per_prompt`)."""
+        """`logit_diff` before the mean: one value per prompt, [patch batch]."""
         correct, incorrect = pair.correct, pair.incorrect
 
         def fn(logits: Tensor) -> Tensor:
@@ -88,8 +86,7 @@ OVERWHELM = 1e4
 def find_readout(
     metric: Callable[[Tensor], Any], probe: Float[Tensor, "batch pos d_vocab"]
 ) -> Int[Tensor, "batch read"]:
-    """The positions `metric` reads, per prompt, found by a dependency check; rows padded with their first
-    position."""
+    """The positions `metric` reads, per prompt, by a dependency check (rows padded as `pad_rows`)."""
     noise = torch.randn(probe.shape, generator=torch.Generator().manual_seed(20231)).to(probe)
     scale = probe.std().clamp_min(1.0)
     reads = torch.zeros(probe.shape[:2], dtype=torch.bool, device=probe.device)

@@ -181,8 +181,7 @@ class Attributor:
     def prompt_values(
         self, products: Float[Tensor, "prompt layer ..."], direction: str
     ) -> Float[Tensor, "prompt layer ..."] | None:
-        """Each prompt's estimate of every cell: m_i(base) + n x products[i]; None for a metric without one
-        value per prompt."""
+        """Each prompt's estimate of every cell, m_i(base) + n x products[i] (None for a scalar metric)."""
         runs = self.exact_patcher().prompt_values
         if runs is None:
             return None

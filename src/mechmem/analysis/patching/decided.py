@@ -154,8 +154,7 @@ def decided_patching(
 
 
 def decision_lines(found: DecidedPatching) -> list[str]:
-    """The decision in words: the looks, why sampling stopped, the gap's verdict and, per sweep, how many
-    cells matter, do not, or are undecided."""
+    """The decision in words: looks, why it stopped, the gap's verdict and each sweep's tally of cells."""
     d = found.decision
     gap = d[GAP]
     first = (

@@ -44,8 +44,7 @@ def prompt_swap_effects(
     grad_pattern: Float[Tensor, "batch head_index query_pos key_pos"],
     memory_bytes: float = 256.0 * 2**20,
 ) -> Float[Tensor, "batch pos"]:
-    """`swap_effects` per prompt, in float64; rows are taken in chunks whose score tensors fit
-    `memory_bytes`."""
+    """`swap_effects` per prompt, in float64, in chunks of rows whose scores fit `memory_bytes`."""
     n_batch, n_pos = h.shape[:2]
     per_row = 8 * 16 * grad_pattern.shape[1] * n_pos * n_pos  # about 16 live [head q k] float64 tensors
     chunk = max(1, int(memory_bytes // per_row))

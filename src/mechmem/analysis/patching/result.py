@@ -164,8 +164,7 @@ class PatchingResult:
 
     @property
     def normalised_refused(self) -> bool:
-        """True when the clean - corrupted gap's 95% interval includes 0 (`normalised()` is then NaN);
-        False without intervals."""
+        """Whether the clean - corrupted gap's 95% interval includes 0 (then `normalised()` is NaN)."""
         return self.intervals is not None and bool(covers(*self.intervals.gap[1:]))
 
     def normalised(self) -> Float[Tensor, "..."]:
