@@ -2,9 +2,8 @@
 
 `attribute_ablation` estimates all L x (H + 2) ablations from one forward and one backward pass (the
 metric's change ~ (ablated - clean activation) x d metric / d activation), re-computes a fixed sample
-exactly, measures the agreement (`attribution.judge`) and falls back to exact ablation when it fails.
-For a `SequenceMetric`, sequence i's estimated change is sum(weights) x its products and every delta
-gets exact ablation's paired bootstrap interval over sequences; a scalar metric gives none.
+exactly and falls back to exact ablation when they disagree (`attribution.judge`). For a `SequenceMetric`,
+sequence i's estimated change is sum(weights) x its products, bootstrapped over sequences as exact ablation.
 
 Caveat: first order; an ablation along a curved direction (a saturated softmax, a far-from-linear
 LayerNorm) is misestimated, which the exact sample is there to catch.

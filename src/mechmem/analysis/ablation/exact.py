@@ -3,9 +3,8 @@
 Each attention head's output z (`blocks.L.attn.hook_z`, before W_O) is set by `METHODS`: zero (the head
 writes only its share of b_O), mean (its mean over a reference batch, per position) or resample (its
 value on another reference sequence). A whole attention layer is ablated on all its heads, an MLP layer
-on `blocks.L.hook_mlp_out`; the result holds the metric after each ablation and its "delta" from the
-baseline. `naive_head_ablation` is the reference the engine is tested against. A `SequenceMetric` gives
-every delta a paired 95% bootstrap interval over sequences (`ablation.result`).
+on `blocks.L.hook_mlp_out`. A `SequenceMetric` gives every delta a paired 95% bootstrap interval over
+sequences (`ablation.result`); `naive_head_ablation` is the engine's reference.
 
 Caveats: zero ablation can push the model off-distribution; ablations measure necessity one component at
 a time, so redundant (backup) heads each look unimportant.

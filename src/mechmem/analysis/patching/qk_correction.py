@@ -66,9 +66,8 @@ def _chunk_effects(
     scores = replay.scores(layer, q, k).masked_fill(~mask, -torch.inf)  # [batch head q k]
     before = (grad * scores.softmax(-1)).sum(-1, keepdim=True)  # sum_j G P of every row
 
-    # column p of every other row r: one score changes to c = q_r . k'_p. With the log-sums over the row's
-    # other keys (no cancellation when p held nearly all the weight), the new sum_j G P' of row r is
-    # B exp(lse_rest - lse') + G[r, p] exp(c - lse'), B = the G-average over the other keys.
+    # column p of every other row r (the module docstring's formula), in log-sums over the row's other keys:
+    # no cancellation when p held nearly all the weight
     changed = replay.scores(layer, q, k_new)
     rest = _without_each(scores)
     lse_new = torch.logaddexp(rest, changed)
