@@ -186,8 +186,7 @@ class PatchingResult:
         `lower` / `upper`, `effect_lower` / `effect_upper`, `normalised` and `normalised_lower` /
         `normalised_upper` (NaN bounds without intervals). A decided sweep adds `share`, its corrected
         bounds and `verdict`."""
-        spec = SWEEPS.get(self.sweep)
-        stage = None if spec is None else spec.stage
+        stage = getattr(SWEEPS.get(self.sweep), "stage", None)
         leading = {"sweep": self.sweep, "stage": stage, "direction": self.direction, "method": self.method}
         nan = torch.full_like(self.values.float(), float("nan"))
         bound = {k: nan if self.intervals is None else getattr(self.intervals, k).float() for k in BOUNDS}
