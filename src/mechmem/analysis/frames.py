@@ -79,6 +79,3 @@ def short_repr(name: str, *parts: str) -> str:
 def shape_text(axes: Sequence[str], shape: Sequence[int]) -> str:
     """Axes with their sizes, e.g. "layer 2 x head 3"."""
     return " x ".join(f"{a} {n}" for a, n in zip(axes, shape))
-
-
-__all__ = ["concat", "grid_frame", "shape_text", "short_repr", "token_labels", "with_tokens"]

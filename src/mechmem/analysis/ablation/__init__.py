@@ -7,7 +7,6 @@ from mechmem.analysis.ablation.attribution import (
     ExactSample,
     SequenceProducts,
     attribute_ablation,
-    estimated_deltas,
     exact_sample,
     sequence_products,
 )
@@ -51,7 +50,6 @@ __all__ = [
     "decided_ablation",
     "decision_line",
     "delta_intervals",
-    "estimated_deltas",
     "exact_sample",
     "method_setter",
     "n_variants",

@@ -2,9 +2,8 @@
 
 `attribute_ablation` estimates all L x (H + 2) ablations from one forward and one backward pass (the
 metric's change ~ (ablated - clean activation) x d metric / d activation), re-computes a fixed sample
-exactly, measures the agreement (`attribution.judge`) and falls back to exact ablation when it fails.
-For a `SequenceMetric`, sequence i's estimated change is sum(weights) x its products and every delta
-gets exact ablation's paired bootstrap interval over sequences; a scalar metric gives none.
+exactly and falls back to exact ablation when they disagree (`attribution.judge`). For a `SequenceMetric`,
+sequence i's estimated change is sum(weights) x its products, bootstrapped over sequences as exact ablation.
 
 Caveat: first order; an ablation along a curved direction (a saturated softmax, a far-from-linear
 LayerNorm) is misestimated, which the exact sample is there to catch.
@@ -46,7 +45,7 @@ class SequenceProducts:
     """What one gradient pass gives: the metric and each sequence's estimated change under every ablation."""
 
     value: float
-    """The metric on the unablated inputs."""
+    """The unablated metric."""
     products: Float[Tensor, "sequence variant"]
     """Per sequence, in `layer_variants` order: the sum over its entries of (replacement - clean value) x
     d metric / d activation (float64)."""
@@ -75,20 +74,11 @@ def sequence_products(
     return SequenceProducts(value, found)
 
 
-def estimated_deltas(
-    model: torch.nn.Module, engine: Engine, tokens: Tensor, values: dict[str, Tensor]
-) -> tuple[float, Tensor]:
-    """(the metric, every ablation's estimated change in `layer_variants` order, float64)."""
-    found = sequence_products(model, engine, tokens, values)
-    return found.value, found.products.sum(0)
-
-
 @dataclass(frozen=True)
 class ExactSample:
     """Some ablations computed exactly (`exact_sample`)."""
 
     baseline: float
-    """The unablated metric."""
     values: Float[Tensor, " chosen"]
     """The metric after each chosen ablation (float64)."""
     changes: Float[Tensor, "sequence chosen"] | None
@@ -106,8 +96,7 @@ def exact_sample(
     chosen: list[int],
     metric: Metric | None = None,
 ) -> ExactSample:
-    """The unablated metric and the metric after each ablation `chosen`, in one engine call (per sequence
-    too for a `SequenceMetric`)."""
+    """The unablated metric and the metric after each ablation `chosen` (one engine call)."""
     variants = [
         v for layer in range(model.cfg.n_layers) for v in layer_variants(model, layer, lambda h, i: setter)
     ]

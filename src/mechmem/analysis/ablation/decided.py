@@ -4,11 +4,9 @@ is settled (docs/decisions.md, "Ablation").
     from mechmem.analysis.ablation.decided import decided_ablation
     result = decided_ablation(model, task, seed=0)        # an `AblationResult` with its `decision`
 
-One generator seeded with the seed draws the mean / resample reference first, then each round's
-sequences; resampling uses a second generator seeded with seed + 1. After each look every component's
-change of the metric is judged against `ABLATION_THRESHOLDS` on |delta|; sampling stops when no test is
-open or at the budget. Printed values are means over every sequence drawn with their bootstrap
-intervals.
+One generator seeded with the seed draws the mean / resample reference, then each round's sequences;
+resampling uses a second generator seeded with seed + 1. After each look every component's |delta| is judged
+against `ABLATION_THRESHOLDS`; sampling stops when no test is open or at the budget.
 """
 
 from typing import Any
@@ -47,10 +45,9 @@ def decided_ablation(
         task: gives the sequences and the metric (`ablation.task_metric`).
         seed: seeds the one generator the reference and every round are drawn from.
         policy: the looks and level (`ABLATION_POLICY`; `policy.with_budget(n)` for another budget).
-        methods: ablation methods ("zero", "mean", "resample").
+        methods: of `ablation.METHODS`; metric: "loss", "accuracy" or "logit_diff".
         estimate: estimate by attribution (one method only), `CHECK_VARIANTS` computed exactly; failing the
             first round's check makes every round exact.
-        metric: "loss", "accuracy" or "logit_diff".
         threshold: a component matters when its |delta| is decided >= threshold (default: the metric's
             `ABLATION_THRESHOLDS`).
 
@@ -122,8 +119,7 @@ def decided_ablation(
 
 
 def decision_line(result: AblationResult) -> str:
-    """The decision in words: the looks, why sampling stopped, and how many components matter, do not, or
-    are undecided."""
+    """The decision in words: how many components matter, do not, or are undecided, and why it stopped."""
     d = result.decision
     n, threshold = result.info.get("n_sequences", d.n), float(d.threshold.flatten()[0])
     metric = result.info.get("metric", "loss")

@@ -3,9 +3,8 @@
 Each attention head's output z (`blocks.L.attn.hook_z`, before W_O) is set by `METHODS`: zero (the head
 writes only its share of b_O), mean (its mean over a reference batch, per position) or resample (its
 value on another reference sequence). A whole attention layer is ablated on all its heads, an MLP layer
-on `blocks.L.hook_mlp_out`; the result holds the metric after each ablation and its "delta" from the
-baseline. `naive_head_ablation` is the reference the engine is tested against. A `SequenceMetric` gives
-every delta a paired 95% bootstrap interval over sequences (`ablation.result`).
+on `blocks.L.hook_mlp_out`. A `SequenceMetric` gives every delta a paired 95% bootstrap interval over
+sequences (`ablation.result`); `naive_head_ablation` is the engine's reference.
 
 Caveats: zero ablation can push the model off-distribution; ablations measure necessity one component at
 a time, so redundant (backup) heads each look unimportant.
@@ -82,8 +81,7 @@ def task_metric(
 
 
 def sequence_losses(batch: Any) -> Callable[[Tensor], Tensor]:
-    """logits [batch pos d_vocab] -> each sequence's cross-entropy summed over its masked positions
-    [batch]."""
+    """logits [batch pos d_vocab] -> each sequence's cross-entropy summed over its masked positions."""
 
     def losses(logits: Tensor) -> Tensor:
         targets, mask = batch.targets.to(logits.device), batch.loss_mask.to(logits.device)
@@ -115,7 +113,7 @@ def reference_tokens(tokens: Tensor, reference: Tensor | None) -> Tensor:
 
 
 def component_hooks(model: torch.nn.Module, layer: int) -> tuple[str, str | None]:
-    """(the layer's head outputs `hook_z`, its `hook_mlp_out` or None on an attention-only model)."""
+    """(the layer's `hook_z`, its `hook_mlp_out` or None on an attention-only model)."""
     mlp = None if model.cfg.attn_only else f"blocks.{layer}.hook_mlp_out"
     return f"blocks.{layer}.attn.hook_z", mlp
 
@@ -138,8 +136,7 @@ def layer_variants(
 def layer_parts(
     model: torch.nn.Module, values: Tensor, n_methods: int
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(heads [method layer head], attn [method layer], mlp [method layer] or None), float32, from each
-    method's values in `layer_variants` order."""
+    """(heads [method layer head], attn, mlp [method layer] or None) from `layer_variants` order."""
     cfg = model.cfg
     per_layer = values.float().reshape(n_methods, cfg.n_layers, -1)
     mlp = None if cfg.attn_only else per_layer[..., cfg.n_heads + 1]
@@ -174,8 +171,7 @@ def ablate_layer_components(
     values: dict[str, Tensor],
     layer: int,
 ) -> tuple[Float[Tensor, " head"], float, float | None]:
-    """Metric after ablating each head of `layer`, the whole attention layer, and its MLP (None if absent);
-    `values` from `ablation_values`."""
+    """Metric after ablating each head of `layer`, the attention layer and its MLP (None if absent)."""
     out = intervene(model, tokens, layer_variants(model, layer, _replay(values)), metric).tolist()
     n_heads = model.cfg.n_heads
     return torch.tensor(out[:n_heads]), out[n_heads], (out[n_heads + 1] if len(out) > n_heads + 1 else None)
@@ -192,14 +188,12 @@ def ablate_heads(
     generator: torch.Generator | None = None,
     metric_name: str = "metric",
 ) -> AblationResult:
-    """Ablate every head, every attention layer and every MLP layer with each method; return the metrics.
+    """Ablate every head, every attention layer and every MLP layer with each method of `METHODS`.
 
     Args:
         metric: logits [batch pos d_vocab] -> scalar (closes over the targets of `tokens`).
-        methods: any of "zero", "mean", "resample".
         reference: the batch means and resamples come from (default: `tokens`).
         generator: draws the resampled sequences.
-        metric_name: a description stored with the result.
 
     Example:
         >>> import mechmem, torch

@@ -23,8 +23,7 @@ from mechmem.plotting import plt
 
 @dataclass(frozen=True)
 class AblationIntervals:
-    """95% intervals over sequences of every delta, shaped like the result's `heads`, `attn_layers` and
-    `mlp_layers`."""
+    """95% intervals over sequences of every delta, shaped like the result's values."""
 
     n_sequences: int
     """Sequences the metric and the bootstrap are over."""
@@ -201,8 +200,7 @@ def delta_intervals(
 
 
 def plot_ablation(result: AblationResult) -> Any:
-    """Heatmaps of delta per layer x head, one panel per method; returns the Figure. Cells whose delta's
-    95% interval includes 0 are hatched."""
+    """Heatmaps of delta per layer x head, one per method; hatched where the delta's interval includes 0."""
     deltas = result.heads - result.baseline
     lim = float(deltas.abs().max()) or 1.0
     n = len(result.methods)

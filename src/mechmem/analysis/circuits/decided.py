@@ -6,12 +6,10 @@ what the kept set needs").
 
 Two stages share one alpha, split equally over the four families (`FAMILIES`). The edge stage tests every
 edge's share s = sum(m(full) - m(edge ablated)) / sum(m(full) - m(every edge ablated)) against `EDGE_SHARE`
-on |s| over doubling rounds of new prompts (a test decided or precise at a look is frozen there), stopping
-early once the gap is shown absent. The circuit is the edges decided in plus those whose removal takes the
-faithfulness of what remains out of `SELECTION_BAND` (`select_edges`). The criteria stage judges its gap,
-faithfulness and completeness on new prompts (`discovery.judge_criteria`) and measures the named heads it
-leaves out (`measured_left_out`). Above `max_exact` edges a screening draw, set aside, chooses which edges are
-tested (`discovery.score_edges`); the rest are untested, and removed first.
+on |s| over doubling rounds of new prompts (a test decided or precise at a look is frozen there). The circuit
+is the edges decided in plus those the kept set needs (`select_edges`). The criteria stage judges it on new
+prompts (`discovery.judge_criteria`) and measures the named heads it leaves out. Above `max_exact` edges a
+screening draw, set aside, chooses which edges are tested (`discovery.score_edges`); the rest are untested.
 """
 
 import time
@@ -66,7 +64,6 @@ class EdgeStage:
     """What the edge stage measured."""
 
     graph: Graph
-    """The model's edge graph."""
     tested: Tensor
     """[edge] bool: the edges the stage tested (every edge, or the screening's exactly scored ones)."""
     decision: Decision
@@ -126,7 +123,6 @@ def decide_edges(
     gap_z = gap_policy.z(1, len(CRITERIA))
 
     def gap_test(gap: RatioMoments) -> Any:
-        """The gap judged at the criteria's gap level (here a stopping rule only)."""
         return judge(gap, THRESHOLDS["gap"], z=gap_z, policy=gap_policy, absolute=True, name="gap")
 
     def absent(gap: RatioMoments) -> bool:
@@ -211,7 +207,6 @@ def select_edges(
     ]
 
     def total(masks: Tensor) -> Tensor:
-        """[variant] the metric summed over every prompt of the stage."""
         return sum(patcher.evaluate(masks).double().sum(1) for patcher in patchers)
 
     full, empty = sum(patcher.full_and_empty().double().sum(1) for patcher in patchers).tolist()
@@ -276,8 +271,7 @@ def judge_circuit(
 
 
 def left_out_heads(circuit_heads: list[str], heads: list[str], graph: Any) -> tuple[list[str], Tensor]:
-    """(the `heads` not among `circuit_heads`, per such head its outgoing edges [edge]); `ValueError` for a
-    name that is no head of the graph."""
+    """(the `heads` not among `circuit_heads`, per such head its outgoing edges [edge]); checks the names."""
     names = [n.name for n in graph.nodes if n.kind == "head"]
     unknown = [h for h in heads if h not in names]
     if unknown:
@@ -381,18 +375,3 @@ def decided_circuit(
         joint=kept & ~stage.kept,
         left_out=left_out,
     ), source
-
-
-__all__ = [
-    "EDGE_SHARE",
-    "FAMILIES",
-    "SELECTION_BAND",
-    "EdgeStage",
-    "decide_edges",
-    "decided_circuit",
-    "judge_circuit",
-    "left_out_heads",
-    "measured_left_out",
-    "select_edges",
-    "stage_policy",
-]

@@ -5,22 +5,16 @@ faithfulness, measure it.
     pair, _ = circuit_pair(model, task, 64, generator=torch.Generator().manual_seed(0))
     circuit = discover_circuit(model, pair, ablation="mean")        # a `Circuit`; circuit.to_dict() for JSON
 
-Scores: exact path patching of every edge or, on graphs above `max_exact` edges, edge attribution patching
-(EAP, `edge_attribution`) of every edge and exact path patching of the `RESCORE_EDGES` it ranks highest plus
-`CHECK_EDGES` drawn with a fixed seed. The estimate's agreement with the exact scores on those edges is
-`Circuit.attribution_check` (rule `attribution.TRUST`); when it fails, every edge is scored exactly (up to
-`max_fallback` edges; beyond, the method says the ranking is untrusted). Pruning: the shortest prefix of the
-|score| ranking whose faithfulness reaches `target` (`_prune`), or with `threshold` every edge with |score| >=
-threshold x |gap|. With e = every edge ablated and gap = m(full) - m(e):
+Scores: exact path patching of every edge or, above `max_exact` edges, edge attribution patching (EAP,
+`edge_attribution`) of every edge with exact path patching of the `RESCORE_EDGES` it ranks highest plus
+`CHECK_EDGES` drawn with a fixed seed; when EAP fails its agreement check there (`attribution.TRUST`), every
+edge is scored exactly (up to `max_fallback` edges). Pruning: the shortest prefix of the |score| ranking whose
+faithfulness reaches `target`, or every edge with |score| >= threshold x |gap|. With e = every edge ablated
+and gap = m(full) - m(e):
     faithfulness = (m(circuit) - m(e)) / gap        the circuit alone, every other edge ablated
     completeness = (m(full) - m(full minus circuit)) / gap      what ablating only the circuit's edges removes
-ratios of sums over prompts, judged by the sequential rule (docs/decisions.md) against `CONFIDENCE`:
-    behaviour    |gap| vs min_gap
-    faithful     faithfulness inside [min_faithfulness, max_faithfulness]
-    sparse       at most max_edge_fraction of the edges kept (a count)
-    complete     completeness vs min_faithfulness
-each "yes" when its corrected interval passes, "no" when it fails, else "undecided"; the circuit is "yes" when
-every criterion is. `discover_circuit` judges at one look, on the prompts that chose the edges;
+ratios of sums over prompts, judged with the gap by the sequential rule (docs/decisions.md) against
+`CONFIDENCE`. `discover_circuit` judges at one look, on the prompts that chose the edges;
 `decided.decided_circuit` decides the edges over rounds and judges the criteria on new prompts.
 """
 
@@ -34,7 +28,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from mechmem.analysis.circuits.edges import EdgePatcher, Graph
-from mechmem.analysis.circuits.record import CONFIDENCE, CRITERIA, THRESHOLDS, Circuit, edge_frame
+from mechmem.analysis.circuits.record import THRESHOLDS, Circuit, edge_frame
 from mechmem.analysis.frames import short_repr
 from mechmem.analysis.patching import PatchingResult
 from mechmem.analysis.patching.attribution import TRUST, agreement, judge
@@ -191,12 +185,11 @@ class ScoredEdges:
     """What `score_edges` measured: one entry per edge of the patcher's graph."""
 
     scores: Float[Tensor, " edge"]
-    """The exact score where `exact`, else the EAP estimate."""
     stderr: Float[Tensor, " edge"]
     """Standard error over prompts of each score (where only estimated, of the per-prompt estimates: not its
     error as an estimate of the exact score); NaN with one prompt."""
     exact: Bool[Tensor, " edge"]
-    """Whether the edge was scored by exact path patching."""
+    """Whether the edge was scored by exact path patching (else `scores` holds its estimate)."""
     attribution: Float[Tensor, " edge"] | None
     """Every edge's EAP (or EAP-IG) estimate, when one was computed."""
     timings: dict[str, float]
@@ -332,24 +325,3 @@ def attribution_agreement(circuit: Circuit, k: int = 10) -> dict[str, float]:
         for x in (circuit.attribution, circuit.scores)
     ]
     return agreement(*as_result, k=k)
-
-
-__all__ = [
-    "CHECK_EDGES",
-    "CONFIDENCE",
-    "CRITERIA",
-    "EDGE_STEPS",
-    "RESCORE_EDGES",
-    "THRESHOLDS",
-    "Circuit",
-    "ScoredEdges",
-    "attribution_agreement",
-    "circuit_pair",
-    "circuit_prompts",
-    "criteria_moments",
-    "discover_circuit",
-    "edge_attribution",
-    "judge_criteria",
-    "marginal_intervals",
-    "score_edges",
-]

@@ -58,15 +58,14 @@ ABLATION_TEXT = {
 @dataclass(frozen=True)
 class Node:
     """A component: kind "embed", "pos", "head", "mlp" or "logits"; `depth` orders them: embeddings -1, heads
-    of layer l at l, its MLP at l + 0.5 (l in a parallel block), logits at n_layers."""
+    of layer l at l, its MLP at l + 0.5 (l in a parallel block), logits at n_layers. Its output is read at
+    `hook` (a head's z; None for the logits), sliced by `index` after the batch axis ((slice(None), h))."""
 
     name: str
     kind: str
     depth: float
     hook: str | None = None
-    """Hook the node's output is read from (None for the logits); for a head, its z."""
     index: tuple = ()
-    """Slice of that hook's axes after batch: (slice(None), h) for head h."""
 
     @property
     def layer(self) -> int:
@@ -166,7 +165,7 @@ def _through_w_o(
 def _summed_through_w_o(
     z: Float[Tensor, "batch pos head d_head"], w_o: Float[Tensor, "head d_head d_model"]
 ) -> Float[Tensor, "batch pos d_model"]:
-    """The heads' shares summed (one matmul over head and d_head together)."""
+    """The heads' shares summed, in one matmul."""
     return z.flatten(-2) @ w_o.to(z.dtype).flatten(0, 1)
 
 
@@ -202,9 +201,8 @@ class EdgePatcher:
         self.clean = setter_values(model, self.tokens, from_run(self.tokens), hooks)
         self.ablated = setter_values(model, self.tokens, setter, hooks)
         self.senders = [n for n in self.graph.nodes if n.hook is not None]
-        """Every node with an output, in graph order (embeddings, then by depth)."""
+        """Every node with an output, in graph order (embeddings, then by depth); `at` indexes it by name."""
         self.at = {u.name: i for i, u in enumerate(self.senders)}
-        """Each sender's index into `senders`, by name."""
         self.groups: dict[str, list[int]] = {}
         """Per sender hook, its senders (consecutive indices into `senders`): a layer's heads share hook_z."""
         for i, u in enumerate(self.senders):
@@ -233,7 +231,6 @@ class EdgePatcher:
         return self.output(sender, self.change[sender.hook])
 
     def metric(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Float[Tensor, " batch"]:
-        """The pair's logit difference, per prompt."""
         return self.pair.logit_diff_per_prompt(logits)
 
     def run(self, variants: list[list[Intervention]]) -> Float[Tensor, "variant batch"]:
@@ -343,8 +340,7 @@ class EdgePatcher:
         return _CircuitPass(self, keep).interventions()
 
     def evaluate(self, keep: Bool[Tensor, "variant edge"]) -> Float[Tensor, "variant batch"]:
-        """Per-prompt metric of each circuit (a row of `keep`), every other edge ablated; each distinct
-        circuit runs once."""
+        """Per-prompt metric of each circuit (a row of `keep`, each distinct one run once)."""
         unique, where = torch.unique(keep, dim=0, return_inverse=True)
         variants = [
             self.circuit_variant(row) if bool(row.any()) else self.every_edge_ablated() for row in unique
@@ -471,16 +467,3 @@ def circuit_intervals(
         gen.set_state(state)
         out[name] = (float(low), float(high))
     return out
-
-
-__all__ = [
-    "ABLATIONS",
-    "ABLATION_TEXT",
-    "Edge",
-    "EdgePatcher",
-    "Graph",
-    "Node",
-    "Port",
-    "build_graph",
-    "circuit_intervals",
-]

@@ -80,10 +80,10 @@ class LeftOut:
         """The measured reason in words."""
         share, added = self.share, self.added
         words = (
-            f"its {self.edges} outgoing edges jointly carry {share[0]:.3f} [{share[1]:.3f}, {share[2]:.3f}]"
+            f"its {self.edges} outgoing edges jointly carry {share[0]:.3f} [{share[1]:.3f}, {share[2]:.3f}] "
+            f"of the gap and add {added[0]:+.3f} [{added[1]:+.3f}, {added[2]:+.3f}] to the circuit's "
+            "faithfulness"
         )
-        words += f" of the gap and add {added[0]:+.3f} [{added[1]:+.3f}, {added[2]:+.3f}] to the circuit's"
-        words += " faithfulness"
         small_share, small_added = (x[1] > -EDGE_SHARE and x[2] < EDGE_SHARE for x in (share, added))
         if small_share and small_added:
             return words + (
@@ -113,18 +113,10 @@ def edge_frame(
         rows = [e.to_dict() for e in graph.edges]
         columns |= {k: [row[k] for row in rows] for k in ("name", "sender", "receiver", "port")}
     scores, stderr = scores.detach().float().cpu(), stderr.detach().float().cpu()
-    estimate = (
-        torch.full_like(scores, math.nan) if attribution is None else attribution.detach().float().cpu()
-    )
+    estimate = torch.full_like(scores, math.nan) if attribution is None else attribution.detach().float()
     lower, upper = normal_interval(scores, stderr)
-    columns |= {
-        "value": scores.numpy(),
-        "stderr": stderr.numpy(),
-        "lower": lower.numpy(),
-        "upper": upper.numpy(),
-        "exact": exact.cpu().numpy(),
-        "attribution": estimate.numpy(),
-    }
+    named = {"value": scores, "stderr": stderr, "lower": lower, "upper": upper, "exact": exact}
+    columns |= {k: v.cpu().numpy() for k, v in (named | {"attribution": estimate}).items()}
     return pd.DataFrame(columns)
 
 
@@ -138,7 +130,6 @@ class Circuit:
     stderr: Float[Tensor, " edge"]
     """Standard error of the score over prompts (`ScoredEdges.stderr`)."""
     exact: Bool[Tensor, " edge"]
-    """Whether the edge's score is exact."""
     kept: Bool[Tensor, " edge"]
     """The circuit."""
     values: dict[str, float]
@@ -149,7 +140,6 @@ class Circuit:
     metric: str = "logit_diff"
     n: int = 0
     attribution: Float[Tensor, " edge"] | None = None
-    """The EAP estimate of every edge (when computed)."""
     target: float | None = None
     threshold: float | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -221,7 +211,7 @@ class Circuit:
 
     @property
     def verdict(self) -> str:
-        """ "yes" (confident), "no" or "undecided" (`stats.combine` of the criteria)."""
+        """`stats.combine` of the criteria: "yes" (confident), "no" or "undecided"."""
         return combine(list(self.criteria().values()))
 
     @property
@@ -236,7 +226,7 @@ class Circuit:
         return self.intervals.get("faithfulness", (self.faithfulness,))[0] > upper
 
     def unreadable(self) -> dict[str, str]:
-        """Per ratio ("faithfulness", "completeness"), `not_measurable` of its interval and the gap's."""
+        """`not_measurable` of "faithfulness" and "completeness"."""
         gap = self.intervals.get("gap")
         return {k: not_measurable(self.intervals.get(k), gap) for k in ("faithfulness", "completeness")}
 

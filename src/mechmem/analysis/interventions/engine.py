@@ -8,10 +8,9 @@ An `Intervention` names an activation (a TransformerLens hook name), a slice of 
     Intervention("blocks.0.mlp.hook_post", (slice(None), [2, 5]), mean(ref))    neurons 2 and 5 -> their mean
 
 A *variant* is one intervention or a list applied together; `intervene` returns the metric of every variant,
-equal to one `run_with_hooks` per variant (`interventions.reference.naive_intervene`, tested). `Engine` runs a
-variant that replaces one activation the hook-free replay resumes from on the replay (`interventions.replay`),
-everything else on hooks (`interventions.hooked`). The metric is `metric(logits [batch pos d_vocab]) ->
-tensor` (a scalar or one value per sequence) or a `PatchingMetric`.
+equal to one `run_with_hooks` per variant (`interventions.reference.naive_intervene`, tested). A variant
+replacing one activation the hook-free replay resumes from runs on the replay (`interventions.replay`),
+everything else on hooks (`interventions.hooked`).
 
 Caveats: an intervention fixes one activation and lets everything downstream react; effects of several
 interventions need not add up. Mean and resample ablation depend on the reference distribution: name it.
@@ -113,12 +112,8 @@ class Engine:
     """One model and one metric; `run` gives the metric under each variant, `gradients` its activation
     gradients. Replay and hooks give the same numbers (tests).
 
-    Args:
-        model: a HookedTransformer or another TL `HookedRootModule` (the latter always runs on hooks).
-        metric: `metric(logits [batch pos d_vocab]) -> tensor` (a scalar or one value per sequence), or a
-            `PatchingMetric`.
+    Args are those of `intervene`, plus:
         readout: positions the metric reads (see `callable_metric`); None: found by a dependency check.
-        memory_mb: budget for the activations of one batched pass; variants are chunked to fit.
         cache_mb: budget for the replay's cached run; above it the sequences are replayed in chunks of rows.
     """
 
@@ -144,7 +139,7 @@ class Engine:
 
     @property
     def strategy(self) -> str:
-        """The strategy: "replay" where the model supports it (for variants it can replay), else "hooks"."""
+        """ "replay" where the model supports it (for variants it can replay), else "hooks"."""
         return "hooks" if self.replay is None else "replay"
 
     def compiled(self, tokens: Int[Tensor, "batch pos"]) -> PatchingMetric:
@@ -195,7 +190,7 @@ class Engine:
         return [slice(lo, min(lo + rows, batch)) for lo in range(0, batch, rows)]
 
     def _chunk(self, readout: Tensor, keep: int) -> int:
-        """Patches per replayed pass within the memory budget."""
+        """Patches per replayed pass within `memory_mb`."""
         cfg = self.model.cfg
         batch, read = readout.shape
         width = cfg.n_heads * cfg.d_head
@@ -421,9 +416,7 @@ class Engine:
             logits = torch.cat([run.logits for run in runs])
         with torch.enable_grad():
             leaf = logits.requires_grad_(True)
-            value = metric.fn(leaf[None])[0]
-            if not value.requires_grad:
-                raise MechmemError(f"attribution needs a differentiable metric; {metric.name!r} is not")
+            value = _differentiable(metric, leaf)
             (at_logits,) = torch.autograd.grad(value, leaf)
         for r, e in zip(rows, part):
             run = self.replay.run(tokens[r], readout[r], grad=True, embed=e)
@@ -495,9 +488,7 @@ class Engine:
             metric = self.compiled(tokens)
             with torch.enable_grad():  # also under a caller's no_grad (build_report runs under one)
                 run = self.replay.run(tokens, metric.readout.to(tokens.device), grad=True, embed=embed)
-                value = metric.fn(run.logits[None])[0]
-                if not value.requires_grad:
-                    raise MechmemError(f"attribution needs a differentiable metric; {metric.name!r} is not")
+                value = _differentiable(metric, run.logits)
                 acts = [run.acts[s][l] for s, l in keys]
                 grads = torch.autograd.grad(value, acts, materialize_grads=True)
         elif self.replay is not None:
@@ -574,4 +565,9 @@ def _identity(logits: Tensor) -> Tensor:
     return logits
 
 
-__all__ = ["CACHE_MB", "Engine", "Metric", "Variant", "intervene", "intervened_logits"]
+def _differentiable(metric: PatchingMetric, logits: Tensor) -> Tensor:
+    """The metric of `logits` (at its read-out), refused when no gradient reaches it."""
+    value = metric.fn(logits[None])[0]
+    if not value.requires_grad:
+        raise MechmemError(f"attribution needs a differentiable metric; {metric.name!r} is not")
+    return value

@@ -2,10 +2,9 @@
 
 `run_hooked` stacks variants along the batch axis and, on a TransformerLens transformer, resumes at the
 earliest intervened layer from the cached clean residual stream (`model(resid, start_at_layer=L)`), in
-chunks that fit a memory budget. Hooks TransformerLens computes only on request (`hook_mlp_in`,
-`hook_attn_in`, `hook_q/k/v_input`, `attn.hook_result`) get their flag switched on for the call
-(`tl_flags`). `source_values` computes what the setters that read other runs set: one run per distinct
-token tensor, chunked by sequences, caching only the hooks read.
+chunks that fit a memory budget. Hooks TransformerLens computes only on request get their flag switched on
+for the call (`tl_flags`). `source_values` runs each distinct source token tensor once, chunked by sequences,
+caching only the hooks read.
 """
 
 import contextlib
@@ -130,6 +129,7 @@ def add_rows(out: dict, key: Any, act: Tensor, rows: slice, n: int, mean: bool) 
 
 
 def check_hooks(model: torch.nn.Module, variants: list[list[Intervention]]) -> set[str]:
+    """Every hook the variants name; a one-line error for a hook the model lacks."""
     hooks = {iv.hook for variant in variants for iv in variant}
     if unknown := sorted(hooks - set(model.hook_dict)):
         raise ValueError(f"unknown hook(s) {', '.join(unknown)}")
@@ -165,8 +165,7 @@ def per_sequence_bytes(model: torch.nn.Module, tokens: Tensor) -> int:
 
 
 def _evaluate(metric: Any, logits: Tensor, n: int) -> list[Tensor]:
-    """The metric of each of the n variants stacked in `logits` [n * batch, pos, d_vocab] (a `PatchingMetric`
-    reads its own positions)."""
+    """The metric of each of the n variants stacked in `logits` [n * batch, pos, d_vocab]."""
     stacked = logits.unflatten(0, (n, logits.shape[0] // n))
     if isinstance(metric, PatchingMetric):
         readout = metric.readout.to(logits.device)
@@ -223,15 +222,11 @@ def activation_grads(
     depend on; `variant`'s interventions are applied too."""
     leaves: dict[str, Tensor] = {}
 
-    def capture(name: str) -> Callable[[Tensor, Any], Tensor]:
-        # Keyed by the requested name: a TransformerLens 4 hook point may carry another (its canonical) name.
-        def fn(act: Tensor, hook: Any) -> Tensor:
-            leaves[name] = torch.zeros_like(act, requires_grad=True)
-            return act + leaves[name]
+    def capture(name: str, act: Tensor) -> Tensor:
+        leaves[name] = torch.zeros_like(act, requires_grad=True)
+        return act + leaves[name]
 
-        return fn
-
-    taps = [Intervention(h, (), apply(capture(h))) for h in hooks]
+    taps = _taps(hooks, capture)
     with torch.enable_grad():
         value = run_hooked(model, tokens, [[*variant, *taps]], metric, 1.0)[0]
         if not value.requires_grad:  # as the replay strategy says it (Engine.gradients)
@@ -249,8 +244,7 @@ def capture_acts(
     hooks: Sequence[str],
     variant: Sequence[Intervention],
 ) -> dict[str, Tensor]:
-    """The activations at `hooks` in the run on `tokens` under `variant`; hooks the pass does not reach are
-    left out."""
+    """The activations at `hooks` in the run on `tokens` under `variant` (those the pass reaches)."""
     return capture_run(model, tokens, hooks, variant, lambda x: x[:0])[1]
 
 
@@ -260,16 +254,18 @@ def capture_run(
     """`capture_acts` and the metric of the same run (what `Engine.activations` reads on hooks)."""
     seen: dict[str, Tensor] = {}
 
-    def keep(name: str) -> Callable[[Tensor, Any], Tensor]:
-        def fn(act: Tensor, hook: Any) -> Tensor:
-            seen[name] = act.clone()
-            return act
+    def keep(name: str, act: Tensor) -> Tensor:
+        seen[name] = act.clone()
+        return act
 
-        return fn
-
-    taps = [Intervention(h, (), apply(keep(h))) for h in hooks]
-    value = run_hooked(model, tokens, [[*variant, *taps]], metric, 1.0)[0]
+    value = run_hooked(model, tokens, [[*variant, *_taps(hooks, keep)]], metric, 1.0)[0]
     return value, seen
+
+
+def _taps(hooks: Sequence[str], fn: Callable[[str, Tensor], Tensor]) -> list[Intervention]:
+    """One intervention per hook setting its whole activation to fn(name, act). Keyed by the requested name:
+    a TransformerLens 4 hook point may carry another (its canonical) name."""
+    return [Intervention(h, (), apply(lambda act, hook, h=h: fn(h, act))) for h in hooks]
 
 
 @torch.no_grad()

@@ -1,12 +1,10 @@
 """Metrics for activation patching, in the batched form the patching engine evaluates.
 
-A `PatchingMetric` has `readout` (the positions whose logits it reads) and `fn` (logits at those
-positions, with a leading patch axis, to one value per patch). `callable_metric` turns any
-`metric(logits [batch pos d_vocab]) -> scalar` into that form: the positions are declared (`readout=`)
-or found by a dependency check (non-zero gradients with respect to the logits; without a gradient,
-perturbing one position at a time), and the read-out logits are written into a reused full-size tensor
-filled with the clean run's logits and mapped over the patch axis with `torch.func.vmap`, or called once
-per patch (`mode="loop"`) where vmap raises or disagrees on two small inputs.
+`callable_metric` turns any `metric(logits [batch pos d_vocab]) -> scalar` into a `PatchingMetric`: the
+positions it reads are declared (`readout=`) or found by a dependency check (non-zero gradients with respect
+to the logits; without a gradient, perturbing one position at a time); the read-out logits are written into
+a reused full-size tensor of the clean run's logits and mapped over the patch axis with `torch.func.vmap`, or
+called once per patch (`mode="loop"`) where vmap raises or disagrees on two small inputs.
 
 Caveat: a dependency check sees only what the probe inputs exercise; a metric that reads a position only
 for some logits values should declare `readout=`.
@@ -29,7 +27,6 @@ class PatchingMetric:
     """A metric in batched form: `fn(logits at readout [patch batch read d_vocab]) -> [patch, *output]`."""
 
     name: str
-    """Name recorded in results."""
     readout: Int[Tensor, "batch read"]
     """Positions whose logits the metric reads, per prompt."""
     fn: Callable[[Tensor], Tensor]
@@ -39,15 +36,13 @@ class PatchingMetric:
 
     @classmethod
     def logit_diff(cls, pair: PatchingPair) -> "PatchingMetric":
-        """Mean over prompts of logit[correct] - logit[incorrect] at the answer position
-        (`pair.logit_diff`)."""
+        """Mean over prompts of logit[correct] - logit[incorrect] at the answer position."""
         per_prompt = cls.logit_diff_per_prompt(pair)
         return cls("logit_diff", per_prompt.readout, lambda logits: per_prompt.fn(logits).mean(-1))
 
     @classmethod
     def logit_diff_per_prompt(cls, pair: PatchingPair) -> "PatchingMetric":
-        """`logit_diff` before the mean: one value per prompt, [patch batch]
-        (`pair.logit_diff_per_prompt`)."""
+        """`logit_diff` before the mean: one value per prompt, [patch batch]."""
         correct, incorrect = pair.correct, pair.incorrect
 
         def fn(logits: Tensor) -> Tensor:
@@ -91,8 +86,7 @@ OVERWHELM = 1e4
 def find_readout(
     metric: Callable[[Tensor], Any], probe: Float[Tensor, "batch pos d_vocab"]
 ) -> Int[Tensor, "batch read"]:
-    """The positions `metric` reads, per prompt, found by a dependency check; rows padded with their first
-    position."""
+    """The positions `metric` reads, per prompt, by a dependency check (rows padded as `pad_rows`)."""
     noise = torch.randn(probe.shape, generator=torch.Generator().manual_seed(20231)).to(probe)
     scale = probe.std().clamp_min(1.0)
     reads = torch.zeros(probe.shape[:2], dtype=torch.bool, device=probe.device)
@@ -168,6 +162,3 @@ def callable_metric(
         return mapped(full.scatter_(2, index, logits))
 
     return PatchingMetric(name or getattr(metric, "__name__", "metric"), rows.cpu(), fn, mode)
-
-
-__all__ = ["PatchingMetric", "as_readout", "callable_metric", "find_readout", "pad_rows", "per_patch"]

@@ -16,14 +16,9 @@ from mechmem.analysis.interventions.metric import PatchingMetric
 from mechmem.analysis.interventions.spec import Intervention, Variant, as_lists
 from mechmem.models.parts import model_device
 
-FLAG_OF_HOOK = {
-    "hook_mlp_in": "use_hook_mlp_in",
-    "hook_attn_in": "use_attn_in",
-    "attn.hook_result": "use_attn_result",
-    "hook_q_input": "use_split_qkv_input",
-    "hook_k_input": "use_split_qkv_input",
-    "hook_v_input": "use_split_qkv_input",
-}
+FLAG_OF_HOOK = {"hook_mlp_in": "use_hook_mlp_in", "hook_attn_in": "use_attn_in"}
+FLAG_OF_HOOK |= {"attn.hook_result": "use_attn_result"}
+FLAG_OF_HOOK |= {f"hook_{x}_input": "use_split_qkv_input" for x in "qkv"}
 """TransformerLens's on-request hooks (by name suffix) and the config flag that switches each on."""
 
 
@@ -85,6 +80,3 @@ def naive_intervene(
                 fwd.append((iv.hook, _hook(iv, value)))
             out.append(metric_of_logits(metric, model.run_with_hooks(tokens, fwd_hooks=fwd)))
     return torch.stack(out).detach().cpu() if out else torch.zeros(0)
-
-
-__all__ = ["FLAG_OF_HOOK", "hook_flags", "metric_of_logits", "naive_intervene"]

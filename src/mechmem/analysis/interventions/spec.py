@@ -21,7 +21,7 @@ class Setter:
     """How an intervention sets its slice; built by `zero`, `mean`, `resample`, `from_run` or `apply`."""
 
     kind: str
-    """One of "zero", "mean", "resample", "from_run", "apply"."""
+    """One of `KINDS`."""
     tokens: Tensor | None = None
     """The inputs whose activations the setter reads (mean, resample, from_run), else None."""
     fn: Callable[[Tensor, Any], Tensor] | None = None
@@ -150,7 +150,6 @@ class Intervention:
     index: tuple = ()
     """Indices into the axes after batch: (slice(None), 1) = head 1 of hook_z at every position."""
     setter: Setter = field(default_factory=zero)
-    """What the slice becomes."""
 
     def set(self, act: Tensor, source: Tensor | None, hook: Any) -> None:
         """Write the new values into `act` [batch, ...] in place (`source`: the setter's full values)."""

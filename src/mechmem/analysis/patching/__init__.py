@@ -10,7 +10,6 @@ from mechmem.analysis.patching.attribution import (
     agreement,
     attribute_sweeps,
     judge,
-    reduce_cells,
     sample_cells,
 )
 from mechmem.analysis.patching.decided import DecidedPatching, decided_patching
@@ -26,7 +25,6 @@ from mechmem.analysis.patching.result import (
 from mechmem.analysis.patching.sweeps import (
     Patcher,
     PatchingMetric,
-    cell_index,
     model_sweeps,
     resolve_metric,
     run_sweeps,
@@ -41,7 +39,6 @@ from mechmem.analysis.patching.tables import (
     patch_checkpoint,
     patching_lines,
     patching_record,
-    run_method,
     sweep_record,
 )
 
@@ -63,7 +60,6 @@ __all__ = [
     "agreement",
     "attribute_sweeps",
     "attribution_notes",
-    "cell_index",
     "cell_texts",
     "decided_patching",
     "interval_lines",
@@ -74,9 +70,7 @@ __all__ = [
     "patching_lines",
     "patching_record",
     "plot_patching",
-    "reduce_cells",
     "resolve_metric",
-    "run_method",
     "run_sweeps",
     "sample_cells",
     "sweep_intervals",

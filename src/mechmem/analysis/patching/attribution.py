@@ -8,13 +8,12 @@ patching by a first-order Taylor expansion of the metric around the run being pa
 Caveats: the estimate is exact only where the metric is linear in the activation. Where a patch
 saturates a softmax (Kramar et al. 2024, "AtP*") `qk_exact=True` recomputes the attention pattern
 exactly for the patched query and key (`qk_correction`); `steps=k` averages the gradient over k runs
-with interpolated token embeddings (integrated gradients). Agreement with exact patching:
-`docs/patching.md`.
+with interpolated token embeddings (integrated gradients).
 
-Each prompt's own estimate, m_i(base) + n x (its products), gives every cell exact patching's intervals
-over prompts (`sweep_intervals`), which describe spread over prompt draws, not the first-order error:
-that is measured by re-computing a sample of cells exactly (`Attributor.check_sweep`, rule `TRUST`);
-`attribute_sweeps` falls back to exact patching for a sweep that fails it.
+Each prompt's own estimate, m_i(base) + n x (its products), gives intervals over prompts
+(`sweep_intervals`): spread over prompt draws, not the first-order error, which is measured on a sample of
+cells computed exactly (`Attributor.check_sweep`, rule `TRUST`; `attribute_sweeps` falls back to exact
+patching for a sweep that fails it).
 """
 
 import math
@@ -44,8 +43,7 @@ gradients")."""
 
 
 class Attributor:
-    """Clean and corrupted runs with the metric's gradients (`Engine.gradients`); `sweep` estimates a patching
-    sweep from them, with its agreement with exact patching on a sample of cells (`check_sweep`).
+    """Clean and corrupted runs with the metric's gradients; `sweep` estimates a patching sweep from them.
 
     Args are those of `mechmem.analysis.patching.Patcher` (the metric must be differentiable), plus:
         qk_exact: recompute the attention pattern exactly for the patched query/key (AtP*; needs the replay).
@@ -79,7 +77,6 @@ class Attributor:
         self.metric = resolve_metric(
             metric, pair, lambda: model(self.tokens["clean"]), readout, per_prompt=False
         )
-        # exact patching: the metric per prompt, for its intervals
         self._exact_args = {"metric": metric, "pair": pair, "readout": readout, "memory_mb": memory_mb}
         self.engine = Engine(model, self.metric, memory_mb=memory_mb)
         self.replay = self.engine.replay
@@ -93,7 +90,6 @@ class Attributor:
 
     @property
     def method(self) -> str:
-        """The estimate in words (recorded in results)."""
         first = "first-order attribution" if not self.steps else f"integrated gradients ({self.steps} steps)"
         return first + (" with AtP* query/key fix" if self.qk_exact else "")
 
@@ -185,8 +181,7 @@ class Attributor:
     def prompt_values(
         self, products: Float[Tensor, "prompt layer ..."], direction: str
     ) -> Float[Tensor, "prompt layer ..."] | None:
-        """Each prompt's estimate of every cell: m_i(base) + n x products[i]; None for a metric without one
-        value per prompt."""
+        """Each prompt's estimate of every cell, m_i(base) + n x products[i] (None for a scalar metric)."""
         runs = self.exact_patcher().prompt_values
         if runs is None:
             return None
@@ -195,7 +190,6 @@ class Attributor:
         return base.double().reshape(n, *[1] * (products.ndim - 1)) + n * products.double().cpu()
 
     def exact_patcher(self) -> Patcher:
-        """Exact patching of the same runs and metric (for the agreement check and the fallback)."""
         if self._exact is None:
             self._exact = Patcher(self.model, *self.tokens.values(), **self._exact_args)
         return self._exact
@@ -240,11 +234,6 @@ class Attributor:
         ).to(linear.dtype)
         active = (delta != 0).any(-1).any(0)  # other positions: no change, no correction
         return torch.where(active, exact - linear, 0.0)
-
-
-def reduce_cells(x: Float[Tensor, "batch ..."], spec: PatchSweep) -> Tensor:
-    """Sum per-entry contributions over the batch and every activation axis a cell spans (`spec.dims`)."""
-    return prompt_cells(x, spec).sum(0)
 
 
 def prompt_cells(x: Float[Tensor, "batch ..."], spec: PatchSweep) -> Float[Tensor, "batch ..."]:

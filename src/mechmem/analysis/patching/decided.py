@@ -5,11 +5,10 @@
     found = decided_patching(model, task, ["resid_pre"], seed=0)   # `DecidedPatching`
     found.results["resid_pre"].to_dataframe()                       # with each cell's verdict
 
-Each round draws new clean/corrupted pairs and patches every cell of every sweep, exactly or by
-attribution. After each look the sequential rule judges the gap (|mean of m(clean) - m(corrupted)|
-against `MIN_GAP`) and every cell's share of it (on |share| against `PATCH_SHARE`); it stops when no
-test is open, when the gap is shown absent, or at the budget. Printed values are means over every pair
-drawn with marginal 95% intervals.
+Each round draws new pairs and patches every cell of every sweep, exactly or by attribution. After each look
+the sequential rule judges the gap (|m(clean) - m(corrupted)| against `MIN_GAP`) and every cell's share of it
+(|share| against `PATCH_SHARE`); it stops when no test is open, when the gap is shown absent, or at the
+budget.
 """
 
 from collections.abc import Sequence
@@ -43,8 +42,7 @@ class DecidedPatching:
     """What `decided_patching` found: per sweep its result over every pair drawn, and the decision."""
 
     results: dict[str, PatchingResult]
-    """Per sweep: means and marginal 95% intervals over every pair drawn; its cells' verdicts in
-    `decision`."""
+    """Per sweep: means and marginal 95% intervals over every pair drawn, and its cells' `decision`."""
     decision: Decision
     """Families `gap` and one per sweep (its cells' shares of the gap)."""
     checks: dict[str, Any] = field(default_factory=dict)
@@ -52,7 +50,6 @@ class DecidedPatching:
 
     @property
     def n(self) -> int:
-        """Pairs drawn."""
         return self.decision.n
 
     def record(self) -> dict[str, Any]:
@@ -100,7 +97,6 @@ def decided_patching(
     checker = FirstRoundCheck()
 
     def sweep(name: str, exact: Patcher, att: Attributor | None) -> PatchingResult:
-        """One sweep of a round: exact, or estimated, checked and falling back through `checker`."""
         if att is None:
             return exact.sweep(name, direction)
         return checker.measure(
@@ -158,8 +154,7 @@ def decided_patching(
 
 
 def decision_lines(found: DecidedPatching) -> list[str]:
-    """The decision in words: the looks, why sampling stopped, the gap's verdict and, per sweep, how many
-    cells matter, do not, or are undecided."""
+    """The decision in words: looks, why it stopped, the gap's verdict and each sweep's tally of cells."""
     d = found.decision
     gap = d[GAP]
     first = (

@@ -44,8 +44,7 @@ def prompt_swap_effects(
     grad_pattern: Float[Tensor, "batch head_index query_pos key_pos"],
     memory_bytes: float = 256.0 * 2**20,
 ) -> Float[Tensor, "batch pos"]:
-    """`swap_effects` per prompt, in float64; rows are taken in chunks whose score tensors fit
-    `memory_bytes`."""
+    """`swap_effects` per prompt, in float64, in chunks of rows whose scores fit `memory_bytes`."""
     n_batch, n_pos = h.shape[:2]
     per_row = 8 * 16 * grad_pattern.shape[1] * n_pos * n_pos  # about 16 live [head q k] float64 tensors
     chunk = max(1, int(memory_bytes // per_row))
@@ -67,9 +66,8 @@ def _chunk_effects(
     scores = replay.scores(layer, q, k).masked_fill(~mask, -torch.inf)  # [batch head q k]
     before = (grad * scores.softmax(-1)).sum(-1, keepdim=True)  # sum_j G P of every row
 
-    # column p of every other row r: one score changes to c = q_r . k'_p. With the log-sums over the row's
-    # other keys (no cancellation when p held nearly all the weight), the new sum_j G P' of row r is
-    # B exp(lse_rest - lse') + G[r, p] exp(c - lse'), B = the G-average over the other keys.
+    # column p of every other row r (the module docstring's formula), in log-sums over the row's other keys:
+    # no cancellation when p held nearly all the weight
     changed = replay.scores(layer, q, k_new)
     rest = _without_each(scores)
     lse_new = torch.logaddexp(rest, changed)

@@ -26,13 +26,11 @@ BOUNDS = ("lower", "upper", "effect_lower", "effect_upper", "normalised_lower", 
 """The bound tensors of `SweepIntervals`, in its field order."""
 
 
-# -- sweep types ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PatchSweep:
     """One sweep type: the activation patched and the axes of its cells (the first axis is always `layer`)."""
 
     name: str
-    """Sweep name, used in results and on the command line."""
     stage: str
     """Activation patched: resid_pre, pattern, z, attn_out, resid_mid, mlp_out or resid_post."""
     axes: tuple[str, ...]
@@ -52,7 +50,6 @@ SWEEPS: dict[str, PatchSweep] = {s: PatchSweep(s, s, ("layer", "pos"), (0,)) for
 }
 
 
-# -- results -------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SweepIntervals:
     """95% intervals over prompts of every cell of a sweep (each tensor has the values' shape)."""
@@ -60,18 +57,15 @@ class SweepIntervals:
     n_prompts: int
     """Prompts (clean/corrupted pairs) the means and intervals are over."""
     lower: Float[Tensor, "..."]
-    """Lower bound of the mean metric after each patch (mean - 1.96 standard errors over prompts)."""
+    """Bounds of the mean metric after each patch (mean -+ 1.96 standard errors over prompts)."""
     upper: Float[Tensor, "..."]
-    """Upper bound of it."""
     effect_lower: Float[Tensor, "..."]
-    """Lower bound of the patch's effect, value - baseline, paired per prompt."""
+    """Bounds of the patch's effect, value - baseline, paired per prompt."""
     effect_upper: Float[Tensor, "..."]
-    """Upper bound of it."""
     normalised_lower: Float[Tensor, "..."]
-    """Lower bound of (value - corrupted) / (clean - corrupted), a percentile bootstrap over prompts (NaN
-    where the gap's interval includes 0)."""
+    """Bounds of (value - corrupted) / (clean - corrupted), a percentile bootstrap over prompts (NaN where the
+    gap's interval includes 0)."""
     normalised_upper: Float[Tensor, "..."]
-    """Upper bound of it."""
     gap: tuple[float, float, float]
     """(mean, lower, upper) of clean - corrupted, paired per prompt: the normalised effect's denominator."""
 
@@ -161,18 +155,16 @@ class PatchingResult:
 
     @property
     def lower(self) -> Float[Tensor, "..."] | None:
-        """Lower 95% bound of each value over prompts (None without intervals)."""
+        """95% bounds of each value over prompts (None without intervals)."""
         return None if self.intervals is None else self.intervals.lower
 
     @property
     def upper(self) -> Float[Tensor, "..."] | None:
-        """Upper 95% bound of each value over prompts (None without intervals)."""
         return None if self.intervals is None else self.intervals.upper
 
     @property
     def normalised_refused(self) -> bool:
-        """True when the clean - corrupted gap's 95% interval includes 0 (`normalised()` is then NaN);
-        False without intervals."""
+        """Whether the clean - corrupted gap's 95% interval includes 0 (then `normalised()` is NaN)."""
         return self.intervals is not None and bool(covers(*self.intervals.gap[1:]))
 
     def normalised(self) -> Float[Tensor, "..."]:
@@ -194,8 +186,7 @@ class PatchingResult:
         `lower` / `upper`, `effect_lower` / `effect_upper`, `normalised` and `normalised_lower` /
         `normalised_upper` (NaN bounds without intervals). A decided sweep adds `share`, its corrected
         bounds and `verdict`."""
-        spec = SWEEPS.get(self.sweep)
-        stage = None if spec is None else spec.stage
+        stage = getattr(SWEEPS.get(self.sweep), "stage", None)
         leading = {"sweep": self.sweep, "stage": stage, "direction": self.direction, "method": self.method}
         nan = torch.full_like(self.values.float(), float("nan"))
         bound = {k: nan if self.intervals is None else getattr(self.intervals, k).float() for k in BOUNDS}

@@ -7,9 +7,8 @@ difference). Denoising patches clean activations into the corrupted run (a large
 Sweeps cover the residual stream and attention and MLP outputs by layer x position, each head's z by layer x
 head and layer x position x head, and each head's pattern by layer x head (x dest pos).
 
-Each cell is one `Intervention` (the sweep's hook, the cell's index, the source run's values) run by the
-intervention engine; results equal TransformerLens's `patching.get_act_patch_*` (tested). Each cell is a
-mean over prompts with its 95% interval (`mechmem.analysis.patching.result`).
+Each cell is one `Intervention` run by the intervention engine; results equal TransformerLens's
+`patching.get_act_patch_*` (tested), as means over prompts with 95% intervals (`patching.result`).
 
 Caveats: effects need not add up, and a pair that differs in several ways mixes their effects.
 """
@@ -31,7 +30,6 @@ from mechmem.models.parts import model_device
 from mechmem.tasks.base import PatchingPair
 
 
-# -- metrics -------------------------------------------------------------------------------------------------
 def resolve_metric(
     metric: Any,
     pair: PatchingPair | None,
@@ -81,15 +79,6 @@ def resolve_sweep(
         raise MechmemError(f"sweep {spec.name!r} patches {spec.stage}, which this model lacks: {why}")
     base, source = ("corrupted", "clean") if direction == "denoising" else ("clean", "corrupted")
     return spec, base, source
-
-
-# -- sweeps on the engine ------------------------------------------------------------------------------
-def cell_index(spec: PatchSweep, cell: Sequence[int]) -> tuple:
-    """The intervention index of one cell (its values on the axes after `layer`): e.g. (slice(None), h)."""
-    index: list[Any] = [slice(None)] * (max(spec.dims) + 1)
-    for dim, value in zip(spec.dims, cell):
-        index[dim] = int(value)
-    return tuple(index)
 
 
 class Patcher:
@@ -148,16 +137,18 @@ class Patcher:
         return {"layer": cfg.n_layers, "pos": self.n_pos, "dest_pos": self.n_pos, "head": cfg.n_heads}
 
     def variants(self, spec: PatchSweep, source: str) -> list[Intervention]:
-        """One intervention per cell of `spec`, in the order of the result's values (layer first)."""
+        """One intervention per cell of `spec`, in the order of the result's values (layer first); a cell's
+        index holds its value on each of `spec.dims`, e.g. (slice(None), h)."""
         sizes = self.sizes()
         shape = [sizes[a] for a in spec.axes]
-        cells = list(itertools.product(*(range(s) for s in shape[1:])))
+        indices = []
+        for cell in itertools.product(*(range(s) for s in shape[1:])):
+            index: list[Any] = [slice(None)] * (max(spec.dims) + 1)
+            for dim, value in zip(spec.dims, cell):
+                index[dim] = value
+            indices.append(tuple(index))
         setter, template = self.setters[source], STAGE_HOOKS[spec.stage]
-        return [
-            Intervention(template.format(layer), cell_index(spec, cell), setter)
-            for layer in range(shape[0])
-            for cell in cells
-        ]
+        return [Intervention(template.format(layer), i, setter) for layer in range(shape[0]) for i in indices]
 
     @torch.no_grad()
     def sweep(self, sweep: str | PatchSweep, direction: str = "denoising") -> PatchingResult:

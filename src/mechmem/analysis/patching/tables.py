@@ -8,39 +8,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mechmem.analysis.patching.attribution import attribute_sweeps
 from mechmem.analysis.patching.decided import DecidedPatching, decided_patching
 from mechmem.analysis.patching.result import PatchingResult
-from mechmem.analysis.patching.sweeps import model_sweeps, run_sweeps
 from mechmem.analysis.stats import PATCH_POLICY, format_interval
-from mechmem.errors import MechmemError, NotApplicable
+from mechmem.errors import NotApplicable
 from mechmem.tables import format_table
-from mechmem.tasks.base import PatchingPair
 
 METHODS = ("exact", "attribution")
 METRIC_DESCRIPTION = (
     "logit[clean answer] - logit[corrupted answer] at the answer position, mean over the pairs; "
     "each value is the metric after one patch"
 )
-
-
-def run_method(
-    model: torch.nn.Module,
-    pair: PatchingPair,
-    sweeps: Sequence[str] | None = None,
-    *,
-    method: str = "exact",
-    direction: str = "denoising",
-    memory_mb: float = 256.0,
-) -> dict[str, PatchingResult]:
-    """Sweeps (default: all the model has) by exact patching (`run_sweeps`) or attribution
-    (`attribute_sweeps`, with its exact fallback)."""
-    sweeps = list(sweeps or model_sweeps(model))
-    if method == "exact":
-        return run_sweeps(model, pair, sweeps, direction=direction, memory_mb=memory_mb)
-    if method == "attribution":
-        return attribute_sweeps(model, pair, sweeps, direction=direction)
-    raise MechmemError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
 
 
 def attribution_notes(results: dict[str, PatchingResult]) -> list[str]:
