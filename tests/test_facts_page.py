@@ -566,10 +566,13 @@ def test_construction_numbers_carry_their_set_up_beside_the_authors(record):
     from mechmem_papers.memorisation import page_constructions as pc
 
     g, pub = record["constructions"]["grid"], record["published"]
-    for mode in pc.TRAINED_MODES:
+    for mode in ("trained", "rand_emb"):
         assert f"best of {g['n_inits']} inits (the authors: {pub['construction_inits']['value']})" in (
             pc.setup_of(record, mode)
         )
+    for mode in ("published_hybrid", "published_hybrid_authors", "keyvalue_hybrid"):  # one U per setting
+        assert "inits" not in pc.setup_of(record, mode) and "one U trained per" in pc.setup_of(record, mode)
+    assert f"{g['authors_attempts']} draws per setting" in pc.setup_of(record, "published_hybrid_authors")
     hybrid = pc.setup_of(record, "published_hybrid")
     assert str(g["hybrid_s_values"]) in hybrid and pub["construction_hybrid_grid"]["value"] in hybrid
     assert "inits" not in pc.setup_of(record, "published_hand")

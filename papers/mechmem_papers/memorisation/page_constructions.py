@@ -50,17 +50,13 @@ def _ratio(results: list[CapacityResult], mode: str, crit: str, fmt: str = ".1f"
     return "n/a" if math.isnan(value) else f"{value:{fmt}}x"
 
 
-TRAINED_MODES = ("trained", "rand_emb", "published_hybrid", "published_hybrid_authors", "keyvalue_hybrid")
-"""Modes that train weights from random initialisations (the rest are constructed, with tie-break draws)."""
-
-
 def setup_of(record: dict[str, Any], mode: str) -> str:
     """How a mode's capacity was searched here, beside the authors' set-up where it differs (the
     initialisations, and the hybrid's grid of S x top_fraction)."""
     g, pub = record["constructions"]["grid"], record["published"]
     theirs = pub["construction_inits"]["value"]
     parts = []
-    if mode in TRAINED_MODES:
+    if mode in ("trained", "rand_emb"):
         parts.append(f"best of {g['n_inits']} inits (the authors: {theirs})")
     if mode == "published_hand":
         parts.append(
@@ -69,15 +65,19 @@ def setup_of(record: dict[str, Any], mode: str) -> str:
         )
     if mode == "published_hybrid":
         parts.append(
-            f"S in {g['hybrid_s_values']} x top_fraction in {g['hybrid_top_fractions']} (the authors:"
-            f" {pub['construction_hybrid_grid']['value']})"
+            f"one U trained per setting, S in {g['hybrid_s_values']} x top_fraction in"
+            f" {g['hybrid_top_fractions']} (the authors: {pub['construction_hybrid_grid']['value']})"
         )
     if mode == "published_hybrid_authors":
-        parts.append(f"the authors' grid, {g.get('authors_attempts')} draws per setting")
-    if mode in ("keyvalue_hand", "keyvalue_hybrid"):
+        parts.append(
+            f"the authors' grid, {g.get('authors_attempts')} draws per setting, one U trained per draw"
+        )
+    if mode == "keyvalue_hand":
         parts.append(
             f"key fractions {g['key_fractions']}, {g['key_retries']} key draws (ours; no authors' set-up)"
         )
+    if mode == "keyvalue_hybrid":
+        parts.append(f"key fractions {g['key_fractions']}, one key draw, one U trained per key size (ours)")
     return "; ".join(parts)
 
 
@@ -241,8 +241,7 @@ def _capacity_tables(record: dict[str, Any], results: list[CapacityResult]) -> l
                 *(cell(m, d, c) for d in ds for c in THRESHOLDS),
                 f1.a,
                 f9.a,
-                f9.k,
-                log_power_exponent(f9.d, f9.capacity),
+                *(("-" if math.isnan(x) else x) for x in (f9.k, log_power_exponent(f9.d, f9.capacity))),
                 _ratio(results, m, "0.9", ".2f"),
                 setup_of(record, m),
             ]
