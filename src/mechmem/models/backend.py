@@ -15,6 +15,8 @@ take them from this one.
 import math
 import warnings
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 from typing import Any
 
 import torch
@@ -23,7 +25,7 @@ from torch import Tensor, nn
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import transformer_lens
-    from transformer_lens import FactoredMatrix
+    from transformer_lens import FactoredMatrix  # noqa: F401 - re-exported, as are the other TL names
     from transformer_lens.utilities.activation_functions import SUPPORTED_ACTIVATIONS
 
     try:  # TransformerLens 3.x
@@ -34,9 +36,9 @@ with warnings.catch_warnings():
         native_hooks = None
         BACKEND = "hooked"
     except ImportError:  # TransformerLens 4.x removed HookedTransformer
-        from transformer_lens import HookedRootModule, TransformerBridge, TransformerBridgeConfig
-        from transformer_lens.hook_points import HookPoint
-        from transformer_lens.model_bridge.sources import build_bridge_from_module
+        from transformer_lens import HookedRootModule, TransformerBridge, TransformerBridgeConfig  # noqa: F401
+        from transformer_lens.hook_points import HookPoint  # noqa: F401
+        from transformer_lens.model_bridge.sources import build_bridge_from_module  # noqa: F401
         from transformer_lens.model_bridge.sources.native import NativeModel
 
         from mechmem.models import native_hooks
@@ -44,15 +46,10 @@ with warnings.catch_warnings():
         HookedTransformer = HookedTransformerConfig = None  # type: ignore[assignment,misc]
         BACKEND = "bridge"
 
-TL_VERSION: str = getattr(transformer_lens, "__version__", None) or "unknown"
-if TL_VERSION == "unknown":
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as _pkg_version
-
-    try:
-        TL_VERSION = _pkg_version("transformer-lens")
-    except PackageNotFoundError:  # pragma: no cover - metadata missing in odd installs
-        pass
+try:  # TransformerLens 4 has no __version__
+    TL_VERSION: str = getattr(transformer_lens, "__version__", None) or package_version("transformer-lens")
+except PackageNotFoundError:  # pragma: no cover - metadata missing in odd installs
+    TL_VERSION = "unknown"
 
 TL3_REQUIREMENT = "transformer-lens>=3.9,<4"
 """The environment that builds every `TransformerConfig` (HookedTransformer)."""
@@ -184,33 +181,3 @@ def raw_hooked_transformer(cfg: Any) -> nn.Module:
         if BACKEND == "hooked":
             return HookedTransformer(cfg)
         return TransformerBridge.boot_native(cfg)
-
-
-__all__ = [
-    "BACKEND",
-    "REGISTERED_ACTIVATIONS",
-    "SUPPORTED_ACTIVATIONS",
-    "TL3_REQUIREMENT",
-    "TL_VERSION",
-    "FactoredMatrix",
-    "HookPoint",
-    "HookedRootModule",
-    "HookedTransformer",
-    "HookedTransformerConfig",
-    "NativeModel",
-    "TransformerBridge",
-    "TransformerBridgeConfig",
-    "attention_scale",
-    "build_bridge_from_module",
-    "hooked_transformer_config",
-    "is_bridge",
-    "is_native_bridge",
-    "is_transformer_lens_model",
-    "known_activation",
-    "last_start_layer",
-    "move_model",
-    "native_hooks",
-    "raw_hooked_transformer",
-    "register_activation",
-    "split_qkv_unsupported",
-]

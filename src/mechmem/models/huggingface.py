@@ -137,6 +137,3 @@ def _hooked_from_pretrained(source: str, hf_model: nn.Module, device: str | torc
         state, fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False
     )
     return move_model(model, device)
-
-
-__all__ = ["TOKENIZER_FILES", "load_pretrained"]

@@ -289,15 +289,3 @@ def config_from_hooked_transformer(model: nn.Module) -> TransformerConfig:
     if differences:
         raise MechmemError(f"mechmem cannot reproduce this model's settings: {'; '.join(differences)}")
     return config
-
-
-__all__ = [
-    "FIX_RULES",
-    "NORMS",
-    "OPTIONAL_SIZES",
-    "POSITIONS",
-    "TransformerConfig",
-    "bridge_unsupported",
-    "config_differences",
-    "config_from_hooked_transformer",
-]

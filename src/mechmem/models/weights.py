@@ -124,12 +124,3 @@ def load_canonical_state_dict(model: nn.Module, state: Mapping[str, Tensor]) -> 
             )
         return
     model.load_state_dict(state)
-
-
-__all__ = [
-    "apply_freezing",
-    "canonical_parameters",
-    "canonical_state_dict",
-    "initial_weights",
-    "load_canonical_state_dict",
-]
