@@ -160,7 +160,7 @@ MAX_BUFFER_BYTES = 2**30
 """Most bytes a checkpoint's model may allocate beyond its stored weights (masks, rotary tables: 1 GiB)."""
 
 
-def weights_mismatch(
+def _weights_mismatch(
     expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor], config: str
 ) -> str | None:
     """Why `state` does not have the weight names and shapes of `expected` (the weights `config` builds), or
@@ -180,7 +180,7 @@ def check_declared_sizes(path: Path, skeleton: torch.nn.Module, state: dict[str,
     its buffers take at most `MAX_BUFFER_BYTES`."""
     from mechmem.models.weights import canonical_state_dict
 
-    problem = weights_mismatch(canonical_state_dict(skeleton), state, "the model config")
+    problem = _weights_mismatch(canonical_state_dict(skeleton), state, "the model config")
     if problem:
         raise CheckpointError(f"{path}: {problem}")
     buffers = sum(b.numel() * b.element_size() for b in skeleton.buffers())
@@ -279,7 +279,7 @@ def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> Non
         raise MechmemError(f"the model does not match model_config: {'; '.join(differences)}")
     reference = build_model(model_config, generator=torch.Generator().manual_seed(0))
     theirs = canonical_state_dict(model)
-    problem = weights_mismatch(canonical_state_dict(reference), theirs, "model_config")
+    problem = _weights_mismatch(canonical_state_dict(reference), theirs, "model_config")
     if problem:
         raise MechmemError(f"the model's {problem}")
     cfg = getattr(model, "cfg", None)
