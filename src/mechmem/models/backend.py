@@ -4,12 +4,10 @@ Two backends, detected at import:
     - TransformerLens 3.9+ (`BACKEND == "hooked"`): a `HookedTransformer` from a `HookedTransformerConfig`;
     - TransformerLens 4.x (`BACKEND == "bridge"`): a `TransformerBridge` around TransformerLens's native
       model, built from a `TransformerBridgeConfig` (`mechmem.models.transformer`).
-Both expose the same hook names (`blocks.L.attn.hook_z`, `hook_pattern`, `hook_resid_pre`, ...), the same
-weight views (`W_Q`, `W_E`, `blocks[L].attn.W_O`, `OV`, ...), `run_with_hooks`, `run_with_cache` and
-`hooks(...)`, so the analyses never ask which one they hold; the on-request attention hooks
-(`hook_q_input`, `hook_attn_in`, `attn.hook_result`) TransformerLens 4's native attention lacks are added by
-`mechmem.models.native_hooks`. TransformerLens's classes are imported here only; the other model modules
-take them from this one.
+Both expose the same hook names, weight views (`W_Q`, `blocks[L].attn.W_O`, `OV`, ...), `run_with_hooks`,
+`run_with_cache` and `hooks(...)`, so the analyses never ask which one they hold (`native_hooks` adds the
+on-request attention hooks TransformerLens 4's native attention lacks). TransformerLens's classes are
+imported here only; the other model modules take them from this one.
 """
 
 import math
@@ -59,21 +57,17 @@ REGISTERED_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {}
 
 
 def register_activation(name: str, fn: Callable[[Tensor], Tensor]) -> None:
-    """Make `act_fn=name` buildable under either backend (e.g. a paper's purely linear MLP).
-
-    Under TransformerLens 3.x the function joins TransformerLens's activation table; under 4.x the native MLP
-    is built with a placeholder activation and given `fn` on the instance. TransformerLens's own code is
-    untouched.
-    """
+    """Make `act_fn=name` buildable under either backend (e.g. a paper's purely linear MLP): under
+    TransformerLens 3.x `fn` joins its activation table; under 4.x the native MLP is given `fn` on the
+    instance."""
     REGISTERED_ACTIVATIONS[name] = fn
     if BACKEND == "hooked":
         SUPPORTED_ACTIVATIONS.setdefault(name, fn)
 
 
 def known_activation(name: str) -> bool:
-    """Whether `act_fn=name` names an activation: one of TransformerLens's (its `SUPPORTED_ACTIVATIONS`, under
-    either version) or one registered with `register_activation`, by mechmem or by a paper plugin (the
-    plugins are loaded on the first unknown name, since a paper registers its activation when imported)."""
+    """Whether `act_fn=name` is one of TransformerLens's activations or one registered with
+    `register_activation` (the paper plugins, which register theirs on import, are loaded on a miss)."""
     if name in SUPPORTED_ACTIVATIONS or name in REGISTERED_ACTIVATIONS:
         return True
     from mechmem.plugins import load_papers
@@ -157,8 +151,7 @@ def split_qkv_unsupported(model: Any) -> str | None:
 
 
 def move_model(model: nn.Module, device: str | torch.device) -> nn.Module:
-    """Move a model to `device`, keeping a TransformerLens model's cfg.device in sync and without its
-    print."""
+    """Move a model to `device`, keeping a TransformerLens model's cfg.device in sync, without its print."""
     if is_transformer_lens_model(model):
         return model.to(device, print_details=False)
     return model.to(device)
