@@ -160,18 +160,15 @@ MAX_BUFFER_BYTES = 2**30
 """Most bytes a checkpoint's model may allocate beyond its stored weights (masks, rotary tables: 1 GiB)."""
 
 
-def _weights_mismatch(
-    expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor], config: str
-) -> str | None:
-    """Why `state` does not have the weight names and shapes of `expected` (the weights `config` builds), or
-    None."""
+def _weights_mismatch(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor]) -> str | None:
+    """Why `state` lacks the weight names and shapes of `expected` (what the config builds), or None."""
     missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
     if missing or unexpected:
         what = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
-        return f"weights do not match {config} ({what})"
+        return f"weights do not match the model config ({what})"
     for name, tensor in state.items():
         if tuple(tensor.shape) != tuple(expected[name].shape):
-            return f"{name} has shape {tuple(tensor.shape)}, {config} expects {tuple(expected[name].shape)}"
+            return f"{name} has shape {tuple(tensor.shape)}, config expects {tuple(expected[name].shape)}"
     return None
 
 
@@ -180,7 +177,7 @@ def check_declared_sizes(path: Path, skeleton: torch.nn.Module, state: dict[str,
     its buffers take at most `MAX_BUFFER_BYTES`."""
     from mechmem.models.weights import canonical_state_dict
 
-    problem = _weights_mismatch(canonical_state_dict(skeleton), state, "the model config")
+    problem = _weights_mismatch(canonical_state_dict(skeleton), state)
     if problem:
         raise CheckpointError(f"{path}: {problem}")
     buffers = sum(b.numel() * b.element_size() for b in skeleton.buffers())
@@ -279,7 +276,7 @@ def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> Non
         raise MechmemError(f"the model does not match model_config: {'; '.join(differences)}")
     reference = build_model(model_config, generator=torch.Generator().manual_seed(0))
     theirs = canonical_state_dict(model)
-    problem = _weights_mismatch(canonical_state_dict(reference), theirs, "model_config")
+    problem = _weights_mismatch(canonical_state_dict(reference), theirs)
     if problem:
         raise MechmemError(f"the model's {problem}")
     cfg = getattr(model, "cfg", None)
