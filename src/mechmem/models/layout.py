@@ -89,11 +89,8 @@ def fold_gated_input_bias(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 
 def canonical_shapes(cfg) -> dict[str, tuple[int, ...]]:
-    """Every weight of a transformer with config `cfg`, in HookedTransformer's parameter order, with its
-    shape.
-
-    Initial weights are drawn in this order, so a seed gives the same weights under either backend.
-    """
+    """Every weight of a transformer with config `cfg` and its shape, in HookedTransformer's parameter order:
+    initial weights are drawn in this order, so a seed gives the same weights under either backend."""
     d_model, n_heads, d_head, n_kv = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.n_key_value_heads
     norm = cfg.normalization_type
     d_vocab_out = cfg.d_vocab_out if cfg.d_vocab_out is not None else cfg.d_vocab
