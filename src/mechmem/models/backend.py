@@ -95,11 +95,8 @@ def is_transformer_lens_model(model: Any) -> bool:
 
 def last_start_layer(model: Any) -> int | None:
     """The latest block a forward pass may start at with `start_at_layer` (n_layers: final norm and
-    unembedding only), or None when a pass must run in full.
-
-    Shortformer models re-add the positional embedding in every attention layer, so they always run in full;
-    TransformerLens 4's bridge starts at a block, never after the last one.
-    """
+    unembedding only; the bridge starts at a block), or None: shortformer models re-add the positional
+    embedding in every attention layer, so they always run in full."""
     if not is_transformer_lens_model(model) or model.cfg.positional_embedding_type == "shortformer":
         return None
     return model.cfg.n_layers - 1 if is_bridge(model) else model.cfg.n_layers
@@ -135,12 +132,9 @@ def attention_scale(model: Any, layer: int) -> float:
 
 
 def split_qkv_unsupported(model: Any) -> str | None:
-    """Why `model` has no per-head query/key/value input hooks (`blocks.L.hook_q_input`, ...), or None.
-
-    Edge-level circuit discovery patches those inputs. Models mechmem builds have them under either backend
-    (`mechmem.models.native_hooks` under TransformerLens 4); a bridge TransformerLens 4 loads has them where
-    its attention class does.
-    """
+    """Why `model` has no per-head query/key/value input hooks (`blocks.L.hook_q_input`, ...), which
+    edge-level circuit discovery patches, or None. Models mechmem builds have them under either backend; a
+    bridge TransformerLens 4 loads has them where its attention class does."""
     if not is_bridge(model) or isinstance(model, native_hooks.NativeHookBridge):
         return None
     try:
