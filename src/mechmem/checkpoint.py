@@ -160,23 +160,26 @@ MAX_BUFFER_BYTES = 2**30
 """Most bytes a checkpoint's model may allocate beyond its stored weights (masks, rotary tables: 1 GiB)."""
 
 
+def _weights_mismatch(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor]) -> str | None:
+    """Why `state` lacks the weight names and shapes of `expected` (what the config builds), or None."""
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or unexpected:
+        what = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
+        return f"weights do not match the model config ({what})"
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            return f"{name} has shape {tuple(tensor.shape)}, config expects {tuple(expected[name].shape)}"
+    return None
+
+
 def check_declared_sizes(path: Path, skeleton: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Raise `CheckpointError` unless `state` has the weight shapes of `skeleton` (a meta-device model) and
     its buffers take at most `MAX_BUFFER_BYTES`."""
     from mechmem.models.weights import canonical_state_dict
 
-    expected = canonical_state_dict(skeleton)
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        what = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
-        raise CheckpointError(f"{path}: weights do not match the model config ({what})")
-    for name, tensor in state.items():
-        if tuple(tensor.shape) != tuple(expected[name].shape):
-            raise CheckpointError(
-                f"{path}: {name} has shape {tuple(tensor.shape)}, "
-                f"config expects {tuple(expected[name].shape)}"
-            )
+    problem = _weights_mismatch(canonical_state_dict(skeleton), state)
+    if problem:
+        raise CheckpointError(f"{path}: {problem}")
     buffers = sum(b.numel() * b.element_size() for b in skeleton.buffers())
     if buffers > MAX_BUFFER_BYTES:
         raise CheckpointError(
@@ -242,10 +245,21 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     atomic_write(path, writer=lambda fh: torch.save(obj, fh))
 
 
-def _logits_gap(got: torch.Tensor, want: torch.Tensor) -> float | None:
-    """The largest difference of two models' logits where it passes 1e-4 of their scale (at least 1)."""
-    gap = float((got - want).abs().max())
-    return None if gap <= 1e-4 * max(1.0, float(want.abs().max())) else gap
+def _logits_gap(got: torch.nn.Module, want: torch.nn.Module, seed: int) -> float | None:
+    """The largest difference of two models' logits on a random probe input, where it passes 1e-4 of their
+    scale (`want`'s, at least 1)."""
+    cfg = got.cfg
+    probe = torch.randint(cfg.d_vocab, (2, cfg.n_ctx), generator=torch.Generator().manual_seed(seed))
+    logits = []
+    for model in (got, want):
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            device = next(iter(model.parameters()), torch.empty(0)).device
+            logits.append(model(probe.to(device)).float().cpu())
+        model.train(was_training)
+    gap = float((logits[0] - logits[1]).abs().max())
+    return None if gap <= 1e-4 * max(1.0, float(logits[1].abs().max())) else gap
 
 
 def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> None:
@@ -261,30 +275,15 @@ def check_model_matches_config(model: torch.nn.Module, model_config: Any) -> Non
     if differences:
         raise MechmemError(f"the model does not match model_config: {'; '.join(differences)}")
     reference = build_model(model_config, generator=torch.Generator().manual_seed(0))
-    mine, theirs = canonical_state_dict(reference), canonical_state_dict(model)
-    if set(mine) != set(theirs):
-        extra, missing = sorted(set(theirs) - set(mine)), sorted(set(mine) - set(theirs))
-        raise MechmemError(
-            f"the model's weights do not match model_config (extra {extra[:3]}, missing {missing[:3]})"
-        )
-    for name, tensor in theirs.items():
-        if tuple(tensor.shape) != tuple(mine[name].shape):
-            raise MechmemError(
-                f"{name} has shape {tuple(tensor.shape)}, model_config expects {tuple(mine[name].shape)}"
-            )
+    theirs = canonical_state_dict(model)
+    problem = _weights_mismatch(canonical_state_dict(reference), theirs)
+    if problem:
+        raise MechmemError(f"the model's {problem}")
     cfg = getattr(model, "cfg", None)
     if not (isinstance(getattr(cfg, "d_vocab", None), int) and isinstance(getattr(cfg, "n_ctx", None), int)):
         return
     load_canonical_state_dict(reference, {k: v.detach().to("cpu") for k, v in theirs.items()})
-    device = next(iter(theirs.values())).device if theirs else torch.device("cpu")
-    probe = torch.randint(cfg.d_vocab, (2, cfg.n_ctx), generator=torch.Generator().manual_seed(0))
-    was_training = model.training
-    model.eval()
-    reference.eval()
-    with torch.no_grad():
-        got, want = model(probe.to(device)).float().cpu(), reference(probe).float()
-    model.train(was_training)
-    gap = _logits_gap(got, want)
+    gap = _logits_gap(model, reference, seed=0)
     if gap is not None:
         raise MechmemError(
             f"the model does not match model_config: rebuilt from the config it gives other logits "
@@ -578,10 +577,7 @@ def save_model(
         metrics=metrics,
         extra={"task_attached": attached} if attached else None,
     )
-    reloaded = load_checkpoint(path).model
-    probe = torch.randint(config.d_vocab, (2, config.n_ctx), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        gap = _logits_gap(reloaded(probe).float(), model(probe.to(model.cfg.device)).float().cpu())
+    gap = _logits_gap(load_checkpoint(path).model, model, seed=1)
     if gap is not None:
         path.unlink(missing_ok=True)
         raise MechmemError(

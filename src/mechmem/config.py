@@ -159,10 +159,9 @@ def apply_options(
     changes = {}
     for name, text in options.items():
         try:
-            if name in parsers:
-                changes[name] = parsers[name](text)
-            else:
-                changes[name] = parse_option(getattr(spec, name), text)
+            changes[name] = (
+                parsers[name](text) if name in parsers else parse_option(getattr(spec, name), text)
+            )
         except ValueError as exc:
             raise MechmemError(f"--set {name}={text}: {exc}") from None
     return dataclasses.replace(spec, **changes)

@@ -169,6 +169,3 @@ def working(what: str, *, every_s: float = 10.0, stream: Any = None) -> Iterator
         thread.join()
     if time.monotonic() - t0 >= every_s:
         print(f"{what}: done in {format_seconds(time.monotonic() - t0)}", file=stream, flush=True)
-
-
-__all__ = ["LINE_MARK", "LogRelay", "Progress", "format_seconds", "last_progress_line", "working"]

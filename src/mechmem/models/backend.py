@@ -4,17 +4,17 @@ Two backends, detected at import:
     - TransformerLens 3.9+ (`BACKEND == "hooked"`): a `HookedTransformer` from a `HookedTransformerConfig`;
     - TransformerLens 4.x (`BACKEND == "bridge"`): a `TransformerBridge` around TransformerLens's native
       model, built from a `TransformerBridgeConfig` (`mechmem.models.transformer`).
-Both expose the same hook names (`blocks.L.attn.hook_z`, `hook_pattern`, `hook_resid_pre`, ...), the same
-weight views (`W_Q`, `W_E`, `blocks[L].attn.W_O`, `OV`, ...), `run_with_hooks`, `run_with_cache` and
-`hooks(...)`, so the analyses never ask which one they hold; the on-request attention hooks
-(`hook_q_input`, `hook_attn_in`, `attn.hook_result`) TransformerLens 4's native attention lacks are added by
-`mechmem.models.native_hooks`. TransformerLens's classes are imported here only; the other model modules
-take them from this one.
+Both expose the same hook names, weight views (`W_Q`, `blocks[L].attn.W_O`, `OV`, ...), `run_with_hooks`,
+`run_with_cache` and `hooks(...)`, so the analyses never ask which one they hold (`native_hooks` adds the
+on-request attention hooks TransformerLens 4's native attention lacks). TransformerLens's classes are
+imported here only; the other model modules take them from this one.
 """
 
 import math
 import warnings
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 from typing import Any
 
 import torch
@@ -23,7 +23,7 @@ from torch import Tensor, nn
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import transformer_lens
-    from transformer_lens import FactoredMatrix
+    from transformer_lens import FactoredMatrix  # noqa: F401 - re-exported, as are the other TL names
     from transformer_lens.utilities.activation_functions import SUPPORTED_ACTIVATIONS
 
     try:  # TransformerLens 3.x
@@ -34,9 +34,9 @@ with warnings.catch_warnings():
         native_hooks = None
         BACKEND = "hooked"
     except ImportError:  # TransformerLens 4.x removed HookedTransformer
-        from transformer_lens import HookedRootModule, TransformerBridge, TransformerBridgeConfig
-        from transformer_lens.hook_points import HookPoint
-        from transformer_lens.model_bridge.sources import build_bridge_from_module
+        from transformer_lens import HookedRootModule, TransformerBridge, TransformerBridgeConfig  # noqa: F401
+        from transformer_lens.hook_points import HookPoint  # noqa: F401
+        from transformer_lens.model_bridge.sources import build_bridge_from_module  # noqa: F401
         from transformer_lens.model_bridge.sources.native import NativeModel
 
         from mechmem.models import native_hooks
@@ -44,15 +44,10 @@ with warnings.catch_warnings():
         HookedTransformer = HookedTransformerConfig = None  # type: ignore[assignment,misc]
         BACKEND = "bridge"
 
-TL_VERSION: str = getattr(transformer_lens, "__version__", None) or "unknown"
-if TL_VERSION == "unknown":
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as _pkg_version
-
-    try:
-        TL_VERSION = _pkg_version("transformer-lens")
-    except PackageNotFoundError:  # pragma: no cover - metadata missing in odd installs
-        pass
+try:  # TransformerLens 4 has no __version__
+    TL_VERSION: str = getattr(transformer_lens, "__version__", None) or package_version("transformer-lens")
+except PackageNotFoundError:  # pragma: no cover - metadata missing in odd installs
+    TL_VERSION = "unknown"
 
 TL3_REQUIREMENT = "transformer-lens>=3.9,<4"
 """The environment that builds every `TransformerConfig` (HookedTransformer)."""
@@ -62,21 +57,17 @@ REGISTERED_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {}
 
 
 def register_activation(name: str, fn: Callable[[Tensor], Tensor]) -> None:
-    """Make `act_fn=name` buildable under either backend (e.g. a paper's purely linear MLP).
-
-    Under TransformerLens 3.x the function joins TransformerLens's activation table; under 4.x the native MLP
-    is built with a placeholder activation and given `fn` on the instance. TransformerLens's own code is
-    untouched.
-    """
+    """Make `act_fn=name` buildable under either backend (e.g. a paper's purely linear MLP): under
+    TransformerLens 3.x `fn` joins its activation table; under 4.x the native MLP is given `fn` on the
+    instance."""
     REGISTERED_ACTIVATIONS[name] = fn
     if BACKEND == "hooked":
         SUPPORTED_ACTIVATIONS.setdefault(name, fn)
 
 
 def known_activation(name: str) -> bool:
-    """Whether `act_fn=name` names an activation: one of TransformerLens's (its `SUPPORTED_ACTIVATIONS`, under
-    either version) or one registered with `register_activation`, by mechmem or by a paper plugin (the
-    plugins are loaded on the first unknown name, since a paper registers its activation when imported)."""
+    """Whether `act_fn=name` is one of TransformerLens's activations or one registered with
+    `register_activation` (the paper plugins, which register theirs on import, are loaded on a miss)."""
     if name in SUPPORTED_ACTIVATIONS or name in REGISTERED_ACTIVATIONS:
         return True
     from mechmem.plugins import load_papers
@@ -104,11 +95,8 @@ def is_transformer_lens_model(model: Any) -> bool:
 
 def last_start_layer(model: Any) -> int | None:
     """The latest block a forward pass may start at with `start_at_layer` (n_layers: final norm and
-    unembedding only), or None when a pass must run in full.
-
-    Shortformer models re-add the positional embedding in every attention layer, so they always run in full;
-    TransformerLens 4's bridge starts at a block, never after the last one.
-    """
+    unembedding only; the bridge starts at a block), or None: shortformer models re-add the positional
+    embedding in every attention layer, so they always run in full."""
     if not is_transformer_lens_model(model) or model.cfg.positional_embedding_type == "shortformer":
         return None
     return model.cfg.n_layers - 1 if is_bridge(model) else model.cfg.n_layers
@@ -144,12 +132,9 @@ def attention_scale(model: Any, layer: int) -> float:
 
 
 def split_qkv_unsupported(model: Any) -> str | None:
-    """Why `model` has no per-head query/key/value input hooks (`blocks.L.hook_q_input`, ...), or None.
-
-    Edge-level circuit discovery patches those inputs. Models mechmem builds have them under either backend
-    (`mechmem.models.native_hooks` under TransformerLens 4); a bridge TransformerLens 4 loads has them where
-    its attention class does.
-    """
+    """Why `model` has no per-head query/key/value input hooks (`blocks.L.hook_q_input`, ...), which
+    edge-level circuit discovery patches, or None. Models mechmem builds have them under either backend; a
+    bridge TransformerLens 4 loads has them where its attention class does."""
     if not is_bridge(model) or isinstance(model, native_hooks.NativeHookBridge):
         return None
     try:
@@ -160,8 +145,7 @@ def split_qkv_unsupported(model: Any) -> str | None:
 
 
 def move_model(model: nn.Module, device: str | torch.device) -> nn.Module:
-    """Move a model to `device`, keeping a TransformerLens model's cfg.device in sync and without its
-    print."""
+    """Move a model to `device`, keeping a TransformerLens model's cfg.device in sync, without its print."""
     if is_transformer_lens_model(model):
         return model.to(device, print_details=False)
     return model.to(device)
@@ -184,33 +168,3 @@ def raw_hooked_transformer(cfg: Any) -> nn.Module:
         if BACKEND == "hooked":
             return HookedTransformer(cfg)
         return TransformerBridge.boot_native(cfg)
-
-
-__all__ = [
-    "BACKEND",
-    "REGISTERED_ACTIVATIONS",
-    "SUPPORTED_ACTIVATIONS",
-    "TL3_REQUIREMENT",
-    "TL_VERSION",
-    "FactoredMatrix",
-    "HookPoint",
-    "HookedRootModule",
-    "HookedTransformer",
-    "HookedTransformerConfig",
-    "NativeModel",
-    "TransformerBridge",
-    "TransformerBridgeConfig",
-    "attention_scale",
-    "build_bridge_from_module",
-    "hooked_transformer_config",
-    "is_bridge",
-    "is_native_bridge",
-    "is_transformer_lens_model",
-    "known_activation",
-    "last_start_layer",
-    "move_model",
-    "native_hooks",
-    "raw_hooked_transformer",
-    "register_activation",
-    "split_qkv_unsupported",
-]

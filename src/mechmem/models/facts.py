@@ -120,32 +120,26 @@ class FactsModelConfig(ConfigMixin):
 
 def param_specs(cfg: FactsModelConfig) -> dict[str, tuple[tuple[int, ...], str, int]]:
     """name -> (shape, init rule, fan_in) of the published parameters in drawing order (TL names, shapes)."""
-    d, h = cfg.d_model, cfg.d_mlp
-    specs: dict[str, tuple[tuple[int, ...], str, int]] = {"embed.W_E": ((cfg.n_in, d), "normal", 0)}
-    if cfg.mixing == "2emb":
-        specs["embed.W_E2"] = ((cfg.n_in, d), "normal", 0)
-    else:
-        specs["pos_embed.W_pos"] = ((2, d), "normal", 0)
-        if cfg.norms:
-            specs["blocks.0.ln1.w"] = ((d,), "one", 0)
-        names = ["W_V"] if cfg.mixing == "uniform" else ["W_Q", "W_K", "W_V"]
-        for name in [*names, "W_O"]:
-            specs[f"blocks.0.attn.{name}"] = ((1, d, d), "uniform", d)
-    if cfg.mlp:
-        if cfg.norms:
-            specs["blocks.0.ln2.w"] = ((d,), "one", 0)
-        specs["blocks.0.mlp.W_in"] = ((d, h), "uniform", d)
-        if cfg.bias:
-            specs["blocks.0.mlp.b_in"] = ((h,), "uniform", d)
-        specs["blocks.0.mlp.W_out"] = ((h, d), "uniform", h)
-        if cfg.bias:
-            specs["blocks.0.mlp.b_out"] = ((d,), "uniform", h)
-    if cfg.norms:
-        specs["ln_final.w"] = ((d,), "one", 0)
-    specs["unembed.W_U"] = ((d, cfg.n_out), "uniform", d)
-    if cfg.bias:
-        specs["unembed.b_U"] = ((cfg.n_out,), "uniform", d)
-    return specs
+    d, h, n_out, mlp, attn = cfg.d_model, cfg.d_mlp, cfg.n_out, cfg.mlp, cfg.mixing != "2emb"
+    specs = {  # name: (shape, rule, fan_in, whether the variant has it)
+        "embed.W_E": ((cfg.n_in, d), "normal", 0, True),
+        "embed.W_E2": ((cfg.n_in, d), "normal", 0, not attn),
+        "pos_embed.W_pos": ((2, d), "normal", 0, attn),
+        "blocks.0.ln1.w": ((d,), "one", 0, attn and cfg.norms),
+        "blocks.0.attn.W_Q": ((1, d, d), "uniform", d, cfg.mixing == "attn"),
+        "blocks.0.attn.W_K": ((1, d, d), "uniform", d, cfg.mixing == "attn"),
+        "blocks.0.attn.W_V": ((1, d, d), "uniform", d, attn),
+        "blocks.0.attn.W_O": ((1, d, d), "uniform", d, attn),
+        "blocks.0.ln2.w": ((d,), "one", 0, mlp and cfg.norms),
+        "blocks.0.mlp.W_in": ((d, h), "uniform", d, mlp),
+        "blocks.0.mlp.b_in": ((h,), "uniform", d, mlp and cfg.bias),
+        "blocks.0.mlp.W_out": ((h, d), "uniform", h, mlp),
+        "blocks.0.mlp.b_out": ((d,), "uniform", h, mlp and cfg.bias),
+        "ln_final.w": ((d,), "one", 0, cfg.norms),
+        "unembed.W_U": ((d, n_out), "uniform", d, True),
+        "unembed.b_U": ((n_out,), "uniform", d, cfg.bias),
+    }
+    return {name: (shape, rule, fan_in) for name, (shape, rule, fan_in, kept) in specs.items() if kept}
 
 
 def init_params(cfg: FactsModelConfig, *, generator: torch.Generator | None = None) -> Params:

@@ -121,6 +121,3 @@ def _ints(value: Any) -> bool:
     return isinstance(value, list) and all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
     )
-
-
-__all__ = ["check_hf_folder"]

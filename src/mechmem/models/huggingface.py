@@ -11,19 +11,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from mechmem.errors import MechmemError
+from mechmem.errors import MechmemError, one_line
 from mechmem.models.backend import BACKEND, TL_VERSION, HookedTransformer, TransformerBridge, move_model
 from mechmem.models.hf_folder import check_hf_folder
 
 
 def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") -> nn.Module:
-    """A Hugging Face causal language model as a TransformerLens model, weights exactly as published.
-
-    `name_or_path` is a Hub name (downloaded by `transformers`, as TransformerLens does) or a folder written
-    by `save_pretrained`. TransformerLens 3.x: a `HookedTransformer` from TransformerLens's own config
-    conversion and weight mapping (no layer-norm folding or centring, so the logits are the Hugging Face
-    model's); 4.x: `TransformerBridge.boot_transformers` in compatibility mode. Raises `MechmemError` with one
-    line when the model cannot be read or converted.
+    """A Hugging Face causal language model (a Hub name or a `save_pretrained` folder) as a TransformerLens
+    model, weights exactly as published: under TransformerLens 3.x a `HookedTransformer` without layer-norm
+    folding or centring, under 4.x `TransformerBridge.boot_transformers` in compatibility mode. Raises
+    `MechmemError` with one line when the model cannot be read or converted.
     """
     local = Path(name_or_path).expanduser()
     source = str(local.resolve()) if local.exists() else name_or_path
@@ -49,10 +46,9 @@ def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") ->
     except MechmemError:
         raise
     except Exception as exc:  # noqa: BLE001 - transformers / TransformerLens say why in their own words
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MechmemError(
             f"--hf {name_or_path}: TransformerLens {TL_VERSION} cannot load it "
-            f"({type(exc).__name__}: {first[:200]})"
+            f"({type(exc).__name__}: {one_line(exc)[:200]})"
         ) from None
     return model.eval()
 
@@ -137,6 +133,3 @@ def _hooked_from_pretrained(source: str, hf_model: nn.Module, device: str | torc
         state, fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False
     )
     return move_model(model, device)
-
-
-__all__ = ["TOKENIZER_FILES", "load_pretrained"]

@@ -89,22 +89,14 @@ def fold_gated_input_bias(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 
 def canonical_shapes(cfg) -> dict[str, tuple[int, ...]]:
-    """Every weight of a transformer with config `cfg`, in HookedTransformer's parameter order, with its
-    shape.
-
-    Initial weights are drawn in this order, so a seed gives the same weights under either backend.
-    """
-    d_model, n_heads, d_head = cfg.d_model, cfg.n_heads, cfg.head_dim
-    n_kv = cfg.n_key_value_heads
+    """Every weight of a transformer with config `cfg` and its shape, in HookedTransformer's parameter order:
+    initial weights are drawn in this order, so a seed gives the same weights under either backend."""
+    d_model, n_heads, d_head, n_kv = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.n_key_value_heads
     norm = cfg.normalization_type
     d_vocab_out = cfg.d_vocab_out if cfg.d_vocab_out is not None else cfg.d_vocab
 
-    def norm_weights(prefix: str) -> dict[str, tuple[int, ...]]:
-        if norm == "LN":
-            return {f"{prefix}.w": (d_model,), f"{prefix}.b": (d_model,)}
-        if norm == "RMS":
-            return {f"{prefix}.w": (d_model,)}
-        return {}
+    def norm_weights(prefix: str) -> dict[str, tuple[int, ...]]:  # LNPre and RMSPre have no weights
+        return {f"{prefix}.{leaf}": (d_model,) for leaf in {"LN": "wb", "RMS": "w"}.get(norm, "")}
 
     shapes: dict[str, tuple[int, ...]] = {"embed.W_E": (cfg.d_vocab, d_model)}
     if cfg.positional_embedding_type != "rotary":
@@ -147,6 +139,13 @@ def rotary_permutation(rotary_dim: int, d_head: int) -> Tensor:
     return torch.tensor(order)
 
 
+def _rotary_order(cfg) -> Tensor | None:
+    """`rotary_permutation` of a rotary model's heads; None without rotary positions."""
+    if cfg.positional_embedding_type != "rotary":
+        return None
+    return rotary_permutation(cfg.rotary_dim or cfg.head_dim, cfg.head_dim)
+
+
 ROTATED = ("W_Q", "W_K", "b_Q", "b_K")
 """Weights whose rotary dimensions the two layouts order differently (`rotary_permutation`)."""
 TRANSPOSED = ("W_in", "W_out", "W_gate", "W_U")
@@ -185,9 +184,7 @@ def _from_bridge_tensor(leaf: str, t: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 def to_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
     """Canonical weights -> the `TransformerBridge.state_dict()` layout of the same model."""
-    d_head = cfg.head_dim
-    rotary = cfg.positional_embedding_type == "rotary"
-    perm = rotary_permutation(cfg.rotary_dim or d_head, d_head) if rotary else None
+    perm = _rotary_order(cfg)
     state = canonical_weights(state)
     if cfg.gated_mlp:
         state = fold_gated_input_bias(state)
@@ -207,9 +204,8 @@ def from_bridge(state: Mapping[str, Tensor], cfg) -> dict[str, Tensor]:
     """A `TransformerBridge.state_dict()` -> canonical weights in canonical order (inverse of `to_bridge`).
 
     A missing MLP or unembedding bias is zero (a bridge booted by TransformerLens itself has no b_U)."""
-    d_head = cfg.head_dim
-    rotary = cfg.positional_embedding_type == "rotary"
-    inverse = torch.argsort(rotary_permutation(cfg.rotary_dim or d_head, d_head)) if rotary else None
+    perm = _rotary_order(cfg)
+    inverse = torch.argsort(perm) if perm is not None else None
     out: dict[str, Tensor] = {}
     for name, shape in canonical_shapes(cfg).items():
         prefix, leaf = name.rsplit(".", 1)

@@ -4,13 +4,9 @@ HookedTransformer fires per-head input hooks (`use_split_qkv_input`: `blocks.L.h
 `hook_v_input` [batch pos head_index d_model]), `hook_attn_in` (`use_attn_in`) and `attn.hook_result`
 (`use_attn_result`) on request; TransformerLens 4.3's native attention has these hook points but never fires
 them. `ForkingAttentionBridge` honours the flags (TransformerLens's own forward while none is on) and
-`NativeHookBridge` accepts them, so every backend shows the same hooks and numbers.
-
-`ResidMidBlockBridge` gives each block a `hook_resid_mid` on the residual stream between attention and MLP
-(TransformerLens 4 aliases it to the second norm's input). `NativeHookBridge.__deepcopy__` rewires a copy's
-forward pre-hooks, which hold weak proxies of the original's modules.
-
-Imported by `mechmem.models.backend` under TransformerLens 4 only.
+`NativeHookBridge` accepts them, so every backend shows the same hooks and numbers. `ResidMidBlockBridge`
+puts `hook_resid_mid` on the residual stream between attention and MLP (TransformerLens 4 aliases it to the
+second norm's input). Imported by `mechmem.models.backend` under TransformerLens 4 only.
 """
 
 import copy
@@ -141,7 +137,8 @@ class NativeHookBridge(TransformerBridge):
         self._propagate_attention_flag(flag, value)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "NativeHookBridge":
-        """A deep copy whose blocks capture their own residual stream (module docstring)."""
+        """A deep copy whose blocks capture their own residual stream (the copied forward pre-hooks hold weak
+        proxies of the original's modules)."""
         copied = type(self).__new__(type(self))
         memo[id(self)] = copied
         copied.__setstate__(copy.deepcopy(self.__dict__, memo))

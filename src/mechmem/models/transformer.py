@@ -80,5 +80,3 @@ def build_transformer(config: TransformerConfig, *, generator: torch.Generator |
 
 
 register_architecture("transformer", TransformerConfig, build_transformer)
-
-__all__ = ["build_transformer"]

@@ -1,14 +1,9 @@
 """`TransformerConfig`: a decoder-only transformer's settings, mapped onto TransformerLens's config under
 either backend, and derived back from a TransformerLens model's cfg (`config_from_hooked_transformer`).
 
-Fixed and frozen parameters:
-    `fixed` is a tuple of `(pattern, rule)` pairs applied after initialisation, in order. A pattern is an
-    `fnmatch` glob over canonical parameter names (`"blocks.*.attn.W_Q"`); rules are `"identity"` (each head's
-    matrix is the identity, which needs d_head == d_model), `"zero"`, `"one"` and `"normal"` (N(0, 1)
-    entries). `frozen` is a tuple of globs; matching parameters get `requires_grad=False` and are never
-    trained (on the bridge, the module weight that holds the canonical tensor is frozen). `init_std` overrides
-    the normal init's standard deviation of the matrices (`W_*`); default is TransformerLens's gpt2 rule 0.8 /
-    sqrt(d_model).
+`fixed` rules apply in order after initialisation to the parameters whose canonical name matches an `fnmatch`
+glob (`"blocks.*.attn.W_Q"`): "identity" (each head's matrix; needs d_head == d_model), "zero", "one",
+"normal" (N(0, 1)). On the bridge, `frozen` freezes the module weight that holds the canonical tensor.
 """
 
 import dataclasses
@@ -171,18 +166,15 @@ class TransformerConfig(ConfigMixin):
         return kwargs
 
     def to_hooked_config(self) -> "HookedTransformerConfig":
-        """The equivalent `HookedTransformerConfig` (TransformerLens 3.x; weights are initialised
-        separately)."""
+        """The equivalent `HookedTransformerConfig` (TransformerLens 3.x; weights initialised separately)."""
         return hooked_transformer_config(**self.tl_kwargs())
 
 
 def bridge_unsupported(config: Any) -> str | None:
     """Why TransformerLens 4's native model cannot compute `config` as HookedTransformer does, in one line
-    naming the environment that can; None if it can (or `config` is not a `TransformerConfig`).
-
-    The same line refuses to build such a model under TransformerLens 4, refuses to load its checkpoint
-    there, and warns when TransformerLens 3.9 writes one.
-    """
+    naming the environment that can; None if it can (or `config` is not a `TransformerConfig`). The line
+    refuses to build or load such a model under TransformerLens 4, and warns when TransformerLens 3.9 saves
+    one."""
     if not isinstance(config, TransformerConfig):
         return None
     if config.positional_embedding_type == "shortformer":
@@ -206,8 +198,7 @@ _BEHAVIOUR = (
     "relative_attention_max_distance", "num_experts", "clip_qkv", "use_logn_attn", "use_dynamic_ntk_rope",
     "rotary_base_local", "rotary_scaling_factor", "use_yarn_rope", "use_attention_sinks",
 )  # fmt: skip
-"""TransformerLens config fields that change what a model computes (compared at save; both backends have
-them)."""
+"""TransformerLens config fields that change what a model computes (compared at save, either backend)."""
 
 
 def _plain(value: Any) -> Any:
@@ -218,10 +209,7 @@ def _plain(value: Any) -> Any:
 
 def config_differences(model: nn.Module, config: Any) -> list[str]:
     """Settings of a TransformerLens model's cfg that `config` would build differently ("field: model X,
-    config Y").
-
-    Empty for models that are not TransformerLens transformers or configs that are not `TransformerConfig`s.
-    """
+    config Y"); empty unless both are TransformerLens / `TransformerConfig`."""
     if not is_transformer_lens_model(model) or not isinstance(config, TransformerConfig):
         return []
     mine = model.cfg
@@ -250,11 +238,8 @@ def config_differences(model: nn.Module, config: Any) -> list[str]:
 
 
 def config_from_hooked_transformer(model: nn.Module) -> TransformerConfig:
-    """The `TransformerConfig` that rebuilds `model`, derived from `model.cfg`.
-
-    Raises `MechmemError` naming every cfg setting mechmem cannot reproduce (relative positions, QK norms,
-    soft caps, a dtype other than float32, ...).
-    """
+    """The `TransformerConfig` that rebuilds `model`; a `MechmemError` names every cfg setting mechmem cannot
+    reproduce (relative positions, QK norms, soft caps, a dtype other than float32, ...)."""
     if not is_transformer_lens_model(model):
         raise MechmemError(f"expected a TransformerLens transformer, got {type(model).__name__}")
     cfg = model.cfg
@@ -289,15 +274,3 @@ def config_from_hooked_transformer(model: nn.Module) -> TransformerConfig:
     if differences:
         raise MechmemError(f"mechmem cannot reproduce this model's settings: {'; '.join(differences)}")
     return config
-
-
-__all__ = [
-    "FIX_RULES",
-    "NORMS",
-    "OPTIONAL_SIZES",
-    "POSITIONS",
-    "TransformerConfig",
-    "bridge_unsupported",
-    "config_differences",
-    "config_from_hooked_transformer",
-]

@@ -1,8 +1,6 @@
-"""A transformer's weights in the canonical layout (HookedTransformer's names and shapes,
-`mechmem.models.layout`), under either backend: the initial weights, drawn from an explicit
-`torch.Generator` (TransformerLens's own init seeds the global RNG, which library code must not do), the
-parameters behind each canonical name, freezing, and `canonical_state_dict` / `load_canonical_state_dict`,
-so a checkpoint written under either TransformerLens version loads under the other with the same logits.
+"""A transformer's weights in the canonical layout (`mechmem.models.layout`) under either backend, so a
+checkpoint written under either TransformerLens version loads under the other with the same logits. Initial
+weights come from an explicit `torch.Generator` (TransformerLens's own init seeds the global RNG).
 """
 
 import fnmatch
@@ -51,11 +49,7 @@ def initial_weights(config: TransformerConfig, generator: torch.Generator | None
 
 def canonical_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     """Canonical weight name -> the parameter that holds it (on the bridge, the module weight it lives in).
-
-    A model that is not a TransformerLens 4 bridge around TransformerLens's native model (a HookedTransformer,
-    a paper's own module, a bridge around a Hugging Face model) gives its `named_parameters()`: the canonical
-    layout maps the native model's weights only.
-    """
+    Any model but a native TransformerLens 4 bridge gives its `named_parameters()`."""
     if not is_native_bridge(model):
         return dict(model.named_parameters())
     config = _config_of(model)
@@ -84,12 +78,8 @@ def apply_freezing(model: nn.Module, patterns: tuple[str, ...] | list[str]) -> l
 
 
 def canonical_state_dict(model: nn.Module, *, grads: bool = False) -> dict[str, Tensor]:
-    """The model's weights (or with `grads=True` their gradients, zero where none) in the canonical layout
-    (`mechmem.models.layout`).
-
-    A model that is not a TransformerLens transformer (a paper's own hooked module) gives its plain
-    state_dict.
-    """
+    """The model's weights (or with `grads=True` their gradients, zero where none) in the canonical layout;
+    a model that is not a TransformerLens transformer (a paper's own module) gives its plain state_dict."""
     state = model.state_dict(keep_vars=grads)
     if grads:
         state = {
@@ -124,12 +114,3 @@ def load_canonical_state_dict(model: nn.Module, state: Mapping[str, Tensor]) -> 
             )
         return
     model.load_state_dict(state)
-
-
-__all__ = [
-    "apply_freezing",
-    "canonical_parameters",
-    "canonical_state_dict",
-    "initial_weights",
-    "load_canonical_state_dict",
-]
