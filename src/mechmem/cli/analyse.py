@@ -20,7 +20,6 @@ ORDER = (*ANALYSES, "report")
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
-    """The flags of `mechmem analyse`."""
     p = cli.analysis_parser(prog, __doc__, n_samples=None)
     p.add_argument(
         "--only",
