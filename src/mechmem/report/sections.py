@@ -297,18 +297,13 @@ def ablation_section(ctx: ReportContext) -> Section:
             f"{c['spearman']:.2f}, top-{c['k']} overlap {c['top_k']:.2f} (trusted at Pearson >= "
             f"{c['threshold']})."
         )
-    rows = [
-        [
-            str(Head(r["layer"], r["head"]))
-            if r["head"] is not None
-            else f"{'MLP' if r['component'] == 'mlp' else 'attn'} L{r['layer']}",
-            r["metric"],
-            r["delta"],
-            format_interval(r["delta_lower"], r["delta_upper"]),
-            verdict,
-        ]
-        for r, verdict in zip(result.rows(), result.decision.verdicts())
-    ]
+    rows = []
+    for r, verdict in zip(result.rows(), result.decision.verdicts()):
+        layer = f"{'MLP' if r['component'] == 'mlp' else 'attn'} L{r['layer']}"
+        ablated = layer if r["head"] is None else str(Head(r["layer"], r["head"]))
+        rows.append(
+            [ablated, r["metric"], r["delta"], format_interval(r["delta_lower"], r["delta_upper"]), verdict]
+        )
     rows.sort(key=lambda r: -abs(r[2]))
     s.lines.append(f"Metric: {result.metric_name}; baseline {result.baseline:.4f}. Largest change first.")
     s.lines.append(ablation.decision_line(result))
