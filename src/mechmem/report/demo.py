@@ -74,8 +74,8 @@ def run_in_log(fn: Callable[[], Any], log: Path) -> tuple[int, float]:
     saved = os.dup(1), os.dup(2)
     t0 = time.perf_counter()
     with open(log, "w") as fh:
-        os.dup2(fh.fileno(), 1)
-        os.dup2(fh.fileno(), 2)
+        for fd in (1, 2):
+            os.dup2(fh.fileno(), fd)
         rc = 0
         try:
             fn()

@@ -39,10 +39,9 @@ class Table:
             raise ValueError(f"header groups {self.groups} do not cover the {len(self.headers)} columns")
 
     def cells(self) -> list[list[str]]:
-        def fmt(v: Any) -> str:
-            return format(v, self.floatfmt) if isinstance(v, float) else str(v)
-
-        return [[fmt(v) for v in row] for row in self.rows]
+        return [
+            [format(v, self.floatfmt) if isinstance(v, float) else str(v) for v in row] for row in self.rows
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"caption": self.caption, "headers": self.headers, "rows": self.rows}
