@@ -108,8 +108,7 @@ def graph_view(circuit: Circuit, roles: dict[str, str]) -> dict[str, Any]:
 
 
 def edge_table(circuit: Circuit, top: int = 12) -> Table:
-    """The `top` edges by |score|: score, standard error, kept or not (EAP, share of the gap, verdict where
-    computed)."""
+    """The `top` edges by |score|: score, stderr, kept or not (EAP, share of the gap, verdict if computed)."""
     order = circuit.scores.abs().argsort(descending=True)[:top].tolist()
     eap, tested = circuit.attribution is not None, circuit.edge_decision is not None
     shares, verdicts = circuit.edge_shares(), circuit.edge_verdicts()

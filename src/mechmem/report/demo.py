@@ -208,8 +208,7 @@ def run_demo(
     steps: int | None = None,
     n_samples: int = 512,
 ) -> list[dict[str, object]]:
-    """Train (unless a checkpoint exists) and report on every model, write `reports/index.html`; one row per
-    model."""
+    """Train (unless trained already) and report on every model, write reports/index.html; a row per model."""
     for m in models:  # import TransformerLens and the tasks once, before forking
         get_task_class(m.task)
     order = sorted(models, key=lambda m: -m.minutes)

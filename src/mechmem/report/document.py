@@ -229,8 +229,7 @@ def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
 
 
 def stage_report(report: Report, files: OutputSet, folder: str = "") -> dict[str, Path]:
-    """Stage report.md, report.html, report.json and figures/ in `files` under `folder`; returns their paths
-    by kind."""
+    """Stage report.md, .html, .json and figures/ in `files` under `folder`; returns their paths by kind."""
     prefix = f"{folder}/" if folder else ""
     figures = {f"{s.key}-{name}.png": png for s in report.sections for name, png in s.figures.items()}
     files.add_dir(f"{prefix}figures", figures)
