@@ -18,7 +18,6 @@ from mechmem.errors import NotApplicable
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
-    """The flags of `mechmem ablate`."""
     p = cli.analysis_parser(prog, __doc__, n_samples=ABLATION_BUDGET)
     p.add_argument(
         "--metric",

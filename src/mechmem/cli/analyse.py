@@ -20,7 +20,6 @@ ORDER = (*ANALYSES, "report")
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
-    """The flags of `mechmem analyse`."""
     p = cli.analysis_parser(prog, __doc__, n_samples=None)
     p.add_argument(
         "--only",
@@ -33,15 +32,11 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
 
 def _sub_args(module: object, args: object) -> object:
     """The namespace command `module`'s own parser gives for CKPT with analyse's shared flags."""
-    argv = [str(args.ckpt)] if args.ckpt else ["--hf", args.hf]
-    argv += ["--seed", str(args.seed), "--device", args.device]
-    if args.n_samples is not None:
-        argv += ["--n-samples", str(args.n_samples)]
-    for path in args.task_module:
-        argv += ["--task-module", path]
-    if args.allow_nonfinite:
-        argv.append("--allow-nonfinite")
-    return module.parser().parse_args(argv)
+    sub = module.parser().parse_args([str(args.ckpt)] if args.ckpt else ["--hf", args.hf])
+    for name in ("seed", "device", "n_samples", "task_module", "allow_nonfinite"):
+        if getattr(args, name) is not None:  # --n-samples None: each analysis its own default
+            setattr(sub, name, getattr(args, name))
+    return sub
 
 
 def stage_one(name: str, ckpt: object, args: object, staged: object) -> dict:

@@ -161,8 +161,7 @@ def add_analysis_args(
 
 
 def analysis_parser(prog: str | None, doc: str, *, n_samples: int | None) -> ArgumentParser:
-    """An analysis command's parser: described by the first line of its module's `doc`, with the shared flags
-    (`add_analysis_args`)."""
+    """An analysis command's parser: the first line of `doc` describes it; the shared `add_analysis_args`."""
     parser = ArgumentParser(prog=prog, description=doc.split("\n")[0])
     add_analysis_args(parser, n_samples=n_samples)
     return parser

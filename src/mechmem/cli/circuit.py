@@ -18,11 +18,8 @@ from mechmem.cli.args import CIRCUIT_ABLATIONS
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
-    """The flags of `mechmem circuit`."""
     p = cli.analysis_parser(prog, __doc__, n_samples=CIRCUIT_BUDGET)
-    p.add_argument(
-        "--ablation", choices=CIRCUIT_ABLATIONS, default="mean", help="value an ablated edge carries"
-    )
+    p.add_argument("--ablation", choices=CIRCUIT_ABLATIONS, default="mean", help="an ablated edge's value")
     p.add_argument(
         "--share",
         type=cli.positive_float,

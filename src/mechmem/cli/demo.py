@@ -16,9 +16,7 @@ from mechmem.errors import MechmemError
 
 def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     parser = ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--out", default="runs/demo", help="directory for the trained runs (default: runs/demo)"
-    )
+    parser.add_argument("--out", default="runs/demo", help="the trained runs' directory (default: runs/demo)")
     parser.add_argument("--reports", default="reports", help="directory for the reports and index.html")
     parser.add_argument("--retrain", action="store_true", help="train again even if a checkpoint exists")
     parser.add_argument("--jobs", type=int, default=2, help="jobs at a time (default: 2)")

@@ -24,9 +24,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     )
     parser.add_argument("--out", default=None, help="output directory (default: RUN_DIR)")
     parser.add_argument("--quantities", default="loss,heads,probes", help="comma-separated names, or all")
-    parser.add_argument(
-        "--level", action="append", default=[], help="CURVE_GLOB=VALUE: the level an event needs"
-    )
+    parser.add_argument("--level", action="append", default=[], help="CURVE_GLOB=VALUE: an event's level")
     parser.add_argument(
         "--match", action="append", default=[], help="KEY=CURVE: compare metrics.jsonl KEY's event"
     )
@@ -37,7 +35,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         help="evaluation sequences, at least 2 (default 128; bounded by a memory estimate)",
     )
     parser.add_argument(
-        "--seed", type=cli.seed_int, default=0, help="seed of the evaluation draw, in [0, 2**63)"
+        "--seed", type=cli.seed_int, default=0, help="the evaluation draw's seed, in [0, 2**63)"
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     cli.add_task_module_arg(parser)

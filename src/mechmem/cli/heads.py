@@ -17,7 +17,6 @@ from mechmem.analysis.options import HEAD_BUDGET
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
-    """The flags of `mechmem heads`."""
     p = cli.analysis_parser(prog, __doc__, n_samples=HEAD_BUDGET)
     p.add_argument("--half", type=cli.positive_int, help="probe only [r, r] with |r| = HALF")
     p.add_argument(

@@ -16,7 +16,6 @@ from mechmem.errors import MechmemError
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
-    """The flags of `mechmem lens`."""
     p = cli.analysis_parser(prog, __doc__, n_samples=256)
     p.add_argument(
         "--data",

@@ -35,8 +35,7 @@ def write_outputs(out: str | os.PathLike, files: dict[str, Any]) -> list[Path]:
 
 
 def stage_outputs(staged: OutputSet, files: dict[str, Any], folder: str = "") -> list[str]:
-    """Stage `files` (name -> figure or JSON value) in `staged`, under `folder`/ when given; returns the
-    staged names."""
+    """Stage `files` (name -> figure or JSON value) in `staged` under `folder`/ if given; the staged names."""
     names = []
     for name, value in files.items():
         names.append(f"{folder}/{name}" if folder else name)

@@ -20,7 +20,6 @@ from mechmem.cli.args import PATCH_DIRECTIONS, PATCH_METHODS, PATCH_SWEEPS
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
-    """The flags of `mechmem patch`."""
     p = cli.analysis_parser(prog, __doc__, n_samples=PATCH_BUDGET)
     p.add_argument("--sweeps", nargs="+", choices=PATCH_SWEEPS, help="sweeps to run (default: all there are)")
     p.add_argument(

@@ -14,7 +14,6 @@ from mechmem import cli
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
-    """The flags of `mechmem probe`."""
     return cli.analysis_parser(prog, __doc__, n_samples=1024)
 
 

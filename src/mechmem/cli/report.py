@@ -17,7 +17,6 @@ MIN_SAMPLES = 32
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
-    """The flags of `mechmem report`."""
     p = cli.analysis_parser(prog, __doc__, n_samples=512)
     p.add_argument("--title", default=None, help="report title (default: the run directory's name)")
     return p

@@ -20,6 +20,8 @@ from mechmem.models.parts import Head
 from mechmem.report.document import Section, Table
 
 PORT_OFFSET = {"q": -0.3, "k": 0.0, "v": 0.3, "in": 0.0}
+ARROW = {"arrowstyle": "-|>", "alpha": 0.75, "shrinkA": 0, "shrinkB": 0, "connectionstyle": "arc3,rad=0.08"}
+"""An edge's arrow; its width is proportional to |score|, its colour the score's sign."""
 N_PROMPTS = 64
 """Prompts the report's edges are scored on: the first look of `CIRCUIT_POLICY` (as `mechmem circuit`)."""
 
@@ -57,19 +59,12 @@ def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title
         (x0, y0), (x1, y1) = pos[edge.sender.name], pos[edge.port.node.name]
         score = float(circuit.scores[i])
         drop = 0.2 if edge.port.port in "qkv" else 0.1
+        colour = "tab:blue" if score >= 0 else "tab:red"
         ax.annotate(
             "",
             xy=(x1 + PORT_OFFSET[edge.port.port], y1 - drop),
             xytext=(x0, y0 + 0.1),
-            arrowprops={
-                "arrowstyle": "-|>",
-                "lw": 0.6 + 5.0 * abs(score) / (top or 1.0),
-                "color": "tab:blue" if score >= 0 else "tab:red",
-                "alpha": 0.75,
-                "shrinkA": 0,
-                "shrinkB": 0,
-                "connectionstyle": "arc3,rad=0.08",
-            },
+            arrowprops=ARROW | {"lw": 0.6 + 5.0 * abs(score) / (top or 1.0), "color": colour},
         )
     for node in circuit.graph.nodes:
         if node.name not in used and node.kind not in ("head", "logits"):
@@ -77,15 +72,8 @@ def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title
         x, y = pos[node.name]
         face = "#fde9a9" if node.name in used else "#eeeeee"
         label = node.name + (f"\n{roles[node.name]}" if node.name in roles else "")
-        ax.text(
-            x,
-            y,
-            label,
-            ha="center",
-            va="center",
-            fontsize=10,
-            bbox={"boxstyle": "round,pad=0.3", "fc": face, "ec": "#888888", "lw": 0.6},
-        )
+        box = {"boxstyle": "round,pad=0.3", "fc": face, "ec": "#888888", "lw": 0.6}
+        ax.text(x, y, label, ha="center", va="center", fontsize=10, bbox=box)
         if node.kind == "head":
             for port, dx in PORT_OFFSET.items():
                 if port != "in":
@@ -102,16 +90,10 @@ def graph_view(circuit: Circuit, roles: dict[str, str]) -> dict[str, Any]:
     """The interactive circuit graph's data: every node with its place and role, every edge with its score,
     standard error, 95% interval (None without a standard error), whether it is exact and kept."""
     pos = _positions(circuit)
-    nodes = [
-        {
-            "name": n.name,
-            "kind": n.kind,
-            "x": pos[n.name][0],
-            "y": pos[n.name][1],
-            "role": roles.get(n.name, ""),
-        }
-        for n in circuit.graph.nodes
-    ]
+    nodes = []
+    for n in circuit.graph.nodes:
+        x, y = pos[n.name]
+        nodes.append({"name": n.name, "kind": n.kind, "x": x, "y": y, "role": roles.get(n.name, "")})
     edges = circuit.to_dict()["edges"]
     for row in edges:
         err = row["stderr"]
@@ -126,8 +108,7 @@ def graph_view(circuit: Circuit, roles: dict[str, str]) -> dict[str, Any]:
 
 
 def edge_table(circuit: Circuit, top: int = 12) -> Table:
-    """The `top` edges by |score|: score, standard error, kept or not (EAP, share of the gap, verdict where
-    computed)."""
+    """The `top` edges by |score|: score, stderr, kept or not (EAP, share of the gap, verdict if computed)."""
     order = circuit.scores.abs().argsort(descending=True)[:top].tolist()
     eap, tested = circuit.attribution is not None, circuit.edge_decision is not None
     shares, verdicts = circuit.edge_shares(), circuit.edge_verdicts()
@@ -278,14 +259,3 @@ def edges_section(ctx: Any) -> Section:
     s.add_figure("graph", plot_circuit(circuit, roles))
     s.interactive["graph"] = graph_view(circuit, roles)
     return s
-
-
-__all__ = [
-    "edge_table",
-    "edges_section",
-    "graph_view",
-    "left_out_lines",
-    "plot_circuit",
-    "selection_words",
-    "summary_lines",
-]

@@ -74,8 +74,8 @@ def run_in_log(fn: Callable[[], Any], log: Path) -> tuple[int, float]:
     saved = os.dup(1), os.dup(2)
     t0 = time.perf_counter()
     with open(log, "w") as fh:
-        os.dup2(fh.fileno(), 1)
-        os.dup2(fh.fileno(), 2)
+        for fd in (1, 2):
+            os.dup2(fh.fileno(), fd)
         rc = 0
         try:
             fn()
@@ -208,8 +208,7 @@ def run_demo(
     steps: int | None = None,
     n_samples: int = 512,
 ) -> list[dict[str, object]]:
-    """Train (unless a checkpoint exists) and report on every model, write `reports/index.html`; one row per
-    model."""
+    """Train (unless trained already) and report on every model, write reports/index.html; a row per model."""
     for m in models:  # import TransformerLens and the tasks once, before forking
         get_task_class(m.task)
     order = sorted(models, key=lambda m: -m.minutes)

@@ -39,10 +39,9 @@ class Table:
             raise ValueError(f"header groups {self.groups} do not cover the {len(self.headers)} columns")
 
     def cells(self) -> list[list[str]]:
-        def fmt(v: Any) -> str:
-            return format(v, self.floatfmt) if isinstance(v, float) else str(v)
-
-        return [[fmt(v) for v in row] for row in self.rows]
+        return [
+            [format(v, self.floatfmt) if isinstance(v, float) else str(v) for v in row] for row in self.rows
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"caption": self.caption, "headers": self.headers, "rows": self.rows}
@@ -230,8 +229,7 @@ def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
 
 
 def stage_report(report: Report, files: OutputSet, folder: str = "") -> dict[str, Path]:
-    """Stage report.md, report.html, report.json and figures/ in `files` under `folder`; returns their paths
-    by kind."""
+    """Stage report.md, .html, .json and figures/ in `files` under `folder`; returns their paths by kind."""
     prefix = f"{folder}/" if folder else ""
     figures = {f"{s.key}-{name}.png": png for s in report.sections for name, png in s.figures.items()}
     files.add_dir(f"{prefix}figures", figures)

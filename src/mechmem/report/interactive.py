@@ -102,29 +102,22 @@ def sweep_map(result: PatchingResult) -> dict[str, Any]:
 
 def ablation_map(result: Any, method: str = "mean") -> dict[str, Any]:
     """Ablation deltas as a heatmap: one row per layer; a column per head, the attention layer and the MLP."""
-    i = list(result.methods).index(method)
-    heads = result.heads[i].detach().float().cpu()
-    cols = [f"H{h}" for h in range(heads.shape[1])] + ["attn"]
-    parts = [heads, result.attn_layers[i].detach().float().cpu()[:, None]]
-    iv = result.intervals
-    lower = None if iv is None else [iv.heads_lower[i], iv.attn_lower[i][:, None]]
-    upper = None if iv is None else [iv.heads_upper[i], iv.attn_upper[i][:, None]]
-    if result.mlp_layers is not None:
-        cols.append("MLP")
-        parts.append(result.mlp_layers[i].detach().float().cpu()[:, None])
-        if iv is not None:
-            lower.append(iv.mlp_lower[i][:, None])
-            upper.append(iv.mlp_upper[i][:, None])
-    grid = torch.cat(parts, dim=1)
+    i, iv = list(result.methods).index(method), result.intervals
+    has_mlp = result.mlp_layers is not None
+
+    def grid(heads: Tensor, attn: Tensor, mlp: Tensor | None) -> Tensor:
+        return torch.cat([heads[i], attn[i][:, None], *([mlp[i][:, None]] if has_mlp else [])], dim=1)
+
+    values = grid(result.heads, result.attn_layers, result.mlp_layers).detach().float().cpu()
     return {
         "name": f"{method} ablation",
         "axes": ["layer", "component"],
-        "rows": [f"L{l}" for l in range(grid.shape[0])],
-        "cols": cols,
-        "values": grid.tolist(),
+        "rows": [f"L{l}" for l in range(values.shape[0])],
+        "cols": [f"H{h}" for h in range(result.heads.shape[2])] + ["attn"] + (["MLP"] if has_mlp else []),
+        "values": values.tolist(),
         "normalised": None,
-        "lower": None if iv is None else torch.cat(lower, dim=1).tolist(),
-        "upper": None if iv is None else torch.cat(upper, dim=1).tolist(),
+        "lower": None if iv is None else grid(iv.heads_lower, iv.attn_lower, iv.mlp_lower).tolist(),
+        "upper": None if iv is None else grid(iv.heads_upper, iv.attn_upper, iv.mlp_upper).tolist(),
         "value_label": f"delta {result.metric_name}",
         "note": (
             f"change in {result.metric_name} (baseline {result.baseline:.4f}); "

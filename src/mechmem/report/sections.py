@@ -66,7 +66,6 @@ def _needs_hooks(ctx: ReportContext) -> str | None:
     return f"{name} is not a HookedTransformer: it has none of the hook points this analysis uses"
 
 
-# -- closeness to the optimum --------------------------------------------------------------------------------
 def optimum_section(ctx: ReportContext) -> Section:
     """The task's own evaluation and headline, its optimum where known, and the prompt fit of its data."""
     s = Section("optimum", "Task performance and closeness to the optimum")
@@ -94,7 +93,6 @@ def optimum_section(ctx: ReportContext) -> Section:
     return s
 
 
-# -- attention-pattern evidence ------------------------------------------------------------------------------
 def heads_section(ctx: ReportContext) -> Section:
     """Previous-token, duplicate-token and induction scores (from the roles), and attention heatmaps."""
     s = Section("heads", "Attention patterns: previous-token, duplicate-token, induction")
@@ -146,7 +144,6 @@ def heads_section(ctx: ReportContext) -> Section:
     return s
 
 
-# -- MLP: direct effect and key neurons ----------------------------------------------------------------------
 def mlp_section(ctx: ReportContext) -> Section:
     """The last MLP's direct effect on the answer logit, its key neurons, and its mean-ablation effect."""
     s = Section("mlp", "MLP: direct effect on the answer and key neurons")
@@ -230,7 +227,6 @@ def mlp_section(ctx: ReportContext) -> Section:
     return s
 
 
-# -- memory probes -------------------------------------------------------------------------------------------
 def probes_section(ctx: ReportContext) -> Section:
     """Token -> token memories in each head's OV circuit (W_E W_V W_O W_U): does it copy or suppress?"""
     s = Section("probes", "Associative-memory probes: each head's OV circuit")
@@ -271,7 +267,6 @@ EXACT_PATCHING_CELLS = 512
 by attribution patching (`decided_patching(method="attribution")`) instead of patching every cell."""
 
 
-# -- ablation and patching summaries -------------------------------------------------------------------------
 def ablation_section(ctx: ReportContext) -> Section:
     """Mean ablation of every head and MLP layer: the change in the task's loss."""
     s = Section("ablation", "Ablation: mean-ablating each head and MLP")
@@ -297,18 +292,13 @@ def ablation_section(ctx: ReportContext) -> Section:
             f"{c['spearman']:.2f}, top-{c['k']} overlap {c['top_k']:.2f} (trusted at Pearson >= "
             f"{c['threshold']})."
         )
-    rows = [
-        [
-            str(Head(r["layer"], r["head"]))
-            if r["head"] is not None
-            else f"{'MLP' if r['component'] == 'mlp' else 'attn'} L{r['layer']}",
-            r["metric"],
-            r["delta"],
-            format_interval(r["delta_lower"], r["delta_upper"]),
-            verdict,
-        ]
-        for r, verdict in zip(result.rows(), result.decision.verdicts())
-    ]
+    rows = []
+    for r, verdict in zip(result.rows(), result.decision.verdicts()):
+        layer = f"{'MLP' if r['component'] == 'mlp' else 'attn'} L{r['layer']}"
+        ablated = layer if r["head"] is None else str(Head(r["layer"], r["head"]))
+        rows.append(
+            [ablated, r["metric"], r["delta"], format_interval(r["delta_lower"], r["delta_upper"]), verdict]
+        )
     rows.sort(key=lambda r: -abs(r[2]))
     s.lines.append(f"Metric: {result.metric_name}; baseline {result.baseline:.4f}. Largest change first.")
     s.lines.append(ablation.decision_line(result))

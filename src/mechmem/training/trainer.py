@@ -70,9 +70,8 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 def make_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    adam = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    return adam(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
 
 
 @dataclass
@@ -192,11 +191,8 @@ def train(
 
     Args:
         model: a freshly built model (its initial weights define the run).
-        task: the task that supplies batches, loss and metrics.
-        cfg: optimiser, schedule, length, logging.
         model_config: the model's config, stored in checkpoints so the model can be rebuilt.
         out_dir: where to write `metrics.jsonl`, `ckpt.pt`, `resume.pt` and `checkpoints/step_*.pt`.
-        device: torch device for the model and batches.
         resume: continue from the latest checkpoint in `out_dir` with trainer state (only of this very run).
         overwrite: a fresh run into a directory holding an old run deletes the old run's files first.
         progress: show progress (a bar on a terminal, a line every 10 s otherwise; `mechmem.progress`).
@@ -257,13 +253,10 @@ def train(
                 },
             )
 
-        def evaluate(step: int, record: dict[str, Any]) -> dict[str, Any]:
+        def evaluate(record: dict[str, Any]) -> dict[str, Any]:
             model.eval()
-            record.update(
-                task.evaluate(
-                    model, generator=torch.Generator().manual_seed(cfg.seed + 2), n=cfg.eval_samples
-                )
-            )
+            generator = torch.Generator().manual_seed(cfg.seed + 2)  # the same evaluation data every time
+            record.update(task.evaluate(model, generator=generator, n=cfg.eval_samples))
             model.train()
             history.append(record)
             if out is not None:
@@ -291,7 +284,7 @@ def train(
                 with torch.no_grad():
                     record = {"step": step, "lr": lr, "loss": loss.item()}
                     record.update(task.train_metrics(model, batch, logits.detach()))
-                evaluate(step, record)
+                evaluate(record)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             for p, until in held:
@@ -311,9 +304,7 @@ def train(
         bar.close()
         _check_finite(model, cfg.steps - 1)
 
-        final = evaluate(
-            cfg.steps, {"step": cfg.steps, "loss": sum(recent) / len(recent) if recent else None}
-        )
+        final = evaluate({"step": cfg.steps, "loss": sum(recent) / len(recent) if recent else None})
         summary = {k: v for k, v in final.items() if k != "lr"}
         summary["train_loss_last100"] = summary.pop("loss")
         summary["wall_time_s"] = round(time.perf_counter() - t0, 2)
