@@ -661,3 +661,25 @@ def recorded_in_page_order(rows: list[dict]) -> list[dict]:
     from mechmem_papers.memorisation.page_constructions import LABELS
 
     return sorted(rows, key=lambda r: (list(LABELS).index(r["mode"]), r["d"], r["criterion"] != "1"))
+
+
+def test_a_row_with_repeats_fails_only_when_every_repeat_is_outside_the_range(record):
+    """The failure rule with several repeats of ours: every repeat outside the published range and their mean
+    more than 10% from the published mean (one repeat: the single-run rule)."""
+    import copy
+
+    from mechmem_papers.memorisation.page_published import b1_failures
+
+    rec, name = copy.deepcopy(record), "attn+mlp+norms/relu"
+    first = next(
+        r
+        for r in rec["other_schedules"]
+        if r["variant"] == name and r["schedule"]["max_epochs"] == 50_000 and r.get("repeat", 0) == 0
+    )
+    assert f"{name} {first['any']} [published 440 - 512" in b1_failures(rec)
+    rec["other_schedules"].append({**first, "repeat": 1, "any": 480})  # inside the published range
+    assert f"{name} " not in b1_failures(rec)
+    rec["other_schedules"][-1]["any"] = 992
+    line = b1_failures(rec)
+    assert f"{name} {first['any']} / 992 (2 repeats) [published 440 - 512" in line
+    assert "more where a row lists them" in line
