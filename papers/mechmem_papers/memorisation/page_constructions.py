@@ -342,14 +342,18 @@ def _capacity_section(record: dict[str, Any]) -> Section:
     return capacity
 
 
+def challenge_weights(d: int) -> int:
+    """Weights of the challenge model at size d: E1, E2 (n_in x d) and U (d x n_out), n_in = 2d, n_out = d."""
+    return 2 * (2 * d) * d + d * d
+
+
 def _bits_section(record: dict[str, Any]) -> Section:
     """Each construction's capacity in bits (Fano's bound at the accuracy reached there) per weight and per
     trained weight: E1, E2 (n_in x d) and U (d x n_out), with n_in = 2d and n_out = d."""
     results = _results(record)
     rows = []
     for r in sorted(results, key=lambda r: (list(LABELS).index(r.name), r.d)):
-        n_in, n_out = 2 * r.d, r.d
-        weights = 2 * n_in * r.d + r.d * n_out
+        n_out, weights = r.d, challenge_weights(r.d)
         trained = weights if r.name == "trained" else 0 if r.name.endswith("_hand") else r.d * n_out
         for crit, label in CRIT.items():
             if crit not in r.searches:
@@ -411,7 +415,7 @@ def _int8_table(record: dict[str, Any]) -> Table:
     rows = []
     order = lambda r: (list(LABELS).index(r["mode"]), r["d"], list(CRIT).index(r["criterion"]))
     for r in sorted(int8["rows"], key=order):
-        weights = 2 * (2 * r["d"]) * r["d"] + r["d"] * r["d"]
+        weights = challenge_weights(r["d"])
         before, after = (stored_bits(r["n"], r["d"], r[k]) for k in ("accuracy", "accuracy_int8"))
         rows.append(
             [LABELS[r["mode"]], r["d"], CRIT[r["criterion"]], r["n"], f"{r['accuracy']:.3f}"]
