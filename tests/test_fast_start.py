@@ -108,18 +108,16 @@ def test_help_and_argument_errors_answer_before_torch(target, tmp_path):
 
 
 def test_the_light_name_lists_are_the_ones_the_analyses_use():
-    from mechmem.analysis import ablation, circuits, dynamics, patching, stats
+    from mechmem.analysis import ablation, circuits, dynamics, patching
     from mechmem.analysis.patching import tables as patching_tables
     from mechmem.cli import args
     from mechmem.models import facts as facts_models
-    from mechmem.report import circuit_graph
     from mechmem_papers.memorisation import options as facts_options
     from mechmem_papers.memorisation import sweep
     from mechmem_papers.memorisation.constructions import evaluators
 
     assert ablation.METHODS == args.ABLATION_METHODS
     assert circuits.ABLATIONS == args.CIRCUIT_ABLATIONS
-    assert circuit_graph.N_PROMPTS == stats.CIRCUIT_PROMPTS
     assert patching.DIRECTIONS == args.PATCH_DIRECTIONS
     assert tuple(patching.SWEEPS) == args.PATCH_SWEEPS
     assert patching_tables.METHODS == args.PATCH_METHODS

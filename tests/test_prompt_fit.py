@@ -5,6 +5,7 @@ was not trained on is flagged on that task's own data."""
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -225,7 +226,8 @@ def test_circuit_on_the_task_pair_prints_no_flag(gated_ckpt, tmp_path, capsys):
 
 
 def test_the_report_warns_when_a_section_reads_off_distribution_prompts(birth, gated, monkeypatch):
-    monkeypatch.setattr(circuit_graph, "N_PROMPTS", 16)  # the edge section's prompts (64): cheaper, same code
+    # the edge section's prompts (the first look of CIRCUIT_POLICY, 64): cheaper, same code
+    monkeypatch.setattr(circuit_graph, "CIRCUIT_POLICY", replace(circuit_graph.CIRCUIT_POLICY, first=16))
     report = build_report(
         gated, birth, n_samples=32, role_samples=32, sections=(heads_section, edges_section)
     )

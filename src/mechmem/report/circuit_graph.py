@@ -22,8 +22,6 @@ from mechmem.report.document import Section, Table
 PORT_OFFSET = {"q": -0.3, "k": 0.0, "v": 0.3, "in": 0.0}
 ARROW = {"arrowstyle": "-|>", "alpha": 0.75, "shrinkA": 0, "shrinkB": 0, "connectionstyle": "arc3,rad=0.08"}
 """An edge's arrow; its width is proportional to |score|, its colour the score's sign."""
-N_PROMPTS = 64
-"""Prompts the report's edges are scored on: the first look of `CIRCUIT_POLICY` (as `mechmem circuit`)."""
 
 
 def _positions(circuit: Circuit) -> dict[str, tuple[float, float]]:
