@@ -134,6 +134,20 @@ def test_pattern_cells_equal_naive_and_an_unchanged_row_is_not_run(model, tokens
     assert_no_hooks(model)
 
 
+def test_an_mlp_hook_of_an_attention_only_model_is_refused_in_one_line(tokens):
+    """TransformerLens 3 keeps MLP hook points on attention-only blocks (they never fire); TransformerLens 4
+    has none. Either way an intervention there gets a one-line error instead of an IndexError or a silent
+    no-op."""
+    from helpers import build_model
+
+    attn_only = build_model(d_mlp=None)
+    for hook in ("blocks.0.hook_mlp_out", "blocks.1.mlp.hook_post"):
+        with pytest.raises(ValueError, match="attention-only|unknown hook") as err:
+            intervene(attn_only, tokens, [[], Intervention(hook, (), zero())], lambda x: x[:, -1, 0].mean())
+        assert "\n" not in str(err.value)
+    assert_no_hooks(attn_only)
+
+
 def test_positions_after_the_read_out_have_no_effect(model, tokens):
     def at_4(logits):
         return logits[:, 4].log_softmax(-1)[:, 1].mean()
