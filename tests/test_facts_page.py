@@ -704,3 +704,15 @@ def test_a_row_with_repeats_fails_only_when_every_repeat_is_outside_the_range(re
     line = b1_failures(rec)
     assert f"{name} {first['any']} / 992 (2 repeats) [published 440 - 512" in line
     assert "more where a row lists them" in line
+
+
+def test_a_toggle_pairs_the_mean_of_each_variants_repeats():
+    """Two repeats of one variant count as one pair, at their mean, whatever their order."""
+    from mechmem_papers.memorisation.summary import toggle_effect
+
+    config = {"mixing": "attn", "mlp": True, "norms": False, "mlp_residual": False, "bias": False}
+    off = {"config": {**config, "act_fn": "relu"}, "any": 100}
+    on = [{"config": {**config, "act_fn": "gelu"}, "any": a} for a in (90, 130)]
+    for records in ([off, *on], [off, *on[::-1]]):
+        effect = toggle_effect(records, "act_fn", "gelu", "relu")
+        assert (effect.pairs, effect.better, effect.diff) == (1, 1, (10, 10))

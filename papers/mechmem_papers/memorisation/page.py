@@ -230,11 +230,14 @@ def _longer_lines(record: dict[str, Any]) -> list[tuple[str, bool]]:
     out = []
     groups = by_schedule(record.get("other_schedules", [])).values()
     for rows in sorted(groups, key=lambda rs: -rs[0]["schedule"]["max_epochs"]):
-        rs = [r for r in rows if r["d"] == record["table"][0]["d"]]
+        repeats: dict[str, list[dict[str, Any]]] = {}  # a variant's repeats, joined by " / "
+        for r in sorted(rows, key=lambda r: (sort_key(r), r.get("repeat", 0))):
+            if r["d"] == record["table"][0]["d"] and r["variant"] in base:
+                repeats.setdefault(r["variant"], []).append(r)
         parts = [
-            f"{r['variant']} {r['any']} (All {r['all']}; base {base[r['variant']]['any']})"
-            for r in sorted(rs, key=sort_key)
-            if r["variant"] in base
+            f"{name} {' / '.join(str(r['any']) for r in rs)} (All {' / '.join(str(r['all']) for r in rs)};"
+            f" base {base[name]['any']})"
+            for name, rs in repeats.items()
         ]
         if parts:
             sched = rows[0]["schedule"]

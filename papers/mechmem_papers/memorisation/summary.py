@@ -68,6 +68,7 @@ def toggle_effect(
     """
     if exclude_outlier:
         records = [r for r in records if not is_outlier(r["config"])]
+    records = _repeats_merged(records, criterion)
     if field == "mlp":
         ignore = {"mlp", "mlp_residual", "act_fn", "bias"}
         pool = records
@@ -86,6 +87,18 @@ def toggle_effect(
     pcts = [100.0 * (a - b) / b for a, b in pairs if b]
     pct = (min(pcts), max(pcts)) if pcts else (float("nan"), float("nan"))  # nan: every "off" stored nothing
     return ToggleEffect(len(pairs), sum(d > 0 for d in diffs), (min(diffs), max(diffs)), pct)
+
+
+def _repeats_merged(records: list[dict[str, Any]], criterion: str) -> list[dict[str, Any]]:
+    """One record per variant, its `criterion` the mean over the variant's repeats (as the published side
+    pairs the means of Table B.1's four repeats), so no repeat counts twice and none is chosen by order."""
+    values: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        values.setdefault(tuple(_cfg(r).items()), []).append(r)
+    return [
+        {"config": rs[0]["config"], criterion: statistics.mean(r[criterion] for r in rs)}
+        for rs in values.values()
+    ]
 
 
 TOGGLES = {
