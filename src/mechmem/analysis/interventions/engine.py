@@ -374,7 +374,11 @@ class Engine:
     def run(self, tokens: Int[Tensor, "batch pos"], variants: Sequence[Variant]) -> list[Tensor]:
         """The metric on `tokens` under each variant (on the model's device), by the strategy it picks."""
         variants = as_lists(variants)
-        check_hooks(self.model, variants)
+        hooks = check_hooks(self.model, variants)
+        # TransformerLens 3 keeps MLP hook points on attention-only blocks: an intervention there never fires
+        mlp = sorted(h for h in hooks if ".hook_mlp_" in h or ".mlp." in h)
+        if mlp and getattr(getattr(self.model, "cfg", None), "attn_only", False):
+            raise ValueError(f"{', '.join(mlp)} on an attention-only model (it has no MLP)")
         results: list[Any] = [None] * len(variants)
         keys = [self.replay_key(v) for v in variants]
         replayed = [i for i, key in enumerate(keys) if key is not None]

@@ -133,10 +133,6 @@ def check_hooks(model: torch.nn.Module, variants: list[list[Intervention]]) -> s
     hooks = {iv.hook for variant in variants for iv in variant}
     if unknown := sorted(hooks - set(model.hook_dict)):
         raise ValueError(f"unknown hook(s) {', '.join(unknown)}")
-    # TransformerLens 3 keeps MLP hook points on attention-only blocks; they never fire
-    mlp = sorted(h for h in hooks if ".hook_mlp_" in h or ".mlp." in h)
-    if mlp and getattr(getattr(model, "cfg", None), "attn_only", False):
-        raise ValueError(f"{', '.join(mlp)} on an attention-only model (it has no MLP)")
     return hooks
 
 
