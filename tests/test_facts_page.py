@@ -653,6 +653,12 @@ def test_int8_table_is_the_record_in_bits(record):
     rows = _table_rows(section.split("After int8 rounding (")[1], "mode")
     recorded = record["constructions"]["int8"]["rows"]
     assert len(rows) == len(recorded)
+    searched = {
+        (r["variant"], r["d"], c): r[c] for r in record["constructions"]["results"] for c in ("1", "0.9")
+    }
+    assert all(
+        r["n"] == searched[(r["mode"], r["d"], r["criterion"])] for r in recorded
+    )  # today's capacities
 
     def fano(n: int, d: int, a: float) -> float:
         h = 0.0 if a in (0.0, 1.0) else -(a * math.log2(a) + (1 - a) * math.log2(1 - a))

@@ -62,17 +62,29 @@ class SweepGrid:
     """Training recipe for the learned modes."""
 
 
-def _facts(n: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+def challenge_facts(n: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first n facts of the capacity searches at size d (n_in = 2d, n_out = d, seed 42)."""
     return generate_facts(n, 2 * d, d, seed=42)
 
 
-def _hand_accuracy(E1: torch.Tensor, E2: torch.Tensor, U: torch.Tensor, inputs, labels) -> torch.Tensor:
+def hand_accuracy(E1: torch.Tensor, E2: torch.Tensor, U: torch.Tensor, inputs, labels) -> torch.Tensor:
+    """Argmax accuracy of stacked (E1, E2, U) on the facts."""
     return stacked_accuracy(hidden_activations(E1, E2, inputs) @ U, labels)
+
+
+def hand_settings(d: int, grid: SweepGrid) -> list[tuple[int, float]]:
+    """The published hand-coded construction's (S, top_fraction) settings at size d."""
+    return [(s, tf) for s in grid.s_values if s <= d for tf in grid.top_fractions]
+
+
+def hybrid_settings(d: int, grid: SweepGrid) -> list[tuple[int, float]]:
+    """The published hybrid's (S, top_fraction) settings at size d (our grid)."""
+    return [(s, tf) for s in grid.hybrid_s_values if s <= d for tf in grid.hybrid_top_fractions]
 
 
 def trained_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
     def evaluate(n: int) -> float:
-        inputs, labels = _facts(n, d)
+        inputs, labels = challenge_facts(n, d)
         model = ChallengeMLP(
             ChallengeConfig(2 * d, d, d, n_models=grid.n_inits), generator=torch.Generator().manual_seed(seed)
         )
@@ -84,7 +96,7 @@ def trained_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
 
 def rand_emb_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
     def evaluate(n: int) -> float:
-        inputs, labels = _facts(n, d)
+        inputs, labels = challenge_facts(n, d)
         g = torch.Generator().manual_seed(seed)
         E1, E2 = random_embeddings(grid.n_inits, 2 * d, d, generator=g)
         best, _ = train_unembedding(hidden_activations(E1, E2, inputs), labels, d, grid.train, generator=g)
@@ -98,7 +110,7 @@ def published_stack(
 ) -> tuple[torch.Tensor, ...]:
     """Stacked (E1, E2, U) of the published construction for each (S, top_fraction) setting, the
     neuron-label code's label columns permuted by `columns` if given."""
-    inputs, labels = _facts(n, d)
+    inputs, labels = challenge_facts(n, d)
     g = torch.Generator().manual_seed(seed)
     built = [
         published_construction(inputs, labels, 2 * d, d, d, s, tf, generator=g, columns=columns)
@@ -114,18 +126,18 @@ def _hand_evaluator(d: int, retries: int, seed: int, stack: Callable[[int, int],
     """
 
     def evaluate(n: int) -> float:
-        inputs, labels = _facts(n, d)
+        inputs, labels = challenge_facts(n, d)
         best = 0.0
         for retry in range(retries):
             E1, E2, U = stack(n, seed + retry)
-            best = max(best, float(_hand_accuracy(E1, E2, U, inputs, labels).max()))
+            best = max(best, float(hand_accuracy(E1, E2, U, inputs, labels).max()))
         return best
 
     return evaluate
 
 
 def published_hand_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
-    settings = [(s, tf) for s in grid.s_values if s <= d for tf in grid.top_fractions]
+    settings = hand_settings(d, grid)
     return _hand_evaluator(d, grid.retries, seed, lambda n, sd: published_stack(n, d, settings, sd))
 
 
@@ -147,7 +159,7 @@ def _hybrid_evaluator(
     """
 
     def evaluate(n: int) -> float:
-        inputs, labels = _facts(n, d)
+        inputs, labels = challenge_facts(n, d)
         best = 0.0
         for attempt in range(attempts):
             g = torch.Generator().manual_seed(seed + attempt)
@@ -165,8 +177,7 @@ def _hybrid_evaluator(
 
 
 def published_hybrid_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
-    settings = [(s, tf) for s in grid.hybrid_s_values if s <= d for tf in grid.hybrid_top_fractions]
-    return _hybrid_evaluator(d, grid, seed, settings, 1)
+    return _hybrid_evaluator(d, grid, seed, hybrid_settings(d, grid), 1)
 
 
 def published_hybrid_authors_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
@@ -181,7 +192,7 @@ def key_sizes(d: int, grid: SweepGrid) -> list[int]:
 
 def keyvalue_stack(n: int, d: int, ks: list[int], seed: int) -> tuple[torch.Tensor, ...]:
     """Stacked (E1, E2, U) of our key-value table for each key size."""
-    inputs, labels = _facts(n, d)
+    inputs, labels = challenge_facts(n, d)
     g = torch.Generator().manual_seed(seed)
     built = [keyvalue_construction(inputs, labels, 2 * d, d, d, k, generator=g) for k in ks]
     return tuple(torch.stack(parts) for parts in zip(*built))
@@ -196,7 +207,7 @@ def keyvalue_hybrid_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluat
     ks = key_sizes(d, grid)
 
     def evaluate(n: int) -> float:
-        inputs, labels = _facts(n, d)
+        inputs, labels = challenge_facts(n, d)
         E1, E2, _ = keyvalue_stack(n, d, ks, seed)
         hidden = hidden_activations(E1, E2, inputs)
         hidden = hidden / hidden.amax(dim=(1, 2), keepdim=True).clamp_min(1e-6)  # unit scale for Adam

@@ -13,19 +13,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mechmem.tasks.facts import generate_facts
 from mechmem_papers.memorisation.constructions.evaluators import (
     SweepGrid,
+    challenge_facts,
+    hand_accuracy,
+    hand_settings,
+    hybrid_settings,
     key_sizes,
     keyvalue_stack,
     published_stack,
 )
 from mechmem_papers.memorisation.constructions.experiments import trained_weights
-from mechmem_papers.memorisation.constructions.training import (
-    hidden_activations,
-    stacked_accuracy,
-    train_unembedding,
-)
+from mechmem_papers.memorisation.constructions.training import hidden_activations, train_unembedding
 from mechmem_papers.memorisation.options import INT8_MODES
 
 MODES = INT8_MODES
@@ -43,7 +42,7 @@ def _best_of(
     """The (E1, E2, U) of highest accuracy among stacked constructions (the first of equals)."""
     best, weights = -1.0, None
     for E1, E2, U in stacks:
-        acc = stacked_accuracy(hidden_activations(E1, E2, inputs) @ U, labels)
+        acc = hand_accuracy(E1, E2, U, inputs, labels)
         if float(acc.max()) > best:
             i = int(acc.argmax())
             best, weights = float(acc[i]), (E1[i], E2[i], U[i])
@@ -52,20 +51,18 @@ def _best_of(
 
 def mode_weights(mode: str, d: int, n: int, grid: SweepGrid, seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
     """(E1, E2, U) of `mode` on the search's n facts at size d, built as its evaluator builds them."""
-    inputs, labels = generate_facts(n, 2 * d, d, seed=42)
+    inputs, labels = challenge_facts(n, d)
     if mode == "trained":
         E1, E2, U, _ = trained_weights(d, n, grid, seed)
         return E1, E2, U
     if mode == "published_hand":
-        settings = [(s, tf) for s in grid.s_values if s <= d for tf in grid.top_fractions]
-        stacks = [published_stack(n, d, settings, seed + r) for r in range(grid.retries)]
+        stacks = [published_stack(n, d, hand_settings(d, grid), seed + r) for r in range(grid.retries)]
         return _best_of(stacks, inputs, labels)  # type: ignore[return-value]
     if mode == "keyvalue_hand":
         stacks = [keyvalue_stack(n, d, key_sizes(d, grid), seed + r) for r in range(grid.key_retries)]
         return _best_of(stacks, inputs, labels)  # type: ignore[return-value]
     if mode == "published_hybrid":
-        settings = [(s, tf) for s in grid.hybrid_s_values if s <= d for tf in grid.hybrid_top_fractions]
-        E1, E2, _ = published_stack(n, d, settings, seed)
+        E1, E2, _ = published_stack(n, d, hybrid_settings(d, grid), seed)
         hidden = hidden_activations(E1, E2, inputs)
         _, U = train_unembedding(hidden, labels, d, grid.train, generator=torch.Generator().manual_seed(seed))
         return _best_of([(E1, E2, U)], inputs, labels)  # type: ignore[return-value]
@@ -74,11 +71,9 @@ def mode_weights(mode: str, d: int, n: int, grid: SweepGrid, seed: int = 0) -> t
 
 def int8_row(mode: str, d: int, criterion: str, n: int, grid: SweepGrid) -> dict[str, Any]:
     """Accuracy of `mode`'s weights on its n facts at size d before and after int8 rounding."""
-    inputs, labels = generate_facts(n, 2 * d, d, seed=42)
+    inputs, labels = challenge_facts(n, d)
     weights = mode_weights(mode, d, n, grid)
-    accuracy = lambda E1, E2, U: float(
-        stacked_accuracy(hidden_activations(E1[None], E2[None], inputs) @ U, labels)
-    )
+    accuracy = lambda E1, E2, U: float(hand_accuracy(E1[None], E2[None], U[None], inputs, labels))
     return {
         "mode": mode,
         "d": d,

@@ -49,15 +49,17 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv[1:] if argv is None else argv
     )
     done = json.loads(out.read_text()) if out.exists() else {"runs": [], "rows": []}
-    have = {(r["mode"], r["d"], r["criterion"]) for r in done["rows"]}
+    have = {(r["mode"], r["d"], r["criterion"], r["n"]) for r in done["rows"]}
     for r in results:
         if r.name not in args.modes or r.d not in args.ds:
             continue
         for crit in CRITERIA:
-            if (r.name, r.d, crit) in have or crit not in r.searches or r[crit] not in r.scores:
+            if (r.name, r.d, crit, r[crit]) in have or crit not in r.searches or r[crit] not in r.scores:
                 continue
             row = int8_row(r.name, r.d, crit, r[crit], SweepGrid())
-            done["rows"].append(row)
+            # a row of an earlier capacity (the search was rerun) gives way to the new one
+            key = (r.name, r.d, crit)
+            done["rows"] = [x for x in done["rows"] if (x["mode"], x["d"], x["criterion"]) != key] + [row]
             done["runs"] = done["runs"] if command in done["runs"] else [*done["runs"], command]
             write_json(out, done)
             before, after = row["accuracy"], row["accuracy_int8"]
