@@ -57,6 +57,11 @@ ERRORS = {
     "mechmem_papers.birth.scripts.corpus_stats": [[MISSING]],
     "mechmem_papers.birth.scripts.eval_spread": [[]],
     "mechmem_papers.permutation.scripts.accumulated_grads": [[], ["--out", "x.json", "--steps", "0"]],
+    "mechmem_papers.permutation.scripts.batch_check": [
+        ["--preset", "task2-paper", "--out", "x.json"],
+        ["--preset", "task2-paper", "--batch-size", "0", "--out", "x.json"],
+    ],
+    "mechmem_papers.permutation.scripts.split_prior": [[], ["--out", "x.json", "--splits", "0"]],
     "mechmem_papers.birth.scripts.scale": [["--threads", "0"], ["--rules", MISSING], ["--executor", "nope"]],
     "mechmem_papers.memorisation.scripts.int8_check": [["--ds", "2"], ["--modes", "nope"]],
     "mechmem_papers.memorisation.scripts.max_facts": [["--d", "0"], ["--mixing", "nope"]],

@@ -64,6 +64,22 @@ class Cell:
     """Keyword arguments of `fn`, picklable; they carry the cell's seed."""
 
 
+def software() -> dict[str, str]:
+    """The versions a record was computed with: Python, torch, TransformerLens and its backend."""
+    import platform
+
+    import torch
+
+    from mechmem.models.backend import BACKEND, TL_VERSION
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformer_lens": TL_VERSION,
+        "backend": BACKEND,
+    }
+
+
 def check_executor(executor: str, address: str | None = None) -> None:
     """Raise `MechmemError` for an unknown executor, or an address that is not "auto" or host:port."""
     if executor not in EXECUTORS:

@@ -18,7 +18,6 @@ metric curves. `run_ladder` climbs; `summarise` turns the rules and the records 
 import json
 import math
 import os
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +25,6 @@ from typing import Any
 
 import torch
 
-from mechmem.models.backend import BACKEND, TL_VERSION
 from mechmem.models.parts import model_device
 from mechmem.models.transformer import build_transformer
 from mechmem.tasks import build_task
@@ -35,7 +33,7 @@ from mechmem.tasks.birth.task import N_TOKENS, BirthConfig
 from mechmem.training import TrainConfig, train
 from mechmem_papers.birth.experiments import late_rise
 from mechmem_papers.birth.statements import judge, load_published, record_context
-from mechmem_papers.executor import Cell, load_records, run_cells
+from mechmem_papers.executor import Cell, load_records, run_cells, software
 
 DATA = Path("docs/reproductions/data")
 RULES_FILE = DATA / "birth_rules.json"
@@ -103,12 +101,7 @@ def train_cell(
         f"load average {load:.1f} at start"
         + (f", trained on {torch.cuda.get_device_name(device)}" if device.startswith("cuda") else ""),
         "device": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
-        "software": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformer_lens": TL_VERSION,
-            "backend": BACKEND,
-        },
+        "software": software(),
         "curve": curve,
     }
 

@@ -80,17 +80,83 @@ def attach_published_schedule(record: dict[str, Any], data: Path) -> dict[str, A
 
 ACCUMULATED_FILE = "permutation_accumulated.json"
 """The seed page's loop as printed, gradients never zeroed (scripts.accumulated_grads), data folder."""
+SIDE_FILES = {
+    "accumulated": ACCUMULATED_FILE,
+    "batch": "permutation_batch64.json",
+    "batch_task1": "permutation_batch64_task1.json",
+    "split_prior": "permutation_split_prior.json",
+}
+"""Side checks the page reads from the data folder: the loop as printed, a smaller batch
+(scripts.batch_check), and the training-mapping predictor over splits (scripts.split_prior)."""
 
 
 def attach_references(record: dict[str, Any], data: Path) -> dict[str, Any]:
-    """The plugin's `references`: `attach_published_schedule`, and "accumulated" (the file name and its runs)
-    when the accumulated-gradient check's file is in `data`. Read when the page is built, never written into
-    the record."""
+    """The plugin's `references`: `attach_published_schedule`, and each side check of `SIDE_FILES` found in
+    `data` (its file name and content, under its key). Read when the page is built, never written into the
+    record."""
     record = attach_published_schedule(record, data)
-    path = Path(data) / ACCUMULATED_FILE
-    if not path.exists():
-        return record
-    return {**record, "accumulated": {"file": path.name, **json.loads(path.read_text())}}
+    for key, name in SIDE_FILES.items():
+        path = Path(data) / name
+        if path.exists():
+            record = {**record, key: {"file": name, **json.loads(path.read_text())}}
+    return record
+
+
+def split_prior_line(record: dict[str, Any], published: dict[str, Any]) -> str | None:
+    """Task 1's published accuracy at steps 1 .. V-1 beside the range a model can reach on some split:
+    between the training-mapping predictor (over the splits of the side file) and the Bayes accuracy."""
+    side = record.get("split_prior")
+    if not side:
+        return None
+    bayes = {r["step"]: r["bayes_acc"] for r in record["task1"][0]["bayes"]}
+    parts = []
+    for k in range(1, side["vocab_size"]):
+        low = min(row[k - 1] for row in side["step_accuracy"])
+        pub = published[f"task1_step{k}_acc"]["value"]
+        inside = "inside" if low <= pub <= bayes[str(k)] else "outside"
+        parts.append(
+            f"step {k}: ours-split predictor {side['ours'][k - 1]:.3f}, over the splits {low:.3f} .."
+            f" {max(row[k - 1] for row in side['step_accuracy']):.3f}, Bayes {bayes[str(k)]:.3f}; published"
+            f" {pub:g}, {inside} [{low:.3f}, {bayes[str(k)]:.3f}]"
+        )
+    return (
+        f"Task 1's accuracy at steps 1 to {side['vocab_size'] - 1} and the split (`{side['file']}`,"
+        f" {side['split_seeds']} random splits; the predictor that knows the training mappings exactly,"
+        f" on every held-out sequence): " + "; ".join(parts) + "."
+    )
+
+
+def batch_lines(record: dict[str, Any], published: dict[str, Any]) -> list[str]:
+    """The smaller-batch side checks (Task 2's, then Task 1's) beside the published values and this record's
+    own seeds (the preset's batch): which misses each explains (its mean within the tolerance where the
+    preset's is not)."""
+    sides = [record.get(key) for key in ("batch", "batch_task1")]
+    return [_batch_line(record, side, published) for side in sides if side and side["runs"]]
+
+
+def _batch_line(record: dict[str, Any], side: dict[str, Any], published: dict[str, Any]) -> str:
+    group = side["preset"].split("-")[0]
+    tol = published["seed_tolerance"]["value"]
+    small = [run_values(r, group) for r in side["runs"]]
+    seeds = {r["seed"] for r in side["runs"]}
+    base = [run_values(r, group) for r in record[group] if r["seed"] in seeds]
+    parts, within = [], {"small": 0, "base": 0, "explained": 0}
+    for key in small[0]:
+        pub = published[key]["value"]
+        at_small, at_base = mean(x[key] for x in small), mean(x[key] for x in base)
+        within["small"] += abs(at_small - pub) <= tol
+        within["base"] += abs(at_base - pub) <= tol
+        within["explained"] += abs(at_small - pub) <= tol < abs(at_base - pub)
+        parts.append(f"{published[key]['quantity']} {at_small:.4g} vs {at_base:.4g} [published {pub:g}]")
+    batch = record[group][0]["train"]["batch_size"]
+    return (
+        f"Side check, batch size (unknown; `{side['file']}`: {side['preset']} at batch {side['batch_size']},"
+        f" {side['steps']} steps, seeds {', '.join(map(str, sorted(seeds)))}; beside this record's same seeds"
+        f" at batch {batch}; means over those seeds): " + "; ".join(parts) + f". Within ±{tol:g}:"
+        f" {within['small']} of {len(parts)} at batch {side['batch_size']}, {within['base']} at batch"
+        f" {batch}; the smaller batch brings {within['explained']} of {len(parts)} values within ±{tol:g}"
+        f" that batch {batch} misses."
+    )
 
 
 def accumulated_line(record: dict[str, Any], published: dict[str, Any]) -> str | None:
@@ -109,8 +175,9 @@ def accumulated_line(record: dict[str, Any], published: dict[str, Any]) -> str |
         f" sum of every gradient so far; `{acc['file']}`, preset {acc['preset']}, {acc['steps']} steps,"
         f" {len(runs)} seed(s), mean ± sd (range)): Task 2 probe p(recall) {spread('p_recall')} [published"
         f" {published['task2_probe_recall_p']['value']:g}]; memorisation subgroup last-step accuracy"
-        f" {spread('memorisation_acc')} [published {published['final_step_acc']['value']:g}], max err against"
-        f" the Bayesian posterior {spread('memorisation_max_err')}."
+        f" {spread('memorisation_acc')} [published {published['task2_memorisation_acc']['value']:g}], max err"
+        f" against the Bayesian posterior {spread('memorisation_max_err')} [published"
+        f" {published['task2_memorisation_max_err']['value']:g}]."
     )
 
 
@@ -119,20 +186,6 @@ def _schedule_name(train: dict[str, Any]) -> str:
     if train["schedule"] == "constant":
         return "constant"
     return f"{train['schedule']} to {train['min_lr_ratio']:g} x lr"
-
-
-def _memorisation_max_err(runs: list[dict[str, Any]]) -> list[float]:
-    return [
-        next(r["max_err"] for r in run["bayes"] if str(r["step"]).endswith("memorisation")) for run in runs
-    ]
-
-
-def provenance(entry: dict[str, Any]) -> str:
-    """A published value's provenance in a few words: "no primary source the project holds" where
-    published.json says so (the seed page may state it; the project's copy lost it), else its source."""
-    source = entry["source"]
-    held = "no primary source the project holds"
-    return held if source.startswith("no primary source") else f"source: {source}"
 
 
 def _published_schedule_text(values: dict[str, Any]) -> str:
@@ -157,18 +210,30 @@ def _sensitivity_text(record: dict[str, Any], values: dict[str, Any]) -> str:
 
 
 def _results_text(record: dict[str, Any], published: dict[str, Any]) -> str:
-    """Task 2 probe p(recall), Task 2 memorisation max err and Task 1 probe p(elimination) of one record."""
-    values = _values(published)
+    """How many published values our means match, then Task 2's probe p(recall) and memorisation max err and
+    Task 1's probe p(elimination), of one record."""
     t1, t2 = record["task1"], record["task2"]
+    ours = our_values(record)
+    rows = published_rows(record, published)
+    tol = published["seed_tolerance"]["value"]
+
+    def probe(group: str, answer: str, runs: list[dict[str, Any]]) -> str:
+        key = f"{group}_probe_{answer}_p"
+        kind = "median probe" if "median_p_recall" in runs[0]["probe"] else "mean over probes"
+        return (
+            f"{format_ms(ours[key])} over {len(runs)} seed(s), {kind} (published {published[key]['value']:g},"
+            f" one probe sequence)"
+        )
+
+    missed = [r[0] for r in rows if r[-2] == "no"]
     return (
-        f"Task 2 probe p(recall) {format_ms([r['probe']['p_recall'] for r in t2])} over {len(t2)}"
-        f" seed(s) (published {values['task2_probe_recall_p']},"
-        f" {provenance(published['task2_probe_recall_p'])}); Task 2 memorisation subgroup max err"
-        f" {format_ms(_memorisation_max_err(t2))} (the published MaxAE was lost in conversion of the seed"
-        " document);"
-        f" Task 1 probe p(elimination) {format_ms([r['probe']['p_elimination'] for r in t1])} over"
-        f" {len(t1)} seed(s) (published {values['task1_probe_elimination_p']},"
-        f" {provenance(published['task1_probe_elimination_p'])})."
+        f"our mean over seeds is within ±{tol:g} of {len(rows) - len(missed)} of the {len(rows)}"
+        f" published values compared (one seed within: {sum(r[-1] == 'yes' for r in rows)})."
+        + (f" Missed: {'; '.join(missed)}." if missed else "")
+        + f" Task 2 probe p(recall) {probe('task2', 'recall', t2)}; Task 2 memorisation subgroup max err"
+        f" {format_ms(ours['task2_memorisation_max_err'])} (published"
+        f" {published['task2_memorisation_max_err']['value']:g}); Task 1 probe p(elimination)"
+        f" {probe('task1', 'elimination', t1)}."
     )
 
 
@@ -301,31 +366,40 @@ def _setup(record: dict[str, Any], published: dict[str, Any]) -> Section:
     return s
 
 
+def run_values(run: dict[str, Any], group: str) -> dict[str, float]:
+    """One run's value of every published number of its model ("task1" or "task2"), by published.json key:
+    the probes' median probe (the published ones are one probe sequence; the mean over probes in a record from
+    before the median was kept), and the Bayes table's accuracy, MAE and max error per step (Task 1) or per
+    last-step subgroup (Task 2)."""
+    out = {
+        f"{group}_probe_{a}_p": run["probe"].get(f"median_p_{a}", run["probe"][f"p_{a}"])
+        for a in ("elimination", "recall")
+    }
+    rows = {r["step"]: r for r in run["bayes"]}
+    v = max(int(step) for step in rows if step.isdigit())
+    steps = {f"task1_step{k}": str(k) for k in range(1, v + 1)} if group == "task1" else {}
+    steps |= {f"task2_{g}": f"{v} {g}" for g in ("elimination", "memorisation")} if group == "task2" else {}
+    metrics = ("acc", "mae", "max_err")
+    return out | {f"{key}_{m}": rows[step][m] for key, step in steps.items() for m in metrics}
+
+
+def our_values(record: dict[str, Any]) -> dict[str, list[float]]:
+    """Our value per seed of every published number the page compares, by its published.json key."""
+    ours = {"elimination_floor": [record["floor"]]}
+    for group in ("task1", "task2"):
+        ours[f"{group}_plateau"] = [r["losses"]["train"] for r in record[group]]
+        per_run = [run_values(r, group) for r in record[group]]
+        ours |= {k: [values[k] for values in per_run] for k in per_run[0]}
+    return ours
+
+
 def published_rows(record: dict[str, Any], published: dict[str, Any]) -> list[list[Any]]:
-    """Rows of the published-vs-ours table: quantity, published value (as text, every digit), its source, our
-    mean, sd, runs; the last row the memorisation subgroup's max err, whose published value was lost."""
-    t1, t2 = record["task1"], record["task2"]
-    v = t2[0]["vocab_size"]
-    ours = {
-        "elimination_floor": [record["floor"]],
-        "task1_plateau": [r["losses"]["train"] for r in t1],
-        "task2_plateau": [r["losses"]["train"] for r in t2],
-        "task1_probe_elimination_p": [r["probe"]["p_elimination"] for r in t1],
-        "task2_probe_recall_p": [r["probe"]["p_recall"] for r in t2],
-    }
-    finals = {
-        "Task 1 final-step accuracy": [final_acc(r, str(v)) for r in t1],
-        "Task 2 final-step accuracy, elimination": [final_acc(r, "elimination") for r in t2],
-        "Task 2 final-step accuracy, memorisation": [final_acc(r, "memorisation") for r in t2],
-    }
-    # published values as published (all their digits, not the table's 3 decimals)
+    """Rows of the published-vs-ours table, one per published number the page compares (published.json's
+    order): quantity, published value (every digit), its source, our mean, sd, our seeds' range, runs, whether
+    our mean and whether one seed is within the tolerance."""
+    ours = our_values(record)
     tol = published["seed_tolerance"]["value"]
-    rows = [_row(published[k]["quantity"], published[k], x, tol) for k, x in ours.items()]
-    rows += [_row(name, published["final_step_acc"], x, tol) for name, x in finals.items()]
-    max_err = _memorisation_max_err(t2)
-    name = "Task 2 memorisation subgroup max err against the Bayesian posterior"
-    rows.append(_row(name, {"value": None, "source": published["bayes_errors"]["source"]}, max_err, tol))
-    return rows
+    return [_row(entry["quantity"], entry, ours[k], tol) for k, entry in published.items() if k in ours]
 
 
 def _span(values: list[float]) -> str:
@@ -334,21 +408,22 @@ def _span(values: list[float]) -> str:
 
 
 def _row(name: str, entry: dict[str, Any], values: list[float], tolerance: float) -> list[Any]:
-    """quantity, published, source, our mean, sd, our seeds' range, runs, and whether one of our seeds comes
-    within `tolerance` of the published value (one run on the seed page)."""
+    """quantity, published, source, our mean, sd, our seeds' range, runs, and whether our mean and whether one
+    of our seeds comes within `tolerance` of the published value (one run on the seed page)."""
     pub = entry["value"]
-    near = pub is not None and min(abs(x - pub) for x in values) <= tolerance
-    inside = "-" if pub is None else "yes" if near else "no"
-    shown = "-" if pub is None else f"{pub:g}"
-    return [name, shown, entry["source"], *_mean_and_sd(values), _span(values), len(values), inside]
+    mean_near = abs(mean(values) - pub) <= tolerance
+    seed_near = min(abs(x - pub) for x in values) <= tolerance
+    yes_no = ["yes" if near else "no" for near in (mean_near, seed_near)]
+    return [name, f"{pub:g}", entry["source"], *_mean_and_sd(values), _span(values), len(values), *yes_no]
 
 
 def comparison_tables(record: dict[str, Any], published: dict[str, Any]) -> list[Table]:
     """The published-schedule result beside the published values first; a record trained at another schedule
     below it as a sensitivity check (alone, labelled so, when no published-schedule record is attached)."""
     values = _values(published)
+    tol = published["seed_tolerance"]["value"]
     headers = ["quantity", "published", "source", "ours (mean)", "sd", "our seeds", "runs"]
-    headers.append(f"a seed within {published['seed_tolerance']['value']:g}")
+    headers += [f"mean within {tol:g}", f"a seed within {tol:g}"]
     if at_published_schedule(record, values):
         caption = f"**Published schedule** ({_published_schedule_text(values)}): mean and sd over seeds."
         return [Table(headers, published_rows(record, published), caption=caption)]
@@ -385,24 +460,21 @@ def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
         f"{t1[0]['losses']['bayes_test']:.3f} (Task 1 data), {t2[0]['losses']['bayes_test']:.3f} "
         f"(Task 2 data); elimination floor {record['floor']:.4f}."
     )
-    s.lines.append(
-        "The seed page's MAE and MaxAE against the Bayesian posterior (per step and subgroup) were lost in"
-        f" conversion ({published['bayes_errors']['source']}), so the Bayes tables below have no published"
-        " column."
-    )
     # numbers only: the V=10 / V=15 size guesses are not published values and are not shown
     unsourced = [
         v
         for v in published.values()
         if v["source"].startswith("no primary source") and isinstance(v["value"], int | float)
     ]
-    s.lines.append(
-        "Published values with no primary source the project holds (the seed page may state them; the"
-        " project's copy of its text lost the numbers, so these are the values the project was given): "
-        + "; ".join(f"{v['quantity']} {v['value']}" for v in unsourced)
-        + "."
-    )
-    s.lines += [line for line in [accumulated_line(record, published)] if line]
+    if unsourced:
+        s.lines.append(
+            "Published values with no primary source the project holds (the values the project was given): "
+            + "; ".join(f"{v['quantity']} {v['value']}" for v in unsourced)
+            + "."
+        )
+    checks = (accumulated_line, split_prior_line)
+    s.lines += [line for line in (check(record, published) for check in checks) if line]
+    s.lines += batch_lines(record, published)
     plateaus = {"task1": published["task1_plateau"]["value"], "task2": published["task2_plateau"]["value"]}
     s.add_figure("losses", figures.plot_losses(record, plateaus))
     return s

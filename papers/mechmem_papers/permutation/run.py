@@ -30,7 +30,7 @@ from mechmem.tasks.permutation import (
     elimination_floor,
 )
 from mechmem.training.rundir import finished_run, read_metrics, run_identity
-from mechmem_papers.executor import Cell, run_cells
+from mechmem_papers.executor import Cell, run_cells, software
 from mechmem_papers.permutation.page import load_published
 
 
@@ -121,18 +121,18 @@ def bayes_table(
 # -- 2. the probe -------------------------------------------------------------------------------------------
 @torch.no_grad()
 def probe_stats(model: Any, task: PermutationTask, n: int, *, generator: torch.Generator) -> dict[str, float]:
-    """Mean p(recall answer) and p(elimination answer) on n probes, and how often each is the argmax."""
+    """Mean and median p(recall answer) and p(elimination answer) on n probes, and how often each is the
+    argmax. The median is the typical probe: the seed page reports one probe sequence."""
     probe = task.probe(n, generator=generator)
     device = model_device(model)
     probs = model(probe["tokens"].to(device))[:, -1].float().softmax(-1).cpu()
-    rows = torch.arange(n)
     top = probs.argmax(-1)
-    return {
-        "p_recall": float(probs[rows, probe["recall"]].mean()),
-        "p_elimination": float(probs[rows, probe["elimination"]].mean()),
-        "argmax_recall": float((top == probe["recall"]).float().mean()),
-        "argmax_elimination": float((top == probe["elimination"]).float().mean()),
-    }
+    out = {}
+    for answer in ("recall", "elimination"):
+        p = probs[torch.arange(n), probe[answer]]
+        out |= {f"p_{answer}": float(p.mean()), f"median_p_{answer}": float(p.median())}
+        out[f"argmax_{answer}"] = float((top == probe[answer]).float().mean())
+    return out
 
 
 # -- 3. head roles and attention ----------------------------------------------------------------------------
@@ -446,6 +446,7 @@ def run_reproduction(cfg: ReproConfig, *, log: Any = print) -> dict[str, Any]:
     )
     return {
         "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
+        "software": software(),
         "published": load_published(),
         "floor": elimination_floor(5),
         **{g: [records[f"{g}/{p}/seed{s}"] for p, s in runs] for g, runs in groups.items()},
