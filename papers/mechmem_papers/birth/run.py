@@ -46,7 +46,7 @@ from mechmem_papers.birth.experiments import (
 from mechmem_papers.birth.scale import attach_ladder
 from mechmem_papers.birth.spec import BirthSpec
 from mechmem_papers.birth.statements import Context, judge, load_published
-from mechmem_papers.executor import Cell, run_cells
+from mechmem_papers.executor import Cell, run_cells, software
 
 FINAL_KEYS = ("icl_acc", "eval_icl_acc", "eval_ood_icl_acc", "wo2_recall", "wk2_recall", "wk1_recall",
               "wk1_recall_64", "wf_kl", "global_loss")  # fmt: skip
@@ -207,6 +207,7 @@ def run(spec: BirthSpec, log: Any = print) -> dict[str, Any]:
         "n_tokens": suite[0].model.d_vocab,
         "training_s": round(training_seconds(timed, spec.runs), 1),
         "machine": f"{os.cpu_count()} CPU cores, {spec.threads} torch thread(s)",
+        "software": software(),
         "optimizer": {k: getattr(suite[0].train, k) for k in ("optimizer", "momentum", "weight_decay")},
         "runs": entries,
         "not_run": [{"name": r.name, "group": r.group, "label": r.label} for r in suite if r not in chosen],
