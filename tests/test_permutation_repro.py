@@ -200,7 +200,7 @@ def test_pipeline_writes_every_section_and_figure(record, built, tmp_path):
     names = {p.name for p in (tmp_path / "figures").glob("permutation_*.png")}
     assert (
         names == {f"permutation_{s.key}-{n}.png" for s in report.sections for n in s.figures}
-        and len(names) == 6
+        and len(names) == 7
     )
     assert all(f"figures/{n}" in md.read_text() for n in names)
 

@@ -75,6 +75,31 @@ def plot_bayes(res: dict[str, Any]) -> Any:
     return fig
 
 
+def plot_agreement(points: list[tuple[str, float, list[float]]], tolerance: float) -> Any:
+    """Ours minus published per compared value: the seeds' mean (dot) and range (bar), the tolerance shaded.
+
+    `points`: (label, published value, our value per seed), in the table's order."""
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    x = np.arange(len(points))
+    diff = [[v - pub for v in ours] for _, pub, ours in points]
+    centre = [mean(d) for d in diff]
+    low = [c - min(d) for c, d in zip(centre, diff)]
+    high = [max(d) - c for c, d in zip(centre, diff)]
+    inside = [abs(c) <= tolerance for c in centre]
+    ax.axhspan(-tolerance, tolerance, color="0.85", label=f"±{tolerance:g}")
+    ax.axhline(0, color="k", lw=0.6)
+    ax.errorbar(x, centre, yerr=[low, high], fmt="none", ecolor="0.4", lw=1, label="our seeds' range")
+    ax.scatter(x, centre, c=["tab:green" if i else "tab:red" for i in inside], zorder=3, s=18)
+    ax.set_xticks(x, [label for label, _, _ in points], rotation=90, fontsize=7)
+    ax.set(ylabel="ours - published", title="Published values against ours (dot: mean over seeds)")
+    ax.set_yscale("symlog", linthresh=0.05)
+    ticks = [-0.5, -0.1, -tolerance, 0, tolerance, 0.1, 0.5]
+    ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
 def plot_probe(res: dict[str, Any]) -> Any:
     """p(recall answer) and p(elimination answer) on the probe, per seed, both models."""
     fig, ax = plt.subplots(figsize=(8, 3.2))

@@ -477,7 +477,16 @@ def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
     s.lines += batch_lines(record, published)
     plateaus = {"task1": published["task1_plateau"]["value"], "task2": published["task2_plateau"]["value"]}
     s.add_figure("losses", figures.plot_losses(record, plateaus))
+    shown = record["published_schedule"]["record"] if "published_schedule" in record else record
+    ours = our_values(shown)
+    points = [(_short(k), published[k]["value"], ours[k]) for k in published if k in ours]
+    s.add_figure("agreement", figures.plot_agreement(points, published["seed_tolerance"]["value"]))
     return s
+
+
+def _short(key: str) -> str:
+    """A published.json key as a tick label: "task1_step2_max_err" -> "T1 step2 max err"."""
+    return key.replace("task", "T").replace("_", " ")
 
 
 # -- Bayes table and probe
