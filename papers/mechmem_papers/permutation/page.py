@@ -219,7 +219,9 @@ def _results_text(record: dict[str, Any], published: dict[str, Any]) -> str:
 
     def probe(group: str, answer: str, runs: list[dict[str, Any]]) -> str:
         key = f"{group}_probe_{answer}_p"
-        kind = "median probe" if "median_p_recall" in runs[0]["probe"] else "mean over probes"
+        median = "median_p_recall" in runs[0]["probe"]
+        means = format_ms([r["probe"][f"p_{answer}"] for r in runs])
+        kind = f"median probe; mean over probes {means}" if median else "mean over probes"
         return (
             f"{format_ms(ours[key])} over {len(runs)} seed(s), {kind} (published {published[key]['value']:g},"
             f" one probe sequence)"
@@ -556,23 +558,13 @@ def _bayes(record: dict[str, Any]) -> Section:
 def _probe(record: dict[str, Any]) -> Section:
     s = Section("probe", "2. The probe")
     s.lines.append(f"{record['config']['n_eval']} probes per model.")
-    rows = [
-        [
-            GROUPS[k],
-            r["seed"],
-            r["probe"]["p_recall"],
-            r["probe"]["p_elimination"],
-            r["probe"]["argmax_recall"],
-            r["probe"]["argmax_elimination"],
-        ]
-        for k in GROUPS
-        for r in record[k]
-    ]
-    s.tables.append(
-        Table(
-            ["model", "seed", "p(recall)", "p(elimination)", "argmax = recall", "argmax = elimination"], rows
-        )
-    )
+    keys = ["p_recall", "p_elimination", "median_p_recall", "median_p_elimination"]
+    keys = [k for k in keys if k in record["task2"][0]["probe"]] + ["argmax_recall", "argmax_elimination"]
+    rows = [[GROUPS[k], r["seed"], *(r["probe"][key] for key in keys)] for k in GROUPS for r in record[k]]
+    headers = {"p_recall": "p(recall)", "p_elimination": "p(elimination)"}
+    headers |= {f"median_{k}": f"median probe {v}" for k, v in headers.items()}
+    headers |= {"argmax_recall": "argmax = recall", "argmax_elimination": "argmax = elimination"}
+    s.tables.append(Table(["model", "seed", *(headers[k] for k in keys)], rows))
     s.add_figure("probe", figures.plot_probe(record))
     return s
 
