@@ -495,6 +495,13 @@ def test_batch_check_line_counts_what_the_smaller_batch_explains(record, tmp_pat
         abs(small[k] - published[k]["value"]) <= tol < abs(base[k] - published[k]["value"]) for k in small
     )
     assert f"brings {want} of {len(small)} values" in line and "at batch 64, 9 steps" in line
+    # beside a published-schedule record, the side check is set against that record's seeds, not the page's
+    paper = _at_published_schedule(record)
+    (tmp_path / "permutation-paper.json").write_text(json.dumps(paper))
+    (shown,) = page.batch_lines(page.attach_references(record, tmp_path), published)
+    at_paper = page.run_values(paper["task2"][0], "task2")["task2_probe_recall_p"]
+    assert f"vs {at_paper:.4g} [published" in shown
+    assert f"vs {base['task2_probe_recall_p']:.4g} [" not in shown
 
 
 def test_accumulated_gradient_check_is_shown_from_its_file(record, tmp_path):

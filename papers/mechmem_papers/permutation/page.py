@@ -126,12 +126,17 @@ def split_prior_line(record: dict[str, Any], published: dict[str, Any]) -> str |
     )
 
 
+def first_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The record of the page's first table: the attached published-schedule record, else `record`."""
+    return record["published_schedule"]["record"] if "published_schedule" in record else record
+
+
 def batch_lines(record: dict[str, Any], published: dict[str, Any]) -> list[str]:
-    """The smaller-batch side checks (Task 2's, then Task 1's) beside the published values and this record's
-    own seeds (the preset's batch): which misses each explains (its mean within the tolerance where the
-    preset's is not)."""
+    """The smaller-batch side checks (Task 2's, then Task 1's) beside the published values and the same seeds
+    of the first table's record (the preset's batch): which misses each explains (its mean within the
+    tolerance where the preset's is not)."""
     sides = [record.get(key) for key in ("batch", "batch_task1")]
-    return [_batch_line(record, side, published) for side in sides if side and side["runs"]]
+    return [_batch_line(first_record(record), side, published) for side in sides if side and side["runs"]]
 
 
 def _batch_line(record: dict[str, Any], side: dict[str, Any], published: dict[str, Any]) -> str:
@@ -151,8 +156,8 @@ def _batch_line(record: dict[str, Any], side: dict[str, Any], published: dict[st
     batch = record[group][0]["train"]["batch_size"]
     return (
         f"Side check, batch size (unknown; `{side['file']}`: {side['preset']} at batch {side['batch_size']},"
-        f" {side['steps']} steps, seeds {', '.join(map(str, sorted(seeds)))}; beside this record's same seeds"
-        f" at batch {batch}; means over those seeds): " + "; ".join(parts) + f". Within ±{tol:g}:"
+        f" {side['steps']} steps, seeds {', '.join(map(str, sorted(seeds)))}; beside the first table's same"
+        f" seeds at batch {batch}; means over those seeds): " + "; ".join(parts) + f". Within ±{tol:g}:"
         f" {within['small']} of {len(parts)} at batch {side['batch_size']}, {within['base']} at batch"
         f" {batch}; the smaller batch brings {within['explained']} of {len(parts)} values within ±{tol:g}"
         f" that batch {batch} misses."
@@ -479,8 +484,7 @@ def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
     s.lines += batch_lines(record, published)
     plateaus = {"task1": published["task1_plateau"]["value"], "task2": published["task2_plateau"]["value"]}
     s.add_figure("losses", figures.plot_losses(record, plateaus))
-    shown = record["published_schedule"]["record"] if "published_schedule" in record else record
-    ours = our_values(shown)
+    ours = our_values(first_record(record))
     points = [(_short(k), published[k]["value"], ours[k]) for k in published if k in ours]
     s.add_figure("agreement", figures.plot_agreement(points, published["seed_tolerance"]["value"]))
     return s
