@@ -54,7 +54,13 @@ def main(argv: list[str] | None = None) -> int:
         train, test = ([tuple(p) for p in maps[k].tolist()] for k in ("train", "test"))
         rows.append([round(a, 5) for a in train_prior_accuracy(train, test)])
     write_json(
-        args.out, {"vocab_size": 5, "split_seeds": args.splits, "step_accuracy": rows, "ours": rows[0]}
+        args.out,
+        {
+            "vocab_size": PermutationConfig().vocab_size,
+            "split_seeds": args.splits,
+            "step_accuracy": rows,
+            "ours": rows[0],
+        },
     )
     return 0
 
