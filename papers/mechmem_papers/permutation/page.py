@@ -102,6 +102,23 @@ def attach_references(record: dict[str, Any], data: Path) -> dict[str, Any]:
     return record
 
 
+def unsourced_line(record: dict[str, Any], published: dict[str, Any]) -> str | None:
+    """The published numbers whose source says "no primary source", listed as such; None when every number
+    has one. Numbers only: the V=10 / V=15 size guesses are not published values and are not shown."""
+    unsourced = [
+        v
+        for v in published.values()
+        if v["source"].startswith("no primary source") and isinstance(v["value"], int | float)
+    ]
+    if not unsourced:
+        return None
+    return (
+        "Published values with no primary source the project holds (the values the project was given): "
+        + "; ".join(f"{v['quantity']} {v['value']}" for v in unsourced)
+        + "."
+    )
+
+
 def split_prior_line(record: dict[str, Any], published: dict[str, Any]) -> str | None:
     """Task 1's published accuracy at steps 1 .. V-1 beside the range a model can reach on some split:
     between the training-mapping predictor (over the splits of the side file) and the Bayes accuracy."""
@@ -467,19 +484,7 @@ def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
         f"{t1[0]['losses']['bayes_test']:.3f} (Task 1 data), {t2[0]['losses']['bayes_test']:.3f} "
         f"(Task 2 data); elimination floor {record['floor']:.4f}."
     )
-    # numbers only: the V=10 / V=15 size guesses are not published values and are not shown
-    unsourced = [
-        v
-        for v in published.values()
-        if v["source"].startswith("no primary source") and isinstance(v["value"], int | float)
-    ]
-    if unsourced:
-        s.lines.append(
-            "Published values with no primary source the project holds (the values the project was given): "
-            + "; ".join(f"{v['quantity']} {v['value']}" for v in unsourced)
-            + "."
-        )
-    checks = (accumulated_line, split_prior_line)
+    checks = (unsourced_line, accumulated_line, split_prior_line)
     s.lines += [line for line in (check(record, published) for check in checks) if line]
     s.lines += batch_lines(record, published)
     plateaus = {"task1": published["task1_plateau"]["value"], "task2": published["task2_plateau"]["value"]}
