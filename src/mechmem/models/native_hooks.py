@@ -4,9 +4,11 @@ HookedTransformer fires per-head input hooks (`use_split_qkv_input`: `blocks.L.h
 `hook_v_input` [batch pos head_index d_model]), `hook_attn_in` (`use_attn_in`) and `attn.hook_result`
 (`use_attn_result`) on request; TransformerLens 4.3's native attention has these hook points but never fires
 them. `ForkingAttentionBridge` honours the flags (TransformerLens's own forward while none is on) and
-`NativeHookBridge` accepts them, so every backend shows the same hooks and numbers. `ResidMidBlockBridge`
-puts `hook_resid_mid` on the residual stream between attention and MLP (TransformerLens 4 aliases it to the
-second norm's input). Imported by `mechmem.models.backend` under TransformerLens 4 only.
+`NativeHookBridge` accepts them, so every backend shows the same hooks and numbers. TransformerLens 4 fires
+`attn.hook_attn_scores` after the fact with the pattern; here, whenever that hook is hooked (a cache, an
+edit), the forking forward runs and it holds the masked scores before the softmax, as HookedTransformer's
+does. `ResidMidBlockBridge` puts `hook_resid_mid` on the residual stream between attention and MLP
+(TransformerLens 4 aliases it to the second norm's input). Imported by `mechmem.models.backend` under TransformerLens 4 only.
 """
 
 import copy
@@ -32,7 +34,7 @@ class ForkingAttentionBridge(AttentionBridge):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         split, shared, result = (bool(getattr(self.config, flag, False)) for flag in FLAGS)
-        if not (split or shared or result):
+        if not (split or shared or result or self.hook_attn_scores.has_hooks()):
             return super().forward(*args, **kwargs)
         hidden = kwargs.pop("hidden_states") if "hidden_states" in kwargs else args[0]
         mask, positions = kwargs.get("attention_mask"), kwargs.get("position_ids")
@@ -40,8 +42,6 @@ class ForkingAttentionBridge(AttentionBridge):
             out, pattern = self._attend(self.hook_in(hidden), split, shared, result, mask, positions)
         finally:
             self._captured_pre_ln_residual = None
-        # as the plain forward does
-        self._fire_post_hoc_hook(self.hook_attn_scores, pattern, "hook_attn_scores")
         return self.hook_out(out), pattern
 
     def _forks(self, hidden: Tensor, split: bool, shared: bool) -> list[Tensor | None]:
@@ -102,7 +102,8 @@ class ForkingAttentionBridge(AttentionBridge):
         block = attn.causal_mask[:seq, :seq] if attn.causal else torch.zeros(seq, seq, dtype=torch.bool)
         if mask is not None:
             block = attn._combine_attention_mask(block, mask, batch=batch)
-        pattern = F.softmax(scores.masked_fill(block, -math.inf), dim=-1).masked_fill(block, 0.0)
+        scores = self.hook_attn_scores(scores.masked_fill(block, -math.inf))
+        pattern = F.softmax(scores, dim=-1).masked_fill(block, 0.0)
         pattern = self.hook_pattern(pattern)
         z = (pattern @ v).transpose(1, 2).reshape(batch, seq, -1)
         if not result:
