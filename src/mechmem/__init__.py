@@ -29,6 +29,7 @@ HOMES = {
         "mechmem.analysis.heads": "detect_heads",
         "mechmem.analysis.logit_lens": "logit_lens",
         "mechmem.analysis.probes": "builtin_probes",
+        "mechmem.analysis.qk": "qk_attribution",
         "mechmem.analysis.roles": "head_roles",
         "mechmem.analysis.circuits": "circuit_prompts discover_circuit decided_circuit",
         "mechmem.analysis.sequential": "decide",
@@ -72,6 +73,7 @@ __all__ = [
     "planted_induction_model",
     "plot",
     "prompt_fit",
+    "qk_attribution",
     "register_task",
     "report_checkpoint",
     "resample",
@@ -112,6 +114,7 @@ if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
     from mechmem.analysis.patching import PatchingResult, attribute_sweeps, decided_patching, run_sweeps
     from mechmem.analysis.planted import planted_induction_model
     from mechmem.analysis.probes import builtin_probes
+    from mechmem.analysis.qk import qk_attribution
     from mechmem.analysis.roles import head_roles
     from mechmem.analysis.sequential import decide
     from mechmem.checkpoint import Checkpoint, load_checkpoint, save_checkpoint, save_model

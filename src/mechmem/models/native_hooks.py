@@ -8,7 +8,8 @@ them. `ForkingAttentionBridge` honours the flags (TransformerLens's own forward 
 `attn.hook_attn_scores` after the fact with the pattern; here, whenever that hook is hooked (a cache, an
 edit), the forking forward runs and it holds the masked scores before the softmax, as HookedTransformer's
 does. `ResidMidBlockBridge` puts `hook_resid_mid` on the residual stream between attention and MLP
-(TransformerLens 4 aliases it to the second norm's input). Imported by `mechmem.models.backend` under TransformerLens 4 only.
+(TransformerLens 4 aliases it to the second norm's input). Imported by `mechmem.models.backend` under
+TransformerLens 4 only.
 """
 
 import copy

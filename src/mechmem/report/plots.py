@@ -12,12 +12,14 @@ from mechmem.analysis.heads import HeadScores, plot_head_scores
 from mechmem.analysis.logit_lens import LogitLensResult, plot_logit_lens
 from mechmem.analysis.patching import PatchingResult, plot_patching
 from mechmem.analysis.probes import MemoryProbes, plot_probes
+from mechmem.analysis.qk import QKAttribution, plot_qk_attribution
 from mechmem.report.circuit_graph import plot_circuit
 
 
 def plot(result: Any, **options: Any) -> Any:
     """The figure of an analysis result: patching heatmap, ablation deltas, head scores, logit lens, memory
-    probes, circuit graph, or one quantity's training curves (`quantity=`, a `Dynamics` result).
+    probes, circuit graph, one quantity's training curves (`quantity=`, a `Dynamics` result), or QK
+    attribution.
 
     `options` go to the result's own plot function (e.g. `title=` for head scores, `roles=` for a circuit).
 
@@ -37,6 +39,7 @@ def plot(result: Any, **options: Any) -> Any:
         (MemoryProbes, plot_probes),
         (Circuit, plot_circuit),
         (Dynamics, plot_dynamics),
+        (QKAttribution, plot_qk_attribution),
     )
     for kind, draw in kinds:
         if isinstance(result, kind):

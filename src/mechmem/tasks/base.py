@@ -9,6 +9,7 @@ A task turns a config into batches and knows how to score a model on itself:
     evaluate(model, generator=g) -> dict          the task's default evaluation
     patching_pair(n, generator=g) -> PatchingPair clean/corrupted inputs with answers, for activation patching
     role_probes(n, generator=g) -> [RoleProbe]    optional: one counterfactual pair per task role
+    attention_sites(n, generator=g) -> [AttentionSites]  where its role heads attend (from role_probes)
     probes(model) -> {name: value}                optional: the task's own weight probes
 
 Every method that draws random numbers takes an explicit `torch.Generator`; nothing seeds globally.
@@ -127,6 +128,36 @@ class RoleProbe:
         return RoleProbe(self.role, self.pair.to(device), self.keys.to(device))
 
 
+@dataclass(frozen=True)
+class AttentionSites:
+    """Where a head's attention score is read: prompts and, per prompt, the (query, key) pairs."""
+
+    name: str
+    """What the pairs are, e.g. "recall" or "induction"."""
+    tokens: Int[Tensor, "batch pos"]
+    """The prompts."""
+    pairs: Bool[Tensor, "batch query_pos key_pos"]
+    """True at each (query, key) pair read; every key at or before its query."""
+    note: str = ""
+    """Where the prompts come from when not from the task's own data (e.g. repeated random tokens)."""
+
+    def __post_init__(self) -> None:
+        batch, pos = self.tokens.shape
+        if self.pairs.shape != (batch, pos, pos) or self.pairs.dtype != torch.bool:
+            raise ValueError(f"pairs must be bool [batch query_pos key_pos] = {(batch, pos, pos)}")
+        if bool(self.pairs.triu(1).any()):
+            raise ValueError("every key of a pair must sit at or before its query")
+
+    @classmethod
+    def from_role_probe(cls, probe: RoleProbe) -> "AttentionSites":
+        """The probe's clean prompts, read from the answer position at the probe's keys."""
+        tokens, pos = probe.pair.clean, probe.pair.answer_pos
+        pairs = torch.zeros(*tokens.shape, tokens.shape[1], dtype=torch.bool)
+        rows = torch.arange(len(tokens))
+        pairs[rows, pos] = probe.keys.cpu().bool() & (torch.arange(tokens.shape[1]) <= pos[:, None].cpu())
+        return cls(probe.role, tokens.cpu(), pairs)
+
+
 def masked_cross_entropy(
     logits: Float[Tensor, "batch pos d_vocab"],
     targets: Int[Tensor, "batch pos"],
@@ -221,6 +252,10 @@ class Task:
     def role_probes(self, n: int, *, generator: torch.Generator) -> list[RoleProbe]:
         """One `RoleProbe` per task-specific head role (none by default)."""
         return []
+
+    def attention_sites(self, n: int, *, generator: torch.Generator) -> list[AttentionSites]:
+        """Where the task's role heads attend: one `AttentionSites` per role probe (`role_probes`)."""
+        return [AttentionSites.from_role_probe(p) for p in self.role_probes(n, generator=generator)]
 
     def probes(self, model: torch.nn.Module) -> dict[str, float]:
         """Named memory-probe values of `model` that this task defines (none by default)."""
