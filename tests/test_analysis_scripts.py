@@ -28,6 +28,7 @@ SCRIPTS = {
     "logit_lens": "logit_lens.json",
     "detect_heads": "detect_heads.json",
     "probe_memory": "memory_probes.json",
+    "qk_attribution": "qk_attribution.json",
 }
 
 
@@ -124,6 +125,9 @@ def test_scripts_write_json_png_and_table(checkpoints, tmp_path, capsys, script,
             f"resid_post.{n_layers - 1}" in data["stages"] and "target_prob" in data["stages"]["resid_pre.0"]
         )
         assert ("resid_mid.0" in data["stages"]) == has_mlp
+    elif script == "qk_attribution":
+        assert len(data["entries"]) >= n_layers * n_heads and len(data["agreement"]) == 2 * n_layers * n_heads
+        assert all(e["max_error"] < 1e-4 for e in data["entries"])
     else:
         assert {"name", "matrix", "recall"} <= set(data["probes"][0])
 

@@ -20,7 +20,7 @@ def run_mechmem(*argv: str, cwd=None) -> subprocess.CompletedProcess:
 def test_help_lists_every_subcommand(tmp_path):
     done = run_mechmem("--help", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    for name in ("train", "ablate", "patch", "lens", "heads", "probe", "circuit", "report", "dynamics"):
+    for name in ("train", "ablate", "patch", "lens", "heads", "probe", "circuit", "qk", "report", "dynamics"):
         assert f"  {name} " in done.stdout
     for name in ("reproduce", "demo", "analyse"):
         assert f"  {name} " in done.stdout

@@ -43,7 +43,8 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
     return p
 
 
-def interval(low: float, high: float) -> str:
+def interval(low: Any, high: Any) -> str:
+    """[low, high] to three decimals."""
     from mechmem.analysis.stats import format_interval
 
     return format_interval(low, high, ".3f")
