@@ -83,9 +83,11 @@ def planted():
     return model, task
 
 
-def test_planted_induction_head_reads_the_token_against_the_previous_token_head(planted):
+def test_planted_heads_read_what_they_were_built_to_read(planted):
+    """The induction head L1H1: its token against the previous-token head's output; L0H2: positions."""
     model, task = planted
-    result = qk_attribution(model, task, heads=["L1H1"], n=16)
+    result = qk_attribution(model, task, heads=["L1H1", "L0H2"], n=16)
+    assert result.top("L0H2", 1, "previous_token")[0][:2] == ("pos", "pos")
     entry = result.entry("L1H1", "induction")
     assert entry.note == ""  # the repeats task's own data repeats tokens
     mean = {side: entry.interval(side)[0] for side in ("key", "query")}
@@ -96,12 +98,13 @@ def test_planted_induction_head_reads_the_token_against_the_previous_token_head(
     assert {"head", "sites", "query_source", "key_source", "contribution", "lower", "upper"} <= set(
         frame.columns
     )
+    frame = frame[(frame["head"] == "L1H1") & (frame.sites == "induction")]
     pairs = frame[(frame.query_source != "all") & (frame.key_source != "all")]
     by_key = pairs.groupby("key_source").contribution.sum()
     marginal = frame[frame.query_source == "all"].set_index("key_source").contribution
     torch.testing.assert_close(torch.tensor(by_key[marginal.index].values), torch.tensor(marginal.values))
     json.dumps(result.to_dict(), allow_nan=False)
-    assert "QKAttribution(1 heads" in repr(result)
+    assert "QKAttribution(2 heads" in repr(result)
     assert type(mechmem.plot(result)).__name__ == "Figure"
 
 
@@ -156,7 +159,7 @@ def test_the_command_writes_its_files(planted_checkpoint, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "key side: L0H2" in out and "query side: embed" in out and "top source L0H2 by both" in out
     data = json.loads((tmp_path / "qk_attribution.json").read_text())
-    assert [e["head"] for e in data["entries"]] == ["L1H1"] and len(data["agreement"]) == 2
+    assert {e["head"] for e in data["entries"]} == {"L1H1"} and len(data["agreement"]) == 2
     assert (tmp_path / "qk_attribution.png").exists()
 
 

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from mechmem.analysis.circuits import EdgePatcher, circuit_prompts
 from mechmem.analysis.frames import concat, grid_frame, short_repr
-from mechmem.analysis.heads import induction_pattern, repeated_random_tokens
+from mechmem.analysis.heads import induction_pattern, previous_token_pattern, repeated_random_tokens
 from mechmem.analysis.interventions.replay.attention import AttentionReplay
 from mechmem.analysis.interventions.replay.support import attention_weights
 from mechmem.analysis.stats import mean_interval
@@ -291,18 +291,24 @@ def head_attribution(
 def task_sites(
     model: torch.nn.Module, task: Any, n: int, *, generator: torch.Generator
 ) -> list[AttentionSites]:
-    """The task's own sites (`Task.attention_sites`) and induction sites: a query at a repeated token, its
-    key just after the earlier occurrence, on the task's data where it repeats tokens, else on repeated
-    random tokens [r, r] (flagged as off the task's distribution)."""
+    """The task's own sites (`Task.attention_sites`), then induction sites (a query at a repeated token, its
+    key just after the token's earlier occurrence) and the previous-token sites they read (a query at such
+    a key, its key one back): on the task's data where it repeats tokens, else on repeated random tokens
+    [r, r], flagged as off the task's distribution."""
     sites = list(task.attention_sites(n, generator=generator)) if task is not None else []
     tokens = task.eval_batch(n, generator=generator).tokens if task is not None else None
-    pairs = induction_pattern(tokens) if tokens is not None else None
-    if pairs is None or not bool(pairs.any()):
+    note = ""
+    if tokens is None or not bool(induction_pattern(tokens).any()):
         half = min(model.cfg.n_ctx // 2, model.cfg.d_vocab)
         tokens = repeated_random_tokens(n, half, model.cfg.d_vocab, generator=generator)
         note = "repeated random tokens [r, r], off the task's distribution"
-        return [*sites, AttentionSites("induction", tokens, induction_pattern(tokens), note)]
-    return [*sites, AttentionSites("induction", tokens, pairs)]
+    induction = induction_pattern(tokens)
+    previous = previous_token_pattern(tokens) & induction.any(1)[:, :, None]
+    return [
+        *sites,
+        AttentionSites("induction", tokens, induction, note),
+        AttentionSites("previous_token", tokens, previous, note),
+    ]
 
 
 def parse_heads(model: torch.nn.Module, heads: Any) -> list[Head]:
@@ -336,8 +342,8 @@ def qk_attribution(
 
     Args:
         model: a TransformerLens transformer (no soft-capped scores, no query/key norms).
-        task: gives the sites when `sites` is None (`task_sites`: its role probes and induction sites;
-            without a task, induction sites on repeated random tokens).
+        task: gives the sites when `sites` is None (`task_sites`: its role probes, induction and
+            previous-token sites; without a task, those on repeated random tokens).
         heads: names like "L1H1" (default: every head).
         sites: the prompts and (query, key) pairs to read instead of the task's.
         n: prompts per site set drawn from the task.
@@ -425,7 +431,7 @@ def qk_patching_agreement(
                 f"(Spearman {rho:.2f}); they can disagree: the attribution reads the clean score term by "
                 "term (norm scales frozen), while patching an edge also moves the norm scale, passes "
                 "through the softmax (a saturated pattern hides score changes) and reaches the logit "
-                "difference through the OV path too"
+                "difference through the OV path too; nearly tied sources swap places easily"
             )
         values = (
             tuple(attribution.tolist()),

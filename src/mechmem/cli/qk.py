@@ -6,9 +6,9 @@
 Sources are the direct components of the residual stream entering the head's layer (embed, pos, earlier
 heads and MLPs, one bias source); the contributions sum to the model's pre-softmax score exactly, with each
 position's norm scale frozen where a norm precedes attention (`mechmem.analysis.qk`). Sites: the task's role
-probes and induction sites. Each head's key-side and query-side rankings are compared with exact path
-patching of its k and q edges on the task's patching pair (zero ablation). Writes DIR/qk_attribution.json
-and DIR/qk_attribution.png.
+probes, induction and previous-token sites. Each head's key-side and query-side rankings are compared with
+exact path patching of its k and q edges on the task's patching pair (zero ablation). Writes
+DIR/qk_attribution.json and DIR/qk_attribution.png.
 """
 
 import argparse
@@ -57,9 +57,8 @@ def print_entry(entry: Any) -> None:
         f"\n{entry.head} on {entry.sites}{where}: {len(entry.per_prompt)} prompts, {entry.n_pairs} pairs; "
         f"terms sum to the model's scores within {entry.max_error:.1e}"
     )
-    rows = [
-        [p.query_source, p.key_source, p.contribution, interval(p.lower, p.upper)] for p in entry.top(TOP)
-    ]
+    pairs = [p for p in entry.top(TOP) if p.contribution != 0.0]  # exact zeros: sources the head cannot read
+    rows = [[p.query_source, p.key_source, p.contribution, interval(p.lower, p.upper)] for p in pairs]
     cli.print_table(rows, ["query source", "key source", "contribution", "95% interval"], floatfmt=".3f")
     for side in ("key", "query"):
         mean, low, high = entry.interval(side)
