@@ -88,17 +88,10 @@ class HeadQK:
 
     def top(self, k: int = 5) -> list[QKPair]:
         """The `k` terms largest in absolute mean."""
-        mean, lower, upper = self.interval()
-        order = mean.flatten().abs().argsort(descending=True)[:k].tolist()
+        cells = torch.stack(self.interval(), -1).flatten(0, 1)  # [query_source * key_source, 3]
         n = len(self.sources)
-        return [
-            QKPair(
-                self.sources[i // n],
-                self.sources[i % n],
-                *(float(t.flatten()[i]) for t in (mean, lower, upper)),
-            )
-            for i in order
-        ]
+        order = cells[:, 0].abs().argsort(descending=True)[:k].tolist()
+        return [QKPair(self.sources[i // n], self.sources[i % n], *cells[i].tolist()) for i in order]
 
 
 @dataclass(frozen=True)
@@ -174,12 +167,9 @@ class QKAttribution:
                 "note": e.note,
                 "prompts": len(e.per_prompt),
                 "pairs": e.n_pairs,
-                "max_error": e.max_error,
-                "sources": list(e.sources),
-                "contribution": stats(e, None),
-                "key_marginal": stats(e, "key"),
-                "query_marginal": stats(e, "query"),
             }
+            | {"max_error": e.max_error, "sources": list(e.sources), "contribution": stats(e, None)}
+            | {"key_marginal": stats(e, "key"), "query_marginal": stats(e, "query")}
             for e in self.entries
         ]
         out = {"metric": METRIC, "axes": ["query_source", "key_source"], "convention": self.convention}
@@ -187,20 +177,15 @@ class QKAttribution:
         return strict_json(out | {"agreement": [a.to_dict() for a in self.agreement]})
 
     def __repr__(self) -> str:
-        heads = sorted({e.head for e in self.entries})
+        sites = ", ".join(dict.fromkeys(e.sites for e in self.entries))
+        error = max((e.max_error for e in self.entries), default=0.0)
         best = [
-            f"{e.head} {e.sites}: {p.query_source} x {p.key_source} {p.contribution:.2f}"
-            for e in self.entries[:3]
+            f"{e.head} on {e.sites}: {p.query_source} x {p.key_source} {p.contribution:.2f}"
+            for e in self.entries[:2]
             for p in e.top(1)
         ]
-        error = max((e.max_error for e in self.entries), default=0.0)
-        return short_repr(
-            "QKAttribution",
-            f"{len(heads)} heads",
-            f"sites {', '.join(dict.fromkeys(e.sites for e in self.entries))}",
-            f"max error {error:.1e}",
-            "; ".join(best),
-        )
+        heads = f"{len({e.head for e in self.entries})} heads"
+        return short_repr("QKAttribution", heads, f"sites {sites}", f"max error {error:.1e}", "; ".join(best))
 
 
 def qk_unsupported(model: torch.nn.Module) -> str | None:
@@ -380,9 +365,26 @@ def rank_correlation(a: list[float], b: list[float]) -> float:
     """Spearman's rank correlation (Pearson on average ranks); NaN below 3 values or for a constant side."""
     import pandas as pd
 
-    if len(a) < 3:
-        return float("nan")
-    return float(pd.Series(a).rank().corr(pd.Series(b).rank()))
+    return float(pd.Series(a).rank().corr(pd.Series(b).rank())) if len(a) >= 3 else float("nan")
+
+
+def compare(
+    head: str, side: str, sources: tuple[str, ...], attribution: Any, patching: Any, prompts: str
+) -> QKAgreement:
+    """The agreement record of one side of a head: rank correlation, top sources and a one-line message."""
+    rho = rank_correlation(np.abs(attribution).tolist(), np.abs(patching).tolist())
+    top_a, top_p = sources[int(np.abs(attribution).argmax())], sources[int(np.abs(patching).argmax())]
+    message = f"{head} {side} side: top source {top_a} by both; Spearman {rho:.2f}"
+    if top_a != top_p:
+        message = (
+            f"{head} {side} side: attribution ranks {top_a} first, patching {top_p} (Spearman {rho:.2f}); "
+            "they can disagree: the attribution reads the clean score term by term (norm scales frozen), "
+            "while patching an edge also moves the norm scale, passes through the softmax (a saturated "
+            "pattern hides score changes) and reaches the logit difference through the OV path too; "
+            "nearly tied sources swap places easily"
+        )
+    values = (tuple(attribution), tuple(patching), rho, top_a == top_p, message, prompts)
+    return QKAgreement(head, side, sources, *values)
 
 
 @torch.no_grad()
@@ -405,43 +407,24 @@ def qk_patching_agreement(
     _, cache = model.run_with_cache(pair.clean.to(model_device(model)))
     replay = AttentionReplay(model) if model.cfg.positional_embedding_type == "rotary" else None
     rows, group = torch.arange(len(pair)), model.cfg.n_heads // attention_weights(model, 0).W_K.shape[0]
-    ports = {
-        (h, side): f"{h}.q" if side == "query" else f"{Head(h.layer, h.head // group * group)}.k"
+    edges = {  # the k port of a grouped-query head is named after its group's first head
+        (h, side): [e for e in patcher.graph.edges if e.port.name == f"{port}.{side[0]}"]
         for h in chosen
-        for side in ("key", "query")
+        for side, port in (("key", Head(h.layer, h.head // group * group)), ("query", h))
     }
-    edges = {key: [e for e in patcher.graph.edges if e.port.name == port] for key, port in ports.items()}
     effects = iter(patcher.exact([e for part in edges.values() for e in part]).mean(-1).tolist())
     out = []
-    for (head, side), part in edges.items():
+    for head in chosen:
         pattern = cache[f"blocks.{head.layer}.attn.hook_pattern"][rows, head.head, pair.answer_pos]
         pairs = torch.zeros(*pair.clean.shape, pair.clean.shape[1], dtype=torch.bool)
         pairs[rows, pair.answer_pos, pattern.argmax(-1).cpu()] = True
         entry = head_attribution(model, cache, head, AttentionSites("pair", pair.clean, pairs), replay)
-        sources = tuple(e.sender.name for e in part)
-        marginal = entry.interval(side)[0]
-        attribution = np.array([float(marginal[entry.sources.index(s)]) for s in sources])
-        patching = np.array([next(effects) for _ in part])
-        rho = rank_correlation(np.abs(attribution).tolist(), np.abs(patching).tolist())
-        top_a, top_p = sources[int(np.abs(attribution).argmax())], sources[int(np.abs(patching).argmax())]
-        message = f"{head} {side} side: top source {top_a} by both; Spearman {rho:.2f}"
-        if top_a != top_p:
-            message = (
-                f"{head} {side} side: attribution ranks {top_a} first, patching {top_p} "
-                f"(Spearman {rho:.2f}); they can disagree: the attribution reads the clean score term by "
-                "term (norm scales frozen), while patching an edge also moves the norm scale, passes "
-                "through the softmax (a saturated pattern hides score changes) and reaches the logit "
-                "difference through the OV path too; nearly tied sources swap places easily"
-            )
-        values = (
-            tuple(attribution.tolist()),
-            tuple(patching.tolist()),
-            rho,
-            top_a == top_p,
-            message,
-            prompts,
-        )
-        out.append(QKAgreement(str(head), side, sources, *values))
+        for side in ("key", "query"):
+            sources = tuple(e.sender.name for e in edges[head, side])
+            marginal = entry.interval(side)[0]
+            attribution = [float(marginal[entry.sources.index(s)]) for s in sources]
+            patching = [next(effects) for _ in sources]
+            out.append(compare(head.name, side, sources, attribution, patching, prompts))
     return out
 
 
