@@ -26,6 +26,7 @@ ARCHITECTURES = {
     "lnpre": {"normalization_type": "LNPre"},
     "grouped_query": {"n_heads": 4, "n_key_value_heads": 2, "positional_embedding_type": "rotary"},
     "parallel": {"normalization_type": "LN", "parallel_attn_mlp": True},
+    "local": {"attn_types": ("local", "global"), "window_size": 3, "normalization_type": "LN"},
 }
 
 
@@ -35,14 +36,15 @@ def every_pair(tokens: torch.Tensor) -> AttentionSites:
 
 
 def model_scores_per_prompt(model, sites: AttentionSites) -> dict[str, torch.Tensor]:
-    """Per head, the model's own scores (hook_attn_scores) averaged over each prompt's pairs."""
+    """Per head, the model's own scores (hook_attn_scores) averaged over each prompt's unmasked pairs."""
     _, cache = model.run_with_cache(sites.tokens)
     out = {}
     for layer in range(model.cfg.n_layers):
         scores = cache[f"blocks.{layer}.attn.hook_attn_scores"].double()
         for head in range(model.cfg.n_heads):
-            kept = scores[:, head].where(sites.pairs, torch.zeros((), dtype=torch.float64))
-            out[f"L{layer}H{head}"] = kept.sum((1, 2)) / sites.pairs.sum((1, 2))
+            read = sites.pairs & scores[:, head].isfinite()  # a local window masks some pairs
+            kept = scores[:, head].where(read, torch.zeros((), dtype=torch.float64))
+            out[f"L{layer}H{head}"] = kept.sum((1, 2)) / read.sum((1, 2))
     return out
 
 

@@ -249,7 +249,8 @@ def normalised(
 def head_attribution(
     model: torch.nn.Module, cache: Any, head: Head, sites: AttentionSites, replay: AttentionReplay | None
 ) -> HeadQK:
-    """`head`'s score on `sites` split over (query source, key source) pairs, from a run's `cache`."""
+    """`head`'s score on `sites` split over (query source, key source) pairs, from a run's `cache`; pairs
+    the layer masks (outside a local window) are left out."""
     layer, cfg = head.layer, model.cfg
     names, x = residual_sources(model, cache, layer)
     x = normalised(model, cache, layer, x)
@@ -263,8 +264,9 @@ def head_attribution(
         positions = torch.arange(x.shape[2], device=x.device)
         q, k = (replay.rotate(layer, t.unsqueeze(-2), positions).squeeze(-2) for t in (q, k))
     b, qpos, kpos = sites.pairs.to(x.device).nonzero(as_tuple=True)
-    terms = torch.einsum("ine,jne->nij", q[:, b, qpos], k[:, b, kpos]) / attention_scale(model, layer)
     scores = cache[f"blocks.{layer}.attn.hook_attn_scores"][b, head.head, qpos, kpos].double()
+    b, qpos, kpos, scores = (t[scores.isfinite()] for t in (b, qpos, kpos, scores))  # not masked (a window)
+    terms = torch.einsum("ine,jne->nij", q[:, b, qpos], k[:, b, kpos]) / attention_scale(model, layer)
     error = float((terms.sum((1, 2)) - scores).abs().max()) if len(b) else 0.0
     sums = torch.zeros(len(sites.tokens), *terms.shape[1:], dtype=torch.float64, device=x.device)
     sums.index_add_(0, b, terms)
