@@ -46,6 +46,8 @@ MODES = ("Q", "K", "V")
 BASELINE_DRAWS = 2000
 """Random draws behind the baseline's mean and 95% range."""
 AXES = ("sender_layer", "sender_head", "receiver_layer", "receiver_head")
+TOP_HEADERS = ["mode", "sender", "receiver", "score", "above baseline"]
+"""The columns of `CompositionScores.top_rows`."""
 METRIC = (
     "||W_A W_B||_F / (||W_A||_F ||W_B||_F), W_A the sender's OV circuit, W_B the receiver's QK circuit (Q), "
     "its transpose (K) or its OV circuit (V); zero unless the receiver's layer is later"
@@ -174,6 +176,12 @@ class CompositionScores:
             )
         return pairs
 
+    def top_rows(self, k: int = 3, *, above_only: bool = False) -> list[list[Any]]:
+        """The `k` best pairs of every mode as table rows (`TOP_HEADERS`); only those above the baseline
+        with `above_only`."""
+        pairs = [p for m in MODES for p in self.top(m, k) if p.above_baseline or not above_only]
+        return [[p.mode, p.sender.name, p.receiver.name, p.score, p.above_baseline] for p in pairs]
+
     def to_dataframe(self) -> Any:
         """One row per mode and scored pair: `mode`, `sender`, `receiver`, the layer and head of each,
         `score` (NaN where a circuit is zero), `baseline_mean`, `baseline_lower`, `baseline_upper` and
@@ -259,10 +267,12 @@ def plot_composition(result: CompositionScores, *, title: str = "") -> Any:
     side = max(2.8, 0.35 * len(receivers) + 1.2)
     fig, axes = plt.subplots(1, 3, figsize=(3 * side, side), squeeze=False, layout="constrained")
     b = result.baseline
+    finite = torch.cat([s[result.mask] for s in result.scores.values()]).nan_to_num(0.0)
+    top = max(b.upper, float(finite.max()) if finite.numel() else 0.0)
     for ax, mode in zip(axes[0], MODES):
         grid = result.scores[mode].masked_fill(~result.mask, float("nan"))
         grid = grid.reshape(n_layers * n_heads, -1)[: len(senders), n_heads:].numpy()
-        im = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        im = ax.imshow(grid, vmin=0, vmax=top, cmap="viridis", aspect="auto")
         for (i, j), v in np.ndenumerate(grid):
             if len(receivers) <= 16 and np.isfinite(v):
                 star = "*" if v > b.upper else ""
@@ -272,13 +282,13 @@ def plot_composition(result: CompositionScores, *, title: str = "") -> Any:
                     f"{v:.2f}{star}",
                     ha="center",
                     va="center",
-                    color="w" if v < 0.6 else "k",
+                    color="w" if v < 0.6 * top else "k",
                     fontsize=6,
                 )
         ax.set_xticks(range(len(receivers)), [str(h) for h in receivers], rotation=90, fontsize=7)
         ax.set_yticks(range(len(senders)), [str(h) for h in senders], fontsize=7)
         ax.set(title=f"{mode}-composition", xlabel="receiver", ylabel="sender")
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
-    note = f"random baseline {b.text()} (mean, 95% range; * above it)"
+    note = f"random baseline {b.text()} (mean, 95% range; * above it); blank: a zero circuit, no score"
     fig.suptitle(f"{title}\n{note}" if title else note, fontsize=9)
     return fig
