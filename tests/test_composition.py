@@ -130,3 +130,23 @@ def test_one_layer_and_headless_models():
     json.dumps(found.to_dict(), allow_nan=False)
     with pytest.raises(MechmemError, match="no composition scores"):
         composition_scores(torch.nn.Linear(2, 2))
+
+
+def test_report_and_heads_command_use_the_same_scores(planted, capsys):
+    from mechmem.cli.heads import composition_outputs
+    from mechmem.report.document import Section
+    from mechmem.report.sections import add_composition
+
+    section = Section("heads", "")
+    add_composition(section, planted, gen(14))
+    expected = composition_scores(planted, generator=gen(14)).to_dict()
+    assert section.findings["composition"] == expected
+    assert section.tables[0].rows == [["K", "L0H2", "L1H1", expected["top"]["K"][0]["score"], True]]
+    assert "composition" in section.figures
+    files = composition_outputs(planted, seed=3)
+    assert files["composition.json"] == composition_scores(planted, generator=gen(3)).to_dict()
+    assert "L1H1" in capsys.readouterr().out
+    one = build_model(n_layers=1)
+    assert "one layer" in composition_outputs(one, seed=0)["composition.json"]["skipped"]
+    add_composition(section := Section("heads", ""), one, gen())
+    assert "one layer" in section.findings["composition"]["skipped"] and not section.tables
