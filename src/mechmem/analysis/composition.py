@@ -43,7 +43,7 @@ from mechmem.plotting import plt
 
 MODES = ("Q", "K", "V")
 """Where the later head reads the earlier head's output: its query, its key or its value."""
-BASELINE_DRAWS = 2000
+BASELINE_DRAWS = 1000
 """Random draws behind the baseline's mean and 95% range."""
 AXES = ("sender_layer", "sender_head", "receiver_layer", "receiver_head")
 TOP_HEADERS = ["mode", "sender", "receiver", "score", "above baseline"]
@@ -107,8 +107,10 @@ def random_baseline(d_model: int, d_head: int, *, draws: int, generator: torch.G
         raise ValueError(f"baseline_draws must be at least 2, got {draws}")
 
     def factored() -> FactoredMatrix:
-        a = torch.randn(draws, d_model, d_head, generator=generator)
-        return FactoredMatrix(a, torch.randn(draws, d_head, d_model, generator=generator))
+        a = torch.randn(draws, d_model, d_head, generator=generator, dtype=torch.float64)
+        return FactoredMatrix(
+            a, torch.randn(draws, d_head, d_model, generator=generator, dtype=torch.float64)
+        )
 
     s = factored_scores(factored(), factored()).double()
     lower, upper = torch.quantile(s, torch.tensor([0.025, 0.975], dtype=s.dtype)).tolist()

@@ -161,8 +161,7 @@ def add_composition(s: Section, model: torch.nn.Module, generator: torch.Generat
         "Composition (Elhage et al. 2021; read off the weights, no data): ||W_OV W||_F / (||W_OV||_F "
         "||W||_F) between an earlier head's OV circuit and a later head's QK circuit (Q), its transpose (K) "
         f"or its OV circuit (V); random Gaussian matrices of the same shapes score {b.text()} (mean, 95% "
-        f"range over {b.draws} draws). {len(rows) or 'No'} of the top three pairs per mode lie above that "
-        "range."
+        f"range over {b.draws} draws). Of the top three pairs per mode, {len(rows)} score above that range."
     )
     if rows:
         s.tables.append(Table(composition.TOP_HEADERS, rows, "Composition pairs above the random baseline"))

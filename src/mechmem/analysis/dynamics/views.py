@@ -100,8 +100,9 @@ def metrics_curves(run_dir: str | Path) -> tuple[list[int], dict[str, list[float
 
 
 def _facet(quantity: str, curve: str) -> tuple[str, str]:
-    """(panel title, legend label) of a curve: heads by pattern, roles as held vs scores, else one panel."""
-    if quantity == "heads":
+    """(panel title, legend label) of a curve: heads by pattern or composition mode, roles as held vs scores,
+    else one panel."""
+    if quantity in ("heads", "composition"):
         head, pattern = curve.split(".", 1)
         return pattern, head
     if quantity == "roles":
