@@ -56,13 +56,8 @@ METRIC = (
 
 def no_pairs_reason(model: torch.nn.Module) -> str | None:
     """Why `model` has no pair of heads to compose (no attention heads, or one layer), or None."""
-    if reason := no_attention_reason(model):
-        return reason
-    return (
-        "the model has one layer: no head reads the output of an earlier one"
-        if model.cfg.n_layers < 2
-        else None
-    )
+    one_layer = "the model has one layer: no head reads the output of an earlier one"
+    return no_attention_reason(model) or (one_layer if model.cfg.n_layers < 2 else None)
 
 
 def factored_scores(left: FactoredMatrix, right: FactoredMatrix) -> Float[Tensor, "*leading"]:
@@ -106,13 +101,9 @@ def random_baseline(d_model: int, d_head: int, *, draws: int, generator: torch.G
     if draws < 2:
         raise ValueError(f"baseline_draws must be at least 2, got {draws}")
 
-    def factored() -> FactoredMatrix:
-        a = torch.randn(draws, d_model, d_head, generator=generator, dtype=torch.float64)
-        return FactoredMatrix(
-            a, torch.randn(draws, d_head, d_model, generator=generator, dtype=torch.float64)
-        )
-
-    s = factored_scores(factored(), factored()).double()
+    shapes = [(draws, d_model, d_head), (draws, d_head, d_model)] * 2
+    a1, b1, a2, b2 = (torch.randn(shape, generator=generator, dtype=torch.float64) for shape in shapes)
+    s = factored_scores(FactoredMatrix(a1, b1), FactoredMatrix(a2, b2)).double()
     lower, upper = torch.quantile(s, torch.tensor([0.025, 0.975], dtype=s.dtype)).tolist()
     return Baseline(float(s.mean()), lower, upper, draws)
 
@@ -129,12 +120,8 @@ class CompositionPair:
     """The score exceeds the upper end of the random baseline's 95% range."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "sender": self.sender.name,
-            "receiver": self.receiver.name,
-            "score": self.score,
-            "above_baseline": self.above_baseline,
-        }
+        names = {"sender": self.sender.name, "receiver": self.receiver.name}
+        return names | {"score": self.score, "above_baseline": self.above_baseline}
 
 
 @dataclass(frozen=True)
@@ -150,8 +137,8 @@ class CompositionScores:
         if (
             set(self.scores) != set(MODES)
             or len(shapes) != 1
-            or len(s := shapes.pop()) != 4
-            or s[:2] != s[2:]
+            or (s := shapes.pop())[:2] != s[2:]
+            or len(s) != 4
         ):
             raise ValueError(f"scores must be Q, K, V, each [layer head layer head], got {list(self.scores)}")
 
@@ -167,16 +154,11 @@ class CompositionScores:
         s = self.scores[mode]
         flat = s.masked_fill(~self.mask | s.isnan(), float("-inf")).flatten()
         order = flat.argsort(descending=True)[: min(k, int(flat.isfinite().sum()))]
-        pairs = []
-        for i in order.tolist():
-            l1, h1, l2, h2 = np.unravel_index(i, tuple(s.shape))
-            score = float(flat[i])
-            pairs.append(
-                CompositionPair(
-                    mode, Head(int(l1), int(h1)), Head(int(l2), int(h2)), score, score > self.baseline.upper
-                )
-            )
-        return pairs
+        cells = [(np.unravel_index(i, tuple(s.shape)), float(flat[i])) for i in order.tolist()]
+        return [
+            CompositionPair(mode, Head(int(l1), int(h1)), Head(int(l2), int(h2)), v, v > self.baseline.upper)
+            for (l1, h1, l2, h2), v in cells
+        ]
 
     def top_rows(self, k: int = 3, *, above_only: bool = False) -> list[list[Any]]:
         """The `k` best pairs of every mode as table rows (`TOP_HEADERS`); only those above the baseline
@@ -264,6 +246,8 @@ def plot_composition(result: CompositionScores, *, title: str = "") -> Any:
     """One heatmap per mode, senders (rows) x receivers (columns) of later layers; pairs above the baseline's
     upper end are starred. Returns the Figure."""
     n_layers, n_heads = result.scores["Q"].shape[:2]
+    if n_layers < 2:
+        raise ValueError("no pair of heads to plot: the model has one layer")
     senders = [Head(l, h) for l in range(n_layers - 1) for h in range(n_heads)]
     receivers = [Head(l, h) for l in range(1, n_layers) for h in range(n_heads)]
     side = max(2.8, 0.35 * len(receivers) + 1.2)
@@ -277,16 +261,8 @@ def plot_composition(result: CompositionScores, *, title: str = "") -> Any:
         im = ax.imshow(grid, vmin=0, vmax=top, cmap="viridis", aspect="auto")
         for (i, j), v in np.ndenumerate(grid):
             if len(receivers) <= 16 and np.isfinite(v):
-                star = "*" if v > b.upper else ""
-                ax.text(
-                    j,
-                    i,
-                    f"{v:.2f}{star}",
-                    ha="center",
-                    va="center",
-                    color="w" if v < 0.6 * top else "k",
-                    fontsize=6,
-                )
+                text, color = f"{v:.2f}{'*' if v > b.upper else ''}", "w" if v < 0.6 * top else "k"
+                ax.text(j, i, text, ha="center", va="center", color=color, fontsize=6)
         ax.set_xticks(range(len(receivers)), [str(h) for h in receivers], rotation=90, fontsize=7)
         ax.set_yticks(range(len(senders)), [str(h) for h in senders], fontsize=7)
         ax.set(title=f"{mode}-composition", xlabel="receiver", ylabel="sender")
