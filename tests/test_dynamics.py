@@ -345,3 +345,22 @@ def test_a_model_without_attention_heads_gets_only_the_loss(tmp_path):
     train_preset("facts", "quick", out_dir=tmp_path, steps=20, save_every=10, progress=False)
     result = run_dynamics(tmp_path, ("loss", "heads", "probes"), n=8)
     assert result.steps == [10, 20] and result.groups["heads"] == [] and set(result.curves) == {"loss", "acc"}
+
+
+def test_composition_curves_are_the_weights_scores_against_the_random_band(tmp_path):
+    from mechmem.analysis.composition import composition_scores
+
+    write_series(tmp_path, prev_at=20, induction_at=20, last=40)  # both planted heads blended in at step 20
+    result = run_dynamics(tmp_path, ("composition",), n=8)
+    *_, (_, ckpt) = iter_models(step_files(tmp_path))
+    found = composition_scores(ckpt.model, generator=torch.Generator().manual_seed(4))  # EvalData's offset 4
+    k = found.scores["K"][:, :, 1, 1].nan_to_num(float("-inf")).max()
+    last, band = result.point("L1H1.K_composition"), result.point("random.K_composition")
+    assert last.exact and last.value == pytest.approx(float(k)) and last.value > band.upper
+    assert (band.value, band.lower, band.upper) == (
+        found.baseline.mean,
+        found.baseline.lower,
+        found.baseline.upper,
+    )
+    assert "random.K_composition" not in result.rules
+    assert 10 <= {e.curve: e for e in result.events}["L1H1.K_composition"].step <= 30  # steepest rise

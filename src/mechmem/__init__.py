@@ -27,6 +27,7 @@ HOMES = {
         "mechmem.analysis.patching": "run_sweeps attribute_sweeps decided_patching PatchingResult",
         "mechmem.analysis.ablation": "ablate_heads decided_ablation",
         "mechmem.analysis.heads": "detect_heads",
+        "mechmem.analysis.composition": "composition_scores",
         "mechmem.analysis.logit_lens": "logit_lens",
         "mechmem.analysis.probes": "builtin_probes",
         "mechmem.analysis.qk": "qk_attribution",
@@ -58,6 +59,7 @@ __all__ = [
     "build_task",
     "builtin_probes",
     "circuit_prompts",
+    "composition_scores",
     "decide",
     "decided_ablation",
     "decided_circuit",
@@ -106,6 +108,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
     from mechmem.analysis.ablation import ablate_heads, decided_ablation
     from mechmem.analysis.circuits import circuit_prompts, decided_circuit, discover_circuit
+    from mechmem.analysis.composition import composition_scores
     from mechmem.analysis.distribution import prompt_fit
     from mechmem.analysis.dynamics import run_dynamics
     from mechmem.analysis.heads import detect_heads

@@ -34,7 +34,7 @@ PATCH_SWEEPS = (
     "attn_head_pattern_by_pos",
 )
 """The activation patching sweeps (`mechmem patch --sweeps`)."""
-DYNAMICS_QUANTITIES = ("loss", "heads", "probes", "lens", "ablation", "patching", "roles")
+DYNAMICS_QUANTITIES = ("loss", "heads", "probes", "lens", "ablation", "patching", "composition", "roles")
 """What `mechmem dynamics --quantities` can measure over a run's step checkpoints."""
 
 

@@ -6,7 +6,9 @@
 Probes (docs/analyses.md): repeated random sequences [r, r] for every half-length |r| in 4, 8, 16, ... the
 context allows (or `--half` / `--lengths`), plus the task's own data. Sequences are drawn in rounds until
 every head's pattern is decided (the report's policy). These pattern labels are not the report's head roles.
-Writes DIR/detect_heads.json, DIR/detect_heads.png, DIR/detect_heads_task.png and DIR/attention.png.
+Also prints the top Q-, K- and V-composition pairs of heads, read off the weights, against the score of
+random matrices (`mechmem.analysis.composition`). Writes DIR/detect_heads.json, DIR/detect_heads.png,
+DIR/detect_heads_task.png, DIR/attention.png, DIR/composition.json and DIR/composition.png.
 """
 
 import argparse
@@ -73,7 +75,22 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         files[figure] = heads.plot_head_scores(result, title=result.data)
     example = ckpt.task.eval_batch(1, generator=gen).tokens
     files["attention.png"] = heads.plot_attention(heads.attention_patterns(model, example)[:, 0], example[0])
-    return files
+    return files | composition_outputs(model, args.seed)
+
+
+def composition_outputs(model: Any, seed: int) -> dict[str, Any]:
+    """Print the top composition pairs per mode against the random baseline; return composition.json/.png."""
+    import torch
+
+    from mechmem.analysis import composition
+
+    if reason := composition.no_pairs_reason(model):
+        print(f"composition: skipped ({reason})")
+        return {"composition.json": {"skipped": reason}}
+    found = composition.composition_scores(model, generator=torch.Generator().manual_seed(seed))
+    print(f"composition scores (weights): random baseline {found.baseline.text()} (mean [95% range])")
+    cli.print_table(found.top_rows(3), composition.TOP_HEADERS)
+    return {"composition.json": found.to_dict(), "composition.png": composition.plot_composition(found)}
 
 
 main = cli.analysis_main(parser, outputs)

@@ -7,6 +7,7 @@ from typing import Any
 
 from mechmem.analysis.ablation import AblationResult, plot_ablation
 from mechmem.analysis.circuits import Circuit
+from mechmem.analysis.composition import CompositionScores, plot_composition
 from mechmem.analysis.dynamics import Dynamics, plot_dynamics
 from mechmem.analysis.heads import HeadScores, plot_head_scores
 from mechmem.analysis.logit_lens import LogitLensResult, plot_logit_lens
@@ -17,9 +18,9 @@ from mechmem.report.circuit_graph import plot_circuit
 
 
 def plot(result: Any, **options: Any) -> Any:
-    """The figure of an analysis result: patching heatmap, ablation deltas, head scores, logit lens, memory
-    probes, circuit graph, one quantity's training curves (`quantity=`, a `Dynamics` result), or QK
-    attribution.
+    """The figure of an analysis result: patching heatmap, ablation deltas, head scores, composition scores,
+    logit lens, memory probes, circuit graph, one quantity's training curves (`quantity=`, a `Dynamics`
+    result), or QK attribution.
 
     `options` go to the result's own plot function (e.g. `title=` for head scores, `roles=` for a circuit).
 
@@ -35,6 +36,7 @@ def plot(result: Any, **options: Any) -> Any:
         (PatchingResult, plot_patching),
         (AblationResult, plot_ablation),
         (HeadScores, plot_head_scores),
+        (CompositionScores, plot_composition),
         (LogitLensResult, plot_logit_lens),
         (MemoryProbes, plot_probes),
         (Circuit, plot_circuit),

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from mechmem.analysis import ablation, heads, neurons, patching, probes
+from mechmem.analysis import ablation, composition, heads, neurons, patching, probes
 from mechmem.analysis.ablation import attribution as ablation_attribution
 from mechmem.analysis.distribution import own_data_fit, repeats_fit
 from mechmem.analysis.mlp_role import FAMILY as MLP_FAMILY
@@ -94,7 +94,8 @@ def optimum_section(ctx: ReportContext) -> Section:
 
 
 def heads_section(ctx: ReportContext) -> Section:
-    """Previous-token, duplicate-token and induction scores (from the roles), and attention heatmaps."""
+    """Previous-token, duplicate-token and induction scores (from the roles), attention heatmaps, and the
+    heads' composition scores read off the weights."""
     s = Section("heads", "Attention patterns: previous-token, duplicate-token, induction")
     s.skipped = heads.no_attention_reason(ctx.model)
     if s.skipped:
@@ -141,7 +142,30 @@ def heads_section(ctx: ReportContext) -> Section:
     s.add_figure("attention", heads.plot_attention(patterns[:, 0], examples[0], token_names=names))
     roles = {h.name: h.role for h in ctx.roles.heads}
     s.interactive["attention"] = attention_view(patterns, examples, names, roles, source=source)
+    add_composition(s, ctx.model, ctx.generator(14))
     return s
+
+
+def add_composition(s: Section, model: torch.nn.Module, generator: torch.Generator) -> None:
+    """The top Q-, K- and V-composition pairs above the random baseline (drawn from `generator`): a line, a
+    table, the heatmaps and findings["composition"] (or the reason there are none)."""
+    if reason := composition.no_pairs_reason(model):
+        s.findings["composition"] = {"skipped": reason}
+        s.lines.append(f"Composition scores: none ({reason}).")
+        return
+    found = composition.composition_scores(model, generator=generator)
+    s.findings["composition"] = found.to_dict()
+    rows = found.top_rows(3, above_only=True)
+    b = found.baseline
+    s.lines.append(
+        "Composition (Elhage et al. 2021; read off the weights, no data): ||W_OV W||_F / (||W_OV||_F "
+        "||W||_F) between an earlier head's OV circuit and a later head's QK circuit (Q), its transpose (K) "
+        f"or its OV circuit (V); random Gaussian matrices of the same shapes score {b.text()} (mean, 95% "
+        f"range over {b.draws} draws). Of the top three pairs per mode, {len(rows)} score above that range."
+    )
+    if rows:
+        s.tables.append(Table(composition.TOP_HEADERS, rows, "Composition pairs above the random baseline"))
+    s.add_figure("composition", composition.plot_composition(found))
 
 
 def mlp_section(ctx: ReportContext) -> Section:

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mechmem.analysis import ablation, heads, logit_lens, patching, probes, roles
+from mechmem.analysis import ablation, composition, heads, logit_lens, patching, probes, roles
 from mechmem.analysis.frames import short_repr
 from mechmem.analysis.stats import RatioMoments, normal_interval
 from mechmem.analysis.transitions import Event, Rule, find_events, level, steepest
@@ -205,6 +205,23 @@ def _patching(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     return head_points(result.normalised(), iv.normalised_lower, iv.normalised_upper, prefix="patching.")
 
 
+def _composition(model: Any, data: EvalData) -> dict[str, CurvePoint]:
+    if composition.no_pairs_reason(model):
+        return {}
+    found = composition.composition_scores(model, generator=data._gen(4))
+    b = found.baseline
+    out = {}
+    for mode, s in found.scores.items():
+        best = s.masked_fill(~found.mask | s.isnan(), float("-inf")).amax(dim=(0, 1))  # [layer head]
+        out[f"random.{mode}_composition"] = CurvePoint(b.mean, b.lower, b.upper)
+        for layer, head in itertools.product(range(1, best.shape[0]), range(best.shape[1])):
+            value = float(best[layer, head])
+            out[f"{Head(layer, head)}.{mode}_composition"] = CurvePoint(
+                value if math.isfinite(value) else math.nan, exact=True
+            )
+    return out
+
+
 def _roles(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     result = roles.head_roles(model, data.task, n=data.n, seed=data.seed)
     out = {f"{h.name}.role={h.role}": CurvePoint(1.0) for h in result.heads if h.role != "none"}
@@ -283,6 +300,17 @@ QUANTITIES: dict[str, Quantity] = {
             lambda c: level(0.5),
             "95% percentile bootstrap over prompts of the fraction restored (SweepIntervals); NaN where "
             "the clean - corrupted gap's interval includes 0",
+        ),
+        Quantity(
+            "composition",
+            _composition,
+            "composition scores read off the weights (analysis.composition): per head of layer >= 1 and "
+            "mode M in Q, K, V, the highest score over the heads of earlier layers, "
+            "L{layer}H{head}.M_composition; random.M_composition: the score between random Gaussian "
+            "matrices of the heads' shapes",
+            lambda c: None if c.startswith("random.") else steepest("up"),
+            "none for the heads' scores: read off the weights, so exact; random.M_composition carries the "
+            "95% range of the random score as its band, the reference a score is read against",
         ),
         Quantity(
             "roles",

@@ -100,8 +100,9 @@ def metrics_curves(run_dir: str | Path) -> tuple[list[int], dict[str, list[float
 
 
 def _facet(quantity: str, curve: str) -> tuple[str, str]:
-    """(panel title, legend label) of a curve: heads by pattern, roles as held vs scores, else one panel."""
-    if quantity == "heads":
+    """(panel title, legend label) of a curve: heads by pattern or composition mode, roles as held vs scores,
+    else one panel."""
+    if quantity in ("heads", "composition"):
         head, pattern = curve.split(".", 1)
         return pattern, head
     if quantity == "roles":
@@ -140,7 +141,13 @@ def plot_dynamics(result: Dynamics, quantity: str) -> Any:
                 ax.axvline(event.step, color=color, ls="--", lw=0.8)
         ax.set(title=title, xlabel="step")
         ax.legend(fontsize=7)
-    if any(name in result.lower for name in result.groups[quantity]):
+    if (
+        quantity == "composition"
+    ):  # weights: its one band is the random baseline's range, not a sampling interval
+        fig.suptitle(
+            "band: 95% range of the score between random Gaussian matrices (the baseline)", fontsize=8
+        )
+    elif any(name in result.lower for name in result.groups[quantity]):
         n = result.info.get("eval", {}).get("n")
         fig.suptitle(f"bands: 95% intervals over {n} evaluation sequences or prompts", fontsize=8)
     return fig
