@@ -6,7 +6,7 @@ The figure is a matplotlib `Figure`, never shown.
 from typing import Any
 
 from mechmem.analysis.ablation import AblationResult, plot_ablation
-from mechmem.analysis.circuits import Circuit
+from mechmem.analysis.circuits import Circuit, CircuitRobustness, plot_robustness
 from mechmem.analysis.dynamics import Dynamics, plot_dynamics
 from mechmem.analysis.heads import HeadScores, plot_head_scores
 from mechmem.analysis.logit_lens import LogitLensResult, plot_logit_lens
@@ -17,7 +17,8 @@ from mechmem.report.circuit_graph import plot_circuit
 
 def plot(result: Any, **options: Any) -> Any:
     """The figure of an analysis result: patching heatmap, ablation deltas, head scores, logit lens, memory
-    probes, circuit graph, or one quantity's training curves (`quantity=`, a `Dynamics` result).
+    probes, circuit graph, a circuit's faithfulness over circuit sizes per ablation, or one quantity's
+    training curves (`quantity=`, a `Dynamics` result).
 
     `options` go to the result's own plot function (e.g. `title=` for head scores, `roles=` for a circuit).
 
@@ -36,6 +37,7 @@ def plot(result: Any, **options: Any) -> Any:
         (LogitLensResult, plot_logit_lens),
         (MemoryProbes, plot_probes),
         (Circuit, plot_circuit),
+        (CircuitRobustness, plot_robustness),
         (Dynamics, plot_dynamics),
     )
     for kind, draw in kinds:
