@@ -147,10 +147,10 @@ class CircuitRobustness:
                         "curve": {
                             k: a.curve[:, i].tolist() for i, k in enumerate(("value", "lower", "upper"))
                         },
-                        "seconds": a.seconds,
                     }
                     for a in self.per_ablation
                 },
+                "timings_s": {a.ablation: a.seconds for a in self.per_ablation},
             }
         )
 
