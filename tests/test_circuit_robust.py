@@ -93,7 +93,7 @@ def test_intervals_hold_the_estimate_and_shrink_with_more_prompts(planted, robus
         assert bool(
             (a.curve[:, 1] <= a.curve[:, 0] + 1e-6).all() and (a.curve[:, 0] <= a.curve[:, 2] + 1e-6).all()
         )
-    more = circuit_robustness(model, None, circuit, ablations=("mean",), n=256)
+    more = circuit_robustness(model, None, circuit, ablations=("mean",), n=128)
 
     def width(result, measure):
         _, lower, upper = result["mean"].measures[measure]
@@ -113,7 +113,7 @@ def test_a_circuit_that_overshoots_is_not_faithful():
     circuit = Circuit(
         graph, torch.zeros(n), torch.zeros(n), torch.ones(n, dtype=torch.bool), kept, {}, "given", "mean"
     )
-    result = circuit_robustness(model, task, circuit, ablations=("mean", "zero"), n=16)
+    result = circuit_robustness(model, task, circuit, ablations=("mean", "corrupted"), n=16)
     for a in result.per_ablation:
         assert a.measures["faithfulness"][1] > 1.25 and a.criteria["faithful"] == "no" and a.verdict == "no"
 

@@ -15,12 +15,15 @@ Interpretability Benchmark"): CPR = area under f (higher is better), CMD = area 
 Caveats: the ranking is the circuit's (scored under its own ablation), so another ablation's curve measures
 that ranking, not the best circuit of each size; f(0) = 0 and f(1) = 1 by definition and f need not be
 monotone; the grid is coarse below 1 / edges, so small graphs give few points. Intervals: 95% percentile
-bootstrap over prompts, the same resamples for every size, measure and ablation.
+bootstrap over prompts, the same resamples for every size, measure and ablation; the verdicts here are judged
+on these marginal intervals (not corrected for the criteria and looks, as the decided circuit's are), and
+"mean" averages over the held-out prompts, so the mean ablation's verdict can differ from the circuit's own.
 """
 
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from numbers import Integral
 from typing import Any
 
 import torch
@@ -28,7 +31,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechmem.analysis.circuits.discovery import circuit_prompts
-from mechmem.analysis.circuits.edges import ABLATIONS, EdgePatcher, circuit_intervals
+from mechmem.analysis.circuits.edges import ABLATIONS, EdgePatcher, build_graph, circuit_intervals
 from mechmem.analysis.circuits.record import Circuit
 from mechmem.analysis.frames import short_repr
 from mechmem.analysis.stats import CIRCUIT_PROMPTS, LEVEL, RESAMPLES, bootstrap_counts
@@ -172,10 +175,10 @@ def size_grid(n_edges: int, circuit_size: int, sizes: Sequence[int] | None = Non
     circuit's size and every edge, sorted and distinct."""
     if sizes is None:
         sizes = [round(f * n_edges) for f in MIB_FRACTIONS]
-    bad = [k for k in sizes if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= n_edges]
+    bad = [k for k in sizes if isinstance(k, bool) or not isinstance(k, Integral) or not 0 <= k <= n_edges]
     if bad:
         raise ValueError(f"sizes must be edge counts in [0, {n_edges}], got {bad}")
-    return tuple(sorted({0, circuit_size, n_edges, *sizes}))
+    return tuple(sorted({0, circuit_size, n_edges, *map(int, sizes)}))
 
 
 def circuit_robustness(
@@ -188,7 +191,6 @@ def circuit_robustness(
     n: int = CIRCUIT_PROMPTS,
     seed: int = 0,
     memory_mb: float = 256.0,
-    resamples: int = RESAMPLES,
 ) -> CircuitRobustness:
     """The circuit's criteria and verdict under each ablation, and its faithfulness over circuit sizes with
     CPR and CMD, on `n` held-out prompts.
@@ -211,45 +213,43 @@ def circuit_robustness(
     """
     if not isinstance(circuit, Circuit):
         raise TypeError(f"circuit must be a Circuit, got {type(circuit).__name__}")
-    ablations = tuple(ablations)
+    ablations, n_edges, kept = tuple(ablations), len(circuit.kept), circuit.kept.cpu()
     unknown = [a for a in ablations if a not in ABLATIONS]
     if not ablations or unknown or len(set(ablations)) < len(ablations):
         raise ValueError(f"ablations must be distinct names among {', '.join(ABLATIONS)}, got {ablations}")
     if n < 2:
         raise ValueError(f"n must be at least 2 prompts, got {n}")
+    if len(build_graph(model).edges) != n_edges:
+        raise ValueError(
+            f"the circuit has {n_edges} edges, this model's graph {len(build_graph(model).edges)}"
+        )
     pair, source = circuit_prompts(model, task, n, seed + HELD_OUT_SEED)
     pair = pair.to(model_device(model))
-    n_edges, kept = len(circuit.kept), circuit.kept.cpu()
     grid = size_grid(n_edges, int(kept.sum()), sizes)
     rank = torch.empty(n_edges, dtype=torch.long)
     rank[circuit.scores.abs().argsort(descending=True, stable=True)] = torch.arange(n_edges)
     every = torch.ones(n_edges, dtype=torch.bool)
     masks = torch.cat([torch.stack([every, ~every, kept, ~kept]), rank[None] < torch.tensor(grid)[:, None]])
     x = torch.tensor(grid, dtype=torch.float64) / n_edges
+    q = torch.tensor([(1 - LEVEL) / 2, (1 + LEVEL) / 2], dtype=torch.float64)
+    counts = bootstrap_counts(
+        n, generator=torch.Generator().manual_seed(seed)
+    )  # circuit_intervals' resamples
     out = []
     for ablation in ablations:
         start = time.perf_counter()
-        patcher = EdgePatcher(model, pair, ablation, memory_mb=memory_mb)
-        if len(patcher.graph.edges) != n_edges:
-            raise ValueError(
-                f"the circuit has {n_edges} edges, this model's graph {len(patcher.graph.edges)}"
-            )
-        values = patcher.evaluate(masks).detach().double().cpu()
-        full, empty, inside, outside = values[:4]
-        intervals = circuit_intervals(
-            full, empty, inside, outside, generator=torch.Generator().manual_seed(seed)
+        values = (
+            EdgePatcher(model, pair, ablation, memory_mb=memory_mb).evaluate(masks).detach().double().cpu()
         )
+        intervals = circuit_intervals(*values[:4], generator=torch.Generator().manual_seed(seed))
         means = dict(zip(("full", "empty", "circuit", "complement"), values[:4].mean(1).tolist()))
         judged = replace(circuit, values=means, intervals=intervals, decision=None, ablation=ablation, n=n)
-        counts = bootstrap_counts(n, generator=torch.Generator().manual_seed(seed), resamples=resamples)
-        num, den = values[4:] - empty, full - empty
+        measures = {m: (float(getattr(judged, m)), *intervals[m]) for m in MEASURES[:3]}
+        num, den = values[4:] - values[1], values[0] - values[1]  # circuit_k - empty, full - empty
         f, f_boot = (
             num.sum(1) / den.sum(),
             (counts @ num.T) / (counts @ den)[:, None],
         )  # [size], [resample size]
-        q = torch.tensor([(1 - LEVEL) / 2, (1 + LEVEL) / 2], dtype=torch.float64)
-        measures = {m: (getattr(judged, m), *intervals[m]) for m in ("faithfulness", "completeness")}
-        measures = {"gap": (judged.gap, *intervals["gap"])} | measures
         for name, y, y_boot in (("cpr", f, f_boot), ("cmd", (1 - f).abs(), (1 - f_boot).abs())):
             low, high = torch.nanquantile(torch.trapezoid(y_boot, x, dim=-1), q).tolist()
             measures[name] = (float(torch.trapezoid(y, x)), low, high)
