@@ -17,6 +17,8 @@ from mechmem.analysis.roles import RoleResult, RoleThresholds
 from mechmem.report.circuit_graph import edges_section
 from mechmem.report.sections import ReportContext
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 POSITION_EDGES = ("pos->L0H2.q", "pos->L0H2.k", "pos->L1H1.k")
 """What the planted heads read from the position embedding: L0H2 finds t - 1 by position, L1H1 avoids
 position 0. Constant over prompts, so these edges carry nothing under mean and corrupted ablation."""
