@@ -106,14 +106,10 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     table = edge_table(circuit)
     cli.print_table(table.rows, table.headers)
     record["roles"] = roles
-    with working(f"judging the circuit under {', '.join(args.ablations)} ablation and over circuit sizes"):
+    ablations = tuple(dict.fromkeys(args.ablations))
+    with working(f"judging the circuit under {', '.join(ablations)} ablation and over circuit sizes"):
         robust = circuit_robustness(
-            ckpt.model,
-            ckpt.task,
-            circuit,
-            ablations=tuple(dict.fromkeys(args.ablations)),
-            n=policy.first,
-            seed=args.seed,
+            ckpt.model, ckpt.task, circuit, ablations=ablations, n=policy.first, seed=args.seed
         )
     record["robustness"] = robust.to_dict()
     table = robustness_table(robust)
