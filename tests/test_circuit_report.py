@@ -102,6 +102,9 @@ def test_report_and_script_measure_the_same_prompts_for_a_seed(planted_ckpt, tmp
         for name, interval in section.findings["intervals"].items():
             assert script["intervals"][name] == pytest.approx(list(interval), abs=1e-6)
         assert script["verdict"] == section.findings["verdict"]
+        robust = script["robustness"]
+        assert robust.pop("timings_s").keys() == {"mean", "corrupted", "zero"}
+        assert robust == section.findings["robustness"]  # the same held-out prompts, the same numbers
     capsys.readouterr()
 
 
@@ -109,9 +112,14 @@ def test_script_describes_the_ablation_it_ran(planted_ckpt, tmp_path, capsys):
     from mechmem.analysis.circuits import ABLATION_TEXT
 
     args = [str(planted_ckpt), "--out", str(tmp_path), "--n-samples", "16", "--role-samples", "16"]
-    assert run_script(load_script("circuit").main, [*args, "--ablation", "corrupted"]) == 0
+    assert (
+        run_script(load_script("circuit").main, [*args, "--ablation", "corrupted", "--ablations", "zero"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert ABLATION_TEXT["corrupted"] in out and ABLATION_TEXT["mean"] not in out
+    assert any(line.split()[:2] == ["zero", "no"] for line in out.splitlines())  # the robustness table
+    assert (tmp_path / "robustness.png").exists()
     assert "over the clean prompts" not in out
     assert run_script(load_script("circuit").main, [*args, "--share", "0.2"]) == 0
     out = capsys.readouterr().out

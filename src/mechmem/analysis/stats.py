@@ -46,6 +46,24 @@ def _unit_values(num: Tensor, den: Tensor | None) -> tuple[Tensor, Tensor]:
     return num, den.expand_as(num)
 
 
+def bootstrap_counts(
+    n: int, *, generator: torch.Generator, resamples: int = RESAMPLES
+) -> Float[Tensor, "resample unit"]:
+    """How often each of `n` units is drawn in each bootstrap resample (n draws with replacement), float64;
+    `counts @ values` sums any per-unit quantity over each resample (the resamples `bootstrap_ratio` uses
+    for the same generator state).
+
+    Example:
+        >>> import torch
+        >>> counts = bootstrap_counts(5, generator=torch.Generator().manual_seed(0), resamples=3)
+        >>> tuple(counts.shape), counts.sum(1).tolist()
+        ((3, 5), [5.0, 5.0, 5.0])
+    """
+    idx = torch.randint(n, (resamples, n), generator=generator)
+    ones = torch.ones(resamples, n, dtype=torch.float64)
+    return torch.zeros(resamples, n, dtype=torch.float64).scatter_add_(1, idx, ones)
+
+
 def bootstrap_ratio(
     num: Float[Tensor, "unit ..."],
     den: Float[Tensor, "unit ..."] | None = None,
@@ -64,10 +82,7 @@ def bootstrap_ratio(
     if n == 0:
         nan = torch.full(num.shape[1:], float("nan"))
         return nan, nan.clone()
-    idx = torch.randint(n, (resamples, n), generator=generator)
-    counts = torch.zeros(resamples, n, dtype=torch.float64).scatter_add_(
-        1, idx, torch.ones(resamples, n, dtype=torch.float64)
-    )  # how often each unit is drawn in each resample
+    counts = bootstrap_counts(n, generator=generator, resamples=resamples)
     flat_num = num.reshape(n, -1)
     flat_den = den.reshape(n, -1)
     stats = (counts @ flat_num) / (counts @ flat_den)

@@ -5,8 +5,9 @@
 
 Edges run from each node's output (embeddings, heads, MLPs) into each later input (a head's q, k or v, an MLP,
 the logits); see docs/circuits.md. Each edge is in when its share of the gap is decided >= --share over
-rounds of prompts; the circuit's verdict is then decided on new rounds (the report's policy). Writes
-DIR/circuit.json and DIR/circuit.png.
+rounds of prompts; the circuit's verdict is then decided on new rounds (the report's policy). Then, on
+held-out prompts, its verdict under each of --ablations and its faithfulness over circuit sizes (CPR, CMD;
+`circuit_robustness`). Writes DIR/circuit.json (with "robustness"), DIR/circuit.png and DIR/robustness.png.
 """
 
 import argparse
@@ -27,6 +28,13 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
         help="an edge is in when its share of the gap is decided >= SHARE in size (default: the rule's "
         "EDGE_SHARE, docs/decisions.md)",
     )
+    p.add_argument(
+        "--ablations",
+        nargs="+",
+        choices=CIRCUIT_ABLATIONS,
+        default=["mean", "corrupted", "zero"],
+        help="ablations the circuit is also judged under, on held-out prompts (default: all three)",
+    )
     p.add_argument("--max-exact", type=cli.positive_int, default=256, help="above: EAP, then exact on top")
     p.add_argument("--attribution", action="store_true", help="also run EAP and report its agreement")
     p.add_argument(
@@ -42,13 +50,25 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Decide every edge and the circuit's verdict; print them; return circuit.{json,png}."""
     import torch
 
-    from mechmem.analysis.circuits import attribution_agreement, circuit_prompts, decided_circuit
+    from mechmem.analysis.circuits import (
+        attribution_agreement,
+        circuit_prompts,
+        circuit_robustness,
+        decided_circuit,
+        plot_robustness,
+    )
     from mechmem.analysis.distribution import prompt_fit
     from mechmem.analysis.roles import head_roles
     from mechmem.analysis.stats import CIRCUIT_POLICY, EDGE_SHARE
     from mechmem.models.backend import is_transformer_lens_model
     from mechmem.progress import working
-    from mechmem.report.circuit_graph import edge_table, plot_circuit, summary_lines
+    from mechmem.report.circuit_graph import (
+        ROBUSTNESS_WORDS,
+        edge_table,
+        plot_circuit,
+        robustness_table,
+        summary_lines,
+    )
 
     if not is_transformer_lens_model(ckpt.model):
         reason = f"{type(ckpt.model).__name__} is not a HookedTransformer, which circuit discovery needs"
@@ -86,7 +106,18 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     table = edge_table(circuit)
     cli.print_table(table.rows, table.headers)
     record["roles"] = roles
-    return {"circuit.json": record, "circuit.png": plot_circuit(circuit, roles)}
+    ablations = tuple(dict.fromkeys(args.ablations))
+    with working(f"judging the circuit under {', '.join(ablations)} ablation and over circuit sizes"):
+        robust = circuit_robustness(
+            ckpt.model, ckpt.task, circuit, ablations=ablations, n=policy.first, seed=args.seed
+        )
+    record["robustness"] = robust.to_dict()
+    table = robustness_table(robust)
+    print(table.caption)
+    cli.print_table(table.rows, table.headers)
+    print("\n".join(ROBUSTNESS_WORDS))
+    figures = {"circuit.png": plot_circuit(circuit, roles), "robustness.png": plot_robustness(robust)}
+    return {"circuit.json": record, **figures}
 
 
 main = cli.analysis_main(parser, outputs)

@@ -1,7 +1,8 @@
-"""The report's edge-level circuit: the graph drawn by layer, its faithfulness, and the strongest edges.
+"""The report's edge-level circuit: the graph drawn by layer, its faithfulness, the strongest edges, and its
+verdict under each ablation with its faithfulness over circuit sizes (`circuit_robustness`).
 
-`edges_section(ctx)` discovers the circuit on the task's clean/corrupted pair with mean ablation
-(`discover_circuit`); `plot_circuit` draws it: embeddings at the bottom, one row per layer, logits on top;
+`edges_section(ctx)` decides the circuit on the task's clean/corrupted pair with mean ablation
+(`decided_circuit`); `plot_circuit` draws it: embeddings at the bottom, one row per layer, logits on top;
 edge width is proportional to |score|, blue edges support the clean answer and red ones oppose it.
 """
 
@@ -9,12 +10,13 @@ import math
 from collections import Counter
 from typing import Any
 
-from mechmem.analysis.circuits import ABLATION_TEXT, build_graph
+from mechmem.analysis.circuits import ABLATION_TEXT, CircuitRobustness, build_graph, circuit_robustness
 from mechmem.analysis.circuits.decided import SELECTION_BAND, decided_circuit
 from mechmem.analysis.circuits.discovery import circuit_prompts
 from mechmem.analysis.circuits.record import CONFIDENCE, Circuit
+from mechmem.analysis.circuits.robust import MEASURES, plot_robustness
 from mechmem.analysis.distribution import prompt_fit
-from mechmem.analysis.stats import CIRCUIT_POLICY, normal_interval
+from mechmem.analysis.stats import CIRCUIT_POLICY, format_interval, normal_interval
 from mechmem.errors import MechmemError
 from mechmem.models.parts import Head
 from mechmem.report.document import Section, Table
@@ -235,6 +237,31 @@ def summary_lines(circuit: Circuit, source: str, roles: dict[str, str] | None = 
     ]
 
 
+ROBUSTNESS_WORDS = (
+    (
+        "CPR: area under the faithfulness f(k) of the top-k edges by |score|, over the fraction of edges "
+        "kept (trapezoid rule; MIB, Mueller et al. 2025); 1 at best."
+    ),
+    "CMD: area under |1 - f(k)| over the same axis; 0 at best.",
+)
+"""The definitions printed under the robustness table, one line each."""
+
+
+def robustness_table(result: CircuitRobustness) -> Table:
+    """The circuit's verdict under each ablation: faithfulness, completeness, CPR and CMD, each with its 95%
+    percentile bootstrap interval over the held-out prompts."""
+    rows = [
+        [a.ablation, a.verdict]
+        + [f"{a.measures[k][0]:.3f} {format_interval(*a.measures[k][1:])}" for k in MEASURES[1:]]
+        for a in result.per_ablation
+    ]
+    caption = (
+        f"Verdict under each ablation ({result.verdict}), on {result.n} held-out prompts; brackets: 95% "
+        f"percentile bootstrap interval; the circuit keeps {result.circuit_size} of {result.n_edges} edges"
+    )
+    return Table(["ablation", "verdict", "faithfulness", "completeness", "CPR", "CMD"], rows, caption)
+
+
 def edges_section(ctx: Any) -> Section:
     """Edge-level circuit of the report's model: discovered, drawn and measured (a report section)."""
     s = Section("edges", "Circuit: edges between components")
@@ -255,5 +282,11 @@ def edges_section(ctx: Any) -> Section:
     s.lines.append(fit.message)
     s.tables.append(edge_table(circuit))
     s.add_figure("graph", plot_circuit(circuit, roles))
+    robust = circuit_robustness(ctx.model, ctx.task, circuit, n=CIRCUIT_POLICY.first, seed=ctx.seed)
+    s.findings["robustness"] = record = robust.to_dict()
+    s.findings["timings_s"] = s.findings["timings_s"] | {"robustness": sum(record.pop("timings_s").values())}
+    s.lines += [f"Robustness to the ablation and the circuit's size: {robust.verdict}.", *ROBUSTNESS_WORDS]
+    s.tables.append(robustness_table(robust))
+    s.add_figure("robustness", plot_robustness(robust))
     s.interactive["graph"] = graph_view(circuit, roles)
     return s

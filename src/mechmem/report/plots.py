@@ -6,7 +6,7 @@ The figure is a matplotlib `Figure`, never shown.
 from typing import Any
 
 from mechmem.analysis.ablation import AblationResult, plot_ablation
-from mechmem.analysis.circuits import Circuit
+from mechmem.analysis.circuits import Circuit, CircuitRobustness, plot_robustness
 from mechmem.analysis.composition import CompositionScores, plot_composition
 from mechmem.analysis.dynamics import Dynamics, plot_dynamics
 from mechmem.analysis.heads import HeadScores, plot_head_scores
@@ -19,8 +19,8 @@ from mechmem.report.circuit_graph import plot_circuit
 
 def plot(result: Any, **options: Any) -> Any:
     """The figure of an analysis result: patching heatmap, ablation deltas, head scores, composition scores,
-    logit lens, memory probes, circuit graph, one quantity's training curves (`quantity=`, a `Dynamics`
-    result), or QK attribution.
+    logit lens, memory probes, circuit graph, a circuit's faithfulness over circuit sizes per ablation, one
+    quantity's training curves (`quantity=`, a `Dynamics` result), or QK attribution.
 
     `options` go to the result's own plot function (e.g. `title=` for head scores, `roles=` for a circuit).
 
@@ -40,6 +40,7 @@ def plot(result: Any, **options: Any) -> Any:
         (LogitLensResult, plot_logit_lens),
         (MemoryProbes, plot_probes),
         (Circuit, plot_circuit),
+        (CircuitRobustness, plot_robustness),
         (Dynamics, plot_dynamics),
         (QKAttribution, plot_qk_attribution),
     )

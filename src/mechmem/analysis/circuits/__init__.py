@@ -1,6 +1,6 @@
 """Edge-level circuits: the edge graph and its patcher (path patching of every edge), the circuit record,
-circuit discovery (scoring, pruning, faithfulness), and the circuit decided edge by edge over rounds of
-prompts.
+circuit discovery (scoring, pruning, faithfulness), the circuit decided edge by edge over rounds of
+prompts, and its robustness to the ablation and the circuit's size.
 """
 
 from mechmem.analysis.circuits.decided import EDGE_SHARE, EdgeStage, decide_edges, decided_circuit
@@ -28,6 +28,13 @@ from mechmem.analysis.circuits.edges import (
     circuit_intervals,
 )
 from mechmem.analysis.circuits.record import CONFIDENCE, CRITERIA, Circuit, edge_frame
+from mechmem.analysis.circuits.robust import (
+    MIB_FRACTIONS,
+    AblationRobustness,
+    CircuitRobustness,
+    circuit_robustness,
+    plot_robustness,
+)
 
 __all__ = [
     "ABLATIONS",
@@ -37,8 +44,11 @@ __all__ = [
     "CRITERIA",
     "EDGE_SHARE",
     "EDGE_STEPS",
+    "MIB_FRACTIONS",
     "RESCORE_EDGES",
+    "AblationRobustness",
     "Circuit",
+    "CircuitRobustness",
     "Edge",
     "EdgePatcher",
     "EdgeStage",
@@ -50,11 +60,13 @@ __all__ = [
     "circuit_intervals",
     "circuit_pair",
     "circuit_prompts",
+    "circuit_robustness",
     "criteria_moments",
     "decide_edges",
     "decided_circuit",
     "discover_circuit",
     "edge_attribution",
     "edge_frame",
+    "plot_robustness",
     "score_edges",
 ]
