@@ -171,3 +171,38 @@ def test_a_bad_head_is_one_line(planted_checkpoint, tmp_path, capsys, head, mess
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
     assert not (tmp_path / "x").exists()
+
+
+def test_hooked_scores_give_transformerlens_own_pattern():
+    """Caching the scores runs the model's own attention; its softmax is the pattern of a run that hooks
+    only the pattern (TransformerLens's own forward under either backend)."""
+    model = build_model(positional_embedding_type="rotary", normalization_type="LN", rotary_dim=4)
+    tokens = torch.randint(
+        model.cfg.d_vocab, (3, model.cfg.n_ctx), generator=torch.Generator().manual_seed(3)
+    )
+    _, own = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_pattern"))
+    logits, cache = model.run_with_cache(tokens)
+    torch.testing.assert_close(logits, model(tokens))
+    for layer in range(model.cfg.n_layers):
+        pattern = cache[f"blocks.{layer}.attn.hook_attn_scores"].softmax(-1)
+        torch.testing.assert_close(pattern, own[f"blocks.{layer}.attn.hook_pattern"], atol=1e-6, rtol=0)
+
+
+def test_the_report_says_why_each_circuit_head_attends(planted):
+    from mechmem.report.circuit_graph import edges_section
+    from mechmem.report.sections import ReportContext
+
+    model, task = planted
+    roles = mechmem.head_roles(model, task, n=64)
+    section = edges_section(ReportContext(model, task, 64, 0, roles))
+    reasons = {r["head"]: r for r in section.findings["attends"]["heads"]}
+    assert set(reasons) == {"L0H2", "L1H1"}  # the circuit's heads
+    induction = reasons["L1H1"]
+    assert (induction["role"], induction["sites"]) == ("induction", "induction")
+    assert (induction["key_top"], induction["query_top"]) == ("L0H2", "embed")
+    assert induction["patching"]["top_agrees"]
+    assert reasons["L0H2"]["sites"] == "previous_token"
+    table = next(t for t in section.tables if t.caption.startswith("Why each circuit head attends"))
+    assert [row[0] for row in table.rows] == ["L0H2", "L1H1"]
+    nodes = {n["name"]: n for n in section.interactive["graph"]["nodes"]}
+    assert nodes["L1H1"]["attends"] == "embed x L0H2"

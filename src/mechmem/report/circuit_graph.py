@@ -16,10 +16,12 @@ from mechmem.analysis.circuits.discovery import circuit_prompts
 from mechmem.analysis.circuits.record import CONFIDENCE, Circuit
 from mechmem.analysis.circuits.robust import MEASURES, plot_robustness
 from mechmem.analysis.distribution import prompt_fit
+from mechmem.analysis.qk import qk_unsupported
 from mechmem.analysis.stats import CIRCUIT_POLICY, format_interval, normal_interval
 from mechmem.errors import MechmemError
 from mechmem.models.parts import Head
 from mechmem.report.document import Section, Table
+from mechmem.report.why_attend import head_reasons, reason_table
 
 PORT_OFFSET = {"q": -0.3, "k": 0.0, "v": 0.3, "in": 0.0}
 ARROW = {"arrowstyle": "-|>", "alpha": 0.75, "shrinkA": 0, "shrinkB": 0, "connectionstyle": "arc3,rad=0.08"}
@@ -40,11 +42,18 @@ def _positions(circuit: Circuit) -> dict[str, tuple[float, float]]:
     return pos
 
 
-def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title: str = "") -> Any:
-    """The circuit's kept edges between its nodes, placed by layer; returns a Figure."""
+def plot_circuit(
+    circuit: Circuit,
+    roles: dict[str, str] | None = None,
+    *,
+    title: str = "",
+    attends: dict[str, str] | None = None,
+) -> Any:
+    """The circuit's kept edges between its nodes, placed by layer; a head's box shows its role and, from
+    `attends`, why it attends (its top query source x key source term); returns a Figure."""
     from mechmem.plotting import plt
 
-    roles = roles or {}
+    roles, attends = roles or {}, attends or {}
     pos = _positions(circuit)
     xs = [x for x, _ in pos.values()]
     fig, ax = plt.subplots(
@@ -71,7 +80,7 @@ def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title
             continue  # an input no kept edge leaves (e.g. `pos`) would dangle
         x, y = pos[node.name]
         face = "#fde9a9" if node.name in used else "#eeeeee"
-        label = node.name + (f"\n{roles[node.name]}" if node.name in roles else "")
+        label = node.name + "".join(f"\n{d[node.name]}" for d in (roles, attends) if node.name in d)
         box = {"boxstyle": "round,pad=0.3", "fc": face, "ec": "#888888", "lw": 0.6}
         ax.text(x, y, label, ha="center", va="center", fontsize=10, bbox=box)
         if node.kind == "head":
@@ -86,14 +95,18 @@ def plot_circuit(circuit: Circuit, roles: dict[str, str] | None = None, *, title
     return fig
 
 
-def graph_view(circuit: Circuit, roles: dict[str, str]) -> dict[str, Any]:
-    """The interactive circuit graph's data: every node with its place and role, every edge with its score,
-    standard error, 95% interval (None without a standard error), whether it is exact and kept."""
-    pos = _positions(circuit)
+def graph_view(
+    circuit: Circuit, roles: dict[str, str], attends: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The interactive circuit graph's data: every node with its place, role and why it attends (`attends`),
+    every edge with its score, standard error, 95% interval (None without a standard error), whether it is
+    exact and kept."""
+    pos, attends = _positions(circuit), attends or {}
     nodes = []
     for n in circuit.graph.nodes:
         x, y = pos[n.name]
-        nodes.append({"name": n.name, "kind": n.kind, "x": x, "y": y, "role": roles.get(n.name, "")})
+        node = {"name": n.name, "kind": n.kind, "x": x, "y": y, "role": roles.get(n.name, "")}
+        nodes.append(node | {"attends": attends.get(n.name, "")})
     edges = circuit.to_dict()["edges"]
     for row in edges:
         err = row["stderr"]
@@ -281,12 +294,28 @@ def edges_section(ctx: Any) -> Section:
     s.findings["prompt_fit"] = fit.to_dict()
     s.lines.append(fit.message)
     s.tables.append(edge_table(circuit))
-    s.add_figure("graph", plot_circuit(circuit, roles))
+    attends = explain_heads(s, ctx, circuit, roles)
+    s.add_figure("graph", plot_circuit(circuit, roles, attends=attends))
     robust = circuit_robustness(ctx.model, ctx.task, circuit, n=CIRCUIT_POLICY.first, seed=ctx.seed)
     s.findings["robustness"] = record = robust.to_dict()
     s.findings["timings_s"] = s.findings["timings_s"] | {"robustness": sum(record.pop("timings_s").values())}
     s.lines += [f"Robustness to the ablation and the circuit's size: {robust.verdict}.", *ROBUSTNESS_WORDS]
     s.tables.append(robustness_table(robust))
     s.add_figure("robustness", plot_robustness(robust))
-    s.interactive["graph"] = graph_view(circuit, roles)
+    s.interactive["graph"] = graph_view(circuit, roles, attends)
     return s
+
+
+def explain_heads(s: Section, ctx: Any, circuit: Circuit, roles: dict[str, str]) -> dict[str, str]:
+    """Add why each of the circuit's heads attends (`why_attend`) to `s`: its table and findings["attends"];
+    returns head -> the graph's caption (empty when QK attribution does not apply)."""
+    heads = [h for h in circuit.heads() if h in roles]
+    if not heads:
+        return {}
+    if reason := qk_unsupported(ctx.model):
+        s.lines.append(f"Why the heads attend: not measured ({reason}).")
+        return {}
+    reasons, result = head_reasons(ctx.model, ctx.task, heads, roles, n=CIRCUIT_POLICY.first, seed=ctx.seed)
+    s.findings["attends"] = {"convention": result.convention, "heads": [r.to_dict() for r in reasons]}
+    s.tables.append(reason_table(reasons, result))
+    return {r.head: r.label for r in reasons}
