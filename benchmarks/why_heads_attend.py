@@ -42,7 +42,9 @@ def side(entry, which: str) -> dict:
 def explain(ckpt, heads: dict[str, str], n: int) -> dict:
     """Per head (name -> the site set it is read on): top terms, both sides, and its key-side agreement."""
     result = mechmem.qk_attribution(ckpt.model, ckpt.task, heads=list(heads), n=n, seed=0)
-    agreement = {a.head: a for a in qk_patching_agreement(ckpt.model, ckpt.task, list(heads), n=n, seed=0)}
+    agreement = {
+        (a.head, a.side): a for a in qk_patching_agreement(ckpt.model, ckpt.task, list(heads), n=n, seed=0)
+    }
     out = {"convention": result.convention, "rotary": result.rotary, "heads": {}}
     for head, sites in heads.items():
         entry = result.entry(head, sites)
@@ -54,7 +56,7 @@ def explain(ckpt, heads: dict[str, str], n: int) -> dict:
             "top_terms": [p._asdict() for p in entry.top(3)],
             "key": side(entry, "key"),
             "query": side(entry, "query"),
-            "patching_key": agreement[head].to_dict() if head in agreement else None,
+            **{f"patching_{side}": agreement[head, side].to_dict() for side in ("key", "query")},
         }
     return out
 
