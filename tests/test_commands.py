@@ -90,9 +90,19 @@ def test_analyse_writes_what_each_command_writes(planted_checkpoint, tmp_path, c
     shared = ["--n-samples", "32", "--seed", "3"]
     assert main(["analyse", str(planted_checkpoint), "--out", str(tmp_path / "all"), *shared]) == 0
     summary = json.loads((tmp_path / "all" / "analyse.json").read_text())
-    assert list(summary["analyses"]) == ["heads", "ablate", "patch", "lens", "probe", "circuit", "report"]
+    assert list(summary["analyses"]) == [
+        "heads",
+        "qk",
+        "ablate",
+        "patch",
+        "lens",
+        "probe",
+        "circuit",
+        "report",
+    ]
     assert all("error" not in entry for entry in summary["analyses"].values())
-    single = {"heads": "detect_heads.json", "probe": "memory_probes.json", "lens": "logit_lens.json"}
+    single = {"heads": "detect_heads.json", "qk": "qk_attribution.json", "probe": "memory_probes.json"}
+    single["lens"] = "logit_lens.json"
     for name, file_name in single.items():
         out = tmp_path / name
         assert main([name, str(planted_checkpoint), "--out", str(out), *shared]) == 0

@@ -1,6 +1,6 @@
 """Run every analysis that applies to a checkpoint in one process, and write one output set.
 
-    mechmem analyse runs/t2/ckpt.pt                 # heads, ablate, patch, lens, probe, circuit, report
+    mechmem analyse runs/t2/ckpt.pt                 # heads, qk, ablate, patch, lens, probe, circuit, report
     mechmem analyse runs/t2 --only heads,patch --out reports/t2-quick
 
 The checkpoint is loaded once; each analysis runs with its own command's defaults plus the shared --seed,
@@ -11,10 +11,12 @@ lists what ran, what was skipped and why, and the seconds each took.
 import time
 
 from mechmem import cli
-from mechmem.cli import ablate, circuit, heads, lens, patch, probe, report
+from mechmem.cli import ablate, circuit, heads, lens, patch, probe, qk, report
 from mechmem.errors import MechmemError, one_line
 
-ANALYSES = {m.__name__.removeprefix("mechmem.cli."): m for m in (heads, ablate, patch, lens, probe, circuit)}
+ANALYSES = {
+    m.__name__.removeprefix("mechmem.cli."): m for m in (heads, qk, ablate, patch, lens, probe, circuit)
+}
 """The analysis commands `analyse` runs, in order (then the report)."""
 ORDER = (*ANALYSES, "report")
 
