@@ -51,6 +51,7 @@ ERRORS = {
     "logit_lens": [[MISSING], ["{ckpt}", "--top-k", "-3"]],
     "patch": [[MISSING], ["{ckpt}", "--memory-mb", "nan"], ["{ckpt}", "--sweeps", "nope"]],
     "probe_memory": [[MISSING], ["{ckpt}", "--seed", "1e3"]],
+    "qk_attribution": [[MISSING], ["{ckpt}", "--head", "L1X"]],
     "report": [[MISSING], ["{ckpt}", "--n-samples", "0"]],
     "reproduce": [["--set", "novalue"]],
     "train": [["permutation"], ["permutation", "--preset", "q", "--steps", "-1"], ["--task-module", MISSING]],

@@ -13,6 +13,7 @@ DIR/qk_attribution.json and DIR/qk_attribution.png.
 
 import argparse
 import dataclasses
+import re
 from typing import Any
 
 from mechmem import cli
@@ -22,13 +23,12 @@ TOP = 5
 
 
 def head_name(text: str) -> str:
-    """A head name "L<layer>H<head>" (checked against the model after loading)."""
-    from mechmem.models.parts import Head
-
-    try:
-        return Head.parse(text).name
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    """A head name "L<layer>H<head>", checked in form before torch is imported (against the model after
+    loading)."""
+    match = re.fullmatch(r"L(\d+)H(\d+)", text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} names no head: expected L<layer>H<head>, e.g. L0H1")
+    return f"L{int(match[1])}H{int(match[2])}"
 
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
