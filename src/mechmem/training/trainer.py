@@ -4,6 +4,9 @@ Each step draws a fresh batch from the task with an explicit generator, computes
 optimiser step on the trainable parameters. Every `eval_every` steps it records the training-batch metrics
 (computed before the step) and the task's evaluation to `metrics.jsonl`, one JSON object per line.
 
+Activations named in `TrainConfig.interventions` are set in the forward passes of the steps before
+`intervene_until` (`mechmem.training.interventions`), checked against the model before anything is written.
+
 A non-finite loss or weight is `TrainingDiverged` and the last good checkpoint stays. Model init, training
 data and evaluation data come from three generators seeded from `TrainConfig.seed`; a resumed run matches the
 uninterrupted run exactly.
