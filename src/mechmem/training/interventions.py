@@ -12,6 +12,11 @@ objects: those carry arbitrary index tuples and setters whose values come from a
 resample, from_run), which would mean a second forward pass per step and has no spec string for the
 checkpoint's config to record.
 
+A parameter whose every path to the loss runs through a wholly replaced activation gets no gradient (None),
+so the optimiser skips it, weight decay included, as in a hand-written loop returning a new tensor from the
+hook; a head's or an index's slice is replaced inside a copy, so its weights get a zero gradient (a head's
+W_O shares one tensor with the other heads) and weight decay still applies to them.
+
 Caveat: "mean" is over the current training batch, so it moves with the model and the data drawn; a mean over
 a fixed reference batch would cost a second forward pass every step.
 """
@@ -52,9 +57,15 @@ def hook_function(iv: TrainIntervention) -> Callable[[Tensor, Any], Tensor]:
     """The forward hook that sets `iv`'s slice: act [batch, ...] -> new values, out of place."""
     if iv.fn is not None:
         return iv.fn
+    if iv.head is None and iv.index is None:  # a new tensor: no backward pass through what it replaces
+
+        def set_all(act: Tensor, hook: Any) -> Tensor:
+            if iv.op == "zero":
+                return torch.zeros_like(act)
+            return act.mean(0, keepdim=True).detach().expand_as(act).contiguous()
+
+        return set_all
     where = (slice(None), slice(None), iv.head) if iv.head is not None else (..., iv.index)
-    if iv.head is None and iv.index is None:
-        where = (...,)
 
     def set_slice(act: Tensor, hook: Any) -> Tensor:
         out = act.clone()
