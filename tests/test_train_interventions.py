@@ -172,3 +172,13 @@ def test_the_command_line_trains_under_a_spec_and_records_it(tmp_path, capsys):
     train_config = load_checkpoint(out).train
     assert (train_config["interventions"], train_config["intervene_until"]) == (["L0H1=mean"], 2)
     assert TrainConfig.from_dict(train_config).interventions == ("L0H1=mean",)
+
+
+def test_specs_are_canonical_in_the_config_and_a_bad_one_is_one_line():
+    cfg = TrainConfig(interventions=(" L0H1 =mean", "blocks.0.mlp.hook_post[3] = zero"))
+    assert cfg.interventions == ("L0H1=mean", "blocks.0.mlp.hook_post[3]=zero")
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(MechmemError, match="'L0H1=half' is no intervention"):
+        TrainConfig.from_dict({"interventions": ["L0H1=half"]})
+    with pytest.raises(MechmemError, match="intervene_until must be >= 0"):
+        TrainConfig.from_dict({"intervene_until": -1})
