@@ -4,8 +4,9 @@ Singh et al. (ICML 2024, "What needs to go right for an induction head?") clamp 
 training to see which parts of a circuit learning needs. Here each `TrainIntervention` (mechmem.config) is a
 TransformerLens forward hook returning new values out of place: zero, or the batch mean (per position,
 detached, so the set slice is a constant for the gradient and whatever feeds only it gets no gradient), or a
-library function. The hooks live only inside `model.hooks(...)` for the forward passes of the steps before
-`TrainConfig.intervene_until`; evaluations at those steps run under them too (the model as it trains).
+library function. The hooks live only inside `model.hooks(...)`, held across the steps before
+`TrainConfig.intervene_until` and taken off for every checkpoint; evaluations at those steps run under them
+too (the model as it trains).
 
 The training layer parses spec strings itself rather than taking the analysis engine's `Intervention`
 objects: those carry arbitrary index tuples and setters whose values come from a reference run (mean,
@@ -21,8 +22,8 @@ Caveat: "mean" is over the current training batch, so it moves with the model an
 a fixed reference batch would cost a second forward pass every step.
 """
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -120,14 +121,28 @@ def check_interventions(
             )
 
 
-@contextmanager
-def intervening(model: torch.nn.Module, hooks: list[Hook], active: bool) -> Iterator[None]:
-    """Run the block with `hooks` on `model` when `active` (and there are any); none is left afterwards."""
-    if not (active and hooks):
-        yield
-        return
-    with model.hooks(fwd_hooks=hooks):
-        yield
+class HeldHooks:
+    """Keeps `hooks` on `model`, inside one `model.hooks(...)` context, while `hold(True)`: a run enters the
+    context once per stretch of intervened steps between checkpoints, not once a step. Used as a context
+    manager; on leaving it (an error included) no hook is left."""
+
+    def __init__(self, model: torch.nn.Module, hooks: list[Hook]) -> None:
+        self.model, self.hooks, self.stack, self.held = model, hooks, ExitStack(), False
+
+    def hold(self, on: bool) -> None:
+        """Put the hooks on (`on`, when there are any) or take them off."""
+        if on and self.hooks and not self.held:
+            self.stack.enter_context(self.model.hooks(fwd_hooks=self.hooks))
+            self.held = True
+        elif not on and self.held:
+            self.stack.close()
+            self.held = False
+
+    def __enter__(self) -> "HeldHooks":  # noqa: PYI034 - beartype refuses typing.Self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.hold(False)
 
 
 def describe(cfg: TrainConfig) -> str | None:

@@ -35,9 +35,9 @@ from mechmem.models.weights import canonical_parameters, load_canonical_state_di
 from mechmem.progress import Progress
 from mechmem.tasks.base import Task
 from mechmem.training.interventions import (
+    HeldHooks,
     check_interventions,
     describe,
-    intervening,
     intervention_hooks,
     training_interventions,
 )
@@ -227,7 +227,7 @@ def train(
         training step)."""
         return cfg.intervene_until is None or min(step, cfg.steps - 1) < cfg.intervene_until
 
-    with _run_dir(out, resume=resume, overwrite=overwrite):
+    with _run_dir(out, resume=resume, overwrite=overwrite), HeldHooks(model, hooks) as clamp:
         device = torch.device(device)
         move_model(model, device)
         params = [(n, p) for n, p in canonical_parameters(model).items() if p.requires_grad]
@@ -263,6 +263,7 @@ def train(
                 pass
 
         def checkpoint(path: Path, step: int, summary: dict[str, Any]) -> None:
+            clamp.hold(False)  # saving checks the model's logits against its config: without the hooks
             _check_finite(model, step - 1)
             save_checkpoint(
                 path,
@@ -301,21 +302,20 @@ def train(
             for group in optimizer.param_groups:
                 group["lr"] = lr
             batch = task.train_batch(cfg.batch_size, generator=data_gen).to(device)
-            with intervening(model, hooks, intervened(step)):
-                logits = model(batch.tokens)
-                loss = task.loss(logits, batch)
-                if not torch.isfinite(loss):
-                    bar.close()
-                    raise TrainingDiverged(
-                        f"loss became {loss.item()} at step {step}; "
-                        "lower the learning rate or enable grad_clip"
-                    )
-                recent = (recent + [loss.item()])[-100:]
-                if step % cfg.eval_every == 0:
-                    with torch.no_grad():
-                        record = {"step": step, "lr": lr, "loss": loss.item()}
-                        record.update(task.train_metrics(model, batch, logits.detach()))
-                    evaluate(record)
+            clamp.hold(intervened(step))
+            logits = model(batch.tokens)
+            loss = task.loss(logits, batch)
+            if not torch.isfinite(loss):
+                bar.close()
+                raise TrainingDiverged(
+                    f"loss became {loss.item()} at step {step}; lower the learning rate or enable grad_clip"
+                )
+            recent = (recent + [loss.item()])[-100:]
+            if step % cfg.eval_every == 0:
+                with torch.no_grad():
+                    record = {"step": step, "lr": lr, "loss": loss.item()}
+                    record.update(task.train_metrics(model, batch, logits.detach()))
+                evaluate(record)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             for p, until in held:
@@ -335,8 +335,8 @@ def train(
         bar.close()
         _check_finite(model, cfg.steps - 1)
 
-        with intervening(model, hooks, intervened(cfg.steps)):
-            final = evaluate({"step": cfg.steps, "loss": sum(recent) / len(recent) if recent else None})
+        clamp.hold(intervened(cfg.steps))
+        final = evaluate({"step": cfg.steps, "loss": sum(recent) / len(recent) if recent else None})
         summary = {k: v for k, v in final.items() if k != "lr"}
         summary["train_loss_last100"] = summary.pop("loss")
         if describe(cfg):
