@@ -165,7 +165,7 @@ def test_a_bad_spec_is_one_line_exit_2_and_writes_nothing(spec, says, tmp_path, 
 
 def test_the_command_line_trains_under_a_spec_and_records_it(tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["permutation", "--preset", "task2-quick", "--out", str(out), "--steps", "3", "--no-progress"]
+    argv = ["permutation", "--preset", "task2-quick", "--out", str(out), "--steps", "2", "--no-progress"]
     assert run_script(train_main, [*argv, "--intervene", "L0H1=mean", "--intervene-until", "2"]) == 0
     assert "trained under interventions: L0H1=mean before step 2" in capsys.readouterr().out
     assert "L0H1=mean before step 2" in (out / "train.log").read_text()
