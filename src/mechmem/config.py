@@ -1,14 +1,16 @@
 """Serialisable frozen dataclass configs.
 
 `ConfigMixin` gives a frozen dataclass a JSON-safe `to_dict` and a `from_dict` that rejects unknown keys and
-wrongly typed values with a one-line `MechmemError`. `TrainConfig` and `Preset` live here.
+wrongly typed values with a one-line `MechmemError`. `TrainConfig`, the `TrainIntervention` it records by
+its spec string, and `Preset` live here.
 """
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -167,6 +169,84 @@ def apply_options(
     return dataclasses.replace(spec, **changes)
 
 
+INTERVENTION_OPS = ("zero", "mean")
+"""What `mechmem train --intervene` sets an activation to (a library function is "fn:NAME")."""
+_INTERVENTION = re.compile(
+    r"(?:L(?P<layer>\d+)H(?P<head>\d+)|(?P<hook>[A-Za-z_][\w.]*)(?:\[(?P<index>\d+)\])?)"
+    r"\s*=\s*(?P<op>zero|mean|fn:[^\s=]+)"
+)
+
+
+@dataclass(frozen=True)
+class TrainIntervention:
+    """An activation set in every training forward pass (Singh et al. 2024 clamp activations while training);
+    gradients flow through everything else. Written as a spec string:
+
+        L{l}H{h}=zero|mean     head h's output: `blocks.{l}.attn.hook_z` at head index h
+        HOOK=zero|mean         any TransformerLens hook, e.g. blocks.0.hook_resid_post, blocks.0.mlp.hook_post
+        HOOK[i]=zero|mean      index i of the hook's last axis (a neuron of mlp.hook_post, a coordinate)
+        HOOK=fn:NAME           a library function fn(act, hook) -> act (`TrainIntervention.function`)
+
+    "mean" is the mean over the current training batch (axis 0), at each position, detached: a constant for
+    the gradient, tracking the model as it trains without a second forward pass.
+
+    Example:
+        >>> from mechmem.config import TrainIntervention
+        >>> iv = TrainIntervention.parse("blocks.0.mlp.hook_post[3]=mean")
+        >>> iv.hook, iv.index, iv.op, str(TrainIntervention.parse("L1H0=zero"))
+        ('blocks.0.mlp.hook_post', 3, 'mean', 'L1H0=zero')
+    """
+
+    hook: str
+    """TransformerLens hook name ("blocks.{l}.attn.hook_z" for a head)."""
+    op: str = "zero"
+    """"zero", "mean" or "fn:NAME"."""
+    head: int | None = None
+    """Head index into hook_z's head axis (axis 2), else None."""
+    index: int | None = None
+    """Index into the activation's last axis, else None (the whole activation)."""
+    fn: Callable[[Any, Any], Any] | None = field(default=None, compare=False, repr=False)
+    """For "fn:NAME": fn(act, hook) -> new act (out of place); None when only the spec string is known."""
+
+    @classmethod
+    def parse(cls, text: str) -> "TrainIntervention":
+        """The intervention a spec string names; a one-line ValueError when it names none."""
+        match = _INTERVENTION.fullmatch(text.strip()) if isinstance(text, str) else None
+        if match is None:
+            raise ValueError(
+                f"{text!r} is no intervention: expected L<layer>H<head>=OP, HOOK=OP or HOOK[i]=OP "
+                f"with OP one of {', '.join(INTERVENTION_OPS)}"
+            )
+        if match["layer"] is not None:
+            hook = f"blocks.{int(match['layer'])}.attn.hook_z"
+            return cls(hook, match["op"], head=int(match["head"]))
+        return cls(match["hook"], match["op"], index=None if match["index"] is None else int(match["index"]))
+
+    @classmethod
+    def function(
+        cls, hook: str, fn: Callable[[Any, Any], Any], name: str | None = None
+    ) -> "TrainIntervention":
+        """Set the activation at `hook` to `fn(act, hook)` (whole activation; return new values, do not
+        write into `act`); recorded as "HOOK=fn:NAME", NAME defaulting to the function's name.
+
+        Example:
+            >>> import torch
+            >>> from mechmem.config import TrainIntervention
+            >>> u = torch.nn.functional.normalize(torch.ones(16), dim=0)     # a residual direction
+            >>> def no_u(act, hook):
+            ...     return act - (act @ u)[..., None] * u                    # project it out
+            >>> str(TrainIntervention.function("blocks.0.hook_resid_post", no_u))
+            'blocks.0.hook_resid_post=fn:no_u'
+        """
+        label = name if name is not None else getattr(fn, "__name__", type(fn).__name__)
+        return dataclasses.replace(cls.parse(f"{hook}=fn:{label}"), fn=fn)
+
+    def __str__(self) -> str:
+        if self.head is not None:
+            return f"L{self.hook.split('.')[1]}H{self.head}={self.op}"
+        return f"{self.hook}{'' if self.index is None else f'[{self.index}]'}={self.op}"
+
+
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("constant", "cosine", "linear")
 
@@ -205,6 +285,11 @@ class TrainConfig(ConfigMixin):
     """Write an intermediate checkpoint every this many steps (0: only the final one)."""
     frozen_until: tuple[tuple[str, int], ...] = ()
     """(parameter glob, step) pairs: matching parameters get no update before that step."""
+    interventions: tuple[str, ...] = ()
+    """Activations set in the forward pass before `intervene_until`, as `TrainIntervention` spec strings."""
+    intervene_until: int | None = None
+    """Forward passes (training and evaluation) at steps below this run under the interventions; None: every
+    one, the final evaluation included."""
     seed: int = 0
     """Seeds model init (seed), training data (seed + 1) and evaluation data (seed + 2)."""
 
@@ -215,6 +300,10 @@ class TrainConfig(ConfigMixin):
             raise ValueError(f"schedule must be one of {SCHEDULES}")
         if self.steps < 0 or self.batch_size < 1 or self.eval_every < 1:
             raise ValueError("steps must be >= 0, batch_size and eval_every >= 1")
+        if self.intervene_until is not None and self.intervene_until < 0:
+            raise ValueError("intervene_until must be >= 0")
+        canonical = tuple(str(TrainIntervention.parse(str(spec))) for spec in self.interventions)
+        object.__setattr__(self, "interventions", canonical)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from mechmem.config import TrainIntervention
 from mechmem.errors import MechmemError
 
 ABLATION_METHODS = ("zero", "mean", "resample")
@@ -98,6 +99,18 @@ def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
 
 positive_int = int_range(1)
 """An integer >= 1."""
+
+
+def intervention_spec(text: str) -> str:
+    """A training intervention, L<l>H<h>=OP, HOOK=OP or HOOK[i]=OP (OP zero or mean), as its canonical
+    spec string; whether the model has that hook is checked once the model is built."""
+    try:
+        spec = TrainIntervention.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if spec.op.startswith("fn:"):
+        raise argparse.ArgumentTypeError(f"{text!r}: a function intervention is for the library only")
+    return str(spec)
 
 
 def input_path(text: str) -> str:

@@ -4,6 +4,14 @@
     mechmem train permutation --preset task2-quick --steps 2000 --seed 1
     mechmem train --list                           # every task and preset, with its measured time
     mechmem train --list facts                     # and each facts preset's time here and now
+    mechmem train permutation --preset task2-quick --intervene L0H1=zero --intervene-until 500
+
+--intervene SPEC sets an activation in every training forward pass (gradients flow through the rest) before
+step --intervene-until (default: the whole run; evaluations at those steps too): L<l>H<h>=zero|mean (a head's
+output, blocks.<l>.attn.hook_z), HOOK=zero|mean (any TransformerLens hook, e.g. blocks.0.hook_resid_post),
+HOOK[i]=zero|mean (index i of its last axis, e.g. neuron i of blocks.0.mlp.hook_post). mean is the mean over
+the training batch at each position, detached. The checkpoint's train config records them; --resume refuses
+a run trained under others.
 
 Writes DIR/ckpt.pt and DIR/metrics.jsonl (one JSON line per evaluation); --save-every N also keeps
 DIR/checkpoints/step_N.pt. A DIR that already holds a run is refused unless --overwrite or --resume.
@@ -28,12 +36,29 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--threads", type=cli.thread_count, help="torch CPU threads, >= 1")
     parser.add_argument("--list", action="store_true", help="list tasks and presets with their measured time")
+    parser.add_argument(
+        "--intervene",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        type=cli.intervention_spec,
+        help="set an activation while training: L<l>H<h>=zero|mean, HOOK=zero|mean or HOOK[i]=zero|mean "
+        "(repeatable; see above)",
+    )
+    parser.add_argument(
+        "--intervene-until",
+        type=cli.nonnegative_int,
+        metavar="STEP",
+        help="apply the --intervene specs to the steps before STEP only (default: the whole run)",
+    )
     cli.add_task_module_arg(parser)
     args = parser.parse_args(argv)
     if not args.list and (not args.task or not args.preset):
         parser.error("TASK and --preset are required; --list shows them")
     if args.resume and args.overwrite:
         parser.error("--resume and --overwrite exclude each other")
+    if args.intervene_until is not None and not args.intervene:
+        parser.error("--intervene-until needs --intervene")
     out = None
     if not args.list:
         out = str(cli.check_out_dir(args.out if args.out is not None else f"runs/{args.task}-{args.preset}"))
@@ -64,9 +89,13 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         resume=args.resume,
         overwrite=args.overwrite,
         progress=not args.no_progress,
+        interventions=args.intervene or None,
+        **({} if args.intervene_until is None else {"intervene_until": args.intervene_until}),
     )
     rows = [(k, v) for k, v in result.summary.items() if isinstance(v, (int, float))]
     table = cli.format_table(rows, ["metric", "value"])
+    if "interventions" in result.summary:
+        table += f"\ntrained under interventions: {result.summary['interventions']}"
     print(table)
     write_train_log(Path(out), table)
     print(f"wrote {result.checkpoint}, {out}/metrics.jsonl and {out}/train.log")

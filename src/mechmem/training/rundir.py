@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mechmem.checkpoint import read_payload
-from mechmem.config import config_dict
+from mechmem.config import TrainConfig, config_dict
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.io import nesting_depth, open_in_place, output_dir, refuse_linked_folder
 
@@ -74,8 +74,12 @@ def run_identity(model_config: Any, task_name: str, task_config: Any, train_conf
 
 
 def payload_identity(payload: dict[str, Any]) -> dict[str, Any]:
-    """`run_identity` of a checkpoint payload."""
-    return run_identity(*(payload[k] for k in ("model_config", "task_name", "task_config", "train_config")))
+    """`run_identity` of a checkpoint payload; a training field the file predates (e.g. `interventions`)
+    counts as its default, so older runs still resume."""
+    train = payload["train_config"]
+    if isinstance(train, dict) and train:
+        train = {**TrainConfig().to_dict(), **train}
+    return run_identity(payload["model_config"], payload["task_name"], payload["task_config"], train)
 
 
 def run_differences(

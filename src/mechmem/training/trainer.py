@@ -4,6 +4,9 @@ Each step draws a fresh batch from the task with an explicit generator, computes
 optimiser step on the trainable parameters. Every `eval_every` steps it records the training-batch metrics
 (computed before the step) and the task's evaluation to `metrics.jsonl`, one JSON object per line.
 
+Activations named in `TrainConfig.interventions` are set in the forward passes of the steps before
+`intervene_until` (`mechmem.training.interventions`), checked against the model before anything is written.
+
 A non-finite loss or weight is `TrainingDiverged` and the last good checkpoint stays. Model init, training
 data and evaluation data come from three generators seeded from `TrainConfig.seed`; a resumed run matches the
 uninterrupted run exactly.
@@ -14,7 +17,7 @@ import math
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +26,21 @@ from typing import Any
 import torch
 
 from mechmem.checkpoint import save_checkpoint
-from mechmem.config import TrainConfig
+from mechmem.config import TrainConfig, TrainIntervention
 from mechmem.errors import MechmemError, TrainingDiverged
 from mechmem.io import atomic_write, dumps, open_in_place
 from mechmem.models.backend import move_model
+from mechmem.models.parts import model_device
 from mechmem.models.weights import canonical_parameters, load_canonical_state_dict
 from mechmem.progress import Progress
 from mechmem.tasks.base import Task
+from mechmem.training.interventions import (
+    HeldHooks,
+    check_interventions,
+    describe,
+    intervention_hooks,
+    training_interventions,
+)
 from mechmem.training.rundir import (
     METRICS,
     RUN_FILES,
@@ -186,6 +197,7 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
+    interventions: Sequence[str | TrainIntervention] | None = None,
 ) -> TrainResult:
     """Train `model` on `task` and, if `out_dir` is given, write metrics.jsonl and ckpt.pt there.
 
@@ -196,9 +208,26 @@ def train(
         resume: continue from the latest checkpoint in `out_dir` with trainer state (only of this very run).
         overwrite: a fresh run into a directory holding an old run deletes the old run's files first.
         progress: show progress (a bar on a terminal, a line every 10 s otherwise; `mechmem.progress`).
+        interventions: activations to set in the forward pass before `cfg.intervene_until`
+            (`mechmem.training.interventions`): spec strings ("L0H1=zero", "blocks.0.hook_resid_post=mean")
+            or `TrainIntervention`s; they replace `cfg.interventions` and are recorded there (None: keep
+            `cfg.interventions`). Checked against the model before anything is written.
     """
     out = Path(out_dir) if out_dir is not None else None
-    with _run_dir(out, resume=resume, overwrite=overwrite):
+    if interventions is not None:
+        cfg = cfg.replace(interventions=tuple(str(iv) for iv in interventions))
+    clamps = training_interventions(cfg, interventions or ())
+    if clamps:
+        probe = task.train_batch(2, generator=torch.Generator().manual_seed(0)).tokens
+        check_interventions(model, clamps, probe.to(model_device(model)))
+    hooks = intervention_hooks(clamps)
+
+    def intervened(step: int) -> bool:
+        """Whether the forward passes of `step` run under the interventions (the final evaluation: as the last
+        training step)."""
+        return cfg.intervene_until is None or min(step, cfg.steps - 1) < cfg.intervene_until
+
+    with _run_dir(out, resume=resume, overwrite=overwrite), HeldHooks(model, hooks) as clamp:
         device = torch.device(device)
         move_model(model, device)
         params = [(n, p) for n, p in canonical_parameters(model).items() if p.requires_grad]
@@ -234,6 +263,7 @@ def train(
                 pass
 
         def checkpoint(path: Path, step: int, summary: dict[str, Any]) -> None:
+            clamp.hold(False)  # saving checks the model's logits against its config: without the hooks
             _check_finite(model, step - 1)
             save_checkpoint(
                 path,
@@ -272,6 +302,7 @@ def train(
             for group in optimizer.param_groups:
                 group["lr"] = lr
             batch = task.train_batch(cfg.batch_size, generator=data_gen).to(device)
+            clamp.hold(intervened(step))
             logits = model(batch.tokens)
             loss = task.loss(logits, batch)
             if not torch.isfinite(loss):
@@ -304,9 +335,12 @@ def train(
         bar.close()
         _check_finite(model, cfg.steps - 1)
 
+        clamp.hold(intervened(cfg.steps))
         final = evaluate({"step": cfg.steps, "loss": sum(recent) / len(recent) if recent else None})
         summary = {k: v for k, v in final.items() if k != "lr"}
         summary["train_loss_last100"] = summary.pop("loss")
+        if describe(cfg):
+            summary["interventions"] = describe(cfg)
         summary["wall_time_s"] = round(time.perf_counter() - t0, 2)
         ckpt_path = None
         if out is not None:
