@@ -34,7 +34,7 @@ HOMES = {
         "mechmem.analysis.roles": "head_roles",
         "mechmem.analysis.circuits": "circuit_prompts discover_circuit decided_circuit",
         "mechmem.analysis.sequential": "decide",
-        "mechmem.analysis.dynamics": "run_dynamics compare_dynamics",
+        "mechmem.analysis.dynamics": "run_dynamics",
         "mechmem.analysis.distribution": "prompt_fit",
         "mechmem.report": "build_report",
         "mechmem.report.checkpoint_report": "report_checkpoint",
@@ -59,7 +59,6 @@ __all__ = [
     "build_task",
     "builtin_probes",
     "circuit_prompts",
-    "compare_dynamics",
     "composition_scores",
     "decide",
     "decided_ablation",
@@ -111,7 +110,7 @@ if TYPE_CHECKING:  # the names as static imports, for type checkers and editors
     from mechmem.analysis.circuits import circuit_prompts, decided_circuit, discover_circuit
     from mechmem.analysis.composition import composition_scores
     from mechmem.analysis.distribution import prompt_fit
-    from mechmem.analysis.dynamics import compare_dynamics, run_dynamics
+    from mechmem.analysis.dynamics import run_dynamics
     from mechmem.analysis.heads import detect_heads
     from mechmem.analysis.interventions import Intervention, apply, from_run, intervene, mean, resample, zero
     from mechmem.analysis.logit_lens import logit_lens

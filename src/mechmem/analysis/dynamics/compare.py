@@ -33,7 +33,7 @@ from mechmem.training.rundir import payload_identity, run_differences
 @dataclass(frozen=True)
 class DynamicsComparison:
     """Run A's and run B's `Dynamics` (same quantities, seed and evaluation draw), the steps both saved,
-    and how the runs differ (`run_differences`: dotted config fields, "train.seed 0 != 1")."""
+    and how the runs differ (`run_differences`: dotted fields, A's value first: "train.seed 0 != 1")."""
 
     a: Dynamics
     b: Dynamics
@@ -144,7 +144,7 @@ def compare_dynamics(
         ([2, 4], ['train.seed 0 != 1'])
     """
     first = [read_payload(step_files(run)[0][1]) for run in (run_a, run_b)]
-    differences = run_differences(first[1], payload_identity(first[0]))
+    differences = run_differences(first[0], payload_identity(first[1]))  # "field A's value != B's value"
     if clash := [d for d in differences if d.startswith(("model.", "task.name"))]:
         raise MechmemError(f"{run_b}: not comparable with {run_a} ({', '.join(clash[:4])})")
     circuit = None

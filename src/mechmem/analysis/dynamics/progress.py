@@ -143,7 +143,7 @@ def progress_measures(
         >>> model = mechmem.planted_induction_model()
         >>> task = mechmem.build_task("repeats", {"d_vocab": 12, "half": 8})
         >>> pair, _ = mechmem.circuit_prompts(model, task, 16, seed=0)
-        >>> every = FixedCircuit(tuple(e.name for e in mechmem.build_graph(model).edges), "all")
+        >>> every = FixedCircuit(tuple(e.name for e in build_graph(model).edges), "every edge")
         >>> m = progress_measures(model, pair, every)
         >>> bool((m.of("restricted") - m.of("full")).abs().max() < 1e-5)
         True
