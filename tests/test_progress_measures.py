@@ -67,10 +67,13 @@ def test_progress_measures_equal_each_checkpoint_evaluated_by_hand(early, plante
         full, empty, circuit = patcher.evaluate(torch.stack([every, ~every, keep])).double()
         faithful = float((circuit - empty).sum() / (full - empty).sum())
         assert planted_result.curves["circuit.faithfulness"][i] == pytest.approx(faithful, abs=1e-6), step
+        losses = {}
         for name, kept in (("full", every), ("restricted", keep), ("excluded", ~keep)):
             logits = intervened_logits(ckpt.model, pair.clean, patcher.circuit_variant(kept))
-            loss = answer_loss(logits, pair).double()
-            point = planted_result.point(f"circuit.{name}_loss", i)
+            losses[f"{name}_loss"] = answer_loss(logits, pair).double()
+        losses["excluded_gap"] = losses["excluded_loss"] - losses["full_loss"]  # paired per prompt
+        for name, loss in losses.items():
+            point = planted_result.point(f"circuit.{name}", i)
             half = Z_95 * float(loss.std()) / math.sqrt(N)
             assert point.value == pytest.approx(float(loss.mean()), abs=1e-6), (step, name)
             assert point.upper - point.value == pytest.approx(half, abs=1e-6)
@@ -82,7 +85,8 @@ def test_the_planted_circuit_forms_where_it_was_blended_in(planted_result):
     assert 10 <= events["circuit.restricted_loss"].step <= 20
     assert 10 <= events["circuit.faithfulness"].step <= 20
     last = {c: planted_result.point(c) for c in planted_result.groups["circuit"]}
-    assert last["circuit.restricted_loss"].upper < math.log(2) < last["circuit.excluded_loss"].lower
+    assert last["circuit.restricted_loss"].upper < math.log(2) < last["circuit.excluded_gap"].lower
+    assert 10 <= events["circuit.excluded_gap"].step <= 20 and "circuit.excluded_loss" not in events
     assert last["circuit.faithfulness"].lower > 0.8
 
 
@@ -96,6 +100,10 @@ def test_invariants_every_edge_kept_and_no_edge_in_the_circuit(early):
     none = progress_measures(ckpt.model, pair, FixedCircuit((), "none"))
     torch.testing.assert_close(none.of("excluded"), none.of("full"), atol=1e-6, rtol=0)
     torch.testing.assert_close(none.of("restricted"), none.of("empty"), atol=1e-6, rtol=0)
+    gap = QUANTITIES["circuit"].fn(
+        ckpt.model, EvalData(ckpt.task, N, 0, torch.device("cpu"), FixedCircuit((), ""))
+    )
+    assert gap["circuit.excluded_gap"].value == pytest.approx(0.0, abs=1e-6)
     data = EvalData(ckpt.task, N, 0, torch.device("cpu"), FixedCircuit(every, "every edge"))
     points = QUANTITIES["circuit"].fn(ckpt.model, data)
     assert points["circuit.faithfulness"].value == pytest.approx(1.0, abs=1e-6)
@@ -134,7 +142,7 @@ def test_a_model_without_heads_skips_the_circuit_with_its_reason(tmp_path):
 def test_a_run_compared_with_itself_differs_by_zero(planted_result):
     both = DynamicsComparison(planted_result, planted_result, planted_result.steps, [])
     frame = both.to_dataframe()
-    assert len(frame) == 4 * 3 and (frame["difference"] == 0).all()
+    assert len(frame) == 5 * 3 and (frame["difference"] == 0).all()
     assert frame["lower"].notna().all() and (frame["lower"] < 0).all() and (frame["upper"] > 0).all()
     assert all(e["b_minus_a"] in (0, None) for e in both.events())
 

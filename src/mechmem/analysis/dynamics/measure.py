@@ -247,6 +247,8 @@ def _circuit(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     for name in ("full", "restricted", "excluded"):
         mean, lower, upper = mean_interval(m.of(name))
         out[f"circuit.{name}_loss"] = CurvePoint(float(mean), float(lower), float(upper))
+    mean, lower, upper = mean_interval(m.of("excluded") - m.of("full"))  # paired per prompt
+    out["circuit.excluded_gap"] = CurvePoint(float(mean), float(lower), float(upper))
     empty = m.of("empty", "logit_diff")
     num, den = m.of("restricted", "logit_diff") - empty, m.of("full", "logit_diff") - empty
     faithfulness = float(num.sum() / den.sum()) if float(den.sum()) != 0 else math.nan
@@ -257,13 +259,14 @@ def _circuit(model: Any, data: EvalData) -> dict[str, CurvePoint]:
 CIRCUIT_RULES = {
     "circuit.full_loss": steepest("down"),
     "circuit.restricted_loss": level(math.log(2), "down"),
-    "circuit.excluded_loss": steepest("up"),
+    "circuit.excluded_gap": level(math.log(2)),
     "circuit.faithfulness": level(0.8),
 }
 """The events of the `circuit` quantity's curves (conventions fixed before any run): the restricted loss
 falls below ln 2 nats (the circuit alone gives the answer a probability above 1/2 on geometric mean), the
-faithfulness reaches 0.8 (`CONFIDENCE["min_faithfulness"]`), the full loss's steepest fall, the excluded
-loss's steepest rise (the model starts to need the circuit)."""
+excluded gap (excluded - full loss) rises above ln 2 nats (the model needs the circuit: removing it at least
+halves the answer's probability), the faithfulness reaches 0.8 (`CONFIDENCE["min_faithfulness"]`), the full
+loss's steepest fall; the excluded loss itself has no event (read it through its gap)."""
 
 
 def _roles(model: Any, data: EvalData) -> dict[str, CurvePoint]:
@@ -363,11 +366,13 @@ QUANTITIES: dict[str, Quantity] = {
             "default the last checkpoint's decided circuit, on one draw of the task's pair, mean ablation: "
             "circuit.restricted_loss = cross-entropy of the correct answer at the answer position with only "
             "the circuit's edges kept, circuit.excluded_loss = with only its edges ablated, "
-            "circuit.full_loss = the model's; circuit.faithfulness = sum(circuit - empty) / sum(full - "
-            "empty) of the logit difference. Events: restricted loss below ln 2, faithfulness above 0.8, "
-            "the full loss's steepest fall, the excluded loss's steepest rise",
+            "circuit.full_loss = the model's, circuit.excluded_gap = excluded - full loss; "
+            "circuit.faithfulness = sum(circuit - empty) / sum(full - empty) of the logit difference. "
+            "Events: restricted loss below ln 2, excluded gap above ln 2, faithfulness above 0.8, the full "
+            "loss's steepest fall",
             CIRCUIT_RULES.get,
-            "95% over prompts: the losses are means, value -+ 1.96 standard errors (normal); faithfulness "
+            "95% over prompts: the losses and the gap (paired per prompt) are means, value -+ 1.96 standard "
+            "errors (normal); faithfulness "
             "is a ratio of sums over prompts, delta-method normal interval (RatioMoments)",
         ),
         Quantity(

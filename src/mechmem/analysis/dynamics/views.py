@@ -106,11 +106,8 @@ def _facet(quantity: str, curve: str) -> tuple[str, str]:
         head, pattern = curve.split(".", 1)
         return pattern, head
     if quantity == "circuit":
-        return (
-            ("faithfulness (logit difference)", curve)
-            if curve.endswith("faithfulness")
-            else ("answer loss (nats)", curve)
-        )
+        panel = "faithfulness (logit difference)" if curve.endswith("faithfulness") else "answer loss (nats)"
+        return panel, curve
     if quantity == "roles":
         return ("role held (1) or not (0)", curve) if ".role=" in curve else ("task-role scores", curve)
     return quantity, curve
