@@ -109,6 +109,8 @@ class DynamicsComparison:
             "its own 95% interval as half-width / 1.96 (independent means; same prompts in both runs)",
             "rows": frame.where(frame.notna(), None).to_dict(orient="records"),
             "events": self.events(),
+            "circuit": self.a.info.get("circuit"),
+            "cost_s": {"a": self.a.cost_s, "b": self.b.cost_s},
         }
 
     def __repr__(self) -> str:
