@@ -154,3 +154,44 @@ def assert_records_close(
         )
     else:
         assert type(actual) is type(expected) and actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+# -- a synthetic run of step checkpoints (training dynamics) ------------------------------------------------
+SAVE_EVERY = 10
+"""The save interval of `write_series`."""
+
+
+def ramp(step: int, at: int) -> float:
+    """A logistic blend from 0 to 1 centred on step `at` (width 3 steps)."""
+    return 1.0 / (1.0 + math.exp(-(step - at) / 3.0))
+
+
+def write_series(out: Path, prev_at: int, induction_at: int, last: int = 200) -> None:
+    """Checkpoints of the planted induction model whose previous-token head (L0H2) and induction head (L1H1)
+    are blended in from a random init around `prev_at` and `induction_at`, saved every `SAVE_EVERY` steps up
+    to `last` (unpadded names: step_10.pt, ...)."""
+    from mechmem.analysis import planted
+    from mechmem.checkpoint import save_checkpoint
+    from mechmem.models import build_model
+    from mechmem.models.weights import canonical_state_dict, load_canonical_state_dict
+    from mechmem.tasks.generic import RepeatsConfig
+
+    target, config = planted.planted_induction_model(), planted.planted_config()
+    start = canonical_state_dict(build_model(config, generator=torch.Generator().manual_seed(1)))
+    heads = {planted.PREVIOUS_TOKEN_HEAD: prev_at, planted.INDUCTION_HEAD: induction_at}
+    for step in range(SAVE_EVERY, last + 1, SAVE_EVERY):
+        state = {k: v.clone() for k, v in canonical_state_dict(target).items()}
+        for (layer, head), at in heads.items():
+            a = ramp(step, at)
+            for w in ("W_Q", "W_K", "W_V", "W_O"):
+                name = f"blocks.{layer}.attn.{w}"
+                state[name][head] = (1 - a) * start[name][head] + a * state[name][head]
+        model = planted.planted_induction_model()
+        load_canonical_state_dict(model, state)
+        save_checkpoint(
+            out / "checkpoints" / f"step_{step}.pt",
+            model=model,
+            model_config=config,
+            task_name="repeats",
+            task_config=RepeatsConfig(d_vocab=12, half=11),
+        )

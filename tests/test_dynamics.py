@@ -3,16 +3,16 @@ events is known, agreement with the trainer's own log, and the script's outputs 
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_no_hooks, load_script
+from helpers import SAVE_EVERY, assert_no_hooks, load_script, write_series
 
 from mechmem.analysis.dynamics import (
     QUANTITIES,
     CurvePoint,
     EvalData,
+    FixedCircuit,
     iter_models,
     run_dynamics,
     set_levels,
@@ -31,7 +31,7 @@ from mechmem.analysis.transitions import (
 )
 from mechmem.cli import run_script
 
-SAVE_EVERY = 10
+pytestmark = pytest.mark.usefixtures("one_thread")
 PREV_AT, INDUCTION_AT = 60, 140
 """The synthetic schedule: the previous-token head forms at step 60, the induction head at step 140."""
 
@@ -93,47 +93,10 @@ def test_event_order_and_bad_rules():
 
 
 # -- a synthetic series with a known order of events ---------------------------------------------------------
-def _ramp(step: int, at: int) -> float:
-    return 1.0 / (1.0 + math.exp(-(step - at) / 3.0))
-
-
-def write_series(
-    out: Path, prev_at: int = PREV_AT, induction_at: int = INDUCTION_AT, last: int = 200
-) -> None:
-    """Checkpoints of the planted induction model whose previous-token head (L0H2) and induction head (L1H1)
-    are blended in from a random init around `prev_at` and
-    `induction_at` (unpadded names: step_10.pt, ...)."""
-    from mechmem.analysis import planted
-    from mechmem.checkpoint import save_checkpoint
-    from mechmem.models import build_model
-    from mechmem.models.weights import canonical_state_dict, load_canonical_state_dict
-    from mechmem.tasks.generic import RepeatsConfig
-
-    target, config = planted.planted_induction_model(), planted.planted_config()
-    start = canonical_state_dict(build_model(config, generator=torch.Generator().manual_seed(1)))
-    heads = {planted.PREVIOUS_TOKEN_HEAD: prev_at, planted.INDUCTION_HEAD: induction_at}
-    for step in range(SAVE_EVERY, last + 1, SAVE_EVERY):
-        state = {k: v.clone() for k, v in canonical_state_dict(target).items()}
-        for (layer, head), at in heads.items():
-            a = _ramp(step, at)
-            for w in ("W_Q", "W_K", "W_V", "W_O"):
-                name = f"blocks.{layer}.attn.{w}"
-                state[name][head] = (1 - a) * start[name][head] + a * state[name][head]
-        model = planted.planted_induction_model()
-        load_canonical_state_dict(model, state)
-        save_checkpoint(
-            out / "checkpoints" / f"step_{step}.pt",
-            model=model,
-            model_config=config,
-            task_name="repeats",
-            task_config=RepeatsConfig(d_vocab=12, half=11),
-        )
-
-
 @pytest.fixture(scope="module")
 def series(tmp_path_factory):
     out = tmp_path_factory.mktemp("series")
-    write_series(out)
+    write_series(out, PREV_AT, INDUCTION_AT)
     return out
 
 
@@ -170,7 +133,8 @@ def test_swapped_schedule_swaps_the_order(tmp_path):
 
 def test_every_quantity_on_one_step_leaves_no_hooks(series):
     *_, (_, ckpt) = iter_models(step_files(series))  # the last step, where the planted heads have their roles
-    data = EvalData(ckpt.task, 32, 0, torch.device("cpu"))
+    planted = FixedCircuit(("L0H2->L1H1.k", "L1H1->logits"), "the planted heads' edges")  # not decided here
+    data = EvalData(ckpt.task, 32, 0, torch.device("cpu"), planted)
     for quantity in QUANTITIES.values():
         values = quantity.fn(ckpt.model, data)
         assert values and all(isinstance(v, CurvePoint) for v in values.values()), quantity.name
@@ -281,8 +245,10 @@ def test_script_bad_input_is_one_line_exit_2(series, tmp_path, capsys, case):
 def test_report_section_shows_the_order_of_events(series):
     from mechmem.report.dynamics_section import dynamics_section
 
-    s = dynamics_section(series)
-    assert s.skipped is None and set(s.figures) == {"loss", "heads", "probes"}
+    planted = FixedCircuit(("L0H2->L1H1.k", "L1H1->logits"), "the planted heads' edges")
+    s = dynamics_section(series, circuit=planted)
+    assert s.skipped is None and set(s.figures) == {"loss", "heads", "probes", "circuit"}
+    assert any("follow the planted heads' edges: 2 edges" in line for line in s.lines)
     order = [row[0] for row in s.tables[0].rows]
     assert order.index("L0H2.previous_token") < order.index("L1H1.induction")
     assert any("Order of events: " in line for line in s.lines)

@@ -35,7 +35,17 @@ PATCH_SWEEPS = (
     "attn_head_pattern_by_pos",
 )
 """The activation patching sweeps (`mechmem patch --sweeps`)."""
-DYNAMICS_QUANTITIES = ("loss", "heads", "probes", "lens", "ablation", "patching", "composition", "roles")
+DYNAMICS_QUANTITIES = (
+    "loss",
+    "heads",
+    "probes",
+    "lens",
+    "ablation",
+    "patching",
+    "composition",
+    "circuit",
+    "roles",
+)
 """What `mechmem dynamics --quantities` can measure over a run's step checkpoints."""
 
 

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from mechmem.analysis.dynamics.progress import FixedCircuit
 from mechmem.analysis.options import HEAD_BUDGET
 from mechmem.analysis.roles import HeadRole, RoleResult, RoleThresholds, head_roles
 from mechmem.analysis.stats import format_interval
@@ -289,7 +290,13 @@ def build_report(
         ctx = ReportContext(model, task, n_samples, seed, roles)
         done = [cost.run(fn.__name__, fn, ctx) for fn in sections]
         if run_dir is not None:
-            done.append(cost.run("dynamics", lambda: dynamics_section(run_dir, task, seed=seed)))
+            edges = next((s for s in done if s.key == "edges" and not s.skipped and s.findings), None)
+            followed = None if edges is None else FixedCircuit(
+                tuple(edges.findings["circuit"]), "the report's edge circuit (decided, mean ablation)"
+            )  # fmt: skip
+            done.append(
+                cost.run("dynamics", lambda: dynamics_section(run_dir, task, seed=seed, circuit=followed))
+            )
         mlp = next((s for s in done if s.key == "mlp"), None)
         circuit = cost.run("circuit", circuit_section, roles, mlp)
     optimum = next((s for s in done if s.key == "optimum" and not s.skipped), None)

@@ -1,7 +1,9 @@
 """The report's training-dynamics section: how the circuit formed over the run's step checkpoints.
 
 The section runs `run_dynamics` on `checkpoints/step_N.pt` with the defaults of `mechmem dynamics` (the same
-numbers for the same seed) and shows the curves with their 95% intervals and the order of events.
+numbers for the same seed) plus the circuit's progress measures (restricted and excluded loss, faithfulness
+of one fixed circuit: the report's edge circuit when it has one) and shows the curves with their 95%
+intervals and the order of events.
 """
 
 from pathlib import Path
@@ -9,7 +11,7 @@ from typing import Any
 
 import torch
 
-from mechmem.analysis.dynamics import DEFAULT_QUANTITIES, QUANTITIES, run_dynamics, step_files
+from mechmem.analysis.dynamics import DEFAULT_QUANTITIES, QUANTITIES, FixedCircuit, run_dynamics, step_files
 from mechmem.analysis.dynamics.views import EVENT_HEADERS, event_rows, plot_dynamics
 from mechmem.analysis.transitions import format_order
 from mechmem.errors import MechmemError, one_line
@@ -19,15 +21,18 @@ DYNAMICS_SAMPLES = 128
 """Evaluation sequences per step (the default of mechmem dynamics)."""
 
 
-def dynamics_section(run_dir: str | Path, task: Any = None, *, seed: int = 0) -> Section:
-    """Curves of every default quantity against step and the order of events, from `run_dir`'s checkpoints;
-    `roles` too when the task defines task roles (its `role_probes`)."""
+def dynamics_section(
+    run_dir: str | Path, task: Any = None, *, seed: int = 0, circuit: FixedCircuit | None = None
+) -> Section:
+    """Curves of every default quantity and of the circuit's progress measures against step, and the order
+    of events, from `run_dir`'s checkpoints; `roles` too when the task defines task roles (its
+    `role_probes`). The progress measures follow `circuit` (default: the run's final decided circuit)."""
     s = Section("dynamics", "Training dynamics: when each part formed")
     try:
         step_files(run_dir)
         named = task is not None and bool(task.role_probes(2, generator=torch.Generator().manual_seed(0)))
-        quantities = (*DEFAULT_QUANTITIES, "roles") if named else DEFAULT_QUANTITIES
-        result = run_dynamics(run_dir, quantities, n=DYNAMICS_SAMPLES, seed=seed)
+        quantities = (*DEFAULT_QUANTITIES, "circuit", *(("roles",) if named else ()))
+        result = run_dynamics(run_dir, quantities, n=DYNAMICS_SAMPLES, seed=seed, circuit=circuit)
     except MechmemError as exc:  # no step checkpoints, or an unreadable one: the rest of the report stands
         s.skipped = one_line(exc)
         return s
@@ -46,6 +51,14 @@ def dynamics_section(run_dir: str | Path, task: Any = None, *, seed: int = 0) ->
             f"Order of events: {format_order(events)}."
         ),
     ]
+    followed = result.info.get("circuit", {})
+    if "skipped" in followed:
+        s.lines.append(f"Circuit progress measures: not measured ({followed['skipped']}).")
+    elif followed:
+        s.lines.append(
+            f"Circuit progress measures follow {followed['source']}: {len(followed['edges'])} edges, fixed "
+            "at every step; restricted loss keeps only them, excluded loss ablates only them (mean ablation)."
+        )
     missed = [e.curve for e in events if not e.reached]
     if missed:
         s.lines.append(f"Not reached by the last save: {', '.join(missed)}.")

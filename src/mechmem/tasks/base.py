@@ -104,6 +104,16 @@ class PatchingPair:
         bad = at.gather(-1, self.incorrect.to(logits.device).expand(at.shape[:-1]).unsqueeze(-1)).squeeze(-1)
         return good - bad
 
+    def answer_loss_per_prompt(
+        self, logits: Float[Tensor, "... batch pos d_vocab"]
+    ) -> Float[Tensor, "... batch"]:
+        """Cross-entropy of the correct answer at the answer position, -log softmax(logits)[correct], per
+        prompt; leading axes are kept."""
+        idx = self.answer_pos.to(logits.device)
+        rows = torch.arange(logits.shape[-3], device=logits.device)
+        at = logits[..., rows, idx, :].log_softmax(-1)
+        return -at.gather(-1, self.correct.to(logits.device).expand(at.shape[:-1]).unsqueeze(-1)).squeeze(-1)
+
 
 @dataclass
 class RoleProbe:

@@ -23,6 +23,7 @@ corruption shows only the paths it disturbs; effects of single edges need not ad
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,6 +180,9 @@ class EdgePatcher:
         ablation: "corrupted", "mean" or "zero" (see the module docstring).
         reference: sequences the "mean" ablation averages over (default: `pair.clean`).
         memory_mb: budget of one batched pass of the engine.
+        metric: what `run`, `exact` and `evaluate` measure: logits [batch pos d_vocab] -> [..., batch], per
+            prompt (default: the pair's logit difference; e.g. stacked with `pair.answer_loss_per_prompt`
+            for losses); `attribution` always differentiates the logit difference.
     """
 
     def __init__(
@@ -189,10 +193,12 @@ class EdgePatcher:
         *,
         reference: Tensor | None = None,
         memory_mb: float = 256.0,
+        metric: Callable[[Tensor], Tensor] | None = None,
     ) -> None:
         if ablation not in ABLATIONS:
             raise MechmemError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
         self.model, self.pair, self.ablation, self.memory_mb = model, pair, ablation, memory_mb
+        self.measure = pair.logit_diff_per_prompt if metric is None else metric
         self.graph = build_graph(model)
         self.tokens = pair.clean
         hooks = sorted({n.hook for n in self.graph.nodes if n.hook is not None})
@@ -230,10 +236,11 @@ class EdgePatcher:
         """The sender's output change when ablated (its ablated output - its clean output), in d_model."""
         return self.output(sender, self.change[sender.hook])
 
-    def metric(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Float[Tensor, " batch"]:
-        return self.pair.logit_diff_per_prompt(logits)
+    def metric(self, logits: Float[Tensor, "batch pos d_vocab"]) -> Float[Tensor, "... batch"]:
+        """The per-prompt metric (`metric` of the constructor; default the pair's logit difference)."""
+        return self.measure(logits)
 
-    def run(self, variants: list[list[Intervention]]) -> Float[Tensor, "variant batch"]:
+    def run(self, variants: list[list[Intervention]]) -> Float[Tensor, "variant ... batch"]:
         """The per-prompt metric under each variant (one engine call)."""
         return intervene(self.model, self.tokens, variants, self.metric, memory_mb=self.memory_mb)
 
@@ -339,7 +346,7 @@ class EdgePatcher:
         """Interventions that ablate every edge not in `keep` at once (the module docstring)."""
         return _CircuitPass(self, keep).interventions()
 
-    def evaluate(self, keep: Bool[Tensor, "variant edge"]) -> Float[Tensor, "variant batch"]:
+    def evaluate(self, keep: Bool[Tensor, "variant edge"]) -> Float[Tensor, "variant ... batch"]:
         """Per-prompt metric of each circuit (a row of `keep`, each distinct one run once)."""
         unique, where = torch.unique(keep, dim=0, return_inverse=True)
         variants = [

@@ -26,11 +26,14 @@ import torch
 from torch import Tensor
 
 from mechmem.analysis import ablation, composition, heads, logit_lens, patching, probes, roles
+from mechmem.analysis.circuits.discovery import circuit_prompts
+from mechmem.analysis.dynamics.progress import FixedCircuit, fixed_circuit, progress_measures
 from mechmem.analysis.frames import short_repr
-from mechmem.analysis.stats import RatioMoments, normal_interval
+from mechmem.analysis.heads import no_attention_reason
+from mechmem.analysis.stats import RatioMoments, mean_interval, normal_interval
 from mechmem.analysis.transitions import Event, Rule, find_events, level, steepest
 from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
-from mechmem.errors import CheckpointError, MechmemError
+from mechmem.errors import CheckpointError, MechmemError, one_line
 from mechmem.models.checks import check_finite_weights, check_n_samples
 from mechmem.models.parts import Head, model_device
 from mechmem.models.weights import load_canonical_state_dict
@@ -95,6 +98,10 @@ class EvalData:
     n: int
     seed: int
     device: torch.device
+    circuit: FixedCircuit | None = None
+    """The circuit the `circuit` quantity keeps at every step (None: each model's own decided circuit)."""
+    circuit_skipped: str = ""
+    """Why the `circuit` quantity is not measured on this run ("" when it is)."""
 
     def _gen(self, offset: int) -> torch.Generator:
         return torch.Generator().manual_seed(self.seed * 1000 + offset)
@@ -107,6 +114,14 @@ class EvalData:
     def reference(self) -> torch.Tensor:
         """A second evaluation draw, the reference of mean ablation."""
         return self.task.eval_batch(self.n, generator=self._gen(2)).tokens.to(self.device)
+
+    def circuit_pair(self, model: Any) -> PatchingPair:
+        """The progress measures' prompts: the task's pair (`circuit_prompts`, seeded from `seed`; the same
+        draw for every model of one architecture), drawn once."""
+        if not hasattr(self, "_circuit_pair"):
+            pair, _ = circuit_prompts(model, self.task, self.n, self.seed * 1000 + 5)
+            self._circuit_pair = pair.to(self.device)
+        return self._circuit_pair
 
     @cached_property
     def pair(self) -> PatchingPair | None:
@@ -222,6 +237,38 @@ def _composition(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     return out
 
 
+def _circuit(model: Any, data: EvalData) -> dict[str, CurvePoint]:
+    if data.circuit_skipped:
+        return {}
+    pair = data.circuit_pair(model)
+    circuit = data.circuit or fixed_circuit(model, data.task, seed=data.seed)
+    m = progress_measures(model, pair, circuit)
+    out = {}
+    for name in ("full", "restricted", "excluded"):
+        mean, lower, upper = mean_interval(m.of(name))
+        out[f"circuit.{name}_loss"] = CurvePoint(float(mean), float(lower), float(upper))
+    mean, lower, upper = mean_interval(m.of("excluded") - m.of("full"))  # paired per prompt
+    out["circuit.excluded_gap"] = CurvePoint(float(mean), float(lower), float(upper))
+    empty = m.of("empty", "logit_diff")
+    num, den = m.of("restricted", "logit_diff") - empty, m.of("full", "logit_diff") - empty
+    faithfulness = float(num.sum() / den.sum()) if float(den.sum()) != 0 else math.nan
+    out["circuit.faithfulness"] = ratio_point(faithfulness, RatioMoments.from_values(num, den))
+    return out
+
+
+CIRCUIT_RULES = {
+    "circuit.full_loss": steepest("down"),
+    "circuit.restricted_loss": level(math.log(2), "down"),
+    "circuit.excluded_gap": level(math.log(2)),
+    "circuit.faithfulness": level(0.8),
+}
+"""The events of the `circuit` quantity's curves (conventions fixed before any run): the restricted loss
+falls below ln 2 nats (the circuit alone gives the answer a probability above 1/2 on geometric mean), the
+excluded gap (excluded - full loss) rises above ln 2 nats (the model needs the circuit: removing it at least
+halves the answer's probability), the faithfulness reaches 0.8 (`CONFIDENCE["min_faithfulness"]`), the full
+loss's steepest fall; the excluded loss itself has no event (read it through its gap)."""
+
+
 def _roles(model: Any, data: EvalData) -> dict[str, CurvePoint]:
     result = roles.head_roles(model, data.task, n=data.n, seed=data.seed)
     out = {f"{h.name}.role={h.role}": CurvePoint(1.0) for h in result.heads if h.role != "none"}
@@ -311,6 +358,22 @@ QUANTITIES: dict[str, Quantity] = {
             lambda c: None if c.startswith("random.") else steepest("up"),
             "none for the heads' scores: read off the weights, so exact; random.M_composition carries the "
             "95% range of the random score as its band, the reference a score is read against",
+        ),
+        Quantity(
+            "circuit",
+            _circuit,
+            "progress measures of one fixed circuit (Nanda et al. 2023; analysis.dynamics.progress), by "
+            "default the last checkpoint's decided circuit, on one draw of the task's pair, mean ablation: "
+            "circuit.restricted_loss = cross-entropy of the correct answer at the answer position with only "
+            "the circuit's edges kept, circuit.excluded_loss = with only its edges ablated, "
+            "circuit.full_loss = the model's, circuit.excluded_gap = excluded - full loss; "
+            "circuit.faithfulness = sum(circuit - empty) / sum(full - empty) of the logit difference. "
+            "Events: restricted loss below ln 2, excluded gap above ln 2, faithfulness above 0.8, the full "
+            "loss's steepest fall",
+            CIRCUIT_RULES.get,
+            "95% over prompts: the losses and the gap (paired per prompt) are means, value -+ 1.96 standard "
+            "errors (normal); faithfulness "
+            "is a ratio of sums over prompts, delta-method normal interval (RatioMoments)",
         ),
         Quantity(
             "roles",
@@ -426,6 +489,37 @@ class Dynamics:
         }
 
 
+def final_circuit(
+    run_dir: str | Path,
+    *,
+    edges: Sequence[str] = (),
+    heads: Sequence[str] = (),
+    seed: int = 0,
+    device: str = "cpu",
+) -> FixedCircuit:
+    """The circuit the `circuit` quantity follows: the given `edges` or every edge of `heads`, else the
+    decided circuit (`fixed_circuit`) of the run's final checkpoint (`ckpt.pt` when it is of the same run as
+    the step checkpoints, else the last step checkpoint). A one-line `MechmemError` when the model has no
+    attention heads or its edge graph cannot be built.
+
+    Example:
+        >>> import mechmem, tempfile, pathlib
+        >>> run = pathlib.Path(tempfile.mkdtemp()) / "t1"
+        >>> _ = mechmem.train_preset("permutation", "task1-quick", steps=4, save_every=2, out_dir=run,
+        ...                         progress=False)
+        >>> final_circuit(run, heads=["L0H0"]).source
+        'every edge of L0H0'
+    """
+    files = step_files(run_dir)
+    path, last = Path(run_dir) / "ckpt.pt", files[-1][1]
+    if not path.exists() or run_differences(read_payload(path), payload_identity(read_payload(last))):
+        path = last
+    ckpt = load_checkpoint(path, device=resolve_device(device))
+    if reason := no_attention_reason(ckpt.model):
+        raise MechmemError(f"no circuit to follow: {reason}")
+    return fixed_circuit(ckpt.model, ckpt.task, edges=edges, heads=heads, seed=seed, where=path.name)
+
+
 @torch.no_grad()
 def run_dynamics(
     run_dir: str | Path,
@@ -434,8 +528,12 @@ def run_dynamics(
     n: int = 128,
     seed: int = 0,
     device: str = "cpu",
+    circuit: FixedCircuit | None = None,
 ) -> Dynamics:
     """Measure `quantities` on every step checkpoint of `run_dir`, on one evaluation draw of `n` sequences.
+
+    The `circuit` quantity follows `circuit` (default: `final_circuit(run_dir, seed=seed)`); where no circuit
+    can be had, `info["circuit"]["skipped"]` says why and the other quantities still run.
 
     Raises `MechmemError` (one line) when the directory holds no step checkpoints, one is unreadable or
     corrupt, or they are not all of one run.
@@ -453,12 +551,23 @@ def run_dynamics(
     files = step_files(run_dir)
     rows: list[dict[str, dict[str, float]]] = []
     cost = {"load": 0.0, **{q.name: 0.0 for q in chosen}}
+    followed: dict[str, Any] = {}
+    if "circuit" in quantities:
+        t0 = time.perf_counter()
+        try:
+            circuit = circuit or final_circuit(run_dir, seed=seed, device=device)
+            followed = circuit.to_dict()
+        except MechmemError as exc:
+            followed = {"skipped": one_line(exc)}
+        cost["circuit"] += time.perf_counter() - t0
+        followed["choose_s"] = round(time.perf_counter() - t0, 3)
     data, first_path, t0 = None, files[0][1], time.perf_counter()
     for _, ckpt in iter_models(files, device):
         cost["load"] += time.perf_counter() - t0
         if data is None:
             check_n_samples(n, ckpt.model, minimum=2)
-            data = EvalData(ckpt.task, n, seed, model_device(ckpt.model))
+            skipped = followed.get("skipped", "")
+            data = EvalData(ckpt.task, n, seed, model_device(ckpt.model), circuit, skipped)
         row, headless = {}, heads.no_attention_reason(ckpt.model)
         for q in chosen:
             t0 = time.perf_counter()
@@ -487,6 +596,7 @@ def run_dynamics(
         "task": ckpt.task_name,
         "eval": drawn,
         "first_checkpoint": str(first_path),
+        **({"circuit": followed} if followed else {}),
     }
     lower, upper = ({c: bounds[side][c] for c in with_interval} for side in ("lower", "upper"))
     cost_s = {k: round(v, 3) for k, v in cost.items()}

@@ -105,6 +105,9 @@ def _facet(quantity: str, curve: str) -> tuple[str, str]:
     if quantity in ("heads", "composition"):
         head, pattern = curve.split(".", 1)
         return pattern, head
+    if quantity == "circuit":
+        panel = "faithfulness (logit difference)" if curve.endswith("faithfulness") else "answer loss (nats)"
+        return panel, curve
     if quantity == "roles":
         return ("role held (1) or not (0)", curve) if ".role=" in curve else ("task-role scores", curve)
     return quantity, curve
