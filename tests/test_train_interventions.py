@@ -182,3 +182,25 @@ def test_specs_are_canonical_in_the_config_and_a_bad_one_is_one_line():
         TrainConfig.from_dict({"interventions": ["L0H1=half"]})
     with pytest.raises(MechmemError, match="intervene_until must be >= 0"):
         TrainConfig.from_dict({"intervene_until": -1})
+
+
+def test_an_intervened_run_says_so_at_the_top_of_its_report_and_dynamics(tmp_path):
+    from mechmem.analysis.dynamics import run_dynamics
+    from mechmem.analysis.dynamics.views import dynamics_lines
+    from mechmem.report.checkpoint_report import checkpoint_report
+    from mechmem.report.demo import index_entry
+    from mechmem.report.document import summary_rows
+
+    run = tmp_path / "run"
+    train_preset(
+        "permutation", "task1-quick", steps=4, save_every=2, out_dir=run, progress=False,
+        interventions=["L0H0=zero"], intervene_until=2,
+    )  # fmt: skip
+    ckpt = load_checkpoint(run / "ckpt.pt")
+    dynamics = run_dynamics(run, ["loss"], n=8)
+    assert dynamics.info["trained_under"] == "L0H0=zero before step 2"
+    assert dynamics_lines(dynamics, run)[0] == "trained under interventions: L0H0=zero before step 2"
+    report = checkpoint_report(ckpt, n_samples=16)
+    assert summary_rows(report)[0] == ("trained under interventions", "L0H0=zero before step 2")
+    assert "Trained under interventions: L0H0=zero before step 2." in report.section("dynamics").lines
+    assert index_entry(report.to_dict())["headline"].startswith("[trained under L0H0=zero before step 2] ")

@@ -10,6 +10,7 @@ from mechmem.analysis.dynamics import run_dir_of
 from mechmem.checkpoint import Checkpoint
 from mechmem.report import build_report
 from mechmem.report.document import Report, write_report
+from mechmem.training.interventions import describe
 
 
 def report_checkpoint(
@@ -48,7 +49,9 @@ def checkpoint_report(
 ) -> Report:
     """The report of `ckpt`, not yet written: `build_report` on its model and task (`n_samples` sequences per
     analysis, generators seeded from `seed`) with its provenance; title default: "<run directory>: <task>"."""
+    under = describe(ckpt.train or {})
     meta = {
+        **({"trained under interventions": under} if under else {}),
         "checkpoint": str(ckpt.path),
         "task": f"{ckpt.task_name} {ckpt.task_config}"
         + (f" ({ckpt.extra['task_attached']})" if "task_attached" in ckpt.extra else ""),

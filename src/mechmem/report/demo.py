@@ -184,12 +184,14 @@ def run_jobs(
 
 
 def index_entry(data: dict[str, Any]) -> dict[str, Any]:
-    """The index row of a report from its report.json: headline, named roles, edge verdict, faithfulness."""
+    """The index row of a report from its report.json: headline (after the interventions the model trained
+    under, if any), named roles, edge verdict, faithfulness."""
     sections = data["sections"]
     edges = sections.get("edges", {})
     found = edges.get("findings", {}) if not edges.get("skipped") else {}
+    under = data.get("meta", {}).get("trained under interventions")
     return {
-        "headline": data["headline"],
+        "headline": (f"[trained under {under}] " if under else "") + data["headline"],
         "roles": sections["circuit"]["findings"].get("summary", ""),
         "verdict": found.get("verdict", "n/a"),
         "faithfulness": None

@@ -178,7 +178,8 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
     """The verdicts that open a report, as (label, text): circuit, MLP, headline, off-distribution warning,
     edge circuit, heads it leaves out, sections skipped."""
     found = {s.key: s for s in report.sections}
-    rows = []
+    under = report.meta.get("trained under interventions")
+    rows = [("trained under interventions", str(under))] if under else []
     circuit = found.get("circuit")
     if circuit is not None and circuit.findings.get("summary"):
         rows.append(("named circuit", str(circuit.findings["summary"])))

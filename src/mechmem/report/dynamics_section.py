@@ -38,6 +38,8 @@ def dynamics_section(
         return s
     events = result.events
     s.findings = result.to_dict()
+    if under := result.info.get("trained_under"):
+        s.lines.append(f"Trained under interventions: {under}.")
     s.lines += [
         (
             f"{len(result.steps)} step checkpoints (steps {result.steps[0]} to {result.steps[-1]}), "

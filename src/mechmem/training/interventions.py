@@ -22,7 +22,7 @@ Caveat: "mean" is over the current training batch, so it moves with the model an
 a fixed reference batch would cost a second forward pass every step.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from typing import Any
 
@@ -145,8 +145,9 @@ class HeldHooks:
         self.hold(False)
 
 
-def describe(cfg: TrainConfig) -> str | None:
-    """One line naming the interventions a run trained under, None for a plain run.
+def describe(cfg: TrainConfig | Mapping[str, Any]) -> str | None:
+    """One line naming the interventions a run trained under, None for a plain run; `cfg` is a `TrainConfig`
+    or a checkpoint's train config dict (older ones, without the fields, are plain runs).
 
     Example:
         >>> from mechmem.training.interventions import describe
@@ -154,8 +155,9 @@ def describe(cfg: TrainConfig) -> str | None:
         >>> describe(TrainConfig(steps=50, interventions=("L0H1=zero",), intervene_until=10))
         'L0H1=zero before step 10'
     """
-    if not cfg.interventions:
+    fields = cfg if isinstance(cfg, Mapping) else vars(cfg)
+    specs, until, steps = (fields.get(k) for k in ("interventions", "intervene_until", "steps"))
+    if not specs:
         return None
-    until = cfg.intervene_until
-    when = "for the whole run" if until is None or until >= cfg.steps else f"before step {until}"
-    return f"{', '.join(cfg.interventions)} {when}"
+    when = "for the whole run" if until is None or steps is None or until >= steps else f"before step {until}"
+    return f"{', '.join(specs)} {when}"

@@ -38,6 +38,7 @@ from mechmem.models.checks import check_finite_weights, check_n_samples
 from mechmem.models.parts import Head, model_device
 from mechmem.models.weights import load_canonical_state_dict
 from mechmem.tasks.base import Batch, PatchingPair, masked_accuracy
+from mechmem.training.interventions import describe
 from mechmem.training.rundir import payload_identity, run_differences, step_checkpoints
 from mechmem.training.trainer import resolve_device
 
@@ -597,6 +598,7 @@ def run_dynamics(
         "eval": drawn,
         "first_checkpoint": str(first_path),
         **({"circuit": followed} if followed else {}),
+        **({"trained_under": under} if (under := describe(ckpt.train or {})) else {}),
     }
     lower, upper = ({c: bounds[side][c] for c in with_interval} for side in ("lower", "upper"))
     cost_s = {k: round(v, 3) for k, v in cost.items()}

@@ -75,7 +75,9 @@ def dynamics_lines(result: Dynamics, run_dir: str | Path, matches: dict[str, str
     trainer's metrics.jsonl when there is one (also kept in `result.info["metrics_agreement"]`)."""
     events = event_order(result.events)
     missed = [e.curve for e in result.events if not e.reached]
-    lines = [
+    under = result.info.get("trained_under")
+    lines = [f"trained under interventions: {under}"] if under else []
+    lines += [
         format_table(event_rows(result), EVENT_HEADERS),
         f"order of events: {format_order(events)}"
         + (f"\nnot reached: {', '.join(missed)}" if missed else ""),
