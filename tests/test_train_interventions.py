@@ -166,11 +166,11 @@ def test_a_bad_spec_is_one_line_exit_2_and_writes_nothing(spec, says, tmp_path, 
 def test_the_command_line_trains_under_a_spec_and_records_it(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["permutation", "--preset", "task2-quick", "--out", str(out), "--steps", "2", "--no-progress"]
-    assert run_script(train_main, [*argv, "--intervene", "L0H1=mean", "--intervene-until", "2"]) == 0
-    assert "trained under interventions: L0H1=mean before step 2" in capsys.readouterr().out
-    assert "L0H1=mean before step 2" in (out / "train.log").read_text()
+    assert run_script(train_main, [*argv, "--intervene", "L0H1=mean", "--intervene-until", "1"]) == 0
+    assert "trained under interventions: L0H1=mean before step 1" in capsys.readouterr().out
+    assert "L0H1=mean before step 1" in (out / "train.log").read_text()
     train_config = load_checkpoint(out).train
-    assert (train_config["interventions"], train_config["intervene_until"]) == (["L0H1=mean"], 2)
+    assert (train_config["interventions"], train_config["intervene_until"]) == (["L0H1=mean"], 1)
     assert TrainConfig.from_dict(train_config).interventions == ("L0H1=mean",)
 
 
