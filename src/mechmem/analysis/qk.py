@@ -35,6 +35,7 @@ from mechmem.analysis.frames import concat, grid_frame, short_repr
 from mechmem.analysis.heads import induction_pattern, previous_token_pattern, repeated_random_tokens
 from mechmem.analysis.interventions.replay.attention import AttentionReplay
 from mechmem.analysis.interventions.replay.support import attention_weights
+from mechmem.analysis.patching.attribution import judge
 from mechmem.analysis.stats import mean_interval
 from mechmem.errors import MechmemError
 from mechmem.io import strict_json
@@ -363,18 +364,12 @@ def qk_attribution(
     return QKAttribution(tuple(entries), convention, ROTARY if replay is not None else "")
 
 
-def rank_correlation(a: list[float], b: list[float]) -> float:
-    """Spearman's rank correlation (Pearson on average ranks); NaN below 3 values or for a constant side."""
-    import pandas as pd
-
-    return float(pd.Series(a).rank().corr(pd.Series(b).rank())) if len(a) >= 3 else float("nan")
-
-
 def compare(
     head: str, side: str, sources: tuple[str, ...], attribution: Any, patching: Any, prompts: str
 ) -> QKAgreement:
     """The agreement record of one side of a head: rank correlation, top sources and a one-line message."""
-    rho = rank_correlation(np.abs(attribution).tolist(), np.abs(patching).tolist())
+    a, p = (torch.tensor(np.abs(v), dtype=torch.float64) for v in (attribution, patching))
+    rho = judge(a, p)["spearman"] if len(a) >= 3 else float("nan")  # Spearman of |values|
     top_a, top_p = sources[int(np.abs(attribution).argmax())], sources[int(np.abs(patching).argmax())]
     message = f"{head} {side} side: top source {top_a} by both; Spearman {rho:.2f}"
     if top_a != top_p:
