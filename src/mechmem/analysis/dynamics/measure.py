@@ -561,7 +561,6 @@ def run_dynamics(
         except MechmemError as exc:
             followed = {"skipped": one_line(exc)}
         cost["circuit"] += time.perf_counter() - t0
-        followed["choose_s"] = round(time.perf_counter() - t0, 3)
     data, first_path, t0 = None, files[0][1], time.perf_counter()
     for _, ckpt in iter_models(files, device):
         cost["load"] += time.perf_counter() - t0
