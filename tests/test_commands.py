@@ -101,8 +101,7 @@ def test_analyse_writes_what_each_command_writes(planted_checkpoint, tmp_path, c
         "report",
     ]
     assert all("error" not in entry for entry in summary["analyses"].values())
-    single = {"heads": "detect_heads.json", "qk": "qk_attribution.json", "probe": "memory_probes.json"}
-    single["lens"] = "logit_lens.json"
+    single = {"heads": "detect_heads.json", "probe": "memory_probes.json", "lens": "logit_lens.json"}
     for name, file_name in single.items():
         out = tmp_path / name
         assert main([name, str(planted_checkpoint), "--out", str(out), *shared]) == 0

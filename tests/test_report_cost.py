@@ -128,6 +128,7 @@ def test_benchmark_runs_end_to_end(tmp_path, capsys):
     assert "report s" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # the benchmark's own run: test_benchmark_runs_end_to_end covers the script by default
 def test_benchmark_runs_a_baseline_side_by_side(tmp_path, capsys):
     """--baseline runs another source tree's copy of the benchmark (here this tree itself) at the same time
     and puts its rows under "before"; a tree without the benchmark is one error line."""

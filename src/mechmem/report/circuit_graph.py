@@ -296,7 +296,8 @@ def edges_section(ctx: Any) -> Section:
     s.tables.append(edge_table(circuit))
     attends = explain_heads(s, ctx, circuit, roles)
     s.add_figure("graph", plot_circuit(circuit, roles, attends=attends))
-    robust = circuit_robustness(ctx.model, ctx.task, circuit, n=CIRCUIT_POLICY.first, seed=ctx.seed)
+    n = max(2, min(ctx.n_samples, CIRCUIT_POLICY.first))  # the report's sample size, at most one round
+    robust = circuit_robustness(ctx.model, ctx.task, circuit, n=n, seed=ctx.seed)
     s.findings["robustness"] = record = robust.to_dict()
     s.findings["timings_s"] = s.findings["timings_s"] | {"robustness": sum(record.pop("timings_s").values())}
     s.lines += [f"Robustness to the ablation and the circuit's size: {robust.verdict}.", *ROBUSTNESS_WORDS]
@@ -315,7 +316,8 @@ def explain_heads(s: Section, ctx: Any, circuit: Circuit, roles: dict[str, str])
     if reason := qk_unsupported(ctx.model):
         s.lines.append(f"Why the heads attend: not measured ({reason}).")
         return {}
-    reasons, result = head_reasons(ctx.model, ctx.task, heads, roles, n=CIRCUIT_POLICY.first, seed=ctx.seed)
+    n = max(2, min(ctx.n_samples, CIRCUIT_POLICY.first))
+    reasons, result = head_reasons(ctx.model, ctx.task, heads, roles, n=n, seed=ctx.seed)
     s.findings["attends"] = {"convention": result.convention, "heads": [r.to_dict() for r in reasons]}
     s.tables.append(reason_table(reasons, result))
     return {r.head: r.label for r in reasons}
