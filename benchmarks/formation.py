@@ -9,20 +9,135 @@ The runs (CPU presets, seeds 0-2; RUNS is any folder):
     mechmem train permutation --preset task2-quick --seed S --save-every 2000 --intervene LlHh=zero \
         --out RUNS/t2-noelim-S        # LlHh: the control's elimination head (t2-norecall-S: its recall head)
 
-then `PYTHONPATH=src python benchmarks/formation.py --runs RUNS \
-    --out docs/record/data/2026-12-07-formation.json`
-(about 5 minutes).
+then `PYTHONPATH=src:papers python benchmarks/formation.py --runs RUNS \
+    --out docs/record/data/2026-12-07-formation.json --figure docs/figures/formation_f5.png`
+(about 5 minutes to read the runs back). That command trains F5's runs itself where RUNS lacks them (one
+torch thread, about 1.5 minutes each): Singh et al.'s Figure 5b clamp, layer 0's attention pattern set to
+the perfect previous-token pattern for the whole run (RUNS/birth-pt-S), and the knock-out `L0H0=zero` until
+step 150 (RUNS/birth-ko150-S), both Birth `demo` with saves every 25. `--figure-only` redraws the F5 figure
+from the json at --out without reading any run.
 Roles are the role step's on each final checkpoint (seed 0), read without the intervention.
 """
 
 import argparse
+import json
 from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
 
 import mechmem
 from mechmem.analysis.dynamics import compare_dynamics
+from mechmem.analysis.transitions import level, level_crossing, steepest, steepest_change
+from mechmem.config import TrainIntervention
 from mechmem.io import atomic_write, dumps
+from mechmem.training.rundir import read_metrics
 
 SEEDS = (0, 1, 2)
+KNOCKOUT_UNTIL = 150
+"""F5's knock-out window: L0H0 zeroed for the steps before this one."""
+F5_KINDS = ("birth-ctl", "birth-pt", "birth-ko150")
+F5_LABELS = {
+    "birth-ctl": "control",
+    "birth-pt": "perfect previous-token pattern, whole run (their clamp)",
+    "birth-ko150": f"L0H0 zeroed until step {KNOCKOUT_UNTIL}",
+}
+
+
+def perfect_previous_token(
+    act: Float[Tensor, "batch head_index query_pos key_pos"], hook: Any
+) -> Float[Tensor, "batch head_index query_pos key_pos"]:
+    """Head 0's pattern set to attend from each query to the key before it (query 0 to itself), as
+    Singh et al.'s `--opto_prev_token_heads` (opto.py) sets a head's; the other heads keep theirs."""
+    n = act.shape[-1]
+    target = torch.zeros(n, n, dtype=act.dtype, device=act.device)
+    target[0, 0] = 1.0
+    target[torch.arange(1, n), torch.arange(n - 1)] = 1.0
+    out = act.clone()
+    out[:, 0] = target
+    return out
+
+
+def train_f5(runs: Path) -> None:
+    """Train the F5 runs RUNS lacks (Birth demo, saves every 25, one torch thread)."""
+    clamp = TrainIntervention.function("blocks.0.attn.hook_pattern", perfect_previous_token)
+    plans = {
+        "birth-pt": {"interventions": [clamp]},
+        "birth-ko150": {"interventions": ["L0H0=zero"], "intervene_until": KNOCKOUT_UNTIL},
+    }
+    torch.set_num_threads(1)
+    for s in SEEDS:
+        for kind, plan in plans.items():
+            out = runs / f"{kind}-{s}"
+            if not (out / "ckpt.pt").exists():
+                print("training", out.name, flush=True)
+                mechmem.train_preset(
+                    "birth",
+                    "demo",
+                    seed=s,
+                    save_every=25,
+                    out_dir=out,
+                    overwrite=True,
+                    progress=False,
+                    **plan,
+                )
+
+
+def phase_change(run: Path) -> dict:
+    """The trainer's own evaluation over training (under the run's interventions while they are on) and its
+    phase change: ICL accuracy reaching 0.5 (level rule), the loss's steepest fall."""
+    rows = [r for r in read_metrics(run) if "eval_icl_acc" in r]
+    steps = [r["step"] for r in rows]
+    acc = [r["eval_icl_acc"] for r in rows]
+    loss = [r["eval_loss"] for r in rows]
+    return {
+        "steps": steps,
+        "acc": acc,
+        "loss": loss,
+        "acc_event": level_crossing(steps, acc, level(0.5), "eval_icl_acc").to_dict(),
+        "loss_event": steepest_change(steps, loss, steepest("down"), "eval_loss").to_dict(),
+        "trained_under": mechmem.load_checkpoint(run / "ckpt.pt").train.get("interventions", []),
+    }
+
+
+def plot_f5(f5: dict):
+    """Our side of the F5 comparison: ICL loss and accuracy over training per condition, seeds as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
+    colors = {"birth-ctl": "black", "birth-pt": "tab:orange", "birth-ko150": "tab:red"}
+    for kind in F5_KINDS:
+        for i, s in enumerate(SEEDS):
+            run = f5[f"{kind}-{s}"]
+            label = F5_LABELS[kind] if i == 0 else None
+            for ax, key in zip(axes, ("loss", "acc")):
+                ax.plot(
+                    run["steps"],
+                    run[key],
+                    color=colors[kind],
+                    lw=2 if kind == "birth-ctl" else 1.5,
+                    alpha=0.85,
+                    label=label,
+                )
+            event = run["acc_event"]
+            if event["reached"]:
+                axes[1].plot([event["step"]], [0.5], "o", color=colors[kind], ms=4)
+    for ax in axes:
+        ax.axvline(KNOCKOUT_UNTIL, color="tab:red", ls=":", lw=1)
+        ax.set_xlabel("training step")
+    axes[0].axhline(float(torch.log(torch.tensor(2.0))), color="grey", ls="--", lw=1)
+    axes[0].set_ylabel("ICL loss (trainer's evaluation)")
+    axes[1].set_ylabel("ICL accuracy (dots: reaches 0.5)")
+    axes[1].axhline(0.5, color="grey", ls="--", lw=1)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Birth demo, seeds 0-2: clamping layer 0 during training (dotted: end of the knock-out)")
+    fig.tight_layout()
+    return fig
 
 
 def run_record(run: Path) -> dict:
@@ -50,16 +165,23 @@ def curves(result, names: list[str]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", required=True, type=Path)
+    parser.add_argument("--runs", type=Path, help="the runs' folder (not needed with --figure-only)")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--figure", help="write the F5 figure here (png)")
+    parser.add_argument("--figure-only", action="store_true", help="redraw --figure from --out's json")
     args = parser.parse_args()
+    if args.figure_only:
+        plot_f5(json.loads(Path(args.out).read_text())["f5"]).savefig(args.figure, dpi=100)
+        return
     runs = args.runs
+    train_f5(runs)
     out: dict = {
         "command": "python benchmarks/formation.py",
         "runs": {},
         "order": {},
         "compare": {},
         "recall": {},
+        "f5": {},
     }
     names = [f"{kind}-{s}" for kind in ("birth-ctl", "birth-iv", "t1-ctl", "t2-ctl") for s in SEEDS]
     names += [f"{kind}-{s}" for kind in ("t2-noelim", "t2-norecall") for s in SEEDS]
@@ -77,7 +199,13 @@ def main() -> None:
             result = mechmem.run_dynamics(runs / f"{task}-ctl-{s}", ["roles"], n=128)
             scores = [c for c in result.curves if c.endswith("_score")]
             out["recall"][f"{task}-{s}"] = curves(result, scores)
+    for kind in F5_KINDS:
+        for s in SEEDS:
+            out["f5"][f"{kind}-{s}"] = record = phase_change(runs / f"{kind}-{s}")
+            print(kind, s, record["acc_event"]["step"], record["acc_event"]["interval"], flush=True)
     atomic_write(args.out, dumps(out, indent=1) + "\n")
+    if args.figure:
+        plot_f5(out["f5"]).savefig(args.figure, dpi=100)
     print(f"wrote {args.out}")
 
 
