@@ -34,16 +34,11 @@ from mechmem.analysis.transitions import level, level_crossing, steepest, steepe
 from mechmem.config import TrainIntervention
 from mechmem.io import atomic_write, dumps
 from mechmem.training.rundir import read_metrics
+from mechmem_papers.formation import F5_KINDS, plot_f5
 
 SEEDS = (0, 1, 2)
 KNOCKOUT_UNTIL = 150
 """F5's knock-out window: L0H0 zeroed for the steps before this one."""
-F5_KINDS = ("birth-ctl", "birth-pt", "birth-ko150")
-F5_LABELS = {
-    "birth-ctl": "control",
-    "birth-pt": "perfect previous-token pattern, whole run (their clamp)",
-    "birth-ko150": f"L0H0 zeroed until step {KNOCKOUT_UNTIL}",
-}
 
 
 def perfect_previous_token(
@@ -88,6 +83,7 @@ def train_f5(runs: Path) -> None:
 def phase_change(run: Path) -> dict:
     """The trainer's own evaluation over training (under the run's interventions while they are on) and its
     phase change: ICL accuracy reaching 0.5 (level rule), the loss's steepest fall."""
+    train = mechmem.load_checkpoint(run / "ckpt.pt").train
     rows = [r for r in read_metrics(run) if "eval_icl_acc" in r]
     steps = [r["step"] for r in rows]
     acc = [r["eval_icl_acc"] for r in rows]
@@ -98,46 +94,9 @@ def phase_change(run: Path) -> dict:
         "loss": loss,
         "acc_event": level_crossing(steps, acc, level(0.5), "eval_icl_acc").to_dict(),
         "loss_event": steepest_change(steps, loss, steepest("down"), "eval_loss").to_dict(),
-        "trained_under": mechmem.load_checkpoint(run / "ckpt.pt").train.get("interventions", []),
+        "trained_under": train.get("interventions", []),
+        "intervene_until": train.get("intervene_until"),
     }
-
-
-def plot_f5(f5: dict):
-    """Our side of the F5 comparison: ICL loss and accuracy over training per condition, seeds as lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
-    colors = {"birth-ctl": "black", "birth-pt": "tab:orange", "birth-ko150": "tab:red"}
-    for kind in F5_KINDS:
-        for i, s in enumerate(SEEDS):
-            run = f5[f"{kind}-{s}"]
-            label = F5_LABELS[kind] if i == 0 else None
-            for ax, key in zip(axes, ("loss", "acc")):
-                ax.plot(
-                    run["steps"],
-                    run[key],
-                    color=colors[kind],
-                    lw=2 if kind == "birth-ctl" else 1.5,
-                    alpha=0.85,
-                    label=label,
-                )
-            event = run["acc_event"]
-            if event["reached"]:
-                axes[1].plot([event["step"]], [0.5], "o", color=colors[kind], ms=4)
-    for ax in axes:
-        ax.axvline(KNOCKOUT_UNTIL, color="tab:red", ls=":", lw=1)
-        ax.set_xlabel("training step")
-    axes[0].axhline(float(torch.log(torch.tensor(2.0))), color="grey", ls="--", lw=1)
-    axes[0].set_ylabel("ICL loss (trainer's evaluation)")
-    axes[1].set_ylabel("ICL accuracy (dots: reaches 0.5)")
-    axes[1].axhline(0.5, color="grey", ls="--", lw=1)
-    axes[0].legend(fontsize=8)
-    fig.suptitle("Birth demo, seeds 0-2: clamping layer 0 during training (dotted: end of the knock-out)")
-    fig.tight_layout()
-    return fig
 
 
 def run_record(run: Path) -> dict:

@@ -221,7 +221,9 @@ def test_committed_page_is_the_committed_record_rendered(tmp_path):
     """docs/reproductions/birth.md is exactly what `--page-only`
     makes of docs/reproductions/data/birth.json."""
     docs = ROOT / "docs" / "reproductions"
-    record = birth_page.attach_spread(json.loads((docs / "data" / "birth.json").read_text()), docs / "data")
+    record = birth_page.attach_references(
+        json.loads((docs / "data" / "birth.json").read_text()), docs / "data"
+    )
     md = write_page(birth_page.page(record), tmp_path / "birth.md", prose=docs / "prose" / "birth.md")
     assert md.read_text() == (docs / "birth.md").read_text()
     assert {p.name for p in (tmp_path / "figures").iterdir()} <= {

@@ -13,6 +13,7 @@ from statistics import stdev
 from typing import Any
 
 from mechmem.report.document import Report, Section, Table
+from mechmem_papers import formation
 from mechmem_papers.birth import figures
 from mechmem_papers.birth.experiments import expand_history
 from mechmem_papers.birth.scale import cell_key, summarise
@@ -99,6 +100,11 @@ def attach_spread(record: dict[str, Any], data: Path) -> dict[str, Any]:
     if not path.exists():
         return record
     return {**record, "eval_spread": {"file": path.name, "readings": json.loads(path.read_text())}}
+
+
+def attach_references(record: dict[str, Any], data: Path) -> dict[str, Any]:
+    """The plugin's `references`: `attach_spread`, then the formation data (`formation.attach_formation`)."""
+    return formation.attach_formation(attach_spread(record, data))
 
 
 def spread_text(record: dict[str, Any]) -> str:
@@ -447,7 +453,8 @@ def page(record: dict[str, Any]) -> Report:
     }
     headline = f"{counts_line(record)} {sizes_line(record)}"
     sections = [statements_section(record), ladder_section(record), preset_section(record),
-                heads_section(record), speed_section(record), Section("setup", "What is reproduced"),
+                heads_section(record), formation.birth_section(record), speed_section(record),
+                Section("setup", "What is reproduced"),
                 Section("deviations", "Deviations from the paper"), runs_section(record),
                 *_figure_sections(record)]  # fmt: skip
     return Report(TITLE, headline, meta, sections)

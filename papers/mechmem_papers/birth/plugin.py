@@ -14,7 +14,7 @@ PAPER = register_paper(
         variants=spec.VARIANTS,
         run=run.run,
         page=page.page,
-        references=page.attach_spread,
+        references=page.attach_references,
         tasks=("birth",),
     )
 )

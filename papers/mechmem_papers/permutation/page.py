@@ -16,6 +16,7 @@ from typing import Any
 from mechmem.analysis.stats import format_mean_sd, mean_sd
 from mechmem.models.parts import Head
 from mechmem.report.document import Report, Section, Table
+from mechmem_papers import formation
 from mechmem_papers.permutation import figures
 
 TITLE = 'Reproduction: "Can a Tiny Transformer Learn to Remember?" (permutation memory)'
@@ -99,7 +100,7 @@ def attach_references(record: dict[str, Any], data: Path) -> dict[str, Any]:
         path = Path(data) / name
         if path.exists():
             record = {**record, key: {"file": name, **json.loads(path.read_text())}}
-    return record
+    return formation.attach_formation(record)
 
 
 def unsourced_line(record: dict[str, Any], published: dict[str, Any]) -> str | None:
@@ -301,6 +302,7 @@ def build_page(record: dict[str, Any]) -> Report:
         _roles(record),
         _rescue(record),
         _scale(record),
+        formation.permutation_section(record),
     ]
     headline = headline_text(record, published)
     cfg = record["config"]
