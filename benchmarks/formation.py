@@ -11,10 +11,14 @@ The runs (CPU presets, seeds 0-2; RUNS is any folder):
 
 then `PYTHONPATH=src:papers python benchmarks/formation.py --runs RUNS \
     --out docs/record/data/2026-12-07-formation.json --figure docs/figures/formation_f5.png`
-(about 5 minutes to read the runs back). That command trains F5's runs itself where RUNS lacks them (one
-torch thread, about 1.5 minutes each): Singh et al.'s Figure 5b clamp, layer 0's attention pattern set to
-the perfect previous-token pattern for the whole run (RUNS/birth-pt-S), and the knock-out `L0H0=zero` until
-step 150 (RUNS/birth-ko150-S), both Birth `demo` with saves every 25. `--figure-only` redraws the F5 figure
+(about 7 minutes to read the runs back). That command trains F5's runs itself where RUNS lacks them (one
+torch thread, 1.5-4 minutes each by the machine's load): Singh et al.'s Figure 5b clamp, layer 0's attention
+pattern set to the perfect previous-token pattern for the whole run (RUNS/birth-pt-S; a function, so through
+`train_preset`), and the knock-out (RUNS/birth-ko150-S), the same as
+
+    mechmem train birth --preset demo --seed S --save-every 25 --intervene L0H0=zero --intervene-until 150 \
+        --out RUNS/birth-ko150-S
+ `--figure-only` redraws the F5 figure
 from the json at --out without reading any run.
 Roles are the role step's on each final checkpoint (seed 0), read without the intervention.
 """
