@@ -18,8 +18,8 @@ pattern set to the perfect previous-token pattern for the whole run (RUNS/birth-
 
     mechmem train birth --preset demo --seed S --save-every 25 --intervene L0H0=zero --intervene-until 150 \
         --out RUNS/birth-ko150-S
- `--figure-only` redraws the F5 figure
-from the json at --out without reading any run.
+
+`--figure-only` redraws the F5 figure from the json at --out without reading any run.
 Roles are the role step's on each final checkpoint (seed 0), read without the intervention.
 """
 
