@@ -183,7 +183,7 @@ def birth_section(record: dict[str, Any]) -> Section:
             f"delayed in {delayed} of {len(SEEDS)}. Phase change: the step where the trainer's own ICL "
             "accuracy (under the clamp while it is on) reaches 0.5, [the pair of evaluations that brackets "
             "it]; the loss's steepest fall beside it (third table). "
-            f"Figure: [{FIGURE_LINK.rsplit('/', 1)[1]}]({FIGURE_LINK})."
+            f"Figure (drawn from the data by `benchmarks/formation.py --figure-only`): ![F5]({FIGURE_LINK})"
         )
         rows = []
         for seed in SEEDS:
