@@ -227,7 +227,15 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("script", sorted(OUTPUTS))
+LINK_CASES = [
+    pytest.param(script, marks=[] if script in ("ablate_heads", "patch", "report") else [pytest.mark.slow])
+    for script in sorted(OUTPUTS)
+]
+"""Every script; the default suite runs three whose output sets differ in kind (one figure, several figures
+named by hook, the report's page set), the others with the slow tests."""
+
+
+@pytest.mark.parametrize("script", LINK_CASES)
 def test_links_planted_in_out_are_replaced_never_followed(script, finished, good, tmp_path, capsys):
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -318,16 +326,24 @@ FAULTS = {
 
 FAULT_CASES = [
     pytest.param(
-        script, fault, marks=[pytest.mark.slow] if script == "report" and fault != "disk_full" else []
+        script,
+        fault,
+        fresh,
+        marks=[pytest.mark.slow]
+        if fresh != bool((i + j) % 2) or (script == "report" and fault != "disk_full")
+        else [],
+        id=f"{script}-{fault}-{'into_new_folder' if fresh else 'over_old_outputs'}",
     )
-    for script in sorted(OUTPUTS)
-    for fault in sorted(FAULTS)
+    for i, script in enumerate(sorted(OUTPUTS))
+    for j, fault in enumerate(sorted(FAULTS))
+    for fresh in (False, True)
 ]
-"""Every script x fault; the report (the slowest script) runs the other faults only with the slow tests."""
+"""Every script x fault x folder state. The default suite runs a covering half: each script x fault pair once,
+the folder state alternating, so every fault meets both states and every script both; the rest, and the report
+(the slowest script) beyond a full disk, run with the slow tests."""
 
 
-@pytest.mark.parametrize("fresh", [False, True], ids=["over_old_outputs", "into_new_folder"])
-@pytest.mark.parametrize("script, fault", FAULT_CASES)
+@pytest.mark.parametrize("script, fault, fresh", FAULT_CASES)
 def test_machine_faults_are_one_line_and_leave_the_folder_as_it_was(
     script, fault, fresh, finished, good, tmp_path, capsys, monkeypatch
 ):

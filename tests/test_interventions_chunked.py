@@ -61,8 +61,18 @@ def replayed_variants(model, setter):
     return out
 
 
-@pytest.mark.parametrize("kind", ["zero", "mean", "resample", "from_run", "apply"])
-@pytest.mark.parametrize("metric", [last_logprob, batch_mean_metric])
+ROW_CHUNK_CASES = [
+    pytest.param(
+        kind, metric, marks=[pytest.mark.slow] if (i + j) % 2 else [], id=f"{kind}-{metric.__name__}"
+    )
+    for i, kind in enumerate(["zero", "mean", "resample", "from_run", "apply"])
+    for j, metric in enumerate([last_logprob, batch_mean_metric])
+]
+"""Every setter x metric; the default suite runs each setter with one metric, the metrics alternating (both
+metrics, a per-row and a whole-batch one, meet chunking), the rest with the slow tests."""
+
+
+@pytest.mark.parametrize("kind, metric", ROW_CHUNK_CASES)
 def test_row_chunks_give_the_numbers_of_the_whole_batch(model, tokens, kind, metric):
     setter = make_setter(kind, model)
     variants = replayed_variants(model, setter)
