@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         cli.check_out_dir(Path(args.out).parent, flag="--out")
     import torch  # torch is imported from here on, after every check the flags alone decide
 
+    from mechmem.config import resolve_device
     from mechmem.models.facts import FactsModelConfig
-    from mechmem.training.trainer import resolve_device
     from mechmem_papers.memorisation.batched import Schedule
     from mechmem_papers.memorisation.capacity import N_INITS, find_capacity
 
