@@ -115,6 +115,42 @@ def test_a_stop_signal_at_every_instant_up_to_the_training_steps(tmp_path):
         stop_after(list(ENTRIES)[n % 2], delay, sigs[n % 3], tmp_path / f"run{n}")
 
 
+IN_AN_IMPORT = """
+import os, signal, sys, time
+from contextlib import nullcontext
+from mechmem.io import catch_stop_signals, output_dir
+catch_stop_signals()
+class Stop:  # SIGTERM while `colorsys` is being imported
+    def find_spec(self, name, path=None, target=None):
+        if name == "colorsys":
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the handler runs here, inside the import
+        return None
+sys.meta_path.insert(0, Stop())
+try:
+    with output_dir(sys.argv[1]) if sys.argv[1] else nullcontext():
+        import colorsys
+        time.sleep(10)
+except KeyboardInterrupt:
+    print("interrupted after the import:", "colorsys" in sys.modules)
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("writing", [False, True])
+def test_a_signal_inside_an_import_ends_at_once_or_waits_for_the_import(writing, tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-c", IN_AN_IMPORT, str(out) if writing else ""],
+        capture_output=True, text=True, env=child_env(), timeout=60, check=False,
+    )  # fmt: skip
+    if writing:  # raised once the import finished, so the writer's clean-up ran
+        assert (done.returncode, done.stdout, done.stderr) == (0, "interrupted after the import: True\n", "")
+        assert not out.exists()
+    else:  # nothing written: the process ended inside the import, in one line
+        assert (done.returncode, done.stdout, done.stderr) == (130, "", "error: interrupted\n")
+
+
 def test_the_next_run_in_a_folder_removes_what_a_killed_one_left_staged(tmp_path):
     out, outside = tmp_path / "run", tmp_path / "outside"
     outside.mkdir()

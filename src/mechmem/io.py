@@ -12,7 +12,8 @@ Every file mechmem writes goes through here; JSON is strict (NaN and +-inf becom
     with output_dir(out):             creates `out` if needed, holds `out/.lock` (a second writer is refused),
         ...                           removes the lock when it ends, and the folders it created if it failed;
                                       taking the lock removes what a killed writer left staged there
-    catch_stop_signals()              a script's first line: SIGINT, SIGTERM, SIGHUP end it in one line, 130
+    catch_stop_signals()              a script's first line: SIGINT, SIGTERM, SIGHUP end it in one line, 130,
+                                      never inside an import
 
 A rename replaces a link at the target instead of writing through it; a linked folder inside the output
 folder is refused. Files opened in place go through `open_nofollow`. Files get mode 0666 minus the umask.
@@ -227,12 +228,12 @@ def catch_stop_signals() -> None:
     """Make each of `STOP_SIGNALS` stop the process in one line, whenever it comes (main thread only; a signal
     the parent ignores, as under `nohup`, stays ignored). Every entry point calls this first.
 
-    While nothing is written (`writing()` is False: start-up, the heavy imports, loading, computing) the
-    process ends at once: stdout flushed, `error: interrupted` on stderr, exit status 130, nothing to undo.
-    While a writer runs, the signal becomes a `KeyboardInterrupt` so the writer's clean-up runs (staged files
-    removed, the lock released, a resumable run kept); one that lands inside an import is raised once the
-    import has finished, since an import broken half-way can fail in unrelated ways (an ImportError, a
-    RecursionError, or the interrupt caught by the library being imported).
+    The signal becomes a `KeyboardInterrupt` (`run_script` turns it into `error: interrupted`, exit
+    status 130; a writer's clean-up runs, a training keeps what it saved), except inside an import, where an
+    interrupt can break the module half-way and fail in unrelated ways (an ImportError, a RecursionError, or
+    the interrupt caught by the library being imported, the run going on): there, while nothing is written
+    (`writing()` False: start-up's heavy imports) the process ends at once (stdout flushed, the same line,
+    130, nothing to undo); while a writer runs, the interrupt is raised once the import has finished.
     """
     if threading.current_thread() is not threading.main_thread():
         return
@@ -242,14 +243,13 @@ def catch_stop_signals() -> None:
 
 
 def _on_stop_signal(signum: int, frame: Any) -> None:
+    if not _importing(frame):
+        raise KeyboardInterrupt
     if not writing():
         end_interrupted()
-    if _importing(frame):  # ask again a little later, once the import is done
-        again = threading.Timer(0.05, os.kill, (os.getpid(), signum))
-        again.daemon = True
-        again.start()
-        return
-    raise KeyboardInterrupt
+    again = threading.Timer(0.05, os.kill, (os.getpid(), signum))  # ask again once the import is done
+    again.daemon = True
+    again.start()
 
 
 def _importing(frame: Any) -> bool:
