@@ -154,14 +154,14 @@ def test_a_signal_inside_an_import_ends_at_once_or_waits_for_the_import(writing,
 def test_the_next_run_in_a_folder_removes_what_a_killed_one_left_staged(tmp_path):
     out, outside = tmp_path / "run", tmp_path / "outside"
     outside.mkdir()
-    (outside / ".secret.abcd1234.tmp").write_text("not ours to remove")
+    (outside / ".secret.abcd1234.mechmem.tmp").write_text("not ours to remove")
     with output_dir(out):  # a run that leaves each kind of staged file, as a SIGKILL in mid-write would
         atomic_write(out / "ckpt.pt", b"old")
         atomic_write(out / "checkpoints" / "step_0000002.pt", b"a step")
     staged = {
-        out / ".report.md.k3j9x_2a.tmp": "file",
-        out / ".figures.q0w9e8r7.tmp": "folder",
-        out / "checkpoints" / ".step_0000004.pt.zz_11aa2.tmp": "file",
+        out / ".report.md.k3j9x_2a.mechmem.tmp": "file",
+        out / ".figures.q0w9e8r7.mechmem.tmp": "folder",
+        out / "checkpoints" / ".step_0000004.pt.zz_11aa2.mechmem.tmp": "file",
     }
     for path, kind in staged.items():
         if kind == "folder":
@@ -169,25 +169,29 @@ def test_the_next_run_in_a_folder_removes_what_a_killed_one_left_staged(tmp_path
             (path / "a.png").write_bytes(b"png")
         else:
             path.write_bytes(b"half")
-    (out / ".ckpt.pt.4242.old").write_bytes(b"older")  # moved aside by a commit, and its name is taken
-    (out / ".summary.json.4242.old").write_bytes(b"{}")  # moved aside, its name free: it goes back
-    kept = [out / "notes.tmp", out / ".hidden", out / "x.abcd1234.tmp", out / ".bad.abc.tmp"]
+    (out / ".ckpt.pt.4242.mechmem.old").write_bytes(b"older")  # moved aside by a commit, its name taken
+    (out / ".summary.json.4242.mechmem.old").write_bytes(b"{}")  # moved aside, its name free: it goes back
+    deep = out / "a" / "b" / "c"  # deeper than any writer stages
+    deep.mkdir(parents=True)
+    kept = [out / "notes.tmp", out / ".hidden", out / "x.abcd1234.mechmem.tmp", out / ".bad.abc.mechmem.tmp"]
+    kept += [out / ".editor.abcd1234.tmp", out / ".x.4242.old", deep / ".d.abcd1234.mechmem.tmp"]
     for path in kept:
         path.write_text("someone else's")
-    (out / ".link.abcd1234.tmp").symlink_to(outside / ".secret.abcd1234.tmp")
+    (out / ".link.abcd1234.mechmem.tmp").symlink_to(outside / ".secret.abcd1234.mechmem.tmp")
     (out / "linked").symlink_to(outside, target_is_directory=True)
     other = out / "report"  # another writer's folder (it holds a lock): left to that writer
     other.mkdir()
     (other / LOCK).write_text("1\n")
-    (other / ".report.md.abcdefgh.tmp").write_text("another writer's")
+    (other / ".report.md.abcdefgh.mechmem.tmp").write_text("another writer's")
 
     with output_dir(out):
         pass
 
-    assert not any(p.exists() for p in staged) and not (out / ".ckpt.pt.4242.old").exists()
+    assert not any(p.exists() for p in staged) and not (out / ".ckpt.pt.4242.mechmem.old").exists()
     assert (out / "summary.json").read_bytes() == b"{}" and (out / "ckpt.pt").read_bytes() == b"old"
-    assert all(p.exists() for p in kept) and (out / ".link.abcd1234.tmp").is_symlink()
-    assert (outside / ".secret.abcd1234.tmp").exists() and (other / ".report.md.abcdefgh.tmp").exists()
+    assert all(p.exists() for p in kept) and (out / ".link.abcd1234.mechmem.tmp").is_symlink()
+    assert (outside / ".secret.abcd1234.mechmem.tmp").exists()
+    assert (other / ".report.md.abcdefgh.mechmem.tmp").exists()
     assert (out / "checkpoints" / "step_0000002.pt").exists()
     assert remove_staged(out) == []  # nothing left to remove
 

@@ -181,7 +181,7 @@ def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path
         refuse_linked_folder(path.parent, Path(root))
     check_held_folder(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=STAGING_SUFFIX, dir=path.parent)
     tmp = Path(name)
     try:
         os.fchmod(fd, _mode())
@@ -204,6 +204,12 @@ def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """The signals that stop a run (Ctrl-C, `kill PID`, a closed terminal); `catch_stop_signals` handles each the
 same way: one `error: interrupted` line on stderr and exit status 130."""
+
+STAGING_SUFFIX = ".mechmem.tmp"
+"""The end of every name a file or folder is staged under (`atomic_write`, `OutputSet`), so that what a killed
+writer left is told apart from anyone else's file."""
+MOVED_ASIDE_SUFFIX = ".mechmem.old"
+"""The end of the name an old file is moved aside to while `OutputSet` renames the new set into place."""
 
 _WRITERS = [0]
 """How many of this module's writers (`output_dir`, `OutputSet`, `atomic_write`) are running now."""
@@ -324,7 +330,7 @@ class OutputSet:
         target = self.out / name
         refuse_linked_folder(target.parent, self.out)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=STAGING_SUFFIX, dir=target.parent))
         self.staged.append((tmp, target))
         os.chmod(tmp, _mode(0o777))
         for file_name, data in files.items():
@@ -348,7 +354,7 @@ class OutputSet:
             for tmp, target in self.staged:
                 old = None
                 if target.is_symlink() or target.exists():
-                    old = target.with_name(f".{target.name}.{os.getpid()}.old")
+                    old = target.with_name(f".{target.name}.{os.getpid()}{MOVED_ASIDE_SUFFIX}")
                     os.replace(target, old)
                 moved.append((target, old))
                 os.replace(tmp, target)
@@ -405,20 +411,25 @@ def output_dir(out: str | os.PathLike, *, lock: bool = True) -> Iterator[Path]:
         raise
 
 
-STAGED = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
-"""The names this module stages under (`tempfile`'s 8 random characters): `.report.md.k3j9x_2a.tmp` beside
-report.md, a folder `.figures.k3j9x_2a.tmp/` beside figures/."""
-MOVED_ASIDE = re.compile(r"\.(.+)\.[0-9]+\.old")
-"""The name an old file takes while `OutputSet` renames its new set into place (`.report.md.PID.old`)."""
+STAGED = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(STAGING_SUFFIX))
+"""The names this module stages under (`tempfile`'s 8 random characters): `.report.md.k3j9x_2a.mechmem.tmp`
+beside report.md, a folder `.figures.k3j9x_2a.mechmem.tmp/` beside figures/."""
+MOVED_ASIDE = re.compile(r"\.(.+)\.[0-9]+" + re.escape(MOVED_ASIDE_SUFFIX))
+"""The name of an old file moved aside while `OutputSet` renames the new set into place
+(`.report.md.PID.mechmem.old`)."""
+STAGED_DEPTH = 2
+"""How far below a held folder `remove_staged` looks: writers stage at most two folders down
+(`checkpoints/step_N.pt`, `analysis/NAME/x.json`)."""
 
 
-def remove_staged(out: str | os.PathLike) -> list[Path]:
-    """Remove what a killed writer left staged in `out` and its subfolders; returns what was removed.
+def remove_staged(out: str | os.PathLike, depth: int = STAGED_DEPTH) -> list[Path]:
+    """Remove what a killed writer left staged in `out` and its subfolders down to `depth`; returns what was
+    removed.
 
     Only plain files and folders named like this module's staging (`STAGED`) go; an old file moved aside by
-    an unfinished `OutputSet` goes back to its name when that name is free (else it goes too). Links are never
-    followed or removed, other names are never touched, and a subfolder holding a `.lock` is another writer's
-    folder, left to it. Call it holding `out`'s lock (`output_dir` does).
+    an unfinished `OutputSet` (`MOVED_ASIDE`) goes back to its name when that name is free (else it goes
+    too). Links are never followed or removed, other names are never touched, and a subfolder holding a
+    `.lock` is another writer's folder, left to it. Call it holding `out`'s lock (`output_dir` does).
     """
     removed = []
     with os.scandir(out) as entries:
@@ -435,8 +446,8 @@ def remove_staged(out: str | os.PathLike) -> list[Path]:
             else:
                 _remove(path)
                 removed.append(path)
-        elif is_dir and not (path / LOCK).exists() and not (path / LOCK).is_symlink():
-            removed += remove_staged(path)
+        elif is_dir and depth > 0 and not (path / LOCK).exists() and not (path / LOCK).is_symlink():
+            removed += remove_staged(path, depth - 1)
     return removed
 
 
