@@ -6,6 +6,11 @@ A thin entry point: the command lives in `mechmem.cli.reproduce` (its flags, wha
 installed `mechmem reproduce` runs too.
 """
 
+if __name__ == "__main__":  # first of all: a stop signal from here on ends the run in one line
+    from mechmem.io import catch_stop_signals
+
+    catch_stop_signals()
+
 from mechmem.cli import run_script
 from mechmem.cli.reproduce import main
 

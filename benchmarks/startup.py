@@ -4,6 +4,7 @@ bytecode cache. The table in docs/analyses.md ("Start-up") comes from this scrip
     python benchmarks/startup.py                                   # everything, once (about 15 minutes busy)
     python benchmarks/startup.py --scripts ablate_heads train --repeats 3
     python benchmarks/startup.py --other .venv-tl3/bin/python       # also the other major version's import
+    python benchmarks/startup.py --doors --repeats 3               # each `mechmem` command's doors (a minute)
 
 Every number is the wall-clock time of a fresh interpreter, from its start to the event: the import's end, the
 `--help` text's end, or the first byte the script writes (stdout or stderr) or its exit, whichever is first,
@@ -14,6 +15,11 @@ PYTHONDONTWRITEBYTECODE=1, so every module is compiled again at each start, as i
 without bytecode that may not write it. The scripts run on a tiny planted induction model (a checkpoint
 written once into a scratch folder). The machine's load averages are printed before and after: on a shared
 machine they decide most of the spread; use --repeats and read the median.
+
+`--doors` times, per `mechmem` command, the answers its flags alone decide, side by side: `--help`, an
+argument error (each command's own; the exit status must be 2 and is checked) and `--list` where the command
+has one, all with the bytecode cache; `train --device cuda` on a machine without CUDA is timed too (it
+answers after torch's import, before TransformerLens's).
 """
 
 import argparse
@@ -53,6 +59,62 @@ FIRST_OUTPUT = {
 }
 """Arguments of each analysis script's first-output run ({ckpt}: the planted model, {tmp}: a scratch folder;
 dynamics: a folder without step checkpoints, whose one-line error is its first output after loading)."""
+
+
+MISSING = "/no/such/ckpt.pt"
+DOORS = {
+    "train": (["permutation", "--preset", "nope"], ["--list"]),
+    "analyse": ([MISSING], None),
+    "heads": ([MISSING], None),
+    "ablate": (["{ckpt}", "--methods", "twice"], None),
+    "patch": (["{ckpt}", "--sweeps", "nope"], None),
+    "lens": (["{ckpt}", "--top-k", "-3"], None),
+    "probe": ([MISSING], None),
+    "circuit": (["{ckpt}", "--share", "nan"], None),
+    "qk": (["{ckpt}", "--head", "L1X"], None),
+    "report": (["{ckpt}", "--n-samples", "0"], None),
+    "dynamics": (["{tmp}", "--level", "x"], None),
+    "reproduce": (["--set", "novalue"], ["--list"]),
+    "demo": (["--jobs", "0"], None),
+}
+"""Per `mechmem` command: (an argument error its flags alone decide, its --list arguments or None)."""
+
+
+def doors(python: str, tmp: str, ckpt: Path, repeats: int, limit_s: float) -> None:
+    """Print, per `mechmem` command, the medians of --help, an argument error and --list, side by side."""
+    environ = env(True, tmp)
+    cells = {"--help": 12, "argument error": 16, "--list": 10}
+    print(
+        f"{'mechmem COMMAND (seconds, median of ' + str(repeats) + ')':40s}",
+        *(f"{c:>{w}s}" for c, w in cells.items()),
+    )
+
+    def timed(argv: list[str], status: int) -> str:
+        cmd = [python, "-m", "mechmem", *[a.format(ckpt=ckpt, tmp=tmp) for a in argv]]
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            done = subprocess.run(
+                cmd, capture_output=True, env=environ, cwd=tmp, timeout=limit_s, check=False
+            )
+            samples.append(time.perf_counter() - t0)
+            if done.returncode != status:
+                return f"status {done.returncode}"
+        return median(samples)
+
+    for name, (error, listing) in DOORS.items():
+        row = [
+            timed([name, "--help"], 0),
+            timed([name, *error], 2),
+            timed([name, *listing], 0) if listing else "-",
+        ]
+        print(f"{name:40s}", *(f"{v:>{w}s}" for v, w in zip(row, cells.values(), strict=True)), flush=True)
+    no_cuda = subprocess.run(
+        [python, "-c", "import torch; raise SystemExit(torch.cuda.is_available())"], env=environ, check=False
+    )
+    if no_cuda.returncode == 0:
+        argv = ["train", "permutation", "--preset", "task1-quick", "--device", "cuda", "--out", f"{tmp}/cuda"]
+        print(f"{'train --device cuda (no CUDA here)':40s}", f"{'':>12s}", f"{timed(argv, 2):>16s}")
 
 
 def env(cache: bool, empty: str) -> dict[str, str]:
@@ -120,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-first-output", action="store_true", help="time only imports and --help")
     parser.add_argument("--no-imports", action="store_true", help="leave out the backends' imports")
+    parser.add_argument(
+        "--doors", action="store_true", help="only the mechmem commands' --help, errors, --list"
+    )
     args = parser.parse_args(argv)
     python = sys.executable
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)", flush=True)
@@ -127,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         ckpt = planted_checkpoint(Path(tmp), python)
         (Path(tmp) / "no-steps").mkdir()
         (Path(tmp) / "corpus.txt").write_text("to be or not to be, that is the question\n" * 50)
+        if args.doors:
+            doors(python, tmp, ckpt, args.repeats, args.limit_s)
+            print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            return 0
         rows = []
 
         def measure(label: str, cmd: list[str], first_output: bool = False) -> None:

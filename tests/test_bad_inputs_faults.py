@@ -234,15 +234,15 @@ def test_sighup_stops_a_run_as_an_interrupt_and_leaves_nothing_half_written(tmp_
 
 def test_an_ignored_sighup_stays_ignored(monkeypatch):
     """Under `nohup` the parent ignores SIGHUP; the script must not take the terminal's hang-up back."""
-    from mechmem.cli.runner import terminate_as_interrupt
+    from mechmem.io import catch_stop_signals
 
     previous = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM)}
     try:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        terminate_as_interrupt()
+        catch_stop_signals()
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
-        terminate_as_interrupt()
+        catch_stop_signals()
         assert callable(signal.getsignal(signal.SIGHUP))
     finally:
         for sig, handler in previous.items():

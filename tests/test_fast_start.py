@@ -1,5 +1,6 @@
 """Every script answers `--help` and every argument error the flags alone decide before torch
-or TransformerLens is imported.
+or TransformerLens is imported; `mechmem train --list` and an unknown task or preset too (from the committed
+preset index), and a `--device cuda` this machine lacks right after torch, before TransformerLens.
 
 Each case runs the script in a fresh interpreter, as a user does (`python analyses/X.py`, `python -m
 mechmem_papers.NAME.scripts.X`), through a small wrapper that reports which heavy modules `sys.modules` holds
@@ -54,7 +55,15 @@ ERRORS = {
     "qk_attribution": [[MISSING], ["{ckpt}", "--head", "L1X"]],
     "report": [[MISSING], ["{ckpt}", "--n-samples", "0"]],
     "reproduce": [["--set", "novalue"]],
-    "train": [["permutation"], ["permutation", "--preset", "q", "--steps", "-1"], ["--task-module", MISSING]],
+    "train": [
+        ["permutation"],
+        ["permutation", "--preset", "q", "--steps", "-1"],
+        ["--task-module", MISSING],
+        ["permutation", "--preset", "nope"],
+        ["nope", "--preset", "quick"],
+        ["permutation", "--preset", "task1-quick", "--device", "tpu"],
+        ["permutation", "--preset", "task1-quick", "--resume", "--out", "{run}/none"],
+    ],
     "mechmem_papers.birth.scripts.corpus_stats": [[MISSING]],
     "mechmem_papers.birth.scripts.eval_spread": [[]],
     "mechmem_papers.permutation.scripts.accumulated_grads": [[], ["--out", "x.json", "--steps", "0"]],
@@ -76,9 +85,14 @@ ERRORS = {
 folder)."""
 
 
+NO_CUDA = "this machine has no CUDA device torch can use; use --device cpu"
+"""The end of the one line `--device cuda` gives on a machine without CUDA."""
+
+
 def run(target: str, argv: list[str], cwd) -> tuple[int, str, str, list[str]]:
-    """(exit status, stdout, stderr without the wrapper's line, heavy modules imported)."""
-    path = str(ROOT / "analyses" / f"{target}.py") if "." not in target else target
+    """(exit status, stdout, stderr without the wrapper's line, heavy modules imported); target "mechmem" is
+    `python -m mechmem`."""
+    path = target if target == "mechmem" or "." in target else str(ROOT / "analyses" / f"{target}.py")
     done = subprocess.run(
         [sys.executable, "-c", WRAPPER, path, *argv],
         capture_output=True,
@@ -131,3 +145,37 @@ def test_the_light_name_lists_are_the_ones_the_analyses_use():
     assert tuple(evaluators.EVALUATORS) == facts_options.EVALUATORS
     assert tuple(sweep.SCALING_VARIANTS) == facts_options.SCALING_VARIANTS
     assert (facts_models.MIXINGS, facts_models.ACTS) == (facts_options.MIXINGS, facts_options.ACTS)
+
+
+@pytest.mark.subprocess
+def test_the_preset_list_answers_before_torch(tmp_path):
+    from mechmem.training.timings import registered_presets
+
+    code, out, err, heavy = run("mechmem", ["train", "--list"], tmp_path)
+    assert code == 0 and heavy == [], (code, err, heavy)
+    rows = {tuple(line.split()[:3]) for line in out.splitlines()}
+    want = {
+        (t, p, str(s["steps"])) for t, presets in registered_presets().items() for p, s in presets.items()
+    }
+    assert want and want <= rows, want - rows
+
+
+@pytest.mark.subprocess
+def test_a_missing_cuda_device_is_said_before_transformer_lens(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    argv = [
+        "train",
+        "permutation",
+        "--preset",
+        "task1-quick",
+        "--device",
+        "cuda",
+        "--out",
+        str(tmp_path / "r"),
+    ]
+    code, _, err, heavy = run("mechmem", argv, tmp_path)
+    assert code == 2 and err.splitlines() == [f"error: --device cuda: {NO_CUDA}"], err
+    assert heavy == ["torch"] and not (tmp_path / "r").exists()

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from helpers import load_script
 
 from mechmem.cli import run_script
@@ -34,3 +35,23 @@ def test_every_preset_has_a_committed_measurement():
     ]
     assert missing == [], f"run benchmarks/preset_times.py (missing: {missing})"
     assert all(r["seconds"] > 0 and r["steps"] > 0 for r in recorded.values())
+
+
+def test_the_committed_preset_index_is_the_registrys():
+    """`mechmem train --list` and the preset checks read presets.json without torch: it must say what the
+    registry says, and cover the plugins installed here."""
+    assert json.loads(timings.INDEX_FILE.read_text()) == timings.preset_index(), (
+        "a preset changed: run python -m mechmem.training.timings"
+    )
+    assert timings.indexed_presets() == timings.registered_presets()
+
+
+def test_an_unseen_plugin_makes_the_index_step_aside(monkeypatch):
+    from mechmem.errors import MechmemError
+
+    with pytest.raises(MechmemError, match="has no preset 'nope'"):
+        timings.check_preset_name("permutation", "nope")
+    seen = timings.installed_plugins()
+    monkeypatch.setattr(timings, "installed_plugins", lambda: {**seen, "mechmem.tasks": ["someone-elses"]})
+    assert timings.indexed_presets() is None
+    timings.check_preset_name("permutation", "nope")  # undecided here: the registry decides, after its import

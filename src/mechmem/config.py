@@ -2,7 +2,7 @@
 
 `ConfigMixin` gives a frozen dataclass a JSON-safe `to_dict` and a `from_dict` that rejects unknown keys and
 wrongly typed values with a one-line `MechmemError`. `TrainConfig`, the `TrainIntervention` it records by
-its spec string, and `Preset` live here.
+its spec string, and `Preset` live here, and `resolve_device` (a `--device` name to a torch device).
 """
 
 import dataclasses
@@ -318,3 +318,22 @@ class Preset:
     """Training config."""
     description: str = ""
     """What this preset is for (shown by `mechmem train --list`)."""
+
+
+def resolve_device(device: str) -> Any:
+    """The device named `device`: "auto" (CUDA when available, else the CPU), "cpu", "cuda" or "cuda:N"; a
+    CUDA device this machine lacks is a one-line `MechmemError`. Imports torch and nothing else of weight, so
+    a command calls it before loading anything."""
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device != "cpu" and not re.fullmatch(r"cuda(:\d+)?", device):
+        raise MechmemError(f"unknown device {device!r} (use auto, cpu, cuda or cuda:N)")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise MechmemError(
+            f"--device {device}: this machine has no CUDA device torch can use; use --device cpu"
+        )
+    if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
+        raise MechmemError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return torch.device(device)

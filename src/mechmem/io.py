@@ -10,7 +10,10 @@ Every file mechmem writes goes through here; JSON is strict (NaN and +-inf becom
         files.add("report.md", text)  into place when the block ends without an error (a failed or interrupted
         files.add_dir("figures", {})  block leaves the old set untouched and no temporary file behind)
     with output_dir(out):             creates `out` if needed, holds `out/.lock` (a second writer is refused),
-        ...                           removes the lock when it ends, and the folders it created if it failed
+        ...                           removes the lock when it ends, and the folders it created if it failed;
+                                      taking the lock removes what a killed writer left staged there
+    catch_stop_signals()              a script's first line: SIGINT, SIGTERM, SIGHUP end it in one line, 130,
+                                      never inside an import
 
 A rename replaces a link at the target instead of writing through it; a linked folder inside the output
 folder is refused. Files opened in place go through `open_nofollow`. Files get mode 0666 minus the umask.
@@ -21,10 +24,13 @@ import fcntl
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import stat
+import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
@@ -135,13 +141,14 @@ def atomic_write(
     A link at `path` is replaced, not followed; a linked folder below `root` is refused. On any error (a full
     disk, an interrupt) the temporary file is removed and `path` keeps its old content.
     """
-    tmp = _stage(Path(path), data, writer, root)
-    try:
-        check_held_folder(path)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with _writing():
+        tmp = _stage(Path(path), data, writer, root)
+        try:
+            check_held_folder(path)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     return Path(path)
 
 
@@ -174,7 +181,7 @@ def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path
         refuse_linked_folder(path.parent, Path(root))
     check_held_folder(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=STAGING_SUFFIX, dir=path.parent)
     tmp = Path(name)
     try:
         os.fchmod(fd, _mode())
@@ -195,8 +202,79 @@ def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""The signals that stop a run (Ctrl-C, `kill PID`, a closed terminal); `mechmem.cli.run_script` turns each
-into an interrupt."""
+"""The signals that stop a run (Ctrl-C, `kill PID`, a closed terminal); `catch_stop_signals` handles each the
+same way: one `error: interrupted` line on stderr and exit status 130."""
+
+STAGING_SUFFIX = ".mechmem.tmp"
+"""The end of every name a file or folder is staged under (`atomic_write`, `OutputSet`), so that what a killed
+writer left is told apart from anyone else's file."""
+MOVED_ASIDE_SUFFIX = ".mechmem.old"
+"""The end of the name an old file is moved aside to while `OutputSet` renames the new set into place."""
+
+_WRITERS = [0]
+"""How many of this module's writers (`output_dir`, `OutputSet`, `atomic_write`) are running now."""
+
+
+@contextmanager
+def _writing() -> Iterator[None]:
+    _WRITERS[0] += 1
+    try:
+        yield
+    finally:
+        _WRITERS[0] -= 1
+
+
+def writing() -> bool:
+    """True while an output folder is held or a file is staged or renamed (`output_dir`, `OutputSet`,
+    `atomic_write`): a stop signal must then unwind through their clean-up."""
+    return _WRITERS[0] > 0
+
+
+def catch_stop_signals() -> None:
+    """Make each of `STOP_SIGNALS` stop the process in one line, whenever it comes (main thread only; a signal
+    the parent ignores, as under `nohup`, stays ignored). Every entry point calls this first.
+
+    The signal becomes a `KeyboardInterrupt` (`run_script` turns it into `error: interrupted`, exit
+    status 130; a writer's clean-up runs, a training keeps what it saved), except inside an import, where an
+    interrupt can break the module half-way and fail in unrelated ways (an ImportError, a RecursionError, or
+    the interrupt caught by the library being imported, the run going on): there, while nothing is written
+    (`writing()` False: start-up's heavy imports) the process ends at once (stdout flushed, the same line,
+    130, nothing to undo); while a writer runs, the interrupt is raised once the import has finished.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _on_stop_signal)
+
+
+def _on_stop_signal(signum: int, frame: Any) -> None:
+    if not _importing(frame):
+        raise KeyboardInterrupt
+    if not writing():
+        end_interrupted()
+    again = threading.Timer(0.05, os.kill, (os.getpid(), signum))  # ask again once the import is done
+    again.daemon = True
+    again.start()
+
+
+def _importing(frame: Any) -> bool:
+    """True when `frame` or a frame that called it runs Python's import machinery."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def end_interrupted() -> None:
+    """End the process now: stdout flushed, one `error: interrupted` line on stderr, exit status 130."""
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(Exception):  # a stream closed, or interrupted inside its own write
+            stream.flush()
+    with suppress(OSError):
+        os.write(2, b"error: interrupted\n")
+    os._exit(130)
 
 
 @contextmanager
@@ -238,6 +316,7 @@ class OutputSet:
         self.staged: list[tuple[Path, Path]] = []
 
     def __enter__(self) -> "OutputSet":  # noqa: PYI034 - typing.Self needs Python 3.11; 3.10 is supported
+        _WRITERS[0] += 1
         return self
 
     def add(self, name: str, data: bytes | str | None = None, *, writer: Any = None) -> Path:
@@ -251,7 +330,7 @@ class OutputSet:
         target = self.out / name
         refuse_linked_folder(target.parent, self.out)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=STAGING_SUFFIX, dir=target.parent))
         self.staged.append((tmp, target))
         os.chmod(tmp, _mode(0o777))
         for file_name, data in files.items():
@@ -259,11 +338,14 @@ class OutputSet:
         return target
 
     def __exit__(self, kind: object, exc: object, tb: object) -> None:
-        if kind is not None:
-            self._discard()
-            return
-        with deferred_interrupts():
-            self._commit()
+        try:
+            if kind is not None:
+                self._discard()
+                return
+            with deferred_interrupts():
+                self._commit()
+        finally:
+            _WRITERS[0] -= 1
 
     def _commit(self) -> None:
         moved: list[tuple[Path, Path | None]] = []  # (target, where its old version went)
@@ -272,7 +354,7 @@ class OutputSet:
             for tmp, target in self.staged:
                 old = None
                 if target.is_symlink() or target.exists():
-                    old = target.with_name(f".{target.name}.{os.getpid()}.old")
+                    old = target.with_name(f".{target.name}.{os.getpid()}{MOVED_ASIDE_SUFFIX}")
                     os.replace(target, old)
                 moved.append((target, old))
                 os.replace(tmp, target)
@@ -304,7 +386,8 @@ def _remove(path: Path) -> None:
 def output_dir(out: str | os.PathLike, *, lock: bool = True) -> Iterator[Path]:
     """Create `out` (and missing parents) and hold `out/.lock` while the block writes into it.
 
-    A second writer stops with the holder's pid. On failure the empty folders this call created are removed.
+    A second writer stops with the holder's pid. Once the lock is held, what a killed writer left staged in
+    `out` is removed (`remove_staged`). On failure the empty folders this call created are removed.
     """
     out = Path(out)
     created = []
@@ -312,10 +395,13 @@ def output_dir(out: str | os.PathLike, *, lock: bool = True) -> Iterator[Path]:
     while not probe.exists() and not probe.is_symlink():
         created.append(probe)
         probe = probe.parent
-    out.mkdir(parents=True, exist_ok=True)
     try:
-        with _locked(out) if lock else nullcontext():
-            yield out
+        with _writing():
+            out.mkdir(parents=True, exist_ok=True)
+            with _locked(out) if lock else nullcontext():
+                if lock:
+                    remove_staged(out)
+                yield out
     except BaseException:
         for folder in created:  # innermost first
             try:
@@ -323,6 +409,46 @@ def output_dir(out: str | os.PathLike, *, lock: bool = True) -> Iterator[Path]:
             except OSError:
                 break
         raise
+
+
+STAGED = re.compile(r"\..+\.[a-z0-9_]{8}" + re.escape(STAGING_SUFFIX))
+"""The names this module stages under (`tempfile`'s 8 random characters): `.report.md.k3j9x_2a.mechmem.tmp`
+beside report.md, a folder `.figures.k3j9x_2a.mechmem.tmp/` beside figures/."""
+MOVED_ASIDE = re.compile(r"\.(.+)\.[0-9]+" + re.escape(MOVED_ASIDE_SUFFIX))
+"""The name of an old file moved aside while `OutputSet` renames the new set into place
+(`.report.md.PID.mechmem.old`)."""
+STAGED_DEPTH = 2
+"""How far below a held folder `remove_staged` looks: writers stage at most two folders down
+(`checkpoints/step_N.pt`, `analysis/NAME/x.json`)."""
+
+
+def remove_staged(out: str | os.PathLike, depth: int = STAGED_DEPTH) -> list[Path]:
+    """Remove what a killed writer left staged in `out` and its subfolders down to `depth`; returns what was
+    removed.
+
+    Only plain files and folders named like this module's staging (`STAGED`) go; an old file moved aside by
+    an unfinished `OutputSet` (`MOVED_ASIDE`) goes back to its name when that name is free (else it goes
+    too). Links are never followed or removed, other names are never touched, and a subfolder holding a
+    `.lock` is another writer's folder, left to it. Call it holding `out`'s lock (`output_dir` does).
+    """
+    removed = []
+    with os.scandir(out) as entries:
+        entries = list(entries)
+    for entry in entries:
+        path, is_dir = Path(entry.path), entry.is_dir(follow_symlinks=False)
+        if not is_dir and not entry.is_file(follow_symlinks=False):
+            continue  # a link, FIFO or socket: not ours
+        old = MOVED_ASIDE.fullmatch(entry.name)
+        if STAGED.fullmatch(entry.name) or old:
+            target = path.with_name(old[1]) if old else None
+            if target is not None and not (target.is_symlink() or target.exists()):
+                os.replace(path, target)
+            else:
+                _remove(path)
+                removed.append(path)
+        elif is_dir and depth > 0 and not (path / LOCK).exists() and not (path / LOCK).is_symlink():
+            removed += remove_staged(path, depth - 1)
+    return removed
 
 
 @contextmanager

@@ -155,7 +155,7 @@ def search_cell(
     (`trials.speculations`).
     `criteria`: the searches to run (a record only when all three).
     """
-    from mechmem.training.trainer import resolve_device
+    from mechmem.config import resolve_device
 
     earlier, last = (trials_of(trials, cell.key) if trials else {}), [time.perf_counter()]
     claimed: set[int] = set()

@@ -8,6 +8,7 @@ analysis module offers (a test checks them).
 import argparse
 import math
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -67,6 +68,14 @@ def seed_int(text: str) -> int:
     if not 0 <= value < 2**63:
         raise argparse.ArgumentTypeError(f"seed {text} is outside [0, 2**63)")
     return value
+
+
+def device_name(text: str) -> str:
+    """A `--device`: auto, cpu, cuda or cuda:N (whether this machine has it is checked once torch is
+    imported, before any loading: `mechmem.config.resolve_device`)."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"unknown device {text!r} (use auto, cpu, cuda or cuda:N)")
+    return text
 
 
 def nonnegative_int(text: str) -> int:
@@ -167,7 +176,7 @@ def add_analysis_args(
         help="analyse a Hugging Face causal LM (Hub name or save_pretrained folder) instead of CKPT",
     )
     parser.add_argument("--out", default=None, help="output directory (default: beside the checkpoint)")
-    parser.add_argument("--device", default="cpu", help="auto, cpu or cuda (default: cpu)")
+    parser.add_argument("--device", type=device_name, default="cpu", help="auto, cpu or cuda (default: cpu)")
     parser.add_argument(
         "--seed", type=seed_int, default=0, help="seed for sampled inputs, in [0, 2**63) (default: 0)"
     )

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     parser.add_argument(
         "--seed", type=cli.seed_int, default=0, help="the evaluation draw's seed, in [0, 2**63)"
     )
-    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--device", type=cli.device_name, default="cpu", help="cpu or cuda (default: cpu)")
     circuit = parser.add_mutually_exclusive_group()
     circuit.add_argument(
         "--circuit-edges", default="", help="E1,E2: the circuit quantity's edges (e.g. L0H2->L1H1.k)"
@@ -63,7 +63,10 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         [n.strip() for n in t.split(",") if n.strip()] for t in (args.circuit_edges, args.circuit_heads)
     )
     out = cli.check_out_dir(args.run_dir if args.out is None else args.out)
-    # torch and TransformerLens are imported from here on, after every check the flags alone decide
+    # torch is imported from here on, after every check the flags alone decide; then the device, at once
+    from mechmem.config import resolve_device
+
+    resolve_device(args.device)
     from mechmem.analysis import dynamics
     from mechmem.analysis.dynamics import views as dynamics_views
     from mechmem.analysis.dynamics.compare import comparison_lines as compare_lines

@@ -47,15 +47,17 @@ def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tupl
         raise MechmemError(f"--n-samples must be at least {min_samples}, got {n}")
     if args.out is not None:
         check_out_dir(args.out)
-    # torch and TransformerLens are imported from here on, after every check the flags alone decide
+    # torch is imported from here on, after every check the flags alone decide; then the device, at once
+    from mechmem.config import resolve_device
+
+    device = resolve_device(args.device)
     from mechmem.checkpoint import load_checkpoint
     from mechmem.models.checks import check_finite_weights, check_n_samples
     from mechmem.tasks import load_task_module
-    from mechmem.training.trainer import resolve_device
 
     for module in getattr(args, "task_module", None) or []:
         load_task_module(module)
-    hf, device = getattr(args, "hf", None), resolve_device(args.device)
+    hf = getattr(args, "hf", None)
     if (args.ckpt is None) == (hf is None):
         raise MechmemError("give a checkpoint (CKPT) or --hf NAME_OR_PATH, not both or neither")
     if hf is None:

@@ -1,7 +1,11 @@
 """Running a script: one-line errors, interrupts, and the output folders it claims.
 
 Every script has `def main(argv: list[str] | None = None) -> int` and ends with
-`raise SystemExit(run_script(main))`.
+`raise SystemExit(run_script(main))`. Its first lines, before any other import, are
+
+    from mechmem.io import catch_stop_signals
+
+    catch_stop_signals()  # a stop signal from here on ends the run in one line, exit status 130
 """
 
 import os
@@ -14,18 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from mechmem.errors import MechmemError, one_line
-from mechmem.io import STOP_SIGNALS, describe_os_error, output_dir
+from mechmem.io import STOP_SIGNALS, catch_stop_signals, describe_os_error, output_dir
 
 
 def run_script(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> int:
     """Run a script's `main`; every error a user or the machine causes ends in one `error:` line on stderr.
 
-    `MechmemError` (bad input) exits 2, `OSError` 1, an interrupt 130. Claimed output folders (`claim_out`)
-    are unlocked when it ends and removed when it failed in a folder it created.
+    `MechmemError` (bad input) exits 2, `OSError` 1, a stop signal (SIGINT, SIGTERM, SIGHUP:
+    `mechmem.io.catch_stop_signals`) 130. Claimed output folders (`claim_out`) are unlocked when it ends and
+    removed when it failed in a folder it created.
     """
     if argv is None:
         install_interrupt_hook()
-        terminate_as_interrupt()
+        catch_stop_signals()
         use_file_backend_when_loaded()
     try:
         with _claimed_outputs():
@@ -59,18 +64,6 @@ def install_interrupt_hook() -> None:
 
     hook.mechmem_interrupt_hook = True  # type: ignore[attr-defined]
     sys.excepthook = hook
-
-
-def terminate_as_interrupt() -> None:
-    """Treat SIGTERM and SIGHUP as SIGINT (main thread only); a SIGHUP the parent ignores stays ignored."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, interrupt)
-        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-            signal.signal(signal.SIGHUP, interrupt)
 
 
 def use_file_backend_when_loaded() -> None:

@@ -28,7 +28,9 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     parser.add_argument("--preset", default=None, help="preset name (see --list)")
     parser.add_argument("--out", default=None, help="run directory (default: runs/TASK-PRESET)")
     parser.add_argument("--seed", type=cli.seed_int, default=None, help="seed, in [0, 2**63)")
-    parser.add_argument("--device", default="cpu", help="auto, cpu or cuda (default: cpu)")
+    parser.add_argument(
+        "--device", type=cli.device_name, default="cpu", help="auto, cpu or cuda (default: cpu)"
+    )
     parser.add_argument("--steps", type=cli.nonnegative_int, help="override the preset's steps (>= 0)")
     parser.add_argument("--save-every", type=cli.nonnegative_int, help="keep a checkpoint every N >= 1 steps")
     parser.add_argument("--resume", action="store_true", help="continue the identical run in --out")
@@ -59,23 +61,30 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         parser.error("--resume and --overwrite exclude each other")
     if args.intervene_until is not None and not args.intervene:
         parser.error("--intervene-until needs --intervene")
+    from mechmem.training.timings import check_preset_name  # no torch: the committed index of presets
+
+    if args.list and not args.task and not args.task_module:
+        return list_presets()
     out = None
     if not args.list:
         out = str(cli.check_out_dir(args.out if args.out is not None else f"runs/{args.task}-{args.preset}"))
-    # torch and TransformerLens are imported from here on, after every check the flags alone decide
+        if not args.task_module:
+            check_preset_name(args.task, args.preset)
+        if args.resume and not any((Path(out) / n).exists() for n in ("ckpt.pt", "resume.pt", "checkpoints")):
+            raise cli.UsageError(f"--resume: no checkpoint with trainer state in {out} (nothing to resume)")
+    # torch is imported from here on, after every check the flags alone decide; then the device, at once
+    from mechmem.config import resolve_device
+
+    resolve_device(args.device)
     import torch
 
     from mechmem.tasks import load_task_module
     from mechmem.training.run import train_preset
-    from mechmem.training.timings import preset_rows
 
     for module in args.task_module:
         load_task_module(module)
     if args.list:
-        rows, headers, note = preset_rows(args.task, device=args.device)
-        cli.print_table(rows, headers)
-        print(note)
-        return 0
+        return list_presets(args.task, args.device)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     result = train_preset(
@@ -99,6 +108,17 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     print(table)
     write_train_log(Path(out), table)
     print(f"wrote {result.checkpoint}, {out}/metrics.jsonl and {out}/train.log")
+    return 0
+
+
+def list_presets(task: str | None = None, device: str = "cpu") -> int:
+    """Print `mechmem train --list [TASK]`: every task's presets with their measured time (and, for TASK, its
+    time here)."""
+    from mechmem.training.timings import preset_rows
+
+    rows, headers, note = preset_rows(task, device=device)
+    cli.print_table(rows, headers)
+    print(note)
     return 0
 
 

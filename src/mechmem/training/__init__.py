@@ -5,7 +5,21 @@ A paper plugs in what differs through its `Task` (batches, loss, metrics, evalua
 `TrainIntervention`, `interventions.py`).
 """
 
-from mechmem.config import Preset, TrainConfig, TrainIntervention
-from mechmem.training.trainer import TrainResult, lr_at, resolve_device, train
+from typing import Any
+
+from mechmem.config import Preset, TrainConfig, TrainIntervention, resolve_device
+
+TRAINER_NAMES = ("TrainResult", "lr_at", "train")
+"""Names of `trainer.py` (torch and TransformerLens), imported on first use: `mechmem.training.timings` (the
+preset list, without torch) lives in this package too."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in TRAINER_NAMES:
+        from mechmem.training import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(f"module 'mechmem.training' has no attribute {name!r}")
+
 
 __all__ = ["Preset", "TrainConfig", "TrainIntervention", "TrainResult", "lr_at", "resolve_device", "train"]

@@ -6,12 +6,12 @@ from typing import Any
 
 import torch
 
-from mechmem.config import Preset, TrainConfig, TrainIntervention
+from mechmem.config import Preset, TrainConfig, TrainIntervention, resolve_device
 from mechmem.errors import MechmemError
 from mechmem.models import build_model
 from mechmem.tasks import build_task, get_preset
 from mechmem.training.rundir import run_identity
-from mechmem.training.trainer import TrainResult, resolve_device, train
+from mechmem.training.trainer import TrainResult, train
 
 
 def _preset_run(

@@ -53,17 +53,6 @@ from mechmem.training.rundir import (
 )
 
 
-def resolve_device(device: str) -> torch.device:
-    """'auto' picks CUDA when available; 'cuda' without a GPU is a user error."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise MechmemError("--device cuda requested but no CUDA device is available")
-    if device not in ("cpu",) and not device.startswith("cuda"):
-        raise MechmemError(f"unknown device {device!r} (use auto, cpu or cuda)")
-    return torch.device(device)
-
-
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Learning rate at `step` for the config's warm-up and schedule."""
     if cfg.warmup_steps and step < cfg.warmup_steps:

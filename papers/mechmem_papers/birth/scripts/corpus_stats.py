@@ -9,6 +9,11 @@ Without --out the counts replace the shipped file (`tinyshakespeare_stats.json` 
 Writes only the counts (vocabulary, unigram and bigram counts), never the text, so the result can be shipped.
 """
 
+if __name__ == "__main__":  # first of all: a stop signal from here on ends the run in one line
+    from mechmem.io import catch_stop_signals
+
+    catch_stop_signals()
+
 from pathlib import Path
 
 from mechmem.cli import ArgumentParser, input_file, run_script, write_json

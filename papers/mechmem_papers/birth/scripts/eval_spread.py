@@ -10,6 +10,11 @@ sequences, seed 1000) and on 4096 fresh sequences (seed 5000). Added after the l
 judges nothing.
 """
 
+if __name__ == "__main__":  # first of all: a stop signal from here on ends the run in one line
+    from mechmem.io import catch_stop_signals
+
+    catch_stop_signals()
+
 from pathlib import Path
 
 from mechmem.cli import ArgumentParser, check_out_dir, run_script, write_json

@@ -18,6 +18,11 @@ the histories it holds (no suite run is retrained); `python analyses/reproduce.p
     python -m mechmem_papers.birth.scripts.scale --no-run --record docs/reproductions/data/birth.json
 """
 
+if __name__ == "__main__":  # first of all: a stop signal from here on ends the run in one line
+    from mechmem.io import catch_stop_signals
+
+    catch_stop_signals()
+
 import functools
 import json
 from pathlib import Path

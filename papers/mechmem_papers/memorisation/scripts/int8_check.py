@@ -11,6 +11,11 @@ rewritten after every row and a row already in it is not computed again. The mem
 (`python analyses/reproduce.py memorisation`).
 """
 
+if __name__ == "__main__":  # first of all: a stop signal from here on ends the run in one line
+    from mechmem.io import catch_stop_signals
+
+    catch_stop_signals()
+
 import json
 import shlex
 import sys

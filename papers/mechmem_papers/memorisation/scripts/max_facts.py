@@ -13,6 +13,11 @@ Defaults are the published variant sizes (n_in=32, d=16), schedule (lr 1e-2, 3e-
 phase, patience 5,000) and search (the authors' bracket, precision 8); on CPU cap the schedule.
 """
 
+if __name__ == "__main__":  # first of all: a stop signal from here on ends the run in one line
+    from mechmem.io import catch_stop_signals
+
+    catch_stop_signals()
+
 import argparse
 from pathlib import Path
 
@@ -49,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         cli.check_out_dir(Path(args.out).parent, flag="--out")
     import torch  # torch is imported from here on, after every check the flags alone decide
 
+    from mechmem.config import resolve_device
     from mechmem.models.facts import FactsModelConfig
-    from mechmem.training.trainer import resolve_device
     from mechmem_papers.memorisation.batched import Schedule
     from mechmem_papers.memorisation.capacity import N_INITS, find_capacity
 

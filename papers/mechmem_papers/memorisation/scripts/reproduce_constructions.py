@@ -18,6 +18,11 @@ page is drawn from these files: `python analyses/reproduce.py memorisation` (or 
 which runs this with the defaults and then writes the page).
 """
 
+if __name__ == "__main__":  # first of all: a stop signal from here on ends the run in one line
+    from mechmem.io import catch_stop_signals
+
+    catch_stop_signals()
+
 import shlex
 import sys
 from pathlib import Path

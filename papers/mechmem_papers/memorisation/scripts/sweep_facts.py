@@ -26,6 +26,11 @@ the records of the given schedule (mean +- sd over repeats) and the fits S = a d
 writes facts_scaling_fits.json; the page is `python analyses/reproduce.py memorisation`.
 """
 
+if __name__ == "__main__":  # first of all: a stop signal from here on ends the run in one line
+    from mechmem.io import catch_stop_signals
+
+    catch_stop_signals()
+
 import argparse
 from pathlib import Path
 

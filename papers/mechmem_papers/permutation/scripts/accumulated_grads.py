@@ -14,6 +14,11 @@ it judges nothing, the page shows it as a sensitivity check. Resumable: the file
 and a seed already in it is not trained again.
 """
 
+if __name__ == "__main__":  # first of all: a stop signal from here on ends the run in one line
+    from mechmem.io import catch_stop_signals
+
+    catch_stop_signals()
+
 import json
 from pathlib import Path
 

@@ -14,6 +14,11 @@ written before its first run. Resumable: the file is rewritten after every seed 
 not trained again.
 """
 
+if __name__ == "__main__":  # first of all: a stop signal from here on ends the run in one line
+    from mechmem.io import catch_stop_signals
+
+    catch_stop_signals()
+
 import json
 from pathlib import Path
 

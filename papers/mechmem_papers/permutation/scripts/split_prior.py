@@ -14,6 +14,11 @@ that has learnt part of that prior. The page sets the published steps' accuracy 
 authors' split is unknown). No training: nothing here is random beyond the splits.
 """
 
+if __name__ == "__main__":  # first of all: a stop signal from here on ends the run in one line
+    from mechmem.io import catch_stop_signals
+
+    catch_stop_signals()
+
 import itertools
 from pathlib import Path
 

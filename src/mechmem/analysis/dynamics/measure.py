@@ -33,6 +33,7 @@ from mechmem.analysis.heads import no_attention_reason
 from mechmem.analysis.stats import RatioMoments, mean_interval, normal_interval
 from mechmem.analysis.transitions import Event, Rule, find_events, level, steepest
 from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
+from mechmem.config import resolve_device
 from mechmem.errors import CheckpointError, MechmemError, one_line
 from mechmem.models.checks import check_finite_weights, check_n_samples
 from mechmem.models.parts import Head, model_device
@@ -40,7 +41,6 @@ from mechmem.models.weights import load_canonical_state_dict
 from mechmem.tasks.base import Batch, PatchingPair, masked_accuracy
 from mechmem.training.interventions import describe
 from mechmem.training.rundir import payload_identity, run_differences, step_checkpoints
-from mechmem.training.trainer import resolve_device
 
 STEP_NAME = re.compile(r"step_(\d+)\.pt")
 
