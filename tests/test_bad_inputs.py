@@ -458,7 +458,9 @@ runpy.run_path({script!r}, run_name="__main__")
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("when", ["startup", "mid-write", "shutdown"])
+@pytest.mark.parametrize(
+    "when", [pytest.param("startup", marks=pytest.mark.slow), "mid-write", "shutdown"]
+)  # an interrupt inside an import is also in test_startup_signals.py, in-process and cheaper
 def test_interrupts_are_one_line_and_leave_the_folder_as_it_was(when, finished, good, tmp_path):
     script = "ablate_heads"
     out = tmp_path / "new" if when == "startup" else _copy(finished[script], tmp_path / "out")
