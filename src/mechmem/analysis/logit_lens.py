@@ -224,7 +224,7 @@ def plot_logit_lens(result: LogitLensResult) -> Any:
     """Left: mean target probability per stage and position. Right: mean over masked positions per stage."""
     per_pos = result.by_position()["target_prob"].numpy()
     summary = result.summary()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.35 * len(result.stages) + 2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.35 * len(result.stages) + 2), layout="constrained")
     im = left.imshow(per_pos, vmin=0, vmax=1, cmap="viridis", aspect="auto")
     left.set(
         yticks=range(len(result.stages)),
