@@ -18,7 +18,7 @@ import pytest
 from browser import CHROMIUM, Browser
 
 from mechmem.report.document import to_html, to_markdown, write_index, write_report
-from mechmem.report.html import json_blob
+from mechmem.report.html import INDEX_COLUMNS, json_blob
 from mechmem.report.interactive import grid_labels
 
 needs_browser = pytest.mark.skipif(
