@@ -300,6 +300,6 @@ def plot_patching(result: PatchingResult, *, positions: Sequence[str] | None = N
     if result.normalised_refused:
         notes.append("clean - corrupted gap not told apart from 0: no normalised effect")
     if notes:
-        fig.suptitle("; ".join(notes), fontsize=8, y=1.0)
+        fig.suptitle("\n".join(notes), fontsize=8)
     fig.colorbar(im, ax=list(axs[0]), label=f"{result.metric} ({result.direction})")
     return fig
