@@ -89,19 +89,3 @@ def attach_tokenizer(model: torch.nn.Module, names: Sequence[str] | None) -> tor
     cfg.tokenizer_prepends_bos = False
     return model
 
-
-def model_token_names(model: torch.nn.Module) -> list[str] | None:
-    """The name of each token id from the model's tokenizer (`attach_tokenizer`, or a Hugging Face model's
-    own), None when it has none.
-
-    Example:
-        >>> import mechmem
-        >>> model = attach_tokenizer(mechmem.planted_induction_model(), ["a", "b"])
-        >>> model_token_names(model)[:4]
-        ['a', 'b', '2', '3']
-    """
-    tokenizer, cfg = getattr(model, "tokenizer", None), getattr(model, "cfg", None)
-    d_vocab = getattr(cfg, "d_vocab", None)
-    if tokenizer is None or not isinstance(d_vocab, int):
-        return None
-    return [str(name) for name in tokenizer.convert_ids_to_tokens(list(range(d_vocab)))]
