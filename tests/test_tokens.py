@@ -75,6 +75,7 @@ def test_transformer_lens_detect_head_reads_a_string(loaded, head):
 
 
 def test_patching_heatmaps_label_positions_with_tokens(loaded):
+    from mechmem.analysis.logit_lens import logit_lens, plot_logit_lens
     from mechmem.analysis.patching import plot_patching, run_sweeps
     from mechmem.plotting import plt
     from mechmem.report.interactive import sweep_map
@@ -97,6 +98,12 @@ def test_patching_heatmaps_label_positions_with_tokens(loaded):
     assert view["cols"] == labels  # positions drawn across
     with pytest.raises(ValueError, match="tick labels"):
         plot_patching(results["resid_pre"], positions=labels[:-1])
+    batch = task.eval_batch(8, generator=torch.Generator().manual_seed(1))
+    lens = logit_lens(model, batch.tokens, batch.targets, batch.loss_mask)
+    first = position_labels(batch.tokens[0], names)
+    fig = plot_logit_lens(lens, positions=first)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == first
+    plt.close(fig)
 
 
 def test_the_circuitsvis_example_passes_to_str_tokens_without_circuitsvis(

@@ -88,4 +88,3 @@ def attach_tokenizer(model: torch.nn.Module, names: Sequence[str] | None) -> tor
     cfg.default_prepend_bos = False
     cfg.tokenizer_prepends_bos = False
     return model
-
