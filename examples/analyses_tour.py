@@ -1,12 +1,15 @@
 # %% [markdown]
 # # A tour of the analysis toolkit, one library call per cell
 #
-#     python examples/analyses_tour.py                           # about 1 minute on CPU
+#     python examples/analyses_tour.py                           # minutes on CPU: see `mechmem train --list`
 #     MECHMEM_EXAMPLE_STEPS=50 python examples/analyses_tour.py  # a smoke run (what the tests do)
 #
-# Trains (or reuses) a small Task 2 permutation model:
-# 2 heads, repeats, so one head can eliminate and one recall. Every call is a name of `mechmem`; each result
-# turns into a table with `.to_dataframe()` and into a figure with `mechmem.plot(result)`.
+# Trains (or reuses) a small Task 2 permutation model, the `task2-quick` preset for its whole 20,000 steps:
+# 2 heads, repeats, so one head can eliminate and one recall (a run stopped at 6,000 steps named both heads
+# elimination; at its end the roles separate: one recall head, one elimination head).
+#
+# Every call is a name of `mechmem`; each result turns into a table with `.to_dataframe()` and into a figure
+# with `mechmem.plot(result)`.
 
 # %%
 import os
@@ -17,10 +20,10 @@ import torch
 import mechmem
 
 torch.set_num_threads(1)
-STEPS = int(os.environ.get("MECHMEM_EXAMPLE_STEPS", "6000"))
+STEPS = int(os.environ["MECHMEM_EXAMPLE_STEPS"]) if "MECHMEM_EXAMPLE_STEPS" in os.environ else None
 OUT = Path(os.environ.get("MECHMEM_EXAMPLE_OUT") or Path.cwd() / "runs" / "examples") / "task2"
 if not (OUT / "ckpt.pt").exists():
-    print(f"no checkpoint at {OUT / 'ckpt.pt'}; training {STEPS} steps there")
+    print(f"no checkpoint at {OUT / 'ckpt.pt'}; training there ({STEPS or 'the preset'} steps)")
     mechmem.train_preset("permutation", "task2-quick", out_dir=OUT, steps=STEPS, progress=False)
 ckpt = mechmem.load_checkpoint(OUT / "ckpt.pt")
 model, task = ckpt.model, ckpt.task
@@ -85,7 +88,7 @@ print({p.name: round(p.recall, 2) for p in probes.probes})
 # ## Head roles: elimination vs recall, from the measured evidence
 
 # %%
-roles = mechmem.head_roles(model, task, n=256, seed=4)  # the classifier the report and the pages use
+roles = mechmem.head_roles(model, task)  # the report's call: the classifier the report and the pages use
 print("roles:", roles.summary())
 
 # %% [markdown]

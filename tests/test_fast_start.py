@@ -127,6 +127,21 @@ def test_help_and_argument_errors_answer_before_torch(target, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]  # nothing written, no folder made
 
 
+@pytest.mark.subprocess
+def test_the_examples_command_copies_them_out_before_torch(tmp_path):
+    """`mechmem examples DIR` copies examples/ and analyses/ (a checkout's here, the wheel's bundle when
+    installed) without importing torch, and refuses to overwrite in one line."""
+    code, _, err, heavy = run("mechmem.__main__", ["examples", str(tmp_path / "copy")], tmp_path)
+    assert code == 0 and heavy == [], (code, err, heavy)
+    want = [*ROOT.glob("examples/*.py"), *ROOT.glob("examples/*.ipynb"), *ROOT.glob("analyses/*.py")]
+    for source in want:
+        assert (tmp_path / "copy" / source.relative_to(ROOT)).read_bytes() == source.read_bytes()
+    assert len(list((tmp_path / "copy").rglob("*.*"))) == len(want)
+    code, _, err, heavy = run("mechmem.__main__", ["examples", str(tmp_path / "copy")], tmp_path)
+    assert code == 2 and err.strip().startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert heavy == []
+
+
 def test_the_light_name_lists_are_the_ones_the_analyses_use():
     from mechmem.analysis import ablation, circuits, dynamics, patching
     from mechmem.analysis.patching import tables as patching_tables

@@ -18,7 +18,7 @@ import pytest
 from browser import CHROMIUM, Browser
 
 from mechmem.report.document import to_html, to_markdown, write_index, write_report
-from mechmem.report.html import json_blob
+from mechmem.report.html import INDEX_COLUMNS, json_blob
 from mechmem.report.interactive import grid_labels
 
 needs_browser = pytest.mark.skipif(
@@ -132,7 +132,11 @@ def test_every_patching_sweep_has_a_heatmap_with_its_intervals(reports):
         assert all(lo <= v + 1e-5 and v - 1e-5 <= hi for rows in bounds for lo, v, hi in zip(*rows))
         assert len(m["values"]) == len(m["rows"]) and all(len(r) == len(m["cols"]) for r in m["values"])
         if "pos" in m["axes"]:
-            assert m["axes"][-1] == "pos"  # positions run across
+            assert m["axes"][-1] == "pos"  # positions run across, labelled with an example prompt's tokens
+            names = __import__("mechmem.tasks", fromlist=["x"]).build_task("permutation", {}).token_names()
+            labelled = [re.fullmatch(r"(\S+) \(pos(\d+)\)", c) for c in m["cols"]]
+            assert all(labelled) and [int(x.group(2)) for x in labelled] == list(range(len(m["cols"])))
+            assert {x.group(1) for x in labelled} <= set(names)
     assert grid_labels(("layer", "head", "pos"), (2, 2, 3)) == (
         ["L0 H0", "L0 H1", "L1 H0", "L1 H1"],
         ["pos0", "pos1", "pos2"],
@@ -280,7 +284,10 @@ def test_index_links_every_report_and_sorts(browser, reports):
     rows = "[...document.querySelectorAll('#index tbody tr')].map(r => r.cells[0].textContent)"
     assert browser.evaluate(rows) == ["permutation", "induction"]
     headers = browser.evaluate("[...document.querySelectorAll('#index th')].map(h => h.textContent)")
-    assert headers == ["model", "headline", "named roles", "circuit confident", "faithfulness"]
+    assert headers == list(INDEX_COLUMNS)
+    assert "`" not in browser.evaluate("document.body.textContent")  # markdown's code is rendered
+    seeds = "[...document.querySelectorAll('#index tbody tr')].map(r => r.cells[3].textContent)"
+    assert browser.evaluate(seeds) == ["0 / 32", "0 / 32"]
     browser.click("#index th[data-col='0']")
     assert browser.evaluate(rows) == ["induction", "permutation"]
     browser.click("#index th[data-col='0']")

@@ -22,7 +22,9 @@ def test_list_reads_the_recorded_times(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     rows = {tuple(line.split()[:2]): line for line in out.splitlines() if len(line.split()) > 3}
     # measured on half the steps: the preset's own steps take twice as long (the time scales with the steps)
-    assert f"{format_seconds(100.0)} (full run, load 3.3)" in rows[("permutation", "task1-quick")]
+    # and the rate it was measured at, with the machine's load then
+    rate = f"{1000 * 50.0 / (steps // 2):.1f} ms/step at load 3.3"
+    assert f"{format_seconds(100.0)} (full run: {rate})" in rows[("permutation", "task1-quick")]
     assert "not measured" in rows[("permutation", "task2-quick")]
     assert all((task, p) in rows for task in task_names() for p in get_task_class(task).presets)
     assert "measured: python benchmarks/preset_times.py on today" in out

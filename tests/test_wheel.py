@@ -102,6 +102,13 @@ def test_installed_from_a_wheel_and_used_from_an_empty_folder(installed, tmp_pat
     sh([installed / "mechmem", "analyse", "t2/ckpt.pt", "--n-samples", "32"], cwd=work, env=env)
     assert (work / "t2" / "analysis" / "analyse.json").is_file()
     assert (work / "t2" / "analysis" / "report" / "report.html").is_file()
+    sh([installed / "mechmem", "examples", "copied"], cwd=work, env=env)
+    shipped = sorted(p.relative_to(work / "copied") for p in (work / "copied").rglob("*") if p.is_file())
+    assert shipped == sorted(
+        p.relative_to(ROOT)
+        for pattern in ("examples/*.py", "examples/*.ipynb", "analyses/*.py")
+        for p in ROOT.glob(pattern)
+    )
     snippet = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.DOTALL).group(1)
     sh([installed / "python", "-c", snippet], cwd=work, env=env)
     assert site_files(installed) == before, "nothing may be written inside the environment"

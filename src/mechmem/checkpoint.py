@@ -3,19 +3,22 @@
 A checkpoint is a plain `torch.save` dict that loads with `torch.load(path, weights_only=True)`: no pickled
 classes, only tensors, strings, numbers, lists and dicts. It carries everything needed to rebuild the run:
 
-    format, format_version        "mechmem-checkpoint", 2
+    format, format_version        "mechmem-checkpoint", 3
     mechmem_version, transformer_lens_version
     model_config                  the architecture's config dict (with its "arch" name)
     task_name, task_config        the task registry name and its config dict (always explicit, never {})
     train_config                  the trainer's config dict
     metrics                       a summary (final evaluation, wall time, ...); strict JSON (NaN -> None)
     state_dict                    the weights
+    token_names                   the name of every token id (the task's `token_names`, else the id), which
+                                  the loaded model's tokenizer reads (`mechmem.models.tokenizer`)
     extra                         optional: trainer state for --resume (optimiser, RNG, step), or
                                   "task_attached": `save_model`'s note when it attached the generic task
     digest                        SHA-256 over every other field; a mismatch means the file was altered
 
-Version 1 files (digest over configs and weights only) and files carrying HookedTransformer's buffers
-still load. `load_checkpoint` raises `CheckpointError` with a one-line reason; writes are atomic.
+Version 1 files (digest over configs and weights only), version 2 files (no token names: they are derived
+from the task) and files carrying HookedTransformer's buffers still load. `load_checkpoint` raises
+`CheckpointError` with a one-line reason; writes are atomic.
 """
 
 import hashlib
@@ -36,13 +39,13 @@ from mechmem.io import atomic_write
 from mechmem.version import __version__
 
 FORMAT = "mechmem-checkpoint"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 REQUIRED = (
     "format", "format_version", "mechmem_version", "transformer_lens_version", "model_config", "task_name",
     "task_config", "train_config", "metrics", "state_dict", "digest",
 )  # fmt: skip
-OPTIONAL = ("extra",)
+OPTIONAL = ("extra", "token_names")
 
 MAX_FILE_BYTES = 16 * 2**30
 """Largest checkpoint file read (16 GiB); checked before the file is opened."""
@@ -53,6 +56,7 @@ LIMITS: dict[str, tuple[int, int]] = {
     "metrics": (8, 100_000),
     "state_dict": (2, 100_000),
     "extra": (12, 1_000_000),
+    "token_names": (1, 10_000_000),
 }
 """Per field: (deepest nesting of lists/dicts, most elements over every level), checked before hashing."""
 MAX_SCALAR_FIELD = 10_000
@@ -319,6 +323,7 @@ def save_checkpoint(
     """
     from mechmem.io import strict_json
     from mechmem.models.backend import TL_VERSION
+    from mechmem.models.tokenizer import vocabulary_names
     from mechmem.models.transformer_config import bridge_unsupported
     from mechmem.models.weights import canonical_state_dict
     from mechmem.tasks import build_task, get_task_class
@@ -348,6 +353,12 @@ def save_checkpoint(
     }
     if extra:
         payload["extra"] = extra
+    d_vocab = getattr(getattr(model, "cfg", None), "d_vocab", None)
+    try:
+        names = vocabulary_names(task.token_names(), d_vocab if isinstance(d_vocab, int) else task.d_vocab)
+    except ValueError as exc:
+        raise MechmemError(f"task {task_name!r}: {exc}") from None
+    payload["token_names"] = names
     payload["digest"] = payload_digest(payload)
     atomic_torch_save(payload, path)
     return Path(path)
@@ -375,6 +386,9 @@ class Checkpoint:
     path: Path
     versions: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    token_names: list[str] | None = None
+    """The name of every token id the model's tokenizer uses (`model.to_str_tokens`); None for a model
+    without a TransformerLens vocabulary."""
 
     @property
     def task(self) -> Any:
@@ -462,8 +476,9 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
         ('Checkpoint', 'ckpt.pt')
     """
     from mechmem.errors import one_line
-    from mechmem.models.backend import BACKEND, move_model
+    from mechmem.models.backend import BACKEND, is_transformer_lens_model, move_model
     from mechmem.models.registry import build_model, model_config_from_dict
+    from mechmem.models.tokenizer import attach_tokenizer, vocabulary_names
     from mechmem.models.transformer_config import bridge_unsupported
     from mechmem.models.weights import load_canonical_state_dict
     from mechmem.tasks import build_task, get_task_class
@@ -508,11 +523,19 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
         raise CheckpointError(f"{path}: {one_line(exc)}") from None
     try:  # the config is checked against the model before the task is built: building may allocate a lot
         get_task_class(payload["task_name"]).check_config_fits(payload["task_config"] or None, model)
-        build_task(payload["task_name"], payload["task_config"] or None).check_model(model)
+        task = build_task(payload["task_name"], payload["task_config"] or None)
+        task.check_model(model)
     except MechmemError as exc:
         raise CheckpointError(f"{path}: {one_line(exc)}") from None
     except (TypeError, ValueError, RuntimeError, MemoryError) as exc:
         raise CheckpointError(f"{path}: bad task config ({one_line(exc)})") from None
+    names = None
+    if is_transformer_lens_model(model):  # files before format 3 carry none: the task names them
+        try:
+            names = vocabulary_names(payload.get("token_names") or task.token_names(), model.cfg.d_vocab)
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: bad token names ({one_line(exc)})") from None
+        attach_tokenizer(model, names)
     move_model(model, device)
     model.eval()
     return Checkpoint(
@@ -528,6 +551,7 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
             "transformer_lens": payload["transformer_lens_version"],
         },
         extra=payload.get("extra", {}),
+        token_names=names,
     )
 
 

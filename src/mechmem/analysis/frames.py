@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from jaxtyping import Int
 from torch import Tensor
 
 
@@ -54,6 +55,20 @@ def token_labels(ids: Sequence[int] | np.ndarray, token_names: Sequence[str] | N
     if ids.size and not 0 <= ids.min() <= ids.max() < len(token_names):
         raise ValueError(f"token ids reach {ids.max()} but there are {len(token_names)} token names")
     return np.asarray(list(token_names), dtype=object)[ids].tolist()
+
+
+def position_labels(
+    ids: Int[Tensor, " pos"] | Sequence[int] | np.ndarray, token_names: Sequence[str] | None
+) -> list[str]:
+    """Labels of a prompt's positions for a figure or table axis: each token's name (`token_labels`) with
+    its position, so repeated tokens stay apart.
+
+    Example:
+        >>> position_labels([2, 0, 2], ["a", "b", "c"])
+        ['c (pos0)', 'a (pos1)', 'c (pos2)']
+    """
+    names = token_labels([int(i) for i in ids], token_names)
+    return [f"{name} (pos{i})" for i, name in enumerate(names)]
 
 
 def with_tokens(frame: Any, token_names: Sequence[str] | None, column: str = "token_id") -> Any:

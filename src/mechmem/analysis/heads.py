@@ -444,7 +444,9 @@ def attention_from_weights(
 def plot_head_scores(result: HeadScores, *, title: str = "") -> Any:
     """One layer x head heatmap per pattern; returns the Figure."""
     names = list(result.scores)
-    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 2.8), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(names), figsize=(3.2 * len(names), 2.8), squeeze=False, layout="constrained"
+    )
     for ax, name in zip(axes[0], names):
         s = result.scores[name].numpy()
         im = ax.imshow(s, vmin=0, vmax=1, cmap="viridis", aspect="auto")

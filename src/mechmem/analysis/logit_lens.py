@@ -220,16 +220,19 @@ def logit_lens(
     return LogitLensResult(tuple(name for name, _ in stages), *stacked, mask.float().cpu())
 
 
-def plot_logit_lens(result: LogitLensResult) -> Any:
-    """Left: mean target probability per stage and position. Right: mean over masked positions per stage."""
+def plot_logit_lens(result: LogitLensResult, *, positions: Sequence[str] | None = None) -> Any:
+    """Left: mean target probability per stage and position. Right: mean over masked positions per stage.
+    `positions` labels the position axis (`frames.position_labels` of an example sequence; default the
+    indices)."""
+    from mechmem.plotting import cell_ticks
+
     per_pos = result.by_position()["target_prob"].numpy()
     summary = result.summary()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.35 * len(result.stages) + 2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 0.35 * len(result.stages) + 2), layout="constrained")
     im = left.imshow(per_pos, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    cell_ticks(left, per_pos.shape, row_labels=list(result.stages), col_labels=positions)
     left.set(
-        yticks=range(len(result.stages)),
-        yticklabels=result.stages,
-        xlabel="position",
+        xlabel="position" if positions is None else "position (tokens of the first sequence)",
         title="target probability by position",
     )
     fig.colorbar(im, ax=left, shrink=0.8)

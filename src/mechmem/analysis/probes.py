@@ -371,7 +371,7 @@ def plot_probes(result: MemoryProbes) -> Any:
     from mechmem.plotting import plt
 
     names = [p.name for p in result.probes]
-    fig, ax = plt.subplots(figsize=(6, 0.28 * len(names) + 1.2))
+    fig, ax = plt.subplots(figsize=(6, 0.28 * len(names) + 1.2), layout="constrained")
     y = list(range(len(names)))
     ax.barh(y, [p.recall for p in result.probes], color="tab:blue", label="recall")
     ax.scatter([p.chance for p in result.probes], y, color="k", marker="|", s=80, label="chance", zorder=3)

@@ -38,6 +38,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from mechmem.analysis.distribution import prompt_fit
+    from mechmem.analysis.frames import position_labels
     from mechmem.analysis.logit_lens import logit_lens, plot_logit_lens, unsupported_reason
     from mechmem.analysis.stats import format_interval
     from mechmem.progress import working
@@ -83,7 +84,8 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
         "example_targets": targets[0].tolist(),
         "prompt_fit": fit.to_dict(),
     }
-    return {"logit_lens.json": payload, "logit_lens.png": plot_logit_lens(result)}
+    positions = position_labels(tokens[0], ckpt.task.token_names())
+    return {"logit_lens.json": payload, "logit_lens.png": plot_logit_lens(result, positions=positions)}
 
 
 main = cli.analysis_main(parser, outputs)

@@ -18,6 +18,7 @@ from mechmem.cli import (
     circuit,
     demo,
     dynamics,
+    examples,
     heads,
     lens,
     patch,
@@ -44,6 +45,7 @@ COMMANDS = {
     "dynamics": (dynamics, "analyses over every step checkpoint of a run"),
     "reproduce": (reproduce, "a paper's experiments, their record and page"),
     "demo": (demo, "train the demo models and report on each"),
+    "examples": (examples, "copy the example notebooks and analysis scripts into a folder"),
 }
 """Subcommand -> (its module, one line of help)."""
 

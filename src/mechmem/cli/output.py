@@ -12,20 +12,6 @@ from mechmem.cli.load import load_for_analysis
 from mechmem.io import OutputSet, dumps
 
 
-def figure_png(fig: Any) -> bytes:
-    """A matplotlib figure as PNG bytes (and closed)."""
-    import io
-
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    try:
-        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    finally:
-        plt.close(fig)
-    return buf.getvalue()
-
-
 def write_outputs(out: str | os.PathLike, files: dict[str, Any]) -> list[Path]:
     """Write a script's outputs into `out` together (`mechmem.io.OutputSet`): a value whose name ends in .png
     is a matplotlib figure, any other is written as strict JSON."""
@@ -39,7 +25,12 @@ def stage_outputs(staged: OutputSet, files: dict[str, Any], folder: str = "") ->
     names = []
     for name, value in files.items():
         names.append(f"{folder}/{name}" if folder else name)
-        staged.add(names[-1], figure_png(value) if name.endswith(".png") else dumps(value, indent=2) + "\n")
+        if name.endswith(".png"):
+            from mechmem.plotting import figure_png
+
+            staged.add(names[-1], figure_png(value))
+        else:
+            staged.add(names[-1], dumps(value, indent=2) + "\n")
     return names
 
 

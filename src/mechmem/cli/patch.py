@@ -46,6 +46,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.analysis.heads import no_attention_reason
     from mechmem.analysis.patching import patch_checkpoint, patching_lines, plot_patching
     from mechmem.analysis.patching.decided import decision_lines
+    from mechmem.analysis.patching.tables import pair_positions
     from mechmem.errors import NotApplicable
     from mechmem.progress import working
 
@@ -65,9 +66,14 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
             )
     except NotApplicable as exc:  # the task has no clean/corrupted pairs
         return cli.skipped(str(exc), "patching.json", empty)
-    results = decided.results
+    results, positions = decided.results, pair_positions(ckpt.task, seed=args.seed)
     for line in patching_lines(
-        results, task=ckpt.task_name, method=args.method, direction=args.direction, n=decided.n
+        results,
+        task=ckpt.task_name,
+        method=args.method,
+        direction=args.direction,
+        n=decided.n,
+        positions=positions,
     ):
         print(line)
     for line in decision_lines(decided):
@@ -77,7 +83,9 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     )
     record["prompt_fit"] = fit.to_dict()
     print(fit.message)
-    figures = {f"patching_{name}.png": plot_patching(res) for name, res in results.items()}
+    figures = {
+        f"patching_{name}.png": plot_patching(res, positions=positions) for name, res in results.items()
+    }
     return {"patching.json": record, **figures}
 
 

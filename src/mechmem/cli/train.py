@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     print(table)
     write_train_log(Path(out), table)
     print(f"wrote {result.checkpoint}, {out}/metrics.jsonl and {out}/train.log")
+    print(f"next: mechmem report {result.checkpoint}    (or mechmem analyse {result.checkpoint})")
     return 0
 
 

@@ -99,14 +99,9 @@ def _placeholder_tokenizer(folder: Any) -> Any:
         return None
     if not isinstance(vocab_size, int) or not 1 <= vocab_size <= 10**7:
         return None
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from transformers import PreTrainedTokenizerFast
+    from mechmem.models.tokenizer import word_tokenizer
 
-    vocab = {f"t{i}": i for i in range(vocab_size)}
-    return PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="t0")), unk_token="t0"
-    )
+    return word_tokenizer([f"t{i}" for i in range(vocab_size)])
 
 
 def _hooked_from_pretrained(source: str, hf_model: nn.Module, device: str | torch.device) -> nn.Module:

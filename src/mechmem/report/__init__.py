@@ -272,6 +272,7 @@ def build_report(
         n_samples: sequences per section's analysis.
         seed: seeds every section's data and the roles' (`head_roles(..., seed=seed)`).
         role_samples: sequences for the head roles, per probe the budget of the sequential rule.
+        meta: provenance (name -> text); "seed / samples" is added.
         run_dir: the checkpoint's run directory; adds the training-dynamics section.
         progress: print progress lines with the estimated time left (see `ReportCost`).
 
@@ -301,7 +302,8 @@ def build_report(
         circuit = cost.run("circuit", circuit_section, roles, mlp)
     optimum = next((s for s in done if s.key == "optimum" and not s.skipped), None)
     headline = optimum.findings["headline"] if optimum else ""
-    return Report(title, headline, dict(meta or {}), [circuit, *done], cost=cost.to_dict())
+    meta = {**(meta or {}), "seed / samples": f"{seed} / {n_samples}"}
+    return Report(title, headline, meta, [circuit, *done], cost=cost.to_dict())
 
 
 __all__ = [

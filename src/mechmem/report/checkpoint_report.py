@@ -57,7 +57,6 @@ def checkpoint_report(
         + (f" ({ckpt.extra['task_attached']})" if "task_attached" in ckpt.extra else ""),
         "model": type(ckpt.model).__name__,
         "versions": ", ".join(f"{k} {v}" for k, v in ckpt.versions.items()),
-        "seed / samples": f"{seed} / {n_samples}",
     }
     return build_report(
         ckpt.model,

@@ -57,7 +57,8 @@ def plot_circuit(
     pos = _positions(circuit)
     xs = [x for x, _ in pos.values()]
     fig, ax = plt.subplots(
-        figsize=(max(4.5, 1.2 * (max(xs) - min(xs)) + 3), 1.6 * (len({y for _, y in pos.values()})))
+        figsize=(max(4.5, 1.2 * (max(xs) - min(xs)) + 3), 1.6 * (len({y for _, y in pos.values()}))),
+        layout="constrained",
     )
     kept = circuit.kept.nonzero().flatten().tolist()
     top = float(circuit.scores[kept].abs().max()) if kept else 1.0

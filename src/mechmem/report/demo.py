@@ -185,13 +185,14 @@ def run_jobs(
 
 def index_entry(data: dict[str, Any]) -> dict[str, Any]:
     """The index row of a report from its report.json: headline (after the interventions the model trained
-    under, if any), named roles, edge verdict, faithfulness."""
+    under, if any), named roles, edge verdict, faithfulness, seed and samples."""
     sections = data["sections"]
     edges = sections.get("edges", {})
     found = edges.get("findings", {}) if not edges.get("skipped") else {}
     under = data.get("meta", {}).get("trained under interventions")
     return {
         "headline": (f"[trained under {under}] " if under else "") + data["headline"],
+        "seed": data.get("meta", {}).get("seed / samples", ""),
         "roles": sections["circuit"]["findings"].get("summary", ""),
         "verdict": found.get("verdict", "n/a"),
         "faithfulness": None
@@ -231,11 +232,16 @@ def run_demo(
         if row.get("report_rc") == 0 and path.exists():
             data = json.loads(path.read_text())
             row.update(headline=data["headline"], circuit=data["sections"]["circuit"]["findings"]["summary"])
-            entries.append({"name": m.name, "href": f"{m.name}/report.html", **index_entry(data)})
+            written = time.strftime("%Y-%m-%d %H:%M", time.gmtime(path.stat().st_mtime))
+            entries.append(
+                {"name": m.name, "href": f"{m.name}/report.html", **index_entry(data)}
+                | {"preset": row["preset"], "date": written}
+            )
         else:
             row.update(headline="failed: see the log", circuit="")
             entries.append(
                 {"name": m.name, "href": f"{m.name}/report.log", "headline": "failed (log)", "roles": ""}
+                | {"preset": row["preset"]}
             )
         rows.append(row)
     write_index(entries, reports / "index.html")

@@ -6,7 +6,6 @@ self-contained.
 """
 
 import html
-import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,12 +67,9 @@ class Section:
 
     def add_figure(self, name: str, fig: Any) -> None:
         """Store a matplotlib figure as PNG bytes (and close it)."""
-        from mechmem.plotting import plt
+        from mechmem.plotting import figure_png
 
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-        plt.close(fig)
-        self.figures[name] = buf.getvalue()
+        self.figures[name] = figure_png(fig, dpi=90)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -306,6 +302,6 @@ def write_index(
 ) -> Path:
     """An html index linking each report, sortable by any column (`mechmem.report.html.index_page`).
 
-    Each entry holds "name", "href" (relative) and optionally "headline", "roles", "verdict" and
-    "faithfulness" (a float, or None)."""
+    Each entry holds "name", "href" (relative) and optionally "preset", "date", "seed" (seed / samples),
+    "headline", "roles" (markdown's `code` is rendered), "verdict" and "faithfulness" (a float, or None)."""
     return atomic_write(path, index_page(entries, title=title))

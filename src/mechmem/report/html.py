@@ -44,6 +44,20 @@ BOUNDS = re.compile(r"^(\S+) ([\[(][^\[\]()]*[\])])$")
 """A cell "value [lower, upper]" or "value (lower end)": the value and its bounds, which html stacks."""
 
 
+CODE = re.compile(r"`([^`]+)`")
+"""Inline code in markdown: `name`."""
+
+
+def inline(text: str) -> str:
+    """Escaped text with markdown's inline code (`name`) as <code>.
+
+    Example:
+        >>> inline("see `edges` & more")
+        'see <code>edges</code> &amp; more'
+    """
+    return CODE.sub(r"<code>\1</code>", html.escape(text))
+
+
 def stacked(cell: str) -> str:
     """One escaped table cell; bounds after a value go on a second, smaller line."""
     found = BOUNDS.match(cell)
@@ -51,6 +65,10 @@ def stacked(cell: str) -> str:
         return html.escape(cell)
     value, bounds = found.groups()
     return f'{html.escape(value)}<br><span class="ci">{html.escape(bounds)}</span>'
+
+
+WRAP_ABOVE = 40
+"""Cells longer than this many characters (definitions, notes) wrap instead of widening the table."""
 
 
 def table_html(t: Any) -> str:
@@ -62,10 +80,14 @@ def table_html(t: Any) -> str:
         head = "<tr>" + "".join(f'<th colspan="{n}" class="group">{e(g)}</th>' for g, n in t.groups) + "</tr>"
     head += "<tr>" + "".join(f"<th>{e(h)}</th>" for h in t.headers) + "</tr>"
     decided = ' class="decided" title="decided the result"'
+
+    def attributes(r: int, i: int, cell: str) -> str:
+        if (r, i) in marked:
+            return decided
+        return ' class="text"' if len(cell) > WRAP_ABOVE else ""
+
     body = "".join(
-        "<tr>"
-        + "".join(f"<td{decided if (r, i) in marked else ''}>{stacked(c)}</td>" for i, c in enumerate(row))
-        + "</tr>"
+        "<tr>" + "".join(f"<td{attributes(r, i, c)}>{stacked(c)}</td>" for i, c in enumerate(row)) + "</tr>"
         for r, row in enumerate(t.cells())
     )
     caption = f"<caption>{e(t.caption)}</caption>" if t.caption else ""
@@ -79,7 +101,7 @@ def section_html(s: Any) -> str:
     if s.skipped:
         return parts[0] + f'<p class="skip">Skipped: {e(s.skipped)}</p></details>'
     if s.lines:
-        parts.append("<ul>" + "".join(f"<li>{e(line)}</li>" for line in s.lines) + "</ul>")
+        parts.append("<ul>" + "".join(f"<li>{inline(line)}</li>" for line in s.lines) + "</ul>")
     for view in s.interactive:
         parts.append(f'<div class="view" data-view="{e(view)}" data-section="{e(s.key)}"></div>')
     parts += [table_html(t) for t in s.tables]
@@ -118,7 +140,10 @@ def report_page(report: Any, summary: list[tuple[str, str]]) -> str:
     )
 
 
-INDEX_COLUMNS = ("model", "headline", "named roles", "circuit confident", "faithfulness")
+INDEX_COLUMNS = (
+    "model", "preset", "date (UTC)", "seed / samples", "headline", "named roles", "circuit confident",
+    "faithfulness",
+)  # fmt: skip
 
 
 def index_page(entries: list[dict[str, Any]], *, title: str) -> str:
@@ -131,7 +156,8 @@ def index_page(entries: list[dict[str, Any]], *, title: str) -> str:
         sort = "" if faith_text == "n/a" else f' data-sort="{faith:.6f}"'
         rows.append(
             f'<tr><td><a href="{e(x["href"])}">{e(x["name"])}</a></td>'
-            f"<td>{e(x.get('headline', ''))}</td><td>{e(x.get('roles', ''))}</td>"
+            + "".join(f"<td>{e(str(x.get(k, '')))}</td>" for k in ("preset", "date", "seed"))
+            + f"<td>{inline(x.get('headline', ''))}</td><td>{inline(x.get('roles', ''))}</td>"
             f'<td class="verdict-{e(x.get("verdict", "n/a"))}">{e(x.get("verdict", "n/a"))}</td>'
             f'<td class="num"{sort}>{faith_text}</td></tr>'
         )
@@ -144,11 +170,21 @@ def index_page(entries: list[dict[str, Any]], *, title: str) -> str:
         f"<title>{e(title)}</title><style>{asset('report.css')}</style></head><body>"
         f'<div class="mm-report"><h1>{e(title)}</h1>'
         "<p>Click a column header to sort by it (again to reverse). Each model links to its interactive "
-        "report; 'circuit confident' and faithfulness are the edge circuit's (its `edges` section).</p>"
+        "report; 'circuit confident' and faithfulness are the edge circuit's (its <code>edges</code> "
+        "section); the date is when the report was written.</p>"
         f'<div class="scroll"><table class="index" id="index"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div></div>"
         f"<script>{asset('index.js')}</script></body></html>\n"
     )
 
 
-__all__ = ["asset", "compact", "index_page", "json_blob", "report_page", "section_html", "table_html"]
+__all__ = [
+    "asset",
+    "compact",
+    "index_page",
+    "inline",
+    "json_blob",
+    "report_page",
+    "section_html",
+    "table_html",
+]

@@ -11,7 +11,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from mechmem.analysis.frames import token_labels as named_tokens
 from mechmem.analysis.patching import PatchingResult
+from mechmem.analysis.patching.result import POSITION_AXES
 
 EXAMPLES = 3
 """Example sequences in the attention explorer."""
@@ -20,9 +22,8 @@ WEIGHT_DECIMALS = 3
 
 
 def token_labels(tokens: Int[Tensor, " pos"], names: list[str] | None) -> list[str]:
-    """Each position's token as its name (the id where there are no names or the id has none)."""
-    ids = [int(t) for t in tokens]
-    return [names[i] if names is not None and 0 <= i < len(names) else str(i) for i in ids]
+    """Each position's token as its name (`frames.token_labels`; the id where there are no names)."""
+    return named_tokens([int(t) for t in tokens], names)
 
 
 def attention_view(
@@ -51,17 +52,22 @@ def attention_view(
     return {"layers": n_layers, "heads": n_heads, "examples": examples, "roles": roles, "note": note}
 
 
-POSITION_AXES = ("pos", "dest_pos")
-"""Axes drawn across a heatmap (so a sequence reads left to right) when a sweep has one."""
-
-
-def grid_labels(axes: tuple[str, ...], shape: tuple[int, ...]) -> tuple[list[str], list[str]]:
-    """Row and column labels of a 2-D grid: the last axis across, the others down ("L0 H0"; "pos0")."""
+def grid_labels(
+    axes: tuple[str, ...], shape: tuple[int, ...], positions: list[str] | None = None
+) -> tuple[list[str], list[str]]:
+    """Row and column labels of a 2-D grid: the last axis across, the others down ("L0 H0"; "pos0", or a
+    position axis's entry of `positions`, e.g. "3 (pos0)")."""
     short = {"layer": "L", "head": "H", "pos": "pos", "dest_pos": "dest"}
+
+    def label(axis: str, i: int) -> str:
+        if positions is not None and axis in POSITION_AXES:
+            return positions[i]
+        return f"{short.get(axis, axis)}{i}"
+
     rows = [""]
     for axis, n in zip(axes[:-1], shape[:-1]):
-        rows = [f"{r} {short.get(axis, axis)}{i}".strip() for r in rows for i in range(n)]
-    return rows, [f"{short.get(axes[-1], axes[-1])}{i}" for i in range(shape[-1])]
+        rows = [f"{r} {label(axis, i)}".strip() for r in rows for i in range(n)]
+    return rows, [label(axes[-1], i) for i in range(shape[-1])]
 
 
 def as_grid(values: Tensor) -> list[list[float]]:
@@ -70,14 +76,15 @@ def as_grid(values: Tensor) -> list[list[float]]:
     return v.reshape(-1, v.shape[-1]).tolist() if v.ndim > 1 else [v.tolist()]
 
 
-def sweep_map(result: PatchingResult) -> dict[str, Any]:
-    """One patching sweep as a heatmap: metric after each patch with its 95% interval, restored fraction."""
+def sweep_map(result: PatchingResult, positions: list[str] | None = None) -> dict[str, Any]:
+    """One patching sweep as a heatmap: metric after each patch with its 95% interval, restored fraction;
+    a position axis is drawn across, labelled by `positions` (a prompt's tokens) where given."""
     axes = list(result.axes)
     across = next((axes.index(a) for a in POSITION_AXES if a in axes), len(axes) - 1)
     order = [i for i in range(len(axes)) if i != across] + [across]
     values, restored = result.values.permute(order), result.normalised().permute(order)
     axes = [axes[i] for i in order]
-    rows, cols = grid_labels(tuple(axes), tuple(values.shape))
+    rows, cols = grid_labels(tuple(axes), tuple(values.shape), positions)
     iv = result.intervals
     spread = "no interval" if iv is None else f"95% intervals over {iv.n_prompts} prompts"
     colour = "restored fraction"

@@ -14,6 +14,7 @@ import torch
 from mechmem.analysis import ablation, composition, heads, neurons, patching, probes
 from mechmem.analysis.ablation import attribution as ablation_attribution
 from mechmem.analysis.distribution import own_data_fit, repeats_fit
+from mechmem.analysis.frames import position_labels
 from mechmem.analysis.mlp_role import FAMILY as MLP_FAMILY
 from mechmem.analysis.mlp_role import decided_mlp_role
 from mechmem.analysis.patching.decided import decision_lines
@@ -316,17 +317,19 @@ def ablation_section(ctx: ReportContext) -> Section:
             f"{c['spearman']:.2f}, top-{c['k']} overlap {c['top_k']:.2f} (trusted at Pearson >= "
             f"{c['threshold']})."
         )
-    rows = []
-    for r, verdict in zip(result.rows(), result.decision.verdicts()):
+    rows, d = [], result.decision
+    corrected = zip(d.corrected_lower.flatten().tolist(), d.corrected_upper.flatten().tolist())
+    for r, verdict, bounds in zip(result.rows(), d.verdicts(), corrected):
         layer = f"{'MLP' if r['component'] == 'mlp' else 'attn'} L{r['layer']}"
         ablated = layer if r["head"] is None else str(Head(r["layer"], r["head"]))
-        rows.append(
-            [ablated, r["metric"], r["delta"], format_interval(r["delta_lower"], r["delta_upper"]), verdict]
-        )
+        interval = format_interval(r["delta_lower"], r["delta_upper"])
+        rows.append([ablated, r["metric"], r["delta"], interval, format_interval(*bounds), verdict])
     rows.sort(key=lambda r: -abs(r[2]))
     s.lines.append(f"Metric: {result.metric_name}; baseline {result.baseline:.4f}. Largest change first.")
     s.lines.append(ablation.decision_line(result))
-    headers = ["ablated", "loss", "delta", "95% interval", f"matters (|delta| >= {ABLATION_DELTA})"]
+    s.lines.append(CORRECTED_NOTE)
+    headers = ["ablated", "loss", "delta", "95% interval", "corrected interval"]
+    headers.append(f"matters (|delta| >= {ABLATION_DELTA})")
     s.tables.append(Table(headers, rows[:10], "Mean ablation (reference: a second eval batch)"))
     s.interactive["heatmaps"] = {
         "title": "Ablation: change in the loss per component",
@@ -337,19 +340,27 @@ def ablation_section(ctx: ReportContext) -> Section:
     return s
 
 
+CORRECTED_NOTE = (
+    "'corrected interval': the interval the verdict is judged on, widened for the number of tests and looks "
+    "(a marginal 95% interval can clear the threshold while the verdict stays undecided)."
+)
+
+
 def _head_patching_table(by_head: patching.PatchingResult) -> Table:
-    """The ten heads whose output restores most of the clean behaviour, with intervals and verdicts."""
-    restored, iv, verdicts = by_head.normalised(), by_head.intervals, by_head.decision.code
+    """The ten heads whose output restores most of the clean behaviour, with intervals and verdicts (and
+    the share's corrected interval the verdict is judged on)."""
+    restored, iv, d = by_head.normalised(), by_head.intervals, by_head.decision
     rows = [
         [str(Head(l, h)), float(by_head.values[l, h]), float(restored[l, h])]
         + ([] if iv is None else [format_interval(iv.normalised_lower[l, h], iv.normalised_upper[l, h])])
-        + [VERDICTS[int(verdicts[l, h])]]
+        + [float(d.mean[l, h]), format_interval(d.corrected_lower[l, h], d.corrected_upper[l, h])]
+        + [VERDICTS[int(d.code[l, h])]]
         for l in range(restored.shape[0])
         for h in range(restored.shape[1])
     ]
     rows.sort(key=lambda r: -abs(r[2]) if r[2] == r[2] else 0.0)
     headers = ["head", "metric", "restored"] + ([] if iv is None else ["95% interval"])
-    headers.append(f"matters (|share| >= {PATCH_SHARE})")
+    headers += ["share", "corrected interval", f"matters (|share| >= {PATCH_SHARE})"]
     return Table(headers, rows[:10], "Head outputs (all positions), denoising")
 
 
@@ -364,10 +375,11 @@ def patching_section(ctx: ReportContext) -> Section:
     if s.skipped:
         return s
     try:
-        n_pos = ctx.task.patching_pair(1, generator=ctx.generator(8)).clean.shape[1]
+        example = ctx.task.patching_pair(1, generator=ctx.generator(8)).clean[0]
     except NotImplementedError as exc:
         s.skipped = str(exc)
         return s
+    n_pos, positions = len(example), position_labels(example, ctx.task.token_names())
     cfg = ctx.model.cfg
     large = cfg.n_layers * (cfg.n_heads + n_pos) > EXACT_PATCHING_CELLS
     # exact: every sweep the model has (as `mechmem patch`); estimated: the two the table and figure read
@@ -403,12 +415,16 @@ def patching_section(ctx: ReportContext) -> Section:
     )
     s.lines += patching.interval_lines(results)
     s.lines += decision_lines(found)
+    s.lines.append(CORRECTED_NOTE)
     s.tables.append(_head_patching_table(by_head))
-    s.add_figure("resid_pre", patching.plot_patching(resid))
+    s.add_figure("resid_pre", patching.plot_patching(resid, positions=positions))
     s.interactive["heatmaps"] = {
         "title": f"Patching sweeps ({len(results)}): metric after each patch",
-        "maps": [sweep_map(r) for r in results.values()],
+        "maps": [sweep_map(r, positions) for r in results.values()],
         "positive": "the patch restores the clean behaviour",
-        "note": "Denoising: each cell patches one activation from the clean run into the corrupted one.",
+        "note": (
+            "Denoising: each cell patches one activation from the clean run into the corrupted one. "
+            "Positions are labelled with the tokens of one example clean prompt."
+        ),
     }
     return s

@@ -81,7 +81,8 @@ def recorded_times(path: str | Path | None = None) -> dict[str, Any]:
 
 
 def describe_time(times: dict[str, Any], task: str, preset: str, steps: int) -> str:
-    """The recorded time of a preset in words ("5m17s (full run, load 4.1)"), scaled to `steps`."""
+    """The recorded time of a preset in words, scaled to `steps`, with the rate and the machine's load it was
+    measured at ("5m17s (full run: 15.9 ms/step at load 4.1)")."""
     from mechmem.progress import format_seconds
 
     rec = times.get("presets", {}).get(f"{task}/{preset}")
@@ -89,7 +90,8 @@ def describe_time(times: dict[str, Any], task: str, preset: str, steps: int) -> 
         return "not measured"
     seconds = rec["seconds"] / rec["steps"] * steps if rec["steps"] else rec["seconds"]
     how = "full run" if rec["how"] == "full run" else f"from {rec['measured_steps']} steps"
-    return f"{format_seconds(seconds)} ({how}, load {rec['load_1min']:.1f})"
+    rate = 1000 * rec["seconds"] / rec["steps"] if rec["steps"] else float("nan")
+    return f"{format_seconds(seconds)} ({how}: {rate:.1f} ms/step at load {rec['load_1min']:.1f})"
 
 
 TIMED_STEPS = 20
@@ -130,7 +132,8 @@ def preset_rows(task: str | None = None, *, device: str = "cpu") -> tuple[list[t
     machine = times.get("machine", {})
     note = (
         f"measured: {times.get('command', 'no measurements')} on {times.get('date', '?')}, "
-        f"{machine.get('cpus', '?')} CPUs, {machine.get('torch_threads', '?')} torch threads"
+        f"{machine.get('cpus', '?')} CPUs, {machine.get('torch_threads', '?')} torch threads; a time scales "
+        "with the load (the 1-minute load average beside it)"
     )
     if task:
         note += f"\ntime here: {TIMED_STEPS} steps on the trainer's clock now, scaled to the preset's steps"

@@ -263,7 +263,7 @@ def plot_robustness(result: CircuitRobustness, *, title: str = "") -> Any:
     """Faithfulness over circuit size, one line per ablation with its 95% band, the circuit's size marked."""
     from mechmem.plotting import plt
 
-    fig, ax = plt.subplots(figsize=(6.0, 3.6))
+    fig, ax = plt.subplots(figsize=(6.0, 3.6), layout="constrained")
     x = result.fractions.numpy()
     for a in result.per_ablation:
         c = a.curve.numpy()

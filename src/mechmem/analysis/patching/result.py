@@ -10,6 +10,7 @@ Caveats: the intervals describe redraws of as many prompts (coverage measured in
 docs/record/2026-12-02-intervals.md); an effect that a few prompts carry gets too narrow an interval.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,27 +252,46 @@ def hatch_cells(ax: Any, mask: np.ndarray) -> None:
     ax.add_collection(PatchCollection(boxes, facecolor="none", edgecolor="0.45", hatch="///", lw=0))
 
 
-def plot_patching(result: PatchingResult) -> Any:
-    """Heatmap(s) of a sweep, centred on the unpatched run's metric; one panel per layer for 3-axis sweeps.
-    Cells whose effect's 95% interval includes 0 are hatched; a refused normalisation is said in the title."""
-    from matplotlib.ticker import MaxNLocator
+POSITION_AXES = ("pos", "dest_pos")
+"""The sweep axes that index the prompt's positions."""
 
-    from mechmem.plotting import plt
+
+def plot_patching(result: PatchingResult, *, positions: Sequence[str] | None = None) -> Any:
+    """Heatmap(s) of a sweep, centred on the unpatched run's metric; one panel per layer for 3-axis sweeps.
+    Cells whose effect's 95% interval includes 0 are hatched; a refused normalisation is said in the title.
+    `positions` labels a position axis (`frames.position_labels` of a prompt: "3 (pos0)", ...; default the
+    indices).
+
+    Example:
+        >>> import mechmem, torch
+        >>> from mechmem.analysis.frames import position_labels
+        >>> model = mechmem.planted_induction_model()
+        >>> pair = mechmem.build_task("repeats", {"d_vocab": 12, "half": 4}).patching_pair(
+        ...     8, generator=torch.Generator().manual_seed(0))
+        >>> result = mechmem.run_sweeps(model, pair, ["resid_pre"])["resid_pre"]
+        >>> labels = position_labels(pair.clean[0], None)          # "token (posN)"
+        >>> fig = plot_patching(result, positions=labels)
+        >>> [t.get_text() for t in fig.axes[0].get_xticklabels()] == labels
+        True
+    """
+    from mechmem.plotting import cell_ticks, plt
 
     values = result.values.detach().cpu().float().numpy()
     undecided = result.effect_undecided()
     flat = np.zeros(values.shape, dtype=bool) if undecided is None else undecided.numpy()
     panels = [(values, flat)] if values.ndim == 2 else list(zip(values, flat))
     rows, cols = result.axes[-2:]
+    labels = {axis: positions if axis in POSITION_AXES else None for axis in (rows, cols)}
     span = float(abs(values - result.baseline).max()) or 1.0
-    fig, axs = plt.subplots(1, len(panels), figsize=(1 + 3.2 * len(panels), 3), squeeze=False)
+    fig, axs = plt.subplots(
+        1, len(panels), figsize=(1 + 3.2 * len(panels), 3), squeeze=False, layout="constrained"
+    )
     for i, (ax, (panel, hatched)) in enumerate(zip(axs[0], panels)):
         im = ax.imshow(
             panel, cmap="RdBu", vmin=result.baseline - span, vmax=result.baseline + span, aspect="auto"
         )
         hatch_cells(ax, hatched)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        cell_ticks(ax, panel.shape, row_labels=labels[rows], col_labels=labels[cols])
         ax.set(xlabel=cols, ylabel=rows)
         ax.set_title(result.sweep if values.ndim == 2 else f"{result.sweep} layer {i}", fontsize=9)
     notes = []
@@ -280,6 +300,6 @@ def plot_patching(result: PatchingResult) -> Any:
     if result.normalised_refused:
         notes.append("clean - corrupted gap not told apart from 0: no normalised effect")
     if notes:
-        fig.suptitle("; ".join(notes), fontsize=8, y=1.0)
+        fig.suptitle("\n".join(notes), fontsize=8)
     fig.colorbar(im, ax=list(axs[0]), label=f"{result.metric} ({result.direction})")
     return fig

@@ -8,8 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from mechmem.analysis.frames import position_labels
 from mechmem.analysis.patching.decided import DecidedPatching, decided_patching
-from mechmem.analysis.patching.result import PatchingResult
+from mechmem.analysis.patching.result import POSITION_AXES, PatchingResult
 from mechmem.analysis.stats import PATCH_POLICY, format_interval
 from mechmem.errors import NotApplicable
 from mechmem.tables import format_table
@@ -125,11 +126,25 @@ def patch_checkpoint(
     return found, record
 
 
+def pair_positions(task: Any, *, seed: int) -> list[str]:
+    """Labels of the positions of the task's patching prompts: the tokens of the first clean prompt drawn
+    from `seed` with their positions (`frames.position_labels`)."""
+    example = task.patching_pair(1, generator=torch.Generator().manual_seed(seed)).clean[0]
+    return position_labels(example, task.token_names())
+
+
 def patching_lines(
-    results: dict[str, PatchingResult], *, task: str, method: str, direction: str, n: int
+    results: dict[str, PatchingResult],
+    *,
+    task: str,
+    method: str,
+    direction: str,
+    n: int,
+    positions: Sequence[str] | None = None,
 ) -> list[str]:
     """What `mechmem patch` prints: the unpatched metrics, the intervals note, the attribution notes, the
-    largest effect per sweep and a table of each 2-D sweep of at most 16 columns."""
+    largest effect per sweep and a table of each 2-D sweep of at most 16 columns (a position axis headed by
+    `positions`, a prompt's tokens, where given)."""
     first = next(iter(results.values()))
     headers = ["sweep", "axes", "largest effect at", "metric", "95% interval", "normalised", "95% interval"]
     lines = [
@@ -145,7 +160,8 @@ def patching_lines(
         if res.values.ndim == 2 and res.values.shape[1] <= 16:
             half = [None] * len(res.values) if res.intervals is None else (res.upper - res.lower) / 2
             rows = [[i, *cell_texts(v, h)] for i, (v, h) in enumerate(zip(res.values, half))]
-            headers = [res.axes[0], *(str(j) for j in range(res.values.shape[1]))]
+            named = positions is not None and res.axes[1] in POSITION_AXES
+            headers = [res.axes[0], *(positions[j] if named else str(j) for j in range(res.values.shape[1]))]
             lines += [f"\n{name} ({res.axes[0]} x {res.axes[1]})", format_table(rows, headers)]
     return lines
 
