@@ -29,12 +29,19 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     parser.add_argument("--out", default=None, help="run directory (default: runs/TASK-PRESET)")
     parser.add_argument("--seed", type=cli.seed_int, default=None, help="seed, in [0, 2**63)")
     parser.add_argument("--device", default="cpu", help="auto, cpu or cuda (default: cpu)")
-    parser.add_argument("--steps", type=cli.nonnegative_int, help="override the preset's steps (>= 0)")
-    parser.add_argument("--save-every", type=cli.nonnegative_int, help="keep a checkpoint every N >= 1 steps")
+    parser.add_argument(
+        "--steps", type=cli.step_count, help=f"override the preset's steps, in [0, {cli.MAX_STEPS}]"
+    )
+    parser.add_argument(
+        "--save-every",
+        type=cli.int_range(1, cli.MAX_STEPS),
+        metavar="N",
+        help=f"keep a checkpoint every N steps, N in [1, {cli.MAX_STEPS}]",
+    )
     parser.add_argument("--resume", action="store_true", help="continue the identical run in --out")
     parser.add_argument("--overwrite", action="store_true", help="delete an old run in --out first")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--threads", type=cli.thread_count, help="torch CPU threads, >= 1")
+    cli.add_threads_flag(parser)
     parser.add_argument("--list", action="store_true", help="list tasks and presets with their measured time")
     parser.add_argument(
         "--intervene",
@@ -47,7 +54,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     )
     parser.add_argument(
         "--intervene-until",
-        type=cli.nonnegative_int,
+        type=cli.step_count,
         metavar="STEP",
         help="apply the --intervene specs to the steps before STEP only (default: the whole run)",
     )
@@ -63,9 +70,8 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     if not args.list:
         out = str(cli.check_out_dir(args.out if args.out is not None else f"runs/{args.task}-{args.preset}"))
     # torch and TransformerLens are imported from here on, after every check the flags alone decide
-    import torch
-
     from mechmem.tasks import load_task_module
+    from mechmem.threads import use_threads
     from mechmem.training.run import train_preset
     from mechmem.training.timings import preset_rows
 
@@ -76,8 +82,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         cli.print_table(rows, headers)
         print(note)
         return 0
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     result = train_preset(
         args.task,
         args.preset,
