@@ -532,7 +532,8 @@ def intervene(
         tokens: the inputs [batch pos].
         variants: each an `Intervention` or a list of them applied together (an empty list: the clean run).
         metric: logits [batch pos d_vocab] -> tensor (scalar or per sequence), or a `PatchingMetric`.
-        memory_mb: budget for the activations of one batched pass; variants are chunked to fit.
+        memory_mb: budget for the activations of one batched pass and for the cached runs; variants and
+            sequences are chunked to fit.
 
     Example:
         >>> import mechmem, torch
