@@ -161,5 +161,5 @@ def test_train_save_every_zero_is_a_usage_error(tmp_path, capsys):
     argv = ["permutation", "--preset", "task1-quick", "--save-every", "0", "--out", str(tmp_path / "run")]
     assert run_script(load_script("train").main, argv) == 2
     err = capsys.readouterr().err.strip()
-    assert "argument --save-every: 0 is outside [1, 1000000000]" in err and "\n" not in err
+    assert "argument --save-every: 0 must be at least 1" in err and "\n" not in err
     assert not (tmp_path / "run").exists()

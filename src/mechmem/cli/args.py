@@ -98,10 +98,10 @@ def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
 
     def parse(text: str) -> int:
         value = _parse(int, text, "an integer")
-        if value < low or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(
-                f"{text} is outside [{low}, {high}]" if high is not None else f"{text} must be at least {low}"
-            )
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text} must be at least {low}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{text} is more than {high}, the largest value it takes")
         return value
 
     return parse
