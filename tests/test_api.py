@@ -15,7 +15,8 @@ import mechmem
 EXAMPLE_SOURCES = sorted((ROOT / "examples").glob("*.py"))
 ALLOWED_IMPORTS = {"os", "pathlib", "torch", "mechmem", "tempfile", "circuitsvis"}
 """What the examples and the README's Python snippets may import: the standard library bits they use, torch,
-`mechmem` itself (only its public names), and CircuitsVis (the notebook extra; its example runs without it)."""
+`mechmem` itself (only its public names), and CircuitsVis (the notebook extra; its example runs without
+it)."""
 
 
 @pytest.mark.subprocess

@@ -98,6 +98,10 @@ def _nonfinite(payload):
     payload["state_dict"]["blocks.0.attn.W_Q"][0, 0, 0] = float("nan")
 
 
+def _huge_weights(payload):
+    payload["state_dict"]["embed.W_E"] *= 1e30  # finite, but the embeddings alone exceed sqrt(float32 max)
+
+
 def _tensor_claims_more(payload):
     payload["state_dict"]["embed.W_E"] = torch.zeros(1).expand(10**6, 10**6)
 
@@ -117,6 +121,7 @@ BAD_CHECKPOINTS = {
     "task_vocab_1e11": (_huge_vocab, "vocabulary 100000000001 > model's 12"),
     "output_vocab_smaller": (_out_vocab, "output vocabulary 12 > model's 8"),
     "nonfinite_weights": (_nonfinite, "weights hold NaN or inf (blocks.0.attn.W_Q)"),
+    "huge_finite_weights": (_huge_weights, "weights so large that the forward pass overflows"),
     "tensor_larger_than_storage": (_tensor_claims_more, "claims 4000000000000 bytes"),
     "pickled_code": (_pickled_code, "refused without running them"),
 }
@@ -185,6 +190,16 @@ FLAGS = [
     ("logit_lens", ["--top-k", "13"], "--top-k 13 is more than the model's 12 tokens"),
     ("ablate_heads", ["--n-samples", "-5"], "argument --n-samples: -5 must be at least 1"),
     ("report", ["--seed", "1e3"], "argument --seed: '1e3' is not an integer"),
+    ("report", ["--memory-mb", "0"], "argument --memory-mb: 0 must be a finite number of MB >= 1"),
+    ("report", ["--threads", "0"], "argument --threads: 0 must be at least 1"),
+    (
+        "circuit",
+        ["--role-samples", str(10**9)],
+        "argument --role-samples: 1000000000 is more than 1048576",
+    ),
+    ("circuit", ["--role-samples", "1000000"], "--role-samples 1000000 needs about 103271 MB for this model"),
+    ("circuit", ["--share", "2"], "argument --share: 2 is outside (0, 1]"),
+    ("circuit", ["--max-exact", "0"], "argument --max-exact: 0 must be at least 1"),
 ]
 
 
@@ -204,7 +219,7 @@ def test_every_numeric_flag_states_its_range_in_help(script, capsys):
     with pytest.raises(SystemExit):
         load_main(script)(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    flags = {"patch": ["finite number >= 1"], "logit_lens": ["from 1 to"], "dynamics": ["at least 2"]}
+    flags = {"patch": ["finite number >= 1"], "logit_lens": ["from 1 to"], "dynamics": ["in [2, "]}
     assert all(f in text for f in flags[script]), text
 
 

@@ -94,7 +94,8 @@ def test_chunking_gives_identical_results(model, tokens):
     setter = make_setter("mean", model)
     variants = [Intervention(hook, index, setter) for hook, index in hooks_of(model)]
     whole = intervene(model, tokens, variants, last_logprob, memory_mb=1024)
-    one_by_one = intervene(model, tokens, variants, last_logprob, memory_mb=1e-6)
+    # one variant per pass, the sequences' cached run whole (row chunks: test_interventions_chunked.py)
+    one_by_one = torch.stack(Engine(model, last_logprob, memory_mb=1e-6, cache_mb=1024).run(tokens, variants))
     torch.testing.assert_close(whole, one_by_one, atol=1e-6, rtol=0)
     assert_no_hooks(model)
 

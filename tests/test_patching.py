@@ -248,12 +248,12 @@ def test_invariants(random_case):
     res = run_sweeps(model, pair, ["resid_pre"])["resid_pre"]
     assert torch.all(res.values[:, :3] == res.corrupted)
     assert torch.all(res.values[:, int(pair.answer_pos.max()) + 1 :] == res.corrupted)
-    # Chunking (one patch per pass) does not change the numbers.
-    small = Patcher(model, pair.clean, pair.corrupted, pair=pair, memory_mb=1e-6).sweep(
-        "attn_head_out_by_pos"
-    )
+    # Chunking (one patch per pass, the cached run whole; row chunks: test_interventions_chunked.py) does not
+    # change the numbers.
+    small = Patcher(model, pair.clean, pair.corrupted, pair=pair, memory_mb=1e-6)
+    small.engine.cache_mb = 256.0
     torch.testing.assert_close(
-        small.values,
+        small.sweep("attn_head_out_by_pos").values,
         Patcher(model, pair.clean, pair.corrupted, pair=pair).sweep("attn_head_out_by_pos").values,
         atol=1e-6,
         rtol=0,

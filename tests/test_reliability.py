@@ -43,7 +43,8 @@ CASES = {
     "seed_negative": (["--seed", "-1"], "outside [0, 2**63)"),
     "seed_not_int": (["--seed", "abc"], "'abc' is not an integer"),
     "unknown_flag": (["--bogus"], "unrecognized arguments: --bogus"),
-    "n_samples_huge": (["--n-samples", "1000000000"], "the bound is"),
+    "n_samples_huge": (["--n-samples", "1000000"], "the bound is"),  # the memory estimate's
+    "n_samples_beyond_max": (["--n-samples", "1000000000"], "is more than 1048576"),  # the stated maximum's
     "n_samples_zero": (["--n-samples", "0"], "at least"),
     "task_module_missing": (["--task-module", "/no/such/tasks.py"], "no such file"),
 }

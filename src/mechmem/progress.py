@@ -149,11 +149,13 @@ class LogRelay:
 
 
 @contextmanager
-def working(what: str, *, every_s: float = 10.0, stream: Any = None) -> Iterator[None]:
-    """Say what a script is doing: one line now (`what ...`), one every `every_s` seconds while the block runs
-    (`what: elapsed 20s`), and the time it took when it took more than `every_s`."""
+def working(what: str, *, every_s: float = 10.0, stream: Any = None, announce: bool = True) -> Iterator[None]:
+    """Say what a script is doing: one line now (`what ...`; not when `announce` is False), one every
+    `every_s` seconds while the block runs (`what: elapsed 20s`), and the time it took when it took more than
+    `every_s`."""
     stream = stream if stream is not None else sys.stdout
-    print(f"{what} ...", file=stream, flush=True)
+    if announce:
+        print(f"{what} ...", file=stream, flush=True)
     t0, done = time.monotonic(), threading.Event()
 
     def beat() -> None:

@@ -15,11 +15,15 @@ Nothing here imports torch at import time.
 """
 
 from mechmem.cli.args import (
+    MAX_SAMPLES,
+    MAX_STEPS,
     ArgumentParser,
     UsageError,
     add_analysis_args,
+    add_memory_flag,
     add_nonfinite_flag,
     add_task_module_arg,
+    add_threads_flag,
     analysis_parser,
     device_name,
     input_file,
@@ -31,7 +35,10 @@ from mechmem.cli.args import (
     positive_float,
     positive_int,
     positive_int_list,
+    sample_count,
     seed_int,
+    share,
+    step_count,
     thread_count,
 )
 from mechmem.cli.load import check_out_dir, load_for_analysis
@@ -42,11 +49,15 @@ from mechmem.io import dumps, strict_json, write_json
 from mechmem.tables import format_table, print_table
 
 __all__ = [
+    "MAX_SAMPLES",
+    "MAX_STEPS",
     "ArgumentParser",
     "UsageError",
     "add_analysis_args",
+    "add_memory_flag",
     "add_nonfinite_flag",
     "add_task_module_arg",
+    "add_threads_flag",
     "analysis_main",
     "analysis_parser",
     "check_out_dir",
@@ -67,9 +78,12 @@ __all__ = [
     "positive_int_list",
     "print_table",
     "run_script",
+    "sample_count",
     "seed_int",
+    "share",
     "skipped",
     "stage_outputs",
+    "step_count",
     "strict_json",
     "thread_count",
     "write_json",

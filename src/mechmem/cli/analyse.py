@@ -29,14 +29,15 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
         default=list(ORDER),
         help=f"comma-separated subset of {','.join(ORDER)} (default: all)",
     )
+    cli.add_memory_flag(p)
     return p
 
 
 def _sub_args(module: object, args: object) -> object:
     """The namespace command `module`'s own parser gives for CKPT with analyse's shared flags."""
     sub = module.parser().parse_args([str(args.ckpt)] if args.ckpt else ["--hf", args.hf])
-    for name in ("seed", "device", "n_samples", "task_module", "allow_nonfinite"):
-        if getattr(args, name) is not None:  # --n-samples None: each analysis its own default
+    for name in ("seed", "device", "n_samples", "task_module", "allow_nonfinite", "memory_mb"):
+        if getattr(args, name) is not None and hasattr(sub, name):  # --n-samples None: each its own default
             setattr(sub, name, getattr(args, name))
     return sub
 

@@ -107,10 +107,10 @@ def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
 
     def parse(text: str) -> int:
         value = _parse(int, text, "an integer")
-        if value < low or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(
-                f"{text} is outside [{low}, {high}]" if high is not None else f"{text} must be at least {low}"
-            )
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text} must be at least {low}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{text} is more than {high}, the largest value it takes")
         return value
 
     return parse
@@ -118,6 +118,23 @@ def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
 
 positive_int = int_range(1)
 """An integer >= 1."""
+MAX_SAMPLES = 2**20
+"""Most sequences a sample-count flag takes (about a million); the memory estimate of the loaded model
+(`mechmem.models.checks.check_n_samples`) bounds it further."""
+sample_count = int_range(1, MAX_SAMPLES)
+"""A number of sampled sequences in [1, `MAX_SAMPLES`]."""
+MAX_STEPS = 10**9
+"""Most training steps a step flag takes."""
+step_count = int_range(0, MAX_STEPS)
+"""A number of training steps (or a step) in [0, `MAX_STEPS`]."""
+
+
+def share(text: str) -> float:
+    """A share of a whole: a number in (0, 1]."""
+    value = _parse(float, text, "a number")
+    if not (math.isfinite(value) and 0 < value <= 1):
+        raise argparse.ArgumentTypeError(f"{text} is outside (0, 1]")
+    return value
 
 
 def intervention_spec(text: str) -> str:
@@ -160,7 +177,7 @@ def add_analysis_args(
     parser: argparse.ArgumentParser, *, n_samples: int | None = 512
 ) -> argparse.ArgumentParser:
     """Arguments every analysis shares: CKPT (or --hf NAME_OR_PATH), --out, --device, --seed, --n-samples,
-    --task-module, --allow-nonfinite."""
+    --threads, --task-module, --allow-nonfinite."""
     parser.add_argument(
         "ckpt",
         metavar="CKPT",
@@ -182,14 +199,26 @@ def add_analysis_args(
     )
     parser.add_argument(
         "--n-samples",
-        type=positive_int,
+        type=sample_count,
         default=n_samples,
-        help=f"number of sampled sequences, at least 1 (default: {n_samples or 'each analysis its own'}; "
-        "bounded by a memory estimate)",
+        help=f"number of sampled sequences, in [1, {MAX_SAMPLES}] (default: "
+        f"{n_samples or 'each analysis its own'}; bounded by a memory estimate)",
     )
+    add_threads_flag(parser)
     add_task_module_arg(parser)
     add_nonfinite_flag(parser)
     return parser
+
+
+def add_threads_flag(parser: argparse.ArgumentParser) -> None:
+    """--threads N: torch CPU threads (default: the free CPUs, `mechmem.threads.choose_threads`)."""
+    parser.add_argument(
+        "--threads",
+        type=thread_count,
+        default=None,
+        help="torch CPU threads, in [1, 4 x the CPUs] (default: $MECHMEM_THREADS, else the CPUs this process "
+        "may use less the machine's load, at least 1)",
+    )
 
 
 def analysis_parser(prog: str | None, doc: str, *, n_samples: int | None) -> ArgumentParser:
@@ -216,7 +245,8 @@ def add_nonfinite_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-nonfinite",
         action="store_true",
-        help="analyse weights holding NaN or inf anyway (default: stop with one line naming them)",
+        help="analyse weights holding NaN or inf, or so large that the forward pass overflows, anyway "
+        "(default: stop with one line naming them)",
     )
 
 
@@ -232,6 +262,17 @@ def memory_mb(text: str) -> float:
     if value > MAX_MEMORY_MB:
         raise argparse.ArgumentTypeError(f"{text} MB is more than the {MAX_MEMORY_MB} MB a budget may be")
     return value
+
+
+def add_memory_flag(parser: argparse.ArgumentParser) -> None:
+    """--memory-mb MB: the budget of the batched passes and cached runs (their peak memory follows it)."""
+    parser.add_argument(
+        "--memory-mb",
+        type=memory_mb,
+        default=256.0,
+        help="memory budget in MB of the batched passes and cached runs of patching and circuits, a finite "
+        "number >= 1 (default 256; the peak memory follows it, the time grows as it shrinks)",
+    )
 
 
 def thread_count(text: str) -> int:

@@ -17,16 +17,19 @@ from mechmem import cli
 from mechmem.analysis.options import CIRCUIT_BUDGET, HEAD_BUDGET
 from mechmem.cli.args import CIRCUIT_ABLATIONS
 
+MAX_EDGES = 2**20
+"""Largest --max-exact (more edges than any model here has)."""
+
 
 def parser(prog: str | None = None) -> cli.ArgumentParser:
     p = cli.analysis_parser(prog, __doc__, n_samples=CIRCUIT_BUDGET)
     p.add_argument("--ablation", choices=CIRCUIT_ABLATIONS, default="mean", help="an ablated edge's value")
     p.add_argument(
         "--share",
-        type=cli.positive_float,
+        type=cli.share,
         default=None,
-        help="an edge is in when its share of the gap is decided >= SHARE in size (default: the rule's "
-        "EDGE_SHARE, docs/decisions.md)",
+        help="an edge is in when its share of the gap is decided >= SHARE in size, SHARE in (0, 1] "
+        "(default: the rule's EDGE_SHARE, docs/decisions.md)",
     )
     p.add_argument(
         "--ablations",
@@ -35,14 +38,22 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
         default=["mean", "corrupted", "zero"],
         help="ablations the circuit is also judged under, on held-out prompts (default: all three)",
     )
-    p.add_argument("--max-exact", type=cli.positive_int, default=256, help="above: EAP, then exact on top")
+    p.add_argument(
+        "--max-exact",
+        type=cli.int_range(1, MAX_EDGES),
+        default=256,
+        help=f"edges tested exactly, in [1, {MAX_EDGES}]; above: EAP, then exact on the top ones "
+        "(default 256)",
+    )
     p.add_argument("--attribution", action="store_true", help="also run EAP and report its agreement")
     p.add_argument(
         "--role-samples",
-        type=cli.positive_int,
+        type=cli.sample_count,
         default=HEAD_BUDGET,
-        help="sequences for head roles (per probe, the budget of the sequential rule; the report's default)",
+        help=f"sequences for head roles, in [1, {cli.MAX_SAMPLES}] and within the memory estimate "
+        "(per probe, the budget of the sequential rule; the report's default)",
     )
+    cli.add_memory_flag(p)
     return p
 
 
@@ -61,6 +72,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     from mechmem.analysis.roles import head_roles
     from mechmem.analysis.stats import CIRCUIT_POLICY, EDGE_SHARE
     from mechmem.models.backend import is_transformer_lens_model
+    from mechmem.models.checks import check_n_samples
     from mechmem.progress import working
     from mechmem.report.circuit_graph import (
         ROBUSTNESS_WORDS,
@@ -73,6 +85,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     if not is_transformer_lens_model(ckpt.model):
         reason = f"{type(ckpt.model).__name__} is not a HookedTransformer, which circuit discovery needs"
         return cli.skipped(reason, "circuit.json", {"task": ckpt.task_name})
+    check_n_samples(args.role_samples, ckpt.model, flag="--role-samples")
     policy = CIRCUIT_POLICY.with_budget(args.n_samples)
     with working(
         f"deciding the circuit's edges and verdict ({args.ablation} ablation, rounds of {policy.first} to "
@@ -92,6 +105,7 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
             max_exact=args.max_exact,
             with_attribution=args.attribution,
             heads=[name for name, role in roles.items() if role != "none"],
+            memory_mb=args.memory_mb,
         )
     record = {"task": ckpt.task_name, "pair": source, "seed": args.seed, **circuit.to_dict()}
     print("\n".join([f"{ckpt.task_name}:", *summary_lines(circuit, source, roles)]))
@@ -109,7 +123,13 @@ def outputs(ckpt: Any, args: argparse.Namespace) -> dict[str, Any]:
     ablations = tuple(dict.fromkeys(args.ablations))
     with working(f"judging the circuit under {', '.join(ablations)} ablation and over circuit sizes"):
         robust = circuit_robustness(
-            ckpt.model, ckpt.task, circuit, ablations=ablations, n=policy.first, seed=args.seed
+            ckpt.model,
+            ckpt.task,
+            circuit,
+            ablations=ablations,
+            n=policy.first,
+            seed=args.seed,
+            memory_mb=args.memory_mb,
         )
     record["robustness"] = robust.to_dict()
     table = robustness_table(robust)

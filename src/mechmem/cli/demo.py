@@ -10,7 +10,16 @@ checkpoint exists is not retrained unless --retrain.
 import time
 from pathlib import Path
 
-from mechmem.cli import ArgumentParser, check_out_dir, print_table
+from mechmem.cli import (
+    MAX_SAMPLES,
+    MAX_STEPS,
+    ArgumentParser,
+    check_out_dir,
+    int_range,
+    print_table,
+    sample_count,
+    thread_count,
+)
 from mechmem.errors import MechmemError
 
 
@@ -19,10 +28,18 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     parser.add_argument("--out", default="runs/demo", help="the trained runs' directory (default: runs/demo)")
     parser.add_argument("--reports", default="reports", help="directory for the reports and index.html")
     parser.add_argument("--retrain", action="store_true", help="train again even if a checkpoint exists")
-    parser.add_argument("--jobs", type=int, default=2, help="jobs at a time (default: 2)")
-    parser.add_argument("--steps", type=int, default=None, help="override every preset's steps (smoke runs)")
+    parser.add_argument("--jobs", type=thread_count, default=2, help="jobs at a time, >= 1 (default: 2)")
     parser.add_argument(
-        "--n-samples", type=int, default=512, help="sequences per report analysis (default: 512)"
+        "--steps",
+        type=int_range(1, MAX_STEPS),
+        default=None,
+        help="override every preset's steps (smoke runs)",
+    )
+    parser.add_argument(
+        "--n-samples",
+        type=sample_count,
+        default=512,
+        help=f"sequences per report analysis, in [1, {MAX_SAMPLES}] (default: 512)",
     )
     parser.add_argument(
         "--models",
@@ -31,8 +48,6 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         help="names of a subset of the demo models (default: every model the papers declare)",
     )
     args = parser.parse_args(argv)
-    if args.jobs < 1 or (args.steps is not None and args.steps < 1) or args.n_samples < 1:
-        raise MechmemError("--jobs, --steps and --n-samples must be at least 1")
     check_out_dir(args.out)
     check_out_dir(args.reports, flag="--reports")
     from mechmem.report.demo import available, run_demo  # torch is imported from here on

@@ -32,9 +32,9 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     )
     parser.add_argument(
         "--n-samples",
-        type=cli.positive_int,
+        type=cli.int_range(2, cli.MAX_SAMPLES),
         default=128,
-        help="evaluation sequences, at least 2 (default 128; bounded by a memory estimate)",
+        help=f"evaluation sequences, in [2, {cli.MAX_SAMPLES}] (default 128; bounded by a memory estimate)",
     )
     parser.add_argument(
         "--seed", type=cli.seed_int, default=0, help="the evaluation draw's seed, in [0, 2**63)"
@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
         default=None,
         help="a second run of the same model and task: both runs' curves side by side, with B - A",
     )
+    cli.add_threads_flag(parser)
     cli.add_task_module_arg(parser)
     cli.add_nonfinite_flag(parser)
     args = parser.parse_args(argv)
@@ -72,7 +73,9 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     from mechmem.analysis.dynamics.compare import comparison_lines as compare_lines
     from mechmem.progress import working
     from mechmem.tasks import load_task_module
+    from mechmem.threads import use_threads
 
+    use_threads(args.threads)
     for module in args.task_module:
         load_task_module(module)
     files = dynamics.checked_steps(args.run_dir, allow_nonfinite=args.allow_nonfinite)

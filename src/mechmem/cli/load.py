@@ -39,7 +39,8 @@ def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tupl
     """Check the flags, load task modules and the checkpoint named by CKPT (or the Hugging Face model named by
     --hf, exactly one of them); return it and the out dir.
 
-    In this order: --n-samples >= `min_samples`, --out is usable, task modules import, the checkpoint loads
+    In this order: --n-samples >= `min_samples`, --out is usable, torch's threads (`mechmem.threads`), task
+    modules import, the checkpoint loads
     and fits its task, --n-samples fits the memory budget. Only then is --out created.
     """
     n = getattr(args, "n_samples", None)
@@ -54,7 +55,9 @@ def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tupl
     from mechmem.checkpoint import load_checkpoint
     from mechmem.models.checks import check_finite_weights, check_n_samples
     from mechmem.tasks import load_task_module
+    from mechmem.threads import use_threads
 
+    use_threads(getattr(args, "threads", None))
     for module in getattr(args, "task_module", None) or []:
         load_task_module(module)
     hf = getattr(args, "hf", None)
@@ -69,5 +72,6 @@ def load_for_analysis(args: argparse.Namespace, *, min_samples: int = 1) -> tupl
     out = check_out_dir(args.out) if args.out is not None else check_out_dir(ckpt.path.parent)
     if n is not None:
         check_n_samples(n, ckpt.model, minimum=min_samples)
-    check_finite_weights(ckpt.model, allow=getattr(args, "allow_nonfinite", False), what=str(ckpt.path))
+    what = str(ckpt.path) if hf is None else f"--hf {hf}"  # the path of an --hf model names no real file
+    check_finite_weights(ckpt.model, allow=getattr(args, "allow_nonfinite", False), what=what)
     return ckpt, claim_out(out)

@@ -29,12 +29,7 @@ def parser(prog: str | None = None) -> cli.ArgumentParser:
         help="denoising: clean into corrupted; noising: corrupted into clean",
     )
     p.add_argument("--method", choices=PATCH_METHODS, default="exact", help="exact, or attribution (AtP*)")
-    p.add_argument(
-        "--memory-mb",
-        type=cli.memory_mb,
-        default=256.0,
-        help="memory budget of one batched pass in MB, a finite number >= 1 (default 256)",
-    )
+    cli.add_memory_flag(p)
     return p
 
 

@@ -19,18 +19,23 @@ MIN_SAMPLES = 32
 def parser(prog: str | None = None) -> cli.ArgumentParser:
     p = cli.analysis_parser(prog, __doc__, n_samples=512)
     p.add_argument("--title", default=None, help="report title (default: the run directory's name)")
+    cli.add_memory_flag(p)
     return p
 
 
 def build(ckpt: Any, args: argparse.Namespace) -> Any:
     """The report of `ckpt` with the flags in `args` (not yet written), its summary printed."""
-    from mechmem.progress import working
     from mechmem.report.checkpoint_report import checkpoint_report
 
-    with working(f"building the report on {args.n_samples} sequences"):
-        report = checkpoint_report(
-            ckpt, n_samples=args.n_samples, seed=args.seed, title=args.title, progress=True
-        )
+    print(f"building the report on {args.n_samples} sequences (one progress line per step)", flush=True)
+    report = checkpoint_report(
+        ckpt,
+        n_samples=args.n_samples,
+        seed=args.seed,
+        title=args.title,
+        progress=True,
+        memory_mb=args.memory_mb,
+    )
     circuit = report.section("circuit")
     rows = [[h["layer"], h["head"], h["role"]] for h in circuit.findings["heads"]]
     if rows:
@@ -54,10 +59,13 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """`mechmem report`: parse, load, build the report, write it (default: CKPT's folder/report)."""
     args = parser(prog).parse_args(argv)
     ckpt, out = cli.load_for_analysis(args, min_samples=MIN_SAMPLES)  # torch is imported from here on
+    from mechmem.progress import working
     from mechmem.report.document import write_report
 
     if args.out is None:
         out = cli.claim_out(out / "report")
-    paths = write_report(build(ckpt, args), out)
+    report = build(ckpt, args)
+    with working("writing the report's figures and pages", announce=False):
+        paths = write_report(report, out)
     print(f"wrote {paths['md']}, {paths['html']} and {paths['json']}")
     return 0

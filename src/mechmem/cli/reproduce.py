@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     if args.page_only:
         if not record_path.exists():
             raise MechmemError(f"no record at {record_path}: run without --page-only first")
-        record = json.loads(record_path.read_text())
+        record = json.loads(record_path.read_text(encoding="utf-8"))
     else:
         spec = paper.spec(variant, options)
         record = paper.run(spec, lambda line: print(line, flush=True))

@@ -32,6 +32,7 @@ def run_script(main: Callable[[list[str] | None], int | None], argv: list[str] |
         install_interrupt_hook()
         catch_stop_signals()
         use_file_backend_when_loaded()
+        tolerant_streams()
     try:
         with _claimed_outputs():
             return int(main(argv) or 0)
@@ -64,6 +65,14 @@ def install_interrupt_hook() -> None:
 
     hook.mechmem_interrupt_hook = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+
+
+def tolerant_streams() -> None:
+    """Let stdout and stderr print any text: a character their encoding lacks (the ASCII of a C locale without
+    UTF-8 mode) is written as a backslash escape, never a UnicodeEncodeError. Files are written as UTF-8."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
 
 
 def use_file_backend_when_loaded() -> None:

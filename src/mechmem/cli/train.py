@@ -31,12 +31,19 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     parser.add_argument(
         "--device", type=cli.device_name, default="cpu", help="auto, cpu or cuda (default: cpu)"
     )
-    parser.add_argument("--steps", type=cli.nonnegative_int, help="override the preset's steps (>= 0)")
-    parser.add_argument("--save-every", type=cli.nonnegative_int, help="keep a checkpoint every N >= 1 steps")
+    parser.add_argument(
+        "--steps", type=cli.step_count, help=f"override the preset's steps, in [0, {cli.MAX_STEPS}]"
+    )
+    parser.add_argument(
+        "--save-every",
+        type=cli.int_range(1, cli.MAX_STEPS),
+        metavar="N",
+        help=f"keep a checkpoint every N steps, N in [1, {cli.MAX_STEPS}]",
+    )
     parser.add_argument("--resume", action="store_true", help="continue the identical run in --out")
     parser.add_argument("--overwrite", action="store_true", help="delete an old run in --out first")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--threads", type=cli.thread_count, help="torch CPU threads, >= 1")
+    cli.add_threads_flag(parser)
     parser.add_argument("--list", action="store_true", help="list tasks and presets with their measured time")
     parser.add_argument(
         "--intervene",
@@ -49,7 +56,7 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     )
     parser.add_argument(
         "--intervene-until",
-        type=cli.nonnegative_int,
+        type=cli.step_count,
         metavar="STEP",
         help="apply the --intervene specs to the steps before STEP only (default: the whole run)",
     )
@@ -76,17 +83,15 @@ def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     from mechmem.config import resolve_device
 
     resolve_device(args.device)
-    import torch
-
     from mechmem.tasks import load_task_module
+    from mechmem.threads import use_threads
     from mechmem.training.run import train_preset
 
     for module in args.task_module:
         load_task_module(module)
     if args.list:
         return list_presets(args.task, args.device)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     result = train_preset(
         args.task,
         args.preset,

@@ -21,13 +21,17 @@ def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") ->
     model, weights exactly as published: under TransformerLens 3.x a `HookedTransformer` without layer-norm
     folding or centring, under 4.x `TransformerBridge.boot_transformers` in compatibility mode. Raises
     `MechmemError` with one line when the model cannot be read or converted.
+
+    Nothing is downloaded: a Hub name is read from the local Hugging Face cache, and a name that is neither a
+    folder nor in the cache is refused at once (no network retries).
     """
     local = Path(name_or_path).expanduser()
-    source = str(local.resolve()) if local.exists() else name_or_path
     if local.exists() and not local.is_dir():
         raise MechmemError(f"--hf {name_or_path}: not a folder (a save_pretrained folder or a Hub name)")
-    if local.exists():
-        check_hf_folder(local, name_or_path)
+    if not local.exists():
+        local = cached_snapshot(name_or_path)
+    source = str(local.resolve())
+    check_hf_folder(local, name_or_path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -51,6 +55,20 @@ def load_pretrained(name_or_path: str, *, device: str | torch.device = "cpu") ->
             f"({type(exc).__name__}: {one_line(exc)[:200]})"
         ) from None
     return model.eval()
+
+
+def cached_snapshot(name: str) -> Path:
+    """The folder of Hub model `name` in the local Hugging Face cache, found without the network; a one-line
+    `MechmemError` naming `name` when it is not there."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(name, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached, or not a valid Hub name: the same answer
+        raise MechmemError(
+            f"--hf {name}: no such folder, and no Hub model of that name in the local Hugging Face cache "
+            "(mechmem downloads nothing: pass a save_pretrained folder)"
+        ) from None
 
 
 def _hf_weights(source: str, name: str) -> nn.Module:
@@ -94,7 +112,7 @@ def _placeholder_tokenizer(folder: Any) -> Any:
     if not folder.is_dir() or any((folder / name).exists() for name in TOKENIZER_FILES):
         return None
     try:
-        vocab_size = json.loads((folder / "config.json").read_text()).get("vocab_size")
+        vocab_size = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("vocab_size")
     except (OSError, ValueError, AttributeError):
         return None
     if not isinstance(vocab_size, int) or not 1 <= vocab_size <= 10**7:
@@ -105,21 +123,18 @@ def _placeholder_tokenizer(folder: Any) -> Any:
 
 
 def _hooked_from_pretrained(source: str, hf_model: nn.Module, device: str | torch.device) -> nn.Module:
-    """`HookedTransformer.from_pretrained_no_processing` for a Hub name or a local folder (TransformerLens
-    3.9's own entry point looks local folders up among its official names), from TransformerLens's loading
-    functions."""
+    """`HookedTransformer.from_pretrained_no_processing` for a local folder (TransformerLens 3.9's own entry
+    point looks local folders up among its official names), from TransformerLens's loading functions."""
     from transformer_lens import loading
 
-    if not Path(source).is_dir():
-        cfg = loading.get_pretrained_model_config(source, device=str(device), dtype=torch.float32)
-    else:  # TransformerLens 3.9 takes a path naming "llama" or "gemma" for that family and reads no config
-        neutral = Path(tempfile.mkdtemp(prefix="mechmem-hf-config.")) / "model"
-        try:
-            neutral.mkdir()
-            shutil.copyfile(Path(source) / "config.json", neutral / "config.json")
-            cfg = loading.get_pretrained_model_config(str(neutral), device=str(device), dtype=torch.float32)
-        finally:
-            shutil.rmtree(neutral.parent, ignore_errors=True)
+    # TransformerLens 3.9 takes a path naming "llama" or "gemma" for that family and reads no config
+    neutral = Path(tempfile.mkdtemp(prefix="mechmem-hf-config.")) / "model"
+    try:
+        neutral.mkdir()
+        shutil.copyfile(Path(source) / "config.json", neutral / "config.json")
+        cfg = loading.get_pretrained_model_config(str(neutral), device=str(device), dtype=torch.float32)
+    finally:
+        shutil.rmtree(neutral.parent, ignore_errors=True)
     cfg.tokenizer_name = None  # mechmem feeds token ids; a folder from save_pretrained may hold no tokenizer
     cfg.default_prepend_bos = False
     model = HookedTransformer(cfg, move_to_device=False)

@@ -18,7 +18,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,7 +29,7 @@ from mechmem.analysis.options import HEAD_BUDGET
 from mechmem.analysis.roles import HeadRole, RoleResult, RoleThresholds, head_roles
 from mechmem.analysis.stats import format_interval
 from mechmem.models.parts import model_device
-from mechmem.progress import Progress
+from mechmem.progress import Progress, working
 from mechmem.report.circuit_graph import edges_section
 from mechmem.report.document import Report, Section, Table, to_html, to_markdown, write_index, write_report
 from mechmem.report.dynamics_section import dynamics_section
@@ -157,6 +157,8 @@ def circuit_section(roles: RoleResult, mlp: Section | None = None) -> Section:
 
 T = TypeVar("T")
 
+STEP_BEAT_S = 10.0
+"""Seconds between the progress lines printed while one report step runs (`ReportCost` with progress)."""
 MEMORY_NOTE = (
     "peak_rss_mb: the process's peak resident memory after the step (getrusage ru_maxrss, which only grows "
     "over the process's life); rss_rise_mb: how much the step raised that peak (0 when it stayed below an "
@@ -188,7 +190,8 @@ class ReportCost:
     Args:
         steps: how many steps the report will run (for the progress line's estimate of the time left).
         model: the model the report analyses (its device; its passes are counted).
-        progress: print a progress line after a step when `every_s` seconds passed since the last one.
+        progress: print a progress line after a step when `every_s` seconds passed since the last one, and
+            one every `STEP_BEAT_S` seconds while a step runs (`report: NAME: elapsed 20s`).
         every_s: seconds between progress lines.
     """
 
@@ -229,7 +232,9 @@ class ReportCost:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         rss, before = peak_rss_mb(), self._now()
-        out = fn(*args)
+        beat = working(f"report: {name.removesuffix('_section')}", every_s=STEP_BEAT_S, announce=False)
+        with beat if self.progress.enabled else nullcontext():  # a line every STEP_BEAT_S within the step
+            out = fn(*args)
         if cuda:
             torch.cuda.synchronize(self.device)
         after = self._now()
@@ -265,6 +270,7 @@ def build_report(
     sections: Sequence[Callable[[ReportContext], Section]] = SECTIONS,
     run_dir: str | Path | None = None,
     progress: bool = False,
+    memory_mb: float = 256.0,
 ) -> Report:
     """Measure the head roles, run every section on `model` (and `task`, if any) and return the `Report`.
 
@@ -275,6 +281,8 @@ def build_report(
         meta: provenance (name -> text); "seed / samples" is added.
         run_dir: the checkpoint's run directory; adds the training-dynamics section.
         progress: print progress lines with the estimated time left (see `ReportCost`).
+        memory_mb: memory budget (MB) of the batched passes and cached runs of the sections that have one
+            (patching, edges); their peak memory follows it.
 
     Example:
         >>> import mechmem, torch
@@ -288,7 +296,7 @@ def build_report(
         roles = cost.run(
             "roles", lambda: head_roles(model, task, n=role_samples, seed=seed, thresholds=thresholds)
         )
-        ctx = ReportContext(model, task, n_samples, seed, roles)
+        ctx = ReportContext(model, task, n_samples, seed, roles, memory_mb)
         done = [cost.run(fn.__name__, fn, ctx) for fn in sections]
         if run_dir is not None:
             edges = next((s for s in done if s.key == "edges" and not s.skipped and s.findings), None)

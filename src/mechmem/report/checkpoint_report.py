@@ -46,9 +46,11 @@ def checkpoint_report(
     seed: int = 0,
     title: str | None = None,
     progress: bool = False,
+    memory_mb: float = 256.0,
 ) -> Report:
     """The report of `ckpt`, not yet written: `build_report` on its model and task (`n_samples` sequences per
-    analysis, generators seeded from `seed`) with its provenance; title default: "<run directory>: <task>"."""
+    analysis, generators seeded from `seed`, batched passes within `memory_mb`) with its provenance; title
+    default: "<run directory>: <task>"."""
     under = describe(ckpt.train or {})
     meta = {
         **({"trained under interventions": under} if under else {}),
@@ -67,4 +69,5 @@ def checkpoint_report(
         seed=seed,
         run_dir=run_dir_of(ckpt.path),
         progress=progress,
+        memory_mb=memory_mb,
     )

@@ -283,7 +283,9 @@ def edges_section(ctx: Any) -> Section:
         build_graph(ctx.model)  # the reason to skip, before any data is drawn
         roles = {h.name: h.role for h in ctx.roles.heads}
         named = [name for name, role in roles.items() if role != "none"]
-        circuit, source = decided_circuit(ctx.model, ctx.task, seed=ctx.seed, ablation="mean", heads=named)
+        circuit, source = decided_circuit(
+            ctx.model, ctx.task, seed=ctx.seed, ablation="mean", heads=named, memory_mb=ctx.memory_mb
+        )
     except (MechmemError, NotImplementedError) as exc:
         s.skipped = str(exc)
         return s
@@ -298,7 +300,7 @@ def edges_section(ctx: Any) -> Section:
     attends = explain_heads(s, ctx, circuit, roles)
     s.add_figure("graph", plot_circuit(circuit, roles, attends=attends))
     n = max(2, min(ctx.n_samples, CIRCUIT_POLICY.first))  # the report's sample size, at most one round
-    robust = circuit_robustness(ctx.model, ctx.task, circuit, n=n, seed=ctx.seed)
+    robust = circuit_robustness(ctx.model, ctx.task, circuit, n=n, seed=ctx.seed, memory_mb=ctx.memory_mb)
     s.findings["robustness"] = record = robust.to_dict()
     s.findings["timings_s"] = s.findings["timings_s"] | {"robustness": sum(record.pop("timings_s").values())}
     s.lines += [f"Robustness to the ablation and the circuit's size: {robust.verdict}.", *ROBUSTNESS_WORDS]

@@ -73,7 +73,7 @@ def run_in_log(fn: Callable[[], Any], log: Path) -> tuple[int, float]:
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
     t0 = time.perf_counter()
-    with open(log, "w") as fh:
+    with open(log, "w", encoding="utf-8") as fh:
         for fd in (1, 2):
             os.dup2(fh.fileno(), fd)
         rc = 0
@@ -145,7 +145,7 @@ def _forked(fn: Callable[[], dict[str, Any]], out: Path) -> int:
         import torch
 
         torch.set_num_threads(1)
-        out.write_text(json.dumps(fn()))
+        out.write_text(json.dumps(fn()), encoding="utf-8")
         code = 0
     except BaseException:  # noqa: BLE001 - the forked child logs whatever stops it, then always exits
         traceback.print_exc()
@@ -174,7 +174,11 @@ def run_jobs(
             i, t0 = running.pop(pid)
             out = tmp / f"{i}.json"
             ok = os.waitstatus_to_exitcode(status) == 0 and out.exists()
-            results[i] = json.loads(out.read_text()) if ok else {"failed": os.waitstatus_to_exitcode(status)}
+            results[i] = (
+                json.loads(out.read_text(encoding="utf-8"))
+                if ok
+                else {"failed": os.waitstatus_to_exitcode(status)}
+            )
             print(f"[{jobs[i][0]}] {'done' if ok else 'failed'} in {time.monotonic() - t0:.0f} s", flush=True)
             continue
         time.sleep(0.2)
@@ -230,7 +234,7 @@ def run_demo(
         row = {"model": m.name, "preset": f"{m.task}/{m.preset}", **done[m.name]}
         path = reports / m.name / "report.json"
         if row.get("report_rc") == 0 and path.exists():
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
             row.update(headline=data["headline"], circuit=data["sections"]["circuit"]["findings"]["summary"])
             written = time.strftime("%Y-%m-%d %H:%M", time.gmtime(path.stat().st_mtime))
             entries.append(

@@ -244,7 +244,7 @@ def read_prose(path: str | Path) -> dict[str, str]:
     """
     blocks: dict[str, list[str]] = {"intro": []}
     key = "intro"
-    for line in Path(path).read_text().splitlines():
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
         marker = line.strip()
         if marker.startswith("<!-- section:") and marker.endswith("-->"):
             key = marker.removeprefix("<!-- section:").removesuffix("-->").strip()

@@ -46,6 +46,8 @@ class ReportContext:
     seed: int
     roles: RoleResult
     """Every head's role and evidence, measured once for the whole report."""
+    memory_mb: float = 256.0
+    """Memory budget (MB) of the sections' batched passes and cached runs (patching, edges)."""
 
     def generator(self, offset: int) -> torch.Generator:
         return torch.Generator().manual_seed(self.seed * 1000 + offset)
@@ -392,6 +394,7 @@ def patching_section(ctx: ReportContext) -> Section:
             seed=ctx.seed,
             policy=PATCH_POLICY.with_budget(ctx.n_samples),
             method="attribution" if large else "exact",
+            memory_mb=ctx.memory_mb,
         )
     except MechmemError as exc:  # an architecture patching does not run on: this section only
         s.skipped = str(exc)

@@ -77,7 +77,7 @@ def recorded_times(path: str | Path | None = None) -> dict[str, Any]:
     path = Path(path or TIMES_FILE)
     if not path.exists():
         return {"presets": {}}
-    return json.loads(path.read_text())
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def describe_time(times: dict[str, Any], task: str, preset: str, steps: int) -> str:

@@ -48,9 +48,6 @@ from mechmem.analysis.interventions.spec import Intervention, Variant, apply, as
 from mechmem.errors import MechmemError
 from mechmem.models.parts import model_device
 
-CACHE_MB = 256.0
-"""Default budget in MiB for the replay's cached run (`Engine.cache_mb`); above it the sequences are replayed
-in chunks of rows."""
 Metric = Callable[[Tensor], Any] | PatchingMetric
 """logits [batch pos d_vocab] -> a tensor (a scalar or one value per sequence), or it in batched form."""
 
@@ -114,7 +111,8 @@ class Engine:
 
     Args are those of `intervene`, plus:
         readout: positions the metric reads (see `callable_metric`); None: found by a dependency check.
-        cache_mb: budget for the replay's cached run; above it the sequences are replayed in chunks of rows.
+        cache_mb: budget for the replay's cached run; above it the sequences are replayed in chunks of rows
+            (None: `memory_mb`, so that one budget bounds both the cached runs and the batched passes).
     """
 
     def __init__(
@@ -124,10 +122,10 @@ class Engine:
         *,
         readout: Any = None,
         memory_mb: Megabytes = 256.0,
-        cache_mb: Megabytes = CACHE_MB,
+        cache_mb: Megabytes | None = None,
     ) -> None:
         self.model, self.metric, self.readout, self.memory_mb = model, metric, readout, memory_mb
-        self.cache_mb = cache_mb
+        self.cache_mb = memory_mb if cache_mb is None else cache_mb
         try:
             self.replay: Replay | None = Replay(model)
         except MechmemError:  # a model the replay cannot run: the engine uses hooks
@@ -534,7 +532,8 @@ def intervene(
         tokens: the inputs [batch pos].
         variants: each an `Intervention` or a list of them applied together (an empty list: the clean run).
         metric: logits [batch pos d_vocab] -> tensor (scalar or per sequence), or a `PatchingMetric`.
-        memory_mb: budget for the activations of one batched pass; variants are chunked to fit.
+        memory_mb: budget for the activations of one batched pass and for the cached runs; variants and
+            sequences are chunked to fit.
 
     Example:
         >>> import mechmem, torch

@@ -92,7 +92,8 @@ class Patcher:
         pair: the task's `PatchingPair` (gives the default metric).
         readout: positions a callable metric reads (shared list, negative from the end, or [batch read]);
             None: found by a dependency check.
-        memory_mb: budget for the activations of one batched pass; patches are chunked to fit.
+        memory_mb: budget for the activations of one batched pass and for the cached runs; patches and
+            sequences are chunked to fit (the peak memory follows it).
     """
 
     def __init__(

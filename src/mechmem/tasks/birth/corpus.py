@@ -107,11 +107,11 @@ def stats_from_corpus(path: str | Path) -> CorpusStats:
 def load_stats(path: str | Path | None = None) -> CorpusStats:
     """Statistics from a JSON file of counts, a text corpus (any other suffix), or the shipped counts."""
     if path is None:
-        text = resources.files(__package__).joinpath(SHIPPED).read_text()
+        text = resources.files(__package__).joinpath(SHIPPED).read_text(encoding="utf-8")
         return CorpusStats.from_dict(json.loads(text))
     path = Path(path)
     if path.suffix == ".json":
         if not path.is_file():
             raise MechmemError(f"statistics file {path} does not exist")
-        return CorpusStats.from_dict(json.loads(path.read_text()))
+        return CorpusStats.from_dict(json.loads(path.read_text(encoding="utf-8")))
     return stats_from_corpus(path)
