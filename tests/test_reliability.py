@@ -82,7 +82,7 @@ def test_ablate_heads_bad_choice_is_one_line(ckpt, capsys):
     [
         (["permutation"], "TASK and --preset are required"),
         (["permutation", "--preset", "task1-quick", "--seed", "abc"], "'abc' is not an integer"),
-        (["permutation", "--preset", "task1-quick", "--steps", "-1"], "must be >= 0"),
+        (["permutation", "--preset", "task1-quick", "--steps", "-1"], "must be at least 0"),
         (["permutation", "--preset", "task1-quick", "--threads", "0"], "must be at least 1"),
         (["permutation", "--preset", "task1-quick", "--resume", "--overwrite"], "exclude each other"),
         (["permutation", "--preset", "task1-quick", "--out", "{file}"], "exists and is not a directory"),
