@@ -56,7 +56,7 @@ def test_papers_register_through_the_plugin_loader():
 
 # -- the layers ----------------------------------------------------------------------------------------------
 LAYERS = [
-    ("base", ("errors", "config", "io", "progress", "plotting", "plugins", "tables", "version")),
+    ("base", ("errors", "config", "io", "progress", "plotting", "plugins", "tables", "threads", "version")),
     ("models and tasks", ("models", "tasks")),
     ("checkpoint", ("checkpoint", "pretrained")),
     ("training", ("training",)),
