@@ -46,6 +46,7 @@ from mechmem.analysis.interventions.replay import (
 from mechmem.analysis.interventions.replay.cells import CellPatches
 from mechmem.analysis.interventions.spec import Intervention, Variant, apply, as_lists
 from mechmem.errors import MechmemError
+from mechmem.models.checks import check_callable, check_memory_mb, check_model, check_tokens
 from mechmem.models.parts import model_device
 
 CACHE_MB = 256.0
@@ -126,8 +127,11 @@ class Engine:
         memory_mb: Megabytes = 256.0,
         cache_mb: Megabytes = CACHE_MB,
     ) -> None:
-        self.model, self.metric, self.readout, self.memory_mb = model, metric, readout, memory_mb
-        self.cache_mb = cache_mb
+        check_model(model)
+        if not isinstance(metric, PatchingMetric):
+            check_callable("metric", metric)
+        self.model, self.metric, self.readout = model, metric, readout
+        self.memory_mb, self.cache_mb = check_memory_mb(memory_mb), check_memory_mb(cache_mb, "cache_mb")
         try:
             self.replay: Replay | None = Replay(model)
         except MechmemError:  # a model the replay cannot run: the engine uses hooks
@@ -548,7 +552,8 @@ def intervene(
         >>> bool(clean < 0.01 < 0.1 < ablated)      # the induction head carries the loss
         True
     """
-    out = Engine(model, metric, memory_mb=memory_mb).run(tokens, variants)
+    engine = Engine(model, metric, memory_mb=memory_mb)
+    out = engine.run(check_tokens(model, tokens), as_lists(variants))
     return torch.stack(out).detach().cpu() if out else torch.zeros(0)
 
 
