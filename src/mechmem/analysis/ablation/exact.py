@@ -218,7 +218,7 @@ def ablate_heads(
     tokens = check_tokens(model, tokens)
     if not isinstance(metric, SequenceMetric):
         check_callable("metric", metric)
-    methods = tuple(check_choices("methods", methods, METHODS))
+    methods = tuple(check_choices("methods", methods))  # each one is checked by `method_setter`
     reference = None if reference is None else check_tokens(model, reference, "reference")
     check_generator(generator)
     cfg = model.cfg

@@ -131,8 +131,8 @@ class Patcher:
         batch = clean.shape[0]
         self.per_prompt = all(tuple(v.shape) == (batch,) for v in runs.values())
         """Whether the metric gives one value per prompt (then cells carry intervals over prompts)."""
-        for value in runs.values():
-            check_metric_value(value, self.metric.name, batch=batch)
+        for value in runs.values():  # its finiteness on finite logits is `callable_metric`'s check
+            check_metric_value(value, self.metric.name, batch=batch, finite_logits=False)
         self.prompt_values = runs if self.per_prompt else None
         """Each prompt's metric in the unpatched clean and corrupted runs (None for a scalar metric)."""
         self.values = {name: float(v.mean()) for name, v in runs.items()}
