@@ -23,12 +23,12 @@ def kind_of(value: Any) -> str:
     return "None" if value is None else type(value).__name__
 
 
-def check_model(model: Any, name: str = "model") -> None:
-    """Refuse anything but a TransformerLens model: a torch module with a `cfg` and hook points (a
-    `HookedTransformer`, a `TransformerBridge` or another `HookedRootModule` with a cfg)."""
+def check_model(model: Any, name: str = "model", *, cfg: bool = True) -> None:
+    """Refuse anything but a TransformerLens model: a torch module with hook points and (with `cfg`) a `cfg`
+    (a `HookedTransformer`, a `TransformerBridge`; without `cfg` any `HookedRootModule`)."""
     import torch
 
-    ok = isinstance(model, torch.nn.Module) and getattr(model, "cfg", None) is not None
+    ok = isinstance(model, torch.nn.Module) and (not cfg or getattr(model, "cfg", None) is not None)
     if not (ok and isinstance(getattr(model, "hook_dict", None), Mapping)):
         raise BadArgumentType(
             f"{name} must be a TransformerLens model (HookedTransformer or TransformerBridge), got "

@@ -127,7 +127,7 @@ class Engine:
         memory_mb: Megabytes = 256.0,
         cache_mb: Megabytes = CACHE_MB,
     ) -> None:
-        check_model(model)
+        check_model(model, cfg=False)  # any HookedRootModule runs on hooks
         if not isinstance(metric, PatchingMetric):
             check_callable("metric", metric)
         self.model, self.metric, self.readout = model, metric, readout
