@@ -115,7 +115,7 @@ TL3_TESTS ?= $(addprefix $(ROOT)/tests/,test_backends.py test_checkpoint.py test
 	test_attribution.py test_circuits.py test_heads.py test_ablation.py test_logit_lens.py test_neurons.py \
 	test_probes.py test_roles.py test_dynamics.py test_circuit_report.py test_patching_architectures.py test_byom.py \
 	test_qk_correction.py test_bad_inputs_faults.py test_attention_z.py test_qk.py test_composition.py \
-	test_circuit_robust.py test_train_interventions.py test_progress_measures.py test_tokens.py test_limits.py)
+	test_circuit_robust.py test_train_interventions.py test_progress_measures.py test_tokens.py test_limits.py test_api_inputs.py)
 $(VENV_TL3)/.installed: $(ROOT)/pyproject.toml $(ROOT)/papers/pyproject.toml
 	test -x $(VENV_TL3)/bin/python || python3 -m venv $(VENV_TL3)
 	$(VENV_TL3)/bin/python -m pip install -q uv

@@ -128,7 +128,7 @@ def test_one_layer_and_headless_models():
     found = composition_scores(one, baseline_draws=DRAWS, generator=gen())
     assert found.top("K") == [] and len(found.to_dataframe()) == 0
     json.dumps(found.to_dict(), allow_nan=False)
-    with pytest.raises(MechmemError, match="no composition scores"):
+    with pytest.raises(MechmemError, match="must be a TransformerLens model"):
         composition_scores(torch.nn.Linear(2, 2))
 
 

@@ -36,6 +36,7 @@ import torch
 from mechmem.config import config_dict
 from mechmem.errors import CheckpointError, MechmemError
 from mechmem.io import atomic_write
+from mechmem.models.checks import check_device, check_model, check_path
 from mechmem.version import __version__
 
 FORMAT = "mechmem-checkpoint"
@@ -328,6 +329,8 @@ def save_checkpoint(
     from mechmem.models.weights import canonical_state_dict
     from mechmem.tasks import build_task, get_task_class
 
+    check_model(model)
+    check_path(path)
     if isinstance(model_config, dict):
         from mechmem.models.registry import model_config_from_dict
 
@@ -483,6 +486,8 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     from mechmem.models.weights import load_canonical_state_dict
     from mechmem.tasks import build_task, get_task_class
 
+    check_path(path)
+    check_device(device)
     path = Path(path)
     payload = read_payload(path)
     if path.is_dir():
@@ -579,6 +584,8 @@ def save_model(
     from mechmem.models.transformer_config import config_from_hooked_transformer
     from mechmem.tasks.generic import RepeatsConfig
 
+    check_model(model)
+    check_path(path)
     config = config_from_hooked_transformer(model)
     attached = None
     if task_name is None:

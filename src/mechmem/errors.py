@@ -21,3 +21,12 @@ def one_line(exc: BaseException) -> str:
     """The first line of an exception's message (its class name when empty)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+class BadArgument(MechmemError, ValueError):
+    """An argument of a public function is out of range, of the wrong shape, or does not fit the model or
+    task (a `ValueError` too, so either name catches it)."""
+
+
+class BadArgumentType(MechmemError, TypeError):
+    """An argument of a public function is of the wrong kind (a `TypeError` too)."""

@@ -38,6 +38,7 @@ from mechmem.analysis.heads import no_attention_reason
 from mechmem.errors import MechmemError
 from mechmem.io import strict_json
 from mechmem.models.backend import FactoredMatrix
+from mechmem.models.checks import check_count, check_generator, check_model
 from mechmem.models.parts import Head
 from mechmem.plotting import plt
 
@@ -226,6 +227,9 @@ def composition_scores(
         >>> best.sender.name, best.receiver.name, best.above_baseline
         ('L0H2', 'L1H1', True)
     """
+    check_model(model)
+    check_count("baseline_draws", baseline_draws)
+    check_generator(generator)
     if reason := no_attention_reason(model):
         raise MechmemError(f"no composition scores: {reason}")
     cfg = model.cfg

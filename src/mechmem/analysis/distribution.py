@@ -33,8 +33,10 @@ from jaxtyping import Float
 from torch import Tensor
 
 from mechmem.analysis.stats import bootstrap_ratio
+from mechmem.errors import BadArgumentType
+from mechmem.models.checks import check_generator, check_model, check_tokens, kind_of
 from mechmem.models.parts import model_device
-from mechmem.tasks.base import Batch, PatchingPair
+from mechmem.tasks.base import Batch, PatchingPair, check_task
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
 MARGIN_NATS = 1.0
@@ -67,6 +69,15 @@ class PromptFit:
     """The same kind of loss on the task's own data; None without a task (no reference data)."""
     reference: str | None
     """What the reference data is, in words; None without a task."""
+
+    def to_dataframe(self) -> Any:
+        """One row: `source`, `n`, `prompt_loss` with its interval (`prompt_lower`, `prompt_upper`),
+        `uniform_loss`, `task_loss`, `reference` and `off_distribution`."""
+        import pandas as pd
+
+        row = {name: getattr(self, name) for name in ("source", "n", "prompt_loss", "prompt_lower")}
+        row |= {name: getattr(self, name) for name in ("prompt_upper", "uniform_loss", "task_loss")}
+        return pd.DataFrame([row | {"reference": self.reference, "off_distribution": self.off_distribution}])
 
     @property
     def difference(self) -> float | None:
@@ -163,7 +174,7 @@ def row_losses(model: torch.nn.Module, prompts: Batch | PatchingPair) -> RowLoss
     """The model's cross-entropy per prompt: a Batch's over its masked targets, or a pair's of `correct` at
     `answer_pos` of its clean prompts (one scored position per prompt)."""
     totals, scored = [], []
-    for part, logits in _chunks(model, _checked(prompts)):
+    for part, logits in _chunks(model, _checked(prompts, model)):
         if isinstance(part, Batch):
             per_pos = F.cross_entropy(logits.transpose(1, 2).float(), part.targets, reduction="none")
             mask = part.loss_mask.to(per_pos.dtype)
@@ -181,9 +192,16 @@ def prompt_loss(model: torch.nn.Module, prompts: Batch | PatchingPair) -> float:
     return row_losses(model, prompts).mean
 
 
-def _checked(prompts: Any) -> Batch | PatchingPair:
-    if not isinstance(prompts, (Batch, PatchingPair)):
-        raise TypeError(f"prompts must be a Batch or a PatchingPair, not {type(prompts).__name__}")
+def _checked(prompts: Any, model: torch.nn.Module) -> Batch | PatchingPair:
+    """`prompts` if they are a `Batch` or `PatchingPair` the model reads; `BadArgumentType` / `BadArgument`
+    else."""
+    if isinstance(prompts, PatchingPair):
+        prompts.check_model(model)
+    elif isinstance(prompts, Batch):
+        check_tokens(model, prompts.tokens, "the prompts' tokens")
+        check_tokens(model, prompts.targets, "the prompts' targets", output=True)
+    else:
+        raise BadArgumentType(f"prompts must be a Batch or a PatchingPair, not {kind_of(prompts)}")
     return prompts
 
 
@@ -241,7 +259,11 @@ def prompt_fit(
         >>> fit.off_distribution, fit.reference
         (False, "the repeats task's clean/corrupted pair")
     """
-    prompts = _checked(prompts).rows(slice(0, FIT_PROMPTS))
+    check_model(model)
+    if task is not None:
+        check_task(task, model)
+    check_generator(generator, none=False)
+    prompts = _checked(prompts, model).rows(slice(0, FIT_PROMPTS))
     rows = row_losses(model, prompts)
     reference, words = (
         (None, None) if task is None else _task_data_loss(model, task, prompts, generator=generator)

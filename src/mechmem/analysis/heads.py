@@ -22,9 +22,10 @@ from torch import Tensor
 
 from mechmem.analysis.frames import concat, grid_frame, shape_text, short_repr, token_labels, with_tokens
 from mechmem.analysis.stats import RESAMPLES, Z_95, RatioMoments, bootstrap_ratio
-from mechmem.errors import MechmemError
+from mechmem.errors import BadArgument, BadArgumentType, MechmemError
 from mechmem.io import strict_json
 from mechmem.models.backend import attention_scale, is_transformer_lens_model
+from mechmem.models.checks import check_count, check_generator, check_model, check_tokens, kind_of
 from mechmem.models.parts import Head, model_device
 from mechmem.plotting import plt
 
@@ -255,6 +256,27 @@ class HeadScores:
         return out | self.extra
 
 
+def check_patterns(patterns: Any, n_pos: int) -> Mapping[str, PatternFn | Tensor]:
+    """Detection patterns as `detect_heads` takes them: names mapped to a function of the tokens or a fixed
+    [query_pos key_pos] tensor covering at least `n_pos` positions; `BadArgumentType` / `BadArgument` else."""
+    if not isinstance(patterns, Mapping):
+        raise BadArgumentType(
+            f"patterns must map names to pattern functions or tensors, got {kind_of(patterns)}"
+        )
+    for name, spec in patterns.items():
+        if isinstance(spec, Tensor):
+            if spec.ndim != 2 or min(spec.shape) < n_pos:
+                raise BadArgument(
+                    f"pattern {name!r} must be [query_pos key_pos] covering the tokens' {n_pos} positions, "
+                    f"got shape {tuple(spec.shape)}"
+                )
+        elif not callable(spec):
+            raise BadArgumentType(
+                f"pattern {name!r} must be a function of the tokens or a tensor, got {kind_of(spec)}"
+            )
+    return patterns
+
+
 def _as_pattern(spec: PatternFn | Tensor, tokens: Tensor) -> Tensor:
     if isinstance(spec, Tensor):  # a fixed [query_pos key_pos] pattern for every sequence
         n = tokens.shape[1]
@@ -297,7 +319,12 @@ def detect_heads(
         >>> round(float(scores["previous_token"][0, 2]), 2), round(float(scores["induction"][1, 1]), 2)
         (1.0, 1.0)
     """
-    patterns = dict(BUILTIN_PATTERNS if patterns is None else patterns)
+    check_model(model)
+    tokens = check_tokens(model, tokens)
+    patterns = dict(BUILTIN_PATTERNS if patterns is None else check_patterns(patterns, tokens.shape[1]))
+    check_count("chunk", chunk)
+    check_count("resamples", resamples, minimum=0)
+    check_generator(generator)
     cfg = model.cfg
     shape = (cfg.n_layers, cfg.n_heads)
     vocab = max(cfg.d_vocab, int(tokens.max()) + 1 if tokens.numel() else 1)

@@ -27,8 +27,10 @@ from torch import Tensor
 
 from mechmem.analysis.frames import grid_frame, shape_text, short_repr, with_tokens
 from mechmem.analysis.stats import RESAMPLES, bootstrap_ratio
+from mechmem.errors import BadArgument
 from mechmem.io import strict_json
 from mechmem.models.backend import is_transformer_lens_model
+from mechmem.models.checks import check_count, check_instance, check_model, check_tokens
 from mechmem.models.parts import model_device
 from mechmem.plotting import plt
 
@@ -200,6 +202,19 @@ def logit_lens(
         >>> {stage: round(v["target_prob"], 2) for stage, v in lens.summary().items()}["resid_post.1"]
         1.0
     """
+    check_model(model)
+    tokens = check_tokens(model, tokens)
+    targets = check_tokens(model, targets, "targets", output=True)
+    check_count("k", k)
+    for name, value in (("targets", targets), ("mask", mask)):
+        if value is not None and tuple(value.shape) != tuple(tokens.shape):
+            raise BadArgument(
+                f"{name} must have the tokens' shape {tuple(tokens.shape)}, got {tuple(value.shape)}"
+            )
+    if mask is not None:
+        check_instance("mask", mask, Tensor)
+        if mask.is_floating_point() and not bool(torch.isfinite(mask).all()):
+            raise BadArgument("mask holds NaN or inf; it weights positions, 1 where they count")
     stages = lens_stages(model)
     tokens = tokens.to(model_device(model))
     targets = targets.to(model_device(model))

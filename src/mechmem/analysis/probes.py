@@ -24,7 +24,9 @@ from torch import Tensor
 
 from mechmem.analysis.frames import concat, short_repr
 from mechmem.analysis.stats import LEVEL, RESAMPLES
+from mechmem.errors import BadArgument, BadArgumentType
 from mechmem.models.backend import FactoredMatrix
+from mechmem.models.checks import check_count, check_model, check_tokens, kind_of
 from mechmem.models.parts import Head, model_device
 
 PROBE_COLUMNS = ["probe", "matrix", "measure", "value", "lower", "upper", "n_inputs", "n_outputs"]
@@ -339,7 +341,22 @@ def builtin_probes(
         >>> recall["qk_prev_pos.L0H2"]     # L0H2's keys select the previous position
         1.0
     """
+    check_model(model)
     cfg = model.cfg
+    tokens, key_tokens, ffn_tokens = (
+        None if ids is None else check_tokens(model, ids, name, ndim=1)
+        for name, ids in (("tokens", tokens), ("key_tokens", key_tokens), ("ffn_tokens", ffn_tokens))
+    )
+    for n in first_positions:
+        if check_count("first_positions", n) > cfg.n_ctx:
+            raise BadArgument(f"first_positions: {n} is beyond the model's context n_ctx={cfg.n_ctx}")
+    table = (cfg.d_vocab, cfg.d_vocab_out)
+    if isinstance(bigram, Tensor) and tuple(bigram.shape) != table:
+        raise BadArgument(f"bigram must be [d_vocab d_vocab_out] = {table}, got {tuple(bigram.shape)}")
+    if bigram is not None and not isinstance(bigram, (Tensor, BigramSample)):
+        raise BadArgumentType(
+            f"bigram must be a [d_vocab d_vocab_out] tensor or a BigramSample, got {kind_of(bigram)}"
+        )
     key_tokens = tokens if key_tokens is None else key_tokens
     ffn_tokens = tokens if ffn_tokens is None else ffn_tokens
     probes: list[ProbeResult] = []

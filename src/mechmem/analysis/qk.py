@@ -40,9 +40,10 @@ from mechmem.analysis.stats import mean_interval
 from mechmem.errors import MechmemError
 from mechmem.io import strict_json
 from mechmem.models.backend import attention_scale, is_transformer_lens_model
+from mechmem.models.checks import check_count, check_heads, check_model, check_seed
 from mechmem.models.parts import Head, model_device
 from mechmem.plotting import plt
-from mechmem.tasks.base import AttentionSites
+from mechmem.tasks.base import AttentionSites, check_task
 
 METRIC = "the head's attention score before the softmax (q_rot . k_rot / attn_scale, hook_attn_scores)"
 EXACT = "exact"
@@ -300,20 +301,12 @@ def task_sites(
 
 
 def parse_heads(model: torch.nn.Module, heads: Any) -> list[Head]:
-    """`heads` (names "L1H1" or `Head`s, or one; None: every head) checked against the model; MechmemError
-    if bad."""
+    """`heads` (names "L1H1" or `Head`s, or one; None: every head) checked against the model
+    (`check_heads`)."""
     cfg = model.cfg
-    heads = [heads] if isinstance(heads, (str, Head)) else heads
     if heads is None:
         return [Head(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
-    try:
-        parsed = [h if isinstance(h, Head) else Head.parse(str(h)) for h in heads]
-    except ValueError as exc:
-        raise MechmemError(str(exc)) from None
-    for h in parsed:
-        if not (h.layer < cfg.n_layers and h.head < cfg.n_heads):
-            raise MechmemError(f"head {h} is not in the model ({cfg.n_layers} layers x {cfg.n_heads} heads)")
-    return parsed
+    return check_heads(model, heads)
 
 
 @torch.no_grad()
@@ -349,6 +342,11 @@ def qk_attribution(
         >>> best.query_source, best.key_source, result.entries[0].max_error < 1e-5
         ('embed', 'L0H2', True)
     """
+    check_model(model)
+    if task is not None:
+        check_task(task, model)
+    check_count("n", n)
+    check_seed(seed)
     if reason := qk_unsupported(model):
         raise MechmemError(f"QK attribution does not apply: {reason}")
     chosen = parse_heads(model, heads)

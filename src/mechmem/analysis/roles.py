@@ -39,7 +39,9 @@ from mechmem.analysis.sequential import decide
 from mechmem.analysis.stats import HEAD_POLICY, NO, UNDECIDED, YES, Decision, DecisionPolicy, RatioMoments
 from mechmem.analysis.task_roles import decide_task_roles
 from mechmem.config import ConfigMixin
+from mechmem.models.checks import check_count, check_instance, check_model, check_number, check_seed
 from mechmem.models.parts import Head, model_device
+from mechmem.tasks.base import check_task
 
 ROLE_COLUMNS = ["layer", "head", "role", "fallback", "undecided", "evidence", "value"]
 """The columns of a role's `to_dataframe`."""
@@ -68,6 +70,11 @@ class RoleThresholds(ConfigMixin):
     """Key neurons: the fewest whose direct effects make up this share of the MLP's positive effect."""
     max_key_neurons: int = 5
     """At most this many key neurons are listed."""
+
+    def __post_init__(self) -> None:
+        for name in ("attention", "min_score", "share_margin", "task_attention", "mlp_drop", "neuron_share"):
+            check_number(name, getattr(self, name))
+        check_count("max_key_neurons", self.max_key_neurons, minimum=0)
 
 
 @dataclass
@@ -580,7 +587,13 @@ def head_roles(
         >>> [(h.name, h.role) for h in roles.heads if h.role != "none"]
         [('L0H2', 'previous-token'), ('L1H1', 'induction')]
     """
-    t = thresholds or RoleThresholds()
+    check_model(model)
+    if task is not None:
+        check_task(task, model)
+    check_count("n", n)
+    check_seed(seed)
+    t = check_instance("thresholds", thresholds or RoleThresholds(), RoleThresholds)
+    check_instance("policy", policy, DecisionPolicy, " (e.g. HEAD_POLICY.with_budget(n))")
     if head_detection.no_attention_reason(model):
         return RoleResult([], (), t, {"n": n, "seed": seed})
     patterns = measure_pattern_evidence(

@@ -25,6 +25,8 @@ from mechmem.analysis.stats import (
     judge,
     no_open_tests,
 )
+from mechmem.errors import BadArgument
+from mechmem.models.checks import check_callable, check_generator, check_instance, check_number
 
 Draw = Callable[..., Mapping[str, RatioMoments]]
 """(how many new units, generator) -> per family, the moments of those units' values. With
@@ -90,6 +92,15 @@ def decide(
         >>> result.looks, result["score"].verdicts()
         ((32,), ['yes', 'no'])
     """
+    check_callable("draw", draw)
+    check_instance("policy", policy, DecisionPolicy)
+    check_generator(generator, none=False)
+    for family, threshold in thresholds.items():
+        if isinstance(threshold, Tensor):
+            if threshold.is_floating_point() and not bool(torch.isfinite(threshold).all()):
+                raise BadArgument(f"thresholds[{family!r}] holds NaN or inf")
+        elif not isinstance(threshold, Band):
+            check_number(f"thresholds[{family!r}]", threshold)
     planned = policy.looks()
     total: dict[str, RatioMoments] | None = None
     taken: list[int] = []

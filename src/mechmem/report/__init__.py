@@ -28,6 +28,7 @@ from mechmem.analysis.dynamics.progress import FixedCircuit
 from mechmem.analysis.options import HEAD_BUDGET
 from mechmem.analysis.roles import HeadRole, RoleResult, RoleThresholds, head_roles
 from mechmem.analysis.stats import format_interval
+from mechmem.models.checks import check_count, check_instance, check_model, check_path, check_seed
 from mechmem.models.parts import model_device
 from mechmem.progress import Progress, working
 from mechmem.report.circuit_graph import edges_section
@@ -42,6 +43,7 @@ from mechmem.report.sections import (
     patching_section,
     probes_section,
 )
+from mechmem.tasks.base import check_task
 
 SECTIONS: tuple[Callable[[ReportContext], Section], ...] = (
     optimum_section,
@@ -292,6 +294,15 @@ def build_report(
         >>> [h["role"] for h in report.section("circuit").findings["heads"] if h["role"] != "none"]
         ['previous-token', 'induction']
     """
+    check_model(model)
+    if task is not None:
+        check_task(task, model)
+    check_count("n_samples", n_samples)
+    check_count("role_samples", role_samples)
+    check_seed(seed)
+    check_instance("title", title, str)
+    if run_dir is not None:
+        check_path(run_dir, "run_dir")
     with ReportCost(2 + len(sections) + (run_dir is not None), model, progress=progress) as cost:
         roles = cost.run(
             "roles", lambda: head_roles(model, task, n=role_samples, seed=seed, thresholds=thresholds)

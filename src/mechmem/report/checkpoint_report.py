@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mechmem.analysis.dynamics import run_dir_of
 from mechmem.checkpoint import Checkpoint
+from mechmem.models.checks import check_count, check_instance, check_path
 from mechmem.report import build_report
 from mechmem.report.document import Report, write_report
 from mechmem.training.interventions import describe
@@ -35,6 +36,9 @@ def report_checkpoint(
         >>> sorted(paths)
         ['html', 'json', 'md']
     """
+    check_instance("ckpt", ckpt, Checkpoint, " (mechmem.load_checkpoint(path))")
+    check_path(out, "out")
+    check_count("n_samples", n_samples)
     report = checkpoint_report(ckpt, n_samples=n_samples, seed=seed, title=title, progress=progress)
     return report, write_report(report, out)
 

@@ -11,7 +11,7 @@ from mechmem.analysis.composition import CompositionScores, plot_composition
 from mechmem.analysis.dynamics import Dynamics, plot_dynamics
 from mechmem.analysis.heads import HeadScores, plot_head_scores
 from mechmem.analysis.logit_lens import LogitLensResult, plot_logit_lens
-from mechmem.analysis.patching import PatchingResult, plot_patching
+from mechmem.analysis.patching import DecidedPatching, PatchingResult, plot_patching
 from mechmem.analysis.probes import MemoryProbes, plot_probes
 from mechmem.analysis.qk import QKAttribution, plot_qk_attribution
 from mechmem.report.circuit_graph import plot_circuit
@@ -47,5 +47,10 @@ def plot(result: Any, **options: Any) -> Any:
     for kind, draw in kinds:
         if isinstance(result, kind):
             return draw(result, **options)
+    if isinstance(result, DecidedPatching):
+        raise TypeError(
+            f"no figure for a DecidedPatching: it holds one PatchingResult per sweep in results "
+            f"({', '.join(result.results)}); plot one with mechmem.plot(result.results[name])"
+        )
     drawn = ", ".join(kind.__name__ for kind, _ in kinds)
     raise TypeError(f"no figure for a {type(result).__name__} (mechmem.plot draws {drawn})")

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from mechmem.errors import MechmemError
+from mechmem.errors import BadArgument, BadArgumentType, MechmemError
+from mechmem.models.checks import check_instance, check_model, check_tokens, kind_of
 from mechmem.models.parts import model_device
 
 
@@ -78,6 +79,17 @@ class PatchingPair:
         for name in ("answer_pos", "correct", "incorrect"):
             if getattr(self, name).shape != (n,):
                 raise ValueError(f"{name} must have shape [batch] = ({n},)")
+
+    def check_model(self, model: torch.nn.Module) -> None:
+        """Raise `BadArgument` unless the model reads these inputs (ids in its vocabulary, no longer than its
+        context), the answer positions lie inside them and the answers are in its output vocabulary."""
+        for name in ("clean", "corrupted"):
+            check_tokens(model, getattr(self, name), f"the pair's {name} tokens")
+        for name in ("correct", "incorrect"):
+            check_tokens(model, getattr(self, name), f"the pair's {name} answers", ndim=1, output=True)
+        pos = self.clean.shape[1]
+        if int(self.answer_pos.min()) < 0 or int(self.answer_pos.max()) >= pos:
+            raise BadArgument(f"the pair's answer_pos must lie in [0, {pos}), the inputs' positions")
 
     def to(self, device: str | torch.device) -> "PatchingPair":
         return PatchingPair(*(getattr(self, n).to(device) for n in self.__dataclass_fields__))
@@ -200,7 +212,10 @@ class Task:
         if isinstance(config, dict):
             config = self.config_cls.from_dict(config)
         if not isinstance(config, self.config_cls):
-            raise MechmemError(f"{self.name}: expected a {self.config_cls.__name__}")
+            raise BadArgumentType(
+                f"task {self.name!r}: config must be a dict or a {self.config_cls.__name__}, got "
+                f"{kind_of(config)}"
+            )
         self.config = config
 
     # -- data -------------------------------------------------------------------------------------------
@@ -300,3 +315,20 @@ class Task:
         """A one-line summary of a model's metrics for reports and indexes."""
         keys = [k for k in ("eval_loss", "eval_acc") if k in metrics]
         return ", ".join(f"{k} {metrics[k]:.4g}" for k in keys)
+
+
+def check_task(task: Any, model: torch.nn.Module, name: str = "task") -> "Task":
+    """Refuse anything but a TransformerLens model and a mechmem `Task` that fits it (`Task.check_model`)."""
+    check_model(model)
+    check_instance(name, task, Task, " (mechmem.build_task(name, config))")
+    task.check_model(model)
+    return task
+
+
+def check_pair(pair: Any, model: torch.nn.Module, name: str = "pair") -> PatchingPair:
+    """Refuse anything but a TransformerLens model and a `PatchingPair` it reads
+    (`PatchingPair.check_model`)."""
+    check_model(model)
+    check_instance(name, pair, PatchingPair, " (task.patching_pair(n, generator=g))")
+    pair.check_model(model)
+    return pair

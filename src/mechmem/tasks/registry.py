@@ -10,7 +10,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from mechmem.errors import MechmemError
+from mechmem.errors import BadArgument, BadArgumentType, MechmemError
+from mechmem.models.checks import kind_of
 from mechmem.tasks.base import Task
 
 _REGISTRY: dict[str, type[Task]] = {}
@@ -30,6 +31,12 @@ def register_task(cls: type[Task]) -> type[Task]:
         >>> mechmem.build_task("short-repeats-example", {"d_vocab": 12, "half": 2}).config.half
         2
     """
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise BadArgumentType(f"register_task takes a Task subclass, got {kind_of(cls)}")
+    if not (isinstance(cls.name, str) and cls.name):
+        raise BadArgument(
+            f"task class {cls.__name__} needs a name (a class attribute, e.g. name = 'my-task')"
+        )
     _REGISTRY[cls.name] = cls
     return cls
 
@@ -103,6 +110,8 @@ def build_task(name: str, config: Any = None) -> Task:
         >>> task.eval_batch(2, generator=torch.Generator().manual_seed(0)).tokens.shape
         torch.Size([2, 8])
     """
+    if not isinstance(name, str):
+        raise BadArgumentType(f"the task name must be a str, got {kind_of(name)}")
     cls = get_task_class(name)
     if config is None:
         config = cls.config_cls()

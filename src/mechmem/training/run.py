@@ -9,6 +9,7 @@ import torch
 from mechmem.config import Preset, TrainConfig, TrainIntervention, resolve_device
 from mechmem.errors import MechmemError
 from mechmem.models import build_model
+from mechmem.models.checks import check_count, check_path, check_seed
 from mechmem.tasks import build_task, get_preset
 from mechmem.training.rundir import run_identity
 from mechmem.training.trainer import TrainResult, train
@@ -76,6 +77,14 @@ def train_preset(
         >>> clamped.summary["interventions"]
         'L0H1=zero before step 2'
     """
+    for name, value in (("steps", steps), ("save_every", save_every)):
+        if value is not None:
+            check_count(name, value)
+    if seed is not None:
+        check_seed(seed)
+    if out_dir is not None:
+        check_path(out_dir, "out_dir")
+    resolve_device(device)
     spec, cfg = _preset_run(
         task_name,
         preset,

@@ -14,13 +14,15 @@ from typing import Any
 import torch
 
 from mechmem.analysis.ablation.attribution import attribute_ablation
-from mechmem.analysis.ablation.exact import ablate_heads, layer_parts, task_metric
+from mechmem.analysis.ablation.exact import METHODS, ablate_heads, layer_parts, task_metric
 from mechmem.analysis.ablation.result import AblationResult, SequenceChanges
 from mechmem.analysis.options import ABLATION_METRICS
 from mechmem.analysis.sequential import FirstRoundCheck, run_rounds
 from mechmem.analysis.stats import ABLATION_POLICY, ABLATION_THRESHOLDS, DecisionPolicy, RatioMoments
 from mechmem.errors import MechmemError
+from mechmem.models.checks import check_choice, check_choices, check_instance, check_number, check_seed
 from mechmem.models.parts import model_device
+from mechmem.tasks.base import check_task
 
 FAMILY = "delta"
 """The decision's one family: every ablation's change of the metric, [method, variant]."""
@@ -59,11 +61,14 @@ def decided_ablation(
         >>> result.decision.verdicts()    # per layer: heads 0-2, the attention layer
         ['no', 'no', 'yes', 'yes', 'no', 'yes', 'no', 'yes']
     """
+    check_task(task, model)
+    check_seed(seed)
+    check_instance("policy", policy, DecisionPolicy, " (e.g. ABLATION_POLICY.with_budget(n))")
+    methods = tuple(check_choices("methods", methods, METHODS))
     if estimate and len(methods) != 1:
         raise MechmemError("an estimated ablation takes one method")
-    if metric not in ABLATION_METRICS:
-        raise MechmemError(f"unknown metric {metric!r} ({', '.join(ABLATION_METRICS)})")
-    threshold = ABLATION_THRESHOLDS[metric] if threshold is None else threshold
+    check_choice("metric", metric, ABLATION_METRICS)
+    threshold = ABLATION_THRESHOLDS[metric] if threshold is None else check_number("threshold", threshold)
     device = model_device(model)
     generator = torch.Generator().manual_seed(seed)
     reference = task_metric(task, metric, policy.budget, generator=generator)[0].to(device)

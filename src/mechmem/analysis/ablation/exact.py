@@ -31,6 +31,14 @@ from mechmem.analysis.interventions import (
     zero,
 )
 from mechmem.analysis.interventions.reference import naive_intervene
+from mechmem.models.checks import (
+    check_callable,
+    check_choices,
+    check_generator,
+    check_metric_value,
+    check_model,
+    check_tokens,
+)
 from mechmem.models.parts import Head
 
 METHODS = ("zero", "mean", "resample")
@@ -206,6 +214,13 @@ def ablate_heads(
         >>> [[round(delta) for delta in row[1:4]] for row in rows]    # the loss rises without L0H2 or L1H1
         [[0, 0, 3], [0, 2, 0]]
     """
+    check_model(model)
+    tokens = check_tokens(model, tokens)
+    if not isinstance(metric, SequenceMetric):
+        check_callable("metric", metric)
+    methods = tuple(check_choices("methods", methods))  # each one is checked by `method_setter`
+    reference = None if reference is None else check_tokens(model, reference, "reference")
+    check_generator(generator)
     cfg = model.cfg
     reference = reference_tokens(tokens, reference)
     setters = [method_setter(method, reference, generator) for method in methods]
@@ -215,6 +230,7 @@ def ablate_heads(
             variants += layer_variants(model, layer, lambda hook, index, setter=setter: setter)
     parts = metric.parts if isinstance(metric, SequenceMetric) else metric
     out = intervene(model, tokens, variants, parts).double()
+    check_metric_value(out[0], metric_name, batch=len(tokens), finite_logits=False)
     intervals, sequences = None, None
     if out.ndim == 2:  # [variant sequence]: a ratio of sums over sequences
         weights = metric.weights if isinstance(metric, SequenceMetric) else torch.ones(out.shape[1])

@@ -27,7 +27,7 @@ from mechmem.analysis.circuits.discovery import (
     marginal_intervals,
     score_edges,
 )
-from mechmem.analysis.circuits.edges import EdgePatcher, Graph, build_graph
+from mechmem.analysis.circuits.edges import ABLATIONS, EdgePatcher, Graph, build_graph
 from mechmem.analysis.circuits.record import CRITERIA, THRESHOLDS, Circuit, LeftOut
 from mechmem.analysis.sequential import run_rounds
 from mechmem.analysis.stats import (
@@ -44,8 +44,19 @@ from mechmem.analysis.stats import (
     normal_interval,
     standard_error,
 )
+from mechmem.models.checks import (
+    check_choice,
+    check_count,
+    check_heads,
+    check_instance,
+    check_memory_mb,
+    check_model,
+    check_seed,
+    check_share,
+    check_tokens,
+)
 from mechmem.models.parts import model_device
-from mechmem.tasks.base import PatchingPair
+from mechmem.tasks.base import PatchingPair, check_task
 
 FAMILIES = 1 + len(CRITERIA)
 """The circuit analysis's families of tests: `edge` and the three measured criteria (alpha split equally)."""
@@ -328,8 +339,21 @@ def decided_circuit(
         >>> circuit.verdict, sorted(circuit.edge_names())
         ('yes', ['L0H2->L1H1.k', 'L1H1->logits', 'embed->L0H2.v', 'embed->L1H1.q', 'embed->L1H1.v'])
     """
+    check_model(model)
+    if task is not None:
+        check_task(task, model)
+    check_seed(seed)
+    check_instance("policy", policy, DecisionPolicy, " (e.g. CIRCUIT_POLICY.with_budget(n))")
+    check_choice("ablation", ablation, ABLATIONS)
+    check_memory_mb(memory_mb)
+    check_share("share", share)
+    check_count("max_exact", max_exact, minimum=0)
+    check_count("steps", steps, minimum=0)
+    if reference is not None:
+        check_tokens(model, reference, "reference")
     start = time.perf_counter()
     if heads:
+        check_heads(model, list(heads))
         left_out_heads([], list(heads), build_graph(model))  # an unknown head name fails before any work
     generator = torch.Generator().manual_seed(seed)
     engine = {"ablation": ablation, "memory_mb": memory_mb}

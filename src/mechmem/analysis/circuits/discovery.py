@@ -42,7 +42,8 @@ from mechmem.analysis.stats import (
     no_open_tests,
     standard_error,
 )
-from mechmem.tasks.base import PatchingPair
+from mechmem.models.checks import check_count, check_model, check_number, check_seed
+from mechmem.tasks.base import PatchingPair, check_pair, check_task
 from mechmem.tasks.generic import RepeatsConfig, RepeatsTask
 
 REPEATS_HALF = 16
@@ -86,7 +87,11 @@ def circuit_prompts(model: torch.nn.Module, task: Any, n: int, seed: int) -> tup
         >>> tuple(pair.clean.shape)
         (16, 16)
     """
-    return circuit_pair(model, task, n, generator=torch.Generator().manual_seed(seed))
+    check_model(model)
+    if task is not None:
+        check_task(task, model)
+    check_count("n", n)
+    return circuit_pair(model, task, n, generator=torch.Generator().manual_seed(check_seed(seed)))
 
 
 def _prune(
@@ -276,6 +281,11 @@ def discover_circuit(
         >>> circuit.verdict, round(circuit.values["circuit"], 1) == round(circuit.values["full"], 1)
         ('yes', True)
     """
+    check_pair(pair, model)
+    check_number("target", target, low=0.0, above=True, high=1.0)
+    check_number("threshold", threshold, low=0.0, none=True)
+    check_count("max_exact", max_exact, minimum=0)
+    check_count("steps", steps, minimum=0)
     start = time.perf_counter()
     patcher = EdgePatcher(model, pair, ablation, reference=reference, memory_mb=memory_mb)
     setup = time.perf_counter()

@@ -44,6 +44,7 @@ from mechmem.analysis.interventions import (
 from mechmem.analysis.stats import bootstrap_ratio
 from mechmem.errors import MechmemError
 from mechmem.models.backend import split_qkv_unsupported
+from mechmem.models.checks import check_choice, check_memory_mb
 from mechmem.models.parts import Head
 from mechmem.tasks.base import PatchingPair
 
@@ -195,8 +196,8 @@ class EdgePatcher:
         memory_mb: float = 256.0,
         metric: Callable[[Tensor], Tensor] | None = None,
     ) -> None:
-        if ablation not in ABLATIONS:
-            raise MechmemError(f"ablation must be one of {', '.join(ABLATIONS)}, got {ablation!r}")
+        check_choice("ablation", ablation, ABLATIONS)
+        check_memory_mb(memory_mb)
         self.model, self.pair, self.ablation, self.memory_mb = model, pair, ablation, memory_mb
         self.measure = pair.logit_diff_per_prompt if metric is None else metric
         self.graph = build_graph(model)

@@ -35,7 +35,14 @@ from mechmem.analysis.transitions import Event, Rule, find_events, level, steepe
 from mechmem.checkpoint import Checkpoint, load_checkpoint, read_payload
 from mechmem.config import resolve_device
 from mechmem.errors import CheckpointError, MechmemError, one_line
-from mechmem.models.checks import check_finite_weights, check_n_samples
+from mechmem.models.checks import (
+    check_choices,
+    check_count,
+    check_finite_weights,
+    check_n_samples,
+    check_path,
+    check_seed,
+)
 from mechmem.models.parts import Head, model_device
 from mechmem.models.weights import load_canonical_state_dict
 from mechmem.tasks.base import Batch, PatchingPair, masked_accuracy
@@ -548,7 +555,10 @@ def run_dynamics(
         >>> dynamics.steps, "loss" in dynamics.curves
         ([2, 4], True)
     """
-    chosen = [QUANTITIES[q] for q in quantities]
+    check_path(run_dir, "run_dir")
+    chosen = [QUANTITIES[q] for q in check_choices("quantities", quantities, QUANTITIES)]
+    check_count("n", n)
+    check_seed(seed)
     files = step_files(run_dir)
     rows: list[dict[str, dict[str, float]]] = []
     cost = {"load": 0.0, **{q.name: 0.0 for q in chosen}}

@@ -8,7 +8,7 @@ from typing import Any
 from mechmem.analysis.dynamics.measure import Dynamics
 from mechmem.analysis.stats import format_interval
 from mechmem.analysis.transitions import event_order, find_event, format_order
-from mechmem.errors import MechmemError
+from mechmem.errors import BadArgument, MechmemError
 from mechmem.tables import format_table
 from mechmem.training.rundir import read_metrics
 
@@ -115,10 +115,20 @@ def _facet(quantity: str, curve: str) -> tuple[str, str]:
     return quantity, curve
 
 
-def plot_dynamics(result: Dynamics, quantity: str) -> Any:
+def plot_dynamics(result: Dynamics, quantity: str | None = None) -> Any:
     """The curves of one quantity against step, one panel per facet; returns the Figure. Each curve's 95%
-    interval is a shaded band; its level is dotted and its event a dashed line."""
+    interval is a shaded band; its level is dotted and its event a dashed line. `quantity` may be left out
+    when the result measured one quantity."""
     from mechmem.plotting import plt
+
+    measured = [name for name, curves in result.groups.items() if curves]
+    if quantity is None and len(measured) == 1:
+        quantity = measured[0]
+    if quantity not in measured:
+        raise BadArgument(
+            f"quantity= must name one of the quantities measured ({', '.join(measured) or 'none'}), "
+            f"got {quantity!r}"
+        )
 
     panels: dict[str, list[tuple[str, str]]] = {}
     for curve in result.groups[quantity]:

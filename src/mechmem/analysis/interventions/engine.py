@@ -46,6 +46,7 @@ from mechmem.analysis.interventions.replay import (
 from mechmem.analysis.interventions.replay.cells import CellPatches
 from mechmem.analysis.interventions.spec import Intervention, Variant, apply, as_lists
 from mechmem.errors import MechmemError
+from mechmem.models.checks import check_callable, check_memory_mb, check_model, check_tokens
 from mechmem.models.parts import model_device
 
 Metric = Callable[[Tensor], Any] | PatchingMetric
@@ -124,8 +125,12 @@ class Engine:
         memory_mb: Megabytes = 256.0,
         cache_mb: Megabytes | None = None,
     ) -> None:
-        self.model, self.metric, self.readout, self.memory_mb = model, metric, readout, memory_mb
-        self.cache_mb = memory_mb if cache_mb is None else cache_mb
+        check_model(model, cfg=False)  # any HookedRootModule runs on hooks
+        if not isinstance(metric, PatchingMetric):
+            check_callable("metric", metric)
+        self.model, self.metric, self.readout = model, metric, readout
+        self.memory_mb = check_memory_mb(memory_mb)
+        self.cache_mb = self.memory_mb if cache_mb is None else check_memory_mb(cache_mb, "cache_mb")
         try:
             self.replay: Replay | None = Replay(model)
         except MechmemError:  # a model the replay cannot run: the engine uses hooks
@@ -547,7 +552,8 @@ def intervene(
         >>> bool(clean < 0.01 < 0.1 < ablated)      # the induction head carries the loss
         True
     """
-    out = Engine(model, metric, memory_mb=memory_mb).run(tokens, variants)
+    engine = Engine(model, metric, memory_mb=memory_mb)
+    out = engine.run(check_tokens(model, tokens), as_lists(variants))
     return torch.stack(out).detach().cpu() if out else torch.zeros(0)
 
 

@@ -19,8 +19,9 @@ from torch import Tensor
 from mechmem.analysis.interventions.metric import PatchingMetric
 from mechmem.analysis.interventions.replay import take_pos
 from mechmem.analysis.interventions.spec import Intervention, Setter, apply
-from mechmem.errors import MechmemError
+from mechmem.errors import BadArgument, MechmemError
 from mechmem.models.backend import is_transformer_lens_model, last_start_layer
+from mechmem.models.checks import check_tokens
 from mechmem.models.parts import model_device
 
 Megabytes = int | float
@@ -129,10 +130,16 @@ def add_rows(out: dict, key: Any, act: Tensor, rows: slice, n: int, mean: bool) 
 
 
 def check_hooks(model: torch.nn.Module, variants: list[list[Intervention]]) -> set[str]:
-    """Every hook the variants name; a one-line error for a hook the model lacks."""
+    """Every hook the variants name; a one-line error for a hook the model lacks or for setter tokens it
+    cannot read."""
     hooks = {iv.hook for variant in variants for iv in variant}
     if unknown := sorted(hooks - set(model.hook_dict)):
-        raise ValueError(f"unknown hook(s) {', '.join(unknown)}")
+        raise BadArgument(f"unknown hook(s) {', '.join(unknown)} (the model's hook names: model.hook_dict)")
+    setters = {
+        id(iv.setter): iv.setter for variant in variants for iv in variant if iv.setter.tokens is not None
+    }
+    for setter in setters.values():
+        check_tokens(model, setter.tokens, f"the {setter.kind} setter's tokens")
     return hooks
 
 

@@ -19,6 +19,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from mechmem.errors import MechmemError
+from mechmem.models.checks import check_metric_value
 from mechmem.tasks.base import PatchingPair
 
 
@@ -146,6 +147,9 @@ def callable_metric(
     `find_readout`); `name`: default the callable's `__name__`."""
     probe = probe.detach()
     batch, n_pos = probe.shape[:2]
+    name = name or getattr(metric, "__name__", "metric")
+    finite = bool(torch.isfinite(probe).all())
+    check_metric_value(metric(probe), name, finite_logits=finite)
     rows = as_readout(readout, batch, n_pos) if readout is not None else find_readout(metric, probe)
     rows = rows.to(probe.device)
     mapped, mode = per_patch(metric, probe)
@@ -161,4 +165,4 @@ def callable_metric(
         index = rows[None, :, :, None].expand(*logits.shape)
         return mapped(full.scatter_(2, index, logits))
 
-    return PatchingMetric(name or getattr(metric, "__name__", "metric"), rows.cpu(), fn, mode)
+    return PatchingMetric(name, rows.cpu(), fn, mode)

@@ -13,6 +13,9 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from mechmem.errors import BadArgument, BadArgumentType
+from mechmem.models.checks import check_callable, check_generator, check_tokens, kind_of
+
 KINDS = ("zero", "mean", "resample", "from_run", "apply")
 
 
@@ -79,7 +82,7 @@ def mean(reference_tokens: Int[Tensor, "ref pos"]) -> Setter:
         >>> bool(mechmem.intervene(model, batch.tokens, [iv], loss)[0] > 0.1)
         True
     """
-    return Setter("mean", tokens=reference_tokens)
+    return Setter("mean", tokens=check_tokens(None, reference_tokens, "mean's reference_tokens"))
 
 
 def resample(reference_tokens: Int[Tensor, "ref pos"], generator: torch.Generator | None = None) -> Setter:
@@ -96,8 +99,9 @@ def resample(reference_tokens: Int[Tensor, "ref pos"], generator: torch.Generato
         >>> bool(mechmem.intervene(model, batch.tokens, [iv], loss)[0] > 0.1)
         True
     """
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    return Setter("resample", tokens=reference_tokens, generator=gen)
+    tokens = check_tokens(None, reference_tokens, "resample's reference_tokens")
+    gen = check_generator(generator) or torch.Generator().manual_seed(0)
+    return Setter("resample", tokens=tokens, generator=gen)
 
 
 def from_run(source_tokens: Int[Tensor, "batch pos"]) -> Setter:
@@ -114,7 +118,7 @@ def from_run(source_tokens: Int[Tensor, "batch pos"]) -> Setter:
         >>> bool(restored[1] > restored[0])          # the clean head's output restores the answer
         True
     """
-    return Setter("from_run", tokens=source_tokens)
+    return Setter("from_run", tokens=check_tokens(None, source_tokens, "from_run's source_tokens"))
 
 
 def apply(fn: Callable[[Tensor, Any], Tensor]) -> Setter:
@@ -131,7 +135,7 @@ def apply(fn: Callable[[Tensor, Any], Tensor]) -> Setter:
         >>> [round(float(x), 3) >= 0 for x in mechmem.intervene(model, batch.tokens, [[], iv], loss)]
         [True, True]
     """
-    return Setter("apply", fn=fn)
+    return Setter("apply", fn=check_callable("apply's fn", fn))
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,14 +155,37 @@ class Intervention:
     """Indices into the axes after batch: (slice(None), 1) = head 1 of hook_z at every position."""
     setter: Setter = field(default_factory=zero)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.hook, str):
+            raise BadArgumentType(
+                f"an Intervention's hook must be a hook name (str), got {kind_of(self.hook)}"
+            )
+        if not isinstance(self.index, tuple):
+            raise BadArgumentType(
+                "an Intervention's index must be a tuple over the axes after the batch, e.g. "
+                f"(slice(None), 1); got {kind_of(self.index)} {self.index!r}"
+            )
+        if not isinstance(self.setter, Setter):
+            raise BadArgumentType(
+                f"an Intervention's setter must come from zero(), mean(), resample(), from_run() or apply(); "
+                f"got {kind_of(self.setter)}"
+            )
+
     def set(self, act: Tensor, source: Tensor | None, hook: Any) -> None:
         """Write the new values into `act` [batch, ...] in place (`source`: the setter's full values)."""
         idx = (slice(None), *self.index)
+        try:
+            current = act[idx]
+        except IndexError:
+            raise BadArgument(
+                f"index {self.index} does not fit the activation at {self.hook}, of shape "
+                f"{tuple(act.shape[1:])} after the batch axis"
+            ) from None
         kind = self.setter.kind
         if kind == "zero":
             act[idx] = 0.0
         elif kind == "apply":
-            act[idx] = self.setter.fn(act[idx], hook)
+            act[idx] = self.setter.fn(current, hook)
         else:
             self.check_source(source, act)
             act[idx] = source.expand_as(act)[idx].to(act.dtype)
@@ -176,5 +203,18 @@ Variant = Intervention | Sequence[Intervention]
 
 
 def as_lists(variants: Sequence[Variant]) -> list[list[Intervention]]:
-    """Every variant as a list of interventions."""
-    return [[v] if isinstance(v, Intervention) else list(v) for v in variants]
+    """Every variant as a list of interventions; `BadArgumentType` for anything else."""
+    if isinstance(variants, (Intervention, str)) or not isinstance(variants, Sequence):
+        raise BadArgumentType(
+            f"variants must be a list of variants (each an Intervention or a list of them), got "
+            f"{kind_of(variants)}; for one intervention pass [intervention]"
+        )
+    out = [[v] if isinstance(v, Intervention) else v for v in variants]
+    for variant in out:
+        if isinstance(variant, str) or not isinstance(variant, Sequence):
+            raise BadArgumentType(
+                f"variants: each must be an Intervention or a list of them, got {kind_of(variant)}"
+            )
+        if bad := [kind_of(iv) for iv in variant if not isinstance(iv, Intervention)]:
+            raise BadArgumentType(f"variants: a variant holds a {bad[0]}, not an Intervention")
+    return [list(v) for v in out]

@@ -29,8 +29,9 @@ from mechmem.analysis.patching.qk_correction import prompt_swap_effects
 from mechmem.analysis.patching.result import SWEEPS, PatchingResult, PatchSweep, sweep_intervals
 from mechmem.analysis.patching.sweeps import Patcher, resolve_metric, resolve_sweep
 from mechmem.errors import MechmemError
+from mechmem.models.checks import check_choices, check_count
 from mechmem.models.parts import model_device
-from mechmem.tasks.base import PatchingPair
+from mechmem.tasks.base import PatchingPair, check_pair
 
 TRUST = {"pearson": 0.8}
 """An estimate is trusted when the Pearson correlation of estimated and exact effects (value minus the
@@ -265,6 +266,9 @@ def attribute_sweeps(
         >>> estimate.axes, "trusted" in estimate.check
         (('layer', 'head'), True)
     """
+    check_pair(pair, model)
+    sweeps = check_choices("sweeps", sweeps)
+    check_count("steps", steps, minimum=0)
     stages = sweep_stages(model, sweeps, direction)
     att = Attributor(
         model, pair.clean, pair.corrupted, metric, pair=pair, qk_exact=qk_exact, steps=steps, stages=stages

@@ -17,8 +17,9 @@ from typing import Any
 
 import torch
 
+from mechmem.analysis.frames import concat
 from mechmem.analysis.patching.attribution import Attributor, sweep_stages
-from mechmem.analysis.patching.result import PatchingResult, sweep_intervals
+from mechmem.analysis.patching.result import DIRECTIONS, PatchingResult, sweep_intervals
 from mechmem.analysis.patching.sweeps import Patcher, model_sweeps, resolve_sweep
 from mechmem.analysis.sequential import FirstRoundCheck, run_rounds
 from mechmem.analysis.stats import (
@@ -31,7 +32,17 @@ from mechmem.analysis.stats import (
     RatioMoments,
 )
 from mechmem.errors import MechmemError
+from mechmem.models.checks import (
+    check_choice,
+    check_choices,
+    check_instance,
+    check_memory_mb,
+    check_number,
+    check_seed,
+    check_share,
+)
 from mechmem.models.parts import model_device
+from mechmem.tasks.base import check_task
 
 GAP = "gap"
 """The decision's family of the clean - corrupted gap (the other families are named after their sweeps)."""
@@ -51,6 +62,12 @@ class DecidedPatching:
     @property
     def n(self) -> int:
         return self.decision.n
+
+    def to_dataframe(self) -> Any:
+        """Every sweep's cells, one row each, in the long form of `PatchingResult.to_dataframe` (its `sweep`
+        column tells the sweeps apart), with each cell's share of the gap and verdict."""
+        frames = [result.to_dataframe() for result in self.results.values()]
+        return concat(frames, ["sweep", "stage", "direction", "method", "value"])
 
     def record(self) -> dict[str, Any]:
         """The decision for JSON: the policy, looks, why it stopped, and the gap's test."""
@@ -90,9 +107,17 @@ def decided_patching(
         >>> found.n, found.results["attn_head_out_all_pos"].decision.verdicts()    # L1H1 alone matters
         (64, ['no', 'no', 'no', 'no', 'yes', 'no'])
     """
-    if method not in ("exact", "attribution"):
-        raise MechmemError(f"method must be exact or attribution, got {method!r}")
-    names = list(sweeps or model_sweeps(model))
+    check_task(task, model)
+    check_seed(seed)
+    check_instance("policy", policy, DecisionPolicy, " (e.g. PATCH_POLICY.with_budget(n))")
+    check_choice("method", method, ("exact", "attribution"))
+    check_choice("direction", direction, DIRECTIONS)
+    check_memory_mb(memory_mb)
+    check_share("share", share)
+    check_number("min_gap", min_gap, low=0.0)
+    names = check_choices("sweeps", sweeps) if sweeps is not None else model_sweeps(model)
+    for name in names:
+        resolve_sweep(name, direction, model)
     device = model_device(model)
     checker = FirstRoundCheck()
 

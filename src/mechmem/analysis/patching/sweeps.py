@@ -25,9 +25,17 @@ from mechmem.analysis.interventions import Engine, Intervention, from_run
 from mechmem.analysis.interventions.metric import PatchingMetric, callable_metric
 from mechmem.analysis.interventions.replay import STAGE_HOOKS, model_stages
 from mechmem.analysis.patching.result import DIRECTIONS, SWEEPS, PatchingResult, PatchSweep, sweep_intervals
-from mechmem.errors import MechmemError
+from mechmem.errors import BadArgument, MechmemError
+from mechmem.models.checks import (
+    check_callable,
+    check_choices,
+    check_memory_mb,
+    check_metric_value,
+    check_model,
+    check_tokens,
+)
 from mechmem.models.parts import model_device
-from mechmem.tasks.base import PatchingPair
+from mechmem.tasks.base import PatchingPair, check_pair
 
 
 def resolve_metric(
@@ -54,8 +62,7 @@ def resolve_metric(
         and readout is None
     ):
         return logit_diff(owner)
-    if not callable(metric):
-        raise MechmemError(f"metric must be callable, got {type(metric).__name__}")
+    check_callable("metric", metric)
     return callable_metric(metric, probe(), readout=readout)
 
 
@@ -107,10 +114,11 @@ class Patcher:
         memory_mb: float = 256.0,
         readout: Any = None,
     ) -> None:
+        check_model(model)
+        clean, corrupted = check_tokens(model, clean, "clean"), check_tokens(model, corrupted, "corrupted")
         if clean.shape != corrupted.shape:
-            raise MechmemError("clean and corrupted inputs must have the same shape")
-        if getattr(model, "cfg", None) is None:
-            raise MechmemError("patching needs a TransformerLens model (with a cfg)")
+            raise BadArgument("clean and corrupted inputs must have the same shape")
+        check_memory_mb(memory_mb)
         device = model_device(model)
         self.model = model
         self.tokens = {"clean": clean.to(device), "corrupted": corrupted.to(device)}
@@ -124,11 +132,8 @@ class Patcher:
         batch = clean.shape[0]
         self.per_prompt = all(tuple(v.shape) == (batch,) for v in runs.values())
         """Whether the metric gives one value per prompt (then cells carry intervals over prompts)."""
-        if not self.per_prompt and any(v.numel() != 1 for v in runs.values()):
-            shape = tuple(runs["clean"].shape)
-            raise MechmemError(
-                f"the metric must return a scalar or one value per prompt ({batch}), got {shape}"
-            )
+        for value in runs.values():  # its finiteness on finite logits is `callable_metric`'s check
+            check_metric_value(value, self.metric.name, batch=batch, finite_logits=False)
         self.prompt_values = runs if self.per_prompt else None
         """Each prompt's metric in the unpatched clean and corrupted runs (None for a scalar metric)."""
         self.values = {name: float(v.mean()) for name, v in runs.items()}
@@ -214,7 +219,9 @@ def run_sweeps(
         >>> found["attn_head_out_all_pos"].axes, tuple(found["attn_head_out_all_pos"].values.shape)
         (('layer', 'head'), (2, 3))
     """
+    check_pair(pair, model)
+    names = check_choices("sweeps", sweeps)
     patcher = Patcher(
         model, pair.clean, pair.corrupted, metric, pair=pair, memory_mb=memory_mb, readout=readout
     )
-    return {name: patcher.sweep(name, direction) for name in sweeps}
+    return {name: patcher.sweep(name, direction) for name in names}
