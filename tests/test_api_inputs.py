@@ -453,7 +453,7 @@ cases(
     "builtin_probes",
     VALUE,
     "first_positions",
-    {"positions-99": lambda w: mechmem.builtin_probes(w.model, first_positions=(99,))},
+    {"positions-0": lambda w: mechmem.builtin_probes(w.model, first_positions=(0,))},
 )
 cases(
     "builtin_probes",

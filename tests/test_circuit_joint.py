@@ -186,5 +186,5 @@ def test_the_planted_induction_circuit_is_unchanged():
 
 
 def test_an_unknown_head_name_fails_before_any_work():
-    with pytest.raises(ValueError, match=r"\['L5H0'\] are not heads of this model"):
+    with pytest.raises(ValueError, match=r"head L5H0 is not in the model"):
         decided_circuit(planted_induction_model(), None, heads=["L1H1", "L5H0"])

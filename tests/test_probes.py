@@ -57,6 +57,16 @@ def test_planted_memories_found_exactly(planted):
     assert max(others) < 0.1
 
 
+def test_first_positions_beyond_the_context_add_no_probe(planted):
+    """The probe scripts ask for the first 64 positions on every model; a shorter context is no error."""
+    n_ctx = planted.cfg.n_ctx
+    names = {p.name for p in builtin_probes(planted).probes}
+    assert {p.name for p in builtin_probes(planted, first_positions=(n_ctx, 64)).probes} == names
+    inside = {p.name for p in builtin_probes(planted, first_positions=(n_ctx - 1,)).probes} - names
+    heads = [(layer, head) for layer in range(2) for head in range(planted.cfg.n_heads)]
+    assert inside == {f"qk_prev_pos.L{layer}H{head}.first{n_ctx - 1}" for layer, head in heads}
+
+
 def test_ov_probe_equals_dense_product():
     model = build_transformer(build_transformer_cfg(d_vocab=6), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():

@@ -329,7 +329,7 @@ def save_checkpoint(
     from mechmem.models.weights import canonical_state_dict
     from mechmem.tasks import build_task, get_task_class
 
-    check_model(model)
+    check_model(model, cfg=False)  # the facts models are HookedRootModules without a TransformerLens cfg
     check_path(path)
     if isinstance(model_config, dict):
         from mechmem.models.registry import model_config_from_dict
@@ -584,7 +584,7 @@ def save_model(
     from mechmem.models.transformer_config import config_from_hooked_transformer
     from mechmem.tasks.generic import RepeatsConfig
 
-    check_model(model)
+    check_model(model, cfg=False)  # the facts models are HookedRootModules without a TransformerLens cfg
     check_path(path)
     config = config_from_hooked_transformer(model)
     attached = None

@@ -259,7 +259,7 @@ def prompt_fit(
         >>> fit.off_distribution, fit.reference
         (False, "the repeats task's clean/corrupted pair")
     """
-    check_model(model)
+    check_model(model, cfg=False, hooks=False)
     if task is not None:
         check_task(task, model)
     check_generator(generator, none=False)

@@ -332,7 +332,8 @@ def builtin_probes(
         tokens: tokens the OV copying probes range over (default: all).
         key_tokens: tokens of the QK token-key probes (default: `tokens`).
         ffn_tokens: tokens of the MLP probes (default: `tokens`).
-        first_positions: extra previous-position probes restricted to the first n positions.
+        first_positions: extra previous-position probes restricted to the first n positions (an n of 2 or
+            less, or the whole context or more, adds none: the unrestricted probe covers it).
 
     Example:
         >>> import mechmem
@@ -348,8 +349,7 @@ def builtin_probes(
         for name, ids in (("tokens", tokens), ("key_tokens", key_tokens), ("ffn_tokens", ffn_tokens))
     )
     for n in first_positions:
-        if check_count("first_positions", n) > cfg.n_ctx:
-            raise BadArgument(f"first_positions: {n} is beyond the model's context n_ctx={cfg.n_ctx}")
+        check_count("first_positions", n)
     table = (cfg.d_vocab, cfg.d_vocab_out)
     if isinstance(bigram, Tensor) and tuple(bigram.shape) != table:
         raise BadArgument(f"bigram must be [d_vocab d_vocab_out] = {table}, got {tuple(bigram.shape)}")

@@ -23,17 +23,20 @@ def kind_of(value: Any) -> str:
     return "None" if value is None else type(value).__name__
 
 
-def check_model(model: Any, name: str = "model", *, cfg: bool = True) -> None:
-    """Refuse anything but a TransformerLens model: a torch module with hook points and (with `cfg`) a `cfg`
-    (a `HookedTransformer`, a `TransformerBridge`; without `cfg` any `HookedRootModule`)."""
+def check_model(model: Any, name: str = "model", *, cfg: bool = True, hooks: bool = True) -> None:
+    """Refuse anything but a TransformerLens model: a torch module with hook points (with `hooks`) and a
+    `cfg` (with `cfg`): a `HookedTransformer` or a `TransformerBridge`; without `cfg` any `HookedRootModule`
+    (the facts models); without either any torch module that maps tokens to logits."""
     import torch
 
     ok = isinstance(model, torch.nn.Module) and (not cfg or getattr(model, "cfg", None) is not None)
-    if not (ok and isinstance(getattr(model, "hook_dict", None), Mapping)):
-        raise BadArgumentType(
-            f"{name} must be a TransformerLens model (HookedTransformer or TransformerBridge), got "
-            f"{kind_of(model)}"
+    if not (ok and (not hooks or isinstance(getattr(model, "hook_dict", None), Mapping))):
+        wanted = (
+            "a TransformerLens model (HookedTransformer or TransformerBridge)"
+            if cfg
+            else ("a TransformerLens HookedRootModule" if hooks else "a torch module")
         )
+        raise BadArgumentType(f"{name} must be {wanted}, got {kind_of(model)}")
 
 
 def _vocab(model: Any, output: bool) -> int | None:
