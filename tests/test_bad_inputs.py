@@ -472,9 +472,15 @@ runpy.run_path({script!r}, run_name="__main__")
 """
 
 
+WHEN = ["startup", "mid-write", "shutdown"]
+"""When the interrupt lands; the default suite runs mid-write (the case that can half-write), the others
+are in `make test-slow`."""
+
+
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
-    "when", [pytest.param("startup", marks=pytest.mark.slow), "mid-write", "shutdown"]
+    "when",
+    [pytest.param(when, marks=[] if when == "mid-write" else [pytest.mark.slow]) for when in WHEN],
 )  # an interrupt inside an import is also in test_startup_signals.py, in-process and cheaper
 def test_interrupts_are_one_line_and_leave_the_folder_as_it_was(when, finished, good, tmp_path):
     script = "ablate_heads"

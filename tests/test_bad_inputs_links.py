@@ -343,7 +343,7 @@ def _lock_holder(out: Path) -> str | None:
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("script", ["train", "report"])
+@pytest.mark.parametrize("script", ["train", pytest.param("report", marks=pytest.mark.slow)])
 def test_sigterm_is_an_interrupt_one_line_and_no_lock_left(script, good, tmp_path):
     out = tmp_path / "new"
     argv = (

@@ -3,16 +3,15 @@ format mechmem and TransformerLens 3.9 have written (tests/data/, written by `ch
 
 import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from checkpoint_fixture import probe_tokens
-from helpers import ROOT, build_transformer_cfg
+from helpers import build_transformer_cfg, load_script
 
 from mechmem.checkpoint import FORMAT_VERSION, load_checkpoint, payload_digest, read_payload, save_checkpoint
+from mechmem.cli import run_script
 from mechmem.errors import CheckpointError
 from mechmem.models import build_model, model_config_from_dict
 from mechmem.models.backend import BACKEND
@@ -157,28 +156,13 @@ def test_interrupted_save_leaves_existing_file_intact(saved, tmp_path, monkeypat
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
 
 
-@pytest.mark.subprocess
-def test_train_script_bad_checkpoint_dir_exits_2_without_traceback(tmp_path):
+def test_train_script_bad_checkpoint_dir_exits_2_without_traceback(tmp_path, capsys):
     (tmp_path / "ckpt.pt").write_text("garbage")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "analyses/train.py"),
-            "permutation",
-            "--preset",
-            "task1-quick",
-            "--out",
-            str(tmp_path),
-            "--resume",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,  # a guard against a hang only: a fresh interpreter took over 120 s on a loaded machine
-        check=False,
-    )
-    assert proc.returncode == 2
-    assert proc.stderr.strip().startswith("error:") and "Traceback" not in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    argv = ["permutation", "--preset", "task1-quick", "--out", str(tmp_path), "--resume"]
+    assert run_script(load_script("train").main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip().startswith("error:") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
     assert (tmp_path / "ckpt.pt").read_text() == "garbage"
 
 

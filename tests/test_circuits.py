@@ -213,7 +213,7 @@ def trained_induction():
     return trained_induction_model()
 
 
-@pytest.mark.parametrize("kind", ["planted", "trained"])
+@pytest.mark.parametrize("kind", [pytest.param("planted", marks=pytest.mark.slow), "trained"])
 def test_verdict_is_stable_over_prompt_seeds(kind, trained_induction):
     model = planted_induction_model() if kind == "planted" else trained_induction
     circuits = [discover_circuit(model, circuit_prompts(model, None, 64, seed)[0]) for seed in range(5)]

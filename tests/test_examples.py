@@ -12,6 +12,9 @@ IN_A_KERNEL = "demo_walkthrough"
 """The example the default run executes as a notebook (the kernel path and inline figures); the others run
 by default as scripts. Notebook and script hold the same cells (`test_notebooks_match_their_scripts`), so the
 other half of each pair, 40-90 s apiece, is in `make test-slow`."""
+SCRIPT_ONLY_IN_SLOW = {"train_and_report"}
+"""Examples whose every call runs in the default suite elsewhere (the docstring examples of `train_preset`
+and `report_checkpoint`), so their script is in `make test-slow` too."""
 
 
 def _slow_unless(condition: bool) -> tuple:
@@ -27,7 +30,10 @@ def test_examples_exist_in_percent_format():
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
     "path",
-    [pytest.param(p, marks=_slow_unless(p.stem != IN_A_KERNEL)) for p in EXAMPLES],
+    [
+        pytest.param(p, marks=_slow_unless(p.stem not in {IN_A_KERNEL, *SCRIPT_ONLY_IN_SLOW}))
+        for p in EXAMPLES
+    ],
     ids=lambda p: p.stem,
 )
 def test_example_runs(path, tmp_path):

@@ -105,6 +105,7 @@ def test_benchmark_rejects_bad_sizes(size, capsys, tmp_path):
     assert len(err) == 1 and err[0].startswith("error: ")
 
 
+@pytest.mark.slow
 def test_benchmark_runs_end_to_end(tmp_path, capsys):
     out = tmp_path / "scaling.json"
     argv = [
