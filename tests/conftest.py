@@ -2,24 +2,31 @@
 tokens. Helpers that are not fixtures live in helper modules beside this file (helpers.py, engine_cases.py,
 hf_models.py, script_cases.py); test modules import those, never each other."""
 
+import contextlib
 import importlib.util
 import os
 import pkgutil
 import random
 
+import jaxtyping
 import pytest
 import torch
 from jaxtyping import install_import_hook
 
 UNCHECKED = (
     "mechmem.models.native_hooks",
+    "mechmem.models.layout",
     "mechmem.analysis.interventions.engine",
     "mechmem.analysis.interventions.hooked",
     "mechmem.analysis.interventions.replay",
+    "mechmem.analysis.interventions.spec",
+    "mechmem.analysis.circuits.edges",
+    "mechmem.io",
 )
-"""Modules whose calls the test run does not type-check: the inner loops a patching run enters thousands of
-times (checking each call doubled the patching tests' time; their numbers are held to TransformerLens's by the
-equivalence tests). `MECHMEM_TYPECHECK=all` checks them too."""
+"""Modules whose calls the test run does not type-check: the inner loops of patching and edge runs, the
+weight layout's per-tensor renaming and the recursive JSON writer, each entered thousands of times per test
+(checking them all took the default run from 241 s to 376 s; without these, 309 s). Their numbers are held to
+TransformerLens's and to files on disk by their own tests. `MECHMEM_TYPECHECK=all` checks them too."""
 
 
 def checked_modules() -> list[str]:
@@ -43,6 +50,33 @@ def checked_modules() -> list[str]:
 
 
 install_import_hook(checked_modules(), "beartype.beartype")
+
+
+@contextlib.contextmanager
+def unchecked():
+    """The run's jaxtyping/beartype checks off, as in a user's process: calls meet mechmem's own checks."""
+    before = jaxtyping.config.jaxtyping_disable
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", before)
+
+
+@pytest.fixture
+def as_a_user_calls():
+    """One test without the run's type checks (a wrong input meets mechmem's own check, not beartype's)."""
+    with unchecked():
+        yield
+
+
+@pytest.fixture(scope="module")
+def as_a_user_runs():
+    """A whole module without the run's type checks: the bad-input and fault rounds, whose subject is what a
+    user sees (one line, nothing lost), in a process like the user's."""
+    with unchecked():
+        yield
+
 
 # Two pytest-xdist workers share two cores: one intra-op thread each avoids oversubscription.
 if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -44,11 +44,16 @@ def test_unknown_names_are_attribute_errors():
         mechmem.nope  # noqa: B018
 
 
+WHOLE_REPORTS = ("build_report", "report_checkpoint")
+"""The public names whose examples build a whole report (3-4 s each); `make test-slow` runs them, the default
+run the other examples (the report itself is built in test_report.py and test_commands.py)."""
+
 DOCTEST_RUNNER = r"""
 import doctest, sys, mechmem
-names = [n for n in mechmem.__all__ if not n.startswith("__")]
+heavy = sys.argv[1].split(",")
+names = [n for n in mechmem.__all__ if not n.startswith("__") and (n in heavy) == (sys.argv[2] == "heavy")]
 failed, ran = [], 0
-for obj in [mechmem, *(getattr(mechmem, n) for n in names)]:
+for obj in [mechmem] * (sys.argv[2] != "heavy") + [getattr(mechmem, n) for n in names]:
     for test in doctest.DocTestFinder(recurse=False).find(obj, getattr(obj, "__name__", "mechmem")):
         runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
         runner.run(test)
@@ -61,12 +66,13 @@ sys.exit(1 if failed else 0)
 
 
 @pytest.mark.subprocess
-def test_docstring_examples_run(tmp_path):
+@pytest.mark.parametrize("part", ["light", pytest.param("heavy", marks=pytest.mark.slow)])
+def test_docstring_examples_run(part, tmp_path):
     """Every public docstring's example, in a fresh interpreter (their registrations stay there) and an empty
     folder (examples write only where they say)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
     done = subprocess.run(
-        [sys.executable, "-c", DOCTEST_RUNNER],
+        [sys.executable, "-c", DOCTEST_RUNNER, ",".join(WHOLE_REPORTS), part],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -74,7 +80,8 @@ def test_docstring_examples_run(tmp_path):
         check=False,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert int(re.search(r"RAN (\d+)", done.stdout).group(1)) >= 3 * len(mechmem.__all__)
+    names = len(WHOLE_REPORTS) if part == "heavy" else len(mechmem.__all__) - len(WHOLE_REPORTS)
+    assert int(re.search(r"RAN (\d+)", done.stdout).group(1)) >= 3 * names
     assert list(tmp_path.iterdir()) == []
 
 

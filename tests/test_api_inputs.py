@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import jaxtyping
 import pytest
 import torch
 from helpers import build_model
@@ -1181,15 +1180,6 @@ def one_line_naming(exc: BaseException, word: str) -> None:
     message = str(exc).strip()
     assert message and "\n" not in message, f"not one line: {message!r}"
     assert word.lower() in message.lower(), f"{word!r} not named in {message!r}"
-
-
-@pytest.fixture
-def as_a_user_calls():
-    """The test run's jaxtyping/beartype checks off: a user's call meets the library's own checks only."""
-    before = jaxtyping.config.jaxtyping_disable
-    jaxtyping.config.update("jaxtyping_disable", True)
-    yield
-    jaxtyping.config.update("jaxtyping_disable", before)
 
 
 @pytest.mark.parametrize("name, call, kinds, word", CASES, ids=[c[0] for c in CASES])

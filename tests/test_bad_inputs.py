@@ -26,6 +26,8 @@ from mechmem.checkpoint import payload_digest, save_model
 from mechmem.cli import run_script
 from mechmem.errors import MechmemError
 
+pytestmark = pytest.mark.usefixtures("as_a_user_runs")  # see conftest.py
+
 OUTPUTS = {
     "ablate_heads": ["ablate_heads.json", "ablate_heads.png"],
     "circuit": ["circuit.json", "circuit.png"],

@@ -26,6 +26,8 @@ from mechmem.io import OutputSet, atomic_write, output_dir
 from mechmem.models.huggingface import load_pretrained
 from mechmem.models.transformer_config import TransformerConfig
 
+pytestmark = pytest.mark.usefixtures("as_a_user_runs")  # see conftest.py
+
 TRAIN = ["permutation", "--preset", "task1-quick", "--steps", "4", "--save-every", "2", "--no-progress"]
 
 

@@ -25,6 +25,8 @@ from mechmem.checkpoint import load_checkpoint, payload_digest, save_model
 from mechmem.cli import run_script
 from mechmem.errors import CheckpointError, MechmemError
 
+pytestmark = pytest.mark.usefixtures("as_a_user_runs")  # see conftest.py
+
 TRAIN = ["permutation", "--preset", "task1-quick", "--steps", "4", "--no-progress"]
 """A run of a few seconds."""
 

@@ -210,12 +210,18 @@ def test_scripts_load_user_tasks_with_task_module(tmp_path):
         task_name="rel_user_count",
         task_config=None,
     )
-    base = [sys.executable, str(ROOT / "analyses" / "detect_heads.py"), str(path), "--n-samples", "4"]
-    run = lambda extra: subprocess.run(base + extra, capture_output=True, text=True, timeout=300, check=False)
-    without = run([])
+    script = ROOT / "analyses" / "detect_heads.py"
+    without = subprocess.run(  # a fresh process: this one has the task registered
+        [sys.executable, str(script), str(path), "--n-samples", "4"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert without.returncode == 2 and "unknown task 'rel_user_count'" in without.stderr
     assert "--task-module" in without.stderr and len(without.stderr.strip().splitlines()) == 1
-    assert run(["--task-module", str(module)]).returncode == 0
+    argv = [str(path), "--n-samples", "4", "--task-module", str(module), "--out", str(tmp_path / "out")]
+    assert run_script(load_script("detect_heads").main, argv) == 0
 
 
 def load_checkpoint_config():
