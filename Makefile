@@ -87,6 +87,8 @@ define PDOC_MAIN
 import sys, warnings
 warnings.simplefilter("error")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"(torch|transformers|transformer_lens)(\.|$$)")
+import mechmem, mechmem.training  # pdoc reads a module's __dict__: resolve the names imported on first use
+[getattr(module, name) for module in (mechmem, mechmem.training) for name in module.__all__]
 from pdoc.__main__ import cli
 sys.argv[0] = "pdoc"
 cli()

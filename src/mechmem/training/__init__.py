@@ -18,7 +18,8 @@ def __getattr__(name: str) -> Any:
     if name in TRAINER_NAMES:
         from mechmem.training import trainer
 
-        return getattr(trainer, name)
+        globals()[name] = value = getattr(trainer, name)
+        return value
     raise AttributeError(f"module 'mechmem.training' has no attribute {name!r}")
 
 
