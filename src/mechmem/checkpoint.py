@@ -584,7 +584,7 @@ def save_model(
     from mechmem.models.transformer_config import config_from_hooked_transformer
     from mechmem.tasks.generic import RepeatsConfig
 
-    check_model(model, cfg=False)  # the facts models are HookedRootModules without a TransformerLens cfg
+    check_model(model)
     check_path(path)
     config = config_from_hooked_transformer(model)
     attached = None
