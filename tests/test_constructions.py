@@ -19,10 +19,12 @@ from mechmem_papers.memorisation.constructions.model import ChallengeConfig, Cha
 from mechmem_papers.memorisation.constructions.published import published_construction, published_embeddings
 from mechmem_papers.memorisation.constructions.training import (
     ChallengeTrainConfig,
+    full_score,
     hidden_activations,
     stacked_accuracy,
     train_full,
     train_unembedding,
+    unembedding_score,
 )
 from mechmem_papers.memorisation.search import SearchResult
 
@@ -226,6 +228,26 @@ def test_stacked_training_equals_separate_runs():
         torch.testing.assert_close(e1[0], E1[m], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("patience", [3, 8, 1000])
+def test_scores_equal_the_best_of_the_whole_stack(patience):
+    """The searches' scores drop stopped models and end at the first perfect one: the same best accuracy as
+    training the whole stack to the end, exactly, with models stopping at many different epochs."""
+    inputs, labels = generate_facts(30, 8, 4)
+    cfg = ChallengeTrainConfig(max_epochs=60, patience=patience)
+    model = ChallengeMLP(ChallengeConfig(8, 4, 4, n_models=12), generator=torch.Generator().manual_seed(5))
+    best, _ = train_full(model.E1, model.E2, model.U, inputs, labels, cfg)
+    assert full_score(model.E1, model.E2, model.U, inputs, labels, cfg) == best.max().item()
+    hidden = hidden_activations(model.E1.detach(), model.E2.detach(), inputs)
+    for n in (30, 6):  # 6 facts: some U is perfect before the others stop
+        reached, _ = train_unembedding(
+            hidden[:, :n], labels[:n], 4, cfg, generator=torch.Generator().manual_seed(1)
+        )
+        score = unembedding_score(
+            hidden[:, :n], labels[:n], 4, cfg, generator=torch.Generator().manual_seed(1)
+        )
+        assert score == reached.max().item()
+
+
 def test_hybrid_learns_appendix_features():
     """Hybrid mode: with Appendix A features a linear readout exists; the trained U reaches high accuracy."""
     inputs, labels = generate_facts(16, 4, 2)
@@ -278,7 +300,7 @@ def test_hybrid_on_the_authors_grid_is_the_best_draw(monkeypatch):
             columns = torch.randperm(d, generator=g) if a else None
             E1, E2, _ = ev.published_stack(n, d, settings, seed + a, columns)
             reached, _ = train_unembedding(hidden_activations(E1, E2, inputs), labels, d, train, generator=g)
-            out.append(float(reached.max()))
+            out.append(float(reached.max()))  # the whole stack trained to the end
         return out
 
     several = replace(grid, authors_attempts=draws)
@@ -288,8 +310,8 @@ def test_hybrid_on_the_authors_grid_is_the_best_draw(monkeypatch):
     small = by_hand(6)
     assert small.index(1.0) < draws - 1  # a later draw stores them all: the last is never trained
     calls = []
-    real = ev.train_unembedding
-    monkeypatch.setattr(ev, "train_unembedding", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = ev.unembedding_score
+    monkeypatch.setattr(ev, "unembedding_score", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert ev.published_hybrid_authors_evaluator(d, several, seed)(6) == 1.0
     assert len(calls) == small.index(1.0) + 1
 
@@ -381,3 +403,38 @@ def test_quick_script_end_to_end(tmp_path):
     misc = json.loads((tmp_path / "constructions_misc_quick.json").read_text())
     assert {r["variant"] for r in caps["results"]} >= {"trained", "published_hand", "keyvalue_hand"}
     assert set(misc) >= {"appendix_a", "sweep", "grid", "histograms"}
+
+
+def test_a_stopped_search_resumes_after_its_last_finished_evaluation(tmp_path):
+    """Each finished fact count is appended to the records file; a search killed part-way asks only for the
+    counts it had not finished and ends where the uninterrupted search ends."""
+    from mechmem_papers.memorisation.capacity import accuracy_criteria, measure_capacity
+    from mechmem_papers.memorisation.constructions.experiments import recorded
+
+    def score(n: int) -> float:  # a capacity of 300 facts at acc = 1 and 420 at acc >= 0.9
+        return 1.0 if n <= 300 else 0.95 if n <= 420 else 0.5
+
+    search = {"name": "m", "d": 16, "precision": 8, "bracket": "doubling", "start": 16, "score": "accuracy"}
+    whole = measure_capacity(score, accuracy_criteria(), 1024, **search)
+    asked: list[int] = []
+
+    def stops_at_the_fifth(n: int) -> float:
+        asked.append(n)
+        if len(asked) == 5:
+            raise KeyboardInterrupt
+        return score(n)
+
+    path = tmp_path / "evaluations.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        measure_capacity(recorded(stops_at_the_fifth, path, "m|d=16"), accuracy_criteria(), 1024, **search)
+    first = list(asked)
+    asked.clear()
+    resumed = measure_capacity(
+        recorded(lambda n: asked.append(n) or score(n), path, "m|d=16"), accuracy_criteria(), 1024, **search
+    )
+    assert 300 - 8 < whole["1"] <= 300 and 420 - 8 < whole["0.9"] <= 420
+    assert (resumed["1"], resumed["0.9"]) == (whole["1"], whole["0.9"])
+    assert resumed.scores == whole.scores
+    assert not set(asked) & set(first[:4]) and len(asked) + 4 == len(whole.scores)
+    other = recorded(lambda n: -1.0, path, "other|d=16")  # another cell's counts are not read
+    assert other(first[0]) == -1.0

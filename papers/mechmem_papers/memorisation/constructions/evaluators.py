@@ -26,11 +26,11 @@ from mechmem_papers.memorisation.constructions.model import ChallengeConfig, Cha
 from mechmem_papers.memorisation.constructions.published import published_construction
 from mechmem_papers.memorisation.constructions.training import (
     ChallengeTrainConfig,
+    full_score,
     hidden_activations,
     random_embeddings,
     stacked_accuracy,
-    train_full,
-    train_unembedding,
+    unembedding_score,
 )
 
 Evaluator = Callable[[int], float]
@@ -88,8 +88,7 @@ def trained_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
         model = ChallengeMLP(
             ChallengeConfig(2 * d, d, d, n_models=grid.n_inits), generator=torch.Generator().manual_seed(seed)
         )
-        best, _ = train_full(model.E1, model.E2, model.U, inputs, labels, grid.train)
-        return float(best.max())
+        return full_score(model.E1, model.E2, model.U, inputs, labels, grid.train)
 
     return evaluate
 
@@ -99,8 +98,7 @@ def rand_emb_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
         inputs, labels = challenge_facts(n, d)
         g = torch.Generator().manual_seed(seed)
         E1, E2 = random_embeddings(grid.n_inits, 2 * d, d, generator=g)
-        best, _ = train_unembedding(hidden_activations(E1, E2, inputs), labels, d, grid.train, generator=g)
-        return float(best.max())
+        return unembedding_score(hidden_activations(E1, E2, inputs), labels, d, grid.train, generator=g)
 
     return evaluate
 
@@ -165,10 +163,10 @@ def _hybrid_evaluator(
             g = torch.Generator().manual_seed(seed + attempt)
             columns = torch.randperm(d, generator=g) if attempt else None
             E1, E2, _ = published_stack(n, d, settings, seed + attempt, columns)
-            reached, _ = train_unembedding(
+            reached = unembedding_score(
                 hidden_activations(E1, E2, inputs), labels, d, grid.train, generator=g
             )
-            best = max(best, float(reached.max()))
+            best = max(best, reached)
             if best >= 1.0:
                 break
         return best
@@ -211,10 +209,7 @@ def keyvalue_hybrid_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluat
         E1, E2, _ = keyvalue_stack(n, d, ks, seed)
         hidden = hidden_activations(E1, E2, inputs)
         hidden = hidden / hidden.amax(dim=(1, 2), keepdim=True).clamp_min(1e-6)  # unit scale for Adam
-        best, _ = train_unembedding(
-            hidden, labels, d, grid.train, generator=torch.Generator().manual_seed(seed)
-        )
-        return float(best.max())
+        return unembedding_score(hidden, labels, d, grid.train, generator=torch.Generator().manual_seed(seed))
 
     return evaluate
 

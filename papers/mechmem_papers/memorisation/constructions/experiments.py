@@ -4,11 +4,13 @@ Appendix A, the S x top_fraction sweep, capacities per mode.
 """
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
 from mechmem.errors import MechmemError
 from mechmem.tasks.facts import generate_facts
+from mechmem_papers.executor import append_record, load_records
 from mechmem_papers.memorisation.capacity import (
     THRESHOLDS,
     CapacityResult,
@@ -16,7 +18,12 @@ from mechmem_papers.memorisation.capacity import (
     measure_capacity,
 )
 from mechmem_papers.memorisation.constructions.appendix_a import appendix_a
-from mechmem_papers.memorisation.constructions.evaluators import EVALUATORS, SweepGrid, published_stack
+from mechmem_papers.memorisation.constructions.evaluators import (
+    EVALUATORS,
+    Evaluator,
+    SweepGrid,
+    published_stack,
+)
 from mechmem_papers.memorisation.constructions.model import ChallengeConfig, ChallengeMLP
 from mechmem_papers.memorisation.constructions.training import (
     hidden_activations,
@@ -94,15 +101,35 @@ def published_sweep(d: int, n_facts: int, grid: SweepGrid, seed: int = 0) -> Swe
     return SweepResult(d, n_facts, s_values, list(grid.top_fractions), acc.tolist())
 
 
-def construction_capacity(mode: str, d: int, grid: SweepGrid, *, precision: int = 8) -> CapacityResult:
+def recorded(evaluate: Evaluator, path: Path, cell: str) -> Evaluator:
+    """`evaluate`, each score read from the records file `path` if cell `cell` has it there, else computed
+    and appended, so a search stopped part-way resumes after its last finished evaluation."""
+    scores = {
+        int(r["n"]): r["score"] for r in load_records(path, flat=True).values() if r.get("cell") == cell
+    }
+
+    def evaluate_once(n: int) -> float:
+        if n not in scores:
+            scores[n] = evaluate(n)
+            append_record(path, f"{cell}|n={n}", {"cell": cell, "n": n, "score": scores[n]}, flat=True)
+        return scores[n]
+
+    return evaluate_once
+
+
+def construction_capacity(
+    mode: str, d: int, grid: SweepGrid, *, precision: int = 8, evaluations: tuple[Path, str] | None = None
+) -> CapacityResult:
     """Capacity of one mode at size d under acc = 1 and acc >= 0.9.
 
-    Found by a doubling bracket from n = d, limit 4 d^2.
+    Found by a doubling bracket from n = d, limit 4 d^2. `evaluations` (records file, cell key): each fact
+    count's score is kept there as it finishes (`recorded`); `seconds` then counts this run's time only.
     """
     if mode not in EVALUATORS:
         raise MechmemError(f"unknown mode {mode!r} (known: {', '.join(EVALUATORS)})")
+    evaluate = EVALUATORS[mode](d, grid)
     return measure_capacity(
-        EVALUATORS[mode](d, grid),
+        recorded(evaluate, *evaluations) if evaluations else evaluate,
         accuracy_criteria(),
         4 * d * d,
         name=mode,

@@ -8,8 +8,9 @@ sweep, the grid, histogram counts) into a data folder; the page is drawn from th
 `memorisation.page`.
 
 The capacity searches and spot checks are cells of `mechmem_papers.executor.run_cells` (in-process or Ray).
-While they run, finished cells are kept in `constructions_cells_{tag}.jsonl`, so a killed run resumes; the
-file is removed once the capacity file is written (a later run recomputes the modes it is asked for, as
+While they run, finished cells are kept in `constructions_cells_{tag}.jsonl` and each search's finished fact
+counts in `constructions_evaluations_{tag}.jsonl`, so a killed run resumes after its last finished evaluation;
+both files are removed once the capacity file is written (a later run recomputes the modes it is asked for, as
 before).
 """
 
@@ -107,10 +108,14 @@ def load_capacities(path: Path) -> dict:
     return {**data, "results": [CapacityResult.from_dict(r) for r in data["results"]]}
 
 
-def capacity_cell(mode: str, d: int, quick: bool, precision: int) -> dict:
-    """One mode's capacity at size d (a `CapacityResult` as a dict): a cell of `run_constructions`."""
+def capacity_cell(mode: str, d: int, quick: bool, precision: int, evaluations: str) -> dict:
+    """One mode's capacity at size d (a `CapacityResult` as a dict): a cell of `run_constructions`; every
+    finished evaluation goes to the records file `evaluations` too, and is read back if the cell reruns."""
     grid = QUICK_GRID if quick else SweepGrid()
-    return construction_capacity(mode, d, grid, precision=precision).to_dict()
+    cell = f"{mode}|d={d}|prec={precision}"
+    return construction_capacity(
+        mode, d, grid, precision=precision, evaluations=(Path(evaluations), cell)
+    ).to_dict()
 
 
 def spot_cell(d: int, n: int, quick: bool) -> dict:
@@ -153,7 +158,8 @@ def run_constructions(
         "spot": data.get("spot", {}),
         "runs": data.get("runs", []) + [command],
     }
-    common = {"quick": quick, "precision": precision}
+    evaluations = data_dir / f"constructions_evaluations_{tag}.jsonl"
+    common = {"quick": quick, "precision": precision, "evaluations": str(evaluations)}
     cells = [
         Cell(f"{mode}|d={d}|prec={precision}", capacity_cell, {"mode": mode, "d": d, **common})
         for d in ds
@@ -180,6 +186,7 @@ def run_constructions(
         )
     _save(paths["capacity"], data)
     partial.unlink(missing_ok=True)
+    evaluations.unlink(missing_ok=True)
     log("histograms ...")
     hist_d = 16 if 16 in {r.d for r in data["results"]} else ds[0]
     misc = {

@@ -9,7 +9,9 @@ architecture (the authors' code also trains an output bias; see the report).
 
 Stacked models are trained as one: the loss is the sum of the per-model mean losses and Adam is elementwise,
 so each model follows exactly the trajectory it would follow alone. Once a model has stopped (perfect or out
-of patience) its best accuracy is frozen, even though its weights keep moving with the others.
+of patience) its best accuracy is frozen, even though its weights keep moving with the others. The searches
+need only the best accuracy of the stack (`unembedding_score`, `full_score`): there stopped models leave the
+stack, which changes no other model's trajectory, and training ends once one model is perfect.
 
 Not the project's one training loop (`mechmem.training.train`, a task's stream of batches for a fixed number
 of steps, one model): a different algorithm, many stacked models on one full batch with per-model early
@@ -78,6 +80,74 @@ def _run(params: list[Tensor], forward, labels: Tensor, cfg: ChallengeTrainConfi
         if bool(done.all()):
             break
     return best
+
+
+def _score(
+    params: list[Tensor], frozen: tuple[Tensor, ...], forward, labels: Tensor, cfg: ChallengeTrainConfig
+) -> float:
+    """`_run(...).max()` without training what cannot change it: models out of patience leave the stack
+    (in batches of an eighth of it, so the copies stay few), and the run ends at the first perfect model.
+    `forward(params, frozen)` gives the logits; `frozen` holds per-model inputs that are sliced alongside."""
+    params = [p.detach().clone().requires_grad_(True) for p in params]
+    opt = torch.optim.Adam(params, lr=cfg.lr)
+    best = torch.zeros(params[0].shape[0])
+    stale = torch.zeros_like(best, dtype=torch.long)
+    top = 0.0
+    for _ in range(cfg.max_epochs):
+        logits = forward(params, frozen)
+        loss = (
+            F.cross_entropy(logits.flatten(0, 1), labels.repeat(len(best)), reduction="sum") / labels.numel()
+        )
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        acc = stacked_accuracy(logits.detach(), labels)
+        live = stale < cfg.patience
+        improved = (acc > best) & live
+        best = torch.where(improved, acc, best)
+        stale = torch.where(improved, 0, stale + 1)
+        top = max(top, float(best.max()))
+        live = stale < cfg.patience
+        if top >= 1.0 or not bool(live.any()):
+            break
+        if int((~live).sum()) * 8 >= len(best):
+            keep = live.nonzero().squeeze(1)
+            state = [opt.state[p] for p in params]
+            params = [p.detach()[keep].requires_grad_(True) for p in params]
+            opt = torch.optim.Adam(params, lr=cfg.lr)
+            for p, st in zip(params, state):
+                opt.state[p] = {k: v if k == "step" else v[keep] for k, v in st.items()}
+            frozen = tuple(f[keep] for f in frozen)
+            best, stale = best[keep], stale[keep]
+    return top
+
+
+def unembedding_score(
+    hidden: Float[Tensor, "model batch d_mlp"],
+    labels: Int[Tensor, " batch"],
+    n_out: int,
+    cfg: ChallengeTrainConfig,
+    *,
+    generator: torch.Generator,
+) -> float:
+    """The best accuracy any stacked U reaches: `train_unembedding(...)[0].max()`, with the same draws."""
+    n_models, _, d_mlp = hidden.shape
+    bound = d_mlp**-0.5
+    U = (torch.rand(n_models, d_mlp, n_out, generator=generator) * 2 - 1) * bound
+    return _score([U], (hidden,), lambda ps, fr: fr[0] @ ps[0], labels, cfg)
+
+
+def full_score(
+    E1: Float[Tensor, "model n_in d_mlp"],
+    E2: Float[Tensor, "model n_in d_mlp"],
+    U: Float[Tensor, "model d_mlp n_out"],
+    inputs: Int[Tensor, "batch 2"],
+    labels: Int[Tensor, " batch"],
+    cfg: ChallengeTrainConfig,
+) -> float:
+    """The best accuracy any stacked model reaches, all weights trained: `train_full(...)[0].max()`."""
+    forward = lambda ps, fr: hidden_activations(ps[0], ps[1], inputs) @ ps[2]
+    return _score([E1, E2, U], (), forward, labels, cfg)
 
 
 def train_unembedding(
