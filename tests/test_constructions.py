@@ -438,3 +438,12 @@ def test_a_stopped_search_resumes_after_its_last_finished_evaluation(tmp_path):
     assert not set(asked) & set(first[:4]) and len(asked) + 4 == len(whole.scores)
     other = recorded(lambda n: -1.0, path, "other|d=16")  # another cell's counts are not read
     assert other(first[0]) == -1.0
+
+
+def test_score_benchmark_runs_both_sides_on_the_authors_grid(capsys):
+    """The benchmark's two sides agree (it refuses to print a ratio otherwise), at a count stored and not."""
+    from mechmem_papers.memorisation.benchmarks import construction_scores
+
+    assert construction_scores.main(["--d", "6", "--n-facts", "6", "40"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [r[0] for r in rows] == ["6", "40"] and rows[0][2] == "1.0000" and float(rows[1][2]) < 1
