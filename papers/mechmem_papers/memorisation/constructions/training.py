@@ -58,96 +58,61 @@ def hidden_activations(
     return torch.relu(E1[:, inputs[:, 0]] + E2[:, inputs[:, 1]])
 
 
-def _run(params: list[Tensor], forward, labels: Tensor, cfg: ChallengeTrainConfig) -> Tensor:
+def _train(
+    params: list[Tensor],
+    frozen: tuple[Tensor, ...],
+    forward,
+    labels: Tensor,
+    cfg: ChallengeTrainConfig,
+    *,
+    score_only: bool = False,
+) -> tuple[Tensor, list[Tensor]]:
+    """Train stacked models by the recipe; returns (each model's best accuracy, the final weights).
+
+    `forward(params, frozen)` gives the logits; `frozen` holds per-model inputs, sliced with the models. With
+    `score_only` (a search needs only the best accuracy over the stack), models out of patience leave the
+    stack, in batches of an eighth of it so the copies stay few, and the run ends at the first perfect model:
+    the best over the stack is unchanged, a model's own best is a lower bound and the weights are not kept.
+    """
+    params = [p.detach().clone().requires_grad_(True) for p in params]
     opt = torch.optim.Adam(params, lr=cfg.lr)
-    n_models = params[0].shape[0]
-    best = torch.zeros(n_models)
-    stale = torch.zeros(n_models, dtype=torch.long)
-    done = torch.zeros(n_models, dtype=torch.bool)
+    best_of = torch.zeros(params[0].shape[0])
+    rows = torch.arange(len(best_of))  # each stacked model's index in the input
+    best, stale, done = best_of.clone(), torch.zeros_like(rows), torch.zeros_like(rows, dtype=torch.bool)
     for _ in range(cfg.max_epochs):
-        logits = forward()
-        loss = (
-            F.cross_entropy(logits.flatten(0, 1), labels.repeat(n_models), reduction="sum") / labels.numel()
-        )
+        logits = forward(params, frozen)
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.repeat(len(rows)), reduction="sum")
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss / labels.numel()).backward()
         opt.step()
         acc = stacked_accuracy(logits.detach(), labels)
         improved = (acc > best) & ~done
         best = torch.where(improved, acc, best)
         stale = torch.where(improved, 0, stale + 1)
         done |= (best >= 1.0) | (stale >= cfg.patience)
-        if bool(done.all()):
+        if bool(done.all()) or (score_only and bool((best >= 1.0).any())):
             break
-    return best
-
-
-def _score(
-    params: list[Tensor], frozen: tuple[Tensor, ...], forward, labels: Tensor, cfg: ChallengeTrainConfig
-) -> float:
-    """`_run(...).max()` without training what cannot change it: models out of patience leave the stack
-    (in batches of an eighth of it, so the copies stay few), and the run ends at the first perfect model.
-    `forward(params, frozen)` gives the logits; `frozen` holds per-model inputs that are sliced alongside."""
-    params = [p.detach().clone().requires_grad_(True) for p in params]
-    opt = torch.optim.Adam(params, lr=cfg.lr)
-    best = torch.zeros(params[0].shape[0])
-    stale = torch.zeros_like(best, dtype=torch.long)
-    top = 0.0
-    for _ in range(cfg.max_epochs):
-        logits = forward(params, frozen)
-        loss = (
-            F.cross_entropy(logits.flatten(0, 1), labels.repeat(len(best)), reduction="sum") / labels.numel()
-        )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        acc = stacked_accuracy(logits.detach(), labels)
-        live = stale < cfg.patience
-        improved = (acc > best) & live
-        best = torch.where(improved, acc, best)
-        stale = torch.where(improved, 0, stale + 1)
-        top = max(top, float(best.max()))
-        live = stale < cfg.patience
-        if top >= 1.0 or not bool(live.any()):
-            break
-        if int((~live).sum()) * 8 >= len(best):
-            keep = live.nonzero().squeeze(1)
+        if score_only and int(done.sum()) * 8 >= len(rows):
+            keep = (~done).nonzero().squeeze(1)
             state = [opt.state[p] for p in params]
             params = [p.detach()[keep].requires_grad_(True) for p in params]
             opt = torch.optim.Adam(params, lr=cfg.lr)
             for p, st in zip(params, state):
                 opt.state[p] = {k: v if k == "step" else v[keep] for k, v in st.items()}
-            frozen = tuple(f[keep] for f in frozen)
-            best, stale = best[keep], stale[keep]
-    return top
+            best_of[rows] = best
+            frozen, rows = tuple(f[keep] for f in frozen), rows[keep]
+            best, stale, done = best[keep], stale[keep], done[keep]
+    best_of[rows] = best
+    return best_of, [p.detach() for p in params]
 
 
-def unembedding_score(
-    hidden: Float[Tensor, "model batch d_mlp"],
-    labels: Int[Tensor, " batch"],
-    n_out: int,
-    cfg: ChallengeTrainConfig,
-    *,
-    generator: torch.Generator,
-) -> float:
-    """The best accuracy any stacked U reaches: `train_unembedding(...)[0].max()`, with the same draws."""
+def _unembedding(
+    hidden: Tensor, labels: Tensor, n_out: int, cfg: ChallengeTrainConfig, generator, score_only: bool
+) -> tuple[Tensor, list[Tensor]]:
     n_models, _, d_mlp = hidden.shape
     bound = d_mlp**-0.5
     U = (torch.rand(n_models, d_mlp, n_out, generator=generator) * 2 - 1) * bound
-    return _score([U], (hidden,), lambda ps, fr: fr[0] @ ps[0], labels, cfg)
-
-
-def full_score(
-    E1: Float[Tensor, "model n_in d_mlp"],
-    E2: Float[Tensor, "model n_in d_mlp"],
-    U: Float[Tensor, "model d_mlp n_out"],
-    inputs: Int[Tensor, "batch 2"],
-    labels: Int[Tensor, " batch"],
-    cfg: ChallengeTrainConfig,
-) -> float:
-    """The best accuracy any stacked model reaches, all weights trained: `train_full(...)[0].max()`."""
-    forward = lambda ps, fr: hidden_activations(ps[0], ps[1], inputs) @ ps[2]
-    return _score([E1, E2, U], (), forward, labels, cfg)
+    return _train([U], (hidden,), lambda ps, fr: fr[0] @ ps[0], labels, cfg, score_only=score_only)
 
 
 def train_unembedding(
@@ -159,11 +124,25 @@ def train_unembedding(
     generator: torch.Generator,
 ) -> tuple[Float[Tensor, " model"], Float[Tensor, "model d_mlp n_out"]]:
     """Train U on frozen hidden activations (hybrid and rand-emb); returns (best accuracy, final U)."""
-    n_models, _, d_mlp = hidden.shape
-    bound = d_mlp**-0.5
-    U = ((torch.rand(n_models, d_mlp, n_out, generator=generator) * 2 - 1) * bound).requires_grad_(True)
-    best = _run([U], lambda: hidden @ U, labels, cfg)
-    return best, U.detach()
+    best, (U,) = _unembedding(hidden, labels, n_out, cfg, generator, score_only=False)
+    return best, U
+
+
+def unembedding_score(
+    hidden: Float[Tensor, "model batch d_mlp"],
+    labels: Int[Tensor, " batch"],
+    n_out: int,
+    cfg: ChallengeTrainConfig,
+    *,
+    generator: torch.Generator,
+) -> float:
+    """The best accuracy any stacked U reaches: `train_unembedding(...)[0].max()`, with the same draws."""
+    return float(_unembedding(hidden, labels, n_out, cfg, generator, score_only=True)[0].max())
+
+
+def _full(E1: Tensor, E2: Tensor, U: Tensor, inputs: Tensor, labels: Tensor, cfg, score_only: bool):
+    forward = lambda ps, fr: hidden_activations(ps[0], ps[1], inputs) @ ps[2]
+    return _train([E1, E2, U], (), forward, labels, cfg, score_only=score_only)
 
 
 def train_full(
@@ -175,9 +154,20 @@ def train_full(
     cfg: ChallengeTrainConfig,
 ) -> tuple[Float[Tensor, " model"], tuple[Tensor, Tensor, Tensor]]:
     """Train all weights from the given initial values; returns (best accuracy, final (E1, E2, U))."""
-    params = [p.detach().clone().requires_grad_(True) for p in (E1, E2, U)]
-    best = _run(params, lambda: hidden_activations(params[0], params[1], inputs) @ params[2], labels, cfg)
-    return best, tuple(p.detach() for p in params)  # type: ignore[return-value]
+    best, params = _full(E1, E2, U, inputs, labels, cfg, score_only=False)
+    return best, tuple(params)  # type: ignore[return-value]
+
+
+def full_score(
+    E1: Float[Tensor, "model n_in d_mlp"],
+    E2: Float[Tensor, "model n_in d_mlp"],
+    U: Float[Tensor, "model d_mlp n_out"],
+    inputs: Int[Tensor, "batch 2"],
+    labels: Int[Tensor, " batch"],
+    cfg: ChallengeTrainConfig,
+) -> float:
+    """The best accuracy any stacked model reaches, all weights trained: `train_full(...)[0].max()`."""
+    return float(_full(E1, E2, U, inputs, labels, cfg, score_only=True)[0].max())
 
 
 def random_embeddings(
