@@ -15,6 +15,7 @@ ACTS = ("gelu", "relu")
 """MLP activations."""
 EVALUATORS = (
     "trained",
+    "trained_authors",
     "rand_emb",
     "published_hand",
     "published_hybrid",

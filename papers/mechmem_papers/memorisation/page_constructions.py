@@ -18,6 +18,7 @@ from mechmem_papers.memorisation.fits import fit_scaling, log_power_exponent
 
 LABELS = {
     "trained": "trained",
+    "trained_authors": "trained (the authors' initialisations)",
     "rand_emb": "rand-emb",
     "published_hand": "hand-coded (published)",
     "published_hybrid": "hybrid (published E)",
@@ -27,7 +28,7 @@ LABELS = {
 }
 CRIT = {"1": "acc=1", "0.9": "acc>=0.9"}
 AUTHORS_LOG = {m: m for m in ("trained", "published_hand", "published_hybrid")}
-AUTHORS_LOG["published_hybrid_authors"] = "published_hybrid"
+AUTHORS_LOG |= {"published_hybrid_authors": "published_hybrid", "trained_authors": "trained"}
 """Our mode -> the authors' capacity log it is set beside (published.json `construction_authors_any`)."""
 
 
@@ -58,6 +59,8 @@ def setup_of(record: dict[str, Any], mode: str) -> str:
     parts = []
     if mode in ("trained", "rand_emb"):
         parts.append(f"best of {g['n_inits']} inits (the authors: {theirs})")
+    if mode == "trained_authors":
+        parts.append(f"best of {g.get('authors_attempts')} inits, as the authors")
     if mode == "published_hand":
         parts.append(
             f"S in {g['s_values'][0]}..{g['s_values'][-1]} x top_fraction {g['top_fractions'][0]:.2f}.."

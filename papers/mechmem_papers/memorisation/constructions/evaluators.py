@@ -6,6 +6,7 @@ one (`memorisation.capacity.measure_capacity`, doubling bracket from n = d, crit
 
 Evaluators (d_mlp = n_out = d, n_in = 2d):
     trained            all weights learned from `n_inits` initialisations
+    trained_authors    the same from `authors_attempts` initialisations (the authors' n_attempts)
     rand_emb           random frozen embeddings, U learned
     published_hand     the published construction, max over the S x top_fraction grid and `retries` tie-breaks
     published_hybrid   the published embeddings frozen, U learned, max over a smaller grid
@@ -16,7 +17,7 @@ Evaluators (d_mlp = n_out = d, n_in = 2d):
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -53,7 +54,8 @@ class SweepGrid:
     key_fractions: tuple[float, ...] = (0.25, 0.35, 0.5)
     """Key sizes k = round(f * (d - 1)) for our key-value table."""
     authors_attempts: int = 11
-    """Draws per setting of the hybrid on the authors' grid (their n_attempts: 11)."""
+    """The authors' n_attempts (11): draws per setting of the hybrid on their grid, initialisations of
+    `trained_authors`."""
     retries: int = 2
     """Random tie-break draws per published hand-coded setting (the authors used 2)."""
     key_retries: int = 4
@@ -91,6 +93,10 @@ def trained_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
         return full_score(model.E1, model.E2, model.U, inputs, labels, grid.train)
 
     return evaluate
+
+
+def trained_authors_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
+    return trained_evaluator(d, replace(grid, n_inits=grid.authors_attempts), seed)
 
 
 def rand_emb_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
@@ -216,6 +222,7 @@ def keyvalue_hybrid_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluat
 
 EVALUATORS: dict[str, Callable[..., Evaluator]] = {
     "trained": trained_evaluator,
+    "trained_authors": trained_authors_evaluator,
     "rand_emb": rand_emb_evaluator,
     "published_hand": published_hand_evaluator,
     "published_hybrid": published_hybrid_evaluator,
