@@ -264,7 +264,7 @@ def _capacity_tables(record: dict[str, Any], results: list[CapacityResult]) -> l
         floatfmt=".2f",
     )
     ratio_rows = []
-    for m in [m for m in modes if m != "trained"]:
+    for m in [m for m in modes if not m.startswith("trained")]:
         cells = []
         for d in ds:
             for c in THRESHOLDS:
