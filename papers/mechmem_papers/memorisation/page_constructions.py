@@ -424,13 +424,27 @@ def _int8_table(record: dict[str, Any]) -> Table:
             [LABELS[r["mode"]], r["d"], CRIT[r["criterion"]], r["n"], f"{r['accuracy']:.3f}"]
             + [f"{r['accuracy_int8']:.3f}", f"{before / weights:.2f}", f"{after / weights:.2f}"]
         )
+    searched = {(r.name, r.d): r.scores for r in _results(record)}
+    differ = sorted(
+        {
+            LABELS[r["mode"]]
+            for r in int8["rows"]
+            if r["mode"].endswith("_hand")
+            and abs(searched[(r["mode"], r["d"])][r["n"]] - r["accuracy"]) > 1e-6
+        }
+    )
     caption = (
         "After int8 rounding (one symmetric scale per weight tensor, max |w| -> 127): the weights rebuilt on"
         " this machine at our capacities as the search built them, judged on their final values. The accuracy"
         " before rounding can differ from the search's: the learned modes are judged on their final weights"
-        " (the search counted the best accuracy reached during training), and the hand-coded constructions"
-        " rebuilt here reach slightly different accuracies than the committed search recorded (its records"
-        " keep no software versions, so the cause is not known). Runs: "
+        " (the search counted the best accuracy reached during training)"
+        + (
+            f"; rebuilt here, {' and '.join(differ)} reach slightly different accuracies than their"
+            " search recorded (its records keep no software versions, so the cause is not known)"
+            if differ
+            else "; the hand-coded constructions, rebuilt here, reach the accuracies their search recorded"
+        )
+        + ". Runs: "
         + "; ".join(f"`{cmd}`" for cmd in int8["runs"])
         + "."
     )
