@@ -643,8 +643,11 @@ def test_construction_bits_table_is_the_record_in_bits(record):
     section = (DOCS / "memorisation.md").read_text().split("## Constructions in bits")[1]
     rows = _table_rows(section, "mode")
     assert len(rows) == sum(len(r["searches"]) for r in record["constructions"]["results"])
-    for _, d, _, facts, acc, bits, weights, per_weight, _, _ in rows:
+    for label, d, _, facts, acc, bits, weights, per_weight, trained, _ in rows:
         d, n, a = int(d), int(facts), float(acc)
+        # every weight trained, none (hand-coded), or U alone (the hybrids and rand-emb)
+        expected_trained = 5 * d * d if label.startswith("trained") else 0 if "hand-coded" in label else d * d
+        assert int(trained) == expected_trained, label
         h = 0.0 if a == 1 else -(a * math.log2(a) + (1 - a) * math.log2(1 - a))
         expected = n * (math.log2(d) - h - (1 - a) * math.log2(d - 1))
         assert int(weights) == 5 * d * d

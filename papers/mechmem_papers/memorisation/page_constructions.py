@@ -357,7 +357,7 @@ def _bits_section(record: dict[str, Any]) -> Section:
     rows = []
     for r in sorted(results, key=lambda r: (list(LABELS).index(r.name), r.d)):
         n_out, weights = r.d, challenge_weights(r.d)
-        trained = weights if r.name == "trained" else 0 if r.name.endswith("_hand") else r.d * n_out
+        trained = weights if r.name.startswith("trained") else 0 if r.name.endswith("_hand") else r.d * n_out
         for crit, label in CRIT.items():
             if crit not in r.searches:
                 continue

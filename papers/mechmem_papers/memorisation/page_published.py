@@ -225,8 +225,9 @@ def bits_section(record: dict[str, Any]) -> Section:
         + (f"; the most is {best}, {ours[best]:.2f}." if best else "."),
         (
             "Rows at the 1,024-fact ceiling (every input pair a fact) are censored: their bits are lower"
-            " bounds. Not computed yet: the int8 check (it needs the trained weights, which the record does"
-            " not keep) and the permutation and Birth memories; the constructions have their own table below."
+            " bounds. Not computed: the int8 check of these variants (it needs the trained weights, which the"
+            " record does not keep). The constructions have their own table and int8 check below; for the"
+            " permutation and Birth memories the unit is not defined, as their pages say."
         ),
     ]
     section = Section("bits", "Capacity in bits per parameter", lines=lines)
