@@ -447,3 +447,19 @@ def test_score_benchmark_runs_both_sides_on_the_authors_grid(capsys):
     assert construction_scores.main(["--d", "6", "--n-facts", "6", "40"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
     assert [r[0] for r in rows] == ["6", "40"] and rows[0][2] == "1.0000" and float(rows[1][2]) < 1
+
+
+def test_finished_searches_leave_the_evaluations_file_and_others_stay(tmp_path):
+    """At the end of a run its searches' evaluations go; a search another run stopped part-way keeps its
+    own."""
+    from mechmem_papers.memorisation.constructions.experiments import forget, recorded
+
+    path = tmp_path / "evaluations.jsonl"
+    for cell in ("a|d=16|prec=8", "b|d=32|prec=8"):
+        evaluate = recorded(lambda n: n / 100, path, cell)
+        evaluate(16), evaluate(32)
+    forget(path, {"a|d=16|prec=8", "spot|d=64|n=8"})
+    assert recorded(lambda n: -1.0, path, "b|d=32|prec=8")(32) == 0.32  # read back, not recomputed
+    assert recorded(lambda n: -1.0, path, "a|d=16|prec=8")(32) == -1.0
+    forget(path, {"a|d=16|prec=8", "b|d=32|prec=8"})
+    assert not path.exists()

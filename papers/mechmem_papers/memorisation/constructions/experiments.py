@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from mechmem.errors import MechmemError
+from mechmem.io import atomic_write, dumps
 from mechmem.tasks.facts import generate_facts
 from mechmem_papers.executor import append_record, load_records
 from mechmem_papers.memorisation.capacity import (
@@ -115,6 +116,16 @@ def recorded(evaluate: Evaluator, path: Path, cell: str) -> Evaluator:
         return scores[n]
 
     return evaluate_once
+
+
+def forget(path: Path, cells: set[str]) -> None:
+    """Drop the evaluations of `cells` (finished searches) from the records file `path`, keeping those of
+    other searches (one stopped part-way in an earlier run); the file goes when none is left."""
+    kept = [r for r in load_records(path, flat=True).values() if r.get("cell") not in cells]
+    if kept:
+        atomic_write(path, "".join(dumps(r) + "\n" for r in kept))
+    else:
+        path.unlink(missing_ok=True)
 
 
 def construction_capacity(

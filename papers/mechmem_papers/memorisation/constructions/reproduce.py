@@ -10,8 +10,9 @@ sweep, the grid, histogram counts) into a data folder; the page is drawn from th
 The capacity searches and spot checks are cells of `mechmem_papers.executor.run_cells` (in-process or Ray).
 While they run, finished cells are kept in `constructions_cells_{tag}.jsonl` and each search's finished fact
 counts in `constructions_evaluations_{tag}.jsonl`, so a killed run resumes after its last finished evaluation;
-both files are removed once the capacity file is written (a later run recomputes the modes it is asked for, as
-before).
+the cells file is removed once the capacity file is written, and the searches of this run leave the
+evaluations file (a later run recomputes the modes it is asked for, as before; another run's search stopped
+part-way keeps its evaluations there).
 """
 
 import json
@@ -34,6 +35,7 @@ from mechmem_papers.memorisation.constructions.experiments import (
     capacity_of,
     check_appendix_a,
     construction_capacity,
+    forget,
     published_sweep,
     trained_weights,
 )
@@ -186,7 +188,7 @@ def run_constructions(
         )
     _save(paths["capacity"], data)
     partial.unlink(missing_ok=True)
-    evaluations.unlink(missing_ok=True)
+    forget(evaluations, {cell.key for cell in cells})
     log("histograms ...")
     hist_d = 16 if 16 in {r.d for r in data["results"]} else ds[0]
     misc = {
