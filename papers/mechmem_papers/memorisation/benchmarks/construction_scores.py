@@ -19,7 +19,7 @@ from mechmem.cli import print_table, run_script
 from mechmem.errors import MechmemError
 from mechmem_papers.memorisation.constructions.evaluators import (
     SweepGrid,
-    authors_s_values,
+    authors_hybrid_settings,
     challenge_facts,
     published_stack,
 )
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     grid = SweepGrid()
-    settings = [(s, tf) for s in authors_s_values(args.d) for tf in grid.top_fractions]
+    settings = authors_hybrid_settings(args.d, grid)
     rows = []
     for n in args.n_facts:
         inputs, labels = challenge_facts(n, args.d)

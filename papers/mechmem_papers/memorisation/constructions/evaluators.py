@@ -152,6 +152,11 @@ def authors_s_values(d: int) -> tuple[int, ...]:
     return tuple(s for s in values if s <= d)
 
 
+def authors_hybrid_settings(d: int, grid: SweepGrid) -> list[tuple[int, float]]:
+    """The (S, top_fraction) settings of the hybrid on the authors' grid at size d."""
+    return [(s, tf) for s in authors_s_values(d) for tf in grid.top_fractions]
+
+
 def _hybrid_evaluator(
     d: int, grid: SweepGrid, seed: int, settings: list[tuple[int, float]], attempts: int
 ) -> Evaluator:
@@ -185,8 +190,7 @@ def published_hybrid_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evalua
 
 
 def published_hybrid_authors_evaluator(d: int, grid: SweepGrid, seed: int = 0) -> Evaluator:
-    settings = [(s, tf) for s in authors_s_values(d) for tf in grid.top_fractions]
-    return _hybrid_evaluator(d, grid, seed, settings, grid.authors_attempts)
+    return _hybrid_evaluator(d, grid, seed, authors_hybrid_settings(d, grid), grid.authors_attempts)
 
 
 def key_sizes(d: int, grid: SweepGrid) -> list[int]:
