@@ -154,8 +154,7 @@ def test_rms_norm_backward_is_the_gradient():
 @pytest.mark.parametrize("cfg", all_variants(n_in=8, n_out=4, d_model=4, d_mlp=6), ids=lambda c: c.name)
 def test_hand_written_step_is_the_autograd_gradient(cfg):
     # The trainer's step (per-fact backward by hand) against autograd through the factorised logits, in
-    # float64; hits: facts whose label logit is the maximum (argmax accuracy except on exact ties, e.g. an
-    # all-dead ReLU).
+    # float64; hits: the authors' `logits.argmax(-1) == targets`.
     inputs, labels = generate_facts(40, 8, 4)
     inits = [init_params(cfg, generator=torch.Generator().manual_seed(s)) for s in (0, 1, 2)]
     stack = ParamStack(
@@ -166,8 +165,22 @@ def test_hand_written_step_is_the_autograd_gradient(cfg):
     (expected,) = torch.autograd.grad(loss, stack.flat)
     grad, hits = loss_grad(cfg, stack.flat, stack.params(), FactBatch(inputs, labels, 8, 4, torch.double))
     torch.testing.assert_close(grad, expected, atol=1e-12, rtol=1e-10)
-    at_label = logits.gather(-1, labels[None, :, None].expand(3, -1, 1))[..., 0]
-    assert hits.tolist() == (at_label >= logits.amax(-1)).sum(1).tolist()
+    assert hits.tolist() == (logits.argmax(-1) == labels).sum(1).tolist()
+
+
+def test_a_fact_with_every_logit_tied_is_a_hit_only_for_the_first_label():
+    """Without biases and MLP residual, a ReLU MLP with every unit off gives a fact all-zero logits: the
+    authors' argmax answers label 0, so only the facts labelled 0 are hits, as in the per-init loop."""
+    cfg = FactsModelConfig(mixing="2emb", mlp_residual=False, bias=False, act_fn="relu")
+    inputs, labels = generate_facts(64, 32, 16)
+    params = {k: p[None] for k, p in init_params(cfg, generator=torch.Generator().manual_seed(0)).items()}
+    params["blocks.0.mlp.W_in"] = torch.zeros_like(params["blocks.0.mlp.W_in"])  # every unit off
+    stack = ParamStack(params, torch.device("cpu"))
+    logits = fact_logits(cfg, stack.params(), inputs)
+    assert bool((logits == 0).all())
+    _, hits = loss_grad(cfg, stack.flat, stack.params(), FactBatch(inputs, labels, 32, 16, torch.float32))
+    assert hits.tolist() == [int((labels == 0).sum())] == [(logits.argmax(-1) == labels).sum().item()]
+    assert 0 < hits.item() < len(labels)
 
 
 def test_freed_memory_stays_mapped():

@@ -188,8 +188,10 @@ def _readout_grad(
     logits, W_U = _linear_t(
         yn, params["unembed.W_U"], params.get("unembed.b_U"), params["ln_final.w"] if norms else None
     )
-    top = logits.amax(1, keepdim=True)
-    correct = logits.gather(1, batch.labels.expand(logits.shape[0], 1, -1)) >= top
+    # A hit is the authors' `logits.argmax(-1) == targets`: of tied maxima the first label wins. Without
+    # biases and residual, a ReLU MLP with every unit off for a fact gives it all-zero logits.
+    top, predicted = logits.max(1, keepdim=True)
+    correct = predicted == batch.labels
     probs = (logits - top).exp_()
     if batch.weights is None:
         hits = correct.sum((1, 2))
@@ -222,7 +224,8 @@ def loss_grad(
 ) -> tuple[Float[Tensor, "init n_params"], Int[Tensor, " init"]]:
     """Gradient of the summed per-init mean cross-entropy at the last position, and each init's argmax hits.
 
-    The gradient is w.r.t. `flat`, of which `params` are views; ties at the maximum count as hits.
+    The gradient is w.r.t. `flat`, of which `params` are views. A hit is an argmax equal to the label, the
+    first of tied maxima winning.
     """
     with torch.enable_grad():
         tables = mixing_tables(cfg, params)
