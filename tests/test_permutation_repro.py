@@ -452,21 +452,65 @@ def test_probe_median_is_preferred_and_a_mean_says_so(record):
     assert "median probe" in page.headline_text(with_median, published)
 
 
-def test_split_prior_predictor_against_brute_force():
-    """The training-mapping predictor's step accuracy equals a direct count on a small case, and it is below
-    the Bayes accuracy on the held-out mappings, as the page's reading needs."""
-    from mechmem_papers.permutation.scripts.split_prior import train_prior_accuracy
+def test_split_prior_steps_against_hand_counts():
+    """The training-mapping posterior's accuracy, MAE and max error per step equal hand counts on small cases,
+    vanish where the training mappings are all the mappings, and its accuracy is below the Bayes accuracy on
+    the held-out mappings of the task's split, as the page's reading needs."""
+    from mechmem_papers.permutation.scripts.split_prior import train_prior_steps
 
     train, test = [(1, 2, 3), (2, 3, 1), (3, 1, 2), (1, 3, 2)], [(2, 1, 3), (3, 2, 1)]
     # step 1: each x has one favourite y among the training maps (1->1, 2->3, 3->2), and no held-out map
     # gives it ...
-    acc = train_prior_accuracy(train, test)
-    assert acc[0] == 0.0 and acc[-1] == 1.0
+    steps = train_prior_steps(train, test)
+    assert steps.accuracy[0] == 0.0 and steps.accuracy[-1] == 1.0
     # ... and a lone held-out map against training maps that all disagree at step 1 gives 0 there
-    assert train_prior_accuracy([(1, 2, 3)], [(2, 3, 1)])[0] == 0.0
+    assert train_prior_steps([(1, 2, 3)], [(2, 3, 1)]).accuracy[0] == 0.0
+    # V = 2, one map each way: step 1 puts 1 on sigma(x) = x against Bayes 0.5 / 0.5 (errors 0.5, 0.5 and 0 on
+    # token 0: MAE 1/3, max 0.5); step 2 has no consistent training map and falls back to Bayes (no error)
+    two = train_prior_steps([(1, 2)], [(2, 1)])
+    assert two.accuracy == [0.0, 1.0] and two.max_err == [0.5, 0.0]
+    assert two.mae == pytest.approx([1 / 3, 0.0], abs=1e-12)
+    # trained on every mapping, the posterior is the Bayes posterior itself
+    every = list(itertools.permutations(range(1, 5)))
+    exact = train_prior_steps(every, every[:5])
+    assert max(exact.mae) < 1e-12 and max(exact.max_err) < 1e-12
     maps = PermutationTask(PermutationConfig(split_seed=0)).mappings
-    full = train_prior_accuracy(*([tuple(p) for p in maps[k].tolist()] for k in ("train", "test")))
-    assert all(a < 1 / (5 - k) for k, a in enumerate(full[:4])) and full[4] == 1.0
+    full = train_prior_steps(*([tuple(p) for p in maps[k].tolist()] for k in ("train", "test")))
+    assert all(a < 1 / (5 - k) for k, a in enumerate(full.accuracy[:4])) and full.accuracy[4] == 1.0
+    assert all(e > 0 for e in full.max_err[:4]) and full.max_err[4] == 0.0
+
+
+def test_split_prior_line_judges_each_value_by_its_range(record, tmp_path):
+    """The split line reads the side file's columns: a published accuracy is inside between the lowest split
+    and the Bayes accuracy, a published MAE or max error inside the splits' range; ours is the seeds' mean."""
+    published = page.load_published()["values"]
+    v = record["task1"][0]["task"]["vocab_size"]
+    pub = {
+        m: [published[f"task1_step{k}_{m}"]["value"] for k in range(1, v)] for m in ("acc", "mae", "max_err")
+    }
+    # two splits bracketing every published accuracy and MAE, and max errors all above the published ones
+    side = {
+        "vocab_size": v,
+        "split_seeds": 2,
+        "step_accuracy": [[a - 0.01 for a in pub["acc"]] + [1.0], [a + 0.01 for a in pub["acc"]] + [1.0]],
+        "step_mae": [[m - 0.001 for m in pub["mae"]] + [0.0], [m + 0.001 for m in pub["mae"]] + [0.0]],
+        "step_max_err": [
+            [m + 0.01 for m in pub["max_err"]] + [0.0],
+            [m + 0.02 for m in pub["max_err"]] + [0.0],
+        ],
+    }
+    (tmp_path / page.SIDE_FILES["split_prior"]).write_text(json.dumps(side))
+    line = page.split_prior_line(page.attach_references(record, tmp_path), published)
+    steps = line.split(" | ")
+    assert len(steps) == v - 1
+    ours = page.our_values(page.first_record(record))
+    for k, text in enumerate(steps, start=1):
+        accuracy, mae, max_err = text.split("; published ")[1:4]
+        assert accuracy.split(",")[1].strip().startswith("inside")
+        assert mae.split(",")[1].strip().startswith("inside")
+        assert max_err.split(",")[1].strip().startswith("outside")
+        assert f"ours {mean(ours[f'task1_step{k}_max_err']):.3f}" in text
+    assert page.split_prior_line(record, published) is None
 
 
 def test_batch_check_line_counts_what_the_smaller_batch_explains(record, tmp_path):
