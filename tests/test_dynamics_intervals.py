@@ -88,7 +88,10 @@ def test_loss_interval_equals_the_mean_interval_of_per_sequence_losses(series, r
             assert result.curves[curve][i] == pytest.approx(mean, abs=1e-5), (step, curve)
             assert result.lower[curve][i] == pytest.approx(lower, abs=1e-5), (step, curve)
             assert result.upper[curve][i] == pytest.approx(upper, abs=1e-5), (step, curve)
-        assert result.upper["loss"][i] > result.lower["loss"][i]
+        # the random model's sequences differ in loss, so its interval has width; the planted model may give
+        # every sequence the same loss to the last bit, and then its interval is a point
+        assert result.upper["loss"][i] >= result.lower["loss"][i]
+        assert step != 10 or result.upper["loss"][i] > result.lower["loss"][i]
 
 
 def test_loss_interval_with_unequal_masks_is_the_delta_method(series):
