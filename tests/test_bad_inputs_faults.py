@@ -322,6 +322,63 @@ def test_a_program_draws_with_agg_whatever_mplbackend_says(monkeypatch, tmp_path
     assert done.returncode == 0 and (tmp_path / "f.png").stat().st_size > 0, done.stderr[-500:]
 
 
+@pytest.mark.subprocess
+def test_a_save_whose_zip_writer_an_interrupt_left_unfinished_does_not_abort_the_process(tmp_path):
+    """An interrupt landing as torch.save's writer context exits skips the archive's end; the writer then
+    finishes it from its destructor, after the staged file was closed: the process must end normally (a
+    write to the closed file aborted it, SIGABRT, with the interrupt's line already printed)."""
+    import torch.serialization
+
+    if not hasattr(torch.serialization, "_open_zipfile_writer_buffer"):
+        pytest.skip("this torch writes archives another way")
+    code = textwrap.dedent(f"""
+        import gc, torch, torch.serialization
+        from mechmem.checkpoint import atomic_torch_save
+        def cut(self, *exc):
+            raise KeyboardInterrupt
+        torch.serialization._open_zipfile_writer_buffer.__exit__ = cut
+        try:
+            atomic_torch_save({{"w": torch.ones(3)}}, {str(tmp_path / "x.pt")!r})
+        except KeyboardInterrupt:
+            print("interrupted")
+        gc.collect()
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env_with_src(), capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, "interrupted\n"), done.stderr[-500:]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stop_signal_as_the_staged_file_is_made_leaves_no_staged_file(tmp_path, monkeypatch):
+    """A stop signal landing between the staged file's creation and the clean-up that knows its name (inside
+    mkstemp, mkdtemp) is held back until it does: the write is interrupted and nothing staged is left."""
+    import tempfile
+
+    def then_stopped(make):
+        def made(*args, **kwargs):
+            name = make(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode, before `name` is returned
+            return name
+
+        return made
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        monkeypatch.setattr(tempfile, "mkstemp", then_stopped(tempfile.mkstemp))
+        with pytest.raises(KeyboardInterrupt):
+            atomic_write(tmp_path / "a.txt", "a")
+        monkeypatch.setattr(tempfile, "mkdtemp", then_stopped(tempfile.mkdtemp))
+        with pytest.raises(KeyboardInterrupt), OutputSet(tmp_path) as files:
+            files.add_dir("figures", {"f.txt": b"f"})
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_interrupt_masked_by_the_writers_clean_up_is_still_an_interrupt(tmp_path):
     """torch.save's zip writer, cut by an interrupt, fails again while closing (RuntimeError "unexpected
     pos"), which would turn a stop into a traceback: the write raises the interrupt, leaves no temporary file

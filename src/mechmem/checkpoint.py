@@ -22,6 +22,7 @@ from the task) and files carrying HookedTransformer's buffers still load. `load_
 """
 
 import hashlib
+import io
 import json
 import os
 import pickle
@@ -246,8 +247,18 @@ def payload_digest(payload: dict[str, Any]) -> str:
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """`torch.save` to a temporary file beside `path`, then renamed into place (`mechmem.io.atomic_write`)."""
-    atomic_write(path, writer=lambda fh: torch.save(obj, fh))
+    """`torch.save` to a temporary file beside `path`, then renamed into place (`mechmem.io.atomic_write`).
+
+    torch.save writes into memory first: its zip writer, when an interrupt skips its finalisation, finishes
+    the archive later from its destructor, which must find its stream still open (a closed file aborts the
+    process)."""
+
+    def write(fh: Any) -> None:
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        fh.write(buffer.getbuffer())
+
+    atomic_write(path, writer=write)
 
 
 def _logits_gap(got: torch.nn.Module, want: torch.nn.Module, seed: int) -> float | None:

@@ -181,11 +181,13 @@ def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path
         refuse_linked_folder(path.parent, Path(root))
     check_held_folder(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=STAGING_SUFFIX, dir=path.parent)
-    tmp = Path(name)
+    tmp = None
     try:
-        os.fchmod(fd, _mode())
-        with os.fdopen(fd, "wb") as fh:
+        with deferred_interrupts():  # an interrupt lands once the clean-up below knows the staged name
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=STAGING_SUFFIX, dir=path.parent)
+            tmp, fh = Path(name), os.fdopen(fd, "wb")
+        with fh:
+            os.fchmod(fh.fileno(), _mode())
             if writer is not None:
                 writer(fh)
             else:
@@ -193,7 +195,8 @@ def _stage(path: Path, data: bytes | str | None, writer: Any, root: Any) -> Path
             fh.flush()
             os.fsync(fh.fileno())
     except BaseException as exc:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         if not isinstance(exc, KeyboardInterrupt) and isinstance(exc.__context__, KeyboardInterrupt):
             # an interrupt masked by the writer's own clean-up failing (torch.save's zip writer)
             raise exc.__context__ from None
@@ -330,8 +333,9 @@ class OutputSet:
         target = self.out / name
         refuse_linked_folder(target.parent, self.out)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=STAGING_SUFFIX, dir=target.parent))
-        self.staged.append((tmp, target))
+        with deferred_interrupts():  # an interrupt lands once the staged folder is listed for `_discard`
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=STAGING_SUFFIX, dir=target.parent))
+            self.staged.append((tmp, target))
         os.chmod(tmp, _mode(0o777))
         for file_name, data in files.items():
             atomic_write(tmp / file_name, data)

@@ -171,7 +171,7 @@ def batch_lines(record: dict[str, Any], published: dict[str, Any]) -> list[str]:
     """The batch-size side checks (Task 2's at batch 64, then Task 1's at batch 64, 32 and 512) beside the
     published values and the same seeds of the first table's record (the preset's batch): which misses each
     explains (its mean within the tolerance where the preset's is not)."""
-    sides = [record.get(key) for key in ("batch", "batch_task1", "batch32_task1", "batch512_task1")]
+    sides = [record.get(key) for key in SIDE_FILES if key.startswith("batch")]
     return [_batch_line(first_record(record), side, published) for side in sides if side and side["runs"]]
 
 
