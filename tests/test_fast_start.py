@@ -71,6 +71,10 @@ ERRORS = {
         ["--preset", "task2-paper", "--out", "x.json"],
         ["--preset", "task2-paper", "--batch-size", "0", "--out", "x.json"],
     ],
+    "mechmem_papers.permutation.scripts.model_check": [
+        ["--preset", "task1-paper", "--out", "x.json"],
+        ["--preset", "task1-paper", "--model", "plain", "--steps", "0", "--out", "x.json"],
+    ],
     "mechmem_papers.permutation.scripts.split_prior": [[], ["--out", "x.json", "--splits", "0"]],
     "mechmem_papers.birth.scripts.scale": [["--threads", "0"], ["--rules", MISSING], ["--executor", "nope"]],
     "mechmem_papers.memorisation.scripts.int8_check": [["--ds", "2"], ["--modes", "nope"]],

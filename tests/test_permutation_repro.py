@@ -513,11 +513,11 @@ def test_split_prior_line_judges_each_value_by_its_range(record, tmp_path):
     assert page.split_prior_line(record, published) is None
 
 
-def test_batch_check_line_counts_what_the_smaller_batch_explains(record, tmp_path):
+def test_side_check_line_counts_what_the_smaller_batch_explains_and_loses(record, tmp_path):
     """The batch side check reads its file, sets its seeds beside the record's same seeds, and counts a value
-    as explained only when its mean is within the tolerance where the record's is not."""
+    as explained only when its mean is within the tolerance where the record's is not (lost: the reverse)."""
     published = page.load_published()["values"]
-    assert page.batch_lines(page.attach_references(record, tmp_path), published) == []
+    assert page.side_check_lines(page.attach_references(record, tmp_path), published) == []
     good = copy.deepcopy(record["task2"][0])
     for r in good["bayes"]:
         if r["step"].startswith("5 "):
@@ -526,21 +526,78 @@ def test_batch_check_line_counts_what_the_smaller_batch_explains(record, tmp_pat
     good["probe"] |= {"median_p_recall": 1.0, "median_p_elimination": 0.0}
     side = {"preset": "task2-paper", "batch_size": 64, "steps": 9, "runs": [good]}
     (tmp_path / page.SIDE_FILES["batch"]).write_text(json.dumps(side))
-    (line,) = page.batch_lines(page.attach_references(record, tmp_path), published)
+    (line,) = page.side_check_lines(page.attach_references(record, tmp_path), published)
     base = page.run_values(record["task2"][0], "task2")
     small = page.run_values(good, "task2")
     tol = published["seed_tolerance"]["value"]
-    want = sum(
-        abs(small[k] - published[k]["value"]) <= tol < abs(base[k] - published[k]["value"]) for k in small
-    )
-    assert f"brings {want} of {len(small)} values" in line and "at batch 64, 9 steps" in line
+
+    def hits(values):
+        return {k for k in small if abs(values[k] - published[k]["value"]) <= tol}
+
+    explained, lost = len(hits(small) - hits(base)), len(hits(base) - hits(small))
+    assert f"brings {explained} of {len(small)} values" in line and "at batch 64, 9 steps" in line
+    assert f"and moves {lost} outside that batch {record['task2'][0]['train']['batch_size']} has" in line
     # beside a published-schedule record, the side check is set against that record's seeds, not the page's
     paper = _at_published_schedule(record)
     (tmp_path / "permutation-paper.json").write_text(json.dumps(paper))
-    (shown,) = page.batch_lines(page.attach_references(record, tmp_path), published)
+    (shown,) = page.side_check_lines(page.attach_references(record, tmp_path), published)
     at_paper = page.run_values(paper["task2"][0], "task2")["task2_probe_recall_p"]
     assert f"vs {at_paper:.4g} [published" in shown
     assert f"vs {base['task2_probe_recall_p']:.4g} [" not in shown
+
+
+def test_model_class_side_check_is_named_as_such_and_listed_after_the_batch_checks(record, tmp_path):
+    """A check that trains another model class (its file names it) says so, and is judged as the batch checks
+    are, the hits it loses counted; the page lists the checks in `TRAINED_SIDE_FILES` order."""
+    published = page.load_published()["values"]
+    runs = [copy.deepcopy(r) for r in record["task1"]]
+    for run in runs:  # every value far from every published one
+        run["probe"] = {k: v + 1 for k, v in run["probe"].items()}
+        for row in run["bayes"]:
+            row.update(acc=row["acc"] + 1, mae=row["mae"] + 1, max_err=row["max_err"] + 1)
+    sides = {
+        "encoder_task1": {"batch_size": 128, "steps": 5, "model": "M"},
+        "batch_task1": {"batch_size": 64, "steps": 7},
+    }
+    for name, side in sides.items():
+        side = {"preset": "task1-paper", **side, "runs": runs}
+        (tmp_path / page.SIDE_FILES[name]).write_text(json.dumps(side))
+    batch, model = page.side_check_lines(page.attach_references(record, tmp_path), published)
+    assert batch.startswith("Side check, batch size")
+    assert model.startswith("Side check, the authors' model class")
+    assert "task1-paper M, batch 128, 5 steps" in model
+    tol = published["seed_tolerance"]["value"]
+    ours = [page.run_values(r, "task1") for r in record["task1"]]
+    had = sum(abs(mean(x[k] for x in ours) - published[k]["value"]) <= tol for k in ours[0])
+    assert had > 0 and f"the PyTorch model brings 0 of {len(ours[0])} values" in model
+    assert f"moves {had} outside that TransformerLens's has" in model
+
+
+def test_model_check_readings_are_causal_and_its_file_resumes(tmp_path):
+    """Both readings of the authors' class see no later token; the script writes its runs, does not train a
+    seed it holds again, and refuses a file of another model."""
+    from mechmem_papers.permutation.scripts import model_check
+
+    tokens = torch.randint(1, 6, (4, 9), generator=torch.Generator().manual_seed(0))
+    later = tokens.clone()
+    later[:, 5:] = torch.randint(1, 6, (4, 4), generator=torch.Generator().manual_seed(1))
+    for kind in model_check.MODELS:
+        torch.manual_seed(0)
+        model = model_check.build_model(kind, 6, 9, 16, 2).eval()
+        with torch.no_grad():
+            a, b = model(tokens), model(later)
+        assert a.shape == (4, 9, 6)
+        assert torch.allclose(a[:, :5], b[:, :5], atol=1e-6) and not torch.allclose(a[:, 5:], b[:, 5:])
+    out = tmp_path / "m.json"
+    argv = ["--preset", "task1-paper", "--model", "plain", "--steps", "3", "--out", str(out)]
+    assert model_check.main([*argv, "--seeds", "0"]) == 0
+    first = json.loads(out.read_text())
+    assert first["steps"] == 3 and [r["seed"] for r in first["runs"]] == [0]
+    assert model_check.main([*argv, "--seeds", "0", "1"]) == 0
+    second = json.loads(out.read_text())
+    assert second["runs"][0] == first["runs"][0] and [r["seed"] for r in second["runs"]] == [0, 1]
+    with pytest.raises(MechmemError, match="another preset or model"):
+        model_check.main([*argv[:3], "encoder", *argv[4:]])
 
 
 def test_accumulated_gradient_check_is_shown_from_its_file(record, tmp_path):

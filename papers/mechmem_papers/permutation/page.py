@@ -81,16 +81,26 @@ def attach_published_schedule(record: dict[str, Any], data: Path) -> dict[str, A
 
 ACCUMULATED_FILE = "permutation_accumulated.json"
 """The seed page's loop as printed, gradients never zeroed (scripts.accumulated_grads), data folder."""
-SIDE_FILES = {
-    "accumulated": ACCUMULATED_FILE,
+TRAINED_SIDE_FILES = {
     "batch": "permutation_batch64.json",
     "batch_task1": "permutation_batch64_task1.json",
     "batch32_task1": "permutation_batch32_task1.json",
     "batch512_task1": "permutation_batch512_task1.json",
+    "plain_task1": "permutation_plain_task1.json",
+    "encoder_task1": "permutation_encoder_task1.json",
+    "plain_task2": "permutation_plain_task2.json",
+    "encoder_task2": "permutation_encoder_task2.json",
+}
+"""Side checks that train a published-schedule preset one unknown another way and measure what the page
+publishes: another batch size (scripts.batch_check), the authors' class read as PyTorch modules
+(scripts.model_check)."""
+SIDE_FILES = {
+    "accumulated": ACCUMULATED_FILE,
+    **TRAINED_SIDE_FILES,
     "split_prior": "permutation_split_prior.json",
 }
-"""Side checks the page reads from the data folder: the loop as printed, other batch sizes
-(scripts.batch_check), and the training-mapping posterior over splits (scripts.split_prior)."""
+"""Side checks the page reads from the data folder: the loop as printed, `TRAINED_SIDE_FILES`, and the
+training-mapping posterior over splits (scripts.split_prior)."""
 
 
 def attach_references(record: dict[str, Any], data: Path) -> dict[str, Any]:
@@ -167,36 +177,43 @@ def first_record(record: dict[str, Any]) -> dict[str, Any]:
     return record["published_schedule"]["record"] if "published_schedule" in record else record
 
 
-def batch_lines(record: dict[str, Any], published: dict[str, Any]) -> list[str]:
-    """The batch-size side checks (Task 2's at batch 64, then Task 1's at batch 64, 32 and 512) beside the
-    published values and the same seeds of the first table's record (the preset's batch): which misses each
-    explains (its mean within the tolerance where the preset's is not)."""
-    sides = [record.get(key) for key in SIDE_FILES if key.startswith("batch")]
-    return [_batch_line(first_record(record), side, published) for side in sides if side and side["runs"]]
+def side_check_lines(record: dict[str, Any], published: dict[str, Any]) -> list[str]:
+    """The checks of `TRAINED_SIDE_FILES` found beside the record (Task 2's batch 64 first), each beside the
+    published values and the same seeds of the first table's record: which misses each explains (its mean
+    within the tolerance where the record's is not) and which hits it loses."""
+    sides = [record.get(key) for key in TRAINED_SIDE_FILES]
+    return [_side_line(first_record(record), side, published) for side in sides if side and side["runs"]]
 
 
-def _batch_line(record: dict[str, Any], side: dict[str, Any], published: dict[str, Any]) -> str:
+def _side_line(record: dict[str, Any], side: dict[str, Any], published: dict[str, Any]) -> str:
     group = side["preset"].split("-")[0]
     tol = published["seed_tolerance"]["value"]
-    small = [run_values(r, group) for r in side["runs"]]
+    new = [run_values(r, group) for r in side["runs"]]
     seeds = {r["seed"] for r in side["runs"]}
     base = [run_values(r, group) for r in record[group] if r["seed"] in seeds]
-    parts, within = [], {"small": 0, "base": 0, "explained": 0}
-    for key in small[0]:
+    parts, within = [], {"new": 0, "base": 0, "explained": 0, "lost": 0}
+    for key in new[0]:
         pub = published[key]["value"]
-        at_small, at_base = mean(x[key] for x in small), mean(x[key] for x in base)
-        within["small"] += abs(at_small - pub) <= tol
+        at_new, at_base = mean(x[key] for x in new), mean(x[key] for x in base)
+        within["new"] += abs(at_new - pub) <= tol
         within["base"] += abs(at_base - pub) <= tol
-        within["explained"] += abs(at_small - pub) <= tol < abs(at_base - pub)
-        parts.append(f"{published[key]['quantity']} {at_small:.4g} vs {at_base:.4g} [published {pub:g}]")
+        within["explained"] += abs(at_new - pub) <= tol < abs(at_base - pub)
+        within["lost"] += abs(at_base - pub) <= tol < abs(at_new - pub)
+        parts.append(f"{published[key]['quantity']} {at_new:.4g} vs {at_base:.4g} [published {pub:g}]")
     batch = record[group][0]["train"]["batch_size"]
+    if "model" in side:
+        unknown, how = "the authors' model class", f"{side['model']}, batch {side['batch_size']}"
+        ours, theirs = "the PyTorch model", "TransformerLens's"
+    else:
+        unknown, how = "batch size", f"at batch {side['batch_size']}"
+        ours, theirs = f"batch {side['batch_size']}", f"batch {batch}"
+    n = len(parts)
     return (
-        f"Side check, batch size (unknown; `{side['file']}`: {side['preset']} at batch {side['batch_size']},"
-        f" {side['steps']} steps, seeds {', '.join(map(str, sorted(seeds)))}; beside the first table's same"
-        f" seeds at batch {batch}; means over those seeds): " + "; ".join(parts) + f". Within ±{tol:g}:"
-        f" {within['small']} of {len(parts)} at batch {side['batch_size']}, {within['base']} at batch"
-        f" {batch}; batch {side['batch_size']} brings {within['explained']} of {len(parts)} values within"
-        f" ±{tol:g} that batch {batch} misses."
+        f"Side check, {unknown} (unknown; `{side['file']}`: {side['preset']} {how}, {side['steps']} steps,"
+        f" seeds {', '.join(map(str, sorted(seeds)))}; beside the first table's same seeds at batch {batch};"
+        f" means over those seeds): " + "; ".join(parts) + f". Within ±{tol:g}: {within['new']} of {n} with"
+        f" {ours}, {within['base']} with {theirs}; {ours} brings {within['explained']} of {n} values within"
+        f" ±{tol:g} that {theirs} misses, and moves {within['lost']} outside that {theirs} has."
     )
 
 
@@ -506,7 +523,7 @@ def _published(record: dict[str, Any], published: dict[str, Any]) -> Section:
     )
     checks = (unsourced_line, accumulated_line, split_prior_line)
     s.lines += [line for line in (check(record, published) for check in checks) if line]
-    s.lines += batch_lines(record, published)
+    s.lines += side_check_lines(record, published)
     plateaus = {"task1": published["task1_plateau"]["value"], "task2": published["task2_plateau"]["value"]}
     s.add_figure("losses", figures.plot_losses(record, plateaus))
     ours = our_values(first_record(record))

@@ -84,7 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     task = build_task("permutation", preset.task)
     eval_seed, n_eval = ReproConfig().eval_seed, ReproConfig().n_eval
     out = Path(args.out)
-    head = {"preset": args.preset, "batch_size": train.batch_size, "steps": steps, "model": MODELS[args.model]}
+    head = {
+        "preset": args.preset,
+        "batch_size": train.batch_size,
+        "steps": steps,
+        "model": MODELS[args.model],
+    }
     done = json.loads(out.read_text()) if out.exists() else {**head, "runs": []}
     if {k: done.get(k) for k in head} != head:
         raise MechmemError(f"{out} holds runs of another preset or model: give another --out")
@@ -97,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(steps):
             batch = task.train_batch(train.batch_size, generator=data)
             logits = model(batch.tokens)
-            per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch.targets, reduction="none")
+            per_token = torch.nn.functional.cross_entropy(
+                logits.transpose(1, 2), batch.targets, reduction="none"
+            )
             loss = (per_token * batch.loss_mask).sum() / batch.loss_mask.sum()
             opt.zero_grad()
             loss.backward()
