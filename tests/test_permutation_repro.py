@@ -565,7 +565,7 @@ def test_model_class_side_check_is_named_as_such_and_listed_after_the_batch_chec
     batch, model = page.side_check_lines(page.attach_references(record, tmp_path), published)
     assert batch.startswith("Side check, batch size")
     assert model.startswith("Side check, the authors' model class")
-    assert "task1-paper M, batch 128, 5 steps" in model
+    assert "task1-paper as M, batch 128, 5 steps" in model
     tol = published["seed_tolerance"]["value"]
     ours = [page.run_values(r, "task1") for r in record["task1"]]
     had = sum(abs(mean(x[k] for x in ours) - published[k]["value"]) <= tol for k in ours[0])

@@ -202,7 +202,7 @@ def _side_line(record: dict[str, Any], side: dict[str, Any], published: dict[str
         parts.append(f"{published[key]['quantity']} {at_new:.4g} vs {at_base:.4g} [published {pub:g}]")
     batch = record[group][0]["train"]["batch_size"]
     if "model" in side:
-        unknown, how = "the authors' model class", f"{side['model']}, batch {side['batch_size']}"
+        unknown, how = "the authors' model class", f"as {side['model']}, batch {side['batch_size']}"
         ours, theirs = "the PyTorch model", "TransformerLens's"
     else:
         unknown, how = "batch size", f"at batch {side['batch_size']}"
