@@ -135,6 +135,21 @@ def probe_stats(model: Any, task: PermutationTask, n: int, *, generator: torch.G
     return out
 
 
+def side_check_run(model: Any, task: PermutationTask, *, seed: int, train_loss: float) -> dict[str, Any]:
+    """One side-check training as the page reads it (`page.TRAINED_SIDE_FILES`): the Bayes table's accuracy,
+    MAE and max error per answer step and the probe, on `ReproConfig`'s evaluation sequences."""
+    cfg = ReproConfig()
+    with torch.no_grad():
+        rows = bayes_table(model, task, cfg.n_eval, generator=torch.Generator().manual_seed(cfg.eval_seed))
+        probe = probe_stats(model, task, cfg.n_eval, generator=torch.Generator().manual_seed(cfg.eval_seed))
+    return {
+        "seed": seed,
+        "train_loss": round(train_loss, 5),
+        "bayes": [{k: r[k] for k in ("step", "n", "acc", "mae", "max_err")} for r in rows],
+        "probe": probe,
+    }
+
+
 # -- 3. head roles and attention ----------------------------------------------------------------------------
 def last_step_groups(task: PermutationTask, n: int, *, generator: torch.Generator) -> dict[str, Tensor]:
     """Test sequences, half with a repeated last x, with the last answer's target and key sets over positions.

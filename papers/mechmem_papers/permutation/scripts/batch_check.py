@@ -41,12 +41,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from mechmem.tasks import build_task, get_preset
     from mechmem.training.run import train_preset
-    from mechmem_papers.permutation.run import ReproConfig, bayes_table, probe_stats
+    from mechmem_papers.permutation.run import side_check_run
 
     torch.set_num_threads(1)
     steps = EPOCH_SAMPLES[args.preset] // args.batch_size
     task = build_task("permutation", get_preset("permutation", args.preset).task)
-    eval_seed, n_eval = ReproConfig().eval_seed, ReproConfig().n_eval
     out = Path(args.out)
     head = {"preset": args.preset, "batch_size": args.batch_size, "steps": steps}
     done = json.loads(out.read_text()) if out.exists() else {**head, "runs": []}
@@ -57,17 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         result = train_preset(
             "permutation", args.preset, seed=seed, steps=steps, batch_size=args.batch_size, progress=False
         )
-        model = result.model.eval()
-        rows = bayes_table(model, task, n_eval, generator=torch.Generator().manual_seed(eval_seed))
-        probe = probe_stats(model, task, n_eval, generator=torch.Generator().manual_seed(eval_seed))
-        runs.append(
-            {
-                "seed": seed,
-                "train_loss": round(float(result.history[-1]["train_loss"]), 5),
-                "bayes": [{k: r[k] for k in ("step", "n", "acc", "mae", "max_err")} for r in rows],
-                "probe": probe,
-            }
-        )
+        loss = float(result.history[-1]["train_loss"])
+        runs.append(side_check_run(result.model.eval(), task, seed=seed, train_loss=loss))
         print(f"seed {seed}: probe {runs[-1]['probe']}", flush=True)
         runs.sort(key=lambda r: r["seed"])
         write_json(out, {**head, "runs": runs})

@@ -75,14 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch  # torch is imported from here on, after every check the flags alone decide
 
     from mechmem.tasks import build_task, get_preset
-    from mechmem_papers.permutation.run import ReproConfig, bayes_table, probe_stats
+    from mechmem_papers.permutation.run import side_check_run
 
     torch.set_num_threads(1)
     preset = get_preset("permutation", args.preset)
     cfg, train = preset.model, preset.train
     steps = args.steps or train.steps
     task = build_task("permutation", preset.task)
-    eval_seed, n_eval = ReproConfig().eval_seed, ReproConfig().n_eval
     out = Path(args.out)
     head = {
         "preset": args.preset,
@@ -109,19 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             opt.zero_grad()
             loss.backward()
             opt.step()
-        model.eval()
-        with torch.no_grad():
-            rows = bayes_table(model, task, n_eval, generator=torch.Generator().manual_seed(eval_seed))
-            probe = probe_stats(model, task, n_eval, generator=torch.Generator().manual_seed(eval_seed))
-        runs.append(
-            {
-                "seed": seed,
-                "train_loss": round(loss.item(), 5),
-                "bayes": [{k: r[k] for k in ("step", "n", "acc", "mae", "max_err")} for r in rows],
-                "probe": probe,
-            }
-        )
-        print(f"seed {seed}: last-batch loss {runs[-1]['train_loss']}, probe {probe}", flush=True)
+        runs.append(side_check_run(model.eval(), task, seed=seed, train_loss=loss.item()))
+        print(f"seed {seed}: last-batch loss {runs[-1]['train_loss']}, probe {runs[-1]['probe']}", flush=True)
         runs.sort(key=lambda r: r["seed"])
         write_json(out, {**head, "runs": runs})
     return 0
